@@ -1,0 +1,3 @@
+from kldtui.cli import main
+
+raise SystemExit(main())

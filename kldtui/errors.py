@@ -1,0 +1,35 @@
+"""Errors the engine raises on purpose: each carries a one-line message and an exit code.
+
+The CLI prints ``str(err)`` on one line and exits with ``err.exit_code``; it never shows a
+traceback for these. Anything else escaping a stage is a bug and is reported as such.
+"""
+
+from __future__ import annotations
+
+
+class KldError(Exception):
+    """A failure the user can act on. ``exit_code`` 1: the run failed."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        # One line, always: multi-line text would break log files and the status bar.
+        super().__init__(" ".join(str(message).split()))
+
+
+class BadInput(KldError):
+    """The input is wrong (a file, a flag, a profile). ``exit_code`` 2; nothing was changed."""
+
+    exit_code = 2
+
+
+class Interrupted(KldError):
+    """The user or a signal stopped the run; state on disk is resumable. ``exit_code`` 130."""
+
+    exit_code = 130
+
+
+class StageFailed(KldError):
+    """A stage ran and failed (server died, request failed, disk full)."""
+
+    exit_code = 1

@@ -1,0 +1,156 @@
+"""Typed progress events: the only way engine stages talk to a front end.
+
+Stages take an ``emit`` callable (an :data:`EventSink`) and call it with the dataclasses below.
+The Textual app turns them into messages; the batch reporter prints them as lines or JSON.
+Nothing here knows about either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+StageName = Literal["reference", "server", "capture", "finalize", "compare", "verify", "demo"]
+WindowStateName = Literal[
+    "pending", "capturing", "captured", "finalizing", "finalized", "comparing", "compared", "failed"
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event. ``ts`` is wall-clock seconds when it was made."""
+
+    stage: str
+    ts: float = field(default_factory=time.time, kw_only=True)
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict with ``event`` naming the class (used by ``--jsonl``)."""
+        data = dataclasses.asdict(self)
+        return {"event": self.kind, **data}
+
+
+@dataclass(frozen=True)
+class StageStarted(Event):
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StageFinished(Event):
+    summary: str = ""
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageFailed(Event):
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    """``done`` of ``total`` ``unit`` for one task of a stage (a file, a window, the stage)."""
+
+    task: str
+    done: float
+    total: float | None
+    unit: str = ""
+    rate: float | None = None  # units per second
+    eta_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LogLine(Event):
+    """One line of a child process's log (the server) or an engine note."""
+
+    line: str
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """Something the user should read once (a flag added, a file skipped)."""
+
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class WindowState(Event):
+    """A window changed state; ``figures`` carries e.g. ``{"kl": 0.003, "rows": 2047}``."""
+
+    window_index: int
+    state: WindowStateName
+    domain: str = ""
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerReady(Event):
+    url: str
+    served_model_name: str
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class ResultReady(Event):
+    """A comparison report was written (``path``) or is available in memory (``report``)."""
+
+    path: str | None
+    report: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+EventSink = Callable[[Event], None]
+
+
+def null_sink(event: Event) -> None:
+    """An :data:`EventSink` that drops everything."""
+
+
+class Cancel:
+    """A cancellation flag shared between a front end and a running stage.
+
+    Stages call :meth:`check` at safe points (between row blocks, chunks, files); it raises
+    :class:`kldtui.errors.Interrupted` once :meth:`set` was called.
+    """
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self.reason = "interrupted"
+
+    def set(self, reason: str = "interrupted") -> None:
+        self.reason = reason
+        self._flag.set()
+
+    def is_set(self) -> bool:
+        return self._flag.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._flag.wait(timeout)
+
+    def check(self) -> None:
+        if self._flag.is_set():
+            from kldtui.errors import Interrupted
+
+            raise Interrupted(self.reason)
+
+
+class Throttle:
+    """Lets a progress event through at most every ``interval`` seconds (plus the last one)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self._last = 0.0
+
+    def ready(self, final: bool = False) -> bool:
+        now = time.monotonic()
+        if final or now - self._last >= self.interval:
+            self._last = now
+            return True
+        return False

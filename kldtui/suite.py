@@ -1,0 +1,336 @@
+"""The suite model: ``suite-manifest.json``, token files, hashes and logits-folder manifests.
+
+Everything here follows ../shared/FORMATS.md field for field. Loading validates what kldtui
+relies on and keeps every other field (``raw``) so a document can be copied unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput
+
+SUITE_MANIFEST = "suite-manifest.json"
+LOGITS_MANIFEST = "manifest.json"
+LOGITS_FORMAT = "kimi-k3-kld-reference-v1"
+TENSOR_KEY = "logits"
+
+
+def token_ids_json(ids: Sequence[int]) -> str:
+    """The compact JSON text of a token list, as hashed and stored (no trailing newline)."""
+    return json.dumps([int(i) for i in ids], separators=(",", ":"))
+
+
+def token_ids_hash(ids: Sequence[int]) -> str:
+    return hashlib.sha256(token_ids_json(ids).encode("ascii")).hexdigest()
+
+
+def suite_token_hash(window_hashes: Sequence[str]) -> str:
+    """SHA-256 of the windows' token hashes joined with newlines, in window order."""
+    return hashlib.sha256("\n".join(window_hashes).encode("ascii")).hexdigest()
+
+
+def logits_file_name(window_index: int) -> str:
+    return f"logits_{window_index:03d}.safetensors"
+
+
+def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in doc:
+        raise BadInput(f"{where}: missing field {key!r}")
+    value = doc[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadInput(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a folder, expected {what}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"{path}: {what} is not valid JSON ({exc})") from None
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    index: int
+    domain: str
+    domain_index: int
+    num_tokens: int
+    token_file: str
+    token_ids_json_sha256: str
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def scored_positions(self) -> int:
+        return self.num_tokens - 1
+
+    @property
+    def label(self) -> str:
+        return f"window {self.index:03d} ({self.domain})"
+
+    @property
+    def chunk_dir_name(self) -> str:
+        return f"window-{self.index:03d}-{self.domain}-chunks"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A loaded ``suite-manifest.json``; ``root`` is the folder token files are relative to."""
+
+    root: Path
+    path: Path
+    format_version: int
+    context_length: int
+    window_count: int
+    suite_token_hash_sha256: str
+    windows: tuple[WindowSpec, ...]
+    domain_counts: dict[str, int]
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def scored_positions_per_window(self) -> int:
+        return self.context_length - 1
+
+    def window(self, index: int) -> WindowSpec:
+        for w in self.windows:
+            if w.index == index:
+                return w
+        raise BadInput(f"{self.path}: the suite has no window {index} "
+                       f"(it has 0..{self.window_count - 1})")
+
+    def select(self, start: int = 0, stop: int | None = None) -> list[WindowSpec]:
+        """Windows with ``start <= index < stop``; a bad range raises BadInput."""
+        stop = self.window_count if stop is None else stop
+        if not 0 <= start < stop <= self.window_count:
+            raise BadInput(f"window range [{start}, {stop}) is outside the suite's "
+                           f"0..{self.window_count} ({self.path})")
+        return [w for w in self.windows if start <= w.index < stop]
+
+    def token_path(self, window: WindowSpec) -> Path:
+        """Absolute path of a window's token file; refuses paths that leave the suite folder."""
+        rel = Path(window.token_file)
+        root = self.root.resolve()
+        target = (root / rel).resolve()
+        if rel.is_absolute() or not target.is_relative_to(root):
+            raise BadInput(f"{self.path}: {window.label} token_file {window.token_file!r} points "
+                           f"outside the suite folder {root}; fix the manifest")
+        return target
+
+    def load_tokens(self, window: WindowSpec, *, check_hash: bool = True) -> list[int]:
+        """The window's token ids, checked against the manifest's count and hash."""
+        path = self.token_path(window)
+        ids = _read_json(path, f"token file of {window.label}")
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):
+            raise BadInput(f"{path}: {window.label}: expected a JSON list of token ids")
+        if len(ids) != window.num_tokens:
+            raise BadInput(f"{path}: {window.label} has {len(ids)} tokens, the manifest says "
+                           f"{window.num_tokens}")
+        if check_hash:
+            got = token_ids_hash(ids)
+            if got != window.token_ids_json_sha256:
+                raise BadInput(f"{path}: {window.label} token hash {got[:12]}... does not match "
+                               f"the manifest's {window.token_ids_json_sha256[:12]}...; the token "
+                               "file was changed or belongs to another suite")
+        return ids
+
+    def check_suite_hash(self) -> str:
+        """Recompute the suite hash from the windows' token hashes; raise on mismatch."""
+        got = suite_token_hash([w.token_ids_json_sha256 for w in self.windows])
+        if got != self.suite_token_hash_sha256:
+            raise BadInput(f"{self.path}: suite_token_hash_sha256 {self.suite_token_hash_sha256[:12]}"
+                           f"... does not match the windows' token hashes ({got[:12]}...)")
+        return got
+
+
+def load_suite(path: str | os.PathLike[str]) -> Suite:
+    """Load ``suite-manifest.json`` (a file, or a folder holding it) and validate its structure."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / SUITE_MANIFEST
+    doc = _read_json(p, "suite manifest")
+    where = str(p)
+    if not isinstance(doc, dict):
+        raise BadInput(f"{where}: expected a JSON object")
+    version = _require(doc, "format_version", int, where)
+    if version != 1:
+        raise BadInput(f"{where}: format_version {version} is not supported (expected 1)")
+    context_length = _require(doc, "context_length", int, where)
+    window_count = _require(doc, "window_count", int, where)
+    suite_hash = _require(doc, "suite_token_hash_sha256", str, where)
+    entries = _require(doc, "windows", list, where)
+    if len(entries) != window_count:
+        raise BadInput(f"{where}: window_count is {window_count} but {len(entries)} windows "
+                       "are listed")
+    windows = []
+    for position, entry in enumerate(entries):
+        w_where = f"{where} windows[{position}]"
+        if not isinstance(entry, dict):
+            raise BadInput(f"{w_where}: expected an object")
+        index = _require(entry, "index", int, w_where)
+        if index != position:
+            raise BadInput(f"{w_where}: index {index} is out of order (expected {position})")
+        num_tokens = _require(entry, "num_tokens", int, w_where)
+        if num_tokens != context_length:
+            raise BadInput(f"{w_where}: num_tokens {num_tokens} differs from context_length "
+                           f"{context_length}")
+        windows.append(WindowSpec(
+            index=index,
+            domain=_require(entry, "domain", str, w_where),
+            domain_index=int(entry.get("domain_index", 0)),
+            num_tokens=num_tokens,
+            token_file=_require(entry, "token_file", str, w_where),
+            token_ids_json_sha256=_require(entry, "token_ids_json_sha256", str, w_where),
+            raw=entry,
+        ))
+    counts: dict[str, int] = {}
+    for w in windows:
+        counts[w.domain] = counts.get(w.domain, 0) + 1
+    return Suite(root=p.parent, path=p, format_version=version, context_length=context_length,
+                 window_count=window_count, suite_token_hash_sha256=suite_hash,
+                 windows=tuple(windows), domain_counts=counts, raw=doc)
+
+
+@dataclass(frozen=True)
+class LogitsEntry:
+    window_index: int
+    domain: str
+    file: str
+    key: str
+    shape: tuple[int, int]
+    dtype: str
+    size_bytes: int
+    sha256: str
+    token_ids_json_sha256: str
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogitsManifest:
+    """A logits folder's ``manifest.json`` (the reference's ``ref/`` or a finalized candidate)."""
+
+    root: Path
+    path: Path
+    vocab_size: int
+    context_length: int
+    window_count: int
+    window_range: tuple[int, int]
+    suite_token_hash_sha256: str
+    tensor_key: str
+    entries: dict[int, LogitsEntry]
+    runtime: Any
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def entry(self, window_index: int) -> LogitsEntry:
+        if window_index not in self.entries:
+            have = sorted(self.entries)
+            span = f"{have[0]}..{have[-1]}" if have else "none"
+            raise BadInput(f"{self.path}: window {window_index} is missing (this folder has "
+                           f"windows {span}); capture and finalize it, or narrow the window range")
+        return self.entries[window_index]
+
+    def file_path(self, window_index: int) -> Path:
+        entry = self.entry(window_index)
+        rel = Path(entry.file)
+        target = (self.root / rel).resolve()
+        if rel.is_absolute() or not target.is_relative_to(self.root.resolve()):
+            raise BadInput(f"{self.path}: window {window_index} file {entry.file!r} points outside "
+                           f"{self.root}; fix the manifest")
+        return target
+
+
+def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
+    """Load a logits folder's ``manifest.json`` (a file, or the folder holding it)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / LOGITS_MANIFEST
+    doc = _read_json(p, "logits manifest")
+    where = str(p)
+    if not isinstance(doc, dict):
+        raise BadInput(f"{where}: expected a JSON object")
+    version = _require(doc, "format_version", int, where)
+    if version != 1:
+        raise BadInput(f"{where}: format_version {version} is not supported (expected 1)")
+    vocab = _require(doc, "vocab_size", int, where)
+    context_length = _require(doc, "context_length", int, where)
+    rng = _require(doc, "window_range", list, where)
+    if len(rng) != 2 or not all(isinstance(v, int) for v in rng):
+        raise BadInput(f"{where}: window_range must be [start, stop)")
+    entries: dict[int, LogitsEntry] = {}
+    for position, entry in enumerate(_require(doc, "windows", list, where)):
+        w_where = f"{where} windows[{position}]"
+        if not isinstance(entry, dict):
+            raise BadInput(f"{w_where}: expected an object")
+        shape = _require(entry, "shape", list, w_where)
+        if len(shape) != 2:
+            raise BadInput(f"{w_where}: shape {shape} must have 2 dimensions")
+        e = LogitsEntry(
+            window_index=_require(entry, "window_index", int, w_where),
+            domain=_require(entry, "domain", str, w_where),
+            file=_require(entry, "file", str, w_where),
+            key=str(entry.get("key", doc.get("tensor_key", TENSOR_KEY))),
+            shape=(int(shape[0]), int(shape[1])),
+            dtype=_require(entry, "dtype", str, w_where),
+            size_bytes=_require(entry, "size_bytes", int, w_where),
+            sha256=_require(entry, "sha256", str, w_where),
+            token_ids_json_sha256=_require(entry, "token_ids_json_sha256", str, w_where),
+            raw=entry,
+        )
+        if e.shape[1] != vocab:
+            raise BadInput(f"{w_where}: shape {list(e.shape)} does not match vocab_size {vocab}")
+        entries[e.window_index] = e
+    return LogitsManifest(
+        root=p.parent, path=p, vocab_size=vocab, context_length=context_length,
+        window_count=int(doc.get("window_count", len(entries))),
+        window_range=(int(rng[0]), int(rng[1])),
+        suite_token_hash_sha256=_require(doc, "suite_token_hash_sha256", str, where),
+        tensor_key=str(doc.get("tensor_key", TENSOR_KEY)), entries=entries,
+        runtime=doc.get("runtime"), raw=doc,
+    )
+
+
+def check_manifest_matches_suite(manifest: LogitsManifest, suite: Suite,
+                                 windows: Sequence[WindowSpec]) -> None:
+    """A logits folder belongs to the suite: same suite hash, window token hashes and rows."""
+    if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+        raise BadInput(f"{manifest.path}: suite hash {manifest.suite_token_hash_sha256[:12]}... "
+                       f"differs from the suite's {suite.suite_token_hash_sha256[:12]}... "
+                       f"({suite.path}); it was made from another suite")
+    for w in windows:
+        e = manifest.entry(w.index)
+        if e.token_ids_json_sha256 != w.token_ids_json_sha256:
+            raise BadInput(f"{manifest.path}: {w.label} token hash differs from the suite's; "
+                           "these logits were made from other tokens")
+        if e.shape[0] != w.scored_positions:
+            raise BadInput(f"{manifest.path}: {w.label} has {e.shape[0]} rows, expected "
+                           f"{w.scored_positions}")
+
+
+def sha256_file(path: str | os.PathLike[str], progress: Any = None,
+                block: int = 8 * 1024 * 1024) -> str:
+    """Streamed SHA-256 of a file; ``progress(nbytes)`` is called after each block."""
+    digest = hashlib.sha256()
+    buf = bytearray(block)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            n = handle.readinto(buf)
+            if not n:
+                break
+            digest.update(view[:n])  # hashlib releases the GIL on large buffers
+            if progress is not None:
+                progress(n)
+    return digest.hexdigest()
