@@ -1,0 +1,124 @@
+"""Profiles: parsing, validation with suggestions, path resolution, and the server argv."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from kldtui.errors import BadInput
+from kldtui.profile import load_profile
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# FORMATS.md, "How the published reference was served" (the dataset card's command).
+CARD_COMMAND = """python -m vllm.entrypoints.cli.main serve /path/to/candidate \
+  --served-model-name Kimi-K3 \
+  --trust-remote-code \
+  --host 0.0.0.0 --port 8000 \
+  --tensor-parallel-size 16 \
+  --max-model-len 4096 \
+  --max-num-seqs 1 \
+  --max-num-batched-tokens 256 \
+  --gpu-memory-utilization 0.982 \
+  --compilation-config '{"mode":0,"cudagraph_mode":"PIECEWISE","cudagraph_capture_sizes":[1]}' \
+  --load-format instanttensor"""
+
+
+def test_kimi_profile_reproduces_the_dataset_card_command() -> None:
+    profile = load_profile(EXAMPLES / "kimi-k3-mxfp4.toml")
+    assert profile.server_argv() == shlex.split(CARD_COMMAND)
+    assert profile.server_env() == {"VLLM_TRITON_MLA_STATIC_KV_SPLITS": "8",
+                                    "VLLM_DCP_INDEXER_SHARDS": "0"}
+    assert profile.reference.repo_id == "festr2/kimi-k3-full-mxfp4-kld-reference-32x2048"
+    assert profile.reference.local_dir == EXAMPLES / "kimi-k3-reference"
+    assert profile.run.workdir == EXAMPLES / "kimi-k3-work"
+    assert profile.run.stop_window == 8
+    # the launcher substitutes the port it actually uses, nothing else changes
+    argv = profile.server_argv(port=8123)
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert len(argv) == len(shlex.split(CARD_COMMAND))
+
+
+def test_all_examples_load() -> None:
+    for path in EXAMPLES.glob("*.toml"):
+        profile = load_profile(path)
+        assert profile.candidate.kind in ("vllm", "embedded", "attach"), path
+
+
+def test_tiny_vllm_profile_argv() -> None:
+    profile = load_profile(EXAMPLES / "tiny-vllm-cpu.toml")
+    argv = profile.server_argv(port=9000)
+    assert argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model",
+                         str(EXAMPLES / "tiny-llama-bf16")]
+    assert argv[-4:] == ["--host", "127.0.0.1", "--port", "9000"]
+    assert "--no-enable-prefix-caching" in argv
+    assert Path(argv[0]).is_absolute()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "kldtui.toml"
+    path.write_text(text)
+    return path
+
+
+def test_unknown_key_is_rejected_with_a_suggestion(tmp_path: Path) -> None:
+    path = write(tmp_path, '[candidate]\nkind = "embedded"\nserved_model_nmae = "x"\n')
+    with pytest.raises(BadInput, match=r"unknown key 'served_model_nmae' in \[candidate\]; "
+                                       r"did you mean 'served_model_name'\?"):
+        load_profile(path)
+    path = write(tmp_path, '[compre]\nreverse = true\n')
+    with pytest.raises(BadInput, match=r"unknown section \[compre\]; did you mean 'compare'"):
+        load_profile(path)
+
+
+EMB = '[candidate]\nkind = "embedded"\n'
+
+
+def test_bad_values_are_one_line_bad_input(tmp_path: Path) -> None:
+    cases = {
+        '[candidate]\nkind = "embeded"\n': "did you mean 'embedded'",
+        '[candidate]\nkind = "vllm"\n': "model is missing",
+        '[candidate]\nkind = "embedded"\nport = "80"\n': "port must be int",
+        '[candidate]\nurl = "http://h:1"\n': "server_capture_dir",
+        EMB + '[run]\nstart_window = 4\nstop_window = 2\n': "window range",
+        EMB + '[run]\nrun_name = "../x"\n': "plain folder name",
+        '[candidate\n': "not valid TOML",
+    }
+    for text, needle in cases.items():
+        with pytest.raises(BadInput) as info:
+            load_profile(write(tmp_path, text))
+        assert needle in str(info.value), (text, str(info.value))
+        assert "\n" not in str(info.value)
+    with pytest.raises(BadInput, match="profile not found"):
+        load_profile(tmp_path / "missing.toml")
+
+
+def test_relative_paths_resolve_against_the_profile_folder(tmp_path: Path) -> None:
+    sub = tmp_path / "profiles"
+    sub.mkdir()
+    path = sub / "p.toml"
+    path.write_text('[reference]\nlocal_dir = "../suite"\n[candidate]\nkind = "attach"\n'
+                    'url = "http://10.0.0.1:8000"\nserver_capture_dir = "chunks"\n'
+                    'api_key_env = "KLDTUI_TEST_KEY"\n[run]\nworkdir = "w"\n')
+    profile = load_profile(path)
+    assert profile.reference.local_dir == tmp_path / "suite"
+    assert profile.reference.logits_path == tmp_path / "suite" / "ref"
+    assert profile.candidate.server_capture_dir == sub / "chunks"
+    assert profile.run.workdir == sub / "w"
+    with pytest.raises(BadInput, match="KLDTUI_TEST_KEY"):
+        profile.api_key()
+    with pytest.raises(BadInput, match="starts no server"):
+        profile.server_argv()
+
+
+def test_embedded_argv(tmp_path: Path) -> None:
+    path = write(tmp_path, '[candidate]\nkind = "embedded"\nserved_model_name = "tiny"\n'
+                 'model_seed = 3\nvocab_size = 512\nperturb = 0.05\nport = 0\n')
+    argv = load_profile(path).server_argv(port=4567)
+    assert argv[1:3] == ["-m", "kldtui.embedded"]
+    flags = dict(zip(argv[3::2], argv[4::2], strict=True))
+    assert flags == {"--port": "4567", "--host": "127.0.0.1", "--served-model-name": "tiny",
+                     "--model-seed": "3", "--vocab-size": "512", "--perturb": "0.05",
+                     "--max-num-batched-tokens": "256", "--max-num-seqs": "1"}
