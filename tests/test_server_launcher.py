@@ -1,0 +1,143 @@
+"""The server launcher with real child processes: flags, capture folder, logs, stop escalation."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kldtui.errors import BadInput, StageFailed
+from kldtui.events import Event, LogLine, Notice
+from kldtui.server import ServerProcess, _group_members, ensure_capture_flags, prepare_capture_dir
+
+STUBBORN = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('grandchild up', flush=True); "
+        "time.sleep(600)"])
+    print("capture dir", os.environ["VLLM_KLD_CAPTURE_DIR"], flush=True)
+    print("argv", " ".join(sys.argv[1:]), flush=True)
+    print("child", child.pid, flush=True)
+    time.sleep(600)
+""")
+
+EARLY_EXIT = textwrap.dedent("""
+    import sys
+    print("loading model", flush=True)
+    print("ERROR: CUDA out of memory while loading weights", flush=True)
+    sys.exit(3)
+""")
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper (the container's PID 1 may never reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(")") + 2] in "ZX"
+
+
+def test_flags_are_added_and_contradictions_refused() -> None:
+    argv, notes = ensure_capture_flags(["python", "-m", "vllm", "--port", "8000"])
+    assert argv[-5:] == ["--no-enable-prefix-caching", "--max-num-seqs", "1", "--host", "127.0.0.1"]
+    assert len(notes) == 3 and any("prefix" in n for n in notes)
+    same, notes = ensure_capture_flags(argv)
+    assert same == argv and notes == []
+    with pytest.raises(BadInput, match="--max-num-seqs 4"):
+        ensure_capture_flags(["vllm", "--max-num-seqs", "4"])
+    with pytest.raises(BadInput, match="enable-prefix-caching"):
+        ensure_capture_flags(["vllm", "--enable-prefix-caching"])
+    with pytest.raises(TypeError):
+        ServerProcess("python -m vllm", capture_dir="x", served_model_name="m")  # type: ignore[arg-type]
+
+
+def test_capture_dir_must_be_fresh(tmp_path: Path) -> None:
+    prepare_capture_dir(tmp_path / "new")
+    (tmp_path / "used" / "cmpl-old").mkdir(parents=True)
+    with pytest.raises(BadInput, match="not empty"):
+        prepare_capture_dir(tmp_path / "used")
+    server = ServerProcess([sys.executable, "-c", "pass"], capture_dir=tmp_path / "used",
+                           served_model_name="m")
+    with pytest.raises(BadInput, match="not empty"):
+        server.start()
+    assert server.proc is None
+
+
+def test_stubborn_server_is_escalated_to_sigkill_with_its_whole_group(tmp_path: Path) -> None:
+    events: list[Event] = []
+    server = ServerProcess([sys.executable, "-c", STUBBORN], capture_dir=tmp_path / "cap",
+                           served_model_name="m", emit=events.append, log_path=tmp_path / "server.log",
+                           stop_timeouts=(0.5, 0.5, 10.0))
+    server.start()
+    assert _wait_for(lambda: any(line.startswith("child ") for line in server.last_lines(20))), \
+        server.last_lines()
+    grandchild = int(next(x for x in server.last_lines(20) if x.startswith("child ")).split()[1])
+    assert _wait_for(lambda: "grandchild up" in server.last_lines(20))
+    pgid = server.pid
+    assert server.alive() is None
+    assert set(_group_members(pgid)) >= {pgid, grandchild}
+    lines = server.last_lines(20)
+    assert f"capture dir {(tmp_path / 'cap').resolve()}" in lines
+    assert any("--no-enable-prefix-caching --max-num-seqs 1 --host 127.0.0.1" in x for x in lines)
+    notices = [e for e in events if isinstance(e, Notice)]
+    assert len(notices) == 3
+
+    code = server.stop()
+    assert code == -9  # SIGINT and SIGTERM ignored: only SIGKILL ended it
+    assert _group_members(pgid) == []
+    assert _dead(grandchild)
+    warnings = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert any("SIGTERM" in w for w in warnings) and any("SIGKILL" in w for w in warnings)
+    logged = [e.line for e in events if isinstance(e, LogLine)]
+    assert "grandchild up" in logged
+    assert "grandchild up" in (tmp_path / "server.log").read_text()
+    assert server.stop() == -9  # idempotent
+
+
+def test_polite_server_stops_on_sigint(tmp_path: Path) -> None:
+    code = ("import time\ntry:\n    print('up', flush=True)\n    time.sleep(600)\n"
+            "except KeyboardInterrupt:\n    print('bye')\n")
+    events: list[Event] = []
+    server = ServerProcess([sys.executable, "-c", code], capture_dir=tmp_path / "cap",
+                           served_model_name="m", emit=events.append, stop_timeouts=(20.0, 5.0, 5.0))
+    with server:
+        assert _wait_for(lambda: "up" in server.last_lines())
+        assert server.alive() is None
+    assert server.returncode == 0
+    assert "bye" in server.last_lines()
+    assert not any(isinstance(e, Notice) and e.level == "warning" for e in events)
+
+
+def test_early_exit_is_reported_with_last_log_lines(tmp_path: Path) -> None:
+    server = ServerProcess([sys.executable, "-c", EARLY_EXIT, "--port", "0"], capture_dir=tmp_path / "c",
+                           served_model_name="m")
+    with server, pytest.raises(StageFailed) as info:
+        server.wait_ready(timeout=60)
+    message = str(info.value)
+    assert "exit code 3" in message
+    assert "CUDA out of memory" in message and "loading model" in message
+    assert "\n" not in message
+    assert server.alive() is not None
+
+
+def test_missing_interpreter_is_bad_input(tmp_path: Path) -> None:
+    server = ServerProcess([str(tmp_path / "no-python"), "-m", "vllm"], capture_dir=tmp_path / "c",
+                           served_model_name="m")
+    with pytest.raises(BadInput, match="not found"):
+        server.start()
