@@ -1,0 +1,75 @@
+"""``python -m kldtui.embedded``: start the embedded OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from kldtui.chunks import CAPTURE_DIR_ENV
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kldtui.embedded",
+                                description="kldtui's embedded OpenAI-compatible server: a tiny "
+                                "deterministic model on the CPU that captures prompt logits like "
+                                "the vLLM hook.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the log)")
+    p.add_argument("--served-model-name", default="kldtui-embedded")
+    p.add_argument("--model", default="kldtui-embedded", help="model name shown as root in /v1/models")
+    p.add_argument("--model-seed", type=int, default=0, help="seed of the model's weights")
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--perturb", type=float, default=0.0,
+                   help="quantization-like weight rounding step, relative to each matrix's std "
+                   "(0: the reference; 0.1 gives a mean KL of about 0.03)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=256)
+    p.add_argument("--max-num-seqs", type=int, default=1)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--capture-dir", type=Path, default=None,
+                   help=f"where prompt-logit chunks go (default: ${CAPTURE_DIR_ENV}; unset = off)")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (like vLLM)")
+    # Accepted for command-line compatibility with vLLM; the embedded model has no prefix cache.
+    p.add_argument("--no-enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from kldtui.embedded.server import FAULT_ENV, Faults, ServerConfig, serve
+
+    if args.max_num_seqs != 1:
+        print("kldtui.embedded: only --max-num-seqs 1 is supported", file=sys.stderr)
+        return 2
+    if args.max_num_batched_tokens < 1 or args.vocab_size < 2:
+        print("kldtui.embedded: --max-num-batched-tokens must be >= 1 and --vocab-size >= 2",
+              file=sys.stderr)
+        return 2
+    capture = args.capture_dir
+    if capture is None and os.environ.get(CAPTURE_DIR_ENV):
+        capture = Path(os.environ[CAPTURE_DIR_ENV])
+    if capture is not None:
+        capture.mkdir(parents=True, exist_ok=True)
+    try:
+        faults = Faults.parse(os.environ.get(FAULT_ENV))
+    except ValueError as exc:
+        print(f"kldtui.embedded: {exc}", file=sys.stderr)
+        return 2
+    config = ServerConfig(
+        served_model_name=args.served_model_name, model=args.model, model_seed=args.model_seed,
+        vocab_size=args.vocab_size, perturb=args.perturb,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults)
+    try:
+        serve(args.host, args.port, config)
+    except OSError as exc:
+        print(f"ERROR kldtui.embedded: cannot listen on {args.host}:{args.port}: {exc}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

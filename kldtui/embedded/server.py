@@ -1,0 +1,400 @@
+"""An OpenAI-compatible HTTP server (stdlib ``http.server``) around :class:`TinyModel`.
+
+It answers like vLLM wherever the capture client can see it: ``GET /health``, ``GET /version``,
+``GET /v1/models`` and ``POST /v1/completions`` with ``prompt_logprobs``, the same response
+shape, the same error bodies (``{"error": {"message", "type", "param", "code"}}``) and the same
+request naming (``cmpl-<X-Request-Id or random hex>``, engine id ``<that>-0-<8 hex>``). Prompts
+are token ids only (like vLLM with ``--skip-tokenizer-init``). Requests run one at a time
+(``--max-num-seqs 1``), prefilled in chunks of ``--max-num-batched-tokens`` positions; when a
+request asks for ``prompt_logprobs`` and a capture folder is set, each chunk's prompt logits go
+through :func:`kldtui.chunks.write_chunk`, exactly like the vLLM hook.
+
+Test-only fault injection: ``KLDTUI_EMBEDDED_FAULT`` holds comma-separated items:
+``die-after-rows:N`` (the process exits abruptly once N prompt rows were captured),
+``http-500`` (completions answer HTTP 500), ``sleep:S`` (wait S seconds before answering a
+completion), ``chunk-delay:S`` (wait S seconds after each prefill chunk). Never set it in use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kldtui import __version__
+from kldtui.chunks import write_chunk, write_error_marker
+from kldtui.embedded.model import TinyModel, log_softmax
+
+FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
+MAX_LOGPROBS = 20
+
+
+def log(level: str, message: str) -> None:
+    """One vLLM-style log line on stderr (the launcher streams these as events)."""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"{level} {stamp} [kldtui.embedded] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Faults:
+    die_after_rows: int | None = None
+    http_500: bool = False
+    sleep_s: float = 0.0
+    chunk_delay_s: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str | None) -> Faults:
+        faults = cls()
+        for item in (text or "").split(","):
+            name, _, value = item.strip().partition(":")
+            if not name:
+                continue
+            if name == "die-after-rows":
+                faults.die_after_rows = int(value)
+            elif name == "http-500":
+                faults.http_500 = True
+            elif name == "sleep":
+                faults.sleep_s = float(value)
+            elif name == "chunk-delay":
+                faults.chunk_delay_s = float(value)
+            else:
+                raise ValueError(f"unknown {FAULT_ENV} item {item!r}")
+        return faults
+
+
+@dataclass
+class ServerConfig:
+    served_model_name: str = "kldtui-embedded"
+    model: str = "kldtui-embedded"
+    model_seed: int = 0
+    vocab_size: int = 4096
+    perturb: float = 0.0
+    max_num_batched_tokens: int = 256
+    max_num_seqs: int = 1
+    max_model_len: int = 4096
+    capture_dir: Path | None = None
+    api_key: str | None = None
+    faults: Faults = field(default_factory=Faults)
+
+
+class ApiError(Exception):
+    """An error answered to the client the way vLLM's OpenAI server does."""
+
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.err_type, "param": self.param,
+                          "code": self.status}}
+
+
+def _int_field(body: dict[str, Any], key: str, default: int | None) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{key} must be an integer, got {value!r}", param=key)
+    return value
+
+
+class Engine:
+    """Runs completions on the tiny model, one request at a time."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.model = TinyModel(config.vocab_size, seed=config.model_seed, perturb=config.perturb)
+        self.lock = threading.Lock()
+        self.captured_rows = 0
+        self.created = int(time.time())
+
+    def models(self) -> dict[str, Any]:
+        cfg = self.config
+        return {"object": "list", "data": [{
+            "id": cfg.served_model_name, "object": "model", "created": self.created,
+            "owned_by": "vllm", "root": cfg.model, "parent": None,
+            "max_model_len": cfg.max_model_len,
+        }]}
+
+    def _validate(self, body: Any) -> tuple[list[int], int, int | None, float, int | None]:
+        cfg = self.config
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != cfg.served_model_name:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt
+                                       and isinstance(prompt[0], str)):
+            raise ApiError(400, "this server has no tokenizer (like vLLM with "
+                                "--skip-tokenizer-init): send the prompt as a list of token ids",
+                           param="prompt")
+        if not isinstance(prompt, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise ApiError(400, "prompt must be a list of token ids", param="prompt")
+        if not prompt:
+            raise ApiError(400, "The decoder prompt cannot be empty", param="prompt")
+        bad = [t for t in prompt if t < 0 or t >= cfg.vocab_size]
+        if bad:
+            raise ApiError(400, f"Token id {max(bad, key=abs)} is out of vocabulary", param="prompt")
+        max_tokens = _int_field(body, "max_tokens", 16)
+        assert max_tokens is not None
+        if max_tokens < 1:
+            raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
+        if len(prompt) + max_tokens > cfg.max_model_len:
+            raise ApiError(400, f"This model's maximum context length is {cfg.max_model_len} tokens. "
+                                f"However, you requested {len(prompt) + max_tokens} tokens "
+                                f"({len(prompt)} in the messages, {max_tokens} in the completion). "
+                                "Please reduce the length of the messages or completion.",
+                           param="max_tokens")
+        prompt_logprobs = _int_field(body, "prompt_logprobs", None)
+        if prompt_logprobs is not None and not 0 <= prompt_logprobs <= MAX_LOGPROBS:
+            raise ApiError(400, f"Requested prompt logprobs of {prompt_logprobs}, which is greater "
+                                f"than max allowed: {MAX_LOGPROBS}" if prompt_logprobs > 0 else
+                                f"prompt_logprobs must be non-negative, got {prompt_logprobs}.",
+                           param="prompt_logprobs")
+        temperature = body.get("temperature", 1.0)
+        if temperature is None:
+            temperature = 1.0
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0:
+            raise ApiError(400, f"temperature must be a non-negative number, got {temperature!r}",
+                           param="temperature")
+        seed = _int_field(body, "seed", None)
+        return prompt, max_tokens, prompt_logprobs, float(temperature), seed
+
+    def complete(self, body: Any, request_base: str) -> dict[str, Any]:
+        cfg = self.config
+        prompt, max_tokens, prompt_logprobs, temperature, seed = self._validate(body)
+        response_id = f"cmpl-{request_base}"
+        engine_id = f"{response_id}-0-{secrets.token_hex(4)}"
+        faults = cfg.faults
+        with self.lock:
+            if faults.sleep_s:
+                time.sleep(faults.sleep_s)
+            if faults.http_500:
+                raise ApiError(500, "EngineCore encountered an issue (simulated fault "
+                                    f"{FAULT_ENV}=http-500). See stack trace (above) for the root cause.",
+                               "InternalServerError")
+            started = time.monotonic()
+            n = len(prompt)
+            states = self.model.hidden(prompt)
+            entries: list[dict[str, Any] | None] = [None]
+            capture = cfg.capture_dir is not None and prompt_logprobs is not None
+            step = cfg.max_num_batched_tokens
+            for start in range(0, n, step):
+                row_end = min(start + step, n - 1)
+                if row_end <= start:
+                    break
+                logits = self.model.logits(states[start:row_end])
+                if capture:
+                    self._capture(engine_id, start, row_end, logits)
+                if prompt_logprobs is not None:
+                    entries.extend(_prompt_logprob_entries(logits, prompt[start + 1:row_end + 1],
+                                                           prompt_logprobs))
+                if faults.chunk_delay_s:
+                    time.sleep(faults.chunk_delay_s)
+            generated = self._generate(prompt, states, max_tokens, temperature, seed)
+            log("INFO", f"Finished request {engine_id}: {n} prompt tokens, {len(generated)} "
+                        f"generated, {time.monotonic() - started:.3f} s")
+        return {
+            "id": response_id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": cfg.served_model_name,
+            "choices": [{
+                "index": 0,
+                "text": "",
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+                "token_ids": generated,
+                "prompt_logprobs": entries if prompt_logprobs is not None else None,
+                "prompt_token_ids": None,
+            }],
+            "usage": {"prompt_tokens": n, "completion_tokens": len(generated),
+                      "total_tokens": n + len(generated), "prompt_tokens_details": None},
+        }
+
+    def _capture(self, engine_id: str, start: int, end: int, logits: np.ndarray) -> None:
+        cfg = self.config
+        assert cfg.capture_dir is not None
+        try:
+            write_chunk(cfg.capture_dir, engine_id, start, logits, cfg.vocab_size)
+        except Exception as exc:  # noqa: BLE001 - the hook never takes the engine down
+            message = f"kld capture: could not write rows {start}-{end} of {engine_id}: {exc}"
+            log("ERROR", message)
+            try:
+                write_error_marker(cfg.capture_dir, engine_id, message)
+            except OSError as marker_exc:
+                log("ERROR", f"kld capture: could not write the error marker either: {marker_exc}")
+            return
+        self.captured_rows += end - start
+        limit = cfg.faults.die_after_rows
+        if limit is not None and self.captured_rows >= limit:
+            log("ERROR", f"EngineCore died unexpectedly after {self.captured_rows} captured rows "
+                         f"(simulated fault {FAULT_ENV}=die-after-rows:{limit})")
+            os._exit(3)
+
+    def _generate(self, prompt: list[int], states: np.ndarray, max_tokens: int, temperature: float,
+                  seed: int | None) -> list[int]:
+        rng = np.random.default_rng(seed)
+        ids = list(prompt)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            logits = self.model.logits(states[-1:])[0].astype(np.float64)
+            if temperature == 0:
+                token = int(np.argmax(logits))
+            else:
+                p = np.exp((logits - logits.max()) / temperature)
+                token = int(rng.choice(len(p), p=p / p.sum()))
+            out.append(token)
+            ids.append(token)
+            if len(out) < max_tokens:
+                states = self.model.hidden(ids)
+        return out
+
+
+def _prompt_logprob_entries(logits: np.ndarray, next_tokens: list[int],
+                            k: int) -> list[dict[str, Any]]:
+    """vLLM's per-position dict: the actual token first, then the top ``k`` (ranks 1-based)."""
+    lp = log_softmax(logits)
+    rows = np.arange(lp.shape[0])
+    actual = np.asarray(next_tokens, dtype=np.int64)
+    actual_lp = lp[rows, actual]
+    ranks = (lp > actual_lp[:, None]).sum(axis=1) + 1
+    if k > 0:
+        top = np.argpartition(-lp, k - 1, axis=1)[:, :k] if k < lp.shape[1] else \
+            np.tile(np.arange(lp.shape[1]), (lp.shape[0], 1))
+    entries = []
+    for r in range(lp.shape[0]):
+        entry = {str(int(actual[r])): {"logprob": float(actual_lp[r]), "rank": int(ranks[r]),
+                                       "decoded_token": None}}
+        if k > 0:
+            order = top[r][np.argsort(-lp[r, top[r]], kind="stable")]
+            for rank, token in enumerate(order[:k], start=1):
+                entry.setdefault(str(int(token)), {"logprob": float(lp[r, token]), "rank": rank,
+                                                   "decoded_token": None})
+        entries.append(entry)
+    return entries
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    engine: Engine  # set on the subclass made by make_server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def _access_log(self, status: int) -> None:
+        phrase = self.responses.get(status, ("",))[0]
+        print(f"INFO:     {self.client_address[0]}:{self.client_address[1]} - "
+              f"\"{self.command} {self.path} HTTP/1.1\" {status} {phrase}", file=sys.stderr, flush=True)
+
+    def _send(self, status: int, body: Any | None) -> None:
+        data = b"" if body is None else json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self._access_log(status)
+
+    def _authorized(self) -> bool:
+        key = self.engine.config.api_key
+        if key is None or self.path in ("/health", "/version"):
+            return True
+        if self.headers.get("Authorization", "") == f"Bearer {key}":
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if not self._authorized():
+            return
+        if self.path == "/health":
+            self._send(200, None)
+        elif self.path == "/version":
+            self._send(200, {"version": f"kldtui-embedded-{__version__}"})
+        elif self.path == "/v1/models":
+            self._send(200, self.engine.models())
+        elif self.path == "/v1/completions":
+            self._send(405, {"detail": "Method Not Allowed"})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not self._authorized():
+            return
+        if self.path != "/v1/completions":
+            if self.path in ("/health", "/version", "/v1/models"):
+                self._send(405, {"detail": "Method Not Allowed"})
+            else:
+                self._send(404, {"detail": "Not Found"})
+            return
+        base = self.headers.get("X-Request-Id") or uuid.uuid4().hex
+        try:
+            try:
+                body = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+            answer = self.engine.complete(body, base)
+        except ApiError as exc:
+            if exc.status >= 500:
+                log("ERROR", exc.message)
+            self._send(exc.status, exc.body())
+            return
+        self._send(200, answer)
+
+
+def make_server(host: str, port: int, config: ServerConfig) -> ThreadingHTTPServer:
+    engine = Engine(config)
+    handler = type("BoundHandler", (Handler,), {"engine": engine})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def serve(host: str, port: int, config: ServerConfig) -> None:
+    """Build the model, listen and serve until SIGINT/SIGTERM."""
+    log("INFO", f"kldtui embedded server {__version__}: model seed {config.model_seed}, vocab "
+                f"{config.vocab_size}, perturb {config.perturb}, max_num_batched_tokens "
+                f"{config.max_num_batched_tokens}, capture dir {config.capture_dir or 'off'}")
+    server = make_server(host, port, config)
+
+    def _stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    bound = server.server_address[1]
+    print(f"INFO:     Started server process [{os.getpid()}]", file=sys.stderr, flush=True)
+    print("INFO:     Application startup complete.", file=sys.stderr, flush=True)
+    print(f"INFO:     Uvicorn running on http://{host}:{bound} (Press CTRL+C to quit)",
+          file=sys.stderr, flush=True)
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        print("INFO:     Shutting down", file=sys.stderr, flush=True)
+    finally:
+        server.server_close()
