@@ -1,0 +1,314 @@
+"""A small Hugging Face Hub look-alike on loopback, for testing downloads with the real client.
+
+It serves one or more dataset repositories from local folders the way the Hub does for the
+endpoints ``huggingface_hub`` uses to download files:
+
+- ``HEAD``/``GET /datasets/{repo_id}/resolve/{revision}/{path}``: a small ("regular") file is
+  answered directly, with ``ETag`` (git blob SHA-1), ``X-Repo-Commit`` and ``Content-Length``;
+  a large ("LFS") file is answered with a ``302`` to a second origin (the "CDN", another port)
+  carrying ``X-Linked-Etag`` (the SHA-256), ``X-Linked-Size`` and ``X-Repo-Commit``, exactly as
+  the Hub does. A missing file is ``404`` with ``X-Error-Code: EntryNotFound``, an unknown
+  revision ``RevisionNotFound``, an unknown repository ``RepoNotFound``.
+- ``GET /api/datasets/{repo_id}/revision/{revision}``: repository info with ``sha`` and
+  ``siblings``.
+- the CDN origin: ``HEAD``/``GET /blobs/{sha256}`` with ``Range: bytes=N-`` / ``N-M`` support.
+
+Files are read from disk on every request, so a test can corrupt or delete one while the
+server runs. Every request lands in :attr:`HubServer.log`. :meth:`HubServer.drop_after`
+makes the next ``GET`` of a file close the connection after a number of body bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+LFS_SUFFIXES = (".safetensors",)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the server saw it."""
+
+    origin: str  # "hub" or "cdn"
+    method: str
+    path: str  # repository file path for hub/cdn file requests, else the URL path
+    url: str
+    range: str | None
+    status: int
+    body_bytes: int
+    authorization: str | None
+
+
+@dataclass
+class _Repo:
+    repo_id: str
+    root: Path
+    commit: str
+
+
+def _git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class HubServer:
+    """Start with ``with HubServer() as hub: hub.add_dataset(repo_id, folder)``."""
+
+    def __init__(self) -> None:
+        self._repos: dict[str, _Repo] = {}
+        self._blobs: dict[str, tuple[str, str]] = {}  # sha256 -> (repo_id, path)
+        self._lock = threading.Lock()
+        self._drops: dict[str, int] = {}
+        self.log: list[Request] = []
+        self._hub = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("hub"))
+        self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("cdn"))
+        self._hub.daemon_threads = True
+        self._cdn.daemon_threads = True
+        self._threads = [threading.Thread(target=s.serve_forever, daemon=True)
+                         for s in (self._hub, self._cdn)]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._hub.server_address[1]}"
+
+    @property
+    def cdn(self) -> str:
+        return f"http://127.0.0.1:{self._cdn.server_address[1]}"
+
+    def start(self) -> HubServer:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        for s in (self._hub, self._cdn):
+            s.shutdown()
+            s.server_close()
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- content ---------------------------------------------------------------------------------
+    def add_dataset(self, repo_id: str, root: str | Path, commit: str | None = None) -> str:
+        """Serve ``root`` as dataset ``repo_id``; returns the commit id it is served under."""
+        root = Path(root)
+        if commit is None:
+            digest = hashlib.sha1(repo_id.encode())
+            for f in sorted(p for p in root.rglob("*") if p.is_file()):
+                digest.update(str(f.relative_to(root)).encode())
+                digest.update(f.read_bytes())
+            commit = digest.hexdigest()
+        with self._lock:
+            self._repos[repo_id] = _Repo(repo_id, root, commit)
+        return commit
+
+    def drop_after(self, path: str, nbytes: int) -> None:
+        """The next GET of ``path`` (a repository file path) stops after ``nbytes`` body bytes."""
+        with self._lock:
+            self._drops[path] = nbytes
+
+    def requests(self, *, method: str | None = None, path: str | None = None,
+                 origin: str | None = None) -> list[Request]:
+        with self._lock:
+            items = list(self.log)
+        return [r for r in items if (method is None or r.method == method)
+                and (path is None or r.path == path) and (origin is None or r.origin == origin)]
+
+    def fetched_files(self) -> set[str]:
+        """Repository paths whose bytes were sent by a GET (hub or CDN)."""
+        return {r.path for r in self.requests(method="GET") if r.body_bytes > 0 and r.status in (200, 206)}
+
+    # -- internals -------------------------------------------------------------------------------
+    def _record(self, req: Request) -> None:
+        with self._lock:
+            self.log.append(req)
+
+    def _take_drop(self, path: str) -> int | None:
+        with self._lock:
+            return self._drops.pop(path, None)
+
+    def _handler(self, origin: str) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+                pass
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self._dispatch(head=True)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._dispatch(head=False)
+
+            # The request path here is the repository file path when known.
+            def _dispatch(self, head: bool) -> None:
+                url = urlsplit(self.path)
+                if origin == "cdn":
+                    self._cdn(url.path, head)
+                else:
+                    self._hub(url.path, head)
+
+            def _reply(self, status: int, headers: dict[str, str], body: bytes, head: bool,
+                       path: str) -> None:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                sent = 0
+                if not head:
+                    self.wfile.write(body)
+                    sent = len(body)
+                self._log(path, status, sent)
+
+            def _log(self, path: str, status: int, sent: int) -> None:
+                server._record(Request(origin, self.command, path, self.path, self.headers.get("Range"),
+                                       status, sent, self.headers.get("Authorization")))
+
+            def _error(self, status: int, code: str, head: bool, path: str,
+                       commit: str | None = None) -> None:
+                headers = {"X-Error-Code": code, "X-Error-Message": code,
+                           "Content-Type": "application/json"}
+                if commit:
+                    headers["X-Repo-Commit"] = commit
+                self._reply(status, headers, json.dumps({"error": code}).encode(), head, path)
+
+            def _hub(self, path: str, head: bool) -> None:
+                m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/revision/([^/]+)", path)
+                if m:
+                    return self._api_revision(unquote(m.group(1)), unquote(m.group(2)), head, path)
+                m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+                if not m:
+                    return self._error(404, "NotFound", head, path)
+                repo_id, rev, file_path = unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3))
+                repo = server._repos.get(repo_id)
+                if repo is None:
+                    return self._error(404, "RepoNotFound", head, file_path)
+                if rev not in ("main", repo.commit):
+                    return self._error(404, "RevisionNotFound", head, file_path)
+                target = (repo.root / file_path).resolve()
+                if not target.is_relative_to(repo.root.resolve()) or not target.is_file():
+                    return self._error(404, "EntryNotFound", head, file_path, repo.commit)
+                data = target.read_bytes()
+                if file_path.endswith(LFS_SUFFIXES):
+                    sha = hashlib.sha256(data).hexdigest()
+                    with server._lock:
+                        server._blobs[sha] = (repo_id, file_path)
+                    pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\n"
+                               f"size {len(data)}\n")
+                    headers = {
+                        "Location": f"{server.cdn}/blobs/{sha}",
+                        "X-Repo-Commit": repo.commit,
+                        "ETag": f'"{_git_blob_sha1(pointer.encode())}"',
+                        "X-Linked-Etag": f'"{sha}"',
+                        "X-Linked-Size": str(len(data)),
+                    }
+                    return self._reply(302, headers, b"", head, file_path)
+                headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{_git_blob_sha1(data)}"',
+                           "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+                self._send_file(data, headers, head, file_path)
+
+            def _api_revision(self, repo_id: str, rev: str, head: bool, path: str) -> None:
+                repo = server._repos.get(repo_id)
+                if repo is None:
+                    return self._error(404, "RepoNotFound", head, path)
+                if rev not in ("main", repo.commit):
+                    return self._error(404, "RevisionNotFound", head, path)
+                siblings = [{"rfilename": str(p.relative_to(repo.root)), "size": p.stat().st_size}
+                            for p in sorted(repo.root.rglob("*")) if p.is_file()]
+                doc = {"id": repo_id, "sha": repo.commit, "private": False, "siblings": siblings}
+                self._reply(200, {"Content-Type": "application/json", "X-Repo-Commit": repo.commit},
+                            json.dumps(doc).encode(), head, path)
+
+            def _cdn(self, path: str, head: bool) -> None:
+                m = re.fullmatch(r"/blobs/([0-9a-f]{64})", path)
+                entry = server._blobs.get(m.group(1)) if m else None
+                if entry is None:
+                    return self._reply(404, {}, b"not found", head, path)
+                repo = server._repos[entry[0]]
+                target = repo.root / entry[1]
+                if not target.is_file():
+                    return self._reply(404, {}, b"not found", head, entry[1])
+                data = target.read_bytes()
+                headers = {"ETag": f'"{m.group(1)}"', "Accept-Ranges": "bytes",  # type: ignore[union-attr]
+                           "Content-Type": "application/octet-stream"}
+                self._send_file(data, headers, head, entry[1])
+
+            def _send_file(self, data: bytes, headers: dict[str, str], head: bool, path: str) -> None:
+                status, start, end = 200, 0, len(data)
+                rng = self.headers.get("Range")
+                if rng:
+                    m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng.strip())
+                    if not m or int(m.group(1)) >= len(data):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return self._log(path, 416, 0)
+                    start = int(m.group(1))
+                    end = min(len(data), int(m.group(2)) + 1) if m.group(2) else len(data)
+                    status = 206
+                    headers = {**headers, "Content-Range": f"bytes {start}-{end - 1}/{len(data)}"}
+                body = data[start:end]
+                drop = None if head else server._take_drop(path)
+                if drop is None or drop >= len(body):
+                    return self._reply(status, headers, body, head, path)
+                # Promise the whole body, send part of it, then cut the connection.
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[:drop])
+                self.wfile.flush()
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                self._log(path, status, drop)
+
+        return Handler
+
+
+def dead_endpoint() -> str:
+    """An http URL on loopback where nothing listens (the port was bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def make_dataset(root: str | Path, *, windows: int = 4, context_length: int = 33, vocab: int = 96,
+                 seed: int = 0) -> Path:
+    """Write a small dataset root with the published layout: suite + tokens + ref/ logits."""
+    import numpy as np
+
+    from kldtui.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.suite_writer import write_suite
+
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    domains = ["prose", "code", "instruction"]
+    specs = [(domains[min(i * 3 // max(windows, 1), 2)], rng.integers(0, vocab, context_length).tolist())
+             for i in range(windows)]
+    suite = write_suite(root, specs)
+    written = [write_logits_array(root / "ref", w, rng.normal(size=(context_length - 1, vocab))
+                                  .astype(np.float32), context_length) for w in suite.windows]
+    write_logits_manifest(root / "ref", suite, written, kind="reference",
+                          runtime={"model": "synthetic"}, window_range=(0, windows))
+    (root / "capture-mixed32-reference.json").write_text("[]\n")
+    return root
