@@ -1,0 +1,183 @@
+"""Ranking candidates measured against one reference: mean KL with intervals, ties marked.
+
+Every candidate's interval and every paired test against the best use the same resampled
+windows (``default_rng(seed).integers(0, n, (samples, n))``), so the leaderboard and
+``kldtui diff`` of the best against any row agree. A row is *tied with the best* when the
+paired test does not name the best as closer (docs/STATISTICS.md): its interval of
+``row - best`` includes zero or does not clear the noise floor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kldtui.decide.noise import NoiseFloor, resolve_floor
+from kldtui.decide.paired import (
+    _AUTO,
+    DEFAULT_SAMPLES,
+    DEFAULT_SEED,
+    Interval,
+    Outcome,
+    bootstrap_mean,
+    compare_group,
+    draw_indices,
+    suite_hash_of,
+)
+from kldtui.decide.reports import WindowValues, check_same_suite, load_report_file, report_name, window_values
+from kldtui.errors import BadInput
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    rank: int  # 1 = lowest mean KL
+    name: str
+    path: str | None
+    mean: float  # mean of window means of KL(reference || candidate)
+    ci_low: float
+    ci_high: float
+    standard_error: float
+    windows: int
+    is_best: bool
+    tied_with_best: bool  # False for the best row itself
+    diff_vs_best: Interval | None  # this row - best, paired; None for the best row
+    ratio_vs_best: Interval | None  # this row / best
+    outcome_vs_best: Outcome | None
+    verdict_vs_best: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
+                "ci95_low": self.ci_low, "ci95_high": self.ci_high, "standard_error": self.standard_error,
+                "windows": self.windows, "is_best": self.is_best, "tied_with_best": self.tied_with_best,
+                "diff_vs_best": self.diff_vs_best.to_dict() if self.diff_vs_best else None,
+                "ratio_vs_best": self.ratio_vs_best.to_dict() if self.ratio_vs_best else None,
+                "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best}
+
+    @property
+    def mark(self) -> str:
+        """``best``, ``tied`` or empty: the tie mark a view shows."""
+        return "best" if self.is_best else ("tied" if self.tied_with_best else "")
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    rows: list[LeaderboardRow]
+    windows: int
+    bootstrap_samples: int
+    seed: int
+    noise_floor: dict[str, Any] | None
+    pairing_checked: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def noise_source(self) -> str:
+        return self.noise_floor["source"] if self.noise_floor else "no noise floor (none stored, not the "\
+            "published suite)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": "kldtui-leaderboard-v1", "rows": [r.to_dict() for r in self.rows],
+                "windows": self.windows, "bootstrap_samples": self.bootstrap_samples, "seed": self.seed,
+                "cluster_unit": "window", "noise_floor": self.noise_floor,
+                "noise_floor_used": self.noise_source, "pairing_checked": self.pairing_checked,
+                "notes": self.notes}
+
+
+def _unique_names(names: list[str], paths: list[str | None]) -> list[str]:
+    out = list(names)
+    for i, n in enumerate(names):
+        if names.count(n) > 1:
+            p = paths[i]
+            out[i] = f"{n} ({os.path.basename(p)})" if p else f"{n} #{i + 1}"
+    if len(set(out)) != len(out):
+        out = [f"{n} #{i + 1}" for i, n in enumerate(out)]
+    return out
+
+
+def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str] | None = None,
+                      paths: Sequence[str | os.PathLike[str] | None] | None = None,
+                      samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
+                      noise: NoiseFloor | None = _AUTO) -> Leaderboard:
+    """Rank report dicts (same reference and suite) by mean KL; mark ties with the best.
+
+    ``noise`` as in :func:`kldtui.decide.paired.paired_diff`: left out, the published default
+    applies to the published suite; ``None``: no floor.
+    """
+    if not reports:
+        raise BadInput("no reports to rank; give at least one comparison report")
+    path_list = [None if p is None else str(p) for p in (paths or [None] * len(reports))]
+    if len(path_list) != len(reports) or (names is not None and len(names) != len(reports)):
+        raise ValueError("names and paths must have one entry per report")
+    wheres = [p or (names[i] if names else f"report {i + 1}") for i, p in enumerate(path_list)]
+    values: list[WindowValues] = [window_values(r, w) for r, w in zip(reports, wheres, strict=True)]
+    checked = "single report"
+    for i in range(1, len(reports)):
+        checked = check_same_suite(reports[0], reports[i], wheres[0], wheres[i], values[0], values[i])
+    label = _unique_names(list(names) if names else [report_name(r, p) for r, p in
+                                                      zip(reports, path_list, strict=True)], path_list)
+    if noise is _AUTO:
+        noise = resolve_floor(None, suite_hash_of(*reports))
+    n = values[0].n
+    indices = draw_indices(n, samples, seed)
+    intervals = [bootstrap_mean(v.kl_mean, indices) for v in values]
+    order = sorted(range(len(reports)), key=lambda i: (intervals[i].estimate, label[i]))
+    best = order[0]
+    threshold = noise.threshold_for(values[0].window_index.tolist()) if noise else None
+    rows = []
+    for rank, i in enumerate(order, start=1):
+        iv = intervals[i]
+        if i == best:
+            rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
+                                       iv.standard_error, n, True, False, None, None, None, "best"))
+            continue
+        stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, threshold,
+                              label[best], label[i])
+        tied = stats.outcome != "a_closer"
+        rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
+                                   iv.standard_error, n, False, tied, stats.difference, stats.ratio,
+                                   stats.outcome, stats.verdict))
+    notes = []
+    if len(reports) > 2:
+        notes.append("each row is tested against the best alone, without a multiple-comparison correction")
+    if n < 8:
+        notes.append(f"only {n} windows: the intervals are rough (the percentile bootstrap undercovers)")
+    return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
+                       noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes)
+
+
+def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: int = DEFAULT_SAMPLES,
+                           seed: int = DEFAULT_SEED,
+                           noise_path: str | os.PathLike[str] | None = None,
+                           use_noise_floor: bool = True) -> Leaderboard:
+    """:func:`build_leaderboard` over report files; the floor is ``noise_path``, else the published
+    default for the published suite; none with ``use_noise_floor=False``."""
+    reports = [load_report_file(p) for p in paths]
+    floor = resolve_floor(noise_path, suite_hash_of(*reports)) if use_noise_floor else None
+    return build_leaderboard(reports, paths=list(paths), samples=samples, seed=seed, noise=floor)
+
+
+def interval_bar(low: float, high: float, mean: float, lo_axis: float, hi_axis: float,
+                 width: int = 24) -> str:
+    """A text interval bar ``  |--*--|  `` on a shared axis (for text and dashboard views)."""
+    if width < 3:
+        raise ValueError("width must be at least 3")
+    span = hi_axis - lo_axis
+    if not np.isfinite(span) or span <= 0:
+        cells = [" "] * width
+        cells[width // 2] = "*"
+        return "".join(cells)
+
+    def pos(x: float) -> int:
+        return int(round((min(max(x, lo_axis), hi_axis) - lo_axis) / span * (width - 1)))
+
+    a, m, b = pos(low), pos(mean), pos(high)
+    cells = [" "] * width
+    for k in range(a, b + 1):
+        cells[k] = "-"
+    cells[a] = "|"
+    cells[b] = "|"
+    cells[m] = "*"
+    return "".join(cells)

@@ -1,0 +1,256 @@
+"""The runtime noise floor: how far two captures of the same model differ, stored and loaded.
+
+A floor comes from a comparison of two captures of one model (``kldtui noise``), or is the
+published default of the Kimi K3 suite (FORMATS.md: repeat KL 0.0035 on window 0; differences
+of about 0.004 or less are runtime noise). ``threshold`` is the difference in mean KL below
+which ``diff`` and the leaderboard call two candidates indistinguishable from runtime noise.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from kldtui.atomic import write_json_atomic
+from kldtui.decide.reports import window_values
+from kldtui.errors import BadInput
+
+FLOOR_FORMAT = "kldtui-noise-floor-v1"
+PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
+PUBLISHED_REPEAT_KL = 0.0035014991  # KL(run1 || run2), window 0
+PUBLISHED_REPEAT_KL_REVERSE = 0.0035850708  # KL(run2 || run1), window 0
+PUBLISHED_THRESHOLD = 0.004  # "differences of about 0.004 or less are runtime noise"
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """A noise floor. ``per_window`` maps window index to that window's repeat KL."""
+
+    kind: Literal["measured", "published"]
+    source: str
+    kl_mean: float
+    threshold: float
+    kl_reverse_mean: float | None = None
+    suite_token_hash_sha256: str | None = None
+    per_window: dict[int, float] = field(default_factory=dict)
+    per_window_reverse: dict[int, float] = field(default_factory=dict)
+    run1: str | None = None
+    run2: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def threshold_for(self, window_indices: Iterable[int]) -> float:
+        """The threshold for a group of windows.
+
+        A measured floor that covers every window of the group gives the larger of the group's
+        mean forward and reverse repeat KL; otherwise the floor's overall ``threshold``.
+        """
+        idx = [int(w) for w in window_indices]
+        if self.kind != "measured" or not idx or not all(w in self.per_window for w in idx):
+            return self.threshold
+        value = float(np.mean([self.per_window[w] for w in idx]))
+        if self.per_window_reverse and all(w in self.per_window_reverse for w in idx):
+            value = max(value, float(np.mean([self.per_window_reverse[w] for w in idx])))
+        return value
+
+    def describe(self) -> str:
+        """One line: which floor and where it came from."""
+        if self.kind == "published":
+            return (f"noise floor {self.threshold:g} (published default for the Kimi K3 suite: repeat KL "
+                    f"{self.kl_mean:.4f} on window 0; differences of about {self.threshold:g} or less "
+                    "are runtime noise)")
+        return f"noise floor {self.threshold:.4g} (measured: {self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": FLOOR_FORMAT,
+            "kind": self.kind,
+            "source": self.source,
+            "kl_mean": self.kl_mean,
+            "kl_reverse_mean": self.kl_reverse_mean,
+            "threshold": self.threshold,
+            "suite_token_hash_sha256": self.suite_token_hash_sha256,
+            "run1": self.run1,
+            "run2": self.run2,
+            "per_window": [
+                {"window_index": w, "kl_mean": v,
+                 "kl_reverse_mean": self.per_window_reverse.get(w)}
+                for w, v in sorted(self.per_window.items())
+            ],
+        }
+        data.update(self.extra)
+        return data
+
+    def summary(self) -> dict[str, Any]:
+        """What a report records under ``noise_floor`` (REPORT.md): source, kl_mean, threshold."""
+        return {"source": self.describe(), "kind": self.kind, "kl_mean": self.kl_mean,
+                "threshold": self.threshold}
+
+
+def published_floor() -> NoiseFloor:
+    """The published default for the Kimi K3 suite (FORMATS.md, published reference figures)."""
+    return NoiseFloor(
+        kind="published",
+        source="FORMATS.md published reference figures (two captures of one model, window 0)",
+        kl_mean=PUBLISHED_REPEAT_KL,
+        kl_reverse_mean=PUBLISHED_REPEAT_KL_REVERSE,
+        threshold=PUBLISHED_THRESHOLD,
+        suite_token_hash_sha256=PUBLISHED_SUITE_HASH,
+        per_window={0: PUBLISHED_REPEAT_KL},
+        per_window_reverse={0: PUBLISHED_REPEAT_KL_REVERSE},
+    )
+
+
+def floor_from_reports(forward: dict[str, Any], reverse: dict[str, Any] | None = None, *,
+                       source: str, where: str = "report", where_reverse: str = "reverse report",
+                       ) -> NoiseFloor:
+    """A measured floor from the comparison of two captures of one model.
+
+    ``forward`` compares RUN1 (as reference) with RUN2; its reverse KL (``--reverse``) is used
+    when present. ``reverse`` optionally compares RUN2 with RUN1 and must cover the same windows.
+    """
+    fwd = window_values(forward, where)
+    per_window = {int(w): float(v) for w, v in zip(fwd.window_index, fwd.kl_mean, strict=True)}
+    per_rev: dict[int, float] = {}
+    if fwd.kl_reverse_mean is not None:
+        per_rev = {int(w): float(v) for w, v in zip(fwd.window_index, fwd.kl_reverse_mean, strict=True)}
+    if reverse is not None:
+        rev = window_values(reverse, where_reverse)
+        if not np.array_equal(rev.window_index, fwd.window_index):
+            raise BadInput(f"{where} and {where_reverse} cover different windows; give two comparisons of "
+                           "the same two runs over the same windows")
+        rf, rr = forward.get("reference_dir"), reverse.get("candidate_dir")
+        cf, cr = forward.get("candidate_dir"), reverse.get("reference_dir")
+        if rf and rr and cf and cr and (os.path.normpath(rf), os.path.normpath(cf)) != (
+                os.path.normpath(rr), os.path.normpath(cr)):
+            raise BadInput(f"{where_reverse} is not the reverse of {where} (its reference/candidate are "
+                           f"{cr}/{rr}, expected {cf}/{rf}); give RUN2-vs-RUN1 as the second report")
+        per_rev = {int(w): float(v) for w, v in zip(rev.window_index, rev.kl_mean, strict=True)}
+    kl_mean = float(np.mean(fwd.kl_mean))
+    kl_rev = float(np.mean(list(per_rev.values()))) if per_rev else None
+    threshold = max(kl_mean, kl_rev) if kl_rev is not None else kl_mean
+    extra: dict[str, Any] = {"created_utc": datetime.datetime.now(datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"), "windows": fwd.n}
+    for key in ("js", "top1_agreement"):
+        if key in forward:
+            extra[key] = forward[key]
+    return NoiseFloor(
+        kind="measured", source=source, kl_mean=kl_mean, kl_reverse_mean=kl_rev, threshold=threshold,
+        suite_token_hash_sha256=forward.get("suite_token_hash_sha256"),
+        per_window=per_window, per_window_reverse=per_rev,
+        run1=forward.get("reference_dir"), run2=forward.get("candidate_dir"), extra=extra,
+    )
+
+
+def save_floor(path: str | os.PathLike[str], floor: NoiseFloor) -> None:
+    """Write the floor as JSON, atomically."""
+    write_json_atomic(path, floor.to_dict())
+
+
+def _num(doc: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
+    value = doc.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
+        raise BadInput(f"{where}: field {key!r} must be a non-negative number (got {value!r}); "
+                       "write the floor again with kldtui noise")
+    return float(value)
+
+
+def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
+    """Read a floor written by :func:`save_floor`; BadInput (one line) when it is not one."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"{p}: noise floor file not found; create it with kldtui noise") from None
+    except IsADirectoryError:
+        raise BadInput(f"{p}: is a folder, expected a noise floor file from kldtui noise") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{p}: not a JSON noise floor file ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FLOOR_FORMAT:
+        raise BadInput(f"{p}: not a kldtui noise floor (format is not {FLOOR_FORMAT!r}); "
+                       "create it with kldtui noise")
+    kind = doc.get("kind", "measured")
+    if kind not in ("measured", "published"):
+        raise BadInput(f"{p}: unknown noise floor kind {kind!r}")
+    per_window: dict[int, float] = {}
+    per_rev: dict[int, float] = {}
+    entries = doc.get("per_window") or []
+    if not isinstance(entries, list):
+        raise BadInput(f"{p}: per_window must be a list; write the floor again with kldtui noise")
+    for entry in entries:
+        if not isinstance(entry, dict) or isinstance(entry.get("window_index"), bool) or not isinstance(
+                entry.get("window_index"), int):
+            raise BadInput(f"{p}: per_window entry {entry!r} has no integer window_index")
+        w = entry["window_index"]
+        per_window[w] = _num(entry, "kl_mean", f"{p}: window {w}")  # type: ignore[assignment]
+        rev = _num(entry, "kl_reverse_mean", f"{p}: window {w}", optional=True)
+        if rev is not None:
+            per_rev[w] = rev
+    known = {"format", "kind", "source", "kl_mean", "kl_reverse_mean", "threshold",
+             "suite_token_hash_sha256", "run1", "run2", "per_window"}
+    return NoiseFloor(
+        kind=kind,
+        source=str(doc.get("source") or p),
+        kl_mean=_num(doc, "kl_mean", str(p)),  # type: ignore[arg-type]
+        kl_reverse_mean=_num(doc, "kl_reverse_mean", str(p), optional=True),
+        threshold=_num(doc, "threshold", str(p)),  # type: ignore[arg-type]
+        suite_token_hash_sha256=doc.get("suite_token_hash_sha256"),
+        per_window=per_window,
+        per_window_reverse=per_rev,
+        run1=doc.get("run1"),
+        run2=doc.get("run2"),
+        extra={k: v for k, v in doc.items() if k not in known},
+    )
+
+
+def resolve_floor(noise_path: str | os.PathLike[str] | None, suite_hash: str | None) -> NoiseFloor | None:
+    """The floor to use: the stored one (``--noise``), else the published default when the reports
+    come from the published suite, else None. A stored floor from another suite is refused."""
+    if noise_path is not None:
+        floor = load_floor(noise_path)
+        fh = floor.suite_token_hash_sha256
+        if fh and suite_hash and fh != suite_hash:
+            raise BadInput(f"{noise_path}: the noise floor was measured on suite {fh[:12]}..., the reports "
+                           f"come from suite {suite_hash[:12]}...; measure the floor on this suite")
+        return floor
+    if suite_hash == PUBLISHED_SUITE_HASH:
+        return published_floor()
+    return None
+
+
+def floor_from_report_files(forward: str | os.PathLike[str],
+                            reverse: str | os.PathLike[str] | None = None) -> NoiseFloor:
+    """A measured floor from saved comparison reports of two runs (RUN2 against RUN1, and
+    optionally RUN1 against RUN2)."""
+    from kldtui.decide.reports import load_report_file
+
+    fwd = load_report_file(forward)
+    rev = load_report_file(reverse) if reverse is not None else None
+    source = f"report {forward}" + (f" and {reverse}" if reverse is not None else "")
+    return floor_from_reports(fwd, rev, source=source, where=str(forward),
+                              where_reverse=str(reverse) if reverse is not None else "reverse report")
+
+
+def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLike[str],
+                  run2: str | os.PathLike[str], *, start_window: int = 0, stop_window: int | None = None,
+                  reverse: bool = True, report_path: str | os.PathLike[str] | None = None,
+                  emit: Any = None, cancel: Any = None) -> tuple[NoiseFloor, dict[str, Any]]:
+    """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
+    floor and the comparison report (also written to ``report_path`` when given)."""
+    from kldtui.compare import CompareOptions, compare
+    from kldtui.events import null_sink
+
+    options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse)
+    report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)
+    if report_path is not None:
+        write_json_atomic(report_path, report)
+    source = f"two captures {run1} and {run2}"
+    return floor_from_reports(report, None, source=source, where=f"comparison of {run1} and {run2}"), report

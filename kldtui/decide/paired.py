@@ -1,0 +1,351 @@
+"""Paired, window-clustered comparison of two candidates measured against one reference.
+
+The unit of resampling is the window (positions inside a window are strongly correlated). For
+two candidates A and B on the same windows, every bootstrap resample draws window indices with
+replacement once and applies them to both, so the window-to-window variation they share
+cancels in the difference. Conventions follow the original comparator (FORMATS.md):
+``numpy.random.default_rng(seed)``, one ``(samples, windows)`` integer draw, the estimate on the
+original windows, the standard error as the resample standard deviation (``ddof=1``) and the
+95 % interval as the 2.5 % and 97.5 % quantiles (NumPy's default, linear) of the resamples.
+See docs/STATISTICS.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from kldtui.decide.noise import NoiseFloor, resolve_floor
+from kldtui.decide.reports import (
+    WindowValues,
+    check_same_suite,
+    load_report_file,
+    report_name,
+    window_values,
+)
+from kldtui.errors import BadInput
+
+DEFAULT_SAMPLES = 10_000
+DEFAULT_SEED = 1
+QUANTILES = (0.025, 0.975)
+
+Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable"]
+
+
+# ---------------------------------------------------------------------------- pure statistics
+def draw_indices(n_windows: int, samples: int, seed: int) -> np.ndarray:
+    """The resampled window indices, ``(samples, n_windows)``, as the original comparator draws them."""
+    if n_windows < 1:
+        raise BadInput("no windows to resample")
+    if samples < 2:
+        raise BadInput(f"--bootstrap-samples must be at least 2 (got {samples})")
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_windows, size=(samples, n_windows))
+
+
+def resample_counts(indices: np.ndarray, n_windows: int) -> np.ndarray:
+    """How often each window is drawn in each resample: ``(samples, n_windows)`` float64."""
+    samples = indices.shape[0]
+    flat = (indices + (np.arange(samples, dtype=np.int64) * n_windows)[:, None]).ravel()
+    return np.bincount(flat, minlength=samples * n_windows).reshape(samples, n_windows).astype(np.float64)
+
+
+def resampled_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sums of the resampled window values: ``values`` (..., n) against counts (B, n) -> (..., B)."""
+    return np.asarray(values, dtype=np.float64) @ counts.T
+
+
+def _json_num(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A bootstrap estimate: ``estimate`` on the original windows, the resamples' standard
+    deviation and the 95 % percentile interval."""
+
+    estimate: float
+    standard_error: float
+    ci95_low: float
+    ci95_high: float
+    bootstrap_samples: int
+
+    def excludes(self, value: float) -> bool:
+        return not self.ci95_low <= value <= self.ci95_high
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; a non-finite figure (a ratio over a zero mean) becomes null."""
+        return {"estimate": _json_num(self.estimate), "standard_error": _json_num(self.standard_error),
+                "ci95_low": _json_num(self.ci95_low), "ci95_high": _json_num(self.ci95_high),
+                "bootstrap_samples": self.bootstrap_samples, "cluster_unit": "window"}
+
+    def text(self, fmt: str = ".4g") -> str:
+        return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
+
+
+@dataclass(frozen=True)
+class BatchIntervals:
+    """Bootstrap results for a batch of suites (leading axes of the input): arrays, not floats."""
+
+    estimate: np.ndarray
+    standard_error: np.ndarray
+    ci95_low: np.ndarray
+    ci95_high: np.ndarray
+    bootstrap_samples: int
+
+    def item(self, *index: int) -> Interval:
+        return Interval(float(self.estimate[index]), float(self.standard_error[index]),
+                        float(self.ci95_low[index]), float(self.ci95_high[index]), self.bootstrap_samples)
+
+
+def _batch(estimate: np.ndarray, resampled: np.ndarray) -> BatchIntervals:
+    lo, hi = np.quantile(resampled, QUANTILES, axis=-1)
+    return BatchIntervals(np.asarray(estimate, dtype=np.float64), np.std(resampled, axis=-1, ddof=1),
+                          lo, hi, int(resampled.shape[-1]))
+
+
+def batch_mean_ci(values: np.ndarray, indices: np.ndarray) -> BatchIntervals:
+    """Window-cluster bootstrap of the mean of window means for ``values`` (..., n) at once."""
+    v = np.asarray(values, dtype=np.float64)
+    n = v.shape[-1]
+    return _batch(v.mean(axis=-1), resampled_sums(v, resample_counts(indices, n)) / n)
+
+
+def batch_paired_ci(a: np.ndarray, b: np.ndarray, indices: np.ndarray,
+                    ) -> tuple[BatchIntervals, BatchIntervals]:
+    """Paired bootstrap of ``mean(B) - mean(A)`` and ``mean(B) / mean(A)`` for (..., n) arrays:
+    each resample applies the same window indices to A and B. A resample whose A sum is 0
+    makes that ratio interval NaN."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    n = a.shape[-1]
+    counts = resample_counts(indices, n)
+    sa = resampled_sums(a, counts)
+    sb = resampled_sums(b, counts)
+    diff = _batch(b.mean(axis=-1) - a.mean(axis=-1), (sb - sa) / n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = sb / sa
+        estimate = b.sum(axis=-1) / a.sum(axis=-1)
+    ratios = np.where(np.isfinite(ratios).all(axis=-1, keepdims=True), ratios, np.nan)
+    return diff, _batch(estimate, ratios)
+
+
+def bootstrap_mean(values: np.ndarray, indices: np.ndarray) -> Interval:
+    """The window-cluster bootstrap of the mean of window means (the comparator's object)."""
+    return batch_mean_ci(np.asarray(values, dtype=np.float64).reshape(-1), indices).item()
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, indices: np.ndarray) -> tuple[Interval, Interval]:
+    """Difference ``mean(B) - mean(A)`` and ratio ``mean(B) / mean(A)`` with the same resampled
+    windows for both (see :func:`batch_paired_ci`)."""
+    diff, ratio = batch_paired_ci(np.asarray(a, dtype=np.float64).reshape(-1),
+                                  np.asarray(b, dtype=np.float64).reshape(-1), indices)
+    return diff.item(), ratio.item()
+
+
+def classify(diff: Interval, threshold: float) -> Outcome:
+    """The decision for a difference ``B - A``: the interval must clear the noise band
+    ``[-threshold, threshold]`` to name a closer candidate (docs/STATISTICS.md)."""
+    if diff.ci95_low > threshold:
+        return "a_closer"
+    if diff.ci95_high < -threshold:
+        return "b_closer"
+    if diff.excludes(0.0):
+        return "within_noise"
+    return "indistinguishable"
+
+
+# ---------------------------------------------------------------------------- results
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+@dataclass(frozen=True)
+class PairedStats:
+    """The paired comparison over one group of windows (all, or one domain)."""
+
+    windows: int
+    mean_a: float
+    mean_b: float
+    difference: Interval  # B - A
+    ratio: Interval  # B / A
+    noise_threshold: float | None
+    outcome: Outcome
+    verdict: str
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.difference.excludes(0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"windows": self.windows, "mean_a": self.mean_a, "mean_b": self.mean_b,
+                "difference_b_minus_a": self.difference.to_dict(), "ratio_b_over_a": self.ratio.to_dict(),
+                "excludes_zero": self.excludes_zero, "noise_threshold": self.noise_threshold,
+                "outcome": self.outcome, "verdict": self.verdict}
+
+
+def verdict_text(outcome: Outcome, diff: Interval, ratio: Interval, name_a: str, name_b: str,
+                 threshold: float | None) -> str:
+    """The one-line verdict for an outcome."""
+    floor = f"noise floor {threshold:.4g}" if threshold else "no noise floor"
+    if outcome == "a_closer":
+        return (f"{name_a} is closer to the reference than {name_b} by {diff.text()} KL "
+                f"(ratio {name_b}/{name_a} {ratio.text('.3g')}; clears the {floor})")
+    if outcome == "b_closer":
+        neg = f"{_fmt(-diff.estimate)} [{_fmt(-diff.ci95_high)}, {_fmt(-diff.ci95_low)}]"
+        return (f"{name_b} is closer to the reference than {name_a} by {neg} KL "
+                f"(ratio {name_b}/{name_a} {ratio.text('.3g')}; clears the {floor})")
+    if outcome == "within_noise":
+        return (f"{name_a} and {name_b} are not distinguishable from runtime noise ({floor}): "
+                f"{name_b} - {name_a} = {diff.text()} KL; capture again to decide")
+    return (f"{name_a} and {name_b} are not distinguishable: {name_b} - {name_a} = {diff.text()} KL, "
+            f"the 95% interval includes zero ({floor})")
+
+
+def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, threshold: float | None,
+                  name_a: str, name_b: str) -> PairedStats:
+    """Paired bootstrap over one group of windows and its verdict."""
+    diff, ratio = paired_bootstrap(a, b, indices)
+    outcome = classify(diff, threshold or 0.0)
+    return PairedStats(
+        windows=int(np.asarray(a).size), mean_a=float(np.mean(a)), mean_b=float(np.mean(b)),
+        difference=diff, ratio=ratio, noise_threshold=threshold, outcome=outcome,
+        verdict=verdict_text(outcome, diff, ratio, name_a, name_b, threshold))
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    """``kldtui diff``'s result: B compared with A, overall and per domain."""
+
+    name_a: str
+    name_b: str
+    path_a: str | None
+    path_b: str | None
+    overall: PairedStats
+    domains: dict[str, PairedStats]
+    window_index: list[int]
+    domain: list[str]
+    kl_a: list[float]
+    kl_b: list[float]
+    bootstrap_samples: int
+    seed: int
+    pairing_checked: str
+    noise_floor: dict[str, Any] | None = None  # NoiseFloor.summary(), or None when none was used
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return self.overall.verdict
+
+    @property
+    def per_window_difference(self) -> list[float]:
+        return [b - a for a, b in zip(self.kl_a, self.kl_b, strict=True)]
+
+    @property
+    def noise_source(self) -> str:
+        return self.noise_floor["source"] if self.noise_floor else "no noise floor (none stored, not the "\
+            "published suite)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "kldtui-paired-diff-v1",
+            "a": {"name": self.name_a, "path": self.path_a},
+            "b": {"name": self.name_b, "path": self.path_b},
+            "direction": "B - A of per-window mean KL(reference || candidate)",
+            "overall": self.overall.to_dict(),
+            "domains": {d: s.to_dict() for d, s in self.domains.items()},
+            "per_window": {"window_index": self.window_index, "domain": self.domain,
+                           "kl_a": self.kl_a, "kl_b": self.kl_b,
+                           "difference": self.per_window_difference},
+            "bootstrap_samples": self.bootstrap_samples,
+            "seed": self.seed,
+            "cluster_unit": "window",
+            "pairing_checked": self.pairing_checked,
+            "noise_floor": self.noise_floor,
+            "noise_floor_used": self.noise_source,
+            "verdict": self.verdict,
+            "notes": self.notes,
+        }
+
+
+_AUTO: Any = object()
+
+
+def paired_values(a: dict[str, Any], b: dict[str, Any], where_a: str, where_b: str,
+                  ) -> tuple[WindowValues, WindowValues, str]:
+    va, vb = window_values(a, where_a), window_values(b, where_b)
+    checked = check_same_suite(a, b, where_a, where_b, va, vb)
+    return va, vb, checked
+
+
+def suite_hash_of(*reports: dict[str, Any]) -> str | None:
+    for r in reports:
+        h = r.get("suite_token_hash_sha256")
+        if h:
+            return str(h)
+    return None
+
+
+def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_SAMPLES,
+                seed: int = DEFAULT_SEED, noise: NoiseFloor | None = _AUTO,
+                name_a: str | None = None, name_b: str | None = None,
+                path_a: str | os.PathLike[str] | None = None,
+                path_b: str | os.PathLike[str] | None = None) -> PairedDiff:
+    """Compare candidate B with candidate A (two report dicts on the same reference and suite).
+
+    ``noise``: a floor to use; left out, the published default applies when the reports come
+    from the published suite (else none); ``None`` uses no floor. The overall bootstrap draws
+    ``default_rng(seed).integers(0, n, (samples, n))``; each domain draws its own indices with a
+    fresh ``default_rng(seed)`` over its windows.
+    """
+    where_a = str(path_a) if path_a is not None else (name_a or "A")
+    where_b = str(path_b) if path_b is not None else (name_b or "B")
+    va, vb, checked = paired_values(a, b, where_a, where_b)
+    name_a = name_a or report_name(a, path_a)
+    name_b = name_b or report_name(b, path_b)
+    if name_a == name_b:
+        name_a, name_b = f"A ({name_a})", f"B ({name_b})"
+    if noise is _AUTO:
+        noise = resolve_floor(None, suite_hash_of(a, b))
+    notes = []
+    if noise is not None and noise.suite_token_hash_sha256 and suite_hash_of(a, b) and \
+            noise.suite_token_hash_sha256 != suite_hash_of(a, b):
+        raise BadInput(f"the noise floor ({noise.source}) was measured on another suite than "
+                       f"{where_a}; measure the floor on this suite")
+    if noise is not None and noise.kind == "published":
+        notes.append("the published floor was measured on window 0 only and applies to every window")
+    overall = compare_group(va.kl_mean, vb.kl_mean, draw_indices(va.n, samples, seed),
+                            noise.threshold_for(va.window_index.tolist()) if noise else None,
+                            name_a, name_b)
+    domains: dict[str, PairedStats] = {}
+    for d in va.domains():
+        mask = np.array([x == d for x in va.domain])
+        idx = va.window_index[mask].tolist()
+        domains[d] = compare_group(va.kl_mean[mask], vb.kl_mean[mask],
+                                   draw_indices(int(mask.sum()), samples, seed),
+                                   noise.threshold_for(idx) if noise else None, name_a, name_b)
+        if mask.sum() < 8:
+            notes.append(f"domain {d} has {int(mask.sum())} windows: its interval is rough "
+                         "(the percentile bootstrap undercovers for few windows)")
+    return PairedDiff(
+        name_a=name_a, name_b=name_b,
+        path_a=None if path_a is None else str(path_a), path_b=None if path_b is None else str(path_b),
+        overall=overall, domains=domains,
+        window_index=va.window_index.tolist(), domain=list(va.domain),
+        kl_a=va.kl_mean.tolist(), kl_b=vb.kl_mean.tolist(),
+        bootstrap_samples=samples, seed=seed, pairing_checked=checked,
+        noise_floor=noise.summary() if noise else None, notes=notes)
+
+
+def paired_diff_files(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], *,
+                      samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
+                      noise_path: str | os.PathLike[str] | None = None,
+                      use_noise_floor: bool = True) -> PairedDiff:
+    """:func:`paired_diff` on two report files; the floor is ``noise_path``, else the published
+    default for the published suite; none with ``use_noise_floor=False``."""
+    a, b = load_report_file(path_a), load_report_file(path_b)
+    floor = resolve_floor(noise_path, suite_hash_of(a, b)) if use_noise_floor else None
+    return paired_diff(a, b, samples=samples, seed=seed, noise=floor, path_a=path_a, path_b=path_b)

@@ -1,0 +1,70 @@
+"""Synthetic comparison reports for the decide tests, in kldtui's schema (docs/REPORT.md) and in
+the original comparator's (FORMATS.md, "Comparison report"): only per-window figures matter."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SUITE_HASH = "5" * 64
+REF_HASH = "7" * 64
+
+
+def _stats(mean: float) -> dict[str, float]:
+    return {"mean": mean, "median": mean * 0.6, "p95": mean * 3, "p99": mean * 6, "max": mean * 20}
+
+
+def make_report(kl: Sequence[float], domains: Sequence[str] | None = None, *, fmt: str = "kldtui",
+                candidate_dir: str = "/runs/cand", reference_dir: str = "/suite/ref",
+                suite_hash: str | None = SUITE_HASH, ref_hash: str | None = REF_HASH,
+                positions: int = 2047, start: int = 0, reverse: Sequence[float] | None = None,
+                ) -> dict[str, Any]:
+    n = len(kl)
+    domains = list(domains) if domains is not None else ["prose"] * n
+    idx = list(range(start, start + n))
+    per_window = []
+    for i in range(n):
+        entry: dict[str, Any] = {"window_index": idx[i], "domain": domains[i], "positions": positions,
+                                 "kl_reference_to_candidate": _stats(float(kl[i])),
+                                 "js": _stats(float(kl[i]) / 4), "top1_agreement": 0.99}
+        if reverse is not None and fmt == "original":
+            entry["kl_candidate_to_reference"] = _stats(float(reverse[i]))
+        per_window.append(entry)
+    means = np.asarray(kl, dtype=np.float64)
+    report: dict[str, Any] = {
+        "direction": "KL(reference || candidate)",
+        "reference_dir": reference_dir, "candidate_dir": candidate_dir,
+        "positions": positions * n, "windows": n, "window_range": [start, start + n],
+        "kl_reference_to_candidate": _stats(float(means.mean())),
+        "js": _stats(float(means.mean()) / 4), "top1_agreement": 0.99,
+        "kl_window_cluster_bootstrap": {"estimate": float(means.mean()), "standard_error": 0.0,
+                                        "ci95_low": 0.0, "ci95_high": 0.0, "bootstrap_samples": 10000,
+                                        "cluster_unit": "window"},
+        "domains": {},
+        "per_window": per_window,
+    }
+    if fmt == "kldtui":
+        report["report_format"] = "kldtui-comparison-v1"
+        if suite_hash is not None:
+            report["suite_token_hash_sha256"] = suite_hash
+        if ref_hash is not None:
+            report["reference_manifest_sha256"] = ref_hash
+        report["per_window_arrays"] = {"window_index": idx, "domain": domains, "positions": [positions] * n,
+                                       "kl_mean": [float(v) for v in kl]}
+        if reverse is not None:
+            report["per_window_arrays"]["kl_reverse_mean"] = [float(v) for v in reverse]
+    return report
+
+
+def write_report(path: Path, report: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def suite_domains(n: int = 32) -> list[str]:
+    """The published suite's layout scaled to n windows: half prose, a quarter code, a quarter instruction."""
+    return ["prose"] * (n // 2) + ["code"] * (n // 4) + ["instruction"] * (n - n // 2 - n // 4)
