@@ -1,0 +1,174 @@
+"""What the dashboard knows, built only from engine events (no Textual here).
+
+The app feeds every :class:`kldtui.events.Event` into :meth:`DashboardModel.apply`; widgets read
+the model when the refresh timer finds their part marked dirty. Progress events are coalesced by
+the caller (latest per task), so ``apply`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from kldtui.events import (
+    Event,
+    LogLine,
+    Notice,
+    Progress,
+    ResultReady,
+    ServerReady,
+    StageFailed,
+    StageFinished,
+    StageStarted,
+    WindowState,
+)
+
+STAGES: tuple[str, ...] = ("reference", "server", "capture", "finalize", "compare")
+STAGE_TITLES = {"reference": "Reference", "server": "Server", "capture": "Capture",
+                "finalize": "Finalize", "compare": "Compare"}
+# events of helper stages shown on a rail stage
+STAGE_ALIASES = {"verify": "reference", "download": "reference"}
+LOG_LIMIT = 20_000
+
+
+@dataclass
+class StageView:
+    name: str
+    state: str = "idle"  # idle | running | done | failed | stopped
+    detail: str = ""
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WindowView:
+    index: int
+    domain: str = ""
+    state: str = "pending"
+    kl: float | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.3g}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def stage_figure_text(figures: dict[str, Any], limit: int = 3) -> str:
+    """The first few figures of a stage as ``k v`` pairs for the rail."""
+    parts = [f"{k} {_short(v)}" for k, v in list(figures.items())[:limit]]
+    return " · ".join(parts)
+
+
+class DashboardModel:
+    def __init__(self) -> None:
+        self.stages: dict[str, StageView] = {name: StageView(name) for name in STAGES}
+        self.windows: dict[int, WindowView] = {}
+        self.progress: dict[tuple[str, str], Progress] = {}
+        self.log: deque[tuple[str, str]] = deque(maxlen=LOG_LIMIT)  # (level, text)
+        self.log_serial = 0  # count of lines ever appended (to find new ones)
+        self.notices: list[Notice] = []
+        self.server: ServerReady | None = None
+        self.result_path: str | None = None
+        self.result_report: dict[str, Any] | None = None
+        self.result_serial = 0
+        self.dirty: set[str] = set()
+
+    # -- events --------------------------------------------------------------------------------
+    def apply(self, event: Event) -> None:
+        stage = STAGE_ALIASES.get(event.stage, event.stage)
+        view = self.stages.get(stage)
+        if isinstance(event, StageStarted):
+            if view is not None:
+                view.state, view.detail, view.figures = "running", event.detail, {}
+                for key in [k for k in self.progress if k[0] == stage]:
+                    del self.progress[key]
+                self.dirty |= {"stages", "progress"}
+            self._log("info", f"[{event.stage}] started {event.detail}".rstrip())
+        elif isinstance(event, StageFinished):
+            if view is not None:
+                view.state, view.detail = "done", event.summary
+                view.figures = dict(event.figures)
+                self.dirty.add("stages")
+            self._log("info", f"[{event.stage}] finished {event.summary}".rstrip())
+        elif isinstance(event, StageFailed):
+            if view is not None:
+                view.state, view.detail = "failed", event.message
+                self.dirty.add("stages")
+            if stage == "server":
+                self.server = None
+            self._log("error", f"[{event.stage}] failed: {event.message}")
+        elif isinstance(event, Progress):
+            self.progress[(stage, event.task)] = event
+            self.dirty.add("progress")
+        elif isinstance(event, LogLine):
+            self._log(event.level, event.line)
+        elif isinstance(event, Notice):
+            self.notices.append(event)
+            self._log(event.level, f"[{event.stage}] {event.text}")
+        elif isinstance(event, WindowState):
+            self.apply_window(event)
+        elif isinstance(event, ServerReady):
+            self.server = event
+            if view is not None:
+                view.figures = {**view.figures, "url": event.url}
+            self.dirty.add("stages")
+            self._log("info", f"[server] ready at {event.url} as {event.served_model_name}")
+        elif isinstance(event, ResultReady):
+            self.result_path = event.path
+            self.result_report = event.report or None
+            self.result_serial += 1
+            self.dirty.add("result")
+
+    def apply_window(self, event: WindowState) -> None:
+        win = self.windows.get(event.window_index)
+        if win is None:
+            win = self.windows[event.window_index] = WindowView(event.window_index)
+            self.windows = dict(sorted(self.windows.items()))
+        win.state = event.state
+        if event.domain:
+            win.domain = event.domain
+        win.figures.update(event.figures)
+        kl = event.figures.get("kl", event.figures.get("kl_mean"))
+        if isinstance(kl, int | float):
+            win.kl = float(kl)
+        self.dirty.add("windows")
+        if win.kl is not None:
+            self.dirty.add("live")
+
+    def set_windows(self, windows: list[tuple[int, str]]) -> None:
+        """Pre-populate the grid (index, domain) from the suite before any event arrived."""
+        for index, domain in windows:
+            self.windows.setdefault(index, WindowView(index, domain))
+        self.windows = dict(sorted(self.windows.items()))
+        self.dirty.add("windows")
+
+    def server_stopped(self) -> None:
+        self.server = None
+        self.dirty.add("stages")
+
+    def _log(self, level: str, text: str) -> None:
+        for line in str(text).splitlines() or [""]:
+            self.log.append((level, line))
+            self.log_serial += 1
+        self.dirty.add("log")
+
+    # -- reads ---------------------------------------------------------------------------------
+    def take_dirty(self) -> set[str]:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+    def running_stages(self) -> list[str]:
+        return [s.name for s in self.stages.values() if s.state == "running"]
+
+    def live_window_kl(self) -> list[tuple[int, str, float]]:
+        return [(w.index, w.domain, w.kl) for w in self.windows.values() if w.kl is not None]
+
+    def window_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for win in self.windows.values():
+            counts[win.state] = counts.get(win.state, 0) + 1
+        return counts

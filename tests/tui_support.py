@@ -1,0 +1,202 @@
+"""Helpers for the TUI tests: comparison reports in both schemas and a scripted event source.
+
+The reports are built with the original comparator's conventions (window means, bootstrap with
+``default_rng(1)``, NumPy quantiles) so the viewer is tested on realistic files. The scripted
+pipeline emits a fixed sequence of real :mod:`kldtui.events` events (what the engine emits),
+for tests that need a deterministic dashboard (snapshots) independent of timing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    LogLine,
+    Progress,
+    ResultReady,
+    ServerReady,
+    StageFinished,
+    StageStarted,
+    WindowState,
+)
+
+DOMAINS = ["prose", "prose", "prose", "prose", "code", "code", "instruction", "instruction"]
+SUITE_HASH = "ab" * 32
+
+
+def _stats(x: np.ndarray) -> dict[str, float]:
+    return {"mean": float(x.mean()), "median": float(np.median(x)), "p95": float(np.quantile(x, 0.95)),
+            "p99": float(np.quantile(x, 0.99)), "max": float(x.max())}
+
+
+def _boot(means: np.ndarray, samples: int = 2000) -> dict[str, Any]:
+    rng = np.random.default_rng(1)
+    idx = rng.integers(0, means.size, (samples, means.size))
+    res = means[idx].mean(axis=1)
+    return {"estimate": float(means.mean()), "standard_error": float(res.std(ddof=1)),
+            "ci95_low": float(np.quantile(res, 0.025)), "ci95_high": float(np.quantile(res, 0.975)),
+            "bootstrap_samples": samples, "cluster_unit": "window"}
+
+
+def make_report(name: str, level: float, seed: int, original: bool = False,
+                domains: list[str] | None = None) -> dict[str, Any]:
+    """A report of ``len(domains)`` windows whose per-token KL has mean about ``level``."""
+    domains = domains or DOMAINS
+    rng = np.random.default_rng(seed)
+    per_window, means, js_means, top1s = [], [], [], []
+    all_kl, all_js = [], []
+    for w, dom in enumerate(domains):
+        kl = rng.gamma(0.5, level * (1 + 0.15 * w) / 0.5, 64)
+        js = kl / 4
+        top1 = float(1 - min(0.5, 3 * kl.mean()))
+        per_window.append({"window_index": w, "domain": dom, "positions": 64,
+                           "kl_reference_to_candidate": _stats(kl), "js": _stats(js), "top1_agreement": top1})
+        means.append(kl.mean())
+        js_means.append(js.mean())
+        top1s.append(top1)
+        all_kl.append(kl)
+        all_js.append(js)
+    means_a = np.array(means)
+    kl_all, js_all = np.concatenate(all_kl), np.concatenate(all_js)
+    report: dict[str, Any] = {
+        "direction": "KL(reference || candidate)",
+        "reference_dir": "/data/reference/ref",
+        "candidate_dir": f"/data/{name}",
+        "positions": int(kl_all.size),
+        "windows": len(domains),
+        "window_range": [0, len(domains)],
+        "kl_reference_to_candidate": _stats(kl_all),
+        "js": _stats(js_all),
+        "top1_agreement": float(np.mean(top1s)),
+        "kl_window_cluster_bootstrap": _boot(means_a),
+        "domains": {d: _boot(means_a[[i for i, x in enumerate(domains) if x == d]])
+                    for d in dict.fromkeys(domains)},
+        "per_window": per_window,
+    }
+    if original:
+        return report
+    report.update({
+        "report_format": "kldtui-comparison-v1",
+        "suite_token_hash_sha256": SUITE_HASH,
+        "reference_manifest_sha256": "cd" * 32,
+        "vocab_size": 4096,
+        "next_token": {"perplexity_reference": 5.0, "perplexity_candidate": 5.0 * (1 + level),
+                       "perplexity_ratio": 1 + level,
+                       "perplexity_ratio_window_cluster_bootstrap": {
+                           "estimate": 1 + level, "ci95_low": 1 + level * 0.8, "ci95_high": 1 + level * 1.2,
+                           "standard_error": level / 10, "bootstrap_samples": 2000, "cluster_unit": "window"},
+                       "delta_p": {"mean": -level / 3, "rms": level, "median": 0.0}},
+        "per_window_arrays": {"window_index": list(range(len(domains))), "domain": list(domains),
+                              "positions": [64] * len(domains), "kl_mean": [float(m) for m in means],
+                              "js_mean": [float(m) for m in js_means], "top1_agreement": top1s},
+    })
+    return report
+
+
+def write_report(path: Path, report: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+class ScriptedPipeline:
+    """Emits a fixed event script per stage. ``pause_after_window`` (capture) blocks there until
+    :attr:`resume` is set, so a test can look at the dashboard mid-capture."""
+
+    def __init__(self, emit: EventSink, cancel: Cancel, windows: int = 8,
+                 pause_after_window: int | None = None, report_path: Path | None = None) -> None:
+        self.emit, self.cancel = emit, cancel
+        self.n = windows
+        self.pause_after_window = pause_after_window
+        self.resume = threading.Event()
+        self.paused = threading.Event()
+        self.report_path = report_path
+        self.server_running = False
+        self.stopped_server = False
+        self.calls: list[str] = []
+
+    def window_list(self) -> list[tuple[int, str]]:
+        return [(w, DOMAINS[w % len(DOMAINS)]) for w in range(self.n)]
+
+    def reference(self) -> None:
+        self.calls.append("reference")
+        self.emit(StageStarted("reference", detail="local suite"))
+        total = 8 * 2**20
+        for i in range(1, 5):
+            self.emit(Progress("reference", task="download", done=total * i / 4, total=total, unit="bytes"))
+        self.emit(StageFinished("reference", summary="verified", figures={"windows": self.n, "GiB": 0.008}))
+
+    def serve(self) -> None:
+        self.calls.append("serve")
+        self.emit(StageStarted("server", detail="embedded"))
+        for line in ("INFO starting embedded server", "INFO model loaded (vocab 4096)",
+                     "WARNING prefix caching is off (required for capture)", "INFO Uvicorn running"):
+            self.emit(LogLine("server", line=line, level="warning" if line.startswith("WARN") else "info"))
+        self.emit(ServerReady("server", url="http://127.0.0.1:8123", served_model_name="tiny", pid=4242))
+        self.server_running = True
+        self.emit(StageFinished("server", summary="ready", figures={"url": "http://127.0.0.1:8123"}))
+
+    def capture(self) -> None:
+        self.calls.append("capture")
+        self.emit(StageStarted("capture", detail=f"{self.n} windows"))
+        for w in range(self.n):
+            self.cancel.check()
+            dom = DOMAINS[w % len(DOMAINS)]
+            self.emit(WindowState("capture", window_index=w, state="capturing", domain=dom))
+            self.emit(Progress("capture", task="rows", done=2047, total=2047, unit="rows",
+                               rate=4096.0, eta_s=0.5))
+            self.emit(WindowState("capture", window_index=w, state="captured", domain=dom))
+            self.emit(Progress("capture", task="windows", done=w + 1, total=self.n, unit="windows",
+                               eta_s=float(self.n - w - 1)))
+            self.emit(WindowState("compare", window_index=w, state="compared", domain=dom,
+                                  figures={"kl": 0.002 * (1 + w) ** 1.5}))
+            if self.pause_after_window is not None and w == self.pause_after_window:
+                self.emit(WindowState("capture", window_index=w + 1, state="capturing",
+                                      domain=DOMAINS[(w + 1) % len(DOMAINS)]))
+                self.emit(Progress("capture", task="rows", done=1024, total=2047, unit="rows",
+                                   rate=4096.0, eta_s=0.25))
+                self.paused.set()
+                while not self.resume.wait(0.05):
+                    self.cancel.check()
+        self.emit(StageFinished("capture", summary="done", figures={"windows": self.n, "tok/s": 4096}))
+
+    def finalize(self) -> None:
+        self.calls.append("finalize")
+        self.emit(StageStarted("finalize"))
+        for w in range(self.n):
+            self.emit(Progress("finalize", task="windows", done=w + 1, total=self.n, unit="windows"))
+            self.emit(WindowState("finalize", window_index=w, state="finalized"))
+        self.emit(StageFinished("finalize", summary="merged", figures={"windows": self.n}))
+
+    def compare(self) -> None:
+        self.calls.append("compare")
+        self.emit(StageStarted("compare"))
+        report = make_report("tiny-candidate", 0.01, seed=3, domains=[d for _, d in self.window_list()])
+        for w in range(self.n):
+            self.emit(Progress("compare", task="windows", done=w + 1, total=self.n, unit="windows"))
+            self.emit(WindowState("compare", window_index=w, state="compared",
+                                  figures={"kl": report["per_window_arrays"]["kl_mean"][w]}))
+        if self.report_path is not None:
+            write_report(self.report_path, report)
+        self.emit(StageFinished("compare", summary="written",
+                                figures={"mean KL": report["kl_window_cluster_bootstrap"]["estimate"]}))
+        self.emit(ResultReady("compare", path=str(self.report_path) if self.report_path else None,
+                              report=report))
+
+    def run_all(self) -> None:
+        self.reference()
+        self.serve()
+        self.capture()
+        self.finalize()
+        self.compare()
+
+    def stop_server(self) -> None:
+        self.calls.append("stop_server")
+        self.server_running = False
+        self.stopped_server = True
