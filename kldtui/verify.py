@@ -254,7 +254,7 @@ class VerifyResult:
     def summary(self) -> str:
         head = "OK" if self.ok else f"FAILED ({len(self.failures)} problem{'s' * (len(self.failures) != 1)})"
         return (f"{self.kind} {self.path}: {head}; {len(self.checked)} file(s) hashed "
-                f"({_fmt_bytes(self.bytes_hashed)}), {len(self.cached)} unchanged since verified")
+                f"({_fmt_bytes(self.bytes_hashed)}), {len(self.cached)} already verified and unchanged")
 
     def raise_for_failures(self) -> None:
         """Raise :class:`StageFailed` naming the first failure (and how many more there are)."""
