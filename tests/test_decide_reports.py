@@ -1,0 +1,238 @@
+"""paired_diff, noise floors and the leaderboard over saved reports (kldtui's and the original's)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kldtui.decide import (
+    PUBLISHED_SUITE_HASH,
+    build_leaderboard,
+    floor_from_reports,
+    load_floor,
+    paired_diff,
+    published_floor,
+    resolve_floor,
+    save_floor,
+)
+from kldtui.decide.paired import bootstrap_mean, draw_indices, paired_bootstrap
+from kldtui.errors import BadInput
+from tests.fixtures_decide import SUITE_HASH, make_report, suite_domains, write_report
+
+DOMAINS = suite_domains(32)
+
+
+def _kl(seed: int, scale: float = 1.0, n: int = 32) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.gamma(4.0, 0.0025, n) * scale
+
+
+def test_paired_diff_overall_and_per_domain_match_the_bootstrap():
+    base = _kl(1)
+    a = make_report(base, DOMAINS, candidate_dir="/runs/q4")
+    b = make_report(base * 1.5, DOMAINS, candidate_dir="/runs/q3")
+    res = paired_diff(a, b, samples=2000, seed=1, noise=None)
+    want_d, want_r = paired_bootstrap(base, base * 1.5, draw_indices(32, 2000, 1))
+    assert res.overall.difference == want_d
+    assert res.overall.ratio.estimate == pytest.approx(1.5)
+    assert res.overall.ratio.ci95_low == pytest.approx(1.5) and res.overall.ratio == want_r
+    assert set(res.domains) == {"prose", "code", "instruction"}
+    code = np.array([d == "code" for d in DOMAINS])
+    want_code, _ = paired_bootstrap(base[code], base[code] * 1.5, draw_indices(8, 2000, 1))
+    assert res.domains["code"].difference == want_code
+    assert res.overall.outcome == "a_closer"
+    assert res.verdict.startswith("q4 is closer to the reference than q3 by ")
+    assert res.per_window_difference == pytest.approx((base * 0.5).tolist())
+    assert res.noise_floor is None and "no noise floor" in res.noise_source
+    doc = res.to_dict()
+    json.dumps(doc, allow_nan=False)
+    assert doc["overall"]["excludes_zero"] is True
+    assert doc["domains"]["code"]["windows"] == 8
+
+
+def test_b_closer_and_not_distinguishable_verdicts():
+    base = _kl(2)
+    a = make_report(base * 1.3, DOMAINS, candidate_dir="/runs/a")
+    b = make_report(base, DOMAINS, candidate_dir="/runs/b")
+    res = paired_diff(a, b, samples=1000, noise=None)
+    assert res.verdict.startswith("b is closer to the reference than a")
+    noisy = base * np.exp(np.random.default_rng(3).normal(0, 0.2, 32))
+    res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
+                      make_report(noisy, DOMAINS, candidate_dir="/r/b"), samples=1000, noise=None)
+    assert res.overall.outcome == "indistinguishable"
+    assert "not distinguishable" in res.verdict and "includes zero" in res.verdict
+
+
+def test_published_floor_is_the_default_for_the_published_suite_only():
+    base = _kl(4)
+    a = make_report(base, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/a")
+    # B worse by 0.003 on every window: significant, but within the published floor 0.004
+    b = make_report(base + 0.003, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/b")
+    res = paired_diff(a, b, samples=1000)
+    assert res.noise_floor is not None and res.noise_floor["threshold"] == 0.004
+    assert "published default for the Kimi K3 suite" in res.noise_source
+    assert res.overall.outcome == "within_noise"
+    assert "not distinguishable from runtime noise (noise floor 0.004)" in res.verdict
+    # the same reports on another suite: no floor, and the difference is called
+    other = paired_diff(make_report(base, DOMAINS), make_report(base + 0.003, DOMAINS), samples=1000)
+    assert other.noise_floor is None and other.overall.outcome == "a_closer"
+    # beyond the floor: called even on the published suite
+    far = make_report(base + 0.006, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/b")
+    assert paired_diff(a, far, samples=1000).overall.outcome == "a_closer"
+
+
+def test_original_comparator_reports_pair_on_reference_dir_and_windows():
+    base = _kl(5, n=8)
+    a = make_report(base, fmt="original", candidate_dir="/r/a")
+    b = make_report(base * 2, fmt="original", candidate_dir="/r/b")
+    res = paired_diff(a, b, samples=500, noise=None)
+    assert "reference_dir" in res.pairing_checked and "suite_token_hash" not in res.pairing_checked
+    assert res.overall.mean_b == pytest.approx(2 * base.mean())
+    c = make_report(base, fmt="original", reference_dir="/elsewhere/ref", candidate_dir="/r/c")
+    with pytest.raises(BadInput, match="different references .*reference_dir"):
+        paired_diff(a, c, noise=None)
+    mixed = paired_diff(a, make_report(base * 2, DOMAINS[:8], candidate_dir="/r/k"), samples=200, noise=None)
+    assert mixed.overall.windows == 8  # kldtui report against an original one: pairs on the windows
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"suite_hash": "6" * 64}, "different suites"),
+    ({"ref_hash": "8" * 64}, "different references"),
+    ({"start": 1}, "cover different windows"),
+    ({"positions": 1000}, "window 0 has 2047 positions in one and 1000"),
+])
+def test_refuses_reports_that_do_not_pair(change, message):
+    base = _kl(6)
+    a = make_report(base, DOMAINS)
+    b = make_report(base, DOMAINS, **change)
+    with pytest.raises(BadInput, match=message) as err:
+        paired_diff(a, b, noise=None, path_a="A.json", path_b="B.json")
+    assert "\n" not in str(err.value) and "A.json" in str(err.value)
+
+
+def test_refuses_different_domains_and_missing_per_window_values():
+    base = _kl(7)
+    doms = list(DOMAINS)
+    doms[3] = "code"
+    with pytest.raises(BadInput, match="window 3 is 'prose' in one and 'code'"):
+        paired_diff(make_report(base, DOMAINS), make_report(base, doms), noise=None)
+    bare = make_report(base, DOMAINS, fmt="original")
+    del bare["per_window"]
+    with pytest.raises(BadInput, match="no per-window values"):
+        paired_diff(bare, make_report(base, DOMAINS), noise=None, path_a="old.json")
+    broken = make_report(base, DOMAINS)
+    broken["per_window_arrays"]["kl_mean"][4] = None
+    with pytest.raises(BadInput, match="window 4 kl_mean is not a finite number"):
+        paired_diff(broken, make_report(base, DOMAINS), noise=None)
+
+
+def test_measured_floor_round_trip_and_per_window_thresholds(tmp_path):
+    kl = np.full(32, 0.002)
+    kl[:16] = 0.001  # prose windows are quieter
+    rev = kl * 1.1
+    fwd = make_report(kl, DOMAINS, reverse=rev, reference_dir="/runs/r1", candidate_dir="/runs/r2")
+    floor = floor_from_reports(fwd, None, source="test")
+    assert floor.kl_mean == pytest.approx(0.0015) and floor.kl_reverse_mean == pytest.approx(0.00165)
+    assert floor.threshold == pytest.approx(0.00165)
+    assert floor.threshold_for(range(16)) == pytest.approx(0.0011)
+    assert floor.threshold_for([0, 99]) == floor.threshold  # not covered: the overall threshold
+    path = tmp_path / "floor.json"
+    save_floor(path, floor)
+    loaded = load_floor(path)
+    assert loaded.per_window == floor.per_window and loaded.per_window_reverse == floor.per_window_reverse
+    assert loaded.threshold == floor.threshold and loaded.suite_token_hash_sha256 == SUITE_HASH
+    assert loaded.run1 == "/runs/r1" and loaded.kind == "measured"
+    # a reverse report of the other direction
+    back = make_report(rev, DOMAINS, reference_dir="/runs/r2", candidate_dir="/runs/r1")
+    both = floor_from_reports(make_report(kl, DOMAINS, reference_dir="/runs/r1", candidate_dir="/runs/r2"),
+                              back, source="two reports")
+    assert both.kl_reverse_mean == pytest.approx(0.00165)
+    not_back = make_report(rev, DOMAINS, reference_dir="/runs/r1", candidate_dir="/runs/r3")
+    with pytest.raises(BadInput, match="is not the reverse of"):
+        floor_from_reports(fwd, not_back, source="x")
+
+
+def test_domain_verdicts_use_the_measured_per_window_floor():
+    base = _kl(8)
+    quiet = np.where(np.array(DOMAINS) == "prose", 0.0005, 0.01)
+    floor = floor_from_reports(make_report(quiet, DOMAINS), None, source="measured")
+    res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
+                      make_report(base + 0.002, DOMAINS, candidate_dir="/r/b"), samples=500, noise=floor)
+    assert res.domains["prose"].noise_threshold == pytest.approx(0.0005)
+    assert res.domains["prose"].outcome == "a_closer"
+    assert res.domains["code"].outcome == "within_noise"
+    assert res.noise_floor["kind"] == "measured"
+
+
+def test_floor_files_are_checked(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    with pytest.raises(BadInput, match="not a kldtui noise floor"):
+        load_floor(bad)
+    with pytest.raises(BadInput, match="not found"):
+        load_floor(tmp_path / "missing.json")
+    path = tmp_path / "f.json"
+    save_floor(path, floor_from_reports(make_report(_kl(9), DOMAINS), None, source="x"))
+    with pytest.raises(BadInput, match="measured on suite 555555555555"):
+        resolve_floor(path, "6" * 64)
+    assert resolve_floor(path, SUITE_HASH).kind == "measured"
+    assert resolve_floor(None, PUBLISHED_SUITE_HASH) == published_floor()
+    assert resolve_floor(None, SUITE_HASH) is None
+    doc = json.loads(path.read_text())
+    doc["threshold"] = -1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="'threshold' must be a non-negative number"):
+        load_floor(path)
+
+
+def test_leaderboard_ranks_and_marks_ties():
+    base = _kl(10)
+    rng = np.random.default_rng(11)
+    reports = {
+        "mid": base * 1.4,
+        "best": base,
+        "twin": base * np.exp(rng.normal(0, 0.15, 32)),  # same mean in distribution: tied with best
+        "worst": base * 2.5,
+    }
+    board = build_leaderboard(
+        [make_report(v, DOMAINS, candidate_dir=f"/runs/{k}") for k, v in reports.items()],
+        samples=2000, seed=1, noise=None)
+    names = [r.name for r in board.rows]
+    assert names[0] in ("best", "twin") and names[-2:] == ["mid", "worst"]
+    by = {r.name: r for r in board.rows}
+    other_of_pair = "twin" if names[0] == "best" else "best"
+    assert by[names[0]].is_best and by[names[0]].mark == "best" and by[names[0]].diff_vs_best is None
+    assert by[other_of_pair].tied_with_best and by[other_of_pair].mark == "tied"
+    assert not by["mid"].tied_with_best and not by["worst"].tied_with_best
+    assert [r.rank for r in board.rows] == [1, 2, 3, 4]
+    iv = bootstrap_mean(reports["mid"], draw_indices(32, 2000, 1))
+    assert (by["mid"].mean, by["mid"].ci_low, by["mid"].ci_high) == (iv.estimate, iv.ci95_low, iv.ci95_high)
+    d, _ = paired_bootstrap(reports[names[0]], reports["mid"], draw_indices(32, 2000, 1))
+    assert by["mid"].diff_vs_best == d
+    doc = board.to_dict()
+    json.dumps(doc, allow_nan=False)
+    assert doc["rows"][0]["is_best"] and "without a multiple-comparison correction" in " ".join(doc["notes"])
+
+
+def test_leaderboard_uses_floor_for_ties_and_refuses_mixed_suites():
+    base = _kl(12)
+    a = make_report(base, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/a")
+    b = make_report(base + 0.002, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/b")
+    board = build_leaderboard([a, b], samples=500)
+    assert board.rows[1].tied_with_best and board.rows[1].outcome_vs_best == "within_noise"
+    assert "published default" in board.noise_source
+    assert not build_leaderboard([a, b], samples=500, noise=None).rows[1].tied_with_best
+    with pytest.raises(BadInput, match="different suites"):
+        build_leaderboard([a, make_report(base, DOMAINS)], paths=["a.json", "c.json"])
+
+
+def test_duplicate_candidate_names_are_told_apart(tmp_path):
+    base = _kl(13)
+    pa = write_report(tmp_path / "first.json", make_report(base, DOMAINS, candidate_dir="/x/cand"))
+    pb = write_report(tmp_path / "second.json", make_report(base * 2, DOMAINS, candidate_dir="/y/cand"))
+    from kldtui.decide.leaderboard import leaderboard_from_files
+
+    board = leaderboard_from_files([pa, pb], samples=200)
+    assert [r.name for r in board.rows] == ["cand (first.json)", "cand (second.json)"]
