@@ -314,6 +314,9 @@ class _HubDownloader:
         self.cancel = cancel
         endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
         self.endpoint: str | None = endpoint or None
+        # An explicit HF_TOKEN is always sent (even with HF_HUB_DISABLE_IMPLICIT_TOKEN); without it the
+        # library's own rules apply (a token saved by `hf auth login`).
+        self.token: str | None = os.environ.get("HF_TOKEN", "").strip() or None
         self.commit: str | None = None
         self.fetched_paths: list[str] = []
         self.bytes_fetched = 0
@@ -367,7 +370,7 @@ class _HubDownloader:
         url = hf_hub_url(self.repo_id, SUITE_MANIFEST, repo_type=REPO_TYPE, revision=self.revision,
                          endpoint=self.endpoint)
         try:
-            meta = get_hf_file_metadata(url, endpoint=self.endpoint, retry_on_errors=True)
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=True)
         except Exception as exc:  # noqa: BLE001 - translated to one line
             raise self._translate(exc, SUITE_MANIFEST) from None
         if not meta.commit_hash:
@@ -389,7 +392,8 @@ class _HubDownloader:
             self.check()
             try:
                 hf_hub_download(self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit,
-                                local_dir=self.root, endpoint=self.endpoint, tqdm_class=tqdm_class)
+                                local_dir=self.root, endpoint=self.endpoint, token=self.token,
+                                tqdm_class=tqdm_class)
             except Exception as exc:  # noqa: BLE001 - translated to one line
                 raise self._translate(exc, path) from None
             with lock:
@@ -453,7 +457,7 @@ class _HubDownloader:
         url = hf_hub_url(self.repo_id, repo_path, repo_type=REPO_TYPE, revision=self.commit,
                          endpoint=self.endpoint)
         try:
-            meta = get_hf_file_metadata(url, endpoint=self.endpoint, retry_on_errors=True)
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=True)
         except Exception as exc:  # noqa: BLE001 - translated to one line
             raise self._translate(exc, repo_path) from None
         if meta.size is not None and meta.size != entry.size_bytes:
@@ -509,7 +513,7 @@ class _HubDownloader:
         if resume:
             self.emit(Notice(STAGE, f"{name}: resuming at {_fmt_bytes(resume)} of {_fmt_bytes(size)}"))
         meter.start_file(name, resume, size)
-        headers = build_hf_headers()
+        headers = build_hf_headers(token=self.token)
         if urlsplit(location).netloc != urlsplit(url).netloc:
             headers.pop("authorization", None)  # a CDN's signed URL: the token stays on the Hub
         with open(part, "r+b" if resume else "wb") as handle:
@@ -551,7 +555,8 @@ class _HubDownloader:
         watcher.start()
         try:
             path = hf_hub_download(self.repo_id, repo_path, repo_type=REPO_TYPE, revision=self.commit,
-                                   local_dir=staging, endpoint=self.endpoint, tqdm_class=_silent_tqdm())
+                                   local_dir=staging, endpoint=self.endpoint, token=self.token,
+                                   tqdm_class=_silent_tqdm())
         finally:
             stop.set()
             watcher.join()
