@@ -1,0 +1,95 @@
+"""``kldtui diff``, ``kldtui leaderboard`` and ``kldtui noise`` (from reports) end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from kldtui.cli import main
+from kldtui.decide import PUBLISHED_SUITE_HASH, load_floor
+from tests.fixtures_decide import make_report, suite_domains, write_report
+
+DOMAINS = suite_domains(32)
+
+
+def _base(seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).gamma(4.0, 0.0025, 32)
+
+
+def test_diff_prints_table_and_verdict_and_writes_json(tmp_path, capsys):
+    base = _base()
+    a = write_report(tmp_path / "a.json", make_report(base, DOMAINS, candidate_dir="/runs/q4"))
+    b = write_report(tmp_path / "b.json", make_report(base * 1.5, DOMAINS, candidate_dir="/runs/q3"))
+    out_json = tmp_path / "diff.json"
+    code = main(["diff", str(a), str(b), "--bootstrap-samples", "1000", "--json", str(out_json),
+                 "--per-window"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "noise floor used: no noise floor" in out
+    lines = out.splitlines()
+    assert any(line.startswith("all ") and line.rstrip().endswith("yes") for line in lines)
+    assert any(line.startswith("code ") for line in lines)
+    assert lines[-2].startswith("verdict: q4 is closer to the reference than q3 by ")
+    doc = json.loads(out_json.read_text())
+    assert doc["overall"]["outcome"] == "a_closer" and doc["bootstrap_samples"] == 1000
+    assert len(doc["per_window"]["difference"]) == 32
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
+    base = _base(2)
+    pa = write_report(tmp_path / "a.json", make_report(base, DOMAINS, candidate_dir="/r/a"))
+    pb = write_report(tmp_path / "b.json", make_report(base + 0.002, DOMAINS, candidate_dir="/r/b"))
+    repeat = make_report(np.full(32, 0.003), DOMAINS, reference_dir="/r/run1", candidate_dir="/r/run2")
+    rep = write_report(tmp_path / "repeat.json", repeat)
+    floor = tmp_path / "floor.json"
+    assert main(["noise", str(rep), "--output", str(floor)]) == 0
+    assert "threshold 0.003" in capsys.readouterr().out
+    assert load_floor(floor).per_window[5] == 0.003
+    assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(floor)]) == 0
+    out = capsys.readouterr().out
+    assert f"noise floor used: noise floor 0.003 (measured: report {rep})" in out
+    assert "verdict: a and b are not distinguishable from runtime noise" in out
+    assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--no-noise-floor"]) == 0
+    assert "verdict: a is closer" in capsys.readouterr().out
+
+
+def test_diff_refusal_is_one_line_exit_2(tmp_path, capsys):
+    base = _base(3)
+    pa = write_report(tmp_path / "a.json", make_report(base, DOMAINS))
+    pb = write_report(tmp_path / "b.json", make_report(base, DOMAINS, suite_hash="9" * 64))
+    assert main(["diff", str(pa), str(pb)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different suites" in err and "Traceback" not in err
+    (tmp_path / "junk.json").write_text("{not json")
+    assert main(["diff", str(pa), str(tmp_path / "junk.json")]) == 2
+    assert "junk.json" in capsys.readouterr().err
+
+
+def test_leaderboard_text_and_json(tmp_path, capsys):
+    base = _base(4)
+    paths = []
+    for name, scale in (("mid", 1.4), ("best", 1.0), ("worst", 2.5)):
+        paths.append(str(write_report(tmp_path / f"{name}.json", make_report(
+            base * scale, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir=f"/runs/{name}"))))
+    out_json = tmp_path / "board.json"
+    assert main(["leaderboard", *paths, "--bootstrap-samples", "500", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["#", "candidate"]
+    assert lines[1].split()[:2] == ["1", "best"] and lines[1].rstrip().endswith("best")
+    assert lines[2].split()[:2] == ["2", "mid"] and lines[3].split()[:2] == ["3", "worst"]
+    assert "published default for the Kimi K3 suite" in out
+    doc = json.loads(out_json.read_text())
+    assert [r["name"] for r in doc["rows"]] == ["best", "mid", "worst"]
+    assert doc["noise_floor"]["threshold"] == 0.004
+
+
+def test_noise_refuses_mixed_inputs(tmp_path, capsys):
+    rep = write_report(tmp_path / "r.json", make_report(np.full(4, 0.003), DOMAINS[:4]))
+    assert main(["noise", str(rep), "--output", str(tmp_path / "f.json"), "--report", "x.json"]) == 2
+    assert "apply to two run folders only" in capsys.readouterr().err
+    assert main(["noise", str(tmp_path), "--output", str(tmp_path / "f.json")]) == 2
+    assert "give RUN2" in capsys.readouterr().err
+    assert not (tmp_path / "f.json").exists()
