@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -117,12 +118,16 @@ class ScriptedPipeline:
         self.resume = threading.Event()
         self.paused = threading.Event()
         self.report_path = report_path
-        self.server_running = False
+        self.server: object | None = None  # like Pipeline.server: set while our server runs
+        self.base_url: str | None = None
         self.stopped_server = False
         self.calls: list[str] = []
 
     def window_list(self) -> list[tuple[int, str]]:
         return [(w, DOMAINS[w % len(DOMAINS)]) for w in range(self.n)]
+
+    def windows(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(index=w, domain=d) for w, d in self.window_list()]
 
     def reference(self) -> None:
         self.calls.append("reference")
@@ -139,7 +144,8 @@ class ScriptedPipeline:
                      "WARNING prefix caching is off (required for capture)", "INFO Uvicorn running"):
             self.emit(LogLine("server", line=line, level="warning" if line.startswith("WARN") else "info"))
         self.emit(ServerReady("server", url="http://127.0.0.1:8123", served_model_name="tiny", pid=4242))
-        self.server_running = True
+        self.server = object()
+        self.base_url = "http://127.0.0.1:8123"
         self.emit(StageFinished("server", summary="ready", figures={"url": "http://127.0.0.1:8123"}))
 
     def capture(self) -> None:
@@ -198,5 +204,6 @@ class ScriptedPipeline:
 
     def stop_server(self) -> None:
         self.calls.append("stop_server")
-        self.server_running = False
+        self.server = None
+        self.base_url = None
         self.stopped_server = True
