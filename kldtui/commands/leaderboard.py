@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
 
 
-def _cells(board: Any) -> list[list[str]]:
+def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
     from kldtui.decide.leaderboard import interval_bar
 
     lo = min(r.ci_low for r in board.rows)
@@ -33,7 +33,7 @@ def _cells(board: Any) -> list[list[str]]:
     for r in board.rows:
         vs = "-" if r.diff_vs_best is None else f"+{r.diff_vs_best.text()}".replace("+-", "-")
         out.append([str(r.rank), r.name, f"{r.mean:.4g}", f"[{r.ci_low:.4g}, {r.ci_high:.4g}]",
-                    interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi), vs, r.mark])
+                    interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi, bar_width), vs, r.mark])
     return out
 
 
@@ -54,19 +54,33 @@ def _footer(board: Any) -> list[str]:
 
 
 def print_rich(board: Any) -> None:
+    """A rich table; the interval bar shrinks (or goes) on a narrow terminal, and below that the
+    plain layout is printed."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="leaderboard: KL(reference || candidate), lower is closer")
-    for h in HEADERS:
-        table.add_column(h, justify="right" if h in ("#", "mean KL") else "left")
-    for row in _cells(board):
-        style = "bold green" if row[-1] == "best" else ("yellow" if row[-1] == "tied" else None)
-        table.add_row(*row, style=style)
     console = Console()
+    cells = _cells(board, 24)
+    widths = [max(len(row[i]) for row in [HEADERS] + cells) + 3 for i in range(len(HEADERS))]
+    base = sum(widths) - widths[4] + 1  # each column: text, 2 padding, 1 border; plus the last border
+    columns = list(range(len(HEADERS)))
+    if console.width - base >= 13:
+        cells = _cells(board, min(24, console.width - base - 3))
+    elif console.width >= base:
+        columns.remove(4)
+    else:
+        print(format_plain(board))
+        return
+    table = Table(title="leaderboard: KL(reference || candidate), lower is closer")
+    for i in columns:
+        justify = "right" if HEADERS[i] in ("#", "mean KL") else "left"
+        table.add_column(HEADERS[i], justify=justify, no_wrap=True)
+    for row in cells:
+        style = "bold green" if row[-1] == "best" else ("yellow" if row[-1] == "tied" else None)
+        table.add_row(*(row[i] for i in columns), style=style)
     console.print(table)
     for line in _footer(board):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
