@@ -7,6 +7,8 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     revision = "main"              # Hub revision
     local_dir = "reference"        # the suite folder (suite-manifest.json, tokens/, ref/)
     logits_dir = "ref"             # the reference logits, relative to local_dir
+    capture = "embedded"           # demo only: capture missing reference logits with the
+                                   # embedded server (the candidate's seed and vocab, unperturbed)
 
     [candidate]
     kind = "vllm"                  # "vllm" (launch), "embedded" (built-in CPU server), "attach"
@@ -67,6 +69,7 @@ class ReferenceConfig:
     revision: str | None = None
     local_dir: Path | None = None
     logits_dir: str = "ref"
+    capture: str | None = None  # "embedded": capture missing reference logits (the demo)
 
     @property
     def logits_path(self) -> Path | None:
@@ -223,7 +226,8 @@ def _check_type(where: str, key: str, value: Any, kind: str) -> Any:
 
 # key -> expected TOML type, per section
 _TYPES: dict[str, dict[str, str]] = {
-    "reference": {"repo_id": "str", "revision": "str", "local_dir": "str", "logits_dir": "str"},
+    "reference": {"repo_id": "str", "revision": "str", "local_dir": "str", "logits_dir": "str",
+                  "capture": "str"},
     "candidate": {
         "kind": "str", "model": "str", "served_model_name": "str", "python": "str",
         "launcher": "list[str]", "vllm_args": "list[str]", "env": "table[str]", "host": "str",
@@ -263,6 +267,9 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         parsed[section] = out
 
     ref = parsed["reference"]
+    if ref.get("capture", "embedded") != "embedded":
+        raise BadInput(f"{where}: [reference] capture can only be 'embedded' (the demo's built-in "
+                       "model); remove it to use a downloaded or local reference")
     if "local_dir" in ref:
         ref["local_dir"] = _resolve(base_dir, ref["local_dir"])
     cand = parsed["candidate"]

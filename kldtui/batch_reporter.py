@@ -1,0 +1,239 @@
+"""The headless front end: prints pipeline events and maps how a run ended to an exit code.
+
+:class:`BatchReporter` is an :data:`~kldtui.events.EventSink`. Plain mode writes one line per
+meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
+most one line every ``interval`` seconds, plus the final one). JSONL mode writes every event
+as one JSON object per line (``Event.to_dict``). Both are thread-safe.
+
+:func:`run_headless` runs a job (``job(emit, cancel) -> result``) in a worker thread while the
+main thread handles SIGINT, SIGTERM and SIGHUP: the first signal sets the :class:`Cancel` (the
+stage stops at its next safe point and the server is stopped); if the job has not ended after
+``grace_s`` seconds the ``on_force_stop`` callback runs (the pipeline stops its server, which
+ends a pending request); a second signal forces it at once. Exit codes: 0 done, 1 failed,
+2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from kldtui.errors import BadInput, Interrupted, KldError
+from kldtui.events import (
+    Cancel,
+    Event,
+    EventSink,
+    LogLine,
+    Notice,
+    Progress,
+    ResultReady,
+    ServerReady,
+    StageFailed,
+    StageFinished,
+    StageStarted,
+    WindowState,
+)
+
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+_PRINTED_WINDOW_STATES = ("captured", "finalized", "compared", "failed")
+
+
+def _fmt_num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "?"
+    if unit in ("B", "bytes"):
+        for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if abs(value) < 1024 or suffix == "TiB":
+                return f"{value:.1f} {suffix}" if suffix != "B" else f"{value:.0f} B"
+            value /= 1024
+    if float(value).is_integer():
+        return f"{int(value)}"
+    return f"{value:.3g}"
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f", ETA {seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f", ETA {seconds // 60}m{seconds % 60:02d}s"
+    return f", ETA {seconds}s"
+
+
+class BatchReporter:
+    """Prints events as plain lines (``jsonl=False``) or JSON lines; see the module docstring."""
+
+    def __init__(self, stream: IO[str] | None = None, *, jsonl: bool = False, interval: float = 2.0,
+                 server_log: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.jsonl = jsonl
+        self.interval = interval
+        self.server_log = server_log
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last_progress: dict[tuple[str, str], float] = {}
+        self.result_path: str | None = None
+        self.failures: list[str] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ResultReady):
+            self.result_path = event.path
+        if isinstance(event, StageFailed):
+            self.failures.append(f"{event.stage}: {event.message}")
+        if self.jsonl:
+            line = json.dumps(event.to_dict(), default=str, sort_keys=True)
+        else:
+            line = self.format(event)
+        if line is None:
+            return
+        with self._lock:
+            try:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def format(self, event: Event) -> str | None:
+        """One plain line for ``event``, or None when it is not worth a line (throttled)."""
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
+        head = f"{stamp} {event.stage}:"
+        if isinstance(event, StageStarted):
+            return f"{head} started{' - ' + event.detail if event.detail else ''}"
+        if isinstance(event, StageFinished):
+            return f"{head} done{' - ' + event.summary if event.summary else ''}"
+        if isinstance(event, StageFailed):
+            return f"{head} FAILED - {event.message}"
+        if isinstance(event, Notice):
+            mark = {"info": "note", "warning": "WARNING", "error": "ERROR"}[event.level]
+            return f"{head} {mark}: {event.text}"
+        if isinstance(event, ServerReady):
+            pid = f" (pid {event.pid})" if event.pid else ""
+            return f"{head} ready at {event.url}, serving {event.served_model_name}{pid}"
+        if isinstance(event, ResultReady):
+            return f"{head} report written to {event.path}" if event.path else None
+        if isinstance(event, WindowState):
+            if event.state not in _PRINTED_WINDOW_STATES:
+                return None
+            extra = ""
+            if "kl" in event.figures and event.figures["kl"] is not None:
+                extra = f", mean KL {event.figures['kl']:.6g}"
+            if "top1" in event.figures:
+                extra += f", top-1 {100 * float(event.figures['top1']):.2f}%"
+            if event.state == "failed" and event.figures.get("error"):
+                extra = f" - {event.figures['error']}"
+            label = f"window {event.window_index:03d}" + (f" ({event.domain})" if event.domain else "")
+            return f"{head} {label} {event.state}{extra}"
+        if isinstance(event, Progress):
+            key = (event.stage, event.task)
+            now = self.clock()
+            final = event.total is not None and event.done >= event.total
+            last = self._last_progress.get(key)
+            if not final and last is not None and now - last < self.interval:
+                return None
+            self._last_progress[key] = now
+            unit = event.unit
+            is_bytes = unit in ("B", "bytes")
+            total = f"/{_fmt_num(event.total, unit)}" if event.total is not None else ""
+            pct = (f" ({100 * event.done / event.total:.0f}%)"
+                   if event.total else "")
+            rate = (f", {_fmt_num(event.rate, unit)}{'/s' if is_bytes else f' {unit}/s'}"
+                    if event.rate else "")
+            shown_unit = "" if is_bytes or unit in ("", event.task) else f" {unit}"
+            return (f"{head} {event.task} {_fmt_num(event.done, unit)}{total}{shown_unit}{pct}{rate}"
+                    f"{_fmt_eta(event.eta_s)}")
+        if isinstance(event, LogLine):
+            if event.stage == "server" and not self.server_log and event.level in ("debug", "info"):
+                return None
+            return f"{head} {event.line}"
+        return None
+
+
+def exit_code_for(exc: BaseException | None, cancel: Cancel) -> int:
+    if exc is None:
+        return EXIT_DONE
+    if isinstance(exc, BadInput):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, Interrupted | KeyboardInterrupt) or cancel.is_set() and not _early_abort(cancel):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, KldError):
+        return exc.exit_code
+    return EXIT_FAILED
+
+
+def _early_abort(cancel: Cancel) -> bool:
+    return cancel.reason.startswith("early abort")
+
+
+def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporter, *,
+                 on_force_stop: Callable[[], None] | None = None, grace_s: float = 10.0,
+                 err: IO[str] | None = None) -> int:
+    """Run ``job`` with signal handling; print the outcome in one line; return the exit code."""
+    err = err if err is not None else sys.stderr
+    cancel = Cancel()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = job(reporter, cancel)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="kldtui-batch", daemon=True)
+    signals_seen: list[int] = []
+    forced = threading.Event()
+
+    def force() -> None:
+        if on_force_stop is not None and not forced.is_set():
+            forced.set()
+            with contextlib.suppress(Exception):
+                on_force_stop()
+
+    def handler(signum: int, frame: object) -> None:
+        signals_seen.append(signum)
+        name = signal.Signals(signum).name
+        if not cancel.is_set():
+            cancel.set(f"interrupted by {name}")
+            reporter(Notice("run", f"{name} received: stopping (the server is stopped, finished "
+                            "windows are kept; run again to resume)", level="warning"))
+        elif len(signals_seen) > 1:
+            force()
+
+    previous: dict[int, Any] = {}
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        worker.start()
+        deadline: float | None = None
+        while worker.is_alive():
+            worker.join(timeout=0.1)
+            if cancel.is_set() and not _early_abort(cancel):
+                if deadline is None:
+                    deadline = time.monotonic() + grace_s
+                elif time.monotonic() > deadline:
+                    force()
+    finally:
+        if on_main:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+    error = box.get("error")
+    code = exit_code_for(error, cancel)
+    if code == EXIT_INTERRUPTED:
+        message = cancel.reason if cancel.is_set() else "interrupted"
+        print(f"kldtui: interrupted ({message}); state is kept, run the same command again to resume",
+              file=err)
+    elif error is not None:
+        if isinstance(error, KldError):
+            print(f"kldtui: error: {error}", file=err)
+        else:
+            print(f"kldtui: internal error: {type(error).__name__}: {error}", file=err)
+    return code

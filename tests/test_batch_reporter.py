@@ -1,0 +1,150 @@
+"""The headless reporter: plain lines (throttled, no cursor movement), JSONL, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from kldtui.batch_reporter import BatchReporter, run_headless
+from kldtui.errors import BadInput, StageFailed
+from kldtui.events import (
+    LogLine,
+    Notice,
+    Progress,
+    ResultReady,
+    StageFinished,
+    StageStarted,
+    WindowState,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
+    out = io.StringIO()
+    clock = FakeClock()
+    rep = BatchReporter(out, interval=2.0, clock=clock)
+    rep(StageStarted("capture", detail="4 windows"))
+    for i in range(10):  # ten updates in one second: one line, plus the final one
+        clock.now = i * 0.1
+        rep(Progress("capture", "tokens", i * 100, 1000, "tokens", rate=500.0, eta_s=90))
+    rep(Progress("capture", "window 000 rows", 5, 10, "rows"))  # another task is not throttled
+    clock.now = 5.0
+    rep(Progress("capture", "tokens", 1000, 1000, "tokens"))
+    rep(Progress("finalize", "window 000", 3 * 1024 * 1024, 4 * 1024 * 1024, "bytes",
+                 rate=100 * 1024 * 1024))
+    rep(WindowState("compare", 3, "compared", domain="code", figures={"kl": 0.0123, "top1": 0.98}))
+    rep(WindowState("capture", 3, "capturing"))  # not worth a line
+    rep(LogLine("server", "INFO: request done"))  # server info lines stay in server.log
+    rep(LogLine("server", "ERROR: out of memory", level="error"))
+    rep(Notice("server", "added --max-num-seqs 1"))
+    rep(StageFinished("capture", summary="4 captured"))
+    lines = out.getvalue().splitlines()
+    body = [line.split(" ", 1)[1] for line in lines]  # drop the time stamp
+    assert body == [
+        "capture: started - 4 windows",
+        "capture: tokens 0/1000 (0%), 500 tokens/s, ETA 1m30s",
+        "capture: window 000 rows 5/10 rows (50%)",
+        "capture: tokens 1000/1000 (100%)",
+        "finalize: window 000 3.0 MiB/4.0 MiB (75%), 100.0 MiB/s",
+        "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00%",
+        "server: ERROR: out of memory",
+        "server: note: added --max-num-seqs 1",
+        "capture: done - 4 captured",
+    ]
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+
+
+def test_jsonl_writes_every_event_as_one_object() -> None:
+    out = io.StringIO()
+    rep = BatchReporter(out, jsonl=True)
+    events = [StageStarted("capture"), Progress("capture", "tokens", 1, 2, "tokens"),
+              WindowState("compare", 0, "compared", figures={"kl": 0.5}),
+              ResultReady("compare", path="/x/comparison.json", report={"windows": 1})]
+    for e in events:
+        rep(e)
+    docs = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [d["event"] for d in docs] == ["StageStarted", "Progress", "WindowState", "ResultReady"]
+    assert docs[2]["figures"] == {"kl": 0.5} and docs[2]["window_index"] == 0
+    assert rep.result_path == "/x/comparison.json"
+
+
+def test_exit_codes() -> None:
+    err = io.StringIO()
+    rep = BatchReporter(io.StringIO())
+    assert run_headless(lambda emit, cancel: "ok", rep, err=err) == 0
+
+    def bad(emit, cancel):  # type: ignore[no-untyped-def]
+        raise BadInput("profile.toml: [run] nope")
+
+    def failed(emit, cancel):  # type: ignore[no-untyped-def]
+        raise StageFailed("window 003: server died")
+
+    def broken(emit, cancel):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("bug")
+
+    assert run_headless(bad, rep, err=err) == 2
+    assert run_headless(failed, rep, err=err) == 1
+    assert run_headless(broken, rep, err=err) == 1
+    text = err.getvalue()
+    assert "kldtui: error: profile.toml: [run] nope" in text
+    assert "kldtui: error: window 003: server died" in text
+    assert "internal error: ZeroDivisionError" in text
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signals_set_cancel_and_exit_130(sig: signal.Signals) -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    seen: list[str] = []
+    started = threading.Event()
+
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        started.set()
+        while not cancel.wait(0.05):
+            pass
+        seen.append(cancel.reason)
+        cancel.check()
+
+    def send() -> None:
+        started.wait(10)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=send, daemon=True).start()
+    err = io.StringIO()
+    out = io.StringIO()
+    assert run_headless(job, BatchReporter(out), err=err) == 130
+    assert seen == [f"interrupted by {sig.name}"]
+    assert "run the same command again to resume" in err.getvalue()
+    assert f"{sig.name} received" in out.getvalue()
+    assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
+
+
+def test_a_stuck_job_is_force_stopped_after_the_grace_period() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        started.set()
+        release.wait(60)  # ignores cancel, like a request blocked on a server
+        raise StageFailed("the server went away")
+
+    def send() -> None:
+        started.wait(10)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=send, daemon=True).start()
+    code = run_headless(job, BatchReporter(io.StringIO()), on_force_stop=release.set, grace_s=0.2,
+                        err=io.StringIO())
+    assert code == 130
+    assert release.is_set()
