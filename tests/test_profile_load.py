@@ -122,3 +122,18 @@ def test_embedded_argv(tmp_path: Path) -> None:
     assert flags == {"--port": "4567", "--host": "127.0.0.1", "--served-model-name": "tiny",
                      "--model-seed": "3", "--vocab-size": "512", "--perturb": "0.05",
                      "--max-num-batched-tokens": "256", "--max-num-seqs": "1"}
+
+
+def test_demo_example_is_the_profile_the_demo_writes() -> None:
+    from kldtui.demo import PROFILE_TEXT
+
+    assert (EXAMPLES / "demo.toml").read_text() == PROFILE_TEXT
+    profile = load_profile(EXAMPLES / "demo.toml")
+    assert profile.reference.capture == "embedded"
+    assert profile.candidate.kind == "embedded" and profile.candidate.perturb > 0
+    assert profile.run.workdir == EXAMPLES
+
+
+def test_reference_capture_only_embedded(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="capture can only be 'embedded'"):
+        load_profile(write(tmp_path, EMB + '[reference]\ncapture = "vllm"\n'))
