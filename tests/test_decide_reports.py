@@ -236,3 +236,14 @@ def test_duplicate_candidate_names_are_told_apart(tmp_path):
 
     board = leaderboard_from_files([pa, pb], samples=200)
     assert [r.name for r in board.rows] == ["cand (first.json)", "cand (second.json)"]
+
+
+def test_single_report_board_and_bad_bootstrap_settings():
+    board = build_leaderboard([make_report(_kl(14), DOMAINS)], samples=100)
+    assert len(board.rows) == 1 and board.rows[0].is_best and board.rows[0].ci_low < board.rows[0].mean
+    with pytest.raises(BadInput, match="--bootstrap-samples must be at least 2"):
+        build_leaderboard([make_report(_kl(14), DOMAINS)], samples=1)
+    with pytest.raises(BadInput, match="--seed must be a non-negative integer"):
+        paired_diff(make_report(_kl(14), DOMAINS), make_report(_kl(15), DOMAINS), seed=-1)
+    with pytest.raises(BadInput, match="no reports to rank"):
+        build_leaderboard([])
