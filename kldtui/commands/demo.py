@@ -1,0 +1,49 @@
+"""``kldtui demo``: the whole pipeline on a tiny built-in suite and model (no GPU, no network)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "the whole pipeline on a tiny built-in suite and model: no GPU and no network needed"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", default="kldtui-demo",
+                        help="where the demo's suite, captures and report go (default ./kldtui-demo); "
+                        "run again with the same folder to resume")
+    parser.add_argument("--batch", action="store_true",
+                        help="no dashboard: progress lines, then the summary; the report is "
+                        "WORKDIR/comparison.json")
+    parser.add_argument("--jsonl", action="store_true", help="with --batch: one JSON event per line")
+    parser.add_argument("--server-log", action="store_true", help="with --batch: print server log lines")
+    parser.add_argument("--interval", type=float, default=2.0,
+                        help="with --batch: seconds between progress lines of one task (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kldtui.commands.run import run_batch_job
+
+    if not args.batch and sys.stdin.isatty() and sys.stdout.isatty():
+        try:
+            from kldtui.tui.app import run_dashboard
+        except ImportError:
+            run_dashboard = None  # the dashboard is not available: fall back to batch
+        if run_dashboard is not None:
+            return int(run_dashboard(demo_workdir=args.workdir, theme=getattr(args, "theme", None)) or 0)
+
+    from kldtui.demo import prepare_demo
+    from kldtui.pipeline import Pipeline
+
+    profile = prepare_demo(args.workdir)
+    holder: dict[str, Pipeline] = {}
+
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        holder["p"] = Pipeline(profile, emit, cancel)
+        return holder["p"].run_all()
+
+    def force_stop() -> None:
+        if "p" in holder:
+            holder["p"].stop_server(reason="interrupted")
+
+    return run_batch_job(job, args, force_stop)
