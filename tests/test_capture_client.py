@@ -1,0 +1,230 @@
+"""Capture client against the real embedded server (a subprocess on 127.0.0.1), faults included."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.capture import capture_windows, check_chunk_dir, load_records
+from kldtui.embedded.model import TinyModel
+from kldtui.embedded.server import FAULT_ENV
+from kldtui.errors import BadInput, Interrupted, StageFailed
+from kldtui.events import Cancel, Event, Progress, WindowState
+from kldtui.safetensors_io import RowReader
+from kldtui.server import ServerProcess
+from kldtui.suite import Suite
+from kldtui.suite_writer import write_suite
+
+NAME = "tiny"
+
+
+def make_suite(root: Path, windows: int, tokens: int, vocab: int, seed: int = 0) -> Suite:
+    rng = np.random.default_rng(seed)
+    domains = ["prose", "code", "instruction"]
+    return write_suite(root, [(domains[i % 3], rng.integers(0, vocab, tokens).tolist())
+                              for i in range(windows)])
+
+
+@contextmanager
+def embedded(tmp_path: Path, label: str, *, vocab: int = 64, batched: int = 128,
+             fault: str | None = None, extra: list[str] | None = None,
+             wrapper: str | None = None, api_key: str | None = None) -> Iterator[ServerProcess]:
+    """A running embedded server with a fresh capture folder, stopped afterwards."""
+    args = ["-m", "kldtui.embedded"] if wrapper is None else ["-c", wrapper]
+    argv = [sys.executable, *args, "--port", "0", "--served-model-name", NAME, "--vocab-size",
+            str(vocab), "--max-num-batched-tokens", str(batched), "--max-num-seqs", "1",
+            *(extra or [])]
+    env = {FAULT_ENV: fault} if fault else {}
+    server = ServerProcess(argv, capture_dir=tmp_path / f"server-{label}", served_model_name=NAME,
+                           env=env, stop_timeouts=(5.0, 3.0, 2.0), api_key=api_key)
+    with server:
+        server.wait_ready(timeout=60)
+        yield server
+
+
+def run_capture(suite: Suite, server: ServerProcess, work: Path, **kwargs: object) -> list:
+    windows = kwargs.pop("windows", None) or list(suite.windows)
+    return capture_windows(suite, windows, base_url=server.base_url, served_model_name=NAME,
+                           server_capture_dir=server.capture_dir, run_dir=work / "run1",
+                           records_path=work / "capture-run1.json", server_alive=server.alive,
+                           **kwargs)  # type: ignore[arg-type]
+
+
+def read_rows(folder: Path) -> np.ndarray:
+    parts = []
+    for name in sorted(os.listdir(folder)):
+        with RowReader(folder / name) as r:
+            parts.append(r.read(0, r.rows))
+    return np.concatenate(parts)
+
+
+def test_capture_moves_checks_records_and_resumes(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=2, tokens=300, vocab=64)
+    work = tmp_path / "capture"
+    events: list[Event] = []
+    seen: list[int] = []
+    with embedded(tmp_path, "a") as server:
+        records = run_capture(suite, server, work, emit=events.append, expected_vocab=64,
+                              on_window_captured=lambda w, r: seen.append(w.index))
+        assert [r.window_index for r in records] == [0, 1]
+        assert seen == [0, 1]
+        assert os.listdir(server.capture_dir) == []  # both request folders were moved
+        doc = json.loads((work / "capture-run1.json").read_text())
+        assert [d["window_index"] for d in doc] == [0, 1]
+        for d, w in zip(doc, suite.windows, strict=True):
+            assert {"window_index", "domain", "prompt_tokens", "request_id", "elapsed_seconds", "usage",
+                    "finish_reason", "chunk_dir", "chunks"} <= set(d)
+            assert d["prompt_tokens"] == 300 and d["usage"]["prompt_tokens"] == 300
+            assert d["request_id"].startswith("cmpl-kldtui-run1-w00")
+            assert d["request_folder"].startswith(d["request_id"] + "-0-")
+            assert Path(d["chunk_dir"]) == (work / "run1" / w.chunk_dir_name).resolve()
+            # 128-token prefill chunks: rows [0,128) [128,256) [256,299)
+            assert d["chunks"] == ["logits.rows-000000-000128.safetensors",
+                                   "logits.rows-000128-000256.safetensors",
+                                   "logits.rows-000256-000299.safetensors"]
+            # the captured logits are the model's own prompt logits
+            ids = suite.load_tokens(w)
+            model = TinyModel(64, seed=0)
+            want = model.logits(model.hidden(ids)[:-1])
+            np.testing.assert_allclose(read_rows(Path(d["chunk_dir"])), want, rtol=1e-5, atol=1e-5)
+        states = [(e.window_index, e.state) for e in events if isinstance(e, WindowState)]
+        assert states == [(0, "capturing"), (0, "captured"), (1, "capturing"), (1, "captured")]
+        tokens = [e for e in events if isinstance(e, Progress) and e.task == "tokens"]
+        assert tokens[-1].done == 600 and tokens[-1].total == 600 and tokens[-1].rate
+
+        before = (work / "capture-run1.json").read_bytes()
+        events.clear()
+        again = run_capture(suite, server, work, emit=events.append)
+        assert [r.request_id for r in again] == [r.request_id for r in records]
+        assert (work / "capture-run1.json").read_bytes() == before  # nothing recaptured
+        assert os.listdir(server.capture_dir) == []  # and no request was sent
+        skipped = [e for e in events if isinstance(e, WindowState)]
+        assert [(e.state, e.figures.get("skipped")) for e in skipped] == [("captured", True)] * 2
+
+        # a recorded window whose chunks vanished is reported, not silently recaptured
+        victim = work / "run1" / suite.windows[1].chunk_dir_name / records[1].chunks[-1]
+        victim.unlink()
+        with pytest.raises(BadInput, match=r"window 001 .* recorded as captured .* rows 0\.\.256"):
+            run_capture(suite, server, work)
+
+
+def test_capture_2048_token_window_in_256_row_chunks(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=2048, vocab=4096)
+    events: list[Event] = []
+    with embedded(tmp_path, "a", vocab=4096, batched=256) as server:
+        (record,) = run_capture(suite, server, tmp_path / "capture", emit=events.append)
+    starts = list(range(0, 2048, 256))
+    assert record.chunks == [f"logits.rows-{s:06d}-{min(s + 256, 2047):06d}.safetensors" for s in starts]
+    checked = check_chunk_dir(record.chunk_dir, suite.windows[0], expected_vocab=4096, check_values=True)
+    assert checked.rows == 2047 and checked.vocab_size == 4096
+
+
+def test_server_killed_mid_window_fails_clearly_and_rerun_resumes(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=2, tokens=600, vocab=64)
+    work = tmp_path / "capture"
+    # window 0 captures 599 rows; window 1 dies after its second 256-row chunk (1111 >= 900)
+    with embedded(tmp_path, "a", batched=256, fault="die-after-rows:900") as server:
+        events: list[Event] = []
+        with pytest.raises(StageFailed, match=r"window 001 .*server stopped.*exit code 3.*"
+                                              r"EngineCore died unexpectedly"):
+            run_capture(suite, server, work, emit=events.append)
+        assert [(e.window_index, e.state) for e in events if isinstance(e, WindowState)][-1] == \
+            (1, "failed")
+    assert sorted(load_records(work / "capture-run1.json")) == [0]
+    assert os.listdir(work / "run1") == [suite.windows[0].chunk_dir_name]
+    assert os.listdir(tmp_path / "server-a") == []  # the half-captured request folder is gone
+    first = load_records(work / "capture-run1.json")[0]
+
+    with embedded(tmp_path, "b", batched=256) as server:
+        records = run_capture(suite, server, work)
+        assert [r.window_index for r in records] == [0, 1]
+        assert records[0].request_id == first.request_id  # window 0 was not recaptured
+        assert os.listdir(server.capture_dir) == []
+
+
+def test_http_errors_show_the_body(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=40, vocab=64)
+    with embedded(tmp_path, "a", fault="http-500") as server:
+        with pytest.raises(StageFailed, match=r"HTTP 500 .*EngineCore encountered an issue"):
+            run_capture(suite, server, tmp_path / "c1")
+    with embedded(tmp_path, "b") as server:
+        with pytest.raises(StageFailed, match=r"HTTP 404 .*The model `other` does not exist"):
+            capture_windows(suite, suite.windows, base_url=server.base_url, served_model_name="other",
+                            server_capture_dir=server.capture_dir, run_dir=tmp_path / "c2" / "r",
+                            records_path=tmp_path / "c2" / "capture-r.json")
+    big = make_suite(tmp_path / "suite-big", windows=1, tokens=40, vocab=1000)
+    with embedded(tmp_path, "c") as server:
+        with pytest.raises(StageFailed, match=r"HTTP 400 .*Token id \d+ is out of vocabulary"):
+            run_capture(big, server, tmp_path / "c3")
+    for work in ("c1", "c3"):
+        assert load_records(tmp_path / work / "capture-run1.json") == {}
+        assert not (tmp_path / work / "run1").exists() or not os.listdir(tmp_path / work / "run1")
+
+
+def test_api_key_is_sent(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=40, vocab=64)
+    with embedded(tmp_path, "a", extra=["--api-key", "s3cret"], api_key="s3cret") as server:
+        with pytest.raises(StageFailed, match=r"HTTP 401 .*Unauthorized"):
+            run_capture(suite, server, tmp_path / "c")
+        (record,) = run_capture(suite, server, tmp_path / "c", api_key="s3cret")
+        assert record.prompt_tokens == 40
+
+
+def test_request_timeout_fails_clearly(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=40, vocab=64)
+    with embedded(tmp_path, "a", fault="sleep:2") as server:
+        with pytest.raises(StageFailed, match=r"window 000 .*no answer .* within 0\.5 s \(request timeout\)"):
+            run_capture(suite, server, tmp_path / "c", request_timeout=0.5)
+    assert load_records(tmp_path / "c" / "capture-run1.json") == {}
+
+
+FSIZE_WRAPPER = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+sys.argv = ["kldtui.embedded"] + sys.argv[1:]
+runpy.run_module("kldtui.embedded", run_name="__main__")
+"""
+
+
+def test_full_disk_while_writing_a_chunk_fails_the_window(tmp_path: Path) -> None:
+    # 128 rows x 64 columns x 4 bytes = 32 KiB per chunk: over the server's 20 kB file-size
+    # limit, so the chunk write fails (EFBIG) the way a full disk does (ENOSPC).
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=300, vocab=64)
+    with embedded(tmp_path, "a", wrapper=FSIZE_WRAPPER) as server:
+        with pytest.raises(StageFailed, match=r"window 000 .*capture hook reported an error.*"
+                                              r"File too large"):
+            run_capture(suite, server, tmp_path / "c")
+        assert os.listdir(server.capture_dir) == []
+    assert load_records(tmp_path / "c" / "capture-run1.json") == {}
+    assert not (tmp_path / "c" / "run1" / suite.windows[0].chunk_dir_name).exists()
+
+
+def test_cancel_during_capture_keeps_records_consistent(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=2, tokens=600, vocab=64)
+    work = tmp_path / "capture"
+    cancel = Cancel()
+    events: list[Event] = []
+
+    def emit(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, Progress) and event.task == "window 001" and event.done > 0:
+            cancel.set("Ctrl-C")
+
+    with embedded(tmp_path, "a", fault="chunk-delay:0.3") as server:
+        with pytest.raises(Interrupted, match="Ctrl-C while capturing window 001"):
+            run_capture(suite, server, work, emit=emit, cancel=cancel)
+        server.stop(reason="interrupted")
+    assert sorted(load_records(work / "capture-run1.json")) == [0]
+    assert os.listdir(work / "run1") == [suite.windows[0].chunk_dir_name]
+    assert [(e.window_index, e.state) for e in events if isinstance(e, WindowState)][-1] == (1, "pending")
+    with embedded(tmp_path, "b") as server:
+        records = run_capture(suite, server, work)
+    assert [r.window_index for r in records] == [0, 1]
