@@ -1,0 +1,61 @@
+"""`kldtui serve --profile`: a real child server, followed until a signal stops it cleanly."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kldtui.demo import prepare_demo
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _dead(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(")") + 2] in "ZX"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_serve_runs_until_a_signal_and_stops_the_server(tmp_path: Path, sig: signal.Signals) -> None:
+    profile = prepare_demo(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "kldtui", "serve", "--profile", str(profile.path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    url = pid = None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if m := re.search(r"ready at (http://\S+), serving demo \(pid (\d+)\)", line):
+            url, pid = m.group(1).rstrip(","), int(m.group(2))
+        if "Ctrl-C stops it" in line:
+            break
+    assert url and pid, "".join(lines)
+    assert [m["id"] for m in httpx.get(f"{url}/v1/models", trust_env=False).json()["data"]] == ["demo"]
+    assert (tmp_path / "capture" / "server-001").is_dir()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    deadline = time.monotonic() + 10
+    while not _dead(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _dead(pid)
+    assert "server stopped" in out + err
+
+
+def test_serve_refuses_attach_profiles(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[candidate]\nkind = "attach"\nurl = "http://127.0.0.1:9"\nserver_capture_dir = "c"\n')
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "serve", "--profile", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "kind = 'attach'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
