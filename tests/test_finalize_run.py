@@ -1,0 +1,193 @@
+"""Finalize: chunks (written by the one chunk writer) merged into logits files + manifest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kldtui.finalize as finalize_mod
+from kldtui.chunks import write_chunk, write_error_marker
+from kldtui.errors import BadInput, Interrupted
+from kldtui.events import Cancel, Event, WindowState
+from kldtui.finalize import finalize_run, finalize_window
+from kldtui.safetensors_io import RowReader, read_header
+from kldtui.suite import Suite, check_manifest_matches_suite, load_logits_manifest, sha256_file
+from kldtui.suite_writer import write_suite
+
+VOCAB = 64
+
+
+def make_run(tmp_path: Path, windows: int = 2, tokens: int = 300, vocab: int = VOCAB,
+             edges: tuple[int, ...] = (0, 100, 256)) -> tuple[Suite, Path, dict[int, np.ndarray]]:
+    """A suite and a capture run folder whose chunks have irregular edges."""
+    rng = np.random.default_rng(3)
+    suite = write_suite(tmp_path / "suite", [("prose" if i % 2 == 0 else "code",
+                                              rng.integers(0, vocab, tokens).tolist())
+                                             for i in range(windows)])
+    run = tmp_path / "capture" / "run1"
+    data = {}
+    for w in suite.windows:
+        logits = rng.standard_normal((tokens - 1, vocab)).astype(np.float32) * 3
+        data[w.index] = logits
+        bounds = [*edges, tokens - 1]
+        request = f"cmpl-w{w.index}-0-abcdef01"
+        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+            write_chunk(tmp_path / "server", request, start, logits[start:end], vocab)
+        run.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "server" / request).rename(run / w.chunk_dir_name)
+    return suite, run, data
+
+
+def test_finalize_run_writes_files_and_manifest(tmp_path: Path) -> None:
+    suite, run, data = make_run(tmp_path)
+    out = tmp_path / "final"
+    runtime = {"vllm_version": "0.32.0", "model": "/models/x", "args": ["--max-num-seqs", "1"]}
+    events: list[Event] = []
+    path = finalize_run(suite, suite.windows, run, out, runtime=runtime, emit=events.append)
+    manifest = load_logits_manifest(path)
+    check_manifest_matches_suite(manifest, suite, suite.windows)
+    assert manifest.runtime == runtime and manifest.vocab_size == VOCAB
+    assert manifest.window_range == (0, 2) and manifest.raw["kind"] == "candidate"
+    for w in suite.windows:
+        entry = manifest.entry(w.index)
+        file = out / entry.file
+        assert entry.sha256 == sha256_file(file) and entry.size_bytes == file.stat().st_size
+        header = read_header(file)
+        assert header.metadata["window_index"] == str(w.index)
+        assert header.metadata["token_ids_json_sha256"] == w.token_ids_json_sha256
+        with RowReader(file) as r:
+            np.testing.assert_array_equal(r.read(0, r.rows), data[w.index])
+    assert sorted(os.listdir(out)) == ["logits_000.safetensors", "logits_001.safetensors", "manifest.json"]
+    states = [(e.window_index, e.state) for e in events if isinstance(e, WindowState)]
+    assert states == [(0, "finalizing"), (0, "finalized"), (1, "finalizing"), (1, "finalized")]
+
+    # rerun: finished files are kept as they are (resumable), with or without the old manifest
+    inode = (out / "logits_000.safetensors").stat().st_ino
+    for drop_manifest in (False, True):
+        if drop_manifest:
+            (out / "manifest.json").unlink()
+        events.clear()
+        again = load_logits_manifest(finalize_run(suite, suite.windows, run, out, runtime=runtime,
+                                                  emit=events.append))
+        assert (out / "logits_000.safetensors").stat().st_ino == inode
+        assert {i: e.sha256 for i, e in again.entries.items()} == \
+            {i: e.sha256 for i, e in manifest.entries.items()}
+        assert all(e.figures.get("skipped") for e in events if isinstance(e, WindowState))
+
+
+def test_windows_finalized_in_two_steps_share_one_manifest(tmp_path: Path) -> None:
+    suite, run, _ = make_run(tmp_path, windows=3)
+    out = tmp_path / "final"
+    finalize_run(suite, suite.windows[:1], run, out, runtime=None)
+    manifest = load_logits_manifest(finalize_run(suite, suite.windows[1:], run, out, runtime=None))
+    assert sorted(manifest.entries) == [0, 1, 2] and manifest.window_range == (0, 3)
+
+
+def test_existing_file_is_never_overwritten_without_force(tmp_path: Path) -> None:
+    suite, run, data = make_run(tmp_path)
+    out = tmp_path / "final"
+    w0, w1 = suite.windows
+    finalize_window(suite, w0, run / w0.chunk_dir_name, out, expected_vocab=VOCAB)
+    # window 1's name now holds window 0's data: it does not match window 1
+    os.link(out / "logits_000.safetensors", out / "logits_001.safetensors")
+    with pytest.raises(BadInput, match=r"logits_001.safetensors: already finalized but does not match "
+                                       r"window 001 .*pass --force"):
+        finalize_window(suite, w1, run / w1.chunk_dir_name, out, expected_vocab=VOCAB)
+    written = finalize_window(suite, w1, run / w1.chunk_dir_name, out, expected_vocab=VOCAB, force=True)
+    assert written.sha256 == sha256_file(out / "logits_001.safetensors")
+    with RowReader(out / "logits_001.safetensors") as r:
+        np.testing.assert_array_equal(r.read(0, r.rows), data[1])
+    with RowReader(out / "logits_000.safetensors") as r:  # the linked file was replaced, not written into
+        np.testing.assert_array_equal(r.read(0, r.rows), data[0])
+
+
+@pytest.mark.parametrize("fault", ["gap", "nan", "marker", "vocab"])
+def test_bad_chunks_leave_no_file(tmp_path: Path, fault: str) -> None:
+    suite, run, data = make_run(tmp_path, windows=1)
+    w = suite.windows[0]
+    folder = run / w.chunk_dir_name
+    if fault == "gap":
+        (folder / "logits.rows-000100-000256.safetensors").unlink()
+        match = r"rows 100\.\.256 are missing"
+    elif fault == "nan":
+        (folder / "logits.rows-000256-000299.safetensors").unlink()
+        bad = data[0][256:].copy()
+        bad[7, 3] = np.nan
+        write_chunk(tmp_path / "server", "cmpl-w0-0-abcdef01", 256, bad, VOCAB)
+        os.rename(tmp_path / "server" / "cmpl-w0-0-abcdef01" / "logits.rows-000256-000299.safetensors",
+                  folder / "logits.rows-000256-000299.safetensors")
+        match = r"non-finite logits \(nan or inf\) at row 263"
+    elif fault == "marker":
+        write_error_marker(run, w.chunk_dir_name, "could not write rows 0-256: No space left on device")
+        match = r"capture hook reported an error: could not write rows 0-256: No space left"
+    else:
+        match = r"vocabulary 64, expected 65 \(--expected-vocab\)"
+    out = tmp_path / "final"
+    with pytest.raises(BadInput, match=match):
+        finalize_window(suite, w, folder, out, expected_vocab=65 if fault == "vocab" else None)
+    assert not out.exists() or os.listdir(out) == []
+
+
+def test_cancel_leaves_no_file(tmp_path: Path) -> None:
+    suite, run, _ = make_run(tmp_path, windows=1)
+    cancel = Cancel()
+
+    def emit(event: Event) -> None:
+        if isinstance(event, WindowState) and event.state == "finalizing":
+            cancel.set()
+
+    out = tmp_path / "final"
+    with pytest.raises(Interrupted):
+        finalize_run(suite, suite.windows, run, out, runtime=None, emit=emit, cancel=cancel)
+    assert os.listdir(out) == []
+
+
+def test_peak_memory_is_about_one_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    suite, run, _ = make_run(tmp_path, windows=1, tokens=2048, vocab=2048, edges=(0, 256, 512, 1024))
+    monkeypatch.setattr(finalize_mod, "BLOCK_BYTES", 1 << 20)
+    window_bytes = 2047 * 2048 * 4  # 16 MiB
+    tracemalloc.start()
+    try:
+        finalize_window(suite, suite.windows[0], run / suite.windows[0].chunk_dir_name, tmp_path / "f",
+                        expected_vocab=None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * (1 << 20) < window_bytes
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from kldtui.errors import KldError
+from kldtui.finalize import finalize_window
+from kldtui.suite import load_suite
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000))
+suite = load_suite(sys.argv[1])
+w = suite.windows[0]
+try:
+    finalize_window(suite, w, Path(sys.argv[2]) / w.chunk_dir_name, Path(sys.argv[3]), expected_vocab=None)
+except KldError as exc:
+    print(type(exc).__name__, exc)
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_full_disk_while_finalizing_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
+    # 299 rows x 64 x 4 bytes = 76 kB: the 40 kB file-size limit makes a write fail mid-file
+    # (EFBIG, as a full disk gives ENOSPC).
+    suite, run, _ = make_run(tmp_path, windows=1)
+    out = tmp_path / "final"
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(suite.root), str(run), str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "StageFailed" in proc.stdout and "writing failed (File too large)" in proc.stdout
+    assert "nothing was published" in proc.stdout
+    assert os.listdir(out) == []
