@@ -357,6 +357,10 @@ class _HubDownloader:
             status = getattr(getattr(exc, "response", None), "status_code", "?")
             return StageFailed(f"{path}: HTTP {status} from {self._where()}; try again later")
         module = type(exc).__module__ or ""
+        if module.startswith(("httpx", "httpcore")) and "Connect" in type(exc).__name__:
+            return StageFailed(f"{path}: cannot reach {self._where()} ({' '.join(str(exc).split())[:200]}); "
+                               "check the network, HF_ENDPOINT and proxies (a complete local folder needs "
+                               "no network)")
         if module.startswith(("httpx", "httpcore")) or isinstance(exc, OSError):
             return StageFailed(f"{path}: download from {self._where()} failed: {type(exc).__name__}: "
                                f"{' '.join(str(exc).split())[:300]}; run again to resume")
@@ -370,7 +374,8 @@ class _HubDownloader:
         url = hf_hub_url(self.repo_id, SUITE_MANIFEST, repo_type=REPO_TYPE, revision=self.revision,
                          endpoint=self.endpoint)
         try:
-            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=True)
+            # no retries here: an unreachable Hub is reported at once (file transfers do retry)
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=False)
         except Exception as exc:  # noqa: BLE001 - translated to one line
             raise self._translate(exc, SUITE_MANIFEST) from None
         if not meta.commit_hash:

@@ -71,7 +71,7 @@ class HubServer:
         self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("cdn"))
         self._hub.daemon_threads = True
         self._cdn.daemon_threads = True
-        self._threads = [threading.Thread(target=s.serve_forever, daemon=True)
+        self._threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
                          for s in (self._hub, self._cdn)]
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -1,0 +1,243 @@
+"""ensure_reference / ``kldtui download`` with the real huggingface_hub client against a loopback Hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kldtui.cli import main
+from kldtui.errors import BadInput, Interrupted, StageFailed
+from kldtui.events import Cancel, Notice, Progress
+from kldtui.reference import PARTIAL_DIR, ensure_reference
+from kldtui.verify import PUBLISHED_REPO_ID, RECORD_NAME, verify_path
+from tests.hub_server import HubServer, dead_endpoint, make_dataset
+
+REPO = "kldtui-test/tiny-reference"
+BIG_FILE = "ref/logits_000.safetensors"
+CHUNK = 10 * 1024 * 1024  # huggingface_hub's DOWNLOAD_CHUNK_SIZE: the client writes in these steps
+
+
+@pytest.fixture()
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    server_root = make_dataset(tmp_path / "server", windows=5)
+    with HubServer() as server:
+        server.add_dataset(REPO, server_root)
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        server.root = server_root  # type: ignore[attr-defined]
+        yield server
+
+
+@pytest.fixture(scope="module")
+def big_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # one window of 32 rows x 90,000 columns: 11.5 MB, more than one client chunk
+    return make_dataset(tmp_path_factory.mktemp("big") / "server", windows=1, context_length=33,
+                        vocab=90_000)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fresh_download_fetches_everything_and_verifies(hub: HubServer, tmp_path: Path) -> None:
+    events: list = []
+    out = tmp_path / "local"
+    ref = ensure_reference(REPO, out, emit=events.append)
+    assert not ref.offline and ref.window_range == (0, 5)
+    assert ref.verify is not None and ref.verify.ok
+    for i in range(5):
+        name = f"ref/logits_{i:03d}.safetensors"
+        assert _sha(out / name) == _sha(hub.root / name)  # type: ignore[attr-defined]
+    assert sorted(ref.downloaded) == [f"ref/logits_{i:03d}.safetensors" for i in range(5)]
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert record["repo_id"] == REPO and record["windows"] == [0, 1, 2, 3, 4]
+    assert len(record["commit"]) == 40
+    # the logits came from the CDN origin after a 302 from the Hub, by GET; manifests first
+    gets = [r for r in hub.log if r.method == "GET"]
+    order = [r.path for r in gets]
+    first_logits = min(i for i, p in enumerate(order) if p.endswith(".safetensors"))
+    assert order.index("ref/manifest.json") < first_logits
+    assert {r.origin for r in gets if r.path.endswith(".safetensors")} == {"cdn"}
+    assert any(r.status == 302 and r.method == "HEAD" for r in hub.log)
+    assert all(r.authorization is None for r in hub.log)
+    # byte progress with totals, per file and overall
+    overall = [e for e in events if isinstance(e, Progress) and e.task == "download"]
+    assert overall and overall[-1].done == overall[-1].total == sum(
+        (hub.root / f"ref/logits_{i:03d}.safetensors").stat().st_size for i in range(5))  # type: ignore
+    assert any(isinstance(e, Progress) and e.task == "logits_003.safetensors" and e.unit == "B"
+               for e in events)
+    assert not any((out / PARTIAL_DIR).glob("*.part"))
+    assert verify_path(out).ok
+
+
+def test_stop_window_fetches_only_the_needed_files(hub: HubServer, tmp_path: Path) -> None:
+    out = tmp_path / "local"
+    ref = ensure_reference(REPO, out, stop_window=2)
+    assert ref.window_range == (0, 2)
+    fetched = hub.fetched_files()
+    logits = sorted(p for p in fetched if p.endswith(".safetensors"))
+    assert logits == ["ref/logits_000.safetensors", "ref/logits_001.safetensors"]
+    assert {f"tokens/window-{i:03d}-{d}.json" for i, d in
+            [(0, "prose"), (1, "prose"), (2, "code"), (3, "code"), (4, "instruction")]} <= fetched
+    assert not (out / "ref/logits_002.safetensors").exists()
+    # a later run for more windows fetches only the missing ones
+    before = len(hub.log)
+    ensure_reference(REPO, out, start_window=1, stop_window=4)
+    later = {r.path for r in hub.log[before:] if r.method == "GET" and r.path.endswith(".safetensors")}
+    assert later == {"ref/logits_002.safetensors", "ref/logits_003.safetensors"}
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert record["windows"] == [0, 1, 2, 3]
+    # `kldtui verify` of the partial folder checks the downloaded windows
+    result = verify_path(out)
+    assert result.ok and result.windows == [0, 1, 2, 3]
+
+
+def test_complete_local_folder_needs_no_network(hub: HubServer, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "local"
+    ensure_reference(REPO, out, stop_window=3)
+    monkeypatch.setenv("HF_ENDPOINT", dead_endpoint())
+    before = len(hub.log)
+    ref = ensure_reference(REPO, out, stop_window=3)
+    assert ref.offline and ref.verify is not None and ref.verify.ok
+    assert len(ref.verify.cached) == 3 and ref.verify.checked == []
+    assert len(hub.log) == before
+    # in a fresh process: huggingface_hub is not even imported
+    code = (
+        "import sys\n"
+        "from kldtui.reference import ensure_reference\n"
+        f"ref = ensure_reference({REPO!r}, {str(out)!r}, stop_window=3)\n"
+        "print('offline', ref.offline, 'huggingface_hub' in sys.modules)\n"
+    )
+    env = {**os.environ, "HF_ENDPOINT": dead_endpoint()}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "offline True False" in proc.stdout
+    # the CLI too, exit 0; a window that is not here needs the (dead) network: one-line error
+    assert main(["download", REPO, "--local-dir", str(out), "--stop-window", "3"]) == 0
+    assert main(["download", REPO, "--local-dir", str(out)]) == 1
+    assert len(hub.log) == before
+
+
+def test_offline_mode_with_an_incomplete_folder_fails_clearly(hub: HubServer, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(StageFailed, match="HF_HUB_OFFLINE"):
+        ensure_reference(REPO, tmp_path / "local")
+    with pytest.raises(BadInput, match="give a repository id"):
+        ensure_reference(None, tmp_path / "local")
+    assert hub.log == []
+
+
+def test_connection_dropped_mid_file_is_resumed_with_range(tmp_path: Path, big_dataset: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    with HubServer() as hub:
+        hub.add_dataset(REPO, big_dataset)
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        hub.drop_after(BIG_FILE, CHUNK + 512 * 1024)
+        ref = ensure_reference(REPO, tmp_path / "local")
+        assert ref.verify is not None and ref.verify.ok
+        gets = hub.requests(method="GET", path=BIG_FILE)
+    assert len(gets) == 2
+    assert gets[0].range is None and gets[0].body_bytes == CHUNK + 512 * 1024
+    assert gets[1].range == f"bytes={CHUNK}-" and gets[1].status == 206
+    size = (big_dataset / BIG_FILE).stat().st_size
+    assert gets[1].body_bytes == size - CHUNK
+    assert _sha(tmp_path / "local" / BIG_FILE) == _sha(big_dataset / BIG_FILE)
+
+
+def test_interrupted_download_resumes_in_the_next_run(tmp_path: Path, big_dataset: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "local"
+    with HubServer() as hub:
+        hub.add_dataset(REPO, big_dataset)
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        cancel = Cancel()
+
+        def stop_after_first_bytes(event: object) -> None:
+            if isinstance(event, Progress) and event.task == "logits_000.safetensors" and event.done > 0:
+                cancel.set("test stops the download")
+
+        with pytest.raises(Interrupted):
+            ensure_reference(REPO, out, emit=stop_after_first_bytes, cancel=cancel)
+        assert not (out / BIG_FILE).exists()
+        parts = list((out / PARTIAL_DIR).glob("*.part"))
+        assert len(parts) == 1 and parts[0].stat().st_size == CHUNK
+        events: list = []
+        ref = ensure_reference(REPO, out, emit=events.append)
+        gets = hub.requests(method="GET", path=BIG_FILE)
+    assert ref.verify is not None and ref.verify.ok
+    assert [g.range for g in gets] == [None, f"bytes={CHUNK}-"]
+    assert any(isinstance(e, Notice) and "resuming" in e.text for e in events)
+    assert _sha(out / BIG_FILE) == _sha(big_dataset / BIG_FILE)
+    assert not list((out / PARTIAL_DIR).glob("*.part"))
+
+
+def test_corrupt_file_on_the_server_is_named_and_not_kept(hub: HubServer, tmp_path: Path) -> None:
+    served = hub.root / "ref/logits_001.safetensors"  # type: ignore[attr-defined]
+    data = bytearray(served.read_bytes())
+    data[-3] ^= 0x55
+    served.write_bytes(bytes(data))
+    out = tmp_path / "local"
+    with pytest.raises(StageFailed) as info:
+        ensure_reference(REPO, out, stop_window=3)
+    message = str(info.value)
+    assert "logits_001.safetensors" in message and "SHA-256" in message and "\n" not in message
+    assert not (out / "ref/logits_001.safetensors").exists()
+    assert not list((out / PARTIAL_DIR).glob("logits_001*"))
+
+
+def test_missing_file_and_missing_repository(hub: HubServer, tmp_path: Path) -> None:
+    (hub.root / "ref/logits_002.safetensors").unlink()  # type: ignore[attr-defined]
+    with pytest.raises(StageFailed, match=r"ref/logits_002.safetensors: missing from .*404"):
+        ensure_reference(REPO, tmp_path / "a")
+    with pytest.raises(BadInput, match="repository not found"):
+        ensure_reference("nobody/nothing", tmp_path / "b")
+    with pytest.raises(BadInput, match="revision"):
+        ensure_reference(REPO, tmp_path / "c", revision="no-such-branch")
+
+
+def test_disk_space_is_checked_before_any_logits_transfer(hub: HubServer, tmp_path: Path) -> None:
+    manifest_path = hub.root / "ref/manifest.json"  # type: ignore[attr-defined]
+    doc = json.loads(manifest_path.read_text())
+    for w in doc["windows"]:
+        w["size_bytes"] = 2**60  # more than any disk
+    manifest_path.write_text(json.dumps(doc))
+    with pytest.raises(StageFailed) as info:
+        ensure_reference(REPO, tmp_path / "local", stop_window=2)
+    message = str(info.value)
+    assert str(2 * 2**60) in message and "bytes) are free" in message
+    assert not any(r.path.endswith(".safetensors") for r in hub.log)
+
+
+def test_token_is_sent_to_the_hub_but_not_to_the_cdn(hub: HubServer, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    ensure_reference(REPO, tmp_path / "local", stop_window=1)
+    hub_auth = {r.authorization for r in hub.log if r.origin == "hub"}
+    cdn_auth = {r.authorization for r in hub.log if r.origin == "cdn"}
+    assert hub_auth == {"Bearer hf_test_token"}
+    assert cdn_auth == {None}
+
+
+def test_published_repository_requires_the_published_suite_hash(hub: HubServer, tmp_path: Path) -> None:
+    hub.add_dataset(PUBLISHED_REPO_ID, hub.root)  # type: ignore[attr-defined]
+    with pytest.raises(StageFailed, match="published"):
+        ensure_reference(PUBLISHED_REPO_ID, tmp_path / "local", stop_window=1)
+
+
+def test_cli_download(hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "local"
+    assert main(["download", REPO, "--local-dir", str(out), "--stop-window", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "reference ready" in captured.out
+    assert "[reference]" in captured.err  # plain progress lines when not on a terminal
+    assert main(["download", REPO, "--local-dir", str(out), "--stop-window", "9"]) == 2
+    assert "outside" in capsys.readouterr().err
