@@ -8,8 +8,11 @@ for tests that need a deterministic dashboard (snapshots) independent of timing.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,6 +30,17 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+
+
+def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test function (pilot tests) with asyncio.run; fixtures still inject."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
 
 DOMAINS = ["prose", "prose", "prose", "prose", "code", "code", "instruction", "instruction"]
 SUITE_HASH = "ab" * 32

@@ -298,6 +298,9 @@ class KldApp(App[int]):
                 self.query_one("#diffpane", DiffPane).display = False
             self.load_reports()
 
+    def on_unmount(self) -> None:
+        self.cancel.set("the dashboard closed")  # engine threads stop at their next safe point
+
     # -- themes ------------------------------------------------------------------------------------
     def _setup_themes(self) -> None:
         found, problems = theme_files.load_themes(theme_files.theme_dirs(self.config))
@@ -330,11 +333,17 @@ class KldApp(App[int]):
             if self._pipeline is None:
                 assert self.pipeline_factory is not None
                 self._pipeline = self.pipeline_factory(self.bridge, self.cancel)
-                windows = getattr(self._pipeline, "window_list", None)
-                if callable(windows):
-                    pairs = list(windows())
+                try:  # the grid shows every window of the range once the suite is readable
+                    pairs = [(w.index, w.domain) for w in self._pipeline.windows()]
+                except Exception:  # noqa: BLE001 - not downloaded yet: cells appear with events
+                    pairs = []
+                if pairs:
                     self.call_from_thread(self._set_windows, pairs)
             return self._pipeline
+
+    def server_up(self) -> bool:
+        """A server this app started (through the pipeline) is running."""
+        return self._pipeline is not None and getattr(self._pipeline, "server", None) is not None
 
     def _set_windows(self, pairs: list[tuple[int, str]]) -> None:
         self.model.set_windows(pairs)
@@ -433,6 +442,12 @@ class KldApp(App[int]):
         if self.mode_name != "dashboard":
             return
         self.apply_events()
+        if self.model.server is not None and self._pipeline is not None and not self.server_up() \
+                and getattr(self._pipeline, "base_url", None) is None:
+            self.model.server_stopped()
+            view = self.model.stages["server"]
+            if view.state == "done":
+                view.detail, view.figures = "stopped", {}
         dirty = self.model.take_dirty()
         if all_parts:
             dirty |= {"stages", "windows", "progress", "log", "live"}
@@ -594,6 +609,8 @@ class KldApp(App[int]):
 
     def action_open_result(self) -> None:
         default = self.model.result_path or (self.current_result.path if self.current_result else "") or ""
+        if not default and self._pipeline is not None and hasattr(self._pipeline, "report_path"):
+            default = str(self._pipeline.report_path)
 
         def chosen(path: str | None) -> None:
             if path:
@@ -660,7 +677,7 @@ class KldApp(App[int]):
         if self.mode_name != "dashboard" or self.quitting:
             self.exit(0)
             return
-        server_up = self.model.server is not None or bool(getattr(self._pipeline, "server_running", False))
+        server_up = self.server_up()
         running = self.engine_workers()
         if not server_up and not running:
             self.exit(0)
@@ -763,7 +780,12 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
         reports = sorted(str(p) for p in Path(workdir).glob("**/comparison*.json"))
     app = create_app(pipeline_factory=_pipeline_factory_for(profile), theme=theme, title=title,
                      windows=_profile_windows(profile), reports=reports)
-    return int(app.run() or 0)
+    try:
+        code = app.run()
+    finally:
+        if app.server_up():  # closed some other way than q (which stops it): never leave it running
+            app._pipeline.stop_server(reason="dashboard closed")
+    return int(code or 0)
 
 
 def run_viewer(paths: Sequence[str | Path], theme: str | None = None) -> int:

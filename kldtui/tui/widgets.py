@@ -158,6 +158,7 @@ class ProgressPanel(Widget):
     """Bars for the latest progress of every task, grouped by stage in rail order."""
 
     COMPONENT_CLASSES = {"progress--bar", "progress--rest", "progress--label"}
+    PER_STAGE = 3
 
     def __init__(self, model: DashboardModel, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -165,11 +166,19 @@ class ProgressPanel(Widget):
 
     def items(self) -> list[Progress]:
         """Tasks of the stages that are not done (a finished stage's figures are on the rail)."""
-        order = {s: i for i, s in enumerate(STAGES)}
-        done = {name for name, view in self.model.stages.items() if view.state == "done"}
-        keys = sorted((k for k in self.model.progress if k[0] not in done),
-                      key=lambda k: order.get(k[0], len(order)))
-        return [self.model.progress[k] for k in keys]
+        out: list[Progress] = []
+        for stage in (*STAGES, *sorted({k[0] for k in self.model.progress} - set(STAGES))):
+            view = self.model.stages.get(stage)
+            if view is not None and view.state == "done":
+                continue
+            tasks = [p for k, p in self.model.progress.items() if k[0] == stage]
+            if not tasks:
+                continue
+            # unfinished tasks first (a download shows its total and the file in flight), newest first
+            open_tasks = [p for p in tasks if p.total is None or p.done < p.total]
+            pick = sorted(open_tasks or tasks, key=lambda p: -p.ts)[: self.PER_STAGE]
+            out.extend(sorted(pick, key=lambda p: p.task))
+        return out
 
     def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
         return max(1, len(self.items()))
@@ -455,14 +464,17 @@ class ResultPane(VerticalScroll):
 
 
 # -- leaderboard -----------------------------------------------------------------------------------
-def interval_bar(band: Band | None, scale: float, width: int) -> str:
-    """``├──●──┤`` on a common scale [0, scale]."""
+def interval_bar(band: Band | None, lo_axis: float, hi_axis: float, width: int) -> str:
+    """``├──●──┤`` on an axis shared by all rows, [lo_axis, hi_axis]."""
     if band is None:
         return " " * width
     cells = [" "] * width
+    span = hi_axis - lo_axis
 
     def col(v: float) -> int:
-        return max(0, min(width - 1, int(round(v / scale * (width - 1)))))
+        if not span > 0:
+            return width // 2
+        return max(0, min(width - 1, int(round((v - lo_axis) / span * (width - 1)))))
 
     if band.low is not None and band.high is not None:
         lo, hi = col(band.low), col(band.high)
@@ -471,6 +483,16 @@ def interval_bar(band: Band | None, scale: float, width: int) -> str:
         cells[lo], cells[hi] = "├", "┤"
     cells[col(band.estimate)] = "●"
     return "".join(cells)
+
+
+def axis_of(bands: list[Band | None]) -> tuple[float, float]:
+    """A shared axis for interval bars: from the lowest low to the highest high, padded a little."""
+    values = [v for b in bands if b is not None for v in (b.low, b.estimate, b.high) if v is not None]
+    if not values:
+        return 0.0, 1.0
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    return lo - pad, hi + pad
 
 
 class LeaderboardTable(DataTable):  # type: ignore[type-arg]
@@ -495,14 +517,13 @@ class LeaderboardTable(DataTable):  # type: ignore[type-arg]
         """``results`` already sorted; ``ties`` maps a row to its mark (e.g. "= best")."""
         self.results = results
         self.clear()
-        scale = _scale([(r.kl.high if r.kl and r.kl.high is not None else (r.kl.estimate if r.kl else 0))
-                        for r in results])
+        lo_axis, hi_axis = axis_of([r.kl for r in results])
         for i, r in enumerate(results):
             mark = "*" if i in self.marked else " "
             band = r.kl
             self.add_row(
                 f"{mark}{i + 1}", r.name[:18], fmt_num(band.estimate if band else None),
-                interval_bar(band, scale, self.BAR_WIDTH), (ties or {}).get(i, ""),
+                interval_bar(band, lo_axis, hi_axis, self.BAR_WIDTH), (ties or {}).get(i, ""),
                 "-" if band is None or band.low is None else f"[{band.low:.5f}, {band.high:.5f}]", key=str(i))
 
     def toggle_mark(self) -> None:

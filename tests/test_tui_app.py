@@ -1,0 +1,273 @@
+"""Pilot tests of the dashboard and the viewer: keys, workers, what the widgets show."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import DataTable, Static
+
+from kldtui.errors import BadInput
+from kldtui.tui.app import ConfirmScreen, HelpScreen, KldApp, ResultScreen, create_app
+from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel, ResultPane, WindowGrid
+from tests.fixtures_tui import ScriptedPipeline, make_report, sync, write_report
+
+
+async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
+    """Wait until no engine/loading worker runs, then let the refresh timer's work happen."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while any(w.group in ("engine", "load", "control") and not w.is_finished for w in app.workers):
+        assert loop.time() < deadline, "workers did not finish"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    app.refresh_now()
+    await pilot.pause()
+
+
+def dashboard(tmp_path: Path, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
+    holder: dict[str, ScriptedPipeline] = {}
+
+    def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
+        holder["p"] = ScriptedPipeline(emit, cancel, report_path=tmp_path / "comparison.json", **kwargs)
+        return holder["p"]
+
+    return create_app(pipeline_factory=factory, config_dir=tmp_path / "cfg", theme="kldtui-dark"), holder
+
+
+def static_text(app: KldApp, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())
+
+
+@sync
+async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("r")
+        await settle(app, pilot)
+        p = holder["p"]
+        assert p.calls == ["reference", "serve", "capture", "finalize", "compare"]
+        assert {s.state for s in app.model.stages.values()} == {"done"}
+        # stage rail
+        rail = {s: str(app.query_one(f"#stage-{s}", Static).render()) for s in app.model.stages}
+        assert "● Capture" in rail["capture"] and "windows 8" in rail["capture"]
+        assert "127.0.0.1:8123" in rail["server"]
+        # window grid: every window compared, each cell coloured by its KL level
+        grid = app.query_one(WindowGrid)
+        assert [w.state for w in app.model.windows.values()] == ["compared"] * 8
+        rendered = grid.render()
+        assert all(f"{i:03d}" in rendered.plain for i in range(8))
+        kl = report_kl = p.report_path and __import__("json").loads(p.report_path.read_text())
+        kl = report_kl["per_window_arrays"]["kl_mean"]
+        assert [w.kl for w in app.model.windows.values()] == kl
+        styles = {span.style for span in rendered.spans}
+        assert grid.get_component_rich_style("grid--kl2") in styles  # 0.01-ish windows
+        # result pane: summary with interval, per-domain table, chart with one bar per window
+        assert app.query_one("#tabs").active == "result"
+        summary = static_text(app, "#result-summary")
+        boot = report_kl["kl_window_cluster_bootstrap"]
+        assert f"{boot['estimate']:.5f} [{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in summary
+        assert "top-1" in summary and "PPL ratio" in summary and "Δp" in summary
+        table = app.query_one("#result-domains", DataTable)
+        assert [table.get_row_at(i)[0] for i in range(table.row_count)] == ["prose", "code", "instruction"]
+        chart = app.query_one("#result-chart", KLChart)
+        assert [b.index for b in chart.bars] == list(range(8))
+        assert chart.render().plain.count("\n") == 8  # header + 8 bars
+        # leaderboard tab holds this run's report
+        board = app.query_one("#board", LeaderboardTable)
+        assert [r.name for r in board.results] == ["tiny-candidate"]
+        # log: the server's lines
+        log = app.query_one(LogView).shown_lines()
+        assert any("Uvicorn running" in line for line in log)
+        # finished stages leave the progress panel
+        assert "no stage running" in app.query_one(ProgressPanel).render().plain
+
+
+@sync
+async def test_live_results_fill_during_capture_and_stop_key_cancels(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path, pause_after_window=2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("3")  # capture alone
+        while "p" not in holder or not holder["p"].paused.is_set():
+            await pilot.pause(0.02)
+        await pilot.pause(0.05)
+        app.refresh_now()
+        await pilot.pause()
+        assert app.model.stages["capture"].state == "running"
+        assert app.model.windows[3].state == "capturing"
+        assert [w.kl is not None for w in app.model.windows.values()][:4] == [True, True, True, False]
+        # the result pane shows the windows compared so far
+        assert app.current_result is not None and len(app.current_result.windows) == 3
+        progress = app.query_one(ProgressPanel).render().plain
+        assert "cap rows" in progress and "1024/2047 rows" in progress and "cap windows" in progress
+        await pilot.press("s")
+        await settle(app, pilot)
+        assert app.model.stages["capture"].state == "stopped"
+        assert holder["p"].calls == ["capture"]
+        # a stage starts again after a stop (the cancel flag is reset)
+        holder["p"].resume.set()
+        await pilot.press("3")
+        await settle(app, pilot)
+        assert app.model.stages["capture"].state == "done"
+
+
+@sync
+async def test_single_stage_keys_and_quit_asks_then_stops_server(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("1")
+        await settle(app, pilot)
+        await pilot.press("2")
+        await settle(app, pilot)
+        assert holder["p"].calls == ["reference", "serve"]
+        assert app.server_up()
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen) and app.is_running
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(app, pilot)
+    assert holder["p"].stopped_server and holder["p"].calls[-1] == "stop_server"
+    assert app.return_code == 0
+
+
+@sync
+async def test_quit_without_server_exits_at_once(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert "p" not in holder and app.return_code == 0
+
+
+class FailingPipeline(ScriptedPipeline):
+    def compare(self) -> None:
+        raise BadInput("/w/candidate: no finalized windows to compare; run capture and finalize first")
+
+    def finalize(self) -> None:
+        raise ZeroDivisionError("boom")
+
+
+@sync
+async def test_worker_failures_are_shown_in_one_place(tmp_path: Path) -> None:
+    app = create_app(pipeline_factory=lambda e, c: FailingPipeline(e, c), config_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("5")
+        await settle(app, pilot)
+        assert app.model.stages["compare"].state == "failed"
+        assert "no finalized windows" in app.model.stages["compare"].detail
+        await pilot.press("4")
+        await settle(app, pilot)
+        assert app.model.stages["finalize"].state == "failed"
+        assert app.model.stages["finalize"].detail == "internal error: ZeroDivisionError: boom"
+        messages = [n.message for n in app._notifications]
+        assert any("no finalized windows" in m for m in messages)
+        assert app.is_running  # a failing worker never takes the app down
+
+
+@sync
+async def test_log_search_and_help_and_palette(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        await settle(app, pilot)
+        log = app.query_one(LogView)
+        assert len(log.shown_lines()) > 3
+        await pilot.press("slash", *"prefix")
+        await pilot.pause()
+        assert log.shown_lines() == ["WARNING prefix caching is off (required for capture)"]
+        await pilot.press("escape")  # leaves the search box
+        await pilot.press("escape")  # clears the search
+        await pilot.pause()
+        assert len(log.shown_lines()) > 3
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Run all", "Start reference", "Start capture", "Start compare", "Stop",
+                      "Stop server", "Open result", "Theme", "Help"):
+            assert title in titles
+
+
+@sync
+async def test_open_result_key_loads_a_report(tmp_path: Path) -> None:
+    path = write_report(tmp_path / "old.json", make_report("old-run", 0.02, seed=9, original=True))
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("o")
+        await pilot.pause()
+        await pilot.press(*str(path), "enter")
+        await settle(app, pilot)
+        assert app.current_result is not None and app.current_result.name == "old-run"
+        assert "original comparator report" in static_text(app, "#result-summary")
+
+
+@sync
+async def test_viewer_single_reports_of_both_kinds(tmp_path: Path) -> None:
+    for original in (False, True):
+        report = make_report("q4-model", 0.004, seed=2, original=original)
+        path = write_report(tmp_path / f"r{original}.json", report)
+        app = create_app(reports=[path], config_dir=tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            text = static_text(app, "#result-summary")
+            assert "q4-model" in text
+            boot = report["kl_window_cluster_bootstrap"]
+            assert f"[{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in text
+            assert ("original comparator report" in text) is original
+            assert len(app.query_one(KLChart).bars) == 8
+
+
+@sync
+async def test_viewer_leaderboard_sorted_ties_enter_and_diff(tmp_path: Path) -> None:
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)) for n, lvl, s in
+             [("worst", 0.05, 1), ("best", 0.010, 2), ("close", 0.0102, 4)]]
+    app = create_app(reports=paths, config_dir=tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        board = app.query_one("#board", LeaderboardTable)
+        assert [r.name for r in board.results] == ["best", "close", "worst"]
+        ties = [board.get_row_at(i)[4] for i in range(3)]
+        assert ties == ["best", "tied", ""]
+        bars = [board.get_row_at(i)[3] for i in range(3)]
+        assert all("●" in b for b in bars) and "├" in bars[2] and "┤" in bars[2]
+        assert bars[0].index("●") < bars[2].index("●")  # one axis for all rows
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ResultScreen) and app.screen.result.name == "close"
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("up", "space", "down", "down", "space", "d")
+        await settle(app, pilot)
+        verdict = str(app.query_one("#diff-verdict", Static).render())
+        assert "A = best, B = worst" in verdict and "closer" in verdict
+        chart = app.query_one("#diff-chart", KLChart)
+        assert chart.signed and len(chart.bars) == 8 and all(b.kl > 0 for b in chart.bars)
+
+
+@sync
+async def test_viewer_bad_report_is_one_notification(tmp_path: Path) -> None:
+    good = write_report(tmp_path / "good.json", make_report("good", 0.01, seed=1))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    app = create_app(reports=[good, bad], config_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        assert [r.name for r in app.query_one("#board", LeaderboardTable).results] == ["good"]
+        errors = [n.message for n in app._notifications if n.severity == "error"]
+        assert len(errors) == 1 and "bad.json" in errors[0] and "\n" not in errors[0]
+
+
+def test_create_app_needs_something_to_show() -> None:
+    import pytest
+
+    with pytest.raises(BadInput):
+        create_app()
+    assert isinstance(create_app(reports=["x.json"]).query, object)
+    assert ResultPane  # the viewer and the dashboard share the result pane
