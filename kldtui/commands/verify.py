@@ -31,6 +31,8 @@ class ConsoleProgress:
     Use as a context manager and pass the instance as ``emit``. Byte tasks show size, rate and ETA.
     """
 
+    AGGREGATE_TASKS = ("hash", "download")
+
     def __init__(self, *, live: bool | None = None, stream: Any = None, plain_interval: float = 5.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.live = self.stream.isatty() if live is None else live
@@ -91,6 +93,12 @@ class ConsoleProgress:
             if event.unit != "B":
                 return  # counts of small files: not worth a bar
             task = self._tasks.get(key)
+            finished = event.total is not None and event.done >= event.total
+            if finished and event.task not in self.AGGREGATE_TASKS:
+                if task is not None:  # a finished file leaves the screen; the stage total stays
+                    self._progress.remove_task(task)
+                    del self._tasks[key]
+                return
             if task is None:
                 task = self._progress.add_task(f"{event.stage} {event.task}", total=event.total)
                 self._tasks[key] = task
