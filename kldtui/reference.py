@@ -158,6 +158,12 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
                           "suite here or unset HF_HUB_OFFLINE to download it")
+    record = read_record(root)
+    if revision is None and record and record.get("repo_id") == repo_id and record.get("commit"):
+        # more windows for a folder downloaded earlier: stay on the commit it came from, so old and
+        # new files belong to one manifest (pass --revision main to move to the newest commit)
+        revision = str(record["commit"])
+        emit(Notice(STAGE, f"{root} was downloaded from commit {revision[:12]}; fetching the rest from it"))
     downloader = _HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
     commit = downloader.resolve()
     downloader.fetch_small([SUITE_MANIFEST, f"{REF_DIR}/{LOGITS_MANIFEST}"])
@@ -259,6 +265,13 @@ class _Meter:
             self._files[name] = [done, total]
             self._file_throttle[name] = Throttle(0.5)
         self.emit(Progress(STAGE, task=name, done=done, total=total, unit="B"))
+
+    def finish(self) -> None:
+        with self._lock:
+            done, session = self.done, self.session
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        self.emit(Progress(STAGE, task="download", done=done, total=self.total, unit="B",
+                           rate=session / elapsed if session else None, eta_s=0.0))
 
     def add(self, name: str, n: int, final: bool = False) -> None:
         with self._lock:
@@ -452,7 +465,7 @@ class _HubDownloader:
                           check=self.check, abort=self._abort)
         finally:
             cache.save()
-        meter.add("download", 0, final=True)
+        meter.finish()
         return fetched
 
     def _fetch_one(self, entry: LogitsEntry, final: Path, meter: _Meter, cache: VerifiedCache) -> Path:

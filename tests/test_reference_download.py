@@ -69,6 +69,7 @@ def test_fresh_download_fetches_everything_and_verifies(hub: HubServer, tmp_path
     assert all(r.authorization is None for r in hub.log)
     # byte progress with totals, per file and overall
     overall = [e for e in events if isinstance(e, Progress) and e.task == "download"]
+    assert all(e.total and e.total > 0 for e in overall)
     assert overall and overall[-1].done == overall[-1].total == sum(
         (hub.root / f"ref/logits_{i:03d}.safetensors").stat().st_size for i in range(5))  # type: ignore
     assert any(isinstance(e, Progress) and e.task == "logits_003.safetensors" and e.unit == "B"
