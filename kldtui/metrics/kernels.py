@@ -1,0 +1,290 @@
+"""Fused per-row kernels: every per-position figure of a comparison from one pass over a row block.
+
+For each row (one scored position) of reference logits ``x`` and candidate logits ``y`` (float32,
+``[rows, vocab]``) a kernel computes, in float64:
+
+* ``kl``: KL(reference || candidate) = sum_i p_i (log p_i - log q_i);
+* ``kl_reverse``: KL(candidate || reference) (only when asked);
+* ``js``: Jensen-Shannon divergence, natural log;
+* ``argmax_ref``, ``argmax_cand``: NumPy argmax (first maximum) of each side;
+* ``rank_ref_top``: how many candidate logits are strictly greater than the candidate's logit for
+  the reference's top-1 token (0: the candidate ranks it first; ties count in its favour), so the
+  reference's top token is in the candidate's top k exactly when ``rank_ref_top < k``;
+* ``ref_top_prob``: the reference's top probability (the confidence bucket);
+* ``logp_ref_next``, ``logp_cand_next``: log-probability of the actual next token.
+
+Numerics.  Logits are shifted by each row's maximum in float64 (``a = x - max x``,
+``b = y - max y``, exact) before anything is exponentiated, and every sum is a float64 sum of
+float64 terms.  The fast path needs these per-row sums only::
+
+    s_x = sum e^a      s_y = sum e^b      c_x = sum e^a (a - b)     [c_y = sum e^b (b - a)]
+    h_x = sum e^a a    h_y = sum e^b b    m   = sum n log n,  n = e^a + e^b s_x / s_y
+
+and :func:`combine` turns them into the figures: ``KL = c_x / s_x - log(s_x / s_y)`` (the
+difference ``a - b`` is formed before the product, so the large common parts of the logits never
+enter a sum) and ``JS = H((p+q)/2) - (H(p) + H(q))/2`` from float64 entropies.  Both have an
+absolute error of order 1e-15.  For rows where that is not small relative to the result (KL or
+JS below :data:`PRECISE_BELOW`), :func:`precise_row` recomputes the row from per-element
+non-negative terms ``p (D + expm1(-D))`` (each term >= 0, so no cancellation between terms, and
+insensitive to first order to the normalisers), and identical rows give exactly 0.
+
+NaN or Inf in a row makes its figures non-finite (every sum touches every element), which the
+caller turns into a one-line error via :meth:`RowStats.nonfinite_rows`.
+
+Backends share :func:`combine` and :func:`precise_row`: :class:`NumpyRowKernel` (any machine; a row
+at a time, so a thread's working set is a few row-sized float64 buffers, and NumPy releases the
+GIL, so a thread pool uses every core; no BLAS call, whose spinning threads would fight the pool)
+and :class:`TorchBlockKernel` (CUDA when available; CPU otherwise), which computes the same sums
+over a 2-D row block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+LOG2 = math.log(2.0)
+# Below this (KL or JS of a row) the fast path's ~1e-15 absolute error could exceed 1e-6
+# relative, so the row is recomputed with the precise per-element formulation.
+PRECISE_BELOW = 1e-8
+# exp underflows to 0 below about -745; a row reaching this needs n log n guarded against 0.
+UNDERFLOW = -700.0
+TINY = float(np.finfo(np.float64).tiny)
+
+FIELDS = ("kl", "js", "argmax_ref", "argmax_cand", "rank_ref_top", "ref_top_prob",
+          "logp_ref_next", "logp_cand_next", "kl_reverse")
+INT_FIELDS = frozenset({"argmax_ref", "argmax_cand", "rank_ref_top"})
+
+
+@dataclass
+class RowStats:
+    """Per-row results of a block (or of a whole window once filled)."""
+
+    kl: np.ndarray
+    js: np.ndarray
+    argmax_ref: np.ndarray
+    argmax_cand: np.ndarray
+    rank_ref_top: np.ndarray
+    ref_top_prob: np.ndarray
+    logp_ref_next: np.ndarray
+    logp_cand_next: np.ndarray
+    kl_reverse: np.ndarray | None = None
+
+    @classmethod
+    def empty(cls, rows: int, reverse: bool) -> RowStats:
+        def arr(name: str) -> np.ndarray:
+            return np.zeros(rows, dtype=np.int64 if name in INT_FIELDS else np.float64)
+
+        return cls(**{f: arr(f) for f in FIELDS if f != "kl_reverse"},
+                   kl_reverse=arr("kl_reverse") if reverse else None)
+
+    def __len__(self) -> int:
+        return int(self.kl.shape[0])
+
+    def put(self, start: int, block: RowStats) -> None:
+        """Copy ``block``'s rows into rows ``start..`` of this object."""
+        stop = start + len(block)
+        for f in FIELDS:
+            dst, src = getattr(self, f), getattr(block, f)
+            if dst is not None and src is not None:
+                dst[start:stop] = src
+
+    def nonfinite_rows(self) -> np.ndarray:
+        """Indices of rows whose figures are not finite (a NaN/Inf logit always leads here)."""
+        ok = (np.isfinite(self.kl) & np.isfinite(self.js) & np.isfinite(self.ref_top_prob)
+              & np.isfinite(self.logp_ref_next) & np.isfinite(self.logp_cand_next))
+        if self.kl_reverse is not None:
+            ok &= np.isfinite(self.kl_reverse)
+        return np.flatnonzero(~ok)
+
+
+def combine(xp: Any, sx: Any, sy: Any, cx: Any, hx: Any, hy: Any, mlogm: Any,
+            cy: Any = None) -> dict[str, Any]:
+    """Figures from the per-row sums (see the module docstring); ``xp`` is numpy or torch."""
+    lsx = xp.log(sx)
+    lsy = xp.log(sy)
+    kl = cx / sx - (lsx - lsy)
+    hp = lsx - hx / sx
+    hq = lsy - hy / sy
+    # n = s_x (p + q), sum n = 2 s_x:  sum (p+q) log(p+q) = m / s_x - 2 log s_x
+    pq_log_pq = mlogm / sx - 2.0 * lsx
+    js = LOG2 - 0.5 * pq_log_pq - 0.5 * (hp + hq)
+    out = {"kl": kl, "js": js, "lsx": lsx, "lsy": lsy, "ref_top_prob": 1.0 / sx}
+    if cy is not None:
+        out["kl_reverse"] = cy / sy - (lsy - lsx)
+    return out
+
+
+def precise_row(x: np.ndarray, y: np.ndarray, reverse: bool) -> tuple[float, float, float | None]:
+    """(KL, JS, reverse KL or None) of one row from non-negative per-element terms.
+
+    Slower (a few more passes, expm1/log1p), used only for rows whose divergence is tiny.
+    Identical rows give exactly 0.
+    """
+    if np.array_equal(x, y):
+        return 0.0, 0.0, (0.0 if reverse else None)
+    a = x.astype(np.float64)
+    a -= a.max()
+    b = y.astype(np.float64)
+    b -= b.max()
+    ab = a - b
+    eb = np.exp(b)
+    sy = float(eb.sum())
+    lsy = math.log(sy)
+    # c = log(s_x / s_y) from s_x - s_y = sum e^b expm1(a - b): no cancellation when a ~ b
+    c = math.log1p(float(np.sum(eb * np.expm1(ab))) / sy)
+    d = ab - c  # log p - log q
+    q = eb / sy
+    p = np.exp(a - (lsy + c))
+    em = np.expm1(-d)  # q/p - 1
+    # p (d + q/p - 1) >= 0 elementwise; its sum is KL since sum q = sum p = 1
+    kl = float(np.sum(p * (d + em)))
+    klr = None
+    if reverse:
+        ep = np.expm1(d)  # p/q - 1
+        klr = float(np.sum(q * (-d + ep)))
+    # JS: with r = q/p, log(2p/(p+q)) = -log1p((r-1)/2) and log(2q/(p+q)) = -d - log1p((r-1)/2)
+    lm = np.log1p(0.5 * em)
+    terms = -0.5 * (p * lm + q * (d + lm))
+    # where p underflowed to 0 the expression above is 0 * inf; the term is q log 2 / 2 there
+    terms = np.where(p > 0, terms, 0.5 * q * LOG2)
+    js = float(np.sum(terms))
+    return max(kl, 0.0), max(js, 0.0), (max(klr, 0.0) if klr is not None else None)
+
+
+class NumpyRowKernel:
+    """Row-at-a-time float64 kernel on NumPy; one instance per thread (it owns scratch buffers)."""
+
+    name = "numpy"
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+        self._a = np.empty(vocab, dtype=np.float64)
+        self._b = np.empty(vocab, dtype=np.float64)
+        self._ea = np.empty(vocab, dtype=np.float64)
+        self._eb = np.empty(vocab, dtype=np.float64)
+        self._d = np.empty(vocab, dtype=np.float64)
+        self._gt = np.empty(vocab, dtype=np.bool_)
+
+    def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
+              reverse: bool = False) -> RowStats:
+        """Figures for rows of ``x`` (reference) and ``y`` (candidate), float32 ``[rows, vocab]``;
+        ``next_tokens[i]`` is the token row ``i`` predicts."""
+        rows = x.shape[0]
+        out = RowStats.empty(rows, reverse)
+        sums = np.empty((7, rows), dtype=np.float64)
+        tok_ab = np.empty((2, rows), dtype=np.float64)
+        for i in range(rows):
+            self._row(x[i], y[i], int(next_tokens[i]), out, i, reverse, sums, tok_ab)
+        f = combine(np, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
+                    sums[6] if reverse else None)
+        self._finish(x, y, out, f, tok_ab, reverse)
+        return out
+
+    @staticmethod
+    def _finish(x: np.ndarray, y: np.ndarray, out: RowStats, f: dict[str, np.ndarray],
+                tok_ab: np.ndarray, reverse: bool) -> None:
+        out.kl[:] = np.maximum(f["kl"], 0.0)
+        out.js[:] = np.maximum(f["js"], 0.0)
+        out.ref_top_prob[:] = f["ref_top_prob"]
+        out.logp_ref_next[:] = tok_ab[0] - f["lsx"]
+        out.logp_cand_next[:] = tok_ab[1] - f["lsy"]
+        if reverse:
+            out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)
+        small = np.flatnonzero((out.kl < PRECISE_BELOW) | (out.js < PRECISE_BELOW))
+        for i in small:
+            if not (np.isfinite(out.kl[i]) and np.isfinite(out.js[i])):
+                continue
+            kl, js, klr = precise_row(np.asarray(x[i]), np.asarray(y[i]), reverse)
+            out.kl[i], out.js[i] = kl, js
+            if reverse:
+                out.kl_reverse[i] = klr
+
+    def _row(self, x: np.ndarray, y: np.ndarray, tok: int, out: RowStats, i: int,
+             reverse: bool, sums: np.ndarray, tok_ab: np.ndarray) -> None:
+        a, b, ea, eb, d = self._a, self._b, self._ea, self._eb, self._d
+        ax = int(np.argmax(x))
+        ay = int(np.argmax(y))
+        mx = np.float64(x[ax])
+        my = np.float64(y[ay])
+        out.argmax_ref[i] = ax
+        out.argmax_cand[i] = ay
+        out.rank_ref_top[i] = int(np.count_nonzero(np.greater(y, y[ax], out=self._gt)))
+        np.subtract(x, mx, out=a)  # float32 - float64 -> float64: exact
+        np.subtract(y, my, out=b)
+        tok_ab[0, i] = a[tok]
+        tok_ab[1, i] = b[tok]
+        np.exp(a, out=ea)
+        np.exp(b, out=eb)
+        sx = float(ea.sum())
+        sy = float(eb.sum())
+        np.subtract(a, b, out=d)
+        sums[0, i] = sx
+        sums[1, i] = sy
+        sums[2, i] = np.einsum("i,i->", ea, d)
+        sums[3, i] = np.einsum("i,i->", ea, a)
+        sums[4, i] = np.einsum("i,i->", eb, b)
+        if reverse:
+            sums[6, i] = -np.einsum("i,i->", eb, d)
+        # n = e^a + e^b s_x/s_y
+        np.multiply(eb, sx / sy, out=eb)
+        np.add(ea, eb, out=ea)
+        if min(float(a.min()), float(b.min())) < UNDERFLOW:
+            np.add(ea, TINY, out=d)  # n log n must be 0 where n underflowed
+            np.log(d, out=d)
+        else:
+            np.log(ea, out=d)
+        sums[5, i] = np.einsum("i,i->", ea, d)
+
+
+class TorchBlockKernel:
+    """The same sums over a 2-D row block with torch (float64), on CUDA or the CPU."""
+
+    def __init__(self, vocab: int, device: str = "cpu") -> None:
+        import torch
+
+        self.torch = torch
+        self.vocab = vocab
+        self.device = torch.device(device)
+        self.name = f"torch-{self.device.type}"
+
+    def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
+              reverse: bool = False) -> RowStats:
+        torch = self.torch
+        rows = x.shape[0]
+        out = RowStats.empty(rows, reverse)
+        tx = torch.from_numpy(np.ascontiguousarray(x)).to(self.device, non_blocking=False)
+        ty = torch.from_numpy(np.ascontiguousarray(y)).to(self.device, non_blocking=False)
+        tok = torch.from_numpy(np.asarray(next_tokens, dtype=np.int64)).to(self.device)
+        ax = torch.argmax(tx, dim=1)  # first maximum, like NumPy
+        ay = torch.argmax(ty, dim=1)
+        y_at_ax = ty.gather(1, ax[:, None])
+        rank = (ty > y_at_ax).sum(dim=1)
+        a = tx.double()
+        a -= a.gather(1, ax[:, None])
+        b = ty.double()
+        b -= b.gather(1, ay[:, None])
+        tok_a = a.gather(1, tok[:, None])[:, 0]
+        tok_b = b.gather(1, tok[:, None])[:, 0]
+        ea = torch.exp(a)
+        eb = torch.exp(b)
+        sx = ea.sum(dim=1)
+        sy = eb.sum(dim=1)
+        d = a - b
+        cx = (ea * d).sum(dim=1)
+        hx = (ea * a).sum(dim=1)
+        hy = (eb * b).sum(dim=1)
+        cy = -(eb * d).sum(dim=1) if reverse else None
+        n = ea + eb * (sx / sy)[:, None]
+        mlogm = torch.special.xlogy(n, n).sum(dim=1)  # 0 log 0 = 0
+        f = combine(torch, sx, sy, cx, hx, hy, mlogm, cy)
+        out.argmax_ref[:] = ax.cpu().numpy()
+        out.argmax_cand[:] = ay.cpu().numpy()
+        out.rank_ref_top[:] = rank.cpu().numpy()
+        f_np = {k: v.cpu().numpy() for k, v in f.items()}
+        tok_ab = np.stack([tok_a.cpu().numpy(), tok_b.cpu().numpy()])
+        NumpyRowKernel._finish(x, y, out, f_np, tok_ab, reverse)
+        return out
