@@ -258,11 +258,13 @@ class _Meter:
         self._lock = threading.Lock()
         self._throttle = Throttle(0.25)
         self._file_throttle: dict[str, Throttle] = {}
-        self._files: dict[str, list[int]] = {}
+        self._files: dict[str, list[int]] = {}  # name -> [done, total, bytes received by this run]
+        self._file_started: dict[str, float] = {}
 
     def start_file(self, name: str, done: int, total: int) -> None:
         with self._lock:
-            self._files[name] = [done, total]
+            self._files[name] = [done, total, 0]
+            self._file_started[name] = time.monotonic()
             self._file_throttle[name] = Throttle(0.5)
         self.emit(Progress(STAGE, task=name, done=done, total=total, unit="B"))
 
@@ -277,17 +279,20 @@ class _Meter:
         with self._lock:
             self.done += n
             self.session += n
-            f = self._files.setdefault(name, [0, 0])
+            f = self._files.setdefault(name, [0, 0, 0])
             f[0] += n
-            file_done, file_total = f
+            f[2] += n
+            file_done, file_total, file_session = f
+            file_started = self._file_started.setdefault(name, time.monotonic())
             send_total = self._throttle.ready(final)
             send_file = self._file_throttle.setdefault(name, Throttle(0.5)).ready(final)
             done, session = self.done, self.session
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = session / elapsed if session > 0 else None
+        now = time.monotonic()
+        rate = session / max(now - self.started, 1e-9) if session > 0 else None
         if send_file:
-            eta = (file_total - file_done) / rate if rate else None
-            self.emit(Progress(STAGE, task=name, done=file_done, total=file_total, unit="B", rate=rate,
+            file_rate = file_session / max(now - file_started, 1e-9) if file_session > 0 else None
+            eta = (file_total - file_done) / file_rate if file_rate else None
+            self.emit(Progress(STAGE, task=name, done=file_done, total=file_total, unit="B", rate=file_rate,
                                eta_s=eta))
         if send_total:
             eta = (self.total - done) / rate if rate else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from typing import Any
 
@@ -40,6 +41,7 @@ class ConsoleProgress:
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
         self._last_plain: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def __enter__(self) -> ConsoleProgress:
         if self.live:
@@ -68,7 +70,9 @@ class ConsoleProgress:
         if self._progress is not None:
             self._progress.console.print(text, markup=False, highlight=False)
         else:
-            print(text, file=self.stream, flush=True)
+            with self._lock:  # events come from several worker threads: one write per line
+                self.stream.write(text + "\n")
+                self.stream.flush()
 
     def __call__(self, event: Any) -> None:
         from kldtui.events import LogLine, Notice, Progress, StageFailed, StageFinished, StageStarted
