@@ -714,23 +714,36 @@ def _note(stage: str, text: str, level: str = "info") -> Event:
     return Notice(stage, text=text, level=level)  # type: ignore[arg-type]
 
 
-def create_app(*, pipeline_factory: PipelineFactory | None = None, reports: Sequence[str | Path] = (),
-               theme: str | None = None, config_dir: Path | None = None, title: str = "kldtui",
-               windows: Iterable[tuple[int, str]] = (), autostart: bool = False,
+def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None = None,
+               reports: Sequence[str | Path] = (), theme: str | None = None, config_dir: Path | None = None,
+               title: str | None = None, windows: Iterable[tuple[int, str]] = (), autostart: bool = False,
                remember_theme: bool = True) -> KldApp:
-    """The one way to build the app.
+    """The one way to build the app (CLI and tests).
 
-    ``pipeline_factory(emit, cancel)`` returns the engine (an object with ``run_all``,
-    ``reference``, ``serve``... and ``stop_server``): given, the app is the dashboard. Without
-    it, the app is the viewer of ``reports`` (one: the result pane; several: the leaderboard).
-    ``config_dir`` overrides ``$XDG_CONFIG_HOME/kldtui`` (themes and remembered settings).
+    Dashboard: give ``profile`` (a :class:`kldtui.profile.Profile`; the app drives
+    ``kldtui.pipeline.Pipeline(profile, emit, cancel)``, shows the suite's windows at once and
+    lists earlier reports of its workdir in the leaderboard) or any ``pipeline_factory(emit,
+    cancel)`` returning an object with ``run_all``, ``reference``, ``serve``, ``capture``,
+    ``finalize``, ``compare`` and ``stop_server``. Viewer: neither, and ``reports`` (one: the
+    result pane; several: the leaderboard). ``config_dir`` overrides ``$XDG_CONFIG_HOME/kldtui``
+    (themes and remembered settings).
     """
+    if profile is not None:
+        if pipeline_factory is None:
+            pipeline_factory = _pipeline_factory_for(profile)
+        windows = list(windows) or _profile_windows(profile)
+        if not reports:
+            reports = _profile_reports(profile)
+        if title is None:
+            title = f"kldtui — {Path(profile.path).parent.name + '/' + Path(profile.path).name}" \
+                if getattr(profile, "path", None) else "kldtui"
     if pipeline_factory is None and not reports:
         from kldtui.errors import BadInput
 
         raise BadInput("nothing to show: give a profile (dashboard) or report files (viewer)")
     return KldApp(pipeline_factory=pipeline_factory, reports=reports, theme=theme, config_dir=config_dir,
-                  title=title, windows=windows, autostart=autostart, remember_theme=remember_theme)
+                  title=title or "kldtui", windows=windows, autostart=autostart,
+                  remember_theme=remember_theme)
 
 
 def _pipeline_factory_for(profile: Any) -> PipelineFactory:
@@ -761,6 +774,14 @@ def _profile_windows(profile: Any) -> list[tuple[int, str]]:
         return []
 
 
+def _profile_reports(profile: Any) -> list[str]:
+    """Reports already in the profile's workdir (its own comparison.json), for the leaderboard."""
+    workdir = getattr(profile.run, "workdir", None)
+    if workdir is None or not Path(workdir).is_dir():
+        return []
+    return sorted(str(p) for p in Path(workdir).glob("comparison*.json"))
+
+
 def run_dashboard(profile_path: str | Path | None = None, theme: str | None = None,
                   demo_workdir: str | Path | None = None) -> int:
     """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline."""
@@ -768,18 +789,13 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
         from kldtui import demo
 
         profile = demo.prepare_demo(Path(demo_workdir))
-        title = "kldtui demo"
+        title: str | None = "kldtui demo"
     else:
         from kldtui.profile import load_profile
 
         profile = load_profile(profile_path or "kldtui.toml")
-        title = f"kldtui — {Path(profile.path).name if profile.path else 'profile'}"
-    reports = []
-    workdir = getattr(profile.run, "workdir", None)
-    if workdir is not None and Path(workdir).is_dir():
-        reports = sorted(str(p) for p in Path(workdir).glob("**/comparison*.json"))
-    app = create_app(pipeline_factory=_pipeline_factory_for(profile), theme=theme, title=title,
-                     windows=_profile_windows(profile), reports=reports)
+        title = None
+    app = create_app(profile=profile, theme=theme, title=title)
     try:
         code = app.run()
     finally:

@@ -1,0 +1,91 @@
+"""Deterministic snapshots (pytest-textual-snapshot): the dashboard mid-capture and finished, the
+viewer of one report and of several. Events come from the scripted pipeline, so every run draws
+the same screen. Update after an intended change with ``pytest --snapshot-update``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from kldtui.tui.app import KldApp, create_app
+from tests.fixtures_tui import ScriptedPipeline, make_report, write_report
+
+THEME = "kldtui-dark"
+
+
+def dashboard(tmp_path: Path, pause_after_window: int | None) -> tuple[KldApp, dict[str, Any]]:
+    holder: dict[str, Any] = {}
+
+    def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
+        holder["p"] = ScriptedPipeline(emit, cancel, windows=32, pause_after_window=pause_after_window)
+        return holder["p"]
+
+    windows = [(w, d) for w, d in ScriptedPipeline(lambda e: None, None, windows=32).window_list()]  # type: ignore[arg-type]
+    app = create_app(pipeline_factory=factory, config_dir=tmp_path, theme=THEME, windows=windows,
+                     remember_theme=False)
+    return app, holder
+
+
+async def _until(pilot: Any, condition: Any, limit: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not condition():
+        assert loop.time() < deadline
+        await pilot.pause(0.02)
+
+
+def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path, pause_after_window=12)
+
+    async def run_before(pilot: Any) -> None:
+        await pilot.press("r")
+        await _until(pilot, lambda: "p" in holder and holder["p"].paused.is_set())
+        await pilot.pause(0.05)
+        app.refresh_now()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_dashboard_finished(snap_compare: Any, tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path, pause_after_window=None)
+
+    async def run_before(pilot: Any) -> None:
+        await pilot.press("r")
+        await _until(pilot, lambda: app.model.stages["compare"].state == "done"
+                     and not any(w.group in ("engine", "load") and not w.is_finished for w in app.workers))
+        await pilot.pause(0.05)
+        app.refresh_now()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
+
+
+def _viewer(tmp_path: Path, specs: list[tuple[str, float, int, bool]]) -> KldApp:
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s, original=o))
+             for n, lvl, s, o in specs]
+    return create_app(reports=paths, config_dir=tmp_path, theme=THEME, remember_theme=False)
+
+
+async def _loaded(pilot: Any) -> None:
+    app = pilot.app
+    await _until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers))
+    await pilot.pause()
+
+
+def test_viewer_one_report(snap_compare: Any, tmp_path: Path) -> None:
+    app = _viewer(tmp_path, [("q4-candidate", 0.01, 3, False)])
+    assert snap_compare(app, terminal_size=(100, 30), run_before=_loaded)
+
+
+def test_viewer_leaderboard_light(snap_compare: Any, tmp_path: Path) -> None:
+    app = _viewer(tmp_path, [("int4-awq", 0.05, 1, False), ("fp8", 0.010, 2, False),
+                             ("mxfp4", 0.0102, 4, False)])
+    app.requested_theme = "kldtui-light"
+    assert snap_compare(app, terminal_size=(100, 24), run_before=_loaded)
+
+
+def test_viewer_original_report_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    app = _viewer(tmp_path, [("published-run", 0.003, 5, True)])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_loaded)
