@@ -414,9 +414,12 @@ class Pipeline:
                 self.stop_server(reason="capture finished" if not failure else "error")
             if failure:
                 raise failure[0]
+            if self._abort_message is not None:  # the stop was ours: report what was compared
+                self.cancel = _LinkedCancel(self.user_cancel)
             self.emit(StageFinished("finalize", summary=f"{len(self._written)} windows in "
                                     f"{self.candidate_dir}", figures={"windows": len(self._written)}))
-            results = [self._compare_one(w) for w in self.windows() if w.index in self._written]
+            results = [self._compare_one(w, announce=False) for w in self.windows()
+                       if w.index in self._written]
             if not results:
                 raise StageFailed(f"{self.candidate_dir}: no window was captured and finalized")
             path = self._write_report(results)
@@ -439,7 +442,7 @@ class Pipeline:
                 self.cancel.check()
                 self._finalize_one(window)
                 result = self._compare_one(window)
-                kl = _result_kl(result)
+                kl = result.kl_mean
                 if threshold is not None and kl is not None and kl > threshold:
                     self._abort_message = (f"{window.label}: mean KL {kl:.6g} is above abort_kl_above "
                                            f"{threshold:g}; stopped early (report of the windows "
@@ -519,7 +522,7 @@ class Pipeline:
         return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
                 "candidate_sha256": self._written[window.index].sha256, "reverse": cmp_.reverse}
 
-    def _compare_one(self, window: WindowSpec) -> Any:
+    def _compare_one(self, window: WindowSpec, announce: bool = True) -> Any:
         from kldtui.compare import WindowResult, compare_window
 
         key = self._compare_key(window)
@@ -533,51 +536,49 @@ class Pipeline:
         if result is None:
             self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
             result = compare_window(self.load_suite(), window, self.reference_dir, self.candidate_dir,
-                                    self._compare_options(), self.cancel)
+                                    self._compare_options(), self.cancel, emit=self.emit)
             self.compare_dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, {"key": key, "result": result.to_dict()})
-        figures = {"kl": _result_kl(result)}
-        top1 = getattr(result, "top1_agreement", None)
-        if isinstance(top1, int | float):
-            figures["top1"] = float(top1)
-        self.emit(WindowState("compare", window.index, "compared", domain=window.domain, figures=figures))
+        if announce:
+            figures = {"kl": result.kl_mean, "top1": result.top1_agreement}
+            self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
+                                  figures=figures))
         return result
 
     def _compare_options(self) -> Any:
         from kldtui.compare import CompareOptions
 
         cmp_ = self.profile.compare
-        values = {"bootstrap_samples": cmp_.bootstrap_samples, "bootstrap_seed": cmp_.bootstrap_seed,
-                  "seed": cmp_.bootstrap_seed, "reverse": cmp_.reverse}
-        return CompareOptions(**_accepted(CompareOptions, values))
+        run = self.profile.run
+        return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
+                              bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
+                              reverse=cmp_.reverse)
 
     def _write_report(self, results: list[Any]) -> Path:
+        import hashlib
+
         from kldtui.compare import build_report
         from kldtui.report import summary_text, write_report
 
         suite = self.load_suite()
-        kwargs = {"suite": suite, "reference_dir": self.reference_dir,
-                  "candidate_dir": self.candidate_dir, "options": self._compare_options(),
-                  "command": f"kldtui run --profile {self.profile.where}"}
-        report = build_report(results, **_accepted(build_report, kwargs))
-        write_report(report, self.report_path)
+        run = self.profile.run
+        stop = run.stop_window if run.stop_window is not None else suite.window_count
+        compared = sorted(r.window_index for r in results)
+        complete = compared == list(range(run.start_window, stop))
+        ref_manifest = (self.reference_dir / "manifest.json").read_bytes()
+        report = build_report(
+            results, suite=suite, reference_dir=self.reference_dir, candidate_dir=self.candidate_dir,
+            options=self._compare_options(),
+            window_range=(run.start_window, stop) if complete else (compared[0], compared[-1] + 1),
+            reference_manifest_sha256=hashlib.sha256(ref_manifest).hexdigest(),
+            suite_token_hash_sha256=suite.suite_token_hash_sha256,
+            command=f"kldtui run --profile {self.profile.where}")
+        write_report(self.report_path, report)
         self.emit(ResultReady("compare", path=str(self.report_path), report=report))
-        self.emit(StageFinished("compare", summary=summary_text(report).splitlines()[0]
-                                if summary_text(report) else "", figures=_headline(report)))
+        summary = summary_text(report).strip().splitlines()
+        self.emit(StageFinished("compare", summary=summary[0] if summary else "",
+                                figures=_headline(report)))
         return self.report_path
-
-
-def _accepted(func: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The subset of ``kwargs`` that ``func`` (a function or dataclass) accepts."""
-    import inspect
-
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def _relabel(emit: EventSink, stage: str) -> EventSink:
@@ -607,17 +608,6 @@ def _relabel(emit: EventSink, stage: str) -> EventSink:
         emit(dataclasses.replace(event, stage=stage))
 
     return relabelled
-
-
-def _result_kl(result: Any) -> float | None:
-    for name in ("kl_mean", "mean_kl"):
-        value = getattr(result, name, None)
-        if isinstance(value, int | float):
-            return float(value)
-    stats = getattr(result, "kl", None)
-    if isinstance(stats, dict) and "mean" in stats:
-        return float(stats["mean"])
-    return None
 
 
 def _headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""`kldtui demo --batch`: end to end in a subprocess, and resumed after `kill -9`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+VOLATILE = {"provenance", "reference_dir", "candidate_dir", "reference_manifest_sha256", "command",
+            "created_utc"}
+
+
+def stable(doc: Any) -> Any:
+    """The report without fields that name folders, times or hosts."""
+    if isinstance(doc, dict):
+        return {k: stable(v) for k, v in doc.items() if k not in VOLATILE}
+    if isinstance(doc, list):
+        return [stable(v) for v in doc]
+    return doc
+
+
+def demo_cmd(workdir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "kldtui", "demo", "--batch", "--workdir", str(workdir), *extra]
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("KLDTUI_EMBEDDED_FAULT", None)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("demo-full")
+    proc = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return workdir
+
+
+def test_demo_batch_writes_the_report(uninterrupted: Path) -> None:
+    report = json.loads((uninterrupted / "comparison.json").read_text())
+    assert report["windows"] == 6 and report["window_range"] == [0, 6]
+    assert len(report["per_window"]) == 6
+    kl = report["kl_window_cluster_bootstrap"]["estimate"]
+    assert 1e-4 < kl < 1.0  # the perturbed model really differs, but not wildly
+    boot = report["kl_window_cluster_bootstrap"]
+    assert boot["ci95_low"] <= kl <= boot["ci95_high"]
+    assert set(report["domains"]) == {"prose", "code", "instruction"}
+    ref_manifest = json.loads((uninterrupted / "suite" / "ref" / "manifest.json").read_text())
+    assert ref_manifest["kind"] == "reference" and ref_manifest["window_count"] == 6
+    cand_manifest = json.loads((uninterrupted / "candidate" / "manifest.json").read_text())
+    assert cand_manifest["runtime"]["argv"][1:3] == ["-m", "kldtui.embedded"]
+    assert (uninterrupted / "kldtui.toml").is_file()
+
+
+def _records(path: Path) -> dict[int, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    return {r["window_index"]: r for r in json.loads(path.read_text())}
+
+
+def _dead(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(")") + 2] in "ZX"
+
+
+def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    # slow chunks down so the kill lands mid-capture, after two candidate windows
+    proc = subprocess.Popen(demo_cmd(workdir, "--jsonl"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with(KLDTUI_EMBEDDED_FAULT="chunk-delay:0.15"))
+    captured: list[int] = []
+    server_pids: list[int] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event["event"] == "ServerReady" and event.get("pid"):
+            server_pids.append(event["pid"])
+        if event["event"] == "WindowState" and event["stage"] == "capture" and event["state"] == "captured":
+            captured.append(event["window_index"])
+            if len(captured) == 2:
+                proc.send_signal(signal.SIGKILL)
+                break
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert captured == [0, 1]
+    # the servers die with kldtui (PR_SET_PDEATHSIG): no orphan
+    deadline = time.monotonic() + 20
+    while not all(_dead(pid) for pid in server_pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server_pids and all(_dead(pid) for pid in server_pids)
+
+    records_path = workdir / "capture" / "capture-candidate.json"
+    before = _records(records_path)
+    assert {0, 1} <= set(before) and len(before) < 6
+    ref_before = _records(workdir / "reference-run" / "capture" / "capture-reference.json")
+    assert len(ref_before) == 6
+    chunks = (workdir / "capture" / "candidate").rglob("*.safetensors")
+    chunk_mtimes = {p: p.stat().st_mtime_ns for p in chunks
+                    if p.parent.name.startswith(("window-000", "window-001"))}
+    assert chunk_mtimes
+
+    rerun = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    after = _records(records_path)
+    assert set(after) == set(range(6))
+    for index, record in before.items():  # finished windows were not captured again
+        assert after[index]["request_id"] == record["request_id"]
+    assert {p: p.stat().st_mtime_ns for p in chunk_mtimes} == chunk_mtimes
+    ref_after = _records(workdir / "reference-run" / "capture" / "capture-reference.json")
+    ids = {i: r["request_id"] for i, r in ref_before.items()}
+    assert {i: r["request_id"] for i, r in ref_after.items()} == ids
+    assert "already captured" in rerun.stdout
+
+    resumed = json.loads((workdir / "comparison.json").read_text())
+    full = json.loads((uninterrupted / "comparison.json").read_text())
+    assert stable(resumed) == stable(full)

@@ -1,0 +1,149 @@
+"""The pipeline on the embedded server: live per-window results, resume, early abort, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kldtui.demo import prepare_demo
+from kldtui.errors import StageFailed
+from kldtui.events import Event, ResultReady, WindowState
+from kldtui.pipeline import Pipeline
+from kldtui.profile import Profile, profile_from_dict
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo suite with its reference captured once for the module."""
+    root = tmp_path_factory.mktemp("demo")
+    Pipeline(prepare_demo(root)).reference()
+    assert (root / "suite" / "ref" / "manifest.json").is_file()
+    return root / "suite"
+
+
+def make_profile(suite_dir: Path, workdir: Path, *, perturb: float = 0.1, fault: str | None = None,
+                 **compare: Any) -> Profile:
+    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": 7,
+                                 "vocab_size": 2048, "perturb": perturb, "port": 0,
+                                 "startup_timeout": 60.0, "request_timeout": 60.0}
+    if fault:
+        candidate["env"] = {"KLDTUI_EMBEDDED_FAULT": fault}
+    return profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
+                              "run": {"workdir": str(workdir), "run_name": "cand"},
+                              "compare": {"bootstrap_samples": 500, **compare}}, base_dir=workdir)
+
+
+def test_windows_are_compared_live_and_a_rerun_reuses_everything(suite_dir: Path, tmp_path: Path) -> None:
+    events: list[Event] = []
+    profile = make_profile(suite_dir, tmp_path / "work", fault="chunk-delay:0.1")
+    path = Pipeline(profile, events.append).run_all()
+    assert path == tmp_path / "work" / "comparison.json"
+    report = json.loads(path.read_text())
+    assert report["windows"] == 6
+
+    states = [(i, e) for i, e in enumerate(events) if isinstance(e, WindowState)]
+    compared = {e.window_index: e.figures["kl"] for _, e in states if e.state == "compared"}
+    assert sorted(compared) == list(range(6))
+    per_window = {w["window_index"]: w["kl_reference_to_candidate"]["mean"] for w in report["per_window"]}
+    assert compared == pytest.approx(per_window)
+    # live: window 0 was compared before the last window was captured
+    first_compared = min(i for i, e in states if e.state == "compared")
+    last_captured = max(i for i, e in states if e.state == "captured" and e.stage == "capture")
+    assert first_compared < last_captured
+    assert any(isinstance(e, ResultReady) and e.path == str(path) for e in events)
+    assert sorted(p.name for p in (tmp_path / "work" / "compare").iterdir()) == [
+        f"window-{i:03d}.json" for i in range(6)]
+
+    again: list[Event] = []
+    Pipeline(make_profile(suite_dir, tmp_path / "work"), again.append).run_all()
+    assert not any(isinstance(e, WindowState) and e.state in ("comparing", "finalizing") for e in again)
+    assert json.loads(path.read_text())["per_window"] == report["per_window"]
+
+
+def test_early_abort_stops_a_broken_candidate(suite_dir: Path, tmp_path: Path) -> None:
+    events: list[Event] = []
+    profile = make_profile(suite_dir, tmp_path / "work", perturb=2.0, fault="chunk-delay:0.3",
+                           abort_kl_above=1e-6)
+    with pytest.raises(StageFailed, match="above abort_kl_above"):
+        Pipeline(profile, events.append).run_all()
+    records = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
+    assert 1 <= len(records) < 6  # stopped after the first windows, not the whole suite
+    report = json.loads((tmp_path / "work" / "comparison.json").read_text())
+    assert 1 <= report["windows"] < 6
+
+
+def _dead(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(")") + 2] in "ZX"
+
+
+def _write_profile(profile_dir: Path, suite_dir: Path, fault: str | None) -> Path:
+    env = f'env = {{ KLDTUI_EMBEDDED_FAULT = "{fault}" }}\n' if fault else ""
+    path = profile_dir / "kldtui.toml"
+    path.write_text(f'[reference]\nlocal_dir = "{suite_dir}"\n[candidate]\nkind = "embedded"\n'
+                    'served_model_name = "cand"\nmodel_seed = 7\nvocab_size = 2048\nperturb = 0.1\n'
+                    f'port = 0\n{env}[run]\nworkdir = "work"\nrun_name = "cand"\n'
+                    '[compare]\nbootstrap_samples = 500\n')
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, tmp_path: Path,
+                                                               sig: signal.Signals) -> None:
+    path = _write_profile(tmp_path, suite_dir, "chunk-delay:0.2")
+    proc = subprocess.Popen([sys.executable, "-m", "kldtui", "run", "--batch", "--jsonl", "--profile",
+                             str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    pid = None
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event["event"] == "ServerReady":
+            pid = event["pid"]
+        if event["event"] == "WindowState" and event["stage"] == "capture" and event["state"] == "captured":
+            proc.send_signal(sig)
+            break
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "run the same command again to resume" in err
+    assert pid is not None and _dead(pid)
+    records = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
+    assert 1 <= len(records) < 6
+    for record in records:  # every recorded window is complete on disk
+        chunk_dir = tmp_path / "work" / "capture" / "cand" / Path(record["chunk_dir"]).name
+        assert sorted(p.name for p in chunk_dir.iterdir()) == sorted(record["chunks"])
+    assert not list((tmp_path / "work" / "candidate").glob(".*partial"))
+
+    path = _write_profile(tmp_path, suite_dir, None)
+    rerun = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(path)],
+                           capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "already captured" in rerun.stdout
+    final = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
+    assert [r["request_id"] for r in final[:len(records)]] == [r["request_id"] for r in records]
+
+
+def test_no_profile_gives_a_hint_and_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "kldtui"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TERM": "dumb"})
+    assert proc.returncode == 2
+    assert "kldtui demo" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_profile_is_exit_2_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "kldtui.toml").write_text('[candidate]\nkind = "embedded"\nprot = 1\n')
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "did you mean 'port'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
