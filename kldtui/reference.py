@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import shutil
@@ -92,6 +93,20 @@ class ReferenceSuite:
     verify: VerifyResult | None = field(default=None, repr=False)
 
 
+def _as_reference_events(emit: EventSink) -> EventSink:
+    """The verification inside this stage reports as part of it: its start and end become notices."""
+
+    def relay(event: Any) -> None:
+        if isinstance(event, StageStarted):
+            emit(Notice(STAGE, f"verifying {event.detail}".rstrip()))
+        elif isinstance(event, StageFinished):
+            emit(Notice(STAGE, event.summary))
+        else:
+            emit(dataclasses.replace(event, stage=STAGE))
+
+    return relay
+
+
 def _window_range(suite: Suite, start_window: int, stop_window: int | None) -> tuple[int, int]:
     windows = suite.select(start_window, stop_window)
     return windows[0].index, windows[-1].index + 1
@@ -143,8 +158,8 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         suite, manifest, rng = local
         emit(Notice(STAGE, f"{root} already holds windows {rng[0]}..{rng[1] - 1}; verifying, no network"))
         result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
-                                  workers=workers, expected_suite_hash=expected_hash, emit=emit,
-                                  cancel=cancel)
+                                  workers=workers, expected_suite_hash=expected_hash,
+                                  emit=_as_reference_events(emit), cancel=cancel)
         result.raise_for_failures()
         record = read_record(root) or {}
         emit(StageFinished(STAGE, summary=f"reference ready (local): {result.summary()}",
@@ -186,7 +201,8 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     fetched = downloader.fetch_logits(todo, workers=workers)
     _write_record(root, repo_id, revision, commit, rng, downloader.endpoint)
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
-                              workers=workers, expected_suite_hash=expected_hash, emit=emit, cancel=cancel)
+                              workers=workers, expected_suite_hash=expected_hash,
+                              emit=_as_reference_events(emit), cancel=cancel)
     result.raise_for_failures()
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"reference ready: {len(fetched)} logits file(s) downloaded "

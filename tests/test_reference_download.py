@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from huggingface_hub import constants as hf_constants
 
 from kldtui.cli import main
 from kldtui.errors import BadInput, Interrupted, StageFailed
@@ -20,7 +21,7 @@ from tests.hub_server import HubServer, dead_endpoint, make_dataset
 
 REPO = "kldtui-test/tiny-reference"
 BIG_FILE = "ref/logits_000.safetensors"
-CHUNK = 10 * 1024 * 1024  # huggingface_hub's DOWNLOAD_CHUNK_SIZE: the client writes in these steps
+CHUNK = hf_constants.DOWNLOAD_CHUNK_SIZE  # the client writes (and so resumes) in steps of this size
 
 
 @pytest.fixture()
@@ -37,9 +38,10 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture(scope="module")
 def big_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # one window of 32 rows x 90,000 columns: 11.5 MB, more than one client chunk
+    # one window of 32 rows, wide enough for the file to span more than one client chunk (+1 MiB)
+    vocab = (CHUNK + 2**20) // (32 * 4) + 1
     return make_dataset(tmp_path_factory.mktemp("big") / "server", windows=1, context_length=33,
-                        vocab=90_000)
+                        vocab=vocab)
 
 
 def _sha(path: Path) -> str:
@@ -74,6 +76,7 @@ def test_fresh_download_fetches_everything_and_verifies(hub: HubServer, tmp_path
         (hub.root / f"ref/logits_{i:03d}.safetensors").stat().st_size for i in range(5))  # type: ignore
     assert any(isinstance(e, Progress) and e.task == "logits_003.safetensors" and e.unit == "B"
                for e in events)
+    assert {e.stage for e in events} == {"reference"}  # verification reports inside this stage
     assert not any((out / PARTIAL_DIR).glob("*.part"))
     assert verify_path(out).ok
 
@@ -192,7 +195,7 @@ def test_corrupt_file_on_the_server_is_named_and_not_kept(hub: HubServer, tmp_pa
     message = str(info.value)
     assert "logits_001.safetensors" in message and "SHA-256" in message and "\n" not in message
     assert not (out / "ref/logits_001.safetensors").exists()
-    assert not list((out / PARTIAL_DIR).glob("logits_001*"))
+    assert not list((out / PARTIAL_DIR).glob("*logits_001*"))
 
 
 def test_missing_file_and_missing_repository(hub: HubServer, tmp_path: Path) -> None:
