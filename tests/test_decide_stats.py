@@ -59,6 +59,19 @@ def test_bootstrap_mean_follows_the_original_comparators_convention():
     assert got.ci95_high == pytest.approx(np.quantile(resampled, 0.975), rel=1e-12)
 
 
+def test_bootstrap_mean_is_the_reports_bootstrap():
+    # The leaderboard's interval and the compare stage's kl_window_cluster_bootstrap agree, so the
+    # coverage measured below holds for the reports' intervals too.
+    from kldtui.metrics.stats import window_cluster_bootstrap
+
+    values = np.random.default_rng(321).gamma(4.0, 0.0025, 32)
+    mine = bootstrap_mean(values, draw_indices(32, 10_000, 1)).to_dict()
+    theirs = window_cluster_bootstrap(values, 10_000, 1)
+    assert mine.keys() == theirs.keys()
+    for key in ("estimate", "standard_error", "ci95_low", "ci95_high"):
+        assert mine[key] == pytest.approx(theirs[key], rel=1e-12), key
+
+
 def test_the_same_windows_are_resampled_for_both_candidates():
     # B = A + c exactly: every paired resample gives c, so the interval has zero width; an
     # unpaired bootstrap (independent draws) would give an interval as wide as A's spread.

@@ -44,8 +44,9 @@ def draw_indices(n_windows: int, samples: int, seed: int) -> np.ndarray:
         raise BadInput(f"--bootstrap-samples must be at least 2 (got {samples})")
     if seed < 0:
         raise BadInput(f"--seed must be a non-negative integer (got {seed})")
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, n_windows, size=(samples, n_windows))
+    from kldtui.metrics.stats import bootstrap_indices
+
+    return bootstrap_indices(n_windows, samples, seed)
 
 
 def resample_counts(indices: np.ndarray, n_windows: int) -> np.ndarray:

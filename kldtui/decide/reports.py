@@ -1,13 +1,12 @@
 """Reading saved comparison reports for the decide tools: per-window KL and the pairing check.
 
-Reports are loaded through :func:`load_report_file`, which uses ``kldtui.report.load_report``
-(it normalises kldtui's and the original comparator's reports) when that module is present.
+Reports are loaded through :func:`load_report_file`, i.e. ``kldtui.report.load_report`` (it
+validates and normalises kldtui's and the original comparator's reports).
 Per-window values come from ``per_window_arrays`` (kldtui) or ``per_window`` (both formats).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,25 +18,11 @@ from kldtui.errors import BadInput
 
 
 def load_report_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A comparison report as a dict (kldtui's or the original comparator's)."""
-    try:
-        from kldtui.report import load_report
-    except ImportError:
-        load_report = None
-    if load_report is not None:
-        return load_report(path)
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"{p}: comparison report not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a comparison report (JSON)") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{p}: not a JSON comparison report ({exc})") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{p}: not a comparison report (expected a JSON object)")
-    return data
+    """A comparison report as a dict (kldtui's or the original comparator's), through
+    :func:`kldtui.report.load_report`, which validates and normalises both."""
+    from kldtui.report import load_report
+
+    return load_report(path)
 
 
 def report_name(report: dict[str, Any], path: str | os.PathLike[str] | None = None) -> str:
