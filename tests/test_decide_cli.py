@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from kldtui.cli import main
 from kldtui.decide import PUBLISHED_SUITE_HASH, load_floor
@@ -93,3 +94,36 @@ def test_noise_refuses_mixed_inputs(tmp_path, capsys):
     assert main(["noise", str(tmp_path), "--output", str(tmp_path / "f.json")]) == 2
     assert "give RUN2" in capsys.readouterr().err
     assert not (tmp_path / "f.json").exists()
+
+
+def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_path, capsys):
+    from kldtui.decide.noise import measure_floor
+    from kldtui.errors import Interrupted
+    from kldtui.events import Cancel
+    from tests.fixtures_compare import make_suite, oracle_rows, perturb
+
+    suite, run1, run2, data = make_suite(tmp_path / "s", windows=4, context=17, vocab=300, seed=3,
+                                         candidate=lambda rng, x: perturb(rng, x, 0.01, 0.05))
+    floor_path, report_path = tmp_path / "floor.json", tmp_path / "repeat.json"
+    code = main(["noise", str(run1), str(run2), "--suite-manifest", str(suite.path), "--output",
+                 str(floor_path), "--report", str(report_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "over 4 windows" in captured.out
+    floor = load_floor(floor_path)
+    for w, (x, y, nxt) in data.items():
+        rows = oracle_rows(x, y, nxt)
+        assert floor.per_window[w] == pytest.approx(rows["kl"].mean(), rel=1e-9)
+        assert floor.per_window_reverse[w] == pytest.approx(rows["kl_reverse"].mean(), rel=1e-9)
+    assert floor.threshold == max(floor.kl_mean, floor.kl_reverse_mean)
+    assert floor.suite_token_hash_sha256 == suite.suite_token_hash_sha256
+    assert floor.run1 == str(run1) and floor.run2 == str(run2)
+    report = json.loads(report_path.read_text())
+    assert report["per_window_arrays"]["kl_mean"] == [floor.per_window[w] for w in range(4)]
+    # the same floor from the saved report
+    assert main(["noise", str(report_path), "--output", str(tmp_path / "again.json")]) == 0
+    assert load_floor(tmp_path / "again.json").per_window == floor.per_window
+    cancel = Cancel()
+    cancel.set("stopped by the test")
+    with pytest.raises(Interrupted):
+        measure_floor(suite.path, run1, run2, cancel=cancel)

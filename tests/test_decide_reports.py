@@ -247,3 +247,36 @@ def test_single_report_board_and_bad_bootstrap_settings():
         paired_diff(make_report(_kl(14), DOMAINS), make_report(_kl(15), DOMAINS), seed=-1)
     with pytest.raises(BadInput, match="no reports to rank"):
         build_leaderboard([])
+
+
+def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
+    from kldtui.compare import CompareOptions, compare
+    from kldtui.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.report import write_report as save_report
+    from tests.fixtures_compare import make_suite, perturb
+
+    suite, ref, close, data = make_suite(tmp_path / "s", windows=8, context=17, vocab=300, seed=4,
+                                         candidate=lambda rng, x: perturb(rng, x, 0.02, 0.05))
+    rng = np.random.default_rng(5)
+    far = tmp_path / "s" / "far"
+    written = [write_logits_array(far, suite.window(w), perturb(rng, x, 0.3, 0.5), 17)
+               for w, (x, _, _) in data.items()]
+    write_logits_manifest(far, suite, written, kind="candidate")
+    opts = CompareOptions(bootstrap_samples=2000)
+    pa = save_report(tmp_path / "close.json", compare(suite.path, ref, close, opts))
+    pb = save_report(tmp_path / "far.json", compare(suite.path, ref, far, opts))
+    from kldtui.decide.paired import paired_diff_files
+
+    res = paired_diff_files(pa, pb, samples=2000)
+    assert "suite_token_hash_sha256" in res.pairing_checked
+    assert "reference_manifest_sha256" in res.pairing_checked
+    assert res.overall.outcome == "a_closer" and res.verdict.startswith("candidate is closer")
+    report_ci = json.loads(pa.read_text())["kl_window_cluster_bootstrap"]
+    assert res.overall.mean_a == pytest.approx(report_ci["estimate"])
+    from kldtui.decide.leaderboard import leaderboard_from_files
+
+    board = leaderboard_from_files([pb, pa], samples=2000)
+    assert [r.name for r in board.rows] == ["candidate", "far"]
+    assert board.rows[0].ci_low == pytest.approx(report_ci["ci95_low"], rel=1e-12)
+    assert board.rows[0].ci_high == pytest.approx(report_ci["ci95_high"], rel=1e-12)
+    assert not board.rows[1].tied_with_best
