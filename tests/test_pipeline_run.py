@@ -99,7 +99,8 @@ def _write_profile(profile_dir: Path, suite_dir: Path, fault: str | None) -> Pat
     return path
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+# SIGTERM is exercised the same way by tests/test_server_cli.py and tests/test_batch_reporter.py
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, tmp_path: Path,
                                                                sig: signal.Signals) -> None:
     path = _write_profile(tmp_path, suite_dir, "chunk-delay:0.2")
