@@ -455,6 +455,10 @@ def _probe(client: Any) -> list[str] | None:
         if health.status_code != 200:
             return None
         models = client.get("/v1/models")
+        if models.status_code in (401, 403):
+            raise StageFailed(f"{client.base_url}: the server refused the API key (HTTP "
+                              f"{models.status_code} on /v1/models); set the environment variable "
+                              "named by [candidate] api_key_env to the server's key")
         if models.status_code != 200:
             return None
         data = models.json().get("data", [])
