@@ -425,7 +425,9 @@ class ServerProcess:
     def _read_output(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for raw in iter(self.proc.stdout.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            # progress bars redraw with carriage returns: keep what the terminal would show last
+            line = next((part for part in reversed(text.split("\r")) if part.strip()), "")
             self._lines.append(line)
             if self._log_file is not None:
                 with contextlib.suppress(OSError, ValueError):

@@ -30,6 +30,7 @@ STUBBORN = textwrap.dedent("""
 EARLY_EXIT = textwrap.dedent("""
     import sys
     print("loading model", flush=True)
+    print("Loading weights:  10%\rLoading weights: 100%\r", flush=True)
     print("ERROR: CUDA out of memory while loading weights", flush=True)
     sys.exit(3)
 """)
@@ -132,6 +133,7 @@ def test_early_exit_is_reported_with_last_log_lines(tmp_path: Path) -> None:
     message = str(info.value)
     assert "exit code 3" in message
     assert "CUDA out of memory" in message and "loading model" in message
+    assert "| Loading weights: 100% |" in message and "10%" not in message
     assert "\n" not in message
     assert server.alive() is not None
 
