@@ -30,7 +30,7 @@ STUBBORN = textwrap.dedent("""
 EARLY_EXIT = textwrap.dedent("""
     import sys
     print("loading model", flush=True)
-    print("Loading weights:  10%\rLoading weights: 100%\r", flush=True)
+    print("Loading weights:  10%\\rLoading weights: 100%\\r", flush=True)
     print("ERROR: CUDA out of memory while loading weights", flush=True)
     sys.exit(3)
 """)
