@@ -1,0 +1,62 @@
+"""``kldtui capture`` and ``kldtui finalize`` with the original scripts' flags (attach mode)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.cli import main
+from kldtui.server import ServerProcess
+from kldtui.suite import check_manifest_matches_suite, load_logits_manifest
+from kldtui.suite_writer import write_suite
+
+
+def test_capture_then_finalize_from_the_command_line(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(9)
+    suite = write_suite(tmp_path / "suite", [(d, rng.integers(0, 128, 200).tolist())
+                                             for d in ("prose", "prose", "code")])
+    argv = [sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "Kimi-K3",
+            "--vocab-size", "128", "--max-num-batched-tokens", "64", "--max-num-seqs", "1"]
+    common = ["--suite-dir", str(tmp_path / "suite"), "--capture-dir", str(tmp_path / "cap"),
+              "--run-name", "cand"]
+    with ServerProcess(argv, capture_dir=tmp_path / "srv", served_model_name="Kimi-K3") as server:
+        url = server.wait_ready(timeout=60)
+        capture = ["capture", *common, "--base-url", url, "--server-capture-dir", str(tmp_path / "srv"),
+                   "--expected-vocab", "128"]
+        assert main([*capture, "--stop-window", "2"]) == 0
+        out = capsys.readouterr().out
+        assert "window 000 (prose) captured" in out and "window 001 (prose) captured" in out
+        assert main(capture) == 0  # resumes: 0 and 1 skipped, 2 captured
+        out = capsys.readouterr().out
+        assert "2 window(s) already captured" in out and "1 captured, 2 skipped" in out
+    records = json.loads((tmp_path / "cap" / "capture-cand.json").read_text())
+    assert [r["window_index"] for r in records] == [0, 1, 2]
+
+    runtime = tmp_path / "runtime.json"
+    runtime.write_text(json.dumps({"vllm_version": "embedded", "model": "tiny", "args": ["--x"]}))
+    finalize = ["finalize", *common, "--output-dir", str(tmp_path / "final"), "--runtime-json", str(runtime)]
+    assert main(finalize) == 0
+    manifest = load_logits_manifest(tmp_path / "final")
+    check_manifest_matches_suite(manifest, suite, suite.windows)
+    assert manifest.runtime == {"vllm_version": "embedded", "model": "tiny", "args": ["--x"]}
+    assert main(finalize) == 0  # finalized files are kept
+    capsys.readouterr()
+
+
+def test_capture_without_server_folder_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_KLD_CAPTURE_DIR", raising=False)
+    write_suite(tmp_path / "suite", [("prose", [1, 2, 3])])
+    code = main(["capture", "--suite-dir", str(tmp_path / "suite"), "--capture-dir", str(tmp_path / "c"),
+                 "--run-name", "r"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--server-capture-dir is not set" in err and len(err.strip().splitlines()) == 1
+    code = main(["finalize", "--suite-dir", str(tmp_path / "suite"), "--capture-dir", str(tmp_path / "c"),
+                 "--run-name", "r", "--output-dir", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no such capture run" in err
