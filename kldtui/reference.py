@@ -356,7 +356,15 @@ class _HubDownloader:
         self.bytes_fetched = 0
         self._lock = threading.Lock()
         self._abort = Cancel()  # set when one parallel download failed: the others stop too
+        self._noted: set[str] = set()
         root.mkdir(parents=True, exist_ok=True)
+
+    def _note_once(self, key: str, text: str) -> None:
+        with self._lock:
+            if key in self._noted:
+                return
+            self._noted.add(key)
+        self.emit(Notice(STAGE, text))
 
     def check(self) -> None:
         if self.cancel is not None:
@@ -515,9 +523,14 @@ class _HubDownloader:
                    and not getattr(constants, "HF_HUB_DISABLE_XET", False))
         try:
             if use_xet:
+                self._note_once("xet", "transfers through Xet storage (hf_xet); HF_XET_HIGH_PERFORMANCE=1 "
+                                       "uses more bandwidth and CPU")
                 self._fetch_xet(repo_path, part, entry.size_bytes, name, meter)
             else:
-                self._fetch_http(meta.location, url, part, entry.size_bytes, name, meter)
+                # like huggingface_hub: an LFS file straight from the CDN location it was redirected to;
+                # a Xet-backed file (hf_xet missing or HF_HUB_DISABLE_XET) through the resolve URL
+                location = meta.location if meta.xet_file_data is None else url
+                self._fetch_http(location, url, part, entry.size_bytes, name, meter)
         except (Interrupted, KldError):
             raise
         except Exception as exc:  # noqa: BLE001 - translated to one line
