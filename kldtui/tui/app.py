@@ -457,13 +457,14 @@ class KldApp(App[int]):
             self.query_one("#rail", StageRail).refresh_from(self.model)
         if "windows" in dirty:
             self.query_one("#grid", WindowGrid).refresh(layout=True)
-        if "progress" in dirty:
+        if "progress" in dirty or "stages" in dirty:
             self.query_one("#progress", ProgressPanel).refresh(layout=True)
         if "log" in dirty:
             self.query_one("#logview", LogView).refresh_from(self.model)
         if "result" in dirty:
             self._result_ready()
-        elif "live" in dirty and (self.current_result is None or self.current_result.path is None):
+        elif "live" in dirty and (self.current_result is None or self.current_result.live
+                                  or self.model.stages["compare"].state == "running"):
             live = self.model.live_window_kl()
             if live:
                 self.current_result = live_result(live, name="compared so far")
@@ -508,9 +509,28 @@ class KldApp(App[int]):
                 self.sub_title = result.name
                 self._show_result(result, report)
             return
+        own = self._own_report_path()
         for report, path in loaded:
-            self._add_to_board(result_from_report(report, path), report, rebuild=False)
+            result = result_from_report(report, path)
+            self._add_to_board(result, report, rebuild=False)
+            if own is not None and path.resolve() == own and self.model.result_report is None:
+                self._show_earlier_result(result, report)
         self.rebuild_board()
+
+    def _own_report_path(self) -> Path | None:
+        factory_profile = getattr(self.pipeline_factory, "profile", None)
+        workdir = getattr(getattr(factory_profile, "run", None), "workdir", None)
+        return (Path(workdir) / "comparison.json").resolve() if workdir is not None else None
+
+    def _show_earlier_result(self, result: ResultData, report: dict[str, Any]) -> None:
+        """This profile's report from an earlier run: result pane and window KL, until a new one."""
+        self.current_result = result
+        self.query_one("#resultpane", ResultPane).show(result)
+        for bar in result.windows:
+            win = self.model.windows.get(bar.index)
+            if win is not None and win.kl is None:
+                win.kl, win.state = bar.kl, "compared"
+        self.model.dirty.add("windows")
 
     def _add_to_board(self, result: ResultData, report: dict[str, Any], rebuild: bool = True) -> None:
         for i, old in enumerate(self.results):
@@ -553,7 +573,8 @@ class KldApp(App[int]):
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})
         n = len(results)
         head = f"{n} report{'s' if n != 1 else ''}, sorted by mean KL (95% window-bootstrap interval)"
-        self.leaderboard_note = f"{head}. {note}".strip()
+        keys = "Enter opens a report; space marks two, d shows their per-window difference"
+        self.leaderboard_note = f"{head}. {note}".strip() + ("\n" + keys if n > 1 else "")
         self.query_one("#board-note", Static).update(self.leaderboard_note)
         if self.mode_name == "viewer":
             table.focus()
@@ -752,6 +773,7 @@ def _pipeline_factory_for(profile: Any) -> PipelineFactory:
 
         return Pipeline(profile, emit, cancel)
 
+    factory.profile = profile  # type: ignore[attr-defined]  # where its earlier report lives
     return factory
 
 

@@ -57,9 +57,26 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def stage_figure_text(figures: dict[str, Any], limit: int = 3) -> str:
-    """The first few figures of a stage as ``k v`` pairs for the rail."""
-    parts = [f"{k} {_short(v)}" for k, v in list(figures.items())[:limit]]
+FIGURE_NAMES = {"kl_mean": "KL", "top1_agreement": "top-1", "windows": "windows", "url": "",
+                "tok/s": "tok/s"}
+
+
+def stage_figure_text(figures: dict[str, Any], limit: int = 2) -> str:
+    """A few short figures of a stage for the rail (long values, lists and flags are left out)."""
+    parts = []
+    for key, value in figures.items():
+        if isinstance(value, bool) or value is None or isinstance(value, list | dict | tuple):
+            continue
+        if key in ("ci95_low", "ci95_high"):
+            continue
+        if isinstance(value, str):
+            value = value.split("://", 1)[-1]
+            if len(value) > 24:
+                continue
+        name = FIGURE_NAMES.get(key, key)
+        parts.append(f"{name} {_short(value)}".strip())
+        if len(parts) == limit:
+            break
     return " · ".join(parts)
 
 

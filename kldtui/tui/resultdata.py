@@ -57,6 +57,7 @@ class ResultData:
     windows: list[WindowBar] = field(default_factory=list)
     domains: list[DomainRow] = field(default_factory=list)
     noise_floor: float | None = None
+    live: bool = False  # built from the windows compared so far, not from a report
 
     @property
     def sort_key(self) -> float:
@@ -141,7 +142,7 @@ def result_from_report(report: dict[str, Any], path: str | Path | None = None,
     return ResultData(
         name=name,
         path=str(path) if path is not None else None,
-        original=report.get("report_format") is None,
+        original=report.get("report_format") in (None, "original"),  # "original": load_report's mark
         kl=kl,
         js_mean=_stat(report, "js"),
         top1=_num(report.get("top1_agreement")),
@@ -164,6 +165,7 @@ def live_result(windows: list[tuple[int, str, float]], name: str = "live") -> Re
         counts.setdefault(b.domain, []).append(b.kl)
     return ResultData(
         name=name,
+        live=True,
         kl=Band(sum(b.kl for b in bars) / len(bars)) if bars else None,
         windows=bars,
         domains=[DomainRow(d, len(v), Band(sum(v) / len(v))) for d, v in counts.items()],

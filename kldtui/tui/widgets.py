@@ -65,17 +65,33 @@ class StageBox(Static):
         self.stage = stage
         self.show(StageView(stage))
 
-    def show(self, view: StageView, server_url: str | None = None) -> None:
+    def show(self, view: StageView, server_url: str | None = None, percent: float | None = None) -> None:
         for state in STATE_MARK:
             self.set_class(view.state == state, f"-{state}")
         title = Text(f"{STATE_MARK.get(view.state, '?')} {STAGE_TITLES[self.stage]}", style="bold")
         figures = dict(view.figures)
         if server_url and self.stage == "server":
             figures.setdefault("url", server_url)
-        if isinstance(figures.get("url"), str):
-            figures["url"] = figures["url"].split("://", 1)[-1]
-        second = stage_figure_text(figures) or view.detail or view.state
-        self.update(Text.assemble(title, "\n", Text(second, no_wrap=True, overflow="ellipsis")))
+        state = view.state if percent is None or view.state != "running" else f"running {percent:.0f}%"
+        limit = 1 if (self.size.width or 16) < 26 else 2
+        second = stage_figure_text(figures, limit) if view.state == "done" else state
+        third = view.detail
+        if view.state == "done":
+            second, third = (second, view.detail) if second else (view.detail or "done", "")
+        self.update(Text.assemble(title, "\n", second or "", "\n", third or ""))
+
+
+def stage_percent(model: DashboardModel, stage: str) -> float | None:
+    """The stage's overall progress: its ``windows``/``download`` task, else its only task."""
+    tasks = {k[1]: p for k, p in model.progress.items() if k[0] == stage and p.total}
+    for name in ("windows", "download", "tokens"):
+        if name in tasks:
+            p = tasks[name]
+            return 100.0 * p.done / p.total if p.total else None
+    if len(tasks) == 1:
+        p = next(iter(tasks.values()))
+        return 100.0 * p.done / p.total if p.total else None
+    return None
 
 
 class StageRail(Horizontal):
@@ -86,7 +102,8 @@ class StageRail(Horizontal):
     def refresh_from(self, model: DashboardModel) -> None:
         url = model.server.url if model.server is not None else None
         for stage in STAGES:
-            self.query_one(f"#stage-{stage}", StageBox).show(model.stages[stage], url)
+            box = self.query_one(f"#stage-{stage}", StageBox)
+            box.show(model.stages[stage], url, stage_percent(model, stage))
 
 
 # -- window grid -----------------------------------------------------------------------------------
@@ -176,7 +193,7 @@ class ProgressPanel(Widget):
                 continue
             # unfinished tasks first (a download shows its total and the file in flight), newest first
             open_tasks = [p for p in tasks if p.total is None or p.done < p.total]
-            pick = sorted(open_tasks or tasks, key=lambda p: -p.ts)[: self.PER_STAGE]
+            pick = sorted(open_tasks or tasks, key=lambda p: -p.ts)[: self.PER_STAGE if open_tasks else 1]
             out.extend(sorted(pick, key=lambda p: p.task))
         return out
 
@@ -192,7 +209,7 @@ class ProgressPanel(Widget):
                                                           if idle else "no stage running")
             return Text(note, style=self.get_component_rich_style("progress--label"))
         width = max(20, self.size.width or 60)
-        label_w = min(16, max(8, width // 6))
+        label_w = min(18, max(14, width // 6))
         bar_w = max(6, min(30, width // 5))
         text = Text(no_wrap=True, overflow="ellipsis")
         for n, p in enumerate(items):
@@ -231,7 +248,7 @@ class LogView(Vertical):
         self._shown_serial = 0
 
     def compose(self) -> ComposeResult:
-        yield RichLog(id="log-lines", max_lines=5000, wrap=False, markup=False, auto_scroll=True)
+        yield RichLog(id="log-lines", max_lines=5000, wrap=True, markup=False, auto_scroll=True)
         yield Input(placeholder="search the log (Enter: keep, Esc: clear)", id="log-search")
 
     def on_mount(self) -> None:
@@ -357,10 +374,10 @@ class KLChart(Widget):
             marks.setdefault(half, ("│", "chart--label"))
         text = Text(no_wrap=True, overflow="crop")
         head = "KL per window" if not self.signed else "B − A per window"
-        text.append(f"{head}; │ mean", label_style)
+        text.append(f"{head}  │ mean", label_style)
         if self.band is not None and self.band.low is not None:
-            text.append(", ┊ 95% interval", label_style)
-        text.append(f"; full bar = {scale:.4g}", label_style)
+            text.append("  ┊ 95% CI", label_style)
+        text.append(f"  bar {'±' if self.signed else ''}{scale:.3g}", label_style)
         for bar in self.bars:
             text.append("\n")
             text.append(f"{bar.index:03d} {bar.domain[:5]:<5} ", label_style)
@@ -410,7 +427,7 @@ class ResultPane(VerticalScroll):
     def summary_text(self, r: ResultData) -> Text:
         text = Text()
         origin = "original comparator report" if r.original else "kldtui report"
-        if r.path is None:
+        if r.live:
             origin = "live: windows compared so far"
         text.append(f"{r.name}", style="bold")
         text.append(f"  ({origin})\n")
@@ -498,7 +515,7 @@ def axis_of(bands: list[Band | None]) -> tuple[float, float]:
 class LeaderboardTable(DataTable):  # type: ignore[type-arg]
     """Candidates sorted by mean KL with interval bars; ``=`` marks a tie with the best."""
 
-    BAR_WIDTH = 14
+    BAR_WIDTH = 20
 
     class Open(Message):
         def __init__(self, index: int) -> None:
