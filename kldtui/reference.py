@@ -174,7 +174,9 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
                           "suite here or unset HF_HUB_OFFLINE to download it")
     record = read_record(root)
+    requested = revision
     if revision is None and record and record.get("repo_id") == repo_id and record.get("commit"):
+        requested = record.get("revision")
         # more windows for a folder downloaded earlier: stay on the commit it came from, so old and
         # new files belong to one manifest (pass --revision main to move to the newest commit)
         revision = str(record["commit"])
@@ -191,15 +193,19 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         token_files.append(Path(w.token_file).as_posix())
     downloader.fetch_small(token_files, task="token files")
     entries = [manifest.entry(i) for i in range(*rng)]
+    cache = VerifiedCache(root / REF_DIR)
     todo: list[tuple[LogitsEntry, Path]] = []
     for entry in entries:
         final = manifest.file_path(entry.window_index)
         if final.is_file() and final.stat().st_size == entry.size_bytes:
-            continue  # present; checked by the verification below
+            known = cache.lookup(final)
+            if known is None or known == entry.sha256:
+                continue  # present; checked by the verification below
+            # a file of another revision (known hash differs): fetched again, replaced when verified
         todo.append((entry, final))
     downloader.check_disk_space(todo, rng)
     fetched = downloader.fetch_logits(todo, workers=workers)
-    _write_record(root, repo_id, revision, commit, rng, downloader.endpoint)
+    _write_record(root, repo_id, requested, commit, rng, downloader.endpoint)
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                               workers=workers, expected_suite_hash=expected_hash,
                               emit=_as_reference_events(emit), cancel=cancel)

@@ -245,3 +245,20 @@ def test_cli_download(hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "[reference]" in captured.err  # plain progress lines when not on a terminal
     assert main(["download", REPO, "--local-dir", str(out), "--stop-window", "9"]) == 2
     assert "outside" in capsys.readouterr().err
+
+
+def test_updated_repository_is_fetched_only_when_asked(hub: HubServer, tmp_path: Path) -> None:
+    out = tmp_path / "local"
+    first = ensure_reference(REPO, out, stop_window=2)
+    new_root = make_dataset(tmp_path / "server-v2", windows=5, seed=7)
+    new_commit = hub.add_dataset(REPO, new_root)
+    assert new_commit != first.commit
+    kept = ensure_reference(REPO, out, stop_window=2)  # complete here: no network, same files
+    assert kept.offline and kept.commit == first.commit
+    before = len(hub.log)
+    updated = ensure_reference(REPO, out, stop_window=2, revision="main")
+    assert not updated.offline and updated.commit == new_commit
+    refetched = {r.path for r in hub.log[before:] if r.method == "GET" and r.path.endswith(".safetensors")}
+    assert refetched == {"ref/logits_000.safetensors", "ref/logits_001.safetensors"}
+    assert _sha(out / "ref/logits_001.safetensors") == _sha(new_root / "ref/logits_001.safetensors")
+    assert verify_path(out).ok
