@@ -3,7 +3,9 @@
 :class:`BatchReporter` is an :data:`~kldtui.events.EventSink`. Plain mode writes one line per
 meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
 most one line every ``interval`` seconds, plus the final one). JSONL mode writes every event
-as one JSON object per line (``Event.to_dict``). Both are thread-safe.
+as one JSON object per line (``Event.to_dict``). Both are thread-safe. With ``live=True`` (a
+terminal, not JSONL) progress shows as rich bars below the scrolling lines instead (enter the
+reporter as a context manager; :func:`run_headless` does).
 
 :func:`run_headless` runs a job (``job(emit, cancel) -> result``) in a worker thread while the
 main thread handles SIGINT, SIGTERM and SIGHUP: the first signal sets the :class:`Cancel` (the
@@ -72,9 +74,13 @@ class BatchReporter:
     """Prints events as plain lines (``jsonl=False``) or JSON lines; see the module docstring."""
 
     def __init__(self, stream: IO[str] | None = None, *, jsonl: bool = False, interval: float = 2.0,
-                 server_log: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+                 server_log: bool = False, clock: Callable[[], float] = time.monotonic,
+                 live: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.jsonl = jsonl
+        self.live = live and not jsonl
+        self._progress: Any = None
+        self._bars: dict[tuple[str, str], Any] = {}
         self.interval = interval
         self.server_log = server_log
         self.clock = clock
@@ -88,6 +94,12 @@ class BatchReporter:
             self.result_path = event.path
         if isinstance(event, StageFailed):
             self.failures.append(f"{event.stage}: {event.message}")
+        if self._progress is not None and isinstance(event, Progress):
+            self._bar(event)
+            return
+        if self._progress is not None and isinstance(event, WindowState) and \
+                event.state in _PRINTED_WINDOW_STATES:
+            self._drop_window_bars(event.stage, event.window_index)
         if self.jsonl:
             line = json.dumps(event.to_dict(), default=str, sort_keys=True)
         else:
@@ -95,11 +107,68 @@ class BatchReporter:
         if line is None:
             return
         with self._lock:
+            if self._progress is not None:
+                self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+                return
             try:
                 self.stream.write(line + "\n")
                 self.stream.flush()
             except (BrokenPipeError, ValueError):
                 pass
+
+    # -- live mode (a terminal): rich progress bars under the scrolling lines ----------------------
+    def __enter__(self) -> BatchReporter:
+        if self.live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import (
+                Progress as RichProgress,
+            )
+
+            self._progress = RichProgress(TextColumn("{task.description}"), BarColumn(),
+                                          MofNCompleteColumn(), TimeRemainingColumn(),
+                                          console=Console(file=self.stream), transient=True)
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._progress is not None:
+                self._progress.stop()
+                self._progress = None
+                self._bars.clear()
+
+    def _drop_window_bars(self, stage: str, index: int) -> None:
+        """A window's own bars go when it reaches a final state (its last update may not be 100 %)."""
+        prefix = f"window {index:03d}"
+        with self._lock:
+            if self._progress is None:
+                return
+            for key in [k for k in self._bars if k[0] == stage and k[1].startswith(prefix)]:
+                self._progress.remove_task(self._bars.pop(key))
+
+    def _bar(self, event: Progress) -> None:
+        key = (event.stage, event.task)
+        finished = event.total is not None and event.done >= event.total
+        with self._lock:
+            progress = self._progress
+            if progress is None:
+                return
+            bar = self._bars.get(key)
+            if finished:
+                if bar is not None:  # a finished task leaves the screen
+                    progress.remove_task(bar)
+                    del self._bars[key]
+                return
+            if bar is None:
+                bar = progress.add_task(f"{event.stage} {event.task}", total=event.total)
+                self._bars[key] = bar
+            progress.update(bar, completed=event.done, total=event.total)
 
     def format(self, event: Event) -> str | None:
         """One plain line for ``event``, or None when it is not worth a line (throttled)."""
@@ -212,6 +281,7 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, handler)
     try:
+        reporter.__enter__()
         worker.start()
         deadline: float | None = None
         while worker.is_alive():
@@ -222,6 +292,7 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
                 elif time.monotonic() > deadline:
                     force()
     finally:
+        reporter.__exit__(None, None, None)
         if on_main:
             for sig, old in previous.items():
                 signal.signal(sig, old)

@@ -148,3 +148,21 @@ def test_a_stuck_job_is_force_stopped_after_the_grace_period() -> None:
                         err=io.StringIO())
     assert code == 130
     assert release.is_set()
+
+
+def test_live_mode_draws_bars_and_still_prints_lines() -> None:
+    out = io.StringIO()
+    rep = BatchReporter(out, live=True)
+    with rep:
+        rep(StageStarted("capture", detail="6 windows"))
+        rep(Progress("capture", "tokens", 100, 1000, "tokens"))
+        rep(Progress("capture", "tokens", 1000, 1000, "tokens"))  # finished: the bar goes
+        rep(Progress("compare", "window 000 rows", 16, 511, "rows"))
+        assert list(rep._bars) == [("compare", "window 000 rows")]
+        rep(WindowState("compare", 0, "compared", figures={"kl": 0.25}))  # its bars go
+        assert rep._bars == {}
+    text = out.getvalue()
+    assert "capture: started - 6 windows" in text
+    assert "window 000 compared, mean KL 0.25" in text
+    jsonl = BatchReporter(io.StringIO(), jsonl=True, live=True)
+    assert not jsonl.live  # JSONL is for machines: never bars

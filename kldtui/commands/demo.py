@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no dashboard: progress lines, then the summary; the report is "
                         "WORKDIR/comparison.json")
     parser.add_argument("--jsonl", action="store_true", help="with --batch: one JSON event per line")
+    parser.add_argument("--plain", action="store_true",
+                        help="with --batch on a terminal: plain lines instead of progress bars")
     parser.add_argument("--server-log", action="store_true", help="with --batch: print server log lines")
     parser.add_argument("--interval", type=float, default=2.0,
                         help="with --batch: seconds between progress lines of one task (default 2)")

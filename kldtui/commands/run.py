@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no dashboard: plain progress lines (or --jsonl) on stdout; exit code 0 done, "
                         "1 failed, 2 bad input, 130 interrupted")
     parser.add_argument("--jsonl", action="store_true", help="with --batch: one JSON event per line")
+    parser.add_argument("--plain", action="store_true",
+                        help="with --batch on a terminal: plain lines instead of progress bars")
     parser.add_argument("--server-log", action="store_true",
                         help="with --batch: print every server log line (always kept in WORKDIR/server.log)")
     parser.add_argument("--interval", type=float, default=2.0,
@@ -34,9 +36,10 @@ def run_batch_job(job, args: argparse.Namespace, on_force_stop=None) -> int:  # 
     """Run ``job(emit, cancel)`` headless with the reporter the flags ask for; print the result."""
     from kldtui.batch_reporter import BatchReporter, run_headless
 
-    reporter = BatchReporter(sys.stdout, jsonl=bool(getattr(args, "jsonl", False)),
-                             interval=float(getattr(args, "interval", 2.0)),
-                             server_log=bool(getattr(args, "server_log", False)))
+    jsonl = bool(getattr(args, "jsonl", False))
+    reporter = BatchReporter(sys.stdout, jsonl=jsonl, interval=float(getattr(args, "interval", 2.0)),
+                             server_log=bool(getattr(args, "server_log", False)),
+                             live=sys.stdout.isatty() and not getattr(args, "plain", False))
     code = run_headless(job, reporter, on_force_stop=on_force_stop)
     if code == 0 and reporter.result_path and not getattr(args, "jsonl", False):
         from kldtui.report import load_report, summary_text
