@@ -470,7 +470,7 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
             if request.error is not None:
                 exc = request.error
                 if isinstance(exc, httpx.TimeoutException):
-                    msg = died()
+                    msg = server_alive() if server_alive is not None else None
                     raise _WindowFailed(f"{w.label}: the server stopped during the capture request: "
                                         f"{msg}" if msg else _timeout_message(w, url, request_timeout))
                 if isinstance(exc, httpx.HTTPError):

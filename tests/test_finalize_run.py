@@ -107,7 +107,7 @@ def test_existing_file_is_never_overwritten_without_force(tmp_path: Path) -> Non
         np.testing.assert_array_equal(r.read(0, r.rows), data[0])
 
 
-@pytest.mark.parametrize("fault", ["gap", "nan", "marker", "vocab"])
+@pytest.mark.parametrize("fault", ["gap", "overlap", "nan", "marker", "vocab", "renamed"])
 def test_bad_chunks_leave_no_file(tmp_path: Path, fault: str) -> None:
     suite, run, data = make_run(tmp_path, windows=1)
     w = suite.windows[0]
@@ -123,6 +123,13 @@ def test_bad_chunks_leave_no_file(tmp_path: Path, fault: str) -> None:
         os.rename(tmp_path / "server" / "cmpl-w0-0-abcdef01" / "logits.rows-000256-000299.safetensors",
                   folder / "logits.rows-000256-000299.safetensors")
         match = r"non-finite logits \(nan or inf\) at row 263"
+    elif fault == "overlap":
+        write_chunk(folder.parent, folder.name, 50, data[0][50:150], VOCAB)
+        match = r"chunks overlap at row 50"
+    elif fault == "renamed":
+        os.rename(folder / "logits.rows-000256-000299.safetensors",
+                  folder / "logits.rows-000257-000300.safetensors")
+        match = r"metadata row_start=256 disagrees with 257"
     elif fault == "marker":
         write_error_marker(run, w.chunk_dir_name, "could not write rows 0-256: No space left on device")
         match = r"capture hook reported an error: could not write rows 0-256: No space left"
