@@ -49,3 +49,15 @@ def test_distributions_are_peaked_and_perturbation_moves_them_a_little() -> None
         assert all(a < b for a, b in zip(kls, kls[1:], strict=False)), kls
         assert 0.01 < kls[steps.index(0.1)] < 0.1, kls  # the documented "about 0.03"
         assert kls[-1] < 0.25, kls
+
+
+def test_sampled_text_is_likely_under_the_model() -> None:
+    m = TinyModel(1024, seed=3)
+    ids = m.sample(400, seed=1)
+    assert len(ids) == 400 and ids == m.sample(400, seed=1)
+    assert all(0 <= t < 1024 for t in ids)
+    lp = log_softmax(m.logits(m.hidden(ids)[:-1]).astype(np.float64))
+    nll = -lp[np.arange(399), ids[1:]].mean()
+    random_ids = np.random.default_rng(1).integers(0, 1024, 400)
+    lr = log_softmax(m.logits(m.hidden(random_ids)[:-1]).astype(np.float64))
+    assert nll < 3.0 < -lr[np.arange(399), random_ids[1:]].mean()

@@ -83,6 +83,33 @@ class TinyModel:
         h = h / np.sqrt((h * h).mean(axis=1, keepdims=True) + np.float32(1e-5))
         return h.astype(np.float32, copy=False)
 
+    def sample(self, num_tokens: int, seed: int = 0, temperature: float = 1.0,
+               first_token: int | None = None) -> list[int]:
+        """Token ids drawn from the model itself (incremental, O(n)): text the model finds likely,
+        so a suite built from it has realistic next-token probabilities and perplexity."""
+        rng = np.random.default_rng(seed)
+        d = self.embed.shape[1]
+        s1 = np.zeros(d, dtype=np.float32)
+        s2 = np.zeros(d, dtype=np.float32)
+        token = int(rng.integers(self.vocab_size)) if first_token is None else int(first_token)
+        out = [token]
+        while len(out) < num_tokens:
+            x = self.embed[token]
+            s1 = np.float32(DECAYS[0]) * s1 + np.float32(1.0 - DECAYS[0]) * x
+            h = np.tanh(np.concatenate([x, s1]) @ self.mix1)
+            s2 = np.float32(DECAYS[1]) * s2 + np.float32(1.0 - DECAYS[1]) * h
+            h = h + np.tanh(np.concatenate([h, s2]) @ self.mix2)
+            h = h - h.mean()
+            h = h / np.sqrt((h * h).mean() + np.float32(1e-5))
+            logits = (h @ self.out + self.bias).astype(np.float64)
+            if temperature <= 0:
+                token = int(np.argmax(logits))
+            else:
+                p = np.exp((logits - logits.max()) / temperature)
+                token = int(rng.choice(self.vocab_size, p=p / p.sum()))
+            out.append(token)
+        return out
+
     def logits(self, states: np.ndarray) -> np.ndarray:
         """Raw float32 logits ``[rows, vocab_size]`` for the given states."""
         out = states @ self.out
