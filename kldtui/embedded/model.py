@@ -105,8 +105,9 @@ class TinyModel:
             if temperature <= 0:
                 token = int(np.argmax(logits))
             else:
-                p = np.exp((logits - logits.max()) / temperature)
-                token = int(rng.choice(self.vocab_size, p=p / p.sum()))
+                cdf = np.cumsum(np.exp((logits - logits.max()) / temperature))
+                token = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")),
+                            self.vocab_size - 1)
             out.append(token)
         return out
 
