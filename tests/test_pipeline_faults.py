@@ -1,0 +1,53 @@
+"""The server dies mid-window under the pipeline: the window fails with the server's last log
+lines, the server's group is gone, and a rerun resumes without recapturing finished windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kldtui.demo import prepare_demo
+from kldtui.errors import StageFailed
+from kldtui.events import Event
+from kldtui.events import StageFailed as StageFailedEvent
+from kldtui.pipeline import Pipeline
+from kldtui.profile import profile_from_dict
+from kldtui.server import _group_members
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_server_killed_mid_window_then_rerun_resumes(tmp_path: Path) -> None:
+    Pipeline(prepare_demo(tmp_path / "demo")).reference()
+
+    def profile(fault: str | None) -> object:
+        cand = {"kind": "embedded", "served_model_name": "cand", "model_seed": 7, "vocab_size": 2048,
+                "perturb": 0.1, "port": 0}
+        if fault:
+            cand["env"] = {"KLDTUI_EMBEDDED_FAULT": fault}
+        return profile_from_dict({"reference": {"local_dir": str(tmp_path / "demo" / "suite")},
+                                  "candidate": cand, "run": {"workdir": str(tmp_path / "work")},
+                                  "compare": {"bootstrap_samples": 200}}, base_dir=tmp_path)
+
+    events: list[Event] = []
+    # 511 rows per window, chunks of 256: the server dies inside window 2
+    pipeline = Pipeline(profile("die-after-rows:1300"), events.append)
+    with pytest.raises(StageFailed) as info:
+        pipeline.run_all()
+    message = str(info.value)
+    assert "window 002" in message and "server" in message and "\n" not in message
+    assert "last log lines" in message
+    assert pipeline.server is None  # stopped (what was left of it)
+    assert any(isinstance(e, StageFailedEvent) and e.stage == "capture" for e in events)
+    records_path = tmp_path / "work" / "capture" / "capture-candidate.json"
+    first = {r["window_index"]: r["request_id"] for r in json.loads(records_path.read_text())}
+    assert sorted(first) == [0, 1]
+    server_pids = [e.pid for e in events if type(e).__name__ == "ServerReady"]
+    assert server_pids and all(_group_members(pid) == [] for pid in server_pids)
+
+    report = json.loads(Pipeline(profile(None)).run_all().read_text())
+    assert report["windows"] == 6
+    final = {r["window_index"]: r["request_id"] for r in json.loads(records_path.read_text())}
+    assert {i: final[i] for i in first} == first
