@@ -76,12 +76,14 @@ def _check_finite(block: np.ndarray, path: Path, window: WindowSpec, first_row: 
                        f"{int(bad[0][0]) + first_row}; capture the window again")
 
 
-def _existing(final: Path, suite: Suite, window: WindowSpec, vocab: int,
+def _existing(final: Path, suite: Suite, window: WindowSpec, expected_vocab: int | None,
               output_dir: Path) -> WrittenLogits:
     """The already-finalized file as a WrittenLogits if it matches ``window``; else BadInput."""
     header = read_header(final)
     info = header.tensor(TENSOR_KEY)
     meta = header.metadata
+    vocab = expected_vocab if expected_vocab is not None else (
+        info.shape[-1] if info.shape else 0)
     problems = []
     if info.dtype != "F32" or info.shape != (window.scored_positions, vocab):
         problems.append(f"tensor {info.dtype} {list(info.shape)}, expected F32 "
@@ -90,6 +92,8 @@ def _existing(final: Path, suite: Suite, window: WindowSpec, vocab: int,
         problems.append(f"window_index {meta.get('window_index')}")
     if meta.get("token_ids_json_sha256") != window.token_ids_json_sha256:
         problems.append("token hash differs from the suite's")
+    if meta.get("context_length") != str(suite.context_length):
+        problems.append(f"context_length {meta.get('context_length')}")
     if meta.get("format") != LOGITS_FORMAT:
         problems.append(f"format {meta.get('format')!r}")
     if header.file_size != info.end:
@@ -135,13 +139,14 @@ def finalize_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_di
     """Merge ``chunk_dir``'s chunks into ``output_dir/logits_NNN.safetensors``; see the module doc."""
     output_dir = Path(output_dir)
     final = output_dir / logits_file_name(window.index)
-    chunks = check_chunk_dir(chunk_dir, window, expected_vocab=expected_vocab)
-    vocab = chunks.vocab_size
     if final.exists() and not force:
-        done = _existing(final, suite, window, vocab, output_dir)
+        # checked against the suite, not the chunks: they may have been deleted since
+        done = _existing(final, suite, window, expected_vocab, output_dir)
         emit(WindowState(STAGE, window.index, "finalized", window.domain,
                          figures={"skipped": True, "bytes": done.size_bytes}))
         return done
+    chunks = check_chunk_dir(chunk_dir, window, expected_vocab=expected_vocab)
+    vocab = chunks.vocab_size
     emit(WindowState(STAGE, window.index, "finalizing", window.domain))
     started = time.monotonic()
     writer = LogitsFileWriter(output_dir, window, vocab, suite.context_length, force=force,

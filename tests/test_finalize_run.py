@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tracemalloc
@@ -79,6 +80,10 @@ def test_finalize_run_writes_files_and_manifest(tmp_path: Path) -> None:
         assert {i: e.sha256 for i, e in again.entries.items()} == \
             {i: e.sha256 for i, e in manifest.entries.items()}
         assert all(e.figures.get("skipped") for e in events if isinstance(e, WindowState))
+    # the chunks may be deleted once finalized: a rerun still keeps the files
+    shutil.rmtree(run)
+    again = load_logits_manifest(finalize_run(suite, suite.windows, run, out, runtime=runtime))
+    assert again.entry(1).sha256 == manifest.entry(1).sha256
 
 
 def test_windows_finalized_in_two_steps_share_one_manifest(tmp_path: Path) -> None:
