@@ -488,8 +488,6 @@ class KldApp(App[int]):
     # -- reports (viewer, leaderboard, open) -------------------------------------------------------
     @work(thread=True, group="load", exit_on_error=False, name="load-reports")
     def load_reports(self) -> None:
-        from kldtui.decide.reports import load_report_file
-
         loaded: list[tuple[dict[str, Any], Path]] = []
         problems: list[str] = []
         for path in self.report_paths:
@@ -584,8 +582,6 @@ class KldApp(App[int]):
 
     @work(thread=True, group="load", exit_on_error=False, name="open")
     def _load_one(self, path: str) -> None:
-        from kldtui.decide.reports import load_report_file
-
         try:
             report = load_report_file(path)
         except Exception as exc:  # noqa: BLE001 - shown as one line
@@ -727,6 +723,16 @@ class KldApp(App[int]):
             yield SystemCommand("Stop server", "Stop the candidate server", self.action_stop_server)
             yield SystemCommand("Search log", "Search the server log", self.action_search_log)
         yield SystemCommand("Open result", "Open a comparison report", self.action_open_result)
+
+
+def load_report_file(path: str | Path) -> dict[str, Any]:
+    """A report, normalised (``kldtui.report.load_report``: json only, no numpy, so the viewer of
+    one report starts fast); the decide package's loader when that module is absent."""
+    try:
+        from kldtui.report import load_report
+    except ImportError:
+        from kldtui.decide.reports import load_report_file as load_report
+    return load_report(path)
 
 
 def _note(stage: str, text: str, level: str = "info") -> Event:
