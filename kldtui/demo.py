@@ -22,6 +22,7 @@ DEMO_DOMAINS = ("prose", "prose", "code", "code", "instruction", "instruction")
 DEMO_CONTEXT = 512
 DEMO_VOCAB = 2048
 DEMO_TOKEN_SEED = 20240601
+DEMO_MODEL_SEED = 7
 
 PROFILE_TEXT = f"""\
 # kldtui demo profile: the embedded CPU server (a tiny deterministic model) plays both the
@@ -36,7 +37,7 @@ capture = "embedded"           # capture missing reference logits with the embed
 [candidate]
 kind = "embedded"
 served_model_name = "demo"
-model_seed = 7
+model_seed = {DEMO_MODEL_SEED}
 vocab_size = {DEMO_VOCAB}
 perturb = 0.1                  # rounding step / weight std; 0.1 gives a mean KL of about 0.03
 port = 0                       # a free port
@@ -54,12 +55,13 @@ bootstrap_seed = 1
 
 
 def demo_windows() -> list[tuple[str, list[int]]]:
-    """The demo suite's windows: deterministic pseudo-random token ids."""
-    import numpy as np
+    """The demo suite's windows: text sampled from the demo's reference model itself, so
+    next-token probabilities and perplexity look like those of a real model on real text."""
+    from kldtui.embedded.model import TinyModel
 
-    rng = np.random.default_rng(DEMO_TOKEN_SEED)
-    return [(domain, [int(t) for t in rng.integers(0, DEMO_VOCAB, DEMO_CONTEXT)])
-            for domain in DEMO_DOMAINS]
+    model = TinyModel(DEMO_VOCAB, seed=DEMO_MODEL_SEED)
+    return [(domain, model.sample(DEMO_CONTEXT, seed=DEMO_TOKEN_SEED + i))
+            for i, domain in enumerate(DEMO_DOMAINS)]
 
 
 def build_demo_suite(root: Path) -> None:
