@@ -392,18 +392,19 @@ class Pipeline:
             def on_captured(window: WindowSpec, record: Any) -> None:
                 enqueue(window.index)
 
+            self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
+            self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
             worker = threading.Thread(target=self._window_worker, args=(work, failure),
                                       name="kldtui-finalize-compare", daemon=True)
             worker.start()
             try:
                 for index in sorted(self._captured_indices()):
                     enqueue(index)  # captured by an earlier run
-                self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
-                self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
                 try:
                     self.capture(on_window_captured=on_captured)
                 except Interrupted:
-                    if self._abort_message is None:
+                    # our own stop (early abort, or a finalize/compare failure) is reported below
+                    if self._abort_message is None and not failure:
                         raise
                 for index in sorted(self._captured_indices()):
                     enqueue(index)
@@ -449,12 +450,13 @@ class Pipeline:
                                            f"compared so far: {self.report_path})")
                     self.emit(Notice("compare", self._abort_message, level="error"))
                     self.cancel.set("early abort: " + self._abort_message)
+            except Interrupted as exc:
+                failure.append(exc)  # the user stopped the run: the window is not failed
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 failure.append(exc)
                 self.emit(WindowState("finalize", window.index, "failed", domain=window.domain,
                                       figures={"error": str(exc)}))
-                if not isinstance(exc, Interrupted):
-                    self.cancel.set(f"stopped: {exc}")
+                self.cancel.set(f"stopped: {exc}")
 
     def _fresh_server_capture_dir(self) -> Path:
         self.capture_root.mkdir(parents=True, exist_ok=True)

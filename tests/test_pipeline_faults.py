@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kldtui.demo import prepare_demo
-from kldtui.errors import StageFailed
-from kldtui.events import Event
+from kldtui.errors import BadInput, StageFailed
+from kldtui.events import Event, WindowState
 from kldtui.events import StageFailed as StageFailedEvent
 from kldtui.pipeline import Pipeline
 from kldtui.profile import profile_from_dict
@@ -51,3 +51,31 @@ def test_server_killed_mid_window_then_rerun_resumes(tmp_path: Path) -> None:
     assert report["windows"] == 6
     final = {r["window_index"]: r["request_id"] for r in json.loads(records_path.read_text())}
     assert {i: final[i] for i in first} == first
+
+
+class _BrokenCompare(Pipeline):
+    """Window 1's comparison fails (as a corrupt reference file would make it)."""
+
+    def _compare_one(self, window, announce=True):  # type: ignore[no-untyped-def]
+        if window.index == 1:
+            raise BadInput(f"{self.reference_dir}: window 001: injected failure; fix the file")
+        return super()._compare_one(window, announce)
+
+
+def test_a_compare_failure_stops_the_capture_and_is_reported_as_itself(tmp_path: Path) -> None:
+    Pipeline(prepare_demo(tmp_path / "demo")).reference()
+    profile = profile_from_dict({
+        "reference": {"local_dir": str(tmp_path / "demo" / "suite")},
+        "candidate": {"kind": "embedded", "served_model_name": "cand", "model_seed": 7,
+                      "vocab_size": 2048, "perturb": 0.1, "port": 0,
+                      "env": {"KLDTUI_EMBEDDED_FAULT": "chunk-delay:0.3"}},
+        "run": {"workdir": str(tmp_path / "work")}}, base_dir=tmp_path)
+    events: list[Event] = []
+    pipeline = _BrokenCompare(profile, events.append)
+    with pytest.raises(BadInput, match="injected failure"):  # not Interrupted: exit code 2, not 130
+        pipeline.run_all()
+    assert pipeline.server is None
+    records = json.loads((tmp_path / "work" / "capture" / "capture-candidate.json").read_text())
+    assert len(records) < 6  # the capture stopped instead of running to the end
+    failed = [e for e in events if isinstance(e, WindowState) and e.state == "failed"]
+    assert [e.window_index for e in failed] == [1]
