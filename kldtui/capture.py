@@ -377,7 +377,15 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
                 run_name=run_name, vocab=vocab, request_timeout=request_timeout, emit=emit,
                 cancel=cancel, server_alive=server_alive)
             records[w.index] = rec
-            save_records(records_path, records)
+            try:
+                save_records(records_path, records)
+            except OSError as exc:
+                del records[w.index]
+                _remove_tree(run_dir / w.chunk_dir_name)
+                message = (f"{records_path}: could not record {w.label} ({exc.strerror or exc}); "
+                           "free disk space and run again (the window is captured again)")
+                emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
+                raise StageFailed(message) from None
             results[w.index] = rec
             done_windows += 1
             done_tokens += w.num_tokens

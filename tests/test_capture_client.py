@@ -228,3 +228,20 @@ def test_cancel_during_capture_keeps_records_consistent(tmp_path: Path) -> None:
     with embedded(tmp_path, "b") as server:
         records = run_capture(suite, server, work)
     assert [r.window_index for r in records] == [0, 1]
+
+
+def test_records_that_cannot_be_written_leave_no_partial_window(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import kldtui.capture as capture_mod
+
+    def no_space(path: object, data: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=40, vocab=64)
+    monkeypatch.setattr(capture_mod, "write_json_atomic", no_space)
+    with embedded(tmp_path, "a") as server:
+        with pytest.raises(StageFailed, match=r"could not record window 000 .*No space left on device"):
+            run_capture(suite, server, tmp_path / "c")
+    assert os.listdir(tmp_path / "c" / "run1") == []

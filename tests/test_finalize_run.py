@@ -14,7 +14,7 @@ import pytest
 
 import kldtui.finalize as finalize_mod
 from kldtui.chunks import write_chunk, write_error_marker
-from kldtui.errors import BadInput, Interrupted
+from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, WindowState
 from kldtui.finalize import finalize_run, finalize_window
 from kldtui.safetensors_io import RowReader, read_header
@@ -202,4 +202,20 @@ def test_full_disk_while_finalizing_leaves_nothing_that_looks_complete(tmp_path:
     assert proc.returncode == 1, proc.stderr
     assert "StageFailed" in proc.stdout and "writing failed (File too large)" in proc.stdout
     assert "nothing was published" in proc.stdout
+    assert os.listdir(out) == []
+
+
+def test_disk_full_at_publication_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import kldtui.logits_writer as writer_mod
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    suite, run, _ = make_run(tmp_path, windows=1)
+    monkeypatch.setattr(writer_mod.os, "fsync", no_space)
+    out = tmp_path / "final"
+    with pytest.raises(StageFailed, match=r"logits_000.safetensors: could not publish \(No space left"):
+        finalize_run(suite, suite.windows, run, out, runtime=None)
     assert os.listdir(out) == []
