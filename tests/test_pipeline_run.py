@@ -148,3 +148,23 @@ def test_bad_profile_is_exit_2_in_one_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "did you mean 'port'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_path: Path) -> None:
+    full = Pipeline(make_profile(suite_dir, tmp_path / "all")).run_all()
+    events: list[Event] = []
+    p = Pipeline(make_profile(suite_dir, tmp_path / "steps"), events.append)
+    assert p.window_list() == [(i, d) for i, d in enumerate(
+        ["prose", "prose", "code", "code", "instruction", "instruction"])]
+    p.reference()
+    url = p.serve()
+    assert p.server_running and url.startswith("http://127.0.0.1:")
+    assert len(p.capture()) == 6
+    assert p.server_running  # stays up for more stages until stopped
+    p.finalize()
+    path = p.compare()
+    p.stop_server()
+    assert not p.server_running
+    a, b = json.loads(full.read_text()), json.loads(path.read_text())
+    for key in ("per_window", "kl_window_cluster_bootstrap", "domains", "window_range", "positions"):
+        assert a[key] == b[key], key
