@@ -98,9 +98,10 @@ def _file_checks(manifest: LogitsManifest, w: WindowSpec, vocab: int, side: str)
     what = f"{side}, {w.label}"
     try:
         header = read_header(path)
-        expect_tensor(header, entry.key, "F32", (w.scored_positions, vocab), what=what)
+        expect_tensor(header, entry.key, "F32", (w.scored_positions, vocab))
     except BadInput as exc:
-        raise BadInput(f"{exc} ({what}); re-download or re-finalize this window") from None
+        advice = "" if "again" in str(exc) else "; download or finalize this window again"
+        raise BadInput(f"{exc} ({what}){advice}") from None
     if entry.dtype != "F32":
         raise BadInput(f"{manifest.path}: {w.label} dtype {entry.dtype!r} is not F32; "
                        "only float32 logits are supported")

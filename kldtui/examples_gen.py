@@ -51,7 +51,7 @@ def generate(out_dir: str | os.PathLike[str]) -> Path:
                         datasets=[{"dataset": "kldtui/examples-synthetic", "revision": "1",
                                    "construction": "kldtui.examples_gen (synthetic peaked logits)",
                                    "seed": SEED}])
-    for folder, kind in (("ref", "reference"), ("candidate", "candidate")):
+    for folder in ("ref", "candidate"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     ref_written, cand_written = [], []
     for w, (_, ids) in zip(suite.windows, windows, strict=True):
@@ -59,7 +59,8 @@ def generate(out_dir: str | os.PathLike[str]) -> Path:
         cand = perturbed(rng, ref)
         ref_written.append(write_logits_array(root / "ref", w, ref, CONTEXT, force=True))
         cand_written.append(write_logits_array(root / "candidate", w, cand, CONTEXT, force=True))
-    for folder, kind, written in (("ref", "reference", ref_written), ("candidate", "candidate", cand_written)):
+    sides = (("ref", "reference", ref_written), ("candidate", "candidate", cand_written))
+    for folder, kind, written in sides:
         path = write_logits_manifest(root / folder, suite, written, kind=kind,
                                      runtime={"generator": "kldtui.examples_gen", "seed": SEED})
         doc = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -177,11 +177,12 @@ class NumpyRowKernel:
         out = RowStats.empty(rows, reverse)
         sums = np.empty((7, rows), dtype=np.float64)
         tok_ab = np.empty((2, rows), dtype=np.float64)
-        for i in range(rows):
-            self._row(x[i], y[i], int(next_tokens[i]), out, i, reverse, sums, tok_ab)
-        f = combine(np, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
-                    sums[6] if reverse else None)
-        self._finish(x, y, out, f, tok_ab, reverse)
+        with np.errstate(all="ignore"):  # NaN/Inf input: flagged by nonfinite_rows(), not warned
+            for i in range(rows):
+                self._row(x[i], y[i], int(next_tokens[i]), out, i, reverse, sums, tok_ab)
+            f = combine(np, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
+                        sums[6] if reverse else None)
+            self._finish(x, y, out, f, tok_ab, reverse)
         return out
 
     @staticmethod
@@ -286,5 +287,6 @@ class TorchBlockKernel:
         out.rank_ref_top[:] = rank.cpu().numpy()
         f_np = {k: v.cpu().numpy() for k, v in f.items()}
         tok_ab = np.stack([tok_a.cpu().numpy(), tok_b.cpu().numpy()])
-        NumpyRowKernel._finish(x, y, out, f_np, tok_ab, reverse)
+        with np.errstate(all="ignore"):
+            NumpyRowKernel._finish(x, y, out, f_np, tok_ab, reverse)
         return out

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-# (report key, quantile in percent); NumPy's default (linear) interpolation, as the original.
+# (report key, quantile as a fraction); NumPy's default (linear) interpolation, as the original.
 QUANTILES: tuple[tuple[str, float], ...] = (
-    ("p0_1", 0.1), ("p1", 1.0), ("p5", 5.0), ("p10", 10.0), ("p50", 50.0), ("p90", 90.0),
-    ("p95", 95.0), ("p99", 99.0), ("p99_9", 99.9),
+    ("p0_1", 0.001), ("p1", 0.01), ("p5", 0.05), ("p10", 0.1), ("p50", 0.5), ("p90", 0.9),
+    ("p95", 0.95), ("p99", 0.99), ("p99_9", 0.999),
 )
 CONFIDENCE_EDGES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.95, 1.0)
 POSITION_BUCKET = 256
@@ -22,7 +22,7 @@ def stats_object(values: np.ndarray) -> dict[str, float]:
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
         raise ValueError("no values")
-    qs = np.quantile(v, [q / 100.0 for _, q in QUANTILES])
+    qs = np.quantile(v, [q for _, q in QUANTILES])
     out = {key: float(val) for (key, _), val in zip(QUANTILES, qs, strict=True)}
     out.update(mean=float(np.mean(v)), median=float(np.median(v)), min=float(np.min(v)),
                max=float(np.max(v)))

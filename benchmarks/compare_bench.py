@@ -1,0 +1,129 @@
+"""Compare-stage benchmark: GB/s of logits compared (both sides counted), kldtui vs a naive baseline.
+
+Builds (once, then reuses) a suite of 2 windows x [2047, 163840] float32 logits (5.37 GB) with
+realistic peaked rows, reads every file once so both runs see it in the page cache, then times
+
+* the naive baseline: float32 torch ``log_softmax`` over 8-row blocks (the original comparator's
+  approach), computing KL, JS and top-1 agreement;
+* kldtui's compare engine (the backend chosen by ``--backend``, default auto),
+
+and prints GB/s for both, the ratio, and the largest difference of the window mean KL.
+
+    .venv/bin/python benchmarks/compare_bench.py [--dir /tmp/kldtui-bench] [--skip-naive]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kldtui.compare import CompareOptions, Engine, prepare
+from kldtui.logits_writer import LogitsFileWriter, write_logits_manifest
+from kldtui.safetensors_io import RowReader
+from kldtui.suite import load_suite
+from kldtui.suite_writer import write_suite
+
+
+def build(root: Path, windows: int, context: int, vocab: int, seed: int = 7) -> None:
+    if (root / "candidate" / "manifest.json").exists():
+        return
+    print(f"building {windows} windows x [{context - 1}, {vocab}] in {root} ...", flush=True)
+    rng = np.random.default_rng(seed)
+    toks = [("prose", [int(t) for t in rng.integers(0, vocab, size=context)]) for _ in range(windows)]
+    suite = write_suite(root, toks)
+    written = {"ref": [], "candidate": []}
+    for w, (_, ids) in zip(suite.windows, toks, strict=True):
+        wr = LogitsFileWriter(root / "ref", w, vocab, context, force=True)
+        wc = LogitsFileWriter(root / "candidate", w, vocab, context, force=True)
+        nxt = np.asarray(ids[1:])
+        for start in range(0, context - 1, 64):
+            stop = min(start + 64, context - 1)
+            n = stop - start
+            x = rng.standard_normal((n, vocab), dtype=np.float32) * 2.5
+            x[np.arange(n), nxt[start:stop]] += rng.uniform(4.0, 22.0, size=n).astype(np.float32)
+            noise = rng.standard_normal((n, vocab), dtype=np.float32)
+            noise *= rng.uniform(0.01, 0.3, size=(n, 1)).astype(np.float32)
+            wr.write_rows(x)
+            wc.write_rows(x + noise)
+        written["ref"].append(wr.commit())
+        written["candidate"].append(wc.commit())
+    for folder, kind in (("ref", "reference"), ("candidate", "candidate")):
+        write_logits_manifest(root / folder, suite, written[folder], kind=kind)
+
+
+def warm(paths: list[Path]) -> float:
+    t0 = time.perf_counter()
+    buf = bytearray(64 << 20)
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+    return time.perf_counter() - t0
+
+
+def naive(paths: list[tuple[Path, Path]], block: int = 8) -> tuple[float, list[float]]:
+    """The original's approach: float32 torch log_softmax over 8-row blocks."""
+    import torch
+
+    t0 = time.perf_counter()
+    means = []
+    for ref, cand in paths:
+        with RowReader(ref) as xr, RowReader(cand) as yr:
+            total = 0.0
+            for start in range(0, xr.rows, block):
+                x = torch.from_numpy(xr.read(start, start + block))
+                y = torch.from_numpy(yr.read(start, start + block))
+                lp = torch.log_softmax(x, dim=-1)
+                lq = torch.log_softmax(y, dim=-1)
+                p, q = lp.exp(), lq.exp()
+                kl = (p * (lp - lq)).sum(-1)
+                lm = torch.log(0.5 * (p + q))
+                js = 0.5 * (p * (lp - lm)).sum(-1) + 0.5 * (q * (lq - lm)).sum(-1)
+                _ = (lp.argmax(-1) == lq.argmax(-1)).float().mean(), js.mean()
+                total += float(kl.double().sum())
+            means.append(total / xr.rows)
+    return time.perf_counter() - t0, means
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default="/tmp/kldtui-bench")
+    ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--context", type=int, default=2048)
+    ap.add_argument("--vocab", type=int, default=163840)
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--row-block", type=int, default=None)
+    ap.add_argument("--skip-naive", action="store_true")
+    args = ap.parse_args(argv)
+    root = Path(args.dir)
+    build(root, args.windows, args.context, args.vocab)
+    suite = load_suite(root)
+    options = CompareOptions(backend=args.backend, threads=args.threads, row_block=args.row_block)
+    inputs = prepare(suite, root / "ref", root / "candidate", options)
+    files = [(inputs.reference.file_path(w.index), inputs.candidate.file_path(w.index))
+             for w in inputs.windows]
+    nbytes = sum(a.stat().st_size + b.stat().st_size for a, b in files)
+    t_read = warm([p for pair in files for p in pair])
+    print(f"{nbytes / 1e9:.2f} GB of logits; reading them: {t_read:.2f} s ({nbytes / t_read / 1e9:.2f} GB/s)")
+    with Engine(inputs.vocab_size, options) as engine:
+        t0 = time.perf_counter()
+        results = [engine.compare_window(inputs, w) for w in inputs.windows]
+        t_k = time.perf_counter() - t0
+        print(f"kldtui ({engine.backend}, {engine.threads} threads, {engine.row_block}-row blocks): "
+              f"{t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s")
+    if not args.skip_naive:
+        t_n, naive_means = naive(files)
+        print(f"naive float32 torch log_softmax, 8-row blocks: {t_n:.2f} s, {nbytes / t_n / 1e9:.2f} GB/s")
+        print(f"speed-up: {t_n / t_k:.2f}x")
+        diff = max(abs(a - r.kl_mean) / r.kl_mean for a, r in zip(naive_means, results, strict=True))
+        print(f"largest relative difference of window mean KL, naive vs kldtui: {diff:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The compare stage end to end on small synthetic suites, held against a float64 oracle."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.compare import CompareOptions, WindowResult, build_report, compare, compare_window
+from kldtui.errors import Interrupted
+from kldtui.events import Cancel, StageFinished, StageStarted, WindowState
+from kldtui.metrics import stats as st
+from tests.fixtures_compare import make_suite, oracle_rows, rel_err
+
+
+@pytest.fixture(scope="module")
+def suite_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("suite")
+    suite, ref, cand, data = make_suite(root, windows=4, context=300, vocab=700, seed=1,
+                                        domains=("prose", "prose", "code", "instruction"))
+    return suite, ref, cand, data
+
+
+def _oracle_all(data, windows):
+    per = {w: oracle_rows(*data[w]) for w in windows}
+    cat = {k: np.concatenate([per[w][k] for w in windows]) for k in per[windows[0]]}
+    return per, cat
+
+
+def test_report_matches_oracle(suite_dirs) -> None:
+    suite, ref, cand, data = suite_dirs
+    events = []
+    report = compare(suite.path, ref, cand, CompareOptions(reverse=True, bootstrap_samples=2000),
+                     events.append)
+    per, cat = _oracle_all(data, [0, 1, 2, 3])
+    assert report["direction"] == "KL(reference || candidate)"
+    assert report["positions"] == 4 * 299 and report["windows"] == 4 and report["window_range"] == [0, 4]
+    for key, field in (("kl_reference_to_candidate", "kl"), ("js", "js"),
+                       ("kl_candidate_to_reference", "kl_reverse")):
+        want = st.stats_object(cat[field])
+        for stat, value in report[key].items():
+            assert rel_err(np.array([value]), np.array([want[stat]]))[0] < 1e-6, (key, stat)
+    top1 = cat["argmax_ref"] == cat["argmax_cand"]
+    assert report["top1_agreement"] == pytest.approx(top1.mean(), abs=0)
+    for k in (1, 5, 10):
+        assert report["topk_agreement"][str(k)] == (cat["rank_ref_top"] < k).mean()
+    assert report["topk_agreement"]["k"] == [1, 5, 10]
+    window_kl = [per[w]["kl"].mean() for w in range(4)]
+    boot = report["kl_window_cluster_bootstrap"]
+    assert boot["estimate"] == pytest.approx(np.mean(window_kl), rel=1e-9)
+    assert boot["bootstrap_samples"] == 2000 and boot["cluster_unit"] == "window"
+    assert set(report["domains"]) == {"prose", "code", "instruction"}
+    assert report["domains"]["prose"]["estimate"] == pytest.approx(np.mean(window_kl[:2]), rel=1e-9)
+    # next token
+    p_ref, p_cand = np.exp(cat["logp_ref_next"]), np.exp(cat["logp_cand_next"])
+    nt = report["next_token"]
+    assert nt["p_reference"]["mean"] == pytest.approx(p_ref.mean(), rel=1e-9)
+    assert nt["delta_p"]["rms"] == pytest.approx(math.sqrt(np.mean((p_cand - p_ref) ** 2)), rel=1e-9)
+    assert nt["perplexity_reference"] == pytest.approx(math.exp(-cat["logp_ref_next"].mean()), rel=1e-9)
+    assert nt["perplexity_ratio"] == pytest.approx(
+        nt["perplexity_candidate"] / nt["perplexity_reference"], rel=1e-9)
+    pb = nt["perplexity_ratio_window_cluster_bootstrap"]
+    assert pb["ci95_low"] <= pb["estimate"] <= pb["ci95_high"]
+    # buckets
+    conf = report["kl_by_reference_confidence"]
+    assert [b["low"] for b in conf] == [0.0, 0.25, 0.5, 0.75, 0.95]
+    assert sum(b["positions"] for b in conf) == report["positions"]
+    pos = report["kl_by_position"]
+    assert [(b["start"], b["stop"]) for b in pos] == [(0, 256), (256, 299)]
+    assert pos[1]["kl_mean"] == pytest.approx(
+        np.concatenate([per[w]["kl"][256:] for w in range(4)]).mean(), rel=1e-9)
+    # per window: original entries and the parallel arrays
+    arrays = report["per_window_arrays"]
+    assert arrays["window_index"] == [0, 1, 2, 3]
+    assert arrays["kl_mean"] == pytest.approx(window_kl, rel=1e-9)
+    assert len(arrays["kl_reverse_mean"]) == 4 and len(arrays["top10_agreement"]) == 4
+    pw = report["per_window"][2]
+    assert pw["window_index"] == 2 and pw["domain"] == "code" and pw["positions"] == 299
+    assert set(pw["kl_reference_to_candidate"]) >= {"mean", "median", "p95", "p99", "max"}
+    assert pw["top1_agreement"] == (per[2]["argmax_ref"] == per[2]["argmax_cand"]).mean()
+    prov = report["provenance"]
+    assert prov["backend"] == "numpy-threads" and prov["bytes_compared"] == 2 * 4 * 299 * 700 * 4
+    assert prov["verified"] == {"token_hashes": True, "suite_hash": True, "logits_sha256": "skipped"}
+    assert report["suite_token_hash_sha256"] == suite.suite_token_hash_sha256
+    assert report["vocab_size"] == 700
+    json.dumps(report, allow_nan=False)
+    # events
+    assert isinstance(events[0], StageStarted) and isinstance(events[-1], StageFinished)
+    done = [e for e in events if isinstance(e, WindowState) and e.state == "compared"]
+    assert [e.window_index for e in done] == [0, 1, 2, 3]
+    assert done[0].figures["kl"] == pytest.approx(window_kl[0], rel=1e-9)
+
+
+def test_window_by_window_equals_whole_run_and_round_trips(suite_dirs) -> None:
+    suite, ref, cand, _ = suite_dirs
+    opts = CompareOptions(start_window=1, stop_window=3, bootstrap_samples=500, reverse=True)
+    whole = compare(suite.path, ref, cand, opts)
+    results = []
+    for i in (2, 1):  # any order
+        r = compare_window(suite, suite.window(i), ref, cand, opts, None)
+        doc = json.loads(json.dumps(r.to_dict()))
+        back = WindowResult.from_dict(doc)
+        for f in ("kl", "js", "kl_reverse", "rank_ref_top", "logp_cand_next"):
+            np.testing.assert_array_equal(getattr(back.rows, f), getattr(r.rows, f))
+        results.append(back)
+    built = build_report(results, suite=suite, reference_dir=ref, candidate_dir=cand, options=opts)
+    for key in ("kl_reference_to_candidate", "js", "kl_window_cluster_bootstrap", "domains", "per_window",
+                "per_window_arrays", "next_token", "topk_agreement", "kl_by_position", "window_range",
+                "kl_candidate_to_reference", "reference_manifest_sha256"):
+        assert built[key] == whole[key], key
+
+
+def test_threads_and_row_blocks_do_not_change_results(suite_dirs) -> None:
+    suite, ref, cand, _ = suite_dirs
+    a = compare(suite.path, ref, cand, CompareOptions(threads=1, row_block=7, bootstrap_samples=100))
+    b = compare(suite.path, ref, cand, CompareOptions(threads=3, row_block=64, bootstrap_samples=100))
+    assert a["per_window_arrays"] == b["per_window_arrays"]
+    assert a["kl_reference_to_candidate"] == b["kl_reference_to_candidate"]
+
+
+def test_torch_backend_agrees_with_numpy(suite_dirs) -> None:
+    pytest.importorskip("torch")
+    suite, ref, cand, _ = suite_dirs
+    a = compare(suite.path, ref, cand, CompareOptions(backend="numpy", bootstrap_samples=100, reverse=True))
+    b = compare(suite.path, ref, cand, CompareOptions(backend="torch-cpu", bootstrap_samples=100,
+                                                      reverse=True))
+    assert b["provenance"]["backend"] == "torch-cpu"
+    for key in ("kl_mean", "js_mean", "kl_reverse_mean", "nll_candidate_mean"):
+        got, want = np.array(b["per_window_arrays"][key]), np.array(a["per_window_arrays"][key])
+        assert rel_err(got, want).max() < 1e-9
+    assert a["per_window_arrays"]["top10_agreement"] == b["per_window_arrays"]["top10_agreement"]
+
+
+def test_cancel_stops_the_stage(suite_dirs) -> None:
+    suite, ref, cand, _ = suite_dirs
+    cancel = Cancel()
+    cancel.set("test")
+    with pytest.raises(Interrupted):
+        compare(suite.path, ref, cand, CompareOptions(), cancel=cancel)
+
+
+def test_identical_candidate_gives_exact_zero(tmp_path: Path) -> None:
+    suite, ref, cand, _ = make_suite(tmp_path, windows=2, context=40, vocab=300, candidate=lambda rng, x: x)
+    report = compare(suite.path, ref, cand, CompareOptions(reverse=True, bootstrap_samples=100))
+    assert report["kl_reference_to_candidate"]["max"] == 0.0
+    assert report["js"]["max"] == 0.0 and report["kl_candidate_to_reference"]["max"] == 0.0
+    assert report["top1_agreement"] == 1.0 and report["next_token"]["perplexity_ratio"] == 1.0
+    assert report["kl_window_cluster_bootstrap"]["ci95_high"] == 0.0

@@ -1,0 +1,117 @@
+"""Kernel accuracy against a plain float64 oracle at the published vocabulary (163,840)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+from kldtui.metrics.kernels import NumpyRowKernel, TorchBlockKernel, precise_row
+from tests.fixtures_compare import oracle_rows, peaked_rows, perturb, rel_err
+
+V = 163840
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def kernels() -> list:
+    out = [NumpyRowKernel(V)]
+    if HAS_TORCH:
+        out.append(TorchBlockKernel(V, "cpu"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    rng = np.random.default_rng(11)
+    n_real = 24
+    x = peaked_rows(rng, n_real, V)
+    y = perturb(rng, x, 0.005, 0.4)
+    edge_x, edge_y, names = [], [], {}
+
+    def add(name: str, a: np.ndarray, b: np.ndarray) -> None:
+        names[name] = n_real + len(edge_x)
+        edge_x.append(a.astype(np.float32))
+        edge_y.append(b.astype(np.float32))
+
+    base = peaked_rows(rng, 1, V)[0]
+    add("identical", base, base.copy())
+    one_hot = np.full(V, -5.0)
+    one_hot[123] = 25.0  # top probability 1 - 1.5e-8
+    add("near_one_hot", one_hot, one_hot + rng.standard_normal(V) * 0.3)
+    very_neg = rng.standard_normal(V) * 3 - 1e4
+    very_neg[77] = -9000.0
+    add("very_negative", very_neg, very_neg + rng.standard_normal(V) * 0.1)
+    spread = rng.standard_normal(V) * 900.0  # exp underflows to 0 for most of the row
+    add("underflow", spread, spread + rng.standard_normal(V) * 0.5)
+    no_mass = base.copy()
+    no_mass[int(np.argmax(base))] -= 60.0  # candidate puts almost no mass on the reference's top token
+    add("no_mass_on_top", base, no_mass)
+    flat = np.zeros(V)
+    add("flat_vs_peaked", flat, one_hot)
+    shifted = base + 7.0  # a constant shift: the same distribution
+    add("shifted", base, shifted)
+    x = np.concatenate([x, np.stack(edge_x)])
+    y = np.concatenate([y, np.stack(edge_y)])
+    nxt = rng.integers(0, V, size=x.shape[0])
+    nxt[names["no_mass_on_top"]] = int(np.argmax(base))
+    return x, y, nxt, names
+
+
+@pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
+def test_every_metric_matches_float64_oracle(kernel, rows) -> None:
+    x, y, nxt, names = rows
+    got = kernel.block(x, y, nxt, reverse=True)
+    want = oracle_rows(x, y, nxt)
+    ident = names["identical"]
+    shifted = names["shifted"]
+    assert got.kl[ident] == 0.0 and got.js[ident] == 0.0 and got.kl_reverse[ident] == 0.0
+    # the "shifted" row is the same distribution: both sides are ~1e-16, compare absolutely
+    assert abs(got.kl[shifted]) < 1e-13 and abs(got.js[shifted]) < 1e-13
+    check = np.array([i for i in range(x.shape[0]) if i not in (ident, shifted)])
+    for name in ("kl", "kl_reverse", "js", "logp_ref_next", "logp_cand_next", "ref_top_prob"):
+        err = rel_err(getattr(got, name)[check], want[name][check])
+        assert np.quantile(err, 0.99) <= 1e-5, (name, err.max(), int(check[np.argmax(err)]))
+        assert err.max() <= 1e-4, (name, err.max())
+    for name in ("argmax_ref", "argmax_cand", "rank_ref_top"):
+        np.testing.assert_array_equal(getattr(got, name), want[name])
+    assert got.rank_ref_top[names["no_mass_on_top"]] > 0
+    assert got.kl[names["no_mass_on_top"]] > 1.0
+    assert got.nonfinite_rows().size == 0
+
+
+def test_tiny_divergence_is_exact_where_float64_sums_are_not() -> None:
+    """One logit moved by 1e-3: KL ~ 3e-17, below what plain float64 sums resolve; the analytic
+    value is p_k (e^d - 1 - d) - t^2/2 + t^3/3 with t = p_k (e^d - 1)."""
+    rng = np.random.default_rng(5)
+    x = peaked_rows(rng, 1, V)[0]
+    y = x.copy()
+    k = int(np.argmin(np.abs(x - np.median(x))))
+    y[k] += np.float32(1e-3)
+    d = float(y[k]) - float(x[k])
+    x64 = x.astype(np.float64)
+    s = math.fsum(np.exp(x64 - x64.max()))
+    pk = math.exp(float(x64[k] - x64.max())) / s
+    t = pk * math.expm1(d)
+    want = pk * (math.expm1(d) - d) - t * t / 2 + t ** 3 / 3
+    got = NumpyRowKernel(V).block(x[None], y[None], np.array([0]))
+    assert rel_err(got.kl, np.array([want]))[0] < 1e-6
+    kl, js, klr = precise_row(x, y, True)
+    assert rel_err(np.array([kl]), np.array([want]))[0] < 1e-6
+    assert js > 0 and klr is not None and klr > 0
+
+
+@pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_logits_are_flagged(kernel, bad) -> None:
+    rng = np.random.default_rng(3)
+    x = peaked_rows(rng, 4, V)
+    y = perturb(rng, x)
+    y[2, 17] = bad
+    got = kernel.block(x, y, np.zeros(4, dtype=np.int64), reverse=False)
+    assert got.nonfinite_rows().tolist() == [2]
+    x2 = x.copy()
+    x2[1, 5] = bad
+    got = kernel.block(x2, perturb(rng, x), np.zeros(4, dtype=np.int64), reverse=True)
+    assert got.nonfinite_rows().tolist() == [1]

@@ -1,0 +1,86 @@
+"""Reports: atomic writing, loading kldtui's and the original comparator's, the summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kldtui.compare import CompareOptions, compare
+from kldtui.errors import BadInput
+from kldtui.report import load_report, summary_text, write_report
+from tests.fixtures_compare import make_suite
+
+
+def original_report() -> dict:
+    """The original comparator's report: exactly its fields (FORMATS.md)."""
+    def stats(m: float) -> dict:
+        return {"mean": m, "median": m / 2, "p95": 3 * m, "p99": 5 * m, "max": 20 * m}
+
+    def boot(m: float) -> dict:
+        return {"estimate": m, "standard_error": m / 10, "ci95_low": 0.8 * m, "ci95_high": 1.2 * m,
+                "bootstrap_samples": 10000, "cluster_unit": "window"}
+
+    return {
+        "direction": "KL(reference || candidate)", "reference_dir": "/data/ref",
+        "candidate_dir": "/data/cand-a", "positions": 4094, "windows": 2, "window_range": [0, 2],
+        "kl_reference_to_candidate": stats(0.003), "js": stats(0.0008), "top1_agreement": 0.988,
+        "kl_window_cluster_bootstrap": boot(0.003), "domains": {"prose": boot(0.003)},
+        "per_window": [
+            {"window_index": i, "domain": "prose", "positions": 2047,
+             "kl_reference_to_candidate": stats(0.002 + 0.002 * i), "js": stats(0.0005),
+             "top1_agreement": 0.99} for i in range(2)],
+    }
+
+
+def test_load_original_report(tmp_path: Path) -> None:
+    p = tmp_path / "orig.json"
+    p.write_text(json.dumps(original_report(), indent=2, sort_keys=True))
+    r = load_report(p)
+    assert r["report_format"] == "original"
+    assert r["per_window_arrays"]["kl_mean"] == [0.002, 0.004]
+    assert r["per_window_arrays"]["window_index"] == [0, 1]
+    text = summary_text(r)
+    assert text.splitlines()[0].startswith("KL(reference || candidate) = 0.003")
+    assert "top-1 agreement: 98.8000 %" in text
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", json.dumps({"direction": "x"}),
+                                     json.dumps({**original_report(), "kl_reference_to_candidate": {}})])
+def test_garbage_is_bad_input(tmp_path: Path, content: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(BadInput) as info:
+        load_report(p)
+    assert str(p) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_report_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="not found"):
+        load_report(tmp_path / "nope.json")
+
+
+def test_kldtui_report_round_trip_and_summary(tmp_path: Path) -> None:
+    suite, ref, cand, _ = make_suite(tmp_path / "s", windows=2, context=30, vocab=100)
+    report = compare(suite.path, ref, cand, CompareOptions(bootstrap_samples=200, reverse=True))
+    out = tmp_path / "r.json"
+    write_report(out, report)
+    write_report(report, tmp_path / "r2.json")  # either argument order
+    assert out.read_text() == (tmp_path / "r2.json").read_text()
+    loaded = load_report(out)
+    assert loaded == json.loads(json.dumps(report))
+    text = summary_text(loaded)
+    for needle in ("KL(reference || candidate) =", "top5", "KL(candidate || reference)", "perplexity",
+                   "by domain", "numpy-threads backend"):
+        assert needle in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r2.json", "s"]
+
+
+def test_write_report_is_atomic(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("old\n")
+    with pytest.raises(ValueError):
+        write_report(out, {"bad": float("nan")})
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
