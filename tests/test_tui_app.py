@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from kldtui.errors import BadInput
 from kldtui.tui.app import ConfirmScreen, HelpScreen, KldApp, ResultScreen, create_app
@@ -202,7 +202,8 @@ async def test_open_result_key_loads_a_report(tmp_path: Path) -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("o")
         await pilot.pause()
-        await pilot.press(*str(path), "enter")
+        app.screen.query_one(Input).value = str(path)  # typed into the path box
+        await pilot.press("enter")
         await settle(app, pilot)
         assert app.current_result is not None and app.current_result.name == "old-run"
         assert "original comparator report" in static_text(app, "#result-summary")

@@ -246,9 +246,11 @@ class LogView(Vertical):
         self.model = model
         self.query_text = ""
         self._shown_serial = 0
+        self._width = 0
 
     def compose(self) -> ComposeResult:
-        yield RichLog(id="log-lines", max_lines=5000, wrap=True, markup=False, auto_scroll=True)
+        yield RichLog(id="log-lines", max_lines=5000, wrap=True, markup=False, auto_scroll=True,
+                      min_width=20)
         yield Input(placeholder="search the log (Enter: keep, Esc: clear)", id="log-search")
 
     def on_mount(self) -> None:
@@ -278,16 +280,21 @@ class LogView(Vertical):
         lines = list(model.log)[-new:] if new < len(model.log) else list(model.log)
         for level, text in lines:
             if self._matches(text):
-                log.write(self._line(level, text))
+                log.write(self._line(level, text), expand=True)
         self._shown_serial = model.log_serial
 
     def rebuild(self) -> None:
         log = self.query_one("#log-lines", RichLog)
         log.clear()
-        for level, text in self.model.log:
+        for level, text in list(self.model.log)[-5000:]:
             if self._matches(text):
-                log.write(self._line(level, text))
+                log.write(self._line(level, text), expand=True)
         self._shown_serial = self.model.log_serial
+
+    def on_resize(self) -> None:
+        if self._width != self.size.width:  # re-wrap the lines for the new width
+            self._width = self.size.width
+            self.rebuild()
 
     def open_search(self) -> None:
         box = self.query_one("#log-search", Input)
