@@ -449,6 +449,7 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
         return None
 
     emit(WindowState(STAGE, w.index, "capturing", w.domain))
+    values_checked: set[str] = set()
     throttle = Throttle(0.25)
     started = time.monotonic()
     try:
@@ -474,6 +475,9 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
                     rate = rows / elapsed if rows and elapsed > 0 else None
                     emit(Progress(STAGE, task, rows, want, "rows", rate=rate,
                                   eta_s=(want - rows) / rate if rate else None))
+                    if len(folders) == 1:
+                        # check values while the server computes the next chunks
+                        _check_landed(folders[0], w, values_checked)
             elapsed = time.monotonic() - started
             if request.error is not None:
                 exc = request.error
@@ -517,8 +521,10 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
                                     f"({', '.join(f.name for f in folders)}); expected exactly one")
             _move_folder(folders[0], dest)
             try:
-                checked = check_chunk_dir(dest, w, expected_vocab=vocab, check_values=True,
-                                          cancel=cancel)
+                checked = check_chunk_dir(dest, w, expected_vocab=vocab)
+                for chunk in checked.chunks:
+                    if chunk.path.name not in values_checked:
+                        _check_finite(chunk, w, cancel)
             except BadInput as exc:
                 raise _WindowFailed(str(exc)) from None
         except _WindowFailed as exc:
@@ -548,6 +554,30 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
         usage=usage, finish_reason=choice.get("finish_reason"), chunk_dir=str(dest.resolve()),
         chunks=checked.names, extra=extra)
     return record, checked.vocab_size
+
+
+def _check_landed(folder: Path, w: WindowSpec, done: set[str]) -> None:
+    """Check the values of chunks that landed since the last look (chunks are published whole)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if CHUNK_NAME.match(n) and n not in done)
+    except OSError:
+        return
+    for name in names:
+        path = folder / name
+        try:
+            header = read_header(path)
+            info = header.tensor("logits")
+        except BadInput:
+            continue  # reported with its reason by the full check after the answer
+        if info.dtype != "F32" or len(info.shape) != 2:
+            continue
+        m = CHUNK_NAME.match(name)
+        assert m is not None
+        try:
+            _check_finite(ChunkInfo(path, int(m.group(1)), int(m.group(2)), info.shape[1]), w, None)
+        except BadInput as exc:
+            raise _WindowFailed(str(exc)) from None
+        done.add(name)
 
 
 def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec) -> list[Path]:

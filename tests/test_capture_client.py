@@ -245,3 +245,12 @@ def test_records_that_cannot_be_written_leave_no_partial_window(tmp_path: Path,
         with pytest.raises(StageFailed, match=r"could not record window 000 .*No space left on device"):
             run_capture(suite, server, tmp_path / "c")
     assert os.listdir(tmp_path / "c" / "run1") == []
+
+
+def test_non_finite_logits_fail_the_window(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=300, vocab=64)
+    with embedded(tmp_path, "a", fault="nan-at-row:200") as server:
+        with pytest.raises(StageFailed, match=r"window 000 .*non-finite logits \(nan or inf\) at row 200"):
+            run_capture(suite, server, tmp_path / "c")
+        assert os.listdir(server.capture_dir) == []
+    assert load_records(tmp_path / "c" / "capture-run1.json") == {}

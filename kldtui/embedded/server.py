@@ -12,7 +12,8 @@ through :func:`kldtui.chunks.write_chunk`, exactly like the vLLM hook.
 Test-only fault injection: ``KLDTUI_EMBEDDED_FAULT`` holds comma-separated items:
 ``die-after-rows:N`` (the process exits abruptly once N prompt rows were captured),
 ``http-500`` (completions answer HTTP 500), ``sleep:S`` (wait S seconds before answering a
-completion), ``chunk-delay:S`` (wait S seconds after each prefill chunk). Never set it in use.
+completion), ``chunk-delay:S`` (wait S seconds after each prefill chunk), ``nan-at-row:R`` (prompt
+row R of every request gets a NaN logit). Never set it in use.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Faults:
     http_500: bool = False
     sleep_s: float = 0.0
     chunk_delay_s: float = 0.0
+    nan_at_row: int | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> Faults:
@@ -68,6 +70,8 @@ class Faults:
                 faults.sleep_s = float(value)
             elif name == "chunk-delay":
                 faults.chunk_delay_s = float(value)
+            elif name == "nan-at-row":
+                faults.nan_at_row = int(value)
             else:
                 raise ValueError(f"unknown {FAULT_ENV} item {item!r}")
         return faults
@@ -203,6 +207,8 @@ class Engine:
                 if row_end <= start:
                     break
                 logits = self.model.logits(states[start:row_end])
+                if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
+                    logits[faults.nan_at_row - start, 0] = np.nan
                 if capture:
                     self._capture(engine_id, start, row_end, logits)
                 if prompt_logprobs is not None:
