@@ -35,7 +35,7 @@ import numpy as np
 
 from kldtui import __version__
 from kldtui.chunks import write_chunk, write_error_marker
-from kldtui.embedded.model import TinyModel, log_softmax
+from kldtui.embedded.model import TinyModel
 
 FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
 MAX_LOGPROBS = 20
@@ -279,24 +279,32 @@ class Engine:
 
 def _prompt_logprob_entries(logits: np.ndarray, next_tokens: list[int],
                             k: int) -> list[dict[str, Any]]:
-    """vLLM's per-position dict: the actual token first, then the top ``k`` (ranks 1-based)."""
-    lp = log_softmax(logits)
-    rows = np.arange(lp.shape[0])
+    """vLLM's per-position dict: the actual token first, then the top ``k`` (ranks 1-based).
+
+    Log-probabilities are ``logit - logsumexp(row)`` in float32, as vLLM's log-softmax gives,
+    computed only where needed (the full log-softmax matrix is never built)."""
+    peak = logits.max(axis=1)
+    shifted = logits - peak[:, None]
+    np.exp(shifted, out=shifted)
+    lse = peak + np.log(shifted.sum(axis=1))
+    rows = np.arange(logits.shape[0])
     actual = np.asarray(next_tokens, dtype=np.int64)
-    actual_lp = lp[rows, actual]
-    ranks = (lp > actual_lp[:, None]).sum(axis=1) + 1
-    if k > 0:
-        top = np.argpartition(-lp, k - 1, axis=1)[:, :k] if k < lp.shape[1] else \
-            np.tile(np.arange(lp.shape[1]), (lp.shape[0], 1))
+    actual_logit = logits[rows, actual]
+    ranks = (logits > actual_logit[:, None]).sum(axis=1) + 1
+    if k == 1:
+        top = logits.argmax(axis=1)[:, None]
+    elif k > 1:
+        kk = min(k, logits.shape[1])
+        top = np.argpartition(-logits, kk - 1, axis=1)[:, :kk]
     entries = []
-    for r in range(lp.shape[0]):
-        entry = {str(int(actual[r])): {"logprob": float(actual_lp[r]), "rank": int(ranks[r]),
+    for r in range(logits.shape[0]):
+        entry = {str(int(actual[r])): {"logprob": float(actual_logit[r] - lse[r]), "rank": int(ranks[r]),
                                        "decoded_token": None}}
         if k > 0:
-            order = top[r][np.argsort(-lp[r, top[r]], kind="stable")]
-            for rank, token in enumerate(order[:k], start=1):
-                entry.setdefault(str(int(token)), {"logprob": float(lp[r, token]), "rank": rank,
-                                                   "decoded_token": None})
+            order = top[r][np.argsort(-logits[r, top[r]], kind="stable")]
+            for rank, token in enumerate(order, start=1):
+                entry.setdefault(str(int(token)), {"logprob": float(logits[r, token] - lse[r]),
+                                                   "rank": rank, "decoded_token": None})
         entries.append(entry)
     return entries
 
