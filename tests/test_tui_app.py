@@ -272,3 +272,23 @@ def test_create_app_needs_something_to_show() -> None:
         create_app()
     assert isinstance(create_app(reports=["x.json"]).query, object)
     assert ResultPane  # the viewer and the dashboard share the result pane
+
+
+def test_view_command_refuses_a_missing_report_in_one_line(tmp_path: Path, capsys: Any) -> None:
+    from kldtui.cli import main
+
+    assert main(["view", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing.json" in err and "not found" in err
+
+
+def test_profile_abort_threshold_is_on_the_rail(tmp_path: Path) -> None:
+    import dataclasses
+
+    from kldtui.demo import prepare_demo
+
+    profile = prepare_demo(tmp_path / "demo")
+    profile = dataclasses.replace(profile, compare=dataclasses.replace(profile.compare, abort_kl_above=0.5))
+    app = create_app(profile=profile, config_dir=tmp_path)
+    assert app.model.stages["compare"].detail == "aborts if a window's KL > 0.5"
+    assert [i for i, _ in app.model.windows.items()] == list(range(6))  # the suite's windows, at once

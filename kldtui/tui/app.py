@@ -143,19 +143,21 @@ class PathScreen(ModalScreen[str | None]):
 
 HELP_TEXT = """\
 [b]Dashboard[/b]
-  r          run all stages (download and server start overlap)
-  1 … 5      start one stage: 1 reference  2 server  3 capture  4 finalize  5 compare
-  s          stop the running stage(s) (state on disk stays resumable)
-  x          stop the server
-  o          open a result report
-  l e b d    show the log / result / leaderboard / diff tab
-  /          search the log (Esc clears)
+  r        run all stages (download and server start overlap)
+  1 … 5    start one stage (1 reference … 5 compare)
+  s        stop the running stage(s); state on disk stays resumable
+  x        stop the server
+  o        open a result report
+  l e b d  show the log / result / leaderboard / diff tab
+  /        search the log (Esc clears)
 [b]Leaderboard and viewer[/b]
-  Enter      open the selected report        space  mark a row (two marked: d shows their diff)
-  Esc        back
+  Enter    open the selected report (Esc: back)
+  space    mark a row; with two marked, d shows their difference
 [b]Everywhere[/b]
-  t          switch theme (remembered)        ctrl+p command palette
-  ?          this help                        q      quit (asks while a server runs)
+  t        switch theme (remembered)
+  ctrl+p   command palette
+  ?        this help
+  q        quit (asks first while a server runs, then stops it)
 """
 
 
@@ -768,9 +770,13 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
         from kldtui.errors import BadInput
 
         raise BadInput("nothing to show: give a profile (dashboard) or report files (viewer)")
-    return KldApp(pipeline_factory=pipeline_factory, reports=reports, theme=theme, config_dir=config_dir,
-                  title=title or "kldtui", windows=windows, autostart=autostart,
-                  remember_theme=remember_theme)
+    app = KldApp(pipeline_factory=pipeline_factory, reports=reports, theme=theme, config_dir=config_dir,
+                 title=title or "kldtui", windows=windows, autostart=autostart,
+                 remember_theme=remember_theme)
+    abort = getattr(getattr(profile, "compare", None), "abort_kl_above", None)
+    if abort is not None:  # early abort: the rail says so before the run
+        app.model.stages["compare"].detail = f"aborts if a window's KL > {abort:g}"
+    return app
 
 
 def _pipeline_factory_for(profile: Any) -> PipelineFactory:
