@@ -156,17 +156,24 @@ def precise_row(x: np.ndarray, y: np.ndarray, reverse: bool) -> tuple[float, flo
 
 
 class NumpyRowKernel:
-    """Row-at-a-time float64 kernel on NumPy; one instance per thread (it owns scratch buffers)."""
+    """Row-at-a-time float64 kernel on NumPy; one instance per thread (it owns scratch buffers).
+
+    Each row is processed in column chunks of :attr:`CHUNK` values so the float64 temporaries
+    stay in the core's cache; only ``e^a`` and ``e^b`` are kept row-wide (the mixture term needs
+    ``s_x / s_y`` first).  Memory: two float64 rows plus a few chunks.
+    """
 
     name = "numpy"
+    CHUNK = 32768
 
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
-        self._a = np.empty(vocab, dtype=np.float64)
-        self._b = np.empty(vocab, dtype=np.float64)
+        c = min(self.CHUNK, vocab)
+        self._a = np.empty(c, dtype=np.float64)
+        self._b = np.empty(c, dtype=np.float64)
+        self._d = np.empty(c, dtype=np.float64)
         self._ea = np.empty(vocab, dtype=np.float64)
         self._eb = np.empty(vocab, dtype=np.float64)
-        self._d = np.empty(vocab, dtype=np.float64)
         self._gt = np.empty(vocab, dtype=np.bool_)
 
     def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
@@ -206,7 +213,6 @@ class NumpyRowKernel:
 
     def _row(self, x: np.ndarray, y: np.ndarray, tok: int, out: RowStats, i: int,
              reverse: bool, sums: np.ndarray, tok_ab: np.ndarray) -> None:
-        a, b, ea, eb, d = self._a, self._b, self._ea, self._eb, self._d
         ax = int(np.argmax(x))
         ay = int(np.argmax(y))
         mx = np.float64(x[ax])
@@ -214,31 +220,42 @@ class NumpyRowKernel:
         out.argmax_ref[i] = ax
         out.argmax_cand[i] = ay
         out.rank_ref_top[i] = int(np.count_nonzero(np.greater(y, y[ax], out=self._gt)))
-        np.subtract(x, mx, out=a)  # float32 - float64 -> float64: exact
-        np.subtract(y, my, out=b)
-        tok_ab[0, i] = a[tok]
-        tok_ab[1, i] = b[tok]
-        np.exp(a, out=ea)
-        np.exp(b, out=eb)
-        sx = float(ea.sum())
-        sy = float(eb.sum())
-        np.subtract(a, b, out=d)
-        sums[0, i] = sx
-        sums[1, i] = sy
-        sums[2, i] = np.einsum("i,i->", ea, d)
-        sums[3, i] = np.einsum("i,i->", ea, a)
-        sums[4, i] = np.einsum("i,i->", eb, b)
-        if reverse:
-            sums[6, i] = -np.einsum("i,i->", eb, d)
-        # n = e^a + e^b s_x/s_y
-        np.multiply(eb, sx / sy, out=eb)
-        np.add(ea, eb, out=ea)
-        if min(float(a.min()), float(b.min())) < UNDERFLOW:
-            np.add(ea, TINY, out=d)  # n log n must be 0 where n underflowed
-            np.log(d, out=d)
-        else:
-            np.log(ea, out=d)
-        sums[5, i] = np.einsum("i,i->", ea, d)
+        tok_ab[0, i] = np.float64(x[tok]) - mx
+        tok_ab[1, i] = np.float64(y[tok]) - my
+        underflow = float(x.min()) - mx < UNDERFLOW or float(y.min()) - my < UNDERFLOW
+        vocab, step = x.shape[0], self._a.shape[0]
+        sx = sy = cx = hx = hy = cy = 0.0
+        for s in range(0, vocab, step):
+            e = min(s + step, vocab)
+            a, b, d = self._a[:e - s], self._b[:e - s], self._d[:e - s]
+            ea, eb = self._ea[s:e], self._eb[s:e]
+            np.subtract(x[s:e], mx, out=a)  # float32 - float64 -> float64: exact
+            np.subtract(y[s:e], my, out=b)
+            np.exp(a, out=ea)
+            np.exp(b, out=eb)
+            np.subtract(a, b, out=d)
+            sx += float(ea.sum())
+            sy += float(eb.sum())
+            cx += float(np.einsum("i,i->", ea, d))
+            hx += float(np.einsum("i,i->", ea, a))
+            hy += float(np.einsum("i,i->", eb, b))
+            if reverse:
+                cy -= float(np.einsum("i,i->", eb, d))
+        # n = e^a + e^b s_x/s_y; sum n log n (n log n = 0 where n underflowed to 0)
+        ratio = sx / sy
+        mlogm = 0.0
+        for s in range(0, vocab, step):
+            e = min(s + step, vocab)
+            n, logn = self._d[:e - s], self._a[:e - s]
+            np.multiply(self._eb[s:e], ratio, out=n)
+            np.add(n, self._ea[s:e], out=n)
+            if underflow:
+                np.add(n, TINY, out=logn)
+                np.log(logn, out=logn)
+            else:
+                np.log(n, out=logn)
+            mlogm += float(np.einsum("i,i->", n, logn))
+        sums[:, i] = (sx, sy, cx, hx, hy, mlogm, cy)
 
 
 class TorchBlockKernel:
