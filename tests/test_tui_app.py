@@ -96,6 +96,10 @@ async def test_live_results_fill_during_capture_and_stop_key_cancels(tmp_path: P
         await pilot.pause()
         assert app.model.stages["capture"].state == "running"
         assert app.model.windows[3].state == "capturing"
+        await pilot.press("2")  # another stage while one runs: refused, nothing started
+        await pilot.pause()
+        assert holder["p"].calls == ["capture"]
+        assert any("is running; wait for it or stop it first" in n.message for n in app._notifications)
         assert [w.kl is not None for w in app.model.windows.values()][:4] == [True, True, True, False]
         # the result pane shows the windows compared so far
         assert app.current_result is not None and len(app.current_result.windows) == 3

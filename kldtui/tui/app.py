@@ -359,14 +359,11 @@ class KldApp(App[int]):
         if self.quitting:
             return False
         busy = {w.name for w in self.engine_workers()}
-        if stage in busy or ("all" in busy):
-            self.notify(f"{stage} is already running", severity="warning")
+        if busy:  # one engine job at a time: the pipeline's stages are not meant to race each other
+            what = "the whole run" if busy == {"all"} else ", ".join(sorted(busy))
+            self.notify(f"{what} is running; wait for it or stop it first (s)", severity="warning")
             return False
-        if stage == "all" and busy:
-            self.notify(f"stop {', '.join(sorted(busy))} first (s)", severity="warning")
-            return False
-        if not busy:
-            self.cancel.reset()
+        self.cancel.reset()
         self._run_stage(stage)
         return True
 
