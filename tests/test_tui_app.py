@@ -296,3 +296,28 @@ def test_profile_abort_threshold_is_on_the_rail(tmp_path: Path) -> None:
     app = create_app(profile=profile, config_dir=tmp_path)
     assert app.model.stages["compare"].detail == "aborts if a window's KL > 0.5"
     assert [i for i, _ in app.model.windows.items()] == list(range(6))  # the suite's windows, at once
+
+
+@sync
+async def test_dashboard_leaderboard_and_diff_tabs(tmp_path: Path) -> None:
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in [("run-a", 0.02, 1), ("run-b", 0.01, 2)]]
+    holder: dict[str, ScriptedPipeline] = {}
+    app = create_app(pipeline_factory=lambda e, c: holder.setdefault("p", ScriptedPipeline(e, c)),
+                     reports=paths, config_dir=tmp_path)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "leaderboard"
+        board = app.query_one("#board", LeaderboardTable)
+        assert [r.name for r in board.results] == ["run-b", "run-a"]
+        assert "2 reports, sorted by mean KL" in static_text(app, "#board-note")
+        await pilot.press("d")  # two reports: d compares them without marking
+        await settle(app, pilot)
+        assert app.query_one("#tabs").active == "diff"
+        assert "A = run-b, B = run-a" in static_text(app, "#diff-verdict")
+        await pilot.press("t")  # the theme picker (Textual's command palette of themes)
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CommandPalette"
+        assert "p" not in holder  # looking at results never starts the engine
