@@ -149,3 +149,23 @@ def test_identical_candidate_gives_exact_zero(tmp_path: Path) -> None:
     assert report["js"]["max"] == 0.0 and report["kl_candidate_to_reference"]["max"] == 0.0
     assert report["top1_agreement"] == 1.0 and report["next_token"]["perplexity_ratio"] == 1.0
     assert report["kl_window_cluster_bootstrap"]["ci95_high"] == 0.0
+
+
+def test_memory_is_bounded_by_row_blocks_not_windows(tmp_path: Path) -> None:
+    """Peak traced memory while comparing stays far below one window of logits and does not grow
+    with the number of windows: it is threads x (two float32 row blocks + the kernel's buffers)."""
+    import tracemalloc
+
+    vocab, rows = 32768, 255
+    suite, ref, cand, _ = make_suite(tmp_path, windows=3, context=rows + 1, vocab=vocab, seed=4)
+    peaks = []
+    for stop in (1, 3):
+        opts = CompareOptions(stop_window=stop, threads=2, row_block=8, bootstrap_samples=100)
+        tracemalloc.start()
+        compare(suite.path, ref, cand, opts)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    window_bytes = rows * vocab * 4  # one side of one window
+    per_thread = 2 * 8 * vocab * 4 + 5 * vocab * 8 + vocab
+    assert max(peaks) < window_bytes / 2, peaks
+    assert peaks[1] - peaks[0] < per_thread + 1_000_000, peaks  # 2 more windows: no more memory
