@@ -19,15 +19,21 @@ from kldtui.server import _group_members
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_server_killed_mid_window_then_rerun_resumes(tmp_path: Path) -> None:
-    Pipeline(prepare_demo(tmp_path / "demo")).reference()
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    Pipeline(prepare_demo(root)).reference()
+    return root
+
+
+def test_server_killed_mid_window_then_rerun_resumes(tmp_path: Path, demo_dir: Path) -> None:
 
     def profile(fault: str | None) -> object:
         cand = {"kind": "embedded", "served_model_name": "cand", "model_seed": 7, "vocab_size": 2048,
                 "perturb": 0.1, "port": 0}
         if fault:
             cand["env"] = {"KLDTUI_EMBEDDED_FAULT": fault}
-        return profile_from_dict({"reference": {"local_dir": str(tmp_path / "demo" / "suite")},
+        return profile_from_dict({"reference": {"local_dir": str(demo_dir / "suite")},
                                   "candidate": cand, "run": {"workdir": str(tmp_path / "work")},
                                   "compare": {"bootstrap_samples": 200}}, base_dir=tmp_path)
 
@@ -62,10 +68,10 @@ class _BrokenCompare(Pipeline):
         return super()._compare_one(window, announce)
 
 
-def test_a_compare_failure_stops_the_capture_and_is_reported_as_itself(tmp_path: Path) -> None:
-    Pipeline(prepare_demo(tmp_path / "demo")).reference()
+def test_a_compare_failure_stops_the_capture_and_is_reported_as_itself(tmp_path: Path,
+                                                                       demo_dir: Path) -> None:
     profile = profile_from_dict({
-        "reference": {"local_dir": str(tmp_path / "demo" / "suite")},
+        "reference": {"local_dir": str(demo_dir / "suite")},
         "candidate": {"kind": "embedded", "served_model_name": "cand", "model_seed": 7,
                       "vocab_size": 2048, "perturb": 0.1, "port": 0,
                       "env": {"KLDTUI_EMBEDDED_FAULT": "chunk-delay:0.3"}},

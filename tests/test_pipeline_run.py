@@ -42,11 +42,20 @@ def make_profile(suite_dir: Path, workdir: Path, *, perturb: float = 0.1, fault:
                               "compare": {"bootstrap_samples": 500, **compare}}, base_dir=workdir)
 
 
-def test_windows_are_compared_live_and_a_rerun_reuses_everything(suite_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def live_run(suite_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Event]]:
+    """One run_all with slowed chunks (so capture outlasts compare), and its events."""
     events: list[Event] = []
-    profile = make_profile(suite_dir, tmp_path / "work", fault="chunk-delay:0.1")
-    path = Pipeline(profile, events.append).run_all()
-    assert path == tmp_path / "work" / "comparison.json"
+    workdir = tmp_path_factory.mktemp("live") / "work"
+    path = Pipeline(make_profile(suite_dir, workdir, fault="chunk-delay:0.1"), events.append).run_all()
+    return path, events
+
+
+def test_windows_are_compared_live_and_a_rerun_reuses_everything(
+        suite_dir: Path, live_run: tuple[Path, list[Event]]) -> None:
+    path, events = live_run
+    workdir = path.parent
+    assert path.name == "comparison.json"
     report = json.loads(path.read_text())
     assert report["windows"] == 6
 
@@ -60,11 +69,11 @@ def test_windows_are_compared_live_and_a_rerun_reuses_everything(suite_dir: Path
     last_captured = max(i for i, e in states if e.state == "captured" and e.stage == "capture")
     assert first_compared < last_captured
     assert any(isinstance(e, ResultReady) and e.path == str(path) for e in events)
-    assert sorted(p.name for p in (tmp_path / "work" / "compare").iterdir()) == [
+    assert sorted(p.name for p in (workdir / "compare").iterdir()) == [
         f"window-{i:03d}.json" for i in range(6)]
 
     again: list[Event] = []
-    Pipeline(make_profile(suite_dir, tmp_path / "work"), again.append).run_all()
+    Pipeline(make_profile(suite_dir, workdir), again.append).run_all()
     assert not any(isinstance(e, WindowState) and e.state in ("comparing", "finalizing") for e in again)
     assert json.loads(path.read_text())["per_window"] == report["per_window"]
 
@@ -99,8 +108,9 @@ def _write_profile(profile_dir: Path, suite_dir: Path, fault: str | None) -> Pat
     return path
 
 
-# SIGTERM is exercised the same way by tests/test_server_cli.py and tests/test_batch_reporter.py
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+# SIGTERM and SIGHUP are handled by the same code (tests/test_batch_reporter.py covers all three
+# in-process, tests/test_server_cli.py all three on a real server)
+@pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, tmp_path: Path,
                                                                sig: signal.Signals) -> None:
     path = _write_profile(tmp_path, suite_dir, "chunk-delay:0.2")
@@ -150,8 +160,9 @@ def test_bad_profile_is_exit_2_in_one_line(tmp_path: Path) -> None:
     assert "did you mean 'port'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_path: Path) -> None:
-    full = Pipeline(make_profile(suite_dir, tmp_path / "all")).run_all()
+def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_path: Path,
+                                                        live_run: tuple[Path, list[Event]]) -> None:
+    full = live_run[0]
     events: list[Event] = []
     p = Pipeline(make_profile(suite_dir, tmp_path / "steps"), events.append)
     assert p.window_list() == [(i, d) for i, d in enumerate(
