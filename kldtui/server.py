@@ -41,7 +41,6 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -198,7 +197,7 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-_running: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
+_running: set[ServerProcess] = set()  # strong references: a dropped, running server is still stopped
 
 
 @atexit.register
