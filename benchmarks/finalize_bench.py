@@ -6,6 +6,8 @@ writer), then times, best of ``--repeat`` with a warm page cache:
 * ``copy``: read every chunk's bytes and write them into one file per window, 16 MiB blocks, fsync
   (the same I/O finalize does, minus checking, hashing and headers);
 * ``cp``: ``shutil.copyfile`` of every chunk file (kernel copy, no user-space pass over the data);
+* ``read+sha256 only``: read and hash the bytes, write nothing: the floor for anything that must
+  publish a SHA-256 of what it wrote (the manifest does);
 * ``finalize --verify none|sample|full``: :func:`kldtui.finalize.finalize_window`.
 
 Run: ``.venv/bin/python benchmarks/finalize_bench.py [--vocab 32000] [--windows 2] [--dir DIR]``.
@@ -57,6 +59,22 @@ def plain_copy(run: Path, out: Path, suite) -> None:  # type: ignore[no-untyped-
             os.fsync(dst.fileno())
 
 
+def hash_only(run: Path, out: Path, suite) -> None:  # type: ignore[no-untyped-def]
+    """Read every chunk and SHA-256 it: the floor of any finalize that hashes its output."""
+    import hashlib
+
+    buf = bytearray(BLOCK_BYTES)
+    view = memoryview(buf)
+    for w in suite.windows:
+        digest = hashlib.sha256()
+        folder = run / w.chunk_dir_name
+        for name in sorted(os.listdir(folder)):
+            with open(folder / name, "rb", buffering=0) as src:
+                while n := src.readinto(buf):
+                    digest.update(view[:n])
+        digest.hexdigest()
+
+
 def kernel_copy(run: Path, out: Path, suite) -> None:  # type: ignore[no-untyped-def]
     for w in suite.windows:
         folder = run / w.chunk_dir_name
@@ -102,6 +120,7 @@ def main() -> None:
         results = {
             "copy (read+write+fsync)": timed(lambda o: plain_copy(run, o, suite), out, args.repeat),
             "cp (shutil.copyfile)": timed(lambda o: kernel_copy(run, o, suite), out, args.repeat),
+            "read+sha256 only (floor)": timed(lambda o: hash_only(run, o, suite), out, args.repeat),
         }
         for verify in ("none", "sample", "full"):
             results[f"finalize verify={verify}"] = timed(lambda o, v=verify: finalize(run, o, suite, v),
