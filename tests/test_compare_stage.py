@@ -169,3 +169,32 @@ def test_memory_is_bounded_by_row_blocks_not_windows(tmp_path: Path) -> None:
     per_thread = 2 * 8 * vocab * 4 + 5 * vocab * 8 + vocab
     assert max(peaks) < window_bytes / 2, peaks
     assert peaks[1] - peaks[0] < per_thread + 1_000_000, peaks  # 2 more windows: no more memory
+
+
+def test_published_layout_compares_as_it_is(tmp_path: Path) -> None:
+    """Files written like the published dataset (safetensors library, hand-written manifests)."""
+    from kldtui.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.safetensors_io import RowReader
+    from kldtui.suite import load_suite
+    from tests import published_fixture
+
+    root = tmp_path / "pub"
+    published_fixture.build(root)
+    same = compare(root / "suite-manifest.json", root / "ref", root / "ref",
+                   CompareOptions(verify_sha256=True, bootstrap_samples=100, reverse=True))
+    assert same["kl_reference_to_candidate"]["max"] == 0.0 and same["top1_agreement"] == 1.0
+    assert same["provenance"]["verified"]["logits_sha256"] == "checked"
+    assert same["domains"].keys() == {"prose", "code", "instruction"}
+    suite = load_suite(root)
+    rng = np.random.default_rng(9)
+    written = []
+    for w in suite.windows:
+        with RowReader(root / "ref" / f"logits_{w.index:03d}.safetensors") as r:
+            x = r.read(0, r.rows)
+        written.append(write_logits_array(tmp_path / "cand", w, (x + rng.normal(0, 0.2, x.shape)).astype(
+            np.float32), suite.context_length))
+    write_logits_manifest(tmp_path / "cand", suite, written, kind="candidate")
+    report = compare(root / "suite-manifest.json", root / "ref", tmp_path / "cand",
+                     CompareOptions(bootstrap_samples=100))
+    assert 0 < report["kl_window_cluster_bootstrap"]["estimate"] < 1
+    assert report["positions"] == 3 * 7
