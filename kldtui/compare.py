@@ -311,9 +311,12 @@ class Engine:
         if self.backend == "numpy-threads":
             self.threads = max(1, options.threads or os.cpu_count() or 1)
             default_block = 16
+        elif self.backend == "torch-cuda":
+            self.threads = max(1, options.threads or 2)  # one thread reads while the other computes
+            default_block = 128
         else:
-            self.threads = 1
-            default_block = 128 if self.backend == "torch-cuda" else 64
+            self.threads = 1  # torch parallelises each operation itself
+            default_block = 64
         self.row_block = max(1, options.row_block or default_block)
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kldtui-compare")
