@@ -229,13 +229,14 @@ def wrap_v1(original: Callable[..., Any]) -> Callable[..., Any]:
                           "prompt-logprobs request (offset %s); not captured", offset)
                 return logits
             req_id, row_start = target
+            vocab = _v1_vocab_size(self, logits)
             try:
-                cpu = _to_cpu(logits)
+                cpu = _to_cpu(logits[..., :vocab])  # padded vocab columns never leave the device
             except Exception as exc:  # noqa: BLE001
                 fail_request(req_id, f"kldtui capture: copying rows from {row_start} of "
                              f"{req_id!r} to the CPU failed: {type(exc).__name__}: {exc}", folder)
                 return logits
-            save_chunk(req_id, row_start, cpu, _v1_vocab_size(self, logits), folder)
+            save_chunk(req_id, row_start, cpu, vocab, folder)
             return logits
 
         setattr(model, "compute_logits", compute_logits)  # noqa: B010 - an instance override

