@@ -499,39 +499,15 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     nbytes = int(sum(r.bytes_compared for r in res))
     positions = int(kl.size)
 
-    report: dict[str, Any] = {
-        "report_format": REPORT_FORMAT,
-        "direction": DIRECTION,
+    with np.errstate(over="ignore", invalid="ignore"):
+        report = _report_body(res, figs, reverse, samples, seed, kl, js, top1, rank, lp_ref, lp_cand, p_ref,
+                              p_cand, dp, kl_means, js_means, nll_r, nll_c, per_window, arrays, domains)
+    report.update({
         "reference_dir": str(reference_dir),
         "candidate_dir": str(candidate_dir),
-        "positions": positions,
-        "windows": len(res),
         "window_range": [int(window_range[0]), int(window_range[1])],
-        "kl_reference_to_candidate": st.stats_object(kl),
-        "js": st.stats_object(js),
-        "top1_agreement": float(np.mean(top1)),
-        "kl_window_cluster_bootstrap": st.window_cluster_bootstrap(kl_means, samples, seed),
-        "js_window_cluster_bootstrap": st.window_cluster_bootstrap(js_means, samples, seed),
-        "domains": domains,
-        "per_window": per_window,
-        "per_window_arrays": arrays,
         "suite_token_hash_sha256": suite_token_hash_sha256,
         "reference_manifest_sha256": reference_manifest_sha256,
-        "vocab_size": int(res[0].vocab_size),
-        "topk_agreement": {"definition": TOPK_DEFINITION, "k": list(TOPK),
-                           **{str(k): float(np.mean(rank < k)) for k in TOPK}},
-        "next_token": {
-            "p_reference": st.stats_object(p_ref),
-            "p_candidate": st.stats_object(p_cand),
-            "delta_p": {**st.stats_object(dp), "rms": float(np.sqrt(np.mean(dp * dp)))},
-            "perplexity_reference": float(math.exp(-np.mean(lp_ref))),
-            "perplexity_candidate": float(math.exp(-np.mean(lp_cand))),
-            "perplexity_ratio": float(math.exp(np.mean(lp_ref) - np.mean(lp_cand))),
-            "perplexity_ratio_window_cluster_bootstrap": st.ratio_bootstrap(nll_c, np.exp, nll_r,
-                                                                            samples, seed),
-        },
-        "kl_by_reference_confidence": st.confidence_buckets(_concat(res, "ref_top_prob"), kl, top1),
-        "kl_by_position": st.position_buckets([r.rows.kl for r in res]),
         "provenance": {
             "kldtui_version": __version__,
             "backend": backend or (res[0].backend if len({r.backend for r in res}) == 1
@@ -545,6 +521,56 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             "verified": verified or {"token_hashes": True, "suite_hash": True, "logits_sha256": "skipped"},
             "command": command,
         },
+    })
+    return _json_safe(report)
+
+
+def _json_safe(obj: Any) -> Any:
+    """Non-finite floats (an overflowing perplexity of a broken candidate) become null: JSON has
+    no Inf or NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _report_body(res: Sequence[WindowResult], figs: list[dict[str, Any]], reverse: bool, samples: int,
+                 seed: int, kl: np.ndarray, js: np.ndarray, top1: np.ndarray, rank: np.ndarray,
+                 lp_ref: np.ndarray, lp_cand: np.ndarray, p_ref: np.ndarray, p_cand: np.ndarray,
+                 dp: np.ndarray, kl_means: np.ndarray, js_means: np.ndarray, nll_r: np.ndarray,
+                 nll_c: np.ndarray, per_window: list[dict[str, Any]], arrays: dict[str, list[Any]],
+                 domains: dict[str, Any]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "report_format": REPORT_FORMAT,
+        "direction": DIRECTION,
+        "positions": int(kl.size),
+        "windows": len(res),
+        "kl_reference_to_candidate": st.stats_object(kl),
+        "js": st.stats_object(js),
+        "top1_agreement": float(np.mean(top1)),
+        "kl_window_cluster_bootstrap": st.window_cluster_bootstrap(kl_means, samples, seed),
+        "js_window_cluster_bootstrap": st.window_cluster_bootstrap(js_means, samples, seed),
+        "domains": domains,
+        "per_window": per_window,
+        "per_window_arrays": arrays,
+        "vocab_size": int(res[0].vocab_size),
+        "topk_agreement": {"definition": TOPK_DEFINITION, "k": list(TOPK),
+                           **{str(k): float(np.mean(rank < k)) for k in TOPK}},
+        "next_token": {
+            "p_reference": st.stats_object(p_ref),
+            "p_candidate": st.stats_object(p_cand),
+            "delta_p": {**st.stats_object(dp), "rms": float(np.sqrt(np.mean(dp * dp)))},
+            "perplexity_reference": float(np.exp(-np.mean(lp_ref))),
+            "perplexity_candidate": float(np.exp(-np.mean(lp_cand))),
+            "perplexity_ratio": float(np.exp(np.mean(lp_ref) - np.mean(lp_cand))),
+            "perplexity_ratio_window_cluster_bootstrap": st.ratio_bootstrap(nll_c, np.exp, nll_r,
+                                                                            samples, seed),
+        },
+        "kl_by_reference_confidence": st.confidence_buckets(_concat(res, "ref_top_prob"), kl, top1),
+        "kl_by_position": st.position_buckets([r.rows.kl for r in res]),
     }
     if reverse:
         report["kl_candidate_to_reference"] = st.stats_object(_concat(res, "kl_reverse"))

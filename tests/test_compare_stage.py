@@ -198,3 +198,18 @@ def test_published_layout_compares_as_it_is(tmp_path: Path) -> None:
                      CompareOptions(bootstrap_samples=100))
     assert 0 < report["kl_window_cluster_bootstrap"]["estimate"] < 1
     assert report["positions"] == 3 * 7
+
+
+def test_overflowing_perplexity_is_null_not_an_invalid_report(tmp_path: Path) -> None:
+    def broken(rng, x):
+        y = x.copy()
+        y[:, :] = -1.0e6  # every token but the argmax is impossible for the candidate
+        y[np.arange(x.shape[0]), np.argmax(x, axis=1)] = 0.0
+        return y
+
+    suite, ref, cand, _ = make_suite(tmp_path, windows=2, context=40, vocab=300, candidate=broken)
+    report = compare(suite.path, ref, cand, CompareOptions(bootstrap_samples=100))
+    assert report["next_token"]["perplexity_candidate"] is None
+    assert report["next_token"]["perplexity_ratio"] is None
+    assert report["kl_reference_to_candidate"]["max"] > 1e5
+    json.dumps(report, allow_nan=False)

@@ -122,36 +122,46 @@ def precise_row(x: np.ndarray, y: np.ndarray, reverse: bool) -> tuple[float, flo
     """(KL, JS, reverse KL or None) of one row from non-negative per-element terms.
 
     Slower (a few more passes, expm1/log1p), used only for rows whose divergence is tiny.
-    Identical rows give exactly 0.
+    Identical rows give exactly 0.  With ``d = log p - log q`` the KL term is
+    ``p (d + expm1(-d))`` for ``|d| < 1`` (no cancellation) and ``p d + q - p`` beyond (no
+    overflow); JS likewise uses ``log1p(expm1(-d)/2)`` near ``d = 0`` and logs of the mixture
+    elsewhere.
     """
     if np.array_equal(x, y):
         return 0.0, 0.0, (0.0 if reverse else None)
-    a = x.astype(np.float64)
-    a -= a.max()
-    b = y.astype(np.float64)
-    b -= b.max()
-    ab = a - b
-    eb = np.exp(b)
-    sy = float(eb.sum())
-    lsy = math.log(sy)
-    # c = log(s_x / s_y) from s_x - s_y = sum e^b expm1(a - b): no cancellation when a ~ b
-    c = math.log1p(float(np.sum(eb * np.expm1(ab))) / sy)
-    d = ab - c  # log p - log q
-    q = eb / sy
-    p = np.exp(a - (lsy + c))
-    em = np.expm1(-d)  # q/p - 1
-    # p (d + q/p - 1) >= 0 elementwise; its sum is KL since sum q = sum p = 1
-    kl = float(np.sum(p * (d + em)))
-    klr = None
-    if reverse:
-        ep = np.expm1(d)  # p/q - 1
-        klr = float(np.sum(q * (-d + ep)))
-    # JS: with r = q/p, log(2p/(p+q)) = -log1p((r-1)/2) and log(2q/(p+q)) = -d - log1p((r-1)/2)
-    lm = np.log1p(0.5 * em)
-    terms = -0.5 * (p * lm + q * (d + lm))
-    # where p underflowed to 0 the expression above is 0 * inf; the term is q log 2 / 2 there
-    terms = np.where(p > 0, terms, 0.5 * q * LOG2)
-    js = float(np.sum(terms))
+    with np.errstate(all="ignore"):
+        a = x.astype(np.float64)
+        a -= a.max()
+        b = y.astype(np.float64)
+        b -= b.max()
+        ab = a - b
+        ea = np.exp(a)
+        eb = np.exp(b)
+        sx = float(ea.sum())
+        sy = float(eb.sum())
+        # c = log(s_x / s_y) from s_x - s_y = sum e^b expm1(a - b): no cancellation when a ~ b
+        delta = float(np.sum(eb * np.expm1(ab)))
+        c = math.log1p(delta / sy) if math.isfinite(delta) else math.log(sx) - math.log(sy)
+        lsy = math.log(sy)
+        lx = a - (lsy + c)
+        ly = b - lsy
+        d = ab - c  # log p - log q
+        p = np.exp(lx)
+        q = np.exp(ly)
+        near = np.abs(d) < 1.0
+        em = np.expm1(-np.where(near, d, 0.0))  # q/p - 1 where |d| < 1
+        kl = float(np.sum(np.where(near, p * (d + em), p * d + (q - p))))
+        klr = None
+        if reverse:
+            ep = np.expm1(np.where(near, d, 0.0))  # p/q - 1
+            klr = float(np.sum(np.where(near, q * (-d + ep), -q * d + (p - q))))
+        # JS near d = 0: log(2p/(p+q)) = -log1p(em/2), log(2q/(p+q)) = -d - log1p(em/2)
+        lm = np.log1p(0.5 * em)
+        near_terms = -0.5 * (p * lm + q * (d + lm))
+        # elsewhere: log M = max(lx, ly) + log1p(e^-|d|) - log 2
+        log_m = np.maximum(lx, ly) + np.log1p(np.exp(-np.abs(d))) - LOG2
+        far_terms = 0.5 * (np.where(p > 0, p * (lx - log_m), 0.0) + np.where(q > 0, q * (ly - log_m), 0.0))
+        js = float(np.sum(np.where(near, near_terms, far_terms)))
     return max(kl, 0.0), max(js, 0.0), (max(klr, 0.0) if klr is not None else None)
 
 
