@@ -153,7 +153,7 @@ def leftover_servers(root: Path) -> list[str]:
     """Processes of servers started under ``root``: vLLM entry points naming a path under it
     (``pgrep -f vllm.entrypoints``), and any process (engine core, workers) whose environment
     has ``VLLM_KLD_CAPTURE_DIR`` under it. Other sessions' vLLM servers are not ours."""
-    mine = str(root)
+    mine = str(root).rstrip("/") + "/"
     found: list[str] = []
     pgrep = subprocess.run(["pgrep", "-af", "vllm.entrypoints"], capture_output=True, text=True,
                            check=False)
@@ -168,7 +168,7 @@ def leftover_servers(root: Path) -> list[str]:
         except OSError:
             continue
         if state != "Z" and any(v.startswith(marker) for v in environ.split(b"\0")):
-            found.append(f"pid {pid} (capture dir under {mine})")
+            found.append(f"pid {pid} (capture dir under {root})")
     return sorted(set(found))
 
 
