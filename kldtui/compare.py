@@ -51,7 +51,6 @@ from kldtui.suite import (
     check_manifest_matches_suite,
     load_logits_manifest,
     load_suite,
-    sha256_file,
 )
 
 REPORT_FORMAT = "kldtui-comparison-v1"
@@ -135,32 +134,48 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
             raise BadInput(f"{suite.token_path(w)}: {w.label} has token id {int(ids.max())} outside "
                            f"the vocabulary of {vocab}; the suite and the logits do not belong together")
         next_tokens[w.index] = ids[1:]
-    paths: list[tuple[Path, str, WindowSpec]] = []
+    paths: list[tuple[Path, str, WindowSpec, LogitsManifest]] = []
     for w in selected:
-        paths.append((_file_checks(ref, w, vocab, "reference"), ref.entry(w.index).sha256, w))
-        paths.append((_file_checks(cand, w, vocab, "candidate"), cand.entry(w.index).sha256, w))
+        paths.append((_file_checks(ref, w, vocab, "reference"), ref.entry(w.index).sha256, w, ref))
+        paths.append((_file_checks(cand, w, vocab, "candidate"), cand.entry(w.index).sha256, w, cand))
     sha_state = "skipped"
     if options.verify_sha256:
-        total = sum(p.stat().st_size for p, _, _ in paths)
-        done = 0
-        throttle = Throttle(0.2)
-        for path, expected, w in paths:
-            def progress(n: int) -> None:
-                nonlocal done
-                done += n
-                if cancel is not None:
-                    cancel.check()
-                if throttle.ready():
-                    emit(Progress("compare", task="verify sha256", done=done, total=total, unit="B"))
-            got = sha256_file(path, progress)
-            if got != expected:
-                raise BadInput(f"{path}: {w.label}: SHA-256 {got[:12]}... differs from the manifest's "
-                               f"{expected[:12]}...; the file is damaged, fetch or finalize it again")
-        emit(Progress("compare", task="verify sha256", done=total, total=total, unit="B"))
-        sha_state = "checked"
+        sha_state = _verify_sha256(paths, emit, cancel)
     verified = {"token_hashes": True, "suite_hash": True, "logits_sha256": sha_state}
     ref_sha = hashlib.sha256(ref.path.read_bytes()).hexdigest()
     return CompareInputs(suite, selected, ref, cand, vocab, next_tokens, verified, ref_sha)
+
+
+def _verify_sha256(paths: list[tuple[Path, str, WindowSpec, LogitsManifest]], emit: EventSink,
+                   cancel: Cancel | None) -> str:
+    """Check every file's SHA-256 against its manifest, through ``kldtui verify``'s cache of
+    verified files (a file unchanged since it was verified is not hashed again).  Returns
+    "checked" when something was hashed, "cached" when every hash came from the cache."""
+    from kldtui.verify import VerifiedCache, hash_files
+
+    caches: dict[Path, VerifiedCache] = {}
+    known: dict[Path, str] = {}
+    for path, _, _, manifest in paths:
+        cache = caches.setdefault(manifest.root.resolve(), VerifiedCache(manifest.root))
+        sha = cache.lookup(path)
+        if sha is not None:
+            known[path] = sha
+    need = list(dict.fromkeys(p for p, _, _, _ in paths if p not in known))
+
+    def record(path: Path, sha: str) -> None:
+        for root, cache in caches.items():
+            if path.resolve().is_relative_to(root):
+                cache.record(path, sha)
+
+    known.update(hash_files(need, emit=emit, cancel=cancel, stage="compare", task="verify sha256",
+                            on_hashed=record))
+    for cache in caches.values():
+        cache.save()
+    for path, expected, w, _ in paths:
+        if known[path] != expected:
+            raise BadInput(f"{path}: {w.label}: SHA-256 {known[path][:12]}... differs from the manifest's "
+                           f"{expected[:12]}...; the file is damaged, fetch or finalize it again")
+    return "checked" if need else "cached"
 
 
 # ----------------------------------------------------------------------------- window results

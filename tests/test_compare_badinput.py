@@ -156,3 +156,20 @@ def test_output_folder_must_exist(tmp_path: Path, capsys) -> None:
     code = main(["compare", "--suite-manifest", str(root), "--reference-dir", str(root / "ref"),
                  "--candidate-dir", str(root / "candidate"), "--output", str(tmp_path / "no" / "r.json")])
     assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_sha256_mismatch_with_verify(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "suite"
+    make_suite(root, windows=2, context=20, vocab=64, seed=3)
+    p = root / "candidate" / "logits_001.safetensors"
+    data = bytearray(p.read_bytes())
+    data[-5] ^= 0x01  # same size, valid header, different bytes
+    p.write_bytes(bytes(data))
+    out = tmp_path / "report.json"
+    args = ["compare", "--suite-manifest", str(root), "--reference-dir", str(root / "ref"),
+            "--candidate-dir", str(root / "candidate"), "--output", str(out)]
+    assert main(args + ["--verify-sha256"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "logits_001" in err and "window 001" in err and "SHA-256" in err
+    assert not out.exists()
+    assert main(args) == 0  # without --verify-sha256 the (valid) logits are compared

@@ -184,6 +184,9 @@ def test_published_layout_compares_as_it_is(tmp_path: Path) -> None:
                    CompareOptions(verify_sha256=True, bootstrap_samples=100, reverse=True))
     assert same["kl_reference_to_candidate"]["max"] == 0.0 and same["top1_agreement"] == 1.0
     assert same["provenance"]["verified"]["logits_sha256"] == "checked"
+    again = compare(root / "suite-manifest.json", root / "ref", root / "ref",
+                    CompareOptions(verify_sha256=True, bootstrap_samples=100))
+    assert again["provenance"]["verified"]["logits_sha256"] == "cached"  # kldtui verify's cache
     assert same["domains"].keys() == {"prose", "code", "instruction"}
     suite = load_suite(root)
     rng = np.random.default_rng(9)
