@@ -826,7 +826,8 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
 
         profile = load_profile(profile_path or "kldtui.toml")
         title = None
-    app = create_app(profile=profile, theme=theme, title=title)
+    # The demo is a new user's first command: it runs by itself; a profile waits for `r`.
+    app = create_app(profile=profile, theme=theme, title=title, autostart=demo_workdir is not None)
     try:
         code = app.run()
     finally:
