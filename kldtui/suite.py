@@ -62,6 +62,20 @@ def _read_json(path: Path, what: str) -> Any:
         raise BadInput(f"{path}: {what} is not valid JSON ({exc})") from None
 
 
+def _read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> tuple[Path, dict[str, Any]]:
+    """Read a format-version-1 JSON object (a file, or the folder holding ``file_name``)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / file_name
+    doc = _read_json(p, what)
+    if not isinstance(doc, dict):
+        raise BadInput(f"{p}: expected a JSON object")
+    version = _require(doc, "format_version", int, str(p))
+    if version != 1:
+        raise BadInput(f"{p}: format_version {version} is not supported (expected 1)")
+    return p, doc
+
+
 @dataclass(frozen=True)
 class WindowSpec:
     index: int
@@ -158,16 +172,9 @@ class Suite:
 
 def load_suite(path: str | os.PathLike[str]) -> Suite:
     """Load ``suite-manifest.json`` (a file, or a folder holding it) and validate its structure."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / SUITE_MANIFEST
-    doc = _read_json(p, "suite manifest")
+    p, doc = _read_versioned(path, SUITE_MANIFEST, "suite manifest")
     where = str(p)
-    if not isinstance(doc, dict):
-        raise BadInput(f"{where}: expected a JSON object")
-    version = _require(doc, "format_version", int, where)
-    if version != 1:
-        raise BadInput(f"{where}: format_version {version} is not supported (expected 1)")
+    version = int(doc["format_version"])
     context_length = _require(doc, "context_length", int, where)
     window_count = _require(doc, "window_count", int, where)
     suite_hash = _require(doc, "suite_token_hash_sha256", str, where)
@@ -254,16 +261,8 @@ class LogitsManifest:
 
 def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
     """Load a logits folder's ``manifest.json`` (a file, or the folder holding it)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / LOGITS_MANIFEST
-    doc = _read_json(p, "logits manifest")
+    p, doc = _read_versioned(path, LOGITS_MANIFEST, "logits manifest")
     where = str(p)
-    if not isinstance(doc, dict):
-        raise BadInput(f"{where}: expected a JSON object")
-    version = _require(doc, "format_version", int, where)
-    if version != 1:
-        raise BadInput(f"{where}: format_version {version} is not supported (expected 1)")
     vocab = _require(doc, "vocab_size", int, where)
     context_length = _require(doc, "context_length", int, where)
     rng = _require(doc, "window_range", list, where)

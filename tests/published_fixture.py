@@ -54,7 +54,8 @@ def build(root: Path, seed: int = 0) -> dict[str, object]:
     suite = {
         "add_special_tokens": False,
         "context_length": CONTEXT,
-        "datasets": [{"config": "en", "construction": "contiguous 2048-token windows", "dataset": "allenai/c4",
+        "datasets": [{"config": "en", "construction": "contiguous 2048-token windows",
+                      "dataset": "allenai/c4",
                       "revision": "1588ec454efa1a09f29cd18ddd04fe05fc8653a2", "split": "validation",
                       "window_starts": [100]}],
         "domain_counts": {"code": 1, "instruction": 1, "prose": 1},

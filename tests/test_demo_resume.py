@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.proc_utils import pid_dead
+
 pytestmark = pytest.mark.timeout(300)
 
 VOLATILE = {"provenance", "reference_dir", "candidate_dir", "reference_manifest_sha256", "command",
@@ -69,13 +71,6 @@ def _records(path: Path) -> dict[int, dict[str, Any]]:
     return {r["window_index"]: r for r in json.loads(path.read_text())}
 
 
-def _dead(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
-
 
 def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
@@ -100,9 +95,9 @@ def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_
     assert captured == [0, 1]
     # the servers die with kldtui (PR_SET_PDEATHSIG): no orphan
     deadline = time.monotonic() + 20
-    while not all(_dead(pid) for pid in server_pids) and time.monotonic() < deadline:
+    while not all(pid_dead(pid) for pid in server_pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert server_pids and all(_dead(pid) for pid in server_pids)
+    assert server_pids and all(pid_dead(pid) for pid in server_pids)
 
     records_path = workdir / "capture" / "capture-candidate.json"
     before = _records(records_path)

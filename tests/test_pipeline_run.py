@@ -17,6 +17,7 @@ from kldtui.errors import StageFailed
 from kldtui.events import Event, ResultReady, WindowState
 from kldtui.pipeline import Pipeline
 from kldtui.profile import Profile, profile_from_dict
+from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -90,13 +91,6 @@ def test_early_abort_stops_a_broken_candidate(suite_dir: Path, tmp_path: Path) -
     assert 1 <= report["windows"] < 6
 
 
-def _dead(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
-
 
 def _write_profile(profile_dir: Path, suite_dir: Path, fault: str | None) -> Path:
     env = f'env = {{ KLDTUI_EMBEDDED_FAULT = "{fault}" }}\n' if fault else ""
@@ -128,7 +122,7 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
     rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err
-    assert pid is not None and _dead(pid)
+    assert pid is not None and pid_dead(pid)
     records = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
     assert 1 <= len(records) < 6
     for record in records:  # every recorded window is complete on disk

@@ -13,16 +13,10 @@ import httpx
 import pytest
 
 from kldtui.demo import prepare_demo
+from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(120)
 
-
-def _dead(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -46,9 +40,9 @@ def test_serve_runs_until_a_signal_and_stops_the_server(tmp_path: Path, sig: sig
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, out + err
     deadline = time.monotonic() + 10
-    while not _dead(pid) and time.monotonic() < deadline:
+    while not pid_dead(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _dead(pid)
+    assert pid_dead(pid)
     assert "server stopped" in out + err
 
 

@@ -12,6 +12,7 @@ import pytest
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import Event, LogLine, Notice
 from kldtui.server import ServerProcess, _group_members, ensure_capture_flags, prepare_capture_dir
+from tests.proc_utils import pid_dead
 
 STUBBORN = textwrap.dedent("""
     import os, signal, subprocess, sys, time
@@ -44,14 +45,6 @@ def _wait_for(predicate, timeout: float = 30.0) -> bool:
         time.sleep(0.05)
     return False
 
-
-def _dead(pid: int) -> bool:
-    """Gone, or a zombie waiting for a reaper (the container's PID 1 may never reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
 
 
 def test_flags_are_added_and_contradictions_refused() -> None:
@@ -102,7 +95,7 @@ def test_stubborn_server_is_escalated_to_sigkill_with_its_whole_group(tmp_path: 
     code = server.stop()
     assert code == -9  # SIGINT and SIGTERM ignored: only SIGKILL ended it
     assert _group_members(pgid) == []
-    assert _dead(grandchild)
+    assert pid_dead(grandchild)
     warnings = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
     assert any("SIGTERM" in w for w in warnings) and any("SIGKILL" in w for w in warnings)
     logged = [e.line for e in events if isinstance(e, LogLine)]

@@ -24,28 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.commands.run import run_batch_job
+    from kldtui.commands.run import run_pipeline_batch
 
+    # Not on a terminal (a pipe, CI, nohup): the dashboard cannot show, so run headless.
     if not args.batch and sys.stdin.isatty() and sys.stdout.isatty():
-        try:
-            from kldtui.tui.app import run_dashboard
-        except ImportError:
-            run_dashboard = None  # the dashboard is not available: fall back to batch
-        if run_dashboard is not None:
-            return int(run_dashboard(demo_workdir=args.workdir, theme=getattr(args, "theme", None)) or 0)
+        from kldtui.tui.app import run_dashboard
+
+        return int(run_dashboard(demo_workdir=args.workdir, theme=getattr(args, "theme", None)) or 0)
 
     from kldtui.demo import prepare_demo
-    from kldtui.pipeline import Pipeline
 
-    profile = prepare_demo(args.workdir)
-    holder: dict[str, Pipeline] = {}
-
-    def job(emit, cancel):  # type: ignore[no-untyped-def]
-        holder["p"] = Pipeline(profile, emit, cancel)
-        return holder["p"].run_all()
-
-    def force_stop() -> None:
-        if "p" in holder:
-            holder["p"].stop_server(reason="interrupted")
-
-    return run_batch_job(job, args, force_stop)
+    return run_pipeline_batch(prepare_demo(args.workdir), args)

@@ -9,9 +9,8 @@ HELP = ("paired comparison of two candidates' reports (same reference and suite)
         "window-clustered bootstrap, verdict against the noise floor")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report_a", metavar="A.json", help="comparison report of candidate A")
-    parser.add_argument("report_b", metavar="B.json", help="comparison report of candidate B")
+def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
+    """Bootstrap and noise-floor flags shared by ``diff`` and ``leaderboard``."""
     parser.add_argument("--bootstrap-samples", type=int, default=10_000, metavar="N",
                         help="bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=1, help="bootstrap seed (default 1)")
@@ -20,6 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="noise floor from kldtui noise (default: the published floor for the Kimi K3 "
                             "suite, else none)")
     floor.add_argument("--no-noise-floor", action="store_true", help="decide on the interval alone")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("report_a", metavar="A.json", help="comparison report of candidate A")
+    parser.add_argument("report_b", metavar="B.json", help="comparison report of candidate B")
+    add_decision_arguments(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the result as JSON (atomically)")
     parser.add_argument("--per-window", action="store_true", help="also print every window's difference")
 

@@ -6,20 +6,15 @@ import argparse
 import sys
 from typing import Any
 
+from kldtui.commands.diff import add_decision_arguments
+
 HELP = ("rank comparison reports (same reference and suite) by mean KL with 95 percent intervals; "
         "those not distinguishable from the best by the paired test are marked tied")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="comparison reports")
-    parser.add_argument("--bootstrap-samples", type=int, default=10_000, metavar="N",
-                        help="bootstrap resamples (default 10000)")
-    parser.add_argument("--seed", type=int, default=1, help="bootstrap seed (default 1)")
-    floor = parser.add_mutually_exclusive_group()
-    floor.add_argument("--noise", metavar="FLOOR.json",
-                       help="noise floor from kldtui noise (default: the published floor for the Kimi K3 "
-                            "suite, else none)")
-    floor.add_argument("--no-noise-floor", action="store_true", help="decide ties on the interval alone")
+    add_decision_arguments(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the leaderboard as JSON (atomically)")
     parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
 

@@ -48,13 +48,10 @@ def run_batch_job(job, args: argparse.Namespace, on_force_stop=None) -> int:  # 
     return code
 
 
-def run(args: argparse.Namespace) -> int:
-    if not args.batch:
-        return open_dashboard(args)
+def run_pipeline_batch(profile, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    """Run a profile's whole pipeline headless; a second signal stops its server at once."""
     from kldtui.pipeline import Pipeline
-    from kldtui.profile import load_profile
 
-    profile = load_profile(_profile_path(args) or DEFAULT_PROFILE)
     holder: dict[str, Pipeline] = {}
 
     def job(emit, cancel):  # type: ignore[no-untyped-def]
@@ -66,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
             holder["p"].stop_server(reason="interrupted")
 
     return run_batch_job(job, args, force_stop)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.batch:
+        return open_dashboard(args)
+    from kldtui.profile import load_profile
+
+    return run_pipeline_batch(load_profile(_profile_path(args) or DEFAULT_PROFILE), args)
 
 
 def open_dashboard(args: argparse.Namespace) -> int:
