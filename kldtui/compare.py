@@ -41,6 +41,7 @@ from kldtui.events import (
     WindowState,
     null_sink,
 )
+from kldtui.metrics import ckernel
 from kldtui.metrics import stats as st
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel, RowStats, TorchBlockKernel
 from kldtui.safetensors_io import RowReader, expect_tensor, read_header
@@ -58,7 +59,7 @@ DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
 TOPK_DEFINITION = ("fraction of positions where the reference's top-1 token is among the "
                    "candidate's k highest logits (ties in its favour)")
-BACKENDS = ("auto", "numpy", "torch", "torch-cpu", "torch-cuda")
+BACKENDS = ("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda")
 
 
 @dataclass
@@ -299,11 +300,21 @@ def _cuda_present() -> bool:
 
 
 def resolve_backend(backend: str) -> str:
-    """``numpy-threads``, ``torch-cpu`` or ``torch-cuda`` for an option value."""
+    """``c-kernel``, ``numpy-threads``, ``torch-cpu`` or ``torch-cuda`` for an option value.
+
+    ``auto``: CUDA when torch sees a GPU, else the compiled C kernel (built at first use, see
+    :mod:`kldtui.metrics.ckernel`), else NumPy when no C compiler could build it."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown compare backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if backend == "auto":
-        return "torch-cuda" if _cuda_present() else "numpy-threads"
+        if _cuda_present():
+            return "torch-cuda"
+        return "c-kernel" if ckernel.available() else "numpy-threads"
+    if backend == "c":
+        if not ckernel.available():
+            raise BadInput(f"backend 'c' asked for but the C kernel could not be built "
+                           f"({ckernel.why_not()}); use --backend numpy or --backend auto")
+        return "c-kernel"
     if backend == "numpy":
         return "numpy-threads"
     if importlib.util.find_spec("torch") is None:
@@ -323,7 +334,7 @@ class Engine:
         self.vocab = vocab
         self.options = options
         self.backend = resolve_backend(options.backend)
-        if self.backend == "numpy-threads":
+        if self.backend in ("numpy-threads", "c-kernel"):
             self.threads = max(1, options.threads or os.cpu_count() or 1)
             default_block = 16
         elif self.backend == "torch-cuda":
@@ -348,7 +359,9 @@ class Engine:
     def _kernel(self) -> Any:
         k = getattr(self._local, "kernel", None)
         if k is None:
-            if self.backend == "numpy-threads":
+            if self.backend == "c-kernel":
+                k = ckernel.CRowKernel(self.vocab)
+            elif self.backend == "numpy-threads":
                 k = NumpyRowKernel(self.vocab)
             else:
                 k = TorchBlockKernel(self.vocab, "cuda" if self.backend == "torch-cuda" else "cpu")

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from kldtui.metrics import ckernel
 from kldtui.metrics.kernels import NumpyRowKernel, TorchBlockKernel, precise_row
 from tests.fixtures_compare import oracle_rows, peaked_rows, perturb, rel_err
 
@@ -17,6 +18,8 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 def kernels() -> list:
     out = [NumpyRowKernel(V)]
+    if ckernel.available():
+        out.append(ckernel.CRowKernel(V))
     if HAS_TORCH:
         out.append(TorchBlockKernel(V, "cpu"))
     return out
@@ -80,7 +83,8 @@ def test_every_metric_matches_float64_oracle(kernel, rows) -> None:
     assert got.nonfinite_rows().size == 0
 
 
-def test_tiny_divergence_is_exact_where_float64_sums_are_not() -> None:
+@pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
+def test_tiny_divergence_is_exact_where_float64_sums_are_not(kernel) -> None:
     """One logit moved by 1e-3: KL ~ 3e-17, below what plain float64 sums resolve; the analytic
     value is p_k (e^d - 1 - d) - t^2/2 + t^3/3 with t = p_k (e^d - 1)."""
     rng = np.random.default_rng(5)
@@ -94,7 +98,7 @@ def test_tiny_divergence_is_exact_where_float64_sums_are_not() -> None:
     pk = math.exp(float(x64[k] - x64.max())) / s
     t = pk * math.expm1(d)
     want = pk * (math.expm1(d) - d) - t * t / 2 + t ** 3 / 3
-    got = NumpyRowKernel(V).block(x[None], y[None], np.array([0]))
+    got = kernel.block(x[None], y[None], np.array([0]))
     assert rel_err(got.kl, np.array([want]))[0] < 1e-6
     kl, js, klr = precise_row(x, y, True)
     assert rel_err(np.array([kl]), np.array([want]))[0] < 1e-6

@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rows per block (default: chosen by the backend)")
     parser.add_argument("--reverse", action="store_true", help="also KL(candidate || reference)")
     parser.add_argument("--backend", default="auto",
-                        choices=("auto", "numpy", "torch", "torch-cpu", "torch-cuda"),
-                        help="auto: torch-cuda when a GPU is usable, else numpy threads")
+                        choices=("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda"),
+                        help="auto: torch-cuda when a GPU is usable, else the C kernel (compiled at "
+                             "first use), else numpy threads")
     parser.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")
     parser.add_argument("--verify-sha256", action="store_true",
                         help="hash every logits file against its manifest first")

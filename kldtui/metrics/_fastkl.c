@@ -1,0 +1,244 @@
+/* kldtui fused compare kernel: the per-row sums of kldtui.metrics.kernels in two passes per row.
+ *
+ * Compiled at first use by kldtui.metrics.ckernel with the system C compiler (GCC or Clang vector
+ * extensions, so the exp/log below run on 8 float64 lanes: AVX-512, 2x AVX2, or scalar code) and
+ * loaded with ctypes, which releases the GIL, so Python threads run row blocks in parallel.
+ *
+ * For each row, with a = x - max x and b = y - max y (float32 -> float64, exact):
+ *   out[0..6] = s_x, s_y, c_x = sum e^a (a-b), h_x = sum e^a a, h_y = sum e^b b,
+ *               m = sum n log n with n = e^a + e^b s_x/s_y, c_y = sum e^b (b-a)
+ *   out[7], out[8] = a[tok], b[tok]
+ *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] }
+ * A row with NaN or Inf anywhere gets NaN sums (the caller reports it).
+ * exp underflow (a < -708) gives 0, and n log n is 0 for n < 1e-300: both below 1e-290 absolute.
+ * Sums are float64 in 8 lanes, folded into the total every BLOCK elements (error ~ (BLOCK/8 +
+ * vocab/BLOCK) ulp of the sum of |terms|).
+ */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#define W 8
+#define BLOCK 1024
+
+typedef double vd __attribute__((vector_size(W * 8)));
+typedef int64_t vl __attribute__((vector_size(W * 8)));
+typedef float vf __attribute__((vector_size(W * 4)));
+typedef int32_t vi __attribute__((vector_size(W * 4)));
+
+static inline vd splat(double v) { vd r; for (int j = 0; j < W; j++) r[j] = v; return r; }
+static inline vl splatl(int64_t v) { vl r; for (int j = 0; j < W; j++) r[j] = v; return r; }
+
+static inline vd loadf(const float *p) {
+    vf f;
+    memcpy(&f, p, sizeof f);
+    return __builtin_convertvector(f, vd);
+}
+
+static inline vd as_d(vl v) { vd r; memcpy(&r, &v, sizeof r); return r; }
+static inline vl as_l(vd v) { vl r; memcpy(&r, &v, sizeof r); return r; }
+static inline vd sel(vl m, vd a, vd b) { return as_d((m & as_l(a)) | (~m & as_l(b))); }
+
+/* e^a for a <= ~0; 0 below -708. k = round(a/ln2), r = a - k ln2 (|r| <= 0.35), Taylor to r^13
+ * (truncation < 1e-17 relative), 2^k put in the exponent field. */
+static inline vd vexp(vd a) {
+    const vd shift = splat(6755399441055744.0); /* 1.5 * 2^52: rounds to an integer in the low bits */
+    vl under = a < splat(-708.0);
+    a = sel(under, splat(-708.0), a);
+    vd kd = a * splat(1.4426950408889634) + shift;
+    vl ki = as_l(kd) - as_l(shift);
+    kd = kd - shift;
+    vd r = a - kd * splat(6.93147180369123816490e-01);
+    r = r - kd * splat(1.90821492927058770002e-10);
+    vd p = splat(1.0 / 6227020800.0);
+    p = p * r + splat(1.0 / 479001600.0);
+    p = p * r + splat(1.0 / 39916800.0);
+    p = p * r + splat(1.0 / 3628800.0);
+    p = p * r + splat(1.0 / 362880.0);
+    p = p * r + splat(1.0 / 40320.0);
+    p = p * r + splat(1.0 / 5040.0);
+    p = p * r + splat(1.0 / 720.0);
+    p = p * r + splat(1.0 / 120.0);
+    p = p * r + splat(1.0 / 24.0);
+    p = p * r + splat(1.0 / 6.0);
+    p = p * r + splat(0.5);
+    p = p * r + splat(1.0);
+    p = p * r + splat(1.0);
+    vd v = as_d(as_l(p) + (ki << 52));
+    return sel(under, splat(0.0), v);
+}
+
+/* n log n for n >= 0 (0 for n < 1e-300, where log's exponent trick would meet subnormals).
+ * n = 2^e m, m in [sqrt(1/2), sqrt 2); log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
+ * series to s^23 (truncation < 1e-18). */
+static inline vd vnlogn(vd n) {
+    vl tiny = n < splat(1e-300);
+    n = sel(tiny, splat(1.0), n);
+    vl bits = as_l(n);
+    vl e = ((bits >> 52) & splatl(0x7ff)) - splatl(1023);
+    vd m = as_d((bits & splatl(0x000fffffffffffffLL)) | splatl(0x3ff0000000000000LL));
+    vl big = m > splat(1.4142135623730951);
+    m = sel(big, m * splat(0.5), m);
+    e = e + (big & splatl(1));
+    /* e (|e| < 1100) to double: put it in a double's mantissa and subtract the offset */
+    vd ed = as_d(e + splatl(0x4338000000000000LL)) - splat(6755399441055744.0);
+    vd s = (m - splat(1.0)) / (m + splat(1.0));
+    vd s2 = s * s;
+    vd p = splat(2.0 / 23.0);
+    p = p * s2 + splat(2.0 / 21.0);
+    p = p * s2 + splat(2.0 / 19.0);
+    p = p * s2 + splat(2.0 / 17.0);
+    p = p * s2 + splat(2.0 / 15.0);
+    p = p * s2 + splat(2.0 / 13.0);
+    p = p * s2 + splat(2.0 / 11.0);
+    p = p * s2 + splat(2.0 / 9.0);
+    p = p * s2 + splat(2.0 / 7.0);
+    p = p * s2 + splat(2.0 / 5.0);
+    p = p * s2 + splat(2.0 / 3.0);
+    vd lm = s * s2 * p + splat(2.0) * s;
+    vd lg = ed * splat(6.93147180369123816490e-01) + (lm + ed * splat(1.90821492927058770002e-10));
+    return sel(tiny, splat(0.0), n * lg);
+}
+
+static inline double hsum(vd v) {
+    double t = 0.0;
+    for (int j = 0; j < W; j++) t += v[j];
+    return t;
+}
+
+/* first maximum of v[0..n): index, or -1 when the row has a NaN/Inf (the "bad" flag) */
+static int64_t argmax_row(const float *v, int64_t n, int *bad) {
+    float mv[W];
+    int32_t mi[W];
+    float chk[W];
+    for (int j = 0; j < W; j++) { mv[j] = -INFINITY; mi[j] = -1; chk[j] = 0.0f; }
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+        for (int j = 0; j < W; j++) {
+            float t = v[i + j];
+            chk[j] += t * 0.0f; /* NaN when t is NaN or +-Inf */
+            if (t > mv[j]) { mv[j] = t; mi[j] = (int32_t)(i + j); }
+        }
+    }
+    float best = -INFINITY;
+    int64_t bi = -1;
+    float c = 0.0f;
+    for (int j = 0; j < W; j++) {
+        c += chk[j];
+        if (mi[j] >= 0 && (mv[j] > best || (mv[j] == best && mi[j] < bi))) { best = mv[j]; bi = mi[j]; }
+    }
+    for (; i < n; i++) {
+        float t = v[i];
+        c += t * 0.0f;
+        if (t > best || bi < 0) { best = t; bi = i; }
+    }
+    if (c != 0.0f) *bad = 1;
+    if (bi < 0) bi = 0;
+    return bi;
+}
+
+void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
+                 int reverse, double *ea, double *eb, double *out, int64_t *iout) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * vocab;
+        const float *yr = y + r * vocab;
+        double *o = out + r * 9;
+        int64_t *io = iout + r * 3;
+        int bad = 0;
+        int64_t ax = argmax_row(xr, vocab, &bad);
+        int64_t ay = argmax_row(yr, vocab, &bad);
+        io[0] = ax;
+        io[1] = ay;
+        const double mx = xr[ax], my = yr[ay];
+        const float yt = yr[ax];
+        o[7] = (double)xr[tok[r]] - mx;
+        o[8] = (double)yr[tok[r]] - my;
+        if (bad) {
+            for (int k = 0; k < 7; k++) o[k] = NAN;
+            io[2] = 0;
+            continue;
+        }
+        const vd vmx = splat(mx), vmy = splat(my);
+        double t_sx = 0, t_sy = 0, t_cx = 0, t_hx = 0, t_hy = 0, t_cy = 0;
+        int64_t rank = 0;
+        int64_t i = 0;
+        const int64_t nvec = vocab - vocab % W;
+        while (i < nvec) {
+            vd sx = splat(0), sy = sx, cx = sx, hx = sx, hy = sx, cy = sx;
+            vi cnt = {0};
+            int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
+            for (; i < stop; i += W) {
+                vf yf;
+                memcpy(&yf, yr + i, sizeof yf);
+                vi gt = yf > yt;
+                cnt -= gt;
+                vd a = loadf(xr + i) - vmx;
+                vd b = __builtin_convertvector(yf, vd) - vmy;
+                vd xa = vexp(a);
+                vd xb = vexp(b);
+                vd d = a - b;
+                memcpy(ea + i, &xa, sizeof xa);
+                memcpy(eb + i, &xb, sizeof xb);
+                sx += xa;
+                sy += xb;
+                cx += xa * d;
+                hx += xa * a;
+                hy += xb * b;
+                if (reverse) cy -= xb * d;
+            }
+            t_sx += hsum(sx); t_sy += hsum(sy); t_cx += hsum(cx);
+            t_hx += hsum(hx); t_hy += hsum(hy); t_cy += hsum(cy);
+            for (int j = 0; j < W; j++) rank += cnt[j];
+        }
+        for (; i < vocab; i++) {
+            double a = (double)xr[i] - mx, b = (double)yr[i] - my;
+            double xa = a < -708.0 ? 0.0 : exp(a), xb = b < -708.0 ? 0.0 : exp(b);
+            double d = a - b;
+            ea[i] = xa;
+            eb[i] = xb;
+            t_sx += xa; t_sy += xb; t_cx += xa * d; t_hx += xa * a; t_hy += xb * b;
+            if (reverse) t_cy -= xb * d;
+            rank += yr[i] > yt;
+        }
+        const double ratio = t_sx / t_sy;
+        const vd vr = splat(ratio);
+        double t_m = 0;
+        i = 0;
+        while (i < nvec) {
+            vd m = splat(0);
+            int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
+            for (; i < stop; i += W) {
+                vd xa, xb;
+                memcpy(&xa, ea + i, sizeof xa);
+                memcpy(&xb, eb + i, sizeof xb);
+                m += vnlogn(xa + xb * vr);
+            }
+            t_m += hsum(m);
+        }
+        for (; i < vocab; i++) {
+            double n = ea[i] + eb[i] * ratio;
+            if (n >= 1e-300) t_m += n * log(n);
+        }
+        o[0] = t_sx; o[1] = t_sy; o[2] = t_cx; o[3] = t_hx; o[4] = t_hy; o[5] = t_m; o[6] = t_cy;
+        io[2] = rank;
+    }
+}
+
+/* self-check used after compiling: exp and n log n against libm at a few points */
+double fastkl_selfcheck(void) {
+    double worst = 0.0;
+    for (int k = 0; k < 4000; k++) {
+        double a = -700.0 + k * 0.17512345;
+        if (a > 0) a = -a * 1e-3;
+        vd v = vexp(splat(a));
+        double want = exp(a);
+        double err = fabs(v[0] - want) / want;
+        if (err > worst) worst = err;
+        double n = exp(-690.0 + k * 0.1731) * (k % 2 ? 1.0 : 3.0);
+        vd w = vnlogn(splat(n));
+        double wl = n * log(n);
+        double e2 = wl != 0.0 ? fabs(w[0] - wl) / fabs(wl) : fabs(w[0]);
+        if (e2 > worst) worst = e2;
+    }
+    return worst;
+}

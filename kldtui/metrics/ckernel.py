@@ -1,0 +1,174 @@
+"""The compiled compare kernel (``_fastkl.c``): built at first use, cached per user, loaded with ctypes.
+
+:func:`load` compiles ``_fastkl.c`` with the system C compiler (``$CC``, ``cc``, ``gcc`` or
+``clang``; tuned for this machine with ``-march=native``, plain ``-O3`` if that fails) into
+``$XDG_CACHE_HOME/kldtui/fastkl/<key>.so`` (default ``~/.cache``), keyed by the SHA-256 of the
+source, the compiler's path and version, and the flags, so a changed source or compiler builds
+anew.  The library is written under a temporary name and renamed, so concurrent first uses are
+safe.  After loading, the kernel's exp and ``n log n`` are checked against libm; any failure
+(no compiler, a failed build, a bad self-check, ``KLDTUI_NO_C_KERNEL=1``) makes :func:`load`
+return ``None`` and :func:`why_not` say why; callers then use the NumPy kernel.
+
+:class:`CRowKernel` has the same interface as :class:`~kldtui.metrics.kernels.NumpyRowKernel` and
+shares its :func:`~kldtui.metrics.kernels.combine` step and precise path for tiny divergences; the
+C code computes the per-row sums in two passes over a row (ctypes releases the GIL, so a pool of
+Python threads uses every core).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from kldtui.metrics.kernels import NumpyRowKernel, RowStats, combine
+
+SOURCE = Path(__file__).with_name("_fastkl.c")
+FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno", "-ffp-contract=fast"],
+             ["-O3", "-fno-math-errno"])
+# exp and n log n of the compiled code against libm, relative
+SELFCHECK_LIMIT = 1e-13
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kldtui" / "fastkl"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name:
+            path = shutil.which(name)
+            if path:
+                return path
+    return None
+
+
+def _build(cc: str, flags: list[str], src: bytes) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout
+    key = hashlib.sha256(b"\0".join([src, cc.encode(), version, " ".join(flags).encode(),
+                                     platform.machine().encode()])).hexdigest()[:24]
+    out = cache_dir() / f"fastkl-{key}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", tmp, str(SOURCE), "-lm"],
+                              capture_output=True, timeout=120)
+        if proc.returncode != 0:
+            msg = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise OSError(f"{cc} {' '.join(flags)} failed: {msg[0] if msg else proc.returncode}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    p = ctypes.c_void_p
+    lib.fastkl_rows.argtypes = [p, p, ctypes.c_int64, ctypes.c_int64, p, ctypes.c_int, p, p, p, p]
+    lib.fastkl_rows.restype = None
+    lib.fastkl_selfcheck.argtypes = []
+    lib.fastkl_selfcheck.restype = ctypes.c_double
+    err = lib.fastkl_selfcheck()
+    if not err <= SELFCHECK_LIMIT:
+        raise OSError(f"self-check failed: exp/log relative error {err:.2e}")
+    return lib
+
+
+def load() -> ctypes.CDLL | None:
+    """The compiled kernel library, building it if needed; None when it cannot be had."""
+    with _lock:
+        if "lib" in _state:
+            return _state["lib"]  # type: ignore[return-value]
+        lib, why = None, ""
+        if os.environ.get("KLDTUI_NO_C_KERNEL", "") not in ("", "0"):
+            why = "disabled by KLDTUI_NO_C_KERNEL"
+        elif (cc := _compiler()) is None:
+            why = "no C compiler found (cc, gcc, clang or $CC)"
+        else:
+            src = SOURCE.read_bytes()
+            for flags in FLAG_SETS:
+                try:
+                    lib = _open(_build(cc, flags, src))
+                    _state["flags"] = " ".join(flags)
+                    break
+                except (OSError, subprocess.SubprocessError) as exc:
+                    why = f"{type(exc).__name__}: {exc}"
+        _state["lib"] = lib
+        _state["why"] = why
+        return lib
+
+
+def available() -> bool:
+    return load() is not None
+
+
+def why_not() -> str:
+    """Why :func:`load` gave None ('' when it did not)."""
+    load()
+    return str(_state.get("why", ""))
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class CRowKernel:
+    """Row kernel on the compiled code; one instance per thread (it owns two float64 row buffers)."""
+
+    name = "c-kernel"
+
+    def __init__(self, vocab: int) -> None:
+        lib = load()
+        if lib is None:
+            raise RuntimeError(f"the C kernel is not available: {why_not()}")
+        self._fn = lib.fastkl_rows
+        self.vocab = vocab
+        self._ea = np.empty(vocab, dtype=np.float64)
+        self._eb = np.empty(vocab, dtype=np.float64)
+
+    def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
+              reverse: bool = False) -> RowStats:
+        """Figures for rows of ``x`` (reference) and ``y`` (candidate), float32 ``[rows, vocab]``;
+        ``next_tokens[i]`` is the token row ``i`` predicts."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.ascontiguousarray(y, dtype=np.float32)
+        rows, vocab = x.shape
+        if y.shape != x.shape or vocab != self.vocab:
+            raise ValueError(f"blocks of shape {x.shape} and {y.shape} for a kernel of vocabulary "
+                             f"{self.vocab}")
+        tok = np.ascontiguousarray(next_tokens, dtype=np.int64)
+        if tok.shape != (rows,) or (rows and (tok.min() < 0 or tok.max() >= vocab)):
+            raise ValueError("next_tokens must hold one token id in [0, vocab) per row")
+        sums = np.empty((rows, 9), dtype=np.float64)
+        idx = np.empty((rows, 3), dtype=np.int64)
+        self._fn(_ptr(x), _ptr(y), rows, vocab, _ptr(tok), int(reverse), _ptr(self._ea), _ptr(self._eb),
+                 _ptr(sums), _ptr(idx))
+        out = RowStats.empty(rows, reverse)
+        out.argmax_ref[:] = idx[:, 0]
+        out.argmax_cand[:] = idx[:, 1]
+        out.rank_ref_top[:] = idx[:, 2]
+        s = sums.T
+        with np.errstate(all="ignore"):
+            f = combine(np, s[0], s[1], s[2], s[3], s[4], s[5], s[6] if reverse else None)
+            NumpyRowKernel._finish(x, y, out, f, np.stack([s[7], s[8]]), reverse)
+        return out
+
+
+__all__ = ["CRowKernel", "available", "cache_dir", "load", "why_not"]

@@ -1,0 +1,106 @@
+"""The compiled kernel: same figures as the NumPy kernel, a per-user build cache, and a silent fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui import compare as cmp
+from kldtui.errors import BadInput
+from kldtui.metrics import ckernel
+from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel
+from tests.fixtures_compare import peaked_rows, perturb
+
+needs_c = pytest.mark.skipif(not ckernel.available(), reason=f"no C kernel: {ckernel.why_not()}")
+
+
+@needs_c
+@pytest.mark.parametrize("vocab", [1, 7, 8, 1003, 4096 + 5])
+def test_c_kernel_agrees_with_numpy_kernel(vocab: int) -> None:
+    """Odd vocabularies exercise the scalar tail; ties exercise first-maximum argmax and the rank."""
+    rng = np.random.default_rng(vocab)
+    x = peaked_rows(rng, 6, vocab)
+    y = perturb(rng, x, 0.01, 0.5)
+    x[1] = np.round(x[1])  # many ties
+    y[1] = np.round(y[1])
+    x[2] = 0.0  # flat rows: every index ties for the maximum
+    y[2] = 0.0
+    x[3, -1] = x[3].max() + 1.0  # the maximum in the last element (the tail)
+    y[4] = x[4]  # identical
+    tok = rng.integers(0, vocab, size=6)
+    for reverse in (False, True):
+        want = NumpyRowKernel(vocab).block(x, y, tok, reverse)
+        got = ckernel.CRowKernel(vocab).block(x, y, tok, reverse)
+        for f in FIELDS:
+            a, b = getattr(got, f), getattr(want, f)
+            if a is None or b is None:
+                assert a is None and b is None and not reverse
+            elif f in INT_FIELDS:
+                np.testing.assert_array_equal(a, b, err_msg=f)
+            else:
+                np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-14, err_msg=f)
+        assert got.kl[4] == 0.0 and got.js[4] == 0.0
+
+
+@needs_c
+def test_c_kernel_rejects_bad_shapes() -> None:
+    k = ckernel.CRowKernel(16)
+    x = np.zeros((2, 16), dtype=np.float32)
+    with pytest.raises(ValueError):
+        k.block(x, np.zeros((2, 15), dtype=np.float32), np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError):
+        k.block(x, x, np.array([0, 16]))
+
+
+def _load_in_subprocess(env: dict[str, str]) -> dict[str, object]:
+    code = ("import json; from kldtui.metrics import ckernel as c; "
+            "print(json.dumps({'ok': c.available(), 'why': c.why_not(), 'dir': str(c.cache_dir())}))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@needs_c
+def test_build_is_cached_per_user(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("KLDTUI_NO_C_KERNEL", None)
+    first = _load_in_subprocess(env)
+    assert first["ok"] and first["dir"] == str(tmp_path / "kldtui" / "fastkl")
+    built = sorted((tmp_path / "kldtui" / "fastkl").iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"  # no temporary left behind
+    mtime = built[0].stat().st_mtime_ns
+    assert _load_in_subprocess(env)["ok"]
+    assert sorted((tmp_path / "kldtui" / "fastkl").iterdir()) == built
+    assert built[0].stat().st_mtime_ns == mtime
+
+
+def test_no_compiler_falls_back_silently(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PATH": str(tmp_path / "empty")}
+    env.pop("CC", None)
+    env.pop("KLDTUI_NO_C_KERNEL", None)
+    got = _load_in_subprocess(env)
+    assert not got["ok"] and "no C compiler" in str(got["why"])
+    off = _load_in_subprocess({**os.environ, "XDG_CACHE_HOME": str(tmp_path), "KLDTUI_NO_C_KERNEL": "1"})
+    assert not off["ok"] and "KLDTUI_NO_C_KERNEL" in str(off["why"])
+
+
+def test_engine_backend_without_the_c_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ckernel, "_state", {"lib": None, "why": "no C compiler found"})
+    if not cmp._cuda_present():
+        assert cmp.resolve_backend("auto") == "numpy-threads"
+    with pytest.raises(BadInput, match="no C compiler"):
+        cmp.resolve_backend("c")
+    assert cmp.resolve_backend("numpy") == "numpy-threads"
+
+
+@needs_c
+def test_engine_uses_the_c_kernel_by_default() -> None:
+    if not cmp._cuda_present():
+        assert cmp.resolve_backend("auto") == "c-kernel"
+    assert cmp.resolve_backend("c") == "c-kernel"
