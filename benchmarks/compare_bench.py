@@ -5,11 +5,14 @@ realistic peaked rows, reads every file once so both runs see it in the page cac
 
 * the naive baseline: float32 torch ``log_softmax`` over 8-row blocks (the original comparator's
   approach), computing KL, JS and top-1 agreement;
-* kldtui's compare engine (the backend chosen by ``--backend``, default auto),
+* kldtui's compare engine (the backend chosen by ``--backend``, default auto: the compiled C
+  kernel on a machine without CUDA),
+* and, unless ``--skip-numpy``, the pure-NumPy fallback (``--backend numpy``) too,
 
-and prints GB/s for both, the ratio, and the largest difference of the window mean KL.
+and prints GB/s for each, the ratios to the naive baseline, and the largest difference of the
+window mean KL.  The machine is often shared: run it a couple of times and note ``uptime``.
 
-    .venv/bin/python benchmarks/compare_bench.py [--dir /tmp/kldtui-bench] [--skip-naive]
+    .venv/bin/python benchmarks/compare_bench.py [--dir /tmp/kldtui-bench] [--skip-naive] [--skip-numpy]
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kldtui.compare import CompareOptions, Engine, prepare
+from kldtui.compare import CompareOptions, Engine, prepare, resolve_backend
 from kldtui.logits_writer import LogitsFileWriter, write_logits_manifest
 from kldtui.safetensors_io import RowReader
 from kldtui.suite import load_suite
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--row-block", type=int, default=None)
     ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--skip-numpy", action="store_true", help="do not time the NumPy fallback")
     args = ap.parse_args(argv)
     root = Path(args.dir)
     build(root, args.windows, args.context, args.vocab)
@@ -110,16 +114,28 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = sum(a.stat().st_size + b.stat().st_size for a, b in files)
     t_read = warm([p for pair in files for p in pair])
     print(f"{nbytes / 1e9:.2f} GB of logits; reading them: {t_read:.2f} s ({nbytes / t_read / 1e9:.2f} GB/s)")
-    with Engine(inputs.vocab_size, options) as engine:
-        t0 = time.perf_counter()
-        results = [engine.compare_window(inputs, w) for w in inputs.windows]
-        t_k = time.perf_counter() - t0
-        print(f"kldtui ({engine.backend}, {engine.threads} threads, {engine.row_block}-row blocks): "
-              f"{t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s")
+    runs: list[tuple[str, float, list]] = []
+    backends = [options]
+    if not args.skip_numpy and resolve_backend(options.backend) != "numpy-threads":
+        backends.append(CompareOptions(backend="numpy", threads=args.threads, row_block=args.row_block))
+    for opts in backends:
+        with Engine(inputs.vocab_size, opts) as engine:
+            t0 = time.perf_counter()
+            results = [engine.compare_window(inputs, w) for w in inputs.windows]
+            t_k = time.perf_counter() - t0
+            print(f"kldtui ({engine.backend}, {engine.threads} threads, {engine.row_block}-row blocks): "
+                  f"{t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s", flush=True)
+            runs.append((engine.backend, t_k, results))
+    if len(runs) > 1:
+        pairs = zip(runs[0][2], runs[1][2], strict=True)
+        diff = max(abs(a.kl_mean - b.kl_mean) / b.kl_mean for a, b in pairs)
+        print(f"largest relative difference of window mean KL, {runs[0][0]} vs {runs[1][0]}: {diff:.2e}")
     if not args.skip_naive:
         t_n, naive_means = naive(files)
         print(f"naive float32 torch log_softmax, 8-row blocks: {t_n:.2f} s, {nbytes / t_n / 1e9:.2f} GB/s")
-        print(f"speed-up: {t_n / t_k:.2f}x")
+        for name, t_k, _ in runs:
+            print(f"speed-up of {name} over naive: {t_n / t_k:.2f}x")
+        results = runs[0][2]
         diff = max(abs(a - r.kl_mean) / r.kl_mean for a, r in zip(naive_means, results, strict=True))
         print(f"largest relative difference of window mean KL, naive vs kldtui: {diff:.2e}")
     return 0
