@@ -106,35 +106,45 @@ static inline double hsum(vd v) {
     return t;
 }
 
-/* first maximum of v[0..n): index, or -1 when the row has a NaN/Inf (the "bad" flag) */
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+
+/* first maximum of v[0..n) (NumPy's argmax); sets *bad when the row has a NaN or an Inf */
 static int64_t argmax_row(const float *v, int64_t n, int *bad) {
-    float mv[W];
-    int32_t mi[W];
-    float chk[W];
-    for (int j = 0; j < W; j++) { mv[j] = -INFINITY; mi[j] = -1; chk[j] = 0.0f; }
+    const int L = 16;
+    vf16 m, chk;
+    for (int j = 0; j < L; j++) { m[j] = -INFINITY; chk[j] = 0.0f; }
     int64_t i = 0;
-    for (; i + W <= n; i += W) {
-        for (int j = 0; j < W; j++) {
-            float t = v[i + j];
-            chk[j] += t * 0.0f; /* NaN when t is NaN or +-Inf */
-            if (t > mv[j]) { mv[j] = t; mi[j] = (int32_t)(i + j); }
-        }
+    for (; i + L <= n; i += L) {
+        vf16 t;
+        memcpy(&t, v + i, sizeof t);
+        chk += t * 0.0f; /* NaN when t is NaN or +-Inf */
+        vi16 gt = t > m;
+        vi16 r = (gt & (vi16)t) | (~gt & (vi16)m);
+        m = (vf16)r;
     }
-    float best = -INFINITY;
-    int64_t bi = -1;
-    float c = 0.0f;
-    for (int j = 0; j < W; j++) {
+    float best = -INFINITY, c = 0.0f;
+    for (int j = 0; j < L; j++) {
         c += chk[j];
-        if (mi[j] >= 0 && (mv[j] > best || (mv[j] == best && mi[j] < bi))) { best = mv[j]; bi = mi[j]; }
+        if (m[j] > best) best = m[j];
     }
-    for (; i < n; i++) {
-        float t = v[i];
-        c += t * 0.0f;
-        if (t > best || bi < 0) { best = t; bi = i; }
+    for (int64_t k = i; k < n; k++) {
+        c += v[k] * 0.0f;
+        if (v[k] > best) best = v[k];
     }
     if (c != 0.0f) *bad = 1;
-    if (bi < 0) bi = 0;
-    return bi;
+    int64_t k = 0;
+    for (; k + L <= n; k += L) {
+        vf16 t;
+        memcpy(&t, v + k, sizeof t);
+        vi16 eq = t == best;
+        int32_t any = 0;
+        for (int j = 0; j < L; j++) any |= eq[j];
+        if (any) break;
+    }
+    for (; k < n; k++)
+        if (v[k] == best) return k;
+    return 0;
 }
 
 void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
