@@ -9,7 +9,8 @@
  *               m = sum n log n with n = e^a + e^b s_x/s_y, c_y = sum e^b (b-a)
  *   out[7], out[8] = a[tok], b[tok]
  *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] }
- * A row with NaN or Inf anywhere gets NaN sums (the caller reports it).
+ * A row with NaN or Inf anywhere gets a non-finite c_x (the caller reports it): d = a - b is NaN
+ * or infinite there, or the row's maximum is +Inf and every a (or b) is NaN.
  * exp underflow (a < -708) gives 0, and n log n is 0 for n < 1e-300: both below 1e-290 absolute.
  * Sums are float64 in 8 lanes, folded into the total every BLOCK elements (error ~ (BLOCK/8 +
  * vocab/BLOCK) ulp of the sum of |terms|).
@@ -197,42 +198,35 @@ static inline double hsum(vd v) {
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
 
-/* first maximum of v[0..n) (NumPy's argmax); sets *bad when the row has a NaN or an Inf */
-static int64_t argmax_row(const float *v, int64_t n, int *bad) {
+/* first maximum of v[0..n) (NumPy's argmax for finite rows): a vectorised max per block of
+ * ABLOCK values, then a scalar search in the first block that reaches the maximum.  NaN is never
+ * the maximum here; a row with NaN or Inf gets NaN sums anyway (every sum touches every element). */
+#define ABLOCK 1024
+static int64_t argmax_row(const float *v, int64_t n) {
     const int L = 16;
-    vf16 m, chk;
-    for (int j = 0; j < L; j++) { m[j] = -INFINITY; chk[j] = 0.0f; }
+    float best = -INFINITY;
+    int64_t blk = -1;
     int64_t i = 0;
-    for (; i + L <= n; i += L) {
-        vf16 t;
-        memcpy(&t, v + i, sizeof t);
-        chk += t * 0.0f; /* NaN when t is NaN or +-Inf */
-        vi16 gt = t > m;
-        vi16 r = (gt & (vi16)t) | (~gt & (vi16)m);
-        m = (vf16)r;
+    for (; i + ABLOCK <= n; i += ABLOCK) {
+        vf16 m;
+        for (int j = 0; j < L; j++) m[j] = -INFINITY;
+        for (int64_t k = i; k < i + ABLOCK; k += L) {
+            vf16 t;
+            memcpy(&t, v + k, sizeof t);
+            vi16 gt = t > m;
+            m = (vf16)((gt & (vi16)t) | (~gt & (vi16)m));
+        }
+        float bm = m[0];
+        for (int j = 1; j < L; j++) bm = m[j] > bm ? m[j] : bm;
+        if (bm > best || blk < 0) { best = bm; blk = i; }
     }
-    float best = -INFINITY, c = 0.0f;
-    for (int j = 0; j < L; j++) {
-        c += chk[j];
-        if (m[j] > best) best = m[j];
-    }
-    for (int64_t k = i; k < n; k++) {
-        c += v[k] * 0.0f;
-        if (v[k] > best) best = v[k];
-    }
-    if (c != 0.0f) *bad = 1;
-    int64_t k = 0;
-    for (; k + L <= n; k += L) {
-        vf16 t;
-        memcpy(&t, v + k, sizeof t);
-        vi16 eq = t == best;
-        int32_t any = 0;
-        for (int j = 0; j < L; j++) any |= eq[j];
-        if (any) break;
-    }
-    for (; k < n; k++)
+    int64_t tail = -1;
+    for (int64_t k = i; k < n; k++)
+        if (v[k] > best || (blk < 0 && tail < 0)) { best = v[k]; tail = k; }
+    if (tail >= 0) return tail;
+    for (int64_t k = blk; k < blk + ABLOCK; k++)
         if (v[k] == best) return k;
-    return 0;
+    return blk;
 }
 
 void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
@@ -242,20 +236,14 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         const float *yr = y + r * vocab;
         double *o = out + r * 9;
         int64_t *io = iout + r * 3;
-        int bad = 0;
-        int64_t ax = argmax_row(xr, vocab, &bad);
-        int64_t ay = argmax_row(yr, vocab, &bad);
+        int64_t ax = argmax_row(xr, vocab);
+        int64_t ay = argmax_row(yr, vocab);
         io[0] = ax;
         io[1] = ay;
         const double mx = xr[ax], my = yr[ay];
         const float yt = yr[ax];
         o[7] = (double)xr[tok[r]] - mx;
         o[8] = (double)yr[tok[r]] - my;
-        if (bad) {
-            for (int k = 0; k < 7; k++) o[k] = NAN;
-            io[2] = 0;
-            continue;
-        }
         const vd vmx = splat(mx), vmy = splat(my);
         double t_sx = 0, t_sy = 0, t_cx = 0, t_hx = 0, t_hy = 0, t_cy = 0;
         int64_t rank = 0;
@@ -301,10 +289,21 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         const double ratio = t_sx / t_sy;
         const vd vr = splat(ratio);
         double t_m = 0;
+        /* this pass is compute-bound: meanwhile, pull the next row towards the cache, so that its
+         * first (memory-bound) pass does not wait on DRAM */
+        const char *xn = (const char *)(xr + (r + 1 < rows ? vocab : 0));
+        const char *yn = (const char *)(yr + (r + 1 < rows ? vocab : 0));
+        const int prefetch = r + 1 < rows;
         i = 0;
         while (i < nvec) {
             vd m = splat(0);
             int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
+            if (prefetch) {
+                for (int64_t k = i * 4; k < stop * 4; k += 64) {
+                    __builtin_prefetch(xn + k, 0, 1);
+                    __builtin_prefetch(yn + k, 0, 1);
+                }
+            }
             for (; i < stop; i += W) {
                 vd xa, xb;
                 memcpy(&xa, ea + i, sizeof xa);
