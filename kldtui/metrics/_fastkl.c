@@ -43,10 +43,13 @@ static inline vd sel(vl m, vd a, vd b) { return as_d((m & as_l(a)) | (~m & as_l(
 
 /* e^a for a <= ~0; 0 below -708. k = round(a/ln2), r = a - k ln2 (|r| <= 0.35), Taylor to r^13
  * (truncation < 1e-17 relative), 2^k put in the exponent field. */
-static inline vd vexp(vd a) {
+static inline vd vexp(vd a, const int guard) {
     const vd shift = splat(6755399441055744.0); /* 1.5 * 2^52: rounds to an integer in the low bits */
-    vl under = a < splat(-708.0);
-    a = sel(under, splat(-708.0), a);
+    vl under = {0};
+    if (guard) {
+        under = a < splat(-708.0);
+        a = sel(under, splat(-708.0), a);
+    }
     vd kd = a * splat(1.4426950408889634) + shift;
     vl ki = as_l(kd) - as_l(shift);
     kd = kd - shift;
@@ -67,15 +70,18 @@ static inline vd vexp(vd a) {
     p = p * r + splat(1.0);
     p = p * r + splat(1.0);
     vd v = as_d((vl)((vu)as_l(p) + ((vu)ki << 52)));
-    return sel(under, splat(0.0), v);
+    return guard ? sel(under, splat(0.0), v) : v;
 }
 
 /* n log n for n >= 0 (0 for n < 1e-300, where log's exponent trick would meet subnormals).
  * n = 2^e m, m in [sqrt(1/2), sqrt 2); log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
  * series to s^23 (truncation < 1e-18). */
-static inline vd vnlogn(vd n) {
-    vl tiny = n < splat(1e-300);
-    n = sel(tiny, splat(1.0), n);
+static inline vd vnlogn(vd n, const int guard) {
+    vl tiny = {0};
+    if (guard) {
+        tiny = n < splat(1e-300);
+        n = sel(tiny, splat(1.0), n);
+    }
     vl bits = as_l(n);
     vl e = ((bits >> 52) & splatl(0x7ff)) - splatl(1023);
     vd m = as_d((bits & splatl(0x000fffffffffffffLL)) | splatl(0x3ff0000000000000LL));
@@ -99,7 +105,7 @@ static inline vd vnlogn(vd n) {
     p = p * s2 + splat(2.0 / 3.0);
     vd lm = s * s2 * p + splat(2.0) * s;
     vd lg = ed * splat(6.93147180369123816490e-01) + (lm + ed * splat(1.90821492927058770002e-10));
-    return sel(tiny, splat(0.0), n * lg);
+    return guard ? sel(tiny, splat(0.0), n * lg) : n * lg;
 }
 
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && !defined(FASTKL_NO_TABLES)
@@ -133,10 +139,13 @@ static inline vd lut16(const double *t, vl j) {
 /* e^a for a <= ~0, 0 below -708: K = round(16 a / ln 2), r = a - K ln2/16 (|r| <= 0.0217),
  * Taylor to r^7 (truncation < 2e-18), times 2^((K mod 16)/16) from the table, 2^(K div 16) in the
  * exponent field. */
-static inline vd vexp_t(vd a) {
+static inline vd vexp_t(vd a, const int guard) {
     const vd shift = splat(6755399441055744.0);
-    vl under = a < splat(-708.0);
-    a = sel(under, splat(-708.0), a);
+    vl under = {0};
+    if (guard) {
+        under = a < splat(-708.0);
+        a = sel(under, splat(-708.0), a);
+    }
     vd kd = a * splat(23.083120654223414) + shift;
     vl ki = as_l(kd) - as_l(shift);
     kd = kd - shift;
@@ -152,14 +161,17 @@ static inline vd vexp_t(vd a) {
     p = p * r + splat(1.0);
     p = p * lut16(EXP2_16, ki & splatl(15));
     vd v = as_d((vl)((vu)as_l(p) + ((vu)(ki >> 4) << 52)));
-    return sel(under, splat(0.0), v);
+    return guard ? sel(under, splat(0.0), v) : v;
 }
 
 /* n log n: n = 2^e m, m in [1, 2), j = top 4 bits of m, r = m/c_j - 1 (|r| < 0.031, one FMA),
  * log m = log c_j + log1p(r), log1p to r^11 (truncation < 1e-18). 0 for n < 1e-300. */
-static inline vd vnlogn_t(vd n) {
-    vl tiny = n < splat(1e-300);
-    n = sel(tiny, splat(1.0), n);
+static inline vd vnlogn_t(vd n, const int guard) {
+    vl tiny = {0};
+    if (guard) {
+        tiny = n < splat(1e-300);
+        n = sel(tiny, splat(1.0), n);
+    }
     vl bits = as_l(n);
     vl e = ((bits >> 52) & splatl(0x7ff)) - splatl(1023);
     vd m = as_d((bits & splatl(0x000fffffffffffffLL)) | splatl(0x3ff0000000000000LL));
@@ -179,7 +191,7 @@ static inline vd vnlogn_t(vd n) {
     vd l1p = r - r * r * p;
     vd lg = ed * splat(6.93147180369123816490e-01)
             + ((lut16(LOG_LOGC, j) + ed * splat(1.90821492927058770002e-10)) + l1p);
-    return sel(tiny, splat(0.0), n * lg);
+    return guard ? sel(tiny, splat(0.0), n * lg) : n * lg;
 }
 #define VEXP vexp_t
 #define VNLOGN vnlogn_t
@@ -202,31 +214,106 @@ typedef int32_t vi16 __attribute__((vector_size(64)));
  * ABLOCK values, then a scalar search in the first block that reaches the maximum.  NaN is never
  * the maximum here; a row with NaN or Inf gets NaN sums anyway (every sum touches every element). */
 #define ABLOCK 1024
-static int64_t argmax_row(const float *v, int64_t n) {
+static int64_t argmax_row(const float *v, int64_t n, float *vmin) {
     const int L = 16;
-    float best = -INFINITY;
+    float best = -INFINITY, low = INFINITY;
     int64_t blk = -1;
     int64_t i = 0;
     for (; i + ABLOCK <= n; i += ABLOCK) {
-        vf16 m;
-        for (int j = 0; j < L; j++) m[j] = -INFINITY;
+        vf16 m, mn;
+        for (int j = 0; j < L; j++) { m[j] = -INFINITY; mn[j] = INFINITY; }
         for (int64_t k = i; k < i + ABLOCK; k += L) {
             vf16 t;
             memcpy(&t, v + k, sizeof t);
             vi16 gt = t > m;
             m = (vf16)((gt & (vi16)t) | (~gt & (vi16)m));
+            vi16 lt = t < mn;
+            mn = (vf16)((lt & (vi16)t) | (~lt & (vi16)mn));
         }
+        for (int j = 0; j < L; j++) low = mn[j] < low ? mn[j] : low;
         float bm = m[0];
         for (int j = 1; j < L; j++) bm = m[j] > bm ? m[j] : bm;
         if (bm > best || blk < 0) { best = bm; blk = i; }
     }
     int64_t tail = -1;
-    for (int64_t k = i; k < n; k++)
+    for (int64_t k = i; k < n; k++) {
         if (v[k] > best || (blk < 0 && tail < 0)) { best = v[k]; tail = k; }
+        if (v[k] < low) low = v[k];
+    }
+    *vmin = low;
     if (tail >= 0) return tail;
     for (int64_t k = blk; k < blk + ABLOCK; k++)
         if (v[k] == best) return k;
     return blk;
+}
+
+/* the two passes over a row (see the top of the file); guard = 0 when no exp can underflow */
+static inline __attribute__((always_inline)) void row_sums(
+        const float *xr, const float *yr, int64_t vocab, double mx, double my, float yt, int reverse,
+        double *ea, double *eb, double *o, int64_t *rank_out, const int guard) {
+    const vd vmx = splat(mx), vmy = splat(my);
+    double t_sx = 0, t_sy = 0, t_cx = 0, t_hx = 0, t_hy = 0, t_cy = 0;
+    int64_t rank = 0;
+    int64_t i = 0;
+    const int64_t nvec = vocab - vocab % W;
+    while (i < nvec) {
+        vd sx = splat(0), sy = sx, cx = sx, hx = sx, hy = sx, cy = sx;
+        vi cnt = {0};
+        int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
+        for (; i < stop; i += W) {
+            vf yf;
+            memcpy(&yf, yr + i, sizeof yf);
+            vi gt = yf > yt;
+            cnt -= gt;
+            vd a = loadf(xr + i) - vmx;
+            vd b = __builtin_convertvector(yf, vd) - vmy;
+            vd xa = VEXP(a, guard);
+            vd xb = VEXP(b, guard);
+            vd d = a - b;
+            memcpy(ea + i, &xa, sizeof xa);
+            memcpy(eb + i, &xb, sizeof xb);
+            sx += xa;
+            sy += xb;
+            cx += xa * d;
+            hx += xa * a;
+            hy += xb * b;
+            if (reverse) cy -= xb * d;
+        }
+        t_sx += hsum(sx); t_sy += hsum(sy); t_cx += hsum(cx);
+        t_hx += hsum(hx); t_hy += hsum(hy); t_cy += hsum(cy);
+        for (int j = 0; j < W; j++) rank += cnt[j];
+    }
+    for (; i < vocab; i++) {
+        double a = (double)xr[i] - mx, b = (double)yr[i] - my;
+        double xa = a < -708.0 ? 0.0 : exp(a), xb = b < -708.0 ? 0.0 : exp(b);
+        double d = a - b;
+        ea[i] = xa;
+        eb[i] = xb;
+        t_sx += xa; t_sy += xb; t_cx += xa * d; t_hx += xa * a; t_hy += xb * b;
+        if (reverse) t_cy -= xb * d;
+        rank += yr[i] > yt;
+    }
+    const double ratio = t_sx / t_sy;
+    const vd vr = splat(ratio);
+    double t_m = 0;
+    i = 0;
+    while (i < nvec) {
+        vd m = splat(0);
+        int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
+        for (; i < stop; i += W) {
+            vd xa, xb;
+            memcpy(&xa, ea + i, sizeof xa);
+            memcpy(&xb, eb + i, sizeof xb);
+            m += VNLOGN(xa + xb * vr, guard);
+        }
+        t_m += hsum(m);
+    }
+    for (; i < vocab; i++) {
+        double n = ea[i] + eb[i] * ratio;
+        if (n >= 1e-300) t_m += n * log(n);
+    }
+    o[0] = t_sx; o[1] = t_sy; o[2] = t_cx; o[3] = t_hx; o[4] = t_hy; o[5] = t_m; o[6] = t_cy;
+    *rank_out = rank;
 }
 
 void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
@@ -236,87 +323,22 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         const float *yr = y + r * vocab;
         double *o = out + r * 9;
         int64_t *io = iout + r * 3;
-        int64_t ax = argmax_row(xr, vocab);
-        int64_t ay = argmax_row(yr, vocab);
+        float lx, ly;
+        int64_t ax = argmax_row(xr, vocab, &lx);
+        int64_t ay = argmax_row(yr, vocab, &ly);
         io[0] = ax;
         io[1] = ay;
         const double mx = xr[ax], my = yr[ay];
         const float yt = yr[ax];
         o[7] = (double)xr[tok[r]] - mx;
         o[8] = (double)yr[tok[r]] - my;
-        const vd vmx = splat(mx), vmy = splat(my);
-        double t_sx = 0, t_sy = 0, t_cx = 0, t_hx = 0, t_hy = 0, t_cy = 0;
+        /* exp(a) >= exp(-700) everywhere when both rows span less than 700: no underflow guard */
+        const int guard = !((double)lx - mx > -700.0 && (double)ly - my > -700.0);
         int64_t rank = 0;
-        int64_t i = 0;
-        const int64_t nvec = vocab - vocab % W;
-        while (i < nvec) {
-            vd sx = splat(0), sy = sx, cx = sx, hx = sx, hy = sx, cy = sx;
-            vi cnt = {0};
-            int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
-            for (; i < stop; i += W) {
-                vf yf;
-                memcpy(&yf, yr + i, sizeof yf);
-                vi gt = yf > yt;
-                cnt -= gt;
-                vd a = loadf(xr + i) - vmx;
-                vd b = __builtin_convertvector(yf, vd) - vmy;
-                vd xa = VEXP(a);
-                vd xb = VEXP(b);
-                vd d = a - b;
-                memcpy(ea + i, &xa, sizeof xa);
-                memcpy(eb + i, &xb, sizeof xb);
-                sx += xa;
-                sy += xb;
-                cx += xa * d;
-                hx += xa * a;
-                hy += xb * b;
-                if (reverse) cy -= xb * d;
-            }
-            t_sx += hsum(sx); t_sy += hsum(sy); t_cx += hsum(cx);
-            t_hx += hsum(hx); t_hy += hsum(hy); t_cy += hsum(cy);
-            for (int j = 0; j < W; j++) rank += cnt[j];
-        }
-        for (; i < vocab; i++) {
-            double a = (double)xr[i] - mx, b = (double)yr[i] - my;
-            double xa = a < -708.0 ? 0.0 : exp(a), xb = b < -708.0 ? 0.0 : exp(b);
-            double d = a - b;
-            ea[i] = xa;
-            eb[i] = xb;
-            t_sx += xa; t_sy += xb; t_cx += xa * d; t_hx += xa * a; t_hy += xb * b;
-            if (reverse) t_cy -= xb * d;
-            rank += yr[i] > yt;
-        }
-        const double ratio = t_sx / t_sy;
-        const vd vr = splat(ratio);
-        double t_m = 0;
-        /* this pass is compute-bound: meanwhile, pull the next row towards the cache, so that its
-         * first (memory-bound) pass does not wait on DRAM */
-        const char *xn = (const char *)(xr + (r + 1 < rows ? vocab : 0));
-        const char *yn = (const char *)(yr + (r + 1 < rows ? vocab : 0));
-        const int prefetch = r + 1 < rows;
-        i = 0;
-        while (i < nvec) {
-            vd m = splat(0);
-            int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
-            if (prefetch) {
-                for (int64_t k = i * 4; k < stop * 4; k += 64) {
-                    __builtin_prefetch(xn + k, 0, 1);
-                    __builtin_prefetch(yn + k, 0, 1);
-                }
-            }
-            for (; i < stop; i += W) {
-                vd xa, xb;
-                memcpy(&xa, ea + i, sizeof xa);
-                memcpy(&xb, eb + i, sizeof xb);
-                m += VNLOGN(xa + xb * vr);
-            }
-            t_m += hsum(m);
-        }
-        for (; i < vocab; i++) {
-            double n = ea[i] + eb[i] * ratio;
-            if (n >= 1e-300) t_m += n * log(n);
-        }
-        o[0] = t_sx; o[1] = t_sy; o[2] = t_cx; o[3] = t_hx; o[4] = t_hy; o[5] = t_m; o[6] = t_cy;
+        if (guard)
+            row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, 1);
+        else
+            row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, 0);
         io[2] = rank;
     }
 }
@@ -327,12 +349,12 @@ double fastkl_selfcheck(void) {
     for (int k = 0; k < 4000; k++) {
         double a = -700.0 + k * 0.17512345;
         if (a > 0) a = -a * 1e-3;
-        vd v = VEXP(splat(a));
+        vd v = VEXP(splat(a), 1);
         double want = exp(a);
         double err = fabs(v[0] - want) / want;
         if (err > worst) worst = err;
         double n = exp(-690.0 + k * 0.1731) * (k % 2 ? 1.0 : 3.0);
-        vd w = VNLOGN(splat(n));
+        vd w = VNLOGN(splat(n), 1);
         double wl = n * log(n);
         double e2 = wl != 0.0 ? fabs(w[0] - wl) / fabs(wl) : fabs(w[0]);
         if (e2 > worst) worst = e2;
