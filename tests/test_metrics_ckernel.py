@@ -104,3 +104,20 @@ def test_engine_uses_the_c_kernel_by_default() -> None:
     if not cmp._cuda_present():
         assert cmp.resolve_backend("auto") == "c-kernel"
     assert cmp.resolve_backend("c") == "c-kernel"
+
+
+def test_mmap_and_pread_reads_give_identical_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fixtures_compare import make_suite
+
+    suite, ref, cand, _ = make_suite(tmp_path / "s", windows=2, context=40, vocab=300)
+    opts = cmp.CompareOptions(bootstrap_samples=50, reverse=True, row_block=7)
+    inputs = cmp.prepare(suite, ref, cand, opts)
+    got = {}
+    for mode in ("mmap", "pread"):
+        if mode == "pread":
+            monkeypatch.setenv("KLDTUI_NO_MMAP", "1")
+        with cmp.Engine(inputs.vocab_size, opts) as engine:
+            got[mode] = [engine.compare_window(inputs, w) for w in inputs.windows]
+    for a, b in zip(got["mmap"], got["pread"], strict=True):
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(a.rows, f), getattr(b.rows, f), err_msg=f)

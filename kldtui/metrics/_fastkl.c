@@ -250,7 +250,8 @@ static int64_t argmax_row(const float *v, int64_t n, float *vmin) {
 /* the two passes over a row (see the top of the file); guard = 0 when no exp can underflow */
 static inline __attribute__((always_inline)) void row_sums(
         const float *xr, const float *yr, int64_t vocab, double mx, double my, float yt, int reverse,
-        double *ea, double *eb, double *o, int64_t *rank_out, const int guard) {
+        double *ea, double *eb, double *o, int64_t *rank_out, const float *xn, const float *yn,
+        const int guard) {
     const vd vmx = splat(mx), vmy = splat(my);
     double t_sx = 0, t_sy = 0, t_cx = 0, t_hx = 0, t_hy = 0, t_cy = 0;
     int64_t rank = 0;
@@ -300,6 +301,14 @@ static inline __attribute__((always_inline)) void row_sums(
     while (i < nvec) {
         vd m = splat(0);
         int64_t stop = i + BLOCK < nvec ? i + BLOCK : nvec;
+        if (xn) {
+            /* this pass is compute-bound: meanwhile pull the next row (same range) towards the
+             * cache, so that its first, memory-bound pass does not wait on DRAM */
+            for (int64_t k = i; k < stop; k += 16) {
+                __builtin_prefetch(xn + k, 0, 1);
+                __builtin_prefetch(yn + k, 0, 1);
+            }
+        }
         for (; i < stop; i += W) {
             vd xa, xb;
             memcpy(&xa, ea + i, sizeof xa);
@@ -335,10 +344,11 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         /* exp(a) >= exp(-700) everywhere when both rows span less than 700: no underflow guard */
         const int guard = !((double)lx - mx > -700.0 && (double)ly - my > -700.0);
         int64_t rank = 0;
+        const float *xn = r + 1 < rows ? xr + vocab : 0, *yn = r + 1 < rows ? yr + vocab : 0;
         if (guard)
-            row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, 1);
+            row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, xn, yn, 1);
         else
-            row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, 0);
+            row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, xn, yn, 0);
         io[2] = rank;
     }
 }
