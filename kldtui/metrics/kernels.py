@@ -31,7 +31,9 @@ insensitive to first order to the normalisers), and identical rows give exactly 
 NaN or Inf in a row makes its figures non-finite (every sum touches every element), which the
 caller turns into a one-line error via :meth:`RowStats.nonfinite_rows`.
 
-Backends share :func:`combine` and :func:`precise_row`: :class:`NumpyRowKernel` (any machine; a row
+Backends share :func:`combine` and :func:`precise_row`: ``CRowKernel`` in :mod:`kldtui.metrics.ckernel`
+(the default on a CPU: ``_fastkl.c`` compiled at first use, the same sums in two vectorised passes
+per row), :class:`NumpyRowKernel` (the fallback without a C compiler; any machine; a row
 at a time, so a thread's working set is a few row-sized float64 buffers, and NumPy releases the
 GIL, so a thread pool uses every core; no BLAS call, whose spinning threads would fight the pool)
 and :class:`TorchBlockKernel` (CUDA when available; CPU otherwise), which computes the same sums
