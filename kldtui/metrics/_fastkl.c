@@ -207,41 +207,61 @@ static inline double hsum(vd v) {
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
 
-/* first maximum of v[0..n) (NumPy's argmax for finite rows): a vectorised max per block of
- * ABLOCK values, then a scalar search in the first block that reaches the maximum.  NaN is never
- * the maximum here; a row with NaN or Inf gets NaN sums anyway (every sum touches every element). */
 #define ABLOCK 1024
-static int64_t argmax_row(const float *v, int64_t n, float *vmin) {
-    const int L = 16;
-    float best = -INFINITY, low = INFINITY;
-    int64_t blk = -1;
-    int64_t i = 0;
-    for (; i + ABLOCK <= n; i += ABLOCK) {
-        vf16 m, mn;
-        for (int j = 0; j < L; j++) { m[j] = -INFINITY; mn[j] = INFINITY; }
-        for (int64_t k = i; k < i + ABLOCK; k += L) {
-            vf16 t;
-            memcpy(&t, v + k, sizeof t);
-            vi16 gt = t > m;
-            m = (vf16)((gt & (vi16)t) | (~gt & (vi16)m));
-            vi16 lt = t < mn;
-            mn = (vf16)((lt & (vi16)t) | (~lt & (vi16)mn));
-        }
-        for (int j = 0; j < L; j++) low = mn[j] < low ? mn[j] : low;
-        float bm = m[0];
-        for (int j = 1; j < L; j++) bm = m[j] > bm ? m[j] : bm;
-        if (bm > best || blk < 0) { best = bm; blk = i; }
-    }
+static inline vf16 vmaxf(vf16 a, vf16 b) { vi16 g = a > b; return (vf16)((g & (vi16)a) | (~g & (vi16)b)); }
+static inline vf16 vminf(vf16 a, vf16 b) { vi16 g = a < b; return (vf16)((g & (vi16)a) | (~g & (vi16)b)); }
+
+/* first index of the maximum in v[blk .. blk + ABLOCK) or, when the tail beats every block, in
+ * the tail; best and low cover the blocks on entry and the whole row on return */
+static int64_t finish_argmax(const float *v, int64_t n, int64_t i, float *best, int64_t blk, float *low) {
     int64_t tail = -1;
     for (int64_t k = i; k < n; k++) {
-        if (v[k] > best || (blk < 0 && tail < 0)) { best = v[k]; tail = k; }
-        if (v[k] < low) low = v[k];
+        if (v[k] > *best || (blk < 0 && tail < 0)) { *best = v[k]; tail = k; }
+        if (v[k] < *low) *low = v[k];
     }
-    *vmin = low;
     if (tail >= 0) return tail;
     for (int64_t k = blk; k < blk + ABLOCK; k++)
-        if (v[k] == best) return k;
+        if (v[k] == *best) return k;
     return blk;
+}
+
+/* argmax (first maximum) and minimum of both rows in one pass over the two streams: a vectorised
+ * max per block of ABLOCK values, then a scalar search in the first block reaching the maximum.
+ * NaN is never the maximum here; a row with NaN or Inf gets non-finite sums anyway. */
+static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int64_t *ay,
+                    float *lx, float *ly) {
+    const int L = 16;
+    float bx = -INFINITY, by = -INFINITY;
+    int64_t kx = -1, ky = -1;
+    vf16 mnx, mny;
+    for (int j = 0; j < L; j++) { mnx[j] = INFINITY; mny[j] = INFINITY; }
+    int64_t i = 0;
+    for (; i + ABLOCK <= n; i += ABLOCK) {
+        vf16 mx, my;
+        for (int j = 0; j < L; j++) { mx[j] = -INFINITY; my[j] = -INFINITY; }
+        for (int64_t k = i; k < i + ABLOCK; k += L) {
+            vf16 t, u;
+            memcpy(&t, x + k, sizeof t);
+            memcpy(&u, y + k, sizeof u);
+            mx = vmaxf(t, mx);
+            my = vmaxf(u, my);
+            mnx = vminf(t, mnx);
+            mny = vminf(u, mny);
+        }
+        float hx = mx[0], hy = my[0];
+        for (int j = 1; j < L; j++) { hx = mx[j] > hx ? mx[j] : hx; hy = my[j] > hy ? my[j] : hy; }
+        if (hx > bx || kx < 0) { bx = hx; kx = i; }
+        if (hy > by || ky < 0) { by = hy; ky = i; }
+    }
+    float lowx = INFINITY, lowy = INFINITY;
+    for (int j = 0; j < L; j++) {
+        lowx = mnx[j] < lowx ? mnx[j] : lowx;
+        lowy = mny[j] < lowy ? mny[j] : lowy;
+    }
+    *ax = finish_argmax(x, n, i, &bx, kx, &lowx);
+    *ay = finish_argmax(y, n, i, &by, ky, &lowy);
+    *lx = lowx;
+    *ly = lowy;
 }
 
 /* the two passes over a row (see the top of the file); guard = 0 when no exp can underflow */
@@ -330,8 +350,8 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         double *o = out + r * 9;
         int64_t *io = iout + r * 3;
         float lx, ly;
-        int64_t ax = argmax_row(xr, vocab, &lx);
-        int64_t ay = argmax_row(yr, vocab, &ly);
+        int64_t ax, ay;
+        argmax2(xr, yr, vocab, &ax, &ay, &lx, &ly);
         io[0] = ax;
         io[1] = ay;
         const double mx = xr[ax], my = yr[ay];
