@@ -3,11 +3,12 @@
 :func:`load` compiles ``_fastkl.c`` with the system C compiler (``$CC``, ``cc``, ``gcc`` or
 ``clang``; tuned for this machine with ``-march=native``, plain ``-O3`` if that fails) into
 ``$XDG_CACHE_HOME/kldtui/fastkl/<key>.so`` (default ``~/.cache``), keyed by the SHA-256 of the
-source, the compiler's path and version, and the flags, so a changed source or compiler builds
-anew.  The library is written under a temporary name and renamed, so concurrent first uses are
-safe.  After loading, the kernel's exp and ``n log n`` are checked against libm; any failure
-(no compiler, a failed build, a bad self-check, ``KLDTUI_NO_C_KERNEL=1``) makes :func:`load`
-return ``None`` and :func:`why_not` say why; callers then use the NumPy kernel.
+source, the compiler's path and version, the flags and the CPU (model and feature flags), so a
+changed source, compiler or machine builds anew.  The library is written under a temporary name
+and renamed, so concurrent first uses are safe.  After loading, the kernel's exp and ``n log n``
+are checked against libm; any failure (no compiler, a failed build, a bad self-check,
+``KLDTUI_NO_C_KERNEL=1``) makes :func:`load` return ``None`` and :func:`why_not` say why; callers
+then use the NumPy kernel.
 
 :class:`CRowKernel` has the same interface as :class:`~kldtui.metrics.kernels.NumpyRowKernel` and
 shares its :func:`~kldtui.metrics.kernels.combine` step and precise path for tiny divergences; the
@@ -55,10 +56,21 @@ def _compiler() -> str | None:
     return None
 
 
+def _cpu_id() -> bytes:
+    """The CPU's model and feature flags: a ``-march=native`` build must not be reused on another
+    CPU (a home folder shared between machines)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    keep = [ln for ln in lines if ln.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part")]
+    return "\n".join(dict.fromkeys(keep)).encode() or platform.processor().encode()
+
+
 def _build(cc: str, flags: list[str], src: bytes) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout
     key = hashlib.sha256(b"\0".join([src, cc.encode(), version, " ".join(flags).encode(),
-                                     platform.machine().encode()])).hexdigest()[:24]
+                                     platform.machine().encode(), _cpu_id()])).hexdigest()[:24]
     out = cache_dir() / f"fastkl-{key}.so"
     if out.exists():
         return out
