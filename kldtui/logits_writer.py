@@ -25,6 +25,8 @@ from kldtui.errors import BadInput, StageFailed
 from kldtui.safetensors_io import encode_header
 from kldtui.suite import LOGITS_FORMAT, LOGITS_MANIFEST, TENSOR_KEY, Suite, WindowSpec, logits_file_name
 
+SYNC_EVERY_BYTES = 32 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class WrittenLogits:
@@ -89,6 +91,7 @@ class LogitsFileWriter:
         self._hash = hashlib.sha256()
         self._written_rows = 0
         self._size = 0
+        self._unsynced = 0
         self._hasher = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kldtui-hash")
                         if hash_thread else None)
         self._pending: concurrent.futures.Future[None] | None = None
@@ -114,6 +117,13 @@ class LogitsFileWriter:
             raise StageFailed(f"{self.final}: writing failed ({exc.strerror or exc}); "
                               "free disk space and run again, nothing was published") from None
         self._size += len(data)
+        self._unsynced += len(data)
+        if self._hasher is not None and self._unsynced >= SYNC_EVERY_BYTES:
+            # Flush to disk while the helper thread hashes, so the final fsync has little left:
+            # this overlaps the disk write with hashing instead of adding it at the end.
+            self._file.flush()
+            os.fdatasync(self._file.fileno())
+            self._unsynced = 0
 
     def write_rows(self, block: np.ndarray) -> None:
         if block.ndim != 2 or block.shape[1] != self.vocab_size:
