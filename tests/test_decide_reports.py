@@ -235,7 +235,17 @@ def test_duplicate_candidate_names_are_told_apart(tmp_path):
     from kldtui.decide.leaderboard import leaderboard_from_files
 
     board = leaderboard_from_files([pa, pb], samples=200)
-    assert [r.name for r in board.rows] == ["cand (first.json)", "cand (second.json)"]
+    assert [r.name for r in board.rows] == ["cand (first)", "cand (second)"]
+
+
+def test_reports_with_the_same_file_name_are_told_apart_by_folder():
+    from kldtui.report_names import unique_names
+
+    paths = ["/runs/q4/comparison.json", "/runs/q8/comparison.json", "/old/q4/comparison.json"]
+    assert unique_names(["candidate"] * 3, paths) == [
+        "candidate (runs/q4)", "candidate (runs/q8)", "candidate (old/q4)"]
+    assert unique_names(["a", "b"], paths[:2]) == ["a", "b"]
+    assert unique_names(["c", "c"], [None, None]) == ["c #1", "c #2"]
 
 
 def test_single_report_board_and_bad_bootstrap_settings():

@@ -30,6 +30,7 @@ from kldtui.decide.paired import (
 )
 from kldtui.decide.reports import WindowValues, check_same_suite, load_report_file, report_name, window_values
 from kldtui.errors import BadInput
+from kldtui.report_names import unique_names
 
 
 @dataclass(frozen=True)
@@ -86,17 +87,6 @@ class Leaderboard:
                 "notes": self.notes}
 
 
-def _unique_names(names: list[str], paths: list[str | None]) -> list[str]:
-    out = list(names)
-    for i, n in enumerate(names):
-        if names.count(n) > 1:
-            p = paths[i]
-            out[i] = f"{n} ({os.path.basename(p)})" if p else f"{n} #{i + 1}"
-    if len(set(out)) != len(out):
-        out = [f"{n} #{i + 1}" for i, n in enumerate(out)]
-    return out
-
-
 def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str] | None = None,
                       paths: Sequence[str | os.PathLike[str] | None] | None = None,
                       samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
@@ -116,7 +106,7 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
     checked = "single report"
     for i in range(1, len(reports)):
         checked = check_same_suite(reports[0], reports[i], wheres[0], wheres[i], values[0], values[i])
-    label = _unique_names(list(names) if names else [report_name(r, p) for r, p in
+    label = unique_names(list(names) if names else [report_name(r, p) for r, p in
                                                       zip(reports, path_list, strict=True)], path_list)
     if noise is _AUTO:
         noise = resolve_floor(None, suite_hash_of(*reports))

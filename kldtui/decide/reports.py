@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kldtui.errors import BadInput
+from kldtui.report_names import report_name  # noqa: F401 - re-exported
 
 
 def load_report_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -23,16 +23,6 @@ def load_report_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     from kldtui.report import load_report
 
     return load_report(path)
-
-
-def report_name(report: dict[str, Any], path: str | os.PathLike[str] | None = None) -> str:
-    """A short display name: the candidate folder's name, else the report file's stem."""
-    cand = report.get("candidate_dir")
-    if isinstance(cand, str) and cand.strip("/\\"):
-        return Path(cand.rstrip("/\\")).name
-    if path is not None:
-        return Path(path).stem
-    return "candidate"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ per task); a 10 Hz timer redraws only the widgets whose part of the model change
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from textual.widgets import (
 from textual.worker import Worker, WorkerState
 
 from kldtui.events import Cancel, Event, Progress, StageFailed
+from kldtui.report_names import unique_names
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
@@ -546,6 +548,8 @@ class KldApp(App[int]):
     def _rank(self, results: list[ResultData], reports: list[dict[str, Any]]) -> None:
         ties: dict[str, str] = {}
         note = ""
+        names = unique_names([r.name for r in results], [r.path for r in results])
+        results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
         order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
         if len(results) > 1:
             try:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kldtui.report_names import report_name
+
 
 @dataclass(frozen=True)
 class Band:
@@ -112,13 +114,7 @@ def window_bars(report: dict[str, Any]) -> list[WindowBar]:
 def result_from_report(report: dict[str, Any], path: str | Path | None = None,
                        name: str | None = None) -> ResultData:
     if name is None:
-        cand = report.get("candidate_dir")
-        if isinstance(cand, str) and cand.strip("/\\"):
-            name = Path(cand.rstrip("/\\")).name
-        elif path is not None:
-            name = Path(path).stem
-        else:
-            name = "candidate"
+        name = report_name(report, path)
     bars = window_bars(report)
     kl_mean = _stat(report, "kl_reference_to_candidate")
     kl = _band(report.get("kl_window_cluster_bootstrap"), kl_mean)

@@ -1,0 +1,56 @@
+"""Display names of comparison reports: short, and unique when several are shown together.
+
+Light on purpose (standard library only): the viewer imports it at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def report_name(report: dict[str, Any], path: str | os.PathLike[str] | None = None) -> str:
+    """The candidate folder's name, else the report file's stem, else ``candidate``."""
+    cand = report.get("candidate_dir")
+    if isinstance(cand, str) and cand.strip("/\\"):
+        return Path(cand.rstrip("/\\")).name
+    if path is not None:
+        return Path(path).stem
+    return "candidate"
+
+
+def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:
+    """Names made unique by the shortest part of the report path that tells equal names apart.
+
+    Three reports all named ``candidate`` in ``runs/a/comparison.json``, ``runs/b/...`` become
+    ``candidate (a)``, ``candidate (b)``: the file name alone would not tell them apart.
+    """
+    out = list(names)
+    for name in set(names):
+        same = [i for i, n in enumerate(names) if n == name]
+        if len(same) < 2:
+            continue
+        parts = {i: Path(paths[i]).resolve().parts if paths[i] is not None else () for i in same}
+        for level in range(1, max((len(p) for p in parts.values()), default=0) + 1):
+            tags = {i: _tag(p, level) for i, p in parts.items()}
+            if len(set(tags.values())) == len(same) and all(tags.values()):
+                for i in same:
+                    out[i] = f"{name} ({tags[i]})"
+                break
+    if len(set(out)) != len(out):
+        out = [f"{n} #{i + 1}" for i, n in enumerate(out)]
+    return out
+
+
+def _tag(parts: tuple[str, ...], level: int) -> str:
+    """Level 1: the report's folder; 2: its file stem; then the last ``level - 1`` folders."""
+    if not parts:
+        return ""
+    stem = Path(parts[-1]).stem
+    if level == 1:
+        return parts[-2] if len(parts) > 1 else stem
+    if level == 2:
+        return stem
+    return "/".join(parts[-level:-1])
