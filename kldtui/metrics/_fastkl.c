@@ -41,20 +41,48 @@ static inline vd as_d(vl v) { vd r; memcpy(&r, &v, sizeof r); return r; }
 static inline vl as_l(vd v) { vl r; memcpy(&r, &v, sizeof r); return r; }
 static inline vd sel(vl m, vd a, vd b) { return as_d((m & as_l(a)) | (~m & as_l(b))); }
 
+/* Shared by both exp/log variants below. */
+#define ROUND_SHIFT 6755399441055744.0 /* 1.5 * 2^52: adding it rounds to an integer in the low bits */
+#define LN2_HI 6.93147180369123816490e-01
+#define LN2_LO 1.90821492927058770002e-10
+
+/* e^a is 0 below -708: clamp there (with guard) and mark the clamped lanes in *under. */
+static inline vd clamp_under(vd a, const int guard, vl *under) {
+    *under = (vl){0};
+    if (!guard) return a;
+    *under = a < splat(-708.0);
+    return sel(*under, splat(-708.0), a);
+}
+
+/* n log n is taken as 0 below 1e-300 (log's exponent trick would meet subnormals): with guard,
+ * those lanes become 1 and are marked in *tiny. */
+static inline vd clamp_tiny(vd n, const int guard, vl *tiny) {
+    *tiny = (vl){0};
+    if (!guard) return n;
+    *tiny = n < splat(1e-300);
+    return sel(*tiny, splat(1.0), n);
+}
+
+static inline vl exponent_of(vl bits) { return ((bits >> 52) & splatl(0x7ff)) - splatl(1023); }
+static inline vd mantissa_of(vl bits) { /* in [1, 2) */
+    return as_d((bits & splatl(0x000fffffffffffffLL)) | splatl(0x3ff0000000000000LL));
+}
+/* e (|e| < 1100) to double: put it in a double's mantissa and subtract the offset */
+static inline vd small_int_to_double(vl e) {
+    return as_d(e + splatl(0x4338000000000000LL)) - splat(ROUND_SHIFT);
+}
+
 /* e^a for a <= ~0; 0 below -708. k = round(a/ln2), r = a - k ln2 (|r| <= 0.35), Taylor to r^13
  * (truncation < 1e-17 relative), 2^k put in the exponent field. */
 static inline vd vexp(vd a, const int guard) {
-    const vd shift = splat(6755399441055744.0); /* 1.5 * 2^52: rounds to an integer in the low bits */
-    vl under = {0};
-    if (guard) {
-        under = a < splat(-708.0);
-        a = sel(under, splat(-708.0), a);
-    }
+    const vd shift = splat(ROUND_SHIFT);
+    vl under;
+    a = clamp_under(a, guard, &under);
     vd kd = a * splat(1.4426950408889634) + shift;
     vl ki = as_l(kd) - as_l(shift);
     kd = kd - shift;
-    vd r = a - kd * splat(6.93147180369123816490e-01);
-    r = r - kd * splat(1.90821492927058770002e-10);
+    vd r = a - kd * splat(LN2_HI);
+    r = r - kd * splat(LN2_LO);
     vd p = splat(1.0 / 6227020800.0);
     p = p * r + splat(1.0 / 479001600.0);
     p = p * r + splat(1.0 / 39916800.0);
@@ -77,19 +105,15 @@ static inline vd vexp(vd a, const int guard) {
  * n = 2^e m, m in [sqrt(1/2), sqrt 2); log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
  * series to s^23 (truncation < 1e-18). */
 static inline vd vnlogn(vd n, const int guard) {
-    vl tiny = {0};
-    if (guard) {
-        tiny = n < splat(1e-300);
-        n = sel(tiny, splat(1.0), n);
-    }
+    vl tiny;
+    n = clamp_tiny(n, guard, &tiny);
     vl bits = as_l(n);
-    vl e = ((bits >> 52) & splatl(0x7ff)) - splatl(1023);
-    vd m = as_d((bits & splatl(0x000fffffffffffffLL)) | splatl(0x3ff0000000000000LL));
+    vl e = exponent_of(bits);
+    vd m = mantissa_of(bits);
     vl big = m > splat(1.4142135623730951);
     m = sel(big, m * splat(0.5), m);
     e = e + (big & splatl(1));
-    /* e (|e| < 1100) to double: put it in a double's mantissa and subtract the offset */
-    vd ed = as_d(e + splatl(0x4338000000000000LL)) - splat(6755399441055744.0);
+    vd ed = small_int_to_double(e);
     vd s = (m - splat(1.0)) / (m + splat(1.0));
     vd s2 = s * s;
     vd p = splat(2.0 / 23.0);
@@ -104,7 +128,7 @@ static inline vd vnlogn(vd n, const int guard) {
     p = p * s2 + splat(2.0 / 5.0);
     p = p * s2 + splat(2.0 / 3.0);
     vd lm = s * s2 * p + splat(2.0) * s;
-    vd lg = ed * splat(6.93147180369123816490e-01) + (lm + ed * splat(1.90821492927058770002e-10));
+    vd lg = ed * splat(LN2_HI) + (lm + ed * splat(LN2_LO));
     return guard ? sel(tiny, splat(0.0), n * lg) : n * lg;
 }
 
@@ -140,17 +164,14 @@ static inline vd lut16(const double *t, vl j) {
  * Taylor to r^6 (truncation < 4.5e-16 relative, an odd function of r: ~2 ulp), times 2^((K mod 16)/16) from the table, 2^(K div 16) in the
  * exponent field. */
 static inline vd vexp_t(vd a, const int guard) {
-    const vd shift = splat(6755399441055744.0);
-    vl under = {0};
-    if (guard) {
-        under = a < splat(-708.0);
-        a = sel(under, splat(-708.0), a);
-    }
+    const vd shift = splat(ROUND_SHIFT);
+    vl under;
+    a = clamp_under(a, guard, &under);
     vd kd = a * splat(23.083120654223414) + shift;
     vl ki = as_l(kd) - as_l(shift);
     kd = kd - shift;
-    vd r = a - kd * splat(6.93147180369123816490e-01 / 16.0);
-    r = r - kd * splat(1.90821492927058770002e-10 / 16.0);
+    vd r = a - kd * splat(LN2_HI / 16.0);
+    r = r - kd * splat(LN2_LO / 16.0);
     vd p = splat(1.0 / 720.0);
     p = p * r + splat(1.0 / 120.0);
     p = p * r + splat(1.0 / 24.0);
@@ -166,17 +187,14 @@ static inline vd vexp_t(vd a, const int guard) {
 /* n log n: n = 2^e m, m in [1, 2), j = top 4 bits of m, r = m/c_j - 1 (|r| < 0.031, one FMA),
  * log m = log c_j + log1p(r), log1p to r^9 (truncation < 7e-17 absolute). 0 for n < 1e-300. */
 static inline vd vnlogn_t(vd n, const int guard) {
-    vl tiny = {0};
-    if (guard) {
-        tiny = n < splat(1e-300);
-        n = sel(tiny, splat(1.0), n);
-    }
+    vl tiny;
+    n = clamp_tiny(n, guard, &tiny);
     vl bits = as_l(n);
-    vl e = ((bits >> 52) & splatl(0x7ff)) - splatl(1023);
-    vd m = as_d((bits & splatl(0x000fffffffffffffLL)) | splatl(0x3ff0000000000000LL));
+    vl e = exponent_of(bits);
+    vd m = mantissa_of(bits);
     vl j = (bits >> 48) & splatl(15);
     vd r = m * lut16(LOG_INVC, j) - splat(1.0);
-    vd ed = as_d(e + splatl(0x4338000000000000LL)) - splat(6755399441055744.0);
+    vd ed = small_int_to_double(e);
     vd p = splat(-1.0 / 9.0);
     p = p * r + splat(1.0 / 8.0);
     p = p * r + splat(-1.0 / 7.0);
@@ -186,8 +204,8 @@ static inline vd vnlogn_t(vd n, const int guard) {
     p = p * r + splat(-1.0 / 3.0);
     p = p * r + splat(0.5);
     vd l1p = r - r * r * p;
-    vd lg = ed * splat(6.93147180369123816490e-01)
-            + ((lut16(LOG_LOGC, j) + ed * splat(1.90821492927058770002e-10)) + l1p);
+    vd lg = ed * splat(LN2_HI)
+            + ((lut16(LOG_LOGC, j) + ed * splat(LN2_LO)) + l1p);
     return guard ? sel(tiny, splat(0.0), n * lg) : n * lg;
 }
 #define VEXP vexp_t
