@@ -415,17 +415,22 @@ class _HubDownloader:
         return StageFailed(f"{path}: download failed: {type(exc).__name__}: {exc}")
 
     # -- steps -----------------------------------------------------------------------------------
-    def resolve(self) -> str:
-        """Resolve the revision to a commit id (one HEAD request), so every file comes from it."""
+    def _file_metadata(self, repo_path: str, revision: str | None, *, retry: bool) -> tuple[str, Any]:
+        """The file's URL and Hub metadata (one HEAD request); errors become one line."""
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-        url = hf_hub_url(self.repo_id, SUITE_MANIFEST, repo_type=REPO_TYPE, revision=self.revision,
+        url = hf_hub_url(self.repo_id, repo_path, repo_type=REPO_TYPE, revision=revision,
                          endpoint=self.endpoint)
         try:
-            # no retries here: an unreachable Hub is reported at once (file transfers do retry)
-            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=False)
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=retry)
         except Exception as exc:  # noqa: BLE001 - translated to one line
-            raise self._translate(exc, SUITE_MANIFEST) from None
+            raise self._translate(exc, repo_path) from None
+        return url, meta
+
+    def resolve(self) -> str:
+        """Resolve the revision to a commit id (one HEAD request), so every file comes from it."""
+        # no retries here: an unreachable Hub is reported at once (file transfers do retry)
+        url, meta = self._file_metadata(SUITE_MANIFEST, self.revision, retry=False)
         if not meta.commit_hash:
             raise StageFailed(f"{url}: no X-Repo-Commit header; HF_ENDPOINT does not look like a Hub")
         self.commit = meta.commit_hash
@@ -504,15 +509,10 @@ class _HubDownloader:
         return fetched
 
     def _fetch_one(self, entry: LogitsEntry, final: Path, meter: _Meter, cache: VerifiedCache) -> Path:
-        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+        from huggingface_hub import constants
 
         repo_path = final.relative_to(self.root.resolve()).as_posix()
-        url = hf_hub_url(self.repo_id, repo_path, repo_type=REPO_TYPE, revision=self.commit,
-                         endpoint=self.endpoint)
-        try:
-            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=True)
-        except Exception as exc:  # noqa: BLE001 - translated to one line
-            raise self._translate(exc, repo_path) from None
+        url, meta = self._file_metadata(repo_path, self.commit, retry=True)
         if meta.size is not None and meta.size != entry.size_bytes:
             raise StageFailed(f"{repo_path}: the Hub has {meta.size} bytes, ref/manifest.json says "
                               f"{entry.size_bytes} (window {entry.window_index}); the dataset is "
