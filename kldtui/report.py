@@ -174,7 +174,7 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(f"  next token: perplexity ref {_f(nt.get('perplexity_reference'))}  cand "
                      f"{_f(nt.get('perplexity_candidate'))}  ratio {_f(nt.get('perplexity_ratio'))} "
                      f"[{_f(pb.get('ci95_low'))}, {_f(pb.get('ci95_high'))}]  "
-                     f"dp mean {_f(dp.get('mean'))} rms {_f(dp.get('rms'))}")
+                     f"Δp mean {_f(dp.get('mean'))} rms {_f(dp.get('rms'))}")
     domains = report.get("domains")
     if isinstance(domains, dict) and domains:
         lines.append("  by domain: " + "  ".join(
