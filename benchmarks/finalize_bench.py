@@ -8,7 +8,7 @@ writer), then times, best of ``--repeat`` with a warm page cache:
 * ``cp``: ``shutil.copyfile`` of every chunk file (kernel copy, no user-space pass over the data);
 * ``read+sha256 only``: read and hash the bytes, write nothing: the floor for anything that must
   publish a SHA-256 of what it wrote (the manifest does);
-* ``finalize --verify none|sample|full``: :func:`kldtui.finalize.finalize_window`.
+* ``finalize --verify none|sample|full``: :func:`kldtui.stages.finalize.finalize_window`.
 
 Run: ``.venv/bin/python benchmarks/finalize_bench.py [--vocab 32000] [--windows 2] [--dir DIR]``.
 The target is finalize (default verify "sample") at >= 70 % of ``copy``.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kldtui.chunks import write_chunk
-from kldtui.finalize import BLOCK_BYTES, finalize_window
-from kldtui.suite_writer import write_suite
+from kldtui.formats.chunks import write_chunk
+from kldtui.formats.suite_writer import write_suite
+from kldtui.stages.finalize import BLOCK_BYTES, finalize_window
 
 
 def build(root: Path, windows: int, tokens: int, vocab: int) -> tuple:

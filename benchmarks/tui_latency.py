@@ -32,8 +32,8 @@ def _summary(values: list[float]) -> str:
 
 
 async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
-    from kldtui.demo import prepare_demo
     from kldtui.tui.app import create_app
+    from kldtui.workflow.demo import prepare_demo
 
     profile = prepare_demo(workdir)
     app = create_app(profile=profile, config_dir=workdir / "cfg", theme="kldtui-dark", remember_theme=False)

@@ -1,4 +1,4 @@
-"""Hashing throughput of kldtui.verify.hash_files: serial vs parallel, files in page cache.
+"""Hashing throughput of kldtui.stages.verify.hash_files: serial vs parallel, files in page cache.
 
     .venv/bin/python benchmarks/verify_bench.py [--files 8] [--mib 256] [--workers 1 2 4]
 
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kldtui.verify import hash_files
+from kldtui.stages.verify import hash_files
 
 
 def main() -> None:

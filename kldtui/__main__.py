@@ -1,3 +1,3 @@
-from kldtui.cli import main
+from kldtui.cli.main import main
 
 raise SystemExit(main())

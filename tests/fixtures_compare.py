@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from scipy.special import log_softmax, rel_entr
 
-from kldtui.logits_writer import write_logits_array, write_logits_manifest
-from kldtui.suite import Suite
-from kldtui.suite_writer import write_suite
+from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+from kldtui.formats.suite import Suite
+from kldtui.formats.suite_writer import write_suite
 
 
 def peaked_rows(rng: np.random.Generator, rows: int, vocab: int,

@@ -297,8 +297,8 @@ def make_dataset(root: str | Path, *, windows: int = 4, context_length: int = 33
     """Write a small dataset root with the published layout: suite + tokens + ref/ logits."""
     import numpy as np
 
-    from kldtui.logits_writer import write_logits_array, write_logits_manifest
-    from kldtui.suite_writer import write_suite
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.formats.suite_writer import write_suite
 
     root = Path(root)
     rng = np.random.default_rng(seed)

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from kldtui.batch_reporter import BatchReporter, run_headless
+from kldtui.cli.batch_reporter import BatchReporter, run_headless
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import (
     LogLine,

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kldtui.cli import main
-from kldtui.server import ServerProcess
-from kldtui.suite import check_manifest_matches_suite, load_logits_manifest
-from kldtui.suite_writer import write_suite
+from kldtui.cli.main import main
+from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest
+from kldtui.formats.suite_writer import write_suite
+from kldtui.stages.serve import ServerProcess
 
 
 def test_capture_then_finalize_from_the_command_line(tmp_path: Path,

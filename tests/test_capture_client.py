@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kldtui.capture import capture_windows, check_chunk_dir, load_records
 from kldtui.embedded.model import TinyModel
 from kldtui.embedded.server import FAULT_ENV
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, Progress, WindowState
-from kldtui.safetensors_io import RowReader
-from kldtui.server import ServerProcess
-from kldtui.suite import Suite
-from kldtui.suite_writer import write_suite
+from kldtui.formats.safetensors_io import RowReader
+from kldtui.formats.suite import Suite
+from kldtui.formats.suite_writer import write_suite
+from kldtui.stages.capture import capture_windows, check_chunk_dir, load_records
+from kldtui.stages.serve import ServerProcess
 
 NAME = "tiny"
 
@@ -234,7 +234,7 @@ def test_records_that_cannot_be_written_leave_no_partial_window(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import kldtui.capture as capture_mod
+    import kldtui.stages.capture as capture_mod
 
     def no_space(path: object, data: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -1,4 +1,4 @@
-"""The one chunk writer (kldtui.chunks.write_chunk) against FORMATS.md."""
+"""The one chunk writer (kldtui.formats.chunks.write_chunk) against FORMATS.md."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from kldtui.chunks import (
+from kldtui.formats.chunks import (
     CHUNK_NAME,
     ERROR_MARKER,
     chunk_file_name,

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kldtui.cli import main
-from kldtui.safetensors_io import encode_header
+from kldtui.cli.main import main
+from kldtui.formats.safetensors_io import encode_header
 from tests.fixtures_compare import make_suite
 
 KEEP = "previous report\n"
@@ -19,7 +19,7 @@ KEEP = "previous report\n"
 def _rewrite_logits(path: Path, key: str = "logits", dtype: str = "F32", shape=None,
                      data: np.ndarray | None = None) -> None:
     """Replace a logits file with one tensor of the given key/dtype/shape."""
-    from kldtui.safetensors_io import read_header
+    from kldtui.formats.safetensors_io import read_header
 
     header = read_header(path)
     info = next(iter(header.tensors.values()))
@@ -39,7 +39,7 @@ def _edit_json(path: Path, edit: Callable[[dict], None]) -> None:
 
 
 def _set_logits(folder: Path, window: int, row: int, col: int, value: float) -> None:
-    from kldtui.safetensors_io import RowReader
+    from kldtui.formats.safetensors_io import RowReader
 
     path = folder / f"logits_{window:03d}.safetensors"
     with RowReader(path) as r:

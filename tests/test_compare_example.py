@@ -6,9 +6,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from kldtui.cli import main
-from kldtui.examples_gen import generate
-from kldtui.report import load_report
+from kldtui.cli.main import main
+from kldtui.formats.report import load_report
+from tests.examples_gen import generate
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
 

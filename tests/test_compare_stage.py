@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kldtui.compare import CompareOptions, WindowResult, build_report, compare, compare_window
 from kldtui.errors import Interrupted
 from kldtui.events import Cancel, StageFinished, StageStarted, WindowState
 from kldtui.metrics import stats as st
+from kldtui.stages.compare import CompareOptions, WindowResult, build_report, compare, compare_window
 from tests.fixtures_compare import make_suite, oracle_rows, rel_err
 
 
@@ -174,9 +174,9 @@ def test_memory_is_bounded_by_row_blocks_not_windows(tmp_path: Path) -> None:
 
 def test_published_layout_compares_as_it_is(tmp_path: Path) -> None:
     """Files written like the published dataset (safetensors library, hand-written manifests)."""
-    from kldtui.logits_writer import write_logits_array, write_logits_manifest
-    from kldtui.safetensors_io import RowReader
-    from kldtui.suite import load_suite
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.formats.safetensors_io import RowReader
+    from kldtui.formats.suite import load_suite
     from tests import published_fixture
 
     root = tmp_path / "pub"

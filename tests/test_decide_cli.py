@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from kldtui.cli import main
+from kldtui.cli.main import main
 from kldtui.decide import PUBLISHED_SUITE_HASH, load_floor
 from tests.fixtures_decide import make_report, suite_domains, write_report
 

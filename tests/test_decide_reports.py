@@ -239,7 +239,7 @@ def test_duplicate_candidate_names_are_told_apart(tmp_path):
 
 
 def test_reports_with_the_same_file_name_are_told_apart_by_folder():
-    from kldtui.report_names import unique_names
+    from kldtui.formats.report_names import unique_names
 
     paths = ["/runs/q4/comparison.json", "/runs/q8/comparison.json", "/old/q4/comparison.json"]
     assert unique_names(["candidate"] * 3, paths) == [
@@ -260,9 +260,9 @@ def test_single_report_board_and_bad_bootstrap_settings():
 
 
 def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
-    from kldtui.compare import CompareOptions, compare
-    from kldtui.logits_writer import write_logits_array, write_logits_manifest
-    from kldtui.report import write_report as save_report
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.formats.report import write_report as save_report
+    from kldtui.stages.compare import CompareOptions, compare
     from tests.fixtures_compare import make_suite, perturb
 
     suite, ref, close, data = make_suite(tmp_path / "s", windows=8, context=17, vocab=300, seed=4,

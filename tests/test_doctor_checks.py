@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from kldtui.cli import main
-from kldtui.doctor import Check, collect, format_checks, probe
-from kldtui.patching import PATCH_MARKER, PATCHED_FILES
+from kldtui.cli.main import main
+from kldtui.hook.patching import PATCH_MARKER, PATCHED_FILES
+from kldtui.workflow.doctor import Check, collect, format_checks, probe
 
 
 def _by_name(checks):

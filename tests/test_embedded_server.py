@@ -11,10 +11,10 @@ import httpx
 import numpy as np
 import pytest
 
-from kldtui.chunks import sanitize_request_id
 from kldtui.embedded.model import TinyModel, log_softmax
-from kldtui.safetensors_io import RowReader, read_header
-from kldtui.server import ServerProcess
+from kldtui.formats.chunks import sanitize_request_id
+from kldtui.formats.safetensors_io import RowReader, read_header
+from kldtui.stages.serve import ServerProcess
 
 VOCAB = 512
 

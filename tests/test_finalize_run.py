@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kldtui.finalize as finalize_mod
-from kldtui.chunks import write_chunk, write_error_marker
+import kldtui.stages.finalize as finalize_mod
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, WindowState
-from kldtui.finalize import finalize_run, finalize_window
-from kldtui.safetensors_io import RowReader, read_header
-from kldtui.suite import Suite, check_manifest_matches_suite, load_logits_manifest, sha256_file
-from kldtui.suite_writer import write_suite
+from kldtui.formats.chunks import write_chunk, write_error_marker
+from kldtui.formats.safetensors_io import RowReader, read_header
+from kldtui.formats.suite import Suite, check_manifest_matches_suite, load_logits_manifest, sha256_file
+from kldtui.formats.suite_writer import write_suite
+from kldtui.stages.finalize import finalize_run, finalize_window
 
 VOCAB = 64
 
@@ -178,8 +178,8 @@ FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
 from kldtui.errors import KldError
-from kldtui.finalize import finalize_window
-from kldtui.suite import load_suite
+from kldtui.stages.finalize import finalize_window
+from kldtui.formats.suite import load_suite
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000))
 suite = load_suite(sys.argv[1])
@@ -208,7 +208,7 @@ def test_full_disk_while_finalizing_leaves_nothing_that_looks_complete(tmp_path:
 def test_disk_full_at_publication_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import kldtui.logits_writer as writer_mod
+    import kldtui.formats.logits_writer as writer_mod
 
     def no_space(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kldtui import compare as cmp
 from kldtui.errors import BadInput
 from kldtui.metrics import ckernel
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel
+from kldtui.stages import compare as cmp
 from tests.fixtures_compare import peaked_rows, perturb
 
 needs_c = pytest.mark.skipif(not ckernel.available(), reason=f"no C kernel: {ckernel.why_not()}")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kldtui.cli import main
+from kldtui.cli.main import main
 from kldtui.errors import BadInput, KldError
-from kldtui.patching import (
+from kldtui.hook.patching import (
     PATCH_MARKER,
     PATCHED_FILES,
     apply_patch,
@@ -65,7 +65,7 @@ def test_patch_is_a_unified_diff_of_the_two_hooked_files():
     text = patch_file().read_text()
     heads = [line[6:] for line in text.splitlines() if line.startswith("+++ b/")]
     assert heads == list(PATCHED_FILES)
-    assert text.count("from kldtui.vllm_plugin import") == 2
+    assert text.count("from kldtui.hook.vllm_plugin import") == 2
 
 
 def _fake_sources(root: Path, body: str) -> Path:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kldtui.demo import prepare_demo
 from kldtui.errors import StageFailed
-from kldtui.pipeline import Pipeline
-from kldtui.profile import profile_from_dict
-from kldtui.server import ServerProcess
+from kldtui.stages.serve import ServerProcess
+from kldtui.workflow.demo import prepare_demo
+from kldtui.workflow.pipeline import Pipeline
+from kldtui.workflow.profile import profile_from_dict
 
 pytestmark = pytest.mark.timeout(180)
 

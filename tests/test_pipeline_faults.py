@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kldtui.demo import prepare_demo
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import Event, WindowState
 from kldtui.events import StageFailed as StageFailedEvent
-from kldtui.pipeline import Pipeline
-from kldtui.profile import profile_from_dict
-from kldtui.server import _group_members
+from kldtui.stages.serve import _group_members
+from kldtui.workflow.demo import prepare_demo
+from kldtui.workflow.pipeline import Pipeline
+from kldtui.workflow.profile import profile_from_dict
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from kldtui.demo import prepare_demo
 from kldtui.errors import StageFailed
 from kldtui.events import Event, ResultReady, WindowState
-from kldtui.pipeline import Pipeline
-from kldtui.profile import Profile, profile_from_dict
+from kldtui.workflow.demo import prepare_demo
+from kldtui.workflow.pipeline import Pipeline
+from kldtui.workflow.profile import Profile, profile_from_dict
 from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(300)

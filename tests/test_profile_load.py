@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.errors import BadInput
-from kldtui.profile import load_profile
+from kldtui.workflow.profile import load_profile
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -125,7 +125,7 @@ def test_embedded_argv(tmp_path: Path) -> None:
 
 
 def test_demo_example_is_the_profile_the_demo_writes() -> None:
-    from kldtui.demo import PROFILE_TEXT
+    from kldtui.workflow.demo import PROFILE_TEXT
 
     assert (EXAMPLES / "demo.toml").read_text() == PROFILE_TEXT
     profile = load_profile(EXAMPLES / "demo.toml")

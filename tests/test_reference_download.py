@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants as hf_constants
 
-from kldtui.cli import main
+from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Notice, Progress
-from kldtui.reference import PARTIAL_DIR, ensure_reference
-from kldtui.verify import PUBLISHED_REPO_ID, RECORD_NAME, verify_path
+from kldtui.stages.reference import PARTIAL_DIR, ensure_reference
+from kldtui.stages.verify import PUBLISHED_REPO_ID, RECORD_NAME, verify_path
 from tests.hub_server import HubServer, dead_endpoint, make_dataset
 
 REPO = "kldtui-test/tiny-reference"
@@ -116,7 +116,7 @@ def test_complete_local_folder_needs_no_network(hub: HubServer, tmp_path: Path,
     # in a fresh process: huggingface_hub is not even imported
     code = (
         "import sys\n"
-        "from kldtui.reference import ensure_reference\n"
+        "from kldtui.stages.reference import ensure_reference\n"
         f"ref = ensure_reference({REPO!r}, {str(out)!r}, stop_window=3)\n"
         "print('offline', ref.offline, 'huggingface_hub' in sys.modules)\n"
     )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kldtui.compare import CompareOptions, compare
 from kldtui.errors import BadInput
-from kldtui.report import load_report, summary_text, write_report
+from kldtui.formats.report import load_report, summary_text, write_report
+from kldtui.stages.compare import CompareOptions, compare
 from tests.fixtures_compare import make_suite
 
 

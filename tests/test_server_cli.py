@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kldtui.demo import prepare_demo
+from kldtui.workflow.demo import prepare_demo
 from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(120)

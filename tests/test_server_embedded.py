@@ -9,8 +9,8 @@ import pytest
 
 from kldtui.errors import StageFailed
 from kldtui.events import Event, LogLine, Notice, ServerReady
-from kldtui.profile import profile_from_dict
-from kldtui.server import ServerProcess, _group_members
+from kldtui.stages.serve import ServerProcess, _group_members
+from kldtui.workflow.profile import profile_from_dict
 
 
 def test_embedded_server_ready_and_stopped(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import Event, LogLine, Notice
-from kldtui.server import ServerProcess, _group_members, ensure_capture_flags, prepare_capture_dir
+from kldtui.stages.serve import ServerProcess, _group_members, ensure_capture_flags, prepare_capture_dir
 from tests.proc_utils import pid_dead
 
 STUBBORN = textwrap.dedent("""

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 
 from kldtui.errors import BadInput
-from kldtui.logits_writer import write_logits_array, write_logits_manifest
-from kldtui.safetensors_io import RowReader, read_header
-from kldtui.suite import (
+from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+from kldtui.formats.safetensors_io import RowReader, read_header
+from kldtui.formats.suite import (
     check_manifest_matches_suite,
     load_logits_manifest,
     load_suite,
     suite_token_hash,
     token_ids_hash,
 )
-from kldtui.suite_writer import write_suite
+from kldtui.formats.suite_writer import write_suite
 from tests import published_fixture
 
 
@@ -116,7 +116,7 @@ def test_missing_window_in_manifest(published: tuple[Path, dict]) -> None:
 def test_logits_writer_never_leaves_partial_file(tmp_path: Path, published: tuple[Path, dict]) -> None:
     root, _ = published
     suite = load_suite(root)
-    from kldtui.logits_writer import LogitsFileWriter
+    from kldtui.formats.logits_writer import LogitsFileWriter
 
     writer = LogitsFileWriter(tmp_path / "out", suite.windows[0], 32, suite.context_length)
     writer.write_rows(np.zeros((3, 32), np.float32))

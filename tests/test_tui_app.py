@@ -279,7 +279,7 @@ def test_create_app_needs_something_to_show() -> None:
 
 
 def test_view_command_refuses_a_missing_report_in_one_line(tmp_path: Path, capsys: Any) -> None:
-    from kldtui.cli import main
+    from kldtui.cli.main import main
 
     assert main(["view", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip()
@@ -289,7 +289,7 @@ def test_view_command_refuses_a_missing_report_in_one_line(tmp_path: Path, capsy
 def test_profile_abort_threshold_is_on_the_rail(tmp_path: Path) -> None:
     import dataclasses
 
-    from kldtui.demo import prepare_demo
+    from kldtui.workflow.demo import prepare_demo
 
     profile = prepare_demo(tmp_path / "demo")
     profile = dataclasses.replace(profile, compare=dataclasses.replace(profile.compare, abort_kl_above=0.5))

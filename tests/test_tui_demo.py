@@ -13,12 +13,12 @@ from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView
 from tests.fixtures_tui import sync
 from tests.test_tui_app import settle, static_text
 
-pytest.importorskip("kldtui.compare", reason="the compare stage is not in the tree yet")
+pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in the tree yet")
 
 
 @sync
 async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Path) -> None:
-    from kldtui.demo import prepare_demo
+    from kldtui.workflow.demo import prepare_demo
 
     profile = prepare_demo(tmp_path / "demo")
     app = create_app(profile=profile, config_dir=tmp_path / "cfg", theme="kldtui-dark")

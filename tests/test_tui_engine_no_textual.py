@@ -27,7 +27,7 @@ def engine_modules() -> list[str]:
 
 def test_no_engine_module_imports_textual() -> None:
     modules = engine_modules()
-    assert "kldtui.events" in modules and "kldtui.cli" in modules and len(modules) > 10
+    assert "kldtui.events" in modules and "kldtui.cli.main" in modules and len(modules) > 10
     code = (
         "import importlib, json, sys\n"
         f"mods = {modules!r}\n"

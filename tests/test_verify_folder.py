@@ -1,4 +1,4 @@
-"""kldtui.verify and ``kldtui verify``: suite, logits folder and dataset root, every failure named."""
+"""kldtui.stages.verify and ``kldtui verify``: suite, logits folder and dataset root, every failure named."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kldtui.cli import main
+from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted
 from kldtui.events import Cancel, Progress
-from kldtui.verify import (
+from kldtui.stages.verify import (
     CACHE_NAME,
     PUBLISHED_SUITE_HASH,
     VerifiedCache,

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from kldtui import vllm_plugin as vp
+from kldtui.hook import vllm_plugin as vp
 
 
 def _module(name, **attrs):
@@ -58,7 +58,7 @@ def test_register_without_variable_does_nothing(monkeypatch):
 
 def test_register_does_not_import_vllm_when_inactive():
     code = ("import os, sys; os.environ.pop('VLLM_KLD_CAPTURE_DIR', None); "
-            "from kldtui import vllm_plugin as vp; vp.register(); "
+            "from kldtui.hook import vllm_plugin as vp; vp.register(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -112,5 +112,5 @@ def test_entry_point_is_declared():
     from importlib.metadata import entry_points
 
     eps = [e for e in entry_points(group="vllm.general_plugins") if e.name == "kldtui_capture"]
-    assert [e.value for e in eps] == ["kldtui.vllm_plugin:register"]
+    assert [e.value for e in eps] == ["kldtui.hook.vllm_plugin:register"]
     assert eps[0].load() is vp.register

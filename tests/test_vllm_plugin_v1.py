@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from kldtui import vllm_plugin as vp
-from kldtui.chunks import ERROR_MARKER
+from kldtui.formats.chunks import ERROR_MARKER
+from kldtui.hook import vllm_plugin as vp
 from tests.fixtures_vllm_plugin import TinyModel, V1Request, V1Runner, v1_original
 
 HIDDEN, VOCAB = 16, 40

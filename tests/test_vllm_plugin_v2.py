@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from kldtui import vllm_plugin as vp
-from kldtui.chunks import ERROR_MARKER, sanitize_request_id
+from kldtui.formats.chunks import ERROR_MARKER, sanitize_request_id
+from kldtui.hook import vllm_plugin as vp
 from tests.fixtures_vllm_plugin import V2Request, v2_batch, v2_original
 
 VOCAB = 50

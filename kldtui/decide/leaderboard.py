@@ -30,7 +30,7 @@ from kldtui.decide.paired import (
 )
 from kldtui.decide.reports import WindowValues, check_same_suite, load_report_file, report_name, window_values
 from kldtui.errors import BadInput
-from kldtui.report_names import unique_names
+from kldtui.formats.report_names import unique_names
 
 
 @dataclass(frozen=True)

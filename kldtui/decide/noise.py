@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kldtui.atomic import write_json_atomic
 from kldtui.decide.reports import window_values
 from kldtui.errors import BadInput
+from kldtui.formats.atomic import write_json_atomic
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
@@ -245,8 +245,8 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
                   emit: Any = None, cancel: Any = None) -> tuple[NoiseFloor, dict[str, Any]]:
     """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
     floor and the comparison report (also written to ``report_path`` when given)."""
-    from kldtui.compare import CompareOptions, compare
     from kldtui.events import null_sink
+    from kldtui.stages.compare import CompareOptions, compare
 
     options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse)
     report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)

@@ -1,6 +1,6 @@
 """Reading saved comparison reports for the decide tools: per-window KL and the pairing check.
 
-Reports are loaded through :func:`load_report_file`, i.e. ``kldtui.report.load_report`` (it
+Reports are loaded through :func:`load_report_file`, i.e. ``kldtui.formats.report.load_report`` (it
 validates and normalises kldtui's and the original comparator's reports).
 Per-window values come from ``per_window_arrays`` (kldtui) or ``per_window`` (both formats).
 """
@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from kldtui.errors import BadInput
-from kldtui.report_names import report_name  # noqa: F401 - re-exported
+from kldtui.formats.report_names import report_name  # noqa: F401 - re-exported
 
 
 def load_report_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A comparison report as a dict (kldtui's or the original comparator's), through
-    :func:`kldtui.report.load_report`, which validates and normalises both."""
-    from kldtui.report import load_report
+    :func:`kldtui.formats.report.load_report`, which validates and normalises both."""
+    from kldtui.formats.report import load_report
 
     return load_report(path)
 

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from kldtui.chunks import CAPTURE_DIR_ENV
+from kldtui.formats.chunks import CAPTURE_DIR_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ request naming (``cmpl-<X-Request-Id or random hex>``, engine id ``<that>-0-<8 h
 are token ids only (like vLLM with ``--skip-tokenizer-init``). Requests run one at a time
 (``--max-num-seqs 1``), prefilled in chunks of ``--max-num-batched-tokens`` positions; when a
 request asks for ``prompt_logprobs`` and a capture folder is set, each chunk's prompt logits go
-through :func:`kldtui.chunks.write_chunk`, exactly like the vLLM hook.
+through :func:`kldtui.formats.chunks.write_chunk`, exactly like the vLLM hook.
 
 Test-only fault injection: ``KLDTUI_EMBEDDED_FAULT`` holds comma-separated items:
 ``die-after-rows:N`` (the process exits abruptly once N prompt rows were captured),
@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from kldtui import __version__
-from kldtui.chunks import write_chunk, write_error_marker
 from kldtui.embedded.model import TinyModel
+from kldtui.formats.chunks import write_chunk, write_error_marker
 
 FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
 MAX_LOGPROBS = 20

@@ -32,7 +32,7 @@ from textual.widgets import (
 from textual.worker import Worker, WorkerState
 
 from kldtui.events import Cancel, Event, Progress, StageFailed
-from kldtui.report_names import unique_names
+from kldtui.formats.report_names import unique_names
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
@@ -729,10 +729,10 @@ class KldApp(App[int]):
 
 
 def load_report_file(path: str | Path) -> dict[str, Any]:
-    """A report, normalised (``kldtui.report.load_report``: json only, no numpy, so the viewer of
+    """A report, normalised (``kldtui.formats.report.load_report``: json only, no numpy, so the viewer of
     one report starts fast); the decide package's loader when that module is absent."""
     try:
-        from kldtui.report import load_report
+        from kldtui.formats.report import load_report
     except ImportError:
         from kldtui.decide.reports import load_report_file as load_report
     return load_report(path)
@@ -750,8 +750,8 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
                remember_theme: bool = True) -> KldApp:
     """The one way to build the app (CLI and tests).
 
-    Dashboard: give ``profile`` (a :class:`kldtui.profile.Profile`; the app drives
-    ``kldtui.pipeline.Pipeline(profile, emit, cancel)``, shows the suite's windows at once and
+    Dashboard: give ``profile`` (a :class:`kldtui.workflow.profile.Profile`; the app drives
+    ``kldtui.workflow.pipeline.Pipeline(profile, emit, cancel)``, shows the suite's windows at once and
     lists earlier reports of its workdir in the leaderboard) or any ``pipeline_factory(emit,
     cancel)`` returning an object with ``run_all``, ``reference``, ``serve``, ``capture``,
     ``finalize``, ``compare`` and ``stop_server``. Viewer: neither, and ``reports`` (one: the
@@ -782,7 +782,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
 
 def _pipeline_factory_for(profile: Any) -> PipelineFactory:
     def factory(emit: Callable[[Event], None], cancel: Cancel) -> Any:
-        from kldtui.pipeline import Pipeline
+        from kldtui.workflow.pipeline import Pipeline
 
         return Pipeline(profile, emit, cancel)
 
@@ -821,12 +821,12 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
                   demo_workdir: str | Path | None = None) -> int:
     """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline."""
     if demo_workdir is not None:
-        from kldtui import demo
+        from kldtui.workflow import demo
 
         profile = demo.prepare_demo(Path(demo_workdir))
         title: str | None = "kldtui demo"
     else:
-        from kldtui.profile import load_profile
+        from kldtui.workflow.profile import load_profile
 
         profile = load_profile(profile_path or "kldtui.toml")
         title = None

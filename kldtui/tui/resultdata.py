@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.report_names import report_name
+from kldtui.formats.report_names import report_name
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from kldtui.atomic import write_json_atomic
+from kldtui.formats.atomic import write_json_atomic
 
 DEFAULT_THEME = "kldtui-dark"
 BUILTIN_THEME_DIR = Path(__file__).resolve().parent.parent / "themes"

@@ -37,7 +37,7 @@ def vllm_version() -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory, vllm_version) -> Path:
-    from kldtui.tiny_llama import build_tiny_llama
+    from tests.tiny_llama import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-f32")
 
@@ -47,7 +47,7 @@ def suite(tmp_path_factory):
     """Three 2,048-token windows with fixed random ids (the vocabulary is 4096)."""
     import numpy as np
 
-    from kldtui.suite_writer import write_suite
+    from kldtui.formats.suite_writer import write_suite
 
     rng = np.random.default_rng(20260101)
     windows = [(d, [int(x) for x in rng.integers(3, 4096, CONTEXT)])

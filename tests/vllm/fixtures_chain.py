@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 480.0
 
 def build_models(root: Path) -> tuple[Path, Path]:
     """The tiny float32 Llama and its bf16 copy under ``root`` (paths name our servers in ps)."""
-    from kldtui.tiny_llama import build_bf16_copy, build_tiny_llama
+    from tests.tiny_llama import build_bf16_copy, build_tiny_llama
 
     f32 = build_tiny_llama(root / "tiny-f32")
     return f32, build_bf16_copy(f32, root / "tiny-bf16")
@@ -44,8 +44,8 @@ def write_chain_suite(root: Path) -> Path:
     """Two 2,048-token windows of fixed random ids inside the tiny vocabulary (ids >= 3)."""
     import numpy as np
 
-    from kldtui.suite_writer import write_suite
-    from kldtui.tiny_llama import VOCAB_SIZE
+    from kldtui.formats.suite_writer import write_suite
+    from tests.tiny_llama import VOCAB_SIZE
 
     rng = np.random.default_rng(SUITE_SEED)
     windows = [(domain, [int(x) for x in rng.integers(3, VOCAB_SIZE, CONTEXT)]) for domain in WINDOWS]
@@ -108,8 +108,8 @@ def _tail(path: Path, n: int = 40) -> str:
 
 def capture_reference(profile_path: Path) -> Path:
     """Serve, capture and finalize the profile's model into the suite's ``ref/`` (Pipeline API)."""
-    from kldtui.pipeline import Pipeline
-    from kldtui.profile import load_profile
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.profile import load_profile
 
     profile = load_profile(profile_path)
     assert profile.reference.local_dir is not None
@@ -142,7 +142,7 @@ def kldtui_run_batch(profile_path: Path, workdir: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         pytest.fail(f"kldtui run --batch exited {proc.returncode}:\n{_tail(log)}\n"
                     f"server log:\n{_tail(workdir / 'server.log')}")
-    from kldtui.report import load_report
+    from kldtui.formats.report import load_report
 
     return load_report(workdir / "comparison.json")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kldtui.chunks import CHUNK_NAME, sanitize_request_id
+from kldtui.formats.chunks import CHUNK_NAME, sanitize_request_id
 from tests.vllm.conftest import CONTEXT, running_server
 
 pytestmark = pytest.mark.vllm
@@ -112,7 +112,7 @@ def test_chunks_match_vllm_prompt_logprobs(captured):
 
 
 def test_chunks_match_transformers_float32(captured, tiny_model):
-    from kldtui.tiny_llama import reference_logits
+    from tests.tiny_llama import reference_logits
 
     for ids, logits, _, _ in captured.values():
         ref = reference_logits(tiny_model, ids)[:-1]

@@ -93,7 +93,7 @@ def test_vllm_chain_float32_twice_agrees(chain: Chain) -> None:
 
 
 def test_vllm_chain_bf16_matches_transformers(chain: Chain) -> None:
-    from kldtui.suite import load_suite
+    from kldtui.formats.suite import load_suite
 
     profile, workdir = chain.profile("bf16", chain.bf16, CANDIDATE_DTYPE)
     report = kldtui_run_batch(profile, workdir)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kldtui.doctor import collect
+from kldtui.workflow.doctor import collect
 
 pytestmark = pytest.mark.vllm
 

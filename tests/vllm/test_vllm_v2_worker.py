@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kldtui import vllm_plugin as vp
+from kldtui.hook import vllm_plugin as vp
 
 pytestmark = pytest.mark.vllm
 

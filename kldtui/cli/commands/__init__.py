@@ -1,0 +1,25 @@
+"""Sub-commands. Each module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+
+Command modules import only the standard library at top level: heavy modules (numpy, torch,
+vllm, huggingface_hub, textual) are imported inside ``run`` so ``kldtui --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+# name -> module under kldtui.cli.commands (order is the order of ``kldtui --help``)
+COMMANDS: dict[str, str] = {
+    "run": "run",
+    "demo": "demo",
+    "download": "download",
+    "verify": "verify",
+    "serve": "serve",
+    "capture": "capture",
+    "finalize": "finalize",
+    "compare": "compare",
+    "view": "view",
+    "diff": "diff",
+    "noise": "noise",
+    "leaderboard": "leaderboard",
+    "patch": "patch",
+    "doctor": "doctor",
+}

@@ -1,0 +1,75 @@
+"""``kldtui capture``: capture a window range from a running server (the original script's flags).
+
+The server is already running (``kldtui serve`` in another shell, or a vLLM started elsewhere:
+attach mode). Its capture folder (``VLLM_KLD_CAPTURE_DIR`` of the server) must be reachable from
+this host as ``--server-capture-dir``; request folders are moved from there to
+``--capture-dir/--run-name/window-NNN-DOMAIN-chunks`` and recorded in
+``--capture-dir/capture-RUN.json``. Re-running resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+HELP = "capture the prompt logits of a window range from a running server (resumable)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite-dir", required=True, help="suite folder (suite-manifest.json, tokens/)")
+    parser.add_argument("--capture-dir", required=True,
+                        help="where the run folder and capture-RUN.json go")
+    parser.add_argument("--run-name", required=True, help="name of this capture run")
+    parser.add_argument("--expected-vocab", type=int, default=None,
+                        help="vocabulary every chunk must have (default: the first chunk's)")
+    parser.add_argument("--start-window", type=int, default=0)
+    parser.add_argument("--stop-window", type=int, default=None, help="exclusive (default: all)")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="the server's URL")
+    parser.add_argument("--served-model-name", default="Kimi-K3")
+    parser.add_argument("--server-capture-dir", default=None,
+                        help="the server's VLLM_KLD_CAPTURE_DIR as seen from this host "
+                        "(default: $VLLM_KLD_CAPTURE_DIR)")
+    parser.add_argument("--api-key-env", default=None,
+                        help="name of the environment variable holding the server's API key")
+    parser.add_argument("--request-timeout", type=float, default=600.0,
+                        help="seconds to wait for one window's answer")
+    parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kldtui.cli.commands.run import run_batch_job
+    from kldtui.errors import BadInput
+    from kldtui.formats.chunks import CAPTURE_DIR_ENV
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.capture import capture_windows, default_run_paths
+    from kldtui.stages.serve import check_attached
+
+    server_dir = args.server_capture_dir or os.environ.get(CAPTURE_DIR_ENV)
+    if not server_dir:
+        raise BadInput(f"--server-capture-dir is not set and ${CAPTURE_DIR_ENV} is empty; give the "
+                       "folder the server writes its chunks to")
+    if not Path(server_dir).is_dir():
+        raise BadInput(f"{server_dir}: the server capture folder does not exist here; attach mode "
+                       "needs the server's VLLM_KLD_CAPTURE_DIR reachable from this host")
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise BadInput(f"--api-key-env {args.api_key_env}: that environment variable is empty")
+    suite = load_suite(args.suite_dir)
+    suite.check_suite_hash()
+    windows = suite.select(args.start_window, args.stop_window)
+    run_dir, records = default_run_paths(args.capture_dir, args.run_name)
+
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)
+        return capture_windows(suite, windows, base_url=url, served_model_name=args.served_model_name,
+                               server_capture_dir=Path(server_dir), run_dir=run_dir,
+                               records_path=records, expected_vocab=args.expected_vocab,
+                               api_key=api_key, request_timeout=args.request_timeout, emit=emit,
+                               cancel=cancel)
+
+    return run_batch_job(job, args)

@@ -1,0 +1,72 @@
+"""``kldtui compare``: a candidate's finalized logits against the reference suite.
+
+Accepts the original comparator's flags.  Everything is validated before the first row is
+compared; the report goes to ``--output`` atomically (nothing is written there unless the run
+completed) and a summary to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "compare a candidate's finalized logits with the reference (KL, JS, top-k, next-token, bootstrap)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reference-dir", required=True,
+                        help="reference logits folder (ref/ with manifest.json)")
+    parser.add_argument("--candidate-dir", required=True, help="candidate's finalized logits folder")
+    parser.add_argument("--suite-manifest", required=True, help="suite-manifest.json (or its folder)")
+    parser.add_argument("--output", required=True, help="report JSON to write (atomically)")
+    parser.add_argument("--start-window", type=int, default=0)
+    parser.add_argument("--stop-window", type=int, default=None, help="exclusive (default: all)")
+    parser.add_argument("--bootstrap-samples", type=int, default=10000)
+    parser.add_argument("--bootstrap-seed", type=int, default=1)
+    parser.add_argument("--row-block", type=int, default=None,
+                        help="rows per block (default: chosen by the backend)")
+    parser.add_argument("--reverse", action="store_true", help="also KL(candidate || reference)")
+    parser.add_argument("--backend", default="auto",
+                        choices=("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda"),
+                        help="auto: torch-cuda when a GPU is usable, else the C kernel (compiled at "
+                             "first use), else numpy threads")
+    parser.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")
+    parser.add_argument("--verify-sha256", action="store_true",
+                        help="hash every logits file against its manifest first")
+    parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from kldtui.cli.commands.run import run_batch_job
+    from kldtui.errors import BadInput
+    from kldtui.events import ResultReady
+    from kldtui.formats.report import write_report
+    from kldtui.stages.compare import CompareOptions, compare
+
+    output = Path(args.output)
+    if output.is_dir():
+        raise BadInput(f"{output}: is a folder; give --output a file name such as comparison.json")
+    if not output.parent.is_dir():
+        raise BadInput(f"{output}: folder {output.parent} does not exist; create it first")
+    for name in ("bootstrap_samples", "row_block", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (2 if name == "bootstrap_samples" else 1):
+            raise BadInput(f"--{name.replace('_', '-')} {value} is too small")
+    options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window,
+                             bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed,
+                             row_block=args.row_block, reverse=args.reverse, backend=args.backend,
+                             threads=args.threads, verify_sha256=args.verify_sha256)
+    command = "kldtui " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
+
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        report = compare(args.suite_manifest, args.reference_dir, args.candidate_dir, options, emit,
+                         cancel, command=command)
+        write_report(output, report)
+        emit(ResultReady("compare", path=str(output), report=report))
+        return report
+
+    return run_batch_job(job, args)

@@ -1,0 +1,71 @@
+"""``kldtui diff A.json B.json``: paired, window-clustered comparison of two candidates."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window, "
+        "window-clustered bootstrap, verdict against the noise floor")
+
+
+def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
+    """Bootstrap and noise-floor flags shared by ``diff`` and ``leaderboard``."""
+    parser.add_argument("--bootstrap-samples", type=int, default=10_000, metavar="N",
+                        help="bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=int, default=1, help="bootstrap seed (default 1)")
+    floor = parser.add_mutually_exclusive_group()
+    floor.add_argument("--noise", metavar="FLOOR.json",
+                       help="noise floor from kldtui noise (default: the published floor for the Kimi K3 "
+                            "suite, else none)")
+    floor.add_argument("--no-noise-floor", action="store_true", help="decide on the interval alone")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("report_a", metavar="A.json", help="comparison report of candidate A")
+    parser.add_argument("report_b", metavar="B.json", help="comparison report of candidate B")
+    add_decision_arguments(parser)
+    parser.add_argument("--json", metavar="OUT", help="also write the result as JSON (atomically)")
+    parser.add_argument("--per-window", action="store_true", help="also print every window's difference")
+
+
+def _row(label: str, s: Any) -> str:
+    ratio = s.ratio.text(".3g") if s.ratio.ci95_low == s.ratio.ci95_low else "n/a (a mean of 0)"
+    return (f"{label:<14}{s.windows:>7}  {s.mean_a:>10.4g}  {s.mean_b:>10.4g}  "
+            f"{s.difference.text():<32}  {ratio:<22}  {'yes' if s.excludes_zero else 'no'}")
+
+
+def format_diff(result: Any, per_window: bool = False) -> str:
+    """The text ``kldtui diff`` prints."""
+    lines = [
+        f"A: {result.name_a}" + (f"  ({result.path_a})" if result.path_a else ""),
+        f"B: {result.name_b}" + (f"  ({result.path_b})" if result.path_b else ""),
+        f"paired on: {result.pairing_checked}; {len(result.window_index)} windows, "
+        f"{result.bootstrap_samples} window-clustered resamples (seed {result.seed})",
+        f"noise floor used: {result.noise_source}",
+        "",
+        f"{'':<14}{'windows':>7}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<32}  "
+        f"{'B / A [95% interval]':<22}  excludes 0",
+        _row("all", result.overall),
+    ]
+    lines += [_row(d, s) for d, s in result.domains.items()]
+    if per_window:
+        lines += ["", f"{'window':>6}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
+        for w, d, a, b in zip(result.window_index, result.domain, result.kl_a, result.kl_b, strict=True):
+            lines.append(f"{w:>6}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}")
+    lines += [""] + [f"note: {n}" for n in result.notes]
+    lines.append(f"verdict: {result.verdict}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kldtui.decide.paired import paired_diff_files
+    from kldtui.formats.atomic import write_json_atomic
+
+    result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples, seed=args.seed,
+                               noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
+    print(format_diff(result, per_window=args.per_window))
+    if args.json:
+        write_json_atomic(args.json, result.to_dict())
+        print(f"wrote {args.json}")
+    return 0

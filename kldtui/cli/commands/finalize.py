@@ -1,0 +1,66 @@
+"""``kldtui finalize``: merge a capture run's chunks into one logits file per window + manifest.
+
+Reads ``--capture-dir/--run-name/window-NNN-DOMAIN-chunks`` and writes
+``--output-dir/logits_NNN.safetensors`` and ``manifest.json`` (the published ``ref/`` layout).
+A finalized file is never overwritten without ``--force``; one that matches is kept, so an
+interrupted finalize resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "merge a capture run's chunks into logits_NNN.safetensors files and manifest.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite-dir", required=True, help="suite folder (suite-manifest.json, tokens/)")
+    parser.add_argument("--capture-dir", required=True, help="folder holding the run folder")
+    parser.add_argument("--run-name", required=True, help="name of the capture run")
+    parser.add_argument("--output-dir", required=True, help="the finalized folder to write")
+    parser.add_argument("--expected-vocab", type=int, default=None,
+                        help="vocabulary every chunk must have (default: the first chunk's)")
+    parser.add_argument("--start-window", type=int, default=0)
+    parser.add_argument("--stop-window", type=int, default=None, help="exclusive (default: all)")
+    parser.add_argument("--force", action="store_true", help="rewrite already finalized files")
+    parser.add_argument("--kind", default="candidate", help="manifest 'kind' (default: candidate)")
+    parser.add_argument("--runtime-json", default=None,
+                        help="JSON file with the runtime identity (vLLM version, model, arguments) "
+                        "to store under the manifest's 'runtime'")
+    parser.add_argument("--verify", choices=("sample", "full", "none"), default="sample",
+                        help="re-read after writing: header and sample rows (default), full "
+                        "re-hash, or nothing")
+    parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from kldtui.cli.commands.run import run_batch_job
+    from kldtui.errors import BadInput
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.finalize import finalize_run
+
+    runtime = None
+    if args.runtime_json:
+        try:
+            runtime = json.loads(Path(args.runtime_json).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"{args.runtime_json}: cannot read the runtime identity ({exc})") from None
+        if not isinstance(runtime, dict):
+            raise BadInput(f"{args.runtime_json}: the runtime identity must be a JSON object")
+    suite = load_suite(args.suite_dir)
+    suite.check_suite_hash()
+    windows = suite.select(args.start_window, args.stop_window)
+    run_dir = Path(args.capture_dir) / args.run_name
+    if not run_dir.is_dir():
+        raise BadInput(f"{run_dir}: no such capture run; check --capture-dir and --run-name")
+
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        return finalize_run(suite, windows, run_dir, Path(args.output_dir), runtime=runtime,
+                            force=args.force, emit=emit, cancel=cancel, kind=args.kind,
+                            expected_vocab=args.expected_vocab, verify=args.verify)
+
+    return run_batch_job(job, args)

@@ -1,0 +1,94 @@
+"""``kldtui leaderboard REPORT...``: candidates ranked by mean KL with intervals, ties marked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kldtui.cli.commands.diff import add_decision_arguments
+
+HELP = ("rank comparison reports (same reference and suite) by mean KL with 95 percent intervals; "
+        "those not distinguishable from the best by the paired test are marked tied")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="comparison reports")
+    add_decision_arguments(parser)
+    parser.add_argument("--json", metavar="OUT", help="also write the leaderboard as JSON (atomically)")
+    parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+
+
+def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
+    from kldtui.decide.leaderboard import interval_bar
+
+    lo = min(r.ci_low for r in board.rows)
+    hi = max(r.ci_high for r in board.rows)
+    out = []
+    for r in board.rows:
+        vs = "-" if r.diff_vs_best is None else f"+{r.diff_vs_best.text()}".replace("+-", "-")
+        out.append([str(r.rank), r.name, f"{r.mean:.4g}", f"[{r.ci_low:.4g}, {r.ci_high:.4g}]",
+                    interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi, bar_width), vs, r.mark])
+    return out
+
+
+HEADERS = ["#", "candidate", "mean KL", "95% interval", "interval", "vs best (paired)", "tie"]
+
+
+def format_plain(board: Any) -> str:
+    rows = [HEADERS] + _cells(board)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines + _footer(board))
+
+
+def _footer(board: Any) -> list[str]:
+    return ["", f"{board.windows} windows, {board.bootstrap_samples} window-clustered resamples "
+            f"(seed {board.seed}); paired on: {board.pairing_checked}",
+            f"noise floor used: {board.noise_source}"] + [f"note: {n}" for n in board.notes]
+
+
+def print_rich(board: Any) -> None:
+    """A rich table; the interval bar shrinks (or goes) on a narrow terminal, and below that the
+    plain layout is printed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    cells = _cells(board, 24)
+    widths = [max(len(row[i]) for row in [HEADERS] + cells) + 3 for i in range(len(HEADERS))]
+    base = sum(widths) - widths[4] + 1  # each column: text, 2 padding, 1 border; plus the last border
+    columns = list(range(len(HEADERS)))
+    if console.width - base >= 13:
+        cells = _cells(board, min(24, console.width - base - 3))
+    elif console.width >= base:
+        columns.remove(4)
+    else:
+        print(format_plain(board))
+        return
+    table = Table(title="leaderboard: KL(reference || candidate), lower is closer")
+    for i in columns:
+        justify = "right" if HEADERS[i] in ("#", "mean KL") else "left"
+        table.add_column(HEADERS[i], justify=justify, no_wrap=True)
+    for row in cells:
+        style = "bold green" if row[-1] == "best" else ("yellow" if row[-1] == "tied" else None)
+        table.add_row(*(row[i] for i in columns), style=style)
+    console.print(table)
+    for line in _footer(board):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.formats.atomic import write_json_atomic
+
+    board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
+                                   noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
+    if sys.stdout.isatty() and not args.plain:
+        print_rich(board)
+    else:
+        print(format_plain(board))
+    if args.json:
+        write_json_atomic(args.json, board.to_dict())
+        print(f"wrote {args.json}")
+    return 0

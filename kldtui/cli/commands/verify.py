@@ -1,0 +1,139 @@
+"""``kldtui verify DIR``: check a suite folder, a logits folder or a dataset root completely."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from typing import Any
+
+HELP = "verify suite, token and file hashes of a local suite, logits folder or dataset root"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="DIR", help="suite folder, logits folder (manifest.json) or "
+                        "dataset root (suite-manifest.json + ref/)")
+    parser.add_argument("--reverify", action="store_true",
+                        help="hash every file again, even those unchanged since they were verified")
+    parser.add_argument("--workers", type=int, default=None, help="files hashed in parallel (default: "
+                        "up to 4)")
+    parser.add_argument("--start-window", type=int, default=None, help="first logits window to check")
+    parser.add_argument("--stop-window", type=int, default=None, help="check logits windows before this")
+    parser.add_argument("--suite-manifest", default=None,
+                        help="suite a logits folder belongs to (default: the one in the folder above)")
+    parser.add_argument("--published", action="store_true",
+                        help="also require the published Kimi K3 suite hash")
+
+
+class ConsoleProgress:
+    """Shows engine events on stderr: a rich progress bar on a terminal, plain lines otherwise.
+
+    Use as a context manager and pass the instance as ``emit``. Byte tasks show size, rate and ETA.
+    """
+
+    AGGREGATE_TASKS = ("hash", "download")
+
+    def __init__(self, *, live: bool | None = None, stream: Any = None, plain_interval: float = 5.0) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.plain_interval = plain_interval
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        self._last_plain: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ConsoleProgress:
+        if self.live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                      TransferSpeedColumn(), TimeRemainingColumn(),
+                                      console=Console(file=self.stream), transient=False)
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def _print(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            with self._lock:  # events come from several worker threads: one write per line
+                self.stream.write(text + "\n")
+                self.stream.flush()
+
+    def __call__(self, event: Any) -> None:
+        from kldtui.events import LogLine, Notice, Progress, StageFailed, StageFinished, StageStarted
+
+        if isinstance(event, Progress):
+            self._on_progress(event)
+        elif isinstance(event, StageStarted):
+            self._print(f"[{event.stage}] {event.detail}".rstrip())
+        elif isinstance(event, StageFinished):
+            self._print(f"[{event.stage}] {event.summary}")
+        elif isinstance(event, StageFailed):
+            self._print(f"[{event.stage}] failed: {event.message}")
+        elif isinstance(event, Notice):
+            self._print(f"[{event.stage}] {event.level}: {event.text}" if event.level != "info"
+                        else f"[{event.stage}] {event.text}")
+        elif isinstance(event, LogLine) and event.level != "debug":
+            self._print(f"[{event.stage}] {event.line}")
+
+    def _on_progress(self, event: Any) -> None:
+        key = f"{event.stage}:{event.task}"
+        if self._progress is not None:
+            if event.unit != "B":
+                return  # counts of small files: not worth a bar
+            task = self._tasks.get(key)
+            finished = event.total is not None and event.done >= event.total
+            if finished and event.task not in self.AGGREGATE_TASKS:
+                if task is not None:  # a finished file leaves the screen; the stage total stays
+                    self._progress.remove_task(task)
+                    del self._tasks[key]
+                return
+            if task is None:
+                task = self._progress.add_task(f"{event.stage} {event.task}", total=event.total)
+                self._tasks[key] = task
+            self._progress.update(task, completed=event.done, total=event.total)
+            return
+        finished = event.total is not None and event.done >= event.total
+        now = time.monotonic()
+        if not finished and now - self._last_plain.get(key, 0.0) < self.plain_interval:
+            return
+        self._last_plain[key] = now
+        if event.unit == "B":
+            from kldtui.stages.verify import _fmt_bytes
+
+            total = f"/{_fmt_bytes(event.total)}" if event.total is not None else ""
+            rate = f" {_fmt_bytes(event.rate)}/s" if event.rate else ""
+            eta = f" ETA {event.eta_s:.0f}s" if event.eta_s is not None and not finished else ""
+            self._print(f"[{event.stage}] {event.task}: {_fmt_bytes(event.done)}{total}{rate}{eta}")
+        elif finished:
+            self._print(f"[{event.stage}] {event.task}: {event.done:g}/{event.total:g} {event.unit}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kldtui.stages.verify import PUBLISHED_SUITE_HASH, verify_path
+
+    with ConsoleProgress() as emit:
+        result = verify_path(args.path, reverify=args.reverify, workers=args.workers,
+                             start_window=args.start_window, stop_window=args.stop_window,
+                             suite=args.suite_manifest,
+                             expected_suite_hash=PUBLISHED_SUITE_HASH if args.published else None,
+                             emit=emit)
+    for failure in result.failures:
+        print(f"FAIL {failure}", file=sys.stderr)
+    print(result.summary())
+    return 0 if result.ok else 1

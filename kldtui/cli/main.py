@@ -1,0 +1,85 @@
+"""The ``kldtui`` command line: a thin dispatcher over :mod:`kldtui.cli.commands`.
+
+Errors the engine raises on purpose (:class:`kldtui.errors.KldError`) become one line on stderr
+and their exit code; anything else is reported as an internal error in one line too (set
+``KLDTUI_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from types import ModuleType
+
+from kldtui import __version__
+from kldtui.cli.commands import COMMANDS
+
+
+def _load(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"kldtui.cli.commands.{COMMANDS[name]}")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("kldtui.cli.commands."):
+            return None  # not built yet
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kldtui",
+        description="Measure how far a quantized LLM's output distribution has moved from a "
+        "reference. Without a command: open the dashboard for ./kldtui.toml (or --profile).",
+    )
+    parser.add_argument("--version", action="version", version=f"kldtui {__version__}")
+    parser.add_argument("--profile", help="profile TOML (default: ./kldtui.toml)")
+    parser.add_argument("--theme", help="dashboard theme name")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = _load(name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def _report_error(message: str) -> None:
+    print(f"kldtui: error: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kldtui.errors import KldError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        module = getattr(args, "_module", None)
+        if module is None:
+            dashboard = _load("run")
+            if dashboard is None:
+                parser.print_help()
+                return 2
+            return int(dashboard.open_dashboard(args))
+        return int(module.run(args) or 0)
+    except KldError as exc:
+        _report_error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _report_error("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # noqa: BLE001 - last line of defence: one line, never a traceback
+        if os.environ.get("KLDTUI_DEBUG"):
+            traceback.print_exc()
+        _report_error(f"internal error: {type(exc).__name__}: {exc} "
+                      "(set KLDTUI_DEBUG=1 for the traceback, and please report it)")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

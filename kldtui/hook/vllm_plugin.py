@@ -1,0 +1,485 @@
+"""The capture hook as a vLLM plugin (entry point ``kldtui_capture`` in ``vllm.general_plugins``).
+
+vLLM calls :func:`register` once in every process (API server, engine core, workers) before it
+builds the model runner. With ``VLLM_KLD_CAPTURE_DIR`` unset it does nothing at all. With it set
+it wraps, in a pip-installed and unmodified vLLM 0.32 / 0.33:
+
+* V1 runner: ``GPUModelRunner._get_prompt_logprobs_dict(self, hidden_states,
+  num_scheduled_tokens)`` (``CPUModelRunner`` inherits it). While that method runs, the model's
+  ``compute_logits`` is wrapped too: each call there computes the prompt logits of one request's
+  prefill chunk (``hidden_states[offset : offset + num_logits]`` with ``offset`` the request's
+  ``query_start_loc``), and those logits, before any log-softmax, are the chunk.
+* V2 runner: ``PromptLogprobsWorker.compute_prompt_logprobs(self, logits_fn, hidden_states,
+  input_batch, all_token_ids, num_computed_tokens, prompt_lens)``. vLLM calls ``logits_fn``
+  over consecutive slices of up to 1,024 rows of the whole batch; the wrapper keeps, per request
+  that vLLM scores, the rows ``[query_start, query_end)`` (less the last row of a prompt whose
+  prefill ends in this step) and writes them as one chunk starting at prompt row
+  ``num_computed_prefill_tokens``.
+
+Every chunk goes through :func:`kldtui.formats.chunks.write_chunk`. Only the first tensor-parallel rank
+of the last pipeline stage writes (on every data-parallel rank). A failure to save is logged and
+leaves :func:`kldtui.formats.chunks.write_error_marker` in the request folder; it never reaches vLLM.
+If a method to wrap is missing or its signature changed, :func:`register` raises
+:class:`CaptureHookError` naming the vLLM version: the server does not start capturing nothing.
+
+The source patch (``patches/vllm-kld-capture.patch``) calls :func:`save_chunk` from inside
+vLLM instead; when a patched vLLM is found the plugin leaves that runner alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kldtui.formats.chunks import CAPTURE_DIR_ENV, is_skipped_request, write_chunk, write_error_marker
+
+# vLLM configures the "vllm" logger; a child of it shows up in the server's log.
+log = logging.getLogger("vllm.kldtui_capture")
+
+V1_MODULE = "vllm.v1.worker.gpu_model_runner"
+V1_CLASS = "GPUModelRunner"
+V1_METHOD = "_get_prompt_logprobs_dict"
+V1_PARAMS = ("self", "hidden_states", "num_scheduled_tokens")
+V2_MODULE = "vllm.v1.worker.gpu.sample.prompt_logprob"
+V2_CLASS = "PromptLogprobsWorker"
+V2_METHOD = "compute_prompt_logprobs"
+V2_PARAMS = ("self", "logits_fn", "hidden_states", "input_batch", "all_token_ids",
+             "num_computed_tokens", "prompt_lens")
+# Subclasses of GPUModelRunner that must not override the wrapped method.
+V1_SUBCLASS_MODULES = ("vllm.v1.worker.cpu_model_runner",)
+PATCH_MARKER = "KLDTUI_CAPTURE_PATCHED"  # set to True at module level by the source patch
+WRAPPED_ATTR = "__kldtui_capture__"
+
+
+class CaptureHookError(RuntimeError):
+    """The hook cannot be installed into this vLLM (a wrapped method is missing or changed)."""
+
+
+_state_lock = threading.Lock()
+_registered: dict[str, str] = {}  # target -> "plugin" | "patch"
+_writer_rank_cache: bool | None = None
+
+
+def capture_dir() -> str | None:
+    """The capture folder, or None when capture is off (the variable unset or empty)."""
+    value = os.environ.get(CAPTURE_DIR_ENV, "").strip()
+    return value or None
+
+
+def vllm_version() -> str:
+    try:
+        import vllm
+
+        return str(getattr(vllm, "__version__", "unknown"))
+    except Exception:  # noqa: BLE001 - only for messages
+        return "not importable"
+
+
+# ----------------------------------------------------------------------------- writer rank
+def _compute_writer_rank() -> bool | None:
+    """True on the first TP rank of the last PP stage; None while vLLM's groups are not set up."""
+    try:
+        from vllm.distributed import parallel_state as ps
+    except Exception:  # noqa: BLE001 - no vLLM distributed module: a single process
+        return True
+    try:
+        initialized = ps.model_parallel_is_initialized()
+    except Exception:  # noqa: BLE001
+        initialized = False
+    if not initialized:
+        return None
+    tp = ps.get_tp_group()
+    pp = ps.get_pp_group()
+    return bool(tp.rank_in_group == 0 and pp.is_last_rank)
+
+
+def is_writer_rank() -> bool:
+    """Whether this process writes chunks (cached once vLLM's parallel groups exist)."""
+    global _writer_rank_cache
+    if _writer_rank_cache is not None:
+        return _writer_rank_cache
+    found = _compute_writer_rank()
+    if found is None:
+        return True  # no parallel groups: this is the only rank
+    _writer_rank_cache = found
+    return found
+
+
+def _reset_writer_rank_cache() -> None:
+    global _writer_rank_cache
+    _writer_rank_cache = None
+
+
+# ----------------------------------------------------------------------------- saving
+def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
+               directory: str | None = None) -> bool:
+    """Write one chunk via :func:`kldtui.formats.chunks.write_chunk`; never raises.
+
+    Returns True when written (or deliberately skipped: warm-up/dummy request, another rank,
+    capture off), False when saving failed; then the failure is logged and an error marker is
+    left in the request folder for the capture client.
+    """
+    folder = directory or capture_dir()
+    if folder is None or is_skipped_request(request_id) or not is_writer_rank():
+        return True
+    try:
+        write_chunk(folder, request_id, int(row_start), logits, int(vocab_size))
+        return True
+    except Exception as exc:  # noqa: BLE001 - never crash the engine over a capture file
+        fail_request(request_id, f"kldtui capture: saving rows from {row_start} of request "
+                     f"{request_id!r} failed: {type(exc).__name__}: {exc}", folder)
+        return False
+
+
+def fail_request(request_id: str, message: str, directory: str | None = None) -> None:
+    """Log a capture failure and leave the error marker in the request folder; never raises."""
+    if is_skipped_request(request_id):
+        return
+    folder = directory or capture_dir()
+    log.error(message)
+    if folder is None:
+        return
+    try:
+        write_error_marker(folder, request_id, message)
+    except Exception as exc:  # noqa: BLE001
+        log.error("kldtui capture: could not leave the error marker for %r either: %s",
+                  request_id, exc)
+
+
+def _row_offset(part: Any, whole: Any) -> int | None:
+    """Row index of ``part`` inside ``whole`` when ``part`` is a row slice (view) of it."""
+    try:
+        if part.device != whole.device or part.dim() < 1 or whole.dim() < 1:
+            return None
+        stride = int(whole.stride(0)) * int(whole.element_size())
+        if stride <= 0:
+            return None
+        delta = int(part.data_ptr()) - int(whole.data_ptr())
+        if delta < 0 or delta % stride:
+            return None
+        return delta // stride
+    except Exception:  # noqa: BLE001 - not a tensor view we can place
+        return None
+
+
+def _to_cpu(logits: Any) -> Any:
+    """Copy to the CPU in the model's own dtype (widening to F32 happens in write_chunk)."""
+    return logits.detach().to("cpu")
+
+
+# ----------------------------------------------------------------------------- V1 wrapper
+def _v1_vocab_size(runner: Any, logits: Any) -> int:
+    try:
+        return int(runner.model_config.get_vocab_size())
+    except Exception:  # noqa: BLE001
+        return int(logits.shape[-1])
+
+
+def _v1_plan(runner: Any, num_scheduled_tokens: dict[str, int]) -> dict[int, tuple[str, int]]:
+    """Batch row offset -> (request id, first prompt row) for the requests vLLM will score."""
+    plan: dict[int, tuple[str, int]] = {}
+    for req_id in list(runner.num_prompt_logprobs):
+        if num_scheduled_tokens.get(req_id) is None:
+            continue
+        request = runner.requests.get(req_id)
+        if request is None or getattr(request, "prompt_token_ids", None) is None:
+            continue
+        row_start = int(request.num_computed_tokens)
+        num_logits = min(int(num_scheduled_tokens[req_id]),
+                         len(request.prompt_token_ids) - row_start - 1)
+        if num_logits <= 0:
+            continue  # the last prompt row was scored in an earlier step: nothing to compute
+        req_idx = runner.input_batch.req_id_to_index[req_id]
+        offset = int(runner.query_start_loc.np[req_idx])
+        plan[offset] = (req_id, row_start)
+    return plan
+
+
+def wrap_v1(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``GPUModelRunner._get_prompt_logprobs_dict``."""
+
+    @functools.wraps(original)
+    def _get_prompt_logprobs_dict(self: Any, hidden_states: Any, num_scheduled_tokens: Any,
+                                  *args: Any, **kwargs: Any) -> Any:
+        folder = capture_dir()
+        if folder is None or not getattr(self, "num_prompt_logprobs", None) or not is_writer_rank():
+            return original(self, hidden_states, num_scheduled_tokens, *args, **kwargs)
+        try:
+            plan = _v1_plan(self, num_scheduled_tokens)
+        except Exception as exc:  # noqa: BLE001
+            for req_id in list(getattr(self, "num_prompt_logprobs", {}) or {}):
+                fail_request(req_id, f"kldtui capture: cannot map the batch's requests "
+                             f"({type(exc).__name__}: {exc})", folder)
+            return original(self, hidden_states, num_scheduled_tokens, *args, **kwargs)
+        model = self.model
+        had_own = "compute_logits" in getattr(model, "__dict__", {})
+        inner = model.compute_logits
+
+        def compute_logits(prompt_hidden_states: Any, *a: Any, **kw: Any) -> Any:
+            logits = inner(prompt_hidden_states, *a, **kw)
+            offset = _row_offset(prompt_hidden_states, hidden_states)
+            target = plan.pop(offset, None) if offset is not None else None
+            if target is None:
+                log.error("kldtui capture: compute_logits called on rows that match no "
+                          "prompt-logprobs request (offset %s); not captured", offset)
+                return logits
+            req_id, row_start = target
+            vocab = _v1_vocab_size(self, logits)
+            try:
+                cpu = _to_cpu(logits[..., :vocab])  # padded vocab columns never leave the device
+            except Exception as exc:  # noqa: BLE001
+                fail_request(req_id, f"kldtui capture: copying rows from {row_start} of "
+                             f"{req_id!r} to the CPU failed: {type(exc).__name__}: {exc}", folder)
+                return logits
+            save_chunk(req_id, row_start, cpu, vocab, folder)
+            return logits
+
+        setattr(model, "compute_logits", compute_logits)  # noqa: B010 - an instance override
+        try:
+            result = original(self, hidden_states, num_scheduled_tokens, *args, **kwargs)
+        finally:
+            if had_own:
+                setattr(model, "compute_logits", inner)  # noqa: B010
+            else:
+                delattr(model, "compute_logits")  # noqa: B010
+        for req_id, row_start in plan.values():
+            fail_request(req_id, f"kldtui capture: vLLM computed no prompt logits for rows from "
+                         f"{row_start} of {req_id!r} where they were expected", folder)
+        return result
+
+    setattr(_get_prompt_logprobs_dict, WRAPPED_ATTR, True)
+    return _get_prompt_logprobs_dict
+
+
+# ----------------------------------------------------------------------------- V2 wrapper
+def _v2_plan(worker: Any, input_batch: Any, prompt_lens: Any) -> list[tuple[str, int, int, int]]:
+    """(request id, batch row start, batch row end, first prompt row) for each scored request.
+
+    Mirrors ``PromptLogprobsWorker.compute_prompt_logprobs``: requests that asked for prompt
+    logprobs, whose prompt is still being prefilled, and that were not resumed after
+    preemption; the last row of a prompt that finishes in this step is not a prompt row.
+    """
+    import numpy as np
+
+    idx_mapping = np.asarray(input_batch.idx_mapping_np)
+    needs = np.asarray(worker.uses_prompt_logprobs)[idx_mapping].copy()
+    if not needs.any():
+        return []
+    lens = np.asarray(prompt_lens)[idx_mapping]
+    computed = np.asarray(input_batch.num_computed_prefill_tokens_np)
+    needs &= (computed < lens) & ~(lens < np.asarray(input_batch.prefill_len_np))
+    scheduled = np.asarray(input_batch.num_scheduled_tokens)
+    chunked = (computed + scheduled) < lens
+    qsl = np.asarray(input_batch.query_start_loc_np)
+    plan = []
+    for i, req_id in enumerate(input_batch.req_ids):
+        if not needs[i]:
+            continue
+        start, end = int(qsl[i]), int(qsl[i + 1])
+        if not chunked[i]:
+            end -= 1
+        if start < end:
+            plan.append((str(req_id), start, end, int(computed[i])))
+    return plan
+
+
+class V2BatchCapture:
+    """Captures one V2 batch: wrap the ``logits_fn`` vLLM passes, then :meth:`save` the chunks.
+
+    Used by the plugin's wrapper and by the source patch (which builds it inside
+    ``compute_prompt_logprobs`` before ``prompt_lens`` is re-indexed there).
+    """
+
+    def __init__(self, worker: Any, hidden_states: Any, input_batch: Any, prompt_lens: Any,
+                 directory: str | None = None) -> None:
+        self.folder = directory or capture_dir()
+        self.hidden_states = hidden_states
+        self.vocab_size: int | None = None
+        self._rows_seen = 0  # for slices that are not views of hidden_states
+        self.plan: list[tuple[str, int, int, int]] = []
+        if self.folder is None or not is_writer_rank():
+            return
+        try:
+            self.plan = _v2_plan(worker, input_batch, prompt_lens)
+        except Exception as exc:  # noqa: BLE001
+            for req_id in getattr(input_batch, "req_ids", []):
+                fail_request(str(req_id), f"kldtui capture: cannot map the batch's requests "
+                             f"({type(exc).__name__}: {exc})", self.folder)
+        self.pieces: dict[str, list[tuple[int, Any]]] = {req_id: [] for req_id, *_ in self.plan}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.plan)
+
+    def wrap(self, logits_fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not self.plan:
+            return logits_fn
+
+        def capturing_logits_fn(part: Any, *a: Any, **kw: Any) -> Any:
+            logits = logits_fn(part, *a, **kw)
+            try:
+                self._take(part, logits)
+            except Exception as exc:  # noqa: BLE001
+                for req_id, *_ in self.plan:
+                    fail_request(req_id, f"kldtui capture: taking rows failed: "
+                                 f"{type(exc).__name__}: {exc}", self.folder)
+                self.plan = []
+            return logits
+
+        return capturing_logits_fn
+
+    def _take(self, part: Any, logits: Any) -> None:
+        base = _row_offset(part, self.hidden_states)
+        if base is None:
+            base = self._rows_seen
+        rows = int(logits.shape[0])
+        self._rows_seen = base + rows
+        if self.vocab_size is None:
+            self.vocab_size = int(logits.shape[-1])
+        for req_id, start, end, _ in self.plan:
+            lo, hi = max(start, base), min(end, base + rows)
+            if lo < hi:
+                self.pieces[req_id].append((lo, _to_cpu(logits[lo - base:hi - base])))
+
+    def save(self) -> None:
+        """Write one chunk per scored request of the batch; never raises."""
+        if not self.plan:
+            return
+        import torch
+
+        for req_id, start, end, row_start in self.plan:
+            parts = sorted(self.pieces[req_id], key=lambda p: p[0])
+            got = sum(int(p[1].shape[0]) for p in parts)
+            if got != end - start or not parts or parts[0][0] != start:
+                fail_request(req_id, f"kldtui capture: saw {got} of the {end - start} rows "
+                             f"from {row_start} of {req_id!r}; not captured", self.folder)
+                continue
+            logits = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
+            save_chunk(req_id, row_start, logits, int(self.vocab_size or logits.shape[-1]),
+                       self.folder)
+        self.plan = []
+
+
+def wrap_v2(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``PromptLogprobsWorker.compute_prompt_logprobs``."""
+
+    @functools.wraps(original)
+    def compute_prompt_logprobs(self: Any, logits_fn: Callable[..., Any], hidden_states: Any,
+                                input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        if capture_dir() is None:
+            return original(self, logits_fn, hidden_states, input_batch, *args, **kwargs)
+        prompt_lens = args[2] if len(args) >= 3 else kwargs.get("prompt_lens")
+        capture = V2BatchCapture(self, hidden_states, input_batch, prompt_lens)
+        result = original(self, capture.wrap(logits_fn), hidden_states, input_batch,
+                          *args, **kwargs)
+        capture.save()
+        return result
+
+    setattr(compute_prompt_logprobs, WRAPPED_ATTR, True)
+    return compute_prompt_logprobs
+
+
+# ----------------------------------------------------------------------------- install
+def _check_params(func: Any, expected: tuple[str, ...], where: str) -> None:
+    params = tuple(inspect.signature(func).parameters)
+    if params[: len(expected)] != expected:
+        raise CaptureHookError(
+            f"kldtui capture hook: {where} has parameters {params}, expected {expected}; "
+            f"vLLM {vllm_version()} is not supported by this kldtui (capture would be wrong)")
+
+
+def _install_v1() -> str:
+    import importlib
+
+    try:
+        module = importlib.import_module(V1_MODULE)
+    except Exception as exc:  # noqa: BLE001
+        raise CaptureHookError(f"kldtui capture hook: cannot import {V1_MODULE} "
+                               f"({type(exc).__name__}: {exc}); vLLM {vllm_version()}") from exc
+    if getattr(module, PATCH_MARKER, False):
+        return "patch"
+    cls = getattr(module, V1_CLASS, None)
+    func = getattr(cls, V1_METHOD, None) if cls is not None else None
+    if func is None:
+        raise CaptureHookError(f"kldtui capture hook: {V1_MODULE}.{V1_CLASS}.{V1_METHOD} is "
+                               f"missing in vLLM {vllm_version()}; cannot capture prompt logits")
+    if getattr(func, WRAPPED_ATTR, False):
+        return "plugin"
+    _check_params(func, V1_PARAMS, f"{V1_CLASS}.{V1_METHOD}")
+    setattr(cls, V1_METHOD, wrap_v1(func))
+    for name in V1_SUBCLASS_MODULES:
+        try:
+            sub = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - platform without that runner
+            continue
+        for obj in vars(sub).values():
+            if (isinstance(obj, type) and issubclass(obj, cls) and obj is not cls
+                    and V1_METHOD in vars(obj)):
+                raise CaptureHookError(
+                    f"kldtui capture hook: {name}.{obj.__name__} overrides {V1_METHOD} in "
+                    f"vLLM {vllm_version()}; the hook would capture nothing there")
+    return "plugin"
+
+
+def _install_v2() -> str | None:
+    import importlib
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(V2_MODULE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return None  # this vLLM has no V2 runner
+    try:
+        module = importlib.import_module(V2_MODULE)
+    except Exception as exc:  # noqa: BLE001
+        # The V2 runner cannot run here either (its own imports fail); say so, do not stop.
+        log.warning("kldtui capture: V2 runner module %s does not import (%s: %s); "
+                    "only the V1 runner is hooked", V2_MODULE, type(exc).__name__, exc)
+        return None
+    if getattr(module, PATCH_MARKER, False):
+        return "patch"
+    cls = getattr(module, V2_CLASS, None)
+    func = getattr(cls, V2_METHOD, None) if cls is not None else None
+    if func is None:
+        raise CaptureHookError(f"kldtui capture hook: {V2_MODULE}.{V2_CLASS}.{V2_METHOD} is "
+                               f"missing in vLLM {vllm_version()}; the V2 runner would capture "
+                               "nothing")
+    if getattr(func, WRAPPED_ATTR, False):
+        return "plugin"
+    _check_params(func, V2_PARAMS, f"{V2_CLASS}.{V2_METHOD}")
+    setattr(cls, V2_METHOD, wrap_v2(func))
+    return "plugin"
+
+
+def install() -> dict[str, str]:
+    """Install the hook now; returns ``{"v1": "plugin"|"patch", "v2": ...}``. Idempotent."""
+    with _state_lock:
+        if not _registered:
+            found = {"v1": _install_v1()}
+            v2 = _install_v2()
+            if v2 is not None:
+                found["v2"] = v2
+            _registered.update(found)
+        return dict(_registered)
+
+
+def installed() -> dict[str, str]:
+    """What :func:`install` hooked in this process (empty before, or when capture is off)."""
+    return dict(_registered)
+
+
+def register() -> None:
+    """vLLM's plugin entry point. Inactive unless ``VLLM_KLD_CAPTURE_DIR`` is set."""
+    folder = capture_dir()
+    if folder is None:
+        return
+    found = install()
+    log.info("kldtui capture hook active (vLLM %s): %s; chunks go to %s", vllm_version(),
+             ", ".join(f"{k} runner via {v}" for k, v in sorted(found.items())), folder)

@@ -1,0 +1,1 @@
+"""One module per pipeline stage: reference (download/verify), serve, capture, finalize, compare."""

@@ -1,0 +1,605 @@
+"""The capture client: one ``/v1/completions`` request per window, chunks moved and checked.
+
+For each window (FORMATS.md, "The capture request") the client sends the window's token ids with
+``prompt_logprobs=1`` and an ``X-Request-Id`` of its own (``kldtui-<run>-wNNN-<random>``), so the
+request folder the hook writes (``cmpl-<that id>-0-<8 hex>``) is found by name, never by guessing
+"the newest folder". While the request runs it watches that folder and reports the rows landed.
+After the answer it moves the folder to ``<capture-dir>/<run>/window-NNN-DOMAIN-chunks``, checks
+the chunks by their metadata (rows ``0..N-2`` contiguous whatever the chunk edges, vocabulary,
+F32, finite values, no error marker) and only then records the window in
+``<capture-dir>/capture-<run>.json`` (atomic replace, sorted by window, the original tools'
+fields). A window in the records is complete: a rerun re-checks its chunks and skips it. A
+failed or interrupted window leaves nothing behind (its request folder and moved folder are
+removed, no record).
+
+Attach mode (a server started elsewhere) works the same way as long as the server's capture
+folder is reachable from this host under ``server_capture_dir`` (same machine, or a shared
+file system); the move falls back to copy-then-delete across file systems.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kldtui.errors import BadInput, Interrupted, StageFailed
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    LogLine,
+    Notice,
+    Progress,
+    StageFinished,
+    StageStarted,
+    Throttle,
+    WindowState,
+    null_sink,
+)
+from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id
+from kldtui.formats.safetensors_io import RowReader, read_header
+from kldtui.formats.suite import Suite, WindowSpec
+
+STAGE = "capture"
+POLL_INTERVAL = 0.1
+# A finished request's last chunk may take a moment to show on a shared file system.
+SETTLE_SECONDS = 2.0
+VALUE_CHECK_BLOCK_BYTES = 32 * 1024 * 1024
+
+
+# -- chunk folders ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkInfo:
+    path: Path
+    row_start: int
+    row_end: int
+    vocab_size: int
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+
+@dataclass(frozen=True)
+class ChunkSet:
+    """A checked chunk folder: chunks in row order covering ``0 .. rows``."""
+
+    folder: Path
+    chunks: tuple[ChunkInfo, ...]
+    vocab_size: int
+    rows: int
+
+    @property
+    def names(self) -> list[str]:
+        return [c.path.name for c in self.chunks]
+
+
+def chunk_rows_landed(folder: Path) -> int:
+    """Rows in the (possibly still growing) folder, from chunk file names only; cheap."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    total = 0
+    for name in names:
+        m = CHUNK_NAME.match(name)
+        if m:
+            total += max(0, int(m.group(2)) - int(m.group(1)))
+    return total
+
+
+def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
+                    expected_vocab: int | None = None, check_values: bool = False,
+                    cancel: Cancel | None = None) -> ChunkSet:
+    """Check a window's chunk folder by metadata (and values); raise BadInput naming the problem.
+
+    Rows must cover ``0 .. window.num_tokens - 1`` contiguously whatever the chunk edges; every
+    chunk holds one F32 ``logits`` tensor ``[row_end - row_start, vocab]`` whose metadata agrees
+    with its name; all chunks share one vocabulary (``expected_vocab`` when given). With
+    ``check_values`` every value is read (a block at a time) and must be finite.
+    """
+    folder = Path(folder)
+    where = f"{folder}: {window.label}"
+    if not folder.is_dir():
+        raise BadInput(f"{where}: chunk folder not found; capture the window first")
+    marker = folder / ERROR_MARKER
+    if marker.exists():
+        text = " ".join(marker.read_text(encoding="utf-8", errors="replace").split())
+        raise BadInput(f"{where}: the capture hook reported an error: {text[:800]}; "
+                       "fix the cause (often a full disk) and capture the window again")
+    chunks: list[ChunkInfo] = []
+    for name in sorted(os.listdir(folder)):
+        m = CHUNK_NAME.match(name)
+        if not m:
+            continue
+        start, end = int(m.group(1)), int(m.group(2))
+        path = folder / name
+        header = read_header(path)
+        info = header.tensor("logits")
+        if info.dtype != "F32":
+            raise BadInput(f"{path}: {window.label}: tensor 'logits' is {info.dtype}, expected F32; "
+                           "the chunk was not written by the kldtui capture hook")
+        if len(info.shape) != 2 or info.shape[0] != end - start or end <= start:
+            raise BadInput(f"{path}: {window.label}: shape {list(info.shape)} does not match rows "
+                           f"{start}..{end} of its name; the chunk is corrupt, capture again")
+        meta = header.metadata
+        for key, want in (("row_start", start), ("row_end", end), ("vocab_size", info.shape[1])):
+            if key in meta and meta[key] != str(want):
+                raise BadInput(f"{path}: {window.label}: metadata {key}={meta[key]} disagrees with "
+                               f"{want}; the chunk is corrupt or was renamed, capture again")
+        chunks.append(ChunkInfo(path, start, end, int(info.shape[1])))
+    if not chunks:
+        raise BadInput(f"{where}: no chunk files (logits.rows-SSSSSS-EEEEEE.safetensors); "
+                       "capture the window again")
+    chunks.sort(key=lambda c: c.row_start)
+    vocab = expected_vocab if expected_vocab is not None else chunks[0].vocab_size
+    want_rows = window.num_tokens - 1
+    position = 0
+    for c in chunks:
+        if c.vocab_size != vocab:
+            raise BadInput(f"{c.path}: {window.label}: vocabulary {c.vocab_size}, expected {vocab}"
+                           f"{' (--expected-vocab)' if expected_vocab is not None else ''}; "
+                           "wrong model or wrong --expected-vocab")
+        if c.row_start > position:
+            raise BadInput(f"{where}: rows {position}..{c.row_start} are missing; the capture is "
+                           "incomplete, capture the window again")
+        if c.row_start < position:
+            raise BadInput(f"{where}: chunks overlap at row {c.row_start}; the folder mixes two "
+                           "requests (prefix caching on, or a reused folder), capture again")
+        position = c.row_end
+    if position != want_rows:
+        raise BadInput(f"{where}: chunks cover rows 0..{position}, expected 0..{want_rows} for "
+                       f"{window.num_tokens} tokens; capture the window again (prefix caching "
+                       "must be off)")
+    if check_values:
+        for c in chunks:
+            _check_finite(c, window, cancel)
+    return ChunkSet(folder, tuple(chunks), vocab, want_rows)
+
+
+def _check_finite(chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
+    block_rows = max(1, VALUE_CHECK_BLOCK_BYTES // (4 * chunk.vocab_size))
+    with RowReader(chunk.path) as reader:
+        buf = np.empty((min(block_rows, reader.rows), reader.cols), dtype=np.float32)
+        for start in range(0, reader.rows, block_rows):
+            if cancel is not None:
+                cancel.check()
+            block = reader.read(start, start + block_rows, out=buf)
+            if not np.isfinite(block).all():
+                bad = int(np.argwhere(~np.isfinite(block))[0][0]) + start + chunk.row_start
+                raise BadInput(f"{chunk.path}: {window.label}: non-finite logits (nan or inf) at "
+                               f"row {bad}; the server computed garbage, check the model and "
+                               "capture again")
+
+
+# -- records ------------------------------------------------------------------------------------
+@dataclass
+class CaptureRecord:
+    """One entry of ``capture-<run>.json`` (FORMATS.md); ``extra`` keeps unknown fields."""
+
+    window_index: int
+    domain: str
+    prompt_tokens: int
+    request_id: str
+    elapsed_seconds: float
+    usage: dict[str, Any]
+    finish_reason: str | None
+    chunk_dir: str
+    chunks: list[str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS = ("window_index", "domain", "prompt_tokens", "request_id", "elapsed_seconds", "usage",
+              "finish_reason", "chunk_dir", "chunks")
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dict(self.extra)
+        doc.update({k: getattr(self, k) for k in self.FIELDS})
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str) -> CaptureRecord:
+        if not isinstance(doc, dict):
+            raise BadInput(f"{where}: each record must be an object")
+        try:
+            return cls(
+                window_index=int(doc["window_index"]), domain=str(doc["domain"]),
+                prompt_tokens=int(doc.get("prompt_tokens", 0)),
+                request_id=str(doc.get("request_id", "")),
+                elapsed_seconds=float(doc.get("elapsed_seconds", 0.0)),
+                usage=dict(doc.get("usage") or {}), finish_reason=doc.get("finish_reason"),
+                chunk_dir=str(doc.get("chunk_dir", "")), chunks=list(doc.get("chunks") or []),
+                extra={k: v for k, v in doc.items() if k not in cls.FIELDS},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInput(f"{where}: malformed record ({exc}); fix or delete the file") from None
+
+
+def load_records(path: str | os.PathLike[str]) -> dict[int, CaptureRecord]:
+    """Records by window index; a missing file is an empty run."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{p}: capture records are not valid JSON ({exc}); restore or delete the "
+                       "file (deleting it recaptures every window)") from None
+    if not isinstance(doc, list):
+        raise BadInput(f"{p}: capture records must be a JSON list")
+    records = [CaptureRecord.from_dict(d, f"{p}[{i}]") for i, d in enumerate(doc)]
+    return {r.window_index: r for r in records}
+
+
+def save_records(path: str | os.PathLike[str], records: dict[int, CaptureRecord]) -> None:
+    write_json_atomic(path, [records[i].to_dict() for i in sorted(records)])
+
+
+def records_path_for(capture_dir: str | os.PathLike[str], run_name: str) -> Path:
+    return Path(capture_dir) / f"capture-{run_name}.json"
+
+
+# -- the client ---------------------------------------------------------------------------------
+def _api_root(base_url: str) -> str:
+    url = base_url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _short(text: str, limit: int = 1500) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _remove_tree(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _move_folder(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_tree(dest)
+    try:
+        os.rename(src, dest)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        tmp = dest.parent / f".{dest.name}.copying"
+        _remove_tree(tmp)
+        shutil.copytree(src, tmp)
+        os.rename(tmp, dest)
+        shutil.rmtree(src, ignore_errors=True)
+
+
+class _Request:
+    """The HTTP request of one window, run in a daemon thread so the caller can keep watching."""
+
+    def __init__(self, client: Any, url: str, body: dict[str, Any], headers: dict[str, str],
+                 timeout: float) -> None:
+        self.response: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(client, url, body, headers, timeout),
+                                        name="kldtui-capture-request", daemon=True)
+        self._thread.start()
+
+    def _run(self, client: Any, url: str, body: dict[str, Any], headers: dict[str, str],
+             timeout: float) -> None:
+        try:
+            self.response = client.post(url, json=body, headers=headers, timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+class _WindowFailed(Exception):
+    pass
+
+
+def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: str, served_model_name: str,
+                    server_capture_dir: Path, run_dir: Path, records_path: Path,
+                    expected_vocab: int | None = None, api_key: str | None = None,
+                    request_timeout: float = 600.0, emit: EventSink = null_sink,
+                    cancel: Cancel | None = None, server_alive: Callable[[], str | None] | None = None,
+                    on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None = None,
+                    ) -> list[CaptureRecord]:
+    """Capture ``windows`` (resuming); return their records in window order.
+
+    ``run_dir`` is ``<capture-dir>/<run-name>``, ``records_path`` ``<capture-dir>/capture-<run>.json``.
+    ``server_alive()`` returns None while the server runs, else why it stopped (with its last
+    log lines). ``on_window_captured`` is called for each window that is complete, including
+    windows skipped because an earlier run captured them. The first failed window stops the
+    capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way the
+    records list exactly the complete windows.
+    """
+    import httpx
+
+    run_dir = Path(run_dir)
+    server_capture_dir = Path(server_capture_dir)
+    records_path = Path(records_path)
+    records = load_records(records_path)
+    run_name = run_dir.name
+    emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {run_dir}"))
+    results: dict[int, CaptureRecord] = {}
+    todo: list[WindowSpec] = []
+    vocab = expected_vocab
+    for w in windows:
+        rec = records.get(w.index)
+        if rec is None:
+            todo.append(w)
+            leftover = run_dir / w.chunk_dir_name
+            if leftover.exists():
+                emit(Notice(STAGE, f"{leftover}: left by an interrupted capture of {w.label}; "
+                                   "removed, the window is captured again", level="warning"))
+                _remove_tree(leftover)
+            continue
+        folder = run_dir / w.chunk_dir_name
+        try:
+            checked = check_chunk_dir(folder, w, expected_vocab=vocab)
+        except BadInput as exc:
+            raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
+                           f"check out ({exc}); remove its entry from the records to capture it "
+                           "again") from None
+        vocab = checked.vocab_size
+        results[w.index] = rec
+        emit(WindowState(STAGE, w.index, "captured", w.domain,
+                         figures={"rows": checked.rows, "skipped": True}))
+        if on_window_captured is not None:
+            on_window_captured(w, rec)
+    if results:
+        emit(Notice(STAGE, f"{len(results)} window(s) already captured in {records_path.name}; "
+                           "skipped after checking their chunks"))
+
+    total_tokens = sum(w.num_tokens for w in todo)
+    done_tokens = 0
+    done_windows = len(results)
+    session_start = time.monotonic()
+    root = _api_root(base_url)
+    headers_base = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    emit(Progress(STAGE, "windows", done_windows, len(windows), "windows"))
+    with httpx.Client(trust_env=False) as client:
+        for w in todo:
+            if cancel is not None:
+                cancel.check()
+            rec, vocab = _capture_one(
+                suite, w, client=client, root=root, served_model_name=served_model_name,
+                headers_base=headers_base, server_capture_dir=server_capture_dir, run_dir=run_dir,
+                run_name=run_name, vocab=vocab, request_timeout=request_timeout, emit=emit,
+                cancel=cancel, server_alive=server_alive)
+            records[w.index] = rec
+            try:
+                save_records(records_path, records)
+            except OSError as exc:
+                del records[w.index]
+                _remove_tree(run_dir / w.chunk_dir_name)
+                message = (f"{records_path}: could not record {w.label} ({exc.strerror or exc}); "
+                           "free disk space and run again (the window is captured again)")
+                emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
+                raise StageFailed(message) from None
+            results[w.index] = rec
+            done_windows += 1
+            done_tokens += w.num_tokens
+            elapsed = time.monotonic() - session_start
+            rate = done_tokens / elapsed if elapsed > 0 else None
+            eta = (total_tokens - done_tokens) / rate if rate else None
+            emit(WindowState(STAGE, w.index, "captured", w.domain, figures={
+                "rows": w.scored_positions, "seconds": round(rec.elapsed_seconds, 3),
+                "tokens_per_s": round(w.num_tokens / rec.elapsed_seconds, 1)
+                if rec.elapsed_seconds > 0 else None}))
+            emit(Progress(STAGE, "windows", done_windows, len(windows), "windows",
+                          rate=done_windows / elapsed if elapsed > 0 else None, eta_s=eta))
+            emit(Progress(STAGE, "tokens", done_tokens, total_tokens, "tokens", rate=rate, eta_s=eta))
+            if on_window_captured is not None:
+                on_window_captured(w, rec)
+    ordered = [results[w.index] for w in windows]
+    elapsed = time.monotonic() - session_start
+    emit(StageFinished(STAGE, summary=f"{len(todo)} captured, {len(windows) - len(todo)} skipped",
+                       figures={"captured": len(todo), "skipped": len(windows) - len(todo),
+                                "seconds": round(elapsed, 3),
+                                "tokens_per_s": round(total_tokens / elapsed, 1)
+                                if todo and elapsed > 0 else None}))
+    return ordered
+
+
+def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_model_name: str,
+                 headers_base: dict[str, str], server_capture_dir: Path, run_dir: Path, run_name: str,
+                 vocab: int | None, request_timeout: float, emit: EventSink, cancel: Cancel | None,
+                 server_alive: Callable[[], str | None] | None) -> tuple[CaptureRecord, int]:
+    import httpx
+
+    tokens = suite.load_tokens(w)
+    x_request_id = f"kldtui-{sanitize_request_id(run_name)}-w{w.index:03d}-{secrets.token_hex(4)}"
+    tag = sanitize_request_id(x_request_id)
+    dest = run_dir / w.chunk_dir_name
+    body = {"model": served_model_name, "prompt": tokens, "max_tokens": 1, "temperature": 0,
+            "seed": 1, "prompt_logprobs": 1}
+    headers = {**headers_base, "X-Request-Id": x_request_id}
+    url = f"{root}/v1/completions"
+
+    def request_folders() -> list[Path]:
+        try:
+            return [server_capture_dir / n for n in os.listdir(server_capture_dir) if tag in n]
+        except OSError:
+            return []
+
+    def cleanup() -> None:
+        for folder in request_folders():
+            _remove_tree(folder)
+        _remove_tree(dest)
+
+    def died() -> str | None:
+        """The server's death message, waiting briefly for the process to be seen as gone."""
+        if server_alive is None:
+            return None
+        for _ in range(30):
+            msg = server_alive()
+            if msg:
+                return msg
+            time.sleep(0.1)
+        return None
+
+    emit(WindowState(STAGE, w.index, "capturing", w.domain))
+    values_checked: set[str] = set()
+    throttle = Throttle(0.25)
+    started = time.monotonic()
+    try:
+        try:
+            request = _Request(client, url, body, headers, request_timeout)
+            task = f"window {w.index:03d}"
+            want = w.scored_positions
+            while not request.done.wait(POLL_INTERVAL):
+                if cancel is not None and cancel.is_set():
+                    raise Interrupted(f"{cancel.reason} while capturing {w.label}; it is not recorded "
+                                      "and will be captured again")
+                if server_alive is not None:
+                    msg = server_alive()
+                    if msg:
+                        raise _WindowFailed(f"{w.label}: the server stopped during the capture "
+                                            f"request: {msg}")
+                elapsed = time.monotonic() - started
+                if elapsed > request_timeout + 10:
+                    raise _WindowFailed(_timeout_message(w, url, request_timeout))
+                if throttle.ready():
+                    folders = request_folders()
+                    rows = chunk_rows_landed(folders[0]) if folders else 0
+                    rate = rows / elapsed if rows and elapsed > 0 else None
+                    emit(Progress(STAGE, task, rows, want, "rows", rate=rate,
+                                  eta_s=(want - rows) / rate if rate else None))
+                    if len(folders) == 1:
+                        # check values while the server computes the next chunks
+                        _check_landed(folders[0], w, values_checked)
+            elapsed = time.monotonic() - started
+            if request.error is not None:
+                exc = request.error
+                if isinstance(exc, httpx.TimeoutException):
+                    msg = server_alive() if server_alive is not None else None
+                    raise _WindowFailed(f"{w.label}: the server stopped during the capture request: "
+                                        f"{msg}" if msg else _timeout_message(w, url, request_timeout))
+                if isinstance(exc, httpx.HTTPError):
+                    msg = died()
+                    if msg:
+                        raise _WindowFailed(f"{w.label}: the server stopped during the capture "
+                                            f"request: {msg}")
+                    raise _WindowFailed(f"{w.label}: the capture request to {url} failed: "
+                                        f"{type(exc).__name__}: {exc}; is the server running?")
+                raise exc
+            response = request.response
+            if response.status_code != 200:
+                raise _WindowFailed(f"{w.label}: the server answered HTTP {response.status_code} "
+                                    f"to the capture request: {_short(response.text)}")
+            try:
+                answer = response.json()
+                choice = answer["choices"][0]
+                usage = dict(answer.get("usage") or {})
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise _WindowFailed(f"{w.label}: the server's answer is not a completion: "
+                                    f"{_short(response.text, 300)}") from None
+            prompt_tokens = int(usage.get("prompt_tokens", len(tokens)))
+            if prompt_tokens != len(tokens):
+                raise _WindowFailed(f"{w.label}: the server counted {prompt_tokens} prompt tokens, "
+                                    f"the window has {len(tokens)}; it must take token ids unchanged "
+                                    "(no special tokens, no chat template)")
+            folders = _settled_folders(request_folders, w)
+            if not folders:
+                raise _WindowFailed(f"{w.label}: no capture folder for request {x_request_id} "
+                                    f"appeared in {server_capture_dir}: the capture hook is not "
+                                    "active in the server (VLLM_KLD_CAPTURE_DIR unset or the hook "
+                                    "not installed) or the server writes its chunks elsewhere "
+                                    "(--server-capture-dir)")
+            if len(folders) > 1:
+                raise _WindowFailed(f"{w.label}: {len(folders)} capture folders for one request "
+                                    f"({', '.join(f.name for f in folders)}); expected exactly one")
+            _move_folder(folders[0], dest)
+            try:
+                checked = check_chunk_dir(dest, w, expected_vocab=vocab)
+                for chunk in checked.chunks:
+                    if chunk.path.name not in values_checked:
+                        _check_finite(chunk, w, cancel)
+            except BadInput as exc:
+                raise _WindowFailed(str(exc)) from None
+        except _WindowFailed as exc:
+            cleanup()
+            message = str(exc)
+            emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
+            raise StageFailed(message) from None
+        except OSError as exc:
+            cleanup()
+            message = f"{w.label}: moving or reading its chunks failed: {exc}"
+            emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
+            raise StageFailed(message) from None
+    except (Interrupted, KeyboardInterrupt):
+        cleanup()
+        emit(WindowState(STAGE, w.index, "pending", w.domain))
+        emit(LogLine(STAGE, f"{w.label}: capture interrupted; nothing recorded", "warning"))
+        raise
+    except BaseException:
+        cleanup()
+        raise
+    extra = {"x_request_id": x_request_id, "request_folder": folders[0].name,
+             "vocab_size": checked.vocab_size, "rows": checked.rows,
+             "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
+    record = CaptureRecord(
+        window_index=w.index, domain=w.domain, prompt_tokens=len(tokens),
+        request_id=str(answer.get("id", x_request_id)), elapsed_seconds=round(elapsed, 6),
+        usage=usage, finish_reason=choice.get("finish_reason"), chunk_dir=str(dest.resolve()),
+        chunks=checked.names, extra=extra)
+    return record, checked.vocab_size
+
+
+def _check_landed(folder: Path, w: WindowSpec, done: set[str]) -> None:
+    """Check the values of chunks that landed since the last look (chunks are published whole)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if CHUNK_NAME.match(n) and n not in done)
+    except OSError:
+        return
+    for name in names:
+        path = folder / name
+        try:
+            header = read_header(path)
+            info = header.tensor("logits")
+        except BadInput:
+            continue  # reported with its reason by the full check after the answer
+        if info.dtype != "F32" or len(info.shape) != 2:
+            continue
+        m = CHUNK_NAME.match(name)
+        assert m is not None
+        try:
+            _check_finite(ChunkInfo(path, int(m.group(1)), int(m.group(2)), info.shape[1]), w, None)
+        except BadInput as exc:
+            raise _WindowFailed(str(exc)) from None
+        done.add(name)
+
+
+def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec) -> list[Path]:
+    """The request's folder(s) once its rows are all there (or after SETTLE_SECONDS)."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        folders = list_folders()
+        if len(folders) == 1 and (chunk_rows_landed(folders[0]) >= w.scored_positions
+                                  or (folders[0] / ERROR_MARKER).exists()):
+            return folders
+        if time.monotonic() >= deadline:
+            return folders
+        time.sleep(0.05)
+
+
+def _timeout_message(w: WindowSpec, url: str, timeout: float) -> str:
+    return (f"{w.label}: no answer from {url} within {timeout:g} s (request timeout); the server "
+            "may be hung or overloaded: check its log, or raise the request timeout")
+
+
+def default_run_paths(capture_dir: str | os.PathLike[str], run_name: str) -> tuple[Path, Path]:
+    """``(run_dir, records_path)`` for ``<capture-dir>`` and ``<run-name>``."""
+    capture = Path(capture_dir)
+    return capture / run_name, records_path_for(capture, run_name)
+

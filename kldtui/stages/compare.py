@@ -1,0 +1,717 @@
+"""The compare stage: a candidate's finalized logits against the reference suite.
+
+Everything is validated before the first row is compared (:func:`prepare`): suite hash, token
+hashes, both manifests against the suite, vocabularies, every file's key, dtype, shape and size
+(and SHA-256 with ``verify_sha256``).  Then each window is streamed in row blocks through a fused
+kernel (:mod:`kldtui.metrics.kernels`) on a pool of threads, one row block per thread in memory,
+and reduced to a :class:`WindowResult`; :func:`build_report` turns window results into the report
+(docs/REPORT.md).  The pipeline calls :func:`compare_window` as each window is finalized;
+``kldtui compare`` calls :func:`compare`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as _dt
+import hashlib
+import importlib.util
+import math
+import mmap
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kldtui import __version__
+from kldtui.errors import BadInput, KldError
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    Progress,
+    StageFailed,
+    StageFinished,
+    StageStarted,
+    Throttle,
+    WindowState,
+    null_sink,
+)
+from kldtui.formats.safetensors_io import RowReader, expect_tensor, read_header
+from kldtui.formats.suite import (
+    LogitsManifest,
+    Suite,
+    WindowSpec,
+    check_manifest_matches_suite,
+    load_logits_manifest,
+    load_suite,
+)
+from kldtui.metrics import ckernel
+from kldtui.metrics import stats as st
+from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel, RowStats, TorchBlockKernel
+
+REPORT_FORMAT = "kldtui-comparison-v1"
+DIRECTION = "KL(reference || candidate)"
+TOPK = (1, 5, 10)
+TOPK_DEFINITION = ("fraction of positions where the reference's top-1 token is among the "
+                   "candidate's k highest logits (ties in its favour)")
+BACKENDS = ("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda")
+
+
+@dataclass
+class CompareOptions:
+    start_window: int = 0
+    stop_window: int | None = None
+    bootstrap_samples: int = 10000
+    bootstrap_seed: int = 1
+    row_block: int | None = None  # rows per block; None: chosen by the backend
+    reverse: bool = False
+    backend: str = "auto"  # see BACKENDS
+    threads: int | None = None  # worker threads (numpy backend); None: every core
+    verify_sha256: bool = False
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class CompareInputs:
+    """Everything :func:`prepare` validated; what the engine needs to compare windows."""
+
+    suite: Suite
+    windows: list[WindowSpec]
+    reference: LogitsManifest
+    candidate: LogitsManifest
+    vocab_size: int
+    next_tokens: dict[int, np.ndarray]
+    verified: dict[str, Any]
+    reference_manifest_sha256: str
+
+
+def _file_checks(manifest: LogitsManifest, w: WindowSpec, vocab: int, side: str) -> Path:
+    path = manifest.file_path(w.index)
+    entry = manifest.entry(w.index)
+    what = f"{side}, {w.label}"
+    try:
+        header = read_header(path)
+        expect_tensor(header, entry.key, "F32", (w.scored_positions, vocab))
+    except BadInput as exc:
+        advice = "" if "again" in str(exc) else "; download or finalize this window again"
+        raise BadInput(f"{exc} ({what}){advice}") from None
+    if entry.dtype != "F32":
+        raise BadInput(f"{manifest.path}: {w.label} dtype {entry.dtype!r} is not F32; "
+                       "only float32 logits are supported")
+    if header.file_size != entry.size_bytes:
+        raise BadInput(f"{path}: {what}: file has {header.file_size} bytes, the manifest says "
+                       f"{entry.size_bytes}; it is truncated or was replaced, fetch or finalize it again")
+    return path
+
+
+def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
+            candidate_dir: str | os.PathLike[str], options: CompareOptions,
+            emit: EventSink = null_sink, cancel: Cancel | None = None,
+            windows: Sequence[WindowSpec] | None = None) -> CompareInputs:
+    """Validate every input of a comparison; BadInput (one line) on the first problem."""
+    suite = suite_manifest if isinstance(suite_manifest, Suite) else load_suite(suite_manifest)
+    suite.check_suite_hash()
+    selected = list(windows) if windows is not None else suite.select(options.start_window,
+                                                                       options.stop_window)
+    ref = load_logits_manifest(reference_dir)
+    cand = load_logits_manifest(candidate_dir)
+    check_manifest_matches_suite(ref, suite, selected)
+    check_manifest_matches_suite(cand, suite, selected)
+    if cand.vocab_size != ref.vocab_size:
+        raise BadInput(f"{cand.path}: vocabulary {cand.vocab_size} differs from the reference's "
+                       f"{ref.vocab_size} ({ref.path}); compare logits of the same tokenizer")
+    vocab = ref.vocab_size
+    next_tokens: dict[int, np.ndarray] = {}
+    for w in selected:
+        ids = np.asarray(suite.load_tokens(w, check_hash=True), dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise BadInput(f"{suite.token_path(w)}: {w.label} has token id {int(ids.max())} outside "
+                           f"the vocabulary of {vocab}; the suite and the logits do not belong together")
+        next_tokens[w.index] = ids[1:]
+    paths: list[tuple[Path, str, WindowSpec, LogitsManifest]] = []
+    for w in selected:
+        paths.append((_file_checks(ref, w, vocab, "reference"), ref.entry(w.index).sha256, w, ref))
+        paths.append((_file_checks(cand, w, vocab, "candidate"), cand.entry(w.index).sha256, w, cand))
+    sha_state = "skipped"
+    if options.verify_sha256:
+        sha_state = _verify_sha256(paths, emit, cancel)
+    verified = {"token_hashes": True, "suite_hash": True, "logits_sha256": sha_state}
+    ref_sha = hashlib.sha256(ref.path.read_bytes()).hexdigest()
+    return CompareInputs(suite, selected, ref, cand, vocab, next_tokens, verified, ref_sha)
+
+
+def _verify_sha256(paths: list[tuple[Path, str, WindowSpec, LogitsManifest]], emit: EventSink,
+                   cancel: Cancel | None) -> str:
+    """Check every file's SHA-256 against its manifest, through ``kldtui verify``'s cache of
+    verified files (a file unchanged since it was verified is not hashed again).  Returns
+    "checked" when something was hashed, "cached" when every hash came from the cache."""
+    from kldtui.stages.verify import VerifiedCache, hash_files
+
+    caches: dict[Path, VerifiedCache] = {}
+    known: dict[Path, str] = {}
+    for path, _, _, manifest in paths:
+        cache = caches.setdefault(manifest.root.resolve(), VerifiedCache(manifest.root))
+        sha = cache.lookup(path)
+        if sha is not None:
+            known[path] = sha
+    need = list(dict.fromkeys(p for p, _, _, _ in paths if p not in known))
+
+    def record(path: Path, sha: str) -> None:
+        for root, cache in caches.items():
+            if path.resolve().is_relative_to(root):
+                cache.record(path, sha)
+
+    known.update(hash_files(need, emit=emit, cancel=cancel, stage="compare", task="verify sha256",
+                            on_hashed=record))
+    for cache in caches.values():
+        cache.save()
+    for path, expected, w, _ in paths:
+        if known[path] != expected:
+            raise BadInput(f"{path}: {w.label}: SHA-256 {known[path][:12]}... differs from the manifest's "
+                           f"{expected[:12]}...; the file is damaged, fetch or finalize it again")
+    return "checked" if need else "cached"
+
+
+# ----------------------------------------------------------------------------- window results
+
+_PER_ROW = ("kl", "js", "kl_reverse", "logp_ref_next", "logp_cand_next", "ref_top_prob",
+            "argmax_ref", "argmax_cand", "rank_ref_top")
+
+
+def _encode(arr: np.ndarray) -> dict[str, str]:
+    dtype = "<i8" if arr.dtype.kind in "iu" else "<f8"
+    return {"dtype": dtype, "data": base64.b64encode(np.ascontiguousarray(arr, dtype=dtype).tobytes())
+            .decode("ascii")}
+
+
+def _decode(doc: dict[str, str]) -> np.ndarray:
+    dtype = np.dtype(doc["dtype"])
+    if dtype not in (np.dtype("<i8"), np.dtype("<f8")):
+        raise ValueError(f"unsupported dtype {doc['dtype']}")
+    return np.frombuffer(base64.b64decode(doc["data"]), dtype=dtype).copy()
+
+
+@dataclass
+class WindowResult:
+    """The per-position figures of one compared window (serialisable, so a resumed run need not
+    compare it again) and its per-window summary figures."""
+
+    window_index: int
+    domain: str
+    vocab_size: int
+    rows: RowStats = field(repr=False)
+    elapsed_seconds: float = 0.0
+    bytes_compared: int = 0
+    backend: str = ""
+
+    @property
+    def positions(self) -> int:
+        return len(self.rows)
+
+    @property
+    def reverse(self) -> bool:
+        return self.rows.kl_reverse is not None
+
+    @property
+    def kl_mean(self) -> float:
+        return float(np.mean(self.rows.kl))
+
+    @property
+    def top1_agreement(self) -> float:
+        return float(np.mean(self.rows.argmax_ref == self.rows.argmax_cand))
+
+    def figures(self) -> dict[str, Any]:
+        """This window's entry of ``per_window_arrays`` (docs/REPORT.md)."""
+        r = self.rows
+        kl = r.kl
+        p_ref = np.exp(r.logp_ref_next)
+        p_cand = np.exp(r.logp_cand_next)
+        dp = p_cand - p_ref
+        out: dict[str, Any] = {
+            "window_index": self.window_index,
+            "domain": self.domain,
+            "positions": self.positions,
+            "kl_mean": float(np.mean(kl)),
+            "kl_median": float(np.median(kl)),
+            "kl_p99": float(np.quantile(kl, 0.99)),
+            "kl_max": float(np.max(kl)),
+            "js_mean": float(np.mean(r.js)),
+            "top1_agreement": self.top1_agreement,
+            "p_reference_mean": float(np.mean(p_ref)),
+            "p_candidate_mean": float(np.mean(p_cand)),
+            "delta_p_mean": float(np.mean(dp)),
+            "delta_p_rms": float(np.sqrt(np.mean(dp * dp))),
+            "nll_reference_mean": float(-np.mean(r.logp_ref_next)),
+            "nll_candidate_mean": float(-np.mean(r.logp_cand_next)),
+        }
+        for k in TOPK[1:]:
+            out[f"top{k}_agreement"] = float(np.mean(r.rank_ref_top < k))
+        if r.kl_reverse is not None:
+            out["kl_reverse_mean"] = float(np.mean(r.kl_reverse))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        arrays = {f: _encode(getattr(self.rows, f)) for f in _PER_ROW if getattr(self.rows, f) is not None}
+        return {"format": "kldtui-window-result-v1", "window_index": self.window_index,
+                "domain": self.domain, "vocab_size": self.vocab_size,
+                "elapsed_seconds": self.elapsed_seconds, "bytes_compared": self.bytes_compared,
+                "backend": self.backend, "rows": arrays}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> WindowResult:
+        """Inverse of :meth:`to_dict`; ValueError/KeyError/TypeError on a damaged document."""
+        if doc.get("format") != "kldtui-window-result-v1":
+            raise ValueError("not a kldtui window result")
+        arrays = {f: _decode(v) for f, v in doc["rows"].items() if f in _PER_ROW}
+        missing = [f for f in FIELDS if f != "kl_reverse" and f not in arrays]
+        if missing:
+            raise ValueError(f"window result lacks {missing}")
+        n = arrays["kl"].size
+        if any(a.size != n for a in arrays.values()):
+            raise ValueError("window result arrays differ in length")
+        for f in INT_FIELDS:
+            arrays[f] = arrays[f].astype(np.int64)
+        rows = RowStats(**{f: arrays[f] for f in FIELDS if f != "kl_reverse"},
+                        kl_reverse=arrays.get("kl_reverse"))
+        return cls(window_index=int(doc["window_index"]), domain=str(doc["domain"]),
+                   vocab_size=int(doc["vocab_size"]), rows=rows,
+                   elapsed_seconds=float(doc.get("elapsed_seconds", 0.0)),
+                   bytes_compared=int(doc.get("bytes_compared", 0)), backend=str(doc.get("backend", "")))
+
+
+# ----------------------------------------------------------------------------- engine
+
+
+def _cuda_present() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    if not (Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve_backend(backend: str) -> str:
+    """``c-kernel``, ``numpy-threads``, ``torch-cpu`` or ``torch-cuda`` for an option value.
+
+    ``auto``: CUDA when torch sees a GPU, else the compiled C kernel (built at first use, see
+    :mod:`kldtui.metrics.ckernel`), else NumPy when no C compiler could build it."""
+    if backend not in BACKENDS:
+        raise BadInput(f"unknown compare backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if backend == "auto":
+        if _cuda_present():
+            return "torch-cuda"
+        return "c-kernel" if ckernel.available() else "numpy-threads"
+    if backend == "c":
+        if not ckernel.available():
+            raise BadInput(f"backend 'c' asked for but the C kernel could not be built "
+                           f"({ckernel.why_not()}); use --backend numpy or --backend auto")
+        return "c-kernel"
+    if backend == "numpy":
+        return "numpy-threads"
+    if importlib.util.find_spec("torch") is None:
+        raise BadInput(f"backend {backend!r} needs torch, which is not installed; "
+                       "use --backend numpy or install kldtui[torch]")
+    if backend == "torch":
+        return "torch-cuda" if _cuda_present() else "torch-cpu"
+    if backend == "torch-cuda" and not _cuda_present():
+        raise BadInput("backend 'torch-cuda' asked for but torch sees no CUDA device; use --backend auto")
+    return backend
+
+
+class _RowMap:
+    """Zero-copy row blocks of a logits file for the CPU kernels: ``mmap`` instead of ``pread``.
+
+    Saves one copy of every byte (the kernels read the page cache directly); each block's pages
+    are unmapped again after use (``MADV_DONTNEED``; they stay in the page cache), so the
+    process's resident memory stays at about one block per thread.  Used only when the file holds
+    the whole tensor (checked first: a short file would fault on access), else ``ok`` is False
+    and the caller reads with ``pread``, which names a truncated file in a BadInput."""
+
+    def __init__(self, reader: RowReader, backend: str) -> None:
+        self.ok = False
+        self._mm: mmap.mmap | None = None
+        self.begin = reader.info.begin
+        self.row_bytes = reader.cols * reader.np_dtype.itemsize
+        self.cols = reader.cols
+        self.dtype = reader.np_dtype
+        if backend not in ("c-kernel", "numpy-threads") or os.environ.get("KLDTUI_NO_MMAP"):
+            return
+        try:
+            with open(reader.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self.begin + reader.rows * self.row_bytes:
+                    return
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return
+        self.ok = True
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        assert self._mm is not None
+        return np.frombuffer(self._mm, dtype=self.dtype, count=(stop - start) * self.cols,
+                             offset=self.begin + start * self.row_bytes).reshape(stop - start, self.cols)
+
+    def release(self, start: int, stop: int) -> None:
+        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        lo = (self.begin + start * self.row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        hi = self.begin + stop * self.row_bytes
+        with contextlib.suppress(OSError, ValueError):
+            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+    def __enter__(self) -> _RowMap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._mm is not None:
+            with contextlib.suppress(BufferError):  # a block still referenced: closed when collected
+                self._mm.close()
+            self._mm = None
+
+
+class Engine:
+    """Compares windows with one backend; reuse it across windows (it keeps a thread pool)."""
+
+    def __init__(self, vocab: int, options: CompareOptions) -> None:
+        self.vocab = vocab
+        self.options = options
+        self.backend = resolve_backend(options.backend)
+        if self.backend in ("numpy-threads", "c-kernel"):
+            self.threads = max(1, options.threads or os.cpu_count() or 1)
+            # c-kernel: larger blocks amortise the per-block Python work (rows come from mmap,
+            # so a block costs no buffer unless a file must be read with pread)
+            default_block = 64 if self.backend == "c-kernel" else 16
+        elif self.backend == "torch-cuda":
+            self.threads = max(1, options.threads or 2)  # one thread reads while the other computes
+            default_block = 128
+        else:
+            self.threads = 1  # torch parallelises each operation itself
+            default_block = 64
+        self.row_block = max(1, options.row_block or default_block)
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kldtui-compare")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _kernel(self) -> Any:
+        k = getattr(self._local, "kernel", None)
+        if k is None:
+            if self.backend == "c-kernel":
+                k = ckernel.CRowKernel(self.vocab)
+            elif self.backend == "numpy-threads":
+                k = NumpyRowKernel(self.vocab)
+            else:
+                k = TorchBlockKernel(self.vocab, "cuda" if self.backend == "torch-cuda" else "cpu")
+            self._local.kernel = k
+        return k
+
+    def _buffer(self, name: str) -> np.ndarray:
+        """This thread's read buffer for one side (allocated at first use: mmap needs none)."""
+        buf = getattr(self._local, name, None)
+        if buf is None:
+            buf = np.empty((self.row_block, self.vocab), dtype=np.float32)
+            setattr(self._local, name, buf)
+        return buf
+
+    def compare_window(self, inputs: CompareInputs, window: WindowSpec,
+                       emit: EventSink = null_sink, cancel: Cancel | None = None) -> WindowResult:
+        t0 = time.perf_counter()
+        rows = window.scored_positions
+        reverse = self.options.reverse
+        ref_path = inputs.reference.file_path(window.index)
+        cand_path = inputs.candidate.file_path(window.index)
+        tokens = inputs.next_tokens[window.index]
+        out = RowStats.empty(rows, reverse)
+        throttle = Throttle(0.1)
+        done = 0
+        lock = threading.Lock()
+        task = f"window {window.index:03d}"
+
+        with RowReader(ref_path) as xr, RowReader(cand_path) as yr, \
+                _RowMap(xr, self.backend) as xm, _RowMap(yr, self.backend) as ym:
+            def work(start: int) -> None:
+                nonlocal done
+                if cancel is not None:
+                    cancel.check()
+                stop = min(start + self.row_block, rows)
+                kernel = self._kernel()
+                x = xm.rows(start, stop) if xm.ok else xr.pread(start, stop, self._buffer("x"))
+                y = ym.rows(start, stop) if ym.ok else yr.pread(start, stop, self._buffer("y"))
+                block = kernel.block(x, y, tokens[start:stop], reverse)
+                del x, y
+                xm.release(start, stop)
+                ym.release(start, stop)
+                out.put(start, block)
+                with lock:
+                    done += stop - start
+                    if throttle.ready(final=done == rows):
+                        elapsed = time.perf_counter() - t0
+                        rate = done / elapsed if elapsed > 0 else None
+                        emit(Progress("compare", task=task, done=done, total=rows, unit="rows",
+                                      rate=rate, eta_s=(rows - done) / rate if rate else None))
+
+            futures: list[Future[None]] = [self._pool.submit(work, s) for s in range(0, rows, self.row_block)]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in futures if f.done() and f.exception() is not None]
+            if failed:
+                for f in futures:
+                    f.cancel()
+                wait(futures)
+                raise failed[0].exception()  # type: ignore[misc]
+        bad = out.nonfinite_rows()
+        if bad.size:
+            raise self._nonfinite_error(ref_path, cand_path, window, bad)
+        elapsed = time.perf_counter() - t0
+        return WindowResult(window.index, window.domain, self.vocab, out, elapsed_seconds=elapsed,
+                            bytes_compared=2 * rows * self.vocab * 4, backend=self.backend)
+
+    def _nonfinite_error(self, ref_path: Path, cand_path: Path, window: WindowSpec,
+                         rows: np.ndarray) -> BadInput:
+        for path, side in ((ref_path, "reference"), (cand_path, "candidate")):
+            with RowReader(path) as reader:
+                hit: list[int] = []
+                for r in rows[:64]:
+                    block = reader.pread(int(r), int(r) + 1)
+                    if not np.isfinite(block).all():
+                        hit.append(int(r))
+                if hit:
+                    shown = ", ".join(str(r) for r in hit[:5]) + (" ..." if len(hit) > 5 else "")
+                    return BadInput(f"{path}: {window.label}: NaN or Inf in the {side} logits at rows "
+                                    f"{shown}; capture and finalize this window again")
+        return BadInput(f"{cand_path}: {window.label}: non-finite results at rows "
+                        f"{', '.join(str(int(r)) for r in rows[:5])}; the logits overflow float64 sums")
+
+
+def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | int,
+                   reference_dir: str | os.PathLike[str], candidate_dir: str | os.PathLike[str],
+                   options: CompareOptions | None = None, cancel: Cancel | None = None,
+                   emit: EventSink = null_sink, engine: Engine | None = None) -> WindowResult:
+    """Validate and compare ONE window (e.g. as soon as it is finalized)."""
+    options = options or CompareOptions()
+    s = suite if isinstance(suite, Suite) else load_suite(suite)
+    w = s.window(window) if isinstance(window, int) else window
+    inputs = prepare(s, reference_dir, candidate_dir, options, emit, cancel, windows=[w])
+    if engine is not None:
+        return engine.compare_window(inputs, w, emit, cancel)
+    with Engine(inputs.vocab_size, options) as eng:
+        return eng.compare_window(inputs, w, emit, cancel)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _concat(results: Sequence[WindowResult], name: str) -> np.ndarray:
+    return np.concatenate([getattr(r.rows, name) for r in results])
+
+
+def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
+                 reference_dir: str | os.PathLike[str] = "", candidate_dir: str | os.PathLike[str] = "",
+                 options: CompareOptions | None = None, window_range: Sequence[int] | None = None,
+                 reference_manifest_sha256: str | None = None, suite_token_hash_sha256: str | None = None,
+                 verified: dict[str, Any] | None = None, elapsed_seconds: float | None = None,
+                 backend: str | None = None, threads: int | None = None,
+                 command: str | None = None) -> dict[str, Any]:
+    """The report (docs/REPORT.md) from window results, in any order."""
+    options = options or CompareOptions()
+    if not results:
+        raise BadInput(f"{candidate_dir}: no compared windows to report")
+    res = sorted(results, key=lambda r: r.window_index)
+    idx = [r.window_index for r in res]
+    if len(set(idx)) != len(idx):
+        raise ValueError("a window appears twice in the results")
+    reverse = all(r.reverse for r in res)
+    samples, seed = options.bootstrap_samples, options.bootstrap_seed
+    kl = _concat(res, "kl")
+    js = _concat(res, "js")
+    argmax_ref = _concat(res, "argmax_ref")
+    top1 = argmax_ref == _concat(res, "argmax_cand")
+    rank = _concat(res, "rank_ref_top")
+    lp_ref = _concat(res, "logp_ref_next")
+    lp_cand = _concat(res, "logp_cand_next")
+    p_ref = np.exp(lp_ref)
+    p_cand = np.exp(lp_cand)
+    dp = p_cand - p_ref
+    figs = [r.figures() for r in res]
+    kl_means = np.array([f["kl_mean"] for f in figs])
+    js_means = np.array([f["js_mean"] for f in figs])
+    nll_r = np.array([f["nll_reference_mean"] for f in figs])
+    nll_c = np.array([f["nll_candidate_mean"] for f in figs])
+
+    per_window = []
+    for r, f in zip(res, figs, strict=True):
+        entry: dict[str, Any] = {
+            "window_index": r.window_index, "domain": r.domain, "positions": r.positions,
+            "kl_reference_to_candidate": st.stats_object(r.rows.kl), "js": st.stats_object(r.rows.js),
+            "top1_agreement": f["top1_agreement"],
+        }
+        if r.rows.kl_reverse is not None and reverse:
+            entry["kl_candidate_to_reference"] = st.stats_object(r.rows.kl_reverse)
+        for k, v in f.items():
+            entry.setdefault(k, v)
+        per_window.append(entry)
+    arrays: dict[str, list[Any]] = {}
+    for f in figs:
+        for k, v in f.items():
+            if k == "kl_reverse_mean" and not reverse:
+                continue
+            arrays.setdefault(k, []).append(v)
+
+    domains: dict[str, Any] = {}
+    for d in dict.fromkeys(r.domain for r in res):
+        means = [f["kl_mean"] for f in figs if f["domain"] == d]
+        domains[d] = st.window_cluster_bootstrap(means, samples, seed)
+
+    if suite is not None and suite_token_hash_sha256 is None:
+        suite_token_hash_sha256 = suite.suite_token_hash_sha256
+    if reference_manifest_sha256 is None and reference_dir:
+        with contextlib.suppress(OSError):
+            reference_manifest_sha256 = hashlib.sha256(
+                (Path(reference_dir) / "manifest.json").read_bytes()).hexdigest()
+    if window_range is None:
+        stop = options.stop_window if options.stop_window is not None else idx[-1] + 1
+        window_range = [min(options.start_window, idx[0]), max(stop, idx[-1] + 1)]
+    elapsed = float(elapsed_seconds if elapsed_seconds is not None
+                    else sum(r.elapsed_seconds for r in res))
+    nbytes = int(sum(r.bytes_compared for r in res))
+    positions = int(kl.size)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        report = _report_body(res, figs, reverse, samples, seed, kl, js, top1, rank, lp_ref, lp_cand, p_ref,
+                              p_cand, dp, kl_means, js_means, nll_r, nll_c, per_window, arrays, domains)
+    report.update({
+        "reference_dir": str(reference_dir),
+        "candidate_dir": str(candidate_dir),
+        "window_range": [int(window_range[0]), int(window_range[1])],
+        "suite_token_hash_sha256": suite_token_hash_sha256,
+        "reference_manifest_sha256": reference_manifest_sha256,
+        "provenance": {
+            "kldtui_version": __version__,
+            "backend": backend or (res[0].backend if len({r.backend for r in res}) == 1
+                                   else "+".join(sorted({r.backend for r in res}))),
+            "threads": threads,
+            "elapsed_seconds": elapsed,
+            "bytes_compared": nbytes,
+            "throughput_gb_per_s": nbytes / elapsed / 1e9 if elapsed > 0 else None,
+            "positions_per_second": positions / elapsed if elapsed > 0 else None,
+            "created_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "verified": verified or {"token_hashes": True, "suite_hash": True, "logits_sha256": "skipped"},
+            "command": command,
+        },
+    })
+    return _json_safe(report)
+
+
+def _json_safe(obj: Any) -> Any:
+    """Non-finite floats (an overflowing perplexity of a broken candidate) become null: JSON has
+    no Inf or NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _report_body(res: Sequence[WindowResult], figs: list[dict[str, Any]], reverse: bool, samples: int,
+                 seed: int, kl: np.ndarray, js: np.ndarray, top1: np.ndarray, rank: np.ndarray,
+                 lp_ref: np.ndarray, lp_cand: np.ndarray, p_ref: np.ndarray, p_cand: np.ndarray,
+                 dp: np.ndarray, kl_means: np.ndarray, js_means: np.ndarray, nll_r: np.ndarray,
+                 nll_c: np.ndarray, per_window: list[dict[str, Any]], arrays: dict[str, list[Any]],
+                 domains: dict[str, Any]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "report_format": REPORT_FORMAT,
+        "direction": DIRECTION,
+        "positions": int(kl.size),
+        "windows": len(res),
+        "kl_reference_to_candidate": st.stats_object(kl),
+        "js": st.stats_object(js),
+        "top1_agreement": float(np.mean(top1)),
+        "kl_window_cluster_bootstrap": st.window_cluster_bootstrap(kl_means, samples, seed),
+        "js_window_cluster_bootstrap": st.window_cluster_bootstrap(js_means, samples, seed),
+        "domains": domains,
+        "per_window": per_window,
+        "per_window_arrays": arrays,
+        "vocab_size": int(res[0].vocab_size),
+        "topk_agreement": {"definition": TOPK_DEFINITION, "k": list(TOPK),
+                           **{str(k): float(np.mean(rank < k)) for k in TOPK}},
+        "next_token": {
+            "p_reference": st.stats_object(p_ref),
+            "p_candidate": st.stats_object(p_cand),
+            "delta_p": {**st.stats_object(dp), "rms": float(np.sqrt(np.mean(dp * dp)))},
+            "perplexity_reference": float(np.exp(-np.mean(lp_ref))),
+            "perplexity_candidate": float(np.exp(-np.mean(lp_cand))),
+            "perplexity_ratio": float(np.exp(np.mean(lp_ref) - np.mean(lp_cand))),
+            "perplexity_ratio_window_cluster_bootstrap": st.ratio_bootstrap(nll_c, np.exp, nll_r,
+                                                                            samples, seed),
+        },
+        "kl_by_reference_confidence": st.confidence_buckets(_concat(res, "ref_top_prob"), kl, top1),
+        "kl_by_position": st.position_buckets([r.rows.kl for r in res]),
+    }
+    if reverse:
+        report["kl_candidate_to_reference"] = st.stats_object(_concat(res, "kl_reverse"))
+        report["kl_reverse_window_cluster_bootstrap"] = st.window_cluster_bootstrap(
+            [f["kl_reverse_mean"] for f in figs], samples, seed)
+    return report
+
+
+def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
+            candidate_dir: str | os.PathLike[str], options: CompareOptions | None = None,
+            emit: EventSink = null_sink, cancel: Cancel | None = None,
+            command: str | None = None) -> dict[str, Any]:
+    """Validate everything, compare every selected window, and return the report dict."""
+    options = options or CompareOptions()
+    t0 = time.perf_counter()
+    emit(StageStarted("compare", detail=f"{reference_dir} vs {candidate_dir}"))
+    try:
+        inputs = prepare(suite_manifest, reference_dir, candidate_dir, options, emit, cancel)
+        results: list[WindowResult] = []
+        with Engine(inputs.vocab_size, options) as engine:
+            for n, w in enumerate(inputs.windows):
+                if cancel is not None:
+                    cancel.check()
+                emit(WindowState("compare", w.index, "comparing", domain=w.domain))
+                r = engine.compare_window(inputs, w, emit, cancel)
+                results.append(r)
+                emit(WindowState("compare", w.index, "compared", domain=w.domain,
+                                 figures={"kl": r.kl_mean, "js": float(np.mean(r.rows.js)),
+                                          "top1": r.top1_agreement, "rows": r.positions}))
+                emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
+                              unit="windows"))
+            backend, threads = engine.backend, engine.threads
+        stop = options.stop_window if options.stop_window is not None else inputs.suite.window_count
+        report = build_report(
+            results, suite=inputs.suite, reference_dir=reference_dir, candidate_dir=candidate_dir,
+            options=options, window_range=[options.start_window, stop],
+            reference_manifest_sha256=inputs.reference_manifest_sha256, verified=inputs.verified,
+            elapsed_seconds=time.perf_counter() - t0, backend=backend, threads=threads, command=command)
+    except KldError as exc:
+        emit(StageFailed("compare", message=str(exc)))
+        raise
+    b = report["kl_window_cluster_bootstrap"]
+    emit(StageFinished("compare", summary=f"mean KL {b['estimate']:.6g} "
+                       f"[{b['ci95_low']:.6g}, {b['ci95_high']:.6g}] over {report['windows']} windows",
+                       figures={"kl": b["estimate"], "ci95_low": b["ci95_low"],
+                                "ci95_high": b["ci95_high"], "top1": report["top1_agreement"]}))
+    return report
+
+
+__all__ = ["CompareOptions", "CompareInputs", "Engine", "WindowResult", "build_report", "compare",
+           "compare_window", "prepare", "resolve_backend"]
+

@@ -1,0 +1,648 @@
+"""The Reference stage: get the reference suite from the Hugging Face Hub and know it is intact.
+
+:func:`ensure_reference` is what the CLI (``kldtui download``) and the pipeline call:
+
+1. A local folder that already holds the suite, ``ref/manifest.json``, every token file and the
+   logits files of the window range is verified (hashes remembered in the verified-file cache)
+   and used as it is: no network, ``huggingface_hub`` is not even imported.
+2. Otherwise, with the real ``huggingface_hub`` client (dataset repository; ``HF_ENDPOINT`` and
+   ``HF_TOKEN`` honoured): the revision is resolved to a commit once, the two manifests and all
+   token files are fetched first, free disk space is checked against what the window range
+   still needs, then only the logits files of the range are fetched, several at once.
+3. Logits files go to ``<local_dir>/.kldtui-download/`` first and get their final name only
+   after their SHA-256 matched ``ref/manifest.json``; a corrupt download never appears under
+   its final name.
+4. The classic HTTP path (``huggingface_hub.file_download.http_get``) resumes: within one run
+   the client retries a dropped connection with a ``Range`` request; across runs the partial
+   file is kept and the next run asks for the rest (``Range: bytes=N-``). When the server offers
+   Xet storage and ``hf_xet`` is installed (the fast backend of huggingface_hub >= 1.0;
+   ``hf_transfer`` and ``HF_HUB_ENABLE_HF_TRANSFER`` are gone), the file is fetched through Xet.
+5. Finally the whole range is verified (suite hash, token hashes, each file's SHA-256; for the
+   published repository also the published suite hash); a failure names the file and stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    Notice,
+    Progress,
+    StageFinished,
+    StageStarted,
+    Throttle,
+    null_sink,
+)
+from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.suite import (
+    LOGITS_MANIFEST,
+    SUITE_MANIFEST,
+    LogitsEntry,
+    LogitsManifest,
+    Suite,
+    load_logits_manifest,
+    load_suite,
+    sha256_file,
+)
+from kldtui.stages.verify import (
+    PUBLISHED_REPO_ID,
+    PUBLISHED_SUITE_HASH,
+    RECORD_NAME,
+    REF_DIR,
+    VerifiedCache,
+    VerifyResult,
+    _fmt_bytes,
+    read_record,
+    verify_reference,
+)
+
+STAGE = "reference"
+PARTIAL_DIR = ".kldtui-download"
+REPO_TYPE = "dataset"
+DOWNLOAD_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class ReferenceSuite:
+    """A verified local reference for a window range."""
+
+    root: Path
+    suite_manifest: Path
+    ref_dir: Path
+    suite: Suite
+    manifest: LogitsManifest
+    window_range: tuple[int, int]
+    repo_id: str | None
+    commit: str | None  # the repository commit the files came from (None: unknown / local only)
+    offline: bool  # True when no network was used
+    downloaded: tuple[str, ...] = ()  # repository paths fetched by this call
+    verify: VerifyResult | None = field(default=None, repr=False)
+
+
+def _as_reference_events(emit: EventSink) -> EventSink:
+    """The verification inside this stage reports as part of it: its start and end become notices."""
+
+    def relay(event: Any) -> None:
+        if isinstance(event, StageStarted):
+            emit(Notice(STAGE, f"verifying {event.detail}".rstrip()))
+        elif isinstance(event, StageFinished):
+            emit(Notice(STAGE, event.summary))
+        else:
+            emit(dataclasses.replace(event, stage=STAGE))
+
+    return relay
+
+
+def _window_range(suite: Suite, start_window: int, stop_window: int | None) -> tuple[int, int]:
+    windows = suite.select(start_window, stop_window)
+    return windows[0].index, windows[-1].index + 1
+
+
+def _local_state(root: Path, repo_id: str | None, revision: str | None, start_window: int,
+                 stop_window: int | None) -> tuple[Suite, LogitsManifest, tuple[int, int]] | None:
+    """The local suite if it holds everything the range needs (files exist), else None."""
+    if not (root / SUITE_MANIFEST).is_file() or not (root / REF_DIR / LOGITS_MANIFEST).is_file():
+        return None
+    record = read_record(root)
+    if record is not None and repo_id is not None:
+        if record.get("repo_id") != repo_id:
+            return None
+        if revision is not None and revision not in (record.get("revision"), record.get("commit")):
+            return None
+    try:
+        suite = load_suite(root)
+        manifest = load_logits_manifest(root / REF_DIR)
+        rng = _window_range(suite, start_window, stop_window)
+        for w in suite.windows:
+            if not suite.token_path(w).is_file():
+                return None
+        for index in range(*rng):
+            if not manifest.file_path(index).is_file():
+                return None
+    except BadInput:
+        return None
+    return suite, manifest, rng
+
+
+def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, revision: str | None = None,
+                     stop_window: int | None = None, start_window: int = 0, reverify: bool = False,
+                     emit: EventSink = null_sink, cancel: Cancel | None = None,
+                     workers: int | None = None) -> ReferenceSuite:
+    """Make ``local_dir`` hold a verified reference for windows ``[start_window, stop_window)``.
+
+    ``repo_id`` None means local only (a missing file is a :class:`BadInput`). Raises
+    :class:`StageFailed` when a file fails verification (naming it), the disk is too small, or
+    the Hub cannot deliver a file; :class:`Interrupted` when ``cancel`` is set (partial downloads
+    are kept and resumed next time).
+    """
+    root = Path(local_dir)
+    started = time.monotonic()
+    expected_hash = PUBLISHED_SUITE_HASH if repo_id == PUBLISHED_REPO_ID else None
+    emit(StageStarted(STAGE, detail=f"{repo_id or 'local'} -> {root}"))
+    local = _local_state(root, repo_id, revision, start_window, stop_window)
+    if local is not None:
+        suite, manifest, rng = local
+        emit(Notice(STAGE, f"{root} already holds windows {rng[0]}..{rng[1] - 1}; verifying, no network"))
+        result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
+                                  workers=workers, expected_suite_hash=expected_hash,
+                                  emit=_as_reference_events(emit), cancel=cancel)
+        result.raise_for_failures()
+        record = read_record(root) or {}
+        emit(StageFinished(STAGE, summary=f"reference ready (local): {result.summary()}",
+                           figures={"offline": True, "windows": list(rng)}))
+        return ReferenceSuite(root, suite.path, root / REF_DIR, suite, manifest, rng,
+                              repo_id or record.get("repo_id"), record.get("commit"), True, (), result)
+    if repo_id is None:
+        raise BadInput(f"{root}: no complete reference suite here for the requested windows "
+                       "(suite-manifest.json, ref/manifest.json, token files and logits files); "
+                       "give a repository id to download it")
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
+                          "suite here or unset HF_HUB_OFFLINE to download it")
+    record = read_record(root)
+    requested = revision
+    if revision is None and record and record.get("repo_id") == repo_id and record.get("commit"):
+        requested = record.get("revision")
+        # more windows for a folder downloaded earlier: stay on the commit it came from, so old and
+        # new files belong to one manifest (pass --revision main to move to the newest commit)
+        revision = str(record["commit"])
+        emit(Notice(STAGE, f"{root} was downloaded from commit {revision[:12]}; fetching the rest from it"))
+    downloader = _HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
+    commit = downloader.resolve()
+    downloader.fetch_small([SUITE_MANIFEST, f"{REF_DIR}/{LOGITS_MANIFEST}"])
+    suite = load_suite(root)
+    manifest = load_logits_manifest(root / REF_DIR)
+    rng = _window_range(suite, start_window, stop_window)
+    token_files = []
+    for w in suite.windows:
+        suite.token_path(w)  # refuses a token_file that leaves the folder before anything is fetched
+        token_files.append(Path(w.token_file).as_posix())
+    downloader.fetch_small(token_files, task="token files")
+    entries = [manifest.entry(i) for i in range(*rng)]
+    cache = VerifiedCache(root / REF_DIR)
+    todo: list[tuple[LogitsEntry, Path]] = []
+    for entry in entries:
+        final = manifest.file_path(entry.window_index)
+        if final.is_file() and final.stat().st_size == entry.size_bytes:
+            known = cache.lookup(final)
+            if known is None or known == entry.sha256:
+                continue  # present; checked by the verification below
+            # a file of another revision (known hash differs): fetched again, replaced when verified
+        todo.append((entry, final))
+    downloader.check_disk_space(todo, rng)
+    fetched = downloader.fetch_logits(todo, workers=workers)
+    _write_record(root, repo_id, requested, commit, rng, downloader.endpoint)
+    result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
+                              workers=workers, expected_suite_hash=expected_hash,
+                              emit=_as_reference_events(emit), cancel=cancel)
+    result.raise_for_failures()
+    elapsed = time.monotonic() - started
+    emit(StageFinished(STAGE, summary=f"reference ready: {len(fetched)} logits file(s) downloaded "
+                                      f"({_fmt_bytes(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
+                                      f"{result.summary()}",
+                       figures={"offline": False, "commit": commit, "windows": list(rng),
+                                "bytes_downloaded": downloader.bytes_fetched, "elapsed_s": elapsed}))
+    return ReferenceSuite(root, suite.path, root / REF_DIR, suite, manifest, rng, repo_id, commit, False,
+                          tuple(downloader.fetched_paths), result)
+
+
+def _write_record(root: Path, repo_id: str, revision: str | None, commit: str, rng: tuple[int, int],
+                  endpoint: str | None) -> None:
+    previous = read_record(root) or {}
+    windows = set(range(*rng))
+    if previous.get("repo_id") == repo_id and previous.get("commit") == commit:
+        windows |= {int(i) for i in previous.get("windows", []) if isinstance(i, int)}
+    write_json_atomic(root / RECORD_NAME, {
+        "format": 1, "repo_id": repo_id, "repo_type": REPO_TYPE, "revision": revision, "commit": commit,
+        "endpoint": endpoint, "windows": sorted(windows),
+        "updated_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    })
+
+
+# ------------------------------------------------------------------------------------------------
+# the Hub side
+
+
+class _ProgressFile:
+    """A file wrapper for ``http_get``: counts bytes written and checks for cancellation."""
+
+    def __init__(self, handle: Any, on_bytes: Callable[[int], None], check: Callable[[], None]) -> None:
+        self._h = handle
+        self._on_bytes = on_bytes
+        self._check = check
+
+    def write(self, data: bytes) -> int:
+        self._check()
+        n = self._h.write(data)
+        self._on_bytes(len(data))
+        return n
+
+    def seek(self, *args: Any) -> int:
+        pos = self._h.tell()
+        new = self._h.seek(*args)
+        if new < pos:
+            self._on_bytes(new - pos)  # http_get rewinds when a server ignored the Range request
+        return new
+
+    def tell(self) -> int:
+        return self._h.tell()
+
+    def truncate(self, *args: Any) -> int:
+        return self._h.truncate(*args)
+
+    def flush(self) -> None:
+        self._h.flush()
+
+
+class _Meter:
+    """Aggregated byte progress of all downloads plus per-file progress, throttled."""
+
+    def __init__(self, emit: EventSink, total: int, initial: int) -> None:
+        self.emit = emit
+        self.total = total
+        self.done = initial
+        self.session = 0  # bytes received by this run (for the rate)
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._throttle = Throttle(0.25)
+        self._file_throttle: dict[str, Throttle] = {}
+        self._files: dict[str, list[int]] = {}  # name -> [done, total, bytes received by this run]
+        self._file_started: dict[str, float] = {}
+
+    def start_file(self, name: str, done: int, total: int) -> None:
+        with self._lock:
+            self._files[name] = [done, total, 0]
+            self._file_started[name] = time.monotonic()
+            self._file_throttle[name] = Throttle(0.5)
+        self.emit(Progress(STAGE, task=name, done=done, total=total, unit="B"))
+
+    def finish(self) -> None:
+        with self._lock:
+            done, session = self.done, self.session
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        self.emit(Progress(STAGE, task="download", done=done, total=self.total, unit="B",
+                           rate=session / elapsed if session else None, eta_s=0.0))
+
+    def add(self, name: str, n: int, final: bool = False) -> None:
+        with self._lock:
+            self.done += n
+            self.session += n
+            f = self._files.setdefault(name, [0, 0, 0])
+            f[0] += n
+            f[2] += n
+            file_done, file_total, file_session = f
+            file_started = self._file_started.setdefault(name, time.monotonic())
+            send_total = self._throttle.ready(final)
+            send_file = self._file_throttle.setdefault(name, Throttle(0.5)).ready(final)
+            done, session = self.done, self.session
+        now = time.monotonic()
+        rate = session / max(now - self.started, 1e-9) if session > 0 else None
+        if send_file:
+            file_rate = file_session / max(now - file_started, 1e-9) if file_session > 0 else None
+            eta = (file_total - file_done) / file_rate if file_rate else None
+            self.emit(Progress(STAGE, task=name, done=file_done, total=file_total, unit="B", rate=file_rate,
+                               eta_s=eta))
+        if send_total:
+            eta = (self.total - done) / rate if rate else None
+            self.emit(Progress(STAGE, task="download", done=done, total=self.total, unit="B", rate=rate,
+                               eta_s=eta))
+
+
+def _xet_available() -> bool:
+    """Whether huggingface_hub can use hf_xet (its fast transfer backend) in this environment."""
+    try:
+        from huggingface_hub.utils._runtime import is_xet_available
+    except ImportError:
+        import importlib.util
+
+        return importlib.util.find_spec("hf_xet") is not None
+    return bool(is_xet_available())
+
+
+def _silent_tqdm() -> type:
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    class Silent(hf_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return Silent
+
+
+class _HubDownloader:
+    def __init__(self, repo_id: str, root: Path, revision: str | None, *, emit: EventSink,
+                 cancel: Cancel | None) -> None:
+        self.repo_id = repo_id
+        self.root = root
+        self.revision = revision
+        self.emit = emit
+        self.cancel = cancel
+        endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
+        self.endpoint: str | None = endpoint or None
+        # An explicit HF_TOKEN is always sent (even with HF_HUB_DISABLE_IMPLICIT_TOKEN); without it the
+        # library's own rules apply (a token saved by `hf auth login`).
+        self.token: str | None = os.environ.get("HF_TOKEN", "").strip() or None
+        self.commit: str | None = None
+        self.fetched_paths: list[str] = []
+        self.bytes_fetched = 0
+        self._lock = threading.Lock()
+        self._abort = Cancel()  # set when one parallel download failed: the others stop too
+        self._noted: set[str] = set()
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _note_once(self, key: str, text: str) -> None:
+        with self._lock:
+            if key in self._noted:
+                return
+            self._noted.add(key)
+        self.emit(Notice(STAGE, text))
+
+    def check(self) -> None:
+        if self.cancel is not None:
+            self.cancel.check()
+        self._abort.check()
+
+    # -- errors ----------------------------------------------------------------------------------
+    def _where(self) -> str:
+        rev = self.commit or self.revision or "main"
+        return f"{self.endpoint or 'https://huggingface.co'} dataset {self.repo_id}@{rev}"
+
+    def _translate(self, exc: BaseException, path: str) -> KldError:
+        from huggingface_hub import errors as hf_errors
+
+        if isinstance(exc, KldError):
+            return exc
+        if isinstance(exc, hf_errors.GatedRepoError):
+            return BadInput(f"{self._where()}: the repository is gated; accept its terms on the Hub and "
+                            "set HF_TOKEN")
+        if isinstance(exc, hf_errors.RepositoryNotFoundError):
+            return BadInput(f"{self._where()}: repository not found (or private: set HF_TOKEN); check the "
+                            "repository id and HF_ENDPOINT")
+        if isinstance(exc, hf_errors.RevisionNotFoundError):
+            return BadInput(f"{self._where()}: revision {self.revision!r} not found; check --revision")
+        if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
+            return StageFailed(f"{path}: missing from {self._where()} (404); the dataset is incomplete at "
+                               "this revision, try another --revision or a smaller window range")
+        if isinstance(exc, hf_errors.LocalEntryNotFoundError | hf_errors.OfflineModeIsEnabled):
+            return StageFailed(f"{path}: cannot reach {self._where()} and the file is not here "
+                               f"({' '.join(str(exc).split())[:200]}); check the network and HF_ENDPOINT")
+        if isinstance(exc, hf_errors.HfHubHTTPError):
+            status = getattr(getattr(exc, "response", None), "status_code", "?")
+            return StageFailed(f"{path}: HTTP {status} from {self._where()}; try again later")
+        module = type(exc).__module__ or ""
+        if module.startswith(("httpx", "httpcore")) and "Connect" in type(exc).__name__:
+            return StageFailed(f"{path}: cannot reach {self._where()} ({' '.join(str(exc).split())[:200]}); "
+                               "check the network, HF_ENDPOINT and proxies (a complete local folder needs "
+                               "no network)")
+        if module.startswith(("httpx", "httpcore")) or isinstance(exc, OSError):
+            return StageFailed(f"{path}: download from {self._where()} failed: {type(exc).__name__}: "
+                               f"{' '.join(str(exc).split())[:300]}; run again to resume")
+        return StageFailed(f"{path}: download failed: {type(exc).__name__}: {exc}")
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _file_metadata(self, repo_path: str, revision: str | None, *, retry: bool) -> tuple[str, Any]:
+        """The file's URL and Hub metadata (one HEAD request); errors become one line."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+        url = hf_hub_url(self.repo_id, repo_path, repo_type=REPO_TYPE, revision=revision,
+                         endpoint=self.endpoint)
+        try:
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=retry)
+        except Exception as exc:  # noqa: BLE001 - translated to one line
+            raise self._translate(exc, repo_path) from None
+        return url, meta
+
+    def resolve(self) -> str:
+        """Resolve the revision to a commit id (one HEAD request), so every file comes from it."""
+        # no retries here: an unreachable Hub is reported at once (file transfers do retry)
+        url, meta = self._file_metadata(SUITE_MANIFEST, self.revision, retry=False)
+        if not meta.commit_hash:
+            raise StageFailed(f"{url}: no X-Repo-Commit header; HF_ENDPOINT does not look like a Hub")
+        self.commit = meta.commit_hash
+        self.emit(Notice(STAGE, f"{self.repo_id}: revision {self.revision or 'main'} is commit "
+                                f"{self.commit[:12]}"))
+        return self.commit
+
+    def fetch_small(self, paths: Sequence[str], task: str = "manifests") -> None:
+        """Manifests and token files with ``hf_hub_download`` into the local folder (parallel)."""
+        from huggingface_hub import hf_hub_download
+
+        tqdm_class = _silent_tqdm()
+        done = [0]
+        lock = threading.Lock()
+
+        def one(path: str) -> None:
+            self.check()
+            try:
+                hf_hub_download(self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit,
+                                local_dir=self.root, endpoint=self.endpoint, token=self.token,
+                                tqdm_class=tqdm_class)
+            except Exception as exc:  # noqa: BLE001 - translated to one line
+                raise self._translate(exc, path) from None
+            with lock:
+                done[0] += 1
+                n = done[0]
+            self.emit(Progress(STAGE, task=task, done=n, total=len(paths), unit="files"))
+
+        _run_parallel(one, list(paths), workers=8, check=self.check, abort=self._abort)
+
+    def check_disk_space(self, todo: Sequence[tuple[LogitsEntry, Path]], rng: tuple[int, int]) -> None:
+        need = 0
+        for entry, final in todo:
+            have = sum(p.stat().st_size for p in self._partials(final))
+            need += max(entry.size_bytes - have, 0)
+        if not todo:
+            return
+        free = shutil.disk_usage(self.root).free
+        if need > free:
+            raise StageFailed(f"{self.root}: windows {rng[0]}..{rng[1] - 1} need {_fmt_bytes(need)} "
+                              f"({need} bytes) more, but only {_fmt_bytes(free)} ({free} bytes) are free; "
+                              "free disk space or choose a smaller --stop-window")
+        self.emit(Notice(STAGE, f"{len(todo)} logits file(s) to fetch, {_fmt_bytes(need)}; "
+                                f"{_fmt_bytes(free)} free"))
+
+    def _partial_dir(self) -> Path:
+        return self.root / PARTIAL_DIR
+
+    def _partials(self, final: Path) -> list[Path]:
+        folder = self._partial_dir()
+        if not folder.is_dir():
+            return []
+        return sorted(folder.glob(f"{final.parent.name}__{final.name}.*.part"))
+
+    def fetch_logits(self, todo: Sequence[tuple[LogitsEntry, Path]], *, workers: int | None) -> list[Path]:
+        if not todo:
+            return []
+        total = sum(e.size_bytes for e, _ in todo)
+        initial = sum(min(sum(p.stat().st_size for p in self._partials(f)), e.size_bytes) for e, f in todo)
+        meter = _Meter(self.emit, total, initial)
+        cache = VerifiedCache(self.root / REF_DIR)
+        fetched: list[Path] = []
+
+        def one(item: tuple[LogitsEntry, Path]) -> None:
+            entry, final = item
+            path = self._fetch_one(entry, final, meter, cache)
+            with self._lock:
+                fetched.append(path)
+
+        try:
+            _run_parallel(one, list(todo), workers=min(workers or DOWNLOAD_WORKERS, len(todo)),
+                          check=self.check, abort=self._abort)
+        finally:
+            cache.save()
+        meter.finish()
+        return fetched
+
+    def _fetch_one(self, entry: LogitsEntry, final: Path, meter: _Meter, cache: VerifiedCache) -> Path:
+        from huggingface_hub import constants
+
+        repo_path = final.relative_to(self.root.resolve()).as_posix()
+        url, meta = self._file_metadata(repo_path, self.commit, retry=True)
+        if meta.size is not None and meta.size != entry.size_bytes:
+            raise StageFailed(f"{repo_path}: the Hub has {meta.size} bytes, ref/manifest.json says "
+                              f"{entry.size_bytes} (window {entry.window_index}); the dataset is "
+                              "inconsistent at this revision")
+        etag = (meta.etag or "noetag").replace("/", "_")[:16]
+        folder = self._partial_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f"{final.parent.name}__{final.name}.{etag}.part"
+        for stale in self._partials(final):
+            if stale != part:
+                stale.unlink(missing_ok=True)  # a partial of another version of the file
+        name = final.name
+        use_xet = (meta.xet_file_data is not None and _xet_available()
+                   and not getattr(constants, "HF_HUB_DISABLE_XET", False))
+        try:
+            if use_xet:
+                self._note_once("xet", "transfers through Xet storage (hf_xet); HF_XET_HIGH_PERFORMANCE=1 "
+                                       "uses more bandwidth and CPU")
+                self._fetch_xet(repo_path, part, entry.size_bytes, name, meter)
+            else:
+                # like huggingface_hub: an LFS file straight from the CDN location it was redirected to;
+                # a Xet-backed file (hf_xet missing or HF_HUB_DISABLE_XET) through the resolve URL
+                location = meta.location if meta.xet_file_data is None else url
+                self._fetch_http(location, url, part, entry.size_bytes, name, meter)
+        except (Interrupted, KldError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated to one line
+            raise self._translate(exc, repo_path) from None
+        size = part.stat().st_size
+        if size != entry.size_bytes:
+            raise StageFailed(f"{repo_path}: downloaded {size} bytes, ref/manifest.json says "
+                              f"{entry.size_bytes}; run again to resume")
+        sha = sha256_file(part)
+        if sha != entry.sha256:
+            part.unlink(missing_ok=True)
+            raise StageFailed(f"{final}: window {entry.window_index:03d}: the downloaded file's SHA-256 "
+                              f"{sha[:12]}... does not match ref/manifest.json's {entry.sha256[:12]}...; the "
+                              f"copy on {self._where()} is corrupt (nothing was kept); report it to the "
+                              "dataset's owner")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(part, final)
+        cache.record(final, sha)
+        with self._lock:
+            self.fetched_paths.append(repo_path)
+        meter.add(name, 0, final=True)
+        return final
+
+    def _fetch_http(self, location: str, url: str, part: Path, size: int, name: str, meter: _Meter) -> None:
+        from huggingface_hub.file_download import http_get
+        from huggingface_hub.utils import build_hf_headers
+
+        resume = part.stat().st_size if part.exists() else 0
+        if resume > size:
+            part.unlink()
+            resume = 0
+        if resume:
+            self.emit(Notice(STAGE, f"{name}: resuming at {_fmt_bytes(resume)} of {_fmt_bytes(size)}"))
+        meter.start_file(name, resume, size)
+        headers = build_hf_headers(token=self.token)
+        if urlsplit(location).netloc != urlsplit(url).netloc:
+            headers.pop("authorization", None)  # a CDN's signed URL: the token stays on the Hub
+        with open(part, "r+b" if resume else "wb") as handle:
+            handle.seek(resume)
+            handle.truncate()
+            counted = [0]
+
+            def on_bytes(n: int) -> None:
+                counted[0] += n
+                meter.add(name, n)
+
+            http_get(location, _ProgressFile(handle, on_bytes, self.check), resume_size=resume,
+                     headers=headers, expected_size=size, displayed_filename=name,
+                     tqdm_class=_silent_tqdm())
+            handle.flush()
+            os.fsync(handle.fileno())
+        with self._lock:
+            self.bytes_fetched += counted[0]
+
+    def _fetch_xet(self, repo_path: str, part: Path, size: int, name: str, meter: _Meter) -> None:
+        """Through hf_xet (via ``hf_hub_download`` into a staging folder), progress by polling."""
+        from huggingface_hub import hf_hub_download
+
+        staging = self._partial_dir() / "xet"
+        meter.start_file(name, 0, size)
+        stop = threading.Event()
+        seen = [0]
+
+        def watch() -> None:
+            pattern_root = staging / ".cache"
+            while not stop.wait(0.5):
+                grown = sum(p.stat().st_size for p in pattern_root.rglob("*.incomplete") if p.is_file()) \
+                    if pattern_root.is_dir() else 0
+                if grown > seen[0]:
+                    meter.add(name, grown - seen[0])
+                    seen[0] = grown
+
+        watcher = threading.Thread(target=watch, daemon=True, name="kldtui-xet-watch")
+        watcher.start()
+        try:
+            path = hf_hub_download(self.repo_id, repo_path, repo_type=REPO_TYPE, revision=self.commit,
+                                   local_dir=staging, endpoint=self.endpoint, token=self.token,
+                                   tqdm_class=_silent_tqdm())
+        finally:
+            stop.set()
+            watcher.join()
+        meter.add(name, size - seen[0])
+        with self._lock:
+            self.bytes_fetched += size
+        os.replace(path, part)
+
+
+def _run_parallel(fn: Callable[[Any], None], items: list[Any], *, workers: int, check: Callable[[], None],
+                  abort: Cancel) -> None:
+    """Run ``fn`` over ``items`` on threads; the first error stops the others and is raised."""
+    if not items:
+        return
+
+    def guarded(item: Any) -> None:
+        check()
+        fn(item)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))),
+                            thread_name_prefix="kldtui-dl") as pool:
+        futures = [pool.submit(guarded, item) for item in items]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        errors = [f.exception() for f in futures if f.done() and f.exception() is not None]
+        error = next((e for e in errors if not isinstance(e, Interrupted)), errors[0] if errors else None)
+        if error is not None:
+            abort.set("another download failed")
+            for f in pending:
+                f.cancel()
+            wait(pending)
+            raise error

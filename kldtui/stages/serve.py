@@ -1,0 +1,487 @@
+"""The server launcher: vLLM (or the embedded CPU server) as a child process.
+
+One code path for both: an argument list (never a shell string) started in its own process
+group, with ``VLLM_KLD_CAPTURE_DIR`` pointing at a fresh, empty folder. Before starting, the
+launcher makes sure the flags the capture depends on are there (``--no-enable-prefix-caching``
+and ``--max-num-seqs 1``; a contradicting flag is refused) and says what it added with
+:class:`~kldtui.events.Notice` events. It binds 127.0.0.1 unless the argv names a host.
+
+While it runs, a reader thread streams the server's output as :class:`~kldtui.events.LogLine`
+events (and into ``log_path``) and keeps the last lines for error messages. The server is
+ready when ``GET /health`` answers 200 and ``GET /v1/models`` lists the served name.
+:meth:`ServerProcess.alive` returns ``None`` while it runs, else one line with the exit code and
+its last log lines. :meth:`ServerProcess.stop` sends SIGINT to the whole group, then SIGTERM,
+then SIGKILL, each after a timeout, until no process of the group is left.
+
+Never an orphan: ``stop`` runs on completion, error and Ctrl-C (``with ServerProcess(...)``),
+an ``atexit`` guard stops whatever is still running, and on Linux the child gets
+``PR_SET_PDEATHSIG(SIGKILL)`` so even a ``kill -9`` of kldtui takes the server's main process
+with it. (The death signal fires when the *thread* that forked exits, so every child is forked
+by one long-lived spawner thread.)
+
+Usage::
+
+    server = ServerProcess(argv, capture_dir=..., served_model_name="tiny", emit=emit)
+    with server:                       # start() ... stop()
+        url = server.wait_ready(timeout=600, cancel=cancel)
+        ...                            # server.alive() is None while it runs
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import contextlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from kldtui.errors import BadInput, Interrupted, StageFailed
+from kldtui.events import Cancel, EventSink, LogLine, Notice, ServerReady, StageStarted, null_sink
+from kldtui.formats.chunks import CAPTURE_DIR_ENV
+
+STAGE = "server"
+DEFAULT_STOP_TIMEOUTS = (20.0, 10.0, 5.0)  # after SIGINT, after SIGTERM, after SIGKILL
+LAST_LINES = 40
+_ANY_HOST = ("0.0.0.0", "::", "")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host if host not in _ANY_HOST else "", 0))
+        return int(sock.getsockname()[1])
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag V`` or ``--flag=V`` (the last one wins); None when absent."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
+def _has(argv: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def ensure_capture_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Return ``(argv, notes)`` with the flags capture depends on; refuse contradicting ones.
+
+    Prefix caching must be off (a cached prefix is never recomputed, so its logits would not
+    reach the hook) and one sequence must run at a time.
+    """
+    out = list(argv)
+    notes: list[str] = []
+    if _has(out, "--enable-prefix-caching"):
+        raise BadInput("server arguments: --enable-prefix-caching would skip cached prompt "
+                       "prefixes and lose their logits; remove it (kldtui adds "
+                       "--no-enable-prefix-caching)")
+    if not _has(out, "--no-enable-prefix-caching"):
+        out.append("--no-enable-prefix-caching")
+        notes.append("added --no-enable-prefix-caching (a cached prefix is never recomputed, "
+                     "so its logits would not be captured)")
+    seqs = _flag_value(out, "--max-num-seqs")
+    if seqs is None:
+        out += ["--max-num-seqs", "1"]
+        notes.append("added --max-num-seqs 1 (capture runs one sequence at a time)")
+    elif seqs.strip() != "1":
+        raise BadInput(f"server arguments: --max-num-seqs {seqs} lets requests share a batch; "
+                       "the capture needs --max-num-seqs 1")
+    if _flag_value(out, "--host") is None:
+        out += ["--host", "127.0.0.1"]
+        notes.append("added --host 127.0.0.1 (local only; set host in the profile to expose it)")
+    return out, notes
+
+
+def prepare_capture_dir(path: str | os.PathLike[str]) -> Path:
+    """Create the server's capture folder; refuse one that already holds anything."""
+    p = Path(path)
+    if p.exists():
+        if not p.is_dir():
+            raise BadInput(f"{p}: the server capture folder is a file; choose a fresh folder")
+        leftovers = sorted(x.name for x in p.iterdir())
+        if leftovers:
+            raise BadInput(f"{p}: the server capture folder is not empty ({len(leftovers)} "
+                           f"entries, e.g. {leftovers[0]}); use a fresh folder so every request "
+                           "folder in it belongs to this server")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+# --- one long-lived spawner thread (PR_SET_PDEATHSIG follows the forking thread) --------------
+
+_spawn_queue: queue.Queue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.Queue()
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawner_main() -> None:
+    while True:
+        func, future = _spawn_queue.get()
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(func())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            future.set_exception(exc)
+
+
+def _in_spawner(func: Callable[[], Any]) -> Any:
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawner_main, name="kldtui-spawner", daemon=True)
+            _spawner.start()
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    _spawn_queue.put((func, future))
+    return future.result()
+
+
+def _pdeathsig() -> Callable[[], None] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    sigkill = int(signal.SIGKILL)
+
+    def set_death_signal() -> None:  # runs in the child between fork and exec
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+
+    return set_death_signal
+
+
+# --- process-group helpers ---------------------------------------------------------------------
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids of live (non-zombie) processes in process group ``pgid``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            return [pgid]
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) > 2 and rest[0] not in ("Z", "X") and int(rest[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+_running: set[ServerProcess] = set()  # strong references: a dropped, running server is still stopped
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for server in list(_running):
+        with contextlib.suppress(Exception):
+            server.stop(reason="kldtui is exiting", timeouts=(5.0, 3.0, 2.0))
+
+
+class ServerProcess:
+    """One candidate server as a child process group. See the module docstring."""
+
+    def __init__(self, argv: Sequence[str], *, capture_dir: str | os.PathLike[str],
+                 served_model_name: str, emit: EventSink = null_sink,
+                 env: Mapping[str, str] | None = None, log_path: str | os.PathLike[str] | None = None,
+                 ensure_flags: bool = True,
+                 stop_timeouts: tuple[float, float, float] = DEFAULT_STOP_TIMEOUTS,
+                 api_key: str | None = None) -> None:
+        if isinstance(argv, str):
+            raise TypeError("argv must be a list of arguments, never a shell string")
+        if not argv:
+            raise BadInput("server command is empty; set [candidate] in the profile")
+        self.requested_argv = list(argv)
+        self.capture_dir = Path(capture_dir)
+        self.served_model_name = served_model_name
+        self.emit = emit
+        self.extra_env = dict(env or {})
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.ensure_flags = ensure_flags
+        self.stop_timeouts = stop_timeouts
+        self.api_key = api_key
+        self.argv: list[str] = list(argv)
+        self.added_notes: list[str] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+        self._lines: collections.deque[str] = collections.deque(maxlen=LAST_LINES)
+        self._reader: threading.Thread | None = None
+        self._log_file: IO[str] | None = None
+        self._stopping = False
+        self._stop_lock = threading.Lock()
+
+    # -- public ---------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def host(self) -> str:
+        return _flag_value(self.argv, "--host") or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        value = _flag_value(self.argv, "--port")
+        if value is None:
+            return 8000  # vLLM's default
+        try:
+            return int(value)
+        except ValueError:
+            raise BadInput(f"server arguments: --port {value!r} is not a number") from None
+
+    @property
+    def base_url(self) -> str:
+        host = self.host
+        if host in _ANY_HOST:
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def last_lines(self, n: int = 10) -> list[str]:
+        return list(self._lines)[-n:]
+
+    def start(self) -> None:
+        """Check the capture folder and the flags, then start the child; returns at once."""
+        if self.proc is not None:
+            raise RuntimeError("server already started")
+        if self.ensure_flags:
+            self.argv, self.added_notes = ensure_capture_flags(self.requested_argv)
+        for note in self.added_notes:
+            self.emit(Notice(STAGE, note))
+        if _flag_value(self.argv, "--port") == "0":
+            port = free_port(self.host)
+            i = self.argv.index("--port") if "--port" in self.argv else None
+            if i is not None:
+                self.argv[i + 1] = str(port)
+            else:
+                self.argv = [a if not a.startswith("--port=") else f"--port={port}" for a in self.argv]
+        prepare_capture_dir(self.capture_dir)
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env[CAPTURE_DIR_ENV] = str(self.capture_dir.resolve())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
+        self.emit(StageStarted(STAGE, detail=" ".join(self.argv)))
+        preexec = _pdeathsig()
+
+        def spawn() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
+                close_fds=True)
+
+        try:
+            self.proc = _in_spawner(spawn)
+        except FileNotFoundError:
+            self._close_log()
+            raise BadInput(f"server command: {self.argv[0]} not found; set [candidate] python "
+                           "to an interpreter that has vLLM") from None
+        except PermissionError:
+            self._close_log()
+            raise BadInput(f"server command: {self.argv[0]} is not executable") from None
+        _running.add(self)
+        self._reader = threading.Thread(target=self._read_output, name="kldtui-server-log",
+                                        daemon=True)
+        self._reader.start()
+
+    def alive(self) -> str | None:
+        """None while the server runs; else one line: exit code and its last log lines."""
+        if self.proc is None:
+            return "the server was not started"
+        code = self.proc.poll()
+        if code is None:
+            return None
+        self.returncode = code
+        if self._reader is not None:
+            self._reader.join(timeout=2.0)
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        tail = " | ".join(line.strip() for line in self.last_lines(8) if line.strip())
+        return f"the server exited ({how}); last log lines: {tail or '(none)'}"
+
+    def wait_ready(self, timeout: float = 3600.0, cancel: Cancel | None = None,
+                   poll_interval: float = 0.25) -> str:
+        """Block until ``/health`` is 200 and ``/v1/models`` lists the served name; return the URL.
+
+        Raises :class:`StageFailed` if the server exits or does not get ready in ``timeout``,
+        :class:`Interrupted` when ``cancel`` is set (the caller stops the server).
+        """
+        import httpx
+
+        url = self.base_url
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=url, timeout=5.0, headers=headers, trust_env=False) as client:
+            while True:
+                if cancel is not None:
+                    cancel.check()
+                dead = self.alive()
+                if dead is not None:
+                    raise StageFailed(f"server {self.argv[0]} did not start: {dead}")
+                served = _probe(client)
+                if served is not None:
+                    if self.served_model_name in served:
+                        self.emit(ServerReady(STAGE, url=url, served_model_name=self.served_model_name,
+                                              pid=self.pid))
+                        return url
+                    raise StageFailed(f"server at {url} serves {', '.join(served) or 'no model'}, not "
+                                      f"{self.served_model_name!r}; fix served_model_name in the "
+                                      "profile")
+                if time.monotonic() > deadline:
+                    tail = " | ".join(self.last_lines(5))
+                    raise StageFailed(f"server at {url} was not ready after {timeout:.0f} s; last "
+                                      f"log lines: {tail or '(none)'}")
+                if cancel is not None:
+                    if cancel.wait(poll_interval):
+                        raise Interrupted(cancel.reason)
+                else:
+                    time.sleep(poll_interval)
+
+    def stop(self, reason: str = "done", timeouts: tuple[float, float, float] | None = None) -> int | None:
+        """SIGINT, then SIGTERM, then SIGKILL to the process group until none of it is left.
+
+        Safe to call more than once and from any thread; returns the main process's exit code.
+        """
+        with self._stop_lock:
+            if self.proc is None:
+                return None
+            if self._stopping and self.returncode is not None:
+                return self.returncode
+            self._stopping = True
+            t_int, t_term, t_kill = timeouts or self.stop_timeouts
+            pgid = self.proc.pid
+            for sig, wait_s in ((signal.SIGINT, t_int), (signal.SIGTERM, t_term),
+                                (signal.SIGKILL, t_kill)):
+                if not self._group_alive(pgid):
+                    break
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, sig)
+                if sig != signal.SIGINT:
+                    self.emit(Notice(STAGE, f"server did not stop in time; sent {sig.name} "
+                                     f"to its process group {pgid}", level="warning"))
+                self._wait_group(pgid, wait_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=1.0)
+            self.returncode = self.proc.poll()
+            if self._reader is not None:
+                self._reader.join(timeout=2.0)
+            self._close_log()
+            _running.discard(self)
+            self.emit(LogLine(STAGE, f"server stopped ({reason}); exit code {self.returncode}"))
+            return self.returncode
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(reason="error" if exc[0] is not None else "done")
+
+    # -- internals ------------------------------------------------------------------------------
+    def _group_alive(self, pgid: int) -> bool:
+        assert self.proc is not None
+        self.proc.poll()  # reap our own child so it does not count as a member
+        return bool(_group_members(pgid))
+
+    def _wait_group(self, pgid: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._group_alive(pgid):
+                return
+            time.sleep(0.05)
+
+    def _read_output(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            # progress bars redraw with carriage returns: keep what the terminal would show last
+            line = next((part for part in reversed(text.split("\r")) if part.strip()), "")
+            self._lines.append(line)
+            if self._log_file is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._log_file.write(line + "\n")
+                    self._log_file.flush()
+            upper = line[:80].upper()
+            level = ("error" if "ERROR" in upper or "TRACEBACK" in upper
+                     else "warning" if "WARN" in upper else "info")
+            with contextlib.suppress(Exception):
+                self.emit(LogLine(STAGE, line, level=level))  # type: ignore[arg-type]
+        with contextlib.suppress(OSError):
+            self.proc.stdout.close()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            with contextlib.suppress(OSError):
+                self._log_file.close()
+            self._log_file = None
+
+
+def _probe(client: Any) -> list[str] | None:
+    """The served model ids once ``/health`` is 200 and ``/v1/models`` answers; else None."""
+    import httpx
+
+    try:
+        health = client.get("/health")
+        if health.status_code != 200:
+            return None
+        models = client.get("/v1/models")
+        if models.status_code in (401, 403):
+            raise StageFailed(f"{client.base_url}: the server refused the API key (HTTP "
+                              f"{models.status_code} on /v1/models); set the environment variable "
+                              "named by [candidate] api_key_env to the server's key")
+        if models.status_code != 200:
+            return None
+        data = models.json().get("data", [])
+        return [str(m.get("id")) for m in data if isinstance(m, dict)]
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
+def check_attached(base_url: str, served_model_name: str, *, api_key: str | None = None,
+                   emit: EventSink = null_sink, timeout: float = 10.0) -> str:
+    """Attach mode: the server at ``base_url`` must be ready and serve the name; return the URL."""
+    import httpx
+
+    url = base_url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=url, timeout=timeout, headers=headers, trust_env=False) as client:
+        served = _probe(client)
+    if served is None:
+        raise StageFailed(f"{url}: no ready server (GET /health and /v1/models did not both "
+                          "answer 200); start it first or fix [candidate] url")
+    if served_model_name not in served:
+        raise StageFailed(f"{url} serves {', '.join(served) or 'no model'}, not "
+                          f"{served_model_name!r}; fix served_model_name in the profile")
+    emit(ServerReady(STAGE, url=url, served_model_name=served_model_name, pid=None))
+    return url

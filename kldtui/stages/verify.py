@@ -1,0 +1,547 @@
+"""Verification of a suite folder, a logits folder, or a whole dataset root (suite + ``ref/``).
+
+What is checked (FORMATS.md):
+
+- suite: ``suite-manifest.json`` structure, every token file (inside the suite folder, token
+  count, ``token_ids_json_sha256``), the suite hash recomputed from the token hashes, and, when
+  asked for (the published repository), the suite hash against the published value;
+- logits folder: ``manifest.json`` structure, each listed file's size, safetensors key, dtype,
+  shape and metadata against the manifest, the manifest against the suite (suite hash, window
+  token hashes, rows) when the suite is known, and each file's SHA-256, streamed, several files
+  in parallel (hashlib releases the GIL).
+
+Every failure found is collected (one line each, naming the file and window); nothing stops at
+the first. A file's hash is recorded in ``<folder>/.kldtui-verified.json`` with its size and
+modification time, so an unchanged 1.3 GB file is not hashed again (``reverify=True`` forces it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput, Interrupted, StageFailed
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    Notice,
+    Progress,
+    StageFinished,
+    StageStarted,
+    Throttle,
+    null_sink,
+)
+from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.safetensors_io import expect_tensor, read_header
+from kldtui.formats.suite import (
+    LOGITS_FORMAT,
+    LOGITS_MANIFEST,
+    SUITE_MANIFEST,
+    LogitsManifest,
+    Suite,
+    load_logits_manifest,
+    load_suite,
+    sha256_file,
+)
+
+CACHE_NAME = ".kldtui-verified.json"
+RECORD_NAME = ".kldtui-reference.json"  # written by kldtui.stages.reference in a downloaded dataset root
+REF_DIR = "ref"
+PUBLISHED_REPO_ID = "festr2/kimi-k3-full-mxfp4-kld-reference-32x2048"
+PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
+STAGE = "verify"
+
+
+def default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+# ------------------------------------------------------------------------------------------------
+# verified-file cache
+
+
+class VerifiedCache:
+    """``(size, mtime_ns, sha256)`` per file of one folder, kept in ``<folder>/.kldtui-verified.json``.
+
+    A file whose size and modification time match its record is taken to have the recorded
+    SHA-256. Thread-safe; :meth:`save` writes atomically and never fails the run (a read-only
+    folder just gets no cache).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / CACHE_NAME
+        self._lock = threading.Lock()
+        self._files: dict[str, dict[str, Any]] = {}
+        self._dirty = False
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            files = doc.get("files", {}) if isinstance(doc, dict) and doc.get("format") == 1 else {}
+            self._files = {str(k): v for k, v in files.items() if isinstance(v, dict)}
+        except (OSError, ValueError):
+            self._files = {}
+
+    def _key(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.folder.resolve()).as_posix()
+        except ValueError:
+            return str(path.resolve())
+
+    def lookup(self, path: str | os.PathLike[str]) -> str | None:
+        """The recorded SHA-256 if the file is unchanged since it was recorded, else None."""
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError:
+            return None
+        with self._lock:
+            entry = self._files.get(self._key(p))
+        if (entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
+                and isinstance(entry.get("sha256"), str)):
+            return str(entry["sha256"])
+        return None
+
+    def record(self, path: str | os.PathLike[str], sha256: str) -> None:
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError:
+            return
+        with self._lock:
+            self._files[self._key(p)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256,
+                                         "verified_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self._dirty = True
+
+    def forget(self, path: str | os.PathLike[str]) -> None:
+        with self._lock:
+            if self._files.pop(self._key(Path(path)), None) is not None:
+                self._dirty = True
+
+    def save(self) -> bool:
+        with self._lock:
+            if not self._dirty:
+                return True
+            doc = {"format": 1, "files": dict(sorted(self._files.items()))}
+            self._dirty = False
+        try:
+            write_json_atomic(self.path, doc)
+            return True
+        except OSError:
+            return False
+
+
+# ------------------------------------------------------------------------------------------------
+# parallel hashing
+
+
+def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: EventSink = null_sink,
+               cancel: Cancel | None = None, stage: str = STAGE, task: str = "hash",
+               on_hashed: Callable[[Path, str], None] | None = None,
+               errors: dict[Path, str] | None = None) -> dict[Path, str]:
+    """SHA-256 of each file, several at once, with throttled byte progress.
+
+    ``on_hashed(path, sha)`` runs as each file finishes (the cache records it there, so an
+    interrupted run keeps what it hashed). A file that cannot be read goes to ``errors`` (one
+    line) when given, else raises :class:`StageFailed`. Raises :class:`Interrupted` when
+    ``cancel`` is set.
+    """
+    if not paths:
+        return {}
+    sizes = {}
+    for p in paths:
+        try:
+            sizes[p] = p.stat().st_size
+        except OSError:
+            sizes[p] = 0
+    total = sum(sizes.values())
+    lock = threading.Lock()
+    state = {"done": 0}
+    started = time.monotonic()
+    throttle = Throttle(0.2)
+
+    def report(final: bool = False) -> None:
+        with lock:
+            done = state["done"]
+            if not throttle.ready(final):
+                return
+        elapsed = max(time.monotonic() - started, 1e-9)
+        rate = done / elapsed if done else None
+        eta = (total - done) / rate if rate else None
+        emit(Progress(stage, task=task, done=done, total=total, unit="B", rate=rate, eta_s=eta))
+
+    def progress(n: int) -> None:
+        if cancel is not None and cancel.is_set():
+            cancel.check()
+        with lock:
+            state["done"] += n
+        report()
+
+    def one(p: Path) -> tuple[Path, str | None]:
+        if cancel is not None:
+            cancel.check()
+        try:
+            sha = sha256_file(p, progress=progress)
+        except OSError as exc:
+            message = f"{p}: cannot be read ({exc.strerror or exc})"
+            if errors is None:
+                raise StageFailed(message) from None
+            errors[p] = message
+            return p, None
+        if on_hashed is not None:
+            on_hashed(p, sha)
+        emit(Progress(stage, task=p.name, done=sizes[p], total=sizes[p], unit="B"))
+        return p, sha
+
+    n_workers = max(1, min(workers or default_workers(), len(paths)))
+    results: dict[Path, str] = {}
+    with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="kldtui-hash") as pool:
+        futures = [pool.submit(one, p) for p in paths]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in done:
+            if f.exception() is not None:
+                for other in pending:
+                    other.cancel()
+                if cancel is not None and not isinstance(f.exception(), Interrupted):
+                    cancel.set("hashing failed")
+                wait(pending)
+                raise f.exception()  # type: ignore[misc]
+        for f in futures:
+            p, sha = f.result()
+            if sha is not None:
+                results[p] = sha
+    report(final=True)
+    return results
+
+
+# ------------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class VerifyResult:
+    """What :func:`verify_path` found. ``ok`` is true when ``failures`` is empty."""
+
+    path: Path
+    kind: str  # "suite", "logits" or "dataset"
+    failures: list[str] = field(default_factory=list)
+    checked: list[Path] = field(default_factory=list)  # files hashed by this run
+    cached: list[Path] = field(default_factory=list)  # files whose hash came from the cache
+    notes: list[str] = field(default_factory=list)
+    suite_hash: str | None = None
+    windows: list[int] = field(default_factory=list)  # logits windows checked
+    bytes_hashed: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        head = "OK" if self.ok else f"FAILED ({len(self.failures)} problem{'s' * (len(self.failures) != 1)})"
+        return (f"{self.kind} {self.path}: {head}; {len(self.checked)} file(s) hashed "
+                f"({_fmt_bytes(self.bytes_hashed)}), {len(self.cached)} already verified and unchanged")
+
+    def raise_for_failures(self) -> None:
+        """Raise :class:`StageFailed` naming the first failure (and how many more there are)."""
+        if self.failures:
+            more = f" (and {len(self.failures) - 1} more problem(s))" if len(self.failures) > 1 else ""
+            raise StageFailed(f"verification failed: {self.failures[0]}{more}")
+
+
+# ------------------------------------------------------------------------------------------------
+# suite and logits checks
+
+
+def read_record(root: Path) -> dict[str, Any] | None:
+    """The download record a dataset root keeps (``.kldtui-reference.json``), if any."""
+    try:
+        doc = json.loads((root / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _check_suite(suite_path: Path, result: VerifyResult, expected_suite_hash: str | None,
+                 emit: EventSink, cancel: Cancel | None) -> Suite | None:
+    try:
+        suite = load_suite(suite_path)
+    except BadInput as exc:
+        result.failures.append(str(exc))
+        return None
+    result.suite_hash = suite.suite_token_hash_sha256
+    try:
+        suite.check_suite_hash()
+    except BadInput as exc:
+        result.failures.append(str(exc))
+    if expected_suite_hash is not None and suite.suite_token_hash_sha256 != expected_suite_hash:
+        result.failures.append(
+            f"{suite.path}: suite_token_hash_sha256 {suite.suite_token_hash_sha256[:12]}... is not the "
+            f"published {expected_suite_hash[:12]}...; this is not the published suite, download it again")
+    for i, w in enumerate(suite.windows):
+        if cancel is not None:
+            cancel.check()
+        try:
+            suite.load_tokens(w, check_hash=True)
+        except BadInput as exc:
+            result.failures.append(str(exc))
+        emit(Progress(STAGE, task="token files", done=i + 1, total=len(suite.windows), unit="files"))
+    return suite
+
+
+def _check_manifest_vs_suite(manifest: LogitsManifest, suite: Suite, windows: Iterable[int],
+                             result: VerifyResult) -> None:
+    if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+        result.failures.append(
+            f"{manifest.path}: suite hash {manifest.suite_token_hash_sha256[:12]}... differs from the "
+            f"suite's {suite.suite_token_hash_sha256[:12]}... ({suite.path}); these logits were made "
+            "from another suite")
+    if manifest.context_length != suite.context_length:
+        result.failures.append(f"{manifest.path}: context_length {manifest.context_length} differs from "
+                               f"the suite's {suite.context_length} ({suite.path})")
+    by_index = {w.index: w for w in suite.windows}
+    for index in windows:
+        entry = manifest.entries.get(index)
+        w = by_index.get(index)
+        if entry is None:
+            continue
+        if w is None:
+            result.failures.append(f"{manifest.path}: window {index} is not in the suite {suite.path}")
+            continue
+        if entry.token_ids_json_sha256 != w.token_ids_json_sha256:
+            result.failures.append(f"{manifest.path}: {w.label}: token hash differs from the suite's; "
+                                   "these logits were made from other tokens")
+        if entry.domain != w.domain:
+            result.failures.append(f"{manifest.path}: {w.label}: domain {entry.domain!r} differs from "
+                                   f"the suite's {w.domain!r}")
+        if entry.shape[0] != w.scored_positions:
+            result.failures.append(f"{manifest.path}: {w.label}: {entry.shape[0]} rows, the suite needs "
+                                   f"{w.scored_positions}")
+
+
+def _check_file_structure(manifest: LogitsManifest, index: int, result: VerifyResult) -> Path | None:
+    """Size, header, key, dtype, shape and metadata of one window's file; the path if it exists."""
+    entry = manifest.entries[index]
+    label = f"window {index:03d}"
+    try:
+        path = manifest.file_path(index)
+    except BadInput as exc:
+        result.failures.append(str(exc))
+        return None
+    if not path.is_file():
+        result.failures.append(f"{path}: {label}: file is missing; download or finalize it again")
+        return None
+    size = path.stat().st_size
+    if size != entry.size_bytes:
+        result.failures.append(f"{path}: {label}: {size} bytes, the manifest says {entry.size_bytes}; "
+                               "the file is truncated or changed, delete it and fetch it again")
+        return path
+    try:
+        header = read_header(path)
+        expect_tensor(header, entry.key, entry.dtype, entry.shape, what=label)
+    except BadInput as exc:
+        result.failures.append(str(exc))
+        return path
+    meta = header.metadata
+    expected = {"window_index": str(index), "token_ids_json_sha256": entry.token_ids_json_sha256,
+                "vocab_size": str(manifest.vocab_size), "domain": entry.domain,
+                "format": LOGITS_FORMAT}
+    for key, want in expected.items():
+        if key in meta and meta[key] != want:
+            result.failures.append(f"{path}: {label}: header metadata {key}={meta[key]!r}, the manifest "
+                                   f"says {want!r}")
+    return path
+
+
+def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[int] | None,
+                  result: VerifyResult, *, reverify: bool, workers: int | None, emit: EventSink,
+                  cancel: Cancel | None) -> LogitsManifest | None:
+    try:
+        manifest = load_logits_manifest(manifest_path)
+    except BadInput as exc:
+        result.failures.append(str(exc))
+        return None
+    selected = sorted(manifest.entries) if windows is None else list(windows)
+    for index in selected:
+        if index not in manifest.entries:
+            result.failures.append(f"{manifest.path}: window {index} is not listed; the manifest has "
+                                   f"windows {sorted(manifest.entries)}")
+    selected = [i for i in selected if i in manifest.entries]
+    result.windows = selected
+    if suite is not None:
+        _check_manifest_vs_suite(manifest, suite, selected, result)
+    if windows is None:
+        total = manifest.raw.get("total_size_bytes")
+        listed = sum(e.size_bytes for e in manifest.entries.values())
+        if isinstance(total, int) and total != listed:
+            result.failures.append(f"{manifest.path}: total_size_bytes {total} differs from the sum of "
+                                   f"the listed files ({listed})")
+    to_hash: dict[Path, int] = {}
+    for index in selected:
+        path = _check_file_structure(manifest, index, result)
+        size_ok = path is not None and path.stat().st_size == manifest.entries[index].size_bytes
+        if path is not None and size_ok:
+            to_hash[path] = index
+    cache = VerifiedCache(manifest.root)
+    need: list[Path] = []
+    known: dict[Path, str] = {}
+    for path in to_hash:
+        sha = None if reverify else cache.lookup(path)
+        if sha is None:
+            need.append(path)
+        else:
+            known[path] = sha
+            result.cached.append(path)
+    if known:
+        emit(Notice(STAGE, f"{len(known)} file(s) unchanged since verified, not hashed again "
+                           "(--reverify forces it)"))
+    errors: dict[Path, str] = {}
+    try:
+        hashed = hash_files(need, workers=workers, emit=emit, cancel=cancel, on_hashed=cache.record,
+                            errors=errors)
+    finally:
+        if not cache.save():
+            result.notes.append(f"{cache.path}: not writable; verified hashes are not remembered")
+    result.checked.extend(p for p in need if p in hashed)
+    result.bytes_hashed += sum(p.stat().st_size for p in need if p in hashed)
+    result.failures.extend(errors.values())
+    known.update(hashed)
+    for path, index in to_hash.items():
+        want = manifest.entries[index].sha256
+        got = known.get(path)
+        if got is None:
+            continue
+        if got != want:
+            result.failures.append(f"{path}: window {index:03d}: SHA-256 {got[:12]}... does not match the "
+                                   f"manifest's {want[:12]}...; the file is corrupt, delete it and fetch "
+                                   "it again")
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------------
+# entry points
+
+
+def _classify(path: Path) -> tuple[str, Path | None, Path | None]:
+    """(kind, suite manifest, logits manifest) for a file or folder."""
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or folder; give a suite folder, a logits folder or a "
+                       "dataset root")
+    if path.is_file():
+        if path.name == SUITE_MANIFEST:
+            return "suite", path, None
+        if path.name == LOGITS_MANIFEST:
+            return "logits", None, path
+        raise BadInput(f"{path}: expected {SUITE_MANIFEST}, {LOGITS_MANIFEST} or a folder holding them")
+    suite = path / SUITE_MANIFEST
+    if suite.is_file():
+        ref = path / REF_DIR / LOGITS_MANIFEST
+        if ref.is_file():
+            return "dataset", suite, ref
+        if (path / LOGITS_MANIFEST).is_file():
+            return "dataset", suite, path / LOGITS_MANIFEST
+        return "suite", suite, None
+    if (path / LOGITS_MANIFEST).is_file():
+        return "logits", None, path / LOGITS_MANIFEST
+    raise BadInput(f"{path}: holds neither {SUITE_MANIFEST} nor {LOGITS_MANIFEST}; give a suite folder, "
+                   "a logits folder or a dataset root")
+
+
+def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers: int | None = None,
+                start_window: int | None = None, stop_window: int | None = None,
+                suite: str | os.PathLike[str] | None = None, expected_suite_hash: str | None = None,
+                emit: EventSink = null_sink, cancel: Cancel | None = None) -> VerifyResult:
+    """Verify a suite folder, a logits folder or a dataset root, collecting every failure.
+
+    ``suite`` names the suite a logits folder belongs to (default: ``suite-manifest.json`` in the
+    folder above it, when there is one). Without a window range, a dataset root downloaded by
+    kldtui checks the windows it downloaded; anything else checks every listed window.
+    ``expected_suite_hash`` defaults to the published value when the download record says the
+    folder came from the published repository. A path that is not a suite or logits folder
+    raises :class:`BadInput`.
+    """
+    started = time.monotonic()
+    p = Path(path)
+    kind, suite_path, logits_path = _classify(p)
+    root = p if p.is_dir() else p.parent
+    result = VerifyResult(path=p, kind=kind)
+    emit(StageStarted(STAGE, detail=f"{kind} {p}"))
+    if suite is not None:
+        suite_path = Path(suite)
+        if suite_path.is_dir():
+            suite_path = suite_path / SUITE_MANIFEST
+    elif kind == "logits" and logits_path is not None:
+        candidate = logits_path.parent.parent / SUITE_MANIFEST
+        if candidate.is_file():
+            suite_path = candidate
+    record = read_record(root if kind != "logits" else logits_path.parent.parent)  # type: ignore[union-attr]
+    if expected_suite_hash is None and record and record.get("repo_id") == PUBLISHED_REPO_ID:
+        expected_suite_hash = PUBLISHED_SUITE_HASH
+    loaded_suite = None
+    if suite_path is not None:
+        loaded_suite = _check_suite(suite_path, result, expected_suite_hash, emit, cancel)
+    elif kind == "logits":
+        result.notes.append("no suite-manifest.json found next to this folder; checked the logits "
+                            "without the suite (pass --suite-manifest to check them against it)")
+    if logits_path is not None:
+        windows: Sequence[int] | None = None
+        if start_window is not None or stop_window is not None:
+            lo = start_window or 0
+            hi = stop_window
+            if hi is None:
+                try:
+                    hi = max(load_logits_manifest(logits_path).entries, default=-1) + 1
+                except BadInput:
+                    hi = lo
+            if hi <= lo:
+                raise BadInput(f"window range [{lo}, {hi}) is empty; check --start-window/--stop-window")
+            windows = list(range(lo, hi))
+        elif record and isinstance(record.get("windows"), list) and kind == "dataset":
+            windows = sorted(int(i) for i in record["windows"])
+            result.notes.append(f"checked the {len(windows)} window(s) downloaded into this folder "
+                                f"(record {RECORD_NAME}); pass --start-window/--stop-window to check others")
+        _check_logits(logits_path, loaded_suite, windows, result, reverify=reverify, workers=workers,
+                      emit=emit, cancel=cancel)
+    result.elapsed_s = time.monotonic() - started
+    for note in result.notes:
+        emit(Notice(STAGE, note))
+    emit(StageFinished(STAGE, summary=result.summary(),
+                       figures={"ok": result.ok, "failures": len(result.failures),
+                                "hashed_files": len(result.checked), "cached_files": len(result.cached),
+                                "bytes_hashed": result.bytes_hashed}))
+    return result
+
+
+def verify_reference(suite_root: str | os.PathLike[str], *, start_window: int = 0,
+                     stop_window: int | None = None, reverify: bool = False, workers: int | None = None,
+                     expected_suite_hash: str | None = None, emit: EventSink = null_sink,
+                     cancel: Cancel | None = None) -> VerifyResult:
+    """Verify a reference dataset root for a window range: suite, token files, ``ref/`` files.
+
+    Used after a download and by the pipeline. Returns the result; call
+    :meth:`VerifyResult.raise_for_failures` to stop on a failure.
+    """
+    root = Path(suite_root)
+    if not (root / SUITE_MANIFEST).is_file():
+        raise BadInput(f"{root}: no {SUITE_MANIFEST}; download the reference first")
+    if not (root / REF_DIR / LOGITS_MANIFEST).is_file():
+        raise BadInput(f"{root}: no {REF_DIR}/{LOGITS_MANIFEST}; download the reference first")
+    if stop_window is None:
+        stop_window = load_suite(root).window_count
+    return verify_path(root, reverify=reverify, workers=workers, start_window=start_window,
+                       stop_window=stop_window, expected_suite_hash=expected_suite_hash, emit=emit,
+                       cancel=cancel)

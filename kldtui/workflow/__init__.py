@@ -1,0 +1,1 @@
+"""Profiles, the work-folder layout, the pipeline scheduler, demo and host checks."""

@@ -1,0 +1,101 @@
+"""``kldtui demo``: the whole pipeline on a tiny built-in suite and model, no GPU, no network.
+
+:func:`prepare_demo` writes (once) a small suite of token windows to ``DIR/suite`` and the
+profile ``DIR/kldtui.toml`` (the text of ``examples/demo.toml``); :func:`run_demo` runs the
+ordinary :class:`~kldtui.workflow.pipeline.Pipeline` on it: the reference is captured from the embedded
+server with the unperturbed model and finalized into ``DIR/suite/ref``, the candidate from
+the same model with quantization-like rounding (``perturb``), then both are compared and the
+report is written to ``DIR/comparison.json``. Every step is resumable: run it again after an
+interruption (even ``kill -9``) and finished windows are not captured again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kldtui.errors import BadInput
+from kldtui.events import Cancel, EventSink, null_sink
+from kldtui.workflow.profile import Profile, load_profile
+
+DEMO_DOMAINS = ("prose", "prose", "code", "code", "instruction", "instruction")
+DEMO_CONTEXT = 512
+DEMO_VOCAB = 2048
+DEMO_TOKEN_SEED = 20240601
+DEMO_MODEL_SEED = 7
+
+PROFILE_TEXT = f"""\
+# kldtui demo profile: the embedded CPU server (a tiny deterministic model) plays both the
+# reference (unperturbed) and the candidate (weights rounded like a quantizer would).
+# `kldtui demo --workdir DIR` writes this file as DIR/kldtui.toml next to DIR/suite; then
+# `cd DIR && kldtui` opens the dashboard on it, `kldtui run --batch` runs it headless.
+
+[reference]
+local_dir = "suite"            # suite-manifest.json + tokens/ (+ ref/ once captured)
+capture = "embedded"           # capture missing reference logits with the embedded server
+
+[candidate]
+kind = "embedded"
+served_model_name = "demo"
+model_seed = {DEMO_MODEL_SEED}
+vocab_size = {DEMO_VOCAB}
+perturb = 0.1                  # rounding step / weight std; 0.1 gives a mean KL of about 0.03
+port = 0                       # a free port
+startup_timeout = 120.0
+request_timeout = 120.0
+
+[run]
+workdir = "."
+run_name = "candidate"
+
+[compare]
+bootstrap_samples = 2000
+bootstrap_seed = 1
+"""
+
+
+def demo_windows() -> list[tuple[str, list[int]]]:
+    """The demo suite's windows: text sampled from the demo's reference model itself, so
+    next-token probabilities and perplexity look like those of a real model on real text."""
+    from kldtui.embedded.model import TinyModel
+
+    model = TinyModel(DEMO_VOCAB, seed=DEMO_MODEL_SEED)
+    return [(domain, model.sample(DEMO_CONTEXT, seed=DEMO_TOKEN_SEED + i))
+            for i, domain in enumerate(DEMO_DOMAINS)]
+
+
+def build_demo_suite(root: Path) -> None:
+    """Write the demo suite to ``root`` unless it is already there (and the same)."""
+    from kldtui.formats.suite import load_suite, suite_token_hash, token_ids_hash
+    from kldtui.formats.suite_writer import write_suite
+
+    windows = demo_windows()
+    expected = suite_token_hash([token_ids_hash(ids) for _, ids in windows])
+    if (root / "suite-manifest.json").exists():
+        suite = load_suite(root)
+        if suite.suite_token_hash_sha256 != expected:
+            raise BadInput(f"{root}: holds another suite than the demo's; use an empty --workdir")
+        return
+    write_suite(root, windows, dataset="kldtui/demo", dataset_revision="1")
+
+
+def prepare_demo(workdir: str | os.PathLike[str]) -> Profile:
+    """Create the demo suite and profile in ``workdir`` (idempotent); return the profile."""
+    root = Path(workdir).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    build_demo_suite(root / "suite")
+    profile_path = root / "kldtui.toml"
+    if not profile_path.exists() or profile_path.read_text() != PROFILE_TEXT:
+        from kldtui.formats.atomic import atomic_open
+
+        with atomic_open(profile_path, "w") as handle:
+            handle.write(PROFILE_TEXT)
+    return load_profile(profile_path)
+
+
+def run_demo(workdir: str | os.PathLike[str], emit: EventSink = null_sink,
+             cancel: Cancel | None = None) -> Path:
+    """Run the demo pipeline to the end; return the report's path (``workdir/comparison.json``)."""
+    from kldtui.workflow.pipeline import Pipeline
+
+    return Pipeline(prepare_demo(workdir), emit, cancel).run_all()

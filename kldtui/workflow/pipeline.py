@@ -1,0 +1,634 @@
+"""Stage chaining: reference -> server -> capture -> finalize -> compare, driven by a profile.
+
+API (used by ``kldtui run``, ``kldtui demo`` and the dashboard's workers)::
+
+    pipeline = Pipeline(profile, emit, cancel)   # emit: EventSink, cancel: Cancel | None
+    report_path = pipeline.run_all()             # everything, overlapped; stops the server
+
+    # or stage by stage (each is resumable and may be called alone):
+    pipeline.load_suite()       # the suite only (no reference logits needed)
+    pipeline.reference()        # download/verify the suite + reference logits (Hub or local)
+    pipeline.serve()            # start the candidate server and wait until ready (or attach)
+    pipeline.capture()          # capture every window of the range (server must be up)
+    pipeline.finalize()         # merge captured chunks into workdir/candidate
+    pipeline.compare()          # compare all finalized windows, write workdir/comparison.json
+    pipeline.stop_server()      # SIGINT/SIGTERM/SIGKILL the server's process group
+
+All progress goes through ``emit`` (events of :mod:`kldtui.events`, stage names ``reference``,
+``server``, ``capture``, ``finalize``, ``compare``); :class:`~kldtui.events.WindowState` events
+carry ``figures={"kl": mean KL, ...}`` once a window is compared, so a window grid fills in live.
+Setting ``cancel`` stops the current stage at its next safe point with
+:class:`~kldtui.errors.Interrupted`; state on disk stays resumable.
+
+Overlap (``run_all``): the server starts first and loads while the reference is fetched and
+verified; then each window is finalized and compared in a second thread as soon as it is
+captured, while the next window is being captured. With ``[compare] abort_kl_above`` the run
+stops (StageFailed) after the first window whose mean KL is above it, after writing the report
+of the windows compared so far.
+
+Work folder layout (``[run] workdir``)::
+
+    workdir/
+      server.log                    the server's output, appended across starts
+      capture/
+        server-NNN/                 VLLM_KLD_CAPTURE_DIR of one server start (fresh each time)
+        <run_name>/window-NNN-DOMAIN-chunks/    captured chunks, one folder per window
+        capture-<run_name>.json     capture records (FORMATS.md), the resume point of capture
+      candidate/                    finalized logits_NNN.safetensors + manifest.json
+      compare/window-NNN.json       per-window compare results (reused when inputs match)
+      comparison.json               the report (docs/REPORT.md)
+
+The suite and the reference logits live in ``[reference] local_dir`` (``logits_dir``, default
+``ref/``), by default ``workdir/reference`` when a Hub repo is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
+from kldtui.events import (
+    Cancel,
+    Event,
+    EventSink,
+    LogLine,
+    Notice,
+    Progress,
+    ResultReady,
+    ServerReady,
+    StageFinished,
+    StageStarted,
+    WindowState,
+    null_sink,
+)
+from kldtui.events import (
+    StageFailed as StageFailedEvent,
+)
+from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.workflow.profile import Profile
+
+COMPARE_RESULT_VERSION = 1
+
+
+class _LinkedCancel(Cancel):
+    """A Cancel that is also set when its parent is (the pipeline's own stop, e.g. early abort)."""
+
+    def __init__(self, parent: Cancel | None) -> None:
+        super().__init__()
+        self.parent = parent
+
+    def is_set(self) -> bool:
+        if self.parent is not None and self.parent.is_set():
+            self.reason = self.parent.reason
+            return True
+        return super().is_set()
+
+    def check(self) -> None:
+        if self.is_set():
+            raise Interrupted(self.reason)
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.is_set():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            super().wait(min(left, 0.1))
+
+
+class Pipeline:
+    """The whole chain for one profile; see the module docstring."""
+
+    def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
+                 output_dir: Path | None = None, output_kind: str = "candidate") -> None:
+        self.profile = profile
+        self.output_dir = output_dir
+        self.output_kind = output_kind
+        self.emit = emit
+        self.user_cancel = cancel
+        self.cancel = _LinkedCancel(cancel)
+        self.workdir = profile.run.workdir
+        self.run_name = profile.run.run_name
+        self.server: Any = None  # kldtui.stages.serve.ServerProcess while running
+        self.base_url: str | None = None
+        self.server_capture_dir: Path | None = None
+        self.runtime: dict[str, Any] = {}
+        self.suite: Suite | None = None
+        self._written: dict[int, Any] = {}  # window index -> WrittenLogits (candidate manifest)
+        self._lock = threading.Lock()
+        self._abort_message: str | None = None
+        self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
+        self.server_capture_dir_override: Path | None = None  # ``kldtui serve --capture-dir``
+
+    # -- paths ----------------------------------------------------------------------------------
+    @property
+    def suite_dir(self) -> Path:
+        local = self.profile.reference.local_dir
+        return local if local is not None else self.workdir / "reference"
+
+    @property
+    def reference_dir(self) -> Path:
+        logits = self.profile.reference.logits_dir
+        return self.suite_dir / logits
+
+    @property
+    def capture_root(self) -> Path:
+        return self.workdir / "capture"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.capture_root / self.run_name
+
+    @property
+    def records_path(self) -> Path:
+        return self.capture_root / f"capture-{self.run_name}.json"
+
+    @property
+    def candidate_dir(self) -> Path:
+        return self.output_dir if self.output_dir is not None else self.workdir / "candidate"
+
+    @property
+    def compare_dir(self) -> Path:
+        return self.workdir / "compare"
+
+    @property
+    def report_path(self) -> Path:
+        return self.workdir / "comparison.json"
+
+    # -- stages ---------------------------------------------------------------------------------
+    def load_suite(self) -> Suite:
+        """Load and check the suite (token hashes are checked when each window is used)."""
+        if self.suite is None:
+            suite = load_suite(self.suite_dir)
+            suite.check_suite_hash()
+            self.suite = suite
+        return self.suite
+
+    def windows(self) -> list[WindowSpec]:
+        run = self.profile.run
+        return self.load_suite().select(run.start_window, run.stop_window)
+
+    def reference(self) -> Suite:
+        """Fetch (Hub) or find (local folder) the suite and its reference logits; verify them.
+
+        With ``[reference] capture = "embedded"`` (the demo) missing reference logits are first
+        captured from the embedded server, unperturbed, into ``local_dir/ref``.
+        """
+        ref = self.profile.reference
+        try:
+            if ref.capture == "embedded" and not (self.reference_dir / "manifest.json").exists():
+                self._build_embedded_reference()
+            run = self.profile.run
+            if ref.logits_dir == "ref":
+                from kldtui.stages.reference import ensure_reference
+
+                result = ensure_reference(ref.repo_id, self.suite_dir, revision=ref.revision,
+                                          start_window=run.start_window, stop_window=run.stop_window,
+                                          emit=self.emit, cancel=self.cancel)
+                self.suite = result.suite
+            else:  # a reference folder outside the suite: checked against the suite only
+                self.emit(StageStarted("reference", detail=str(self.reference_dir)))
+                from kldtui.formats.suite import check_manifest_matches_suite
+
+                manifest = load_logits_manifest(self.reference_dir)
+                check_manifest_matches_suite(manifest, self.load_suite(), self.windows())
+                self.emit(StageFinished("reference", summary=f"{self.reference_dir} matches the suite"))
+            return self.load_suite()
+        except KldError as exc:
+            if not isinstance(exc, Interrupted):
+                self.emit(StageFailedEvent("reference", message=str(exc)))
+            raise
+
+    def _build_embedded_reference(self) -> None:
+        """Capture + finalize the reference with the embedded server (perturb 0), events relabelled."""
+        c = self.profile.candidate
+        ref_candidate = dataclasses.replace(c, kind="embedded", perturb=0.0,
+                                            served_model_name=c.served_model_name + "-reference")
+        ref_profile = dataclasses.replace(
+            self.profile, candidate=ref_candidate,
+            reference=dataclasses.replace(self.profile.reference, capture=None),
+            run=dataclasses.replace(self.profile.run, workdir=self.workdir / "reference-run",
+                                    run_name="reference"),
+            compare=dataclasses.replace(self.profile.compare, abort_kl_above=None))
+        sub = Pipeline(ref_profile, _relabel(self.emit, "reference"), self.user_cancel,
+                       output_dir=self.reference_dir, output_kind="reference")
+        sub.cancel = self.cancel
+        self._sub = sub
+        self.emit(StageStarted("reference", detail="capturing the reference with the embedded server"))
+        try:
+            sub.serve()
+            sub.capture()
+            sub.finalize()
+        finally:
+            sub.stop_server()
+            self._sub = None
+
+    def start_server(self) -> None:
+        """Start the candidate server (returns while it loads); attach mode does nothing."""
+        c = self.profile.candidate
+        if c.kind == "attach" or self.server is not None:
+            return
+        from kldtui.stages.serve import ServerProcess
+
+        self.server_capture_dir = self.server_capture_dir_override or self._fresh_server_capture_dir()
+        argv = self.profile.server_argv()
+        self.server = ServerProcess(argv, capture_dir=self.server_capture_dir,
+                                    served_model_name=c.served_model_name, emit=self.emit,
+                                    env=self.profile.server_env(),
+                                    log_path=self.workdir / "server.log",
+                                    api_key=self.profile.api_key())
+        try:
+            self.server.start()
+        except BaseException:
+            self.server = None
+            raise
+        self.runtime = {"launcher": "kldtui", "kind": c.kind, "argv": self.server.argv,
+                        "model": c.model, "served_model_name": c.served_model_name,
+                        "env": self.profile.server_env()}
+
+    def serve(self) -> str:
+        """Start the server (or check the attached one) and wait until it is ready; return its URL."""
+        c = self.profile.candidate
+        if self.base_url is not None:
+            return self.base_url
+        try:
+            if c.kind == "attach":
+                from kldtui.stages.serve import check_attached
+
+                self.emit(StageStarted("server", detail=f"attach {c.url}"))
+                assert c.url is not None and c.server_capture_dir is not None
+                self.server_capture_dir = c.server_capture_dir
+                self.base_url = check_attached(c.url, c.served_model_name, api_key=self.profile.api_key(),
+                                               emit=self.emit)
+                self.runtime = {"launcher": "attached", "url": c.url,
+                                "served_model_name": c.served_model_name}
+            else:
+                self.start_server()
+                self.base_url = self.server.wait_ready(timeout=c.startup_timeout, cancel=self.cancel)
+            self.runtime.update(_server_version(self.base_url))
+        except KldError as exc:
+            if not isinstance(exc, Interrupted):
+                self.emit(StageFailedEvent("server", message=str(exc)))
+            self.stop_server()
+            raise
+        self.emit(StageFinished("server", summary=f"ready at {self.base_url}",
+                                figures={"url": self.base_url}))
+        return self.base_url
+
+    def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
+        """Capture the window range (resumes from the capture records); the server must be up."""
+        from kldtui.stages.capture import capture_windows
+
+        suite = self.load_suite()
+        url = self.serve()
+        assert self.server_capture_dir is not None
+        c = self.profile.candidate
+        alive = self.server.alive if self.server is not None else None
+        try:
+            records = capture_windows(
+                suite, self.windows(), base_url=url, served_model_name=c.served_model_name,
+                server_capture_dir=self.server_capture_dir, run_dir=self.run_dir,
+                records_path=self.records_path, expected_vocab=self._expected_vocab(),
+                api_key=self.profile.api_key(), request_timeout=c.request_timeout,
+                emit=self.emit, cancel=self.cancel, server_alive=alive,
+                on_window_captured=on_window_captured)
+        except KldError as exc:
+            if not isinstance(exc, Interrupted):
+                self.emit(StageFailedEvent("capture", message=str(exc)))
+            raise
+        return records
+
+    def finalize(self) -> Path:
+        """Finalize every captured window of the range that is not finalized yet."""
+        self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
+        try:
+            done = self._captured_indices()
+            for window in self.windows():
+                if window.index in done:
+                    self._finalize_one(window)
+        except KldError as exc:
+            if not isinstance(exc, Interrupted):
+                self.emit(StageFailedEvent("finalize", message=str(exc)))
+            raise
+        self.emit(StageFinished("finalize", summary=f"{len(self._written)} windows in "
+                                f"{self.candidate_dir}", figures={"windows": len(self._written)}))
+        return self.candidate_dir
+
+    def compare(self) -> Path:
+        """Compare every finalized window (reusing stored results) and write the report."""
+        self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
+        try:
+            self._load_written()
+            results = [self._compare_one(w) for w in self.windows() if w.index in self._written]
+            if not results:
+                raise BadInput(f"{self.candidate_dir}: no finalized windows to compare; run capture "
+                               "and finalize first")
+            path = self._write_report(results)
+        except KldError as exc:
+            if not isinstance(exc, Interrupted):
+                self.emit(StageFailedEvent("compare", message=str(exc)))
+            raise
+        return path
+
+    def stop_server(self, reason: str = "done") -> None:
+        """Stop the server we started (never an attached one); safe to call any time."""
+        sub = self._sub
+        if sub is not None:
+            sub.stop_server(reason)
+        server = self.server
+        if server is not None:
+            server.stop(reason=reason)
+            self.server = None
+            self.base_url = None
+
+    @property
+    def server_running(self) -> bool:
+        """True while a server this pipeline started is up (the dashboard asks before quitting)."""
+        return (self.server is not None and self.server.alive() is None) or (
+            self._sub is not None and self._sub.server_running)
+
+    def window_list(self) -> list[tuple[int, str]]:
+        """``(index, domain)`` of the windows this run covers (empty until the suite is there)."""
+        try:
+            return [(w.index, w.domain) for w in self.windows()]
+        except KldError:
+            return []
+
+    # -- everything, overlapped -------------------------------------------------------------------
+    def run_all(self) -> Path:
+        """Reference + server concurrently, then capture with finalize+compare per window."""
+        try:
+            try:
+                self.start_server()
+                self.reference()
+                self.serve()
+            except BaseException:
+                self.stop_server(reason="error")
+                raise
+            self._load_written()
+            work: queue.Queue[WindowSpec | None] = queue.Queue()
+            failure: list[BaseException] = []
+            queued: set[int] = set()
+            by_index = {w.index: w for w in self.windows()}
+
+            def enqueue(index: int) -> None:
+                with self._lock:
+                    if index in queued or index not in by_index:
+                        return
+                    queued.add(index)
+                work.put(by_index[index])
+
+            def on_captured(window: WindowSpec, record: Any) -> None:
+                enqueue(window.index)
+
+            self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
+            self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
+            worker = threading.Thread(target=self._window_worker, args=(work, failure),
+                                      name="kldtui-finalize-compare", daemon=True)
+            worker.start()
+            try:
+                for index in sorted(self._captured_indices()):
+                    enqueue(index)  # captured by an earlier run
+                try:
+                    self.capture(on_window_captured=on_captured)
+                except Interrupted:
+                    # our own stop (early abort, or a finalize/compare failure) is reported below
+                    if self._abort_message is None and not failure:
+                        raise
+                for index in sorted(self._captured_indices()):
+                    enqueue(index)
+            finally:
+                work.put(None)
+                while worker.is_alive():
+                    worker.join(timeout=0.2)
+                self.stop_server(reason="capture finished" if not failure else "error")
+            if failure:
+                raise failure[0]
+            if self._abort_message is not None:  # the stop was ours: report what was compared
+                self.cancel = _LinkedCancel(self.user_cancel)
+            self.emit(StageFinished("finalize", summary=f"{len(self._written)} windows in "
+                                    f"{self.candidate_dir}", figures={"windows": len(self._written)}))
+            results = [self._compare_one(w, announce=False) for w in self.windows()
+                       if w.index in self._written]
+            if not results:
+                raise StageFailed(f"{self.candidate_dir}: no window was captured and finalized")
+            path = self._write_report(results)
+            if self._abort_message is not None:
+                raise StageFailed(self._abort_message)
+            return path
+        finally:
+            self.stop_server(reason="stopped")
+
+    # -- internals ------------------------------------------------------------------------------
+    def _window_worker(self, work: queue.Queue[WindowSpec | None], failure: list[BaseException]) -> None:
+        threshold = self.profile.compare.abort_kl_above
+        while True:
+            window = work.get()
+            if window is None:
+                return
+            if failure or self._abort_message is not None:
+                continue
+            try:
+                self.cancel.check()
+                self._finalize_one(window)
+                result = self._compare_one(window)
+                kl = result.kl_mean
+                if threshold is not None and kl is not None and kl > threshold:
+                    self._abort_message = (f"{window.label}: mean KL {kl:.6g} is above abort_kl_above "
+                                           f"{threshold:g}; stopped early (report of the windows "
+                                           f"compared so far: {self.report_path})")
+                    self.emit(Notice("compare", self._abort_message, level="error"))
+                    self.cancel.set("early abort: " + self._abort_message)
+            except Interrupted as exc:
+                failure.append(exc)  # the user stopped the run: the window is not failed
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                failure.append(exc)
+                self.emit(WindowState("finalize", window.index, "failed", domain=window.domain,
+                                      figures={"error": str(exc)}))
+                self.cancel.set(f"stopped: {exc}")
+
+    def _fresh_server_capture_dir(self) -> Path:
+        self.capture_root.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            candidate = self.capture_root / f"server-{n:03d}"
+            if not candidate.exists() or not any(candidate.iterdir()):
+                return candidate
+            n += 1
+
+    def _expected_vocab(self) -> int | None:
+        try:
+            return load_logits_manifest(self.reference_dir).vocab_size
+        except BadInput:
+            return None
+
+    def _captured_indices(self) -> set[int]:
+        """Windows listed in the capture records (FORMATS.md: listed means complete)."""
+        from kldtui.stages.capture import load_records
+
+        return set(load_records(self.records_path))
+
+    def _load_written(self) -> None:
+        """What the candidate manifest already lists (files that still exist)."""
+        if self._written:
+            return
+        path = self.candidate_dir / "manifest.json"
+        if not path.exists():
+            return
+        from kldtui.formats.logits_writer import WrittenLogits
+
+        manifest = load_logits_manifest(path)
+        suite = self.load_suite()
+        if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+            raise BadInput(f"{path}: made from another suite; use another [run] workdir")
+        for index, e in manifest.entries.items():
+            if (self.candidate_dir / e.file).exists():
+                self._written[index] = WrittenLogits(index, e.domain, e.file, e.shape[0], e.shape[1],
+                                                     e.size_bytes, e.sha256, e.token_ids_json_sha256)
+
+    def _finalize_one(self, window: WindowSpec) -> None:
+        self._load_written()
+        if window.index in self._written:
+            return
+        from kldtui.formats.logits_writer import write_logits_manifest
+        from kldtui.stages.finalize import finalize_window
+
+        suite = self.load_suite()
+        chunk_dir = self.run_dir / window.chunk_dir_name
+        # emits the window's finalizing/finalized states; a file that already matches is kept
+        written = finalize_window(suite, window, chunk_dir, self.candidate_dir,
+                                  expected_vocab=self._expected_vocab(), emit=self.emit,
+                                  cancel=self.cancel)
+        with self._lock:
+            self._written[window.index] = written
+            run = self.profile.run
+            stop = run.stop_window if run.stop_window is not None else suite.window_count
+            write_logits_manifest(self.candidate_dir, suite, list(self._written.values()),
+                                  kind=self.output_kind, runtime=self.runtime or None,
+                                  window_range=(run.start_window, stop))
+
+    def _compare_key(self, window: WindowSpec) -> dict[str, Any]:
+        ref = load_logits_manifest(self.reference_dir).entry(window.index)
+        cmp_ = self.profile.compare
+        return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
+                "candidate_sha256": self._written[window.index].sha256, "reverse": cmp_.reverse}
+
+    def _compare_one(self, window: WindowSpec, announce: bool = True) -> Any:
+        from kldtui.stages.compare import WindowResult, compare_window
+
+        key = self._compare_key(window)
+        path = self.compare_dir / f"window-{window.index:03d}.json"
+        result = None
+        if path.exists():
+            with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
+                doc = json.loads(path.read_text())
+                if doc.get("key") == key:
+                    result = WindowResult.from_dict(doc["result"])
+        if result is None:
+            self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
+            result = compare_window(self.load_suite(), window, self.reference_dir, self.candidate_dir,
+                                    self._compare_options(), self.cancel, emit=self.emit)
+            self.compare_dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"key": key, "result": result.to_dict()})
+        if announce:
+            figures = {"kl": result.kl_mean, "top1": result.top1_agreement}
+            self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
+                                  figures=figures))
+        return result
+
+    def _compare_options(self) -> Any:
+        from kldtui.stages.compare import CompareOptions
+
+        cmp_ = self.profile.compare
+        run = self.profile.run
+        return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
+                              bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
+                              reverse=cmp_.reverse)
+
+    def _write_report(self, results: list[Any]) -> Path:
+        import hashlib
+
+        from kldtui.formats.report import summary_text, write_report
+        from kldtui.stages.compare import build_report
+
+        suite = self.load_suite()
+        run = self.profile.run
+        stop = run.stop_window if run.stop_window is not None else suite.window_count
+        compared = sorted(r.window_index for r in results)
+        complete = compared == list(range(run.start_window, stop))
+        ref_manifest = (self.reference_dir / "manifest.json").read_bytes()
+        report = build_report(
+            results, suite=suite, reference_dir=self.reference_dir, candidate_dir=self.candidate_dir,
+            options=self._compare_options(),
+            window_range=(run.start_window, stop) if complete else (compared[0], compared[-1] + 1),
+            reference_manifest_sha256=hashlib.sha256(ref_manifest).hexdigest(),
+            suite_token_hash_sha256=suite.suite_token_hash_sha256,
+            command=f"kldtui run --profile {self.profile.where}")
+        write_report(self.report_path, report)
+        self.emit(ResultReady("compare", path=str(self.report_path), report=report))
+        summary = summary_text(report).strip().splitlines()
+        self.emit(StageFinished("compare", summary=summary[0] if summary else "",
+                                figures=_headline(report)))
+        return self.report_path
+
+
+def _relabel(emit: EventSink, stage: str) -> EventSink:
+    """Show a helper pipeline's events as one stage: stage changes and windows become notes."""
+    counted: set[int] = set()
+
+    def relabelled(event: Event) -> None:
+        if isinstance(event, WindowState):
+            if event.state == "finalized":
+                counted.add(event.window_index)
+                emit(Progress(stage, "reference windows", len(counted), None, "windows"))
+            return
+        if isinstance(event, StageStarted | StageFinished):
+            what = "started" if isinstance(event, StageStarted) else "done"
+            text = getattr(event, "detail", "") or getattr(event, "summary", "")
+            emit(LogLine(stage, f"{event.stage} {what}{': ' + text if text else ''}"))
+            return
+        if isinstance(event, StageFailedEvent):
+            emit(Notice(stage, f"{event.stage}: {event.message}", level="error"))
+            return
+        if isinstance(event, LogLine) and event.stage == "server":
+            emit(dataclasses.replace(event, line=f"[reference server] {event.line}"))
+            return
+        if isinstance(event, ServerReady | ResultReady):
+            emit(LogLine(stage, f"reference server ready at {getattr(event, 'url', '')}"))
+            return
+        emit(dataclasses.replace(event, stage=stage))
+
+    return relabelled
+
+
+def _headline(report: dict[str, Any]) -> dict[str, Any]:
+    boot = report.get("kl_window_cluster_bootstrap", {})
+    return {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
+            "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
+            "windows": report.get("windows")}
+
+
+def _server_version(url: str) -> dict[str, Any]:
+    """vLLM's ``GET /version`` for the manifest's runtime identity (absent: nothing)."""
+    import httpx
+
+    try:
+        response = httpx.get(url.rstrip("/") + "/version", timeout=5.0, trust_env=False)
+        if response.status_code == 200:
+            version = response.json().get("version")
+            if isinstance(version, str):
+                return {"server_version": version}
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return {}
