@@ -1,0 +1,630 @@
+"""The comparison report as typed dataclasses (schema: docs/REPORT.md).
+
+One model for kldtui's reports and the original comparator's: the original's fields are the
+required ones, kldtui's additions are optional (``None`` when a report does not carry them, as
+in an original report).  :meth:`ComparisonReport.from_json` validates a parsed JSON document
+and names the file and the field of the first problem in a one-line :class:`BadInput`;
+:meth:`ComparisonReport.to_json` gives back the JSON object kldtui writes (same fields as
+before the model existed; the writer sorts keys, so field order here does not matter).
+
+Absent versus null: an optional field that is ``None`` is left out of the JSON, except the
+fields marked ``_KEEP_NULL`` (kldtui writes them as ``null`` when a figure is unknown or not
+finite, e.g. the perplexity of a candidate whose probabilities underflow).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, NoReturn, cast
+
+from kldtui.errors import BadInput
+
+REPORT_FORMAT = "kldtui-comparison-v1"
+STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
+STATS_EXTRA = ("min", "p0_1", "p1", "p5", "p10", "p50", "p90", "p99_9")
+_ADVICE = "not a comparison report, or a damaged one (re-run kldtui compare)"
+_KEEP_NULL = {"keep_null": True}
+
+
+# ----------------------------------------------------------------------------- reading helpers
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+class _Obj:
+    """A JSON object being read: where it is (file, field path) for one-line errors."""
+
+    def __init__(self, doc: Any, where: str, path: str) -> None:
+        self.where, self.path = where, path
+        if not isinstance(doc, dict):
+            self.fail(f"expected an object, found {_kind(doc)}")
+        self.doc: dict[str, Any] = doc
+
+    def name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, what: str, key: str | None = None) -> NoReturn:
+        at = self.name(key) if key is not None else (self.path or "report")
+        raise BadInput(f"{self.where}: {at}: {what}; {_ADVICE}")
+
+    def has(self, key: str) -> bool:
+        return self.doc.get(key) is not None
+
+    def _get(self, key: str) -> Any:
+        if key not in self.doc:
+            self.fail("missing field", key)
+        return self.doc[key]
+
+    def num(self, key: str) -> float:
+        value = self._get(key)
+        if not _finite_number(value):
+            self.fail(f"expected a finite number, found {_kind(value)}", key)
+        return cast(float, value)  # an int stays an int, so a report round-trips byte for byte
+
+    def opt_num(self, key: str) -> float | None:
+        return self.num(key) if self.has(key) else None
+
+    def int_(self, key: str) -> int:
+        value = self._get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            self.fail(f"expected a whole number >= 0, found {_kind(value)}", key)
+        return value
+
+    def opt_int(self, key: str) -> int | None:
+        return self.int_(key) if self.has(key) else None
+
+    def str_(self, key: str) -> str:
+        value = self._get(key)
+        if not isinstance(value, str):
+            self.fail(f"expected text, found {_kind(value)}", key)
+        return value
+
+    def opt_str(self, key: str) -> str | None:
+        return self.str_(key) if self.has(key) else None
+
+    def bool_(self, key: str) -> bool:
+        value = self._get(key)
+        if not isinstance(value, bool):
+            self.fail(f"expected true or false, found {_kind(value)}", key)
+        return value
+
+    def obj(self, key: str) -> _Obj:
+        return _Obj(self._get(key), self.where, self.name(key))
+
+    def opt_obj(self, key: str) -> _Obj | None:
+        return self.obj(key) if self.has(key) else None
+
+    def list_(self, key: str) -> list[Any]:
+        value = self._get(key)
+        if not isinstance(value, list):
+            self.fail(f"expected a list, found {_kind(value)}", key)
+        return value
+
+    def opt_list(self, key: str) -> list[Any] | None:
+        return self.list_(key) if self.has(key) else None
+
+    def items(self, key: str) -> list[_Obj]:
+        return [_Obj(v, self.where, f"{self.name(key)}[{n}]") for n, v in enumerate(self.list_(key))]
+
+    def numbers(self, key: str) -> list[float]:
+        values = self.list_(key)
+        for n, v in enumerate(values):
+            if not _finite_number(v):
+                self.fail(f"expected finite numbers, found {_kind(v)} at [{n}]", key)
+        return values
+
+    def opt_numbers(self, key: str) -> list[float] | None:
+        return self.numbers(key) if self.has(key) else None
+
+    def rest(self, known: set[str]) -> dict[str, Any]:
+        """Fields this model does not know: kept as they are, so a newer report round-trips."""
+        return {k: v for k, v in self.doc.items() if k not in known}
+
+
+def _json_value(value: Any) -> Any:
+    """JSON has no Inf or NaN: a non-finite float becomes null (as kldtui always wrote it)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, _Part):
+        return value.to_json()
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    return value
+
+
+class _Part:
+    """Serialisation shared by the report's parts: every field under its own name, ``None``
+    left out unless the field keeps null, unknown fields (``extra``) written back as read."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if value is None and not f.metadata.get("keep_null"):
+                continue
+            out[f.name] = _json_value(value)
+        out.update(_json_value(getattr(self, "extra", {})))
+        return out
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+@dataclass(frozen=True)
+class Stats(_Part):
+    """Quantile summary of a per-position figure: the original's five keys, kldtui's eight more."""
+
+    mean: float
+    median: float
+    p95: float
+    p99: float
+    max: float
+    min: float | None = None
+    p0_1: float | None = None
+    p1: float | None = None
+    p5: float | None = None
+    p10: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99_9: float | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> Stats:
+        return cls(*(o.num(k) for k in STATS_REQUIRED), *(o.opt_num(k) for k in STATS_EXTRA))
+
+    @classmethod
+    def of(cls, values: Mapping[str, float]) -> Stats:
+        """From :func:`kldtui.metrics.stats.stats_object`'s mapping (trusted, not validated)."""
+        return cls(*(values[k] for k in STATS_REQUIRED), *(values.get(k) for k in STATS_EXTRA))
+
+
+@dataclass(frozen=True)
+class DeltaP(_Part):
+    """Stats of p_candidate - p_reference of the actual next token, plus its root mean square.
+    Every key optional: readers show what is there."""
+
+    mean: float | None = None
+    median: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    min: float | None = None
+    p0_1: float | None = None
+    p1: float | None = None
+    p5: float | None = None
+    p10: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99_9: float | None = None
+    rms: float | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> DeltaP:
+        return cls(**{f.name: o.opt_num(f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Bootstrap(_Part):
+    """Window-cluster bootstrap of a mean over window means (the original's object)."""
+
+    estimate: float
+    standard_error: float
+    ci95_low: float
+    ci95_high: float
+    bootstrap_samples: int | None = None
+    cluster_unit: str | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> Bootstrap:
+        return cls(o.num("estimate"), o.num("standard_error"), o.num("ci95_low"), o.num("ci95_high"),
+                   o.opt_int("bootstrap_samples"), o.opt_str("cluster_unit"))
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Bootstrap:
+        """From :mod:`kldtui.metrics.stats`'s bootstrap mapping (trusted)."""
+        return cls(values["estimate"], values["standard_error"], values["ci95_low"], values["ci95_high"],
+                   values.get("bootstrap_samples"), values.get("cluster_unit"))
+
+
+@dataclass(frozen=True)
+class Interval(_Part):
+    """A bootstrap whose figures may be unknown (null): the perplexity ratio overflows for a
+    candidate whose next-token probabilities underflow."""
+
+    estimate: float | None = field(default=None, metadata=_KEEP_NULL)
+    standard_error: float | None = field(default=None, metadata=_KEEP_NULL)
+    ci95_low: float | None = field(default=None, metadata=_KEEP_NULL)
+    ci95_high: float | None = field(default=None, metadata=_KEEP_NULL)
+    bootstrap_samples: int | None = None
+    cluster_unit: str | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> Interval:
+        return cls(o.opt_num("estimate"), o.opt_num("standard_error"), o.opt_num("ci95_low"),
+                   o.opt_num("ci95_high"), o.opt_int("bootstrap_samples"), o.opt_str("cluster_unit"))
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Interval:
+        return cls(values["estimate"], values["standard_error"], values["ci95_low"], values["ci95_high"],
+                   values.get("bootstrap_samples"), values.get("cluster_unit"))
+
+
+# per-window figures kldtui adds, in per_window entries and per_window_arrays alike
+WINDOW_FIGURES = ("kl_mean", "kl_median", "kl_p99", "kl_max", "js_mean", "top5_agreement",
+                  "top10_agreement", "p_reference_mean", "p_candidate_mean", "delta_p_mean", "delta_p_rms",
+                  "nll_reference_mean", "nll_candidate_mean", "kl_reverse_mean")
+
+
+@dataclass(frozen=True)
+class WindowEntry(_Part):
+    """One entry of ``per_window``: the original's fields, then kldtui's per-window figures."""
+
+    window_index: int
+    domain: str
+    positions: int
+    kl_reference_to_candidate: Stats
+    js: Stats | None = None
+    top1_agreement: float | None = None
+    kl_candidate_to_reference: Stats | None = None
+    kl_mean: float | None = None
+    kl_median: float | None = None
+    kl_p99: float | None = None
+    kl_max: float | None = None
+    js_mean: float | None = None
+    top5_agreement: float | None = None
+    top10_agreement: float | None = None
+    p_reference_mean: float | None = None
+    p_candidate_mean: float | None = None
+    delta_p_mean: float | None = None
+    delta_p_rms: float | None = None
+    nll_reference_mean: float | None = None
+    nll_candidate_mean: float | None = None
+    kl_reverse_mean: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> WindowEntry:
+        js, rev = o.opt_obj("js"), o.opt_obj("kl_candidate_to_reference")
+        figures = {k: o.opt_num(k) for k in WINDOW_FIGURES}
+        known = {f.name for f in fields(cls)}
+        return cls(o.int_("window_index"), o.str_("domain"), o.int_("positions"),
+                   Stats.from_json(o.obj("kl_reference_to_candidate")),
+                   Stats.from_json(js) if js else None, o.opt_num("top1_agreement"),
+                   Stats.from_json(rev) if rev else None, **figures, extra=o.rest(known))
+
+    @property
+    def reverse_mean(self) -> float | None:
+        """Mean KL(candidate || reference) of this window, where the report has it."""
+        if self.kl_reverse_mean is not None:
+            return self.kl_reverse_mean
+        return self.kl_candidate_to_reference.mean if self.kl_candidate_to_reference else None
+
+
+@dataclass(frozen=True)
+class WindowTable(_Part):
+    """``per_window_arrays``: parallel lists, one entry per compared window, in window order."""
+
+    window_index: list[int]
+    domain: list[str]
+    positions: list[int]
+    kl_mean: list[float]
+    kl_median: list[float] | None = None
+    kl_p99: list[float] | None = None
+    kl_max: list[float] | None = None
+    js_mean: list[float] | None = None
+    top1_agreement: list[float] | None = None
+    top5_agreement: list[float] | None = None
+    top10_agreement: list[float] | None = None
+    p_reference_mean: list[float] | None = None
+    p_candidate_mean: list[float] | None = None
+    delta_p_mean: list[float] | None = None
+    delta_p_rms: list[float] | None = None
+    nll_reference_mean: list[float] | None = None
+    nll_candidate_mean: list[float] | None = None
+    kl_reverse_mean: list[float] | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj, windows: int) -> WindowTable:
+        index = o.list_("window_index")
+        domain = o.list_("domain")
+        positions = o.list_("positions")
+        for n, (w, d, p) in enumerate(zip(index, domain, positions, strict=False)):
+            if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+                o.fail(f"expected whole numbers >= 0, found {_kind(w)} at [{n}]", "window_index")
+            if not isinstance(d, str):
+                o.fail(f"expected text, found {_kind(d)} at [{n}]", "domain")
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                o.fail(f"expected whole numbers >= 0, found {_kind(p)} at [{n}]", "positions")
+        lists = {f.name: (o.numbers(f.name) if f.name == "kl_mean" else o.opt_numbers(f.name))
+                 for f in fields(cls) if f.name not in ("window_index", "domain", "positions")}
+        for key, values in {"window_index": index, "domain": domain, "positions": positions, **lists}.items():
+            if values is not None and len(values) != windows:
+                o.fail(f"has {len(values)} entries but per_window has {windows}", key)
+        return cls(index, domain, positions, **lists)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_entries(cls, entries: list[WindowEntry]) -> WindowTable:
+        """The table an original report implies: its per_window entries' figures."""
+        def column(get: Any) -> list[float] | None:
+            values = [get(e) for e in entries]
+            return None if any(v is None for v in values) else values
+
+        return cls(
+            window_index=[e.window_index for e in entries], domain=[e.domain for e in entries],
+            positions=[e.positions for e in entries],
+            kl_mean=[e.kl_reference_to_candidate.mean for e in entries],
+            kl_median=[e.kl_reference_to_candidate.median for e in entries],
+            kl_p99=[e.kl_reference_to_candidate.p99 for e in entries],
+            kl_max=[e.kl_reference_to_candidate.max for e in entries],
+            js_mean=column(lambda e: e.js.mean if e.js else None),
+            top1_agreement=column(lambda e: e.top1_agreement),
+            kl_reverse_mean=column(lambda e: e.reverse_mean),
+        )
+
+
+@dataclass(frozen=True)
+class TopK(_Part):
+    """``topk_agreement``: the fraction for each k, under the key ``str(k)``."""
+
+    definition: str
+    k: list[int]
+    fractions: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"definition": self.definition, "k": list(self.k), **_json_value(self.fractions)}
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> TopK:
+        ks = o.list_("k")
+        if not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in ks):
+            o.fail("expected a list of whole numbers > 0", "k")
+        return cls(o.str_("definition"), ks, {str(k): o.num(str(k)) for k in ks})
+
+    def at(self, k: int) -> float | None:
+        return self.fractions.get(str(k))
+
+
+@dataclass(frozen=True)
+class NextToken(_Part):
+    """Figures of each position's actual next token (docs/REPORT.md, ``next_token``)."""
+
+    p_reference: Stats | None = None
+    p_candidate: Stats | None = None
+    delta_p: DeltaP | None = None
+    perplexity_reference: float | None = field(default=None, metadata=_KEEP_NULL)
+    perplexity_candidate: float | None = field(default=None, metadata=_KEEP_NULL)
+    perplexity_ratio: float | None = field(default=None, metadata=_KEEP_NULL)
+    perplexity_ratio_window_cluster_bootstrap: Interval | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> NextToken:
+        pr, pc, dp, pb = (o.opt_obj(k) for k in ("p_reference", "p_candidate", "delta_p",
+                                                "perplexity_ratio_window_cluster_bootstrap"))
+        return cls(Stats.from_json(pr) if pr else None, Stats.from_json(pc) if pc else None,
+                   DeltaP.from_json(dp) if dp else None, o.opt_num("perplexity_reference"),
+                   o.opt_num("perplexity_candidate"), o.opt_num("perplexity_ratio"),
+                   Interval.from_json(pb) if pb else None)
+
+
+@dataclass(frozen=True)
+class ConfidenceBucket(_Part):
+    """KL and top-1 agreement where the reference's top probability is in [low, high)."""
+
+    low: float
+    high: float
+    positions: int
+    kl_mean: float | None = field(default=None, metadata=_KEEP_NULL)  # null: no position here
+    top1_agreement: float | None = field(default=None, metadata=_KEEP_NULL)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> ConfidenceBucket:
+        return cls(o.num("low"), o.num("high"), o.int_("positions"), o.opt_num("kl_mean"),
+                   o.opt_num("top1_agreement"))
+
+
+@dataclass(frozen=True)
+class PositionBucket(_Part):
+    """Mean KL over positions [start, stop) of the windows."""
+
+    start: int
+    stop: int
+    positions: int
+    kl_mean: float
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> PositionBucket:
+        return cls(o.int_("start"), o.int_("stop"), o.int_("positions"), o.num("kl_mean"))
+
+
+@dataclass(frozen=True)
+class Verified(_Part):
+    """What was checked before comparing: token hashes, suite hash, logits SHA-256."""
+
+    token_hashes: bool
+    suite_hash: bool
+    logits_sha256: str  # "checked", "cached" or "skipped"
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> Verified:
+        return cls(o.bool_("token_hashes"), o.bool_("suite_hash"), o.str_("logits_sha256"))
+
+
+@dataclass(frozen=True)
+class Provenance(_Part):
+    """How and when the report was made."""
+
+    kldtui_version: str
+    backend: str
+    elapsed_seconds: float
+    bytes_compared: int
+    created_utc: str
+    verified: Verified
+    threads: int | None = field(default=None, metadata=_KEEP_NULL)
+    throughput_gb_per_s: float | None = field(default=None, metadata=_KEEP_NULL)
+    positions_per_second: float | None = field(default=None, metadata=_KEEP_NULL)
+    command: str | None = field(default=None, metadata=_KEEP_NULL)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> Provenance:
+        known = {f.name for f in fields(cls)}
+        return cls(o.str_("kldtui_version"), o.str_("backend"), o.num("elapsed_seconds"),
+                   o.int_("bytes_compared"), o.str_("created_utc"), Verified.from_json(o.obj("verified")),
+                   o.opt_int("threads"), o.opt_num("throughput_gb_per_s"), o.opt_num("positions_per_second"),
+                   o.opt_str("command"), extra=o.rest(known))
+
+
+@dataclass(frozen=True)
+class NoiseFloorNote(_Part):
+    """``noise_floor``, added by tools that know the run-to-run noise of the suite."""
+
+    source: str | None = None
+    kl_mean: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> NoiseFloorNote:
+        return cls(o.opt_str("source"), o.opt_num("kl_mean"), extra=o.rest({"source", "kl_mean"}))
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class ComparisonReport(_Part):
+    """A comparison report: the original comparator's fields first (required where the original
+    always wrote them), then kldtui's (``None`` in an original report)."""
+
+    direction: str
+    positions: int
+    windows: int
+    kl_reference_to_candidate: Stats
+    kl_window_cluster_bootstrap: Bootstrap
+    per_window: list[WindowEntry]
+    domains: dict[str, Bootstrap] = field(default_factory=dict)
+    reference_dir: str | None = None
+    candidate_dir: str | None = None
+    window_range: tuple[int, int] | None = None
+    js: Stats | None = None
+    top1_agreement: float | None = None
+    # kldtui's fields
+    report_format: str | None = None  # REPORT_FORMAT; None: the original comparator's report
+    suite_token_hash_sha256: str | None = field(default=None, metadata=_KEEP_NULL)
+    reference_manifest_sha256: str | None = field(default=None, metadata=_KEEP_NULL)
+    vocab_size: int | None = None
+    js_window_cluster_bootstrap: Bootstrap | None = None
+    kl_candidate_to_reference: Stats | None = None
+    kl_reverse_window_cluster_bootstrap: Bootstrap | None = None
+    topk_agreement: TopK | None = None
+    next_token: NextToken | None = None
+    kl_by_reference_confidence: list[ConfidenceBucket] | None = None
+    kl_by_position: list[PositionBucket] | None = None
+    per_window_arrays: WindowTable | None = None
+    provenance: Provenance | None = None
+    noise_floor: NoiseFloorNote | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
+
+    @property
+    def original(self) -> bool:
+        """True for the original comparator's report (no kldtui fields)."""
+        return self.report_format is None
+
+    def window_table(self) -> WindowTable:
+        """Per-window figures: ``per_window_arrays``, or for an original report the table its
+        ``per_window`` entries imply."""
+        if self.per_window_arrays is not None:
+            return self.per_window_arrays
+        return WindowTable.from_entries(self.per_window)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.original:  # an original report has none of kldtui's null-able fields
+            out = {k: v for k, v in out.items() if v is not None}
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "report") -> ComparisonReport:
+        """Validate a parsed JSON document; BadInput (one line: file, field, problem) otherwise."""
+        if not isinstance(doc, dict):
+            raise BadInput(f"{where}: not a comparison report (expected a JSON object, found {_kind(doc)})")
+        o = _Obj(doc, where, "")
+        fmt = o.opt_str("report_format")
+        if fmt is not None and fmt != REPORT_FORMAT:
+            o.fail(f"{fmt!r} is not supported (expected {REPORT_FORMAT!r})", "report_format")
+        per_window = [WindowEntry.from_json(e) for e in o.items("per_window")]
+        wr = o.opt_list("window_range")
+        if wr is not None and (len(wr) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                      for v in wr)):
+            o.fail("expected [start, stop], two whole numbers", "window_range")
+        domains = o.obj("domains") if "domains" in doc else None
+        buckets = o.items("kl_by_reference_confidence") if o.has("kl_by_reference_confidence") else None
+        positions = o.items("kl_by_position") if o.has("kl_by_position") else None
+
+        def opt(key: str, make: Any) -> Any:
+            sub = o.opt_obj(key)
+            return make(sub) if sub is not None else None
+
+        arrays = o.opt_obj("per_window_arrays")
+        known = {f.name for f in fields(cls)}
+        return cls(
+            direction=o.str_("direction"), positions=o.int_("positions"), windows=o.int_("windows"),
+            kl_reference_to_candidate=Stats.from_json(o.obj("kl_reference_to_candidate")),
+            kl_window_cluster_bootstrap=Bootstrap.from_json(o.obj("kl_window_cluster_bootstrap")),
+            per_window=per_window,
+            domains={} if domains is None else {
+                name: Bootstrap.from_json(domains.obj(name)) for name in domains.doc},
+            reference_dir=o.opt_str("reference_dir"), candidate_dir=o.opt_str("candidate_dir"),
+            window_range=(wr[0], wr[1]) if wr is not None else None,
+            js=opt("js", Stats.from_json), top1_agreement=o.opt_num("top1_agreement"),
+            report_format=fmt,
+            suite_token_hash_sha256=o.opt_str("suite_token_hash_sha256"),
+            reference_manifest_sha256=o.opt_str("reference_manifest_sha256"),
+            vocab_size=o.opt_int("vocab_size"),
+            js_window_cluster_bootstrap=opt("js_window_cluster_bootstrap", Bootstrap.from_json),
+            kl_candidate_to_reference=opt("kl_candidate_to_reference", Stats.from_json),
+            kl_reverse_window_cluster_bootstrap=opt("kl_reverse_window_cluster_bootstrap",
+                                                    Bootstrap.from_json),
+            topk_agreement=opt("topk_agreement", TopK.from_json),
+            next_token=opt("next_token", NextToken.from_json),
+            kl_by_reference_confidence=None if buckets is None else [
+                ConfidenceBucket.from_json(b) for b in buckets],
+            kl_by_position=None if positions is None else [PositionBucket.from_json(b) for b in positions],
+            per_window_arrays=None if arrays is None else WindowTable.from_json(arrays, len(per_window)),
+            provenance=opt("provenance", Provenance.from_json),
+            noise_floor=opt("noise_floor", NoiseFloorNote.from_json),
+            extra=o.rest(known),
+        )
+
+
+def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report") -> ComparisonReport:
+    """A report as the model: a parsed JSON document is validated first."""
+    if isinstance(report, ComparisonReport):
+        return report
+    return ComparisonReport.from_json(dict(report), where)
+
+
+__all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "Interval", "NextToken",
+           "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT", "Stats", "TopK", "Verified",
+           "WindowEntry", "WindowTable", "as_report"]
