@@ -14,7 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StageName = Literal["reference", "server", "capture", "finalize", "compare", "verify", "demo"]
+# The stages a pipeline runs, in order (the dashboard's stage rows, ``kldtui run`` steps).
+PipelineStageName = Literal["reference", "server", "capture", "finalize", "compare"]
+PIPELINE_STAGES: tuple[PipelineStageName, ...] = ("reference", "server", "capture", "finalize", "compare")
+# Every stage an event can name: the pipeline's, the stand-alone tools', and "run" (the whole run).
+StageName = Literal[PipelineStageName, "verify", "demo", "prepare", "publish", "run"]
 WindowStateName = Literal[
     "pending", "capturing", "captured", "finalizing", "finalized", "comparing", "compared", "failed"
 ]
@@ -24,7 +28,7 @@ WindowStateName = Literal[
 class Event:
     """Base of every event. ``ts`` is wall-clock seconds when it was made."""
 
-    stage: str
+    stage: StageName
     ts: float = field(default_factory=time.time, kw_only=True)
 
     @property

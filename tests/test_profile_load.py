@@ -9,6 +9,7 @@ import pytest
 
 from kldtui.errors import BadInput
 from kldtui.workflow.profile import load_profile
+from kldtui.workspace import Workspace
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -104,7 +105,7 @@ def test_relative_paths_resolve_against_the_profile_folder(tmp_path: Path) -> No
                     'api_key_env = "KLDTUI_TEST_KEY"\n[run]\nworkdir = "w"\n')
     profile = load_profile(path)
     assert profile.reference.local_dir == tmp_path / "suite"
-    assert profile.reference.logits_path == tmp_path / "suite" / "ref"
+    assert Workspace.from_profile(profile).reference_dir == tmp_path / "suite" / "ref"
     assert profile.candidate.server_capture_dir == sub / "chunks"
     assert profile.run.workdir == sub / "w"
     with pytest.raises(BadInput, match="KLDTUI_TEST_KEY"):

@@ -41,6 +41,7 @@ from kldtui.events import (
     Notice,
     Progress,
     StageFinished,
+    StageName,
     StageStarted,
     Throttle,
     WindowState,
@@ -51,7 +52,7 @@ from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.suite import Suite, WindowSpec
 
-STAGE = "capture"
+STAGE: StageName = "capture"
 POLL_INTERVAL = 0.1
 # A finished request's last chunk may take a moment to show on a shared file system.
 SETTLE_SECONDS = 2.0

@@ -31,6 +31,7 @@ from kldtui.events import (
     Notice,
     Progress,
     StageFinished,
+    StageName,
     StageStarted,
     Throttle,
     WindowState,
@@ -50,7 +51,7 @@ from kldtui.formats.suite import (
 )
 from kldtui.stages.capture import ChunkSet, check_chunk_dir
 
-STAGE = "finalize"
+STAGE: StageName = "finalize"
 BLOCK_BYTES = 16 * 1024 * 1024
 Verify = Literal["sample", "full", "none"]
 

@@ -43,6 +43,7 @@ from kldtui.events import (
     Notice,
     Progress,
     StageFinished,
+    StageName,
     StageStarted,
     Throttle,
     null_sink,
@@ -70,7 +71,7 @@ from kldtui.stages.verify import (
     verify_reference,
 )
 
-STAGE = "reference"
+STAGE: StageName = "reference"
 PARTIAL_DIR = ".kldtui-download"
 REPO_TYPE = "dataset"
 DOWNLOAD_WORKERS = 4

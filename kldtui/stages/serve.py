@@ -46,10 +46,19 @@ from pathlib import Path
 from typing import IO, Any
 
 from kldtui.errors import BadInput, Interrupted, StageFailed
-from kldtui.events import Cancel, EventSink, LogLine, Notice, ServerReady, StageStarted, null_sink
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    LogLine,
+    Notice,
+    ServerReady,
+    StageName,
+    StageStarted,
+    null_sink,
+)
 from kldtui.formats.chunks import CAPTURE_DIR_ENV
 
-STAGE = "server"
+STAGE: StageName = "server"
 DEFAULT_STOP_TIMEOUTS = (20.0, 10.0, 5.0)  # after SIGINT, after SIGTERM, after SIGKILL
 LAST_LINES = 40
 _ANY_HOST = ("0.0.0.0", "::", "")

@@ -34,6 +34,7 @@ from kldtui.events import (
     Notice,
     Progress,
     StageFinished,
+    StageName,
     StageStarted,
     Throttle,
     null_sink,
@@ -56,7 +57,7 @@ RECORD_NAME = ".kldtui-reference.json"  # written by kldtui.stages.reference in 
 REF_DIR = "ref"
 PUBLISHED_REPO_ID = "festr2/kimi-k3-full-mxfp4-kld-reference-32x2048"
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
-STAGE = "verify"
+STAGE: StageName = "verify"
 
 
 def default_workers() -> int:
@@ -150,7 +151,7 @@ class VerifiedCache:
 
 
 def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: EventSink = null_sink,
-               cancel: Cancel | None = None, stage: str = STAGE, task: str = "hash",
+               cancel: Cancel | None = None, stage: StageName = STAGE, task: str = "hash",
                on_hashed: Callable[[Path, str], None] | None = None,
                errors: dict[Path, str] | None = None) -> dict[Path, str]:
     """SHA-256 of each file, several at once, with throttled byte progress.

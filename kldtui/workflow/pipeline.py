@@ -26,20 +26,7 @@ captured, while the next window is being captured. With ``[compare] abort_kl_abo
 stops (StageFailed) after the first window whose mean KL is above it, after writing the report
 of the windows compared so far.
 
-Work folder layout (``[run] workdir``)::
-
-    workdir/
-      server.log                    the server's output, appended across starts
-      capture/
-        server-NNN/                 VLLM_KLD_CAPTURE_DIR of one server start (fresh each time)
-        <run_name>/window-NNN-DOMAIN-chunks/    captured chunks, one folder per window
-        capture-<run_name>.json     capture records (FORMATS.md), the resume point of capture
-      candidate/                    finalized logits_NNN.safetensors + manifest.json
-      compare/window-NNN.json       per-window compare results (reused when inputs match)
-      comparison.json               the report (docs/REPORT.md)
-
-The suite and the reference logits live in ``[reference] local_dir`` (``logits_dir``, default
-``ref/``), by default ``workdir/reference`` when a Hub repo is given.
+The work folder layout (every path) is :class:`kldtui.workspace.Workspace`'s.
 """
 
 from __future__ import annotations
@@ -65,6 +52,7 @@ from kldtui.events import (
     ResultReady,
     ServerReady,
     StageFinished,
+    StageName,
     StageStarted,
     WindowState,
     null_sink,
@@ -74,7 +62,9 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
+from kldtui.workspace import Workspace
 
 COMPARE_RESULT_VERSION = 1
 
@@ -111,15 +101,17 @@ class Pipeline:
     """The whole chain for one profile; see the module docstring."""
 
     def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
-                 output_dir: Path | None = None, output_kind: str = "candidate") -> None:
+                 output_dir: Path | None = None, output_kind: str = "candidate",
+                 workspace: Workspace | None = None) -> None:
         self.profile = profile
         self.output_dir = output_dir
         self.output_kind = output_kind
         self.emit = emit
         self.user_cancel = cancel
         self.cancel = _LinkedCancel(cancel)
-        self.workdir = profile.run.workdir
         self.run_name = profile.run.run_name
+        workspace = Workspace.from_profile(profile) if workspace is None else workspace
+        self._workspace = workspace if output_dir is None else workspace.with_candidate_dir(output_dir)
         self.server: Any = None  # kldtui.stages.serve.ServerProcess while running
         self.base_url: str | None = None
         self.server_capture_dir: Path | None = None
@@ -131,40 +123,38 @@ class Pipeline:
         self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
         self.server_capture_dir_override: Path | None = None  # ``kldtui serve --capture-dir``
 
-    # -- paths ----------------------------------------------------------------------------------
+    # -- paths (all from the workspace) --------------------------------------------------------
+    @property
+    def workspace(self) -> Workspace:
+        return self._workspace
+
     @property
     def suite_dir(self) -> Path:
-        local = self.profile.reference.local_dir
-        return local if local is not None else self.workdir / "reference"
+        return self._workspace.suite_dir
 
     @property
     def reference_dir(self) -> Path:
-        logits = self.profile.reference.logits_dir
-        return self.suite_dir / logits
+        return self._workspace.reference
 
     @property
     def capture_root(self) -> Path:
-        return self.workdir / "capture"
+        return self._workspace.captures
 
     @property
     def run_dir(self) -> Path:
-        return self.capture_root / self.run_name
+        return self._workspace.run_dir
 
     @property
     def records_path(self) -> Path:
-        return self.capture_root / f"capture-{self.run_name}.json"
+        return self._workspace.records_path
 
     @property
     def candidate_dir(self) -> Path:
-        return self.output_dir if self.output_dir is not None else self.workdir / "candidate"
-
-    @property
-    def compare_dir(self) -> Path:
-        return self.workdir / "compare"
+        return self._workspace.candidate
 
     @property
     def report_path(self) -> Path:
-        return self.workdir / "comparison.json"
+        return self._workspace.report
 
     # -- stages ---------------------------------------------------------------------------------
     def load_suite(self) -> Suite:
@@ -187,7 +177,7 @@ class Pipeline:
         """
         ref = self.profile.reference
         try:
-            if ref.capture == "embedded" and not (self.reference_dir / "manifest.json").exists():
+            if ref.capture == "embedded" and not self._workspace.reference_manifest.exists():
                 self._build_embedded_reference()
             run = self.profile.run
             if ref.logits_dir == "ref":
@@ -218,11 +208,10 @@ class Pipeline:
         ref_profile = dataclasses.replace(
             self.profile, candidate=ref_candidate,
             reference=dataclasses.replace(self.profile.reference, capture=None),
-            run=dataclasses.replace(self.profile.run, workdir=self.workdir / "reference-run",
-                                    run_name="reference"),
+            run=dataclasses.replace(self.profile.run, run_name="reference"),
             compare=dataclasses.replace(self.profile.compare, abort_kl_above=None))
         sub = Pipeline(ref_profile, _relabel(self.emit, "reference"), self.user_cancel,
-                       output_dir=self.reference_dir, output_kind="reference")
+                       output_kind="reference", workspace=self._workspace.reference_capture())
         sub.cancel = self.cancel
         self._sub = sub
         self.emit(StageStarted("reference", detail="capturing the reference with the embedded server"))
@@ -246,7 +235,7 @@ class Pipeline:
         self.server = ServerProcess(argv, capture_dir=self.server_capture_dir,
                                     served_model_name=c.served_model_name, emit=self.emit,
                                     env=self.profile.server_env(),
-                                    log_path=self.workdir / "server.log",
+                                    log_path=self._workspace.server_log,
                                     api_key=self.profile.api_key())
         try:
             self.server.start()
@@ -365,6 +354,27 @@ class Pipeline:
         except KldError:
             return []
 
+    def run_stage(self, stage: StageRequest) -> object:
+        """Run one pipeline stage by its name (or ``"all"``); see :class:`PipelineControl`."""
+        if stage == "all":
+            return self.run_all()
+        if stage == "reference":
+            return self.reference()
+        if stage == "server":
+            return self.serve()
+        if stage == "capture":
+            return self.capture()
+        if stage == "finalize":
+            return self.finalize()
+        return self.compare()
+
+    def cancel_stage(self, reason: str = "interrupted") -> None:
+        self.cancel.set(reason)
+
+    @property
+    def server_url(self) -> str | None:
+        return self.base_url
+
     # -- everything, overlapped -------------------------------------------------------------------
     def run_all(self) -> Path:
         """Reference + server concurrently, then capture with finalize+compare per window."""
@@ -459,13 +469,7 @@ class Pipeline:
                 self.cancel.set(f"stopped: {exc}")
 
     def _fresh_server_capture_dir(self) -> Path:
-        self.capture_root.mkdir(parents=True, exist_ok=True)
-        n = 1
-        while True:
-            candidate = self.capture_root / f"server-{n:03d}"
-            if not candidate.exists() or not any(candidate.iterdir()):
-                return candidate
-            n += 1
+        return self._workspace.fresh_server_capture_dir()
 
     def _expected_vocab(self) -> int | None:
         try:
@@ -483,7 +487,7 @@ class Pipeline:
         """What the candidate manifest already lists (files that still exist)."""
         if self._written:
             return
-        path = self.candidate_dir / "manifest.json"
+        path = self._workspace.candidate_manifest
         if not path.exists():
             return
         from kldtui.formats.logits_writer import WrittenLogits
@@ -505,7 +509,7 @@ class Pipeline:
         from kldtui.stages.finalize import finalize_window
 
         suite = self.load_suite()
-        chunk_dir = self.run_dir / window.chunk_dir_name
+        chunk_dir = self._workspace.chunk_dir(window.chunk_dir_name)
         # emits the window's finalizing/finalized states; a file that already matches is kept
         written = finalize_window(suite, window, chunk_dir, self.candidate_dir,
                                   expected_vocab=self._expected_vocab(), emit=self.emit,
@@ -528,9 +532,9 @@ class Pipeline:
         from kldtui.stages.compare import WindowResult, compare_window
 
         key = self._compare_key(window)
-        path = self.compare_dir / f"window-{window.index:03d}.json"
+        path = self._workspace.compare_cache(window.index)
         result = None
-        if path.exists():
+        if path is not None and path.exists():
             with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
                 doc = json.loads(path.read_text())
                 if doc.get("key") == key:
@@ -539,8 +543,9 @@ class Pipeline:
             self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
             result = compare_window(self.load_suite(), window, self.reference_dir, self.candidate_dir,
                                     self._compare_options(), self.cancel, emit=self.emit)
-            self.compare_dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, {"key": key, "result": result.to_dict()})
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(path, {"key": key, "result": result.to_dict()})
         if announce:
             figures = {"kl": result.kl_mean, "top1": result.top1_agreement}
             self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
@@ -567,7 +572,7 @@ class Pipeline:
         stop = run.stop_window if run.stop_window is not None else suite.window_count
         compared = sorted(r.window_index for r in results)
         complete = compared == list(range(run.start_window, stop))
-        ref_manifest = (self.reference_dir / "manifest.json").read_bytes()
+        ref_manifest = self._workspace.reference_manifest.read_bytes()
         report = build_report(
             results, suite=suite, reference_dir=self.reference_dir, candidate_dir=self.candidate_dir,
             options=self._compare_options(),
@@ -583,7 +588,7 @@ class Pipeline:
         return self.report_path
 
 
-def _relabel(emit: EventSink, stage: str) -> EventSink:
+def _relabel(emit: EventSink, stage: StageName) -> EventSink:
     """Show a helper pipeline's events as one stage: stage changes and windows become notes."""
     counted: set[int] = set()
 

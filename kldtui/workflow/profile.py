@@ -27,7 +27,7 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     # kind = "embedded": model_seed, vocab_size, perturb, max_num_batched_tokens
 
     [run]
-    workdir = "kldtui-work"        # see kldtui.workflow.pipeline for its layout
+    workdir = "kldtui-work"        # see kldtui.workspace for its layout
     run_name = "candidate"
     start_window = 0
     stop_window = 8                # exclusive; default: the whole suite
@@ -70,13 +70,8 @@ class ReferenceConfig:
     local_dir: Path | None = None
     logits_dir: str = "ref"
     capture: str | None = None  # "embedded": capture missing reference logits (the demo)
-
-    @property
-    def logits_path(self) -> Path | None:
-        """The reference logits folder (``local_dir / logits_dir``; absolute logits_dir wins)."""
-        if self.local_dir is None:
-            return None
-        return self.local_dir / self.logits_dir
+    # Where the suite and the logits are on disk: kldtui.workspace.Workspace.from_profile
+    # (local_dir defaults to WORKDIR/reference).
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,186 @@
+"""Every path of a run, in one place.
+
+A :class:`Workspace` is built once (from a profile, or from the flags of a single-stage command)
+and handed to the stage drivers, the pipeline and the dashboard; nothing else joins work-folder
+paths. Layout of a profile's work folder (``[run] workdir``)::
+
+    workdir/
+      .kldtui.lock                  held while a run writes into the folder
+      server.log                    the server's output, appended across starts
+      reference/                    the suite when the profile names no [reference] local_dir
+        suite-manifest.json, tokens/, ref/ (the reference logits, ``[reference] logits_dir``)
+      capture/
+        server-NNN/                 VLLM_KLD_CAPTURE_DIR of one server start (fresh each time)
+        <run_name>/window-NNN-DOMAIN-chunks/    captured chunks, one folder per window
+        capture-<run_name>.json     capture records (docs/FORMATS.md), the resume point of capture
+      candidate/                    finalized logits_NNN.safetensors + manifest.json
+      compare/window-NNN.json       per-window compare results (reused when inputs match)
+      comparison.json               the report (docs/REPORT.md)
+      reference-run/                the demo's reference capture (a workspace of its own whose
+                                    finalized folder is the suite's ref/)
+
+A workspace built from flags has only the paths its command needs; asking for another one is a
+programming error (:class:`ValueError`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kldtui.workflow.profile import Profile
+
+SUITE_MANIFEST = "suite-manifest.json"
+LOGITS_MANIFEST = "manifest.json"
+LOCK_NAME = ".kldtui.lock"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The paths of one run (see the module docstring for the layout)."""
+
+    suite_dir: Path
+    reference_dir: Path | None = None  # the reference logits (ref/ with manifest.json)
+    capture_root: Path | None = None  # holds the run folder and its capture records
+    run_name: str = "candidate"
+    candidate_dir: Path | None = None  # the finalized folder this run writes
+    compare_dir: Path | None = None  # per-window compare cache; None: no cache
+    report_path: Path | None = None
+    workdir: Path | None = None  # None for single-stage commands (no work folder)
+
+    # -- constructors ---------------------------------------------------------------------------
+    @classmethod
+    def from_profile(cls, profile: Profile) -> Workspace:
+        """The work folder of a profile: ``[run] workdir`` and ``[reference] local_dir``."""
+        workdir = Path(profile.run.workdir)
+        ref = profile.reference
+        suite_dir = Path(ref.local_dir) if ref.local_dir is not None else workdir / "reference"
+        return cls(suite_dir=suite_dir, reference_dir=suite_dir / ref.logits_dir,
+                   capture_root=workdir / "capture", run_name=profile.run.run_name,
+                   candidate_dir=workdir / "candidate", compare_dir=workdir / "compare",
+                   report_path=workdir / "comparison.json", workdir=workdir)
+
+    @classmethod
+    def for_suite(cls, suite_dir: str | Path, logits_dir: str = "ref") -> Workspace:
+        """``kldtui download``/``verify``: a suite folder and its reference logits."""
+        suite = Path(suite_dir)
+        return cls(suite_dir=suite, reference_dir=suite / logits_dir)
+
+    @classmethod
+    def for_capture(cls, suite_dir: str | Path, capture_dir: str | Path, run_name: str,
+                    candidate_dir: str | Path | None = None) -> Workspace:
+        """``kldtui capture`` / ``kldtui finalize``: ``--capture-dir/--run-name`` (+ ``--output-dir``)."""
+        return cls(suite_dir=Path(suite_dir), capture_root=Path(capture_dir), run_name=run_name,
+                   candidate_dir=Path(candidate_dir) if candidate_dir is not None else None)
+
+    @classmethod
+    def for_compare(cls, suite_manifest: str | Path, reference_dir: str | Path,
+                    candidate_dir: str | Path, report_path: str | Path) -> Workspace:
+        """``kldtui compare``: ``--suite-manifest`` (the file or its folder) and the two logits folders."""
+        suite = Path(suite_manifest)
+        suite_dir = suite.parent if suite.name == SUITE_MANIFEST or suite.is_file() else suite
+        return cls(suite_dir=suite_dir, reference_dir=Path(reference_dir),
+                   candidate_dir=Path(candidate_dir), report_path=Path(report_path))
+
+    def reference_capture(self) -> Workspace:
+        """The demo's reference capture: its own work folder; it finalizes into the suite's ref/."""
+        root = self._need(self.workdir, "workdir") / "reference-run"
+        return Workspace(suite_dir=self.suite_dir, reference_dir=self.reference_dir,
+                         capture_root=root / "capture", run_name="reference",
+                         candidate_dir=self.reference_dir, compare_dir=root / "compare",
+                         report_path=root / "comparison.json", workdir=root)
+
+    def with_candidate_dir(self, candidate_dir: str | Path) -> Workspace:
+        return replace(self, candidate_dir=Path(candidate_dir))
+
+    # -- the suite and the reference ------------------------------------------------------------
+    @property
+    def suite_manifest(self) -> Path:
+        return self.suite_dir / SUITE_MANIFEST
+
+    @property
+    def reference(self) -> Path:
+        """The reference logits folder (asks for it: a flag-built workspace may lack it)."""
+        return self._need(self.reference_dir, "reference_dir")
+
+    @property
+    def reference_manifest(self) -> Path:
+        return self.reference / LOGITS_MANIFEST
+
+    # -- capture --------------------------------------------------------------------------------
+    @property
+    def captures(self) -> Path:
+        return self._need(self.capture_root, "capture_root")
+
+    @property
+    def run_dir(self) -> Path:
+        """``capture/<run_name>``: the run folder holding one chunk folder per window."""
+        return self.captures / self.run_name
+
+    @property
+    def records_path(self) -> Path:
+        """``capture/capture-<run_name>.json``: the capture records."""
+        return self.captures / f"capture-{self.run_name}.json"
+
+    def chunk_dir(self, chunk_dir_name: str) -> Path:
+        """A window's chunk folder in the run folder (``WindowSpec.chunk_dir_name``)."""
+        return self.run_dir / chunk_dir_name
+
+    def server_capture_dir(self, number: int) -> Path:
+        """``capture/server-NNN``: VLLM_KLD_CAPTURE_DIR of the NNN-th server start."""
+        return self.captures / f"server-{number:03d}"
+
+    def fresh_server_capture_dir(self) -> Path:
+        """The first ``capture/server-NNN`` that does not exist or is empty (created parent)."""
+        self.captures.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            candidate = self.server_capture_dir(n)
+            if not candidate.exists() or not any(candidate.iterdir()):
+                return candidate
+            n += 1
+
+    # -- finalize and compare -------------------------------------------------------------------
+    @property
+    def candidate(self) -> Path:
+        """The finalized folder this run writes (and compare reads)."""
+        return self._need(self.candidate_dir, "candidate_dir")
+
+    @property
+    def candidate_manifest(self) -> Path:
+        return self.candidate / LOGITS_MANIFEST
+
+    def compare_cache(self, window_index: int) -> Path | None:
+        """``compare/window-NNN.json`` (None: this workspace keeps no per-window cache)."""
+        if self.compare_dir is None:
+            return None
+        return self.compare_dir / f"window-{window_index:03d}.json"
+
+    @property
+    def report(self) -> Path:
+        return self._need(self.report_path, "report_path")
+
+    # -- the work folder ------------------------------------------------------------------------
+    @property
+    def server_log(self) -> Path | None:
+        """The server's log (None without a work folder: the log is only shown)."""
+        return self.workdir / "server.log" if self.workdir is not None else None
+
+    @property
+    def lock_path(self) -> Path | None:
+        """The lock file a writing run holds (None without a work folder)."""
+        return self.workdir / LOCK_NAME if self.workdir is not None else None
+
+    def earlier_reports(self) -> list[Path]:
+        """Reports already in the work folder (``comparison*.json``), for the leaderboard."""
+        if self.workdir is None or not self.workdir.is_dir():
+            return []
+        return sorted(self.workdir.glob("comparison*.json"))
+
+    @staticmethod
+    def _need(value: Path | None, name: str) -> Path:
+        if value is None:
+            raise ValueError(f"this workspace has no {name} (built for another command)")
+        return value

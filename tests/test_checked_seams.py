@@ -1,0 +1,26 @@
+"""The seams are checked: import-linter keeps the layers (pyproject [tool.importlinter]), so the
+README's test command (plain ``pytest``) fails when a lower layer imports a higher one or a module
+outside kldtui/tui imports Textual."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def test_import_contracts_are_kept() -> None:
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    out = subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "broken" in out.stdout and " 0 broken" in out.stdout
