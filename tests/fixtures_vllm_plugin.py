@@ -150,3 +150,19 @@ def v1_original(self: V1Runner, hidden_states: torch.Tensor, num_scheduled_token
         logits = self.model.compute_logits(hidden_states[offset:offset + num_logits])
         out[req_id] = torch.log_softmax(logits[:, : self.vocab], -1)
     return out
+
+
+def rank_layout(dp: int, pp: int, pcp: int, tp: int) -> dict[str, list[list[int]]]:
+    """Group ranks per dimension, built as vLLM's initialize_model_parallel does
+    (layout DP x PP x PCP x TP; a dimension's groups: move it last, reshape to 2-D)."""
+    all_ranks = torch.arange(dp * pp * pcp * tp).reshape(-1, dp, pp, pcp, tp)
+    return {
+        "tp": [x.tolist() for x in all_ranks.view(-1, tp).unbind(0)],
+        "pcp": [x.tolist() for x in all_ranks.transpose(3, 4).reshape(-1, pcp).unbind(0)],
+        "pp": [x.tolist() for x in all_ranks.transpose(2, 4).reshape(-1, pp).unbind(0)],
+        "dp": [x.tolist() for x in all_ranks.transpose(1, 4).reshape(-1, dp).unbind(0)],
+    }
+
+
+def group_of(groups: list[list[int]], rank: int) -> list[int]:
+    return next(g for g in groups if rank in g)

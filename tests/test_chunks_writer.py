@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import socket
 import struct
 
 import numpy as np
@@ -33,7 +36,8 @@ def test_chunk_layout_metadata_and_values(tmp_path):
     assert CHUNK_NAME.match(path.name)
     header = _header(path)
     assert header["__metadata__"] == {"request_id": "cmpl-win/a:b-0-1f", "row_start": "256",
-                                      "row_end": "259", "vocab_size": "5"}
+                                      "row_end": "259", "vocab_size": "5",
+                                      "writer_host": socket.gethostname(), "writer_dir": str(tmp_path)}
     assert header["logits"]["dtype"] == "F32" and header["logits"]["shape"] == [3, 5]
     np.testing.assert_array_equal(load_file(path)["logits"], logits[:, :5])  # padded columns dropped
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
@@ -73,4 +77,34 @@ def test_names_and_error_marker(tmp_path):
     assert chunk_file_name(1792, 2047) == "logits.rows-001792-002047.safetensors"
     write_error_marker(tmp_path, "x/y", "disk\nfull")
     write_error_marker(tmp_path, "x/y", "again")
-    assert (tmp_path / "x_y" / ERROR_MARKER).read_text().splitlines() == ["disk full", "again"]
+    where = f" [writer {socket.gethostname()}:{tmp_path}]"  # which node wrote where
+    lines = (tmp_path / "x_y" / ERROR_MARKER).read_text().splitlines()
+    assert lines == ["disk full" + where, "again" + where]
+
+
+@pytest.mark.parametrize("err", [errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS])
+def test_file_system_without_hard_links_publishes_by_exclusive_rename(tmp_path, monkeypatch, err):
+    """FUSE / object-store mounts refuse os.link: chunks still land, still never overwritten."""
+    def no_link(src, dst, *a, **kw):
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(os, "link", no_link)
+    first = np.ones((2, 4), dtype=np.float32)
+    path = write_chunk(tmp_path, "req", 0, first, 4)
+    np.testing.assert_array_equal(load_file(path)["logits"], first)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # the temporary name is gone
+    with pytest.raises(FileExistsError):
+        write_chunk(tmp_path, "req", 0, np.zeros((2, 4), dtype=np.float32), 4)
+    np.testing.assert_array_equal(load_file(path)["logits"], first)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_without_renameat2_the_checked_rename_still_refuses(tmp_path, monkeypatch):
+    from kldtui.formats import atomic
+
+    monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "no")))
+    monkeypatch.setattr(atomic, "_renameat2", None)
+    path = write_chunk(tmp_path, "req", 0, np.ones((2, 4), dtype=np.float32), 4)
+    with pytest.raises(FileExistsError):
+        write_chunk(tmp_path, "req", 0, np.zeros((2, 4), dtype=np.float32), 4)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]

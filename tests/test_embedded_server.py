@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +69,8 @@ def test_completion_with_prompt_logprobs_matches_chunks(server: ServerProcess) -
                                           "logits.rows-000200-000249.safetensors"]
     meta = read_header(folder / "logits.rows-000100-000200.safetensors").metadata
     assert meta == {"request_id": f"{folders[0].replace('my_req_1', 'my/req 1')}", "row_start": "100",
-                    "row_end": "200", "vocab_size": str(VOCAB)}
+                    "row_end": "200", "vocab_size": str(VOCAB), "writer_host": socket.gethostname(),
+                    "writer_dir": os.path.abspath(server.capture_dir)}
     rows = []
     for name in sorted(os.listdir(folder)):
         with RowReader(folder / name) as rd:

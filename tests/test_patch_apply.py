@@ -100,3 +100,11 @@ def test_not_a_vllm_checkout_is_bad_input(tmp_path, capsys):
 def test_print_shows_the_patch(capsys):
     assert main(["patch", "--vllm-src", ".", "--print"]) == 0
     assert capsys.readouterr().out == patch_file().read_text()
+
+
+def test_patch_hands_device_logits_to_save_chunk_which_checks_the_rank_first():
+    """The V1 hunk must not copy to the CPU on every rank before save_chunk checks the rank."""
+    text = (Path(__file__).resolve().parents[1] / "patches" / "vllm-kld-capture.patch").read_text()
+    added = [line[1:] for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert not any(".to(" in line or ".cpu()" in line for line in added)
+    assert any(line.strip() == "logits," for line in added)

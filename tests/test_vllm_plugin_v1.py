@@ -34,6 +34,7 @@ def _step(runner, wrapped, order, seed):
     sched = runner.schedule(order)
     states = torch.randn(sum(sched.values()) + 5, HIDDEN, generator=torch.Generator().manual_seed(seed))
     out = wrapped(runner, states, sched)
+    vp.flush()  # chunks are written by the background writer
     expected = {}
     for rid, n in order:
         req = runner.requests[rid]

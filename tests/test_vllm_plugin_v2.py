@@ -55,6 +55,7 @@ def test_several_requests_across_the_1024_row_slices(capture):
     logits_fn, weight = _logits_fn(calls)
     wrapped = vp.wrap_v2(v2_original)
     out = wrapped(worker, logits_fn, states, batch, None, None, prompt_lens)
+    vp.flush()  # chunks are written by the background writer
     # vLLM's result is untouched: same rows, same values as without the hook
     expected = v2_original(worker, _logits_fn([])[0], states, batch, None, None, prompt_lens)
     assert out.keys() == expected.keys() == {"cmpl-A-0-aa", "cmpl-C-0-cc"}
@@ -70,7 +71,8 @@ def test_several_requests_across_the_1024_row_slices(capture):
     c = capture / "cmpl-C-0-cc"
     assert _chunks(c) == ["logits.rows-001000-001700.safetensors"]  # chunked: keeps every row
     np.testing.assert_array_equal(load_file(c / _chunks(c)[0])["logits"], full[1600:2300])
-    assert sorted(p.name for p in capture.iterdir()) == ["cmpl-A-0-aa", "cmpl-C-0-cc"]
+    assert sorted(p.name for p in capture.iterdir()) == [vp.WRITERS_DIR, "cmpl-A-0-aa", "cmpl-C-0-cc"]
+    assert all(not p.name.startswith(".pending") for p in capture.glob("*/*"))  # none left
 
 
 def test_a_prompt_across_steps_gives_contiguous_chunks(capture):
@@ -81,6 +83,7 @@ def test_a_prompt_across_steps_gives_contiguous_chunks(capture):
     for step in (1100, 700, 248):  # a 2,048-token prompt in three steps
         worker, batch, states, lens = v2_batch([V2Request("r", prompt_len, done, step)], [0], seed=done)
         wrapped(worker, logits_fn, states, batch, None, None, lens)
+        vp.flush()
         seen.append((states[:step] @ weight).numpy())
         done += step
     names = _chunks(capture / "r")
@@ -118,6 +121,7 @@ def test_save_failure_leaves_marker_and_engine_goes_on(capture):
     (capture / "cmpl-A-0-aa" / "logits.rows-000000-001499.safetensors").write_bytes(b"old")
     reqs, (worker, batch, states, prompt_lens) = _batch()
     out = vp.wrap_v2(v2_original)(worker, _logits_fn([])[0], states, batch, None, None, prompt_lens)
+    vp.flush()
     assert set(out) == {"cmpl-A-0-aa", "cmpl-C-0-cc"}
     marker = (capture / "cmpl-A-0-aa" / ERROR_MARKER).read_text()
     assert "already exists" in marker and "cmpl-A-0-aa" in marker

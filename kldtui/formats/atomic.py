@@ -8,6 +8,8 @@ finalize rely on.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import tempfile
@@ -48,10 +50,57 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, replace: bool
         raise
 
 
+# errnos of file systems without hard links (FUSE, object-store and some network mounts)
+_NO_LINK = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EACCES}
+_RENAME_NOREPLACE = 1  # linux/fs.h
+
+
 def publish_new(tmp: Path, final: Path) -> None:
-    """Give ``tmp`` the name ``final`` only if ``final`` does not exist; remove ``tmp``."""
-    os.link(tmp, final)  # raises FileExistsError, never overwrites
+    """Give ``tmp`` the name ``final`` only if ``final`` does not exist; remove ``tmp``.
+
+    A hard link (fails if the name exists); where the file system has none, an exclusive
+    rename (``renameat2(RENAME_NOREPLACE)``), and where that is missing too, a rename after
+    checking the name is free (one writer per name: the capture hook's chunk names are unique).
+    """
+    try:
+        os.link(tmp, final)  # raises FileExistsError, never overwrites
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+        _rename_noreplace(tmp, final)
+        return
     tmp.unlink()
+
+
+def _rename_noreplace(tmp: Path, final: Path) -> None:
+    if _renameat2 is not None:
+        rc = _renameat2(-100, os.fsencode(tmp), -100, os.fsencode(final), _RENAME_NOREPLACE)  # AT_FDCWD
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(final))
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(final))
+    if os.path.lexists(final):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(final))
+    os.rename(tmp, final)
+
+
+def _load_renameat2() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        func = libc.renameat2
+    except (OSError, AttributeError):
+        return None  # not glibc >= 2.28 / not Linux: the checked rename
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_renameat2 = _load_renameat2()
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, sort_keys: bool = True) -> None:

@@ -6,14 +6,18 @@ Layout (FORMATS.md, "Capture chunks written by the server-side hook")::
     $VLLM_KLD_CAPTURE_DIR/<sanitized request id>/logits.rows-SSSSSS-EEEEEE.safetensors
 
 One F32 tensor ``logits`` of shape ``[end - start, vocab_size]``, metadata ``request_id``,
-``row_start``, ``row_end``, ``vocab_size``. A chunk is written under a temporary name and
-published with a hard link, which fails if the name exists: a chunk is never overwritten.
+``row_start``, ``row_end``, ``vocab_size``, and ``writer_host`` / ``writer_dir`` (the host name
+of the process that wrote it and its capture folder, so a chunk found on a shared file system
+says which node wrote it). A chunk is written under a temporary name and published with a hard
+link, or an exclusive rename where the file system has no hard links; either fails if the name
+exists: a chunk is never overwritten.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,16 @@ SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
 ERROR_MARKER = "capture-error.txt"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
+
+
+def writer_host() -> str:
+    """This process's host name (recorded in chunks and error markers)."""
+    return socket.gethostname() or "unknown-host"
+
+
+def writer_where(capture_dir: str | os.PathLike[str]) -> str:
+    """``host:folder`` of a writer, for messages that must say which node wrote where."""
+    return f"{writer_host()}:{os.path.abspath(capture_dir)}"
 
 
 def sanitize_request_id(request_id: str) -> str:
@@ -77,7 +91,8 @@ def write_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_start:
     if final.exists():
         raise FileExistsError(f"capture chunk {final} already exists; refusing to overwrite")
     metadata = {"request_id": request_id, "row_start": str(row_start), "row_end": str(row_end),
-                "vocab_size": str(vocab_size)}
+                "vocab_size": str(vocab_size), "writer_host": writer_host(),
+                "writer_dir": os.path.abspath(capture_dir)}
     header = encode_header({"logits": ("F32", (rows, vocab_size))}, metadata)
     with atomic_open(final, "wb", replace=False, fsync=False) as handle:
         handle.write(header)
@@ -90,4 +105,4 @@ def write_error_marker(capture_dir: str | os.PathLike[str], request_id: str, mes
     folder = Path(capture_dir) / sanitize_request_id(request_id)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ERROR_MARKER, "a", encoding="utf-8") as handle:
-        handle.write(" ".join(message.split()) + "\n")
+        handle.write(" ".join(message.split()) + f" [writer {writer_where(capture_dir)}]\n")

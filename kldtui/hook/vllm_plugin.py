@@ -16,9 +16,16 @@ it wraps, in a pip-installed and unmodified vLLM 0.32 / 0.33:
   prefill ends in this step) and writes them as one chunk starting at prompt row
   ``num_computed_prefill_tokens``.
 
-Every chunk goes through :func:`kldtui.formats.chunks.write_chunk`. Only the first tensor-parallel rank
-of the last pipeline stage writes (on every data-parallel rank). A failure to save is logged and
-leaves :func:`kldtui.formats.chunks.write_error_marker` in the request folder; it never reaches vLLM.
+Every chunk goes through :func:`kldtui.formats.chunks.write_chunk`, on a bounded background
+thread (:mod:`kldtui.hook.writer`): the engine's thread only starts the device-to-host copy.
+Only vLLM's output rank writes: the first tensor-parallel rank and the first prefill-context-
+parallel rank of the last pipeline stage (on every data-parallel rank), the rank vLLM's executors
+take the model's output from. A failure to save is logged and leaves
+:func:`kldtui.formats.chunks.write_error_marker` in the request folder; it never reaches vLLM.
+
+At :func:`register` the process logs its host name and capture folder; the writer rank also
+leaves ``.kldtui-writers/<host>-<pid>.json`` in the folder, so a capture client on another node
+can tell whether the writer's folder is the one it sees (FORMATS.md, multi-node capture).
 If a method to wrap is missing or its signature changed, :func:`register` raises
 :class:`CaptureHookError` naming the vLLM version: the server does not start capturing nothing.
 
@@ -33,10 +40,17 @@ import inspect
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from kldtui.formats.chunks import CAPTURE_DIR_ENV, is_skipped_request, write_chunk, write_error_marker
+from kldtui.formats.chunks import (
+    CAPTURE_DIR_ENV,
+    is_skipped_request,
+    write_error_marker,
+    writer_host,
+)
+from kldtui.hook.writer import get_writer
 
 # vLLM configures the "vllm" logger; a child of it shows up in the server's log.
 log = logging.getLogger("vllm.kldtui_capture")
@@ -54,6 +68,7 @@ V2_PARAMS = ("self", "logits_fn", "hidden_states", "input_batch", "all_token_ids
 V1_SUBCLASS_MODULES = ("vllm.v1.worker.cpu_model_runner",)
 PATCH_MARKER = "KLDTUI_CAPTURE_PATCHED"  # set to True at module level by the source patch
 WRAPPED_ATTR = "__kldtui_capture__"
+WRITERS_DIR = ".kldtui-writers"  # <host>-<pid>.json per writer rank (see announce_writer)
 
 
 class CaptureHookError(RuntimeError):
@@ -82,7 +97,12 @@ def vllm_version() -> str:
 
 # ----------------------------------------------------------------------------- writer rank
 def _compute_writer_rank() -> bool | None:
-    """True on the first TP rank of the last PP stage; None while vLLM's groups are not set up."""
+    """True on vLLM's output rank; None while vLLM's groups are not set up.
+
+    The output rank (``MultiprocExecutor._get_output_rank``) is the first TP rank and the first
+    prefill-context-parallel rank of the last PP stage; each PCP rank has its own TP rank 0, so
+    checking TP alone would write every chunk once per PCP rank.
+    """
     try:
         from vllm.distributed import parallel_state as ps
     except Exception:  # noqa: BLE001 - no vLLM distributed module: a single process
@@ -95,7 +115,14 @@ def _compute_writer_rank() -> bool | None:
         return None
     tp = ps.get_tp_group()
     pp = ps.get_pp_group()
-    return bool(tp.rank_in_group == 0 and pp.is_last_rank)
+    pcp_rank = 0
+    get_pcp = getattr(ps, "get_pcp_group", None)  # vLLM without prefill context parallelism
+    if get_pcp is not None:
+        try:
+            pcp_rank = int(get_pcp().rank_in_group)
+        except (AssertionError, AttributeError):
+            pcp_rank = 0  # the group is not set up: no PCP
+    return bool(tp.rank_in_group == 0 and pcp_rank == 0 and pp.is_last_rank)
 
 
 def is_writer_rank() -> bool:
@@ -116,24 +143,62 @@ def _reset_writer_rank_cache() -> None:
 
 
 # ----------------------------------------------------------------------------- saving
+_announced: set[str] = set()
+
+
+def announce_writer(folder: str) -> None:
+    """Once per process and folder: log and record that this host writes chunks into ``folder``.
+
+    The record (``.kldtui-writers/<host>-<pid>.json``) is how a capture client on another node
+    learns whether the writer shares its folder; never raises.
+    """
+    if folder in _announced:
+        return
+    _announced.add(folder)
+    host, where = writer_host(), os.path.abspath(folder)
+    log.info("kldtui capture writer: host %s (pid %d) writes chunks to %s", host, os.getpid(), where)
+    try:
+        target = os.path.join(folder, WRITERS_DIR)
+        os.makedirs(target, exist_ok=True)
+        doc = {"host": host, "pid": os.getpid(), "folder": where, "since": time.time(),
+               "vllm": vllm_version()}
+        from kldtui.formats.atomic import write_json_atomic
+
+        write_json_atomic(os.path.join(target, f"{host}-{os.getpid()}.json"), doc)
+    except Exception as exc:  # noqa: BLE001 - a read-only folder shows up as failed chunks anyway
+        log.warning("kldtui capture: could not record the writer in %s: %s", folder, exc)
+
+
 def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
                directory: str | None = None) -> bool:
-    """Write one chunk via :func:`kldtui.formats.chunks.write_chunk`; never raises.
+    """Queue one chunk for :func:`kldtui.formats.chunks.write_chunk`; never raises.
 
-    Returns True when written (or deliberately skipped: warm-up/dummy request, another rank,
-    capture off), False when saving failed; then the failure is logged and an error marker is
-    left in the request folder for the capture client.
+    Checks the writer rank before anything is copied off the device. Returns True when queued
+    (or deliberately skipped: warm-up/dummy request, another rank, capture off), False when
+    the copy could not even start; a failure, now or in the background writer, is logged and
+    leaves an error marker in the request folder for the capture client.
     """
     folder = directory or capture_dir()
     if folder is None or is_skipped_request(request_id) or not is_writer_rank():
         return True
+    announce_writer(folder)
+    writer = get_writer()
     try:
-        write_chunk(folder, request_id, int(row_start), logits, int(vocab_size))
-        return True
+        staged = writer.stage(logits, int(vocab_size))
     except Exception as exc:  # noqa: BLE001 - never crash the engine over a capture file
+        fail_request(request_id, f"kldtui capture: copying rows from {row_start} of request "
+                     f"{request_id!r} to the host failed: {type(exc).__name__}: {exc}", folder)
+        return False
+    writer.submit_chunk(folder, request_id, int(row_start), staged, int(vocab_size),
+                        _on_error(request_id, int(row_start), folder))
+    return True
+
+
+def _on_error(request_id: str, row_start: int, folder: str) -> Any:
+    def failed(exc: BaseException) -> None:
         fail_request(request_id, f"kldtui capture: saving rows from {row_start} of request "
                      f"{request_id!r} failed: {type(exc).__name__}: {exc}", folder)
-        return False
+    return failed
 
 
 def fail_request(request_id: str, message: str, directory: str | None = None) -> None:
@@ -165,11 +230,6 @@ def _row_offset(part: Any, whole: Any) -> int | None:
         return delta // stride
     except Exception:  # noqa: BLE001 - not a tensor view we can place
         return None
-
-
-def _to_cpu(logits: Any) -> Any:
-    """Copy to the CPU in the model's own dtype (widening to F32 happens in write_chunk)."""
-    return logits.detach().to("cpu")
 
 
 # ----------------------------------------------------------------------------- V1 wrapper
@@ -229,14 +289,8 @@ def wrap_v1(original: Callable[..., Any]) -> Callable[..., Any]:
                           "prompt-logprobs request (offset %s); not captured", offset)
                 return logits
             req_id, row_start = target
-            vocab = _v1_vocab_size(self, logits)
-            try:
-                cpu = _to_cpu(logits[..., :vocab])  # padded vocab columns never leave the device
-            except Exception as exc:  # noqa: BLE001
-                fail_request(req_id, f"kldtui capture: copying rows from {row_start} of "
-                             f"{req_id!r} to the CPU failed: {type(exc).__name__}: {exc}", folder)
-                return logits
-            save_chunk(req_id, row_start, cpu, vocab, folder)
+            # padded vocab columns never leave the device (save_chunk stages [..., :vocab])
+            save_chunk(req_id, row_start, logits, _v1_vocab_size(self, logits), folder)
             return logits
 
         setattr(model, "compute_logits", compute_logits)  # noqa: B010 - an instance override
@@ -302,10 +356,12 @@ class V2BatchCapture:
         self.vocab_size: int | None = None
         self._rows_seen = 0  # for slices that are not views of hidden_states
         self.plan: list[tuple[str, int, int, int]] = []
+        self.pieces: dict[str, list[tuple[int, Any]]] = {}
         if self.folder is None or not is_writer_rank():
             return
         try:
-            self.plan = _v2_plan(worker, input_batch, prompt_lens)
+            self.plan = [p for p in _v2_plan(worker, input_batch, prompt_lens)
+                         if not is_skipped_request(p[0])]
         except Exception as exc:  # noqa: BLE001
             for req_id in getattr(input_batch, "req_ids", []):
                 fail_request(str(req_id), f"kldtui capture: cannot map the batch's requests "
@@ -344,24 +400,26 @@ class V2BatchCapture:
         for req_id, start, end, _ in self.plan:
             lo, hi = max(start, base), min(end, base + rows)
             if lo < hi:
-                self.pieces[req_id].append((lo, _to_cpu(logits[lo - base:hi - base])))
+                # each slice starts its (non-blocking) copy now: vLLM drops the logits afterwards
+                staged = get_writer().stage(logits[lo - base:hi - base], self.vocab_size)
+                self.pieces[req_id].append((lo, staged))
 
     def save(self) -> None:
-        """Write one chunk per scored request of the batch; never raises."""
-        if not self.plan:
+        """Queue one chunk per scored request of the batch; never raises."""
+        if not self.plan or self.folder is None:
             return
-        import torch
-
+        writer = get_writer()
+        announce_writer(self.folder)
         for req_id, start, end, row_start in self.plan:
             parts = sorted(self.pieces[req_id], key=lambda p: p[0])
-            got = sum(int(p[1].shape[0]) for p in parts)
+            got = sum(int(p[1].tensor.shape[0]) for p in parts)
             if got != end - start or not parts or parts[0][0] != start:
                 fail_request(req_id, f"kldtui capture: saw {got} of the {end - start} rows "
                              f"from {row_start} of {req_id!r}; not captured", self.folder)
                 continue
-            logits = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
-            save_chunk(req_id, row_start, logits, int(self.vocab_size or logits.shape[-1]),
-                       self.folder)
+            writer.submit_chunk(self.folder, req_id, row_start, [p[1] for p in parts],
+                                int(self.vocab_size or parts[0][1].tensor.shape[-1]),
+                                _on_error(req_id, row_start, self.folder))
         self.plan = []
 
 
@@ -481,5 +539,11 @@ def register() -> None:
     if folder is None:
         return
     found = install()
-    log.info("kldtui capture hook active (vLLM %s): %s; chunks go to %s", vllm_version(),
-             ", ".join(f"{k} runner via {v}" for k, v in sorted(found.items())), folder)
+    log.info("kldtui capture hook active (vLLM %s): %s; host %s (pid %d), chunks go to %s",
+             vllm_version(), ", ".join(f"{k} runner via {v}" for k, v in sorted(found.items())),
+             writer_host(), os.getpid(), os.path.abspath(folder))
+
+
+def flush() -> None:
+    """Wait until every chunk queued in this process is written (or failed)."""
+    get_writer().flush()

@@ -48,7 +48,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id
+from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id, writer_host
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.suite import Suite, WindowSpec
 
@@ -56,6 +56,11 @@ STAGE: StageName = "capture"
 POLL_INTERVAL = 0.1
 # A finished request's last chunk may take a moment to show on a shared file system.
 SETTLE_SECONDS = 2.0
+# The hook writes chunks in the background and marks each queued one with a pending file:
+# after the answer, wait this long at most for them (a 2,048-row F32 chunk on a slow mount).
+PENDING_SECONDS = 300.0
+PENDING_PREFIX = ".pending.rows-"  # kldtui.hook.writer.PENDING_PREFIX
+WRITERS_DIR = ".kldtui-writers"  # kldtui.hook.vllm_plugin.WRITERS_DIR
 VALUE_CHECK_BLOCK_BYTES = 32 * 1024 * 1024
 
 
@@ -510,13 +515,11 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
                 raise _WindowFailed(f"{w.label}: the server counted {prompt_tokens} prompt tokens, "
                                     f"the window has {len(tokens)}; it must take token ids unchanged "
                                     "(no special tokens, no chat template)")
-            folders = _settled_folders(request_folders, w)
+            folders = _settled_folders(request_folders, w, server_alive)
             if not folders:
                 raise _WindowFailed(f"{w.label}: no capture folder for request {x_request_id} "
-                                    f"appeared in {server_capture_dir}: the capture hook is not "
-                                    "active in the server (VLLM_KLD_CAPTURE_DIR unset or the hook "
-                                    "not installed) or the server writes its chunks elsewhere "
-                                    "(--server-capture-dir)")
+                                    f"appeared in {server_capture_dir}; "
+                                    f"{no_folder_hint(server_capture_dir)}")
             if len(folders) > 1:
                 raise _WindowFailed(f"{w.label}: {len(folders)} capture folders for one request "
                                     f"({', '.join(f.name for f in folders)}); expected exactly one")
@@ -546,6 +549,10 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
     except BaseException:
         cleanup()
         raise
+    written_by = _written_by(checked)
+    if written_by is not None and written_by[0] != writer_host():
+        emit(LogLine(STAGE, f"{w.label}: chunks written on node {written_by[0]} into "
+                            f"{written_by[1]}, read here on {writer_host()} from {server_capture_dir}"))
     extra = {"x_request_id": x_request_id, "request_folder": folders[0].name,
              "vocab_size": checked.vocab_size, "rows": checked.rows,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
@@ -555,6 +562,16 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
         usage=usage, finish_reason=choice.get("finish_reason"), chunk_dir=str(dest.resolve()),
         chunks=checked.names, extra=extra)
     return record, checked.vocab_size
+
+
+def _written_by(checked: ChunkSet) -> tuple[str, str] | None:
+    """``(writer host, writer folder)`` from the first chunk's metadata (None: not recorded)."""
+    try:
+        meta = read_header(checked.chunks[0].path).metadata
+    except (BadInput, OSError, IndexError):
+        return None
+    host = meta.get("writer_host")
+    return (host, meta.get("writer_dir", "?")) if host else None
 
 
 def _check_landed(folder: Path, w: WindowSpec, done: set[str]) -> None:
@@ -581,19 +598,68 @@ def _check_landed(folder: Path, w: WindowSpec, done: set[str]) -> None:
         done.add(name)
 
 
-def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec) -> list[Path]:
-    """The request's folder(s) once its rows are all there (or after SETTLE_SECONDS)."""
-    deadline = time.monotonic() + SETTLE_SECONDS
+def _pending(folder: Path) -> bool:
+    try:
+        return any(n.startswith(PENDING_PREFIX) for n in os.listdir(folder))
+    except OSError:
+        return False
+
+
+def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
+                     server_alive: Callable[[], str | None] | None = None) -> list[Path]:
+    """The request's folder(s) once its rows are all there (or after SETTLE_SECONDS).
+
+    Chunks the hook still has queued (pending files) are waited for up to PENDING_SECONDS
+    while the server lives.
+    """
+    start = time.monotonic()
+    deadline = start + SETTLE_SECONDS
     while True:
         folders = list_folders()
         if len(folders) == 1 and (chunk_rows_landed(folders[0]) >= w.scored_positions
                                   or (folders[0] / ERROR_MARKER).exists()):
-            return folders
-        if time.monotonic() >= deadline:
+            if not _pending(folders[0]):
+                return folders
+        now = time.monotonic()
+        waiting = (len(folders) == 1 and _pending(folders[0]) and now < start + PENDING_SECONDS
+                   and (server_alive is None or server_alive() is None))
+        if now >= deadline and not waiting:
             return folders
         time.sleep(0.05)
 
 
+def writer_records(server_capture_dir: Path) -> list[dict[str, Any]]:
+    """The hook's writer records (``.kldtui-writers/*.json``) visible in the capture folder."""
+    out = []
+    try:
+        names = sorted(os.listdir(server_capture_dir / WRITERS_DIR))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            doc = json.loads((server_capture_dir / WRITERS_DIR / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def no_folder_hint(server_capture_dir: Path) -> str:
+    """Why no request folder showed up, from what the writer ranks recorded (multi-node runs)."""
+    here = writer_host()
+    records = writer_records(server_capture_dir)
+    if not records:
+        return (f"no writer rank has recorded itself in {server_capture_dir} as seen from {here}: "
+                "the capture hook is not active in the server (VLLM_KLD_CAPTURE_DIR unset or the "
+                "hook not installed), or the writer (vLLM's output rank: the last pipeline stage, "
+                "every data-parallel rank) runs on another node and wrote into that path on its own "
+                "disk; the server log names it ('kldtui capture writer: host ...'). Put the capture "
+                "folder on a file system shared by all nodes, mounted at the same path")
+    writers = ", ".join(f"{r.get('host')}:{r.get('folder')} (pid {r.get('pid')})" for r in records)
+    return (f"writer ranks recorded here: {writers}; the server writes its chunks elsewhere "
+            "(--server-capture-dir), or the writer of this request runs on a node whose folder "
+            "is not this one (a data-parallel rank on another node)")
 def _timeout_message(w: WindowSpec, url: str, timeout: float) -> str:
     return (f"{w.label}: no answer from {url} within {timeout:g} s (request timeout); the server "
             "may be hung or overloaded: check its log, or raise the request timeout")

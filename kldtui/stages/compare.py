@@ -73,6 +73,7 @@ class CompareOptions:
     reverse: bool = False
     backend: str = "auto"  # see BACKENDS
     threads: int | None = None  # worker threads (numpy backend); None: every core
+    cuda_device: int | None = None  # torch-cuda: the GPU index (None: the current device)
     verify_sha256: bool = False
 
 
@@ -400,8 +401,19 @@ class Engine:
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kldtui-compare")
 
+    def _torch_device(self) -> str:
+        if self.backend != "torch-cuda":
+            return "cpu"
+        return "cuda" if self.options.cuda_device is None else f"cuda:{self.options.cuda_device}"
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.backend == "torch-cuda":
+            # give the cached blocks back: a server started later checks the GPU's free memory
+            import torch
+
+            self._local = threading.local()
+            torch.cuda.empty_cache()
 
     def __enter__(self) -> Engine:
         return self
@@ -417,7 +429,7 @@ class Engine:
             elif self.backend == "numpy-threads":
                 k = NumpyRowKernel(self.vocab)
             else:
-                k = TorchBlockKernel(self.vocab, "cuda" if self.backend == "torch-cuda" else "cpu")
+                k = TorchBlockKernel(self.vocab, self._torch_device())
             self._local.kernel = k
         return k
 

@@ -557,9 +557,39 @@ class Pipeline:
 
         cmp_ = self.profile.compare
         run = self.profile.run
+        choice = self._backend_choice()
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
-                              reverse=cmp_.reverse)
+                              reverse=cmp_.reverse, backend=choice.backend, threads=choice.threads,
+                              cuda_device=choice.cuda_device)
+
+    def _serving(self) -> Any:
+        """The server of this run on this host while it starts or runs (None: none here)."""
+        from kldtui.stages.compare_backend import Serving, server_gpus
+
+        server = self.server
+        if server is not None and server.alive() is None:
+            argv = list(getattr(server, "argv", []) or [])
+            return Serving(server_gpus(argv, self.profile.server_env()), "the candidate server")
+        if self._sub is not None and self._sub.server is not None:
+            return Serving(None, "the reference server")
+        c = self.profile.candidate
+        if c.kind == "attach" and c.url is not None and _is_local_url(c.url):
+            return Serving(None, f"the attached server at {c.url}")
+        return None
+
+    def _backend_choice(self) -> Any:
+        """Which compare backend runs now, logged (to the dashboard and batch output) on change."""
+        from kldtui.stages.compare_backend import choose_backend
+
+        cmp_ = self.profile.compare
+        vocab = self._expected_vocab() or 262144
+        choice = choose_backend(cmp_.backend, cmp_.threads, self._serving(), vocab=vocab)
+        line = f"compare backend: {choice.label} ({choice.reason})"
+        if line != getattr(self, "_backend_line", None):
+            self._backend_line = line
+            self.emit(LogLine("compare", line))
+        return choice
 
     def _write_report(self, results: list[Any]) -> Path:
         import hashlib
@@ -622,6 +652,15 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
     return {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
             "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
             "windows": report.get("windows")}
+
+
+def _is_local_url(url: str) -> bool:
+    """Whether a server URL points at this host (loopback or this host's name)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
 
 
 def _server_version(url: str) -> dict[str, Any]:

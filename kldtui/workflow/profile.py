@@ -37,6 +37,10 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     bootstrap_seed = 1
     reverse = false
     abort_kl_above = 0.5           # stop after a window whose mean KL is above this (optional)
+    backend = "auto"               # auto | c | numpy | torch | torch-cpu | torch-cuda; auto keeps
+                                   # the GPUs to a server of this run while it runs on this host
+                                   # (kldtui.stages.compare_backend)
+    threads = 4                    # compare threads (default: all cores, half while serving)
 
 The server command is ``[python, *launcher, "--served-model-name", NAME, *vllm_args]`` after
 substituting ``{model}``, ``{host}``, ``{port}``, ``{served_model_name}`` in launcher and
@@ -112,6 +116,8 @@ class CompareConfig:
     bootstrap_seed: int = 1
     reverse: bool = False
     abort_kl_above: float | None = None
+    backend: str = "auto"
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -232,7 +238,7 @@ _TYPES: dict[str, dict[str, str]] = {
     },
     "run": {"workdir": "str", "run_name": "str", "start_window": "int", "stop_window": "int"},
     "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
-                "abort_kl_above": "float"},
+                "abort_kl_above": "float", "backend": "str", "threads": "int"},
 }
 
 
@@ -321,6 +327,13 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         cmp_["abort_kl_above"] = float(cmp_["abort_kl_above"])
     if cmp_.get("bootstrap_samples", 1) < 1:
         raise BadInput(f"{where}: [compare] bootstrap_samples must be at least 1")
+    from kldtui.stages.compare import BACKENDS
+
+    if cmp_.get("backend", "auto") not in BACKENDS:
+        raise BadInput(f"{where}: [compare] backend {cmp_['backend']!r} is not one of "
+                       f"{', '.join(BACKENDS)}; {_suggest(cmp_['backend'], list(BACKENDS))}")
+    if cmp_.get("threads", 1) < 1:
+        raise BadInput(f"{where}: [compare] threads must be at least 1")
 
     def build(cls: type, values: dict[str, Any]) -> Any:
         names = {f.name for f in fields(cls)}

@@ -24,11 +24,27 @@ def _header(path: Path) -> dict:
     return json.loads(raw[8:8 + n])
 
 
+def request_folders(capture_dir: Path) -> set[Path]:
+    """Request folders (the writer records under .kldtui-writers are not one)."""
+    return {p for p in capture_dir.iterdir() if not p.name.startswith(".")}
+
+
+def settle(folder: Path, timeout: float = 120.0) -> None:
+    """Chunks are written in the background: wait until none is pending."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while any(p.name.startswith(".pending.") for p in folder.iterdir()):
+        assert time.monotonic() < deadline, sorted(p.name for p in folder.iterdir())
+        time.sleep(0.05)
+
+
 def read_request_folder(folder: Path, n_tokens: int):
     """Check every chunk file against FORMATS.md; return (F32 logits [n-1, V], [(start, end)])."""
     import torch
     from safetensors.torch import load_file
 
+    settle(folder)
     names = sorted(p.name for p in folder.iterdir())
     assert names and all(CHUNK_NAME.match(n) for n in names), names  # nothing but chunks
     spans, parts = [], []
@@ -40,7 +56,8 @@ def read_request_folder(folder: Path, n_tokens: int):
         assert name == f"logits.rows-{start:06d}-{end:06d}.safetensors"
         assert sanitize_request_id(meta["request_id"]) == folder.name
         assert meta["vocab_size"] == str(VOCAB) and set(meta) == {"request_id", "row_start", "row_end",
-                                                                  "vocab_size"}
+                                                                  "vocab_size", "writer_host",
+                                                                  "writer_dir"}
         assert header["logits"]["dtype"] == "F32" and header["logits"]["shape"] == [end - start, VOCAB]
         spans.append((start, end))
         parts.append(load_file(folder / name)["logits"])
@@ -86,9 +103,9 @@ def captured(capture_server, suite):
     out = {}
     for window in suite.windows:
         ids = suite.load_tokens(window)
-        before = set(capture_server.capture_dir.iterdir())
+        before = request_folders(capture_server.capture_dir)
         response = capture_server.complete(ids, f"kld-w{window.index}")
-        new = set(capture_server.capture_dir.iterdir()) - before
+        new = request_folders(capture_server.capture_dir) - before
         assert len(new) == 1, new  # exactly one new request folder per window
         folder = new.pop()
         assert folder.name.startswith(f"cmpl-kld-w{window.index}-0-")
@@ -103,6 +120,14 @@ def test_plugin_loaded_by_vllm(capture_server, captured, vllm_version):
     log = capture_server.log.read_text(errors="replace")
     assert f"kldtui capture hook active (vLLM {vllm_version})" in log
     assert "v1 runner via plugin" in log
+    # which node writes where: in the log, in the writer record, in every chunk
+    import socket
+
+    host = socket.gethostname()
+    assert f"kldtui capture writer: host {host}" in log
+    records = [json.loads(p.read_text()) for p in (capture_server.capture_dir / ".kldtui-writers").iterdir()]
+    assert len(records) == 1 and records[0]["host"] == host  # one writer rank (the worker)
+    assert records[0]["folder"] == str(capture_server.capture_dir.resolve())
 
 
 def test_chunks_match_vllm_prompt_logprobs(captured):
@@ -129,7 +154,7 @@ def test_request_without_prompt_logprobs_writes_nothing(capture_server, captured
 
 
 def test_two_concurrent_requests_land_in_two_folders(capture_server, captured, suite):
-    before = set(capture_server.capture_dir.iterdir())
+    before = request_folders(capture_server.capture_dir)
     results: dict[int, dict] = {}
     errors: list[BaseException] = []
 
@@ -145,7 +170,7 @@ def test_two_concurrent_requests_land_in_two_folders(capture_server, captured, s
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
-    new = set(capture_server.capture_dir.iterdir()) - before
+    new = request_folders(capture_server.capture_dir) - before
     assert sorted(p.name.split("-0-")[0] for p in new) == ["cmpl-kld-c1", "cmpl-kld-c2"]
     for folder in new:
         index = int(folder.name.split("-0-")[0][-1])
@@ -153,7 +178,7 @@ def test_two_concurrent_requests_land_in_two_folders(capture_server, captured, s
         logits, spans = read_request_folder(folder, len(ids))
         check_against_response(logits, ids, results[index])  # the rows belong to this request
         assert mean_kl(alone, logits) < 1e-9  # the same rows as when it ran alone
-    all_folders = {p.name for p in capture_server.capture_dir.iterdir()}
+    all_folders = {p.name for p in request_folders(capture_server.capture_dir)}
     expected = {f.name for *_, f in captured.values()} | {p.name for p in new}
     assert all_folders == expected  # nothing else in the capture folder
 
