@@ -98,7 +98,7 @@ def choose_backend(requested: str = "auto", threads: int | None = None, serving:
         if count:
             return BackendChoice("torch-cuda", threads, 0, "no server of this run is running on this "
                                  "host: CUDA")
-        return BackendChoice("auto", threads, None, "the CPU kernel (no GPU seen)")
+        return BackendChoice("auto", threads, None, "no GPU seen: the CPU kernel")
     capped = threads if threads is not None else max(1, cores // 2)
     if count:
         need = cuda_bytes_needed(vocab) + MARGIN_BYTES
