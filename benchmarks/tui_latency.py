@@ -41,13 +41,13 @@ async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
     idles: list[float] = []
     lags: list[float] = []
     handled: list[float] = []
-    original = app.action_show_tab
+    original = app.main.action_show_tab
 
     def timed_show_tab(tab: str) -> None:  # the key's action: stamp when the app handles it
         handled.append(time.perf_counter())
         original(tab)
 
-    app.action_show_tab = timed_show_tab  # type: ignore[method-assign]
+    app.main.action_show_tab = timed_show_tab  # type: ignore[method-assign]
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("r")
         loop = asyncio.get_running_loop()
@@ -55,7 +55,7 @@ async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
         keys = ["l", "e", "b", "e"]
         i = 0
         while loop.time() < deadline:
-            stage = app.model.stages["compare"].state
+            stage = app.main.model.stages["compare"].state
             busy = any(w.group == "engine" and not w.is_finished for w in app.workers)
             if not busy and stage != "running":
                 break
@@ -77,7 +77,7 @@ async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
                 await asyncio.sleep(0.04)
             else:
                 await asyncio.sleep(0.05)
-        assert app.model.stages["compare"].state == "done", app.model.stages["compare"]
+        assert app.main.model.stages["compare"].state == "done", app.main.model.stages["compare"]
         await pilot.press("q")
     return {"press": presses, "idle": idles, "lag": lags}
 
@@ -91,7 +91,7 @@ app = create_app(reports=[sys.argv[2]], theme="kldtui-dark", remember_theme=Fals
 async def main():
     async with app.run_test(size=(100, 30)) as pilot:
         t_screen = time.time() - t0
-        while app.current_result is None:
+        while app.main.current_result is None:
             await asyncio.sleep(0.005)
         t_report = time.time() - t0
     print(t_import, t_screen, t_report)

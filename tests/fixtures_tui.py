@@ -137,6 +137,10 @@ class ScriptedPipeline:
         self.stopped_server = False
         self.calls: list[str] = []
 
+    @property
+    def server_running(self) -> bool:
+        return self.server is not None
+
     def window_list(self) -> list[tuple[int, str]]:
         return [(w, DOMAINS[w % len(DOMAINS)]) for w in range(self.n)]
 
@@ -216,7 +220,7 @@ class ScriptedPipeline:
         self.finalize()
         self.compare()
 
-    def stop_server(self) -> None:
+    def stop_server(self, reason: str = "done") -> None:
         self.calls.append("stop_server")
         self.server = None
         self.base_url = None

@@ -9,7 +9,10 @@ from typing import Any
 from textual.widgets import DataTable, Input, Static
 
 from kldtui.errors import BadInput
-from kldtui.tui.app import ConfirmScreen, HelpScreen, KldApp, ResultScreen, create_app
+from kldtui.tui.app import KldApp, create_app
+from kldtui.tui.screens.dashboard import DashboardScreen
+from kldtui.tui.screens.dialogs import ConfirmScreen, HelpScreen
+from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel, ResultPane, WindowGrid
 from tests.fixtures_tui import ScriptedPipeline, make_report, sync, write_report
 
@@ -22,7 +25,8 @@ async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
         assert loop.time() < deadline, "workers did not finish"
         await pilot.pause(0.02)
     await pilot.pause()
-    app.refresh_now()
+    if isinstance(app.main, DashboardScreen):
+        app.main.refresh_now()
     await pilot.pause()
 
 
@@ -48,19 +52,19 @@ async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
         await settle(app, pilot)
         p = holder["p"]
         assert p.calls == ["reference", "serve", "capture", "finalize", "compare"]
-        assert {s.state for s in app.model.stages.values()} == {"done"}
+        assert {s.state for s in app.main.model.stages.values()} == {"done"}
         # stage rail
-        rail = {s: str(app.query_one(f"#stage-{s}", Static).render()) for s in app.model.stages}
+        rail = {s: str(app.query_one(f"#stage-{s}", Static).render()) for s in app.main.model.stages}
         assert "● Capture" in rail["capture"] and "windows 8" in rail["capture"]
         assert "127.0.0.1:8123" in rail["server"]
         # window grid: every window compared, each cell coloured by its KL level
         grid = app.query_one(WindowGrid)
-        assert [w.state for w in app.model.windows.values()] == ["compared"] * 8
+        assert [w.state for w in app.main.model.windows.values()] == ["compared"] * 8
         rendered = grid.render()
         assert all(f"{i:03d}" in rendered.plain for i in range(8))
         kl = report_kl = p.report_path and __import__("json").loads(p.report_path.read_text())
         kl = report_kl["per_window_arrays"]["kl_mean"]
-        assert [w.kl for w in app.model.windows.values()] == kl
+        assert [w.kl for w in app.main.model.windows.values()] == kl
         styles = {span.style for span in rendered.spans}
         assert grid.get_component_rich_style("grid--kl2") in styles  # 0.01-ish windows
         # result pane: summary with interval, per-domain table, chart with one bar per window
@@ -92,28 +96,28 @@ async def test_live_results_fill_during_capture_and_stop_key_cancels(tmp_path: P
         while "p" not in holder or not holder["p"].paused.is_set():
             await pilot.pause(0.02)
         await pilot.pause(0.05)
-        app.refresh_now()
+        app.main.refresh_now()
         await pilot.pause()
-        assert app.model.stages["capture"].state == "running"
-        assert app.model.windows[3].state == "capturing"
+        assert app.main.model.stages["capture"].state == "running"
+        assert app.main.model.windows[3].state == "capturing"
         await pilot.press("2")  # another stage while one runs: refused, nothing started
         await pilot.pause()
         assert holder["p"].calls == ["capture"]
         assert any("is running; wait for it or stop it first" in n.message for n in app._notifications)
-        assert [w.kl is not None for w in app.model.windows.values()][:4] == [True, True, True, False]
+        assert [w.kl is not None for w in app.main.model.windows.values()][:4] == [True, True, True, False]
         # the result pane shows the windows compared so far
-        assert app.current_result is not None and len(app.current_result.windows) == 3
+        assert app.main.current_result is not None and len(app.main.current_result.windows) == 3
         progress = app.query_one(ProgressPanel).render().plain
         assert "cap rows" in progress and "1024/2047 rows" in progress and "cap windows" in progress
         await pilot.press("s")
         await settle(app, pilot)
-        assert app.model.stages["capture"].state == "stopped"
+        assert app.main.model.stages["capture"].state == "stopped"
         assert holder["p"].calls == ["capture"]
         # a stage starts again after a stop (the cancel flag is reset)
         holder["p"].resume.set()
         await pilot.press("3")
         await settle(app, pilot)
-        assert app.model.stages["capture"].state == "done"
+        assert app.main.model.stages["capture"].state == "done"
 
 
 @sync
@@ -125,7 +129,7 @@ async def test_single_stage_keys_and_quit_asks_then_stops_server(tmp_path: Path)
         await pilot.press("2")
         await settle(app, pilot)
         assert holder["p"].calls == ["reference", "serve"]
-        assert app.server_up()
+        assert app.main.server_up()
         await pilot.press("q")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
@@ -163,12 +167,12 @@ async def test_worker_failures_are_shown_in_one_place(tmp_path: Path) -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("5")
         await settle(app, pilot)
-        assert app.model.stages["compare"].state == "failed"
-        assert "no finalized windows" in app.model.stages["compare"].detail
+        assert app.main.model.stages["compare"].state == "failed"
+        assert "no finalized windows" in app.main.model.stages["compare"].detail
         await pilot.press("4")
         await settle(app, pilot)
-        assert app.model.stages["finalize"].state == "failed"
-        assert app.model.stages["finalize"].detail == "internal error: ZeroDivisionError: boom"
+        assert app.main.model.stages["finalize"].state == "failed"
+        assert app.main.model.stages["finalize"].detail == "internal error: ZeroDivisionError: boom"
         messages = [n.message for n in app._notifications]
         assert any("no finalized windows" in m for m in messages)
         assert app.is_running  # a failing worker never takes the app down
@@ -209,7 +213,7 @@ async def test_open_result_key_loads_a_report(tmp_path: Path) -> None:
         app.screen.query_one(Input).value = str(path)  # typed into the path box
         await pilot.press("enter")
         await settle(app, pilot)
-        assert app.current_result is not None and app.current_result.name == "old-run"
+        assert app.main.current_result is not None and app.main.current_result.name == "old-run"
         assert "original comparator report" in static_text(app, "#result-summary")
 
 
@@ -294,8 +298,8 @@ def test_profile_abort_threshold_is_on_the_rail(tmp_path: Path) -> None:
     profile = prepare_demo(tmp_path / "demo")
     profile = dataclasses.replace(profile, compare=dataclasses.replace(profile.compare, abort_kl_above=0.5))
     app = create_app(profile=profile, config_dir=tmp_path)
-    assert app.model.stages["compare"].detail == "aborts if a window's KL > 0.5"
-    assert [i for i, _ in app.model.windows.items()] == list(range(6))  # the suite's windows, at once
+    assert app.main.model.stages["compare"].detail == "aborts if a window's KL > 0.5"
+    assert [i for i, _ in app.main.model.windows.items()] == list(range(6))  # the suite's windows, at once
 
 
 @sync

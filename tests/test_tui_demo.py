@@ -25,14 +25,15 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         # the suite's windows are on the grid before anything ran
-        assert [(w.index, w.state) for w in app.model.windows.values()] == [(i, "pending") for i in range(6)]
+        model = app.main.model
+        assert [(w.index, w.state) for w in model.windows.values()] == [(i, "pending") for i in range(6)]
         await pilot.press("r")
         await settle(app, pilot, limit=300)
-        assert {s: v.state for s, v in app.model.stages.items()} == dict.fromkeys(app.model.stages, "done")
+        assert {s: v.state for s, v in model.stages.items()} == dict.fromkeys(model.stages, "done")
         report = json.loads((tmp_path / "demo" / "comparison.json").read_text())
         per_window = report["per_window_arrays"]["kl_mean"]
-        assert [w.state for w in app.model.windows.values()] == ["compared"] * 6
-        assert [w.kl for w in app.model.windows.values()] == pytest.approx(per_window)
+        assert [w.state for w in app.main.model.windows.values()] == ["compared"] * 6
+        assert [w.kl for w in app.main.model.windows.values()] == pytest.approx(per_window)
         boot = report["kl_window_cluster_bootstrap"]
         summary = static_text(app, "#result-summary")
         assert f"{boot['estimate']:.5f} [{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in summary
@@ -40,7 +41,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert [r.name for r in app.query_one("#board", LeaderboardTable).results] == ["candidate"]
         assert any("ready" in line for line in app.query_one(LogView).shown_lines())
         # run_all stops the server at the end, so q quits at once
-        assert not app.server_up()
+        assert not app.main.server_up()
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0

@@ -81,7 +81,7 @@ def test_live_result_means() -> None:
 
 
 def test_bridge_keeps_order_and_coalesces_progress() -> None:
-    from kldtui.tui.app import EventBridge, EventsPending
+    from kldtui.tui.screens.dashboard import EventBridge, EventsPending
 
     posted: list[object] = []
     bridge = EventBridge(SimpleNamespace(post_message=posted.append))  # type: ignore[arg-type]

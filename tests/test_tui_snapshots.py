@@ -42,7 +42,7 @@ def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path) -> None:
         await pilot.press("r")
         await _until(pilot, lambda: "p" in holder and holder["p"].paused.is_set())
         await pilot.pause(0.05)
-        app.refresh_now()
+        app.main.refresh_now()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
@@ -53,10 +53,10 @@ def test_dashboard_finished(snap_compare: Any, tmp_path: Path) -> None:
 
     async def run_before(pilot: Any) -> None:
         await pilot.press("r")
-        await _until(pilot, lambda: app.model.stages["compare"].state == "done"
+        await _until(pilot, lambda: app.main.model.stages["compare"].state == "done"
                      and not any(w.group in ("engine", "load") and not w.is_finished for w in app.workers))
         await pilot.pause(0.05)
-        app.refresh_now()
+        app.main.refresh_now()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)

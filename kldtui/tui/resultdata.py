@@ -130,9 +130,11 @@ def result_from_report(report: dict[str, Any], path: str | Path | None = None,
         for dname, n in counts.items():
             vals = [b.kl for b in bars if b.domain == dname]
             domains.append(DomainRow(dname, n, Band(sum(vals) / len(vals))))
-    nt = report.get("next_token") if isinstance(report.get("next_token"), dict) else {}
+    nt_obj = report.get("next_token")
+    nt: dict[str, Any] = nt_obj if isinstance(nt_obj, dict) else {}
     ppl = _num(nt.get("perplexity_ratio"))
-    dp = nt.get("delta_p") if isinstance(nt.get("delta_p"), dict) else {}
+    dp_obj = nt.get("delta_p")
+    dp: dict[str, Any] = dp_obj if isinstance(dp_obj, dict) else {}
     wr = report.get("window_range")
     floor = report.get("noise_floor")
     return ResultData(

@@ -1,0 +1,205 @@
+"""What the dashboard and the viewer share: a leaderboard of reports, their difference, opening one.
+
+A screen with a ``#board`` (:class:`LeaderboardTable`), a ``#board-note`` and a ``#diffpane``
+subclasses :class:`BoardScreen`; loading, ranking and diffing run in the ``load`` worker group.
+Worker failures of every group are handled in one place, :meth:`BoardScreen.on_worker_state_changed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.screen import Screen
+from textual.widgets import Static
+from textual.worker import Worker, WorkerState
+
+from kldtui.formats.report_names import unique_names
+from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
+from kldtui.tui.screens.dialogs import PathScreen
+from kldtui.tui.screens.result import ResultScreen
+from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
+
+LOAD_GROUP = "load"
+
+
+def load_report_file(path: str | Path) -> dict[str, Any]:
+    """A report, normalised (json only, no numpy, so the viewer of one report starts fast)."""
+    from kldtui.formats.report import load_report
+
+    return load_report(path)
+
+
+class BoardScreen(Screen[None]):
+    """Base of the two main screens. ``KEYS_HELP`` is the help text of the screen's own keys."""
+
+    KEYS_HELP = ""
+
+    def __init__(self, report_paths: list[Path]) -> None:
+        super().__init__()
+        self.report_paths = report_paths
+        self.results: list[ResultData] = []  # leaderboard rows, sorted
+        self.reports: list[dict[str, Any]] = []
+        self.current_result: ResultData | None = None
+        self.leaderboard_note = ""
+
+    # -- what the app asks of its main screen ------------------------------------------------------
+    def quit_question(self) -> str | None:
+        """A question to confirm before quitting, or None to quit at once."""
+        return None
+
+    def stop_and_quit(self) -> None:
+        self.app.exit(0)
+
+    def default_report_path(self) -> str:
+        return self.current_result.path if self.current_result and self.current_result.path else ""
+
+    def commands(self) -> list[tuple[str, str, Any]]:
+        """(title, help, callback) for the command palette."""
+        return []
+
+    # -- one handler for worker failures -----------------------------------------------------------
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.worker_failed(event.worker)
+
+    def worker_failed(self, worker: Worker[Any]) -> None:
+        error = worker.error
+        self.notify(f"{type(error).__name__}: {error}", title=f"{worker.name} failed", severity="error",
+                    timeout=10)
+
+    # -- loading and showing reports ---------------------------------------------------------------
+    def show_result(self, result: ResultData, report: dict[str, Any] | None) -> None:
+        self.current_result = result
+        self.query_one("#resultpane", ResultPane).show(result)
+
+    @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="load-reports")
+    def load_reports(self) -> None:
+        loaded: list[tuple[dict[str, Any], Path]] = []
+        problems: list[str] = []
+        for path in self.report_paths:
+            try:
+                loaded.append((load_report_file(path), path))
+            except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
+                problems.append(str(exc))
+        self.app.call_from_thread(self.reports_loaded, loaded, problems)
+
+    def reports_loaded(self, loaded: list[tuple[dict[str, Any], Path]], problems: list[str]) -> None:
+        for problem in problems:
+            self.notify(problem, title="report", severity="error", timeout=10)
+        for report, path in loaded:
+            self.add_to_board(result_from_report(report, path), report, rebuild=False)
+        self.rebuild_board()
+
+    def load_result_file(self, path: str) -> None:
+        self._load_one(path)
+
+    @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="open")
+    def _load_one(self, path: str) -> None:
+        try:
+            report = load_report_file(path)
+        except Exception as exc:  # noqa: BLE001 - shown as one line
+            self.app.call_from_thread(self.notify, str(exc), title="report", severity="error", timeout=10)
+            return
+        self.app.call_from_thread(self.show_result, result_from_report(report, path), report)
+
+    def action_open_result(self) -> None:
+        def chosen(path: str | None) -> None:
+            if path:
+                self.load_result_file(path)
+
+        self.app.push_screen(PathScreen("Open a comparison report (JSON):", self.default_report_path()),
+                             chosen)
+
+    # -- the leaderboard ---------------------------------------------------------------------------
+    def add_to_board(self, result: ResultData, report: dict[str, Any], rebuild: bool = True) -> None:
+        for i, old in enumerate(self.results):
+            if old.path is not None and old.path == result.path:
+                del self.results[i], self.reports[i]
+                break
+        self.results.append(result)
+        self.reports.append(report)
+        if rebuild:
+            self.rebuild_board()
+
+    def rebuild_board(self) -> None:
+        self._rank(list(self.results), list(self.reports))
+
+    @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="rank")
+    def _rank(self, results: list[ResultData], reports: list[dict[str, Any]]) -> None:
+        ties: dict[str, str] = {}
+        note = ""
+        names = unique_names([r.name for r in results], [r.path for r in results])
+        results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
+        order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
+        if len(results) > 1:
+            try:
+                from kldtui.decide.leaderboard import build_leaderboard
+
+                board = build_leaderboard(reports, names=[r.name for r in results],
+                                          paths=[r.path for r in results])
+                by_name = {row.name: row for row in board.rows}
+                ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
+                note = f"ties: paired bootstrap against the best; floor: {board.noise_source}"
+            except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
+                note = f"no tie marks: {exc}"
+        ranked = [results[i] for i in order]
+        ranked_reports = [reports[i] for i in order]
+        self.app.call_from_thread(self.show_board, ranked, ranked_reports, ties, note)
+
+    def show_board(self, results: list[ResultData], reports: list[dict[str, Any]],
+                   ties: dict[str, str], note: str) -> None:
+        self.results, self.reports = results, reports
+        table = self.query_one("#board", LeaderboardTable)
+        table.marked.clear()
+        table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})
+        n = len(results)
+        head = f"{n} report{'s' if n != 1 else ''}, sorted by mean KL (95% window-bootstrap interval)"
+        keys = "Enter opens a report; space marks two, d shows their per-window difference"
+        self.leaderboard_note = f"{head}. {note}".strip() + ("\n" + keys if n > 1 else "")
+        self.query_one("#board-note", Static).update(self.leaderboard_note)
+
+    @on(LeaderboardTable.Open)
+    def open_row(self, message: LeaderboardTable.Open) -> None:
+        if 0 <= message.index < len(self.results):
+            self.app.push_screen(ResultScreen(self.results[message.index]))
+
+    def action_mark(self) -> None:
+        self.query_one("#board", LeaderboardTable).toggle_mark()
+
+    def action_diff(self) -> None:
+        table = self.query_one("#board", LeaderboardTable)
+        marked = sorted(table.marked)
+        if len(marked) != 2:
+            if len(self.results) == 2:
+                marked = [0, 1]
+            else:
+                self.diff_needs_marks()
+                return
+        self._diff(marked[0], marked[1])
+
+    def diff_needs_marks(self) -> None:
+        self.notify("mark two candidates with space first")
+
+    @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="diff")
+    def _diff(self, i: int, j: int) -> None:
+        a, b = self.results[i], self.results[j]
+        try:
+            from kldtui.decide.paired import paired_diff
+
+            diff = paired_diff(self.reports[i], self.reports[j], name_a=a.name, name_b=b.name,
+                               path_a=a.path, path_b=b.path)
+        except Exception as exc:  # noqa: BLE001 - one line
+            self.app.call_from_thread(self.notify, str(exc), title="diff", severity="error", timeout=10)
+            return
+        bars = [WindowBar(w, d, kb - ka) for w, d, ka, kb in
+                zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
+        text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nfloor: {diff.noise_source}"
+        self.app.call_from_thread(self.show_diff, text, bars)
+
+    def show_diff(self, text: str, bars: list[WindowBar]) -> None:
+        pane = self.query_one("#diffpane", DiffPane)
+        pane.display = True
+        pane.show(text, bars)

@@ -1,0 +1,436 @@
+"""The dashboard: drives a pipeline's stages, shows their events live, and its reports.
+
+Engine work runs in thread workers of the ``engine`` group (one job at a time); stopping the
+server runs in the ``control`` group; loading/ranking reports in ``load``. The engine's ``emit``
+is an :class:`EventBridge` that posts one :class:`EventsPending` message per batch (progress
+coalesced to the latest per task); a 10 Hz timer redraws only the widgets whose part of the model
+changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.worker import Worker, WorkerCancelled, WorkerFailed
+
+from kldtui.events import Cancel, Event, Notice, Progress, StageFailed
+from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
+from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
+from kldtui.tui.screens.board import BoardScreen
+from kldtui.tui.widgets import (
+    DiffPane,
+    LeaderboardTable,
+    LogView,
+    ProgressPanel,
+    ResultPane,
+    StageRail,
+    WindowGrid,
+)
+
+REFRESH_INTERVAL = 0.1
+ENGINE_GROUP, CONTROL_GROUP = "engine", "control"
+
+
+class PipelineLike(Protocol):
+    """What the dashboard calls on a pipeline (kldtui.workflow.pipeline.Pipeline, or a test's)."""
+
+    base_url: str | None
+
+    def run_all(self) -> object: ...
+    def reference(self) -> object: ...
+    def serve(self) -> object: ...
+    def capture(self) -> object: ...
+    def finalize(self) -> object: ...
+    def compare(self) -> object: ...
+    def stop_server(self, reason: str = ...) -> None: ...
+    def window_list(self) -> list[tuple[int, str]]: ...
+
+    @property
+    def server_running(self) -> bool: ...
+
+
+PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineLike]
+
+
+def stage_call(pipeline: PipelineLike, stage: str) -> Callable[[], object]:
+    calls: dict[str, Callable[[], object]] = {
+        "all": pipeline.run_all, "reference": pipeline.reference, "server": pipeline.serve,
+        "capture": pipeline.capture, "finalize": pipeline.finalize, "compare": pipeline.compare}
+    return calls[stage]
+
+
+# -- engine -> screen ------------------------------------------------------------------------------
+class EventsPending(Message):
+    """Engine events are waiting in the bridge (posted once per batch, not per event)."""
+
+
+class EventBridge:
+    """The engine's ``emit``: thread-safe, keeps event order, and coalesces progress.
+
+    A progress event replaces a pending one of the same stage and task unless another event came
+    in between (so a ``StageStarted`` is never overtaken by the progress that followed it).
+    """
+
+    def __init__(self, target: Any) -> None:
+        self.target = target  # anything with post_message (the dashboard screen)
+        self._lock = threading.Lock()
+        self._pending: list[Event] = []
+        self._slot: dict[tuple[str, str], int] = {}
+        self.received = 0
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            self.received += 1
+            was_empty = not self._pending
+            if isinstance(event, Progress):
+                key = (event.stage, event.task)
+                slot = self._slot.get(key)
+                if slot is not None:
+                    self._pending[slot] = event
+                    return
+                self._slot[key] = len(self._pending)
+            else:
+                self._slot.clear()
+            self._pending.append(event)
+        if was_empty:
+            self.target.post_message(EventsPending())
+
+    def take(self) -> list[Event]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self._slot.clear()
+        return pending
+
+
+class ResettableCancel(Cancel):
+    """The dashboard's cancel flag: set on stop/quit, cleared when the next stage starts."""
+
+    def reset(self) -> None:
+        self._flag.clear()
+        self.reason = "interrupted"
+
+
+KEYS_HELP = """\
+[b]Dashboard[/b]
+  r        run all stages (download and server start overlap)
+  1 … 5    start one stage (1 reference … 5 compare)
+  s        stop the running stage(s); state on disk stays resumable
+  x        stop the server
+  l e b d  show the log / result / leaderboard / diff tab
+  /        search the log (Esc clears)
+[b]Leaderboard tab[/b]
+  Enter    open the selected report (Esc: back)
+  space    mark a row; with two marked, d shows their difference
+"""
+
+
+class DashboardScreen(BoardScreen):
+    KEYS_HELP = KEYS_HELP
+    BINDINGS: ClassVar[list[Binding]] = [  # type: ignore[assignment]
+        Binding("r", "run_all", "run all"),
+        Binding("1", "start_stage('reference')", "reference", show=False),
+        Binding("2", "start_stage('server')", "server", show=False),
+        Binding("3", "start_stage('capture')", "capture", show=False),
+        Binding("4", "start_stage('finalize')", "finalize", show=False),
+        Binding("5", "start_stage('compare')", "compare", show=False),
+        Binding("s", "stop", "stop"),
+        Binding("x", "stop_server", "stop server", show=False),
+        Binding("l", "show_tab('log')", "log", show=False),
+        Binding("e", "show_tab('result')", "result", show=False),
+        Binding("b", "show_tab('leaderboard')", "board", show=False),
+        Binding("d", "diff", "diff", show=False),
+        Binding("space", "mark", "mark", show=False),
+        Binding("slash", "search_log", "search", key_display="/"),
+        Binding("escape", "escape", "back", show=False),
+    ]
+
+    def __init__(self, pipeline_factory: PipelineFactory, *, report_paths: list[Path],
+                 own_report: Path | None = None, windows: list[tuple[int, str]] | None = None,
+                 autostart: bool = False) -> None:
+        super().__init__(report_paths)
+        self.pipeline_factory = pipeline_factory
+        self.own_report = own_report.resolve() if own_report is not None else None
+        self.autostart = autostart
+        self.model = DashboardModel()
+        self.model.set_windows(list(windows or []))
+        self.model.take_dirty()
+        self.cancel = ResettableCancel()
+        self.bridge = EventBridge(self)
+        self._pipeline: PipelineLike | None = None
+        self._pipeline_lock = threading.Lock()
+        self.quitting = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield StageRail(id="rail")
+        with Horizontal(id="body"):
+            with VerticalScroll(id="left"):
+                yield Static("Windows", classes="section-title")
+                yield WindowGrid(self.model, id="grid")
+            with TabbedContent(id="tabs", initial="log"):
+                with TabPane("Log", id="log"):
+                    yield LogView(self.model, id="logview")
+                with TabPane("Result", id="result"):
+                    yield ResultPane(id="resultpane")
+                with TabPane("Leaderboard", id="leaderboard"):
+                    yield Static("", id="board-note")
+                    yield LeaderboardTable(id="board")
+                with TabPane("Diff", id="diff"):
+                    yield DiffPane(id="diffpane")
+        yield ProgressPanel(self.model, id="progress")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.app.sub_title = "dashboard"
+        self.set_interval(REFRESH_INTERVAL, self.refresh_now)
+        self.refresh_now(all_parts=True)
+        if self.report_paths:
+            self.load_reports()
+        if self.autostart:
+            self.action_run_all()
+
+    def on_unmount(self) -> None:
+        self.cancel.set("the dashboard closed")  # engine threads stop at their next safe point
+
+    # -- engine ------------------------------------------------------------------------------------
+    def pipeline(self) -> PipelineLike:
+        """The pipeline object, built on first use (in a worker thread)."""
+        with self._pipeline_lock:
+            if self._pipeline is None:
+                self._pipeline = self.pipeline_factory(self.bridge, self.cancel)
+                pairs = self._pipeline.window_list()  # the grid shows every window of the range
+                if pairs:
+                    self.app.call_from_thread(self.model.set_windows, pairs)
+            return self._pipeline
+
+    def server_up(self) -> bool:
+        """A server this dashboard started (through the pipeline) is running."""
+        return self._pipeline is not None and self._pipeline.server_running
+
+    def engine_workers(self) -> list[Worker[Any]]:
+        return [w for w in self.app.workers if w.group == ENGINE_GROUP and not w.is_finished]
+
+    def start_engine(self, stage: str) -> bool:
+        if self.quitting:
+            return False
+        busy = {w.name for w in self.engine_workers()}
+        if busy:  # one engine job at a time: the pipeline's stages are not meant to race each other
+            what = "the whole run" if busy == {"all"} else ", ".join(sorted(busy))
+            self.notify(f"{what} is running; wait for it or stop it first (s)", severity="warning")
+            return False
+        self.cancel.reset()
+        self._run_stage(stage)
+        return True
+
+    def _run_stage(self, stage: str) -> Worker[Any]:
+        def job() -> object:
+            return stage_call(self.pipeline(), stage)()
+
+        return self.run_worker(job, name=stage, group=ENGINE_GROUP, thread=True, exit_on_error=False)
+
+    @work(group=CONTROL_GROUP, exit_on_error=False, name="stop-server")
+    async def _stop_server(self, then_exit: bool = False) -> None:
+        try:
+            for worker in self.engine_workers():  # the engine stops at its next safe point first
+                with contextlib.suppress(WorkerFailed, WorkerCancelled):
+                    await worker.wait()
+            if self._pipeline is not None:
+                await asyncio.to_thread(self._pipeline.stop_server)
+        finally:
+            self.model.server_stopped()
+            if then_exit:
+                self.app.exit(0)
+
+    def worker_failed(self, worker: Worker[Any]) -> None:
+        if worker.group != ENGINE_GROUP:
+            super().worker_failed(worker)
+            return
+        from kldtui.errors import Interrupted, KldError
+
+        error = worker.error
+        stage = worker.name if worker.name in STAGES else None
+        if isinstance(error, Interrupted):
+            if stage:
+                self.model.stages[stage].state = "stopped"
+                self.model.stages[stage].detail = str(error) or "stopped"
+                self.model.dirty.add("stages")
+            for s in self.model.stages.values():
+                if s.state == "running" and worker.name == "all":
+                    s.state, s.detail = "stopped", str(error) or "stopped"
+                    self.model.dirty.add("stages")
+            self.model.apply(Notice(worker.name, f"stopped: {error}"))
+            self.notify(f"{worker.name}: stopped", severity="information")
+        else:
+            message = str(error) if isinstance(error, KldError) else \
+                f"internal error: {type(error).__name__}: {error}"
+            if stage and self.model.stages[stage].state != "failed":
+                self.model.apply(StageFailed(stage, message=message))
+            elif worker.name == "all":
+                for s in self.model.stages.values():
+                    if s.state == "running":
+                        s.state, s.detail = "failed", message
+                        self.model.dirty.add("stages")
+                self.model.apply(Notice(worker.name, message, level="error"))
+            else:
+                self.model.apply(Notice(worker.name, message, level="error"))
+            self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
+        self.refresh_now()
+
+    # -- messages ----------------------------------------------------------------------------------
+    def on_events_pending(self, message: EventsPending) -> None:
+        self.apply_events()
+
+    def apply_events(self) -> None:
+        for event in self.bridge.take():
+            self.model.apply(event)
+            if isinstance(event, Notice) and event.level != "info":
+                self.notify(event.text, title=event.stage, severity=event.level)
+
+    def refresh_now(self, all_parts: bool = False) -> None:
+        """Redraw the parts of the dashboard whose data changed (called by the timer)."""
+        self.apply_events()
+        pipeline = self._pipeline
+        if self.model.server is not None and pipeline is not None and not pipeline.server_running \
+                and pipeline.base_url is None:
+            self.model.server_stopped()
+            view = self.model.stages["server"]
+            if view.state == "done":
+                view.detail, view.figures = "stopped", {}
+        dirty = self.model.take_dirty()
+        if all_parts:
+            dirty |= {"stages", "windows", "progress", "log", "live"}
+        if not dirty:
+            return
+        if "stages" in dirty:
+            self.query_one("#rail", StageRail).refresh_from(self.model)
+        if "windows" in dirty:
+            self.query_one("#grid", WindowGrid).refresh(layout=True)
+        if "progress" in dirty or "stages" in dirty:
+            self.query_one("#progress", ProgressPanel).refresh(layout=True)
+        if "log" in dirty:
+            self.query_one("#logview", LogView).refresh_from(self.model)
+        if "result" in dirty:
+            self._result_ready()
+        elif "live" in dirty and (self.current_result is None or self.current_result.live
+                                  or self.model.stages["compare"].state == "running"):
+            live = self.model.live_window_kl()
+            if live:
+                self.current_result = live_result(live, name="compared so far")
+                self.query_one("#resultpane", ResultPane).show(self.current_result)
+
+    def _result_ready(self) -> None:
+        report, path = self.model.result_report, self.model.result_path
+        if report:
+            self.show_result(result_from_report(report, path), report)
+        elif path:
+            self.load_result_file(path)
+
+    def show_result(self, result: ResultData, report: dict[str, Any] | None) -> None:
+        super().show_result(result, report)
+        self.query_one("#tabs", TabbedContent).active = "result"
+        if report is not None and result.path is not None:
+            self.add_to_board(result, report)
+
+    # -- reports -----------------------------------------------------------------------------------
+    def reports_loaded(self, loaded: list[tuple[dict[str, Any], Path]], problems: list[str]) -> None:
+        super().reports_loaded(loaded, problems)
+        for report, path in loaded:
+            if self.own_report is not None and path.resolve() == self.own_report \
+                    and self.model.result_report is None:
+                self._show_earlier_result(result_from_report(report, path))
+
+    def _show_earlier_result(self, result: ResultData) -> None:
+        """This profile's report from an earlier run: result pane and window KL, until a new one."""
+        self.current_result = result
+        self.query_one("#resultpane", ResultPane).show(result)
+        for bar in result.windows:
+            win = self.model.windows.get(bar.index)
+            if win is not None and win.kl is None:
+                win.kl, win.state = bar.kl, "compared"
+        self.model.dirty.add("windows")
+
+    def default_report_path(self) -> str:
+        if self.model.result_path:
+            return self.model.result_path
+        return super().default_report_path() or (str(self.own_report) if self.own_report else "")
+
+    def diff_needs_marks(self) -> None:
+        if len(self.results) != 2:
+            self.action_show_tab("diff")
+        super().diff_needs_marks()
+
+    def show_diff(self, text: str, bars: list[WindowBar]) -> None:
+        super().show_diff(text, bars)
+        self.action_show_tab("diff")
+
+    # -- actions -----------------------------------------------------------------------------------
+    def action_run_all(self) -> None:
+        self.start_engine("all")
+
+    def action_start_stage(self, stage: str) -> None:
+        self.start_engine(stage)
+
+    def action_stop(self) -> None:
+        running = self.engine_workers()
+        if not running:
+            self.notify("nothing is running")
+            return
+        self.cancel.set("stopped by the user")
+        self.notify(f"stopping {', '.join(sorted(w.name for w in running))}…")
+
+    def action_stop_server(self) -> None:
+        if self._pipeline is None:
+            self.notify("no server was started from here")
+            return
+        self.cancel.set("server stopped by the user")
+        self._stop_server()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_search_log(self) -> None:
+        self.action_show_tab("log")
+        self.query_one("#logview", LogView).open_search()
+
+    def action_escape(self) -> None:
+        log = self.query_one("#logview", LogView)
+        if log.query_text or log.query_one("#log-search", Input).display:
+            log.clear_search()
+
+    # -- quitting ----------------------------------------------------------------------------------
+    def quit_question(self) -> str | None:
+        if self.quitting:
+            return None
+        if self.server_up():
+            return "A server is running. Stop it and quit?"
+        if self.engine_workers():
+            return "A stage is running. Stop it and quit?"
+        return None
+
+    def stop_and_quit(self) -> None:
+        self.quitting = True
+        self.cancel.set("quit")
+        self.notify("stopping the server, then quitting…")
+        self._stop_server(then_exit=True)
+
+    def commands(self) -> list[tuple[str, str, Any]]:
+        out: list[tuple[str, str, Any]] = [
+            ("Run all", "Run every stage (reference to compare)", self.action_run_all)]
+        for stage in STAGES:
+            out.append((f"Start {STAGE_TITLES[stage].lower()}", f"Start the {stage} stage",
+                        lambda s=stage: self.action_start_stage(s)))
+        out += [("Stop", "Stop the running stage(s)", self.action_stop),
+                ("Stop server", "Stop the candidate server", self.action_stop_server),
+                ("Search log", "Search the server log", self.action_search_log)]
+        return out

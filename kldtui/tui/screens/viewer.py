@@ -1,0 +1,85 @@
+"""The viewer: one saved report (result pane) or several (leaderboard, diff of two marked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Footer, Header, Static
+
+from kldtui.tui.resultdata import ResultData, result_from_report
+from kldtui.tui.screens.board import BoardScreen
+from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
+
+SINGLE_KEYS_HELP = """\
+[b]Viewer (one report)[/b]
+  ↑ ↓ PgUp PgDn   scroll the summary, domains and per-window chart
+"""
+
+BOARD_KEYS_HELP = """\
+[b]Viewer (leaderboard)[/b]
+  ↑ ↓      move between reports
+  Enter    open the selected report (Esc: back)
+  space    mark a row; with two marked, d shows their difference
+  d        per-window difference of the two marked reports
+"""
+
+
+class ViewerScreen(BoardScreen):
+    BINDINGS: ClassVar[list[Binding]] = [  # type: ignore[assignment]
+        Binding("d", "diff", "diff", show=False),
+        Binding("space", "mark", "mark", show=False),
+    ]
+
+    def __init__(self, report_paths: list[Path]) -> None:
+        super().__init__(report_paths)
+        self.single = len(report_paths) == 1
+        self.KEYS_HELP = SINGLE_KEYS_HELP if self.single else BOARD_KEYS_HELP
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        if self.single:
+            yield ResultPane(id="resultpane")
+        else:
+            with Vertical(id="viewer"):
+                yield Static("loading reports…", id="board-note")
+                yield LeaderboardTable(id="board")
+                yield DiffPane(id="diffpane")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.app.sub_title = "viewer"
+        if not self.single:
+            self.query_one("#diffpane", DiffPane).display = False
+        self.load_reports()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("mark", "diff") and self.single:
+            return False
+        return True
+
+    def reports_loaded(self, loaded: list[tuple[dict[str, Any], Path]], problems: list[str]) -> None:
+        if not self.single:
+            super().reports_loaded(loaded, problems)
+            return
+        for problem in problems:
+            self.notify(problem, title="report", severity="error", timeout=10)
+        if loaded:
+            report, path = loaded[0]
+            result = result_from_report(report, path)
+            self.app.sub_title = result.name
+            self.show_result(result, report)
+
+    def show_result(self, result: ResultData, report: dict[str, Any] | None) -> None:
+        if self.single:
+            super().show_result(result, report)
+        elif report is not None:  # `o` in the leaderboard: the report joins the board
+            self.add_to_board(result, report)
+
+    def show_board(self, results: list[ResultData], reports: list[dict[str, Any]],
+                   ties: dict[str, str], note: str) -> None:
+        super().show_board(results, reports, ties, note)
+        self.query_one("#board", LeaderboardTable).focus()

@@ -1,0 +1,20 @@
+"""The per-window difference of two marked reports."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from kldtui.tui.resultdata import WindowBar
+from kldtui.tui.widgets.kl_chart import KLChart
+
+
+class DiffPane(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        yield Static("mark two candidates in the leaderboard (space), then press d", id="diff-verdict")
+        yield KLChart(id="diff-chart")
+
+    def show(self, verdict: str, bars: list[WindowBar]) -> None:
+        self.query_one("#diff-verdict", Static).update(verdict)
+        self.query_one("#diff-chart", KLChart).set_data(bars, None, signed=True)

@@ -1,0 +1,45 @@
+"""Number and amount formatting shared by the widgets (no Textual here)."""
+
+from __future__ import annotations
+
+import math
+
+KL_LEVELS = (0.005, 0.02, 0.1)  # kl0 < 0.005 <= kl1 < 0.02 <= kl2 < 0.1 <= kl3
+
+
+def kl_level(kl: float) -> int:
+    for level, bound in enumerate(KL_LEVELS):
+        if kl < bound:
+            return level
+    return len(KL_LEVELS)
+
+
+def fmt_num(value: float | None, fmt: str = "{:.5f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def human_amount(value: float, unit: str) -> str:
+    if unit in ("bytes", "B"):
+        for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if abs(value) < 1024 or suffix == "TiB":
+                return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
+            value /= 1024
+    if abs(value) >= 10_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def fmt_eta(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"ETA {h}:{m:02d}:{s:02d}" if h else f"ETA {m}:{s:02d}"
+
+
+
+def _trim(value: float) -> str:
+    """0.005 -> ".005" (compact legend labels)."""
+    text = f"{value:g}"
+    return text[1:] if text.startswith("0.") else text

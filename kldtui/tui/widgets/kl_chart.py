@@ -1,0 +1,102 @@
+"""Per-window KL (or KL difference) as horizontal bars."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.widget import Widget
+
+from kldtui.tui.resultdata import Band, WindowBar
+
+
+def _scale(values: Iterable[float]) -> float:
+    top = max([v for v in values if v is not None and math.isfinite(v)] or [0.0])
+    return top if top > 0 else 1.0
+
+
+def _bar(length: float) -> str:
+    eighths = " ▏▎▍▌▋▊▉█"
+    full = int(length)
+    rest = int(round((length - full) * 8))
+    if rest == 8:
+        full, rest = full + 1, 0
+    return "█" * full + (eighths[rest] if rest else "")
+
+
+class KLChart(Widget):
+    """Per-window mean KL as horizontal bars, with the overall mean and its 95 % interval marked."""
+
+    COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.bars: list[WindowBar] = []
+        self.band: Band | None = None
+        self.signed = False  # True for differences: bars grow both ways from zero
+
+    def set_data(self, bars: list[WindowBar], band: Band | None, signed: bool = False) -> None:
+        self.bars, self.band, self.signed = bars, band, signed
+        self.refresh(layout=True)
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+        return len(self.bars) + 2 if self.bars else 1
+
+    def render(self) -> Text:
+        label_style = self.get_component_rich_style("chart--label")
+        if not self.bars:
+            return Text("no windows compared yet", style=label_style)
+        width = max(30, self.size.width or 60)
+        area = max(8, width - 10 - 11)
+        values = [abs(b.kl) for b in self.bars]
+        if self.band is not None:
+            values += [abs(v) for v in (self.band.estimate, self.band.low, self.band.high) if v is not None]
+        scale = _scale(values)
+        half = area // 2 if self.signed else 0
+        unit = (area - half - 1 if self.signed else area) / scale
+
+        def col(v: float) -> int:
+            return half + int(min(area - 1, max(0.0, round(abs(v) * unit)))) if not self.signed else \
+                max(0, min(area - 1, half + int(round(v * unit))))
+
+        marks: dict[int, tuple[str, str]] = {}
+        if self.band is not None:
+            if self.band.low is not None and self.band.high is not None:
+                for c in range(col(self.band.low), col(self.band.high) + 1):
+                    marks[c] = ("┊", "chart--band")
+            marks[col(self.band.estimate)] = ("│", "chart--mean")
+        if self.signed:
+            marks.setdefault(half, ("│", "chart--label"))
+        text = Text(no_wrap=True, overflow="crop")
+        head = "KL per window" if not self.signed else "B − A per window"
+        text.append(f"{head}  │ mean", label_style)
+        if self.band is not None and self.band.low is not None:
+            text.append("  ┊ 95% CI", label_style)
+        text.append(f"  bar {'±' if self.signed else ''}{scale:.3g}", label_style)
+        for bar in self.bars:
+            text.append("\n")
+            text.append(f"{bar.index:03d} {bar.domain[:5]:<5} ", label_style)
+            if self.signed:
+                length = abs(bar.kl) * unit
+                cells = list(" " * area)
+                styles = [""] * area
+                if bar.kl >= 0:
+                    body = _bar(length)
+                    for i, ch in enumerate(body[: area - half - 1]):
+                        cells[half + 1 + i], styles[half + 1 + i] = ch, "chart--bar"
+                else:
+                    n = min(half, int(round(length)))
+                    for i in range(n):
+                        cells[half - 1 - i], styles[half - 1 - i] = "█", "chart--neg"
+            else:
+                body = _bar(min(area, bar.kl * unit))
+                cells = list(body.ljust(area))[:area]
+                styles = ["chart--bar" if i < len(body) else "" for i in range(area)]
+            for c, (ch, cls) in marks.items():
+                if 0 <= c < area and (cells[c] == " " or cls == "chart--mean"):
+                    cells[c], styles[c] = ch, cls
+            for ch, cls in zip(cells, styles, strict=True):
+                text.append(ch, self.get_component_rich_style(cls) if cls else "")
+            text.append(f" {bar.kl:+.4g}" if self.signed else f" {bar.kl:.4g}")
+        return text

@@ -1,0 +1,98 @@
+"""The server/engine log with search."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, RichLog
+
+from kldtui.tui.model import DashboardModel
+
+
+class LogView(Vertical):
+    """The server/engine log: follows new lines; ``/`` searches (shows matching lines only)."""
+
+    class SearchClosed(Message):
+        pass
+
+    def __init__(self, model: DashboardModel, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.model = model
+        self.query_text = ""
+        self._shown_serial = 0
+        self._width = 0
+
+    def compose(self) -> ComposeResult:
+        yield RichLog(id="log-lines", max_lines=5000, wrap=True, markup=False, auto_scroll=True,
+                      min_width=20)
+        yield Input(placeholder="search the log (Enter: keep, Esc: clear)", id="log-search")
+
+    def on_mount(self) -> None:
+        self.query_one("#log-search", Input).display = False
+
+    def _matches(self, text: str) -> bool:
+        return not self.query_text or self.query_text.lower() in text.lower()
+
+    def _line(self, level: str, text: str) -> Text:
+        line = Text(text, style=self._level_style(level))
+        if self.query_text:
+            line.highlight_words([self.query_text], style="reverse", case_sensitive=False)
+        return line
+
+    def _level_style(self, level: str) -> Style | str:
+        if level == "error":
+            return self.app.current_theme.error or ""
+        if level == "warning":
+            return self.app.current_theme.warning or ""
+        return ""
+
+    def refresh_from(self, model: DashboardModel) -> None:
+        log = self.query_one("#log-lines", RichLog)
+        new = model.log_serial - self._shown_serial
+        if new <= 0:
+            return
+        lines = list(model.log)[-new:] if new < len(model.log) else list(model.log)
+        for level, text in lines:
+            if self._matches(text):
+                log.write(self._line(level, text), expand=True)
+        self._shown_serial = model.log_serial
+
+    def rebuild(self) -> None:
+        log = self.query_one("#log-lines", RichLog)
+        log.clear()
+        for level, text in list(self.model.log)[-5000:]:
+            if self._matches(text):
+                log.write(self._line(level, text), expand=True)
+        self._shown_serial = self.model.log_serial
+
+    def on_resize(self) -> None:
+        if self._width != self.size.width:  # re-wrap the lines for the new width
+            self._width = self.size.width
+            self.rebuild()
+
+    def open_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "log-search":
+            self.query_text = event.value.strip()
+            self.rebuild()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "log-search":
+            self.query_one("#log-lines", RichLog).focus()
+
+    def clear_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.value = ""
+        box.display = False
+        self.query_text = ""
+        self.rebuild()
+
+    def shown_lines(self) -> list[str]:
+        return [strip.text for strip in self.query_one("#log-lines", RichLog).lines]

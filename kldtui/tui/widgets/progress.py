@@ -1,0 +1,75 @@
+"""Progress bars of the running stages' tasks."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from kldtui.events import Progress
+from kldtui.tui.model import STAGES, DashboardModel
+from kldtui.tui.widgets.format import fmt_eta, human_amount
+
+STAGE_SHORT = {"reference": "ref", "server": "srv", "capture": "cap", "finalize": "fin", "compare": "cmp"}
+
+
+class ProgressPanel(Widget):
+    """Bars for the latest progress of every task, grouped by stage in rail order."""
+
+    COMPONENT_CLASSES = {"progress--bar", "progress--rest", "progress--label"}
+    PER_STAGE = 3
+
+    def __init__(self, model: DashboardModel, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.model = model
+
+    def items(self) -> list[Progress]:
+        """Tasks of the stages that are not done (a finished stage's figures are on the rail)."""
+        out: list[Progress] = []
+        for stage in (*STAGES, *sorted({k[0] for k in self.model.progress} - set(STAGES))):
+            view = self.model.stages.get(stage)
+            if view is not None and view.state == "done":
+                continue
+            tasks = [p for k, p in self.model.progress.items() if k[0] == stage]
+            if not tasks:
+                continue
+            # unfinished tasks first (a download shows its total and the file in flight), newest first
+            open_tasks = [p for p in tasks if p.total is None or p.done < p.total]
+            pick = sorted(open_tasks or tasks, key=lambda p: -p.ts)[: self.PER_STAGE if open_tasks else 1]
+            out.extend(sorted(pick, key=lambda p: p.task))
+        return out
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+        return max(1, len(self.items()))
+
+    def render(self) -> Text:
+        items = self.items()
+        if not items:
+            running = any(v.state == "running" for v in self.model.stages.values())
+            idle = all(v.state == "idle" for v in self.model.stages.values())
+            note = "waiting for progress…" if running else ("press r to run all stages, ? for help"
+                                                          if idle else "no stage running")
+            return Text(note, style=self.get_component_rich_style("progress--label"))
+        width = max(20, self.size.width or 60)
+        label_w = min(18, max(14, width // 6))
+        bar_w = max(6, min(30, width // 5))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for n, p in enumerate(items):
+            if n:
+                text.append("\n")
+            label = f"{STAGE_SHORT.get(p.stage, p.stage)} {p.task}" if p.task != p.stage else p.stage
+            text.append(f"{label[:label_w]:<{label_w}} ", self.get_component_rich_style("progress--label"))
+            frac = (p.done / p.total) if p.total else None
+            filled = int(round(bar_w * min(1.0, max(0.0, frac)))) if frac is not None else 0
+            text.append("━" * filled, self.get_component_rich_style("progress--bar"))
+            text.append("━" * (bar_w - filled), self.get_component_rich_style("progress--rest"))
+            amount = human_amount(p.done, p.unit)
+            if p.total:
+                amount += f"/{human_amount(p.total, p.unit)}"
+            unit = "" if p.unit in ("bytes", "B") else f" {p.unit}".rstrip()
+            parts = [f" {frac * 100:3.0f}%" if frac is not None else "", f" {amount}{unit}"]
+            if p.rate:
+                parts.append(f" {human_amount(p.rate, p.unit)}{'' if unit == '' else unit}/s")
+            if p.eta_s is not None:
+                parts.append(f" {fmt_eta(p.eta_s)}")
+            text.append("".join(parts))
+        return text

@@ -1,0 +1,71 @@
+"""The window grid: one cell per window, its state and then its KL band."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+from textual.widget import Widget
+
+from kldtui.tui.model import DashboardModel
+from kldtui.tui.widgets.format import KL_LEVELS, _trim, kl_level
+
+ACTIVE_WINDOW_STATES = {"capturing", "finalizing", "comparing"}
+DONE_WINDOW_STATES = {"captured", "finalized"}
+
+
+class WindowGrid(Widget):
+    """One cell per window: its state, then (once compared) its KL level."""
+
+    COMPONENT_CLASSES = {"grid--pending", "grid--active", "grid--done", "grid--failed",
+                         "grid--kl0", "grid--kl1", "grid--kl2", "grid--kl3"}
+    CELL = 4
+
+    def __init__(self, model: DashboardModel, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.model = model
+
+    def _cell_class(self, state: str, kl: float | None) -> str:
+        if kl is not None:
+            return f"grid--kl{kl_level(kl)}"
+        if state == "failed":
+            return "grid--failed"
+        if state in ACTIVE_WINDOW_STATES:
+            return "grid--active"
+        if state in DONE_WINDOW_STATES or state == "compared":
+            return "grid--done"
+        return "grid--pending"
+
+    def _columns(self, width: int) -> int:
+        return max(1, width // self.CELL)
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+        n = len(self.model.windows)
+        return max(1, math.ceil(n / self._columns(width))) + 1 if n else 1
+
+    def render(self) -> Text:
+        windows = list(self.model.windows.values())
+        if not windows:
+            return Text("no windows yet", style=self.get_component_rich_style("grid--pending"))
+        cols = self._columns(self.size.width or 40)
+        text = Text(no_wrap=True)
+        for i, win in enumerate(windows):
+            if i and i % cols == 0:
+                text.append("\n")
+            style = self.get_component_rich_style(self._cell_class(win.state, win.kl))
+            mark = "!" if win.state == "failed" else ("›" if win.state in ACTIVE_WINDOW_STATES else " ")
+            text.append(f"{win.index:03d}", style)
+            text.append(mark)
+        text.append("\n")
+        text.append_text(self.legend())
+        return text
+
+    def legend(self) -> Text:
+        legend = Text(no_wrap=True, overflow="ellipsis")
+        legend.append("KL ")
+        labels = [f"<{_trim(KL_LEVELS[0])}", f"<{_trim(KL_LEVELS[1])}", f"<{_trim(KL_LEVELS[2])}",
+                  f"≥{_trim(KL_LEVELS[2])}"]
+        for level, label in enumerate(labels):
+            legend.append(label, self.get_component_rich_style(f"grid--kl{level}"))
+            legend.append(" ")
+        return legend
