@@ -27,13 +27,14 @@ def test_diff_prints_table_and_verdict_and_writes_json(tmp_path, capsys):
                  "--per-window"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "noise floor used: no noise floor" in out
+    assert "noise model: none" in out
     lines = out.splitlines()
-    assert any(line.startswith("all ") and line.rstrip().endswith("yes") for line in lines)
+    assert any(line.startswith("all ") and line.rstrip().endswith("A closer (provisional)") for line in lines)
     assert any(line.startswith("code ") for line in lines)
-    assert lines[-2].startswith("verdict: q4 is closer to the reference than q3 by ")
+    assert lines[-2].startswith("verdict: q3 is worse than q4 by ")
     doc = json.loads(out_json.read_text())
     assert doc["overall"]["outcome"] == "a_closer" and doc["bootstrap_samples"] == 1000
+    assert doc["a"]["name"] == "q4" and doc["b"]["name"] == "q3"
     assert len(doc["per_window"]["difference"]) == 32
     assert not list(tmp_path.glob(".*tmp"))
 
@@ -46,14 +47,28 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
     rep = write_report(tmp_path / "repeat.json", repeat)
     floor = tmp_path / "floor.json"
     assert main(["noise", str(rep), "--output", str(floor)]) == 0
-    assert "threshold 0.003" in capsys.readouterr().out
+    assert "repeat KL between the captures: mean 0.003" in capsys.readouterr().out
     assert load_floor(floor).per_window[5] == 0.003
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(floor)]) == 0
     out = capsys.readouterr().out
-    assert f"noise floor used: noise floor 0.003 (measured: report {rep})" in out
-    assert "verdict: a and b are not distinguishable from runtime noise" in out
+    assert f"noise model: repeat KL 0.003 between two captures of one model (measured: report {rep})" in out
+    assert "verdict: b is worse than a by 0.0020 KL" in out
+    assert "provisional: smaller than the repeat KL" in out
+    # the measured repeat variation of the metric: two captures of a against the reference
+    rng = np.random.default_rng(20)
+    again = write_report(tmp_path / "a2.json", make_report(base + rng.normal(0, 1e-4, 32), DOMAINS,
+                                                          candidate_dir="/r/a-again"))
+    model = tmp_path / "noise.json"
+    assert main(["noise", str(pa), str(again), "--repeat-report", str(rep), "--output", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "repeat variation of the metric: capture 2 - capture 1" in out and "repeat KL between" in out
+    assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "noise model: measured repeat variation" in out
+    assert "verdict: b is worse than a by 0.0020 KL" in out
+    assert "larger than the measured repeat variation" in out
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--no-noise-floor"]) == 0
-    assert "verdict: a is closer" in capsys.readouterr().out
+    assert "verdict: b is worse than a" in capsys.readouterr().out
 
 
 def test_diff_refusal_is_one_line_exit_2(tmp_path, capsys):
@@ -81,7 +96,7 @@ def test_leaderboard_text_and_json(tmp_path, capsys):
     assert lines[0].split()[:2] == ["#", "candidate"]
     assert lines[1].split()[:2] == ["1", "best"] and lines[1].rstrip().endswith("best")
     assert lines[2].split()[:2] == ["2", "mid"] and lines[3].split()[:2] == ["3", "worst"]
-    assert "published default for the Kimi K3 suite" in out
+    assert "published repeat KL 0.004 for the Kimi K3 suite" in out and "Holm" in out
     doc = json.loads(out_json.read_text())
     assert [r["name"] for r in doc["rows"]] == ["best", "mid", "worst"]
     assert doc["noise_floor"]["threshold"] == 0.004
@@ -92,7 +107,7 @@ def test_noise_refuses_mixed_inputs(tmp_path, capsys):
     assert main(["noise", str(rep), "--output", str(tmp_path / "f.json"), "--report", "x.json"]) == 2
     assert "apply to two run folders only" in capsys.readouterr().err
     assert main(["noise", str(tmp_path), "--output", str(tmp_path / "f.json")]) == 2
-    assert "give RUN2" in capsys.readouterr().err
+    assert "give SECOND" in capsys.readouterr().err
     assert not (tmp_path / "f.json").exists()
 
 
@@ -105,8 +120,11 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     suite, run1, run2, data = make_suite(tmp_path / "s", windows=4, context=17, vocab=300, seed=3,
                                          candidate=lambda rng, x: perturb(rng, x, 0.01, 0.05))
     floor_path, report_path = tmp_path / "floor.json", tmp_path / "repeat.json"
-    code = main(["noise", str(run1), str(run2), "--suite-manifest", str(suite.path), "--output",
-                 str(floor_path), "--report", str(report_path)])
+    args = ["noise", str(run1), str(run2), "--suite-manifest", str(suite.path), "--output", str(floor_path)]
+    # run1 is the suite's reference and run2 a candidate: not two captures of one model
+    assert main(args) == 2
+    assert "not two captures of one model" in capsys.readouterr().err
+    code = main([*args, "--report", str(report_path), "--allow-different-models"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "over 4 windows" in captured.out
@@ -121,7 +139,10 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     report = json.loads(report_path.read_text())
     assert report["per_window_arrays"]["kl_mean"] == [floor.per_window[w] for w in range(4)]
     # the same floor from the saved report
-    assert main(["noise", str(report_path), "--output", str(tmp_path / "again.json")]) == 0
+    assert main(["noise", str(report_path), "--output", str(tmp_path / "again.json")]) == 2
+    assert "--allow-different-models" in capsys.readouterr().err
+    assert main(["noise", str(report_path), "--output", str(tmp_path / "again.json"),
+                 "--allow-different-models"]) == 0
     assert load_floor(tmp_path / "again.json").per_window == floor.per_window
     cancel = Cancel()
     cancel.set("stopped by the test")

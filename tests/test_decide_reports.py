@@ -17,7 +17,9 @@ from kldtui.decide import (
     resolve_floor,
     save_floor,
 )
-from kldtui.decide.paired import bootstrap_mean, draw_indices, paired_bootstrap
+from kldtui.decide.noise import noise_from_capture_reports
+from kldtui.decide.paired import draw_indices, paired_bootstrap
+from kldtui.decide.verdict import verdict_interval
 from kldtui.errors import BadInput
 from tests.fixtures_decide import SUITE_HASH, make_report, suite_domains, write_report
 
@@ -42,14 +44,17 @@ def test_paired_diff_overall_and_per_domain_match_the_bootstrap():
     code = np.array([d == "code" for d in DOMAINS])
     want_code, _ = paired_bootstrap(base[code], base[code] * 1.5, draw_indices(8, 2000, 1))
     assert res.domains["code"].difference == want_code
-    assert res.overall.outcome == "a_closer"
-    assert res.verdict.startswith("q4 is closer to the reference than q3 by ")
+    assert res.overall.outcome == "a_closer" and res.overall.provisional  # no noise model: provisional
+    assert res.verdict.startswith("q3 is worse than q4 by 0.0045 KL (50 %), 95 % interval ")
+    assert "over 32 windows" in res.verdict and "kldtui noise" in res.verdict
     assert res.per_window_difference == pytest.approx((base * 0.5).tolist())
-    assert res.noise_floor is None and "no noise floor" in res.noise_source
+    assert res.noise_floor is None and "not known" in res.noise_source
     doc = res.to_dict()
     json.dumps(doc, allow_nan=False)
     assert doc["overall"]["excludes_zero"] is True
     assert doc["domains"]["code"]["windows"] == 8
+    assert doc["overall"]["verdict_interval"]["method"] == "paired Student-t over windows"
+    assert doc["overall"]["provisional"] is True
 
 
 def test_b_closer_and_not_distinguishable_verdicts():
@@ -57,12 +62,12 @@ def test_b_closer_and_not_distinguishable_verdicts():
     a = make_report(base * 1.3, DOMAINS, candidate_dir="/runs/a")
     b = make_report(base, DOMAINS, candidate_dir="/runs/b")
     res = paired_diff(a, b, samples=1000, noise=None)
-    assert res.verdict.startswith("b is closer to the reference than a")
+    assert res.overall.outcome == "b_closer" and res.verdict.startswith("b is better than a by ")
     noisy = base * np.exp(np.random.default_rng(3).normal(0, 0.2, 32))
     res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
                       make_report(noisy, DOMAINS, candidate_dir="/r/b"), samples=1000, noise=None)
     assert res.overall.outcome == "indistinguishable"
-    assert "not distinguishable" in res.verdict and "includes zero" in res.verdict
+    assert res.verdict.startswith("no difference shown between a and b") and "includes zero" in res.verdict
 
 
 def test_published_floor_is_the_default_for_the_published_suite_only():
@@ -72,12 +77,18 @@ def test_published_floor_is_the_default_for_the_published_suite_only():
     b = make_report(base + 0.003, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/b")
     res = paired_diff(a, b, samples=1000)
     assert res.noise_floor is not None and res.noise_floor["threshold"] == 0.004
-    assert "published default for the Kimi K3 suite" in res.noise_source
-    assert res.overall.outcome == "within_noise"
-    assert "not distinguishable from runtime noise (noise floor 0.004)" in res.verdict
-    # the same reports on another suite: no floor, and the difference is called
-    other = paired_diff(make_report(base, DOMAINS), make_report(base + 0.003, DOMAINS), samples=1000)
-    assert other.noise_floor is None and other.overall.outcome == "a_closer"
+    assert "published repeat KL 0.004 for the Kimi K3 suite" in res.noise_source
+    # a clear difference smaller than the published repeat KL: named, but provisional
+    assert res.overall.outcome == "a_closer" and res.overall.provisional
+    assert "provisional: smaller than the repeat KL 0.004" in res.verdict and "kldtui noise" in res.verdict
+    # larger than the published figure: not provisional
+    big = paired_diff(a, make_report(base + 0.006, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH,
+                                     candidate_dir="/r/b"), samples=1000)
+    assert big.overall.outcome == "a_closer" and not big.overall.provisional
+    # the same reports on another suite: no noise model, the difference is named, provisional
+    other = paired_diff(make_report(base, DOMAINS), make_report(base + 0.003, DOMAINS, candidate_dir="/r/b"),
+                        samples=1000)
+    assert other.noise_floor is None and other.overall.outcome == "a_closer" and other.overall.provisional
     # beyond the floor: called even on the published suite
     far = make_report(base + 0.006, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/b")
     assert paired_diff(a, far, samples=1000).overall.outcome == "a_closer"
@@ -154,16 +165,22 @@ def test_measured_floor_round_trip_and_per_window_thresholds(tmp_path):
         floor_from_reports(fwd, not_back, source="x")
 
 
-def test_domain_verdicts_use_the_measured_per_window_floor():
+def test_domain_verdicts_use_the_measured_repeat_variation():
     base = _kl(8)
-    quiet = np.where(np.array(DOMAINS) == "prose", 0.0005, 0.01)
-    floor = floor_from_reports(make_report(quiet, DOMAINS), None, source="measured")
+    rng = np.random.default_rng(80)
+    prose = np.array(DOMAINS) == "prose"
+    # the metric moves little between captures on prose windows, a lot on the others
+    wobble = np.where(prose, rng.normal(0, 0.0001, 32), rng.normal(0, 0.01, 32))
+    first = make_report(base, DOMAINS, candidate_dir="/r/c1")
+    second = make_report(base + wobble, DOMAINS, candidate_dir="/r/c2")
+    model = noise_from_capture_reports(first, second, where1="c1.json", where2="c2.json")
+    assert model.has_metric and model.repeat_variation_for(np.flatnonzero(prose)) < 0.0003
     res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
-                      make_report(base + 0.002, DOMAINS, candidate_dir="/r/b"), samples=500, noise=floor)
-    assert res.domains["prose"].noise_threshold == pytest.approx(0.0005)
-    assert res.domains["prose"].outcome == "a_closer"
+                      make_report(base + 0.002, DOMAINS, candidate_dir="/r/b"), samples=500, noise=model)
+    assert res.domains["prose"].outcome == "a_closer" and not res.domains["prose"].provisional
+    assert "larger than the measured repeat variation" in res.domains["prose"].verdict
     assert res.domains["code"].outcome == "within_noise"
-    assert res.noise_floor["kind"] == "measured"
+    assert res.noise_floor["kind"] == "measured" and res.noise_floor["model"] == "repeat_variation"
 
 
 def test_floor_files_are_checked(tmp_path):
@@ -207,13 +224,12 @@ def test_leaderboard_ranks_and_marks_ties():
     assert by[other_of_pair].tied_with_best and by[other_of_pair].mark == "tied"
     assert not by["mid"].tied_with_best and not by["worst"].tied_with_best
     assert [r.rank for r in board.rows] == [1, 2, 3, 4]
-    iv = bootstrap_mean(reports["mid"], draw_indices(32, 2000, 1))
-    assert (by["mid"].mean, by["mid"].ci_low, by["mid"].ci_high) == (iv.estimate, iv.ci95_low, iv.ci95_high)
-    d, _ = paired_bootstrap(reports[names[0]], reports["mid"], draw_indices(32, 2000, 1))
+    assert by["mid"].mean == pytest.approx(reports["mid"].mean())
+    d = verdict_interval(reports["mid"] - reports[names[0]])
     assert by["mid"].diff_vs_best == d
     doc = board.to_dict()
     json.dumps(doc, allow_nan=False)
-    assert doc["rows"][0]["is_best"] and "without a multiple-comparison correction" in " ".join(doc["notes"])
+    assert doc["rows"][0]["is_best"] and "Holm-corrected over all 6 pairs" in " ".join(doc["notes"])
 
 
 def test_leaderboard_uses_floor_for_ties_and_refuses_mixed_suites():
@@ -221,9 +237,15 @@ def test_leaderboard_uses_floor_for_ties_and_refuses_mixed_suites():
     a = make_report(base, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/a")
     b = make_report(base + 0.002, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/b")
     board = build_leaderboard([a, b], samples=500)
-    assert board.rows[1].tied_with_best and board.rows[1].outcome_vs_best == "within_noise"
-    assert "published default" in board.noise_source
-    assert not build_leaderboard([a, b], samples=500, noise=None).rows[1].tied_with_best
+    # a clear difference below the published repeat KL: not tied, but provisional
+    assert not board.rows[1].tied_with_best and board.rows[1].provisional
+    assert "published repeat KL" in board.noise_source
+    rng = np.random.default_rng(120)
+    wobble = rng.normal(0, 0.01, 32)
+    model = noise_from_capture_reports(a, make_report(base + wobble, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH,
+                                                      candidate_dir="/r/a2"), where1="a", where2="a2")
+    tied = build_leaderboard([a, b], samples=500, noise=model).rows[1]
+    assert tied.tied_with_best and tied.outcome_vs_best == "within_noise" and tied.mark == "tied"
     with pytest.raises(BadInput, match="different suites"):
         build_leaderboard([a, make_report(base, DOMAINS)], paths=["a.json", "c.json"])
 
@@ -280,7 +302,7 @@ def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
     res = paired_diff_files(pa, pb, samples=2000)
     assert "suite_token_hash_sha256" in res.pairing_checked
     assert "reference_manifest_sha256" in res.pairing_checked
-    assert res.overall.outcome == "a_closer" and res.verdict.startswith("candidate is closer")
+    assert res.overall.outcome == "a_closer" and res.verdict.startswith("far is worse than candidate by")
     report_ci = json.loads(pa.read_text())["kl_window_cluster_bootstrap"]
     assert res.overall.mean_a == pytest.approx(report_ci["estimate"])
     from kldtui.decide.leaderboard import leaderboard_from_files

@@ -255,7 +255,7 @@ async def test_viewer_leaderboard_sorted_ties_enter_and_diff(tmp_path: Path) -> 
         await pilot.press("up", "space", "down", "down", "space", "d")
         await settle(app, pilot)
         verdict = str(app.query_one("#diff-verdict", Static).render())
-        assert "A = best, B = worst" in verdict and "closer" in verdict
+        assert "A = best, B = worst" in verdict and "worst is worse than best by" in verdict
         chart = app.query_one("#diff-chart", KLChart)
         assert chart.signed and len(chart.bars) == 8 and all(b.kl > 0 for b in chart.bars)
 

@@ -1,10 +1,10 @@
 """Ranking candidates measured against one reference: mean KL with intervals, ties marked.
 
-Every candidate's interval and every paired test against the best use the same resampled
-windows (``default_rng(seed).integers(0, n, (samples, n))``), so the leaderboard and
-``kldtui diff`` of the best against any row agree. A row is *tied with the best* when the
-paired test does not name the best as closer (docs/STATISTICS.md): its interval of
-``row - best`` includes zero or does not clear the noise floor.
+Each row shows its report's own mean-KL interval (``report_interval``: the same figures as the
+viewer). A row is *tied with the best* when the paired test does not name the best as closer
+(:mod:`kldtui.decide.verdict`, docs/STATISTICS.md): the paired t-test of ``row - best``,
+Holm-corrected over all pairs of candidates, is not significant, or the difference does not clear
+the measured repeat variation. Below the minimum window count no row gets a mark.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ from kldtui.decide.paired import (
     DEFAULT_SAMPLES,
     DEFAULT_SEED,
     Interval,
-    Outcome,
     bootstrap_mean,
     compare_group,
     draw_indices,
     suite_hash_of,
 )
 from kldtui.decide.reports import WindowValues, check_same_suite, load_report_file, report_name, window_values
+from kldtui.decide.verdict import MIN_VERDICT_WINDOWS, Outcome, VerdictInterval, noise_words, verdict_interval
 from kldtui.errors import BadInput
-from kldtui.formats.report_names import unique_names
+from kldtui.formats.report_names import report_interval, unique_names
+from kldtui.metrics.stats import holm
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,11 @@ class LeaderboardRow:
     windows: int
     is_best: bool
     tied_with_best: bool  # False for the best row itself
-    diff_vs_best: Interval | None  # this row - best, paired; None for the best row
-    ratio_vs_best: Interval | None  # this row / best
+    diff_vs_best: VerdictInterval | None  # this row - best, paired (the verdict interval); None for the best
+    ratio_vs_best: Interval | None  # this row / best (percentile bootstrap)
     outcome_vs_best: Outcome | None
     verdict_vs_best: str
+    provisional: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
@@ -56,12 +58,17 @@ class LeaderboardRow:
                 "windows": self.windows, "is_best": self.is_best, "tied_with_best": self.tied_with_best,
                 "diff_vs_best": self.diff_vs_best.to_dict() if self.diff_vs_best else None,
                 "ratio_vs_best": self.ratio_vs_best.to_dict() if self.ratio_vs_best else None,
-                "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best}
+                "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best,
+                "provisional": self.provisional}
 
     @property
     def mark(self) -> str:
         """``best``, ``tied`` or empty: the tie mark a view shows."""
-        return "best" if self.is_best else ("tied" if self.tied_with_best else "")
+        if self.is_best:
+            return "best"
+        if self.outcome_vs_best == "too_few_windows":
+            return "no verdict"
+        return "tied" if self.tied_with_best else ""
 
 
 @dataclass(frozen=True)
@@ -76,14 +83,15 @@ class Leaderboard:
 
     @property
     def noise_source(self) -> str:
-        return self.noise_floor["source"] if self.noise_floor else "no noise floor (none stored, not the "\
-            "published suite)"
+        return self.noise_floor["source"] if self.noise_floor else noise_words(None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": "kldtui-leaderboard-v1", "rows": [r.to_dict() for r in self.rows],
                 "windows": self.windows, "bootstrap_samples": self.bootstrap_samples, "seed": self.seed,
                 "cluster_unit": "window", "noise_floor": self.noise_floor,
-                "noise_floor_used": self.noise_source, "pairing_checked": self.pairing_checked,
+                "noise_floor_used": self.noise_source, "noise_model": self.noise_source,
+                "tie_test": "paired Student-t against the best, Holm over all pairs, family-wise 5 %",
+                "pairing_checked": self.pairing_checked,
                 "notes": self.notes}
 
 
@@ -112,10 +120,20 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
         noise = resolve_floor(None, suite_hash_of(*reports))
     n = values[0].n
     indices = draw_indices(n, samples, seed)
-    intervals = [bootstrap_mean(v.kl_mean, indices) for v in values]
+    intervals = [_row_interval(r, v, indices) for r, v in zip(reports, values, strict=True)]
     order = sorted(range(len(reports)), key=lambda i: (intervals[i].estimate, label[i]))
     best = order[0]
-    threshold = noise.threshold_for(values[0].window_index.tolist()) if noise else None
+    windows = values[0].window_index.tolist()
+    # Holm over every pair of candidates (not only "row vs best"): the best is picked by the data, and
+    # testing the others against it alone lets the family-wise error grow past 5 % (8.6 % with five
+    # identical candidates in simulation); over all pairs it stays under 5 % (docs/STATISTICS.md).
+    k = len(reports)
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    p_values = []
+    for i, j in pairs:
+        p = verdict_interval(values[j].kl_mean - values[i].kl_mean).p_value
+        p_values.append(1.0 if p is None else p)
+    rejected = dict(zip(pairs, holm(p_values), strict=True))
     rows = []
     for rank, i in enumerate(order, start=1):
         iv = intervals[i]
@@ -123,19 +141,37 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
             rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
                                        iv.standard_error, n, True, False, None, None, None, "best"))
             continue
-        stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, threshold,
-                              label[best], label[i])
-        tied = stats.outcome != "a_closer"
+        significant = rejected[(min(i, best), max(i, best))]
+        stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, noise, windows,
+                              label[best], label[i], path_list[best], path_list[i], significant=significant)
+        tied = stats.outcome in ("indistinguishable", "within_noise")
         rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
-                                   iv.standard_error, n, False, tied, stats.difference, stats.ratio,
-                                   stats.outcome, stats.verdict))
+                                   iv.standard_error, n, False, tied, stats.interval, stats.ratio,
+                                   stats.outcome, stats.verdict, stats.provisional))
     notes = []
-    if len(reports) > 2:
-        notes.append("each row is tested against the best alone, without a multiple-comparison correction")
-    if n < 8:
-        notes.append(f"only {n} windows: the intervals are rough (the percentile bootstrap undercovers)")
+    if k > 2:
+        notes.append(f"ties: paired t-test against the best, Holm-corrected over all {len(pairs)} pairs of "
+                     f"candidates (at most 5 % chance of any false 'not tied')")
+    else:
+        notes.append("ties: paired t-test against the best (95 %)")
+    if n < MIN_VERDICT_WINDOWS:
+        notes.append(f"too few windows ({n}) for a verdict: no row is marked better or tied "
+                     f"(needs {MIN_VERDICT_WINDOWS})")
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes)
+
+
+def _row_interval(report: dict[str, Any], values: WindowValues, indices: np.ndarray) -> Interval:
+    """A row's mean-KL interval: the report's own (report_interval), so the leaderboard shows what the
+    viewer shows; recomputed only for a report that carries none."""
+    boot = report_interval(report)
+    if boot is None:
+        return bootstrap_mean(values.kl_mean, indices)
+    se = boot.get("standard_error")
+    samples = boot.get("bootstrap_samples")
+    return Interval(float(boot["estimate"]), float(se) if isinstance(se, int | float) else float("nan"),
+                    float(boot["ci95_low"]), float(boot["ci95_high"]),
+                    int(samples) if isinstance(samples, int) else 0)
 
 
 def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: int = DEFAULT_SAMPLES,

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kldtui.decide.reports import window_values
+from kldtui.decide.verdict import VerdictInterval, verdict_interval
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 
@@ -44,6 +45,33 @@ class NoiseFloor:
     run1: str | None = None
     run2: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Repeat variation of the metric: per window, (mean KL of capture 2 against the reference) minus
+    # (the same for capture 1). Empty when only the repeat KL between captures is known.
+    metric_per_window: dict[int, float] = field(default_factory=dict)
+    metric_source: str | None = None
+
+    @property
+    def has_metric(self) -> bool:
+        return len(self.metric_per_window) >= 2
+
+    def metric_interval(self, window_indices: Iterable[int] | None = None) -> VerdictInterval | None:
+        """The paired interval of the metric's repeat difference over the given windows (all when
+        None, or when the model does not cover them all)."""
+        if not self.has_metric:
+            return None
+        idx = [int(w) for w in window_indices] if window_indices is not None else []
+        if len(idx) < 2 or not all(w in self.metric_per_window for w in idx):
+            idx = sorted(self.metric_per_window)
+        return verdict_interval([self.metric_per_window[w] for w in idx])
+
+    def repeat_variation_for(self, window_indices: Iterable[int]) -> float | None:
+        """How far this metric (a mean KL against the reference) can move between two captures of one
+        model over these windows: the larger end, in size, of the 95 % interval of its repeat
+        difference. None without a measured metric."""
+        iv = self.metric_interval(window_indices)
+        if iv is None or iv.ci95_low is None or iv.ci95_high is None:
+            return None
+        return max(abs(iv.ci95_low), abs(iv.ci95_high))
 
     def threshold_for(self, window_indices: Iterable[int]) -> float:
         """The threshold for a group of windows.
@@ -60,12 +88,20 @@ class NoiseFloor:
         return value
 
     def describe(self) -> str:
-        """One line: which floor and where it came from."""
+        """One line: which noise model and where it came from, in a quantization engineer's words."""
+        if self.has_metric:
+            iv = self.metric_interval()
+            assert iv is not None
+            return (f"measured repeat variation {self.repeat_variation_for([]):.2g}: two captures of one "
+                    f"candidate moved its mean KL against the reference by {iv.text('.2g')} over "
+                    f"{iv.windows} windows ({self.metric_source or self.source}); repeat KL between the "
+                    + (f"captures {self.kl_mean:.4g}" if self.kl_mean > 0 else "captures not measured"))
         if self.kind == "published":
-            return (f"noise floor {self.threshold:g} (published default for the Kimi K3 suite: repeat KL "
-                    f"{self.kl_mean:.4f} on window 0; differences of about {self.threshold:g} or less "
-                    "are runtime noise)")
-        return f"noise floor {self.threshold:.4g} (measured: {self.source})"
+            return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
+                    f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
+                    "itself is not measured")
+        return (f"repeat KL {self.threshold:.4g} between two captures of one model (measured: "
+                f"{self.source}); the repeat variation of the metric itself is not measured")
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -85,12 +121,25 @@ class NoiseFloor:
             ],
         }
         data.update(self.extra)
+        if self.has_metric:
+            iv = self.metric_interval()
+            assert iv is not None
+            data["metric_repeat"] = {
+                "definition": "per window: mean KL(reference || capture 2) - mean KL(reference || capture 1)",
+                "source": self.metric_source, "interval": iv.to_dict(),
+                "repeat_variation": self.repeat_variation_for([]),
+                "per_window": [{"window_index": w, "difference": v}
+                               for w, v in sorted(self.metric_per_window.items())]}
         return data
 
     def summary(self) -> dict[str, Any]:
         """What a report records under ``noise_floor`` (REPORT.md): source, kl_mean, threshold."""
-        return {"source": self.describe(), "kind": self.kind, "kl_mean": self.kl_mean,
-                "threshold": self.threshold}
+        out = {"source": self.describe(), "kind": self.kind, "kl_mean": self.kl_mean,
+               "threshold": self.threshold,
+               "model": "repeat_variation" if self.has_metric else "repeat_kl"}
+        if self.has_metric:
+            out["repeat_variation"] = self.repeat_variation_for([])
+        return out
 
 
 def published_floor() -> NoiseFloor:
@@ -195,7 +244,22 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
         if rev is not None:
             per_rev[w] = rev
     known = {"format", "kind", "source", "kl_mean", "kl_reverse_mean", "threshold",
-             "suite_token_hash_sha256", "run1", "run2", "per_window"}
+             "suite_token_hash_sha256", "run1", "run2", "per_window", "metric_repeat"}
+    metric: dict[int, float] = {}
+    metric_doc = doc.get("metric_repeat")
+    if metric_doc is not None:
+        rows = metric_doc.get("per_window") if isinstance(metric_doc, dict) else None
+        if not isinstance(rows, list):
+            raise BadInput(f"{p}: metric_repeat has no per_window list; write the file again with "
+                           "kldtui noise")
+        for entry in rows:
+            w = entry.get("window_index") if isinstance(entry, dict) else None
+            v = entry.get("difference") if isinstance(entry, dict) else None
+            if isinstance(w, bool) or not isinstance(w, int) or isinstance(v, bool) or not isinstance(
+                    v, int | float) or not np.isfinite(v):
+                raise BadInput(f"{p}: metric_repeat entry {entry!r} needs an integer window_index and a "
+                               "finite difference; write the file again with kldtui noise")
+            metric[w] = float(v)
     return NoiseFloor(
         kind=kind,
         source=str(doc.get("source") or p),
@@ -208,6 +272,8 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
         run1=doc.get("run1"),
         run2=doc.get("run2"),
         extra={k: v for k, v in doc.items() if k not in known},
+        metric_per_window=metric,
+        metric_source=metric_doc.get("source") if isinstance(metric_doc, dict) else None,
     )
 
 
@@ -254,3 +320,94 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
         write_json_atomic(report_path, report)
     source = f"two captures {run1} and {run2}"
     return floor_from_reports(report, None, source=source, where=f"comparison of {run1} and {run2}"), report
+
+
+# ---------------------------------------------------------------------------- same-model checks
+def _manifest(folder: Any) -> dict[str, Any] | None:
+    """A capture folder's manifest.json, or None when the folder is gone or has none."""
+    if not isinstance(folder, str) or not folder:
+        return None
+    try:
+        doc = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _model_of(manifest: dict[str, Any]) -> tuple[str, str] | None:
+    """What model a capture served (``runtime.model`` or ``runtime.served_model_name``), when recorded."""
+    rt = manifest.get("runtime")
+    if not isinstance(rt, dict):
+        return None
+    model, served = rt.get("model"), rt.get("served_model_name")
+    if not model and not served:
+        return None
+    return str(model or ""), str(served or "")
+
+
+def different_models(dir1: Any, dir2: Any) -> str | None:
+    """Why two capture folders are not two captures of one model, or None when they may be (also when
+    their manifests cannot be read: the check needs them)."""
+    m1, m2 = _manifest(dir1), _manifest(dir2)
+    if m1 is None or m2 is None:
+        return None
+    kinds = {m1.get("kind"), m2.get("kind")}
+    if "reference" in kinds and kinds != {"reference"}:
+        ref = dir1 if m1.get("kind") == "reference" else dir2
+        return f"{ref} is a reference capture and the other a candidate"
+    id1, id2 = _model_of(m1), _model_of(m2)
+    if id1 and id2 and id1 != id2:
+        return f"{dir1} served {id1[0] or id1[1]!r} and {dir2} served {id2[0] or id2[1]!r}"
+    return None
+
+
+def check_repeat_capture(report: dict[str, Any], where: str, allow_different_models: bool) -> None:
+    """Refuse a comparison report as 'two captures of one model' when its two sides are different
+    models (e.g. the reference against a quantized candidate), unless told otherwise."""
+    if allow_different_models:
+        return
+    why = different_models(report.get("reference_dir"), report.get("candidate_dir"))
+    if why:
+        raise BadInput(f"{where}: not two captures of one model ({why}); give a report of two captures of "
+                       "the same model, or add --allow-different-models if that is really meant")
+
+
+def noise_from_capture_reports(first: dict[str, Any], second: dict[str, Any], *, where1: str, where2: str,
+                               repeat: dict[str, Any] | None = None, where_repeat: str = "repeat report",
+                               allow_different_models: bool = False) -> NoiseFloor:
+    """The measured noise model from two captures of one candidate, each compared with the reference:
+    the repeat variation of the metric (per-window difference of their mean KL against the reference),
+    and, when ``repeat`` (capture 2 compared with capture 1) is given, the repeat KL between them."""
+    from kldtui.decide.reports import check_same_suite
+
+    checked = check_same_suite(first, second, where1, where2)
+    c1, c2 = first.get("candidate_dir"), second.get("candidate_dir")
+    if c1 and c2 and os.path.normpath(str(c1)) == os.path.normpath(str(c2)):
+        raise BadInput(f"{where1} and {where2} compare the same capture ({c1}); capture the candidate a "
+                       "second time, compare it, and give both reports")
+    v1, v2 = window_values(first, where1), window_values(second, where2)
+    if np.array_equal(v1.kl_mean, v2.kl_mean):
+        raise BadInput(f"{where1} and {where2} have identical per-window KL: they are one capture twice; "
+                       "capture the candidate a second time")
+    if not allow_different_models:
+        why = different_models(c1, c2)
+        if why:
+            raise BadInput(f"{where1} and {where2} are not two captures of one model ({why}); add "
+                           "--allow-different-models if that is really meant")
+    metric = {int(w): float(b - a) for w, a, b in zip(v1.window_index, v1.kl_mean, v2.kl_mean, strict=True)}
+    base: NoiseFloor | None = None
+    if repeat is not None:
+        check_repeat_capture(repeat, where_repeat, allow_different_models)
+        base = floor_from_reports(repeat, None, source=f"report {where_repeat}", where=where_repeat)
+    source = f"{where1} and {where2} (paired on {checked})"
+    return NoiseFloor(
+        kind="measured", source=source, kl_mean=base.kl_mean if base else 0.0,
+        threshold=base.threshold if base else 0.0,
+        kl_reverse_mean=base.kl_reverse_mean if base else None,
+        suite_token_hash_sha256=first.get("suite_token_hash_sha256"),
+        per_window=base.per_window if base else {},
+        per_window_reverse=base.per_window_reverse if base else {},
+        run1=str(c1) if c1 else None, run2=str(c2) if c2 else None,
+        extra={"created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "windows": v1.n, "reference_dir": first.get("reference_dir")},
+        metric_per_window=metric, metric_source=source)

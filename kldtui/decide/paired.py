@@ -13,8 +13,10 @@ See docs/STATISTICS.md.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,13 +28,15 @@ from kldtui.decide.reports import (
     report_name,
     window_values,
 )
+from kldtui.decide.verdict import MIN_VERDICT_WINDOWS, Outcome, VerdictInterval, decide, noise_words, sentence
+from kldtui.decide.verdict import verdict_interval as verdict_interval
 from kldtui.errors import BadInput
+from kldtui.formats.report_names import unique_names
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 1
 QUANTILES = (0.025, 0.975)
 
-Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable"]
 
 
 # ---------------------------------------------------------------------------- pure statistics
@@ -149,9 +153,9 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, indices: np.ndarray) -> tuple
     return diff.item(), ratio.item()
 
 
-def classify(diff: Interval, threshold: float) -> Outcome:
-    """The decision for a difference ``B - A``: the interval must clear the noise band
-    ``[-threshold, threshold]`` to name a closer candidate (docs/STATISTICS.md)."""
+def classify(diff: Interval, threshold: float) -> str:
+    """The seed's rule on a percentile interval (kept for reference; verdicts use
+    :func:`kldtui.decide.verdict.decide`)."""
     if diff.ci95_low > threshold:
         return "a_closer"
     if diff.ci95_high < -threshold:
@@ -162,10 +166,6 @@ def classify(diff: Interval, threshold: float) -> Outcome:
 
 
 # ---------------------------------------------------------------------------- results
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
-
-
 @dataclass(frozen=True)
 class PairedStats:
     """The paired comparison over one group of windows (all, or one domain)."""
@@ -173,50 +173,50 @@ class PairedStats:
     windows: int
     mean_a: float
     mean_b: float
-    difference: Interval  # B - A
-    ratio: Interval  # B / A
+    difference: Interval  # B - A, percentile bootstrap (the original comparator's convention)
+    ratio: Interval  # B / A, percentile bootstrap
+    interval: VerdictInterval  # B - A, the interval verdicts use
     noise_threshold: float | None
     outcome: Outcome
+    provisional: bool
     verdict: str
 
     @property
     def excludes_zero(self) -> bool:
-        return self.difference.excludes(0.0)
+        return self.interval.excludes(0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"windows": self.windows, "mean_a": self.mean_a, "mean_b": self.mean_b,
                 "difference_b_minus_a": self.difference.to_dict(), "ratio_b_over_a": self.ratio.to_dict(),
+                "verdict_interval": self.interval.to_dict(),
                 "excludes_zero": self.excludes_zero, "noise_threshold": self.noise_threshold,
-                "outcome": self.outcome, "verdict": self.verdict}
+                "outcome": self.outcome, "provisional": self.provisional, "verdict": self.verdict}
 
 
-def verdict_text(outcome: Outcome, diff: Interval, ratio: Interval, name_a: str, name_b: str,
-                 threshold: float | None) -> str:
-    """The one-line verdict for an outcome."""
-    floor = f"noise floor {threshold:.4g}" if threshold else "no noise floor"
-    if outcome == "a_closer":
-        return (f"{name_a} is closer to the reference than {name_b} by {diff.text()} KL "
-                f"(ratio {name_b}/{name_a} {ratio.text('.3g')}; clears the {floor})")
-    if outcome == "b_closer":
-        neg = f"{_fmt(-diff.estimate)} [{_fmt(-diff.ci95_high)}, {_fmt(-diff.ci95_low)}]"
-        return (f"{name_b} is closer to the reference than {name_a} by {neg} KL "
-                f"(ratio {name_b}/{name_a} {ratio.text('.3g')}; clears the {floor})")
-    if outcome == "within_noise":
-        return (f"{name_a} and {name_b} are not distinguishable from runtime noise ({floor}): "
-                f"{name_b} - {name_a} = {diff.text()} KL; capture again to decide")
-    return (f"{name_a} and {name_b} are not distinguishable: {name_b} - {name_a} = {diff.text()} KL, "
-            f"the 95% interval includes zero ({floor})")
+def confirm_command(better: str, better_path: str | None) -> str:
+    """The one command that settles a provisional difference: a repeat capture of the better one."""
+    report = better_path or f"{better}.json"
+    return (f"capture {better} again, compare it with the reference (AGAIN.json), then run "
+            f"`kldtui noise {report} AGAIN.json --output noise.json` and diff again with --noise noise.json")
 
 
-def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, threshold: float | None,
-                  name_a: str, name_b: str) -> PairedStats:
-    """Paired bootstrap over one group of windows and its verdict."""
+def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: NoiseFloor | None,
+                  window_indices: Sequence[int], name_a: str, name_b: str,
+                  path_a: str | None = None, path_b: str | None = None,
+                  significant: bool | None = None) -> PairedStats:
+    """One group of windows: the percentile bootstrap (compatibility fields), the verdict interval
+    and the decision (:mod:`kldtui.decide.verdict`)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
     diff, ratio = paired_bootstrap(a, b, indices)
-    outcome = classify(diff, threshold or 0.0)
+    iv = verdict_interval(b - a)
+    decision = decide(iv, noise, window_indices, significant=significant)
+    better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
+    text = sentence(decision, iv, float(a.mean()), name_a, name_b, confirm_command(better, better_path))
     return PairedStats(
-        windows=int(np.asarray(a).size), mean_a=float(np.mean(a)), mean_b=float(np.mean(b)),
-        difference=diff, ratio=ratio, noise_threshold=threshold, outcome=outcome,
-        verdict=verdict_text(outcome, diff, ratio, name_a, name_b, threshold))
+        windows=int(a.size), mean_a=float(a.mean()), mean_b=float(b.mean()), difference=diff, ratio=ratio,
+        interval=iv, noise_threshold=decision.noise_value, outcome=decision.outcome,
+        provisional=decision.provisional, verdict=text)
 
 
 @dataclass(frozen=True)
@@ -249,8 +249,7 @@ class PairedDiff:
 
     @property
     def noise_source(self) -> str:
-        return self.noise_floor["source"] if self.noise_floor else "no noise floor (none stored, not the "\
-            "published suite)"
+        return self.noise_floor["source"] if self.noise_floor else noise_words(None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -269,6 +268,9 @@ class PairedDiff:
             "pairing_checked": self.pairing_checked,
             "noise_floor": self.noise_floor,
             "noise_floor_used": self.noise_source,
+            "noise_model": self.noise_source,
+            "verdict_method": {"interval": "paired Student-t over windows, 95 %",
+                               "min_windows": MIN_VERDICT_WINDOWS},
             "verdict": self.verdict,
             "notes": self.notes,
         }
@@ -306,11 +308,21 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
     """
     where_a = str(path_a) if path_a is not None else (name_a or "A")
     where_b = str(path_b) if path_b is not None else (name_b or "B")
+    if path_a is not None and path_b is not None and Path(path_a).resolve() == Path(path_b).resolve():
+        raise BadInput(f"{where_a}: diffing a report with itself; give the reports of two candidates")
     va, vb, checked = paired_values(a, b, where_a, where_b)
-    name_a = name_a or report_name(a, path_a)
-    name_b = name_b or report_name(b, path_b)
+    ca, cb = a.get("candidate_dir"), b.get("candidate_dir")
+    if np.array_equal(va.kl_mean, vb.kl_mean) and (not ca or not cb or os.path.normpath(str(ca)) ==
+                                                    os.path.normpath(str(cb))):
+        raise BadInput(f"{where_a} and {where_b} are the same report (same candidate, identical per-window "
+                       "KL); give the reports of two candidates")
+    if name_a is None or name_b is None:
+        auto = unique_names([report_name(a, path_a), report_name(b, path_b)],
+                            [None if path_a is None else str(path_a),
+                             None if path_b is None else str(path_b)])
+        name_a, name_b = name_a or auto[0], name_b or auto[1]
     if name_a == name_b:
-        name_a, name_b = f"A ({name_a})", f"B ({name_b})"
+        name_a, name_b = f"{name_a} (A)", f"{name_b} (B)"
     if noise is _AUTO:
         noise = resolve_floor(None, suite_hash_of(a, b))
     notes = []
@@ -319,20 +331,21 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
         raise BadInput(f"the noise floor ({noise.source}) was measured on another suite than "
                        f"{where_a}; measure the floor on this suite")
     if noise is not None and noise.kind == "published":
-        notes.append("the published floor was measured on window 0 only and applies to every window")
-    overall = compare_group(va.kl_mean, vb.kl_mean, draw_indices(va.n, samples, seed),
-                            noise.threshold_for(va.window_index.tolist()) if noise else None,
-                            name_a, name_b)
+        notes.append("the published repeat KL was measured on window 0 only and applies to every window")
+    pa = None if path_a is None else str(path_a)
+    pb = None if path_b is None else str(path_b)
+    overall = compare_group(va.kl_mean, vb.kl_mean, draw_indices(va.n, samples, seed), noise,
+                            va.window_index.tolist(), name_a, name_b, pa, pb)
     domains: dict[str, PairedStats] = {}
     for d in va.domains():
         mask = np.array([x == d for x in va.domain])
-        idx = va.window_index[mask].tolist()
         domains[d] = compare_group(va.kl_mean[mask], vb.kl_mean[mask],
-                                   draw_indices(int(mask.sum()), samples, seed),
-                                   noise.threshold_for(idx) if noise else None, name_a, name_b)
-        if mask.sum() < 8:
-            notes.append(f"domain {d} has {int(mask.sum())} windows: its interval is rough "
-                         "(the percentile bootstrap undercovers for few windows)")
+                                   draw_indices(int(mask.sum()), samples, seed), noise,
+                                   va.window_index[mask].tolist(), name_a, name_b, pa, pb)
+    few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]
+    if few:
+        notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} windows: "
+                     f"{', '.join(few)}")
     return PairedDiff(
         name_a=name_a, name_b=name_b,
         path_a=None if path_a is None else str(path_a), path_b=None if path_b is None else str(path_b),

@@ -54,3 +54,18 @@ def _tag(parts: tuple[str, ...], level: int) -> str:
     if level == 2:
         return stem
     return "/".join(parts[-level:-1])
+
+
+def report_interval(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The one mean-KL interval of a report that every view shows (viewer, dashboard, leaderboard,
+    diff): the report's own ``kl_window_cluster_bootstrap`` (estimate, ci95_low, ci95_high,
+    standard_error, bootstrap_samples), exactly as the comparison wrote it. Recomputing it elsewhere
+    with other resample counts is what made the viewer and the leaderboard disagree. None when the
+    report carries none. (Verdicts use their own paired interval: kldtui.decide.verdict.)"""
+    boot = report.get("kl_window_cluster_bootstrap")
+    if not isinstance(boot, dict):
+        return None
+    keys = ("estimate", "ci95_low", "ci95_high")
+    if not all(isinstance(boot.get(k), int | float) and not isinstance(boot.get(k), bool) for k in keys):
+        return None
+    return boot

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.formats.report_names import report_name
+from kldtui.formats.report_names import report_interval, report_name
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def result_from_report(report: dict[str, Any], path: str | Path | None = None,
         name = report_name(report, path)
     bars = window_bars(report)
     kl_mean = _stat(report, "kl_reference_to_candidate")
-    kl = _band(report.get("kl_window_cluster_bootstrap"), kl_mean)
+    kl = _band(report_interval(report), kl_mean)
     counts: dict[str, int] = {}
     for bar in bars:
         counts[bar.domain] = counts.get(bar.domain, 0) + 1

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window, "
-        "window-clustered bootstrap, verdict against the noise floor")
+        "95 percent paired interval over windows, verdict against the measured repeat variation")
 
 
 def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,10 +15,11 @@ def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=1, help="bootstrap seed (default 1)")
     floor = parser.add_mutually_exclusive_group()
-    floor.add_argument("--noise", metavar="FLOOR.json",
-                       help="noise floor from kldtui noise (default: the published floor for the Kimi K3 "
+    floor.add_argument("--noise", metavar="NOISE.json",
+                       help="noise model from kldtui noise (default: the published repeat KL for the Kimi K3 "
                             "suite, else none)")
-    floor.add_argument("--no-noise-floor", action="store_true", help="decide on the interval alone")
+    floor.add_argument("--no-noise-floor", action="store_true",
+                       help="use no noise model (differences are named, marked provisional)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,10 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-window", action="store_true", help="also print every window's difference")
 
 
+SHORT = {"a_closer": "A closer", "b_closer": "B closer", "within_noise": "within repeat variation",
+         "indistinguishable": "no difference shown", "too_few_windows": "too few windows"}
+
+
 def _row(label: str, s: Any) -> str:
-    ratio = s.ratio.text(".3g") if s.ratio.ci95_low == s.ratio.ci95_low else "n/a (a mean of 0)"
+    ratio = s.mean_b / s.mean_a if s.mean_a > 0 else float("nan")
+    ratio_text = f"{ratio:.3g}" if ratio == ratio else "n/a (a mean of 0)"
+    call = SHORT.get(s.outcome, s.outcome) + (" (provisional)" if s.provisional else "")
     return (f"{label:<14}{s.windows:>7}  {s.mean_a:>10.4g}  {s.mean_b:>10.4g}  "
-            f"{s.difference.text():<32}  {ratio:<22}  {'yes' if s.excludes_zero else 'no'}")
+            f"{s.interval.text():<34}  {ratio_text:<8}  {call}")
 
 
 def format_diff(result: Any, per_window: bool = False) -> str:
@@ -40,12 +47,12 @@ def format_diff(result: Any, per_window: bool = False) -> str:
     lines = [
         f"A: {result.name_a}" + (f"  ({result.path_a})" if result.path_a else ""),
         f"B: {result.name_b}" + (f"  ({result.path_b})" if result.path_b else ""),
-        f"paired on: {result.pairing_checked}; {len(result.window_index)} windows, "
-        f"{result.bootstrap_samples} window-clustered resamples (seed {result.seed})",
-        f"noise floor used: {result.noise_source}",
+        f"paired on: {result.pairing_checked}; {len(result.window_index)} windows; 95 % intervals: paired "
+        "Student-t over windows",
+        f"noise model: {result.noise_source}",
         "",
-        f"{'':<14}{'windows':>7}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<32}  "
-        f"{'B / A [95% interval]':<22}  excludes 0",
+        f"{'':<14}{'windows':>7}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<34}  "
+        f"{'B / A':<8}  verdict",
         _row("all", result.overall),
     ]
     lines += [_row(d, s) for d, s in result.domains.items()]

@@ -27,12 +27,14 @@ def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
     out = []
     for r in board.rows:
         vs = "-" if r.diff_vs_best is None else f"+{r.diff_vs_best.text()}".replace("+-", "-")
+        if r.provisional:
+            vs += " (provisional)"
         out.append([str(r.rank), r.name, f"{r.mean:.4g}", f"[{r.ci_low:.4g}, {r.ci_high:.4g}]",
                     interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi, bar_width), vs, r.mark])
     return out
 
 
-HEADERS = ["#", "candidate", "mean KL", "95% interval", "interval", "vs best (paired)", "tie"]
+HEADERS = ["#", "candidate", "mean KL", "95% interval", "interval", "vs best (paired, 95%)", "tie"]
 
 
 def format_plain(board: Any) -> str:
@@ -43,9 +45,9 @@ def format_plain(board: Any) -> str:
 
 
 def _footer(board: Any) -> list[str]:
-    return ["", f"{board.windows} windows, {board.bootstrap_samples} window-clustered resamples "
-            f"(seed {board.seed}); paired on: {board.pairing_checked}",
-            f"noise floor used: {board.noise_source}"] + [f"note: {n}" for n in board.notes]
+    return ["", f"{board.windows} windows; mean KL intervals: each report's own window bootstrap; "
+            f"vs best: paired Student-t over windows; paired on: {board.pairing_checked}",
+            f"noise model: {board.noise_source}"] + [f"note: {n}" for n in board.notes]
 
 
 def print_rich(board: Any) -> None:

@@ -142,7 +142,8 @@ class BoardScreen(Screen[None]):
                                           paths=[r.path for r in results])
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
-                note = f"ties: paired bootstrap against the best; floor: {board.noise_source}"
+                note = (f"ties: paired t-test against the best, Holm over all pairs; noise model: "
+                        f"{board.noise_source}")
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
                 note = f"no tie marks: {exc}"
         ranked = [results[i] for i in order]
@@ -196,7 +197,7 @@ class BoardScreen(Screen[None]):
             return
         bars = [WindowBar(w, d, kb - ka) for w, d, ka, kb in
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
-        text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nfloor: {diff.noise_source}"
+        text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nnoise model: {diff.noise_source}"
         self.app.call_from_thread(self.show_diff, text, bars)
 
     def show_diff(self, text: str, bars: list[WindowBar]) -> None:
