@@ -148,3 +148,50 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     cancel.set("stopped by the test")
     with pytest.raises(Interrupted):
         measure_floor(suite.path, run1, run2, cancel=cancel)
+
+
+def test_noise_from_two_capture_folders_and_the_reference(tmp_path, capsys):
+    """Two captures of one candidate plus the reference: the repeat variation of the metric and the repeat
+    KL in one command; two folders that served different models are refused."""
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from tests.fixtures_compare import make_suite, perturb
+
+    suite, ref, cap1, data = make_suite(tmp_path / "s", windows=4, context=17, vocab=300, seed=3,
+                                        candidate=lambda rng, x: perturb(rng, x, 0.05, 0.1))
+    rng = np.random.default_rng(4)
+    cap2 = tmp_path / "s" / "again"
+    written = [write_logits_array(cap2, suite.window(w), y + perturb(rng, np.zeros_like(y), 0.001, 0.002), 17)
+               for w, (_, y, _) in data.items()]
+    write_logits_manifest(cap2, suite, written, kind="candidate")
+    out = tmp_path / "noise.json"
+    assert main(["noise", str(cap1), str(cap2), "--suite-manifest", str(suite.path), "--reference", str(ref),
+                 "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "repeat variation of the metric: capture 2 - capture 1" in text and "repeat KL between" in text
+    model = load_floor(out)
+    assert model.has_metric and len(model.metric_per_window) == 4 and len(model.per_window) == 4
+    assert 0 < model.repeat_variation_for(range(4)) < 0.01
+    doc = json.loads(out.read_text())
+    assert doc["metric_repeat"]["repeat_variation"] == model.repeat_variation_for(range(4))
+    # a third capture that says it served another model
+    other = tmp_path / "s" / "other"
+    write_logits_manifest(other, suite, [write_logits_array(other, suite.window(w), y, 17)
+                                         for w, (_, y, _) in data.items()], kind="candidate",
+                          runtime={"model": "someone/else", "served_model_name": "else"})
+    manifest = json.loads((cap2 / "manifest.json").read_text())
+    manifest["runtime"] = {"model": "me/q4", "served_model_name": "q4"}
+    (cap2 / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["noise", str(cap2), str(other), "--suite-manifest", str(suite.path), "--output",
+                 str(tmp_path / "x.json")]) == 2
+    assert "served 'me/q4'" in capsys.readouterr().err
+
+
+def test_noise_from_two_reports_refuses_one_capture_twice(tmp_path, capsys):
+    base = _base(5)
+    pa = write_report(tmp_path / "a.json", make_report(base, DOMAINS, candidate_dir="/r/a"))
+    same = write_report(tmp_path / "same.json", make_report(base * 1.01, DOMAINS, candidate_dir="/r/a"))
+    assert main(["noise", str(pa), str(same), "--output", str(tmp_path / "n.json")]) == 2
+    assert "compare the same capture" in capsys.readouterr().err
+    twin = write_report(tmp_path / "twin.json", make_report(base, DOMAINS, candidate_dir="/r/a2"))
+    assert main(["noise", str(pa), str(twin), "--output", str(tmp_path / "n.json")]) == 2
+    assert "identical per-window KL" in capsys.readouterr().err

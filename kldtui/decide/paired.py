@@ -62,7 +62,8 @@ def resample_counts(indices: np.ndarray, n_windows: int) -> np.ndarray:
 
 def resampled_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Sums of the resampled window values: ``values`` (..., n) against counts (B, n) -> (..., B)."""
-    return np.asarray(values, dtype=np.float64) @ counts.T
+    out: np.ndarray = np.asarray(values, dtype=np.float64) @ counts.T
+    return out
 
 
 def _json_num(x: float) -> float | None:

@@ -55,9 +55,10 @@ def _finite(value: Any, where: str, what: str) -> float:
 def window_values(report: dict[str, Any], where: str = "report") -> WindowValues:
     """Per-window mean KL of a report; BadInput when the report carries none."""
     arrays = report.get("per_window_arrays")
-    rows: list[tuple[int, str, int, float, float | None]] = []
+    rows: list[tuple[Any, Any, Any, float, float | None]] = []  # types checked below
     if isinstance(arrays, dict) and isinstance(arrays.get("kl_mean"), list):
-        idx, dom, pos, kl = (arrays.get(k) for k in ("window_index", "domain", "positions", "kl_mean"))
+        columns: list[Any] = [arrays.get(k) for k in ("window_index", "domain", "positions", "kl_mean")]
+        idx, dom, pos, kl = columns
         rev = arrays.get("kl_reverse_mean")
         if not all(isinstance(v, list) and len(v) == len(kl) for v in (idx, dom, pos)):
             raise BadInput(f"{where}: per_window_arrays has arrays of different lengths; the report is "

@@ -32,7 +32,10 @@ def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | 
         same = [i for i, n in enumerate(names) if n == name]
         if len(same) < 2:
             continue
-        parts = {i: Path(paths[i]).resolve().parts if paths[i] is not None else () for i in same}
+        parts: dict[int, tuple[str, ...]] = {}
+        for i in same:
+            where = paths[i]
+            parts[i] = Path(where).resolve().parts if where is not None else ()
         for level in range(1, max((len(p) for p in parts.values()), default=0) + 1):
             tags = {i: _tag(p, level) for i, p in parts.items()}
             if len(set(tags.values())) == len(same) and all(tags.values()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from kldtui.cli.commands.diff import add_decision_arguments
 
@@ -70,7 +70,7 @@ def print_rich(board: Any) -> None:
         return
     table = Table(title="leaderboard: KL(reference || candidate), lower is closer")
     for i in columns:
-        justify = "right" if HEADERS[i] in ("#", "mean KL") else "left"
+        justify: Literal["right", "left"] = "right" if HEADERS[i] in ("#", "mean KL") else "left"
         table.add_column(HEADERS[i], justify=justify, no_wrap=True)
     for row in cells:
         style = "bold green" if row[-1] == "best" else ("yellow" if row[-1] == "tied" else None)
