@@ -52,7 +52,7 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(floor)]) == 0
     out = capsys.readouterr().out
     assert f"noise model: repeat KL 0.003 between two captures of one model (measured: report {rep})" in out
-    assert "verdict: b is worse than a by 0.0020 KL" in out
+    assert "verdict: b is worse than a by 0.002 KL" in out
     assert "provisional: smaller than the repeat KL" in out
     # the measured repeat variation of the metric: two captures of a against the reference
     rng = np.random.default_rng(20)
@@ -65,7 +65,7 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(model)]) == 0
     out = capsys.readouterr().out
     assert "noise model: measured repeat variation" in out
-    assert "verdict: b is worse than a by 0.0020 KL" in out
+    assert "verdict: b is worse than a by 0.002 KL" in out
     assert "larger than the measured repeat variation" in out
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--no-noise-floor"]) == 0
     assert "verdict: b is worse than a" in capsys.readouterr().out

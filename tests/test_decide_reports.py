@@ -45,7 +45,8 @@ def test_paired_diff_overall_and_per_domain_match_the_bootstrap():
     want_code, _ = paired_bootstrap(base[code], base[code] * 1.5, draw_indices(8, 2000, 1))
     assert res.domains["code"].difference == want_code
     assert res.overall.outcome == "a_closer" and res.overall.provisional  # no noise model: provisional
-    assert res.verdict.startswith("q3 is worse than q4 by 0.0045 KL (50 %), 95 % interval ")
+    assert res.verdict.startswith("q3 is worse than q4 by 0.00448 KL (50 %), "
+                                  "95 % interval 0.00374 to 0.00523")
     assert "over 32 windows" in res.verdict and "kldtui noise" in res.verdict
     assert res.per_window_difference == pytest.approx((base * 0.5).tolist())
     assert res.noise_floor is None and "not known" in res.noise_source

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kldtui.decide.reports import window_values
-from kldtui.decide.verdict import VerdictInterval, verdict_interval
+from kldtui.decide.verdict import VerdictInterval, plain_number, verdict_interval
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 
@@ -92,8 +92,10 @@ class NoiseFloor:
         if self.has_metric:
             iv = self.metric_interval()
             assert iv is not None
-            return (f"measured repeat variation {self.repeat_variation_for([]):.2g}: two captures of one "
-                    f"candidate moved its mean KL against the reference by {iv.text('.2g')} over "
+            lo, hi = plain_number(iv.ci95_low or 0.0), plain_number(iv.ci95_high or 0.0)
+            return (f"measured repeat variation {plain_number(self.repeat_variation_for([]) or 0.0)}: two "
+                    "captures of one candidate moved its mean KL against the reference by "
+                    f"{plain_number(iv.estimate)} (95 % interval {lo} to {hi}) over "
                     f"{iv.windows} windows ({self.metric_source or self.source}); repeat KL between the "
                     + (f"captures {self.kl_mean:.4g}" if self.kl_mean > 0 else "captures not measured"))
         if self.kind == "published":
@@ -399,7 +401,8 @@ def noise_from_capture_reports(first: dict[str, Any], second: dict[str, Any], *,
     if repeat is not None:
         check_repeat_capture(repeat, where_repeat, allow_different_models)
         base = floor_from_reports(repeat, None, source=f"report {where_repeat}", where=where_repeat)
-    source = f"{where1} and {where2} (paired on {checked})"
+    source = f"{where1} and {where2}"
+    del checked  # pairing is checked above; the source stays short
     return NoiseFloor(
         kind="measured", source=source, kl_mean=base.kl_mean if base else 0.0,
         threshold=base.threshold if base else 0.0,

@@ -114,12 +114,18 @@ def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequen
     return Decision(named, abs(iv.estimate) < noise.threshold, noise.threshold, "repeat_kl")
 
 
-def _g(x: float) -> str:
-    return f"{x:.2g}" if abs(x) < 1e-3 else f"{x:.4f}" if abs(x) < 1 else f"{x:.4g}"
+def plain_number(x: float) -> str:
+    """Three significant digits, never in exponent notation (0.00275, 0.000026)."""
+    if not np.isfinite(x):
+        return str(x)
+    return str(np.format_float_positional(x, precision=3, fractional=False, trim="-"))
+
+
+_n = plain_number
 
 
 def _range(lo: float, hi: float) -> str:
-    return f"{_g(lo)} to {_g(hi)}"
+    return f"{_n(lo)} to {_n(hi)}"
 
 
 def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str, name_b: str,
@@ -128,30 +134,30 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     n = iv.windows
     over = f"over {n} window{'s' if n != 1 else ''}"
     if decision.outcome == "too_few_windows":
-        return (f"too few windows ({n}) for a verdict: {name_b} - {name_a} = {_g(iv.estimate)} KL is an "
+        return (f"too few windows ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
                 f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} windows)")
     lo, hi = iv.ci95_low, iv.ci95_high
     assert lo is not None and hi is not None
     if decision.outcome == "indistinguishable":
-        return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_g(iv.estimate)} "
+        return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
                 f"KL, 95 % interval {_range(lo, hi)} includes zero, {over}")
     pct = f" ({abs(iv.estimate) / mean_a * 100:.0f} %)" if mean_a > 0 else ""
     if decision.outcome == "within_noise":
-        return (f"{name_b} - {name_a} = {_g(iv.estimate)} KL{pct}, 95 % interval {_range(lo, hi)}, {over}: "
-                f"not clearly larger than the measured repeat variation {_g(decision.noise_value or 0)} "
+        return (f"{name_b} - {name_a} = {_n(iv.estimate)} KL{pct}, 95 % interval {_range(lo, hi)}, {over}: "
+                f"not clearly larger than the measured repeat variation {_n(decision.noise_value or 0)} "
                 "between two captures of one model, so no winner")
     worse = decision.outcome == "a_closer"
     a, b = (abs(iv.estimate), _range(lo, hi)) if worse else (abs(iv.estimate), _range(-hi, -lo))
-    text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_g(a)} KL{pct}, "
+    text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_n(a)} KL{pct}, "
             f"95 % interval {b}, {over}")
     if decision.noise_kind == "repeat_variation":
-        return text + f"; larger than the measured repeat variation {_g(decision.noise_value or 0)}"
+        return text + f"; larger than the measured repeat variation {_n(decision.noise_value or 0)}"
     how = f"; confirm: {confirm}" if confirm else ""
     if decision.noise_kind == "repeat_kl" and decision.provisional:
-        return (text + f"; provisional: smaller than the repeat KL {_g(decision.noise_value or 0)} between "
+        return (text + f"; provisional: smaller than the repeat KL {_n(decision.noise_value or 0)} between "
                 f"two captures of one model, and the repeat variation of this metric is not measured{how}")
     if decision.noise_kind == "repeat_kl":
-        return text + f"; larger than the repeat KL {_g(decision.noise_value or 0)} between two captures"
+        return text + f"; larger than the repeat KL {_n(decision.noise_value or 0)} between two captures"
     return text + f"; provisional: the variation between two captures was not measured{how}"
 
 
