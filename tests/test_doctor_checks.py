@@ -75,3 +75,15 @@ def test_format_marks_required_and_optional():
     text = format_checks([Check("a", True, "fine"), Check("bb", False, "broken"),
                           Check("c", False, "fyi", required=False)])
     assert text.splitlines() == ["[ok  ] a   fine", "[FAIL] bb  broken", "[note] c   fyi"]
+
+
+def test_gpu_sync_check_error_is_explained():
+    from kldtui.workflow.doctor import _hook_checks
+
+    base = {"plugins": ["kldtui_capture=kldtui.hook.vllm_plugin:register"], "present": {"v1": True},
+            "targets": {"v1": "ok"}, "gpu_sync_check_env": "error"}
+    ok = _by_name(_hook_checks({**base, "gpu_sync_allowed": True}))["GPU sync check"]
+    assert ok.ok and "gpu_sync_allowed()" in ok.detail and "pinned" in ok.detail
+    bad = _by_name(_hook_checks({**base, "gpu_sync_allowed": False}))["GPU sync check"]
+    assert not bad.ok and "unset VLLM_GPU_SYNC_CHECK" in bad.detail
+    assert "GPU sync check" not in _by_name(_hook_checks({**base, "gpu_sync_check_env": None}))

@@ -366,7 +366,7 @@ class V2BatchCapture:
             for req_id in getattr(input_batch, "req_ids", []):
                 fail_request(str(req_id), f"kldtui capture: cannot map the batch's requests "
                              f"({type(exc).__name__}: {exc})", self.folder)
-        self.pieces: dict[str, list[tuple[int, Any]]] = {req_id: [] for req_id, *_ in self.plan}
+        self.pieces = {req_id: [] for req_id, *_ in self.plan}
 
     @property
     def active(self) -> bool:

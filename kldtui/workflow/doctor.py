@@ -66,6 +66,7 @@ if spec is not None:
     except Exception as exc:
         out["plugins_error"] = repr(exc)
     out["vllm_plugins_env"] = os.environ.get("VLLM_PLUGINS")
+    out["gpu_sync_check_env"] = os.environ.get("VLLM_GPU_SYNC_CHECK")
     out["use_v2_env"] = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     if os.environ.get("KLDTUI_DOCTOR_IMPORT", "1") == "1":
         try:
@@ -85,6 +86,11 @@ if spec is not None:
                 except Exception as exc:
                     targets[key] = f"missing: {type(exc).__name__}: {exc}"
             out["targets"] = targets
+            try:
+                from vllm.utils import gpu_sync_debug
+                out["gpu_sync_allowed"] = hasattr(gpu_sync_debug, "gpu_sync_allowed")
+            except Exception:
+                out["gpu_sync_allowed"] = False
         except Exception as exc:
             out["import_error"] = f"{type(exc).__name__}: {exc}"
 try:
@@ -160,6 +166,18 @@ def _hook_checks(found: dict[str, Any]) -> list[Check]:
     else:
         checks.append(Check("capture hook", False, "no capture hook: install kldtui into vLLM's "
                             "Python (the plugin) or apply the patch; without it nothing is captured"))
+    sync = (found.get("gpu_sync_check_env") or "").strip().lower()
+    if sync == "error":
+        if found.get("gpu_sync_allowed", True):
+            checks.append(Check("GPU sync check", True, "VLLM_GPU_SYNC_CHECK=error: the hook copies "
+                                "logits with a non-blocking copy into pinned memory (no sync on the "
+                                "engine's thread); its fallback blocking copy runs inside vLLM's "
+                                "gpu_sync_allowed()", required=False))
+        else:
+            checks.append(Check("GPU sync check", False, "VLLM_GPU_SYNC_CHECK=error but this vLLM has "
+                                "no gpu_sync_allowed(): if pinned memory is unavailable the hook's "
+                                "blocking copy raises and every window fails; unset "
+                                "VLLM_GPU_SYNC_CHECK (or use warn) while capturing"))
     for key, state in sorted(targets.items()):
         if state != "ok" and not patched.get(key):
             checks.append(Check(f"hook target {key}", False,

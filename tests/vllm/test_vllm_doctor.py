@@ -23,3 +23,30 @@ def test_doctor_sees_vllm_and_the_plugin(vllm_version, monkeypatch):
     assert "V2 PromptLogprobsWorker.compute_prompt_logprobs via plugin" in hook.detail
     assert "V1 runner here (no GPU)" in hook.detail
     assert not [n for n in checks if n.startswith("hook target")]
+
+
+def test_the_writer_uses_vllms_own_sync_allowance(vllm_version, monkeypatch):
+    """VLLM_GPU_SYNC_CHECK=error: the hook's fallback copy is inside vLLM's gpu_sync_allowed()."""
+    from vllm.utils import gpu_sync_debug
+
+    from kldtui.hook import writer
+
+    monkeypatch.setattr(gpu_sync_debug, "_SYNC_CHECK_MODE", "error")
+    assert gpu_sync_debug._allow_depth.get() == 0
+    with writer._gpu_sync_allowed():
+        assert gpu_sync_debug._allow_depth.get() == 1  # vLLM's check lets this thread sync
+    assert gpu_sync_debug._allow_depth.get() == 0
+
+
+def test_smoke_through_real_vllm(tiny_model, tmp_path):
+    """kldtui doctor --smoke against vLLM serving the tiny model with the hook active."""
+    from kldtui.cli.main import main
+    from tests.vllm.conftest import SERVED_NAME, running_server
+
+    capture = tmp_path / "chunks"
+    capture.mkdir()
+    with running_server(tiny_model, tmp_path / "vllm.log", capture, max_num_seqs=1, cwd=tmp_path) as server:
+        code = main(["doctor", "--smoke", "--url", server.url, "--served-model-name", SERVED_NAME,
+                     "--capture-dir", str(capture), "--tokens", "600"])
+    assert code == 0
+    assert [p.name for p in capture.iterdir()] == [".kldtui-writers"]  # the window was cleaned up

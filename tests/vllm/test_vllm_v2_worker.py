@@ -89,6 +89,7 @@ def test_real_v2_worker_with_the_plugin(tmp_path, monkeypatch, vllm_version):
 
     out = worker.compute_prompt_logprobs(compute_logits, hidden, batch, all_token_ids, num_computed,
                                          prompt_lens)
+    vp.flush()  # the chunks are written by the hook's background writer
     assert calls == [1024, 1024, 252]  # vLLM's 1,024-row slices over the whole batch
     assert set(out) == {"cmpl-A-0-a"}  # C is chunked: vLLM holds its rows back until it finishes
     full = hidden[: int(qsl[-1])] @ weight
@@ -100,4 +101,4 @@ def test_real_v2_worker_with_the_plugin(tmp_path, monkeypatch, vllm_version):
     torch.testing.assert_close(mine, out["cmpl-A-0-a"].logprobs[:, 0])
     c = load_file(tmp_path / "cmpl-C-0-c" / "logits.rows-001000-001700.safetensors")["logits"]
     torch.testing.assert_close(c, full[1600:2300], rtol=0, atol=0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmpl-A-0-a", "cmpl-C-0-c"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [vp.WRITERS_DIR, "cmpl-A-0-a", "cmpl-C-0-c"]

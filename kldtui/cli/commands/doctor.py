@@ -16,10 +16,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="do not import vLLM (faster; skips checking the hooked methods)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    smoke = parser.add_argument_group("one-window smoke test through a live server (--smoke)")
+    smoke.add_argument("--smoke", action="store_true",
+                       help="send one window to the running server at --url and check its captured "
+                            "chunks against the prompt logprobs it returns (run first on a GPU host)")
+    smoke.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default: %(default)s)")
+    smoke.add_argument("--served-model-name", default=None,
+                       help="the model name the server serves (default: the first of /v1/models)")
+    smoke.add_argument("--tokens", type=int, default=2048, help="window length (default: %(default)s)")
+    smoke.add_argument("--api-key-env", default=None, help="environment variable holding the API key")
+    smoke.add_argument("--keep", action="store_true", help="keep the smoke window's chunk folder")
 
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.workflow.doctor import collect, format_checks
+
+    if args.smoke:
+        return _smoke(args)
 
     checks = collect(python=args.python, capture_dir=args.capture_dir, import_vllm=not args.quick)
     if args.json:
@@ -28,3 +41,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_checks(checks))
     return 0 if all(c.ok or not c.required for c in checks) else 1
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    import os
+
+    from kldtui.errors import BadInput
+    from kldtui.formats.chunks import CAPTURE_DIR_ENV
+    from kldtui.workflow.smoke import run_smoke, served_model
+
+    capture_dir = args.capture_dir or os.environ.get(CAPTURE_DIR_ENV)
+    if not capture_dir:
+        raise BadInput(f"doctor --smoke: --capture-dir is missing: the folder the server's "
+                       f"{CAPTURE_DIR_ENV} points at, as seen from here")
+    if args.tokens < 2:
+        raise BadInput(f"doctor --smoke: --tokens {args.tokens} must be at least 2")
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    name = args.served_model_name or served_model(args.url, api_key)
+    result = run_smoke(args.url, name, capture_dir, tokens=args.tokens, api_key=api_key, keep=args.keep)
+    for line in result.lines:
+        print(("[ok  ] " if result.ok else "[FAIL] ") + line)
+    return 0 if result.ok else 1
