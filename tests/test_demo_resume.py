@@ -104,10 +104,6 @@ def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_
     assert {0, 1} <= set(before) and len(before) < 6
     ref_before = _records(workdir / "reference-run" / "capture" / "capture-reference.json")
     assert len(ref_before) == 6
-    chunks = (workdir / "capture" / "candidate").rglob("*.safetensors")
-    chunk_mtimes = {p: p.stat().st_mtime_ns for p in chunks
-                    if p.parent.name.startswith(("window-000", "window-001"))}
-    assert chunk_mtimes
 
     rerun = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
@@ -115,7 +111,9 @@ def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_
     assert set(after) == set(range(6))
     for index, record in before.items():  # finished windows were not captured again
         assert after[index]["request_id"] == record["request_id"]
-    assert {p: p.stat().st_mtime_ns for p in chunk_mtimes} == chunk_mtimes
+    # every window finalized and verified: no chunk is left (the reference capture's neither)
+    assert not list((workdir / "capture").rglob("*.safetensors"))
+    assert not list((workdir / "reference-run" / "capture").rglob("*.safetensors"))
     ref_after = _records(workdir / "reference-run" / "capture" / "capture-reference.json")
     ids = {i: r["request_id"] for i, r in ref_before.items()}
     assert {i: r["request_id"] for i, r in ref_after.items()} == ids

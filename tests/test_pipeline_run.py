@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from kldtui.errors import StageFailed
-from kldtui.events import Event, ResultReady, WindowState
+from kldtui.events import Event, Notice, ResultReady, WindowState
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
@@ -72,11 +73,25 @@ def test_windows_are_compared_live_and_a_rerun_reuses_everything(
     assert any(isinstance(e, ResultReady) and e.path == str(path) for e in events)
     assert sorted(p.name for p in (workdir / "compare").iterdir()) == [
         f"window-{i:03d}.json" for i in range(6)]
+    # one disk write per window: chunks are gone once their window was finalized and verified
+    assert not list((workdir / "capture").rglob("window-*-chunks"))
+    assert not list((workdir / "capture").rglob("logits.rows-*"))
+    notes = [e.text for e in events if isinstance(e, Notice) and e.text.startswith("disk: ")]
+    assert len(notes) == 1 and "6 finalized window(s)" in notes[0]  # said before capturing
 
     again: list[Event] = []
     Pipeline(make_profile(suite_dir, workdir), again.append).run_all()
     assert not any(isinstance(e, WindowState) and e.state in ("comparing", "finalizing") for e in again)
     assert json.loads(path.read_text())["per_window"] == report["per_window"]
+
+
+def test_keep_chunks_keeps_them(suite_dir: Path, tmp_path: Path) -> None:
+    profile = make_profile(suite_dir, tmp_path / "work")
+    profile = dataclasses.replace(profile, run=dataclasses.replace(profile.run, keep_chunks=True,
+                                                                   stop_window=2))
+    Pipeline(profile).run_all()
+    kept = sorted(p.name for p in (tmp_path / "work" / "capture" / "cand").iterdir())
+    assert len(kept) == 2 and all(k.endswith("-chunks") for k in kept)
 
 
 def test_early_abort_stops_a_broken_candidate(suite_dir: Path, tmp_path: Path) -> None:

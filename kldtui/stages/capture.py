@@ -318,13 +318,15 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
                     request_timeout: float = 600.0, emit: EventSink = null_sink,
                     cancel: Cancel | None = None, server_alive: Callable[[], str | None] | None = None,
                     on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None = None,
+                    finalized: Callable[[WindowSpec], bool] | None = None,
                     ) -> list[CaptureRecord]:
     """Capture ``windows`` (resuming); return their records in window order.
 
     ``run_dir`` is ``<capture-dir>/<run-name>``, ``records_path`` ``<capture-dir>/capture-<run>.json``.
     ``server_alive()`` returns None while the server runs, else why it stopped (with its last
     log lines). ``on_window_captured`` is called for each window that is complete, including
-    windows skipped because an earlier run captured them. The first failed window stops the
+    windows skipped because an earlier run captured them. A recorded window whose chunks were
+    deleted after finalizing (``finalized(window)`` true) counts as captured. The first failed window stops the
     capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way the
     records list exactly the complete windows.
     """
@@ -350,6 +352,13 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
                 _remove_tree(leftover)
             continue
         folder = run_dir / w.chunk_dir_name
+        if finalized is not None and not folder.exists() and finalized(w):
+            results[w.index] = rec  # chunks deleted once the window was finalized and verified
+            emit(WindowState(STAGE, w.index, "captured", w.domain,
+                             figures={"rows": w.scored_positions, "skipped": True}))
+            if on_window_captured is not None:
+                on_window_captured(w, rec)
+            continue
         try:
             checked = check_chunk_dir(folder, w, expected_vocab=vocab)
         except BadInput as exc:

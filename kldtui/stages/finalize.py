@@ -134,6 +134,16 @@ def _verify_written(final: Path, written: WrittenLogits, window: WindowSpec, chu
                                           "faulty")
 
 
+def _remember_hash(output_dir: Path, final: Path, sha256: str) -> None:
+    """Hash once: the SHA-256 computed while writing goes into the verified-file cache, so the
+    reference stage (and ``verify`` without ``--reverify``) does not hash the file again."""
+    from kldtui.stages.verify import VerifiedCache
+
+    cache = VerifiedCache(output_dir)
+    cache.record(final, sha256)
+    cache.save()
+
+
 def finalize_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_dir: Path, *,
                     expected_vocab: int | None, force: bool = False, emit: EventSink = null_sink,
                     cancel: Cancel | None = None, verify: Verify = "sample") -> WrittenLogits:
@@ -185,6 +195,7 @@ def finalize_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_di
     except BaseException:
         final.unlink(missing_ok=True)
         raise
+    _remember_hash(output_dir, final, written.sha256)
     elapsed = time.monotonic() - started
     emit(Progress(STAGE, task, total, total, "bytes",
                   rate=total / elapsed if elapsed > 0 else None, eta_s=0.0))

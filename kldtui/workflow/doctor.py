@@ -192,11 +192,13 @@ def _disk_check(capture_dir: str | None) -> Check:
     while not probe_path.exists() and probe_path != probe_path.parent:
         probe_path = probe_path.parent
     free = shutil.disk_usage(probe_path).free
-    gib = free / 2**30
-    # a full 32-window capture of the published suite writes about 40 GiB of F32 chunks
-    return Check("capture disk", gib >= 45.0, f"{gib:.1f} GiB free at {probe_path} "
-                 "(a full 32-window Kimi K3 capture needs about 40 GiB, twice that while merging)",
-                 required=False)
+    from kldtui.workflow.diskplan import GIB, kimi_need
+
+    need = kimi_need()
+    return Check("capture disk", free >= need.total, f"{free / GIB:.1f} GiB free at {probe_path}; "
+                 f"a full 32-window Kimi K3 run needs {need.describe()} (chunks are deleted once "
+                 f"their window is finalized; with --keep-chunks "
+                 f"{kimi_need(keep_chunks=True).total / GIB:.1f} GiB)", required=False)
 
 
 def collect(python: str | None = None, capture_dir: str | None = None,

@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import json
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -61,7 +62,7 @@ from kldtui.events import (
     StageFailed as StageFailedEvent,
 )
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, logits_file_name
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
@@ -291,7 +292,7 @@ class Pipeline:
                 records_path=self.records_path, expected_vocab=self._expected_vocab(),
                 api_key=self.profile.api_key(), request_timeout=c.request_timeout,
                 emit=self.emit, cancel=self.cancel, server_alive=alive,
-                on_window_captured=on_window_captured)
+                on_window_captured=on_window_captured, finalized=self._is_finalized)
         except KldError as exc:
             if not isinstance(exc, Interrupted):
                 self.emit(StageFailedEvent("capture", message=str(exc)))
@@ -387,6 +388,7 @@ class Pipeline:
                 self.stop_server(reason="error")
                 raise
             self._load_written()
+            self._disk_preflight()
             work: queue.Queue[WindowSpec | None] = queue.Queue()
             failure: list[BaseException] = []
             queued: set[int] = set()
@@ -510,10 +512,14 @@ class Pipeline:
 
         suite = self.load_suite()
         chunk_dir = self._workspace.chunk_dir(window.chunk_dir_name)
+        fresh = not (self.candidate_dir / logits_file_name(window.index)).exists()
         # emits the window's finalizing/finalized states; a file that already matches is kept
         written = finalize_window(suite, window, chunk_dir, self.candidate_dir,
                                   expected_vocab=self._expected_vocab(), emit=self.emit,
                                   cancel=self.cancel)
+        if fresh and not self.profile.run.keep_chunks:
+            # one disk write per window: the chunks go once the finalized file is verified
+            shutil.rmtree(chunk_dir, ignore_errors=True)
         with self._lock:
             self._written[window.index] = written
             run = self.profile.run
@@ -521,6 +527,31 @@ class Pipeline:
             write_logits_manifest(self.candidate_dir, suite, list(self._written.values()),
                                   kind=self.output_kind, runtime=self.runtime or None,
                                   window_range=(run.start_window, stop))
+
+    def _is_finalized(self, window: WindowSpec) -> bool:
+        self._load_written()
+        return window.index in self._written
+
+    def _disk_preflight(self) -> None:
+        """Say before capturing how much disk the run needs at peak, and warn when it is short."""
+        from kldtui.workflow.diskplan import GIB, disk_need
+
+        vocab = self._expected_vocab()
+        if vocab is None:
+            return
+        self._load_written()
+        todo = [w.num_tokens for w in self.windows() if w.index not in self._written]
+        need = disk_need(todo, vocab, keep_chunks=self.profile.run.keep_chunks)
+        where = self._workspace.workdir or self.candidate_dir
+        probe = where
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        short = free < need.total
+        self.emit(Notice("capture", f"disk: this run needs {need.describe()} in {where}; "
+                         f"{free / GIB:.1f} GiB free" + ("; free space first or the capture will fail "
+                                                         "with a full disk" if short else ""),
+                         level="warning" if short else "info"))
 
     def _compare_key(self, window: WindowSpec) -> dict[str, Any]:
         ref = load_logits_manifest(self.reference_dir).entry(window.index)

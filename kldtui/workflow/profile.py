@@ -31,6 +31,7 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     run_name = "candidate"
     start_window = 0
     stop_window = 8                # exclusive; default: the whole suite
+    keep_chunks = false            # keep capture chunks after their window is finalized and verified
 
     [compare]
     bootstrap_samples = 10000
@@ -108,6 +109,7 @@ class RunConfig:
     run_name: str = "candidate"
     start_window: int = 0
     stop_window: int | None = None
+    keep_chunks: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,7 +238,8 @@ _TYPES: dict[str, dict[str, str]] = {
         "api_key_env": "str", "server_capture_dir": "str", "model_seed": "int",
         "vocab_size": "int", "perturb": "float", "max_num_batched_tokens": "int",
     },
-    "run": {"workdir": "str", "run_name": "str", "start_window": "int", "stop_window": "int"},
+    "run": {"workdir": "str", "run_name": "str", "start_window": "int", "stop_window": "int",
+            "keep_chunks": "bool"},
     "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
                 "abort_kl_above": "float", "backend": "str", "threads": "int"},
 }

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --batch on a terminal: plain lines instead of progress bars")
     parser.add_argument("--server-log", action="store_true",
                         help="with --batch: print every server log line (always kept in WORKDIR/server.log)")
+    parser.add_argument("--keep-chunks", action="store_true",
+                        help="keep the capture chunks after each window is finalized and verified "
+                        "(default: deleted, so a run needs about one copy of the logits on disk)")
     parser.add_argument("--interval", type=float, default=2.0,
                         help="with --batch: seconds between progress lines of one task (default 2)")
 
@@ -70,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
         return open_dashboard(args)
     from kldtui.workflow.profile import load_profile
 
-    return run_pipeline_batch(load_profile(_profile_path(args) or DEFAULT_PROFILE), args)
+    profile = load_profile(_profile_path(args) or DEFAULT_PROFILE)
+    if args.keep_chunks:
+        import dataclasses
+
+        profile = dataclasses.replace(profile, run=dataclasses.replace(profile.run, keep_chunks=True))
+    return run_pipeline_batch(profile, args)
 
 
 def open_dashboard(args: argparse.Namespace) -> int:

@@ -1,0 +1,48 @@
+"""How much disk a run needs, said before it starts (``kldtui doctor`` and the run's preflight line).
+
+A window's finalized file is ``(tokens - 1) x vocab`` F32 values (plus a small header); its
+capture chunks hold the same bytes. Chunks are deleted once the window's finalized file is
+verified, and capture runs at most one window ahead of finalize, so the peak is the finalized
+files plus two windows of chunks (all of them with ``keep_chunks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+GIB = 1024**3
+HEADER_BYTES = 4096  # safetensors header with metadata, rounded up
+# the published Kimi K3 suite: 32 windows of 2,048 tokens, vocabulary 163,840
+KIMI_WINDOWS, KIMI_TOKENS, KIMI_VOCAB = 32, 2048, 163840
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    finalized: int  # bytes of finalized files still to write
+    chunks: int  # peak bytes of capture chunks on disk at once
+    windows: int
+
+    @property
+    def total(self) -> int:
+        return self.finalized + self.chunks
+
+    def describe(self) -> str:
+        return (f"{self.total / GIB:.1f} GiB at peak: {self.windows} finalized window(s) "
+                f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB")
+
+
+def window_bytes(num_tokens: int, vocab: int) -> int:
+    return max(0, num_tokens - 1) * vocab * 4
+
+
+def disk_need(token_counts: Sequence[int], vocab: int, *, keep_chunks: bool = False) -> DiskNeed:
+    """Peak disk for capturing and finalizing windows of ``token_counts`` tokens each."""
+    sizes = [window_bytes(n, vocab) for n in token_counts]
+    finalized = sum(s + HEADER_BYTES for s in sizes)
+    chunks = sum(sizes) if keep_chunks else sum(sorted(sizes, reverse=True)[:2])
+    return DiskNeed(finalized, chunks, len(sizes))
+
+
+def kimi_need(keep_chunks: bool = False) -> DiskNeed:
+    return disk_need([KIMI_TOKENS] * KIMI_WINDOWS, KIMI_VOCAB, keep_chunks=keep_chunks)

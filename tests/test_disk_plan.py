@@ -1,0 +1,37 @@
+"""Peak disk said before a run, and hash once (finalize's hash in the verified-file cache)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kldtui.formats.chunks import write_chunk
+from kldtui.formats.suite_writer import write_suite
+from kldtui.stages.finalize import finalize_window
+from kldtui.stages.verify import VerifiedCache
+from kldtui.workflow.diskplan import GIB, disk_need, kimi_need, window_bytes
+
+
+def test_peak_is_the_finalized_files_plus_two_windows_of_chunks():
+    need = disk_need([2048, 2048, 1024, 2048], 163840)
+    assert need.chunks == 2 * window_bytes(2048, 163840)
+    assert need.finalized > 3 * window_bytes(2048, 163840) + window_bytes(1024, 163840)
+    kept = disk_need([2048, 2048, 1024, 2048], 163840, keep_chunks=True)
+    assert kept.chunks == 3 * window_bytes(2048, 163840) + window_bytes(1024, 163840)
+
+
+def test_kimi_figures():
+    need = kimi_need()
+    assert 39.9 < need.finalized / GIB < 40.1 and 2.4 < need.chunks / GIB < 2.6
+    assert "32 finalized window(s)" in need.describe()
+    assert kimi_need(keep_chunks=True).total > 79 * GIB
+
+
+def test_finalize_records_its_hash_so_nothing_hashes_the_file_again(tmp_path):
+    rng = np.random.default_rng(0)
+    suite = write_suite(tmp_path / "suite", [("prose", rng.integers(0, 50, 40).tolist())])
+    window = suite.windows[0]
+    chunks = tmp_path / "chunks"
+    write_chunk(chunks, "r", 0, rng.normal(size=(39, 50)).astype(np.float32), 50)
+    out = tmp_path / "ref"
+    written = finalize_window(suite, window, chunks / "r", out, expected_vocab=50)
+    assert VerifiedCache(out).lookup(out / written.file) == written.sha256
