@@ -40,7 +40,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(model: Path, log: Path, env_extra: dict[str, str], pythonpath: str) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path, log: Path, env_extra: dict[str, str],
+                 pythonpath: str) -> tuple[subprocess.Popen, str]:
     import httpx
 
     port = _free_port()

@@ -326,8 +326,8 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
     ``server_alive()`` returns None while the server runs, else why it stopped (with its last
     log lines). ``on_window_captured`` is called for each window that is complete, including
     windows skipped because an earlier run captured them. A recorded window whose chunks were
-    deleted after finalizing (``finalized(window)`` true) counts as captured. The first failed window stops the
-    capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way the
+    deleted after finalizing (``finalized(window)`` true) counts as captured. The first failed
+    window stops the capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way the
     records list exactly the complete windows.
     """
     import httpx
