@@ -196,7 +196,8 @@ def main() -> int:
     print(f"  peak disk: {sampler.peak_disk / GB:.2f} GB ({sampler.peak_disk / cand_bytes:.2f}x one side's "
           f"finalized logits, reference included)")
     left = list((root / "work" / "capture").rglob("logits.rows-*"))
-    print(f"  chunks left after the run: {len(left)}; mean KL {report.get('kl_reference_to_candidate', {}).get('mean')}")
+    kl = report.get("kl_reference_to_candidate", {}).get("mean")
+    print(f"  chunks left after the run: {len(left)}; mean KL {kl}")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
