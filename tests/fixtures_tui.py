@@ -30,6 +30,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.workspace import Workspace
 
 
 def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -140,6 +141,23 @@ class ScriptedPipeline:
     @property
     def server_running(self) -> bool:
         return self.server is not None
+
+    @property
+    def server_url(self) -> str | None:
+        return self.base_url
+
+    @property
+    def workspace(self) -> Workspace:
+        folder = self.report_path.parent if self.report_path is not None else Path("scripted")
+        return Workspace(suite_dir=folder / "suite", report_path=self.report_path, workdir=folder)
+
+    def run_stage(self, stage: str) -> object:
+        calls = {"all": self.run_all, "reference": self.reference, "server": self.serve,
+                 "capture": self.capture, "finalize": self.finalize, "compare": self.compare}
+        return calls[stage]()
+
+    def cancel_stage(self, reason: str = "interrupted") -> None:
+        self.cancel.set(reason)
 
     def window_list(self) -> list[tuple[int, str]]:
         return [(w, DOMAINS[w % len(DOMAINS)]) for w in range(self.n)]

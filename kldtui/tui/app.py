@@ -44,6 +44,7 @@ class KldApp(App[int]):
         self.remember_theme = remember_theme
         self.title = title
         self.problems: list[str] = []
+        self._applied_theme = ""
 
     def get_default_screen(self) -> Screen[Any]:
         return self.main
@@ -69,10 +70,16 @@ class KldApp(App[int]):
                             f"{chosen} (t lists the themes)", title="theme", severity="warning", timeout=8)
         if chosen not in self.available_themes:  # the built-in files themselves were broken
             chosen = "textual-dark"
+        self._applied_theme = chosen
         self.theme = chosen
         self.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, theme: Theme) -> None:
+        # Only a theme the user picks (t, palette) is remembered: never the start-up choice, so
+        # `--theme` is for this session and a typo there cannot rewrite the setting.
+        if theme.name == self._applied_theme:
+            return
+        self._applied_theme = theme.name
         if self.remember_theme:
             theme_files.save_settings({"theme": theme.name}, self.config)
 

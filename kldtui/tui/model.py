@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kldtui.events import (
+    PIPELINE_STAGES,
     Event,
     LogLine,
     Notice,
@@ -24,7 +25,7 @@ from kldtui.events import (
     WindowState,
 )
 
-STAGES: tuple[str, ...] = ("reference", "server", "capture", "finalize", "compare")
+STAGES: tuple[str, ...] = PIPELINE_STAGES
 STAGE_TITLES = {"reference": "Reference", "server": "Server", "capture": "Capture",
                 "finalize": "Finalize", "compare": "Compare"}
 # events of helper stages shown on a rail stage
@@ -58,16 +59,20 @@ def _short(value: Any) -> str:
 
 
 FIGURE_NAMES = {"kl_mean": "KL", "top1_agreement": "top-1", "windows": "windows", "url": "",
-                "tok/s": "tok/s"}
+                "tok/s": "tok/s", "tokens_per_s": "tok/s"}
+# figures that are for the log and the report, not the rail
+HIDDEN_FIGURES = {"ci95_low", "ci95_high", "seconds", "elapsed_s", "bytes_downloaded", "commit", "offline"}
 
 
-def stage_figure_text(figures: dict[str, Any], limit: int = 2) -> str:
-    """A few short figures of a stage for the rail (long values, lists and flags are left out)."""
+def stage_figures(figures: dict[str, Any]) -> list[str]:
+    """Short figures of a stage for the rail (long values, lists and flags are left out)."""
     parts = []
     for key, value in figures.items():
         if isinstance(value, bool) or value is None or isinstance(value, list | dict | tuple):
             continue
-        if key in ("ci95_low", "ci95_high"):
+        if key in HIDDEN_FIGURES:
+            continue
+        if key == "skipped" and not value:
             continue
         if isinstance(value, str):
             value = value.split("://", 1)[-1]
@@ -75,9 +80,12 @@ def stage_figure_text(figures: dict[str, Any], limit: int = 2) -> str:
                 continue
         name = FIGURE_NAMES.get(key, key)
         parts.append(f"{name} {_short(value)}".strip())
-        if len(parts) == limit:
-            break
-    return " · ".join(parts)
+    return parts
+
+
+def stage_figure_text(figures: dict[str, Any], limit: int = 2) -> str:
+    """The first ``limit`` short figures of a stage, joined."""
+    return " · ".join(stage_figures(figures)[:limit])
 
 
 class DashboardModel:

@@ -14,7 +14,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -24,7 +24,16 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from kldtui.events import Cancel, Event, Notice, Progress, StageFailed
+from kldtui.events import (
+    PIPELINE_STAGES,
+    Cancel,
+    Event,
+    Notice,
+    PipelineStageName,
+    Progress,
+    StageFailed,
+    StageName,
+)
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
 from kldtui.tui.screens.board import BoardScreen
@@ -37,40 +46,24 @@ from kldtui.tui.widgets import (
     StageRail,
     WindowGrid,
 )
+from kldtui.workflow.control import PipelineControl, StageRequest
 
 REFRESH_INTERVAL = 0.1
 ENGINE_GROUP, CONTROL_GROUP = "engine", "control"
 
 
-class PipelineLike(Protocol):
-    """What the dashboard calls on a pipeline (kldtui.workflow.pipeline.Pipeline, or a test's)."""
-
-    base_url: str | None
-
-    def run_all(self) -> object: ...
-    def reference(self) -> object: ...
-    def serve(self) -> object: ...
-    def capture(self) -> object: ...
-    def finalize(self) -> object: ...
-    def compare(self) -> object: ...
-    def stop_server(self, reason: str = ...) -> None: ...
-    def window_list(self) -> list[tuple[int, str]]: ...
-
-    @property
-    def server_running(self) -> bool: ...
-
-
-PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineLike]
-
-
-def stage_call(pipeline: PipelineLike, stage: str) -> Callable[[], object]:
-    calls: dict[str, Callable[[], object]] = {
-        "all": pipeline.run_all, "reference": pipeline.reference, "server": pipeline.serve,
-        "capture": pipeline.capture, "finalize": pipeline.finalize, "compare": pipeline.compare}
-    return calls[stage]
+PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineControl]
 
 
 # -- engine -> screen ------------------------------------------------------------------------------
+def _pipeline_stage(name: str) -> PipelineStageName | None:
+    """The stage an engine worker runs (workers are named by their StageRequest)."""
+    for stage in PIPELINE_STAGES:
+        if stage == name:
+            return stage
+    return None
+
+
 class EventsPending(Message):
     """Engine events are waiting in the bridge (posted once per batch, not per event)."""
 
@@ -167,7 +160,7 @@ class DashboardScreen(BoardScreen):
         self.model.take_dirty()
         self.cancel = ResettableCancel()
         self.bridge = EventBridge(self)
-        self._pipeline: PipelineLike | None = None
+        self._pipeline: PipelineControl | None = None
         self._pipeline_lock = threading.Lock()
         self.quitting = False
 
@@ -204,7 +197,7 @@ class DashboardScreen(BoardScreen):
         self.cancel.set("the dashboard closed")  # engine threads stop at their next safe point
 
     # -- engine ------------------------------------------------------------------------------------
-    def pipeline(self) -> PipelineLike:
+    def pipeline(self) -> PipelineControl:
         """The pipeline object, built on first use (in a worker thread)."""
         with self._pipeline_lock:
             if self._pipeline is None:
@@ -221,7 +214,7 @@ class DashboardScreen(BoardScreen):
     def engine_workers(self) -> list[Worker[Any]]:
         return [w for w in self.app.workers if w.group == ENGINE_GROUP and not w.is_finished]
 
-    def start_engine(self, stage: str) -> bool:
+    def start_engine(self, stage: StageRequest) -> bool:
         if self.quitting:
             return False
         busy = {w.name for w in self.engine_workers()}
@@ -233,9 +226,9 @@ class DashboardScreen(BoardScreen):
         self._run_stage(stage)
         return True
 
-    def _run_stage(self, stage: str) -> Worker[Any]:
+    def _run_stage(self, stage: StageRequest) -> Worker[Any]:
         def job() -> object:
-            return stage_call(self.pipeline(), stage)()
+            return self.pipeline().run_stage(stage)
 
         return self.run_worker(job, name=stage, group=ENGINE_GROUP, thread=True, exit_on_error=False)
 
@@ -259,31 +252,26 @@ class DashboardScreen(BoardScreen):
         from kldtui.errors import Interrupted, KldError
 
         error = worker.error
-        stage = worker.name if worker.name in STAGES else None
+        stage: PipelineStageName | None = _pipeline_stage(worker.name)
+        where: StageName = stage or "run"
         if isinstance(error, Interrupted):
-            if stage:
-                self.model.stages[stage].state = "stopped"
-                self.model.stages[stage].detail = str(error) or "stopped"
-                self.model.dirty.add("stages")
-            for s in self.model.stages.values():
-                if s.state == "running" and worker.name == "all":
-                    s.state, s.detail = "stopped", str(error) or "stopped"
+            for view in self.model.stages.values():
+                if view.name == stage or (stage is None and view.state == "running"):
+                    view.state, view.detail = "stopped", str(error) or "stopped"
                     self.model.dirty.add("stages")
-            self.model.apply(Notice(worker.name, f"stopped: {error}"))
+            self.model.apply(Notice(where, f"stopped: {error}"))
             self.notify(f"{worker.name}: stopped", severity="information")
         else:
             message = str(error) if isinstance(error, KldError) else \
                 f"internal error: {type(error).__name__}: {error}"
-            if stage and self.model.stages[stage].state != "failed":
+            if stage is not None and self.model.stages[stage].state != "failed":
                 self.model.apply(StageFailed(stage, message=message))
-            elif worker.name == "all":
-                for s in self.model.stages.values():
-                    if s.state == "running":
-                        s.state, s.detail = "failed", message
+            elif stage is None:
+                for view in self.model.stages.values():
+                    if view.state == "running":
+                        view.state, view.detail = "failed", message
                         self.model.dirty.add("stages")
-                self.model.apply(Notice(worker.name, message, level="error"))
-            else:
-                self.model.apply(Notice(worker.name, message, level="error"))
+                self.model.apply(Notice(where, message, level="error"))
             self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
         self.refresh_now()
 
@@ -302,7 +290,7 @@ class DashboardScreen(BoardScreen):
         self.apply_events()
         pipeline = self._pipeline
         if self.model.server is not None and pipeline is not None and not pipeline.server_running \
-                and pipeline.base_url is None:
+                and pipeline.server_url is None:
             self.model.server_stopped()
             view = self.model.stages["server"]
             if view.state == "done":
@@ -378,7 +366,7 @@ class DashboardScreen(BoardScreen):
     def action_run_all(self) -> None:
         self.start_engine("all")
 
-    def action_start_stage(self, stage: str) -> None:
+    def action_start_stage(self, stage: StageRequest) -> None:
         self.start_engine(stage)
 
     def action_stop(self) -> None:

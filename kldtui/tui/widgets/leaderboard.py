@@ -41,7 +41,7 @@ def axis_of(bands: list[Band | None]) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-class LeaderboardTable(DataTable):  # type: ignore[type-arg]
+class LeaderboardTable(DataTable[str]):
     """Candidates sorted by mean KL with interval bars; ``=`` marks a tie with the best."""
 
     BAR_WIDTH = 20

@@ -24,6 +24,7 @@ class LogView(Vertical):
         self.query_text = ""
         self._shown_serial = 0
         self._width = 0
+        self._no_matches_shown = False
 
     def compose(self) -> ComposeResult:
         yield RichLog(id="log-lines", max_lines=5000, wrap=True, markup=False, auto_scroll=True,
@@ -49,10 +50,17 @@ class LogView(Vertical):
             return self.app.current_theme.warning or ""
         return ""
 
+    def _hidden(self) -> bool:
+        """Its tab is not shown: RichLog would wrap new lines at its minimum width (20)."""
+        return self.query_one("#log-lines", RichLog).scrollable_content_region.width <= 0
+
     def refresh_from(self, model: DashboardModel) -> None:
         log = self.query_one("#log-lines", RichLog)
         new = model.log_serial - self._shown_serial
-        if new <= 0:
+        if new <= 0 or self._hidden():
+            return  # written when the tab shows again (on_show)
+        if self._no_matches_shown:
+            self.rebuild()
             return
         lines = list(model.log)[-new:] if new < len(model.log) else list(model.log)
         for level, text in lines:
@@ -63,10 +71,20 @@ class LogView(Vertical):
     def rebuild(self) -> None:
         log = self.query_one("#log-lines", RichLog)
         log.clear()
+        shown = 0
         for level, text in list(self.model.log)[-5000:]:
             if self._matches(text):
                 log.write(self._line(level, text), expand=True)
+                shown += 1
+        self._no_matches_shown = bool(self.query_text) and shown == 0
+        if self._no_matches_shown:
+            log.write(Text(f"0 matches for \u201c{self.query_text}\u201d (Esc clears the search)",
+                           style="italic"), expand=True)
         self._shown_serial = self.model.log_serial
+
+    def on_show(self) -> None:
+        # lines that came while the tab was hidden are laid out once its width is known
+        self.call_after_refresh(self.rebuild)
 
     def on_resize(self) -> None:
         if self._width != self.size.width:  # re-wrap the lines for the new width

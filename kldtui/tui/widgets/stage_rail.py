@@ -7,33 +7,71 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, StageView, stage_figure_text
+from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, StageView, stage_figures
 
 STATE_MARK = {"idle": "○", "running": "◐", "done": "●", "failed": "✗", "stopped": "■"}
 
 
 class StageBox(Static):
-    """One stage of the rail: state mark, title and its key figures."""
+    """One stage of the rail: state mark and title, its state, then the figures that fit.
+
+    Every line is made to fit the box (80 columns give 13 characters): long engine summaries stay
+    in the log, the card shows the state and short figures, or "see the log (l)".
+    """
 
     def __init__(self, stage: str) -> None:
         super().__init__(id=f"stage-{stage}", classes="stage -idle")
         self.stage = stage
+        self._last: tuple[StageView, str | None, float | None] = (StageView(stage), None, None)
         self.show(StageView(stage))
 
-    def show(self, view: StageView, server_url: str | None = None, percent: float | None = None) -> None:
-        for state in STATE_MARK:
-            self.set_class(view.state == state, f"-{state}")
-        title = Text(f"{STATE_MARK.get(view.state, '?')} {STAGE_TITLES[self.stage]}", style="bold")
+    def lines(self, view: StageView, server_url: str | None, percent: float | None,
+              width: int) -> tuple[str, str]:
+        """The state line and the figures line of the card, each at most ``width`` long."""
         figures = dict(view.figures)
         if server_url and self.stage == "server":
             figures.setdefault("url", server_url)
-        state = view.state if percent is None or view.state != "running" else f"running {percent:.0f}%"
-        limit = 1 if (self.size.width or 16) < 26 else 2
-        second = stage_figure_text(figures, limit) if view.state == "done" else state
-        third = view.detail
-        if view.state == "done":
-            second, third = (second, view.detail) if second else (view.detail or "done", "")
-        self.update(Text.assemble(title, "\n", second or "", "\n", third or ""))
+        if view.state == "running" and percent is not None:
+            state = f"running {percent:.0f}%"
+        elif self.stage == "server" and view.state == "done" and view.detail == "stopped":
+            state = "stopped"
+        else:
+            state = view.state
+        parts = [_narrow(p, width) for p in stage_figures(figures)]
+        third = ""
+        for n in range(len(parts), 0, -1):  # as many figures as fit
+            text = " · ".join(parts[:n])
+            if len(text) <= width:
+                third = text
+                break
+        if not third and view.detail and view.detail != state:
+            if len(view.detail) <= width:
+                third = view.detail
+            elif view.state in ("failed", "stopped"):
+                third = "see the log (l)" if width >= 15 else "see log (l)"
+            elif view.state == "done":
+                third = "see the log (l)" if width >= 15 else "see log (l)"
+        return state[:width], third
+
+    def show(self, view: StageView, server_url: str | None = None, percent: float | None = None) -> None:
+        self._last = (view, server_url, percent)
+        for state in STATE_MARK:
+            self.set_class(view.state == state, f"-{state}")
+        title = Text(f"{STATE_MARK.get(view.state, '?')} {STAGE_TITLES[self.stage]}", style="bold")
+        width = self.content_size.width or 13
+        second, third = self.lines(view, server_url, percent, width)
+        self.update(Text.assemble(title, "\n", second, "\n", third))
+
+    def on_resize(self) -> None:
+        self.show(*self._last)
+
+
+def _narrow(part: str, width: int) -> str:
+    """A loopback URL as its port when the card is narrow (the log has the full address)."""
+    for host in ("127.0.0.1:", "localhost:", "0.0.0.0:"):
+        if part.startswith(host) and len(part) > width:
+            return "port " + part[len(host):].split("/", 1)[0]
+    return part
 
 
 def stage_percent(model: DashboardModel, stage: str) -> float | None:

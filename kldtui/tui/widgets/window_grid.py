@@ -14,6 +14,24 @@ ACTIVE_WINDOW_STATES = {"capturing", "finalizing", "comparing"}
 DONE_WINDOW_STATES = {"captured", "finalized"}
 
 
+# One glyph per KL band beside each compared window's number, so the grid reads without colour
+# (NO_COLOR, monochrome terminals); the legend shows the same glyphs.
+KL_GLYPHS = ("▁", "▃", "▅", "█")
+
+
+def cell_mark(state: str, kl: float | None) -> str:
+    if state == "failed":
+        return "!"
+    if state in ACTIVE_WINDOW_STATES:
+        return "›"
+    if kl is not None:
+        return KL_GLYPHS[kl_level(kl)]
+    return " "
+
+
+LEGEND_WIDTH = 26  # "KL ▁<.005 ▃<.02 ▅<.1 █≥.1 "; narrower: "KL band" on a line of its own
+
+
 class WindowGrid(Widget):
     """One cell per window: its state, then (once compared) its KL level."""
 
@@ -41,7 +59,8 @@ class WindowGrid(Widget):
 
     def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
         n = len(self.model.windows)
-        return max(1, math.ceil(n / self._columns(width))) + 1 if n else 1
+        legend = 1 if width >= LEGEND_WIDTH else 2
+        return max(1, math.ceil(n / self._columns(width))) + legend if n else 1
 
     def render(self) -> Text:
         windows = list(self.model.windows.values())
@@ -53,19 +72,19 @@ class WindowGrid(Widget):
             if i and i % cols == 0:
                 text.append("\n")
             style = self.get_component_rich_style(self._cell_class(win.state, win.kl))
-            mark = "!" if win.state == "failed" else ("›" if win.state in ACTIVE_WINDOW_STATES else " ")
+            mark = cell_mark(win.state, win.kl)
             text.append(f"{win.index:03d}", style)
             text.append(mark)
         text.append("\n")
-        text.append_text(self.legend())
+        text.append_text(self.legend(self.size.width or 40))
         return text
 
-    def legend(self) -> Text:
+    def legend(self, width: int = 40) -> Text:
         legend = Text(no_wrap=True, overflow="ellipsis")
-        legend.append("KL ")
+        legend.append("KL band\n" if width < LEGEND_WIDTH else "KL ")
         labels = [f"<{_trim(KL_LEVELS[0])}", f"<{_trim(KL_LEVELS[1])}", f"<{_trim(KL_LEVELS[2])}",
                   f"≥{_trim(KL_LEVELS[2])}"]
         for level, label in enumerate(labels):
-            legend.append(label, self.get_component_rich_style(f"grid--kl{level}"))
+            legend.append(f"{KL_GLYPHS[level]}{label}", self.get_component_rich_style(f"grid--kl{level}"))
             legend.append(" ")
         return legend

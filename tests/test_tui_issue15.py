@@ -1,0 +1,184 @@
+"""Issue 15: what the screen says is true and readable (state, words, rendering, help, viewer CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kldtui.tui import themes
+from kldtui.tui.app import create_app
+from kldtui.tui.screens.dialogs import HelpScreen
+from kldtui.tui.widgets import LogView
+from tests.fixtures_tui import make_report, sync, write_report
+from tests.test_tui_app import dashboard, settle
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kldtui(*args: str, cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kldtui", *args], capture_output=True, text=True,
+                          cwd=cwd, env=full_env, timeout=120, stdin=subprocess.DEVNULL)
+
+
+# -- 5: the log keeps its width for lines written while its tab was hidden -------------------------
+@sync
+async def test_log_lines_written_while_hidden_use_the_full_width(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("e")  # the Result tab: the log is hidden
+        await pilot.pause()
+        await pilot.press("2")  # the server writes lines meanwhile
+        await settle(app, pilot)
+        await pilot.press("l")
+        await pilot.pause()
+        await pilot.pause(0.1)
+        lines = app.query_one(LogView).shown_lines()
+        assert "WARNING prefix caching is off (required for capture)" in [line.rstrip() for line in lines]
+
+
+# -- 14: a search without matches says so ---------------------------------------------------------
+@sync
+async def test_log_search_without_matches_says_0_matches(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        await settle(app, pilot)
+        await pilot.press("slash", *"nosuchword")
+        await pilot.pause()
+        shown = " ".join(app.query_one(LogView).shown_lines())
+        assert "0 matches" in shown and "nosuchword" in shown
+
+
+# -- 11: each mode shows its own keys, and how to close the help ----------------------------------
+@sync
+async def test_viewer_help_lists_only_viewer_keys_and_says_how_to_close(tmp_path: Path) -> None:
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    app = create_app(reports=paths, config_dir=tmp_path, remember_theme=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+        assert "run all" not in text and "stop the server" not in text and "search the log" not in text
+        assert "mark a row" in text and "Esc" in text and "closes this help" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@sync
+async def test_dashboard_help_lists_dashboard_keys(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+        assert "run all stages" in text and "closes this help" in text
+
+
+# -- 12: an unknown --theme never rewrites the remembered one --------------------------------------
+@sync
+async def test_unknown_theme_does_not_change_settings(tmp_path: Path) -> None:
+    report = write_report(tmp_path / "r.json", make_report("r", 0.01, seed=1))
+    themes.save_settings({"theme": "kldtui-light"}, tmp_path)
+    app = create_app(reports=[report], theme="nosuch", config_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.pause(0.1)
+        assert app.theme == themes.DEFAULT_THEME
+    assert themes.load_settings(tmp_path) == {"theme": "kldtui-light"}
+
+
+# -- 8 and 10: kldtui view without a terminal, and files that are not reports ----------------------
+def test_view_to_a_file_prints_the_summary_and_exits(tmp_path: Path) -> None:
+    report = write_report(tmp_path / "r.json", make_report("q4", 0.01, seed=1))
+    done = kldtui("view", str(report))
+    assert done.returncode == 0, done.stderr
+    assert "KL" in done.stdout and "\x1b[" not in done.stdout  # text, not the screen's escapes
+
+
+def test_view_of_a_bad_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello\n")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"some": "thing"}))
+    for path in (bad, wrong):
+        done = kldtui("view", str(path))
+        assert done.returncode == 2, (path, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and path.name in done.stderr and done.stdout == ""
+        assert "run the compare stage" not in done.stderr
+
+
+def test_view_of_a_folder_suggests_its_report(tmp_path: Path) -> None:
+    write_report(tmp_path / "comparison.json", make_report("q4", 0.01, seed=1))
+    done = kldtui("view", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert str(tmp_path / "comparison.json") in done.stderr
+
+
+
+
+# -- 6: without colour every compared tile still reads, and the legend matches ----------------------
+@sync
+async def test_window_tiles_carry_a_glyph_per_kl_band_and_the_legend_shows_them(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from kldtui.events import WindowState
+    from kldtui.tui.widgets import WindowGrid
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, _ = dashboard(tmp_path)
+    app.main.model.set_windows([(i, "prose") for i in range(4)])
+    async with app.run_test(size=(120, 30)) as pilot:
+        for i, kl in enumerate((0.001, 0.01, 0.05, 0.5)):
+            app.main.model.apply(WindowState("compare", i, "compared", figures={"kl": kl}))
+        app.main.refresh_now()
+        await pilot.pause()
+        grid = app.query_one(WindowGrid)
+        plain = grid.render().plain
+        glyphs = [m[1] for m in re.findall(r"(\d{3})(.)", plain.splitlines()[0])]
+        assert len(set(glyphs)) == 4 and all(glyphs), plain  # four bands, four different glyphs
+        legend = plain.splitlines()[-1]
+        for glyph in glyphs:
+            assert glyph in legend
+
+
+# -- 7: at 80x24 every stage card's lines fit the card ---------------------------------------------
+@sync
+async def test_stage_cards_fit_at_80x24(tmp_path: Path) -> None:
+    from kldtui.events import ServerReady, StageFailed, StageFinished, StageStarted
+    from kldtui.tui.widgets import StageBox
+
+    app, _ = dashboard(tmp_path)
+    model = app.main.model
+    async with app.run_test(size=(80, 24)) as pilot:
+        model.apply(StageFinished("reference", summary="reference ready (local): 6 windows verified "
+                                  "(sha256, 12.0 MiB) in /tmp/demo/reference",
+                                  figures={"offline": True, "windows": [0, 6]}))
+        model.apply(ServerReady("server", url="http://127.0.0.1:39123", served_model_name="tiny"))
+        model.apply(StageFinished("capture", summary="6 captured, 0 skipped",
+                                  figures={"captured": 6, "skipped": 0, "seconds": 3.2,
+                                           "tokens_per_s": 980.4}))
+        model.apply(StageStarted("finalize", detail="/tmp/demo/a/very/long/candidate/folder"))
+        model.apply(StageFailed("compare", message="/tmp/demo/candidate: no finalized windows to compare; "
+                                "run capture and finalize first"))
+        app.main.refresh_now()
+        await pilot.pause()
+        for box in app.query(StageBox):
+            width = box.content_size.width
+            lines = box.render().plain.splitlines()  # type: ignore[union-attr]
+            assert width >= 10
+            for line in lines:
+                assert len(line) <= width, (box.stage, line, width)
+            assert lines[1].strip(), box.stage  # the state reads
+        texts = {box.stage: box.render().plain for box in app.query(StageBox)}  # type: ignore[union-attr]
+        assert "see" in texts["compare"] and "failed" in texts["compare"]
+        assert "port 39123" in texts["server"] or "127.0.0.1:39123" in texts["server"]
