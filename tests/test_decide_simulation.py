@@ -168,3 +168,22 @@ def test_diffing_a_report_with_itself_is_refused(tmp_path) -> None:
     copy = write_report(tmp_path / "copy.json", make_report(base, candidate_dir="/r/a"))
     with pytest.raises(BadInput, match="are the same report"):
         paired_diff_files(p, copy)
+
+
+def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
+    """A report that counts positions where the candidate gives probability 0 to a token the reference
+    predicts (per_window_arrays.infinite_kl_rows): the verdict and the leaderboard say so."""
+    base = np.random.default_rng(10).gamma(4.0, 0.0025, 8)
+    a = make_report(base, candidate_dir="/r/a")
+    b = make_report(base * 1.5, candidate_dir="/r/masked")
+    b["per_window_arrays"]["infinite_kl_rows"] = [0, 0, 3, 0, 0, 0, 1, 0]
+    res = paired_diff(a, b, samples=50, noise=None)
+    assert res.overall.infinite_kl_rows_b == 4 and res.overall.infinite_kl_rows_a == 0
+    assert ("masked gives probability 0 to a token the reference predicts at 4 positions (windows 2, 6): "
+            "KL is infinite there") in res.verdict
+    assert res.to_dict()["overall"]["infinite_kl_rows_b"] == 4
+    board = build_leaderboard([a, b], samples=50, noise=None)
+    assert any("masked gives probability 0" in n for n in board.notes)
+    b["per_window_arrays"]["infinite_kl_rows"][1] = -1
+    with pytest.raises(BadInput, match="window 1: infinite_kl_rows is not a count"):
+        paired_diff(a, b, samples=50, noise=None)

@@ -28,7 +28,14 @@ from kldtui.decide.paired import (
     suite_hash_of,
 )
 from kldtui.decide.reports import WindowValues, check_same_suite, load_report_file, report_name, window_values
-from kldtui.decide.verdict import MIN_VERDICT_WINDOWS, Outcome, VerdictInterval, noise_words, verdict_interval
+from kldtui.decide.verdict import (
+    MIN_VERDICT_WINDOWS,
+    Outcome,
+    VerdictInterval,
+    infinite_note,
+    noise_words,
+    verdict_interval,
+)
 from kldtui.errors import BadInput
 from kldtui.formats.report_names import report_interval, unique_names
 from kldtui.metrics.stats import holm
@@ -143,7 +150,8 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
             continue
         significant = rejected[(min(i, best), max(i, best))]
         stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, noise, windows,
-                              label[best], label[i], path_list[best], path_list[i], significant=significant)
+                              label[best], label[i], path_list[best], path_list[i], significant=significant,
+                              infinite_a=values[best].infinite_kl_rows, infinite_b=values[i].infinite_kl_rows)
         tied = stats.outcome in ("indistinguishable", "within_noise")
         rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
                                    iv.standard_error, n, False, tied, stats.interval, stats.ratio,
@@ -154,6 +162,11 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
                      f"candidates (at most 5 % chance of any false 'not tied')")
     else:
         notes.append("ties: paired t-test against the best (95 %)")
+    for i in order:
+        counts = values[i].infinite_kl_rows
+        if counts is not None and counts.any():
+            where = values[i].window_index[counts > 0].tolist()
+            notes.append(infinite_note(label[i], int(counts.sum()), where))
     if n < MIN_VERDICT_WINDOWS:
         notes.append(f"too few windows ({n}) for a verdict: no row is marked better or tied "
                      f"(needs {MIN_VERDICT_WINDOWS})")

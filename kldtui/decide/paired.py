@@ -28,7 +28,15 @@ from kldtui.decide.reports import (
     report_name,
     window_values,
 )
-from kldtui.decide.verdict import MIN_VERDICT_WINDOWS, Outcome, VerdictInterval, decide, noise_words, sentence
+from kldtui.decide.verdict import (
+    MIN_VERDICT_WINDOWS,
+    Outcome,
+    VerdictInterval,
+    decide,
+    infinite_note,
+    noise_words,
+    sentence,
+)
 from kldtui.decide.verdict import verdict_interval as verdict_interval
 from kldtui.errors import BadInput
 from kldtui.formats.report_names import unique_names
@@ -181,6 +189,8 @@ class PairedStats:
     outcome: Outcome
     provisional: bool
     verdict: str
+    infinite_kl_rows_a: int = 0  # positions where A gives 0 to a token the reference predicts
+    infinite_kl_rows_b: int = 0
 
     @property
     def excludes_zero(self) -> bool:
@@ -191,7 +201,8 @@ class PairedStats:
                 "difference_b_minus_a": self.difference.to_dict(), "ratio_b_over_a": self.ratio.to_dict(),
                 "verdict_interval": self.interval.to_dict(),
                 "excludes_zero": self.excludes_zero, "noise_threshold": self.noise_threshold,
-                "outcome": self.outcome, "provisional": self.provisional, "verdict": self.verdict}
+                "outcome": self.outcome, "provisional": self.provisional, "verdict": self.verdict,
+                "infinite_kl_rows_a": self.infinite_kl_rows_a, "infinite_kl_rows_b": self.infinite_kl_rows_b}
 
 
 def confirm_command(better: str, better_path: str | None) -> str:
@@ -204,9 +215,11 @@ def confirm_command(better: str, better_path: str | None) -> str:
 def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: NoiseFloor | None,
                   window_indices: Sequence[int], name_a: str, name_b: str,
                   path_a: str | None = None, path_b: str | None = None,
-                  significant: bool | None = None) -> PairedStats:
+                  significant: bool | None = None, infinite_a: np.ndarray | None = None,
+                  infinite_b: np.ndarray | None = None) -> PairedStats:
     """One group of windows: the percentile bootstrap (compatibility fields), the verdict interval
-    and the decision (:mod:`kldtui.decide.verdict`)."""
+    and the decision (:mod:`kldtui.decide.verdict`). ``infinite_a``/``infinite_b``: per-window counts
+    of positions with infinite KL (left out of the window means); the sentence says so."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     diff, ratio = paired_bootstrap(a, b, indices)
@@ -214,10 +227,25 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
     decision = decide(iv, noise, window_indices, significant=significant)
     better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
     text = sentence(decision, iv, float(a.mean()), name_a, name_b, confirm_command(better, better_path))
+    windows = [int(w) for w in window_indices]
+    inf_a = _infinite(infinite_a, windows)
+    inf_b = _infinite(infinite_b, windows)
+    for name, (rows, where) in ((name_a, inf_a), (name_b, inf_b)):
+        if rows:
+            text += "; " + infinite_note(name, rows, where)
     return PairedStats(
         windows=int(a.size), mean_a=float(a.mean()), mean_b=float(b.mean()), difference=diff, ratio=ratio,
         interval=iv, noise_threshold=decision.noise_value, outcome=decision.outcome,
-        provisional=decision.provisional, verdict=text)
+        provisional=decision.provisional, verdict=text, infinite_kl_rows_a=inf_a[0],
+        infinite_kl_rows_b=inf_b[0])
+
+
+def _infinite(counts: np.ndarray | None, windows: list[int]) -> tuple[int, list[int]]:
+    """(positions with infinite KL, windows that have any) for one candidate over a group."""
+    if counts is None:
+        return 0, []
+    c = np.asarray(counts, dtype=np.int64)
+    return int(c.sum()), [w for w, k in zip(windows, c.tolist(), strict=True) if k]
 
 
 @dataclass(frozen=True)
@@ -336,13 +364,16 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
     pa = None if path_a is None else str(path_a)
     pb = None if path_b is None else str(path_b)
     overall = compare_group(va.kl_mean, vb.kl_mean, draw_indices(va.n, samples, seed), noise,
-                            va.window_index.tolist(), name_a, name_b, pa, pb)
+                            va.window_index.tolist(), name_a, name_b, pa, pb,
+                            infinite_a=va.infinite_kl_rows, infinite_b=vb.infinite_kl_rows)
     domains: dict[str, PairedStats] = {}
     for d in va.domains():
         mask = np.array([x == d for x in va.domain])
         domains[d] = compare_group(va.kl_mean[mask], vb.kl_mean[mask],
                                    draw_indices(int(mask.sum()), samples, seed), noise,
-                                   va.window_index[mask].tolist(), name_a, name_b, pa, pb)
+                                   va.window_index[mask].tolist(), name_a, name_b, pa, pb,
+                                   infinite_a=_part(va.infinite_kl_rows, mask),
+                                   infinite_b=_part(vb.infinite_kl_rows, mask))
     few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]
     if few:
         notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} windows: "
@@ -355,6 +386,10 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
         kl_a=va.kl_mean.tolist(), kl_b=vb.kl_mean.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
         noise_floor=noise.summary() if noise else None, notes=notes)
+
+
+def _part(counts: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
+    return None if counts is None else counts[mask]
 
 
 def paired_diff_files(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], *,

@@ -35,6 +35,10 @@ class WindowValues:
     positions: np.ndarray  # int64
     kl_mean: np.ndarray  # float64
     kl_reverse_mean: np.ndarray | None = None
+    # positions per window where the candidate gives probability 0 to a token the reference predicts
+    # (KL infinite there; the comparison leaves them out of kl_mean and counts them): zeros when the
+    # report carries no such count (older reports)
+    infinite_kl_rows: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -96,6 +100,7 @@ def window_values(report: dict[str, Any], where: str = "report") -> WindowValues
     if len(set(indices)) != len(indices):
         raise BadInput(f"{where}: a window appears twice in the per-window values; the report is damaged")
     has_rev = all(r[4] is not None for r in rows)
+    inf_rows = _infinite_rows(report, indices, where)
     return WindowValues(
         where=where,
         window_index=np.array(indices, dtype=np.int64),
@@ -103,7 +108,28 @@ def window_values(report: dict[str, Any], where: str = "report") -> WindowValues
         positions=np.array([r[2] for r in rows], dtype=np.int64),
         kl_mean=np.array([r[3] for r in rows], dtype=np.float64),
         kl_reverse_mean=np.array([r[4] for r in rows], dtype=np.float64) if has_rev else None,
+        infinite_kl_rows=inf_rows,
     )
+
+
+def _infinite_rows(report: dict[str, Any], indices: list[int], where: str) -> np.ndarray:
+    """Per-window ``infinite_kl_rows`` in the order of ``indices`` (zeros where the report has none)."""
+    found: dict[int, int] = {}
+    arrays = report.get("per_window_arrays")
+    if isinstance(arrays, dict) and isinstance(arrays.get("infinite_kl_rows"), list):
+        found = dict(zip(arrays.get("window_index") or [], arrays["infinite_kl_rows"], strict=False))
+    elif isinstance(report.get("per_window"), list):
+        for entry in report["per_window"]:
+            if isinstance(entry, dict) and "infinite_kl_rows" in entry:
+                found[entry.get("window_index")] = entry["infinite_kl_rows"]  # type: ignore[index]
+    out = np.zeros(len(indices), dtype=np.int64)
+    for i, w in enumerate(indices):
+        v = found.get(w, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise BadInput(f"{where}: window {w}: infinite_kl_rows is not a count ({v!r}); the report is "
+                           "damaged, re-run kldtui compare")
+        out[i] = v
+    return out
 
 
 def _short(value: Any) -> str:

@@ -161,6 +161,14 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     return text + f"; provisional: the variation between two captures was not measured{how}"
 
 
+def infinite_note(name: str, rows: int, windows: Sequence[int]) -> str:
+    """What a verdict adds when a candidate gives probability 0 to tokens the reference predicts."""
+    shown = ", ".join(str(w) for w in windows[:8]) + (", ..." if len(windows) > 8 else "")
+    return (f"{name} gives probability 0 to a token the reference predicts at {rows} position"
+            f"{'s' if rows != 1 else ''} (window{'s' if len(windows) != 1 else ''} {shown}): KL is infinite "
+            "there, and those positions are left out of the mean KL above")
+
+
 def noise_words(noise: NoiseFloor | None) -> str:
     """Which noise model a verdict used, in a quantization engineer's words."""
     if noise is None:
