@@ -112,8 +112,11 @@ def window_values(report: dict[str, Any], where: str = "report") -> WindowValues
     )
 
 
-def _infinite_rows(report: dict[str, Any], indices: list[int], where: str) -> np.ndarray:
-    """Per-window ``infinite_kl_rows`` in the order of ``indices`` (zeros where the report has none)."""
+def _infinite_rows(report: Any, indices: list[int], where: str) -> np.ndarray:
+    """Per-window ``infinite_kl_rows`` in the order of ``indices`` (zeros where the report has none).
+    Takes the JSON document or the typed report model (through its ``to_json``)."""
+    if not isinstance(report, dict) and hasattr(report, "to_json"):
+        report = report.to_json()
     found: dict[int, int] = {}
     arrays = report.get("per_window_arrays")
     if isinstance(arrays, dict) and isinstance(arrays.get("infinite_kl_rows"), list):
