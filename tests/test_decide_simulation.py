@@ -187,3 +187,13 @@ def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
     b["per_window_arrays"]["infinite_kl_rows"][1] = -1
     with pytest.raises(BadInput, match="window 1: infinite_kl_rows is not a count"):
         paired_diff(a, b, samples=50, noise=None)
+
+
+def test_a_tie_kept_by_the_holm_correction_says_so() -> None:
+    from kldtui.decide.verdict import decide, sentence, verdict_interval
+
+    iv = verdict_interval(np.linspace(0.0001, 0.0019, 16))  # interval excludes 0
+    d = decide(iv, None, range(16), significant=False)
+    assert d.outcome == "indistinguishable" and d.held_by_correction
+    text = sentence(d, iv, 0.01, "a", "b")
+    assert "once corrected for comparing several candidates (Holm)" in text and "includes zero" not in text

@@ -88,6 +88,8 @@ class Decision:
     # the noise figure the difference was held against, and what it is
     noise_value: float | None
     noise_kind: Literal["repeat_variation", "repeat_kl", "none"]
+    # the 95 % interval excludes 0 but the multiple-comparison correction (leaderboard) does not reject
+    held_by_correction: bool = False
 
 
 def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequence[int],
@@ -97,18 +99,19 @@ def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequen
     if iv.windows < MIN_VERDICT_WINDOWS or not iv.has_interval:
         return Decision("too_few_windows", False, None, "none")
     real = iv.excludes(0.0) if significant is None else significant
+    held = not real and iv.excludes(0.0)
     named: Outcome = "a_closer" if iv.estimate > 0 else "b_closer"
     variation = noise.repeat_variation_for(window_indices) if noise is not None else None
     if variation is not None:
         if not real:
-            return Decision("indistinguishable", False, variation, "repeat_variation")
+            return Decision("indistinguishable", False, variation, "repeat_variation", held)
         near = min(abs(iv.ci95_low), abs(iv.ci95_high))  # type: ignore[arg-type]
         if near > variation:
             return Decision(named, False, variation, "repeat_variation")
         return Decision("within_noise", False, variation, "repeat_variation")
     if not real:
         return Decision("indistinguishable", False, noise.threshold if noise else None,
-                        "repeat_kl" if noise else "none")
+                        "repeat_kl" if noise else "none", held)
     if noise is None:
         return Decision(named, True, None, "none")
     return Decision(named, abs(iv.estimate) < noise.threshold, noise.threshold, "repeat_kl")
@@ -138,6 +141,10 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
                 f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} windows)")
     lo, hi = iv.ci95_low, iv.ci95_high
     assert lo is not None and hi is not None
+    if decision.outcome == "indistinguishable" and decision.held_by_correction:
+        return (f"no difference shown between {name_a} and {name_b} once corrected for comparing several "
+                f"candidates (Holm): {name_b} - {name_a} = {_n(iv.estimate)} KL, 95 % interval "
+                f"{_range(lo, hi)}, {over}")
     if decision.outcome == "indistinguishable":
         return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
                 f"KL, 95 % interval {_range(lo, hi)} includes zero, {over}")
