@@ -182,6 +182,11 @@ def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
     assert ("masked gives probability 0 to a token the reference predicts at 4 positions (windows 2, 6): "
             "KL is infinite there") in res.verdict
     assert res.to_dict()["overall"]["infinite_kl_rows_b"] == 4
+    assert res.to_dict()["per_window"]["infinite_kl_rows_b"] == [0, 0, 3, 0, 0, 0, 1, 0]
+    from kldtui.cli.commands.diff import format_diff
+
+    listing = format_diff(res, per_window=True)
+    assert "B: 3 positions with infinite KL (left out)" in listing
     board = build_leaderboard([a, b], samples=50, noise=None)
     assert any("masked gives probability 0" in n for n in board.notes)
     b["per_window_arrays"]["infinite_kl_rows"][1] = -1

@@ -267,6 +267,8 @@ class PairedDiff:
     pairing_checked: str
     noise_floor: dict[str, Any] | None = None  # NoiseFloor.summary(), or None when none was used
     notes: list[str] = field(default_factory=list)
+    infinite_a: list[int] = field(default_factory=list)  # per window: positions with infinite KL
+    infinite_b: list[int] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -290,7 +292,8 @@ class PairedDiff:
             "domains": {d: s.to_dict() for d, s in self.domains.items()},
             "per_window": {"window_index": self.window_index, "domain": self.domain,
                            "kl_a": self.kl_a, "kl_b": self.kl_b,
-                           "difference": self.per_window_difference},
+                           "difference": self.per_window_difference,
+                           "infinite_kl_rows_a": self.infinite_a, "infinite_kl_rows_b": self.infinite_b},
             "bootstrap_samples": self.bootstrap_samples,
             "seed": self.seed,
             "cluster_unit": "window",
@@ -384,6 +387,8 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
         overall=overall, domains=domains,
         window_index=va.window_index.tolist(), domain=list(va.domain),
         kl_a=va.kl_mean.tolist(), kl_b=vb.kl_mean.tolist(),
+        infinite_a=[] if va.infinite_kl_rows is None else va.infinite_kl_rows.tolist(),
+        infinite_b=[] if vb.infinite_kl_rows is None else vb.infinite_kl_rows.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
         noise_floor=noise.summary() if noise else None, notes=notes)
 

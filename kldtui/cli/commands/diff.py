@@ -58,8 +58,14 @@ def format_diff(result: Any, per_window: bool = False) -> str:
     lines += [_row(d, s) for d, s in result.domains.items()]
     if per_window:
         lines += ["", f"{'window':>6}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
-        for w, d, a, b in zip(result.window_index, result.domain, result.kl_a, result.kl_b, strict=True):
-            lines.append(f"{w:>6}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}")
+        n = len(result.window_index)
+        inf_a = result.infinite_a or [0] * n
+        inf_b = result.infinite_b or [0] * n
+        for i, (w, d, a, b) in enumerate(zip(result.window_index, result.domain, result.kl_a, result.kl_b,
+                                             strict=True)):
+            infinite = "".join(f"  {name}: {k} positions with infinite KL (left out)"
+                               for name, k in (("A", inf_a[i]), ("B", inf_b[i])) if k)
+            lines.append(f"{w:>6}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
     lines += [""] + [f"note: {n}" for n in result.notes]
     lines.append(f"verdict: {result.verdict}")
     return "\n".join(lines)
