@@ -313,3 +313,26 @@ def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
     assert board.rows[0].ci_low == pytest.approx(report_ci["ci95_low"], rel=1e-12)
     assert board.rows[0].ci_high == pytest.approx(report_ci["ci95_high"], rel=1e-12)
     assert not board.rows[1].tied_with_best
+
+
+def test_one_interval_per_report_in_every_view(tmp_path):
+    """The demo's report was written with 2000 resamples; the leaderboard (default 10000) used to
+    recompute and show [0.02775, 0.02873] where the viewer showed [0.02775, 0.02871]. Every view now
+    shows the report's own interval (kldtui.formats.report_names.report_interval)."""
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.formats.report_names import report_interval
+    from kldtui.metrics.stats import window_cluster_bootstrap
+    from kldtui.tui.resultdata import result_from_report
+
+    kl = _kl(30)
+    report = make_report(kl, DOMAINS, candidate_dir="/r/demo")
+    report["kl_window_cluster_bootstrap"] = window_cluster_bootstrap(kl, samples=2000, seed=1)
+    other = make_report(kl * 1.2, DOMAINS, candidate_dir="/r/other")
+    other["kl_window_cluster_bootstrap"] = window_cluster_bootstrap(kl * 1.2, samples=2000, seed=1)
+    pa, pb = write_report(tmp_path / "demo.json", report), write_report(tmp_path / "other.json", other)
+    own = report_interval(report)
+    board = leaderboard_from_files([pa, pb])  # 10000 resamples by default for its paired figures
+    row = next(r for r in board.rows if r.name == "demo")
+    assert (row.mean, row.ci_low, row.ci_high) == (own["estimate"], own["ci95_low"], own["ci95_high"])
+    viewer = result_from_report(report, pa).kl
+    assert (viewer.low, viewer.high) == (own["ci95_low"], own["ci95_high"])
