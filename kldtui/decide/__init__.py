@@ -1,4 +1,4 @@
-"""Deciding between candidates: paired comparison, noise floor, leaderboard.
+"""Deciding between candidates: verdicts, paired comparison, noise model, leaderboard.
 
 Pure functions over saved comparison reports (plus small file I/O); no Textual, no torch.
 ``docs/STATISTICS.md`` says what each interval means and which tolerances the tests check.

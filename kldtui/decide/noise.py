@@ -1,9 +1,11 @@
-"""The runtime noise floor: how far two captures of the same model differ, stored and loaded.
+"""The noise model: how far things move between two captures of one model, stored and loaded.
 
-A floor comes from a comparison of two captures of one model (``kldtui noise``), or is the
-published default of the Kimi K3 suite (FORMATS.md: repeat KL 0.0035 on window 0; differences
-of about 0.004 or less are runtime noise). ``threshold`` is the difference in mean KL below
-which ``diff`` and the leaderboard call two candidates indistinguishable from runtime noise.
+Two figures (docs/STATISTICS.md): the *repeat variation of the metric* (two captures of one
+candidate, each compared with the reference: per-window difference of their mean KL; what verdicts
+hold B - A against, ``repeat_variation_for``), and the *repeat KL* between two captures (the seed's
+figure, ``threshold``; the published Kimi K3 suite's is 0.004, 0.0035 on window 0). With only a
+repeat KL, a named difference smaller than it is marked provisional (kldtui.decide.verdict).
+The class keeps its historical name ``NoiseFloor`` and file format for compatibility.
 """
 
 from __future__ import annotations

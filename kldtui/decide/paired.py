@@ -360,8 +360,8 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
     notes = []
     if noise is not None and noise.suite_token_hash_sha256 and suite_hash_of(a, b) and \
             noise.suite_token_hash_sha256 != suite_hash_of(a, b):
-        raise BadInput(f"the noise floor ({noise.source}) was measured on another suite than "
-                       f"{where_a}; measure the floor on this suite")
+        raise BadInput(f"the noise model ({noise.source}) was measured on another suite than "
+                       f"{where_a}; measure it on this suite with kldtui noise")
     if noise is not None and noise.kind == "published":
         notes.append("the published repeat KL was measured on window 0 only and applies to every window")
     pa = None if path_a is None else str(path_a)
