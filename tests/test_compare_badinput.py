@@ -105,8 +105,12 @@ def token_file_outside(root: Path) -> None:
     outside = root.parent / f"{root.name}-outside.json"
     outside.write_text((root / "tokens" / "window-001-code.json").read_text())
 
+    # a plain relative name (a '../' one is refused when the suite is loaded) that is a symlink
+    # leading out of the suite folder
+    (root / "tokens" / "link.json").symlink_to(outside)
+
     def edit(doc: dict) -> None:
-        doc["windows"][1]["token_file"] = f"../{outside.name}"
+        doc["windows"][1]["token_file"] = "tokens/link.json"
     _edit_json(root / "suite-manifest.json", edit)
 
 

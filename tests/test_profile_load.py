@@ -84,7 +84,7 @@ def test_bad_values_are_one_line_bad_input(tmp_path: Path) -> None:
         '[candidate]\nkind = "embedded"\nport = "80"\n': "port must be int",
         '[candidate]\nurl = "http://h:1"\n': "server_capture_dir",
         EMB + '[run]\nstart_window = 4\nstop_window = 2\n': "window range",
-        EMB + '[run]\nrun_name = "../x"\n': "plain folder name",
+        EMB + '[run]\nrun_name = "../x"\n': "must be a plain name",
         '[candidate\n': "not valid TOML",
     }
     for text, needle in cases.items():

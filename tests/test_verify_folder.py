@@ -78,7 +78,8 @@ def test_every_failure_is_reported(dataset: Path) -> None:
         fh.truncate(100)
     (dataset / "tokens" / "window-001-prose.json").write_text("[1,2,3]\n")  # token count
     doc = json.loads((dataset / "suite-manifest.json").read_text())
-    doc["windows"][2]["token_file"] = "../outside.json"  # escapes the suite folder
+    (dataset / "tokens" / "link.json").symlink_to(dataset.parent / "outside.json")
+    doc["windows"][2]["token_file"] = "tokens/link.json"  # a symlink escaping the suite folder
     (dataset / "suite-manifest.json").write_text(json.dumps(doc))
     result = verify_path(dataset)
     assert not result.ok

@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from kldtui.formats.atomic import atomic_open
+from kldtui.formats.names import safe_name
 from kldtui.formats.safetensors_io import encode_header
 
 CAPTURE_DIR_ENV = "VLLM_KLD_CAPTURE_DIR"
 SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
 ERROR_MARKER = "capture-error.txt"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
 
 
@@ -44,8 +44,10 @@ def writer_where(capture_dir: str | os.PathLike[str]) -> str:
 
 
 def sanitize_request_id(request_id: str) -> str:
-    """The request folder name: every character not alphanumeric or ``-_.`` becomes ``_``."""
-    return _UNSAFE.sub("_", request_id)
+    """The request folder name: every character not alphanumeric or ``-_.`` becomes ``_``, and so
+    does every ``..`` (``".."`` would name the capture folder's parent); see
+    :func:`kldtui.formats.names.safe_name`."""
+    return safe_name(request_id)
 
 
 def chunk_file_name(row_start: int, row_end: int) -> str:

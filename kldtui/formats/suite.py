@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.formats.names import check_name, check_relative_path
 
 SUITE_MANIFEST = "suite-manifest.json"
 LOGITS_MANIFEST = "manifest.json"
@@ -56,10 +57,16 @@ def _read_json(path: Path, what: str) -> Any:
         raise BadInput(f"{path}: {what} not found") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: is a folder, expected {what}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: {what} is not UTF-8 text; it is damaged or not a JSON file") from None
+    except OSError as exc:  # a symlink loop, no permission
+        raise BadInput(f"{path}: {what} cannot be read ({exc.strerror or exc})") from None
     try:
         return json.loads(text)
     except ValueError as exc:
         raise BadInput(f"{path}: {what} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise BadInput(f"{path}: {what} is nested too deeply to be a kldtui file") from None
 
 
 def _read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> tuple[Path, dict[str, Any]]:
@@ -196,10 +203,11 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
                            f"{context_length}")
         windows.append(WindowSpec(
             index=index,
-            domain=_require(entry, "domain", str, w_where),
-            domain_index=int(entry.get("domain_index", 0)),
+            domain=check_name(_require(entry, "domain", str, w_where), "domain", w_where),
+            domain_index=_require(entry, "domain_index", int, w_where) if "domain_index" in entry else 0,
             num_tokens=num_tokens,
-            token_file=_require(entry, "token_file", str, w_where),
+            token_file=check_relative_path(_require(entry, "token_file", str, w_where),
+                                           "token_file", w_where),
             token_ids_json_sha256=_require(entry, "token_ids_json_sha256", str, w_where),
             raw=entry,
         ))
@@ -266,7 +274,7 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
     vocab = _require(doc, "vocab_size", int, where)
     context_length = _require(doc, "context_length", int, where)
     rng = _require(doc, "window_range", list, where)
-    if len(rng) != 2 or not all(isinstance(v, int) for v in rng):
+    if len(rng) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng):
         raise BadInput(f"{where}: window_range must be [start, stop)")
     entries: dict[int, LogitsEntry] = {}
     for position, entry in enumerate(_require(doc, "windows", list, where)):
@@ -274,12 +282,13 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
         if not isinstance(entry, dict):
             raise BadInput(f"{w_where}: expected an object")
         shape = _require(entry, "shape", list, w_where)
-        if len(shape) != 2:
-            raise BadInput(f"{w_where}: shape {shape} must have 2 dimensions")
+        if len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                      for d in shape):
+            raise BadInput(f"{w_where}: shape {shape} must be 2 whole numbers [rows, vocab]")
         e = LogitsEntry(
             window_index=_require(entry, "window_index", int, w_where),
-            domain=_require(entry, "domain", str, w_where),
-            file=_require(entry, "file", str, w_where),
+            domain=check_name(_require(entry, "domain", str, w_where), "domain", w_where),
+            file=check_name(_require(entry, "file", str, w_where), "file", w_where),
             key=str(entry.get("key", doc.get("tensor_key", TENSOR_KEY))),
             shape=(int(shape[0]), int(shape[1])),
             dtype=_require(entry, "dtype", str, w_where),
@@ -293,7 +302,7 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
         entries[e.window_index] = e
     return LogitsManifest(
         root=p.parent, path=p, vocab_size=vocab, context_length=context_length,
-        window_count=int(doc.get("window_count", len(entries))),
+        window_count=_require(doc, "window_count", int, where) if "window_count" in doc else len(entries),
         window_range=(int(rng[0]), int(rng[1])),
         suite_token_hash_sha256=_require(doc, "suite_token_hash_sha256", str, where),
         tensor_key=str(doc.get("tensor_key", TENSOR_KEY)), entries=entries,

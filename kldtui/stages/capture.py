@@ -49,6 +49,7 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id, writer_host
+from kldtui.formats.names import check_name
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.suite import Suite, WindowSpec
 
@@ -252,6 +253,7 @@ def save_records(path: str | os.PathLike[str], records: dict[int, CaptureRecord]
 
 
 def records_path_for(capture_dir: str | os.PathLike[str], run_name: str) -> Path:
+    check_name(run_name, "run name", str(capture_dir))
     return Path(capture_dir) / f"capture-{run_name}.json"
 
 
@@ -336,7 +338,7 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
     server_capture_dir = Path(server_capture_dir)
     records_path = Path(records_path)
     records = load_records(records_path)
-    run_name = run_dir.name
+    run_name = check_name(run_dir.name, "run name", str(run_dir.parent))
     emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {run_dir}"))
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
@@ -677,5 +679,6 @@ def _timeout_message(w: WindowSpec, url: str, timeout: float) -> str:
 def default_run_paths(capture_dir: str | os.PathLike[str], run_name: str) -> tuple[Path, Path]:
     """``(run_dir, records_path)`` for ``<capture-dir>`` and ``<run-name>``."""
     capture = Path(capture_dir)
+    check_name(run_name, "run name", str(capture))
     return capture / run_name, records_path_for(capture, run_name)
 

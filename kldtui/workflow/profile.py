@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.formats.names import check_name
 
 DEFAULT_VLLM_LAUNCHER = ("-m", "vllm.entrypoints.cli.main", "serve", "{model}")
 EMBEDDED_MODULE = "kldtui.embedded"
@@ -322,8 +323,7 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     if start < 0 or (stop is not None and stop <= start):
         raise BadInput(f"{where}: [run] window range [{start}, {stop}) is empty or negative")
     name = run.get("run_name", RunConfig.run_name)
-    if not name or any(ch in name for ch in "/\\") or name.startswith("."):
-        raise BadInput(f"{where}: [run] run_name {name!r} must be a plain folder name")
+    check_name(name, "[run] run_name", where)
 
     cmp_ = parsed["compare"]
     if "abort_kl_above" in cmp_:

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.stages.capture import capture_windows, default_run_paths
     from kldtui.stages.serve import check_attached
 
+    run_dir, records = default_run_paths(args.capture_dir, args.run_name)  # refuses '..', 'a/b'
     server_dir = args.server_capture_dir or os.environ.get(CAPTURE_DIR_ENV)
     if not server_dir:
         raise BadInput(f"--server-capture-dir is not set and ${CAPTURE_DIR_ENV} is empty; give the "
@@ -62,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite_dir)
     suite.check_suite_hash()
     windows = suite.select(args.start_window, args.stop_window)
-    run_dir, records = default_run_paths(args.capture_dir, args.run_name)
 
     def job(emit, cancel):  # type: ignore[no-untyped-def]
         url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)

@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite_dir)
     suite.check_suite_hash()
     windows = suite.select(args.start_window, args.stop_window)
-    run_dir = Path(args.capture_dir) / args.run_name
+    from kldtui.formats.names import check_name
+
+    run_dir = Path(args.capture_dir) / check_name(args.run_name, "--run-name", "finalize")
     if not run_dir.is_dir():
         raise BadInput(f"{run_dir}: no such capture run; check --capture-dir and --run-name")
 
