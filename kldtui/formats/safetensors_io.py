@@ -94,6 +94,9 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         raise BadInput(f"{p}: corrupt safetensors header ({exc}); "
                        "delete it and download or capture it again") from None
     metadata = doc.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise BadInput(f"{p}: corrupt safetensors header (__metadata__ is a "
+                       f"{type(metadata).__name__}, not a string map); delete it and fetch it again")
     data_start = 8 + header_len
     tensors: dict[str, TensorInfo] = {}
     for name, entry in doc.items():

@@ -42,7 +42,8 @@ from kldtui.events import (
     WindowState,
     null_sink,
 )
-from kldtui.formats.safetensors_io import RowReader, expect_tensor, read_header
+from kldtui.formats.identity import check_logits_file
+from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import (
     LogitsManifest,
     Suite,
@@ -94,23 +95,17 @@ class CompareInputs:
     reference_manifest_sha256: str
 
 
-def _file_checks(manifest: LogitsManifest, w: WindowSpec, vocab: int, side: str) -> Path:
-    path = manifest.file_path(w.index)
+def _file_checks(manifest: LogitsManifest, suite: Suite, w: WindowSpec, side: str) -> Path:
+    """The file is the window the suite expects (header metadata window_index and token hash,
+    shape, dtype, size), checked before a row is read; see :mod:`kldtui.formats.identity`."""
     entry = manifest.entry(w.index)
-    what = f"{side}, {w.label}"
-    try:
-        header = read_header(path)
-        expect_tensor(header, entry.key, "F32", (w.scored_positions, vocab))
-    except BadInput as exc:
-        advice = "" if "again" in str(exc) else "; download or finalize this window again"
-        raise BadInput(f"{exc} ({what}){advice}") from None
     if entry.dtype != "F32":
         raise BadInput(f"{manifest.path}: {w.label} dtype {entry.dtype!r} is not F32; "
                        "only float32 logits are supported")
-    if header.file_size != entry.size_bytes:
-        raise BadInput(f"{path}: {what}: file has {header.file_size} bytes, the manifest says "
-                       f"{entry.size_bytes}; it is truncated or was replaced, fetch or finalize it again")
-    return path
+    identity = check_logits_file(manifest, w.index, suite=suite, side=side)
+    identity.raise_first("" if any("again" in p for p in identity.problems[:1])
+                         else "; download or finalize this window again")
+    return identity.path
 
 
 def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
@@ -139,8 +134,8 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
         next_tokens[w.index] = ids[1:]
     paths: list[tuple[Path, str, WindowSpec, LogitsManifest]] = []
     for w in selected:
-        paths.append((_file_checks(ref, w, vocab, "reference"), ref.entry(w.index).sha256, w, ref))
-        paths.append((_file_checks(cand, w, vocab, "candidate"), cand.entry(w.index).sha256, w, cand))
+        paths.append((_file_checks(ref, suite, w, "reference"), ref.entry(w.index).sha256, w, ref))
+        paths.append((_file_checks(cand, suite, w, "candidate"), cand.entry(w.index).sha256, w, cand))
     sha_state = "skipped"
     if options.verify_sha256:
         sha_state = _verify_sha256(paths, emit, cancel)

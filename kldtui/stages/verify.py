@@ -40,9 +40,8 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.safetensors_io import expect_tensor, read_header
+from kldtui.formats.identity import check_logits_file
 from kldtui.formats.suite import (
-    LOGITS_FORMAT,
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
     LogitsManifest,
@@ -334,38 +333,22 @@ def _check_manifest_vs_suite(manifest: LogitsManifest, suite: Suite, windows: It
                                    f"{w.scored_positions}")
 
 
-def _check_file_structure(manifest: LogitsManifest, index: int, result: VerifyResult) -> Path | None:
-    """Size, header, key, dtype, shape and metadata of one window's file; the path if it exists."""
-    entry = manifest.entries[index]
-    label = f"window {index:03d}"
+def _check_file_structure(manifest: LogitsManifest, index: int, result: VerifyResult,
+                          suite: Suite | None) -> Path | None:
+    """Size, header, key, dtype, shape and metadata of one window's file (the same identity check
+    compare makes, :func:`kldtui.formats.identity.check_logits_file`); the path if it exists."""
     try:
         path = manifest.file_path(index)
     except BadInput as exc:
         result.failures.append(str(exc))
         return None
-    if not path.is_file():
-        result.failures.append(f"{path}: {label}: file is missing; download or finalize it again")
-        return None
-    size = path.stat().st_size
-    if size != entry.size_bytes:
-        result.failures.append(f"{path}: {label}: {size} bytes, the manifest says {entry.size_bytes}; "
-                               "the file is truncated or changed, delete it and fetch it again")
-        return path
-    try:
-        header = read_header(path)
-        expect_tensor(header, entry.key, entry.dtype, entry.shape, what=label)
-    except BadInput as exc:
-        result.failures.append(str(exc))
-        return path
-    meta = header.metadata
-    expected = {"window_index": str(index), "token_ids_json_sha256": entry.token_ids_json_sha256,
-                "vocab_size": str(manifest.vocab_size), "domain": entry.domain,
-                "format": LOGITS_FORMAT}
-    for key, want in expected.items():
-        if key in meta and meta[key] != want:
-            result.failures.append(f"{path}: {label}: header metadata {key}={meta[key]!r}, the manifest "
-                                   f"says {want!r}")
-    return path
+    in_suite = suite is not None and any(w.index == index for w in suite.windows)
+    identity = check_logits_file(manifest, index, suite=suite if in_suite else None)
+    result.failures.extend(identity.problems)
+    for note in identity.notes:
+        if note not in result.notes:
+            result.notes.append(note)
+    return path if path.is_file() else None
 
 
 def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[int] | None,
@@ -393,7 +376,7 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
                                    f"the listed files ({listed})")
     to_hash: dict[Path, int] = {}
     for index in selected:
-        path = _check_file_structure(manifest, index, result)
+        path = _check_file_structure(manifest, index, result, suite)
         size_ok = path is not None and path.stat().st_size == manifest.entries[index].size_bytes
         if path is not None and size_ok:
             to_hash[path] = index
