@@ -57,6 +57,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.chunks import CAPTURE_DIR_ENV
+from kldtui.redact import redact_argv, scrub, secret_values
 
 STAGE: StageName = "server"
 DEFAULT_STOP_TIMEOUTS = (20.0, 10.0, 5.0)  # after SIGINT, after SIGTERM, after SIGKILL
@@ -247,8 +248,15 @@ class ServerProcess:
         self._log_file: IO[str] | None = None
         self._stopping = False
         self._stop_lock = threading.Lock()
+        # values never printed or logged (the server's own log lines may echo its arguments)
+        self._secrets = secret_values(self.argv, self.extra_env, [api_key])
 
     # -- public ---------------------------------------------------------------------------------
+    @property
+    def public_argv(self) -> list[str]:
+        """The command line as it may be shown or recorded (secret values redacted)."""
+        return redact_argv(self.argv)
+
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
@@ -302,7 +310,8 @@ class ServerProcess:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
-        self.emit(StageStarted(STAGE, detail=" ".join(self.argv)))
+        self._secrets = secret_values(self.argv, self.extra_env, [self.api_key])
+        self.emit(StageStarted(STAGE, detail=" ".join(redact_argv(self.argv))))
         preexec = _pdeathsig()
 
         def spawn() -> subprocess.Popen[bytes]:
@@ -436,6 +445,7 @@ class ServerProcess:
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             # progress bars redraw with carriage returns: keep what the terminal would show last
             line = next((part for part in reversed(text.split("\r")) if part.strip()), "")
+            line = scrub(line, self._secrets)
             self._lines.append(line)
             if self._log_file is not None:
                 with contextlib.suppress(OSError, ValueError):

@@ -63,6 +63,7 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, logits_file_name
+from kldtui.redact import redact_env
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
@@ -243,9 +244,10 @@ class Pipeline:
         except BaseException:
             self.server = None
             raise
-        self.runtime = {"launcher": "kldtui", "kind": c.kind, "argv": self.server.argv,
+        # recorded in the candidate manifest: secrets only as "<redacted>" (kldtui.redact)
+        self.runtime = {"launcher": "kldtui", "kind": c.kind, "argv": self.server.public_argv,
                         "model": c.model, "served_model_name": c.served_model_name,
-                        "env": self.profile.server_env()}
+                        "env": redact_env(self.profile.server_env())}
 
     def serve(self) -> str:
         """Start the server (or check the attached one) and wait until it is ready; return its URL."""

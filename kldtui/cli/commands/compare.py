@@ -60,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
                              bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed,
                              row_block=args.row_block, reverse=args.reverse, backend=args.backend,
                              threads=args.threads, verify_sha256=args.verify_sha256)
-    command = "kldtui " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
+    from kldtui.redact import redact_argv
+
+    shown = redact_argv(sys.argv[1:])
+    command = "kldtui " + " ".join(shlex.quote(a) for a in shown) if shown else None
 
     def job(emit, cancel):  # type: ignore[no-untyped-def]
         report = compare(args.suite_manifest, args.reference_dir, args.candidate_dir, options, emit,
