@@ -13,6 +13,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import os
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,9 @@ class LogitsFileWriter:
             "token_ids_json_sha256": window.token_ids_json_sha256,
         }
         header = encode_header({TENSOR_KEY: ("F32", (self.rows, vocab_size))}, metadata)
-        self.tmp = self.folder / f".{self.final.name}.partial"
+        # unique per process and writer: two writers never share a temporary file (and a partial
+        # file left by a killed run is removed by the next writer of that window, see below)
+        self.tmp = self.folder / f".{self.final.name}.{os.getpid()}-{secrets.token_hex(4)}.partial"
         self._hash = hashlib.sha256()
         self._written_rows = 0
         self._size = 0
@@ -103,8 +106,20 @@ class LogitsFileWriter:
                         if hash_thread else None)
         self._pending: concurrent.futures.Future[None] | None = None
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_partials()
         self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in commit/abort
         self._write(header)
+
+    def _remove_stale_partials(self) -> None:
+        """Partial files of this window left by killed runs: only those whose writer's pid is gone
+        (the folder lock, kldtui.formats.folder_lock, keeps live writers apart; this keeps one from
+        deleting a live writer's file even without it)."""
+        for old in self.folder.glob(f".{self.final.name}.*partial"):
+            pid_text = old.name[len(self.final.name) + 2:].split("-", 1)[0]
+            if pid_text.isdigit() and _pid_alive(int(pid_text)):
+                continue
+            with contextlib.suppress(OSError):
+                old.unlink()
 
     def _finish_hash(self) -> None:
         if self._pending is not None:
@@ -180,6 +195,16 @@ class LogitsFileWriter:
             self._file.close()
         with contextlib.suppress(FileNotFoundError):
             self.tmp.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_logits_array(folder: str | os.PathLike[str], window: WindowSpec, logits: np.ndarray,

@@ -281,7 +281,7 @@ def _move_folder(src: Path, dest: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-        tmp = dest.parent / f".{dest.name}.copying"
+        tmp = dest.parent / f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.copying"
         _remove_tree(tmp)
         shutil.copytree(src, tmp)
         os.rename(tmp, dest)

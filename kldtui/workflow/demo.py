@@ -81,8 +81,9 @@ def build_demo_suite(root: Path) -> None:
 
 def prepare_demo(workdir: str | os.PathLike[str]) -> Profile:
     """Create the demo suite and profile in ``workdir`` (idempotent); return the profile."""
-    root = Path(workdir).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    from kldtui.formats.folder_lock import ensure_folder
+
+    root = ensure_folder(Path(workdir).expanduser().resolve(), "--workdir")
     build_demo_suite(root / "suite")
     profile_path = root / "kldtui.toml"
     if not profile_path.exists() or profile_path.read_text() != PROFILE_TEXT:

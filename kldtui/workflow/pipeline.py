@@ -62,6 +62,7 @@ from kldtui.events import (
     StageFailed as StageFailedEvent,
 )
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, logits_file_name
 from kldtui.redact import redact_env
 from kldtui.workflow.control import StageRequest
@@ -124,6 +125,22 @@ class Pipeline:
         self._abort_message: str | None = None
         self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
         self.server_capture_dir_override: Path | None = None  # ``kldtui serve --capture-dir``
+        self._locks = FolderLocks()
+
+    # -- one writer per folder --------------------------------------------------------------------
+    def lock_folders(self) -> None:
+        """Take (once) the locks of every folder this pipeline writes: the work folder, the
+        candidate folder, and the suite folder when the reference is fetched or captured into it.
+        A second kldtui on one of them gets BadInput naming the holder (kldtui.formats.folder_lock).
+        Held until :meth:`release_folders` or the end of the process."""
+        ref = self.profile.reference
+        folders = [self.workdir, self.candidate_dir]
+        if ref.repo_id or ref.capture:
+            folders.append(self.suite_dir)
+        self._locks.acquire(folders, what="work folder")
+
+    def release_folders(self) -> None:
+        self._locks.release()
 
     # -- paths (all from the workspace) --------------------------------------------------------
     @property
@@ -178,6 +195,7 @@ class Pipeline:
         captured from the embedded server, unperturbed, into ``local_dir/ref``.
         """
         ref = self.profile.reference
+        self.lock_folders()
         try:
             if ref.capture == "embedded" and not self._workspace.reference_manifest.exists():
                 self._build_embedded_reference()
@@ -230,6 +248,7 @@ class Pipeline:
         c = self.profile.candidate
         if c.kind == "attach" or self.server is not None:
             return
+        self.lock_folders()
         from kldtui.stages.serve import ServerProcess
 
         self.server_capture_dir = self.server_capture_dir_override or self._fresh_server_capture_dir()
@@ -282,6 +301,7 @@ class Pipeline:
         """Capture the window range (resumes from the capture records); the server must be up."""
         from kldtui.stages.capture import capture_windows
 
+        self.lock_folders()
         suite = self.load_suite()
         url = self.serve()
         assert self.server_capture_dir is not None
@@ -303,6 +323,7 @@ class Pipeline:
 
     def finalize(self) -> Path:
         """Finalize every captured window of the range that is not finalized yet."""
+        self.lock_folders()
         self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
         try:
             done = self._captured_indices()
@@ -319,6 +340,7 @@ class Pipeline:
 
     def compare(self) -> Path:
         """Compare every finalized window (reusing stored results) and write the report."""
+        self.lock_folders()
         self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
         try:
             self._load_written()
@@ -381,6 +403,7 @@ class Pipeline:
     # -- everything, overlapped -------------------------------------------------------------------
     def run_all(self) -> Path:
         """Reference + server concurrently, then capture with finalize+compare per window."""
+        self.lock_folders()
         try:
             try:
                 self.start_server()
@@ -443,6 +466,7 @@ class Pipeline:
             return path
         finally:
             self.stop_server(reason="stopped")
+            self.release_folders()
 
     # -- internals ------------------------------------------------------------------------------
     def _window_worker(self, work: queue.Queue[WindowSpec | None], failure: list[BaseException]) -> None:

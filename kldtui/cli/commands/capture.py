@@ -72,4 +72,7 @@ def run(args: argparse.Namespace) -> int:
                                api_key=api_key, request_timeout=args.request_timeout, emit=emit,
                                cancel=cancel)
 
-    return run_batch_job(job, args)
+    from kldtui.formats.folder_lock import hold
+
+    with hold([args.capture_dir], what="--capture-dir"):  # one capture per capture folder
+        return run_batch_job(job, args)

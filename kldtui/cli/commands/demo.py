@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
 
         return int(run_dashboard(demo_workdir=args.workdir, theme=getattr(args, "theme", None)) or 0)
 
+    from kldtui.formats.folder_lock import hold
     from kldtui.workflow.demo import prepare_demo
 
-    return run_pipeline_batch(prepare_demo(args.workdir), args)
+    # held from the suite's first file on: two demos on one new folder would both write it
+    with hold([args.workdir], what="--workdir"):
+        return run_pipeline_batch(prepare_demo(args.workdir), args)

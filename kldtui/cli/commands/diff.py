@@ -74,11 +74,14 @@ def format_diff(result: Any, per_window: bool = False) -> str:
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.paired import paired_diff_files
     from kldtui.formats.atomic import write_json_atomic
+    from kldtui.formats.folder_lock import hold
 
-    result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples, seed=args.seed,
-                               noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
-    print(format_diff(result, per_window=args.per_window))
-    if args.json:
-        write_json_atomic(args.json, result.to_dict())
-        print(f"wrote {args.json}")
+    with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
+        result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples,
+                                   seed=args.seed, noise_path=args.noise,
+                                   use_noise_floor=not args.no_noise_floor)
+        print(format_diff(result, per_window=args.per_window))
+        if args.json:
+            write_json_atomic(args.json, result.to_dict())
+            print(f"wrote {args.json}")
     return 0

@@ -22,9 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
+    from kldtui.formats.folder_lock import hold
     from kldtui.stages.reference import ensure_reference
 
-    with ConsoleProgress() as emit:
+    with hold([args.local_dir], what="--local-dir"), ConsoleProgress() as emit:
         ref = ensure_reference(args.repo_id, args.local_dir, revision=args.revision,
                                start_window=args.start_window, stop_window=args.stop_window,
                                reverify=args.reverify, workers=args.workers, emit=emit)

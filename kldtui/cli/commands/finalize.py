@@ -65,4 +65,7 @@ def run(args: argparse.Namespace) -> int:
                             force=args.force, emit=emit, cancel=cancel, kind=args.kind,
                             expected_vocab=args.expected_vocab, verify=args.verify)
 
-    return run_batch_job(job, args)
+    from kldtui.formats.folder_lock import hold
+
+    with hold([args.output_dir], what="--output-dir"):  # one finalize per output folder
+        return run_batch_job(job, args)

@@ -83,14 +83,16 @@ def print_rich(board: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.leaderboard import leaderboard_from_files
     from kldtui.formats.atomic import write_json_atomic
+    from kldtui.formats.folder_lock import hold
 
-    board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
-                                   noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
-    if sys.stdout.isatty() and not args.plain:
-        print_rich(board)
-    else:
-        print(format_plain(board))
-    if args.json:
-        write_json_atomic(args.json, board.to_dict())
-        print(f"wrote {args.json}")
+    with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
+        board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
+                                       noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
+        if sys.stdout.isatty() and not args.plain:
+            print_rich(board)
+        else:
+            print(format_plain(board))
+        if args.json:
+            write_json_atomic(args.json, board.to_dict())
+            print(f"wrote {args.json}")
     return 0

@@ -79,6 +79,14 @@ def describe(model: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kldtui.formats.folder_lock import hold
+
+    # bad --output/--report paths are refused before the comparison runs; one writer per file
+    with hold(files=[args.output] + ([args.report] if args.report else [])):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from kldtui.decide.noise import (
         check_repeat_capture,
         different_models,

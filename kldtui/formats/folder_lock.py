@@ -1,0 +1,187 @@
+"""One writer per folder: an exclusive ``flock`` on a lock file, held while a command writes there.
+
+Two kldtui runs writing into one work folder (or one capture folder, logits folder, report file)
+would race: on the same temporary names, on the capture records, on the manifest. Every command
+that writes into a folder takes :func:`hold` on it first; a second run gets :class:`BadInput`
+(exit 2) naming the folder and the holder's pid and command, and changes nothing.
+
+- The lock file is ``<folder>/.kldtui.lock`` (a whole folder) or ``<folder>/.<name>.kldtui-lock``
+  (one output file, e.g. a report). It holds the holder's pid, command and start time, and is
+  removed on release; a lock left by a killed process is free again (the kernel drops a dead
+  process's ``flock``), so nothing has to be cleaned up after ``kill -9``.
+- A process may take the same lock again (a pipeline and the stages it calls): it is counted and
+  released by the last holder.
+- The lock is advisory: it protects kldtui against kldtui, not against other programs, and only
+  on file systems with working ``flock`` (local disks; NFS maps it to its own locks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kldtui.errors import BadInput
+
+LOCK_NAME = ".kldtui.lock"
+
+
+@dataclass
+class _Held:
+    fd: int
+    count: int
+
+
+_held: dict[Path, _Held] = {}
+_held_lock = threading.Lock()
+
+
+def lock_path_for_file(path: str | os.PathLike[str]) -> Path:
+    """The lock file guarding one output file (beside it)."""
+    p = Path(path)
+    return p.parent / f".{p.name}.kldtui-lock"
+
+
+def _command() -> str:
+    return " ".join(["kldtui", *sys.argv[1:]])[:300] if sys.argv else "kldtui"
+
+
+def _holder(path: Path) -> str:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return f"pid {doc['pid']}: {doc['command']} (since {doc['started_utc']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "pid unknown"
+
+
+def ensure_folder(folder: str | os.PathLike[str], what: str = "folder") -> Path:
+    """Create ``folder`` (and parents); a file in the way or no permission is a BadInput."""
+    p = Path(folder)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise BadInput(f"{p}: is a file, not a folder; give a {what} that is a folder") from None
+    except NotADirectoryError:
+        raise BadInput(f"{p}: a part of this path is a file, not a folder; give another {what}") from None
+    except PermissionError:
+        raise BadInput(f"{p}: not allowed to create this {what}; choose a writable place") from None
+    except OSError as exc:
+        raise BadInput(f"{p}: cannot create this {what} ({exc.strerror or exc})") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise BadInput(f"{p}: this {what} is not writable; choose a writable place")
+    return p
+
+
+def _acquire(lock_file: Path, guarded: str) -> None:
+    key = lock_file.absolute()
+    with _held_lock:
+        held = _held.get(key)
+        if held is not None:
+            held.count += 1
+            return
+        while True:
+            try:
+                fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise BadInput(f"{guarded}: cannot create the lock file {key.name} "
+                               f"({exc.strerror or exc}); the folder must be writable") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise BadInput(f"{guarded}: cannot lock {key} ({exc.strerror or exc})") from None
+                raise BadInput(f"{guarded}: in use by another kldtui run ({_holder(key)}); wait for it "
+                               "to finish or stop it, or use another folder") from None
+            # the holder before us may have removed the file between our open and our lock
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(key))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        info = {"pid": os.getpid(), "command": _command(),
+                "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)
+        _held[key] = _Held(fd, 1)
+
+
+def _release(lock_file: Path) -> None:
+    key = lock_file.absolute()
+    with _held_lock:
+        held = _held.get(key)
+        if held is None:
+            return
+        held.count -= 1
+        if held.count > 0:
+            return
+        del _held[key]
+        with contextlib.suppress(OSError):
+            os.unlink(key)  # while still locked: the next taker re-checks the inode
+        with contextlib.suppress(OSError):
+            os.close(held.fd)  # drops the flock
+
+
+@contextlib.contextmanager
+def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | os.PathLike[str]] = (),
+         what: str = "folder") -> Iterator[None]:
+    """Hold the locks of ``folders`` (created when missing) and of output ``files`` (their folder
+    must exist) for the block; BadInput when another run holds one. Taken in a fixed order."""
+    locks: list[tuple[Path, str]] = []
+    for folder in folders:
+        p = ensure_folder(folder, what)
+        locks.append((p / LOCK_NAME, str(p)))
+    for file in files:
+        f = Path(file)
+        if f.is_dir():
+            raise BadInput(f"{f}: is a folder; give a file name")
+        if not f.parent.is_dir():
+            raise BadInput(f"{f}: folder {f.parent} does not exist; create it first")
+        if not os.access(f.parent, os.W_OK | os.X_OK):
+            raise BadInput(f"{f}: folder {f.parent} is not writable")
+        locks.append((lock_path_for_file(f), str(f)))
+    unique = sorted({lf.absolute(): (lf, g) for lf, g in locks}.values(), key=lambda t: str(t[0].absolute()))
+    taken: list[Path] = []
+    try:
+        for lock_file, guarded in unique:
+            _acquire(lock_file, guarded)
+            taken.append(lock_file)
+        yield
+    finally:
+        for lock_file in reversed(taken):
+            _release(lock_file)
+
+
+class FolderLocks:
+    """Locks taken once and held until :meth:`release` (a pipeline whose stages are called one at
+    a time keeps its folders for its lifetime)."""
+
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._stack is not None
+
+    def acquire(self, folders: Sequence[str | os.PathLike[str]], what: str = "folder") -> None:
+        if self._stack is not None:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(hold(folders, what=what))
+        self._stack = stack
+
+    def release(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
