@@ -134,7 +134,7 @@ class Pipeline:
         A second kldtui on one of them gets BadInput naming the holder (kldtui.formats.folder_lock).
         Held until :meth:`release_folders` or the end of the process."""
         ref = self.profile.reference
-        folders = [self.workdir, self.candidate_dir]
+        folders = [f for f in (self._workspace.workdir, self.candidate_dir) if f is not None]
         if ref.repo_id or ref.capture:
             folders.append(self.suite_dir)
         self._locks.acquire(folders, what="work folder")
@@ -197,7 +197,7 @@ class Pipeline:
         ref = self.profile.reference
         self.lock_folders()
         try:
-            if ref.capture == "embedded" and not self._workspace.reference_manifest.exists():
+            if ref.capture == "embedded" and not self._embedded_reference_complete():
                 self._build_embedded_reference()
             run = self.profile.run
             if ref.logits_dir == "ref":
@@ -219,6 +219,21 @@ class Pipeline:
             if not isinstance(exc, Interrupted):
                 self.emit(StageFailedEvent("reference", message=str(exc)))
             raise
+
+    def _embedded_reference_complete(self) -> bool:
+        """The captured reference lists every window of the run, each file present. A manifest
+        listing fewer is the resume state of an interrupted reference finalize, not a finished
+        reference: the reference capture resumes from it."""
+        path = self.reference_dir / "manifest.json"
+        if not path.exists():
+            return False
+        try:
+            manifest = load_logits_manifest(path)
+            wanted = {w.index for w in self.windows()}
+        except BadInput:
+            return False
+        have = {i for i, e in manifest.entries.items() if (self.reference_dir / e.file).is_file()}
+        return wanted <= have
 
     def _build_embedded_reference(self) -> None:
         """Capture + finalize the reference with the embedded server (perturb 0), events relabelled."""

@@ -1,0 +1,94 @@
+"""A demo killed at any moment resumes to the same report as an uninterrupted run (issue 11 item 5),
+including a kill inside the reference's finalize, which leaves a reference manifest listing only
+the finished windows: that is resume state, not a finished reference."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_demo_resume import demo_cmd, env_with, stable
+from tests.test_demo_resume import uninterrupted as uninterrupted  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _report(workdir: Path) -> dict:
+    return stable(json.loads((workdir / "comparison.json").read_text()))
+
+
+def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The state a kill inside reference finalize leaves: every reference window captured and
+    recorded, windows 0-2 finalized and listed, window 3 half-written, 4-5 not started."""
+    workdir = tmp_path / "demo"
+    workdir.mkdir()
+    for part in ("suite", "reference-run"):
+        shutil.copytree(uninterrupted / part, workdir / part)
+    ref = workdir / "suite" / "ref"
+    manifest = json.loads((ref / "manifest.json").read_text())
+    manifest["windows"] = manifest["windows"][:3]
+    manifest["window_count"] = 3
+    (ref / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    for i in (3, 4, 5):
+        (ref / f"logits_{i:03d}.safetensors").unlink()
+    (ref / ".logits_003.safetensors.partial").write_bytes(b"\0" * 1000)
+    proc = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _report(workdir) == _report(uninterrupted)
+    assert not list(ref.glob(".*partial"))
+    assert json.loads((ref / "manifest.json").read_text())["window_count"] == 6
+
+
+def _run_until(workdir: Path, trigger: str, sig: signal.Signals) -> int:
+    """Run the demo (slowed down) and send ``sig`` at the first event matching ``trigger``."""
+    proc = subprocess.Popen(demo_cmd(workdir, "--jsonl"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with(KLDTUI_EMBEDDED_FAULT="chunk-delay:0.05"))
+    assert proc.stdout is not None
+    seen = {"captured": 0}
+    sent = False
+    for line in proc.stdout:
+        event = json.loads(line)
+        kind, stage = event.get("event"), event.get("stage")
+        if kind == "WindowState" and stage == "capture" and event.get("state") == "captured":
+            seen["captured"] += 1
+        hit = (trigger == "first-event"
+               or (trigger == "reference-finalize" and kind == "Progress" and stage == "reference"
+                   and event.get("task") == "reference windows")
+               or (trigger == "reference-capture" and kind == "Progress" and stage == "reference"
+                   and str(event.get("task", "")).startswith("window "))
+               or (trigger == "capture-2" and seen["captured"] >= 2)
+               or (trigger == "compared" and kind == "WindowState" and stage == "compare"
+                   and event.get("state") == "compared"))
+        if hit and not sent:
+            proc.send_signal(sig)
+            sent = True
+            if sig == signal.SIGKILL:
+                break
+    proc.communicate(timeout=120)
+    return proc.returncode
+
+
+def test_demo_survives_kills_at_many_points(uninterrupted: Path, tmp_path: Path) -> None:  # noqa: F811
+    workdir = tmp_path / "demo"
+    codes = []
+    for trigger, sig in (("first-event", signal.SIGKILL),
+                         ("reference-capture", signal.SIGTERM),
+                         ("reference-finalize", signal.SIGTERM),
+                         ("reference-finalize", signal.SIGINT),
+                         ("reference-finalize", signal.SIGKILL),
+                         ("capture-2", signal.SIGINT),
+                         ("compared", signal.SIGKILL),
+                         ("compared", signal.SIGTERM)):
+        code = _run_until(workdir, trigger, sig)
+        codes.append((trigger, sig.name, code))
+        # interrupted (130), killed, or finished before the trigger came (0); never failed
+        assert code in (0, 130, -signal.SIGKILL), codes
+    proc = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
+    assert proc.returncode == 0, (codes, proc.stdout[-3000:] + proc.stderr[-3000:])
+    assert _report(workdir) == _report(uninterrupted)
+    assert any(code != 0 for _, _, code in codes)
