@@ -33,6 +33,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import errno
 import os
 import queue
 import signal
@@ -71,6 +72,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host if host not in _ANY_HOST else "", 0))
         return int(sock.getsockname()[1])
+
+
+def check_port_free(host: str, port: int) -> None:
+    """BadInput when ``host:port`` cannot be listened on: another server there would answer
+    kldtui's requests instead of the one it starts (and fail later, far from the cause)."""
+    bind_host = host if host not in _ANY_HOST else ""
+    try:
+        infos = socket.getaddrinfo(bind_host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise BadInput(f"server host {host!r}: not a valid address of this machine ({exc}); fix host "
+                       "in the profile") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is fine
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise BadInput(f"server port {port} on {host} is already in use by another process; "
+                               "kldtui would talk to that server instead of its own. Stop it, or set "
+                               "[candidate] port to a free one (0 picks one)") from None
+            raise BadInput(f"server address {host}:{port} cannot be used ({exc.strerror or exc}); fix "
+                           "host/port in the profile") from None
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -296,12 +321,19 @@ class ServerProcess:
         for note in self.added_notes:
             self.emit(Notice(STAGE, note))
         if _flag_value(self.argv, "--port") == "0":
-            port = free_port(self.host)
+            try:
+                port = free_port(self.host)
+            except (OSError, UnicodeError) as exc:
+                raise BadInput(f"server host {self.host!r}: no free port to listen on there "
+                               f"({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}); "
+                               "fix host in the profile") from None
             i = self.argv.index("--port") if "--port" in self.argv else None
             if i is not None:
                 self.argv[i + 1] = str(port)
             else:
                 self.argv = [a if not a.startswith("--port=") else f"--port={port}" for a in self.argv]
+        elif _flag_value(self.argv, "--port") is not None:
+            check_port_free(self.host, self.port)
         prepare_capture_dir(self.capture_dir)
         env = dict(os.environ)
         env.update(self.extra_env)
@@ -369,6 +401,10 @@ class ServerProcess:
                     raise StageFailed(f"server {self.argv[0]} did not start: {dead}")
                 served = _probe(client)
                 if served is not None:
+                    dead = self.alive()
+                    if dead is not None:  # something else answers on our port
+                        raise StageFailed(f"server {self.argv[0]} did not start: {dead}; another "
+                                          f"server answers at {url}")
                     if self.served_model_name in served:
                         self.emit(ServerReady(STAGE, url=url, served_model_name=self.served_model_name,
                                               pid=self.pid))
