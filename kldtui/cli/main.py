@@ -8,8 +8,10 @@ and their exit code; anything else is reported as an internal error in one line 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 import traceback
 from types import ModuleType
@@ -51,12 +53,25 @@ def _report_error(message: str) -> None:
     print(f"kldtui: error: {message}", file=sys.stderr)
 
 
+def _stop_on_sigterm() -> None:
+    """Until a command installs its own handlers, SIGTERM (and SIGHUP) stop like Ctrl-C: exit 130,
+    the documented code, even in the first second."""
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            signal.signal(sig, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     from kldtui.errors import KldError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv is None:  # the real command line (tests call main([...]) inside their own process)
+        _stop_on_sigterm()
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         module = getattr(args, "_module", None)
         if module is None:
             dashboard = _load("run")

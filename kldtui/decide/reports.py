@@ -49,10 +49,16 @@ class WindowValues:
         return list(dict.fromkeys(self.domain))
 
 
+MAX_VALUE = 1e100
+
+
 def _finite(value: Any, where: str, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
         raise BadInput(f"{where}: {what} is not a finite number ({value!r}); the report is damaged, "
                        "re-run kldtui compare")
+    if abs(value) > MAX_VALUE:  # squares and sums of it would overflow to inf/nan in the statistics
+        raise BadInput(f"{where}: {what} is {value!r}, too large to compare (at most {MAX_VALUE:g}); the "
+                       "report is damaged or the candidate is broken, re-run kldtui compare")
     return float(value)
 
 

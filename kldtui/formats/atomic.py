@@ -18,9 +18,27 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for a moment, for every
+    thread); 0o022 where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 def _tmp_path(final: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
+    try:
+        # mkstemp makes 0600; published files are readable like any other file (0644 under the
+        # usual umask), as the logits files are: a group sharing a work folder reads the reports
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
     return Path(name)
 
 

@@ -129,6 +129,8 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         doc = json.loads(text)
     except ValueError as exc:
         raise BadInput(f"{p}: not a JSON comparison report ({exc})") from None
+    except RecursionError:
+        raise BadInput(f"{p}: not a comparison report (JSON nested too deeply)") from None
     return normalise_report(doc, str(p))
 
 

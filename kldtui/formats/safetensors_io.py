@@ -86,6 +86,8 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         raise BadInput(f"{p}: file not found") from None
     except IsADirectoryError:
         raise BadInput(f"{p}: is a folder, expected a safetensors file") from None
+    except OSError as exc:  # a symlink loop, no permission, an I/O error
+        raise BadInput(f"{p}: cannot be read ({exc.strerror or exc})") from None
     try:
         doc = json.loads(raw.decode("utf-8"))
         if not isinstance(doc, dict):

@@ -135,15 +135,18 @@ class Suite:
         """Windows with ``start <= index < stop``; a bad range raises BadInput."""
         stop = self.window_count if stop is None else stop
         if not 0 <= start < stop <= self.window_count:
-            raise BadInput(f"window range [{start}, {stop}) is outside the suite's "
-                           f"0..{self.window_count} ({self.path})")
+            raise BadInput(f"window range [{start}, {stop}) is outside the suite (windows "
+                           f"0-{self.window_count - 1}, {self.path}); fix the start/stop window")
         return [w for w in self.windows if start <= w.index < stop]
 
     def token_path(self, window: WindowSpec) -> Path:
         """Absolute path of a window's token file; refuses paths that leave the suite folder."""
         rel = Path(window.token_file)
         root = self.root.resolve()
-        target = (root / rel).resolve()
+        try:
+            target = (root / rel).resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop
+            raise BadInput(f"{self.path}: {window.label} token_file {window.token_file!r}: {exc}") from None
         if rel.is_absolute() or not target.is_relative_to(root):
             raise BadInput(f"{self.path}: {window.label} token_file {window.token_file!r} points "
                            f"outside the suite folder {root}; fix the manifest")
@@ -260,7 +263,10 @@ class LogitsManifest:
     def file_path(self, window_index: int) -> Path:
         entry = self.entry(window_index)
         rel = Path(entry.file)
-        target = (self.root / rel).resolve()
+        try:
+            target = (self.root / rel).resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop
+            raise BadInput(f"{self.root / rel}: window {window_index:03d} cannot be read ({exc})") from None
         if rel.is_absolute() or not target.is_relative_to(self.root.resolve()):
             raise BadInput(f"{self.path}: window {window_index} file {entry.file!r} points outside "
                            f"{self.root}; fix the manifest")

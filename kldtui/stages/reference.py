@@ -139,6 +139,16 @@ def _local_state(root: Path, repo_id: str | None, revision: str | None, start_wi
     return suite, manifest, rng
 
 
+def _check_repo_id(repo_id: str) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise BadInput(f"repository id {repo_id[:200]!r} is not valid ({str(exc).splitlines()[0]}); "
+                       "give owner/name as on the Hub") from None
+
+
 def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, revision: str | None = None,
                      stop_window: int | None = None, start_window: int = 0, reverify: bool = False,
                      emit: EventSink = null_sink, cancel: Cancel | None = None,
@@ -152,6 +162,11 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     """
     root = Path(local_dir)
     started = time.monotonic()
+    if repo_id is not None:
+        _check_repo_id(repo_id)
+    if repo_id is None and (root / SUITE_MANIFEST).is_file():
+        # a range the local suite does not have: say so, rather than "give a repository id"
+        load_suite(root).select(start_window, stop_window)
     expected_hash = PUBLISHED_SUITE_HASH if repo_id == PUBLISHED_REPO_ID else None
     emit(StageStarted(STAGE, detail=f"{repo_id or 'local'} -> {root}"))
     local = _local_state(root, repo_id, revision, start_window, stop_window)

@@ -490,6 +490,8 @@ class ServerProcess:
             upper = line[:80].upper()
             level = ("error" if "ERROR" in upper or "TRACEBACK" in upper
                      else "warning" if "WARN" in upper else "info")
+            if self._stopping:
+                continue  # what a stopped server prints (its KeyboardInterrupt traceback): log only
             with contextlib.suppress(Exception):
                 self.emit(LogLine(STAGE, line, level=level))  # type: ignore[arg-type]
         with contextlib.suppress(OSError):

@@ -445,6 +445,22 @@ def _classify(path: Path) -> tuple[str, Path | None, Path | None]:
                    "a logits folder or a dataset root")
 
 
+def _check_range(start: int | None, stop: int | None, suite_path: Path | None) -> None:
+    """A window range the suite does not have is one error, before any work (not one failure
+    per missing window)."""
+    if start is not None and start < 0:
+        raise BadInput(f"--start-window {start} is negative; windows count from 0")
+    if stop is None or suite_path is None:
+        return
+    try:
+        count = load_suite(suite_path).window_count
+    except BadInput:
+        return  # reported with the other suite problems
+    if stop > count:
+        raise BadInput(f"window range [{start or 0}, {stop}) is outside the suite (windows 0-{count - 1}, "
+                       f"{suite_path}); check --start-window/--stop-window")
+
+
 def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers: int | None = None,
                 start_window: int | None = None, stop_window: int | None = None,
                 suite: str | os.PathLike[str] | None = None, expected_suite_hash: str | None = None,
@@ -463,6 +479,7 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     kind, suite_path, logits_path = _classify(p)
     root = p if p.is_dir() else p.parent
     result = VerifyResult(path=p, kind=kind)
+    _check_range(start_window, stop_window, Path(suite) if suite is not None else suite_path)
     emit(StageStarted(STAGE, detail=f"{kind} {p}"))
     if suite is not None:
         suite_path = Path(suite)
@@ -478,6 +495,9 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     loaded_suite = None
     if suite_path is not None:
         loaded_suite = _check_suite(suite_path, result, expected_suite_hash, emit, cancel)
+    if kind == "suite" and p.is_dir() and (p / REF_DIR).is_dir() and any((p / REF_DIR).glob("*.safetensors")):
+        result.failures.append(f"{p / REF_DIR}: holds logits files but no {LOGITS_MANIFEST}; the download "
+                               "is incomplete, run kldtui download again")
     elif kind == "logits":
         result.notes.append("no suite-manifest.json found next to this folder; checked the logits "
                             "without the suite (pass --suite-manifest to check them against it)")

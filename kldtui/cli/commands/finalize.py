@@ -51,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"{args.runtime_json}: cannot read the runtime identity ({exc})") from None
         if not isinstance(runtime, dict):
             raise BadInput(f"{args.runtime_json}: the runtime identity must be a JSON object")
+        try:  # checked now: the manifest is written after every window (JSON has no NaN/Infinity)
+            json.dumps(runtime, allow_nan=False)
+        except ValueError:
+            raise BadInput(f"{args.runtime_json}: holds NaN or Infinity, which a manifest cannot "
+                           "store; replace them with numbers or strings") from None
     suite = load_suite(args.suite_dir)
     suite.check_suite_hash()
     windows = suite.select(args.start_window, args.stop_window)
