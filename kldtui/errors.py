@@ -33,3 +33,23 @@ class StageFailed(KldError):
     """A stage ran and failed (server died, request failed, disk full)."""
 
     exit_code = 1
+
+
+class DiskFull(StageFailed, OSError):
+    """A file could not be written for lack of space (or quota, or a file size limit). Also an
+    ``OSError``, so code that tolerates a failed optional write (a cache) keeps tolerating it."""
+
+    exit_code = 1
+
+
+DISK_FULL_ERRNOS = (28, 122, 27)  # ENOSPC, EDQUOT, EFBIG
+
+
+def size_text(nbytes: int) -> str:
+    """``1234567`` -> ``1.2 MiB``, for messages about space."""
+    value = float(nbytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

@@ -202,8 +202,8 @@ def test_full_disk_while_finalizing_leaves_nothing_that_looks_complete(tmp_path:
     proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(suite.root), str(run), str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert "StageFailed" in proc.stdout and "writing failed (File too large)" in proc.stdout
-    assert "nothing was published" in proc.stdout
+    assert "DiskFull" in proc.stdout and "logits_000.safetensors: could not be written" in proc.stdout
+    assert "it needs 75.1 KiB" in proc.stdout and "File too large" in proc.stdout
     assert os.listdir(out) == []
 
 
@@ -218,6 +218,59 @@ def test_disk_full_at_publication_leaves_no_file(tmp_path: Path, monkeypatch: py
     suite, run, _ = make_run(tmp_path, windows=1)
     monkeypatch.setattr(writer_mod.os, "fsync", no_space)
     out = tmp_path / "final"
-    with pytest.raises(StageFailed, match=r"logits_000.safetensors: could not publish \(No space left"):
+    with pytest.raises(StageFailed, match=r"logits_000.safetensors: could not be written .*No space left"):
         finalize_run(suite, suite.windows, run, out, runtime=None)
     assert os.listdir(out) == []
+
+
+def test_full_disk_says_which_windows_were_published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: on a full disk finalize names the file it could not write, the space it needed,
+    and the windows already published; nothing partial has a final name; a rerun finishes."""
+    import errno
+
+    import kldtui.formats.logits_writer as writer_mod
+
+    suite, run, _ = make_run(tmp_path, windows=3)
+    out = tmp_path / "final"
+    real_open = open
+
+    class Full:
+        def __init__(self, handle):  # type: ignore[no-untyped-def]
+            self.handle = handle
+
+        def write(self, data):  # type: ignore[no-untyped-def]
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(self.handle, name)
+
+    def fake_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        handle = real_open(path, *args, **kwargs)
+        return Full(handle) if ".logits_002." in str(path) else handle
+
+    monkeypatch.setattr(writer_mod, "open", fake_open, raising=False)
+    with pytest.raises(StageFailed) as info:
+        finalize_run(suite, suite.windows, run, out, runtime=None)
+    message = str(info.value)
+    assert "logits_002.safetensors: could not be written (it needs" in message and "No space left" in message
+    assert "published before the failure: window(s) 0, 1" in message
+    assert sorted(os.listdir(out)) == ["logits_000.safetensors", "logits_001.safetensors"]
+    monkeypatch.undo()
+    finalize_run(suite, suite.windows, run, out, runtime=None)
+    assert load_logits_manifest(out).window_count == 3
+
+
+def test_full_disk_for_a_json_output_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import kldtui.formats.atomic as atomic_mod
+    from kldtui.errors import DiskFull
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic_mod.os, "fsync", no_space)
+    target = tmp_path / "report.json"
+    with pytest.raises(DiskFull, match=r"report.json: could not be written \(it needs 1[0-9] bytes\)"):
+        atomic_mod.write_json_atomic(target, {"a": 1})
+    assert os.listdir(tmp_path) == []

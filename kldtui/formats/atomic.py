@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from kldtui.errors import DISK_FULL_ERRNOS, DiskFull, size_text
+
 
 def _umask() -> int:
     """The process's umask, read without changing it (os.umask would, for a moment, for every
@@ -42,9 +44,18 @@ def _tmp_path(final: Path) -> Path:
     return Path(name)
 
 
+def disk_full(final: Path, exc: OSError, needed: int | None = None) -> DiskFull:
+    """The one message for a file that could not be written for lack of space."""
+    need = f" (it needs {size_text(needed)})" if needed is not None else ""
+    err = DiskFull(f"{final}: could not be written{need}: {exc.strerror or exc}; free disk space and run "
+                   "again (nothing was left under this name)")
+    err.errno = exc.errno
+    return err
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, replace: bool = True,
-                fsync: bool = True) -> Iterator[IO[Any]]:
+                fsync: bool = True, size_hint: int | None = None) -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on success publish it as ``path``.
 
     With ``replace=False`` publication fails with :class:`FileExistsError` if ``path`` exists.
@@ -62,9 +73,11 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, replace: bool
             os.replace(tmp, final)
         else:
             publish_new(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, DiskFull) and exc.errno in DISK_FULL_ERRNOS:
+            raise disk_full(final, exc, size_hint) from None
         raise
 
 
@@ -124,10 +137,10 @@ _renameat2 = _load_renameat2()
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, sort_keys: bool = True) -> None:
     """Write ``data`` as 2-space indented JSON with a trailing newline, atomically."""
     text = json.dumps(data, indent=2, sort_keys=sort_keys, allow_nan=False) + "\n"
-    with atomic_open(path, "w") as handle:
+    with atomic_open(path, "w", size_hint=len(text.encode("utf-8"))) as handle:
         handle.write(text)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_open(path, "wb") as handle:
+    with atomic_open(path, "wb", size_hint=len(data)) as handle:
         handle.write(data)

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from kldtui.errors import BadInput, StageFailed
-from kldtui.formats.atomic import publish_new, write_json_atomic
+from kldtui.errors import DISK_FULL_ERRNOS, BadInput, StageFailed
+from kldtui.formats.atomic import disk_full, publish_new, write_json_atomic
 from kldtui.formats.safetensors_io import encode_header
 from kldtui.formats.suite import (
     LOGITS_FORMAT,
@@ -95,6 +95,7 @@ class LogitsFileWriter:
             "token_ids_json_sha256": window.token_ids_json_sha256,
         }
         header = encode_header({TENSOR_KEY: ("F32", (self.rows, vocab_size))}, metadata)
+        self.expected_size = len(header) + self.rows * vocab_size * 4
         # unique per process and writer: two writers never share a temporary file (and a partial
         # file left by a killed run is removed by the next writer of that window, see below)
         self.tmp = self.folder / f".{self.final.name}.{os.getpid()}-{secrets.token_hex(4)}.partial"
@@ -136,6 +137,8 @@ class LogitsFileWriter:
             self._file.write(data)
         except OSError as exc:
             self.abort()
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise disk_full(self.final, exc, self.expected_size) from None
             raise StageFailed(f"{self.final}: writing failed ({exc.strerror or exc}); "
                               "free disk space and run again, nothing was published") from None
         self._size += len(data)
@@ -178,6 +181,8 @@ class LogitsFileWriter:
                 publish_new(self.tmp, self.final)
         except OSError as exc:
             self.abort()
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise disk_full(self.final, exc, self.expected_size) from None
             raise StageFailed(f"{self.final}: could not publish ({exc.strerror or exc})") from None
         return WrittenLogits(self.window.index, self.window.domain, self.final.name, self.rows,
                              self.vocab_size, self._size, self._hash.hexdigest(),

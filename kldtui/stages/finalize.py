@@ -205,6 +205,15 @@ def finalize_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_di
     return written
 
 
+def _published(written: dict[int, WrittenLogits], output_dir: Path) -> str:
+    """Which windows are finished despite a failure (kept: a rerun skips them)."""
+    if not written:
+        return f"no window was published in {output_dir}"
+    shown = ", ".join(str(i) for i in sorted(written))
+    return (f"published before the failure: window(s) {shown} in {output_dir} (kept; a rerun finishes "
+            "the rest)")
+
+
 def finalize_run(suite: Suite, windows: Sequence[WindowSpec], run_dir: Path, output_dir: Path, *,
                  runtime: dict[str, Any] | None, force: bool = False, emit: EventSink = null_sink,
                  cancel: Cancel | None = None, kind: str = "candidate",
@@ -243,8 +252,11 @@ def finalize_run(suite: Suite, windows: Sequence[WindowSpec], run_dir: Path, out
         if cancel is not None:
             cancel.check()
         skipped += int(not force and (output_dir / logits_file_name(w.index)).exists())
-        result = finalize_window(suite, w, run_dir / w.chunk_dir_name, output_dir, expected_vocab=vocab,
-                                 force=force, emit=emit, cancel=cancel, verify=verify)
+        try:
+            result = finalize_window(suite, w, run_dir / w.chunk_dir_name, output_dir, expected_vocab=vocab,
+                                     force=force, emit=emit, cancel=cancel, verify=verify)
+        except StageFailed as exc:
+            raise type(exc)(f"{exc}; {_published(written, output_dir)}") from None
         vocab = result.vocab_size
         written[w.index] = result
         emit(Progress(STAGE, "windows", n + 1, len(windows), "windows"))
@@ -253,8 +265,11 @@ def finalize_run(suite: Suite, windows: Sequence[WindowSpec], run_dir: Path, out
                        "finalize into a fresh folder")
     items = {**kept, **written}
     window_range = (min(items), max(items) + 1)
-    path = write_logits_manifest(output_dir, suite, list(items.values()), kind=kind, runtime=runtime,
-                                 window_range=window_range)
+    try:
+        path = write_logits_manifest(output_dir, suite, list(items.values()), kind=kind, runtime=runtime,
+                                     window_range=window_range)
+    except StageFailed as exc:
+        raise type(exc)(f"{exc}; {_published(written, output_dir)}") from None
     elapsed = time.monotonic() - started
     nbytes = sum(w.size_bytes for w in written.values())
     emit(StageFinished(STAGE, summary=f"{len(written)} windows -> {path}", figures={
