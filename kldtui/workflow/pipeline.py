@@ -263,7 +263,8 @@ class Pipeline:
         c = self.profile.candidate
         if c.kind == "attach" or self.server is not None:
             return
-        self.lock_folders()
+        # no folder lock here: `kldtui serve` keeps a server up while other shells capture and
+        # finalize into the work folder; the server writes only its own fresh capture folder
         from kldtui.stages.serve import ServerProcess
 
         self.server_capture_dir = self.server_capture_dir_override or self._fresh_server_capture_dir()
