@@ -225,6 +225,8 @@ def run_viewer(paths: Sequence[str | Path], theme: str | None = None) -> int:
         if not Path(p).is_file():
             raise BadInput(f"{p}: comparison report not found; give the path of a report JSON")
     if len(paths) == 1:  # a malformed or wrong-type report: one line and exit 2, like a missing one
-        load_report_file(paths[0])
+        from kldtui.formats.report import load_report
+
+        load_report(paths[0])
     app = create_app(reports=list(paths), theme=theme, title="kldtui view")
     return int(app.run() or 0)
