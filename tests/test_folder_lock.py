@@ -185,3 +185,20 @@ def test_profile_workdir_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFi
     profile = tmp_path / "kldtui.toml"
     profile.write_text(PROFILE_TEXT.replace('workdir = "."', 'workdir = "work"'))
     _one_line_exit_2(["run", "--batch", "--profile", str(profile)], capsys, "work")
+
+
+def test_pipeline_and_capture_command_share_the_capture_folder_lock(tmp_path: Path) -> None:
+    from kldtui.workflow.demo import prepare_demo
+    from kldtui.workflow.pipeline import Pipeline
+
+    profile = prepare_demo(tmp_path / "demo")
+    pipeline = Pipeline(profile)
+    pipeline.lock_folders()
+    try:
+        with hold([pipeline.capture_root]):  # same process: nested, allowed
+            pass
+        code = subprocess.run([sys.executable, "-c", HOLDER, "folder", str(pipeline.capture_root)],
+                              capture_output=True, text=True, timeout=60)
+        assert code.returncode != 0 and "in use by another kldtui run" in code.stderr
+    finally:
+        pipeline.release_folders()

@@ -130,11 +130,14 @@ class Pipeline:
     # -- one writer per folder --------------------------------------------------------------------
     def lock_folders(self) -> None:
         """Take (once) the locks of every folder this pipeline writes: the work folder, the
-        candidate folder, and the suite folder when the reference is fetched or captured into it.
+        capture and candidate folders, and the suite folder when the reference is fetched or
+        captured into it.
         A second kldtui on one of them gets BadInput naming the holder (kldtui.formats.folder_lock).
         Held until :meth:`release_folders` or the end of the process."""
         ref = self.profile.reference
-        folders = [f for f in (self._workspace.workdir, self.candidate_dir) if f is not None]
+        ws = self._workspace
+        # the capture folder too: `kldtui capture --capture-dir` on it locks that folder itself
+        folders = [f for f in (ws.workdir, ws.capture_root, ws.candidate_dir) if f is not None]
         if ref.repo_id or ref.capture:
             folders.append(self.suite_dir)
         self._locks.acquire(folders, what="work folder")
