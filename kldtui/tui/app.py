@@ -196,9 +196,11 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
                   demo_workdir: str | Path | None = None) -> int:
     """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline."""
     if demo_workdir is not None:
+        from kldtui.formats.folder_lock import hold
         from kldtui.workflow import demo
 
-        profile = demo.prepare_demo(Path(demo_workdir))
+        with hold([demo_workdir], what="demo folder"):  # the pipeline locks it again when it runs
+            profile = demo.prepare_demo(Path(demo_workdir))
         title: str | None = "kldtui demo"
     else:
         from kldtui.workflow.profile import load_profile
