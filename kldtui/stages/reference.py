@@ -139,7 +139,8 @@ def _local_state(root: Path, repo_id: str | None, revision: str | None, start_wi
     return suite, manifest, rng
 
 
-def _check_repo_id(repo_id: str) -> None:
+def check_repo_id(repo_id: str) -> None:
+    """BadInput for a repository id the Hub would refuse (one line, before anything is done)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -162,8 +163,6 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     """
     root = Path(local_dir)
     started = time.monotonic()
-    if repo_id is not None:
-        _check_repo_id(repo_id)
     if repo_id is None and (root / SUITE_MANIFEST).is_file():
         # a range the local suite does not have: say so, rather than "give a repository id"
         load_suite(root).select(start_window, stop_window)
@@ -186,6 +185,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         raise BadInput(f"{root}: no complete reference suite here for the requested windows "
                        "(suite-manifest.json, ref/manifest.json, token files and logits files); "
                        "give a repository id to download it")
+    check_repo_id(repo_id)  # only now: a complete local folder never imports huggingface_hub
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
                           "suite here or unset HF_HUB_OFFLINE to download it")

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
     from kldtui.formats.folder_lock import hold
+    from kldtui.stages.reference import check_repo_id
+
+    check_repo_id(args.repo_id)  # before any output
     from kldtui.stages.reference import ensure_reference
 
     with hold([args.local_dir], what="--local-dir"), ConsoleProgress() as emit:
