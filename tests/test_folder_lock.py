@@ -202,3 +202,18 @@ def test_pipeline_and_capture_command_share_the_capture_folder_lock(tmp_path: Pa
         assert code.returncode != 0 and "in use by another kldtui run" in code.stderr
     finally:
         pipeline.release_folders()
+
+
+def test_chunks_of_another_request_are_refused(tmp_path: Path) -> None:
+    """A capture records the hook's request folder; chunks whose metadata names another request
+    (two captures racing on one run before the lock) are refused, at capture and at resume."""
+    from kldtui.formats.chunks import write_chunk
+    from kldtui.stages.capture import check_chunk_dir
+
+    suite = load_suite(EXAMPLE)
+    w = suite.windows[0]
+    write_chunk(tmp_path, "cmpl-kldtui-a-w000-1-0-aa", 0, np.zeros((w.scored_positions, 8), np.float32), 8)
+    folder = tmp_path / "cmpl-kldtui-a-w000-1-0-aa"
+    assert check_chunk_dir(folder, w, request_folder=folder.name).rows == w.scored_positions
+    with pytest.raises(BadInput, match="belongs to request 'cmpl-kldtui-a-w000-1-0-aa'"):
+        check_chunk_dir(folder, w, request_folder="cmpl-kldtui-b-w000-2-0-bb")

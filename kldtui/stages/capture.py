@@ -108,13 +108,15 @@ def chunk_rows_landed(folder: Path) -> int:
 
 def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                     expected_vocab: int | None = None, check_values: bool = False,
-                    cancel: Cancel | None = None) -> ChunkSet:
+                    cancel: Cancel | None = None, request_folder: str | None = None) -> ChunkSet:
     """Check a window's chunk folder by metadata (and values); raise BadInput naming the problem.
 
     Rows must cover ``0 .. window.num_tokens - 1`` contiguously whatever the chunk edges; every
     chunk holds one F32 ``logits`` tensor ``[row_end - row_start, vocab]`` whose metadata agrees
     with its name; all chunks share one vocabulary (``expected_vocab`` when given). With
-    ``check_values`` every value is read (a block at a time) and must be finite.
+    ``check_values`` every value is read (a block at a time) and must be finite. With
+    ``request_folder`` (the hook's folder name for the request) every chunk's metadata
+    ``request_id`` must name that request: the chunks are the ones the record says.
     """
     folder = Path(folder)
     where = f"{folder}: {window.label}"
@@ -145,6 +147,11 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
             if key in meta and meta[key] != str(want):
                 raise BadInput(f"{path}: {window.label}: metadata {key}={meta[key]} disagrees with "
                                f"{want}; the chunk is corrupt or was renamed, capture again")
+        if (request_folder and "request_id" in meta
+                and sanitize_request_id(meta["request_id"]) != request_folder):
+            owner = meta["request_id"][:80]
+            raise BadInput(f"{path}: {window.label}: the chunk belongs to request {owner!r}, "
+                           f"not to {request_folder!r} the capture recorded; capture the window again")
         chunks.append(ChunkInfo(path, start, end, int(info.shape[1])))
     if not chunks:
         raise BadInput(f"{where}: no chunk files (logits.rows-SSSSSS-EEEEEE.safetensors); "
@@ -362,7 +369,9 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
                 on_window_captured(w, rec)
             continue
         try:
-            checked = check_chunk_dir(folder, w, expected_vocab=vocab)
+            recorded = rec.extra.get("request_folder")
+            checked = check_chunk_dir(folder, w, expected_vocab=vocab,
+                                      request_folder=recorded if isinstance(recorded, str) else None)
         except BadInput as exc:
             raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
                            f"check out ({exc}); remove its entry from the records to capture it "
@@ -536,7 +545,7 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
                                     f"({', '.join(f.name for f in folders)}); expected exactly one")
             _move_folder(folders[0], dest)
             try:
-                checked = check_chunk_dir(dest, w, expected_vocab=vocab)
+                checked = check_chunk_dir(dest, w, expected_vocab=vocab, request_folder=folders[0].name)
                 for chunk in checked.chunks:
                     if chunk.path.name not in values_checked:
                         _check_finite(chunk, w, cancel)
