@@ -5,9 +5,9 @@ the finished windows: that is resume state, not a finished reference."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,11 +24,18 @@ def _report(workdir: Path) -> dict:
 
 def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path) -> None:  # noqa: F811
     """The state a kill inside reference finalize leaves: every reference window captured and
-    recorded, windows 0-2 finalized and listed, window 3 half-written, 4-5 not started."""
+    recorded (chunks kept until their window is finalized), windows 0-2 finalized and listed,
+    window 3 half-written, 4-5 not started. The demo profile with keep_chunks, so that the state
+    can be made from a finished run."""
+    from kldtui.workflow.demo import PROFILE_TEXT, build_demo_suite
+
     workdir = tmp_path / "demo"
-    workdir.mkdir()
-    for part in ("suite", "reference-run"):
-        shutil.copytree(uninterrupted / part, workdir / part)
+    build_demo_suite(workdir / "suite")
+    profile = workdir / "kldtui.toml"
+    profile.write_text(PROFILE_TEXT.replace("[run]\n", "[run]\nkeep_chunks = true\n", 1))
+    cmd = [sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(profile)]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env_with())
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     ref = workdir / "suite" / "ref"
     manifest = json.loads((ref / "manifest.json").read_text())
     manifest["windows"] = manifest["windows"][:3]
@@ -37,7 +44,7 @@ def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path)
     for i in (3, 4, 5):
         (ref / f"logits_{i:03d}.safetensors").unlink()
     (ref / ".logits_003.safetensors.partial").write_bytes(b"\0" * 1000)
-    proc = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env_with())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _report(workdir) == _report(uninterrupted)
     assert not list(ref.glob(".*partial"))
