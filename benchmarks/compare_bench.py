@@ -12,9 +12,11 @@ realistic peaked rows, reads every file once so both runs see it in the page cac
 and prints GB/s for each, the ratios to the naive baseline, and the largest difference of the
 window mean KL.  The machine is often shared: ``--repeat N`` times everything N times, interleaved,
 and reports the best time of each (the naive baseline's torch threads suffer most from a loaded
-machine); the load average is printed before and after.
+machine); the load average is printed before and after, with the CPU model and its vector
+features.  ``--thread-counts 1,2`` times kldtui's backend at each thread count (scaling).
 
-    .venv/bin/python benchmarks/compare_bench.py [--dir /tmp/kldtui-bench] [--skip-naive] [--skip-numpy]
+    .venv/bin/python benchmarks/compare_bench.py --repeat 3 [--thread-counts 1,2] [--dir /tmp/kldtui-bench]
+        [--skip-naive] [--skip-numpy]
 """
 
 from __future__ import annotations
@@ -69,6 +71,27 @@ def _loadavg() -> str:
         return "unknown"
 
 
+def cpu_summary() -> str:
+    """CPU model and the vector features that decide the kernel's width."""
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, val = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "CPU part") and not model:
+                model = val.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(val.split())
+    except OSError:
+        pass
+    want = ("sse2", "avx", "avx2", "fma", "avx512f", "avx512dq", "asimd", "sve", "sve2")
+    feats = " ".join(f for f in want if f in flags) or "unknown"
+    import platform
+
+    name = model or platform.processor() or "unknown"
+    return f"{name} ({platform.machine()}, {os.cpu_count()} cpus; {feats})"
+
+
 def warm(paths: list[Path]) -> float:
     t0 = time.perf_counter()
     buf = bytearray(64 << 20)
@@ -77,6 +100,12 @@ def warm(paths: list[Path]) -> float:
             while f.readinto(buf):
                 pass
     return time.perf_counter() - t0
+
+
+def torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def naive(paths: list[tuple[Path, Path]], block: int = 8) -> tuple[float, list[float]]:
@@ -111,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=163840)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--thread-counts", default=None,
+                    help="comma-separated thread counts to time kldtui's backend at (e.g. 1,2)")
     ap.add_argument("--row-block", type=int, default=None)
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--skip-numpy", action="store_true", help="do not time the NumPy fallback")
@@ -126,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = sum(a.stat().st_size + b.stat().st_size for a, b in files)
     t_read = warm([p for pair in files for p in pair])
     print(f"{nbytes / 1e9:.2f} GB of logits; reading them: {t_read:.2f} s ({nbytes / t_read / 1e9:.2f} GB/s)")
+    print(f"CPU: {cpu_summary()}")
     print(f"load average before: {_loadavg()}")
     backends = [options]
+    if args.thread_counts:
+        backends = [CompareOptions(backend=args.backend, threads=int(n), row_block=args.row_block)
+                    for n in args.thread_counts.split(",")]
     if not args.skip_numpy and resolve_backend(options.backend) != "numpy-threads":
         backends.append(CompareOptions(backend="numpy", threads=args.threads, row_block=args.row_block))
     best: dict[int, tuple[str, float, list]] = {}
@@ -142,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{engine.row_block}-row blocks): {t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s",
                       flush=True)
                 if i not in best or t_k < best[i][1]:
-                    best[i] = (engine.backend, t_k, results)
+                    best[i] = (f"{engine.backend}, {engine.threads} threads", t_k, results)
         if not args.skip_naive:
             t, naive_means = naive(files)
             print(f"[{rep + 1}] naive float32 torch log_softmax, 8-row blocks: {t:.2f} s, "
@@ -157,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         diff = max(abs(a.kl_mean - b.kl_mean) / b.kl_mean for a, b in pairs)
         print(f"largest relative difference of window mean KL, {runs[0][0]} vs {runs[1][0]}: {diff:.2e}")
     if not args.skip_naive:
-        print(f"best naive float32 torch log_softmax, 8-row blocks: {t_n:.2f} s, "
-              f"{nbytes / t_n / 1e9:.2f} GB/s")
+        print(f"best naive float32 torch log_softmax, 8-row blocks (the original comparator's approach, "
+              f"{torch_threads()} torch threads): {t_n:.2f} s, {nbytes / t_n / 1e9:.2f} GB/s")
         for name, t_k, _ in runs:
-            print(f"speed-up of {name} over naive: {t_n / t_k:.2f}x")
+            print(f"ratio to the original comparator, kldtui ({name}): {t_n / t_k:.2f}x")
         results = runs[0][2]
         diff = max(abs(a - r.kl_mean) / r.kl_mean for a, r in zip(naive_means, results, strict=True))
         print(f"largest relative difference of window mean KL, naive vs kldtui: {diff:.2e}")

@@ -1,8 +1,10 @@
 /* kldtui fused compare kernel: the per-row sums of kldtui.metrics.kernels in two passes per row.
  *
  * Compiled at first use by kldtui.metrics.ckernel with the system C compiler (GCC or Clang vector
- * extensions, so the exp/log below run on 8 float64 lanes: AVX-512, 2x AVX2, or scalar code) and
- * loaded with ctypes, which releases the GIL, so Python threads run row blocks in parallel.
+ * extensions) and loaded with ctypes, which releases the GIL, so Python threads run row blocks in
+ * parallel.  Vectors are the machine's native width, chosen at compile time: 8 float64 lanes with
+ * AVX-512, 4 with AVX/AVX2, 2 otherwise (SSE2, NEON on aarch64).  Wider-than-native vectors would be
+ * split by the compiler and spilled to the stack (measured: 3x slower on AVX2, the argmax pass 10x).
  *
  * For each row, with a = x - max x and b = y - max y (float32 -> float64, exact):
  *   out[0..6] = s_x, s_y, c_x = sum e^a (a-b), h_x = sum e^a a, h_y = sum e^b b,
@@ -12,14 +14,22 @@
  * A row with NaN or Inf anywhere gets a non-finite c_x (the caller reports it): d = a - b is NaN
  * or infinite there, or the row's maximum is +Inf and every a (or b) is NaN.
  * exp underflow (a < -708) gives 0, and n log n is 0 for n < 1e-300: both below 1e-290 absolute.
- * Sums are float64 in 8 lanes, folded into the total every BLOCK elements (error ~ (BLOCK/8 +
+ * Sums are float64 in W lanes, folded into the total every BLOCK elements (error ~ (BLOCK/W +
  * vocab/BLOCK) ulp of the sum of |terms|).
  */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
 
-#define W 8
+#if defined(__AVX512F__)
+#define VBYTES 64
+#elif defined(__AVX__)
+#define VBYTES 32
+#else
+#define VBYTES 16
+#endif
+#define W (VBYTES / 8) /* float64 lanes */
+#define AI __attribute__((always_inline)) /* inlined everywhere: vector arguments never touch memory */
 #define BLOCK 1024
 
 typedef double vd __attribute__((vector_size(W * 8)));
@@ -47,7 +57,7 @@ static inline vd sel(vl m, vd a, vd b) { return as_d((m & as_l(a)) | (~m & as_l(
 #define LN2_LO 1.90821492927058770002e-10
 
 /* e^a is 0 below -708: clamp there (with guard) and mark the clamped lanes in *under. */
-static inline vd clamp_under(vd a, const int guard, vl *under) {
+static inline AI vd clamp_under(vd a, const int guard, vl *under) {
     *under = (vl){0};
     if (!guard) return a;
     *under = a < splat(-708.0);
@@ -56,7 +66,7 @@ static inline vd clamp_under(vd a, const int guard, vl *under) {
 
 /* n log n is taken as 0 below 1e-300 (log's exponent trick would meet subnormals): with guard,
  * those lanes become 1 and are marked in *tiny. */
-static inline vd clamp_tiny(vd n, const int guard, vl *tiny) {
+static inline AI vd clamp_tiny(vd n, const int guard, vl *tiny) {
     *tiny = (vl){0};
     if (!guard) return n;
     *tiny = n < splat(1e-300);
@@ -74,7 +84,7 @@ static inline vd small_int_to_double(vl e) {
 
 /* e^a for a <= ~0; 0 below -708. k = round(a/ln2), r = a - k ln2 (|r| <= 0.35), Taylor to r^13
  * (truncation < 1e-17 relative), 2^k put in the exponent field. */
-static inline vd vexp(vd a, const int guard) {
+static inline AI vd vexp(vd a, const int guard) {
     const vd shift = splat(ROUND_SHIFT);
     vl under;
     a = clamp_under(a, guard, &under);
@@ -104,7 +114,7 @@ static inline vd vexp(vd a, const int guard) {
 /* n log n for n >= 0 (0 for n < 1e-300, where log's exponent trick would meet subnormals).
  * n = 2^e m, m in [sqrt(1/2), sqrt 2); log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
  * series to s^23 (truncation < 1e-18). */
-static inline vd vnlogn(vd n, const int guard) {
+static inline AI vd vnlogn(vd n, const int guard) {
     vl tiny;
     n = clamp_tiny(n, guard, &tiny);
     vl bits = as_l(n);
@@ -153,7 +163,7 @@ static const double LOG_LOGC[16] = {
     0.42608439531090014, 0.46608972992459924, 0.5045560107523953, 0.5415972824327444,
     0.5773153650348236, 0.6118015411059929, 0.6451379613735847, 0.6773988235918061};
 
-static inline vd lut16(const double *t, vl j) {
+static inline AI vd lut16(const double *t, vl j) {
     vd t0, t1;
     memcpy(&t0, t, sizeof t0);
     memcpy(&t1, t + W, sizeof t1);
@@ -163,7 +173,7 @@ static inline vd lut16(const double *t, vl j) {
 /* e^a for a <= ~0, 0 below -708: K = round(16 a / ln 2), r = a - K ln2/16 (|r| <= 0.0217),
  * Taylor to r^6 (truncation < 4.5e-16 relative, an odd function of r: ~2 ulp), times 2^((K mod 16)/16) from the table, 2^(K div 16) in the
  * exponent field. */
-static inline vd vexp_t(vd a, const int guard) {
+static inline AI vd vexp_t(vd a, const int guard) {
     const vd shift = splat(ROUND_SHIFT);
     vl under;
     a = clamp_under(a, guard, &under);
@@ -186,7 +196,7 @@ static inline vd vexp_t(vd a, const int guard) {
 
 /* n log n: n = 2^e m, m in [1, 2), j = top 4 bits of m, r = m/c_j - 1 (|r| < 0.031, one FMA),
  * log m = log c_j + log1p(r), log1p to r^9 (truncation < 7e-17 absolute). 0 for n < 1e-300. */
-static inline vd vnlogn_t(vd n, const int guard) {
+static inline AI vd vnlogn_t(vd n, const int guard) {
     vl tiny;
     n = clamp_tiny(n, guard, &tiny);
     vl bits = as_l(n);
@@ -222,12 +232,12 @@ static inline double hsum(vd v) {
     return t;
 }
 
-typedef float vf16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef float vf16 __attribute__((vector_size(VBYTES))); /* native-width float32 */
+typedef int32_t vi16 __attribute__((vector_size(VBYTES)));
 
 #define ABLOCK 1024
-static inline vf16 vmaxf(vf16 a, vf16 b) { vi16 g = a > b; return (vf16)((g & (vi16)a) | (~g & (vi16)b)); }
-static inline vf16 vminf(vf16 a, vf16 b) { vi16 g = a < b; return (vf16)((g & (vi16)a) | (~g & (vi16)b)); }
+static inline AI vf16 vmaxf(vf16 a, vf16 b) { vi16 g = a > b; return (vf16)((g & (vi16)a) | (~g & (vi16)b)); }
+static inline AI vf16 vminf(vf16 a, vf16 b) { vi16 g = a < b; return (vf16)((g & (vi16)a) | (~g & (vi16)b)); }
 
 /* first index of the maximum in v[blk .. blk + ABLOCK) or, when the tail beats every block, in
  * the tail; best and low cover the blocks on entry and the whole row on return */
@@ -248,7 +258,7 @@ static int64_t finish_argmax(const float *v, int64_t n, int64_t i, float *best, 
  * NaN is never the maximum here; a row with NaN or Inf gets non-finite sums anyway. */
 static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int64_t *ay,
                     float *lx, float *ly) {
-    const int L = 16;
+    const int L = VBYTES / 4;
     float bx = -INFINITY, by = -INFINITY;
     int64_t kx = -1, ky = -1;
     vf16 mnx, mny;

@@ -4,7 +4,8 @@
 ``clang``; tuned for this machine with ``-march=native``, plain ``-O3`` if that fails) into
 ``$XDG_CACHE_HOME/kldtui/fastkl/<key>.so`` (default ``~/.cache``), keyed by the SHA-256 of the
 source, the compiler's path and version, the flags and the CPU (model and feature flags), so a
-changed source, compiler or machine builds anew.  The library is written under a temporary name
+changed source, compiler or machine builds anew.  ``KLDTUI_FASTKL_MARCH`` replaces ``native`` (e.g.
+``x86-64-v3``: the AVX2 build, on an AVX-512 machine).  The library is written under a temporary name
 and renamed, so concurrent first uses are safe.  After loading, the kernel's exp and ``n log n``
 are checked against libm; any failure (no compiler, a failed build, a bad self-check,
 ``KLDTUI_NO_C_KERNEL=1``) makes :func:`load` return ``None`` and :func:`why_not` say why; callers
@@ -35,6 +36,16 @@ from kldtui.metrics.kernels import NumpyRowKernel, RowStats, combine
 SOURCE = Path(__file__).with_name("_fastkl.c")
 FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno", "-ffp-contract=fast"],
              ["-O3", "-fno-math-errno"])
+# KLDTUI_FASTKL_MARCH=x86-64-v3 builds (and caches) the kernel for another target than this CPU:
+# e.g. the path an AVX2-only machine gets, timed on an AVX-512 machine.
+MARCH_ENV = "KLDTUI_FASTKL_MARCH"
+
+
+def flag_sets() -> tuple[list[str], ...]:
+    march = os.environ.get(MARCH_ENV, "").strip()
+    if not march:
+        return FLAG_SETS
+    return tuple([f"-march={march}" if f == "-march=native" else f for f in flags] for flags in FLAG_SETS)
 # exp and n log n of the compiled code against libm, relative
 SELFCHECK_LIMIT = 1e-13
 
@@ -115,7 +126,7 @@ def load() -> ctypes.CDLL | None:
             why = "no C compiler found (cc, gcc, clang or $CC)"
         else:
             src = SOURCE.read_bytes()
-            for flags in FLAG_SETS:
+            for flags in flag_sets():
                 try:
                     lib = _open(_build(cc, flags, src))
                     _state["flags"] = " ".join(flags)
