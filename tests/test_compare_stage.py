@@ -215,5 +215,10 @@ def test_overflowing_perplexity_is_null_not_an_invalid_report(tmp_path: Path) ->
     report = compare(suite.path, ref, cand, CompareOptions(bootstrap_samples=100))
     assert report["next_token"]["perplexity_candidate"] is None
     assert report["next_token"]["perplexity_ratio"] is None
-    assert report["kl_reference_to_candidate"]["max"] > 1e5
+    # in log space the same figures are finite
+    assert 1e5 < report["next_token"]["log_perplexity_candidate"] < 1e7
+    assert report["next_token"]["log_perplexity_ratio"] > 1e5
+    # e^-1e6 underflows: probability 0 for every token but one, so KL is infinite on every row
+    assert report["infinite_kl"]["rows"] == report["positions"] and report["infinite_kl"]["windows"] == [0, 1]
+    assert report["kl_reference_to_candidate"]["max"] is None and report["js"]["max"] < 1
     json.dumps(report, allow_nan=False)

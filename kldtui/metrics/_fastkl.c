@@ -11,9 +11,12 @@
  *               m = sum n log n with n = e^a + e^b s_x/s_y, c_y = sum e^b (b-a)
  *   out[7], out[8] = a[tok], b[tok]
  *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] }
- * A row with NaN or Inf anywhere gets a non-finite c_x (the caller reports it): d = a - b is NaN
- * or infinite there, or the row's maximum is +Inf and every a (or b) is NaN.
- * exp underflow (a < -708) gives 0, and n log n is 0 for n < 1e-300: both below 1e-290 absolute.
+ * Masks: a logit at -inf, or so low that e^a < e^-708 (a < -708), has probability exactly 0 on its
+ * side: its own terms are 0 (0 log 0 = 0), and c_x (c_y) is +Inf when the reference (candidate)
+ * gives the token a positive probability and the other side 0 (infinite KL; JS stays finite).
+ * A row with NaN or +Inf anywhere gets NaN sums (the caller reports it): a is NaN there, or the
+ * row's maximum is +Inf and every a (or b) is NaN; a row of -Inf only has a NaN maximum shift too.
+ * n log n is 0 for n < 1e-300 (below 1e-290 absolute).
  * Sums are float64 in W lanes, folded into the total every BLOCK elements (error ~ (BLOCK/W +
  * vocab/BLOCK) ulp of the sum of |terms|).
  */
@@ -320,10 +323,21 @@ static inline __attribute__((always_inline)) void row_sums(
             memcpy(eb + i, &xb, sizeof xb);
             sx += xa;
             sy += xb;
-            cx += xa * d;
-            hx += xa * a;
-            hy += xb * b;
-            if (reverse) cy -= xb * d;
+            if (guard) {
+                /* probability 0 on a side (-inf, or e^a below e^-708): 0 log 0 = 0 in its own
+                 * terms, an infinite log-ratio where the other side is positive */
+                const vl za = xa == splat(0.0), zb = xb == splat(0.0);
+                const vd zero = splat(0.0), inf = splat(INFINITY);
+                cx += sel(za, zero, xa * sel(zb, inf, d));
+                hx += sel(za, zero, xa * a);
+                hy += sel(zb, zero, xb * b);
+                if (reverse) cy += sel(zb, zero, xb * sel(za, inf, -d));
+            } else {
+                cx += xa * d;
+                hx += xa * a;
+                hy += xb * b;
+                if (reverse) cy -= xb * d;
+            }
         }
         t_sx += hsum(sx); t_sy += hsum(sy); t_cx += hsum(cx);
         t_hx += hsum(hx); t_hy += hsum(hy); t_cy += hsum(cy);
@@ -335,8 +349,9 @@ static inline __attribute__((always_inline)) void row_sums(
         double d = a - b;
         ea[i] = xa;
         eb[i] = xb;
-        t_sx += xa; t_sy += xb; t_cx += xa * d; t_hx += xa * a; t_hy += xb * b;
-        if (reverse) t_cy -= xb * d;
+        t_sx += xa; t_sy += xb;
+        if (xa != 0.0) { t_cx += xa * (xb == 0.0 ? INFINITY : d); t_hx += xa * a; }
+        if (xb != 0.0) { t_hy += xb * b; if (reverse) t_cy += xb * (xa == 0.0 ? INFINITY : -d); }
         rank += yr[i] > yt;
     }
     const double ratio = t_sx / t_sy;

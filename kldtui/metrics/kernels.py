@@ -28,8 +28,13 @@ JS below :data:`PRECISE_BELOW`), :func:`precise_row` recomputes the row from per
 non-negative terms ``p (D + expm1(-D))`` (each term >= 0, so no cancellation between terms, and
 insensitive to first order to the normalisers), and identical rows give exactly 0.
 
-NaN or Inf in a row makes its figures non-finite (every sum touches every element), which the
-caller turns into a one-line error via :meth:`RowStats.nonfinite_rows`.
+Masks and extremes.  A logit at -inf (or one whose ``a`` is below :data:`ZERO_BELOW`) has
+probability exactly 0 on its side; terms are computed with ``0 log 0 = 0``.  Where the reference
+gives a token positive probability and the candidate 0, KL(reference || candidate) is +inf (the
+row is counted by :meth:`RowStats.infinite_kl_rows`); JS stays finite; the reverse KL likewise.
+NaN or +Inf anywhere in a row, or a row without a finite logit, makes its figures NaN (every sum
+touches every element), which the caller turns into a one-line error via
+:meth:`RowStats.nonfinite_rows`.
 
 Backends share :func:`combine` and :func:`precise_row`: ``CRowKernel`` in :mod:`kldtui.metrics.ckernel`
 (the default on a CPU: ``_fastkl.c`` compiled at first use, the same sums in two vectorised passes
@@ -54,6 +59,9 @@ LOG2 = math.log(2.0)
 PRECISE_BELOW = 1e-8
 # exp underflows to 0 below about -745; a row reaching this needs n log n guarded against 0.
 UNDERFLOW = -700.0
+# Zero probability (masks): a logit at -inf, or with a = logit - row max below this (e^a < e^-708,
+# the smallest normal float64), has probability exactly 0 on its side, in every backend alike.
+ZERO_BELOW = -708.0
 TINY = float(np.finfo(np.float64).tiny)
 
 FIELDS = ("kl", "js", "argmax_ref", "argmax_cand", "rank_ref_top", "ref_top_prob",
@@ -95,12 +103,20 @@ class RowStats:
                 dst[start:stop] = src
 
     def nonfinite_rows(self) -> np.ndarray:
-        """Indices of rows whose figures are not finite (a NaN/Inf logit always leads here)."""
-        ok = (np.isfinite(self.kl) & np.isfinite(self.js) & np.isfinite(self.ref_top_prob)
-              & np.isfinite(self.logp_ref_next) & np.isfinite(self.logp_cand_next))
+        """Indices of rows whose figures are invalid (a NaN or +Inf logit, or a row without a
+        finite logit, always leads here).  Masked tokens are valid: KL may be +inf and a
+        next-token log-probability -inf (the token has probability 0 on that side)."""
+        ok = (~np.isnan(self.kl) & np.isfinite(self.js) & np.isfinite(self.ref_top_prob)
+              & ~np.isnan(self.logp_ref_next) & (self.logp_ref_next < np.inf)
+              & ~np.isnan(self.logp_cand_next) & (self.logp_cand_next < np.inf))
         if self.kl_reverse is not None:
-            ok &= np.isfinite(self.kl_reverse)
+            ok &= ~np.isnan(self.kl_reverse)
         return np.flatnonzero(~ok)
+
+    def infinite_kl_rows(self) -> np.ndarray:
+        """Indices of rows where the candidate gives probability 0 to a token the reference
+        gives a positive probability (KL(reference || candidate) = +inf)."""
+        return np.flatnonzero(np.isposinf(self.kl))
 
 
 def combine(xp: Any, sx: Any, sy: Any, cx: Any, hx: Any, hy: Any, mlogm: Any,
@@ -136,6 +152,8 @@ def precise_row(x: np.ndarray, y: np.ndarray, reverse: bool) -> tuple[float, flo
         a -= a.max()
         b = y.astype(np.float64)
         b -= b.max()
+        if min(float(a.min()), float(b.min())) < ZERO_BELOW:
+            return _precise_masked(a, b, reverse)
         ab = a - b
         ea = np.exp(a)
         eb = np.exp(b)
@@ -164,6 +182,46 @@ def precise_row(x: np.ndarray, y: np.ndarray, reverse: bool) -> tuple[float, flo
         log_m = np.maximum(lx, ly) + np.log1p(np.exp(-np.abs(d))) - LOG2
         far_terms = 0.5 * (np.where(p > 0, p * (lx - log_m), 0.0) + np.where(q > 0, q * (ly - log_m), 0.0))
         js = float(np.sum(np.where(near, near_terms, far_terms)))
+    return max(kl, 0.0), max(js, 0.0), (max(klr, 0.0) if klr is not None else None)
+
+
+def _precise_masked(a: np.ndarray, b: np.ndarray, reverse: bool) -> tuple[float, float, float | None]:
+    """:func:`precise_row` for rows with zero-probability tokens (``a``, ``b`` already shifted by
+    the row maxima): the same per-element terms on the tokens both sides give positive
+    probability, plus the one-sided tokens' exact contributions (infinite KL, ``p log 2 / 2`` to JS)."""
+    ea = np.exp(a)
+    eb = np.exp(b)
+    ea[~(a >= ZERO_BELOW)] = 0.0
+    eb[~(b >= ZERO_BELOW)] = 0.0
+    px, py = ea > 0, eb > 0
+    both = px & py
+    only_x = float(ea[px & ~py].sum())
+    only_y = float(eb[py & ~px].sum())
+    sx, sy = float(ea.sum()), float(eb.sum())
+    ab = a[both] - b[both]
+    delta = float(np.sum(eb[both] * np.expm1(ab))) + only_x - only_y  # s_x - s_y
+    c = math.log1p(delta / sy) if math.isfinite(delta) and delta > -sy else math.log(sx) - math.log(sy)
+    lsy = math.log(sy)
+    lx = a[both] - (lsy + c)
+    ly = b[both] - lsy
+    d = ab - c
+    p = np.exp(lx)
+    q = np.exp(ly)
+    near = np.abs(d) < 1.0
+    em = np.expm1(-np.where(near, d, 0.0))
+    # on the common support sum (q - p) = P(only x) - Q(only y): added back so the terms sum to KL
+    p_only, q_only = only_x / sx, only_y / sy
+    kl = math.inf if only_x > 0 else float(np.sum(np.where(near, p * (d + em), p * d + (q - p)))) + q_only
+    klr = None
+    if reverse:
+        ep = np.expm1(np.where(near, d, 0.0))
+        klr = (math.inf if only_y > 0
+               else float(np.sum(np.where(near, q * (-d + ep), -q * d + (p - q)))) + p_only)
+    lm = np.log1p(0.5 * em)
+    near_terms = -0.5 * (p * lm + q * (d + lm))
+    log_m = np.maximum(lx, ly) + np.log1p(np.exp(-np.abs(d))) - LOG2
+    far_terms = 0.5 * (p * (lx - log_m) + q * (ly - log_m))
+    js = float(np.sum(np.where(near, near_terms, far_terms))) + 0.5 * LOG2 * (p_only + q_only)
     return max(kl, 0.0), max(js, 0.0), (max(klr, 0.0) if klr is not None else None)
 
 
@@ -216,12 +274,33 @@ class NumpyRowKernel:
             out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)
         small = np.flatnonzero((out.kl < PRECISE_BELOW) | (out.js < PRECISE_BELOW))
         for i in small:
-            if not (np.isfinite(out.kl[i]) and np.isfinite(out.js[i])):
+            if np.isnan(out.kl[i]) or not np.isfinite(out.js[i]):
                 continue
             kl, js, klr = precise_row(np.asarray(x[i]), np.asarray(y[i]), reverse)
             out.kl[i], out.js[i] = kl, js
             if reverse:
                 out.kl_reverse[i] = klr
+
+    @staticmethod
+    def _sums(a: np.ndarray, b: np.ndarray, d: np.ndarray, ea: np.ndarray, eb: np.ndarray,
+              reverse: bool) -> tuple[float, float, float, float, float, float]:
+        return (float(ea.sum()), float(eb.sum()), float(np.einsum("i,i->", ea, d)),
+                float(np.einsum("i,i->", ea, a)), float(np.einsum("i,i->", eb, b)),
+                -float(np.einsum("i,i->", eb, d)) if reverse else 0.0)
+
+    @staticmethod
+    def _masked_sums(a: np.ndarray, b: np.ndarray, d: np.ndarray, ea: np.ndarray, eb: np.ndarray,
+                     reverse: bool) -> tuple[float, float, float, float, float, float]:
+        """The sums where tokens may have probability 0 (see the module docstring: the C kernel's
+        rule): 0 log 0 = 0, and an infinite log-ratio against a positive other side."""
+        ea[a < ZERO_BELOW] = 0.0
+        eb[b < ZERO_BELOW] = 0.0
+        za, zb = ea == 0.0, eb == 0.0
+        cx = np.where(za, 0.0, ea * np.where(zb, np.inf, d))
+        hx = np.where(za, 0.0, ea * a)
+        hy = np.where(zb, 0.0, eb * b)
+        cy = float(np.where(zb, 0.0, eb * np.where(za, np.inf, -d)).sum()) if reverse else 0.0
+        return float(ea.sum()), float(eb.sum()), float(cx.sum()), float(hx.sum()), float(hy.sum()), cy
 
     def _row(self, x: np.ndarray, y: np.ndarray, tok: int, out: RowStats, i: int,
              reverse: bool, sums: np.ndarray, tok_ab: np.ndarray) -> None:
@@ -246,13 +325,14 @@ class NumpyRowKernel:
             np.exp(a, out=ea)
             np.exp(b, out=eb)
             np.subtract(a, b, out=d)
-            sx += float(ea.sum())
-            sy += float(eb.sum())
-            cx += float(np.einsum("i,i->", ea, d))
-            hx += float(np.einsum("i,i->", ea, a))
-            hy += float(np.einsum("i,i->", eb, b))
-            if reverse:
-                cy -= float(np.einsum("i,i->", eb, d))
+            sx_, sy_, cx_, hx_, hy_, cy_ = (self._masked_sums(a, b, d, ea, eb, reverse) if underflow
+                                            else self._sums(a, b, d, ea, eb, reverse))
+            sx += sx_
+            sy += sy_
+            cx += cx_
+            hx += hx_
+            hy += hy_
+            cy += cy_
         # n = e^a + e^b s_x/s_y; sum n log n (n log n = 0 where n underflowed to 0)
         ratio = sx / sy
         mlogm = 0.0
@@ -301,13 +381,18 @@ class TorchBlockKernel:
         tok_b = b.gather(1, tok[:, None])[:, 0]
         ea = torch.exp(a)
         eb = torch.exp(b)
+        # zero probability below ZERO_BELOW or at -inf (the C kernel's rule, see the module docstring)
+        ea = torch.where(a < ZERO_BELOW, 0.0, ea)
+        eb = torch.where(b < ZERO_BELOW, 0.0, eb)
+        za, zb = ea == 0, eb == 0
         sx = ea.sum(dim=1)
         sy = eb.sum(dim=1)
         d = a - b
-        cx = (ea * d).sum(dim=1)
-        hx = (ea * a).sum(dim=1)
-        hy = (eb * b).sum(dim=1)
-        cy = -(eb * d).sum(dim=1) if reverse else None
+        inf = torch.tensor(math.inf, dtype=d.dtype, device=d.device)
+        cx = torch.where(za, 0.0, ea * torch.where(zb, inf, d)).sum(dim=1)
+        hx = torch.where(za, 0.0, ea * a).sum(dim=1)
+        hy = torch.where(zb, 0.0, eb * b).sum(dim=1)
+        cy = torch.where(zb, 0.0, eb * torch.where(za, inf, -d)).sum(dim=1) if reverse else None
         n = ea + eb * (sx / sy)[:, None]
         mlogm = torch.special.xlogy(n, n).sum(dim=1)  # 0 log 0 = 0
         f = combine(torch, sx, sy, cx, hx, hy, mlogm, cy)

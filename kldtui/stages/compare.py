@@ -61,6 +61,10 @@ DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
 TOPK_DEFINITION = ("fraction of positions where the reference's top-1 token is among the "
                    "candidate's k highest logits (ties in its favour)")
+INFINITE_KL_DEFINITION = ("positions where the candidate gives probability 0 (a logit at -inf, or more than "
+                          "708 below its row's maximum) to a token the reference gives a positive "
+                          "probability: KL(reference || candidate) is infinite there and left out "
+                          "of the KL statistics, which cover the other positions; JS stays finite")
 BACKENDS = ("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda")
 
 
@@ -218,7 +222,7 @@ class WindowResult:
 
     @property
     def kl_mean(self) -> float:
-        return float(np.mean(self.rows.kl))
+        return float(np.mean(_finite(self.rows.kl)))
 
     @property
     def top1_agreement(self) -> float:
@@ -227,7 +231,7 @@ class WindowResult:
     def figures(self) -> dict[str, Any]:
         """This window's entry of ``per_window_arrays`` (docs/REPORT.md)."""
         r = self.rows
-        kl = r.kl
+        kl = _finite(r.kl)  # KL statistics are over the positions with finite KL (docs/REPORT.md)
         p_ref = np.exp(r.logp_ref_next)
         p_cand = np.exp(r.logp_cand_next)
         dp = p_cand - p_ref
@@ -247,11 +251,13 @@ class WindowResult:
             "delta_p_rms": float(np.sqrt(np.mean(dp * dp))),
             "nll_reference_mean": float(-np.mean(r.logp_ref_next)),
             "nll_candidate_mean": float(-np.mean(r.logp_cand_next)),
+            # rows where the candidate gives probability 0 to a token the reference does not
+            "infinite_kl_rows": int(r.infinite_kl_rows().size),
         }
         for k in TOPK[1:]:
             out[f"top{k}_agreement"] = float(np.mean(r.rank_ref_top < k))
         if r.kl_reverse is not None:
-            out["kl_reverse_mean"] = float(np.mean(r.kl_reverse))
+            out["kl_reverse_mean"] = float(np.mean(_finite(r.kl_reverse)))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -495,12 +501,14 @@ class Engine:
                 hit: list[int] = []
                 for r in rows[:64]:
                     block = reader.pread(int(r), int(r) + 1)
-                    if not np.isfinite(block).all():
+                    # NaN or +Inf, or no finite logit at all (-inf alone is a mask: probability 0)
+                    if not np.isfinite(np.max(block)):
                         hit.append(int(r))
                 if hit:
                     shown = ", ".join(str(r) for r in hit[:5]) + (" ..." if len(hit) > 5 else "")
                     return BadInput(f"{path}: {window.label}: NaN or Inf in the {side} logits at rows "
-                                    f"{shown}; capture and finalize this window again")
+                                    f"{shown} (NaN, +Inf or no finite logit in a row); capture and "
+                                    "finalize this window again")
         return BadInput(f"{cand_path}: {window.label}: non-finite results at rows "
                         f"{', '.join(str(int(r)) for r in rows[:5])}; the logits overflow float64 sums")
 
@@ -521,6 +529,13 @@ def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | i
 
 
 # ----------------------------------------------------------------------------- report
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    """``a`` without its infinite entries (the same array when there are none, or when every
+    entry is infinite: then the statistics are infinite, null in the JSON)."""
+    ok = np.isfinite(a)
+    return a if ok.all() or not ok.any() else a[ok]
 
 
 def _concat(results: Sequence[WindowResult], name: str) -> np.ndarray:
@@ -551,38 +566,41 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     rank = _concat(res, "rank_ref_top")
     lp_ref = _concat(res, "logp_ref_next")
     lp_cand = _concat(res, "logp_cand_next")
-    p_ref = np.exp(lp_ref)
-    p_cand = np.exp(lp_cand)
-    dp = p_cand - p_ref
-    figs = [r.figures() for r in res]
-    kl_means = np.array([f["kl_mean"] for f in figs])
-    js_means = np.array([f["js_mean"] for f in figs])
-    nll_r = np.array([f["nll_reference_mean"] for f in figs])
-    nll_c = np.array([f["nll_candidate_mean"] for f in figs])
+    # infinite KL rows (masked tokens) make spreads NaN and sums inf: null in the JSON, not a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        p_ref = np.exp(lp_ref)
+        p_cand = np.exp(lp_cand)
+        dp = p_cand - p_ref
+        figs = [r.figures() for r in res]
+        kl_means = np.array([f["kl_mean"] for f in figs])
+        js_means = np.array([f["js_mean"] for f in figs])
+        nll_r = np.array([f["nll_reference_mean"] for f in figs])
+        nll_c = np.array([f["nll_candidate_mean"] for f in figs])
 
-    per_window = []
-    for r, f in zip(res, figs, strict=True):
-        entry: dict[str, Any] = {
-            "window_index": r.window_index, "domain": r.domain, "positions": r.positions,
-            "kl_reference_to_candidate": st.stats_object(r.rows.kl), "js": st.stats_object(r.rows.js),
-            "top1_agreement": f["top1_agreement"],
-        }
-        if r.rows.kl_reverse is not None and reverse:
-            entry["kl_candidate_to_reference"] = st.stats_object(r.rows.kl_reverse)
-        for k, v in f.items():
-            entry.setdefault(k, v)
-        per_window.append(entry)
-    arrays: dict[str, list[Any]] = {}
-    for f in figs:
-        for k, v in f.items():
-            if k == "kl_reverse_mean" and not reverse:
-                continue
-            arrays.setdefault(k, []).append(v)
+        per_window = []
+        for r, f in zip(res, figs, strict=True):
+            entry: dict[str, Any] = {
+                "window_index": r.window_index, "domain": r.domain, "positions": r.positions,
+                "kl_reference_to_candidate": st.stats_object(_finite(r.rows.kl)),
+                "js": st.stats_object(r.rows.js),
+                "top1_agreement": f["top1_agreement"],
+            }
+            if r.rows.kl_reverse is not None and reverse:
+                entry["kl_candidate_to_reference"] = st.stats_object(_finite(r.rows.kl_reverse))
+            for k, v in f.items():
+                entry.setdefault(k, v)
+            per_window.append(entry)
+        arrays: dict[str, list[Any]] = {}
+        for f in figs:
+            for k, v in f.items():
+                if k == "kl_reverse_mean" and not reverse:
+                    continue
+                arrays.setdefault(k, []).append(v)
 
-    domains: dict[str, Any] = {}
-    for d in dict.fromkeys(r.domain for r in res):
-        means = [f["kl_mean"] for f in figs if f["domain"] == d]
-        domains[d] = st.window_cluster_bootstrap(means, samples, seed)
+        domains: dict[str, Any] = {}
+        for d in dict.fromkeys(r.domain for r in res):
+            means = [f["kl_mean"] for f in figs if f["domain"] == d]
+            domains[d] = st.window_cluster_bootstrap(means, samples, seed)
 
     if suite is not None and suite_token_hash_sha256 is None:
         suite_token_hash_sha256 = suite.suite_token_hash_sha256
@@ -596,7 +614,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     elapsed = float(elapsed_seconds if elapsed_seconds is not None
                     else sum(r.elapsed_seconds for r in res))
     nbytes = int(sum(r.bytes_compared for r in res))
-    positions = int(kl.size)
+    positions = int(top1.size)
 
     with np.errstate(over="ignore", invalid="ignore"):
         report = _report_body(res, figs, reverse, samples, seed, kl, js, top1, rank, lp_ref, lp_cand, p_ref,
@@ -642,12 +660,15 @@ def _report_body(res: Sequence[WindowResult], figs: list[dict[str, Any]], revers
                  dp: np.ndarray, kl_means: np.ndarray, js_means: np.ndarray, nll_r: np.ndarray,
                  nll_c: np.ndarray, per_window: list[dict[str, Any]], arrays: dict[str, list[Any]],
                  domains: dict[str, Any]) -> dict[str, Any]:
+    fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged
+    if not fin.any():
+        fin[:] = True
     report: dict[str, Any] = {
         "report_format": REPORT_FORMAT,
         "direction": DIRECTION,
-        "positions": int(kl.size),
+        "positions": int(top1.size),
         "windows": len(res),
-        "kl_reference_to_candidate": st.stats_object(kl),
+        "kl_reference_to_candidate": st.stats_object(kl[fin]),
         "js": st.stats_object(js),
         "top1_agreement": float(np.mean(top1)),
         "kl_window_cluster_bootstrap": st.window_cluster_bootstrap(kl_means, samples, seed),
@@ -667,15 +688,33 @@ def _report_body(res: Sequence[WindowResult], figs: list[dict[str, Any]], revers
             "perplexity_ratio": float(np.exp(np.mean(lp_ref) - np.mean(lp_cand))),
             "perplexity_ratio_window_cluster_bootstrap": st.ratio_bootstrap(nll_c, np.exp, nll_r,
                                                                             samples, seed),
+            # log space: finite wherever the perplexities overflow (+inf when a side gives the
+            # actual next token probability 0: null in JSON)
+            "log_perplexity_reference": float(-np.mean(lp_ref)),
+            "log_perplexity_candidate": float(-np.mean(lp_cand)),
+            "log_perplexity_ratio": float(np.mean(lp_ref) - np.mean(lp_cand)),
         },
-        "kl_by_reference_confidence": st.confidence_buckets(_concat(res, "ref_top_prob"), kl, top1),
-        "kl_by_position": st.position_buckets([r.rows.kl for r in res]),
+        "infinite_kl": {
+            "definition": INFINITE_KL_DEFINITION,
+            "rows": int(sum(f["infinite_kl_rows"] for f in figs)),
+            "windows": [int(f["window_index"]) for f in figs if f["infinite_kl_rows"]],
+            **({"reverse_rows": int(sum(int(np.isposinf(r.rows.kl_reverse).sum()) for r in res
+                                        if r.rows.kl_reverse is not None))} if reverse else {}),
+        },
+        "kl_by_reference_confidence": st.confidence_buckets(_concat(res, "ref_top_prob")[fin], kl[fin],
+                                                            top1[fin]),
+        "kl_by_position": st.position_buckets([_finite(r.rows.kl) for r in res]),
     }
     if reverse:
-        report["kl_candidate_to_reference"] = st.stats_object(_concat(res, "kl_reverse"))
+        report["kl_candidate_to_reference"] = st.stats_object(_finite(_concat(res, "kl_reverse")))
         report["kl_reverse_window_cluster_bootstrap"] = st.window_cluster_bootstrap(
             [f["kl_reverse_mean"] for f in figs], samples, seed)
     return report
+
+
+def _g(value: Any) -> str:
+    """A figure for a one-line summary; null (infinite or undefined) shown as 'inf'."""
+    return f"{value:.6g}" if isinstance(value, (int, float)) else "inf"
 
 
 def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
@@ -712,8 +751,11 @@ def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
         emit(StageFailed("compare", message=str(exc)))
         raise
     b = report["kl_window_cluster_bootstrap"]
-    emit(StageFinished("compare", summary=f"mean KL {b['estimate']:.6g} "
-                       f"[{b['ci95_low']:.6g}, {b['ci95_high']:.6g}] over {report['windows']} windows",
+    inf_rows = report["infinite_kl"]["rows"]
+    emit(StageFinished("compare", summary=f"mean KL {_g(b['estimate'])} "
+                       f"[{_g(b['ci95_low'])}, {_g(b['ci95_high'])}] over {report['windows']} windows"
+                       + (f"; {inf_rows} positions with infinite KL (candidate probability 0)"
+                          if inf_rows else ""),
                        figures={"kl": b["estimate"], "ci95_low": b["ci95_low"],
                                 "ci95_high": b["ci95_high"], "top1": report["top1_agreement"]}))
     return report

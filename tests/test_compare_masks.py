@@ -1,0 +1,96 @@
+"""Masked tokens (-inf logits) through the compare stage: probability 0, infinite KL counted and
+named in the report, NaN and +inf still refused with a one-line error."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.errors import BadInput
+from kldtui.formats.report import load_report
+from kldtui.stages.compare import CompareOptions, compare
+from tests.fixtures_compare import make_suite
+
+
+def _masked(cols: np.ndarray, value: float, both: bool):
+    """A candidate function for make_suite that masks ``cols`` (and the same in the reference
+    when ``both``: make_suite writes the reference after calling it, from the same array)."""
+    def cand(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        y = (x + rng.standard_normal(x.shape) * 0.1).astype(np.float32)
+        y[:, cols] = value
+        if both:
+            x[:, cols] = value
+        return y
+    return cand
+
+
+def _opts() -> CompareOptions:
+    return CompareOptions(bootstrap_samples=100, reverse=True)
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_same_mask_on_both_sides_is_well_defined(tmp_path: Path, backend: str) -> None:
+    from kldtui.metrics import ckernel
+
+    if backend == "c" and not ckernel.available():
+        pytest.skip("no C kernel")
+    cols = np.arange(0, 300, 7)
+    got = {}
+    for name, value in (("inf", -np.inf), ("finite", -1e30)):
+        suite, ref, cand, _ = make_suite(tmp_path / name, windows=2, context=30, vocab=300,
+                                         candidate=_masked(cols, value, both=True))
+        opts = _opts()
+        opts.backend = backend
+        got[name] = compare(suite.path, ref, cand, opts)
+    a, b = got["inf"], got["finite"]
+    assert a["infinite_kl"]["rows"] == 0 and a["infinite_kl"]["windows"] == []
+    assert a["kl_reference_to_candidate"]["mean"] == pytest.approx(b["kl_reference_to_candidate"]["mean"],
+                                                                   rel=1e-12)
+    assert a["js"]["mean"] == pytest.approx(b["js"]["mean"], rel=1e-12)
+    assert 0 < a["kl_reference_to_candidate"]["mean"] < 1
+
+
+def test_candidate_zero_where_reference_predicts_gives_counted_infinite_kl(tmp_path: Path) -> None:
+    def cand(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        y = (x + rng.standard_normal(x.shape) * 0.1).astype(np.float32)
+        if not hasattr(cand, "calls"):
+            cand.calls = 0  # type: ignore[attr-defined]
+        if cand.calls == 1:  # type: ignore[attr-defined]  # window 1: rows 3 and 4 mask a token
+            y[3, 10] = -np.inf
+            y[4, :5] = -np.inf
+        cand.calls += 1  # type: ignore[attr-defined]
+        return y
+
+    suite, ref, cand_dir, _ = make_suite(tmp_path / "s", windows=3, context=20, vocab=200, candidate=cand)
+    out = tmp_path / "r.json"
+    code = main(["compare", "--suite-manifest", str(suite.path), "--reference-dir", str(ref),
+                 "--candidate-dir", str(cand_dir), "--output", str(out), "--bootstrap-samples", "100"])
+    assert code == 0
+    report = load_report(out)
+    json.loads(out.read_text())  # strict JSON: no Infinity
+    assert report["infinite_kl"]["rows"] == 2 and report["infinite_kl"]["windows"] == [1]
+    assert [w["infinite_kl_rows"] for w in report["per_window"]] == [0, 2, 0]
+    assert report["per_window_arrays"]["infinite_kl_rows"] == [0, 2, 0]
+    # the KL statistics cover the positions with finite KL; the infinite ones are counted above
+    assert 0 < report["per_window"][1]["kl_reference_to_candidate"]["mean"] < 1
+    assert report["kl_reference_to_candidate"]["max"] < 1
+    assert math.isfinite(report["js"]["mean"]) and math.isfinite(report["js"]["max"])
+    assert math.isfinite(report["next_token"]["log_perplexity_ratio"])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_plus_inf_are_still_refused(tmp_path: Path, bad: float) -> None:
+    def cand(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        y = x.copy()
+        y[2, 7] = bad
+        return y
+
+    suite, ref, cand_dir, _ = make_suite(tmp_path, windows=1, context=10, vocab=100, candidate=cand)
+    with pytest.raises(BadInput, match=r"candidate.*window 000.*NaN or Inf.*rows 2") as err:
+        compare(suite.path, ref, cand_dir, _opts())
+    assert "\n" not in str(err.value)
