@@ -11,7 +11,8 @@ Run through ``scripts/gpu_check.sh`` (it sets the path and a time limit).  Steps
 3. time the device backend over the whole window (host arrays in, as the compare stage does);
 4. write a bf16 device tensor through the capture hook's chunk writer and check the file holds
    exactly the bf16 values widened to float32;
-5. time device scoring of a full-vocabulary chunk when this version has score mode.
+5. time device scoring (:func:`kldtui.metrics.score.score_block`, score mode's per-row
+   statistics) of a bf16 candidate chunk against device reference rows, checked like step 2.
 
 Prints one line per step and a final ``gpu_check: OK`` (exit 0) or ``gpu_check: FAILED`` (exit 1).
 ``--device cpu`` runs the same steps on the CPU (small sizes: the test suite does this).
@@ -166,18 +167,30 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out and path.exists():
         path.unlink()
 
-    # 5. device scoring (score mode), when this version has it
-    try:
-        from kldtui.metrics import score  # type: ignore[attr-defined]
-    except ImportError:
-        results["score"] = "not in this version"
-        print("5 device scoring: not in this version (score mode not built yet)")
-    else:
-        t0 = time.perf_counter()
-        score.score_block(x[:args.block], y[:args.block], nxt[:args.block])
-        _sync(torch, device)
-        results["score_s"] = time.perf_counter() - t0
-        print(f"5 device scoring of {args.block} rows: {results['score_s']:.3f} s")
+    # 5. device scoring (score mode's per-row statistics): a bf16 candidate chunk, as the hook
+    # receives it, against float32 reference rows already on the device
+    from kldtui.metrics.score import RECORD_DTYPE, score_block
+
+    rows5 = min(args.block, args.rows)
+    cand = y[:rows5].to(torch.bfloat16)
+    score_block(x[:2], cand[:2], nxt[:2], reverse=True)  # warm-up (kernels, allocator)
+    _sync(torch, device)
+    t0 = time.perf_counter()
+    scored = score_block(x[:rows5], cand, nxt[:rows5], reverse=True)
+    _sync(torch, device)
+    t = time.perf_counter() - t0
+    ref = cpu_kernel.block(x_np[:min(n, rows5)], cand[:min(n, rows5)].float().cpu().numpy(),
+                           nxt_np[:min(n, rows5)], reverse=True)
+    part = type(scored)(**{f: (v[:min(n, rows5)] if v is not None else None)
+                           for f, v in vars(scored).items()})
+    score_ok, detail5 = check_agreement(part, ref)
+    ok_all &= score_ok
+    results["score"] = {"ok": score_ok, "rows": rows5, "seconds": t, "detail": detail5,
+                        "bytes_per_position": RECORD_DTYPE.itemsize,
+                        "rows_per_s": rows5 / t if t > 0 else None}
+    print(f"5 device scoring of a bf16 chunk [{rows5}, {args.vocab}]: {'ok' if score_ok else 'FAILED'} "
+          f"({detail5}), {t:.3f} s, {rows5 / t if t > 0 else 0:.0f} rows/s, "
+          f"{RECORD_DTYPE.itemsize} bytes per position written")
 
     print("summary: " + json.dumps(results, sort_keys=True, default=str))
     print("gpu_check: OK" if ok_all else "gpu_check: FAILED")

@@ -2,8 +2,8 @@
 # GPU readiness check (issue 14 item 5): for a GPU machine with torch + CUDA, no vLLM, no network.
 # Generates a full-vocabulary window on the GPU, checks the CUDA compare backend against the CPU
 # kernel (same tolerances as the tests), times it, writes a bf16 CUDA tensor through the capture
-# hook's chunk writer, and times device scoring once score mode exists. Under a minute on one GPU;
-# the time limit (GPU_CHECK_TIMEOUT, default 280 s) keeps it well under 5 minutes.
+# hook's chunk writer, and times device scoring (score mode's per-row statistics) of a bf16 chunk.
+# Under a minute on one GPU; the time limit (GPU_CHECK_TIMEOUT, default 280 s) keeps it under 5.
 #   scripts/gpu_check.sh                       # full size on cuda:0
 #   scripts/gpu_check.sh --device cpu --rows 32 --vocab 4096   # dry run without a GPU
 # Needs only this checkout (kldtui/, benchmarks/gpu_check.py) and a Python with torch and numpy.

@@ -31,3 +31,4 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
     assert summary["agreement"]["ok"] and summary["agreement"]["infinite_kl_rows"] == [2]
     assert summary["chunk"]["ok"] and Path(summary["chunk"]["path"]).exists()
     assert summary["compare_gb_per_s"] > 0
+    assert summary["score"]["ok"] and summary["score"]["bytes_per_position"] == 60

@@ -351,7 +351,8 @@ class NumpyRowKernel:
 
 
 class TorchBlockKernel:
-    """The same sums over a 2-D row block with torch (float64), on CUDA or the CPU."""
+    """The same sums over a 2-D row block with torch (float64), on CUDA or the CPU: host arrays
+    in, :func:`kldtui.metrics.score.score_block` on the device."""
 
     def __init__(self, vocab: int, device: str = "cpu") -> None:
         import torch
@@ -363,44 +364,10 @@ class TorchBlockKernel:
 
     def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
               reverse: bool = False) -> RowStats:
+        from kldtui.metrics.score import score_block  # the function score mode's hook uses too
+
         torch = self.torch
-        rows = x.shape[0]
-        out = RowStats.empty(rows, reverse)
         tx = torch.from_numpy(np.ascontiguousarray(x)).to(self.device, non_blocking=False)
         ty = torch.from_numpy(np.ascontiguousarray(y)).to(self.device, non_blocking=False)
         tok = torch.from_numpy(np.asarray(next_tokens, dtype=np.int64)).to(self.device)
-        ax = torch.argmax(tx, dim=1)  # first maximum, like NumPy
-        ay = torch.argmax(ty, dim=1)
-        y_at_ax = ty.gather(1, ax[:, None])
-        rank = (ty > y_at_ax).sum(dim=1)
-        a = tx.double()
-        a -= a.gather(1, ax[:, None])
-        b = ty.double()
-        b -= b.gather(1, ay[:, None])
-        tok_a = a.gather(1, tok[:, None])[:, 0]
-        tok_b = b.gather(1, tok[:, None])[:, 0]
-        ea = torch.exp(a)
-        eb = torch.exp(b)
-        # zero probability below ZERO_BELOW or at -inf (the C kernel's rule, see the module docstring)
-        ea = torch.where(a < ZERO_BELOW, 0.0, ea)
-        eb = torch.where(b < ZERO_BELOW, 0.0, eb)
-        za, zb = ea == 0, eb == 0
-        sx = ea.sum(dim=1)
-        sy = eb.sum(dim=1)
-        d = a - b
-        inf = torch.tensor(math.inf, dtype=d.dtype, device=d.device)
-        cx = torch.where(za, 0.0, ea * torch.where(zb, inf, d)).sum(dim=1)
-        hx = torch.where(za, 0.0, ea * a).sum(dim=1)
-        hy = torch.where(zb, 0.0, eb * b).sum(dim=1)
-        cy = torch.where(zb, 0.0, eb * torch.where(za, inf, -d)).sum(dim=1) if reverse else None
-        n = ea + eb * (sx / sy)[:, None]
-        mlogm = torch.special.xlogy(n, n).sum(dim=1)  # 0 log 0 = 0
-        f = combine(torch, sx, sy, cx, hx, hy, mlogm, cy)
-        out.argmax_ref[:] = ax.cpu().numpy()
-        out.argmax_cand[:] = ay.cpu().numpy()
-        out.rank_ref_top[:] = rank.cpu().numpy()
-        f_np = {k: v.cpu().numpy() for k, v in f.items()}
-        tok_ab = np.stack([tok_a.cpu().numpy(), tok_b.cpu().numpy()])
-        with np.errstate(all="ignore"):
-            NumpyRowKernel._finish(x, y, out, f_np, tok_ab, reverse)
-        return out
+        return score_block(tx, ty, tok, reverse)

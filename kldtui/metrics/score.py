@@ -1,0 +1,107 @@
+"""Per-row statistics from device tensors: the one function behind the compare stage's torch
+backend and score mode's hook-side scoring (issue 16), so both produce the same numbers.
+
+:func:`score_block` takes reference and candidate logits as torch tensors ``[rows, vocab]`` on
+any device and in any float dtype (float32, bfloat16, float16; widened to float64 before
+anything is exponentiated), computes the per-row sums of :mod:`kldtui.metrics.kernels` on that
+device in float64, and returns a :class:`~kldtui.metrics.kernels.RowStats`: every per-row figure
+the compare stage's report needs.  Rows whose KL or JS is below
+:data:`~kldtui.metrics.kernels.PRECISE_BELOW` are recomputed on the CPU with
+:func:`~kldtui.metrics.kernels.precise_row` (only those rows are copied off the device).
+Device memory: about six float64 copies of the block (``rows x vocab x 8`` bytes each), so a
+caller bounds it by the block's rows (e.g. 128 rows of a 163,840 vocabulary: 1 GiB).
+
+:func:`to_records` / :func:`from_records` pack a block's figures into :data:`RECORD_DTYPE`
+(60 bytes per position) for score-mode files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kldtui.metrics.kernels import ZERO_BELOW, NumpyRowKernel, RowStats, combine
+
+RECORD_DTYPE = np.dtype([("kl", "<f8"), ("kl_reverse", "<f8"), ("js", "<f8"), ("ref_top_prob", "<f8"),
+                         ("logp_ref_next", "<f8"), ("logp_cand_next", "<f8"), ("argmax_ref", "<i4"),
+                         ("argmax_cand", "<i4"), ("rank_ref_top", "<i4")])
+
+
+class _HostRows:
+    """Row ``i`` of a device tensor as a float32 NumPy array, copied only when asked (the
+    precise path needs a few rows)."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.t[int(i)].float().cpu().numpy()
+
+
+def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
+    """Per-row figures of reference rows ``tx`` and candidate rows ``ty`` (torch, same device);
+    ``tok[i]`` is the token row ``i`` predicts (int64 tensor on that device)."""
+    import torch
+
+    rows = int(tx.shape[0])
+    out = RowStats.empty(rows, reverse)
+    ax = torch.argmax(tx, dim=1)  # first maximum, like NumPy
+    ay = torch.argmax(ty, dim=1)
+    y_at_ax = ty.gather(1, ax[:, None])
+    rank = (ty > y_at_ax).sum(dim=1)
+    a = tx.double()
+    a -= a.gather(1, ax[:, None])
+    b = ty.double()
+    b -= b.gather(1, ay[:, None])
+    tok_a = a.gather(1, tok[:, None])[:, 0]
+    tok_b = b.gather(1, tok[:, None])[:, 0]
+    ea = torch.exp(a)
+    eb = torch.exp(b)
+    # zero probability below ZERO_BELOW or at -inf (the C kernel's rule, see kernels' docstring)
+    ea = torch.where(a < ZERO_BELOW, 0.0, ea)
+    eb = torch.where(b < ZERO_BELOW, 0.0, eb)
+    za, zb = ea == 0, eb == 0
+    sx = ea.sum(dim=1)
+    sy = eb.sum(dim=1)
+    d = a - b
+    inf = torch.tensor(math.inf, dtype=d.dtype, device=d.device)
+    cx = torch.where(za, 0.0, ea * torch.where(zb, inf, d)).sum(dim=1)
+    hx = torch.where(za, 0.0, ea * a).sum(dim=1)
+    hy = torch.where(zb, 0.0, eb * b).sum(dim=1)
+    cy = torch.where(zb, 0.0, eb * torch.where(za, inf, -d)).sum(dim=1) if reverse else None
+    n = ea + eb * (sx / sy)[:, None]
+    mlogm = torch.special.xlogy(n, n).sum(dim=1)  # 0 log 0 = 0
+    f = combine(torch, sx, sy, cx, hx, hy, mlogm, cy)
+    out.argmax_ref[:] = ax.cpu().numpy()
+    out.argmax_cand[:] = ay.cpu().numpy()
+    out.rank_ref_top[:] = rank.cpu().numpy()
+    f_np = {k: v.cpu().numpy() for k, v in f.items()}
+    tok_ab = np.stack([tok_a.cpu().numpy(), tok_b.cpu().numpy()])
+    with np.errstate(all="ignore"):
+        NumpyRowKernel._finish(_HostRows(tx), _HostRows(ty), out, f_np, tok_ab, reverse)  # type: ignore[arg-type]
+    return out
+
+
+def to_records(stats: RowStats) -> np.ndarray:
+    """The figures of ``stats`` as one :data:`RECORD_DTYPE` record per row (``kl_reverse`` NaN
+    when it was not computed)."""
+    rec = np.zeros(len(stats), dtype=RECORD_DTYPE)
+    for name in RECORD_DTYPE.names or ():
+        v = getattr(stats, name)
+        rec[name] = np.nan if v is None else v
+    return rec
+
+
+def from_records(rec: np.ndarray, reverse: bool = True) -> RowStats:
+    """Inverse of :func:`to_records`."""
+    out = RowStats.empty(int(rec.shape[0]), reverse)
+    for name in RECORD_DTYPE.names or ():
+        if name == "kl_reverse" and not reverse:
+            continue
+        getattr(out, name)[:] = rec[name]
+    return out
+
+
+__all__ = ["RECORD_DTYPE", "from_records", "score_block", "to_records"]
