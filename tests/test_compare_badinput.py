@@ -98,7 +98,7 @@ def nan_in_reference(root: Path) -> None:
 
 def inf_in_candidate(root: Path) -> None:
     _set_logits(root / "candidate", 1, 11, 0, float("inf"))
-    _set_logits(root / "candidate", 1, 12, 3, float("-inf"))
+    _set_logits(root / "candidate", 1, 12, 3, float("-inf"))  # a masked token: valid, not reported
 
 
 def token_file_outside(root: Path) -> None:
@@ -126,7 +126,7 @@ CASES = {
     "suite_hash": (suite_hash, ["suite-manifest.json", "suite_token_hash_sha256"]),
     "nan_in_reference": (nan_in_reference, ["ref/logits_001", "window 001", "NaN or Inf",
                                             "reference", "rows 4"]),
-    "inf_in_candidate": (inf_in_candidate, ["candidate/logits_001", "window 001", "rows 11, 12"]),
+    "inf_in_candidate": (inf_in_candidate, ["candidate/logits_001", "window 001", "at rows 11 ("]),
     "token_file_outside": (token_file_outside, ["window 001", "outside the suite folder"]),
 }
 

@@ -81,6 +81,14 @@ def test_candidate_zero_where_reference_predicts_gives_counted_infinite_kl(tmp_p
     assert report["kl_reference_to_candidate"]["max"] < 1
     assert math.isfinite(report["js"]["mean"]) and math.isfinite(report["js"]["max"])
     assert math.isfinite(report["next_token"]["log_perplexity_ratio"])
+    # the typed model knows the new fields and writes the report back unchanged
+    from kldtui.formats.report_model import ComparisonReport
+
+    doc = json.loads(out.read_text())
+    model = ComparisonReport.from_json(doc, str(out))
+    assert model.infinite_kl is not None and model.infinite_kl.rows == 2 and model.extra == {}
+    assert model.per_window[1].infinite_kl_rows == 2
+    assert json.dumps(model.to_json(), sort_keys=True) == json.dumps(doc, sort_keys=True)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])

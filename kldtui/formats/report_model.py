@@ -274,7 +274,7 @@ class Interval(_Part):
 # per-window figures kldtui adds, in per_window entries and per_window_arrays alike
 WINDOW_FIGURES = ("kl_mean", "kl_median", "kl_p99", "kl_max", "js_mean", "top5_agreement",
                   "top10_agreement", "p_reference_mean", "p_candidate_mean", "delta_p_mean", "delta_p_rms",
-                  "nll_reference_mean", "nll_candidate_mean", "kl_reverse_mean")
+                  "nll_reference_mean", "nll_candidate_mean", "kl_reverse_mean", "infinite_kl_rows")
 
 
 @dataclass(frozen=True)
@@ -302,12 +302,14 @@ class WindowEntry(_Part):
     nll_reference_mean: float | None = None
     nll_candidate_mean: float | None = None
     kl_reverse_mean: float | None = None
+    infinite_kl_rows: int | None = None  # positions with infinite KL (masked tokens), see InfiniteKL
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, o: _Obj) -> WindowEntry:
         js, rev = o.opt_obj("js"), o.opt_obj("kl_candidate_to_reference")
-        figures = {k: o.opt_num(k) for k in WINDOW_FIGURES}
+        figures: dict[str, Any] = {k: o.opt_num(k) for k in WINDOW_FIGURES if k != "infinite_kl_rows"}
+        figures["infinite_kl_rows"] = o.opt_int("infinite_kl_rows")
         known = {f.name for f in fields(cls)}
         return cls(o.int_("window_index"), o.str_("domain"), o.int_("positions"),
                    Stats.from_json(o.obj("kl_reference_to_candidate")),
@@ -344,6 +346,7 @@ class WindowTable(_Part):
     nll_reference_mean: list[float] | None = None
     nll_candidate_mean: list[float] | None = None
     kl_reverse_mean: list[float] | None = None
+    infinite_kl_rows: list[int] | None = None
 
     @classmethod
     def from_json(cls, o: _Obj, windows: int) -> WindowTable:
@@ -417,6 +420,10 @@ class NextToken(_Part):
     perplexity_candidate: float | None = field(default=None, metadata=_KEEP_NULL)
     perplexity_ratio: float | None = field(default=None, metadata=_KEEP_NULL)
     perplexity_ratio_window_cluster_bootstrap: Interval | None = None
+    # log space (mean NLL; never overflows): absent in reports before they were added
+    log_perplexity_reference: float | None = None
+    log_perplexity_candidate: float | None = None
+    log_perplexity_ratio: float | None = None
 
     @classmethod
     def from_json(cls, o: _Obj) -> NextToken:
@@ -425,7 +432,26 @@ class NextToken(_Part):
         return cls(Stats.from_json(pr) if pr else None, Stats.from_json(pc) if pc else None,
                    DeltaP.from_json(dp) if dp else None, o.opt_num("perplexity_reference"),
                    o.opt_num("perplexity_candidate"), o.opt_num("perplexity_ratio"),
-                   Interval.from_json(pb) if pb else None)
+                   Interval.from_json(pb) if pb else None, o.opt_num("log_perplexity_reference"),
+                   o.opt_num("log_perplexity_candidate"), o.opt_num("log_perplexity_ratio"))
+
+
+@dataclass(frozen=True)
+class InfiniteKL(_Part):
+    """``infinite_kl``: positions where the candidate gives probability 0 to a token the
+    reference gives a positive probability (docs/REPORT.md, "Masked tokens")."""
+
+    definition: str
+    rows: int
+    windows: list[int]
+    reverse_rows: int | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> InfiniteKL:
+        windows = o.list_("windows")
+        if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in windows):
+            o.fail("expected a list of window indices", "windows")
+        return cls(o.str_("definition"), o.int_("rows"), windows, o.opt_int("reverse_rows"))
 
 
 @dataclass(frozen=True)
@@ -544,6 +570,7 @@ class ComparisonReport(_Part):
     per_window_arrays: WindowTable | None = None
     provenance: Provenance | None = None
     noise_floor: NoiseFloorNote | None = None
+    infinite_kl: InfiniteKL | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
     @property
@@ -614,6 +641,7 @@ class ComparisonReport(_Part):
             per_window_arrays=None if arrays is None else WindowTable.from_json(arrays, len(per_window)),
             provenance=opt("provenance", Provenance.from_json),
             noise_floor=opt("noise_floor", NoiseFloorNote.from_json),
+            infinite_kl=opt("infinite_kl", InfiniteKL.from_json),
             extra=o.rest(known),
         )
 
@@ -625,6 +653,6 @@ def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report
     return ComparisonReport.from_json(dict(report), where)
 
 
-__all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "Interval", "NextToken",
-           "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT", "Stats", "TopK", "Verified",
-           "WindowEntry", "WindowTable", "as_report"]
+__all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "InfiniteKL", "Interval",
+           "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT", "Stats", "TopK",
+           "Verified", "WindowEntry", "WindowTable", "as_report"]

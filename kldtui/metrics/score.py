@@ -37,7 +37,7 @@ class _HostRows:
         self.t = t
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.t[int(i)].float().cpu().numpy()
+        return np.asarray(self.t[int(i)].float().cpu().numpy(), dtype=np.float32)
 
 
 def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
