@@ -336,3 +336,33 @@ def test_one_interval_per_report_in_every_view(tmp_path):
     assert (row.mean, row.ci_low, row.ci_high) == (own["estimate"], own["ci95_low"], own["ci95_high"])
     viewer = result_from_report(report, pa).kl
     assert (viewer.low, viewer.high) == (own["ci95_low"], own["ci95_high"])
+
+
+def test_diff_of_real_reports_names_masked_positions(tmp_path, capsys):
+    """End to end with the compare stage: a candidate that gives probability 0 to tokens the reference
+    predicts (window 1) is named in the diff verdict, with the count and the window."""
+    from kldtui.cli.main import main
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.stages.compare import CompareOptions, compare
+    from tests.fixtures_compare import make_suite, perturb
+
+    suite, ref, plain, data = make_suite(tmp_path / "s", windows=8, context=17, vocab=200, seed=6,
+                                         candidate=lambda rng, x: perturb(rng, x, 0.05, 0.1))
+    rng = np.random.default_rng(7)
+    masked = tmp_path / "s" / "masked"
+    written = []
+    for w, (x, _, _) in data.items():
+        y = perturb(rng, x, 0.05, 0.1)
+        if w == 1:
+            y[3, 10] = -np.inf
+            y[4, :5] = -np.inf
+        written.append(write_logits_array(masked, suite.window(w), y, 17))
+    write_logits_manifest(masked, suite, written, kind="candidate")
+    opts = CompareOptions(bootstrap_samples=200)
+    pa = write_report(tmp_path / "plain.json", compare(suite.path, ref, plain, opts))
+    pb = write_report(tmp_path / "masked.json", compare(suite.path, ref, masked, opts))
+    assert main(["diff", str(pa), str(pb), "--json", str(tmp_path / "d.json")]) == 0
+    out = capsys.readouterr().out
+    assert "masked gives probability 0 to a token the reference predicts at 2 positions (window 1)" in out
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["overall"]["infinite_kl_rows_b"] == 2 and doc["per_window"]["infinite_kl_rows_b"][1] == 2
