@@ -15,6 +15,14 @@ to the last chunk on disk. Configurations (each a fresh server, run in turn, int
 
 Prints one line per window and a table of medians. Writes its model and chunks under --workdir
 and removes the chunks as it goes.
+
+``--engine-stall`` measures only what the engine's thread spends in the hook per window, without
+vLLM (no server, so far less sensitive to a loaded machine): 8 calls of ``save_chunk`` with
+256 x vocab F32 rows, as vLLM's V1 runner makes them for a 2,048-token window, timed on the
+calling thread, then the time until every chunk is on disk. Each configuration runs in its own
+process (``before=TREE`` imports that tree's hook)::
+
+    .venv/bin/python benchmarks/hook_capture_bench.py --engine-stall --configs before=/tmp/old,inline,thread
 """
 
 from __future__ import annotations
@@ -117,6 +125,65 @@ def one_window(url: str, ids: list[int], capture: Path | None, request_id: str) 
     return elapsed
 
 
+_STALL = r"""
+import os, shutil, statistics, sys, time
+import torch
+folder = sys.argv[1]; vocab = int(sys.argv[2]); windows = int(sys.argv[3]); step = float(sys.argv[4])
+os.environ["VLLM_KLD_CAPTURE_DIR"] = folder
+from kldtui.hook import vllm_plugin as vp
+rows = torch.randn(256, vocab)
+stalls, totals = [], []
+for w in range(windows + 1):
+    rid = f"cmpl-bench{w}-0-1"
+    t0 = time.perf_counter(); stall = 0.0
+    for start in range(0, 2047, 256):
+        part = rows[: min(256, 2047 - start)]
+        t = time.perf_counter(); vp.save_chunk(rid, start, part, vocab); stall += time.perf_counter() - t
+        time.sleep(step)  # the engine computing the next chunk (the GIL is free meanwhile)
+    if hasattr(vp, "flush"):
+        vp.flush()
+    total = time.perf_counter() - t0
+    shutil.rmtree(os.path.join(folder, rid))
+    if w:  # the first window warms up
+        stalls.append(stall); totals.append(total)
+print(f"STALL {statistics.median(stalls):.4f} {min(stalls):.4f} {statistics.median(totals):.4f}")
+"""
+
+
+def engine_stall(args: argparse.Namespace) -> int:
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"engine-thread time per 2,048-token window (8 chunks of <= 256 x {args.vocab} F32, "
+          f"{args.step_seconds:g} s of engine work between chunks), {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}")
+    found: dict[str, list[tuple[float, float]]] = {}
+    runs = [c for c in args.configs.split(",") if not c.startswith("off")]
+    for _round in range(args.rounds):  # interleaved: the page cache's writeback state drifts
+        for config in runs:
+            name, _, tree = config.partition("=")
+            folder = work / f"stall-{name}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            env = {**os.environ, "PYTHONPATH": tree if name == "before" else str(REPO)}
+            env.pop("KLDTUI_CAPTURE_WRITER", None)
+            if name == "inline":
+                env["KLDTUI_CAPTURE_WRITER"] = "inline"
+            argv = [sys.executable, "-c", _STALL, str(folder), str(args.vocab), str(args.windows),
+                    str(args.step_seconds)]
+            out = subprocess.run(argv,
+                                 capture_output=True, text=True, env=env, check=True).stdout
+            med, _low, total = (float(x) for x in out.split("STALL ")[1].split())
+            found.setdefault(name, []).append((med, total))
+            print(f"  round {_round} {name:8s} engine thread {med:.3f} s, window {total:.3f} s", flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    for name, values in found.items():
+        stall = statistics.median(v[0] for v in values)
+        total = statistics.median(v[1] for v in values)
+        print(f"  {name:8s} engine thread {stall:.3f} s per window (median of {len(values)} runs); "
+              f"window incl. engine work, until all chunks are on disk: {total:.3f} s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="/tmp/kldtui-hook-bench")
@@ -126,7 +193,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds over the configurations")
     ap.add_argument("--configs", default="off,inline,thread",
                     help="comma list of off, inline, thread, before=TREE")
+    ap.add_argument("--engine-stall", action="store_true",
+                    help="time the hook on the calling thread only (no vLLM server)")
+    ap.add_argument("--step-seconds", type=float, default=0.25,
+                    help="--engine-stall: engine work between chunks (default %(default)s s)")
     args = ap.parse_args()
+    if args.engine_stall:
+        return engine_stall(args)
 
     import numpy as np
 
