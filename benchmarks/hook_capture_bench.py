@@ -63,7 +63,9 @@ def start_server(model: Path, log: Path, env_extra: dict[str, str],
             "--max-num-seqs", "1", "--max-num-batched-tokens", "256", "--no-enable-prefix-caching",
             "--enforce-eager", "--max-model-len", "4096"]
     handle = open(log, "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # cwd outside any checkout: sys.path[0] is the cwd and would shadow PYTHONPATH's kldtui
+    proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                            cwd=log.parent)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
@@ -170,8 +172,8 @@ def engine_stall(args: argparse.Namespace) -> int:
                 env["KLDTUI_CAPTURE_WRITER"] = "inline"
             argv = [sys.executable, "-c", _STALL, str(folder), str(args.vocab), str(args.windows),
                     str(args.step_seconds)]
-            out = subprocess.run(argv,
-                                 capture_output=True, text=True, env=env, check=True).stdout
+            out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True,
+                                 cwd=work).stdout  # not a checkout: the cwd would shadow PYTHONPATH
             med, _low, total = (float(x) for x in out.split("STALL ")[1].split())
             found.setdefault(name, []).append((med, total))
             print(f"  round {_round} {name:8s} engine thread {med:.3f} s, window {total:.3f} s", flush=True)
