@@ -1,0 +1,469 @@
+"""``kldtui prepare``: build a suite folder (suite-manifest.json + tokens/) from pinned text sources.
+
+The rule is the published Kimi K3 suite's (docs/FORMATS.md, "How a suite is prepared"): each
+source's rows become one text, the text is tokenized once with the model's tokenizer
+(``add_special_tokens=False``), and ``count`` non-overlapping windows of ``context_length``
+tokens are taken at evenly spaced starts. Windows are numbered across sources in order.
+
+``datasets``, ``huggingface_hub`` and ``transformers`` (the ``kldtui[prepare]`` extra) are
+imported inside the functions that need them, so the rest of kldtui never loads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    Notice,
+    Progress,
+    StageFinished,
+    StageStarted,
+    null_sink,
+)
+from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
+from kldtui.formats.suite import (
+    SUITE_MANIFEST,
+    Suite,
+    load_suite,
+    suite_token_hash,
+    token_ids_hash,
+    token_ids_json,
+)
+
+STAGE = "prepare"
+SELECTION = "evenly spaced, non-overlapping windows over each domain token stream"
+LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+
+
+# --- text construction -------------------------------------------------------------------------
+
+def _text_rows(rows: Iterable[Mapping[str, Any]], text_field: str) -> str:
+    """Non-blank values of one field, stripped, joined by two newlines (the wikitext rule)."""
+    parts = []
+    for row in rows:
+        value = row.get(text_field)
+        if isinstance(value, str) and value.strip():
+            parts.append(value.strip())
+    return "\n\n".join(parts)
+
+
+def build_wikitext(rows: Iterable[Mapping[str, Any]]) -> str:
+    return _text_rows(rows, "text")
+
+
+def build_humaneval(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Per task: ``# task_id``, the prompt with its canonical solution, then ``# Tests`` and the tests."""
+    parts = [f"# {row['task_id']}\n{row['prompt']}{row['canonical_solution']}\n\n# Tests\n{row['test']}"
+             for row in rows]
+    return "\n\n\n".join(parts)
+
+
+def build_dolly(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Per record: Category / Instruction / Context (only when not blank) / Response sections."""
+    records = []
+    for row in rows:
+        sections = [f"### Category\n{row['category']}", f"### Instruction\n{row['instruction']}"]
+        context = row.get("context")
+        if isinstance(context, str) and context.strip():
+            sections.append(f"### Context\n{context}")
+        sections.append(f"### Response\n{row['response']}")
+        records.append("\n\n".join(sections))
+    return "\n\n\n".join(records)
+
+
+@dataclass(frozen=True)
+class Builder:
+    build: Callable[[Iterable[Mapping[str, Any]]], str]
+    columns: tuple[str, ...]
+    construction: str
+
+
+BUILDERS: dict[str, Builder] = {
+    "wikitext": Builder(build_wikitext, ("text",),
+                        "non-empty 'text' rows (stripped) joined by two newlines"),
+    "humaneval": Builder(build_humaneval, ("task_id", "prompt", "canonical_solution", "test"),
+                         "per row: '# ' + task_id, newline, prompt + canonical_solution, two newlines, "
+                         "'# Tests', newline, test; rows joined by three newlines"),
+    "dolly": Builder(build_dolly, ("category", "instruction", "context", "response"),
+                     "per row: '### Category', '### Instruction', '### Context' (only when non-blank), "
+                     "'### Response' sections, each header on its own line followed by the value, "
+                     "sections joined by two newlines, rows by three"),
+}
+
+
+# --- sources -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """One pinned text source; exactly one of ``builder`` / ``text_field`` is set."""
+
+    domain: str
+    dataset: str
+    split: str
+    windows: int
+    config: str | None = None
+    revision: str | None = None
+    builder: str | None = None
+    text_field: str | None = None
+
+    @property
+    def construction(self) -> str:
+        if self.builder is not None:
+            return BUILDERS[self.builder].construction
+        return f"non-empty {self.text_field!r} rows (stripped) joined by two newlines"
+
+    def text(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        if self.builder is not None:
+            return BUILDERS[self.builder].build(rows)
+        assert self.text_field is not None
+        return _text_rows(rows, self.text_field)
+
+
+DEFAULT_SOURCES: tuple[Source, ...] = (
+    Source("prose", "Salesforce/wikitext", "test", 16, config="wikitext-2-raw-v1", builder="wikitext"),
+    Source("code", "openai/openai_humaneval", "test", 8, builder="humaneval"),
+    Source("instruction", "databricks/databricks-dolly-15k", "train", 8, builder="dolly"),
+)
+
+_SOURCE_KEYS = {"domain", "dataset", "config", "split", "revision", "windows", "builder", "text_field"}
+
+
+def _domain_ok(domain: str) -> bool:
+    # The domain is part of token file names (tokens/window-000-DOMAIN.json).
+    return bool(domain) and all(c.isalnum() or c in "-_" for c in domain)
+
+
+def parse_sources(doc: Mapping[str, Any], where: str) -> list[Source]:
+    """The ``[[source]]`` tables of a SOURCES.toml document, validated."""
+    unknown_top = set(doc) - {"source"}
+    if unknown_top:
+        raise BadInput(f"{where}: unknown top-level keys {sorted(unknown_top)}; only [[source]] tables")
+    tables = doc.get("source")
+    if not isinstance(tables, list) or not tables:
+        raise BadInput(f"{where}: no [[source]] tables; list at least one source")
+    sources = []
+    for n, table in enumerate(tables, 1):
+        here = f"{where}: source {n}"
+        unknown = set(table) - _SOURCE_KEYS
+        if unknown:
+            raise BadInput(f"{here}: unknown keys {sorted(unknown)}; allowed: {sorted(_SOURCE_KEYS)}")
+        for key in ("domain", "dataset", "split"):
+            if not isinstance(table.get(key), str) or not table[key]:
+                raise BadInput(f"{here}: {key!r} is required (a non-empty string)")
+        for key in ("config", "revision", "builder", "text_field"):
+            if key in table and not isinstance(table[key], str):
+                raise BadInput(f"{here}: {key!r} must be a string")
+        windows = table.get("windows")
+        if not isinstance(windows, int) or isinstance(windows, bool) or windows < 1:
+            raise BadInput(f"{here}: 'windows' must be a whole number of at least 1")
+        if not _domain_ok(table["domain"]):
+            raise BadInput(f"{here}: domain {table['domain']!r} may hold only letters, digits, '-' and '_'")
+        builder, text_field = table.get("builder"), table.get("text_field")
+        if (builder is None) == (text_field is None):
+            raise BadInput(f"{here}: give exactly one of 'builder' ({', '.join(BUILDERS)}) or 'text_field'")
+        if builder is not None and builder not in BUILDERS:
+            raise BadInput(f"{here}: unknown builder {builder!r}; one of {', '.join(BUILDERS)}")
+        sources.append(Source(domain=table["domain"], dataset=table["dataset"], split=table["split"],
+                              windows=windows, config=table.get("config"),
+                              revision=table.get("revision"), builder=builder, text_field=text_field))
+    return sources
+
+
+def load_sources(path: str | os.PathLike[str]) -> list[Source]:
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"{p}: sources file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{p}: not valid TOML ({exc})") from None
+    sources = parse_sources(doc, str(p))
+    # A relative local dataset path means "relative to the sources file".
+    out = []
+    for s in sources:
+        candidate = p.parent / s.dataset
+        if not Path(s.dataset).is_absolute() and candidate.exists():
+            s = Source(**{**s.__dict__, "dataset": str(candidate)})
+        out.append(s)
+    return out
+
+
+# --- loading rows ------------------------------------------------------------------------------
+
+@dataclass
+class LoadedSource:
+    source: Source
+    rows: list[dict[str, Any]]
+    revision: str
+    fingerprint: str | None
+    dataset_label: str  # what the manifest records as ``dataset``
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def is_local_dataset(dataset: str) -> bool:
+    return Path(dataset).expanduser().exists() or dataset.startswith(("/", "./", "../", "~"))
+
+
+def _local_files(path: Path, where: str) -> list[Path]:
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
+    else:
+        raise BadInput(f"{where}: local dataset {path} does not exist")
+    if not files:
+        raise BadInput(f"{where}: {path} holds no .parquet, .jsonl or .json files")
+    kinds = {LOCAL_SUFFIXES.get(f.suffix) for f in files}
+    if None in kinds or len(kinds) != 1:
+        raise BadInput(f"{where}: {path}: use files of one kind (.parquet, or .jsonl/.json)")
+    return files
+
+
+def local_content_hash(files: Sequence[Path], root: Path) -> str:
+    """The local dataset's revision: SHA-256 over (relative name, file SHA-256) of every file."""
+    from kldtui.formats.suite import sha256_file
+
+    digest = hashlib.sha256()
+    for f in files:
+        rel = f.name if root.is_file() else f.relative_to(root).as_posix()
+        digest.update(f"{rel}\0{sha256_file(f)}\n".encode())
+    return digest.hexdigest()
+
+
+def _rows_of(ds: Any, columns: Sequence[str], where: str) -> list[dict[str, Any]]:
+    missing = [c for c in columns if c not in ds.column_names]
+    if missing:
+        raise BadInput(f"{where}: the dataset has no column(s) {missing} (it has {ds.column_names})")
+    return [dict(r) for r in ds.select_columns(list(columns))]
+
+
+def _columns(source: Source) -> tuple[str, ...]:
+    if source.builder is not None:
+        return BUILDERS[source.builder].columns
+    assert source.text_field is not None
+    return (source.text_field,)
+
+
+def load_local(source: Source, where: str) -> LoadedSource:
+    import datasets
+
+    path = Path(source.dataset).expanduser()
+    files = _local_files(path, where)
+    revision = local_content_hash(files, path)
+    if source.revision is not None and source.revision != revision:
+        raise BadInput(f"{where}: {path} has content hash {revision}, not the pinned revision "
+                       f"{source.revision}; the files changed (remove 'revision' to accept them)")
+    kind = LOCAL_SUFFIXES[files[0].suffix]
+    datasets.disable_progress_bars()
+    ds = datasets.load_dataset(kind, data_files={source.split: [str(f) for f in files]},
+                               split=source.split)
+    return LoadedSource(source, _rows_of(ds, _columns(source), where), revision,
+                        getattr(ds, "_fingerprint", None), str(path))
+
+
+def load_hub(source: Source, where: str) -> LoadedSource:
+    import datasets
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        info = HfApi().dataset_info(source.dataset, revision=source.revision)
+    except RevisionNotFoundError:
+        raise BadInput(f"{where}: {source.dataset} has no revision {source.revision!r}") from None
+    except RepositoryNotFoundError:
+        raise BadInput(f"{where}: dataset {source.dataset} not found on the Hub (or it is private: "
+                       "log in with `hf auth login`)") from None
+    except HfHubHTTPError as exc:
+        raise BadInput(f"{where}: cannot reach the Hub for {source.dataset}: {exc}") from None
+    sha = info.sha
+    if not sha:
+        raise BadInput(f"{where}: the Hub gave no commit sha for {source.dataset}")
+    datasets.disable_progress_bars()
+    ds = datasets.load_dataset(source.dataset, source.config, split=source.split, revision=sha)
+    return LoadedSource(source, _rows_of(ds, _columns(source), where), sha,
+                        getattr(ds, "_fingerprint", None), source.dataset)
+
+
+def load_source(source: Source, where: str) -> LoadedSource:
+    return load_local(source, where) if is_local_dataset(source.dataset) else load_hub(source, where)
+
+
+# --- tokenizer and windows ---------------------------------------------------------------------
+
+def load_tokenizer(name: str, *, trust_remote_code: bool = False) -> Any:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    # Tokenizing a whole source at once trips the "longer than model_max_length" warning, which
+    # does not apply: the text is cut into windows afterwards.
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except OSError as exc:
+        raise BadInput(f"{name}: cannot load a tokenizer ({' '.join(str(exc).split())[:300]}); give a "
+                       "local tokenizer folder or a Hub model id") from None
+    except ValueError as exc:
+        hint = "; add --trust-remote-code if you trust its code" if "trust_remote_code" in str(exc) else ""
+        raise BadInput(f"{name}: cannot load a tokenizer ({' '.join(str(exc).split())[:300]}){hint}") \
+            from None
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return [int(i) for i in ids]
+
+
+def window_starts(total: int, length: int, count: int) -> list[int]:
+    """Evenly spaced starts: ``floor(i * (total - length) / (count - 1))``; one window is centred."""
+    if count < 1 or length < 2:
+        raise ValueError("need at least one window of at least two tokens")
+    if total < count * length:
+        raise ValueError(f"{total} tokens are fewer than {count} windows x {length} tokens")
+    if count == 1:
+        return [(total - length) // 2]
+    return [i * (total - length) // (count - 1) for i in range(count)]
+
+
+# --- the stage ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrepareResult:
+    suite: Suite
+    output_dir: Path
+
+
+def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
+                  sources: Sequence[Source] = DEFAULT_SOURCES, context_length: int = 2048,
+                  trust_remote_code: bool = False, kind: str = "KLD corpus suite",
+                  emit: EventSink = null_sink, cancel: Cancel | None = None) -> PrepareResult:
+    """Write a new suite folder at ``output_dir`` (refused if it exists); returns the loaded suite.
+
+    The folder is built under a temporary name beside ``output_dir`` and renamed at the end, so an
+    interrupted prepare leaves no half-made suite under the final name.
+    """
+    out = Path(output_dir)
+    if out.exists():
+        raise BadInput(f"{out}: already exists; prepare writes a new suite folder (choose another "
+                       "--output-dir or remove this one)")
+    if context_length < 2:
+        raise BadInput(f"--context-length {context_length}: a window needs at least 2 tokens")
+    if not sources:
+        raise BadInput("no sources to prepare from")
+    domains = [s.domain for s in sources]
+    if len(set(domains)) != len(domains):
+        raise BadInput(f"sources: domains must be distinct (got {domains})")
+    emit(StageStarted(STAGE, detail=f"{len(sources)} sources, {sum(s.windows for s in sources)} windows "
+                      f"of {context_length} tokens -> {out}"))
+    tok = load_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
+
+    windows: list[tuple[str, list[int], dict[str, Any]]] = []  # domain, ids, window fields
+    dataset_docs: list[dict[str, Any]] = []
+    for n, source in enumerate(sources, 1):
+        if cancel is not None:
+            cancel.check()
+        where = f"source {n} ({source.domain}: {source.dataset})"
+        emit(Notice(STAGE, f"loading {where}"))
+        loaded = load_source(source, where)
+        text = source.text(loaded.rows)
+        ids = encode(tok, text)
+        try:
+            starts = window_starts(len(ids), context_length, source.windows)
+        except ValueError:
+            raise BadInput(f"{where}: its text has {len(ids)} tokens, fewer than {source.windows} windows "
+                           f"x {context_length} tokens = {source.windows * context_length}; lower "
+                           "'windows' or --context-length, or use a larger split") from None
+        first_index = len(windows)
+        for domain_index, start in enumerate(starts):
+            windows.append((source.domain, ids[start:start + context_length], {
+                "domain_index": domain_index,
+                "dataset": loaded.dataset_label,
+                "dataset_revision": loaded.revision,
+                "source_token_start": start,
+                "source_token_end": start + context_length,
+            }))
+        dataset_docs.append({
+            "domain": source.domain,
+            "dataset": loaded.dataset_label,
+            "config": source.config,
+            "split": source.split,
+            "revision": loaded.revision,
+            "dataset_fingerprint": loaded.fingerprint,
+            "rows": len(loaded.rows),
+            "construction": source.construction,
+            "source_utf8_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "source_tokens": len(ids),
+            "window_starts": starts,
+            "windows": source.windows,
+            "window_indices": [first_index, first_index + source.windows],
+        })
+        emit(Progress(STAGE, "sources", n, len(sources), "sources"))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        _write(tmp, windows, dataset_docs, context_length=context_length, kind=kind,
+               tokenizer=tokenizer, tokenizer_class=type(tok).__name__)
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, out)  # fails if out appeared meanwhile (a non-empty folder)
+        except OSError:
+            raise BadInput(f"{out}: appeared while preparing; nothing was replaced") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    suite = load_suite(out)
+    emit(StageFinished(STAGE, summary=f"{suite.window_count} windows, suite hash "
+                       f"{suite.suite_token_hash_sha256[:12]}... -> {out}", figures={
+                           "windows": suite.window_count, "context_length": context_length,
+                           "suite_token_hash_sha256": suite.suite_token_hash_sha256}))
+    return PrepareResult(suite, out)
+
+
+def _write(root: Path, windows: Sequence[tuple[str, list[int], dict[str, Any]]],
+           dataset_docs: list[dict[str, Any]], *, context_length: int, kind: str, tokenizer: str,
+           tokenizer_class: str) -> None:
+    (root / "tokens").mkdir()
+    entries = []
+    counts: dict[str, int] = {}
+    for index, (domain, ids, fields) in enumerate(windows):
+        counts[domain] = counts.get(domain, 0) + 1
+        rel = f"tokens/window-{index:03d}-{domain}.json"
+        write_bytes_atomic(root / rel, (token_ids_json(ids) + "\n").encode("ascii"))
+        entries.append({
+            "index": index,
+            "domain": domain,
+            **fields,
+            "num_tokens": len(ids),
+            "token_file": rel,
+            "token_ids_json_sha256": token_ids_hash(ids),
+            "token_ids_first16": ids[:16],
+            "token_ids_last16": ids[-16:],
+        })
+    doc = {
+        "format_version": 1,
+        "kind": kind,
+        "context_length": context_length,
+        "add_special_tokens": False,
+        "selection": SELECTION,
+        "window_count": len(entries),
+        "scored_positions_per_window": context_length - 1,
+        "total_scored_positions": (context_length - 1) * len(entries),
+        "domain_counts": counts,
+        "model_tokenizer": tokenizer,
+        "tokenizer_class": tokenizer_class,
+        "suite_token_hash_sha256": suite_token_hash([e["token_ids_json_sha256"] for e in entries]),
+        "datasets": dataset_docs,
+        "windows": entries,
+    }
+    write_json_atomic(root / SUITE_MANIFEST, doc)
