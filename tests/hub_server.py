@@ -13,6 +13,15 @@ endpoints ``huggingface_hub`` uses to download files:
   ``siblings``.
 - the CDN origin: ``HEAD``/``GET /blobs/{sha256}`` with ``Range: bytes=N-`` / ``N-M`` support.
 
+Uploads (the endpoints ``huggingface_hub`` uses without ``hf_xet``, i.e. with
+``HF_HUB_DISABLE_XET``): ``POST /api/repos/create`` (``409`` when it exists), ``POST
+/api/validate-yaml``, ``POST /api/datasets/{repo_id}/preupload/{revision}`` (``.safetensors`` are
+"lfs", the rest "regular"; the ``oid`` of a file already committed lets the client skip it),
+the LFS batch ``POST /datasets/{repo_id}.git/info/lfs/objects/batch`` (objects the server has get
+no actions), the basic-transfer ``PUT /upload/{sha256}`` on the CDN origin (the body's SHA-256 is
+checked) and ``POST /api/datasets/{repo_id}/commit/{revision}`` (NDJSON; files are written into
+the repository folder, the commit id changes). Xet storage and multipart LFS are not served.
+
 Files are read from disk on every request, so a test can corrupt or delete one while the
 server runs. Every request lands in :attr:`HubServer.log`. :meth:`HubServer.drop_after`
 makes the next ``GET`` of a file close the connection after a number of body bytes.
@@ -20,10 +29,13 @@ makes the next ``GET`` of a file close the connection after a number of body byt
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
+import shutil
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,6 +78,9 @@ class HubServer:
         self._blobs: dict[str, tuple[str, str]] = {}  # sha256 -> (repo_id, path)
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
+        self._uploads: dict[str, bytes] = {}  # sha256 -> bytes PUT to the CDN, not yet committed
+        self._made: list[Path] = []  # folders of repositories created through the API
+        self.commits: list[dict[str, object]] = []  # every commit: repo_id, header, paths
         self.log: list[Request] = []
         self._hub = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("hub"))
         self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("cdn"))
@@ -92,6 +107,8 @@ class HubServer:
         for s in (self._hub, self._cdn):
             s.shutdown()
             s.server_close()
+        for made in self._made:
+            shutil.rmtree(made, ignore_errors=True)
 
     def __enter__(self) -> HubServer:
         return self.start()
@@ -152,6 +169,21 @@ class HubServer:
 
             def do_GET(self) -> None:  # noqa: N802
                 self._dispatch(head=False)
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server._post(self, urlsplit(self.path).path, body)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                m = re.fullmatch(r"/upload/([0-9a-f]{64})", urlsplit(self.path).path)
+                if origin != "cdn" or not m:
+                    return self._reply(404, {}, b"not found", False, self.path)
+                if hashlib.sha256(body).hexdigest() != m.group(1):
+                    return self._reply(400, {}, b"sha256 mismatch", False, self.path)
+                with server._lock:
+                    server._uploads[m.group(1)] = body
+                self._reply(200, {"ETag": f'"{m.group(1)}"'}, b"", False, self.path)
 
             # The request path here is the repository file path when known.
             def _dispatch(self, head: bool) -> None:
@@ -282,6 +314,95 @@ class HubServer:
                 self._log(path, status, drop)
 
         return Handler
+
+
+    # -- uploads ---------------------------------------------------------------------------------
+    def repo_folder(self, repo_id: str) -> Path:
+        return self._repos[repo_id].root
+
+    def _post(self, h: BaseHTTPRequestHandler, path: str, body: bytes) -> None:
+        reply = h._reply  # type: ignore[attr-defined]
+
+        def send(status: int, doc: object, headers: dict[str, str] | None = None) -> None:
+            reply(status, {"Content-Type": "application/json", **(headers or {})},
+                  json.dumps(doc).encode(), False, path)
+
+        if path == "/api/repos/create":
+            doc = json.loads(body)
+            repo_id = f"{doc['organization']}/{doc['name']}" if doc.get("organization") else doc["name"]
+            url = f"{self.endpoint}/datasets/{repo_id}"
+            with self._lock:  # (reply outside the lock: logging the request takes it too)
+                exists = repo_id in self._repos
+                if not exists:
+                    root = Path(tempfile.mkdtemp(prefix="hub-repo-"))
+                    self._made.append(root)
+                    self._repos[repo_id] = _Repo(repo_id, root, hashlib.sha1(repo_id.encode()).hexdigest())
+            if exists:
+                return send(409, {"error": "You already created this dataset repo", "url": url},
+                            {"X-Error-Message": "You already created this dataset repo"})
+            return send(200, {"url": url, "name": repo_id})
+        if path == "/api/validate-yaml":
+            return send(200, {"errors": [], "warnings": []})
+        m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/(preupload|commit)/([^/]+)", path)
+        m_lfs = re.fullmatch(r"/datasets/([^/]+/[^/]+)\.git/info/lfs/objects/batch", path)
+        repo_id = unquote((m or m_lfs).group(1)) if (m or m_lfs) else ""  # type: ignore[union-attr]
+        repo = self._repos.get(repo_id)
+        if repo is None:
+            return send(404, {"error": "RepoNotFound"}, {"X-Error-Code": "RepoNotFound"})
+        if m_lfs:
+            objects = []
+            for obj in json.loads(body)["objects"]:
+                have = obj["oid"] in self._uploads or any(
+                    p.is_file() and p.name.endswith(LFS_SUFFIXES)
+                    and hashlib.sha256(p.read_bytes()).hexdigest() == obj["oid"]
+                    for p in repo.root.rglob("*"))
+                entry = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
+                if not have:
+                    entry["actions"] = {"upload": {"href": f"{self.cdn}/upload/{obj['oid']}"}}
+                objects.append(entry)
+            return send(200, {"transfer": "basic", "objects": objects})
+        assert m is not None
+        if unquote(m.group(3)) not in ("main", repo.commit):
+            return send(404, {"error": "RevisionNotFound"}, {"X-Error-Code": "RevisionNotFound"})
+        if m.group(2) == "preupload":
+            files = []
+            for f in json.loads(body)["files"]:
+                lfs = f["path"].endswith(LFS_SUFFIXES)
+                target = repo.root / f["path"]
+                oid = None
+                if target.is_file():
+                    data = target.read_bytes()
+                    oid = hashlib.sha256(data).hexdigest() if lfs else _git_blob_sha1(data)
+                files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular",
+                              "shouldIgnore": False, "oid": oid})
+            return send(200, {"files": files, "commitOid": repo.commit})
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        header = next(x["value"] for x in lines if x["key"] == "header")
+        writes: dict[str, bytes] = {}
+        for item in lines:
+            value = item["value"]
+            if item["key"] == "file":
+                writes[value["path"]] = base64.b64decode(value["content"])
+            elif item["key"] == "lfsFile":
+                data = self._uploads.get(value["oid"])
+                if data is None:
+                    return send(400, {"error": f"LFS object {value['oid']} was not uploaded"})
+                writes[value["path"]] = data
+        root = repo.root.resolve()
+        for rel, data in writes.items():
+            target = (root / rel).resolve()
+            if not target.is_relative_to(root):
+                return send(400, {"error": f"bad path {rel}"})
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        digest = hashlib.sha1(repo.commit.encode())
+        for rel in sorted(writes):
+            digest.update(rel.encode() + writes[rel])
+        with self._lock:
+            repo.commit = digest.hexdigest()
+            self.commits.append({"repo_id": repo_id, "header": header, "paths": sorted(writes)})
+        send(200, {"commitUrl": f"{self.endpoint}/datasets/{repo_id}/commit/{repo.commit}",
+                   "commitOid": repo.commit, "pullRequestUrl": None})
 
 
 def dead_endpoint() -> str:

@@ -278,7 +278,8 @@ def load_hub(source: Source, where: str) -> LoadedSource:
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
-        info = HfApi().dataset_info(source.dataset, revision=source.revision)
+        endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or None
+        info = HfApi(endpoint=endpoint).dataset_info(source.dataset, revision=source.revision)
     except RevisionNotFoundError:
         raise BadInput(f"{where}: {source.dataset} has no revision {source.revision!r}") from None
     except RepositoryNotFoundError:

@@ -1,0 +1,338 @@
+"""``kldtui publish``: verify a dataset root, write its dataset card, upload it to the Hub.
+
+A dataset root is a suite folder with the reference logits in ``ref/`` (the published layout,
+docs/FORMATS.md). The card (README.md) follows the structure of the published Kimi K3 card:
+what the source model and runtime were, the contents with their figures, the layout, how to
+capture a candidate and compare (kldtui commands and the plain steps), and the repeat noise.
+Every figure on the card is computed from the folder's manifests, so the card cannot drift
+from the files it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput, StageFailed
+from kldtui.events import EventSink, Notice, StageFinished, StageStarted, null_sink
+from kldtui.formats.atomic import write_bytes_atomic
+from kldtui.formats.suite import (
+    LOGITS_MANIFEST,
+    SUITE_MANIFEST,
+    LogitsManifest,
+    Suite,
+    load_logits_manifest,
+    load_suite,
+)
+
+STAGE = "publish"
+CARD = "README.md"
+REF_DIR = "ref"
+REPEAT_NOISE = "repeat-noise-window000.json"
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class CardFigures:
+    """The numbers the card states, all read from the folder."""
+
+    windows: int
+    context_length: int
+    scored_per_window: int
+    scored_positions: int
+    vocab_size: int
+    tensor_key: str
+    dtype: str
+    payload_bytes: int
+    suite_token_hash: str
+
+    @property
+    def payload_gib(self) -> float:
+        return self.payload_bytes / GIB
+
+
+def figures(suite: Suite, ref: LogitsManifest) -> CardFigures:
+    entries = [ref.entries[i] for i in sorted(ref.entries)]
+    dtypes = {e.dtype for e in entries} or {"F32"}
+    return CardFigures(
+        windows=len(entries),
+        context_length=suite.context_length,
+        scored_per_window=suite.scored_positions_per_window,
+        scored_positions=sum(e.shape[0] for e in entries),
+        vocab_size=ref.vocab_size,
+        tensor_key=ref.tensor_key,
+        dtype="/".join(sorted(dtypes)),
+        payload_bytes=sum(e.size_bytes for e in entries),
+        suite_token_hash=suite.suite_token_hash_sha256,
+    )
+
+
+def _load_repeat_noise(root: Path) -> dict[str, Any] | None:
+    path = root / REPEAT_NOISE
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: not valid JSON ({exc}); remove it or capture the repeat again") from None
+    return doc if isinstance(doc, dict) else None
+
+
+def _num(doc: Any, *keys: str) -> float | None:
+    for key in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return float(doc) if isinstance(doc, int | float) and not isinstance(doc, bool) else None
+
+
+def _runtime_lines(runtime: Any) -> list[str]:
+    if not isinstance(runtime, dict) or not runtime:
+        return ["The capture did not record its runtime (ref/manifest.json `runtime` is empty)."]
+    lines = []
+    for key in sorted(runtime):
+        value = runtime[key]
+        if isinstance(value, list | dict):
+            value = json.dumps(value)
+        lines.append(f"- {key}: `{value}`")
+    return lines
+
+
+def _model_name(ref: LogitsManifest) -> str:
+    runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
+    for key in ("served_model_name", "model_name", "model", "checkpoint"):
+        value = runtime.get(key)
+        if isinstance(value, str) and value:
+            return Path(value).name or value
+    return "the reference model"
+
+
+def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> str:
+    """The dataset card (Markdown with a small YAML header) for the folder at ``root``."""
+    f = figures(suite, ref)
+    model = _model_name(ref)
+    n = f.windows
+    first, last = min(ref.entries), max(ref.entries)
+    runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
+    served = str(runtime.get("served_model_name") or model)
+    captures = sorted(p.name for p in root.glob("capture-*.json"))
+    datasets = [d for d in suite.raw.get("datasets", []) if isinstance(d, dict)]
+    w_first = f"window-{first:03d}-{suite.window(first).domain}.json"
+    w_last = f"window-{last:03d}-{suite.window(last).domain}.json"
+    out: list[str] = [
+        "---",
+        f"pretty_name: {model} KLD reference logits",
+        "tags:",
+        "- kld",
+        "- logits",
+        "- quantization",
+        "---",
+        "",
+        f"# {model} KLD reference logits",
+        "",
+        f"`{repo_id}` holds full-vocabulary reference logits of {model} for measuring how far a "
+        "quantized (or otherwise changed) build of the same model moves its next-token distribution: "
+        "capture the candidate's logits on the same token windows and compare, KL(reference || candidate).",
+        "",
+        "## Source model and runtime",
+        "",
+        f"The reference was captured with kind `{ref.raw.get('kind', 'reference')}` on "
+        f"{ref.raw.get('created_utc', 'an unrecorded date')}. Runtime identity (from ref/manifest.json):",
+        "",
+        *_runtime_lines(ref.runtime),
+        "",
+        "## Contents",
+        "",
+        f"- {n} independent {f.context_length}-token windows",
+        f"- {f.scored_positions:,} scored next-token positions ({n} * {f.scored_per_window})",
+        f"- vocabulary size {f.vocab_size:,}",
+        f"- one [{f.scored_per_window}, {f.vocab_size}] {f.dtype} safetensors tensor per window",
+        f"- tensor key: {f.tensor_key}",
+        f"- total logit payload: {f.payload_bytes:,} bytes ({f.payload_gib:.2f} GiB)",
+        f"- suite token hash: {f.suite_token_hash}",
+        "",
+        "The windows do not overlap; each source's windows are evenly spaced over its token stream "
+        f"({suite.raw.get('selection', 'see suite-manifest.json')}). Sources:",
+        "",
+        "| domain | dataset | config | split | revision | windows |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in datasets:
+        out.append(f"| {d.get('domain', '')} | {d.get('dataset', '')} | {d.get('config') or ''} | "
+                   f"{d.get('split', '')} | {str(d.get('revision', ''))[:12]} | {d.get('windows', '')} |")
+    if not datasets:
+        out.append("| (not recorded) | | | | | |")
+    tokenizer = suite.raw.get("model_tokenizer")
+    out += [
+        "",
+        (f"Tokenizer: `{tokenizer}` ({suite.raw.get('tokenizer_class', 'class not recorded')}), "
+         if tokenizer else "")
+        + f"add_special_tokens={str(suite.raw.get('add_special_tokens', False)).lower()}. Exact source "
+        "revisions, text construction, window starts, token ids and per-window hashes are in "
+        "suite-manifest.json and tokens/. Send the stored token ids to /v1/completions as they are: "
+        "never re-tokenize them and never apply a chat template.",
+        "",
+        "## Layout",
+        "",
+        "```",
+        f"{REF_DIR}/logits_{first:03d}.safetensors ... {REF_DIR}/logits_{last:03d}.safetensors",
+        f"{REF_DIR}/{LOGITS_MANIFEST}",
+        f"tokens/{w_first} ... tokens/{w_last}",
+        SUITE_MANIFEST,
+        *captures,
+        *([REPEAT_NOISE] if (root / REPEAT_NOISE).is_file() else []),
+        "```",
+        "",
+        f"{REF_DIR}/{LOGITS_MANIFEST} is authoritative for every file's SHA-256, tensor shape, and the "
+        "runtime identity.",
+        "",
+        "## Capture a candidate and compare",
+        "",
+        "With kldtui (`pip install kldtui`; its vLLM hook captures the logits):",
+        "",
+        "```bash",
+        f"kldtui download {repo_id} --local-dir reference      # fetches and verifies every hash",
+        "kldtui serve --profile candidate.toml --capture-dir capture-chunks   # vLLM with the hook",
+        f"kldtui capture --suite-dir reference --capture-dir capture-chunks --run-name candidate "
+        f"--served-model-name {served} --base-url http://127.0.0.1:8000",
+        "kldtui finalize --suite-dir reference --capture-dir capture-chunks --run-name candidate "
+        f"--output-dir candidate --expected-vocab {f.vocab_size}",
+        "kldtui compare --reference-dir reference/ref --candidate-dir candidate "
+        "--suite-manifest reference/suite-manifest.json --output kld.json",
+        "```",
+        "",
+        "or the whole pipeline from a profile: `kldtui run --batch --profile candidate.toml`.",
+        "",
+        "The plain steps, without kldtui:",
+        "",
+        "1. Serve the candidate with vLLM and a capture hook that writes the raw, pre-softmax "
+        "full-vocabulary prompt logits of each prefill chunk (set `VLLM_KLD_CAPTURE_DIR` to a fresh "
+        "folder), with `--max-num-seqs 1`, `--max-num-batched-tokens 256` and "
+        "`--no-enable-prefix-caching` (a cached prefix is never recomputed, so its logits are lost).",
+        "2. For each window, POST the token ids of tokens/window-NNN-DOMAIN.json to /v1/completions: "
+        f'`{{"model": "{served}", "prompt": [ids], "max_tokens": 1, "temperature": 0, "seed": 1, '
+        '"prompt_logprobs": 1}`.',
+        f"3. Join the window's chunks into one [{f.scored_per_window}, {f.vocab_size}] float32 tensor "
+        f"`{f.tensor_key}` (row i predicts token i + 1), saved as logits_NNN.safetensors.",
+        "4. For every row, compute KL(reference || candidate) over the full vocabulary from the "
+        "log-softmax of both rows; report per-token mean, median, P95, P99, max, Jensen-Shannon "
+        "divergence, top-1 agreement, and a 95% bootstrap interval that resamples whole windows (the "
+        "window is the sampling unit; tokens of a window are not independent).",
+        "",
+        "For quick iteration capture and compare the first windows only (`--stop-window 8`); use all "
+        f"{n} windows to choose between candidates.",
+        "",
+        "## Repeat noise",
+        "",
+    ]
+    noise = _load_repeat_noise(root)
+    kl = _num(noise, "kl_reference_to_candidate", "mean")
+    if noise is not None and kl is not None:
+        js = _num(noise, "js", "mean")
+        top1 = _num(noise, "top1_agreement")
+        out += [
+            f"A second capture of window {first:03d} with the same model and runtime, compared with the "
+            f"first ({REPEAT_NOISE}):",
+            "",
+            f"- KL(first || repeat) = {kl:.8g}",
+            *([f"- JS = {js:.8g}"] if js is not None else []),
+            *([f"- top-1 agreement = {top1 * 100:.4f}%"] if top1 is not None else []),
+            "",
+            "This is the runtime's own nondeterminism: differences between candidates of about this size "
+            "are not real without repeated captures.",
+        ]
+    else:
+        out.append("No repeat capture is stored with this reference; measure the runtime's noise floor "
+                   "(`kldtui noise`) before reading small differences as real.")
+    out += [
+        "",
+        f"Every file was hashed after writing; `kldtui verify` re-checks the suite hash, the token "
+        f"hashes, and every logits file against {REF_DIR}/{LOGITS_MANIFEST}.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def upload_files(root: Path) -> list[str]:
+    """The files that go to the Hub, relative to ``root`` (hidden files and folders stay local)."""
+    files = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            files.append(rel.as_posix())
+    return files
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    card: str
+    files: list[str]
+    url: str | None
+
+
+def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False, private: bool = False,
+            revision: str | None = None, workers: int | None = None,
+            emit: EventSink = null_sink) -> PublishResult:
+    """Verify ``root``, write its card, and (unless ``dry_run``) upload it as a dataset repository."""
+    from kldtui.stages.verify import verify_path
+
+    p = Path(root)
+    if "/" not in repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise BadInput(f"--repo-id {repo_id!r}: expected ORG/NAME")
+    if not (p / SUITE_MANIFEST).is_file() or not (p / REF_DIR / LOGITS_MANIFEST).is_file():
+        raise BadInput(f"{p}: a dataset root needs {SUITE_MANIFEST} and {REF_DIR}/{LOGITS_MANIFEST}; "
+                       "prepare the suite and capture its reference first")
+    emit(StageStarted(STAGE, detail=f"{p} -> {repo_id}{' (dry run)' if dry_run else ''}"))
+    result = verify_path(p, workers=workers, emit=emit)
+    result.raise_for_failures()
+    suite = load_suite(p)
+    ref = load_logits_manifest(p / REF_DIR)
+    missing = [w.index for w in suite.windows if w.index not in ref.entries]
+    if missing:
+        emit(Notice(STAGE, f"ref/ lacks windows {missing}; the card describes the {len(ref.entries)} "
+                    "windows it has", level="warning"))
+    card = render_card(p, repo_id, suite, ref)
+    files = upload_files(p)
+    if CARD not in files:
+        files = sorted([*files, CARD])
+    if dry_run:
+        emit(StageFinished(STAGE, summary=f"dry run: {len(files)} files would go to {repo_id}"))
+        return PublishResult(card, files, None)
+    write_bytes_atomic(p / CARD, card.encode("utf-8"))
+    url = _upload(p, repo_id, private=private, revision=revision)
+    emit(StageFinished(STAGE, summary=f"{len(files)} files -> {url}"))
+    return PublishResult(card, files, url)
+
+
+def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None) -> str:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or None)
+    ignore = [".*", "**/.*"]  # verify caches, download records, upload state
+    try:
+        repo = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        large = getattr(api, "upload_large_folder", None)
+        if large is not None:  # huggingface_hub 0.24-1.x: the resumable multi-commit upload
+            large(repo_id=repo_id, folder_path=root, repo_type="dataset", revision=revision,
+                  ignore_patterns=ignore)
+        else:  # 2.x: upload_folder is the resumable pipeline (hf_xet), or one commit without it
+            api.upload_folder(repo_id=repo_id, folder_path=root, repo_type="dataset", revision=revision,
+                              ignore_patterns=ignore, commit_message="kldtui publish")
+    except HfHubHTTPError as exc:
+        raise StageFailed(f"upload to {repo_id} failed: {' '.join(str(exc).split())[:300]}; run the same "
+                          "command again to resume (files already uploaded are skipped)") from None
+    return str(getattr(repo, "url", f"datasets/{repo_id}"))
+
+
+def format_file_list(root: Path, files: Sequence[str]) -> str:
+    lines = []
+    for rel in files:
+        path = root / rel
+        size = path.stat().st_size if path.is_file() else 0
+        lines.append(f"{size:>16,}  {rel}")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""``kldtui publish``: the card's figures come from the folder; upload over the loopback Hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.formats.suite import load_logits_manifest, load_suite
+from tests.hub_server import HubServer, make_dataset
+
+
+def _repeat_noise(root: Path) -> dict[str, object]:
+    doc = {"direction": "KL(reference || candidate)", "positions": 32, "windows": 1,
+           "window_range": [0, 1], "kl_reference_to_candidate": {"mean": 0.0012345678},
+           "js": {"mean": 0.00031}, "top1_agreement": 0.984375}
+    (root / "repeat-noise-window000.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return doc
+
+
+def check_card_figures(card: str, root: Path) -> None:
+    """Every figure the card states equals what the folder's manifests and files say."""
+    suite = load_suite(root)
+    ref = load_logits_manifest(root / "ref")
+    n = len(ref.entries)
+    rows = suite.context_length - 1
+    payload = sum((root / "ref" / e.file).stat().st_size for e in ref.entries.values())
+    assert f"- {n} independent {suite.context_length}-token windows" in card
+    assert f"- {n * rows:,} scored next-token positions ({n} * {rows})" in card
+    assert f"- vocabulary size {ref.vocab_size:,}" in card
+    assert f"- one [{rows}, {ref.vocab_size}] F32 safetensors tensor per window" in card
+    assert "- tensor key: logits" in card
+    assert f"- total logit payload: {payload:,} bytes ({payload / 2**30:.2f} GiB)" in card
+    assert f"- suite token hash: {suite.suite_token_hash_sha256}" in card
+    noise = root / "repeat-noise-window000.json"
+    if noise.is_file():
+        doc = json.loads(noise.read_text())
+        kl = float(re.search(r"KL\(first \|\| repeat\) = ([0-9.e-]+)", card).group(1))  # type: ignore[union-attr]
+        assert kl == pytest.approx(doc["kl_reference_to_candidate"]["mean"], rel=1e-7)
+        top1 = float(re.search(r"top-1 agreement = ([0-9.]+)%", card).group(1))  # type: ignore[union-attr]
+        assert top1 == pytest.approx(doc["top1_agreement"] * 100, abs=1e-4)
+
+
+def test_dry_run_prints_card_and_files_and_writes_nothing(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_dataset(tmp_path / "ds", windows=5, context_length=17, vocab=50)
+    _repeat_noise(root)
+    before = sorted(p.name for p in root.rglob("*"))
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", "me/tiny-kld", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    check_card_figures(out, root)
+    for heading in ("## Source model and runtime", "## Contents", "## Layout",
+                    "## Capture a candidate and compare", "## Repeat noise"):
+        assert heading in out
+    assert "kldtui download me/tiny-kld --local-dir reference" in out
+    assert "--expected-vocab 50" in out
+    assert "ref/logits_000.safetensors ... ref/logits_004.safetensors" in out
+    assert "files would be uploaded to dataset me/tiny-kld" in out
+    for rel in ("suite-manifest.json", "ref/manifest.json", "ref/logits_004.safetensors",
+                "tokens/window-004-instruction.json", "README.md", "repeat-noise-window000.json"):
+        assert re.search(rf"\s{re.escape(rel)}$", out, re.M), rel
+    assert not (root / "README.md").exists()
+    assert sorted(p.name for p in root.rglob("*") if not p.name.startswith(".")) == [
+        b for b in before if not b.startswith(".")]
+
+
+def test_publish_refuses_a_broken_or_incomplete_folder(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_dataset(tmp_path / "ds", windows=2)
+    data = bytearray((root / "ref" / "logits_001.safetensors").read_bytes())
+    data[-3] ^= 0xFF
+    (root / "ref" / "logits_001.safetensors").write_bytes(bytes(data))
+    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 1
+    assert "verification failed" in capsys.readouterr().err
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert main(["publish", str(bare), "--repo-id", "me/x", "--dry-run"]) == 2
+    assert main(["publish", str(root), "--repo-id", "no-slash", "--dry-run"]) == 2
+
+
+def test_upload_over_loopback_then_resume_skips_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import huggingface_hub.constants as hub_constants
+
+    root = make_dataset(tmp_path / "ds", windows=3, context_length=9, vocab=40)
+    _repeat_noise(root)
+    (root / ".kldtui-verified.json").write_text("{}")  # local state never goes up
+    # The loopback server speaks the LFS protocol, not Xet storage.
+    monkeypatch.setattr(hub_constants, "HF_HUB_DISABLE_XET", True)
+    with HubServer() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["publish", str(root), "--repo-id", "me/tiny-kld"]) == 0
+        remote = hub.repo_folder("me/tiny-kld")
+        local = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                       if p.is_file() and not p.name.startswith("."))
+        assert sorted(p.relative_to(remote).as_posix() for p in remote.rglob("*") if p.is_file()) == local
+        for rel in local:
+            assert hashlib.sha256((remote / rel).read_bytes()).digest() == \
+                hashlib.sha256((root / rel).read_bytes()).digest(), rel
+        check_card_figures((remote / "README.md").read_text(), root)
+        assert len(hub.commits) == 1
+        lfs_puts = hub.requests(method="PUT", origin="cdn")
+        assert len(lfs_puts) == 3 and all(r.status == 200 for r in lfs_puts)
+        # Run again: the repository exists (409 accepted), nothing changed, nothing is sent.
+        assert main(["publish", str(root), "--repo-id", "me/tiny-kld"]) == 0
+        assert len(hub.commits) == 1 and len(hub.requests(method="PUT", origin="cdn")) == 3
+        # The card changes (a repeat capture was added): only README.md and the new file go up.
+        doc = _repeat_noise(root)
+        doc["top1_agreement"] = 0.5
+        (root / "repeat-noise-window000.json").write_text(json.dumps(doc) + "\n")
+        assert main(["publish", str(root), "--repo-id", "me/tiny-kld"]) == 0
+        assert len(hub.commits) == 2
+        assert hub.commits[-1]["paths"] == ["README.md", "repeat-noise-window000.json"]
+        assert len(hub.requests(method="PUT", origin="cdn")) == 3
+        check_card_figures((remote / "README.md").read_text(), root)
+        assert "published" in capsys.readouterr().out
