@@ -28,6 +28,7 @@ from kldtui.events import (
     Notice,
     Progress,
     StageFinished,
+    StageName,
     StageStarted,
     null_sink,
 )
@@ -41,7 +42,7 @@ from kldtui.formats.suite import (
     token_ids_json,
 )
 
-STAGE = "prepare"
+STAGE: StageName = "prepare"
 SELECTION = "evenly spaced, non-overlapping windows over each domain token stream"
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput, StageFailed
-from kldtui.events import EventSink, Notice, StageFinished, StageStarted, null_sink
+from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStarted, null_sink
 from kldtui.formats.atomic import write_bytes_atomic
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
@@ -29,7 +29,7 @@ from kldtui.formats.suite import (
     load_suite,
 )
 
-STAGE = "publish"
+STAGE: StageName = "publish"
 CARD = "README.md"
 REF_DIR = "ref"
 REPEAT_NOISE = "repeat-noise-window000.json"
