@@ -135,6 +135,16 @@ def test_demo_example_is_the_profile_the_demo_writes() -> None:
     assert profile.run.workdir == EXAMPLES
 
 
-def test_reference_capture_only_embedded(tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match="capture can only be 'embedded'"):
-        load_profile(write(tmp_path, EMB + '[reference]\ncapture = "vllm"\n'))
+def test_reference_capture_kinds_need_their_keys(tmp_path: Path) -> None:
+    for text, needle in [('capture = "vllm"\n', "needs model"),
+                         ('capture = "attach"\nurl = "http://h:1"\n', "needs url and server_capture_dir"),
+                         ('capture = "gpu"\n', "is not one of"),
+                         ('model = "m"\n', "only used with capture")]:
+        with pytest.raises(BadInput, match=needle):
+            load_profile(write(tmp_path, EMB + "[reference]\n" + text))
+    (tmp_path / "ref-model").mkdir()
+    profile = load_profile(write(tmp_path, EMB + '[reference]\ncapture = "vllm"\nmodel = "ref-model"\n'
+                                 'vllm_args = ["--dtype", "float32"]\nrepeat = false\n'))
+    ref = profile.reference
+    assert ref.model == str(tmp_path / "ref-model") and ref.vllm_args == ("--dtype", "float32")
+    assert ref.repeat is False

@@ -100,6 +100,38 @@ class _LinkedCancel(Cancel):
             super().wait(min(left, 0.1))
 
 
+_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+_SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
+
+
+def _redact(runtime: dict[str, Any]) -> dict[str, Any]:
+    """The runtime identity without secrets (env values of secret-looking names, --api-key values)
+    before it goes into a manifest that may be published."""
+    out = dict(runtime)
+    env = out.get("env")
+    if isinstance(env, dict):
+        out["env"] = {k: ("<redacted>" if any(w in k.upper() for w in _SECRET_WORDS) else v)
+                      for k, v in env.items()}
+    argv = out.get("argv")
+    if isinstance(argv, list | tuple):
+        clean: list[Any] = []
+        for i, arg in enumerate(argv):
+            prev = argv[i - 1] if i else None
+            if prev in _SECRET_FLAGS:
+                clean.append("<redacted>")
+            elif isinstance(arg, str) and arg.startswith(tuple(f + "=" for f in _SECRET_FLAGS)):
+                clean.append(arg.split("=", 1)[0] + "=<redacted>")
+            else:
+                clean.append(arg)
+        out["argv"] = clean
+    return out
+
+
+def _copy_json(src: Path, dst: Path) -> None:
+    """Copy a JSON document atomically (parsed and rewritten: a half-copied file never appears)."""
+    write_json_atomic(dst, json.loads(src.read_text(encoding="utf-8")))
+
+
 class Pipeline:
     """The whole chain for one profile; see the module docstring."""
 
@@ -194,13 +226,13 @@ class Pipeline:
     def reference(self) -> Suite:
         """Fetch (Hub) or find (local folder) the suite and its reference logits; verify them.
 
-        With ``[reference] capture = "embedded"`` (the demo) missing reference logits are first
-        captured from the embedded server, unperturbed, into ``local_dir/ref``.
+        With ``[reference] capture`` (``embedded`` for the demo, ``vllm``, ``attach``) missing
+        reference logits are first captured and finalized into ``local_dir/ref``.
         """
         ref = self.profile.reference
         self.lock_folders()
         try:
-            if ref.capture == "embedded" and not self._embedded_reference_complete():
+            if ref.capture is not None and not self._embedded_reference_complete():
                 self._build_embedded_reference()
             run = self.profile.run
             if ref.logits_dir == "ref":
@@ -238,28 +270,74 @@ class Pipeline:
         have = {i for i, e in manifest.entries.items() if (self.reference_dir / e.file).is_file()}
         return wanted <= have
 
-    def _build_embedded_reference(self) -> None:
-        """Capture + finalize the reference with the embedded server (perturb 0), events relabelled."""
+    def _reference_candidate(self) -> Any:
+        """The server settings the reference capture uses: the candidate's, with the reference's model."""
         c = self.profile.candidate
-        ref_candidate = dataclasses.replace(c, kind="embedded", perturb=0.0,
-                                            served_model_name=c.served_model_name + "-reference")
+        ref = self.profile.reference
+        name = ref.served_model_name or c.served_model_name + "-reference"
+        if ref.capture == "embedded":
+            return dataclasses.replace(c, kind="embedded", perturb=0.0, served_model_name=name)
+        if ref.capture == "attach":
+            return dataclasses.replace(c, kind="attach", url=ref.url,
+                                       server_capture_dir=ref.server_capture_dir,
+                                       served_model_name=ref.served_model_name or c.served_model_name)
+        return dataclasses.replace(c, kind="vllm", model=ref.model, served_model_name=name,
+                                   vllm_args=ref.vllm_args if ref.vllm_args is not None else c.vllm_args)
+
+    def _build_embedded_reference(self) -> None:
+        """Capture + finalize the reference into the suite's ref/ (events relabelled "reference").
+
+        The capture records go to the suite root as capture-reference.json; with ``repeat`` the
+        first window is captured again from the same server and its comparison with the first
+        capture is stored as repeat-noise-windowNNN.json (the runtime's own noise).
+        """
+        ref = self.profile.reference
         ref_profile = dataclasses.replace(
-            self.profile, candidate=ref_candidate,
-            reference=dataclasses.replace(self.profile.reference, capture=None),
+            self.profile, candidate=self._reference_candidate(),
+            reference=dataclasses.replace(ref, capture=None),
             run=dataclasses.replace(self.profile.run, run_name="reference"),
             compare=dataclasses.replace(self.profile.compare, abort_kl_above=None))
         sub = Pipeline(ref_profile, _relabel(self.emit, "reference"), self.user_cancel,
                        output_kind="reference", workspace=self._workspace.reference_capture())
         sub.cancel = self.cancel
         self._sub = sub
-        self.emit(StageStarted("reference", detail="capturing the reference with the embedded server"))
+        self.emit(StageStarted("reference", detail=f"capturing the reference ({ref.capture})"))
+        repeat = ref.repeat if ref.repeat is not None else ref.capture != "embedded"
         try:
             sub.serve()
             sub.capture()
             sub.finalize()
+            if ref.capture != "embedded":  # the demo's suite keeps its published layout
+                _copy_json(sub.records_path, self.suite_dir / "capture-reference.json")
+            if repeat:
+                self._repeat_first_window(sub, ref_profile)
         finally:
             sub.stop_server()
             self._sub = None
+
+    def _repeat_first_window(self, sub: Pipeline, ref_profile: Profile) -> None:
+        first = self.windows()[0].index
+        base = self._workspace.reference_capture()
+        root = base.workdir if base.workdir is not None else self.suite_dir
+        ws = dataclasses.replace(base, run_name="reference-repeat", candidate_dir=root / "repeat",
+                                 compare_dir=root / "repeat-compare", report_path=root / "repeat-noise.json")
+        rep_profile = dataclasses.replace(
+            ref_profile, run=dataclasses.replace(ref_profile.run, run_name="reference-repeat",
+                                                 start_window=first, stop_window=first + 1))
+        rep = Pipeline(rep_profile, _relabel(self.emit, "reference"), self.user_cancel,
+                       output_kind="reference-repeat", workspace=ws)
+        rep.cancel = self.cancel
+        rep.base_url, rep.server_capture_dir, rep.runtime = sub.base_url, sub.server_capture_dir, sub.runtime
+        rep.server = sub.server  # shared: its liveness is checked, it is stopped by ``sub``
+        try:
+            rep.capture()
+            rep.finalize()
+            report = rep.compare()
+        finally:
+            rep.server = None
+        _copy_json(report, self.suite_dir / f"repeat-noise-window{first:03d}.json")
+        self.emit(Notice("reference", f"repeat capture of window {first:03d} stored as "
+                         f"repeat-noise-window{first:03d}.json"))
 
     def start_server(self) -> None:
         """Start the candidate server (returns while it loads); attach mode does nothing."""
@@ -570,7 +648,7 @@ class Pipeline:
             run = self.profile.run
             stop = run.stop_window if run.stop_window is not None else suite.window_count
             write_logits_manifest(self.candidate_dir, suite, list(self._written.values()),
-                                  kind=self.output_kind, runtime=self.runtime or None,
+                                  kind=self.output_kind, runtime=_redact(self.runtime) or None,
                                   window_range=(run.start_window, stop))
 
     def _is_finalized(self, window: WindowSpec) -> bool:

@@ -75,7 +75,18 @@ class ReferenceConfig:
     revision: str | None = None
     local_dir: Path | None = None
     logits_dir: str = "ref"
-    capture: str | None = None  # "embedded": capture missing reference logits (the demo)
+    # Capture missing reference logits into the suite's ref/: "embedded" (the demo's model),
+    # "vllm" (serve ``model`` like a candidate, with the candidate's python/launcher/args unless
+    # given here) or "attach" (a running server at ``url``).
+    capture: str | None = None
+    model: str | None = None
+    served_model_name: str | None = None
+    vllm_args: tuple[str, ...] | None = None
+    url: str | None = None
+    server_capture_dir: Path | None = None
+    # Capture the first window twice and store the comparison as repeat-noise-windowNNN.json
+    # (default: yes for vllm/attach, no for the embedded demo model, which is deterministic).
+    repeat: bool | None = None
     # Where the suite and the logits are on disk: kldtui.workspace.Workspace.from_profile
     # (local_dir defaults to WORKDIR/reference).
 
@@ -231,7 +242,8 @@ def _check_type(where: str, key: str, value: Any, kind: str) -> Any:
 # key -> expected TOML type, per section
 _TYPES: dict[str, dict[str, str]] = {
     "reference": {"repo_id": "str", "revision": "str", "local_dir": "str", "logits_dir": "str",
-                  "capture": "str"},
+                  "capture": "str", "model": "str", "served_model_name": "str",
+                  "vllm_args": "list[str]", "url": "str", "server_capture_dir": "str", "repeat": "bool"},
     "candidate": {
         "kind": "str", "model": "str", "served_model_name": "str", "python": "str",
         "launcher": "list[str]", "vllm_args": "list[str]", "env": "table[str]", "host": "str",
@@ -272,9 +284,25 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         parsed[section] = out
 
     ref = parsed["reference"]
-    if ref.get("capture", "embedded") != "embedded":
-        raise BadInput(f"{where}: [reference] capture can only be 'embedded' (the demo's built-in "
-                       "model); remove it to use a downloaded or local reference")
+    capture = ref.get("capture")
+    if capture is not None and capture not in KINDS:
+        raise BadInput(f"{where}: [reference] capture {capture!r} is not one of {', '.join(KINDS)}; "
+                       "remove it to use a downloaded or local reference")
+    if capture == "vllm" and "model" not in ref:
+        raise BadInput(f"{where}: [reference] capture = 'vllm' needs model = the reference checkpoint")
+    if capture == "attach" and ("url" not in ref or "server_capture_dir" not in ref):
+        raise BadInput(f"{where}: [reference] capture = 'attach' needs url and server_capture_dir "
+                       "(the running reference server's VLLM_KLD_CAPTURE_DIR as seen from here)")
+    for key in ("model", "served_model_name", "vllm_args", "url", "server_capture_dir"):
+        if key in ref and capture not in ("vllm", "attach"):
+            raise BadInput(f"{where}: [reference] {key} is only used with capture = 'vllm' or 'attach'")
+    if "vllm_args" in ref:
+        ref["vllm_args"] = tuple(ref["vllm_args"])
+    if "server_capture_dir" in ref:
+        ref["server_capture_dir"] = _resolve(base_dir, ref["server_capture_dir"])
+    if "model" in ref and (ref["model"].startswith((".", "~", "/"))
+                           or _resolve(base_dir, ref["model"]).exists()):
+        ref["model"] = str(_resolve(base_dir, ref["model"]))  # a local folder, not a Hub id
     if "local_dir" in ref:
         ref["local_dir"] = _resolve(base_dir, ref["local_dir"])
     cand = parsed["candidate"]
