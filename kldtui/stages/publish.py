@@ -242,12 +242,14 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
             *([f"- JS = {js:.8g}"] if js is not None else []),
             *([f"- top-1 agreement = {top1 * 100:.4f}%"] if top1 is not None else []),
             "",
-            "This is the runtime's own nondeterminism: differences between candidates of about this size "
-            "are not real without repeated captures.",
+            "This is the KL between two captures of one model (the runtime's own nondeterminism). It is "
+            "not how far a candidate's mean KL against this reference moves between two captures, which "
+            "is usually far smaller: measure that with `kldtui noise` (two captures of one candidate, "
+            "each compared with this reference) before calling a difference between candidates noise.",
         ]
     else:
-        out.append("No repeat capture is stored with this reference; measure the runtime's noise floor "
-                   "(`kldtui noise`) before reading small differences as real.")
+        out.append("No repeat capture is stored with this reference; measure how far a candidate's mean KL "
+                   "moves between two captures (`kldtui noise`) before reading small differences as real.")
     out += [
         "",
         f"Every file was hashed after writing; `kldtui verify` re-checks the suite hash, the token "
