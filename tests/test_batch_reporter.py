@@ -166,3 +166,34 @@ def test_live_mode_draws_bars_and_still_prints_lines() -> None:
     assert "window 000 compared, mean KL 0.25" in text
     jsonl = BatchReporter(io.StringIO(), jsonl=True, live=True)
     assert not jsonl.live  # JSONL is for machines: never bars
+
+
+def test_live_bars_always_have_a_total_and_leave_with_their_stage() -> None:
+    """Issue 15 item 9: a count without a total stayed on screen as 'reference windows 6/?'."""
+    rep = BatchReporter(io.StringIO(), live=True)
+    with rep:
+        rep(Progress("reference", "reference windows", 6, None, "windows"))
+        assert rep._bars == {}  # no total: no bar
+        rep(Progress("reference", "download", 5, 10, "bytes"))
+        assert list(rep._bars) == [("reference", "download")]
+        rep(StageFinished("reference", summary="ready"))  # the stage is over: its bars go
+        assert rep._bars == {}
+
+
+def test_jsonl_stream_ends_with_one_final_event() -> None:
+    """Issue 15 item 13: the outcome is in the stream, not only on stderr and in the exit code."""
+    for job, outcome, code in [
+            (lambda emit, cancel: emit(ResultReady("compare", path="/w/comparison.json")), "finished", 0),
+            (lambda emit, cancel: (_ for _ in ()).throw(BadInput("p.toml: bad")), "bad_input", 2),
+            (lambda emit, cancel: (_ for _ in ()).throw(StageFailed("server died")), "failed", 1)]:
+        out = io.StringIO()
+        assert run_headless(job, BatchReporter(out, jsonl=True), err=io.StringIO()) == code
+        docs = [json.loads(line) for line in out.getvalue().splitlines()]
+        assert all(d["schema"] == 1 for d in docs)
+        final = docs[-1]
+        assert final["event"] == "RunFinished" and final["outcome"] == outcome and final["exit_code"] == code
+        assert [d["event"] for d in docs].count("RunFinished") == 1
+        if code == 0:
+            assert final["report"] == "/w/comparison.json"
+        else:
+            assert final["message"]

@@ -137,6 +137,10 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
     rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err
+    # the stream ends with its outcome; the server's stop says why (issue 15 items 13 and 4)
+    final = json.loads(rest.splitlines()[-1])
+    assert final["event"] == "RunFinished" and final["outcome"] == "interrupted" and final["exit_code"] == 130
+    assert "capture finished" not in rest
     assert pid is not None and pid_dead(pid)
     records = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
     assert 1 <= len(records) < 6
@@ -150,6 +154,10 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
                            capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
     assert "already captured" in rerun.stdout
+    # the end says where the report is and what to do next (issue 15 item 2)
+    report = tmp_path / "work" / "comparison.json"
+    assert f"report: {report}" in rerun.stdout and f"kldtui view {report}" in rerun.stdout
+    assert "kldtui diff" in rerun.stdout
     final = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
     assert [r["request_id"] for r in final[:len(records)]] == [r["request_id"] for r in records]
 

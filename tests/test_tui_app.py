@@ -85,7 +85,9 @@ async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
         log = app.query_one(LogView).shown_lines()
         assert any("Uvicorn running" in line for line in log)
         # finished stages leave the progress panel
-        assert "no stage running" in app.query_one(ProgressPanel).render().plain
+        # the end says where the report is and what to do next (issue 15 item 2)
+        note = app.query_one(ProgressPanel).render().plain
+        assert f"report: {p.report_path}" in note and "kldtui view" in note and "kldtui diff" in note
 
 
 @sync

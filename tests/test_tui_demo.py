@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
 from kldtui.tui.app import create_app
-from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView
+from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel
 from tests.fixtures_tui import sync
 from tests.test_tui_app import settle, static_text
 
@@ -45,3 +46,23 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+    # Reopening the finished work folder shows what is on disk, as if it had just run (issue 15 item 1)
+    again = create_app(profile=profile, config_dir=tmp_path / "cfg", theme="kldtui-dark")
+    async with again.run_test(size=(120, 40)) as pilot:
+        await settle(again, pilot)
+        await pilot.pause(0.1)
+        model = again.main.model
+        assert {s: v.state for s, v in model.stages.items()} == dict.fromkeys(model.stages, "done")
+        assert model.stages["server"].detail == "stopped"
+        assert [w.state for w in model.windows.values()] == ["compared"] * 6
+        assert [w.kl for w in model.windows.values()] == pytest.approx(per_window)
+        assert again.query_one("#tabs").active == "result"
+        assert f"{boot['estimate']:.5f}" in static_text(again, "#result-summary")
+        assert any("opened an earlier run" in line for line in again.query_one(LogView).shown_lines()) \
+            or any("opened an earlier run" in text for _, text in model.log)
+        note = again.query_one(ProgressPanel).render().plain
+        assert "comparison.json" in note and "kldtui view" in note
+        rail = str(again.query_one("#stage-compare", Static).render())
+        assert "KL 0.02" in rail
+        await pilot.press("q")

@@ -182,3 +182,31 @@ async def test_stage_cards_fit_at_80x24(tmp_path: Path) -> None:
         texts = {box.stage: box.render().plain for box in app.query(StageBox)}  # type: ignore[union-attr]
         assert "see" in texts["compare"] and "failed" in texts["compare"]
         assert "port 39123" in texts["server"] or "127.0.0.1:39123" in texts["server"]
+
+
+# -- 4: texts derived from one state model ----------------------------------------------------------
+def test_finished_window_leaves_no_bar_and_an_empty_diff_does_not_say_no_windows() -> None:
+    from kldtui.events import Progress, WindowState
+    from kldtui.tui.model import DashboardModel
+    from kldtui.tui.widgets.diff_pane import DiffPane
+    from kldtui.tui.widgets.kl_chart import KLChart
+
+    model = DashboardModel()
+    model.apply(Progress("capture", "window 004 rows", 0, 511, "rows"))
+    model.apply(Progress("capture", "windows", 4, 6, "windows"))
+    model.apply(WindowState("capture", 4, "captured"))
+    assert list(model.progress) == [("capture", "windows")]  # no bar at 0 % for a finished window
+    chart = next(w for w in DiffPane().compose() if isinstance(w, KLChart))
+    assert chart.empty != "no windows compared yet"
+
+
+def test_idle_note_follows_the_stages() -> None:
+    from kldtui.events import StageFailed, StageStarted
+    from kldtui.tui.model import DashboardModel
+
+    model = DashboardModel()
+    assert "press r" in model.idle_note()[0]
+    model.apply(StageStarted("capture"))
+    assert model.idle_note() == ["waiting for progress…"]
+    model.apply(StageFailed("capture", message="server died"))
+    assert "capture failed" in model.idle_note()[0]

@@ -8,21 +8,25 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kldtui.tui.app import KldApp, create_app
-from tests.fixtures_tui import ScriptedPipeline, make_report, write_report
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, write_report
 
 THEME = "kldtui-dark"
+WINDOWS = [(w, DOMAINS[w % len(DOMAINS)]) for w in range(32)]
 
 
-def dashboard(tmp_path: Path, pause_after_window: int | None) -> tuple[KldApp, dict[str, Any]]:
+def dashboard(tmp_path: Path, pause_after_window: int | None,
+              report_path: Path | None = None) -> tuple[KldApp, dict[str, Any]]:
     holder: dict[str, Any] = {}
 
     def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
-        holder["p"] = ScriptedPipeline(emit, cancel, windows=32, pause_after_window=pause_after_window)
+        holder["p"] = ScriptedPipeline(emit, cancel, windows=32, pause_after_window=pause_after_window,
+                                       report_path=report_path)
         return holder["p"]
 
-    windows = [(w, d) for w, d in ScriptedPipeline(lambda e: None, None, windows=32).window_list()]  # type: ignore[arg-type]
-    app = create_app(pipeline_factory=factory, config_dir=tmp_path, theme=THEME, windows=windows,
+    app = create_app(pipeline_factory=factory, config_dir=tmp_path, theme=THEME, windows=WINDOWS,
                      remember_theme=False)
     return app, holder
 
@@ -35,7 +39,11 @@ async def _until(pilot: Any, condition: Any, limit: float = 30.0) -> None:
         await pilot.pause(0.02)
 
 
-def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path) -> None:
+SIZES = [(80, 24), (200, 60)]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "200x60"])
+def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     app, holder = dashboard(tmp_path, pause_after_window=12)
 
     async def run_before(pilot: Any) -> None:
@@ -45,11 +53,14 @@ def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path) -> None:
         app.main.refresh_now()
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-def test_dashboard_finished(snap_compare: Any, tmp_path: Path) -> None:
-    app, holder = dashboard(tmp_path, pause_after_window=None)
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "200x60"])
+def test_dashboard_finished(snap_compare: Any, tmp_path: Path, size: tuple[int, int],
+                            monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)  # the report path is shown relative to here
+    app, holder = dashboard(tmp_path, pause_after_window=None, report_path=Path("comparison.json"))
 
     async def run_before(pilot: Any) -> None:
         await pilot.press("r")
@@ -59,7 +70,43 @@ def test_dashboard_finished(snap_compare: Any, tmp_path: Path) -> None:
         app.main.refresh_now()
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "200x60"])
+def test_dashboard_reopened(snap_compare: Any, tmp_path: Path, size: tuple[int, int],
+                            monkeypatch: Any) -> None:
+    """A finished work folder opened again: the state on disk, as if it had just run (issue 15 item 1)."""
+    from kldtui.workflow.state import DiskWindow, RunState
+
+    monkeypatch.chdir(tmp_path)
+    report = make_report("tiny-candidate", 0.01, seed=3, domains=[d for _, d in WINDOWS])
+    write_report(tmp_path / "comparison.json", report)
+    kl = report["per_window_arrays"]["kl_mean"]
+    state = RunState(suite_windows=32, reference_ready=True,
+                     windows={i: DiskWindow(i, d, "compared", kl[i]) for i, d in WINDOWS},
+                     report_path=Path("comparison.json"),
+                     headline={"kl_mean": report["kl_window_cluster_bootstrap"]["estimate"],
+                               "top1_agreement": report["top1_agreement"]},
+                     window_range=(0, 32))
+    app, _ = dashboard(tmp_path, pause_after_window=None)
+
+    async def run_before(pilot: Any) -> None:
+        await pilot.pause()
+        app.main.apply_disk_state(state)
+        await _until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers))
+        await pilot.pause(0.05)
+        app.main.refresh_now()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "200x60"])
+def test_viewer_no_color(snap_compare: Any, tmp_path: Path, size: tuple[int, int], monkeypatch: Any) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = _viewer(tmp_path, [("q4-candidate", 0.01, 3, False)])
+    assert snap_compare(app, terminal_size=size, run_before=_loaded)
 
 
 def _viewer(tmp_path: Path, specs: list[tuple[str, float, int, bool]]) -> KldApp:

@@ -43,6 +43,10 @@ from kldtui.events import (
 )
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Version of the JSONL stream's schema (docs/EVENTS.md): every line carries it as "schema".
+EVENTS_SCHEMA_VERSION = 1
+OUTCOMES = {EXIT_DONE: "finished", EXIT_FAILED: "failed", EXIT_BAD_INPUT: "bad_input",
+            EXIT_INTERRUPTED: "interrupted"}
 _PRINTED_WINDOW_STATES = ("captured", "finalized", "compared", "failed")
 
 
@@ -100,8 +104,11 @@ class BatchReporter:
         if self._progress is not None and isinstance(event, WindowState) and \
                 event.state in _PRINTED_WINDOW_STATES:
             self._drop_window_bars(event.stage, event.window_index)
+        if self._progress is not None and isinstance(event, StageFinished | StageFailed):
+            self._drop_stage_bars(event.stage)
         if self.jsonl:
-            line = json.dumps(event.to_dict(), default=str, sort_keys=True)
+            doc = {"schema": EVENTS_SCHEMA_VERSION, **event.to_dict()}
+            line = json.dumps(doc, default=str, sort_keys=True)
         else:
             line = self.format(event)
         if line is None:
@@ -143,6 +150,28 @@ class BatchReporter:
                 self._progress = None
                 self._bars.clear()
 
+    def write_final(self, code: int, message: str = "") -> None:
+        """JSONL: the stream's last line, how the run ended (docs/EVENTS.md, ``RunFinished``)."""
+        if not self.jsonl:
+            return
+        doc = {"schema": EVENTS_SCHEMA_VERSION, "event": "RunFinished", "stage": "run", "ts": time.time(),
+               "outcome": OUTCOMES.get(code, "failed"), "exit_code": code, "report": self.result_path,
+               "message": message}
+        with self._lock:
+            try:
+                self.stream.write(json.dumps(doc, sort_keys=True) + "\n")
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def _drop_stage_bars(self, stage: str) -> None:
+        """A finished or failed stage leaves no bar behind."""
+        with self._lock:
+            if self._progress is None:
+                return
+            for key in [k for k in self._bars if k[0] == stage]:
+                self._progress.remove_task(self._bars.pop(key))
+
     def _drop_window_bars(self, stage: str, index: int) -> None:
         """A window's own bars go when it reaches a final state (its last update may not be 100 %)."""
         prefix = f"window {index:03d}"
@@ -160,6 +189,8 @@ class BatchReporter:
             if progress is None:
                 return
             bar = self._bars.get(key)
+            if event.total is None:  # a count without a total is not a bar (it stayed at "6/?")
+                return
             if finished:
                 if bar is not None:  # a finished task leaves the screen
                     progress.remove_task(bar)
@@ -298,13 +329,14 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
                 signal.signal(sig, old)
     error = box.get("error")
     code = exit_code_for(error, cancel)
+    message = ""
     if code == EXIT_INTERRUPTED:
-        message = cancel.reason if cancel.is_set() else "interrupted"
-        print(f"kldtui: interrupted ({message}); state is kept, run the same command again to resume",
-              file=err)
+        reason = cancel.reason if cancel.is_set() else "interrupted"
+        message = f"interrupted ({reason}); state is kept, run the same command again to resume"
     elif error is not None:
-        if isinstance(error, KldError):
-            print(f"kldtui: error: {error}", file=err)
-        else:
-            print(f"kldtui: internal error: {type(error).__name__}: {error}", file=err)
+        message = f"error: {error}" if isinstance(error, KldError) else \
+            f"internal error: {type(error).__name__}: {error}"
+    if message:
+        print(f"kldtui: {message}", file=err)
+    reporter.write_final(code, message)
     return code

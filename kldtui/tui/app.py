@@ -22,6 +22,7 @@ from kldtui.tui.screens.board import BoardScreen
 from kldtui.tui.screens.dashboard import DashboardScreen, PipelineFactory
 from kldtui.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from kldtui.tui.screens.viewer import ViewerScreen
+from kldtui.workspace import Workspace
 
 
 class KldApp(App[int]):
@@ -126,14 +127,18 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     ``$XDG_CONFIG_HOME/kldtui`` (themes and remembered settings).
     """
     abort: float | None = None
+    workspace: Workspace | None = None
+    profile_name: str | None = None
     if profile is not None:
+        workspace = Workspace.from_profile(profile)
+        profile_name = str(profile.path) if profile.path else None
         if pipeline_factory is None:
             pipeline_factory = _pipeline_factory_for(profile)
         windows = list(windows) or _profile_windows(profile)
         if not reports:
-            reports = _profile_reports(profile)
+            reports = [str(p) for p in workspace.earlier_reports()]
         if own_report is None:
-            own_report = Path(profile.run.workdir) / "comparison.json"
+            own_report = workspace.report_path
         if title is None:
             title = f"kldtui — {Path(profile.path).parent.name + '/' + Path(profile.path).name}" \
                 if profile.path else "kldtui"
@@ -142,7 +147,8 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     main: BoardScreen
     if pipeline_factory is not None:
         dashboard = DashboardScreen(pipeline_factory, report_paths=paths, own_report=own_report,
-                                    windows=list(windows), autostart=autostart)
+                                    windows=list(windows), autostart=autostart, workspace=workspace,
+                                    profile_name=profile_name)
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a window's KL > {abort:g}"
         main = dashboard
@@ -182,14 +188,6 @@ def _profile_windows(profile: Any) -> list[tuple[int, str]]:
         return out
     except Exception:  # noqa: BLE001 - not downloaded yet: the grid fills from events
         return []
-
-
-def _profile_reports(profile: Any) -> list[str]:
-    """Reports already in the profile's workdir (its own comparison.json), for the leaderboard."""
-    workdir = profile.run.workdir
-    if workdir is None or not Path(workdir).is_dir():
-        return []
-    return sorted(str(p) for p in Path(workdir).glob("comparison*.json"))
 
 
 def run_dashboard(profile_path: str | Path | None = None, theme: str | None = None,

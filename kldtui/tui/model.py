@@ -24,6 +24,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.workflow.state import RunState
 
 STAGES: tuple[str, ...] = PIPELINE_STAGES
 STAGE_TITLES = {"reference": "Reference", "server": "Server", "capture": "Capture",
@@ -100,6 +101,7 @@ class DashboardModel:
         self.result_path: str | None = None
         self.result_report: dict[str, Any] | None = None
         self.result_serial = 0
+        self.next_lines: list[str] = []
         self.dirty: set[str] = set()
 
     # -- events --------------------------------------------------------------------------------
@@ -154,6 +156,12 @@ class DashboardModel:
             win = self.windows[event.window_index] = WindowView(event.window_index)
             self.windows = dict(sorted(self.windows.items()))
         win.state = event.state
+        if event.state in ("captured", "finalized", "compared", "failed"):
+            # the window's own tasks are over (their last update may not have been 100 %)
+            prefix = f"window {event.window_index:03d}"
+            for key in [k for k in self.progress if k[1].startswith(prefix)]:
+                del self.progress[key]
+                self.dirty.add("progress")
         if event.domain:
             win.domain = event.domain
         win.figures.update(event.figures)
@@ -170,6 +178,74 @@ class DashboardModel:
             self.windows.setdefault(index, WindowView(index, domain))
         self.windows = dict(sorted(self.windows.items()))
         self.dirty.add("windows")
+
+    def apply_disk_state(self, state: RunState) -> None:
+        """What a reopened work folder holds, shown as if the run had just happened here."""
+        in_range = set(self.windows) or set(state.windows)
+        disk = [w for i, w in state.windows.items() if i in in_range]
+        total = len(in_range)
+        captured = sum(1 for w in disk if w.state != "pending")
+        finalized = sum(1 for w in disk if w.state in ("finalized", "compared"))
+        compared = sum(1 for w in disk if w.state == "compared")
+
+        def mark(stage: str, n: int, figures: dict[str, Any], detail: str = "") -> None:
+            if n <= 0:
+                return
+            view = self.stages[stage]
+            view.state = "done" if n >= total else "stopped"
+            view.figures = figures
+            view.detail = detail or ("" if n >= total else f"{n} of {total} windows; r resumes")
+
+        if state.reference_ready:
+            self.stages["reference"].state = "done"
+            self.stages["reference"].figures = {"windows": state.suite_windows}
+            self.stages["reference"].detail = "on disk"
+        if captured:
+            self.stages["server"].state, self.stages["server"].detail = "done", "stopped"
+        mark("capture", captured, {"captured": captured})
+        mark("finalize", finalized, {"windows": finalized})
+        if state.report_path is not None:
+            view = self.stages["compare"]
+            view.state, view.detail = "done", str(state.report_path)
+            view.figures = {k: v for k, v in state.headline.items() if k in ("kl_mean", "top1_agreement")}
+        else:
+            mark("compare", compared, {"compared": compared})
+        for w in disk:
+            win = self.windows.setdefault(w.index, WindowView(w.index, w.domain))
+            win.state = "pending" if w.state == "pending" else w.state
+            if w.kl is not None:
+                win.kl = w.kl
+        self.windows = dict(sorted(self.windows.items()))
+        summary = (f"opened an earlier run: reference {'ready' if state.reference_ready else 'missing'}, "
+                   f"{captured}/{total} captured, {finalized} finalized, {compared} compared")
+        self._log("info", f"[run] {summary}")
+        for problem in state.problems:
+            self._log("warning", f"[run] {problem}")
+        if state.report_path is not None:
+            self.result_path = str(state.report_path)
+            self.result_serial += 1
+            self.dirty.add("result")
+        self.dirty |= {"stages", "windows", "progress", "live"}
+
+    def set_next_steps(self, lines: list[str]) -> None:
+        """What to do now that a report is written (shown when nothing runs, and logged)."""
+        self.next_lines = list(lines)
+        for line in lines:
+            self._log("info", f"[run] {line}")
+        self.dirty.add("progress")
+
+    def idle_note(self) -> list[str]:
+        """The progress panel's text while no task reports progress (derived from the stages)."""
+        if any(v.state == "running" for v in self.stages.values()):
+            return ["waiting for progress…"]
+        if self.next_lines:
+            return self.next_lines
+        failed = [v.name for v in self.stages.values() if v.state == "failed"]
+        if failed:
+            return [f"{', '.join(failed)} failed: the log (l) says why; r runs again (finished work is kept)"]
+        if all(v.state == "idle" for v in self.stages.values()):
+            return ["press r to run all stages, ? for help"]
+        return ["no stage running; r runs the rest (finished work is kept)"]
 
     def server_stopped(self) -> None:
         self.server = None

@@ -297,7 +297,11 @@ class Pipeline:
             reference=dataclasses.replace(ref, capture=None),
             run=dataclasses.replace(self.profile.run, run_name="reference"),
             compare=dataclasses.replace(self.profile.compare, abort_kl_above=None))
-        sub = Pipeline(ref_profile, _relabel(self.emit, "reference"), self.user_cancel,
+        try:  # the reference windows' bar gets its total (a count without one stays at "6/?")
+            total: int | None = len(self.windows())
+        except KldError:
+            total = None
+        sub = Pipeline(ref_profile, _relabel(self.emit, "reference", total), self.user_cancel,
                        output_kind="reference", workspace=self._workspace.reference_capture())
         sub.cancel = self.cancel
         self._sub = sub
@@ -506,8 +510,8 @@ class Pipeline:
                 self.start_server()
                 self.reference()
                 self.serve()
-            except BaseException:
-                self.stop_server(reason="error")
+            except BaseException as exc:
+                self.stop_server(reason="stopped" if isinstance(exc, Interrupted) else "error")
                 raise
             self._load_written()
             self._disk_preflight()
@@ -546,7 +550,10 @@ class Pipeline:
                 work.put(None)
                 while worker.is_alive():
                     worker.join(timeout=0.2)
-                self.stop_server(reason="capture finished" if not failure else "error")
+                # the reason is what happened: a user's stop is not "capture finished"
+                reason = "error" if failure else "early abort" if self._abort_message is not None \
+                    else "stopped" if self.cancel.is_set() else "capture finished"
+                self.stop_server(reason=reason)
             if failure:
                 raise failure[0]
             if self._abort_message is not None:  # the stop was ours: report what was compared
@@ -772,7 +779,7 @@ class Pipeline:
         return self.report_path
 
 
-def _relabel(emit: EventSink, stage: StageName) -> EventSink:
+def _relabel(emit: EventSink, stage: StageName, total: int | None = None) -> EventSink:
     """Show a helper pipeline's events as one stage: stage changes and windows become notes."""
     counted: set[int] = set()
 
@@ -780,7 +787,7 @@ def _relabel(emit: EventSink, stage: StageName) -> EventSink:
         if isinstance(event, WindowState):
             if event.state == "finalized":
                 counted.add(event.window_index)
-                emit(Progress(stage, "reference windows", len(counted), None, "windows"))
+                emit(Progress(stage, "reference windows", len(counted), total, "windows"))
             return
         if isinstance(event, StageStarted | StageFinished):
             what = "started" if isinstance(event, StageStarted) else "done"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 HELP = "run the whole pipeline for a profile (the dashboard, or headless with --batch)"
 DEFAULT_PROFILE = "kldtui.toml"
@@ -35,7 +36,8 @@ def _profile_path(args: argparse.Namespace) -> str | None:
     return getattr(args, "profile", None)
 
 
-def run_batch_job(job, args: argparse.Namespace, on_force_stop=None) -> int:  # type: ignore[no-untyped-def]
+def run_batch_job(job, args: argparse.Namespace, on_force_stop=None,  # type: ignore[no-untyped-def]
+                  profile=None) -> int:
     """Run ``job(emit, cancel)`` headless with the reporter the flags ask for; print the result."""
     from kldtui.cli.batch_reporter import BatchReporter, run_headless
 
@@ -47,8 +49,31 @@ def run_batch_job(job, args: argparse.Namespace, on_force_stop=None) -> int:  # 
     if code == 0 and reporter.result_path and not getattr(args, "jsonl", False):
         from kldtui.formats.report import load_report, summary_text
 
-        print(summary_text(load_report(reporter.result_path)))
+        report = load_report(reporter.result_path)
+        print(summary_text(report))
+        print(_next_steps(reporter.result_path, report, profile))
     return code
+
+
+def _next_steps(path: str, report: dict[str, Any], profile: Any) -> str:
+    """Where the report is and the useful next commands (the dashboard shows the same)."""
+    from kldtui.workflow.state import next_steps
+
+    suite_windows = 0
+    if profile is not None:
+        from kldtui.workflow.state import load_state
+        from kldtui.workspace import Workspace
+
+        suite_windows = load_state(Workspace.from_profile(profile)).suite_windows
+    wr = report.get("window_range")
+    window_range = (int(wr[0]), int(wr[1])) if isinstance(wr, list) and len(wr) == 2 else None
+    shown = Path(path)
+    try:
+        shown = shown.resolve().relative_to(Path.cwd().resolve())
+    except (ValueError, OSError):
+        pass
+    where = str(profile.path) if profile is not None and profile.path else None
+    return "\n".join(next_steps(shown, window_range, suite_windows, where))
 
 
 def run_pipeline_batch(profile, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
@@ -65,7 +90,7 @@ def run_pipeline_batch(profile, args: argparse.Namespace) -> int:  # type: ignor
         if "p" in holder:
             holder["p"].stop_server(reason="interrupted")
 
-    return run_batch_job(job, args, force_stop)
+    return run_batch_job(job, args, force_stop, profile=profile)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ from kldtui.events import (
 )
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
-from kldtui.tui.screens.board import BoardScreen
+from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
 from kldtui.tui.widgets import (
     DiffPane,
     LeaderboardTable,
@@ -47,6 +47,8 @@ from kldtui.tui.widgets import (
     WindowGrid,
 )
 from kldtui.workflow.control import PipelineControl, StageRequest
+from kldtui.workflow.state import RunState
+from kldtui.workspace import Workspace
 
 REFRESH_INTERVAL = 0.1
 ENGINE_GROUP, CONTROL_GROUP = "engine", "control"
@@ -56,6 +58,14 @@ PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineControl]
 
 
 # -- engine -> screen ------------------------------------------------------------------------------
+def _shown_path(path: Path) -> Path:
+    """``path`` relative to the current folder when it is inside it (what a user types next)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except (ValueError, OSError):
+        return path
+
+
 def _pipeline_stage(name: str) -> PipelineStageName | None:
     """The stage an engine worker runs (workers are named by their StageRequest)."""
     for stage in PIPELINE_STAGES:
@@ -150,8 +160,12 @@ class DashboardScreen(BoardScreen):
 
     def __init__(self, pipeline_factory: PipelineFactory, *, report_paths: list[Path],
                  own_report: Path | None = None, windows: list[tuple[int, str]] | None = None,
-                 autostart: bool = False) -> None:
+                 autostart: bool = False, workspace: Workspace | None = None,
+                 profile_name: str | None = None) -> None:
         super().__init__(report_paths)
+        self.workspace = workspace  # read on mount: a reopened work folder shows what it holds
+        self.profile_name = profile_name
+        self.suite_windows = 0
         self.pipeline_factory = pipeline_factory
         self.own_report = own_report.resolve() if own_report is not None else None
         self.autostart = autostart
@@ -190,8 +204,29 @@ class DashboardScreen(BoardScreen):
         self.refresh_now(all_parts=True)
         if self.report_paths:
             self.load_reports()
+        if self.workspace is not None and not self.autostart:
+            self._load_disk_state(self.workspace)
         if self.autostart:
             self.action_run_all()
+
+    @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="disk-state")
+    def _load_disk_state(self, workspace: Workspace) -> None:
+        from kldtui.workflow.state import load_state
+
+        state = load_state(workspace)
+        self.app.call_from_thread(self.apply_disk_state, state)
+
+    def apply_disk_state(self, state: RunState) -> None:
+        """Show what the work folder holds (a finished or interrupted earlier run)."""
+        if self.engine_workers():
+            return  # a run started meanwhile: its events are the truth
+        self.suite_windows = state.suite_windows
+        if not state.anything:
+            return
+        self.model.apply_disk_state(state)
+        if state.report_path is not None:
+            self.model.set_next_steps(self._next_steps(state.report_path, state.window_range))
+        self.refresh_now()
 
     def on_unmount(self) -> None:
         self.cancel.set("the dashboard closed")  # engine threads stop at their next safe point
@@ -317,8 +352,17 @@ class DashboardScreen(BoardScreen):
                 self.current_result = live_result(live, name="compared so far")
                 self.query_one("#resultpane", ResultPane).show(self.current_result)
 
+    def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
+        from kldtui.workflow.state import next_steps
+
+        return next_steps(_shown_path(path), window_range, self.suite_windows, self.profile_name)
+
     def _result_ready(self) -> None:
         report, path = self.model.result_report, self.model.result_path
+        if path and report and not self.model.next_lines:
+            wr = report.get("window_range")
+            window_range = (int(wr[0]), int(wr[1])) if isinstance(wr, list) and len(wr) == 2 else None
+            self.model.set_next_steps(self._next_steps(Path(path), window_range))
         if report:
             self.show_result(result_from_report(report, path), report)
         elif path:
@@ -331,23 +375,6 @@ class DashboardScreen(BoardScreen):
             self.add_to_board(result, report)
 
     # -- reports -----------------------------------------------------------------------------------
-    def reports_loaded(self, loaded: list[tuple[dict[str, Any], Path]], problems: list[str]) -> None:
-        super().reports_loaded(loaded, problems)
-        for report, path in loaded:
-            if self.own_report is not None and path.resolve() == self.own_report \
-                    and self.model.result_report is None:
-                self._show_earlier_result(result_from_report(report, path))
-
-    def _show_earlier_result(self, result: ResultData) -> None:
-        """This profile's report from an earlier run: result pane and window KL, until a new one."""
-        self.current_result = result
-        self.query_one("#resultpane", ResultPane).show(result)
-        for bar in result.windows:
-            win = self.model.windows.get(bar.index)
-            if win is not None and win.kl is None:
-                win.kl, win.state = bar.kl, "compared"
-        self.model.dirty.add("windows")
-
     def default_report_path(self) -> str:
         if self.model.result_path:
             return self.model.result_path

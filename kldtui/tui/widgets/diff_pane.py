@@ -13,7 +13,7 @@ from kldtui.tui.widgets.kl_chart import KLChart
 class DiffPane(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static("mark two candidates in the leaderboard (space), then press d", id="diff-verdict")
-        yield KLChart(id="diff-chart")
+        yield KLChart(empty="no difference shown yet", id="diff-chart")
 
     def show(self, verdict: str, bars: list[WindowBar]) -> None:
         self.query_one("#diff-verdict", Static).update(verdict)

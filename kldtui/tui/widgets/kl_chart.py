@@ -30,8 +30,9 @@ class KLChart(Widget):
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, empty: str = "no windows compared yet", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.empty = empty  # what an empty chart says
         self.bars: list[WindowBar] = []
         self.band: Band | None = None
         self.signed = False  # True for differences: bars grow both ways from zero
@@ -46,7 +47,7 @@ class KLChart(Widget):
     def render(self) -> Text:
         label_style = self.get_component_rich_style("chart--label")
         if not self.bars:
-            return Text("no windows compared yet", style=label_style)
+            return Text(self.empty, style=label_style)
         width = max(30, self.size.width or 60)
         area = max(8, width - 10 - 11)
         values = [abs(b.kl) for b in self.bars]

@@ -39,15 +39,12 @@ class ProgressPanel(Widget):
         return out
 
     def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
-        return max(1, len(self.items()))
+        return max(1, len(self.items()) or len(self.model.idle_note()))
 
     def render(self) -> Text:
         items = self.items()
         if not items:
-            running = any(v.state == "running" for v in self.model.stages.values())
-            idle = all(v.state == "idle" for v in self.model.stages.values())
-            note = "waiting for progress…" if running else ("press r to run all stages, ? for help"
-                                                          if idle else "no stage running")
+            note = "\n".join(self.model.idle_note())
             return Text(note, style=self.get_component_rich_style("progress--label"))
         width = max(20, self.size.width or 60)
         label_w = min(18, max(14, width // 6))

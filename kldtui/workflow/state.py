@@ -1,0 +1,159 @@
+"""What a work folder holds, read back from disk: the state a front end shows on reopening it.
+
+:func:`load_state` looks only at files the stages wrote (the workspace names them all): the
+reference manifest, the capture records, the candidate manifest, the per-window compare cache and
+the report. It never changes anything and never fails on a half-made folder: what cannot be read
+counts as not done (and is named in ``problems``). :func:`next_steps` is the "what now" text the
+dashboard and ``--batch`` print when a run finished.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kldtui.errors import KldError
+from kldtui.workspace import Workspace
+
+DiskWindowState = Literal["pending", "captured", "finalized", "compared"]
+
+
+@dataclass(frozen=True)
+class DiskWindow:
+    index: int
+    domain: str
+    state: DiskWindowState
+    kl: float | None = None  # mean KL once compared
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A work folder's progress, stage by stage."""
+
+    suite_windows: int  # windows in the suite (0: no suite yet)
+    reference_ready: bool  # the reference logits manifest is there
+    windows: dict[int, DiskWindow] = field(default_factory=dict)
+    report_path: Path | None = None  # the report, when it exists
+    headline: dict[str, Any] = field(default_factory=dict)  # kl_mean, ci95_low/high, top1, windows
+    window_range: tuple[int, int] | None = None  # the report's window range
+    problems: tuple[str, ...] = ()
+
+    def count(self, *states: DiskWindowState) -> int:
+        return sum(1 for w in self.windows.values() if w.state in states)
+
+    @property
+    def captured(self) -> int:
+        return self.count("captured", "finalized", "compared")
+
+    @property
+    def finalized(self) -> int:
+        return self.count("finalized", "compared")
+
+    @property
+    def compared(self) -> int:
+        return self.count("compared")
+
+    @property
+    def anything(self) -> bool:
+        """Some stage left something on disk (a reference alone does not count: it may be shared)."""
+        return self.captured > 0 or self.report_path is not None
+
+
+def load_state(workspace: Workspace) -> RunState:
+    """Read the state of ``workspace`` from disk (see the module docstring)."""
+    problems: list[str] = []
+    domains: dict[int, str] = {}
+    try:
+        from kldtui.formats.suite import load_suite
+
+        suite = load_suite(workspace.suite_dir)
+        domains = {w.index: w.domain for w in suite.windows}
+    except (KldError, OSError, ValueError) as exc:
+        problems.append(str(exc))
+    reference_ready = workspace.reference_dir is not None and workspace.reference_manifest.is_file()
+
+    states: dict[int, DiskWindowState] = {}
+    kls: dict[int, float] = {}
+    if workspace.capture_root is not None:
+        try:
+            from kldtui.stages.capture import load_records
+
+            for index in load_records(workspace.records_path):
+                states[index] = "captured"
+        except (KldError, OSError, ValueError) as exc:
+            problems.append(str(exc))
+    if workspace.candidate_dir is not None and workspace.candidate_manifest.is_file():
+        try:
+            from kldtui.formats.suite import load_logits_manifest
+
+            manifest = load_logits_manifest(workspace.candidate_manifest)
+            for index, entry in manifest.entries.items():
+                if (workspace.candidate / entry.file).is_file():
+                    states[index] = "finalized"
+                    domains.setdefault(index, entry.domain)
+        except (KldError, OSError, ValueError) as exc:
+            problems.append(str(exc))
+
+    report_path: Path | None = None
+    headline: dict[str, Any] = {}
+    window_range: tuple[int, int] | None = None
+    if workspace.report_path is not None and workspace.report_path.is_file():
+        try:
+            from kldtui.formats.report import load_report
+
+            report = load_report(workspace.report_path)
+            report_path = workspace.report_path
+            arrays = report.get("per_window_arrays") or {}
+            for index, kl in zip(arrays.get("window_index", []), arrays.get("kl_mean", []), strict=False):
+                kls[int(index)] = float(kl)
+            boot = report.get("kl_window_cluster_bootstrap") or {}
+            headline = {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
+                        "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
+                        "windows": report.get("windows")}
+            wr = report.get("window_range")
+            if isinstance(wr, list) and len(wr) == 2:
+                window_range = (int(wr[0]), int(wr[1]))
+        except (KldError, OSError, ValueError) as exc:
+            problems.append(str(exc))
+    for index in list(states):
+        if index in kls:
+            states[index] = "compared"
+        elif states[index] == "finalized":
+            kl = _cached_kl(workspace, index)
+            if kl is not None:
+                states[index], kls[index] = "compared", kl
+    windows = {i: DiskWindow(i, domains.get(i, ""), states.get(i, "pending"), kls.get(i))
+               for i in sorted(set(domains) | set(states))}
+    return RunState(suite_windows=len(domains), reference_ready=reference_ready, windows=windows,
+                    report_path=report_path, headline=headline, window_range=window_range,
+                    problems=tuple(problems))
+
+
+def _cached_kl(workspace: Workspace, index: int) -> float | None:
+    """A window's mean KL from the per-window compare cache (None: not compared or unreadable)."""
+    path = workspace.compare_cache(index)
+    if path is None or not path.is_file():
+        return None
+    try:
+        from kldtui.stages.compare import WindowResult
+
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        kl = WindowResult.from_dict(doc["result"]).kl_mean
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(kl) if kl is not None else None
+
+
+def next_steps(report_path: Path, window_range: tuple[int, int] | None = None,
+               suite_windows: int = 0, profile: str | None = None) -> list[str]:
+    """What to do after a run wrote ``report_path``: one short line each."""
+    lines = [f"report: {report_path}",
+             f"look at it: kldtui view {report_path}",
+             f"compare with another run: kldtui diff {report_path} OTHER/comparison.json"]
+    if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
+        where = f" in {profile}" if profile else ""
+        lines.append(f"the full {suite_windows}-window run: set [run] start_window = 0 and stop_window = "
+                     f"{suite_windows}{where}, then run again (finished windows are reused)")
+    return lines
