@@ -196,3 +196,28 @@ def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_pa
     a, b = json.loads(full.read_text()), json.loads(path.read_text())
     for key in ("per_window", "kl_window_cluster_bootstrap", "domains", "window_range", "positions"):
         assert a[key] == b[key], key
+
+
+def test_missing_suite_and_busy_port_are_found_before_any_server_starts(tmp_path: Path) -> None:
+    """Issue 15 item 3: every input is checked first, with how to get what is missing."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        path = tmp_path / "kldtui.toml"
+        path.write_text(f'[reference]\nlocal_dir = "{tmp_path / "no-suite"}"\n[candidate]\n'
+                        f'kind = "embedded"\nserved_model_name = "cand"\nport = {port}\n'
+                        '[run]\nworkdir = "work"\n')
+        done = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--jsonl", "--profile",
+                               str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert not any(e["event"] in ("StageStarted", "ServerReady") for e in events)  # nothing launched
+    problems = [e["text"] for e in events if e["event"] == "Notice" and e["level"] == "error"]
+    assert any("suite manifest not found" in p and "kldtui download" in p and "kldtui prepare" in p
+               for p in problems)
+    assert any(f"port {port}" in p and "in use" in p for p in problems)
+    assert events[-1]["event"] == "RunFinished" and events[-1]["outcome"] == "bad_input"
+    assert done.stderr.count("\n") == 1 and "suite manifest not found" in done.stderr

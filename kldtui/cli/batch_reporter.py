@@ -3,7 +3,8 @@
 :class:`BatchReporter` is an :data:`~kldtui.events.EventSink`. Plain mode writes one line per
 meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
 most one line every ``interval`` seconds, plus the final one). JSONL mode writes every event
-as one JSON object per line (``Event.to_dict``). Both are thread-safe. With ``live=True`` (a
+as one JSON object per line (``Event.to_dict`` plus ``"schema"``) and ends the stream with one
+``RunFinished`` line (docs/EVENTS.md). Both are thread-safe. With ``live=True`` (a
 terminal, not JSONL) progress shows as rich bars below the scrolling lines instead (enter the
 reporter as a context manager; :func:`run_headless` does).
 

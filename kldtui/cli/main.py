@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kldtui {__version__}")
     parser.add_argument("--profile", help="profile TOML (default: ./kldtui.toml)")
-    parser.add_argument("--theme", help="dashboard theme name")
+    parser.add_argument("--theme", help="theme for this session (t in the app picks one and remembers it)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = _load(name)

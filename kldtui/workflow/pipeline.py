@@ -504,6 +504,14 @@ class Pipeline:
     # -- everything, overlapped -------------------------------------------------------------------
     def run_all(self) -> Path:
         """Reference + server concurrently, then capture with finalize+compare per window."""
+        from kldtui.workflow.preflight import preflight
+
+        problems = preflight(self.profile, self._workspace)  # before anything is launched
+        if problems:
+            for problem in problems:
+                self.emit(Notice("run", problem, level="error"))
+            more = f" (and {len(problems) - 1} more problem(s), listed above)" if len(problems) > 1 else ""
+            raise BadInput(problems[0] + more)
         self.lock_folders()
         try:
             try:

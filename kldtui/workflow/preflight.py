@@ -1,0 +1,92 @@
+"""Check a profile's inputs before anything is launched: a missing suite must not cost a server start.
+
+:func:`preflight` looks at the suite, the reference logits, the candidate's model path, the
+server port and the disk space the run needs, and returns one line per problem, each saying how
+to get what is missing. :meth:`kldtui.workflow.pipeline.Pipeline.run_all` calls it first and stops
+with :class:`~kldtui.errors.BadInput` when anything is wrong.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+from kldtui.errors import KldError
+from kldtui.workflow.profile import Profile
+from kldtui.workspace import Workspace
+
+HOW_TO_GET_A_SUITE = ("download a published suite with `kldtui download REPO --local-dir {dir}`, or build "
+                      "one from your own text with `kldtui prepare` (see `kldtui prepare --help`)")
+
+
+def preflight(profile: Profile, workspace: Workspace) -> list[str]:
+    """One line per problem with the profile's inputs (empty: everything is there)."""
+    problems: list[str] = []
+    ref = profile.reference
+    fetched = ref.repo_id is not None  # the reference stage downloads what is missing
+    where = profile.where
+    if not fetched and not workspace.suite_manifest.is_file():
+        problems.append(f"{where}: [reference] suite manifest not found at {workspace.suite_manifest}; "
+                        + HOW_TO_GET_A_SUITE.format(dir=workspace.suite_dir))
+    elif not fetched and ref.capture != "embedded" and not workspace.reference_manifest.is_file():
+        problems.append(f"{where}: [reference] reference logits not found ({workspace.reference_manifest} "
+                        f"is missing); fetch them with `kldtui download REPO --local-dir "
+                        f"{workspace.suite_dir}`, or set [reference] logits_dir to the folder holding them")
+    problems += _candidate_problems(profile)
+    if not problems:
+        disk = _disk_problem(profile, workspace)
+        if disk:
+            problems.append(disk)
+    return problems
+
+
+def _candidate_problems(profile: Profile) -> list[str]:
+    c = profile.candidate
+    where = profile.where
+    problems: list[str] = []
+    if c.kind == "vllm" and c.model and c.model.startswith(("/", "./", "../", "~")):
+        path = Path(c.model).expanduser()
+        if not path.exists():
+            problems.append(f"{where}: [candidate] model = {c.model!r}: no such folder; give the path of a "
+                            "local checkpoint or a Hugging Face model id")
+    if c.kind != "attach" and c.port:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # SO_REUSEADDR: a port left in TIME_WAIT by our last server is free; a listener is not
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((c.host, c.port))
+            except OSError:
+                problems.append(f"{where}: [candidate] port {c.port} on {c.host} is in use (another "
+                                "server?); stop it, or choose another [candidate] port (0 picks a free one)")
+    return problems
+
+
+def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """The disk the run's windows need at peak, when the free space is short of it."""
+    from kldtui.formats.suite import load_logits_manifest, load_suite
+    from kldtui.workflow.diskplan import GIB, disk_need
+
+    try:
+        vocab = load_logits_manifest(workspace.reference).vocab_size
+        suite = load_suite(workspace.suite_dir)
+        windows = suite.select(profile.run.start_window, profile.run.stop_window)
+    except (KldError, OSError, ValueError):
+        return None  # not there yet (downloaded or captured by the run): said when the run gets there
+    done: set[int] = set()
+    if workspace.candidate_dir is not None and workspace.candidate_manifest.is_file():
+        try:
+            done = set(load_logits_manifest(workspace.candidate_manifest).entries)
+        except (KldError, OSError, ValueError):
+            done = set()
+    need = disk_need([w.num_tokens for w in windows if w.index not in done], vocab,
+                     keep_chunks=profile.run.keep_chunks)
+    probe = workspace.workdir or workspace.candidate
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free >= need.total:
+        return None
+    return (f"{profile.where}: disk: the run needs {need.describe()} in {workspace.workdir}, "
+            f"{free / GIB:.1f} GiB are free; free space, or set [run] workdir on a larger disk "
+            "(or [run] stop_window for fewer windows)")
