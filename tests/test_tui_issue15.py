@@ -210,3 +210,14 @@ def test_idle_note_follows_the_stages() -> None:
     assert model.idle_note() == ["waiting for progress…"]
     model.apply(StageFailed("capture", message="server died"))
     assert "capture failed" in model.idle_note()[0]
+
+
+def test_next_steps_suggest_the_full_run_after_a_partial_one() -> None:
+    from kldtui.workflow.state import next_steps
+
+    lines = next_steps(Path("w/comparison.json"), (0, 8), 32, "kldtui.toml")
+    assert lines[0] == "report: w/comparison.json"
+    assert any("kldtui view w/comparison.json" in line for line in lines)
+    assert any("kldtui diff w/comparison.json" in line for line in lines)
+    assert "stop_window = 32 in kldtui.toml" in lines[-1]
+    assert len(next_steps(Path("w/comparison.json"), (0, 32), 32)) == 3  # already the whole suite

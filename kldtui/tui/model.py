@@ -69,6 +69,8 @@ def stage_figures(figures: dict[str, Any]) -> list[str]:
     """Short figures of a stage for the rail (long values, lists and flags are left out)."""
     parts = []
     for key, value in figures.items():
+        if isinstance(value, list | tuple) and len(value) == 2 and all(type(v) is int for v in value):
+            value = f"{value[0]}-{value[1] - 1}"  # a window range [start, stop)
         if isinstance(value, bool) or value is None or isinstance(value, list | dict | tuple):
             continue
         if key in HIDDEN_FIGURES:

@@ -150,10 +150,11 @@ def next_steps(report_path: Path, window_range: tuple[int, int] | None = None,
                suite_windows: int = 0, profile: str | None = None) -> list[str]:
     """What to do after a run wrote ``report_path``: one short line each."""
     lines = [f"report: {report_path}",
-             f"look at it: kldtui view {report_path}",
-             f"compare with another run: kldtui diff {report_path} OTHER/comparison.json"]
+             f"next: kldtui view {report_path}",
+             f"      kldtui diff {report_path} OTHER/comparison.json"]
     if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
         where = f" in {profile}" if profile else ""
-        lines.append(f"the full {suite_windows}-window run: set [run] start_window = 0 and stop_window = "
-                     f"{suite_windows}{where}, then run again (finished windows are reused)")
+        # a quick run of a few windows: the whole suite next (finished windows are reused)
+        lines.append(f"      all {suite_windows} windows: [run] start_window = 0, stop_window = "
+                     f"{suite_windows}{where}")
     return lines
