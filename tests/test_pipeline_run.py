@@ -221,3 +221,22 @@ def test_missing_suite_and_busy_port_are_found_before_any_server_starts(tmp_path
     assert any(f"port {port}" in p and "in use" in p for p in problems)
     assert events[-1]["event"] == "RunFinished" and events[-1]["outcome"] == "bad_input"
     assert done.stderr.count("\n") == 1 and "suite manifest not found" in done.stderr
+
+
+def test_a_users_stop_is_not_logged_as_an_error(suite_dir: Path, tmp_path: Path) -> None:
+    """Issue 15 item 4: pressing s used to log 'server stopped (error); exit code 0'."""
+    from kldtui.errors import Interrupted
+    from kldtui.events import Cancel, LogLine, StageStarted
+
+    events: list[Event] = []
+    cancel = Cancel()
+
+    def emit(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, StageStarted) and event.stage == "reference":
+            cancel.set("stopped by the user")  # while the server starts and the reference is checked
+
+    with pytest.raises(Interrupted):
+        Pipeline(make_profile(suite_dir, tmp_path / "work"), emit, cancel).run_all()
+    stops = [e.line for e in events if isinstance(e, LogLine) and e.line.startswith("server stopped")]
+    assert stops and all("(error)" not in s for s in stops), stops
