@@ -29,6 +29,8 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
     if not fetched and not workspace.suite_manifest.is_file():
         problems.append(f"{where}: [reference] suite manifest not found at {workspace.suite_manifest}; "
                         + HOW_TO_GET_A_SUITE.format(dir=workspace.suite_dir))
+    elif workspace.suite_manifest.is_file() and (problem := _range_problem(profile, workspace)):
+        problems.append(problem)
     elif not fetched and ref.capture != "embedded" and not workspace.reference_manifest.is_file():
         problems.append(f"{where}: [reference] reference logits not found ({workspace.reference_manifest} "
                         f"is missing); fetch them with `kldtui download REPO --local-dir "
@@ -39,6 +41,19 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         if disk:
             problems.append(disk)
     return problems
+
+
+def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """The profile's window range against the suite (a range outside it is said first)."""
+    from kldtui.formats.suite import load_suite
+
+    try:
+        load_suite(workspace.suite_dir).select(profile.run.start_window, profile.run.stop_window)
+    except KldError as exc:
+        return str(exc)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _candidate_problems(profile: Profile) -> list[str]:
@@ -57,7 +72,7 @@ def _candidate_problems(profile: Profile) -> list[str]:
             try:
                 probe.bind((c.host, c.port))
             except OSError:
-                problems.append(f"{where}: [candidate] port {c.port} on {c.host} is in use (another "
+                problems.append(f"{where}: [candidate] port {c.port} on {c.host} is already in use (another "
                                 "server?); stop it, or choose another [candidate] port (0 picks a free one)")
     return problems
 
