@@ -25,13 +25,14 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
     problems: list[str] = []
     ref = profile.reference
     fetched = ref.repo_id is not None  # the reference stage downloads what is missing
+    # (with [reference] capture set, the reference stage captures the logits itself)
     where = profile.where
     if not fetched and not workspace.suite_manifest.is_file():
         problems.append(f"{where}: [reference] suite manifest not found at {workspace.suite_manifest}; "
                         + HOW_TO_GET_A_SUITE.format(dir=workspace.suite_dir))
     elif workspace.suite_manifest.is_file() and (problem := _range_problem(profile, workspace)):
         problems.append(problem)
-    elif not fetched and ref.capture != "embedded" and not workspace.reference_manifest.is_file():
+    elif not fetched and not ref.capture and not workspace.reference_manifest.is_file():
         problems.append(f"{where}: [reference] reference logits not found ({workspace.reference_manifest} "
                         f"is missing); fetch them with `kldtui download REPO --local-dir "
                         f"{workspace.suite_dir}`, or set [reference] logits_dir to the folder holding them")
