@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,6 +97,16 @@ class WindowState(Event):
 
 
 @dataclass(frozen=True)
+class EarlyAbort(Event):
+    """The run stopped itself (``[compare] abort_kl_above``): a verdict, not an interruption.
+
+    ``report_path`` holds the report of the windows compared so far."""
+
+    reason: str
+    report_path: str | None = None
+
+
+@dataclass(frozen=True)
 class ServerReady(Event):
     url: str
     served_model_name: str
@@ -115,6 +126,20 @@ EventSink = Callable[[Event], None]
 
 def null_sink(event: Event) -> None:
     """An :data:`EventSink` that drops everything."""
+
+
+@contextmanager
+def failure_reported(emit: EventSink, stage: StageName) -> Iterator[None]:
+    """Emit :class:`StageFailed` for a :class:`~kldtui.errors.KldError` leaving the block, then
+    re-raise it; an interruption is not a failure and is only re-raised."""
+    from kldtui.errors import Interrupted, KldError
+
+    try:
+        yield
+    except KldError as exc:
+        if not isinstance(exc, Interrupted):
+            emit(StageFailed(stage, message=str(exc)))
+        raise
 
 
 class Cancel:

@@ -71,18 +71,23 @@ class Workspace:
     @classmethod
     def for_capture(cls, suite_dir: str | Path, capture_dir: str | Path, run_name: str,
                     candidate_dir: str | Path | None = None) -> Workspace:
-        """``kldtui capture`` / ``kldtui finalize``: ``--capture-dir/--run-name`` (+ ``--output-dir``)."""
+        """``kldtui capture`` / ``kldtui finalize``: ``--capture-dir/--run-name`` (+ ``--output-dir``).
+        The run name becomes a folder name: BadInput unless it is a plain name."""
+        from kldtui.formats.names import check_name
+
+        check_name(run_name, "run name (--run-name)", str(capture_dir))
         return cls(suite_dir=Path(suite_dir), capture_root=Path(capture_dir), run_name=run_name,
                    candidate_dir=Path(candidate_dir) if candidate_dir is not None else None)
 
     @classmethod
     def for_compare(cls, suite_manifest: str | Path, reference_dir: str | Path,
-                    candidate_dir: str | Path, report_path: str | Path) -> Workspace:
-        """``kldtui compare``: ``--suite-manifest`` (the file or its folder) and the two logits folders."""
+                    candidate_dir: str | Path, report_path: str | Path | None = None) -> Workspace:
+        """``kldtui compare``: ``--suite-manifest`` (the file or its folder), the two logits folders
+        and ``--output`` (None: the report is only returned)."""
         suite = Path(suite_manifest)
         suite_dir = suite.parent if suite.name == SUITE_MANIFEST or suite.is_file() else suite
-        return cls(suite_dir=suite_dir, reference_dir=Path(reference_dir),
-                   candidate_dir=Path(candidate_dir), report_path=Path(report_path))
+        return cls(suite_dir=suite_dir, reference_dir=Path(reference_dir), candidate_dir=Path(candidate_dir),
+                   report_path=Path(report_path) if report_path is not None else None)
 
     def reference_capture(self) -> Workspace:
         """The demo's reference capture: its own work folder; it finalizes into the suite's ref/."""
@@ -91,6 +96,22 @@ class Workspace:
                          capture_root=root / "capture", run_name="reference",
                          candidate_dir=self.reference_dir, compare_dir=root / "compare",
                          report_path=root / "comparison.json", workdir=root)
+
+    def reference_repeat(self) -> Workspace:
+        """A repeat capture of the reference's first window (the runtime's own noise), beside it."""
+        base = self.reference_capture()
+        root = self._need(base.workdir, "workdir")
+        return replace(base, run_name="reference-repeat", candidate_dir=root / "repeat",
+                       compare_dir=root / "repeat-compare", report_path=root / "repeat-noise.json")
+
+    @property
+    def suite_capture_records(self) -> Path:
+        """``capture-reference.json`` at the suite root (the published layout)."""
+        return self.suite_dir / "capture-reference.json"
+
+    def repeat_noise_path(self, window_index: int) -> Path:
+        """``repeat-noise-windowNNN.json`` at the suite root: a repeat capture's comparison."""
+        return self.suite_dir / f"repeat-noise-window{window_index:03d}.json"
 
     def with_candidate_dir(self, candidate_dir: str | Path) -> Workspace:
         return replace(self, candidate_dir=Path(candidate_dir))

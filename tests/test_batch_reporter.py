@@ -103,6 +103,26 @@ def test_exit_codes() -> None:
     assert "internal error: ZeroDivisionError" in text
 
 
+def test_early_abort_is_known_by_its_event_and_is_a_failure() -> None:
+    from kldtui.errors import Interrupted
+    from kldtui.events import EarlyAbort
+
+    def aborted(emit, cancel):  # type: ignore[no-untyped-def]
+        emit(EarlyAbort("compare", "window 002: mean KL 0.9 is above abort_kl_above 0.5",
+                        report_path="/w/comparison.json"))
+        raise StageFailed("window 002: mean KL 0.9 is above abort_kl_above 0.5")
+
+    def interrupted(emit, cancel):  # type: ignore[no-untyped-def]
+        raise Interrupted("interrupted by SIGINT")
+
+    out, err = io.StringIO(), io.StringIO()
+    rep = BatchReporter(out)
+    assert run_headless(aborted, rep, err=err) == 1
+    assert rep.early_abort is not None and rep.early_abort.report_path == "/w/comparison.json"
+    assert "kldtui: stopped early: window 002" in err.getvalue()
+    assert run_headless(interrupted, BatchReporter(io.StringIO()), err=io.StringIO()) == 130
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signals_set_cancel_and_exit_130(sig: signal.Signals) -> None:
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}

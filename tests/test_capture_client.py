@@ -19,8 +19,10 @@ from kldtui.events import Cancel, Event, Progress, WindowState
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import Suite
 from kldtui.formats.suite_writer import write_suite
-from kldtui.stages.capture import capture_windows, check_chunk_dir, load_records
+from kldtui.stages.capture import check_chunk_dir, load_records
+from kldtui.stages.capture import run_capture as capture_stage
 from kldtui.stages.serve import ServerProcess
+from kldtui.workspace import Workspace
 
 NAME = "tiny"
 
@@ -51,10 +53,10 @@ def embedded(tmp_path: Path, label: str, *, vocab: int = 64, batched: int = 128,
 
 def run_capture(suite: Suite, server: ServerProcess, work: Path, **kwargs: object) -> list:
     windows = kwargs.pop("windows", None) or list(suite.windows)
-    return capture_windows(suite, windows, base_url=server.base_url, served_model_name=NAME,
-                           server_capture_dir=server.capture_dir, run_dir=work / "run1",
-                           records_path=work / "capture-run1.json", server_alive=server.alive,
-                           **kwargs)  # type: ignore[arg-type]
+    workspace = Workspace.for_capture(suite.root, work, "run1")
+    return capture_stage(workspace, suite=suite, windows=windows, base_url=server.base_url,  # type: ignore[arg-type]
+                         served_model_name=NAME, server_capture_dir=server.capture_dir,
+                         server_alive=server.alive, **kwargs)
 
 
 def read_rows(folder: Path) -> np.ndarray:
@@ -156,9 +158,9 @@ def test_http_errors_show_the_body(tmp_path: Path) -> None:
             run_capture(suite, server, tmp_path / "c1")
     with embedded(tmp_path, "b") as server:
         with pytest.raises(StageFailed, match=r"HTTP 404 .*The model `other` does not exist"):
-            capture_windows(suite, suite.windows, base_url=server.base_url, served_model_name="other",
-                            server_capture_dir=server.capture_dir, run_dir=tmp_path / "c2" / "r",
-                            records_path=tmp_path / "c2" / "capture-r.json")
+            capture_stage(Workspace.for_capture(suite.root, tmp_path / "c2", "r"), suite=suite,
+                          windows=suite.windows, base_url=server.base_url, served_model_name="other",
+                          server_capture_dir=server.capture_dir)
     big = make_suite(tmp_path / "suite-big", windows=1, tokens=40, vocab=1000)
     with embedded(tmp_path, "c") as server:
         with pytest.raises(StageFailed, match=r"HTTP 400 .*Token id \d+ is out of vocabulary"):

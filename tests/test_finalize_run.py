@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,9 +20,16 @@ from kldtui.formats.chunks import write_chunk, write_error_marker
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.suite import Suite, check_manifest_matches_suite, load_logits_manifest, sha256_file
 from kldtui.formats.suite_writer import write_suite
-from kldtui.stages.finalize import finalize_run, finalize_window
+from kldtui.stages.finalize import finalize_window, run_finalize
+from kldtui.workspace import Workspace
 
 VOCAB = 64
+
+
+def finalize_run(suite: Suite, windows: list, run: Path, out: Path, **kwargs: Any) -> Path:
+    """The finalize stage on ``run`` (a capture run folder) into ``out``, as kldtui finalize calls it."""
+    workspace = Workspace.for_capture(suite.root, run.parent, run.name, out)
+    return run_finalize(workspace, suite=suite, windows=windows, **kwargs)
 
 
 def make_run(tmp_path: Path, windows: int = 2, tokens: int = 300, vocab: int = VOCAB,

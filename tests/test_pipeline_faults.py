@@ -59,17 +59,22 @@ def test_server_killed_mid_window_then_rerun_resumes(tmp_path: Path, demo_dir: P
     assert {i: final[i] for i in first} == first
 
 
-class _BrokenCompare(Pipeline):
+def _broken_window(original):  # type: ignore[no-untyped-def]
     """Window 1's comparison fails (as a corrupt reference file would make it)."""
 
-    def _compare_one(self, window, announce=True):  # type: ignore[no-untyped-def]
+    def window(self, window, **kwargs):  # type: ignore[no-untyped-def]
         if window.index == 1:
-            raise BadInput(f"{self.reference_dir}: window 001: injected failure; fix the file")
-        return super()._compare_one(window, announce)
+            raise BadInput(f"{self.workspace.reference}: window 001: injected failure; fix the file")
+        return original(self, window, **kwargs)
+
+    return window
 
 
-def test_a_compare_failure_stops_the_capture_and_is_reported_as_itself(tmp_path: Path,
-                                                                       demo_dir: Path) -> None:
+def test_a_compare_failure_stops_the_capture_and_is_reported_as_itself(
+        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kldtui.stages.compare import Comparer
+
+    monkeypatch.setattr(Comparer, "window", _broken_window(Comparer.window))
     profile = profile_from_dict({
         "reference": {"local_dir": str(demo_dir / "suite")},
         "candidate": {"kind": "embedded", "served_model_name": "cand", "model_seed": 7,
@@ -77,7 +82,7 @@ def test_a_compare_failure_stops_the_capture_and_is_reported_as_itself(tmp_path:
                       "env": {"KLDTUI_EMBEDDED_FAULT": "chunk-delay:0.3"}},
         "run": {"workdir": str(tmp_path / "work")}}, base_dir=tmp_path)
     events: list[Event] = []
-    pipeline = _BrokenCompare(profile, events.append)
+    pipeline = Pipeline(profile, events.append)
     with pytest.raises(BadInput, match="injected failure"):  # not Interrupted: exit code 2, not 130
         pipeline.run_all()
     assert pipeline.server is None

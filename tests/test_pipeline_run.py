@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kldtui.errors import StageFailed
-from kldtui.events import Event, Notice, ResultReady, WindowState
+from kldtui.events import EarlyAbort, Event, Notice, ResultReady, WindowState
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
@@ -104,6 +104,8 @@ def test_early_abort_stops_a_broken_candidate(suite_dir: Path, tmp_path: Path) -
     assert 1 <= len(records) < 6  # stopped after the first windows, not the whole suite
     report = json.loads((tmp_path / "work" / "comparison.json").read_text())
     assert 1 <= report["windows"] < 6
+    aborts = [e for e in events if isinstance(e, EarlyAbort)]
+    assert len(aborts) == 1 and aborts[0].report_path == str(tmp_path / "work" / "comparison.json")
 
 
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 from kldtui.errors import BadInput, Interrupted, KldError
 from kldtui.events import (
     Cancel,
+    EarlyAbort,
     Event,
     EventSink,
     LogLine,
@@ -93,10 +94,15 @@ class BatchReporter:
         self._last_progress: dict[tuple[str, str], float] = {}
         self.result_path: str | None = None
         self.failures: list[str] = []
+        self.early_abort: EarlyAbort | None = None  # the run stopped itself (a verdict)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ResultReady):
             self.result_path = event.path
+        if isinstance(event, EarlyAbort):
+            self.early_abort = event
+            if not self.jsonl:
+                return  # its Notice says it in words
         if isinstance(event, StageFailed):
             self.failures.append(f"{event.stage}: {event.message}")
         if self._progress is not None and isinstance(event, Progress):
@@ -257,20 +263,18 @@ class BatchReporter:
         return None
 
 
-def exit_code_for(exc: BaseException | None, cancel: Cancel) -> int:
+def exit_code_for(exc: BaseException | None, cancel: Cancel, early_abort: bool = False) -> int:
+    """0 done, 2 bad input, 130 interrupted (by the user), else 1. A run that stopped itself
+    (:class:`~kldtui.events.EarlyAbort`) failed: it is not an interruption."""
     if exc is None:
         return EXIT_DONE
     if isinstance(exc, BadInput):
         return EXIT_BAD_INPUT
-    if isinstance(exc, Interrupted | KeyboardInterrupt) or cancel.is_set() and not _early_abort(cancel):
+    if not early_abort and (isinstance(exc, Interrupted | KeyboardInterrupt) or cancel.is_set()):
         return EXIT_INTERRUPTED
     if isinstance(exc, KldError):
         return exc.exit_code
     return EXIT_FAILED
-
-
-def _early_abort(cancel: Cancel) -> bool:
-    return cancel.reason.startswith("early abort")
 
 
 def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporter, *,
@@ -318,7 +322,7 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
         deadline: float | None = None
         while worker.is_alive():
             worker.join(timeout=0.1)
-            if cancel.is_set() and not _early_abort(cancel):
+            if cancel.is_set() and reporter.early_abort is None:
                 if deadline is None:
                     deadline = time.monotonic() + grace_s
                 elif time.monotonic() > deadline:
@@ -329,14 +333,18 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
             for sig, old in previous.items():
                 signal.signal(sig, old)
     error = box.get("error")
-    code = exit_code_for(error, cancel)
+    code = exit_code_for(error, cancel, early_abort=reporter.early_abort is not None)
     message = ""
     if code == EXIT_INTERRUPTED:
         reason = cancel.reason if cancel.is_set() else "interrupted"
         message = f"interrupted ({reason}); state is kept, run the same command again to resume"
     elif error is not None:
-        message = f"error: {error}" if isinstance(error, KldError) else \
-            f"internal error: {type(error).__name__}: {error}"
+        if reporter.early_abort is not None:
+            message = f"stopped early: {reporter.early_abort.reason}"
+        elif isinstance(error, KldError):
+            message = f"error: {error}"
+        else:
+            message = f"internal error: {type(error).__name__}: {error}"
     if message:
         print(f"kldtui: {message}", file=err)
     reporter.write_final(code, message)

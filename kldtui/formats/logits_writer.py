@@ -28,6 +28,7 @@ from kldtui.formats.suite import (
     LOGITS_FORMAT,
     LOGITS_MANIFEST,
     TENSOR_KEY,
+    LogitsEntry,
     Suite,
     WindowSpec,
     logits_file_name,
@@ -48,6 +49,12 @@ class WrittenLogits:
     size_bytes: int
     sha256: str
     token_ids_json_sha256: str
+
+    @classmethod
+    def from_entry(cls, entry: LogitsEntry) -> WrittenLogits:
+        """A window a manifest already lists (resuming a finalize)."""
+        return cls(entry.window_index, entry.domain, entry.file, entry.shape[0], entry.shape[1],
+                   entry.size_bytes, entry.sha256, entry.token_ids_json_sha256)
 
     def manifest_entry(self) -> dict[str, Any]:
         return {

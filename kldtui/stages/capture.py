@@ -45,6 +45,7 @@ from kldtui.events import (
     StageStarted,
     Throttle,
     WindowState,
+    failure_reported,
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
@@ -52,6 +53,7 @@ from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id,
 from kldtui.formats.names import check_name
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.suite import Suite, WindowSpec
+from kldtui.workspace import Workspace
 
 STAGE: StageName = "capture"
 POLL_INTERVAL = 0.1
@@ -259,11 +261,6 @@ def save_records(path: str | os.PathLike[str], records: dict[int, CaptureRecord]
     write_json_atomic(path, [records[i].to_dict() for i in sorted(records)])
 
 
-def records_path_for(capture_dir: str | os.PathLike[str], run_name: str) -> Path:
-    check_name(run_name, "run name", str(capture_dir))
-    return Path(capture_dir) / f"capture-{run_name}.json"
-
-
 # -- the client ---------------------------------------------------------------------------------
 def _api_root(base_url: str) -> str:
     url = base_url.rstrip("/")
@@ -321,17 +318,16 @@ class _WindowFailed(Exception):
     pass
 
 
-def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: str, served_model_name: str,
-                    server_capture_dir: Path, run_dir: Path, records_path: Path,
-                    expected_vocab: int | None = None, api_key: str | None = None,
-                    request_timeout: float = 600.0, emit: EventSink = null_sink,
-                    cancel: Cancel | None = None, server_alive: Callable[[], str | None] | None = None,
-                    on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None = None,
-                    finalized: Callable[[WindowSpec], bool] | None = None,
-                    ) -> list[CaptureRecord]:
-    """Capture ``windows`` (resuming); return their records in window order.
+def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
+                suite: Suite, windows: Sequence[WindowSpec], base_url: str, served_model_name: str,
+                server_capture_dir: Path, expected_vocab: int | None = None, api_key: str | None = None,
+                request_timeout: float = 600.0, server_alive: Callable[[], str | None] | None = None,
+                on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None = None,
+                finalized: Callable[[WindowSpec], bool] | None = None,
+                ) -> list[CaptureRecord]:
+    """The capture stage: capture ``windows`` (resuming); return their records in window order.
 
-    ``run_dir`` is ``<capture-dir>/<run-name>``, ``records_path`` ``<capture-dir>/capture-<run>.json``.
+    Chunk folders go to the workspace's run folder, records to its ``records_path``.
     ``server_alive()`` returns None while the server runs, else why it stopped (with its last
     log lines). ``on_window_captured`` is called for each window that is complete, including
     windows skipped because an earlier run captured them. A recorded window whose chunks were
@@ -339,14 +335,28 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
     window stops the capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way the
     records list exactly the complete windows.
     """
+    with failure_reported(emit, STAGE):
+        return _capture_windows(workspace, emit, cancel, suite=suite, windows=windows, base_url=base_url,
+                                served_model_name=served_model_name,
+                                server_capture_dir=Path(server_capture_dir), expected_vocab=expected_vocab,
+                                api_key=api_key, request_timeout=request_timeout,
+                                server_alive=server_alive, on_window_captured=on_window_captured,
+                                finalized=finalized)
+
+
+def _capture_windows(workspace: Workspace, emit: EventSink, cancel: Cancel | None, *, suite: Suite,
+                     windows: Sequence[WindowSpec], base_url: str, served_model_name: str,
+                     server_capture_dir: Path, expected_vocab: int | None, api_key: str | None,
+                     request_timeout: float, server_alive: Callable[[], str | None] | None,
+                     on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
+                     finalized: Callable[[WindowSpec], bool] | None,
+                     ) -> list[CaptureRecord]:
     import httpx
 
-    run_dir = Path(run_dir)
-    server_capture_dir = Path(server_capture_dir)
-    records_path = Path(records_path)
+    records_path = workspace.records_path
     records = load_records(records_path)
-    run_name = check_name(run_dir.name, "run name", str(run_dir.parent))
-    emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {run_dir}"))
+    run_name = check_name(workspace.run_name, "run name", str(workspace.captures))
+    emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
     vocab = expected_vocab
@@ -354,13 +364,13 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
         rec = records.get(w.index)
         if rec is None:
             todo.append(w)
-            leftover = run_dir / w.chunk_dir_name
+            leftover = workspace.chunk_dir(w.chunk_dir_name)
             if leftover.exists():
                 emit(Notice(STAGE, f"{leftover}: left by an interrupted capture of {w.label}; "
                                    "removed, the window is captured again", level="warning"))
                 _remove_tree(leftover)
             continue
-        folder = run_dir / w.chunk_dir_name
+        folder = workspace.chunk_dir(w.chunk_dir_name)
         if finalized is not None and not folder.exists() and finalized(w):
             results[w.index] = rec  # chunks deleted once the window was finalized and verified
             emit(WindowState(STAGE, w.index, "captured", w.domain,
@@ -399,15 +409,15 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
                 cancel.check()
             rec, vocab = _capture_one(
                 suite, w, client=client, root=root, served_model_name=served_model_name,
-                headers_base=headers_base, server_capture_dir=server_capture_dir, run_dir=run_dir,
-                run_name=run_name, vocab=vocab, request_timeout=request_timeout, emit=emit,
-                cancel=cancel, server_alive=server_alive)
+                headers_base=headers_base, server_capture_dir=server_capture_dir,
+                dest=workspace.chunk_dir(w.chunk_dir_name), run_name=run_name, vocab=vocab,
+                request_timeout=request_timeout, emit=emit, cancel=cancel, server_alive=server_alive)
             records[w.index] = rec
             try:
                 save_records(records_path, records)
             except OSError as exc:
                 del records[w.index]
-                _remove_tree(run_dir / w.chunk_dir_name)
+                _remove_tree(workspace.chunk_dir(w.chunk_dir_name))
                 message = (f"{records_path}: could not record {w.label} ({exc.strerror or exc}); "
                            "free disk space and run again (the window is captured again)")
                 emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
@@ -438,7 +448,7 @@ def capture_windows(suite: Suite, windows: Sequence[WindowSpec], *, base_url: st
 
 
 def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_model_name: str,
-                 headers_base: dict[str, str], server_capture_dir: Path, run_dir: Path, run_name: str,
+                 headers_base: dict[str, str], server_capture_dir: Path, dest: Path, run_name: str,
                  vocab: int | None, request_timeout: float, emit: EventSink, cancel: Cancel | None,
                  server_alive: Callable[[], str | None] | None) -> tuple[CaptureRecord, int]:
     import httpx
@@ -446,7 +456,6 @@ def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_
     tokens = suite.load_tokens(w)
     x_request_id = f"kldtui-{sanitize_request_id(run_name)}-w{w.index:03d}-{secrets.token_hex(4)}"
     tag = sanitize_request_id(x_request_id)
-    dest = run_dir / w.chunk_dir_name
     body = {"model": served_model_name, "prompt": tokens, "max_tokens": 1, "temperature": 0,
             "seed": 1, "prompt_logprobs": 1}
     headers = {**headers_base, "X-Request-Id": x_request_id}
@@ -683,11 +692,3 @@ def no_folder_hint(server_capture_dir: Path) -> str:
 def _timeout_message(w: WindowSpec, url: str, timeout: float) -> str:
     return (f"{w.label}: no answer from {url} within {timeout:g} s (request timeout); the server "
             "may be hung or overloaded: check its log, or raise the request timeout")
-
-
-def default_run_paths(capture_dir: str | os.PathLike[str], run_name: str) -> tuple[Path, Path]:
-    """``(run_dir, records_path)`` for ``<capture-dir>`` and ``<run-name>``."""
-    capture = Path(capture_dir)
-    check_name(run_name, "run name", str(capture))
-    return capture / run_name, records_path_for(capture, run_name)
-

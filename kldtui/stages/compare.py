@@ -5,8 +5,9 @@ hashes, both manifests against the suite, vocabularies, every file's key, dtype,
 (and SHA-256 with ``verify_sha256``).  Then each window is streamed in row blocks through a fused
 kernel (:mod:`kldtui.metrics.kernels`) on a pool of threads, one row block per thread in memory,
 and reduced to a :class:`WindowResult`; :func:`build_report` turns window results into the report
-(docs/REPORT.md).  The pipeline calls :func:`compare_window` as each window is finalized;
-``kldtui compare`` calls :func:`compare`.
+(docs/REPORT.md).  :class:`Comparer` drives it for a workspace (per-window cache, report);
+:func:`run_compare` is the stage (``kldtui compare``, the pipeline's compare step), and the
+pipeline calls :meth:`Comparer.window` as each window is finalized.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import importlib.util
+import json
 import math
 import mmap
 import os
@@ -30,18 +32,20 @@ from typing import Any
 import numpy as np
 
 from kldtui import __version__
-from kldtui.errors import BadInput, KldError
+from kldtui.errors import BadInput
 from kldtui.events import (
     Cancel,
     EventSink,
     Progress,
-    StageFailed,
+    ResultReady,
     StageFinished,
     StageStarted,
     Throttle,
     WindowState,
+    failure_reported,
     null_sink,
 )
+from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.identity import check_logits_file
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import (
@@ -55,6 +59,7 @@ from kldtui.formats.suite import (
 from kldtui.metrics import ckernel
 from kldtui.metrics import stats as st
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel, RowStats, TorchBlockKernel
+from kldtui.workspace import Workspace
 
 REPORT_FORMAT = "kldtui-comparison-v1"
 DIRECTION = "KL(reference || candidate)"
@@ -717,50 +722,172 @@ def _g(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, (int, float)) else "inf"
 
 
+COMPARE_RESULT_VERSION = 1  # of the per-window cache files (compare/window-NNN.json)
+
+
+class Comparer:
+    """Compares the windows of one workspace and builds their report.
+
+    Window results are kept in the workspace's per-window cache (``compare/window-NNN.json``)
+    when it has one, keyed by both files' SHA-256 and the options that change the numbers: a
+    rerun reuses them. :meth:`window` compares one window as soon as it is finalized (the
+    pipeline); :meth:`windows` validates every window before the first row (``kldtui compare``).
+    """
+
+    def __init__(self, workspace: Workspace, suite: Suite, options: CompareOptions, *,
+                 emit: EventSink = null_sink, cancel: Cancel | None = None) -> None:
+        self.workspace = workspace
+        self.suite = suite
+        self.options = options
+        self.emit = emit
+        self.cancel = cancel
+        self.computed = 0  # windows compared (not taken from the cache) by this comparer
+        self.engine_info: tuple[str, int | None] | None = None  # (backend, threads) of windows()
+        self.verified: dict[str, Any] | None = None
+        self.reference_manifest_sha256: str | None = None
+
+    # -- the per-window cache -------------------------------------------------------------------
+    def _key(self, window: WindowSpec) -> dict[str, Any]:
+        ref = load_logits_manifest(self.workspace.reference).entry(window.index)
+        cand = load_logits_manifest(self.workspace.candidate).entry(window.index)
+        return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
+                "candidate_sha256": cand.sha256, "reverse": self.options.reverse}
+
+    def cached(self, window: WindowSpec) -> WindowResult | None:
+        path = self.workspace.compare_cache(window.index)
+        if path is None or not path.exists():
+            return None
+        with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
+            doc = json.loads(path.read_text())
+            if doc.get("key") == self._key(window):
+                return WindowResult.from_dict(doc["result"])
+        return None
+
+    def _store(self, window: WindowSpec, result: WindowResult) -> None:
+        path = self.workspace.compare_cache(window.index)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"key": self._key(window), "result": result.to_dict()})
+
+    # -- comparing ------------------------------------------------------------------------------
+    def window(self, window: WindowSpec, *, announce: bool = True,
+               options: CompareOptions | None = None) -> WindowResult:
+        """One window: from the cache, else validated and compared now (``options`` may differ
+        per window: the pipeline picks the backend by what else runs)."""
+        result = self.cached(window)
+        if result is None:
+            self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
+            result = compare_window(self.suite, window, self.workspace.reference, self.workspace.candidate,
+                                    options or self.options, self.cancel, emit=self.emit)
+            self.computed += 1
+            self._store(window, result)
+        if announce:
+            self._announce(window, result)
+        return result
+
+    def windows(self, windows: Sequence[WindowSpec] | None = None) -> list[WindowResult]:
+        """Validate every window first (:func:`prepare`), then compare them with one engine."""
+        ws = self.workspace
+        inputs = prepare(self.suite, ws.reference, ws.candidate, self.options, self.emit, self.cancel,
+                         windows=windows)
+        self.verified = inputs.verified
+        self.reference_manifest_sha256 = inputs.reference_manifest_sha256
+        results: list[WindowResult] = []
+        with Engine(inputs.vocab_size, self.options) as engine:
+            for n, w in enumerate(inputs.windows):
+                if self.cancel is not None:
+                    self.cancel.check()
+                r = self.cached(w)
+                if r is None:
+                    self.emit(WindowState("compare", w.index, "comparing", domain=w.domain))
+                    r = engine.compare_window(inputs, w, self.emit, self.cancel)
+                    self.computed += 1
+                    self._store(w, r)
+                results.append(r)
+                self._announce(w, r)
+                self.emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
+                                   unit="windows"))
+            self.engine_info = (engine.backend, engine.threads)
+        return results
+
+    def _announce(self, window: WindowSpec, r: WindowResult) -> None:
+        self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
+                              figures={"kl": r.kl_mean, "js": float(np.mean(r.rows.js)),
+                                       "top1": r.top1_agreement, "rows": r.positions}))
+
+    # -- the report -----------------------------------------------------------------------------
+    def report(self, results: Sequence[WindowResult], *, command: str | None = None,
+               elapsed_seconds: float | None = None) -> dict[str, Any]:
+        """The report of ``results``: the whole window range when every window of it is there,
+        else the compared span. Backend and threads are named when this comparer computed every
+        window itself with one engine (cached results may come from another)."""
+        if not results:
+            raise BadInput(f"{self.workspace.candidate}: no finalized windows to compare; run capture "
+                           "and finalize first")
+        options = self.options
+        stop = options.stop_window if options.stop_window is not None else self.suite.window_count
+        compared = sorted(r.window_index for r in results)
+        complete = compared == list(range(options.start_window, stop))
+        ref_sha = self.reference_manifest_sha256 or hashlib.sha256(
+            self.workspace.reference_manifest.read_bytes()).hexdigest()
+        own = self.engine_info is not None and self.computed == len(results)
+        backend, threads = self.engine_info if own and self.engine_info else (None, None)
+        return build_report(
+            results, suite=self.suite, reference_dir=self.workspace.reference,
+            candidate_dir=self.workspace.candidate, options=options,
+            window_range=(options.start_window, stop) if complete else (compared[0], compared[-1] + 1),
+            reference_manifest_sha256=ref_sha, verified=self.verified, elapsed_seconds=elapsed_seconds,
+            backend=backend, threads=threads, command=command)
+
+    def publish(self, report: dict[str, Any]) -> None:
+        """Write the report to the workspace's report path (when it has one) and say so."""
+        from kldtui.formats.report import summary_text, write_report
+
+        path = self.workspace.report_path
+        if path is not None:
+            write_report(path, report)
+            self.emit(ResultReady("compare", path=str(path), report=report))
+        summary = summary_text(report).strip().splitlines()
+        self.emit(StageFinished("compare", summary=summary[0] if summary else "",
+                                figures=headline(report)))
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures a front end shows for a finished comparison."""
+    boot = report.get("kl_window_cluster_bootstrap", {})
+    return {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
+            "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
+            "windows": report.get("windows")}
+
+
+def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
+                options: CompareOptions | None = None, suite: Suite | str | os.PathLike[str] | None = None,
+                windows: Sequence[WindowSpec] | None = None, command: str | None = None) -> dict[str, Any]:
+    """The compare stage: validate everything, compare ``windows`` (default: the options' range;
+    cached results are reused), write ``workspace.report`` (when set); return the report.
+    ``suite`` is the loaded suite or its manifest's path (default: the workspace's suite folder)."""
+    options = options or CompareOptions()
+    t0 = time.perf_counter()
+    emit(StageStarted("compare", detail=f"{workspace.reference} vs {workspace.candidate}"))
+    with failure_reported(emit, "compare"):
+        s = suite if isinstance(suite, Suite) else load_suite(workspace.suite_dir if suite is None else suite)
+        comparer = Comparer(workspace, s, options, emit=emit, cancel=cancel)
+        results = comparer.windows(windows)
+        report = comparer.report(results, command=command, elapsed_seconds=time.perf_counter() - t0)
+        comparer.publish(report)
+    return report
+
+
 def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
             candidate_dir: str | os.PathLike[str], options: CompareOptions | None = None,
             emit: EventSink = null_sink, cancel: Cancel | None = None,
             command: str | None = None) -> dict[str, Any]:
-    """Validate everything, compare every selected window, and return the report dict."""
-    options = options or CompareOptions()
-    t0 = time.perf_counter()
-    emit(StageStarted("compare", detail=f"{reference_dir} vs {candidate_dir}"))
-    try:
-        inputs = prepare(suite_manifest, reference_dir, candidate_dir, options, emit, cancel)
-        results: list[WindowResult] = []
-        with Engine(inputs.vocab_size, options) as engine:
-            for n, w in enumerate(inputs.windows):
-                if cancel is not None:
-                    cancel.check()
-                emit(WindowState("compare", w.index, "comparing", domain=w.domain))
-                r = engine.compare_window(inputs, w, emit, cancel)
-                results.append(r)
-                emit(WindowState("compare", w.index, "compared", domain=w.domain,
-                                 figures={"kl": r.kl_mean, "js": float(np.mean(r.rows.js)),
-                                          "top1": r.top1_agreement, "rows": r.positions}))
-                emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
-                              unit="windows"))
-            backend, threads = engine.backend, engine.threads
-        stop = options.stop_window if options.stop_window is not None else inputs.suite.window_count
-        report = build_report(
-            results, suite=inputs.suite, reference_dir=reference_dir, candidate_dir=candidate_dir,
-            options=options, window_range=[options.start_window, stop],
-            reference_manifest_sha256=inputs.reference_manifest_sha256, verified=inputs.verified,
-            elapsed_seconds=time.perf_counter() - t0, backend=backend, threads=threads, command=command)
-    except KldError as exc:
-        emit(StageFailed("compare", message=str(exc)))
-        raise
-    b = report["kl_window_cluster_bootstrap"]
-    inf_rows = report["infinite_kl"]["rows"]
-    emit(StageFinished("compare", summary=f"mean KL {_g(b['estimate'])} "
-                       f"[{_g(b['ci95_low'])}, {_g(b['ci95_high'])}] over {report['windows']} windows"
-                       + (f"; {inf_rows} positions with infinite KL (candidate probability 0)"
-                          if inf_rows else ""),
-                       figures={"kl": b["estimate"], "ci95_low": b["ci95_low"],
-                                "ci95_high": b["ci95_high"], "top1": report["top1_agreement"]}))
-    return report
+    """Validate everything, compare every selected window, and return the report (nothing written)."""
+    where = suite_manifest.root if isinstance(suite_manifest, Suite) else Path(suite_manifest)
+    workspace = Workspace.for_compare(where, reference_dir, candidate_dir)
+    return run_compare(workspace, emit, cancel, options=options, suite=suite_manifest, command=command)
 
 
-__all__ = ["CompareOptions", "CompareInputs", "Engine", "WindowResult", "build_report", "compare",
-           "compare_window", "prepare", "resolve_backend"]
+__all__ = ["CompareOptions", "CompareInputs", "Comparer", "Engine", "WindowResult", "build_report",
+           "compare", "compare_window", "headline", "prepare", "resolve_backend", "run_compare"]
 

@@ -17,6 +17,8 @@ under the final name and no temporary file.
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ from kldtui.events import (
     StageStarted,
     Throttle,
     WindowState,
+    failure_reported,
     null_sink,
 )
 from kldtui.formats.logits_writer import LogitsFileWriter, WrittenLogits, write_logits_manifest
@@ -50,6 +53,7 @@ from kldtui.formats.suite import (
     sha256_file,
 )
 from kldtui.stages.capture import ChunkSet, check_chunk_dir
+from kldtui.workspace import Workspace
 
 STAGE: StageName = "finalize"
 BLOCK_BYTES = 16 * 1024 * 1024
@@ -214,65 +218,135 @@ def _published(written: dict[int, WrittenLogits], output_dir: Path) -> str:
             "the rest)")
 
 
-def finalize_run(suite: Suite, windows: Sequence[WindowSpec], run_dir: Path, output_dir: Path, *,
-                 runtime: dict[str, Any] | None, force: bool = False, emit: EventSink = null_sink,
-                 cancel: Cancel | None = None, kind: str = "candidate",
-                 expected_vocab: int | None = None, verify: Verify = "sample") -> Path:
-    """Finalize ``run_dir/window-NNN-DOMAIN-chunks`` for ``windows``; write and return manifest.json.
+def load_finalized(workspace: Workspace, suite: Suite,
+                   emit: EventSink = null_sink) -> dict[int, WrittenLogits]:
+    """What the finalized folder's manifest lists (files still present), by window index.
 
-    Windows an earlier finalize put in ``output_dir`` (listed in its manifest, file present, same
-    suite) are kept in the new manifest, so finalizing windows 0-7 and then 8-31 gives one folder.
+    A manifest that does not parse is rewritten (a notice says so); one made from another suite
+    is refused: its files would be mixed with this suite's.
+    """
+    path = workspace.candidate_manifest
+    if not path.exists():
+        return {}
+    try:
+        manifest = load_logits_manifest(path)
+    except BadInput as exc:
+        emit(Notice(STAGE, f"{exc}; it is rewritten", level="warning"))
+        return {}
+    if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+        raise BadInput(f"{path}: made from another suite; finalize into another folder (or "
+                       "another [run] workdir)")
+    return {i: WrittenLogits.from_entry(e) for i, e in manifest.entries.items()
+            if (workspace.candidate / e.file).is_file()}
+
+
+class Finalizer:
+    """The finalized folder of one run, extended a window at a time (resumable).
+
+    Each finished window is added to ``manifest.json`` at once, so an interrupted run keeps what
+    it finished; windows an earlier finalize put there (same suite, file present) stay listed, so
+    finalizing windows 0-7 and then 8-31 gives one folder. Without ``keep_chunks`` a window's
+    chunk folder is deleted once its new file is verified. ``window_range`` is the manifest's
+    (default: the lowest to the highest listed window). Thread-safe: the pipeline finalizes in a
+    worker thread while it captures.
+    """
+
+    def __init__(self, workspace: Workspace, suite: Suite, *, kind: str = "candidate",
+                 runtime: dict[str, Any] | None = None, window_range: tuple[int, int] | None = None,
+                 expected_vocab: int | None = None, force: bool = False, verify: Verify = "sample",
+                 keep_chunks: bool = True, emit: EventSink = null_sink, cancel: Cancel | None = None) -> None:
+        self.workspace = workspace
+        self.suite = suite
+        self.kind = kind
+        self.runtime = runtime
+        self.window_range = window_range
+        self.vocab = expected_vocab
+        self.force = force
+        self.verify: Verify = verify
+        self.keep_chunks = keep_chunks
+        self.emit = emit
+        self.cancel = cancel
+        self.written = load_finalized(workspace, suite, emit)
+        self._lock = threading.Lock()
+        self._changed = False
+
+    def finalize(self, window: WindowSpec) -> WrittenLogits:
+        """Finalize one window (a file that already matches is kept) and list it in the manifest."""
+        ws = self.workspace
+        chunk_dir = ws.chunk_dir(window.chunk_dir_name)
+        fresh = self.force or not (ws.candidate / logits_file_name(window.index)).exists()
+        result = finalize_window(self.suite, window, chunk_dir, ws.candidate,
+                                 expected_vocab=self.vocab, force=self.force, emit=self.emit,
+                                 cancel=self.cancel, verify=self.verify)
+        if fresh and not self.keep_chunks:
+            # one disk write per window: the chunks go once the finalized file is verified
+            shutil.rmtree(chunk_dir, ignore_errors=True)
+        with self._lock:
+            others = [w for i, w in self.written.items() if i != window.index]
+            if any(w.vocab_size != result.vocab_size for w in others):
+                raise BadInput(f"{ws.candidate_manifest}: earlier windows have another vocabulary than "
+                               f"{result.vocab_size}; finalize into a fresh folder")
+            self.vocab = result.vocab_size
+            if self.written.get(window.index) != result:
+                self.written[window.index] = result
+                self._write_manifest()
+                self._changed = True
+        return result
+
+    def _write_manifest(self) -> Path:
+        items = self.written
+        window_range = self.window_range or (min(items), max(items) + 1)
+        return write_logits_manifest(self.workspace.candidate, self.suite, list(items.values()),
+                                     kind=self.kind, runtime=self.runtime, window_range=window_range)
+
+    def finish(self) -> Path:
+        """The manifest's path. Nothing added: it is written again only to record a ``runtime``
+        (or when it is missing), so a rerun without one keeps the runtime already recorded."""
+        with self._lock:
+            if not self.written:
+                raise BadInput(f"{self.workspace.candidate}: no finalized windows")
+            path = self.workspace.candidate_manifest
+            if path.exists() and (self._changed or self.runtime is None):
+                return path
+            return self._write_manifest()
+
+
+def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
+                 suite: Suite, windows: Sequence[WindowSpec], kind: str = "candidate",
+                 runtime: dict[str, Any] | None = None, window_range: tuple[int, int] | None = None,
+                 expected_vocab: int | None = None, force: bool = False,
+                 verify: Verify = "sample", keep_chunks: bool = True) -> Path:
+    """The finalize stage: ``workspace.run_dir``'s chunk folders of ``windows`` into
+    ``workspace.candidate`` (logits files + manifest.json); returns the manifest's path.
+
     ``runtime`` (vLLM version, model path, arguments) is stored as the manifest's ``runtime``.
     """
-    if not windows:
-        raise BadInput(f"{run_dir}: no windows to finalize")
-    run_dir = Path(run_dir)
-    output_dir = Path(output_dir)
-    emit(StageStarted(STAGE, detail=f"{len(windows)} windows {run_dir} -> {output_dir}"))
-    started = time.monotonic()
-    written: dict[int, WrittenLogits] = {}
-    kept: dict[int, WrittenLogits] = {}
-    manifest_path = output_dir / LOGITS_MANIFEST
-    if manifest_path.exists():
+    with failure_reported(emit, STAGE):
+        if not windows:
+            raise BadInput(f"{workspace.run_dir}: no windows to finalize")
+        emit(StageStarted(STAGE, detail=f"{len(windows)} windows {workspace.run_dir} -> "
+                                        f"{workspace.candidate}"))
+        started = time.monotonic()
+        finalizer = Finalizer(workspace, suite, kind=kind, runtime=runtime, window_range=window_range,
+                              expected_vocab=expected_vocab, force=force, verify=verify,
+                              keep_chunks=keep_chunks, emit=emit, cancel=cancel)
+        wanted = {w.index for w in windows}
+        kept = sum(1 for i in finalizer.written if i not in wanted)
+        skipped = 0
+        done: dict[int, WrittenLogits] = {}  # this run's windows, named when a later one fails
         try:
-            previous = load_logits_manifest(manifest_path)
-        except BadInput as exc:
-            emit(Notice(STAGE, f"{exc}; it is rewritten", level="warning"))
-        else:
-            if previous.suite_token_hash_sha256 == suite.suite_token_hash_sha256:
-                wanted = {w.index for w in windows}
-                for e in previous.entries.values():
-                    if e.window_index not in wanted and (output_dir / e.file).is_file():
-                        kept[e.window_index] = WrittenLogits(e.window_index, e.domain, e.file, e.shape[0],
-                                                             e.shape[1], e.size_bytes, e.sha256,
-                                                             e.token_ids_json_sha256)
-    vocab = expected_vocab
-    skipped = 0
-    for n, w in enumerate(windows):
-        if cancel is not None:
-            cancel.check()
-        skipped += int(not force and (output_dir / logits_file_name(w.index)).exists())
-        try:
-            result = finalize_window(suite, w, run_dir / w.chunk_dir_name, output_dir, expected_vocab=vocab,
-                                     force=force, emit=emit, cancel=cancel, verify=verify)
+            for n, w in enumerate(windows):
+                if cancel is not None:
+                    cancel.check()
+                skipped += int(not force and (workspace.candidate / logits_file_name(w.index)).exists())
+                done[w.index] = finalizer.finalize(w)
+                emit(Progress(STAGE, "windows", n + 1, len(windows), "windows"))
+            path = finalizer.finish()
         except StageFailed as exc:
-            raise type(exc)(f"{exc}; {_published(written, output_dir)}") from None
-        vocab = result.vocab_size
-        written[w.index] = result
-        emit(Progress(STAGE, "windows", n + 1, len(windows), "windows"))
-    if kept and any(k.vocab_size != vocab for k in kept.values()):
-        raise BadInput(f"{manifest_path}: earlier windows have another vocabulary than {vocab}; "
-                       "finalize into a fresh folder")
-    items = {**kept, **written}
-    window_range = (min(items), max(items) + 1)
-    try:
-        path = write_logits_manifest(output_dir, suite, list(items.values()), kind=kind, runtime=runtime,
-                                     window_range=window_range)
-    except StageFailed as exc:
-        raise type(exc)(f"{exc}; {_published(written, output_dir)}") from None
+            raise type(exc)(f"{exc}; {_published(done, workspace.candidate)}") from None
+        nbytes = sum(r.size_bytes for r in done.values())
     elapsed = time.monotonic() - started
-    nbytes = sum(w.size_bytes for w in written.values())
-    emit(StageFinished(STAGE, summary=f"{len(written)} windows -> {path}", figures={
-        "windows": len(written), "kept": len(kept), "bytes": nbytes, "seconds": round(elapsed, 3),
+    emit(StageFinished(STAGE, summary=f"{len(windows)} windows -> {path}", figures={
+        "windows": len(windows), "kept": kept, "bytes": nbytes, "seconds": round(elapsed, 3),
         "skipped": skipped}))
     return path

@@ -46,6 +46,7 @@ from kldtui.events import (
     StageName,
     StageStarted,
     Throttle,
+    failure_reported,
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
@@ -70,6 +71,7 @@ from kldtui.stages.verify import (
     read_record,
     verify_reference,
 )
+from kldtui.workspace import Workspace
 
 STAGE: StageName = "reference"
 PARTIAL_DIR = ".kldtui-download"
@@ -662,3 +664,32 @@ def _run_parallel(fn: Callable[[Any], None], items: list[Any], *, workers: int, 
                 f.cancel()
             wait(pending)
             raise error
+
+
+def run_reference(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
+                  repo_id: str | None = None, revision: str | None = None, start_window: int = 0,
+                  stop_window: int | None = None, reverify: bool = False,
+                  workers: int | None = None) -> ReferenceSuite:
+    """The reference stage: the suite and its reference logits in the workspace, verified.
+
+    Logits in the suite's own ``ref/`` are fetched from ``repo_id`` when missing (resumable) and
+    verified (:func:`ensure_reference`); logits in another folder are only checked against the
+    suite (their manifest, windows and token hashes).
+    """
+    with failure_reported(emit, STAGE):
+        if workspace.reference == workspace.suite_dir / REF_DIR:
+            return ensure_reference(repo_id, workspace.suite_dir, revision=revision,
+                                    start_window=start_window, stop_window=stop_window, reverify=reverify,
+                                    emit=emit, cancel=cancel, workers=workers)
+        from kldtui.formats.suite import check_manifest_matches_suite
+
+        emit(StageStarted(STAGE, detail=str(workspace.reference)))
+        suite = load_suite(workspace.suite_dir)
+        suite.check_suite_hash()
+        windows = suite.select(start_window, stop_window)
+        manifest = load_logits_manifest(workspace.reference)
+        check_manifest_matches_suite(manifest, suite, windows)
+        emit(StageFinished(STAGE, summary=f"{workspace.reference} matches the suite"))
+        stop = stop_window if stop_window is not None else suite.window_count
+        return ReferenceSuite(workspace.suite_dir, workspace.suite_manifest, workspace.reference, suite,
+                              manifest, (start_window, stop), None, None, True)

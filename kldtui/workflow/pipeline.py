@@ -31,7 +31,6 @@ The work folder layout (every path) is :class:`kldtui.workspace.Workspace`'s.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import queue
@@ -45,6 +44,7 @@ from typing import Any
 from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
+    EarlyAbort,
     Event,
     EventSink,
     LogLine,
@@ -56,6 +56,7 @@ from kldtui.events import (
     StageName,
     StageStarted,
     WindowState,
+    failure_reported,
     null_sink,
 )
 from kldtui.events import (
@@ -63,13 +64,11 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.folder_lock import FolderLocks
-from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, logits_file_name
+from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
 from kldtui.redact import redact_env
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
-
-COMPARE_RESULT_VERSION = 1
 
 
 class _LinkedCancel(Cancel):
@@ -152,7 +151,6 @@ class Pipeline:
         self.server_capture_dir: Path | None = None
         self.runtime: dict[str, Any] = {}
         self.suite: Suite | None = None
-        self._written: dict[int, Any] = {}  # window index -> WrittenLogits (candidate manifest)
         self._lock = threading.Lock()
         self._abort_message: str | None = None
         self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
@@ -229,45 +227,33 @@ class Pipeline:
         With ``[reference] capture`` (``embedded`` for the demo, ``vllm``, ``attach``) missing
         reference logits are first captured and finalized into ``local_dir/ref``.
         """
+        from kldtui.stages.reference import run_reference
+
         ref = self.profile.reference
         self.lock_folders()
-        try:
+        with failure_reported(self.emit, "reference"):
             if ref.capture is not None and not self._embedded_reference_complete():
                 self._build_embedded_reference()
-            run = self.profile.run
-            if ref.logits_dir == "ref":
-                from kldtui.stages.reference import ensure_reference
-
-                result = ensure_reference(ref.repo_id, self.suite_dir, revision=ref.revision,
-                                          start_window=run.start_window, stop_window=run.stop_window,
-                                          emit=self.emit, cancel=self.cancel)
-                self.suite = result.suite
-            else:  # a reference folder outside the suite: checked against the suite only
-                self.emit(StageStarted("reference", detail=str(self.reference_dir)))
-                from kldtui.formats.suite import check_manifest_matches_suite
-
-                manifest = load_logits_manifest(self.reference_dir)
-                check_manifest_matches_suite(manifest, self.load_suite(), self.windows())
-                self.emit(StageFinished("reference", summary=f"{self.reference_dir} matches the suite"))
-            return self.load_suite()
-        except KldError as exc:
-            if not isinstance(exc, Interrupted):
-                self.emit(StageFailedEvent("reference", message=str(exc)))
-            raise
+        run = self.profile.run
+        result = run_reference(self._workspace, self.emit, self.cancel, repo_id=ref.repo_id,
+                               revision=ref.revision, start_window=run.start_window,
+                               stop_window=run.stop_window)
+        self.suite = result.suite
+        return self.load_suite()
 
     def _embedded_reference_complete(self) -> bool:
         """The captured reference lists every window of the run, each file present. A manifest
         listing fewer is the resume state of an interrupted reference finalize, not a finished
         reference: the reference capture resumes from it."""
-        path = self.reference_dir / "manifest.json"
+        path = self._workspace.reference_manifest
         if not path.exists():
             return False
         try:
             manifest = load_logits_manifest(path)
             wanted = {w.index for w in self.windows()}
+            have = {i for i in manifest.entries if manifest.file_path(i).is_file()}
         except BadInput:
             return False
-        have = {i for i, e in manifest.entries.items() if (self.reference_dir / e.file).is_file()}
         return wanted <= have
 
     def _reference_candidate(self) -> Any:
@@ -312,7 +298,7 @@ class Pipeline:
             sub.capture()
             sub.finalize()
             if ref.capture != "embedded":  # the demo's suite keeps its published layout
-                _copy_json(sub.records_path, self.suite_dir / "capture-reference.json")
+                _copy_json(sub.records_path, self._workspace.suite_capture_records)
             if repeat:
                 self._repeat_first_window(sub, ref_profile)
         finally:
@@ -321,10 +307,7 @@ class Pipeline:
 
     def _repeat_first_window(self, sub: Pipeline, ref_profile: Profile) -> None:
         first = self.windows()[0].index
-        base = self._workspace.reference_capture()
-        root = base.workdir if base.workdir is not None else self.suite_dir
-        ws = dataclasses.replace(base, run_name="reference-repeat", candidate_dir=root / "repeat",
-                                 compare_dir=root / "repeat-compare", report_path=root / "repeat-noise.json")
+        ws = self._workspace.reference_repeat()
         rep_profile = dataclasses.replace(
             ref_profile, run=dataclasses.replace(ref_profile.run, run_name="reference-repeat",
                                                  start_window=first, stop_window=first + 1))
@@ -339,7 +322,7 @@ class Pipeline:
             report = rep.compare()
         finally:
             rep.server = None
-        _copy_json(report, self.suite_dir / f"repeat-noise-window{first:03d}.json")
+        _copy_json(report, self._workspace.repeat_noise_path(first))
         self.emit(Notice("reference", f"repeat capture of window {first:03d} stored as "
                          f"repeat-noise-window{first:03d}.json"))
 
@@ -375,23 +358,22 @@ class Pipeline:
         if self.base_url is not None:
             return self.base_url
         try:
-            if c.kind == "attach":
-                from kldtui.stages.serve import check_attached
+            with failure_reported(self.emit, "server"):
+                if c.kind == "attach":
+                    from kldtui.stages.serve import check_attached
 
-                self.emit(StageStarted("server", detail=f"attach {c.url}"))
-                assert c.url is not None and c.server_capture_dir is not None
-                self.server_capture_dir = c.server_capture_dir
-                self.base_url = check_attached(c.url, c.served_model_name, api_key=self.profile.api_key(),
-                                               emit=self.emit)
-                self.runtime = {"launcher": "attached", "url": c.url,
-                                "served_model_name": c.served_model_name}
-            else:
-                self.start_server()
-                self.base_url = self.server.wait_ready(timeout=c.startup_timeout, cancel=self.cancel)
-            self.runtime.update(_server_version(self.base_url))
-        except KldError as exc:
-            if not isinstance(exc, Interrupted):
-                self.emit(StageFailedEvent("server", message=str(exc)))
+                    self.emit(StageStarted("server", detail=f"attach {c.url}"))
+                    assert c.url is not None and c.server_capture_dir is not None
+                    self.server_capture_dir = c.server_capture_dir
+                    self.base_url = check_attached(c.url, c.served_model_name,
+                                                   api_key=self.profile.api_key(), emit=self.emit)
+                    self.runtime = {"launcher": "attached", "url": c.url,
+                                    "served_model_name": c.served_model_name}
+                else:
+                    self.start_server()
+                    self.base_url = self.server.wait_ready(timeout=c.startup_timeout, cancel=self.cancel)
+                self.runtime.update(_server_version(self.base_url))
+        except KldError:
             self.stop_server()
             raise
         self.emit(StageFinished("server", summary=f"ready at {self.base_url}",
@@ -400,7 +382,7 @@ class Pipeline:
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
         """Capture the window range (resumes from the capture records); the server must be up."""
-        from kldtui.stages.capture import capture_windows
+        from kldtui.stages.capture import run_capture
 
         self.lock_folders()
         suite = self.load_suite()
@@ -408,53 +390,47 @@ class Pipeline:
         assert self.server_capture_dir is not None
         c = self.profile.candidate
         alive = self.server.alive if self.server is not None else None
-        try:
-            records = capture_windows(
-                suite, self.windows(), base_url=url, served_model_name=c.served_model_name,
-                server_capture_dir=self.server_capture_dir, run_dir=self.run_dir,
-                records_path=self.records_path, expected_vocab=self._expected_vocab(),
-                api_key=self.profile.api_key(), request_timeout=c.request_timeout,
-                emit=self.emit, cancel=self.cancel, server_alive=alive,
-                on_window_captured=on_window_captured, finalized=self._is_finalized)
-        except KldError as exc:
-            if not isinstance(exc, Interrupted):
-                self.emit(StageFailedEvent("capture", message=str(exc)))
-            raise
-        return records
+        return run_capture(self._workspace, self.emit, self.cancel, suite=suite, windows=self.windows(),
+                           base_url=url, served_model_name=c.served_model_name,
+                           server_capture_dir=self.server_capture_dir,
+                           expected_vocab=self._expected_vocab(), api_key=self.profile.api_key(),
+                           request_timeout=c.request_timeout, server_alive=alive,
+                           on_window_captured=on_window_captured,
+                           finalized=self._finalized_predicate())
 
     def finalize(self) -> Path:
-        """Finalize every captured window of the range that is not finalized yet."""
+        """Finalize every captured window of the range (already finalized ones are kept)."""
+        from kldtui.stages.finalize import run_finalize
+
         self.lock_folders()
-        self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
-        try:
-            done = self._captured_indices()
-            for window in self.windows():
-                if window.index in done:
-                    self._finalize_one(window)
-        except KldError as exc:
-            if not isinstance(exc, Interrupted):
-                self.emit(StageFailedEvent("finalize", message=str(exc)))
-            raise
-        self.emit(StageFinished("finalize", summary=f"{len(self._written)} windows in "
-                                f"{self.candidate_dir}", figures={"windows": len(self._written)}))
+        done = self._captured_indices()
+        windows = [w for w in self.windows() if w.index in done]
+        if not windows:
+            self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
+            self.emit(StageFinished("finalize", summary=f"0 windows in {self.candidate_dir}",
+                                    figures={"windows": 0}))
+            return self.candidate_dir
+        run_finalize(self._workspace, self.emit, self.cancel, suite=self.load_suite(), windows=windows,
+                     kind=self.output_kind, runtime=_redact(self.runtime) or None, window_range=self._window_range(),
+                     expected_vocab=self._expected_vocab(), keep_chunks=self.profile.run.keep_chunks)
         return self.candidate_dir
 
     def compare(self) -> Path:
         """Compare every finalized window (reusing stored results) and write the report."""
+        from kldtui.stages.compare import run_compare
+        from kldtui.stages.finalize import load_finalized
+
         self.lock_folders()
-        self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
-        try:
-            self._load_written()
-            results = [self._compare_one(w) for w in self.windows() if w.index in self._written]
-            if not results:
+        with failure_reported(self.emit, "compare"):
+            finalized = load_finalized(self._workspace, self.load_suite(), self.emit)
+            windows = [w for w in self.windows() if w.index in finalized]
+            if not windows:
+                self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
                 raise BadInput(f"{self.candidate_dir}: no finalized windows to compare; run capture "
                                "and finalize first")
-            path = self._write_report(results)
-        except KldError as exc:
-            if not isinstance(exc, Interrupted):
-                self.emit(StageFailedEvent("compare", message=str(exc)))
-            raise
-        return path
+        run_compare(self._workspace, self.emit, self.cancel, options=self._compare_options(),
+                    suite=self.load_suite(), windows=windows, command=self._command())
+        return self.report_path
 
     def stop_server(self, reason: str = "done") -> None:
         """Stop the server we started (never an attached one); safe to call any time."""
@@ -504,6 +480,8 @@ class Pipeline:
     # -- everything, overlapped -------------------------------------------------------------------
     def run_all(self) -> Path:
         """Reference + server concurrently, then capture with finalize+compare per window."""
+        from kldtui.stages.compare import Comparer
+        from kldtui.stages.finalize import Finalizer
         from kldtui.workflow.preflight import preflight
 
         problems = preflight(self.profile, self._workspace)  # before anything is launched
@@ -521,8 +499,14 @@ class Pipeline:
             except BaseException as exc:
                 self.stop_server(reason="stopped" if isinstance(exc, Interrupted) else "error")
                 raise
-            self._load_written()
-            self._disk_preflight()
+            suite = self.load_suite()
+            finalizer = Finalizer(self._workspace, suite, kind=self.output_kind,
+                                  runtime=_redact(self.runtime) or None, window_range=self._window_range(),
+                                  expected_vocab=self._expected_vocab(),
+                                  keep_chunks=self.profile.run.keep_chunks, emit=self.emit, cancel=self.cancel)
+            comparer = Comparer(self._workspace, suite, self._compare_options(), emit=self.emit,
+                                cancel=self.cancel)
+            self._disk_preflight(set(finalizer.written))
             work: queue.Queue[WindowSpec | None] = queue.Queue()
             failure: list[BaseException] = []
             queued: set[int] = set()
@@ -540,7 +524,7 @@ class Pipeline:
 
             self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
             self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
-            worker = threading.Thread(target=self._window_worker, args=(work, failure),
+            worker = threading.Thread(target=self._window_worker, args=(work, failure, finalizer, comparer),
                                       name="kldtui-finalize-compare", daemon=True)
             worker.start()
             try:
@@ -566,22 +550,24 @@ class Pipeline:
                 raise failure[0]
             if self._abort_message is not None:  # the stop was ours: report what was compared
                 self.cancel = _LinkedCancel(self.user_cancel)
-            self.emit(StageFinished("finalize", summary=f"{len(self._written)} windows in "
-                                    f"{self.candidate_dir}", figures={"windows": len(self._written)}))
-            results = [self._compare_one(w, announce=False) for w in self.windows()
-                       if w.index in self._written]
+                comparer.cancel = self.cancel
+            written = finalizer.written
+            self.emit(StageFinished("finalize", summary=f"{len(written)} windows in {self.candidate_dir}",
+                                    figures={"windows": len(written)}))
+            results = [comparer.window(w, announce=False) for w in self.windows() if w.index in written]
             if not results:
                 raise StageFailed(f"{self.candidate_dir}: no window was captured and finalized")
-            path = self._write_report(results)
+            comparer.publish(comparer.report(results, command=self._command()))
             if self._abort_message is not None:
                 raise StageFailed(self._abort_message)
-            return path
+            return self.report_path
         finally:
             self.stop_server(reason="stopped")
             self.release_folders()
 
     # -- internals ------------------------------------------------------------------------------
-    def _window_worker(self, work: queue.Queue[WindowSpec | None], failure: list[BaseException]) -> None:
+    def _window_worker(self, work: queue.Queue[WindowSpec | None], failure: list[BaseException],
+                       finalizer: Any, comparer: Any) -> None:
         threshold = self.profile.compare.abort_kl_above
         while True:
             window = work.get()
@@ -591,14 +577,16 @@ class Pipeline:
                 continue
             try:
                 self.cancel.check()
-                self._finalize_one(window)
-                result = self._compare_one(window)
+                if window.index not in finalizer.written:
+                    finalizer.finalize(window)
+                result = comparer.window(window, options=self._compare_options())
                 kl = result.kl_mean
                 if threshold is not None and kl is not None and kl > threshold:
                     self._abort_message = (f"{window.label}: mean KL {kl:.6g} is above abort_kl_above "
                                            f"{threshold:g}; stopped early (report of the windows "
                                            f"compared so far: {self.report_path})")
                     self.emit(Notice("compare", self._abort_message, level="error"))
+                    self.emit(EarlyAbort("compare", self._abort_message, report_path=str(self.report_path)))
                     self.cancel.set("early abort: " + self._abort_message)
             except Interrupted as exc:
                 failure.append(exc)  # the user stopped the run: the window is not failed
@@ -618,67 +606,31 @@ class Pipeline:
             return None
 
     def _captured_indices(self) -> set[int]:
-        """Windows listed in the capture records (FORMATS.md: listed means complete)."""
+        """Windows listed in the capture records (docs/FORMATS.md: listed means complete)."""
         from kldtui.stages.capture import load_records
 
         return set(load_records(self.records_path))
 
-    def _load_written(self) -> None:
-        """What the candidate manifest already lists (files that still exist)."""
-        if self._written:
-            return
-        path = self._workspace.candidate_manifest
-        if not path.exists():
-            return
-        from kldtui.formats.logits_writer import WrittenLogits
+    def _window_range(self) -> tuple[int, int]:
+        run = self.profile.run
+        stop = run.stop_window if run.stop_window is not None else self.load_suite().window_count
+        return (run.start_window, stop)
 
-        manifest = load_logits_manifest(path)
-        suite = self.load_suite()
-        if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
-            raise BadInput(f"{path}: made from another suite; use another [run] workdir")
-        for index, e in manifest.entries.items():
-            if (self.candidate_dir / e.file).exists():
-                self._written[index] = WrittenLogits(index, e.domain, e.file, e.shape[0], e.shape[1],
-                                                     e.size_bytes, e.sha256, e.token_ids_json_sha256)
+    def _finalized_predicate(self) -> Callable[[WindowSpec], bool]:
+        """Whether a window is in the finalized folder (its chunks may be gone: keep_chunks off)."""
+        from kldtui.stages.finalize import load_finalized
 
-    def _finalize_one(self, window: WindowSpec) -> None:
-        self._load_written()
-        if window.index in self._written:
-            return
-        from kldtui.formats.logits_writer import write_logits_manifest
-        from kldtui.stages.finalize import finalize_window
+        done = set(load_finalized(self._workspace, self.load_suite()))
+        return lambda w: w.index in done
 
-        suite = self.load_suite()
-        chunk_dir = self._workspace.chunk_dir(window.chunk_dir_name)
-        fresh = not (self.candidate_dir / logits_file_name(window.index)).exists()
-        # emits the window's finalizing/finalized states; a file that already matches is kept
-        written = finalize_window(suite, window, chunk_dir, self.candidate_dir,
-                                  expected_vocab=self._expected_vocab(), emit=self.emit,
-                                  cancel=self.cancel)
-        if fresh and not self.profile.run.keep_chunks:
-            # one disk write per window: the chunks go once the finalized file is verified
-            shutil.rmtree(chunk_dir, ignore_errors=True)
-        with self._lock:
-            self._written[window.index] = written
-            run = self.profile.run
-            stop = run.stop_window if run.stop_window is not None else suite.window_count
-            write_logits_manifest(self.candidate_dir, suite, list(self._written.values()),
-                                  kind=self.output_kind, runtime=_redact(self.runtime) or None,
-                                  window_range=(run.start_window, stop))
-
-    def _is_finalized(self, window: WindowSpec) -> bool:
-        self._load_written()
-        return window.index in self._written
-
-    def _disk_preflight(self) -> None:
+    def _disk_preflight(self, finalized: set[int]) -> None:
         """Say before capturing how much disk the run needs at peak, and warn when it is short."""
         from kldtui.workflow.diskplan import GIB, disk_need
 
         vocab = self._expected_vocab()
         if vocab is None:
             return
-        self._load_written()
-        todo = [w.num_tokens for w in self.windows() if w.index not in self._written]
+        todo = [w.num_tokens for w in self.windows() if w.index not in finalized]
         need = disk_need(todo, vocab, keep_chunks=self.profile.run.keep_chunks)
         where = self._workspace.workdir or self.candidate_dir
         probe = where
@@ -691,35 +643,8 @@ class Pipeline:
                                                          "with a full disk" if short else ""),
                          level="warning" if short else "info"))
 
-    def _compare_key(self, window: WindowSpec) -> dict[str, Any]:
-        ref = load_logits_manifest(self.reference_dir).entry(window.index)
-        cmp_ = self.profile.compare
-        return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
-                "candidate_sha256": self._written[window.index].sha256, "reverse": cmp_.reverse}
-
-    def _compare_one(self, window: WindowSpec, announce: bool = True) -> Any:
-        from kldtui.stages.compare import WindowResult, compare_window
-
-        key = self._compare_key(window)
-        path = self._workspace.compare_cache(window.index)
-        result = None
-        if path is not None and path.exists():
-            with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
-                doc = json.loads(path.read_text())
-                if doc.get("key") == key:
-                    result = WindowResult.from_dict(doc["result"])
-        if result is None:
-            self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
-            result = compare_window(self.load_suite(), window, self.reference_dir, self.candidate_dir,
-                                    self._compare_options(), self.cancel, emit=self.emit)
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(path, {"key": key, "result": result.to_dict()})
-        if announce:
-            figures = {"kl": result.kl_mean, "top1": result.top1_agreement}
-            self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
-                                  figures=figures))
-        return result
+    def _command(self) -> str:
+        return f"kldtui run --profile {self.profile.where}"
 
     def _compare_options(self) -> Any:
         from kldtui.stages.compare import CompareOptions
@@ -760,32 +685,6 @@ class Pipeline:
             self.emit(LogLine("compare", line))
         return choice
 
-    def _write_report(self, results: list[Any]) -> Path:
-        import hashlib
-
-        from kldtui.formats.report import summary_text, write_report
-        from kldtui.stages.compare import build_report
-
-        suite = self.load_suite()
-        run = self.profile.run
-        stop = run.stop_window if run.stop_window is not None else suite.window_count
-        compared = sorted(r.window_index for r in results)
-        complete = compared == list(range(run.start_window, stop))
-        ref_manifest = self._workspace.reference_manifest.read_bytes()
-        report = build_report(
-            results, suite=suite, reference_dir=self.reference_dir, candidate_dir=self.candidate_dir,
-            options=self._compare_options(),
-            window_range=(run.start_window, stop) if complete else (compared[0], compared[-1] + 1),
-            reference_manifest_sha256=hashlib.sha256(ref_manifest).hexdigest(),
-            suite_token_hash_sha256=suite.suite_token_hash_sha256,
-            command=f"kldtui run --profile {self.profile.where}")
-        write_report(self.report_path, report)
-        self.emit(ResultReady("compare", path=str(self.report_path), report=report))
-        summary = summary_text(report).strip().splitlines()
-        self.emit(StageFinished("compare", summary=summary[0] if summary else "",
-                                figures=_headline(report)))
-        return self.report_path
-
 
 def _relabel(emit: EventSink, stage: StageName, total: int | None = None) -> EventSink:
     """Show a helper pipeline's events as one stage: stage changes and windows become notes."""
@@ -814,13 +713,6 @@ def _relabel(emit: EventSink, stage: StageName, total: int | None = None) -> Eve
         emit(dataclasses.replace(event, stage=stage))
 
     return relabelled
-
-
-def _headline(report: dict[str, Any]) -> dict[str, Any]:
-    boot = report.get("kl_window_cluster_bootstrap", {})
-    return {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
-            "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
-            "windows": report.get("windows")}
 
 
 def _is_local_url(url: str) -> bool:

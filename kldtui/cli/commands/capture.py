@@ -42,12 +42,15 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
+    from kldtui.events import Cancel, EventSink
     from kldtui.formats.chunks import CAPTURE_DIR_ENV
     from kldtui.formats.suite import load_suite
-    from kldtui.stages.capture import capture_windows, default_run_paths
+    from kldtui.stages.capture import run_capture
     from kldtui.stages.serve import check_attached
+    from kldtui.workspace import Workspace
 
-    run_dir, records = default_run_paths(args.capture_dir, args.run_name)  # refuses '..', 'a/b'
+    # refuses a run name such as '..' or 'a/b' before anything else
+    workspace = Workspace.for_capture(args.suite_dir, args.capture_dir, args.run_name)
     server_dir = args.server_capture_dir or os.environ.get(CAPTURE_DIR_ENV)
     if not server_dir:
         raise BadInput(f"--server-capture-dir is not set and ${CAPTURE_DIR_ENV} is empty; give the "
@@ -64,15 +67,14 @@ def run(args: argparse.Namespace) -> int:
     suite.check_suite_hash()
     windows = suite.select(args.start_window, args.stop_window)
 
-    def job(emit, cancel):  # type: ignore[no-untyped-def]
+    def job(emit: EventSink, cancel: Cancel) -> object:
         url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)
-        return capture_windows(suite, windows, base_url=url, served_model_name=args.served_model_name,
-                               server_capture_dir=Path(server_dir), run_dir=run_dir,
-                               records_path=records, expected_vocab=args.expected_vocab,
-                               api_key=api_key, request_timeout=args.request_timeout, emit=emit,
-                               cancel=cancel)
+        return run_capture(workspace, emit, cancel, suite=suite, windows=windows, base_url=url,
+                           served_model_name=args.served_model_name, server_capture_dir=Path(server_dir),
+                           expected_vocab=args.expected_vocab, api_key=api_key,
+                           request_timeout=args.request_timeout)
 
     from kldtui.formats.folder_lock import hold
 
-    with hold([args.capture_dir], what="--capture-dir"):  # one capture per capture folder
+    with hold([workspace.captures], what="--capture-dir"):  # one capture per capture folder
         return run_batch_job(job, args)

@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
-    from kldtui.events import ResultReady
-    from kldtui.formats.report import write_report
-    from kldtui.stages.compare import CompareOptions, compare
+    from kldtui.events import Cancel, EventSink
+    from kldtui.stages.compare import CompareOptions, run_compare
+    from kldtui.workspace import Workspace
 
     output = Path(args.output)
     if output.is_dir():
@@ -66,12 +66,11 @@ def run(args: argparse.Namespace) -> int:
     shown = redact_argv(sys.argv[1:])
     command = "kldtui " + " ".join(shlex.quote(a) for a in shown) if shown else None
 
-    def job(emit, cancel):  # type: ignore[no-untyped-def]
-        report = compare(args.suite_manifest, args.reference_dir, args.candidate_dir, options, emit,
-                         cancel, command=command)
-        write_report(output, report)
-        emit(ResultReady("compare", path=str(output), report=report))
-        return report
+    workspace = Workspace.for_compare(args.suite_manifest, args.reference_dir, args.candidate_dir, output)
+
+    def job(emit: EventSink, cancel: Cancel) -> object:
+        return run_compare(workspace, emit, cancel, options=options, suite=args.suite_manifest,
+                           command=command)
 
     with hold(files=[output]):  # two compares to one --output: the second exits 2
         return run_batch_job(job, args)

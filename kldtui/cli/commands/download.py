@@ -23,15 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
     from kldtui.formats.folder_lock import hold
-    from kldtui.stages.reference import check_repo_id
+    from kldtui.stages.reference import check_repo_id, run_reference
+    from kldtui.workspace import Workspace
 
     check_repo_id(args.repo_id)  # before any output
-    from kldtui.stages.reference import ensure_reference
-
-    with hold([args.local_dir], what="--local-dir"), ConsoleProgress() as emit:
-        ref = ensure_reference(args.repo_id, args.local_dir, revision=args.revision,
-                               start_window=args.start_window, stop_window=args.stop_window,
-                               reverify=args.reverify, workers=args.workers, emit=emit)
+    workspace = Workspace.for_suite(args.local_dir)
+    with hold([workspace.suite_dir], what="--local-dir"), ConsoleProgress() as emit:
+        ref = run_reference(workspace, emit, repo_id=args.repo_id, revision=args.revision,
+                            start_window=args.start_window, stop_window=args.stop_window,
+                            reverify=args.reverify, workers=args.workers)
     lo, hi = ref.window_range
     source = "local copy, no network" if ref.offline else f"commit {ref.commit}"
     print(f"reference ready: {ref.root} windows {lo}..{hi - 1} ({source}); "

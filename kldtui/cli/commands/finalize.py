@@ -40,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
+    from kldtui.events import Cancel, EventSink
     from kldtui.formats.suite import load_suite
-    from kldtui.stages.finalize import finalize_run
+    from kldtui.stages.finalize import run_finalize
+    from kldtui.workspace import Workspace
 
     runtime = None
     if args.runtime_json:
@@ -59,18 +61,16 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite_dir)
     suite.check_suite_hash()
     windows = suite.select(args.start_window, args.stop_window)
-    from kldtui.formats.names import check_name
+    workspace = Workspace.for_capture(args.suite_dir, args.capture_dir, args.run_name, args.output_dir)
+    if not workspace.run_dir.is_dir():
+        raise BadInput(f"{workspace.run_dir}: no such capture run; check --capture-dir and --run-name")
 
-    run_dir = Path(args.capture_dir) / check_name(args.run_name, "--run-name", "finalize")
-    if not run_dir.is_dir():
-        raise BadInput(f"{run_dir}: no such capture run; check --capture-dir and --run-name")
-
-    def job(emit, cancel):  # type: ignore[no-untyped-def]
-        return finalize_run(suite, windows, run_dir, Path(args.output_dir), runtime=runtime,
-                            force=args.force, emit=emit, cancel=cancel, kind=args.kind,
-                            expected_vocab=args.expected_vocab, verify=args.verify)
+    def job(emit: EventSink, cancel: Cancel) -> object:
+        return run_finalize(workspace, emit, cancel, suite=suite, windows=windows, runtime=runtime,
+                            force=args.force, kind=args.kind, expected_vocab=args.expected_vocab,
+                            verify=args.verify)
 
     from kldtui.formats.folder_lock import hold
 
-    with hold([args.output_dir], what="--output-dir"):  # one finalize per output folder
+    with hold([workspace.candidate], what="--output-dir"):  # one finalize per output folder
         return run_batch_job(job, args)
