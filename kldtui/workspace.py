@@ -25,6 +25,7 @@ programming error (:class:`ValueError`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kldtui.workflow.profile import Profile
 
+StrPath = str | os.PathLike[str]
 SUITE_MANIFEST = "suite-manifest.json"
 LOGITS_MANIFEST = "manifest.json"
 LOCK_NAME = ".kldtui.lock"
@@ -63,14 +65,14 @@ class Workspace:
                    report_path=workdir / "comparison.json", workdir=workdir)
 
     @classmethod
-    def for_suite(cls, suite_dir: str | Path, logits_dir: str = "ref") -> Workspace:
+    def for_suite(cls, suite_dir: StrPath, logits_dir: str = "ref") -> Workspace:
         """``kldtui download``/``verify``: a suite folder and its reference logits."""
         suite = Path(suite_dir)
         return cls(suite_dir=suite, reference_dir=suite / logits_dir)
 
     @classmethod
-    def for_capture(cls, suite_dir: str | Path, capture_dir: str | Path, run_name: str,
-                    candidate_dir: str | Path | None = None) -> Workspace:
+    def for_capture(cls, suite_dir: StrPath, capture_dir: StrPath, run_name: str,
+                    candidate_dir: StrPath | None = None) -> Workspace:
         """``kldtui capture`` / ``kldtui finalize``: ``--capture-dir/--run-name`` (+ ``--output-dir``).
         The run name becomes a folder name: BadInput unless it is a plain name."""
         from kldtui.formats.names import check_name
@@ -80,8 +82,8 @@ class Workspace:
                    candidate_dir=Path(candidate_dir) if candidate_dir is not None else None)
 
     @classmethod
-    def for_compare(cls, suite_manifest: str | Path, reference_dir: str | Path,
-                    candidate_dir: str | Path, report_path: str | Path | None = None) -> Workspace:
+    def for_compare(cls, suite_manifest: StrPath, reference_dir: StrPath,
+                    candidate_dir: StrPath, report_path: StrPath | None = None) -> Workspace:
         """``kldtui compare``: ``--suite-manifest`` (the file or its folder), the two logits folders
         and ``--output`` (None: the report is only returned)."""
         suite = Path(suite_manifest)
@@ -113,7 +115,7 @@ class Workspace:
         """``repeat-noise-windowNNN.json`` at the suite root: a repeat capture's comparison."""
         return self.suite_dir / f"repeat-noise-window{window_index:03d}.json"
 
-    def with_candidate_dir(self, candidate_dir: str | Path) -> Workspace:
+    def with_candidate_dir(self, candidate_dir: StrPath) -> Workspace:
         return replace(self, candidate_dir=Path(candidate_dir))
 
     # -- the suite and the reference ------------------------------------------------------------

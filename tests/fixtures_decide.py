@@ -1,5 +1,5 @@
 """Synthetic comparison reports for the decide tests, in kldtui's schema (docs/REPORT.md) and in
-the original comparator's (FORMATS.md, "Comparison report"): only per-window figures matter."""
+the original comparator's (docs/FORMATS.md, "Comparison report"): only per-window figures matter."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,10 +17,11 @@ from kldtui.embedded.model import TinyModel
 from kldtui.embedded.server import FAULT_ENV
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, Progress, WindowState
+from kldtui.formats.chunks import check_chunk_dir
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import Suite
 from kldtui.formats.suite_writer import write_suite
-from kldtui.stages.capture import check_chunk_dir, load_records
+from kldtui.stages.capture import CaptureServer, load_records
 from kldtui.stages.capture import run_capture as capture_stage
 from kldtui.stages.serve import ServerProcess
 from kldtui.workspace import Workspace
@@ -51,12 +53,12 @@ def embedded(tmp_path: Path, label: str, *, vocab: int = 64, batched: int = 128,
         yield server
 
 
-def run_capture(suite: Suite, server: ServerProcess, work: Path, **kwargs: object) -> list:
+def run_capture(suite: Suite, server: ServerProcess, work: Path, **kwargs: Any) -> list:
     windows = kwargs.pop("windows", None) or list(suite.windows)
+    target = CaptureServer(server.base_url, NAME, server.capture_dir, api_key=kwargs.pop("api_key", None),
+                           request_timeout=kwargs.pop("request_timeout", 600.0), alive=server.alive)
     workspace = Workspace.for_capture(suite.root, work, "run1")
-    return capture_stage(workspace, suite=suite, windows=windows, base_url=server.base_url,  # type: ignore[arg-type]
-                         served_model_name=NAME, server_capture_dir=server.capture_dir,
-                         server_alive=server.alive, **kwargs)
+    return capture_stage(workspace, suite=suite, windows=windows, server=target, **kwargs)
 
 
 def read_rows(folder: Path) -> np.ndarray:
@@ -159,8 +161,8 @@ def test_http_errors_show_the_body(tmp_path: Path) -> None:
     with embedded(tmp_path, "b") as server:
         with pytest.raises(StageFailed, match=r"HTTP 404 .*The model `other` does not exist"):
             capture_stage(Workspace.for_capture(suite.root, tmp_path / "c2", "r"), suite=suite,
-                          windows=suite.windows, base_url=server.base_url, served_model_name="other",
-                          server_capture_dir=server.capture_dir)
+                          windows=suite.windows,
+                          server=CaptureServer(server.base_url, "other", server.capture_dir))
     big = make_suite(tmp_path / "suite-big", windows=1, tokens=40, vocab=1000)
     with embedded(tmp_path, "c") as server:
         with pytest.raises(StageFailed, match=r"HTTP 400 .*Token id \d+ is out of vocabulary"):

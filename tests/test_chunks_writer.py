@@ -1,4 +1,4 @@
-"""The one chunk writer (kldtui.formats.chunks.write_chunk) against FORMATS.md."""
+"""The one chunk writer (kldtui.formats.chunks.write_chunk) against docs/FORMATS.md."""
 
 from __future__ import annotations
 

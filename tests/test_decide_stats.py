@@ -46,7 +46,7 @@ def test_paired_bootstrap_reproduces_hand_computed_case():
 
 
 def test_bootstrap_mean_follows_the_original_comparators_convention():
-    # An independent float64 implementation of FORMATS.md's convention: default_rng(seed),
+    # An independent float64 implementation of docs/FORMATS.md's convention: default_rng(seed),
     # one (samples, windows) integer draw, mean of window means, std ddof=1, 2.5/97.5 quantiles.
     rng = np.random.default_rng(123)
     values = rng.gamma(3.0, 0.004, 32)

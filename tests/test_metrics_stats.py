@@ -10,7 +10,7 @@ from kldtui.metrics import stats as st
 
 
 def original_bootstrap(window_means: list[float], samples: int, seed: int) -> dict:
-    """FORMATS.md's convention, written out literally."""
+    """docs/FORMATS.md's convention, written out literally."""
     window_means = np.asarray(window_means, dtype=np.float64)
     n_windows = window_means.size
     rng = np.random.default_rng(seed)

@@ -13,7 +13,7 @@ from kldtui.workspace import Workspace
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-# FORMATS.md, "How the published reference was served" (the dataset card's command).
+# docs/FORMATS.md, "How the published reference was served" (the dataset card's command).
 CARD_COMMAND = """python -m vllm.entrypoints.cli.main serve /path/to/candidate \
   --served-model-name Kimi-K3 \
   --trust-remote-code \

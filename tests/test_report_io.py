@@ -14,7 +14,7 @@ from tests.fixtures_compare import make_suite
 
 
 def original_report() -> dict:
-    """The original comparator's report: exactly its fields (FORMATS.md)."""
+    """The original comparator's report: exactly its fields (docs/FORMATS.md)."""
     def stats(m: float) -> dict:
         return {"mean": m, "median": m / 2, "p95": 3 * m, "p99": 5 * m, "max": 20 * m}
 

@@ -1,6 +1,6 @@
 """A tiny Llama that vLLM's CPU build serves, built locally with transformers (no Hub access).
 
-Shape (see shared/VLLM_CPU.md): hidden 128, 4 heads (head_dim 32, which the CPU attention
+Shape (see docs/VLLM_CPU.md): hidden 128, 4 heads (head_dim 32, which the CPU attention
 kernels accept), intermediate 256, 2 layers, vocabulary 4096, ``initializer_range=0.5`` for
 peaked distributions. Weights are deterministic for a given seed. :func:`build_tiny_llama`
 saves the float32 model; :func:`build_bf16_copy` saves the same weights rounded to bfloat16

@@ -113,6 +113,7 @@ class BatchReporter:
             self._drop_window_bars(event.stage, event.window_index)
         if self._progress is not None and isinstance(event, StageFinished | StageFailed):
             self._drop_stage_bars(event.stage)
+        line: str | None
         if self.jsonl:
             doc = {"schema": EVENTS_SCHEMA_VERSION, **event.to_dict()}
             line = json.dumps(doc, default=str, sort_keys=True)
@@ -330,8 +331,8 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
     finally:
         reporter.__exit__(None, None, None)
         if on_main:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+            for signum, old in previous.items():
+                signal.signal(signum, old)
     error = box.get("error")
     code = exit_code_for(error, cancel, early_abort=reporter.early_abort is not None)
     message = ""

@@ -147,10 +147,10 @@ class NoiseFloor:
 
 
 def published_floor() -> NoiseFloor:
-    """The published default for the Kimi K3 suite (FORMATS.md, published reference figures)."""
+    """The published default for the Kimi K3 suite (docs/FORMATS.md, published reference figures)."""
     return NoiseFloor(
         kind="published",
-        source="FORMATS.md published reference figures (two captures of one model, window 0)",
+        source="docs/FORMATS.md published reference figures (two captures of one model, window 0)",
         kl_mean=PUBLISHED_REPEAT_KL,
         kl_reverse_mean=PUBLISHED_REPEAT_KL_REVERSE,
         threshold=PUBLISHED_THRESHOLD,

@@ -3,7 +3,7 @@
 The unit of resampling is the window (positions inside a window are strongly correlated). For
 two candidates A and B on the same windows, every bootstrap resample draws window indices with
 replacement once and applies them to both, so the window-to-window variation they share
-cancels in the difference. Conventions follow the original comparator (FORMATS.md):
+cancels in the difference. Conventions follow the original comparator (docs/FORMATS.md):
 ``numpy.random.default_rng(seed)``, one ``(samples, windows)`` integer draw, the estimate on the
 original windows, the standard error as the resample standard deviation (``ddof=1``) and the
 95 % interval as the 2.5 % and 97.5 % quantiles (NumPy's default, linear) of the resamples.

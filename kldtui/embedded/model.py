@@ -81,7 +81,8 @@ class TinyModel:
         h = h + np.tanh(np.concatenate([h, _decayed_average(h, DECAYS[1])], axis=1) @ self.mix2)
         h = h - h.mean(axis=1, keepdims=True)
         h = h / np.sqrt((h * h).mean(axis=1, keepdims=True) + np.float32(1e-5))
-        return h.astype(np.float32, copy=False)
+        states: np.ndarray = h.astype(np.float32, copy=False)
+        return states
 
     def sample(self, num_tokens: int, seed: int = 0, temperature: float = 1.0,
                first_token: int | None = None) -> list[int]:
@@ -89,8 +90,8 @@ class TinyModel:
         so a suite built from it has realistic next-token probabilities and perplexity."""
         rng = np.random.default_rng(seed)
         d = self.embed.shape[1]
-        s1 = np.zeros(d, dtype=np.float32)
-        s2 = np.zeros(d, dtype=np.float32)
+        s1: np.ndarray = np.zeros(d, dtype=np.float32)
+        s2: np.ndarray = np.zeros(d, dtype=np.float32)
         token = int(rng.integers(self.vocab_size)) if first_token is None else int(first_token)
         out = [token]
         while len(out) < num_tokens:
@@ -113,7 +114,7 @@ class TinyModel:
 
     def logits(self, states: np.ndarray) -> np.ndarray:
         """Raw float32 logits ``[rows, vocab_size]`` for the given states."""
-        out = states @ self.out
+        out: np.ndarray = states @ self.out
         out += self.bias
         return out
 
@@ -121,4 +122,5 @@ class TinyModel:
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-softmax in float32 (as vLLM computes prompt logprobs)."""
     shifted = logits - logits.max(axis=1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    result: np.ndarray = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return result

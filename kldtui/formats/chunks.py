@@ -1,7 +1,8 @@
-"""The one chunk writer: every producer of capture chunks (the vLLM plugin, the source patch,
-the embedded server) calls :func:`write_chunk`.
+"""Capture chunks: the one chunk writer (every producer of chunks, the vLLM plugin, the source
+patch and the embedded server, calls :func:`write_chunk`) and the chunk-folder model its readers
+share (:func:`check_chunk_dir`, :func:`check_chunk_values`; the capture client and finalize).
 
-Layout (FORMATS.md, "Capture chunks written by the server-side hook")::
+Layout (docs/FORMATS.md, "Capture chunks written by the server-side hook")::
 
     $VLLM_KLD_CAPTURE_DIR/<sanitized request id>/logits.rows-SSSSSS-EEEEEE.safetensors
 
@@ -18,19 +19,24 @@ from __future__ import annotations
 import os
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kldtui.errors import BadInput
+from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open
 from kldtui.formats.names import safe_name
-from kldtui.formats.safetensors_io import encode_header
+from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
+from kldtui.formats.suite import WindowSpec
 
 CAPTURE_DIR_ENV = "VLLM_KLD_CAPTURE_DIR"
 SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
 ERROR_MARKER = "capture-error.txt"
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
+VALUE_CHECK_BLOCK_BYTES = 32 * 1024 * 1024
 
 
 def writer_host() -> str:
@@ -98,7 +104,7 @@ def write_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_start:
     header = encode_header({"logits": ("F32", (rows, vocab_size))}, metadata)
     with atomic_open(final, "wb", replace=False, fsync=False) as handle:
         handle.write(header)
-        handle.write(memoryview(data).cast("B"))
+        handle.write(data.data.cast("B"))
     return final
 
 
@@ -108,3 +114,145 @@ def write_error_marker(capture_dir: str | os.PathLike[str], request_id: str, mes
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ERROR_MARKER, "a", encoding="utf-8") as handle:
         handle.write(" ".join(message.split()) + f" [writer {writer_where(capture_dir)}]\n")
+
+
+# -- reading chunk folders (the capture client and finalize) -----------------------------------
+@dataclass(frozen=True)
+class ChunkInfo:
+    path: Path
+    row_start: int
+    row_end: int
+    vocab_size: int
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+
+@dataclass(frozen=True)
+class ChunkSet:
+    """A checked chunk folder: chunks in row order covering ``0 .. rows``."""
+
+    folder: Path
+    chunks: tuple[ChunkInfo, ...]
+    vocab_size: int
+    rows: int
+
+    @property
+    def names(self) -> list[str]:
+        return [c.path.name for c in self.chunks]
+
+
+def chunk_rows_landed(folder: Path) -> int:
+    """Rows in the (possibly still growing) folder, from chunk file names only; cheap."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    total = 0
+    for name in names:
+        m = CHUNK_NAME.match(name)
+        if m:
+            total += max(0, int(m.group(2)) - int(m.group(1)))
+    return total
+
+
+def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
+                    expected_vocab: int | None = None, check_values: bool = False,
+                    cancel: Cancel | None = None, request_folder: str | None = None) -> ChunkSet:
+    """Check a window's chunk folder by metadata (and values); raise BadInput naming the problem.
+
+    Rows must cover ``0 .. window.num_tokens - 1`` contiguously whatever the chunk edges; every
+    chunk holds one F32 ``logits`` tensor ``[row_end - row_start, vocab]`` whose metadata agrees
+    with its name; all chunks share one vocabulary (``expected_vocab`` when given). With
+    ``check_values`` every value is read (a block at a time) and must be finite. With
+    ``request_folder`` (the hook's folder name for the request) every chunk's metadata
+    ``request_id`` must name that request: the chunks are the ones the record says.
+    """
+    folder = Path(folder)
+    where = f"{folder}: {window.label}"
+    if not folder.is_dir():
+        raise BadInput(f"{where}: chunk folder not found; capture the window first")
+    marker = folder / ERROR_MARKER
+    if marker.exists():
+        text = " ".join(marker.read_text(encoding="utf-8", errors="replace").split())
+        raise BadInput(f"{where}: the capture hook reported an error: {text[:800]}; "
+                       "fix the cause (often a full disk) and capture the window again")
+    chunks: list[ChunkInfo] = []
+    for name in sorted(os.listdir(folder)):
+        m = CHUNK_NAME.match(name)
+        if not m:
+            continue
+        start, end = int(m.group(1)), int(m.group(2))
+        path = folder / name
+        header = read_header(path)
+        info = header.tensor("logits")
+        if info.dtype != "F32":
+            raise BadInput(f"{path}: {window.label}: tensor 'logits' is {info.dtype}, expected F32; "
+                           "the chunk was not written by the kldtui capture hook")
+        if len(info.shape) != 2 or info.shape[0] != end - start or end <= start:
+            raise BadInput(f"{path}: {window.label}: shape {list(info.shape)} does not match rows "
+                           f"{start}..{end} of its name; the chunk is corrupt, capture again")
+        meta = header.metadata
+        for key, want in (("row_start", start), ("row_end", end), ("vocab_size", info.shape[1])):
+            if key in meta and meta[key] != str(want):
+                raise BadInput(f"{path}: {window.label}: metadata {key}={meta[key]} disagrees with "
+                               f"{want}; the chunk is corrupt or was renamed, capture again")
+        if (request_folder and "request_id" in meta
+                and sanitize_request_id(meta["request_id"]) != request_folder):
+            owner = meta["request_id"][:80]
+            raise BadInput(f"{path}: {window.label}: the chunk belongs to request {owner!r}, "
+                           f"not to {request_folder!r} the capture recorded; capture the window again")
+        chunks.append(ChunkInfo(path, start, end, int(info.shape[1])))
+    if not chunks:
+        raise BadInput(f"{where}: no chunk files (logits.rows-SSSSSS-EEEEEE.safetensors); "
+                       "capture the window again")
+    chunks.sort(key=lambda c: c.row_start)
+    vocab = expected_vocab if expected_vocab is not None else chunks[0].vocab_size
+    want_rows = window.num_tokens - 1
+    position = 0
+    for c in chunks:
+        if c.vocab_size != vocab:
+            raise BadInput(f"{c.path}: {window.label}: vocabulary {c.vocab_size}, expected {vocab}"
+                           f"{' (--expected-vocab)' if expected_vocab is not None else ''}; "
+                           "wrong model or wrong --expected-vocab")
+        if c.row_start > position:
+            raise BadInput(f"{where}: rows {position}..{c.row_start} are missing; the capture is "
+                           "incomplete, capture the window again")
+        if c.row_start < position:
+            raise BadInput(f"{where}: chunks overlap at row {c.row_start}; the folder mixes two "
+                           "requests (prefix caching on, or a reused folder), capture again")
+        position = c.row_end
+    if position != want_rows:
+        raise BadInput(f"{where}: chunks cover rows 0..{position}, expected 0..{want_rows} for "
+                       f"{window.num_tokens} tokens; capture the window again (prefix caching "
+                       "must be off)")
+    if check_values:
+        for c in chunks:
+            check_chunk_values(c, window, cancel)
+    return ChunkSet(folder, tuple(chunks), vocab, want_rows)
+
+
+def check_finite_rows(block: np.ndarray, path: Path, window: WindowSpec, first_row: int) -> None:
+    """BadInput at the first NaN/inf of ``block`` (rows ``first_row..`` of ``path``). The sum of
+    finite logits is finite (unless they are near float32's limit; then the exact check runs),
+    and costs half of ``isfinite``."""
+    if np.isfinite(np.add.reduce(block, axis=None)):
+        return
+    bad = np.argwhere(~np.isfinite(block))
+    if len(bad):
+        raise BadInput(f"{path}: {window.label}: non-finite logits (nan or inf) at row "
+                       f"{int(bad[0][0]) + first_row}; the server computed garbage: check the model "
+                       "and capture the window again")
+
+
+def check_chunk_values(chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
+    """Read a chunk a block at a time; BadInput at the first non-finite value."""
+    block_rows = max(1, VALUE_CHECK_BLOCK_BYTES // (4 * chunk.vocab_size))
+    with RowReader(chunk.path) as reader:
+        buf = np.empty((min(block_rows, reader.rows), reader.cols), dtype=np.float32)
+        for start in range(0, reader.rows, block_rows):
+            if cancel is not None:
+                cancel.check()
+            block = reader.read(start, start + block_rows, out=buf)
+            check_finite_rows(block, chunk.path, window, start + chunk.row_start)

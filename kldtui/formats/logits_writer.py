@@ -1,5 +1,5 @@
 """Writing logits folders: one streamed ``logits_NNN.safetensors`` per window plus
-``manifest.json`` (FORMATS.md, "ref/manifest.json" and "ref/logits_NNN.safetensors").
+``manifest.json`` (docs/FORMATS.md, "ref/manifest.json" and "ref/logits_NNN.safetensors").
 
 Finalize, the example generator and test fixtures all write through here, so every logits
 folder kldtui makes has the published layout. Files are hashed while written and published
@@ -164,7 +164,7 @@ class LogitsFileWriter:
         if self._written_rows + block.shape[0] > self.rows:
             raise BadInput(f"{self.final}: more than {self.rows} rows for {self.window.label}")
         data = np.ascontiguousarray(block, dtype="<f4")
-        self._write(memoryview(data).cast("B"))
+        self._write(data.data.cast("B"))
         self._written_rows += block.shape[0]
 
     @property

@@ -8,12 +8,12 @@ block at a time and so finalize can stream rows into a file whose header is writ
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -151,7 +151,7 @@ class RowReader:
         self.rows, self.cols = self.info.shape
         self.np_dtype = DTYPES[dtype]
         self.path = Path(path)
-        self._file: BinaryIO = open(self.path, "rb", buffering=0)  # noqa: SIM115
+        self._file: io.FileIO = open(self.path, "rb", buffering=0)  # noqa: SIM115
 
     def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         stop = min(stop, self.rows)
@@ -162,7 +162,7 @@ class RowReader:
             out = out[:n]
         row_bytes = self.cols * self.np_dtype.itemsize
         self._file.seek(self.info.begin + start * row_bytes)
-        view = memoryview(out.reshape(-1).view(np.uint8))
+        view = out.reshape(-1).view(np.uint8).data
         got = 0
         while got < len(view):
             k = self._file.readinto(view[got:])
@@ -182,7 +182,7 @@ class RowReader:
             out = out[:n]
         row_bytes = self.cols * self.np_dtype.itemsize
         offset = self.info.begin + start * row_bytes
-        view = memoryview(out.reshape(-1).view(np.uint8))
+        view = out.reshape(-1).view(np.uint8).data
         got = 0
         while got < len(view):
             k = os.preadv(self._file.fileno(), [view[got:]], offset + got)

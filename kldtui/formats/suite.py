@@ -1,6 +1,6 @@
 """The suite model: ``suite-manifest.json``, token files, hashes and logits-folder manifests.
 
-Everything here follows ../shared/FORMATS.md field for field. Loading validates what kldtui
+Everything here follows docs/FORMATS.md field for field. Loading validates what kldtui
 relies on and keeps every other field (``raw``) so a document can be copied unchanged.
 """
 

@@ -1,7 +1,7 @@
 """Writing a suite folder (``suite-manifest.json`` + ``tokens/``) with the published layout.
 
 Used by the example generator, ``kldtui demo`` and test fixtures, so every suite kldtui makes
-has the same fields as the published Kimi K3 suite (FORMATS.md).
+has the same fields as the published Kimi K3 suite (docs/FORMATS.md).
 """
 
 from __future__ import annotations

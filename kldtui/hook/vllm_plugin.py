@@ -25,7 +25,7 @@ take the model's output from. A failure to save is logged and leaves
 
 At :func:`register` the process logs its host name and capture folder; the writer rank also
 leaves ``.kldtui-writers/<host>-<pid>.json`` in the folder, so a capture client on another node
-can tell whether the writer's folder is the one it sees (FORMATS.md, multi-node capture).
+can tell whether the writer's folder is the one it sees (docs/FORMATS.md, multi-node capture).
 If a method to wrap is missing or its signature changed, :func:`register` raises
 :class:`CaptureHookError` naming the vLLM version: the server does not start capturing nothing.
 

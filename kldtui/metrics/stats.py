@@ -1,5 +1,5 @@
 """Statistics over per-position and per-window figures: quantile summaries and the
-window-cluster bootstrap, with the original comparator's conventions (FORMATS.md).  Pure."""
+window-cluster bootstrap, with the original comparator's conventions (docs/FORMATS.md).  Pure."""
 
 from __future__ import annotations
 

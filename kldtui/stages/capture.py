@@ -1,6 +1,6 @@
 """The capture client: one ``/v1/completions`` request per window, chunks moved and checked.
 
-For each window (FORMATS.md, "The capture request") the client sends the window's token ids with
+For each window (docs/FORMATS.md, "The capture request") the client sends the window's token ids with
 ``prompt_logprobs=1`` and an ``X-Request-Id`` of its own (``kldtui-<run>-wNNN-<random>``), so the
 request folder the hook writes (``cmpl-<that id>-0-<8 hex>``) is found by name, never by guessing
 "the newest folder". While the request runs it watches that folder and reports the rows landed.
@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
     Cancel,
@@ -49,9 +47,19 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.chunks import CHUNK_NAME, ERROR_MARKER, sanitize_request_id, writer_host
+from kldtui.formats.chunks import (
+    CHUNK_NAME,
+    ERROR_MARKER,
+    ChunkInfo,
+    ChunkSet,
+    check_chunk_dir,
+    check_chunk_values,
+    chunk_rows_landed,
+    sanitize_request_id,
+    writer_host,
+)
 from kldtui.formats.names import check_name
-from kldtui.formats.safetensors_io import RowReader, read_header
+from kldtui.formats.safetensors_io import read_header
 from kldtui.formats.suite import Suite, WindowSpec
 from kldtui.workspace import Workspace
 
@@ -64,145 +72,12 @@ SETTLE_SECONDS = 2.0
 PENDING_SECONDS = 300.0
 PENDING_PREFIX = ".pending.rows-"  # kldtui.hook.writer.PENDING_PREFIX
 WRITERS_DIR = ".kldtui-writers"  # kldtui.hook.vllm_plugin.WRITERS_DIR
-VALUE_CHECK_BLOCK_BYTES = 32 * 1024 * 1024
-
-
-# -- chunk folders ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ChunkInfo:
-    path: Path
-    row_start: int
-    row_end: int
-    vocab_size: int
-
-    @property
-    def rows(self) -> int:
-        return self.row_end - self.row_start
-
-
-@dataclass(frozen=True)
-class ChunkSet:
-    """A checked chunk folder: chunks in row order covering ``0 .. rows``."""
-
-    folder: Path
-    chunks: tuple[ChunkInfo, ...]
-    vocab_size: int
-    rows: int
-
-    @property
-    def names(self) -> list[str]:
-        return [c.path.name for c in self.chunks]
-
-
-def chunk_rows_landed(folder: Path) -> int:
-    """Rows in the (possibly still growing) folder, from chunk file names only; cheap."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    total = 0
-    for name in names:
-        m = CHUNK_NAME.match(name)
-        if m:
-            total += max(0, int(m.group(2)) - int(m.group(1)))
-    return total
-
-
-def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
-                    expected_vocab: int | None = None, check_values: bool = False,
-                    cancel: Cancel | None = None, request_folder: str | None = None) -> ChunkSet:
-    """Check a window's chunk folder by metadata (and values); raise BadInput naming the problem.
-
-    Rows must cover ``0 .. window.num_tokens - 1`` contiguously whatever the chunk edges; every
-    chunk holds one F32 ``logits`` tensor ``[row_end - row_start, vocab]`` whose metadata agrees
-    with its name; all chunks share one vocabulary (``expected_vocab`` when given). With
-    ``check_values`` every value is read (a block at a time) and must be finite. With
-    ``request_folder`` (the hook's folder name for the request) every chunk's metadata
-    ``request_id`` must name that request: the chunks are the ones the record says.
-    """
-    folder = Path(folder)
-    where = f"{folder}: {window.label}"
-    if not folder.is_dir():
-        raise BadInput(f"{where}: chunk folder not found; capture the window first")
-    marker = folder / ERROR_MARKER
-    if marker.exists():
-        text = " ".join(marker.read_text(encoding="utf-8", errors="replace").split())
-        raise BadInput(f"{where}: the capture hook reported an error: {text[:800]}; "
-                       "fix the cause (often a full disk) and capture the window again")
-    chunks: list[ChunkInfo] = []
-    for name in sorted(os.listdir(folder)):
-        m = CHUNK_NAME.match(name)
-        if not m:
-            continue
-        start, end = int(m.group(1)), int(m.group(2))
-        path = folder / name
-        header = read_header(path)
-        info = header.tensor("logits")
-        if info.dtype != "F32":
-            raise BadInput(f"{path}: {window.label}: tensor 'logits' is {info.dtype}, expected F32; "
-                           "the chunk was not written by the kldtui capture hook")
-        if len(info.shape) != 2 or info.shape[0] != end - start or end <= start:
-            raise BadInput(f"{path}: {window.label}: shape {list(info.shape)} does not match rows "
-                           f"{start}..{end} of its name; the chunk is corrupt, capture again")
-        meta = header.metadata
-        for key, want in (("row_start", start), ("row_end", end), ("vocab_size", info.shape[1])):
-            if key in meta and meta[key] != str(want):
-                raise BadInput(f"{path}: {window.label}: metadata {key}={meta[key]} disagrees with "
-                               f"{want}; the chunk is corrupt or was renamed, capture again")
-        if (request_folder and "request_id" in meta
-                and sanitize_request_id(meta["request_id"]) != request_folder):
-            owner = meta["request_id"][:80]
-            raise BadInput(f"{path}: {window.label}: the chunk belongs to request {owner!r}, "
-                           f"not to {request_folder!r} the capture recorded; capture the window again")
-        chunks.append(ChunkInfo(path, start, end, int(info.shape[1])))
-    if not chunks:
-        raise BadInput(f"{where}: no chunk files (logits.rows-SSSSSS-EEEEEE.safetensors); "
-                       "capture the window again")
-    chunks.sort(key=lambda c: c.row_start)
-    vocab = expected_vocab if expected_vocab is not None else chunks[0].vocab_size
-    want_rows = window.num_tokens - 1
-    position = 0
-    for c in chunks:
-        if c.vocab_size != vocab:
-            raise BadInput(f"{c.path}: {window.label}: vocabulary {c.vocab_size}, expected {vocab}"
-                           f"{' (--expected-vocab)' if expected_vocab is not None else ''}; "
-                           "wrong model or wrong --expected-vocab")
-        if c.row_start > position:
-            raise BadInput(f"{where}: rows {position}..{c.row_start} are missing; the capture is "
-                           "incomplete, capture the window again")
-        if c.row_start < position:
-            raise BadInput(f"{where}: chunks overlap at row {c.row_start}; the folder mixes two "
-                           "requests (prefix caching on, or a reused folder), capture again")
-        position = c.row_end
-    if position != want_rows:
-        raise BadInput(f"{where}: chunks cover rows 0..{position}, expected 0..{want_rows} for "
-                       f"{window.num_tokens} tokens; capture the window again (prefix caching "
-                       "must be off)")
-    if check_values:
-        for c in chunks:
-            _check_finite(c, window, cancel)
-    return ChunkSet(folder, tuple(chunks), vocab, want_rows)
-
-
-def _check_finite(chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
-    block_rows = max(1, VALUE_CHECK_BLOCK_BYTES // (4 * chunk.vocab_size))
-    with RowReader(chunk.path) as reader:
-        buf = np.empty((min(block_rows, reader.rows), reader.cols), dtype=np.float32)
-        for start in range(0, reader.rows, block_rows):
-            if cancel is not None:
-                cancel.check()
-            block = reader.read(start, start + block_rows, out=buf)
-            if not np.isfinite(block).all():
-                bad = int(np.argwhere(~np.isfinite(block))[0][0]) + start + chunk.row_start
-                raise BadInput(f"{chunk.path}: {window.label}: non-finite logits (nan or inf) at "
-                               f"row {bad}; the server computed garbage, check the model and "
-                               "capture again")
 
 
 # -- records ------------------------------------------------------------------------------------
 @dataclass
 class CaptureRecord:
-    """One entry of ``capture-<run>.json`` (FORMATS.md); ``extra`` keeps unknown fields."""
+    """One entry of ``capture-<run>.json`` (docs/FORMATS.md); ``extra`` keeps unknown fields."""
 
     window_index: int
     domain: str
@@ -318,48 +193,54 @@ class _WindowFailed(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class CaptureServer:
+    """The server a capture talks to, as seen from this host."""
+
+    base_url: str
+    served_model_name: str
+    capture_dir: Path  # its VLLM_KLD_CAPTURE_DIR, reachable here
+    api_key: str | None = None
+    request_timeout: float = 600.0  # seconds per window's request
+    # None while the server runs, else why it stopped (with its last log lines); None: not ours
+    alive: Callable[[], str | None] | None = None
+
+
 def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
-                suite: Suite, windows: Sequence[WindowSpec], base_url: str, served_model_name: str,
-                server_capture_dir: Path, expected_vocab: int | None = None, api_key: str | None = None,
-                request_timeout: float = 600.0, server_alive: Callable[[], str | None] | None = None,
+                suite: Suite, windows: Sequence[WindowSpec], server: CaptureServer,
+                expected_vocab: int | None = None,
                 on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None = None,
                 finalized: Callable[[WindowSpec], bool] | None = None,
                 ) -> list[CaptureRecord]:
     """The capture stage: capture ``windows`` (resuming); return their records in window order.
 
     Chunk folders go to the workspace's run folder, records to its ``records_path``.
-    ``server_alive()`` returns None while the server runs, else why it stopped (with its last
-    log lines). ``on_window_captured`` is called for each window that is complete, including
-    windows skipped because an earlier run captured them. A recorded window whose chunks were
-    deleted after finalizing (``finalized(window)`` true) counts as captured. The first failed
-    window stops the capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way the
-    records list exactly the complete windows.
+    ``on_window_captured`` is called for each window that is complete, including windows skipped
+    because an earlier run captured them. A recorded window whose chunks were deleted after
+    finalizing (``finalized(window)`` true) counts as captured. The first failed window stops
+    the capture with :class:`StageFailed`; cancelling raises :class:`Interrupted`. Either way
+    the records list exactly the complete windows.
     """
     with failure_reported(emit, STAGE):
-        return _capture_windows(workspace, emit, cancel, suite=suite, windows=windows, base_url=base_url,
-                                served_model_name=served_model_name,
-                                server_capture_dir=Path(server_capture_dir), expected_vocab=expected_vocab,
-                                api_key=api_key, request_timeout=request_timeout,
-                                server_alive=server_alive, on_window_captured=on_window_captured,
-                                finalized=finalized)
+        check_name(workspace.run_name, "run name", str(workspace.captures))
+        emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
+        records = load_records(workspace.records_path)
+        results, todo, vocab = _resume(workspace, windows, records, expected_vocab, emit,
+                                       on_window_captured, finalized)
+        return _capture_todo(workspace, suite, windows, todo, records, results, vocab, server, emit,
+                             cancel, on_window_captured)
 
 
-def _capture_windows(workspace: Workspace, emit: EventSink, cancel: Cancel | None, *, suite: Suite,
-                     windows: Sequence[WindowSpec], base_url: str, served_model_name: str,
-                     server_capture_dir: Path, expected_vocab: int | None, api_key: str | None,
-                     request_timeout: float, server_alive: Callable[[], str | None] | None,
-                     on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
-                     finalized: Callable[[WindowSpec], bool] | None,
-                     ) -> list[CaptureRecord]:
-    import httpx
-
+def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],
+            vocab: int | None, emit: EventSink,
+            on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
+            finalized: Callable[[WindowSpec], bool] | None = None,
+            ) -> tuple[dict[int, CaptureRecord], list[WindowSpec], int | None]:
+    """Recorded windows whose chunks still check out (skipped), the windows to capture, the
+    vocabulary seen; leftovers of an interrupted capture are removed."""
     records_path = workspace.records_path
-    records = load_records(records_path)
-    run_name = check_name(workspace.run_name, "run name", str(workspace.captures))
-    emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
-    vocab = expected_vocab
     for w in windows:
         rec = records.get(w.index)
         if rec is None:
@@ -395,23 +276,32 @@ def _capture_windows(workspace: Workspace, emit: EventSink, cancel: Cancel | Non
     if results:
         emit(Notice(STAGE, f"{len(results)} window(s) already captured in {records_path.name}; "
                            "skipped after checking their chunks"))
+    return results, todo, vocab
 
+
+def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSpec], todo: list[WindowSpec],
+                  records: dict[int, CaptureRecord], results: dict[int, CaptureRecord], vocab: int | None,
+                  server: CaptureServer, emit: EventSink, cancel: Cancel | None,
+                  on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
+                  ) -> list[CaptureRecord]:
+    """Capture ``todo`` one window at a time, recording each as soon as it checked out."""
+    import httpx
+
+    records_path = workspace.records_path
     total_tokens = sum(w.num_tokens for w in todo)
     done_tokens = 0
     done_windows = len(results)
     session_start = time.monotonic()
-    root = _api_root(base_url)
-    headers_base = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
     emit(Progress(STAGE, "windows", done_windows, len(windows), "windows"))
     with httpx.Client(trust_env=False) as client:
+        session = _Session(client, _api_root(server.base_url), server.served_model_name, headers,
+                           Path(server.capture_dir), workspace.run_name, server.request_timeout, emit,
+                           cancel, server.alive)
         for w in todo:
             if cancel is not None:
                 cancel.check()
-            rec, vocab = _capture_one(
-                suite, w, client=client, root=root, served_model_name=served_model_name,
-                headers_base=headers_base, server_capture_dir=server_capture_dir,
-                dest=workspace.chunk_dir(w.chunk_dir_name), run_name=run_name, vocab=vocab,
-                request_timeout=request_timeout, emit=emit, cancel=cancel, server_alive=server_alive)
+            rec, vocab = _capture_one(session, suite, w, workspace.chunk_dir(w.chunk_dir_name), vocab)
             records[w.index] = rec
             try:
                 save_records(records_path, records)
@@ -447,147 +337,199 @@ def _capture_windows(workspace: Workspace, emit: EventSink, cancel: Cancel | Non
     return ordered
 
 
-def _capture_one(suite: Suite, w: WindowSpec, *, client: Any, root: str, served_model_name: str,
-                 headers_base: dict[str, str], server_capture_dir: Path, dest: Path, run_name: str,
-                 vocab: int | None, request_timeout: float, emit: EventSink, cancel: Cancel | None,
-                 server_alive: Callable[[], str | None] | None) -> tuple[CaptureRecord, int]:
-    import httpx
+@dataclass(frozen=True)
+class _Session:
+    """What every window's request of one capture run shares."""
 
-    tokens = suite.load_tokens(w)
-    x_request_id = f"kldtui-{sanitize_request_id(run_name)}-w{w.index:03d}-{secrets.token_hex(4)}"
-    tag = sanitize_request_id(x_request_id)
-    body = {"model": served_model_name, "prompt": tokens, "max_tokens": 1, "temperature": 0,
-            "seed": 1, "prompt_logprobs": 1}
-    headers = {**headers_base, "X-Request-Id": x_request_id}
-    url = f"{root}/v1/completions"
+    client: Any  # httpx.Client
+    root: str  # the server's URL without /v1
+    served_model_name: str
+    headers: dict[str, str]  # authorization
+    server_capture_dir: Path
+    run_name: str
+    request_timeout: float
+    emit: EventSink
+    cancel: Cancel | None
+    server_alive: Callable[[], str | None] | None
 
-    def request_folders() -> list[Path]:
+    @property
+    def url(self) -> str:
+        return f"{self.root}/v1/completions"
+
+
+class _WindowCapture:
+    """One window's capture request: send it, watch its folder, check the answer, collect the chunks.
+
+    Its own ``X-Request-Id`` names the request folder the hook writes, so the folder is found by
+    name. A failure raises :class:`_WindowFailed` (turned into StageFailed by :func:`_capture_one`).
+    """
+
+    def __init__(self, session: _Session, suite: Suite, w: WindowSpec, dest: Path) -> None:
+        self.s = session
+        self.w = w
+        self.dest = dest
+        self.tokens = suite.load_tokens(w)
+        run = sanitize_request_id(session.run_name)
+        self.x_request_id = f"kldtui-{run}-w{w.index:03d}-{secrets.token_hex(4)}"
+        self.tag = sanitize_request_id(self.x_request_id)
+        self.values_checked: set[str] = set()  # chunk names whose values were checked while landing
+
+    def request_folders(self) -> list[Path]:
+        folder = self.s.server_capture_dir
         try:
-            return [server_capture_dir / n for n in os.listdir(server_capture_dir) if tag in n]
+            return [folder / n for n in os.listdir(folder) if self.tag in n]
         except OSError:
             return []
 
-    def cleanup() -> None:
-        for folder in request_folders():
+    def cleanup(self) -> None:
+        for folder in self.request_folders():
             _remove_tree(folder)
-        _remove_tree(dest)
+        _remove_tree(self.dest)
 
-    def died() -> str | None:
+    def _died(self) -> str | None:
         """The server's death message, waiting briefly for the process to be seen as gone."""
-        if server_alive is None:
+        if self.s.server_alive is None:
             return None
         for _ in range(30):
-            msg = server_alive()
+            msg = self.s.server_alive()
             if msg:
                 return msg
             time.sleep(0.1)
         return None
 
+    def send_and_wait(self, started: float) -> Any:
+        """Send the request and wait for its answer, reporting rows as they land; the response."""
+        import httpx
+
+        s, w = self.s, self.w
+        body = {"model": s.served_model_name, "prompt": self.tokens, "max_tokens": 1, "temperature": 0,
+                "seed": 1, "prompt_logprobs": 1}
+        headers = {**s.headers, "X-Request-Id": self.x_request_id}
+        request = _Request(s.client, s.url, body, headers, s.request_timeout)
+        throttle = Throttle(0.25)
+        task = f"window {w.index:03d}"
+        want = w.scored_positions
+        while not request.done.wait(POLL_INTERVAL):
+            if s.cancel is not None and s.cancel.is_set():
+                raise Interrupted(f"{s.cancel.reason} while capturing {w.label}; it is not recorded "
+                                  "and will be captured again")
+            if s.server_alive is not None:
+                msg = s.server_alive()
+                if msg:
+                    raise _WindowFailed(f"{w.label}: the server stopped during the capture request: {msg}")
+            elapsed = time.monotonic() - started
+            if elapsed > s.request_timeout + 10:
+                raise _WindowFailed(_timeout_message(w, s.url, s.request_timeout))
+            if throttle.ready():
+                folders = self.request_folders()
+                rows = chunk_rows_landed(folders[0]) if folders else 0
+                rate = rows / elapsed if rows and elapsed > 0 else None
+                s.emit(Progress(STAGE, task, rows, want, "rows", rate=rate,
+                                eta_s=(want - rows) / rate if rate else None))
+                if len(folders) == 1:
+                    # check values while the server computes the next chunks
+                    _check_landed(folders[0], w, self.values_checked)
+        if request.error is not None:
+            exc = request.error
+            if isinstance(exc, httpx.TimeoutException):
+                msg = s.server_alive() if s.server_alive is not None else None
+                raise _WindowFailed(f"{w.label}: the server stopped during the capture request: "
+                                    f"{msg}" if msg else _timeout_message(w, s.url, s.request_timeout))
+            if isinstance(exc, httpx.HTTPError):
+                msg = self._died()
+                if msg:
+                    raise _WindowFailed(f"{w.label}: the server stopped during the capture request: {msg}")
+                raise _WindowFailed(f"{w.label}: the capture request to {s.url} failed: "
+                                    f"{type(exc).__name__}: {exc}; is the server running?")
+            raise exc
+        return request.response
+
+    def read_answer(self, response: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """``(answer, choice, usage)`` of a completion that took the window's tokens unchanged."""
+        w = self.w
+        if response.status_code != 200:
+            raise _WindowFailed(f"{w.label}: the server answered HTTP {response.status_code} "
+                                f"to the capture request: {_short(response.text)}")
+        try:
+            answer = response.json()
+            choice = answer["choices"][0]
+            usage = dict(answer.get("usage") or {})
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise _WindowFailed(f"{w.label}: the server's answer is not a completion: "
+                                f"{_short(response.text, 300)}") from None
+        prompt_tokens = int(usage.get("prompt_tokens", len(self.tokens)))
+        if prompt_tokens != len(self.tokens):
+            raise _WindowFailed(f"{w.label}: the server counted {prompt_tokens} prompt tokens, "
+                                f"the window has {len(self.tokens)}; it must take token ids unchanged "
+                                "(no special tokens, no chat template)")
+        return answer, choice, usage
+
+    def collect(self, vocab: int | None) -> tuple[Path, ChunkSet]:
+        """Move the request's one folder to ``dest`` and check its chunks; ``(folder, chunks)``."""
+        w, s = self.w, self.s
+        folders = _settled_folders(self.request_folders, w, s.server_alive)
+        if not folders:
+            raise _WindowFailed(f"{w.label}: no capture folder for request {self.x_request_id} "
+                                f"appeared in {s.server_capture_dir}; "
+                                f"{no_folder_hint(s.server_capture_dir)}")
+        if len(folders) > 1:
+            raise _WindowFailed(f"{w.label}: {len(folders)} capture folders for one request "
+                                f"({', '.join(f.name for f in folders)}); expected exactly one")
+        _move_folder(folders[0], self.dest)
+        try:
+            checked = check_chunk_dir(self.dest, w, expected_vocab=vocab, request_folder=folders[0].name)
+            for chunk in checked.chunks:
+                if chunk.path.name not in self.values_checked:
+                    check_chunk_values(chunk, w, s.cancel)
+        except BadInput as exc:
+            raise _WindowFailed(str(exc)) from None
+        return folders[0], checked
+
+    def fail(self, message: str) -> StageFailed:
+        self.cleanup()
+        self.s.emit(WindowState(STAGE, self.w.index, "failed", self.w.domain, figures={"error": message}))
+        return StageFailed(message)
+
+
+def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
+                 vocab: int | None) -> tuple[CaptureRecord, int]:
+    """Capture one window into ``dest``; its record and vocabulary. Nothing is left on failure."""
+    job = _WindowCapture(session, suite, w, dest)
+    emit = session.emit
     emit(WindowState(STAGE, w.index, "capturing", w.domain))
-    values_checked: set[str] = set()
-    throttle = Throttle(0.25)
     started = time.monotonic()
     try:
         try:
-            request = _Request(client, url, body, headers, request_timeout)
-            task = f"window {w.index:03d}"
-            want = w.scored_positions
-            while not request.done.wait(POLL_INTERVAL):
-                if cancel is not None and cancel.is_set():
-                    raise Interrupted(f"{cancel.reason} while capturing {w.label}; it is not recorded "
-                                      "and will be captured again")
-                if server_alive is not None:
-                    msg = server_alive()
-                    if msg:
-                        raise _WindowFailed(f"{w.label}: the server stopped during the capture "
-                                            f"request: {msg}")
-                elapsed = time.monotonic() - started
-                if elapsed > request_timeout + 10:
-                    raise _WindowFailed(_timeout_message(w, url, request_timeout))
-                if throttle.ready():
-                    folders = request_folders()
-                    rows = chunk_rows_landed(folders[0]) if folders else 0
-                    rate = rows / elapsed if rows and elapsed > 0 else None
-                    emit(Progress(STAGE, task, rows, want, "rows", rate=rate,
-                                  eta_s=(want - rows) / rate if rate else None))
-                    if len(folders) == 1:
-                        # check values while the server computes the next chunks
-                        _check_landed(folders[0], w, values_checked)
+            response = job.send_and_wait(started)
             elapsed = time.monotonic() - started
-            if request.error is not None:
-                exc = request.error
-                if isinstance(exc, httpx.TimeoutException):
-                    msg = server_alive() if server_alive is not None else None
-                    raise _WindowFailed(f"{w.label}: the server stopped during the capture request: "
-                                        f"{msg}" if msg else _timeout_message(w, url, request_timeout))
-                if isinstance(exc, httpx.HTTPError):
-                    msg = died()
-                    if msg:
-                        raise _WindowFailed(f"{w.label}: the server stopped during the capture "
-                                            f"request: {msg}")
-                    raise _WindowFailed(f"{w.label}: the capture request to {url} failed: "
-                                        f"{type(exc).__name__}: {exc}; is the server running?")
-                raise exc
-            response = request.response
-            if response.status_code != 200:
-                raise _WindowFailed(f"{w.label}: the server answered HTTP {response.status_code} "
-                                    f"to the capture request: {_short(response.text)}")
-            try:
-                answer = response.json()
-                choice = answer["choices"][0]
-                usage = dict(answer.get("usage") or {})
-            except (ValueError, KeyError, IndexError, TypeError):
-                raise _WindowFailed(f"{w.label}: the server's answer is not a completion: "
-                                    f"{_short(response.text, 300)}") from None
-            prompt_tokens = int(usage.get("prompt_tokens", len(tokens)))
-            if prompt_tokens != len(tokens):
-                raise _WindowFailed(f"{w.label}: the server counted {prompt_tokens} prompt tokens, "
-                                    f"the window has {len(tokens)}; it must take token ids unchanged "
-                                    "(no special tokens, no chat template)")
-            folders = _settled_folders(request_folders, w, server_alive)
-            if not folders:
-                raise _WindowFailed(f"{w.label}: no capture folder for request {x_request_id} "
-                                    f"appeared in {server_capture_dir}; "
-                                    f"{no_folder_hint(server_capture_dir)}")
-            if len(folders) > 1:
-                raise _WindowFailed(f"{w.label}: {len(folders)} capture folders for one request "
-                                    f"({', '.join(f.name for f in folders)}); expected exactly one")
-            _move_folder(folders[0], dest)
-            try:
-                checked = check_chunk_dir(dest, w, expected_vocab=vocab, request_folder=folders[0].name)
-                for chunk in checked.chunks:
-                    if chunk.path.name not in values_checked:
-                        _check_finite(chunk, w, cancel)
-            except BadInput as exc:
-                raise _WindowFailed(str(exc)) from None
+            answer, choice, usage = job.read_answer(response)
+            folder, checked = job.collect(vocab)
         except _WindowFailed as exc:
-            cleanup()
-            message = str(exc)
-            emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
-            raise StageFailed(message) from None
+            raise job.fail(str(exc)) from None
         except OSError as exc:
-            cleanup()
-            message = f"{w.label}: moving or reading its chunks failed: {exc}"
-            emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
-            raise StageFailed(message) from None
+            raise job.fail(f"{w.label}: moving or reading its chunks failed: {exc}") from None
     except (Interrupted, KeyboardInterrupt):
-        cleanup()
+        job.cleanup()
         emit(WindowState(STAGE, w.index, "pending", w.domain))
         emit(LogLine(STAGE, f"{w.label}: capture interrupted; nothing recorded", "warning"))
         raise
+    except StageFailed:
+        raise
     except BaseException:
-        cleanup()
+        job.cleanup()
         raise
     written_by = _written_by(checked)
     if written_by is not None and written_by[0] != writer_host():
         emit(LogLine(STAGE, f"{w.label}: chunks written on node {written_by[0]} into "
-                            f"{written_by[1]}, read here on {writer_host()} from {server_capture_dir}"))
-    extra = {"x_request_id": x_request_id, "request_folder": folders[0].name,
+                            f"{written_by[1]}, read here on {writer_host()} from "
+                            f"{session.server_capture_dir}"))
+    tokens = job.tokens
+    extra = {"x_request_id": job.x_request_id, "request_folder": folder.name,
              "vocab_size": checked.vocab_size, "rows": checked.rows,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
     record = CaptureRecord(
         window_index=w.index, domain=w.domain, prompt_tokens=len(tokens),
-        request_id=str(answer.get("id", x_request_id)), elapsed_seconds=round(elapsed, 6),
+        request_id=str(answer.get("id", job.x_request_id)), elapsed_seconds=round(elapsed, 6),
         usage=usage, finish_reason=choice.get("finish_reason"), chunk_dir=str(dest.resolve()),
         chunks=checked.names, extra=extra)
     return record, checked.vocab_size
@@ -621,7 +563,7 @@ def _check_landed(folder: Path, w: WindowSpec, done: set[str]) -> None:
         m = CHUNK_NAME.match(name)
         assert m is not None
         try:
-            _check_finite(ChunkInfo(path, int(m.group(1)), int(m.group(2)), info.shape[1]), w, None)
+            check_chunk_values(ChunkInfo(path, int(m.group(1)), int(m.group(2)), info.shape[1]), w, None)
         except BadInput as exc:
             raise _WindowFailed(str(exc)) from None
         done.add(name)

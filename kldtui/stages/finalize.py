@@ -1,6 +1,6 @@
 """Finalize: merge each window's capture chunks into ``logits_NNN.safetensors`` + ``manifest.json``.
 
-Chunks are checked by metadata first (:func:`kldtui.stages.capture.check_chunk_dir`), then streamed
+Chunks are checked by metadata first (:func:`kldtui.formats.chunks.check_chunk_dir`), then streamed
 a block of rows at a time into :class:`kldtui.formats.logits_writer.LogitsFileWriter`, which hashes while
 writing and publishes atomically: peak memory is one block (``BLOCK_BYTES``), whatever the
 window size. Values are checked to be finite on the way (the block is in memory anyway).
@@ -40,6 +40,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
+from kldtui.formats.chunks import ChunkSet, check_chunk_dir, check_finite_rows
 from kldtui.formats.logits_writer import LogitsFileWriter, WrittenLogits, write_logits_manifest
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.suite import (
@@ -52,7 +53,6 @@ from kldtui.formats.suite import (
     logits_file_name,
     sha256_file,
 )
-from kldtui.stages.capture import ChunkSet, check_chunk_dir
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "finalize"
@@ -68,17 +68,6 @@ def _known_hashes(output_dir: Path) -> dict[str, tuple[int, str]]:
         return {str(e["file"]): (int(e["size_bytes"]), str(e["sha256"])) for e in doc["windows"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-
-
-def _check_finite(block: np.ndarray, path: Path, window: WindowSpec, first_row: int) -> None:
-    """Raise BadInput at the first NaN/inf. The sum is finite for finite logits (unless they
-    are near float32's limit, then the exact check runs) and costs half of ``isfinite``."""
-    if np.isfinite(np.add.reduce(block, axis=None)):
-        return
-    bad = np.argwhere(~np.isfinite(block))
-    if len(bad):
-        raise BadInput(f"{path}: {window.label}: non-finite logits (nan or inf) at row "
-                       f"{int(bad[0][0]) + first_row}; capture the window again")
 
 
 def _existing(final: Path, suite: Suite, window: WindowSpec, expected_vocab: int | None,
@@ -182,14 +171,14 @@ def finalize_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_di
                         cancel.check()
                     block = reader.read(start, start + block_rows, out=bufs[n % 2])
                     n += 1
-                    _check_finite(block, c.path, window, start + c.row_start)
+                    check_finite_rows(block, c.path, window, start + c.row_start)
                     writer.write_rows(block)
                     if throttle.ready():
-                        done = writer.written_rows * row_bytes
+                        moved = writer.written_rows * row_bytes
                         elapsed = time.monotonic() - started
-                        rate = done / elapsed if elapsed > 0 else None
-                        emit(Progress(STAGE, task, done, total, "bytes", rate=rate,
-                                      eta_s=(total - done) / rate if rate else None))
+                        rate = moved / elapsed if elapsed > 0 else None
+                        emit(Progress(STAGE, task, moved, total, "bytes", rate=rate,
+                                      eta_s=(total - moved) / rate if rate else None))
         written = writer.commit()
     except BaseException:
         writer.abort()

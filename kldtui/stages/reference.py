@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
@@ -191,13 +191,13 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
                           "suite here or unset HF_HUB_OFFLINE to download it")
-    record = read_record(root)
+    earlier = read_record(root)
     requested = revision
-    if revision is None and record and record.get("repo_id") == repo_id and record.get("commit"):
-        requested = record.get("revision")
+    if revision is None and earlier and earlier.get("repo_id") == repo_id and earlier.get("commit"):
+        requested = earlier.get("revision")
         # more windows for a folder downloaded earlier: stay on the commit it came from, so old and
         # new files belong to one manifest (pass --revision main to move to the newest commit)
-        revision = str(record["commit"])
+        revision = str(earlier["commit"])
         emit(Notice(STAGE, f"{root} was downloaded from commit {revision[:12]}; fetching the rest from it"))
     downloader = _HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
     commit = downloader.resolve()
@@ -258,7 +258,7 @@ def _write_record(root: Path, repo_id: str, revision: str | None, commit: str, r
 class _ProgressFile:
     """A file wrapper for ``http_get``: counts bytes written and checks for cancellation."""
 
-    def __init__(self, handle: Any, on_bytes: Callable[[int], None], check: Callable[[], None]) -> None:
+    def __init__(self, handle: BinaryIO, on_bytes: Callable[[int], None], check: Callable[[], None]) -> None:
         self._h = handle
         self._on_bytes = on_bytes
         self._check = check
@@ -354,7 +354,7 @@ def _xet_available() -> bool:
 def _silent_tqdm() -> type:
     from huggingface_hub.utils import tqdm as hf_tqdm
 
-    class Silent(hf_tqdm):  # type: ignore[misc, valid-type]
+    class Silent(hf_tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
@@ -601,7 +601,8 @@ class _HubDownloader:
                 counted[0] += n
                 meter.add(name, n)
 
-            http_get(location, _ProgressFile(handle, on_bytes, self.check), resume_size=resume,
+            progress_file = cast(BinaryIO, _ProgressFile(handle, on_bytes, self.check))
+            http_get(location, progress_file, resume_size=resume,
                      headers=headers, expected_size=size, displayed_filename=name,
                      tqdm_class=_silent_tqdm())
             handle.flush()

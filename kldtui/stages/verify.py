@@ -1,6 +1,6 @@
 """Verification of a suite folder, a logits folder, or a whole dataset root (suite + ``ref/``).
 
-What is checked (FORMATS.md):
+What is checked (docs/FORMATS.md):
 
 - suite: ``suite-manifest.json`` structure, every token file (inside the suite folder, token
   count, ``token_ids_json_sha256``), the suite hash recomputed from the token hashes, and, when

@@ -172,20 +172,13 @@ def _pipeline_factory_for(profile: Any) -> PipelineFactory:
 
 
 def _profile_windows(profile: Any) -> list[tuple[int, str]]:
-    """(index, domain) of the windows the profile will run, read cheaply from the suite manifest."""
-    import json
+    """(index, domain) of the windows the profile will run, from the suite manifest (no token file
+    is read)."""
+    from kldtui.formats.suite import load_suite
 
     try:
-        local = profile.reference.local_dir
-        data = json.loads((Path(local) / "suite-manifest.json").read_text(encoding="utf-8"))
-        start = profile.run.start_window
-        stop = profile.run.stop_window
-        out = []
-        for w in data.get("windows", []):
-            idx = int(w["index"])
-            if idx >= start and (stop is None or idx < stop):
-                out.append((idx, str(w.get("domain", ""))))
-        return out
+        suite = load_suite(Workspace.from_profile(profile).suite_dir)
+        return [(w.index, w.domain) for w in suite.select(profile.run.start_window, profile.run.stop_window)]
     except Exception:  # noqa: BLE001 - not downloaded yet: the grid fills from events
         return []
 

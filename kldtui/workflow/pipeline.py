@@ -382,21 +382,19 @@ class Pipeline:
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
         """Capture the window range (resumes from the capture records); the server must be up."""
-        from kldtui.stages.capture import run_capture
+        from kldtui.stages.capture import CaptureServer, run_capture
 
         self.lock_folders()
         suite = self.load_suite()
         url = self.serve()
         assert self.server_capture_dir is not None
         c = self.profile.candidate
-        alive = self.server.alive if self.server is not None else None
+        server = CaptureServer(url, c.served_model_name, self.server_capture_dir,
+                               api_key=self.profile.api_key(), request_timeout=c.request_timeout,
+                               alive=self.server.alive if self.server is not None else None)
         return run_capture(self._workspace, self.emit, self.cancel, suite=suite, windows=self.windows(),
-                           base_url=url, served_model_name=c.served_model_name,
-                           server_capture_dir=self.server_capture_dir,
-                           expected_vocab=self._expected_vocab(), api_key=self.profile.api_key(),
-                           request_timeout=c.request_timeout, server_alive=alive,
-                           on_window_captured=on_window_captured,
-                           finalized=self._finalized_predicate())
+                           server=server, expected_vocab=self._expected_vocab(),
+                           on_window_captured=on_window_captured, finalized=self._finalized_predicate())
 
     def finalize(self) -> Path:
         """Finalize every captured window of the range (already finalized ones are kept)."""
@@ -411,8 +409,9 @@ class Pipeline:
                                     figures={"windows": 0}))
             return self.candidate_dir
         run_finalize(self._workspace, self.emit, self.cancel, suite=self.load_suite(), windows=windows,
-                     kind=self.output_kind, runtime=_redact(self.runtime) or None, window_range=self._window_range(),
-                     expected_vocab=self._expected_vocab(), keep_chunks=self.profile.run.keep_chunks)
+                     kind=self.output_kind, runtime=_redact(self.runtime) or None,
+                     window_range=self._window_range(), expected_vocab=self._expected_vocab(),
+                     keep_chunks=self.profile.run.keep_chunks)
         return self.candidate_dir
 
     def compare(self) -> Path:
@@ -503,7 +502,8 @@ class Pipeline:
             finalizer = Finalizer(self._workspace, suite, kind=self.output_kind,
                                   runtime=_redact(self.runtime) or None, window_range=self._window_range(),
                                   expected_vocab=self._expected_vocab(),
-                                  keep_chunks=self.profile.run.keep_chunks, emit=self.emit, cancel=self.cancel)
+                                  keep_chunks=self.profile.run.keep_chunks, emit=self.emit,
+                                  cancel=self.cancel)
             comparer = Comparer(self._workspace, suite, self._compare_options(), emit=self.emit,
                                 cancel=self.cancel)
             self._disk_preflight(set(finalizer.written))

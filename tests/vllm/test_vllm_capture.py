@@ -40,7 +40,7 @@ def settle(folder: Path, timeout: float = 120.0) -> None:
 
 
 def read_request_folder(folder: Path, n_tokens: int):
-    """Check every chunk file against FORMATS.md; return (F32 logits [n-1, V], [(start, end)])."""
+    """Check every chunk file against docs/FORMATS.md; return (F32 logits [n-1, V], [(start, end)])."""
     import torch
     from safetensors.torch import load_file
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.events import Cancel, EventSink
     from kldtui.formats.chunks import CAPTURE_DIR_ENV
     from kldtui.formats.suite import load_suite
-    from kldtui.stages.capture import run_capture
+    from kldtui.stages.capture import CaptureServer, run_capture
     from kldtui.stages.serve import check_attached
     from kldtui.workspace import Workspace
 
@@ -69,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     def job(emit: EventSink, cancel: Cancel) -> object:
         url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)
-        return run_capture(workspace, emit, cancel, suite=suite, windows=windows, base_url=url,
-                           served_model_name=args.served_model_name, server_capture_dir=Path(server_dir),
-                           expected_vocab=args.expected_vocab, api_key=api_key,
-                           request_timeout=args.request_timeout)
+        server = CaptureServer(url, args.served_model_name, Path(server_dir), api_key=api_key,
+                               request_timeout=args.request_timeout)
+        return run_capture(workspace, emit, cancel, suite=suite, windows=windows, server=server,
+                           expected_vocab=args.expected_vocab)
 
     from kldtui.formats.folder_lock import hold
 
