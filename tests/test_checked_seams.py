@@ -1,6 +1,7 @@
-"""The seams are checked: import-linter keeps the layers (pyproject [tool.importlinter]), so the
-README's test command (plain ``pytest``) fails when a lower layer imports a higher one or a module
-outside kldtui/tui imports Textual."""
+"""The seams are checked by the README's test command (plain ``pytest``): import-linter keeps the
+layers (pyproject [tool.importlinter]: a lower layer never imports a higher one, nothing outside
+kldtui/tui imports Textual) and mypy checks the type hints of kldtui/ (pyproject [tool.mypy]:
+untyped functions and implicit Any returns fail)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,10 @@ def test_import_contracts_are_kept() -> None:
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "broken" in out.stdout and " 0 broken" in out.stdout
+
+
+def test_mypy_reports_nothing_on_kldtui() -> None:
+    out = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, env=_env(), capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    assert "Success: no issues found" in out.stdout

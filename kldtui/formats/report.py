@@ -29,9 +29,9 @@ def write_report(path: str | os.PathLike[str] | dict[str, Any],
     """Write ``report`` to ``path`` atomically (keys sorted, 2-space indent); nothing appears under
     ``path`` unless the whole document was written.  Accepts ``(path, report)`` or ``(report, path)``."""
     if isinstance(path, dict):
-        path, report = report, path  # type: ignore[assignment]
-    assert isinstance(report, dict)
-    target = Path(path)  # type: ignore[arg-type]
+        path, report = report, path
+    assert isinstance(report, dict) and not isinstance(path, dict)
+    target = Path(path)
     if target.is_dir():
         raise BadInput(f"{target}: is a folder; give --output a file name such as comparison.json")
     if not target.parent.exists():

@@ -466,6 +466,7 @@ def _install_v1() -> str:
     if func is None:
         raise CaptureHookError(f"kldtui capture hook: {V1_MODULE}.{V1_CLASS}.{V1_METHOD} is "
                                f"missing in vLLM {vllm_version()}; cannot capture prompt logits")
+    assert cls is not None  # func was found on it
     if getattr(func, WRAPPED_ATTR, False):
         return "plugin"
     _check_params(func, V1_PARAMS, f"{V1_CLASS}.{V1_METHOD}")

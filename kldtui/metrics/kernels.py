@@ -272,6 +272,7 @@ class NumpyRowKernel:
         out.logp_ref_next[:] = tok_ab[0] - f["lsx"]
         out.logp_cand_next[:] = tok_ab[1] - f["lsy"]
         if reverse:
+            assert out.kl_reverse is not None  # RowStats.empty(rows, reverse=True) made it
             out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)
         # KL below PRECISE_BELOW: the precise path (slow: ~6x the fast row).  JS ~ KL/4, so where
         # KL >= PRECISE_BELOW the fast JS (absolute error ~1e-15) is within 1e-6 relative too.
@@ -281,7 +282,7 @@ class NumpyRowKernel:
                 continue
             kl, js, klr = precise_row(np.asarray(x[i]), np.asarray(y[i]), reverse)
             out.kl[i], out.js[i] = kl, js
-            if reverse:
+            if reverse and out.kl_reverse is not None:
                 out.kl_reverse[i] = klr
 
     @staticmethod

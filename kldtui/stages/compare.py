@@ -644,7 +644,8 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             "command": command,
         },
     })
-    return _json_safe(report)
+    safe: dict[str, Any] = _json_safe(report)
+    return safe
 
 
 def _json_safe(obj: Any) -> Any:
