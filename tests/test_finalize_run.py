@@ -263,7 +263,9 @@ def test_full_disk_says_which_windows_were_published(tmp_path: Path, monkeypatch
     assert "logits_002.safetensors: could not be written (it needs" in message and "No space left" in message
     assert "published before the failure: window(s) 0, 1" in message
     assert sorted(n for n in os.listdir(out) if not n.startswith(".kldtui-")) == [
-        "logits_000.safetensors", "logits_001.safetensors"]
+        "logits_000.safetensors", "logits_001.safetensors", "manifest.json"]
+    # the manifest is kept current window by window: it lists exactly what was published
+    assert sorted(load_logits_manifest(out).entries) == [0, 1]
     monkeypatch.undo()
     finalize_run(suite, suite.windows, run, out, runtime=None)
     assert load_logits_manifest(out).window_count == 3
