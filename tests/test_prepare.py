@@ -210,3 +210,28 @@ def test_window_starts_formula() -> None:
     assert window_starts(1000, 10, 4) == [0, 330, 660, 990]
     with pytest.raises(ValueError):
         window_starts(99, 10, 10)
+
+
+def test_json_lines_without_datasets_give_the_same_suite(inputs: dict[str, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vLLM venv of the tiny example has no ``datasets``: JSON Lines are read directly."""
+    import sys
+
+    from kldtui.stages.prepare import Source, prepare_suite
+
+    source = Source("prose", str(inputs["prose"]), "test", 3, text_field="text")
+    with_ds = prepare_suite(tmp_path / "with", str(inputs["tokenizer"]), sources=[source],
+                            context_length=CONTEXT).suite
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+    without = prepare_suite(tmp_path / "without", str(inputs["tokenizer"]), sources=[source],
+                            context_length=CONTEXT).suite
+    assert without.suite_token_hash_sha256 == with_ds.suite_token_hash_sha256
+    a, b = with_ds.raw["datasets"][0], without.raw["datasets"][0]
+    assert {k: v for k, v in a.items() if k != "dataset_fingerprint"} == \
+        {k: v for k, v in b.items() if k != "dataset_fingerprint"}
+    assert b["dataset_fingerprint"] is None
+    parquet = Source("code", str(inputs["code"]), "test", 1, builder="humaneval")
+    from kldtui.errors import BadInput
+
+    with pytest.raises(BadInput, match="needs the datasets package"):
+        prepare_suite(tmp_path / "pq", str(inputs["tokenizer"]), sources=[parquet], context_length=CONTEXT)

@@ -256,9 +256,33 @@ def _columns(source: Source) -> tuple[str, ...]:
     return (source.text_field,)
 
 
-def load_local(source: Source, where: str) -> LoadedSource:
-    import datasets
+def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -> list[dict[str, Any]]:
+    """Rows of JSON / JSON Lines files with the standard library (when ``datasets`` is missing)."""
+    import json
 
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        try:
+            doc = json.loads(text)
+            items = doc if isinstance(doc, list) else [doc]
+        except ValueError:
+            try:
+                items = [json.loads(line) for line in text.splitlines() if line.strip()]
+            except ValueError as exc:
+                raise BadInput(f"{where}: {f} is neither JSON nor JSON Lines ({exc})") from None
+        for n, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise BadInput(f"{where}: {f}: row {n} is not a JSON object")
+            missing = [c for c in columns if c not in item]
+            if missing:
+                raise BadInput(f"{where}: the dataset has no column(s) {missing} ({f} row {n} has "
+                               f"{sorted(item)})")
+            rows.append({c: item[c] for c in columns})
+    return rows
+
+
+def load_local(source: Source, where: str) -> LoadedSource:
     path = Path(source.dataset).expanduser()
     files = _local_files(path, where)
     revision = local_content_hash(files, path)
@@ -266,6 +290,16 @@ def load_local(source: Source, where: str) -> LoadedSource:
         raise BadInput(f"{where}: {path} has content hash {revision}, not the pinned revision "
                        f"{source.revision}; the files changed (remove 'revision' to accept them)")
     kind = LOCAL_SUFFIXES[files[0].suffix]
+    try:
+        import datasets
+    except ImportError:
+        # JSON needs no library (the vLLM venv of the tiny example has no ``datasets``); the
+        # rows, text and tokens are the same, only the datasets fingerprint is not known.
+        if kind != "json":
+            raise BadInput(f"{where}: reading {files[0].suffix} files needs the datasets package: "
+                           "pip install 'kldtui[prepare]'") from None
+        rows = _read_json_rows(files, _columns(source), where)
+        return LoadedSource(source, rows, revision, None, str(path))
     datasets.disable_progress_bars()
     ds = datasets.load_dataset(kind, data_files={source.split: [str(f) for f in files]},
                                split=source.split)

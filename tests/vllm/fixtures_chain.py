@@ -82,7 +82,7 @@ def write_profile(path: Path, *, model: Path, dtype: str, suite_dir: Path, workd
                   run_name: str) -> Path:
     """``examples/tiny-vllm-cpu.toml`` with this test's paths, ``--dtype DTYPE`` and run name."""
     doc = tomllib.loads(EXAMPLE_PROFILE.read_text(encoding="utf-8"))
-    doc["reference"]["local_dir"] = str(suite_dir)
+    doc["reference"] = {"local_dir": str(suite_dir)}  # the chain captures its reference itself
     cand = doc["candidate"]
     cand["model"] = str(model)
     cand["python"] = sys.executable  # the vLLM venv (this test runs in it)

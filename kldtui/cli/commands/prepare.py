@@ -21,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import datasets  # noqa: F401
+    try:  # datasets is needed for Hub and parquet sources only (prepare says so when it is)
         import transformers  # noqa: F401
     except ImportError as exc:
         from kldtui.errors import BadInput
