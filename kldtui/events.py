@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from kldtui.formats.report_model import ComparisonReport
 
 # The stages a pipeline runs, in order (the dashboard's stage rows, ``kldtui run`` steps).
 PipelineStageName = Literal["reference", "server", "capture", "finalize", "compare"]
@@ -118,7 +121,13 @@ class ResultReady(Event):
     """A comparison report was written (``path``) or is available in memory (``report``)."""
 
     path: str | None
-    report: dict[str, Any] = field(default_factory=dict, repr=False)
+    report: ComparisonReport | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as its JSON document (``--jsonl`` carries what the report file holds)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["report"] = self.report.to_json() if self.report is not None else {}
+        return {"event": self.kind, **data}
 
 
 EventSink = Callable[[Event], None]

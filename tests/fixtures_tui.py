@@ -30,6 +30,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.formats.report_model import as_report
 from kldtui.workspace import Workspace
 
 
@@ -229,7 +230,7 @@ class ScriptedPipeline:
         self.emit(StageFinished("compare", summary="written",
                                 figures={"mean KL": report["kl_window_cluster_bootstrap"]["estimate"]}))
         self.emit(ResultReady("compare", path=str(self.report_path) if self.report_path else None,
-                              report=report))
+                              report=as_report(report)))
 
     def run_all(self) -> None:
         self.reference()

@@ -21,6 +21,8 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.formats.report_model import as_report
+from tests.fixtures_decide import make_report
 
 
 class FakeClock:
@@ -71,13 +73,14 @@ def test_jsonl_writes_every_event_as_one_object() -> None:
     rep = BatchReporter(out, jsonl=True)
     events = [StageStarted("capture"), Progress("capture", "tokens", 1, 2, "tokens"),
               WindowState("compare", 0, "compared", figures={"kl": 0.5}),
-              ResultReady("compare", path="/x/comparison.json", report={"windows": 1})]
+              ResultReady("compare", path="/x/comparison.json", report=as_report(make_report([0.1])))]
     for e in events:
         rep(e)
     docs = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [d["event"] for d in docs] == ["StageStarted", "Progress", "WindowState", "ResultReady"]
     assert docs[2]["figures"] == {"kl": 0.5} and docs[2]["window_index"] == 0
     assert rep.result_path == "/x/comparison.json"
+    assert docs[3]["report"] == make_report([0.1])  # the report's JSON document, as in the file
 
 
 def test_exit_codes() -> None:

@@ -36,9 +36,9 @@ def test_readme_quick_start_command_works(tmp_path: Path, capsys) -> None:
     assert code == 0
     assert "KL(reference || candidate) =" in text
     report = load_report(out)
-    assert report["report_format"] == "kldtui-comparison-v1"
-    assert report["windows"] == 4 and report["positions"] == 4 * 64
-    assert 0.001 < report["kl_window_cluster_bootstrap"]["estimate"] < 0.1
+    assert report.report_format == "kldtui-comparison-v1"
+    assert report.windows == 4 and report.positions == 4 * 64
+    assert 0.001 < report.kl_window_cluster_bootstrap.estimate < 0.1
     raw = out.read_text()
     assert raw == json.dumps(json.loads(raw), indent=2, sort_keys=True) + "\n"
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temporary left behind

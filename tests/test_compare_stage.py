@@ -34,7 +34,7 @@ def test_report_matches_oracle(suite_dirs) -> None:
     suite, ref, cand, data = suite_dirs
     events = []
     report = compare(suite.path, ref, cand, CompareOptions(reverse=True, bootstrap_samples=2000),
-                     events.append)
+                     events.append).to_json()
     per, cat = _oracle_all(data, [0, 1, 2, 3])
     assert report["direction"] == "KL(reference || candidate)"
     assert report["positions"] == 4 * 299 and report["windows"] == 4 and report["window_range"] == [0, 4]
@@ -98,7 +98,7 @@ def test_report_matches_oracle(suite_dirs) -> None:
 def test_window_by_window_equals_whole_run_and_round_trips(suite_dirs) -> None:
     suite, ref, cand, _ = suite_dirs
     opts = CompareOptions(start_window=1, stop_window=3, bootstrap_samples=500, reverse=True)
-    whole = compare(suite.path, ref, cand, opts)
+    whole = compare(suite.path, ref, cand, opts).to_json()
     results = []
     for i in (2, 1):  # any order
         r = compare_window(suite, suite.window(i), ref, cand, opts, None)
@@ -107,7 +107,8 @@ def test_window_by_window_equals_whole_run_and_round_trips(suite_dirs) -> None:
         for f in ("kl", "js", "kl_reverse", "rank_ref_top", "logp_cand_next"):
             np.testing.assert_array_equal(getattr(back.rows, f), getattr(r.rows, f))
         results.append(back)
-    built = build_report(results, suite=suite, reference_dir=ref, candidate_dir=cand, options=opts)
+    built = build_report(results, suite=suite, reference_dir=ref, candidate_dir=cand,
+                         options=opts).to_json()
     for key in ("kl_reference_to_candidate", "js", "kl_window_cluster_bootstrap", "domains", "per_window",
                 "per_window_arrays", "next_token", "topk_agreement", "kl_by_position", "window_range",
                 "kl_candidate_to_reference", "reference_manifest_sha256"):
@@ -118,6 +119,8 @@ def test_threads_and_row_blocks_do_not_change_results(suite_dirs) -> None:
     suite, ref, cand, _ = suite_dirs
     a = compare(suite.path, ref, cand, CompareOptions(threads=1, row_block=7, bootstrap_samples=100))
     b = compare(suite.path, ref, cand, CompareOptions(threads=3, row_block=64, bootstrap_samples=100))
+    assert a.per_window_arrays == b.per_window_arrays  # the typed model compares field by field
+    a, b = a.to_json(), b.to_json()
     assert a["per_window_arrays"] == b["per_window_arrays"]
     assert a["kl_reference_to_candidate"] == b["kl_reference_to_candidate"]
 
@@ -125,9 +128,10 @@ def test_threads_and_row_blocks_do_not_change_results(suite_dirs) -> None:
 def test_torch_backend_agrees_with_numpy(suite_dirs) -> None:
     pytest.importorskip("torch")
     suite, ref, cand, _ = suite_dirs
-    a = compare(suite.path, ref, cand, CompareOptions(backend="numpy", bootstrap_samples=100, reverse=True))
+    a = compare(suite.path, ref, cand,
+                CompareOptions(backend="numpy", bootstrap_samples=100, reverse=True)).to_json()
     b = compare(suite.path, ref, cand, CompareOptions(backend="torch-cpu", bootstrap_samples=100,
-                                                      reverse=True))
+                                                      reverse=True)).to_json()
     assert b["provenance"]["backend"] == "torch-cpu"
     for key in ("kl_mean", "js_mean", "kl_reverse_mean", "nll_candidate_mean"):
         got, want = np.array(b["per_window_arrays"][key]), np.array(a["per_window_arrays"][key])
@@ -145,7 +149,8 @@ def test_cancel_stops_the_stage(suite_dirs) -> None:
 
 def test_identical_candidate_gives_exact_zero(tmp_path: Path) -> None:
     suite, ref, cand, _ = make_suite(tmp_path, windows=2, context=40, vocab=300, candidate=lambda rng, x: x)
-    report = compare(suite.path, ref, cand, CompareOptions(reverse=True, bootstrap_samples=100))
+    report = compare(suite.path, ref, cand,
+                     CompareOptions(reverse=True, bootstrap_samples=100)).to_json()
     assert report["kl_reference_to_candidate"]["max"] == 0.0
     assert report["js"]["max"] == 0.0 and report["kl_candidate_to_reference"]["max"] == 0.0
     assert report["top1_agreement"] == 1.0 and report["next_token"]["perplexity_ratio"] == 1.0
@@ -182,11 +187,11 @@ def test_published_layout_compares_as_it_is(tmp_path: Path) -> None:
     root = tmp_path / "pub"
     published_fixture.build(root)
     same = compare(root / "suite-manifest.json", root / "ref", root / "ref",
-                   CompareOptions(verify_sha256=True, bootstrap_samples=100, reverse=True))
+                   CompareOptions(verify_sha256=True, bootstrap_samples=100, reverse=True)).to_json()
     assert same["kl_reference_to_candidate"]["max"] == 0.0 and same["top1_agreement"] == 1.0
     assert same["provenance"]["verified"]["logits_sha256"] == "checked"
     again = compare(root / "suite-manifest.json", root / "ref", root / "ref",
-                    CompareOptions(verify_sha256=True, bootstrap_samples=100))
+                    CompareOptions(verify_sha256=True, bootstrap_samples=100)).to_json()
     assert again["provenance"]["verified"]["logits_sha256"] == "cached"  # kldtui verify's cache
     assert same["domains"].keys() == {"prose", "code", "instruction"}
     suite = load_suite(root)
@@ -199,7 +204,7 @@ def test_published_layout_compares_as_it_is(tmp_path: Path) -> None:
             np.float32), suite.context_length))
     write_logits_manifest(tmp_path / "cand", suite, written, kind="candidate")
     report = compare(root / "suite-manifest.json", root / "ref", tmp_path / "cand",
-                     CompareOptions(bootstrap_samples=100))
+                     CompareOptions(bootstrap_samples=100)).to_json()
     assert 0 < report["kl_window_cluster_bootstrap"]["estimate"] < 1
     assert report["positions"] == 3 * 7
 
@@ -212,7 +217,7 @@ def test_overflowing_perplexity_is_null_not_an_invalid_report(tmp_path: Path) ->
         return y
 
     suite, ref, cand, _ = make_suite(tmp_path, windows=2, context=40, vocab=300, candidate=broken)
-    report = compare(suite.path, ref, cand, CompareOptions(bootstrap_samples=100))
+    report = compare(suite.path, ref, cand, CompareOptions(bootstrap_samples=100)).to_json()
     assert report["next_token"]["perplexity_candidate"] is None
     assert report["next_token"]["perplexity_ratio"] is None
     # in log space the same figures are finite

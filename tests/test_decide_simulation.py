@@ -190,7 +190,8 @@ def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
     board = build_leaderboard([a, b], samples=50, noise=None)
     assert any("masked gives probability 0" in n for n in board.notes)
     b["per_window_arrays"]["infinite_kl_rows"][1] = -1
-    with pytest.raises(BadInput, match="window 1: infinite_kl_rows is not a count"):
+    with pytest.raises(BadInput, match=r"per_window_arrays.infinite_kl_rows: expected whole numbers >= 0, "
+                       r"found the number -1 at \[1\]"):
         paired_diff(a, b, samples=50, noise=None)
 
 

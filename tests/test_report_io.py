@@ -38,9 +38,9 @@ def test_load_original_report(tmp_path: Path) -> None:
     p = tmp_path / "orig.json"
     p.write_text(json.dumps(original_report(), indent=2, sort_keys=True))
     r = load_report(p)
-    assert r["report_format"] == "original"
-    assert r["per_window_arrays"]["kl_mean"] == [0.002, 0.004]
-    assert r["per_window_arrays"]["window_index"] == [0, 1]
+    assert r.original and r.report_format is None and r.per_window_arrays is None
+    assert r.window_table().kl_mean == [0.002, 0.004]
+    assert r.window_table().window_index == [0, 1]
     text = summary_text(r)
     assert text.splitlines()[0].startswith("KL(reference || candidate) = 0.003")
     assert "top-1 agreement: 98.8000 %" in text
@@ -69,10 +69,10 @@ def test_kldtui_report_round_trip_and_summary(tmp_path: Path) -> None:
     write_report(report, tmp_path / "r2.json")  # either argument order
     assert out.read_text() == (tmp_path / "r2.json").read_text()
     loaded = load_report(out)
-    assert loaded == json.loads(json.dumps(report))
+    assert loaded == report
     text = summary_text(loaded)
     for needle in ("KL(reference || candidate) =", "top5", "KL(candidate || reference)", "perplexity",
-                   "by domain", f"{loaded['provenance']['backend']} backend"):
+                   "by domain", f"{loaded.provenance.backend if loaded.provenance else '?'} backend"):
         assert needle in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r2.json", "s"]
 

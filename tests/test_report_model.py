@@ -69,6 +69,20 @@ def test_original_comparator_report_loads_into_the_same_model() -> None:
     assert report.to_json() == doc  # nothing added, nothing lost
 
 
+def test_infinite_kl_counts_and_unknown_columns_are_kept() -> None:
+    doc = fixtures_decide.make_report([0.1, 0.2, 0.3])
+    doc["per_window_arrays"]["infinite_kl_rows"] = [0, 2, 0]
+    doc["per_window_arrays"]["some_future_column"] = ["x", "y", "z"]
+    doc["per_window"][1]["infinite_kl_rows"] = 2
+    report = as_report(doc, "r.json")
+    assert report.window_table().infinite_kl_rows == [0, 2, 0] and report.per_window[1].infinite_kl_rows == 2
+    assert report.to_json() == doc
+    original = fixtures_decide.make_report([0.1, 0.2], fmt="original")
+    original["per_window"][0]["infinite_kl_rows"] = 5
+    original["per_window"][1]["infinite_kl_rows"] = 0
+    assert as_report(original).window_table().infinite_kl_rows == [5, 0]
+
+
 def test_reports_written_by_earlier_kldtui_tools_load() -> None:
     """The viewer's and decide tools' fixture reports carry only some of kldtui's fields."""
     for doc in (fixtures_tui.make_report("a", 0.01, seed=1), fixtures_decide.make_report([0.1, 0.2])):
@@ -113,3 +127,17 @@ def test_damaged_report_names_file_and_field(tmp_path: Path, path: list[str | in
 def test_not_an_object_is_refused(doc: Any) -> None:
     with pytest.raises(BadInput, match="^bad.json: not a comparison report"):
         ComparisonReport.from_json(doc, "bad.json")
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "not a JSON comparison report"),
+    (json.dumps({"direction": "x"}), "per_window: missing field; not a comparison report"),
+    (json.dumps(_broken(["per_window", 0, "domain"], 3)), "per_window[0].domain: expected text"),
+])
+def test_view_refuses_a_malformed_report_in_one_line(tmp_path: Path, capsys: Any, content: str,
+                                                     needle: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content, encoding="utf-8")
+    assert main(["view", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(bad) in err and needle in err

@@ -16,6 +16,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.formats.report_model import as_report
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.resultdata import live_result, result_from_report
 from tests.fixtures_tui import make_report
@@ -43,8 +44,9 @@ def test_model_tracks_stages_windows_progress_and_log() -> None:
     assert "hash mismatch" in m.stages["reference"].detail
     m.apply(ServerReady("server", url="http://h:1", served_model_name="x"))
     assert m.server is not None
-    m.apply(ResultReady("compare", path="/r.json", report={"a": 1}))
-    assert m.result_path == "/r.json" and m.result_report == {"a": 1}
+    report = as_report(make_report("c", 0.01, seed=1))
+    m.apply(ResultReady("compare", path="/r.json", report=report))
+    assert m.result_path == "/r.json" and m.result_report is report
     assert {"stages", "windows", "progress", "log", "result", "live"} <= m.take_dirty()
     assert m.take_dirty() == set()
 

@@ -22,12 +22,18 @@ from kldtui.decide.paired import (
     DEFAULT_SAMPLES,
     DEFAULT_SEED,
     Interval,
-    bootstrap_mean,
     compare_group,
     draw_indices,
     suite_hash_of,
 )
-from kldtui.decide.reports import WindowValues, check_same_suite, load_report_file, report_name, window_values
+from kldtui.decide.reports import (
+    ReportLike,
+    WindowValues,
+    check_same_suite,
+    load_report_file,
+    report_name,
+    window_values,
+)
 from kldtui.decide.verdict import (
     MIN_VERDICT_WINDOWS,
     Outcome,
@@ -37,6 +43,7 @@ from kldtui.decide.verdict import (
     verdict_interval,
 )
 from kldtui.errors import BadInput
+from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import report_interval, unique_names
 from kldtui.metrics.stats import holm
 
@@ -102,21 +109,22 @@ class Leaderboard:
                 "notes": self.notes}
 
 
-def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str] | None = None,
+def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] | None = None,
                       paths: Sequence[str | os.PathLike[str] | None] | None = None,
                       samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
                       noise: NoiseFloor | None = _AUTO) -> Leaderboard:
-    """Rank report dicts (same reference and suite) by mean KL; mark ties with the best.
+    """Rank reports (same reference and suite) by mean KL; mark ties with the best.
 
     ``noise`` as in :func:`kldtui.decide.paired.paired_diff`: left out, the published default
     applies to the published suite; ``None``: no floor.
     """
-    if not reports:
+    if not documents:
         raise BadInput("no reports to rank; give at least one comparison report")
-    path_list = [None if p is None else str(p) for p in (paths or [None] * len(reports))]
-    if len(path_list) != len(reports) or (names is not None and len(names) != len(reports)):
+    path_list = [None if p is None else str(p) for p in (paths or [None] * len(documents))]
+    if len(path_list) != len(documents) or (names is not None and len(names) != len(documents)):
         raise ValueError("names and paths must have one entry per report")
     wheres = [p or (names[i] if names else f"report {i + 1}") for i, p in enumerate(path_list)]
+    reports = [as_report(r, w) for r, w in zip(documents, wheres, strict=True)]
     values: list[WindowValues] = [window_values(r, w) for r, w in zip(reports, wheres, strict=True)]
     checked = "single report"
     for i in range(1, len(reports)):
@@ -127,7 +135,7 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
         noise = resolve_floor(None, suite_hash_of(*reports))
     n = values[0].n
     indices = draw_indices(n, samples, seed)
-    intervals = [_row_interval(r, v, indices) for r, v in zip(reports, values, strict=True)]
+    intervals = [_row_interval(r) for r in reports]
     order = sorted(range(len(reports)), key=lambda i: (intervals[i].estimate, label[i]))
     best = order[0]
     windows = values[0].window_index.tolist()
@@ -174,17 +182,12 @@ def build_leaderboard(reports: Sequence[dict[str, Any]], *, names: Sequence[str]
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes)
 
 
-def _row_interval(report: dict[str, Any], values: WindowValues, indices: np.ndarray) -> Interval:
+def _row_interval(report: ComparisonReport) -> Interval:
     """A row's mean-KL interval: the report's own (report_interval), so the leaderboard shows what the
-    viewer shows; recomputed only for a report that carries none."""
+    viewer shows."""
     boot = report_interval(report)
-    if boot is None:
-        return bootstrap_mean(values.kl_mean, indices)
-    se = boot.get("standard_error")
-    samples = boot.get("bootstrap_samples")
-    return Interval(float(boot["estimate"]), float(se) if isinstance(se, int | float) else float("nan"),
-                    float(boot["ci95_low"]), float(boot["ci95_high"]),
-                    int(samples) if isinstance(samples, int) else 0)
+    return Interval(float(boot.estimate), float(boot.standard_error), float(boot.ci95_low),
+                    float(boot.ci95_high), boot.bootstrap_samples or 0)
 
 
 def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: int = DEFAULT_SAMPLES,

@@ -20,10 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kldtui.decide.reports import window_values
+from kldtui.decide.reports import ReportLike, window_values
 from kldtui.decide.verdict import VerdictInterval, plain_number, verdict_interval
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.report_model import ComparisonReport, as_report
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
@@ -160,7 +161,7 @@ def published_floor() -> NoiseFloor:
     )
 
 
-def floor_from_reports(forward: dict[str, Any], reverse: dict[str, Any] | None = None, *,
+def floor_from_reports(forward_doc: ReportLike, reverse_doc: ReportLike | None = None, *,
                        source: str, where: str = "report", where_reverse: str = "reverse report",
                        ) -> NoiseFloor:
     """A measured floor from the comparison of two captures of one model.
@@ -168,6 +169,8 @@ def floor_from_reports(forward: dict[str, Any], reverse: dict[str, Any] | None =
     ``forward`` compares RUN1 (as reference) with RUN2; its reverse KL (``--reverse``) is used
     when present. ``reverse`` optionally compares RUN2 with RUN1 and must cover the same windows.
     """
+    forward = as_report(forward_doc, where)
+    reverse = as_report(reverse_doc, where_reverse) if reverse_doc is not None else None
     fwd = window_values(forward, where)
     per_window = {int(w): float(v) for w, v in zip(fwd.window_index, fwd.kl_mean, strict=True)}
     per_rev: dict[int, float] = {}
@@ -178,8 +181,8 @@ def floor_from_reports(forward: dict[str, Any], reverse: dict[str, Any] | None =
         if not np.array_equal(rev.window_index, fwd.window_index):
             raise BadInput(f"{where} and {where_reverse} cover different windows; give two comparisons of "
                            "the same two runs over the same windows")
-        rf, rr = forward.get("reference_dir"), reverse.get("candidate_dir")
-        cf, cr = forward.get("candidate_dir"), reverse.get("reference_dir")
+        rf, rr = forward.reference_dir, reverse.candidate_dir
+        cf, cr = forward.candidate_dir, reverse.reference_dir
         if rf and rr and cf and cr and (os.path.normpath(rf), os.path.normpath(cf)) != (
                 os.path.normpath(rr), os.path.normpath(cr)):
             raise BadInput(f"{where_reverse} is not the reverse of {where} (its reference/candidate are "
@@ -190,14 +193,15 @@ def floor_from_reports(forward: dict[str, Any], reverse: dict[str, Any] | None =
     threshold = max(kl_mean, kl_rev) if kl_rev is not None else kl_mean
     extra: dict[str, Any] = {"created_utc": datetime.datetime.now(datetime.UTC).strftime(
         "%Y-%m-%dT%H:%M:%SZ"), "windows": fwd.n}
-    for key in ("js", "top1_agreement"):
-        if key in forward:
-            extra[key] = forward[key]
+    if forward.js is not None:
+        extra["js"] = forward.js.to_json()
+    if forward.top1_agreement is not None:
+        extra["top1_agreement"] = forward.top1_agreement
     return NoiseFloor(
         kind="measured", source=source, kl_mean=kl_mean, kl_reverse_mean=kl_rev, threshold=threshold,
-        suite_token_hash_sha256=forward.get("suite_token_hash_sha256"),
+        suite_token_hash_sha256=forward.suite_token_hash_sha256,
         per_window=per_window, per_window_reverse=per_rev,
-        run1=forward.get("reference_dir"), run2=forward.get("candidate_dir"), extra=extra,
+        run1=forward.reference_dir, run2=forward.candidate_dir, extra=extra,
     )
 
 
@@ -312,7 +316,7 @@ def floor_from_report_files(forward: str | os.PathLike[str],
 def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLike[str],
                   run2: str | os.PathLike[str], *, start_window: int = 0, stop_window: int | None = None,
                   reverse: bool = True, report_path: str | os.PathLike[str] | None = None,
-                  emit: Any = None, cancel: Any = None) -> tuple[NoiseFloor, dict[str, Any]]:
+                  emit: Any = None, cancel: Any = None) -> tuple[NoiseFloor, ComparisonReport]:
     """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
     floor and the comparison report (also written to ``report_path`` when given)."""
     from kldtui.events import null_sink
@@ -321,7 +325,7 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
     options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse)
     report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)
     if report_path is not None:
-        write_json_atomic(report_path, report)
+        write_json_atomic(report_path, report.to_json())
     source = f"two captures {run1} and {run2}"
     return floor_from_reports(report, None, source=source, where=f"comparison of {run1} and {run2}"), report
 
@@ -365,27 +369,29 @@ def different_models(dir1: Any, dir2: Any) -> str | None:
     return None
 
 
-def check_repeat_capture(report: dict[str, Any], where: str, allow_different_models: bool) -> None:
+def check_repeat_capture(document: ReportLike, where: str, allow_different_models: bool) -> None:
     """Refuse a comparison report as 'two captures of one model' when its two sides are different
     models (e.g. the reference against a quantized candidate), unless told otherwise."""
     if allow_different_models:
         return
-    why = different_models(report.get("reference_dir"), report.get("candidate_dir"))
+    report = as_report(document, where)
+    why = different_models(report.reference_dir, report.candidate_dir)
     if why:
         raise BadInput(f"{where}: not two captures of one model ({why}); give a report of two captures of "
                        "the same model, or add --allow-different-models if that is really meant")
 
 
-def noise_from_capture_reports(first: dict[str, Any], second: dict[str, Any], *, where1: str, where2: str,
-                               repeat: dict[str, Any] | None = None, where_repeat: str = "repeat report",
+def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *, where1: str, where2: str,
+                               repeat: ReportLike | None = None, where_repeat: str = "repeat report",
                                allow_different_models: bool = False) -> NoiseFloor:
     """The measured noise model from two captures of one candidate, each compared with the reference:
     the repeat variation of the metric (per-window difference of their mean KL against the reference),
     and, when ``repeat`` (capture 2 compared with capture 1) is given, the repeat KL between them."""
     from kldtui.decide.reports import check_same_suite
 
+    first, second = as_report(first_doc, where1), as_report(second_doc, where2)
     checked = check_same_suite(first, second, where1, where2)
-    c1, c2 = first.get("candidate_dir"), second.get("candidate_dir")
+    c1, c2 = first.candidate_dir, second.candidate_dir
     if c1 and c2 and os.path.normpath(str(c1)) == os.path.normpath(str(c2)):
         raise BadInput(f"{where1} and {where2} compare the same capture ({c1}); capture the candidate a "
                        "second time, compare it, and give both reports")
@@ -409,10 +415,10 @@ def noise_from_capture_reports(first: dict[str, Any], second: dict[str, Any], *,
         kind="measured", source=source, kl_mean=base.kl_mean if base else 0.0,
         threshold=base.threshold if base else 0.0,
         kl_reverse_mean=base.kl_reverse_mean if base else None,
-        suite_token_hash_sha256=first.get("suite_token_hash_sha256"),
+        suite_token_hash_sha256=first.suite_token_hash_sha256,
         per_window=base.per_window if base else {},
         per_window_reverse=base.per_window_reverse if base else {},
         run1=str(c1) if c1 else None, run2=str(c2) if c2 else None,
         extra={"created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "windows": v1.n, "reference_dir": first.get("reference_dir")},
+               "windows": v1.n, "reference_dir": first.reference_dir},
         metric_per_window=metric, metric_source=source)

@@ -22,6 +22,7 @@ import numpy as np
 
 from kldtui.decide.noise import NoiseFloor, resolve_floor
 from kldtui.decide.reports import (
+    ReportLike,
     WindowValues,
     check_same_suite,
     load_report_file,
@@ -39,6 +40,7 @@ from kldtui.decide.verdict import (
 )
 from kldtui.decide.verdict import verdict_interval as verdict_interval
 from kldtui.errors import BadInput
+from kldtui.formats.report_model import as_report
 from kldtui.formats.report_names import unique_names
 
 DEFAULT_SAMPLES = 10_000
@@ -311,27 +313,28 @@ class PairedDiff:
 _AUTO: Any = object()
 
 
-def paired_values(a: dict[str, Any], b: dict[str, Any], where_a: str, where_b: str,
+def paired_values(a: ReportLike, b: ReportLike, where_a: str, where_b: str,
                   ) -> tuple[WindowValues, WindowValues, str]:
+    a, b = as_report(a, where_a), as_report(b, where_b)
     va, vb = window_values(a, where_a), window_values(b, where_b)
     checked = check_same_suite(a, b, where_a, where_b, va, vb)
     return va, vb, checked
 
 
-def suite_hash_of(*reports: dict[str, Any]) -> str | None:
+def suite_hash_of(*reports: ReportLike) -> str | None:
     for r in reports:
-        h = r.get("suite_token_hash_sha256")
+        h = as_report(r).suite_token_hash_sha256
         if h:
-            return str(h)
+            return h
     return None
 
 
-def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_SAMPLES,
+def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_SAMPLES,
                 seed: int = DEFAULT_SEED, noise: NoiseFloor | None = _AUTO,
                 name_a: str | None = None, name_b: str | None = None,
                 path_a: str | os.PathLike[str] | None = None,
                 path_b: str | os.PathLike[str] | None = None) -> PairedDiff:
-    """Compare candidate B with candidate A (two report dicts on the same reference and suite).
+    """Compare candidate B with candidate A (two reports on the same reference and suite).
 
     ``noise``: a floor to use; left out, the published default applies when the reports come
     from the published suite (else none); ``None`` uses no floor. The overall bootstrap draws
@@ -342,8 +345,9 @@ def paired_diff(a: dict[str, Any], b: dict[str, Any], *, samples: int = DEFAULT_
     where_b = str(path_b) if path_b is not None else (name_b or "B")
     if path_a is not None and path_b is not None and Path(path_a).resolve() == Path(path_b).resolve():
         raise BadInput(f"{where_a}: diffing a report with itself; give the reports of two candidates")
+    a, b = as_report(a_doc, where_a), as_report(b_doc, where_b)
     va, vb, checked = paired_values(a, b, where_a, where_b)
-    ca, cb = a.get("candidate_dir"), b.get("candidate_dir")
+    ca, cb = a.candidate_dir, b.candidate_dir
     if np.array_equal(va.kl_mean, vb.kl_mean) and (not ca or not cb or os.path.normpath(str(ca)) ==
                                                     os.path.normpath(str(cb))):
         raise BadInput(f"{where_a} and {where_b} are the same report (same candidate, identical per-window "

@@ -1,25 +1,29 @@
 """Reading saved comparison reports for the decide tools: per-window KL and the pairing check.
 
-Reports are loaded through :func:`load_report_file`, i.e. ``kldtui.formats.report.load_report`` (it
-validates and normalises kldtui's and the original comparator's reports).
-Per-window values come from ``per_window_arrays`` (kldtui) or ``per_window`` (both formats).
+Reports are the typed model (:mod:`kldtui.formats.report_model`), loaded by :func:`load_report_file`;
+per-window values come from its window table (``per_window_arrays``, or an original report's
+``per_window``).  The functions also take a parsed JSON document, validated on the way in.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kldtui.errors import BadInput
+from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import report_name  # noqa: F401 - re-exported
 
+ReportLike = ComparisonReport | Mapping[str, Any]  # a parsed JSON document is validated on use
 
-def load_report_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A comparison report as a dict (kldtui's or the original comparator's), through
-    :func:`kldtui.formats.report.load_report`, which validates and normalises both."""
+
+def load_report_file(path: str | os.PathLike[str]) -> ComparisonReport:
+    """A comparison report (kldtui's or the original comparator's), validated by
+    :func:`kldtui.formats.report.load_report`."""
     from kldtui.formats.report import load_report
 
     return load_report(path)
@@ -52,93 +56,39 @@ class WindowValues:
 MAX_VALUE = 1e100
 
 
-def _finite(value: Any, where: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
-        raise BadInput(f"{where}: {what} is not a finite number ({value!r}); the report is damaged, "
-                       "re-run kldtui compare")
-    if abs(value) > MAX_VALUE:  # squares and sums of it would overflow to inf/nan in the statistics
-        raise BadInput(f"{where}: {what} is {value!r}, too large to compare (at most {MAX_VALUE:g}); the "
-                       "report is damaged or the candidate is broken, re-run kldtui compare")
-    return float(value)
+def _not_huge(values: list[float], indices: list[int], where: str, what: str) -> None:
+    """Refuse absurd figures: squares and sums of them would overflow to inf/nan in the statistics."""
+    for w, value in zip(indices, values, strict=True):
+        if abs(value) > MAX_VALUE:
+            raise BadInput(f"{where}: window {w} {what} is {value!r}, too large to compare (at most "
+                           f"{MAX_VALUE:g}); the report is damaged or the candidate is broken, re-run "
+                           "kldtui compare")
 
 
-def window_values(report: dict[str, Any], where: str = "report") -> WindowValues:
+def window_values(report: ReportLike, where: str = "report") -> WindowValues:
     """Per-window mean KL of a report; BadInput when the report carries none."""
-    arrays = report.get("per_window_arrays")
-    rows: list[tuple[Any, Any, Any, float, float | None]] = []  # types checked below
-    if isinstance(arrays, dict) and isinstance(arrays.get("kl_mean"), list):
-        columns: list[Any] = [arrays.get(k) for k in ("window_index", "domain", "positions", "kl_mean")]
-        idx, dom, pos, kl = columns
-        rev = arrays.get("kl_reverse_mean")
-        if not all(isinstance(v, list) and len(v) == len(kl) for v in (idx, dom, pos)):
-            raise BadInput(f"{where}: per_window_arrays has arrays of different lengths; the report is "
-                           "damaged, re-run kldtui compare")
-        for i in range(len(kl)):
-            r = _finite(rev[i], where, f"window {idx[i]} kl_reverse_mean") if (
-                isinstance(rev, list) and len(rev) == len(kl)) else None
-            rows.append((idx[i], dom[i], pos[i], _finite(kl[i], where, f"window {idx[i]} kl_mean"), r))
-    elif isinstance(report.get("per_window"), list) and report["per_window"]:
-        for entry in report["per_window"]:
-            if not isinstance(entry, dict):
-                raise BadInput(f"{where}: per_window holds a non-object entry; the report is damaged")
-            w = entry.get("window_index")
-            stats = entry.get("kl_reference_to_candidate")
-            if not isinstance(stats, dict) or "mean" not in stats:
-                raise BadInput(f"{where}: window {w}: per_window entry has no "
-                               "kl_reference_to_candidate.mean; re-run kldtui compare")
-            rev_stats = entry.get("kl_candidate_to_reference")
-            r = entry.get("kl_reverse_mean")
-            if r is None and isinstance(rev_stats, dict):
-                r = rev_stats.get("mean")
-            rows.append((w, entry.get("domain", ""), entry.get("positions", 0),
-                         _finite(stats["mean"], where, f"window {w} KL mean"),
-                         None if r is None else _finite(r, where, f"window {w} reverse KL mean")))
-    else:
+    table = as_report(report, where).window_table()
+    if not table.window_index:
         raise BadInput(f"{where}: the report has no per-window values (per_window or per_window_arrays); "
                        "re-run kldtui compare, which writes them")
-    for w, d, p, _, _ in rows:
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise BadInput(f"{where}: bad window_index {w!r} in the per-window values; the report is damaged")
-        if not isinstance(d, str) or isinstance(p, bool) or not isinstance(p, int) or p < 0:
-            raise BadInput(f"{where}: window {w}: bad domain or positions; the report is damaged")
-    rows.sort(key=lambda r: r[0])
-    indices = [r[0] for r in rows]
+    order = sorted(range(len(table.window_index)), key=lambda i: table.window_index[i])
+    indices = [table.window_index[i] for i in order]
     if len(set(indices)) != len(indices):
         raise BadInput(f"{where}: a window appears twice in the per-window values; the report is damaged")
-    has_rev = all(r[4] is not None for r in rows)
-    inf_rows = _infinite_rows(report, indices, where)
+    rev = table.kl_reverse_mean
+    inf = table.infinite_kl_rows
+    _not_huge(table.kl_mean, table.window_index, where, "kl_mean")
+    if rev is not None:
+        _not_huge(rev, table.window_index, where, "kl_reverse_mean")
     return WindowValues(
         where=where,
         window_index=np.array(indices, dtype=np.int64),
-        domain=tuple(r[1] for r in rows),
-        positions=np.array([r[2] for r in rows], dtype=np.int64),
-        kl_mean=np.array([r[3] for r in rows], dtype=np.float64),
-        kl_reverse_mean=np.array([r[4] for r in rows], dtype=np.float64) if has_rev else None,
-        infinite_kl_rows=inf_rows,
+        domain=tuple(table.domain[i] for i in order),
+        positions=np.array([table.positions[i] for i in order], dtype=np.int64),
+        kl_mean=np.array([table.kl_mean[i] for i in order], dtype=np.float64),
+        kl_reverse_mean=np.array([rev[i] for i in order], dtype=np.float64) if rev is not None else None,
+        infinite_kl_rows=np.array([inf[i] if inf is not None else 0 for i in order], dtype=np.int64),
     )
-
-
-def _infinite_rows(report: Any, indices: list[int], where: str) -> np.ndarray:
-    """Per-window ``infinite_kl_rows`` in the order of ``indices`` (zeros where the report has none).
-    Takes the JSON document or the typed report model (through its ``to_json``)."""
-    if not isinstance(report, dict) and hasattr(report, "to_json"):
-        report = report.to_json()
-    found: dict[int, int] = {}
-    arrays = report.get("per_window_arrays")
-    if isinstance(arrays, dict) and isinstance(arrays.get("infinite_kl_rows"), list):
-        found = dict(zip(arrays.get("window_index") or [], arrays["infinite_kl_rows"], strict=False))
-    elif isinstance(report.get("per_window"), list):
-        for entry in report["per_window"]:
-            if isinstance(entry, dict) and "infinite_kl_rows" in entry:
-                found[entry.get("window_index")] = entry["infinite_kl_rows"]  # type: ignore[index]
-    out = np.zeros(len(indices), dtype=np.int64)
-    for i, w in enumerate(indices):
-        v = found.get(w, 0)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise BadInput(f"{where}: window {w}: infinite_kl_rows is not a count ({v!r}); the report is "
-                           "damaged, re-run kldtui compare")
-        out[i] = v
-    return out
 
 
 def _short(value: Any) -> str:
@@ -146,7 +96,7 @@ def _short(value: Any) -> str:
     return text[:12] + "..." if len(text) > 15 else text
 
 
-def check_same_suite(a: dict[str, Any], b: dict[str, Any], where_a: str, where_b: str,
+def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b: str,
                      va: WindowValues | None = None, vb: WindowValues | None = None) -> str:
     """Refuse (BadInput, one line) unless both reports pair window for window on one reference.
 
@@ -155,22 +105,23 @@ def check_same_suite(a: dict[str, Any], b: dict[str, Any], where_a: str, where_b
     ``window_range`` and the same windows with the same domains and positions. Returns a short
     description of what was checked.
     """
+    a, b = as_report(a_doc, where_a), as_report(b_doc, where_b)
     checked = []
     for key, what in (("suite_token_hash_sha256", "suites"), ("reference_manifest_sha256", "references")):
-        ha, hb = a.get(key), b.get(key)
+        ha, hb = getattr(a, key), getattr(b, key)
         if ha and hb:
             if ha != hb:
                 raise BadInput(f"{where_a} and {where_b} come from different {what} ({key} "
                                f"{_short(ha)} vs {_short(hb)}); compare candidates against one reference")
             checked.append(key)
     if "reference_manifest_sha256" not in checked:
-        ra, rb = a.get("reference_dir"), b.get("reference_dir")
+        ra, rb = a.reference_dir, b.reference_dir
         if ra and rb and os.path.normpath(str(ra)) != os.path.normpath(str(rb)):
             raise BadInput(f"{where_a} and {where_b} name different references (reference_dir {ra} vs {rb}) "
                            "and carry no reference hash; compare both candidates against one reference")
         if ra and rb:
             checked.append("reference_dir")
-    wa, wb = a.get("window_range"), b.get("window_range")
+    wa, wb = a.window_range, b.window_range
     if wa is not None and wb is not None and list(wa) != list(wb):
         raise BadInput(f"{where_a} and {where_b} cover different windows (window_range {list(wa)} vs "
                        f"{list(wb)}); compare both candidates on the same windows")

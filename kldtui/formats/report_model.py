@@ -82,6 +82,12 @@ class _Obj:
     def opt_num(self, key: str) -> float | None:
         return self.num(key) if self.has(key) else None
 
+    def opt_num_or_inf(self, key: str) -> float | None:
+        """A figure written as null when it is infinite: absent -> None, null -> +inf."""
+        if key not in self.doc:
+            return None
+        return math.inf if self.doc[key] is None else self.num(key)
+
     def int_(self, key: str) -> int:
         value = self._get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -132,7 +138,18 @@ class _Obj:
         return values
 
     def opt_numbers(self, key: str) -> list[float] | None:
-        return self.numbers(key) if self.has(key) else None
+        """An optional column of figures; null entries (a figure kldtui wrote as null because it
+        was infinite, e.g. the NLL of a next token the candidate gives probability 0) load as +inf,
+        which the writer turns back into null."""
+        if not self.has(key):
+            return None
+        values = self.list_(key)
+        out: list[float] = []
+        for n, v in enumerate(values):
+            if v is not None and not _finite_number(v):
+                self.fail(f"expected numbers or null, found {_kind(v)} at [{n}]", key)
+            out.append(math.inf if v is None else v)
+        return out
 
     def rest(self, known: set[str]) -> dict[str, Any]:
         """Fields this model does not know: kept as they are, so a newer report round-trips."""
@@ -308,13 +325,15 @@ class WindowEntry(_Part):
     @classmethod
     def from_json(cls, o: _Obj) -> WindowEntry:
         js, rev = o.opt_obj("js"), o.opt_obj("kl_candidate_to_reference")
-        figures: dict[str, Any] = {k: o.opt_num(k) for k in WINDOW_FIGURES if k != "infinite_kl_rows"}
+        # a figure written as null was infinite (masked tokens): +inf here, null again when written
+        figures: dict[str, Any] = {k: o.opt_num_or_inf(k) for k in WINDOW_FIGURES if k != "infinite_kl_rows"}
         figures["infinite_kl_rows"] = o.opt_int("infinite_kl_rows")
         known = {f.name for f in fields(cls)}
         return cls(o.int_("window_index"), o.str_("domain"), o.int_("positions"),
                    Stats.from_json(o.obj("kl_reference_to_candidate")),
                    Stats.from_json(js) if js else None, o.opt_num("top1_agreement"),
-                   Stats.from_json(rev) if rev else None, **figures, extra=o.rest(known))
+                   Stats.from_json(rev) if rev else None, **figures,
+                   extra=o.rest(known))
 
     @property
     def reverse_mean(self) -> float | None:
@@ -322,6 +341,15 @@ class WindowEntry(_Part):
         if self.kl_reverse_mean is not None:
             return self.kl_reverse_mean
         return self.kl_candidate_to_reference.mean if self.kl_candidate_to_reference else None
+
+
+def _counts(o: _Obj, key: str) -> list[int]:
+    """A list of whole numbers >= 0 (window indices, positions, counts)."""
+    values = o.list_(key)
+    for n, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            o.fail(f"expected whole numbers >= 0, found {_kind(v)} at [{n}]", key)
+    return values
 
 
 @dataclass(frozen=True)
@@ -347,30 +375,32 @@ class WindowTable(_Part):
     nll_candidate_mean: list[float] | None = None
     kl_reverse_mean: list[float] | None = None
     infinite_kl_rows: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # columns this version does not know
 
     @classmethod
     def from_json(cls, o: _Obj, windows: int) -> WindowTable:
-        index = o.list_("window_index")
+        index = _counts(o, "window_index")
         domain = o.list_("domain")
-        positions = o.list_("positions")
-        for n, (w, d, p) in enumerate(zip(index, domain, positions, strict=False)):
-            if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-                o.fail(f"expected whole numbers >= 0, found {_kind(w)} at [{n}]", "window_index")
+        positions = _counts(o, "positions")
+        for n, d in enumerate(domain):
             if not isinstance(d, str):
                 o.fail(f"expected text, found {_kind(d)} at [{n}]", "domain")
-            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-                o.fail(f"expected whole numbers >= 0, found {_kind(p)} at [{n}]", "positions")
+        infinite = _counts(o, "infinite_kl_rows") if o.has("infinite_kl_rows") else None
+        ints = ("window_index", "domain", "positions", "infinite_kl_rows", "extra")
         lists = {f.name: (o.numbers(f.name) if f.name == "kl_mean" else o.opt_numbers(f.name))
-                 for f in fields(cls) if f.name not in ("window_index", "domain", "positions")}
-        for key, values in {"window_index": index, "domain": domain, "positions": positions, **lists}.items():
+                 for f in fields(cls) if f.name not in ints}
+        for key, values in {"window_index": index, "domain": domain, "positions": positions,
+                            "infinite_kl_rows": infinite, **lists}.items():
             if values is not None and len(values) != windows:
                 o.fail(f"has {len(values)} entries but per_window has {windows}", key)
-        return cls(index, domain, positions, **lists)  # type: ignore[arg-type]
+        known = {f.name for f in fields(cls)}
+        return cls(index, domain, positions, **lists, infinite_kl_rows=infinite,  # type: ignore[arg-type]
+                   extra=o.rest(known))
 
     @classmethod
     def from_entries(cls, entries: list[WindowEntry]) -> WindowTable:
         """The table an original report implies: its per_window entries' figures."""
-        def column(get: Any) -> list[float] | None:
+        def column(get: Any) -> list[Any] | None:
             values = [get(e) for e in entries]
             return None if any(v is None for v in values) else values
 
@@ -384,6 +414,7 @@ class WindowTable(_Part):
             js_mean=column(lambda e: e.js.mean if e.js else None),
             top1_agreement=column(lambda e: e.top1_agreement),
             kl_reverse_mean=column(lambda e: e.reverse_mean),
+            infinite_kl_rows=column(lambda e: e.infinite_kl_rows),
         )
 
 
@@ -420,7 +451,8 @@ class NextToken(_Part):
     perplexity_candidate: float | None = field(default=None, metadata=_KEEP_NULL)
     perplexity_ratio: float | None = field(default=None, metadata=_KEEP_NULL)
     perplexity_ratio_window_cluster_bootstrap: Interval | None = None
-    # log space (mean NLL; never overflows): absent in reports before they were added
+    # log space (mean NLL; never overflows): absent in reports before they were added (None); +inf
+    # (null in the JSON) when a side gives the actual next token probability 0
     log_perplexity_reference: float | None = None
     log_perplexity_candidate: float | None = None
     log_perplexity_ratio: float | None = None
@@ -432,8 +464,8 @@ class NextToken(_Part):
         return cls(Stats.from_json(pr) if pr else None, Stats.from_json(pc) if pc else None,
                    DeltaP.from_json(dp) if dp else None, o.opt_num("perplexity_reference"),
                    o.opt_num("perplexity_candidate"), o.opt_num("perplexity_ratio"),
-                   Interval.from_json(pb) if pb else None, o.opt_num("log_perplexity_reference"),
-                   o.opt_num("log_perplexity_candidate"), o.opt_num("log_perplexity_ratio"))
+                   Interval.from_json(pb) if pb else None, o.opt_num_or_inf("log_perplexity_reference"),
+                   o.opt_num_or_inf("log_perplexity_candidate"), o.opt_num_or_inf("log_perplexity_ratio"))
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kldtui.formats.report_model import Bootstrap, ComparisonReport
 
 
-def report_name(report: dict[str, Any], path: str | os.PathLike[str] | None = None) -> str:
+def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = None) -> str:
     """The candidate folder's name, else the report file's stem, else ``candidate``."""
-    cand = report.get("candidate_dir")
-    if isinstance(cand, str) and cand.strip("/\\"):
+    cand = report.candidate_dir
+    if cand is not None and cand.strip("/\\"):
         return Path(cand.rstrip("/\\")).name
     if path is not None:
         return Path(path).stem
@@ -59,16 +62,11 @@ def _tag(parts: tuple[str, ...], level: int) -> str:
     return "/".join(parts[-level:-1])
 
 
-def report_interval(report: dict[str, Any]) -> dict[str, Any] | None:
+def report_interval(report: ComparisonReport) -> Bootstrap:
     """The one mean-KL interval of a report that every view shows (viewer, dashboard, leaderboard,
     diff): the report's own ``kl_window_cluster_bootstrap`` (estimate, ci95_low, ci95_high,
     standard_error, bootstrap_samples), exactly as the comparison wrote it. Recomputing it elsewhere
-    with other resample counts is what made the viewer and the leaderboard disagree. None when the
-    report carries none. (Verdicts use their own paired interval: kldtui.decide.verdict.)"""
-    boot = report.get("kl_window_cluster_bootstrap")
-    if not isinstance(boot, dict):
-        return None
-    keys = ("estimate", "ci95_low", "ci95_high")
-    if not all(isinstance(boot.get(k), int | float) and not isinstance(boot.get(k), bool) for k in keys):
-        return None
-    return boot
+    with other resample counts is what made the viewer and the leaderboard disagree. Every report
+    has one: loading checks it (kldtui.formats.report_model). (Verdicts use their own paired
+    interval: kldtui.decide.verdict.)"""
+    return report.kl_window_cluster_bootstrap

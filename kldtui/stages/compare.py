@@ -47,6 +47,24 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.identity import check_logits_file
+from kldtui.formats.report_model import (
+    REPORT_FORMAT,
+    WINDOW_FIGURES,
+    Bootstrap,
+    ComparisonReport,
+    ConfidenceBucket,
+    DeltaP,
+    InfiniteKL,
+    Interval,
+    NextToken,
+    PositionBucket,
+    Provenance,
+    Stats,
+    TopK,
+    Verified,
+    WindowEntry,
+    WindowTable,
+)
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import (
     LogitsManifest,
@@ -61,7 +79,6 @@ from kldtui.metrics import stats as st
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel, RowStats, TorchBlockKernel
 from kldtui.workspace import Workspace
 
-REPORT_FORMAT = "kldtui-comparison-v1"
 DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
 TOPK_DEFINITION = ("fraction of positions where the reference's top-1 token is among the "
@@ -100,7 +117,7 @@ class CompareInputs:
     candidate: LogitsManifest
     vocab_size: int
     next_tokens: dict[int, np.ndarray]
-    verified: dict[str, Any]
+    verified: Verified
     reference_manifest_sha256: str
 
 
@@ -148,7 +165,7 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
     sha_state = "skipped"
     if options.verify_sha256:
         sha_state = _verify_sha256(paths, emit, cancel)
-    verified = {"token_hashes": True, "suite_hash": True, "logits_sha256": sha_state}
+    verified = Verified(token_hashes=True, suite_hash=True, logits_sha256=sha_state)
     ref_sha = hashlib.sha256(ref.path.read_bytes()).hexdigest()
     return CompareInputs(suite, selected, ref, cand, vocab, next_tokens, verified, ref_sha)
 
@@ -551,9 +568,9 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
                  reference_dir: str | os.PathLike[str] = "", candidate_dir: str | os.PathLike[str] = "",
                  options: CompareOptions | None = None, window_range: Sequence[int] | None = None,
                  reference_manifest_sha256: str | None = None, suite_token_hash_sha256: str | None = None,
-                 verified: dict[str, Any] | None = None, elapsed_seconds: float | None = None,
+                 verified: Verified | None = None, elapsed_seconds: float | None = None,
                  backend: str | None = None, threads: int | None = None,
-                 command: str | None = None) -> dict[str, Any]:
+                 command: str | None = None) -> ComparisonReport:
     """The report (docs/REPORT.md) from window results, in any order."""
     options = options or CompareOptions()
     if not results:
@@ -564,48 +581,9 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
         raise ValueError("a window appears twice in the results")
     reverse = all(r.reverse for r in res)
     samples, seed = options.bootstrap_samples, options.bootstrap_seed
-    kl = _concat(res, "kl")
-    js = _concat(res, "js")
-    argmax_ref = _concat(res, "argmax_ref")
-    top1 = argmax_ref == _concat(res, "argmax_cand")
-    rank = _concat(res, "rank_ref_top")
-    lp_ref = _concat(res, "logp_ref_next")
-    lp_cand = _concat(res, "logp_cand_next")
     # infinite KL rows (masked tokens) make spreads NaN and sums inf: null in the JSON, not a warning
     with np.errstate(over="ignore", invalid="ignore"):
-        p_ref = np.exp(lp_ref)
-        p_cand = np.exp(lp_cand)
-        dp = p_cand - p_ref
         figs = [r.figures() for r in res]
-        kl_means = np.array([f["kl_mean"] for f in figs])
-        js_means = np.array([f["js_mean"] for f in figs])
-        nll_r = np.array([f["nll_reference_mean"] for f in figs])
-        nll_c = np.array([f["nll_candidate_mean"] for f in figs])
-
-        per_window = []
-        for r, f in zip(res, figs, strict=True):
-            entry: dict[str, Any] = {
-                "window_index": r.window_index, "domain": r.domain, "positions": r.positions,
-                "kl_reference_to_candidate": st.stats_object(_finite(r.rows.kl)),
-                "js": st.stats_object(r.rows.js),
-                "top1_agreement": f["top1_agreement"],
-            }
-            if r.rows.kl_reverse is not None and reverse:
-                entry["kl_candidate_to_reference"] = st.stats_object(_finite(r.rows.kl_reverse))
-            for k, v in f.items():
-                entry.setdefault(k, v)
-            per_window.append(entry)
-        arrays: dict[str, list[Any]] = {}
-        for f in figs:
-            for k, v in f.items():
-                if k == "kl_reverse_mean" and not reverse:
-                    continue
-                arrays.setdefault(k, []).append(v)
-
-        domains: dict[str, Any] = {}
-        for d in dict.fromkeys(r.domain for r in res):
-            means = [f["kl_mean"] for f in figs if f["domain"] == d]
-            domains[d] = st.window_cluster_bootstrap(means, samples, seed)
 
     if suite is not None and suite_token_hash_sha256 is None:
         suite_token_hash_sha256 = suite.suite_token_hash_sha256
@@ -619,103 +597,116 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     elapsed = float(elapsed_seconds if elapsed_seconds is not None
                     else sum(r.elapsed_seconds for r in res))
     nbytes = int(sum(r.bytes_compared for r in res))
-    positions = int(top1.size)
-
+    positions = sum(r.positions for r in res)
+    backends = sorted({r.backend for r in res})
+    provenance = Provenance(
+        kldtui_version=__version__,
+        backend=backend or "+".join(backends),
+        elapsed_seconds=elapsed,
+        bytes_compared=nbytes,
+        created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        verified=verified or Verified(token_hashes=True, suite_hash=True, logits_sha256="skipped"),
+        threads=threads,
+        throughput_gb_per_s=nbytes / elapsed / 1e9 if elapsed > 0 else None,
+        positions_per_second=positions / elapsed if elapsed > 0 else None,
+        command=command,
+    )
+    columns: dict[str, Any] = {k: [f[k] for f in figs] for k in figs[0] if k != "kl_reverse_mean" or reverse}
     with np.errstate(over="ignore", invalid="ignore"):
-        report = _report_body(res, figs, reverse, samples, seed, kl, js, top1, rank, lp_ref, lp_cand, p_ref,
-                              p_cand, dp, kl_means, js_means, nll_r, nll_c, per_window, arrays, domains)
-    report.update({
-        "reference_dir": str(reference_dir),
-        "candidate_dir": str(candidate_dir),
-        "window_range": [int(window_range[0]), int(window_range[1])],
-        "suite_token_hash_sha256": suite_token_hash_sha256,
-        "reference_manifest_sha256": reference_manifest_sha256,
-        "provenance": {
-            "kldtui_version": __version__,
-            "backend": backend or (res[0].backend if len({r.backend for r in res}) == 1
-                                   else "+".join(sorted({r.backend for r in res}))),
-            "threads": threads,
-            "elapsed_seconds": elapsed,
-            "bytes_compared": nbytes,
-            "throughput_gb_per_s": nbytes / elapsed / 1e9 if elapsed > 0 else None,
-            "positions_per_second": positions / elapsed if elapsed > 0 else None,
-            "created_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "verified": verified or {"token_hashes": True, "suite_hash": True, "logits_sha256": "skipped"},
-            "command": command,
-        },
-    })
-    safe: dict[str, Any] = _json_safe(report)
-    return safe
+        return ComparisonReport(
+            report_format=REPORT_FORMAT,
+            direction=DIRECTION,
+            positions=positions,
+            windows=len(res),
+            reference_dir=str(reference_dir),
+            candidate_dir=str(candidate_dir),
+            window_range=(int(window_range[0]), int(window_range[1])),
+            suite_token_hash_sha256=suite_token_hash_sha256,
+            reference_manifest_sha256=reference_manifest_sha256,
+            vocab_size=int(res[0].vocab_size),
+            per_window=[_window_entry(r, f, reverse) for r, f in zip(res, figs, strict=True)],
+            per_window_arrays=WindowTable(**columns),
+            domains={d: Bootstrap.of(st.window_cluster_bootstrap(
+                [f["kl_mean"] for f in figs if f["domain"] == d], samples, seed))
+                for d in dict.fromkeys(r.domain for r in res)},
+            provenance=provenance,
+            **_overall_figures(res, figs, reverse, samples, seed),
+        )
 
 
-def _json_safe(obj: Any) -> Any:
-    """Non-finite floats (an overflowing perplexity of a broken candidate) become null: JSON has
-    no Inf or NaN."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_safe(v) for v in obj]
-    return obj
+def _or_none(value: float) -> float | None:
+    """A figure that can overflow (the perplexity of a broken candidate): None when not finite."""
+    return value if math.isfinite(value) else None
 
 
-def _report_body(res: Sequence[WindowResult], figs: list[dict[str, Any]], reverse: bool, samples: int,
-                 seed: int, kl: np.ndarray, js: np.ndarray, top1: np.ndarray, rank: np.ndarray,
-                 lp_ref: np.ndarray, lp_cand: np.ndarray, p_ref: np.ndarray, p_cand: np.ndarray,
-                 dp: np.ndarray, kl_means: np.ndarray, js_means: np.ndarray, nll_r: np.ndarray,
-                 nll_c: np.ndarray, per_window: list[dict[str, Any]], arrays: dict[str, list[Any]],
-                 domains: dict[str, Any]) -> dict[str, Any]:
+def _window_entry(r: WindowResult, figures: dict[str, Any], reverse: bool) -> WindowEntry:
+    """One ``per_window`` entry: the original's fields, then this window's figures."""
+    return WindowEntry(
+        window_index=r.window_index, domain=r.domain, positions=r.positions,
+        kl_reference_to_candidate=Stats.of(st.stats_object(_finite(r.rows.kl))),
+        js=Stats.of(st.stats_object(r.rows.js)),
+        top1_agreement=figures["top1_agreement"],
+        kl_candidate_to_reference=(Stats.of(st.stats_object(_finite(r.rows.kl_reverse)))
+                                   if r.rows.kl_reverse is not None and reverse else None),
+        **{k: figures[k] for k in WINDOW_FIGURES if k in figures})
+
+
+def _overall_figures(res: Sequence[WindowResult], figs: list[dict[str, Any]], reverse: bool, samples: int,
+                     seed: int) -> dict[str, Any]:
+    """The report's figures over all positions (and over window means, for the bootstraps)."""
+    kl = _concat(res, "kl")
+    top1 = _concat(res, "argmax_ref") == _concat(res, "argmax_cand")
+    rank = _concat(res, "rank_ref_top")
+    lp_ref = _concat(res, "logp_ref_next")
+    lp_cand = _concat(res, "logp_cand_next")
+    dp = np.exp(lp_cand) - np.exp(lp_ref)
+    nll_r = np.array([f["nll_reference_mean"] for f in figs])
+    nll_c = np.array([f["nll_candidate_mean"] for f in figs])
     fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged
     if not fin.any():
         fin[:] = True
-    report: dict[str, Any] = {
-        "report_format": REPORT_FORMAT,
-        "direction": DIRECTION,
-        "positions": int(top1.size),
-        "windows": len(res),
-        "kl_reference_to_candidate": st.stats_object(kl[fin]),
-        "js": st.stats_object(js),
+    out: dict[str, Any] = {
+        "kl_reference_to_candidate": Stats.of(st.stats_object(kl[fin])),
+        "js": Stats.of(st.stats_object(_concat(res, "js"))),
         "top1_agreement": float(np.mean(top1)),
-        "kl_window_cluster_bootstrap": st.window_cluster_bootstrap(kl_means, samples, seed),
-        "js_window_cluster_bootstrap": st.window_cluster_bootstrap(js_means, samples, seed),
-        "domains": domains,
-        "per_window": per_window,
-        "per_window_arrays": arrays,
-        "vocab_size": int(res[0].vocab_size),
-        "topk_agreement": {"definition": TOPK_DEFINITION, "k": list(TOPK),
-                           **{str(k): float(np.mean(rank < k)) for k in TOPK}},
-        "next_token": {
-            "p_reference": st.stats_object(p_ref),
-            "p_candidate": st.stats_object(p_cand),
-            "delta_p": {**st.stats_object(dp), "rms": float(np.sqrt(np.mean(dp * dp)))},
-            "perplexity_reference": float(np.exp(-np.mean(lp_ref))),
-            "perplexity_candidate": float(np.exp(-np.mean(lp_cand))),
-            "perplexity_ratio": float(np.exp(np.mean(lp_ref) - np.mean(lp_cand))),
-            "perplexity_ratio_window_cluster_bootstrap": st.ratio_bootstrap(nll_c, np.exp, nll_r,
-                                                                            samples, seed),
+        "kl_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
+            np.array([f["kl_mean"] for f in figs]), samples, seed)),
+        "js_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
+            np.array([f["js_mean"] for f in figs]), samples, seed)),
+        "topk_agreement": TopK(TOPK_DEFINITION, list(TOPK), {str(k): float(np.mean(rank < k)) for k in TOPK}),
+        "next_token": NextToken(
+            p_reference=Stats.of(st.stats_object(np.exp(lp_ref))),
+            p_candidate=Stats.of(st.stats_object(np.exp(lp_cand))),
+            delta_p=DeltaP(**st.stats_object(dp), rms=float(np.sqrt(np.mean(dp * dp)))),
+            perplexity_reference=_or_none(float(np.exp(-np.mean(lp_ref)))),
+            perplexity_candidate=_or_none(float(np.exp(-np.mean(lp_cand)))),
+            perplexity_ratio=_or_none(float(np.exp(np.mean(lp_ref) - np.mean(lp_cand)))),
+            perplexity_ratio_window_cluster_bootstrap=Interval.of(
+                {k: _or_none(v) if isinstance(v, float) else v
+                 for k, v in st.ratio_bootstrap(nll_c, np.exp, nll_r, samples, seed).items()}),
             # log space: finite wherever the perplexities overflow (+inf when a side gives the
             # actual next token probability 0: null in JSON)
-            "log_perplexity_reference": float(-np.mean(lp_ref)),
-            "log_perplexity_candidate": float(-np.mean(lp_cand)),
-            "log_perplexity_ratio": float(np.mean(lp_ref) - np.mean(lp_cand)),
-        },
-        "infinite_kl": {
-            "definition": INFINITE_KL_DEFINITION,
-            "rows": int(sum(f["infinite_kl_rows"] for f in figs)),
-            "windows": [int(f["window_index"]) for f in figs if f["infinite_kl_rows"]],
-            **({"reverse_rows": int(sum(int(np.isposinf(r.rows.kl_reverse).sum()) for r in res
-                                        if r.rows.kl_reverse is not None))} if reverse else {}),
-        },
-        "kl_by_reference_confidence": st.confidence_buckets(_concat(res, "ref_top_prob")[fin], kl[fin],
-                                                            top1[fin]),
-        "kl_by_position": st.position_buckets([_finite(r.rows.kl) for r in res]),
+            log_perplexity_reference=float(-np.mean(lp_ref)),
+            log_perplexity_candidate=float(-np.mean(lp_cand)),
+            log_perplexity_ratio=float(np.mean(lp_ref) - np.mean(lp_cand)),
+        ),
+        "infinite_kl": InfiniteKL(
+            definition=INFINITE_KL_DEFINITION,
+            rows=int(sum(f["infinite_kl_rows"] for f in figs)),
+            windows=[int(f["window_index"]) for f in figs if f["infinite_kl_rows"]],
+            reverse_rows=int(sum(int(np.isposinf(r.rows.kl_reverse).sum()) for r in res
+                                 if r.rows.kl_reverse is not None)) if reverse else None),
+        "kl_by_reference_confidence": [ConfidenceBucket(**b) for b in  # type: ignore[arg-type]
+                                       st.confidence_buckets(_concat(res, "ref_top_prob")[fin], kl[fin],
+                                                             top1[fin])],
+        "kl_by_position": [PositionBucket(**b) for b in  # type: ignore[arg-type]
+                           st.position_buckets([_finite(r.rows.kl) for r in res])],
     }
     if reverse:
-        report["kl_candidate_to_reference"] = st.stats_object(_finite(_concat(res, "kl_reverse")))
-        report["kl_reverse_window_cluster_bootstrap"] = st.window_cluster_bootstrap(
-            [f["kl_reverse_mean"] for f in figs], samples, seed)
-    return report
+        out["kl_candidate_to_reference"] = Stats.of(st.stats_object(_finite(_concat(res, "kl_reverse"))))
+        out["kl_reverse_window_cluster_bootstrap"] = Bootstrap.of(st.window_cluster_bootstrap(
+            [f["kl_reverse_mean"] for f in figs], samples, seed))
+    return out
 
 
 def _g(value: Any) -> str:
@@ -744,7 +735,7 @@ class Comparer:
         self.cancel = cancel
         self.computed = 0  # windows compared (not taken from the cache) by this comparer
         self.engine_info: tuple[str, int | None] | None = None  # (backend, threads) of windows()
-        self.verified: dict[str, Any] | None = None
+        self.verified: Verified | None = None
         self.reference_manifest_sha256: str | None = None
 
     # -- the per-window cache -------------------------------------------------------------------
@@ -818,7 +809,7 @@ class Comparer:
 
     # -- the report -----------------------------------------------------------------------------
     def report(self, results: Sequence[WindowResult], *, command: str | None = None,
-               elapsed_seconds: float | None = None) -> dict[str, Any]:
+               elapsed_seconds: float | None = None) -> ComparisonReport:
         """The report of ``results``: the whole window range when every window of it is there,
         else the compared span. Backend and threads are named when this comparer computed every
         window itself with one engine (cached results may come from another)."""
@@ -840,9 +831,9 @@ class Comparer:
             reference_manifest_sha256=ref_sha, verified=self.verified, elapsed_seconds=elapsed_seconds,
             backend=backend, threads=threads, command=command)
 
-    def publish(self, report: dict[str, Any]) -> None:
+    def publish(self, report: ComparisonReport) -> None:
         """Write the report to the workspace's report path (when it has one) and say so."""
-        from kldtui.formats.report import summary_text, write_report
+        from kldtui.formats.report import headline, summary_text, write_report
 
         path = self.workspace.report_path
         if path is not None:
@@ -853,17 +844,9 @@ class Comparer:
                                 figures=headline(report)))
 
 
-def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """The figures a front end shows for a finished comparison."""
-    boot = report.get("kl_window_cluster_bootstrap", {})
-    return {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
-            "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
-            "windows": report.get("windows")}
-
-
 def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                 options: CompareOptions | None = None, suite: Suite | str | os.PathLike[str] | None = None,
-                windows: Sequence[WindowSpec] | None = None, command: str | None = None) -> dict[str, Any]:
+                windows: Sequence[WindowSpec] | None = None, command: str | None = None) -> ComparisonReport:
     """The compare stage: validate everything, compare ``windows`` (default: the options' range;
     cached results are reused), write ``workspace.report`` (when set); return the report.
     ``suite`` is the loaded suite or its manifest's path (default: the workspace's suite folder)."""
@@ -882,7 +865,7 @@ def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
 def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
             candidate_dir: str | os.PathLike[str], options: CompareOptions | None = None,
             emit: EventSink = null_sink, cancel: Cancel | None = None,
-            command: str | None = None) -> dict[str, Any]:
+            command: str | None = None) -> ComparisonReport:
     """Validate everything, compare every selected window, and return the report (nothing written)."""
     where = suite_manifest.root if isinstance(suite_manifest, Suite) else Path(suite_manifest)
     workspace = Workspace.for_compare(where, reference_dir, candidate_dir)
@@ -890,5 +873,5 @@ def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
 
 
 __all__ = ["CompareOptions", "CompareInputs", "Comparer", "Engine", "WindowResult", "build_report",
-           "compare", "compare_window", "headline", "prepare", "resolve_backend", "run_compare"]
+           "compare", "compare_window", "prepare", "resolve_backend", "run_compare"]
 

@@ -24,6 +24,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.formats.report_model import ComparisonReport
 from kldtui.workflow.state import RunState
 
 STAGES: tuple[str, ...] = PIPELINE_STAGES
@@ -101,7 +102,7 @@ class DashboardModel:
         self.notices: list[Notice] = []
         self.server: ServerReady | None = None
         self.result_path: str | None = None
-        self.result_report: dict[str, Any] | None = None
+        self.result_report: ComparisonReport | None = None
         self.result_serial = 0
         self.next_lines: list[str] = []
         self.dirty: set[str] = set()
@@ -148,7 +149,7 @@ class DashboardModel:
             self._log("info", f"[server] ready at {event.url} as {event.served_model_name}")
         elif isinstance(event, ResultReady):
             self.result_path = event.path
-            self.result_report = event.report or None
+            self.result_report = event.report
             self.result_serial += 1
             self.dirty.add("result")
 

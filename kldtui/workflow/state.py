@@ -101,20 +101,16 @@ def load_state(workspace: Workspace) -> RunState:
     window_range: tuple[int, int] | None = None
     if workspace.report_path is not None and workspace.report_path.is_file():
         try:
+            from kldtui.formats.report import headline as report_headline
             from kldtui.formats.report import load_report
 
             report = load_report(workspace.report_path)
             report_path = workspace.report_path
-            arrays = report.get("per_window_arrays") or {}
-            for index, kl in zip(arrays.get("window_index", []), arrays.get("kl_mean", []), strict=False):
-                kls[int(index)] = float(kl)
-            boot = report.get("kl_window_cluster_bootstrap") or {}
-            headline = {"kl_mean": boot.get("estimate"), "ci95_low": boot.get("ci95_low"),
-                        "ci95_high": boot.get("ci95_high"), "top1_agreement": report.get("top1_agreement"),
-                        "windows": report.get("windows")}
-            wr = report.get("window_range")
-            if isinstance(wr, list) and len(wr) == 2:
-                window_range = (int(wr[0]), int(wr[1]))
+            table = report.window_table()
+            for index, mean_kl in zip(table.window_index, table.kl_mean, strict=True):
+                kls[index] = float(mean_kl)
+            headline = report_headline(report)
+            window_range = report.window_range
         except (KldError, OSError, ValueError) as exc:
             problems.append(str(exc))
     for index in list(states):

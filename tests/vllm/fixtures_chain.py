@@ -144,7 +144,7 @@ def kldtui_run_batch(profile_path: Path, workdir: Path) -> dict[str, Any]:
                     f"server log:\n{_tail(workdir / 'server.log')}")
     from kldtui.formats.report import load_report
 
-    return load_report(workdir / "comparison.json")
+    return load_report(workdir / "comparison.json").to_json()  # the JSON document, validated
 
 
 # --- left-over servers --------------------------------------------------------------------------

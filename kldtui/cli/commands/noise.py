@@ -20,7 +20,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kldtui.formats.report_model import ComparisonReport
 
 HELP = ("noise model from two captures of one candidate: how much its mean KL against the reference moves "
         "between captures (two reports, or two run folders with --reference); stored for diff and "
@@ -52,9 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="forward KL only (default: also KL(RUN2 || RUN1), in the same pass)")
 
 
-def _is_mirror(first: dict[str, Any], second: dict[str, Any]) -> bool:
-    rf, cf = first.get("reference_dir"), first.get("candidate_dir")
-    rs, cs = second.get("reference_dir"), second.get("candidate_dir")
+def _is_mirror(first: ComparisonReport, second: ComparisonReport) -> bool:
+    rf, cf = first.reference_dir, first.candidate_dir
+    rs, cs = second.reference_dir, second.candidate_dir
     if not (rf and cf and rs and cs):
         return False
     return (os.path.normpath(rf), os.path.normpath(cf)) == (os.path.normpath(cs), os.path.normpath(rs))

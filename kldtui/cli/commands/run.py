@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kldtui.formats.report_model import ComparisonReport
 
 HELP = "run the whole pipeline for a profile (the dashboard, or headless with --batch)"
 DEFAULT_PROFILE = "kldtui.toml"
@@ -55,7 +58,7 @@ def run_batch_job(job, args: argparse.Namespace, on_force_stop=None,  # type: ig
     return code
 
 
-def _next_steps(path: str, report: dict[str, Any], profile: Any) -> str:
+def _next_steps(path: str, report: ComparisonReport, profile: Any) -> str:
     """Where the report is and the useful next commands (the dashboard shows the same)."""
     from kldtui.workflow.state import next_steps
 
@@ -65,8 +68,7 @@ def _next_steps(path: str, report: dict[str, Any], profile: Any) -> str:
         from kldtui.workspace import Workspace
 
         suite_windows = load_state(Workspace.from_profile(profile)).suite_windows
-    wr = report.get("window_range")
-    window_range = (int(wr[0]), int(wr[1])) if isinstance(wr, list) and len(wr) == 2 else None
+    window_range = report.window_range
     shown = Path(path)
     try:
         shown = shown.resolve().relative_to(Path.cwd().resolve())

@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kldtui.formats.report_model import ComparisonReport
 
 HELP = "show saved comparison reports: one as the result pane, several as a leaderboard"
 REPORT_NAME = "comparison.json"  # the name `kldtui run` and `kldtui demo` give their report
@@ -25,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "switches and remembers)")
 
 
-def check_reports(paths: list[str]) -> list[dict[str, Any]]:
+def check_reports(paths: list[str]) -> list[ComparisonReport]:
     """Load every report; BadInput (one line, exit 2) for the first that is not one."""
     from kldtui.errors import BadInput
     from kldtui.formats.report import load_report

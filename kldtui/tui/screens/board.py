@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
+from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import unique_names
 from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
@@ -25,8 +26,9 @@ from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
 LOAD_GROUP = "load"
 
 
-def load_report_file(path: str | Path) -> dict[str, Any]:
-    """A report, normalised (json only, no numpy, so the viewer of one report starts fast)."""
+def load_report_file(path: str | Path) -> ComparisonReport:
+    """A report, validated into the typed model (json only, no numpy, so the viewer of one report
+    starts fast)."""
     from kldtui.formats.report import load_report
 
     return load_report(path)
@@ -41,7 +43,7 @@ class BoardScreen(Screen[None]):
         super().__init__()
         self.report_paths = report_paths
         self.results: list[ResultData] = []  # leaderboard rows, sorted
-        self.reports: list[dict[str, Any]] = []
+        self.reports: list[ComparisonReport] = []
         self.current_result: ResultData | None = None
         self.leaderboard_note = ""
 
@@ -71,13 +73,13 @@ class BoardScreen(Screen[None]):
                     timeout=10)
 
     # -- loading and showing reports ---------------------------------------------------------------
-    def show_result(self, result: ResultData, report: dict[str, Any] | None) -> None:
+    def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         self.current_result = result
         self.query_one("#resultpane", ResultPane).show(result)
 
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="load-reports")
     def load_reports(self) -> None:
-        loaded: list[tuple[dict[str, Any], Path]] = []
+        loaded: list[tuple[ComparisonReport, Path]] = []
         problems: list[str] = []
         for path in self.report_paths:
             try:
@@ -86,7 +88,7 @@ class BoardScreen(Screen[None]):
                 problems.append(str(exc))
         self.app.call_from_thread(self.reports_loaded, loaded, problems)
 
-    def reports_loaded(self, loaded: list[tuple[dict[str, Any], Path]], problems: list[str]) -> None:
+    def reports_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
         for problem in problems:
             self.notify(problem, title="report", severity="error", timeout=10)
         for report, path in loaded:
@@ -114,7 +116,7 @@ class BoardScreen(Screen[None]):
                              chosen)
 
     # -- the leaderboard ---------------------------------------------------------------------------
-    def add_to_board(self, result: ResultData, report: dict[str, Any], rebuild: bool = True) -> None:
+    def add_to_board(self, result: ResultData, report: ComparisonReport, rebuild: bool = True) -> None:
         for i, old in enumerate(self.results):
             if old.path is not None and old.path == result.path:
                 del self.results[i], self.reports[i]
@@ -128,7 +130,7 @@ class BoardScreen(Screen[None]):
         self._rank(list(self.results), list(self.reports))
 
     @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="rank")
-    def _rank(self, results: list[ResultData], reports: list[dict[str, Any]]) -> None:
+    def _rank(self, results: list[ResultData], reports: list[ComparisonReport]) -> None:
         ties: dict[str, str] = {}
         note = ""
         names = unique_names([r.name for r in results], [r.path for r in results])
@@ -150,7 +152,7 @@ class BoardScreen(Screen[None]):
         ranked_reports = [reports[i] for i in order]
         self.app.call_from_thread(self.show_board, ranked, ranked_reports, ties, note)
 
-    def show_board(self, results: list[ResultData], reports: list[dict[str, Any]],
+    def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], note: str) -> None:
         self.results, self.reports = results, reports
         table = self.query_one("#board", LeaderboardTable)

@@ -34,6 +34,7 @@ from kldtui.events import (
     StageFailed,
     StageName,
 )
+from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
 from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
@@ -360,15 +361,13 @@ class DashboardScreen(BoardScreen):
     def _result_ready(self) -> None:
         report, path = self.model.result_report, self.model.result_path
         if path and report and not self.model.next_lines:
-            wr = report.get("window_range")
-            window_range = (int(wr[0]), int(wr[1])) if isinstance(wr, list) and len(wr) == 2 else None
-            self.model.set_next_steps(self._next_steps(Path(path), window_range))
+            self.model.set_next_steps(self._next_steps(Path(path), report.window_range))
         if report:
             self.show_result(result_from_report(report, path), report)
         elif path:
             self.load_result_file(path)
 
-    def show_result(self, result: ResultData, report: dict[str, Any] | None) -> None:
+    def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         super().show_result(result, report)
         self.query_one("#tabs", TabbedContent).active = "result"
         if report is not None and result.path is not None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Footer, Header, Static
 
+from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.resultdata import ResultData, result_from_report
 from kldtui.tui.screens.board import BoardScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
@@ -61,7 +62,7 @@ class ViewerScreen(BoardScreen):
             return False
         return True
 
-    def reports_loaded(self, loaded: list[tuple[dict[str, Any], Path]], problems: list[str]) -> None:
+    def reports_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
         if not self.single:
             super().reports_loaded(loaded, problems)
             return
@@ -73,13 +74,13 @@ class ViewerScreen(BoardScreen):
             self.app.sub_title = result.name
             self.show_result(result, report)
 
-    def show_result(self, result: ResultData, report: dict[str, Any] | None) -> None:
+    def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         if self.single:
             super().show_result(result, report)
         elif report is not None:  # `o` in the leaderboard: the report joins the board
             self.add_to_board(result, report)
 
-    def show_board(self, results: list[ResultData], reports: list[dict[str, Any]],
+    def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], note: str) -> None:
         super().show_board(results, reports, ties, note)
         self.query_one("#board", LeaderboardTable).focus()
