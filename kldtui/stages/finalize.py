@@ -267,9 +267,6 @@ class Finalizer:
         result = finalize_window(self.suite, window, chunk_dir, ws.candidate,
                                  expected_vocab=self.vocab, force=self.force, emit=self.emit,
                                  cancel=self.cancel, verify=self.verify)
-        if fresh and not self.keep_chunks:
-            # one disk write per window: the chunks go once the finalized file is verified
-            shutil.rmtree(chunk_dir, ignore_errors=True)
         with self._lock:
             others = [w for i, w in self.written.items() if i != window.index]
             if any(w.vocab_size != result.vocab_size for w in others):
@@ -280,6 +277,11 @@ class Finalizer:
                 self.written[window.index] = result
                 self._write_manifest()
                 self._changed = True
+        if not self.keep_chunks and chunk_dir.exists():
+            # one disk write per window: the chunks go once the verified file is in the manifest,
+            # not before (a kill in between left a recorded window with neither: resume failed);
+            # a rerun removes what such a kill left (fresh is False then)
+            shutil.rmtree(chunk_dir, ignore_errors=True)
         return result
 
     def _write_manifest(self) -> Path:
