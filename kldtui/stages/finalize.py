@@ -263,7 +263,6 @@ class Finalizer:
         """Finalize one window (a file that already matches is kept) and list it in the manifest."""
         ws = self.workspace
         chunk_dir = ws.chunk_dir(window.chunk_dir_name)
-        fresh = self.force or not (ws.candidate / logits_file_name(window.index)).exists()
         result = finalize_window(self.suite, window, chunk_dir, ws.candidate,
                                  expected_vocab=self.vocab, force=self.force, emit=self.emit,
                                  cancel=self.cancel, verify=self.verify)
@@ -280,7 +279,7 @@ class Finalizer:
         if not self.keep_chunks and chunk_dir.exists():
             # one disk write per window: the chunks go once the verified file is in the manifest,
             # not before (a kill in between left a recorded window with neither: resume failed);
-            # a rerun removes what such a kill left (fresh is False then)
+            # a rerun removes what such a kill left
             shutil.rmtree(chunk_dir, ignore_errors=True)
         return result
 
