@@ -53,13 +53,23 @@ def _report_error(message: str) -> None:
     print(f"kldtui: error: {message}", file=sys.stderr)
 
 
-def _stop_on_sigterm() -> None:
-    """Until a command installs its own handlers, SIGTERM (and SIGHUP) stop like Ctrl-C: exit 130,
-    the documented code, even in the first second."""
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+class SignalStop(KeyboardInterrupt):
+    """A stop signal, caught wherever Ctrl-C is.
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    A subclass on purpose: CPython remembers a plain KeyboardInterrupt that escaped any code it ran
+    through its PyRun API (some extension modules run their setup that way while being imported) and
+    then ends the process by SIGINT (status -2) after main() has returned 130. It checks the exact
+    type, so a subclass keeps the documented exit code.
+    """
+
+
+def _stop_on_sigterm() -> None:
+    """Until a command installs its own handlers, SIGINT, SIGTERM and SIGHUP stop like Ctrl-C: exit
+    130, the documented code, even in the first second."""
+    def stop(signum: int, frame: object) -> None:
+        raise SignalStop
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(sig, stop)
 
