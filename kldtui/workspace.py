@@ -30,13 +30,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kldtui.formats.folder_lock import lock_path_for_folder
+from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
+
 if TYPE_CHECKING:
     from kldtui.workflow.profile import Profile
 
 StrPath = str | os.PathLike[str]
-SUITE_MANIFEST = "suite-manifest.json"
-LOGITS_MANIFEST = "manifest.json"
-LOCK_NAME = ".kldtui.lock"
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class Workspace:
     # -- the suite and the reference ------------------------------------------------------------
     @property
     def suite_manifest(self) -> Path:
-        return self.suite_dir / SUITE_MANIFEST
+        return suite_manifest_path(self.suite_dir)
 
     @property
     def reference(self) -> Path:
@@ -130,7 +130,7 @@ class Workspace:
 
     @property
     def reference_manifest(self) -> Path:
-        return self.reference / LOGITS_MANIFEST
+        return logits_manifest_path(self.reference)
 
     # -- capture --------------------------------------------------------------------------------
     @property
@@ -173,7 +173,7 @@ class Workspace:
 
     @property
     def candidate_manifest(self) -> Path:
-        return self.candidate / LOGITS_MANIFEST
+        return logits_manifest_path(self.candidate)
 
     def compare_cache(self, window_index: int) -> Path | None:
         """``compare/window-NNN.json`` (None: this workspace keeps no per-window cache)."""
@@ -194,7 +194,7 @@ class Workspace:
     @property
     def lock_path(self) -> Path | None:
         """The lock file a writing run holds (None without a work folder)."""
-        return self.workdir / LOCK_NAME if self.workdir is not None else None
+        return lock_path_for_folder(self.workdir) if self.workdir is not None else None
 
     def earlier_reports(self) -> list[Path]:
         """Reports already in the work folder (``comparison*.json``), for the leaderboard."""

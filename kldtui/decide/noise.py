@@ -25,6 +25,7 @@ from kldtui.decide.verdict import VerdictInterval, plain_number, verdict_interva
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
+from kldtui.formats.suite import logits_manifest_path
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
@@ -336,7 +337,7 @@ def _manifest(folder: Any) -> dict[str, Any] | None:
     if not isinstance(folder, str) or not folder:
         return None
     try:
-        doc = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
+        doc = json.loads(logits_manifest_path(folder).read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) else None

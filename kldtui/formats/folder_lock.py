@@ -44,6 +44,11 @@ _held: dict[Path, _Held] = {}
 _held_lock = threading.Lock()
 
 
+def lock_path_for_folder(folder: str | os.PathLike[str]) -> Path:
+    """The lock file guarding a whole folder (inside it)."""
+    return Path(folder) / LOCK_NAME
+
+
 def lock_path_for_file(path: str | os.PathLike[str]) -> Path:
     """The lock file guarding one output file (beside it)."""
     p = Path(path)
@@ -141,7 +146,7 @@ def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | o
     locks: list[tuple[Path, str]] = []
     for folder in folders:
         p = ensure_folder(folder, what)
-        locks.append((p / LOCK_NAME, str(p)))
+        locks.append((lock_path_for_folder(p), str(p)))
     for file in files:
         f = Path(file)
         if f.is_dir():

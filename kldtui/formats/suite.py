@@ -21,6 +21,22 @@ SUITE_MANIFEST = "suite-manifest.json"
 LOGITS_MANIFEST = "manifest.json"
 LOGITS_FORMAT = "kimi-k3-kld-reference-v1"
 TENSOR_KEY = "logits"
+TOKENS_DIR = "tokens"
+
+
+def suite_manifest_path(folder: str | os.PathLike[str]) -> Path:
+    """A suite folder's ``suite-manifest.json``."""
+    return Path(folder) / SUITE_MANIFEST
+
+
+def logits_manifest_path(folder: str | os.PathLike[str]) -> Path:
+    """A logits folder's ``manifest.json`` (``ref/`` or a finalized candidate folder)."""
+    return Path(folder) / LOGITS_MANIFEST
+
+
+def token_file_name(index: int, domain: str) -> str:
+    """A window's token file, relative to the suite folder (the published naming)."""
+    return f"{TOKENS_DIR}/window-{index:03d}-{domain}.json"
 
 
 def token_ids_json(ids: Sequence[int]) -> str:

@@ -14,9 +14,11 @@ from typing import Any
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
 from kldtui.formats.suite import (
     SUITE_MANIFEST,
+    TOKENS_DIR,
     Suite,
     load_suite,
     suite_token_hash,
+    token_file_name,
     token_ids_hash,
     token_ids_json,
 )
@@ -32,13 +34,13 @@ def write_suite(root: str | os.PathLike[str], windows: Sequence[tuple[str, Seque
     context_length = len(windows[0][1])
     if any(len(ids) != context_length for _, ids in windows):
         raise ValueError("all windows of a suite have the same number of tokens")
-    (root / "tokens").mkdir(parents=True, exist_ok=True)
+    (root / TOKENS_DIR).mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, Any]] = []
     domain_seen: dict[str, int] = {}
     for index, (domain, ids) in enumerate(windows):
         domain_index = domain_seen.get(domain, 0)
         domain_seen[domain] = domain_index + 1
-        rel = f"tokens/window-{index:03d}-{domain}.json"
+        rel = token_file_name(index, domain)
         write_bytes_atomic(root / rel, (token_ids_json(ids) + "\n").encode("ascii"))
         entries.append({
             "index": index,

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ from kldtui.formats.suite import (
     check_manifest_matches_suite,
     load_logits_manifest,
     load_suite,
+    logits_manifest_path,
 )
 from kldtui.metrics import ckernel
 from kldtui.metrics import stats as st
@@ -221,6 +222,34 @@ def _decode(doc: dict[str, str]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(doc["data"]), dtype=dtype).copy()
 
 
+@dataclass(frozen=True)
+class WindowFigures:
+    """One window's figures (its ``per_window_arrays`` column values, docs/REPORT.md)."""
+
+    window_index: int
+    domain: str
+    positions: int
+    kl_mean: float
+    kl_median: float
+    kl_p99: float
+    kl_max: float
+    js_mean: float
+    top1_agreement: float
+    p_reference_mean: float
+    p_candidate_mean: float
+    delta_p_mean: float
+    delta_p_rms: float
+    nll_reference_mean: float
+    nll_candidate_mean: float
+    infinite_kl_rows: int
+    top5_agreement: float
+    top10_agreement: float
+    kl_reverse_mean: float | None = None  # only when the rows have the reverse KL
+
+
+_FIGURE_NAMES = tuple(f.name for f in fields(WindowFigures))
+
+
 @dataclass
 class WindowResult:
     """The per-position figures of one compared window (serialisable, so a resumed run need not
@@ -250,37 +279,35 @@ class WindowResult:
     def top1_agreement(self) -> float:
         return float(np.mean(self.rows.argmax_ref == self.rows.argmax_cand))
 
-    def figures(self) -> dict[str, Any]:
-        """This window's entry of ``per_window_arrays`` (docs/REPORT.md)."""
+    def figures(self) -> WindowFigures:
+        """This window's figures: its entry of ``per_window_arrays`` (docs/REPORT.md)."""
         r = self.rows
         kl = _finite(r.kl)  # KL statistics are over the positions with finite KL (docs/REPORT.md)
         p_ref = np.exp(r.logp_ref_next)
         p_cand = np.exp(r.logp_cand_next)
         dp = p_cand - p_ref
-        out: dict[str, Any] = {
-            "window_index": self.window_index,
-            "domain": self.domain,
-            "positions": self.positions,
-            "kl_mean": float(np.mean(kl)),
-            "kl_median": float(np.median(kl)),
-            "kl_p99": float(np.quantile(kl, 0.99)),
-            "kl_max": float(np.max(kl)),
-            "js_mean": float(np.mean(r.js)),
-            "top1_agreement": self.top1_agreement,
-            "p_reference_mean": float(np.mean(p_ref)),
-            "p_candidate_mean": float(np.mean(p_cand)),
-            "delta_p_mean": float(np.mean(dp)),
-            "delta_p_rms": float(np.sqrt(np.mean(dp * dp))),
-            "nll_reference_mean": float(-np.mean(r.logp_ref_next)),
-            "nll_candidate_mean": float(-np.mean(r.logp_cand_next)),
+        return WindowFigures(
+            window_index=self.window_index,
+            domain=self.domain,
+            positions=self.positions,
+            kl_mean=float(np.mean(kl)),
+            kl_median=float(np.median(kl)),
+            kl_p99=float(np.quantile(kl, 0.99)),
+            kl_max=float(np.max(kl)),
+            js_mean=float(np.mean(r.js)),
+            top1_agreement=self.top1_agreement,
+            p_reference_mean=float(np.mean(p_ref)),
+            p_candidate_mean=float(np.mean(p_cand)),
+            delta_p_mean=float(np.mean(dp)),
+            delta_p_rms=float(np.sqrt(np.mean(dp * dp))),
+            nll_reference_mean=float(-np.mean(r.logp_ref_next)),
+            nll_candidate_mean=float(-np.mean(r.logp_cand_next)),
             # rows where the candidate gives probability 0 to a token the reference does not
-            "infinite_kl_rows": int(r.infinite_kl_rows().size),
-        }
-        for k in TOPK[1:]:
-            out[f"top{k}_agreement"] = float(np.mean(r.rank_ref_top < k))
-        if r.kl_reverse is not None:
-            out["kl_reverse_mean"] = float(np.mean(_finite(r.kl_reverse)))
-        return out
+            infinite_kl_rows=int(r.infinite_kl_rows().size),
+            top5_agreement=float(np.mean(r.rank_ref_top < 5)),
+            top10_agreement=float(np.mean(r.rank_ref_top < 10)),
+            kl_reverse_mean=(float(np.mean(_finite(r.kl_reverse))) if r.kl_reverse is not None else None),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         arrays = {f: _encode(getattr(self.rows, f)) for f in _PER_ROW if getattr(self.rows, f) is not None}
@@ -590,7 +617,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     if reference_manifest_sha256 is None and reference_dir:
         with contextlib.suppress(OSError):
             reference_manifest_sha256 = hashlib.sha256(
-                (Path(reference_dir) / "manifest.json").read_bytes()).hexdigest()
+                logits_manifest_path(reference_dir).read_bytes()).hexdigest()
     if window_range is None:
         stop = options.stop_window if options.stop_window is not None else idx[-1] + 1
         window_range = [min(options.start_window, idx[0]), max(stop, idx[-1] + 1)]
@@ -611,7 +638,9 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
         positions_per_second=positions / elapsed if elapsed > 0 else None,
         command=command,
     )
-    columns: dict[str, Any] = {k: [f[k] for f in figs] for k in figs[0] if k != "kl_reverse_mean" or reverse}
+    with_reverse = reverse and figs[0].kl_reverse_mean is not None
+    columns: dict[str, Any] = {k: [getattr(f, k) for f in figs] for k in _FIGURE_NAMES
+                               if k != "kl_reverse_mean" or with_reverse}
     with np.errstate(over="ignore", invalid="ignore"):
         return ComparisonReport(
             report_format=REPORT_FORMAT,
@@ -627,7 +656,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             per_window=[_window_entry(r, f, reverse) for r, f in zip(res, figs, strict=True)],
             per_window_arrays=WindowTable(**columns),
             domains={d: Bootstrap.of(st.window_cluster_bootstrap(
-                [f["kl_mean"] for f in figs if f["domain"] == d], samples, seed))
+                [f.kl_mean for f in figs if f.domain == d], samples, seed))
                 for d in dict.fromkeys(r.domain for r in res)},
             provenance=provenance,
             **_overall_figures(res, figs, reverse, samples, seed),
@@ -639,19 +668,19 @@ def _or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _window_entry(r: WindowResult, figures: dict[str, Any], reverse: bool) -> WindowEntry:
+def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool) -> WindowEntry:
     """One ``per_window`` entry: the original's fields, then this window's figures."""
     return WindowEntry(
         window_index=r.window_index, domain=r.domain, positions=r.positions,
         kl_reference_to_candidate=Stats.of(st.stats_object(_finite(r.rows.kl))),
         js=Stats.of(st.stats_object(r.rows.js)),
-        top1_agreement=figures["top1_agreement"],
+        top1_agreement=figures.top1_agreement,
         kl_candidate_to_reference=(Stats.of(st.stats_object(_finite(r.rows.kl_reverse)))
                                    if r.rows.kl_reverse is not None and reverse else None),
-        **{k: figures[k] for k in WINDOW_FIGURES if k in figures})
+        **{k: getattr(figures, k) for k in WINDOW_FIGURES})
 
 
-def _overall_figures(res: Sequence[WindowResult], figs: list[dict[str, Any]], reverse: bool, samples: int,
+def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], reverse: bool, samples: int,
                      seed: int) -> dict[str, Any]:
     """The report's figures over all positions (and over window means, for the bootstraps)."""
     kl = _concat(res, "kl")
@@ -660,8 +689,8 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[dict[str, Any]], re
     lp_ref = _concat(res, "logp_ref_next")
     lp_cand = _concat(res, "logp_cand_next")
     dp = np.exp(lp_cand) - np.exp(lp_ref)
-    nll_r = np.array([f["nll_reference_mean"] for f in figs])
-    nll_c = np.array([f["nll_candidate_mean"] for f in figs])
+    nll_r = np.array([f.nll_reference_mean for f in figs])
+    nll_c = np.array([f.nll_candidate_mean for f in figs])
     fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged
     if not fin.any():
         fin[:] = True
@@ -670,9 +699,9 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[dict[str, Any]], re
         "js": Stats.of(st.stats_object(_concat(res, "js"))),
         "top1_agreement": float(np.mean(top1)),
         "kl_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
-            np.array([f["kl_mean"] for f in figs]), samples, seed)),
+            np.array([f.kl_mean for f in figs]), samples, seed)),
         "js_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
-            np.array([f["js_mean"] for f in figs]), samples, seed)),
+            np.array([f.js_mean for f in figs]), samples, seed)),
         "topk_agreement": TopK(TOPK_DEFINITION, list(TOPK), {str(k): float(np.mean(rank < k)) for k in TOPK}),
         "next_token": NextToken(
             p_reference=Stats.of(st.stats_object(np.exp(lp_ref))),
@@ -692,8 +721,8 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[dict[str, Any]], re
         ),
         "infinite_kl": InfiniteKL(
             definition=INFINITE_KL_DEFINITION,
-            rows=int(sum(f["infinite_kl_rows"] for f in figs)),
-            windows=[int(f["window_index"]) for f in figs if f["infinite_kl_rows"]],
+            rows=int(sum(f.infinite_kl_rows for f in figs)),
+            windows=[int(f.window_index) for f in figs if f.infinite_kl_rows],
             reverse_rows=int(sum(int(np.isposinf(r.rows.kl_reverse).sum()) for r in res
                                  if r.rows.kl_reverse is not None)) if reverse else None),
         "kl_by_reference_confidence": [ConfidenceBucket(**b) for b in  # type: ignore[arg-type]
@@ -705,7 +734,7 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[dict[str, Any]], re
     if reverse:
         out["kl_candidate_to_reference"] = Stats.of(st.stats_object(_finite(_concat(res, "kl_reverse"))))
         out["kl_reverse_window_cluster_bootstrap"] = Bootstrap.of(st.window_cluster_bootstrap(
-            [f["kl_reverse_mean"] for f in figs], samples, seed))
+            [f.kl_reverse_mean for f in figs if f.kl_reverse_mean is not None], samples, seed))
     return out
 
 

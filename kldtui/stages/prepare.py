@@ -35,9 +35,11 @@ from kldtui.events import (
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
 from kldtui.formats.suite import (
     SUITE_MANIFEST,
+    TOKENS_DIR,
     Suite,
     load_suite,
     suite_token_hash,
+    token_file_name,
     token_ids_hash,
     token_ids_json,
 )
@@ -469,12 +471,12 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
 def _write(root: Path, windows: Sequence[tuple[str, list[int], dict[str, Any]]],
            dataset_docs: list[dict[str, Any]], *, context_length: int, kind: str, tokenizer: str,
            tokenizer_class: str) -> None:
-    (root / "tokens").mkdir()
+    (root / TOKENS_DIR).mkdir()
     entries = []
     counts: dict[str, int] = {}
     for index, (domain, ids, fields) in enumerate(windows):
         counts[domain] = counts.get(domain, 0) + 1
-        rel = f"tokens/window-{index:03d}-{domain}.json"
+        rel = token_file_name(index, domain)
         write_bytes_atomic(root / rel, (token_ids_json(ids) + "\n").encode("ascii"))
         entries.append({
             "index": index,

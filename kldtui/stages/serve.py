@@ -19,6 +19,11 @@ an ``atexit`` guard stops whatever is still running, and on Linux the child gets
 with it. (The death signal fires when the *thread* that forked exits, so every child is forked
 by one long-lived spawner thread.)
 
+The stage driver is :func:`run_serve` (with :func:`start_serve` for a caller that overlaps the
+server's loading with other work): from a :class:`ServerPlan` it launches the server (or checks an
+attached one), waits until it is ready and returns a :class:`ServerSession`; the ``serve`` command
+and the pipeline call it the same way.
+
 Usage::
 
     server = ServerProcess(argv, capture_dir=..., served_model_name="tiny", emit=emit)
@@ -43,8 +48,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
@@ -53,12 +59,17 @@ from kldtui.events import (
     LogLine,
     Notice,
     ServerReady,
+    StageFinished,
     StageName,
     StageStarted,
+    failure_reported,
     null_sink,
 )
 from kldtui.formats.chunks import CAPTURE_DIR_ENV
-from kldtui.redact import redact_argv, scrub, secret_values
+from kldtui.redact import redact_argv, redact_env, scrub, secret_values
+
+if TYPE_CHECKING:
+    from kldtui.workspace import Workspace
 
 STAGE: StageName = "server"
 DEFAULT_STOP_TIMEOUTS = (20.0, 10.0, 5.0)  # after SIGINT, after SIGTERM, after SIGKILL
@@ -542,3 +553,99 @@ def check_attached(base_url: str, served_model_name: str, *, api_key: str | None
                           f"{served_model_name!r}; fix served_model_name in the profile")
     emit(ServerReady(STAGE, url=url, served_model_name=served_model_name, pid=None))
     return url
+
+
+# --- the stage driver ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """What the serve stage runs: a launched server (``vllm``/``embedded``: its argument list and
+    environment) or an attached one (``attach``: its URL and the capture folder it writes)."""
+
+    kind: Literal["vllm", "embedded", "attach"]
+    served_model_name: str
+    startup_timeout: float
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None
+    url: str | None = None
+    capture_dir: Path | None = None  # attach: the server's; launched: a fixed folder (serve --capture-dir)
+
+
+@dataclass
+class ServerSession:
+    """A server of this run: where it listens (once ready), where it captures, what it is."""
+
+    plan: ServerPlan
+    capture_dir: Path
+    process: ServerProcess | None  # None when attached
+    url: str | None = None
+    runtime: dict[str, Any] = field(default_factory=dict)  # for manifests: secrets redacted
+
+    def stop(self, reason: str = "done") -> None:
+        """Stop the server we launched (never an attached one); safe to call more than once."""
+        if self.process is not None:
+            self.process.stop(reason=reason)
+
+
+def start_serve(workspace: Workspace, emit: EventSink, plan: ServerPlan) -> ServerSession:
+    """Launch the planned server and return while it loads (attached: nothing to launch).
+
+    A launched server captures into ``plan.capture_dir`` or a fresh folder of the workspace."""
+    if plan.kind == "attach":
+        if plan.url is None or plan.capture_dir is None:
+            raise BadInput("attach mode needs [candidate] url and server_capture_dir")
+        return ServerSession(plan, plan.capture_dir, None,
+                             runtime={"launcher": "attached", "url": plan.url,
+                                      "served_model_name": plan.served_model_name})
+    capture_dir = plan.capture_dir or workspace.fresh_server_capture_dir()
+    process = ServerProcess(list(plan.argv), capture_dir=capture_dir,
+                            served_model_name=plan.served_model_name, emit=emit, env=plan.env,
+                            log_path=workspace.server_log, api_key=plan.api_key)
+    process.start()
+    return ServerSession(plan, capture_dir, process,
+                         runtime={"launcher": "kldtui", "kind": plan.kind, "argv": process.public_argv,
+                                  "model": plan.model, "served_model_name": plan.served_model_name,
+                                  "env": redact_env(plan.env)})
+
+
+def run_serve(workspace: Workspace, emit: EventSink, cancel: Cancel | None, plan: ServerPlan, *,
+              session: ServerSession | None = None) -> ServerSession:
+    """The serve stage: launch the server (unless ``session`` already did) or check the attached
+    one, wait until it answers, and return the ready session. On failure the launched server is
+    stopped and the error (one line) is reported as the stage's failure."""
+    try:
+        with failure_reported(emit, STAGE):
+            if plan.kind == "attach":
+                emit(StageStarted(STAGE, detail=f"attach {plan.url}"))
+            if session is None:
+                session = start_serve(workspace, emit, plan)
+            if session.process is None:
+                assert plan.url is not None
+                session.url = check_attached(plan.url, plan.served_model_name, api_key=plan.api_key,
+                                             emit=emit)
+            else:
+                session.url = session.process.wait_ready(timeout=plan.startup_timeout, cancel=cancel)
+            session.runtime.update(server_version(session.url))
+    except BaseException:
+        if session is not None:
+            session.stop(reason="error")
+        raise
+    emit(StageFinished(STAGE, summary=f"ready at {session.url}", figures={"url": session.url}))
+    return session
+
+
+def server_version(url: str) -> dict[str, Any]:
+    """vLLM's ``GET /version`` for the manifest's runtime identity (absent: nothing)."""
+    import httpx
+
+    try:
+        response = httpx.get(url.rstrip("/") + "/version", timeout=5.0, trust_env=False)
+        if response.status_code == 200:
+            version = response.json().get("version")
+            if isinstance(version, str):
+                return {"server_version": version}
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return {}

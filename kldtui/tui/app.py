@@ -194,9 +194,9 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
             profile = demo.prepare_demo(Path(demo_workdir))
         title: str | None = "kldtui demo"
     else:
-        from kldtui.workflow.profile import load_profile
+        from kldtui.workflow.profile import DEFAULT_PROFILE, load_profile
 
-        profile = load_profile(profile_path or "kldtui.toml")
+        profile = load_profile(profile_path or DEFAULT_PROFILE)
         title = None
     # The demo is a new user's first command: it runs by itself; a profile waits for `r`.
     app = create_app(profile=profile, theme=theme, title=title, autostart=demo_workdir is not None)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, null_sink
-from kldtui.workflow.profile import Profile, load_profile
+from kldtui.workflow.profile import DEFAULT_PROFILE, Profile, load_profile
 
 DEMO_DOMAINS = ("prose", "prose", "code", "code", "instruction", "instruction")
 DEMO_CONTEXT = 512
@@ -66,12 +66,12 @@ def demo_windows() -> list[tuple[str, list[int]]]:
 
 def build_demo_suite(root: Path) -> None:
     """Write the demo suite to ``root`` unless it is already there (and the same)."""
-    from kldtui.formats.suite import load_suite, suite_token_hash, token_ids_hash
+    from kldtui.formats.suite import load_suite, suite_manifest_path, suite_token_hash, token_ids_hash
     from kldtui.formats.suite_writer import write_suite
 
     windows = demo_windows()
     expected = suite_token_hash([token_ids_hash(ids) for _, ids in windows])
-    if (root / "suite-manifest.json").exists():
+    if suite_manifest_path(root).exists():
         suite = load_suite(root)
         if suite.suite_token_hash_sha256 != expected:
             raise BadInput(f"{root}: holds another suite than the demo's; use an empty --workdir")
@@ -85,7 +85,7 @@ def prepare_demo(workdir: str | os.PathLike[str]) -> Profile:
 
     root = ensure_folder(Path(workdir).expanduser().resolve(), "--workdir")
     build_demo_suite(root / "suite")
-    profile_path = root / "kldtui.toml"
+    profile_path = root / DEFAULT_PROFILE
     if not profile_path.exists() or profile_path.read_text() != PROFILE_TEXT:
         from kldtui.formats.atomic import atomic_open
 

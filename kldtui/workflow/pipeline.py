@@ -65,7 +65,6 @@ from kldtui.events import (
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
-from kldtui.redact import redact_env
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
@@ -155,6 +154,7 @@ class Pipeline:
         self._abort_message: str | None = None
         self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
         self.server_capture_dir_override: Path | None = None  # ``kldtui serve --capture-dir``
+        self._session: Any = None  # kldtui.stages.serve.ServerSession of the server in use
         self._locks = FolderLocks()
 
     # -- one writer per folder --------------------------------------------------------------------
@@ -326,59 +326,46 @@ class Pipeline:
         self.emit(Notice("reference", f"repeat capture of window {first:03d} stored as "
                          f"repeat-noise-window{first:03d}.json"))
 
+    def server_plan(self) -> Any:
+        """The serve stage's plan for this pipeline's server (see :func:`server_plan`)."""
+        from kldtui.workflow.profile import server_plan
+
+        return server_plan(self.profile, self.server_capture_dir_override)
+
     def start_server(self) -> None:
         """Start the candidate server (returns while it loads); attach mode does nothing."""
-        c = self.profile.candidate
-        if c.kind == "attach" or self.server is not None:
+        if self.profile.candidate.kind == "attach" or self._session is not None:
             return
         # no folder lock here: `kldtui serve` keeps a server up while other shells capture and
         # finalize into the work folder; the server writes only its own fresh capture folder
-        from kldtui.stages.serve import ServerProcess
+        from kldtui.stages.serve import start_serve
 
-        self.server_capture_dir = self.server_capture_dir_override or self._fresh_server_capture_dir()
-        argv = self.profile.server_argv()
-        self.server = ServerProcess(argv, capture_dir=self.server_capture_dir,
-                                    served_model_name=c.served_model_name, emit=self.emit,
-                                    env=self.profile.server_env(),
-                                    log_path=self._workspace.server_log,
-                                    api_key=self.profile.api_key())
-        try:
-            self.server.start()
-        except BaseException:
-            self.server = None
-            raise
-        # recorded in the candidate manifest: secrets only as "<redacted>" (kldtui.redact)
-        self.runtime = {"launcher": "kldtui", "kind": c.kind, "argv": self.server.public_argv,
-                        "model": c.model, "served_model_name": c.served_model_name,
-                        "env": redact_env(self.profile.server_env())}
+        self._adopt(start_serve(self._workspace, self.emit, self.server_plan()))
 
     def serve(self) -> str:
-        """Start the server (or check the attached one) and wait until it is ready; return its URL."""
-        c = self.profile.candidate
+        """The serve stage (:func:`~kldtui.stages.serve.run_serve`): start the server, or check the
+        attached one, and wait until it is ready; return its URL."""
+        from kldtui.stages.serve import run_serve
+
         if self.base_url is not None:
             return self.base_url
         try:
-            with failure_reported(self.emit, "server"):
-                if c.kind == "attach":
-                    from kldtui.stages.serve import check_attached
-
-                    self.emit(StageStarted("server", detail=f"attach {c.url}"))
-                    assert c.url is not None and c.server_capture_dir is not None
-                    self.server_capture_dir = c.server_capture_dir
-                    self.base_url = check_attached(c.url, c.served_model_name,
-                                                   api_key=self.profile.api_key(), emit=self.emit)
-                    self.runtime = {"launcher": "attached", "url": c.url,
-                                    "served_model_name": c.served_model_name}
-                else:
-                    self.start_server()
-                    self.base_url = self.server.wait_ready(timeout=c.startup_timeout, cancel=self.cancel)
-                self.runtime.update(_server_version(self.base_url))
-        except KldError:
-            self.stop_server()
+            session = run_serve(self._workspace, self.emit, self.cancel, self.server_plan(),
+                                session=self._session)
+        except BaseException:
+            self._adopt(None)
             raise
-        self.emit(StageFinished("server", summary=f"ready at {self.base_url}",
-                                figures={"url": self.base_url}))
-        return self.base_url
+        self._adopt(session)
+        assert session.url is not None
+        return session.url
+
+    def _adopt(self, session: Any) -> None:
+        """Take ``session`` (a ServerSession, or None once it is gone) as this pipeline's server."""
+        self._session = session
+        self.server = session.process if session is not None else None
+        self.base_url = session.url if session is not None else None
+        self.server_capture_dir = session.capture_dir if session is not None else None
+        self.runtime = dict(session.runtime) if session is not None else {}
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
         """Capture the window range (resumes from the capture records); the server must be up."""
@@ -441,6 +428,7 @@ class Pipeline:
             server.stop(reason=reason)
             self.server = None
             self.base_url = None
+            self._session = None
 
     @property
     def server_running(self) -> bool:
@@ -722,18 +710,3 @@ def _is_local_url(url: str) -> bool:
 
     host = (urlsplit(url).hostname or "").lower()
     return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
-
-
-def _server_version(url: str) -> dict[str, Any]:
-    """vLLM's ``GET /version`` for the manifest's runtime identity (absent: nothing)."""
-    import httpx
-
-    try:
-        response = httpx.get(url.rstrip("/") + "/version", timeout=5.0, trust_env=False)
-        if response.status_code == 200:
-            version = response.json().get("version")
-            if isinstance(version, str):
-                return {"server_version": version}
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
-    return {}

@@ -59,10 +59,13 @@ import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
+
+if TYPE_CHECKING:
+    from kldtui.stages.serve import ServerPlan
 
 DEFAULT_VLLM_LAUNCHER = ("-m", "vllm.entrypoints.cli.main", "serve", "{model}")
 EMBEDDED_MODULE = "kldtui.embedded"
@@ -376,6 +379,24 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     return Profile(path=path, reference=build(ReferenceConfig, ref),
                    candidate=build(CandidateConfig, cand), run=build(RunConfig, run),
                    compare=build(CompareConfig, cmp_))
+
+
+def server_plan(profile: Profile, capture_dir: Path | None = None) -> ServerPlan:
+    """The serve stage's plan for the profile's candidate; ``capture_dir`` fixes a launched
+    server's capture folder (``kldtui serve --capture-dir``; default: a fresh one per start)."""
+    from kldtui.stages.serve import ServerPlan
+
+    c = profile.candidate
+    if c.kind == "attach":
+        return ServerPlan("attach", c.served_model_name, c.startup_timeout, url=c.url,
+                          capture_dir=c.server_capture_dir, api_key=profile.api_key())
+    kind = cast(Literal["vllm", "embedded"], c.kind)  # validated when the profile was loaded
+    return ServerPlan(kind, c.served_model_name, c.startup_timeout, argv=tuple(profile.server_argv()),
+                      env=profile.server_env(), api_key=profile.api_key(), model=c.model,
+                      capture_dir=capture_dir)
+
+
+DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:

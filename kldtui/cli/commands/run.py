@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kldtui.workflow.profile import DEFAULT_PROFILE
+
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport
 
 HELP = "run the whole pipeline for a profile (the dashboard, or headless with --batch)"
-DEFAULT_PROFILE = "kldtui.toml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,12 +2,14 @@
 
 Prints the server's URL and its capture folder, follows it until Ctrl-C (or SIGTERM/SIGHUP),
 then stops its whole process group. Another shell can then ``kldtui capture`` against it.
+The serve stage is :func:`kldtui.stages.serve.run_serve`, the driver the pipeline calls too.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 HELP = "start the candidate server of a profile (with the capture hook) and keep it running"
 
@@ -24,42 +26,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kldtui.cli.commands.run import DEFAULT_PROFILE, run_batch_job
-    from kldtui.errors import BadInput
-    from kldtui.events import LogLine, Notice
-    from kldtui.workflow.pipeline import Pipeline
-    from kldtui.workflow.profile import load_profile
+    from kldtui.cli.commands.run import run_batch_job
+    from kldtui.errors import BadInput, StageFailed
+    from kldtui.events import Cancel, EventSink, LogLine, Notice
+    from kldtui.stages.serve import ServerSession, run_serve, start_serve
+    from kldtui.workflow.profile import DEFAULT_PROFILE, load_profile, server_plan
+    from kldtui.workspace import Workspace
 
     profile = load_profile(getattr(args, "profile", None) or DEFAULT_PROFILE)
     if profile.candidate.kind == "attach":
         raise BadInput(f"{profile.where}: [candidate] kind = 'attach' points at a server started "
                        "elsewhere; kldtui serve starts one (use kind = 'vllm' or 'embedded')")
     args.server_log = True  # following the server's log is the point of this command
-    holder: dict[str, Pipeline] = {}
+    plan = server_plan(profile, Path(args.capture_dir).resolve() if args.capture_dir else None)
+    workspace = Workspace.from_profile(profile)
+    running: list[ServerSession] = []
 
-    def job(emit, cancel):  # type: ignore[no-untyped-def]
-        pipeline = Pipeline(profile, emit, cancel)
-        holder["p"] = pipeline
-        if args.capture_dir:
-            pipeline.server_capture_dir_override = Path(args.capture_dir).resolve()
+    def job(emit: EventSink, cancel: Cancel) -> Any:
         try:
-            url = pipeline.serve()
-            emit(Notice("server", f"serving {profile.candidate.served_model_name} at {url}; capture "
-                        f"folder {pipeline.server_capture_dir}; Ctrl-C stops it"))
-            server = pipeline.server
+            running.append(start_serve(workspace, emit, plan))  # a forced stop reaches it while it loads
+            session = run_serve(workspace, emit, cancel, plan, session=running[0])
+            emit(Notice("server", f"serving {plan.served_model_name} at {session.url}; capture "
+                        f"folder {session.capture_dir}; Ctrl-C stops it"))
+            assert session.process is not None
             while True:
-                dead = server.alive()
+                dead = session.process.alive()
                 if dead is not None:
-                    from kldtui.errors import StageFailed
-
                     raise StageFailed(dead)
                 if cancel.wait(0.5):
                     emit(LogLine("server", f"stopping ({cancel.reason})"))
                     return None
         finally:
-            pipeline.stop_server(reason="kldtui serve ended")
+            for s in running:
+                s.stop(reason="kldtui serve ended")
 
-    code = run_batch_job(job, args, lambda: holder["p"].stop_server("interrupted") if "p" in holder else None)
+    def force_stop() -> None:
+        for s in running:
+            s.stop("interrupted")
+
+    code = run_batch_job(job, args, force_stop)
     if code == 130:
         print("kldtui: server stopped", file=sys.stderr)
         return 0

@@ -1,0 +1,63 @@
+"""The serve stage's driver, called directly as the command and the pipeline call it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kldtui.errors import StageFailed
+from kldtui.events import Cancel, Event, StageFailed as StageFailedEvent, StageFinished
+from kldtui.stages.serve import ServerPlan, run_serve
+from kldtui.workflow.demo import prepare_demo
+from kldtui.workflow.profile import server_plan
+from kldtui.workspace import Workspace
+from tests.proc_utils import pid_dead
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_run_serve_launches_a_ready_server_and_records_what_it_is(tmp_path: Path) -> None:
+    profile = prepare_demo(tmp_path)
+    events: list[Event] = []
+    session = run_serve(Workspace.from_profile(profile), events.append, Cancel(), server_plan(profile))
+    try:
+        assert session.url is not None and session.process is not None
+        models = httpx.get(f"{session.url}/v1/models", trust_env=False).json()["data"]
+        assert [m["id"] for m in models] == ["demo"]
+        assert session.capture_dir == tmp_path / "capture" / "server-001"
+        assert session.runtime["launcher"] == "kldtui" and session.runtime["served_model_name"] == "demo"
+        finished = [e for e in events if isinstance(e, StageFinished)]
+        assert finished and finished[-1].stage == "server" and session.url in finished[-1].summary
+    finally:
+        session.stop("test done")
+    pid = session.process.pid
+    assert pid is not None and pid_dead(pid)
+
+
+def test_run_serve_reports_a_server_that_dies_while_loading(tmp_path: Path) -> None:
+    profile = prepare_demo(tmp_path)
+    plan = ServerPlan("embedded", "demo", startup_timeout=60.0,
+                      argv=(sys.executable, "-c", "import sys; print('model file is broken'); sys.exit(3)"))
+    events: list[Event] = []
+    with pytest.raises(StageFailed, match="model file is broken"):
+        run_serve(Workspace.from_profile(profile), events.append, Cancel(), plan)
+    failed = [e for e in events if isinstance(e, StageFailedEvent)]
+    assert failed and failed[0].stage == "server" and "exit code 3" in failed[0].message
+
+
+def test_run_serve_attaches_without_launching(tmp_path: Path) -> None:
+    profile = prepare_demo(tmp_path)
+    launched = run_serve(Workspace.from_profile(profile), lambda e: None, Cancel(), server_plan(profile))
+    try:
+        assert launched.url is not None
+        plan = ServerPlan("attach", "demo", 10.0, url=launched.url, capture_dir=launched.capture_dir)
+        attached = run_serve(Workspace.from_profile(profile), lambda e: None, Cancel(), plan)
+        assert attached.process is None and attached.url == launched.url
+        assert attached.runtime["launcher"] == "attached"
+        attached.stop()  # never stops a server it did not launch
+        assert launched.process is not None and launched.process.alive() is None
+    finally:
+        launched.stop()
