@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from kldtui.workflow.profile import Profile
 
 StrPath = str | os.PathLike[str]
+DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,12 @@ class Workspace:
     def lock_path(self) -> Path | None:
         """The lock file a writing run holds (None without a work folder)."""
         return lock_path_for_folder(self.workdir) if self.workdir is not None else None
+
+    @staticmethod
+    def demo_layout(root: StrPath) -> tuple[Path, Path]:
+        """The demo folder's suite folder and its profile (``kldtui demo --workdir``); the
+        profile's ``[run] workdir`` is the demo folder itself."""
+        return Path(root) / "suite", Path(root) / DEFAULT_PROFILE
 
     def earlier_reports(self) -> list[Path]:
         """Reports already in the work folder (``comparison*.json``), for the leaderboard."""

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from kldtui.errors import StageFailed
-from kldtui.events import Cancel, Event, StageFailed as StageFailedEvent, StageFinished
+from kldtui.events import Cancel, Event, StageFinished
+from kldtui.events import StageFailed as StageFailedEvent
 from kldtui.stages.serve import ServerPlan, run_serve
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.profile import server_plan

@@ -194,7 +194,8 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
             profile = demo.prepare_demo(Path(demo_workdir))
         title: str | None = "kldtui demo"
     else:
-        from kldtui.workflow.profile import DEFAULT_PROFILE, load_profile
+        from kldtui.workflow.profile import load_profile
+        from kldtui.workspace import DEFAULT_PROFILE
 
         profile = load_profile(profile_path or DEFAULT_PROFILE)
         title = None

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, null_sink
-from kldtui.workflow.profile import DEFAULT_PROFILE, Profile, load_profile
+from kldtui.workflow.profile import Profile, load_profile
+from kldtui.workspace import Workspace
 
 DEMO_DOMAINS = ("prose", "prose", "code", "code", "instruction", "instruction")
 DEMO_CONTEXT = 512
@@ -84,8 +85,8 @@ def prepare_demo(workdir: str | os.PathLike[str]) -> Profile:
     from kldtui.formats.folder_lock import ensure_folder
 
     root = ensure_folder(Path(workdir).expanduser().resolve(), "--workdir")
-    build_demo_suite(root / "suite")
-    profile_path = root / DEFAULT_PROFILE
+    suite_dir, profile_path = Workspace.demo_layout(root)
+    build_demo_suite(suite_dir)
     if not profile_path.exists() or profile_path.read_text() != PROFILE_TEXT:
         from kldtui.formats.atomic import atomic_open
 

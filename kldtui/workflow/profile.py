@@ -396,8 +396,6 @@ def server_plan(profile: Profile, capture_dir: Path | None = None) -> ServerPlan
                       capture_dir=capture_dir)
 
 
-DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
-
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile TOML; raises :class:`BadInput` with one line on any problem."""

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kldtui.workflow.profile import DEFAULT_PROFILE
+from kldtui.workspace import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput, StageFailed
     from kldtui.events import Cancel, EventSink, LogLine, Notice
     from kldtui.stages.serve import ServerSession, run_serve, start_serve
-    from kldtui.workflow.profile import DEFAULT_PROFILE, load_profile, server_plan
-    from kldtui.workspace import Workspace
+    from kldtui.workflow.profile import load_profile, server_plan
+    from kldtui.workspace import DEFAULT_PROFILE, Workspace
 
     profile = load_profile(getattr(args, "profile", None) or DEFAULT_PROFILE)
     if profile.candidate.kind == "attach":
