@@ -76,7 +76,13 @@ def _run_until(workdir: Path, trigger: str, sig: signal.Signals) -> int:
             sent = True
             if sig == signal.SIGKILL:
                 break
-    proc.communicate(timeout=120)
+    rest, _ = proc.communicate(timeout=120)
+    if sig != signal.SIGKILL:  # an interrupted run says so, and no part of it reports an error
+        events = [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+        errors = [e for e in events if e.get("level") == "error" or e.get("event") == "StageFailed"]
+        assert not errors, (trigger, sig.name, errors)
+        stopped = [e["line"] for e in events if "server stopped (" in str(e.get("line", ""))]
+        assert not any("(error)" in line for line in stopped), stopped
     return proc.returncode
 
 

@@ -62,3 +62,22 @@ def test_run_serve_attaches_without_launching(tmp_path: Path) -> None:
         assert launched.process is not None and launched.process.alive() is None
     finally:
         launched.stop()
+
+
+def test_run_serve_interrupted_while_loading_says_interrupted(tmp_path: Path) -> None:
+    import threading
+
+    from kldtui.errors import Interrupted
+    from kldtui.events import LogLine
+
+    profile = prepare_demo(tmp_path)
+    plan = ServerPlan("embedded", "demo", startup_timeout=60.0,
+                      argv=(sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(9)"))
+    events: list[Event] = []
+    cancel = Cancel()
+    threading.Timer(0.5, cancel.set, args=("interrupted by SIGINT",)).start()
+    with pytest.raises(Interrupted):
+        run_serve(Workspace.from_profile(profile), events.append, cancel, plan)
+    lines = [e.line for e in events if isinstance(e, LogLine)]
+    assert any("server stopped (interrupted)" in line for line in lines), lines
+    assert not [e for e in events if isinstance(e, StageFailedEvent)]

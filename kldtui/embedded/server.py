@@ -35,7 +35,7 @@ import numpy as np
 
 from kldtui import __version__
 from kldtui.embedded.model import TinyModel
-from kldtui.formats.chunks import write_chunk, write_error_marker
+from kldtui.formats.chunks import abandoned_by_client, write_chunk, write_error_marker
 
 FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
 MAX_LOGPROBS = 20
@@ -244,6 +244,10 @@ class Engine:
         try:
             write_chunk(cfg.capture_dir, engine_id, start, logits, cfg.vocab_size)
         except Exception as exc:  # noqa: BLE001 - the hook never takes the engine down
+            if abandoned_by_client(cfg.capture_dir, engine_id, exc):
+                log("INFO", f"kld capture: rows {start}-{end} of {engine_id} not written: the client "
+                            "gave up on the request and removed its folder")
+                return
             message = f"kld capture: could not write rows {start}-{end} of {engine_id}: {exc}"
             log("ERROR", message)
             try:

@@ -108,6 +108,15 @@ def write_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_start:
     return final
 
 
+def abandoned_by_client(capture_dir: str | os.PathLike[str], request_id: str, exc: BaseException) -> bool:
+    """Whether a failed chunk write failed because the capture client removed the request's folder
+    (it gave up on the request: interrupted or timed out), so nobody waits for these rows and the
+    failure is not an error of the server."""
+    if not isinstance(exc, FileNotFoundError):
+        return False
+    return not (Path(capture_dir) / sanitize_request_id(request_id)).exists()
+
+
 def write_error_marker(capture_dir: str | os.PathLike[str], request_id: str, message: str) -> None:
     """Leave a marker the capture client turns into a failed window (the engine keeps going)."""
     folder = Path(capture_dir) / sanitize_request_id(request_id)

@@ -46,6 +46,7 @@ from typing import Any
 
 from kldtui.formats.chunks import (
     CAPTURE_DIR_ENV,
+    abandoned_by_client,
     is_skipped_request,
     write_error_marker,
     writer_host,
@@ -196,6 +197,10 @@ def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
 
 def _on_error(request_id: str, row_start: int, folder: str) -> Any:
     def failed(exc: BaseException) -> None:
+        if abandoned_by_client(folder, request_id, exc):
+            log.info("kldtui capture: rows from %d of request %r not written: the client gave up "
+                     "on the request and removed its folder", row_start, request_id)
+            return
         fail_request(request_id, f"kldtui capture: saving rows from {row_start} of request "
                      f"{request_id!r} failed: {type(exc).__name__}: {exc}", folder)
     return failed

@@ -628,12 +628,21 @@ def run_serve(workspace: Workspace, emit: EventSink, cancel: Cancel | None, plan
             else:
                 session.url = session.process.wait_ready(timeout=plan.startup_timeout, cancel=cancel)
             session.runtime.update(server_version(session.url))
-    except BaseException:
+    except BaseException as exc:
         if session is not None:
-            session.stop(reason="error")
+            session.stop(reason=stop_reason(exc))
         raise
     emit(StageFinished(STAGE, summary=f"ready at {session.url}", figures={"url": session.url}))
     return session
+
+
+def stop_reason(exc: BaseException | None) -> str:
+    """What the "server stopped (...)" line says when a stage ends with ``exc`` (None: done)."""
+    if exc is None:
+        return "done"
+    if isinstance(exc, Interrupted | KeyboardInterrupt):
+        return "interrupted"
+    return "error"
 
 
 def server_version(url: str) -> dict[str, Any]:

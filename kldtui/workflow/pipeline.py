@@ -65,6 +65,7 @@ from kldtui.events import (
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.stages.serve import stop_reason
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
@@ -301,8 +302,11 @@ class Pipeline:
                 _copy_json(sub.records_path, self._workspace.suite_capture_records)
             if repeat:
                 self._repeat_first_window(sub, ref_profile)
+        except BaseException as exc:
+            sub.stop_server(stop_reason(exc))
+            raise
         finally:
-            sub.stop_server()
+            sub.stop_server("reference captured")
             self._sub = None
 
     def _repeat_first_window(self, sub: Pipeline, ref_profile: Profile) -> None:
@@ -484,7 +488,7 @@ class Pipeline:
                 self.reference()
                 self.serve()
             except BaseException as exc:
-                self.stop_server(reason="stopped" if isinstance(exc, Interrupted) else "error")
+                self.stop_server(reason=stop_reason(exc))
                 raise
             suite = self.load_suite()
             finalizer = Finalizer(self._workspace, suite, kind=self.output_kind,
