@@ -141,3 +141,16 @@ def test_view_refuses_a_malformed_report_in_one_line(tmp_path: Path, capsys: Any
     assert main(["view", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(bad) in err and needle in err
+
+
+def test_domains_load_in_window_order_whatever_the_file_order() -> None:
+    """Reports are written with sorted keys; a reopened report lists domains as the live one did."""
+    import json
+
+    from kldtui.formats.report_model import ComparisonReport
+    from tests.fixtures_tui import make_report
+
+    doc = make_report("c", 0.01, seed=1, domains=["prose", "prose", "code", "instruction"])
+    doc["domains"] = dict(sorted(doc["domains"].items()))  # as on disk
+    report = ComparisonReport.from_json(json.loads(json.dumps(doc, sort_keys=True)))
+    assert list(report.domains) == ["prose", "code", "instruction"]

@@ -221,3 +221,33 @@ def test_next_steps_suggest_the_full_run_after_a_partial_one() -> None:
     assert any("kldtui diff w/comparison.json" in line for line in lines)
     assert "stop_window = 32 in kldtui.toml" in lines[-1]
     assert len(next_steps(Path("w/comparison.json"), (0, 32), 32)) == 3  # already the whole suite
+
+
+# -- 4: the quit dialog asks about what is really running ------------------------------------------
+@sync
+async def test_quit_dialog_names_a_running_server_and_not_one_that_exited(tmp_path: Path) -> None:
+    from textual.widgets import Label
+
+    from kldtui.tui.screens.dialogs import ConfirmScreen
+
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")  # start the server
+        await settle(app, pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        question = str(app.screen.query_one("#question", Label).render())
+        assert question == "A server is running. Stop it and quit?"
+        await pilot.press("n")  # stay
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen) and app.is_running
+        holder["p"].server = None  # the server exited on its own
+        holder["p"].base_url = None
+        app.main.refresh_now()
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)  # nothing to stop: quits at once
+    assert app.return_code == 0
+    assert "stop_server" not in holder["p"].calls

@@ -15,7 +15,7 @@ finite, e.g. the perplexity of a candidate whose probabilities underflow).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn, cast
 
@@ -570,6 +570,14 @@ class NoiseFloorNote(_Part):
 # ----------------------------------------------------------------------------- the report
 
 
+def _window_order(names: Iterable[str], window_domains: Sequence[str]) -> list[str]:
+    """Domain names in the order their first window comes (the order compare builds them in;
+    files keep keys sorted), then any the windows do not name."""
+    given = list(names)
+    first = [d for d in dict.fromkeys(window_domains) if d in given]
+    return first + [d for d in given if d not in first]
+
+
 @dataclass(frozen=True)
 class ComparisonReport(_Part):
     """A comparison report: the original comparator's fields first (required where the original
@@ -653,7 +661,8 @@ class ComparisonReport(_Part):
             kl_window_cluster_bootstrap=Bootstrap.from_json(o.obj("kl_window_cluster_bootstrap")),
             per_window=per_window,
             domains={} if domains is None else {
-                name: Bootstrap.from_json(domains.obj(name)) for name in domains.doc},
+                name: Bootstrap.from_json(domains.obj(name))
+                for name in _window_order(domains.doc, [e.domain for e in per_window])},
             reference_dir=o.opt_str("reference_dir"), candidate_dir=o.opt_str("candidate_dir"),
             window_range=(wr[0], wr[1]) if wr is not None else None,
             js=opt("js", Stats.from_json), top1_agreement=o.opt_num("top1_agreement"),

@@ -201,7 +201,10 @@ class DashboardModel:
 
         if state.reference_ready:
             self.stages["reference"].state = "done"
-            self.stages["reference"].figures = {"windows": state.suite_windows}
+            # the run's window range [start, stop), as the live reference stage reports it
+            shown = sorted(in_range)
+            self.stages["reference"].figures = {
+                "windows": [shown[0], shown[-1] + 1] if shown else state.suite_windows}
             self.stages["reference"].detail = "on disk"
         if captured:
             self.stages["server"].state, self.stages["server"].detail = "done", "stopped"
