@@ -251,3 +251,20 @@ async def test_quit_dialog_names_a_running_server_and_not_one_that_exited(tmp_pa
         assert not isinstance(app.screen, ConfirmScreen)  # nothing to stop: quits at once
     assert app.return_code == 0
     assert "stop_server" not in holder["p"].calls
+
+
+@sync
+async def test_stopping_the_server_turns_its_card_to_stopped(tmp_path: Path) -> None:
+    from kldtui.tui.widgets import StageBox
+
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        await settle(app, pilot)
+        card = app.query_one("#stage-server", StageBox)
+        assert "8123" in card.render().plain  # type: ignore[union-attr]
+        await pilot.press("x")
+        await settle(app, pilot)
+        text = card.render().plain  # type: ignore[union-attr]
+        assert "stopped" in text and "8123" not in text, text
+        assert holder["p"].stopped_server

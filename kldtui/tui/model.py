@@ -254,7 +254,11 @@ class DashboardModel:
         return ["no stage running; r runs the rest (finished work is kept)"]
 
     def server_stopped(self) -> None:
+        """The server of this run is gone: its card says so instead of showing its old address."""
         self.server = None
+        view = self.stages["server"]
+        if view.state in ("done", "running"):
+            view.state, view.detail, view.figures = "done", "stopped", {}
         self.dirty.add("stages")
 
     def _log(self, level: str, text: str) -> None:

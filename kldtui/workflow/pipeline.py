@@ -536,7 +536,7 @@ class Pipeline:
                     worker.join(timeout=0.2)
                 # the reason is what happened: a user's stop is not "capture finished"
                 reason = "error" if failure else "early abort" if self._abort_message is not None \
-                    else "stopped" if self.cancel.is_set() else "capture finished"
+                    else "interrupted" if self.cancel.is_set() else "capture finished"
                 self.stop_server(reason=reason)
             if failure:
                 raise failure[0]

@@ -275,7 +275,8 @@ class DashboardScreen(BoardScreen):
                 with contextlib.suppress(WorkerFailed, WorkerCancelled):
                     await worker.wait()
             if self._pipeline is not None:
-                await asyncio.to_thread(self._pipeline.stop_server)
+                reason = "quitting" if then_exit else "stopped from the dashboard"
+                await asyncio.to_thread(self._pipeline.stop_server, reason)
         finally:
             self.model.server_stopped()
             if then_exit:
@@ -328,9 +329,6 @@ class DashboardScreen(BoardScreen):
         if self.model.server is not None and pipeline is not None and not pipeline.server_running \
                 and pipeline.server_url is None:
             self.model.server_stopped()
-            view = self.model.stages["server"]
-            if view.state == "done":
-                view.detail, view.figures = "stopped", {}
         dirty = self.model.take_dirty()
         if all_parts:
             dirty |= {"stages", "windows", "progress", "log", "live"}
