@@ -83,6 +83,8 @@ def _run_until(workdir: Path, trigger: str, sig: signal.Signals) -> int:
         assert not errors, (trigger, sig.name, errors)
         stopped = [e["line"] for e in events if "server stopped (" in str(e.get("line", ""))]
         assert not any("(error)" in line for line in stopped), stopped
+        if proc.returncode == 130:  # stopped by the signal, not by a finished capture
+            assert not any("(capture finished)" in line for line in stopped), stopped
     return proc.returncode
 
 
