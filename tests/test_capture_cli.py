@@ -39,12 +39,18 @@ def test_capture_then_finalize_from_the_command_line(tmp_path: Path,
 
     runtime = tmp_path / "runtime.json"
     runtime.write_text(json.dumps({"vllm_version": "embedded", "model": "tiny", "args": ["--x"]}))
+    kept = ["finalize", *common, "--output-dir", str(tmp_path / "kept"), "--keep-chunks"]
+    assert main(kept) == 0
+    assert len(list((tmp_path / "cap" / "cand").glob("window-*-chunks"))) == 3
     finalize = ["finalize", *common, "--output-dir", str(tmp_path / "final"), "--runtime-json", str(runtime)]
     assert main(finalize) == 0
     manifest = load_logits_manifest(tmp_path / "final")
     check_manifest_matches_suite(manifest, suite, suite.windows)
     assert manifest.runtime == {"vllm_version": "embedded", "model": "tiny", "args": ["--x"]}
-    assert main(finalize) == 0  # finalized files are kept
+    # one copy on disk: each window's chunks went once its file was verified and listed
+    assert not list((tmp_path / "cap" / "cand").glob("window-*-chunks"))
+    assert main(finalize) == 0  # finalized files are kept (their chunks are gone)
+    assert load_logits_manifest(tmp_path / "final").window_count == 3
     capsys.readouterr()
 
 

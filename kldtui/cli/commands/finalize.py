@@ -3,7 +3,9 @@
 Reads ``--capture-dir/--run-name/window-NNN-DOMAIN-chunks`` and writes
 ``--output-dir/logits_NNN.safetensors`` and ``manifest.json`` (the published ``ref/`` layout).
 A finalized file is never overwritten without ``--force``; one that matches is kept, so an
-interrupted finalize resumes.
+interrupted finalize resumes. A window's chunk folder is deleted once its file is written,
+verified and listed in the manifest (one copy of the logits on disk); ``--keep-chunks`` keeps
+them, and so does ``--verify none`` (nothing was checked).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify", choices=("sample", "full", "none"), default="sample",
                         help="re-read after writing: header and sample rows (default), full "
                         "re-hash, or nothing")
+    parser.add_argument("--keep-chunks", action="store_true",
+                        help="keep each window's chunk folder after its file is finalized and verified "
+                        "(default: delete it, so the logits are on disk once)")
     parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
 
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     def job(emit: EventSink, cancel: Cancel) -> object:
         return run_finalize(workspace, emit, cancel, suite=suite, windows=windows, runtime=runtime,
                             force=args.force, kind=args.kind, expected_vocab=args.expected_vocab,
-                            verify=args.verify)
+                            verify=args.verify, keep_chunks=args.keep_chunks or args.verify == "none")
 
     from kldtui.formats.folder_lock import hold
 
