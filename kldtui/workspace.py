@@ -14,6 +14,7 @@ paths. Layout of a profile's work folder (``[run] workdir``)::
         <run_name>/window-NNN-DOMAIN-chunks/    captured chunks, one folder per window
         capture-<run_name>.json     capture records (docs/FORMATS.md), the resume point of capture
       candidate/                    finalized logits_NNN.safetensors + manifest.json
+                                    (score mode: scores_NNN.safetensors + scores-manifest.json)
       compare/window-NNN.json       per-window compare results (reused when inputs match)
       comparison.json               the report (docs/REPORT.md)
       reference-run/                the demo's reference capture (a workspace of its own whose
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 StrPath = str | os.PathLike[str]
 DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
+DEMO_SCORE_PROFILE = "kldtui-score.toml"  # kldtui demo --score: the score-mode demo's profile
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,18 @@ class Workspace:
     def candidate_manifest(self) -> Path:
         return logits_manifest_path(self.candidate)
 
+    @property
+    def scores_manifest(self) -> Path:
+        """Score mode's finalized folder manifest (``scores-manifest.json`` beside the files)."""
+        from kldtui.formats.scores import SCORES_MANIFEST
+
+        return self.candidate / SCORES_MANIFEST
+
+    def scores_file(self, window_index: int) -> Path:
+        from kldtui.formats.scores import score_file_name
+
+        return self.candidate / score_file_name(window_index)
+
     def compare_cache(self, window_index: int) -> Path | None:
         """``compare/window-NNN.json`` (None: this workspace keeps no per-window cache)."""
         if self.compare_dir is None:
@@ -198,10 +212,11 @@ class Workspace:
         return lock_path_for_folder(self.workdir) if self.workdir is not None else None
 
     @staticmethod
-    def demo_layout(root: StrPath) -> tuple[Path, Path]:
+    def demo_layout(root: StrPath, score: bool = False) -> tuple[Path, Path]:
         """The demo folder's suite folder and its profile (``kldtui demo --workdir``); the
-        profile's ``[run] workdir`` is the demo folder itself."""
-        return Path(root) / "suite", Path(root) / DEFAULT_PROFILE
+        profile's ``[run] workdir`` is the demo folder itself. ``score``: the score-mode demo's
+        profile (``kldtui demo --score``), beside the other."""
+        return Path(root) / "suite", Path(root) / (DEMO_SCORE_PROFILE if score else DEFAULT_PROFILE)
 
     def earlier_reports(self) -> list[Path]:
         """Reports already in the work folder (``comparison*.json``), for the leaderboard."""

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from kldtui.formats.chunks import CAPTURE_DIR_ENV
+from kldtui.formats.scores import MODE_ENV, REFERENCE_ENV, SUITE_ENV, capture_mode
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,11 +30,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--capture-dir", type=Path, default=None,
                    help=f"where prompt-logit chunks go (default: ${CAPTURE_DIR_ENV}; unset = off)")
+    p.add_argument("--capture-mode", choices=("logits", "score"), default=None,
+                   help=f"logits: save prompt logits; score: save per-row scores against the "
+                   f"reference (default: ${MODE_ENV}, else logits)")
+    p.add_argument("--score-suite", type=Path, default=None,
+                   help=f"score mode: the suite folder (default: ${SUITE_ENV})")
+    p.add_argument("--score-reference", type=Path, default=None,
+                   help=f"score mode: the reference logits folder (default: ${REFERENCE_ENV}, else "
+                   "SUITE/ref)")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (like vLLM)")
     # Accepted for command-line compatibility with vLLM; the embedded model has no prefix cache.
     p.add_argument("--no-enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value) if value else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         served_model_name=args.served_model_name, model=args.model, model_seed=args.model_seed,
         vocab_size=args.vocab_size, perturb=args.perturb,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults)
+        max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults,
+        mode=args.capture_mode or capture_mode(),
+        score_suite=args.score_suite or _env_path(SUITE_ENV),
+        score_reference=args.score_reference or _env_path(REFERENCE_ENV))
     try:
         serve(args.host, args.port, config)
     except OSError as exc:

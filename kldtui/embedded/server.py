@@ -36,6 +36,7 @@ import numpy as np
 from kldtui import __version__
 from kldtui.embedded.model import TinyModel
 from kldtui.formats.chunks import abandoned_by_client, write_chunk, write_error_marker
+from kldtui.formats.scores import SUITE_ENV, ScoreSession, write_score_chunk
 
 FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
 MAX_LOGPROBS = 20
@@ -90,6 +91,10 @@ class ServerConfig:
     capture_dir: Path | None = None
     api_key: str | None = None
     faults: Faults = field(default_factory=Faults)
+    # score mode (kldtui.formats.scores): score each chunk against the reference, save records
+    mode: str = "logits"
+    score_suite: Path | None = None
+    score_reference: Path | None = None
 
 
 class ApiError(Exception):
@@ -126,6 +131,30 @@ class Engine:
         self.lock = threading.Lock()
         self.captured_rows = 0
         self.created = int(time.time())
+        self.scorer: ScoreSession | None = None
+        if config.mode == "score" and config.capture_dir is not None:
+            self.scorer = self._score_session()
+
+    def _score_session(self) -> ScoreSession | None:
+        cfg = self.config
+        capture_dir = cfg.capture_dir
+        assert capture_dir is not None
+        if cfg.score_suite is None:
+            log("ERROR", f"kld score: score mode needs the suite folder ({SUITE_ENV}); every "
+                         "capture request fails")
+            return None
+
+        def write(request_id: str, row_start: int, records: np.ndarray, meta: dict[str, str]) -> None:
+            write_score_chunk(capture_dir, request_id, row_start, records, meta)
+
+        def fail(request_id: str, message: str) -> None:
+            log("ERROR", message)
+            try:
+                write_error_marker(capture_dir, request_id, message)
+            except OSError as exc:
+                log("ERROR", f"kld capture: could not write the error marker either: {exc}")
+
+        return ScoreSession(cfg.score_suite, cfg.score_reference, _score_rows, write, fail)
 
     def models(self) -> dict[str, Any]:
         cfg = self.config
@@ -210,7 +239,7 @@ class Engine:
                 if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
                     logits[faults.nan_at_row - start, 0] = np.nan
                 if capture:
-                    self._capture(engine_id, start, row_end, logits)
+                    self._capture(engine_id, start, row_end, logits, prompt)
                 if prompt_logprobs is not None:
                     entries.extend(_prompt_logprob_entries(logits, prompt[start + 1:row_end + 1],
                                                            prompt_logprobs))
@@ -238,9 +267,18 @@ class Engine:
                       "total_tokens": n + len(generated), "prompt_tokens_details": None},
         }
 
-    def _capture(self, engine_id: str, start: int, end: int, logits: np.ndarray) -> None:
+    def _capture(self, engine_id: str, start: int, end: int, logits: np.ndarray,
+                 prompt: list[int] | None = None) -> None:
         cfg = self.config
         assert cfg.capture_dir is not None
+        if cfg.mode == "score":
+            if self.scorer is None:
+                write_error_marker(cfg.capture_dir, engine_id, f"kld score: score mode needs the "
+                                   f"suite folder ({SUITE_ENV}); not scored")
+            elif not self.scorer.chunk(engine_id, start, logits, cfg.vocab_size, prompt):
+                return
+            self._count_rows(end - start)
+            return
         try:
             write_chunk(cfg.capture_dir, engine_id, start, logits, cfg.vocab_size)
         except Exception as exc:  # noqa: BLE001 - the hook never takes the engine down
@@ -255,7 +293,11 @@ class Engine:
             except OSError as marker_exc:
                 log("ERROR", f"kld capture: could not write the error marker either: {marker_exc}")
             return
-        self.captured_rows += end - start
+        self._count_rows(end - start)
+
+    def _count_rows(self, rows: int) -> None:
+        cfg = self.config
+        self.captured_rows += rows
         limit = cfg.faults.die_after_rows
         if limit is not None and self.captured_rows >= limit:
             log("ERROR", f"EngineCore died unexpectedly after {self.captured_rows} captured rows "
@@ -279,6 +321,17 @@ class Engine:
             if len(out) < max_tokens:
                 states = self.model.hidden(ids)
         return out
+
+
+def _score_rows(x: np.ndarray, y: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Score mode's arithmetic: the vLLM hook's (torch, float64) when torch is installed."""
+    from kldtui.metrics.score import score_rows
+
+    try:
+        import torch
+    except ImportError:
+        return score_rows(x, y, tokens)
+    return score_rows(x, torch.from_numpy(np.ascontiguousarray(y)), tokens)
 
 
 def _prompt_logprob_entries(logits: np.ndarray, next_tokens: list[int],
@@ -398,7 +451,9 @@ def serve(host: str, port: int, config: ServerConfig) -> None:
     """Build the model, listen and serve until SIGINT/SIGTERM."""
     log("INFO", f"kldtui embedded server {__version__}: model seed {config.model_seed}, vocab "
                 f"{config.vocab_size}, perturb {config.perturb}, max_num_batched_tokens "
-                f"{config.max_num_batched_tokens}, capture dir {config.capture_dir or 'off'}")
+                f"{config.max_num_batched_tokens}, capture dir {config.capture_dir or 'off'}"
+                + (f", score mode against {config.score_reference or config.score_suite}"
+                   if config.mode == "score" else ""))
     server = make_server(host, port, config)
 
     def _stop(signum: int, frame: object) -> None:

@@ -30,6 +30,7 @@ from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open
 from kldtui.formats.names import safe_name
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
+from kldtui.formats.scores import SCORE_CHUNK_NAME, SCORE_DTYPE, SCORE_KEY
 from kldtui.formats.suite import WindowSpec
 
 CAPTURE_DIR_ENV = "VLLM_KLD_CAPTURE_DIR"
@@ -160,7 +161,7 @@ def chunk_rows_landed(folder: Path) -> int:
         return 0
     total = 0
     for name in names:
-        m = CHUNK_NAME.match(name)
+        m = CHUNK_NAME.match(name) or SCORE_CHUNK_NAME.match(name)
         if m:
             total += max(0, int(m.group(2)) - int(m.group(1)))
     return total
@@ -168,7 +169,8 @@ def chunk_rows_landed(folder: Path) -> int:
 
 def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                     expected_vocab: int | None = None, check_values: bool = False,
-                    cancel: Cancel | None = None, request_folder: str | None = None) -> ChunkSet:
+                    cancel: Cancel | None = None, request_folder: str | None = None,
+                    mode: str = "logits") -> ChunkSet:
     """Check a window's chunk folder by metadata (and values); raise BadInput naming the problem.
 
     Rows must cover ``0 .. window.num_tokens - 1`` contiguously whatever the chunk edges; every
@@ -177,7 +179,14 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
     ``check_values`` every value is read (a block at a time) and must be finite. With
     ``request_folder`` (the hook's folder name for the request) every chunk's metadata
     ``request_id`` must name that request: the chunks are the ones the record says.
+
+    ``mode="score"``: the folder holds score chunks (``scores.rows-*``, one U8 tensor ``records``
+    of one record width; the vocabulary is their metadata ``vocab_size``); values are not checked
+    here (finalize reads every record).
     """
+    scores = mode == "score"
+    pattern = SCORE_CHUNK_NAME if scores else CHUNK_NAME
+    key, dtype = (SCORE_KEY, SCORE_DTYPE) if scores else ("logits", "F32")
     folder = Path(folder)
     where = f"{folder}: {window.label}"
     if not folder.is_dir():
@@ -188,33 +197,60 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
         raise BadInput(f"{where}: the capture hook reported an error: {text[:800]}; "
                        "fix the cause (often a full disk) and capture the window again")
     chunks: list[ChunkInfo] = []
-    for name in sorted(os.listdir(folder)):
-        m = CHUNK_NAME.match(name)
+    names = sorted(os.listdir(folder))
+    other = SCORE_CHUNK_NAME if not scores else CHUNK_NAME
+    if not any(pattern.match(n) for n in names) and any(other.match(n) for n in names):
+        found, wanted = ("logits", "score") if scores else ("score", "logits")
+        raise BadInput(f"{where}: the folder holds {found} chunks, this run captures in {wanted} mode; "
+                       "set [capture] mode to the mode the window was captured in, or capture it again")
+    width: int | None = None
+    for name in names:
+        m = pattern.match(name)
         if not m:
             continue
         start, end = int(m.group(1)), int(m.group(2))
         path = folder / name
         header = read_header(path)
-        info = header.tensor("logits")
-        if info.dtype != "F32":
-            raise BadInput(f"{path}: {window.label}: tensor 'logits' is {info.dtype}, expected F32; "
+        info = header.tensor(key)
+        if info.dtype != dtype:
+            raise BadInput(f"{path}: {window.label}: tensor {key!r} is {info.dtype}, expected {dtype}; "
                            "the chunk was not written by the kldtui capture hook")
         if len(info.shape) != 2 or info.shape[0] != end - start or end <= start:
             raise BadInput(f"{path}: {window.label}: shape {list(info.shape)} does not match rows "
                            f"{start}..{end} of its name; the chunk is corrupt, capture again")
         meta = header.metadata
-        for key, want in (("row_start", start), ("row_end", end), ("vocab_size", info.shape[1])):
-            if key in meta and meta[key] != str(want):
-                raise BadInput(f"{path}: {window.label}: metadata {key}={meta[key]} disagrees with "
+        cols = info.shape[1] if len(info.shape) == 2 else 0
+        if scores:
+            try:
+                chunk_vocab = int(meta["vocab_size"])
+                if int(meta["window_index"]) != window.index:
+                    raise BadInput(f"{path}: {window.label}: scored as window {meta['window_index']}; "
+                                   "the request folder belongs to another window, capture again")
+            except (KeyError, ValueError):
+                raise BadInput(f"{path}: {window.label}: score chunk without window_index/vocab_size "
+                               "metadata; it was not written by the kldtui capture hook") from None
+            if meta.get("token_ids_json_sha256") != window.token_ids_json_sha256:
+                raise BadInput(f"{path}: {window.label}: scored tokens differ from the suite's "
+                               "(token hash); capture the window again")
+            if width is not None and cols != width:
+                raise BadInput(f"{path}: {window.label}: records of {cols} bytes, other chunks "
+                               f"have {width}; capture the window again")
+            width = cols
+        else:
+            chunk_vocab = int(cols)
+        for mkey, want in (("row_start", start), ("row_end", end), ("vocab_size", chunk_vocab)):
+            if mkey in meta and meta[mkey] != str(want):
+                raise BadInput(f"{path}: {window.label}: metadata {mkey}={meta[mkey]} disagrees with "
                                f"{want}; the chunk is corrupt or was renamed, capture again")
         if (request_folder and "request_id" in meta
                 and sanitize_request_id(meta["request_id"]) != request_folder):
             owner = meta["request_id"][:80]
             raise BadInput(f"{path}: {window.label}: the chunk belongs to request {owner!r}, "
                            f"not to {request_folder!r} the capture recorded; capture the window again")
-        chunks.append(ChunkInfo(path, start, end, int(info.shape[1])))
+        chunks.append(ChunkInfo(path, start, end, chunk_vocab))
     if not chunks:
-        raise BadInput(f"{where}: no chunk files (logits.rows-SSSSSS-EEEEEE.safetensors); "
+        pattern_name = "scores" if scores else "logits"
+        raise BadInput(f"{where}: no chunk files ({pattern_name}.rows-SSSSSS-EEEEEE.safetensors); "
                        "capture the window again")
     chunks.sort(key=lambda c: c.row_start)
     vocab = expected_vocab if expected_vocab is not None else chunks[0].vocab_size
@@ -236,7 +272,7 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
         raise BadInput(f"{where}: chunks cover rows 0..{position}, expected 0..{want_rows} for "
                        f"{window.num_tokens} tokens; capture the window again (prefix caching "
                        "must be off)")
-    if check_values:
+    if check_values and not scores:
         for c in chunks:
             check_chunk_values(c, window, cancel)
     return ChunkSet(folder, tuple(chunks), vocab, want_rows)

@@ -51,7 +51,8 @@ from kldtui.formats.chunks import (
     write_error_marker,
     writer_host,
 )
-from kldtui.hook.writer import get_writer
+from kldtui.formats.scores import ScoreFailed, ScoreSession, capture_mode
+from kldtui.hook.writer import _gpu_sync_allowed, get_writer
 
 # vLLM configures the "vllm" logger; a child of it shows up in the server's log.
 log = logging.getLogger("vllm.kldtui_capture")
@@ -183,6 +184,8 @@ def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
     if folder is None or is_skipped_request(request_id) or not is_writer_rank():
         return True
     announce_writer(folder)
+    if capture_mode() == "score":
+        return score_chunk(request_id, row_start, logits, vocab_size, folder)
     writer = get_writer()
     try:
         staged = writer.stage(logits, int(vocab_size))
@@ -193,6 +196,44 @@ def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
     writer.submit_chunk(folder, request_id, int(row_start), staged, int(vocab_size),
                         _on_error(request_id, int(row_start), folder))
     return True
+
+
+_sessions: dict[str, ScoreSession] = {}
+
+
+def score_session(folder: str) -> ScoreSession:
+    """Score mode's session for a capture folder (made at first use from the environment:
+    ``KLDTUI_SCORE_SUITE``, ``KLDTUI_SCORE_REFERENCE``); raises ScoreFailed when unset."""
+    with _state_lock:
+        session = _sessions.get(folder)
+        if session is None:
+            from kldtui.metrics.score import score_rows
+
+            def write(request_id: str, row_start: int, records: Any, metadata: dict[str, str]) -> None:
+                get_writer().submit_records(folder, request_id, row_start, records, metadata,
+                                            _on_error(request_id, row_start, folder))
+
+            def fail(request_id: str, message: str) -> None:
+                fail_request(request_id, message, folder)
+
+            session = ScoreSession.from_env(score_rows, write, fail)
+            _sessions[folder] = session
+            log.info("kldtui score mode: scoring against %s (suite %s), %d rows at a time on the "
+                     "logits' device", session.reference_dir, session.suite_dir, session.block_rows)
+        return session
+
+
+def score_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int, folder: str,
+                prompt: Any = None) -> bool:
+    """Score mode: score one chunk on the logits' device against the reference, queue its records
+    for the writer thread; never raises (a failure leaves the error marker)."""
+    try:
+        session = score_session(folder)
+    except ScoreFailed as exc:
+        fail_request(request_id, f"kldtui score: {exc}", folder)
+        return False
+    with _gpu_sync_allowed():  # the records are copied to the host: a deliberate sync
+        return session.chunk(request_id, int(row_start), logits, int(vocab_size), prompt)
 
 
 def _on_error(request_id: str, row_start: int, folder: str) -> Any:
@@ -362,6 +403,8 @@ class V2BatchCapture:
         self._rows_seen = 0  # for slices that are not views of hidden_states
         self.plan: list[tuple[str, int, int, int]] = []
         self.pieces: dict[str, list[tuple[int, Any]]] = {}
+        self.score = capture_mode() == "score"  # score each slice at once instead of staging it
+        self.scored: dict[str, int] = {}
         if self.folder is None or not is_writer_rank():
             return
         try:
@@ -402,9 +445,15 @@ class V2BatchCapture:
         self._rows_seen = base + rows
         if self.vocab_size is None:
             self.vocab_size = int(logits.shape[-1])
-        for req_id, start, end, _ in self.plan:
+        for req_id, start, end, row0 in self.plan:
             lo, hi = max(start, base), min(end, base + rows)
-            if lo < hi:
+            if lo < hi and self.score:
+                if self.folder is not None:  # scored now: vLLM drops the logits afterwards
+                    announce_writer(self.folder)
+                    score_chunk(req_id, row0 + (lo - start), logits[lo - base:hi - base],
+                                self.vocab_size, self.folder)
+                self.scored[req_id] = self.scored.get(req_id, 0) + hi - lo
+            elif lo < hi:
                 # each slice starts its (non-blocking) copy now: vLLM drops the logits afterwards
                 staged = get_writer().stage(logits[lo - base:hi - base], self.vocab_size)
                 self.pieces[req_id].append((lo, staged))
@@ -416,6 +465,12 @@ class V2BatchCapture:
         writer = get_writer()
         announce_writer(self.folder)
         for req_id, start, end, row_start in self.plan:
+            if self.score:
+                if self.scored.get(req_id, 0) != end - start:
+                    fail_request(req_id, f"kldtui score: saw {self.scored.get(req_id, 0)} of the "
+                                 f"{end - start} rows from {row_start} of {req_id!r}; not scored",
+                                 self.folder)
+                continue
             parts = sorted(self.pieces[req_id], key=lambda p: p[0])
             got = sum(int(p[1].tensor.shape[0]) for p in parts)
             if got != end - start or not parts or parts[0][0] != start:

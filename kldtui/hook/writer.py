@@ -135,15 +135,7 @@ class ChunkWriter:
         them) from prompt row ``row_start``; ``on_error`` leaves the error marker."""
         parts = staged if isinstance(staged, list) else [staged]
         rows = sum(int(p.tensor.shape[0]) for p in parts)
-        marker: Path | None = None
-        if not self.inline:
-            name = pending_name(row_start, row_start + rows)
-            marker = Path(folder) / sanitize_request_id(request_id) / name
-            try:
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.touch()
-            except OSError:
-                marker = None  # the write itself reports the problem
+        marker = self._pending(folder, request_id, row_start, rows)
 
         def job() -> None:
             try:
@@ -161,6 +153,38 @@ class ChunkWriter:
                 for p in parts:
                     if p.buffer is not None:
                         self._pool.give(p.buffer)
+                if marker is not None:
+                    with contextlib.suppress(OSError):
+                        marker.unlink()
+
+        self.submit(job, on_error)
+
+    def _pending(self, folder: str, request_id: str, row_start: int, rows: int) -> Path | None:
+        """The pending file of a queued chunk (None inline, or when it cannot be made)."""
+        if self.inline:
+            return None
+        marker = Path(folder) / sanitize_request_id(request_id) / pending_name(row_start, row_start + rows)
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            return None  # the write itself reports the problem
+        return marker
+
+    def submit_records(self, folder: str, request_id: str, row_start: int, records: Any,
+                       metadata: dict[str, str], on_error: Callable[[BaseException], None]) -> None:
+        """Queue one score chunk (score mode: per-row records, no logits) for
+        :func:`kldtui.formats.scores.write_score_chunk`."""
+        from kldtui.formats.scores import write_score_chunk
+
+        marker = self._pending(folder, request_id, row_start, int(records.shape[0]))
+
+        def job() -> None:
+            try:
+                write_score_chunk(folder, request_id, row_start, records, metadata)
+            except Exception as exc:  # noqa: BLE001 - the error marker goes before the pending file
+                on_error(exc)
+            finally:
                 if marker is not None:
                     with contextlib.suppress(OSError):
                         marker.unlink()

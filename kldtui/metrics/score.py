@@ -84,6 +84,22 @@ def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
     return out
 
 
+def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
+    """Score mode's records (reverse KL included) of float32 host reference rows ``x`` against
+    candidate rows ``y``: a torch tensor is scored on its own device (:func:`score_block`, ``x``
+    is copied there), a NumPy array on the CPU with :class:`NumpyRowKernel`."""
+    tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+    if hasattr(y, "detach") and hasattr(y, "device"):
+        import torch
+
+        ty = y.detach()
+        tx = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(ty.device)
+        tok = torch.from_numpy(tokens).to(ty.device)
+        return to_records(score_block(tx, ty, tok, reverse=True))
+    yy = np.ascontiguousarray(y, dtype=np.float32)
+    return to_records(NumpyRowKernel(int(yy.shape[1])).block(x, yy, tokens, reverse=True))
+
+
 def to_records(stats: RowStats) -> np.ndarray:
     """The figures of ``stats`` as one :data:`RECORD_DTYPE` record per row (``kl_reverse`` NaN
     when it was not computed)."""
@@ -104,4 +120,4 @@ def from_records(rec: np.ndarray, reverse: bool = True) -> RowStats:
     return out
 
 
-__all__ = ["RECORD_DTYPE", "from_records", "score_block", "to_records"]
+__all__ = ["RECORD_DTYPE", "from_records", "score_block", "score_rows", "to_records"]

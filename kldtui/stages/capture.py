@@ -60,6 +60,7 @@ from kldtui.formats.chunks import (
 )
 from kldtui.formats.names import check_name
 from kldtui.formats.safetensors_io import read_header
+from kldtui.formats.scores import request_tag
 from kldtui.formats.suite import Suite, WindowSpec
 from kldtui.workspace import Workspace
 
@@ -204,6 +205,7 @@ class CaptureServer:
     request_timeout: float = 600.0  # seconds per window's request
     # None while the server runs, else why it stopped (with its last log lines); None: not ours
     alive: Callable[[], str | None] | None = None
+    mode: str = "logits"  # "score": the server scores against the reference (kldtui.formats.scores)
 
 
 def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
@@ -226,7 +228,7 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
         emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
         records = load_records(workspace.records_path)
         results, todo, vocab = _resume(workspace, windows, records, expected_vocab, emit,
-                                       on_window_captured, finalized)
+                                       on_window_captured, finalized, server.mode)
         return _capture_todo(workspace, suite, windows, todo, records, results, vocab, server, emit,
                              cancel, on_window_captured)
 
@@ -234,7 +236,7 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],
             vocab: int | None, emit: EventSink,
             on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
-            finalized: Callable[[WindowSpec], bool] | None = None,
+            finalized: Callable[[WindowSpec], bool] | None = None, mode: str = "logits",
             ) -> tuple[dict[int, CaptureRecord], list[WindowSpec], int | None]:
     """Recorded windows whose chunks still check out (skipped), the windows to capture, the
     vocabulary seen; leftovers of an interrupted capture are removed."""
@@ -252,6 +254,11 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 _remove_tree(leftover)
             continue
         folder = workspace.chunk_dir(w.chunk_dir_name)
+        recorded_mode = str(rec.extra.get("mode", "logits"))
+        if recorded_mode != mode:
+            raise BadInput(f"{records_path}: {w.label} was captured in {recorded_mode} mode, this run "
+                           f"captures in {mode} mode; use another [run] run_name (or remove its "
+                           "record to capture it again)")
         if finalized is not None and not folder.exists() and finalized(w):
             results[w.index] = rec  # chunks deleted once the window was finalized and verified
             emit(WindowState(STAGE, w.index, "captured", w.domain,
@@ -262,7 +269,8 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
         try:
             recorded = rec.extra.get("request_folder")
             checked = check_chunk_dir(folder, w, expected_vocab=vocab,
-                                      request_folder=recorded if isinstance(recorded, str) else None)
+                                      request_folder=recorded if isinstance(recorded, str) else None,
+                                      mode=mode)
         except BadInput as exc:
             raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
                            f"check out ({exc}); remove its entry from the records to capture it "
@@ -297,7 +305,7 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
     with httpx.Client(trust_env=False) as client:
         session = _Session(client, _api_root(server.base_url), server.served_model_name, headers,
                            Path(server.capture_dir), workspace.run_name, server.request_timeout, emit,
-                           cancel, server.alive)
+                           cancel, server.alive, server.mode)
         for w in todo:
             if cancel is not None:
                 cancel.check()
@@ -351,6 +359,7 @@ class _Session:
     emit: EventSink
     cancel: Cancel | None
     server_alive: Callable[[], str | None] | None
+    mode: str = "logits"
 
     @property
     def url(self) -> str:
@@ -369,8 +378,7 @@ class _WindowCapture:
         self.w = w
         self.dest = dest
         self.tokens = suite.load_tokens(w)
-        run = sanitize_request_id(session.run_name)
-        self.x_request_id = f"kldtui-{run}-w{w.index:03d}-{secrets.token_hex(4)}"
+        self.x_request_id = request_tag(session.run_name, w.index, secrets.token_hex(4))
         self.tag = sanitize_request_id(self.x_request_id)
         self.values_checked: set[str] = set()  # chunk names whose values were checked while landing
 
@@ -426,7 +434,7 @@ class _WindowCapture:
                 rate = rows / elapsed if rows and elapsed > 0 else None
                 s.emit(Progress(STAGE, task, rows, want, "rows", rate=rate,
                                 eta_s=(want - rows) / rate if rate else None))
-                if len(folders) == 1:
+                if len(folders) == 1 and s.mode == "logits":
                     # check values while the server computes the next chunks
                     _check_landed(folders[0], w, self.values_checked)
         if request.error is not None:
@@ -477,8 +485,9 @@ class _WindowCapture:
                                 f"({', '.join(f.name for f in folders)}); expected exactly one")
         _move_folder(folders[0], self.dest)
         try:
-            checked = check_chunk_dir(self.dest, w, expected_vocab=vocab, request_folder=folders[0].name)
-            for chunk in checked.chunks:
+            checked = check_chunk_dir(self.dest, w, expected_vocab=vocab, request_folder=folders[0].name,
+                                      mode=s.mode)
+            for chunk in checked.chunks if s.mode == "logits" else ():
                 if chunk.path.name not in self.values_checked:
                     check_chunk_values(chunk, w, s.cancel)
         except BadInput as exc:
@@ -527,6 +536,8 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
     extra = {"x_request_id": job.x_request_id, "request_folder": folder.name,
              "vocab_size": checked.vocab_size, "rows": checked.rows,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
+    if session.mode != "logits":
+        extra["mode"] = session.mode
     record = CaptureRecord(
         window_index=w.index, domain=w.domain, prompt_tokens=len(tokens),
         request_id=str(answer.get("id", job.x_request_id)), elapsed_seconds=round(elapsed, 6),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import importlib.util
@@ -66,6 +67,7 @@ from kldtui.formats.report_model import (
     WindowTable,
 )
 from kldtui.formats.safetensors_io import RowReader
+from kldtui.formats.scores import ScoresManifest, dtype_text, load_scores_manifest, read_records
 from kldtui.formats.suite import (
     LogitsManifest,
     Suite,
@@ -74,10 +76,12 @@ from kldtui.formats.suite import (
     load_logits_manifest,
     load_suite,
     logits_manifest_path,
+    sha256_file,
 )
 from kldtui.metrics import ckernel
 from kldtui.metrics import stats as st
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel, RowStats, TorchBlockKernel
+from kldtui.metrics.score import RECORD_DTYPE, from_records
 from kldtui.workspace import Workspace
 
 DIRECTION = "KL(reference || candidate)"
@@ -103,6 +107,7 @@ class CompareOptions:
     threads: int | None = None  # worker threads (numpy backend); None: every core
     cuda_device: int | None = None  # torch-cuda: the GPU index (None: the current device)
     verify_sha256: bool = False
+    mode: str = "logits"  # "score": the candidate folder holds the server's scores (issue 16)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -562,6 +567,70 @@ class Engine:
                         f"{', '.join(str(int(r)) for r in rows[:5])}; the logits overflow float64 sums")
 
 
+SCORE_BACKEND = "server-scores"
+
+
+def load_score_window(suite: Suite, window: WindowSpec, reference: LogitsManifest, scores: ScoresManifest,
+                      options: CompareOptions) -> WindowResult:
+    """Score mode: one window's figures from the server's score file, checked first: its SHA-256
+    against its manifest, the window and tokens it scored, and that it scored against the
+    reference file the reference manifest lists now (SHA-256)."""
+    t0 = time.perf_counter()
+    entry = scores.entries.get(window.index)
+    if entry is None:
+        raise BadInput(f"{scores.path}: {window.label} is not scored; capture and finalize it in score mode")
+    path = scores.file_path(window.index)
+    where = f"{path}: {window.label}"
+    if entry.token_ids_json_sha256 != window.token_ids_json_sha256:
+        raise BadInput(f"{where}: scored other tokens than the suite's (token hash); capture it again")
+    ref_entry = reference.entry(window.index)
+    if entry.reference_sha256 != ref_entry.sha256:
+        raise BadInput(f"{where}: scored against a reference file with SHA-256 "
+                       f"{entry.reference_sha256[:12]}..., "
+                       f"{reference.path} lists {ref_entry.sha256[:12]}...; capture the window again "
+                       "in score mode against this reference")
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise BadInput(f"{where}: cannot be read ({exc.strerror or exc}); finalize it again") from None
+    if digest != entry.sha256:
+        raise BadInput(f"{where}: SHA-256 {digest[:12]}... differs from the manifest's "
+                       f"{entry.sha256[:12]}...; "
+                       "the file is damaged, finalize it again")
+    records, meta = read_records(path, RECORD_DTYPE)
+    if (meta.get("window_index") != str(window.index) or len(records) != window.scored_positions
+            or meta.get("token_ids_json_sha256") != window.token_ids_json_sha256):
+        raise BadInput(f"{where}: the file holds window {meta.get('window_index')} with {len(records)} rows, "
+                       f"expected {window.index} with {window.scored_positions}; finalize it again")
+    rows = from_records(records, reverse=options.reverse)
+    bad = rows.nonfinite_rows()
+    if bad.size:
+        raise BadInput(f"{where}: non-finite figures at row {int(bad[0])}; capture the window again")
+    return WindowResult(window.index, window.domain, reference.vocab_size, rows,
+                        elapsed_seconds=time.perf_counter() - t0, bytes_compared=entry.size_bytes,
+                        backend=SCORE_BACKEND)
+
+
+def prepare_scores(suite: Suite, reference_dir: str | os.PathLike[str], candidate_dir: str | os.PathLike[str],
+                   windows: Sequence[WindowSpec]) -> tuple[LogitsManifest, ScoresManifest]:
+    """Score mode's validation before any window: suite hash, the reference manifest against the
+    suite, the scores manifest's suite and vocabulary."""
+    suite.check_suite_hash()
+    ref = load_logits_manifest(reference_dir)
+    check_manifest_matches_suite(ref, suite, windows)
+    scores = load_scores_manifest(candidate_dir)
+    if scores.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+        raise BadInput(f"{scores.path}: made from another suite than {suite.path}")
+    if scores.vocab_size != ref.vocab_size:
+        raise BadInput(f"{scores.path}: vocabulary {scores.vocab_size} differs from the reference's "
+                       f"{ref.vocab_size} ({ref.path}); score against the same tokenizer's reference")
+    if scores.record_dtype != dtype_text(RECORD_DTYPE):
+        raise BadInput(f"{scores.path}: records of another layout than this kldtui reads; capture again")
+    for w in windows:
+        suite.load_tokens(w, check_hash=True)
+    return ref, scores
+
+
 def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | int,
                    reference_dir: str | os.PathLike[str], candidate_dir: str | os.PathLike[str],
                    options: CompareOptions | None = None, cancel: Cancel | None = None,
@@ -769,6 +838,8 @@ class Comparer:
 
     # -- the per-window cache -------------------------------------------------------------------
     def _key(self, window: WindowSpec) -> dict[str, Any]:
+        if self.options.mode == "score":
+            raise ValueError("score mode keeps no compare cache")
         ref = load_logits_manifest(self.workspace.reference).entry(window.index)
         cand = load_logits_manifest(self.workspace.candidate).entry(window.index)
         return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
@@ -776,7 +847,7 @@ class Comparer:
 
     def cached(self, window: WindowSpec) -> WindowResult | None:
         path = self.workspace.compare_cache(window.index)
-        if path is None or not path.exists():
+        if path is None or not path.exists() or self.options.mode == "score":
             return None
         with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
             doc = json.loads(path.read_text())
@@ -786,7 +857,7 @@ class Comparer:
 
     def _store(self, window: WindowSpec, result: WindowResult) -> None:
         path = self.workspace.compare_cache(window.index)
-        if path is not None:
+        if path is not None and self.options.mode != "score":
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, {"key": self._key(window), "result": result.to_dict()})
 
@@ -796,6 +867,11 @@ class Comparer:
         """One window: from the cache, else validated and compared now (``options`` may differ
         per window: the pipeline picks the backend by what else runs)."""
         result = self.cached(window)
+        if result is None and (options or self.options).mode == "score":
+            ws = self.workspace
+            ref, scores = prepare_scores(self.suite, ws.reference, ws.candidate, [window])
+            result = load_score_window(self.suite, window, ref, scores, options or self.options)
+            self.computed += 1
         if result is None:
             self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
             result = compare_window(self.suite, window, self.workspace.reference, self.workspace.candidate,
@@ -809,6 +885,8 @@ class Comparer:
     def windows(self, windows: Sequence[WindowSpec] | None = None) -> list[WindowResult]:
         """Validate every window first (:func:`prepare`), then compare them with one engine."""
         ws = self.workspace
+        if self.options.mode == "score":
+            return self._score_windows(windows)
         inputs = prepare(self.suite, ws.reference, ws.candidate, self.options, self.emit, self.cancel,
                          windows=windows)
         self.verified = inputs.verified
@@ -829,6 +907,25 @@ class Comparer:
                 self.emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
                                    unit="windows"))
             self.engine_info = (engine.backend, engine.threads)
+        return results
+
+    def _score_windows(self, windows: Sequence[WindowSpec] | None) -> list[WindowResult]:
+        ws, options = self.workspace, self.options
+        selected = list(windows) if windows is not None else self.suite.select(options.start_window,
+                                                                                 options.stop_window)
+        ref, scores = prepare_scores(self.suite, ws.reference, ws.candidate, selected)
+        self.verified = Verified(token_hashes=True, suite_hash=True, logits_sha256="checked")
+        self.reference_manifest_sha256 = hashlib.sha256(ref.path.read_bytes()).hexdigest()
+        results = []
+        for n, w in enumerate(selected):
+            if self.cancel is not None:
+                self.cancel.check()
+            r = load_score_window(self.suite, w, ref, scores, options)
+            self.computed += 1
+            results.append(r)
+            self._announce(w, r)
+            self.emit(Progress("compare", task="windows", done=n + 1, total=len(selected), unit="windows"))
+        self.engine_info = (SCORE_BACKEND, None)
         return results
 
     def _announce(self, window: WindowSpec, r: WindowResult) -> None:
@@ -880,6 +977,9 @@ def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
     cached results are reused), write ``workspace.report`` (when set); return the report.
     ``suite`` is the loaded suite or its manifest's path (default: the workspace's suite folder)."""
     options = options or CompareOptions()
+    if (options.mode == "logits" and not workspace.candidate_manifest.exists()
+            and workspace.scores_manifest.exists()):
+        options = dataclasses.replace(options, mode="score")  # a score-mode folder
     t0 = time.perf_counter()
     emit(StageStarted("compare", detail=f"{workspace.reference} vs {workspace.candidate}"))
     with failure_reported(emit, "compare"):

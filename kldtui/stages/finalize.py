@@ -43,6 +43,15 @@ from kldtui.events import (
 from kldtui.formats.chunks import ChunkSet, check_chunk_dir, check_finite_rows
 from kldtui.formats.logits_writer import LogitsFileWriter, WrittenLogits, write_logits_manifest
 from kldtui.formats.safetensors_io import RowReader, read_header
+from kldtui.formats.scores import (
+    SCORE_FILE_FORMAT,
+    WrittenScores,
+    load_scores_manifest,
+    read_records,
+    score_file_name,
+    write_score_file,
+    write_scores_manifest,
+)
 from kldtui.formats.suite import (
     LOGITS_FORMAT,
     LOGITS_MANIFEST,
@@ -53,6 +62,7 @@ from kldtui.formats.suite import (
     logits_file_name,
     sha256_file,
 )
+from kldtui.metrics.score import RECORD_DTYPE, from_records
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "finalize"
@@ -198,7 +208,90 @@ def finalize_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_di
     return written
 
 
-def _published(written: dict[int, WrittenLogits], output_dir: Path) -> str:
+def _existing_scores(final: Path, window: WindowSpec) -> WrittenScores:
+    """An already-finalized score file as a WrittenScores if it is ``window``'s; else BadInput."""
+    records, meta = read_records(final, RECORD_DTYPE)
+    problems = []
+    if len(records) != window.scored_positions:
+        problems.append(f"{len(records)} rows, expected {window.scored_positions}")
+    if meta.get("window_index") != str(window.index):
+        problems.append(f"window_index {meta.get('window_index')}")
+    if meta.get("token_ids_json_sha256") != window.token_ids_json_sha256:
+        problems.append("token hash differs from the suite's")
+    if meta.get("format") != SCORE_FILE_FORMAT or "reference_sha256" not in meta:
+        problems.append(f"format {meta.get('format')!r}")
+    if problems:
+        raise BadInput(f"{final}: already finalized but does not match {window.label} "
+                       f"({'; '.join(problems)}); pass --force to write it again")
+    return WrittenScores(window.index, window.domain, final.name, len(records), final.stat().st_size,
+                         sha256_file(final), window.token_ids_json_sha256, meta["reference_sha256"])
+
+
+def finalize_scores_window(suite: Suite, window: WindowSpec, chunk_dir: Path, output_dir: Path, *,
+                           force: bool = False, emit: EventSink = null_sink,
+                           cancel: Cancel | None = None) -> tuple[WrittenScores, int]:
+    """Score mode: join ``chunk_dir``'s score chunks into ``output_dir/scores_NNN.safetensors``;
+    ``(written, vocab)``. Every chunk must have scored this window (window index, token hash)
+    against one reference file (its SHA-256), with finite figures (KL may be +inf: a token the
+    candidate masks); the file is read back and compared before it counts."""
+    output_dir = Path(output_dir)
+    final = output_dir / score_file_name(window.index)
+    if final.exists() and not force:
+        done = _existing_scores(final, window)
+        emit(WindowState(STAGE, window.index, "finalized", window.domain,
+                         figures={"skipped": True, "bytes": done.size_bytes}))
+        return done, int(read_header(final).metadata.get("vocab_size", "0"))
+    chunks = check_chunk_dir(chunk_dir, window, mode="score")
+    emit(WindowState(STAGE, window.index, "finalizing", window.domain))
+    started = time.monotonic()
+    parts = []
+    refs: set[str] = set()
+    for c in chunks.chunks:
+        if cancel is not None:
+            cancel.check()
+        records, meta = read_records(c.path, RECORD_DTYPE)
+        refs.add(meta.get("reference_sha256", ""))
+        parts.append(records)
+    if len(refs) != 1 or "" in refs:
+        raise BadInput(f"{chunk_dir}: {window.label}: the chunks were scored against "
+                       f"{len(refs)} different reference files; capture the window again")
+    records = np.concatenate(parts)
+    bad = from_records(records).nonfinite_rows()
+    if bad.size:
+        raise BadInput(f"{chunk_dir}: {window.label}: non-finite figures (NaN) at row {int(bad[0])}; the "
+                       "server computed garbage there: check the model and capture the window again")
+    reference_sha = refs.pop()
+    meta = {"context_length": str(suite.context_length), "vocab_size": str(chunks.vocab_size)}
+    written = write_score_file(output_dir, window, records, meta, reference_sha)
+    back, _ = read_records(final, RECORD_DTYPE)
+    if back.tobytes() != records.tobytes() or sha256_file(final) != written.sha256:
+        final.unlink(missing_ok=True)
+        raise StageFailed(f"{final}: {window.label}: the file read back differs from what was written; "
+                          "the disk or file system is faulty")
+    elapsed = time.monotonic() - started
+    emit(WindowState(STAGE, window.index, "finalized", window.domain, figures={
+        "bytes": written.size_bytes, "seconds": round(elapsed, 3)}))
+    return written, chunks.vocab_size
+
+
+def load_finalized_scores(workspace: Workspace, suite: Suite,
+                          emit: EventSink = null_sink) -> dict[int, WrittenScores]:
+    """What the score folder's manifest lists (files present), by window index."""
+    path = workspace.scores_manifest
+    if not path.exists():
+        return {}
+    try:
+        manifest = load_scores_manifest(path)
+    except BadInput as exc:
+        emit(Notice(STAGE, f"{exc}; it is rewritten", level="warning"))
+        return {}
+    if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+        raise BadInput(f"{path}: made from another suite; finalize into another folder (or "
+                       "another [run] workdir)")
+    return {i: e for i, e in manifest.entries.items() if (workspace.candidate / e.file).is_file()}
+
+
+def _published(written: dict[int, Any], output_dir: Path) -> str:
     """Which windows are finished despite a failure (kept: a rerun skips them)."""
     if not written:
         return f"no window was published in {output_dir}"
@@ -207,13 +300,16 @@ def _published(written: dict[int, WrittenLogits], output_dir: Path) -> str:
             "the rest)")
 
 
-def load_finalized(workspace: Workspace, suite: Suite,
-                   emit: EventSink = null_sink) -> dict[int, WrittenLogits]:
+def load_finalized(workspace: Workspace, suite: Suite, emit: EventSink = null_sink,
+                   mode: str = "logits") -> dict[int, Any]:
     """What the finalized folder's manifest lists (files still present), by window index.
 
     A manifest that does not parse is rewritten (a notice says so); one made from another suite
-    is refused: its files would be mixed with this suite's.
+    is refused: its files would be mixed with this suite's. ``mode="score"``: the score files
+    (:func:`load_finalized_scores`).
     """
+    if mode == "score":
+        return load_finalized_scores(workspace, suite, emit)
     path = workspace.candidate_manifest
     if not path.exists():
         return {}
@@ -243,7 +339,9 @@ class Finalizer:
     def __init__(self, workspace: Workspace, suite: Suite, *, kind: str = "candidate",
                  runtime: dict[str, Any] | None = None, window_range: tuple[int, int] | None = None,
                  expected_vocab: int | None = None, force: bool = False, verify: Verify = "sample",
-                 keep_chunks: bool = True, emit: EventSink = null_sink, cancel: Cancel | None = None) -> None:
+                 keep_chunks: bool = True, emit: EventSink = null_sink, cancel: Cancel | None = None,
+                 mode: str = "logits") -> None:
+        self.mode = mode
         self.workspace = workspace
         self.suite = suite
         self.kind = kind
@@ -255,14 +353,16 @@ class Finalizer:
         self.keep_chunks = keep_chunks
         self.emit = emit
         self.cancel = cancel
-        self.written = load_finalized(workspace, suite, emit)
+        self.written: dict[int, Any] = load_finalized(workspace, suite, emit, mode)
         self._lock = threading.Lock()
         self._changed = False
 
-    def finalize(self, window: WindowSpec) -> WrittenLogits:
+    def finalize(self, window: WindowSpec) -> Any:
         """Finalize one window (a file that already matches is kept) and list it in the manifest."""
         ws = self.workspace
         chunk_dir = ws.chunk_dir(window.chunk_dir_name)
+        if self.mode == "score":
+            return self._finalize_scores(window, chunk_dir)
         result = finalize_window(self.suite, window, chunk_dir, ws.candidate,
                                  expected_vocab=self.vocab, force=self.force, emit=self.emit,
                                  cancel=self.cancel, verify=self.verify)
@@ -283,9 +383,31 @@ class Finalizer:
             shutil.rmtree(chunk_dir, ignore_errors=True)
         return result
 
+    def _finalize_scores(self, window: WindowSpec, chunk_dir: Path) -> WrittenScores:
+        ws = self.workspace
+        result, vocab = finalize_scores_window(self.suite, window, chunk_dir, ws.candidate, force=self.force,
+                                               emit=self.emit, cancel=self.cancel)
+        with self._lock:
+            if self.vocab is not None and vocab and vocab != self.vocab:
+                raise BadInput(f"{ws.scores_manifest}: earlier windows were scored with a vocabulary of "
+                               f"{self.vocab}, {window.label} with {vocab}; finalize into a fresh folder")
+            self.vocab = vocab or self.vocab
+            if self.written.get(window.index) != result:
+                self.written[window.index] = result
+                self._write_manifest()
+                self._changed = True
+        if not self.keep_chunks and chunk_dir.exists():
+            shutil.rmtree(chunk_dir, ignore_errors=True)
+        return result
+
     def _write_manifest(self) -> Path:
         items = self.written
         window_range = self.window_range or (min(items), max(items) + 1)
+        if self.mode == "score":
+            return write_scores_manifest(self.workspace.candidate, self.suite, list(items.values()),
+                                         vocab_size=int(self.vocab or 0), record_dtype=RECORD_DTYPE,
+                                         kind=self.kind + "-scores", runtime=self.runtime,
+                                         window_range=window_range)
         return write_logits_manifest(self.workspace.candidate, self.suite, list(items.values()),
                                      kind=self.kind, runtime=self.runtime, window_range=window_range)
 
@@ -295,7 +417,8 @@ class Finalizer:
         with self._lock:
             if not self.written:
                 raise BadInput(f"{self.workspace.candidate}: no finalized windows")
-            path = self.workspace.candidate_manifest
+            ws = self.workspace
+            path = ws.scores_manifest if self.mode == "score" else ws.candidate_manifest
             if path.exists() and (self._changed or self.runtime is None):
                 return path
             return self._write_manifest()
@@ -305,7 +428,7 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
                  suite: Suite, windows: Sequence[WindowSpec], kind: str = "candidate",
                  runtime: dict[str, Any] | None = None, window_range: tuple[int, int] | None = None,
                  expected_vocab: int | None = None, force: bool = False,
-                 verify: Verify = "sample", keep_chunks: bool = True) -> Path:
+                 verify: Verify = "sample", keep_chunks: bool = True, mode: str = "logits") -> Path:
     """The finalize stage: ``workspace.run_dir``'s chunk folders of ``windows`` into
     ``workspace.candidate`` (logits files + manifest.json); returns the manifest's path.
 
@@ -319,7 +442,7 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
         started = time.monotonic()
         finalizer = Finalizer(workspace, suite, kind=kind, runtime=runtime, window_range=window_range,
                               expected_vocab=expected_vocab, force=force, verify=verify,
-                              keep_chunks=keep_chunks, emit=emit, cancel=cancel)
+                              keep_chunks=keep_chunks, emit=emit, cancel=cancel, mode=mode)
         wanted = {w.index for w in windows}
         kept = sum(1 for i in finalizer.written if i not in wanted)
         skipped = 0
@@ -328,7 +451,8 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
             for n, w in enumerate(windows):
                 if cancel is not None:
                     cancel.check()
-                skipped += int(not force and (workspace.candidate / logits_file_name(w.index)).exists())
+                name = score_file_name(w.index) if mode == "score" else logits_file_name(w.index)
+                skipped += int(not force and (workspace.candidate / name).exists())
                 done[w.index] = finalizer.finalize(w)
                 emit(Progress(STAGE, "windows", n + 1, len(windows), "windows"))
             path = finalizer.finish()

@@ -54,6 +54,13 @@ bootstrap_samples = 2000
 bootstrap_seed = 1
 """
 
+# Score mode (issue 16): the embedded server scores each chunk against the reference and saves
+# per-row figures only; a run of its own, so a folder can hold both demos.
+SCORE_PROFILE_TEXT = PROFILE_TEXT.replace('run_name = "candidate"\n', 'run_name = "candidate-score"\n') + """
+[capture]
+mode = "score"                 # the server scores against suite/ref: no candidate logits on disk
+"""
+
 
 def demo_windows() -> list[tuple[str, list[int]]]:
     """The demo suite's windows: text sampled from the demo's reference model itself, so
@@ -80,24 +87,26 @@ def build_demo_suite(root: Path) -> None:
     write_suite(root, windows, dataset="kldtui/demo", dataset_revision="1")
 
 
-def prepare_demo(workdir: str | os.PathLike[str]) -> Profile:
-    """Create the demo suite and profile in ``workdir`` (idempotent); return the profile."""
+def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False) -> Profile:
+    """Create the demo suite and profile in ``workdir`` (idempotent); return the profile.
+    ``score``: the score-mode profile (``kldtui-score.toml``, ``[capture] mode = "score"``)."""
     from kldtui.formats.folder_lock import ensure_folder
 
     root = ensure_folder(Path(workdir).expanduser().resolve(), "--workdir")
-    suite_dir, profile_path = Workspace.demo_layout(root)
+    suite_dir, profile_path = Workspace.demo_layout(root, score)
     build_demo_suite(suite_dir)
-    if not profile_path.exists() or profile_path.read_text() != PROFILE_TEXT:
+    text = SCORE_PROFILE_TEXT if score else PROFILE_TEXT
+    if not profile_path.exists() or profile_path.read_text() != text:
         from kldtui.formats.atomic import atomic_open
 
         with atomic_open(profile_path, "w") as handle:
-            handle.write(PROFILE_TEXT)
+            handle.write(text)
     return load_profile(profile_path)
 
 
 def run_demo(workdir: str | os.PathLike[str], emit: EventSink = null_sink,
-             cancel: Cancel | None = None) -> Path:
+             cancel: Cancel | None = None, *, score: bool = False) -> Path:
     """Run the demo pipeline to the end; return the report's path (``workdir/comparison.json``)."""
     from kldtui.workflow.pipeline import Pipeline
 
-    return Pipeline(prepare_demo(workdir), emit, cancel).run_all()
+    return Pipeline(prepare_demo(workdir, score=score), emit, cancel).run_all()

@@ -283,7 +283,8 @@ class Pipeline:
             self.profile, candidate=self._reference_candidate(),
             reference=dataclasses.replace(ref, capture=None),
             run=dataclasses.replace(self.profile.run, run_name="reference"),
-            compare=dataclasses.replace(self.profile.compare, abort_kl_above=None))
+            compare=dataclasses.replace(self.profile.compare, abort_kl_above=None),
+            capture=dataclasses.replace(self.profile.capture, mode="logits"))  # the reference's logits
         try:  # the reference windows' bar gets its total (a count without one stays at "6/?")
             total: int | None = len(self.windows())
         except KldError:
@@ -382,6 +383,7 @@ class Pipeline:
         c = self.profile.candidate
         server = CaptureServer(url, c.served_model_name, self.server_capture_dir,
                                api_key=self.profile.api_key(), request_timeout=c.request_timeout,
+                               mode=self.mode,
                                alive=self.server.alive if self.server is not None else None)
         return run_capture(self._workspace, self.emit, self.cancel, suite=suite, windows=self.windows(),
                            server=server, expected_vocab=self._expected_vocab(),
@@ -402,7 +404,7 @@ class Pipeline:
         run_finalize(self._workspace, self.emit, self.cancel, suite=self.load_suite(), windows=windows,
                      kind=self.output_kind, runtime=_redact(self.runtime) or None,
                      window_range=self._window_range(), expected_vocab=self._expected_vocab(),
-                     keep_chunks=self.profile.run.keep_chunks)
+                     keep_chunks=self.profile.run.keep_chunks, mode=self.mode)
         return self.candidate_dir
 
     def compare(self) -> Path:
@@ -412,7 +414,7 @@ class Pipeline:
 
         self.lock_folders()
         with failure_reported(self.emit, "compare"):
-            finalized = load_finalized(self._workspace, self.load_suite(), self.emit)
+            finalized = load_finalized(self._workspace, self.load_suite(), self.emit, self.mode)
             windows = [w for w in self.windows() if w.index in finalized]
             if not windows:
                 self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
@@ -495,7 +497,7 @@ class Pipeline:
                                   runtime=_redact(self.runtime) or None, window_range=self._window_range(),
                                   expected_vocab=self._expected_vocab(),
                                   keep_chunks=self.profile.run.keep_chunks, emit=self.emit,
-                                  cancel=self.cancel)
+                                  cancel=self.cancel, mode=self.mode)
             comparer = Comparer(self._workspace, suite, self._compare_options(), emit=self.emit,
                                 cancel=self.cancel)
             self._disk_preflight(set(finalizer.written))
@@ -588,6 +590,11 @@ class Pipeline:
                                       figures={"error": str(exc)}))
                 self.cancel.set(f"stopped: {exc}")
 
+    @property
+    def mode(self) -> str:
+        """``[capture] mode``: "logits" or "score" (the server scores; kldtui.formats.scores)."""
+        return self.profile.capture.mode
+
     def _fresh_server_capture_dir(self) -> Path:
         return self._workspace.fresh_server_capture_dir()
 
@@ -612,7 +619,7 @@ class Pipeline:
         """Whether a window is in the finalized folder (its chunks may be gone: keep_chunks off)."""
         from kldtui.stages.finalize import load_finalized
 
-        done = set(load_finalized(self._workspace, self.load_suite()))
+        done = set(load_finalized(self._workspace, self.load_suite(), mode=self.mode))
         return lambda w: w.index in done
 
     def _disk_preflight(self, finalized: set[int]) -> None:
@@ -620,7 +627,7 @@ class Pipeline:
         from kldtui.workflow.diskplan import GIB, disk_need
 
         vocab = self._expected_vocab()
-        if vocab is None:
+        if vocab is None or self.mode == "score":  # score mode writes a few dozen bytes a row
             return
         todo = [w.num_tokens for w in self.windows() if w.index not in finalized]
         need = disk_need(todo, vocab, keep_chunks=self.profile.run.keep_chunks)
@@ -647,7 +654,7 @@ class Pipeline:
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
                               reverse=cmp_.reverse, backend=choice.backend, threads=choice.threads,
-                              cuda_device=choice.cuda_device)
+                              cuda_device=choice.cuda_device, mode=self.mode)
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""

@@ -43,6 +43,11 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
                                    # (kldtui.stages.compare_backend)
     threads = 4                    # compare threads (default: all cores, half while serving)
 
+    [capture]
+    mode = "logits"                # "score": the server scores each chunk against the reference
+                                   # and saves per-row figures only, no candidate logits
+                                   # (kldtui.formats.scores, docs/SCORE_MODE.md)
+
 The server command is ``[python, *launcher, "--served-model-name", NAME, *vllm_args]`` after
 substituting ``{model}``, ``{host}``, ``{port}``, ``{served_model_name}`` in launcher and
 vllm_args; ``--served-model-name`` is only added when vllm_args does not name it, and
@@ -138,12 +143,23 @@ class CompareConfig:
 
 
 @dataclass(frozen=True)
+class CaptureConfig:
+    # "logits": the server saves the candidate's prompt logits, finalize and compare read them;
+    # "score": the server scores each chunk against the reference and saves per-row figures only
+    mode: str = "logits"
+
+
+CAPTURE_MODES = ("logits", "score")
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path | None
     reference: ReferenceConfig
     candidate: CandidateConfig
     run: RunConfig
     compare: CompareConfig
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
 
     def server_argv(self, *, host: str | None = None, port: int | None = None) -> list[str]:
         """The candidate server's argument list (never a shell string), placeholders filled.
@@ -216,6 +232,7 @@ _SECTIONS: dict[str, type] = {
     "candidate": CandidateConfig,
     "run": RunConfig,
     "compare": CompareConfig,
+    "capture": CaptureConfig,
 }
 
 
@@ -258,6 +275,7 @@ _TYPES: dict[str, dict[str, str]] = {
             "keep_chunks": "bool"},
     "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
                 "abort_kl_above": "float", "backend": "str", "threads": "int"},
+    "capture": {"mode": "str"},
 }
 
 
@@ -376,9 +394,13 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     for key in ("startup_timeout", "request_timeout", "perturb"):
         if key in cand:
             cand[key] = float(cand[key])
+    cap = parsed["capture"]
+    if cap.get("mode", "logits") not in CAPTURE_MODES:
+        raise BadInput(f"{where}: [capture] mode {cap['mode']!r} is not one of {', '.join(CAPTURE_MODES)}; "
+                       f"{_suggest(cap['mode'], list(CAPTURE_MODES))}")
     return Profile(path=path, reference=build(ReferenceConfig, ref),
                    candidate=build(CandidateConfig, cand), run=build(RunConfig, run),
-                   compare=build(CompareConfig, cmp_))
+                   compare=build(CompareConfig, cmp_), capture=build(CaptureConfig, cap))
 
 
 def server_plan(profile: Profile, capture_dir: Path | None = None) -> ServerPlan:
@@ -392,8 +414,21 @@ def server_plan(profile: Profile, capture_dir: Path | None = None) -> ServerPlan
                           capture_dir=c.server_capture_dir, api_key=profile.api_key())
     kind = cast(Literal["vllm", "embedded"], c.kind)  # validated when the profile was loaded
     return ServerPlan(kind, c.served_model_name, c.startup_timeout, argv=tuple(profile.server_argv()),
-                      env=profile.server_env(), api_key=profile.api_key(), model=c.model,
-                      capture_dir=capture_dir)
+                      env={**profile.server_env(), **score_env(profile)}, api_key=profile.api_key(),
+                      model=c.model, capture_dir=capture_dir)
+
+
+def score_env(profile: Profile) -> dict[str, str]:
+    """``[capture] mode = "score"``: the server's environment that turns score mode on and says
+    where the suite and its reference logits are (kldtui.formats.scores); empty in logits mode."""
+    from kldtui.formats.scores import MODE_ENV, REFERENCE_ENV, SUITE_ENV
+    from kldtui.workspace import Workspace
+
+    if profile.capture.mode != "score":
+        return {}
+    ws = Workspace.from_profile(profile)
+    return {MODE_ENV: "score", SUITE_ENV: str(ws.suite_dir.resolve()),
+            REFERENCE_ENV: str(ws.reference.resolve())}
 
 
 

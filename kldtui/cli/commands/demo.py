@@ -19,6 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain", action="store_true",
                         help="with --batch on a terminal: plain lines instead of progress bars")
     parser.add_argument("--server-log", action="store_true", help="with --batch: print server log lines")
+    parser.add_argument("--score", action="store_true",
+                        help="score mode: the server scores each chunk against the reference and "
+                        "saves per-row figures only (no candidate logits on disk); profile "
+                        "WORKDIR/kldtui-score.toml")
     parser.add_argument("--interval", type=float, default=2.0,
                         help="with --batch: seconds between progress lines of one task (default 2)")
 
@@ -27,9 +31,19 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.run import run_pipeline_batch
 
     # Not on a terminal (a pipe, CI, nohup): the dashboard cannot show, so run headless.
+    score = bool(getattr(args, "score", False))
     if not args.batch and sys.stdin.isatty() and sys.stdout.isatty():
         from kldtui.tui.app import run_dashboard
 
+        if score:  # the dashboard on the score-mode profile
+            from kldtui.formats.folder_lock import hold
+            from kldtui.workflow.demo import prepare_demo
+            from kldtui.workspace import DEMO_SCORE_PROFILE
+
+            with hold([args.workdir], what="--workdir"):
+                profile = prepare_demo(args.workdir, score=True)
+            assert profile.path is not None and profile.path.name == DEMO_SCORE_PROFILE
+            return int(run_dashboard(profile_path=profile.path, theme=getattr(args, "theme", None)) or 0)
         return int(run_dashboard(demo_workdir=args.workdir, theme=getattr(args, "theme", None)) or 0)
 
     from kldtui.formats.folder_lock import hold
@@ -37,4 +51,4 @@ def run(args: argparse.Namespace) -> int:
 
     # held from the suite's first file on: two demos on one new folder would both write it
     with hold([args.workdir], what="--workdir"):
-        return run_pipeline_batch(prepare_demo(args.workdir), args)
+        return run_pipeline_batch(prepare_demo(args.workdir, score=score), args)
