@@ -172,20 +172,24 @@ def announce_writer(folder: str) -> None:
 
 
 def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
-               directory: str | None = None) -> bool:
+               directory: str | None = None, prompt: Any = None) -> bool:
     """Queue one chunk for :func:`kldtui.formats.chunks.write_chunk`; never raises.
 
     Checks the writer rank before anything is copied off the device. Returns True when queued
     (or deliberately skipped: warm-up/dummy request, another rank, capture off), False when
     the copy could not even start; a failure, now or in the background writer, is logged and
     leaves an error marker in the request folder for the capture client.
+
+    Score mode (``KLDTUI_CAPTURE_MODE=score``): the chunk is scored here instead, on the logits'
+    device, and only its records are queued (:func:`score_chunk`; ``prompt``, the request's
+    prompt token ids when known, is checked against the window's).
     """
     folder = directory or capture_dir()
     if folder is None or is_skipped_request(request_id) or not is_writer_rank():
         return True
     announce_writer(folder)
     if capture_mode() == "score":
-        return score_chunk(request_id, row_start, logits, vocab_size, folder)
+        return score_chunk(request_id, row_start, logits, vocab_size, folder, prompt)
     writer = get_writer()
     try:
         staged = writer.stage(logits, int(vocab_size))
@@ -336,7 +340,9 @@ def wrap_v1(original: Callable[..., Any]) -> Callable[..., Any]:
                 return logits
             req_id, row_start = target
             # padded vocab columns never leave the device (save_chunk stages [..., :vocab])
-            save_chunk(req_id, row_start, logits, _v1_vocab_size(self, logits), folder)
+            request = self.requests.get(req_id)  # score mode checks the prompt is the window's
+            save_chunk(req_id, row_start, logits, _v1_vocab_size(self, logits), folder,
+                       getattr(request, "prompt_token_ids", None))
             return logits
 
         setattr(model, "compute_logits", compute_logits)  # noqa: B010 - an instance override
