@@ -1,0 +1,190 @@
+"""Logits mode against score mode (issue 16): the same full-vocabulary pipeline through the
+embedded server, once saving the candidate's logits (capture, finalize, compare) and once
+scoring inside the server (records only, finalize joins them, compare reads them).
+
+Builds a suite of ``--windows`` windows x ``--tokens`` tokens (default 2 x 2048, vocabulary
+163,840: the Kimi K3 width), captures the reference once (embedded server, unperturbed, logits
+mode), then runs the perturbed candidate's ``Pipeline.run_all`` in each mode, each in a fresh
+child process (so peak RSS is that mode's) and a fresh work folder. Prints per mode: wall time of
+``run_all`` (server start included), bytes written (``wchar`` of kldtui's process and of the
+server, sampled every 0.2 s from ``/proc/PID/io``), peak disk of the work folder (sampled every
+0.2 s), peak RSS of kldtui and of the server, the report's mean KL; and that the two reports
+agree (score mode's tolerance, tests/fixtures_score.py). Removes everything unless ``--keep``.
+
+    .venv/bin/python benchmarks/score_mode_bench.py [--windows 2] [--tokens 2048] [--vocab 163840]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+GB = 1e9
+MIB = 1024 * 1024
+
+
+def disk_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def proc_field(pid: int | str, file: str, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/{file}", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def profile_doc(root: Path, workdir: Path, mode: str, vocab: int) -> dict[str, Any]:
+    return {"reference": {"local_dir": str(root / "suite"), "capture": "embedded"},
+            "candidate": {"kind": "embedded", "served_model_name": "bench", "model_seed": 7,
+                          "vocab_size": vocab, "perturb": 0.1, "port": 0, "startup_timeout": 300.0,
+                          "request_timeout": 1800.0, "max_num_batched_tokens": 256},
+            "run": {"workdir": str(workdir), "run_name": "candidate"},
+            "compare": {"bootstrap_samples": 2000, "reverse": True},
+            "capture": {"mode": mode}}
+
+
+def run_mode(root: Path, mode: str, vocab: int) -> dict[str, Any]:
+    """The child: one ``run_all`` in ``mode``; prints its figures as one JSON line."""
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.profile import profile_from_dict
+
+    workdir = root / f"work-{mode}"
+    profile = profile_from_dict(profile_doc(root, workdir, mode, vocab), base_dir=root)
+    peak = {"disk": 0, "server_rss_kib": 0, "server_wchar": 0}
+    stop = threading.Event()
+    pipeline = Pipeline(profile)
+
+    def sample() -> None:
+        while not stop.wait(0.2):
+            peak["disk"] = max(peak["disk"], disk_bytes(workdir))
+            proc = getattr(pipeline.server, "proc", None)
+            pid = getattr(proc, "pid", None)
+            if pid:
+                peak["server_rss_kib"] = max(peak["server_rss_kib"], proc_field(pid, "status", "VmRSS:"))
+                peak["server_wchar"] = max(peak["server_wchar"], proc_field(pid, "io", "wchar:"))
+
+    wchar0 = proc_field("self", "io", "wchar:")
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    report_path = pipeline.run_all()
+    wall = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    report = json.loads(report_path.read_text())
+    logits_files = list(workdir.rglob("logits*.safetensors"))
+    return {"mode": mode, "wall_s": wall, "kldtui_wchar": proc_field("self", "io", "wchar:") - wchar0,
+            "server_wchar": peak["server_wchar"], "peak_disk": peak["disk"],
+            "kldtui_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "server_rss_mib": peak["server_rss_kib"] / 1024, "final_disk": disk_bytes(workdir),
+            "candidate_logits_files": len(logits_files), "report": str(report_path),
+            "kl_mean": report["kl_reference_to_candidate"]["mean"]}
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Report fields beyond score mode's tolerance (provenance and folders left out)."""
+    if isinstance(a, dict):
+        if set(a) != set(b):
+            return [f"{path}: fields {sorted(set(a) ^ set(b))}"]
+        return [d for k in a if not (path == "" and k in ("provenance", "candidate_dir"))
+                for d in differences(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for d in differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12) else [f"{path}: {a} != {b}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", default="/tmp/kldtui-score-bench")
+    ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--vocab", type=int, default=163840)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--child", choices=("logits", "score"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    root = Path(args.workdir)
+    if args.child:
+        print(json.dumps(run_mode(root, args.child, args.vocab)))
+        return 0
+
+    import numpy as np
+
+    from kldtui.formats.suite_writer import write_suite
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.profile import profile_from_dict
+
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    domains = ("prose", "code", "instruction")
+    write_suite(root / "suite", [(domains[i % 3], rng.integers(3, args.vocab, args.tokens).tolist())
+                                 for i in range(args.windows)])
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    Pipeline(profile_from_dict(profile_doc(root, root / "work-reference", "logits", args.vocab),
+                               base_dir=root)).reference()
+    t_ref = time.perf_counter() - t0
+    ref_bytes = disk_bytes(root / "suite" / "ref")
+    results = []
+    try:
+        for mode in ("logits", "score"):
+            out = subprocess.run([sys.executable, __file__, "--child", mode, "--workdir", str(root),
+                                  "--vocab", str(args.vocab)], capture_output=True, text=True, check=True)
+            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    except subprocess.CalledProcessError as exc:
+        print(exc.stdout[-3000:], exc.stderr[-3000:], file=sys.stderr)
+        raise
+    a, b = (json.loads(Path(r["report"]).read_text()) for r in results)
+    diff = differences(a, b)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="ascii")
+                if line.startswith("model name")), "?")
+    print(f"score_mode_bench: {args.windows} windows x {args.tokens} tokens x vocab {args.vocab} "
+          f"(reference {ref_bytes / GB:.2f} GB), {os.cpu_count()} cores ({cpu}), load "
+          f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}; reference capture {t_ref:.1f} s")
+    print(f"  {'':22} {'logits':>12} {'score':>12}")
+    rows = [("run_all wall (s)", "wall_s", 1, "{:.1f}"),
+            ("bytes written, server (GB)", "server_wchar", GB, "{:.3f}"),
+            ("bytes written, kldtui (GB)", "kldtui_wchar", GB, "{:.3f}"),
+            ("peak disk, work folder (GB)", "peak_disk", GB, "{:.3f}"),
+            ("work folder after (GB)", "final_disk", GB, "{:.4f}"),
+            ("peak RSS kldtui (MiB)", "kldtui_rss_mib", 1, "{:.0f}"),
+            ("peak RSS server (MiB)", "server_rss_mib", 1, "{:.0f}"),
+            ("candidate logits files", "candidate_logits_files", 1, "{}"),
+            ("mean KL", "kl_mean", 1, "{:.9g}")]
+    for label, key, scale, fmt in rows:
+        vals = [fmt.format(r[key] / scale if scale != 1 else r[key]) for r in results]
+        print(f"  {label:28} {vals[0]:>12} {vals[1]:>12}")
+    agree = "yes" if not diff else "NO: " + "; ".join(diff[:5])
+    print(f"  reports agree within score mode's tolerance: {agree}")
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if not diff else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
