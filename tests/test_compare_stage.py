@@ -48,18 +48,19 @@ def test_report_matches_oracle(suite_dirs) -> None:
     for k in (1, 5, 10):
         assert report["topk_agreement"][str(k)] == (cat["rank_ref_top"] < k).mean()
     assert report["topk_agreement"]["k"] == [1, 5, 10]
+    # the compiled kernel's float32 path holds 1e-6 relative per row (not 1e-9): so do the means
     window_kl = [per[w]["kl"].mean() for w in range(4)]
     boot = report["kl_window_cluster_bootstrap"]
-    assert boot["estimate"] == pytest.approx(np.mean(window_kl), rel=1e-9)
+    assert boot["estimate"] == pytest.approx(np.mean(window_kl), rel=1e-6)
     assert boot["bootstrap_samples"] == 2000 and boot["cluster_unit"] == "window"
     assert set(report["domains"]) == {"prose", "code", "instruction"}
-    assert report["domains"]["prose"]["estimate"] == pytest.approx(np.mean(window_kl[:2]), rel=1e-9)
+    assert report["domains"]["prose"]["estimate"] == pytest.approx(np.mean(window_kl[:2]), rel=1e-6)
     # next token
     p_ref, p_cand = np.exp(cat["logp_ref_next"]), np.exp(cat["logp_cand_next"])
     nt = report["next_token"]
-    assert nt["p_reference"]["mean"] == pytest.approx(p_ref.mean(), rel=1e-9)
-    assert nt["delta_p"]["rms"] == pytest.approx(math.sqrt(np.mean((p_cand - p_ref) ** 2)), rel=1e-9)
-    assert nt["perplexity_reference"] == pytest.approx(math.exp(-cat["logp_ref_next"].mean()), rel=1e-9)
+    assert nt["p_reference"]["mean"] == pytest.approx(p_ref.mean(), rel=1e-6)
+    assert nt["delta_p"]["rms"] == pytest.approx(math.sqrt(np.mean((p_cand - p_ref) ** 2)), rel=1e-6)
+    assert nt["perplexity_reference"] == pytest.approx(math.exp(-cat["logp_ref_next"].mean()), rel=1e-6)
     assert nt["perplexity_ratio"] == pytest.approx(
         nt["perplexity_candidate"] / nt["perplexity_reference"], rel=1e-9)
     pb = nt["perplexity_ratio_window_cluster_bootstrap"]
@@ -71,11 +72,11 @@ def test_report_matches_oracle(suite_dirs) -> None:
     pos = report["kl_by_position"]
     assert [(b["start"], b["stop"]) for b in pos] == [(0, 256), (256, 299)]
     assert pos[1]["kl_mean"] == pytest.approx(
-        np.concatenate([per[w]["kl"][256:] for w in range(4)]).mean(), rel=1e-9)
+        np.concatenate([per[w]["kl"][256:] for w in range(4)]).mean(), rel=1e-6)
     # per window: original entries and the parallel arrays
     arrays = report["per_window_arrays"]
     assert arrays["window_index"] == [0, 1, 2, 3]
-    assert arrays["kl_mean"] == pytest.approx(window_kl, rel=1e-9)
+    assert arrays["kl_mean"] == pytest.approx(window_kl, rel=1e-6)
     assert len(arrays["kl_reverse_mean"]) == 4 and len(arrays["top10_agreement"]) == 4
     pw = report["per_window"][2]
     assert pw["window_index"] == 2 and pw["domain"] == "code" and pw["positions"] == 299
@@ -92,7 +93,7 @@ def test_report_matches_oracle(suite_dirs) -> None:
     assert isinstance(events[0], StageStarted) and isinstance(events[-1], StageFinished)
     done = [e for e in events if isinstance(e, WindowState) and e.state == "compared"]
     assert [e.window_index for e in done] == [0, 1, 2, 3]
-    assert done[0].figures["kl"] == pytest.approx(window_kl[0], rel=1e-9)
+    assert done[0].figures["kl"] == pytest.approx(window_kl[0], rel=1e-6)
 
 
 def test_window_by_window_equals_whole_run_and_round_trips(suite_dirs) -> None:

@@ -131,8 +131,8 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     floor = load_floor(floor_path)
     for w, (x, y, nxt) in data.items():
         rows = oracle_rows(x, y, nxt)
-        assert floor.per_window[w] == pytest.approx(rows["kl"].mean(), rel=1e-9)
-        assert floor.per_window_reverse[w] == pytest.approx(rows["kl_reverse"].mean(), rel=1e-9)
+        assert floor.per_window[w] == pytest.approx(rows["kl"].mean(), rel=1e-6)
+        assert floor.per_window_reverse[w] == pytest.approx(rows["kl_reverse"].mean(), rel=1e-6)
     assert floor.threshold == max(floor.kl_mean, floor.kl_reverse_mean)
     assert floor.suite_token_hash_sha256 == suite.suite_token_hash_sha256
     assert floor.run1 == str(run1) and floor.run2 == str(run2)

@@ -43,8 +43,12 @@ def test_c_kernel_agrees_with_numpy_kernel(vocab: int) -> None:
                 assert a is None and b is None and not reverse
             elif f in INT_FIELDS:
                 np.testing.assert_array_equal(a, b, err_msg=f)
+            elif f.startswith("logp"):
+                # the float32 path's normalisers: ~1e-7 relative, an absolute error in a log
+                np.testing.assert_allclose(a, b, rtol=0, atol=1e-6, err_msg=f)
             else:
-                np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-14, err_msg=f)
+                # float32 exps (~1 ulp) in the fast path: divergences within 1e-6 relative
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-14, err_msg=f)
         assert got.kl[4] == 0.0 and got.js[4] == 0.0
 
 

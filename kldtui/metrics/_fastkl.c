@@ -1,16 +1,24 @@
-/* kldtui fused compare kernel: the per-row sums of kldtui.metrics.kernels in two passes per row.
+/* kldtui fused compare kernel: per-row divergences and top-token figures, two paths.
  *
  * Compiled at first use by kldtui.metrics.ckernel with the system C compiler (GCC or Clang vector
  * extensions) and loaded with ctypes, which releases the GIL, so Python threads run row blocks in
- * parallel.  Vectors are the machine's native width, chosen at compile time: 8 float64 lanes with
- * AVX-512, 4 with AVX/AVX2, 2 otherwise (SSE2, NEON on aarch64).  Wider-than-native vectors would be
- * split by the compiler and spilled to the stack (measured: 3x slower on AVX2, the argmax pass 10x).
+ * parallel.  Vectors are the machine's native width, chosen at compile time (64 bytes with
+ * AVX-512, 32 with AVX/AVX2, 16 otherwise: SSE2, NEON on aarch64).  Wider-than-native vectors would
+ * be split by the compiler and spilled to the stack (measured: 3x slower on AVX2).
  *
- * For each row, with a = x - max x and b = y - max y (float32 -> float64, exact):
+ * Every row first gets one pass over both sides: argmax (first maximum), minimum, and whether every
+ * logit is finite.  Then:
+ * - the float32 path (fast_row below) for rows whose logits are all finite and within SPAN (80) of
+ *   their row maximum on both sides, i.e. nearly every real row: float32 exps, second-order sums,
+ *   KL, reverse KL and JS computed here (iout[3] = 1; out[2..5] = KL, JS, reverse KL, T);
+ * - the float64 path (row_sums) for the others (masks at -inf, very wide rows, NaN/Inf): the
+ *   first-order sums below, turned into figures by kernels.combine (iout[3] = 0).
+ *
+ * The float64 path, for each row, with a = x - max x and b = y - max y (float32 -> float64, exact):
  *   out[0..6] = s_x, s_y, c_x = sum e^a (a-b), h_x = sum e^a a, h_y = sum e^b b,
  *               m = sum n log n with n = e^a + e^b s_x/s_y, c_y = sum e^b (b-a)
  *   out[7], out[8] = a[tok], b[tok]
- *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] }
+ *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] } (both paths)
  * Masks: a logit at -inf, or so low that e^a < e^-708 (a < -708), has probability exactly 0 on its
  * side: its own terms are 0 (0 log 0 = 0), and c_x (c_y) is +Inf when the reference (candidate)
  * gives the token a positive probability and the other side 0 (infinite KL; JS stays finite).
@@ -23,6 +31,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #if defined(__AVX512F__)
 #define VBYTES 64
@@ -260,11 +271,11 @@ static int64_t finish_argmax(const float *v, int64_t n, int64_t i, float *best, 
  * max per block of ABLOCK values, then a scalar search in the first block reaching the maximum.
  * NaN is never the maximum here; a row with NaN or Inf gets non-finite sums anyway. */
 static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int64_t *ay,
-                    float *lx, float *ly) {
+                    float *lx, float *ly, int *finite) {
     const int L = VBYTES / 4;
     float bx = -INFINITY, by = -INFINITY;
     int64_t kx = -1, ky = -1;
-    vf16 mnx, mny;
+    vf16 mnx, mny, nf = {0}, zero = {0};
     for (int j = 0; j < L; j++) { mnx[j] = INFINITY; mny[j] = INFINITY; }
     int64_t i = 0;
     for (; i + ABLOCK <= n; i += ABLOCK) {
@@ -278,6 +289,7 @@ static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int6
             my = vmaxf(u, my);
             mnx = vminf(t, mnx);
             mny = vminf(u, mny);
+            nf += t * zero + u * zero; /* NaN once a NaN or an infinity was met, 0 otherwise */
         }
         float hx = mx[0], hy = my[0];
         for (int j = 1; j < L; j++) { hx = mx[j] > hx ? mx[j] : hx; hy = my[j] > hy ? my[j] : hy; }
@@ -289,10 +301,328 @@ static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int6
         lowx = mnx[j] < lowx ? mnx[j] : lowx;
         lowy = mny[j] < lowy ? mny[j] : lowy;
     }
+    float fin = 0.0f;
+    for (int j = 0; j < L; j++) fin += nf[j];
+    for (int64_t k = i; k < n; k++) fin += x[k] * 0.0f + y[k] * 0.0f;
+    *finite = fin == 0.0f;
     *ax = finish_argmax(x, n, i, &bx, kx, &lowx);
     *ay = finish_argmax(y, n, i, &by, ky, &lowy);
     *lx = lowx;
     *ly = lowy;
+}
+
+/* ---- The float32 path: rows whose logits are all finite and within SPAN of their maximum ----
+ *
+ * Per element, with P = e^a (float32), Q = e^b s_x/s_y (so that P/Q = p/q) and r = log p - log q
+ * = (x - y) - C, C = (max x - max y) + log(s_x/s_y) (r from an exact float32 difference: TwoSum,
+ * then C split into two floats), the sums are second-order forms whose terms are >= 0:
+ *   KL(p||q) = sum p g(r),  g(r) = r - 1 + e^-r = r^2 h(r)     (because sum p e^-r = sum q = 1)
+ *   KL(q||p) = sum q g(-r)
+ *   JS       = 1/2 sum (p + q) phi(r), phi(r) = log 2 - H(1/(1 + e^-r)) = r^2 k(r^2)  (phi even)
+ * For |r| < 2, h and k are polynomials (relative error < 1e-8 on [-2, 2]); beyond,
+ * p g(r) = p (r - 1) + q and phi = log 2 - log1p(u) - |r| u/(1+u), u = e^-|r|.  Alongside,
+ * T = sum p (e^-r - 1) (= 0 in exact arithmetic) measures how far the float32 normalisers are off:
+ * KL = sum p g(r) - (T - log1p T) is exact for the distributions the float32 exps describe (their
+ * rounding changes KL by a relative ~1e-7, however small KL is), and JS loses log1p(T)^2/8.
+ * Sums: float32 terms, two at a time, added into float64 lanes. */
+#define L32 (VBYTES / 4) /* float32 lanes */
+#define CH (2 * L32)     /* elements per step: two vectors */
+#define FBLOCK 256       /* elements whose far test is shared */
+#define SPAN 80.0        /* e^a >= e^-80: a normal float32 */
+typedef float vs __attribute__((vector_size(VBYTES)));
+typedef int32_t vsi __attribute__((vector_size(VBYTES)));
+typedef uint32_t vsu __attribute__((vector_size(VBYTES)));
+typedef float vsh __attribute__((vector_size(VBYTES / 2)));
+
+static inline AI vs fsplat(float v) { vs r; for (int j = 0; j < L32; j++) r[j] = v; return r; }
+static inline AI vsi fbits(vs v) { vsi r; memcpy(&r, &v, sizeof r); return r; }
+static inline AI vs ffrom(vsi v) { vs r; memcpy(&r, &v, sizeof r); return r; }
+static inline AI vs fsel(vsi m, vs a, vs b) { return ffrom((m & fbits(a)) | (~m & fbits(b))); }
+static inline AI vs fabsv(vs v) { return ffrom(fbits(v) & ((vsi){0} + 0x7fffffff)); }
+static inline AI vs loadv(const float *p) { vs v; memcpy(&v, p, sizeof v); return v; }
+
+/* error of s = fl(a + b): a + b = s + err exactly (TwoSum) */
+static inline AI vs two_sum_err(vs a, vs b, vs s) {
+    vs z = s - a;
+    return (a - (s - z)) + (b - z);
+}
+
+/* e^(s + err) for s in [-89, 0], |err| <= ulp(s): k = round(s/ln2), r = s - k ln2 + err (Cody-Waite,
+ * ln2's high part has 16 bits: k ln2_hi is exact), minimax degree 6 on |r| <= ln2/2 (2e-9),
+ * 2^k put in the exponent field; ~1 ulp. */
+static inline AI vs vexpf(vs s, vs err) {
+    const vs shift = fsplat(12582912.0f); /* 1.5 * 2^23 */
+    vs kd = s * fsplat(1.44269504088896341f) + shift;
+    vsi ki = fbits(kd) - fbits(shift);
+    kd = kd - shift;
+    vs r = s - kd * fsplat(0.693145751953125f);
+    r = r - kd * fsplat(1.428606820309417232e-6f);
+    r = r + err;
+    vs p = fsplat(1.383683018e-03f);
+    p = p * r + fsplat(8.374824027e-03f);
+    p = p * r + fsplat(4.166822629e-02f);
+    p = p * r + fsplat(1.666642007e-01f);
+    p = p * r + fsplat(4.999999207e-01f);
+    p = p * r + fsplat(1.000000036e+00f);
+    p = p * r + fsplat(1.0f);
+    return ffrom((vsi)((vsu)fbits(p) + ((vsu)ki << 23)));
+}
+
+/* h(r) = (e^-r - 1 + r) / r^2 on [-2, 2], minimax degree 9 (relative error 8e-9) */
+static inline AI vs vh(vs r) {
+    vs p = fsplat(-2.556983802e-08f);
+    p = p * r + fsplat(2.967222007e-07f);
+    p = p * r + fsplat(-2.759977699e-06f);
+    p = p * r + fsplat(2.472887554e-05f);
+    p = p * r + fsplat(-1.983913844e-04f);
+    p = p * r + fsplat(1.388989282e-03f);
+    p = p * r + fsplat(-8.333361246e-03f);
+    p = p * r + fsplat(4.166661907e-02f);
+    p = p * r + fsplat(-1.666666578e-01f);
+    p = p * r + fsplat(5.000000035e-01f);
+    return p;
+}
+
+/* k(t) = phi(sqrt t) / t on [0, 4], minimax degree 7 (relative error 8.5e-9) */
+static inline AI vs vk(vs t) {
+    vs p = fsplat(-4.968205582e-09f);
+    p = p * t + fsplat(1.280828444e-07f);
+    p = p * t + fsplat(-1.764549196e-06f);
+    p = p * t + fsplat(1.884406925e-05f);
+    p = p * t + fsplat(-1.840959244e-04f);
+    p = p * t + fsplat(1.735932787e-03f);
+    p = p * t + fsplat(-1.562496633e-02f);
+    p = p * t + fsplat(1.249999989e-01f);
+    return p;
+}
+
+/* log1p(u) for u in [0, e^-2], u times a minimax degree 5 (relative error 3e-10) */
+static inline AI vs vlog1p_small(vs u) {
+    vs p = fsplat(-1.196060587e-01f);
+    p = p * u + fsplat(1.933402835e-01f);
+    p = p * u + fsplat(-2.495492965e-01f);
+    p = p * u + fsplat(3.333193370e-01f);
+    p = p * u + fsplat(-4.999998398e-01f);
+    p = p * u + fsplat(9.999999997e-01f);
+    return u * p;
+}
+
+#if VBYTES == 64
+#define LO_HALF 0, 1, 2, 3, 4, 5, 6, 7
+#define HI_HALF 8, 9, 10, 11, 12, 13, 14, 15
+#elif VBYTES == 32
+#define LO_HALF 0, 1, 2, 3
+#define HI_HALF 4, 5, 6, 7
+#else
+#define LO_HALF 0, 1
+#define HI_HALF 2, 3
+#endif
+
+/* float32 lanes added into float64 accumulators acc[0] (low half) and acc[1] (high half); GCC 12
+ * splits a generic 4-float -> 4-double conversion in two, so x86 uses the instruction directly */
+static inline AI void acc_f(vd *acc, vs v) {
+#if defined(__clang__) || __GNUC__ >= 12
+    vsh lo = __builtin_shufflevector(v, v, LO_HALF);
+    vsh hi = __builtin_shufflevector(v, v, HI_HALF);
+#else
+    vsh lo, hi;
+    memcpy(&lo, &v, sizeof lo);
+    memcpy(&hi, (const char *)&v + sizeof lo, sizeof hi);
+#endif
+#if defined(__AVX512F__) && VBYTES == 64
+    acc[0] += (vd)_mm512_cvtps_pd((__m256)lo);
+    acc[1] += (vd)_mm512_cvtps_pd((__m256)hi);
+#elif defined(__AVX__) && VBYTES == 32
+    acc[0] += (vd)_mm256_cvtps_pd((__m128)lo);
+    acc[1] += (vd)_mm256_cvtps_pd((__m128)hi);
+#else
+    acc[0] += __builtin_convertvector(lo, vd);
+    acc[1] += __builtin_convertvector(hi, vd);
+#endif
+}
+
+static inline int any_lane(vsi m) {
+    int32_t t = 0;
+    for (int j = 0; j < L32; j++) t |= m[j];
+    return t != 0;
+}
+
+typedef struct { vs kl, klr, js, t, tr; } terms_t;
+
+/* the terms of one vector: P, Q as above, x, y the logits; far = 0: the polynomials only (valid
+ * where |r| < 2; *farm gets the lanes beyond), far = 1: every lane right */
+static inline AI terms_t vterms(vs xv, vs yv, vs P, vs Q, vs ch, vs cl, const int reverse,
+                                const int far, vsi *farm) {
+    terms_t o;
+    const vs ny = -yv;
+    const vs d = xv + ny;
+    const vs r = (d - ch) + (two_sum_err(xv, ny, d) - cl);
+    const vs r2 = r * r;
+    const vs g = r2 * vh(r);
+    o.kl = P * g;
+    o.t = P * (g - r);
+    o.klr = o.tr = fsplat(0.0f);
+    if (reverse) {
+        const vs gr = r2 * vh(-r);
+        o.klr = Q * gr;
+        o.tr = Q * (gr + r);
+    }
+    o.js = (P + Q) * (r2 * vk(r2));
+    const vs ar = fabsv(r);
+    const vsi fm = ar >= fsplat(2.0f);
+    if (!far) {
+        *farm |= fm;
+        return o;
+    }
+    const vs one = fsplat(1.0f);
+    vs na = -ar;
+    na = fsel(na < fsplat(-80.0f), fsplat(-80.0f), na);
+    const vs u = vexpf(na, fsplat(0.0f));
+    const vs phi = (fsplat(0.693147180559945309f) - vlog1p_small(u)) - ar * (u / (one + u));
+    o.js = fsel(fm, (P + Q) * phi, o.js);
+    o.kl = fsel(fm, P * (r - one) + Q, o.kl);
+    o.t = fsel(fm, Q - P, o.t);
+    if (reverse) {
+        o.klr = fsel(fm, Q * (-r - one) + P, o.klr);
+        o.tr = fsel(fm, P - Q, o.tr);
+    }
+    return o;
+}
+
+/* T - log1p(T) >= 0 without cancellation */
+static double corr(double t) {
+    if (fabs(t) < 1e-3) return t * t * (0.5 - t * (1.0 / 3.0 - t * (0.25 - t * 0.2)));
+    return t - log1p(t);
+}
+
+/* pass 1 over one step (CH elements): P = e^a, e^b into the buffers, their sums, the rank count;
+ * tail: px, py are padded copies whose lanes from rem on are not part of the row */
+static inline AI void step1(const float *px, const float *py, float *pa, float *pb, vs nmx, vs nmy,
+                            vs vyt, vd *sx, vd *sy, vsi *cnt, const int tail, int64_t rem) {
+    vs e[4];
+    for (int v = 0; v < 2; v++) {
+        const vs xv = loadv(px + v * L32), yv = loadv(py + v * L32);
+        vsi gt = yv > vyt;
+        const vs sa = xv + nmx, sb = yv + nmy;
+        vs e1 = vexpf(sa, two_sum_err(xv, nmx, sa));
+        vs e2 = vexpf(sb, two_sum_err(yv, nmy, sb));
+        if (tail) {
+            vsi lane;
+            for (int j = 0; j < L32; j++) lane[j] = v * L32 + j < rem ? -1 : 0;
+            e1 = fsel(lane, e1, fsplat(0.0f));
+            e2 = fsel(lane, e2, fsplat(0.0f));
+            gt &= lane;
+        }
+        *cnt -= gt;
+        memcpy(pa + v * L32, &e1, sizeof e1);
+        memcpy(pb + v * L32, &e2, sizeof e2);
+        e[v] = e1;
+        e[2 + v] = e2;
+    }
+    acc_f(sx, e[0] + e[1]);
+    acc_f(sy, e[2] + e[3]);
+}
+
+typedef struct { vd kl[2], klr[2], js[2]; vs t, tr; vsi farm; } bsum_t;
+
+/* pass 2 over steps c0 .. c1 of a row */
+static inline AI void steps2(const float *xr, const float *yr, const float *xpad, const float *ypad,
+                             int64_t nfull, int64_t c0, int64_t c1, const float *ea, const float *eb,
+                             vs vq, vs vch, vs vcl, bsum_t *b, const int reverse, const int far) {
+    for (int64_t c = c0; c < c1; c++) {
+        const int tail = c == nfull;
+        const float *px = tail ? xpad : xr + c * CH, *py = tail ? ypad : yr + c * CH;
+        const float *pa = ea + c * CH, *pb = eb + c * CH;
+        const terms_t t0 = vterms(loadv(px), loadv(py), loadv(pa), loadv(pb) * vq, vch, vcl, reverse,
+                                  far, &b->farm);
+        const terms_t t1 = vterms(loadv(px + L32), loadv(py + L32), loadv(pa + L32), loadv(pb + L32) * vq,
+                                  vch, vcl, reverse, far, &b->farm);
+        acc_f(b->kl, t0.kl + t1.kl);
+        acc_f(b->js, t0.js + t1.js);
+        b->t += t0.t + t1.t;
+        if (reverse) {
+            acc_f(b->klr, t0.klr + t1.klr);
+            b->tr += t0.tr + t1.tr;
+        }
+    }
+}
+
+static void block2(const float *xr, const float *yr, const float *xpad, const float *ypad,
+                   int64_t nfull, int64_t c0, int64_t c1, const float *ea, const float *eb,
+                   vs vq, vs vch, vs vcl, bsum_t *b, const int reverse, const int far) {
+    memset(b, 0, sizeof *b);
+    if (reverse) {
+        if (far) steps2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, b, 1, 1);
+        else steps2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, b, 1, 0);
+    } else {
+        if (far) steps2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, b, 0, 1);
+        else steps2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, b, 0, 0);
+    }
+}
+
+/* one row on the float32 path; ea, eb hold at least vocab rounded up to CH floats */
+static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, float my, float yt,
+                     int reverse, float *ea, float *eb, double *o, int64_t *rank_out,
+                     const float *xn, const float *yn) {
+    const int64_t nfull = vocab / CH, rem = vocab % CH;
+    const int64_t nch = nfull + (rem ? 1 : 0);
+    float xpad[CH], ypad[CH];
+    for (int j = 0; j < CH; j++) {
+        xpad[j] = j < rem ? xr[nfull * CH + j] : mx;
+        ypad[j] = j < rem ? yr[nfull * CH + j] : my;
+    }
+    /* pass 1 */
+    const vs nmx = fsplat(-mx), nmy = fsplat(-my), vyt = fsplat(yt);
+    vd sx[2] = {splat(0), splat(0)}, sy[2] = {splat(0), splat(0)};
+    vsi cnt = {0};
+    for (int64_t c = 0; c < nfull; c++)
+        step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, &cnt, 0, 0);
+    if (rem)
+        step1(xpad, ypad, ea + nfull * CH, eb + nfull * CH, nmx, nmy, vyt, sx, sy, &cnt, 1, rem);
+    const double s_x = hsum(sx[0] + sx[1]), s_y = hsum(sy[0] + sy[1]);
+    int64_t rank = 0;
+    for (int j = 0; j < L32; j++) rank += cnt[j];
+    /* pass 2: the terms */
+    const double ratio = s_x / s_y;
+    const float ratio_f = (float)ratio;
+    const double cc = ((double)mx - (double)my) + log(ratio);
+    const float ch_f = (float)cc, cl_f = (float)(cc - (double)ch_f);
+    const vs vq = fsplat(ratio_f), vch = fsplat(ch_f), vcl = fsplat(cl_f);
+    vd kl[2] = {splat(0), splat(0)}, klr[2] = {splat(0), splat(0)}, js[2] = {splat(0), splat(0)};
+    double t_t = 0.0, t_tr = 0.0;
+    const int64_t per = FBLOCK / CH > 0 ? FBLOCK / CH : 1;
+    for (int64_t c0 = 0; c0 < nch; c0 += per) {
+        const int64_t c1 = c0 + per < nch ? c0 + per : nch;
+        if (xn) {
+            /* this pass is compute-bound: meanwhile pull the next row (same range) towards the
+             * cache, so that its first, memory-bound pass does not wait on DRAM */
+            for (int64_t k = c0 * CH; k < c1 * CH && k < vocab; k += 16) {
+                __builtin_prefetch(xn + k, 0, 1);
+                __builtin_prefetch(yn + k, 0, 1);
+            }
+        }
+        bsum_t b;
+        block2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, &b, reverse, 0);
+        if (any_lane(b.farm)) /* a lane with |r| >= 2: again, with the far terms */
+            block2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, &b, reverse, 1);
+        for (int h = 0; h < 2; h++) { kl[h] += b.kl[h]; js[h] += b.js[h]; klr[h] += b.klr[h]; }
+        for (int j = 0; j < L32; j++) { t_t += b.t[j]; t_tr += b.tr[j]; }
+    }
+    const double inv = 1.0 / s_x;
+    const double tf = t_t * inv;
+    o[0] = s_x;
+    o[1] = s_y;
+    o[2] = hsum(kl[0] + kl[1]) * inv - corr(tf);
+    const double dl = log1p(tf);
+    o[3] = 0.5 * hsum(js[0] + js[1]) * inv - dl * dl * 0.125;
+    o[4] = 0.0;
+    if (reverse) {
+        const double isg = 1.0 / ((double)ratio_f * s_y); /* 1 / sum Q */
+        o[4] = hsum(klr[0] + klr[1]) * isg - corr(t_tr * isg);
+    }
+    o[5] = tf;
+    o[6] = 0.0;
+    *rank_out = rank;
 }
 
 /* the two passes over a row (see the top of the file); guard = 0 when no exp can underflow */
@@ -385,26 +715,36 @@ static inline __attribute__((always_inline)) void row_sums(
     *rank_out = rank;
 }
 
+/* iout[3] = 1 where the row took the float32 path: out[2..5] = KL, JS, reverse KL, T (above);
+ * 0: the float64 sums of the top of the file.  ea, eb: vocab + 64 doubles each. */
 void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
                  int reverse, double *ea, double *eb, double *out, int64_t *iout) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * vocab;
         const float *yr = y + r * vocab;
         double *o = out + r * 9;
-        int64_t *io = iout + r * 3;
+        int64_t *io = iout + r * 4;
         float lx, ly;
         int64_t ax, ay;
-        argmax2(xr, yr, vocab, &ax, &ay, &lx, &ly);
+        int finite;
+        argmax2(xr, yr, vocab, &ax, &ay, &lx, &ly, &finite);
         io[0] = ax;
         io[1] = ay;
         const double mx = xr[ax], my = yr[ay];
         const float yt = yr[ax];
         o[7] = (double)xr[tok[r]] - mx;
         o[8] = (double)yr[tok[r]] - my;
-        /* exp(a) >= exp(-700) everywhere when both rows span less than 700: no underflow guard */
-        const int guard = !((double)lx - mx > -700.0 && (double)ly - my > -700.0);
         int64_t rank = 0;
         const float *xn = r + 1 < rows ? xr + vocab : 0, *yn = r + 1 < rows ? yr + vocab : 0;
+        const int fast = finite && (double)lx - mx >= -SPAN && (double)ly - my >= -SPAN;
+        io[3] = fast;
+        if (fast) {
+            fast_row(xr, yr, vocab, xr[ax], yr[ay], yt, reverse, (float *)ea, (float *)eb, o, &rank, xn, yn);
+            io[2] = rank;
+            continue;
+        }
+        /* exp(a) >= exp(-700) everywhere when both rows span less than 700: no underflow guard */
+        const int guard = !((double)lx - mx > -700.0 && (double)ly - my > -700.0);
         if (guard)
             row_sums(xr, yr, vocab, mx, my, yt, reverse, ea, eb, o, &rank, xn, yn, 1);
         else
@@ -428,6 +768,11 @@ double fastkl_selfcheck(void) {
         double wl = n * log(n);
         double e2 = wl != 0.0 ? fabs(w[0] - wl) / fabs(wl) : fabs(w[0]);
         if (e2 > worst) worst = e2;
+        double s = -80.0 + k * 0.02;
+        if (s > 0) s = -s * 1e-3;
+        vs f = vexpf(fsplat((float)s), fsplat(0.0f));
+        double e3 = fabs((double)f[0] - exp((double)(float)s)) / exp((double)(float)s);
+        if (!(e3 < 3e-7)) worst = 1.0; /* the float32 exp: ~1 ulp */
     }
     return worst;
 }

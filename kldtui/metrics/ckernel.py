@@ -12,9 +12,13 @@ are checked against libm; any failure (no compiler, a failed build, a bad self-c
 then use the NumPy kernel.
 
 :class:`CRowKernel` has the same interface as :class:`~kldtui.metrics.kernels.NumpyRowKernel` and
-shares its :func:`~kldtui.metrics.kernels.combine` step and precise path for tiny divergences; the
-C code computes the per-row sums in two passes over a row (ctypes releases the GIL, so a pool of
-Python threads uses every core).
+shares its precise path for tiny divergences (KL below
+:data:`~kldtui.metrics.kernels.PRECISE_BELOW`).  The C code has two paths (see the top of
+``_fastkl.c``): rows whose logits are finite and within 80 of their maximum on both sides take
+the float32 path, which returns KL, reverse KL and JS from second-order per-element sums (within
+~1e-7 relative; ``ref_top_prob`` and next-token log-probabilities within ~1e-7); other rows (masks,
+very wide rows, NaN/Inf) get float64 sums that :func:`~kldtui.metrics.kernels.combine` turns into
+figures.  ctypes releases the GIL, so a pool of Python threads uses every core.
 """
 
 from __future__ import annotations
@@ -163,8 +167,9 @@ class CRowKernel:
             raise RuntimeError(f"the C kernel is not available: {why_not()}")
         self._fn = lib.fastkl_rows
         self.vocab = vocab
-        self._ea = np.empty(vocab, dtype=np.float64)
-        self._eb = np.empty(vocab, dtype=np.float64)
+        # float64 rows for the float64 path, float32 rows (padded) for the float32 path
+        self._ea = np.empty(vocab + 64, dtype=np.float64)
+        self._eb = np.empty(vocab + 64, dtype=np.float64)
 
     def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
               reverse: bool = False) -> RowStats:
@@ -180,7 +185,7 @@ class CRowKernel:
         if tok.shape != (rows,) or (rows and (tok.min() < 0 or tok.max() >= vocab)):
             raise ValueError("next_tokens must hold one token id in [0, vocab) per row")
         sums = np.empty((rows, 9), dtype=np.float64)
-        idx = np.empty((rows, 3), dtype=np.int64)
+        idx = np.empty((rows, 4), dtype=np.int64)
         self._fn(_ptr(x), _ptr(y), rows, vocab, _ptr(tok), int(reverse), _ptr(self._ea), _ptr(self._eb),
                  _ptr(sums), _ptr(idx))
         out = RowStats.empty(rows, reverse)
@@ -188,9 +193,15 @@ class CRowKernel:
         out.argmax_cand[:] = idx[:, 1]
         out.rank_ref_top[:] = idx[:, 2]
         s = sums.T
+        fast = idx[:, 3] == 1
         with np.errstate(all="ignore"):
             f = combine(np, s[0], s[1], s[2], s[3], s[4], s[5], s[6] if reverse else None)
-            NumpyRowKernel._finish(x, y, out, f, np.stack([s[7], s[8]]), reverse)
+            # rows on the float32 path: the C code gave KL, JS and the reverse KL themselves
+            f["kl"] = np.where(fast, s[2], f["kl"])
+            f["js"] = np.where(fast, s[3], f["js"])
+            if reverse:
+                f["kl_reverse"] = np.where(fast, s[4], f["kl_reverse"])
+            NumpyRowKernel._finish(x, y, out, f, np.stack([s[7], s[8]]), reverse, second_order=fast)
         return out
 
 

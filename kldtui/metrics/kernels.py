@@ -23,8 +23,8 @@ float64 terms.  The fast path needs these per-row sums only::
 and :func:`combine` turns them into the figures: ``KL = c_x / s_x - log(s_x / s_y)`` (the
 difference ``a - b`` is formed before the product, so the large common parts of the logits never
 enter a sum) and ``JS = H((p+q)/2) - (H(p) + H(q))/2`` from float64 entropies.  Both have an
-absolute error of order 1e-15.  For rows where that is not small relative to the result (KL
-below :data:`PRECISE_BELOW`; JS is about KL/4, so it holds 1e-6 wherever KL does),
+absolute error of order 1e-15 (JS: ~5e-15).  For rows where that is not small relative to the
+result (KL or JS below :data:`PRECISE_BELOW`; the C kernel's float32 path: KL below it),
 :func:`precise_row` recomputes the row from per-element non-negative terms
 ``p (D + expm1(-D))`` (each term >= 0, so no cancellation between terms, and insensitive to
 first order to the normalisers), and identical rows give exactly 0.
@@ -38,8 +38,14 @@ touches every element), which the caller turns into a one-line error via
 :meth:`RowStats.nonfinite_rows`.
 
 Backends share :func:`combine` and :func:`precise_row`: ``CRowKernel`` in :mod:`kldtui.metrics.ckernel`
-(the default on a CPU: ``_fastkl.c`` compiled at first use, the same sums in two vectorised passes
-per row), :class:`NumpyRowKernel` (the fallback without a C compiler; any machine; a row
+(the default on a CPU: ``_fastkl.c`` compiled at first use; for rows whose logits are finite and
+within 80 of their maximum, i.e. nearly all, it has its own float32 path: float32 exps, the
+second-order per-element forms ``KL = sum p g(r)``, ``g(r) = r - 1 + e^-r >= 0``, with
+``r = log p - log q`` from an exact difference, and ``JS = 1/2 sum (p + q) phi(r)``,
+``phi(r) = log 2 - H(1 / (1 + e^-r)) >= 0``, summed in float64: within ~1e-7 relative of the exact
+value however small the divergence (the rounding of the float32 normalisers enters only at second
+order, and is measured and removed); other rows get the float64 sums above, in two vectorised
+passes), :class:`NumpyRowKernel` (the fallback without a C compiler; any machine; a row
 at a time, so a thread's working set is a few row-sized float64 buffers, and NumPy releases the
 GIL, so a thread pool uses every core; no BLAS call, whose spinning threads would fight the pool)
 and :class:`TorchBlockKernel` (CUDA when available; CPU otherwise), which computes the same sums
@@ -265,7 +271,11 @@ class NumpyRowKernel:
 
     @staticmethod
     def _finish(x: np.ndarray, y: np.ndarray, out: RowStats, f: dict[str, np.ndarray],
-                tok_ab: np.ndarray, reverse: bool) -> None:
+                tok_ab: np.ndarray, reverse: bool, second_order: np.ndarray | None = None) -> None:
+        """Figures from :func:`combine`'s output; rows whose divergences are too small for the
+        first-order forms go to :func:`precise_row`.  ``second_order`` marks rows whose KL and JS
+        came from the C kernel's float32 path (relative accuracy however small), which need the
+        precise path only below :data:`PRECISE_BELOW` of KL, like the rest."""
         out.kl[:] = np.maximum(f["kl"], 0.0)
         out.js[:] = np.maximum(f["js"], 0.0)
         out.ref_top_prob[:] = f["ref_top_prob"]
@@ -274,9 +284,12 @@ class NumpyRowKernel:
         if reverse:
             assert out.kl_reverse is not None  # RowStats.empty(rows, reverse=True) made it
             out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)
-        # KL below PRECISE_BELOW: the precise path (slow: ~6x the fast row).  JS ~ KL/4, so where
-        # KL >= PRECISE_BELOW the fast JS (absolute error ~1e-15) is within 1e-6 relative too.
-        small = np.flatnonzero(out.kl < PRECISE_BELOW)
+        # KL or JS below PRECISE_BELOW: the precise path (slow: ~6x the fast row); the first-order
+        # JS has an absolute error ~5e-15, so it needs JS >= ~1e-8 for 1e-6 relative (JS ~ KL/4)
+        small_js = out.js < PRECISE_BELOW
+        if second_order is not None:
+            small_js &= ~second_order
+        small = np.flatnonzero((out.kl < PRECISE_BELOW) | small_js)
         for i in small:
             if np.isnan(out.kl[i]) or not np.isfinite(out.js[i]):
                 continue
