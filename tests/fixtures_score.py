@@ -3,7 +3,9 @@
 
 Per row: KL, reverse KL and JS within 1e-6 relative where KL >= 1e-8 (below, both modes take the
 precise CPU path: within 1e-14 absolute), argmaxes and top-k ranks exact, next-token
-log-probabilities and the reference's top probability within 1e-9 relative. Per report: every
+log-probabilities within 1e-6 absolute and the reference's top probability within 1e-6 relative
+(the compiled CPU kernel's float32 path has float32 exps: its normalisers are good to ~1e-7
+relative, the torch float64 path's to ~1e-15). Per report: every
 field present on both sides, strings and integers equal, floats within 1e-6 relative (or 1e-12
 absolute), apart from the volatile fields (provenance, candidate folder).
 """
@@ -63,7 +65,9 @@ def row_differences(a: RowStats, b: RowStats) -> list[str]:
         if (not np.allclose(x[big], y[big], rtol=1e-6, atol=0)
                 or not np.allclose(x[~big], y[~big], atol=1e-14)):
             out.append(name)
-    for name in ("logp_ref_next", "logp_cand_next", "ref_top_prob"):
-        if not np.allclose(getattr(a, name), getattr(b, name), rtol=1e-9, atol=1e-12):
+    for name in ("logp_ref_next", "logp_cand_next"):
+        if not np.allclose(getattr(a, name), getattr(b, name), rtol=0, atol=1e-6):
             out.append(name)
+    if not np.allclose(a.ref_top_prob, b.ref_top_prob, rtol=1e-6, atol=1e-12):
+        out.append("ref_top_prob")
     return out

@@ -3,8 +3,8 @@ and saves per-row records only; finalize joins them per window; compare builds t
 
 Equality contract (docs/SCORE_MODE.md): per-row KL, reverse KL and JS within 1e-6 relative where
 KL >= 1e-8 (below that, both sides take the precise CPU path: within 1e-6 absolute of 1e-8), top-k
-ranks, argmaxes exact, next-token log-probabilities and the reference's top probability within
-1e-9 relative; every report field present on both sides.
+ranks, argmaxes exact, next-token log-probabilities within 1e-6 absolute and the reference's top
+probability within 1e-6 relative; every report field present on both sides.
 """
 
 from __future__ import annotations
