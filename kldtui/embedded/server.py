@@ -37,6 +37,7 @@ from kldtui import __version__
 from kldtui.embedded.model import TinyModel
 from kldtui.formats.chunks import abandoned_by_client, write_chunk, write_error_marker
 from kldtui.formats.scores import SUITE_ENV, ScoreSession, write_score_chunk
+from kldtui.metrics.score import score_rows
 
 FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
 MAX_LOGPROBS = 20
@@ -154,7 +155,7 @@ class Engine:
             except OSError as exc:
                 log("ERROR", f"kld capture: could not write the error marker either: {exc}")
 
-        return ScoreSession(cfg.score_suite, cfg.score_reference, _score_rows, write, fail)
+        return ScoreSession(cfg.score_suite, cfg.score_reference, score_rows, write, fail)
 
     def models(self) -> dict[str, Any]:
         cfg = self.config
@@ -321,24 +322,6 @@ class Engine:
             if len(out) < max_tokens:
                 states = self.model.hidden(ids)
         return out
-
-
-def _score_rows(x: np.ndarray, y: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Score mode's arithmetic on the CPU: the compare stage's C kernel when it is built (the
-    engine thread pays a chunk's scoring, ~6 ns per vocabulary entry), else the vLLM hook's torch
-    path (:func:`kldtui.metrics.score.score_rows`), else NumPy."""
-    from kldtui.metrics import ckernel
-    from kldtui.metrics.score import score_rows, to_records
-
-    yy = np.ascontiguousarray(y, dtype=np.float32)
-    if ckernel.available():
-        kernel = ckernel.CRowKernel(int(yy.shape[1]))
-        return to_records(kernel.block(np.ascontiguousarray(x), yy, tokens, True))
-    try:
-        import torch
-    except ImportError:
-        return score_rows(x, yy, tokens)
-    return score_rows(x, torch.from_numpy(yy), tokens)
 
 
 def _prompt_logprob_entries(logits: np.ndarray, next_tokens: list[int],

@@ -45,7 +45,6 @@ from kldtui.formats.atomic import atomic_open, write_json_atomic
 from kldtui.formats.names import safe_name
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
 from kldtui.formats.suite import (
-    LogitsManifest,
     Suite,
     WindowSpec,
     _read_versioned,
@@ -298,8 +297,6 @@ class ScoreSession:
             except ValueError:
                 block_rows = DEFAULT_SCORE_ROWS
         self.block_rows = max(1, block_rows)
-        self._suite: Suite | None = None
-        self._manifest: LogitsManifest | None = None
         self._requests: OrderedDict[str, _Request] = OrderedDict()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kldtui-score-prefetch")
@@ -320,11 +317,8 @@ class ScoreSession:
             raise ScoreFailed(f"request {request_id!r} names no window (kldtui-RUN-wNNN-XXXXXXXX); "
                               "score mode scores only kldtui's capture requests")
         try:
-            if self._suite is None:
-                self._suite = load_suite(self.suite_dir)
-            if self._manifest is None:
-                self._manifest = load_logits_manifest(self.reference_dir)
-            suite, manifest = self._suite, self._manifest
+            # read again for every request: a reference finalized while the server runs counts
+            suite, manifest = load_suite(self.suite_dir), load_logits_manifest(self.reference_dir)
             window = suite.window(index)
             if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
                 raise ScoreFailed(f"{manifest.path}: the reference was made from another suite than "

@@ -84,20 +84,34 @@ def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
     return out
 
 
+KERNEL_ENV = "KLDTUI_SCORE_KERNEL"  # "torch": score CPU tensors with score_block too (tests)
+
+
 def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
     """Score mode's records (reverse KL included) of float32 host reference rows ``x`` against
-    candidate rows ``y``: a torch tensor is scored on its own device (:func:`score_block`, ``x``
-    is copied there), a NumPy array on the CPU with :class:`NumpyRowKernel`."""
+    candidate rows ``y``. A torch tensor on an accelerator is scored on its own device
+    (:func:`score_block`, ``x`` copied there); CPU rows (a CPU tensor or a NumPy array) with the
+    compare stage's C kernel when it is built (``score_block`` on the CPU costs about 20x more;
+    ``KLDTUI_SCORE_KERNEL=torch`` forces it for CPU tensors), else NumPy."""
+    import os
+
+    from kldtui.metrics import ckernel
+
     tokens = np.ascontiguousarray(tokens, dtype=np.int64)
     if hasattr(y, "detach") and hasattr(y, "device"):
-        import torch
-
         ty = y.detach()
-        tx = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(ty.device)
-        tok = torch.from_numpy(tokens).to(ty.device)
-        return to_records(score_block(tx, ty, tok, reverse=True))
+        if ty.device.type != "cpu" or os.environ.get(KERNEL_ENV, "").strip() == "torch":
+            import torch
+
+            tx = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(ty.device)
+            tok = torch.from_numpy(tokens).to(ty.device)
+            return to_records(score_block(tx, ty, tok, reverse=True))
+        y = ty.float().numpy()
     yy = np.ascontiguousarray(y, dtype=np.float32)
-    return to_records(NumpyRowKernel(int(yy.shape[1])).block(x, yy, tokens, reverse=True))
+    xx = np.ascontiguousarray(x, dtype=np.float32)
+    vocab = int(yy.shape[1])
+    kernel = ckernel.CRowKernel(vocab) if ckernel.available() else NumpyRowKernel(vocab)
+    return to_records(kernel.block(xx, yy, tokens, reverse=True))
 
 
 def to_records(stats: RowStats) -> np.ndarray:
@@ -120,4 +134,4 @@ def from_records(rec: np.ndarray, reverse: bool = True) -> RowStats:
     return out
 
 
-__all__ = ["RECORD_DTYPE", "from_records", "score_block", "score_rows", "to_records"]
+__all__ = ["KERNEL_ENV", "RECORD_DTYPE", "from_records", "score_block", "score_rows", "to_records"]

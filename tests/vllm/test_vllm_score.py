@@ -4,8 +4,10 @@ Reference = the tiny float32 Llama (captured into the suite's ``ref/`` in logits
 = its bf16 copy served in float32 arithmetic, run twice with ``kldtui run --batch``: once with
 ``[capture] mode = "logits"`` (logits to disk, finalize, compare), once with ``mode = "score"``
 (the vLLM plugin scores every prefill chunk inside the engine against ``ref/`` and saves only
-per-row records). The two reports must agree within score mode's tolerance
-(tests/fixtures_score.py), row by row too, and the score run must leave no candidate logits.
+per-row records; ``KLDTUI_SCORE_KERNEL=torch`` makes it use ``score_block``, the arithmetic a GPU
+server runs, instead of the C kernel a CPU server uses by default). The two reports must agree
+within score mode's tolerance (tests/fixtures_score.py), row by row too, and the score run must
+leave no candidate logits.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def _profile(root: Path, name: str, model: Path, suite: Path, mode: str) -> tupl
     doc = tomllib.loads(path.read_text(encoding="utf-8"))
     doc["compare"]["reverse"] = True
     doc["capture"] = {"mode": mode}
+    if mode == "score":  # the device path (score_block), as a GPU server runs it; CPU default: C kernel
+        doc["candidate"]["env"]["KLDTUI_SCORE_KERNEL"] = "torch"
     path.write_text(dump_toml(doc), encoding="utf-8")
     return path, workdir
 
