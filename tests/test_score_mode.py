@@ -9,6 +9,7 @@ probability within 1e-6 relative; every report field present on both sides.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -250,3 +251,22 @@ def test_kldtui_demo_score_gives_the_demo_report_and_no_candidate_logits(tmp_pat
     # the reference's logits (suite/ref and its capture) are there; the candidate's are not
     assert not list((work / "candidate").glob("logits*")) and not list((work / "capture").rglob("logits*"))
     assert len(list((work / "candidate").glob("scores_*.safetensors"))) == 6
+
+
+def test_a_score_run_reopens_with_its_windows_and_needs_no_logits_disk(
+        both_modes: tuple[Profile, Profile], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard's state of a score run counts its score files as finalized, and the
+    preflight does not ask for the disk the logits would need."""
+    from kldtui.workflow import preflight
+    from kldtui.workflow.state import load_state
+    from kldtui.workspace import Workspace
+
+    _, score = both_modes
+    state = load_state(Workspace.from_profile(score))
+    assert state.finalized == 6 and not state.problems
+    import shutil as sh
+
+    monkeypatch.setattr(sh, "disk_usage", lambda path: sh._ntuple_diskusage(1, 1, 1))  # type: ignore[attr-defined]
+    assert preflight._disk_problem(score, Workspace.from_profile(score)) is None
+    logits = dataclasses.replace(score, capture=dataclasses.replace(score.capture, mode="logits"))
+    assert "disk: the run needs" in (preflight._disk_problem(logits, Workspace.from_profile(logits)) or "")

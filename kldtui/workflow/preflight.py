@@ -80,6 +80,8 @@ def _candidate_problems(profile: Profile) -> list[str]:
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     """The disk the run's windows need at peak, when the free space is short of it."""
+    if profile.capture.mode == "score":
+        return None  # the server writes a few dozen bytes per position (docs/SCORE_MODE.md)
     from kldtui.formats.suite import load_logits_manifest, load_suite
     from kldtui.workflow.diskplan import GIB, disk_need
 

@@ -96,6 +96,17 @@ def load_state(workspace: Workspace) -> RunState:
         except (KldError, OSError, ValueError) as exc:
             problems.append(str(exc))
 
+    if workspace.candidate_dir is not None and workspace.scores_manifest.is_file():
+        try:  # score mode's finalized folder (docs/SCORE_MODE.md)
+            from kldtui.formats.scores import load_scores_manifest
+
+            for index, scored in load_scores_manifest(workspace.scores_manifest).entries.items():
+                if (workspace.candidate / scored.file).is_file():
+                    states[index] = "finalized"
+                    domains.setdefault(index, scored.domain)
+        except (KldError, OSError, ValueError) as exc:
+            problems.append(str(exc))
+
     report_path: Path | None = None
     headline: dict[str, Any] = {}
     window_range: tuple[int, int] | None = None
