@@ -66,3 +66,37 @@ def test_capture_without_server_folder_is_bad_input(tmp_path: Path, capsys: pyte
                  "--run-name", "r", "--output-dir", str(tmp_path / "f")])
     err = capsys.readouterr().err
     assert code == 2 and "no such capture run" in err
+
+
+def test_score_mode_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``kldtui capture --mode score`` against a server started in score mode, ``kldtui finalize
+    --mode score``, then ``kldtui compare`` finds the score folder and gives logits mode's report."""
+    rng = np.random.default_rng(11)
+    write_suite(tmp_path / "suite", [(d, rng.integers(0, 128, 200).tolist()) for d in ("prose", "code")])
+    base = [sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "Kimi-K3",
+            "--vocab-size", "128", "--max-num-batched-tokens", "64", "--max-num-seqs", "1"]
+    suite_flags = ["--suite-dir", str(tmp_path / "suite"), "--capture-dir", str(tmp_path / "cap")]
+    runs = (("ref", [], "logits", tmp_path / "suite" / "ref"), ("cand", ["--perturb", "0.2"], "logits",
+            tmp_path / "cand"), ("score", ["--perturb", "0.2", "--capture-mode", "score", "--score-suite",
+                                         str(tmp_path / "suite")], "score", tmp_path / "scores"))
+    for name, extra, mode, out in runs:
+        with ServerProcess([*base, *extra], capture_dir=tmp_path / f"srv-{name}",
+                           served_model_name="Kimi-K3") as server:
+            url = server.wait_ready(timeout=60)
+            assert main(["capture", *suite_flags, "--run-name", name, "--base-url", url, "--mode", mode,
+                         "--server-capture-dir", str(tmp_path / f"srv-{name}")]) == 0
+        assert main(["finalize", *suite_flags, "--run-name", name, "--output-dir", str(out), "--mode", mode,
+                     "--kind", "reference" if name == "ref" else "candidate"]) == 0
+    reports = []
+    for cand in ("cand", "scores"):
+        assert main(["compare", "--suite-manifest", str(tmp_path / "suite"), "--reference-dir",
+                     str(tmp_path / "suite" / "ref"), "--candidate-dir", str(tmp_path / cand),
+                     "--output", str(tmp_path / f"{cand}.json")]) == 0
+        reports.append(json.loads((tmp_path / f"{cand}.json").read_text()))
+    assert not list((tmp_path / "scores").glob("logits*"))
+    assert not list((tmp_path / "cap" / "score").rglob("logits*"))
+    assert reports[1]["provenance"]["backend"] == "server-scores"
+    from tests.fixtures_score import report_differences
+
+    assert report_differences(reports[0], reports[1]) == []
+    capsys.readouterr()

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="name of the environment variable holding the server's API key")
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds to wait for one window's answer")
+    parser.add_argument("--mode", choices=("logits", "score"), default="logits",
+                        help="score: the server runs in score mode (KLDTUI_CAPTURE_MODE=score) and "
+                        "writes per-row score chunks, no logits (docs/SCORE_MODE.md)")
     parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
 
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     def job(emit: EventSink, cancel: Cancel) -> object:
         url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)
         server = CaptureServer(url, args.served_model_name, Path(server_dir), api_key=api_key,
-                               request_timeout=args.request_timeout)
+                               request_timeout=args.request_timeout, mode=args.mode)
         return run_capture(workspace, emit, cancel, suite=suite, windows=windows, server=server,
                            expected_vocab=args.expected_vocab)
 

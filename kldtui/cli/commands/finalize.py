@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-chunks", action="store_true",
                         help="keep each window's chunk folder after its file is finalized and verified "
                         "(default: delete it, so the logits are on disk once)")
+    parser.add_argument("--mode", choices=("logits", "score"), default="logits",
+                        help="score: the server runs in score mode (KLDTUI_CAPTURE_MODE=score) and "
+                        "writes per-row score chunks, no logits (docs/SCORE_MODE.md)")
     parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
 
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     def job(emit: EventSink, cancel: Cancel) -> object:
         return run_finalize(workspace, emit, cancel, suite=suite, windows=windows, runtime=runtime,
                             force=args.force, kind=args.kind, expected_vocab=args.expected_vocab,
-                            verify=args.verify, keep_chunks=args.keep_chunks or args.verify == "none")
+                            verify=args.verify, keep_chunks=args.keep_chunks or args.verify == "none",
+                            mode=args.mode)
 
     from kldtui.formats.folder_lock import hold
 
