@@ -489,15 +489,22 @@ static double corr(double t) {
 
 /* pass 1 over one step (CH elements): P = e^a, e^b into the buffers, their sums, the rank count;
  * tail: px, py are padded copies whose lanes from rem on are not part of the row */
+/* the rounding error of s = fl(x + m), m = -max: Fast2Sum (2 operations) where every |x| <= |m| in
+ * the row (bounded: the rows of most models), else TwoSum (5) */
+static inline AI vs shift_err(vs x, vs m, vs s, const int bounded) {
+    return bounded ? x - (s - m) : two_sum_err(x, m, s);
+}
+
 static inline AI void step1(const float *px, const float *py, float *pa, float *pb, vs nmx, vs nmy,
-                            vs vyt, vd *sx, vd *sy, vsi *cnt, const int tail, int64_t rem) {
+                            vs vyt, vd *sx, vd *sy, vsi *cnt, const int tail, int64_t rem,
+                            const int bounded) {
     vs e[4];
     for (int v = 0; v < 2; v++) {
         const vs xv = loadv(px + v * L32), yv = loadv(py + v * L32);
         vsi gt = yv > vyt;
         const vs sa = xv + nmx, sb = yv + nmy;
-        vs e1 = vexpf(sa, two_sum_err(xv, nmx, sa));
-        vs e2 = vexpf(sb, two_sum_err(yv, nmy, sb));
+        vs e1 = vexpf(sa, shift_err(xv, nmx, sa, bounded));
+        vs e2 = vexpf(sb, shift_err(yv, nmy, sb, bounded));
         if (tail) {
             vsi lane;
             for (int j = 0; j < L32; j++) lane[j] = v * L32 + j < rem ? -1 : 0;
@@ -554,7 +561,7 @@ static void block2(const float *xr, const float *yr, const float *xpad, const fl
 
 /* one row on the float32 path; ea, eb hold at least vocab rounded up to CH floats */
 static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, float my, float yt,
-                     int reverse, float *ea, float *eb, double *o, int64_t *rank_out,
+                     int bounded, int reverse, float *ea, float *eb, double *o, int64_t *rank_out,
                      const float *xn, const float *yn) {
     const int64_t nfull = vocab / CH, rem = vocab % CH;
     const int64_t nch = nfull + (rem ? 1 : 0);
@@ -567,10 +574,15 @@ static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, 
     const vs nmx = fsplat(-mx), nmy = fsplat(-my), vyt = fsplat(yt);
     vd sx[2] = {splat(0), splat(0)}, sy[2] = {splat(0), splat(0)};
     vsi cnt = {0};
-    for (int64_t c = 0; c < nfull; c++)
-        step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, &cnt, 0, 0);
+    if (bounded) {
+        for (int64_t c = 0; c < nfull; c++)
+            step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, &cnt, 0, 0, 1);
+    } else {
+        for (int64_t c = 0; c < nfull; c++)
+            step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, &cnt, 0, 0, 0);
+    }
     if (rem)
-        step1(xpad, ypad, ea + nfull * CH, eb + nfull * CH, nmx, nmy, vyt, sx, sy, &cnt, 1, rem);
+        step1(xpad, ypad, ea + nfull * CH, eb + nfull * CH, nmx, nmy, vyt, sx, sy, &cnt, 1, rem, 0);
     const double s_x = hsum(sx[0] + sx[1]), s_y = hsum(sy[0] + sy[1]);
     int64_t rank = 0;
     for (int j = 0; j < L32; j++) rank += cnt[j];
@@ -731,7 +743,10 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         const int fast = finite && (double)lx - mx >= -SPAN && (double)ly - my >= -SPAN;
         io[3] = fast;
         if (fast) {
-            fast_row(xr, yr, vocab, xr[ax], yr[ay], yt, reverse, (float *)ea, (float *)eb, o, &rank, xn, yn);
+            /* every |x| <= max x (and |y| <= max y): x - max x has a cheaper exact error */
+            const int bounded = mx >= 0.0 && my >= 0.0 && lx >= -mx && ly >= -my;
+            fast_row(xr, yr, vocab, xr[ax], yr[ay], yt, bounded, reverse, (float *)ea, (float *)eb, o,
+                     &rank, xn, yn);
             io[2] = rank;
             continue;
         }
