@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -120,7 +121,10 @@ def write_score_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_
         raise FileExistsError(f"score chunk {final} already exists; refusing to overwrite")
     meta = {**metadata, "format": SCORE_CHUNK_FORMAT, "request_id": request_id,
             "row_start": str(row_start), "row_end": str(row_start + rows),
-            "record_dtype": dtype_text(records.dtype)}
+            "record_dtype": dtype_text(records.dtype),
+            # which node wrote it (as logits chunks say; the capture client names it)
+            "writer_host": socket.gethostname() or "unknown-host",
+            "writer_dir": os.path.abspath(capture_dir)}
     header = encode_header({SCORE_KEY: (SCORE_DTYPE, (rows, width))}, meta)
     with atomic_open(final, "wb", replace=False, fsync=False) as handle:
         handle.write(header)
