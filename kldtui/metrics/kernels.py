@@ -24,7 +24,8 @@ and :func:`combine` turns them into the figures: ``KL = c_x / s_x - log(s_x / s_
 difference ``a - b`` is formed before the product, so the large common parts of the logits never
 enter a sum) and ``JS = H((p+q)/2) - (H(p) + H(q))/2`` from float64 entropies.  Both have an
 absolute error of order 1e-15 (JS: ~5e-15).  For rows where that is not small relative to the
-result (KL or JS below :data:`PRECISE_BELOW`; the C kernel's float32 path: KL below it),
+result (KL or JS below :data:`PRECISE_BELOW`; rows of the C kernel's float32 path: KL below
+:data:`SECOND_ORDER_PRECISE_BELOW`),
 :func:`precise_row` recomputes the row from per-element non-negative terms
 ``p (D + expm1(-D))`` (each term >= 0, so no cancellation between terms, and insensitive to
 first order to the normalisers), and identical rows give exactly 0.
@@ -64,6 +65,9 @@ LOG2 = math.log(2.0)
 # Below this KL the fast path's ~1e-15 absolute error could exceed 1e-6 relative (of KL or of
 # JS ~ KL/4), so the row is recomputed with the precise per-element formulation.
 PRECISE_BELOW = 1e-8
+# Rows from the C kernel's float32 path (second-order sums: relative error ~1e-7 however small KL
+# is; measured <= 3e-7 down to KL 2e-12, 1e-6 at 3e-13) need the precise path only below this.
+SECOND_ORDER_PRECISE_BELOW = 1e-11
 # exp underflows to 0 below about -745; a row reaching this needs n log n guarded against 0.
 UNDERFLOW = -700.0
 # Zero probability (masks): a logit at -inf, or with a = logit - row max below this (e^a < e^-708,
@@ -274,8 +278,8 @@ class NumpyRowKernel:
                 tok_ab: np.ndarray, reverse: bool, second_order: np.ndarray | None = None) -> None:
         """Figures from :func:`combine`'s output; rows whose divergences are too small for the
         first-order forms go to :func:`precise_row`.  ``second_order`` marks rows whose KL and JS
-        came from the C kernel's float32 path (relative accuracy however small), which need the
-        precise path only below :data:`PRECISE_BELOW` of KL, like the rest."""
+        came from the C kernel's float32 path (relative accuracy ~1e-7 however small they are),
+        which need the precise path only below :data:`SECOND_ORDER_PRECISE_BELOW` of KL."""
         out.kl[:] = np.maximum(f["kl"], 0.0)
         out.js[:] = np.maximum(f["js"], 0.0)
         out.ref_top_prob[:] = f["ref_top_prob"]
@@ -286,10 +290,10 @@ class NumpyRowKernel:
             out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)
         # KL or JS below PRECISE_BELOW: the precise path (slow: ~6x the fast row); the first-order
         # JS has an absolute error ~5e-15, so it needs JS >= ~1e-8 for 1e-6 relative (JS ~ KL/4)
-        small_js = out.js < PRECISE_BELOW
+        small = (out.kl < PRECISE_BELOW) | (out.js < PRECISE_BELOW)
         if second_order is not None:
-            small_js &= ~second_order
-        small = np.flatnonzero((out.kl < PRECISE_BELOW) | small_js)
+            small = np.where(second_order, out.kl < SECOND_ORDER_PRECISE_BELOW, small)
+        small = np.flatnonzero(small)
         for i in small:
             if np.isnan(out.kl[i]) or not np.isfinite(out.js[i]):
                 continue
