@@ -290,11 +290,10 @@ class NumpyRowKernel:
             out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)
         # KL or JS below PRECISE_BELOW: the precise path (slow: ~6x the fast row); the first-order
         # JS has an absolute error ~5e-15, so it needs JS >= ~1e-8 for 1e-6 relative (JS ~ KL/4)
-        small = (out.kl < PRECISE_BELOW) | (out.js < PRECISE_BELOW)
+        tiny = (out.kl < PRECISE_BELOW) | (out.js < PRECISE_BELOW)
         if second_order is not None:
-            small = np.where(second_order, out.kl < SECOND_ORDER_PRECISE_BELOW, small)
-        small = np.flatnonzero(small)
-        for i in small:
+            tiny = np.where(second_order, out.kl < SECOND_ORDER_PRECISE_BELOW, tiny)
+        for i in np.flatnonzero(tiny):
             if np.isnan(out.kl[i]) or not np.isfinite(out.js[i]):
                 continue
             kl, js, klr = precise_row(np.asarray(x[i]), np.asarray(y[i]), reverse)
