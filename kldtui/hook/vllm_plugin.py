@@ -214,8 +214,14 @@ def score_session(folder: str) -> ScoreSession:
             from kldtui.metrics.score import score_rows
 
             def write(request_id: str, row_start: int, records: Any, metadata: dict[str, str]) -> None:
-                get_writer().submit_records(folder, request_id, row_start, records, metadata,
-                                            _on_error(request_id, row_start, folder))
+                writer = get_writer()
+                if writer.on_writer_thread():  # scored there (CPU rows): write at once
+                    from kldtui.formats.scores import write_score_chunk
+
+                    write_score_chunk(folder, request_id, row_start, records, metadata)
+                    return
+                writer.submit_records(folder, request_id, row_start, records, metadata,
+                                      _on_error(request_id, row_start, folder))
 
             def fail(request_id: str, message: str) -> None:
                 fail_request(request_id, message, folder)
@@ -229,13 +235,30 @@ def score_session(folder: str) -> ScoreSession:
 
 def score_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int, folder: str,
                 prompt: Any = None) -> bool:
-    """Score mode: score one chunk on the logits' device against the reference, queue its records
-    for the writer thread; never raises (a failure leaves the error marker)."""
+    """Score mode: score one chunk against the reference; never raises (a failure leaves the error
+    marker). Logits on an accelerator are scored here, on the engine's thread and on their device
+    (vLLM reuses their buffer after the call), and the records are queued for the writer thread.
+    CPU logits (which vLLM does not modify afterwards, as logits mode relies on too) are handed to
+    the writer thread whole: the engine's thread only queues them (back-pressure: the bounded
+    queue)."""
     try:
         session = score_session(folder)
     except ScoreFailed as exc:
         fail_request(request_id, f"kldtui score: {exc}", folder)
         return False
+    device = getattr(logits, "device", None)
+    if device is None or getattr(device, "type", "cpu") == "cpu":
+        part = logits.detach() if hasattr(logits, "detach") else logits
+        writer = get_writer()
+        if writer.inline:
+            return session.chunk(request_id, int(row_start), part, int(vocab_size), prompt)
+
+        def job() -> None:
+            session.chunk(request_id, int(row_start), part, int(vocab_size), prompt)
+
+        writer.submit_scoring(folder, request_id, int(row_start), int(part.shape[0]), job,
+                              _on_error(request_id, int(row_start), folder))
+        return True
     with _gpu_sync_allowed():  # the records are copied to the host: a deliberate sync
         return session.chunk(request_id, int(row_start), logits, int(vocab_size), prompt)
 

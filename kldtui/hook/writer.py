@@ -159,6 +159,27 @@ class ChunkWriter:
 
         self.submit(job, on_error)
 
+    def on_writer_thread(self) -> bool:
+        """Whether the caller is this writer's thread (a job may then write at once: submitting
+        from there could wait on the queue the thread itself empties)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def submit_scoring(self, folder: str, request_id: str, row_start: int, rows: int,
+                       job: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+        """Score mode on CPU rows: run ``job`` (scoring a chunk and writing its records) on the
+        writer thread, with the chunk's pending file made now, so the capture client waits."""
+        marker = self._pending(folder, request_id, row_start, rows)
+
+        def scored() -> None:
+            try:
+                job()
+            finally:
+                if marker is not None:
+                    with contextlib.suppress(OSError):
+                        marker.unlink()
+
+        self.submit(scored, on_error)
+
     def _pending(self, folder: str, request_id: str, row_start: int, rows: int) -> Path | None:
         """The pending file of a queued chunk (None inline, or when it cannot be made)."""
         if self.inline:
