@@ -269,16 +269,30 @@ static int64_t finish_argmax(const float *v, int64_t n, int64_t i, float *best, 
 
 /* argmax (first maximum) and minimum of both rows in one pass over the two streams: a vectorised
  * max per block of ABLOCK values, then a scalar search in the first block reaching the maximum.
- * NaN is never the maximum here; a row with NaN or Inf gets non-finite sums anyway. */
-static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int64_t *ay,
-                    float *lx, float *ly, int *finite) {
+ * NaN is never the maximum here; a row with NaN or Inf gets non-finite sums anyway.  Incremental:
+ * amx_blocks scans whole blocks up to a position (the float32 path scans the next row's blocks
+ * while its compute-bound second pass runs, instead of only prefetching them), amx_finish the
+ * rest of the row. */
+typedef struct {
+    float bx, by;       /* the largest block maximum so far */
+    int64_t kx, ky;     /* the first block reaching it (-1: none yet) */
+    int64_t pos;        /* blocks scanned: [0, pos) */
+    vf16 mnx, mny, nf;  /* minima; NaN once a NaN or an infinity was met */
+} amx_t;
+
+static void amx_init(amx_t *st) {
+    st->bx = st->by = -INFINITY;
+    st->kx = st->ky = -1;
+    st->pos = 0;
+    for (int j = 0; j < VBYTES / 4; j++) { st->mnx[j] = INFINITY; st->mny[j] = INFINITY; st->nf[j] = 0.0f; }
+}
+
+/* whole blocks of x and y (rows of n values) from st->pos up to position `upto` */
+static void amx_blocks(amx_t *st, const float *x, const float *y, int64_t n, int64_t upto) {
     const int L = VBYTES / 4;
-    float bx = -INFINITY, by = -INFINITY;
-    int64_t kx = -1, ky = -1;
-    vf16 mnx, mny, nf = {0}, zero = {0};
-    for (int j = 0; j < L; j++) { mnx[j] = INFINITY; mny[j] = INFINITY; }
-    int64_t i = 0;
-    for (; i + ABLOCK <= n; i += ABLOCK) {
+    vf16 mnx = st->mnx, mny = st->mny, nf = st->nf, zero = {0};
+    int64_t i = st->pos;
+    for (; i + ABLOCK <= n && i + ABLOCK <= upto; i += ABLOCK) {
         vf16 mx, my;
         for (int j = 0; j < L; j++) { mx[j] = -INFINITY; my[j] = -INFINITY; }
         for (int64_t k = i; k < i + ABLOCK; k += L) {
@@ -289,24 +303,33 @@ static void argmax2(const float *x, const float *y, int64_t n, int64_t *ax, int6
             my = vmaxf(u, my);
             mnx = vminf(t, mnx);
             mny = vminf(u, mny);
-            nf += t * zero + u * zero; /* NaN once a NaN or an infinity was met, 0 otherwise */
+            nf += t * zero + u * zero;
         }
         float hx = mx[0], hy = my[0];
         for (int j = 1; j < L; j++) { hx = mx[j] > hx ? mx[j] : hx; hy = my[j] > hy ? my[j] : hy; }
-        if (hx > bx || kx < 0) { bx = hx; kx = i; }
-        if (hy > by || ky < 0) { by = hy; ky = i; }
+        if (hx > st->bx || st->kx < 0) { st->bx = hx; st->kx = i; }
+        if (hy > st->by || st->ky < 0) { st->by = hy; st->ky = i; }
     }
-    float lowx = INFINITY, lowy = INFINITY;
+    st->pos = i;
+    st->mnx = mnx;
+    st->mny = mny;
+    st->nf = nf;
+}
+
+static void amx_finish(amx_t *st, const float *x, const float *y, int64_t n, int64_t *ax, int64_t *ay,
+                       float *lx, float *ly, int *finite) {
+    const int L = VBYTES / 4;
+    amx_blocks(st, x, y, n, n);
+    float lowx = INFINITY, lowy = INFINITY, fin = 0.0f;
     for (int j = 0; j < L; j++) {
-        lowx = mnx[j] < lowx ? mnx[j] : lowx;
-        lowy = mny[j] < lowy ? mny[j] : lowy;
+        lowx = st->mnx[j] < lowx ? st->mnx[j] : lowx;
+        lowy = st->mny[j] < lowy ? st->mny[j] : lowy;
+        fin += st->nf[j];
     }
-    float fin = 0.0f;
-    for (int j = 0; j < L; j++) fin += nf[j];
-    for (int64_t k = i; k < n; k++) fin += x[k] * 0.0f + y[k] * 0.0f;
+    for (int64_t k = st->pos; k < n; k++) fin += x[k] * 0.0f + y[k] * 0.0f;
     *finite = fin == 0.0f;
-    *ax = finish_argmax(x, n, i, &bx, kx, &lowx);
-    *ay = finish_argmax(y, n, i, &by, ky, &lowy);
+    *ax = finish_argmax(x, n, st->pos, &st->bx, st->kx, &lowx);
+    *ay = finish_argmax(y, n, st->pos, &st->by, st->ky, &lowy);
     *lx = lowx;
     *ly = lowy;
 }
@@ -562,7 +585,7 @@ static void block2(const float *xr, const float *yr, const float *xpad, const fl
 /* one row on the float32 path; ea, eb hold at least vocab rounded up to CH floats */
 static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, float my, float yt,
                      int bounded, int reverse, float *ea, float *eb, double *o, int64_t *rank_out,
-                     const float *xn, const float *yn) {
+                     const float *xn, const float *yn, amx_t *next) {
     const int64_t nfull = vocab / CH, rem = vocab % CH;
     const int64_t nch = nfull + (rem ? 1 : 0);
     float xpad[CH], ypad[CH];
@@ -597,14 +620,8 @@ static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, 
     const int64_t per = FBLOCK / CH > 0 ? FBLOCK / CH : 1;
     for (int64_t c0 = 0; c0 < nch; c0 += per) {
         const int64_t c1 = c0 + per < nch ? c0 + per : nch;
-        if (xn) {
-            /* this pass is compute-bound: meanwhile pull the next row (same range) towards the
-             * cache, so that its first, memory-bound pass does not wait on DRAM */
-            for (int64_t k = c0 * CH; k < c1 * CH && k < vocab; k += 16) {
-                __builtin_prefetch(xn + k, 0, 1);
-                __builtin_prefetch(yn + k, 0, 1);
-            }
-        }
+        if (xn) /* this pass is compute-bound: meanwhile scan the next row's blocks (memory-bound) */
+            amx_blocks(next, xn, yn, vocab, c1 * CH);
         bsum_t b;
         block2(xr, yr, xpad, ypad, nfull, c0, c1, ea, eb, vq, vch, vcl, &b, reverse, 0);
         if (any_lane(b.farm)) /* a lane with |r| >= 2: again, with the far terms */
@@ -723,6 +740,8 @@ static inline __attribute__((always_inline)) void row_sums(
  * 0: the float64 sums of the top of the file.  ea, eb: vocab + 64 doubles each. */
 void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
                  int reverse, double *ea, double *eb, double *out, int64_t *iout) {
+    amx_t scan;
+    amx_init(&scan);
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * vocab;
         const float *yr = y + r * vocab;
@@ -731,7 +750,9 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
         float lx, ly;
         int64_t ax, ay;
         int finite;
-        argmax2(xr, yr, vocab, &ax, &ay, &lx, &ly, &finite);
+        /* the scan this row's predecessor began (float32 path), or a new one */
+        amx_finish(&scan, xr, yr, vocab, &ax, &ay, &lx, &ly, &finite);
+        amx_init(&scan);
         io[0] = ax;
         io[1] = ay;
         const double mx = xr[ax], my = yr[ay];
@@ -746,7 +767,7 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
             /* every |x| <= max x (and |y| <= max y): x - max x has a cheaper exact error */
             const int bounded = mx >= 0.0 && my >= 0.0 && lx >= -mx && ly >= -my;
             fast_row(xr, yr, vocab, xr[ax], yr[ay], yt, bounded, reverse, (float *)ea, (float *)eb, o,
-                     &rank, xn, yn);
+                     &rank, xn, yn, &scan);
             io[2] = rank;
             continue;
         }
