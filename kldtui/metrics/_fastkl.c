@@ -475,7 +475,7 @@ static inline AI terms_t vterms(vs xv, vs yv, vs P, vs Q, vs ch, vs cl, const in
     const vs r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
     const vs g = r2 * vh(r, r2, r4, r8);
     o.kl = P * g;
-    o.t = P * (g - r);
+    o.t = o.kl - P * r; /* P (e^-r - 1); T needs no more than float32 accuracy */
     o.klr = o.tr = fsplat(0.0f);
     if (reverse) {
         const vs gr = r2 * vh(-r, r2, r4, r8);
