@@ -184,15 +184,16 @@ def _profile_windows(profile: Any) -> list[tuple[int, str]]:
 
 
 def run_dashboard(profile_path: str | Path | None = None, theme: str | None = None,
-                  demo_workdir: str | Path | None = None) -> int:
-    """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline."""
+                  demo_workdir: str | Path | None = None, demo_score: bool = False) -> int:
+    """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline
+    (``demo_score``: the demo in score mode)."""
     if demo_workdir is not None:
         from kldtui.formats.folder_lock import hold
         from kldtui.workflow import demo
 
         with hold([demo_workdir], what="demo folder"):  # the pipeline locks it again when it runs
-            profile = demo.prepare_demo(Path(demo_workdir))
-        title: str | None = "kldtui demo"
+            profile = demo.prepare_demo(Path(demo_workdir), score=demo_score)
+        title: str | None = "kldtui demo (score mode)" if demo_score else "kldtui demo"
     else:
         from kldtui.workflow.profile import load_profile
         from kldtui.workspace import DEFAULT_PROFILE

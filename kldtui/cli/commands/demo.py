@@ -35,16 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.batch and sys.stdin.isatty() and sys.stdout.isatty():
         from kldtui.tui.app import run_dashboard
 
-        if score:  # the dashboard on the score-mode profile
-            from kldtui.formats.folder_lock import hold
-            from kldtui.workflow.demo import prepare_demo
-            from kldtui.workspace import DEMO_SCORE_PROFILE
-
-            with hold([args.workdir], what="--workdir"):
-                profile = prepare_demo(args.workdir, score=True)
-            assert profile.path is not None and profile.path.name == DEMO_SCORE_PROFILE
-            return int(run_dashboard(profile_path=profile.path, theme=getattr(args, "theme", None)) or 0)
-        return int(run_dashboard(demo_workdir=args.workdir, theme=getattr(args, "theme", None)) or 0)
+        return int(run_dashboard(demo_workdir=args.workdir, demo_score=score,
+                                 theme=getattr(args, "theme", None)) or 0)
 
     from kldtui.formats.folder_lock import hold
     from kldtui.workflow.demo import prepare_demo
