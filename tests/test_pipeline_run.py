@@ -146,9 +146,16 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
     assert pid is not None and pid_dead(pid)
     records = json.loads((tmp_path / "work" / "capture" / "capture-cand.json").read_text())
     assert 1 <= len(records) < 6
-    for record in records:  # every recorded window is complete on disk
+    manifest = tmp_path / "work" / "candidate" / "manifest.json"
+    finalized = {int(f["window_index"]): f["file"] for f in json.loads(manifest.read_text())["windows"]} \
+        if manifest.exists() else {}
+    for record in records:  # every recorded window is complete on disk: its chunks, or its final file
         chunk_dir = tmp_path / "work" / "capture" / "cand" / Path(record["chunk_dir"]).name
-        assert sorted(p.name for p in chunk_dir.iterdir()) == sorted(record["chunks"])
+        if record["window_index"] in finalized:  # its chunks went once its file was verified
+            assert (tmp_path / "work" / "candidate" / finalized[record["window_index"]]).is_file()
+            assert not chunk_dir.exists()
+        else:
+            assert sorted(p.name for p in chunk_dir.iterdir()) == sorted(record["chunks"])
     assert not list((tmp_path / "work" / "candidate").glob(".*partial"))
 
     path = _write_profile(tmp_path, suite_dir, None)
