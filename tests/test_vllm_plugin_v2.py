@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from kldtui.formats.chunks import ERROR_MARKER, sanitize_request_id
+from kldtui.formats.chunks import ERROR_MARKER, WRITERS_DIR, sanitize_request_id
 from kldtui.hook import vllm_plugin as vp
 from tests.fixtures_vllm_plugin import V2Request, v2_batch, v2_original
 
@@ -71,7 +71,7 @@ def test_several_requests_across_the_1024_row_slices(capture):
     c = capture / "cmpl-C-0-cc"
     assert _chunks(c) == ["logits.rows-001000-001700.safetensors"]  # chunked: keeps every row
     np.testing.assert_array_equal(load_file(c / _chunks(c)[0])["logits"], full[1600:2300])
-    assert sorted(p.name for p in capture.iterdir()) == [vp.WRITERS_DIR, "cmpl-A-0-aa", "cmpl-C-0-cc"]
+    assert sorted(p.name for p in capture.iterdir()) == [WRITERS_DIR, "cmpl-A-0-aa", "cmpl-C-0-cc"]
     assert all(not p.name.startswith(".pending") for p in capture.glob("*/*"))  # none left
 
 

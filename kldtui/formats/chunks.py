@@ -80,6 +80,19 @@ def _to_f32_numpy(logits: Any, vocab_size: int) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype="<f4")
 
 
+WRITERS_DIR = ".kldtui-writers"  # <host>-<pid>.json per writer rank in a server's capture folder
+
+
+def writers_dir(capture_dir: str | os.PathLike[str]) -> Path:
+    """Where each writer rank of a server records itself (host, pid, folder, vLLM version)."""
+    return Path(capture_dir) / WRITERS_DIR
+
+
+def writer_record_path(capture_dir: str | os.PathLike[str], host: str, pid: int) -> Path:
+    """One writer rank's record in :func:`writers_dir`."""
+    return writers_dir(capture_dir) / f"{host}-{pid}.json"
+
+
 def write_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_start: int,
                 logits: Any, vocab_size: int) -> Path | None:
     """Write one prefill chunk's prompt logits; returns the chunk path (None if skipped).

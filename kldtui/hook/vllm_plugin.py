@@ -50,6 +50,8 @@ from kldtui.formats.chunks import (
     is_skipped_request,
     write_error_marker,
     writer_host,
+    writer_record_path,
+    writers_dir,
 )
 from kldtui.formats.scores import ScoreFailed, ScoreSession, capture_mode
 from kldtui.hook.writer import _gpu_sync_allowed, get_writer
@@ -70,7 +72,6 @@ V2_PARAMS = ("self", "logits_fn", "hidden_states", "input_batch", "all_token_ids
 V1_SUBCLASS_MODULES = ("vllm.v1.worker.cpu_model_runner",)
 PATCH_MARKER = "KLDTUI_CAPTURE_PATCHED"  # set to True at module level by the source patch
 WRAPPED_ATTR = "__kldtui_capture__"
-WRITERS_DIR = ".kldtui-writers"  # <host>-<pid>.json per writer rank (see announce_writer)
 
 
 class CaptureHookError(RuntimeError):
@@ -160,13 +161,12 @@ def announce_writer(folder: str) -> None:
     host, where = writer_host(), os.path.abspath(folder)
     log.info("kldtui capture writer: host %s (pid %d) writes chunks to %s", host, os.getpid(), where)
     try:
-        target = os.path.join(folder, WRITERS_DIR)
-        os.makedirs(target, exist_ok=True)
+        writers_dir(folder).mkdir(parents=True, exist_ok=True)
         doc = {"host": host, "pid": os.getpid(), "folder": where, "since": time.time(),
                "vllm": vllm_version()}
         from kldtui.formats.atomic import write_json_atomic
 
-        write_json_atomic(os.path.join(target, f"{host}-{os.getpid()}.json"), doc)
+        write_json_atomic(writer_record_path(folder, host, os.getpid()), doc)
     except Exception as exc:  # noqa: BLE001 - a read-only folder shows up as failed chunks anyway
         log.warning("kldtui capture: could not record the writer in %s: %s", folder, exc)
 

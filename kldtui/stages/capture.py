@@ -57,6 +57,7 @@ from kldtui.formats.chunks import (
     chunk_rows_landed,
     sanitize_request_id,
     writer_host,
+    writers_dir,
 )
 from kldtui.formats.names import check_name
 from kldtui.formats.safetensors_io import read_header
@@ -72,7 +73,6 @@ SETTLE_SECONDS = 2.0
 # after the answer, wait this long at most for them (a 2,048-row F32 chunk on a slow mount).
 PENDING_SECONDS = 300.0
 PENDING_PREFIX = ".pending.rows-"  # kldtui.hook.writer.PENDING_PREFIX
-WRITERS_DIR = ".kldtui-writers"  # kldtui.hook.vllm_plugin.WRITERS_DIR
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -614,12 +614,12 @@ def writer_records(server_capture_dir: Path) -> list[dict[str, Any]]:
     """The hook's writer records (``.kldtui-writers/*.json``) visible in the capture folder."""
     out = []
     try:
-        names = sorted(os.listdir(server_capture_dir / WRITERS_DIR))
+        names = sorted(os.listdir(writers_dir(server_capture_dir)))
     except OSError:
         return []
     for name in names:
         try:
-            doc = json.loads((server_capture_dir / WRITERS_DIR / name).read_text(encoding="utf-8"))
+            doc = json.loads((writers_dir(server_capture_dir) / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict):

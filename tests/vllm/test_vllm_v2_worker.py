@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from kldtui.formats.chunks import WRITERS_DIR
 from kldtui.hook import vllm_plugin as vp
 
 pytestmark = pytest.mark.vllm
@@ -101,4 +102,4 @@ def test_real_v2_worker_with_the_plugin(tmp_path, monkeypatch, vllm_version):
     torch.testing.assert_close(mine, out["cmpl-A-0-a"].logprobs[:, 0])
     c = load_file(tmp_path / "cmpl-C-0-c" / "logits.rows-001000-001700.safetensors")["logits"]
     torch.testing.assert_close(c, full[1600:2300], rtol=0, atol=0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [vp.WRITERS_DIR, "cmpl-A-0-a", "cmpl-C-0-c"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [WRITERS_DIR, "cmpl-A-0-a", "cmpl-C-0-c"]
