@@ -277,18 +277,26 @@ def finalize_scores_window(suite: Suite, window: WindowSpec, chunk_dir: Path, ou
 def load_finalized_scores(workspace: Workspace, suite: Suite,
                           emit: EventSink = null_sink) -> dict[int, WrittenScores]:
     """What the score folder's manifest lists (files present), by window index."""
-    path = workspace.scores_manifest
-    if not path.exists():
+    manifest = _listed(workspace.scores_manifest, suite, load_scores_manifest, emit)
+    if manifest is None:
         return {}
+    return {i: e for i, e in manifest.entries.items() if (workspace.candidate / e.file).is_file()}
+
+
+def _listed(path: Path, suite: Suite, load: Any, emit: EventSink) -> Any:
+    """A finalized folder's manifest (logits or scores), None when missing or unreadable (a notice
+    says it is rewritten); one made from another suite is refused: its files would be mixed in."""
+    if not path.exists():
+        return None
     try:
-        manifest = load_scores_manifest(path)
+        manifest = load(path)
     except BadInput as exc:
         emit(Notice(STAGE, f"{exc}; it is rewritten", level="warning"))
-        return {}
+        return None
     if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
         raise BadInput(f"{path}: made from another suite; finalize into another folder (or "
                        "another [run] workdir)")
-    return {i: e for i, e in manifest.entries.items() if (workspace.candidate / e.file).is_file()}
+    return manifest
 
 
 def _published(written: dict[int, Any], output_dir: Path) -> str:
@@ -310,17 +318,9 @@ def load_finalized(workspace: Workspace, suite: Suite, emit: EventSink = null_si
     """
     if mode == "score":
         return load_finalized_scores(workspace, suite, emit)
-    path = workspace.candidate_manifest
-    if not path.exists():
+    manifest = _listed(workspace.candidate_manifest, suite, load_logits_manifest, emit)
+    if manifest is None:
         return {}
-    try:
-        manifest = load_logits_manifest(path)
-    except BadInput as exc:
-        emit(Notice(STAGE, f"{exc}; it is rewritten", level="warning"))
-        return {}
-    if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
-        raise BadInput(f"{path}: made from another suite; finalize into another folder (or "
-                       "another [run] workdir)")
     return {i: WrittenLogits.from_entry(e) for i, e in manifest.entries.items()
             if (workspace.candidate / e.file).is_file()}
 
