@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from measure import disk_bytes, rss_kib  # benchmarks/measure.py
 
 from kldtui.events import Event, StageFinished, WindowState
 from kldtui.formats.suite_writer import write_suite
@@ -37,28 +38,6 @@ from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import profile_from_dict
 
 GB = 1e9
-
-
-def disk_bytes(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
-def rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 class Sampler(threading.Thread):

@@ -36,30 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from measure import disk_bytes, proc_field  # benchmarks/measure.py
+
 GB = 1e9
 MIB = 1024 * 1024
-
-
-def disk_bytes(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
-def proc_field(pid: int | str, file: str, key: str) -> int:
-    try:
-        with open(f"/proc/{pid}/{file}", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(key):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 REPO = Path(__file__).resolve().parents[1]

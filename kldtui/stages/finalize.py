@@ -372,15 +372,8 @@ class Finalizer:
                 raise BadInput(f"{ws.candidate_manifest}: earlier windows have another vocabulary than "
                                f"{result.vocab_size}; finalize into a fresh folder")
             self.vocab = result.vocab_size
-            if self.written.get(window.index) != result:
-                self.written[window.index] = result
-                self._write_manifest()
-                self._changed = True
-        if not self.keep_chunks and chunk_dir.exists():
-            # one disk write per window: the chunks go once the verified file is in the manifest,
-            # not before (a kill in between left a recorded window with neither: resume failed);
-            # a rerun removes what such a kill left
-            shutil.rmtree(chunk_dir, ignore_errors=True)
+            self._record(window, result)
+        self._drop_chunks(chunk_dir)
         return result
 
     def _finalize_scores(self, window: WindowSpec, chunk_dir: Path) -> WrittenScores:
@@ -392,13 +385,23 @@ class Finalizer:
                 raise BadInput(f"{ws.scores_manifest}: earlier windows were scored with a vocabulary of "
                                f"{self.vocab}, {window.label} with {vocab}; finalize into a fresh folder")
             self.vocab = vocab or self.vocab
-            if self.written.get(window.index) != result:
-                self.written[window.index] = result
-                self._write_manifest()
-                self._changed = True
+            self._record(window, result)
+        self._drop_chunks(chunk_dir)
+        return result
+
+    def _record(self, window: WindowSpec, result: Any) -> None:
+        """List a window's verified file in the manifest (under ``self._lock``)."""
+        if self.written.get(window.index) != result:
+            self.written[window.index] = result
+            self._write_manifest()
+            self._changed = True
+
+    def _drop_chunks(self, chunk_dir: Path) -> None:
+        """One disk write per window: the chunks go once the verified file is in the manifest, not
+        before (a kill in between left a recorded window with neither: resume failed); a rerun
+        removes what such a kill left. ``keep_chunks`` keeps them."""
         if not self.keep_chunks and chunk_dir.exists():
             shutil.rmtree(chunk_dir, ignore_errors=True)
-        return result
 
     def _write_manifest(self) -> Path:
         items = self.written
