@@ -53,3 +53,18 @@ def test_serve_refuses_attach_profiles(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "kind = 'attach'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_serve_checks_the_model_path_before_launching(tmp_path: Path) -> None:
+    profile = prepare_demo(tmp_path)
+    assert profile.path is not None
+    bad = tmp_path / "bad.toml"
+    text = profile.path.read_text()
+    bad.write_text(text.replace('kind = "embedded"', 'kind = "vllm"\nmodel = "/nonexistent/m"', 1))
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "serve", "--profile", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0]
+    assert "/nonexistent/m" in lines[0] and "no such folder" in lines[0]
+    assert not (tmp_path / "capture").exists()  # nothing was launched, no capture folder made

@@ -36,7 +36,7 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         problems.append(f"{where}: [reference] reference logits not found ({workspace.reference_manifest} "
                         f"is missing); fetch them with `kldtui download REPO --local-dir "
                         f"{workspace.suite_dir}`, or set [reference] logits_dir to the folder holding them")
-    problems += _candidate_problems(profile)
+    problems += server_problems(profile)
     if not problems:
         disk = _disk_problem(profile, workspace)
         if disk:
@@ -57,7 +57,8 @@ def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
     return None
 
 
-def _candidate_problems(profile: Profile) -> list[str]:
+def server_problems(profile: Profile) -> list[str]:
+    """The candidate server's inputs (model path, port): what `kldtui serve` checks before launching."""
     c = profile.candidate
     where = profile.where
     problems: list[str] = []

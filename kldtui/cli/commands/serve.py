@@ -37,6 +37,11 @@ def run(args: argparse.Namespace) -> int:
     if profile.candidate.kind == "attach":
         raise BadInput(f"{profile.where}: [candidate] kind = 'attach' points at a server started "
                        "elsewhere; kldtui serve starts one (use kind = 'vllm' or 'embedded')")
+    from kldtui.workflow.preflight import server_problems
+
+    problems = server_problems(profile)  # before anything is launched, as `kldtui run` does
+    if problems:
+        raise BadInput(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     args.server_log = True  # following the server's log is the point of this command
     plan = server_plan(profile, Path(args.capture_dir).resolve() if args.capture_dir else None)
     workspace = Workspace.from_profile(profile)
