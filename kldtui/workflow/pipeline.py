@@ -146,16 +146,13 @@ class Pipeline:
         self.run_name = profile.run.run_name
         workspace = Workspace.from_profile(profile) if workspace is None else workspace
         self._workspace = workspace if output_dir is None else workspace.with_candidate_dir(output_dir)
-        self.server: Any = None  # kldtui.stages.serve.ServerProcess while running
-        self.base_url: str | None = None
-        self.server_capture_dir: Path | None = None
-        self.runtime: dict[str, Any] = {}
         self.suite: Suite | None = None
         self._lock = threading.Lock()
         self._abort_message: str | None = None
         self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
-        self.server_capture_dir_override: Path | None = None  # ``kldtui serve --capture-dir``
-        self._session: Any = None  # kldtui.stages.serve.ServerSession of the server in use
+        # kldtui.stages.serve.ServerSession of the server in use: the one record of it (server,
+        # base_url, server_capture_dir and runtime below read it)
+        self._session: Any = None
         self._locks = FolderLocks()
 
     # -- one writer per folder --------------------------------------------------------------------
@@ -319,14 +316,13 @@ class Pipeline:
         rep = Pipeline(rep_profile, _relabel(self.emit, "reference"), self.user_cancel,
                        output_kind="reference-repeat", workspace=ws)
         rep.cancel = self.cancel
-        rep.base_url, rep.server_capture_dir, rep.runtime = sub.base_url, sub.server_capture_dir, sub.runtime
-        rep.server = sub.server  # shared: its liveness is checked, it is stopped by ``sub``
+        rep._session = sub._session  # shared: its liveness is checked, it is stopped by ``sub``
         try:
             rep.capture()
             rep.finalize()
             report = rep.compare()
         finally:
-            rep.server = None
+            rep._session = None
         _copy_json(report, self._workspace.repeat_noise_path(first))
         self.emit(Notice("reference", f"repeat capture of window {first:03d} stored as "
                          f"repeat-noise-window{first:03d}.json"))
@@ -335,7 +331,7 @@ class Pipeline:
         """The serve stage's plan for this pipeline's server (see :func:`server_plan`)."""
         from kldtui.workflow.profile import server_plan
 
-        return server_plan(self.profile, self.server_capture_dir_override)
+        return server_plan(self.profile)
 
     def start_server(self) -> None:
         """Start the candidate server (returns while it loads); attach mode does nothing."""
@@ -345,7 +341,7 @@ class Pipeline:
         # finalize into the work folder; the server writes only its own fresh capture folder
         from kldtui.stages.serve import start_serve
 
-        self._adopt(start_serve(self._workspace, self.emit, self.server_plan()))
+        self._session = start_serve(self._workspace, self.emit, self.server_plan())
 
     def serve(self) -> str:
         """The serve stage (:func:`~kldtui.stages.serve.run_serve`): start the server, or check the
@@ -355,22 +351,33 @@ class Pipeline:
         if self.base_url is not None:
             return self.base_url
         try:
-            session = run_serve(self._workspace, self.emit, self.cancel, self.server_plan(),
-                                session=self._session)
+            self._session = run_serve(self._workspace, self.emit, self.cancel, self.server_plan(),
+                                      session=self._session)
         except BaseException:
-            self._adopt(None)
+            self._session = None
             raise
-        self._adopt(session)
-        assert session.url is not None
-        return session.url
+        url: str = self._session.url
+        return url
 
-    def _adopt(self, session: Any) -> None:
-        """Take ``session`` (a ServerSession, or None once it is gone) as this pipeline's server."""
-        self._session = session
-        self.server = session.process if session is not None else None
-        self.base_url = session.url if session is not None else None
-        self.server_capture_dir = session.capture_dir if session is not None else None
-        self.runtime = dict(session.runtime) if session is not None else {}
+    @property
+    def server(self) -> Any:
+        """The server process this pipeline started (a ServerProcess; None when attached or none)."""
+        return self._session.process if self._session is not None else None
+
+    @property
+    def base_url(self) -> str | None:
+        """The server's URL once it is ready."""
+        return self._session.url if self._session is not None else None
+
+    @property
+    def server_capture_dir(self) -> Path | None:
+        """Where the server in use writes its capture chunks."""
+        return self._session.capture_dir if self._session is not None else None
+
+    @property
+    def runtime(self) -> dict[str, Any]:
+        """The server's identity for manifests (secrets redacted)."""
+        return dict(self._session.runtime) if self._session is not None else {}
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
         """Capture the window range (resumes from the capture records); the server must be up."""
@@ -432,8 +439,6 @@ class Pipeline:
         server = self.server
         if server is not None:
             server.stop(reason=reason)
-            self.server = None
-            self.base_url = None
             self._session = None
 
     @property
