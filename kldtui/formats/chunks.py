@@ -29,6 +29,7 @@ from kldtui.errors import BadInput
 from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open
 from kldtui.formats.names import safe_name
+from kldtui.formats.safe_io import open_private_text
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
 from kldtui.formats.scores import SCORE_CHUNK_NAME, SCORE_DTYPE, SCORE_KEY
 from kldtui.formats.suite import WindowSpec
@@ -135,7 +136,7 @@ def write_error_marker(capture_dir: str | os.PathLike[str], request_id: str, mes
     """Leave a marker the capture client turns into a failed window (the engine keeps going)."""
     folder = Path(capture_dir) / sanitize_request_id(request_id)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ERROR_MARKER, "a", encoding="utf-8") as handle:
+    with open_private_text(folder / ERROR_MARKER) as handle:  # never through a planted link
         handle.write(" ".join(message.split()) + f" [writer {writer_where(capture_dir)}]\n")
 
 

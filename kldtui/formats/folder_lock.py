@@ -11,6 +11,9 @@ that writes into a folder takes :func:`hold` on it first; a second run gets :cla
   process's ``flock``), so nothing has to be cleaned up after ``kill -9``.
 - A process may take the same lock again (a pipeline and the stages it calls): it is counted and
   released by the last holder.
+- The lock file is opened without following links (``O_NOFOLLOW``) and must be a regular file with
+  one name: a symbolic link, hard link, FIFO or folder planted at its name is refused (BadInput)
+  before anything is written, and release removes the file only while it is still the one locked.
 - The lock is advisory: it protects kldtui against kldtui, not against other programs, and only
   on file systems with working ``flock`` (local disks; NFS maps it to its own locks).
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kldtui.errors import BadInput
+from kldtui.formats.safe_io import NotRegularFile, open_private_fd, read_text
 
 LOCK_NAME = ".kldtui.lock"
 
@@ -61,7 +65,7 @@ def _command() -> str:
 
 def _holder(path: Path) -> str:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path, limit=64 * 1024, follow=False))
         return f"pid {doc['pid']}: {doc['command']} (since {doc['started_utc']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "pid unknown"
@@ -94,7 +98,13 @@ def _acquire(lock_file: Path, guarded: str) -> None:
             return
         while True:
             try:
-                fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = open_private_fd(key, os.O_RDWR | os.O_CREAT, 0o644)
+            except IsADirectoryError:
+                raise BadInput(f"{guarded}: the lock file {key} is a folder; remove it (no kldtui run "
+                               "makes it)") from None
+            except NotRegularFile as exc:
+                raise BadInput(f"{guarded}: the lock file {key} {exc.strerror}; kldtui never writes "
+                               "through it (remove it if no kldtui run made it)") from None
             except OSError as exc:
                 raise BadInput(f"{guarded}: cannot create the lock file {key.name} "
                                f"({exc.strerror or exc}); the folder must be writable") from None
@@ -107,8 +117,8 @@ def _acquire(lock_file: Path, guarded: str) -> None:
                 raise BadInput(f"{guarded}: in use by another kldtui run ({_holder(key)}); wait for it "
                                "to finish or stop it, or use another folder") from None
             # the holder before us may have removed the file between our open and our lock
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(key))
+            try:  # lstat: a link put in its place is not our file
+                same = os.path.samestat(os.fstat(fd), os.lstat(key))
             except FileNotFoundError:
                 same = False
             if same:
@@ -133,7 +143,8 @@ def _release(lock_file: Path) -> None:
             return
         del _held[key]
         with contextlib.suppress(OSError):
-            os.unlink(key)  # while still locked: the next taker re-checks the inode
+            if os.path.samestat(os.fstat(held.fd), os.lstat(key)):  # only our own file, never a link
+                os.unlink(key)  # while still locked: the next taker re-checks the inode
         with contextlib.suppress(OSError):
             os.close(held.fd)  # drops the flock
 

@@ -115,7 +115,8 @@ class LogitsFileWriter:
         self._pending: concurrent.futures.Future[None] | None = None
         self.folder.mkdir(parents=True, exist_ok=True)
         self._remove_stale_partials()
-        self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in commit/abort
+        # "x": O_EXCL, so a link planted at this name is never written through
+        self._file = open(self.tmp, "xb")  # noqa: SIM115 - closed in commit/abort
         self._write(header)
 
     def _remove_stale_partials(self) -> None:

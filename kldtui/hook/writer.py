@@ -187,7 +187,9 @@ class ChunkWriter:
         marker = Path(folder) / sanitize_request_id(request_id) / pending_name(row_start, row_start + rows)
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
+            # O_EXCL: never created through a link planted at its name (nor an existing file reused)
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644))
         except OSError:
             return None  # the write itself reports the problem
         return marker

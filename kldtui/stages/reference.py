@@ -50,6 +50,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.safe_io import open_private, regular_size
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
@@ -582,9 +583,9 @@ class _HubDownloader:
         from huggingface_hub.file_download import http_get
         from huggingface_hub.utils import build_hf_headers
 
-        resume = part.stat().st_size if part.exists() else 0
-        if resume > size:
-            part.unlink()
+        resume = regular_size(part)  # a link or FIFO at the name (not ours) counts as nothing to resume
+        if resume is None or resume > size:
+            part.unlink(missing_ok=True)  # in kldtui's own partial folder: a link is removed, not followed
             resume = 0
         if resume:
             self.emit(Notice(STAGE, f"{name}: resuming at {_fmt_bytes(resume)} of {_fmt_bytes(size)}"))
@@ -592,7 +593,7 @@ class _HubDownloader:
         headers = build_hf_headers(token=self.token)
         if urlsplit(location).netloc != urlsplit(url).netloc:
             headers.pop("authorization", None)  # a CDN's signed URL: the token stays on the Hub
-        with open(part, "r+b" if resume else "wb") as handle:
+        with open_private(part, "r+b" if resume else "xb") as handle:
             handle.seek(resume)
             handle.truncate()
             counted = [0]

@@ -66,6 +66,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.chunks import CAPTURE_DIR_ENV
+from kldtui.formats.safe_io import open_private_text
 from kldtui.redact import redact_argv, redact_env, scrub, secret_values
 
 if TYPE_CHECKING:
@@ -352,7 +353,11 @@ class ServerProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
+            try:  # never through a link planted at its name (docs/SAFETY.md)
+                self._log_file = open_private_text(self.log_path)
+            except OSError as exc:
+                raise BadInput(f"{self.log_path}: the server log {exc.strerror or exc}; kldtui does not "
+                               "write through it, remove it or choose another work folder") from None
         self._secrets = secret_values(self.argv, self.extra_env, [self.api_key])
         self.emit(StageStarted(STAGE, detail=" ".join(redact_argv(self.argv))))
         preexec = _pdeathsig()
