@@ -34,7 +34,8 @@ from kldtui.formats.logits_writer import LogitsFileWriter, write_logits_manifest
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
-from kldtui.stages.compare import CompareOptions, Engine, prepare, resolve_backend
+from kldtui.stages.compare import CompareOptions, Engine, prepare
+from kldtui.stages.compare.backends import resolve_backend
 
 
 def build(root: Path, windows: int, context: int, vocab: int, seed: int = 7) -> None:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from kldtui.stages import compare as cmp
-from kldtui.stages import compare_backend as cb
+from kldtui.stages.compare import backends
+from kldtui.stages.compare import choice as cb
 
 GIB = 1024**3
 
@@ -15,7 +16,7 @@ GIB = 1024**3
 def gpus(monkeypatch):
     """Simulate N GPUs with the given free memory each (torch.cuda monkeypatched)."""
     def make(free_gib: list[float]):
-        monkeypatch.setattr(cmp, "_cuda_present", lambda: True)
+        monkeypatch.setattr(backends, "cuda_present", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: len(free_gib))
         queried: list[int] = []
 
@@ -29,7 +30,7 @@ def gpus(monkeypatch):
 
 
 def test_no_gpu_no_server_keeps_the_plain_auto(monkeypatch):
-    monkeypatch.setattr(cmp, "_cuda_present", lambda: False)
+    monkeypatch.setattr(backends, "cuda_present", lambda: False)
     choice = cb.choose_backend("auto", None, None)
     assert choice.backend == "auto" and choice.cuda_device is None
 
@@ -92,7 +93,7 @@ def test_server_gpus_from_its_command_and_environment(argv, server_env, own_env,
 
 def test_a_cuda_compare_gives_its_cached_memory_back(monkeypatch):
     released = []
-    monkeypatch.setattr(cmp, "_cuda_present", lambda: True)
+    monkeypatch.setattr(backends, "cuda_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(True))
     engine = cmp.Engine(16, cmp.CompareOptions(backend="torch-cuda", cuda_device=3))
     assert engine._torch_device() == "cuda:3"

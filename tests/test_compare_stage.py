@@ -12,7 +12,8 @@ import pytest
 from kldtui.errors import Interrupted
 from kldtui.events import Cancel, StageFinished, StageStarted, WindowState
 from kldtui.metrics import stats as st
-from kldtui.stages.compare import CompareOptions, WindowResult, build_report, compare, compare_window
+from kldtui.stages.compare import CompareOptions, build_report, compare, compare_window
+from kldtui.stages.compare.cache import decode_result, encode_result
 from tests.fixtures_compare import make_suite, oracle_rows, rel_err
 
 
@@ -103,8 +104,8 @@ def test_window_by_window_equals_whole_run_and_round_trips(suite_dirs) -> None:
     results = []
     for i in (2, 1):  # any order
         r = compare_window(suite, suite.window(i), ref, cand, opts, None)
-        doc = json.loads(json.dumps(r.to_dict()))
-        back = WindowResult.from_dict(doc)
+        doc = json.loads(json.dumps(encode_result(r)))
+        back = decode_result(doc)
         for f in ("kl", "js", "kl_reverse", "rank_ref_top", "logp_cand_next"):
             np.testing.assert_array_equal(getattr(back.rows, f), getattr(r.rows, f))
         results.append(back)

@@ -15,6 +15,7 @@ from kldtui.errors import BadInput
 from kldtui.metrics import ckernel
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, NumpyRowKernel
 from kldtui.stages import compare as cmp
+from kldtui.stages.compare import backends
 from tests.fixtures_compare import peaked_rows, perturb
 
 needs_c = pytest.mark.skipif(not ckernel.available(), reason=f"no C kernel: {ckernel.why_not()}")
@@ -96,18 +97,18 @@ def test_no_compiler_falls_back_silently(tmp_path: Path) -> None:
 
 def test_engine_backend_without_the_c_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ckernel, "_state", {"lib": None, "why": "no C compiler found"})
-    if not cmp._cuda_present():
-        assert cmp.resolve_backend("auto") == "numpy-threads"
+    if not backends.cuda_present():
+        assert backends.resolve_backend("auto") == "numpy-threads"
     with pytest.raises(BadInput, match="no C compiler"):
-        cmp.resolve_backend("c")
-    assert cmp.resolve_backend("numpy") == "numpy-threads"
+        backends.resolve_backend("c")
+    assert backends.resolve_backend("numpy") == "numpy-threads"
 
 
 @needs_c
 def test_engine_uses_the_c_kernel_by_default() -> None:
-    if not cmp._cuda_present():
-        assert cmp.resolve_backend("auto") == "c-kernel"
-    assert cmp.resolve_backend("c") == "c-kernel"
+    if not backends.cuda_present():
+        assert backends.resolve_backend("auto") == "c-kernel"
+    assert backends.resolve_backend("c") == "c-kernel"
 
 
 def test_mmap_and_pread_reads_give_identical_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

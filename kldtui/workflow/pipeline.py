@@ -663,7 +663,7 @@ class Pipeline:
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""
-        from kldtui.stages.compare_backend import Serving, server_gpus
+        from kldtui.stages.compare.choice import Serving, server_gpus
 
         server = self.server
         if server is not None and server.alive() is None:
@@ -678,7 +678,7 @@ class Pipeline:
 
     def _backend_choice(self) -> Any:
         """Which compare backend runs now, logged (to the dashboard and batch output) on change."""
-        from kldtui.stages.compare_backend import choose_backend
+        from kldtui.stages.compare.choice import choose_backend
 
         cmp_ = self.profile.compare
         vocab = self._expected_vocab() or 262144

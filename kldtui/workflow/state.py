@@ -144,10 +144,10 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
     if path is None or not path.is_file():
         return None
     try:
-        from kldtui.stages.compare import WindowResult
+        from kldtui.stages.compare.cache import decode_result
 
         doc = json.loads(path.read_text(encoding="utf-8"))
-        kl = WindowResult.from_dict(doc["result"]).kl_mean
+        kl = decode_result(doc["result"]).kl_mean
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return float(kl) if kl is not None else None

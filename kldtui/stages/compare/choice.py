@@ -62,9 +62,9 @@ def cuda_bytes_needed(vocab: int, threads: int = CUDA_THREADS, row_block: int = 
 
 
 def _cuda_count() -> int:
-    from kldtui.stages.compare import _cuda_present
+    from kldtui.stages.compare import backends
 
-    if not _cuda_present():
+    if not backends.cuda_present():
         return 0
     import torch
 

@@ -1,0 +1,30 @@
+"""The compare stage: a candidate's finalized logits (or its server's scores) against the
+reference suite, by concern:
+
+========================  =====================================================================
+``options``               :class:`CompareOptions`: what a comparison is asked to do
+``inputs``                :func:`prepare`: every input validated before the first row
+                          (suite and token hashes, manifests, vocabularies, file identity)
+``hashing``               files' SHA-256 against their manifests; the reference manifest's hash
+``backends``              the backend vocabulary and how an option value resolves
+``rows``                  reading a logits file's row blocks (``mmap``, else ``pread``)
+``engine``                :class:`Engine`: row blocks through a fused kernel on a thread pool
+``results``               :class:`WindowResult` (per-position figures) and its window figures
+``cache``                 the per-window cache (``compare/window-NNN.json``) and its encoding
+``scores``                score mode: a window's figures read from the server's score file
+``report``                :func:`build_report`: the report (docs/REPORT.md) from window results
+``driver``                :class:`Comparer`, :func:`run_compare`, :func:`compare`: the stage
+========================  =====================================================================
+
+This package exports the stage's public interface; the rest is imported from its module.
+"""
+
+from kldtui.stages.compare.driver import Comparer, compare, compare_window, run_compare
+from kldtui.stages.compare.engine import Engine
+from kldtui.stages.compare.inputs import CompareInputs, prepare
+from kldtui.stages.compare.options import CompareOptions
+from kldtui.stages.compare.report import build_report
+from kldtui.stages.compare.results import WindowResult
+
+__all__ = ["CompareInputs", "CompareOptions", "Comparer", "Engine", "WindowResult", "build_report",
+           "compare", "compare_window", "prepare", "run_compare"]

@@ -1,0 +1,106 @@
+"""The per-window compare cache (``compare/window-NNN.json`` in a workspace): a window's
+per-position figures, keyed by both logits files' SHA-256 and the options that change the
+numbers, so a resumed or repeated run reuses them.  Score mode keeps no cache (its files are
+the figures already)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from typing import Any
+
+import numpy as np
+
+from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.suite import WindowSpec, load_logits_manifest
+from kldtui.metrics.kernels import FIELDS, INT_FIELDS, RowStats
+from kldtui.stages.compare.options import CompareOptions
+from kldtui.stages.compare.results import WindowResult
+from kldtui.workspace import Workspace
+
+RESULT_FORMAT = "kldtui-window-result-v1"
+COMPARE_RESULT_VERSION = 1  # of the per-window cache files (compare/window-NNN.json)
+_PER_ROW = ("kl", "js", "kl_reverse", "logp_ref_next", "logp_cand_next", "ref_top_prob",
+            "argmax_ref", "argmax_cand", "rank_ref_top")
+
+
+def _encode(arr: np.ndarray) -> dict[str, str]:
+    dtype = "<i8" if arr.dtype.kind in "iu" else "<f8"
+    return {"dtype": dtype, "data": base64.b64encode(np.ascontiguousarray(arr, dtype=dtype).tobytes())
+            .decode("ascii")}
+
+
+def _decode(doc: dict[str, str]) -> np.ndarray:
+    dtype = np.dtype(doc["dtype"])
+    if dtype not in (np.dtype("<i8"), np.dtype("<f8")):
+        raise ValueError(f"unsupported dtype {doc['dtype']}")
+    return np.frombuffer(base64.b64decode(doc["data"]), dtype=dtype).copy()
+
+
+def encode_result(result: WindowResult) -> dict[str, Any]:
+    """``result`` as a JSON document (arrays base64-encoded, exact)."""
+    rows = result.rows
+    arrays = {f: _encode(getattr(rows, f)) for f in _PER_ROW if getattr(rows, f) is not None}
+    return {"format": RESULT_FORMAT, "window_index": result.window_index,
+            "domain": result.domain, "vocab_size": result.vocab_size,
+            "elapsed_seconds": result.elapsed_seconds, "bytes_compared": result.bytes_compared,
+            "backend": result.backend, "rows": arrays}
+
+
+def decode_result(doc: dict[str, Any]) -> WindowResult:
+    """Inverse of :func:`encode_result`; ValueError/KeyError/TypeError on a damaged document."""
+    if doc.get("format") != RESULT_FORMAT:
+        raise ValueError("not a kldtui window result")
+    arrays = {f: _decode(v) for f, v in doc["rows"].items() if f in _PER_ROW}
+    missing = [f for f in FIELDS if f != "kl_reverse" and f not in arrays]
+    if missing:
+        raise ValueError(f"window result lacks {missing}")
+    n = arrays["kl"].size
+    if any(a.size != n for a in arrays.values()):
+        raise ValueError("window result arrays differ in length")
+    for f in INT_FIELDS:
+        arrays[f] = arrays[f].astype(np.int64)
+    rows = RowStats(**{f: arrays[f] for f in FIELDS if f != "kl_reverse"},
+                    kl_reverse=arrays.get("kl_reverse"))
+    return WindowResult(window_index=int(doc["window_index"]), domain=str(doc["domain"]),
+                        vocab_size=int(doc["vocab_size"]), rows=rows,
+                        elapsed_seconds=float(doc.get("elapsed_seconds", 0.0)),
+                        bytes_compared=int(doc.get("bytes_compared", 0)), backend=str(doc.get("backend", "")))
+
+
+class WindowCache:
+    """A workspace's per-window compare cache for one set of options (none in score mode or
+    when the workspace has no cache folder)."""
+
+    def __init__(self, workspace: Workspace, options: CompareOptions) -> None:
+        self.workspace = workspace
+        self.options = options
+
+    def _key(self, window: WindowSpec) -> dict[str, Any]:
+        if self.options.mode == "score":
+            raise ValueError("score mode keeps no compare cache")
+        ref = load_logits_manifest(self.workspace.reference).entry(window.index)
+        cand = load_logits_manifest(self.workspace.candidate).entry(window.index)
+        return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
+                "candidate_sha256": cand.sha256, "reverse": self.options.reverse}
+
+    def get(self, window: WindowSpec) -> WindowResult | None:
+        """The cached result of ``window`` when its key still matches, else None."""
+        path = self.workspace.compare_cache(window.index)
+        if path is None or not path.exists() or self.options.mode == "score":
+            return None
+        with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
+            doc = json.loads(path.read_text())
+            if doc.get("key") == self._key(window):
+                return decode_result(doc["result"])
+        return None
+
+    def put(self, window: WindowSpec, result: WindowResult) -> None:
+        path = self.workspace.compare_cache(window.index)
+        if path is not None and self.options.mode != "score":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"key": self._key(window), "result": encode_result(result)})
+
+
+__all__ = ["COMPARE_RESULT_VERSION", "WindowCache", "decode_result", "encode_result"]

@@ -1,0 +1,217 @@
+"""The compare stage's driver: :class:`Comparer` compares a workspace's windows (through the
+per-window cache) and builds and publishes their report; :func:`run_compare` is the stage
+(``kldtui compare``, the pipeline's compare step), and the pipeline calls
+:meth:`Comparer.window` as each window is finalized."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from kldtui.errors import BadInput
+from kldtui.events import (
+    Cancel,
+    EventSink,
+    Progress,
+    ResultReady,
+    StageFinished,
+    StageStarted,
+    WindowState,
+    failure_reported,
+    null_sink,
+)
+from kldtui.formats.report_model import ComparisonReport, Verified
+from kldtui.formats.suite import Suite, WindowSpec, load_suite
+from kldtui.stages.compare.cache import WindowCache
+from kldtui.stages.compare.engine import Engine
+from kldtui.stages.compare.hashing import manifest_sha256
+from kldtui.stages.compare.inputs import prepare
+from kldtui.stages.compare.options import CompareOptions
+from kldtui.stages.compare.report import build_report
+from kldtui.stages.compare.results import WindowResult
+from kldtui.stages.compare.scores import SCORE_BACKEND, load_score_window, prepare_scores
+from kldtui.workspace import Workspace
+
+
+def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | int,
+                   reference_dir: str | os.PathLike[str], candidate_dir: str | os.PathLike[str],
+                   options: CompareOptions | None = None, cancel: Cancel | None = None,
+                   emit: EventSink = null_sink, engine: Engine | None = None) -> WindowResult:
+    """Validate and compare ONE window (e.g. as soon as it is finalized)."""
+    options = options or CompareOptions()
+    s = suite if isinstance(suite, Suite) else load_suite(suite)
+    w = s.window(window) if isinstance(window, int) else window
+    inputs = prepare(s, reference_dir, candidate_dir, options, emit, cancel, windows=[w])
+    if engine is not None:
+        return engine.compare_window(inputs, w, emit, cancel)
+    with Engine(inputs.vocab_size, options) as eng:
+        return eng.compare_window(inputs, w, emit, cancel)
+
+
+class Comparer:
+    """Compares the windows of one workspace and builds their report.
+
+    Window results are kept in the workspace's per-window cache (``compare/window-NNN.json``)
+    when it has one, keyed by both files' SHA-256 and the options that change the numbers: a
+    rerun reuses them. :meth:`window` compares one window as soon as it is finalized (the
+    pipeline); :meth:`windows` validates every window before the first row (``kldtui compare``).
+    """
+
+    def __init__(self, workspace: Workspace, suite: Suite, options: CompareOptions, *,
+                 emit: EventSink = null_sink, cancel: Cancel | None = None) -> None:
+        self.workspace = workspace
+        self.suite = suite
+        self.options = options
+        self.emit = emit
+        self.cancel = cancel
+        self.cache = WindowCache(workspace, options)
+        self.computed = 0  # windows compared (not taken from the cache) by this comparer
+        self.engine_info: tuple[str, int | None] | None = None  # (backend, threads) of windows()
+        self.verified: Verified | None = None
+        self.reference_manifest_sha256: str | None = None
+
+    # -- comparing ------------------------------------------------------------------------------
+    def window(self, window: WindowSpec, *, announce: bool = True,
+               options: CompareOptions | None = None) -> WindowResult:
+        """One window: from the cache, else validated and compared now (``options`` may differ
+        per window: the pipeline picks the backend by what else runs)."""
+        result = self.cache.get(window)
+        if result is None and (options or self.options).mode == "score":
+            ws = self.workspace
+            ref, scores = prepare_scores(self.suite, ws.reference, ws.candidate, [window])
+            result = load_score_window(self.suite, window, ref, scores, options or self.options)
+            self.computed += 1
+        if result is None:
+            self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
+            result = compare_window(self.suite, window, self.workspace.reference, self.workspace.candidate,
+                                    options or self.options, self.cancel, emit=self.emit)
+            self.computed += 1
+            self.cache.put(window, result)
+        if announce:
+            self._announce(window, result)
+        return result
+
+    def windows(self, windows: Sequence[WindowSpec] | None = None) -> list[WindowResult]:
+        """Validate every window first (:func:`prepare`), then compare them with one engine."""
+        ws = self.workspace
+        if self.options.mode == "score":
+            return self._score_windows(windows)
+        inputs = prepare(self.suite, ws.reference, ws.candidate, self.options, self.emit, self.cancel,
+                         windows=windows)
+        self.verified = inputs.verified
+        self.reference_manifest_sha256 = inputs.reference_manifest_sha256
+        results: list[WindowResult] = []
+        with Engine(inputs.vocab_size, self.options) as engine:
+            for n, w in enumerate(inputs.windows):
+                if self.cancel is not None:
+                    self.cancel.check()
+                r = self.cache.get(w)
+                if r is None:
+                    self.emit(WindowState("compare", w.index, "comparing", domain=w.domain))
+                    r = engine.compare_window(inputs, w, self.emit, self.cancel)
+                    self.computed += 1
+                    self.cache.put(w, r)
+                results.append(r)
+                self._announce(w, r)
+                self.emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
+                                   unit="windows"))
+            self.engine_info = (engine.backend, engine.threads)
+        return results
+
+    def _score_windows(self, windows: Sequence[WindowSpec] | None) -> list[WindowResult]:
+        ws, options = self.workspace, self.options
+        selected = list(windows) if windows is not None else self.suite.select(options.start_window,
+                                                                                 options.stop_window)
+        ref, scores = prepare_scores(self.suite, ws.reference, ws.candidate, selected)
+        self.verified = Verified(token_hashes=True, suite_hash=True, logits_sha256="checked")
+        self.reference_manifest_sha256 = manifest_sha256(ref.path)
+        results = []
+        for n, w in enumerate(selected):
+            if self.cancel is not None:
+                self.cancel.check()
+            r = load_score_window(self.suite, w, ref, scores, options)
+            self.computed += 1
+            results.append(r)
+            self._announce(w, r)
+            self.emit(Progress("compare", task="windows", done=n + 1, total=len(selected), unit="windows"))
+        self.engine_info = (SCORE_BACKEND, None)
+        return results
+
+    def _announce(self, window: WindowSpec, r: WindowResult) -> None:
+        self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
+                              figures={"kl": r.kl_mean, "js": float(np.mean(r.rows.js)),
+                                       "top1": r.top1_agreement, "rows": r.positions}))
+
+    # -- the report -----------------------------------------------------------------------------
+    def report(self, results: Sequence[WindowResult], *, command: str | None = None,
+               elapsed_seconds: float | None = None) -> ComparisonReport:
+        """The report of ``results``: the whole window range when every window of it is there,
+        else the compared span. Backend and threads are named when this comparer computed every
+        window itself with one engine (cached results may come from another)."""
+        if not results:
+            raise BadInput(f"{self.workspace.candidate}: no finalized windows to compare; run capture "
+                           "and finalize first")
+        options = self.options
+        stop = options.stop_window if options.stop_window is not None else self.suite.window_count
+        compared = sorted(r.window_index for r in results)
+        complete = compared == list(range(options.start_window, stop))
+        ref_sha = self.reference_manifest_sha256 or manifest_sha256(self.workspace.reference_manifest)
+        own = self.engine_info is not None and self.computed == len(results)
+        backend, threads = self.engine_info if own and self.engine_info else (None, None)
+        return build_report(
+            results, suite=self.suite, reference_dir=self.workspace.reference,
+            candidate_dir=self.workspace.candidate, options=options,
+            window_range=(options.start_window, stop) if complete else (compared[0], compared[-1] + 1),
+            reference_manifest_sha256=ref_sha, verified=self.verified, elapsed_seconds=elapsed_seconds,
+            backend=backend, threads=threads, command=command)
+
+    def publish(self, report: ComparisonReport) -> None:
+        """Write the report to the workspace's report path (when it has one) and say so."""
+        from kldtui.formats.report import headline, summary_text, write_report
+
+        path = self.workspace.report_path
+        if path is not None:
+            write_report(path, report)
+            self.emit(ResultReady("compare", path=str(path), report=report))
+        summary = summary_text(report).strip().splitlines()
+        self.emit(StageFinished("compare", summary=summary[0] if summary else "",
+                                figures=headline(report)))
+
+
+def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
+                options: CompareOptions | None = None, suite: Suite | str | os.PathLike[str] | None = None,
+                windows: Sequence[WindowSpec] | None = None, command: str | None = None) -> ComparisonReport:
+    """The compare stage: validate everything, compare ``windows`` (default: the options' range;
+    cached results are reused), write ``workspace.report`` (when set); return the report.
+    ``suite`` is the loaded suite or its manifest's path (default: the workspace's suite folder)."""
+    options = options or CompareOptions()
+    if (options.mode == "logits" and not workspace.candidate_manifest.exists()
+            and workspace.scores_manifest.exists()):
+        options = dataclasses.replace(options, mode="score")  # a score-mode folder
+    t0 = time.perf_counter()
+    emit(StageStarted("compare", detail=f"{workspace.reference} vs {workspace.candidate}"))
+    with failure_reported(emit, "compare"):
+        s = suite if isinstance(suite, Suite) else load_suite(workspace.suite_dir if suite is None else suite)
+        comparer = Comparer(workspace, s, options, emit=emit, cancel=cancel)
+        results = comparer.windows(windows)
+        report = comparer.report(results, command=command, elapsed_seconds=time.perf_counter() - t0)
+        comparer.publish(report)
+    return report
+
+
+def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
+            candidate_dir: str | os.PathLike[str], options: CompareOptions | None = None,
+            emit: EventSink = null_sink, cancel: Cancel | None = None,
+            command: str | None = None) -> ComparisonReport:
+    """Validate everything, compare every selected window, and return the report (nothing written)."""
+    where = suite_manifest.root if isinstance(suite_manifest, Suite) else Path(suite_manifest)
+    workspace = Workspace.for_compare(where, reference_dir, candidate_dir)
+    return run_compare(workspace, emit, cancel, options=options, suite=suite_manifest, command=command)
+
+
+__all__ = ["Comparer", "compare", "compare_window", "run_compare"]

@@ -1,0 +1,201 @@
+"""The report (docs/REPORT.md) from window results: per-window entries and columns, the figures
+over all positions, window-clustered bootstraps and provenance."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kldtui import __version__
+from kldtui.errors import BadInput
+from kldtui.formats.report_model import (
+    REPORT_FORMAT,
+    WINDOW_FIGURES,
+    Bootstrap,
+    ComparisonReport,
+    ConfidenceBucket,
+    DeltaP,
+    InfiniteKL,
+    Interval,
+    NextToken,
+    PositionBucket,
+    Provenance,
+    Stats,
+    TopK,
+    Verified,
+    WindowEntry,
+    WindowTable,
+)
+from kldtui.formats.suite import Suite, logits_manifest_path
+from kldtui.metrics import stats as st
+from kldtui.stages.compare.hashing import manifest_sha256
+from kldtui.stages.compare.options import CompareOptions
+from kldtui.stages.compare.results import FIGURE_NAMES, WindowFigures, WindowResult, finite
+
+DIRECTION = "KL(reference || candidate)"
+TOPK = (1, 5, 10)
+TOPK_DEFINITION = ("fraction of positions where the reference's top-1 token is among the "
+                   "candidate's k highest logits (ties in its favour)")
+INFINITE_KL_DEFINITION = ("positions where the candidate gives probability 0 (a logit at -inf, or more than "
+                          "708 below its row's maximum) to a token the reference gives a positive "
+                          "probability: KL(reference || candidate) is infinite there and left out "
+                          "of the KL statistics, which cover the other positions; JS stays finite")
+
+
+def _concat(results: Sequence[WindowResult], name: str) -> np.ndarray:
+    return np.concatenate([getattr(r.rows, name) for r in results])
+
+
+def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
+                 reference_dir: str | os.PathLike[str] = "", candidate_dir: str | os.PathLike[str] = "",
+                 options: CompareOptions | None = None, window_range: Sequence[int] | None = None,
+                 reference_manifest_sha256: str | None = None, suite_token_hash_sha256: str | None = None,
+                 verified: Verified | None = None, elapsed_seconds: float | None = None,
+                 backend: str | None = None, threads: int | None = None,
+                 command: str | None = None) -> ComparisonReport:
+    """The report (docs/REPORT.md) from window results, in any order."""
+    options = options or CompareOptions()
+    if not results:
+        raise BadInput(f"{candidate_dir}: no compared windows to report")
+    res = sorted(results, key=lambda r: r.window_index)
+    idx = [r.window_index for r in res]
+    if len(set(idx)) != len(idx):
+        raise ValueError("a window appears twice in the results")
+    reverse = all(r.reverse for r in res)
+    samples, seed = options.bootstrap_samples, options.bootstrap_seed
+    # infinite KL rows (masked tokens) make spreads NaN and sums inf: null in the JSON, not a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        figs = [r.figures() for r in res]
+
+    if suite is not None and suite_token_hash_sha256 is None:
+        suite_token_hash_sha256 = suite.suite_token_hash_sha256
+    if reference_manifest_sha256 is None and reference_dir:
+        with contextlib.suppress(OSError):
+            reference_manifest_sha256 = manifest_sha256(logits_manifest_path(reference_dir))
+    if window_range is None:
+        stop = options.stop_window if options.stop_window is not None else idx[-1] + 1
+        window_range = [min(options.start_window, idx[0]), max(stop, idx[-1] + 1)]
+    elapsed = float(elapsed_seconds if elapsed_seconds is not None
+                    else sum(r.elapsed_seconds for r in res))
+    nbytes = int(sum(r.bytes_compared for r in res))
+    positions = sum(r.positions for r in res)
+    backends = sorted({r.backend for r in res})
+    provenance = Provenance(
+        kldtui_version=__version__,
+        backend=backend or "+".join(backends),
+        elapsed_seconds=elapsed,
+        bytes_compared=nbytes,
+        created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        verified=verified or Verified(token_hashes=True, suite_hash=True, logits_sha256="skipped"),
+        threads=threads,
+        throughput_gb_per_s=nbytes / elapsed / 1e9 if elapsed > 0 else None,
+        positions_per_second=positions / elapsed if elapsed > 0 else None,
+        command=command,
+    )
+    with_reverse = reverse and figs[0].kl_reverse_mean is not None
+    columns: dict[str, Any] = {k: [getattr(f, k) for f in figs] for k in FIGURE_NAMES
+                               if k != "kl_reverse_mean" or with_reverse}
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ComparisonReport(
+            report_format=REPORT_FORMAT,
+            direction=DIRECTION,
+            positions=positions,
+            windows=len(res),
+            reference_dir=str(reference_dir),
+            candidate_dir=str(candidate_dir),
+            window_range=(int(window_range[0]), int(window_range[1])),
+            suite_token_hash_sha256=suite_token_hash_sha256,
+            reference_manifest_sha256=reference_manifest_sha256,
+            vocab_size=int(res[0].vocab_size),
+            per_window=[_window_entry(r, f, reverse) for r, f in zip(res, figs, strict=True)],
+            per_window_arrays=WindowTable(**columns),
+            domains={d: Bootstrap.of(st.window_cluster_bootstrap(
+                [f.kl_mean for f in figs if f.domain == d], samples, seed))
+                for d in dict.fromkeys(r.domain for r in res)},
+            provenance=provenance,
+            **_overall_figures(res, figs, reverse, samples, seed),
+        )
+
+
+def _or_none(value: float) -> float | None:
+    """A figure that can overflow (the perplexity of a broken candidate): None when not finite."""
+    return value if math.isfinite(value) else None
+
+
+def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool) -> WindowEntry:
+    """One ``per_window`` entry: the original's fields, then this window's figures."""
+    return WindowEntry(
+        window_index=r.window_index, domain=r.domain, positions=r.positions,
+        kl_reference_to_candidate=Stats.of(st.stats_object(finite(r.rows.kl))),
+        js=Stats.of(st.stats_object(r.rows.js)),
+        top1_agreement=figures.top1_agreement,
+        kl_candidate_to_reference=(Stats.of(st.stats_object(finite(r.rows.kl_reverse)))
+                                   if r.rows.kl_reverse is not None and reverse else None),
+        **{k: getattr(figures, k) for k in WINDOW_FIGURES})
+
+
+def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], reverse: bool, samples: int,
+                     seed: int) -> dict[str, Any]:
+    """The report's figures over all positions (and over window means, for the bootstraps)."""
+    kl = _concat(res, "kl")
+    top1 = _concat(res, "argmax_ref") == _concat(res, "argmax_cand")
+    rank = _concat(res, "rank_ref_top")
+    lp_ref = _concat(res, "logp_ref_next")
+    lp_cand = _concat(res, "logp_cand_next")
+    dp = np.exp(lp_cand) - np.exp(lp_ref)
+    nll_r = np.array([f.nll_reference_mean for f in figs])
+    nll_c = np.array([f.nll_candidate_mean for f in figs])
+    fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged
+    if not fin.any():
+        fin[:] = True
+    out: dict[str, Any] = {
+        "kl_reference_to_candidate": Stats.of(st.stats_object(kl[fin])),
+        "js": Stats.of(st.stats_object(_concat(res, "js"))),
+        "top1_agreement": float(np.mean(top1)),
+        "kl_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
+            np.array([f.kl_mean for f in figs]), samples, seed)),
+        "js_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
+            np.array([f.js_mean for f in figs]), samples, seed)),
+        "topk_agreement": TopK(TOPK_DEFINITION, list(TOPK), {str(k): float(np.mean(rank < k)) for k in TOPK}),
+        "next_token": NextToken(
+            p_reference=Stats.of(st.stats_object(np.exp(lp_ref))),
+            p_candidate=Stats.of(st.stats_object(np.exp(lp_cand))),
+            delta_p=DeltaP(**st.stats_object(dp), rms=float(np.sqrt(np.mean(dp * dp)))),
+            perplexity_reference=_or_none(float(np.exp(-np.mean(lp_ref)))),
+            perplexity_candidate=_or_none(float(np.exp(-np.mean(lp_cand)))),
+            perplexity_ratio=_or_none(float(np.exp(np.mean(lp_ref) - np.mean(lp_cand)))),
+            perplexity_ratio_window_cluster_bootstrap=Interval.of(
+                {k: _or_none(v) if isinstance(v, float) else v
+                 for k, v in st.ratio_bootstrap(nll_c, np.exp, nll_r, samples, seed).items()}),
+            # log space: finite wherever the perplexities overflow (+inf when a side gives the
+            # actual next token probability 0: null in JSON)
+            log_perplexity_reference=float(-np.mean(lp_ref)),
+            log_perplexity_candidate=float(-np.mean(lp_cand)),
+            log_perplexity_ratio=float(np.mean(lp_ref) - np.mean(lp_cand)),
+        ),
+        "infinite_kl": InfiniteKL(
+            definition=INFINITE_KL_DEFINITION,
+            rows=int(sum(f.infinite_kl_rows for f in figs)),
+            windows=[int(f.window_index) for f in figs if f.infinite_kl_rows],
+            reverse_rows=int(sum(int(np.isposinf(r.rows.kl_reverse).sum()) for r in res
+                                 if r.rows.kl_reverse is not None)) if reverse else None),
+        "kl_by_reference_confidence": [ConfidenceBucket(**b) for b in  # type: ignore[arg-type]
+                                       st.confidence_buckets(_concat(res, "ref_top_prob")[fin], kl[fin],
+                                                             top1[fin])],
+        "kl_by_position": [PositionBucket(**b) for b in  # type: ignore[arg-type]
+                           st.position_buckets([finite(r.rows.kl) for r in res])],
+    }
+    if reverse:
+        out["kl_candidate_to_reference"] = Stats.of(st.stats_object(finite(_concat(res, "kl_reverse"))))
+        out["kl_reverse_window_cluster_bootstrap"] = Bootstrap.of(st.window_cluster_bootstrap(
+            [f.kl_reverse_mean for f in figs if f.kl_reverse_mean is not None], samples, seed))
+    return out
+
+
+__all__ = ["DIRECTION", "TOPK", "build_report"]
