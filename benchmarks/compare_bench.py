@@ -35,7 +35,7 @@ from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
 from kldtui.stages.compare import CompareOptions, Engine, prepare
-from kldtui.stages.compare.backends import resolve_backend
+from kldtui.stages.compare.backends import Backend, choose_backend
 
 
 def build(root: Path, windows: int, context: int, vocab: int, seed: int = 7) -> None:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.thread_counts:
         backends = [CompareOptions(backend=args.backend, threads=int(n), row_block=args.row_block)
                     for n in args.thread_counts.split(",")]
-    if not args.skip_numpy and resolve_backend(options.backend) != "numpy-threads":
+    if not args.skip_numpy and choose_backend(options.backend).backend is not Backend.NUMPY:
         backends.append(CompareOptions(backend="numpy", threads=args.threads, row_block=args.row_block))
     best: dict[int, tuple[str, float, list]] = {}
     t_n, naive_means = math.inf, []

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kldtui.stages import compare as cmp
-from kldtui.stages.compare import backends
-from kldtui.stages.compare import choice as cb
+from kldtui.stages.compare import backends as cb
+from kldtui.stages.compare.backends import Backend
 
 GIB = 1024**3
 
@@ -16,7 +16,7 @@ GIB = 1024**3
 def gpus(monkeypatch):
     """Simulate N GPUs with the given free memory each (torch.cuda monkeypatched)."""
     def make(free_gib: list[float]):
-        monkeypatch.setattr(backends, "cuda_present", lambda: True)
+        monkeypatch.setattr(cb, "cuda_present", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: len(free_gib))
         queried: list[int] = []
 
@@ -29,10 +29,11 @@ def gpus(monkeypatch):
     return make
 
 
-def test_no_gpu_no_server_keeps_the_plain_auto(monkeypatch):
-    monkeypatch.setattr(backends, "cuda_present", lambda: False)
+def test_no_gpu_no_server_means_the_cpu_kernel_with_every_core(monkeypatch):
+    monkeypatch.setattr(cb, "cuda_present", lambda: False)
     choice = cb.choose_backend("auto", None, None)
-    assert choice.backend == "auto" and choice.cuda_device is None
+    assert choice.backend in (Backend.C, Backend.NUMPY) and choice.cuda_device is None
+    assert choice.threads is None and "no GPU seen" in choice.reason
 
 
 def test_gpu_without_a_running_server_compares_on_cuda(gpus):
@@ -44,7 +45,7 @@ def test_gpu_without_a_running_server_compares_on_cuda(gpus):
 def test_server_on_every_gpu_means_the_cpu_kernel_with_capped_threads(gpus):
     queried = gpus([1.4] * 16)  # 16-way TP at gpu-memory-utilization 0.982: ~1.4 GiB headroom
     choice = cb.choose_backend("auto", None, cb.Serving(frozenset(range(16))), vocab=163840, cpu_count=64)
-    assert choice.backend in ("c", "numpy") and choice.cuda_device is None
+    assert choice.backend in (Backend.C, Backend.NUMPY) and choice.cuda_device is None
     assert choice.threads == 32  # half the cores: capture is not starved
     assert queried == []  # no GPU outside the server's set: none is even touched
     assert "running on this host" in choice.reason and "32 of 64 threads" in choice.reason
@@ -68,7 +69,7 @@ def test_spare_gpus_without_enough_free_memory_fall_back_to_the_cpu(gpus):
     need = cb.cuda_bytes_needed(163840) + cb.MARGIN_BYTES
     assert need > 3 * GIB
     choice = cb.choose_backend("auto", 3, cb.Serving(frozenset({0})), vocab=163840, cpu_count=8)
-    assert choice.backend in ("c", "numpy") and choice.threads == 3  # [compare] threads wins
+    assert choice.backend in (Backend.C, Backend.NUMPY) and choice.threads == 3  # [compare] threads wins
     assert "no GPU outside its set" in choice.reason
 
 
@@ -93,7 +94,7 @@ def test_server_gpus_from_its_command_and_environment(argv, server_env, own_env,
 
 def test_a_cuda_compare_gives_its_cached_memory_back(monkeypatch):
     released = []
-    monkeypatch.setattr(backends, "cuda_present", lambda: True)
+    monkeypatch.setattr(cb, "cuda_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(True))
     engine = cmp.Engine(16, cmp.CompareOptions(backend="torch-cuda", cuda_device=3))
     assert engine._torch_device() == "cuda:3"

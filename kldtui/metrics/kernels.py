@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -128,6 +128,18 @@ class RowStats:
         """Indices of rows where the candidate gives probability 0 to a token the reference
         gives a positive probability (KL(reference || candidate) = +inf)."""
         return np.flatnonzero(np.isposinf(self.kl))
+
+
+class RowKernel(Protocol):
+    """What every compare kernel implements (NumPy, the C kernel, torch): the per-row figures of
+    a block of reference rows ``x`` and candidate rows ``y`` (float32 ``[rows, vocab]``), where
+    ``next_tokens[i]`` is the token row ``i`` predicts; the reverse KL only when ``reverse``.
+    One instance per thread (kernels own scratch buffers)."""
+
+    name: str
+
+    def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
+              reverse: bool = False) -> RowStats: ...
 
 
 def combine(xp: Any, sx: Any, sy: Any, cx: Any, hx: Any, hy: Any, mlogm: Any,
@@ -380,7 +392,7 @@ class TorchBlockKernel:
         self.torch = torch
         self.vocab = vocab
         self.device = torch.device(device)
-        self.name = f"torch-{self.device.type}"
+        self.name: str = f"torch-{self.device.type}"
 
     def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
               reverse: bool = False) -> RowStats:

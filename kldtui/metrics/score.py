@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kldtui.metrics.kernels import ZERO_BELOW, NumpyRowKernel, RowStats, combine
+from kldtui.metrics.kernels import ZERO_BELOW, NumpyRowKernel, RowKernel, RowStats, combine
 
 RECORD_DTYPE = np.dtype([("kl", "<f8"), ("kl_reverse", "<f8"), ("js", "<f8"), ("ref_top_prob", "<f8"),
                          ("logp_ref_next", "<f8"), ("logp_cand_next", "<f8"), ("argmax_ref", "<i4"),
@@ -110,7 +110,8 @@ def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
     yy = np.ascontiguousarray(y, dtype=np.float32)
     xx = np.ascontiguousarray(x, dtype=np.float32)
     vocab = int(yy.shape[1])
-    kernel = ckernel.CRowKernel(vocab) if ckernel.available() else NumpyRowKernel(vocab)
+    # the compare stage's CPU rule (kldtui.stages.compare.backends), which this layer cannot import
+    kernel: RowKernel = ckernel.CRowKernel(vocab) if ckernel.available() else NumpyRowKernel(vocab)
     return to_records(kernel.block(xx, yy, tokens, reverse=True))
 
 

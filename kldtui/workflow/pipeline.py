@@ -427,7 +427,8 @@ class Pipeline:
                 self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
                 raise BadInput(f"{self.candidate_dir}: no finalized windows to compare; run capture "
                                "and finalize first")
-        run_compare(self._workspace, self.emit, self.cancel, options=self._compare_options(),
+            options = self._compare_options()  # an explicit backend that cannot run here: refused now
+        run_compare(self._workspace, self.emit, self.cancel, options=options,
                     suite=self.load_suite(), windows=windows, command=self._command())
         return self.report_path
 
@@ -658,12 +659,12 @@ class Pipeline:
         choice = self._backend_choice()
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
-                              reverse=cmp_.reverse, backend=choice.backend, threads=choice.threads,
+                              reverse=cmp_.reverse, backend=choice.backend.option, threads=choice.threads,
                               cuda_device=choice.cuda_device, mode=self.mode)
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""
-        from kldtui.stages.compare.choice import Serving, server_gpus
+        from kldtui.stages.compare.backends import Serving, server_gpus
 
         server = self.server
         if server is not None and server.alive() is None:
@@ -678,10 +679,10 @@ class Pipeline:
 
     def _backend_choice(self) -> Any:
         """Which compare backend runs now, logged (to the dashboard and batch output) on change."""
-        from kldtui.stages.compare.choice import choose_backend
+        from kldtui.stages.compare.backends import DEFAULT_VOCAB, choose_backend
 
         cmp_ = self.profile.compare
-        vocab = self._expected_vocab() or 262144
+        vocab = self._expected_vocab() or DEFAULT_VOCAB
         choice = choose_backend(cmp_.backend, cmp_.threads, self._serving(), vocab=vocab)
         line = f"compare backend: {choice.label} ({choice.reason})"
         if line != getattr(self, "_backend_line", None):

@@ -40,7 +40,7 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     abort_kl_above = 0.5           # stop after a window whose mean KL is above this (optional)
     backend = "auto"               # auto | c | numpy | torch | torch-cpu | torch-cuda; auto keeps
                                    # the GPUs to a server of this run while it runs on this host
-                                   # (kldtui.stages.compare.choice)
+                                   # (kldtui.stages.compare.backends)
     threads = 4                    # compare threads (default: all cores, half while serving)
 
     [capture]
@@ -379,11 +379,11 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         cmp_["abort_kl_above"] = float(cmp_["abort_kl_above"])
     if cmp_.get("bootstrap_samples", 1) < 1:
         raise BadInput(f"{where}: [compare] bootstrap_samples must be at least 1")
-    from kldtui.stages.compare.backends import BACKENDS
+    from kldtui.stages.compare.backends import BACKEND_OPTIONS
 
-    if cmp_.get("backend", "auto") not in BACKENDS:
+    if cmp_.get("backend", "auto") not in BACKEND_OPTIONS:
         raise BadInput(f"{where}: [compare] backend {cmp_['backend']!r} is not one of "
-                       f"{', '.join(BACKENDS)}; {_suggest(cmp_['backend'], list(BACKENDS))}")
+                       f"{', '.join(BACKEND_OPTIONS)}; {_suggest(cmp_['backend'], list(BACKEND_OPTIONS))}")
     if cmp_.get("threads", 1) < 1:
         raise BadInput(f"{where}: [compare] threads must be at least 1")
 

@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--row-block", type=int, default=None,
                         help="rows per block (default: chosen by the backend)")
     parser.add_argument("--reverse", action="store_true", help="also KL(candidate || reference)")
-    parser.add_argument("--backend", default="auto",
-                        choices=("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda"),
+    from kldtui.stages.compare.backends import AUTO, BACKEND_OPTIONS
+
+    parser.add_argument("--backend", default=AUTO, choices=BACKEND_OPTIONS,
                         help="auto: torch-cuda when a GPU is usable, else the C kernel (compiled at "
                              "first use), else numpy threads")
     parser.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")

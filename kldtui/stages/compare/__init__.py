@@ -6,7 +6,7 @@ reference suite, by concern:
 ``inputs``                :func:`prepare`: every input validated before the first row
                           (suite and token hashes, manifests, vocabularies, file identity)
 ``hashing``               files' SHA-256 against their manifests; the reference manifest's hash
-``backends``              the backend vocabulary and how an option value resolves
+``backends``              the backend vocabulary (:class:`Backend`) and the one chooser
 ``rows``                  reading a logits file's row blocks (``mmap``, else ``pread``)
 ``engine``                :class:`Engine`: row blocks through a fused kernel on a thread pool
 ``results``               :class:`WindowResult` (per-position figures) and its window figures
@@ -16,15 +16,35 @@ reference suite, by concern:
 ``driver``                :class:`Comparer`, :func:`run_compare`, :func:`compare`: the stage
 ========================  =====================================================================
 
-This package exports the stage's public interface; the rest is imported from its module.
+This package exports the stage's public interface, imported when first used (so that the light
+modules, e.g. ``backends``, which the CLI and the profile read, do not pull in NumPy); the rest is
+imported from its module.
 """
 
-from kldtui.stages.compare.driver import Comparer, compare, compare_window, run_compare
-from kldtui.stages.compare.engine import Engine
-from kldtui.stages.compare.inputs import CompareInputs, prepare
-from kldtui.stages.compare.options import CompareOptions
-from kldtui.stages.compare.report import build_report
-from kldtui.stages.compare.results import WindowResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kldtui.stages.compare.driver import Comparer, compare, compare_window, run_compare
+    from kldtui.stages.compare.engine import Engine
+    from kldtui.stages.compare.inputs import CompareInputs, prepare
+    from kldtui.stages.compare.options import CompareOptions
+    from kldtui.stages.compare.report import build_report
+    from kldtui.stages.compare.results import WindowResult
+
+_EXPORTS = {"Comparer": "driver", "compare": "driver", "compare_window": "driver", "run_compare": "driver",
+            "Engine": "engine", "CompareInputs": "inputs", "prepare": "inputs", "CompareOptions": "options",
+            "build_report": "report", "WindowResult": "results"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = ["CompareInputs", "CompareOptions", "Comparer", "Engine", "WindowResult", "build_report",
            "compare", "compare_window", "prepare", "run_compare"]

@@ -1,14 +1,142 @@
-"""Compare backends: the option values a user may ask for and what each resolves to."""
+"""Compare backends: one vocabulary (:class:`Backend` and its :data:`SPECS`) and one chooser
+(:func:`choose_backend`), the only place where a request (``--backend``, ``[compare] backend``)
+becomes the backend that runs.
+
+A request is ``auto``, ``torch`` or a backend's option value (:data:`BACKEND_OPTIONS`):
+
+* an explicit backend is used as asked, or refused in one line when it cannot run here;
+* ``torch``: CUDA when torch sees a GPU, else torch on the CPU;
+* ``auto`` with no server of this run on this host: CUDA when torch sees a GPU (``cuda:0``), else
+  the compiled C kernel (built at first use, :mod:`kldtui.metrics.ckernel`), else NumPy;
+* ``auto`` while a server of this run is starting or running on this host (``serving``): the CPU
+  kernel with its threads capped (half the cores) so the capture client and the server's own CPU
+  work are not starved, unless a GPU outside the server's set has the memory a compare needs plus
+  a margin (``torch.cuda.mem_get_info``); then that GPU.  At a high ``gpu-memory-utilization`` a
+  server GPU's headroom (about 1.4-3.2 GiB) is less than a compare's blocks and a CUDA context:
+  taking it would stall or kill the engine, and a compare on TP rank 0 slows the whole TP group.
+
+The choice carries a one-line reason that the pipeline logs, so the dashboard and the batch
+output say which backend compares and why. After a CUDA compare the engine releases torch's
+cached memory (``torch.cuda.empty_cache``); the CUDA context itself stays until kldtui exits.
+
+Light on purpose (no NumPy or torch at import): the CLI and the profile validate with it.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kldtui.errors import BadInput
-from kldtui.metrics import ckernel
 
-BACKENDS = ("auto", "c", "numpy", "torch", "torch-cpu", "torch-cuda")
+if TYPE_CHECKING:
+    from kldtui.metrics.kernels import RowKernel
+
+
+class Backend(StrEnum):
+    """The backends a comparison runs on; the value is the name reports record."""
+
+    C = "c-kernel"
+    NUMPY = "numpy-threads"
+    TORCH_CPU = "torch-cpu"
+    TORCH_CUDA = "torch-cuda"
+
+    @property
+    def spec(self) -> BackendSpec:
+        return SPECS[self]
+
+    @property
+    def option(self) -> str:
+        """The value that asks for this backend (``--backend``, ``[compare] backend``)."""
+        return SPECS[self].option
+
+
+def _c_kernel(vocab: int, device: str) -> RowKernel:
+    from kldtui.metrics.ckernel import CRowKernel
+
+    return CRowKernel(vocab)
+
+
+def _numpy_kernel(vocab: int, device: str) -> RowKernel:
+    from kldtui.metrics.kernels import NumpyRowKernel
+
+    return NumpyRowKernel(vocab)
+
+
+def _torch_kernel(vocab: int, device: str) -> RowKernel:
+    from kldtui.metrics.kernels import TorchBlockKernel
+
+    return TorchBlockKernel(vocab, device)
+
+
+def _c_missing() -> str | None:
+    from kldtui.metrics import ckernel
+
+    if ckernel.available():
+        return None
+    return (f"backend 'c' asked for but the C kernel could not be built ({ckernel.why_not()}); "
+            "use --backend numpy or --backend auto")
+
+
+def _torch_missing(option: str) -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return (f"backend {option!r} needs torch, which is not installed; "
+                "use --backend numpy or install kldtui[torch]")
+    return None
+
+
+def _cuda_missing() -> str | None:
+    missing = _torch_missing("torch-cuda")
+    if missing is None and not cuda_present():
+        return "backend 'torch-cuda' asked for but torch sees no CUDA device; use --backend auto"
+    return missing
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """What the engine needs to know about a backend."""
+
+    option: str  # the request value that names it
+    kernel: Callable[[int, str], RowKernel]  # (vocabulary, torch device) -> one thread's kernel
+    row_block: int  # default rows per block
+    default_threads: int | None  # worker threads when none are asked for (None: every core)
+    fixed_threads: int | None  # the only thread count it runs with (torch on the CPU parallelises itself)
+    mmap: bool  # reads rows through mmap (the CPU kernels read the page cache directly)
+    missing: Callable[[], str | None]  # why it cannot run here, one line; None when it can
+
+    def threads(self, requested: int | None) -> int:
+        if self.fixed_threads is not None:
+            return self.fixed_threads
+        return max(1, requested or self.default_threads or os.cpu_count() or 1)
+
+
+SPECS: dict[Backend, BackendSpec] = {
+    # c-kernel: larger blocks amortise the per-block Python work (rows come from mmap, so a block
+    # costs no buffer unless a file must be read with pread)
+    Backend.C: BackendSpec("c", _c_kernel, 64, None, None, True, _c_missing),
+    Backend.NUMPY: BackendSpec("numpy", _numpy_kernel, 16, None, None, True, lambda: None),
+    Backend.TORCH_CPU: BackendSpec("torch-cpu", _torch_kernel, 64, None, 1, False,
+                                   lambda: _torch_missing("torch-cpu")),
+    # two threads: one reads while the other computes
+    Backend.TORCH_CUDA: BackendSpec("torch-cuda", _torch_kernel, 128, 2, None, False, _cuda_missing),
+}
+AUTO = "auto"
+TORCH = "torch"  # torch on CUDA when it sees a GPU, else on the CPU
+BACKEND_OPTIONS = (AUTO, Backend.C.option, Backend.NUMPY.option, TORCH, Backend.TORCH_CPU.option,
+                   Backend.TORCH_CUDA.option)
+_BY_OPTION = {spec.option: backend for backend, spec in SPECS.items()}
+
+GIB = 1024**3
+DEFAULT_VOCAB = 262144  # the vocabulary a choice assumes when it is not known yet
+# float32 x/y blocks + seven float64 temporaries per row of a block (TorchBlockKernel)
+BYTES_PER_ROW_ELEMENT = 2 * 4 + 7 * 8
+CUDA_CONTEXT_BYTES = GIB // 2
+MARGIN_BYTES = 2 * GIB
 
 
 def cuda_present() -> bool:
@@ -23,32 +151,167 @@ def cuda_present() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def resolve_backend(backend: str) -> str:
-    """``c-kernel``, ``numpy-threads``, ``torch-cpu`` or ``torch-cuda`` for an option value.
+@dataclass(frozen=True)
+class Serving:
+    """A server of this run that is starting or running on this host.
 
-    ``auto``: CUDA when torch sees a GPU, else the compiled C kernel (built at first use, see
-    :mod:`kldtui.metrics.ckernel`), else NumPy when no C compiler could build it."""
-    if backend not in BACKENDS:
-        raise BadInput(f"unknown compare backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    if backend == "auto":
-        if cuda_present():
-            return "torch-cuda"
-        return "c-kernel" if ckernel.available() else "numpy-threads"
-    if backend == "c":
-        if not ckernel.available():
-            raise BadInput(f"backend 'c' asked for but the C kernel could not be built "
-                           f"({ckernel.why_not()}); use --backend numpy or --backend auto")
-        return "c-kernel"
-    if backend == "numpy":
-        return "numpy-threads"
-    if importlib.util.find_spec("torch") is None:
-        raise BadInput(f"backend {backend!r} needs torch, which is not installed; "
-                       "use --backend numpy or install kldtui[torch]")
-    if backend == "torch":
-        return "torch-cuda" if cuda_present() else "torch-cpu"
-    if backend == "torch-cuda" and not cuda_present():
-        raise BadInput("backend 'torch-cuda' asked for but torch sees no CUDA device; use --backend auto")
+    ``gpus``: the torch CUDA indices (as this process numbers them) the server may use;
+    None when unknown (then every GPU counts as the server's).
+    """
+
+    gpus: frozenset[int] | None = None
+    what: str = "the candidate server"
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend that runs, its threads as asked or capped (None: the backend's default), its
+    GPU (None: the current device) and why."""
+
+    backend: Backend
+    threads: int | None
+    cuda_device: int | None
+    reason: str
+
+    @property
+    def label(self) -> str:
+        dev = f" on cuda:{self.cuda_device}" if self.cuda_device is not None else ""
+        thr = f", {self.threads} threads" if self.threads else ""
+        return f"{self.backend.option}{dev}{thr}"
+
+
+def cuda_bytes_needed(vocab: int, threads: int | None = None, row_block: int | None = None) -> int:
+    spec = SPECS[Backend.TORCH_CUDA]
+    return (spec.threads(threads) * (row_block or spec.row_block) * vocab * BYTES_PER_ROW_ELEMENT
+            + CUDA_CONTEXT_BYTES)
+
+
+def _cuda_count() -> int:
+    if not cuda_present():
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
+def _free_bytes(index: int) -> int | None:
+    import torch
+
+    try:
+        free, _total = torch.cuda.mem_get_info(index)
+    except Exception:  # noqa: BLE001 - a GPU we cannot query is not one to use
+        return None
+    return int(free)
+
+
+def _cpu_backend() -> Backend:
+    return Backend.NUMPY if SPECS[Backend.C].missing() else Backend.C
+
+
+def _explicit(requested: str) -> Backend:
+    if requested == TORCH:
+        missing = _torch_missing(TORCH)
+        if missing:
+            raise BadInput(missing)
+        return Backend.TORCH_CUDA if cuda_present() else Backend.TORCH_CPU
+    backend = _BY_OPTION[requested]
+    missing = backend.spec.missing()
+    if missing:
+        raise BadInput(missing)
     return backend
 
 
-__all__ = ["BACKENDS", "cuda_present", "resolve_backend"]
+def choose_backend(requested: str = AUTO, threads: int | None = None, serving: Serving | None = None,
+                   *, vocab: int = DEFAULT_VOCAB, cuda_device: int | None = None,
+                   cpu_count: int | None = None) -> BackendChoice:
+    """The backend, threads and GPU for the next compare, with the reason (see the module doc);
+    BadInput (one line) for an unknown request or one that cannot run here."""
+    if requested not in BACKEND_OPTIONS:
+        raise BadInput(f"unknown compare backend {requested!r} (choose from {', '.join(BACKEND_OPTIONS)})")
+    cores = max(1, cpu_count or os.cpu_count() or 1)
+    if requested != AUTO:
+        return BackendChoice(_explicit(requested), threads, cuda_device,
+                             f"backend {requested!r} as configured")
+    count = _cuda_count()
+    if serving is None:
+        if count:
+            return BackendChoice(Backend.TORCH_CUDA, threads, 0 if cuda_device is None else cuda_device,
+                                 "no server of this run is running on this host: CUDA")
+        return BackendChoice(_cpu_backend(), threads, None, "no GPU seen: the CPU kernel")
+    capped = threads if threads is not None else max(1, cores // 2)
+    if count:
+        need = cuda_bytes_needed(vocab) + MARGIN_BYTES
+        server_gpus = serving.gpus if serving.gpus is not None else frozenset(range(count))
+        spare = [i for i in range(count) if i not in server_gpus]
+        for index in spare:
+            free = _free_bytes(index)
+            if free is not None and free >= need:
+                return BackendChoice(Backend.TORCH_CUDA, threads, index,
+                                     f"{serving.what} is running; cuda:{index} is outside its GPUs and "
+                                     f"has {free / GIB:.1f} GiB free (a compare needs "
+                                     f"{need / GIB:.1f} GiB with margin)")
+        why = ("no GPU outside its set has "
+               f"{need / GIB:.1f} GiB free" if spare else "it may use every GPU")
+        return BackendChoice(_cpu_backend(), capped, None,
+                             f"{serving.what} is running on this host and {why}: the CPU kernel "
+                             f"with {capped} of {cores} threads, leaving the GPUs to the server")
+    return BackendChoice(_cpu_backend(), capped, None,
+                         f"{serving.what} is running on this host: the CPU kernel with {capped} of "
+                         f"{cores} threads so capture is not starved")
+
+
+_TP_FLAGS = ("--tensor-parallel-size", "-tp")
+_PP_FLAGS = ("--pipeline-parallel-size", "-pp")
+_DP_FLAGS = ("--data-parallel-size-local", "--data-parallel-size", "-dp")
+
+
+def _flag_int(argv: Sequence[str], names: Sequence[str]) -> int | None:
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+            else:
+                continue
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _visible(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def server_gpus(argv: Sequence[str], server_env: Mapping[str, str],
+                own_env: Mapping[str, str] | None = None, device_count: int | None = None
+                ) -> frozenset[int] | None:
+    """The CUDA indices (as this process numbers them) a vLLM server started with ``argv`` and
+    ``server_env`` uses: the first TP x PP x local-DP devices it sees. None when unknown."""
+    own_env = os.environ if own_env is None else own_env
+    size = 1
+    for names in (_TP_FLAGS, _PP_FLAGS, _DP_FLAGS):
+        n = _flag_int(argv, names)
+        if n is not None:
+            size *= max(1, n)
+    theirs = _visible(server_env.get("CUDA_VISIBLE_DEVICES", own_env.get("CUDA_VISIBLE_DEVICES")))
+    mine = _visible(own_env.get("CUDA_VISIBLE_DEVICES"))
+    if theirs is None:  # the server sees what this process sees
+        return frozenset(range(size)) if mine is None or size <= len(mine) else None
+    used = theirs[:size]
+    if mine is None:
+        if not all(u.isdigit() for u in used):
+            return None  # UUIDs: cannot map them to indices here
+        indices = {int(u) for u in used}
+        return frozenset(indices) if device_count is None or max(indices) < device_count else None
+    if not set(used) <= set(mine):
+        return None
+    return frozenset(mine.index(u) for u in used)
+
+
+__all__ = ["AUTO", "BACKEND_OPTIONS", "Backend", "BackendChoice", "BackendSpec", "SPECS", "Serving",
+           "choose_backend", "cuda_bytes_needed", "cuda_present", "server_gpus"]

@@ -120,7 +120,7 @@ class Comparer:
                 self._announce(w, r)
                 self.emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
                                    unit="windows"))
-            self.engine_info = (engine.backend, engine.threads)
+            self.engine_info = (str(engine.backend), engine.threads)
         return results
 
     def _score_windows(self, windows: Sequence[WindowSpec] | None) -> list[WindowResult]:

@@ -4,12 +4,10 @@ reduced to a :class:`~kldtui.stages.compare.results.WindowResult`."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -17,9 +15,8 @@ from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import WindowSpec
-from kldtui.metrics import ckernel
-from kldtui.metrics.kernels import NumpyRowKernel, RowStats, TorchBlockKernel
-from kldtui.stages.compare.backends import resolve_backend
+from kldtui.metrics.kernels import RowKernel, RowStats
+from kldtui.stages.compare.backends import Backend, choose_backend
 from kldtui.stages.compare.inputs import CompareInputs
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowResult
@@ -32,30 +29,24 @@ class Engine:
     def __init__(self, vocab: int, options: CompareOptions) -> None:
         self.vocab = vocab
         self.options = options
-        self.backend = resolve_backend(options.backend)
-        if self.backend in ("numpy-threads", "c-kernel"):
-            self.threads = max(1, options.threads or os.cpu_count() or 1)
-            # c-kernel: larger blocks amortise the per-block Python work (rows come from mmap,
-            # so a block costs no buffer unless a file must be read with pread)
-            default_block = 64 if self.backend == "c-kernel" else 16
-        elif self.backend == "torch-cuda":
-            self.threads = max(1, options.threads or 2)  # one thread reads while the other computes
-            default_block = 128
-        else:
-            self.threads = 1  # torch parallelises each operation itself
-            default_block = 64
-        self.row_block = max(1, options.row_block or default_block)
+        choice = choose_backend(options.backend, options.threads, cuda_device=options.cuda_device,
+                                vocab=vocab)
+        self.backend: Backend = choice.backend
+        self.cuda_device = choice.cuda_device
+        self.spec = self.backend.spec
+        self.threads = self.spec.threads(choice.threads)
+        self.row_block = max(1, options.row_block or self.spec.row_block)
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kldtui-compare")
 
     def _torch_device(self) -> str:
-        if self.backend != "torch-cuda":
+        if self.backend is not Backend.TORCH_CUDA:
             return "cpu"
-        return "cuda" if self.options.cuda_device is None else f"cuda:{self.options.cuda_device}"
+        return "cuda" if self.cuda_device is None else f"cuda:{self.cuda_device}"
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        if self.backend == "torch-cuda":
+        if self.backend is Backend.TORCH_CUDA:
             # give the cached blocks back: a server started later checks the GPU's free memory
             import torch
 
@@ -68,15 +59,11 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _kernel(self) -> Any:
-        k = getattr(self._local, "kernel", None)
+    def _kernel(self) -> RowKernel:
+        """This thread's kernel (kernels own scratch buffers: one per thread)."""
+        k: RowKernel | None = getattr(self._local, "kernel", None)
         if k is None:
-            if self.backend == "c-kernel":
-                k = ckernel.CRowKernel(self.vocab)
-            elif self.backend == "numpy-threads":
-                k = NumpyRowKernel(self.vocab)
-            else:
-                k = TorchBlockKernel(self.vocab, self._torch_device())
+            k = self.spec.kernel(self.vocab, self._torch_device())
             self._local.kernel = k
         return k
 
@@ -103,7 +90,7 @@ class Engine:
         task = f"window {window.index:03d}"
 
         with RowReader(ref_path) as xr, RowReader(cand_path) as yr, \
-                RowMap(xr, self.backend) as xm, RowMap(yr, self.backend) as ym:
+                RowMap(xr, self.spec.mmap) as xm, RowMap(yr, self.spec.mmap) as ym:
             def work(start: int) -> None:
                 nonlocal done
                 if cancel is not None:
@@ -138,7 +125,7 @@ class Engine:
             raise self._nonfinite_error(ref_path, cand_path, window, bad)
         elapsed = time.perf_counter() - t0
         return WindowResult(window.index, window.domain, self.vocab, out, elapsed_seconds=elapsed,
-                            bytes_compared=2 * rows * self.vocab * 4, backend=self.backend)
+                            bytes_compared=2 * rows * self.vocab * 4, backend=str(self.backend))
 
     def _nonfinite_error(self, ref_path: Path, cand_path: Path, window: WindowSpec,
                          rows: np.ndarray) -> BadInput:

@@ -13,7 +13,7 @@ class CompareOptions:
     bootstrap_seed: int = 1
     row_block: int | None = None  # rows per block; None: chosen by the backend
     reverse: bool = False
-    backend: str = "auto"  # see kldtui.stages.compare.backends.BACKENDS
+    backend: str = "auto"  # a request: kldtui.stages.compare.backends.BACKEND_OPTIONS
     threads: int | None = None  # worker threads (numpy backend); None: every core
     cuda_device: int | None = None  # torch-cuda: the GPU index (None: the current device)
     verify_sha256: bool = False

@@ -21,14 +21,14 @@ class RowMap:
     the whole tensor (checked first: a short file would fault on access), else ``ok`` is False
     and the caller reads with ``pread``, which names a truncated file in a BadInput."""
 
-    def __init__(self, reader: RowReader, backend: str) -> None:
+    def __init__(self, reader: RowReader, use_mmap: bool) -> None:
         self.ok = False
         self._mm: mmap.mmap | None = None
         self.begin = reader.info.begin
         self.row_bytes = reader.cols * reader.np_dtype.itemsize
         self.cols = reader.cols
         self.dtype = reader.np_dtype
-        if backend not in ("c-kernel", "numpy-threads") or os.environ.get("KLDTUI_NO_MMAP"):
+        if not use_mmap or os.environ.get("KLDTUI_NO_MMAP"):
             return
         try:
             with open(reader.path, "rb") as f:
