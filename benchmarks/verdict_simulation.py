@@ -2,7 +2,7 @@
 
     python benchmarks/verdict_simulation.py [--trials 20000] [--seed 1]
 
-prints the table in docs/STATISTICS.md. The tests (tests/test_decide_simulation.py) run the same
+prints the table in docs/STATISTICS.md. The tests (tests/unit/test_decide_simulation.py) run the same
 functions with fewer trials and fixed seeds.
 
 Model (one trial = one suite): every window i has a difficulty w_i shared by all candidates, drawn

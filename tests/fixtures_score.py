@@ -1,5 +1,5 @@
 """Score mode's equality contract (docs/SCORE_MODE.md), shared by the embedded-server tests
-(tests/test_score_mode.py) and the real-vLLM test (tests/vllm/test_vllm_score.py).
+(tests/functional/test_score_mode.py) and the real-vLLM test (tests/vllm/test_vllm_score.py).
 
 Per row: KL, reverse KL and JS within 1e-6 relative where KL >= 1e-8 (below, both modes take the
 precise CPU path: within 1e-14 absolute), argmaxes and top-k ranks exact, next-token

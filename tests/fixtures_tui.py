@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from textual.widgets import Static
 
 from kldtui.events import (
     Cancel,
@@ -31,6 +32,8 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.report_model import as_report
+from kldtui.tui.app import KldApp, create_app
+from kldtui.tui.screens.dashboard import DashboardScreen
 from kldtui.workspace import Workspace
 
 
@@ -244,3 +247,31 @@ class ScriptedPipeline:
         self.server = None
         self.base_url = None
         self.stopped_server = True
+
+
+# -- driving the app ------------------------------------------------------------------------------
+async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
+    """Wait until no engine/loading worker runs, then let the refresh timer's work happen."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while any(w.group in ("engine", "load", "control") and not w.is_finished for w in app.workers):
+        assert loop.time() < deadline, "workers did not finish"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    if isinstance(app.main, DashboardScreen):
+        app.main.refresh_now()
+    await pilot.pause()
+
+
+def dashboard(tmp_path: Path, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
+    holder: dict[str, ScriptedPipeline] = {}
+
+    def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
+        holder["p"] = ScriptedPipeline(emit, cancel, report_path=tmp_path / "comparison.json", **kwargs)
+        return holder["p"]
+
+    return create_app(pipeline_factory=factory, config_dir=tmp_path / "cfg", theme="kldtui-dark"), holder
+
+
+def static_text(app: KldApp, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.formats.chunks import CHUNK_NAME, sanitize_request_id
-from tests.vllm.conftest import CONTEXT, running_server
+from tests.fixtures_vllm_server import CONTEXT, running_server
 
 pytestmark = pytest.mark.vllm
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.fixtures_chain import (
+from tests.fixtures_vllm_chain import (
     CONTEXT,
     WINDOWS,
     build_models,

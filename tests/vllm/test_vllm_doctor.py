@@ -41,7 +41,7 @@ def test_the_writer_uses_vllms_own_sync_allowance(vllm_version, monkeypatch):
 def test_smoke_through_real_vllm(tiny_model, tmp_path):
     """kldtui doctor --smoke against vLLM serving the tiny model with the hook active."""
     from kldtui.cli.main import main
-    from tests.vllm.conftest import SERVED_NAME, running_server
+    from tests.fixtures_vllm_server import SERVED_NAME, running_server
 
     capture = tmp_path / "chunks"
     capture.mkdir()

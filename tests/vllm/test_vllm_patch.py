@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_patch_apply import check_patch_applies_and_compiles
+from tests.fixtures_patch import check_patch_applies_and_compiles
 
 pytestmark = pytest.mark.vllm
 

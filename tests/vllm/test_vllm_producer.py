@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.fixtures_chain import EXAMPLE_PROFILE, _tail, dump_toml, leftover_servers
+from tests.fixtures_vllm_chain import EXAMPLE_PROFILE, _tail, dump_toml, leftover_servers
 
 pytestmark = pytest.mark.vllm
 CONTEXT = 256
@@ -25,7 +25,7 @@ def test_prepare_reference_candidate_compare_publish(tmp_path: Path, vllm_versio
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from kldtui.cli.main import main
     from kldtui.workflow.tiny_llama import build_example
-    from tests.test_publish import check_card_figures
+    from tests.fixtures_publish import check_card_figures
 
     built = build_example(tmp_path)
     suite = tmp_path / "tiny-reference"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures_score import report_differences, row_differences
-from tests.vllm.fixtures_chain import (
+from tests.fixtures_vllm_chain import (
     build_models,
     capture_reference,
     dump_toml,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
+ROOT = REPO
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 

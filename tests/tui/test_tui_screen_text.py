@@ -1,4 +1,4 @@
-"""Issue 15: what the screen says is true and readable (state, words, rendering, help, viewer CLI)."""
+"""What the screen says is true and readable (state, words, rendering, help, viewer CLI)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from kldtui.tui import themes
 from kldtui.tui.app import create_app
 from kldtui.tui.screens.dialogs import HelpScreen
 from kldtui.tui.widgets import LogView
-from tests.fixtures_tui import make_report, sync, write_report
-from tests.test_tui_app import dashboard, settle
+from tests.fixtures_tui import dashboard, make_report, settle, sync, write_report
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 def kldtui(*args: str, cwd: Path | None = None,

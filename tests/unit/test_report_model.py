@@ -13,8 +13,9 @@ from kldtui.cli.main import main
 from kldtui.errors import BadInput
 from kldtui.formats.report_model import ComparisonReport, as_report
 from tests import fixtures_decide, fixtures_tui
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 TOP_LEVEL = {"candidate_dir", "direction", "domains", "js", "js_window_cluster_bootstrap", "kl_by_position",
              "kl_by_reference_confidence", "kl_reference_to_candidate", "kl_window_cluster_bootstrap",
              "next_token", "per_window", "per_window_arrays", "positions", "provenance", "reference_dir",

@@ -14,8 +14,9 @@ from kldtui.cli.main import main
 from kldtui.errors import BadInput
 from kldtui.formats.folder_lock import LOCK_NAME, hold, lock_path_for_file
 from kldtui.formats.safe_io import NotRegularFile, open_private, read_text
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 VICTIM_TEXT = "precious\n"
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_PROFILE = REPO / "examples" / "tiny-vllm-cpu.toml"
+from tests.paths import EXAMPLES
+
+EXAMPLE_PROFILE = EXAMPLES / "tiny-vllm-cpu.toml"
 CONTEXT = 2048
 WINDOWS = ("prose", "code")
 SUITE_SEED = 20261129

@@ -18,8 +18,9 @@ from kldtui.cli.main import main
 from kldtui.events import Event, LogLine
 from kldtui.stages.serve import ServerProcess
 from kldtui.stages.verify import verify_path
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from pathlib import Path
 from kldtui.cli.main import main
 from kldtui.formats.report import load_report
 from tests.examples_gen import generate
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 
 
 def _hashes(root: Path) -> dict[str, str]:

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_demo_resume import demo_cmd, env_with, stable
-from tests.test_demo_resume import uninterrupted as uninterrupted  # noqa: F401 - the fixture
+from tests.fixtures_demo import demo_cmd, env_with, stable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -22,7 +21,7 @@ def _report(workdir: Path) -> dict:
     return stable(json.loads((workdir / "comparison.json").read_text()))
 
 
-def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path) -> None:
     """The state a kill inside reference finalize leaves: every reference window captured and
     recorded (chunks kept until their window is finalized), windows 0-2 finalized and listed,
     window 3 half-written, 4-5 not started. The demo profile with keep_chunks, so that the state
@@ -88,7 +87,7 @@ def _run_until(workdir: Path, trigger: str, sig: signal.Signals) -> int:
     return proc.returncode
 
 
-def test_demo_survives_kills_at_many_points(uninterrupted: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_demo_survives_kills_at_many_points(uninterrupted: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     codes = []
     for trigger, sig in (("first-event", signal.SIGKILL),

@@ -19,8 +19,9 @@ from kldtui.errors import BadInput
 from kldtui.formats.folder_lock import LOCK_NAME, hold, lock_path_for_file
 from kldtui.formats.logits_writer import LogitsFileWriter
 from kldtui.formats.suite import load_suite
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 HOLDER = ("import sys, time\n"
           "from kldtui.formats.folder_lock import hold\n"
           "kind, path = sys.argv[1], sys.argv[2]\n"

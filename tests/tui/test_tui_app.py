@@ -2,46 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from textual.widgets import DataTable, Input, Static
 
 from kldtui.errors import BadInput
-from kldtui.tui.app import KldApp, create_app
-from kldtui.tui.screens.dashboard import DashboardScreen
+from kldtui.tui.app import create_app
 from kldtui.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel, ResultPane, WindowGrid
-from tests.fixtures_tui import ScriptedPipeline, make_report, sync, write_report
-
-
-async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
-    """Wait until no engine/loading worker runs, then let the refresh timer's work happen."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while any(w.group in ("engine", "load", "control") and not w.is_finished for w in app.workers):
-        assert loop.time() < deadline, "workers did not finish"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    if isinstance(app.main, DashboardScreen):
-        app.main.refresh_now()
-    await pilot.pause()
-
-
-def dashboard(tmp_path: Path, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
-    holder: dict[str, ScriptedPipeline] = {}
-
-    def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
-        holder["p"] = ScriptedPipeline(emit, cancel, report_path=tmp_path / "comparison.json", **kwargs)
-        return holder["p"]
-
-    return create_app(pipeline_factory=factory, config_dir=tmp_path / "cfg", theme="kldtui-dark"), holder
-
-
-def static_text(app: KldApp, selector: str) -> str:
-    return str(app.query_one(selector, Static).render())
+from tests.fixtures_tui import (
+    ScriptedPipeline,
+    dashboard,
+    make_report,
+    settle,
+    static_text,
+    sync,
+    write_report,
+)
 
 
 @sync

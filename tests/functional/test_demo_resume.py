@@ -3,51 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures_demo import demo_cmd, env_with, stable
 from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(300)
-
-VOLATILE = {"provenance", "reference_dir", "candidate_dir", "reference_manifest_sha256", "command",
-            "created_utc"}
-
-
-def stable(doc: Any) -> Any:
-    """The report without fields that name folders, times or hosts."""
-    if isinstance(doc, dict):
-        return {k: stable(v) for k, v in doc.items() if k not in VOLATILE}
-    if isinstance(doc, list):
-        return [stable(v) for v in doc]
-    return doc
-
-
-def demo_cmd(workdir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "kldtui", "demo", "--batch", "--workdir", str(workdir), *extra]
-
-
-def env_with(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("KLDTUI_EMBEDDED_FAULT", None)
-    env.update(extra)
-    return env
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("demo-full")
-    proc = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return workdir
-
 
 def test_demo_batch_writes_the_report(uninterrupted: Path) -> None:
     report = json.loads((uninterrupted / "comparison.json").read_text())

@@ -13,7 +13,7 @@ from kldtui.cli.main import main
 from kldtui.formats.suite import load_logits_manifest, load_suite
 from kldtui.stages.serve import ServerProcess
 from tests.fixtures_prepare import build_tokenizer, code_rows, prose_rows, write_jsonl, write_parquet
-from tests.test_publish import check_card_figures
+from tests.fixtures_publish import check_card_figures
 
 pytest.importorskip("datasets")
 pytest.importorskip("transformers")

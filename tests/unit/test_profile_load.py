@@ -10,8 +10,9 @@ import pytest
 from kldtui.errors import BadInput
 from kldtui.workflow.profile import load_profile
 from kldtui.workspace import Workspace
+from tests.paths import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = EXAMPLES
 
 # docs/FORMATS.md, "How the published reference was served" (the dataset card's command).
 CARD_COMMAND = """python -m vllm.entrypoints.cli.main serve /path/to/candidate \

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.cli.main import main
-from kldtui.formats.suite import load_logits_manifest, load_suite
+from tests.fixtures_publish import check_card_figures
 from tests.hub_server import HubServer, make_dataset
 
 
@@ -20,29 +20,6 @@ def _repeat_noise(root: Path) -> dict[str, object]:
            "js": {"mean": 0.00031}, "top1_agreement": 0.984375}
     (root / "repeat-noise-window000.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return doc
-
-
-def check_card_figures(card: str, root: Path) -> None:
-    """Every figure the card states equals what the folder's manifests and files say."""
-    suite = load_suite(root)
-    ref = load_logits_manifest(root / "ref")
-    n = len(ref.entries)
-    rows = suite.context_length - 1
-    payload = sum((root / "ref" / e.file).stat().st_size for e in ref.entries.values())
-    assert f"- {n} independent {suite.context_length}-token windows" in card
-    assert f"- {n * rows:,} scored next-token positions ({n} * {rows})" in card
-    assert f"- vocabulary size {ref.vocab_size:,}" in card
-    assert f"- one [{rows}, {ref.vocab_size}] F32 safetensors tensor per window" in card
-    assert "- tensor key: logits" in card
-    assert f"- total logit payload: {payload:,} bytes ({payload / 2**30:.2f} GiB)" in card
-    assert f"- suite token hash: {suite.suite_token_hash_sha256}" in card
-    noise = root / "repeat-noise-window000.json"
-    if noise.is_file():
-        doc = json.loads(noise.read_text())
-        kl = float(re.search(r"KL\(first \|\| repeat\) = ([0-9.e-]+)", card).group(1))  # type: ignore[union-attr]
-        assert kl == pytest.approx(doc["kl_reference_to_candidate"]["mean"], rel=1e-7)
-        top1 = float(re.search(r"top-1 agreement = ([0-9.]+)%", card).group(1))  # type: ignore[union-attr]
-        assert top1 == pytest.approx(doc["top1_agreement"] * 100, abs=1e-4)
 
 
 def test_dry_run_prints_card_and_files_and_writes_nothing(tmp_path: Path,

@@ -125,7 +125,8 @@ def test_logits_folder_alone_and_with_suite(dataset: Path, tmp_path: Path) -> No
 
 
 def test_suite_only_and_hashes(dataset: Path) -> None:
-    # a suite without ref/ (ref/ holding logits but no manifest is a failure: tests/test_clear_errors.py)
+    # a suite without ref/ (ref/ holding logits but no manifest is a failure:
+    # tests/functional/test_clear_errors.py)
     shutil.rmtree(dataset / "ref")
     ok = verify_path(dataset)
     assert ok.kind == "suite" and ok.ok

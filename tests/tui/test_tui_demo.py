@@ -11,8 +11,7 @@ from textual.widgets import Static
 
 from kldtui.tui.app import create_app
 from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel
-from tests.fixtures_tui import sync
-from tests.test_tui_app import settle, static_text
+from tests.fixtures_tui import settle, static_text, sync
 
 pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in the tree yet")
 

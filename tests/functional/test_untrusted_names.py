@@ -15,8 +15,9 @@ from kldtui.errors import BadInput
 from kldtui.formats.chunks import sanitize_request_id, write_chunk
 from kldtui.formats.names import NAME_MAX, check_name, name_problem
 from kldtui.formats.suite import load_logits_manifest, load_suite
+from tests.paths import EXAMPLE_SUITE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+EXAMPLE = EXAMPLE_SUITE
 
 
 @pytest.fixture

@@ -1,0 +1,15 @@
+"""Fixtures shared by the functional tests (commands and the pipeline end to end)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_demo import run_uninterrupted
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A demo work folder after one uninterrupted ``kldtui demo --batch`` (read only)."""
+    return run_uninterrupted(tmp_path_factory.mktemp("demo-full"))
