@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import os
 import signal
 import sys
 import traceback
 from types import ModuleType
 
-from kldtui import __version__
+from kldtui import __version__, settings
 from kldtui.cli.commands import COMMANDS
 
 
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception as exc:  # noqa: BLE001 - last line of defence: one line, never a traceback
-        if os.environ.get("KLDTUI_DEBUG"):
+        if settings.DEBUG.get_or(True):  # set but unreadable: the user asked for something
             traceback.print_exc()
         _report_error(f"internal error: {type(exc).__name__}: {exc} "
                       "(set KLDTUI_DEBUG=1 for the traceback, and please report it)")

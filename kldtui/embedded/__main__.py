@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from kldtui.formats.chunks import CAPTURE_DIR_ENV
-from kldtui.formats.scores import MODE_ENV, REFERENCE_ENV, SUITE_ENV, capture_mode
+from kldtui import settings
+from kldtui.errors import BadInput
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,15 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=1)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--capture-dir", type=Path, default=None,
-                   help=f"where prompt-logit chunks go (default: ${CAPTURE_DIR_ENV}; unset = off)")
+                   help=f"where prompt-logit chunks go (default: "
+                   f"${settings.CAPTURE_DIR.name}; unset = off)")
     p.add_argument("--capture-mode", choices=("logits", "score"), default=None,
                    help=f"logits: save prompt logits; score: save per-row scores against the "
-                   f"reference (default: ${MODE_ENV}, else logits)")
+                   f"reference (default: ${settings.CAPTURE_MODE.name}, else logits)")
     p.add_argument("--score-suite", type=Path, default=None,
-                   help=f"score mode: the suite folder (default: ${SUITE_ENV})")
+                   help=f"score mode: the suite folder (default: ${settings.SCORE_SUITE.name})")
     p.add_argument("--score-reference", type=Path, default=None,
-                   help=f"score mode: the reference logits folder (default: ${REFERENCE_ENV}, else "
-                   "SUITE/ref)")
+                   help=f"score mode: the reference logits folder (default: "
+                   f"${settings.SCORE_REFERENCE.name}, else SUITE/ref)")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (like vLLM)")
     # Accepted for command-line compatibility with vLLM; the embedded model has no prefix cache.
     p.add_argument("--no-enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
@@ -45,14 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name, "").strip()
-    return Path(value) if value else None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from kldtui.embedded.server import FAULT_ENV, Faults, ServerConfig, serve
+    from kldtui.embedded.server import Faults, ServerConfig, serve
 
     if args.max_num_seqs != 1:
         print("kldtui.embedded: only --max-num-seqs 1 is supported", file=sys.stderr)
@@ -61,24 +56,23 @@ def main(argv: list[str] | None = None) -> int:
         print("kldtui.embedded: --max-num-batched-tokens must be >= 1 and --vocab-size >= 2",
               file=sys.stderr)
         return 2
-    capture = args.capture_dir
-    if capture is None and os.environ.get(CAPTURE_DIR_ENV):
-        capture = Path(os.environ[CAPTURE_DIR_ENV])
-    if capture is not None:
-        capture.mkdir(parents=True, exist_ok=True)
     try:
-        faults = Faults.parse(os.environ.get(FAULT_ENV))
-    except ValueError as exc:
+        settings.check_environment(None, settings.READ_BY_SERVER)
+        capture = args.capture_dir or settings.CAPTURE_DIR.get()
+        faults = Faults.parse(settings.EMBEDDED_FAULT.get())
+    except (BadInput, ValueError) as exc:
         print(f"kldtui.embedded: {exc}", file=sys.stderr)
         return 2
+    if capture is not None:
+        capture.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
         served_model_name=args.served_model_name, model=args.model, model_seed=args.model_seed,
         vocab_size=args.vocab_size, perturb=args.perturb,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults,
-        mode=args.capture_mode or capture_mode(),
-        score_suite=args.score_suite or _env_path(SUITE_ENV),
-        score_reference=args.score_reference or _env_path(REFERENCE_ENV))
+        mode=args.capture_mode or settings.CAPTURE_MODE.get(),
+        score_suite=args.score_suite or settings.SCORE_SUITE.get(),
+        score_reference=args.score_reference or settings.SCORE_REFERENCE.get())
     try:
         serve(args.host, args.port, config)
     except OSError as exc:

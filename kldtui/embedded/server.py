@@ -33,13 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from kldtui import __version__
+from kldtui import __version__, settings
 from kldtui.embedded.model import TinyModel
 from kldtui.formats.chunks import abandoned_by_client, write_chunk, write_error_marker
-from kldtui.formats.scores import SUITE_ENV, ScoreSession, write_score_chunk
+from kldtui.formats.scores import ScoreSession, write_score_chunk
 from kldtui.metrics.score import score_rows
 
-FAULT_ENV = "KLDTUI_EMBEDDED_FAULT"
 MAX_LOGPROBS = 20
 
 
@@ -75,7 +74,7 @@ class Faults:
             elif name == "nan-at-row":
                 faults.nan_at_row = int(value)
             else:
-                raise ValueError(f"unknown {FAULT_ENV} item {item!r}")
+                raise ValueError(f"unknown {settings.EMBEDDED_FAULT.name} item {item!r}")
         return faults
 
 
@@ -141,7 +140,7 @@ class Engine:
         capture_dir = cfg.capture_dir
         assert capture_dir is not None
         if cfg.score_suite is None:
-            log("ERROR", f"kld score: score mode needs the suite folder ({SUITE_ENV}); every "
+            log("ERROR", f"kld score: score mode needs the suite folder ({settings.SCORE_SUITE.name}); every "
                          "capture request fails")
             return None
 
@@ -224,7 +223,8 @@ class Engine:
                 time.sleep(faults.sleep_s)
             if faults.http_500:
                 raise ApiError(500, "EngineCore encountered an issue (simulated fault "
-                                    f"{FAULT_ENV}=http-500). See stack trace (above) for the root cause.",
+                                    f"{settings.EMBEDDED_FAULT.name}=http-500). See stack trace (above) "
+                                    "for the root cause.",
                                "InternalServerError")
             started = time.monotonic()
             n = len(prompt)
@@ -275,7 +275,7 @@ class Engine:
         if cfg.mode == "score":
             if self.scorer is None:
                 write_error_marker(cfg.capture_dir, engine_id, f"kld score: score mode needs the "
-                                   f"suite folder ({SUITE_ENV}); not scored")
+                                   f"suite folder ({settings.SCORE_SUITE.name}); not scored")
             elif not self.scorer.chunk(engine_id, start, logits, cfg.vocab_size, prompt):
                 return
             self._count_rows(end - start)
@@ -302,7 +302,7 @@ class Engine:
         limit = cfg.faults.die_after_rows
         if limit is not None and self.captured_rows >= limit:
             log("ERROR", f"EngineCore died unexpectedly after {self.captured_rows} captured rows "
-                         f"(simulated fault {FAULT_ENV}=die-after-rows:{limit})")
+                         f"(simulated fault {settings.EMBEDDED_FAULT.name}=die-after-rows:{limit})")
             os._exit(3)
 
     def _generate(self, prompt: list[int], states: np.ndarray, max_tokens: int, temperature: float,

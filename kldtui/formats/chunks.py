@@ -34,7 +34,6 @@ from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
 from kldtui.formats.scores import SCORE_CHUNK_NAME, SCORE_DTYPE, SCORE_KEY
 from kldtui.formats.suite import WindowSpec
 
-CAPTURE_DIR_ENV = "VLLM_KLD_CAPTURE_DIR"
 SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
 ERROR_MARKER = "capture-error.txt"
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")

@@ -17,7 +17,8 @@ packed record whose layout (a NumPy structured dtype) is the metadata ``record_d
 
 Which window a request scores comes from the capture client's request id
 (:func:`request_tag`, ``kldtui-<run>-wNNN-<8 hex>``); where the reference is comes from the
-server's environment (:data:`MODE_ENV`, :data:`SUITE_ENV`, :data:`REFERENCE_ENV`). The reference
+server's environment (``KLDTUI_CAPTURE_MODE``, ``KLDTUI_SCORE_SUITE``, ``KLDTUI_SCORE_REFERENCE``:
+:mod:`kldtui.settings`). The reference
 file is checked (:func:`kldtui.formats.identity.check_logits_file`: size, shape, header
 ``window_index`` and token hash against the reference manifest and the suite) before a row of it
 is used. A failure fails that request only: its folder gets the error marker with the reason.
@@ -41,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import atomic_open, write_json_atomic
 from kldtui.formats.names import safe_name
@@ -55,12 +57,7 @@ from kldtui.formats.suite import (
     token_ids_hash,
 )
 
-MODE_ENV = "KLDTUI_CAPTURE_MODE"  # "logits" (default) or "score"
-SUITE_ENV = "KLDTUI_SCORE_SUITE"  # the suite folder (suite-manifest.json, tokens/) on the server host
-REFERENCE_ENV = "KLDTUI_SCORE_REFERENCE"  # its reference logits folder (default SUITE/ref)
-ROWS_ENV = "KLDTUI_SCORE_ROWS"  # rows scored at once on the device (bounds its memory)
 MODES = ("logits", "score")
-DEFAULT_SCORE_ROWS = 32
 SCORE_KEY = "records"
 SCORE_DTYPE = "U8"
 SCORE_CHUNK_FORMAT = "kldtui-score-chunk-v1"
@@ -81,10 +78,9 @@ def window_of_request(request_id: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-def capture_mode(env: dict[str, str] | None = None) -> str:
-    """``"score"`` or ``"logits"`` from :data:`MODE_ENV` (anything else is logits mode)."""
-    value = (env if env is not None else os.environ).get(MODE_ENV, "").strip().lower()
-    return "score" if value == "score" else "logits"
+def capture_mode() -> str:
+    """``"score"`` or ``"logits"``, from ``KLDTUI_CAPTURE_MODE`` (:data:`kldtui.settings.CAPTURE_MODE`)."""
+    return settings.CAPTURE_MODE.get()
 
 
 def score_chunk_name(row_start: int, row_end: int) -> str:
@@ -295,12 +291,7 @@ class ScoreSession:
         self.score_rows = score_rows
         self.write = write
         self.fail = fail
-        if block_rows is None:
-            try:
-                block_rows = int(os.environ.get(ROWS_ENV, "") or DEFAULT_SCORE_ROWS)
-            except ValueError:
-                block_rows = DEFAULT_SCORE_ROWS
-        self.block_rows = max(1, block_rows)
+        self.block_rows = max(1, settings.SCORE_ROWS.get() if block_rows is None else block_rows)
         self._requests: OrderedDict[str, _Request] = OrderedDict()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kldtui-score-prefetch")
@@ -308,11 +299,11 @@ class ScoreSession:
     @classmethod
     def from_env(cls, score_rows: ScoreRows, write: Callable[[str, int, np.ndarray, dict[str, str]], None],
                  fail: Callable[[str, str], None]) -> ScoreSession:
-        suite = os.environ.get(SUITE_ENV, "").strip()
-        if not suite:
-            raise ScoreFailed(f"score mode ({MODE_ENV}=score) needs {SUITE_ENV}: the suite folder on "
-                              "the server host")
-        return cls(suite, os.environ.get(REFERENCE_ENV, "").strip() or None, score_rows, write, fail)
+        suite = settings.SCORE_SUITE.get()
+        if suite is None:
+            raise ScoreFailed(f"score mode ({settings.CAPTURE_MODE.name}=score) needs "
+                              f"{settings.SCORE_SUITE.name}: the suite folder on the server host")
+        return cls(suite, settings.SCORE_REFERENCE.get(), score_rows, write, fail)
 
     # -- per request ------------------------------------------------------------------------------
     def _open(self, request_id: str, vocab_size: int, prompt: Sequence[int] | None) -> _Request:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from kldtui import settings
 from kldtui.errors import BadInput, KldError
 
 PATCH_NAME = "vllm-kld-capture.patch"
@@ -74,7 +75,7 @@ def _tool_args(vllm_src: Path, patch: Path, *, reverse: bool, dry_run: bool) -> 
 
 
 def _run(args: list[str], cwd: Path) -> tuple[bool, str]:
-    env = {**os.environ, "LC_ALL": "C"}
+    env = settings.child_environment({"LC_ALL": "C"})  # messages parsed in English
     proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env, check=False)
     out = " ".join((proc.stdout + " " + proc.stderr).split())
     return proc.returncode == 0, out

@@ -44,8 +44,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kldtui import settings
 from kldtui.formats.chunks import (
-    CAPTURE_DIR_ENV,
     abandoned_by_client,
     is_skipped_request,
     write_error_marker,
@@ -85,8 +85,8 @@ _writer_rank_cache: bool | None = None
 
 def capture_dir() -> str | None:
     """The capture folder, or None when capture is off (the variable unset or empty)."""
-    value = os.environ.get(CAPTURE_DIR_ENV, "").strip()
-    return value or None
+    value = settings.CAPTURE_DIR.get()
+    return str(value) if value is not None else None
 
 
 def vllm_version() -> str:
@@ -628,6 +628,8 @@ def register() -> None:
     folder = capture_dir()
     if folder is None:
         return
+    # a bad value stops the server now, naming the variable, instead of failing every window
+    settings.check_environment(None, settings.READ_BY_SERVER)
     found = install()
     log.info("kldtui capture hook active (vLLM %s): %s; host %s (pid %d), chunks go to %s",
              vllm_version(), ", ".join(f"{k} runner via {v}" for k, v in sorted(found.items())),

@@ -29,12 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kldtui import settings
 from kldtui.formats.chunks import sanitize_request_id, write_chunk
 
-QUEUE_ENV = "KLDTUI_CAPTURE_QUEUE"
-MODE_ENV = "KLDTUI_CAPTURE_WRITER"
 PENDING_PREFIX = ".pending.rows-"
-DEFAULT_QUEUE = 2
 
 
 def pending_name(row_start: int, row_end: int) -> str:
@@ -95,8 +93,8 @@ def _gpu_sync_allowed() -> Any:
 class ChunkWriter:
     """A bounded background writer (one per process: use :func:`get_writer`)."""
 
-    def __init__(self, max_pending: int = DEFAULT_QUEUE, *, inline: bool = False) -> None:
-        self.max_pending = max(1, max_pending)
+    def __init__(self, max_pending: int | None = None, *, inline: bool = False) -> None:
+        self.max_pending = max(1, settings.CAPTURE_QUEUE.default() if max_pending is None else max_pending)
         self.inline = inline
         self._queue: queue.Queue[tuple[Callable[[], None], Callable[[BaseException], None]] | None] = (
             queue.Queue(maxsize=self.max_pending))
@@ -270,12 +268,8 @@ def get_writer() -> ChunkWriter:
     global _writer
     with _writer_lock:
         if _writer is None:
-            try:
-                size = int(os.environ.get(QUEUE_ENV, "") or DEFAULT_QUEUE)
-            except ValueError:
-                size = DEFAULT_QUEUE
-            inline = os.environ.get(MODE_ENV, "").strip().lower() == "inline"
-            _writer = ChunkWriter(size, inline=inline)
+            _writer = ChunkWriter(settings.CAPTURE_QUEUE.get(),
+                                  inline=settings.CAPTURE_WRITER.get() == "inline")
             atexit.register(_writer.flush)
         return _writer
 

@@ -35,18 +35,18 @@ from pathlib import Path
 
 import numpy as np
 
+from kldtui import settings
 from kldtui.metrics.kernels import NumpyRowKernel, RowStats, combine
 
 SOURCE = Path(__file__).with_name("_fastkl.c")
 FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno", "-ffp-contract=fast"],
              ["-O3", "-fno-math-errno"])
-# KLDTUI_FASTKL_MARCH=x86-64-v3 builds (and caches) the kernel for another target than this CPU:
-# e.g. the path an AVX2-only machine gets, timed on an AVX-512 machine.
-MARCH_ENV = "KLDTUI_FASTKL_MARCH"
 
 
 def flag_sets() -> tuple[list[str], ...]:
-    march = os.environ.get(MARCH_ENV, "").strip()
+    """The compiler flags to try, best first; ``KLDTUI_FASTKL_MARCH`` (e.g. x86-64-v3) replaces
+    ``native``: the path an AVX2-only machine gets, timed on an AVX-512 machine."""
+    march = settings.FASTKL_MARCH.get()
     if not march:
         return FLAG_SETS
     return tuple([f"-march={march}" if f == "-march=native" else f for f in flags] for flags in FLAG_SETS)
@@ -58,12 +58,11 @@ _state: dict[str, object] = {}
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kldtui" / "fastkl"
+    return settings.XDG_CACHE_HOME.get() / "kldtui" / "fastkl"
 
 
 def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    for name in (settings.CC.get(), "cc", "gcc", "clang"):
         if name:
             path = shutil.which(name)
             if path:
@@ -124,8 +123,8 @@ def load() -> ctypes.CDLL | None:
         if "lib" in _state:
             return _state["lib"]  # type: ignore[return-value]
         lib, why = None, ""
-        if os.environ.get("KLDTUI_NO_C_KERNEL", "") not in ("", "0"):
-            why = "disabled by KLDTUI_NO_C_KERNEL"
+        if settings.NO_C_KERNEL.get():
+            why = f"disabled by {settings.NO_C_KERNEL.name}"
         elif (cc := _compiler()) is None:
             why = "no C compiler found (cc, gcc, clang or $CC)"
         else:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from kldtui import settings
 from kldtui.metrics.kernels import ZERO_BELOW, NumpyRowKernel, RowKernel, RowStats, combine
 
 RECORD_DTYPE = np.dtype([("kl", "<f8"), ("kl_reverse", "<f8"), ("js", "<f8"), ("ref_top_prob", "<f8"),
@@ -84,23 +85,18 @@ def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
     return out
 
 
-KERNEL_ENV = "KLDTUI_SCORE_KERNEL"  # "torch": score CPU tensors with score_block too (tests)
-
-
 def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
     """Score mode's records (reverse KL included) of float32 host reference rows ``x`` against
     candidate rows ``y``. A torch tensor on an accelerator is scored on its own device
     (:func:`score_block`, ``x`` copied there); CPU rows (a CPU tensor or a NumPy array) with the
     compare stage's C kernel when it is built (``score_block`` on the CPU costs about 20x more;
     ``KLDTUI_SCORE_KERNEL=torch`` forces it for CPU tensors), else NumPy."""
-    import os
-
     from kldtui.metrics import ckernel
 
     tokens = np.ascontiguousarray(tokens, dtype=np.int64)
     if hasattr(y, "detach") and hasattr(y, "device"):
         ty = y.detach()
-        if ty.device.type != "cpu" or os.environ.get(KERNEL_ENV, "").strip() == "torch":
+        if ty.device.type != "cpu" or settings.SCORE_KERNEL.get() == "torch":
             import torch
 
             tx = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(ty.device)
@@ -135,4 +131,4 @@ def from_records(rec: np.ndarray, reverse: bool = True) -> RowStats:
     return out
 
 
-__all__ = ["KERNEL_ENV", "RECORD_DTYPE", "from_records", "score_block", "score_rows", "to_records"]
+__all__ = ["RECORD_DTYPE", "from_records", "score_block", "score_rows", "to_records"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.events import (
     Cancel,
@@ -315,8 +316,8 @@ def load_hub(source: Source, where: str) -> LoadedSource:
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
-        endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or None
-        info = HfApi(endpoint=endpoint).dataset_info(source.dataset, revision=source.revision)
+        api = HfApi(endpoint=settings.HF_ENDPOINT.get())
+        info = api.dataset_info(source.dataset, revision=source.revision)
     except RevisionNotFoundError:
         raise BadInput(f"{where}: {source.dataset} has no revision {source.revision!r}") from None
     except RepositoryNotFoundError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kldtui import settings
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStarted, null_sink
 from kldtui.formats.atomic import write_bytes_atomic
@@ -314,7 +315,7 @@ def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None) ->
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or None)
+    api = HfApi(endpoint=settings.HF_ENDPOINT.get())
     ignore = [".*", "**/.*"]  # verify caches, download records, upload state
     try:
         repo = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
+from kldtui import settings
 from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
@@ -189,7 +190,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
                        "(suite-manifest.json, ref/manifest.json, token files and logits files); "
                        "give a repository id to download it")
     check_repo_id(repo_id)  # only now: a complete local folder never imports huggingface_hub
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if settings.HF_HUB_OFFLINE.get():
         raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
                           "suite here or unset HF_HUB_OFFLINE to download it")
     earlier = read_record(root)
@@ -371,11 +372,10 @@ class _HubDownloader:
         self.revision = revision
         self.emit = emit
         self.cancel = cancel
-        endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
-        self.endpoint: str | None = endpoint or None
+        self.endpoint: str | None = settings.HF_ENDPOINT.get()
         # An explicit HF_TOKEN is always sent (even with HF_HUB_DISABLE_IMPLICIT_TOKEN); without it the
         # library's own rules apply (a token saved by `hf auth login`).
-        self.token: str | None = os.environ.get("HF_TOKEN", "").strip() or None
+        self.token: str | None = settings.HF_TOKEN.get()
         self.commit: str | None = None
         self.fetched_paths: list[str] = []
         self.bytes_fetched = 0

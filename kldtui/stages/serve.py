@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from kldtui import settings
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
     Cancel,
@@ -65,7 +66,6 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
-from kldtui.formats.chunks import CAPTURE_DIR_ENV
 from kldtui.formats.safe_io import open_private_text
 from kldtui.redact import redact_argv, redact_env, scrub, secret_values
 
@@ -346,11 +346,11 @@ class ServerProcess:
                 self.argv = [a if not a.startswith("--port=") else f"--port={port}" for a in self.argv]
         elif _flag_value(self.argv, "--port") is not None:
             check_port_free(self.host, self.port)
-        prepare_capture_dir(self.capture_dir)
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        env[CAPTURE_DIR_ENV] = str(self.capture_dir.resolve())
+        env = settings.child_environment(
+            {**self.extra_env, **settings.CAPTURE_DIR.entry(self.capture_dir.resolve())})
         env.setdefault("PYTHONUNBUFFERED", "1")
+        settings.check_environment(env, settings.READ_BY_SERVER)  # a bad value: exit 2, not a dead server
+        prepare_capture_dir(self.capture_dir)
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             try:  # never through a link planted at its name (docs/SAFETY.md)
@@ -396,7 +396,7 @@ class ServerProcess:
         tail = " | ".join(line.strip() for line in self.last_lines(8) if line.strip())
         return f"the server exited ({how}); last log lines: {tail or '(none)'}"
 
-    def wait_ready(self, timeout: float = 3600.0, cancel: Cancel | None = None,
+    def wait_ready(self, timeout: float, cancel: Cancel | None = None,
                    poll_interval: float = 0.25) -> str:
         """Block until ``/health`` is 200 and ``/v1/models`` lists the served name; return the URL.
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
+from kldtui import settings
 from kldtui.formats.atomic import write_json_atomic
 
 DEFAULT_THEME = "kldtui-dark"
@@ -32,8 +32,7 @@ _COLOR_FIELDS = ("primary", "secondary", "warning", "error", "success", "accent"
 
 def config_dir() -> Path:
     """``$XDG_CONFIG_HOME/kldtui`` (``~/.config/kldtui`` when unset)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "kldtui"
+    return settings.XDG_CONFIG_HOME.get() / "kldtui"
 
 
 def theme_dirs(config: Path | None = None) -> list[Path]:

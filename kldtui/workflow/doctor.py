@@ -9,7 +9,6 @@ prints them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kldtui.formats.chunks import CAPTURE_DIR_ENV
+from kldtui import settings
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,7 @@ class Check:
 _PROBE = r'''
 import importlib, importlib.metadata as md, importlib.util, inspect, json, os, sys
 out = {"python": sys.executable}
+import_vllm = sys.argv[1:] != ["0"]  # "0": only look for vLLM's files, never import it
 def find(name):
     try:
         return importlib.util.find_spec(name)
@@ -65,10 +65,7 @@ if spec is not None:
         out["plugins"] = sorted(f"{e.name}={e.value}" for e in eps)
     except Exception as exc:
         out["plugins_error"] = repr(exc)
-    out["vllm_plugins_env"] = os.environ.get("VLLM_PLUGINS")
-    out["gpu_sync_check_env"] = os.environ.get("VLLM_GPU_SYNC_CHECK")
-    out["use_v2_env"] = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    if os.environ.get("KLDTUI_DOCTOR_IMPORT", "1") == "1":
+    if import_vllm:
         try:
             import vllm
             out["vllm_version"] = getattr(vllm, "__version__", out.get("vllm_version"))
@@ -98,7 +95,7 @@ try:
     out["kldtui"] = os.path.dirname(kldtui.__file__)
 except Exception as exc:
     out["kldtui_error"] = f"{type(exc).__name__}: {exc}"
-if os.environ.get("KLDTUI_DOCTOR_IMPORT", "1") == "1":
+if import_vllm:
     try:
         import torch
         out["cuda"] = bool(torch.cuda.is_available())
@@ -112,15 +109,19 @@ print("KLDTUI-PROBE " + json.dumps(out))
 def probe(python: str | None = None, *, import_vllm: bool = True, timeout: float = 180.0) -> dict[str, Any]:
     """Run the probe in ``python`` (default: this interpreter) and return what it found."""
     exe = python or sys.executable
-    env = {**os.environ, "KLDTUI_DOCTOR_IMPORT": "1" if import_vllm else "0"}
     try:
-        proc = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, env=env,
-                              timeout=timeout, check=False)
+        proc = subprocess.run([exe, "-c", _PROBE, "1" if import_vllm else "0"], capture_output=True,
+                              text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"probe_error": f"{exe}: {type(exc).__name__}: {exc}"}
     for line in proc.stdout.splitlines():
         if line.startswith("KLDTUI-PROBE "):
-            return dict(json.loads(line[len("KLDTUI-PROBE "):]))
+            found = dict(json.loads(line[len("KLDTUI-PROBE "):]))
+            # vLLM reads these from the environment it inherits from this shell, as the probe did
+            found.update(vllm_plugins_env=settings.VLLM_PLUGINS.raw(),
+                         gpu_sync_check_env=settings.VLLM_GPU_SYNC_CHECK.raw(),
+                         use_v2_env=settings.VLLM_USE_V2_MODEL_RUNNER.raw())
+            return found
     tail = " ".join(proc.stderr.split())[-300:]
     return {"probe_error": f"{exe} exited {proc.returncode}: {tail}"}
 
@@ -162,7 +163,7 @@ def _hook_checks(found: dict[str, Any]) -> list[Check]:
         else:
             which = "vLLM chooses V1 or V2 per model and version"
         checks.append(Check("capture hook", True, f"ready: {'; '.join(runners)}; {which}; it "
-                            f"captures when the server runs with {CAPTURE_DIR_ENV} set"))
+                            f"captures when the server runs with {settings.CAPTURE_DIR.name} set"))
     else:
         checks.append(Check("capture hook", False, "no capture hook: install kldtui into vLLM's "
                             "Python (the plugin) or apply the patch; without it nothing is captured"))
@@ -187,7 +188,7 @@ def _hook_checks(found: dict[str, Any]) -> list[Check]:
 
 
 def _disk_check(capture_dir: str | None) -> Check:
-    target = Path(capture_dir or os.environ.get(CAPTURE_DIR_ENV) or ".").expanduser()
+    target = Path(capture_dir or settings.CAPTURE_DIR.get() or ".").expanduser()
     probe_path = target
     while not probe_path.exists() and probe_path != probe_path.parent:
         probe_path = probe_path.parent
@@ -234,9 +235,9 @@ def collect(python: str | None = None, capture_dir: str | None = None,
                             "no CUDA device visible (fine for the CPU build of vLLM and the demo)",
                             required=False))
     checks.append(_disk_check(capture_dir))
-    if os.environ.get(CAPTURE_DIR_ENV):
+    if (capture_var := settings.CAPTURE_DIR.raw()) is not None:
         checks.append(Check("capture variable", True,
-                            f"{CAPTURE_DIR_ENV}={os.environ[CAPTURE_DIR_ENV]} is set in this shell",
+                            f"{settings.CAPTURE_DIR.name}={capture_var} is set in this shell",
                             required=False))
     return checks
 

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
 
@@ -208,7 +209,7 @@ class Profile:
         name = self.candidate.api_key_env
         if not name:
             return None
-        value = os.environ.get(name)
+        value = settings.named_variable(name)
         if value is None:
             raise BadInput(f"{self.where}: [candidate] api_key_env names {name}, which is not set; "
                            f"export {name}=... or remove api_key_env")
@@ -421,14 +422,13 @@ def server_plan(profile: Profile, capture_dir: Path | None = None) -> ServerPlan
 def score_env(profile: Profile) -> dict[str, str]:
     """``[capture] mode = "score"``: the server's environment that turns score mode on and says
     where the suite and its reference logits are (kldtui.formats.scores); empty in logits mode."""
-    from kldtui.formats.scores import MODE_ENV, REFERENCE_ENV, SUITE_ENV
     from kldtui.workspace import Workspace
 
     if profile.capture.mode != "score":
         return {}
     ws = Workspace.from_profile(profile)
-    return {MODE_ENV: "score", SUITE_ENV: str(ws.suite_dir.resolve()),
-            REFERENCE_ENV: str(ws.reference.resolve())}
+    return {**settings.CAPTURE_MODE.entry("score"), **settings.SCORE_SUITE.entry(ws.suite_dir.resolve()),
+            **settings.SCORE_REFERENCE.entry(ws.reference.resolve())}
 
 
 

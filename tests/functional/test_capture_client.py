@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kldtui import settings
 from kldtui.embedded.model import TinyModel
-from kldtui.embedded.server import FAULT_ENV
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, Progress, WindowState
 from kldtui.formats.chunks import check_chunk_dir
@@ -45,7 +45,7 @@ def embedded(tmp_path: Path, label: str, *, vocab: int = 64, batched: int = 128,
     argv = [sys.executable, *args, "--port", "0", "--served-model-name", NAME, "--vocab-size",
             str(vocab), "--max-num-batched-tokens", str(batched), "--max-num-seqs", "1",
             *(extra or [])]
-    env = {FAULT_ENV: fault} if fault else {}
+    env = {settings.EMBEDDED_FAULT.name: fault} if fault else {}
     server = ServerProcess(argv, capture_dir=tmp_path / f"server-{label}", served_model_name=NAME,
                            env=env, stop_timeouts=(5.0, 3.0, 2.0), api_key=api_key)
     with server:

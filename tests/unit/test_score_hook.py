@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
+from kldtui import settings
 from kldtui.formats.chunks import ERROR_MARKER, check_chunk_dir
 from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
-from kldtui.formats.scores import MODE_ENV, REFERENCE_ENV, SUITE_ENV, read_records, request_tag
+from kldtui.formats.scores import read_records, request_tag
 from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
 from kldtui.hook import vllm_plugin as vp
 from kldtui.metrics.kernels import NumpyRowKernel
-from kldtui.metrics.score import KERNEL_ENV, RECORD_DTYPE, from_records
+from kldtui.metrics.score import RECORD_DTYPE, from_records
 from tests.fixtures_score import row_differences
 from tests.fixtures_vllm_plugin import (
     TinyModel,
@@ -44,9 +45,9 @@ def scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, np.nd
     written = write_logits_array(suite_dir / "ref", suite.window(0), ref, suite.context_length)
     write_logits_manifest(suite_dir / "ref", suite, [written], kind="reference")
     monkeypatch.setenv("VLLM_KLD_CAPTURE_DIR", str(tmp_path / "cap"))
-    monkeypatch.setenv(MODE_ENV, "score")
-    monkeypatch.setenv(SUITE_ENV, str(suite_dir))
-    monkeypatch.setenv(REFERENCE_ENV, str(suite_dir / "ref"))
+    monkeypatch.setenv(settings.CAPTURE_MODE.name, "score")
+    monkeypatch.setenv(settings.SCORE_SUITE.name, str(suite_dir))
+    monkeypatch.setenv(settings.SCORE_REFERENCE.name, str(suite_dir / "ref"))
     monkeypatch.setenv("KLDTUI_SCORE_ROWS", "100")  # several device blocks per chunk
     monkeypatch.setattr(vp, "_writer_rank_cache", None)
     monkeypatch.setattr(vp, "_sessions", {})
@@ -70,7 +71,7 @@ def _check(records: np.ndarray, ref: np.ndarray, cand: np.ndarray, ids: list[int
 @pytest.mark.parametrize("kernel", ["c", "torch"])  # torch: score_block, the path a GPU server runs
 def test_v2_scores_a_prompt_across_steps(scored: tuple[Path, np.ndarray, list[int]], kernel: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KERNEL_ENV, kernel)
+    monkeypatch.setenv(settings.SCORE_KERNEL.name, kernel)
     capture, ref, ids = scored
     rid = f"cmpl-{request_tag('run', 0, 'deadbeef')}-0-aa"
     weight = torch.randn(HIDDEN, VOCAB, generator=torch.Generator().manual_seed(7))
@@ -92,7 +93,7 @@ def test_v2_scores_a_prompt_across_steps(scored: tuple[Path, np.ndarray, list[in
 @pytest.mark.parametrize("kernel", ["c", "torch"])
 def test_v1_scores_chunks_and_drops_padded_columns(scored: tuple[Path, np.ndarray, list[int]], kernel: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KERNEL_ENV, kernel)
+    monkeypatch.setenv(settings.SCORE_KERNEL.name, kernel)
     capture, ref, ids = scored
     rid = f"cmpl-{request_tag('run', 0, 'cafebabe')}-0-bb"
     runner = V1Runner(TinyModel(HIDDEN, VOCAB, pad=3), VOCAB)

@@ -10,7 +10,6 @@ this host as ``--server-capture-dir``; request folders are moved from there to
 from __future__ import annotations
 
 import argparse
-import os
 
 HELP = "capture the prompt logits of a window range from a running server (resumable)"
 
@@ -43,10 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from kldtui import settings
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
-    from kldtui.formats.chunks import CAPTURE_DIR_ENV
     from kldtui.formats.suite import load_suite
     from kldtui.stages.capture import CaptureServer, run_capture
     from kldtui.stages.serve import check_attached
@@ -54,16 +53,16 @@ def run(args: argparse.Namespace) -> int:
 
     # refuses a run name such as '..' or 'a/b' before anything else
     workspace = Workspace.for_capture(args.suite_dir, args.capture_dir, args.run_name)
-    server_dir = args.server_capture_dir or os.environ.get(CAPTURE_DIR_ENV)
+    server_dir = args.server_capture_dir or settings.CAPTURE_DIR.get()
     if not server_dir:
-        raise BadInput(f"--server-capture-dir is not set and ${CAPTURE_DIR_ENV} is empty; give the "
+        raise BadInput(f"--server-capture-dir is not set and ${settings.CAPTURE_DIR.name} is empty; give the "
                        "folder the server writes its chunks to")
     if not Path(server_dir).is_dir():
         raise BadInput(f"{server_dir}: the server capture folder does not exist here; attach mode "
                        "needs the server's VLLM_KLD_CAPTURE_DIR reachable from this host")
     api_key = None
     if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
+        api_key = settings.named_variable(args.api_key_env)
         if not api_key:
             raise BadInput(f"--api-key-env {args.api_key_env}: that environment variable is empty")
     suite = load_suite(args.suite_dir)

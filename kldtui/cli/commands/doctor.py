@@ -44,19 +44,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    import os
-
+    from kldtui import settings
     from kldtui.errors import BadInput
-    from kldtui.formats.chunks import CAPTURE_DIR_ENV
     from kldtui.workflow.smoke import run_smoke, served_model
 
-    capture_dir = args.capture_dir or os.environ.get(CAPTURE_DIR_ENV)
+    capture_dir = args.capture_dir or settings.CAPTURE_DIR.get()
     if not capture_dir:
         raise BadInput(f"doctor --smoke: --capture-dir is missing: the folder the server's "
-                       f"{CAPTURE_DIR_ENV} points at, as seen from here")
+                       f"{settings.CAPTURE_DIR.name} points at, as seen from here")
     if args.tokens < 2:
         raise BadInput(f"doctor --smoke: --tokens {args.tokens} must be at least 2")
-    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    api_key = settings.named_variable(args.api_key_env) if args.api_key_env else None
     name = args.served_model_name or served_model(args.url, api_key)
     result = run_smoke(args.url, name, capture_dir, tokens=args.tokens, api_key=api_key, keep=args.keep)
     for line in result.lines:

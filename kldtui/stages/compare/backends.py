@@ -32,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kldtui import settings
 from kldtui.errors import BadInput
 
 if TYPE_CHECKING:
@@ -281,25 +282,19 @@ def _flag_int(argv: Sequence[str], names: Sequence[str]) -> int | None:
     return None
 
 
-def _visible(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def server_gpus(argv: Sequence[str], server_env: Mapping[str, str],
                 own_env: Mapping[str, str] | None = None, device_count: int | None = None
                 ) -> frozenset[int] | None:
     """The CUDA indices (as this process numbers them) a vLLM server started with ``argv`` and
     ``server_env`` uses: the first TP x PP x local-DP devices it sees. None when unknown."""
-    own_env = os.environ if own_env is None else own_env
     size = 1
     for names in (_TP_FLAGS, _PP_FLAGS, _DP_FLAGS):
         n = _flag_int(argv, names)
         if n is not None:
             size *= max(1, n)
-    theirs = _visible(server_env.get("CUDA_VISIBLE_DEVICES", own_env.get("CUDA_VISIBLE_DEVICES")))
-    mine = _visible(own_env.get("CUDA_VISIBLE_DEVICES"))
+    visible = settings.CUDA_VISIBLE_DEVICES
+    mine = visible.get(own_env)
+    theirs = visible.get(server_env) if visible.name in server_env else mine
     if theirs is None:  # the server sees what this process sees
         return frozenset(range(size)) if mine is None or size <= len(mine) else None
     used = theirs[:size]

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from kldtui import settings
 from kldtui.formats.safetensors_io import RowReader
 
 
@@ -28,7 +29,7 @@ class RowMap:
         self.row_bytes = reader.cols * reader.np_dtype.itemsize
         self.cols = reader.cols
         self.dtype = reader.np_dtype
-        if not use_mmap or os.environ.get("KLDTUI_NO_MMAP"):
+        if not use_mmap or settings.NO_MMAP.get():
             return
         try:
             with open(reader.path, "rb") as f:
