@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kldtui {__version__}")
     parser.add_argument("--profile", help="profile TOML (default: ./kldtui.toml)")
     parser.add_argument("--theme", help="theme for this session (t in the app picks one and remembers it)")
+    parser.set_defaults(_module=None)  # no command: the dashboard
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = _load(name)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        module = getattr(args, "_module", None)
+        module = args._module
         if module is None:
             dashboard = _load("run")
             if dashboard is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from kldtui.cli.output import OutputOptions, add_output_arguments
+
 HELP = "capture the prompt logits of a window range from a running server (resumable)"
 
 
@@ -35,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("logits", "score"), default="logits",
                         help="score: the server runs in score mode (KLDTUI_CAPTURE_MODE=score) and "
                         "writes per-row score chunks, no logits (docs/SCORE_MODE.md)")
-    parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
+    add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,4 +80,4 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.folder_lock import hold
 
     with hold([workspace.captures], what="--capture-dir"):  # one capture per capture folder
-        return run_batch_job(job, args)
+        return run_batch_job(job, OutputOptions.from_args(args))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from kldtui.cli.output import OutputOptions, add_output_arguments
+
 HELP = "compare a candidate's finalized logits with the reference (KL, JS, top-k, next-token, bootstrap)"
 
 
@@ -33,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")
     parser.add_argument("--verify-sha256", action="store_true",
                         help="hash every logits file against its manifest first")
-    parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
+    add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,4 +75,4 @@ def run(args: argparse.Namespace) -> int:
                            command=command)
 
     with hold(files=[output]):  # two compares to one --output: the second exits 2
-        return run_batch_job(job, args)
+        return run_batch_job(job, OutputOptions.from_args(args))

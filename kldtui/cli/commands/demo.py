@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kldtui.cli.output import OutputOptions, add_output_arguments
+
 HELP = "the whole pipeline on a tiny built-in suite and model: no GPU and no network needed"
 
 
@@ -12,35 +14,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default="kldtui-demo",
                         help="where the demo's suite, captures and report go (default ./kldtui-demo); "
                         "run again with the same folder to resume")
-    parser.add_argument("--batch", action="store_true",
-                        help="no dashboard: progress lines, then the summary; the report is "
-                        "WORKDIR/comparison.json")
-    parser.add_argument("--jsonl", action="store_true", help="with --batch: one JSON event per line")
-    parser.add_argument("--plain", action="store_true",
-                        help="with --batch on a terminal: plain lines instead of progress bars")
-    parser.add_argument("--server-log", action="store_true", help="with --batch: print server log lines")
+    add_output_arguments(parser, batch=True, server_log=True)
     parser.add_argument("--score", action="store_true",
                         help="score mode: the server scores each chunk against the reference and "
                         "saves per-row figures only (no candidate logits on disk); profile "
                         "WORKDIR/kldtui-score.toml")
-    parser.add_argument("--interval", type=float, default=2.0,
-                        help="with --batch: seconds between progress lines of one task (default 2)")
 
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.run import run_pipeline_batch
 
     # Not on a terminal (a pipe, CI, nohup): the dashboard cannot show, so run headless.
-    score = bool(getattr(args, "score", False))
+    score = bool(args.score)
     if not args.batch and sys.stdin.isatty() and sys.stdout.isatty():
         from kldtui.tui.app import run_dashboard
 
-        return int(run_dashboard(demo_workdir=args.workdir, demo_score=score,
-                                 theme=getattr(args, "theme", None)) or 0)
+        return int(run_dashboard(demo_workdir=args.workdir, demo_score=score, theme=args.theme) or 0)
 
     from kldtui.formats.folder_lock import hold
     from kldtui.workflow.demo import prepare_demo
 
     # held from the suite's first file on: two demos on one new folder would both write it
     with hold([args.workdir], what="--workdir"):
-        return run_pipeline_batch(prepare_demo(args.workdir, score=score), args)
+        return run_pipeline_batch(prepare_demo(args.workdir, score=score), OutputOptions.from_args(args))

@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Any
 
+from kldtui.cli.output import OutputOptions, add_output_arguments
+
 HELP = "start the candidate server of a profile (with the capture hook) and keep it running"
 
 
@@ -19,11 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-dir", default=None,
                         help="VLLM_KLD_CAPTURE_DIR for the server: a fresh (empty or new) folder "
                         "(default: WORKDIR/capture/server-NNN)")
-    parser.add_argument("--jsonl", action="store_true", help="one JSON event per line")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines")
+    add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     from pathlib import Path
 
     from kldtui.cli.commands.run import run_batch_job
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.workflow.profile import load_profile, server_plan
     from kldtui.workspace import DEFAULT_PROFILE, Workspace
 
-    profile = load_profile(getattr(args, "profile", None) or DEFAULT_PROFILE)
+    profile = load_profile(args.profile or DEFAULT_PROFILE)
     if profile.candidate.kind == "attach":
         raise BadInput(f"{profile.where}: [candidate] kind = 'attach' points at a server started "
                        "elsewhere; kldtui serve starts one (use kind = 'vllm' or 'embedded')")
@@ -42,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     problems = server_problems(profile)  # before anything is launched, as `kldtui run` does
     if problems:
         raise BadInput(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    args.server_log = True  # following the server's log is the point of this command
+    # following the server's log is the point of this command
+    output = dataclasses.replace(OutputOptions.from_args(args), server_log=True)
     plan = server_plan(profile, Path(args.capture_dir).resolve() if args.capture_dir else None)
     workspace = Workspace.from_profile(profile)
     running: list[ServerSession] = []
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         for s in running:
             s.stop("interrupted")
 
-    code = run_batch_job(job, args, force_stop)
+    code = run_batch_job(job, output, force_stop)
     if code == 130:
         print("kldtui: server stopped", file=sys.stderr)
         return 0

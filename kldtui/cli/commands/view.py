@@ -59,5 +59,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from kldtui.tui.app import run_viewer
 
-    theme = getattr(args, "view_theme", None) or getattr(args, "theme", None)
+    theme = args.view_theme or args.theme
     return run_viewer(args.reports, theme=theme)

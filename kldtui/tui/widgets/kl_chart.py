@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.tui.resultdata import Band, WindowBar
@@ -41,7 +42,7 @@ class KLChart(Widget):
         self.bars, self.band, self.signed = bars, band, signed
         self.refresh(layout=True)
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.bars) + 2 if self.bars else 1
 
     def render(self) -> Text:

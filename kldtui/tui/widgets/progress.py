@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.events import Progress
@@ -38,7 +39,7 @@ class ProgressPanel(Widget):
             out.extend(sorted(pick, key=lambda p: p.task))
         return out
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, len(self.items()) or len(self.model.idle_note()))
 
     def render(self) -> Text:

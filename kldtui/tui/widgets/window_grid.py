@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.tui.model import DashboardModel
@@ -57,7 +58,7 @@ class WindowGrid(Widget):
     def _columns(self, width: int) -> int:
         return max(1, width // self.CELL)
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         n = len(self.model.windows)
         legend = 1 if width >= LEGEND_WIDTH else 2
         return max(1, math.ceil(n / self._columns(width))) + legend if n else 1
