@@ -22,7 +22,6 @@ from kldtui.decide.paired import (
     PairedStats,
     WindowValues,
     check_same_suite,
-    load_report_file,
     paired_diff,
     window_values,
 )
@@ -40,7 +39,6 @@ __all__ = [
     "check_same_suite",
     "floor_from_reports",
     "load_floor",
-    "load_report_file",
     "paired_diff",
     "published_floor",
     "resolve_floor",

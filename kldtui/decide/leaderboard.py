@@ -30,7 +30,6 @@ from kldtui.decide.reports import (
     ReportLike,
     WindowValues,
     check_same_suite,
-    load_report_file,
     report_name,
     window_values,
 )
@@ -43,6 +42,7 @@ from kldtui.decide.verdict import (
     verdict_interval,
 )
 from kldtui.errors import BadInput
+from kldtui.formats.report import load_report
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import report_interval, unique_names
 from kldtui.metrics.stats import holm
@@ -196,7 +196,7 @@ def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: 
                            use_noise_floor: bool = True) -> Leaderboard:
     """:func:`build_leaderboard` over report files; the floor is ``noise_path``, else the published
     default for the published suite; none with ``use_noise_floor=False``."""
-    reports = [load_report_file(p) for p in paths]
+    reports = [load_report(p) for p in paths]
     floor = resolve_floor(noise_path, suite_hash_of(*reports)) if use_noise_floor else None
     return build_leaderboard(reports, paths=list(paths), samples=samples, seed=seed, noise=floor)
 

@@ -301,18 +301,6 @@ def resolve_floor(noise_path: str | os.PathLike[str] | None, suite_hash: str | N
     return None
 
 
-def floor_from_report_files(forward: str | os.PathLike[str],
-                            reverse: str | os.PathLike[str] | None = None) -> NoiseFloor:
-    """A measured floor from saved comparison reports of two runs (RUN2 against RUN1, and
-    optionally RUN1 against RUN2)."""
-    from kldtui.decide.reports import load_report_file
-
-    fwd = load_report_file(forward)
-    rev = load_report_file(reverse) if reverse is not None else None
-    source = f"report {forward}" + (f" and {reverse}" if reverse is not None else "")
-    return floor_from_reports(fwd, rev, source=source, where=str(forward),
-                              where_reverse=str(reverse) if reverse is not None else "reverse report")
-
 
 def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLike[str],
                   run2: str | os.PathLike[str], *, start_window: int = 0, stop_window: int | None = None,

@@ -25,7 +25,6 @@ from kldtui.decide.reports import (
     ReportLike,
     WindowValues,
     check_same_suite,
-    load_report_file,
     report_name,
     window_values,
 )
@@ -40,6 +39,7 @@ from kldtui.decide.verdict import (
 )
 from kldtui.decide.verdict import verdict_interval as verdict_interval
 from kldtui.errors import BadInput
+from kldtui.formats.report import load_report
 from kldtui.formats.report_model import as_report
 from kldtui.formats.report_names import unique_names
 
@@ -407,6 +407,6 @@ def paired_diff_files(path_a: str | os.PathLike[str], path_b: str | os.PathLike[
                       use_noise_floor: bool = True) -> PairedDiff:
     """:func:`paired_diff` on two report files; the floor is ``noise_path``, else the published
     default for the published suite; none with ``use_noise_floor=False``."""
-    a, b = load_report_file(path_a), load_report_file(path_b)
+    a, b = load_report(path_a), load_report(path_b)
     floor = resolve_floor(noise_path, suite_hash_of(a, b)) if use_noise_floor else None
     return paired_diff(a, b, samples=samples, seed=seed, noise=floor, path_a=path_a, path_b=path_b)

@@ -1,8 +1,9 @@
 """Reading saved comparison reports for the decide tools: per-window KL and the pairing check.
 
-Reports are the typed model (:mod:`kldtui.formats.report_model`), loaded by :func:`load_report_file`;
-per-window values come from its window table (``per_window_arrays``, or an original report's
-``per_window``).  The functions also take a parsed JSON document, validated on the way in.
+Reports are the typed model (:mod:`kldtui.formats.report_model`), loaded by
+:func:`kldtui.formats.report.load_report`; per-window values come from its window table
+(``per_window_arrays``, or an original report's ``per_window``).  The functions also take a parsed
+JSON document, validated on the way in.
 """
 
 from __future__ import annotations
@@ -19,14 +20,6 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import report_name  # noqa: F401 - re-exported
 
 ReportLike = ComparisonReport | Mapping[str, Any]  # a parsed JSON document is validated on use
-
-
-def load_report_file(path: str | os.PathLike[str]) -> ComparisonReport:
-    """A comparison report (kldtui's or the original comparator's), validated by
-    :func:`kldtui.formats.report.load_report`."""
-    from kldtui.formats.report import load_report
-
-    return load_report(path)
 
 
 @dataclass(frozen=True)

@@ -127,11 +127,6 @@ class VerifiedCache:
                                          "verified_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             self._dirty = True
 
-    def forget(self, path: str | os.PathLike[str]) -> None:
-        with self._lock:
-            if self._files.pop(self._key(Path(path)), None) is not None:
-                self._dirty = True
-
     def save(self) -> bool:
         with self._lock:
             if not self._dirty:

@@ -87,11 +87,6 @@ def stage_figures(figures: dict[str, Any]) -> list[str]:
     return parts
 
 
-def stage_figure_text(figures: dict[str, Any], limit: int = 2) -> str:
-    """The first ``limit`` short figures of a stage, joined."""
-    return " · ".join(stage_figures(figures)[:limit])
-
-
 class DashboardModel:
     def __init__(self) -> None:
         self.stages: dict[str, StageView] = {name: StageView(name) for name in STAGES}
@@ -103,7 +98,6 @@ class DashboardModel:
         self.server: ServerReady | None = None
         self.result_path: str | None = None
         self.result_report: ComparisonReport | None = None
-        self.result_serial = 0
         self.next_lines: list[str] = []
         self.dirty: set[str] = set()
 
@@ -150,7 +144,6 @@ class DashboardModel:
         elif isinstance(event, ResultReady):
             self.result_path = event.path
             self.result_report = event.report
-            self.result_serial += 1
             self.dirty.add("result")
 
     def apply_window(self, event: WindowState) -> None:
@@ -229,7 +222,6 @@ class DashboardModel:
             self._log("warning", f"[run] {problem}")
         if state.report_path is not None:
             self.result_path = str(state.report_path)
-            self.result_serial += 1
             self.dirty.add("result")
         self.dirty |= {"stages", "windows", "progress", "live"}
 
@@ -272,14 +264,5 @@ class DashboardModel:
         dirty, self.dirty = self.dirty, set()
         return dirty
 
-    def running_stages(self) -> list[str]:
-        return [s.name for s in self.stages.values() if s.state == "running"]
-
     def live_window_kl(self) -> list[tuple[int, str, float]]:
         return [(w.index, w.domain, w.kl) for w in self.windows.values() if w.kl is not None]
-
-    def window_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for win in self.windows.values():
-            counts[win.state] = counts.get(win.state, 0) + 1
-        return counts

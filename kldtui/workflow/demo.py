@@ -1,12 +1,13 @@
 """``kldtui demo``: the whole pipeline on a tiny built-in suite and model, no GPU, no network.
 
 :func:`prepare_demo` writes (once) a small suite of token windows to ``DIR/suite`` and the
-profile ``DIR/kldtui.toml`` (the text of ``examples/demo.toml``); :func:`run_demo` runs the
-ordinary :class:`~kldtui.workflow.pipeline.Pipeline` on it: the reference is captured from the embedded
-server with the unperturbed model and finalized into ``DIR/suite/ref``, the candidate from
-the same model with quantization-like rounding (``perturb``), then both are compared and the
-report is written to ``DIR/comparison.json``. Every step is resumable: run it again after an
-interruption (even ``kill -9``) and finished windows are not captured again.
+profile ``DIR/kldtui.toml`` (the text of ``examples/demo.toml``); ``kldtui demo`` runs the
+ordinary :class:`~kldtui.workflow.pipeline.Pipeline` on it (headless, or in the dashboard): the
+reference is captured from the embedded server with the unperturbed model and finalized into
+``DIR/suite/ref``, the candidate from the same model with quantization-like rounding
+(``perturb``), then both are compared and the report is written to ``DIR/comparison.json``.
+Every step is resumable: run it again after an interruption (even ``kill -9``) and finished
+windows are not captured again.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 from pathlib import Path
 
 from kldtui.errors import BadInput
-from kldtui.events import Cancel, EventSink, null_sink
 from kldtui.workflow.profile import Profile, load_profile
 from kldtui.workspace import Workspace
 
@@ -102,11 +102,3 @@ def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False) -> Pro
         with atomic_open(profile_path, "w") as handle:
             handle.write(text)
     return load_profile(profile_path)
-
-
-def run_demo(workdir: str | os.PathLike[str], emit: EventSink = null_sink,
-             cancel: Cancel | None = None, *, score: bool = False) -> Path:
-    """Run the demo pipeline to the end; return the report's path (``workdir/comparison.json``)."""
-    from kldtui.workflow.pipeline import Pipeline
-
-    return Pipeline(prepare_demo(workdir, score=score), emit, cancel).run_all()

@@ -98,8 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         noise_from_capture_reports,
         save_floor,
     )
-    from kldtui.decide.reports import load_report_file
     from kldtui.errors import BadInput
+    from kldtui.formats.report import load_report
 
     def done(model: Any) -> int:
         save_floor(args.output, model)
@@ -113,18 +113,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.report or args.suite_manifest or args.reference:
             raise BadInput(f"{args.run1} is a report file: --report, --suite-manifest and --reference "
                            "apply to two run folders only")
-        first = load_report_file(args.run1)
+        first = load_report(args.run1)
         if args.run2 is None:
             if args.repeat_report:
                 raise BadInput("--repeat-report goes with two reports of captures against the reference")
             check_repeat_capture(first, args.run1, allow)
             return done(floor_from_reports(first, None, source=f"report {args.run1}", where=args.run1))
-        second = load_report_file(args.run2)
+        second = load_report(args.run2)
         if _is_mirror(first, second):
             check_repeat_capture(first, args.run1, allow)
             return done(floor_from_reports(first, second, source=f"report {args.run1} and {args.run2}",
                                            where=args.run1, where_reverse=args.run2))
-        repeat = load_report_file(args.repeat_report) if args.repeat_report else None
+        repeat = load_report(args.repeat_report) if args.repeat_report else None
         return done(noise_from_capture_reports(first, second, where1=args.run1, where2=args.run2,
                                                repeat=repeat, where_repeat=args.repeat_report or "",
                                                allow_different_models=allow))

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
+from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import unique_names
 from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
@@ -24,14 +25,6 @@ from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
 
 LOAD_GROUP = "load"
-
-
-def load_report_file(path: str | Path) -> ComparisonReport:
-    """A report, validated into the typed model (json only, no numpy, so the viewer of one report
-    starts fast)."""
-    from kldtui.formats.report import load_report
-
-    return load_report(path)
 
 
 class BoardScreen(Screen[None]):
@@ -83,7 +76,7 @@ class BoardScreen(Screen[None]):
         problems: list[str] = []
         for path in self.report_paths:
             try:
-                loaded.append((load_report_file(path), path))
+                loaded.append((load_report(path), path))
             except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
                 problems.append(str(exc))
         self.app.call_from_thread(self.reports_loaded, loaded, problems)
@@ -101,7 +94,7 @@ class BoardScreen(Screen[None]):
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="open")
     def _load_one(self, path: str) -> None:
         try:
-            report = load_report_file(path)
+            report = load_report(path)
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.app.call_from_thread(self.notify, str(exc), title="report", severity="error", timeout=10)
             return

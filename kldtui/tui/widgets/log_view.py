@@ -6,7 +6,6 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.message import Message
 from textual.widgets import Input, RichLog
 
 from kldtui.tui.model import DashboardModel
@@ -14,9 +13,6 @@ from kldtui.tui.model import DashboardModel
 
 class LogView(Vertical):
     """The server/engine log: follows new lines; ``/`` searches (shows matching lines only)."""
-
-    class SearchClosed(Message):
-        pass
 
     def __init__(self, model: DashboardModel, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
