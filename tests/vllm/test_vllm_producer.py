@@ -24,8 +24,8 @@ CONTEXT = 256
 def test_prepare_reference_candidate_compare_publish(tmp_path: Path, vllm_version: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from kldtui.cli.main import main
-    from kldtui.workflow.tiny_llama import build_example
     from tests.fixtures_publish import check_card_figures
+    from tests.tiny_llama import build_example
 
     built = build_example(tmp_path)
     suite = tmp_path / "tiny-reference"
