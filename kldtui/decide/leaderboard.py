@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from kldtui.decide.noise import NoiseFloor, resolve_floor
+from kldtui.decide.noise import AUTO_FLOOR, NoiseFloor, resolve_floor
 from kldtui.decide.paired import (
-    _AUTO,
     DEFAULT_SAMPLES,
     DEFAULT_SEED,
     Interval,
@@ -112,7 +111,7 @@ class Leaderboard:
 def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] | None = None,
                       paths: Sequence[str | os.PathLike[str] | None] | None = None,
                       samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
-                      noise: NoiseFloor | None = _AUTO) -> Leaderboard:
+                      noise: NoiseFloor | None = AUTO_FLOOR) -> Leaderboard:
     """Rank reports (same reference and suite) by mean KL; mark ties with the best.
 
     ``noise`` as in :func:`kldtui.decide.paired.paired_diff`: left out, the published default
@@ -131,7 +130,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         checked = check_same_suite(reports[0], reports[i], wheres[0], wheres[i], values[0], values[i])
     label = unique_names(list(names) if names else [report_name(r, p) for r, p in
                                                       zip(reports, path_list, strict=True)], path_list)
-    if noise is _AUTO:
+    if noise is AUTO_FLOOR:
         noise = resolve_floor(None, suite_hash_of(*reports))
     n = values[0].n
     indices = draw_indices(n, samples, seed)

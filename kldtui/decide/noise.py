@@ -286,6 +286,11 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     )
 
 
+# Default of a ``noise`` argument: the floor resolve_floor gives for the reports' suite (None is "no
+# floor"); a sentinel typed Any so it fits ``NoiseFloor | None``.
+AUTO_FLOOR: Any = object()
+
+
 def resolve_floor(noise_path: str | os.PathLike[str] | None, suite_hash: str | None) -> NoiseFloor | None:
     """The floor to use: the stored one (``--noise``), else the published default when the reports
     come from the published suite, else None. A stored floor from another suite is refused."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kldtui.decide.noise import NoiseFloor, resolve_floor
+from kldtui.decide.noise import AUTO_FLOOR, NoiseFloor, resolve_floor
 from kldtui.decide.reports import (
     ReportLike,
     WindowValues,
@@ -310,9 +310,6 @@ class PairedDiff:
         }
 
 
-_AUTO: Any = object()
-
-
 def paired_values(a: ReportLike, b: ReportLike, where_a: str, where_b: str,
                   ) -> tuple[WindowValues, WindowValues, str]:
     a, b = as_report(a, where_a), as_report(b, where_b)
@@ -330,7 +327,7 @@ def suite_hash_of(*reports: ReportLike) -> str | None:
 
 
 def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_SAMPLES,
-                seed: int = DEFAULT_SEED, noise: NoiseFloor | None = _AUTO,
+                seed: int = DEFAULT_SEED, noise: NoiseFloor | None = AUTO_FLOOR,
                 name_a: str | None = None, name_b: str | None = None,
                 path_a: str | os.PathLike[str] | None = None,
                 path_b: str | os.PathLike[str] | None = None) -> PairedDiff:
@@ -359,7 +356,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         name_a, name_b = name_a or auto[0], name_b or auto[1]
     if name_a == name_b:
         name_a, name_b = f"{name_a} (A)", f"{name_b} (B)"
-    if noise is _AUTO:
+    if noise is AUTO_FLOOR:
         noise = resolve_floor(None, suite_hash_of(a, b))
     notes = []
     if noise is not None and noise.suite_token_hash_sha256 and suite_hash_of(a, b) and \

@@ -50,10 +50,10 @@ from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
 from kldtui.formats.suite import (
     Suite,
     WindowSpec,
-    _read_versioned,
-    _require,
     load_logits_manifest,
     load_suite,
+    read_versioned,
+    require_field,
     token_ids_hash,
 )
 
@@ -229,10 +229,10 @@ def write_scores_manifest(folder: str | os.PathLike[str], suite: Suite, written:
 
 def load_scores_manifest(path: str | os.PathLike[str]) -> ScoresManifest:
     """``scores-manifest.json`` (the file, or the folder holding it)."""
-    p, doc = _read_versioned(path, SCORES_MANIFEST, "scores manifest")
+    p, doc = read_versioned(path, SCORES_MANIFEST, "scores manifest")
     where = str(p)
     entries: dict[int, WrittenScores] = {}
-    for position, e in enumerate(_require(doc, "windows", list, where)):
+    for position, e in enumerate(require_field(doc, "windows", list, where)):
         w_where = f"{where} windows[{position}]"
         if not isinstance(e, dict):
             raise BadInput(f"{w_where}: expected an object")
@@ -243,9 +243,9 @@ def load_scores_manifest(path: str | os.PathLike[str]) -> ScoresManifest:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInput(f"{w_where}: malformed entry ({exc}); finalize the window again") from None
         entries[item.window_index] = item
-    return ScoresManifest(root=p.parent, path=p, vocab_size=_require(doc, "vocab_size", int, where),
-                          suite_token_hash_sha256=_require(doc, "suite_token_hash_sha256", str, where),
-                          record_dtype=_require(doc, "record_dtype", str, where), entries=entries,
+    return ScoresManifest(root=p.parent, path=p, vocab_size=require_field(doc, "vocab_size", int, where),
+                          suite_token_hash_sha256=require_field(doc, "suite_token_hash_sha256", str, where),
+                          record_dtype=require_field(doc, "record_dtype", str, where), entries=entries,
                           runtime=doc.get("runtime"))
 
 

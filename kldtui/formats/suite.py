@@ -57,7 +57,8 @@ def logits_file_name(window_index: int) -> str:
     return f"logits_{window_index:03d}.safetensors"
 
 
-def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def require_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """``doc[key]``, checked to be a ``kind``: BadInput naming ``where`` and the field otherwise."""
     if key not in doc:
         raise BadInput(f"{where}: missing field {key!r}")
     value = doc[key]
@@ -85,7 +86,7 @@ def _read_json(path: Path, what: str) -> Any:
         raise BadInput(f"{path}: {what} is nested too deeply to be a kldtui file") from None
 
 
-def _read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> tuple[Path, dict[str, Any]]:
+def read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> tuple[Path, dict[str, Any]]:
     """Read a format-version-1 JSON object (a file, or the folder holding ``file_name``)."""
     p = Path(path)
     if p.is_dir():
@@ -93,7 +94,7 @@ def _read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> 
     doc = _read_json(p, what)
     if not isinstance(doc, dict):
         raise BadInput(f"{p}: expected a JSON object")
-    version = _require(doc, "format_version", int, str(p))
+    version = require_field(doc, "format_version", int, str(p))
     if version != 1:
         raise BadInput(f"{p}: format_version {version} is not supported (expected 1)")
     return p, doc
@@ -198,13 +199,13 @@ class Suite:
 
 def load_suite(path: str | os.PathLike[str]) -> Suite:
     """Load ``suite-manifest.json`` (a file, or a folder holding it) and validate its structure."""
-    p, doc = _read_versioned(path, SUITE_MANIFEST, "suite manifest")
+    p, doc = read_versioned(path, SUITE_MANIFEST, "suite manifest")
     where = str(p)
     version = int(doc["format_version"])
-    context_length = _require(doc, "context_length", int, where)
-    window_count = _require(doc, "window_count", int, where)
-    suite_hash = _require(doc, "suite_token_hash_sha256", str, where)
-    entries = _require(doc, "windows", list, where)
+    context_length = require_field(doc, "context_length", int, where)
+    window_count = require_field(doc, "window_count", int, where)
+    suite_hash = require_field(doc, "suite_token_hash_sha256", str, where)
+    entries = require_field(doc, "windows", list, where)
     if len(entries) != window_count:
         raise BadInput(f"{where}: window_count is {window_count} but {len(entries)} windows "
                        "are listed")
@@ -213,21 +214,21 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         w_where = f"{where} windows[{position}]"
         if not isinstance(entry, dict):
             raise BadInput(f"{w_where}: expected an object")
-        index = _require(entry, "index", int, w_where)
+        index = require_field(entry, "index", int, w_where)
         if index != position:
             raise BadInput(f"{w_where}: index {index} is out of order (expected {position})")
-        num_tokens = _require(entry, "num_tokens", int, w_where)
+        num_tokens = require_field(entry, "num_tokens", int, w_where)
         if num_tokens != context_length:
             raise BadInput(f"{w_where}: num_tokens {num_tokens} differs from context_length "
                            f"{context_length}")
         windows.append(WindowSpec(
             index=index,
-            domain=check_name(_require(entry, "domain", str, w_where), "domain", w_where),
-            domain_index=_require(entry, "domain_index", int, w_where) if "domain_index" in entry else 0,
+            domain=check_name(require_field(entry, "domain", str, w_where), "domain", w_where),
+            domain_index=require_field(entry, "domain_index", int, w_where) if "domain_index" in entry else 0,
             num_tokens=num_tokens,
-            token_file=check_relative_path(_require(entry, "token_file", str, w_where),
+            token_file=check_relative_path(require_field(entry, "token_file", str, w_where),
                                            "token_file", w_where),
-            token_ids_json_sha256=_require(entry, "token_ids_json_sha256", str, w_where),
+            token_ids_json_sha256=require_field(entry, "token_ids_json_sha256", str, w_where),
             raw=entry,
         ))
     counts: dict[str, int] = {}
@@ -291,32 +292,32 @@ class LogitsManifest:
 
 def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
     """Load a logits folder's ``manifest.json`` (a file, or the folder holding it)."""
-    p, doc = _read_versioned(path, LOGITS_MANIFEST, "logits manifest")
+    p, doc = read_versioned(path, LOGITS_MANIFEST, "logits manifest")
     where = str(p)
-    vocab = _require(doc, "vocab_size", int, where)
-    context_length = _require(doc, "context_length", int, where)
-    rng = _require(doc, "window_range", list, where)
+    vocab = require_field(doc, "vocab_size", int, where)
+    context_length = require_field(doc, "context_length", int, where)
+    rng = require_field(doc, "window_range", list, where)
     if len(rng) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng):
         raise BadInput(f"{where}: window_range must be [start, stop)")
     entries: dict[int, LogitsEntry] = {}
-    for position, entry in enumerate(_require(doc, "windows", list, where)):
+    for position, entry in enumerate(require_field(doc, "windows", list, where)):
         w_where = f"{where} windows[{position}]"
         if not isinstance(entry, dict):
             raise BadInput(f"{w_where}: expected an object")
-        shape = _require(entry, "shape", list, w_where)
+        shape = require_field(entry, "shape", list, w_where)
         if len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                       for d in shape):
             raise BadInput(f"{w_where}: shape {shape} must be 2 whole numbers [rows, vocab]")
         e = LogitsEntry(
-            window_index=_require(entry, "window_index", int, w_where),
-            domain=check_name(_require(entry, "domain", str, w_where), "domain", w_where),
-            file=check_name(_require(entry, "file", str, w_where), "file", w_where),
+            window_index=require_field(entry, "window_index", int, w_where),
+            domain=check_name(require_field(entry, "domain", str, w_where), "domain", w_where),
+            file=check_name(require_field(entry, "file", str, w_where), "file", w_where),
             key=str(entry.get("key", doc.get("tensor_key", TENSOR_KEY))),
             shape=(int(shape[0]), int(shape[1])),
-            dtype=_require(entry, "dtype", str, w_where),
-            size_bytes=_require(entry, "size_bytes", int, w_where),
-            sha256=_require(entry, "sha256", str, w_where),
-            token_ids_json_sha256=_require(entry, "token_ids_json_sha256", str, w_where),
+            dtype=require_field(entry, "dtype", str, w_where),
+            size_bytes=require_field(entry, "size_bytes", int, w_where),
+            sha256=require_field(entry, "sha256", str, w_where),
+            token_ids_json_sha256=require_field(entry, "token_ids_json_sha256", str, w_where),
             raw=entry,
         )
         if e.shape[1] != vocab:
@@ -324,9 +325,10 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
         entries[e.window_index] = e
     return LogitsManifest(
         root=p.parent, path=p, vocab_size=vocab, context_length=context_length,
-        window_count=_require(doc, "window_count", int, where) if "window_count" in doc else len(entries),
+        window_count=(require_field(doc, "window_count", int, where) if "window_count" in doc
+                      else len(entries)),
         window_range=(int(rng[0]), int(rng[1])),
-        suite_token_hash_sha256=_require(doc, "suite_token_hash_sha256", str, where),
+        suite_token_hash_sha256=require_field(doc, "suite_token_hash_sha256", str, where),
         tensor_key=str(doc.get("tensor_key", TENSOR_KEY)), entries=entries,
         runtime=doc.get("runtime"), raw=doc,
     )

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from kldtui import settings
-from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
+from kldtui.errors import BadInput, Interrupted, KldError, StageFailed, size_text
 from kldtui.events import (
     Cancel,
     EventSink,
@@ -69,7 +69,6 @@ from kldtui.stages.verify import (
     REF_DIR,
     VerifiedCache,
     VerifyResult,
-    _fmt_bytes,
     read_record,
     verify_reference,
 )
@@ -232,7 +231,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     result.raise_for_failures()
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"reference ready: {len(fetched)} logits file(s) downloaded "
-                                      f"({_fmt_bytes(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
+                                      f"({size_text(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
                                       f"{result.summary()}",
                        figures={"offline": False, "commit": commit, "windows": list(rng),
                                 "bytes_downloaded": downloader.bytes_fetched, "elapsed_s": elapsed}))
@@ -489,11 +488,11 @@ class _HubDownloader:
             return
         free = shutil.disk_usage(self.root).free
         if need > free:
-            raise StageFailed(f"{self.root}: windows {rng[0]}..{rng[1] - 1} need {_fmt_bytes(need)} "
-                              f"({need} bytes) more, but only {_fmt_bytes(free)} ({free} bytes) are free; "
+            raise StageFailed(f"{self.root}: windows {rng[0]}..{rng[1] - 1} need {size_text(need)} "
+                              f"({need} bytes) more, but only {size_text(free)} ({free} bytes) are free; "
                               "free disk space or choose a smaller --stop-window")
-        self.emit(Notice(STAGE, f"{len(todo)} logits file(s) to fetch, {_fmt_bytes(need)}; "
-                                f"{_fmt_bytes(free)} free"))
+        self.emit(Notice(STAGE, f"{len(todo)} logits file(s) to fetch, {size_text(need)}; "
+                                f"{size_text(free)} free"))
 
     def _partial_dir(self) -> Path:
         return self.root / PARTIAL_DIR
@@ -588,7 +587,7 @@ class _HubDownloader:
             part.unlink(missing_ok=True)  # in kldtui's own partial folder: a link is removed, not followed
             resume = 0
         if resume:
-            self.emit(Notice(STAGE, f"{name}: resuming at {_fmt_bytes(resume)} of {_fmt_bytes(size)}"))
+            self.emit(Notice(STAGE, f"{name}: resuming at {size_text(resume)} of {size_text(size)}"))
         meter.start_file(name, resume, size)
         headers = build_hf_headers(token=self.token)
         if urlsplit(location).netloc != urlsplit(url).netloc:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.errors import BadInput, Interrupted, StageFailed
+from kldtui.errors import BadInput, Interrupted, StageFailed, size_text
 from kldtui.events import (
     Cancel,
     EventSink,
@@ -61,14 +61,6 @@ STAGE: StageName = "verify"
 
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,7 +241,7 @@ class VerifyResult:
     def summary(self) -> str:
         head = "OK" if self.ok else f"FAILED ({len(self.failures)} problem{'s' * (len(self.failures) != 1)})"
         return (f"{self.kind} {self.path}: {head}; {len(self.checked)} file(s) hashed "
-                f"({_fmt_bytes(self.bytes_hashed)}), {len(self.cached)} already verified and unchanged")
+                f"({size_text(self.bytes_hashed)}), {len(self.cached)} already verified and unchanged")
 
     def raise_for_failures(self) -> None:
         """Raise :class:`StageFailed` naming the first failure (and how many more there are)."""

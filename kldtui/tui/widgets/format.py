@@ -39,7 +39,7 @@ def fmt_eta(seconds: float | None) -> str:
 
 
 
-def _trim(value: float) -> str:
+def trim_number(value: float) -> str:
     """0.005 -> ".005" (compact legend labels)."""
     text = f"{value:g}"
     return text[1:] if text.startswith("0.") else text

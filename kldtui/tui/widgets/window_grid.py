@@ -9,7 +9,7 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.tui.model import DashboardModel
-from kldtui.tui.widgets.format import KL_LEVELS, _trim, kl_level
+from kldtui.tui.widgets.format import KL_LEVELS, kl_level, trim_number
 
 ACTIVE_WINDOW_STATES = {"capturing", "finalizing", "comparing"}
 DONE_WINDOW_STATES = {"captured", "finalized"}
@@ -83,8 +83,7 @@ class WindowGrid(Widget):
     def legend(self, width: int = 40) -> Text:
         legend = Text(no_wrap=True, overflow="ellipsis")
         legend.append("KL band\n" if width < LEGEND_WIDTH else "KL ")
-        labels = [f"<{_trim(KL_LEVELS[0])}", f"<{_trim(KL_LEVELS[1])}", f"<{_trim(KL_LEVELS[2])}",
-                  f"≥{_trim(KL_LEVELS[2])}"]
+        labels = [*(f"<{trim_number(level)}" for level in KL_LEVELS[:3]), f"≥{trim_number(KL_LEVELS[2])}"]
         for level, label in enumerate(labels):
             legend.append(f"{KL_GLYPHS[level]}{label}", self.get_component_rich_style(f"grid--kl{level}"))
             legend.append(" ")
