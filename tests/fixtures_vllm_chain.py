@@ -121,7 +121,7 @@ def capture_reference(profile_path: Path) -> Path:
         pipeline.serve()
         pipeline.capture()
         pipeline.finalize()
-    except BaseException as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure fails the test, with the server's log
         pytest.fail(f"reference capture failed: {type(exc).__name__}: {exc}\nserver log:\n"
                     f"{_tail(profile.run.workdir / 'server.log')}")
     finally:

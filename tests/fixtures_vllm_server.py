@@ -25,7 +25,7 @@ CONTEXT = 2048
 def require_vllm() -> str:
     try:
         import vllm
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a broken vLLM install fails the test, said plainly
         pytest.fail(f"vLLM is not importable from {sys.executable} ({type(exc).__name__}: {exc}); "
                     "run scripts/run_vllm_tests.sh, which installs it")
     return str(vllm.__version__)

@@ -1,7 +1,8 @@
 """The seams are checked by the README's test command (plain ``pytest``): import-linter keeps the
 layers (pyproject [tool.importlinter]: a lower layer never imports a higher one, nothing outside
-kldtui/tui imports Textual) and mypy checks the type hints of kldtui/ (pyproject [tool.mypy]:
-untyped functions and implicit Any returns fail)."""
+kldtui/tui imports Textual), mypy checks the type hints of kldtui/ (pyproject [tool.mypy]:
+untyped functions and implicit Any returns fail) and ruff the code (pyproject [tool.ruff]; with
+BLE, every broad except says why it is broad)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,9 @@ def test_mypy_reports_nothing_on_kldtui() -> None:
                          text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     assert "Success: no issues found" in out.stdout
+
+
+def test_ruff_reports_nothing() -> None:
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "kldtui", "tests",
+                          "benchmarks"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
