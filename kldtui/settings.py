@@ -307,6 +307,24 @@ def check_environment(env: Mapping[str, str] | None, which: tuple[Setting[Any], 
         setting.get(env)
 
 
+def in_effect(env: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """Every declared setting that is set, as ``NAME=value`` (a secret's value hidden), and the
+    one-line problems of those whose value is bad (``kldtui doctor`` shows both)."""
+    shown: list[str] = []
+    problems: list[str] = []
+    for setting in SETTINGS.values():
+        value = setting.raw(env)
+        if value is None:
+            continue
+        try:
+            setting.get(env)
+        except SettingError as exc:
+            problems.append(str(exc))
+            continue
+        shown.append(f"{setting.name}={'(set)' if setting.secret else value}")
+    return shown, problems
+
+
 def markdown() -> str:
     """The settings table of docs/SETTINGS.md (between its markers)."""
     lines: list[str] = []

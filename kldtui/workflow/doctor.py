@@ -213,6 +213,7 @@ def collect(python: str | None = None, capture_dir: str | None = None,
     if "probe_error" in found:
         checks.append(Check("vLLM Python", False, found["probe_error"]))
         checks.append(_disk_check(capture_dir))
+        checks.append(_settings_check())
         return checks
     if not found.get("vllm_found"):
         checks.append(Check("vLLM", False, f"vLLM is not importable from {found.get('python')}; "
@@ -239,7 +240,19 @@ def collect(python: str | None = None, capture_dir: str | None = None,
         checks.append(Check("capture variable", True,
                             f"{settings.CAPTURE_DIR.name}={capture_var} is set in this shell",
                             required=False))
+    checks.append(_settings_check())
     return checks
+
+
+def _settings_check() -> Check:
+    """The environment variables kldtui reads (docs/SETTINGS.md) that are set here; a bad value
+    fails: the command (or the server) that reads it would stop."""
+    shown, problems = settings.in_effect()
+    shown = [s for s in shown if not s.startswith(settings.CAPTURE_DIR.name + "=")]  # its own line
+    if problems:
+        return Check("settings", False, "; ".join(problems))
+    return Check("settings", True, ("set here: " + ", ".join(shown)) if shown else
+                 "none set: the defaults of docs/SETTINGS.md apply", required=False)
 
 
 def format_checks(checks: list[Check]) -> str:

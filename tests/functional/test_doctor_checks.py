@@ -87,3 +87,14 @@ def test_gpu_sync_check_error_is_explained():
     bad = _by_name(_hook_checks({**base, "gpu_sync_allowed": False}))["GPU sync check"]
     assert not bad.ok and "unset VLLM_GPU_SYNC_CHECK" in bad.detail
     assert "GPU sync check" not in _by_name(_hook_checks({**base, "gpu_sync_check_env": None}))
+
+
+def test_settings_in_effect_are_listed_and_a_bad_one_fails(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KLDTUI_SCORE_ROWS", "64")
+    monkeypatch.setenv("HF_TOKEN", "hf_not_for_the_screen")
+    check = _by_name(collect(python=str(tmp_path / "no-python")))["settings"]
+    assert check.ok and "KLDTUI_SCORE_ROWS=64" in check.detail and "HF_TOKEN=(set)" in check.detail
+    assert "hf_not_for_the_screen" not in check.detail
+    monkeypatch.setenv("KLDTUI_CAPTURE_QUEUE", "lots")
+    check = _by_name(collect(python=str(tmp_path / "no-python")))["settings"]
+    assert not check.ok and check.required and "KLDTUI_CAPTURE_QUEUE='lots'" in check.detail

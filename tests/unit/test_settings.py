@@ -131,3 +131,10 @@ def test_the_vllm_plugin_refuses_a_bad_value_when_vllm_loads_it(tmp_path: Path,
     with pytest.raises(settings.SettingError, match="KLDTUI_CAPTURE_WRITER='fast'"):
         vllm_plugin.register()
     assert vllm_plugin.installed() == {}
+
+
+def test_in_effect_lists_what_is_set_and_what_is_wrong() -> None:
+    shown, problems = settings.in_effect({"KLDTUI_SCORE_ROWS": "8", "HF_TOKEN": "hf_x", "KLDTUI_DEBUG": " ",
+                                          "CUDA_VISIBLE_DEVICES": "", "KLDTUI_CAPTURE_MODE": "hidden"})
+    assert shown == ["KLDTUI_SCORE_ROWS=8", "HF_TOKEN=(set)", "CUDA_VISIBLE_DEVICES="]
+    assert len(problems) == 1 and problems[0].startswith("environment variable KLDTUI_CAPTURE_MODE='hidden'")
