@@ -109,6 +109,7 @@ def summary_text(report: ComparisonReport) -> str:
         lines.append("  by domain: " + "  ".join(
             f"{name} {_f(b.estimate)} [{_f(b.ci95_low)}, {_f(b.ci95_high)}]"
             for name, b in report.domains.items()))
+    lines.extend(f"  {line}" for line in figure_lines(report))
     buckets = report.kl_by_reference_confidence
     if buckets:
         lines.append("  KL by reference confidence: " + "  ".join(
@@ -123,6 +124,25 @@ def summary_text(report: ComparisonReport) -> str:
     return "\n".join(lines)
 
 
+def figure_lines(report: ComparisonReport) -> list[str]:
+    """One line per registered per-row figure the report carries (its ``figures`` object): label,
+    value over every position, 95 % window-cluster interval, unit; formatted as the figure's
+    registration says (kldtui.metrics.figures), 6 significant digits for one this kldtui does not
+    register (a report from a newer version)."""
+    from kldtui.metrics.figures import get  # here, not at the top: the viewer starts without NumPy
+
+    lines = []
+    for name, fig in (report.figures or {}).items():
+        known = get(name)
+        show = known.format if known is not None else _f
+        boot = fig.window_cluster_bootstrap
+        interval = (f" [{show(boot.ci95_low)}, {show(boot.ci95_high)}]"
+                    if boot is not None and boot.ci95_low is not None and boot.ci95_high is not None else "")
+        unit = f" {fig.unit}" if fig.unit else ""
+        lines.append(f"{fig.label} {show(fig.value)}{interval}{unit}")
+    return lines
+
+
 def headline(report: ComparisonReport) -> dict[str, Any]:
     """The figures a finished compare stage reports (dashboard header, batch summary)."""
     boot = report.kl_window_cluster_bootstrap
@@ -130,4 +150,5 @@ def headline(report: ComparisonReport) -> dict[str, Any]:
             "top1_agreement": report.top1_agreement, "windows": report.windows}
 
 
-__all__ = ["REPORT_FORMAT", "ComparisonReport", "headline", "load_report", "summary_text", "write_report"]
+__all__ = ["REPORT_FORMAT", "ComparisonReport", "figure_lines", "headline", "load_report", "summary_text",
+           "write_report"]

@@ -26,6 +26,7 @@ STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
 STATS_EXTRA = ("min", "p0_1", "p1", "p5", "p10", "p50", "p90", "p99_9")
 _ADVICE = "not a comparison report, or a damaged one (re-run kldtui compare)"
 _KEEP_NULL = {"keep_null": True}
+_FLAT = {"flatten": True}  # a mapping written as fields of its object (registered figures' columns)
 
 
 # ----------------------------------------------------------------------------- reading helpers
@@ -179,6 +180,9 @@ class _Part:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
+            if f.metadata.get("flatten"):
+                out.update(_json_value(value))
+                continue
             if value is None and not f.metadata.get("keep_null"):
                 continue
             out[f.name] = _json_value(value)
@@ -288,6 +292,33 @@ class Interval(_Part):
                    values.get("bootstrap_samples"), values.get("cluster_unit"))
 
 
+@dataclass(frozen=True)
+class FigureSummary(_Part):
+    """One entry of the report's ``figures`` object: a per-row figure declared in kldtui's figure
+    registry (kldtui.metrics.figures) over the whole comparison, described by the report itself
+    (label, unit, definition) so any reader can show it.  Its per-window values are in
+    ``per_window_arrays`` and the ``per_window`` entries under the same name."""
+
+    label: str
+    definition: str
+    value: float | None = field(default=None, metadata=_KEEP_NULL)  # over every position; null: not finite
+    window_cluster_bootstrap: Interval | None = None  # over the window values
+    unit: str | None = None
+    better: str | None = None  # "lower" or "higher"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> FigureSummary:
+        better = o.opt_str("better")
+        if better not in (None, "lower", "higher"):
+            o.fail(f"expected \"lower\" or \"higher\", found {_kind(better)}", "better")
+        boot = o.opt_obj("window_cluster_bootstrap")
+        known = {f.name for f in fields(cls)}
+        return cls(o.str_("label"), o.str_("definition"), o.opt_num("value"),
+                   Interval.from_json(boot) if boot is not None else None, o.opt_str("unit"), better,
+                   extra=o.rest(known))
+
+
 # per-window figures kldtui adds, in per_window entries and per_window_arrays alike
 WINDOW_FIGURES = ("kl_mean", "kl_median", "kl_p99", "kl_max", "js_mean", "top5_agreement",
                   "top10_agreement", "p_reference_mean", "p_candidate_mean", "delta_p_mean", "delta_p_rms",
@@ -320,19 +351,23 @@ class WindowEntry(_Part):
     nll_candidate_mean: float | None = None
     kl_reverse_mean: float | None = None
     infinite_kl_rows: int | None = None  # positions with infinite KL (masked tokens), see InfiniteKL
+    # the report's registered figures (its ``figures`` object) for this window, under their names
+    figures: dict[str, float | None] = field(default_factory=dict, metadata=_FLAT)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, o: _Obj) -> WindowEntry:
+    def from_json(cls, o: _Obj, figure_names: Sequence[str] = ()) -> WindowEntry:
         js, rev = o.opt_obj("js"), o.opt_obj("kl_candidate_to_reference")
         # a figure written as null was infinite (masked tokens): +inf here, null again when written
-        figures: dict[str, Any] = {k: o.opt_num_or_inf(k) for k in WINDOW_FIGURES if k != "infinite_kl_rows"}
-        figures["infinite_kl_rows"] = o.opt_int("infinite_kl_rows")
-        known = {f.name for f in fields(cls)}
+        columns: dict[str, Any] = {k: o.opt_num_or_inf(k) for k in WINDOW_FIGURES
+                                   if k != "infinite_kl_rows"}
+        columns["infinite_kl_rows"] = o.opt_int("infinite_kl_rows")
+        registered = {k: o.opt_num_or_inf(k) for k in figure_names if k in o.doc}
+        known = {f.name for f in fields(cls) if f.name != "figures"} | set(registered)
         return cls(o.int_("window_index"), o.str_("domain"), o.int_("positions"),
                    Stats.from_json(o.obj("kl_reference_to_candidate")),
                    Stats.from_json(js) if js else None, o.opt_num("top1_agreement"),
-                   Stats.from_json(rev) if rev else None, **figures,
+                   Stats.from_json(rev) if rev else None, **columns, figures=registered,
                    extra=o.rest(known))
 
     @property
@@ -375,10 +410,12 @@ class WindowTable(_Part):
     nll_candidate_mean: list[float] | None = None
     kl_reverse_mean: list[float] | None = None
     infinite_kl_rows: list[int] | None = None
+    # the report's registered figures (its ``figures`` object), one column each under its name
+    figures: dict[str, list[float]] = field(default_factory=dict, metadata=_FLAT)
     extra: dict[str, Any] = field(default_factory=dict)  # columns this version does not know
 
     @classmethod
-    def from_json(cls, o: _Obj, windows: int) -> WindowTable:
+    def from_json(cls, o: _Obj, windows: int, figure_names: Sequence[str] = ()) -> WindowTable:
         index = _counts(o, "window_index")
         domain = o.list_("domain")
         positions = _counts(o, "positions")
@@ -386,16 +423,17 @@ class WindowTable(_Part):
             if not isinstance(d, str):
                 o.fail(f"expected text, found {_kind(d)} at [{n}]", "domain")
         infinite = _counts(o, "infinite_kl_rows") if o.has("infinite_kl_rows") else None
-        ints = ("window_index", "domain", "positions", "infinite_kl_rows", "extra")
+        ints = ("window_index", "domain", "positions", "infinite_kl_rows", "figures", "extra")
         lists = {f.name: (o.numbers(f.name) if f.name == "kl_mean" else o.opt_numbers(f.name))
                  for f in fields(cls) if f.name not in ints}
+        registered = {k: v for k in figure_names if (v := o.opt_numbers(k)) is not None}
         for key, values in {"window_index": index, "domain": domain, "positions": positions,
-                            "infinite_kl_rows": infinite, **lists}.items():
+                            "infinite_kl_rows": infinite, **lists, **registered}.items():
             if values is not None and len(values) != windows:
                 o.fail(f"has {len(values)} entries but per_window has {windows}", key)
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.name != "figures"} | set(registered)
         return cls(index, domain, positions, **lists, infinite_kl_rows=infinite,  # type: ignore[arg-type]
-                   extra=o.rest(known))
+                   figures=registered, extra=o.rest(known))
 
     @classmethod
     def from_entries(cls, entries: list[WindowEntry]) -> WindowTable:
@@ -611,6 +649,7 @@ class ComparisonReport(_Part):
     provenance: Provenance | None = None
     noise_floor: NoiseFloorNote | None = None
     infinite_kl: InfiniteKL | None = None
+    figures: dict[str, FigureSummary] | None = None  # registered per-row figures (kldtui.metrics.figures)
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
     @property
@@ -640,7 +679,11 @@ class ComparisonReport(_Part):
         fmt = o.opt_str("report_format")
         if fmt is not None and fmt != REPORT_FORMAT:
             o.fail(f"{fmt!r} is not supported (expected {REPORT_FORMAT!r})", "report_format")
-        per_window = [WindowEntry.from_json(e) for e in o.items("per_window")]
+        figs = o.opt_obj("figures")
+        figures = None if figs is None else {name: FigureSummary.from_json(figs.obj(name))
+                                             for name in figs.doc}
+        names = tuple(figures or ())
+        per_window = [WindowEntry.from_json(e, names) for e in o.items("per_window")]
         wr = o.opt_list("window_range")
         if wr is not None and (len(wr) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
                                                       for v in wr)):
@@ -679,10 +722,12 @@ class ComparisonReport(_Part):
             kl_by_reference_confidence=None if buckets is None else [
                 ConfidenceBucket.from_json(b) for b in buckets],
             kl_by_position=None if positions is None else [PositionBucket.from_json(b) for b in positions],
-            per_window_arrays=None if arrays is None else WindowTable.from_json(arrays, len(per_window)),
+            per_window_arrays=(None if arrays is None
+                               else WindowTable.from_json(arrays, len(per_window), names)),
             provenance=opt("provenance", Provenance.from_json),
             noise_floor=opt("noise_floor", NoiseFloorNote.from_json),
             infinite_kl=opt("infinite_kl", InfiniteKL.from_json),
+            figures=figures,
             extra=o.rest(known),
         )
 
@@ -694,6 +739,6 @@ def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report
     return ComparisonReport.from_json(dict(report), where)
 
 
-__all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "InfiniteKL", "Interval",
-           "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT", "Stats", "TopK",
-           "Verified", "WindowEntry", "WindowTable", "as_report"]
+__all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "FigureSummary", "InfiniteKL",
+           "Interval", "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT",
+           "Stats", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kldtui.formats.report import figure_lines
 from kldtui.formats.report_model import Bootstrap, ComparisonReport, Interval, as_report
 from kldtui.formats.report_names import report_interval, report_name
 
@@ -61,6 +62,7 @@ class ResultData:
     windows: list[WindowBar] = field(default_factory=list)
     domains: list[DomainRow] = field(default_factory=list)
     noise_floor: float | None = None
+    figures: list[str] = field(default_factory=list)  # registered figures, one line each (figure_lines)
     live: bool = False  # built from the windows compared so far, not from a report
 
     @property
@@ -126,6 +128,7 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         windows=bars,
         domains=domains,
         noise_floor=_num(floor.kl_mean) if floor is not None else None,
+        figures=figure_lines(report),
     )
 
 

@@ -21,8 +21,6 @@ from kldtui.workspace import Workspace
 
 RESULT_FORMAT = "kldtui-window-result-v1"
 COMPARE_RESULT_VERSION = 1  # of the per-window cache files (compare/window-NNN.json)
-_PER_ROW = ("kl", "js", "kl_reverse", "logp_ref_next", "logp_cand_next", "ref_top_prob",
-            "argmax_ref", "argmax_cand", "rank_ref_top")
 
 
 def _encode(arr: np.ndarray) -> dict[str, str]:
@@ -41,7 +39,7 @@ def _decode(doc: dict[str, str]) -> np.ndarray:
 def encode_result(result: WindowResult) -> dict[str, Any]:
     """``result`` as a JSON document (arrays base64-encoded, exact)."""
     rows = result.rows
-    arrays = {f: _encode(getattr(rows, f)) for f in _PER_ROW if getattr(rows, f) is not None}
+    arrays = {f: _encode(getattr(rows, f)) for f in FIELDS if getattr(rows, f) is not None}
     return {"format": RESULT_FORMAT, "window_index": result.window_index,
             "domain": result.domain, "vocab_size": result.vocab_size,
             "elapsed_seconds": result.elapsed_seconds, "bytes_compared": result.bytes_compared,
@@ -52,7 +50,7 @@ def decode_result(doc: dict[str, Any]) -> WindowResult:
     """Inverse of :func:`encode_result`; ValueError/KeyError/TypeError on a damaged document."""
     if doc.get("format") != RESULT_FORMAT:
         raise ValueError("not a kldtui window result")
-    arrays = {f: _decode(v) for f, v in doc["rows"].items() if f in _PER_ROW}
+    arrays = {f: _decode(v) for f, v in doc["rows"].items() if f in FIELDS}
     missing = [f for f in FIELDS if f != "kl_reverse" and f not in arrays]
     if missing:
         raise ValueError(f"window result lacks {missing}")

@@ -21,6 +21,7 @@ from kldtui.formats.report_model import (
     ComparisonReport,
     ConfidenceBucket,
     DeltaP,
+    FigureSummary,
     InfiniteKL,
     Interval,
     NextToken,
@@ -33,10 +34,12 @@ from kldtui.formats.report_model import (
     WindowTable,
 )
 from kldtui.formats.suite import Suite, logits_manifest_path
+from kldtui.metrics import figures as registry
 from kldtui.metrics import stats as st
+from kldtui.metrics.figures import finite
 from kldtui.stages.compare.hashing import manifest_sha256
 from kldtui.stages.compare.options import CompareOptions
-from kldtui.stages.compare.results import FIGURE_NAMES, WindowFigures, WindowResult, finite
+from kldtui.stages.compare.results import WindowFigures, WindowResult
 
 DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
@@ -98,9 +101,13 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
         positions_per_second=positions / elapsed if elapsed > 0 else None,
         command=command,
     )
-    with_reverse = reverse and figs[0].kl_reverse_mean is not None
-    columns: dict[str, Any] = {k: [getattr(f, k) for f in figs] for k in FIGURE_NAMES
-                               if k != "kl_reverse_mean" or with_reverse}
+    with_reverse = reverse and figs[0]["kl_reverse_mean"] is not None
+    columns: dict[str, Any] = {
+        "window_index": [f.window_index for f in figs], "domain": [f.domain for f in figs],
+        "positions": [f.positions for f in figs],
+        **{fig.name: [f[fig.name] for f in figs] for fig in registry.all_figures()
+           if fig.report == "columns" and (fig.name != "kl_reverse_mean" or with_reverse)}}
+    reported = _reported(figs)
     with np.errstate(over="ignore", invalid="ignore"):
         return ComparisonReport(
             report_format=REPORT_FORMAT,
@@ -113,13 +120,15 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             suite_token_hash_sha256=suite_token_hash_sha256,
             reference_manifest_sha256=reference_manifest_sha256,
             vocab_size=int(res[0].vocab_size),
-            per_window=[_window_entry(r, f, reverse) for r, f in zip(res, figs, strict=True)],
-            per_window_arrays=WindowTable(**columns),
+            per_window=[_window_entry(r, f, reverse, reported) for r, f in zip(res, figs, strict=True)],
+            per_window_arrays=WindowTable(**columns, figures={fig.name: [f[fig.name] for f in figs]
+                                                              for fig in reported}),
             domains={d: Bootstrap.of(st.window_cluster_bootstrap(
-                [f.kl_mean for f in figs if f.domain == d], samples, seed))
+                [f["kl_mean"] for f in figs if f.domain == d], samples, seed))
                 for d in dict.fromkeys(r.domain for r in res)},
             provenance=provenance,
             **_overall_figures(res, figs, reverse, samples, seed),
+            figures=_figure_summaries(res, figs, reported, samples, seed),
         )
 
 
@@ -128,16 +137,44 @@ def _or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool) -> WindowEntry:
+def _reported(figs: list[WindowFigures]) -> list[registry.RowFigure]:
+    """The registered figures of the report's ``figures`` object: those every window has."""
+    return [fig for fig in registry.reported_figures() if all(f[fig.name] is not None for f in figs)]
+
+
+def _figure_summaries(res: Sequence[WindowResult], figs: list[WindowFigures],
+                      reported: list[registry.RowFigure], samples: int, seed: int
+                      ) -> dict[str, FigureSummary] | None:
+    """The ``figures`` object: each registered figure over every position, with a window-cluster
+    bootstrap over its window values (None when no figure is registered beyond the built-in ones)."""
+    if not reported:
+        return None
+    out: dict[str, FigureSummary] = {}
+    for fig in reported:
+        pooled = fig.pooled_value([r.rows for r in res])
+        boot = st.window_cluster_bootstrap(np.array([f[fig.name] for f in figs], dtype=np.float64),
+                                           samples, seed)
+        out[fig.name] = FigureSummary(
+            label=fig.label, definition=fig.definition,
+            value=_or_none(float(pooled)) if pooled is not None else None,
+            window_cluster_bootstrap=Interval.of({k: _or_none(v) if isinstance(v, float) else v
+                                                  for k, v in boot.items()}),
+            unit=fig.unit or None, better=fig.better)
+    return out
+
+
+def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool,
+                  reported: list[registry.RowFigure]) -> WindowEntry:
     """One ``per_window`` entry: the original's fields, then this window's figures."""
     return WindowEntry(
         window_index=r.window_index, domain=r.domain, positions=r.positions,
         kl_reference_to_candidate=Stats.of(st.stats_object(finite(r.rows.kl))),
         js=Stats.of(st.stats_object(r.rows.js)),
-        top1_agreement=figures.top1_agreement,
+        top1_agreement=figures["top1_agreement"],
         kl_candidate_to_reference=(Stats.of(st.stats_object(finite(r.rows.kl_reverse)))
                                    if r.rows.kl_reverse is not None and reverse else None),
-        **{k: getattr(figures, k) for k in WINDOW_FIGURES})
+        **{k: figures[k] for k in WINDOW_FIGURES},
+        figures={fig.name: figures[fig.name] for fig in reported})
 
 
 def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], reverse: bool, samples: int,
@@ -149,8 +186,8 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
     lp_ref = _concat(res, "logp_ref_next")
     lp_cand = _concat(res, "logp_cand_next")
     dp = np.exp(lp_cand) - np.exp(lp_ref)
-    nll_r = np.array([f.nll_reference_mean for f in figs])
-    nll_c = np.array([f.nll_candidate_mean for f in figs])
+    nll_r = np.array([f["nll_reference_mean"] for f in figs])
+    nll_c = np.array([f["nll_candidate_mean"] for f in figs])
     fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged
     if not fin.any():
         fin[:] = True
@@ -159,9 +196,9 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
         "js": Stats.of(st.stats_object(_concat(res, "js"))),
         "top1_agreement": float(np.mean(top1)),
         "kl_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
-            np.array([f.kl_mean for f in figs]), samples, seed)),
+            np.array([f["kl_mean"] for f in figs]), samples, seed)),
         "js_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
-            np.array([f.js_mean for f in figs]), samples, seed)),
+            np.array([f["js_mean"] for f in figs]), samples, seed)),
         "topk_agreement": TopK(TOPK_DEFINITION, list(TOPK), {str(k): float(np.mean(rank < k)) for k in TOPK}),
         "next_token": NextToken(
             p_reference=Stats.of(st.stats_object(np.exp(lp_ref))),
@@ -181,8 +218,8 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
         ),
         "infinite_kl": InfiniteKL(
             definition=INFINITE_KL_DEFINITION,
-            rows=int(sum(f.infinite_kl_rows for f in figs)),
-            windows=[int(f.window_index) for f in figs if f.infinite_kl_rows],
+            rows=int(sum(f["infinite_kl_rows"] for f in figs)),
+            windows=[int(f.window_index) for f in figs if f["infinite_kl_rows"]],
             reverse_rows=int(sum(int(np.isposinf(r.rows.kl_reverse).sum()) for r in res
                                  if r.rows.kl_reverse is not None)) if reverse else None),
         "kl_by_reference_confidence": [ConfidenceBucket(**b) for b in  # type: ignore[arg-type]
@@ -194,7 +231,7 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
     if reverse:
         out["kl_candidate_to_reference"] = Stats.of(st.stats_object(finite(_concat(res, "kl_reverse"))))
         out["kl_reverse_window_cluster_bootstrap"] = Bootstrap.of(st.window_cluster_bootstrap(
-            [f.kl_reverse_mean for f in figs if f.kl_reverse_mean is not None], samples, seed))
+            [f["kl_reverse_mean"] for f in figs if f["kl_reverse_mean"] is not None], samples, seed))
     return out
 
 

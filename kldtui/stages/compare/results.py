@@ -3,46 +3,31 @@ figures (:class:`WindowFigures`, the report's ``per_window_arrays`` columns)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from kldtui.metrics import figures as registry
+from kldtui.metrics.figures import finite
 from kldtui.metrics.kernels import RowStats
-
-
-def finite(a: np.ndarray) -> np.ndarray:
-    """``a`` without its infinite entries (the same array when there are none, or when every
-    entry is infinite: then the statistics are infinite, null in the JSON)."""
-    ok = np.isfinite(a)
-    return a if ok.all() or not ok.any() else a[ok]
 
 
 @dataclass(frozen=True)
 class WindowFigures:
-    """One window's figures (its ``per_window_arrays`` column values, docs/REPORT.md)."""
+    """One window's figures: its entry of ``per_window_arrays`` (docs/REPORT.md), one value per
+    registered figure (:mod:`kldtui.metrics.figures`; None where a figure's slots were not
+    computed, e.g. the reverse KL without ``--reverse``)."""
 
     window_index: int
     domain: str
     positions: int
-    kl_mean: float
-    kl_median: float
-    kl_p99: float
-    kl_max: float
-    js_mean: float
-    top1_agreement: float
-    p_reference_mean: float
-    p_candidate_mean: float
-    delta_p_mean: float
-    delta_p_rms: float
-    nll_reference_mean: float
-    nll_candidate_mean: float
-    infinite_kl_rows: int
-    top5_agreement: float
-    top10_agreement: float
-    kl_reverse_mean: float | None = None  # only when the rows have the reverse KL
+    values: dict[str, float | int | None]
 
-
-FIGURE_NAMES = tuple(f.name for f in fields(WindowFigures))
+    def __getitem__(self, name: str) -> Any:
+        """A figure's value (float, int for counts, None when not computed): Any, because the
+        registry, not this class, knows each figure's kind."""
+        return self.values[name]
 
 
 @dataclass
@@ -76,33 +61,8 @@ class WindowResult:
 
     def figures(self) -> WindowFigures:
         """This window's figures: its entry of ``per_window_arrays`` (docs/REPORT.md)."""
-        r = self.rows
-        kl = finite(r.kl)  # KL statistics are over the positions with finite KL (docs/REPORT.md)
-        p_ref = np.exp(r.logp_ref_next)
-        p_cand = np.exp(r.logp_cand_next)
-        dp = p_cand - p_ref
-        return WindowFigures(
-            window_index=self.window_index,
-            domain=self.domain,
-            positions=self.positions,
-            kl_mean=float(np.mean(kl)),
-            kl_median=float(np.median(kl)),
-            kl_p99=float(np.quantile(kl, 0.99)),
-            kl_max=float(np.max(kl)),
-            js_mean=float(np.mean(r.js)),
-            top1_agreement=self.top1_agreement,
-            p_reference_mean=float(np.mean(p_ref)),
-            p_candidate_mean=float(np.mean(p_cand)),
-            delta_p_mean=float(np.mean(dp)),
-            delta_p_rms=float(np.sqrt(np.mean(dp * dp))),
-            nll_reference_mean=float(-np.mean(r.logp_ref_next)),
-            nll_candidate_mean=float(-np.mean(r.logp_cand_next)),
-            # rows where the candidate gives probability 0 to a token the reference does not
-            infinite_kl_rows=int(r.infinite_kl_rows().size),
-            top5_agreement=float(np.mean(r.rank_ref_top < 5)),
-            top10_agreement=float(np.mean(r.rank_ref_top < 10)),
-            kl_reverse_mean=(float(np.mean(finite(r.kl_reverse))) if r.kl_reverse is not None else None),
-        )
+        return WindowFigures(self.window_index, self.domain, self.positions,
+                             {f.name: f.window_value(self.rows) for f in registry.all_figures()})
 
 
-__all__ = ["FIGURE_NAMES", "WindowFigures", "WindowResult", "finite"]
+__all__ = ["WindowFigures", "WindowResult"]

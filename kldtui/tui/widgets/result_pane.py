@@ -51,6 +51,8 @@ class ResultPane(VerticalScroll):
         text.append(fmt_num(r.delta_p_mean, "{:+.5f}"))
         text.append("  Δp rms ")
         text.append(fmt_num(r.delta_p_rms))
+        for line in r.figures:
+            text.append("\n" + line)
         extra = []
         if r.positions is not None:
             extra.append(f"{r.positions} positions")

@@ -1,0 +1,192 @@
+"""The per-row figure registry: every figure a comparison reports per window is declared once,
+as a :class:`RowFigure` (in the style of lm-eval's metric registry).
+
+A declaration says
+
+* ``name``: the report's key for it (a ``per_window_arrays`` column, a key of each
+  ``per_window`` entry and, for new figures, of the report's ``figures`` object);
+* ``slots``: the kernels' per-row outputs it reads (fields of
+  :class:`~kldtui.metrics.kernels.RowStats`, which every kernel fills and the compare cache and
+  score files store), and ``values``: one value per row from them;
+* ``aggregation`` (a name in :data:`AGGREGATIONS`), ``finite_only`` and ``scale``: how a
+  window's rows become its figure, ``scale x aggregation(values)``; the figure over the whole
+  comparison is the same over every position (pooled), with a window-clustered bootstrap
+  interval over the window figures;
+* ``label``, ``unit``, ``fmt``, ``definition``, ``better``: how the dashboard, the viewer and the
+  text summary show it (the report carries label, unit and definition, so it describes itself).
+
+``report = "figures"`` (the default) puts a figure in the report's ``figures`` object and its
+per-window values beside the built-in columns; the built-in figures (:mod:`.builtin`) use
+``report = "columns"``: their per-window columns have fixed places in the report model, and their
+overall forms (Stats objects, ``next_token``, ``topk_agreement``) predate the registry.
+
+Adding a figure: a module here that calls :func:`register`, and its name in
+:data:`FIGURE_MODULES` (docs/DEVELOPING.md, "Adding a per-row figure").
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from kldtui.metrics.kernels import FIELDS, RowStats
+
+Aggregation = Callable[[np.ndarray], float]
+AGGREGATIONS: dict[str, Aggregation] = {}
+
+
+def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
+    """Decorator: ``fn(values) -> float`` reduces a window's (or all) per-row values."""
+    def add(fn: Aggregation) -> Aggregation:
+        if name in AGGREGATIONS:
+            raise ValueError(f"aggregation {name!r} is registered twice")
+        AGGREGATIONS[name] = fn
+        return fn
+    return add
+
+
+@register_aggregation("mean")
+def _mean(v: np.ndarray) -> float:
+    return float(np.mean(v))
+
+
+@register_aggregation("median")
+def _median(v: np.ndarray) -> float:
+    return float(np.median(v))
+
+
+@register_aggregation("p99")
+def _p99(v: np.ndarray) -> float:
+    return float(np.quantile(v, 0.99))
+
+
+@register_aggregation("max")
+def _max(v: np.ndarray) -> float:
+    return float(np.max(v))
+
+
+@register_aggregation("rms")
+def _rms(v: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(v * v)))
+
+
+@register_aggregation("count")
+def _count(v: np.ndarray) -> float:
+    """Rows where the value is true (non-zero)."""
+    return float(np.count_nonzero(v))
+
+
+def finite(a: np.ndarray) -> np.ndarray:
+    """``a`` without its infinite entries (the same array when there are none, or when every
+    entry is infinite: then the statistics are infinite, null in the JSON)."""
+    ok = np.isfinite(a)
+    return a if ok.all() or not ok.any() else a[ok]
+
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+Values = Callable[[RowStats], "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class RowFigure:
+    """One per-row figure (see the module docstring)."""
+
+    name: str
+    label: str  # short, for the dashboard, the viewer and the text summary
+    definition: str  # one sentence, written into the report
+    slots: tuple[str, ...]  # the RowStats fields (kernel outputs) ``values`` reads
+    values: Values  # one value per row; None when a slot was not computed (kl_reverse)
+    aggregation: str = "mean"
+    finite_only: bool = False  # leave infinite values out (as KL's statistics do: masked tokens)
+    scale: float = 1.0  # figure = scale x aggregation (e.g. 10,000: per 10,000 tokens)
+    unit: str = ""  # shown after the value, e.g. "per 10,000 tokens"
+    fmt: str = "{:.6g}"
+    better: Literal["lower", "higher"] | None = "lower"
+    integer: bool = False  # a count: written as a whole number
+    report: Literal["figures", "columns"] = "figures"
+
+    def _reduce(self, values: np.ndarray) -> float | int:
+        kept = finite(values) if self.finite_only else values
+        value = AGGREGATIONS[self.aggregation](kept)
+        if self.scale != 1.0:
+            value *= self.scale
+        return int(value) if self.integer else value
+
+    def window_value(self, rows: RowStats) -> float | int | None:
+        """This figure for one window's rows (None when its slots were not computed)."""
+        values = self.values(rows)
+        return None if values is None else self._reduce(values)
+
+    def pooled_value(self, windows: Sequence[RowStats]) -> float | int | None:
+        """This figure over every position of ``windows`` together."""
+        parts = [self.values(rows) for rows in windows]
+        if not parts or any(p is None for p in parts):
+            return None
+        return self._reduce(np.concatenate([p for p in parts if p is not None]))
+
+    def format(self, value: float | int | None) -> str:
+        """The value as shown; "n/a" when unknown or not finite."""
+        if value is None or not math.isfinite(value):
+            return "n/a"
+        return self.fmt.format(value)
+
+
+_REGISTRY: dict[str, RowFigure] = {}
+
+
+def register(figure: RowFigure) -> RowFigure:
+    """Add ``figure`` to the registry (ValueError on a bad or repeated declaration)."""
+    if not _NAME.match(figure.name):
+        raise ValueError(f"figure name {figure.name!r}: lower-case letters, digits and _ only")
+    if figure.name in _REGISTRY:
+        raise ValueError(f"figure {figure.name!r} is registered twice")
+    unknown = [s for s in figure.slots if s not in FIELDS]
+    if unknown or not figure.slots:
+        raise ValueError(f"figure {figure.name!r}: slots {unknown or '()'} are not kernel outputs "
+                         f"(RowStats fields: {', '.join(FIELDS)})")
+    if figure.aggregation not in AGGREGATIONS:
+        raise ValueError(f"figure {figure.name!r}: unknown aggregation {figure.aggregation!r} "
+                         f"(registered: {', '.join(AGGREGATIONS)})")
+    _REGISTRY[figure.name] = figure
+    return figure
+
+
+@contextmanager
+def registered(figure: RowFigure) -> Iterator[RowFigure]:
+    """``figure`` registered for the duration of a ``with`` block (tests, experiments)."""
+    register(figure)
+    try:
+        yield figure
+    finally:
+        _REGISTRY.pop(figure.name, None)
+
+
+def all_figures() -> tuple[RowFigure, ...]:
+    """Every registered figure, in registration order."""
+    return tuple(_REGISTRY.values())
+
+
+def reported_figures() -> tuple[RowFigure, ...]:
+    """The figures of the report's ``figures`` object (not the built-in columns)."""
+    return tuple(f for f in _REGISTRY.values() if f.report == "figures")
+
+
+def get(name: str) -> RowFigure | None:
+    return _REGISTRY.get(name)
+
+
+# The modules that register figures, imported once here; a new figure's module is added here.
+FIGURE_MODULES = ("builtin",)
+for _module in FIGURE_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
+
+
+__all__ = ["AGGREGATIONS", "FIGURE_MODULES", "RowFigure", "all_figures", "finite", "get", "register",
+           "register_aggregation", "registered", "reported_figures"]

@@ -1,0 +1,124 @@
+"""The per-row figure registry: a figure declared once reaches the report (per-window columns,
+per_window entries, the figures object with its interval), the report model, the text summary
+and the viewer's figures; the built-in figures are the report's fixed columns."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import softmax
+
+from kldtui.formats.report import figure_lines, summary_text
+from kldtui.formats.report_model import WINDOW_FIGURES, ComparisonReport, WindowTable
+from kldtui.metrics import figures as registry
+from kldtui.metrics import stats as st
+from kldtui.metrics.figures import RowFigure
+from kldtui.stages.compare import CompareOptions, compare
+from kldtui.tui.resultdata import result_from_report
+from tests.fixtures_compare import make_suite
+
+CONFIDENT_FLIP = RowFigure(
+    name="test_confident_flip_rate", label="confident flips",
+    definition="positions where the reference's top probability is at least 0.5 and the candidate's "
+               "argmax differs from the reference's, per 10,000 positions",
+    slots=("ref_top_prob", "argmax_ref", "argmax_cand"),
+    values=lambda r: (r.ref_top_prob >= 0.5) & (r.argmax_ref != r.argmax_cand),
+    scale=10_000.0, unit="per 10,000 tokens", fmt="{:.1f}")
+
+
+@pytest.fixture(scope="module")
+def suite_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("suite")
+    # a coarse candidate: enough flips of confident positions to count
+    return make_suite(root, windows=4, context=200, vocab=300, seed=3,
+                      candidate=lambda rng, x: (x + rng.standard_normal(x.shape) * 3.0).astype(np.float32))
+
+
+def _flips(data, window: int) -> np.ndarray:
+    x, y, _ = data[window]
+    p = softmax(x.astype(np.float64), axis=1)
+    return (p.max(axis=1) >= 0.5) & (x.argmax(axis=1) != y.argmax(axis=1))
+
+
+def test_builtin_figures_are_the_reports_per_window_columns() -> None:
+    builtin = {f.name for f in registry.all_figures() if f.report == "columns"}
+    assert builtin == set(WINDOW_FIGURES) | {"top1_agreement"}
+    ids = {"window_index", "domain", "positions", "figures", "extra"}
+    assert builtin == {f.name for f in dataclasses.fields(WindowTable)} - ids
+    assert registry.reported_figures() == ()  # nothing beyond them: reports keep their layout
+
+
+def test_a_registered_figure_reaches_the_report_model_summary_and_viewer(suite_dirs, tmp_path: Path) -> None:
+    suite, ref, cand, data = suite_dirs
+    opts = CompareOptions(bootstrap_samples=500)
+    plain = compare(suite.path, ref, cand, opts).to_json()
+    assert "figures" not in plain and "test_confident_flip_rate" not in plain["per_window_arrays"]
+    with registry.registered(CONFIDENT_FLIP):
+        report = compare(suite.path, ref, cand, opts)
+    doc = report.to_json()
+    windows = [0, 1, 2, 3]
+    per_window = [1e4 * float(np.mean(_flips(data, w))) for w in windows]
+    pooled = 1e4 * float(np.mean(np.concatenate([_flips(data, w) for w in windows])))
+    assert pooled > 0  # the suite really has confident flips
+    np.testing.assert_allclose(doc["per_window_arrays"]["test_confident_flip_rate"], per_window, rtol=1e-12)
+    np.testing.assert_allclose([e["test_confident_flip_rate"] for e in doc["per_window"]], per_window,
+                               rtol=1e-12)
+    fig = doc["figures"]["test_confident_flip_rate"]
+    assert fig["label"] == "confident flips" and fig["unit"] == "per 10,000 tokens"
+    assert fig["better"] == "lower" and fig["definition"].startswith("positions where")
+    assert fig["value"] == pytest.approx(pooled, rel=1e-12)
+    boot = st.window_cluster_bootstrap(per_window, 500, 1)
+    assert fig["window_cluster_bootstrap"]["estimate"] == pytest.approx(boot["estimate"], rel=1e-12)
+    assert fig["window_cluster_bootstrap"]["ci95_low"] == pytest.approx(boot["ci95_low"], rel=1e-12)
+    # everything else is the report without the figure
+    same = {k: v for k, v in doc.items() if k not in ("figures", "per_window", "per_window_arrays",
+                                                       "provenance")}
+    assert same == {k: v for k, v in plain.items() if k not in ("per_window", "per_window_arrays",
+                                                                "provenance")}
+
+    # the file round-trips through the typed model (also in a kldtui that does not register it)
+    back = ComparisonReport.from_json(json.loads(json.dumps(doc)), "r.json")
+    assert back.figures is not None and back.figures["test_confident_flip_rate"].value == fig["value"]
+    assert back.window_table().figures["test_confident_flip_rate"] == doc["per_window_arrays"][
+        "test_confident_flip_rate"]
+    assert back.per_window[2].figures["test_confident_flip_rate"] == per_window[2]
+    assert back.to_json() == doc
+
+    low, high = (fig["window_cluster_bootstrap"][k] for k in ("ci95_low", "ci95_high"))
+    with registry.registered(CONFIDENT_FLIP):
+        line = f"confident flips {pooled:.1f} [{low:.1f}, {high:.1f}] per 10,000 tokens"
+        assert figure_lines(back) == [line]
+        assert f"  {line}" in summary_text(back).splitlines()
+        assert result_from_report(back).figures == [line]
+    # unregistered here (a report from a newer kldtui): shown from the report itself, 6 digits
+    assert figure_lines(back) == [f"confident flips {pooled:.6g} [{low:.6g}, {high:.6g}] per 10,000 tokens"]
+
+
+def test_bad_declarations_are_refused() -> None:
+    with pytest.raises(ValueError, match="not kernel outputs"):
+        registry.register(dataclasses.replace(CONFIDENT_FLIP, name="test_bad", slots=("entropy",)))
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        registry.register(dataclasses.replace(CONFIDENT_FLIP, name="test_bad", aggregation="mode"))
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(dataclasses.replace(CONFIDENT_FLIP, name="kl_mean"))
+    with pytest.raises(ValueError, match="lower-case"):
+        registry.register(dataclasses.replace(CONFIDENT_FLIP, name="Flips"))
+    assert registry.get("test_bad") is None
+
+
+def test_registered_figures_come_from_cached_rows_alike(suite_dirs) -> None:
+    """A derived figure needs nothing stored beyond the kernels' outputs: a window read back from
+    the compare cache gives the same figures."""
+    from kldtui.stages.compare import compare_window
+    from kldtui.stages.compare.cache import decode_result, encode_result
+
+    suite, ref, cand, _ = suite_dirs
+    with registry.registered(CONFIDENT_FLIP):
+        result = compare_window(suite, 1, ref, cand, CompareOptions(reverse=True))
+        again = decode_result(json.loads(json.dumps(encode_result(result))))
+        assert again.figures() == result.figures()
+        assert result.figures()["test_confident_flip_rate"] is not None
