@@ -182,11 +182,16 @@ def get(name: str) -> RowFigure | None:
     return _REGISTRY.get(name)
 
 
+def figure(name: str) -> RowFigure:
+    """A registered figure (KeyError when ``name`` is not one)."""
+    return _REGISTRY[name]
+
+
 # The modules that register figures, imported once here; a new figure's module is added here.
 FIGURE_MODULES = ("builtin",)
 for _module in FIGURE_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 
 
-__all__ = ["AGGREGATIONS", "FIGURE_MODULES", "RowFigure", "all_figures", "finite", "get", "register",
-           "register_aggregation", "registered", "reported_figures"]
+__all__ = ["AGGREGATIONS", "FIGURE_MODULES", "RowFigure", "all_figures", "figure", "finite", "get",
+           "register", "register_aggregation", "registered", "reported_figures"]

@@ -11,8 +11,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from kldtui.errors import BadInput
 from kldtui.events import (
     Cancel,
@@ -144,7 +142,7 @@ class Comparer:
 
     def _announce(self, window: WindowSpec, r: WindowResult) -> None:
         self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
-                              figures={"kl": r.kl_mean, "js": float(np.mean(r.rows.js)),
+                              figures={"kl": r.kl_mean, "js": r.figure("js_mean"),
                                        "top1": r.top1_agreement, "rows": r.positions}))
 
     # -- the report -----------------------------------------------------------------------------

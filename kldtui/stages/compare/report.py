@@ -180,12 +180,17 @@ def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool,
 def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], reverse: bool, samples: int,
                      seed: int) -> dict[str, Any]:
     """The report's figures over all positions (and over window means, for the bootstraps)."""
+    def pooled(name: str) -> np.ndarray:
+        """A registered figure's per-row values over every window (one definition per figure)."""
+        values = registry.figure(name).values
+        return np.concatenate([values(r.rows) for r in res])
+
     kl = _concat(res, "kl")
-    top1 = _concat(res, "argmax_ref") == _concat(res, "argmax_cand")
+    top1 = pooled("top1_agreement")
     rank = _concat(res, "rank_ref_top")
     lp_ref = _concat(res, "logp_ref_next")
     lp_cand = _concat(res, "logp_cand_next")
-    dp = np.exp(lp_cand) - np.exp(lp_ref)
+    dp = pooled("delta_p_mean")
     nll_r = np.array([f["nll_reference_mean"] for f in figs])
     nll_c = np.array([f["nll_candidate_mean"] for f in figs])
     fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged

@@ -6,10 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kldtui.metrics import figures as registry
-from kldtui.metrics.figures import finite
 from kldtui.metrics.kernels import RowStats
 
 
@@ -51,13 +48,22 @@ class WindowResult:
     def reverse(self) -> bool:
         return self.rows.kl_reverse is not None
 
+    def figure(self, name: str) -> float | int | None:
+        """One registered figure of this window (:mod:`kldtui.metrics.figures`)."""
+        return registry.figure(name).window_value(self.rows)
+
+    def _always(self, name: str) -> float:
+        value = self.figure(name)
+        assert value is not None  # from slots every kernel fills
+        return float(value)
+
     @property
     def kl_mean(self) -> float:
-        return float(np.mean(finite(self.rows.kl)))
+        return self._always("kl_mean")
 
     @property
     def top1_agreement(self) -> float:
-        return float(np.mean(self.rows.argmax_ref == self.rows.argmax_cand))
+        return self._always("top1_agreement")
 
     def figures(self) -> WindowFigures:
         """This window's figures: its entry of ``per_window_arrays`` (docs/REPORT.md)."""
