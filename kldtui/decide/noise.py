@@ -25,6 +25,7 @@ from kldtui.decide.verdict import VerdictInterval, plain_number, verdict_interva
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
+from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import logits_manifest_path
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
@@ -225,11 +226,13 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     """Read a floor written by :func:`save_floor`; BadInput (one line) when it is not one."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(p))
     except FileNotFoundError:
         raise BadInput(f"{p}: noise floor file not found; create it with kldtui noise") from None
     except IsADirectoryError:
         raise BadInput(f"{p}: is a folder, expected a noise floor file from kldtui noise") from None
+    except OSError as exc:  # a FIFO, a device, no permission
+        raise BadInput(f"{p}: the noise floor file cannot be read ({exc.strerror or exc})") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"{p}: not a JSON noise floor file ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FLOOR_FORMAT:
@@ -330,7 +333,7 @@ def _manifest(folder: Any) -> dict[str, Any] | None:
     if not isinstance(folder, str) or not folder:
         return None
     try:
-        doc = json.loads(logits_manifest_path(folder).read_text(encoding="utf-8"))
+        doc = json.loads(read_text(logits_manifest_path(folder)))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) else None

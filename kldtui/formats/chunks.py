@@ -29,7 +29,7 @@ from kldtui.errors import BadInput
 from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open
 from kldtui.formats.names import safe_name
-from kldtui.formats.safe_io import open_private_text
+from kldtui.formats.safe_io import open_private_text, read_text
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
 from kldtui.formats.scores import SCORE_CHUNK_NAME, SCORE_DTYPE, SCORE_KEY
 from kldtui.formats.suite import WindowSpec
@@ -206,7 +206,10 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
         raise BadInput(f"{where}: chunk folder not found; capture the window first")
     marker = folder / ERROR_MARKER
     if marker.exists():
-        text = " ".join(marker.read_text(encoding="utf-8", errors="replace").split())
+        try:
+            text = " ".join(read_text(marker, errors="replace", limit=64 * 1024).split())
+        except OSError as exc:
+            text = f"(the marker {marker.name} cannot be read: {exc.strerror or exc})"
         raise BadInput(f"{where}: the capture hook reported an error: {text[:800]}; "
                        "fix the cause (often a full disk) and capture the window again")
     chunks: list[ChunkInfo] = []

@@ -15,10 +15,12 @@ suites of other models and tools carry other tags. A tag other than kldtui's is 
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kldtui.errors import BadInput
+from kldtui.formats.safe_io import kind_of
 from kldtui.formats.safetensors_io import SafetensorsHeader, read_header
 from kldtui.formats.suite import LOGITS_FORMAT, LogitsManifest, Suite
 
@@ -58,7 +60,12 @@ def check_logits_file(manifest: LogitsManifest, index: int, *, suite: Suite | No
     by_manifest = f"the manifest {manifest.path}"
     by_suite = f"the suite {suite.path}" if suite is not None else by_manifest
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode):
+            result.problems.append(f"{where}: is {kind_of(st.st_mode)}, not a regular file; delete it and "
+                                   "fetch or finalize the window again")
+            return result
     except FileNotFoundError:
         result.problems.append(f"{where}: file is missing; download or finalize it again")
         return result

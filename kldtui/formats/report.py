@@ -14,6 +14,7 @@ from typing import Any
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import REPORT_FORMAT, ComparisonReport
+from kldtui.formats.safe_io import read_text
 
 
 def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, Any],
@@ -38,7 +39,7 @@ def load_report(path: str | os.PathLike[str]) -> ComparisonReport:
     BadInput naming the file (and the field) on anything else."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p)
     except FileNotFoundError:
         raise BadInput(f"{p}: comparison report not found") from None
     except IsADirectoryError:
@@ -46,7 +47,7 @@ def load_report(path: str | os.PathLike[str]) -> ComparisonReport:
     except UnicodeDecodeError:
         raise BadInput(f"{p}: not a JSON comparison report (not UTF-8 text)") from None
     except OSError as exc:
-        raise BadInput(f"{p}: cannot read the comparison report ({exc.strerror})") from None
+        raise BadInput(f"{p}: cannot read the comparison report ({exc.strerror or exc})") from None
     try:
         doc = json.loads(text)
     except ValueError as exc:

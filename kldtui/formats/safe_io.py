@@ -98,6 +98,16 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True, buffering
         raise
 
 
+def open_regular_raw(path: str | os.PathLike[str], *, follow: bool = True) -> io.FileIO:
+    """:func:`open_regular` unbuffered (``readinto`` straight into a caller's buffer)."""
+    fd = open_regular_fd(path, follow=follow)
+    try:
+        return io.FileIO(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None, follow: bool = True) -> bytes:
     """The content of the regular file at ``path``; more than ``limit`` bytes is an OSError
     (EFBIG) rather than a read that fills the memory."""
@@ -166,6 +176,20 @@ def open_private(path: str | os.PathLike[str], mode: str = "ab") -> BinaryIO:
 def open_private_text(path: str | os.PathLike[str], *, encoding: str = "utf-8") -> TextIO:
     """:func:`open_private` in append mode, as text (a log, a marker)."""
     return io.TextIOWrapper(open_private(path, "ab"), encoding=encoding)
+
+
+def is_present(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a regular file (a link to one counts); False when nothing is there;
+    :class:`NotRegularFile` (or ``IsADirectoryError``) when something else is (a FIFO, a device)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise NotRegularFile(errno.ENOENT, "is a symbolic link to nothing", os.fspath(path)) from None
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, st.st_mode)
+    return True
 
 
 def regular_size(path: str | os.PathLike[str]) -> int | None:

@@ -8,7 +8,6 @@ block at a time and so finalize can stream rows into a file whose header is writ
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kldtui.errors import BadInput
+from kldtui.formats.safe_io import open_regular, open_regular_raw
 
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
@@ -70,8 +70,8 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     """Parse and validate a safetensors header; a truncated or corrupt file raises BadInput."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        with open(p, "rb") as handle:
+        with open_regular(p) as handle:
+            size = os.fstat(handle.fileno()).st_size
             raw_len = handle.read(8)
             if len(raw_len) < 8:
                 raise BadInput(f"{p}: truncated safetensors file ({size} bytes); "
@@ -151,7 +151,7 @@ class RowReader:
         self.rows, self.cols = self.info.shape
         self.np_dtype = DTYPES[dtype]
         self.path = Path(path)
-        self._file: io.FileIO = open(self.path, "rb", buffering=0)  # noqa: SIM115
+        self._file = open_regular_raw(self.path)
 
     def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         stop = min(stop, self.rows)

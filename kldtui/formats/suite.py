@@ -16,6 +16,7 @@ from typing import Any
 
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name, check_relative_path
+from kldtui.formats.safe_io import open_regular_raw, read_text
 
 SUITE_MANIFEST = "suite-manifest.json"
 LOGITS_MANIFEST = "manifest.json"
@@ -69,7 +70,7 @@ def require_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], 
 
 def _read_json(path: Path, what: str) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)  # never blocks on a FIFO, refuses devices
     except FileNotFoundError:
         raise BadInput(f"{path}: {what} not found") from None
     except IsADirectoryError:
@@ -357,7 +358,7 @@ def sha256_file(path: str | os.PathLike[str], progress: Any = None,
     digest = hashlib.sha256()
     buf = bytearray(block)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as handle:
+    with open_regular_raw(path) as handle:
         while True:
             n = handle.readinto(buf)
             if not n:

@@ -60,6 +60,7 @@ from kldtui.formats.chunks import (
     writers_dir,
 )
 from kldtui.formats.names import check_name
+from kldtui.formats.safe_io import read_text
 from kldtui.formats.safetensors_io import read_header
 from kldtui.formats.scores import request_tag
 from kldtui.formats.suite import Suite, WindowSpec
@@ -121,9 +122,12 @@ def load_records(path: str | os.PathLike[str]) -> dict[int, CaptureRecord]:
     """Records by window index; a missing file is an empty run."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(p))
     except FileNotFoundError:
         return {}
+    except OSError as exc:  # a FIFO, a folder, no permission
+        raise BadInput(f"{p}: capture records cannot be read ({exc.strerror or exc}); restore or delete "
+                       "the file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"{p}: capture records are not valid JSON ({exc}); restore or delete the "
                        "file (deleting it recaptures every window)") from None
@@ -619,7 +623,7 @@ def writer_records(server_capture_dir: Path) -> list[dict[str, Any]]:
         return []
     for name in names:
         try:
-            doc = json.loads((writers_dir(server_capture_dir) / name).read_text(encoding="utf-8"))
+            doc = json.loads(read_text(writers_dir(server_capture_dir) / name))
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict):

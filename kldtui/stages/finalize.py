@@ -42,6 +42,7 @@ from kldtui.events import (
 )
 from kldtui.formats.chunks import ChunkSet, check_chunk_dir, check_finite_rows
 from kldtui.formats.logits_writer import LogitsFileWriter, WrittenLogits, write_logits_manifest
+from kldtui.formats.safe_io import read_text
 from kldtui.formats.safetensors_io import RowReader, read_header
 from kldtui.formats.scores import (
     SCORE_FILE_FORMAT,
@@ -74,7 +75,7 @@ def _known_hashes(output_dir: Path) -> dict[str, tuple[int, str]]:
     """file name -> (size, sha256) from an existing manifest, to skip re-hashing finished files."""
     path = output_dir / LOGITS_MANIFEST
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path))
         return {str(e["file"]): (int(e["size_bytes"]), str(e["sha256"])) for e in doc["windows"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}

@@ -21,6 +21,7 @@ from kldtui import settings
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStarted, null_sink
 from kldtui.formats.atomic import write_bytes_atomic
+from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
@@ -77,7 +78,7 @@ def _load_repeat_noise(root: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path))
     except (OSError, ValueError) as exc:
         raise BadInput(f"{path}: not valid JSON ({exc}); remove it or capture the repeat again") from None
     return doc if isinstance(doc, dict) else None

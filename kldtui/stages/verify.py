@@ -41,6 +41,7 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.identity import check_logits_file
+from kldtui.formats.safe_io import is_present, read_text
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
@@ -82,7 +83,7 @@ class VerifiedCache:
         self._files: dict[str, dict[str, Any]] = {}
         self._dirty = False
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            doc = json.loads(read_text(self.path))
             files = doc.get("files", {}) if isinstance(doc, dict) and doc.get("format") == 1 else {}
             self._files = {str(k): v for k, v in files.items() if isinstance(v, dict)}
         except (OSError, ValueError):
@@ -257,7 +258,7 @@ class VerifyResult:
 def read_record(root: Path) -> dict[str, Any] | None:
     """The download record a dataset root keeps (``.kldtui-reference.json``), if any."""
     try:
-        doc = json.loads((root / RECORD_NAME).read_text(encoding="utf-8"))
+        doc = json.loads(read_text(root / RECORD_NAME))
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -407,26 +408,35 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
 # entry points
 
 
+def _present(path: Path) -> bool:
+    """Whether a manifest is there; one line (exit 2) when its name holds a FIFO, a device or a
+    folder (never opened: it would block or read forever)."""
+    try:
+        return is_present(path)
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror or exc}; replace it with the file or remove it") from None
+
+
 def _classify(path: Path) -> tuple[str, Path | None, Path | None]:
     """(kind, suite manifest, logits manifest) for a file or folder."""
     if not path.exists():
         raise BadInput(f"{path}: no such file or folder; give a suite folder, a logits folder or a "
                        "dataset root")
-    if path.is_file():
+    if not path.is_dir() and _present(path):
         if path.name == SUITE_MANIFEST:
             return "suite", path, None
         if path.name == LOGITS_MANIFEST:
             return "logits", None, path
         raise BadInput(f"{path}: expected {SUITE_MANIFEST}, {LOGITS_MANIFEST} or a folder holding them")
     suite = path / SUITE_MANIFEST
-    if suite.is_file():
+    if _present(suite):
         ref = path / REF_DIR / LOGITS_MANIFEST
-        if ref.is_file():
+        if _present(ref):
             return "dataset", suite, ref
-        if (path / LOGITS_MANIFEST).is_file():
+        if _present(path / LOGITS_MANIFEST):
             return "dataset", suite, path / LOGITS_MANIFEST
         return "suite", suite, None
-    if (path / LOGITS_MANIFEST).is_file():
+    if _present(path / LOGITS_MANIFEST):
         return "logits", None, path / LOGITS_MANIFEST
     raise BadInput(f"{path}: holds neither {SUITE_MANIFEST} nor {LOGITS_MANIFEST}; give a suite folder, "
                    "a logits folder or a dataset root")

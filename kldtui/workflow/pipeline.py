@@ -64,6 +64,7 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.folder_lock import FolderLocks
+from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
 from kldtui.stages.serve import stop_reason
 from kldtui.workflow.control import StageRequest
@@ -128,7 +129,7 @@ def _redact(runtime: dict[str, Any]) -> dict[str, Any]:
 
 def _copy_json(src: Path, dst: Path) -> None:
     """Copy a JSON document atomically (parsed and rewritten: a half-copied file never appears)."""
-    write_json_atomic(dst, json.loads(src.read_text(encoding="utf-8")))
+    write_json_atomic(dst, json.loads(read_text(src)))
 
 
 class Pipeline:

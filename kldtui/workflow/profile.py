@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
+from kldtui.formats.safe_io import read_bytes
 
 if TYPE_CHECKING:
     from kldtui.stages.serve import ServerPlan
@@ -436,12 +437,14 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile TOML; raises :class:`BadInput` with one line on any problem."""
     p = Path(path).expanduser()
     try:
-        data = p.read_bytes()
+        data = read_bytes(p)
     except FileNotFoundError:
         raise BadInput(f"{p}: profile not found; pass --profile FILE or create ./kldtui.toml "
                        "(see examples/)") from None
     except IsADirectoryError:
         raise BadInput(f"{p}: is a folder, expected a profile TOML file") from None
+    except OSError as exc:  # a FIFO, a device, no permission
+        raise BadInput(f"{p}: the profile cannot be read ({exc.strerror or exc})") from None
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kldtui.errors import KldError
+from kldtui.formats.safe_io import read_text
 from kldtui.workspace import Workspace
 
 DiskWindowState = Literal["pending", "captured", "finalized", "compared"]
@@ -146,7 +147,7 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
     try:
         from kldtui.stages.compare.cache import decode_result
 
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path))
         kl = decode_result(doc["result"]).kl_mean
     except (OSError, ValueError, KeyError, TypeError):
         return None

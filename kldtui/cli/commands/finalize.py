@@ -45,11 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
+    from kldtui.formats.safe_io import read_text
     from kldtui.formats.suite import load_suite
     from kldtui.stages.finalize import run_finalize
     from kldtui.workspace import Workspace
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = None
     if args.runtime_json:
         try:
-            runtime = json.loads(Path(args.runtime_json).read_text(encoding="utf-8"))
+            runtime = json.loads(read_text(args.runtime_json))
         except (OSError, ValueError) as exc:
             raise BadInput(f"{args.runtime_json}: cannot read the runtime identity ({exc})") from None
         if not isinstance(runtime, dict):

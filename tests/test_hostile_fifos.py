@@ -1,0 +1,136 @@
+"""Issue 27 item 7: a FIFO (or a device, or a folder) where kldtui expects a file is one line, exit 2,
+at once: manifests, token files, logits files, capture chunks and records, profiles, reports. Each
+test would block forever on the code before the fix (pytest-timeout ends it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kldtui.cli.main import main
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
+pytestmark = pytest.mark.timeout(60)
+
+
+def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], needle: str) -> str:
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip() and not line.startswith("[")]
+    assert code == 2, captured.err + captured.out
+    assert len(lines) == 1 and "internal error" not in lines[0], captured.err
+    assert needle in lines[0] and "FIFO" in lines[0], lines[0]
+    return lines[0]
+
+
+def _suite_with_fifo(tmp_path: Path, rel: str) -> Path:
+    suite = tmp_path / "suite"
+    shutil.copytree(EXAMPLE, suite)
+    target = suite / rel
+    target.unlink()
+    os.mkfifo(target)
+    return suite
+
+
+def _compare(suite: Path, out: Path) -> list[str]:
+    return ["compare", "--suite-manifest", str(suite / "suite-manifest.json"), "--reference-dir",
+            str(suite / "ref"), "--candidate-dir", str(suite / "candidate"), "--output", str(out),
+            "--bootstrap-samples", "50"]
+
+
+@pytest.mark.parametrize("rel", ["suite-manifest.json", "ref/manifest.json", "candidate/manifest.json",
+                                 "tokens/window-001-prose.json", "candidate/logits_002.safetensors",
+                                 "ref/logits_000.safetensors"])
+def test_compare_refuses_a_fifo_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], rel: str) -> None:
+    suite = _suite_with_fifo(tmp_path, rel)
+    out = tmp_path / "out.json"
+    _one_line_exit_2(_compare(suite, out), capsys, rel.split("/")[-1])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("rel", ["suite-manifest.json", "ref/manifest.json", "tokens/window-001-prose.json",
+                                 "ref/logits_003.safetensors"])
+def test_verify_refuses_a_fifo_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], rel: str) -> None:
+    suite = _suite_with_fifo(tmp_path, rel)
+    code = main(["verify", str(suite)])
+    captured = capsys.readouterr()
+    assert code in (1, 2) and "FIFO" in captured.err, captured.err + captured.out
+
+
+def test_profile_and_report_fifos(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "profile.toml"
+    os.mkfifo(fifo)
+    _one_line_exit_2(["--profile", str(fifo), "run", "--batch"], capsys, str(fifo))
+    report = tmp_path / "report.json"
+    os.mkfifo(report)
+    _one_line_exit_2(["diff", str(report), str(report)], capsys, str(report))
+    _one_line_exit_2(["leaderboard", str(report)], capsys, str(report))
+
+
+def test_character_device_is_not_read_forever(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(EXAMPLE, suite)
+    (suite / "ref" / "manifest.json").unlink()
+    (suite / "ref" / "manifest.json").symlink_to("/dev/zero")
+    code = main(_compare(suite, tmp_path / "out.json"))
+    err = capsys.readouterr().err
+    assert code == 2 and "character device" in err, err
+
+
+def _capture_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A capture folder whose run recorded window 0 of the example suite from real chunks."""
+    import numpy as np
+
+    from kldtui.formats.chunks import write_chunk
+    from kldtui.formats.safetensors_io import RowReader
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.capture import CaptureRecord, save_records
+    from kldtui.workspace import Workspace
+
+    suite = load_suite(EXAMPLE)
+    w = suite.windows[0]
+    with RowReader(EXAMPLE / "candidate" / "logits_000.safetensors") as reader:
+        rows = reader.read(0, reader.rows)
+    ws = Workspace.for_capture(EXAMPLE, tmp_path / "cap", "run", tmp_path / "out")
+    request = "cmpl-kldtui-run-w000-abcdef01-0"
+    write_chunk(tmp_path / "server", request, 0, np.ascontiguousarray(rows[:10]), rows.shape[1])
+    write_chunk(tmp_path / "server", request, 10, np.ascontiguousarray(rows[10:]), rows.shape[1])
+    chunk_dir = ws.chunk_dir(w.chunk_dir_name)
+    chunk_dir.parent.mkdir(parents=True)
+    (tmp_path / "server" / request).rename(chunk_dir)
+    record = CaptureRecord(window_index=0, domain=w.domain, prompt_tokens=w.num_tokens, request_id=request,
+                           elapsed_seconds=0.1, usage={}, finish_reason="length",
+                           chunk_dir=chunk_dir.name, chunks=sorted(os.listdir(chunk_dir)))
+    save_records(ws.records_path, {0: record})
+    return ws.records_path, chunk_dir
+
+
+def _finalize(tmp_path: Path) -> list[str]:
+    return ["finalize", "--suite-dir", str(EXAMPLE), "--capture-dir", str(tmp_path / "cap"), "--run-name",
+            "run", "--output-dir", str(tmp_path / "out"), "--start-window", "0", "--stop-window", "1"]
+
+
+def test_finalize_refuses_a_fifo_chunk_and_leaves_no_lock(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from kldtui.formats.folder_lock import LOCK_NAME
+
+    _, chunk_dir = _capture_run(tmp_path)
+    chunk = sorted(chunk_dir.iterdir())[-1]
+    chunk.unlink()
+    os.mkfifo(chunk)
+    _one_line_exit_2(_finalize(tmp_path), capsys, chunk.name)
+    assert not (tmp_path / "out" / LOCK_NAME).exists()
+
+
+def test_capture_records_fifo_is_bad_input(tmp_path: Path) -> None:
+    from kldtui.errors import BadInput
+    from kldtui.stages.capture import load_records
+
+    records, _ = _capture_run(tmp_path)
+    records.unlink()
+    os.mkfifo(records)
+    with pytest.raises(BadInput, match="FIFO"):
+        load_records(records)
