@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kldtui.cli.main import main
+from tests.paths import EXAMPLE_SUITE as EXAMPLE
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "suite"
 pytestmark = pytest.mark.timeout(60)
 
 
