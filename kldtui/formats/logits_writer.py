@@ -33,6 +33,7 @@ from kldtui.formats.suite import (
     WindowSpec,
     logits_file_name,
 )
+from kldtui.redact import redact_json
 
 SYNC_EVERY_BYTES = 32 * 1024 * 1024
 
@@ -251,7 +252,7 @@ def write_logits_manifest(folder: str | os.PathLike[str], suite: Suite,
         "total_scored_positions": sum(w.rows for w in items),
         "total_size_bytes": sum(w.size_bytes for w in items),
         "suite_token_hash_sha256": suite.suite_token_hash_sha256,
-        "runtime": runtime,
+        "runtime": redact_json(runtime),  # whoever gave it (a profile, --runtime-json): no secret kept
         "windows": [w.manifest_entry() for w in items],
     }
     path = Path(folder) / LOGITS_MANIFEST

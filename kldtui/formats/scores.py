@@ -56,6 +56,7 @@ from kldtui.formats.suite import (
     require_field,
     token_ids_hash,
 )
+from kldtui.redact import redact_json
 
 MODES = ("logits", "score")
 SCORE_KEY = "records"
@@ -220,7 +221,7 @@ def write_scores_manifest(folder: str | os.PathLike[str], suite: Suite, written:
            "window_count": len(items), "window_range": list(window_range),
            "total_scored_positions": sum(w.rows for w in items),
            "total_size_bytes": sum(w.size_bytes for w in items),
-           "suite_token_hash_sha256": suite.suite_token_hash_sha256, "runtime": runtime,
+           "suite_token_hash_sha256": suite.suite_token_hash_sha256, "runtime": redact_json(runtime),
            "windows": [w.manifest_entry() for w in items]}
     path = Path(folder) / SCORES_MANIFEST
     write_json_atomic(path, doc)

@@ -10,6 +10,7 @@ from the files it describes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -20,8 +21,8 @@ from typing import Any
 from kldtui import settings
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStarted, null_sink
-from kldtui.formats.atomic import write_bytes_atomic
-from kldtui.formats.safe_io import read_text
+from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
+from kldtui.formats.safe_io import read_bytes, read_text
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
@@ -30,6 +31,7 @@ from kldtui.formats.suite import (
     load_logits_manifest,
     load_suite,
 )
+from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 
 STAGE: StageName = "publish"
 CARD = "README.md"
@@ -114,7 +116,10 @@ def _model_name(ref: LogitsManifest) -> str:
 
 
 def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> str:
-    """The dataset card (Markdown with a small YAML header) for the folder at ``root``."""
+    """The dataset card (Markdown with a small YAML header) for the folder at ``root``. Secrets in
+    what it quotes (the runtime, any text of a secret's shape) are redacted again here: the
+    manifests may come from another tool (docs/SAFETY.md)."""
+    ref = dataclasses.replace(ref, runtime=redact_json(ref.runtime))
     f = figures(suite, ref)
     model = _model_name(ref)
     n = f.windows
@@ -258,7 +263,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         f"hashes, and every logits file against {REF_DIR}/{LOGITS_MANIFEST}.",
         "",
     ]
-    return "\n".join(out)
+    return redact_text("\n".join(out))
 
 
 def upload_files(root: Path) -> list[str]:
@@ -299,8 +304,9 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
     if missing:
         emit(Notice(STAGE, f"ref/ lacks windows {missing}; the card describes the {len(ref.entries)} "
                     "windows it has", level="warning"))
-    card = render_card(p, repo_id, suite, ref)
     files = upload_files(p)
+    _redact_uploads(p, files, dry_run=dry_run, emit=emit)
+    card = render_card(p, repo_id, suite, ref)
     if CARD not in files:
         files = sorted([*files, CARD])
     if dry_run:
@@ -310,6 +316,45 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
     url = _upload(p, repo_id, private=private, revision=revision)
     emit(StageFinished(STAGE, summary=f"{len(files)} files -> {url}"))
     return PublishResult(card, files, url)
+
+
+TEXT_LIMIT = 16 * 1024 * 1024  # larger text files are not scanned (logits are not text)
+
+
+def _redact_uploads(root: Path, files: Sequence[str], *, dry_run: bool, emit: EventSink) -> None:
+    """Redaction applied again to everything that goes up: a JSON file holding a secret (a
+    manifest's runtime written by another tool) is rewritten in the folder with it redacted (a dry
+    run only says so); another text file holding a value of a secret's shape is refused."""
+    for rel in files:
+        path = root / rel
+        if rel == CARD or path.suffix == ".safetensors":
+            continue
+        try:
+            data = read_bytes(path, limit=TEXT_LIMIT)
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # too large or binary: not text a secret is written into
+        if path.suffix == ".json":
+            try:
+                doc = json.loads(text)
+            except ValueError:
+                doc = None
+            if doc is not None:
+                clean = redact_document(doc)
+                if clean == doc:
+                    continue
+                if dry_run:
+                    emit(Notice(STAGE, f"{path}: holds what looks like a secret (in its runtime or a value "
+                                       "of a secret's shape); publish redacts it in this file before the "
+                                       "upload", level="warning"))
+                else:
+                    write_json_atomic(path, clean, sort_keys=False)
+                    emit(Notice(STAGE, f"{path}: held what looks like a secret; redacted in place before "
+                                       "the upload", level="warning"))
+                continue
+        if looks_secret(text):
+            raise BadInput(f"{path}: holds a value shaped like a secret (a token, a password in a URL); "
+                           "remove it, or move the file out of the folder, and publish again")
 
 
 def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None) -> str:

@@ -96,3 +96,41 @@ def test_upload_over_loopback_then_resume_skips_unchanged(tmp_path: Path, monkey
         assert len(hub.requests(method="PUT", origin="cdn")) == 3
         check_card_figures((remote / "README.md").read_text(), root)
         assert "published" in capsys.readouterr().out
+
+
+def _plant_raw_secrets(root: Path) -> tuple[str, ...]:
+    """A reference manifest written by another tool, its runtime holding raw secrets."""
+    secrets = ("ghp_" + "Q" * 36, "pw-" + "z" * 10, "hf_" + "k" * 34, "opaque-auth-1234")
+    path = root / "ref" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["runtime"] = {"model": "/models/tiny", "env": {"GITHUB_PAT": secrets[0], "HF_AUTH": secrets[3],
+                                                        "DATABASE_URL": f"postgres://u:{secrets[1]}@db/x"},
+                      "argv": ["vllm", "serve", "/models/tiny", "--hf-token", secrets[2]],
+                      "note": f"pulled with {secrets[2]}"}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return secrets
+
+
+def test_publish_redacts_again_what_it_reads_from_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import huggingface_hub.constants as hub_constants
+
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=9, vocab=40)
+    secrets = _plant_raw_secrets(root)
+    assert main(["publish", str(root), "--repo-id", "me/tiny-kld", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "GITHUB_PAT" in captured.out and "<redacted>" in captured.out
+    assert not any(s in captured.out + captured.err for s in secrets)
+    assert "ref/manifest.json" in captured.err and "secret" in captured.err  # said, and nothing changed
+    assert secrets[0] in (root / "ref" / "manifest.json").read_text()
+    monkeypatch.setattr(hub_constants, "HF_HUB_DISABLE_XET", True)
+    with HubServer() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["publish", str(root), "--repo-id", "me/tiny-kld"]) == 0
+        remote = hub.repo_folder("me/tiny-kld")
+        for path in remote.rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".md"):
+                assert not any(s in path.read_text() for s in secrets), path
+        assert json.loads((remote / "ref" / "manifest.json").read_text())["runtime"]["env"]["GITHUB_PAT"] \
+            == "<redacted>"
+    assert main(["verify", str(root)]) == 0  # the local folder, redacted in place, still verifies

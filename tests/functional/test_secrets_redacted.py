@@ -17,6 +17,12 @@ from kldtui.stages.serve import ServerProcess
 
 API_KEY = "sk-test-4f9a1c2b7d"
 HF_TOKEN = "hf_test_9e8d7c6b5a"
+# secrets outside the name list (issue 27 item 2): found by name words and by the shape of the value
+GITHUB_PAT = "gh-pat-value-0b1c2d3e"
+HF_AUTH = "hf-auth-value-4f5a6b"
+DB_PASSWORD = "db-pw-7c8d9e0f"
+DATABASE_URL = f"postgres://app:{DB_PASSWORD}@db.internal:5432/prod"
+OTHER_SECRETS = (GITHUB_PAT, HF_AUTH, DB_PASSWORD)
 
 
 @pytest.mark.parametrize("flag", ["--api-key", "--hf-token", "--token", "--password", "--api_key",
@@ -74,7 +80,8 @@ def test_pipeline_records_and_prints_no_secret(tmp_path: Path) -> None:
     build_demo_suite(workdir / "suite")
     text = PROFILE_TEXT.replace('kind = "embedded"\n', 'kind = "embedded"\n'
                                 f'vllm_args = ["--api-key", "{API_KEY}"]\n'
-                                f'env = {{HF_TOKEN = "{HF_TOKEN}"}}\n'
+                                f'env = {{HF_TOKEN = "{HF_TOKEN}", GITHUB_PAT = "{GITHUB_PAT}", '
+                                f'HF_AUTH = "{HF_AUTH}", DATABASE_URL = "{DATABASE_URL}"}}\n'
                                 'api_key_env = "KLDTUI_TEST_KEY"\n', 1)
     text = text.replace("[run]\n", "[run]\nstop_window = 2\n", 1)
     profile = workdir / "kldtui.toml"
@@ -90,7 +97,10 @@ def test_pipeline_records_and_prints_no_secret(tmp_path: Path) -> None:
         if path.is_file() and path.suffix in (".json", ".log", ".txt"):
             data = path.read_text(errors="replace")
             assert API_KEY not in data and HF_TOKEN not in data, path
+            assert not any(s in data for s in OTHER_SECRETS), path
+    assert not any(s in proc.stdout + proc.stderr for s in OTHER_SECRETS)
     runtime = json.loads((workdir / "candidate" / "manifest.json").read_text())["runtime"]
-    assert runtime["env"] == {"HF_TOKEN": REDACTED}
+    assert runtime["env"] == {"HF_TOKEN": REDACTED, "GITHUB_PAT": REDACTED, "HF_AUTH": REDACTED,
+                              "DATABASE_URL": f"postgres://app:{REDACTED}@db.internal:5432/prod"}
     i = runtime["argv"].index("--api-key")
     assert runtime["argv"][i + 1] == REDACTED
