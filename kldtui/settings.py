@@ -213,6 +213,11 @@ FASTKL_MARCH = _text("KLDTUI_FASTKL_MARCH", KLDTUI,
                      "Build (and cache) the compiled kernel for this `-march` target instead of the "
                      "host CPU, e.g. `x86-64-v3` to time an AVX2 build on an AVX-512 machine.",
                      kind="a compiler -march name", pattern=r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+VERIFIED_CACHE = _path("KLDTUI_VERIFIED_CACHE", KLDTUI,
+                       "Where the SHA-256 of files already verified is remembered (one record per file, "
+                       "keyed by device, inode, size, modification and change time; never inside the "
+                       "verified folder). Trusted only when it is yours and nobody else can write it.",
+                       default_text="$XDG_CACHE_HOME/kldtui/verified")
 NO_MMAP = _flag("KLDTUI_NO_MMAP", KLDTUI,
                 "Compare reads logits rows with read() instead of mapping the files into memory.")
 

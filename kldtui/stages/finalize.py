@@ -141,7 +141,7 @@ def _verify_written(final: Path, written: WrittenLogits, window: WindowSpec, chu
 def _remember_hash(output_dir: Path, final: Path, sha256: str) -> None:
     """Hash once: the SHA-256 computed while writing goes into the verified-file cache, so the
     reference stage (and ``verify`` without ``--reverify``) does not hash the file again."""
-    from kldtui.stages.verify import VerifiedCache
+    from kldtui.formats.verified_cache import VerifiedCache
 
     cache = VerifiedCache(output_dir)
     cache.record(final, sha256)

@@ -62,12 +62,12 @@ from kldtui.formats.suite import (
     load_suite,
     sha256_file,
 )
+from kldtui.formats.verified_cache import VerifiedCache
 from kldtui.stages.verify import (
     PUBLISHED_REPO_ID,
     PUBLISHED_SUITE_HASH,
     RECORD_NAME,
     REF_DIR,
-    VerifiedCache,
     VerifyResult,
     read_record,
     verify_reference,

@@ -11,8 +11,9 @@ What is checked (docs/FORMATS.md):
   in parallel (hashlib releases the GIL).
 
 Every failure found is collected (one line each, naming the file and window); nothing stops at
-the first. A file's hash is recorded in ``<folder>/.kldtui-verified.json`` with its size and
-modification time, so an unchanged 1.3 GB file is not hashed again (``reverify=True`` forces it).
+the first. A file's hash is remembered in the user's cache folder, out of reach of the folder's
+writers (:mod:`kldtui.formats.verified_cache`: keyed by device, inode, size, modification and change
+time), so an unchanged 1.3 GB file is not hashed again (``reverify=True`` forces it).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from kldtui.events import (
     Throttle,
     null_sink,
 )
-from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.identity import check_logits_file
 from kldtui.formats.safe_io import is_present, read_text
 from kldtui.formats.suite import (
@@ -51,8 +51,8 @@ from kldtui.formats.suite import (
     load_suite,
     sha256_file,
 )
+from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
 
-CACHE_NAME = ".kldtui-verified.json"
 RECORD_NAME = ".kldtui-reference.json"  # written by kldtui.stages.reference in a downloaded dataset root
 REF_DIR = "ref"
 PUBLISHED_REPO_ID = "festr2/kimi-k3-full-mxfp4-kld-reference-32x2048"
@@ -62,75 +62,6 @@ STAGE: StageName = "verify"
 
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
-
-
-# ------------------------------------------------------------------------------------------------
-# verified-file cache
-
-
-class VerifiedCache:
-    """``(size, mtime_ns, sha256)`` per file of one folder, kept in ``<folder>/.kldtui-verified.json``.
-
-    A file whose size and modification time match its record is taken to have the recorded
-    SHA-256. Thread-safe; :meth:`save` writes atomically and never fails the run (a read-only
-    folder just gets no cache).
-    """
-
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
-        self.folder = Path(folder)
-        self.path = self.folder / CACHE_NAME
-        self._lock = threading.Lock()
-        self._files: dict[str, dict[str, Any]] = {}
-        self._dirty = False
-        try:
-            doc = json.loads(read_text(self.path))
-            files = doc.get("files", {}) if isinstance(doc, dict) and doc.get("format") == 1 else {}
-            self._files = {str(k): v for k, v in files.items() if isinstance(v, dict)}
-        except (OSError, ValueError):
-            self._files = {}
-
-    def _key(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.folder.resolve()).as_posix()
-        except ValueError:
-            return str(path.resolve())
-
-    def lookup(self, path: str | os.PathLike[str]) -> str | None:
-        """The recorded SHA-256 if the file is unchanged since it was recorded, else None."""
-        p = Path(path)
-        try:
-            st = p.stat()
-        except OSError:
-            return None
-        with self._lock:
-            entry = self._files.get(self._key(p))
-        if (entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
-                and isinstance(entry.get("sha256"), str)):
-            return str(entry["sha256"])
-        return None
-
-    def record(self, path: str | os.PathLike[str], sha256: str) -> None:
-        p = Path(path)
-        try:
-            st = p.stat()
-        except OSError:
-            return
-        with self._lock:
-            self._files[self._key(p)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256,
-                                         "verified_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            self._dirty = True
-
-    def save(self) -> bool:
-        with self._lock:
-            if not self._dirty:
-                return True
-            doc = {"format": 1, "files": dict(sorted(self._files.items()))}
-            self._dirty = False
-        try:
-            write_json_atomic(self.path, doc)
-            return True
-        except OSError:
-            return False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -183,14 +114,18 @@ def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: Event
         if cancel is not None:
             cancel.check()
         try:
+            before = os.stat(p)
             sha = sha256_file(p, progress=progress)
+            after = os.stat(p)
         except OSError as exc:
             message = f"{p}: cannot be read ({exc.strerror or exc})"
             if errors is None:
                 raise StageFailed(message) from None
             errors[p] = message
             return p, None
-        if on_hashed is not None:
+        unchanged = (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns) == (
+            after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
+        if on_hashed is not None and unchanged:  # a file written while hashed is not remembered
             on_hashed(p, sha)
         emit(Progress(stage, task=p.name, done=sizes[p], total=sizes[p], unit="B"))
         return p, sha
@@ -369,6 +304,9 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
         if path is not None and size_ok:
             to_hash[path] = index
     cache = VerifiedCache(manifest.root)
+    if cache.untrusted is not None and not reverify:
+        result.notes.append(f"{cache.path}: the verified-hash cache is not trusted ({cache.untrusted}); "
+                            "every file is hashed")
     need: list[Path] = []
     known: dict[Path, str] = {}
     for path in to_hash:
@@ -386,7 +324,7 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
         hashed = hash_files(need, workers=workers, emit=emit, cancel=cancel, on_hashed=cache.record,
                             errors=errors)
     finally:
-        if not cache.save():
+        if not cache.save() and cache.untrusted is None:
             result.notes.append(f"{cache.path}: not writable; verified hashes are not remembered")
     result.checked.extend(p for p in need if p in hashed)
     result.bytes_hashed += sum(p.stat().st_size for p in need if p in hashed)

@@ -74,7 +74,9 @@ def test_finalize_run_writes_files_and_manifest(tmp_path: Path) -> None:
             np.testing.assert_array_equal(r.read(0, r.rows), data[w.index])
     assert sorted(n for n in os.listdir(out) if not n.startswith(".")) == [
         "logits_000.safetensors", "logits_001.safetensors", "manifest.json"]
-    assert os.path.exists(out / ".kldtui-verified.json")  # hash once: finalize's hashes recorded
+    from kldtui.formats.verified_cache import VerifiedCache  # hash once: finalize's hashes recorded
+
+    assert VerifiedCache().lookup(out / "logits_000.safetensors") is not None
     states = [(e.window_index, e.state) for e in events if isinstance(e, WindowState)]
     assert states == [(0, "finalizing"), (0, "finalized"), (1, "finalizing"), (1, "finalized")]
 

@@ -13,10 +13,9 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted
 from kldtui.events import Cancel, Progress
+from kldtui.formats.verified_cache import LEGACY_NAME, VerifiedCache
 from kldtui.stages.verify import (
-    CACHE_NAME,
     PUBLISHED_SUITE_HASH,
-    VerifiedCache,
     hash_files,
     verify_path,
     verify_reference,
@@ -47,11 +46,13 @@ def test_clean_dataset_verifies_then_uses_the_cache(dataset: Path) -> None:
     assert first.cached == []
     assert first.bytes_hashed == sum(p.stat().st_size for p in (dataset / "ref").glob("*.safetensors"))
     assert any(isinstance(e, Progress) and e.task == "hash" and e.unit == "B" for e in events)
-    cache = json.loads((dataset / "ref" / CACHE_NAME).read_text())
-    entry = cache["files"]["logits_002.safetensors"]
     f = dataset / "ref" / "logits_002.safetensors"
-    assert entry["size"] == f.stat().st_size and entry["mtime_ns"] == f.stat().st_mtime_ns
+    st = f.stat()
+    entry = json.loads((VerifiedCache().path / f"{st.st_dev:x}-{st.st_ino:x}.json").read_text())
+    assert entry["size"] == st.st_size and entry["mtime_ns"] == st.st_mtime_ns
+    assert entry["ctime_ns"] == st.st_ctime_ns
     assert entry["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert not (dataset / "ref" / LEGACY_NAME).exists()
 
     second = verify_path(dataset)
     assert second.ok and second.checked == [] and len(second.cached) == 4
@@ -167,9 +168,10 @@ def test_parallel_hashing_matches_hashlib(tmp_path: Path) -> None:
 
 
 def test_cache_ignores_a_corrupt_cache_file(dataset: Path) -> None:
-    (dataset / "ref" / CACHE_NAME).write_text("{not json")
+    f = dataset / "ref" / "logits_000.safetensors"
     cache = VerifiedCache(dataset / "ref")
-    assert cache.lookup(dataset / "ref" / "logits_000.safetensors") is None
+    (cache.path / f"{f.stat().st_dev:x}-{f.stat().st_ino:x}.json").write_text("{not json")
+    assert cache.lookup(f) is None
     assert verify_path(dataset).ok
 
 

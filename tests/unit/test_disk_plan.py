@@ -6,8 +6,8 @@ import numpy as np
 
 from kldtui.formats.chunks import write_chunk
 from kldtui.formats.suite_writer import write_suite
+from kldtui.formats.verified_cache import VerifiedCache
 from kldtui.stages.finalize import finalize_window
-from kldtui.stages.verify import VerifiedCache
 from kldtui.workflow.diskplan import GIB, disk_need, kimi_need, window_bytes
 
 

@@ -1,0 +1,156 @@
+"""The SHA-256 of files already verified, kept where the verified folder's writers cannot forge it.
+
+Hashing a 40 GiB reference takes minutes, so a file's hash is remembered once computed. The record
+must not vouch for itself: a cache inside the verified folder (``.kldtui-verified.json``, as kldtui
+kept it before) can be edited by whoever writes the folder, to make ``verify`` pass a replaced file.
+So:
+
+- records live in the user's cache folder (``$XDG_CACHE_HOME/kldtui/verified``, or
+  ``KLDTUI_VERIFIED_CACHE``), one small file per verified file, named by its device and inode;
+- a record holds the file's size, modification time and change time (``st_ctime``) when it was
+  hashed: the change time moves on any write, ``chmod``, rename or ``utime`` and cannot be set by
+  the folder's writer, so a file changed in place, even with its modification time put back, no
+  longer matches and is hashed again; a record is only kept when the file did not change while
+  it was hashed;
+- the cache folder is trusted only when it is this user's, not a link, and writable by nobody
+  else (mode ``0700`` when kldtui makes it); otherwise nothing is looked up or recorded (every file
+  is hashed) and :attr:`VerifiedCache.untrusted` says why.
+
+A ``.kldtui-verified.json`` left in a folder by an older kldtui is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kldtui import settings
+from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.safe_io import read_text
+
+LEGACY_NAME = ".kldtui-verified.json"  # the old in-folder cache: never read
+RECORD_FORMAT = "kldtui-verified-v2"
+
+
+def store_dir() -> Path:
+    """The user's verified-hash folder."""
+    configured = settings.VERIFIED_CACHE.get()
+    return configured if configured is not None else settings.XDG_CACHE_HOME.get() / "kldtui" / "verified"
+
+
+def _untrusted_reason(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold trusted records (None: it can), creating it when missing."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(folder)
+    except OSError as exc:
+        return f"cannot be made ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return "is not a folder (a link or a file)"
+    if st.st_uid != os.getuid():
+        return f"belongs to user id {st.st_uid}, not to you"
+    if st.st_mode & 0o022:
+        return f"others can write into it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _identity(st: os.stat_result) -> dict[str, int]:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
+class VerifiedCache:
+    """Remembered hashes for the files of ``folder`` (any file, in fact: records are per inode).
+
+    Thread-safe. :meth:`record` keeps a hash in memory, :meth:`save` writes the records; neither
+    ever fails a run (no cache is just slower). ``path`` is the store, for messages.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None, *, store: Path | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self.path = store if store is not None else store_dir()
+        self.untrusted = _untrusted_reason(self.path)
+        self._lock = threading.Lock()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._forget: set[str] = set()
+
+    @staticmethod
+    def _name(st: os.stat_result) -> str:
+        return f"{st.st_dev:x}-{st.st_ino:x}.json"
+
+    def _stat(self, path: str | os.PathLike[str]) -> os.stat_result | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st if stat.S_ISREG(st.st_mode) else None
+
+    def lookup(self, path: str | os.PathLike[str]) -> str | None:
+        """The remembered SHA-256 if the file is the one hashed and unchanged since, else None."""
+        if self.untrusted is not None:
+            return None
+        st = self._stat(path)
+        if st is None:
+            return None
+        name = self._name(st)
+        with self._lock:
+            entry = self._pending.get(name)
+        if entry is None:
+            try:
+                entry = json.loads(read_text(self.path / name, limit=4096, follow=False))
+            except (OSError, ValueError):
+                return None
+        if not isinstance(entry, dict) or entry.get("format") != RECORD_FORMAT:
+            return None
+        if any(entry.get(k) != v for k, v in _identity(st).items()):
+            return None
+        sha = entry.get("sha256")
+        return sha if isinstance(sha, str) and len(sha) == 64 else None
+
+    def record(self, path: str | os.PathLike[str], sha256: str,
+               before: os.stat_result | None = None) -> None:
+        """Remember ``path``'s hash; ``before``: the file's stat when hashing began (not recorded
+        when the file changed meanwhile)."""
+        if self.untrusted is not None:
+            return
+        st = self._stat(path)
+        if st is None or (before is not None and (self._name(before) != self._name(st)
+                                                  or _identity(before) != _identity(st))):
+            return
+        entry = {"format": RECORD_FORMAT, **_identity(st), "sha256": sha256,
+                 "path": os.path.abspath(path),
+                 "verified_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with self._lock:
+            self._pending[self._name(st)] = entry
+            self._forget.discard(self._name(st))
+
+    def forget(self, path: str | os.PathLike[str]) -> None:
+        st = self._stat(path)
+        if st is None:
+            return
+        with self._lock:
+            self._pending.pop(self._name(st), None)
+            self._forget.add(self._name(st))
+
+    def save(self) -> bool:
+        """Write what was recorded; False when it could not be (nothing else happens)."""
+        if self.untrusted is not None:
+            return False
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            forget, self._forget = self._forget, set()
+        ok = True
+        for name in forget:
+            with contextlib.suppress(OSError):
+                (self.path / name).unlink()
+        for name, entry in pending.items():
+            try:
+                write_json_atomic(self.path / name, entry)
+            except OSError:
+                ok = False
+        return ok
