@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,6 +277,39 @@ def upload_files(root: Path) -> list[str]:
     return files
 
 
+_REPO_PART = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?$")
+REPO_PART_MAX = 96
+
+
+def repo_id_problem(repo_id: str) -> str | None:
+    """Why ``repo_id`` is not a Hub repository id ``ORG/NAME``, or None (the Hub's rules: letters,
+    digits, ``_``, ``.`` and ``-``; starting with a letter or digit; no ``--`` or ``..``; at most
+    96 characters a part). ``../x`` or ``me/..`` would name another place, ``me/x y`` nothing."""
+    parts = repo_id.split("/")
+    if len(parts) != 2:
+        return "needs exactly one '/'"
+    for part in parts:
+        if not part:
+            return "has an empty part"
+        if len(part) > REPO_PART_MAX:
+            return f"has a part of {len(part)} characters (at most {REPO_PART_MAX})"
+        if not _REPO_PART.match(part) or not part.isascii():
+            return (f"part {part!r} may hold only letters, digits, '_', '.' and '-', start with a "
+                    "letter or digit and not end with '.' or '-'")
+        if "--" in part or ".." in part:
+            return f"part {part!r} holds '--' or '..'"
+    return None
+
+
+def check_repo_id(repo_id: str) -> str:
+    """``repo_id`` when it is a valid ``ORG/NAME``; BadInput (one line) otherwise."""
+    problem = repo_id_problem(repo_id)
+    if problem is not None:
+        raise BadInput(f"--repo-id {repo_id!r}: not a repository id ({problem}); expected ORG/NAME, "
+                       "e.g. my-org/qwen3-8b-kld-reference")
+    return repo_id
+
+
 @dataclass(frozen=True)
 class PublishResult:
     card: str
@@ -290,8 +324,7 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
     from kldtui.stages.verify import verify_path
 
     p = Path(root)
-    if "/" not in repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise BadInput(f"--repo-id {repo_id!r}: expected ORG/NAME")
+    check_repo_id(repo_id)
     if not (p / SUITE_MANIFEST).is_file() or not (p / REF_DIR / LOGITS_MANIFEST).is_file():
         raise BadInput(f"{p}: a dataset root needs {SUITE_MANIFEST} and {REF_DIR}/{LOGITS_MANIFEST}; "
                        "prepare the suite and capture its reference first")

@@ -162,6 +162,7 @@ class VerifyResult:
     path: Path
     kind: str  # "suite", "logits" or "dataset"
     failures: list[str] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)  # failures that are unreadable manifests
     checked: list[Path] = field(default_factory=list)  # files hashed by this run
     cached: list[Path] = field(default_factory=list)  # files whose hash came from the cache
     notes: list[str] = field(default_factory=list)
@@ -176,14 +177,26 @@ class VerifyResult:
 
     def summary(self) -> str:
         head = "OK" if self.ok else f"FAILED ({len(self.failures)} problem{'s' * (len(self.failures) != 1)})"
+        if self.ok and self.kind == "suite":  # never a bare "OK": nothing of the logits was checked
+            head = (f"suite and token files OK; no reference logits checked (no {REF_DIR}/{LOGITS_MANIFEST} "
+                    "here)")
         return (f"{self.kind} {self.path}: {head}; {len(self.checked)} file(s) hashed "
                 f"({size_text(self.bytes_hashed)}), {len(self.cached)} already verified and unchanged")
 
+    @property
+    def exit_code(self) -> int:
+        """0 verified, 2 a manifest cannot be read (bad input, as compare says), 1 anything else."""
+        return 2 if self.malformed else (0 if self.ok else 1)
+
     def raise_for_failures(self) -> None:
-        """Raise :class:`StageFailed` naming the first failure (and how many more there are)."""
+        """Raise :class:`StageFailed` naming the first failure (and how many more there are);
+        :class:`BadInput` when a manifest cannot be read."""
         if self.failures:
+            first = self.malformed[0] if self.malformed else self.failures[0]
             more = f" (and {len(self.failures) - 1} more problem(s))" if len(self.failures) > 1 else ""
-            raise StageFailed(f"verification failed: {self.failures[0]}{more}")
+            if self.malformed:
+                raise BadInput(f"verification failed: {first}{more}")
+            raise StageFailed(f"verification failed: {first}{more}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -205,6 +218,7 @@ def _check_suite(suite_path: Path, result: VerifyResult, expected_suite_hash: st
         suite = load_suite(suite_path)
     except BadInput as exc:
         result.failures.append(str(exc))
+        result.malformed.append(str(exc))
         return None
     result.suite_hash = suite.suite_token_hash_sha256
     try:
@@ -281,6 +295,7 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
         manifest = load_logits_manifest(manifest_path)
     except BadInput as exc:
         result.failures.append(str(exc))
+        result.malformed.append(str(exc))
         return None
     selected = sorted(manifest.entries) if windows is None else list(windows)
     for index in selected:

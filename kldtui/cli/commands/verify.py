@@ -136,4 +136,4 @@ def run(args: argparse.Namespace) -> int:
     for failure in result.failures:
         print(f"FAIL {failure}", file=sys.stderr)
     print(result.summary())
-    return 0 if result.ok else 1
+    return result.exit_code
