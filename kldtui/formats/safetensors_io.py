@@ -66,6 +66,43 @@ class SafetensorsHeader:
         return self.tensors[key]
 
 
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry(p: Path, name: str, entry: object, data_bytes: int) -> tuple[str, tuple[int, ...], int, int]:
+    """One tensor entry, checked as the safetensors library checks it: an object with a dtype
+    string, a shape of whole numbers >= 0 and two data offsets ``0 <= begin <= end`` inside the
+    data section (a negative offset would read the header as tensor data)."""
+    where = f"{p}: corrupt safetensors entry for tensor {name!r}"
+    advice = "; the file is corrupt or forged, delete it and fetch it again"
+    if not isinstance(entry, dict):
+        raise BadInput(f"{where} (not an object){advice}")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise BadInput(f"{where} (dtype {dtype!r} is not a name){advice}")
+    if not isinstance(shape, list) or not all(_whole(d) for d in shape):
+        raise BadInput(f"{where} (shape {shape!r} is not a list of whole numbers >= 0){advice}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_whole(v) for v in offsets):
+        raise BadInput(f"{where} (data_offsets {offsets!r} are not two whole numbers >= 0){advice}")
+    begin, end = offsets
+    if begin > end:
+        raise BadInput(f"{where} (data_offsets {offsets!r} end before they begin){advice}")
+    if end > data_bytes:
+        raise BadInput(f"{p}: truncated: tensor {name!r} needs data up to byte {end} of the data "
+                       f"section, the file has {data_bytes}; delete it and download or capture it again")
+    return dtype, tuple(shape), begin, end
+
+
 def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     """Parse and validate a safetensors header; a truncated or corrupt file raises BadInput."""
     p = Path(path)
@@ -89,25 +126,23 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     except OSError as exc:  # a symlink loop, no permission, an I/O error
         raise BadInput(f"{p}: cannot be read ({exc.strerror or exc})") from None
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
         if not isinstance(doc, dict):
             raise ValueError("header is not an object")
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"{p}: corrupt safetensors header ({exc}); "
                        "delete it and download or capture it again") from None
     metadata = doc.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict):
-        raise BadInput(f"{p}: corrupt safetensors header (__metadata__ is a "
-                       f"{type(metadata).__name__}, not a string map); delete it and fetch it again")
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        kind = (type(metadata).__name__ if not isinstance(metadata, dict) else
+                "a map with " + ", ".join(f"{k}={type(v).__name__}" for k, v in metadata.items()
+                                          if not isinstance(v, str))[:200])
+        raise BadInput(f"{p}: corrupt safetensors header (__metadata__ is {kind}, not a string map of "
+                       "metadata); delete it and fetch it again")
     data_start = 8 + header_len
     tensors: dict[str, TensorInfo] = {}
     for name, entry in doc.items():
-        try:
-            dtype = str(entry["dtype"])
-            shape = tuple(int(d) for d in entry["shape"])
-            begin, end = (int(v) for v in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise BadInput(f"{p}: corrupt safetensors entry for tensor {name!r}") from None
+        dtype, shape, begin, end = _entry(p, name, entry, size - data_start)
         info = TensorInfo(name, dtype, shape, data_start + begin, data_start + end)
         if dtype in DTYPES:
             expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
@@ -118,6 +153,12 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
             raise BadInput(f"{p}: truncated: tensor {name!r} needs {info.end} bytes, file has "
                            f"{size}; delete it and download or capture it again")
         tensors[name] = info
+    previous: TensorInfo | None = None
+    for info in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if previous is not None and info.begin < previous.end:
+            raise BadInput(f"{p}: tensors {previous.name!r} and {info.name!r} overlap in the data "
+                           f"(data_offsets); the file is corrupt or forged, delete it and fetch it again")
+        previous = info
     return SafetensorsHeader(p, header_len, tensors, {str(k): str(v) for k, v in metadata.items()},
                              size)
 
