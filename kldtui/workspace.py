@@ -1,8 +1,8 @@
 """Every path of a run, in one place.
 
-A :class:`Workspace` is built once (from a profile, or from the flags of a single-stage command)
-and handed to the stage drivers, the pipeline and the dashboard; nothing else joins work-folder
-paths. Layout of a profile's work folder (``[run] workdir``)::
+A :class:`Workspace` is built once (from a profile: ``Profile.workspace()``, or from the flags of
+a single-stage command) and handed to the stage drivers, the pipeline and the dashboard; nothing
+else joins work-folder paths. Layout of a profile's work folder (``[run] workdir``)::
 
     workdir/
       .kldtui.lock                  held while a run writes into the folder
@@ -29,13 +29,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kldtui.formats.folder_lock import lock_path_for_folder
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
-
-if TYPE_CHECKING:
-    from kldtui.workflow.profile import Profile
 
 StrPath = str | os.PathLike[str]
 DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
@@ -56,17 +52,6 @@ class Workspace:
     workdir: Path | None = None  # None for single-stage commands (no work folder)
 
     # -- constructors ---------------------------------------------------------------------------
-    @classmethod
-    def from_profile(cls, profile: Profile) -> Workspace:
-        """The work folder of a profile: ``[run] workdir`` and ``[reference] local_dir``."""
-        workdir = Path(profile.run.workdir)
-        ref = profile.reference
-        suite_dir = Path(ref.local_dir) if ref.local_dir is not None else workdir / "reference"
-        return cls(suite_dir=suite_dir, reference_dir=suite_dir / ref.logits_dir,
-                   capture_root=workdir / "capture", run_name=profile.run.run_name,
-                   candidate_dir=workdir / "candidate", compare_dir=workdir / "compare",
-                   report_path=workdir / "comparison.json", workdir=workdir)
-
     @classmethod
     def for_suite(cls, suite_dir: StrPath, logits_dir: str = "ref") -> Workspace:
         """``kldtui download``/``verify``: a suite folder and its reference logits."""

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any
 
 from kldtui import settings
 from kldtui.errors import BadInput, Interrupted, StageFailed
@@ -68,6 +68,9 @@ from kldtui.events import (
 )
 from kldtui.formats.safe_io import open_private_text
 from kldtui.redact import redact_argv, redact_env, scrub, secret_values
+from kldtui.servers.base import ServerPlan
+from kldtui.servers.readiness import check_attached, probe_models
+from kldtui.servers.registry import server_kind
 
 if TYPE_CHECKING:
     from kldtui.workspace import Workspace
@@ -415,7 +418,7 @@ class ServerProcess:
                 dead = self.alive()
                 if dead is not None:
                     raise StageFailed(f"server {self.argv[0]} did not start: {dead}")
-                served = _probe(client)
+                served = probe_models(client)
                 if served is not None:
                     dead = self.alive()
                     if dead is not None:  # something else answers on our port
@@ -520,63 +523,7 @@ class ServerProcess:
             self._log_file = None
 
 
-def _probe(client: Any) -> list[str] | None:
-    """The served model ids once ``/health`` is 200 and ``/v1/models`` answers; else None."""
-    import httpx
-
-    try:
-        health = client.get("/health")
-        if health.status_code != 200:
-            return None
-        models = client.get("/v1/models")
-        if models.status_code in (401, 403):
-            raise StageFailed(f"{client.base_url}: the server refused the API key (HTTP "
-                              f"{models.status_code} on /v1/models); set the environment variable "
-                              "named by [candidate] api_key_env to the server's key")
-        if models.status_code != 200:
-            return None
-        data = models.json().get("data", [])
-        return [str(m.get("id")) for m in data if isinstance(m, dict)]
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-
-
-def check_attached(base_url: str, served_model_name: str, *, api_key: str | None = None,
-                   emit: EventSink = null_sink, timeout: float = 10.0) -> str:
-    """Attach mode: the server at ``base_url`` must be ready and serve the name; return the URL."""
-    import httpx
-
-    url = base_url.rstrip("/")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(base_url=url, timeout=timeout, headers=headers, trust_env=False) as client:
-        served = _probe(client)
-    if served is None:
-        raise StageFailed(f"{url}: no ready server (GET /health and /v1/models did not both "
-                          "answer 200); start it first or fix [candidate] url")
-    if served_model_name not in served:
-        raise StageFailed(f"{url} serves {', '.join(served) or 'no model'}, not "
-                          f"{served_model_name!r}; fix served_model_name in the profile")
-    emit(ServerReady(STAGE, url=url, served_model_name=served_model_name, pid=None))
-    return url
-
-
 # --- the stage driver ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ServerPlan:
-    """What the serve stage runs: a launched server (``vllm``/``embedded``: its argument list and
-    environment) or an attached one (``attach``: its URL and the capture folder it writes)."""
-
-    kind: Literal["vllm", "embedded", "attach"]
-    served_model_name: str
-    startup_timeout: float
-    argv: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    api_key: str | None = field(default=None, repr=False)
-    model: str | None = None
-    url: str | None = None
-    capture_dir: Path | None = None  # attach: the server's; launched: a fixed folder (serve --capture-dir)
-
 
 @dataclass
 class ServerSession:
@@ -598,9 +545,9 @@ def start_serve(workspace: Workspace, emit: EventSink, plan: ServerPlan) -> Serv
     """Launch the planned server and return while it loads (attached: nothing to launch).
 
     A launched server captures into ``plan.capture_dir`` or a fresh folder of the workspace."""
-    if plan.kind == "attach":
+    if not server_kind(plan.kind).launches:
         if plan.url is None or plan.capture_dir is None:
-            raise BadInput("attach mode needs [candidate] url and server_capture_dir")
+            raise BadInput(f"kind = {plan.kind!r} needs url and server_capture_dir")
         return ServerSession(plan, plan.capture_dir, None,
                              runtime={"launcher": "attached", "url": plan.url,
                                       "served_model_name": plan.served_model_name})
@@ -622,7 +569,7 @@ def run_serve(workspace: Workspace, emit: EventSink, cancel: Cancel | None, plan
     stopped and the error (one line) is reported as the stage's failure."""
     try:
         with failure_reported(emit, STAGE):
-            if plan.kind == "attach":
+            if not server_kind(plan.kind).launches:
                 emit(StageStarted(STAGE, detail=f"attach {plan.url}"))
             if session is None:
                 session = start_serve(workspace, emit, plan)

@@ -130,7 +130,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     workspace: Workspace | None = None
     profile_name: str | None = None
     if profile is not None:
-        workspace = Workspace.from_profile(profile)
+        workspace = profile.workspace()
         profile_name = str(profile.path) if profile.path else None
         if pipeline_factory is None:
             pipeline_factory = _pipeline_factory_for(profile)
@@ -177,7 +177,7 @@ def _profile_windows(profile: Any) -> list[tuple[int, str]]:
     from kldtui.formats.suite import load_suite
 
     try:
-        suite = load_suite(Workspace.from_profile(profile).suite_dir)
+        suite = load_suite(profile.workspace().suite_dir)
         return [(w.index, w.domain) for w in suite.select(profile.run.start_window, profile.run.stop_window)]
     except Exception:  # noqa: BLE001 - not downloaded yet: the grid fills from events
         return []

@@ -66,6 +66,7 @@ from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.folder_lock import FolderLocks
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.servers.registry import kind_of
 from kldtui.stages.serve import stop_reason
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
@@ -145,7 +146,7 @@ class Pipeline:
         self.user_cancel = cancel
         self.cancel = _LinkedCancel(cancel)
         self.run_name = profile.run.run_name
-        workspace = Workspace.from_profile(profile) if workspace is None else workspace
+        workspace = profile.workspace() if workspace is None else workspace
         self._workspace = workspace if output_dir is None else workspace.with_candidate_dir(output_dir)
         self.suite: Suite | None = None
         self._lock = threading.Lock()
@@ -255,20 +256,6 @@ class Pipeline:
             return False
         return wanted <= have
 
-    def _reference_candidate(self) -> Any:
-        """The server settings the reference capture uses: the candidate's, with the reference's model."""
-        c = self.profile.candidate
-        ref = self.profile.reference
-        name = ref.served_model_name or c.served_model_name + "-reference"
-        if ref.capture == "embedded":
-            return dataclasses.replace(c, kind="embedded", perturb=0.0, served_model_name=name)
-        if ref.capture == "attach":
-            return dataclasses.replace(c, kind="attach", url=ref.url,
-                                       server_capture_dir=ref.server_capture_dir,
-                                       served_model_name=ref.served_model_name or c.served_model_name)
-        return dataclasses.replace(c, kind="vllm", model=ref.model, served_model_name=name,
-                                   vllm_args=ref.vllm_args if ref.vllm_args is not None else c.vllm_args)
-
     def _build_embedded_reference(self) -> None:
         """Capture + finalize the reference into the suite's ref/ (events relabelled "reference").
 
@@ -277,9 +264,10 @@ class Pipeline:
         capture is stored as repeat-noise-windowNNN.json (the runtime's own noise).
         """
         ref = self.profile.reference
+        assert ref.server is not None  # set with [reference] capture
         ref_profile = dataclasses.replace(
-            self.profile, candidate=self._reference_candidate(),
-            reference=dataclasses.replace(ref, capture=None),
+            self.profile, candidate=ref.server,
+            reference=dataclasses.replace(ref, capture=None, server=None),
             run=dataclasses.replace(self.profile.run, run_name="reference"),
             compare=dataclasses.replace(self.profile.compare, abort_kl_above=None),
             capture=dataclasses.replace(self.profile.capture, mode="logits"))  # the reference's logits
@@ -292,12 +280,13 @@ class Pipeline:
         sub.cancel = self.cancel
         self._sub = sub
         self.emit(StageStarted("reference", detail=f"capturing the reference ({ref.capture})"))
-        repeat = ref.repeat if ref.repeat is not None else ref.capture != "embedded"
+        kind = kind_of(ref.server)
+        repeat = ref.repeat if ref.repeat is not None else not kind.builtin
         try:
             sub.serve()
             sub.capture()
             sub.finalize()
-            if ref.capture != "embedded":  # the demo's suite keeps its published layout
+            if not kind.builtin:  # the demo's suite keeps its published layout
                 _copy_json(sub.records_path, self._workspace.suite_capture_records)
             if repeat:
                 self._repeat_first_window(sub, ref_profile)
@@ -332,11 +321,12 @@ class Pipeline:
         """The serve stage's plan for this pipeline's server (see :func:`server_plan`)."""
         from kldtui.workflow.profile import server_plan
 
-        return server_plan(self.profile)
+        return server_plan(self.profile, workspace=self._workspace)
 
     def start_server(self) -> None:
-        """Start the candidate server (returns while it loads); attach mode does nothing."""
-        if self.profile.candidate.kind == "attach" or self._session is not None:
+        """Start the candidate server (returns while it loads; an attached one is checked by
+        :meth:`serve`)."""
+        if self._session is not None:
             return
         # no folder lock here: `kldtui serve` keeps a server up while other shells capture and
         # finalize into the work folder; the server writes only its own fresh capture folder
@@ -388,9 +378,9 @@ class Pipeline:
         suite = self.load_suite()
         url = self.serve()
         assert self.server_capture_dir is not None
-        c = self.profile.candidate
-        server = CaptureServer(url, c.served_model_name, self.server_capture_dir,
-                               api_key=self.profile.api_key(), request_timeout=c.request_timeout,
+        plan = self._session.plan
+        server = CaptureServer(url, plan.served_model_name, self.server_capture_dir,
+                               api_key=plan.api_key, request_timeout=self.profile.candidate.request_timeout,
                                mode=self.mode,
                                alive=self.server.alive if self.server is not None else None)
         return run_capture(self._workspace, self.emit, self.cancel, suite=suite, windows=self.windows(),
@@ -670,12 +660,13 @@ class Pipeline:
         server = self.server
         if server is not None and server.alive() is None:
             argv = list(getattr(server, "argv", []) or [])
-            return Serving(server_gpus(argv, self.profile.server_env()), "the candidate server")
+            return Serving(server_gpus(argv, self._session.plan.env), "the candidate server")
         if self._sub is not None and self._sub.server is not None:
             return Serving(None, "the reference server")
         c = self.profile.candidate
-        if c.kind == "attach" and c.url is not None and _is_local_url(c.url):
-            return Serving(None, f"the attached server at {c.url}")
+        kind = kind_of(c)
+        if not kind.launches and kind.is_local(c):  # up whether or not this run uses it
+            return Serving(None, f"the {kind.describe(c)}")
         return None
 
     def _backend_choice(self) -> Any:
@@ -720,11 +711,3 @@ def _relabel(emit: EventSink, stage: StageName, total: int | None = None) -> Eve
 
     return relabelled
 
-
-def _is_local_url(url: str) -> bool:
-    """Whether a server URL points at this host (loopback or this host's name)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())

@@ -1,18 +1,18 @@
 """Check a profile's inputs before anything is launched: a missing suite must not cost a server start.
 
-:func:`preflight` looks at the suite, the reference logits, the candidate's model path, the
-server port and the disk space the run needs, and returns one line per problem, each saying how
-to get what is missing. :meth:`kldtui.workflow.pipeline.Pipeline.run_all` calls it first and stops
-with :class:`~kldtui.errors.BadInput` when anything is wrong.
+:func:`preflight` looks at the suite, the reference logits, the candidate server's inputs (its
+kind's checks, kldtui.servers: the model path, the port) and the disk space the run needs, and
+returns one line per problem, each saying how to get what is missing.
+:meth:`kldtui.workflow.pipeline.Pipeline.run_all` calls it first and stops with
+:class:`~kldtui.errors.BadInput` when anything is wrong.
 """
 
 from __future__ import annotations
 
 import shutil
-import socket
-from pathlib import Path
 
 from kldtui.errors import KldError
+from kldtui.servers.registry import kind_of
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
 
@@ -36,7 +36,7 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         problems.append(f"{where}: [reference] reference logits not found ({workspace.reference_manifest} "
                         f"is missing); fetch them with `kldtui download REPO --local-dir "
                         f"{workspace.suite_dir}`, or set [reference] logits_dir to the folder holding them")
-    problems += server_problems(profile)
+    problems += kind_of(profile.candidate).problems(profile.candidate)
     if not problems:
         disk = _disk_problem(profile, workspace)
         if disk:
@@ -55,28 +55,6 @@ def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
     except (OSError, ValueError):
         return None
     return None
-
-
-def server_problems(profile: Profile) -> list[str]:
-    """The candidate server's inputs (model path, port): what `kldtui serve` checks before launching."""
-    c = profile.candidate
-    where = profile.where
-    problems: list[str] = []
-    if c.kind == "vllm" and c.model and c.model.startswith(("/", "./", "../", "~")):
-        path = Path(c.model).expanduser()
-        if not path.exists():
-            problems.append(f"{where}: [candidate] model = {c.model!r}: no such folder; give the path of a "
-                            "local checkpoint or a Hugging Face model id")
-    if c.kind != "attach" and c.port:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            # SO_REUSEADDR: a port left in TIME_WAIT by our last server is free; a listener is not
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((c.host, c.port))
-            except OSError:
-                problems.append(f"{where}: [candidate] port {c.port} on {c.host} is already in use (another "
-                                "server?); stop it, or choose another [candidate] port (0 picks a free one)")
-    return problems
 
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:

@@ -11,20 +11,16 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
                                    # embedded server (the candidate's seed and vocab, unperturbed)
 
     [candidate]
-    kind = "vllm"                  # "vllm" (launch), "embedded" (built-in CPU server), "attach"
-    model = "/path/to/candidate"   # substituted for {model}
+    kind = "vllm"                  # a server kind (kldtui.servers): "vllm" (launch vLLM),
+                                   # "embedded" (built-in CPU server), "attach" (a running server);
+                                   # a table with url and no kind is "attach"
     served_model_name = "Kimi-K3"
-    python = "python"              # the interpreter that runs vLLM (default: this one)
-    launcher = ["-m", "vllm.entrypoints.cli.main", "serve", "{model}"]
-    vllm_args = ["--trust-remote-code", "--host", "{host}", "--port", "{port}", ...]
-    env = { VLLM_TRITON_MLA_STATIC_KV_SPLITS = "8" }
-    host = "127.0.0.1"             # substituted for {host}; 127.0.0.1 unless asked otherwise
-    port = 8000                    # substituted for {port}; 0 picks a free port
-    startup_timeout = 3600.0       # seconds until /health and /v1/models must answer
     request_timeout = 600.0        # seconds per capture request
-    # kind = "attach": url = "http://node0:8000", api_key_env = "VLLM_API_KEY",
-    #                  server_capture_dir = "/shared/capture-chunks" (what the server writes)
-    # kind = "embedded": model_seed, vocab_size, perturb, max_num_batched_tokens
+    api_key_env = "VLLM_API_KEY"   # the variable holding the server's API key (optional)
+    # ...and the kind's own keys: kind = "vllm": model, python, launcher, vllm_args, env, host,
+    # port, startup_timeout (kldtui.servers.vllm); "embedded": model_seed, vocab_size, perturb,
+    # max_num_batched_tokens, python, vllm_args, env, host, port, startup_timeout
+    # (kldtui.servers.embedded); "attach": url, server_capture_dir (kldtui.servers.attach)
 
     [run]
     workdir = "kldtui-work"        # see kldtui.workspace for its layout
@@ -48,11 +44,8 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
                                    # and saves per-row figures only, no candidate logits
                                    # (kldtui.formats.scores, docs/SCORE_MODE.md)
 
-The server command is ``[python, *launcher, "--served-model-name", NAME, *vllm_args]`` after
-substituting ``{model}``, ``{host}``, ``{port}``, ``{served_model_name}`` in launcher and
-vllm_args; ``--served-model-name`` is only added when vllm_args does not name it, and
-``--host``/``--port`` are appended when vllm_args does not name them. Relative paths
-(``local_dir``, ``workdir``, ``model``, ``python`` when it contains a ``/``,
+A key that only another kind takes is refused, naming the kinds that take it. Relative paths
+(``local_dir``, ``workdir``, the kinds' ``model``, ``python`` when it contains a ``/``,
 ``server_capture_dir``) resolve against the profile's folder.
 """
 
@@ -60,23 +53,17 @@ from __future__ import annotations
 
 import difflib
 import os
-import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any
 
-from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
 from kldtui.formats.safe_io import read_bytes
-
-if TYPE_CHECKING:
-    from kldtui.stages.serve import ServerPlan
-
-DEFAULT_VLLM_LAUNCHER = ("-m", "vllm.entrypoints.cli.main", "serve", "{model}")
-EMBEDDED_MODULE = "kldtui.embedded"
-KINDS = ("vllm", "embedded", "attach")
+from kldtui.servers.base import CaptureTarget, ServerConfig, ServerPlan, resolve_path
+from kldtui.servers.registry import DEFAULT_KIND, KINDS, all_keys, kind_of, kinds_taking
+from kldtui.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -85,44 +72,18 @@ class ReferenceConfig:
     revision: str | None = None
     local_dir: Path | None = None
     logits_dir: str = "ref"
-    # Capture missing reference logits into the suite's ref/: "embedded" (the demo's model),
-    # "vllm" (serve ``model`` like a candidate, with the candidate's python/launcher/args unless
-    # given here) or "attach" (a running server at ``url``).
+    # Capture missing reference logits into the suite's ref/ with a server of this kind:
+    # "embedded" (the demo's model), "vllm" (serve ``model`` like a candidate, with the candidate's
+    # python/launcher/args unless given here) or "attach" (a running server at ``url``).
     capture: str | None = None
-    model: str | None = None
-    served_model_name: str | None = None
-    vllm_args: tuple[str, ...] | None = None
-    url: str | None = None
-    server_capture_dir: Path | None = None
+    # The reference's server (with ``capture``): the candidate's settings that kind takes, with
+    # the [reference] keys the kind takes there (kldtui.servers: ServerKind.reference_config)
+    server: ServerConfig | None = None
     # Capture the first window twice and store the comparison as repeat-noise-windowNNN.json
-    # (default: yes for vllm/attach, no for the embedded demo model, which is deterministic).
+    # (default: yes, except for a built-in deterministic model: the embedded demo model).
     repeat: bool | None = None
-    # Where the suite and the logits are on disk: kldtui.workspace.Workspace.from_profile
-    # (local_dir defaults to WORKDIR/reference).
-
-
-@dataclass(frozen=True)
-class CandidateConfig:
-    kind: str = "vllm"
-    model: str | None = None
-    served_model_name: str = "candidate"
-    python: str = field(default_factory=lambda: sys.executable)
-    launcher: tuple[str, ...] = DEFAULT_VLLM_LAUNCHER
-    vllm_args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    startup_timeout: float = 3600.0
-    request_timeout: float = 600.0
-    # attach mode
-    url: str | None = None
-    api_key_env: str | None = None
-    server_capture_dir: Path | None = None
-    # embedded server
-    model_seed: int = 0
-    vocab_size: int = 4096
-    perturb: float = 0.0
-    max_num_batched_tokens: int = 256
+    # Where the suite and the logits are on disk: Profile.workspace (local_dir defaults to
+    # WORKDIR/reference).
 
 
 @dataclass(frozen=True)
@@ -158,80 +119,35 @@ CAPTURE_MODES = ("logits", "score")
 class Profile:
     path: Path | None
     reference: ReferenceConfig
-    candidate: CandidateConfig
+    candidate: ServerConfig  # the candidate's server, a config of its kind (kldtui.servers)
     run: RunConfig
     compare: CompareConfig
     capture: CaptureConfig = field(default_factory=CaptureConfig)
-
-    def server_argv(self, *, host: str | None = None, port: int | None = None) -> list[str]:
-        """The candidate server's argument list (never a shell string), placeholders filled.
-
-        ``host``/``port`` override the profile's (the launcher passes the free port it chose).
-        Flags the capture needs are *not* added here; :mod:`kldtui.stages.serve` does that and says so.
-        """
-        c = self.candidate
-        if c.kind == "attach":
-            raise BadInput(f"{self.where}: [candidate] kind = 'attach' starts no server; "
-                           "use url = ... to reach it")
-        h = c.host if host is None else host
-        p = c.port if port is None else port
-        values = {"model": c.model or "", "host": h, "port": str(p),
-                  "served_model_name": c.served_model_name}
-        if c.kind == "embedded":
-            argv = [c.python, "-m", EMBEDDED_MODULE, "--port", str(p), "--host", h,
-                    "--served-model-name", c.served_model_name, "--model-seed", str(c.model_seed),
-                    "--vocab-size", str(c.vocab_size), "--perturb", repr(float(c.perturb)),
-                    "--max-num-batched-tokens", str(c.max_num_batched_tokens),
-                    "--max-num-seqs", "1"]
-            return argv + [_fill(a, values, self.where) for a in c.vllm_args]
-        if not c.model and any("{model}" in a for a in (*c.launcher, *c.vllm_args)):
-            raise BadInput(f"{self.where}: [candidate] model is not set; give the candidate "
-                           "checkpoint's path")
-        args = [_fill(a, values, self.where) for a in c.vllm_args]
-        argv = [c.python, *(_fill(a, values, self.where) for a in c.launcher)]
-        if not _has_flag(args, "--served-model-name"):
-            argv += ["--served-model-name", c.served_model_name]
-        argv += args
-        if not _has_flag(args, "--host"):
-            argv += ["--host", h]
-        if not _has_flag(args, "--port"):
-            argv += ["--port", str(p)]
-        return argv
-
-    def server_env(self) -> dict[str, str]:
-        """The profile's extra environment for the server (the launcher adds the capture dir)."""
-        return dict(self.candidate.env)
 
     @property
     def where(self) -> str:
         return str(self.path) if self.path is not None else "profile"
 
-    def api_key(self) -> str | None:
-        name = self.candidate.api_key_env
-        if not name:
-            return None
-        value = settings.named_variable(name)
-        if value is None:
-            raise BadInput(f"{self.where}: [candidate] api_key_env names {name}, which is not set; "
-                           f"export {name}=... or remove api_key_env")
-        return value
+    def workspace(self) -> Workspace:
+        """The work folder of the profile: ``[run] workdir`` and ``[reference] local_dir``."""
+        workdir = Path(self.run.workdir)
+        ref = self.reference
+        suite_dir = Path(ref.local_dir) if ref.local_dir is not None else workdir / "reference"
+        return Workspace(suite_dir=suite_dir, reference_dir=suite_dir / ref.logits_dir,
+                         capture_root=workdir / "capture", run_name=self.run.run_name,
+                         candidate_dir=workdir / "candidate", compare_dir=workdir / "compare",
+                         report_path=workdir / "comparison.json", workdir=workdir)
 
-
-def _has_flag(args: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
-
-
-def _fill(text: str, values: dict[str, str], where: str) -> str:
-    """Replace ``{model}``-style placeholders; other braces (JSON flag values) are left alone."""
-    out = text
-    for key, value in values.items():
-        out = out.replace("{" + key + "}", value)
-    return out
+    def capture_target(self, workspace: Workspace | None = None) -> CaptureTarget:
+        """What the candidate server's capture needs: the mode, the suite and its reference
+        (those of ``workspace``, default: the profile's)."""
+        ws = workspace or self.workspace()
+        return CaptureTarget(self.capture.mode, ws.suite_dir, ws.reference_dir)
 
 
 _SECTIONS: dict[str, type] = {
     "reference": ReferenceConfig,
-    "candidate": CandidateConfig,
+    "candidate": ServerConfig,
     "run": RunConfig,
     "compare": CompareConfig,
     "capture": CaptureConfig,
@@ -261,29 +177,24 @@ def _check_type(where: str, key: str, value: Any, kind: str) -> Any:
     return value
 
 
-# key -> expected TOML type, per section
-_TYPES: dict[str, dict[str, str]] = {
-    "reference": {"repo_id": "str", "revision": "str", "local_dir": "str", "logits_dir": "str",
-                  "capture": "str", "model": "str", "served_model_name": "str",
-                  "vllm_args": "list[str]", "url": "str", "server_capture_dir": "str", "repeat": "bool"},
-    "candidate": {
-        "kind": "str", "model": "str", "served_model_name": "str", "python": "str",
-        "launcher": "list[str]", "vllm_args": "list[str]", "env": "table[str]", "host": "str",
-        "port": "int", "startup_timeout": "float", "request_timeout": "float", "url": "str",
-        "api_key_env": "str", "server_capture_dir": "str", "model_seed": "int",
-        "vocab_size": "int", "perturb": "float", "max_num_batched_tokens": "int",
-    },
-    "run": {"workdir": "str", "run_name": "str", "start_window": "int", "stop_window": "int",
-            "keep_chunks": "bool"},
-    "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
-                "abort_kl_above": "float", "backend": "str", "threads": "int"},
-    "capture": {"mode": "str"},
-}
+_REFERENCE_OWN = {"repo_id": "str", "revision": "str", "local_dir": "str", "logits_dir": "str",
+                  "capture": "str", "repeat": "bool"}
 
 
-def _resolve(base: Path, value: str) -> Path:
-    p = Path(os.path.expanduser(value))
-    return p if p.is_absolute() else (base / p).resolve()
+def _types() -> dict[str, dict[str, str]]:
+    """key -> expected TOML type, per section; [candidate] (and the reference's capture server in
+    [reference]) take the keys of the registered server kinds (kldtui.servers)."""
+    server = all_keys()
+    return {
+        "reference": {**_REFERENCE_OWN, **{k: t for k, t in server.items()
+                                           if any(k in kind.reference_keys for kind in KINDS.values())}},
+        "candidate": server,
+        "run": {"workdir": "str", "run_name": "str", "start_window": "int", "stop_window": "int",
+                "keep_chunks": "bool"},
+        "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
+                    "abort_kl_above": "float", "backend": "str", "threads": "int"},
+        "capture": {"mode": "str"},
+    }
 
 
 def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None = None) -> Profile:
@@ -296,7 +207,7 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         if not isinstance(doc[section], dict):
             raise BadInput(f"{where}: {section} must be a [{section}] table")
     parsed: dict[str, dict[str, Any]] = {}
-    for section, types in _TYPES.items():
+    for section, types in _types().items():
         table = doc.get(section, {})
         out: dict[str, Any] = {}
         for key, value in table.items():
@@ -311,62 +222,22 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     if capture is not None and capture not in KINDS:
         raise BadInput(f"{where}: [reference] capture {capture!r} is not one of {', '.join(KINDS)}; "
                        "remove it to use a downloaded or local reference")
-    if capture == "vllm" and "model" not in ref:
-        raise BadInput(f"{where}: [reference] capture = 'vllm' needs model = the reference checkpoint")
-    if capture == "attach" and ("url" not in ref or "server_capture_dir" not in ref):
-        raise BadInput(f"{where}: [reference] capture = 'attach' needs url and server_capture_dir "
-                       "(the running reference server's VLLM_KLD_CAPTURE_DIR as seen from here)")
-    for key in ("model", "served_model_name", "vllm_args", "url", "server_capture_dir"):
-        if key in ref and capture not in ("vllm", "attach"):
-            raise BadInput(f"{where}: [reference] {key} is only used with capture = 'vllm' or 'attach'")
-    if "vllm_args" in ref:
-        ref["vllm_args"] = tuple(ref["vllm_args"])
-    if "server_capture_dir" in ref:
-        ref["server_capture_dir"] = _resolve(base_dir, ref["server_capture_dir"])
-    if "model" in ref and (ref["model"].startswith((".", "~", "/"))
-                           or _resolve(base_dir, ref["model"]).exists()):
-        ref["model"] = str(_resolve(base_dir, ref["model"]))  # a local folder, not a Hub id
+    server_values: dict[str, Any] = {}
+    for key in [k for k in ref if k not in _REFERENCE_OWN]:  # the capture server's keys
+        if capture is None or key not in KINDS[capture].reference_keys:
+            takers = " or ".join(repr(k) for k, kind in KINDS.items() if key in kind.reference_keys)
+            raise BadInput(f"{where}: [reference] {key} is only used with capture = {takers}")
+        server_values[key] = ref.pop(key)
     if "local_dir" in ref:
-        ref["local_dir"] = _resolve(base_dir, ref["local_dir"])
-    cand = parsed["candidate"]
-    kind = cand.get("kind", "attach" if "url" in cand else "vllm")
-    if kind not in KINDS:
-        raise BadInput(f"{where}: [candidate] kind {kind!r} is not one of {', '.join(KINDS)}; "
-                       f"{_suggest(kind, list(KINDS))}")
-    cand["kind"] = kind
-    if kind == "attach" and "url" not in cand:
-        raise BadInput(f"{where}: [candidate] kind = 'attach' needs url = 'http://HOST:PORT'")
-    if kind == "attach" and "server_capture_dir" not in cand:
-        raise BadInput(f"{where}: [candidate] attach mode needs server_capture_dir: the folder "
-                       "the running server's VLLM_KLD_CAPTURE_DIR points at, as seen from here")
-    if kind != "attach" and "url" in cand:
-        raise BadInput(f"{where}: [candidate] url is only for kind = 'attach' (a server started "
-                       "elsewhere); remove it or set kind = 'attach'")
-    if kind == "vllm" and "model" not in cand:
-        raise BadInput(f"{where}: [candidate] model is missing: the candidate checkpoint to serve")
-    for key in ("launcher", "vllm_args"):
-        if key in cand:
-            cand[key] = tuple(cand[key])
-    if "env" in cand:
-        cand["env"] = {str(k): str(v) for k, v in cand["env"].items()}
-    if "server_capture_dir" in cand:
-        cand["server_capture_dir"] = _resolve(base_dir, cand["server_capture_dir"])
-    if "model" in cand and (cand["model"].startswith((".", "~")) or "/" in cand["model"]):
-        # a path (a Hub model id like org/name is left alone when no such folder exists)
-        candidate_path = _resolve(base_dir, cand["model"])
-        if cand["model"].startswith((".", "~", "/")) or candidate_path.exists():
-            cand["model"] = str(candidate_path)
-    if "python" in cand and "/" in cand["python"]:
-        cand["python"] = str(_resolve(base_dir, cand["python"]))
-    if "port" in cand and not 0 <= cand["port"] <= 65535:
-        raise BadInput(f"{where}: [candidate] port {cand['port']} is not 0..65535")
-    if kind == "embedded" and "model" in cand:
-        raise BadInput(f"{where}: [candidate] kind = 'embedded' serves its built-in model; "
-                       "remove model, or set kind = 'vllm'")
+        ref["local_dir"] = resolve_path(base_dir, ref["local_dir"])
+    candidate = _server_config(parsed["candidate"], base_dir=base_dir, label=f"{where}: [candidate]")
+    if capture is not None:
+        ref["server"] = KINDS[capture].reference_config(candidate, server_values, base_dir=base_dir,
+                                                        label=f"{where}: [reference]")
 
     run = parsed["run"]
     if "workdir" in run:
-        run["workdir"] = _resolve(base_dir, run["workdir"])
+        run["workdir"] = resolve_path(base_dir, run["workdir"])
     else:
         run["workdir"] = (base_dir / RunConfig.workdir).resolve()
     start = run.get("start_window", 0)
@@ -393,44 +264,42 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
-    for key in ("startup_timeout", "request_timeout", "perturb"):
-        if key in cand:
-            cand[key] = float(cand[key])
     cap = parsed["capture"]
     if cap.get("mode", "logits") not in CAPTURE_MODES:
         raise BadInput(f"{where}: [capture] mode {cap['mode']!r} is not one of {', '.join(CAPTURE_MODES)}; "
                        f"{_suggest(cap['mode'], list(CAPTURE_MODES))}")
     return Profile(path=path, reference=build(ReferenceConfig, ref),
-                   candidate=build(CandidateConfig, cand), run=build(RunConfig, run),
+                   candidate=candidate, run=build(RunConfig, run),
                    compare=build(CompareConfig, cmp_), capture=build(CaptureConfig, cap))
 
 
-def server_plan(profile: Profile, capture_dir: Path | None = None) -> ServerPlan:
+def _server_config(table: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+    """A server table ([candidate]) as the config of its kind: the kind (given, or implied by a
+    key such as url), the keys that kind takes, then the kind's own checks."""
+    implied = next((name for name, kind in KINDS.items() if any(k in table for k in kind.implied_by)),
+                   DEFAULT_KIND)
+    name = table.get("kind", implied)
+    if name not in KINDS:
+        raise BadInput(f"{label} kind {name!r} is not one of {', '.join(KINDS)}; "
+                       f"{_suggest(name, list(KINDS))}")
+    kind = KINDS[name]
+    for key in table:
+        if key in kind.forbidden:
+            raise BadInput(f"{label} {kind.forbidden[key]}")
+        takers = kinds_taking(key)
+        if name not in takers:
+            raise BadInput(f"{label} {key} is only for kind = {' or '.join(repr(k) for k in takers)}; "
+                           f"remove it or set kind = {takers[0]!r}")
+    return kind.configure({k: v for k, v in table.items() if k != "kind"}, base_dir=base_dir, label=label)
+
+
+def server_plan(profile: Profile, capture_dir: Path | None = None, *,
+                workspace: Workspace | None = None) -> ServerPlan:
     """The serve stage's plan for the profile's candidate; ``capture_dir`` fixes a launched
-    server's capture folder (``kldtui serve --capture-dir``; default: a fresh one per start)."""
-    from kldtui.stages.serve import ServerPlan
-
-    c = profile.candidate
-    if c.kind == "attach":
-        return ServerPlan("attach", c.served_model_name, c.startup_timeout, url=c.url,
-                          capture_dir=c.server_capture_dir, api_key=profile.api_key())
-    kind = cast(Literal["vllm", "embedded"], c.kind)  # validated when the profile was loaded
-    return ServerPlan(kind, c.served_model_name, c.startup_timeout, argv=tuple(profile.server_argv()),
-                      env={**profile.server_env(), **score_env(profile)}, api_key=profile.api_key(),
-                      model=c.model, capture_dir=capture_dir)
-
-
-def score_env(profile: Profile) -> dict[str, str]:
-    """``[capture] mode = "score"``: the server's environment that turns score mode on and says
-    where the suite and its reference logits are (kldtui.formats.scores); empty in logits mode."""
-    from kldtui.workspace import Workspace
-
-    if profile.capture.mode != "score":
-        return {}
-    ws = Workspace.from_profile(profile)
-    return {**settings.CAPTURE_MODE.entry("score"), **settings.SCORE_SUITE.entry(ws.suite_dir.resolve()),
-            **settings.SCORE_REFERENCE.entry(ws.reference.resolve())}
-
+    server's capture folder (``kldtui serve --capture-dir``; default: a fresh one per start);
+    the capture scores against ``workspace``'s suite and reference (default: the profile's)."""
+    return kind_of(profile.candidate).plan(profile.candidate, profile.capture_target(workspace),
+                                           capture_dir=capture_dir)
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:

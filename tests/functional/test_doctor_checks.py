@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kldtui.cli.main import main
 from kldtui.hook.patching import PATCH_MARKER, PATCHED_FILES
-from kldtui.workflow.doctor import Check, collect, format_checks, probe
+from kldtui.servers.vllm_probe import probe
+from kldtui.workflow.doctor import Check, collect, format_checks
 
 
 def _by_name(checks):
@@ -78,15 +79,15 @@ def test_format_marks_required_and_optional():
 
 
 def test_gpu_sync_check_error_is_explained():
-    from kldtui.workflow.doctor import _hook_checks
+    from kldtui.servers.vllm_probe import hook_checks
 
     base = {"plugins": ["kldtui_capture=kldtui.hook.vllm_plugin:register"], "present": {"v1": True},
             "targets": {"v1": "ok"}, "gpu_sync_check_env": "error"}
-    ok = _by_name(_hook_checks({**base, "gpu_sync_allowed": True}))["GPU sync check"]
+    ok = _by_name(hook_checks({**base, "gpu_sync_allowed": True}))["GPU sync check"]
     assert ok.ok and "gpu_sync_allowed()" in ok.detail and "pinned" in ok.detail
-    bad = _by_name(_hook_checks({**base, "gpu_sync_allowed": False}))["GPU sync check"]
+    bad = _by_name(hook_checks({**base, "gpu_sync_allowed": False}))["GPU sync check"]
     assert not bad.ok and "unset VLLM_GPU_SYNC_CHECK" in bad.detail
-    assert "GPU sync check" not in _by_name(_hook_checks({**base, "gpu_sync_check_env": None}))
+    assert "GPU sync check" not in _by_name(hook_checks({**base, "gpu_sync_check_env": None}))
 
 
 def test_settings_in_effect_are_listed_and_a_bad_one_fails(tmp_path, monkeypatch, capsys):

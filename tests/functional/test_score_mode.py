@@ -67,7 +67,6 @@ def test_score_mode_gives_the_logits_mode_report_without_candidate_logits(
         both_modes: tuple[Profile, Profile]) -> None:
     from kldtui.formats.report import load_report
     from kldtui.stages.compare import CompareOptions, Comparer
-    from kldtui.workspace import Workspace
 
     logits, score = both_modes
     a = load_report(Path(logits.run.workdir) / "comparison.json")
@@ -75,7 +74,7 @@ def test_score_mode_gives_the_logits_mode_report_without_candidate_logits(
     assert report_differences(a.to_json(), b.to_json()) == []
     assert b.provenance.backend == "server-scores"
     # per row, window by window
-    ws_a, ws_b = Workspace.from_profile(logits), Workspace.from_profile(score)
+    ws_a, ws_b = logits.workspace(), score.workspace()
     suite = Pipeline(logits).load_suite()
     rows_a = Comparer(ws_a, suite, CompareOptions(reverse=True)).windows()
     rows_b = Comparer(ws_b, suite, CompareOptions(reverse=True, mode="score")).windows()
@@ -259,14 +258,13 @@ def test_a_score_run_reopens_with_its_windows_and_needs_no_logits_disk(
     preflight does not ask for the disk the logits would need."""
     from kldtui.workflow import preflight
     from kldtui.workflow.state import load_state
-    from kldtui.workspace import Workspace
 
     _, score = both_modes
-    state = load_state(Workspace.from_profile(score))
+    state = load_state(score.workspace())
     assert state.finalized == 6 and not state.problems
     import shutil as sh
 
     monkeypatch.setattr(sh, "disk_usage", lambda path: sh._ntuple_diskusage(1, 1, 1))  # type: ignore[attr-defined]
-    assert preflight._disk_problem(score, Workspace.from_profile(score)) is None
+    assert preflight._disk_problem(score, score.workspace()) is None
     logits = dataclasses.replace(score, capture=dataclasses.replace(score.capture, mode="logits"))
-    assert "disk: the run needs" in (preflight._disk_problem(logits, Workspace.from_profile(logits)) or "")
+    assert "disk: the run needs" in (preflight._disk_problem(logits, logits.workspace()) or "")

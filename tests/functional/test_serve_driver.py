@@ -14,7 +14,6 @@ from kldtui.events import StageFailed as StageFailedEvent
 from kldtui.stages.serve import ServerPlan, run_serve
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.profile import server_plan
-from kldtui.workspace import Workspace
 from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(120)
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_run_serve_launches_a_ready_server_and_records_what_it_is(tmp_path: Path) -> None:
     profile = prepare_demo(tmp_path)
     events: list[Event] = []
-    session = run_serve(Workspace.from_profile(profile), events.append, Cancel(), server_plan(profile))
+    session = run_serve(profile.workspace(), events.append, Cancel(), server_plan(profile))
     try:
         assert session.url is not None and session.process is not None
         models = httpx.get(f"{session.url}/v1/models", trust_env=False).json()["data"]
@@ -44,18 +43,18 @@ def test_run_serve_reports_a_server_that_dies_while_loading(tmp_path: Path) -> N
                       argv=(sys.executable, "-c", "import sys; print('model file is broken'); sys.exit(3)"))
     events: list[Event] = []
     with pytest.raises(StageFailed, match="model file is broken"):
-        run_serve(Workspace.from_profile(profile), events.append, Cancel(), plan)
+        run_serve(profile.workspace(), events.append, Cancel(), plan)
     failed = [e for e in events if isinstance(e, StageFailedEvent)]
     assert failed and failed[0].stage == "server" and "exit code 3" in failed[0].message
 
 
 def test_run_serve_attaches_without_launching(tmp_path: Path) -> None:
     profile = prepare_demo(tmp_path)
-    launched = run_serve(Workspace.from_profile(profile), lambda e: None, Cancel(), server_plan(profile))
+    launched = run_serve(profile.workspace(), lambda e: None, Cancel(), server_plan(profile))
     try:
         assert launched.url is not None
         plan = ServerPlan("attach", "demo", 10.0, url=launched.url, capture_dir=launched.capture_dir)
-        attached = run_serve(Workspace.from_profile(profile), lambda e: None, Cancel(), plan)
+        attached = run_serve(profile.workspace(), lambda e: None, Cancel(), plan)
         assert attached.process is None and attached.url == launched.url
         assert attached.runtime["launcher"] == "attached"
         attached.stop()  # never stops a server it did not launch
@@ -77,7 +76,7 @@ def test_run_serve_interrupted_while_loading_says_interrupted(tmp_path: Path) ->
     cancel = Cancel()
     threading.Timer(0.5, cancel.set, args=("interrupted by SIGINT",)).start()
     with pytest.raises(Interrupted):
-        run_serve(Workspace.from_profile(profile), events.append, cancel, plan)
+        run_serve(profile.workspace(), events.append, cancel, plan)
     lines = [e.line for e in events if isinstance(e, LogLine)]
     assert any("server stopped (interrupted)" in line for line in lines), lines
     assert not [e for e in events if isinstance(e, StageFailedEvent)]

@@ -9,6 +9,7 @@ import pytest
 
 from kldtui.errors import StageFailed
 from kldtui.events import Event, LogLine, Notice, ServerReady
+from kldtui.servers.registry import kind_of
 from kldtui.stages.serve import ServerProcess, _group_members
 from kldtui.workflow.profile import profile_from_dict
 
@@ -17,8 +18,9 @@ def test_embedded_server_ready_and_stopped(tmp_path: Path) -> None:
     profile = profile_from_dict({"candidate": {"kind": "embedded", "served_model_name": "tiny",
                                                "vocab_size": 64, "port": 0}}, base_dir=tmp_path)
     events: list[Event] = []
-    server = ServerProcess(profile.server_argv(), capture_dir=tmp_path / "capture",
-                           served_model_name="tiny", emit=events.append)
+    argv = kind_of(profile.candidate).argv(profile.candidate)
+    server = ServerProcess(argv, capture_dir=tmp_path / "capture", served_model_name="tiny",
+                           emit=events.append)
     with server:
         assert server.port != 0  # port 0 became a free port
         url = server.wait_ready(timeout=120)
@@ -41,7 +43,7 @@ def test_embedded_server_ready_and_stopped(tmp_path: Path) -> None:
 def test_wrong_served_name_fails_clearly(tmp_path: Path) -> None:
     profile = profile_from_dict({"candidate": {"kind": "embedded", "served_model_name": "tiny",
                                                "vocab_size": 64, "port": 0}}, base_dir=tmp_path)
-    server = ServerProcess(profile.server_argv(), capture_dir=tmp_path / "capture",
-                           served_model_name="other")
+    argv = kind_of(profile.candidate).argv(profile.candidate)
+    server = ServerProcess(argv, capture_dir=tmp_path / "capture", served_model_name="other")
     with server, pytest.raises(StageFailed, match="serves tiny, not 'other'"):
         server.wait_ready(timeout=120)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kldtui.errors import BadInput
-from kldtui.workflow.profile import load_profile
-from kldtui.workspace import Workspace
+from kldtui.servers.registry import kind_of
+from kldtui.workflow.profile import load_profile, server_plan
 from tests.paths import EXAMPLES
 
 EXAMPLES = EXAMPLES
@@ -30,15 +30,16 @@ CARD_COMMAND = """python -m vllm.entrypoints.cli.main serve /path/to/candidate \
 
 def test_kimi_profile_reproduces_the_dataset_card_command() -> None:
     profile = load_profile(EXAMPLES / "kimi-k3-mxfp4.toml")
-    assert profile.server_argv() == shlex.split(CARD_COMMAND)
-    assert profile.server_env() == {"VLLM_TRITON_MLA_STATIC_KV_SPLITS": "8",
-                                    "VLLM_DCP_INDEXER_SHARDS": "0"}
+    kind = kind_of(profile.candidate)
+    assert kind.argv(profile.candidate) == shlex.split(CARD_COMMAND)
+    assert kind.environment(profile.candidate, profile.capture_target()) == {
+        "VLLM_TRITON_MLA_STATIC_KV_SPLITS": "8", "VLLM_DCP_INDEXER_SHARDS": "0"}
     assert profile.reference.repo_id == "festr2/kimi-k3-full-mxfp4-kld-reference-32x2048"
     assert profile.reference.local_dir == EXAMPLES / "kimi-k3-reference"
     assert profile.run.workdir == EXAMPLES / "kimi-k3-work"
     assert profile.run.stop_window == 8
     # the launcher substitutes the port it actually uses, nothing else changes
-    argv = profile.server_argv(port=8123)
+    argv = kind.argv(profile.candidate, port=8123)
     assert argv[argv.index("--port") + 1] == "8123"
     assert len(argv) == len(shlex.split(CARD_COMMAND))
 
@@ -51,7 +52,7 @@ def test_all_examples_load() -> None:
 
 def test_tiny_vllm_profile_argv() -> None:
     profile = load_profile(EXAMPLES / "tiny-vllm-cpu.toml")
-    argv = profile.server_argv(port=9000)
+    argv = kind_of(profile.candidate).argv(profile.candidate, port=9000)
     assert argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model",
                          str(EXAMPLES / "tiny-llama-bf16")]
     assert argv[-4:] == ["--host", "127.0.0.1", "--port", "9000"]
@@ -106,19 +107,20 @@ def test_relative_paths_resolve_against_the_profile_folder(tmp_path: Path) -> No
                     'api_key_env = "KLDTUI_TEST_KEY"\n[run]\nworkdir = "w"\n')
     profile = load_profile(path)
     assert profile.reference.local_dir == tmp_path / "suite"
-    assert Workspace.from_profile(profile).reference_dir == tmp_path / "suite" / "ref"
+    assert profile.workspace().reference_dir == tmp_path / "suite" / "ref"
     assert profile.candidate.server_capture_dir == sub / "chunks"
     assert profile.run.workdir == sub / "w"
     with pytest.raises(BadInput, match="KLDTUI_TEST_KEY"):
-        profile.api_key()
+        server_plan(profile)
     with pytest.raises(BadInput, match="starts no server"):
-        profile.server_argv()
+        kind_of(profile.candidate).argv(profile.candidate)
 
 
 def test_embedded_argv(tmp_path: Path) -> None:
     path = write(tmp_path, '[candidate]\nkind = "embedded"\nserved_model_name = "tiny"\n'
                  'model_seed = 3\nvocab_size = 512\nperturb = 0.05\nport = 0\n')
-    argv = load_profile(path).server_argv(port=4567)
+    profile = load_profile(path)
+    argv = kind_of(profile.candidate).argv(profile.candidate, port=4567)
     assert argv[1:3] == ["-m", "kldtui.embedded"]
     flags = dict(zip(argv[3::2], argv[4::2], strict=True))
     assert flags == {"--port": "4567", "--host": "127.0.0.1", "--served-model-name": "tiny",
@@ -147,5 +149,8 @@ def test_reference_capture_kinds_need_their_keys(tmp_path: Path) -> None:
     profile = load_profile(write(tmp_path, EMB + '[reference]\ncapture = "vllm"\nmodel = "ref-model"\n'
                                  'vllm_args = ["--dtype", "float32"]\nrepeat = false\n'))
     ref = profile.reference
-    assert ref.model == str(tmp_path / "ref-model") and ref.vllm_args == ("--dtype", "float32")
+    server = ref.server  # the reference's server: the candidate's settings, the [reference] keys over them
+    assert server is not None and server.kind == "vllm" and server.label.endswith("[reference]")
+    assert server.model == str(tmp_path / "ref-model") and server.vllm_args == ("--dtype", "float32")
+    assert server.served_model_name == "candidate-reference" and server.port == profile.candidate.port
     assert ref.repeat is False

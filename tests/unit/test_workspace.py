@@ -14,7 +14,7 @@ def test_profile_workspace_layout(tmp_path: Path) -> None:
     profile = profile_from_dict({"candidate": {"kind": "embedded"},
                                  "run": {"workdir": str(tmp_path / "w"), "run_name": "q4"}},
                                 base_dir=tmp_path)
-    ws = Workspace.from_profile(profile)
+    ws = profile.workspace()
     w = tmp_path / "w"
     assert ws.suite_dir == w / "reference" and ws.reference == w / "reference" / "ref"
     assert ws.suite_manifest == w / "reference" / "suite-manifest.json"
@@ -40,7 +40,7 @@ def test_demo_reference_capture_finalizes_into_the_suite(tmp_path: Path) -> None
     profile = profile_from_dict({"reference": {"local_dir": str(tmp_path / "suite")},
                                  "candidate": {"kind": "embedded"}, "run": {"workdir": str(tmp_path)}},
                                 base_dir=tmp_path)
-    ref = Workspace.from_profile(profile).reference_capture()
+    ref = profile.workspace().reference_capture()
     assert ref.candidate == tmp_path / "suite" / "ref"
     assert ref.run_dir == tmp_path / "reference-run" / "capture" / "reference"
     assert ref.server_log == tmp_path / "reference-run" / "server.log"

@@ -73,7 +73,6 @@ def test_vllm_score_mode_report_equals_logits_mode(modes: Modes) -> None:
     from kldtui.stages.compare import CompareOptions, Comparer
     from kldtui.workflow.pipeline import Pipeline
     from kldtui.workflow.profile import load_profile
-    from kldtui.workspace import Workspace
 
     a = kldtui_run_batch(*modes.logits)
     b = kldtui_run_batch(*modes.score)
@@ -84,8 +83,8 @@ def test_vllm_score_mode_report_equals_logits_mode(modes: Modes) -> None:
           f"score mode {b['kl_reference_to_candidate']['mean']:.9g}")
     pa, pb = load_profile(modes.logits[0]), load_profile(modes.score[0])
     suite = Pipeline(pa).load_suite()
-    rows_a = Comparer(Workspace.from_profile(pa), suite, CompareOptions(reverse=True)).windows()
-    rows_b = Comparer(Workspace.from_profile(pb), suite, CompareOptions(reverse=True, mode="score")).windows()
+    rows_a = Comparer(pa.workspace(), suite, CompareOptions(reverse=True)).windows()
+    rows_b = Comparer(pb.workspace(), suite, CompareOptions(reverse=True, mode="score")).windows()
     assert len(rows_a) == len(rows_b) == 2
     for ra, rb in zip(rows_a, rows_b, strict=True):
         assert row_differences(ra.rows, rb.rows) == [], ra.window_index

@@ -55,9 +55,8 @@ def _next_steps(path: str, report: ComparisonReport, profile: Profile | None) ->
     suite_windows = 0
     if profile is not None:
         from kldtui.workflow.state import load_state
-        from kldtui.workspace import Workspace
 
-        suite_windows = load_state(Workspace.from_profile(profile)).suite_windows
+        suite_windows = load_state(profile.workspace()).suite_windows
     window_range = report.window_range
     shown = Path(path)
     try:

@@ -31,23 +31,24 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput, StageFailed
     from kldtui.events import Cancel, EventSink, LogLine, Notice
+    from kldtui.servers.registry import KINDS, kind_of
     from kldtui.stages.serve import ServerSession, run_serve, start_serve
     from kldtui.workflow.profile import load_profile, server_plan
-    from kldtui.workspace import DEFAULT_PROFILE, Workspace
+    from kldtui.workspace import DEFAULT_PROFILE
 
     profile = load_profile(args.profile or DEFAULT_PROFILE)
-    if profile.candidate.kind == "attach":
-        raise BadInput(f"{profile.where}: [candidate] kind = 'attach' points at a server started "
-                       "elsewhere; kldtui serve starts one (use kind = 'vllm' or 'embedded')")
-    from kldtui.workflow.preflight import server_problems
-
-    problems = server_problems(profile)  # before anything is launched, as `kldtui run` does
+    kind = kind_of(profile.candidate)
+    if not kind.launches:
+        launched = " or ".join(repr(name) for name, k in KINDS.items() if k.launches)
+        raise BadInput(f"{profile.candidate.label} kind = {kind.name!r} points at a server started "
+                       f"elsewhere; kldtui serve starts one (use kind = {launched})")
+    problems = kind.problems(profile.candidate)  # before anything is launched, as `kldtui run` does
     if problems:
         raise BadInput(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     # following the server's log is the point of this command
     output = dataclasses.replace(OutputOptions.from_args(args), server_log=True)
     plan = server_plan(profile, Path(args.capture_dir).resolve() if args.capture_dir else None)
-    workspace = Workspace.from_profile(profile)
+    workspace = profile.workspace()
     running: list[ServerSession] = []
 
     def job(emit: EventSink, cancel: Cancel) -> Any:

@@ -1,0 +1,102 @@
+"""``kind = "attach"``: a server started elsewhere (another shell, another node); kldtui checks it
+is ready and serves the name, captures through it, and never starts or stops it.
+
+Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_env``)::
+
+    url = "http://node0:8000"                        # required (a [candidate] with url is attach)
+    server_capture_dir = "/shared/capture-chunks"    # required: the folder the server's
+                                                     # VLLM_KLD_CAPTURE_DIR points at, seen from here
+
+``[reference] capture = "attach"`` takes ``url`` and ``server_capture_dir`` (both required) and
+``served_model_name`` (default: the candidate's).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from kldtui.errors import BadInput
+from kldtui.servers.base import (
+    CaptureTarget,
+    Check,
+    ServerConfig,
+    ServerPlan,
+    api_key,
+    build_config,
+    inherit,
+)
+
+
+@dataclass(frozen=True)
+class AttachConfig(ServerConfig):
+    kind: str = "attach"
+    url: str = ""
+    server_capture_dir: Path | None = None
+
+
+class AttachKind:
+    name = "attach"
+    summary = "a server started elsewhere: kldtui checks it, captures through it, never stops it"
+    config_type = AttachConfig
+    launches = False
+    builtin = False
+    implied_by = ("url",)
+    reference_keys = ("url", "server_capture_dir", "served_model_name")
+    forbidden: dict[str, str] = {}
+
+    def own(self, config: ServerConfig) -> AttachConfig:
+        if not isinstance(config, AttachConfig):
+            raise TypeError(f"{type(config).__name__} is not an attached server's config")
+        return config
+
+    def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+        if "url" not in values:
+            raise BadInput(f"{label} kind = 'attach' needs url = 'http://HOST:PORT'")
+        if "server_capture_dir" not in values:
+            raise BadInput(f"{label} attach mode needs server_capture_dir: the folder the running "
+                           "server's VLLM_KLD_CAPTURE_DIR points at, as seen from here")
+        config: ServerConfig = build_config(AttachConfig, values, base_dir=base_dir, label=label)
+        return config
+
+    def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
+                         label: str) -> ServerConfig:
+        if "url" not in values or "server_capture_dir" not in values:
+            raise BadInput(f"{label} capture = 'attach' needs url and server_capture_dir (the running "
+                           "reference server's VLLM_KLD_CAPTURE_DIR as seen from here)")
+        own = self.own(self.configure(values, base_dir=base_dir, label=label))
+        given = {key: getattr(own, key) for key in values if key in self.reference_keys}
+        config: ServerConfig = inherit(AttachConfig, candidate, label=label, **given)
+        return config
+
+    def plan(self, config: ServerConfig, capture: CaptureTarget, *,
+             capture_dir: Path | None = None) -> ServerPlan:
+        c = self.own(config)
+        return ServerPlan(self.name, c.served_model_name, url=c.url, capture_dir=c.server_capture_dir,
+                          api_key=api_key(c))
+
+    def argv(self, config: ServerConfig, *, host: str | None = None, port: int | None = None) -> list[str]:
+        raise BadInput(f"{config.label} kind = 'attach' starts no server; use url = ... to reach it")
+
+    def environment(self, config: ServerConfig, capture: CaptureTarget) -> dict[str, str]:
+        return {}  # the server's environment was set where it was started
+
+    def problems(self, config: ServerConfig) -> list[str]:
+        return []  # checked when attaching: kldtui.servers.readiness.check_attached
+
+    def is_local(self, config: ServerConfig) -> bool:
+        """The URL points at this host (loopback or this host's name)."""
+        host = (urlsplit(self.own(config).url).hostname or "").lower()
+        return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
+
+    def describe(self, config: ServerConfig) -> str:
+        return f"attached server at {self.own(config).url}"
+
+    def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
+        return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it
+
+
+KIND = AttachKind()

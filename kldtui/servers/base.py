@@ -1,0 +1,374 @@
+"""What every server kind shares: the :class:`ServerKind` Protocol, the typed settings of one
+server (:class:`ServerConfig` and, for the kinds kldtui launches, :class:`LaunchConfig`), the serve
+stage's :class:`ServerPlan`, and the helpers the kinds build on.
+
+A server kind is what ``[candidate] kind = "..."`` names (and ``[reference] capture = "..."``):
+its own keys and their checks, the command line and environment that start it, what to check
+before launching it, whether it runs on this host, and what ``kldtui doctor`` checks for it.
+Each kind is one module of :mod:`kldtui.servers` registered in :mod:`kldtui.servers.registry`.
+
+The keys a profile table takes for a kind are the fields of the kind's config dataclass (their
+TOML types follow from the field types: ``str``/``Path`` strings, ``int``, ``float``, ``bool``,
+``tuple[str, ...]`` lists of strings, ``dict[str, str]`` tables); a config is a self-contained,
+frozen object, so a run can hold several of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from kldtui import settings
+from kldtui.errors import BadInput
+
+# A config field with this metadata is not a profile key (set by kldtui, not by the user).
+NOT_A_KEY = {"profile_key": False}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One server's settings, as a profile table gives them (base of every kind's config).
+
+    ``label`` says where they came from in messages (``"PROFILE: [candidate]"``)."""
+
+    kind: str = ""
+    served_model_name: str = "candidate"
+    request_timeout: float = 600.0  # seconds per capture request
+    api_key_env: str | None = None  # the environment variable holding the server's API key
+    label: str = field(default="profile: [candidate]", compare=False, metadata=NOT_A_KEY)
+
+
+@dataclass(frozen=True)
+class LaunchConfig(ServerConfig):
+    """A server kldtui starts as a child process: its interpreter, extra arguments, environment,
+    address and start-up time."""
+
+    python: str = field(default_factory=lambda: sys.executable)  # the interpreter that runs it
+    vllm_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0 picks a free port
+    startup_timeout: float = 3600.0  # seconds until /health and /v1/models must answer
+
+
+@dataclass(frozen=True)
+class CaptureTarget:
+    """What a server's capture needs to know besides its folder: the capture mode and, in score
+    mode, the suite and the reference logits it scores against."""
+
+    mode: str = "logits"
+    suite_dir: Path | None = None
+    reference_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """What the serve stage runs: a launched server (its argument list and environment) or an
+    attached one (its URL and the capture folder it writes). ``kind`` names the server kind."""
+
+    kind: str
+    served_model_name: str
+    startup_timeout: float = 3600.0
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None
+    url: str | None = None
+    capture_dir: Path | None = None  # attach: the server's; launched: a fixed folder (serve --capture-dir)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of ``kldtui doctor``."""
+
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True  # a failed optional check is a note, not a failure
+
+
+@runtime_checkable
+class ServerKind(Protocol):
+    """One kind of server. Implementations are module-level singletons of :mod:`kldtui.servers`."""
+
+    @property
+    def name(self) -> str:
+        """The value of ``[candidate] kind`` / ``[reference] capture``."""
+        ...
+
+    @property
+    def summary(self) -> str:
+        """One line: what it serves and how."""
+        ...
+
+    @property
+    def config_type(self) -> type[ServerConfig]:
+        """The kind's config dataclass: its fields are the keys its table takes."""
+        ...
+
+    @property
+    def launches(self) -> bool:
+        """kldtui starts the server (a child process it stops again); False: it attaches to a
+        server started elsewhere, never started or stopped by kldtui."""
+        ...
+
+    @property
+    def builtin(self) -> bool:
+        """kldtui's own deterministic model (the demo's): the reference needs no repeat capture
+        to measure runtime noise, and its capture records stay in the work folder (the demo's
+        suite keeps the published layout)."""
+        ...
+
+    @property
+    def implied_by(self) -> tuple[str, ...]:
+        """Table keys that mean this kind when ``kind`` is not given (``url``: attach)."""
+        ...
+
+    @property
+    def reference_keys(self) -> tuple[str, ...]:
+        """The keys ``[reference]`` may set with ``capture`` = this kind."""
+        ...
+
+    @property
+    def forbidden(self) -> Mapping[str, str]:
+        """Keys refused for this kind that another kind takes, with the one-line reason (others
+        get a generic line naming the kinds that take them)."""
+        ...
+
+    def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+        """The kind's config from a table whose keys and types are checked; BadInput (one line,
+        naming ``label``) for what the kind needs and misses. Paths resolve against ``base_dir``."""
+        ...
+
+    def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
+                         label: str) -> ServerConfig:
+        """The server that captures the reference: the candidate's settings this kind takes,
+        with the ``[reference]`` table's ``values`` over them."""
+        ...
+
+    def plan(self, config: ServerConfig, capture: CaptureTarget, *,
+             capture_dir: Path | None = None) -> ServerPlan:
+        """The serve stage's plan (``capture_dir``: a launched server's fixed capture folder)."""
+        ...
+
+    def argv(self, config: ServerConfig, *, host: str | None = None, port: int | None = None) -> list[str]:
+        """The command line that starts the server (never a shell string); ``host``/``port``
+        override the config's. BadInput for a kind that starts nothing."""
+        ...
+
+    def environment(self, config: ServerConfig, capture: CaptureTarget) -> dict[str, str]:
+        """The server's extra environment, capture variables included (the launcher adds the
+        capture folder's)."""
+        ...
+
+    def problems(self, config: ServerConfig) -> list[str]:
+        """What is wrong with the server's inputs before anything is launched, one line each."""
+        ...
+
+    def is_local(self, config: ServerConfig) -> bool:
+        """The server runs on this host (its GPUs are this host's)."""
+        ...
+
+    def describe(self, config: ServerConfig) -> str:
+        """A few words for messages: "vLLM serving MODEL", "attached server at URL"."""
+        ...
+
+    def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
+        """What ``kldtui doctor`` checks on this host for the kind (``python``: the interpreter
+        that runs the server; ``import_engine``: import the engine, slower and more thorough)."""
+        ...
+
+
+# --- helpers the kinds share ------------------------------------------------------------------
+
+def capture_env(capture: CaptureTarget) -> dict[str, str]:
+    """The capture mode's part of a launched server's environment: in score mode the variables
+    that turn scoring on and say where the suite and its reference logits are
+    (kldtui.formats.scores); nothing in logits mode."""
+    if capture.mode != "score":
+        return {}
+    if capture.suite_dir is None or capture.reference_dir is None:
+        raise ValueError("score mode needs the suite and reference folders")
+    return {**settings.CAPTURE_MODE.entry("score"), **settings.SCORE_SUITE.entry(capture.suite_dir.resolve()),
+            **settings.SCORE_REFERENCE.entry(capture.reference_dir.resolve())}
+
+
+def api_key(config: ServerConfig) -> str | None:
+    """The server's API key from the variable ``api_key_env`` names (None when none is named)."""
+    name = config.api_key_env
+    if not name:
+        return None
+    value = settings.named_variable(name)
+    if value is None:
+        raise BadInput(f"{config.label} api_key_env names {name}, which is not set; "
+                       f"export {name}=... or remove api_key_env")
+    return value
+
+
+_TOML_TYPES: dict[Any, str] = {str: "str", Path: "str", int: "int", float: "float", bool: "bool"}
+
+
+def profile_keys(config_type: type[ServerConfig]) -> dict[str, str]:
+    """The profile keys of a config type and their TOML types (``str``, ``int``, ``float``,
+    ``bool``, ``list[str]``, ``table[str]``), from the dataclass's fields."""
+    hints = typing.get_type_hints(config_type)
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(config_type):
+        if f.metadata.get("profile_key", True):
+            out[f.name] = _toml_type(hints[f.name], f"{config_type.__name__}.{f.name}")
+    return out
+
+
+def _toml_type(hint: Any, what: str) -> str:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        if len(args) != 1:
+            raise TypeError(f"{what}: a profile key has one type (or None), not {hint}")
+        return _toml_type(args[0], what)
+    origin = typing.get_origin(hint)
+    if origin is tuple and args == [str, Ellipsis]:
+        return "list[str]"
+    if origin is dict and args == [str, str]:
+        return "table[str]"
+    if hint in _TOML_TYPES:
+        return _TOML_TYPES[hint]
+    raise TypeError(f"{what}: {hint} is not a profile key type")
+
+
+def resolve_path(base_dir: Path, value: str) -> Path:
+    """A profile path: ``~`` expanded, relative to the profile's folder."""
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else (base_dir / p).resolve()
+
+
+def local_model(base_dir: Path, value: str) -> str:
+    """A model given as a path (``./m``, ``~/m``, ``/m``, or a folder beside the profile) becomes
+    its absolute path; anything else is a Hugging Face model id and is left alone."""
+    path = resolve_path(base_dir, value)
+    if value.startswith((".", "~", "/")) or path.exists():
+        return str(path)
+    return value
+
+
+def build_config(config_type: type[ServerConfig], values: Mapping[str, Any], *, base_dir: Path,
+                 label: str, **fixed: Any) -> Any:
+    """``config_type`` from type-checked profile values: lists become tuples, table values
+    strings, numbers floats where the field is a float, paths absolute (against ``base_dir``).
+    Keys the type does not have are left out; ``fixed`` values are set as given."""
+    hints = typing.get_type_hints(config_type)
+    names = {f.name for f in dataclasses.fields(config_type)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in names:
+            continue
+        kind = _toml_type(hints[key], key)
+        hint_args = typing.get_args(hints[key])
+        if kind == "list[str]":
+            value = tuple(value)
+        elif kind == "table[str]":
+            value = {str(k): str(v) for k, v in value.items()}
+        elif kind == "float":
+            value = float(value)
+        elif kind == "str" and (hints[key] is Path or Path in hint_args):
+            value = resolve_path(base_dir, value)
+        out[key] = value
+    out.update(fixed)
+    return config_type(label=label, **out)
+
+
+def inherit(config_type: type[ServerConfig], source: ServerConfig, **values: Any) -> Any:
+    """A ``config_type`` with ``source``'s settings for the fields both have, ``values`` over them
+    (the reference server takes the candidate's interpreter, address, environment...)."""
+    theirs = {f.name for f in dataclasses.fields(source)}
+    kept = {f.name: getattr(source, f.name) for f in dataclasses.fields(config_type)
+            if f.name in theirs and f.name != "kind"}
+    return config_type(**{**kept, **values})
+
+
+def port_problem(config: LaunchConfig) -> str | None:
+    """The configured port is taken on its host (0: a free one is picked at launch)."""
+    if not config.port:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR: a port left in TIME_WAIT by our last server is free; a listener is not
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((config.host, config.port))
+        except OSError:
+            return (f"{config.label} port {config.port} on {config.host} is already in use (another "
+                    "server?); stop it, or choose another port (0 picks a free one)")
+    return None
+
+
+def has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def fill(text: str, values: Mapping[str, str]) -> str:
+    """Replace ``{model}``-style placeholders; other braces (JSON flag values) are left alone."""
+    out = text
+    for key, value in values.items():
+        out = out.replace("{" + key + "}", value)
+    return out
+
+
+class LaunchedKind:
+    """Shared behaviour of the kinds kldtui starts as a child process (subclass and set the
+    class attributes; :meth:`argv` is the kind's own)."""
+
+    name: str
+    summary: str
+    config_type: type[ServerConfig]
+    launches: bool = True
+    builtin: bool = False
+    implied_by: tuple[str, ...] = ()
+    reference_keys: tuple[str, ...] = ()
+    forbidden: Mapping[str, str] = {}
+
+    def own(self, config: ServerConfig) -> Any:
+        if not isinstance(config, self.config_type):
+            raise TypeError(f"{type(config).__name__} is not a {self.name} server's config")
+        return config
+
+    def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+        values = dict(values)
+        if "python" in values and "/" in values["python"]:
+            values["python"] = str(resolve_path(base_dir, values["python"]))
+        config: ServerConfig = build_config(self.config_type, values, base_dir=base_dir, label=label,
+                                            kind=self.name)
+        launch = self.own(config)
+        if not 0 <= launch.port <= 65535:
+            raise BadInput(f"{label} port {launch.port} is not 0..65535")
+        return config
+
+    def argv(self, config: ServerConfig, *, host: str | None = None, port: int | None = None) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self, config: ServerConfig, capture: CaptureTarget) -> dict[str, str]:
+        c: LaunchConfig = self.own(config)
+        return {**c.env, **capture_env(capture)}
+
+    def plan(self, config: ServerConfig, capture: CaptureTarget, *,
+             capture_dir: Path | None = None) -> ServerPlan:
+        c: LaunchConfig = self.own(config)
+        return ServerPlan(self.name, c.served_model_name, c.startup_timeout, argv=tuple(self.argv(c)),
+                          env=self.environment(c, capture), api_key=api_key(c),
+                          model=getattr(c, "model", None), capture_dir=capture_dir)
+
+    def problems(self, config: ServerConfig) -> list[str]:
+        problem = port_problem(self.own(config))
+        return [problem] if problem else []
+
+    def is_local(self, config: ServerConfig) -> bool:
+        return True  # kldtui starts it here
+
+    def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
+        return []

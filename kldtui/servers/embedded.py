@@ -1,0 +1,65 @@
+"""``kind = "embedded"``: kldtui's built-in CPU server (``python -m kldtui.embedded``) with a tiny
+deterministic model: the demo's, and the tests'. No GPU, no download.
+
+Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_env`` and the
+launched server's ``python``, ``vllm_args`` (appended), ``env``, ``host``, ``port``,
+``startup_timeout``)::
+
+    model_seed = 0                 # seed of the model's weights
+    vocab_size = 4096
+    perturb = 0.0                  # quantization-like rounding step (0: the reference model)
+    max_num_batched_tokens = 256
+
+``[reference] capture = "embedded"`` serves the candidate's model unperturbed (the demo's
+reference), as ``NAME-reference``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kldtui.servers.base import LaunchConfig, LaunchedKind, ServerConfig, fill, inherit
+
+EMBEDDED_MODULE = "kldtui.embedded"
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig(LaunchConfig):
+    kind: str = "embedded"
+    model_seed: int = 0
+    vocab_size: int = 4096
+    perturb: float = 0.0
+    max_num_batched_tokens: int = 256
+
+
+class EmbeddedKind(LaunchedKind):
+    name = "embedded"
+    summary = "kldtui's built-in CPU server with a tiny deterministic model (the demo)"
+    config_type = EmbeddedConfig
+    builtin = True
+    forbidden = {"model": "kind = 'embedded' serves its built-in model; remove model, or set kind = 'vllm'"}
+
+    def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
+                         label: str) -> ServerConfig:
+        config: ServerConfig = inherit(EmbeddedConfig, candidate, label=label, perturb=0.0,
+                                       served_model_name=candidate.served_model_name + "-reference")
+        return config
+
+    def argv(self, config: ServerConfig, *, host: str | None = None, port: int | None = None) -> list[str]:
+        c: EmbeddedConfig = self.own(config)
+        h = c.host if host is None else host
+        p = c.port if port is None else port
+        values = {"model": "", "host": h, "port": str(p), "served_model_name": c.served_model_name}
+        argv = [c.python, "-m", EMBEDDED_MODULE, "--port", str(p), "--host", h,
+                "--served-model-name", c.served_model_name, "--model-seed", str(c.model_seed),
+                "--vocab-size", str(c.vocab_size), "--perturb", repr(float(c.perturb)),
+                "--max-num-batched-tokens", str(c.max_num_batched_tokens), "--max-num-seqs", "1"]
+        return argv + [fill(a, values) for a in c.vllm_args]
+
+    def describe(self, config: ServerConfig) -> str:
+        return "the embedded server"
+
+
+KIND = EmbeddedKind()

@@ -1,0 +1,110 @@
+"""``kind = "vllm"``: kldtui launches vLLM with the capture hook and stops it when the run ends.
+
+Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_env``)::
+
+    model = "/path/to/candidate"   # required; substituted for {model}; a path or a Hub model id
+    python = "python"              # the interpreter that runs vLLM (default: this one)
+    launcher = ["-m", "vllm.entrypoints.cli.main", "serve", "{model}"]
+    vllm_args = ["--trust-remote-code", "--host", "{host}", "--port", "{port}", ...]
+    env = { VLLM_TRITON_MLA_STATIC_KV_SPLITS = "8" }
+    host = "127.0.0.1"             # substituted for {host}
+    port = 8000                    # substituted for {port}; 0 picks a free port
+    startup_timeout = 3600.0
+
+The command is ``[python, *launcher, "--served-model-name", NAME, *vllm_args]`` after
+substituting ``{model}``, ``{host}``, ``{port}``, ``{served_model_name}``;
+``--served-model-name`` is only added when vllm_args does not name it, and ``--host``/``--port``
+are appended when vllm_args does not name them. The flags the capture itself needs are added by
+the launcher (kldtui.stages.serve.ensure_capture_flags), which says so.
+
+``[reference] capture = "vllm"`` serves ``model`` (required there) with the candidate's settings,
+``vllm_args`` and ``served_model_name`` if given (default: the candidate's name + ``-reference``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput
+from kldtui.servers.base import (
+    Check,
+    LaunchConfig,
+    LaunchedKind,
+    ServerConfig,
+    fill,
+    has_flag,
+    inherit,
+    local_model,
+)
+
+DEFAULT_VLLM_LAUNCHER = ("-m", "vllm.entrypoints.cli.main", "serve", "{model}")
+
+
+@dataclass(frozen=True)
+class VllmConfig(LaunchConfig):
+    kind: str = "vllm"
+    model: str | None = None
+    launcher: tuple[str, ...] = DEFAULT_VLLM_LAUNCHER
+
+
+class VllmKind(LaunchedKind):
+    name = "vllm"
+    summary = "kldtui launches vLLM with the capture hook (a local checkpoint or a Hub model id)"
+    config_type = VllmConfig
+    reference_keys = ("model", "served_model_name", "vllm_args")
+
+    def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+        if "model" not in values:
+            raise BadInput(f"{label} model is missing: the candidate checkpoint to serve")
+        values = {**values, "model": local_model(base_dir, values["model"])}
+        return super().configure(values, base_dir=base_dir, label=label)
+
+    def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
+                         label: str) -> ServerConfig:
+        if "model" not in values:
+            raise BadInput(f"{label} capture = 'vllm' needs model = the reference checkpoint")
+        own = self.own(self.configure(values, base_dir=base_dir, label=label))
+        given = {key: getattr(own, key) for key in values if key in self.reference_keys}
+        given.setdefault("served_model_name", candidate.served_model_name + "-reference")
+        config: ServerConfig = inherit(VllmConfig, candidate, label=label, **given)
+        return config
+
+    def argv(self, config: ServerConfig, *, host: str | None = None, port: int | None = None) -> list[str]:
+        c: VllmConfig = self.own(config)
+        h = c.host if host is None else host
+        p = c.port if port is None else port
+        values = {"model": c.model or "", "host": h, "port": str(p), "served_model_name": c.served_model_name}
+        if not c.model and any("{model}" in a for a in (*c.launcher, *c.vllm_args)):
+            raise BadInput(f"{c.label} model is not set; give the candidate checkpoint's path")
+        args = [fill(a, values) for a in c.vllm_args]
+        argv = [c.python, *(fill(a, values) for a in c.launcher)]
+        if not has_flag(args, "--served-model-name"):
+            argv += ["--served-model-name", c.served_model_name]
+        argv += args
+        if not has_flag(args, "--host"):
+            argv += ["--host", h]
+        if not has_flag(args, "--port"):
+            argv += ["--port", str(p)]
+        return argv
+
+    def problems(self, config: ServerConfig) -> list[str]:
+        c: VllmConfig = self.own(config)
+        problems: list[str] = []
+        local = c.model is not None and c.model.startswith(("/", "./", "../", "~"))
+        if local and c.model is not None and not Path(c.model).expanduser().exists():
+            problems.append(f"{c.label} model = {c.model!r}: no such folder; give the path of a "
+                            "local checkpoint or a Hugging Face model id")
+        return problems + super().problems(c)
+
+    def describe(self, config: ServerConfig) -> str:
+        return f"vLLM serving {self.own(config).model}"
+
+    def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
+        from kldtui.servers.vllm_probe import vllm_checks
+
+        return vllm_checks(python, import_vllm=import_engine)
+
+
+KIND = VllmKind()
