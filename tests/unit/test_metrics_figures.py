@@ -105,6 +105,8 @@ def test_bad_declarations_are_refused() -> None:
         registry.register(dataclasses.replace(CONFIDENT_FLIP, name="test_bad", aggregation="mode"))
     with pytest.raises(ValueError, match="registered twice"):
         registry.register(dataclasses.replace(CONFIDENT_FLIP, name="kl_mean"))
+    with pytest.raises(ValueError, match="per-window entries"):
+        registry.register(dataclasses.replace(CONFIDENT_FLIP, name="positions"))
     with pytest.raises(ValueError, match="lower-case"):
         registry.register(dataclasses.replace(CONFIDENT_FLIP, name="Flips"))
     assert registry.get("test_bad") is None

@@ -91,6 +91,9 @@ def finite(a: np.ndarray) -> np.ndarray:
 
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+# keys a per_window entry or per_window_arrays has besides its figures: a figure cannot take them
+RESERVED = frozenset({"window_index", "domain", "positions", "kl_reference_to_candidate", "js",
+                      "kl_candidate_to_reference", "figures", "extra"})
 Values = Callable[[RowStats], "np.ndarray | None"]
 
 
@@ -147,6 +150,8 @@ def register(figure: RowFigure) -> RowFigure:
         raise ValueError(f"figure name {figure.name!r}: lower-case letters, digits and _ only")
     if figure.name in _REGISTRY:
         raise ValueError(f"figure {figure.name!r} is registered twice")
+    if figure.name in RESERVED:
+        raise ValueError(f"figure name {figure.name!r} is a field of the report's per-window entries")
     unknown = [s for s in figure.slots if s not in FIELDS]
     if unknown or not figure.slots:
         raise ValueError(f"figure {figure.name!r}: slots {unknown or '()'} are not kernel outputs "
