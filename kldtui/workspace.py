@@ -17,8 +17,8 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
                                     (score mode: scores_NNN.safetensors + scores-manifest.json)
       compare/window-NNN.json       per-window compare results (reused when inputs match)
       comparison.json               the report (docs/REPORT.md)
-      reference-run/                the demo's reference capture (a workspace of its own whose
-                                    finalized folder is the suite's ref/)
+      reference-run/                the reference capture ([reference] capture: a workspace of its
+                                    own whose finalized folder is the suite's ref/)
 
 A workspace built from flags has only the paths its command needs; asking for another one is a
 programming error (:class:`ValueError`).
@@ -80,7 +80,8 @@ class Workspace:
                    report_path=Path(report_path) if report_path is not None else None)
 
     def reference_capture(self) -> Workspace:
-        """The demo's reference capture: its own work folder; it finalizes into the suite's ref/."""
+        """The reference capture's own work folder (``[reference] capture``); it finalizes into the
+        suite's ref/."""
         root = self._need(self.workdir, "workdir") / "reference-run"
         return Workspace(suite_dir=self.suite_dir, reference_dir=self.reference_dir,
                          capture_root=root / "capture", run_name="reference",

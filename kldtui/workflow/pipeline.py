@@ -7,7 +7,9 @@ API (used by ``kldtui run``, ``kldtui demo`` and the dashboard's workers)::
 
     # or stage by stage (each is resumable and may be called alone):
     pipeline.load_suite()       # the suite only (no reference logits needed)
-    pipeline.reference()        # download/verify the suite + reference logits (Hub or local)
+    pipeline.reference()        # download/verify the suite + reference logits (Hub or local);
+                                # with [reference] capture, capture missing reference logits
+                                # first (kldtui.stages.reference_capture)
     pipeline.serve()            # start the candidate server and wait until ready (or attach)
     pipeline.capture()          # capture every window of the range (server must be up)
     pipeline.finalize()         # merge captured chunks into workdir/candidate
@@ -26,13 +28,13 @@ captured, while the next window is being captured. With ``[compare] abort_kl_abo
 stops (StageFailed) after the first window whose mean KL is above it, after writing the report
 of the windows compared so far.
 
-The work folder layout (every path) is :class:`kldtui.workspace.Workspace`'s.
+The pipeline only schedules: each stage is its driver's (kldtui.stages), the servers' kinds are
+kldtui.servers', every path is the workspace's (:attr:`Pipeline.workspace`,
+:class:`kldtui.workspace.Workspace`: the work folder layout).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import queue
 import shutil
 import threading
@@ -45,28 +47,20 @@ from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
     EarlyAbort,
-    Event,
     EventSink,
     LogLine,
     Notice,
-    Progress,
-    ResultReady,
-    ServerReady,
     StageFinished,
-    StageName,
     StageStarted,
     WindowState,
     failure_reported,
     null_sink,
 )
-from kldtui.events import (
-    StageFailed as StageFailedEvent,
-)
-from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.folder_lock import FolderLocks
-from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.servers.base import CaptureTarget, ServerConfig
 from kldtui.servers.registry import kind_of
+from kldtui.stages.reference_capture import ReferenceCapture, RepeatCompare, reference_complete
 from kldtui.stages.serve import stop_reason
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
@@ -101,38 +95,6 @@ class _LinkedCancel(Cancel):
             super().wait(min(left, 0.1))
 
 
-_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
-_SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
-
-
-def _redact(runtime: dict[str, Any]) -> dict[str, Any]:
-    """The runtime identity without secrets (env values of secret-looking names, --api-key values)
-    before it goes into a manifest that may be published."""
-    out = dict(runtime)
-    env = out.get("env")
-    if isinstance(env, dict):
-        out["env"] = {k: ("<redacted>" if any(w in k.upper() for w in _SECRET_WORDS) else v)
-                      for k, v in env.items()}
-    argv = out.get("argv")
-    if isinstance(argv, list | tuple):
-        clean: list[Any] = []
-        for i, arg in enumerate(argv):
-            prev = argv[i - 1] if i else None
-            if prev in _SECRET_FLAGS:
-                clean.append("<redacted>")
-            elif isinstance(arg, str) and arg.startswith(tuple(f + "=" for f in _SECRET_FLAGS)):
-                clean.append(arg.split("=", 1)[0] + "=<redacted>")
-            else:
-                clean.append(arg)
-        out["argv"] = clean
-    return out
-
-
-def _copy_json(src: Path, dst: Path) -> None:
-    """Copy a JSON document atomically (parsed and rewritten: a half-copied file never appears)."""
-    write_json_atomic(dst, json.loads(read_text(src)))
-
-
 class Pipeline:
     """The whole chain for one profile; see the module docstring."""
 
@@ -151,7 +113,7 @@ class Pipeline:
         self.suite: Suite | None = None
         self._lock = threading.Lock()
         self._abort_message: str | None = None
-        self._sub: Pipeline | None = None  # the demo's reference pipeline while it runs
+        self._reference_capture: ReferenceCapture | None = None  # while it runs
         # kldtui.stages.serve.ServerSession of the server in use: the one record of it (server,
         # base_url, server_capture_dir and runtime below read it)
         self._session: Any = None
@@ -169,50 +131,22 @@ class Pipeline:
         # the capture folder too: `kldtui capture --capture-dir` on it locks that folder itself
         folders = [f for f in (ws.workdir, ws.capture_root, ws.candidate_dir) if f is not None]
         if ref.repo_id or ref.capture:
-            folders.append(self.suite_dir)
+            folders.append(self._workspace.suite_dir)
         self._locks.acquire(folders, what="work folder")
 
     def release_folders(self) -> None:
         self._locks.release()
 
-    # -- paths (all from the workspace) --------------------------------------------------------
     @property
     def workspace(self) -> Workspace:
+        """Every path of the run (the front ends ask it, not the pipeline)."""
         return self._workspace
-
-    @property
-    def suite_dir(self) -> Path:
-        return self._workspace.suite_dir
-
-    @property
-    def reference_dir(self) -> Path:
-        return self._workspace.reference
-
-    @property
-    def capture_root(self) -> Path:
-        return self._workspace.captures
-
-    @property
-    def run_dir(self) -> Path:
-        return self._workspace.run_dir
-
-    @property
-    def records_path(self) -> Path:
-        return self._workspace.records_path
-
-    @property
-    def candidate_dir(self) -> Path:
-        return self._workspace.candidate
-
-    @property
-    def report_path(self) -> Path:
-        return self._workspace.report
 
     # -- stages ---------------------------------------------------------------------------------
     def load_suite(self) -> Suite:
         """Load and check the suite (token hashes are checked when each window is used)."""
         if self.suite is None:
-            suite = load_suite(self.suite_dir)
+            suite = load_suite(self._workspace.suite_dir)
             suite.check_suite_hash()
             self.suite = suite
         return self.suite
@@ -232,8 +166,8 @@ class Pipeline:
         ref = self.profile.reference
         self.lock_folders()
         with failure_reported(self.emit, "reference"):
-            if ref.capture is not None and not self._embedded_reference_complete():
-                self._build_embedded_reference()
+            if ref.server is not None and not reference_complete(self._workspace, self.windows()):
+                self._capture_reference(ref.server)
         run = self.profile.run
         result = run_reference(self._workspace, self.emit, self.cancel, repo_id=ref.repo_id,
                                revision=ref.revision, start_window=run.start_window,
@@ -241,81 +175,26 @@ class Pipeline:
         self.suite = result.suite
         return self.load_suite()
 
-    def _embedded_reference_complete(self) -> bool:
-        """The captured reference lists every window of the run, each file present. A manifest
-        listing fewer is the resume state of an interrupted reference finalize, not a finished
-        reference: the reference capture resumes from it."""
-        path = self._workspace.reference_manifest
-        if not path.exists():
-            return False
-        try:
-            manifest = load_logits_manifest(path)
-            wanted = {w.index for w in self.windows()}
-            have = {i for i in manifest.entries if manifest.file_path(i).is_file()}
-        except BadInput:
-            return False
-        return wanted <= have
-
-    def _build_embedded_reference(self) -> None:
-        """Capture + finalize the reference into the suite's ref/ (events relabelled "reference").
-
-        The capture records go to the suite root as capture-reference.json; with ``repeat`` the
-        first window is captured again from the same server and its comparison with the first
-        capture is stored as repeat-noise-windowNNN.json (the runtime's own noise).
-        """
+    def _capture_reference(self, server: ServerConfig) -> None:
+        """The reference capture stage (kldtui.stages.reference_capture) with the reference's
+        server; it is reachable for :meth:`stop_server` while it runs."""
         ref = self.profile.reference
-        assert ref.server is not None  # set with [reference] capture
-        ref_profile = dataclasses.replace(
-            self.profile, candidate=ref.server,
-            reference=dataclasses.replace(ref, capture=None, server=None),
-            run=dataclasses.replace(self.profile.run, run_name="reference"),
-            compare=dataclasses.replace(self.profile.compare, abort_kl_above=None),
-            capture=dataclasses.replace(self.profile.capture, mode="logits"))  # the reference's logits
-        try:  # the reference windows' bar gets its total (a count without one stays at "6/?")
-            total: int | None = len(self.windows())
-        except KldError:
-            total = None
-        sub = Pipeline(ref_profile, _relabel(self.emit, "reference", total), self.user_cancel,
-                       output_kind="reference", workspace=self._workspace.reference_capture())
-        sub.cancel = self.cancel
-        self._sub = sub
-        self.emit(StageStarted("reference", detail=f"capturing the reference ({ref.capture})"))
-        kind = kind_of(ref.server)
-        repeat = ref.repeat if ref.repeat is not None else not kind.builtin
+        kind = kind_of(server)
+        cmp_ = self.profile.compare
+        capture = ReferenceCapture(
+            self._workspace, self.emit, self.cancel, plan=kind.plan(server, CaptureTarget("logits")),
+            request_timeout=server.request_timeout, suite=self.load_suite(), windows=self.windows(),
+            window_range=self._window_range(), keep_chunks=self.profile.run.keep_chunks,
+            repeat=ref.repeat if ref.repeat is not None else not kind.builtin,
+            records_to_suite=not kind.builtin,  # a built-in model's demo suite keeps its layout
+            compare=RepeatCompare(cmp_.bootstrap_samples, cmp_.bootstrap_seed, cmp_.reverse, cmp_.backend,
+                                  cmp_.threads),
+            command=self._command())
+        self._reference_capture = capture
         try:
-            sub.serve()
-            sub.capture()
-            sub.finalize()
-            if not kind.builtin:  # the demo's suite keeps its published layout
-                _copy_json(sub.records_path, self._workspace.suite_capture_records)
-            if repeat:
-                self._repeat_first_window(sub, ref_profile)
-        except BaseException as exc:
-            sub.stop_server(stop_reason(exc))
-            raise
+            capture.run()
         finally:
-            sub.stop_server("reference captured")
-            self._sub = None
-
-    def _repeat_first_window(self, sub: Pipeline, ref_profile: Profile) -> None:
-        first = self.windows()[0].index
-        ws = self._workspace.reference_repeat()
-        rep_profile = dataclasses.replace(
-            ref_profile, run=dataclasses.replace(ref_profile.run, run_name="reference-repeat",
-                                                 start_window=first, stop_window=first + 1))
-        rep = Pipeline(rep_profile, _relabel(self.emit, "reference"), self.user_cancel,
-                       output_kind="reference-repeat", workspace=ws)
-        rep.cancel = self.cancel
-        rep._session = sub._session  # shared: its liveness is checked, it is stopped by ``sub``
-        try:
-            rep.capture()
-            rep.finalize()
-            report = rep.compare()
-        finally:
-            rep._session = None
-        _copy_json(report, self._workspace.repeat_noise_path(first))
-        self.emit(Notice("reference", f"repeat capture of window {first:03d} stored as "
-                         f"repeat-noise-window{first:03d}.json"))
+            self._reference_capture = None
 
     def server_plan(self) -> Any:
         """The serve stage's plan for this pipeline's server (see :func:`server_plan`)."""
@@ -395,15 +274,15 @@ class Pipeline:
         done = self._captured_indices()
         windows = [w for w in self.windows() if w.index in done]
         if not windows:
-            self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
-            self.emit(StageFinished("finalize", summary=f"0 windows in {self.candidate_dir}",
+            self.emit(StageStarted("finalize", detail=str(self._workspace.candidate)))
+            self.emit(StageFinished("finalize", summary=f"0 windows in {self._workspace.candidate}",
                                     figures={"windows": 0}))
-            return self.candidate_dir
+            return self._workspace.candidate
         run_finalize(self._workspace, self.emit, self.cancel, suite=self.load_suite(), windows=windows,
-                     kind=self.output_kind, runtime=_redact(self.runtime) or None,
+                     kind=self.output_kind, runtime=self.runtime or None,
                      window_range=self._window_range(), expected_vocab=self._expected_vocab(),
                      keep_chunks=self.profile.run.keep_chunks, mode=self.mode)
-        return self.candidate_dir
+        return self._workspace.candidate
 
     def compare(self) -> Path:
         """Compare every finalized window (reusing stored results) and write the report."""
@@ -415,19 +294,20 @@ class Pipeline:
             finalized = load_finalized(self._workspace, self.load_suite(), self.emit, self.mode)
             windows = [w for w in self.windows() if w.index in finalized]
             if not windows:
-                self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
-                raise BadInput(f"{self.candidate_dir}: no finalized windows to compare; run capture "
+                ws = self._workspace
+                self.emit(StageStarted("compare", detail=f"{ws.reference} vs {ws.candidate}"))
+                raise BadInput(f"{ws.candidate}: no finalized windows to compare; run capture "
                                "and finalize first")
             options = self._compare_options()  # an explicit backend that cannot run here: refused now
         run_compare(self._workspace, self.emit, self.cancel, options=options,
                     suite=self.load_suite(), windows=windows, command=self._command())
-        return self.report_path
+        return self._workspace.report
 
     def stop_server(self, reason: str = "done") -> None:
         """Stop the server we started (never an attached one); safe to call any time."""
-        sub = self._sub
-        if sub is not None:
-            sub.stop_server(reason)
+        capture = self._reference_capture
+        if capture is not None:
+            capture.stop_server(reason)
         server = self.server
         if server is not None:
             server.stop(reason=reason)
@@ -436,8 +316,9 @@ class Pipeline:
     @property
     def server_running(self) -> bool:
         """True while a server this pipeline started is up (the dashboard asks before quitting)."""
+        capture = self._reference_capture
         return (self.server is not None and self.server.alive() is None) or (
-            self._sub is not None and self._sub.server_running)
+            capture is not None and capture.server_running)
 
     def window_list(self) -> list[tuple[int, str]]:
         """``(index, domain)`` of the windows this run covers (empty until the suite is there)."""
@@ -491,7 +372,7 @@ class Pipeline:
                 raise
             suite = self.load_suite()
             finalizer = Finalizer(self._workspace, suite, kind=self.output_kind,
-                                  runtime=_redact(self.runtime) or None, window_range=self._window_range(),
+                                  runtime=self.runtime or None, window_range=self._window_range(),
                                   expected_vocab=self._expected_vocab(),
                                   keep_chunks=self.profile.run.keep_chunks, emit=self.emit,
                                   cancel=self.cancel, mode=self.mode)
@@ -513,8 +394,9 @@ class Pipeline:
             def on_captured(window: WindowSpec, record: Any) -> None:
                 enqueue(window.index)
 
-            self.emit(StageStarted("finalize", detail=str(self.candidate_dir)))
-            self.emit(StageStarted("compare", detail=f"{self.reference_dir} vs {self.candidate_dir}"))
+            ws = self._workspace
+            self.emit(StageStarted("finalize", detail=str(ws.candidate)))
+            self.emit(StageStarted("compare", detail=f"{ws.reference} vs {ws.candidate}"))
             worker = threading.Thread(target=self._window_worker, args=(work, failure, finalizer, comparer),
                                       name="kldtui-finalize-compare", daemon=True)
             worker.start()
@@ -543,15 +425,15 @@ class Pipeline:
                 self.cancel = _LinkedCancel(self.user_cancel)
                 comparer.cancel = self.cancel
             written = finalizer.written
-            self.emit(StageFinished("finalize", summary=f"{len(written)} windows in {self.candidate_dir}",
+            self.emit(StageFinished("finalize", summary=f"{len(written)} windows in {ws.candidate}",
                                     figures={"windows": len(written)}))
             results = [comparer.window(w, announce=False) for w in self.windows() if w.index in written]
             if not results:
-                raise StageFailed(f"{self.candidate_dir}: no window was captured and finalized")
+                raise StageFailed(f"{self._workspace.candidate}: no window was captured and finalized")
             comparer.publish(comparer.report(results, command=self._command()))
             if self._abort_message is not None:
                 raise StageFailed(self._abort_message)
-            return self.report_path
+            return self._workspace.report
         finally:
             self.stop_server(reason="stopped")
             self.release_folders()
@@ -575,9 +457,10 @@ class Pipeline:
                 if threshold is not None and kl is not None and kl > threshold:
                     self._abort_message = (f"{window.label}: mean KL {kl:.6g} is above abort_kl_above "
                                            f"{threshold:g}; stopped early (report of the windows "
-                                           f"compared so far: {self.report_path})")
+                                           f"compared so far: {self._workspace.report})")
                     self.emit(Notice("compare", self._abort_message, level="error"))
-                    self.emit(EarlyAbort("compare", self._abort_message, report_path=str(self.report_path)))
+                    self.emit(EarlyAbort("compare", self._abort_message,
+                                         report_path=str(self._workspace.report)))
                     self.cancel.set("early abort: " + self._abort_message)
             except Interrupted as exc:
                 failure.append(exc)  # the user stopped the run: the window is not failed
@@ -597,7 +480,7 @@ class Pipeline:
 
     def _expected_vocab(self) -> int | None:
         try:
-            return load_logits_manifest(self.reference_dir).vocab_size
+            return load_logits_manifest(self._workspace.reference).vocab_size
         except BadInput:
             return None
 
@@ -605,7 +488,7 @@ class Pipeline:
         """Windows listed in the capture records (docs/FORMATS.md: listed means complete)."""
         from kldtui.stages.capture import load_records
 
-        return set(load_records(self.records_path))
+        return set(load_records(self._workspace.records_path))
 
     def _window_range(self) -> tuple[int, int]:
         run = self.profile.run
@@ -628,7 +511,7 @@ class Pipeline:
             return
         todo = [w.num_tokens for w in self.windows() if w.index not in finalized]
         need = disk_need(todo, vocab, keep_chunks=self.profile.run.keep_chunks)
-        where = self._workspace.workdir or self.candidate_dir
+        where = self._workspace.workdir or self._workspace.candidate
         probe = where
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
@@ -661,7 +544,8 @@ class Pipeline:
         if server is not None and server.alive() is None:
             argv = list(getattr(server, "argv", []) or [])
             return Serving(server_gpus(argv, self._session.plan.env), "the candidate server")
-        if self._sub is not None and self._sub.server is not None:
+        capture = self._reference_capture
+        if capture is not None and capture.server_running:
             return Serving(None, "the reference server")
         c = self.profile.candidate
         kind = kind_of(c)
@@ -681,33 +565,4 @@ class Pipeline:
             self._backend_line = line
             self.emit(LogLine("compare", line))
         return choice
-
-
-def _relabel(emit: EventSink, stage: StageName, total: int | None = None) -> EventSink:
-    """Show a helper pipeline's events as one stage: stage changes and windows become notes."""
-    counted: set[int] = set()
-
-    def relabelled(event: Event) -> None:
-        if isinstance(event, WindowState):
-            if event.state == "finalized":
-                counted.add(event.window_index)
-                emit(Progress(stage, "reference windows", len(counted), total, "windows"))
-            return
-        if isinstance(event, StageStarted | StageFinished):
-            what = "started" if isinstance(event, StageStarted) else "done"
-            text = getattr(event, "detail", "") or getattr(event, "summary", "")
-            emit(LogLine(stage, f"{event.stage} {what}{': ' + text if text else ''}"))
-            return
-        if isinstance(event, StageFailedEvent):
-            emit(Notice(stage, f"{event.stage}: {event.message}", level="error"))
-            return
-        if isinstance(event, LogLine) and event.stage == "server":
-            emit(dataclasses.replace(event, line=f"[reference server] {event.line}"))
-            return
-        if isinstance(event, ServerReady | ResultReady):
-            emit(LogLine(stage, f"reference server ready at {getattr(event, 'url', '')}"))
-            return
-        emit(dataclasses.replace(event, stage=stage))
-
-    return relabelled
 

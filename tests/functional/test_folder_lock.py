@@ -196,9 +196,9 @@ def test_pipeline_and_capture_command_share_the_capture_folder_lock(tmp_path: Pa
     pipeline = Pipeline(profile)
     pipeline.lock_folders()
     try:
-        with hold([pipeline.capture_root]):  # same process: nested, allowed
+        with hold([pipeline.workspace.captures]):  # same process: nested, allowed
             pass
-        code = subprocess.run([sys.executable, "-c", HOLDER, "folder", str(pipeline.capture_root)],
+        code = subprocess.run([sys.executable, "-c", HOLDER, "folder", str(pipeline.workspace.captures)],
                               capture_output=True, text=True, timeout=60)
         assert code.returncode != 0 and "in use by another kldtui run" in code.stderr
     finally:

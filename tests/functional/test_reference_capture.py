@@ -1,5 +1,6 @@
-"""A profile's reference capture: into the suite's ref/, with capture records, a repeat of the
-first window (repeat-noise-window000.json) and a runtime identity without secrets."""
+"""A profile's reference capture (kldtui.stages.reference_capture): into the suite's ref/, with
+capture records, a repeat of the first window (repeat-noise-window000.json), a runtime identity
+without secrets, and a server the pipeline can stop while it captures."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.formats.suite_writer import write_suite
 from kldtui.stages.serve import ServerProcess
-from kldtui.workflow.pipeline import Pipeline, _redact
+from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import profile_from_dict
 
 
@@ -52,14 +53,59 @@ def test_attached_reference_is_captured_finalized_and_repeated(tmp_path: Path,
     assert "capture-reference.json" in card and "- top-1 agreement = 100.0000%" in card
 
 
-def test_runtime_identity_is_redacted() -> None:
-    runtime = {"argv": ["vllm", "serve", "m", "--api-key", "s3cret", "--hf-token=hf_abc", "--port", "1"],
-               "env": {"HF_TOKEN": "hf_abc", "OPENAI_API_KEY": "k", "VLLM_KLD_CAPTURE_DIR": "/c"},
-               "model": "m"}
-    clean = _redact(runtime)
-    assert clean["argv"] == ["vllm", "serve", "m", "--api-key", "<redacted>", "--hf-token=<redacted>",
-                             "--port", "1"]
-    assert clean["env"] == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>",
-                            "VLLM_KLD_CAPTURE_DIR": "/c"}
-    assert "s3cret" not in json.dumps(clean) and "hf_abc" not in json.dumps(clean)
-    assert runtime["env"]["HF_TOKEN"] == "hf_abc"  # the original is not changed
+def test_runtime_identity_is_redacted(tmp_path: Path) -> None:
+    """What a launched server records for the manifests (the reference's and the candidates') goes
+    through kldtui.redact when the session is made: flag values and environment values by name."""
+    from kldtui.servers.base import ServerPlan
+    from kldtui.stages.serve import start_serve
+    from kldtui.workspace import Workspace
+
+    argv = (sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "ref",
+            "--vocab-size", "64", "--api-key", "s3cret-key-1", "--max-num-seqs", "1")
+    plan = ServerPlan("embedded", "ref", argv=argv, env={"HF_TOKEN": "hf_abcdefghijkl", "OPENAI_API_KEY": "k",
+                                                         "VLLM_TRITON_X": "8"})
+    session = start_serve(Workspace(suite_dir=tmp_path, capture_root=tmp_path / "c"), lambda e: None, plan)
+    try:
+        clean = session.runtime
+    finally:
+        session.stop()
+    i = clean["argv"].index("--api-key")
+    assert clean["argv"][i + 1] == "<redacted>"
+    assert clean["env"] == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>", "VLLM_TRITON_X": "8"}
+    assert "s3cret-key-1" not in json.dumps(clean) and "hf_abcdefghijkl" not in json.dumps(clean)
+    assert plan.env["HF_TOKEN"] == "hf_abcdefghijkl"  # the plan itself is not changed
+
+
+def test_the_reference_server_can_be_stopped_while_it_captures(tmp_path: Path) -> None:
+    """The reference capture is a driver of its own; the pipeline still reaches its server: the
+    dashboard's quit and the batch runner's second signal stop it mid-capture."""
+    import threading
+    import time
+
+    from kldtui.errors import KldError
+    from kldtui.workflow.demo import prepare_demo
+    from kldtui.workflow.profile import load_profile
+
+    path = prepare_demo(tmp_path).path
+    assert path is not None
+    path.write_text(path.read_text().replace(  # slow: the test looks while it captures
+        'kind = "embedded"\n', 'kind = "embedded"\nenv = { KLDTUI_EMBEDDED_FAULT = "chunk-delay:0.3" }\n', 1))
+    pipeline = Pipeline(load_profile(path))
+    failed: list[BaseException] = []
+
+    def reference() -> None:
+        try:
+            pipeline.reference()
+        except KldError as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=reference)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not pipeline.server_running and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pipeline.server_running  # the reference server, while the reference is captured
+    pipeline.stop_server("stopped by the test")
+    worker.join(timeout=120)
+    assert not worker.is_alive() and not pipeline.server_running
+    assert failed and "server" in str(failed[0]), failed  # "...: the server stopped during the capture..."
