@@ -160,9 +160,6 @@ class ScriptedPipeline:
                  "capture": self.capture, "finalize": self.finalize, "compare": self.compare}
         return calls[stage]()
 
-    def cancel_stage(self, reason: str = "interrupted") -> None:
-        self.cancel.set(reason)
-
     def window_list(self) -> list[tuple[int, str]]:
         return [(w, DOMAINS[w % len(DOMAINS)]) for w in range(self.n)]
 

@@ -36,10 +36,6 @@ class PipelineControl(Protocol):
         """Stop the server this pipeline started (never an attached one); safe any time."""
         ...
 
-    def cancel_stage(self, reason: str = "interrupted") -> None:
-        """Stop the running stage at its next safe point (state on disk stays resumable)."""
-        ...
-
     @property
     def server_running(self) -> bool:
         """A server this pipeline started is up."""

@@ -341,9 +341,6 @@ class Pipeline:
             return self.finalize()
         return self.compare()
 
-    def cancel_stage(self, reason: str = "interrupted") -> None:
-        self.cancel.set(reason)
-
     @property
     def server_url(self) -> str | None:
         return self.base_url
@@ -474,9 +471,6 @@ class Pipeline:
     def mode(self) -> str:
         """``[capture] mode``: "logits" or "score" (the server scores; kldtui.formats.scores)."""
         return self.profile.capture.mode
-
-    def _fresh_server_capture_dir(self) -> Path:
-        return self._workspace.fresh_server_capture_dir()
 
     def _expected_vocab(self) -> int | None:
         try:
