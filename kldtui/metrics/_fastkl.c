@@ -19,9 +19,10 @@
  *               m = sum n log n with n = e^a + e^b s_x/s_y, c_y = sum e^b (b-a)
  *   out[7], out[8] = a[tok], b[tok]
  *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] } (both paths)
- * Masks: a logit at -inf, or so low that e^a < e^-708 (a < -708), has probability exactly 0 on its
- * side: its own terms are 0 (0 log 0 = 0), and c_x (c_y) is +Inf when the reference (candidate)
- * gives the token a positive probability and the other side 0 (infinite KL; JS stays finite).
+ * Masks: only a logit at -inf is a mask: c_x (c_y) is +Inf when the reference (candidate) gives
+ * the token a positive probability and the other side masks it (infinite KL; JS stays finite). A
+ * finite logit so low that e^a < e^-708 (a < -708) has its own terms taken as 0 (0 log 0 = 0), but
+ * its log-ratio against the other side is the finite a - b: finite logits give finite KL.
  * A row with NaN or +Inf anywhere gets NaN sums (the caller reports it): a is NaN there, or the
  * row's maximum is +Inf and every a (or b) is NaN; a row of -Inf only has a NaN maximum shift too.
  * n log n is 0 for n < 1e-300 (below 1e-290 absolute).
@@ -547,6 +548,15 @@ static inline AI void step1(const float *px, const float *py, float *pa, float *
 
 typedef struct { vd kl[2], klr[2], js[2]; vs t, tr; vsi farm; } bsum_t;
 
+/* an optimisation barrier: the value is materialised as it is (no operation fused across it) */
+#if defined(__x86_64__) || defined(__i386__)
+#define OPAQUE(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define OPAQUE(v) __asm__("" : "+w"(v))
+#else
+#define OPAQUE(v) __asm__("" : "+m"(v))
+#endif
+
 /* pass 2 over steps c0 .. c1 of a row */
 static inline AI void steps2(const float *xr, const float *yr, const float *xpad, const float *ypad,
                              int64_t nfull, int64_t c0, int64_t c1, const float *ea, const float *eb,
@@ -555,10 +565,15 @@ static inline AI void steps2(const float *xr, const float *yr, const float *xpad
         const int tail = c == nfull;
         const float *px = tail ? xpad : xr + c * CH, *py = tail ? ypad : yr + c * CH;
         const float *pa = ea + c * CH, *pb = eb + c * CH;
-        const terms_t t0 = vterms(loadv(px), loadv(py), loadv(pa), loadv(pb) * vq, vch, vcl, reverse,
+        /* Q rounded once, whatever the compiler fuses around it: with FMA contraction P + e^b q could
+         * otherwise become one fused operation when the reverse terms do not need Q on its own, and
+         * the forward JS would depend on --reverse */
+        vs q0 = loadv(pb) * vq, q1 = loadv(pb + L32) * vq;
+        OPAQUE(q0);
+        OPAQUE(q1);
+        const terms_t t0 = vterms(loadv(px), loadv(py), loadv(pa), q0, vch, vcl, reverse, far, &b->farm);
+        const terms_t t1 = vterms(loadv(px + L32), loadv(py + L32), loadv(pa + L32), q1, vch, vcl, reverse,
                                   far, &b->farm);
-        const terms_t t1 = vterms(loadv(px + L32), loadv(py + L32), loadv(pa + L32), loadv(pb + L32) * vq,
-                                  vch, vcl, reverse, far, &b->farm);
         acc_f(b->kl, t0.kl + t1.kl);
         acc_f(b->js, t0.js + t1.js);
         b->t += t0.t + t1.t;
@@ -675,14 +690,15 @@ static inline __attribute__((always_inline)) void row_sums(
             sx += xa;
             sy += xb;
             if (guard) {
-                /* probability 0 on a side (-inf, or e^a below e^-708): 0 log 0 = 0 in its own
-                 * terms, an infinite log-ratio where the other side is positive */
+                /* e^a below e^-708 on a side: 0 log 0 = 0 in its own terms; an infinite log-ratio
+                 * only against a mask (-inf) where this side is positive */
                 const vl za = xa == splat(0.0), zb = xb == splat(0.0);
+                const vl ma = a == splat(-INFINITY), mb = b == splat(-INFINITY);
                 const vd zero = splat(0.0), inf = splat(INFINITY);
-                cx += sel(za, zero, xa * sel(zb, inf, d));
+                cx += sel(za, zero, xa * sel(mb, inf, d));
                 hx += sel(za, zero, xa * a);
                 hy += sel(zb, zero, xb * b);
-                if (reverse) cy += sel(zb, zero, xb * sel(za, inf, -d));
+                if (reverse) cy += sel(zb, zero, xb * sel(ma, inf, -d));
             } else {
                 cx += xa * d;
                 hx += xa * a;
@@ -701,8 +717,8 @@ static inline __attribute__((always_inline)) void row_sums(
         ea[i] = xa;
         eb[i] = xb;
         t_sx += xa; t_sy += xb;
-        if (xa != 0.0) { t_cx += xa * (xb == 0.0 ? INFINITY : d); t_hx += xa * a; }
-        if (xb != 0.0) { t_hy += xb * b; if (reverse) t_cy += xb * (xa == 0.0 ? INFINITY : -d); }
+        if (xa != 0.0) { t_cx += xa * (b == -INFINITY ? INFINITY : d); t_hx += xa * a; }
+        if (xb != 0.0) { t_hy += xb * b; if (reverse) t_cy += xb * (a == -INFINITY ? INFINITY : -d); }
         rank += yr[i] > yt;
     }
     const double ratio = t_sx / t_sy;

@@ -16,7 +16,8 @@ shares its precise path for tiny divergences (KL below
 :data:`~kldtui.metrics.kernels.PRECISE_BELOW`).  The C code has two paths (see the top of
 ``_fastkl.c``): rows whose logits are finite and within 80 of their maximum on both sides take
 the float32 path, which returns KL, reverse KL and JS from second-order per-element sums (within
-~1e-7 relative; ``ref_top_prob`` and next-token log-probabilities within ~1e-7); other rows (masks,
+:data:`~kldtui.metrics.kernels.FLOAT32_PATH_BOUND`, 4e-7, relative; ``ref_top_prob`` and next-token
+log-probabilities within ~1e-7); other rows (masks,
 very wide rows, NaN/Inf) get float64 sums that :func:`~kldtui.metrics.kernels.combine` turns into
 figures.  ctypes releases the GIL, so a pool of Python threads uses every core.
 """

@@ -30,10 +30,14 @@ result (KL or JS below :data:`PRECISE_BELOW`; rows of the C kernel's float32 pat
 ``p (D + expm1(-D))`` (each term >= 0, so no cancellation between terms, and insensitive to
 first order to the normalisers), and identical rows give exactly 0.
 
-Masks and extremes.  A logit at -inf (or one whose ``a`` is below :data:`ZERO_BELOW`) has
-probability exactly 0 on its side; terms are computed with ``0 log 0 = 0``.  Where the reference
-gives a token positive probability and the candidate 0, KL(reference || candidate) is +inf (the
-row is counted by :meth:`RowStats.infinite_kl_rows`); JS stays finite; the reverse KL likewise.
+Masks and extremes.  A logit at -inf is a mask: probability exactly 0 on its side, terms computed
+with ``0 log 0 = 0``.  Where the reference gives a token positive probability and the candidate
+masks it, KL(reference || candidate) is +inf (the row is counted by
+:meth:`RowStats.infinite_kl_rows`); JS stays finite; the reverse KL likewise.  A finite logit is
+never a mask, however low: where its probability underflows float64 (``a`` below
+:data:`ZERO_BELOW`, e^-708) its own terms are 0 (``p log p`` is below 1e-300 there), but its
+log-ratio against the other side stays the finite ``a - b``, so finite logits always give a finite
+KL (rows spanning more than ~708 nats included).  JS is held to [0, log 2].
 NaN or +Inf anywhere in a row, or a row without a finite logit, makes its figures NaN (every sum
 touches every element), which the caller turns into a one-line error via
 :meth:`RowStats.nonfinite_rows`.
@@ -43,10 +47,11 @@ Backends share :func:`combine` and :func:`precise_row`: ``CRowKernel`` in :mod:`
 within 80 of their maximum, i.e. nearly all, it has its own float32 path: float32 exps, the
 second-order per-element forms ``KL = sum p g(r)``, ``g(r) = r - 1 + e^-r >= 0``, with
 ``r = log p - log q`` from an exact difference, and ``JS = 1/2 sum (p + q) phi(r)``,
-``phi(r) = log 2 - H(1 / (1 + e^-r)) >= 0``, summed in float64: within ~1e-7 relative of the exact
-value however small the divergence (the rounding of the float32 normalisers enters only at second
-order, and is measured and removed); other rows get the float64 sums above, in two vectorised
-passes), :class:`NumpyRowKernel` (the fallback without a C compiler; any machine; a row
+``phi(r) = log 2 - H(1 / (1 + e^-r)) >= 0``, summed in float64: within :data:`FLOAT32_PATH_BOUND`
+(4e-7) relative of the exact value however small the divergence, the bound the tests assert
+(measured up to 2.1e-7 on a 163,840-vocabulary suite; the rounding of the float32 normalisers
+enters only at second order, and is measured and removed); other rows get the float64 sums above,
+in two vectorised passes), :class:`NumpyRowKernel` (the fallback without a C compiler; any machine; a row
 at a time, so a thread's working set is a few row-sized float64 buffers, and NumPy releases the
 GIL, so a thread pool uses every core; no BLAS call, whose spinning threads would fight the pool)
 and :class:`TorchBlockKernel` (CUDA when available; CPU otherwise), which computes the same sums
@@ -65,13 +70,18 @@ LOG2 = math.log(2.0)
 # Below this KL the fast path's ~1e-15 absolute error could exceed 1e-6 relative (of KL or of
 # JS ~ KL/4), so the row is recomputed with the precise per-element formulation.
 PRECISE_BELOW = 1e-8
-# Rows from the C kernel's float32 path (second-order sums: relative error ~1e-7 however small KL
-# is; measured <= 3e-7 down to KL 2e-12, 1e-6 at 3e-13) need the precise path only below this.
+# The C kernel's float32 path: KL, reverse KL and JS within this relative error of the exact value
+# wherever KL >= 1e-8 (second-order sums; tests/unit/test_metrics_kernels.py asserts it, and it is
+# what the docs state; measured up to 2.1e-7 at vocabulary 163,840).
+FLOAT32_PATH_BOUND = 4e-7
+# Its rows (relative error within FLOAT32_PATH_BOUND however small KL is; measured <= 3e-7 down to
+# KL 2e-12, 1e-6 at 3e-13) need the precise path only below this.
 SECOND_ORDER_PRECISE_BELOW = 1e-11
 # exp underflows to 0 below about -745; a row reaching this needs n log n guarded against 0.
 UNDERFLOW = -700.0
-# Zero probability (masks): a logit at -inf, or with a = logit - row max below this (e^a < e^-708,
-# the smallest normal float64), has probability exactly 0 on its side, in every backend alike.
+# Below this a = logit - row max, e^a is below the smallest normal float64 (e^-708): its own terms
+# are taken as 0 in every backend alike. Only -inf is a mask (an infinite log-ratio); a finite
+# logit down here keeps its finite log-ratio a - b.
 ZERO_BELOW = -708.0
 TINY = float(np.finfo(np.float64).tiny)
 
@@ -205,24 +215,27 @@ def precise_row(x: np.ndarray, y: np.ndarray, reverse: bool) -> tuple[float, flo
         log_m = np.maximum(lx, ly) + np.log1p(np.exp(-np.abs(d))) - LOG2
         far_terms = 0.5 * (np.where(p > 0, p * (lx - log_m), 0.0) + np.where(q > 0, q * (ly - log_m), 0.0))
         js = float(np.sum(np.where(near, near_terms, far_terms)))
-    return max(kl, 0.0), max(js, 0.0), (max(klr, 0.0) if klr is not None else None)
+    return max(kl, 0.0), min(max(js, 0.0), LOG2), (max(klr, 0.0) if klr is not None else None)
 
 
 def _precise_masked(a: np.ndarray, b: np.ndarray, reverse: bool) -> tuple[float, float, float | None]:
-    """:func:`precise_row` for rows with zero-probability tokens (``a``, ``b`` already shifted by
-    the row maxima): the same per-element terms on the tokens both sides give positive
-    probability, plus the one-sided tokens' exact contributions (infinite KL, ``p log 2 / 2`` to JS)."""
+    """:func:`precise_row` for rows with masked tokens (-inf) or probabilities below e^-708 (``a``,
+    ``b`` already shifted by the row maxima): the same per-element terms on the tokens neither side
+    masks (a finite log-ratio however small the probabilities), plus the one-sided masks' exact
+    contributions (infinite KL, ``p log 2 / 2`` to JS)."""
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    both = fa & fb
     ea = np.exp(a)
     eb = np.exp(b)
-    ea[~(a >= ZERO_BELOW)] = 0.0
-    eb[~(b >= ZERO_BELOW)] = 0.0
-    px, py = ea > 0, eb > 0
-    both = px & py
-    only_x = float(ea[px & ~py].sum())
-    only_y = float(eb[py & ~px].sum())
+    only_x = float(ea[fa & ~fb].sum())  # the candidate masks these: infinite KL where positive
+    only_y = float(eb[fb & ~fa].sum())
     sx, sy = float(ea.sum()), float(eb.sum())
     ab = a[both] - b[both]
-    delta = float(np.sum(eb[both] * np.expm1(ab))) + only_x - only_y  # s_x - s_y
+    eab, ebb = ea[both], eb[both]
+    normal = (eab > 0) & (ebb > 0) & (np.abs(ab) < 700)
+    # s_x - s_y without cancellation where both sides are alike, directly where one underflows
+    delta = (float(np.sum(ebb[normal] * np.expm1(ab[normal]))) + float(np.sum(eab[~normal] - ebb[~normal]))
+             + only_x - only_y)
     c = math.log1p(delta / sy) if math.isfinite(delta) and delta > -sy else math.log(sx) - math.log(sy)
     lsy = math.log(sy)
     lx = a[both] - (lsy + c)
@@ -245,7 +258,7 @@ def _precise_masked(a: np.ndarray, b: np.ndarray, reverse: bool) -> tuple[float,
     log_m = np.maximum(lx, ly) + np.log1p(np.exp(-np.abs(d))) - LOG2
     far_terms = 0.5 * (p * (lx - log_m) + q * (ly - log_m))
     js = float(np.sum(np.where(near, near_terms, far_terms))) + 0.5 * LOG2 * (p_only + q_only)
-    return max(kl, 0.0), max(js, 0.0), (max(klr, 0.0) if klr is not None else None)
+    return max(kl, 0.0), min(max(js, 0.0), LOG2), (max(klr, 0.0) if klr is not None else None)
 
 
 class NumpyRowKernel:
@@ -290,10 +303,10 @@ class NumpyRowKernel:
                 tok_ab: np.ndarray, reverse: bool, second_order: np.ndarray | None = None) -> None:
         """Figures from :func:`combine`'s output; rows whose divergences are too small for the
         first-order forms go to :func:`precise_row`.  ``second_order`` marks rows whose KL and JS
-        came from the C kernel's float32 path (relative accuracy ~1e-7 however small they are),
+        came from the C kernel's float32 path (relative accuracy FLOAT32_PATH_BOUND however small they are),
         which need the precise path only below :data:`SECOND_ORDER_PRECISE_BELOW` of KL."""
         out.kl[:] = np.maximum(f["kl"], 0.0)
-        out.js[:] = np.maximum(f["js"], 0.0)
+        out.js[:] = np.clip(f["js"], 0.0, LOG2)  # NaN stays NaN (flagged by nonfinite_rows)
         out.ref_top_prob[:] = f["ref_top_prob"]
         out.logp_ref_next[:] = tok_ab[0] - f["lsx"]
         out.logp_cand_next[:] = tok_ab[1] - f["lsy"]
@@ -309,7 +322,7 @@ class NumpyRowKernel:
             if np.isnan(out.kl[i]) or not np.isfinite(out.js[i]):
                 continue
             kl, js, klr = precise_row(np.asarray(x[i]), np.asarray(y[i]), reverse)
-            out.kl[i], out.js[i] = kl, js
+            out.kl[i], out.js[i] = kl, min(js, LOG2)
             if reverse and out.kl_reverse is not None:
                 out.kl_reverse[i] = klr
 
@@ -323,15 +336,17 @@ class NumpyRowKernel:
     @staticmethod
     def _masked_sums(a: np.ndarray, b: np.ndarray, d: np.ndarray, ea: np.ndarray, eb: np.ndarray,
                      reverse: bool) -> tuple[float, float, float, float, float, float]:
-        """The sums where tokens may have probability 0 (see the module docstring: the C kernel's
-        rule): 0 log 0 = 0, and an infinite log-ratio against a positive other side."""
+        """The sums where probabilities may underflow or tokens be masked (see the module docstring:
+        the C kernel's rule): 0 log 0 = 0, and an infinite log-ratio only where the other side is a
+        mask (-inf)."""
         ea[a < ZERO_BELOW] = 0.0
         eb[b < ZERO_BELOW] = 0.0
         za, zb = ea == 0.0, eb == 0.0
-        cx = np.where(za, 0.0, ea * np.where(zb, np.inf, d))
+        ma, mb = np.isneginf(a), np.isneginf(b)  # masks; a finite logit keeps its finite log-ratio
+        cx = np.where(za, 0.0, ea * np.where(mb, np.inf, d))
         hx = np.where(za, 0.0, ea * a)
         hy = np.where(zb, 0.0, eb * b)
-        cy = float(np.where(zb, 0.0, eb * np.where(za, np.inf, -d)).sum()) if reverse else 0.0
+        cy = float(np.where(zb, 0.0, eb * np.where(ma, np.inf, -d)).sum()) if reverse else 0.0
         return float(ea.sum()), float(eb.sum()), float(cx.sum()), float(hx.sum()), float(hy.sum()), cy
 
     def _row(self, x: np.ndarray, y: np.ndarray, tok: int, out: RowStats, i: int,

@@ -60,18 +60,19 @@ def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
     tok_b = b.gather(1, tok[:, None])[:, 0]
     ea = torch.exp(a)
     eb = torch.exp(b)
-    # zero probability below ZERO_BELOW or at -inf (the C kernel's rule, see kernels' docstring)
+    # own terms 0 below ZERO_BELOW; only -inf is a mask (the C kernel's rule, see kernels' docstring)
     ea = torch.where(a < ZERO_BELOW, 0.0, ea)
     eb = torch.where(b < ZERO_BELOW, 0.0, eb)
     za, zb = ea == 0, eb == 0
+    ma, mb = torch.isneginf(a), torch.isneginf(b)
     sx = ea.sum(dim=1)
     sy = eb.sum(dim=1)
     d = a - b
     inf = torch.tensor(math.inf, dtype=d.dtype, device=d.device)
-    cx = torch.where(za, 0.0, ea * torch.where(zb, inf, d)).sum(dim=1)
+    cx = torch.where(za, 0.0, ea * torch.where(mb, inf, d)).sum(dim=1)
     hx = torch.where(za, 0.0, ea * a).sum(dim=1)
     hy = torch.where(zb, 0.0, eb * b).sum(dim=1)
-    cy = torch.where(zb, 0.0, eb * torch.where(za, inf, -d)).sum(dim=1) if reverse else None
+    cy = torch.where(zb, 0.0, eb * torch.where(ma, inf, -d)).sum(dim=1) if reverse else None
     n = ea + eb * (sx / sy)[:, None]
     mlogm = torch.special.xlogy(n, n).sum(dim=1)  # 0 log 0 = 0
     f = combine(torch, sx, sy, cx, hx, hy, mlogm, cy)

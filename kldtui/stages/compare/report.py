@@ -45,10 +45,10 @@ DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
 TOPK_DEFINITION = ("fraction of positions where the reference's top-1 token is among the "
                    "candidate's k highest logits (ties in its favour)")
-INFINITE_KL_DEFINITION = ("positions where the candidate gives probability 0 (a logit at -inf, or more than "
-                          "708 below its row's maximum) to a token the reference gives a positive "
-                          "probability: KL(reference || candidate) is infinite there and left out "
-                          "of the KL statistics, which cover the other positions; JS stays finite")
+INFINITE_KL_DEFINITION = ("positions where the candidate masks (a logit at -inf; a finite logit, however "
+                          "low, is not a mask) a token the reference gives a positive probability: "
+                          "KL(reference || candidate) is infinite there and left out of the KL "
+                          "statistics, which cover the other positions; JS stays finite")
 
 
 def _concat(results: Sequence[WindowResult], name: str) -> np.ndarray:
