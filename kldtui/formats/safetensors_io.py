@@ -23,6 +23,9 @@ DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
+    # NumPy has no bfloat16: BF16 tensors are read as their raw 16-bit patterns (the upper half of
+    # the float32 with the same value); kldtui.metrics.replay.bf16_to_f32 widens them exactly
+    "BF16": np.dtype("<u2"),
     "I64": np.dtype("<i8"),
     "I32": np.dtype("<i4"),
     "I16": np.dtype("<i2"),

@@ -110,6 +110,10 @@ class WindowSpec:
     token_file: str
     token_ids_json_sha256: str
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    # "context" for a hidden-state suite's contexts (kldtui.formats.fidelity), which the compare,
+    # verify and download stages treat as windows; only their names in messages differ
+    unit: str = field(default="window", compare=False)
+    digits: int = field(default=3, compare=False)  # the index's width in labels (contexts: 4)
 
     @property
     def scored_positions(self) -> int:
@@ -117,7 +121,7 @@ class WindowSpec:
 
     @property
     def label(self) -> str:
-        return f"window {self.index:03d} ({self.domain})"
+        return f"{self.unit} {self.index:0{self.digits}d} ({self.domain})"
 
     @property
     def chunk_dir_name(self) -> str:
@@ -201,6 +205,10 @@ class Suite:
 def load_suite(path: str | os.PathLike[str]) -> Suite:
     """Load ``suite-manifest.json`` (a file, or a folder holding it) and validate its structure."""
     p, doc = read_versioned(path, SUITE_MANIFEST, "suite manifest")
+    if "contexts" in doc and "windows" not in doc:  # a hidden-state suite (docs/FORMATS.md)
+        from kldtui.formats.fidelity import suite_from_contexts
+
+        return suite_from_contexts(p, doc)
     where = str(p)
     version = int(doc["format_version"])
     context_length = require_field(doc, "context_length", int, where)
@@ -243,7 +251,7 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
 @dataclass(frozen=True)
 class LogitsEntry:
     window_index: int
-    domain: str
+    domain: str  # "" when the manifest does not say (the published live-logits layout)
     file: str
     key: str
     shape: tuple[int, int]
@@ -294,6 +302,10 @@ class LogitsManifest:
 def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
     """Load a logits folder's ``manifest.json`` (a file, or the folder holding it)."""
     p, doc = read_versioned(path, LOGITS_MANIFEST, "logits manifest")
+    if "contexts" in doc and "windows" not in doc:  # the published tensor-folder layout
+        from kldtui.formats.fidelity import logits_manifest_from_contexts
+
+        return logits_manifest_from_contexts(p, doc)
     where = str(p)
     vocab = require_field(doc, "vocab_size", int, where)
     context_length = require_field(doc, "context_length", int, where)

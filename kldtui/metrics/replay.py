@@ -1,0 +1,265 @@
+"""Replay: a context's logits recomputed from its stored final hidden states and the LM head,
+``logits = h · Wᵀ`` (docs/REPLAY.md).  The one home of this arithmetic: the compare stage
+(a hidden-state reference or candidate, CPU or CUDA) and score mode on a server (the reference's
+rows replayed on the device beside the candidate's logits) both call it.
+
+Inputs are BF16: ``h`` ``[rows, hidden]`` (after the model's final norm, before the head) and
+``W`` ``[vocab, hidden]`` (the head exactly as the checkpoint stores it, every row, reserved ids
+included).  The arithmetic, the published comparator's:
+
+1. the vocabulary is taken in chunks of ``chunk`` rows of ``W`` (memory: one chunk of the head
+   and its ``[rows, chunk]`` product at a time);
+2. each chunk's product is a BF16 x BF16 GEMM accumulated in FP32 (every BF16 x BF16 product is
+   exact in FP32, so only the order of the FP32 additions differs between libraries);
+3. the FP32 sums are rounded to BF16 (round to nearest, ties to even: ``output="bf16"``, the
+   default, which is what the model's own head returns in a BF16 server, so a replayed reference
+   is the distribution the live model served) or kept in FP32 (``output="f32"``, for a model
+   whose head runs in FP32), then widened to FP32 exactly;
+4. the widened rows go to the compare kernels (:mod:`kldtui.metrics.kernels`), which take the
+   full-vocabulary log-sum-exp in two passes (each row's maximum, then float64 sums of
+   ``exp(logit - max)``), exactly as for captured logits.
+
+Backends: :class:`TorchReplay` (CUDA, or the CPU through oneDNN, which uses AMX/AVX-512 BF16
+where the CPU has them) and :class:`NumpyReplay` (any CPU: the BF16 operands widened exactly to
+FP32 chunk by chunk and multiplied by NumPy's BLAS SGEMM; the rounding of step 3 in NumPy).
+:func:`replay_float64` is the float64 replay the error measurements compare against.
+
+BF16 values live in NumPy as their raw 16-bit patterns (``uint16``: NumPy has no bfloat16):
+:func:`bf16_to_f32` widens them, :func:`f32_to_bf16` rounds to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+OUTPUTS = ("bf16", "f32")  # how replayed logits are rounded (see the module docstring, step 3)
+DEFAULT_OUTPUT = "bf16"
+DEFAULT_CHUNK = 10240  # vocabulary rows of the head per GEMM (the published default)
+BF16_BYTES = 2
+
+
+def bf16_to_f32(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """BF16 bit patterns (``uint16``) widened to float32: exact (the pattern is the float32's upper
+    half)."""
+    src = np.asarray(bits)
+    if out is None:
+        out = np.empty(src.shape, dtype=np.float32)
+    wide = out.view(np.uint32)
+    np.left_shift(src, 16, out=wide, dtype=np.uint32)
+    return out
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to BF16 (nearest, ties to even), as bit patterns (``uint16``); NaN
+    stays NaN, infinities stay infinite, values beyond the BF16 range round to infinity."""
+    v = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    lsb = (v >> 16) & 1
+    rounded = ((v + np.uint32(0x7FFF) + lsb) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    if nan.any():
+        rounded[nan] = ((v[nan] >> 16) | 0x0040).astype(np.uint16)  # quiet NaN, sign kept
+    return rounded
+
+
+def round_bf16_inplace(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to BF16 precision in place (the value, kept as float32)."""
+    v = x.view(np.uint32)
+    nan = np.isnan(x)
+    lsb = (v >> 16) & np.uint32(1)
+    v += np.uint32(0x7FFF)
+    v += lsb
+    v &= np.uint32(0xFFFF0000)
+    if nan.any():
+        x[nan] = np.nan
+    return x
+
+
+def chunks(vocab: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """The vocabulary chunks ``[start, stop)`` of a replay."""
+    if chunk < 1:
+        raise ValueError(f"vocabulary chunk {chunk} must be at least 1")
+    for start in range(0, vocab, chunk):
+        yield start, min(start + chunk, vocab)
+
+
+def check_output(output: str) -> str:
+    if output not in OUTPUTS:
+        raise ValueError(f"replay output {output!r}: choose from {', '.join(OUTPUTS)}")
+    return output
+
+
+@dataclass(frozen=True)
+class ReplayShape:
+    """What one replay needs in memory, for the messages said before a run."""
+
+    rows: int  # hidden rows per block
+    vocab: int
+    hidden: int
+    chunk: int
+
+    @property
+    def logits_bytes(self) -> int:
+        """The replayed block, float32 ``[rows, vocab]``."""
+        return self.rows * self.vocab * 4
+
+    @property
+    def chunk_bytes(self) -> int:
+        """One vocabulary chunk of the head (BF16) and its product (FP32)."""
+        return self.chunk * self.hidden * BF16_BYTES + self.rows * self.chunk * 4
+
+    @property
+    def head_bytes(self) -> int:
+        return self.vocab * self.hidden * BF16_BYTES
+
+    def flops(self) -> int:
+        return 2 * self.rows * self.vocab * self.hidden
+
+
+class NumpyReplay:
+    """CPU replay with NumPy's BLAS: each chunk of the BF16 head widened exactly to FP32 into a
+    reused buffer and multiplied by SGEMM (FP32 accumulation), the product rounded to BF16 unless
+    ``output="f32"``.  ``head`` is ``uint16`` ``[vocab, hidden]`` (a memory map of the head file
+    is fine: only one chunk is widened at a time).  One instance per thread."""
+
+    name = "numpy-sgemm"
+
+    def __init__(self, head: np.ndarray, *, chunk: int = DEFAULT_CHUNK, output: str = DEFAULT_OUTPUT) -> None:
+        if head.ndim != 2 or head.dtype != np.uint16:
+            raise ValueError("the head must be BF16 bit patterns [vocab, hidden]")
+        self.head = head
+        self.vocab, self.hidden = (int(d) for d in head.shape)
+        self.chunk = min(chunk, self.vocab)
+        self.output = check_output(output)
+        self._w = np.empty((self.chunk, self.hidden), dtype=np.float32)
+        self._h: np.ndarray | None = None
+        self._p: np.ndarray | None = None
+
+    def logits(self, hidden: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Replayed logits, float32 ``[rows, vocab]`` (into ``out`` when given)."""
+        rows = int(hidden.shape[0])
+        if hidden.ndim != 2 or hidden.shape[1] != self.hidden:
+            raise ValueError(f"hidden rows of shape {list(hidden.shape)} do not fit the head's width "
+                             f"{self.hidden}")
+        if out is None:
+            out = np.empty((rows, self.vocab), dtype=np.float32)
+        if self._h is None or self._h.shape[0] < rows:
+            self._h = np.empty((rows, self.hidden), dtype=np.float32)
+            self._p = np.empty((rows, self.chunk), dtype=np.float32)
+        assert self._p is not None
+        h = bf16_to_f32(hidden, self._h[:rows])
+        for start, stop in chunks(self.vocab, self.chunk):
+            w = bf16_to_f32(self.head[start:stop], self._w[:stop - start])
+            product = self._p[:rows, :stop - start]
+            np.matmul(h, w.T, out=product)
+            if self.output == "bf16":
+                round_bf16_inplace(product)  # chunk by chunk, while it is in the cache
+            out[:, start:stop] = product
+        return out
+
+
+class TorchReplay:
+    """Replay with torch on ``device``: per vocabulary chunk ``F.linear(h, W_chunk)`` in BF16
+    (FP32 accumulation, BF16 output: the published comparator's arithmetic), widened into an FP32
+    ``[rows, vocab]`` tensor; with ``output="f32"`` the chunk is multiplied in FP32 instead (exact
+    operands, FP32 sums kept).
+
+    ``head`` is a torch BF16 tensor ``[vocab, hidden]``.  On the device it is used in place; on
+    the host (``stream=True``; pinned memory for an asynchronous copy) each chunk is copied to the
+    device when used, so the device holds two chunks of the head, not the whole of it: the way
+    score mode fits beside a server at a high ``--gpu-memory-utilization`` (:meth:`device_bytes`).
+
+    On CUDA, TF32 and reduced-precision BF16 reductions are switched off for the process (they
+    would change the sums); :attr:`settings` records what was set."""
+
+    name = "torch"
+
+    def __init__(self, head: Any, device: str | Any = "cpu", *, chunk: int = DEFAULT_CHUNK,
+                 output: str = DEFAULT_OUTPUT, stream: bool = False) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        if head.dim() != 2 or head.dtype != torch.bfloat16:
+            raise ValueError("the head must be a BF16 tensor [vocab, hidden]")
+        self.vocab, self.hidden = (int(d) for d in head.shape)
+        self.chunk = min(chunk, self.vocab)
+        self.output = check_output(output)
+        self.stream = stream and head.device != self.device
+        self.head = head if self.stream or head.device == self.device else head.to(self.device)
+        self.settings: dict[str, Any] = {"device": str(self.device), "vocab_chunk": self.chunk,
+                                         "output": self.output, "head_streamed": self.stream}
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+            self.settings.update(tf32=False, bf16_reduced_precision_reduction=False)
+
+    def device_bytes(self, rows: int) -> int:
+        """Device memory one :meth:`logits` call needs beyond its input rows: the FP32 output, a
+        chunk's product and the head (whole, or two chunks when streamed)."""
+        shape = ReplayShape(rows, self.vocab, self.hidden, self.chunk)
+        head = 2 * self.chunk * self.hidden * BF16_BYTES if self.stream else shape.head_bytes
+        return shape.logits_bytes + rows * self.chunk * 4 + head
+
+    def logits(self, hidden: Any, out: Any = None) -> Any:
+        """Replayed logits, an FP32 tensor ``[rows, vocab]`` on the device (into ``out`` when
+        given); ``hidden`` is a BF16 tensor ``[rows, hidden]`` (moved to the device if needed)."""
+        torch = self.torch
+        h = hidden.to(self.device, non_blocking=True)
+        if h.dim() != 2 or h.shape[1] != self.hidden:
+            raise ValueError(f"hidden rows of shape {list(h.shape)} do not fit the head's width "
+                             f"{self.hidden}")
+        if out is None:
+            out = torch.empty((h.shape[0], self.vocab), dtype=torch.float32, device=self.device)
+        hf = h.float() if self.output == "f32" else h
+        with torch.inference_mode():
+            for start, stop in chunks(self.vocab, self.chunk):
+                w = self.head[start:stop]
+                if self.stream:
+                    w = w.to(self.device, non_blocking=True)
+                if self.output == "f32":
+                    w = w.float()
+                out[:, start:stop].copy_(torch.nn.functional.linear(hf, w))
+        return out
+
+
+def replay_float64(hidden: np.ndarray, head: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """The float64 replay (BF16 operands widened exactly, float64 sums): what the error of
+    :class:`NumpyReplay` and :class:`TorchReplay` is measured against (tests, docs/REPLAY.md)."""
+    h = bf16_to_f32(hidden).astype(np.float64)
+    out = np.empty((h.shape[0], head.shape[0]), dtype=np.float64)
+    for start, stop in chunks(int(head.shape[0]), chunk):
+        out[:, start:stop] = h @ bf16_to_f32(head[start:stop]).astype(np.float64).T
+    return out
+
+
+def torch_bf16(bits: np.ndarray) -> Any:
+    """A torch BF16 tensor sharing the memory of BF16 bit patterns (``uint16``; no copy)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU threads set to ``threads`` for a block (the replay's GEMM), then restored."""
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+__all__ = ["DEFAULT_CHUNK", "DEFAULT_OUTPUT", "OUTPUTS", "NumpyReplay", "ReplayShape", "TorchReplay",
+           "bf16_to_f32", "check_output", "chunks", "f32_to_bf16", "replay_float64", "round_bf16_inplace",
+           "torch_bf16", "torch_threads"]

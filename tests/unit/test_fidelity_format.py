@@ -1,0 +1,207 @@
+"""The hidden-state suite format (kldtui.formats.fidelity): a suite written by another tool is read
+as published, impossible values are refused in one line naming the file, and what kldtui's
+writer writes passes the published format's own rules (tests/fidelity_fixture.check_published)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.errors import BadInput
+from kldtui.formats import fidelity as fid
+from kldtui.formats.suite import load_logits_manifest, load_suite, token_ids_hash
+from tests import fidelity_fixture as fx
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> fx.Fixture:
+    return fx.build(tmp_path_factory.mktemp("fidelity") / "suite")
+
+
+def test_fixture_follows_the_published_rules(published: fx.Fixture) -> None:
+    assert fx.check_published(published.root) == []
+
+
+def test_suite_manifest_reads_as_contexts(published: fx.Fixture) -> None:
+    suite = load_suite(published.root)
+    assert suite.window_count == len(published.tokens)
+    assert fid.is_context_suite(suite)
+    suite.check_suite_hash()
+    first = suite.windows[0]
+    assert first.label == f"context 0000 ({published.strata[0]})"
+    assert first.scored_positions == fx.CONTEXT - 1
+    assert suite.load_tokens(first) == published.tokens[0]
+    assert suite.domain_counts == {s: published.strata.count(s) for s in fx.STRATA}
+    info = fid.context_info(suite.windows[3])
+    assert info is not None
+    assert (info.partition, info.sentinel) == (published.partitions[3], published.sentinels[3])
+    assert info.cluster_key == json.dumps([info.dataset, published.clusters[3]], separators=(",", ":"))
+    # contexts 2k and 2k+1 share a source cluster
+    keys = [fid.cluster_key(w) for w in suite.windows]
+    assert keys[4] == keys[5] != keys[6]
+
+
+def test_tensor_folders_head_top_manifest_and_checksums(published: fx.Fixture) -> None:
+    root = published.root
+    suite = load_suite(root)
+    hidden = fid.load_tensor_manifest(root / fid.HIDDEN_DIR)
+    assert (hidden.kind, hidden.width, hidden.scored_rows) == ("hidden", fx.HIDDEN, fx.CONTEXT - 1)
+    assert sorted(hidden.entries) == list(range(len(published.tokens)))
+    for index in hidden.entries:
+        problems, header = fid.check_tensor_file(hidden, index, suite)
+        assert problems == [] and header is not None
+    head = fid.load_lm_head(root / fid.LM_HEAD_DIR)
+    assert (head.vocab, head.hidden) == (fx.VOCAB, fx.HIDDEN)
+    assert head.file_sha256 == fx.sha_file(head.path)
+    assert fid.load_lm_head(head.path).file_sha256 == head.file_sha256  # the file, manifest beside it
+    bits = fid.head_bits(head)
+    from kldtui.metrics.replay import bf16_to_f32
+
+    np.testing.assert_array_equal(bf16_to_f32(bits), published.head)
+    top = fid.load_top_manifest(root)
+    assert top.suite_token_hash_sha256 == suite.suite_token_hash_sha256
+    assert top.hidden_manifest == "reference-hidden/manifest.json"
+    checksums = fid.read_checksums(root)
+    assert sorted(checksums) == fid.listed_files(root)
+    assert fid.check_partitions(suite, fid.read_partitions(root), "partitions.json") == []
+    live = load_logits_manifest(root / "sentinel-live-logits" / "repeat-00")
+    assert live.vocab_size == fx.VOCAB
+    assert sorted(live.entries) == [i for i, s in enumerate(published.sentinels) if s]
+    assert live.entries[0].dtype == "BF16" and live.entries[0].domain == ""
+
+
+def test_hidden_folder_is_not_a_logits_folder(published: fx.Fixture) -> None:
+    with pytest.raises(BadInput, match="holds hidden states.*--lm-head"):
+        load_logits_manifest(published.root / fid.HIDDEN_DIR)
+
+
+def test_context_filter(published: fx.Fixture) -> None:
+    suite = load_suite(published.root)
+    assert [w.index for w in fid.ContextFilter("qualification").apply(suite)] == [
+        i for i, p in enumerate(published.partitions) if p == "qualification"]
+    assert [w.index for w in fid.ContextFilter("sentinel").apply(suite)] == [
+        i for i, s in enumerate(published.sentinels) if s]
+    non = fid.ContextFilter("non-sentinel", strata=("chinese",), start=1).apply(suite)
+    assert all(w.domain == "chinese" and w.index >= 1 and not published.sentinels[w.index] for w in non)
+    with pytest.raises(BadInput, match="no stratum 'poetry'"):
+        fid.ContextFilter(strata=("poetry",)).apply(suite)
+    with pytest.raises(BadInput, match="context filter 'odd'"):
+        fid.ContextFilter("odd")
+
+
+def _mutate(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize(("rel", "change", "message"), [
+    ("suite-manifest.json", lambda d: d.update(context_count=99), "context_count is 99"),
+    ("suite-manifest.json", lambda d: d["contexts"][2].update(index=5), r"contexts\[2\]: index 5"),
+    ("suite-manifest.json", lambda d: d["contexts"][1].update(partition="holdout"), "partition 'holdout'"),
+    ("suite-manifest.json", lambda d: d["contexts"][1].update(scored_row_start=1), "scored rows"),
+    ("suite-manifest.json", lambda d: d["contexts"][0].update(token_ids_json_sha256="abc"), "not a SHA-256"),
+    ("suite-manifest.json", lambda d: d.update(sentinel_count=40), "sentinel_count 40"),
+    ("suite-manifest.json", lambda d: d["partition_counts"].update(analysis=1), "partition_counts"),
+    ("suite-manifest.json", lambda d: d["contexts"][0].update(token_file="../x.json"), "token_file"),
+    ("reference-hidden/manifest.json", lambda d: d.update(total_size_bytes=7), "total_size_bytes 7"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(size_bytes=-4), "size_bytes"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(size_bytes=10), "smaller than"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(shape=[3, fx.HIDDEN]), "3 rows"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(shape=[15, 8]), "width 32"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(dtype="F32"), "dtype 'F32'"),
+    ("reference-hidden/manifest.json", lambda d: d.update(runtime_manifest="/etc/passwd"), "absolute"),
+    ("reference-hidden/manifest.json", lambda d: d.update(vocab_size=5), "exactly one of hidden_width"),
+    ("reference-hidden/manifest.json", lambda d: d.update(semantic_point="logits"), "semantic_point"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"].append(dict(d["contexts"][0])),
+     "listed twice"),
+    ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(file="../../x"), "file"),
+    ("lm-head/manifest.json", lambda d: d.update(shape=[3, 3]), "shape"),
+    ("lm-head/manifest.json", lambda d: d.update(raw_tensor_sha256="0" * 64), "raw_tensor_sha256"),
+    ("manifest.json", lambda d: d["reference_hidden"].update(context_count=3), "context_count 3"),
+    ("manifest.json", lambda d: d.update(total_scored_positions=1), "total_scored_positions 1"),
+])
+def test_impossible_values_are_refused(tmp_path: Path, rel: str, change, message: str) -> None:  # type: ignore[no-untyped-def]
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    path = fixture.root / rel
+    _mutate(path, change)
+    loaders = {"suite-manifest.json": load_suite, "reference-hidden/manifest.json": fid.load_tensor_manifest,
+               "lm-head/manifest.json": fid.load_lm_head, "manifest.json": fid.load_top_manifest}
+    with pytest.raises(BadInput, match=message) as info:
+        loaders[rel](path if rel != "lm-head/manifest.json" else path.parent)
+    assert str(path) in str(info.value) or str(path.parent) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_tensor_file_identity_problems(tmp_path: Path) -> None:
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    suite = load_suite(fixture.root)
+    hidden = fid.load_tensor_manifest(fixture.root / fid.HIDDEN_DIR)
+    # context 1's file copied over context 2's: the manifest's size matches, the header does not
+    (fixture.root / fid.HIDDEN_DIR / "hidden_0002.safetensors").write_bytes(
+        (fixture.root / fid.HIDDEN_DIR / "hidden_0001.safetensors").read_bytes())
+    problems, _ = fid.check_tensor_file(hidden, 2, suite)
+    assert any("context_index='1'" in p for p in problems)
+    (fixture.root / fid.HIDDEN_DIR / "hidden_0003.safetensors").unlink()
+    problems, _ = fid.check_tensor_file(hidden, 3, suite)
+    assert problems and "missing" in problems[0]
+
+
+def test_checksums_lines_are_checked() -> None:
+    good = "a" * 64
+    assert fid.parse_checksums(f"{good}  tokens/context-0000.json\n{good} *lm-head/weight.safetensors\n",
+                               "c") == {"tokens/context-0000.json": good, "lm-head/weight.safetensors": good}
+    for text, message in ((f"{good}  ../x\n", "path"), (f"{good}  checksums.txt\n", "never covers"),
+                          (f"{good}  .cache/a\n", "never covers"), ("xyz  a\n", "line 1"),
+                          (f"{good}  a\n{good}  a\n", "listed twice"), ("", "lists no files")):
+        with pytest.raises(BadInput, match=message):
+            fid.parse_checksums(text, "c")
+
+
+def test_hashes() -> None:
+    assert fid.domain_hash("s", "a", "b") == fx.sha_text("s\0a\0b")
+    assert fid.dataset_fingerprint("d", "r", None, "train") == fx.sha_text(
+        "hugging-face-dataset-slice-v1\0d\0r\0\0train")
+    assert token_ids_hash([1, 2, 3]) == fx.sha_text("[1,2,3]")
+
+
+def test_writer_output_passes_the_published_rules(tmp_path: Path) -> None:
+    """A suite written through kldtui's writers (as finalize in hidden mode, the head export and
+    prepare do) passes the published format's validation, checked independently of kldtui."""
+    rng = np.random.default_rng(3)
+    root = tmp_path / "made"
+    contexts = [fid.NewContext(tokens=[int(t) for t in rng.integers(0, 50, 12)],
+                               allocation_stratum=("prose", "code")[i % 2],
+                               partition="qualification" if i == 3 else "analysis", sentinel=i == 0,
+                               fields={"dataset": "d/x", "source_id": f"s{i}",
+                                       "source_cluster_id": f"c{i // 2}"})
+                for i in range(5)]
+    suite = fid.write_context_suite(root, contexts, selection_salt="sel")
+    fx.dump(root / "capture-runtime.json", {"status": "qualified"})
+    runtime_sha = fx.sha_file(root / "capture-runtime.json")
+    head = fid.write_lm_head(root / fid.LM_HEAD_DIR, rng.standard_normal((50, 8)).astype(np.float32),
+                             checkpoint_tensor_key="lm_head.weight")
+    records = []
+    for w in suite.windows:
+        written = fid.write_context_tensor(root / fid.HIDDEN_DIR, "hidden", w,
+                                           rng.standard_normal((11, 8)).astype(np.float32))
+        records.append(fid.tensor_record(w, written, request_id=f"r{w.index}", elapsed_seconds=0.1))
+    fid.write_tensor_manifest(root / fid.HIDDEN_DIR, "hidden", suite, records, width=8, run_name="ref",
+                              runtime_manifest="capture-runtime.json", runtime_manifest_sha256=runtime_sha)
+    live = fid.write_context_tensor(root / "sentinel-live-logits" / "repeat-00", "logits", suite.windows[0],
+                                    rng.standard_normal((11, 50)).astype(np.float32))
+    fid.write_tensor_manifest(root / "sentinel-live-logits" / "repeat-00", "logits", suite,
+                              [fid.tensor_record(suite.windows[0], live)], width=50, run_name="live",
+                              runtime_manifest="capture-runtime.json", runtime_manifest_sha256=runtime_sha)
+    fid.write_top_manifest(root, artifact_kind="test suite")
+    fid.write_checksums(root)
+    assert fx.check_published(root) == []
+    assert head.raw_tensor_sha256 is not None
+    with pytest.raises(FileExistsError):  # never overwritten
+        fid.write_context_tensor(root / fid.HIDDEN_DIR, "hidden", suite.windows[0],
+                                 np.zeros((11, 8), np.float32))
+    with pytest.raises(BadInput, match="already holds an LM head"):
+        fid.write_lm_head(root / fid.LM_HEAD_DIR, np.zeros((2, 2), np.float32), checkpoint_tensor_key="k")
