@@ -122,7 +122,7 @@ def main() -> int:
         t1 = time.perf_counter()
         cand = Pipeline(profile, emit)
         pipelines.append(cand)
-        report_path = cand.run_all()
+        report_path = cand.run_all().report_path
         t_cand = time.perf_counter() - t1
     finally:
         sampler.stop.set()

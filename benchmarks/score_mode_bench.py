@@ -120,7 +120,7 @@ def run_mode(root: Path, mode: str, vocab: int, vllm: bool = False) -> dict[str,
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t0 = time.perf_counter()
-    report_path = pipeline.run_all()
+    report_path = pipeline.run_all().report_path
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()

@@ -31,9 +31,10 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
-from kldtui.formats.report_model import as_report
+from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.screens.dashboard import DashboardScreen
+from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
 
 
@@ -130,9 +131,11 @@ class ScriptedPipeline:
     :attr:`resume` is set, so a test can look at the dashboard mid-capture."""
 
     def __init__(self, emit: EventSink, cancel: Cancel, windows: int = 8,
-                 pause_after_window: int | None = None, report_path: Path | None = None) -> None:
+                 pause_after_window: int | None = None, report_path: Path | None = None,
+                 suite_windows: int | None = None) -> None:
         self.emit, self.cancel = emit, cancel
         self.n = windows
+        self.suite_windows = windows if suite_windows is None else suite_windows  # what run_all says
         self.pause_after_window = pause_after_window
         self.resume = threading.Event()
         self.paused = threading.Event()
@@ -217,7 +220,7 @@ class ScriptedPipeline:
             self.emit(WindowState("finalize", window_index=w, state="finalized"))
         self.emit(StageFinished("finalize", summary="merged", figures={"windows": self.n}))
 
-    def compare(self) -> None:
+    def compare(self) -> ComparisonReport:
         self.calls.append("compare")
         self.emit(StageStarted("compare"))
         report = make_report("tiny-candidate", 0.01, seed=3, domains=[d for _, d in self.window_list()])
@@ -231,13 +234,17 @@ class ScriptedPipeline:
                                 figures={"mean KL": report["kl_window_cluster_bootstrap"]["estimate"]}))
         self.emit(ResultReady("compare", path=str(self.report_path) if self.report_path else None,
                               report=as_report(report)))
+        return as_report(report)
 
-    def run_all(self) -> None:
+    def run_all(self) -> RunState:
+        """Every stage; returns the run state, as the pipeline does (``suite_windows`` as given)."""
         self.reference()
         self.serve()
         self.capture()
         self.finalize()
-        self.compare()
+        report = self.compare()
+        return RunState(suite_windows=self.suite_windows, reference_ready=True, report_path=self.report_path,
+                        window_range=report.window_range, report=report)
 
     def stop_server(self, reason: str = "done") -> None:
         self.calls.append("stop_server")

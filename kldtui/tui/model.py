@@ -226,10 +226,13 @@ class DashboardModel:
         self.dirty |= {"stages", "windows", "progress", "live"}
 
     def set_next_steps(self, lines: list[str]) -> None:
-        """What to do now that a report is written (shown when nothing runs, and logged)."""
+        """What to do now that a report is written (shown when nothing runs; each line logged once:
+        the end of a run may complete what the report's event set)."""
+        said = set(self.next_lines)
         self.next_lines = list(lines)
         for line in lines:
-            self._log("info", f"[run] {line}")
+            if line not in said:
+                self._log("info", f"[run] {line}")
         self.dirty.add("progress")
 
     def idle_note(self) -> list[str]:

@@ -6,10 +6,10 @@ else that does. No Textual here (the dashboard imports this module, the batch ru
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal, Protocol
 
 from kldtui.events import PipelineStageName
+from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
 
 # A stage the front end can start: one pipeline stage, or everything overlapped.
@@ -28,8 +28,9 @@ class PipelineControl(Protocol):
         """Run one stage (resumable) or ``"all"``; progress goes to the pipeline's ``emit``."""
         ...
 
-    def run_all(self) -> Path:
-        """Everything, overlapped; returns the report's path (the server is stopped at the end)."""
+    def run_all(self) -> RunState:
+        """Everything, overlapped; returns the state the run leaves (the report, per-window KL, the
+        suite's size: what a front end shows next). The server is stopped at the end."""
         ...
 
     def stop_server(self, reason: str = "done") -> None:

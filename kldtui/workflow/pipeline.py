@@ -3,7 +3,8 @@
 API (used by ``kldtui run``, ``kldtui demo`` and the dashboard's workers)::
 
     pipeline = Pipeline(profile, emit, cancel)   # emit: EventSink, cancel: Cancel | None
-    report_path = pipeline.run_all()             # everything, overlapped; stops the server
+    state = pipeline.run_all()                   # everything, overlapped; stops the server;
+                                                 # the RunState it leaves (report, windows, KL)
 
     # or stage by stage (each is resumable and may be called alone):
     pipeline.load_suite()       # the suite only (no reference logits needed)
@@ -64,6 +65,7 @@ from kldtui.stages.reference_capture import ReferenceCapture, RepeatCompare, ref
 from kldtui.stages.serve import stop_reason
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
+from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
 
 
@@ -346,11 +348,14 @@ class Pipeline:
         return self.base_url
 
     # -- everything, overlapped -------------------------------------------------------------------
-    def run_all(self) -> Path:
-        """Reference + server concurrently, then capture with finalize+compare per window."""
+    def run_all(self) -> RunState:
+        """Reference + server concurrently, then capture with finalize+compare per window; return
+        the state the run leaves (the report, per-window KL, the suite's size: what the front ends
+        show next)."""
         from kldtui.stages.compare import Comparer
         from kldtui.stages.finalize import Finalizer
         from kldtui.workflow.preflight import preflight
+        from kldtui.workflow.state import state_after_run
 
         problems = preflight(self.profile, self._workspace)  # before anything is launched
         if problems:
@@ -427,10 +432,12 @@ class Pipeline:
             results = [comparer.window(w, announce=False) for w in self.windows() if w.index in written]
             if not results:
                 raise StageFailed(f"{self._workspace.candidate}: no window was captured and finalized")
-            comparer.publish(comparer.report(results, command=self._command()))
+            report = comparer.report(results, command=self._command())
+            comparer.publish(report)
             if self._abort_message is not None:
                 raise StageFailed(self._abort_message)
-            return self._workspace.report
+            return state_after_run(suite, report, self._workspace.report_path,
+                                   captured=self._captured_indices(), finalized=set(written))
         finally:
             self.stop_server(reason="stopped")
             self.release_folders()

@@ -1,10 +1,13 @@
-"""What a work folder holds, read back from disk: the state a front end shows on reopening it.
+"""A run's state: what a work folder holds, stage by stage (:class:`RunState`).
 
-:func:`load_state` looks only at files the stages wrote (the workspace names them all): the
-reference manifest, the capture records, the candidate manifest, the per-window compare cache and
-the report. It never changes anything and never fails on a half-made folder: what cannot be read
-counts as not done (and is named in ``problems``). :func:`next_steps` is the "what now" text the
-dashboard and ``--batch`` print when a run finished.
+A front end gets it two ways. After a run, from the pipeline: ``Pipeline.run_all()`` returns the
+state it leaves (:func:`state_after_run`), the report included, so the front end shows it without
+reading anything back. On reopening a work folder, from disk: :func:`load_state` looks only at
+files the stages wrote (the workspace names them all): the reference manifest, the capture
+records, the candidate manifest, the per-window compare cache and the report. It never changes
+anything and never fails on a half-made folder: what cannot be read counts as not done (and is
+named in ``problems``). :func:`next_steps` is the "what now" text the dashboard and ``--batch``
+print when a run finished.
 """
 
 from __future__ import annotations
@@ -12,11 +15,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kldtui.errors import KldError
 from kldtui.formats.safe_io import read_text
 from kldtui.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kldtui.formats.report_model import ComparisonReport
+    from kldtui.formats.suite import Suite
 
 DiskWindowState = Literal["pending", "captured", "finalized", "compared"]
 
@@ -40,6 +47,7 @@ class RunState:
     headline: dict[str, Any] = field(default_factory=dict)  # kl_mean, ci95_low/high, top1, windows
     window_range: tuple[int, int] | None = None  # the report's window range
     problems: tuple[str, ...] = ()
+    report: ComparisonReport | None = field(default=None, repr=False)  # the report, when there is one
 
     def count(self, *states: DiskWindowState) -> int:
         return sum(1 for w in self.windows.values() if w.state in states)
@@ -109,6 +117,7 @@ def load_state(workspace: Workspace) -> RunState:
             problems.append(str(exc))
 
     report_path: Path | None = None
+    loaded: ComparisonReport | None = None
     headline: dict[str, Any] = {}
     window_range: tuple[int, int] | None = None
     if workspace.report_path is not None and workspace.report_path.is_file():
@@ -117,6 +126,7 @@ def load_state(workspace: Workspace) -> RunState:
             from kldtui.formats.report import load_report
 
             report = load_report(workspace.report_path)
+            loaded = report
             report_path = workspace.report_path
             table = report.window_table()
             for index, mean_kl in zip(table.window_index, table.kl_mean, strict=True):
@@ -136,7 +146,28 @@ def load_state(workspace: Workspace) -> RunState:
                for i in sorted(set(domains) | set(states))}
     return RunState(suite_windows=len(domains), reference_ready=reference_ready, windows=windows,
                     report_path=report_path, headline=headline, window_range=window_range,
-                    problems=tuple(problems))
+                    problems=tuple(problems), report=loaded)
+
+
+def state_after_run(suite: Suite, report: ComparisonReport, report_path: Path | None, *,
+                    captured: set[int], finalized: set[int]) -> RunState:
+    """The state a run leaves that just made ``report`` (written to ``report_path``), from what it
+    knows: the suite, the windows it captured and finalized, the report's per-window KL. The same
+    state :func:`load_state` reads back from the work folder afterwards."""
+    from kldtui.formats.report import headline
+
+    table = report.window_table()
+    kls = {int(i): float(k) for i, k in zip(table.window_index, table.kl_mean, strict=True)}
+
+    def state(index: int) -> DiskWindowState:
+        return ("compared" if index in kls else "finalized" if index in finalized
+                else "captured" if index in captured else "pending")
+
+    windows = {w.index: DiskWindow(w.index, w.domain, state(w.index), kls.get(w.index))
+               for w in suite.windows}
+    return RunState(suite_windows=suite.window_count, reference_ready=True, windows=windows,
+                    report_path=report_path, headline=headline(report), window_range=report.window_range,
+                    report=report)
 
 
 def _cached_kl(workspace: Workspace, index: int) -> float | None:

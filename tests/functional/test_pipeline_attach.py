@@ -39,7 +39,7 @@ def test_attach_mode_uses_the_running_server_and_never_stops_it(tmp_path: Path,
 
         monkeypatch.setenv("KLDTUI_TEST_API_KEY", "s3cret")
         pipeline = Pipeline(profile)
-        report = json.loads(pipeline.run_all().read_text())
+        report = json.loads(pipeline.run_all().report_path.read_text())
         assert report["windows"] == 2 and report["window_range"] == [0, 2]
         assert remote.alive() is None  # an attached server is never stopped by kldtui
         manifest = json.loads((tmp_path / "work" / "candidate" / "manifest.json").read_text())

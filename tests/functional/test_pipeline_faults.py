@@ -53,7 +53,7 @@ def test_server_killed_mid_window_then_rerun_resumes(tmp_path: Path, demo_dir: P
     server_pids = [e.pid for e in events if type(e).__name__ == "ServerReady"]
     assert server_pids and all(_group_members(pid) == [] for pid in server_pids)
 
-    report = json.loads(Pipeline(profile(None)).run_all().read_text())
+    report = json.loads(Pipeline(profile(None)).run_all().report_path.read_text())
     assert report["windows"] == 6
     final = {r["window_index"]: r["request_id"] for r in json.loads(records_path.read_text())}
     assert {i: final[i] for i in first} == first

@@ -18,6 +18,7 @@ from kldtui.events import EarlyAbort, Event, Notice, ResultReady, WindowState
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
+from kldtui.workflow.state import RunState, load_state
 from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,19 +46,27 @@ def make_profile(suite_dir: Path, workdir: Path, *, perturb: float = 0.1, fault:
 
 
 @pytest.fixture(scope="module")
-def live_run(suite_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Event]]:
-    """One run_all with slowed chunks (so capture outlasts compare), and its events."""
+def live_run(suite_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[RunState, list[Event]]:
+    """One run_all with slowed chunks (so capture outlasts compare), the state it returned, and
+    its events."""
     events: list[Event] = []
     workdir = tmp_path_factory.mktemp("live") / "work"
-    path = Pipeline(make_profile(suite_dir, workdir, fault="chunk-delay:0.1"), events.append).run_all()
-    return path, events
+    state = Pipeline(make_profile(suite_dir, workdir, fault="chunk-delay:0.1"), events.append).run_all()
+    return state, events
 
 
 def test_windows_are_compared_live_and_a_rerun_reuses_everything(
-        suite_dir: Path, live_run: tuple[Path, list[Event]]) -> None:
-    path, events = live_run
+        suite_dir: Path, live_run: tuple[RunState, list[Event]]) -> None:
+    state, events = live_run
+    path = state.report_path
+    assert path is not None and path.name == "comparison.json"
     workdir = path.parent
-    assert path.name == "comparison.json"
+    # the state the run returned is what the work folder holds (the front ends show it as is)
+    on_disk = load_state(make_profile(suite_dir, workdir).workspace())
+    assert state.report is not None and state.report.window_range == (0, 6)
+    assert (state.windows, state.suite_windows, state.headline, state.window_range) == (
+        on_disk.windows, on_disk.suite_windows, on_disk.headline, on_disk.window_range)
+    assert state.compared == 6 and all(w.kl is not None for w in state.windows.values())
     report = json.loads(path.read_text())
     assert report["windows"] == 6
 
@@ -171,6 +180,20 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
     assert [r["request_id"] for r in final[:len(records)]] == [r["request_id"] for r in records]
 
 
+def test_batch_run_ends_with_the_state_the_pipeline_returned(suite_dir: Path, tmp_path: Path) -> None:
+    """kldtui run --batch prints the summary and the next steps from the run state run_all returns:
+    two windows of the suite's six suggest the whole suite."""
+    path = _write_profile(tmp_path, suite_dir, None)
+    path.write_text(path.read_text().replace("[run]\n", "[run]\nstop_window = 2\n", 1))
+    done = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--plain", "--profile",
+                           str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = tmp_path / "work" / "comparison.json"
+    tail = done.stdout.splitlines()[-4:]
+    assert tail[0] == f"report: {report}" and tail[1] == f"next: kldtui view {report}"
+    assert tail[-1].strip() == f"all 6 windows: [run] start_window = 0, stop_window = 6 in {path}"
+
+
 def test_no_profile_gives_a_hint_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "kldtui"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, env={**os.environ, "TERM": "dumb"})
@@ -187,8 +210,9 @@ def test_bad_profile_is_exit_2_in_one_line(tmp_path: Path) -> None:
 
 
 def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_path: Path,
-                                                        live_run: tuple[Path, list[Event]]) -> None:
-    full = live_run[0]
+                                                        live_run: tuple[RunState, list[Event]]) -> None:
+    full = live_run[0].report_path
+    assert full is not None
     events: list[Event] = []
     p = Pipeline(make_profile(suite_dir, tmp_path / "steps"), events.append)
     assert p.window_list() == [(i, d) for i, d in enumerate(

@@ -34,7 +34,9 @@ def test_attached_reference_is_captured_finalized_and_repeated(tmp_path: Path,
                              "perturb": 0.2, "max_num_batched_tokens": 16},
                "run": {"workdir": str(tmp_path / "work"), "run_name": "cand"},
                "compare": {"bootstrap_samples": 200}}
-        report = json.loads(Pipeline(profile_from_dict(doc, base_dir=tmp_path)).run_all().read_text())
+        state = Pipeline(profile_from_dict(doc, base_dir=tmp_path)).run_all()
+        assert state.report_path is not None
+        report = json.loads(state.report_path.read_text())
     assert report["windows"] == 3 and report["kl_reference_to_candidate"]["mean"] > 0
     manifest = json.loads((suite_dir / "ref" / "manifest.json").read_text())
     assert manifest["kind"] == "reference" and manifest["vocab_size"] == 300

@@ -70,6 +70,23 @@ async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
 
 
 @sync
+async def test_the_end_of_a_run_reads_the_state_the_pipeline_returned(tmp_path: Path) -> None:
+    """After "run all" the next steps come from the RunState run_all returned (a run of 8 of a
+    suite's 32 windows suggests the whole suite), not from the work folder read back."""
+    app, holder = dashboard(tmp_path, suite_windows=32)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.main.suite_windows == 0  # no work folder to read: nothing known before the run
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert app.main.suite_windows == 32
+        lines = app.main.model.next_lines
+        assert lines[0] == f"report: {holder['p'].report_path}"
+        assert "all 32 windows: [run] start_window = 0, stop_window = 32" in lines[-1]
+        logged = [text for _, text in app.main.model.log if "[run] report:" in text]
+        assert len(logged) == 1  # said once, though the report's event came first
+
+
+@sync
 async def test_live_results_fill_during_capture_and_stop_key_cancels(tmp_path: Path) -> None:
     app, holder = dashboard(tmp_path, pause_after_window=2)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -33,32 +33,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_batch_job(job: Callable[[EventSink, Cancel], object], output: OutputOptions,
                   on_force_stop: Callable[[], None] | None = None, profile: Profile | None = None) -> int:
-    """Run ``job(emit, cancel)`` headless with the reporter ``output`` asks for; print the result."""
+    """Run ``job(emit, cancel)`` headless with the reporter ``output`` asks for; print the result:
+    the run state a pipeline job returns (its report and the suite's size), else the report the
+    job announced (read from its file)."""
     from kldtui.cli.batch_reporter import BatchReporter, run_headless
+    from kldtui.formats.report import summary_text
+    from kldtui.workflow.state import RunState
 
     reporter = BatchReporter(sys.stdout, jsonl=output.jsonl, interval=output.interval,
                              server_log=output.server_log, live=sys.stdout.isatty() and not output.plain)
-    code = run_headless(job, reporter, on_force_stop=on_force_stop)
-    if code == 0 and reporter.result_path and not output.jsonl:
-        from kldtui.formats.report import load_report, summary_text
+    returned: list[object] = []
+
+    def recorded(emit: EventSink, cancel: Cancel) -> object:
+        returned.append(job(emit, cancel))
+        return returned[-1]
+
+    code = run_headless(recorded, reporter, on_force_stop=on_force_stop)
+    if code != 0 or output.jsonl:
+        return code
+    state = returned[0] if returned else None
+    if isinstance(state, RunState) and state.report is not None and state.report_path is not None:
+        print(summary_text(state.report))
+        print(_next_steps(state.report_path, state.report, state.suite_windows, profile))
+    elif reporter.result_path:
+        from kldtui.formats.report import load_report
 
         report = load_report(reporter.result_path)
         print(summary_text(report))
-        print(_next_steps(reporter.result_path, report, profile))
+        print(_next_steps(Path(reporter.result_path), report, 0, profile))
     return code
 
 
-def _next_steps(path: str, report: ComparisonReport, profile: Profile | None) -> str:
+def _next_steps(path: Path, report: ComparisonReport, suite_windows: int, profile: Profile | None) -> str:
     """Where the report is and the useful next commands (the dashboard shows the same)."""
     from kldtui.workflow.state import next_steps
 
-    suite_windows = 0
-    if profile is not None:
-        from kldtui.workflow.state import load_state
-
-        suite_windows = load_state(profile.workspace()).suite_windows
     window_range = report.window_range
-    shown = Path(path)
+    shown = path
     try:
         shown = shown.resolve().relative_to(Path.cwd().resolve())
     except (ValueError, OSError):

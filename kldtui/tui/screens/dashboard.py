@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
-from textual.worker import Worker, WorkerCancelled, WorkerFailed
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from kldtui.events import (
     PIPELINE_STAGES,
@@ -281,6 +281,23 @@ class DashboardScreen(BoardScreen):
             self.model.server_stopped()
             if then_exit:
                 self.app.exit(0)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        super().on_worker_state_changed(event)
+        worker = event.worker
+        if (event.state == WorkerState.SUCCESS and worker.group == ENGINE_GROUP
+                and isinstance(worker.result, RunState)):
+            self.run_finished(worker.result)
+
+    def run_finished(self, state: RunState) -> None:
+        """A whole run ended: the state the pipeline returned (its report, the suite's size) says
+        what to do next; nothing is read back from the work folder."""
+        self.suite_windows = state.suite_windows
+        if state.report_path is not None:
+            lines = self._next_steps(state.report_path, state.window_range)
+            if lines != self.model.next_lines:  # the report's event may have set them already
+                self.model.set_next_steps(lines)
+        self.refresh_now()
 
     def worker_failed(self, worker: Worker[Any]) -> None:
         if worker.group != ENGINE_GROUP:
