@@ -360,8 +360,12 @@ class LaunchedKind:
              capture_dir: Path | None = None) -> ServerPlan:
         c: LaunchConfig = self.own(config)
         return ServerPlan(self.name, c.served_model_name, c.startup_timeout, argv=tuple(self.argv(c)),
-                          env=self.environment(c, capture), api_key=api_key(c),
-                          model=getattr(c, "model", None), capture_dir=capture_dir)
+                          env=self.environment(c, capture), api_key=api_key(c), model=self.model(c),
+                          capture_dir=capture_dir)
+
+    def model(self, config: ServerConfig) -> str | None:
+        """The model the server serves, for the runtime identity (None: the kind's own)."""
+        return None
 
     def problems(self, config: ServerConfig) -> list[str]:
         problem = port_problem(self.own(config))

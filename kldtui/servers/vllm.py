@@ -98,6 +98,10 @@ class VllmKind(LaunchedKind):
                             "local checkpoint or a Hugging Face model id")
         return problems + super().problems(c)
 
+    def model(self, config: ServerConfig) -> str | None:
+        model: str | None = self.own(config).model
+        return model
+
     def describe(self, config: ServerConfig) -> str:
         return f"vLLM serving {self.own(config).model}"
 
