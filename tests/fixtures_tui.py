@@ -254,17 +254,41 @@ class ScriptedPipeline:
 
 
 # -- driving the app ------------------------------------------------------------------------------
+WORKER_GROUPS = ("engine", "load", "control")
+
+
+def busy_workers(app: KldApp) -> list[Any]:
+    """The engine, loading and control workers that have not finished."""
+    return [w for w in app.workers if w.group in WORKER_GROUPS and not w.is_finished]
+
+
 async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
-    """Wait until no engine/loading worker runs, then let the refresh timer's work happen."""
+    """Wait until no engine/loading/control worker runs and a refresh starts none.
+
+    A refresh can start a worker (a finished run opened again loads its report in one), so the
+    wait repeats until the dashboard is quiet: it waits on state, never on a fixed time, and
+    holds on a loaded machine as on an idle one."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
-    while any(w.group in ("engine", "load", "control") and not w.is_finished for w in app.workers):
-        assert loop.time() < deadline, "workers did not finish"
+    while True:
+        while busy_workers(app):
+            assert loop.time() < deadline, f"workers did not finish: {[w.name for w in busy_workers(app)]}"
+            await pilot.pause(0.02)
+        await pilot.pause()
+        if isinstance(app.main, DashboardScreen):
+            app.main.refresh_now()
+        await pilot.pause()
+        if not busy_workers(app):
+            return
+
+
+async def until(pilot: Any, condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+    """Wait until ``condition()`` holds (checked every 20 ms), failing after ``limit`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not condition():
+        assert loop.time() < deadline, f"waited {limit:.0f} s for {what}"
         await pilot.pause(0.02)
-    await pilot.pause()
-    if isinstance(app.main, DashboardScreen):
-        app.main.refresh_now()
-    await pilot.pause()
 
 
 def dashboard(tmp_path: Path, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Static, TabbedContent
 
 from kldtui.tui.app import create_app
 from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel
-from tests.fixtures_tui import settle, static_text, sync
+from tests.fixtures_tui import settle, static_text, sync, until
 
 pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in the tree yet")
 
@@ -50,7 +50,13 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
     again = create_app(profile=profile, config_dir=tmp_path / "cfg", theme="kldtui-dark")
     async with again.run_test(size=(120, 40)) as pilot:
         await settle(again, pilot)
-        await pilot.pause(0.1)
+        # the report the folder names is loaded by a worker that the leaderboard's ranking (an
+        # exclusive worker of the same group) may cancel while its thread still runs: wait for
+        # what the screen shows, not for the workers
+        await until(pilot, lambda: again.query_one("#tabs", TabbedContent).active == "result"
+                    and f"{boot['estimate']:.5f}" in static_text(again, "#result-summary"),
+                    "the reopened run's report on the Result tab")
+        await settle(again, pilot)  # and the ranking that its arrival started
         model = again.main.model
         assert {s: v.state for s, v in model.stages.items()} == dict.fromkeys(model.stages, "done")
         assert model.stages["server"].detail == "stopped"

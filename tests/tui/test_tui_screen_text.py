@@ -14,7 +14,7 @@ from kldtui.tui import themes
 from kldtui.tui.app import create_app
 from kldtui.tui.screens.dialogs import HelpScreen
 from kldtui.tui.widgets import LogView
-from tests.fixtures_tui import dashboard, make_report, settle, sync, write_report
+from tests.fixtures_tui import dashboard, make_report, settle, sync, until, write_report
 from tests.paths import REPO
 
 ROOT = REPO
@@ -37,10 +37,10 @@ async def test_log_lines_written_while_hidden_use_the_full_width(tmp_path: Path)
         await pilot.press("2")  # the server writes lines meanwhile
         await settle(app, pilot)
         await pilot.press("l")
-        await pilot.pause()
-        await pilot.pause(0.1)
-        lines = app.query_one(LogView).shown_lines()
-        assert "WARNING prefix caching is off (required for capture)" in [line.rstrip() for line in lines]
+        wanted = "WARNING prefix caching is off (required for capture)"
+        log = app.query_one(LogView)
+        await until(pilot, lambda: any(wanted in line for line in log.shown_lines()), "the log to show it")
+        assert wanted in [line.rstrip() for line in log.shown_lines()]  # whole, not wrapped
 
 
 # -- 14: a search without matches says so ---------------------------------------------------------

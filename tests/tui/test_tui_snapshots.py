@@ -4,14 +4,13 @@ the same screen. Update after an intended change with ``pytest --snapshot-update
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kldtui.tui.app import KldApp, create_app
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, write_report
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, until, write_report
 
 THEME = "kldtui-dark"
 WINDOWS = [(w, DOMAINS[w % len(DOMAINS)]) for w in range(32)]
@@ -31,14 +30,6 @@ def dashboard(tmp_path: Path, pause_after_window: int | None,
     return app, holder
 
 
-async def _until(pilot: Any, condition: Any, limit: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not condition():
-        assert loop.time() < deadline
-        await pilot.pause(0.02)
-
-
 SIZES = [(80, 24), (200, 60)]
 
 
@@ -48,7 +39,7 @@ def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path, size: tuple[in
 
     async def run_before(pilot: Any) -> None:
         await pilot.press("r")
-        await _until(pilot, lambda: "p" in holder and holder["p"].paused.is_set())
+        await until(pilot, lambda: "p" in holder and holder["p"].paused.is_set(), "the pause mid-capture")
         await pilot.pause(0.05)
         app.main.refresh_now()
         await pilot.pause()
@@ -64,8 +55,9 @@ def test_dashboard_finished(snap_compare: Any, tmp_path: Path, size: tuple[int, 
 
     async def run_before(pilot: Any) -> None:
         await pilot.press("r")
-        await _until(pilot, lambda: app.main.model.stages["compare"].state == "done"
-                     and not any(w.group in ("engine", "load") and not w.is_finished for w in app.workers))
+        await until(pilot, lambda: app.main.model.stages["compare"].state == "done"
+                    and not any(w.group in ("engine", "load") and not w.is_finished for w in app.workers),
+                    "the run to finish")
         await pilot.pause(0.05)
         app.main.refresh_now()
         await pilot.pause()
@@ -94,7 +86,8 @@ def test_dashboard_reopened(snap_compare: Any, tmp_path: Path, size: tuple[int, 
     async def run_before(pilot: Any) -> None:
         await pilot.pause()
         app.main.apply_disk_state(state)
-        await _until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers))
+        await until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers),
+                    "the report to load")
         await pilot.pause(0.05)
         app.main.refresh_now()
         await pilot.pause()
@@ -117,7 +110,8 @@ def _viewer(tmp_path: Path, specs: list[tuple[str, float, int, bool]]) -> KldApp
 
 async def _loaded(pilot: Any) -> None:
     app = pilot.app
-    await _until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers))
+    await until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers),
+                "the report to load")
     await pilot.pause()
 
 
