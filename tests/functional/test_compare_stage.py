@@ -159,6 +159,7 @@ def test_identical_candidate_gives_exact_zero(tmp_path: Path) -> None:
     assert report["kl_window_cluster_bootstrap"]["ci95_high"] == 0.0
 
 
+@pytest.mark.slow  # large windows, measured in a child
 def test_memory_is_bounded_by_row_blocks_not_windows(tmp_path: Path) -> None:
     """Peak traced memory while comparing stays far below one window of logits and does not grow
     with the number of windows: it is threads x (two float32 row blocks + the kernel's buffers)."""

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures_demo import demo_cmd, env_with, stable
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the whole demo, killed and rerun
 
 
 def _report(workdir: Path) -> dict:

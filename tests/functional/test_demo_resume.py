@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures_demo import demo_cmd, env_with, stable
 from tests.proc_utils import pid_dead
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # the whole demo, killed and rerun
 
 def test_demo_batch_writes_the_report(uninterrupted: Path) -> None:
     report = json.loads((uninterrupted / "comparison.json").read_text())

@@ -100,6 +100,7 @@ def test_two_finalizes_and_two_captures(tmp_path: Path, holder, capsys: pytest.C
     assert code == 2 and f"pid {proc2.pid}" in err
 
 
+@pytest.mark.slow  # two whole demos
 @pytest.mark.timeout(300)
 def test_two_demos_on_one_new_folder(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"

@@ -17,6 +17,7 @@ from kldtui.workflow.profile import profile_from_dict
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.mark.slow  # a whole pipeline run
 def test_attach_mode_uses_the_running_server_and_never_stops_it(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     demo = prepare_demo(tmp_path / "demo")

@@ -130,6 +130,7 @@ def _write_profile(profile_dir: Path, suite_dir: Path, fault: str | None) -> Pat
 
 # SIGTERM and SIGHUP are handled by the same code (tests/unit/test_batch_reporter.py covers all three
 # in-process, tests/functional/test_server_cli.py all three on a real server)
+@pytest.mark.slow  # a run, a signal and a rerun
 @pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, tmp_path: Path,
                                                                sig: signal.Signals) -> None:

@@ -230,6 +230,7 @@ def test_a_session_without_a_named_window_fails_only_that_request(suite_dir: Pat
         session.close()
 
 
+@pytest.mark.slow  # the whole demo in both modes
 def test_kldtui_demo_score_gives_the_demo_report_and_no_candidate_logits(tmp_path: Path) -> None:
     """From fresh folders: ``kldtui demo --batch`` and ``kldtui demo --batch --score``."""
     import subprocess

@@ -38,6 +38,7 @@ def _capture(tmp: Path, suite_dir: Path, vocab: int, run: str, perturb: float) -
     return tmp / "cap"
 
 
+@pytest.mark.slow  # prepare to publish, every stage
 @pytest.mark.parametrize(("tok_vocab", "vocab", "context", "windows"), SHAPES)
 def test_shape_goes_through_every_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str], tok_vocab: int,
                                         vocab: int, context: int, windows: tuple[int, ...]) -> None:

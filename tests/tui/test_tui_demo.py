@@ -15,6 +15,8 @@ from tests.fixtures_tui import settle, static_text, sync, until
 
 pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in the tree yet")
 
+pytestmark = pytest.mark.slow  # the whole demo through the dashboard
+
 
 @sync
 async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Path) -> None:

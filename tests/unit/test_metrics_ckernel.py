@@ -71,6 +71,7 @@ def _load_in_subprocess(env: dict[str, str]) -> dict[str, object]:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow  # compiles the kernel twice
 @needs_c
 def test_build_is_cached_per_user(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
@@ -136,6 +137,7 @@ def _compile_only(cc: str, flags: list[str], tmp_path: Path) -> None:
     assert out.stat().st_size > 0
 
 
+@pytest.mark.slow  # a compiler run per width
 @pytest.mark.parametrize("march", ["x86-64", "x86-64-v3", "x86-64-v4"])
 def test_kernel_source_builds_for_every_x86_vector_width(march: str, tmp_path: Path) -> None:
     """SSE2 (2 lanes), AVX2 (4) and AVX-512 (8, with the table path) all compile warning-free."""

@@ -62,6 +62,7 @@ def rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], dict[str
     return x, y, nxt, names, oracle_rows(x, y, nxt)
 
 
+@pytest.mark.slow  # long-double oracle at the published vocabulary
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_metric_matches_float64_oracle(kernel, rows) -> None:
     x, y, nxt, names, want = rows
@@ -120,6 +121,7 @@ def test_non_finite_logits_are_flagged(kernel, bad) -> None:
     assert got.nonfinite_rows().tolist() == [1]
 
 
+@pytest.mark.slow  # long-double oracle at the published vocabulary
 def test_precise_path_matches_oracle_on_every_row(rows) -> None:
     """The slow path used for tiny divergences is right on every kind of row, extreme ones too."""
     x, y, _, names, want = rows
@@ -156,6 +158,7 @@ def sweep() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     return x, y, nxt, oracle_rows(x, y, nxt)
 
 
+@pytest.mark.slow  # long-double oracle at the published vocabulary
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_divergences_within_1e6_of_long_double_oracle(kernel, sweep) -> None:
     """The accuracy guarantee (docs/REPORT.md): per-row KL, reverse KL and JS within 1e-6 relative
@@ -335,6 +338,7 @@ def float32_path_rows() -> tuple[np.ndarray, np.ndarray, dict[str, list[int]], d
     return x, y, names, oracle_rows(x, y, np.zeros(x.shape[0], dtype=np.int64))
 
 
+@pytest.mark.slow  # long-double oracle at the published vocabulary
 @pytest.mark.parametrize("make", [NumpyRowKernel, ckernel.CRowKernel], ids=["numpy", "c-kernel"])
 def test_float32_path_within_1e6_of_long_double_oracle(make, float32_path_rows) -> None:
     """Every kernel, but aimed at the C kernel's float32 path (kldtui/metrics/_fastkl.c)."""

@@ -12,7 +12,7 @@ import pytest
 from kldtui.formats.chunks import CHUNK_NAME, sanitize_request_id
 from tests.fixtures_vllm_server import CONTEXT, running_server
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a real vLLM server
 
 VOCAB = 4096
 

@@ -34,7 +34,7 @@ from tests.fixtures_vllm_chain import (
     write_profile,
 )
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a real vLLM server
 
 SCORED = len(WINDOWS) * (CONTEXT - 1)
 CANDIDATE_DTYPE = "float32"  # the arithmetic of the bf16 checkpoint, in vLLM and in transformers

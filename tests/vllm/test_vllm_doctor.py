@@ -8,7 +8,7 @@ import pytest
 
 from kldtui.workflow.doctor import collect
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a real vLLM server
 
 
 def test_doctor_sees_vllm_and_the_plugin(vllm_version, monkeypatch):

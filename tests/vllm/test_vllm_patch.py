@@ -8,7 +8,7 @@ import pytest
 
 from tests.fixtures_patch import check_patch_applies_and_compiles
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # copies and patches the released vLLM sources
 
 
 def test_patch_applies_to_the_installed_vllm_and_compiles(vllm_version, tmp_path):

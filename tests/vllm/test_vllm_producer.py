@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures_vllm_chain import EXAMPLE_PROFILE, _tail, dump_toml, leftover_servers
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a real vLLM server
 CONTEXT = 256
 
 

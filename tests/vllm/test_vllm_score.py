@@ -29,7 +29,7 @@ from tests.fixtures_vllm_chain import (
     write_profile,
 )
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a real vLLM server
 
 
 @dataclass

@@ -16,7 +16,7 @@ import pytest
 from kldtui.formats.chunks import WRITERS_DIR
 from kldtui.hook import vllm_plugin as vp
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a real vLLM server
 
 VOCAB, HIDDEN = 64, 16
 
