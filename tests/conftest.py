@@ -7,6 +7,7 @@ session; their tests collect the results."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -29,6 +30,11 @@ _CHECKS = pytest.StashKey[SeamChecks]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CHECKS] = SeamChecks()
+    # A session started as a shell's background job (`pytest &`) inherits SIGINT ignored, and so
+    # would every server the tests start: they would ignore the SIGINT that stops them and wait for
+    # the SIGTERM that follows. The tests are about kldtui, not about how the session was started.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
