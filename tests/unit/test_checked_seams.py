@@ -165,8 +165,6 @@ if c.kind is Kind.VLLM: pass       # no string
     assert sorted(string_branches(source, "mode", CAPTURE_MODES)) == [5]
 
 
-@pytest.mark.xfail(strict=True, reason="arch-servers (issue 20 item 1: kldtui/servers/ registry) removes "
-                                      "these branches; when it lands this passes: remove this mark")
 def test_no_server_kind_string_branches_outside_the_servers_registry() -> None:
     assert branches_outside("kldtui/servers/", "kind", SERVER_KINDS) == {}, \
         "ask the server kind (kldtui/servers/) instead of comparing its name"
