@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kldtui.formats.folder_lock import lock_path_for_folder
+from kldtui.folder_lock import lock_path_for_folder
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
 
 StrPath = str | os.PathLike[str]

@@ -122,7 +122,7 @@ class LogitsFileWriter:
 
     def _remove_stale_partials(self) -> None:
         """Partial files of this window left by killed runs: only those whose writer's pid is gone
-        (the folder lock, kldtui.formats.folder_lock, keeps live writers apart; this keeps one from
+        (the folder lock, kldtui.folder_lock, keeps live writers apart; this keeps one from
         deleting a live writer's file even without it)."""
         for old in self.folder.glob(f".{self.final.name}.*partial"):
             pid_text = old.name[len(self.final.name) + 2:].split("-", 1)[0]

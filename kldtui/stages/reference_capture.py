@@ -42,8 +42,8 @@ from kldtui.events import (
     WindowState,
     failure_reported,
 )
+from kldtui.folder_lock import FolderLocks
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.folder_lock import FolderLocks
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest
 from kldtui.servers.base import ServerPlan

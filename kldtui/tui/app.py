@@ -188,7 +188,7 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
     """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline
     (``demo_score``: the demo in score mode)."""
     if demo_workdir is not None:
-        from kldtui.formats.folder_lock import hold
+        from kldtui.folder_lock import hold
         from kldtui.workflow import demo
 
         with hold([demo_workdir], what="demo folder"):  # the pipeline locks it again when it runs

@@ -90,7 +90,7 @@ def build_demo_suite(root: Path) -> None:
 def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False) -> Profile:
     """Create the demo suite and profile in ``workdir`` (idempotent); return the profile.
     ``score``: the score-mode profile (``kldtui-score.toml``, ``[capture] mode = "score"``)."""
-    from kldtui.formats.folder_lock import ensure_folder
+    from kldtui.folder_lock import ensure_folder
 
     root = ensure_folder(Path(workdir).expanduser().resolve(), "--workdir")
     suite_dir, profile_path = Workspace.demo_layout(root, score)

@@ -57,7 +57,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
-from kldtui.formats.folder_lock import FolderLocks
+from kldtui.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
 from kldtui.servers.base import CaptureTarget, ServerConfig
 from kldtui.servers.registry import kind_of
@@ -126,7 +126,7 @@ class Pipeline:
         """Take (once) the locks of every folder this pipeline writes: the work folder, the
         capture and candidate folders, and the suite folder when the reference is fetched or
         captured into it.
-        A second kldtui on one of them gets BadInput naming the holder (kldtui.formats.folder_lock).
+        A second kldtui on one of them gets BadInput naming the holder (kldtui.folder_lock).
         Held until :meth:`release_folders` or the end of the process."""
         ref = self.profile.reference
         ws = self._workspace

@@ -16,14 +16,14 @@ import pytest
 
 from kldtui.cli.main import main
 from kldtui.errors import BadInput
-from kldtui.formats.folder_lock import LOCK_NAME, hold, lock_path_for_file
+from kldtui.folder_lock import LOCK_NAME, hold, lock_path_for_file
 from kldtui.formats.logits_writer import LogitsFileWriter
 from kldtui.formats.suite import load_suite
 from tests.paths import EXAMPLE_SUITE
 
 EXAMPLE = EXAMPLE_SUITE
 HOLDER = ("import sys, time\n"
-          "from kldtui.formats.folder_lock import hold\n"
+          "from kldtui.folder_lock import hold\n"
           "kind, path = sys.argv[1], sys.argv[2]\n"
           "with (hold([path]) if kind == 'folder' else hold(files=[path])):\n"
           "    print('held', flush=True)\n"

@@ -115,7 +115,7 @@ def _finalize(tmp_path: Path) -> list[str]:
 
 def test_finalize_refuses_a_fifo_chunk_and_leaves_no_lock(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from kldtui.formats.folder_lock import LOCK_NAME
+    from kldtui.folder_lock import LOCK_NAME
 
     _, chunk_dir = _capture_run(tmp_path)
     chunk = sorted(chunk_dir.iterdir())[-1]

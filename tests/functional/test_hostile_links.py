@@ -12,7 +12,7 @@ import pytest
 
 from kldtui.cli.main import main
 from kldtui.errors import BadInput
-from kldtui.formats.folder_lock import LOCK_NAME, hold, lock_path_for_file
+from kldtui.folder_lock import LOCK_NAME, hold, lock_path_for_file
 from kldtui.formats.safe_io import NotRegularFile, open_private, read_text
 from tests.paths import EXAMPLE_SUITE
 

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         return run_capture(workspace, emit, cancel, suite=suite, windows=windows, server=server,
                            expected_vocab=args.expected_vocab)
 
-    from kldtui.formats.folder_lock import hold
+    from kldtui.folder_lock import hold
 
     with hold([workspace.captures], what="--capture-dir"):  # one capture per capture folder
         return run_batch_job(job, OutputOptions.from_args(args))

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"{output}: is a folder; give --output a file name such as comparison.json")
     if not output.parent.is_dir():
         raise BadInput(f"{output}: folder {output.parent} does not exist; create it first")
-    from kldtui.formats.folder_lock import hold
+    from kldtui.folder_lock import hold
     for name in ("bootstrap_samples", "row_block", "threads"):
         value = getattr(args, name)
         if value is not None and value < (2 if name == "bootstrap_samples" else 1):

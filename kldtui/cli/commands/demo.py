@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
         return int(run_dashboard(demo_workdir=args.workdir, demo_score=score, theme=args.theme) or 0)
 
-    from kldtui.formats.folder_lock import hold
+    from kldtui.folder_lock import hold
     from kldtui.workflow.demo import prepare_demo
 
     # held from the suite's first file on: two demos on one new folder would both write it

@@ -73,8 +73,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.paired import paired_diff_files
+    from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
-    from kldtui.formats.folder_lock import hold
 
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples,

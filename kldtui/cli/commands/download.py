@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
-    from kldtui.formats.folder_lock import hold
+    from kldtui.folder_lock import hold
     from kldtui.stages.reference import check_repo_id, run_reference
     from kldtui.workspace import Workspace
 

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                             verify=args.verify, keep_chunks=args.keep_chunks or args.verify == "none",
                             mode=args.mode)
 
-    from kldtui.formats.folder_lock import hold
+    from kldtui.folder_lock import hold
 
     with hold([workspace.candidate], what="--output-dir"):  # one finalize per output folder
         return run_batch_job(job, OutputOptions.from_args(args))

@@ -82,8 +82,8 @@ def print_rich(board: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
-    from kldtui.formats.folder_lock import hold
 
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,

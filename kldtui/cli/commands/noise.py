@@ -82,7 +82,7 @@ def describe(model: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.formats.folder_lock import hold
+    from kldtui.folder_lock import hold
 
     # bad --output/--report paths are refused before the comparison runs; one writer per file
     with hold(files=[args.output] + ([args.report] if args.report else [])):
