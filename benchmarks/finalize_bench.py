@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kldtui.capture_modes.logits import BLOCK_BYTES
 from kldtui.formats.chunks import write_chunk
 from kldtui.formats.suite_writer import write_suite
-from kldtui.stages.finalize import BLOCK_BYTES, finalize_window
+from kldtui.stages.finalize import finalize_window
 
 
 def build(root: Path, windows: int, tokens: int, vocab: int) -> tuple:

@@ -161,6 +161,18 @@ def _choice(name: str, group: str, choices: tuple[str, ...], doc: str) -> Settin
                             lambda: choices[0]))
 
 
+def _name(name: str, group: str, doc: str, default_text: str) -> Setting[str | None]:
+    """A name another module's registry defines (matched without regard to case); the registry
+    says whether it knows it (e.g. :func:`kldtui.capture_modes.server_mode`)."""
+    def parse(value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", value):
+            raise ValueError("not a name")
+        return value.lower()
+
+    return _declare(Setting(name, group, "a name (letters, digits, '_', '-')", default_text, doc, parse,
+                            lambda: None))
+
+
 def _path(name: str, group: str, doc: str, default_text: str = "unset",
           default: Callable[[], Path | None] = lambda: None) -> Setting[Path | None]:
     def parse(value: str) -> Path:
@@ -226,9 +238,11 @@ CAPTURE_DIR = _path("VLLM_KLD_CAPTURE_DIR", SERVER,
                     "Where the capture hook (and the embedded server) writes each request's chunks; "
                     "unset: the hook does nothing. kldtui run / serve set it.",
                     default_text="unset (capture off)")
-CAPTURE_MODE = _choice("KLDTUI_CAPTURE_MODE", SERVER, ("logits", "score"),
-                       "`logits`: save each prompt row's logits; `score`: score each row against the "
-                       "reference inside the server and save only its figures (docs/SCORE_MODE.md).")
+CAPTURE_MODE = _name("KLDTUI_CAPTURE_MODE", SERVER,
+                     "What the server saves per prompt row: a capture mode's name (kldtui.capture_modes; "
+                     "docs/DEVELOPING.md): `logits`, its logits; `score`, its figures scored against the "
+                     "reference inside the server (docs/SCORE_MODE.md). The server refuses another name "
+                     "when it starts.", default_text="logits")
 SCORE_SUITE = _path("KLDTUI_SCORE_SUITE", SERVER,
                     "Score mode: the suite folder (suite-manifest.json, tokens/) as the server host "
                     "sees it; required in score mode.")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kldtui import settings
+from kldtui import capture_modes, settings
 from kldtui.errors import BadInput
 
 
@@ -30,14 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-dir", type=Path, default=None,
                    help=f"where prompt-logit chunks go (default: "
                    f"${settings.CAPTURE_DIR.name}; unset = off)")
-    p.add_argument("--capture-mode", choices=("logits", "score"), default=None,
-                   help=f"logits: save prompt logits; score: save per-row scores against the "
-                   f"reference (default: ${settings.CAPTURE_MODE.name}, else logits)")
-    p.add_argument("--score-suite", type=Path, default=None,
-                   help=f"score mode: the suite folder (default: ${settings.SCORE_SUITE.name})")
-    p.add_argument("--score-reference", type=Path, default=None,
-                   help=f"score mode: the reference logits folder (default: "
-                   f"${settings.SCORE_REFERENCE.name}, else SUITE/ref)")
+    p.add_argument("--capture-mode", choices=capture_modes.names(), default=None,
+                   help="; ".join(f"{m.name}: {m.summary}" for m in capture_modes.modes())
+                   + f" (default: ${settings.CAPTURE_MODE.name}, else {capture_modes.DEFAULT.name})")
+    for mode in capture_modes.modes():
+        mode.add_server_arguments(p)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (like vLLM)")
     # Accepted for command-line compatibility with vLLM; the embedded model has no prefix cache.
     p.add_argument("--no-enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
@@ -56,10 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         print("kldtui.embedded: --max-num-batched-tokens must be >= 1 and --vocab-size >= 2",
               file=sys.stderr)
         return 2
+    # the capture mode reads its settings as in a vLLM server, from the environment; flags win
+    flags = settings.CAPTURE_MODE.entry(args.capture_mode) if args.capture_mode else {}
+    for mode in capture_modes.modes():
+        flags.update(mode.server_env_from_args(args))
+    env = settings.child_environment(flags)
     try:
-        settings.check_environment(None, settings.READ_BY_SERVER)
+        settings.check_environment(env, settings.READ_BY_SERVER)
         capture = args.capture_dir or settings.CAPTURE_DIR.get()
         faults = Faults.parse(settings.EMBEDDED_FAULT.get())
+        capture_mode = capture_modes.server_mode(env)
     except (BadInput, ValueError) as exc:
         print(f"kldtui.embedded: {exc}", file=sys.stderr)
         return 2
@@ -70,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=args.vocab_size, perturb=args.perturb,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults,
-        mode=args.capture_mode or settings.CAPTURE_MODE.get(),
-        score_suite=args.score_suite or settings.SCORE_SUITE.get(),
-        score_reference=args.score_reference or settings.SCORE_REFERENCE.get())
+        mode=capture_mode, settings=env)
     try:
         serve(args.host, args.port, config)
     except OSError as exc:

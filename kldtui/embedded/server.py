@@ -7,7 +7,8 @@ request naming (``cmpl-<X-Request-Id or random hex>``, engine id ``<that>-0-<8 h
 are token ids only (like vLLM with ``--skip-tokenizer-init``). Requests run one at a time
 (``--max-num-seqs 1``), prefilled in chunks of ``--max-num-batched-tokens`` positions; when a
 request asks for ``prompt_logprobs`` and a capture folder is set, each chunk's prompt logits go
-through :func:`kldtui.formats.chunks.write_chunk`, exactly like the vLLM hook.
+to the capture mode's sink (:mod:`kldtui.capture_modes`), exactly like the vLLM hook, but written
+at once on the request's thread.
 
 Test-only fault injection: ``KLDTUI_EMBEDDED_FAULT`` holds comma-separated items:
 ``die-after-rows:N`` (the process exits abruptly once N prompt rows were captured),
@@ -18,6 +19,7 @@ row R of every request gets a NaN logit). Never set it in use.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -26,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,11 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from kldtui import __version__, settings
+from kldtui import __version__, capture_modes, settings
+from kldtui.capture_modes import CaptureMode, ChunkRows, ServerSink
 from kldtui.embedded.model import TinyModel
-from kldtui.formats.chunks import abandoned_by_client, write_chunk, write_error_marker
-from kldtui.formats.scores import ScoreSession, write_score_chunk
-from kldtui.metrics.score import score_rows
+from kldtui.formats.chunks import abandoned_by_client, write_error_marker
 
 MAX_LOGPROBS = 20
 
@@ -91,10 +93,67 @@ class ServerConfig:
     capture_dir: Path | None = None
     api_key: str | None = None
     faults: Faults = field(default_factory=Faults)
-    # score mode (kldtui.formats.scores): score each chunk against the reference, save records
-    mode: str = "logits"
-    score_suite: Path | None = None
-    score_reference: Path | None = None
+    mode: CaptureMode = capture_modes.DEFAULT  # what each chunk becomes (kldtui.capture_modes)
+    # the mode's settings, as a vLLM server reads them from its environment (e.g. score mode's
+    # KLDTUI_SCORE_SUITE); python -m kldtui.embedded puts its flags there
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+
+class _InlineIO:
+    """The embedded server's :class:`kldtui.capture_modes.ServerIO`: everything is written at once
+    on the request's thread (the tiny model's logits are host arrays nobody reuses)."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = str(folder)
+
+    @property
+    def folder(self) -> str:
+        return self._folder
+
+    @property
+    def inline(self) -> bool:
+        return True
+
+    def on_writer_thread(self) -> bool:
+        return True  # work runs where it is submitted
+
+    def stage(self, tensor: Any, cols: int) -> Any:
+        return tensor
+
+    def submit_rows(self, request_id: str, row_start: int, parts: Sequence[Any],
+                    write: Callable[[Any], None]) -> bool:
+        rows = parts[0] if len(parts) == 1 else np.concatenate(list(parts))
+        return self._run(request_id, row_start, int(rows.shape[0]), lambda: write(rows))
+
+    def submit_job(self, request_id: str, row_start: int, rows: int, job: Callable[[], None]) -> bool:
+        return self._run(request_id, row_start, rows, job)
+
+    def _run(self, request_id: str, row_start: int, rows: int, job: Callable[[], None]) -> bool:
+        try:
+            job()
+        except Exception as exc:  # noqa: BLE001 - the hook never takes the engine down
+            end = row_start + rows
+            if abandoned_by_client(self._folder, request_id, exc):
+                log("INFO", f"kld capture: rows {row_start}-{end} of {request_id} not written: the "
+                            "client gave up on the request and removed its folder")
+                return False
+            self.fail(request_id, f"kld capture: could not write rows {row_start}-{end} of "
+                                  f"{request_id}: {exc}")
+            return False
+        return True
+
+    def fail(self, request_id: str, message: str) -> None:
+        log("ERROR", message)
+        try:
+            write_error_marker(self._folder, request_id, message)
+        except OSError as exc:
+            log("ERROR", f"kld capture: could not write the error marker either: {exc}")
+
+    def log(self, message: str) -> None:
+        log("INFO", message)
+
+    def device_sync_allowed(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
 
 
 class ApiError(Exception):
@@ -131,30 +190,9 @@ class Engine:
         self.lock = threading.Lock()
         self.captured_rows = 0
         self.created = int(time.time())
-        self.scorer: ScoreSession | None = None
-        if config.mode == "score" and config.capture_dir is not None:
-            self.scorer = self._score_session()
-
-    def _score_session(self) -> ScoreSession | None:
-        cfg = self.config
-        capture_dir = cfg.capture_dir
-        assert capture_dir is not None
-        if cfg.score_suite is None:
-            log("ERROR", f"kld score: score mode needs the suite folder ({settings.SCORE_SUITE.name}); every "
-                         "capture request fails")
-            return None
-
-        def write(request_id: str, row_start: int, records: np.ndarray, meta: dict[str, str]) -> None:
-            write_score_chunk(capture_dir, request_id, row_start, records, meta)
-
-        def fail(request_id: str, message: str) -> None:
-            log("ERROR", message)
-            try:
-                write_error_marker(capture_dir, request_id, message)
-            except OSError as exc:
-                log("ERROR", f"kld capture: could not write the error marker either: {exc}")
-
-        return ScoreSession(cfg.score_suite, cfg.score_reference, score_rows, write, fail)
+        self.sink: ServerSink | None = None
+        if config.capture_dir is not None:
+            self.sink = config.mode.server_sink(_InlineIO(config.capture_dir), config.settings)
 
     def models(self) -> dict[str, Any]:
         cfg = self.config
@@ -240,7 +278,7 @@ class Engine:
                 if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
                     logits[faults.nan_at_row - start, 0] = np.nan
                 if capture:
-                    self._capture(engine_id, start, row_end, logits, prompt)
+                    self._capture(engine_id, start, row_end, logits, prompt, states[start:row_end])
                 if prompt_logprobs is not None:
                     entries.extend(_prompt_logprob_entries(logits, prompt[start + 1:row_end + 1],
                                                            prompt_logprobs))
@@ -269,32 +307,10 @@ class Engine:
         }
 
     def _capture(self, engine_id: str, start: int, end: int, logits: np.ndarray,
-                 prompt: list[int] | None = None) -> None:
-        cfg = self.config
-        assert cfg.capture_dir is not None
-        if cfg.mode == "score":
-            if self.scorer is None:
-                write_error_marker(cfg.capture_dir, engine_id, f"kld score: score mode needs the "
-                                   f"suite folder ({settings.SCORE_SUITE.name}); not scored")
-            elif not self.scorer.chunk(engine_id, start, logits, cfg.vocab_size, prompt):
-                return
+                 prompt: list[int] | None = None, hidden: np.ndarray | None = None) -> None:
+        assert self.sink is not None
+        if self.sink.save(engine_id, start, ChunkRows(logits, self.config.vocab_size, hidden), prompt):
             self._count_rows(end - start)
-            return
-        try:
-            write_chunk(cfg.capture_dir, engine_id, start, logits, cfg.vocab_size)
-        except Exception as exc:  # noqa: BLE001 - the hook never takes the engine down
-            if abandoned_by_client(cfg.capture_dir, engine_id, exc):
-                log("INFO", f"kld capture: rows {start}-{end} of {engine_id} not written: the client "
-                            "gave up on the request and removed its folder")
-                return
-            message = f"kld capture: could not write rows {start}-{end} of {engine_id}: {exc}"
-            log("ERROR", message)
-            try:
-                write_error_marker(cfg.capture_dir, engine_id, message)
-            except OSError as marker_exc:
-                log("ERROR", f"kld capture: could not write the error marker either: {marker_exc}")
-            return
-        self._count_rows(end - start)
 
     def _count_rows(self, rows: int) -> None:
         cfg = self.config
@@ -441,9 +457,8 @@ def serve(host: str, port: int, config: ServerConfig) -> None:
     """Build the model, listen and serve until SIGINT/SIGTERM."""
     log("INFO", f"kldtui embedded server {__version__}: model seed {config.model_seed}, vocab "
                 f"{config.vocab_size}, perturb {config.perturb}, max_num_batched_tokens "
-                f"{config.max_num_batched_tokens}, capture dir {config.capture_dir or 'off'}"
-                + (f", score mode against {config.score_reference or config.score_suite}"
-                   if config.mode == "score" else ""))
+                f"{config.max_num_batched_tokens}, capture dir {config.capture_dir or 'off'}, "
+                f"{config.mode.label}")
     server = make_server(host, port, config)
 
     def _stop(signum: int, frame: object) -> None:

@@ -1,6 +1,8 @@
-"""Capture chunks: the one chunk writer (every producer of chunks, the vLLM plugin, the source
-patch and the embedded server, calls :func:`write_chunk`) and the chunk-folder model its readers
-share (:func:`check_chunk_dir`, :func:`check_chunk_values`; the capture client and finalize).
+"""Capture chunks: the one chunk writer (every producer of logits chunks, the vLLM plugin, the
+source patch and the embedded server, calls :func:`write_chunk`) and the chunk-folder model its
+readers share (:func:`check_chunk_dir`, :func:`check_chunk_values`; the capture client and
+finalize). A :class:`ChunkKind` describes one kind of chunk file (logits here: :data:`LOGITS_CHUNKS`;
+score records: :data:`kldtui.formats.scores.SCORE_CHUNKS`); each capture mode names its kind.
 
 Layout (docs/FORMATS.md, "Capture chunks written by the server-side hook")::
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +34,13 @@ from kldtui.formats.atomic import atomic_open
 from kldtui.formats.names import safe_name
 from kldtui.formats.safe_io import open_private_text, read_text
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
-from kldtui.formats.scores import SCORE_CHUNK_NAME, SCORE_DTYPE, SCORE_KEY
 from kldtui.formats.suite import WindowSpec
 
 SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
 ERROR_MARKER = "capture-error.txt"
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
+ANY_CHUNK_NAME = re.compile(r"^([a-z]+)\.rows-(\d{6})-(\d{6})\.safetensors$")  # a chunk of any kind
+_REQUEST_WINDOW = re.compile(r"kldtui-.+?-w(\d{3,})-[0-9a-f]{8}(?![0-9a-f])")
 VALUE_CHECK_BLOCK_BYTES = 32 * 1024 * 1024
 
 
@@ -55,6 +59,18 @@ def sanitize_request_id(request_id: str) -> str:
     does every ``..`` (``".."`` would name the capture folder's parent); see
     :func:`kldtui.formats.names.safe_name`."""
     return safe_name(request_id)
+
+
+def request_tag(run: str, window_index: int, token: str) -> str:
+    """The capture client's ``X-Request-Id`` for a window (the server's request id contains it):
+    ``kldtui-<run>-wNNN-<8 hex>``."""
+    return f"kldtui-{safe_name(run)}-w{window_index:03d}-{token}"
+
+
+def window_of_request(request_id: str) -> int | None:
+    """The window index named in a request id made from :func:`request_tag` (the last one)."""
+    found = _REQUEST_WINDOW.findall(request_id)
+    return int(found[-1]) if found else None
 
 
 def chunk_file_name(row_start: int, row_end: int) -> str:
@@ -166,40 +182,78 @@ class ChunkSet:
         return [c.path.name for c in self.chunks]
 
 
-def chunk_rows_landed(folder: Path) -> int:
-    """Rows in the (possibly still growing) folder, from chunk file names only; cheap."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    total = 0
-    for name in names:
-        m = CHUNK_NAME.match(name) or SCORE_CHUNK_NAME.match(name)
-        if m:
-            total += max(0, int(m.group(2)) - int(m.group(1)))
-    return total
+class ChunkKind:
+    """One kind of chunk file a server writes per prefill chunk, and how a reader checks one.
+
+    Files are ``<prefix>.rows-SSSSSS-EEEEEE.safetensors`` holding one tensor ``key`` of ``dtype``,
+    shape ``[EEEEEE - SSSSSS, columns]``. This base describes logits chunks
+    (:data:`LOGITS_CHUNKS`); another kind overrides :meth:`chunk_vocab` (and
+    :meth:`check_values` when its values are checked before finalize).
+    """
+
+    prefix = "logits"
+    key = "logits"
+    dtype = "F32"
+    checks_values = True  # whether :meth:`check_values` reads the values (the capture client does
+    # it while the next chunks are computed)
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(rf"^{re.escape(self.prefix)}\.rows-(\d{{6}})-(\d{{6}})\.safetensors$")
+
+    def file_name(self, row_start: int, row_end: int) -> str:
+        return f"{self.prefix}.rows-{row_start:06d}-{row_end:06d}.safetensors"
+
+    def chunk_vocab(self, path: Path, meta: Mapping[str, str], window: WindowSpec, cols: int,
+                    first_cols: int | None) -> int:
+        """The vocabulary a chunk of ``cols`` columns was computed with (``first_cols``: the first
+        chunk's columns in the folder, None for the first); BadInput when its metadata says it is
+        not the window's."""
+        return cols
+
+    def check_values(self, chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
+        """BadInput at the first value a chunk must not hold (logits: NaN or inf)."""
+        check_chunk_values(chunk, window, cancel)
+
+    def rows_landed(self, folder: Path) -> int:
+        """Rows in the (possibly still growing) folder, from this kind's file names only; cheap."""
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return 0
+        pattern = self.pattern
+        total = 0
+        for name in names:
+            m = pattern.match(name)
+            if m:
+                total += max(0, int(m.group(2)) - int(m.group(1)))
+        return total
+
+
+LOGITS_CHUNKS = ChunkKind()
+
+
+def chunk_rows_landed(folder: Path, kind: ChunkKind = LOGITS_CHUNKS) -> int:
+    """Rows of ``kind`` in the (possibly still growing) folder, from chunk file names only; cheap."""
+    return kind.rows_landed(folder)
 
 
 def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                     expected_vocab: int | None = None, check_values: bool = False,
                     cancel: Cancel | None = None, request_folder: str | None = None,
-                    mode: str = "logits") -> ChunkSet:
+                    kind: ChunkKind = LOGITS_CHUNKS) -> ChunkSet:
     """Check a window's chunk folder by metadata (and values); raise BadInput naming the problem.
 
     Rows must cover ``0 .. window.num_tokens - 1`` contiguously whatever the chunk edges; every
-    chunk holds one F32 ``logits`` tensor ``[row_end - row_start, vocab]`` whose metadata agrees
-    with its name; all chunks share one vocabulary (``expected_vocab`` when given). With
-    ``check_values`` every value is read (a block at a time) and must be finite. With
-    ``request_folder`` (the hook's folder name for the request) every chunk's metadata
-    ``request_id`` must name that request: the chunks are the ones the record says.
-
-    ``mode="score"``: the folder holds score chunks (``scores.rows-*``, one U8 tensor ``records``
-    of one record width; the vocabulary is their metadata ``vocab_size``); values are not checked
-    here (finalize reads every record).
+    chunk of ``kind`` holds one tensor of its key and dtype, ``[row_end - row_start, columns]``,
+    whose metadata agrees with its name; all chunks share one vocabulary (``expected_vocab`` when
+    given). With ``check_values`` every value is read (a block at a time) and checked by the kind
+    (logits: finite). With ``request_folder`` (the hook's folder name for the request) every
+    chunk's metadata ``request_id`` must name that request: the chunks are the ones the record
+    says.
     """
-    scores = mode == "score"
-    pattern = SCORE_CHUNK_NAME if scores else CHUNK_NAME
-    key, dtype = (SCORE_KEY, SCORE_DTYPE) if scores else ("logits", "F32")
+    pattern = kind.pattern
+    key, dtype = kind.key, kind.dtype
     folder = Path(folder)
     where = f"{folder}: {window.label}"
     if not folder.is_dir():
@@ -214,12 +268,13 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                        "fix the cause (often a full disk) and capture the window again")
     chunks: list[ChunkInfo] = []
     names = sorted(os.listdir(folder))
-    other = SCORE_CHUNK_NAME if not scores else CHUNK_NAME
-    if not any(pattern.match(n) for n in names) and any(other.match(n) for n in names):
-        found, wanted = ("logits", "score") if scores else ("score", "logits")
-        raise BadInput(f"{where}: the folder holds {found} chunks, this run captures in {wanted} mode; "
-                       "set [capture] mode to the mode the window was captured in, or capture it again")
-    width: int | None = None
+    if not any(pattern.match(n) for n in names):
+        others = sorted({m.group(1) for m in map(ANY_CHUNK_NAME.match, names) if m})
+        if others:
+            raise BadInput(f"{where}: the folder holds {others[0]}.rows-* chunks, not the "
+                           f"{kind.prefix}.rows-* chunks of this run's capture mode; set [capture] "
+                           "mode to the mode the window was captured in, or capture it again")
+    first_cols: int | None = None
     for name in names:
         m = pattern.match(name)
         if not m:
@@ -235,25 +290,10 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
             raise BadInput(f"{path}: {window.label}: shape {list(info.shape)} does not match rows "
                            f"{start}..{end} of its name; the chunk is corrupt, capture again")
         meta = header.metadata
-        cols = info.shape[1] if len(info.shape) == 2 else 0
-        if scores:
-            try:
-                chunk_vocab = int(meta["vocab_size"])
-                if int(meta["window_index"]) != window.index:
-                    raise BadInput(f"{path}: {window.label}: scored as window {meta['window_index']}; "
-                                   "the request folder belongs to another window, capture again")
-            except (KeyError, ValueError):
-                raise BadInput(f"{path}: {window.label}: score chunk without window_index/vocab_size "
-                               "metadata; it was not written by the kldtui capture hook") from None
-            if meta.get("token_ids_json_sha256") != window.token_ids_json_sha256:
-                raise BadInput(f"{path}: {window.label}: scored tokens differ from the suite's "
-                               "(token hash); capture the window again")
-            if width is not None and cols != width:
-                raise BadInput(f"{path}: {window.label}: records of {cols} bytes, other chunks "
-                               f"have {width}; capture the window again")
-            width = cols
-        else:
-            chunk_vocab = int(cols)
+        cols = int(info.shape[1])
+        chunk_vocab = kind.chunk_vocab(path, meta, window, cols, first_cols)
+        if first_cols is None:
+            first_cols = cols
         for mkey, want in (("row_start", start), ("row_end", end), ("vocab_size", chunk_vocab)):
             if mkey in meta and meta[mkey] != str(want):
                 raise BadInput(f"{path}: {window.label}: metadata {mkey}={meta[mkey]} disagrees with "
@@ -265,8 +305,7 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                            f"not to {request_folder!r} the capture recorded; capture the window again")
         chunks.append(ChunkInfo(path, start, end, chunk_vocab))
     if not chunks:
-        pattern_name = "scores" if scores else "logits"
-        raise BadInput(f"{where}: no chunk files ({pattern_name}.rows-SSSSSS-EEEEEE.safetensors); "
+        raise BadInput(f"{where}: no chunk files ({kind.prefix}.rows-SSSSSS-EEEEEE.safetensors); "
                        "capture the window again")
     chunks.sort(key=lambda c: c.row_start)
     vocab = expected_vocab if expected_vocab is not None else chunks[0].vocab_size
@@ -288,9 +327,9 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
         raise BadInput(f"{where}: chunks cover rows 0..{position}, expected 0..{want_rows} for "
                        f"{window.num_tokens} tokens; capture the window again (prefix caching "
                        "must be off)")
-    if check_values and not scores:
+    if check_values:
         for c in chunks:
-            check_chunk_values(c, window, cancel)
+            kind.check_values(c, window, cancel)
     return ChunkSet(folder, tuple(chunks), vocab, want_rows)
 
 

@@ -1,91 +1,85 @@
-"""Score mode's files and the server side's per-request scoring session (issue 16).
+"""Score mode's files (issue 16; docs/FORMATS.md, "Score mode").
 
-In score mode the server does not save a candidate's logits: for each prefill chunk it reads the
-matching rows of the reference window file, computes every per-row figure the compare stage needs
-on the device the logits are on, and saves only those records (a few dozen bytes per position).
-This module owns what is on disk and the per-request bookkeeping; the arithmetic is the caller's
-(``score_rows``: :func:`kldtui.metrics.score.score_block` in the vLLM hook and the embedded
-server), so the files do not depend on how the rows were scored.
+In score mode the server does not save a candidate's logits: for each prefill chunk it scores the
+candidate's rows against the reference's and saves only per-row records (a few dozen bytes per
+position). This module owns what is on disk; the scoring itself runs in the server
+(:mod:`kldtui.scoring`), so the files do not depend on how the rows were scored.
 
-Files (docs/FORMATS.md, "Score mode")::
+Files::
 
     <capture dir>/<request id>/scores.rows-SSSSSS-EEEEEE.safetensors   one per scored chunk
     <finalized folder>/scores_NNN.safetensors + scores-manifest.json    one per window
 
 Each holds one ``U8`` tensor ``records`` of shape ``[rows, record_bytes]``: row ``i`` is one
 packed record whose layout (a NumPy structured dtype) is the metadata ``record_dtype``.
-
-Which window a request scores comes from the capture client's request id
-(:func:`request_tag`, ``kldtui-<run>-wNNN-<8 hex>``); where the reference is comes from the
-server's environment (``KLDTUI_CAPTURE_MODE``, ``KLDTUI_SCORE_SUITE``, ``KLDTUI_SCORE_REFERENCE``:
-:mod:`kldtui.settings`). The reference
-file is checked (:func:`kldtui.formats.identity.check_logits_file`: size, shape, header
-``window_index`` and token hash against the reference manifest and the suite) before a row of it
-is used. A failure fails that request only: its folder gets the error marker with the reason.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import re
 import socket
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kldtui import settings
 from kldtui.errors import BadInput
+from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open, write_json_atomic
+from kldtui.formats.chunks import ChunkInfo, ChunkKind
 from kldtui.formats.names import safe_name
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
-from kldtui.formats.suite import (
-    Suite,
-    WindowSpec,
-    load_logits_manifest,
-    load_suite,
-    read_versioned,
-    require_field,
-    token_ids_hash,
-)
+from kldtui.formats.suite import Suite, WindowSpec, read_versioned, require_field
 from kldtui.redact import redact_json
 
-MODES = ("logits", "score")
 SCORE_KEY = "records"
 SCORE_DTYPE = "U8"
 SCORE_CHUNK_FORMAT = "kldtui-score-chunk-v1"
 SCORE_FILE_FORMAT = "kldtui-scores-v1"
 SCORES_MANIFEST = "scores-manifest.json"
-SCORE_CHUNK_NAME = re.compile(r"^scores\.rows-(\d{6})-(\d{6})\.safetensors$")
-_REQUEST_WINDOW = re.compile(r"kldtui-.+?-w(\d{3,})-[0-9a-f]{8}(?![0-9a-f])")
 
 
-def request_tag(run: str, window_index: int, token: str) -> str:
-    """The capture client's ``X-Request-Id`` for a window (the server's request id contains it)."""
-    return f"kldtui-{safe_name(run)}-w{window_index:03d}-{token}"
+class ScoreChunks(ChunkKind):
+    """Score chunks: ``scores.rows-SSSSSS-EEEEEE.safetensors``, one U8 tensor ``records`` of one
+    record width; the vocabulary is their metadata ``vocab_size``, and each names the window
+    (index and token hash) it scored. Their values are read by finalize, not here."""
+
+    prefix = "scores"
+    key = SCORE_KEY
+    dtype = SCORE_DTYPE
+    checks_values = False
+
+    def chunk_vocab(self, path: Path, meta: Mapping[str, str], window: WindowSpec, cols: int,
+                    first_cols: int | None) -> int:
+        try:
+            vocab = int(meta["vocab_size"])
+            if int(meta["window_index"]) != window.index:
+                raise BadInput(f"{path}: {window.label}: scored as window {meta['window_index']}; "
+                               "the request folder belongs to another window, capture again")
+        except (KeyError, ValueError):
+            raise BadInput(f"{path}: {window.label}: score chunk without window_index/vocab_size "
+                           "metadata; it was not written by the kldtui capture hook") from None
+        if meta.get("token_ids_json_sha256") != window.token_ids_json_sha256:
+            raise BadInput(f"{path}: {window.label}: scored tokens differ from the suite's "
+                           "(token hash); capture the window again")
+        if first_cols is not None and cols != first_cols:
+            raise BadInput(f"{path}: {window.label}: records of {cols} bytes, other chunks "
+                           f"have {first_cols}; capture the window again")
+        return vocab
+
+    def check_values(self, chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
+        """Nothing here: finalize reads every record (and refuses NaN)."""
 
 
-def window_of_request(request_id: str) -> int | None:
-    """The window index named in a request id made from :func:`request_tag` (the last one)."""
-    found = _REQUEST_WINDOW.findall(request_id)
-    return int(found[-1]) if found else None
-
-
-def capture_mode() -> str:
-    """``"score"`` or ``"logits"``, from ``KLDTUI_CAPTURE_MODE`` (:data:`kldtui.settings.CAPTURE_MODE`)."""
-    return settings.CAPTURE_MODE.get()
+SCORE_CHUNKS = ScoreChunks()
 
 
 def score_chunk_name(row_start: int, row_end: int) -> str:
-    return f"scores.rows-{row_start:06d}-{row_end:06d}.safetensors"
+    return SCORE_CHUNKS.file_name(row_start, row_end)
 
 
 def score_file_name(window_index: int) -> str:
@@ -248,209 +242,3 @@ def load_scores_manifest(path: str | os.PathLike[str]) -> ScoresManifest:
                           suite_token_hash_sha256=require_field(doc, "suite_token_hash_sha256", str, where),
                           record_dtype=require_field(doc, "record_dtype", str, where), entries=entries,
                           runtime=doc.get("runtime"))
-
-
-# -- the server side: one session per server process ---------------------------------------------
-ScoreRows = Callable[[np.ndarray, Any, np.ndarray], np.ndarray]
-"""``score_rows(reference_rows, candidate_rows, next_tokens) -> records``: reference rows are
-float32 host rows, candidate rows the logits as the server has them (device tensor or array)."""
-
-
-class ScoreFailed(Exception):
-    """This request cannot be scored (the message says why); the server goes on."""
-
-
-@dataclass
-class _Request:
-    window: WindowSpec
-    tokens: np.ndarray  # next tokens of rows 0..N-2
-    reader: RowReader
-    metadata: dict[str, str]
-    prefetch: tuple[int, int, Future[np.ndarray]] | None = None
-    failed: bool = False
-    rows_done: int = 0
-
-
-class ScoreSession:
-    """Scores prefill chunks against the reference, request by request (see the module doc).
-
-    ``chunk`` is called on the engine's thread for each chunk of prompt rows; the reference rows of
-    the request's next chunk (same size as this one) are read beforehand on a helper thread, so
-    the engine waits for the disk only on a request's first chunk. Memory: two row blocks of the
-    reference on the host; on the device, whatever ``score_rows`` needs for ``block_rows`` rows.
-    ``write(request_id, row_start, records, metadata)`` publishes a chunk (the hook hands it to its
-    background writer); ``fail(request_id, message)`` leaves the error marker.
-    """
-
-    MAX_OPEN = 4  # requests whose state is kept (older ones are closed)
-
-    def __init__(self, suite_dir: str | os.PathLike[str], reference_dir: str | os.PathLike[str] | None,
-                 score_rows: ScoreRows, write: Callable[[str, int, np.ndarray, dict[str, str]], None],
-                 fail: Callable[[str, str], None], *, block_rows: int | None = None) -> None:
-        self.suite_dir = Path(suite_dir)
-        self.reference_dir = Path(reference_dir) if reference_dir else self.suite_dir / "ref"
-        self.score_rows = score_rows
-        self.write = write
-        self.fail = fail
-        self.block_rows = max(1, settings.SCORE_ROWS.get() if block_rows is None else block_rows)
-        self._requests: OrderedDict[str, _Request] = OrderedDict()
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="kldtui-score-prefetch")
-
-    @classmethod
-    def from_env(cls, score_rows: ScoreRows, write: Callable[[str, int, np.ndarray, dict[str, str]], None],
-                 fail: Callable[[str, str], None]) -> ScoreSession:
-        suite = settings.SCORE_SUITE.get()
-        if suite is None:
-            raise ScoreFailed(f"score mode ({settings.CAPTURE_MODE.name}=score) needs "
-                              f"{settings.SCORE_SUITE.name}: the suite folder on the server host")
-        return cls(suite, settings.SCORE_REFERENCE.get(), score_rows, write, fail)
-
-    # -- per request ------------------------------------------------------------------------------
-    def _open(self, request_id: str, vocab_size: int, prompt: Sequence[int] | None) -> _Request:
-        index = window_of_request(request_id)
-        if index is None:
-            raise ScoreFailed(f"request {request_id!r} names no window (kldtui-RUN-wNNN-XXXXXXXX); "
-                              "score mode scores only kldtui's capture requests")
-        try:
-            # read again for every request: a reference finalized while the server runs counts
-            suite, manifest = load_suite(self.suite_dir), load_logits_manifest(self.reference_dir)
-            window = suite.window(index)
-            if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
-                raise ScoreFailed(f"{manifest.path}: the reference was made from another suite than "
-                                  f"{suite.path}")
-            entry = manifest.entry(index)
-            if entry.token_ids_json_sha256 != window.token_ids_json_sha256:
-                raise ScoreFailed(f"{manifest.path}: {window.label}: the reference's token hash differs "
-                                  "from the suite's")
-            from kldtui.formats.identity import check_logits_file
-
-            identity = check_logits_file(manifest, index, suite=suite, side="reference")
-            if not identity.ok:
-                raise ScoreFailed(identity.problems[0])
-            if entry.dtype != "F32":
-                raise ScoreFailed(f"{manifest.path}: {window.label}: reference dtype {entry.dtype}, "
-                                  "score mode reads F32")
-            if vocab_size != manifest.vocab_size:
-                raise ScoreFailed(f"{manifest.path}: {window.label}: the server's vocabulary is "
-                                  f"{vocab_size}, the reference's {manifest.vocab_size}")
-            ids = suite.load_tokens(window, check_hash=True)
-            if (prompt is not None
-                    and token_ids_hash([int(t) for t in prompt]) != window.token_ids_json_sha256):
-                raise ScoreFailed(f"request {request_id!r} names {window.label} but its prompt is not "
-                                  "that window's tokens")
-            reader = RowReader(identity.path)
-        except BadInput as exc:
-            raise ScoreFailed(str(exc)) from None
-        except OSError as exc:
-            raise ScoreFailed(f"{self.reference_dir}: window {index:03d}: the reference cannot be read "
-                              f"({exc})") from None
-        meta = {"window_index": str(index), "token_ids_json_sha256": window.token_ids_json_sha256,
-                "reference_sha256": entry.sha256, "vocab_size": str(vocab_size),
-                "context_length": str(suite.context_length)}
-        return _Request(window, np.asarray(ids[1:], dtype=np.int64), reader, meta)
-
-    def _state(self, request_id: str, vocab_size: int, prompt: Sequence[int] | None) -> _Request:
-        with self._lock:
-            req = self._requests.get(request_id)
-        if req is not None:
-            return req
-        req = self._open(request_id, vocab_size, prompt)
-        with self._lock:
-            self._requests[request_id] = req
-            while len(self._requests) > self.MAX_OPEN:
-                _, old = self._requests.popitem(last=False)
-                self._close(old)
-        return req
-
-    def _close(self, req: _Request) -> None:
-        if req.prefetch is not None:
-            with contextlib.suppress(Exception):
-                req.prefetch[2].result()
-            req.prefetch = None
-        req.reader.close()
-
-    def _finish(self, request_id: str) -> None:
-        with self._lock:
-            req = self._requests.pop(request_id, None)
-        if req is not None:
-            self._close(req)
-
-    def _reference_rows(self, req: _Request, start: int, stop: int) -> np.ndarray:
-        pre = req.prefetch
-        req.prefetch = None
-        rows: np.ndarray | None = None
-        if pre is not None:
-            got = pre[2].result()  # a read error surfaces here
-            if (pre[0], pre[1]) == (start, stop):
-                rows = got
-        if rows is None:
-            rows = req.reader.pread(start, stop)
-        nxt = min(stop + (stop - start), req.window.scored_positions)
-        if nxt > stop:
-            req.prefetch = (stop, nxt, self._pool.submit(req.reader.pread, stop, nxt))
-        return rows
-
-    def chunk(self, request_id: str, row_start: int, logits: Any, vocab_size: int,
-              prompt: Sequence[int] | None = None) -> bool:
-        """Score prompt rows ``row_start ..`` (``logits[:, :vocab_size]``) of a request and publish
-        their records; never raises. False when the request failed (now or earlier)."""
-        with self._lock:
-            known = self._requests.get(request_id)
-        if known is not None and known.failed:
-            return False
-        try:
-            req = self._state(request_id, vocab_size, prompt)
-            rows = int(logits.shape[0])
-            stop = row_start + rows
-            if row_start != req.rows_done or stop > req.window.scored_positions:
-                raise ScoreFailed(f"rows {row_start}..{stop} of {req.window.label} arrived after rows "
-                                  f"0..{req.rows_done} (prefix caching must be off); not scored")
-            x = self._reference_rows(req, row_start, stop)
-            parts = []
-            for lo in range(0, rows, self.block_rows):
-                hi = min(lo + self.block_rows, rows)
-                parts.append(self.score_rows(x[lo:hi], logits[lo:hi, :vocab_size],
-                                             req.tokens[row_start + lo:row_start + hi]))
-            records = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            self.write(request_id, row_start, records, dict(req.metadata))
-            req.rows_done = stop
-            if stop == req.window.scored_positions:
-                self._finish(request_id)
-            return True
-        except Exception as exc:  # noqa: BLE001 - one request fails, never the server
-            message = str(exc) if isinstance(exc, ScoreFailed) else f"{type(exc).__name__}: {exc}"
-            self.fail(request_id, f"kldtui score: rows from {row_start} of request {request_id!r} "
-                                  f"not scored: {message}")
-            with self._lock:
-                req_ = self._requests.get(request_id)
-            if req_ is not None:
-                req_.failed = True
-            else:
-                self._remember_failed(request_id)
-            return False
-
-    def _remember_failed(self, request_id: str) -> None:
-        """A request that failed before it was opened: later chunks are skipped quietly."""
-        dummy = _Request.__new__(_Request)
-        dummy.failed = True
-        dummy.prefetch = None
-        dummy.reader = _NullReader()  # type: ignore[assignment]
-        with self._lock:
-            self._requests[request_id] = dummy
-            while len(self._requests) > self.MAX_OPEN:
-                _, old = self._requests.popitem(last=False)
-                self._close(old)
-
-    def close(self) -> None:
-        with self._lock:
-            items = list(self._requests.values())
-            self._requests.clear()
-        for req in items:
-            self._close(req)
-        self._pool.shutdown(wait=True)
-
-
-class _NullReader:
-    def close(self) -> None:
-        pass

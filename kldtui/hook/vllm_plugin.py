@@ -16,8 +16,11 @@ it wraps, in a pip-installed and unmodified vLLM 0.32 / 0.33:
   prefill ends in this step) and writes them as one chunk starting at prompt row
   ``num_computed_prefill_tokens``.
 
-Every chunk goes through :func:`kldtui.formats.chunks.write_chunk`, on a bounded background
-thread (:mod:`kldtui.hook.writer`): the engine's thread only starts the device-to-host copy.
+Every chunk goes to the server's capture mode (``KLDTUI_CAPTURE_MODE``, :mod:`kldtui.capture_modes`:
+its :class:`~kldtui.capture_modes.ServerSink`): in logits mode through
+:func:`kldtui.formats.chunks.write_chunk` on a bounded background thread (:mod:`kldtui.hook.writer`),
+so the engine's thread only starts the device-to-host copy; in score mode it is scored against the
+reference and its records are written.
 Only vLLM's output rank writes: the first tensor-parallel rank and the first prefill-context-
 parallel rank of the last pipeline stage (on every data-parallel rank), the rank vLLM's executors
 take the model's output from. A failure to save is logged and leaves
@@ -41,10 +44,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
-from kldtui import settings
+from kldtui import capture_modes, settings
+from kldtui.capture_modes import ChunkRows, ServerSink
 from kldtui.formats.chunks import (
     abandoned_by_client,
     is_skipped_request,
@@ -53,8 +58,7 @@ from kldtui.formats.chunks import (
     writer_record_path,
     writers_dir,
 )
-from kldtui.formats.scores import ScoreFailed, ScoreSession, capture_mode
-from kldtui.hook.writer import _gpu_sync_allowed, get_writer
+from kldtui.hook.writer import Staged, _gpu_sync_allowed, get_writer
 
 # vLLM configures the "vllm" logger; a child of it shows up in the server's log.
 log = logging.getLogger("vllm.kldtui_capture")
@@ -172,95 +176,80 @@ def announce_writer(folder: str) -> None:
 
 
 def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
-               directory: str | None = None, prompt: Any = None) -> bool:
-    """Queue one chunk for :func:`kldtui.formats.chunks.write_chunk`; never raises.
+               directory: str | None = None, prompt: Any = None, hidden: Any = None) -> bool:
+    """Hand one chunk to the server's capture mode (:func:`server_sink`); never raises.
 
-    Checks the writer rank before anything is copied off the device. Returns True when queued
-    (or deliberately skipped: warm-up/dummy request, another rank, capture off), False when
-    the copy could not even start; a failure, now or in the background writer, is logged and
-    leaves an error marker in the request folder for the capture client.
-
-    Score mode (``KLDTUI_CAPTURE_MODE=score``): the chunk is scored here instead, on the logits'
-    device, and only its records are queued (:func:`score_chunk`; ``prompt``, the request's
-    prompt token ids when known, is checked against the window's).
+    Checks the writer rank before anything is copied off the device. Returns True when handed
+    over (or deliberately skipped: warm-up/dummy request, another rank, capture off), False when
+    it failed at once; a failure, now or in the background writer, is logged and leaves an error
+    marker in the request folder for the capture client. ``prompt`` (the request's prompt token
+    ids) and ``hidden`` (the rows' final hidden states, compute_logits' input) when the runner
+    has them: score mode checks the prompt is the window's.
     """
     folder = directory or capture_dir()
     if folder is None or is_skipped_request(request_id) or not is_writer_rank():
         return True
     announce_writer(folder)
-    if capture_mode() == "score":
-        return score_chunk(request_id, row_start, logits, vocab_size, folder, prompt)
-    writer = get_writer()
-    try:
-        staged = writer.stage(logits, int(vocab_size))
-    except Exception as exc:  # noqa: BLE001 - never crash the engine over a capture file
-        fail_request(request_id, f"kldtui capture: copying rows from {row_start} of request "
-                     f"{request_id!r} to the host failed: {type(exc).__name__}: {exc}", folder)
-        return False
-    writer.submit_chunk(folder, request_id, int(row_start), staged, int(vocab_size),
-                        _on_error(request_id, int(row_start), folder))
-    return True
+    return server_sink(folder).save(request_id, int(row_start), ChunkRows(logits, int(vocab_size), hidden),
+                                    prompt)
 
 
-_sessions: dict[str, ScoreSession] = {}
+class _HookIO:
+    """The hook's :class:`kldtui.capture_modes.ServerIO` for one capture folder: work goes to this
+    process's background writer (:func:`kldtui.hook.writer.get_writer`)."""
 
+    def __init__(self, folder: str) -> None:
+        self._folder = folder
 
-def score_session(folder: str) -> ScoreSession:
-    """Score mode's session for a capture folder (made at first use from the environment:
-    ``KLDTUI_SCORE_SUITE``, ``KLDTUI_SCORE_REFERENCE``); raises ScoreFailed when unset."""
-    with _state_lock:
-        session = _sessions.get(folder)
-        if session is None:
-            from kldtui.metrics.score import score_rows
+    @property
+    def folder(self) -> str:
+        return self._folder
 
-            def write(request_id: str, row_start: int, records: Any, metadata: dict[str, str]) -> None:
-                writer = get_writer()
-                if writer.on_writer_thread():  # scored there (CPU rows): write at once
-                    from kldtui.formats.scores import write_score_chunk
+    @property
+    def inline(self) -> bool:
+        return get_writer().inline
 
-                    write_score_chunk(folder, request_id, row_start, records, metadata)
-                    return
-                writer.submit_records(folder, request_id, row_start, records, metadata,
-                                      _on_error(request_id, row_start, folder))
+    def on_writer_thread(self) -> bool:
+        return get_writer().on_writer_thread()
 
-            def fail(request_id: str, message: str) -> None:
-                fail_request(request_id, message, folder)
+    def stage(self, tensor: Any, cols: int) -> Staged:
+        return get_writer().stage(tensor, cols)
 
-            session = ScoreSession.from_env(score_rows, write, fail)
-            _sessions[folder] = session
-            log.info("kldtui score mode: scoring against %s (suite %s), %d rows at a time on the "
-                     "logits' device", session.reference_dir, session.suite_dir, session.block_rows)
-        return session
-
-
-def score_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int, folder: str,
-                prompt: Any = None) -> bool:
-    """Score mode: score one chunk against the reference; never raises (a failure leaves the error
-    marker). Logits on an accelerator are scored here, on the engine's thread and on their device
-    (vLLM reuses their buffer after the call), and the records are queued for the writer thread.
-    CPU logits (which vLLM does not modify afterwards, as logits mode relies on too) are handed to
-    the writer thread whole: the engine's thread only queues them (back-pressure: the bounded
-    queue)."""
-    try:
-        session = score_session(folder)
-    except ScoreFailed as exc:
-        fail_request(request_id, f"kldtui score: {exc}", folder)
-        return False
-    device = getattr(logits, "device", None)
-    if device is None or getattr(device, "type", "cpu") == "cpu":
-        part = logits.detach() if hasattr(logits, "detach") else logits
-        writer = get_writer()
-        if writer.inline:
-            return session.chunk(request_id, int(row_start), part, int(vocab_size), prompt)
-
-        def job() -> None:
-            session.chunk(request_id, int(row_start), part, int(vocab_size), prompt)
-
-        writer.submit_scoring(folder, request_id, int(row_start), int(part.shape[0]), job,
-                              _on_error(request_id, int(row_start), folder))
+    def submit_rows(self, request_id: str, row_start: int, parts: Sequence[Any],
+                    write: Callable[[Any], None]) -> bool:
+        get_writer().submit_rows(self._folder, request_id, row_start, list(parts), write,
+                                 _on_error(request_id, row_start, self._folder))
         return True
-    with _gpu_sync_allowed():  # the records are copied to the host: a deliberate sync
-        return session.chunk(request_id, int(row_start), logits, int(vocab_size), prompt)
+
+    def submit_job(self, request_id: str, row_start: int, rows: int, job: Callable[[], None]) -> bool:
+        get_writer().submit_job(self._folder, request_id, row_start, rows, job,
+                                _on_error(request_id, row_start, self._folder))
+        return True
+
+    def fail(self, request_id: str, message: str) -> None:
+        fail_request(request_id, message, self._folder)
+
+    def log(self, message: str) -> None:
+        log.info("%s", message)
+
+    def device_sync_allowed(self) -> AbstractContextManager[Any]:
+        return _gpu_sync_allowed()  # type: ignore[no-any-return]
+
+
+_sinks: dict[tuple[str, str], ServerSink] = {}
+
+
+def server_sink(folder: str) -> ServerSink:
+    """What this process does with each chunk written into ``folder``: the sink of the mode its
+    environment names (``KLDTUI_CAPTURE_MODE``; score mode reads ``KLDTUI_SCORE_*`` there too),
+    made at first use."""
+    mode = capture_modes.server_mode()
+    with _state_lock:
+        sink = _sinks.get((folder, mode.name))
+        if sink is None:
+            sink = mode.server_sink(_HookIO(folder), None)  # None: read this process's settings
+            _sinks[(folder, mode.name)] = sink
+        return sink
 
 
 def _on_error(request_id: str, row_start: int, folder: str) -> Any:
@@ -365,7 +354,7 @@ def wrap_v1(original: Callable[..., Any]) -> Callable[..., Any]:
             # padded vocab columns never leave the device (save_chunk stages [..., :vocab])
             request = self.requests.get(req_id)  # score mode checks the prompt is the window's
             save_chunk(req_id, row_start, logits, _v1_vocab_size(self, logits), folder,
-                       getattr(request, "prompt_token_ids", None))
+                       getattr(request, "prompt_token_ids", None), prompt_hidden_states)
             return logits
 
         setattr(model, "compute_logits", compute_logits)  # noqa: B010 - an instance override
@@ -420,8 +409,12 @@ def _v2_plan(worker: Any, input_batch: Any, prompt_lens: Any) -> list[tuple[str,
 class V2BatchCapture:
     """Captures one V2 batch: wrap the ``logits_fn`` vLLM passes, then :meth:`save` the chunks.
 
-    Used by the plugin's wrapper and by the source patch (which builds it inside
-    ``compute_prompt_logprobs`` before ``prompt_lens`` is re-indexed there).
+    Each slice of a scored request's rows goes to the mode's sink as vLLM computes it
+    (:meth:`~kldtui.capture_modes.ServerSink.take`: logits mode starts the copy, score mode scores
+    it); :meth:`save` hands each request's chunk over once all its rows were seen
+    (:meth:`~kldtui.capture_modes.ServerSink.put`). Used by the plugin's wrapper and by the source
+    patch (which builds it inside ``compute_prompt_logprobs`` before ``prompt_lens`` is re-indexed
+    there).
     """
 
     def __init__(self, worker: Any, hidden_states: Any, input_batch: Any, prompt_lens: Any,
@@ -431,9 +424,9 @@ class V2BatchCapture:
         self.vocab_size: int | None = None
         self._rows_seen = 0  # for slices that are not views of hidden_states
         self.plan: list[tuple[str, int, int, int]] = []
-        self.pieces: dict[str, list[tuple[int, Any]]] = {}
-        self.score = capture_mode() == "score"  # score each slice at once instead of staging it
-        self.scored: dict[str, int] = {}
+        # per request: (first batch row, rows, the sink's piece or None when it failed)
+        self.pieces: dict[str, list[tuple[int, int, Any]]] = {}
+        self.sink: ServerSink | None = None
         if self.folder is None or not is_writer_rank():
             return
         try:
@@ -444,6 +437,9 @@ class V2BatchCapture:
                 fail_request(str(req_id), f"kldtui capture: cannot map the batch's requests "
                              f"({type(exc).__name__}: {exc})", self.folder)
         self.pieces = {req_id: [] for req_id, *_ in self.plan}
+        if self.plan:
+            announce_writer(self.folder)
+            self.sink = server_sink(self.folder)
 
     @property
     def active(self) -> bool:
@@ -474,41 +470,27 @@ class V2BatchCapture:
         self._rows_seen = base + rows
         if self.vocab_size is None:
             self.vocab_size = int(logits.shape[-1])
+        assert self.sink is not None  # made with the plan
         for req_id, start, end, row0 in self.plan:
             lo, hi = max(start, base), min(end, base + rows)
-            if lo < hi and self.score:
-                if self.folder is not None:  # scored now: vLLM drops the logits afterwards
-                    announce_writer(self.folder)
-                    score_chunk(req_id, row0 + (lo - start), logits[lo - base:hi - base],
-                                self.vocab_size, self.folder)
-                self.scored[req_id] = self.scored.get(req_id, 0) + hi - lo
-            elif lo < hi:
-                # each slice starts its (non-blocking) copy now: vLLM drops the logits afterwards
-                staged = get_writer().stage(logits[lo - base:hi - base], self.vocab_size)
-                self.pieces[req_id].append((lo, staged))
+            if lo < hi:  # taken now: vLLM drops the logits afterwards
+                rows_ = ChunkRows(logits[lo - base:hi - base], self.vocab_size, part[lo - base:hi - base])
+                self.pieces[req_id].append((lo, hi - lo, self.sink.take(req_id, row0 + (lo - start), rows_)))
 
     def save(self) -> None:
-        """Queue one chunk per scored request of the batch; never raises."""
-        if not self.plan or self.folder is None:
+        """Hand each scored request's chunk of the batch to the sink; never raises."""
+        if not self.plan or self.folder is None or self.sink is None:
             return
-        writer = get_writer()
-        announce_writer(self.folder)
         for req_id, start, end, row_start in self.plan:
-            if self.score:
-                if self.scored.get(req_id, 0) != end - start:
-                    fail_request(req_id, f"kldtui score: saw {self.scored.get(req_id, 0)} of the "
-                                 f"{end - start} rows from {row_start} of {req_id!r}; not scored",
-                                 self.folder)
-                continue
             parts = sorted(self.pieces[req_id], key=lambda p: p[0])
-            got = sum(int(p[1].tensor.shape[0]) for p in parts)
+            got = sum(p[1] for p in parts)
             if got != end - start or not parts or parts[0][0] != start:
                 fail_request(req_id, f"kldtui capture: saw {got} of the {end - start} rows "
-                             f"from {row_start} of {req_id!r}; not captured", self.folder)
+                             f"from {row_start} of {req_id!r}; not saved", self.folder)
                 continue
-            writer.submit_chunk(self.folder, req_id, row_start, [p[1] for p in parts],
-                                int(self.vocab_size or parts[0][1].tensor.shape[-1]),
-                                _on_error(req_id, row_start, self.folder))
+            if any(p[2] is None for p in parts):
+                continue  # the sink reported it
+            self.sink.put(req_id, row_start, [p[2] for p in parts], int(self.vocab_size or 0))
         self.plan = []
 
 
@@ -630,6 +612,7 @@ def register() -> None:
         return
     # a bad value stops the server now, naming the variable, instead of failing every window
     settings.check_environment(None, settings.READ_BY_SERVER)
+    capture_modes.server_mode()  # an unknown capture mode too
     found = install()
     log.info("kldtui capture hook active (vLLM %s): %s; host %s (pid %d), chunks go to %s",
              vllm_version(), ", ".join(f"{k} runner via {v}" for k, v in sorted(found.items())),

@@ -13,8 +13,9 @@ Each submitted chunk leaves a small ``.pending.rows-SSSSSS-EEEEEE`` file in its 
 until it is published (or failed), so the capture client waits for chunks still on their way.
 
 ``KLDTUI_CAPTURE_WRITER=inline`` writes on the calling thread instead (for measurements and
-debugging). Any producer (plugin, source patch, a future score mode) goes through
-:func:`get_writer`; jobs are plain callables, so other kinds of output share the thread.
+debugging). Any producer (plugin, source patch; each capture mode's sink through the plugin's
+:class:`kldtui.capture_modes.ServerIO`) goes through :func:`get_writer`; jobs are plain
+callables, so every kind of output shares the thread.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,11 @@ class ChunkWriter:
         self._ensure_thread()
         self._queue.put((job, on_error))
 
-    def submit_chunk(self, folder: str, request_id: str, row_start: int, staged: Staged | list[Staged],
-                     vocab_size: int, on_error: Callable[[BaseException], None]) -> None:
-        """Queue one chunk for :func:`write_chunk`: ``staged`` rows (or consecutive parts of
-        them) from prompt row ``row_start``; ``on_error`` leaves the error marker."""
-        parts = staged if isinstance(staged, list) else [staged]
+    def submit_rows(self, folder: str, request_id: str, row_start: int, staged: Staged | Sequence[Staged],
+                    write: Callable[[Any], None], on_error: Callable[[BaseException], None]) -> None:
+        """Queue ``write(rows)``: ``staged`` rows (or consecutive parts of them, joined) from
+        prompt row ``row_start``, once their copies are done; ``on_error`` leaves the error marker."""
+        parts = [staged] if isinstance(staged, Staged) else list(staged)
         rows = sum(int(p.tensor.shape[0]) for p in parts)
         marker = self._pending(folder, request_id, row_start, rows)
 
@@ -144,7 +145,7 @@ class ChunkWriter:
                     import torch
 
                     data = torch.cat(tensors)
-                write_chunk(folder, request_id, row_start, data, vocab_size)
+                write(data)
             except Exception as exc:  # noqa: BLE001 - the error marker goes before the pending file
                 on_error(exc)
             finally:
@@ -157,26 +158,37 @@ class ChunkWriter:
 
         self.submit(job, on_error)
 
+    def submit_chunk(self, folder: str, request_id: str, row_start: int, staged: Staged | Sequence[Staged],
+                     vocab_size: int, on_error: Callable[[BaseException], None]) -> None:
+        """Queue one logits chunk for :func:`write_chunk` (:meth:`submit_rows`)."""
+
+        def write(rows: Any) -> None:
+            write_chunk(folder, request_id, row_start, rows, vocab_size)
+
+        self.submit_rows(folder, request_id, row_start, staged, write, on_error)
+
     def on_writer_thread(self) -> bool:
         """Whether the caller is this writer's thread (a job may then write at once: submitting
         from there could wait on the queue the thread itself empties)."""
         return self._thread is not None and threading.current_thread() is self._thread
 
-    def submit_scoring(self, folder: str, request_id: str, row_start: int, rows: int,
-                       job: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
-        """Score mode on CPU rows: run ``job`` (scoring a chunk and writing its records) on the
-        writer thread, with the chunk's pending file made now, so the capture client waits."""
+    def submit_job(self, folder: str, request_id: str, row_start: int, rows: int,
+                   job: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+        """Run ``job`` (e.g. scoring a chunk and writing its records) on the writer thread, with
+        the pending file of rows ``row_start .. + rows`` made now, so the capture client waits."""
         marker = self._pending(folder, request_id, row_start, rows)
 
-        def scored() -> None:
+        def run() -> None:
             try:
                 job()
+            except Exception as exc:  # noqa: BLE001 - the error marker goes before the pending file
+                on_error(exc)
             finally:
                 if marker is not None:
                     with contextlib.suppress(OSError):
                         marker.unlink()
 
-        self.submit(scored, on_error)
+        self.submit(run, on_error)
 
     def _pending(self, folder: str, request_id: str, row_start: int, rows: int) -> Path | None:
         """The pending file of a queued chunk (None inline, or when it cannot be made)."""
@@ -191,26 +203,6 @@ class ChunkWriter:
         except OSError:
             return None  # the write itself reports the problem
         return marker
-
-    def submit_records(self, folder: str, request_id: str, row_start: int, records: Any,
-                       metadata: dict[str, str], on_error: Callable[[BaseException], None]) -> None:
-        """Queue one score chunk (score mode: per-row records, no logits) for
-        :func:`kldtui.formats.scores.write_score_chunk`."""
-        from kldtui.formats.scores import write_score_chunk
-
-        marker = self._pending(folder, request_id, row_start, int(records.shape[0]))
-
-        def job() -> None:
-            try:
-                write_score_chunk(folder, request_id, row_start, records, metadata)
-            except Exception as exc:  # noqa: BLE001 - the error marker goes before the pending file
-                on_error(exc)
-            finally:
-                if marker is not None:
-                    with contextlib.suppress(OSError):
-                        marker.unlink()
-
-        self.submit(job, on_error)
 
     def flush(self) -> None:
         """Wait until every queued job ran."""

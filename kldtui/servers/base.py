@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from kldtui import settings
+from kldtui import capture_modes, settings
+from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 
 # A config field with this metadata is not a profile key (set by kldtui, not by the user).
@@ -64,7 +65,7 @@ class CaptureTarget:
     """What a server's capture needs to know besides its folder: the capture mode and, in score
     mode, the suite and the reference logits it scores against."""
 
-    mode: str = "logits"
+    mode: CaptureMode = capture_modes.DEFAULT
     suite_dir: Path | None = None
     reference_dir: Path | None = None
 
@@ -190,15 +191,12 @@ class ServerKind(Protocol):
 # --- helpers the kinds share ------------------------------------------------------------------
 
 def capture_env(capture: CaptureTarget) -> dict[str, str]:
-    """The capture mode's part of a launched server's environment: in score mode the variables
-    that turn scoring on and say where the suite and its reference logits are
-    (kldtui.formats.scores); nothing in logits mode."""
-    if capture.mode != "score":
-        return {}
-    if capture.suite_dir is None or capture.reference_dir is None:
-        raise ValueError("score mode needs the suite and reference folders")
-    return {**settings.CAPTURE_MODE.entry("score"), **settings.SCORE_SUITE.entry(capture.suite_dir.resolve()),
-            **settings.SCORE_REFERENCE.entry(capture.reference_dir.resolve())}
+    """The capture mode's part of a launched server's environment
+    (:meth:`kldtui.capture_modes.CaptureMode.server_env`: in score mode the variables that turn
+    scoring on and say where the suite and its reference logits are; nothing in logits mode)."""
+    suite = capture.suite_dir.resolve() if capture.suite_dir is not None else None
+    reference = capture.reference_dir.resolve() if capture.reference_dir is not None else None
+    return capture.mode.server_env(suite, reference)
 
 
 def api_key(config: ServerConfig) -> str | None:

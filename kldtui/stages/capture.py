@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kldtui import capture_modes
+from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
     Cancel,
@@ -48,13 +50,13 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.chunks import (
-    CHUNK_NAME,
     ERROR_MARKER,
+    LOGITS_CHUNKS,
     ChunkInfo,
+    ChunkKind,
     ChunkSet,
     check_chunk_dir,
-    check_chunk_values,
-    chunk_rows_landed,
+    request_tag,
     sanitize_request_id,
     writer_host,
     writers_dir,
@@ -62,7 +64,6 @@ from kldtui.formats.chunks import (
 from kldtui.formats.names import check_name
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.safetensors_io import read_header
-from kldtui.formats.scores import request_tag
 from kldtui.formats.suite import Suite, WindowSpec
 from kldtui.workspace import Workspace
 
@@ -209,7 +210,7 @@ class CaptureServer:
     request_timeout: float = 600.0  # seconds per window's request
     # None while the server runs, else why it stopped (with its last log lines); None: not ours
     alive: Callable[[], str | None] | None = None
-    mode: str = "logits"  # "score": the server scores against the reference (kldtui.formats.scores)
+    mode: CaptureMode = capture_modes.DEFAULT  # what the server saves (its KLDTUI_CAPTURE_MODE)
 
 
 def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
@@ -240,7 +241,8 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],
             vocab: int | None, emit: EventSink,
             on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
-            finalized: Callable[[WindowSpec], bool] | None = None, mode: str = "logits",
+            finalized: Callable[[WindowSpec], bool] | None = None,
+            mode: CaptureMode = capture_modes.DEFAULT,
             ) -> tuple[dict[int, CaptureRecord], list[WindowSpec], int | None]:
     """Recorded windows whose chunks still check out (skipped), the windows to capture, the
     vocabulary seen; leftovers of an interrupted capture are removed."""
@@ -258,10 +260,11 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 _remove_tree(leftover)
             continue
         folder = workspace.chunk_dir(w.chunk_dir_name)
-        recorded_mode = str(rec.extra.get("mode", "logits"))
-        if recorded_mode != mode:
-            raise BadInput(f"{records_path}: {w.label} was captured in {recorded_mode} mode, this run "
-                           f"captures in {mode} mode; use another [run] run_name (or remove its "
+        recorded = capture_modes.from_record(rec.extra.get("mode"))
+        if recorded is not mode:
+            said = recorded.label if recorded is not None else f"mode {rec.extra.get('mode')!r}"
+            raise BadInput(f"{records_path}: {w.label} was captured in {said}, this run "
+                           f"captures in {mode.label}; use another [run] run_name (or remove its "
                            "record to capture it again)")
         if finalized is not None and not folder.exists() and finalized(w):
             results[w.index] = rec  # chunks deleted once the window was finalized and verified
@@ -271,10 +274,10 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 on_window_captured(w, rec)
             continue
         try:
-            recorded = rec.extra.get("request_folder")
+            folder_name = rec.extra.get("request_folder")
             checked = check_chunk_dir(folder, w, expected_vocab=vocab,
-                                      request_folder=recorded if isinstance(recorded, str) else None,
-                                      mode=mode)
+                                      request_folder=folder_name if isinstance(folder_name, str) else None,
+                                      kind=mode.chunks)
         except BadInput as exc:
             raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
                            f"check out ({exc}); remove its entry from the records to capture it "
@@ -363,7 +366,7 @@ class _Session:
     emit: EventSink
     cancel: Cancel | None
     server_alive: Callable[[], str | None] | None
-    mode: str = "logits"
+    mode: CaptureMode = capture_modes.DEFAULT
 
     @property
     def url(self) -> str:
@@ -434,13 +437,13 @@ class _WindowCapture:
                 raise _WindowFailed(_timeout_message(w, s.url, s.request_timeout))
             if throttle.ready():
                 folders = self.request_folders()
-                rows = chunk_rows_landed(folders[0]) if folders else 0
+                rows = s.mode.chunks.rows_landed(folders[0]) if folders else 0
                 rate = rows / elapsed if rows and elapsed > 0 else None
                 s.emit(Progress(STAGE, task, rows, want, "rows", rate=rate,
                                 eta_s=(want - rows) / rate if rate else None))
-                if len(folders) == 1 and s.mode == "logits":
+                if len(folders) == 1 and s.mode.chunks.checks_values:
                     # check values while the server computes the next chunks
-                    _check_landed(folders[0], w, self.values_checked)
+                    _check_landed(folders[0], w, self.values_checked, s.mode.chunks)
         if request.error is not None:
             exc = request.error
             if isinstance(exc, httpx.TimeoutException):
@@ -479,7 +482,7 @@ class _WindowCapture:
     def collect(self, vocab: int | None) -> tuple[Path, ChunkSet]:
         """Move the request's one folder to ``dest`` and check its chunks; ``(folder, chunks)``."""
         w, s = self.w, self.s
-        folders = _settled_folders(self.request_folders, w, s.server_alive)
+        folders = _settled_folders(self.request_folders, w, s.server_alive, s.mode.chunks)
         if not folders:
             raise _WindowFailed(f"{w.label}: no capture folder for request {self.x_request_id} "
                                 f"appeared in {s.server_capture_dir}; "
@@ -489,11 +492,12 @@ class _WindowCapture:
                                 f"({', '.join(f.name for f in folders)}); expected exactly one")
         _move_folder(folders[0], self.dest)
         try:
+            kind = s.mode.chunks
             checked = check_chunk_dir(self.dest, w, expected_vocab=vocab, request_folder=folders[0].name,
-                                      mode=s.mode)
-            for chunk in checked.chunks if s.mode == "logits" else ():
+                                      kind=kind)
+            for chunk in checked.chunks if kind.checks_values else ():
                 if chunk.path.name not in self.values_checked:
-                    check_chunk_values(chunk, w, s.cancel)
+                    kind.check_values(chunk, w, s.cancel)
         except BadInput as exc:
             raise _WindowFailed(str(exc)) from None
         return folders[0], checked
@@ -540,8 +544,8 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
     extra = {"x_request_id": job.x_request_id, "request_folder": folder.name,
              "vocab_size": checked.vocab_size, "rows": checked.rows,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
-    if session.mode != "logits":
-        extra["mode"] = session.mode
+    if session.mode.record_value is not None:
+        extra["mode"] = session.mode.record_value
     record = CaptureRecord(
         window_index=w.index, domain=w.domain, prompt_tokens=len(tokens),
         request_id=str(answer.get("id", job.x_request_id)), elapsed_seconds=round(elapsed, 6),
@@ -560,25 +564,26 @@ def _written_by(checked: ChunkSet) -> tuple[str, str] | None:
     return (host, meta.get("writer_dir", "?")) if host else None
 
 
-def _check_landed(folder: Path, w: WindowSpec, done: set[str]) -> None:
+def _check_landed(folder: Path, w: WindowSpec, done: set[str], kind: ChunkKind) -> None:
     """Check the values of chunks that landed since the last look (chunks are published whole)."""
+    pattern = kind.pattern
     try:
-        names = sorted(n for n in os.listdir(folder) if CHUNK_NAME.match(n) and n not in done)
+        names = sorted(n for n in os.listdir(folder) if pattern.match(n) and n not in done)
     except OSError:
         return
     for name in names:
         path = folder / name
         try:
             header = read_header(path)
-            info = header.tensor("logits")
+            info = header.tensor(kind.key)
         except BadInput:
             continue  # reported with its reason by the full check after the answer
-        if info.dtype != "F32" or len(info.shape) != 2:
+        if info.dtype != kind.dtype or len(info.shape) != 2:
             continue
-        m = CHUNK_NAME.match(name)
+        m = pattern.match(name)
         assert m is not None
         try:
-            check_chunk_values(ChunkInfo(path, int(m.group(1)), int(m.group(2)), info.shape[1]), w, None)
+            kind.check_values(ChunkInfo(path, int(m.group(1)), int(m.group(2)), info.shape[1]), w, None)
         except BadInput as exc:
             raise _WindowFailed(str(exc)) from None
         done.add(name)
@@ -592,7 +597,8 @@ def _pending(folder: Path) -> bool:
 
 
 def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
-                     server_alive: Callable[[], str | None] | None = None) -> list[Path]:
+                     server_alive: Callable[[], str | None] | None = None,
+                     kind: ChunkKind = LOGITS_CHUNKS) -> list[Path]:
     """The request's folder(s) once its rows are all there (or after SETTLE_SECONDS).
 
     Chunks the hook still has queued (pending files) are waited for up to PENDING_SECONDS
@@ -602,7 +608,7 @@ def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
     deadline = start + SETTLE_SECONDS
     while True:
         folders = list_folders()
-        if len(folders) == 1 and (chunk_rows_landed(folders[0]) >= w.scored_positions
+        if len(folders) == 1 and (kind.rows_landed(folders[0]) >= w.scored_positions
                                   or (folders[0] / ERROR_MARKER).exists()):
             if not _pending(folders[0]):
                 return folders

@@ -25,6 +25,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from kldtui import capture_modes
 from kldtui.errors import BadInput
 from kldtui.events import (
     Cancel,
@@ -49,6 +50,8 @@ from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest
 from kldtui.servers.base import ServerPlan
 from kldtui.stages.serve import ServerSession, run_serve, stop_reason
 from kldtui.workspace import Workspace
+
+REFERENCE_MODE = capture_modes.LOGITS  # a reference is its logits (what compare and score mode read)
 
 STAGE: StageName = "reference"
 
@@ -153,10 +156,10 @@ class ReferenceCapture:
 
         session = self.session
         assert session is not None and session.url is not None
-        done = set(load_finalized(ws, self.suite, mode="logits"))
+        done = set(load_finalized(ws, self.suite, mode=REFERENCE_MODE))
         server = CaptureServer(session.url, self.plan.served_model_name, session.capture_dir,
                                api_key=self.plan.api_key, request_timeout=self.request_timeout,
-                               mode="logits",
+                               mode=REFERENCE_MODE,
                                alive=session.process.alive if session.process is not None else None)
         run_capture(ws, emit, self.cancel, suite=self.suite, windows=windows, server=server,
                     expected_vocab=_vocab(ws), finalized=lambda w: w.index in done)
@@ -175,7 +178,7 @@ class ReferenceCapture:
         assert self.session is not None
         run_finalize(ws, emit, self.cancel, suite=self.suite, windows=todo, kind=kind,
                      runtime=dict(self.session.runtime) or None, window_range=window_range,
-                     expected_vocab=_vocab(ws), keep_chunks=self.keep_chunks, mode="logits")
+                     expected_vocab=_vocab(ws), keep_chunks=self.keep_chunks, mode=REFERENCE_MODE)
 
     def _repeat_first_window(self) -> None:
         """The first window again from the same server, compared with the first capture."""
@@ -191,7 +194,7 @@ class ReferenceCapture:
         self._finalize(ws, emit, [first], kind="reference-repeat",
                        window_range=(first.index, first.index + 1))
         with failure_reported(emit, "compare"):
-            if first.index not in load_finalized(ws, self.suite, emit, "logits"):
+            if first.index not in load_finalized(ws, self.suite, emit, REFERENCE_MODE):
                 emit(StageStarted("compare", detail=f"{ws.reference} vs {ws.candidate}"))
                 raise BadInput(f"{ws.candidate}: no finalized windows to compare; run capture and "
                                "finalize first")
@@ -206,7 +209,7 @@ class ReferenceCapture:
         options = CompareOptions(start_window=first.index, stop_window=first.index + 1,
                                  bootstrap_samples=c.bootstrap_samples, bootstrap_seed=c.bootstrap_seed,
                                  reverse=c.reverse, backend=choice.backend.option, threads=choice.threads,
-                                 cuda_device=choice.cuda_device, mode="logits")
+                                 cuda_device=choice.cuda_device, mode=REFERENCE_MODE.name)
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
         _copy_json(ws.report, self.workspace.repeat_noise_path(first.index))

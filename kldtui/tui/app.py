@@ -193,7 +193,8 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
 
         with hold([demo_workdir], what="demo folder"):  # the pipeline locks it again when it runs
             profile = demo.prepare_demo(Path(demo_workdir), score=demo_score)
-        title: str | None = "kldtui demo (score mode)" if demo_score else "kldtui demo"
+        badge = profile.capture.mode.badge  # the capture mode, when it is not the default
+        title: str | None = f"kldtui demo ({badge})" if badge else "kldtui demo"
     else:
         from kldtui.workflow.profile import load_profile
         from kldtui.workspace import DEFAULT_PROFILE

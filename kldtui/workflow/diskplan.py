@@ -1,9 +1,10 @@
 """How much disk a run needs, said before it starts (``kldtui doctor`` and the run's preflight line).
 
-A window's finalized file is ``(tokens - 1) x vocab`` F32 values (plus a small header); its
-capture chunks hold the same bytes. Chunks are deleted once the window's finalized file is
-verified, and capture runs at most one window ahead of finalize, so the peak is the finalized
-files plus two windows of chunks (all of them with ``keep_chunks``).
+A window's finalized file is ``tokens - 1`` rows of the capture mode's bytes per row (logits mode:
+``vocab`` F32 values) plus a small header; its capture chunks hold the same bytes. Chunks are
+deleted once the window's finalized file is verified, and capture runs at most one window ahead
+of finalize, so the peak is the finalized files plus two windows of chunks (all of them with
+``keep_chunks``).
 """
 
 from __future__ import annotations
@@ -32,13 +33,21 @@ class DiskNeed:
                 f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB")
 
 
-def window_bytes(num_tokens: int, vocab: int) -> int:
-    return max(0, num_tokens - 1) * vocab * 4
+def window_bytes(num_tokens: int, vocab: int | None = None, *, row_bytes: int | None = None) -> int:
+    """A window's rows: ``row_bytes`` each (the capture mode's; default F32 logits, 4 x vocab)."""
+    if row_bytes is None:
+        if vocab is None:
+            raise ValueError("give the vocabulary or the bytes per row")
+        row_bytes = vocab * 4
+    return max(0, num_tokens - 1) * row_bytes
 
 
-def disk_need(token_counts: Sequence[int], vocab: int, *, keep_chunks: bool = False) -> DiskNeed:
-    """Peak disk for capturing and finalizing windows of ``token_counts`` tokens each."""
-    sizes = [window_bytes(n, vocab) for n in token_counts]
+def disk_need(token_counts: Sequence[int], vocab: int | None = None, *, keep_chunks: bool = False,
+              row_bytes: int | None = None) -> DiskNeed:
+    """Peak disk for capturing and finalizing windows of ``token_counts`` tokens each, rows of
+    ``row_bytes`` (:meth:`kldtui.capture_modes.CaptureMode.disk_bytes_per_row`; default F32
+    logits of ``vocab``)."""
+    sizes = [window_bytes(n, vocab, row_bytes=row_bytes) for n in token_counts]
     finalized = sum(s + HEADER_BYTES for s in sizes)
     chunks = sum(sizes) if keep_chunks else sum(sorted(sizes, reverse=True)[:2])
     return DiskNeed(finalized, chunks, len(sizes))

@@ -56,6 +56,13 @@ def _settings_check() -> Check:
     """The environment variables kldtui reads (docs/SETTINGS.md) that are set here; a bad value
     fails: the command (or the server) that reads it would stop."""
     shown, problems = settings.in_effect()
+    from kldtui import capture_modes
+
+    try:
+        capture_modes.server_mode()  # a capture mode's name is the registry's to check
+    except settings.SettingError as exc:
+        if str(exc) not in problems:  # a value that is not even a name is there already
+            problems.append(str(exc))
     shown = [s for s in shown if not s.startswith(settings.CAPTURE_DIR.name + "=")]  # its own line
     if problems:
         return Check("settings", False, "; ".join(problems))

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
@@ -61,7 +62,12 @@ from kldtui.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
 from kldtui.servers.base import CaptureTarget, ServerConfig
 from kldtui.servers.registry import kind_of
-from kldtui.stages.reference_capture import ReferenceCapture, RepeatCompare, reference_complete
+from kldtui.stages.reference_capture import (
+    REFERENCE_MODE,
+    ReferenceCapture,
+    RepeatCompare,
+    reference_complete,
+)
 from kldtui.stages.serve import stop_reason
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
@@ -184,7 +190,8 @@ class Pipeline:
         kind = kind_of(server)
         cmp_ = self.profile.compare
         capture = ReferenceCapture(
-            self._workspace, self.emit, self.cancel, plan=kind.plan(server, CaptureTarget("logits")),
+            self._workspace, self.emit, self.cancel,
+            plan=kind.plan(server, CaptureTarget(REFERENCE_MODE)),
             request_timeout=server.request_timeout, suite=self.load_suite(), windows=self.windows(),
             window_range=self._window_range(), keep_chunks=self.profile.run.keep_chunks,
             repeat=ref.repeat if ref.repeat is not None else not kind.builtin,
@@ -475,8 +482,8 @@ class Pipeline:
                 self.cancel.set(f"stopped: {exc}")
 
     @property
-    def mode(self) -> str:
-        """``[capture] mode``: "logits" or "score" (the server scores; kldtui.formats.scores)."""
+    def mode(self) -> CaptureMode:
+        """``[capture] mode``: what the server saves (kldtui.capture_modes)."""
         return self.profile.capture.mode
 
     def _expected_vocab(self) -> int | None:
@@ -508,10 +515,11 @@ class Pipeline:
         from kldtui.workflow.diskplan import GIB, disk_need
 
         vocab = self._expected_vocab()
-        if vocab is None or self.mode == "score":  # score mode writes a few dozen bytes a row
+        row_bytes = self.mode.disk_bytes_per_row(vocab) if vocab is not None else None
+        if row_bytes is None:  # e.g. score mode: a few dozen bytes a row
             return
         todo = [w.num_tokens for w in self.windows() if w.index not in finalized]
-        need = disk_need(todo, vocab, keep_chunks=self.profile.run.keep_chunks)
+        need = disk_need(todo, keep_chunks=self.profile.run.keep_chunks, row_bytes=row_bytes)
         where = self._workspace.workdir or self._workspace.candidate
         probe = where
         while not probe.exists() and probe != probe.parent:
@@ -535,7 +543,7 @@ class Pipeline:
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
                               reverse=cmp_.reverse, backend=choice.backend.option, threads=choice.threads,
-                              cuda_device=choice.cuda_device, mode=self.mode)
+                              cuda_device=choice.cuda_device, mode=self.mode.name)
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""

@@ -59,25 +59,28 @@ def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     """The disk the run's windows need at peak, when the free space is short of it."""
-    if profile.capture.mode == "score":
-        return None  # the server writes a few dozen bytes per position (docs/SCORE_MODE.md)
     from kldtui.formats.suite import load_logits_manifest, load_suite
     from kldtui.workflow.diskplan import GIB, disk_need
 
+    mode = profile.capture.mode
     try:
         vocab = load_logits_manifest(workspace.reference).vocab_size
         suite = load_suite(workspace.suite_dir)
         windows = suite.select(profile.run.start_window, profile.run.stop_window)
     except (KldError, OSError, ValueError):
         return None  # not there yet (downloaded or captured by the run): said when the run gets there
+    row_bytes = mode.disk_bytes_per_row(vocab)
+    if row_bytes is None:
+        return None  # a few dozen bytes per position (score mode: docs/SCORE_MODE.md)
     done: set[int] = set()
-    if workspace.candidate_dir is not None and workspace.candidate_manifest.is_file():
+    manifest = mode.manifest_path(workspace.candidate) if workspace.candidate_dir is not None else None
+    if manifest is not None and manifest.is_file():
         try:
-            done = set(load_logits_manifest(workspace.candidate_manifest).entries)
+            done = set(mode.read_manifest(manifest).entries)
         except (KldError, OSError, ValueError):
             done = set()
-    need = disk_need([w.num_tokens for w in windows if w.index not in done], vocab,
-                     keep_chunks=profile.run.keep_chunks)
+    need = disk_need([w.num_tokens for w in windows if w.index not in done],
+                     keep_chunks=profile.run.keep_chunks, row_bytes=row_bytes)
     probe = workspace.workdir or workspace.candidate
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kldtui import capture_modes
+from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
 from kldtui.formats.safe_io import read_bytes
@@ -107,12 +109,9 @@ class CompareConfig:
 
 @dataclass(frozen=True)
 class CaptureConfig:
-    # "logits": the server saves the candidate's prompt logits, finalize and compare read them;
-    # "score": the server scores each chunk against the reference and saves per-row figures only
-    mode: str = "logits"
-
-
-CAPTURE_MODES = ("logits", "score")
+    # what the server saves per chunk, and so what finalize and compare read (kldtui.capture_modes:
+    # "logits", the candidate's prompt logits; "score", per-row figures computed in the server)
+    mode: CaptureMode = capture_modes.DEFAULT
 
 
 @dataclass(frozen=True)
@@ -265,9 +264,8 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         return cls(**{k: v for k, v in values.items() if k in names})
 
     cap = parsed["capture"]
-    if cap.get("mode", "logits") not in CAPTURE_MODES:
-        raise BadInput(f"{where}: [capture] mode {cap['mode']!r} is not one of {', '.join(CAPTURE_MODES)}; "
-                       f"{_suggest(cap['mode'], list(CAPTURE_MODES))}")
+    if "mode" in cap:
+        cap["mode"] = capture_modes.parse(cap["mode"], f"{where}: [capture] mode")
     return Profile(path=path, reference=build(ReferenceConfig, ref),
                    candidate=candidate, run=build(RunConfig, run),
                    compare=build(CompareConfig, cmp_), capture=build(CaptureConfig, cap))

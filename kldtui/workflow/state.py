@@ -93,28 +93,20 @@ def load_state(workspace: Workspace) -> RunState:
                 states[index] = "captured"
         except (KldError, OSError, ValueError) as exc:
             problems.append(str(exc))
-    if workspace.candidate_dir is not None and workspace.candidate_manifest.is_file():
-        try:
-            from kldtui.formats.suite import load_logits_manifest
+    if workspace.candidate_dir is not None:
+        from kldtui import capture_modes
 
-            manifest = load_logits_manifest(workspace.candidate_manifest)
-            for index, entry in manifest.entries.items():
-                if (workspace.candidate / entry.file).is_file():
-                    states[index] = "finalized"
-                    domains.setdefault(index, entry.domain)
-        except (KldError, OSError, ValueError) as exc:
-            problems.append(str(exc))
-
-    if workspace.candidate_dir is not None and workspace.scores_manifest.is_file():
-        try:  # score mode's finalized folder (docs/SCORE_MODE.md)
-            from kldtui.formats.scores import load_scores_manifest
-
-            for index, scored in load_scores_manifest(workspace.scores_manifest).entries.items():
-                if (workspace.candidate / scored.file).is_file():
-                    states[index] = "finalized"
-                    domains.setdefault(index, scored.domain)
-        except (KldError, OSError, ValueError) as exc:
-            problems.append(str(exc))
+        for mode in capture_modes.modes():  # each mode's finalized folder (logits, score, ...)
+            path = mode.manifest_path(workspace.candidate)
+            if not path.is_file():
+                continue
+            try:
+                for index, entry in mode.read_manifest(path).entries.items():
+                    if (workspace.candidate / entry.file).is_file():
+                        states[index] = "finalized"
+                        domains.setdefault(index, entry.domain)
+            except (KldError, OSError, ValueError) as exc:
+                problems.append(str(exc))
 
     report_path: Path | None = None
     loaded: ComparisonReport | None = None

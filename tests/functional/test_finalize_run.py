@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import kldtui.stages.finalize as finalize_mod
+import kldtui.capture_modes.logits as logits_mode
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, WindowState
 from kldtui.formats.chunks import write_chunk, write_error_marker
@@ -174,7 +174,7 @@ def test_cancel_leaves_no_file(tmp_path: Path) -> None:
 
 def test_peak_memory_is_about_one_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     suite, run, _ = make_run(tmp_path, windows=1, tokens=2048, vocab=2048, edges=(0, 256, 512, 1024))
-    monkeypatch.setattr(finalize_mod, "BLOCK_BYTES", 1 << 20)
+    monkeypatch.setattr(logits_mode, "BLOCK_BYTES", 1 << 20)
     window_bytes = 2047 * 2048 * 4  # 16 MiB
     tracemalloc.start()
     try:

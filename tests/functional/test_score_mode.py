@@ -18,16 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kldtui import capture_modes
 from kldtui.errors import BadInput, StageFailed
-from kldtui.formats.scores import (
-    ScoreSession,
-    read_records,
-    request_tag,
-    window_of_request,
-    write_score_chunk,
-)
+from kldtui.formats.chunks import request_tag, window_of_request
+from kldtui.formats.scores import read_records, write_score_chunk
 from kldtui.metrics.kernels import RowStats
 from kldtui.metrics.score import RECORD_DTYPE, to_records
+from kldtui.scoring import ScoreSession
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
@@ -169,7 +166,8 @@ def test_logits_and_score_records_do_not_mix(both_modes: tuple[Profile, Profile]
     import dataclasses
 
     logits, _ = both_modes
-    switched = dataclasses.replace(logits, capture=dataclasses.replace(logits.capture, mode="score"))
+    switched = dataclasses.replace(logits, capture=dataclasses.replace(logits.capture,
+                                                                       mode=capture_modes.SCORE))
     pipeline = Pipeline(switched)
     try:
         with pytest.raises(BadInput, match="captured in logits mode, this run captures in score mode"):
@@ -204,7 +202,8 @@ def test_profile_capture_mode_is_checked(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match=r"\[capture\] mode 'scores' is not one of logits, score; did you"):
         profile_from_dict({"candidate": {"kind": "embedded"}, "capture": {"mode": "scores"}},
                           base_dir=tmp_path)
-    assert profile_from_dict({"candidate": {"kind": "embedded"}}, base_dir=tmp_path).capture.mode == "logits"
+    default = profile_from_dict({"candidate": {"kind": "embedded"}}, base_dir=tmp_path)
+    assert default.capture.mode is capture_modes.LOGITS
 
 
 def test_a_session_without_a_named_window_fails_only_that_request(suite_dir: Path) -> None:
@@ -267,5 +266,5 @@ def test_a_score_run_reopens_with_its_windows_and_needs_no_logits_disk(
 
     monkeypatch.setattr(sh, "disk_usage", lambda path: sh._ntuple_diskusage(1, 1, 1))  # type: ignore[attr-defined]
     assert preflight._disk_problem(score, score.workspace()) is None
-    logits = dataclasses.replace(score, capture=dataclasses.replace(score.capture, mode="logits"))
+    logits = dataclasses.replace(score, capture=dataclasses.replace(score.capture, mode=capture_modes.LOGITS))
     assert "disk: the run needs" in (preflight._disk_problem(logits, logits.workspace()) or "")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kldtui import settings
+from kldtui import capture_modes, settings
 from kldtui.errors import BadInput
 from kldtui.events import Cancel
 from kldtui.servers import registry
@@ -87,7 +87,7 @@ def test_score_mode_environment_comes_with_the_plan(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     logits = _profile(tmp_path, {"kind": "embedded", "env": {"X": "1"}}, reference={"local_dir": str(suite)})
     assert dict(server_plan(logits).env) == {"X": "1"}
-    score = dataclasses.replace(logits, capture=dataclasses.replace(logits.capture, mode="score"))
+    score = dataclasses.replace(logits, capture=dataclasses.replace(logits.capture, mode=capture_modes.SCORE))
     env = dict(server_plan(score).env)
     assert env == {"X": "1", settings.CAPTURE_MODE.name: "score", settings.SCORE_SUITE.name: str(suite),
                    settings.SCORE_REFERENCE.name: str(suite / "ref")}

@@ -39,11 +39,12 @@ def test_hook_still_fails_a_request_whose_folder_is_there(tmp_path: Path,
 def test_embedded_server_skips_rows_of_an_abandoned_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     from kldtui.embedded import server
+    from kldtui.formats import chunks
 
     def removed_meanwhile(*args: object, **kwargs: object) -> None:
         raise FileNotFoundError("the client removed the folder")
 
-    monkeypatch.setattr(server, "write_chunk", removed_meanwhile)
+    monkeypatch.setattr(chunks, "write_chunk", removed_meanwhile)
     engine = server.Engine(server.ServerConfig(capture_dir=tmp_path, vocab_size=64))
     engine._capture("win-001", 0, 4, np.zeros((4, 64), dtype=np.float32))
     err = capsys.readouterr().err

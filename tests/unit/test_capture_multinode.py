@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from kldtui.formats.chunks import write_chunk
+from kldtui.formats.chunks import LOGITS_CHUNKS, write_chunk
 from kldtui.hook import vllm_plugin as vp
 from kldtui.hook.writer import pending_name
 from kldtui.stages import capture as cap
@@ -46,7 +46,7 @@ def test_pending_chunks_are_waited_for_after_the_answer(tmp_path: Path) -> None:
     t.start()
     folders = cap._settled_folders(lambda: [folder], window)  # type: ignore[arg-type]
     t.join()
-    assert folders == [folder] and cap.chunk_rows_landed(folder) == 8
+    assert folders == [folder] and LOGITS_CHUNKS.rows_landed(folder) == 8
 
 
 def test_pending_chunks_are_not_waited_for_once_the_server_died(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from kldtui import settings
-from kldtui.formats.chunks import ERROR_MARKER, check_chunk_dir
+from kldtui.formats.chunks import ERROR_MARKER, check_chunk_dir, request_tag
 from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
-from kldtui.formats.scores import read_records, request_tag
+from kldtui.formats.scores import SCORE_CHUNKS, read_records
 from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
 from kldtui.hook import vllm_plugin as vp
@@ -50,13 +50,13 @@ def scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, np.nd
     monkeypatch.setenv(settings.SCORE_REFERENCE.name, str(suite_dir / "ref"))
     monkeypatch.setenv("KLDTUI_SCORE_ROWS", "100")  # several device blocks per chunk
     monkeypatch.setattr(vp, "_writer_rank_cache", None)
-    monkeypatch.setattr(vp, "_sessions", {})
+    monkeypatch.setattr(vp, "_sinks", {})
     return tmp_path / "cap", ref, ids
 
 
 def _joined(folder: Path, suite_dir: Path) -> np.ndarray:
     window = load_suite(suite_dir).window(0)
-    checked = check_chunk_dir(folder, window, mode="score")
+    checked = check_chunk_dir(folder, window, kind=SCORE_CHUNKS)
     assert not list(folder.glob("logits*"))  # no logits on disk
     return np.concatenate([read_records(c.path, RECORD_DTYPE)[0] for c in checked.chunks])
 

@@ -74,7 +74,7 @@ def test_values_are_typed_and_blank_means_unset(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize(("name", "value", "accepts"), [
     ("KLDTUI_SCORE_ROWS", "many", "a whole number >= 1"),
     ("KLDTUI_CAPTURE_QUEUE", "0", "a whole number >= 1"),
-    ("KLDTUI_CAPTURE_MODE", "hidden", "one of logits, score"),
+    ("KLDTUI_CAPTURE_MODE", "score mode", "a name (letters, digits"),
     ("KLDTUI_NO_C_KERNEL", "maybe", "1/true/yes/on or 0/false/no/off"),
     ("HF_ENDPOINT", "huggingface.co", "an http(s) URL"),
     ("KLDTUI_FASTKL_MARCH", "-O0 -march=x", "a compiler -march name"),
@@ -98,7 +98,7 @@ def test_a_secret_is_never_echoed() -> None:
 def test_entries_for_a_child_are_checked() -> None:
     assert settings.CAPTURE_MODE.entry("score") == {"KLDTUI_CAPTURE_MODE": "score"}
     with pytest.raises(ValueError):
-        settings.CAPTURE_MODE.entry("hidden")
+        settings.CAPTURE_MODE.entry("--score")
     env = settings.child_environment({"KLDTUI_SCORE_ROWS": "7"})
     assert env["KLDTUI_SCORE_ROWS"] == "7" and env.get("PATH") == settings.named_variable("PATH")
 
@@ -135,6 +135,6 @@ def test_the_vllm_plugin_refuses_a_bad_value_when_vllm_loads_it(tmp_path: Path,
 
 def test_in_effect_lists_what_is_set_and_what_is_wrong() -> None:
     shown, problems = settings.in_effect({"KLDTUI_SCORE_ROWS": "8", "HF_TOKEN": "hf_x", "KLDTUI_DEBUG": " ",
-                                          "CUDA_VISIBLE_DEVICES": "", "KLDTUI_CAPTURE_MODE": "hidden"})
+                                          "CUDA_VISIBLE_DEVICES": "", "KLDTUI_CAPTURE_MODE": "log its"})
     assert shown == ["KLDTUI_SCORE_ROWS=8", "HF_TOKEN=(set)", "CUDA_VISIBLE_DEVICES="]
-    assert len(problems) == 1 and problems[0].startswith("environment variable KLDTUI_CAPTURE_MODE='hidden'")
+    assert len(problems) == 1 and problems[0].startswith("environment variable KLDTUI_CAPTURE_MODE='log its'")

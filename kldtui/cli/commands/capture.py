@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from kldtui import capture_modes
 from kldtui.cli.output import OutputOptions, add_output_arguments
 
 HELP = "capture the prompt logits of a window range from a running server (resumable)"
@@ -34,9 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="name of the environment variable holding the server's API key")
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds to wait for one window's answer")
-    parser.add_argument("--mode", choices=("logits", "score"), default="logits",
-                        help="score: the server runs in score mode (KLDTUI_CAPTURE_MODE=score) and "
-                        "writes per-row score chunks, no logits (docs/SCORE_MODE.md)")
+    capture_modes.add_mode_argument(parser)
     add_output_arguments(parser)
 
 

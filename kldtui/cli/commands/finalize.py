@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from kldtui import capture_modes
 from kldtui.cli.output import OutputOptions, add_output_arguments
 
 HELP = "merge a capture run's chunks into logits_NNN.safetensors files and manifest.json"
@@ -37,9 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-chunks", action="store_true",
                         help="keep each window's chunk folder after its file is finalized and verified "
                         "(default: delete it, so the logits are on disk once)")
-    parser.add_argument("--mode", choices=("logits", "score"), default="logits",
-                        help="score: the server runs in score mode (KLDTUI_CAPTURE_MODE=score) and "
-                        "writes per-row score chunks, no logits (docs/SCORE_MODE.md)")
+    capture_modes.add_mode_argument(parser)
     add_output_arguments(parser)
 
 

@@ -1,0 +1,276 @@
+"""Score mode (issue 16, docs/SCORE_MODE.md): the server scores each prefill chunk against the
+reference where the candidate's logits are, and saves only per-row records (60 bytes a position);
+finalize joins a window's records into ``scores_NNN.safetensors`` + ``scores-manifest.json``, and
+compare reads the figures instead of computing them.
+
+The server is told where the reference is by its environment (``KLDTUI_SCORE_SUITE``,
+``KLDTUI_SCORE_REFERENCE``, optionally ``KLDTUI_SCORE_ROWS``: :mod:`kldtui.settings`; the embedded
+server also takes ``--score-suite`` / ``--score-reference``); the scoring runs in
+:class:`kldtui.scoring.ScoreSession`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kldtui import settings
+from kldtui.capture_modes.base import (
+    CaptureMode,
+    ChunkRows,
+    Finalized,
+    FinalizeJob,
+    ServerIO,
+    ServerSink,
+)
+from kldtui.errors import BadInput, StageFailed
+from kldtui.events import StageName, WindowState
+from kldtui.formats.suite import Suite, WindowSpec, sha256_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kldtui.formats.chunks import ChunkKind
+    from kldtui.formats.scores import ScoresManifest, WrittenScores
+    from kldtui.scoring import ScoreSession
+
+# Imports of NumPy and the modules built on it are inside the functions (see logits.py).
+
+SCORES_MANIFEST = "scores-manifest.json"  # kldtui.formats.scores.SCORES_MANIFEST (checked in tests)
+STAGE: StageName = "finalize"
+_DONE = True  # a piece of a chunk scored (or queued for scoring) at take time
+
+
+class ScoreSink(ServerSink):
+    """Each chunk is scored against the reference (:class:`kldtui.scoring.ScoreSession`, made at
+    the first chunk from the server's environment) and only its records are written.
+
+    Logits on an accelerator are scored at once, on the engine's thread and on their device (vLLM
+    reuses their buffer after the call); the records go to the writer. CPU logits (which vLLM does
+    not modify afterwards, as logits mode relies on too) are handed whole to the writer, which
+    scores them and writes the records: the engine's thread only queues them."""
+
+    def __init__(self, io: ServerIO, env: Mapping[str, str] | None) -> None:
+        super().__init__(io)
+        self.env = env  # where the settings are read (None: this process's environment)
+        self._session: ScoreSession | None = None
+
+    def session(self) -> ScoreSession:
+        """The session (made at first use); ScoreFailed when the environment names no suite."""
+        from kldtui.formats.scores import write_score_chunk
+        from kldtui.metrics.score import score_rows
+        from kldtui.scoring import ScoreFailed, ScoreSession
+
+        if self._session is not None:
+            return self._session
+        try:
+            suite = settings.SCORE_SUITE.get(self.env)
+            reference = settings.SCORE_REFERENCE.get(self.env)
+            block_rows = settings.SCORE_ROWS.get(self.env)
+        except settings.SettingError as exc:
+            raise ScoreFailed(str(exc)) from None
+        if suite is None:
+            raise ScoreFailed(f"score mode ({settings.CAPTURE_MODE.name}=score) needs "
+                              f"{settings.SCORE_SUITE.name}: the suite folder on the server host")
+        io = self.io
+        folder = io.folder
+
+        def write(request_id: str, row_start: int, records: np.ndarray, metadata: dict[str, str]) -> None:
+            if io.on_writer_thread():  # scored there (CPU rows): write at once
+                write_score_chunk(folder, request_id, row_start, records, metadata)
+                return
+
+            def job() -> None:
+                write_score_chunk(folder, request_id, row_start, records, metadata)
+
+            io.submit_job(request_id, row_start, int(records.shape[0]), job)
+
+        session = ScoreSession(suite, reference, score_rows, write, io.fail, block_rows=block_rows)
+        self._session = session
+        io.log(f"kldtui score mode: scoring against {session.reference_dir} (suite {session.suite_dir}), "
+               f"{session.block_rows} rows at a time on the logits' device")
+        return session
+
+    def take(self, request_id: str, row_start: int, rows: ChunkRows,
+             prompt: Sequence[int] | None = None) -> Any:
+        from kldtui.scoring import ScoreFailed
+
+        try:
+            session = self.session()
+        except ScoreFailed as exc:
+            self.io.fail(request_id, f"kldtui score: {exc}")
+            return None
+        logits, vocab = rows.logits, int(rows.vocab_size)
+        device = getattr(logits, "device", None)
+        if device is None or getattr(device, "type", "cpu") == "cpu":
+            part = logits.detach() if hasattr(logits, "detach") else logits
+            if self.io.inline:
+                return _DONE if session.chunk(request_id, int(row_start), part, vocab, prompt) else None
+
+            def job() -> None:
+                session.chunk(request_id, int(row_start), part, vocab, prompt)
+
+            self.io.submit_job(request_id, int(row_start), int(part.shape[0]), job)
+            return _DONE
+        with self.io.device_sync_allowed():  # the records are copied to the host: a deliberate sync
+            return _DONE if session.chunk(request_id, int(row_start), logits, vocab, prompt) else None
+
+    def put(self, request_id: str, row_start: int, pieces: Sequence[Any], vocab_size: int) -> bool:
+        return True  # every piece was scored (or queued) when it was taken
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+
+class ScoreMode(CaptureMode):
+    name = "score"
+    label = "score mode"
+    badge = "score mode"
+    summary = ("the server scores each chunk against the reference and saves per-row figures only "
+               "(docs/SCORE_MODE.md)")
+    record_value = "score"
+    manifest_name = SCORES_MANIFEST
+
+    @property
+    def chunks(self) -> ChunkKind:
+        from kldtui.formats.scores import SCORE_CHUNKS
+
+        return SCORE_CHUNKS
+
+    def server_env(self, suite_dir: Path | None, reference_dir: Path | None) -> dict[str, str]:
+        if suite_dir is None or reference_dir is None:
+            raise ValueError("score mode needs the suite and reference folders")
+        return {**settings.CAPTURE_MODE.entry(self.name), **settings.SCORE_SUITE.entry(suite_dir),
+                **settings.SCORE_REFERENCE.entry(reference_dir)}
+
+    def add_server_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--score-suite", type=Path, default=None,
+                            help=f"score mode: the suite folder (default: ${settings.SCORE_SUITE.name})")
+        parser.add_argument("--score-reference", type=Path, default=None,
+                            help="score mode: the reference logits folder (default: "
+                            f"${settings.SCORE_REFERENCE.name}, else SUITE/ref)")
+
+    def server_env_from_args(self, args: argparse.Namespace) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if getattr(args, "score_suite", None) is not None:
+            env.update(settings.SCORE_SUITE.entry(args.score_suite))
+        if getattr(args, "score_reference", None) is not None:
+            env.update(settings.SCORE_REFERENCE.entry(args.score_reference))
+        return env
+
+    def server_sink(self, io: ServerIO, env: Mapping[str, str] | None) -> ServerSink:
+        return ScoreSink(io, env)
+
+    def file_name(self, window_index: int) -> str:
+        return f"scores_{window_index:03d}.safetensors"  # kldtui.formats.scores.score_file_name
+
+    def finalize_window(self, job: FinalizeJob, window: WindowSpec, chunk_dir: Path) -> Finalized:
+        result, vocab = finalize_scores_window(job, window, chunk_dir)
+        if job.vocab is not None and vocab and vocab != job.vocab:
+            raise BadInput(f"{self.manifest_path(job.output_dir)}: earlier windows were scored with a "
+                           f"vocabulary of {job.vocab}, {window.label} with {vocab}; finalize into a "
+                           "fresh folder")
+        return Finalized(result, vocab or job.vocab)
+
+    def write_manifest(self, folder: Path, suite: Suite, entries: Sequence[Any], *, vocab_size: int,
+                       kind: str, runtime: Any, window_range: tuple[int, int]) -> Path:
+        from kldtui.formats.scores import write_scores_manifest
+        from kldtui.metrics.score import RECORD_DTYPE
+
+        return write_scores_manifest(folder, suite, list(entries), vocab_size=vocab_size,
+                                     record_dtype=RECORD_DTYPE, kind=kind + "-scores", runtime=runtime,
+                                     window_range=window_range)
+
+    def read_manifest(self, path: Path) -> ScoresManifest:
+        from kldtui.formats.scores import load_scores_manifest
+
+        return load_scores_manifest(path)
+
+    def listed(self, manifest: Any) -> dict[int, Any]:
+        return dict(manifest.entries)
+
+    def disk_bytes_per_row(self, vocab_size: int) -> int | None:
+        return None  # RECORD_DTYPE.itemsize (60) bytes a row: nothing to plan for
+
+
+SCORE = ScoreMode()
+
+
+# -- finalize ----------------------------------------------------------------------------------------
+def _existing_scores(final: Path, window: WindowSpec) -> WrittenScores:
+    """An already-finalized score file as a WrittenScores if it is ``window``'s; else BadInput."""
+    from kldtui.formats.scores import SCORE_FILE_FORMAT, WrittenScores, read_records
+    from kldtui.metrics.score import RECORD_DTYPE
+
+    records, meta = read_records(final, RECORD_DTYPE)
+    problems = []
+    if len(records) != window.scored_positions:
+        problems.append(f"{len(records)} rows, expected {window.scored_positions}")
+    if meta.get("window_index") != str(window.index):
+        problems.append(f"window_index {meta.get('window_index')}")
+    if meta.get("token_ids_json_sha256") != window.token_ids_json_sha256:
+        problems.append("token hash differs from the suite's")
+    if meta.get("format") != SCORE_FILE_FORMAT or "reference_sha256" not in meta:
+        problems.append(f"format {meta.get('format')!r}")
+    if problems:
+        raise BadInput(f"{final}: already finalized but does not match {window.label} "
+                       f"({'; '.join(problems)}); pass --force to write it again")
+    return WrittenScores(window.index, window.domain, final.name, len(records), final.stat().st_size,
+                         sha256_file(final), window.token_ids_json_sha256, meta["reference_sha256"])
+
+
+def finalize_scores_window(job: FinalizeJob, window: WindowSpec,
+                           chunk_dir: Path) -> tuple[WrittenScores, int]:
+    """Score mode: join ``chunk_dir``'s score chunks into ``output_dir/scores_NNN.safetensors``;
+    ``(written, vocab)``. Every chunk must have scored this window (window index, token hash)
+    against one reference file (its SHA-256), with finite figures (KL may be +inf: a token the
+    candidate masks); the file is read back and compared before it counts."""
+    import numpy as np
+
+    from kldtui.formats.chunks import check_chunk_dir
+    from kldtui.formats.safetensors_io import read_header
+    from kldtui.formats.scores import SCORE_CHUNKS, read_records, score_file_name, write_score_file
+    from kldtui.metrics.score import RECORD_DTYPE, from_records
+
+    suite, output_dir, force, emit, cancel = job.suite, Path(job.output_dir), job.force, job.emit, job.cancel
+    final = output_dir / score_file_name(window.index)
+    if final.exists() and not force:
+        done = _existing_scores(final, window)
+        emit(WindowState(STAGE, window.index, "finalized", window.domain,
+                         figures={"skipped": True, "bytes": done.size_bytes}))
+        return done, int(read_header(final).metadata.get("vocab_size", "0"))
+    chunks = check_chunk_dir(chunk_dir, window, kind=SCORE_CHUNKS)
+    emit(WindowState(STAGE, window.index, "finalizing", window.domain))
+    started = time.monotonic()
+    parts = []
+    refs: set[str] = set()
+    for c in chunks.chunks:
+        if cancel is not None:
+            cancel.check()
+        records, meta = read_records(c.path, RECORD_DTYPE)
+        refs.add(meta.get("reference_sha256", ""))
+        parts.append(records)
+    if len(refs) != 1 or "" in refs:
+        raise BadInput(f"{chunk_dir}: {window.label}: the chunks were scored against "
+                       f"{len(refs)} different reference files; capture the window again")
+    records = np.concatenate(parts)
+    bad = from_records(records).nonfinite_rows()
+    if bad.size:
+        raise BadInput(f"{chunk_dir}: {window.label}: non-finite figures (NaN) at row {int(bad[0])}; the "
+                       "server computed garbage there: check the model and capture the window again")
+    reference_sha = refs.pop()
+    meta = {"context_length": str(suite.context_length), "vocab_size": str(chunks.vocab_size)}
+    written = write_score_file(output_dir, window, records, meta, reference_sha)
+    back, _ = read_records(final, RECORD_DTYPE)
+    if back.tobytes() != records.tobytes() or sha256_file(final) != written.sha256:
+        final.unlink(missing_ok=True)
+        raise StageFailed(f"{final}: {window.label}: the file read back differs from what was written; "
+                          "the disk or file system is faulty")
+    elapsed = time.monotonic() - started
+    emit(WindowState(STAGE, window.index, "finalized", window.domain, figures={
+        "bytes": written.size_bytes, "seconds": round(elapsed, 3)}))
+    return written, chunks.vocab_size
