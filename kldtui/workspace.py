@@ -164,18 +164,6 @@ class Workspace:
     def candidate_manifest(self) -> Path:
         return logits_manifest_path(self.candidate)
 
-    @property
-    def scores_manifest(self) -> Path:
-        """Score mode's finalized folder manifest (``scores-manifest.json`` beside the files)."""
-        from kldtui.formats.scores import SCORES_MANIFEST
-
-        return self.candidate / SCORES_MANIFEST
-
-    def scores_file(self, window_index: int) -> Path:
-        from kldtui.formats.scores import score_file_name
-
-        return self.candidate / score_file_name(window_index)
-
     def compare_cache(self, window_index: int) -> Path | None:
         """``compare/window-NNN.json`` (None: this workspace keeps no per-window cache)."""
         if self.compare_dir is None:

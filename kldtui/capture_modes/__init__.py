@@ -25,6 +25,7 @@ from kldtui.capture_modes.base import (
     ChunkRows,
     Finalized,
     FinalizeJob,
+    ServerFigures,
     ServerIO,
     ServerSink,
     Verify,
@@ -112,5 +113,5 @@ def finalized_in(folder: Path) -> CaptureMode | None:
 
 
 __all__ = ["DEFAULT", "LOGITS", "MODE_ENV", "SCORE", "CaptureMode", "ChunkRows", "FinalizeJob", "Finalized",
-           "ServerIO", "ServerSink", "Verify", "add_mode_argument", "finalized_in", "flag", "from_record",
-           "get", "modes", "names", "parse", "server_mode"]
+           "ServerFigures", "ServerIO", "ServerSink", "Verify", "add_mode_argument", "finalized_in", "flag",
+           "from_record", "get", "modes", "names", "parse", "server_mode"]

@@ -14,6 +14,9 @@ A mode says, in one place:
 - what finalize produces: :meth:`CaptureMode.file_name`, :attr:`CaptureMode.manifest_name`,
   :meth:`CaptureMode.finalize_window`, :meth:`CaptureMode.write_manifest`,
   :meth:`CaptureMode.read_manifest`;
+- what compare reads for the candidate: the figures the server computed
+  (:meth:`CaptureMode.server_figures`, score mode), or else the candidate's logits rows, which
+  compare scores itself;
 - what the disk preflight expects per row (:meth:`CaptureMode.disk_bytes_per_row`);
 - how messages and the dashboard name it (:attr:`CaptureMode.label`, :attr:`CaptureMode.badge`).
 
@@ -36,6 +39,8 @@ from kldtui.formats.suite import Suite, WindowSpec
 
 if TYPE_CHECKING:
     from kldtui.formats.chunks import ChunkKind
+    from kldtui.formats.suite import LogitsManifest
+    from kldtui.metrics.kernels import RowStats
 
 MODE_ENV = settings.CAPTURE_MODE.name  # the server's capture mode (a registered name; default logits)
 
@@ -188,6 +193,23 @@ class Finalized:
     vocab_size: int | None  # None: not known (nothing says it)
 
 
+# -- compare -----------------------------------------------------------------------------------------
+class ServerFigures(ABC):
+    """Per-row figures a server computed (score mode), read for compare instead of computing them
+    from the candidate's logits. Made by :meth:`CaptureMode.server_figures` once the inputs were
+    checked (the suite, the reference manifest, the candidate folder's manifest)."""
+
+    backend: ClassVar[str]  # the report's provenance backend ("server-scores")
+
+    def __init__(self, reference: LogitsManifest) -> None:
+        self.reference = reference  # the reference manifest the figures were checked against
+
+    @abstractmethod
+    def window(self, window: WindowSpec, reverse: bool) -> tuple[RowStats, int]:
+        """One window's figures (checked first: BadInput names the file and what to do) and the
+        bytes read for them."""
+
+
 # -- the strategy ------------------------------------------------------------------------------------
 class CaptureMode(ABC):
     """One capture mode (see the module doc). Instances are singletons in the registry; compare
@@ -256,6 +278,13 @@ class CaptureMode(ABC):
     @abstractmethod
     def listed(self, manifest: Any) -> dict[int, Any]:
         """The finalized entries (as :meth:`finalize_window` returns them) a manifest lists."""
+
+    # -- compare ---------------------------------------------------------------------------------------
+    def server_figures(self, suite: Suite, reference_dir: Path, candidate_dir: Path,
+                       windows: Sequence[WindowSpec]) -> ServerFigures | None:
+        """The figures the server computed for ``windows``, checked (BadInput), or None: compare
+        computes them from the reference's and the candidate's logits rows (the default)."""
+        return None
 
     # -- the disk ----------------------------------------------------------------------------------
     @abstractmethod

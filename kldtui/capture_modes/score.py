@@ -23,6 +23,7 @@ from kldtui.capture_modes.base import (
     ChunkRows,
     Finalized,
     FinalizeJob,
+    ServerFigures,
     ServerIO,
     ServerSink,
 )
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
     from kldtui.formats.chunks import ChunkKind
     from kldtui.formats.scores import ScoresManifest, WrittenScores
+    from kldtui.formats.suite import LogitsManifest
+    from kldtui.metrics.kernels import RowStats
     from kldtui.scoring import ScoreSession
 
 # Imports of NumPy and the modules built on it are inside the functions (see logits.py).
@@ -193,11 +196,91 @@ class ScoreMode(CaptureMode):
     def listed(self, manifest: Any) -> dict[int, Any]:
         return dict(manifest.entries)
 
+    def server_figures(self, suite: Suite, reference_dir: Path, candidate_dir: Path,
+                       windows: Sequence[WindowSpec]) -> ServerFigures | None:
+        return ScoreFigures.checked(suite, reference_dir, candidate_dir, windows)
+
     def disk_bytes_per_row(self, vocab_size: int) -> int | None:
         return None  # RECORD_DTYPE.itemsize (60) bytes a row: nothing to plan for
 
 
 SCORE = ScoreMode()
+
+
+# -- compare -----------------------------------------------------------------------------------------
+class ScoreFigures(ServerFigures):
+    """A finalized score folder read for compare: every file checked before its figures count."""
+
+    backend = "server-scores"
+
+    def __init__(self, reference: LogitsManifest, scores: ScoresManifest) -> None:
+        super().__init__(reference)
+        self.scores = scores
+
+    @classmethod
+    def checked(cls, suite: Suite, reference_dir: Path, candidate_dir: Path,
+                windows: Sequence[WindowSpec]) -> ScoreFigures:
+        """Validation before any window: the suite's hash, the reference manifest against the
+        suite, the scores manifest's suite, vocabulary and record layout, the windows' tokens."""
+        from kldtui.formats.scores import dtype_text, load_scores_manifest
+        from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest
+        from kldtui.metrics.score import RECORD_DTYPE
+
+        suite.check_suite_hash()
+        ref = load_logits_manifest(reference_dir)
+        check_manifest_matches_suite(ref, suite, windows)
+        scores = load_scores_manifest(candidate_dir)
+        if scores.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+            raise BadInput(f"{scores.path}: made from another suite than {suite.path}")
+        if scores.vocab_size != ref.vocab_size:
+            raise BadInput(f"{scores.path}: vocabulary {scores.vocab_size} differs from the reference's "
+                           f"{ref.vocab_size} ({ref.path}); score against the same tokenizer's reference")
+        if scores.record_dtype != dtype_text(RECORD_DTYPE):
+            raise BadInput(f"{scores.path}: records of another layout than this kldtui reads; capture again")
+        for w in windows:
+            suite.load_tokens(w, check_hash=True)
+        return cls(ref, scores)
+
+    def window(self, window: WindowSpec, reverse: bool) -> tuple[RowStats, int]:
+        """One window's figures from its score file, checked first: its SHA-256 against its
+        manifest, the window and tokens it scored, and that it scored against the reference file
+        the reference manifest lists now (SHA-256)."""
+        from kldtui.formats.scores import read_records
+        from kldtui.metrics.score import RECORD_DTYPE, from_records
+
+        scores, reference = self.scores, self.reference
+        entry = scores.entries.get(window.index)
+        if entry is None:
+            raise BadInput(f"{scores.path}: {window.label} is not scored; capture and finalize it in score "
+                           "mode")
+        path = scores.file_path(window.index)
+        where = f"{path}: {window.label}"
+        if entry.token_ids_json_sha256 != window.token_ids_json_sha256:
+            raise BadInput(f"{where}: scored other tokens than the suite's (token hash); capture it again")
+        ref_entry = reference.entry(window.index)
+        if entry.reference_sha256 != ref_entry.sha256:
+            raise BadInput(f"{where}: scored against a reference file with SHA-256 "
+                           f"{entry.reference_sha256[:12]}..., "
+                           f"{reference.path} lists {ref_entry.sha256[:12]}...; capture the window again "
+                           "in score mode against this reference")
+        try:
+            digest = sha256_file(path)
+        except OSError as exc:
+            raise BadInput(f"{where}: cannot be read ({exc.strerror or exc}); finalize it again") from None
+        if digest != entry.sha256:
+            raise BadInput(f"{where}: SHA-256 {digest[:12]}... differs from the manifest's "
+                           f"{entry.sha256[:12]}...; "
+                           "the file is damaged, finalize it again")
+        records, meta = read_records(path, RECORD_DTYPE)
+        if (meta.get("window_index") != str(window.index) or len(records) != window.scored_positions
+                or meta.get("token_ids_json_sha256") != window.token_ids_json_sha256):
+            raise BadInput(f"{where}: the file holds window {meta.get('window_index')} with {len(records)} "
+                           f"rows, expected {window.index} with {window.scored_positions}; finalize it again")
+        rows = from_records(records, reverse=reverse)
+        bad = rows.nonfinite_rows()
+        if bad.size:
+            raise BadInput(f"{where}: non-finite figures at row {int(bad[0])}; capture the window again")
+        return rows, entry.size_bytes
 
 
 # -- finalize ----------------------------------------------------------------------------------------

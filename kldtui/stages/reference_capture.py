@@ -209,7 +209,7 @@ class ReferenceCapture:
         options = CompareOptions(start_window=first.index, stop_window=first.index + 1,
                                  bootstrap_samples=c.bootstrap_samples, bootstrap_seed=c.bootstrap_seed,
                                  reverse=c.reverse, backend=choice.backend.option, threads=choice.threads,
-                                 cuda_device=choice.cuda_device, mode=REFERENCE_MODE.name)
+                                 cuda_device=choice.cuda_device, mode=REFERENCE_MODE)
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
         _copy_json(ws.report, self.workspace.repeat_noise_path(first.index))

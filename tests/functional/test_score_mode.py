@@ -74,7 +74,7 @@ def test_score_mode_gives_the_logits_mode_report_without_candidate_logits(
     ws_a, ws_b = logits.workspace(), score.workspace()
     suite = Pipeline(logits).load_suite()
     rows_a = Comparer(ws_a, suite, CompareOptions(reverse=True)).windows()
-    rows_b = Comparer(ws_b, suite, CompareOptions(reverse=True, mode="score")).windows()
+    rows_b = Comparer(ws_b, suite, CompareOptions(reverse=True, mode=capture_modes.SCORE)).windows()
     assert [r.window_index for r in rows_a] == [r.window_index for r in rows_b]
     for ra, rb in zip(rows_a, rows_b, strict=True):
         assert row_differences(ra.rows, rb.rows) == [], ra.window_index

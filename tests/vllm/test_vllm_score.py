@@ -70,6 +70,7 @@ def modes(tmp_path_factory: pytest.TempPathFactory, vllm_version: str) -> Modes:
 
 
 def test_vllm_score_mode_report_equals_logits_mode(modes: Modes) -> None:
+    from kldtui import capture_modes
     from kldtui.stages.compare import CompareOptions, Comparer
     from kldtui.workflow.pipeline import Pipeline
     from kldtui.workflow.profile import load_profile
@@ -84,7 +85,7 @@ def test_vllm_score_mode_report_equals_logits_mode(modes: Modes) -> None:
     pa, pb = load_profile(modes.logits[0]), load_profile(modes.score[0])
     suite = Pipeline(pa).load_suite()
     rows_a = Comparer(pa.workspace(), suite, CompareOptions(reverse=True)).windows()
-    rows_b = Comparer(pb.workspace(), suite, CompareOptions(reverse=True, mode="score")).windows()
+    rows_b = Comparer(pb.workspace(), suite, CompareOptions(reverse=True, mode=capture_modes.SCORE)).windows()
     assert len(rows_a) == len(rows_b) == 2
     for ra, rb in zip(rows_a, rows_b, strict=True):
         assert row_differences(ra.rows, rb.rows) == [], ra.window_index

@@ -11,7 +11,8 @@ reference suite, by concern:
 ``engine``                :class:`Engine`: row blocks through a fused kernel on a thread pool
 ``results``               :class:`WindowResult` (per-position figures) and its window figures
 ``cache``                 the per-window cache (``compare/window-NNN.json``) and its encoding
-``scores``                score mode: a window's figures read from the server's score file
+``figures``               a window's figures as its server computed them (score mode: read
+                          through the capture mode, :mod:`kldtui.capture_modes`)
 ``report``                :func:`build_report`: the report (docs/REPORT.md) from window results
 ``driver``                :class:`Comparer`, :func:`run_compare`, :func:`compare`: the stage
 ========================  =====================================================================

@@ -1,7 +1,7 @@
 """The per-window compare cache (``compare/window-NNN.json`` in a workspace): a window's
 per-position figures, keyed by both logits files' SHA-256 and the options that change the
-numbers, so a resumed or repeated run reuses them.  Score mode keeps no cache (its files are
-the figures already)."""
+numbers, so a resumed or repeated run reuses them.  Only computed windows are cached: figures a
+server computed (score mode) are files already."""
 
 from __future__ import annotations
 
@@ -68,16 +68,14 @@ def decode_result(doc: dict[str, Any]) -> WindowResult:
 
 
 class WindowCache:
-    """A workspace's per-window compare cache for one set of options (none in score mode or
-    when the workspace has no cache folder)."""
+    """A workspace's per-window compare cache for one set of options, of windows computed from
+    logits (none when the workspace has no cache folder)."""
 
     def __init__(self, workspace: Workspace, options: CompareOptions) -> None:
         self.workspace = workspace
         self.options = options
 
     def _key(self, window: WindowSpec) -> dict[str, Any]:
-        if self.options.mode == "score":
-            raise ValueError("score mode keeps no compare cache")
         ref = load_logits_manifest(self.workspace.reference).entry(window.index)
         cand = load_logits_manifest(self.workspace.candidate).entry(window.index)
         return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
@@ -86,7 +84,7 @@ class WindowCache:
     def get(self, window: WindowSpec) -> WindowResult | None:
         """The cached result of ``window`` when its key still matches, else None."""
         path = self.workspace.compare_cache(window.index)
-        if path is None or not path.exists() or self.options.mode == "score":
+        if path is None or not path.exists():
             return None
         with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
             doc = json.loads(path.read_text())
@@ -96,7 +94,7 @@ class WindowCache:
 
     def put(self, window: WindowSpec, result: WindowResult) -> None:
         path = self.workspace.compare_cache(window.index)
-        if path is not None and self.options.mode != "score":
+        if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, {"key": self._key(window), "result": encode_result(result)})
 

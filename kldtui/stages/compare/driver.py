@@ -5,12 +5,13 @@ per-window cache) and builds and publishes their report; :func:`run_compare` is 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from kldtui import capture_modes
+from kldtui.capture_modes import ServerFigures
 from kldtui.errors import BadInput
 from kldtui.events import (
     Cancel,
@@ -27,12 +28,12 @@ from kldtui.formats.report_model import ComparisonReport, Verified
 from kldtui.formats.suite import Suite, WindowSpec, load_suite
 from kldtui.stages.compare.cache import WindowCache
 from kldtui.stages.compare.engine import Engine
+from kldtui.stages.compare.figures import figures_window
 from kldtui.stages.compare.hashing import manifest_sha256
 from kldtui.stages.compare.inputs import prepare
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.report import build_report
 from kldtui.stages.compare.results import WindowResult
-from kldtui.stages.compare.scores import SCORE_BACKEND, load_score_window, prepare_scores
 from kldtui.workspace import Workspace
 
 
@@ -58,6 +59,8 @@ class Comparer:
     when it has one, keyed by both files' SHA-256 and the options that change the numbers: a
     rerun reuses them. :meth:`window` compares one window as soon as it is finalized (the
     pipeline); :meth:`windows` validates every window before the first row (``kldtui compare``).
+    What the candidate folder holds is its capture mode's (``options.mode``; None: the mode whose
+    finalized manifest is there): figures its server computed are read, never computed.
     """
 
     def __init__(self, workspace: Workspace, suite: Suite, options: CompareOptions, *,
@@ -65,6 +68,7 @@ class Comparer:
         self.workspace = workspace
         self.suite = suite
         self.options = options
+        self.mode = options.mode or capture_modes.finalized_in(workspace.candidate) or capture_modes.DEFAULT
         self.emit = emit
         self.cancel = cancel
         self.cache = WindowCache(workspace, options)
@@ -76,29 +80,35 @@ class Comparer:
     # -- comparing ------------------------------------------------------------------------------
     def window(self, window: WindowSpec, *, announce: bool = True,
                options: CompareOptions | None = None) -> WindowResult:
-        """One window: from the cache, else validated and compared now (``options`` may differ
-        per window: the pipeline picks the backend by what else runs)."""
-        result = self.cache.get(window)
-        if result is None and (options or self.options).mode == "score":
-            ws = self.workspace
-            ref, scores = prepare_scores(self.suite, ws.reference, ws.candidate, [window])
-            result = load_score_window(self.suite, window, ref, scores, options or self.options)
+        """One window: the figures its server computed, else from the cache, else validated and
+        compared now (``options`` may differ per window: the pipeline picks the backend by what
+        else runs)."""
+        ws = self.workspace
+        figures = self.mode.server_figures(self.suite, ws.reference, ws.candidate, [window])
+        if figures is not None:
+            result = figures_window(figures, window, options or self.options)
             self.computed += 1
-        if result is None:
-            self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
-            result = compare_window(self.suite, window, self.workspace.reference, self.workspace.candidate,
-                                    options or self.options, self.cancel, emit=self.emit)
-            self.computed += 1
-            self.cache.put(window, result)
+        else:
+            cached = self.cache.get(window)
+            if cached is None:
+                self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
+                cached = compare_window(self.suite, window, ws.reference, ws.candidate,
+                                        options or self.options, self.cancel, emit=self.emit)
+                self.computed += 1
+                self.cache.put(window, cached)
+            result = cached
         if announce:
             self._announce(window, result)
         return result
 
     def windows(self, windows: Sequence[WindowSpec] | None = None) -> list[WindowResult]:
         """Validate every window first (:func:`prepare`), then compare them with one engine."""
-        ws = self.workspace
-        if self.options.mode == "score":
-            return self._score_windows(windows)
+        ws, options = self.workspace, self.options
+        selected = (list(windows) if windows is not None
+                    else self.suite.select(options.start_window, options.stop_window))
+        figures = self.mode.server_figures(self.suite, ws.reference, ws.candidate, selected)
+        if figures is not None:
+            return self._figures_windows(figures, selected)
         inputs = prepare(self.suite, ws.reference, ws.candidate, self.options, self.emit, self.cancel,
                          windows=windows)
         self.verified = inputs.verified
@@ -121,23 +131,20 @@ class Comparer:
             self.engine_info = (str(engine.backend), engine.threads)
         return results
 
-    def _score_windows(self, windows: Sequence[WindowSpec] | None) -> list[WindowResult]:
-        ws, options = self.workspace, self.options
-        selected = list(windows) if windows is not None else self.suite.select(options.start_window,
-                                                                                 options.stop_window)
-        ref, scores = prepare_scores(self.suite, ws.reference, ws.candidate, selected)
+    def _figures_windows(self, figures: ServerFigures, selected: Sequence[WindowSpec]) -> list[WindowResult]:
+        """Windows whose figures the candidate's server computed (checked file by file)."""
         self.verified = Verified(token_hashes=True, suite_hash=True, logits_sha256="checked")
-        self.reference_manifest_sha256 = manifest_sha256(ref.path)
+        self.reference_manifest_sha256 = manifest_sha256(figures.reference.path)
         results = []
         for n, w in enumerate(selected):
             if self.cancel is not None:
                 self.cancel.check()
-            r = load_score_window(self.suite, w, ref, scores, options)
+            r = figures_window(figures, w, self.options)
             self.computed += 1
             results.append(r)
             self._announce(w, r)
             self.emit(Progress("compare", task="windows", done=n + 1, total=len(selected), unit="windows"))
-        self.engine_info = (SCORE_BACKEND, None)
+        self.engine_info = (figures.backend, None)
         return results
 
     def _announce(self, window: WindowSpec, r: WindowResult) -> None:
@@ -188,9 +195,6 @@ def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
     cached results are reused), write ``workspace.report`` (when set); return the report.
     ``suite`` is the loaded suite or its manifest's path (default: the workspace's suite folder)."""
     options = options or CompareOptions()
-    if (options.mode == "logits" and not workspace.candidate_manifest.exists()
-            and workspace.scores_manifest.exists()):
-        options = dataclasses.replace(options, mode="score")  # a score-mode folder
     t0 = time.perf_counter()
     emit(StageStarted("compare", detail=f"{workspace.reference} vs {workspace.candidate}"))
     with failure_reported(emit, "compare"):

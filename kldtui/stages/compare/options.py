@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kldtui.capture_modes import CaptureMode
 
 
 @dataclass
@@ -17,7 +21,9 @@ class CompareOptions:
     threads: int | None = None  # worker threads (numpy backend); None: every core
     cuda_device: int | None = None  # torch-cuda: the GPU index (None: the current device)
     verify_sha256: bool = False
-    mode: str = "logits"  # "score": the candidate folder holds the server's scores (issue 16)
+    # what the candidate folder holds (kldtui.capture_modes); None: the mode whose finalized
+    # manifest is there (logits first)
+    mode: CaptureMode | None = None
 
 
 __all__ = ["CompareOptions"]
