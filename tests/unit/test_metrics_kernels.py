@@ -384,6 +384,7 @@ def test_js_never_exceeds_log_2(kernel) -> None:
     assert np.all(got.js <= math.log(2)) and np.all(got.js > math.log(2) - 1e-6)
 
 
+@pytest.mark.slow  # long-double oracle at the published vocabulary
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_forward_figures_do_not_depend_on_reverse(kernel, rows) -> None:
     """Asking for the reverse KL changes no bit of any forward figure (the C kernel's float32 path fused
