@@ -233,11 +233,6 @@ class ChunkKind:
 LOGITS_CHUNKS = ChunkKind()
 
 
-def chunk_rows_landed(folder: Path, kind: ChunkKind = LOGITS_CHUNKS) -> int:
-    """Rows of ``kind`` in the (possibly still growing) folder, from chunk file names only; cheap."""
-    return kind.rows_landed(folder)
-
-
 def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                     expected_vocab: int | None = None, check_values: bool = False,
                     cancel: Cancel | None = None, request_folder: str | None = None,

@@ -58,7 +58,7 @@ from kldtui.formats.chunks import (
     writer_record_path,
     writers_dir,
 )
-from kldtui.hook.writer import Staged, _gpu_sync_allowed, get_writer
+from kldtui.hook.writer import Staged, get_writer, gpu_sync_allowed
 
 # vLLM configures the "vllm" logger; a child of it shows up in the server's log.
 log = logging.getLogger("vllm.kldtui_capture")
@@ -116,7 +116,7 @@ def _compute_writer_rank() -> bool | None:
         return True
     try:
         initialized = ps.model_parallel_is_initialized()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - groups not set up (yet) in this process: not known yet
         initialized = False
     if not initialized:
         return None
@@ -142,11 +142,6 @@ def is_writer_rank() -> bool:
         return True  # no parallel groups: this is the only rank
     _writer_rank_cache = found
     return found
-
-
-def _reset_writer_rank_cache() -> None:
-    global _writer_rank_cache
-    _writer_rank_cache = None
 
 
 # ----------------------------------------------------------------------------- saving
@@ -233,7 +228,7 @@ class _HookIO:
         log.info("%s", message)
 
     def device_sync_allowed(self) -> AbstractContextManager[Any]:
-        return _gpu_sync_allowed()  # type: ignore[no-any-return]
+        return gpu_sync_allowed()  # type: ignore[no-any-return]
 
 
 _sinks: dict[tuple[str, str], ServerSink] = {}
@@ -273,7 +268,7 @@ def fail_request(request_id: str, message: str, directory: str | None = None) ->
         return
     try:
         write_error_marker(folder, request_id, message)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - best effort: the failure itself is logged above
         log.error("kldtui capture: could not leave the error marker for %r either: %s",
                   request_id, exc)
 
@@ -298,7 +293,7 @@ def _row_offset(part: Any, whole: Any) -> int | None:
 def _v1_vocab_size(runner: Any, logits: Any) -> int:
     try:
         return int(runner.model_config.get_vocab_size())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a runner without that config: the logits' own width
         return int(logits.shape[-1])
 
 
@@ -333,7 +328,7 @@ def wrap_v1(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self, hidden_states, num_scheduled_tokens, *args, **kwargs)
         try:
             plan = _v1_plan(self, num_scheduled_tokens)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - never take the engine down: these requests fail
             for req_id in list(getattr(self, "num_prompt_logprobs", {}) or {}):
                 fail_request(req_id, f"kldtui capture: cannot map the batch's requests "
                              f"({type(exc).__name__}: {exc})", folder)
@@ -432,7 +427,7 @@ class V2BatchCapture:
         try:
             self.plan = [p for p in _v2_plan(worker, input_batch, prompt_lens)
                          if not is_skipped_request(p[0])]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - never take the engine down: these requests fail
             for req_id in getattr(input_batch, "req_ids", []):
                 fail_request(str(req_id), f"kldtui capture: cannot map the batch's requests "
                              f"({type(exc).__name__}: {exc})", self.folder)
@@ -453,7 +448,7 @@ class V2BatchCapture:
             logits = logits_fn(part, *a, **kw)
             try:
                 self._take(part, logits)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - never take the engine down: these requests fail
                 for req_id, *_ in self.plan:
                     fail_request(req_id, f"kldtui capture: taking rows failed: "
                                  f"{type(exc).__name__}: {exc}", self.folder)
@@ -527,7 +522,7 @@ def _install_v1() -> str:
 
     try:
         module = importlib.import_module(V1_MODULE)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # re-raised as the hook's own error, naming the vLLM version
         raise CaptureHookError(f"kldtui capture hook: cannot import {V1_MODULE} "
                                f"({type(exc).__name__}: {exc}); vLLM {vllm_version()}") from exc
     if getattr(module, PATCH_MARKER, False):
@@ -568,8 +563,8 @@ def _install_v2() -> str | None:
         return None  # this vLLM has no V2 runner
     try:
         module = importlib.import_module(V2_MODULE)
-    except Exception as exc:  # noqa: BLE001
-        # The V2 runner cannot run here either (its own imports fail); say so, do not stop.
+    except Exception as exc:  # noqa: BLE001 - logged: the V2 runner cannot run here either
+        # (its own imports fail); say so, do not stop.
         log.warning("kldtui capture: V2 runner module %s does not import (%s: %s); "
                     "only the V1 runner is hooked", V2_MODULE, type(exc).__name__, exc)
         return None

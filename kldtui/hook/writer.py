@@ -82,13 +82,13 @@ class PinnedPool:
             del self._free[self.keep:]  # keep the largest few
 
 
-def _gpu_sync_allowed() -> Any:
+def gpu_sync_allowed() -> Any:
     """vLLM's own allowance for a deliberate device sync (``VLLM_GPU_SYNC_CHECK``), if it has one."""
     try:
-        from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+        from vllm.utils.gpu_sync_debug import gpu_sync_allowed as vllms_allowance
     except Exception:  # noqa: BLE001 - older vLLM or none: nothing polices syncs
         return contextlib.nullcontext()
-    return gpu_sync_allowed()
+    return vllms_allowance()
 
 
 class ChunkWriter:
@@ -113,7 +113,7 @@ class ChunkWriter:
         try:
             base = self._pool.take(int(part.shape[0]), int(part.shape[-1]), part.dtype)
         except Exception:  # noqa: BLE001 - no pinned memory here: a plain copy, allowed explicitly
-            with _gpu_sync_allowed():
+            with gpu_sync_allowed():
                 return Staged(part.to("cpu"))
         view = base[: int(part.shape[0])]
         _copy_async(view, part)
@@ -265,11 +265,3 @@ def get_writer() -> ChunkWriter:
             atexit.register(_writer.flush)
         return _writer
 
-
-def _reset_writer() -> None:
-    """Tests: forget the process writer (after flushing it)."""
-    global _writer
-    with _writer_lock:
-        if _writer is not None:
-            _writer.flush()
-        _writer = None

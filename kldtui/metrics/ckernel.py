@@ -209,7 +209,7 @@ class CRowKernel:
             f["js"] = np.where(fast, s[3], f["js"])
             if reverse:
                 f["kl_reverse"] = np.where(fast, s[4], f["kl_reverse"])
-            NumpyRowKernel._finish(x, y, out, f, np.stack([s[7], s[8]]), reverse, second_order=fast)
+            NumpyRowKernel.finish(x, y, out, f, np.stack([s[7], s[8]]), reverse, second_order=fast)
         return out
 
 

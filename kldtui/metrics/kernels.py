@@ -295,13 +295,14 @@ class NumpyRowKernel:
                 self._row(x[i], y[i], int(next_tokens[i]), out, i, reverse, sums, tok_ab)
             f = combine(np, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
                         sums[6] if reverse else None)
-            self._finish(x, y, out, f, tok_ab, reverse)
+            self.finish(x, y, out, f, tok_ab, reverse)
         return out
 
     @staticmethod
-    def _finish(x: np.ndarray, y: np.ndarray, out: RowStats, f: dict[str, np.ndarray],
-                tok_ab: np.ndarray, reverse: bool, second_order: np.ndarray | None = None) -> None:
-        """Figures from :func:`combine`'s output; rows whose divergences are too small for the
+    def finish(x: np.ndarray, y: np.ndarray, out: RowStats, f: dict[str, np.ndarray],
+               tok_ab: np.ndarray, reverse: bool, second_order: np.ndarray | None = None) -> None:
+        """Figures from :func:`combine`'s output (the C kernel and score mode's device path finish
+        their rows here too); rows whose divergences are too small for the
         first-order forms go to :func:`precise_row`.  ``second_order`` marks rows whose KL and JS
         came from the C kernel's float32 path (relative accuracy FLOAT32_PATH_BOUND however small they are),
         which need the precise path only below :data:`SECOND_ORDER_PRECISE_BELOW` of KL."""

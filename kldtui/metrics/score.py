@@ -82,7 +82,7 @@ def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
     f_np = {k: v.cpu().numpy() for k, v in f.items()}
     tok_ab = np.stack([tok_a.cpu().numpy(), tok_b.cpu().numpy()])
     with np.errstate(all="ignore"):
-        NumpyRowKernel._finish(_HostRows(tx), _HostRows(ty), out, f_np, tok_ab, reverse)  # type: ignore[arg-type]
+        NumpyRowKernel.finish(_HostRows(tx), _HostRows(ty), out, f_np, tok_ab, reverse)  # type: ignore[arg-type]
     return out
 
 

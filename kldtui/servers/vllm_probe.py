@@ -16,7 +16,9 @@ from typing import Any
 from kldtui import settings
 from kldtui.servers.base import Check
 
-# Runs in the vLLM interpreter; prints one JSON object. Standard library only at top level.
+# Runs in the vLLM interpreter; prints one JSON object. Standard library only at top level. Its
+# excepts are broad on purpose (ruff does not see them in this string): whatever a broken vLLM
+# raises becomes a finding in the JSON, never a probe that dies.
 _PROBE = r'''
 import importlib, importlib.metadata as md, importlib.util, inspect, json, os, sys
 out = {"python": sys.executable}

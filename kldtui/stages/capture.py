@@ -482,7 +482,7 @@ class _WindowCapture:
     def collect(self, vocab: int | None) -> tuple[Path, ChunkSet]:
         """Move the request's one folder to ``dest`` and check its chunks; ``(folder, chunks)``."""
         w, s = self.w, self.s
-        folders = _settled_folders(self.request_folders, w, s.server_alive, s.mode.chunks)
+        folders = settled_folders(self.request_folders, w, s.server_alive, s.mode.chunks)
         if not folders:
             raise _WindowFailed(f"{w.label}: no capture folder for request {self.x_request_id} "
                                 f"appeared in {s.server_capture_dir}; "
@@ -596,7 +596,7 @@ def _pending(folder: Path) -> bool:
         return False
 
 
-def _settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
+def settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
                      server_alive: Callable[[], str | None] | None = None,
                      kind: ChunkKind = LOGITS_CHUNKS) -> list[Path]:
     """The request's folder(s) once its rows are all there (or after SETTLE_SECONDS).

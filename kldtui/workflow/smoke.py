@@ -62,9 +62,9 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
     import httpx
 
     from kldtui.stages.capture import (
-        _settled_folders,
         check_chunk_dir,
         no_folder_hint,
+        settled_folders,
         writer_records,
     )
 
@@ -103,7 +103,7 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
 
     window = WindowSpec(index=0, domain="smoke", domain_index=0, num_tokens=len(ids), token_file="",
                         token_ids_json_sha256="")
-    found = _settled_folders(folders, window)
+    found = settled_folders(folders, window)
     if len(found) != 1:
         result.lines.append(f"no single capture folder for {request_id} in {capture} "
                             f"({len(found)} found); {no_folder_hint(capture)}")

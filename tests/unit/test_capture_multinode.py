@@ -44,7 +44,7 @@ def test_pending_chunks_are_waited_for_after_the_answer(tmp_path: Path) -> None:
 
     t = threading.Thread(target=land_late)
     t.start()
-    folders = cap._settled_folders(lambda: [folder], window)  # type: ignore[arg-type]
+    folders = cap.settled_folders(lambda: [folder], window)  # type: ignore[arg-type]
     t.join()
     assert folders == [folder] and LOGITS_CHUNKS.rows_landed(folder) == 8
 
@@ -55,7 +55,7 @@ def test_pending_chunks_are_not_waited_for_once_the_server_died(tmp_path: Path) 
     folder.mkdir()
     (folder / pending_name(0, 8)).touch()
     started = time.monotonic()
-    cap._settled_folders(lambda: [folder], window, lambda: "exited with 1")  # type: ignore[arg-type]
+    cap.settled_folders(lambda: [folder], window, lambda: "exited with 1")  # type: ignore[arg-type]
     assert time.monotonic() - started < cap.PENDING_SECONDS
 
 

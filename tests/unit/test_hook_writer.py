@@ -144,7 +144,7 @@ def test_without_pinned_memory_the_copy_is_blocking_and_allowed(tmp_path, monkey
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(wmod, "_gpu_sync_allowed", Allow)
+    monkeypatch.setattr(wmod, "gpu_sync_allowed", Allow)
     w = wmod.ChunkWriter(max_pending=1)
     monkeypatch.setattr(w._pool, "take", lambda *a: (_ for _ in ()).throw(RuntimeError("no pinning")))
 

@@ -33,7 +33,7 @@ def test_the_writer_uses_vllms_own_sync_allowance(vllm_version, monkeypatch):
 
     monkeypatch.setattr(gpu_sync_debug, "_SYNC_CHECK_MODE", "error")
     assert gpu_sync_debug._allow_depth.get() == 0
-    with writer._gpu_sync_allowed():
+    with writer.gpu_sync_allowed():
         assert gpu_sync_debug._allow_depth.get() == 1  # vLLM's check lets this thread sync
     assert gpu_sync_debug._allow_depth.get() == 0
 
