@@ -47,6 +47,11 @@ class ServerConfig:
     label: str = field(default="profile: [candidate]", compare=False, metadata=NOT_A_KEY)
 
 
+# Seconds a server may take until it answers: a model of a trillion parameters loads for tens of
+# minutes on a multi-GPU host.
+DEFAULT_STARTUP_TIMEOUT_S = 3600.0
+
+
 @dataclass(frozen=True)
 class LaunchConfig(ServerConfig):
     """A server kldtui starts as a child process: its interpreter, extra arguments, environment,
@@ -57,7 +62,7 @@ class LaunchConfig(ServerConfig):
     env: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8000  # 0 picks a free port
-    startup_timeout: float = 3600.0  # seconds until /health and /v1/models must answer
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S  # until /health and /v1/models must answer
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ class ServerPlan:
 
     kind: str
     served_model_name: str
-    startup_timeout: float = 3600.0
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     api_key: str | None = field(default=None, repr=False)
