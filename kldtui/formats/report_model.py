@@ -698,7 +698,7 @@ class ComparisonReport(_Part):
 
         arrays = o.opt_obj("per_window_arrays")
         known = {f.name for f in fields(cls)}
-        return cls(
+        report = cls(
             direction=o.str_("direction"), positions=o.int_("positions"), windows=o.int_("windows"),
             kl_reference_to_candidate=Stats.from_json(o.obj("kl_reference_to_candidate")),
             kl_window_cluster_bootstrap=Bootstrap.from_json(o.obj("kl_window_cluster_bootstrap")),
@@ -730,6 +730,185 @@ class ComparisonReport(_Part):
             figures=figures,
             extra=o.rest(known),
         )
+        check_figures(report, where)
+        return report
+
+
+# ----------------------------------------------------------------------------- impossible values
+
+LN2 = math.log(2.0)
+TOLERANCE = 1e-6  # rounding of figures computed in float32 by other tools (the original comparator)
+
+
+class _Range:
+    """A figure's possible values: ``low <= x <= high`` (with :data:`TOLERANCE`); +inf passes where
+    ``high`` is infinite (a KL or NLL with masked tokens)."""
+
+    def __init__(self, low: float, high: float, what: str) -> None:
+        self.low, self.high, self.what = low, high, what
+
+    def problem(self, value: float | None) -> str | None:
+        if value is None or (value == math.inf and self.high == math.inf):
+            return None
+        if not (self.low - TOLERANCE <= value <= self.high + TOLERANCE):
+            return f"{value!r} is impossible ({self.what})"
+        return None
+
+
+KL = _Range(0.0, math.inf, "a KL divergence is >= 0")
+JS = _Range(0.0, LN2, "a Jensen-Shannon divergence is between 0 and ln 2")
+FRACTION = _Range(0.0, 1.0, "a fraction is between 0 and 1")
+PROBABILITY = _Range(0.0, 1.0, "a probability is between 0 and 1")
+DELTA_P = _Range(-1.0, 1.0, "a difference of probabilities is between -1 and 1")
+RMS_P = _Range(0.0, 1.0, "an RMS of probability differences is between 0 and 1")
+NLL = _Range(0.0, math.inf, "a negative log-probability is >= 0 (a probability is at most 1)")
+PERPLEXITY = _Range(1.0, math.inf, "a perplexity is >= 1")
+RATIO = _Range(0.0, math.inf, "a ratio of perplexities is > 0")
+# per-window figures by name (WindowEntry fields and per_window_arrays columns)
+WINDOW_RANGES = {"kl_mean": KL, "kl_median": KL, "kl_p99": KL, "kl_max": KL, "kl_reverse_mean": KL,
+                 "js_mean": JS, "top1_agreement": FRACTION, "top5_agreement": FRACTION,
+                 "top10_agreement": FRACTION, "p_reference_mean": PROBABILITY,
+                 "p_candidate_mean": PROBABILITY, "delta_p_mean": DELTA_P, "delta_p_rms": RMS_P,
+                 "nll_reference_mean": NLL, "nll_candidate_mean": NLL}
+_ORDER = ("min", "p0_1", "p1", "p5", "p10", "median", "p90", "p95", "p99", "p99_9", "max")
+
+
+def _fail(where: str, at: str, what: str) -> NoReturn:
+    raise BadInput(f"{where}: {at}: {what}; {_ADVICE}")
+
+
+def _check(where: str, at: str, value: float | None, rng: _Range) -> None:
+    problem = rng.problem(value)
+    if problem is not None:
+        _fail(where, at, problem)
+
+
+def _slack(value: float) -> float:
+    return TOLERANCE * max(1.0, abs(value)) if math.isfinite(value) else 0.0
+
+
+def _check_stats(where: str, at: str, stats: Stats | DeltaP | None, rng: _Range) -> None:
+    """Every figure in range, quantiles in order, the mean between the smallest and the largest."""
+    if stats is None:
+        return
+    for f in fields(stats):
+        value = getattr(stats, f.name)
+        if isinstance(value, float | int):
+            _check(where, f"{at}.{f.name}", value, RMS_P if f.name == "rms" else rng)
+    known = [(k, getattr(stats, k)) for k in _ORDER if getattr(stats, k) is not None]
+    for (k1, v1), (k2, v2) in zip(known, known[1:], strict=False):
+        if v1 > v2 + _slack(v2):
+            _fail(where, at, f"{k1} {v1!r} is above {k2} {v2!r}; quantiles are in order")
+    lo = stats.min if stats.min is not None else -math.inf
+    hi = stats.max if stats.max is not None else math.inf
+    if stats.mean is not None and not (lo - _slack(lo) <= stats.mean <= hi + _slack(hi)):
+        _fail(where, at, f"mean {stats.mean!r} is outside [min, max]")
+
+
+def _check_bootstrap(where: str, at: str, boot: Bootstrap | Interval | None, rng: _Range) -> None:
+    if boot is None:
+        return
+    _check(where, f"{at}.estimate", boot.estimate, rng)
+    if boot.standard_error is not None and boot.standard_error < 0:
+        _fail(where, at, f"standard_error {boot.standard_error!r} is negative")
+    if (boot.ci95_low is not None and boot.ci95_high is not None
+            and boot.ci95_low > boot.ci95_high + _slack(boot.ci95_high)):
+        _fail(where, at, f"ci95_low {boot.ci95_low!r} is above ci95_high {boot.ci95_high!r}")
+    if boot.bootstrap_samples is not None and boot.bootstrap_samples < 1:
+        _fail(where, at, "bootstrap_samples is 0")
+
+
+def _check_domain(where: str, at: str, name: str) -> None:
+    from kldtui.formats.names import name_problem
+
+    problem = name_problem(name)
+    if problem is not None:
+        _fail(where, at, f"domain {name[:40]!r} {problem}")
+
+
+def _check_windows(report: ComparisonReport, where: str) -> None:
+    if report.windows != len(report.per_window):
+        _fail(where, "windows", f"{report.windows} but per_window lists {len(report.per_window)}")
+    seen: set[int] = set()
+    for n, w in enumerate(report.per_window):
+        at = f"per_window[{n}]"
+        if w.window_index in seen:
+            _fail(where, "per_window", f"window {w.window_index} is listed twice")
+        seen.add(w.window_index)
+        rng = report.window_range
+        if rng is not None and not rng[0] <= w.window_index < rng[1]:
+            _fail(where, "window_range", f"{list(rng)} does not hold window {w.window_index} of {at}")
+        _check_domain(where, f"{at}.domain", w.domain)
+        _check_stats(where, f"{at}.kl_reference_to_candidate", w.kl_reference_to_candidate, KL)
+        _check_stats(where, f"{at}.kl_candidate_to_reference", w.kl_candidate_to_reference, KL)
+        _check_stats(where, f"{at}.js", w.js, JS)
+        for key, krange in WINDOW_RANGES.items():
+            _check(where, f"{at}.{key}", getattr(w, key), krange)
+    table = report.per_window_arrays
+    if table is not None:
+        for n, d in enumerate(table.domain):
+            _check_domain(where, f"per_window_arrays.domain[{n}]", d)
+        if len(set(table.window_index)) != len(table.window_index):
+            _fail(where, "per_window_arrays.window_index", "a window is listed twice")
+        for key, krange in WINDOW_RANGES.items():
+            for n, value in enumerate(getattr(table, key) or ()):
+                _check(where, f"per_window_arrays.{key}[{n}]", value, krange)
+
+
+def check_figures(report: ComparisonReport, where: str = "report") -> None:
+    """BadInput (one line: file, field, why) at the first impossible value of ``report``: a
+    negative KL, a fraction or probability outside [0, 1], a JS above ln 2, quantiles out of order,
+    a perplexity below 1, a bad domain name, windows listed twice or outside ``window_range``, a
+    window count that is not the list's. Diff, leaderboard, noise and the viewer then never show
+    a damaged figure (a top-1 agreement of 700 %)."""
+    _check_stats(where, "kl_reference_to_candidate", report.kl_reference_to_candidate, KL)
+    _check_stats(where, "kl_candidate_to_reference", report.kl_candidate_to_reference, KL)
+    _check_stats(where, "js", report.js, JS)
+    _check(where, "top1_agreement", report.top1_agreement, FRACTION)
+    _check_bootstrap(where, "kl_window_cluster_bootstrap", report.kl_window_cluster_bootstrap, KL)
+    _check_bootstrap(where, "kl_reverse_window_cluster_bootstrap", report.kl_reverse_window_cluster_bootstrap,
+                     KL)
+    _check_bootstrap(where, "js_window_cluster_bootstrap", report.js_window_cluster_bootstrap, JS)
+    for name, boot in report.domains.items():
+        _check_domain(where, f"domains.{name[:40]}", name)
+        _check_bootstrap(where, f"domains.{name}", boot, KL)
+    _check_windows(report, where)
+    topk = report.topk_agreement
+    if topk is not None:
+        last = 0.0
+        for k in sorted(topk.k):
+            value = topk.at(k)
+            _check(where, f"topk_agreement.{k}", value, FRACTION)
+            if value is not None:
+                if value < last - TOLERANCE:
+                    _fail(where, "topk_agreement", f"top-{k} {value!r} is below a smaller k's {last!r}; "
+                                                   "agreement grows with k")
+                last = value
+    nt = report.next_token
+    if nt is not None:
+        _check_stats(where, "next_token.p_reference", nt.p_reference, PROBABILITY)
+        _check_stats(where, "next_token.p_candidate", nt.p_candidate, PROBABILITY)
+        _check_stats(where, "next_token.delta_p", nt.delta_p, DELTA_P)
+        _check(where, "next_token.perplexity_reference", nt.perplexity_reference, PERPLEXITY)
+        _check(where, "next_token.perplexity_candidate", nt.perplexity_candidate, PERPLEXITY)
+        _check(where, "next_token.perplexity_ratio", nt.perplexity_ratio, RATIO)
+        _check(where, "next_token.log_perplexity_reference", nt.log_perplexity_reference, NLL)
+        _check(where, "next_token.log_perplexity_candidate", nt.log_perplexity_candidate, NLL)
+        _check_bootstrap(where, "next_token.perplexity_ratio_window_cluster_bootstrap",
+                         nt.perplexity_ratio_window_cluster_bootstrap, RATIO)
+    for n, b in enumerate(report.kl_by_reference_confidence or ()):
+        at = f"kl_by_reference_confidence[{n}]"
+        _check(where, f"{at}.low", b.low, PROBABILITY)
+        _check(where, f"{at}.high", b.high, PROBABILITY)
+        if b.low > b.high:
+            _fail(where, at, f"low {b.low!r} is above high {b.high!r}")
+        _check(where, f"{at}.kl_mean", b.kl_mean, KL)
+        _check(where, f"{at}.top1_agreement", b.top1_agreement, FRACTION)
+    for n, pb in enumerate(report.kl_by_position or ()):
+        at = f"kl_by_position[{n}]"
+        if pb.start > pb.stop:
+            _fail(where, at, f"start {pb.start} is after stop {pb.stop}")
+        _check(where, f"{at}.kl_mean", pb.kl_mean, KL)
 
 
 def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report") -> ComparisonReport:
@@ -741,4 +920,4 @@ def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report
 
 __all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "FigureSummary", "InfiniteKL",
            "Interval", "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT",
-           "Stats", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report"]
+           "Stats", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report", "check_figures"]

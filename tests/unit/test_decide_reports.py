@@ -173,7 +173,7 @@ def test_domain_verdicts_use_the_measured_repeat_variation():
     # the metric moves little between captures on prose windows, a lot on the others
     wobble = np.where(prose, rng.normal(0, 0.0001, 32), rng.normal(0, 0.01, 32))
     first = make_report(base, DOMAINS, candidate_dir="/r/c1")
-    second = make_report(base + wobble, DOMAINS, candidate_dir="/r/c2")
+    second = make_report(np.abs(base + wobble), DOMAINS, candidate_dir="/r/c2")  # a KL is >= 0
     model = noise_from_capture_reports(first, second, where1="c1.json", where2="c2.json")
     assert model.has_metric and model.repeat_variation_for(np.flatnonzero(prose)) < 0.0003
     res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
@@ -243,7 +243,8 @@ def test_leaderboard_uses_floor_for_ties_and_refuses_mixed_suites():
     assert "published repeat KL" in board.noise_source
     rng = np.random.default_rng(120)
     wobble = rng.normal(0, 0.01, 32)
-    model = noise_from_capture_reports(a, make_report(base + wobble, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH,
+    model = noise_from_capture_reports(a, make_report(np.abs(base + wobble), DOMAINS,  # a KL is >= 0
+                                                      suite_hash=PUBLISHED_SUITE_HASH,
                                                       candidate_dir="/r/a2"), where1="a", where2="a2")
     tied = build_leaderboard([a, b], samples=500, noise=model).rows[1]
     assert tied.tied_with_best and tied.outcome_vs_best == "within_noise" and tied.mark == "tied"
