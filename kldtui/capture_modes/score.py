@@ -272,6 +272,11 @@ class ScoreFigures(ServerFigures):
                            f"{entry.sha256[:12]}...; "
                            "the file is damaged, finalize it again")
         records, meta = read_records(path, RECORD_DTYPE)
+        if meta.get("reference_sha256") != ref_entry.sha256:  # the file's own word, not only the manifest's
+            raise BadInput(f"{where}: the file says it scored against a reference file with SHA-256 "
+                           f"{str(meta.get('reference_sha256'))[:12]}..., {reference.path} lists "
+                           f"{ref_entry.sha256[:12]}...; capture the window again in score mode against "
+                           "this reference")
         if (meta.get("window_index") != str(window.index) or len(records) != window.scored_positions
                 or meta.get("token_ids_json_sha256") != window.token_ids_json_sha256):
             raise BadInput(f"{where}: the file holds window {meta.get('window_index')} with {len(records)} "

@@ -30,7 +30,17 @@ def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, 
         raise BadInput(f"{target}: is a folder; give --output a file name such as comparison.json")
     if not target.parent.exists():
         raise BadInput(f"{target}: folder {target.parent} does not exist; create it first")
-    write_json_atomic(target, report.to_json() if isinstance(report, ComparisonReport) else dict(report))
+    if isinstance(report, ComparisonReport):
+        doc = report.to_json()
+        try:  # never leave on disk a report that load_report would refuse
+            ComparisonReport.from_json(json.loads(json.dumps(doc, allow_nan=False)), "")
+        except BadInput as exc:
+            detail = str(exc).removeprefix(": ").split("; not a comparison report")[0]
+            raise BadInput(f"{target}: the comparison gives an impossible report ({detail}); nothing was "
+                           "written: check its inputs") from None
+        write_json_atomic(target, doc)
+    else:
+        write_json_atomic(target, dict(report))
     return target
 
 

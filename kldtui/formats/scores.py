@@ -123,8 +123,52 @@ def write_score_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_
     return final
 
 
+# a finite per-row KL above this cannot come from float32 logits: a probability below e^-708 is 0
+# (kldtui.metrics.kernels.ZERO_BELOW), so a finite KL is at most ~708 plus the log of the vocabulary
+KL_ROW_MAX = 1e4
+_LN2 = 0.6931471805599453
+_TOL = 1e-6
+
+
+def impossible_record(records: np.ndarray, vocab_size: int | None) -> tuple[int, str] | None:
+    """The first row of ``records`` (score-mode fields present in its dtype) holding a value no
+    scoring can give, and why: a KL below 0 or finite above :data:`KL_ROW_MAX` (+inf is a masked
+    token), a JS outside [0, ln 2], a probability outside [0, 1], a log-probability above 0, an
+    argmax or rank below 0 or beyond the vocabulary. NaN is left to the caller (a failed row)."""
+    names = set(records.dtype.names or ())
+    checks: list[tuple[str, np.ndarray, str]] = []
+    with np.errstate(invalid="ignore"):
+        for name in ("kl", "kl_reverse"):
+            if name in names:
+                v = records[name]
+                checks.append((name, (v < -_TOL) | (np.isfinite(v) & (v > KL_ROW_MAX)),
+                               f"a KL is >= 0 and, from float32 logits, finite below {KL_ROW_MAX:g} or +inf"))
+        if "js" in names:
+            checks.append(("js", (records["js"] < -_TOL) | (records["js"] > _LN2 + _TOL),
+                           "a JS is between 0 and ln 2"))
+        if "ref_top_prob" in names:
+            v = records["ref_top_prob"]
+            checks.append(("ref_top_prob", (v < -_TOL) | (v > 1 + _TOL), "a probability is between 0 and 1"))
+        for name in ("logp_ref_next", "logp_cand_next"):
+            if name in names:
+                checks.append((name, records[name] > _TOL, "a log-probability is at most 0"))
+        for name in ("argmax_ref", "argmax_cand", "rank_ref_top"):
+            if name in names:
+                v = records[name]
+                bad = v < 0 if vocab_size is None else (v < 0) | (v >= vocab_size)
+                checks.append((name, bad, "a token index or rank is between 0 and the vocabulary size - 1"
+                               + (f" ({vocab_size - 1})" if vocab_size is not None else "")))
+    first: tuple[int, str] | None = None
+    for name, bad, why in checks:
+        rows = np.flatnonzero(bad)
+        if rows.size and (first is None or int(rows[0]) < first[0]):
+            first = (int(rows[0]), f"{name} {records[name][rows[0]].item()!r} is impossible ({why})")
+    return first
+
+
 def read_records(path: str | os.PathLike[str], dtype: np.dtype) -> tuple[np.ndarray, dict[str, str]]:
-    """The records of a score chunk or score file, checked against ``dtype``; ``(records, metadata)``."""
+    """The records of a score chunk or score file, checked against ``dtype`` and for impossible
+    values (:func:`impossible_record`); ``(records, metadata)``."""
     header = read_header(path)
     meta = header.metadata
     stored = meta.get("record_dtype")
@@ -136,7 +180,17 @@ def read_records(path: str | os.PathLike[str], dtype: np.dtype) -> tuple[np.ndar
             raise BadInput(f"{path}: records of {reader.cols} bytes, expected {dtype.itemsize}; "
                            "the file is corrupt, score the window again")
         raw = reader.read(0, reader.rows)
-    return raw.reshape(-1).view(dtype).copy(), meta
+    records = raw.reshape(-1).view(dtype).copy()
+    try:
+        vocab: int | None = int(meta["vocab_size"])
+    except (KeyError, ValueError):
+        vocab = None
+    bad = impossible_record(records, vocab)
+    if bad is not None:
+        row_start = int(meta["row_start"]) if meta.get("row_start", "").isdigit() else 0
+        raise BadInput(f"{path}: row {bad[0] + row_start}: {bad[1]}; the file is damaged or forged, capture "
+                       "the window again")
+    return records, meta
 
 
 # -- the finalized folder ------------------------------------------------------------------------
