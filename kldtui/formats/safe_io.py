@@ -29,6 +29,7 @@ import io
 import os
 import stat
 from collections.abc import Iterable
+from pathlib import Path
 from typing import BinaryIO, TextIO, cast
 
 from kldtui.errors import BadInput
@@ -217,13 +218,39 @@ def is_same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
-def check_output(output: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None],
-                 flag: str = "--output") -> None:
-    """BadInput when ``output`` names one of ``inputs`` (a manifest, a logits file, a report being
-    read): writing the result there would replace what the command reads."""
+INPUT_FILES_MAX = 100_000  # files looked at in the input folders (a suite has a few dozen)
+
+
+def input_files(inputs: Iterable[str | os.PathLike[str] | None], depth: int = 2) -> list[Path]:
+    """The files a command reads: each given file, and the files of each given folder down to
+    ``depth`` levels (a suite folder: its manifest and ``tokens/``; a logits folder: its manifest
+    and logits files)."""
+    out: list[Path] = []
     for item in inputs:
         if item is None:
             continue
+        p = Path(item)
+        if not p.is_dir():
+            out.append(p)
+            continue
+        base = len(p.parts)
+        for folder, dirs, files in os.walk(p):
+            level = len(Path(folder).parts) - base
+            dirs[:] = [d for d in dirs if not d.startswith(".")] if level + 1 < depth else []
+            out.extend(Path(folder) / f for f in files)
+            if len(out) > INPUT_FILES_MAX:
+                return out
+    return out
+
+
+def check_output(output: str | os.PathLike[str] | None, inputs: Iterable[str | os.PathLike[str] | None],
+                 flag: str = "--output") -> None:
+    """BadInput when ``output`` names one of ``inputs`` or a file in an input folder (a manifest, a
+    logits file, a report being read), by real path or as the same file (a hard link): writing the
+    result there would replace what the command reads. ``None`` (no output asked): nothing."""
+    if output is None:
+        return
+    for item in input_files(inputs):
         if is_same_file(output, item):
             raise BadInput(f"{flag} {output}: is an input of this command ({item}); writing there would "
                            "replace it, give another output file")

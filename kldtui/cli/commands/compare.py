@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if not output.parent.is_dir():
         raise BadInput(f"{output}: folder {output.parent} does not exist; create it first")
     from kldtui.folder_lock import hold
+    from kldtui.formats.safe_io import check_output
+
+    suite_path = Path(args.suite_manifest)
+    check_output(output, [suite_path if suite_path.is_dir() else suite_path.parent, suite_path,
+                          args.reference_dir, args.candidate_dir])
     for name in ("bootstrap_samples", "row_block", "threads"):
         value = getattr(args, name)
         if value is not None and value < (2 if name == "bootstrap_samples" else 1):

@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.paired import paired_diff_files
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
+    from kldtui.formats.safe_io import check_output
 
+    check_output(args.json, [args.report_a, args.report_b, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples,
                                    seed=args.seed, noise_path=args.noise,

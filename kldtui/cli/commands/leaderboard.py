@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.leaderboard import leaderboard_from_files
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
+    from kldtui.formats.safe_io import check_output
 
+    check_output(args.json, [*args.reports, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
                                        noise_path=args.noise, use_noise_floor=not args.no_noise_floor)

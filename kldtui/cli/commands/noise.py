@@ -83,7 +83,11 @@ def describe(model: Any) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.folder_lock import hold
+    from kldtui.formats.safe_io import check_output
 
+    inputs = [args.run1, args.run2, args.repeat_report, args.reference, args.suite_manifest]
+    check_output(args.output, [*inputs, args.report])
+    check_output(args.report, inputs, "--report")
     # bad --output/--report paths are refused before the comparison runs; one writer per file
     with hold(files=[args.output] + ([args.report] if args.report else [])):
         return _run(args)
