@@ -1,3 +1,3 @@
-from kldtui.cli.main import main
+from kldtui.cli.main import run
 
-raise SystemExit(main())
+run()

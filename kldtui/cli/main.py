@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 from types import ModuleType
+from typing import NoReturn
 
 from kldtui import __version__, settings
 from kldtui.cli.commands import COMMANDS
@@ -106,5 +107,41 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _quiet_stop_signals(late: list[int]) -> None:
+    """From here on a stop signal only sets the exit code: the work is done or being reported,
+    and an exception raised while Python shuts down would end the process by the signal (-2) or
+    with a traceback instead of 130."""
+    def remember(signum: int, frame: object) -> None:
+        late.append(signum)
+
+    for sig in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, remember)
+
+
+def run() -> NoReturn:
+    """The ``kldtui`` command (the console script and ``python -m kldtui``): :func:`main` on the
+    real command line, then exit with its code; 130 when a stop signal came, even one that
+    arrives right at the end, after the work but before the process is gone."""
+    late: list[int] = []
+    code = 130
+    try:
+        try:
+            code = main()
+        finally:
+            _quiet_stop_signals(late)
+    except KeyboardInterrupt:  # the signal came between main's last line and the line above
+        _quiet_stop_signals(late)
+        code = 130
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    sys.exit(130 if late else code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()
