@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from kldtui import capture_modes, settings
+from kldtui import bounds, capture_modes, settings
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 
@@ -284,6 +284,9 @@ def build_config(config_type: type[ServerConfig], values: Mapping[str, Any], *, 
             value = resolve_path(base_dir, value)
         out[key] = value
     out.update(fixed)
+    for key in ("request_timeout", "startup_timeout"):  # NaN never expires, 0 fails every connection
+        if key in out:
+            out[key] = bounds.timeout(out[key], f"{label} {key}")
     return config_type(label=label, **out)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kldtui import bounds
 from kldtui.servers.base import LaunchConfig, LaunchedKind, ServerConfig, fill, inherit
 
 EMBEDDED_MODULE = "kldtui.embedded"
@@ -40,6 +41,19 @@ class EmbeddedKind(LaunchedKind):
     config_type = EmbeddedConfig
     builtin = True
     forbidden = {"model": "kind = 'embedded' serves its built-in model; remove model, or set kind = 'vllm'"}
+
+    def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+        """The launched kind's checks, then the built-in model's values (a negative seed or a
+        vocabulary of 10^12 crashed the server; a NaN or negative perturbation gave a KL of 0)."""
+        config = super().configure(values, base_dir=base_dir, label=label)
+        c: EmbeddedConfig = self.own(config)
+        bounds.seed(c.model_seed, f"{label} model_seed", bounds.MAX_EMBEDDED_SEED)
+        bounds.whole_in(c.vocab_size, f"{label} vocab_size", 2, bounds.MAX_EMBEDDED_VOCAB,
+                        "a vocabulary size")
+        bounds.non_negative(c.perturb, f"{label} perturb")
+        bounds.whole_in(c.max_num_batched_tokens, f"{label} max_num_batched_tokens", 1, 1 << 24,
+                        "a token count")
+        return config
 
     def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
                          label: str) -> ServerConfig:

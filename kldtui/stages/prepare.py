@@ -34,6 +34,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
+from kldtui.formats.safe_io import open_regular, read_text
 from kldtui.formats.suite import (
     SUITE_MANIFEST,
     TOKENS_DIR,
@@ -187,9 +188,15 @@ def parse_sources(doc: Mapping[str, Any], where: str) -> list[Source]:
 def load_sources(path: str | os.PathLike[str]) -> list[Source]:
     p = Path(path)
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+        doc = tomllib.loads(read_text(p))
     except FileNotFoundError:
         raise BadInput(f"{p}: sources file not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"{p}: is a folder; --sources takes a SOURCES.toml file") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{p}: not UTF-8 text; --sources takes a SOURCES.toml file") from None
+    except OSError as exc:
+        raise BadInput(f"{p}: the sources file cannot be read ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{p}: not valid TOML ({exc})") from None
     sources = parse_sources(doc, str(p))
@@ -265,7 +272,13 @@ def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -
 
     rows: list[dict[str, Any]] = []
     for f in files:
-        text = f.read_text(encoding="utf-8")
+        try:
+            text = read_text(f)
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{where}: {f} is not UTF-8 text (byte {exc.start}); JSON and JSON Lines files "
+                           "are UTF-8, convert it (e.g. iconv -t UTF-8)") from None
+        except OSError as exc:
+            raise BadInput(f"{where}: {f} cannot be read ({exc.strerror or exc})") from None
         try:
             doc = json.loads(text)
             items = doc if isinstance(doc, list) else [doc]
@@ -285,6 +298,25 @@ def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -
     return rows
 
 
+def _check_utf8(path: Path, where: str) -> None:
+    """JSON and JSON Lines are UTF-8: a file that is not is one line naming it and the byte."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    try:
+        with open_regular(path) as handle:
+            while block := handle.read(8 * 1024 * 1024):
+                decoder.decode(block)
+                offset += len(block)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{where}: {path} is not UTF-8 text (byte {offset + exc.start}); JSON and JSON "
+                       "Lines files are UTF-8, convert it (e.g. iconv -t UTF-8)") from None
+    except OSError as exc:
+        raise BadInput(f"{where}: {path} cannot be read ({exc.strerror or exc})") from None
+
+
 def load_local(source: Source, where: str) -> LoadedSource:
     path = Path(source.dataset).expanduser()
     files = _local_files(path, where)
@@ -293,6 +325,9 @@ def load_local(source: Source, where: str) -> LoadedSource:
         raise BadInput(f"{where}: {path} has content hash {revision}, not the pinned revision "
                        f"{source.revision}; the files changed (remove 'revision' to accept them)")
     kind = LOCAL_SUFFIXES[files[0].suffix]
+    if kind == "json":
+        for f in files:
+            _check_utf8(f, where)
     try:
         import datasets
     except ImportError:
@@ -304,8 +339,13 @@ def load_local(source: Source, where: str) -> LoadedSource:
         rows = _read_json_rows(files, _columns(source), where)
         return LoadedSource(source, rows, revision, None, str(path))
     datasets.disable_progress_bars()
-    ds = datasets.load_dataset(kind, data_files={source.split: [str(f) for f in files]},
-                               split=source.split)
+    try:
+        ds = datasets.load_dataset(kind, data_files={source.split: [str(f) for f in files]},
+                                   split=source.split)
+    except Exception as exc:  # noqa: BLE001 - the library's parse errors (pyarrow, datasets): one line
+        cause = " ".join(str(exc.__cause__ or exc).split())[:300]
+        raise BadInput(f"{where}: {path} cannot be read as {kind} files ({type(exc).__name__}: {cause}); "
+                       "fix or replace the files") from None
     return LoadedSource(source, _rows_of(ds, _columns(source), where), revision,
                         getattr(ds, "_fingerprint", None), str(path))
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kldtui import capture_modes
+from kldtui import bounds, capture_modes
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
@@ -249,8 +249,10 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     cmp_ = parsed["compare"]
     if "abort_kl_above" in cmp_:
         cmp_["abort_kl_above"] = float(cmp_["abort_kl_above"])
-    if cmp_.get("bootstrap_samples", 1) < 1:
-        raise BadInput(f"{where}: [compare] bootstrap_samples must be at least 1")
+    if "bootstrap_samples" in cmp_:
+        bounds.bootstrap_samples(cmp_["bootstrap_samples"], f"{where}: [compare] bootstrap_samples")
+    if "bootstrap_seed" in cmp_:
+        bounds.seed(cmp_["bootstrap_seed"], f"{where}: [compare] bootstrap_seed")
     from kldtui.stages.compare.backends import BACKEND_OPTIONS
 
     if cmp_.get("backend", "auto") not in BACKEND_OPTIONS:

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kldtui import settings
+    from kldtui import bounds, settings
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
     # refuses a run name such as '..' or 'a/b' before anything else
     workspace = Workspace.for_capture(args.suite_dir, args.capture_dir, args.run_name)
+    bounds.timeout(args.request_timeout, "--request-timeout")
+    bounds.server_url(args.base_url, "--base-url")
     server_dir = args.server_capture_dir or settings.CAPTURE_DIR.get()
     if not server_dir:
         raise BadInput(f"--server-capture-dir is not set and ${settings.CAPTURE_DIR.name} is empty; give the "

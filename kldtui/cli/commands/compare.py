@@ -60,9 +60,13 @@ def run(args: argparse.Namespace) -> int:
     suite_path = Path(args.suite_manifest)
     check_output(output, [suite_path if suite_path.is_dir() else suite_path.parent, suite_path,
                           args.reference_dir, args.candidate_dir])
-    for name in ("bootstrap_samples", "row_block", "threads"):
+    from kldtui import bounds
+
+    bounds.bootstrap_samples(args.bootstrap_samples, "--bootstrap-samples")
+    bounds.seed(args.bootstrap_seed, "--bootstrap-seed")
+    for name in ("row_block", "threads"):
         value = getattr(args, name)
-        if value is not None and value < (2 if name == "bootstrap_samples" else 1):
+        if value is not None and value < 1:
             raise BadInput(f"--{name.replace('_', '-')} {value} is too small")
     options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window,
                              bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed,

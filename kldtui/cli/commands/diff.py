@@ -71,12 +71,21 @@ def format_diff(result: Any, per_window: bool = False) -> str:
     return "\n".join(lines)
 
 
+def check_decision_arguments(args: argparse.Namespace) -> None:
+    """The bootstrap flags' values, before any report is read (one line, exit 2)."""
+    from kldtui import bounds
+
+    bounds.bootstrap_samples(args.bootstrap_samples, "--bootstrap-samples")
+    bounds.seed(args.seed, "--seed")
+
+
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.paired import paired_diff_files
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
 
+    check_decision_arguments(args)
     check_output(args.json, [args.report_a, args.report_b, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, Literal
 
-from kldtui.cli.commands.diff import add_decision_arguments
+from kldtui.cli.commands.diff import add_decision_arguments, check_decision_arguments
 
 HELP = ("rank comparison reports (same reference and suite) by mean KL with 95 percent intervals; "
         "those not distinguishable from the best by the paired test are marked tied")
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
 
+    check_decision_arguments(args)
     check_output(args.json, [*args.reports, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
