@@ -24,6 +24,8 @@ from kldtui.formats.safe_io import kind_of
 from kldtui.formats.safetensors_io import SafetensorsHeader, read_header
 from kldtui.formats.suite import LOGITS_FORMAT, LogitsManifest, Suite
 
+IDENTITY_KEYS = ("window_index", "token_ids_json_sha256")
+
 
 @dataclass
 class FileIdentity:
@@ -33,6 +35,9 @@ class FileIdentity:
     header: SafetensorsHeader | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the header names neither window_index nor token_ids_json_sha256: which window the file holds
+    # could not be checked (a file swapped with another window's passes); callers say so
+    window_unchecked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -42,6 +47,22 @@ class FileIdentity:
         if self.problems:
             more = f" (and {len(self.problems) - 1} more problem(s))" if len(self.problems) > 1 else ""
             raise BadInput(f"{self.problems[0]}{more}{advice}")
+
+
+def unchecked_windows(manifest: LogitsManifest, indices: list[int], side: str) -> list[str]:
+    """``"<side> <file> (window NNN)"`` for each listed file whose header cannot say which window it
+    holds (no window_index, no token hash); unreadable files are left to the other checks."""
+    out = []
+    for index in indices:
+        if index not in manifest.entries:
+            continue
+        try:
+            meta = read_header(manifest.file_path(index)).metadata
+        except BadInput:
+            continue
+        if not any(k in meta for k in IDENTITY_KEYS):
+            out.append(f"{side} {manifest.entry(index).file} (window {index:03d})")
+    return out
 
 
 def check_logits_file(manifest: LogitsManifest, index: int, *, suite: Suite | None = None,
@@ -118,6 +139,11 @@ def check_logits_file(manifest: LogitsManifest, index: int, *, suite: Suite | No
             shown = meta[key] if len(meta[key]) < 20 else meta[key][:12] + "..."
             result.problems.append(f"{where}: header metadata {key}={shown!r}, but {source}; the "
                                    "file belongs to another window or suite, fetch or finalize it again")
+    if not any(k in meta for k in IDENTITY_KEYS):
+        result.window_unchecked = True
+        result.notes.append(f"{path}: {label}: the header carries no window_index or "
+                            "token_ids_json_sha256, so which window it holds is NOT checked (a file "
+                            "swapped with another window's would pass); only its shape, size and hash are")
     tag = meta.get("format")
     if tag is not None and tag != LOGITS_FORMAT:
         result.notes.append(f"{path}: header format tag {tag!r} (kldtui writes {LOGITS_FORMAT!r}); "

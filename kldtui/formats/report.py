@@ -127,6 +127,10 @@ def summary_text(report: ComparisonReport) -> str:
             f"[{b.low},{b.high}{']' if b.high == 1.0 else ')'} {_f(b.kl_mean, 4)}"
             f" (n={b.positions})" for b in buckets))
     prov = report.provenance
+    unchecked = prov.verified.window_identity_unchecked if prov is not None else None
+    if unchecked:
+        lines.append(f"  window identity NOT checked for {len(unchecked)} file(s) without header metadata "
+                     f"({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})")
     if prov is not None:
         lines.append(f"  {prov.backend} backend, {_f(prov.elapsed_seconds, 4)} s, "
                      f"{_f(prov.throughput_gb_per_s, 3)} GB/s compared; kldtui {prov.kldtui_version}")

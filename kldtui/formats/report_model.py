@@ -561,10 +561,16 @@ class Verified(_Part):
     token_hashes: bool
     suite_hash: bool
     logits_sha256: str  # "checked", "cached" or "skipped"
+    # files whose header cannot say which window they hold (no window_index, no token hash): the
+    # window identity of these was NOT checked (absent: every file's was)
+    window_identity_unchecked: list[str] | None = None
 
     @classmethod
     def from_json(cls, o: _Obj) -> Verified:
-        return cls(o.bool_("token_hashes"), o.bool_("suite_hash"), o.str_("logits_sha256"))
+        unchecked = o.opt_list("window_identity_unchecked")
+        if unchecked is not None and not all(isinstance(u, str) for u in unchecked):
+            o.fail("expected a list of file names", "window_identity_unchecked")
+        return cls(o.bool_("token_hashes"), o.bool_("suite_hash"), o.str_("logits_sha256"), unchecked)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from kldtui.errors import BadInput
 from kldtui.events import (
     Cancel,
     EventSink,
+    Notice,
     Progress,
     ResultReady,
     StageFinished,
@@ -168,12 +169,37 @@ class Comparer:
         ref_sha = self.reference_manifest_sha256 or manifest_sha256(self.workspace.reference_manifest)
         own = self.engine_info is not None and self.computed == len(results)
         backend, threads = self.engine_info if own and self.engine_info else (None, None)
+        verified = self._identity_unchecked(compared, self.verified)
         return build_report(
             results, suite=self.suite, reference_dir=self.workspace.reference,
             candidate_dir=self.workspace.candidate, options=options,
             window_range=(options.start_window, stop) if complete else (compared[0], compared[-1] + 1),
-            reference_manifest_sha256=ref_sha, verified=self.verified, elapsed_seconds=elapsed_seconds,
+            reference_manifest_sha256=ref_sha, verified=verified, elapsed_seconds=elapsed_seconds,
             backend=backend, threads=threads, command=command)
+
+    def _identity_unchecked(self, compared: list[int], verified: Verified | None) -> Verified | None:
+        """Files whose window identity could not be checked (no header metadata) are named in the
+        report and said at once: never skipped silently."""
+        if self.options.mode == "score":
+            return verified
+        from kldtui.formats.identity import unchecked_windows
+        from kldtui.formats.suite import load_logits_manifest
+
+        unchecked: list[str] = []
+        ws = self.workspace
+        for side, folder in (("reference", ws.reference), ("candidate", ws.candidate)):
+            try:
+                unchecked += unchecked_windows(load_logits_manifest(folder), compared, side)
+            except BadInput:
+                continue
+        if not unchecked:
+            return verified
+        self.emit(Notice("compare", f"window identity NOT checked for {len(unchecked)} file(s) whose header "
+                                    f"carries no window metadata ({', '.join(unchecked[:4])}"
+                                    f"{', ...' if len(unchecked) > 4 else ''}): a file swapped with another "
+                                    "window's would not be noticed; the report names them", level="warning"))
+        base = verified or Verified(token_hashes=True, suite_hash=True, logits_sha256="skipped")
+        return dataclasses.replace(base, window_identity_unchecked=unchecked)
 
     def publish(self, report: ComparisonReport) -> None:
         """Write the report to the workspace's report path (when it has one) and say so."""
