@@ -17,11 +17,18 @@ So:
   is hashed) and :attr:`VerifiedCache.untrusted` says why.
 
 A ``.kldtui-verified.json`` left in a folder by an older kldtui is ignored.
+
+Caches that must stay in a work folder (the per-window compare results) are signed instead:
+:func:`sign` / :func:`signed_by_me` use an HMAC-SHA256 with a random key kept in the same trusted
+folder (``.signing-key``, mode 0600), so an entry written by anyone else does not verify and is
+computed again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import stat
@@ -58,6 +65,67 @@ def _untrusted_reason(folder: Path) -> str | None:
     if st.st_mode & 0o022:
         return f"others can write into it (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+KEY_NAME = ".signing-key"
+KEY_BYTES = 32
+
+
+def _signing_key(folder: Path) -> bytes | None:
+    """This user's secret key (made on first use), or None where it cannot be trusted."""
+    if _untrusted_reason(folder) is not None:
+        return None
+    path = folder / KEY_NAME
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                continue  # another process made it meanwhile: read theirs
+            except OSError:
+                return None
+            try:
+                os.write(fd, os.urandom(KEY_BYTES))
+            finally:
+                os.close(fd)
+            continue
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077
+                    or st.st_size != KEY_BYTES):
+                return None  # not ours, readable by others, or a FIFO: no key, nothing verifies
+            key = os.read(fd, KEY_BYTES + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return key if len(key) == KEY_BYTES else None
+    return None
+
+
+def _canonical(doc: Any) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def sign(doc: Any, *, store: Path | None = None) -> str | None:
+    """An HMAC of ``doc`` (canonical JSON) with this user's key; None when there is no trusted key
+    (then nothing signed verifies either)."""
+    key = _signing_key(store if store is not None else store_dir())
+    if key is None:
+        return None
+    return hmac.new(key, _canonical(doc), hashlib.sha256).hexdigest()
+
+
+def signed_by_me(doc: Any, signature: object, *, store: Path | None = None) -> bool:
+    """Whether ``signature`` is this user's HMAC of ``doc``."""
+    if not isinstance(signature, str):
+        return False
+    want = sign(doc, store=store)
+    return want is not None and hmac.compare_digest(want, signature)
 
 
 def _identity(st: os.stat_result) -> dict[str, int]:

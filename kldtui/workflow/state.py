@@ -168,9 +168,12 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
     if path is None or not path.is_file():
         return None
     try:
+        from kldtui.formats.verified_cache import signed_by_me
         from kldtui.stages.compare.cache import decode_result
 
         doc = json.loads(read_text(path))
+        if not signed_by_me({"key": doc["key"], "result": doc["result"]}, doc.get("signature")):
+            return None  # not this user's: shown as finalized, compared again by the next run
         kl = decode_result(doc["result"]).kl_mean
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import WindowSpec, load_logits_manifest
+from kldtui.formats.verified_cache import sign, signed_by_me
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, RowStats
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowResult
@@ -82,13 +84,15 @@ class WindowCache:
                 "candidate_sha256": cand.sha256, "reverse": self.options.reverse}
 
     def get(self, window: WindowSpec) -> WindowResult | None:
-        """The cached result of ``window`` when its key still matches, else None."""
+        """The cached result of ``window`` when its key still matches and this user signed it
+        (anyone who writes the work folder could copy the key into a forged entry), else None."""
         path = self.workspace.compare_cache(window.index)
         if path is None or not path.exists():
             return None
         with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
-            doc = json.loads(path.read_text())
-            if doc.get("key") == self._key(window):
+            doc = json.loads(read_text(path))
+            body = {"key": doc["key"], "result": doc["result"]}
+            if doc.get("key") == self._key(window) and signed_by_me(body, doc.get("signature")):
                 return decode_result(doc["result"])
         return None
 
@@ -96,7 +100,8 @@ class WindowCache:
         path = self.workspace.compare_cache(window.index)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, {"key": self._key(window), "result": encode_result(result)})
+            body = {"key": self._key(window), "result": encode_result(result)}
+            write_json_atomic(path, {**body, "signature": sign(body)})
 
 
 __all__ = ["COMPARE_RESULT_VERSION", "WindowCache", "decode_result", "encode_result"]
