@@ -190,11 +190,14 @@ class FolderLocks:
     def held(self) -> bool:
         return self._stack is not None
 
-    def acquire(self, folders: Sequence[str | os.PathLike[str]], what: str = "folder") -> None:
+    def acquire(self, folders: Sequence[str | os.PathLike[str]], what: str = "folder",
+                files: Sequence[str | os.PathLike[str]] = ()) -> None:
+        """Take the folders' locks and the output ``files``' (a run's report: ``kldtui compare
+        --output`` to the same file is refused while the run holds it)."""
         if self._stack is not None:
             return
         stack = contextlib.ExitStack()
-        stack.enter_context(hold(folders, what=what))
+        stack.enter_context(hold(folders, files=files, what=what))
         self._stack = stack
 
     def release(self) -> None:

@@ -140,6 +140,11 @@ class Workspace:
         """A window's chunk folder in the run folder (``WindowSpec.chunk_dir_name``)."""
         return self.run_dir / chunk_dir_name
 
+    def finalized_marker(self, chunk_dir_name: str) -> Path:
+        """``capture/<run_name>/<chunk folder>.finalized.json``: where finalize says which file a
+        window's chunks became before it deletes them (a rerun of the capture skips the window)."""
+        return self.run_dir / f"{chunk_dir_name}.finalized.json"
+
     def server_capture_dir(self, number: int) -> Path:
         """``capture/server-NNN``: VLLM_KLD_CAPTURE_DIR of the NNN-th server start."""
         return self.captures / f"server-{number:03d}"

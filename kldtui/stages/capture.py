@@ -61,10 +61,10 @@ from kldtui.formats.chunks import (
     writer_host,
     writers_dir,
 )
-from kldtui.formats.names import check_name
+from kldtui.formats.names import check_name, safe_name
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.safetensors_io import read_header
-from kldtui.formats.suite import Suite, WindowSpec
+from kldtui.formats.suite import Suite, WindowSpec, token_ids_hash
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "capture"
@@ -238,6 +238,32 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
                              cancel, on_window_captured)
 
 
+FINALIZED_FORMAT = "kldtui-finalized-v1"
+
+
+def write_finalized_marker(workspace: Workspace, window: WindowSpec, folder: Path, file: str,
+                           size_bytes: int, sha256: str) -> None:
+    """Say, in the run folder, which verified file a window's chunks became (before they go)."""
+    write_json_atomic(workspace.finalized_marker(window.chunk_dir_name), {
+        "format": FINALIZED_FORMAT, "window_index": window.index,
+        "token_ids_json_sha256": window.token_ids_json_sha256, "folder": str(Path(folder).resolve()),
+        "file": file, "size_bytes": size_bytes, "sha256": sha256})
+
+
+def finalized_elsewhere(workspace: Workspace, window: WindowSpec) -> Path | None:
+    """The finalized file a window's (deleted) chunks became, when the run folder's marker names
+    one that is there with its recorded size and the window's tokens; None otherwise."""
+    try:
+        doc = json.loads(read_text(workspace.finalized_marker(window.chunk_dir_name), limit=64 * 1024))
+        if (doc.get("format") != FINALIZED_FORMAT or doc.get("window_index") != window.index
+                or doc.get("token_ids_json_sha256") != window.token_ids_json_sha256):
+            return None
+        path = Path(str(doc["folder"])) / safe_name(str(doc["file"]))
+        return path if path.is_file() and path.stat().st_size == int(doc["size_bytes"]) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],
             vocab: int | None, emit: EventSink,
             on_window_captured: Callable[[WindowSpec, CaptureRecord], None] | None,
@@ -266,7 +292,8 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             raise BadInput(f"{records_path}: {w.label} was captured in {said}, this run "
                            f"captures in {mode.label}; use another [run] run_name (or remove its "
                            "record to capture it again)")
-        if finalized is not None and not folder.exists() and finalized(w):
+        if not folder.exists() and ((finalized is not None and finalized(w))
+                                    or finalized_elsewhere(workspace, w) is not None):
             results[w.index] = rec  # chunks deleted once the window was finalized and verified
             emit(WindowState(STAGE, w.index, "captured", w.domain,
                              figures={"rows": w.scored_positions, "skipped": True}))
@@ -542,6 +569,8 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
                             f"{session.server_capture_dir}"))
     tokens = job.tokens
     extra = {"x_request_id": job.x_request_id, "request_folder": folder.name,
+             # the tokens sent: finalize refuses the chunks for a suite whose window differs
+             "token_ids_json_sha256": token_ids_hash(tokens),
              "vocab_size": checked.vocab_size, "rows": checked.rows,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
     if session.mode.record_value is not None:

@@ -7,6 +7,7 @@ this driver keeps the folder's manifest, resumes, and drops chunks once a window
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -125,11 +126,13 @@ class Finalizer:
         self.written: dict[int, Any] = load_finalized(workspace, suite, emit, mode)
         self._lock = threading.Lock()
         self._changed = False
+        self._told_no_token_hash = False
 
     def finalize(self, window: WindowSpec) -> Any:
         """Finalize one window (a file that already matches is kept) and list it in the manifest."""
         ws = self.workspace
         chunk_dir = ws.chunk_dir(window.chunk_dir_name)
+        self._check_captured_tokens(window)
         with self._lock:
             job = FinalizeJob(self.suite, ws.candidate, self.vocab, dict(self.written), force=self.force,
                               verify=self.verify, emit=self.emit, cancel=self.cancel,
@@ -138,7 +141,7 @@ class Finalizer:
         with self._lock:
             self.vocab = done.vocab_size if done.vocab_size is not None else self.vocab
             self._record(window, done.entry)
-        self._drop_chunks(chunk_dir)
+        self._drop_chunks(chunk_dir, window, done.entry)
         return done.entry
 
     def _record(self, window: WindowSpec, result: Any) -> None:
@@ -148,11 +151,45 @@ class Finalizer:
             self._write_manifest()
             self._changed = True
 
-    def _drop_chunks(self, chunk_dir: Path) -> None:
+    def _check_captured_tokens(self, window: WindowSpec) -> None:
+        """The capture record names the tokens the chunks were captured from: other tokens than the
+        suite's window (the suite changed since the capture) are refused, whatever the chunks say
+        (logits chunks carry no token hash of their own)."""
+        from kldtui.stages.capture import load_records
+
+        try:
+            path = self.workspace.records_path
+        except ValueError:
+            return  # a workspace without capture records (nothing captured through kldtui)
+        record = load_records(path).get(window.index)
+        if record is None:
+            return
+        captured = record.extra.get("token_ids_json_sha256")
+        if captured is None:
+            if not self._told_no_token_hash:
+                self._told_no_token_hash = True
+                self.emit(Notice(STAGE, f"{path}: the capture records carry no token hash (an older "
+                                        "kldtui made them): which tokens the chunks came from is not "
+                                        "checked", level="warning"))
+            return
+        if captured != window.token_ids_json_sha256:
+            want = window.token_ids_json_sha256
+            raise BadInput(f"{path}: {window.label} was captured from other tokens (token hash "
+                           f"{str(captured)[:12]}...) than the suite's ({want[:12]}..., {self.suite.path}); "
+                           "the suite changed since: capture the window again")
+
+    def _drop_chunks(self, chunk_dir: Path, window: WindowSpec | None = None, result: Any = None) -> None:
         """One disk write per window: the chunks go once the verified file is in the manifest, not
         before (a kill in between left a recorded window with neither: resume failed); a rerun
-        removes what such a kill left. ``keep_chunks`` keeps them."""
+        removes what such a kill left. ``keep_chunks`` keeps them. Before they go, the run folder
+        records which file they became, so a rerun of the capture skips the window."""
         if not self.keep_chunks and chunk_dir.exists():
+            if window is not None and result is not None:
+                from kldtui.stages.capture import write_finalized_marker
+
+                with contextlib.suppress(OSError, ValueError):
+                    write_finalized_marker(self.workspace, window, self.workspace.candidate, result.file,
+                                           result.size_bytes, result.sha256)
             shutil.rmtree(chunk_dir, ignore_errors=True)
 
     def _write_manifest(self) -> Path:

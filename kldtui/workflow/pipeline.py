@@ -140,7 +140,9 @@ class Pipeline:
         folders = [f for f in (ws.workdir, ws.capture_root, ws.candidate_dir) if f is not None]
         if ref.repo_id or ref.capture:
             folders.append(self._workspace.suite_dir)
-        self._locks.acquire(folders, what="work folder")
+        # the run's report too: `kldtui compare --output WORKDIR/comparison.json` meanwhile is refused
+        report = [ws.report_path] if ws.report_path is not None else []
+        self._locks.acquire(folders, what="work folder", files=report)
 
     def release_folders(self) -> None:
         self._locks.release()

@@ -81,5 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.folder_lock import hold
 
-    with hold([workspace.candidate], what="--output-dir"):  # one finalize per output folder
+    # one finalize per output folder, and none while a capture writes the capture folder (finalize
+    # deletes chunks and writes there): `kldtui capture` on it locks that folder too
+    with hold([workspace.candidate], what="--output-dir"), hold([workspace.captures], what="--capture-dir"):
         return run_batch_job(job, OutputOptions.from_args(args))

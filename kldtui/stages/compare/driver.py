@@ -5,6 +5,7 @@ per-window cache) and builds and publishes their report; :func:`run_compare` is 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
