@@ -25,6 +25,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -69,6 +70,20 @@ def _holder(path: Path) -> str:
         return f"pid {doc['pid']}: {doc['command']} (since {doc['started_utc']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "pid unknown"
+
+
+def check_folder_link(folder: str | os.PathLike[str], what: str = "folder") -> None:
+    """A folder that is a symbolic link made by another user (not you, not root) is refused: in a
+    shared work folder someone could replace ``candidate/`` with a link to a folder of yours, and
+    kldtui would write its files there. A link you made (another disk) is followed."""
+    p = Path(folder)
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode) and st.st_uid not in (os.getuid(), 0):
+        raise BadInput(f"{p}: this {what} is a symbolic link made by user id {st.st_uid}, not by you; "
+                       "kldtui does not write through it: give the folder it points to, or remove it")
 
 
 def ensure_folder(folder: str | os.PathLike[str], what: str = "folder") -> Path:
@@ -155,6 +170,8 @@ def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | o
     """Hold the locks of ``folders`` (created when missing) and of output ``files`` (their folder
     must exist) for the block; BadInput when another run holds one. Taken in a fixed order."""
     locks: list[tuple[Path, str]] = []
+    for folder in folders:
+        check_folder_link(folder, what)
     for folder in folders:
         p = ensure_folder(folder, what)
         locks.append((lock_path_for_folder(p), str(p)))

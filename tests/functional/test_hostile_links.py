@@ -191,3 +191,22 @@ def test_partial_download_link_is_not_written_through(tmp_path: Path,
         ref = reference.ensure_reference("kldtui-test/links", tmp_path / "local")
     assert ref.verify is not None and ref.verify.ok
     assert victim.read_bytes() == b"x" * 64
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a link owned by another user needs root")
+def test_a_folder_link_made_by_another_user_is_not_written_through(tmp_path: Path) -> None:
+    """A work folder's subfolder replaced by another user's link (to a folder of yours) is refused;
+    a link you (or root) made is followed as before."""
+    victim = tmp_path / "elsewhere"
+    victim.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "candidate").symlink_to(victim)
+    os.lchown(work / "candidate", 12345, 12345)
+    with pytest.raises(BadInput, match="user id 12345") as info, hold([work, work / "candidate"]):
+        pass
+    assert "\n" not in str(info.value)
+    assert not list(victim.iterdir()) and not (work / LOCK_NAME).exists()
+    os.lchown(work / "candidate", os.getuid(), os.getgid())
+    with hold([work, work / "candidate"]):
+        assert (victim / LOCK_NAME).exists()
