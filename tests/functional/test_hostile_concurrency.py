@@ -24,7 +24,7 @@ from tests.paths import EXAMPLE_SUITE
 pytestmark = pytest.mark.timeout(300)
 
 HOLDER = ("import sys, time\n"
-          "from kldtui.formats.folder_lock import hold\n"
+          "from kldtui.folder_lock import hold\n"
           "with hold([sys.argv[1]]):\n"
           "    print('held', flush=True)\n"
           "    time.sleep(120)\n")
