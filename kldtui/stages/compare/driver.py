@@ -180,9 +180,8 @@ class Comparer:
 
     def _identity_unchecked(self, compared: list[int], verified: Verified | None) -> Verified | None:
         """Files whose window identity could not be checked (no header metadata) are named in the
-        report and said at once: never skipped silently."""
-        if self.options.mode == "score":
-            return verified
+        report and said at once: never skipped silently. A folder without a logits manifest (score
+        mode's candidate) has no such files."""
         from kldtui.formats.identity import unchecked_windows
         from kldtui.formats.suite import load_logits_manifest
 
