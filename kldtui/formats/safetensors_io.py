@@ -106,28 +106,46 @@ def _entry(p: Path, name: str, entry: object, data_bytes: int) -> tuple[str, tup
     return dtype, tuple(shape), begin, end
 
 
-def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
-    """Parse and validate a safetensors header; a truncated or corrupt file raises BadInput."""
+def _bad_open(p: Path, exc: OSError) -> BadInput:
+    if isinstance(exc, FileNotFoundError):
+        return BadInput(f"{p}: file not found")
+    if isinstance(exc, IsADirectoryError):
+        return BadInput(f"{p}: is a folder, expected a safetensors file")
+    return BadInput(f"{p}: cannot be read ({exc.strerror or exc})")  # a FIFO, a loop, no permission
+
+
+def _pread_exactly(fd: int, n: int, offset: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = os.pread(fd, n - len(data), offset + len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> SafetensorsHeader:
+    """Parse and validate a safetensors header; a truncated or corrupt file raises BadInput.
+    ``fd``: read it from this open descriptor of ``path`` (the header and the rows a reader then
+    reads come from one file, even if the name is replaced meanwhile)."""
     p = Path(path)
     try:
-        with open_regular(p) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            raw_len = handle.read(8)
-            if len(raw_len) < 8:
-                raise BadInput(f"{p}: truncated safetensors file ({size} bytes); "
-                               "delete it and download or capture it again")
-            (header_len,) = struct.unpack("<Q", raw_len)
-            if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
-                raise BadInput(f"{p}: corrupt or truncated safetensors header "
-                               f"(header length {header_len}, file {size} bytes); "
-                               "delete it and download or capture it again")
-            raw = handle.read(header_len)
-    except FileNotFoundError:
-        raise BadInput(f"{p}: file not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a safetensors file") from None
-    except OSError as exc:  # a symlink loop, no permission, an I/O error
-        raise BadInput(f"{p}: cannot be read ({exc.strerror or exc})") from None
+        if fd is None:
+            with open_regular(p) as handle:
+                return read_header(p, fd=handle.fileno())
+        size = os.fstat(fd).st_size
+        raw_len = _pread_exactly(fd, 8, 0)
+        if len(raw_len) < 8:
+            raise BadInput(f"{p}: truncated safetensors file ({size} bytes); "
+                           "delete it and download or capture it again")
+        (header_len,) = struct.unpack("<Q", raw_len)
+        if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+            raise BadInput(f"{p}: corrupt or truncated safetensors header "
+                           f"(header length {header_len}, file {size} bytes); "
+                           "delete it and download or capture it again")
+        raw = _pread_exactly(fd, header_len, 8)
+    except OSError as exc:
+        raise _bad_open(p, exc) from None
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
         if not isinstance(doc, dict):
@@ -187,15 +205,26 @@ class RowReader:
 
     def __init__(self, path: str | os.PathLike[str], key: str = "logits",
                  dtype: str = "F32") -> None:
-        self.header = read_header(path)
-        self.info = expect_tensor(self.header, key, dtype)
-        if len(self.info.shape) != 2:
-            raise BadInput(f"{path}: tensor {key!r} has shape {list(self.info.shape)}, "
-                           "expected 2 dimensions [rows, vocab]")
+        self.path = Path(path)
+        try:  # one open: the header checked and the rows read are of the same file
+            self._file = open_regular_raw(self.path)
+        except OSError as exc:
+            raise _bad_open(self.path, exc) from None
+        try:
+            self.header = read_header(path, fd=self._file.fileno())
+            self.info = expect_tensor(self.header, key, dtype)
+            if len(self.info.shape) != 2:
+                raise BadInput(f"{path}: tensor {key!r} has shape {list(self.info.shape)}, "
+                               "expected 2 dimensions [rows, vocab]")
+        except BaseException:
+            self._file.close()
+            raise
         self.rows, self.cols = self.info.shape
         self.np_dtype = DTYPES[dtype]
-        self.path = Path(path)
-        self._file = open_regular_raw(self.path)
+
+    def fileno(self) -> int:
+        """The open file's descriptor (a mapping of the rows uses the file the header came from)."""
+        return self._file.fileno()
 
     def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         stop = min(stop, self.rows)

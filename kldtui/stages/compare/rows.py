@@ -31,11 +31,10 @@ class RowMap:
         self.dtype = reader.np_dtype
         if not use_mmap or settings.NO_MMAP.get():
             return
-        try:
-            with open(reader.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < self.begin + reader.rows * self.row_bytes:
-                    return
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:  # the reader's own descriptor: the file whose header was checked, never a second open
+            if os.fstat(reader.fileno()).st_size < self.begin + reader.rows * self.row_bytes:
+                return
+            self._mm = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
             return
         self.ok = True
