@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 # Imports of NumPy and the modules built on it are inside the functions (see logits.py).
 
-SCORES_MANIFEST = "scores-manifest.json"  # kldtui.formats.scores.SCORES_MANIFEST (checked in tests)
+# formats.scores.SCORES_MANIFEST, spelt here so the registry stays light (a test ties them)
+SCORES_MANIFEST = "scores-manifest.json"
 STAGE: StageName = "finalize"
 _DONE = True  # a piece of a chunk scored (or queued for scoring) at take time
 

@@ -30,6 +30,10 @@ def test_the_registry_holds_logits_and_score() -> None:
     assert LOGITS.chunks is LOGITS_CHUNKS and SCORE.chunks is SCORE_CHUNKS
     assert (LOGITS.file_name(3), SCORE.file_name(3)) == ("logits_003.safetensors", "scores_003.safetensors")
     assert (LOGITS.manifest_name, SCORE.manifest_name) == ("manifest.json", "scores-manifest.json")
+    # the registry stays light (no NumPy): score mode spells its names, the file format owns them
+    from kldtui.formats.scores import SCORES_MANIFEST, score_file_name
+
+    assert SCORE.manifest_name == SCORES_MANIFEST and SCORE.file_name(7) == score_file_name(7)
     assert LOGITS.disk_bytes_per_row(1000) == 4000 and SCORE.disk_bytes_per_row(1000) is None
 
 
