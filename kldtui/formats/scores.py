@@ -31,9 +31,16 @@ from kldtui.errors import BadInput
 from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open, write_json_atomic
 from kldtui.formats.chunks import ChunkInfo, ChunkKind
-from kldtui.formats.names import safe_name
+from kldtui.formats.names import check_name, safe_name
 from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
-from kldtui.formats.suite import Suite, WindowSpec, read_versioned, require_field
+from kldtui.formats.suite import (
+    Suite,
+    WindowSpec,
+    read_versioned,
+    require_count,
+    require_field,
+    require_sha256,
+)
 from kldtui.redact import redact_json
 
 SCORE_KEY = "records"
@@ -285,12 +292,16 @@ def load_scores_manifest(path: str | os.PathLike[str]) -> ScoresManifest:
         w_where = f"{where} windows[{position}]"
         if not isinstance(e, dict):
             raise BadInput(f"{w_where}: expected an object")
-        try:
-            item = WrittenScores(int(e["window_index"]), str(e["domain"]), safe_name(str(e["file"])),
-                                 int(e["rows"]), int(e["size_bytes"]), str(e["sha256"]),
-                                 str(e["token_ids_json_sha256"]), str(e["reference_sha256"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BadInput(f"{w_where}: malformed entry ({exc}); finalize the window again") from None
+        item = WrittenScores(require_count(e, "window_index", w_where),
+                             check_name(require_field(e, "domain", str, w_where), "domain", w_where),
+                             check_name(require_field(e, "file", str, w_where), "file", w_where),
+                             require_count(e, "rows", w_where), require_count(e, "size_bytes", w_where),
+                             require_sha256(e, "sha256", w_where),
+                             require_sha256(e, "token_ids_json_sha256", w_where),
+                             require_sha256(e, "reference_sha256", w_where))
+        if item.window_index in entries:
+            raise BadInput(f"{w_where}: window {item.window_index} is listed twice; finalize the folder "
+                           "again")
         entries[item.window_index] = item
     return ScoresManifest(root=p.parent, path=p, vocab_size=require_field(doc, "vocab_size", int, where),
                           suite_token_hash_sha256=require_field(doc, "suite_token_hash_sha256", str, where),

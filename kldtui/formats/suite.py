@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,25 @@ def _read_json(path: Path, what: str) -> Any:
         raise BadInput(f"{path}: {what} is not valid JSON ({exc})") from None
     except RecursionError:
         raise BadInput(f"{path}: {what} is nested too deeply to be a kldtui file") from None
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def require_count(doc: dict[str, Any], key: str, where: str) -> int:
+    """A whole number >= 0 (a window index, a size, a row count); BadInput naming the field."""
+    value = require_field(doc, key, int, where)
+    if value < 0:
+        raise BadInput(f"{where}: field {key!r} is {value}; it cannot be negative")
+    return int(value)
+
+
+def require_sha256(doc: dict[str, Any], key: str, where: str) -> str:
+    """A SHA-256 as 64 lower-case hex digits; BadInput naming the field."""
+    value = require_field(doc, key, str, where)
+    if not _SHA256.match(value):
+        raise BadInput(f"{where}: field {key!r} {value[:20]!r} is not a SHA-256 (64 hex digits)")
+    return str(value)
 
 
 def read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> tuple[Path, dict[str, Any]]:
@@ -322,19 +342,21 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
                                       for d in shape):
             raise BadInput(f"{w_where}: shape {shape} must be 2 whole numbers [rows, vocab]")
         e = LogitsEntry(
-            window_index=require_field(entry, "window_index", int, w_where),
+            window_index=require_count(entry, "window_index", w_where),
             domain=check_name(require_field(entry, "domain", str, w_where), "domain", w_where),
             file=check_name(require_field(entry, "file", str, w_where), "file", w_where),
             key=str(entry.get("key", doc.get("tensor_key", TENSOR_KEY))),
             shape=(int(shape[0]), int(shape[1])),
             dtype=require_field(entry, "dtype", str, w_where),
-            size_bytes=require_field(entry, "size_bytes", int, w_where),
-            sha256=require_field(entry, "sha256", str, w_where),
-            token_ids_json_sha256=require_field(entry, "token_ids_json_sha256", str, w_where),
+            size_bytes=require_count(entry, "size_bytes", w_where),
+            sha256=require_sha256(entry, "sha256", w_where),
+            token_ids_json_sha256=require_sha256(entry, "token_ids_json_sha256", w_where),
             raw=entry,
         )
         if e.shape[1] != vocab:
             raise BadInput(f"{w_where}: shape {list(e.shape)} does not match vocab_size {vocab}")
+        if e.window_index in entries:
+            raise BadInput(f"{w_where}: window {e.window_index} is listed twice; the manifest is damaged")
         entries[e.window_index] = e
     return LogitsManifest(
         root=p.parent, path=p, vocab_size=vocab, context_length=context_length,
