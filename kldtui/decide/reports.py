@@ -93,21 +93,25 @@ def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b
                      va: WindowValues | None = None, vb: WindowValues | None = None) -> str:
     """Refuse (BadInput, one line) unless both reports pair window for window on one reference.
 
-    Checks ``suite_token_hash_sha256`` and ``reference_manifest_sha256`` where both reports
-    carry them; without a reference hash, ``reference_dir`` must match. Always: the same
-    ``window_range`` and the same windows with the same domains and positions. Returns a short
-    description of what was checked.
+    Checks ``suite_token_hash_sha256`` where both reports carry it, and the reference: by its
+    content (``reference_identity_sha256``: the files' hashes over the compared windows, never the
+    manifest's time or the server's port, kldtui.formats.reference_identity) where both carry it,
+    else by the manifest's bytes (``reference_manifest_sha256``, older reports), else
+    ``reference_dir`` must match. Always: the same ``window_range`` and the same windows with the
+    same domains and positions. Returns a short description of what was checked.
     """
     a, b = as_report(a_doc, where_a), as_report(b_doc, where_b)
     checked = []
-    for key, what in (("suite_token_hash_sha256", "suites"), ("reference_manifest_sha256", "references")):
+    reference_key = "reference_identity_sha256" if a.reference_identity_sha256 and \
+        b.reference_identity_sha256 else "reference_manifest_sha256"
+    for key, what in (("suite_token_hash_sha256", "suites"), (reference_key, "references")):
         ha, hb = getattr(a, key), getattr(b, key)
         if ha and hb:
             if ha != hb:
                 raise BadInput(f"{where_a} and {where_b} come from different {what} ({key} "
                                f"{_short(ha)} vs {_short(hb)}); compare candidates against one reference")
             checked.append(key)
-    if "reference_manifest_sha256" not in checked:
+    if reference_key not in checked:
         ra, rb = a.reference_dir, b.reference_dir
         if ra and rb and os.path.normpath(str(ra)) != os.path.normpath(str(rb)):
             raise BadInput(f"{where_a} and {where_b} name different references (reference_dir {ra} vs {rb}) "

@@ -643,6 +643,9 @@ class ComparisonReport(_Part):
     report_format: str | None = None  # REPORT_FORMAT; None: the original comparator's report
     suite_token_hash_sha256: str | None = field(default=None, metadata=_KEEP_NULL)
     reference_manifest_sha256: str | None = field(default=None, metadata=_KEEP_NULL)
+    # the reference's content over the compared windows (kldtui.formats.reference_identity): what
+    # pairs two reports, whatever time or server port the reference manifest records
+    reference_identity_sha256: str | None = None
     vocab_size: int | None = None
     js_window_cluster_bootstrap: Bootstrap | None = None
     kl_candidate_to_reference: Stats | None = None
@@ -718,6 +721,7 @@ class ComparisonReport(_Part):
             report_format=fmt,
             suite_token_hash_sha256=o.opt_str("suite_token_hash_sha256"),
             reference_manifest_sha256=o.opt_str("reference_manifest_sha256"),
+            reference_identity_sha256=o.opt_str("reference_identity_sha256"),
             vocab_size=o.opt_int("vocab_size"),
             js_window_cluster_bootstrap=opt("js_window_cluster_bootstrap", Bootstrap.from_json),
             kl_candidate_to_reference=opt("kl_candidate_to_reference", Stats.from_json),

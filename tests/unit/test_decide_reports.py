@@ -303,7 +303,7 @@ def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
 
     res = paired_diff_files(pa, pb, samples=2000)
     assert "suite_token_hash_sha256" in res.pairing_checked
-    assert "reference_manifest_sha256" in res.pairing_checked
+    assert "reference_identity_sha256" in res.pairing_checked
     assert res.overall.outcome == "a_closer" and res.verdict.startswith("far is worse than candidate by")
     report_ci = json.loads(pa.read_text())["kl_window_cluster_bootstrap"]
     assert res.overall.mean_a == pytest.approx(report_ci["estimate"])

@@ -19,7 +19,8 @@ EXAMPLE = EXAMPLE_SUITE
 TOP_LEVEL = {"candidate_dir", "direction", "domains", "js", "js_window_cluster_bootstrap", "kl_by_position",
              "kl_by_reference_confidence", "kl_reference_to_candidate", "kl_window_cluster_bootstrap",
              "next_token", "per_window", "per_window_arrays", "positions", "provenance", "reference_dir",
-             "reference_manifest_sha256", "report_format", "suite_token_hash_sha256", "top1_agreement",
+             "reference_identity_sha256", "reference_manifest_sha256", "report_format",
+             "suite_token_hash_sha256", "top1_agreement",
              "infinite_kl",
              "topk_agreement", "vocab_size", "window_range", "windows"}
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from kldtui import __version__
 from kldtui.errors import BadInput
+from kldtui.formats.reference_identity import reference_identity_of
 from kldtui.formats.report_model import (
     REPORT_FORMAT,
     WINDOW_FIGURES,
@@ -59,7 +60,8 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
                  reference_dir: str | os.PathLike[str] = "", candidate_dir: str | os.PathLike[str] = "",
                  options: CompareOptions | None = None, window_range: Sequence[int] | None = None,
                  reference_manifest_sha256: str | None = None, suite_token_hash_sha256: str | None = None,
-                 verified: Verified | None = None, elapsed_seconds: float | None = None,
+                 reference_identity_sha256: str | None = None, verified: Verified | None = None,
+                 elapsed_seconds: float | None = None,
                  backend: str | None = None, threads: int | None = None,
                  command: str | None = None) -> ComparisonReport:
     """The report (docs/REPORT.md) from window results, in any order."""
@@ -81,6 +83,8 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     if reference_manifest_sha256 is None and reference_dir:
         with contextlib.suppress(OSError):
             reference_manifest_sha256 = manifest_sha256(logits_manifest_path(reference_dir))
+    if reference_identity_sha256 is None and reference_dir:
+        reference_identity_sha256 = reference_identity_of(reference_dir, idx)
     if window_range is None:
         stop = options.stop_window if options.stop_window is not None else idx[-1] + 1
         window_range = [min(options.start_window, idx[0]), max(stop, idx[-1] + 1)]
@@ -119,6 +123,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             window_range=(int(window_range[0]), int(window_range[1])),
             suite_token_hash_sha256=suite_token_hash_sha256,
             reference_manifest_sha256=reference_manifest_sha256,
+            reference_identity_sha256=reference_identity_sha256,
             vocab_size=int(res[0].vocab_size),
             per_window=[_window_entry(r, f, reverse, reported) for r, f in zip(res, figs, strict=True)],
             per_window_arrays=WindowTable(**columns, figures={fig.name: [f[fig.name] for f in figs]
