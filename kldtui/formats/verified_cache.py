@@ -67,6 +67,7 @@ def _untrusted_reason(folder: Path) -> str | None:
     return None
 
 
+MAX_RECORDS = 4096  # records kept before those of gone or changed files are pruned
 KEY_NAME = ".signing-key"
 KEY_BYTES = 32
 
@@ -221,4 +222,29 @@ class VerifiedCache:
                 write_json_atomic(self.path / name, entry)
             except OSError:
                 ok = False
+        if pending:
+            self.prune()
         return ok
+
+    def prune(self, keep: int = MAX_RECORDS) -> int:
+        """Above ``keep`` records, remove those of files that are gone or changed (one small file per
+        verified file would otherwise pile up); returns how many went."""
+        try:
+            names = [n for n in os.listdir(self.path) if n.endswith(".json")]
+        except OSError:
+            return 0
+        if len(names) <= keep:
+            return 0
+        removed = 0
+        for name in names:
+            try:
+                entry = json.loads(read_text(self.path / name, limit=4096, follow=False))
+                st = os.stat(str(entry["path"]))
+                current = self._name(st) == name and all(entry.get(k) == v for k, v in _identity(st).items())
+            except (OSError, ValueError, KeyError, TypeError):
+                current = False
+            if not current:
+                with contextlib.suppress(OSError):
+                    (self.path / name).unlink()
+                    removed += 1
+        return removed

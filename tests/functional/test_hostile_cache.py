@@ -88,3 +88,21 @@ def test_cache_entries_are_keyed_by_inode_and_change_time(tmp_path: Path, store:
     assert VerifiedCache(tmp_path).lookup(copy) is None  # same size and mtime, another inode
     os.chmod(f, 0o600)  # changes ctime only
     assert VerifiedCache(tmp_path).lookup(f) is None
+
+
+def test_records_of_gone_files_are_pruned(tmp_path: Path, store: Path) -> None:
+    import hashlib as _h
+
+    files = []
+    for i in range(6):
+        f = tmp_path / f"f{i}.bin"
+        f.write_bytes(bytes([i]) * 10)
+        files.append(f)
+    cache = VerifiedCache(tmp_path)
+    for f in files:
+        cache.record(f, _h.sha256(f.read_bytes()).hexdigest())
+    assert cache.save()
+    for f in files[:4]:
+        f.unlink()
+    assert cache.prune(keep=3) == 4
+    assert all(VerifiedCache(tmp_path).lookup(f) is not None for f in files[4:])
