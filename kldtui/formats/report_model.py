@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn, cast
 
 from kldtui.errors import BadInput
+from kldtui.formats.model_size import ModelSize
 
 REPORT_FORMAT = "kldtui-comparison-v1"
 STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
@@ -161,7 +162,7 @@ def _json_value(value: Any) -> Any:
     """JSON has no Inf or NaN: a non-finite float becomes null (as kldtui always wrote it)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if isinstance(value, _Part):
+    if isinstance(value, _Part | ModelSize):
         return value.to_json()
     if isinstance(value, list | tuple):
         return [_json_value(v) for v in value]
@@ -659,6 +660,8 @@ class ComparisonReport(_Part):
     noise_floor: NoiseFloorNote | None = None
     infinite_kl: InfiniteKL | None = None
     figures: dict[str, FigureSummary] | None = None  # registered per-row figures (kldtui.metrics.figures)
+    # the candidate's size and bits per weight (kldtui.formats.model_size), when known
+    candidate_size: ModelSize | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
     @property
@@ -738,6 +741,8 @@ class ComparisonReport(_Part):
             noise_floor=opt("noise_floor", NoiseFloorNote.from_json),
             infinite_kl=opt("infinite_kl", InfiniteKL.from_json),
             figures=figures,
+            candidate_size=(ModelSize.from_json(doc["candidate_size"], where)
+                            if doc.get("candidate_size") is not None else None),
             extra=o.rest(known),
         )
         check_figures(report, where)

@@ -30,6 +30,9 @@ from kldtui import bounds, capture_modes, settings
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 
+if typing.TYPE_CHECKING:
+    from kldtui.formats.model_size import ModelSize
+
 # A config field with this metadata is not a profile key (set by kldtui, not by the user).
 NOT_A_KEY = {"profile_key": False}
 
@@ -44,7 +47,36 @@ class ServerConfig:
     served_model_name: str = "candidate"
     request_timeout: float = 600.0  # seconds per capture request
     api_key_env: str | None = None  # the environment variable holding the server's API key
+    # The candidate's size, which the leaderboard and its exports show (kldtui.formats.model_size):
+    # measured from the headers of ``weights`` (a .safetensors or .gguf file or their folder;
+    # default: the kind's ``model`` when that is a local path), or as given here (any two of
+    # parameters, size_bytes, bits_per_weight; they win over measuring).
+    weights: Path | None = None
+    parameters: int | None = None
+    size_bytes: int | None = None
+    bits_per_weight: float | None = None
     label: str = field(default="profile: [candidate]", compare=False, metadata=NOT_A_KEY)
+
+    def weights_path(self) -> Path | None:
+        """The files to measure: ``weights``, else the kind's ``model`` field when it names a local
+        file or folder (a Hub model id does not)."""
+        if self.weights is not None:
+            return self.weights
+        model = getattr(self, "model", None)
+        if isinstance(model, str | Path) and str(model) and os.path.exists(model):
+            return Path(model)
+        return None
+
+    def model_size(self) -> ModelSize | None:
+        """The candidate's size: as given, else measured from :meth:`weights_path`; None when
+        neither is known. BadInput (one line, naming the profile) when the files cannot say."""
+        from kldtui.formats import model_size
+
+        if (self.parameters, self.size_bytes, self.bits_per_weight) != (None, None, None):
+            return model_size.given(parameters=self.parameters, size_bytes=self.size_bytes,
+                                    bits_per_weight=self.bits_per_weight, where=self.label)
+        path = self.weights_path()
+        return None if path is None else model_size.measure(path)
 
 
 # Seconds a server may take until it answers: a model of a trillion parameters loads for tens of

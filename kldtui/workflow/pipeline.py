@@ -545,7 +545,8 @@ class Pipeline:
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
                               reverse=cmp_.reverse, backend=choice.backend.option, threads=choice.threads,
-                              cuda_device=choice.cuda_device, mode=self.mode)
+                              cuda_device=choice.cuda_device, mode=self.mode,
+                              candidate_size=self.profile.candidate.model_size())
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""

@@ -37,6 +37,10 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
                         f"is missing); fetch them with `kldtui download REPO --local-dir "
                         f"{workspace.suite_dir}`, or set [reference] logits_dir to the folder holding them")
     problems += kind_of(profile.candidate).problems(profile.candidate)
+    try:  # the size is measured again at compare; a file that cannot say is said now, not then
+        profile.candidate.model_size()
+    except KldError as exc:
+        problems.append(str(exc))
     if not problems:
         disk = _disk_problem(profile, workspace)
         if disk:

@@ -17,6 +17,10 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     served_model_name = "Kimi-K3"
     request_timeout = 600.0        # seconds per capture request
     api_key_env = "VLLM_API_KEY"   # the variable holding the server's API key (optional)
+    weights = "/path/to/candidate" # the files whose headers give the candidate's size and bits
+                                   # per weight (default: the kind's model when it is a local path)
+    parameters = 8030261248        # ...or the size as given: any two of parameters, size_bytes,
+    size_bytes = 4920000000        # bits_per_weight (kldtui.formats.model_size)
     # ...and the kind's own keys: kind = "vllm": model, python, launcher, vllm_args, env, host,
     # port, startup_timeout (kldtui.servers.vllm); "embedded": model_seed, vocab_size, perturb,
     # max_num_batched_tokens, python, vllm_args, env, host, port, startup_timeout

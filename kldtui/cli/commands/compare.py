@@ -8,8 +8,12 @@ completed) and a summary to the terminal.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from kldtui.cli.output import OutputOptions, add_output_arguments
+
+if TYPE_CHECKING:
+    from kldtui.formats.model_size import ModelSize
 
 HELP = "compare a candidate's finalized logits with the reference (KL, JS, top-k, next-token, bootstrap)"
 
@@ -35,7 +39,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")
     parser.add_argument("--verify-sha256", action="store_true",
                         help="hash every logits file against its manifest first")
+    add_size_arguments(parser)
     add_output_arguments(parser)
+
+
+def add_size_arguments(parser: argparse.ArgumentParser) -> None:
+    size = parser.add_argument_group("candidate size (shown by the leaderboard and its exports)")
+    size.add_argument("--candidate-model", metavar="PATH",
+                      help="the candidate's weights: a .safetensors or .gguf file or their folder "
+                           "(headers only are read)")
+    size.add_argument("--candidate-parameters", type=int, metavar="N",
+                      help="the candidate's weights, counted")
+    size.add_argument("--candidate-size-bytes", type=int, metavar="BYTES", help="the candidate's size")
+    size.add_argument("--candidate-bits-per-weight", type=float, metavar="BPW")
+
+
+def candidate_size(args: argparse.Namespace) -> ModelSize | None:
+    """The ModelSize the size flags give (None without them)."""
+    from kldtui.errors import BadInput
+    from kldtui.formats import model_size
+
+    stated = (args.candidate_parameters, args.candidate_size_bytes, args.candidate_bits_per_weight)
+    if args.candidate_model is not None:
+        if any(v is not None for v in stated):
+            raise BadInput("--candidate-model measures the size; leave out --candidate-parameters, "
+                           "--candidate-size-bytes and --candidate-bits-per-weight (or give those alone)")
+        return model_size.measure(args.candidate_model)
+    if all(v is None for v in stated):
+        return None
+    return model_size.given(parameters=args.candidate_parameters, size_bytes=args.candidate_size_bytes,
+                            bits_per_weight=args.candidate_bits_per_weight, where="--candidate-*")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window,
                              bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed,
                              row_block=args.row_block, reverse=args.reverse, backend=args.backend,
-                             threads=args.threads, verify_sha256=args.verify_sha256)
+                             threads=args.threads, verify_sha256=args.verify_sha256,
+                             candidate_size=candidate_size(args))
     from kldtui.redact import redact_argv
 
     shown = redact_argv(sys.argv[1:])

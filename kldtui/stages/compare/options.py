@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kldtui.capture_modes import CaptureMode
+    from kldtui.formats.model_size import ModelSize
 
 
 @dataclass
@@ -24,6 +25,8 @@ class CompareOptions:
     # what the candidate folder holds (kldtui.capture_modes); None: the mode whose finalized
     # manifest is there (logits first)
     mode: CaptureMode | None = None
+    # the candidate's size and bits per weight, written into the report (kldtui.formats.model_size)
+    candidate_size: ModelSize | None = None
 
 
 __all__ = ["CompareOptions"]

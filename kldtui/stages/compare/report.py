@@ -134,6 +134,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             provenance=provenance,
             **_overall_figures(res, figs, reverse, samples, seed),
             figures=_figure_summaries(res, figs, reported, samples, seed),
+            candidate_size=options.candidate_size,
         )
 
 
