@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "diff": "diff",
     "noise": "noise",
     "leaderboard": "leaderboard",
+    "plot": "plot",
     "patch": "patch",
     "doctor": "doctor",
 }

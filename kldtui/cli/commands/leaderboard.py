@@ -17,6 +17,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decision_arguments(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the leaderboard as JSON (atomically)")
     parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    parser.add_argument("--format", choices=EXPORT_FORMATS, default=None,
+                        help="write the leaderboard for publishing instead of the table: a Markdown table "
+                             "for a model card, CSV, or llama.cpp perplexity's --kl-divergence statistics")
+    parser.add_argument("-o", "--output", metavar="FILE", help="with --format: write to FILE (atomically) "
+                                                               "instead of stdout")
+
+
+# kldtui.decide.exports.FORMATS (spelt here so `kldtui --help` imports no NumPy; a test ties them)
+EXPORT_FORMATS = ("markdown", "csv", "llama-cpp")
 
 
 def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
@@ -82,16 +91,23 @@ def print_rich(board: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.errors import BadInput
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
     check_output(args.json, [*args.reports, args.noise], "--json")
-    with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
+    if args.output is not None and args.format is None:
+        raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")
+    check_output(args.output, [*args.reports, args.noise, args.json], "--output")
+    outputs = [f for f in (args.json, args.output) if f]
+    with hold(files=outputs):  # a bad --json or --output path: refused before the work
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
                                        noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
-        if sys.stdout.isatty() and not args.plain:
+        if args.format is not None:
+            _export(board, args)
+        elif sys.stdout.isatty() and not args.plain:
             print_rich(board)
         else:
             print(format_plain(board))
@@ -99,3 +115,19 @@ def run(args: argparse.Namespace) -> int:
             write_json_atomic(args.json, board.to_dict())
             print(f"wrote {args.json}")
     return 0
+
+
+def _export(board: Any, args: argparse.Namespace) -> None:
+    """The leaderboard as --format says, to stdout or --output."""
+    from kldtui.decide.exports import export_table, render
+    from kldtui.formats.atomic import atomic_open
+    from kldtui.formats.report import load_report
+
+    reports = [load_report(p) for p in args.reports]
+    text = render(export_table(board, reports, paths=args.reports), args.format)
+    if args.output is None:
+        sys.stdout.write(text)
+        return
+    with atomic_open(args.output, "w") as out:
+        out.write(text)
+    print(f"wrote {args.output}", file=sys.stderr)

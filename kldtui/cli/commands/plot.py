@@ -1,0 +1,36 @@
+"""``kldtui plot REPORT... -o FILE.svg|FILE.png``: the leaderboard's charts as a file."""
+
+from __future__ import annotations
+
+import argparse
+
+from kldtui.cli.commands.diff import add_decision_arguments, check_decision_arguments
+
+HELP = ("chart comparison reports (same reference and suite) into an SVG or PNG: mean KL against size "
+        "with the Pareto front, per-window KL, per-domain KL (needs matplotlib: the 'plot' extra)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="comparison reports")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE.svg|FILE.png",
+                        help="the file to write (atomically); its suffix picks the format")
+    add_decision_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kldtui.decide.exports import export_table
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.decide.plots import write_plot
+    from kldtui.folder_lock import hold
+    from kldtui.formats.report import load_report
+    from kldtui.formats.safe_io import check_output
+
+    check_decision_arguments(args)
+    check_output(args.output, [*args.reports, args.noise], "--output")
+    with hold(files=[args.output]):
+        board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
+                                       noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
+        table = export_table(board, [load_report(p) for p in args.reports], paths=args.reports)
+        write_plot(table, args.output)
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,208 @@
+"""The leaderboard's charts as an SVG or PNG file (matplotlib, the optional ``plot`` extra).
+
+Three panels, from an :class:`~kldtui.decide.exports.ExportTable` (the same figures the exports
+print): mean KL against size with its 95 % interval as error bars and the Pareto front marked (no
+smaller candidate is closer), each candidate's per-window mean KL with its interval as a band,
+and the per-domain mean KL as bars with their intervals. :func:`chart_data` holds exactly what is
+drawn; the terminal charts (:mod:`kldtui.decide.text_charts`) draw the same data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kldtui.decide.exports import ExportTable
+from kldtui.errors import BadInput
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+PLOT_EXTRA = "plot"
+SUFFIXES = (".svg", ".png")
+MISSING = (f"kldtui plot needs matplotlib, the optional extra: pip install 'kldtui[{PLOT_EXTRA}]' "
+           "(or pip install matplotlib)")
+
+
+@dataclass(frozen=True)
+class SizePoint:
+    name: str
+    size_gib: float
+    bits_per_weight: float | None
+    mean: float
+    ci_low: float
+    ci_high: float
+    on_front: bool
+
+
+@dataclass(frozen=True)
+class WindowSeries:
+    name: str
+    window_index: list[int]
+    kl_mean: list[float]
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class DomainBar:
+    name: str
+    domain: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class ChartData:
+    sizes: list[SizePoint]
+    unsized: list[str]  # candidates without a known size (left out of the first panel)
+    windows: list[WindowSeries]
+    domains: list[DomainBar]
+    domain_names: list[str]
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
+    """For (size, KL) points: True where no other point is at most as large and strictly closer,
+    or strictly smaller and at most as far (the candidates worth their size)."""
+    out = []
+    for i, (s, k) in enumerate(points):
+        dominated = any(j != i and s2 <= s and k2 <= k and (s2 < s or k2 < k)
+                        for j, (s2, k2) in enumerate(points))
+        out.append(not dominated)
+    return out
+
+
+def chart_data(table: ExportTable) -> ChartData:
+    sized = [(r, r.size.size_bytes) for r in table.rows
+             if r.size is not None and r.size.size_bytes is not None]
+    front = pareto_front([(float(b), r.mean) for r, b in sized])
+    sizes = [SizePoint(r.name, b / 2**30, r.size.bits_per_weight if r.size else None, r.mean, r.ci_low,
+                       r.ci_high, f) for (r, b), f in zip(sized, front, strict=True)]
+    windows = []
+    for r in table.rows:
+        t = r.report.window_table()
+        windows.append(WindowSeries(r.name, list(t.window_index), [float(v) for v in t.kl_mean], r.mean,
+                                    r.ci_low, r.ci_high))
+    domains = [DomainBar(r.name, d, b.estimate, b.ci95_low, b.ci95_high)
+               for r in table.rows for d, b in r.report.domains.items()]
+    unsized = [r.name for r in table.rows if all(r is not x for x, _ in sized)]
+    return ChartData(sizes=sizes, unsized=unsized, windows=windows, domains=domains,
+                     domain_names=table.domains)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise BadInput(MISSING) from None
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure(table: ExportTable) -> Figure:
+    """The three panels on one figure (nothing written)."""
+    plt = _pyplot()
+    data = chart_data(table)
+    fig, (ax_size, ax_win, ax_dom) = plt.subplots(3, 1, figsize=(9.0, 13.0), layout="constrained")
+    fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, {table.windows} windows; "
+                 "lower is closer", fontsize=11)
+    _size_panel(ax_size, data)
+    _window_panel(ax_win, data)
+    _domain_panel(ax_dom, data)
+    return fig  # type: ignore[no-any-return]
+
+
+def _spread(mid: list[float], low: list[float], high: list[float]) -> list[list[float]]:
+    """Error-bar lengths below and above (an interval that does not hold its estimate: none there)."""
+    return [[max(m - lo, 0.0) for m, lo in zip(mid, low, strict=True)],
+            [max(hi - m, 0.0) for m, hi in zip(mid, high, strict=True)]]
+
+
+def _size_panel(ax: Any, data: ChartData) -> None:
+    ax.set_title("mean KL against size (95 % intervals; Pareto front: no smaller candidate is closer)",
+                 fontsize=9)
+    ax.set_xlabel("size (GiB)")
+    ax.set_ylabel("mean KL (nats)")
+    if not data.sizes:
+        ax.text(0.5, 0.5, "no candidate has a known size (give the weights or the size: "
+                "kldtui compare --candidate-model)", ha="center", va="center", transform=ax.transAxes,
+                fontsize=8)
+        return
+    for p in data.sizes:
+        ax.errorbar([p.size_gib], [p.mean], yerr=_spread([p.mean], [p.ci_low], [p.ci_high]), fmt="o",
+                    capsize=3, color="tab:red" if p.on_front else "tab:blue", gid=f"size-point-{p.name}")
+        label = p.name if p.bits_per_weight is None else f"{p.name} ({p.bits_per_weight:.2f} bpw)"
+        ax.annotate(label, (p.size_gib, p.mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    front = sorted((p for p in data.sizes if p.on_front), key=lambda p: p.size_gib)
+    if len(front) > 1:
+        ax.plot([p.size_gib for p in front], [p.mean for p in front], "--", color="tab:red", linewidth=1,
+                label="Pareto front", gid="pareto-front")
+        ax.legend(fontsize=7)
+    if data.unsized:
+        ax.text(0.99, 0.01, f"without a size, not shown: {', '.join(data.unsized)}", ha="right",
+                va="bottom", transform=ax.transAxes, fontsize=7)
+    if all(p.ci_low > 0 for p in data.sizes):
+        ax.set_yscale("log")
+
+
+def _window_panel(ax: Any, data: ChartData) -> None:
+    ax.set_title("mean KL per window (band: the candidate's 95 % interval of the mean)", fontsize=9)
+    ax.set_xlabel("window")
+    ax.set_ylabel("mean KL (nats)")
+    for s in data.windows:
+        (line,) = ax.plot(s.window_index, s.kl_mean, marker=".", linewidth=1, label=s.name,
+                          gid=f"window-series-{s.name}")
+        if s.window_index:
+            ax.fill_between([min(s.window_index), max(s.window_index)], [s.ci_low] * 2, [s.ci_high] * 2,
+                            color=line.get_color(), alpha=0.15, gid=f"window-band-{s.name}")
+    ax.legend(fontsize=7)
+
+
+def _domain_panel(ax: Any, data: ChartData) -> None:
+    ax.set_title("mean KL per domain (95 % intervals, windows resampled)", fontsize=9)
+    ax.set_ylabel("mean KL (nats)")
+    names = list(dict.fromkeys(b.name for b in data.domains))
+    if not names:
+        return
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        bars = [b for b in data.domains if b.name == name]
+        xs = [data.domain_names.index(b.domain) + (k - (len(names) - 1) / 2) * width for b in bars]
+        ax.bar(xs, [b.estimate for b in bars], width=width, label=name,
+               yerr=_spread([b.estimate for b in bars], [b.ci_low for b in bars], [b.ci_high for b in bars]),
+               capsize=2, gid=f"domain-bars-{name}")
+    ax.set_xticks(range(len(data.domain_names)), data.domain_names)
+    ax.legend(fontsize=7)
+
+
+def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
+    """The charts to ``path`` (.svg or .png), atomically."""
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES:
+        raise BadInput(f"{p}: the plot's file name must end in .svg or .png")
+    if not p.parent.is_dir():
+        raise BadInput(f"{p}: folder {p.parent} does not exist; create it first")
+    plt = _pyplot()
+    import matplotlib
+
+    from kldtui.formats.atomic import atomic_open
+
+    fig = figure(table)
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": "kldtui", "svg.fonttype": "none"}), atomic_open(p) as out:
+            # no creation date: the same reports give the same file
+            metadata = {"Date": None} if p.suffix.lower() == ".svg" else {"Software": "kldtui"}
+            fig.savefig(out, format=p.suffix.lower()[1:], dpi=100, metadata=metadata)
+    finally:
+        plt.close(fig)
+    return p
+
+
+__all__ = ["MISSING", "PLOT_EXTRA", "SUFFIXES", "ChartData", "DomainBar", "SizePoint", "WindowSeries",
+           "chart_data", "figure", "pareto_front", "write_plot"]

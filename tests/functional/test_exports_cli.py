@@ -1,0 +1,203 @@
+"""``kldtui leaderboard --format`` and ``kldtui plot``: the exports read back, every number the
+report JSON's."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import struct
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kldtui.cli.commands.leaderboard import EXPORT_FORMATS
+from kldtui.cli.main import main
+from kldtui.decide.exports import CSV_COLUMNS, FORMATS, MARKDOWN_HEADERS, export_table
+from kldtui.decide.leaderboard import leaderboard_from_files
+from kldtui.decide.plots import chart_data
+from kldtui.formats.report import load_report
+from tests.fixtures_exports import CANDIDATES, PARAMETERS, make_reports
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return make_reports(tmp_path_factory.mktemp("exports"))
+
+
+def _json(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def _close(text: str, value: float | None, digits: int = 4) -> bool:
+    """``text`` is ``value`` as printed with ``digits`` significant digits."""
+    if value is None:
+        return text == "-"
+    return math.isclose(float(text), value, rel_tol=0.5 * 10 ** (1 - digits), abs_tol=1e-300)
+
+
+def _export(reports: list[Path], fmt: str, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    capsys.readouterr()
+    assert main(["leaderboard", *map(str, reports), "--format", fmt, *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_cli_formats_are_the_exporters() -> None:
+    assert EXPORT_FORMATS == FORMATS
+
+
+def test_markdown_table_numbers_are_the_reports(reports: list[Path],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    text = _export(reports, "markdown", capsys)
+    lines = text.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:len(MARKDOWN_HEADERS)] == MARKDOWN_HEADERS
+    assert header[-4:] == ["KL prose", "KL code", "KL instruction", "verdict"]
+    assert set(lines[1].replace("|", "").replace("-", "").replace(":", "")) == set()
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+            for line in lines[2:2 + len(reports)]]
+    by_name = {p.stem: _json(p) for p in reports}
+    assert [r["candidate"] for r in rows] == [c[0] for c in CANDIDATES[:3]] + ["q2_k"]
+    assert rows[0]["verdict"] == "best" and rows[-1]["verdict"] == "further than best"
+    for r in rows:
+        doc = by_name[r["candidate"]]
+        kl = doc["kl_reference_to_candidate"]
+        boot = doc["kl_window_cluster_bootstrap"]
+        assert _close(r["mean KL"], boot["estimate"])
+        low, high = r["95% interval"].strip("[]").split(", ")
+        assert _close(low, boot["ci95_low"]) and _close(high, boot["ci95_high"])
+        for col, key in (("median KL", "median"), ("p99 KL", "p99"), ("p99.9 KL", "p99_9"),
+                         ("max KL", "max")):
+            assert _close(r[col], kl[key]), col
+        assert _close(r["RMS Δp %"], 100 * doc["next_token"]["delta_p"]["rms"])
+        assert _close(r["same top-1 %"], 100 * doc["top1_agreement"], 5)
+        assert _close(r["top-1 agreement"], doc["topk_agreement"]["1"], 5)
+        assert _close(r["PPL ratio"], doc["next_token"]["perplexity_ratio"], 5)
+        for d in ("prose", "code", "instruction"):
+            assert _close(r[f"KL {d}"], doc["domains"][d]["estimate"])
+        size = doc["candidate_size"]
+        assert r["bpw"] == f"{size['bits_per_weight']:.3f}" and r["parameters"] == "8.03 B"
+    footer = "\n".join(lines[2 + len(reports):])
+    first = by_name["q8_0"]
+    assert "mean over 12 windows x 32 positions" in footer
+    assert first["suite_token_hash_sha256"][:12] in footer
+    assert first["reference_identity_sha256"][:12] in footer
+    assert f"kldtui {first['provenance']['kldtui_version']}" in footer
+
+
+def test_csv_reads_back_to_the_reports_numbers(reports: list[Path],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    rows = list(csv.DictReader(io.StringIO(_export(reports, "csv", capsys))))
+    assert list(rows[0])[:len(CSV_COLUMNS)] == CSV_COLUMNS
+    assert len(rows) == len(reports)
+    for r in rows:
+        doc = _json(Path(r["report"]))
+        kl = doc["kl_reference_to_candidate"]
+        boot = doc["kl_window_cluster_bootstrap"]
+        assert float(r["kl_mean"]) == boot["estimate"]
+        assert (float(r["kl_ci95_low"]), float(r["kl_ci95_high"])) == (boot["ci95_low"], boot["ci95_high"])
+        for key in ("median", "p99", "p99_9", "max"):
+            assert float(r[f"kl_{key}"]) == kl[key]
+        assert float(r["rms_delta_p_percent"]) == 100 * doc["next_token"]["delta_p"]["rms"]
+        assert float(r["same_top_p_percent"]) == 100 * doc["top1_agreement"]
+        assert float(r["perplexity_ratio"]) == doc["next_token"]["perplexity_ratio"]
+        assert int(r["parameters"]) == PARAMETERS == doc["candidate_size"]["parameters"]
+        assert int(r["size_bytes"]) == doc["candidate_size"]["tensor_bytes"]
+        assert float(r["bits_per_weight"]) == doc["candidate_size"]["bits_per_weight"]
+        assert r["reference_identity_sha256"] == doc["reference_identity_sha256"]
+        assert int(r["windows"]) == doc["windows"] and int(r["positions"]) == doc["positions"]
+        for d in ("prose", "code", "instruction"):
+            assert float(r[f"kl_mean_{d}"]) == doc["domains"][d]["estimate"]
+
+
+LLAMA_LINE = re.compile(r"^(?P<label>[^:]+?)\s*: *(?P<value>-?[\d.]+)(?: ± *(?P<unc>[\d.]+))? ?%?$")
+
+
+def test_llama_cpp_block_has_llamas_layout_and_the_reports_numbers(
+        reports: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    text = _export(reports, "llama-cpp", capsys)
+    blocks = text.split("# kldtui: ")[1:]
+    assert [b.split(" ", 1)[0] for b in blocks] == ["q8_0", "q4_k_m", "q4_0", "q2_k"]
+    for block in blocks:
+        doc = _json(reports[[p.stem for p in reports].index(block.split(" ", 1)[0])])
+        lines = block.splitlines()[1:]
+        assert lines[0] == "====== Perplexity statistics ======"
+        assert "====== KL divergence statistics ======" in lines
+        assert "====== Token probability statistics ======" in lines
+        values = {}
+        for line in lines:
+            m = LLAMA_LINE.match(line)
+            if m:
+                values[m["label"]] = (float(m["value"]), m["unc"] and float(m["unc"]))
+        kl = doc["kl_reference_to_candidate"]
+        nt = doc["next_token"]
+        # llama.cpp's formats: %10.6f for KLD (labels padded as it pads them)
+        assert re.search(r"^Mean    KLD: [ \d.]{10} ± [ \d.]{10}$", block, re.M)
+        assert abs(values["Mean    KLD"][0] - kl["mean"]) <= 5e-7
+        assert abs(values["Mean    KLD"][1] - doc["kl_window_cluster_bootstrap"]["standard_error"]) <= 5e-7
+        for label, key in (("Maximum KLD", "max"), ("99.9%   KLD", "p99_9"), ("99.0%   KLD", "p99"),
+                           ("Median  KLD", "median"), ("Minimum KLD", "min")):
+            assert abs(values[label][0] - kl[key]) <= 5e-7, label
+        assert abs(values["Mean PPL(Q)/PPL(base)"][0] - nt["perplexity_ratio"]) <= 5e-7
+        assert abs(values["Mean PPL(Q)"][0] - nt["perplexity_candidate"]) <= 5e-7
+        assert abs(values["RMS Δp"][0] - 100 * nt["delta_p"]["rms"]) <= 5e-4
+        p = doc["top1_agreement"]
+        same, unc = values["Same top p"]
+        assert abs(same - 100 * p) <= 5e-4
+        assert abs(unc - 100 * math.sqrt(p * (1 - p) / (doc["positions"] - 1))) <= 5e-4
+        assert re.search(r"^Same top p: [ \d.]{6} ± [ \d.]{5} %$", block, re.M)
+
+
+def test_export_to_a_file_and_refusals(reports: list[Path], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "board.md"
+    assert main(["leaderboard", *map(str, reports), "--format", "markdown", "-o", str(out)]) == 0
+    assert out.read_text() == _export(reports, "markdown", capsys)
+    assert main(["leaderboard", *map(str, reports), "-o", str(tmp_path / "x.md")]) == 2
+    assert "give --format" in capsys.readouterr().err
+    assert main(["leaderboard", *map(str, reports), "--format", "csv", "-o", str(reports[0])]) == 2
+    assert "is an input of this command" in capsys.readouterr().err
+
+
+def test_plot_svg_and_png_are_real_files_of_the_reports(reports: list[Path], tmp_path: Path) -> None:
+    svg, png = tmp_path / "board.svg", tmp_path / "board.png"
+    assert main(["plot", *map(str, reports), "-o", str(svg)]) == 0
+    assert main(["plot", *map(str, reports), "-o", str(png)]) == 0
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    ids = {el.get("id") for el in root.iter() if el.get("id")}
+    for name, _, _ in CANDIDATES:
+        assert {f"size-point-{name}", f"window-series-{name}", f"domain-bars-{name}"} <= ids
+    assert "pareto-front" in ids
+    text = " ".join(t for el in root.iter() for t in [el.text] if t)
+    assert "mean KL against size" in text and "q4_k_m (4.90 bpw)" in text
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    assert struct.unpack(">II", head[16:24]) == (900, 1300)  # 9 x 13 inches at 100 dpi
+    # the drawn numbers are the reports'
+    board = leaderboard_from_files(reports, samples=2000)
+    data = chart_data(export_table(board, [load_report(p) for p in reports], paths=reports))
+    for point in data.sizes:
+        doc = _json(reports[[p.stem for p in reports].index(point.name)])
+        assert point.mean == doc["kl_window_cluster_bootstrap"]["estimate"]
+        assert point.size_gib == doc["candidate_size"]["tensor_bytes"] / 2**30
+    assert all(p.on_front for p in data.sizes)  # each smaller candidate is further: all worth their size
+    for series in data.windows:
+        doc = _json(reports[[p.stem for p in reports].index(series.name)])
+        assert series.kl_mean == doc["per_window_arrays"]["kl_mean"]
+
+
+def test_plot_without_matplotlib_names_the_extra(reports: list[Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert main(["plot", *map(str, reports), "-o", str(tmp_path / "x.svg")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "kldtui[plot]" in err and "\n" not in err
+    assert not (tmp_path / "x.svg").exists()
