@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Footer, Header, Static
 
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.tui.resultdata import ResultData, result_from_report
-from kldtui.tui.screens.board import BoardScreen
-from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
+from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
+from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
+from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
+
+if TYPE_CHECKING:
+    from kldtui.decide.plots import ChartData
 
 SINGLE_KEYS_HELP = """\
 [b]Viewer (one report)[/b]
@@ -26,6 +30,7 @@ BOARD_KEYS_HELP = """\
   Enter    open the selected report (Esc: back)
   space    mark a row; with two marked, d shows their difference
   d        per-window difference of the two marked reports
+  c        charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot draws them)
 """
 
 
@@ -33,6 +38,7 @@ class ViewerScreen(BoardScreen):
     BINDINGS: ClassVar[list[Binding]] = [  # type: ignore[assignment]
         Binding("d", "diff", "diff", show=False),
         Binding("space", "mark", "mark", show=False),
+        Binding("c", "charts", "charts", show=False),
     ]
 
     def __init__(self, report_paths: list[Path]) -> None:
@@ -49,16 +55,18 @@ class ViewerScreen(BoardScreen):
                 yield Static("loading reports…", id="board-note")
                 yield LeaderboardTable(id="board")
                 yield DiffPane(id="diffpane")
+                yield BoardCharts(id="charts")
         yield Footer()
 
     def on_mount(self) -> None:
         self.app.sub_title = "viewer"
         if not self.single:
             self.query_one("#diffpane", DiffPane).display = False
+            self.query_one("#charts", BoardCharts).display = False
         self.load_reports()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("mark", "diff") and self.single:
+        if action in ("mark", "diff", "charts") and self.single:
             return False
         return True
 
@@ -84,3 +92,32 @@ class ViewerScreen(BoardScreen):
                    ties: dict[str, str], note: str) -> None:
         super().show_board(results, reports, ties, note)
         self.query_one("#board", LeaderboardTable).focus()
+
+    def show_diff(self, text: str, bars: list[WindowBar]) -> None:
+        self.query_one("#charts", BoardCharts).display = False
+        super().show_diff(text, bars)
+
+    def action_charts(self) -> None:
+        self._charts()
+
+    @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="charts")
+    def _charts(self) -> None:
+        """The data kldtui plot draws, from the reports on the board."""
+        from kldtui.decide.exports import export_table
+        from kldtui.decide.leaderboard import build_leaderboard
+        from kldtui.decide.plots import chart_data
+
+        names = [r.name for r in self.results]
+        try:
+            board = build_leaderboard(self.reports, names=names)
+            data = chart_data(export_table(board, self.reports, names=names))
+        except Exception as exc:  # noqa: BLE001 - one line (reports of other suites do not chart together)
+            self.app.call_from_thread(self.notify, str(exc), title="charts", severity="error", timeout=10)
+            return
+        self.app.call_from_thread(self.show_charts, data)
+
+    def show_charts(self, data: ChartData) -> None:
+        self.query_one("#diffpane", DiffPane).display = False
+        pane = self.query_one("#charts", BoardCharts)
+        pane.display = True
+        pane.show(data)

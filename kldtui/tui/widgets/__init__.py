@@ -6,6 +6,7 @@ literals in the widgets.
 
 from __future__ import annotations
 
+from kldtui.tui.widgets.board_charts import BoardCharts
 from kldtui.tui.widgets.diff_pane import DiffPane
 from kldtui.tui.widgets.kl_chart import KLChart
 from kldtui.tui.widgets.leaderboard import LeaderboardTable
@@ -15,5 +16,5 @@ from kldtui.tui.widgets.result_pane import ResultPane
 from kldtui.tui.widgets.stage_rail import StageBox, StageRail
 from kldtui.tui.widgets.window_grid import WindowGrid
 
-__all__ = ["DiffPane", "KLChart", "LeaderboardTable", "LogView", "ProgressPanel", "ResultPane", "StageBox",
-           "StageRail", "WindowGrid"]
+__all__ = ["BoardCharts", "DiffPane", "KLChart", "LeaderboardTable", "LogView", "ProgressPanel", "ResultPane",
+           "StageBox", "StageRail", "WindowGrid"]

@@ -1,0 +1,121 @@
+"""The leaderboard's charts in the terminal: the data ``kldtui plot`` draws
+(:func:`kldtui.decide.plots.chart_data`), as text.
+
+Three charts, one axis each for every candidate: mean KL against size (candidates by size, each
+with its 95 % interval on a shared KL axis, ◆ on the Pareto front), per-window mean KL (one row of
+block heights per candidate, shared scale, its interval said beside it), and per-domain mean KL
+(bars with their intervals).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from kldtui.decide.plots import ChartData
+
+LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def _g(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def _axis_pos(value: float, low: float, high: float, width: int, log: bool) -> int:
+    if log:
+        value, low, high = (math.log10(max(v, 1e-300)) for v in (value, low, high))
+    span = high - low
+    if span <= 0 or not math.isfinite(span):
+        return width // 2
+    return int(round((min(max(value, low), high) - low) / span * (width - 1)))
+
+
+def _interval(mean: float, low: float, high: float, lo: float, hi: float, width: int, log: bool) -> str:
+    cells = [" "] * width
+    a, m, b = (_axis_pos(v, lo, hi, width, log) for v in (low, mean, high))
+    for k in range(a, b + 1):
+        cells[k] = "─"
+    cells[a], cells[b] = "├", "┤"
+    cells[m] = "●"
+    return "".join(cells)
+
+
+def render_charts(data: ChartData, width: int = 100) -> Text:
+    """The three charts as one text, fitted to ``width`` columns."""
+    text = Text(no_wrap=True, overflow="crop")
+    names = [s.name for s in data.windows]
+    label = min(max((len(n) for n in names), default=8), 24)
+    # -- KL against size ---------------------------------------------------------------------------
+    text.append("mean KL against size", style="bold")
+    text.append("  ● mean ├─┤ 95 % interval, log axis\n", style="dim")
+    text.append("◆ on the Pareto front: no smaller candidate is closer\n", style="dim")
+    if data.sizes:
+        lo = min((p.ci_low for p in data.sizes if p.ci_low > 0), default=0.0)
+        hi = max(p.ci_high for p in data.sizes)
+        log = lo > 0
+        prefix = label + 25  # name, size, bits per weight, front mark
+        bar = max(10, width - prefix - 11)
+        for p in sorted(data.sizes, key=lambda p: p.size_gib):
+            bpw = f"{p.bits_per_weight:5.2f} bpw" if p.bits_per_weight is not None else " " * 9
+            text.append(f"{p.name[:label]:<{label}} {p.size_gib:7.2f} GiB {bpw} ")
+            text.append("◆ " if p.on_front else "  ", style="bold")
+            text.append(_interval(p.mean, p.ci_low, p.ci_high, lo, hi, bar, log))
+            text.append(f" {_g(p.mean)}\n")
+        ends = f"{_g(lo)}{_g(hi):>{max(1, bar - len(_g(lo)))}}"
+        text.append(f"{'':<{prefix}}{ends}\n", style="dim")
+    else:
+        text.append("no candidate has a known size (kldtui compare --candidate-model, or size keys in "
+                    "the profile)\n", style="dim")
+    if data.unsized and data.sizes:
+        text.append(f"without a size, not shown: {', '.join(data.unsized)}\n", style="dim")
+    # -- per window --------------------------------------------------------------------------------
+    text.append("\nmean KL per window", style="bold")
+    top = max((v for s in data.windows for v in s.kl_mean if math.isfinite(v)), default=0.0)
+    text.append(f"  blocks: 0 to {_g(top)}, one scale\n", style="dim")
+    cols = max(4, width - label - 36)
+    longest = max((len(s.kl_mean) for s in data.windows), default=0)
+    if longest > cols:
+        text.append(f"the last {cols} of {longest} windows (wider terminal: more)\n", style="dim")
+    for s in data.windows:
+        values = s.kl_mean[-cols:]
+        spark = "".join(LEVELS[min(7, int(v / top * 8))] if top > 0 and math.isfinite(v) else "?"
+                        for v in values)
+        text.append(f"{s.name[:label]:<{label}} {spark} ")
+        text.append(f"{_g(s.mean)} [{_g(s.ci_low)}, {_g(s.ci_high)}]\n", style="dim")
+    # -- per domain --------------------------------------------------------------------------------
+    if data.domains:
+        text.append("\nmean KL per domain", style="bold")
+        text.append("  █ mean ├─┤ 95 % interval\n", style="dim")
+        dhi = max(b.ci_high for b in data.domains)
+        bar = max(10, width - label - 14)
+        for domain in data.domain_names:
+            text.append(f"{domain}\n", style="italic")
+            for b in (b for b in data.domains if b.domain == domain):
+                cells = list(_interval(b.estimate, b.ci_low, b.ci_high, 0.0, dhi, bar, False))
+                filled = _axis_pos(b.estimate, 0.0, dhi, bar, False)
+                for k in range(filled):
+                    if cells[k] in " ─":
+                        cells[k] = "█"
+                text.append(f"  {b.name[:label]:<{label}} {''.join(cells)} {_g(b.estimate)}\n")
+    return text
+
+
+class BoardCharts(VerticalScroll):
+    """The viewer's charts pane (key c in a leaderboard)."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("charts: loading…", id="charts-text")
+
+    def show(self, data: ChartData) -> None:
+        self.data = data
+        self.query_one("#charts-text", Static).update(render_charts(data, max(60, self.size.width - 2)))
+
+    def on_resize(self) -> None:
+        if getattr(self, "data", None) is not None:
+            self.show(self.data)

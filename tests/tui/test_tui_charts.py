@@ -1,0 +1,65 @@
+"""The viewer's charts (key c): the data kldtui plot draws, as text, with the reports' numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from kldtui.decide.exports import export_table
+from kldtui.decide.leaderboard import leaderboard_from_files
+from kldtui.decide.plots import chart_data
+from kldtui.formats.report import load_report
+from kldtui.tui.app import create_app
+from kldtui.tui.widgets import BoardCharts, DiffPane
+from kldtui.tui.widgets.board_charts import render_charts
+from tests.fixtures_exports import make_reports
+from tests.fixtures_tui import settle, sync, until
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return make_reports(tmp_path_factory.mktemp("charts"))
+
+
+def _g(v: float) -> str:
+    return f"{v:.4g}"
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+def test_text_charts_fit_their_width_and_say_the_reports_numbers(reports: list[Path], width: int) -> None:
+    board = leaderboard_from_files(reports, samples=2000)
+    data = chart_data(export_table(board, [load_report(p) for p in reports], paths=reports))
+    text = render_charts(data, width).plain
+    assert all(len(line) <= width for line in text.splitlines()), width
+    for p in reports:
+        doc = json.loads(p.read_text())
+        boot = doc["kl_window_cluster_bootstrap"]
+        assert _g(boot["estimate"]) in text
+        assert f"[{_g(boot['ci95_low'])}, {_g(boot['ci95_high'])}]" in text
+        for d, b in doc["domains"].items():
+            assert f"{p.stem} " in text and _g(b["estimate"]) in text, d
+    size_rows = [line for line in text.splitlines() if " GiB " in line]
+    assert [row.split()[0] for row in size_rows] == ["q2_k", "q4_0", "q4_k_m", "q8_0"]  # by size
+    assert all("◆" in row for row in size_rows)  # each smaller candidate is further: all on the front
+
+
+@sync
+async def test_viewer_c_shows_the_charts_and_d_the_difference(reports: list[Path], tmp_path: Path) -> None:
+    app = create_app(reports=reports, config_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        charts = app.query_one("#charts", BoardCharts)
+        assert not charts.display
+        await pilot.press("c")
+        await settle(app, pilot)
+        await until(pilot, lambda: charts.display, "the charts pane")
+        text = str(app.query_one("#charts-text", Static).render())
+        for title in ("mean KL against size", "mean KL per window", "mean KL per domain"):
+            assert title in text
+        assert "q2_k" in text and "3.17 bpw" in text
+        await pilot.press("space", "down", "space", "d")
+        await settle(app, pilot)
+        assert app.query_one("#diffpane", DiffPane).display and not charts.display
