@@ -16,12 +16,17 @@ import io
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from kldtui.decide.leaderboard import Leaderboard, LeaderboardRow
+from kldtui.decide.windows_needed import UNRESOLVED, WindowsNeeded, for_reports
 from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize, format_bytes, format_count
 from kldtui.formats.report_model import ComparisonReport
+
+if TYPE_CHECKING:
+    from kldtui.decide.noise import NoiseFloor
 
 VERDICTS = {"a_closer": "further than best", "within_noise": "tied (within noise)",
             "indistinguishable": "tied", "too_few_windows": "no verdict (too few windows)",
@@ -52,6 +57,9 @@ class ExportRow:
     positions: int
     report: ComparisonReport = field(repr=False)
     path: str | None = None
+    outcome: str | None = None  # the verdict's outcome against the best (None for the best)
+    # for a difference from the best the verdict leaves unresolved: the windows that would resolve it
+    windows_needed: WindowsNeeded | None = None
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,12 @@ def _top1(report: ComparisonReport) -> float | None:
 
 def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
                  names: Sequence[str] | None = None,
-                 paths: Sequence[str | os.PathLike[str] | None] | None = None) -> ExportTable:
+                 paths: Sequence[str | os.PathLike[str] | None] | None = None,
+                 noise: NoiseFloor | None = None) -> ExportTable:
     """``board``'s rows with their reports' figures. Rows find their report by path (the
-    leaderboard of files) or by name (``names``, as given to ``build_leaderboard``)."""
+    leaderboard of files) or by name (``names``, as given to ``build_leaderboard``). A row whose
+    difference from the best is not resolved says how many windows would resolve it
+    (:mod:`kldtui.decide.windows_needed`, against ``noise``: the floor the board was built with)."""
     path_list = [None if p is None else str(p) for p in (paths or [None] * len(reports))]
     by_path = {p: r for p, r in zip(path_list, reports, strict=True) if p is not None}
     by_name = dict(zip(names, reports, strict=True)) if names is not None else {}
@@ -120,7 +131,11 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
             rms_delta_p=_rms_delta_p(report), same_top_p=_same_top_p(report), top1_agreement=_top1(report),
             perplexity_ratio=nt.perplexity_ratio if nt is not None else None,
             domains={d: b.estimate for d, b in report.domains.items()}, size=report.candidate_size,
-            windows=report.windows, positions=report.positions, report=report, path=row.path))
+            windows=report.windows, positions=report.positions, report=report, path=row.path,
+            outcome=row.outcome_vs_best))
+    pairs = len(rows) * (len(rows) - 1) // 2  # the leaderboard's Holm family: every pair
+    rows = [replace(r, windows_needed=for_reports(rows[0].report, r.report, noise, comparisons=max(1, pairs)))
+            if r.rank > 1 and r.outcome in UNRESOLVED else r for r in rows]
     domains = list(dict.fromkeys(d for r in rows for d in r.domains))
     first = rows[0].report if rows else None
     versions = sorted({r.report.provenance.kldtui_version for r in rows if r.report.provenance is not None})
@@ -183,19 +198,29 @@ def to_markdown(table: ExportTable) -> str:
         cells = [str(r.rank), _md_escape(r.name), size, params, bpw, _g(r.mean),
                  f"[{_g(r.ci_low)}, {_g(r.ci_high)}]", _g(r.median), _g(r.p99), _g(r.p99_9), _g(r.max),
                  _g(r.rms_delta_p), _g(r.same_top_p, 5), _g(r.top1_agreement, 5), _g(r.perplexity_ratio, 5)]
-        cells += [_g(r.domains.get(d)) for d in table.domains] + [r.verdict]
+        cells += [_g(r.domains.get(d)) for d in table.domains] + [_verdict_cell(r)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"<sub>{line}</sub>  " for line in how_measured(table)]
     lines += [f"<sub>note: {_md_escape(n)}</sub>  " for n in table.notes]
+    lines += [f"<sub>{_md_escape(line)}</sub>  " for line in windows_lines(table)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _verdict_cell(row: ExportRow) -> str:
+    """The verdict, and for an unresolved one the windows that would resolve it."""
+    need = row.windows_needed
+    if need is None or need.windows is None:
+        return row.verdict
+    return f"{row.verdict} (~{need.windows} windows to resolve)"
 
 
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-CSV_COLUMNS = ["rank", "candidate", "verdict", "size_bytes", "parameters", "bits_per_weight", "size_source",
+CSV_COLUMNS = ["rank", "candidate", "verdict", "windows_to_resolve", "size_bytes", "parameters",
+               "bits_per_weight", "size_source",
                "kl_mean", "kl_ci95_low", "kl_ci95_high", "kl_median", "kl_p99", "kl_p99_9", "kl_max",
                "rms_delta_p_percent", "same_top_p_percent", "top1_agreement", "perplexity_ratio", "windows",
                "positions", "suite_token_hash_sha256", "reference_identity_sha256", "kldtui_version",
@@ -218,7 +243,8 @@ def to_csv(table: ExportTable) -> str:
         s = r.size
         prov = r.report.provenance
         writer.writerow([
-            r.rank, r.name, r.verdict, _num(s.size_bytes if s else None), _num(s.parameters if s else None),
+            r.rank, r.name, r.verdict, _num(r.windows_needed.windows if r.windows_needed else None),
+            _num(s.size_bytes if s else None), _num(s.parameters if s else None),
             _num(s.bits_per_weight if s else None), s.source if s else "", _num(r.mean), _num(r.ci_low),
             _num(r.ci_high), _num(r.median), _num(r.p99), _num(r.p99_9), _num(r.max), _num(r.rms_delta_p),
             _num(r.same_top_p), _num(r.top1_agreement), _num(r.perplexity_ratio), r.windows, r.positions,
@@ -317,6 +343,15 @@ def to_llama_cpp(table: ExportTable) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def windows_lines(table: ExportTable) -> list[str]:
+    """One line per unresolved difference from the best: how many windows would resolve it."""
+    if not table.rows:
+        return []
+    best = table.rows[0].name
+    return [f"{r.name} vs {best}: {r.windows_needed.words()}" for r in table.rows
+            if r.windows_needed is not None]
+
+
 RENDERERS = {"markdown": to_markdown, "csv": to_csv, "llama-cpp": to_llama_cpp}
 FORMATS = tuple(RENDERERS)
 
@@ -329,4 +364,5 @@ def render(table: ExportTable, fmt: str) -> str:
 
 
 __all__ = ["CSV_COLUMNS", "FORMATS", "MARKDOWN_HEADERS", "ExportRow", "ExportTable", "export_table",
-           "how_measured", "llama_cpp_block", "render", "to_csv", "to_llama_cpp", "to_markdown"]
+           "how_measured", "llama_cpp_block", "render", "to_csv", "to_llama_cpp", "to_markdown",
+           "windows_lines"]

@@ -201,3 +201,53 @@ def test_plot_without_matplotlib_names_the_extra(reports: list[Path], tmp_path: 
     err = capsys.readouterr().err.strip()
     assert "kldtui[plot]" in err and "\n" not in err
     assert not (tmp_path / "x.svg").exists()
+
+
+def test_unresolved_differences_say_the_windows_that_would_resolve_them(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    from kldtui.decide.windows_needed import windows_for
+
+    close = [reports[1], reports[2]]  # q4_k_m and q4_0: 1.03 x the perturbation, not told apart
+    a, b = (np.array(_json(p)["per_window_arrays"]["kl_mean"]) for p in close)
+    d = b - a
+    want = windows_for(float(d.mean()), float(d.std(ddof=1)), measured_windows=12).windows
+    assert want is not None and want > 12
+    # diff
+    capsys.readouterr()
+    assert main(["diff", *map(str, close), "--json", str(tmp_path / "d.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"windows needed: about {want} windows ({want - 12} more than the 12 compared)" in out
+    assert _json(tmp_path / "d.json")["windows_needed"]["windows"] == want
+    # the leaderboard (a pair: one comparison), its exports
+    capsys.readouterr()
+    assert main(["leaderboard", *map(str, close), "--plain", "--json", str(tmp_path / "l.json")]) == 0
+    assert f"windows needed: q4_0 vs q4_k_m: about {want} windows" in capsys.readouterr().out
+    assert _json(tmp_path / "l.json")["windows_needed"]["q4_0"]["windows"] == want
+    md = _export(close, "markdown", capsys)
+    assert f"| tied (~{want} windows to resolve) |" in md
+    rows = list(csv.DictReader(io.StringIO(_export(close, "csv", capsys))))
+    assert [r["windows_to_resolve"] for r in rows] == ["", str(want)]
+    # plan from the same two reports as pilots: the same count
+    assert main(["plan", *map(str, close)]) == 0
+    assert f"about {want} windows" in capsys.readouterr().out
+    # with four candidates the family is 6 comparisons: more windows
+    assert main(["plan", *map(str, close), "--candidates", "4"]) == 0
+    four = int(re.search(r"about (\d+) windows", capsys.readouterr().out)[1])  # type: ignore[index]
+    assert four > want
+
+
+def test_plan_from_figures_and_its_refusals(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--difference", "0.001", "--window-sd", "0.003"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == "about 73 windows would resolve a difference of 0.001 KL at 80 % power"
+    assert main(["plan", "--difference", "0.001", "--window-sd", "0.003", "--repeat-variation", "0.002"]) == 1
+    assert "more windows will not resolve it" in capsys.readouterr().out
+    for bad, words in [(["--difference", "0.001"], "both --difference and --window-sd"),
+                       (["--difference", "0.001", "--window-sd", "nan"], "not a finite KL"),
+                       (["--difference", "0.001", "--window-sd", "0.1", "--power", "0.3"], "--power"),
+                       (["a.json"], "two pilot reports")]:
+        assert main(["plan", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and "\n" not in err

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "noise": "noise",
     "leaderboard": "leaderboard",
     "plot": "plot",
+    "plan": "plan",
     "patch": "patch",
     "doctor": "doctor",
 }

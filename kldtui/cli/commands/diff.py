@@ -80,19 +80,28 @@ def check_decision_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.decide.paired import paired_diff_files
+    from kldtui.decide.noise import resolve_floor
+    from kldtui.decide.paired import paired_diff, suite_hash_of
+    from kldtui.decide.windows_needed import UNRESOLVED, for_reports
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
+    from kldtui.formats.report import load_report
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
     check_output(args.json, [args.report_a, args.report_b, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
-        result = paired_diff_files(args.report_a, args.report_b, samples=args.bootstrap_samples,
-                                   seed=args.seed, noise_path=args.noise,
-                                   use_noise_floor=not args.no_noise_floor)
+        a, b = load_report(args.report_a), load_report(args.report_b)
+        noise = resolve_floor(args.noise, suite_hash_of(a, b)) if not args.no_noise_floor else None
+        result = paired_diff(a, b, samples=args.bootstrap_samples, seed=args.seed, noise=noise,
+                             path_a=args.report_a, path_b=args.report_b)
         print(format_diff(result, per_window=args.per_window))
+        need = for_reports(a, b, noise) if result.overall.outcome in UNRESOLVED else None
+        if need is not None:
+            print(f"windows needed: {need.words()}")
         if args.json:
-            write_json_atomic(args.json, result.to_dict())
+            doc = result.to_dict()
+            doc["windows_needed"] = need.to_dict() if need is not None else None
+            write_json_atomic(args.json, doc)
             print(f"wrote {args.json}")
     return 0

@@ -90,10 +90,14 @@ def print_rich(board: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.decide.exports import export_table, windows_lines
+    from kldtui.decide.leaderboard import build_leaderboard
+    from kldtui.decide.noise import resolve_floor
+    from kldtui.decide.paired import suite_hash_of
     from kldtui.errors import BadInput
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
+    from kldtui.formats.report import load_report
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
@@ -103,28 +107,35 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.output, [*args.reports, args.noise, args.json], "--output")
     outputs = [f for f in (args.json, args.output) if f]
     with hold(files=outputs):  # a bad --json or --output path: refused before the work
-        board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
-                                       noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
+        reports = [load_report(p) for p in args.reports]
+        noise = resolve_floor(args.noise, suite_hash_of(*reports)) if not args.no_noise_floor else None
+        board = build_leaderboard(reports, paths=list(args.reports), samples=args.bootstrap_samples,
+                                  seed=args.seed, noise=noise)
+        table = export_table(board, reports, paths=args.reports, noise=noise)
         if args.format is not None:
-            _export(board, args)
-        elif sys.stdout.isatty() and not args.plain:
-            print_rich(board)
+            _export(table, args)
         else:
-            print(format_plain(board))
+            if sys.stdout.isatty() and not args.plain:
+                print_rich(board)
+            else:
+                print(format_plain(board))
+            for line in windows_lines(table):
+                print(f"windows needed: {line}")
         if args.json:
-            write_json_atomic(args.json, board.to_dict())
+            doc = board.to_dict()
+            doc["windows_needed"] = {r.name: r.windows_needed.to_dict() for r in table.rows
+                                     if r.windows_needed is not None}
+            write_json_atomic(args.json, doc)
             print(f"wrote {args.json}")
     return 0
 
 
-def _export(board: Any, args: argparse.Namespace) -> None:
+def _export(table: Any, args: argparse.Namespace) -> None:
     """The leaderboard as --format says, to stdout or --output."""
-    from kldtui.decide.exports import export_table, render
+    from kldtui.decide.exports import render
     from kldtui.formats.atomic import atomic_open
-    from kldtui.formats.report import load_report
 
-    reports = [load_report(p) for p in args.reports]
-    text = render(export_table(board, reports, paths=args.reports), args.format)
+    text = render(table, args.format)
     if args.output is None:
         sys.stdout.write(text)
         return
