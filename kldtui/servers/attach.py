@@ -13,7 +13,6 @@ Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_e
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from kldtui.servers.base import (
     build_config,
     inherit,
 )
+from kldtui.this_host import is_this_host
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,9 @@ class AttachKind:
         return []  # checked when attaching: kldtui.servers.readiness.check_attached
 
     def is_local(self, config: ServerConfig) -> bool:
-        """The URL points at this host (loopback or this host's name)."""
-        host = (urlsplit(self.own(config).url).hostname or "").lower()
-        return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
+        """The URL points at this host: loopback, this host's names or any of its addresses
+        (:func:`kldtui.this_host.is_this_host`)."""
+        return is_this_host(urlsplit(self.own(config).url).hostname or "")
 
     def describe(self, config: ServerConfig) -> str:
         return f"attached server at {self.own(config).url}"

@@ -10,6 +10,7 @@ from kldtui.stages.compare import backends as cb
 from kldtui.stages.compare.backends import Backend
 
 GIB = 1024**3
+_real_servers_here = cb.servers_here
 
 
 @pytest.fixture
@@ -17,6 +18,7 @@ def gpus(monkeypatch):
     """Simulate N GPUs with the given free memory each (torch.cuda monkeypatched)."""
     def make(free_gib: list[float]):
         monkeypatch.setattr(cb, "cuda_present", lambda: True)
+        monkeypatch.setattr(cb, "servers_here", lambda: None)  # other sessions' vLLM servers: not here
         monkeypatch.setattr(torch.cuda, "device_count", lambda: len(free_gib))
         queried: list[int] = []
 
@@ -40,6 +42,48 @@ def test_gpu_without_a_running_server_compares_on_cuda(gpus):
     gpus([80.0])
     choice = cb.choose_backend("auto", None, None, cpu_count=8)
     assert (choice.backend, choice.cuda_device) == ("torch-cuda", 0)
+
+
+def test_without_a_server_a_gpu_without_room_is_not_taken(gpus):
+    """A server kldtui does not know of (another user's) fills cuda:0: compare checks the memory."""
+    queried = gpus([1.0, 30.0])
+    choice = cb.choose_backend("auto", None, None, vocab=163840, cpu_count=8)
+    assert (choice.backend, choice.cuda_device) == ("torch-cuda", 1) and queried == [0, 1]
+    gpus([1.0])
+    choice = cb.choose_backend("auto", None, None, vocab=163840, cpu_count=8)
+    assert choice.backend in (Backend.C, Backend.NUMPY) and "GiB a compare needs" in choice.reason
+
+
+def test_a_vllm_server_on_this_host_keeps_its_gpus_from_a_plain_compare(gpus, monkeypatch):
+    """`kldtui compare --backend auto` with a vLLM server (TP=2 on GPUs 0,1) running on this host,
+    found in /proc with its flags and environment: the compare goes to cuda:2, not cuda:0."""
+    import subprocess
+    import sys
+    import time
+
+    from kldtui import this_host
+
+    gpus([80.0] * 4)
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "PATH": "/usr/bin:/bin"}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m",
+                              "vllm.entrypoints.openai.api_server", "--tensor-parallel-size", "2"], env=env)
+    try:
+        real = this_host.gpu_servers
+        deadline = time.monotonic() + 30
+        while not [p for p in real() if p.pid == child.pid]:
+            assert time.monotonic() < deadline, "the server process was not seen in /proc"
+            time.sleep(0.05)
+        (seen,) = [p for p in real() if p.pid == child.pid]
+        assert "--tensor-parallel-size" in seen.argv and seen.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+        monkeypatch.setattr(this_host, "gpu_servers", lambda: [p for p in real() if p.pid == child.pid])
+        monkeypatch.setattr(cb, "servers_here", _real_servers_here)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        choice = cb.choose_backend("auto", None, None, cpu_count=8)
+        assert (choice.backend, choice.cuda_device) == ("torch-cuda", 2), choice
+        assert f"pid {child.pid}" in choice.reason
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_server_on_every_gpu_means_the_cpu_kernel_with_capped_threads(gpus):

@@ -6,9 +6,12 @@ A request is ``auto``, ``torch`` or a backend's option value (:data:`BACKEND_OPT
 
 * an explicit backend is used as asked, or refused in one line when it cannot run here;
 * ``torch``: CUDA when torch sees a GPU, else torch on the CPU;
-* ``auto`` with no server of this run on this host: CUDA when torch sees a GPU (``cuda:0``), else
-  the compiled C kernel (built at first use, :mod:`kldtui.metrics.ckernel`), else NumPy;
-* ``auto`` while a server of this run is starting or running on this host (``serving``): the CPU
+* ``auto`` with no server on this host (none of this run's, and no vLLM process in /proc:
+  :func:`servers_here`): the first GPU with the memory a compare needs plus a margin free, else
+  the compiled C kernel (built at first use, :mod:`kldtui.metrics.ckernel`), else NumPy; a server
+  of this run counts as on this host when its URL names any of this host's names or addresses
+  (:func:`kldtui.this_host.is_this_host`);
+* ``auto`` while a server is starting or running on this host (``serving``, or one found): the CPU
   kernel with its threads capped (half the cores) so the capture client and the server's own CPU
   work are not starved, unless a GPU outside the server's set has the memory a compare needs plus
   a margin (``torch.cuda.mem_get_info``); then that GPU.  At a high ``gpu-memory-utilization`` a
@@ -234,10 +237,20 @@ def choose_backend(requested: str = AUTO, threads: int | None = None, serving: S
         return BackendChoice(_explicit(requested), threads, cuda_device,
                              f"backend {requested!r} as configured")
     count = _cuda_count()
+    if serving is None and count:
+        serving = servers_here()  # a server this run does not know of still owns its GPUs
     if serving is None:
         if count:
-            return BackendChoice(Backend.TORCH_CUDA, threads, 0 if cuda_device is None else cuda_device,
-                                 "no server of this run is running on this host: CUDA")
+            need = cuda_bytes_needed(vocab) + MARGIN_BYTES
+            for index in (range(count) if cuda_device is None else (cuda_device,)):
+                free = _free_bytes(index)
+                if free is not None and free >= need:
+                    return BackendChoice(Backend.TORCH_CUDA, threads, index,
+                                         f"no server is running on this host: CUDA (cuda:{index}, "
+                                         f"{free / GIB:.1f} GiB free)")
+            return BackendChoice(_cpu_backend(), threads, None,
+                                 f"no GPU has the {need / GIB:.1f} GiB a compare needs with margin "
+                                 "free: the CPU kernel")
         return BackendChoice(_cpu_backend(), threads, None, "no GPU seen: the CPU kernel")
     capped = threads if threads is not None else max(1, cores // 2)
     if count:
@@ -259,6 +272,28 @@ def choose_backend(requested: str = AUTO, threads: int | None = None, serving: S
     return BackendChoice(_cpu_backend(), capped, None,
                          f"{serving.what} is running on this host: the CPU kernel with {capped} of "
                          f"{cores} threads so capture is not starved")
+
+
+def servers_here() -> Serving | None:
+    """vLLM servers running on this host that this run did not start or attach to (another
+    user's, another shell's), as :class:`Serving`: their GPUs from their flags and environment
+    where /proc shows both, else every GPU. None when there is none."""
+    from kldtui.this_host import gpu_servers
+
+    found = gpu_servers()
+    if not found:
+        return None
+    entry_points = [p for p in found if not p.argv[0].startswith("VLLM::")]
+    what = f"a vLLM server on this host (pid {found[0].pid})"
+    if not entry_points:  # only its engine or workers are seen (a renamed API server)
+        return Serving(None, what)
+    gpus: set[int] = set()
+    for proc in entry_points:
+        used = server_gpus(proc.argv, proc.env) if proc.env else None
+        if used is None:
+            return Serving(None, f"a vLLM server on this host (pid {proc.pid})")
+        gpus |= used
+    return Serving(frozenset(gpus), f"a vLLM server on this host (pid {entry_points[0].pid})")
 
 
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
@@ -309,4 +344,4 @@ def server_gpus(argv: Sequence[str], server_env: Mapping[str, str],
 
 
 __all__ = ["AUTO", "BACKEND_OPTIONS", "Backend", "BackendChoice", "BackendSpec", "SPECS", "Serving",
-           "choose_backend", "cuda_bytes_needed", "cuda_present", "server_gpus"]
+           "choose_backend", "cuda_bytes_needed", "cuda_present", "server_gpus", "servers_here"]

@@ -1,0 +1,146 @@
+"""Whether a host named in a server's URL is this machine: the one rule for "a server on this host"
+(an attached server whose GPUs the compare stage must leave alone, issue 21).
+
+This host is: any loopback or unspecified address, this machine's short and fully qualified names,
+and every address of its network interfaces (IPv4 through ``SIOCGIFADDR``, IPv6 from
+``/proc/net/if_inet6``) or that its names resolve to. A name in the URL is resolved (the client
+connects to it anyway) and counts as this host when any of its addresses is one of those.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import struct
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+_SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
+
+
+def _normal(address: str) -> str | None:
+    """``address`` in one spelling (``::FFFF:1.2.3.4`` -> ``1.2.3.4``), None when not an address."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0].strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip)
+
+
+def _interface_ipv4() -> set[str]:
+    if not sys.platform.startswith("linux"):
+        return set()
+    import fcntl
+
+    found: set[str] = set()
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _index, name in socket.if_nameindex():
+            with contextlib.suppress(OSError):
+                packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+                found.add(socket.inet_ntoa(packed[20:24]))
+    return found
+
+
+def _interface_ipv6() -> set[str]:
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            raw = line.split()[0] if line.split() else ""
+            if len(raw) == 32:
+                found.add(str(ipaddress.IPv6Address(bytes.fromhex(raw))))
+    return found
+
+
+def _resolve(name: str) -> set[str]:
+    found: set[str] = set()
+    with contextlib.suppress(OSError, UnicodeError):
+        for info in socket.getaddrinfo(name, None):
+            address = _normal(str(info[4][0]))
+            if address is not None:
+                found.add(address)
+    return found
+
+
+def names() -> frozenset[str]:
+    """This machine's names, lower case: its host name and fully qualified name."""
+    out = {socket.gethostname().lower()}
+    with contextlib.suppress(OSError):
+        out.add(socket.getfqdn().lower())
+    return frozenset(n for n in out if n)
+
+
+@lru_cache(maxsize=1)
+def addresses() -> frozenset[str]:
+    """Every address of this machine: its interfaces' and those its names resolve to."""
+    found = _interface_ipv4() | _interface_ipv6()
+    for name in names():
+        found |= _resolve(name)
+    return frozenset(a for a in (_normal(x) for x in found) if a is not None)
+
+
+def _local_ip(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return ip.is_loopback or ip.is_unspecified or address in addresses()
+
+
+def is_this_host(host: str) -> bool:
+    """Whether ``host`` (a URL's host: a name or an address) is this machine."""
+    host = host.strip().strip("[]").rstrip(".").lower()
+    if not host:
+        return False
+    if host in _LOOPBACK_NAMES or host in names():
+        return True
+    address = _normal(host)
+    if address is not None:
+        return _local_ip(address)
+    return any(_local_ip(a) for a in _resolve(host))
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    """A model server process running on this host, as /proc shows it."""
+
+    pid: int
+    argv: tuple[str, ...]
+    env: dict[str, str]  # empty when not readable (another user's process)
+
+
+# What marks a process as a vLLM server (its API server, engine core or a worker): an entry point
+# module on its command line, or the title vLLM gives its processes (``VLLM::Worker_TP0``).
+_SERVER_MARKS = ("vllm.entrypoints", "VLLM::")
+
+
+def _read_nul_list(path: Path) -> list[str]:
+    return [p.decode(errors="replace") for p in path.read_bytes().split(b"\0") if p]
+
+
+def gpu_servers(proc: Path = Path("/proc")) -> list[ServerProcess]:
+    """vLLM processes running on this host (any user's; their environment only when readable).
+    Empty where there is no /proc."""
+    found = []
+    own = os.getpid()
+    with contextlib.suppress(OSError):
+        entries = [e for e in os.listdir(proc) if e.isdigit() and int(e) != own]
+        for entry in entries:
+            try:
+                argv = _read_nul_list(proc / entry / "cmdline")
+            except OSError:
+                continue
+            line = " ".join(argv)
+            is_server = (any(mark in line for mark in _SERVER_MARKS)
+                         or (len(argv) >= 2 and Path(argv[0]).name == "vllm" and argv[1] == "serve"))
+            if not is_server:
+                continue
+            env: dict[str, str] = {}
+            with contextlib.suppress(OSError):
+                env = dict(v.split("=", 1) for v in _read_nul_list(proc / entry / "environ") if "=" in v)
+            found.append(ServerProcess(int(entry), tuple(argv), env))
+    return found
