@@ -47,9 +47,16 @@ class Staged:
     tensor: Any
     event: Any = None  # torch.cuda.Event or None (CPU rows, or a blocking copy)
     buffer: Any = None  # the pinned buffer to give back after writing (None: not pooled)
+    device: int | None = None  # the CUDA device the copy runs on (None: no event to wait for)
 
     def wait(self) -> Any:
+        """The rows, once their copy is done. The waiting thread first makes the rows' device its
+        current one (otherwise its first CUDA call opens a context on GPU 0 from every rank that
+        is not on GPU 0), then blocks on the event (a blocking-sync event: the thread sleeps
+        instead of spinning a core while the copy runs)."""
         if self.event is not None:
+            if self.device is not None:
+                _use_device(self.device)
             self.event.synchronize()
         return self.tensor
 
@@ -117,7 +124,7 @@ class ChunkWriter:
                 return Staged(part.to("cpu"))
         view = base[: int(part.shape[0])]
         _copy_async(view, part)
-        return Staged(view, _record_event(), base)
+        return Staged(view, _record_event(), base, _device_index(device))
 
     # -- queueing --------------------------------------------------------------------------------
     def submit(self, job: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
@@ -244,11 +251,39 @@ def _copy_async(dst: Any, src: Any) -> None:
 
 
 def _record_event() -> Any:
+    """An event after the copy on the current stream; ``blocking=True`` (cudaEventBlockingSync):
+    the writer thread sleeps in ``synchronize`` instead of spinning."""
     import torch
 
-    event = torch.cuda.Event()
+    event = torch.cuda.Event(blocking=True)
     event.record()
     return event
+
+
+def _device_index(device: Any) -> int:
+    """The index of a CUDA device (``cuda`` without one: the engine thread's current device)."""
+    index = getattr(device, "index", None)
+    if index is None:
+        import torch
+
+        index = torch.cuda.current_device()
+    return int(index)
+
+
+_thread_device = threading.local()
+
+
+def _set_device(index: int) -> None:
+    import torch
+
+    torch.cuda.set_device(index)
+
+
+def _use_device(index: int) -> None:
+    """Make ``index`` this thread's current CUDA device (once per change)."""
+    if getattr(_thread_device, "index", None) != index:
+        _set_device(index)
+        _thread_device.index = index
 
 
 _writer: ChunkWriter | None = None

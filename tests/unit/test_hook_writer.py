@@ -86,15 +86,15 @@ def test_writer_rank_is_checked_before_any_copy(capture, monkeypatch):
 class _FakeCuda:
     """A device tensor stand-in: what stage() reads of a CUDA tensor."""
 
-    def __init__(self, t):
+    def __init__(self, t, index=0):
         self.t, self.shape, self.dtype = t, t.shape, t.dtype
-        self.device = SimpleNamespace(type="cuda")
+        self.device = SimpleNamespace(type="cuda", index=index)
 
     def detach(self):
         return self
 
     def __getitem__(self, key):
-        return type(self)(self.t[key])
+        return type(self)(self.t[key], self.device.index)
 
 
 def test_cuda_rows_go_through_a_reused_pinned_buffer_and_an_event(tmp_path, monkeypatch):
@@ -111,6 +111,7 @@ def test_cuda_rows_go_through_a_reused_pinned_buffer_and_an_event(tmp_path, monk
 
     monkeypatch.setattr(wmod, "_record_event", Event)
     monkeypatch.setattr(wmod, "_copy_async", lambda dst, src: dst.copy_(src.t))
+    monkeypatch.setattr(wmod, "_set_device", lambda index: None)  # no GPU here
     w = wmod.ChunkWriter(max_pending=2)
     real_take = w._pool.take
 
@@ -162,3 +163,35 @@ def test_inline_mode_writes_on_the_calling_thread(tmp_path):
     w.submit_chunk(str(tmp_path), "r", 0, w.stage(torch.ones(2, 3), 3), 3, print)
     assert [p.name for p in (tmp_path / "r").iterdir()] == ["logits.rows-000000-000002.safetensors"]
     assert w._thread is None
+
+
+def test_the_writer_thread_sets_the_rows_device_before_it_waits_on_a_blocking_event(tmp_path, monkeypatch):
+    """Issue 21: on a rank whose GPU is not 0, the writer thread's first CUDA call (the event's
+    synchronize) must find the rank's device current, and the event must put the thread to sleep
+    (blocking sync) rather than spin a core."""
+    calls: list[tuple[str, object, threading.Thread]] = []
+    made: list[dict] = []
+
+    class Event:
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
+        def record(self):
+            calls.append(("record", None, threading.current_thread()))
+
+        def synchronize(self):
+            calls.append(("synchronize", None, threading.current_thread()))
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(wmod, "_set_device",
+                        lambda i: calls.append(("set_device", i, threading.current_thread())))
+    monkeypatch.setattr(wmod, "_copy_async", lambda dst, src: dst.copy_(src.t))
+    w = wmod.ChunkWriter(max_pending=2)
+    monkeypatch.setattr(w._pool, "_alloc", lambda rows, cols, dtype: torch.zeros(rows, cols, dtype=dtype))
+    rows = _FakeCuda(torch.randn(4, 8), index=3)
+    w.submit_chunk(str(tmp_path), "cmpl-d-0-1", 0, w.stage(rows, 8), 8, print)
+    w.flush()
+    assert made == [{"blocking": True}]
+    on_writer = [(what, arg) for what, arg, thread in calls if thread is not threading.current_thread()]
+    assert on_writer == [("set_device", 3), ("synchronize", None)]
+    assert (tmp_path / "cmpl-d-0-1" / "logits.rows-000000-000004.safetensors").exists()
