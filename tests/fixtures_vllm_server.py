@@ -38,20 +38,24 @@ def _free_port() -> int:
 
 
 class VllmServer:
-    def __init__(self, model: Path, log: Path, capture_dir: Path | None, max_num_seqs: int, cwd: Path):
-        self.port = _free_port()
+    def __init__(self, model: Path, log: Path, capture_dir: Path | None, max_num_seqs: int, cwd: Path, *,
+                 extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+                 port: int | None = None):
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         env = {k: v for k, v in os.environ.items() if k != "VLLM_KLD_CAPTURE_DIR"}
         if capture_dir is not None:
             env["VLLM_KLD_CAPTURE_DIR"] = str(capture_dir)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.update(extra_env or {})
         argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
                 "--dtype", "float32", "--kv-cache-memory-bytes", "1073741824", "--skip-tokenizer-init",
                 "--max-num-seqs", str(max_num_seqs), "--max-num-batched-tokens", "256",
-                "--no-enable-prefix-caching", "--enforce-eager", "--max-model-len", str(2 * CONTEXT)]
-        self._log_handle = open(log, "wb")  # noqa: SIM115 - closed in stop()
+                "--no-enable-prefix-caching", "--enforce-eager", "--max-model-len", str(2 * CONTEXT),
+                *extra_args]
+        self._log_handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, stdout=self._log_handle, stderr=subprocess.STDOUT, env=env,
                                      cwd=cwd, start_new_session=True)
 
@@ -96,6 +100,12 @@ class VllmServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self._log_handle.close()
+
+
+# Tensor parallelism 2 on the CPU build (docs/VLLM_CPU.md): one core per rank (without the binding
+# vLLM stops with "Not enough allowed NUMA nodes"), the mp executor, and every address on loopback.
+TP2_ARGS = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "mp")
+TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_HOST_IP": "127.0.0.1"}
 
 
 @contextlib.contextmanager

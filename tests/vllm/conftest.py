@@ -35,3 +35,12 @@ def suite(tmp_path_factory):
     windows = [(d, [int(x) for x in rng.integers(3, 4096, CONTEXT)])
                for d in ("prose", "code", "instruction")]
     return write_suite(tmp_path_factory.mktemp("suite"), windows)
+
+
+@pytest.fixture(scope="session")
+def tp_reference(tmp_path_factory, vllm_version):
+    """The tensor-parallel tests' shared start: the tiny float32 Llama, a two-window suite and its
+    reference captured at tensor-parallel size 1 (served, captured and finalized into ``ref/``)."""
+    from tests.fixtures_vllm_tp import make_tp_reference
+
+    return make_tp_reference(tmp_path_factory.mktemp("tp"))

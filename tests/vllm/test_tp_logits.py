@@ -1,0 +1,145 @@
+"""Tensor parallelism 2 on the real vLLM CPU build, logits mode (issue 21).
+
+One TP=2 server of the tiny float32 Llama (``tests/fixtures_vllm_tp.py``) serves every test of
+this module; kldtui attaches to it. The reference is the same model captured at TP=1, so every
+difference in the report is vLLM's tensor-parallel arithmetic, bounded by the measured tolerance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures_score import report_differences
+from tests.fixtures_vllm_chain import kldtui_run_batch, leftover_servers
+from tests.fixtures_vllm_server import SERVED_NAME, VllmServer
+from tests.fixtures_vllm_tp import (
+    TP_LOGIT_ATOL,
+    TP_MAX_KL,
+    TP_MEAN_KL,
+    TpReference,
+    attach_profile,
+    process_title,
+    start_run,
+    start_tp2,
+    wait_for,
+    worker_titles,
+    writer_records,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # real vLLM servers at tensor parallelism 2
+
+
+@dataclass
+class Tp2:
+    ref: TpReference
+    capture: Path
+    server: VllmServer
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def restart(self) -> None:
+        """The same server again: same port, same capture folder (as a user restarts it)."""
+        self.server.stop()
+        self.server = start_tp2(self.ref, "tp2-logits", self.capture, port=self.server.port)
+
+    def report(self) -> dict[str, Any]:
+        """The uninterrupted TP=2 run's report (made once)."""
+        if "plain" not in self.reports:
+            self.reports["plain"] = kldtui_run_batch(*attach_profile(self.ref, "tp2", self.server,
+                                                                     self.capture))
+        return self.reports["plain"]
+
+
+@pytest.fixture(scope="module")
+def tp2(tp_reference: TpReference) -> Iterator[Tp2]:
+    capture = tp_reference.root / "chunks-tp2-logits"
+    state = Tp2(tp_reference, capture, start_tp2(tp_reference, "tp2-logits", capture))
+    try:
+        yield state
+    finally:
+        state.server.stop()
+        assert leftover_servers(tp_reference.root) == []
+
+
+def test_tp2_one_writer_the_output_rank(tp2: Tp2) -> None:
+    """Both ranks run the hook; only vLLM's output rank (TP rank 0) writes and records itself."""
+    tp2.report()
+    titles = worker_titles()
+    mine = [pid for pid, t in titles.items() if t.startswith("VLLM::Worker_TP")]
+    assert len(mine) >= 2, titles  # the server really runs two tensor-parallel workers
+    records = writer_records(tp2.capture)
+    assert len(records) == 1, records
+    assert process_title(records[0]["pid"]) == "VLLM::Worker_TP0", records[0]
+    log = tp2.server.log.read_text(errors="replace")
+    announced = [line for line in log.splitlines() if "kldtui capture writer: host" in line]
+    assert len(announced) == 1 and "Worker_TP0" in announced[0], announced
+    hooked = " ".join(line for line in log.splitlines() if "kldtui capture hook active" in line)
+    for pid in mine:  # the hook is installed on every rank; the other ranks just do not write
+        assert f"(pid {pid})" in hooked, (pid, titles[pid], hooked)
+
+
+def test_tp2_report_equals_tp1_within_the_measured_tolerance(tp2: Tp2) -> None:
+    from safetensors.numpy import load_file
+
+    report = tp2.report()
+    assert report["windows"] == 2 and report["positions"] == 2 * 2047
+    kl = report["kl_reference_to_candidate"]
+    print(f"TP=2 vs TP=1 (float32): mean KL {kl['mean']:.3g}, max KL {kl['max']:.3g}, "
+          f"top-1 {report['top1_agreement']}")
+    assert 0 <= kl["mean"] <= TP_MEAN_KL and kl["max"] <= TP_MAX_KL
+    assert report["top1_agreement"] == 1.0
+    for entry in report["per_window"]:
+        assert entry["positions"] == 2047 and entry["kl_mean"] <= TP_MEAN_KL
+    # rows 0..N-2, once each: the finalized files hold exactly 2047 rows per window
+    cand = tp2.ref.root / "work-tp2"
+    worst = 0.0
+    for ref_file in sorted(tp2.ref.ref_dir.glob("logits_*.safetensors")):
+        a = load_file(ref_file)["logits"]
+        found = list(cand.rglob(ref_file.name))
+        assert len(found) == 1, found
+        b = load_file(found[0])["logits"]
+        assert a.shape == b.shape == (2047, 4096)
+        worst = max(worst, float(abs(a - b).max()))
+    print(f"TP=2 vs TP=1 (float32): largest logit difference {worst:.3g}")
+    assert 0 < worst <= TP_LOGIT_ATOL or worst == 0
+
+
+def test_tp2_doctor_smoke(tp2: Tp2) -> None:
+    from kldtui.cli.main import main
+
+    code = main(["doctor", "--smoke", "--url", tp2.server.url, "--served-model-name", SERVED_NAME,
+                 "--capture-dir", str(tp2.capture), "--tokens", "600"])
+    assert code == 0
+    assert [p.name for p in tp2.capture.iterdir() if not p.name.startswith(".kldtui-writers")] == []
+    assert len(writer_records(tp2.capture)) == 1
+
+
+def test_tp2_server_killed_mid_window_resumes_to_the_same_report(tp2: Tp2) -> None:
+    plain = tp2.report()
+    profile, workdir = attach_profile(tp2.ref, "tp2-resume", tp2.server, tp2.capture)
+
+    def second_window_landing() -> bool:
+        return any("-w001-" in d.name and any(f.name.startswith("logits.rows-") for f in d.iterdir())
+                   for d in tp2.capture.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+    run = start_run(profile)
+    try:
+        wait_for(second_window_landing, "the second window's first chunk")
+        with contextlib.suppress(ProcessLookupError):  # the whole server, as a crash takes it
+            os.killpg(tp2.server.proc.pid, signal.SIGKILL)
+        assert run.wait(timeout=300) != 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert not (workdir / "comparison.json").exists()
+    tp2.restart()
+    resumed = kldtui_run_batch(profile, workdir)
+    assert report_differences(plain, resumed, skip=("run_name",)) == []
