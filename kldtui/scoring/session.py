@@ -49,7 +49,6 @@ class _Request:
     reader: RowReader
     metadata: dict[str, str]
     prefetch: tuple[int, int, Future[np.ndarray]] | None = None
-    failed: bool = False
     rows_done: int = 0
 
 
@@ -64,7 +63,12 @@ class ScoreSession:
     background writer); ``fail(request_id, message)`` leaves the error marker.
     """
 
-    MAX_OPEN = 4  # requests whose state is kept (older ones are closed)
+    # Windows scored at once whose state is kept. Only live windows count: a request that failed
+    # (another client's, one that names no window) is remembered apart (FAILED_KEPT ids), so it
+    # never evicts a live window. Past MAX_OPEN live windows the least recently used one is
+    # dropped, and its next chunk fails saying so.
+    MAX_OPEN = 16
+    FAILED_KEPT = 256
 
     def __init__(self, suite_dir: str | Path, reference_dir: str | Path | None, score_rows: ScoreRows,
                  write: ScoreWrite, fail: Callable[[str, str], None], *,
@@ -76,7 +80,8 @@ class ScoreSession:
         self.fail = fail
         # rows at once on the device (default: KLDTUI_SCORE_ROWS's)
         self.block_rows = max(1, settings.SCORE_ROWS.default() if block_rows is None else block_rows)
-        self._requests: OrderedDict[str, _Request] = OrderedDict()
+        self._requests: OrderedDict[str, _Request] = OrderedDict()  # live windows, least recent first
+        self._failed: OrderedDict[str, str] = OrderedDict()  # failed or dropped request -> why
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kldtui-score-prefetch")
 
@@ -127,15 +132,28 @@ class ScoreSession:
     def _state(self, request_id: str, vocab_size: int, prompt: Sequence[int] | None) -> _Request:
         with self._lock:
             req = self._requests.get(request_id)
-        if req is not None:
-            return req
+            if req is not None:
+                self._requests.move_to_end(request_id)
+                return req
         req = self._open(request_id, vocab_size, prompt)
+        dropped: list[tuple[str, _Request]] = []
         with self._lock:
             self._requests[request_id] = req
             while len(self._requests) > self.MAX_OPEN:
-                _, old = self._requests.popitem(last=False)
-                self._close(old)
+                old_id, old = self._requests.popitem(last=False)
+                self._remember(old_id, f"its state was dropped: more than {self.MAX_OPEN} windows "
+                                       "were being scored at once by this server")
+                dropped.append((old_id, old))
+        for _old_id, old in dropped:
+            self._close(old)
         return req
+
+    def _remember(self, request_id: str, why: str) -> None:
+        """A request that failed or was dropped (call with the lock held): later chunks fail quietly."""
+        self._failed[request_id] = why
+        self._failed.move_to_end(request_id)
+        while len(self._failed) > self.FAILED_KEPT:
+            self._failed.popitem(last=False)
 
     def _close(self, req: _Request) -> None:
         if req.prefetch is not None:
@@ -170,8 +188,13 @@ class ScoreSession:
         """Score prompt rows ``row_start ..`` (``logits[:, :vocab_size]``) of a request and publish
         their records; never raises. False when the request failed (now or earlier)."""
         with self._lock:
-            known = self._requests.get(request_id)
-        if known is not None and known.failed:
+            why = self._failed.get(request_id)
+        if why is not None:
+            if why.startswith("its state was dropped"):
+                with self._lock:
+                    self._failed[request_id] = "dropped (reported)"
+                self.fail(request_id, f"kldtui score: rows from {row_start} of request {request_id!r} "
+                                      f"not scored: {why}")
             return False
         try:
             req = self._state(request_id, vocab_size, prompt)
@@ -197,24 +220,11 @@ class ScoreSession:
             self.fail(request_id, f"kldtui score: rows from {row_start} of request {request_id!r} "
                                   f"not scored: {message}")
             with self._lock:
-                req_ = self._requests.get(request_id)
+                req_ = self._requests.pop(request_id, None)
+                self._remember(request_id, message)
             if req_ is not None:
-                req_.failed = True
-            else:
-                self._remember_failed(request_id)
+                self._close(req_)
             return False
-
-    def _remember_failed(self, request_id: str) -> None:
-        """A request that failed before it was opened: later chunks are skipped quietly."""
-        dummy = _Request.__new__(_Request)
-        dummy.failed = True
-        dummy.prefetch = None
-        dummy.reader = _NullReader()  # type: ignore[assignment]
-        with self._lock:
-            self._requests[request_id] = dummy
-            while len(self._requests) > self.MAX_OPEN:
-                _, old = self._requests.popitem(last=False)
-                self._close(old)
 
     def close(self) -> None:
         with self._lock:
@@ -223,8 +233,3 @@ class ScoreSession:
         for req in items:
             self._close(req)
         self._pool.shutdown(wait=True)
-
-
-class _NullReader:
-    def close(self) -> None:
-        pass

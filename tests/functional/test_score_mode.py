@@ -229,6 +229,34 @@ def test_a_session_without_a_named_window_fails_only_that_request(suite_dir: Pat
         session.close()
 
 
+def test_other_clients_requests_never_evict_a_live_window(suite_dir: Path) -> None:
+    """Issue 21: a fifth request (another client's, naming no window) used to evict a live window's
+    state, which then failed with a misleading "prefix caching must be off"."""
+    failed: dict[str, str] = {}
+    written: list[tuple[str, int]] = []
+    session = ScoreSession(suite_dir, None, lambda x, y, t: np.zeros(len(x), RECORD_DTYPE),
+                           lambda rid, start, rec, meta: written.append((rid, start)),
+                           lambda rid, msg: failed.__setitem__(rid, msg), block_rows=8)
+    try:
+        logits = np.zeros((4, 2048), dtype=np.float32)
+        live = f"cmpl-{request_tag('r', 0, 'deadbeef')}-0-1"
+        assert session.chunk(live, 0, logits, 2048)
+        for i in range(3 * ScoreSession.MAX_OPEN):  # other clients' requests: fail, remembered apart
+            assert not session.chunk(f"cmpl-other{i}-0-abc", 0, logits, 2048)
+        others = [f"cmpl-{request_tag('r', 1, f'{i:08x}')}-0-1" for i in range(ScoreSession.MAX_OPEN - 1)]
+        for rid in others:  # more live windows, up to the limit
+            assert session.chunk(rid, 0, logits, 2048)
+        assert session.chunk(live, 4, logits, 2048), failed.get(live)
+        assert written[-1] == (live, 4) and live not in failed
+        # past the limit the least recently used live window is dropped, and says so
+        assert session.chunk(f"cmpl-{request_tag('r', 1, 'ffffffff')}-0-1", 0, logits, 2048)
+        assert not session.chunk(others[0], 4, logits, 2048)
+        assert "more than 16 windows were being scored at once" in failed[others[0]]
+        assert "prefix caching" not in failed[others[0]]
+    finally:
+        session.close()
+
+
 @pytest.mark.slow  # the whole demo in both modes
 def test_kldtui_demo_score_gives_the_demo_report_and_no_candidate_logits(tmp_path: Path) -> None:
     """From fresh folders: ``kldtui demo --batch`` and ``kldtui demo --batch --score``."""
