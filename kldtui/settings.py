@@ -255,6 +255,13 @@ SCORE_KERNEL = _choice("KLDTUI_SCORE_KERNEL", SERVER, ("c", "torch"),
                        "Score mode, rows on the CPU: `c` scores them with the compare stage's compiled "
                        "kernel (NumPy where it cannot be built); `torch` with the device path "
                        "(tests). Rows on a GPU are always scored with torch on their device.")
+CAPTURE_REQUESTS = _choice("KLDTUI_CAPTURE_REQUESTS", SERVER, ("kldtui", "all"),
+                           "Which prompt-logprobs requests the capture hook saves: `kldtui`, kldtui's "
+                           "own only (request ids with `kldtui-` in them: the capture client's and "
+                           "`kldtui doctor --smoke`'s); `all`, every one, as the original capture patch "
+                           "does (another client's prompt-logprobs request then leaves its logits in the "
+                           "capture folder, 1.3 GB per 2,048 tokens at a 163,840 vocabulary, which nobody "
+                           "removes).")
 CAPTURE_QUEUE = _int("KLDTUI_CAPTURE_QUEUE", SERVER, 2,
                      "Chunks the hook's background writer holds before the engine waits "
                      "(rows are never dropped).")

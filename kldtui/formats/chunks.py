@@ -37,6 +37,7 @@ from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
 from kldtui.formats.suite import WindowSpec
 
 SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
+KLDTUI_REQUEST_PREFIX = "kldtui-"  # every X-Request-Id kldtui sends starts so (is_kldtui_request)
 ERROR_MARKER = "capture-error.txt"
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
 ANY_CHUNK_NAME = re.compile(r"^([a-z]+)\.rows-(\d{6})-(\d{6})\.safetensors$")  # a chunk of any kind
@@ -64,7 +65,7 @@ def sanitize_request_id(request_id: str) -> str:
 def request_tag(run: str, window_index: int, token: str) -> str:
     """The capture client's ``X-Request-Id`` for a window (the server's request id contains it):
     ``kldtui-<run>-wNNN-<8 hex>``."""
-    return f"kldtui-{safe_name(run)}-w{window_index:03d}-{token}"
+    return f"{KLDTUI_REQUEST_PREFIX}{safe_name(run)}-w{window_index:03d}-{token}"
 
 
 def window_of_request(request_id: str) -> int | None:
@@ -80,6 +81,12 @@ def chunk_file_name(row_start: int, row_end: int) -> str:
 def is_skipped_request(request_id: str) -> bool:
     """Warm-up and dummy batches are never captured."""
     return request_id.startswith(SKIPPED_REQUEST_PREFIXES)
+
+
+def is_kldtui_request(request_id: str) -> bool:
+    """Whether a server's request id carries one of kldtui's own ``X-Request-Id`` values
+    (:func:`request_tag`, ``kldtui-smoke-...``): vLLM names it ``cmpl-<that>-0-<8 hex>``."""
+    return request_id.startswith(KLDTUI_REQUEST_PREFIX) or f"-{KLDTUI_REQUEST_PREFIX}" in request_id
 
 
 def _to_f32_numpy(logits: Any, vocab_size: int) -> np.ndarray:

@@ -21,6 +21,8 @@ its :class:`~kldtui.capture_modes.ServerSink`): in logits mode through
 :func:`kldtui.formats.chunks.write_chunk` on a bounded background thread (:mod:`kldtui.hook.writer`),
 so the engine's thread only starts the device-to-host copy; in score mode it is scored against the
 reference and its records are written.
+Only kldtui's own requests are captured (their ids carry its ``X-Request-Id``, ``kldtui-...``),
+unless ``KLDTUI_CAPTURE_REQUESTS=all`` (:func:`is_captured`).
 Only vLLM's output rank writes: the first tensor-parallel rank and the first prefill-context-
 parallel rank of the last pipeline stage (on every data-parallel rank), the rank vLLM's executors
 take the model's output from. A failure to save is logged and leaves
@@ -52,6 +54,7 @@ from kldtui import capture_modes, settings
 from kldtui.capture_modes import ChunkRows, ServerSink
 from kldtui.formats.chunks import (
     abandoned_by_client,
+    is_kldtui_request,
     is_skipped_request,
     write_error_marker,
     writer_host,
@@ -148,6 +151,16 @@ def is_writer_rank() -> bool:
 _announced: set[str] = set()
 
 
+def is_captured(request_id: str) -> bool:
+    """Whether this request's rows are saved: never a warm-up or dummy batch; kldtui's own
+    requests only (:func:`kldtui.formats.chunks.is_kldtui_request`) unless
+    ``KLDTUI_CAPTURE_REQUESTS=all`` asks for every one, as the original patch captures. Another
+    client's prompt-logprobs request is then none of the hook's business: no chunk, no marker."""
+    if is_skipped_request(request_id):
+        return False
+    return settings.CAPTURE_REQUESTS.get() == "all" or is_kldtui_request(request_id)
+
+
 def announce_writer(folder: str) -> None:
     """Once per process and folder: log and record that this host writes chunks into ``folder``.
 
@@ -182,7 +195,7 @@ def save_chunk(request_id: str, row_start: int, logits: Any, vocab_size: int,
     has them: score mode checks the prompt is the window's.
     """
     folder = directory or capture_dir()
-    if folder is None or is_skipped_request(request_id) or not is_writer_rank():
+    if folder is None or not is_captured(request_id) or not is_writer_rank():
         return True
     announce_writer(folder)
     return server_sink(folder).save(request_id, int(row_start), ChunkRows(logits, int(vocab_size), hidden),
@@ -260,7 +273,7 @@ def _on_error(request_id: str, row_start: int, folder: str) -> Any:
 
 def fail_request(request_id: str, message: str, directory: str | None = None) -> None:
     """Log a capture failure and leave the error marker in the request folder; never raises."""
-    if is_skipped_request(request_id):
+    if not is_captured(request_id):
         return
     folder = directory or capture_dir()
     log.error(message)
@@ -425,8 +438,7 @@ class V2BatchCapture:
         if self.folder is None or not is_writer_rank():
             return
         try:
-            self.plan = [p for p in _v2_plan(worker, input_batch, prompt_lens)
-                         if not is_skipped_request(p[0])]
+            self.plan = [p for p in _v2_plan(worker, input_batch, prompt_lens) if is_captured(p[0])]
         except Exception as exc:  # noqa: BLE001 - never take the engine down: these requests fail
             for req_id in getattr(input_batch, "req_ids", []):
                 fail_request(str(req_id), f"kldtui capture: cannot map the batch's requests "

@@ -22,7 +22,7 @@ def test_abandoned_only_when_the_folder_is_gone(tmp_path: Path) -> None:
 def test_hook_logs_no_error_and_leaves_no_marker_for_an_abandoned_request(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
-        vllm_plugin._on_error("win-000", 256, str(tmp_path))(FileNotFoundError("no such file"))
+        vllm_plugin._on_error("kldtui-win-000", 256, str(tmp_path))(FileNotFoundError("no such file"))
     assert not list(tmp_path.iterdir())  # the folder is not made again, no marker
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("gave up on the request" in r.getMessage() for r in caplog.records)
@@ -30,9 +30,9 @@ def test_hook_logs_no_error_and_leaves_no_marker_for_an_abandoned_request(
 
 def test_hook_still_fails_a_request_whose_folder_is_there(tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    (tmp_path / "win-000").mkdir()
-    vllm_plugin._on_error("win-000", 256, str(tmp_path))(FileNotFoundError("disk vanished"))
-    assert (tmp_path / "win-000" / ERROR_MARKER).is_file()
+    (tmp_path / "kldtui-win-000").mkdir()
+    vllm_plugin._on_error("kldtui-win-000", 256, str(tmp_path))(FileNotFoundError("disk vanished"))
+    assert (tmp_path / "kldtui-win-000" / ERROR_MARKER).is_file()
     assert any(r.levelno == logging.ERROR for r in caplog.records)
 
 

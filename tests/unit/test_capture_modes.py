@@ -151,19 +151,19 @@ def test_each_mode_writes_its_own_chunk_kind_through_its_sink(tmp_path: Path) ->
     logits = rng.normal(size=(8, 53)).astype(np.float32)  # 3 padded vocabulary columns
     io = _IO(tmp_path / "cap")
     sink = LOGITS.server_sink(io, {})
-    pieces = [sink.take("req-a", 0, ChunkRows(logits[:5], 50)),
-              sink.take("req-a", 5, ChunkRows(logits[5:], 50))]
-    assert sink.put("req-a", 0, pieces, 50)
-    checked = check_chunk_dir(tmp_path / "cap" / "req-a", window, check_values=True, kind=LOGITS.chunks)
+    pieces = [sink.take("kldtui-a", 0, ChunkRows(logits[:5], 50)),
+              sink.take("kldtui-a", 5, ChunkRows(logits[5:], 50))]
+    assert sink.put("kldtui-a", 0, pieces, 50)
+    checked = check_chunk_dir(tmp_path / "cap" / "kldtui-a", window, check_values=True, kind=LOGITS.chunks)
     assert [c.path.name for c in checked.chunks] == ["logits.rows-000000-000008.safetensors"]
     assert checked.vocab_size == 50
     with pytest.raises(BadInput, match=r"holds logits\.rows-\* chunks, not the scores\.rows-\* chunks"):
-        check_chunk_dir(tmp_path / "cap" / "req-a", window, kind=SCORE.chunks)
+        check_chunk_dir(tmp_path / "cap" / "kldtui-a", window, kind=SCORE.chunks)
 
     score = SCORE.server_sink(io, {})  # no KLDTUI_SCORE_SUITE: the request fails, nothing is written
-    assert score.save("req-b", 0, ChunkRows(logits, 50)) is False
+    assert score.save("kldtui-b", 0, ChunkRows(logits, 50)) is False
     assert io.failed and f"needs {settings.SCORE_SUITE.name}" in io.failed[-1]
-    assert [p.name for p in (tmp_path / "cap" / "req-b").iterdir()] == [ERROR_MARKER]
+    assert [p.name for p in (tmp_path / "cap" / "kldtui-b").iterdir()] == [ERROR_MARKER]
 
 
 def test_the_demo_title_names_a_mode_that_is_not_the_default(tmp_path: Path,

@@ -32,14 +32,14 @@ def test_no_folder_with_writer_records_lists_them(tmp_path: Path, monkeypatch) -
 
 def test_pending_chunks_are_waited_for_after_the_answer(tmp_path: Path) -> None:
     window = SimpleNamespace(scored_positions=8)
-    folder = tmp_path / "cmpl-x-0-1"
+    folder = tmp_path / "kldtui-x-0-1"
     folder.mkdir()
-    write_chunk(tmp_path, "cmpl-x-0-1", 0, np.zeros((4, 3), np.float32), 3)
+    write_chunk(tmp_path, "kldtui-x-0-1", 0, np.zeros((4, 3), np.float32), 3)
     (folder / pending_name(4, 8)).touch()
 
     def land_late() -> None:
         time.sleep(cap.SETTLE_SECONDS + 0.5)  # later than the plain settle time
-        write_chunk(tmp_path, "cmpl-x-0-1", 4, np.zeros((4, 3), np.float32), 3)
+        write_chunk(tmp_path, "kldtui-x-0-1", 4, np.zeros((4, 3), np.float32), 3)
         (folder / pending_name(4, 8)).unlink()
 
     t = threading.Thread(target=land_late)

@@ -54,8 +54,8 @@ def test_chunks_are_written_in_the_background_with_a_pending_file_meanwhile(tmp_
     gate = threading.Event()
     w.submit(lambda: gate.wait(10), print)  # hold the thread
     logits = torch.randn(5, 9)
-    w.submit_chunk(str(tmp_path), "cmpl-r-0-1", 10, w.stage(logits, 7), 7, print)
-    folder = tmp_path / "cmpl-r-0-1"
+    w.submit_chunk(str(tmp_path), "kldtui-r-0-1", 10, w.stage(logits, 7), 7, print)
+    folder = tmp_path / "kldtui-r-0-1"
     assert [p.name for p in folder.iterdir()] == [wmod.pending_name(10, 15)]  # client waits for it
     gate.set()
     w.flush()
@@ -65,20 +65,39 @@ def test_chunks_are_written_in_the_background_with_a_pending_file_meanwhile(tmp_
 
 
 def test_a_failed_background_write_leaves_the_marker_and_no_pending_file(capture):
-    (capture / "cmpl-x-0-1").mkdir(parents=True)
-    (capture / "cmpl-x-0-1" / "logits.rows-000000-000004.safetensors").write_bytes(b"old")
-    assert vp.save_chunk("cmpl-x-0-1", 0, torch.zeros(4, 6), 6) is True  # queued
+    (capture / "kldtui-x-0-1").mkdir(parents=True)
+    (capture / "kldtui-x-0-1" / "logits.rows-000000-000004.safetensors").write_bytes(b"old")
+    assert vp.save_chunk("kldtui-x-0-1", 0, torch.zeros(4, 6), 6) is True  # queued
     vp.flush()
-    names = sorted(p.name for p in (capture / "cmpl-x-0-1").iterdir())
+    names = sorted(p.name for p in (capture / "kldtui-x-0-1").iterdir())
     assert names == [ERROR_MARKER, "logits.rows-000000-000004.safetensors"]
-    assert "already exists" in (capture / "cmpl-x-0-1" / ERROR_MARKER).read_text()
+    assert "already exists" in (capture / "kldtui-x-0-1" / ERROR_MARKER).read_text()
+
+
+def test_another_clients_request_is_not_captured_unless_every_request_is_asked_for(capture, monkeypatch):
+    """Issue 21: a prompt-logprobs request of another client (no kldtui X-Request-Id in its id) used
+    to be written in full and never removed; now the hook leaves it alone: no chunk, no marker."""
+    staged = []
+    real_stage = wmod.ChunkWriter.stage
+    monkeypatch.setattr(wmod.ChunkWriter, "stage", lambda self, *a: staged.append(a) or real_stage(self, *a))
+    monkeypatch.delenv("KLDTUI_CAPTURE_REQUESTS", raising=False)
+    assert vp.save_chunk("cmpl-3f9a1c-0-1b2c3d4e", 0, torch.zeros(4, 6), 6) is True
+    vp.fail_request("cmpl-3f9a1c-0-1b2c3d4e", "not ours", str(capture))
+    vp.flush()
+    assert staged == [] and (not capture.exists() or list(capture.iterdir()) == [])
+    assert vp.save_chunk("cmpl-kldtui-run-w000-0123abcd-0-1b2c3d4e", 0, torch.zeros(4, 6), 6) is True
+    monkeypatch.setenv("KLDTUI_CAPTURE_REQUESTS", "all")  # the original patch's behaviour, asked for
+    assert vp.save_chunk("cmpl-3f9a1c-0-1b2c3d4e", 0, torch.zeros(4, 6), 6) is True
+    vp.flush()
+    assert sorted(p.name for p in capture.iterdir() if not p.name.startswith(".")) == [
+        "cmpl-3f9a1c-0-1b2c3d4e", "cmpl-kldtui-run-w000-0123abcd-0-1b2c3d4e"]
 
 
 def test_writer_rank_is_checked_before_any_copy(capture, monkeypatch):
     monkeypatch.setattr(vp, "_writer_rank_cache", False)
     staged = []
     monkeypatch.setattr(wmod.ChunkWriter, "stage", lambda self, *a: staged.append(a))
-    assert vp.save_chunk("cmpl-x-0-1", 0, torch.zeros(4, 6), 6) is True
+    assert vp.save_chunk("kldtui-x-0-1", 0, torch.zeros(4, 6), 6) is True
     vp.flush()
     assert staged == [] and not capture.exists()
 
@@ -126,12 +145,12 @@ def test_cuda_rows_go_through_a_reused_pinned_buffer_and_an_event(tmp_path, monk
     monkeypatch.setattr(w._pool, "take", take)
     data = torch.randn(6, 12).to(torch.bfloat16)
     for start in (0, 6):
-        w.submit_chunk(str(tmp_path), "cmpl-g-0-1", start, w.stage(_FakeCuda(data), 10), 10, print)
+        w.submit_chunk(str(tmp_path), "kldtui-g-0-1", start, w.stage(_FakeCuda(data), 10), 10, print)
         w.flush()
     assert len(events) == 2 and all(e.waited_on not in (None, engine) for e in events)
     assert taken[0] is taken[1]  # the second chunk reused the first chunk's buffer
     for start in (0, 6):
-        got = load_file(tmp_path / "cmpl-g-0-1" / f"logits.rows-{start:06d}-{start + 6:06d}.safetensors")
+        got = load_file(tmp_path / "kldtui-g-0-1" / f"logits.rows-{start:06d}-{start + 6:06d}.safetensors")
         np.testing.assert_array_equal(got["logits"], data[:, :10].float().numpy())
 
 
@@ -189,9 +208,9 @@ def test_the_writer_thread_sets_the_rows_device_before_it_waits_on_a_blocking_ev
     w = wmod.ChunkWriter(max_pending=2)
     monkeypatch.setattr(w._pool, "_alloc", lambda rows, cols, dtype: torch.zeros(rows, cols, dtype=dtype))
     rows = _FakeCuda(torch.randn(4, 8), index=3)
-    w.submit_chunk(str(tmp_path), "cmpl-d-0-1", 0, w.stage(rows, 8), 8, print)
+    w.submit_chunk(str(tmp_path), "kldtui-d-0-1", 0, w.stage(rows, 8), 8, print)
     w.flush()
     assert made == [{"blocking": True}]
     on_writer = [(what, arg) for what, arg, thread in calls if thread is not threading.current_thread()]
     assert on_writer == [("set_device", 3), ("synchronize", None)]
-    assert (tmp_path / "cmpl-d-0-1" / "logits.rows-000000-000004.safetensors").exists()
+    assert (tmp_path / "kldtui-d-0-1" / "logits.rows-000000-000004.safetensors").exists()

@@ -48,18 +48,18 @@ def _step(runner, wrapped, order, seed):
 
 
 def test_two_requests_chunked_prefill(capture):
-    runner = _runner({"cmpl-a-0-1": 600, "cmpl-b-0-2": 300})
+    runner = _runner({"kldtui-a-0-1": 600, "kldtui-b-0-2": 300})
     wrapped = vp.wrap_v1(v1_original)
-    rows = {"cmpl-a-0-1": [], "cmpl-b-0-2": []}
-    steps = [[("cmpl-a-0-1", 256)], [("cmpl-a-0-1", 168), ("cmpl-b-0-2", 88)],
-             [("cmpl-a-0-1", 176), ("cmpl-b-0-2", 80)], [("cmpl-b-0-2", 132)]]
+    rows = {"kldtui-a-0-1": [], "kldtui-b-0-2": []}
+    steps = [[("kldtui-a-0-1", 256)], [("kldtui-a-0-1", 168), ("kldtui-b-0-2", 88)],
+             [("kldtui-a-0-1", 176), ("kldtui-b-0-2", 80)], [("kldtui-b-0-2", 132)]]
     for seed, order in enumerate(steps):
         out, expected = _step(runner, wrapped, order, seed)
         for rid, (start, logits) in expected.items():
             rows[rid].append((start, logits))
             assert out[rid].shape[0] == logits.shape[0]
         assert "compute_logits" not in vars(runner.model)  # the model is restored after each step
-    for rid, n in (("cmpl-a-0-1", 600), ("cmpl-b-0-2", 300)):
+    for rid, n in (("kldtui-a-0-1", 600), ("kldtui-b-0-2", 300)):
         names = sorted(p.name for p in (capture / rid).iterdir())
         starts = [s for s, _ in rows[rid]]
         ends = starts[1:] + [n - 1]
@@ -81,33 +81,33 @@ def test_warmup_dummy_and_plain_requests(capture):
 def test_inactive_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_KLD_CAPTURE_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
-    runner = _runner({"r": 30})
+    runner = _runner({"kldtui-r": 30})
     seen = []
 
     def original(self, hidden_states, num_scheduled_tokens):
         seen.append(self.model.compute_logits)
         return v1_original(self, hidden_states, num_scheduled_tokens)
 
-    _step(runner, vp.wrap_v1(original), [("r", 30)], 0)
+    _step(runner, vp.wrap_v1(original), [("kldtui-r", 30)], 0)
     assert seen == [runner.model.compute_logits]  # the model's own bound method
     assert list(tmp_path.iterdir()) == []
 
 
 def test_save_failure_is_logged_and_marked(capture, caplog):
-    runner = _runner({"r": 30})
-    (capture / "r").mkdir(parents=True)
-    (capture / "r" / "logits.rows-000000-000029.safetensors").write_bytes(b"x")
-    out, expected = _step(runner, vp.wrap_v1(v1_original), [("r", 30)], 0)
-    assert set(out) == {"r"}
-    assert "already exists" in (capture / "r" / ERROR_MARKER).read_text()
+    runner = _runner({"kldtui-r": 30})
+    (capture / "kldtui-r").mkdir(parents=True)
+    (capture / "kldtui-r" / "logits.rows-000000-000029.safetensors").write_bytes(b"x")
+    out, expected = _step(runner, vp.wrap_v1(v1_original), [("kldtui-r", 30)], 0)
+    assert set(out) == {"kldtui-r"}
+    assert "already exists" in (capture / "kldtui-r" / ERROR_MARKER).read_text()
     assert any("kldtui capture" in r.getMessage() for r in caplog.records)
 
 
 def test_a_request_vllm_skipped_is_marked_failed(capture):
-    runner = _runner({"r": 30})
+    runner = _runner({"kldtui-r": 30})
 
     def original_without_logits(self, hidden_states, num_scheduled_tokens):
         return {}
 
-    _step(runner, vp.wrap_v1(original_without_logits), [("r", 30)], 0)
-    assert "computed no prompt logits" in (capture / "r" / ERROR_MARKER).read_text()
+    _step(runner, vp.wrap_v1(original_without_logits), [("kldtui-r", 30)], 0)
+    assert "computed no prompt logits" in (capture / "kldtui-r" / ERROR_MARKER).read_text()

@@ -40,11 +40,11 @@ def _batch():
     # batch order: A (long, finishes here), B (no prompt logprobs), C (chunked, continues),
     # D (resumed after preemption), E (decoding: prompt already done)
     reqs = [
-        V2Request("cmpl-A-0-aa", prompt_len=1500, computed=0, scheduled=1500),
-        V2Request("cmpl-B-0-bb", prompt_len=100, computed=0, scheduled=100, wants=False),
-        V2Request("cmpl-C-0-cc", prompt_len=3000, computed=1000, scheduled=700),
-        V2Request("cmpl-D-0-dd", prompt_len=50, computed=0, scheduled=60, prefill_len=60),
-        V2Request("cmpl-E-0-ee", prompt_len=40, computed=40, scheduled=1),
+        V2Request("kldtui-A-0-aa", prompt_len=1500, computed=0, scheduled=1500),
+        V2Request("kldtui-B-0-bb", prompt_len=100, computed=0, scheduled=100, wants=False),
+        V2Request("kldtui-C-0-cc", prompt_len=3000, computed=1000, scheduled=700),
+        V2Request("kldtui-D-0-dd", prompt_len=50, computed=0, scheduled=60, prefill_len=60),
+        V2Request("kldtui-E-0-ee", prompt_len=40, computed=40, scheduled=1),
     ]
     return reqs, v2_batch(reqs, state_order=[3, 0, 4, 1, 2])
 
@@ -58,20 +58,20 @@ def test_several_requests_across_the_1024_row_slices(capture):
     vp.flush()  # chunks are written by the background writer
     # vLLM's result is untouched: same rows, same values as without the hook
     expected = v2_original(worker, _logits_fn([])[0], states, batch, None, None, prompt_lens)
-    assert out.keys() == expected.keys() == {"cmpl-A-0-aa", "cmpl-C-0-cc"}
+    assert out.keys() == expected.keys() == {"kldtui-A-0-aa", "kldtui-C-0-cc"}
     for key in out:
         torch.testing.assert_close(out[key], expected[key])
     assert calls == [1024, 1024, 313]  # 2361 scheduled rows, sliced as vLLM does
     full = (states[: batch.num_tokens] @ weight).numpy()
 
-    a = capture / sanitize_request_id("cmpl-A-0-aa")
+    a = capture / sanitize_request_id("kldtui-A-0-aa")
     assert _chunks(a) == ["logits.rows-000000-001499.safetensors"]  # last row dropped, crosses 1024
     np.testing.assert_array_equal(load_file(a / _chunks(a)[0])["logits"], full[0:1499])
 
-    c = capture / "cmpl-C-0-cc"
+    c = capture / "kldtui-C-0-cc"
     assert _chunks(c) == ["logits.rows-001000-001700.safetensors"]  # chunked: keeps every row
     np.testing.assert_array_equal(load_file(c / _chunks(c)[0])["logits"], full[1600:2300])
-    assert sorted(p.name for p in capture.iterdir()) == [WRITERS_DIR, "cmpl-A-0-aa", "cmpl-C-0-cc"]
+    assert sorted(p.name for p in capture.iterdir()) == [WRITERS_DIR, "kldtui-A-0-aa", "kldtui-C-0-cc"]
     assert all(not p.name.startswith(".pending") for p in capture.glob("*/*"))  # none left
 
 
@@ -81,15 +81,16 @@ def test_a_prompt_across_steps_gives_contiguous_chunks(capture):
     wrapped = vp.wrap_v2(v2_original)
     prompt_len, done, seen = 2048, 0, []
     for step in (1100, 700, 248):  # a 2,048-token prompt in three steps
-        worker, batch, states, lens = v2_batch([V2Request("r", prompt_len, done, step)], [0], seed=done)
+        worker, batch, states, lens = v2_batch([V2Request("kldtui-r", prompt_len, done, step)], [0],
+                                               seed=done)
         wrapped(worker, logits_fn, states, batch, None, None, lens)
         vp.flush()
         seen.append((states[:step] @ weight).numpy())
         done += step
-    names = _chunks(capture / "r")
+    names = _chunks(capture / "kldtui-r")
     assert names == ["logits.rows-000000-001100.safetensors", "logits.rows-001100-001800.safetensors",
                      "logits.rows-001800-002047.safetensors"]
-    got = np.concatenate([load_file(capture / "r" / n)["logits"] for n in names])
+    got = np.concatenate([load_file(capture / "kldtui-r" / n)["logits"] for n in names])
     np.testing.assert_array_equal(got, np.concatenate(seen)[:2047])
 
 
@@ -117,16 +118,16 @@ def test_not_the_writer_rank_writes_nothing(capture, monkeypatch):
 
 
 def test_save_failure_leaves_marker_and_engine_goes_on(capture):
-    (capture / "cmpl-A-0-aa").mkdir(parents=True)
-    (capture / "cmpl-A-0-aa" / "logits.rows-000000-001499.safetensors").write_bytes(b"old")
+    (capture / "kldtui-A-0-aa").mkdir(parents=True)
+    (capture / "kldtui-A-0-aa" / "logits.rows-000000-001499.safetensors").write_bytes(b"old")
     reqs, (worker, batch, states, prompt_lens) = _batch()
     out = vp.wrap_v2(v2_original)(worker, _logits_fn([])[0], states, batch, None, None, prompt_lens)
     vp.flush()
-    assert set(out) == {"cmpl-A-0-aa", "cmpl-C-0-cc"}
-    marker = (capture / "cmpl-A-0-aa" / ERROR_MARKER).read_text()
-    assert "already exists" in marker and "cmpl-A-0-aa" in marker
-    assert (capture / "cmpl-A-0-aa" / "logits.rows-000000-001499.safetensors").read_bytes() == b"old"
-    assert _chunks(capture / "cmpl-C-0-cc") == ["logits.rows-001000-001700.safetensors"]
+    assert set(out) == {"kldtui-A-0-aa", "kldtui-C-0-cc"}
+    marker = (capture / "kldtui-A-0-aa" / ERROR_MARKER).read_text()
+    assert "already exists" in marker and "kldtui-A-0-aa" in marker
+    assert (capture / "kldtui-A-0-aa" / "logits.rows-000000-001499.safetensors").read_bytes() == b"old"
+    assert _chunks(capture / "kldtui-C-0-cc") == ["logits.rows-001000-001700.safetensors"]
 
 
 def test_rows_vllm_never_computed_are_a_failure_not_silence(capture):
@@ -137,6 +138,6 @@ def test_rows_vllm_never_computed_are_a_failure_not_silence(capture):
         return {}
 
     vp.wrap_v2(original_skipping_rows)(worker, _logits_fn([])[0], states, batch, None, None, prompt_lens)
-    assert "saw 1024 of the 1499 rows" in (capture / "cmpl-A-0-aa" / ERROR_MARKER).read_text()
-    assert "saw 0 of the 700 rows" in (capture / "cmpl-C-0-cc" / ERROR_MARKER).read_text()
+    assert "saw 1024 of the 1499 rows" in (capture / "kldtui-A-0-aa" / ERROR_MARKER).read_text()
+    assert "saw 0 of the 700 rows" in (capture / "kldtui-C-0-cc" / ERROR_MARKER).read_text()
     assert not list(capture.glob("*/logits.*"))

@@ -104,11 +104,11 @@ def captured(capture_server, suite):
     for window in suite.windows:
         ids = suite.load_tokens(window)
         before = request_folders(capture_server.capture_dir)
-        response = capture_server.complete(ids, f"kld-w{window.index}")
+        response = capture_server.complete(ids, f"kldtui-w{window.index}")
         new = request_folders(capture_server.capture_dir) - before
         assert len(new) == 1, new  # exactly one new request folder per window
         folder = new.pop()
-        assert folder.name.startswith(f"cmpl-kld-w{window.index}-0-")
+        assert folder.name.startswith(f"cmpl-kldtui-w{window.index}-0-")
         logits, spans = read_request_folder(folder, len(ids))
         # --max-num-batched-tokens 256 and one request at a time: [0,256) ... [1792,2047)
         assert spans == [(s, min(s + 256, CONTEXT - 1)) for s in range(0, CONTEXT - 1, 256)]
@@ -148,8 +148,18 @@ def test_chunks_match_transformers_float32(captured, tiny_model):
 def test_request_without_prompt_logprobs_writes_nothing(capture_server, captured, suite):
     before = sorted(capture_server.capture_dir.rglob("*"))
     ids = suite.load_tokens(suite.windows[0])
-    response = capture_server.complete(ids, "kld-plain", prompt_logprobs=False)
+    response = capture_server.complete(ids, "kldtui-plain", prompt_logprobs=False)
     assert response["choices"][0].get("prompt_logprobs") is None
+    assert sorted(capture_server.capture_dir.rglob("*")) == before
+
+
+def test_another_clients_prompt_logprobs_request_is_not_captured(capture_server, captured, suite):
+    """Issue 21: a request without kldtui's X-Request-Id (another client of the same server) gets its
+    prompt logprobs from vLLM, and the hook writes nothing for it (KLDTUI_CAPTURE_REQUESTS=kldtui)."""
+    before = sorted(capture_server.capture_dir.rglob("*"))
+    ids = suite.load_tokens(suite.windows[0])
+    response = capture_server.complete(ids, "someone-else-7f3a")
+    assert len(response["choices"][0]["prompt_logprobs"]) == len(ids)
     assert sorted(capture_server.capture_dir.rglob("*")) == before
 
 
@@ -160,7 +170,7 @@ def test_two_concurrent_requests_land_in_two_folders(capture_server, captured, s
 
     def send(index: int) -> None:
         try:
-            results[index] = capture_server.complete(captured[index][0], f"kld-c{index}")
+            results[index] = capture_server.complete(captured[index][0], f"kldtui-c{index}")
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -171,7 +181,7 @@ def test_two_concurrent_requests_land_in_two_folders(capture_server, captured, s
         t.join(timeout=600)
     assert not errors, errors
     new = request_folders(capture_server.capture_dir) - before
-    assert sorted(p.name.split("-0-")[0] for p in new) == ["cmpl-kld-c1", "cmpl-kld-c2"]
+    assert sorted(p.name.split("-0-")[0] for p in new) == ["cmpl-kldtui-c1", "cmpl-kldtui-c2"]
     for folder in new:
         index = int(folder.name.split("-0-")[0][-1])
         ids, alone, _, _ = captured[index]
@@ -188,7 +198,7 @@ def test_server_without_capture_variable_writes_nothing(tiny_model, suite, tmp_p
     cwd.mkdir()
     with running_server(tiny_model, tmp_path / "vllm.log", None, max_num_seqs=1, cwd=cwd) as server:
         ids = suite.load_tokens(suite.windows[0])
-        response = server.complete(ids, "kld-off")
+        response = server.complete(ids, "kldtui-off")
         assert len(response["choices"][0]["prompt_logprobs"]) == len(ids)
     assert not list(cwd.rglob("*"))
     log = (tmp_path / "vllm.log").read_text(errors="replace")

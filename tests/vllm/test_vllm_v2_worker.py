@@ -62,8 +62,8 @@ def test_real_v2_worker_with_the_plugin(tmp_path, monkeypatch, vllm_version):
 
     worker = module.PromptLogprobsWorker(8, torch.device("cpu"))
     # (req_id, state index, prompt_len, computed, scheduled, wants prompt logprobs)
-    reqs = [("cmpl-A-0-a", 5, 1500, 0, 1500, True), ("cmpl-B-0-b", 2, 100, 0, 100, False),
-            ("cmpl-C-0-c", 0, 3000, 1000, 700, True)]
+    reqs = [("kldtui-A-0-a", 5, 1500, 0, 1500, True), ("kldtui-B-0-b", 2, 100, 0, 100, False),
+            ("kldtui-C-0-c", 0, 3000, 1000, 700, True)]
     gen = torch.Generator().manual_seed(3)
     all_token_ids = torch.randint(0, VOCAB, (8, 3100), generator=gen)
     num_computed = torch.zeros(8, dtype=torch.int64)
@@ -92,14 +92,14 @@ def test_real_v2_worker_with_the_plugin(tmp_path, monkeypatch, vllm_version):
                                          prompt_lens)
     vp.flush()  # the chunks are written by the hook's background writer
     assert calls == [1024, 1024, 252]  # vLLM's 1,024-row slices over the whole batch
-    assert set(out) == {"cmpl-A-0-a"}  # C is chunked: vLLM holds its rows back until it finishes
+    assert set(out) == {"kldtui-A-0-a"}  # C is chunked: vLLM holds its rows back until it finishes
     full = hidden[: int(qsl[-1])] @ weight
-    a = load_file(tmp_path / "cmpl-A-0-a" / "logits.rows-000000-001499.safetensors")["logits"]
+    a = load_file(tmp_path / "kldtui-A-0-a" / "logits.rows-000000-001499.safetensors")["logits"]
     torch.testing.assert_close(a, full[0:1499], rtol=0, atol=0)
     # the row mapping agrees with vLLM's own result for A: log-softmax at the target token
     targets = all_token_ids[5, 1:1500]
     mine = torch.log_softmax(a, -1)[torch.arange(1499), targets]
-    torch.testing.assert_close(mine, out["cmpl-A-0-a"].logprobs[:, 0])
-    c = load_file(tmp_path / "cmpl-C-0-c" / "logits.rows-001000-001700.safetensors")["logits"]
+    torch.testing.assert_close(mine, out["kldtui-A-0-a"].logprobs[:, 0])
+    c = load_file(tmp_path / "kldtui-C-0-c" / "logits.rows-001000-001700.safetensors")["logits"]
     torch.testing.assert_close(c, full[1600:2300], rtol=0, atol=0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [WRITERS_DIR, "cmpl-A-0-a", "cmpl-C-0-c"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [WRITERS_DIR, "kldtui-A-0-a", "kldtui-C-0-c"]
