@@ -98,6 +98,27 @@ class WindowState(Event):
     domain: str = ""
     figures: dict[str, Any] = field(default_factory=dict)
 
+    def describe(self) -> str:
+        """The window's line in a log (the dashboard's and ``--batch``'s):
+        ``window 003 (code) compared, mean KL 0.0273169, top-1 90.22 %``."""
+        from kldtui.text import top_k
+
+        label = f"window {self.window_index:03d}" + (f" ({self.domain})" if self.domain else "")
+        figures = self.figures
+        if self.state == "failed":
+            error = figures.get("error")
+            return f"{label} failed" + (f": {error}" if error else "")
+        extra = ""
+        kl = figures.get("kl", figures.get("kl_mean"))
+        if isinstance(kl, int | float) and not isinstance(kl, bool):
+            extra += f", mean KL {kl:.6g}"
+        top1 = figures.get("top1", figures.get("top1_agreement"))
+        if isinstance(top1, int | float) and not isinstance(top1, bool):
+            extra += f", {top_k(1, float(top1))}"
+        if figures.get("skipped"):
+            extra += " (earlier run, on disk)"
+        return f"{label} {self.state}{extra}"
+
 
 @dataclass(frozen=True)
 class EarlyAbort(Event):

@@ -43,8 +43,11 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.text import BYTE_UNITS, done_of_total, human_bytes
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# the stages whose windows are the run's (a helper run's windows, the reference's capture, get no line)
+_RUN_WINDOW_STAGES = ("capture", "finalize", "compare")
 # Version of the JSONL stream's schema (docs/EVENTS.md): every line carries it as "schema".
 EVENTS_SCHEMA_VERSION = 1
 OUTCOMES = {EXIT_DONE: "finished", EXIT_FAILED: "failed", EXIT_BAD_INPUT: "bad_input",
@@ -55,11 +58,8 @@ _PRINTED_WINDOW_STATES = ("captured", "finalized", "compared", "failed")
 def _fmt_num(value: float | None, unit: str = "") -> str:
     if value is None:
         return "?"
-    if unit in ("B", "bytes"):
-        for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
-            if abs(value) < 1024 or suffix == "TiB":
-                return f"{value:.1f} {suffix}" if suffix != "B" else f"{value:.0f} B"
-            value /= 1024
+    if unit in BYTE_UNITS:
+        return human_bytes(value)
     if float(value).is_integer():
         return f"{int(value)}"
     return f"{value:.3g}"
@@ -135,18 +135,13 @@ class BatchReporter:
     def __enter__(self) -> BatchReporter:
         if self.live:
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                TextColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
             from rich.progress import (
                 Progress as RichProgress,
             )
 
             self._progress = RichProgress(TextColumn("{task.description}"), BarColumn(),
-                                          MofNCompleteColumn(), TimeRemainingColumn(),
+                                          TextColumn("{task.fields[amount]}"), TimeRemainingColumn(),
                                           console=Console(file=self.stream), transient=True)
             self._progress.start()
         return self
@@ -204,10 +199,13 @@ class BatchReporter:
                     progress.remove_task(bar)
                     del self._bars[key]
                 return
+            amount = done_of_total(event.done, event.total, event.unit)
+            if event.unit and event.unit not in BYTE_UNITS:
+                amount += f" {event.unit}"
             if bar is None:
-                bar = progress.add_task(f"{event.stage} {event.task}", total=event.total)
+                bar = progress.add_task(f"{event.stage} {event.task}", total=event.total, amount=amount)
                 self._bars[key] = bar
-            progress.update(bar, completed=event.done, total=event.total)
+            progress.update(bar, completed=event.done, total=event.total, amount=amount)
 
     def format(self, event: Event) -> str | None:
         """One plain line for ``event``, or None when it is not worth a line (throttled)."""
@@ -230,15 +228,9 @@ class BatchReporter:
         if isinstance(event, WindowState):
             if event.state not in _PRINTED_WINDOW_STATES:
                 return None
-            extra = ""
-            if "kl" in event.figures and event.figures["kl"] is not None:
-                extra = f", mean KL {event.figures['kl']:.6g}"
-            if "top1" in event.figures:
-                extra += f", top-1 {100 * float(event.figures['top1']):.2f}%"
-            if event.state == "failed" and event.figures.get("error"):
-                extra = f" - {event.figures['error']}"
-            label = f"window {event.window_index:03d}" + (f" ({event.domain})" if event.domain else "")
-            return f"{head} {label} {event.state}{extra}"
+            if event.stage not in _RUN_WINDOW_STAGES and event.state != "failed":
+                return None  # the reference's own capture: its bars and stage lines say enough
+            return f"{head} {event.describe()}"
         if isinstance(event, Progress):
             key = (event.stage, event.task)
             now = self.clock()
@@ -248,15 +240,15 @@ class BatchReporter:
                 return None
             self._last_progress[key] = now
             unit = event.unit
-            is_bytes = unit in ("B", "bytes")
-            total = f"/{_fmt_num(event.total, unit)}" if event.total is not None else ""
+            is_bytes = unit in BYTE_UNITS
             pct = (f" ({100 * event.done / event.total:.0f}%)"
                    if event.total else "")
             rate = (f", {_fmt_num(event.rate, unit)}{'/s' if is_bytes else f' {unit}/s'}"
                     if event.rate else "")
-            shown_unit = "" if is_bytes or unit in ("", event.task) else f" {unit}"
-            return (f"{head} {event.task} {_fmt_num(event.done, unit)}{total}{shown_unit}{pct}{rate}"
-                    f"{_fmt_eta(event.eta_s)}")
+            shown_unit = "" if is_bytes or not unit or event.task.endswith(unit) else f" {unit}"
+            amount = done_of_total(event.done, event.total, unit) if event.total is not None \
+                else _fmt_num(event.done, unit)
+            return f"{head} {event.task} {amount}{shown_unit}{pct}{rate}{_fmt_eta(event.eta_s)}"
         if isinstance(event, LogLine):
             if event.stage == "server" and not self.server_log and event.level in ("debug", "info"):
                 return None

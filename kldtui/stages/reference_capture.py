@@ -230,16 +230,25 @@ def _copy_json(src: Path, dst: Path) -> None:
     write_json_atomic(dst, json.loads(read_text(src)))
 
 
+# The reference capture's task names as shown under the reference stage: its capture and finalize
+# both count "windows", which would read as one bar twice ("ref windows", "ref reference windows").
+_RELABELLED_TASKS = {("capture", "windows"): "captured", ("finalize", "windows"): "finalized"}
+
+
 def as_reference_stage(emit: EventSink, total: int | None = None) -> EventSink:
     """Show the reference capture's steps as the ``reference`` stage: stage changes and failures
-    become notes, finalized windows a progress bar (of ``total``), server lines are marked."""
-    counted: set[int] = set()
+    become notes, its progress is named for what it counts (``captured``, ``finalized``, of
+    ``total`` when a count has none), its windows' states are passed on under ``reference`` (front
+    ends end those windows' bars; the run's window grid is the candidate's), server lines are marked."""
 
     def relabelled(event: Event) -> None:
         if isinstance(event, WindowState):
-            if event.state == "finalized":
-                counted.add(event.window_index)
-                emit(Progress(STAGE, "reference windows", len(counted), total, "windows"))
+            emit(dataclasses.replace(event, stage=STAGE))
+            return
+        if isinstance(event, Progress):
+            task = _RELABELLED_TASKS.get((event.stage, event.task), event.task)
+            emit(dataclasses.replace(event, stage=STAGE, task=task,
+                                     total=event.total if event.total is not None else total))
             return
         if isinstance(event, StageStarted | StageFinished):
             what = "started" if isinstance(event, StageStarted) else "done"
@@ -249,11 +258,14 @@ def as_reference_stage(emit: EventSink, total: int | None = None) -> EventSink:
         if isinstance(event, StageFailed):
             emit(Notice(STAGE, f"{event.stage}: {event.message}", level="error"))
             return
-        if isinstance(event, LogLine) and event.stage == "server":
+        if isinstance(event, LogLine) and event.stage == "server":  # still a server's line (--server-log)
             emit(dataclasses.replace(event, line=f"[reference server] {event.line}"))
             return
-        if isinstance(event, ServerReady | ResultReady):
-            emit(LogLine(STAGE, f"reference server ready at {getattr(event, 'url', '')}"))
+        if isinstance(event, ServerReady):
+            emit(LogLine(STAGE, f"reference server ready at {event.url}"))
+            return
+        if isinstance(event, ResultReady):
+            emit(LogLine(STAGE, f"comparison written to {event.path}" if event.path else "comparison done"))
             return
         emit(dataclasses.replace(event, stage=STAGE))
 

@@ -41,6 +41,7 @@ import contextlib
 import errno
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -506,9 +507,7 @@ class ServerProcess:
                 with contextlib.suppress(OSError, ValueError):
                     self._log_file.write(line + "\n")
                     self._log_file.flush()
-            upper = line[:80].upper()
-            level = ("error" if "ERROR" in upper or "TRACEBACK" in upper
-                     else "warning" if "WARN" in upper else "info")
+            level = server_line_level(line)
             if self._stopping:
                 continue  # what a stopped server prints (its KeyboardInterrupt traceback): log only
             with contextlib.suppress(Exception):
@@ -610,3 +609,22 @@ def server_version(url: str) -> dict[str, Any]:
     except (httpx.HTTPError, ValueError, AttributeError):
         pass
     return {}
+
+
+# One line per request a server answered (uvicorn's access log, as vLLM and the embedded server
+# print it, and the embedded engine's "Finished request"): debug, so front ends keep it out of their
+# logs (it was most of the dashboard's); the server log file keeps every line. A request that failed
+# (4xx, 5xx) stays a warning.
+_ACCESS_LINE = re.compile(r'^INFO:\s+\S+:\d+ - "[A-Z]+ \S+ HTTP/[\d.]+" (?P<status>\d{3})\b')
+_FINISHED_REQUEST = re.compile(r"^INFO .*\bFinished request \S+: \d+ prompt tokens")
+
+
+def server_line_level(line: str) -> str:
+    """The level of one server output line: error, warning, info, or debug for per-request lines."""
+    access = _ACCESS_LINE.match(line)
+    if access is not None:
+        return "debug" if access.group("status")[0] in "123" else "warning"
+    if _FINISHED_REQUEST.match(line):
+        return "debug"
+    upper = line[:80].upper()
+    return "error" if "ERROR" in upper or "TRACEBACK" in upper else "warning" if "WARN" in upper else "info"

@@ -103,7 +103,7 @@ class KldApp(App[int]):
             if yes:
                 self.main.stop_and_quit()
 
-        self.push_screen(ConfirmScreen(question), answered)
+        self.push_screen(ConfirmScreen(self.main.quit_question), answered)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

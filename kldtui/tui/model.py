@@ -7,6 +7,7 @@ the caller (latest per task), so ``apply`` stays cheap.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.text import top_k
 from kldtui.workflow.state import RunState
 
 STAGES: tuple[str, ...] = PIPELINE_STAGES
@@ -33,6 +35,8 @@ STAGE_TITLES = {"reference": "Reference", "server": "Server", "capture": "Captur
 # events of helper stages shown on a rail stage
 STAGE_ALIASES = {"verify": "reference", "download": "reference"}
 LOG_LIMIT = 20_000
+# a helper run's server line, already labelled by the pipeline ("[reference server] INFO ...")
+_HELPER_SERVER = re.compile(r"\[\w+ server\] ")
 
 
 @dataclass
@@ -43,6 +47,14 @@ class StageView:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
+# How far a window has come, in order: a window that reached a state has done every earlier one
+# (a resumed capture re-announces finished windows as "captured"; the count keeps what was reached).
+WINDOW_ORDER = ("pending", "capturing", "captured", "finalizing", "finalized", "comparing", "compared")
+ACTIVE_WINDOW_STATES = ("capturing", "finalizing", "comparing")
+# the window state each pipeline stage's card counts
+STAGE_WINDOW_STATE = {"capture": "captured", "finalize": "finalized", "compare": "compared"}
+
+
 @dataclass
 class WindowView:
     index: int
@@ -50,6 +62,18 @@ class WindowView:
     state: str = "pending"
     kl: float | None = None
     figures: dict[str, Any] = field(default_factory=dict)
+    settled: str = "pending"  # the last state that is not work in progress (what a stop returns to)
+    reached: int = 0  # the furthest state reached (index in WINDOW_ORDER)
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        if state in WINDOW_ORDER:
+            self.reached = max(self.reached, WINDOW_ORDER.index(state))
+        if state not in ACTIVE_WINDOW_STATES:
+            self.settled = state
+
+    def has_reached(self, state: str) -> bool:
+        return self.reached >= WINDOW_ORDER.index(state)
 
 
 def _short(value: Any) -> str:
@@ -82,6 +106,9 @@ def stage_figures(figures: dict[str, Any]) -> list[str]:
             value = value.split("://", 1)[-1]
             if len(value) > 24:
                 continue
+        if key == "top1_agreement" and isinstance(value, int | float):
+            parts.append(top_k(1, float(value)))
+            continue
         name = FIGURE_NAMES.get(key, key)
         parts.append(f"{name} {_short(value)}".strip())
     return parts
@@ -99,6 +126,7 @@ class DashboardModel:
         self.result_path: str | None = None
         self.result_report: ComparisonReport | None = None
         self.next_lines: list[str] = []
+        self.starting: str | None = None
         self.dirty: set[str] = set()
 
     # -- events --------------------------------------------------------------------------------
@@ -106,67 +134,94 @@ class DashboardModel:
         stage = STAGE_ALIASES.get(event.stage, event.stage)
         view = self.stages.get(stage)
         if isinstance(event, StageStarted):
+            self.starting = None
             if view is not None:
                 view.state, view.detail, view.figures = "running", event.detail, {}
                 for key in [k for k in self.progress if k[0] == stage]:
                     del self.progress[key]
                 self.dirty |= {"stages", "progress"}
-            self._log("info", f"[{event.stage}] started {event.detail}".rstrip())
+            self._log("info", f"started {event.detail}".rstrip(), event.stage)
         elif isinstance(event, StageFinished):
             if view is not None:
                 view.state, view.detail = "done", event.summary
                 view.figures = dict(event.figures)
-                self.dirty.add("stages")
-            self._log("info", f"[{event.stage}] finished {event.summary}".rstrip())
+                for key in [k for k in self.progress if k[0] == stage]:
+                    del self.progress[key]  # a finished stage leaves no bar, whatever its last update said
+                self.dirty |= {"stages", "progress"}
+            self._log("info", f"finished {event.summary}".rstrip(), event.stage)
         elif isinstance(event, StageFailed):
             if view is not None:
                 view.state, view.detail = "failed", event.message
                 self.dirty.add("stages")
             if stage == "server":
                 self.server = None
-            self._log("error", f"[{event.stage}] failed: {event.message}")
+            self._log("error", f"failed: {event.message}", event.stage)
         elif isinstance(event, Progress):
             self.progress[(stage, event.task)] = event
-            self.dirty.add("progress")
+            self.dirty |= {"progress", "stages"}  # the stage's card shows its percentage
         elif isinstance(event, LogLine):
-            self._log(event.level, event.line)
+            if event.level != "debug":  # per-request access lines: in the server log file only
+                self._log(event.level, event.line, event.stage)
         elif isinstance(event, Notice):
             self.notices.append(event)
-            self._log(event.level, f"[{event.stage}] {event.text}")
+            self._log(event.level, event.text, event.stage)
         elif isinstance(event, WindowState):
-            self.apply_window(event)
+            if stage in STAGE_WINDOW_STATE or stage not in self.stages:
+                self.apply_window(event)
+            else:  # a helper run's window (the reference's capture): its bars end, the grid is the run's
+                self._drop_window_progress(event, stage)
         elif isinstance(event, ServerReady):
             self.server = event
             if view is not None:
                 view.figures = {**view.figures, "url": event.url}
             self.dirty.add("stages")
-            self._log("info", f"[server] ready at {event.url} as {event.served_model_name}")
+            self._log("info", f"ready at {event.url} as {event.served_model_name}", event.stage)
         elif isinstance(event, ResultReady):
             self.result_path = event.path
             self.result_report = event.report
             self.dirty.add("result")
+
+    def _drop_window_progress(self, event: WindowState, stage: str | None = None) -> None:
+        """A window's own bars go once it reached a final state (its last update may not be 100 %)."""
+        if event.state not in ("captured", "finalized", "compared", "failed", "pending"):
+            return
+        prefix = f"window {event.window_index:03d}"
+        for key in [k for k in self.progress if k[1].startswith(prefix) and stage in (None, k[0])]:
+            del self.progress[key]
+            self.dirty.add("progress")
 
     def apply_window(self, event: WindowState) -> None:
         win = self.windows.get(event.window_index)
         if win is None:
             win = self.windows[event.window_index] = WindowView(event.window_index)
             self.windows = dict(sorted(self.windows.items()))
-        win.state = event.state
-        if event.state in ("captured", "finalized", "compared", "failed"):
-            # the window's own tasks are over (their last update may not have been 100 %)
-            prefix = f"window {event.window_index:03d}"
-            for key in [k for k in self.progress if k[1].startswith(prefix)]:
-                del self.progress[key]
-                self.dirty.add("progress")
+        win.set_state(event.state)
+        self._drop_window_progress(event)
         if event.domain:
             win.domain = event.domain
         win.figures.update(event.figures)
         kl = event.figures.get("kl", event.figures.get("kl_mean"))
         if isinstance(kl, int | float):
             win.kl = float(kl)
-        self.dirty.add("windows")
+        if event.state in ("captured", "finalized", "compared", "failed"):
+            self._log("error" if event.state == "failed" else "info", event.describe(), event.stage)
+        self.dirty |= {"windows", "stages"}
         if win.kl is not None:
             self.dirty.add("live")
+
+    def stopped(self, stages: list[str] | None = None, reason: str = "stopped") -> None:
+        """The engine stopped (``s``, a failure, quit): the stages that were running are stopped,
+        their bars go, and a window in progress shows what it holds on disk again."""
+        for view in self.stages.values():
+            if view.state == "running" and (stages is None or view.name in stages):
+                view.state, view.detail = "stopped", reason
+        running = {v.name for v in self.stages.values() if v.state == "running"}
+        for key in [k for k in self.progress if k[0] not in running]:
+            del self.progress[key]
+        for win in self.windows.values():
+            if win.state in ACTIVE_WINDOW_STATES:
+                win.state = win.settled
+        self.dirty |= {"stages", "progress", "windows"}
 
     def set_windows(self, windows: list[tuple[int, str]]) -> None:
         """Pre-populate the grid (index, domain) from the suite before any event arrived."""
@@ -180,17 +235,22 @@ class DashboardModel:
         in_range = set(self.windows) or set(state.windows)
         disk = [w for i, w in state.windows.items() if i in in_range]
         total = len(in_range)
-        captured = sum(1 for w in disk if w.state != "pending")
-        finalized = sum(1 for w in disk if w.state in ("finalized", "compared"))
-        compared = sum(1 for w in disk if w.state == "compared")
+        for w in disk:
+            win = self.windows.setdefault(w.index, WindowView(w.index, w.domain))
+            win.set_state(w.state)
+            if w.kl is not None:
+                win.kl = w.kl
+        self.windows = dict(sorted(self.windows.items()))
+        captured, finalized, compared = (self.windows_reached(state)
+                                         for state in ("captured", "finalized", "compared"))
 
-        def mark(stage: str, n: int, figures: dict[str, Any], detail: str = "") -> None:
+        def mark(stage: str, n: int) -> None:
             if n <= 0:
                 return
             view = self.stages[stage]
             view.state = "done" if n >= total else "stopped"
-            view.figures = figures
-            view.detail = detail or ("" if n >= total else f"{n} of {total} windows; r resumes")
+            view.figures = {}  # the card counts the windows (card_figures)
+            view.detail = "" if n >= total else f"{n} of {total} windows; r resumes"
 
         if state.reference_ready:
             self.stages["reference"].state = "done"
@@ -201,25 +261,19 @@ class DashboardModel:
             self.stages["reference"].detail = "on disk"
         if captured:
             self.stages["server"].state, self.stages["server"].detail = "done", "stopped"
-        mark("capture", captured, {"captured": captured})
-        mark("finalize", finalized, {"windows": finalized})
+        mark("capture", captured)
+        mark("finalize", finalized)
         if state.report_path is not None:
             view = self.stages["compare"]
             view.state, view.detail = "done", str(state.report_path)
             view.figures = {k: v for k, v in state.headline.items() if k in ("kl_mean", "top1_agreement")}
         else:
-            mark("compare", compared, {"compared": compared})
-        for w in disk:
-            win = self.windows.setdefault(w.index, WindowView(w.index, w.domain))
-            win.state = "pending" if w.state == "pending" else w.state
-            if w.kl is not None:
-                win.kl = w.kl
-        self.windows = dict(sorted(self.windows.items()))
+            mark("compare", compared)
         summary = (f"opened an earlier run: reference {'ready' if state.reference_ready else 'missing'}, "
                    f"{captured}/{total} captured, {finalized} finalized, {compared} compared")
-        self._log("info", f"[run] {summary}")
+        self._log("info", summary, "run")
         for problem in state.problems:
-            self._log("warning", f"[run] {problem}")
+            self._log("warning", problem, "run")
         if state.report_path is not None:
             self.result_path = str(state.report_path)
             self.dirty.add("result")
@@ -232,13 +286,15 @@ class DashboardModel:
         self.next_lines = list(lines)
         for line in lines:
             if line not in said:
-                self._log("info", f"[run] {line}")
+                self._log("info", line, "run")
         self.dirty.add("progress")
 
     def idle_note(self) -> list[str]:
         """The progress panel's text while no task reports progress (derived from the stages)."""
         if any(v.state == "running" for v in self.stages.values()):
             return ["waiting for progress…"]
+        if self.starting:
+            return [f"starting {self.starting}…"]
         if self.next_lines:
             return self.next_lines
         failed = [v.name for v in self.stages.values() if v.state == "failed"]
@@ -248,6 +304,11 @@ class DashboardModel:
             return ["press r to run all stages, ? for help"]
         return ["no stage running; r runs the rest (finished work is kept)"]
 
+    def set_starting(self, what: str | None) -> None:
+        """An engine job was asked for and has not reported yet (``None``: it has, or it ended)."""
+        self.starting = what
+        self.dirty.add("progress")
+
     def server_stopped(self) -> None:
         """The server of this run is gone: its card says so instead of showing its old address."""
         self.server = None
@@ -256,9 +317,14 @@ class DashboardModel:
             view.state, view.detail, view.figures = "done", "stopped", {}
         self.dirty.add("stages")
 
-    def _log(self, level: str, text: str) -> None:
+    def _log(self, level: str, text: str, source: str | None = None) -> None:
+        """Append ``text`` as log lines, each prefixed ``[source]`` (where it came from), unless the
+        line already names it (``[reference server] ...``)."""
+        prefix = f"[{source}] " if source else ""
         for line in str(text).splitlines() or [""]:
-            self.log.append((level, line))
+            named = line.startswith(f"[{source}") or _HELPER_SERVER.match(line) is not None
+            shown = line if not prefix or named else prefix + line
+            self.log.append((level, shown))
             self.log_serial += 1
         self.dirty.add("log")
 
@@ -269,3 +335,24 @@ class DashboardModel:
 
     def live_window_kl(self) -> list[tuple[int, str, float]]:
         return [(w.index, w.domain, w.kl) for w in self.windows.values() if w.kl is not None]
+
+    def windows_reached(self, state: str) -> int:
+        """How many of the run's windows reached ``state`` (on disk or in this session)."""
+        return sum(1 for w in self.windows.values() if w.has_reached(state))
+
+    def card_figures(self, stage: str) -> dict[str, Any]:
+        """The figures a stage's card shows: its own, and for capture, finalize and compare the
+        windows of the run that reached that stage (counted from the grid, so a resumed run counts
+        what an earlier one left on disk, not only this session's work)."""
+        view = self.stages[stage]
+        figures = dict(view.figures)
+        counted = STAGE_WINDOW_STATE.get(stage)
+        if counted is None or not self.windows:
+            return figures
+        if view.state == "idle":
+            return figures
+        n = self.windows_reached(counted)
+        for key in ("captured", "skipped", "windows", "compared", "kept", "bytes"):
+            figures.pop(key, None)
+        count = {"windows": f"{n}/{len(self.windows)}"}
+        return {**figures, **count} if stage == "compare" else {**count, **figures}

@@ -34,7 +34,7 @@ def test_model_tracks_stages_windows_progress_and_log() -> None:
     assert m.windows[3].domain == "code" and m.windows[3].kl == 0.25
     assert m.live_window_kl() == [(3, "code", 0.25)]
     m.apply(LogLine("server", line="a\nb"))
-    assert [t for _, t in m.log][-2:] == ["a", "b"]
+    assert [t for _, t in m.log][-2:] == ["[server] a", "[server] b"]  # each line says where it came from
     m.apply(StageFinished("capture", summary="ok", figures={"windows": 8}))
     assert m.stages["capture"].state == "done" and m.stages["capture"].figures == {"windows": 8}
     m.apply(StageStarted("capture"))  # a new run of the stage drops its old progress

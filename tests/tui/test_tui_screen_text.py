@@ -37,7 +37,7 @@ async def test_log_lines_written_while_hidden_use_the_full_width(tmp_path: Path)
         await pilot.press("2")  # the server writes lines meanwhile
         await settle(app, pilot)
         await pilot.press("l")
-        wanted = "WARNING prefix caching is off (required for capture)"
+        wanted = "[server] WARNING prefix caching is off (required for capture)"
         log = app.query_one(LogView)
         await until(pilot, lambda: any(wanted in line for line in log.shown_lines()), "the log to show it")
         assert wanted in [line.rstrip() for line in log.shown_lines()]  # whole, not wrapped

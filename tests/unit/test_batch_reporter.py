@@ -57,10 +57,10 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
     assert body == [
         "capture: started - 4 windows",
         "capture: tokens 0/1000 (0%), 500 tokens/s, ETA 1m30s",
-        "capture: window 000 rows 5/10 rows (50%)",
+        "capture: window 000 rows 5/10 (50%)",
         "capture: tokens 1000/1000 (100%)",
-        "finalize: window 000 3.0 MiB/4.0 MiB (75%), 100.0 MiB/s",
-        "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00%",
+        "finalize: window 000 3.0/4.0 MiB (75%), 100.0 MiB/s",
+        "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00 %",
         "server: ERROR: out of memory",
         "server: note: added --max-num-seqs 1",
         "capture: done - 4 captured",

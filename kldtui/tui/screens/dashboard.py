@@ -222,8 +222,8 @@ class DashboardScreen(BoardScreen):
         if self.engine_workers():
             return  # a run started meanwhile: its events are the truth
         self.suite_windows = state.suite_windows
-        if not state.anything:
-            return
+        if not state.anything and not state.reference_ready:
+            return  # a new folder: every card idle is the truth
         self.model.apply_disk_state(state)
         if state.report_path is not None:
             self.model.set_next_steps(self._next_steps(state.report_path, state.window_range))
@@ -259,6 +259,8 @@ class DashboardScreen(BoardScreen):
             self.notify(f"{what} is running; wait for it or stop it first (s)", severity="warning")
             return False
         self.cancel.reset()
+        self.model.set_starting("the whole run" if stage == "all" else f"the {stage} stage")
+        self.refresh_now()
         self._run_stage(stage)
         return True
 
@@ -269,7 +271,7 @@ class DashboardScreen(BoardScreen):
         return self.run_worker(job, name=stage, group=ENGINE_GROUP, thread=True, exit_on_error=False)
 
     @work(group=CONTROL_GROUP, exit_on_error=False, name="stop-server")
-    async def _stop_server(self, then_exit: bool = False) -> None:
+    async def _stop_server(self, then_exit: bool = False, announce: bool = False) -> None:
         try:
             for worker in self.engine_workers():  # the engine stops at its next safe point first
                 with contextlib.suppress(WorkerFailed, WorkerCancelled):
@@ -281,10 +283,15 @@ class DashboardScreen(BoardScreen):
             self.model.server_stopped()
             if then_exit:
                 self.app.exit(0)
+            elif announce:
+                self.notify("the server is stopped (state on disk stays resumable)")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        super().on_worker_state_changed(event)
+        # Textual also calls BoardScreen's handler (every class's handler in the MRO runs): it reports
+        # failures; calling it here too reported every failure and stop twice
         worker = event.worker
+        if worker.group == ENGINE_GROUP and event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
+            self.model.set_starting(None)
         if (event.state == WorkerState.SUCCESS and worker.group == ENGINE_GROUP
                 and isinstance(worker.result, RunState)):
             self.run_finished(worker.result)
@@ -308,16 +315,19 @@ class DashboardScreen(BoardScreen):
         error = worker.error
         stage: PipelineStageName | None = _pipeline_stage(worker.name)
         where: StageName = stage or "run"
+        self.model.set_starting(None)
         if isinstance(error, Interrupted):
-            for view in self.model.stages.values():
-                if view.name == stage or (stage is None and view.state == "running"):
-                    view.state, view.detail = "stopped", str(error) or "stopped"
-                    self.model.dirty.add("stages")
+            self.apply_events()  # what the engine said before it stopped comes first
+            if stage is not None and self.model.stages[stage].state != "running":
+                view = self.model.stages[stage]
+                view.state, view.detail = "stopped", str(error) or "stopped"
+            self.model.stopped(None, str(error) or "stopped")
             self.model.apply(Notice(where, f"stopped: {error}"))
             self.notify(f"{worker.name}: stopped", severity="information")
         else:
             message = str(error) if isinstance(error, KldError) else \
                 f"internal error: {type(error).__name__}: {error}"
+            self.apply_events()
             if stage is not None and self.model.stages[stage].state != "failed":
                 self.model.apply(StageFailed(stage, message=message))
             elif stage is None:
@@ -326,8 +336,10 @@ class DashboardScreen(BoardScreen):
                         view.state, view.detail = "failed", message
                         self.model.dirty.add("stages")
                 self.model.apply(Notice(where, message, level="error"))
+            self.model.stopped(None, "stopped: another stage failed")
             self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
         self.refresh_now()
+
 
     # -- messages ----------------------------------------------------------------------------------
     def on_events_pending(self, message: EventsPending) -> None:
@@ -419,11 +431,13 @@ class DashboardScreen(BoardScreen):
         self.notify(f"stopping {', '.join(sorted(w.name for w in running))}…")
 
     def action_stop_server(self) -> None:
-        if self._pipeline is None:
-            self.notify("no server was started from here")
+        starting = self.model.stages["server"].state == "running"
+        if not self.server_up() and not starting:
+            self.notify("no server is running: nothing to stop (r or 2 starts one)", severity="warning")
             return
         self.cancel.set("server stopped by the user")
-        self._stop_server()
+        self.notify("stopping the server…")
+        self._stop_server(announce=True)
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab

@@ -2,26 +2,49 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+NOTHING_RUNS = "Nothing is running any more. Quit?"
+
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("y", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
+    """Asks before quitting. ``question`` may be a callable, asked again twice a second while the
+    dialog is open, so the text follows what runs (a run that ends meanwhile: "nothing is running";
+    ``None`` from the callable means that)."""
 
-    def __init__(self, question: str) -> None:
+    BINDINGS = [Binding("y", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
+    RECHECK_S = 0.5
+
+    def __init__(self, question: str | Callable[[], str | None]) -> None:
         super().__init__()
-        self.question = question
+        self.ask = question if callable(question) else (lambda: question)
+        self.question = self.ask() or NOTHING_RUNS
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(self.question, id="question")
             with Horizontal(id="buttons"):
-                yield Button("Stop and quit (y)", variant="error", id="yes")
+                yield Button(self._yes_label(), variant="error", id="yes")
                 yield Button("Cancel (n)", variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        self.set_interval(self.RECHECK_S, self.recheck)
+
+    def _yes_label(self) -> str:
+        return "Quit (y)" if self.question == NOTHING_RUNS else "Stop and quit (y)"
+
+    def recheck(self) -> None:
+        question = self.ask() or NOTHING_RUNS
+        if question != self.question:
+            self.question = question
+            self.query_one("#question", Label).update(question)
+            self.query_one("#yes", Button).label = self._yes_label()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

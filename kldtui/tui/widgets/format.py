@@ -18,17 +18,6 @@ def fmt_num(value: float | None, fmt: str = "{:.5f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def human_amount(value: float, unit: str) -> str:
-    if unit in ("bytes", "B"):
-        for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
-            if abs(value) < 1024 or suffix == "TiB":
-                return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
-            value /= 1024
-    if abs(value) >= 10_000:
-        return f"{value / 1000:.1f}k"
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
-
-
 def fmt_eta(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return ""

@@ -7,8 +7,9 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.events import Progress
+from kldtui.text import BYTE_UNITS, amount, done_of_total
 from kldtui.tui.model import STAGES, DashboardModel
-from kldtui.tui.widgets.format import fmt_eta, human_amount
+from kldtui.tui.widgets.format import fmt_eta
 
 STAGE_SHORT = {"reference": "ref", "server": "srv", "capture": "cap", "finalize": "fin", "compare": "cmp"}
 
@@ -48,26 +49,38 @@ class ProgressPanel(Widget):
             note = "\n".join(self.model.idle_note())
             return Text(note, style=self.get_component_rich_style("progress--label"))
         width = max(20, self.size.width or 60)
-        label_w = min(18, max(14, width // 6))
+        labels = [task_label(p) for p in items]
+        label_w = min(max(len(label) for label in labels), max(12, width // 4))
         bar_w = max(6, min(30, width // 5))
         text = Text(no_wrap=True, overflow="ellipsis")
-        for n, p in enumerate(items):
+        for n, (p, label) in enumerate(zip(items, labels, strict=True)):
             if n:
                 text.append("\n")
-            label = f"{STAGE_SHORT.get(p.stage, p.stage)} {p.task}" if p.task != p.stage else p.stage
-            text.append(f"{label[:label_w]:<{label_w}} ", self.get_component_rich_style("progress--label"))
+            if len(label) > label_w:  # cut visibly, never mid-word without a mark
+                label = label[: label_w - 1] + "…"
+            text.append(f"{label:<{label_w}} ", self.get_component_rich_style("progress--label"))
             frac = (p.done / p.total) if p.total else None
             filled = int(round(bar_w * min(1.0, max(0.0, frac)))) if frac is not None else 0
             text.append("━" * filled, self.get_component_rich_style("progress--bar"))
             text.append("━" * (bar_w - filled), self.get_component_rich_style("progress--rest"))
-            amount = human_amount(p.done, p.unit)
-            if p.total:
-                amount += f"/{human_amount(p.total, p.unit)}"
-            unit = "" if p.unit in ("bytes", "B") else f" {p.unit}".rstrip()
-            parts = [f" {frac * 100:3.0f}%" if frac is not None else "", f" {amount}{unit}"]
+            parts = [f" {frac * 100:3.0f}%" if frac is not None else "", f" {progress_amount(p)}"]
             if p.rate:
-                parts.append(f" {human_amount(p.rate, p.unit)}{'' if unit == '' else unit}/s")
+                unit = "" if p.unit in BYTE_UNITS else f" {p.unit}".rstrip()
+                parts.append(f" {amount(p.rate, p.unit)}{unit}/s")
             if p.eta_s is not None:
                 parts.append(f" {fmt_eta(p.eta_s)}")
             text.append("".join(parts))
         return text
+
+
+def task_label(p: Progress) -> str:
+    """``cap windows``, ``ref captured``, ``fin window 003 data``: the stage's short name and the task."""
+    return f"{STAGE_SHORT.get(p.stage, p.stage)} {p.task}" if p.task != p.stage else p.stage
+
+
+def progress_amount(p: Progress) -> str:
+    """``2/6``, ``1.5/4.0 MiB``, ``1024/2047 rows``: the unit once, and not when the task names it."""
+    shown = done_of_total(p.done, p.total, p.unit)
+    if p.unit and p.unit not in BYTE_UNITS and not p.task.endswith(p.unit):
+        shown += f" {p.unit}"
+    return shown

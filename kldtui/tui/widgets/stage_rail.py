@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, StageView, stage_figures
+from kldtui.tui.model import (
+    STAGE_TITLES,
+    STAGE_WINDOW_STATE,
+    STAGES,
+    DashboardModel,
+    StageView,
+    stage_figures,
+)
 
 STATE_MARK = {"idle": "○", "running": "◐", "done": "●", "failed": "✗", "stopped": "■"}
 
@@ -22,19 +31,22 @@ class StageBox(Static):
     def __init__(self, stage: str) -> None:
         super().__init__(id=f"stage-{stage}", classes="stage -idle")
         self.stage = stage
-        self._last: tuple[StageView, str | None, float | None] = (StageView(stage), None, None)
+        self._last: tuple[StageView, str | None, float | None, dict[str, Any] | None, str] = (
+            StageView(stage), None, None, None, "running")
         self.show(StageView(stage))
 
     def lines(self, view: StageView, server_url: str | None, percent: float | None,
-              width: int) -> tuple[str, str]:
+              width: int, figures: dict[str, Any] | None = None, phase: str = "running") -> tuple[str, str]:
         """The state line and the figures line of the card, each at most ``width`` long."""
-        figures = dict(view.figures)
+        figures = dict(view.figures if figures is None else figures)
         if server_url and self.stage == "server":
             figures.setdefault("url", server_url)
         if view.state == "running" and percent is not None:
-            state = f"running {percent:.0f}%"
+            state = f"{phase} {percent:.0f}%"
         elif self.stage == "server" and view.state == "done" and view.detail == "stopped":
             state = "stopped"
+        elif self.stage == "server" and view.state == "done" and server_url:
+            state = "serving"  # its stage is over, the server is not: it answers at the URL below
         else:
             state = view.state
         parts = [_narrow(p, width) for p in stage_figures(figures)]
@@ -53,13 +65,14 @@ class StageBox(Static):
                 third = "see the log (l)" if width >= 15 else "see log (l)"
         return state[:width], third
 
-    def show(self, view: StageView, server_url: str | None = None, percent: float | None = None) -> None:
-        self._last = (view, server_url, percent)
+    def show(self, view: StageView, server_url: str | None = None, percent: float | None = None,
+             figures: dict[str, Any] | None = None, phase: str = "running") -> None:
+        self._last = (view, server_url, percent, figures, phase)
         for state in STATE_MARK:
             self.set_class(view.state == state, f"-{state}")
         title = Text(f"{STATE_MARK.get(view.state, '?')} {STAGE_TITLES[self.stage]}", style="bold")
         width = self.content_size.width or 13
-        second, third = self.lines(view, server_url, percent, width)
+        second, third = self.lines(view, server_url, percent, width, figures, phase)
         self.update(Text.assemble(title, "\n", second, "\n", third))
 
     def on_resize(self) -> None:
@@ -67,24 +80,43 @@ class StageBox(Static):
 
 
 def _narrow(part: str, width: int) -> str:
-    """A loopback URL as its port when the card is narrow (the log has the full address)."""
+    """A loopback URL as its port, a window count as the count alone, when the card is narrow (the
+    log has the full text)."""
     for host in ("127.0.0.1:", "localhost:", "0.0.0.0:"):
         if part.startswith(host) and len(part) > width:
             return "port " + part[len(host):].split("/", 1)[0]
+    if part.startswith("windows ") and len(part) > width:
+        return part.split(" ", 1)[1]  # "windows 120/128" as "120/128"
     return part
 
 
 def stage_percent(model: DashboardModel, stage: str) -> float | None:
-    """The stage's overall progress: its ``windows``/``download`` task, else its only task."""
+    """The stage's overall progress: its ``windows``/``download`` task (a helper run's
+    ``finalized`` or ``captured`` count), else the share of the run's windows that reached the
+    stage, else its only task when that is the stage's own (not one window's)."""
     tasks = {k[1]: p for k, p in model.progress.items() if k[0] == stage and p.total}
-    for name in ("windows", "download", "tokens"):
+    for name in ("windows", "download", "finalized", "captured", "tokens"):
         if name in tasks:
             p = tasks[name]
             return 100.0 * p.done / p.total if p.total else None
+    counted = STAGE_WINDOW_STATE.get(stage)
+    if counted is not None and model.windows:
+        return 100.0 * model.windows_reached(counted) / len(model.windows)
     if len(tasks) == 1:
-        p = next(iter(tasks.values()))
-        return 100.0 * p.done / p.total if p.total else None
+        name, p = next(iter(tasks.items()))
+        if not name.startswith("window "):
+            return 100.0 * p.done / p.total if p.total else None
     return None
+
+
+def stage_phase(model: DashboardModel, stage: str) -> str:
+    """What a running stage is doing, for its card: a helper run's phase (the reference's capture,
+    then its finalize), else "running"."""
+    if (stage, "finalized") in model.progress:
+        return "finalize"
+    if (stage, "captured") in model.progress:
+        return "capture"
+    return "running"
 
 
 class StageRail(Horizontal):
@@ -96,4 +128,5 @@ class StageRail(Horizontal):
         url = model.server.url if model.server is not None else None
         for stage in STAGES:
             box = self.query_one(f"#stage-{stage}", StageBox)
-            box.show(model.stages[stage], url, stage_percent(model, stage))
+            box.show(model.stages[stage], url, stage_percent(model, stage), model.card_figures(stage),
+                     stage_phase(model, stage))

@@ -1,0 +1,69 @@
+"""How figures read, in one place: counts with their noun, byte amounts, percentages, top-1.
+
+Every front end (the dashboard, ``--batch``, the viewer, the summaries) writes a figure of one kind
+the same way: ``1 thread`` / ``2 threads``, ``4.0 MiB``, ``top-1 89.43 %``. Standard library only,
+and nothing from kldtui: any layer may use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+_IRREGULAR = {"was": "were", "is": "are", "it": "they", "this": "these", "has": "have"}
+
+
+def plural(count: int | float, noun: str, many: str | None = None) -> str:
+    """``count`` with its noun in the right number: ``1 window``, ``2 windows``, ``0 files``."""
+    one = count == 1
+    if many is None:
+        many = _IRREGULAR.get(noun) or (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
+    shown = f"{count:g}" if isinstance(count, float) else str(count)
+    return f"{shown} {noun if one else many}"
+
+
+BYTE_UNITS = ("B", "bytes")
+
+
+def human_bytes(value: float) -> str:
+    """``4186112`` -> ``4.0 MiB`` (binary units, one decimal; whole bytes below 1 KiB)."""
+    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or suffix == "TiB":
+            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def amount(value: float, unit: str = "") -> str:
+    """A progress amount: bytes in binary units, large counts as ``12.3k``, else the number."""
+    if unit in BYTE_UNITS:
+        return human_bytes(value)
+    if abs(value) >= 10_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def done_of_total(done: float, total: float | None, unit: str = "") -> str:
+    """``3/6``, ``1.5/4.0 MiB``: what a progress line shows (bytes keep their unit once)."""
+    if total is None:
+        return amount(done, unit)
+    if unit in BYTE_UNITS:
+        whole = human_bytes(total)
+        number, _, suffix = whole.partition(" ")
+        part = human_bytes(done)
+        if part.endswith(" " + suffix):
+            return f"{part.rsplit(' ', 1)[0]}/{whole}"
+        return f"{part}/{whole}"
+    return f"{amount(done, unit)}/{amount(total, unit)}"
+
+
+def percent(fraction: float | None, digits: int = 2) -> str:
+    """A fraction as a percentage: ``0.89432`` -> ``89.43 %`` (``n/a`` when unknown)."""
+    if fraction is None or not isinstance(fraction, int | float) or isinstance(fraction, bool) \
+            or not math.isfinite(fraction):
+        return "n/a"
+    return f"{100.0 * fraction:.{digits}f} %"
+
+
+def top_k(k: int, fraction: float | None, digits: int = 2) -> str:
+    """How often the candidate's top-k holds the reference's top token: ``top-1 89.43 %``."""
+    return f"top-{k} {percent(fraction, digits)}"

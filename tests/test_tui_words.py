@@ -1,0 +1,323 @@
+"""Issue 26: every word on the dashboard true. Each test reads what the user reads (the cards, the
+grid, the progress panel, the log, the dialogs), through Textual's pilot."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import Button, Label
+
+from kldtui.events import (
+    LogLine,
+    Progress,
+    ServerReady,
+    StageFinished,
+    StageStarted,
+    WindowState,
+)
+from kldtui.tui.app import KldApp, create_app
+from kldtui.tui.model import DashboardModel
+from kldtui.tui.screens.dashboard import DashboardScreen
+from kldtui.tui.screens.dialogs import ConfirmScreen
+from kldtui.tui.widgets import LogView, ProgressPanel, StageBox, WindowGrid
+from kldtui.workflow.state import DiskWindow, RunState
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, sync
+
+
+def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
+    holder: dict[str, ScriptedPipeline] = {}
+
+    def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
+        holder["p"] = ScriptedPipeline(emit, cancel, windows=windows,
+                                       report_path=tmp_path / "comparison.json", **kwargs)
+        return holder["p"]
+
+    app = create_app(pipeline_factory=factory, config_dir=tmp_path / "cfg", theme="kldtui-dark",
+                     windows=[(w, DOMAINS[w % len(DOMAINS)]) for w in range(windows)])
+    return app, holder
+
+
+async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while any(w.group in ("engine", "load", "control") and not w.is_finished for w in app.workers):
+        assert loop.time() < deadline, "workers did not finish"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    app.main.refresh_now()
+    await pilot.pause()
+
+
+async def feed(app: KldApp, pilot: Any, *events: Any) -> None:
+    """Events through the dashboard's own bridge (as the engine's thread sends them), then a redraw."""
+    screen = app.main
+    assert isinstance(screen, DashboardScreen)
+    for event in events:
+        screen.bridge(event)
+    await pilot.pause()
+    screen.refresh_now()
+    await pilot.pause()
+
+
+def card(app: KldApp, stage: str) -> str:
+    return app.query_one(f"#stage-{stage}", StageBox).render().plain  # type: ignore[union-attr]
+
+
+def panel(app: KldApp) -> str:
+    return app.query_one(ProgressPanel).render().plain
+
+
+def pending(n: int, done: dict[int, str] | None = None) -> dict[int, DiskWindow]:
+    done = done or {}
+    return {i: DiskWindow(i, DOMAINS[i % len(DOMAINS)], done.get(i, "pending")) for i in range(n)}  # type: ignore[arg-type]
+
+
+# -- the cards say what is so -------------------------------------------------------------------------
+@sync
+async def test_capture_card_percent_follows_its_progress(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await feed(app, pilot, StageStarted("capture", detail="6 windows"),
+                   Progress("capture", "windows", 0, 6, "windows"))
+        assert "running 0%" in card(app, "capture")
+        await feed(app, pilot, Progress("capture", "windows", 3, 6, "windows"))
+        text = card(app, "capture")
+        assert "running 50%" in text, text  # it said "running 0%" while its own bar showed 50 %
+        assert "50%" in panel(app)
+
+
+@sync
+async def test_server_card_says_serving_while_the_server_runs(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("2")
+        await settle(app, pilot)
+        text = card(app, "server")
+        assert "serving" in text and "done" not in text, text
+        assert "127.0.0.1:8123" in text
+        await pilot.press("x")
+        await settle(app, pilot)
+        text = card(app, "server")
+        assert "stopped" in text and "serving" not in text, text
+
+
+@sync
+async def test_reopened_folder_with_only_the_reference_shows_it(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        app.main.apply_disk_state(RunState(suite_windows=6, reference_ready=True, windows=pending(6)))
+        await pilot.pause()
+        app.main.refresh_now()
+        await pilot.pause()
+        ref = card(app, "reference")
+        assert "● Reference" in ref and "done" in ref and "windows 0-5" in ref, ref
+        for stage in ("server", "capture", "finalize", "compare"):
+            assert "idle" in card(app, stage), stage
+        assert "r runs the rest" in panel(app)
+
+
+@sync
+async def test_card_counts_are_what_is_on_disk_after_a_resume(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        earlier = {0: "finalized", 1: "finalized", 2: "captured"}
+        app.main.apply_disk_state(RunState(suite_windows=6, reference_ready=True,
+                                           windows=pending(6, earlier)))  # type: ignore[arg-type]
+        await pilot.pause()
+        app.main.refresh_now()
+        await pilot.pause()
+        assert "windows 3/6" in card(app, "capture") and "windows 2/6" in card(app, "finalize")
+        # the resumed capture announces the earlier windows again, then captures the rest
+        events: list[Any] = [StageStarted("capture", detail="6 windows")]
+        events += [WindowState("capture", i, "captured", DOMAINS[i], figures={"skipped": True})
+                   for i in range(3)]
+        events += [WindowState("capture", i, "captured", DOMAINS[i]) for i in range(3, 6)]
+        events += [StageFinished("capture", summary="3 captured, 3 skipped",
+                                 figures={"captured": 3, "skipped": 3, "tokens_per_s": 980.0})]
+        events += [WindowState("finalize", 2, "finalized", DOMAINS[2])]
+        await feed(app, pilot, *events)
+        text = card(app, "capture")
+        assert "windows 6/6" in text and "captured 3" not in text, text
+        assert "windows 3/6" in card(app, "finalize")  # two from the earlier run, one now
+
+
+@sync
+async def test_stop_clears_in_progress_marks_and_bars(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path, windows=8, pause_after_window=2)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("3")
+        while "p" not in holder or not holder["p"].paused.is_set():
+            await pilot.pause(0.02)
+        await pilot.pause(0.05)
+        app.main.refresh_now()
+        await pilot.pause()
+        grid = app.query_one(WindowGrid)
+        assert "003›" in grid.render().plain and "cap rows" in panel(app)
+        await pilot.press("s")
+        await settle(app, pilot)
+        assert "›" not in grid.render().plain  # window 3 was not captured: it is pending again
+        assert app.main.model.windows[3].state == "pending"
+        text = panel(app)
+        assert "━" not in text and "r runs the rest" in text, text  # no bar of a stopped stage
+        assert "stopped" in card(app, "capture")
+
+
+def test_helper_run_windows_end_their_bars_and_leave_the_grid_alone() -> None:
+    model = DashboardModel()
+    model.set_windows([(0, "prose"), (1, "prose")])
+    model.apply(Progress("reference", "window 001 rows", 0, 511, "rows"))
+    model.apply(Progress("reference", "captured", 1, 2, "windows"))
+    model.apply(WindowState("reference", 1, "captured", "prose"))
+    assert ("reference", "window 001 rows") not in model.progress  # it stayed at 0/511 before
+    assert model.windows[1].state == "pending"  # the reference's window is not the candidate's
+    model.apply(StageFinished("reference", summary="ready"))
+    assert not [k for k in model.progress if k[0] == "reference"]  # a finished stage leaves no bar
+
+
+@sync
+async def test_progress_labels_and_amounts_read_whole(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await feed(app, pilot, StageStarted("reference", detail="capturing the reference"),
+                   Progress("reference", "captured", 4, 6, "windows"),
+                   Progress("reference", "finalized", 3, 6, "windows"),
+                   StageStarted("finalize"),
+                   Progress("finalize", "window 000", 2 * 2**20, 4186112, "bytes", rate=2**20))
+        text = panel(app)
+        assert "ref captured" in text and "ref finalized" in text, text
+        assert "ref reference wind" not in text
+        assert "2.0/4.0 MiB" in text and "4186112" not in text, text
+        assert "1.0 MiB/s" in text
+        assert "4/6 windows" in text
+        assert "finalize 50%" in card(app, "reference")  # the reference's own capture, in its phases
+        assert "50%" not in card(app, "finalize")  # one window's file is not the stage's progress
+
+
+@sync
+async def test_quit_dialog_follows_what_runs(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        await settle(app, pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        dialog = app.screen
+        assert str(dialog.query_one("#question", Label).render()) == "A server is running. Stop it and quit?"
+        holder["p"].server = None  # the run ended while the dialog is open
+        holder["p"].base_url = None
+        await pilot.pause(ConfirmScreen.RECHECK_S + 0.3)
+        assert str(dialog.query_one("#question", Label).render()) == "Nothing is running any more. Quit?"
+        assert str(dialog.query_one("#yes", Button).label) == "Quit (y)"
+        await pilot.press("y")
+        await settle(app, pilot)
+    assert app.return_code == 0
+
+
+@sync
+async def test_autostart_says_it_is_starting_not_press_r(tmp_path: Path) -> None:
+    gate = threading.Event()
+    holder: dict[str, ScriptedPipeline] = {}
+
+    def slow_factory(emit: Any, cancel: Any) -> ScriptedPipeline:
+        gate.wait(10)  # building the pipeline takes a while (imports, the suite)
+        holder["p"] = ScriptedPipeline(emit, cancel, windows=4, report_path=tmp_path / "comparison.json")
+        return holder["p"]
+
+    app = create_app(pipeline_factory=slow_factory, config_dir=tmp_path / "cfg", autostart=True,
+                     windows=[(w, "prose") for w in range(4)])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.2)
+        text = panel(app)
+        assert "press r" not in text and "starting the whole run" in text, text
+        gate.set()
+        await settle(app, pilot)
+        assert "press r" not in panel(app)
+
+
+@sync
+async def test_x_without_a_server_says_so(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("1")  # the reference alone: a pipeline, no server
+        await settle(app, pilot)
+        await pilot.press("x")
+        await settle(app, pilot)
+        messages = [n.message for n in app._notifications]
+        assert any("no server is running" in m for m in messages), messages
+        assert "stop_server" not in holder["p"].calls
+
+
+# -- the log -------------------------------------------------------------------------------------------
+@sync
+async def test_log_has_window_results_one_prefix_each_and_no_access_lines(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await feed(app, pilot,
+                   LogLine("server", 'INFO:     127.0.0.1:49928 - "POST /v1/completions HTTP/1.1" 200 OK',
+                           level="debug"),
+                   LogLine("server", "INFO 12-01 [kldtui.embedded] model loaded"),
+                   ServerReady("server", url="http://127.0.0.1:8123", served_model_name="tiny"),
+                   LogLine("compare", "compare backend: c, 1 thread"),
+                   LogLine("server", "[reference server] INFO model loaded"),
+                   WindowState("compare", 2, "compared", "code", figures={"kl": 0.0273169, "top1": 0.9022}),
+                   WindowState("capture", 3, "failed", "code", figures={"error": "the server stopped"}))
+        lines = [line.rstrip() for line in app.query_one(LogView).shown_lines()]
+        assert not any("POST /v1/completions" in line for line in lines), lines
+        assert "[server] INFO 12-01 [kldtui.embedded] model loaded" in lines
+        assert "[server] ready at http://127.0.0.1:8123 as tiny" in lines
+        assert "[compare] compare backend: c, 1 thread" in lines
+        assert "[reference server] INFO model loaded" in lines
+        assert "[compare] window 002 (code) compared, mean KL 0.0273169, top-1 90.22 %" in lines
+        assert "[capture] window 003 (code) failed: the server stopped" in lines
+
+
+def test_server_lines_per_request_are_debug() -> None:
+    from kldtui.stages.serve import server_line_level
+
+    assert server_line_level('INFO:     127.0.0.1:49928 - "POST /v1/completions HTTP/1.1" 200 OK') == "debug"
+    assert server_line_level('INFO:     127.0.0.1:49928 - "POST /v1/completions HTTP/1.1" 500 Internal '
+                             'Server Error') == "warning"
+    assert server_line_level("INFO 12-01 15:16:54 [kldtui.embedded] Finished request cmpl-x-0: 512 prompt "
+                             "tokens, 1 generated, 0.022 s") == "debug"
+    assert server_line_level("INFO 12-01 [loader.py:12] Loading weights took 3.1 s") == "info"
+    assert server_line_level("ERROR 12-01 CUDA out of memory") == "error"
+    assert server_line_level("WARNING 12-01 prefix caching is off") == "warning"
+
+
+def test_reference_capture_events_name_their_bars_once() -> None:
+    from kldtui.stages.reference_capture import as_reference_stage
+
+    seen: list[Any] = []
+    emit = as_reference_stage(seen.append, 6)
+    emit(Progress("capture", "windows", 2, 6, "windows"))
+    emit(Progress("finalize", "windows", 1, 6, "windows"))
+    emit(WindowState("capture", 1, "captured", "prose"))
+    emit(WindowState("finalize", 1, "finalized", "prose"))
+    tasks = [(e.stage, e.task) for e in seen if isinstance(e, Progress)]
+    assert tasks == [("reference", "captured"), ("reference", "finalized")]  # not "windows" twice
+    assert [(e.stage, e.state) for e in seen if isinstance(e, WindowState)] == [
+        ("reference", "captured"), ("reference", "finalized")]
+
+
+def test_batch_prints_no_line_for_the_reference_windows_and_ends_their_bars() -> None:
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+
+    out = io.StringIO()
+    rep = BatchReporter(out, live=True)
+    with rep:
+        rep(Progress("reference", "window 000 rows", 256, 511, "rows"))
+        rep(Progress("finalize", "window 001", 2 * 2**20, 4186112, "bytes"))
+        bars = {t.description: t.fields["amount"] for t in rep._progress.tasks}
+        assert bars["finalize window 001"] == "2.0/4.0 MiB"  # it read 2097152/4186112
+        assert bars["reference window 000 rows"] == "256/511 rows"
+        rep(WindowState("reference", 0, "captured", "prose"))
+        assert [t.description for t in rep._progress.tasks] == ["finalize window 001"]
+    assert "window 000 (prose) captured" not in out.getvalue()
