@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import Button, Label
+from textual.widgets import Button, DataTable, Input, Label, Static
 
 from kldtui.events import (
     LogLine,
@@ -22,9 +22,9 @@ from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.screens.dashboard import DashboardScreen
 from kldtui.tui.screens.dialogs import ConfirmScreen
-from kldtui.tui.widgets import LogView, ProgressPanel, StageBox, WindowGrid
+from kldtui.tui.widgets import KLChart, LogView, ProgressPanel, ResultPane, StageBox, WindowGrid
 from kldtui.workflow.state import DiskWindow, RunState
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, sync
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, sync, write_report
 
 
 def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
@@ -47,7 +47,8 @@ async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
         assert loop.time() < deadline, "workers did not finish"
         await pilot.pause(0.02)
     await pilot.pause()
-    app.main.refresh_now()
+    if isinstance(app.main, DashboardScreen):
+        app.main.refresh_now()
     await pilot.pause()
 
 
@@ -321,3 +322,178 @@ def test_batch_prints_no_line_for_the_reference_windows_and_ends_their_bars() ->
         rep(WindowState("reference", 0, "captured", "prose"))
         assert [t.description for t in rep._progress.tasks] == ["finalize window 001"]
     assert "window 000 (prose) captured" not in out.getvalue()
+
+
+# -- the viewer and `o`: which file, every figure the report holds, intervals with their caveat --------
+def _run_report(folder: Path, name: str, level: float, seed: int, domains: list[str] | None = None) -> Path:
+    """A report as `kldtui run` leaves it: FOLDER/comparison.json for the candidate FOLDER/candidate."""
+    folder.mkdir(parents=True, exist_ok=True)
+    report = make_report(name, level, seed=seed, domains=domains)
+    report["candidate_dir"] = str(folder / "candidate")
+    report["topk_agreement"] = {"definition": "reference top-1 among the candidate's top k", "k": [1, 5, 10],
+                                "1": 0.8943, "5": 0.99967, "10": 1.0}
+    report["kl_reference_to_candidate"].update({"p90": 0.031, "p99_9": 0.189, "max": 0.325})
+    report["kl_by_position"] = [{"start": 0, "stop": 256, "positions": 1536, "kl_mean": 0.0278},
+                                {"start": 256, "stop": 511, "positions": 1530, "kl_mean": 0.0286}]
+    report["provenance"] = {"kldtui_version": "0.1.0", "backend": "c-kernel", "elapsed_seconds": 0.18,
+                            "bytes_compared": 50233344, "created_utc": "2026-12-01T15:28:10Z",
+                            "verified": {"token_hashes": True, "suite_hash": True,
+                                         "logits_sha256": "skipped"},
+                            "threads": 2, "command": "kldtui run --profile kldtui.toml"}
+    return write_report(folder / "comparison.json", report)
+
+
+def result_text(app: KldApp) -> str:
+    pane = app.screen.query_one("#resultpane", ResultPane) if app.screen.query("#resultpane") else \
+        app.query_one(ResultPane)
+    parts = [str(pane.query_one(f"#{i}", Static).render()) for i in
+             ("result-summary", "result-positions", "result-provenance")]
+    return "\n".join(parts)
+
+
+@sync
+async def test_o_names_the_file_shown_and_finds_a_folders_report(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    app, holder = dashboard(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert "file run/comparison.json" in result_text(app)  # this run's report, named
+        await pilot.press("o")
+        await pilot.pause()
+        box = app.screen.query_one("#path", Input)
+        box.value = "q4-run"  # the work folder: its comparison.json is found
+        await pilot.press("enter")
+        await settle(app, pilot)
+        text = result_text(app)
+        assert text.startswith("q4-run  (kldtui report)"), text  # named by its run folder, not "candidate"
+        assert "file q4-run/comparison.json" in text
+        assert "opened with o; this run's report is run/comparison.json" in text
+        assert "Result shows q4-run/comparison.json (opened with o)" in panel(app)
+        assert "report: run/comparison.json" in panel(app)  # the run's own next steps stay, named as its own
+        await pilot.press("o")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(tmp_path / "empty")
+        (tmp_path / "empty").mkdir()
+        await pilot.press("enter")
+        await settle(app, pilot)
+        messages = [n.message for n in app._notifications]
+        assert any("is a folder without a comparison.json" in m for m in messages), messages
+
+
+@sync
+async def test_viewer_shows_quantiles_topk_positions_and_provenance(tmp_path: Path) -> None:
+    path = _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
+    app = create_app(reports=[path], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(app, pilot)
+        text = result_text(app)
+        for needle in ("per-token KL", "p90 0.031", "p99.9 0.189", "max 0.325",
+                       "top-1 89.43 %", "top-5 99.97 %", "top-10 100.00 %",
+                       "KL by position", "0-255", "256-510", "0.0278",
+                       f"candidate {tmp_path / 'q4-run' / 'candidate'}", "reference /data/reference/ref",
+                       "c-kernel backend, 2 threads", "kldtui 0.1.0", "logits SHA-256 skipped",
+                       "command   kldtui run --profile kldtui.toml"):
+            assert needle in text, (needle, text)
+
+
+@sync
+async def test_intervals_from_too_few_windows_are_not_shown_as_95_percent(tmp_path: Path) -> None:
+    few = write_report(tmp_path / "few.json", make_report("few", 0.01, seed=2,
+                                                          domains=["prose", "prose", "code", "dialog"]))
+    app = create_app(reports=[few], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(app, pilot)
+        text = result_text(app)
+        assert "4 windows: too few for a 95 % interval (needs 8)" in text, text
+        assert "(95%, windows resampled)" not in text
+        table = app.query_one("#result-domains", DataTable)
+        cells = {table.get_row_at(i)[0]: table.get_row_at(i)[3] for i in range(table.row_count)}
+        assert cells == {"prose": "too few windows (2)", "code": "too few windows (1)",
+                         "dialog": "too few windows (1)"}  # a one-window domain: no zero-width interval
+        chart = app.query_one("#result-chart", KLChart).render().plain
+        assert "95% CI" not in chart and "┊" not in chart
+    enough = write_report(tmp_path / "enough.json", make_report("enough", 0.01, seed=2))
+    app = create_app(reports=[enough], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(app, pilot)
+        assert "(95%, windows resampled)" in result_text(app)
+        assert "95% CI" in app.query_one("#result-chart", KLChart).render().plain
+
+
+def _decide_reports(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """a, b = a + 0.002 on 32 windows, and a noise model whose repeat variation is far larger."""
+    import numpy as np
+
+    from kldtui.cli.main import main
+    from tests.fixtures_decide import make_report as decide_report
+    from tests.fixtures_decide import suite_domains
+    from tests.fixtures_decide import write_report as decide_write
+
+    domains = suite_domains(32)
+    base = np.random.default_rng(4).gamma(4.0, 0.0025, 32)
+    a = decide_write(tmp_path / "a.json", decide_report(base, domains, candidate_dir="/runs/a"))
+    b = decide_write(tmp_path / "b.json", decide_report(base + 0.002, domains, candidate_dir="/runs/b"))
+    rep = decide_write(tmp_path / "repeat.json", decide_report(
+        np.full(32, 0.003), domains, reference_dir="/r/run1", candidate_dir="/r/run2"))
+    noisy = np.random.default_rng(20).normal(0, 0.02, 32)
+    again = decide_write(tmp_path / "a2.json", decide_report(base + noisy, domains, candidate_dir="/runs/a2"))
+    model = tmp_path / "noise.json"
+    assert main(["noise", str(a), str(again), "--repeat-report", str(rep), "--output", str(model)]) == 0
+    return a, b, model
+
+
+@sync
+async def test_diff_chart_legend_names_the_zero_line_and_draws_the_mean(tmp_path: Path) -> None:
+    a, b, _ = _decide_reports(tmp_path)
+    app = create_app(reports=[a, b], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 60)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("d")
+        await settle(app, pilot)
+        text = app.query_one("#diff-chart", KLChart).render().plain
+        head = text.splitlines()[0]
+        assert "│ 0" in head and "┃ mean" in head and "│ mean" not in head, head
+        assert "┊ 95% CI" in head
+        assert all("┃" in line for line in text.splitlines()[1:])  # the mean difference on every row
+
+
+@sync
+async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tmp_path: Path) -> None:
+    a, b, model = _decide_reports(tmp_path)
+    for noise, marks in ((None, ["best", "worse"]), (str(model), ["best", "tied"])):
+        app = create_app(reports=[a, b], config_dir=tmp_path / "cfg", noise_path=noise)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(app, pilot)
+            table = app.query_one("#board", DataTable)
+            assert [table.get_row_at(i)[4] for i in range(table.row_count)] == marks
+            note = str(app.query_one("#board-note", Static).render())
+            assert "? explains the tie column" in note and "noise model:" in note
+            await pilot.press("question_mark")
+            await pilot.pause()
+            help_text = str(app.screen.query_one("#help-text", Static).render())
+            assert "worse       shown worse than the best" in help_text
+            assert "no verdict  too few windows to tell" in help_text
+            await pilot.press("escape")
+            await pilot.press("down")
+            await pilot.pause()
+            verdict = str(app.query_one("#board-verdict", Static).render())
+            expected = "b: b is worse than a by 0.002 KL" if noise is None else "b: b - a = 0.002 KL"
+            assert verdict.startswith(expected), verdict
+
+
+@sync
+async def test_viewer_leaderboard_of_few_windows_marks_no_best(tmp_path: Path) -> None:
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s, domains=["prose"] * 4))
+             for n, lvl, s in (("x", 0.01, 1), ("y", 0.02, 2))]
+    app = create_app(reports=paths, config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one("#board", DataTable)
+        assert [table.get_row_at(i)[4] for i in range(table.row_count)] == ["no verdict", "no verdict"]
+        assert [table.get_row_at(i)[5] for i in range(table.row_count)] == ["too few windows (4)"] * 2
+        note = str(app.query_one("#board-note", Static).render())
+        assert "too few windows (4) for a verdict" in note
+        assert "too few to say it is best" in str(app.query_one("#board-verdict", Static).render())

@@ -9,6 +9,7 @@ the measured repeat variation. Below the minimum window count no row gets a mark
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import report_interval, unique_names
 from kldtui.metrics.stats import holm
 
+# What the tie column's marks mean (LeaderboardRow.mark), as every view of a leaderboard says it.
+MARKS_LEGEND = ("tie: best = lowest mean KL, the others are compared with it; tied = not shown different "
+                "from the best; worse = shown worse than the best; no verdict = too few windows to tell")
+
 
 @dataclass(frozen=True)
 class LeaderboardRow:
@@ -64,6 +69,7 @@ class LeaderboardRow:
     outcome_vs_best: Outcome | None
     verdict_vs_best: str
     provisional: bool = False
+    alone: bool = False  # the only report: nothing to rank it against
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
@@ -76,12 +82,16 @@ class LeaderboardRow:
 
     @property
     def mark(self) -> str:
-        """``best``, ``tied`` or empty: the tie mark a view shows."""
+        """The tie mark a view shows: ``best``; ``tied`` (not shown different from the best);
+        ``worse`` (shown worse than the best); ``no verdict`` below the windows a verdict needs (the
+        best row too: nothing is shown about it either); empty for the only report."""
+        if self.alone:
+            return ""
+        if self.outcome_vs_best == "too_few_windows" or (self.is_best and self.windows < MIN_VERDICT_WINDOWS):
+            return "no verdict"
         if self.is_best:
             return "best"
-        if self.outcome_vs_best == "too_few_windows":
-            return "no verdict"
-        return "tied" if self.tied_with_best else ""
+        return "tied" if self.tied_with_best else "worse"
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,10 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
                                    iv.standard_error, n, False, tied, stats.interval, stats.ratio,
                                    stats.outcome, stats.verdict, stats.provisional))
     notes = []
-    if k > 2:
+    if k == 1:
+        rows = [dataclasses.replace(rows[0], alone=True)]
+        notes.append("one report: nothing to rank it against (give two or more reports to compare them)")
+    elif k > 2:
         notes.append(f"ties: paired t-test against the best, Holm-corrected over all {len(pairs)} pairs of "
                      f"candidates (at most 5 % chance of any false 'not tied')")
     else:
@@ -174,9 +187,9 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         if counts is not None and counts.any():
             where = values[i].window_index[counts > 0].tolist()
             notes.append(infinite_note(label[i], int(counts.sum()), where))
-    if n < MIN_VERDICT_WINDOWS:
-        notes.append(f"too few windows ({n}) for a verdict: no row is marked better or tied "
-                     f"(needs {MIN_VERDICT_WINDOWS})")
+    if n < MIN_VERDICT_WINDOWS and k > 1:
+        notes.append(f"too few windows ({n}) for a verdict: the rows are in order of mean KL only, none is "
+                     f"marked best, worse or tied (a verdict needs {MIN_VERDICT_WINDOWS})")
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes)
 

@@ -14,7 +14,9 @@ from typing import Any
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import REPORT_FORMAT, ComparisonReport
+from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
 from kldtui.formats.safe_io import read_text
+from kldtui.text import plural, top_k
 
 
 def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, Any],
@@ -83,43 +85,74 @@ def _text(value: str | None) -> str:
     return "?" if value is None else value
 
 
+def _interval(low: Any, high: Any, windows: int | None) -> str:
+    """``95% CI [low, high]``, or why there is none (too few windows)."""
+    if interval_rests_on_too_few(windows):
+        return "(no interval: too few windows)"
+    return f"95% CI [{_f(low)}, {_f(high)}]"
+
+
+def _domain_windows(report: ComparisonReport) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for domain in report.window_table().domain:
+        counts[domain] = counts.get(domain, 0) + 1
+    return counts
+
+
 def summary_text(report: ComparisonReport) -> str:
-    """A human-readable multi-line summary; the first line is the headline."""
+    """A human-readable multi-line summary; the first line is the headline.
+
+    An interval that rests on too few windows (:func:`interval_rests_on_too_few`) is not printed as
+    a 95 % interval: the line says how many windows there are instead."""
     boot = report.kl_window_cluster_bootstrap
     kl = report.kl_reference_to_candidate
+    n = report.windows
+    counted = f"{plural(n, 'window')}, {plural(report.positions, 'position')}"
+    if interval_rests_on_too_few(n):
+        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  ({counted}: too few windows for a "
+                f"95 % interval, which needs {MIN_INTERVAL_WINDOWS})")
+    else:
+        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% CI [{_f(boot.ci95_low)}, "
+                f"{_f(boot.ci95_high)}]  (window-cluster bootstrap, {counted})")
+    p99_9 = f"  p99.9 {_f(kl.p99_9)}" if _number(kl.p99_9) else ""
     lines = [
-        f"KL(reference || candidate) = {_f(boot.estimate)}  95% CI [{_f(boot.ci95_low)}, "
-        f"{_f(boot.ci95_high)}]  (window-cluster bootstrap, {report.windows} windows, "
-        f"{report.positions} positions)",
+        head,
         f"  candidate {_text(report.candidate_dir)}  vs reference {_text(report.reference_dir)}",
         f"  per-token KL: mean {_f(kl.mean)}  median {_f(kl.median)}  p95 {_f(kl.p95)}"
-        f"  p99 {_f(kl.p99)}  max {_f(kl.max)}",
+        f"  p99 {_f(kl.p99)}{p99_9}  max {_f(kl.max)}",
     ]
     if report.js is not None:
         js = report.js
         lines.append(f"  JS: mean {_f(js.mean)}  median {_f(js.median)}  p99 {_f(js.p99)}")
     topk = report.topk_agreement
     if topk is not None:
-        lines.append("  top-k agreement: " + "  ".join(f"top{k} {_pct(topk.at(k))}" for k in topk.k))
+        lines.append("  top-k agreement: " + "  ".join(top_k(k, topk.at(k), 4) for k in topk.k))
     else:
-        lines.append(f"  top-1 agreement: {_pct(report.top1_agreement)}")
+        lines.append(f"  top-k agreement: {top_k(1, report.top1_agreement, 4)}")
     rev = report.kl_candidate_to_reference
     if rev is not None:
         rb = report.kl_reverse_window_cluster_bootstrap
         lines.append(f"  KL(candidate || reference) = {_f(rb.estimate if rb else rev.mean)}  "
-                     f"95% CI [{_f(rb and rb.ci95_low)}, {_f(rb and rb.ci95_high)}]")
+                     f"{_interval(rb and rb.ci95_low, rb and rb.ci95_high, n)}")
     nt = report.next_token
     if nt is not None:
         pb = nt.perplexity_ratio_window_cluster_bootstrap
         dp = nt.delta_p
+        ratio_iv = (f"[{_f(pb and pb.ci95_low)}, {_f(pb and pb.ci95_high)}]"
+                    if not interval_rests_on_too_few(n) else "(no interval: too few windows)")
         lines.append(f"  next token: perplexity ref {_f(nt.perplexity_reference)}  cand "
-                     f"{_f(nt.perplexity_candidate)}  ratio {_f(nt.perplexity_ratio)} "
-                     f"[{_f(pb and pb.ci95_low)}, {_f(pb and pb.ci95_high)}]  "
+                     f"{_f(nt.perplexity_candidate)}  ratio {_f(nt.perplexity_ratio)} {ratio_iv}  "
                      f"Δp mean {_f(dp and dp.mean)} rms {_f(dp and dp.rms)}")
     if report.domains:
-        lines.append("  by domain: " + "  ".join(
-            f"{name} {_f(b.estimate)} [{_f(b.ci95_low)}, {_f(b.ci95_high)}]"
-            for name, b in report.domains.items()))
+        counts = _domain_windows(report)
+
+        def domain(name: str, b: Any) -> str:
+            m = counts.get(name)
+            if interval_rests_on_too_few(m):
+                return f"{name} {_f(b.estimate)} ({plural(m or 0, 'window')}: no interval)"
+            return f"{name} {_f(b.estimate)} [{_f(b.ci95_low)}, {_f(b.ci95_high)}]"
+
+        lines.append("  by domain: " + "  ".join(domain(name, b) for name, b in report.domains.items()))
     lines.extend(f"  {line}" for line in figure_lines(report))
     buckets = report.kl_by_reference_confidence
     if buckets:
@@ -152,7 +185,8 @@ def figure_lines(report: ComparisonReport) -> list[str]:
         show = known.format if known is not None else _f
         boot = fig.window_cluster_bootstrap
         interval = (f" [{show(boot.ci95_low)}, {show(boot.ci95_high)}]"
-                    if boot is not None and boot.ci95_low is not None and boot.ci95_high is not None else "")
+                    if boot is not None and boot.ci95_low is not None and boot.ci95_high is not None
+                    and not interval_rests_on_too_few(report.windows) else "")  # no "95 %" from a few
         unit = f" {fig.unit}" if fig.unit else ""
         lines.append(f"{fig.label} {show(fig.value)}{interval}{unit}")
     return lines

@@ -14,14 +14,39 @@ if TYPE_CHECKING:
     from kldtui.formats.report_model import Bootstrap, ComparisonReport
 
 
+# The report every kldtui run writes into its work folder (`kldtui view DIR` and `o` find it there).
+REPORT_FILE_NAME = "comparison.json"
+# The finalized folder every kldtui run writes inside its work folder (kldtui.workspace uses it):
+# as a report's name it would call every report "candidate", so the work folder names it instead.
+CANDIDATE_FOLDER = "candidate"
+
+
 def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = None) -> str:
-    """The candidate folder's name, else the report file's stem, else ``candidate``."""
+    """The candidate folder's name (its work folder's, for a run's ``WORKDIR/candidate``), else
+    the report file's stem, else ``candidate``."""
     cand = report.candidate_dir
     if cand is not None and cand.strip("/\\"):
-        return Path(cand.rstrip("/\\")).name
+        folder = Path(cand.rstrip("/\\"))
+        if folder.name == CANDIDATE_FOLDER and folder.parent.name:
+            return folder.parent.name
+        return folder.name
     if path is not None:
         return Path(path).stem
-    return "candidate"
+    return CANDIDATE_FOLDER
+
+
+def report_in(path: str | os.PathLike[str]) -> Path:
+    """``path``, or for a work folder the report it holds; BadInput (one line) for a folder without one."""
+    from kldtui.errors import BadInput
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        inside = p / REPORT_FILE_NAME
+        if inside.is_file():
+            return inside
+        raise BadInput(f"{path}: is a folder without a {REPORT_FILE_NAME}; give the path of a report JSON "
+                       "or of a work folder that holds one")
+    return p
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:
@@ -70,3 +95,27 @@ def report_interval(report: ComparisonReport) -> Bootstrap:
     has one: loading checks it (kldtui.formats.report_model). (Verdicts use their own paired
     interval: kldtui.decide.verdict.)"""
     return report.kl_window_cluster_bootstrap
+
+
+# -- intervals that rest on too few windows ------------------------------------------------------
+# A window-clustered "95 %" interval from a handful of windows covers far less than 95 % of the
+# time, and one window gives a zero-width interval: below this count every view shows the estimate
+# and says why there is no interval. Which count, and the rule behind it, is the statistics' own
+# (docs/STATISTICS.md; kldtui.decide gives no verdict below the same count): this one helper is
+# where every view asks, so that rule replaces it in one place.
+MIN_INTERVAL_WINDOWS = 8
+
+
+def interval_rests_on_too_few(windows: int | None) -> bool:
+    """True when an interval over ``windows`` windows is not to be shown as a 95 % interval
+    (``None``: the count is not known, the interval is shown as the report gives it)."""
+    return windows is not None and windows < MIN_INTERVAL_WINDOWS
+
+
+def too_few_text(windows: int, short: bool = False) -> str:
+    """What a view shows instead of the interval: ``6 windows: too few for a 95 % interval (needs 8)``;
+    ``short``: ``too few windows (6)`` for a table cell."""
+    if short:
+        return f"too few windows ({windows})"
+    noun = "window" if windows == 1 else "windows"
+    return f"{windows} {noun}: too few for a 95 % interval (needs {MIN_INTERVAL_WINDOWS})"

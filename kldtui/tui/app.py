@@ -116,7 +116,8 @@ class KldApp(App[int]):
 def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None = None,
                reports: Sequence[str | Path] = (), theme: str | None = None, config_dir: Path | None = None,
                title: str | None = None, windows: Iterable[tuple[int, str]] = (), autostart: bool = False,
-               remember_theme: bool = True, own_report: Path | None = None) -> KldApp:
+               remember_theme: bool = True, own_report: Path | None = None, noise_path: str | None = None,
+               use_noise_floor: bool = True) -> KldApp:
     """The one way to build the app (CLI and tests).
 
     Dashboard: give ``profile`` (a :class:`kldtui.workflow.profile.Profile`; the app drives
@@ -124,7 +125,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     lists earlier reports of its workdir in the leaderboard) or any ``pipeline_factory(emit,
     cancel)`` returning a :class:`~kldtui.tui.screens.dashboard.PipelineLike`. Viewer: neither, and
     ``reports`` (one: the result pane; several: the leaderboard). ``config_dir`` overrides
-    ``$XDG_CONFIG_HOME/kldtui`` (themes and remembered settings).
+    ``$XDG_CONFIG_HOME/kldtui`` (themes and remembered settings). ``noise_path`` /
+    ``use_noise_floor``: the leaderboard's noise model, as ``kldtui leaderboard --noise`` /
+    ``--no-noise-floor``.
     """
     abort: float | None = None
     workspace: Workspace | None = None
@@ -158,6 +161,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
         from kldtui.errors import BadInput
 
         raise BadInput("nothing to show: give a profile (dashboard) or report files (viewer)")
+    main.noise_path, main.use_noise_floor = noise_path, use_noise_floor
     return KldApp(main, theme=theme, config_dir=config_dir, title=title or "kldtui",
                   remember_theme=remember_theme)
 
@@ -213,7 +217,8 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
     return int(code or 0)
 
 
-def run_viewer(paths: Sequence[str | Path], theme: str | None = None) -> int:
+def run_viewer(paths: Sequence[str | Path], theme: str | None = None, noise_path: str | None = None,
+               use_noise_floor: bool = True) -> int:
     """Show one saved report (result pane) or several (leaderboard)."""
     from kldtui.errors import BadInput
 
@@ -224,5 +229,6 @@ def run_viewer(paths: Sequence[str | Path], theme: str | None = None) -> int:
         from kldtui.formats.report import load_report
 
         load_report(paths[0])
-    app = create_app(reports=list(paths), theme=theme, title="kldtui view")
+    app = create_app(reports=list(paths), theme=theme, title="kldtui view", noise_path=noise_path,
+                     use_noise_floor=use_noise_floor)
     return int(app.run() or 0)

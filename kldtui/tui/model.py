@@ -127,6 +127,7 @@ class DashboardModel:
         self.result_report: ComparisonReport | None = None
         self.next_lines: list[str] = []
         self.starting: str | None = None
+        self.shown_report: str | None = None  # a report opened with o (not this run's), shown in Result
         self.dirty: set[str] = set()
 
     # -- events --------------------------------------------------------------------------------
@@ -295,14 +296,23 @@ class DashboardModel:
             return ["waiting for progress…"]
         if self.starting:
             return [f"starting {self.starting}…"]
+        shown = [f"Result shows {self.shown_report} (opened with o)"] if self.shown_report else []
         if self.next_lines:
-            return self.next_lines
+            return shown + self.next_lines
+        if shown:
+            return shown
         failed = [v.name for v in self.stages.values() if v.state == "failed"]
         if failed:
             return [f"{', '.join(failed)} failed: the log (l) says why; r runs again (finished work is kept)"]
         if all(v.state == "idle" for v in self.stages.values()):
             return ["press r to run all stages, ? for help"]
         return ["no stage running; r runs the rest (finished work is kept)"]
+
+    def set_shown_report(self, path: str | None) -> None:
+        """The Result tab shows ``path`` (opened with o), not this run's report (None: it shows the run's)."""
+        if path != self.shown_report:
+            self.shown_report = path
+            self.dirty.add("progress")
 
     def set_starting(self, what: str | None) -> None:
         """An engine job was asked for and has not reported yet (``None``: it has, or it ended)."""

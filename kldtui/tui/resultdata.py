@@ -15,21 +15,54 @@ from typing import Any
 
 from kldtui.formats.report import figure_lines
 from kldtui.formats.report_model import Bootstrap, ComparisonReport, Interval, as_report
-from kldtui.formats.report_names import report_interval, report_name
+from kldtui.formats.report_names import (
+    interval_rests_on_too_few,
+    report_interval,
+    report_name,
+    too_few_text,
+)
 
 
 @dataclass(frozen=True)
 class Band:
-    """An estimate with its 95 % interval (either bound may be unknown)."""
+    """An estimate with its 95 % interval (either bound may be unknown) over ``windows`` windows.
+
+    Below the count an interval needs (:func:`interval_rests_on_too_few`) the interval is not shown:
+    :attr:`interval` is None and :meth:`text` says why instead."""
 
     estimate: float
     low: float | None = None
     high: float | None = None
+    windows: int | None = None
 
-    def text(self, fmt: str = "{:.5f}") -> str:
-        if self.low is None or self.high is None:
-            return fmt.format(self.estimate)
-        return f"{fmt.format(self.estimate)} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
+    @property
+    def too_few(self) -> bool:
+        return interval_rests_on_too_few(self.windows)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """(low, high) when the interval is to be shown, else None."""
+        if self.low is None or self.high is None or self.too_few:
+            return None
+        return self.low, self.high
+
+    def interval_text(self, fmt: str = "{:.5f}", short: bool = True) -> str:
+        """``[low, high]``, or why there is none (``too few windows (2)``), or ``-``."""
+        if self.interval is not None:
+            return f"[{fmt.format(self.interval[0])}, {fmt.format(self.interval[1])}]"
+        if self.too_few and self.windows is not None:
+            return too_few_text(self.windows, short=short)
+        return "-"
+
+    def text(self, fmt: str = "{:.5f}", short: bool = False) -> str:
+        """``estimate [low, high]``, or the estimate and why there is no interval (``short``: in a
+        few words, for a second figure on a line that already said it)."""
+        if self.interval is not None:
+            return f"{fmt.format(self.estimate)} {self.interval_text(fmt)}"
+        if self.too_few and self.windows is not None:
+            why = "no interval: too few windows" if short else too_few_text(self.windows)
+            return f"{fmt.format(self.estimate)} ({why})"
+        return fmt.format(self.estimate)
 
 
 @dataclass(frozen=True)
@@ -46,6 +79,37 @@ class DomainRow:
     band: Band | None
 
 
+@dataclass(frozen=True)
+class PositionRow:
+    """Mean KL over positions [start, stop) of every window."""
+
+    start: int
+    stop: int
+    positions: int
+    kl_mean: float
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a report's figures come from (each None when the report does not say)."""
+
+    reference: str | None = None
+    candidate: str | None = None
+    backend: str | None = None
+    threads: int | None = None
+    elapsed_seconds: float | None = None
+    kldtui_version: str | None = None
+    created_utc: str | None = None
+    command: str | None = None
+    suite_hash: str | None = None
+    verified: str | None = None  # what was checked before comparing, in words
+
+
+# per-token KL quantiles the result pane shows, in order (key in the report's Stats, label)
+KL_QUANTILES = (("median", "median"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99"), ("p99_9", "p99.9"),
+                ("max", "max"))
+
+
 @dataclass
 class ResultData:
     name: str
@@ -54,6 +118,10 @@ class ResultData:
     kl: Band | None = None
     js_mean: float | None = None
     top1: float | None = None
+    topk: list[tuple[int, float]] = field(default_factory=list)  # (k, fraction) beyond top-1 too
+    kl_quantiles: list[tuple[str, float]] = field(default_factory=list)  # (label, per-token KL)
+    kl_by_position: list[PositionRow] = field(default_factory=list)
+    provenance: Provenance | None = None
     ppl_ratio: Band | None = None
     delta_p_mean: float | None = None
     delta_p_rms: float | None = None
@@ -74,15 +142,16 @@ def _num(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _band(boot: Bootstrap | Interval | None, estimate: float | None = None) -> Band | None:
+def _band(boot: Bootstrap | Interval | None, estimate: float | None = None,
+          windows: int | None = None) -> Band | None:
     est = _num(boot.estimate) if boot is not None else None
     if est is None:
         est = estimate
     if est is None:
         return None
     if boot is None:
-        return Band(est)
-    return Band(est, _num(boot.ci95_low), _num(boot.ci95_high))
+        return Band(est, windows=windows)
+    return Band(est, _num(boot.ci95_low), _num(boot.ci95_high), windows)
 
 
 def window_bars(report: ComparisonReport) -> list[WindowBar]:
@@ -100,18 +169,27 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
     if name is None:
         name = report_name(report, path)
     bars = window_bars(report)
-    kl = _band(report_interval(report), report.kl_reference_to_candidate.mean)
+    n_windows = len(bars) or report.windows
+    kl = _band(report_interval(report), report.kl_reference_to_candidate.mean, n_windows)
     counts: dict[str, int] = {}
     for bar in bars:
         counts[bar.domain] = counts.get(bar.domain, 0) + 1
-    domains = [DomainRow(dname, counts.get(dname, 0), _band(boot)) for dname, boot in report.domains.items()]
+    domains = [DomainRow(dname, counts.get(dname, 0), _band(boot, windows=counts.get(dname) or None))
+               for dname, boot in report.domains.items()]
     if not domains:  # a report without domain intervals: plain means of its windows
         for dname, n in counts.items():
             vals = [b.kl for b in bars if b.domain == dname]
-            domains.append(DomainRow(dname, n, Band(sum(vals) / len(vals))))
+            domains.append(DomainRow(dname, n, Band(sum(vals) / len(vals), windows=n)))
     nt = report.next_token
     dp = nt.delta_p if nt is not None else None
     floor = report.noise_floor
+    stats = report.kl_reference_to_candidate
+    quantiles = [(label, value) for key, label in KL_QUANTILES
+                 if (value := _num(getattr(stats, key, None))) is not None]
+    topk = [(k, f) for k in (report.topk_agreement.k if report.topk_agreement is not None else [])
+            if (f := _num(report.topk_agreement.at(k) if report.topk_agreement else None)) is not None]
+    if not topk and _num(report.top1_agreement) is not None:
+        topk = [(1, float(report.top1_agreement))]  # type: ignore[arg-type]
     return ResultData(
         name=name,
         path=str(path) if path is not None else None,
@@ -119,7 +197,12 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         kl=kl,
         js_mean=_num(report.js.mean) if report.js is not None else None,
         top1=_num(report.top1_agreement),
-        ppl_ratio=(_band(nt.perplexity_ratio_window_cluster_bootstrap, _num(nt.perplexity_ratio))
+        topk=topk,
+        kl_quantiles=quantiles,
+        kl_by_position=[PositionRow(b.start, b.stop, b.positions, b.kl_mean)
+                        for b in report.kl_by_position or []],
+        provenance=_provenance(report),
+        ppl_ratio=(_band(nt.perplexity_ratio_window_cluster_bootstrap, _num(nt.perplexity_ratio), n_windows)
                    if nt is not None else None),
         delta_p_mean=_num(dp.mean) if dp is not None else None,
         delta_p_rms=_num(dp.rms) if dp is not None else None,
@@ -132,6 +215,24 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
     )
 
 
+def _provenance(report: ComparisonReport) -> Provenance:
+    prov = report.provenance
+    verified = None
+    if prov is not None:
+        v = prov.verified
+        verified = (f"token hashes {'checked' if v.token_hashes else 'not checked'}, suite hash "
+                    f"{'checked' if v.suite_hash else 'not checked'}, logits SHA-256 {v.logits_sha256}")
+    return Provenance(
+        reference=report.reference_dir, candidate=report.candidate_dir,
+        backend=prov.backend if prov is not None else None,
+        threads=prov.threads if prov is not None else None,
+        elapsed_seconds=prov.elapsed_seconds if prov is not None else None,
+        kldtui_version=prov.kldtui_version if prov is not None else None,
+        created_utc=prov.created_utc if prov is not None else None,
+        command=prov.command if prov is not None else None,
+        suite_hash=report.suite_token_hash_sha256, verified=verified)
+
+
 def live_result(windows: list[tuple[int, str, float]], name: str = "live") -> ResultData:
     """A partial result from windows compared so far (no intervals yet)."""
     bars = [WindowBar(i, d, k) for i, d, k in sorted(windows)]
@@ -141,7 +242,7 @@ def live_result(windows: list[tuple[int, str, float]], name: str = "live") -> Re
     return ResultData(
         name=name,
         live=True,
-        kl=Band(sum(b.kl for b in bars) / len(bars)) if bars else None,
+        kl=Band(sum(b.kl for b in bars) / len(bars), windows=len(bars)) if bars else None,
         windows=bars,
-        domains=[DomainRow(d, len(v), Band(sum(v) / len(v))) for d, v in counts.items()],
+        domains=[DomainRow(d, len(v), Band(sum(v) / len(v), windows=len(v))) for d, v in counts.items()],
     )

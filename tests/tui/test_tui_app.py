@@ -242,7 +242,7 @@ async def test_viewer_leaderboard_sorted_ties_enter_and_diff(tmp_path: Path) -> 
         board = app.query_one("#board", LeaderboardTable)
         assert [r.name for r in board.results] == ["best", "close", "worst"]
         ties = [board.get_row_at(i)[4] for i in range(3)]
-        assert ties == ["best", "tied", ""]
+        assert ties == ["best", "tied", "worse"]
         bars = [board.get_row_at(i)[3] for i in range(3)]
         assert all("●" in b for b in bars) and "├" in bars[2] and "┤" in bars[2]
         assert bars[0].index("●") < bars[2].index("●")  # one axis for all rows

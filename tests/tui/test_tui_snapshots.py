@@ -33,6 +33,12 @@ def dashboard(tmp_path: Path, pause_after_window: int | None,
 SIZES = [(80, 24), (200, 60)]
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: Any) -> None:
+    """Every screen names the report file it shows, relative to here: the same text on every run."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "200x60"])
 def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     app, holder = dashboard(tmp_path, pause_after_window=12)

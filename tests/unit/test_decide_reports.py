@@ -304,13 +304,13 @@ def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
     res = paired_diff_files(pa, pb, samples=2000)
     assert "suite_token_hash_sha256" in res.pairing_checked
     assert "reference_identity_sha256" in res.pairing_checked
-    assert res.overall.outcome == "a_closer" and res.verdict.startswith("far is worse than candidate by")
+    assert res.overall.outcome == "a_closer" and res.verdict.startswith("far is worse than s by")
     report_ci = json.loads(pa.read_text())["kl_window_cluster_bootstrap"]
     assert res.overall.mean_a == pytest.approx(report_ci["estimate"])
     from kldtui.decide.leaderboard import leaderboard_from_files
 
     board = leaderboard_from_files([pb, pa], samples=2000)
-    assert [r.name for r in board.rows] == ["candidate", "far"]
+    assert [r.name for r in board.rows] == ["s", "far"]  # a run folder's candidate/ is named by its folder
     assert board.rows[0].ci_low == pytest.approx(report_ci["ci95_low"], rel=1e-12)
     assert board.rows[0].ci_high == pytest.approx(report_ci["ci95_high"], rel=1e-12)
     assert not board.rows[1].tied_with_best

@@ -43,7 +43,7 @@ def test_load_original_report(tmp_path: Path) -> None:
     assert r.window_table().window_index == [0, 1]
     text = summary_text(r)
     assert text.splitlines()[0].startswith("KL(reference || candidate) = 0.003")
-    assert "top-1 agreement: 98.8000 %" in text
+    assert "top-k agreement: top-1 98.8000 %" in text
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", json.dumps({"direction": "x"}),
@@ -71,7 +71,7 @@ def test_kldtui_report_round_trip_and_summary(tmp_path: Path) -> None:
     loaded = load_report(out)
     assert loaded == report
     text = summary_text(loaded)
-    for needle in ("KL(reference || candidate) =", "top5", "KL(candidate || reference)", "perplexity",
+    for needle in ("KL(reference || candidate) =", "top-5", "KL(candidate || reference)", "perplexity",
                    "by domain", f"{loaded.provenance.backend if loaded.provenance else '?'} backend"):
         assert needle in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r2.json", "s"]

@@ -30,16 +30,25 @@ EXPORT_FORMATS = ("markdown", "csv", "llama-cpp")
 
 def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
     from kldtui.decide.leaderboard import interval_bar
+    from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 
-    lo = min(r.ci_low for r in board.rows)
-    hi = max(r.ci_high for r in board.rows)
+    few = interval_rests_on_too_few(board.windows)  # then no row's interval is shown, only its mean
+    lo = min(r.mean if few else r.ci_low for r in board.rows)
+    hi = max(r.mean if few else r.ci_high for r in board.rows)
     out = []
     for r in board.rows:
-        vs = "-" if r.diff_vs_best is None else f"+{r.diff_vs_best.text()}".replace("+-", "-")
+        if r.diff_vs_best is None:
+            vs = "-"
+        elif not r.diff_vs_best.has_interval or few:
+            vs = f"+{r.diff_vs_best.estimate:.4g}".replace("+-", "-") + " (estimate only)"
+        else:
+            vs = f"+{r.diff_vs_best.text()}".replace("+-", "-")
         if r.provisional:
             vs += " (provisional)"
-        out.append([str(r.rank), r.name, f"{r.mean:.4g}", f"[{r.ci_low:.4g}, {r.ci_high:.4g}]",
-                    interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi, bar_width), vs, r.mark])
+        interval = too_few_text(board.windows, short=True) if few else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
+        bar = interval_bar(r.mean, r.mean, r.mean, lo, hi, bar_width) if few else \
+            interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi, bar_width)
+        out.append([str(r.rank), r.name, f"{r.mean:.4g}", interval, bar, vs, r.mark])
     return out
 
 
@@ -54,9 +63,15 @@ def format_plain(board: Any) -> str:
 
 
 def _footer(board: Any) -> list[str]:
-    return ["", f"{board.windows} windows; mean KL intervals: each report's own window bootstrap; "
-            f"vs best: paired Student-t over windows; paired on: {board.pairing_checked}",
-            f"noise model: {board.noise_source}"] + [f"note: {n}" for n in board.notes]
+    from kldtui.decide.leaderboard import MARKS_LEGEND
+    from kldtui.text import plural
+
+    lines = ["", f"{plural(board.windows, 'window')}; mean KL intervals: each report's own window "
+             f"bootstrap; vs best: paired Student-t over windows; paired on: {board.pairing_checked}",
+             f"noise model: {board.noise_source}"]
+    if len(board.rows) > 1:
+        lines.append(MARKS_LEGEND)
+    return lines + [f"note: {n}" for n in board.notes]
 
 
 def print_rich(board: Any) -> None:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport
 
-HELP = "show saved comparison reports: one as the result pane, several as a leaderboard"
+HELP = ("show saved comparison reports: one as the result pane, several as a leaderboard (without a "
+        "terminal on stdout: the leaderboard as text, then each report's summary)")
 REPORT_NAME = "comparison.json"  # the name `kldtui run` and `kldtui demo` give their report
 
 
@@ -24,8 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT.json",
                         help="comparison report(s): kldtui's or the original comparator's; without a "
                         "terminal on stdout, their text summaries are printed instead")
-    parser.add_argument("--theme", dest="view_theme", help="theme name (this time only; t in the viewer "
-                        "switches and remembers)")
+    parser.add_argument("--theme", dest="view_theme", metavar="NAME",
+                        help="theme name (this time only; t in the viewer switches and remembers)")
+    floor = parser.add_mutually_exclusive_group()
+    floor.add_argument("--noise", metavar="NOISE.json",
+                       help="with several reports: the noise model the leaderboard's ties use, from kldtui "
+                            "noise, as kldtui leaderboard --noise (default: the published repeat KL for the "
+                            "Kimi K3 suite, else none)")
+    floor.add_argument("--no-noise-floor", action="store_true",
+                       help="with several reports: no noise model for the ties, as kldtui leaderboard")
 
 
 def check_reports(paths: list[str]) -> list[ComparisonReport]:
@@ -49,15 +57,28 @@ def check_reports(paths: list[str]) -> list[ComparisonReport]:
 
 def run(args: argparse.Namespace) -> int:
     reports = check_reports(list(args.reports))
+    noise_path = getattr(args, "noise", None)
+    use_floor = not getattr(args, "no_noise_floor", False)
+    if noise_path is not None:  # a bad noise file: one line and exit 2, before any screen
+        from kldtui.decide.noise import resolve_floor
+        from kldtui.decide.paired import suite_hash_of
+
+        resolve_floor(noise_path, suite_hash_of(*reports))
     if not sys.stdout.isatty():
         from kldtui.formats.report import summary_text
 
-        for n, (path, report) in enumerate(zip(args.reports, reports, strict=True)):
+        if len(reports) > 1:  # several reports: the leaderboard the screen would show, then each summary
+            from kldtui.cli.commands.leaderboard import format_plain
+            from kldtui.decide.leaderboard import leaderboard_from_files
+
+            print(format_plain(leaderboard_from_files(args.reports, noise_path=noise_path,
+                                                      use_noise_floor=use_floor)))
+        for path, report in zip(args.reports, reports, strict=True):
             if len(reports) > 1:
-                print(("\n" if n else "") + f"== {path}")
+                print(f"\n== {path}")
             print(summary_text(report).rstrip("\n"))
         return 0
     from kldtui.tui.app import run_viewer
 
     theme = args.view_theme or args.theme
-    return run_viewer(args.reports, theme=theme)
+    return run_viewer(args.reports, theme=theme, noise_path=noise_path, use_noise_floor=use_floor)

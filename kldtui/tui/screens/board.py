@@ -18,13 +18,23 @@ from textual.worker import Worker, WorkerState
 
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.formats.report_names import unique_names
-from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
+from kldtui.formats.report_names import REPORT_FILE_NAME, report_in, unique_names
+from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
 
 LOAD_GROUP = "load"
+
+
+def row_verdict(row: Any, rows: int) -> str:
+    """One sentence on a leaderboard row's mark (the best row's is about the others)."""
+    if row.is_best:
+        if row.mark == "no verdict":
+            return (f"lowest mean KL, but {row.windows} windows are too few to say it is best (a verdict "
+                    "needs more; see the note above)")
+        return f"lowest mean KL of the {rows} reports; each other row says how it compares with this one"
+    return str(row.verdict_vs_best)
 
 
 class BoardScreen(Screen[None]):
@@ -39,6 +49,9 @@ class BoardScreen(Screen[None]):
         self.reports: list[ComparisonReport] = []
         self.current_result: ResultData | None = None
         self.leaderboard_note = ""
+        self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
+        self.noise_path: str | None = None  # kldtui view --noise FILE: the ties' noise model
+        self.use_noise_floor = True  # kldtui view --no-noise-floor: none
 
     # -- what the app asks of its main screen ------------------------------------------------------
     def quit_question(self) -> str | None:
@@ -68,7 +81,13 @@ class BoardScreen(Screen[None]):
     # -- loading and showing reports ---------------------------------------------------------------
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         self.current_result = result
-        self.query_one("#resultpane", ResultPane).show(result)
+        pane = self.query_one("#resultpane", ResultPane)
+        pane.note = self.result_note(result)
+        pane.show(result)
+
+    def result_note(self, result: ResultData) -> str:
+        """How the shown report relates to the screen's own (the dashboard: its run's), or ""."""
+        return ""
 
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="load-reports")
     def load_reports(self) -> None:
@@ -94,6 +113,7 @@ class BoardScreen(Screen[None]):
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="open")
     def _load_one(self, path: str) -> None:
         try:
+            path = str(report_in(path))
             report = load_report(path)
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.app.call_from_thread(self.notify, str(exc), title="report", severity="error", timeout=10)
@@ -105,8 +125,8 @@ class BoardScreen(Screen[None]):
             if path:
                 self.load_result_file(path)
 
-        self.app.push_screen(PathScreen("Open a comparison report (JSON):", self.default_report_path()),
-                             chosen)
+        self.app.push_screen(PathScreen("Open a comparison report (JSON, or a work folder holding "
+                                        f"{REPORT_FILE_NAME}):", self.default_report_path()), chosen)
 
     # -- the leaderboard ---------------------------------------------------------------------------
     def add_to_board(self, result: ResultData, report: ComparisonReport, rebuild: bool = True) -> None:
@@ -125,7 +145,8 @@ class BoardScreen(Screen[None]):
     @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="rank")
     def _rank(self, results: list[ResultData], reports: list[ComparisonReport]) -> None:
         ties: dict[str, str] = {}
-        note = ""
+        verdicts: dict[str, str] = {}
+        notes: list[str] = []
         names = unique_names([r.name for r in results], [r.path for r in results])
         results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
         order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
@@ -134,28 +155,60 @@ class BoardScreen(Screen[None]):
                 from kldtui.decide.leaderboard import build_leaderboard
 
                 board = build_leaderboard(reports, names=[r.name for r in results],
-                                          paths=[r.path for r in results])
+                                          paths=[r.path for r in results], **self.noise_options(reports))
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
-                note = (f"ties: paired t-test against the best, Holm over all pairs; noise model: "
-                        f"{board.noise_source}")
+                verdicts = {row.name: row_verdict(row, len(board.rows)) for row in board.rows}
+                notes = [*board.notes, f"noise model: {board.noise_source}"]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
-                note = f"no tie marks: {exc}"
+                notes = [f"no tie marks: {exc}"]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
-        self.app.call_from_thread(self.show_board, ranked, ranked_reports, ties, note)
+        self.app.call_from_thread(self.show_board, ranked, ranked_reports, ties, "\n".join(notes), verdicts)
+
+    def noise_options(self, reports: list[ComparisonReport]) -> dict[str, Any]:
+        """How the leaderboard's ties use a noise model (``kldtui view --noise FILE`` or
+        ``--no-noise-floor``): keyword arguments of :func:`~kldtui.decide.leaderboard.build_leaderboard`;
+        empty: its default (the published figure for the published suite, else none)."""
+        if not self.use_noise_floor:
+            return {"noise": None}
+        if self.noise_path is None:
+            return {}
+        from kldtui.decide.noise import resolve_floor
+        from kldtui.decide.paired import suite_hash_of
+
+        return {"noise": resolve_floor(self.noise_path, suite_hash_of(*reports))}
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
-                   ties: dict[str, str], note: str) -> None:
+                   ties: dict[str, str], note: str, verdicts: dict[str, str] | None = None) -> None:
         self.results, self.reports = results, reports
+        self.verdicts = dict(verdicts or {})
         table = self.query_one("#board", LeaderboardTable)
         table.marked.clear()
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})
         n = len(results)
-        head = f"{n} report{'s' if n != 1 else ''}, sorted by mean KL (95% window-bootstrap interval)"
-        keys = "Enter opens a report; space marks two, d shows their per-window difference"
-        self.leaderboard_note = f"{head}. {note}".strip() + ("\n" + keys if n > 1 else "")
+        head = f"{n} report{'s' if n != 1 else ''} by mean KL (95% window-bootstrap interval)."
+        if n > 1:  # what the tie marks mean is in the help (?); the selected row's verdict is below
+            head += " Enter opens one; space marks two, d diffs them; ? explains the tie column."
+        lines = [head] + ([note] if note else [])
+        self.leaderboard_note = "\n".join(lines)
         self.query_one("#board-note", Static).update(self.leaderboard_note)
+        self.show_row_verdict(table.cursor_row if results else None)
+
+    def show_row_verdict(self, index: int | None) -> None:
+        """Under the table: what the selected row's tie mark rests on, in one sentence."""
+        boxes = self.query("#board-verdict")
+        if not boxes:
+            return
+        text = ""
+        if index is not None and 0 <= index < len(self.results):
+            name = self.results[index].name
+            text = f"{name}: {self.verdicts[name]}" if name in self.verdicts else ""
+        boxes.first(Static).update(text)
+
+    @on(LeaderboardTable.Highlighted)
+    def row_highlighted(self, message: LeaderboardTable.Highlighted) -> None:
+        self.show_row_verdict(message.index)
 
     @on(LeaderboardTable.Open)
     def open_row(self, message: LeaderboardTable.Open) -> None:
@@ -192,10 +245,12 @@ class BoardScreen(Screen[None]):
             return
         bars = [WindowBar(w, d, kb - ka) for w, d, ka, kb in
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
+        iv = diff.overall.interval
+        band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows)
         text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nnoise model: {diff.noise_source}"
-        self.app.call_from_thread(self.show_diff, text, bars)
+        self.app.call_from_thread(self.show_diff, text, bars, band)
 
-    def show_diff(self, text: str, bars: list[WindowBar]) -> None:
+    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
         pane = self.query_one("#diffpane", DiffPane)
         pane.display = True
-        pane.show(text, bars)
+        pane.show(text, bars, band)

@@ -36,7 +36,7 @@ from kldtui.events import (
 )
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
-from kldtui.tui.resultdata import ResultData, WindowBar, live_result, result_from_report
+from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
 from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
 from kldtui.tui.widgets import (
     DiffPane,
@@ -47,6 +47,7 @@ from kldtui.tui.widgets import (
     StageRail,
     WindowGrid,
 )
+from kldtui.tui.widgets.format import shown_path
 from kldtui.workflow.control import PipelineControl, StageRequest
 from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
@@ -59,14 +60,6 @@ PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineControl]
 
 
 # -- engine -> screen ------------------------------------------------------------------------------
-def _shown_path(path: Path) -> Path:
-    """``path`` relative to the current folder when it is inside it (what a user types next)."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except (ValueError, OSError):
-        return path
-
-
 def _pipeline_stage(name: str) -> PipelineStageName | None:
     """The stage an engine worker runs (workers are named by their StageRequest)."""
     for stage in PIPELINE_STAGES:
@@ -194,6 +187,7 @@ class DashboardScreen(BoardScreen):
                 with TabPane("Leaderboard", id="leaderboard"):
                     yield Static("", id="board-note")
                     yield LeaderboardTable(id="board")
+                    yield Static("", id="board-verdict")
                 with TabPane("Diff", id="diff"):
                     yield DiffPane(id="diffpane")
         yield ProgressPanel(self.model, id="progress")
@@ -383,7 +377,7 @@ class DashboardScreen(BoardScreen):
     def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
         from kldtui.workflow.state import next_steps
 
-        return next_steps(_shown_path(path), window_range, self.suite_windows, self.profile_name)
+        return next_steps(shown_path(path), window_range, self.suite_windows, self.profile_name)
 
     def _result_ready(self) -> None:
         report, path = self.model.result_report, self.model.result_path
@@ -397,8 +391,25 @@ class DashboardScreen(BoardScreen):
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         super().show_result(result, report)
         self.query_one("#tabs", TabbedContent).active = "result"
+        other = not result.live and result.path is not None and not self._is_own(result.path)
+        self.model.set_shown_report(str(shown_path(Path(result.path))) if other and result.path else None)
         if report is not None and result.path is not None:
             self.add_to_board(result, report)
+
+    def _own_report(self) -> Path | None:
+        if self.model.result_path:
+            return Path(self.model.result_path).resolve()
+        return self.own_report
+
+    def _is_own(self, path: str) -> bool:
+        own = self._own_report()
+        return own is None or Path(path).resolve() == own
+
+    def result_note(self, result: ResultData) -> str:
+        if result.live or result.path is None or self._is_own(result.path):
+            return ""
+        own = self._own_report()
+        return f"opened with o; this run's report is {shown_path(own)}" if own else "opened with o"
 
     # -- reports -----------------------------------------------------------------------------------
     def default_report_path(self) -> str:
@@ -411,8 +422,8 @@ class DashboardScreen(BoardScreen):
             self.action_show_tab("diff")
         super().diff_needs_marks()
 
-    def show_diff(self, text: str, bars: list[WindowBar]) -> None:
-        super().show_diff(text, bars)
+    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
+        super().show_diff(text, bars, band)
         self.action_show_tab("diff")
 
     # -- actions -----------------------------------------------------------------------------------

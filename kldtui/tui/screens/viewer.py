@@ -26,11 +26,16 @@ SINGLE_KEYS_HELP = """\
 
 BOARD_KEYS_HELP = """\
 [b]Viewer (leaderboard)[/b]
-  ↑ ↓      move between reports
+  ↑ ↓      move between reports; under the table, the selected row's verdict
   Enter    open the selected report (Esc: back)
   space    mark a row; with two marked, d shows their difference
   d        per-window difference of the two marked reports
   c        charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot draws them)
+[b]The tie column[/b]
+  best        lowest mean KL; the other rows are compared with it
+  tied        not shown different from the best
+  worse       shown worse than the best
+  no verdict  too few windows to tell
 """
 
 
@@ -54,6 +59,7 @@ class ViewerScreen(BoardScreen):
             with Vertical(id="viewer"):
                 yield Static("loading reports…", id="board-note")
                 yield LeaderboardTable(id="board")
+                yield Static("", id="board-verdict")
                 yield DiffPane(id="diffpane")
                 yield BoardCharts(id="charts")
         yield Footer()
@@ -89,8 +95,8 @@ class ViewerScreen(BoardScreen):
             self.add_to_board(result, report)
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
-                   ties: dict[str, str], note: str) -> None:
-        super().show_board(results, reports, ties, note)
+                   ties: dict[str, str], note: str, verdicts: dict[str, str] | None = None) -> None:
+        super().show_board(results, reports, ties, note, verdicts)
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar]) -> None:

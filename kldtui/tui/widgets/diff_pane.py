@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from kldtui.tui.resultdata import WindowBar
+from kldtui.tui.resultdata import Band, WindowBar
 from kldtui.tui.widgets.kl_chart import KLChart
 
 
@@ -15,6 +15,7 @@ class DiffPane(VerticalScroll):
         yield Static("mark two candidates in the leaderboard (space), then press d", id="diff-verdict")
         yield KLChart(empty="no difference shown yet", id="diff-chart")
 
-    def show(self, verdict: str, bars: list[WindowBar]) -> None:
+    def show(self, verdict: str, bars: list[WindowBar], band: Band | None = None) -> None:
+        """``band``: the mean difference B − A with its verdict interval (drawn as ┃ and ┊)."""
         self.query_one("#diff-verdict", Static).update(verdict)
-        self.query_one("#diff-chart", KLChart).set_data(bars, None, signed=True)
+        self.query_one("#diff-chart", KLChart).set_data(bars, band, signed=True)

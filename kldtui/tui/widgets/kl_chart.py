@@ -17,7 +17,8 @@ def _scale(values: Iterable[float]) -> float:
     return top if top > 0 else 1.0
 
 
-def _bar(length: float) -> str:
+def bar_cells(length: float) -> str:
+    """A horizontal bar ``length`` cells long, in eighths of a cell."""
     eighths = " ▏▎▍▌▋▊▉█"
     full = int(length)
     rest = int(round((length - full) * 8))
@@ -27,7 +28,9 @@ def _bar(length: float) -> str:
 
 
 class KLChart(Widget):
-    """Per-window mean KL as horizontal bars, with the overall mean and its 95 % interval marked."""
+    """Per-window mean KL as horizontal bars, with the overall mean (``│``) and its 95 % interval
+    (``┊``) marked. Signed (a difference B − A): bars grow both ways from the zero line (``│``), the
+    mean difference is ``┃``. An interval that rests on too few windows is not drawn."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
@@ -53,7 +56,7 @@ class KLChart(Widget):
         area = max(8, width - 10 - 11)
         values = [abs(b.kl) for b in self.bars]
         if self.band is not None:
-            values += [abs(v) for v in (self.band.estimate, self.band.low, self.band.high) if v is not None]
+            values += [abs(v) for v in (self.band.estimate, *(self.band.interval or ())) if v is not None]
         scale = _scale(values)
         half = area // 2 if self.signed else 0
         unit = (area - half - 1 if self.signed else area) / scale
@@ -63,17 +66,23 @@ class KLChart(Widget):
                 max(0, min(area - 1, half + int(round(v * unit))))
 
         marks: dict[int, tuple[str, str]] = {}
+        interval = self.band.interval if self.band is not None else None
+        mean_glyph = "┃" if self.signed else "│"
         if self.band is not None:
-            if self.band.low is not None and self.band.high is not None:
-                for c in range(col(self.band.low), col(self.band.high) + 1):
+            if interval is not None:
+                for c in range(col(interval[0]), col(interval[1]) + 1):
                     marks[c] = ("┊", "chart--band")
-            marks[col(self.band.estimate)] = ("│", "chart--mean")
+            marks[col(self.band.estimate)] = (mean_glyph, "chart--mean")
         if self.signed:
             marks.setdefault(half, ("│", "chart--label"))
         text = Text(no_wrap=True, overflow="crop")
         head = "KL per window" if not self.signed else "B − A per window"
-        text.append(f"{head}  │ mean", label_style)
-        if self.band is not None and self.band.low is not None:
+        text.append(head, label_style)
+        if self.signed:
+            text.append("  │ 0", label_style)
+        if self.band is not None:
+            text.append(f"  {mean_glyph} mean", label_style)
+        if interval is not None:
             text.append("  ┊ 95% CI", label_style)
         text.append(f"  bar {'±' if self.signed else ''}{scale:.3g}", label_style)
         for bar in self.bars:
@@ -84,7 +93,7 @@ class KLChart(Widget):
                 cells = list(" " * area)
                 styles = [""] * area
                 if bar.kl >= 0:
-                    body = _bar(length)
+                    body = bar_cells(length)
                     for i, ch in enumerate(body[: area - half - 1]):
                         cells[half + 1 + i], styles[half + 1 + i] = ch, "chart--bar"
                 else:
@@ -92,7 +101,7 @@ class KLChart(Widget):
                     for i in range(n):
                         cells[half - 1 - i], styles[half - 1 - i] = "█", "chart--neg"
             else:
-                body = _bar(min(area, bar.kl * unit))
+                body = bar_cells(min(area, bar.kl * unit))
                 cells = list(body.ljust(area))[:area]
                 styles = ["chart--bar" if i < len(body) else "" for i in range(area)]
             for c, (ch, cls) in marks.items():

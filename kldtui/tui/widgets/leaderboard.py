@@ -22,8 +22,8 @@ def interval_bar(band: Band | None, lo_axis: float, hi_axis: float, width: int) 
             return width // 2
         return max(0, min(width - 1, int(round((v - lo_axis) / span * (width - 1)))))
 
-    if band.low is not None and band.high is not None:
-        lo, hi = col(band.low), col(band.high)
+    if band.interval is not None:
+        lo, hi = col(band.interval[0]), col(band.interval[1])
         for c in range(lo, hi + 1):
             cells[c] = "─"
         cells[lo], cells[hi] = "├", "┤"
@@ -32,8 +32,9 @@ def interval_bar(band: Band | None, lo_axis: float, hi_axis: float, width: int) 
 
 
 def axis_of(bands: list[Band | None]) -> tuple[float, float]:
-    """A shared axis for interval bars: from the lowest low to the highest high, padded a little."""
-    values = [v for b in bands if b is not None for v in (b.low, b.estimate, b.high) if v is not None]
+    """A shared axis for interval bars: from the lowest low to the highest high (the estimates, where
+    an interval is not shown), padded a little."""
+    values = [v for b in bands if b is not None for v in (b.estimate, *(b.interval or ())) if v is not None]
     if not values:
         return 0.0, 1.0
     lo, hi = min(values), max(values)
@@ -47,6 +48,13 @@ class LeaderboardTable(DataTable[str]):
     BAR_WIDTH = 20
 
     class Open(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    class Highlighted(Message):
+        """The cursor is on row ``index`` (the screen says what that row's tie mark means)."""
+
         def __init__(self, index: int) -> None:
             super().__init__()
             self.index = index
@@ -70,7 +78,7 @@ class LeaderboardTable(DataTable[str]):
             self.add_row(
                 f"{mark}{i + 1}", r.name[:18], fmt_num(band.estimate if band else None),
                 interval_bar(band, lo_axis, hi_axis, self.BAR_WIDTH), (ties or {}).get(i, ""),
-                "-" if band is None or band.low is None else f"[{band.low:.5f}, {band.high:.5f}]", key=str(i))
+                band.interval_text() if band is not None else "-", key=str(i))
 
     def toggle_mark(self) -> None:
         row = self.cursor_row
@@ -84,6 +92,10 @@ class LeaderboardTable(DataTable[str]):
             if other != row:
                 mark = "*" if other in self.marked else " "
                 self.update_cell_at(Coordinate(other, 0), f"{mark}{other + 1}")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.post_message(self.Highlighted(event.cursor_row))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -1,4 +1,5 @@
-"""One result: summary, per-domain table and the per-window chart."""
+"""One result: which file it is, its summary, per-domain table, per-window chart, KL by position and
+where its figures come from."""
 
 from __future__ import annotations
 
@@ -7,23 +8,30 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from kldtui.tui.resultdata import ResultData
-from kldtui.tui.widgets.format import fmt_num
-from kldtui.tui.widgets.kl_chart import KLChart
+from kldtui.text import top_k
+from kldtui.tui.resultdata import PositionRow, ResultData
+from kldtui.tui.widgets.format import fmt_num, shown_path
+from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
+
+EMPTY = "no result yet: run the compare stage, or open a report (o)"
 
 
 class ResultPane(VerticalScroll):
-    """Summary, per-domain table with intervals and the per-window KL chart of one result."""
+    """Summary, per-domain table with intervals, the per-window KL chart, KL by position and the
+    report's provenance. ``note`` (set by the screen) says how the shown file relates to the run."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.result: ResultData | None = None
+        self.note = ""
 
     def compose(self) -> ComposeResult:
-        yield Static("no result yet: run the compare stage, or open a report (o)", id="result-summary")
+        yield Static(EMPTY, id="result-summary")
         table: DataTable[str] = DataTable(id="result-domains", cursor_type="row", zebra_stripes=True)
         yield table
         yield KLChart(id="result-chart")
+        yield Static("", id="result-positions")
+        yield Static("", id="result-provenance")
 
     def on_mount(self) -> None:
         table = self.query_one("#result-domains", DataTable)
@@ -37,17 +45,29 @@ class ResultPane(VerticalScroll):
             origin = "live: windows compared so far"
         text.append(f"{r.name}", style="bold")
         text.append(f"  ({origin})\n")
+        if r.path is not None:
+            text.append("file ", style="bold")
+            text.append(str(shown_path(r.path)))
+            if self.note:
+                text.append(f"  ({self.note})")
+            text.append("\n")
         text.append("mean KL  ", style="bold")
         text.append(r.kl.text() if r.kl is not None else "-")
-        if r.kl is not None and r.kl.low is not None:
+        if r.kl is not None and r.kl.interval is not None:
             text.append("  (95%, windows resampled)")
+        if r.kl_quantiles:
+            text.append("\nper-token KL ", style="bold")
+            text.append("  ".join(f"{label} {value:.4g}" for label, value in r.kl_quantiles))
         text.append("\nJS ")
         text.append(fmt_num(r.js_mean))
-        text.append("  top-1 ")
-        text.append(fmt_num(None if r.top1 is None else r.top1 * 100, "{:.3f}%"))
-        text.append("  PPL ratio ")
-        text.append(r.ppl_ratio.text("{:.4f}") if r.ppl_ratio is not None else "-")
-        text.append("\nΔp mean ")
+        shown = r.topk or ([(1, r.top1)] if r.top1 is not None else [])
+        for k, fraction in shown:
+            text.append(f"  {top_k(k, fraction)}")
+        if not shown:
+            text.append("  top-1 -")
+        text.append("\nPPL ratio ")
+        text.append(r.ppl_ratio.text("{:.4f}", short=True) if r.ppl_ratio is not None else "-")
+        text.append("  Δp mean ")
         text.append(fmt_num(r.delta_p_mean, "{:+.5f}"))
         text.append("  Δp rms ")
         text.append(fmt_num(r.delta_p_rms))
@@ -66,15 +86,70 @@ class ResultPane(VerticalScroll):
             text.append("\n" + " · ".join(extra))
         return text
 
+    def positions_text(self, rows: list[PositionRow], width: int) -> Text:
+        """Mean KL per band of positions (did the candidate drift further into the context?)."""
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if not rows:
+            return text
+        text.append("KL by position", style="bold")
+        text.append("  (mean over the windows' positions in each band)")
+        top = max((r.kl_mean for r in rows), default=0.0) or 1.0
+        label_w = max(len(f"{r.start}-{r.stop - 1}") for r in rows)
+        area = max(8, min(40, width - label_w - 12))
+        for r in rows:
+            text.append("\n" + f"{r.start}-{r.stop - 1}".rjust(label_w) + " ")
+            text.append(bar_cells(r.kl_mean / top * area).ljust(area))
+            text.append(f" {r.kl_mean:.4g}")
+        return text
+
+    def provenance_text(self, r: ResultData) -> Text:
+        text = Text()
+        prov = r.provenance
+        if prov is None:
+            return text
+        lines = []
+        if prov.reference:
+            lines.append(("reference", prov.reference))
+        if prov.candidate:
+            lines.append(("candidate", prov.candidate))
+        how = []
+        if prov.backend:
+            threads = f", {prov.threads} thread{'s' if prov.threads != 1 else ''}" if prov.threads else ""
+            how.append(f"{prov.backend} backend{threads}")
+        if prov.elapsed_seconds is not None:
+            how.append(f"{prov.elapsed_seconds:.3g} s")
+        if prov.kldtui_version:
+            how.append(f"kldtui {prov.kldtui_version}")
+        if prov.created_utc:
+            how.append(prov.created_utc)
+        if how:
+            lines.append(("compared", ", ".join(how)))
+        if prov.verified:
+            lines.append(("verified", prov.verified))
+        if prov.suite_hash:
+            lines.append(("suite", f"token hash {prov.suite_hash[:16]}…"))
+        if prov.command:
+            lines.append(("command", prov.command))
+        for n, (label, value) in enumerate(lines):
+            if n:
+                text.append("\n")
+            text.append(f"{label:<9} ", style="bold")
+            text.append(value)
+        return text
+
     def show(self, result: ResultData | None) -> None:
         self.result = result
         summary = self.query_one("#result-summary", Static)
         table = self.query_one("#result-domains", DataTable)
         chart = self.query_one("#result-chart", KLChart)
+        positions = self.query_one("#result-positions", Static)
+        provenance = self.query_one("#result-provenance", Static)
         if result is None:
-            summary.update("no result yet: run the compare stage, or open a report (o)")
+            summary.update(EMPTY)
             table.display = False
             chart.set_data([], None)
+            positions.update("")
+            provenance.update("")
             return
         summary.update(self.summary_text(result))
         table.clear()
@@ -82,7 +157,10 @@ class ResultPane(VerticalScroll):
             band = row.band
             table.add_row(row.domain, str(row.windows) if row.windows else "-",
                           fmt_num(band.estimate if band else None),
-                          "-" if band is None or band.low is None
-                          else f"[{band.low:.5f}, {band.high:.5f}]")
+                          band.interval_text() if band is not None else "-")
         table.display = bool(result.domains)
         chart.set_data(result.windows, result.kl)
+        positions.update(self.positions_text(result.kl_by_position, self.size.width or 80))
+        positions.display = bool(result.kl_by_position)
+        provenance.update(self.provenance_text(result))
+        provenance.display = result.provenance is not None and not result.live
