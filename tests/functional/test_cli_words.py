@@ -18,8 +18,7 @@ from tests.fixtures_decide import make_report as decide_report
 from tests.fixtures_decide import suite_domains
 from tests.fixtures_decide import write_report as decide_write
 from tests.fixtures_tui import make_report, write_report
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO as ROOT
 
 
 def kldtui(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,

@@ -3,7 +3,6 @@ grid, the progress panel, the log, the dialogs), through Textual's pilot."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from kldtui.tui.screens.dashboard import DashboardScreen
 from kldtui.tui.screens.dialogs import ConfirmScreen
 from kldtui.tui.widgets import KLChart, LogView, ProgressPanel, ResultPane, StageBox, WindowGrid
 from kldtui.workflow.state import DiskWindow, RunState
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, sync, write_report
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, settle, sync, write_report
 
 
 def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
@@ -38,18 +37,6 @@ def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, 
     app = create_app(pipeline_factory=factory, config_dir=tmp_path / "cfg", theme="kldtui-dark",
                      windows=[(w, DOMAINS[w % len(DOMAINS)]) for w in range(windows)])
     return app, holder
-
-
-async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while any(w.group in ("engine", "load", "control") and not w.is_finished for w in app.workers):
-        assert loop.time() < deadline, "workers did not finish"
-        await pilot.pause(0.02)
-    await pilot.pause()
-    if isinstance(app.main, DashboardScreen):
-        app.main.refresh_now()
-    await pilot.pause()
 
 
 async def feed(app: KldApp, pilot: Any, *events: Any) -> None:
