@@ -67,3 +67,27 @@ def percent(fraction: float | None, digits: int = 2) -> str:
 def top_k(k: int, fraction: float | None, digits: int = 2) -> str:
     """How often the candidate's top-k holds the reference's top token: ``top-1 89.43 %``."""
     return f"top-{k} {percent(fraction, digits)}"
+
+
+def kldtui_command() -> str:
+    """How to run kldtui again, as this process was started, for the commands a hint prints:
+    ``kldtui`` when that name on PATH is this program; else the path it was started by
+    (``.venv/bin/kldtui`` after the README's quick start); ``python -m kldtui`` for a module run."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    started = Path(argv0)
+    if started.name == "__main__.py" and started.parent.name == "kldtui":
+        return "python -m kldtui"
+    if started.name != "kldtui":
+        return "kldtui"  # embedded (tests, another program): the documented name
+    found = shutil.which("kldtui")
+    try:
+        if found and Path(found).resolve() == started.resolve():
+            return "kldtui"
+        shown = started.resolve().relative_to(Path.cwd().resolve())
+        return str(shown) if "/" in str(shown) else f"./{shown}"
+    except (OSError, ValueError):
+        return str(started)

@@ -50,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail on a closed pipe."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _report_error(message: str) -> None:
     print(f"kldtui: error: {message}", file=sys.stderr)
 
@@ -90,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 parser.print_help()
                 return 2
             return int(dashboard.open_dashboard(args))
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe is found here, not in the interpreter's last flush
+        return code
     except KldError as exc:
         _report_error(str(exc))
         return exc.exit_code
@@ -98,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         _report_error("interrupted")
         return 130
     except BrokenPipeError:
-        return 1
+        # the reader of our output stopped early (`kldtui leaderboard ... | head -1`): it read what it
+        # wanted, that is no failure; nothing more may reach the closed pipe (not even at exit)
+        _drop_stdout()
+        return 0
     except Exception as exc:  # noqa: BLE001 - last line of defence: one line, never a traceback
         if settings.DEBUG.get_or(True):  # set but unreadable: the user asked for something
             traceback.print_exc()

@@ -128,8 +128,8 @@ def hook_checks(found: dict[str, Any]) -> list[Check]:
     elif plugin_ok:
         plugin_detail = "kldtui_capture entry point installed (vllm.general_plugins)"
     else:
-        plugin_detail = ("kldtui is not installed in vLLM's Python; run `pip install kldtui` there "
-                         "(or `pip install -e .` from the kldtui checkout)")
+        plugin_detail = ("kldtui is not installed in vLLM's Python; install it there from a kldtui "
+                         "checkout: `VLLM_PYTHON -m pip install -e KLDTUI_CHECKOUT`")
     patched = found.get("patched", {})
     patch_ok = bool(patched) and all(patched.values())
     patch_detail = ("vllm-kld-capture.patch is applied" if patch_ok else

@@ -49,6 +49,9 @@ from kldtui.formats.suite import (
 STAGE: StageName = "prepare"
 SELECTION = "evenly spaced, non-overlapping windows over each domain token stream"
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+# How to get the prepare extra while kldtui is installed from its repository (no package index
+# serves it yet): one text for every message that names it.
+PREPARE_INSTALL = "pip install -e '.[prepare]' in a clone of the kldtui repository"
 
 
 # --- text construction -------------------------------------------------------------------------
@@ -204,8 +207,9 @@ def load_sources(path: str | os.PathLike[str]) -> list[Source]:
     out = []
     for s in sources:
         candidate = p.parent / s.dataset
-        if not Path(s.dataset).is_absolute() and candidate.exists():
-            s = Source(**{**s.__dict__, "dataset": str(candidate)})
+        missing_local = is_local_dataset(s.dataset) and not Path(s.dataset).expanduser().exists()
+        if not Path(s.dataset).expanduser().is_absolute() and (candidate.exists() or missing_local):
+            s = Source(**{**s.__dict__, "dataset": str(candidate)})  # a missing one is named there
         out.append(s)
     return out
 
@@ -223,7 +227,55 @@ class LoadedSource:
 
 
 def is_local_dataset(dataset: str) -> bool:
-    return Path(dataset).expanduser().exists() or dataset.startswith(("/", "./", "../", "~"))
+    """A local file or folder (it exists, or it is written as a path or a data file name: a
+    missing one is then "not found", never a Hub request); else a Hub dataset id ``ORG/NAME``."""
+    return (Path(dataset).expanduser().exists() or dataset.startswith(("/", "./", "../", "~"))
+            or Path(dataset).suffix in LOCAL_SUFFIXES or dataset.count("/") > 1 or "\\" in dataset)
+
+
+def is_local_tokenizer(name: str) -> bool:
+    """A tokenizer given as a local folder (it exists, or it is written as a path)."""
+    return Path(name).expanduser().exists() or name.startswith(("/", "./", "../", "~")) \
+        or name.count("/") > 1 or "\\" in name
+
+
+def require_packages() -> None:
+    """transformers (and tokenizers) are there; BadInput naming the install otherwise. Imported
+    without its "PyTorch was not found" advice: prepare only tokenizes, it needs no torch."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise BadInput(f"kldtui prepare needs {exc.name}: {PREPARE_INSTALL}") from None
+
+
+def check_local_inputs(tokenizer: str, sources: Sequence[Source]) -> None:
+    """The local tokenizer folder and local source files exist; BadInput naming the first that does not."""
+    if is_local_tokenizer(tokenizer) and not Path(tokenizer).expanduser().is_dir():
+        raise BadInput(f"{tokenizer}: tokenizer folder not found; give the folder that holds tokenizer.json "
+                       "(or tokenizer_config.json), or a Hub model id such as Qwen/Qwen3-8B")
+    for n, source in enumerate(sources, 1):
+        path = Path(source.dataset).expanduser()
+        if is_local_dataset(source.dataset) and not path.exists():
+            raise BadInput(f"source {n} ({source.domain}): local dataset {path} does not exist; fix its "
+                           "'dataset' path (relative paths are read from the SOURCES.toml's folder)")
+
+
+def check_hub(tokenizer: str, sources: Sequence[Source]) -> None:
+    """Before any work: when the tokenizer or a source comes from the Hub, the Hub answers;
+    BadInput (one line, at once) naming what needed it otherwise."""
+    needs = [] if is_local_tokenizer(tokenizer) else [f"tokenizer {tokenizer} (no folder of that name here)"]
+    needs += [f"dataset {s.dataset}" for s in sources if not is_local_dataset(s.dataset)]
+    if not needs:
+        return
+    from kldtui.stages.hub import hub_unreachable, unreachable_line
+
+    reason = hub_unreachable()
+    if reason is not None:
+        what = ", ".join(needs[:2]) + (f" and {len(needs) - 2} more" if len(needs) > 2 else "")
+        raise BadInput(unreachable_line(
+            what, reason, "give local inputs (--tokenizer DIR, --sources SOURCES.toml naming local files) "
+            "or run where the Hub is reachable (HF_ENDPOINT names a mirror)"))
 
 
 def _local_files(path: Path, where: str) -> list[Path]:
@@ -335,7 +387,7 @@ def load_local(source: Source, where: str) -> LoadedSource:
         # rows, text and tokens are the same, only the datasets fingerprint is not known.
         if kind != "json":
             raise BadInput(f"{where}: reading {files[0].suffix} files needs the datasets package: "
-                           "pip install 'kldtui[prepare]'") from None
+                           f"{PREPARE_INSTALL}") from None
         rows = _read_json_rows(files, _columns(source), where)
         return LoadedSource(source, rows, revision, None, str(path))
     datasets.disable_progress_bars()
@@ -365,13 +417,28 @@ def load_hub(source: Source, where: str) -> LoadedSource:
                        "log in with `hf auth login`)") from None
     except HfHubHTTPError as exc:
         raise BadInput(f"{where}: cannot reach the Hub for {source.dataset}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a connection failure is one line, anything else re-raised
+        _raise_if_unreachable(exc, where)
+        raise
     sha = info.sha
     if not sha:
         raise BadInput(f"{where}: the Hub gave no commit sha for {source.dataset}")
     datasets.disable_progress_bars()
-    ds = datasets.load_dataset(source.dataset, source.config, split=source.split, revision=sha)
+    try:
+        ds = datasets.load_dataset(source.dataset, source.config, split=source.split, revision=sha)
+    except Exception as exc:  # noqa: BLE001 - as above
+        _raise_if_unreachable(exc, where)
+        raise
     return LoadedSource(source, _rows_of(ds, _columns(source), where), sha,
                         getattr(ds, "_fingerprint", None), source.dataset)
+
+
+def _raise_if_unreachable(exc: BaseException, where: str) -> None:
+    from kldtui.stages.hub import connection_reason, is_connection_error, unreachable_line
+
+    if is_connection_error(exc):
+        raise BadInput(unreachable_line(where, connection_reason(exc), "check the network and HF_ENDPOINT, "
+                                        "or name a local copy of the dataset in --sources")) from None
 
 
 def load_source(source: Source, where: str) -> LoadedSource:
@@ -381,6 +448,8 @@ def load_source(source: Source, where: str) -> LoadedSource:
 # --- tokenizer and windows ---------------------------------------------------------------------
 
 def load_tokenizer(name: str, *, trust_remote_code: bool = False) -> Any:
+    check_local_inputs(name, ())
+    require_packages()
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -442,6 +511,8 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
     domains = [s.domain for s in sources]
     if len(set(domains)) != len(domains):
         raise BadInput(f"sources: domains must be distinct (got {domains})")
+    check_local_inputs(tokenizer, sources)  # a mistyped folder is named before anything else
+    check_hub(tokenizer, sources)  # an unreachable Hub: one line now, not after minutes of retries
     emit(StageStarted(STAGE, detail=f"{len(sources)} sources, {sum(s.windows for s in sources)} windows "
                       f"of {context_length} tokens -> {out}"))
     tok = load_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
@@ -492,7 +563,8 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         _write(tmp, windows, dataset_docs, context_length=context_length, kind=kind,
-               tokenizer=tokenizer, tokenizer_class=type(tok).__name__)
+               tokenizer=tokenizer_id(tokenizer, tok), tokenizer_class=type(tok).__name__,
+               tokenizer_source="local folder" if is_local_tokenizer(tokenizer) else "hub")
         tmp.chmod(0o755)
         try:
             os.rename(tmp, out)  # fails if out appeared meanwhile (a non-empty folder)
@@ -509,9 +581,29 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
     return PrepareResult(suite, out)
 
 
+def tokenizer_id(name: str, tok: Any) -> str:
+    """What the manifest (and the dataset card) records as the tokenizer: the Hub id given, or for
+    a local folder the model id its config.json names (``_name_or_path``, written by
+    ``save_pretrained``), else the folder's name (never the producer's full local path)."""
+    if not is_local_tokenizer(name):
+        return name
+    folder = Path(name).expanduser()
+    import json
+
+    for config in ("config.json", "tokenizer_config.json"):
+        try:
+            doc = json.loads((folder / config).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        origin = doc.get("_name_or_path") or doc.get("name_or_path") if isinstance(doc, dict) else None
+        if isinstance(origin, str) and origin and not is_local_tokenizer(origin):
+            return origin
+    return folder.resolve().name or str(getattr(tok, "name_or_path", name))
+
+
 def _write(root: Path, windows: Sequence[tuple[str, list[int], dict[str, Any]]],
            dataset_docs: list[dict[str, Any]], *, context_length: int, kind: str, tokenizer: str,
-           tokenizer_class: str) -> None:
+           tokenizer_class: str, tokenizer_source: str = "hub") -> None:
     (root / TOKENS_DIR).mkdir()
     entries = []
     counts: dict[str, int] = {}
@@ -541,6 +633,7 @@ def _write(root: Path, windows: Sequence[tuple[str, list[int], dict[str, Any]]],
         "domain_counts": counts,
         "model_tokenizer": tokenizer,
         "tokenizer_class": tokenizer_class,
+        "tokenizer_source": tokenizer_source,
         "suite_token_hash_sha256": suite_token_hash([e["token_ids_json_sha256"] for e in entries]),
         "datasets": dataset_docs,
         "windows": entries,

@@ -175,10 +175,15 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
     if not datasets:
         out.append("| (not recorded) | | | | | |")
     tokenizer = suite.raw.get("model_tokenizer")
+    klass = suite.raw.get("tokenizer_class", "class not recorded")
+    if tokenizer and suite.raw.get("tokenizer_source") == "local folder":
+        # the producer's own folder: its name says little to a reader, and it is no Hub id
+        said = f"Tokenizer: a local tokenizer folder (`{tokenizer}`, {klass}), not a Hub id; "
+    else:
+        said = f"Tokenizer: `{tokenizer}` ({klass}), " if tokenizer else ""
     out += [
         "",
-        (f"Tokenizer: `{tokenizer}` ({suite.raw.get('tokenizer_class', 'class not recorded')}), "
-         if tokenizer else "")
+        said
         + f"add_special_tokens={str(suite.raw.get('add_special_tokens', False)).lower()}. Exact source "
         "revisions, text construction, window starts, token ids and per-window hashes are in "
         "suite-manifest.json and tokens/. Send the stored token ids to /v1/completions as they are: "
@@ -200,7 +205,8 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "",
         "## Capture a candidate and compare",
         "",
-        "With kldtui (`pip install kldtui`; its vLLM hook captures the logits):",
+        "With kldtui (installed from its repository: `pip install -e .` in a checkout; its vLLM hook "
+        "captures the logits):",
         "",
         "```bash",
         f"kldtui download {repo_id} --local-dir reference      # fetches and verifies every hash",
@@ -328,6 +334,13 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
     if not (p / SUITE_MANIFEST).is_file() or not (p / REF_DIR / LOGITS_MANIFEST).is_file():
         raise BadInput(f"{p}: a dataset root needs {SUITE_MANIFEST} and {REF_DIR}/{LOGITS_MANIFEST}; "
                        "prepare the suite and capture its reference first")
+    if not dry_run:  # before hashing every file: an offline host hears it at once, in one line
+        from kldtui.stages.hub import hub_unreachable, unreachable_line
+
+        reason = hub_unreachable()
+        if reason is not None:
+            raise BadInput(unreachable_line(f"publish {repo_id}", reason, "run it where the Hub is reachable "
+                                            "(HF_ENDPOINT names a mirror), or check it first with --dry-run"))
     emit(StageStarted(STAGE, detail=f"{p} -> {repo_id}{' (dry run)' if dry_run else ''}"))
     result = verify_path(p, workers=workers, emit=emit)
     result.raise_for_failures()
@@ -408,6 +421,17 @@ def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None) ->
     except HfHubHTTPError as exc:
         raise StageFailed(f"upload to {repo_id} failed: {' '.join(str(exc).split())[:300]}; run the same "
                           "command again to resume (files already uploaded are skipped)") from None
+    except Exception as exc:  # noqa: BLE001 - the connection lost, or no token: one line each
+        from kldtui.stages.hub import connection_reason, is_connection_error, unreachable_line
+
+        if is_connection_error(exc):
+            raise StageFailed(unreachable_line(f"upload to {repo_id}", connection_reason(exc),
+                                               "run the same command again to resume (files already "
+                                               "uploaded are skipped)")) from None
+        if type(exc).__name__ == "LocalTokenNotFoundError":
+            raise BadInput(f"upload to {repo_id}: no Hub token; run `hf auth login` or set HF_TOKEN, then "
+                           "run the same command again") from None
+        raise
     return str(getattr(repo, "url", f"datasets/{repo_id}"))
 
 

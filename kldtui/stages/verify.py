@@ -52,6 +52,7 @@ from kldtui.formats.suite import (
     sha256_file,
 )
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
+from kldtui.text import plural
 
 RECORD_NAME = ".kldtui-reference.json"  # written by kldtui.stages.reference in a downloaded dataset root
 REF_DIR = "ref"
@@ -167,6 +168,7 @@ class VerifyResult:
     cached: list[Path] = field(default_factory=list)  # files whose hash came from the cache
     notes: list[str] = field(default_factory=list)
     suite_hash: str | None = None
+    token_files: int = 0  # token files whose ids were hashed against the suite manifest
     windows: list[int] = field(default_factory=list)  # logits windows checked
     bytes_hashed: int = 0
     elapsed_s: float = 0.0
@@ -176,12 +178,20 @@ class VerifyResult:
         return not self.failures
 
     def summary(self) -> str:
-        head = "OK" if self.ok else f"FAILED ({len(self.failures)} problem{'s' * (len(self.failures) != 1)})"
+        head = "OK" if self.ok else f"FAILED ({plural(len(self.failures), 'problem')})"
         if self.ok and self.kind == "suite":  # never a bare "OK": nothing of the logits was checked
             head = (f"suite and token files OK; no reference logits checked (no {REF_DIR}/{LOGITS_MANIFEST} "
                     "here)")
-        return (f"{self.kind} {self.path}: {head}; {len(self.checked)} file(s) hashed "
-                f"({size_text(self.bytes_hashed)}), {len(self.cached)} already verified and unchanged")
+        parts = []
+        if self.token_files:
+            parts.append(f"{plural(self.token_files, 'token file')} and the suite hash checked")
+        if self.checked or (not self.cached and self.kind != "suite"):
+            hashed = size_text(self.bytes_hashed)
+            parts.append(f"{plural(len(self.checked), 'logits file')} hashed ({hashed})")
+        if self.cached:
+            parts.append(f"{plural(len(self.cached), 'logits file')} unchanged since verified (not hashed "
+                         "again)")
+        return f"{self.kind} {self.path}: {head}" + (f"; {', '.join(parts)}" if parts else "")
 
     @property
     def exit_code(self) -> int:
@@ -193,7 +203,8 @@ class VerifyResult:
         :class:`BadInput` when a manifest cannot be read."""
         if self.failures:
             first = self.malformed[0] if self.malformed else self.failures[0]
-            more = f" (and {len(self.failures) - 1} more problem(s))" if len(self.failures) > 1 else ""
+            others = len(self.failures) - 1
+            more = f" (and {plural(others, 'more problem')})" if others else ""
             if self.malformed:
                 raise BadInput(f"verification failed: {first}{more}")
             raise StageFailed(f"verification failed: {first}{more}")
@@ -236,6 +247,7 @@ def _check_suite(suite_path: Path, result: VerifyResult, expected_suite_hash: st
             suite.load_tokens(w, check_hash=True)
         except BadInput as exc:
             result.failures.append(str(exc))
+        result.token_files += 1
         emit(Progress(STAGE, task="token files", done=i + 1, total=len(suite.windows), unit="files"))
     return suite
 
@@ -332,7 +344,7 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
             known[path] = sha
             result.cached.append(path)
     if known:
-        emit(Notice(STAGE, f"{len(known)} file(s) unchanged since verified, not hashed again "
+        emit(Notice(STAGE, f"{plural(len(known), 'file')} unchanged since verified, not hashed again "
                            "(--reverify forces it)"))
     errors: dict[Path, str] = {}
     try:

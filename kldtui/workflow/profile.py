@@ -312,8 +312,8 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     try:
         data = read_bytes(p)
     except FileNotFoundError:
-        raise BadInput(f"{p}: profile not found; pass --profile FILE or create ./kldtui.toml "
-                       "(see examples/)") from None
+        raise BadInput(f"{p}: profile not found; pass --profile FILE or create ./kldtui.toml (`kldtui "
+                       "demo` writes one to start from: kldtui-demo/kldtui.toml)") from None
     except IsADirectoryError:
         raise BadInput(f"{p}: is a folder, expected a profile TOML file") from None
     except OSError as exc:  # a FIFO, a device, no permission

@@ -23,6 +23,7 @@ from kldtui.errors import BadInput, StageFailed
 from kldtui.formats.chunks import sanitize_request_id, writer_host
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import WindowSpec
+from kldtui.text import plural
 
 # the server computes log-softmax in float32 on its device; this side in float64 from the same
 # values: agreement is ~1e-5; anything over this means the rows are not the scored logits
@@ -123,7 +124,7 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
     result.max_abs_diff = diff
     records = writer_records(capture)
     writers = ", ".join(f"{r.get('host')}:{r.get('folder')}" for r in records) or "not recorded"
-    result.lines.append(f"{len(checked.chunks)} chunk(s), rows 0..{checked.rows}, vocabulary "
+    result.lines.append(f"{plural(len(checked.chunks), 'chunk')}, rows 0..{checked.rows - 1}, vocabulary "
                         f"{checked.vocab_size}; writer {writers}; read here on {writer_host()}")
     result.ok = diff <= LOGPROB_TOLERANCE
     verdict = "match" if result.ok else "DO NOT match"

@@ -182,10 +182,14 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
 
 def next_steps(report_path: Path, window_range: tuple[int, int] | None = None,
                suite_windows: int = 0, profile: str | None = None) -> list[str]:
-    """What to do after a run wrote ``report_path``: one short line each."""
+    """What to do after a run wrote ``report_path``: one short line each (the commands as this
+    kldtui was started: ``.venv/bin/kldtui`` where it is not on PATH)."""
+    from kldtui.text import kldtui_command
+
+    kldtui = kldtui_command()
     lines = [f"report: {report_path}",
-             f"next: kldtui view {report_path}",
-             f"      kldtui diff {report_path} OTHER/comparison.json"]
+             f"next: {kldtui} view {report_path}",
+             f"      {kldtui} diff {report_path} OTHER/comparison.json"]
     if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
         where = f" in {profile}" if profile else ""
         # a quick run of a few windows: the whole suite next (finished windows are reused)

@@ -117,3 +117,174 @@ def test_leaderboard_json_keeps_its_figures(tmp_path: Path, capsys: Any) -> None
     assert main(["leaderboard", *paths, "--plain", "--json", str(out_json)]) == 0
     doc = json.loads(out_json.read_text())
     assert [r["name"] for r in doc["rows"]] == ["x", "y"] and doc["rows"][0]["ci95_low"] is not None
+
+
+# -- failures that are actionable: one line, exit 2, at once ----------------------------------------
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _offline() -> dict[str, str]:
+    return {"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HUB_OFFLINE": ""}
+
+
+def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    err = done.stderr
+    assert err.count("\n") == 1 and err.startswith("kldtui: error: "), err
+    assert "internal error" not in err and "Traceback" not in err and "Retrying" not in err
+    return err
+
+
+def test_prepare_offline_with_the_default_sources_is_one_line(tmp_path: Path) -> None:
+    from tests.fixtures_prepare import build_tokenizer
+
+    tok = build_tokenizer(tmp_path / "tok")
+    err = one_line_exit_2(kldtui("prepare", "--tokenizer", str(tok), "--output-dir", str(tmp_path / "s"),
+                                 env=_offline()))
+    assert "dataset Salesforce/wikitext" in err and "cannot be reached" in err, err
+    assert "--sources" in err  # what to do: local sources, or a reachable Hub
+    err = one_line_exit_2(kldtui("prepare", "--tokenizer", "org/some-model", "--output-dir",
+                                 str(tmp_path / "s"), env=_offline()))
+    assert "tokenizer org/some-model" in err and "cannot be reached" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_prepare_names_a_missing_local_tokenizer_or_source_at_once(tmp_path: Path) -> None:
+    err = one_line_exit_2(kldtui("prepare", "--tokenizer", "./my-tokenizr", "--output-dir",
+                                 str(tmp_path / "s"), env=_offline()))
+    assert err.startswith("kldtui: error: ./my-tokenizr: tokenizer folder not found"), err
+    sources = tmp_path / "SOURCES.toml"
+    sources.write_text('[[source]]\ndomain = "prose"\ndataset = "data/missing.jsonl"\nsplit = "test"\n'
+                       'windows = 2\ntext_field = "text"\n')
+    from tests.fixtures_prepare import build_tokenizer
+
+    tok = build_tokenizer(tmp_path / "tok")
+    err = one_line_exit_2(kldtui("prepare", "--tokenizer", str(tok), "--output-dir", str(tmp_path / "s"),
+                                 "--sources", str(sources), env=_offline()))
+    assert f"local dataset {tmp_path / 'data' / 'missing.jsonl'} does not exist" in err, err
+
+
+# A host without torch (prepare only tokenizes): the import system finds no torch at all.
+NO_TORCH = """import importlib.machinery as _m
+
+_find = _m.PathFinder.find_spec.__func__
+
+
+def _no_torch(cls, name, path=None, target=None):
+    if name == "torch" or name.startswith("torch."):
+        return None
+    return _find(cls, name, path, target)
+
+
+_m.PathFinder.find_spec = classmethod(_no_torch)
+"""
+
+
+def test_prepare_does_not_print_transformers_torch_advice(tmp_path: Path) -> None:
+    from tests.fixtures_prepare import build_tokenizer, prose_rows, write_jsonl
+
+    tok = build_tokenizer(tmp_path / "tok")
+    data = write_jsonl(tmp_path / "prose.jsonl", prose_rows(80))
+    sources = tmp_path / "SOURCES.toml"
+    sources.write_text(f'[[source]]\ndomain = "prose"\ndataset = "{data}"\nsplit = "test"\nwindows = 2\n'
+                       'text_field = "text"\n')
+    no_torch = tmp_path / "no-torch"
+    no_torch.mkdir()
+    (no_torch / "sitecustomize.py").write_text(NO_TORCH)
+    done = kldtui("prepare", "--tokenizer", str(tok), "--output-dir", str(tmp_path / "s"), "--sources",
+                  str(sources), "--context-length", "32",
+                  env={"PYTHONPATH": f"{no_torch}{os.pathsep}{ROOT}"})
+    assert done.returncode == 0, done.stderr
+    assert "PyTorch was not found" not in done.stderr + done.stdout, done.stderr
+    assert "suite ready" in done.stdout
+
+
+def test_publish_offline_is_one_line_before_any_hashing(tmp_path: Path) -> None:
+    from tests.hub_server import make_dataset
+
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=17, vocab=50)
+    done = kldtui("publish", str(root), "--repo-id", "me/tiny-kld", env=_offline())
+    err = one_line_exit_2(done)
+    assert "publish me/tiny-kld" in err and "cannot be reached" in err and "--dry-run" in err
+    assert "verifying" not in done.stdout + done.stderr
+
+
+# -- words ----------------------------------------------------------------------------------------------
+def test_hints_name_kldtui_as_it_was_started(tmp_path: Path, monkeypatch: Any) -> None:
+    script = Path(sys.executable).with_name("kldtui")
+    if not script.is_file():
+        import pytest
+
+        pytest.skip("no kldtui console script beside this Python")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # the venv's bin is not on PATH (the README's quick start)
+    done = subprocess.run([str(script)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 2
+    assert f"try `{script} demo`" in done.stderr, done.stderr
+    assert "see examples/" not in done.stderr  # a pip user has no examples/ folder
+    assert "kldtui-demo/kldtui.toml" in done.stderr
+    from kldtui.workflow.state import next_steps
+
+    monkeypatch.chdir(script.parent.parent.parent)
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    lines = next_steps(Path("w/comparison.json"))
+    assert lines[1] == f"next: {script.relative_to(Path.cwd())} view w/comparison.json", lines
+
+
+def test_every_flag_has_help_and_a_meaningful_metavar() -> None:
+    import argparse
+
+    from kldtui.cli.main import build_parser
+
+    missing, odd = [], []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, sp in action.choices.items():
+                    walk(sp, sub)
+            elif action.option_strings and action.dest != "help":
+                if not action.help:
+                    missing.append((name, action.option_strings))
+                longs = [o for o in action.option_strings if o.startswith("--")]
+                if action.metavar is None and action.nargs != 0 and longs and \
+                        longs[0][2:].replace("-", "_") != action.dest:
+                    odd.append((name, longs[0], action.dest.upper()))  # e.g. --theme VIEW_THEME
+
+    walk(build_parser(), "kldtui")
+    assert not missing and not odd, (missing, odd)
+
+
+def test_verify_counts_what_it_checked(tmp_path: Path, capsys: Any) -> None:
+    from tests.hub_server import make_dataset
+
+    root = make_dataset(tmp_path / "ds", windows=3, context_length=17, vocab=50)
+    assert main(["verify", str(root)]) == 0
+    first = capsys.readouterr()
+    assert main(["verify", str(root)]) == 0
+    again = capsys.readouterr()
+    text = again.out + again.err
+    assert "file(s)" not in first.out + first.err + text
+    assert "3 token files and the suite hash checked" in text, text
+    assert "3 logits files unchanged since verified (not hashed again)" in text, text
+
+
+def test_output_cut_short_by_its_reader_is_no_failure(tmp_path: Path) -> None:
+    paths = [str(write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)))
+             for n, lvl, s in (("int4", 0.05, 1), ("fp8", 0.01, 2), ("q3", 0.07, 3))]
+    for command in (["leaderboard", *paths, "--plain"], ["view", *paths]):
+        # `kldtui leaderboard ... | head -1`: the reader is gone before kldtui writes
+        read, write = os.pipe()
+        os.close(read)
+        proc = subprocess.run([sys.executable, "-m", "kldtui", *command], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              timeout=120, stdin=subprocess.DEVNULL)
+        os.close(write)
+        assert proc.returncode == 0, (command[0], proc.returncode, proc.stderr)
+        assert proc.stderr == "", proc.stderr  # no "Exception ignored", no internal error

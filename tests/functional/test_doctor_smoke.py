@@ -26,7 +26,8 @@ def test_smoke_passes_and_cleans_up(tmp_path, capsys):
                      str(server.capture_dir), "--tokens", "300"])
         out = capsys.readouterr().out
         assert code == 0, out
-        assert "3 chunk(s), rows 0..299" in out and "match the server's prompt logprobs" in out
+        assert "3 chunks, rows 0..298" in out  # 300 tokens: 299 scored rows
+        assert "match the server's prompt logprobs" in out
         assert not [p for p in server.capture_dir.iterdir() if not p.name.startswith(".")]
 
 

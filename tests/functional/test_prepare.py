@@ -116,7 +116,8 @@ def test_prepare_matches_the_rule_and_verifies(inputs: dict[str, Path], tmp_path
     assert doc["scored_positions_per_window"] == CONTEXT - 1
     assert doc["total_scored_positions"] == 7 * (CONTEXT - 1)
     assert doc["domain_counts"] == counts
-    assert doc["model_tokenizer"] == str(inputs["tokenizer"])
+    # a local folder: its name (not the producer's full path), said to be a local folder
+    assert doc["model_tokenizer"] == inputs["tokenizer"].name and doc["tokenizer_source"] == "local folder"
     assert doc["tokenizer_class"] == type(tok).__name__
     assert doc["selection"].startswith("evenly spaced") and doc["kind"]
     for ds in doc["datasets"]:
@@ -198,7 +199,7 @@ def test_pinned_local_revision_and_missing_column(inputs: dict[str, Path], tmp_p
     wrong = Source("prose", str(data), "train", 2, text_field="body")
     with pytest.raises(BadInput, match="no column"):
         prepare_suite(tmp_path / "col", str(inputs["tokenizer"]), sources=[wrong], context_length=CONTEXT)
-    with pytest.raises(BadInput, match="cannot load a tokenizer"):
+    with pytest.raises(BadInput, match="tokenizer folder not found"):
         prepare_suite(tmp_path / "tok", str(tmp_path / "no-such-tokenizer"), sources=[wrong])
 
 

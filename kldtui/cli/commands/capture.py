@@ -24,10 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-name", required=True, help="name of this capture run")
     parser.add_argument("--expected-vocab", type=int, default=None,
                         help="vocabulary every chunk must have (default: the first chunk's)")
-    parser.add_argument("--start-window", type=int, default=0)
-    parser.add_argument("--stop-window", type=int, default=None, help="exclusive (default: all)")
+    parser.add_argument("--start-window", type=int, default=0, metavar="N",
+                        help="first window of the range (default 0)")
+    parser.add_argument("--stop-window", type=int, default=None, metavar="N",
+                        help="window after the last one: the range is [start, stop) (default: all)")
     parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="the server's URL")
-    parser.add_argument("--served-model-name", default="Kimi-K3")
+    parser.add_argument("--served-model-name", default="Kimi-K3",
+                        help="the model name the server serves, as in its /v1/models (default: %(default)s)")
     parser.add_argument("--server-capture-dir", default=None,
                         help="the server's VLLM_KLD_CAPTURE_DIR as seen from this host "
                         "(default: $VLLM_KLD_CAPTURE_DIR)")

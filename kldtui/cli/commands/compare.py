@@ -24,10 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate-dir", required=True, help="candidate's finalized logits folder")
     parser.add_argument("--suite-manifest", required=True, help="suite-manifest.json (or its folder)")
     parser.add_argument("--output", required=True, help="report JSON to write (atomically)")
-    parser.add_argument("--start-window", type=int, default=0)
-    parser.add_argument("--stop-window", type=int, default=None, help="exclusive (default: all)")
-    parser.add_argument("--bootstrap-samples", type=int, default=10000)
-    parser.add_argument("--bootstrap-seed", type=int, default=1)
+    parser.add_argument("--start-window", type=int, default=0, metavar="N",
+                        help="first window of the range (default 0)")
+    parser.add_argument("--stop-window", type=int, default=None, metavar="N",
+                        help="window after the last one: the range is [start, stop) (default: all)")
+    parser.add_argument("--bootstrap-samples", type=int, default=10000, metavar="N",
+                        help="window resamples of the 95 %% intervals (default 10000)")
+    parser.add_argument("--bootstrap-seed", type=int, default=1, metavar="SEED",
+                        help="seed of the resampling, numpy.random.default_rng(SEED) (default 1)")
     parser.add_argument("--row-block", type=int, default=None,
                         help="rows per block (default: chosen by the backend)")
     parser.add_argument("--reverse", action="store_true", help="also KL(candidate || reference)")

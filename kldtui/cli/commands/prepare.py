@@ -21,14 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:  # datasets is needed for Hub and parquet sources only (prepare says so when it is)
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        from kldtui.errors import BadInput
+    from kldtui.stages.prepare import DEFAULT_SOURCES, load_sources, prepare_suite, require_packages
 
-        raise BadInput(f"kldtui prepare needs {exc.name}: pip install 'kldtui[prepare]'") from None
+    require_packages()  # datasets is needed for Hub and parquet sources only (prepare says so then)
     from kldtui.cli.commands.verify import ConsoleProgress
-    from kldtui.stages.prepare import DEFAULT_SOURCES, load_sources, prepare_suite
 
     sources = load_sources(args.sources) if args.sources else list(DEFAULT_SOURCES)
     with ConsoleProgress() as emit:

@@ -112,8 +112,11 @@ def open_dashboard(args: argparse.Namespace) -> int:
     """The dashboard for ``--profile`` or ``./kldtui.toml``; a hint and 2 when there is none."""
     path: str | None = args.profile  # the command's --profile, else the one before the command
     if path is None and not Path(DEFAULT_PROFILE).is_file():
-        print(f"kldtui: no ./{DEFAULT_PROFILE} here; pass --profile FILE (see examples/), or try "
-              "`kldtui demo` for the whole pipeline on a built-in tiny model", file=sys.stderr)
+        from kldtui.text import kldtui_command
+
+        print(f"kldtui: no ./{DEFAULT_PROFILE} here; pass --profile FILE, or try `{kldtui_command()} demo` "
+              "for the whole pipeline on a built-in tiny model (it writes a profile to start from: "
+              f"kldtui-demo/{DEFAULT_PROFILE})", file=sys.stderr)
         return 2
     from kldtui.workflow.profile import load_profile
 

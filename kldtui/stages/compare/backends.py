@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from kldtui import settings
 from kldtui.errors import BadInput
+from kldtui.text import plural
 
 if TYPE_CHECKING:
     from kldtui.metrics.kernels import RowKernel
@@ -180,7 +181,7 @@ class BackendChoice:
     @property
     def label(self) -> str:
         dev = f" on cuda:{self.cuda_device}" if self.cuda_device is not None else ""
-        thr = f", {self.threads} threads" if self.threads else ""
+        thr = f", {plural(self.threads, 'thread')}" if self.threads else ""
         return f"{self.backend.option}{dev}{thr}"
 
 
