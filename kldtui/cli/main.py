@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import signal
 import sys
 import traceback
@@ -29,13 +30,30 @@ def _load(name: str) -> ModuleType | None:
         raise
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, worked out only when asked (it runs git and the C compiler's --version)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        try:
+            from kldtui.workflow.doctor import version_text
+
+            text = version_text()
+        except Exception as exc:  # noqa: BLE001 - the version itself always prints
+            text = f"kldtui {__version__} (build details unavailable: {type(exc).__name__}: {exc})"
+        print(text)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kldtui",
         description="Measure how far a quantized LLM's output distribution has moved from a "
         "reference. Without a command: open the dashboard for ./kldtui.toml (or --profile).",
     )
-    parser.add_argument("--version", action="version", version=f"kldtui {__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the version, the build it runs from (checkout and commit, or an "
+                        "installed package) and the compare kernel's build, and exit")
     parser.add_argument("--profile", help="profile TOML (default: ./kldtui.toml)")
     parser.add_argument("--theme", help="theme for this session (t in the app picks one and remembers it)")
     parser.set_defaults(_module=None)  # no command: the dashboard

@@ -32,6 +32,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -82,11 +84,19 @@ def _cpu_id() -> bytes:
     return "\n".join(dict.fromkeys(keep)).encode() or platform.processor().encode()
 
 
-def _build(cc: str, flags: list[str], src: bytes) -> Path:
-    version = subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout
+def _compiler_version(cc: str) -> bytes:
+    return subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout
+
+
+def _library_path(cc: str, flags: list[str], src: bytes, version: bytes) -> Path:
+    """Where the build of ``src`` by ``cc`` with ``flags`` for this CPU is cached."""
     key = hashlib.sha256(b"\0".join([src, cc.encode(), version, " ".join(flags).encode(),
                                      platform.machine().encode(), _cpu_id()])).hexdigest()[:24]
-    out = cache_dir() / f"fastkl-{key}.so"
+    return cache_dir() / f"fastkl-{key}.so"
+
+
+def _build(cc: str, flags: list[str], src: bytes) -> Path:
+    out = _library_path(cc, flags, src, _compiler_version(cc))
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -132,8 +142,10 @@ def load() -> ctypes.CDLL | None:
             src = SOURCE.read_bytes()
             for flags in flag_sets():
                 try:
-                    lib = _open(_build(cc, flags, src))
+                    path = _build(cc, flags, src)
+                    lib = _open(path)
                     _state["flags"] = " ".join(flags)
+                    _state["path"] = path
                     break
                 except (OSError, subprocess.SubprocessError) as exc:
                     why = f"{type(exc).__name__}: {exc}"
@@ -150,6 +162,44 @@ def why_not() -> str:
     """Why :func:`load` gave None ('' when it did not)."""
     load()
     return str(_state.get("why", ""))
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """What ``kldtui doctor`` and ``--version`` say about the compiled kernel."""
+
+    compiler: str | None  # its path; None: none found
+    compiler_version: str  # the first line of ``cc --version``
+    cached: bool  # a build for this source, compiler and CPU was there before this call
+    built: bool  # the library loads and passed its self-check (False when not asked to build)
+    flags: str = ""
+    library: Path | None = None
+    build_seconds: float | None = None  # time to load or build it in this call
+    why_not: str = ""
+
+
+def status(build: bool = True) -> KernelStatus:
+    """The kernel's compiler and build; with ``build`` it is built now when it is not cached (what
+    the first compare would otherwise do silently)."""
+    disabled = settings.NO_C_KERNEL.get()
+    cc = _compiler()
+    if cc is None:
+        return KernelStatus(None, "", False, False, why_not="no C compiler found (cc, gcc, clang or $CC)")
+    try:
+        version_text = _compiler_version(cc)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return KernelStatus(cc, "", False, False, why_not=f"{cc} --version failed: {exc}")
+    version = version_text.decode(errors="replace").strip().splitlines()[0] if version_text.strip() else ""
+    src = SOURCE.read_bytes()
+    cached = any(_library_path(cc, flags, src, version_text).exists() for flags in flag_sets())
+    if disabled:
+        return KernelStatus(cc, version, cached, False, why_not=f"disabled by {settings.NO_C_KERNEL.name}")
+    if not build:
+        return KernelStatus(cc, version, cached, False)
+    started = time.monotonic()
+    lib = load()
+    return KernelStatus(cc, version, cached, lib is not None, str(_state.get("flags", "")),
+                        _state.get("path"), time.monotonic() - started, why_not())  # type: ignore[arg-type]
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -213,4 +263,4 @@ class CRowKernel:
         return out
 
 
-__all__ = ["CRowKernel", "available", "cache_dir", "load", "why_not"]
+__all__ = ["CRowKernel", "KernelStatus", "available", "cache_dir", "load", "status", "why_not"]

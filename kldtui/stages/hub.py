@@ -8,7 +8,7 @@ and ``HF_HUB_OFFLINE`` are honoured as the Hub client honours them.
 
 from __future__ import annotations
 
-import os
+from kldtui import settings
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PROBE_TIMEOUT_S = 5.0
@@ -16,11 +16,11 @@ PROBE_TIMEOUT_S = 5.0
 
 def hub_endpoint() -> str:
     """The Hub's base URL: ``HF_ENDPOINT`` when set, else huggingface.co."""
-    return os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or DEFAULT_ENDPOINT
+    return settings.HF_ENDPOINT.get() or DEFAULT_ENDPOINT
 
 
 def hub_offline_set() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return settings.HF_HUB_OFFLINE.get()
 
 
 def hub_unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | None:

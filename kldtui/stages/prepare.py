@@ -239,10 +239,19 @@ def is_local_tokenizer(name: str) -> bool:
         or name.count("/") > 1 or "\\" in name
 
 
+class _NoTorchAdvice:
+    """Drops transformers' "PyTorch was not found" advice (a logging filter)."""
+
+    def filter(self, record: Any) -> bool:
+        return "PyTorch was not found" not in record.getMessage()
+
+
 def require_packages() -> None:
     """transformers (and tokenizers) are there; BadInput naming the install otherwise. Imported
     without its "PyTorch was not found" advice: prepare only tokenizes, it needs no torch."""
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    import logging
+
+    logging.getLogger("transformers").addFilter(_NoTorchAdvice())  # the logger its import warns on
     try:
         import transformers  # noqa: F401
     except ImportError as exc:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kldtui.text import plural
+
 GIB = 1024**3
 HEADER_BYTES = 4096  # safetensors header with metadata, rounded up
 # the published Kimi K3 suite: 32 windows of 2,048 tokens, vocabulary 163,840
@@ -29,7 +31,7 @@ class DiskNeed:
         return self.finalized + self.chunks
 
     def describe(self) -> str:
-        return (f"{self.total / GIB:.1f} GiB at peak: {self.windows} finalized window(s) "
+        return (f"{self.total / GIB:.1f} GiB at peak: {plural(self.windows, 'finalized window')} "
                 f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB")
 
 

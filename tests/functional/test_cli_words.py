@@ -288,3 +288,88 @@ def test_output_cut_short_by_its_reader_is_no_failure(tmp_path: Path) -> None:
         os.close(write)
         assert proc.returncode == 0, (command[0], proc.returncode, proc.stderr)
         assert proc.stderr == "", proc.stderr  # no "Exception ignored", no internal error
+
+
+def test_card_does_not_call_a_local_tokenizer_folder_a_hub_id(tmp_path: Path, capsys: Any) -> None:
+    from tests.hub_server import make_dataset
+
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=17, vocab=50)
+    manifest = root / "suite-manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc.update({"model_tokenizer": "tok", "tokenizer_class": "PreTrainedTokenizerFast",
+                "tokenizer_source": "local folder"})
+    manifest.write_text(json.dumps(doc, indent=2))
+    assert main(["publish", str(root), "--repo-id", "me/tiny-kld", "--dry-run"]) == 0
+    card = capsys.readouterr().out
+    assert "Tokenizer: a local tokenizer folder (`tok`, PreTrainedTokenizerFast), not a Hub id" in card
+    assert "pip install kldtui" not in card and "pip install -e ." in card  # no index serves kldtui
+
+
+def test_shell_completion_completes_commands_flags_and_choices(tmp_path: Path) -> None:
+    import shutil
+
+    script = tmp_path / "kldtui.bash"
+    done = kldtui("completion", "bash")
+    assert done.returncode == 0, done.stderr
+    script.write_text(done.stdout)
+    probe = tmp_path / "probe.sh"
+    probe.write_text(f"""source {script}
+t() {{
+    COMP_WORDS=("$@"); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMPREPLY=()
+    _kldtui; echo "${{COMPREPLY[*]}}"
+}}
+t kldtui le
+t kldtui leaderboard --no
+t kldtui --profile x.toml ru
+t kldtui compare --backend ""
+t kldtui view --th
+t kldtui completion ""
+""")
+    bash = shutil.which("bash")
+    assert bash is not None
+    out = subprocess.run([bash, str(probe)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.splitlines() == [
+        "leaderboard", "--no-noise-floor --noise", "run", "auto c numpy torch torch-cpu torch-cuda",
+        "--theme", "bash zsh fish"], out.stdout
+    for shell, check in (("zsh", ["-n"]), ("fish", ["--no-execute"])):
+        done = kldtui("completion", shell)
+        assert done.returncode == 0 and "kldtui" in done.stdout
+        exe = shutil.which(shell)
+        if exe is not None:  # the script parses in that shell
+            path = tmp_path / f"kldtui.{shell}"
+            path.write_text(done.stdout)
+            parsed = subprocess.run([exe, *check, str(path)], capture_output=True, text=True, timeout=30)
+            assert parsed.returncode == 0, parsed.stderr
+            if shell == "fish":  # and fish completes from it
+                asked = subprocess.run([exe, "-c", f"source {path}; complete -C 'kldtui leader'; "
+                                        "complete -C 'kldtui view --no'"], capture_output=True, text=True,
+                                       timeout=30)
+                names = [line.split("\t")[0] for line in asked.stdout.splitlines()]
+                assert sorted(names) == ["--no-noise-floor", "--noise", "leaderboard"], asked.stdout
+
+
+def test_version_says_which_build(tmp_path: Path) -> None:
+    done = kldtui("--version")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    from kldtui import __version__
+
+    assert lines[0] == f"kldtui {__version__}"
+    assert lines[1].startswith(("checkout ", "installed at ")) and "Python 3." in lines[1], lines
+    assert lines[2].startswith("compare kernel: "), lines
+
+
+def test_doctor_reports_the_kernel_torch_and_the_hub(tmp_path: Path) -> None:
+    done = kldtui("doctor", "--quick", "--json", env=_offline())
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    kernel = checks["compare kernel"]["detail"]
+    assert "compiler" in kernel or "no C compiler" in kernel, kernel
+    assert "torch" in checks
+    hub = checks["Hugging Face Hub"]
+    assert not hub["ok"] and "cannot be reached" in hub["detail"] and "127.0.0.1" in hub["detail"]
+    cache = tmp_path / "cache"  # an empty kernel cache: doctor (not --quick) builds it and says so
+    done = kldtui("doctor", "--json", env={**_offline(), "XDG_CACHE_HOME": str(cache)}, timeout=300)
+    kernel = {c["name"]: c for c in json.loads(done.stdout)}["compare kernel"]["detail"]
+    if "no C compiler" not in kernel:
+        assert "built now in" in kernel and str(cache) in kernel, kernel

@@ -86,7 +86,7 @@ def test_windows_are_compared_live_and_a_rerun_reuses_everything(
     assert not list((workdir / "capture").rglob("window-*-chunks"))
     assert not list((workdir / "capture").rglob("logits.rows-*"))
     notes = [e.text for e in events if isinstance(e, Notice) and e.text.startswith("disk: ")]
-    assert len(notes) == 1 and "6 finalized window(s)" in notes[0]  # said before capturing
+    assert len(notes) == 1 and "6 finalized windows" in notes[0]  # said before capturing
 
     again: list[Event] = []
     Pipeline(make_profile(suite_dir, workdir), again.append).run_all()

@@ -26,4 +26,5 @@ COMMANDS: dict[str, str] = {
     "plan": "plan",
     "patch": "patch",
     "doctor": "doctor",
+    "completion": "completion",
 }
