@@ -43,7 +43,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
-from kldtui.text import BYTE_UNITS, done_of_total, human_bytes
+from kldtui.text import BYTE_UNITS, amount, done_of_total
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # the stages whose windows are the run's (a helper run's windows, the reference's capture, get no line)
@@ -56,13 +56,10 @@ _PRINTED_WINDOW_STATES = ("captured", "finalized", "compared", "failed")
 
 
 def _fmt_num(value: float | None, unit: str = "") -> str:
+    """An amount or a rate as the dashboard writes it (``6264``, ``12.3k``, ``4.0 MiB``)."""
     if value is None:
         return "?"
-    if unit in BYTE_UNITS:
-        return human_bytes(value)
-    if float(value).is_integer():
-        return f"{int(value)}"
-    return f"{value:.3g}"
+    return amount(value, unit)
 
 
 def _fmt_eta(seconds: float | None) -> str:

@@ -373,3 +373,18 @@ def test_doctor_reports_the_kernel_torch_and_the_hub(tmp_path: Path) -> None:
     kernel = {c["name"]: c for c in json.loads(done.stdout)}["compare kernel"]["detail"]
     if "no C compiler" not in kernel:
         assert "built now in" in kernel and str(cache) in kernel, kernel
+
+
+def test_batch_lines_write_rates_and_bytes_as_the_dashboard_does() -> None:
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+    from kldtui.events import Progress
+
+    out = io.StringIO()
+    rep = BatchReporter(out)
+    rep(Progress("capture", "tokens", 512, 3072, "tokens", rate=6264.3))
+    rep(Progress("finalize", "window 000", 2 * 2**20, 4186112, "bytes", rate=3.4e8))
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == ["capture: tokens 512/3072 (17%), 6264 tokens/s",
+                     "finalize: window 000 2.0/4.0 MiB (50%), 324.2 MiB/s"], lines  # was 6.26e+03 tokens/s

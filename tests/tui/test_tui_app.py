@@ -315,7 +315,7 @@ async def test_dashboard_leaderboard_and_diff_tabs(tmp_path: Path) -> None:
         assert app.query_one("#tabs").active == "leaderboard"
         board = app.query_one("#board", LeaderboardTable)
         assert [r.name for r in board.results] == ["run-b", "run-a"]
-        assert "2 reports, sorted by mean KL" in static_text(app, "#board-note")
+        assert "2 reports by mean KL" in static_text(app, "#board-note")
         await pilot.press("d")  # two reports: d compares them without marking
         await settle(app, pilot)
         assert app.query_one("#tabs").active == "diff"

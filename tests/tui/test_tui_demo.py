@@ -38,9 +38,11 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert [w.kl for w in app.main.model.windows.values()] == pytest.approx(per_window)
         boot = report["kl_window_cluster_bootstrap"]
         summary = static_text(app, "#result-summary")
-        assert f"{boot['estimate']:.5f} [{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in summary
+        # the demo's 6 windows are too few for a 95 % interval: the estimate, and why there is none
+        assert f"{boot['estimate']:.5f} (6 windows: too few for a 95 % interval" in summary
         assert [b.kl for b in app.query_one("#result-chart", KLChart).bars] == pytest.approx(per_window)
-        assert [r.name for r in app.query_one("#board", LeaderboardTable).results] == ["candidate"]
+        # named by its work folder: every run's finalized folder is WORKDIR/candidate
+        assert [r.name for r in app.query_one("#board", LeaderboardTable).results] == ["demo"]
         assert any("ready" in line for line in app.query_one(LogView).shown_lines())
         # run_all stops the server at the end, so q quits at once
         assert not app.main.server_up()

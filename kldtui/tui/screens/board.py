@@ -26,6 +26,15 @@ from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
 
 LOAD_GROUP = "load"
 
+# The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's marks).
+TIE_COLUMN_HELP = """\
+[b]The leaderboard's tie column[/b]
+  best        lowest mean KL; the other rows are compared with it
+  tied        not shown different from the best
+  worse       shown worse than the best
+  no verdict  too few windows to tell
+"""
+
 
 def row_verdict(row: Any, rows: int) -> str:
     """One sentence on a leaderboard row's mark (the best row's is about the others)."""

@@ -37,7 +37,7 @@ from kldtui.events import (
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
-from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
+from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import (
     DiffPane,
     LeaderboardTable,
@@ -129,7 +129,7 @@ KEYS_HELP = """\
 [b]Leaderboard tab[/b]
   Enter    open the selected report (Esc: back)
   space    mark a row; with two marked, d shows their difference
-"""
+""" + TIE_COLUMN_HELP
 
 
 class DashboardScreen(BoardScreen):

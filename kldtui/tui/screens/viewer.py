@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
-from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
+from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
 
 if TYPE_CHECKING:
@@ -31,12 +31,7 @@ BOARD_KEYS_HELP = """\
   space    mark a row; with two marked, d shows their difference
   d        per-window difference of the two marked reports
   c        charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot draws them)
-[b]The tie column[/b]
-  best        lowest mean KL; the other rows are compared with it
-  tied        not shown different from the best
-  worse       shown worse than the best
-  no verdict  too few windows to tell
-"""
+""" + TIE_COLUMN_HELP
 
 
 class ViewerScreen(BoardScreen):
