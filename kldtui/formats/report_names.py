@@ -113,9 +113,10 @@ def interval_rests_on_too_few(windows: int | None) -> bool:
 
 
 def too_few_text(windows: int, short: bool = False) -> str:
-    """What a view shows instead of the interval: ``6 windows: too few for a 95 % interval (needs 8)``;
+    """What a view shows instead of the interval: ``6 windows: too few for a 95 % interval, which
+    needs 8``;
     ``short``: ``too few windows (6)`` for a table cell."""
     if short:
         return f"too few windows ({windows})"
     noun = "window" if windows == 1 else "windows"
-    return f"{windows} {noun}: too few for a 95 % interval (needs {MIN_INTERVAL_WINDOWS})"
+    return f"{windows} {noun}: too few for a 95 % interval, which needs {MIN_INTERVAL_WINDOWS}"

@@ -242,7 +242,7 @@ def live_result(windows: list[tuple[int, str, float]], name: str = "live") -> Re
     return ResultData(
         name=name,
         live=True,
-        kl=Band(sum(b.kl for b in bars) / len(bars), windows=len(bars)) if bars else None,
+        kl=Band(sum(b.kl for b in bars) / len(bars)) if bars else None,  # no interval until the report
         windows=bars,
-        domains=[DomainRow(d, len(v), Band(sum(v) / len(v), windows=len(v))) for d, v in counts.items()],
+        domains=[DomainRow(d, len(v), Band(sum(v) / len(v))) for d, v in counts.items()],
     )

@@ -394,7 +394,7 @@ async def test_intervals_from_too_few_windows_are_not_shown_as_95_percent(tmp_pa
     async with app.run_test(size=(160, 50)) as pilot:
         await settle(app, pilot)
         text = result_text(app)
-        assert "4 windows: too few for a 95 % interval (needs 8)" in text, text
+        assert "4 windows: too few for a 95 % interval, which needs 8" in text, text
         assert "(95%, windows resampled)" not in text
         table = app.query_one("#result-domains", DataTable)
         cells = {table.get_row_at(i)[0]: table.get_row_at(i)[3] for i in range(table.row_count)}
