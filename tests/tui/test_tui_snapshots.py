@@ -33,6 +33,23 @@ def dashboard(tmp_path: Path, pause_after_window: int | None,
 SIZES = [(80, 24), (200, 60)]
 
 
+async def _log_at_its_end(pilot: Any) -> None:
+    """The log follows its last line: its scroll to the end (scheduled after the lines are laid out)
+    has landed, and stayed, before the picture is taken."""
+    from textual.widgets import RichLog
+
+    log = pilot.app.query_one("#log-lines", RichLog)
+    settled = 0
+    for _ in range(500):
+        await pilot.pause(0.02)
+        settled = settled + 1 if log.scroll_y == log.max_scroll_y else 0
+        if settled >= 3:
+            return
+    raise AssertionError(f"the log did not settle at its end: {log.scroll_y} of {log.max_scroll_y}; "
+                         f"{len(log.lines)} lines, virtual {log.virtual_size}, size {log.size}, "
+                         f"region {log.scrollable_content_region}, target {log.scroll_target_y}")
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp_path(tmp_path: Path, monkeypatch: Any) -> None:
     """Every screen names the report file it shows, relative to here: the same text on every run."""
@@ -49,6 +66,7 @@ def test_dashboard_mid_capture(snap_compare: Any, tmp_path: Path, size: tuple[in
         await pilot.pause(0.05)
         app.main.refresh_now()
         await pilot.pause()
+        await _log_at_its_end(pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 

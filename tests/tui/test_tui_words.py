@@ -484,3 +484,23 @@ async def test_viewer_leaderboard_of_few_windows_marks_no_best(tmp_path: Path) -
         note = str(app.query_one("#board-note", Static).render())
         assert "too few windows (4) for a verdict" in note
         assert "too few to say it is best" in str(app.query_one("#board-verdict", Static).render())
+
+
+@sync
+async def test_log_keeps_its_last_line_in_view_when_the_panel_below_grows(tmp_path: Path) -> None:
+    from textual.widgets import RichLog
+
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await feed(app, pilot, StageStarted("capture"), *[LogLine("capture", f"line {n}") for n in range(60)])
+        log = app.query_one("#log-lines", RichLog)
+        for _ in range(5):
+            await pilot.pause(0.02)
+        assert log.scroll_y == log.max_scroll_y > 0
+        # three bars now: the progress panel takes two more lines from the log above it
+        await feed(app, pilot, Progress("capture", "windows", 1, 6, "windows"),
+                   Progress("capture", "tokens", 512, 3072, "tokens"),
+                   Progress("capture", "window 001 rows", 100, 511, "rows"))
+        for _ in range(5):
+            await pilot.pause(0.02)
+        assert log.scroll_y == log.max_scroll_y, (log.scroll_y, log.max_scroll_y)  # the last line still shows

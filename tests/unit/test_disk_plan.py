@@ -22,7 +22,7 @@ def test_peak_is_the_finalized_files_plus_two_windows_of_chunks():
 def test_kimi_figures():
     need = kimi_need()
     assert 39.9 < need.finalized / GIB < 40.1 and 2.4 < need.chunks / GIB < 2.6
-    assert "32 finalized window(s)" in need.describe()
+    assert "32 finalized windows" in need.describe()
     assert kimi_need(keep_chunks=True).total > 79 * GIB
 
 

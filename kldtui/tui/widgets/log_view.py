@@ -21,6 +21,7 @@ class LogView(Vertical):
         self._shown_serial = 0
         self._width = 0
         self._no_matches_shown = False
+        self._end_y: float | None = None  # where "the end" was when the log last went there (following)
 
     def compose(self) -> ComposeResult:
         yield RichLog(id="log-lines", max_lines=5000, wrap=True, markup=False, auto_scroll=True,
@@ -58,11 +59,26 @@ class LogView(Vertical):
         if self._no_matches_shown:
             self.rebuild()
             return
+        following = self._following(log)
         lines = list(model.log)[-new:] if new < len(model.log) else list(model.log)
         for level, text in lines:
             if self._matches(text):
                 log.write(self._line(level, text), expand=True)
         self._shown_serial = model.log_serial
+        if following:
+            self._follow_end(log)
+
+    def _following(self, log: RichLog) -> bool:
+        """The log shows its last line, or did when it last followed it and nobody scrolled since."""
+        return log.scroll_y >= log.max_scroll_y or (self._end_y is not None and log.scroll_y == self._end_y)
+
+    def _follow_end(self, log: RichLog) -> None:
+        """Scroll to the last line once the layout is done (and remember where that was)."""
+        def to_end() -> None:
+            log.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._end_y = log.scroll_y
+
+        self.call_after_refresh(to_end)
 
     def rebuild(self) -> None:
         log = self.query_one("#log-lines", RichLog)
@@ -73,6 +89,7 @@ class LogView(Vertical):
                 log.write(self._line(level, text), expand=True)
                 shown += 1
         self._no_matches_shown = bool(self.query_text) and shown == 0
+        self._follow_end(log)
         if self._no_matches_shown:
             log.write(Text(f"0 matches for \u201c{self.query_text}\u201d (Esc clears the search)",
                            style="italic"), expand=True)
@@ -86,6 +103,12 @@ class LogView(Vertical):
         if self._width != self.size.width:  # re-wrap the lines for the new width
             self._width = self.size.width
             self.rebuild()
+            return
+        # a shorter log (the progress panel below grew) would keep its old top and hide the last
+        # line: a log that followed its end keeps following it
+        log = self.query_one("#log-lines", RichLog)
+        if self._end_y is not None and log.scroll_y == self._end_y:
+            self._follow_end(log)
 
     def open_search(self) -> None:
         box = self.query_one("#log-search", Input)
