@@ -504,3 +504,17 @@ async def test_log_keeps_its_last_line_in_view_when_the_panel_below_grows(tmp_pa
         for _ in range(5):
             await pilot.pause(0.02)
         assert log.scroll_y == log.max_scroll_y, (log.scroll_y, log.max_scroll_y)  # the last line still shows
+
+
+@sync
+async def test_a_stop_is_said_once(tmp_path: Path) -> None:
+    app, holder = dashboard(tmp_path, windows=8, pause_after_window=2)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("3")
+        while "p" not in holder or not holder["p"].paused.is_set():
+            await pilot.pause(0.02)
+        await pilot.press("s")
+        await settle(app, pilot)
+        stopped = [text for _, text in app.main.model.log if "stopped:" in text]
+        assert len(stopped) == 1, stopped  # the worker's end was handled twice (two handlers ran)
+        assert [n.message for n in app._notifications].count("capture: stopped") == 1
