@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kldtui.folder_lock import lock_path_for_folder
+from kldtui.formats.report_names import REPORT_FILE_NAME
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
 
 StrPath = str | os.PathLike[str]
@@ -86,7 +87,7 @@ class Workspace:
         return Workspace(suite_dir=self.suite_dir, reference_dir=self.reference_dir,
                          capture_root=root / "capture", run_name="reference",
                          candidate_dir=self.reference_dir, compare_dir=root / "compare",
-                         report_path=root / "comparison.json", workdir=root)
+                         report_path=root / REPORT_FILE_NAME, workdir=root)
 
     def reference_repeat(self) -> Workspace:
         """A repeat capture of the reference's first window (the runtime's own noise), beside it."""

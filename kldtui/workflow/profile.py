@@ -66,6 +66,7 @@ from kldtui import bounds, capture_modes
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.formats.names import check_name
+from kldtui.formats.report_names import CANDIDATE_FOLDER, REPORT_FILE_NAME
 from kldtui.formats.safe_io import read_bytes
 from kldtui.servers.base import CaptureTarget, ServerConfig, ServerPlan, resolve_path
 from kldtui.servers.registry import DEFAULT_KIND, KINDS, all_keys, kind_of, kinds_taking
@@ -138,8 +139,8 @@ class Profile:
         suite_dir = Path(ref.local_dir) if ref.local_dir is not None else workdir / "reference"
         return Workspace(suite_dir=suite_dir, reference_dir=suite_dir / ref.logits_dir,
                          capture_root=workdir / "capture", run_name=self.run.run_name,
-                         candidate_dir=workdir / "candidate", compare_dir=workdir / "compare",
-                         report_path=workdir / "comparison.json", workdir=workdir)
+                         candidate_dir=workdir / CANDIDATE_FOLDER, compare_dir=workdir / "compare",
+                         report_path=workdir / REPORT_FILE_NAME, workdir=workdir)
 
     def capture_target(self, workspace: Workspace | None = None) -> CaptureTarget:
         """What the candidate server's capture needs: the mode, the suite and its reference

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 HELP = ("show saved comparison reports: one as the result pane, several as a leaderboard (without a "
         "terminal on stdout: the leaderboard as text, then each report's summary)")
-REPORT_NAME = "comparison.json"  # the name `kldtui run` and `kldtui demo` give their report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +44,9 @@ def check_reports(paths: list[str]) -> list[ComparisonReport]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            inside = path / REPORT_NAME
+            from kldtui.formats.report_names import REPORT_FILE_NAME
+
+            inside = path / REPORT_FILE_NAME
             if inside.is_file():
                 raise BadInput(f"{p}: is a folder; did you mean `kldtui view {inside}`?")
             raise BadInput(f"{p}: is a folder, not a comparison report; give the path of a report JSON")
