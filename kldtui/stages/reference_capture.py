@@ -14,8 +14,9 @@ captured and finalized windows are kept. The reference server is stopped at the 
 from another thread (:meth:`ReferenceCapture.stop_server`).
 
 Its steps' events are shown as the ``reference`` stage (:func:`as_reference_stage`): stage
-changes and failures become log lines and notices, each finalized window a step of a
-"reference windows" progress bar, the server's log lines are marked ``[reference server]``.
+changes and failures become log lines and notices, its progress bars are named for what they count
+("captured", "finalized"), its windows' states end their bars, the server's log lines are marked
+``[reference server]``.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def _run_until(workdir: Path, trigger: str, sig: signal.Signals) -> int:
             seen["captured"] += 1
         hit = (trigger == "first-event"
                or (trigger == "reference-finalize" and kind == "Progress" and stage == "reference"
-                   and event.get("task") == "reference windows")
+                   and event.get("task") == "finalized")  # the reference capture's finalize
                or (trigger == "reference-capture" and kind == "Progress" and stage == "reference"
                    and str(event.get("task", "")).startswith("window "))
                or (trigger == "capture-2" and seen["captured"] >= 2)
