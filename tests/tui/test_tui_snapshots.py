@@ -136,7 +136,10 @@ async def _loaded(pilot: Any) -> None:
     app = pilot.app
     await until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers),
                 "the report to load")
-    await pilot.pause()
+    # the leaderboard's columns are sized from its rows on a later refresh: let that land
+    await pilot.wait_for_scheduled_animations()
+    for _ in range(3):
+        await pilot.pause()
 
 
 def test_viewer_one_report(snap_compare: Any, tmp_path: Path) -> None:
