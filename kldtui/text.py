@@ -78,17 +78,22 @@ def kldtui_command() -> str:
     import sys
     from pathlib import Path
 
+    def as_typed(program: Path, name: str) -> str:
+        """``name`` when that name on PATH is ``program``, else its path (relative to here when inside)."""
+        found = shutil.which(name)
+        try:
+            # the same path, not the same file: a venv's python links to a system one
+            if found and Path(found).absolute() == program.absolute():
+                return name
+            shown = program.absolute().relative_to(Path.cwd().resolve())
+            return str(shown) if "/" in str(shown) else f"./{shown}"
+        except (OSError, ValueError):
+            return str(program)
+
     argv0 = sys.argv[0] if sys.argv else ""
     started = Path(argv0)
     if started.name == "__main__.py" and started.parent.name == "kldtui":
-        return "python -m kldtui"
+        return f"{as_typed(Path(sys.executable), 'python')} -m kldtui"
     if started.name != "kldtui":
         return "kldtui"  # embedded (tests, another program): the documented name
-    found = shutil.which("kldtui")
-    try:
-        if found and Path(found).resolve() == started.resolve():
-            return "kldtui"
-        shown = started.resolve().relative_to(Path.cwd().resolve())
-        return str(shown) if "/" in str(shown) else f"./{shown}"
-    except (OSError, ValueError):
-        return str(started)
+    return as_typed(started, "kldtui")

@@ -191,7 +191,9 @@ def test_batch_run_ends_with_the_state_the_pipeline_returned(suite_dir: Path, tm
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = tmp_path / "work" / "comparison.json"
     tail = done.stdout.splitlines()[-4:]
-    assert tail[0] == f"report: {report}" and tail[1] == f"next: kldtui view {report}"
+    # the next command as this kldtui was started (here `PYTHON -m kldtui`: text.kldtui_command)
+    assert tail[0] == f"report: {report}" and tail[1].startswith("next: ")
+    assert tail[1].endswith(f"-m kldtui view {report}")
     assert tail[-1].strip() == f"all 6 windows: [run] start_window = 0, stop_window = 6 in {path}"
 
 
