@@ -136,7 +136,11 @@ async def _loaded(pilot: Any) -> None:
     app = pilot.app
     await until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers),
                 "the report to load")
-    # the leaderboard's columns are sized from its rows on a later refresh: let that land
+    # the leaderboard's columns are sized from its rows when the app is next idle: let that land
+    from textual.widgets import DataTable
+
+    for table in app.screen.query("#board").results(DataTable):
+        await until(pilot, lambda t=table: t.virtual_size.height >= t.row_count + 1, "the rows laid out")
     await pilot.wait_for_scheduled_animations()
     for _ in range(3):
         await pilot.pause()
