@@ -64,7 +64,7 @@ def _noise_reports(tmp_path: Path) -> tuple[Path, Path, Path]:
     rep = decide_write(tmp_path / "repeat.json", decide_report(
         np.full(32, 0.003), domains, reference_dir="/r/run1", candidate_dir="/r/run2"))
     again = decide_write(tmp_path / "a2.json", decide_report(
-        base + np.random.default_rng(20).normal(0, 0.02, 32), domains, candidate_dir="/runs/a2"))
+        base * np.exp(np.random.default_rng(20).normal(0, 1.0, 32)), domains, candidate_dir="/runs/a2"))
     model = tmp_path / "noise.json"
     assert main(["noise", str(a), str(again), "--repeat-report", str(rep), "--output", str(model)]) == 0
     return a, b, model

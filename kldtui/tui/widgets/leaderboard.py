@@ -64,8 +64,14 @@ class LeaderboardTable(DataTable[str]):
         self.results: list[ResultData] = []
         self.marked: set[int] = set()
 
+    # Fixed widths: the columns never jump as rows come and go, and the header is drawn once at its
+    # final width (sized from the rows, it was drawn at the headers' widths first).
+    COLUMNS = (("#", 3), ("candidate", 18), ("mean KL", 8), ("interval", BAR_WIDTH), ("tie", 10),
+               ("95% interval", 20))
+
     def on_mount(self) -> None:
-        self.add_columns("#", "candidate", "mean KL", "interval", "tie", "95% interval")
+        for label, width in self.COLUMNS:
+            self.add_column(label, width=width)
 
     def set_results(self, results: list[ResultData], ties: dict[int, str] | None = None) -> None:
         """``results`` already sorted; ``ties`` maps a row to its mark (e.g. "= best")."""
