@@ -53,9 +53,11 @@ def add_size_arguments(parser: argparse.ArgumentParser) -> None:
                       help="the candidate's weights: a .safetensors or .gguf file or their folder "
                            "(headers only are read)")
     size.add_argument("--candidate-parameters", type=int, metavar="N",
-                      help="the candidate's weights, counted")
-    size.add_argument("--candidate-size-bytes", type=int, metavar="BYTES", help="the candidate's size")
-    size.add_argument("--candidate-bits-per-weight", type=float, metavar="BPW")
+                      help="how many weights the candidate has")
+    size.add_argument("--candidate-size-bytes", type=int, metavar="BYTES",
+                      help="the candidate's weights' size in bytes")
+    size.add_argument("--candidate-bits-per-weight", type=float, metavar="BPW",
+                      help="the candidate's bits per weight (8 x bytes / weights)")
 
 
 def candidate_size(args: argparse.Namespace) -> ModelSize | None:
