@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import Footer, Header, Static
 
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.tui.resultdata import ResultData, WindowBar, result_from_report
+from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
 
@@ -94,9 +94,9 @@ class ViewerScreen(BoardScreen):
         super().show_board(results, reports, ties, note, verdicts)
         self.query_one("#board", LeaderboardTable).focus()
 
-    def show_diff(self, text: str, bars: list[WindowBar]) -> None:
+    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
         self.query_one("#charts", BoardCharts).display = False
-        super().show_diff(text, bars)
+        super().show_diff(text, bars, band)
 
     def action_charts(self) -> None:
         self._charts()
