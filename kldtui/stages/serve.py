@@ -202,6 +202,24 @@ def _in_spawner(func: Callable[[], Any]) -> Any:
     return future.result()
 
 
+def _child_setup() -> Callable[[], None]:
+    """What the server's child does between fork and exec.
+
+    SIGINT back to its default: a kldtui started in the background by a shell without job control
+    (``nohup kldtui ... &``) has SIGINT ignored, an ignored signal survives exec, and the server would
+    then ignore the SIGINT that :meth:`ServerProcess.stop` asks it to stop with (20 s lost, then
+    SIGTERM). And on Linux, the death signal (the server dies with kldtui).
+    """
+    death_signal = _pdeathsig()
+
+    def setup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if death_signal is not None:
+            death_signal()
+
+    return setup
+
+
 def _pdeathsig() -> Callable[[], None] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -364,7 +382,7 @@ class ServerProcess:
                                "write through it, remove it or choose another work folder") from None
         self._secrets = secret_values(self.argv, self.extra_env, [self.api_key])
         self.emit(StageStarted(STAGE, detail=" ".join(redact_argv(self.argv))))
-        preexec = _pdeathsig()
+        preexec = _child_setup()
 
         def spawn() -> subprocess.Popen[bytes]:
             return subprocess.Popen(  # noqa: S603 - an argument list, never a shell

@@ -118,6 +118,26 @@ def test_polite_server_stops_on_sigint(tmp_path: Path) -> None:
     assert not any(isinstance(e, Notice) and e.level == "warning" for e in events)
 
 
+def test_server_stops_on_sigint_when_kldtui_runs_with_sigint_ignored(tmp_path: Path) -> None:
+    """``nohup kldtui ... &`` from a script: kldtui's SIGINT is ignored, and the server it starts
+    would inherit that through exec and sit out the SIGINT it is stopped with."""
+    import signal
+
+    code = ("import time\ntry:\n    print('up', flush=True)\n    time.sleep(600)\n"
+            "except KeyboardInterrupt:\n    print('bye')\n")
+    events: list[Event] = []
+    server = ServerProcess([sys.executable, "-c", code], capture_dir=tmp_path / "cap",
+                           served_model_name="m", emit=events.append, stop_timeouts=(20.0, 5.0, 5.0))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with server:
+            assert _wait_for(lambda: "up" in server.last_lines())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert server.returncode == 0 and "bye" in server.last_lines()
+    assert not any(isinstance(e, Notice) and e.level == "warning" for e in events)
+
+
 def test_early_exit_is_reported_with_last_log_lines(tmp_path: Path) -> None:
     server = ServerProcess([sys.executable, "-c", EARLY_EXIT, "--port", "0"], capture_dir=tmp_path / "c",
                            served_model_name="m")
