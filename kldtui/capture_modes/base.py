@@ -34,10 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from kldtui import settings
+from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, null_sink
 from kldtui.formats.suite import Suite, WindowSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from kldtui.formats.chunks import ChunkKind
     from kldtui.formats.suite import LogitsManifest
     from kldtui.metrics.kernels import RowStats
@@ -230,6 +233,18 @@ class CaptureMode(ABC):
 
     def __repr__(self) -> str:
         return f"<capture mode {self.name}>"
+
+    # -- kldtui doctor --smoke ----------------------------------------------------------------------
+    # Whether the smoke request must be one of the suite's windows (the server scores against the
+    # reference, so an arbitrary prompt names nothing it could score).
+    smoke_needs_window: ClassVar[bool] = False
+
+    def smoke_logprobs(self, chunk: Path, next_tokens: np.ndarray) -> np.ndarray:
+        """The candidate's log-probability of each row's next token (``next_tokens``, one per row of
+        the chunk file), from what the server saved: what ``doctor --smoke`` compares with the
+        prompt logprobs the server returned. BadInput when this mode cannot be smoke-tested."""
+        raise BadInput(f"kldtui doctor --smoke cannot check {self.label} yet: run one window with "
+                       "kldtui run instead")
 
     # -- what the server is told -----------------------------------------------------------------
     @abstractmethod

@@ -47,6 +47,8 @@ from kldtui.formats.suite import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from kldtui.formats.chunks import ChunkKind, ChunkSet
     from kldtui.formats.logits_writer import WrittenLogits
 
@@ -94,6 +96,19 @@ class LogitsMode(CaptureMode):
         from kldtui.formats.chunks import LOGITS_CHUNKS
 
         return LOGITS_CHUNKS
+
+    def smoke_logprobs(self, chunk: Path, next_tokens: np.ndarray) -> np.ndarray:
+        """log_softmax of each saved row (float64) at its next token."""
+        import numpy as np
+
+        from kldtui.formats.safetensors_io import RowReader
+
+        with RowReader(chunk) as reader:
+            rows = reader.read(0, reader.rows).astype(np.float64)
+        top = rows.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(rows - top).sum(axis=1)) + top[:, 0]
+        picked: np.ndarray = rows[np.arange(rows.shape[0]), next_tokens] - lse
+        return picked
 
     def server_env(self, suite_dir: Path | None, reference_dir: Path | None) -> dict[str, str]:
         return {}  # the server's default

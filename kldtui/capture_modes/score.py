@@ -145,6 +145,19 @@ class ScoreMode(CaptureMode):
 
         return SCORE_CHUNKS
 
+    smoke_needs_window = True  # the server scores against the reference: a suite window
+
+    def smoke_logprobs(self, chunk: Path, next_tokens: np.ndarray) -> np.ndarray:
+        """The records' ``logp_cand_next``: the server's own log-probability of the next token."""
+        import numpy as np
+
+        from kldtui.formats.scores import read_records
+        from kldtui.metrics.score import RECORD_DTYPE
+
+        records, _meta = read_records(chunk, RECORD_DTYPE)
+        values: np.ndarray = np.asarray(records["logp_cand_next"], dtype=np.float64)
+        return values
+
     def server_env(self, suite_dir: Path | None, reference_dir: Path | None) -> dict[str, str]:
         if suite_dir is None or reference_dir is None:
             raise ValueError("score mode needs the suite and reference folders")

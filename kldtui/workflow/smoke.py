@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from kldtui import capture_modes
+from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput, StageFailed
-from kldtui.formats.chunks import sanitize_request_id, writer_host
-from kldtui.formats.safetensors_io import RowReader
-from kldtui.formats.suite import WindowSpec
+from kldtui.formats.chunks import request_tag, sanitize_request_id, writer_host
+from kldtui.formats.suite import Suite, WindowSpec
 from kldtui.text import plural
 
 # the server computes log-softmax in float32 on its device; this side in float64 from the same
@@ -58,8 +59,15 @@ def served_model(url: str, api_key: str | None = None) -> str:
 
 
 def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, tokens: int = 2048,
-              api_key: str | None = None, timeout: float = 600.0, keep: bool = False) -> SmokeResult:
-    """Send one window, find and check its chunks, compare them to the returned logprobs."""
+              api_key: str | None = None, timeout: float = 600.0, keep: bool = False,
+              mode: CaptureMode = capture_modes.DEFAULT, suite: Suite | None = None,
+              window_index: int = 0) -> SmokeResult:
+    """Send one window, find and check its chunks, compare them to the returned logprobs.
+
+    ``mode``: what the server saves (its ``KLDTUI_CAPTURE_MODE``). A mode that scores against the
+    reference (score mode) needs ``suite``: the request is then window ``window_index`` of it, named
+    so the server knows which reference rows to read, and the saved records' next-token
+    log-probabilities are what is compared."""
     import httpx
 
     from kldtui.stages.capture import (
@@ -73,8 +81,23 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
     if not capture.is_dir():
         raise BadInput(f"{capture}: capture folder not found; pass --capture-dir, the folder the "
                        "server's VLLM_KLD_CAPTURE_DIR points at as seen from here")
-    ids = smoke_token_ids(tokens)
-    request_id = f"kldtui-smoke-{secrets.token_hex(4)}"
+    if mode.smoke_needs_window:
+        if suite is None:
+            raise BadInput(f"doctor --smoke --mode {mode.name}: --suite is missing: the server scores "
+                           "against the reference, so the smoke request must be one of the suite's "
+                           "windows; pass --suite (the suite folder as seen from here)")
+        try:
+            window = suite.window(window_index)
+        except (KeyError, IndexError, ValueError):
+            raise BadInput(f"{suite.path}: no window {window_index}; pass --window with one of "
+                           f"{suite.windows[0].index}..{suite.windows[-1].index}") from None
+        ids = [int(t) for t in suite.load_tokens(window, check_hash=True)]
+        request_id = request_tag("smoke", window.index, secrets.token_hex(4))
+    else:
+        ids = smoke_token_ids(tokens)
+        request_id = f"kldtui-smoke-{secrets.token_hex(4)}"
+        window = WindowSpec(index=0, domain="smoke", domain_index=0, num_tokens=len(ids), token_file="",
+                            token_ids_json_sha256="")
     tag = sanitize_request_id(request_id)
     body = {"model": served_model_name, "prompt": ids, "max_tokens": 1, "temperature": 0, "seed": 1,
             "prompt_logprobs": 1}
@@ -102,17 +125,15 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
         except OSError:
             return []
 
-    window = WindowSpec(index=0, domain="smoke", domain_index=0, num_tokens=len(ids), token_file="",
-                        token_ids_json_sha256="")
-    found = settled_folders(folders, window)
+    found = settled_folders(folders, window, kind=mode.chunks)
     if len(found) != 1:
         result.lines.append(f"no single capture folder for {request_id} in {capture} "
                             f"({len(found)} found); {no_folder_hint(capture)}")
         return result
     folder = found[0]
     try:
-        checked = check_chunk_dir(folder, window, check_values=True)
-        diff = _compare_logprobs(checked, ids, prompt_logprobs)
+        checked = check_chunk_dir(folder, window, check_values=True, kind=mode.chunks)
+        diff = _compare_logprobs(mode, checked, ids, prompt_logprobs)
     except BadInput as exc:
         result.lines.append(str(exc))
         return result
@@ -125,7 +146,8 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
     records = writer_records(capture)
     writers = ", ".join(f"{r.get('host')}:{r.get('folder')}" for r in records) or "not recorded"
     result.lines.append(f"{plural(len(checked.chunks), 'chunk')}, rows 0..{checked.rows - 1}, vocabulary "
-                        f"{checked.vocab_size}; writer {writers}; read here on {writer_host()}")
+                        f"{checked.vocab_size} ({mode.label}); writer {writers}; read here on "
+                        f"{writer_host()}")
     result.ok = diff <= LOGPROB_TOLERANCE
     verdict = "match" if result.ok else "DO NOT match"
     result.lines.append(f"captured rows {verdict} the server's prompt logprobs: largest difference "
@@ -133,22 +155,20 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
     return result
 
 
-def _compare_logprobs(checked: Any, ids: list[int], prompt_logprobs: list[Any]) -> float:
-    """Largest |log_softmax(row r)[ids[r+1]] - server's logprob of ids[r+1] at r+1|."""
+def _compare_logprobs(mode: CaptureMode, checked: Any, ids: list[int], prompt_logprobs: list[Any]) -> float:
+    """Largest |saved log-probability of ids[r+1] at row r - the server's logprob of it at r+1|
+    (the mode says what its saved rows give: :meth:`CaptureMode.smoke_logprobs`)."""
     worst = 0.0
     for chunk in checked.chunks:
-        with RowReader(chunk.path) as reader:
-            rows = reader.read(0, reader.rows).astype(np.float64)
-        top = rows.max(axis=1, keepdims=True)
-        lse = np.log(np.exp(rows - top).sum(axis=1)) + top[:, 0]
-        for i in range(rows.shape[0]):
+        nxt = np.asarray(ids[chunk.row_start + 1:chunk.row_end + 1], dtype=np.int64)
+        mine = mode.smoke_logprobs(chunk.path, nxt)
+        for i in range(len(nxt)):
             r = chunk.row_start + i
             entry = prompt_logprobs[r + 1] or {}
             got = entry.get(str(ids[r + 1]))
             if got is None:
                 raise BadInput(f"{chunk.path}: row {r}: the server returned no logprob for token "
                                f"{ids[r + 1]}")
-            mine = rows[i, ids[r + 1]] - lse[i]
             value = got["logprob"] if isinstance(got, dict) else float(got)
-            worst = max(worst, abs(mine - float(value)))
+            worst = max(worst, abs(float(mine[i]) - float(value)))
     return worst

@@ -35,14 +35,14 @@ def test_smoke_fails_on_rows_that_are_not_the_scored_logits(tmp_path, monkeypatc
     """A server whose chunks are not the logits it scored (e.g. another computation) is caught."""
     real = sm._compare_logprobs
 
-    def tampered(checked, ids, prompt_logprobs):
+    def tampered(mode, checked, ids, prompt_logprobs):
         with open(checked.chunks[0].path, "r+b") as f:  # shift one logit of the first row
             f.seek(-4 * 1024 * checked.chunks[0].rows, 2)
             row = np.frombuffer(f.read(4 * 1024), dtype="<f4").copy()
             row[ids[1]] += 0.5
             f.seek(-4 * 1024 * checked.chunks[0].rows, 2)
             f.write(row.tobytes())
-        return real(checked, ids, prompt_logprobs)
+        return real(mode, checked, ids, prompt_logprobs)
 
     monkeypatch.setattr(sm, "_compare_logprobs", tampered)
     with _server(tmp_path) as server:

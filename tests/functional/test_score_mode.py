@@ -257,6 +257,34 @@ def test_other_clients_requests_never_evict_a_live_window(suite_dir: Path) -> No
         session.close()
 
 
+def test_doctor_smoke_checks_a_score_mode_server(suite_dir: Path, tmp_path: Path, capsys) -> None:
+    """Issue 21: `kldtui doctor --smoke --mode score --suite S` sends one of the suite's windows, named
+    so the server scores it against its reference, and checks the records it saved (every row once,
+    their next-token log-probabilities equal to the prompt logprobs the server returned). Before, the
+    smoke request named no window, so a score-mode server always failed it."""
+    import sys
+
+    from kldtui.cli.main import main
+    from kldtui.stages.serve import ServerProcess
+
+    argv = [sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "cand",
+            "--vocab-size", "2048", "--model-seed", "7", "--max-num-batched-tokens", "128",
+            "--capture-mode", "score", "--score-suite", str(suite_dir)]
+    with ServerProcess(argv, capture_dir=tmp_path / "cap", served_model_name="cand",
+                       stop_timeouts=(5.0, 3.0, 2.0)) as server:
+        server.wait_ready(timeout=60)
+        smoke = ["doctor", "--smoke", "--url", server.base_url, "--capture-dir", str(server.capture_dir)]
+        code = main([*smoke, "--mode", "score", "--suite", str(suite_dir), "--window", "1"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "4 chunks, rows 0..510, vocabulary 2048 (score mode)" in out
+        assert "match the server's prompt logprobs" in out
+        assert not [p for p in server.capture_dir.iterdir() if not p.name.startswith(".")]
+        assert main([*smoke, "--mode", "score"]) == 2  # no --suite: one line says what to pass
+        assert "--suite is missing" in capsys.readouterr().err
+        assert main(smoke) == 1  # a logits-mode smoke against a score server fails
+
+
 @pytest.mark.slow  # the whole demo in both modes
 def test_kldtui_demo_score_gives_the_demo_report_and_no_candidate_logits(tmp_path: Path) -> None:
     """From fresh folders: ``kldtui demo --batch`` and ``kldtui demo --batch --score``."""

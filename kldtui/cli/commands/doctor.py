@@ -26,6 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     smoke.add_argument("--tokens", type=int, default=2048, help="window length (default: %(default)s)")
     smoke.add_argument("--api-key-env", default=None, help="environment variable holding the API key")
     smoke.add_argument("--keep", action="store_true", help="keep the smoke window's chunk folder")
+    smoke.add_argument("--suite", default=None,
+                       help="--mode score: the suite folder as seen from here (the request is one of its "
+                            "windows, which the server scores against its reference)")
+    smoke.add_argument("--window", type=int, default=0,
+                       help="--mode score: which window of --suite (default: %(default)s)")
+    from kldtui import capture_modes
+
+    capture_modes.add_mode_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +64,13 @@ def _smoke(args: argparse.Namespace) -> int:
         raise BadInput(f"doctor --smoke: --tokens {args.tokens} must be at least 2")
     api_key = settings.named_variable(args.api_key_env) if args.api_key_env else None
     name = args.served_model_name or served_model(args.url, api_key)
-    result = run_smoke(args.url, name, capture_dir, tokens=args.tokens, api_key=api_key, keep=args.keep)
+    suite = None
+    if args.suite:
+        from kldtui.formats.suite import load_suite
+
+        suite = load_suite(args.suite)
+    result = run_smoke(args.url, name, capture_dir, tokens=args.tokens, api_key=api_key, keep=args.keep,
+                       mode=args.mode, suite=suite, window_index=args.window)
     for line in result.lines:
         print(("[ok  ] " if result.ok else "[FAIL] ") + line)
     return 0 if result.ok else 1
