@@ -149,6 +149,22 @@ def _int(name: str, group: str, default: int, doc: str, minimum: int = 1) -> Set
                             lambda: default))
 
 
+def _optional_int(name: str, group: str, doc: str, *, default_text: str,
+                  minimum: int = 0) -> Setting[int | None]:
+    """A whole number whose default (None) the reader works out (``default_text`` says how)."""
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError("not a whole number") from None
+        if n < minimum:
+            raise ValueError(f"below {minimum}")
+        return n
+
+    return _declare(Setting(name, group, f"a whole number >= {minimum}", default_text, doc, parse,
+                            lambda: None))
+
+
 def _choice(name: str, group: str, choices: tuple[str, ...], doc: str) -> Setting[str]:
     """The first choice is the default; values are matched without regard to case."""
     def parse(value: str) -> str:
@@ -232,6 +248,14 @@ VERIFIED_CACHE = _path("KLDTUI_VERIFIED_CACHE", KLDTUI,
                        default_text="$XDG_CACHE_HOME/kldtui/verified")
 NO_MMAP = _flag("KLDTUI_NO_MMAP", KLDTUI,
                 "Compare reads logits rows with read() instead of mapping the files into memory.")
+
+LISTING_WAIT = _optional_int("KLDTUI_LISTING_WAIT", KLDTUI,
+                             "Seconds the capture client (and `doctor --smoke`) waits, after the server "
+                             "answered, for a request's folder and chunks to show in a listing of the "
+                             "capture folder. A shared file system lists new files late (NFS caches "
+                             "attributes for about 30 s).",
+                             default_text="2 on a local file system, 60 on a network one (NFS, CIFS, "
+                             "Lustre, GPFS, ...)")
 
 # ----------------------------------------------------------------------------- server side
 CAPTURE_DIR = _path("VLLM_KLD_CAPTURE_DIR", SERVER,

@@ -144,3 +144,40 @@ def gpu_servers(proc: Path = Path("/proc")) -> list[ServerProcess]:
                 env = dict(v.split("=", 1) for v in _read_nul_list(proc / entry / "environ") if "=" in v)
             found.append(ServerProcess(int(entry), tuple(argv), env))
     return found
+
+
+# File systems whose listings may lag behind another host's writes (attribute and directory caches).
+NETWORK_FILESYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p",
+    "afs", "panfs", "wekafs", "fuse.sshfs", "fuse.glusterfs", "fuse.ceph", "fuse.juicefs", "fuse.s3fs",
+    "fuse.gcsfuse", "fuse.rclone",
+})
+
+
+def _unescape_mount(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def filesystem_type(path: str | os.PathLike[str], mounts: Path = Path("/proc/self/mounts")) -> str | None:
+    """The type of the file system ``path`` is on (``/proc/self/mounts``, the longest mount point
+    above it); None where that cannot be told."""
+    try:
+        where = os.path.realpath(path)
+        lines = mounts.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    best, found = -1, None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = _unescape_mount(parts[1]).rstrip("/") or "/"
+        if (where == point or where.startswith(point.rstrip("/") + "/")) and len(point) > best:
+            best, found = len(point), parts[2]
+    return found
+
+
+def on_network_filesystem(path: str | os.PathLike[str], mounts: Path = Path("/proc/self/mounts")) -> bool:
+    """Whether ``path`` is on a shared file system whose listings may lag (:data:`NETWORK_FILESYSTEMS`)."""
+    kind = filesystem_type(path, mounts)
+    return kind is not None and kind.lower() in NETWORK_FILESYSTEMS

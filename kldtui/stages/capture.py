@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui import capture_modes
+from kldtui import capture_modes, settings
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
@@ -69,8 +69,11 @@ from kldtui.workspace import Workspace
 
 STAGE: StageName = "capture"
 POLL_INTERVAL = 0.1
-# A finished request's last chunk may take a moment to show on a shared file system.
+# A finished request's folder and last chunk may take a moment to show in a listing: this long on a
+# local file system, NETWORK_SETTLE_SECONDS on a shared one (NFS caches attributes for ~30 s);
+# KLDTUI_LISTING_WAIT overrides both (listing_wait).
 SETTLE_SECONDS = 2.0
+NETWORK_SETTLE_SECONDS = 60.0
 # The hook writes chunks in the background and marks each queued one with a pending file:
 # after the answer, wait this long at most for them (a 2,048-row F32 chunk on a slow mount).
 PENDING_SECONDS = 300.0
@@ -509,7 +512,8 @@ class _WindowCapture:
     def collect(self, vocab: int | None) -> tuple[Path, ChunkSet]:
         """Move the request's one folder to ``dest`` and check its chunks; ``(folder, chunks)``."""
         w, s = self.w, self.s
-        folders = settled_folders(self.request_folders, w, s.server_alive, s.mode.chunks)
+        folders = settled_folders(self.request_folders, w, s.server_alive, s.mode.chunks,
+                                  listing_wait(s.server_capture_dir))
         if not folders:
             raise _WindowFailed(f"{w.label}: no capture folder for request {self.x_request_id} "
                                 f"appeared in {s.server_capture_dir}; "
@@ -625,16 +629,28 @@ def _pending(folder: Path) -> bool:
         return False
 
 
+def listing_wait(capture_dir: Path) -> float:
+    """How long a listing of ``capture_dir`` may lag behind the server's writes: KLDTUI_LISTING_WAIT
+    when set, else SETTLE_SECONDS on a local file system and NETWORK_SETTLE_SECONDS on a shared one."""
+    from kldtui.this_host import on_network_filesystem
+
+    given = settings.LISTING_WAIT.get()
+    if given is not None:
+        return float(given)
+    return NETWORK_SETTLE_SECONDS if on_network_filesystem(capture_dir) else SETTLE_SECONDS
+
+
 def settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
                      server_alive: Callable[[], str | None] | None = None,
-                     kind: ChunkKind = LOGITS_CHUNKS) -> list[Path]:
-    """The request's folder(s) once its rows are all there (or after SETTLE_SECONDS).
+                     kind: ChunkKind = LOGITS_CHUNKS, settle_seconds: float = SETTLE_SECONDS) -> list[Path]:
+    """The request's folder(s) once its rows are all there (or after ``settle_seconds``:
+    :func:`listing_wait` of the capture folder).
 
     Chunks the hook still has queued (pending files) are waited for up to PENDING_SECONDS
     while the server lives.
     """
     start = time.monotonic()
-    deadline = start + SETTLE_SECONDS
+    deadline = start + settle_seconds
     while True:
         folders = list_folders()
         if len(folders) == 1 and (kind.rows_landed(folders[0]) >= w.scored_positions

@@ -72,6 +72,7 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
 
     from kldtui.stages.capture import (
         check_chunk_dir,
+        listing_wait,
         no_folder_hint,
         settled_folders,
         writer_records,
@@ -125,7 +126,7 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
         except OSError:
             return []
 
-    found = settled_folders(folders, window, kind=mode.chunks)
+    found = settled_folders(folders, window, kind=mode.chunks, settle_seconds=listing_wait(capture))
     if len(found) != 1:
         result.lines.append(f"no single capture folder for {request_id} in {capture} "
                             f"({len(found)} found); {no_folder_hint(capture)}")
