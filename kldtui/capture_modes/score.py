@@ -52,10 +52,11 @@ class ScoreSink(ServerSink):
     """Each chunk is scored against the reference (:class:`kldtui.scoring.ScoreSession`, made at
     the first chunk from the server's environment) and only its records are written.
 
-    Logits on an accelerator are scored at once, on the engine's thread and on their device (vLLM
-    reuses their buffer after the call); the records go to the writer. CPU logits (which vLLM does
-    not modify afterwards, as logits mode relies on too) are handed whole to the writer, which
-    scores them and writes the records: the engine's thread only queues them."""
+    Logits on an accelerator are copied on their device (vLLM reuses their buffer after the call)
+    and scored on the writer thread, on their device; CPU logits (which vLLM does not modify
+    afterwards, as logits mode relies on too) are handed whole to the writer. Either way the
+    engine's thread only queues them: the reference rows are read and the precise rows computed
+    beside it."""
 
     def __init__(self, io: ServerIO, env: Mapping[str, str] | None) -> None:
         super().__init__(io)
@@ -119,8 +120,24 @@ class ScoreSink(ServerSink):
 
             self.io.submit_job(request_id, int(row_start), int(part.shape[0]), job)
             return _DONE
-        with self.io.device_sync_allowed():  # the records are copied to the host: a deliberate sync
-            return _DONE if session.chunk(request_id, int(row_start), logits, vocab, prompt) else None
+        # Rows on an accelerator: a device copy is made on the engine's stream (vLLM reuses the
+        # logits' buffer after the call) and everything else happens on the writer thread, so the
+        # engine's thread (and with it every tensor-parallel rank) never waits for the first chunk's
+        # reference rows from disk, nor for rows on the precise path.
+        index = getattr(device, "index", None)
+        index = int(index) if index is not None else _current_device()
+        copy, ready = _device_copy(logits, vocab)
+
+        def scored() -> None:
+            _wait_on_device(index, ready)
+            with self.io.device_sync_allowed():  # the records are copied to the host: a deliberate sync
+                session.chunk(request_id, int(row_start), copy, vocab, prompt)
+
+        if self.io.inline:
+            scored()
+        else:
+            self.io.submit_job(request_id, int(row_start), int(copy.shape[0]), scored)
+        return _DONE
 
     def put(self, request_id: str, row_start: int, pieces: Sequence[Any], vocab_size: int) -> bool:
         return True  # every piece was scored (or queued) when it was taken
@@ -128,6 +145,33 @@ class ScoreSink(ServerSink):
     def close(self) -> None:
         if self._session is not None:
             self._session.close()
+
+
+def _device_copy(logits: Any, vocab: int) -> tuple[Any, Any]:
+    """``logits[:, :vocab]`` copied on its device, and an event after the copy (blocking sync: the
+    thread that waits on it sleeps). Device memory: one chunk of logits per queued chunk
+    (``KLDTUI_CAPTURE_QUEUE``)."""
+    import torch
+
+    copy = logits.detach()[..., :vocab].clone()
+    event = torch.cuda.Event(blocking=True)
+    event.record()
+    return copy, event
+
+
+def _current_device() -> int:
+    import torch
+
+    return int(torch.cuda.current_device())
+
+
+def _wait_on_device(index: int, event: Any) -> None:
+    """On the writer thread: the copy's device made current first (no context on GPU 0 from
+    other ranks), then wait for the copy."""
+    import torch
+
+    torch.cuda.set_device(index)
+    event.synchronize()
 
 
 class ScoreMode(CaptureMode):

@@ -38,6 +38,15 @@ ScoreWrite = Callable[[str, int, np.ndarray, dict[str, str]], None]
 """``write(request_id, row_start, records, metadata)``: publish one score chunk."""
 
 
+def precise_rows(records: np.ndarray) -> int:
+    """How many rows of a chunk's records took the precise path (KL or JS below
+    :data:`kldtui.metrics.kernels.PRECISE_BELOW`)."""
+    from kldtui.metrics.kernels import PRECISE_BELOW
+
+    with np.errstate(invalid="ignore"):
+        return int(np.count_nonzero((records["kl"] < PRECISE_BELOW) | (records["js"] < PRECISE_BELOW)))
+
+
 class ScoreFailed(Exception):
     """This request cannot be scored (the message says why); the server goes on."""
 
@@ -210,7 +219,10 @@ class ScoreSession:
                 parts.append(self.score_rows(x[lo:hi], logits[lo:hi, :vocab_size],
                                              req.tokens[row_start + lo:row_start + hi]))
             records = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            self.write(request_id, row_start, records, dict(req.metadata))
+            # rows whose divergences are too small for the fast forms (near-deterministic text):
+            # the precise path computed them; counted per chunk, summed in the window's record
+            self.write(request_id, row_start, records,
+                       {**req.metadata, "precise_rows": str(precise_rows(records))})
             req.rows_done = stop
             if stop == req.window.scored_positions:
                 self._finish(request_id)

@@ -579,12 +579,33 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
     if session.mode.record_value is not None:
         extra["mode"] = session.mode.record_value
+    precise = _precise_rows(checked)
+    if precise is not None:  # score mode: rows the server computed on the precise path
+        extra["precise_rows"] = precise
     record = CaptureRecord(
         window_index=w.index, domain=w.domain, prompt_tokens=len(tokens),
         request_id=str(answer.get("id", job.x_request_id)), elapsed_seconds=round(elapsed, 6),
         usage=usage, finish_reason=choice.get("finish_reason"), chunk_dir=str(dest.resolve()),
         chunks=checked.names, extra=extra)
     return record, checked.vocab_size
+
+
+def _precise_rows(checked: ChunkSet) -> int | None:
+    """The sum of the chunks' ``precise_rows`` metadata (score mode's server counts them); None
+    when no chunk says."""
+    total, seen = 0, False
+    for chunk in checked.chunks:
+        try:
+            value = read_header(chunk.path).metadata.get("precise_rows")
+        except (BadInput, OSError):
+            return None
+        if value is None:
+            continue
+        try:
+            total, seen = total + max(0, int(value)), True
+        except ValueError:
+            return None
+    return total if seen else None
 
 
 def _written_by(checked: ChunkSet) -> tuple[str, str] | None:

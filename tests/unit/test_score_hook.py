@@ -130,3 +130,63 @@ def test_a_request_for_an_unknown_window_fails_with_the_marker(
     assert "window 5" in text and "kldtui score" in text
     text = (capture / other / ERROR_MARKER).read_text()  # window 0, but not its tokens
     assert "its prompt is not that window's tokens" in text
+
+
+def test_rows_on_an_accelerator_are_scored_beside_the_engine_thread(
+        scored: tuple[Path, np.ndarray, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: on a GPU the engine's thread (which every tensor-parallel rank waits on) only makes a
+    device copy of the rows; the first chunk's reference rows are read, the rows scored (precise
+    ones included) and the records written on the writer thread, which first makes the rows' device
+    current and sleeps on a blocking event. The records count the rows on the precise path."""
+    import threading
+    from types import SimpleNamespace
+
+    from kldtui.capture_modes import ChunkRows
+    from kldtui.capture_modes import score as score_mode
+    from kldtui.formats.safetensors_io import RowReader
+    from kldtui.scoring import ScoreSession
+
+    capture, ref, ids = scored
+    engine = threading.current_thread()
+    seen: list[tuple[str, object, threading.Thread]] = []
+
+    class Event:
+        def synchronize(self) -> None:
+            seen.append(("synchronize", None, threading.current_thread()))
+
+    class DeviceRows:  # what the sink reads of a CUDA tensor before copying it
+        def __init__(self, t: torch.Tensor) -> None:
+            self.t, self.shape, self.device = t, t.shape, SimpleNamespace(type="cuda", index=2)
+
+    def device_copy(logits: DeviceRows, vocab: int) -> tuple[torch.Tensor, Event]:
+        seen.append(("copy", None, threading.current_thread()))
+        return logits.t[:, :vocab].clone(), Event()
+
+    def note(what: str, arg: object = None) -> None:
+        seen.append((what, arg, threading.current_thread()))
+
+    monkeypatch.setattr(score_mode, "_device_copy", device_copy)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: note("set_device", i))
+    real_pread, real_chunk = RowReader.pread, ScoreSession.chunk
+    monkeypatch.setattr(RowReader, "pread", lambda s, a, b: note("read reference") or real_pread(s, a, b))
+    monkeypatch.setattr(ScoreSession, "chunk", lambda s, *a, **k: note("score") or real_chunk(s, *a, **k))
+    rid = f"cmpl-{request_tag('run', 0, 'cafebabe')}-0-bb"
+    sink = vp.server_sink(str(capture))
+    cand = ref + np.float32(1e-6) * (np.arange(VOCAB, dtype=np.float32) % 3)  # KL ~ 1e-13: precise rows
+    cand[:1000] = ref[:1000] * 1.5  # these rows differ: the fast path
+    for start in range(0, TOKENS - 1, 512):
+        stop = min(start + 512, TOKENS - 1)
+        padded = np.concatenate([cand[start:stop], np.zeros((stop - start, 3), np.float32)], 1)
+        rows = torch.from_numpy(padded)
+        assert sink.take(rid, start, ChunkRows(DeviceRows(rows), VOCAB), ids) is not None
+    vp.flush()
+    on_engine = [what for what, _, thread in seen if thread is engine]
+    assert set(on_engine) == {"copy"}, on_engine  # no reference read, no scoring on the engine's thread
+    elsewhere = [(what, arg) for what, arg, thread in seen if thread is not engine]
+    assert elsewhere[:2] == [("set_device", 2), ("synchronize", None)]
+    assert {"read reference", "score"} <= {what for what, _ in elsewhere}
+    records = _joined(capture / rid, capture.parent / "suite")
+    _check(records, ref, cand, ids)
+    metas = [read_records(p, RECORD_DTYPE)[1] for p in sorted((capture / rid).glob("scores*"))]
+    precise = sum(int(m["precise_rows"]) for m in metas)
+    assert precise == int(np.count_nonzero(records["kl"] < 1e-8)) == TOKENS - 1 - 1000
