@@ -148,30 +148,21 @@ class ScoreSink(ServerSink):
 
 
 def _device_copy(logits: Any, vocab: int) -> tuple[Any, Any]:
-    """``logits[:, :vocab]`` copied on its device, and an event after the copy (blocking sync: the
-    thread that waits on it sleeps). Device memory: one chunk of logits per queued chunk
-    (``KLDTUI_CAPTURE_QUEUE``)."""
-    import torch
+    from kldtui.metrics.score import device_copy
 
-    copy = logits.detach()[..., :vocab].clone()
-    event = torch.cuda.Event(blocking=True)
-    event.record()
-    return copy, event
+    return device_copy(logits, vocab)
 
 
 def _current_device() -> int:
-    import torch
+    from kldtui.metrics.score import current_device
 
-    return int(torch.cuda.current_device())
+    return current_device()
 
 
 def _wait_on_device(index: int, event: Any) -> None:
-    """On the writer thread: the copy's device made current first (no context on GPU 0 from
-    other ranks), then wait for the copy."""
-    import torch
+    from kldtui.metrics.score import wait_on_device
 
-    torch.cuda.set_device(index)
-    event.synchronize()
+    wait_on_device(index, event)
 
 
 class ScoreMode(CaptureMode):

@@ -112,6 +112,33 @@ def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
     return to_records(kernel.block(xx, yy, tokens, reverse=True))
 
 
+def device_copy(logits: Any, vocab: int) -> tuple[Any, Any]:
+    """``logits[:, :vocab]`` copied on its device (a kernel on the current stream, no sync) and an
+    event after the copy, made with ``blocking=True``: the thread that waits on it sleeps. Score
+    mode's hook keeps the engine's thread to this (device memory: one chunk per queued chunk)."""
+    import torch
+
+    copy = logits.detach()[..., :vocab].clone()
+    event = torch.cuda.Event(blocking=True)
+    event.record()
+    return copy, event
+
+
+def current_device() -> int:
+    import torch
+
+    return int(torch.cuda.current_device())
+
+
+def wait_on_device(index: int, event: Any) -> None:
+    """On the thread that scores a :func:`device_copy`: make its device current first (else the
+    thread's first CUDA call opens a context on GPU 0, from every rank not on GPU 0), then wait."""
+    import torch
+
+    torch.cuda.set_device(index)
+    event.synchronize()
+
+
 def to_records(stats: RowStats) -> np.ndarray:
     """The figures of ``stats`` as one :data:`RECORD_DTYPE` record per row (``kl_reverse`` NaN
     when it was not computed)."""
@@ -132,4 +159,5 @@ def from_records(rec: np.ndarray, reverse: bool = True) -> RowStats:
     return out
 
 
-__all__ = ["RECORD_DTYPE", "from_records", "score_block", "score_rows", "to_records"]
+__all__ = ["RECORD_DTYPE", "current_device", "device_copy", "from_records", "score_block", "score_rows",
+           "to_records", "wait_on_device"]
