@@ -33,6 +33,7 @@ from kldtui.events import (
 )
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.tui.app import KldApp, create_app
+from kldtui.tui.screens.board import LOAD_GROUP, PANE_GROUP, RANK_GROUP
 from kldtui.tui.screens.dashboard import DashboardScreen
 from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
@@ -254,11 +255,11 @@ class ScriptedPipeline:
 
 
 # -- driving the app ------------------------------------------------------------------------------
-WORKER_GROUPS = ("engine", "load", "control")
+WORKER_GROUPS = ("engine", LOAD_GROUP, RANK_GROUP, PANE_GROUP, "control")
 
 
 def busy_workers(app: KldApp) -> list[Any]:
-    """The engine, loading and control workers that have not finished."""
+    """The engine, loading, ranking, pane and control workers that have not finished."""
     return [w for w in app.workers if w.group in WORKER_GROUPS and not w.is_finished]
 
 

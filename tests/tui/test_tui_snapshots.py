@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kldtui.tui.app import KldApp, create_app
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, until, write_report
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, busy_workers, make_report, until, write_report
 
 THEME = "kldtui-dark"
 WINDOWS = [(w, DOMAINS[w % len(DOMAINS)]) for w in range(32)]
@@ -80,7 +80,7 @@ def test_dashboard_finished(snap_compare: Any, tmp_path: Path, size: tuple[int, 
     async def run_before(pilot: Any) -> None:
         await pilot.press("r")
         await until(pilot, lambda: app.main.model.stages["compare"].state == "done"
-                    and not any(w.group in ("engine", "load") and not w.is_finished for w in app.workers),
+                    and not busy_workers(app),
                     "the run to finish")
         await pilot.pause(0.05)
         app.main.refresh_now()
@@ -110,7 +110,7 @@ def test_dashboard_reopened(snap_compare: Any, tmp_path: Path, size: tuple[int, 
     async def run_before(pilot: Any) -> None:
         await pilot.pause()
         app.main.apply_disk_state(state)
-        await until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers),
+        await until(pilot, lambda: not busy_workers(app),
                     "the report to load")
         await pilot.pause(0.05)
         app.main.refresh_now()
@@ -134,7 +134,7 @@ def _viewer(tmp_path: Path, specs: list[tuple[str, float, int, bool]]) -> KldApp
 
 async def _loaded(pilot: Any) -> None:
     app = pilot.app
-    await until(pilot, lambda: not any(w.group == "load" and not w.is_finished for w in app.workers),
+    await until(pilot, lambda: not busy_workers(app),
                 "the report to load")
     # the leaderboard's columns are sized from its rows when the app is next idle: let that land
     from textual.widgets import DataTable

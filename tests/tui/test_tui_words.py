@@ -24,7 +24,7 @@ from kldtui.tui.screens.dashboard import DashboardScreen
 from kldtui.tui.screens.dialogs import ConfirmScreen
 from kldtui.tui.widgets import KLChart, LogView, ProgressPanel, ResultPane, StageBox, WindowGrid
 from kldtui.workflow.state import DiskWindow, RunState
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, settle, sync, write_report
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, settle, sync, until, write_report
 
 
 def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
@@ -523,3 +523,44 @@ async def test_a_stop_is_said_once(tmp_path: Path) -> None:
         stopped = [text for _, text in app.main.model.log if "stopped:" in text]
         assert len(stopped) == 1, stopped  # the worker's end was handled twice (two handlers ran)
         assert [n.message for n in app._notifications].count("capture: stopped") == 1
+
+
+@sync
+async def test_an_older_ranking_never_replaces_a_newer_one(tmp_path: Path, monkeypatch: Any) -> None:
+    """Ranking runs in a thread; a newer ranking cancels an older one, whose thread still ends
+    later: its result is stale and must not replace the board (nor wait on the app's loop)."""
+    import kldtui.decide.leaderboard as leaderboard
+
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in (("x", 0.01, 1), ("y", 0.02, 2), ("z", 0.03, 3))]
+    started, release, first_ranked = threading.Event(), threading.Event(), threading.Event()
+    real = leaderboard.build_leaderboard
+
+    def first_one_slow(reports: Any, **kwargs: Any) -> Any:
+        if started.is_set():
+            return real(reports, **kwargs)
+        started.set()
+        assert release.wait(30)
+        try:
+            return real(reports, **kwargs)
+        finally:
+            first_ranked.set()
+
+    monkeypatch.setattr(leaderboard, "build_leaderboard", first_one_slow)
+    app = create_app(reports=paths[:2], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = app.main
+        shown: list[int] = []
+        show_board = screen.show_board
+        screen.show_board = lambda results, *rest: (shown.append(len(results)),  # type: ignore[method-assign]
+                                                    show_board(results, *rest))
+        await until(pilot, started.is_set, "the first ranking to start")
+        screen.load_result_file(str(paths[2]))  # o: the third report joins while the first ranks
+        table = app.query_one("#board", DataTable)
+        await until(pilot, lambda: table.row_count == 3, "the newer ranking's board")
+        release.set()
+        await until(pilot, first_ranked.is_set, "the older ranking to end")
+        await settle(app, pilot)
+        for _ in range(10):  # the older ranking's thread hands its result over after it ends
+            await pilot.pause(0.05)
+        assert table.row_count == 3 and shown == [3], shown

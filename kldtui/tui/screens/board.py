@@ -1,20 +1,27 @@
 """What the dashboard and the viewer share: a leaderboard of reports, their difference, opening one.
 
 A screen with a ``#board`` (:class:`LeaderboardTable`), a ``#board-note`` and a ``#diffpane``
-subclasses :class:`BoardScreen`; loading, ranking and diffing run in the ``load`` worker group.
-Worker failures of every group are handled in one place, :meth:`BoardScreen.on_worker_state_changed`.
+subclasses :class:`BoardScreen`. Its thread workers: reading reports in the ``load`` group (each one
+runs to the end: an opened report is never dropped for another), ranking in ``rank`` and the pane
+under the table (difference, charts) in ``pane``, both exclusive (the newest request wins). A thread
+worker hands its result to the screen with :meth:`BoardScreen.deliver`, never
+``call_from_thread``. Worker failures of every group are handled in one place,
+:meth:`BoardScreen.on_worker_state_changed`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from textual import on, work
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
@@ -24,7 +31,9 @@ from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
 
-LOAD_GROUP = "load"
+LOAD_GROUP = "load"  # reading reports and the work folder: every one runs to its end
+RANK_GROUP = "rank"  # exclusive: a newer ranking replaces an older one
+PANE_GROUP = "pane"  # exclusive: what the pane under the table shows (difference, charts)
 
 # The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's marks).
 TIE_COLUMN_HELP = """\
@@ -44,6 +53,14 @@ def row_verdict(row: Any, rows: int) -> str:
                     "needs more; see the note above)")
         return f"lowest mean KL of the {rows} reports; each other row says how it compares with this one"
     return str(row.verdict_vs_best)
+
+
+class Delivered(Message):
+    """A thread worker's result, to be shown on the app's thread (:meth:`BoardScreen.deliver`)."""
+
+    def __init__(self, worker: Worker[Any], show: Callable[[], object]) -> None:
+        super().__init__()
+        self.worker, self.show = worker, show
 
 
 class BoardScreen(Screen[None]):
@@ -87,6 +104,22 @@ class BoardScreen(Screen[None]):
         self.notify(f"{type(error).__name__}: {error}", title=f"{worker.name} failed", severity="error",
                     timeout=10)
 
+    # -- results of thread workers -----------------------------------------------------------------
+    def deliver(self, show: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+        """From a thread worker: ``show(*args, **kwargs)`` on the app's thread, unless the worker has
+        been cancelled by then (a newer exclusive worker replaced it: its result is stale; or the
+        screen closed). Never waits: ``call_from_thread`` waits for the app's loop, which a closing
+        app may never run again, and a cancelled thread's late result would overwrite a newer one."""
+        worker = get_current_worker()
+        with contextlib.suppress(RuntimeError):  # the app's loop is closed: nothing left to show on
+            self.post_message(Delivered(worker, lambda: show(*args, **kwargs)))
+
+    @on(Delivered)
+    def delivered(self, message: Delivered) -> None:
+        message.stop()
+        if not message.worker.is_cancelled:  # cancellation happens on this thread too: no race
+            message.show()
+
     # -- loading and showing reports ---------------------------------------------------------------
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         self.current_result = result
@@ -107,7 +140,7 @@ class BoardScreen(Screen[None]):
                 loaded.append((load_report(path), path))
             except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
                 problems.append(str(exc))
-        self.app.call_from_thread(self.reports_loaded, loaded, problems)
+        self.deliver(self.reports_loaded, loaded, problems)
 
     def reports_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
         for problem in problems:
@@ -125,9 +158,9 @@ class BoardScreen(Screen[None]):
             path = str(report_in(path))
             report = load_report(path)
         except Exception as exc:  # noqa: BLE001 - shown as one line
-            self.app.call_from_thread(self.notify, str(exc), title="report", severity="error", timeout=10)
+            self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
-        self.app.call_from_thread(self.show_result, result_from_report(report, path), report)
+        self.deliver(self.show_result, result_from_report(report, path), report)
 
     def action_open_result(self) -> None:
         def chosen(path: str | None) -> None:
@@ -151,7 +184,7 @@ class BoardScreen(Screen[None]):
     def rebuild_board(self) -> None:
         self._rank(list(self.results), list(self.reports))
 
-    @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="rank")
+    @work(thread=True, group=RANK_GROUP, exclusive=True, exit_on_error=False, name="rank")
     def _rank(self, results: list[ResultData], reports: list[ComparisonReport]) -> None:
         ties: dict[str, str] = {}
         verdicts: dict[str, str] = {}
@@ -173,7 +206,7 @@ class BoardScreen(Screen[None]):
                 notes = [f"no tie marks: {exc}"]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
-        self.app.call_from_thread(self.show_board, ranked, ranked_reports, ties, "\n".join(notes), verdicts)
+        self.deliver(self.show_board, ranked, ranked_reports, ties, "\n".join(notes), verdicts)
 
     def noise_options(self, reports: list[ComparisonReport]) -> dict[str, Any]:
         """How the leaderboard's ties use a noise model (``kldtui view --noise FILE`` or
@@ -241,7 +274,7 @@ class BoardScreen(Screen[None]):
     def diff_needs_marks(self) -> None:
         self.notify("mark two candidates with space first")
 
-    @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="diff")
+    @work(thread=True, group=PANE_GROUP, exclusive=True, exit_on_error=False, name="diff")
     def _diff(self, i: int, j: int) -> None:
         a, b = self.results[i], self.results[j]
         try:
@@ -250,14 +283,14 @@ class BoardScreen(Screen[None]):
             diff = paired_diff(self.reports[i], self.reports[j], name_a=a.name, name_b=b.name,
                                path_a=a.path, path_b=b.path)
         except Exception as exc:  # noqa: BLE001 - one line
-            self.app.call_from_thread(self.notify, str(exc), title="diff", severity="error", timeout=10)
+            self.deliver(self.notify, str(exc), title="diff", severity="error", timeout=10)
             return
         bars = [WindowBar(w, d, kb - ka) for w, d, ka, kb in
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
         iv = diff.overall.interval
         band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows)
         text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nnoise model: {diff.noise_source}"
-        self.app.call_from_thread(self.show_diff, text, bars, band)
+        self.deliver(self.show_diff, text, bars, band)
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
         pane = self.query_one("#diffpane", DiffPane)

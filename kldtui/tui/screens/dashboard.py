@@ -209,7 +209,7 @@ class DashboardScreen(BoardScreen):
         from kldtui.workflow.state import load_state
 
         state = load_state(workspace)
-        self.app.call_from_thread(self.apply_disk_state, state)
+        self.deliver(self.apply_disk_state, state)
 
     def apply_disk_state(self, state: RunState) -> None:
         """Show what the work folder holds (a finished or interrupted earlier run)."""

@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
-from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
+from kldtui.tui.screens.board import PANE_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class ViewerScreen(BoardScreen):
     def action_charts(self) -> None:
         self._charts()
 
-    @work(thread=True, group=LOAD_GROUP, exclusive=True, exit_on_error=False, name="charts")
+    @work(thread=True, group=PANE_GROUP, exclusive=True, exit_on_error=False, name="charts")
     def _charts(self) -> None:
         """The data kldtui plot draws, from the reports on the board."""
         from kldtui.decide.exports import export_table
@@ -113,9 +113,9 @@ class ViewerScreen(BoardScreen):
             board = build_leaderboard(self.reports, names=names)
             data = chart_data(export_table(board, self.reports, names=names))
         except Exception as exc:  # noqa: BLE001 - one line (reports of other suites do not chart together)
-            self.app.call_from_thread(self.notify, str(exc), title="charts", severity="error", timeout=10)
+            self.deliver(self.notify, str(exc), title="charts", severity="error", timeout=10)
             return
-        self.app.call_from_thread(self.show_charts, data)
+        self.deliver(self.show_charts, data)
 
     def show_charts(self, data: ChartData) -> None:
         self.query_one("#diffpane", DiffPane).display = False
