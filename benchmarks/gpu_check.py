@@ -151,13 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     from kldtui.hook import vllm_plugin
 
-    queued = vllm_plugin.save_chunk("gpu-check-0", 0, bf, args.vocab, directory=str(out))
+    queued = vllm_plugin.save_chunk("kldtui-gpu-check-0", 0, bf, args.vocab, directory=str(out))
     vllm_plugin.flush()
     t = time.perf_counter() - t0
     from kldtui.formats.chunks import chunk_file_name, sanitize_request_id
     from kldtui.formats.safetensors_io import RowReader
 
-    path = out / sanitize_request_id("gpu-check-0") / chunk_file_name(0, rows4)
+    path = out / sanitize_request_id("kldtui-gpu-check-0") / chunk_file_name(0, rows4)
     chunk_ok = bool(queued) and path.exists()
     if chunk_ok:
         with RowReader(path) as r:

@@ -139,7 +139,7 @@ rows = torch.randn(256, vocab)
 stalls, totals = [], []
 score = os.environ.get("KLDTUI_CAPTURE_MODE") == "score"
 for w in range(windows + 1):
-    rid = f"cmpl-kldtui-bench-w000-{w:08x}-0-1" if score else f"cmpl-bench{w}-0-1"
+    rid = f"cmpl-kldtui-bench-w000-{w:08x}-0-1" if score else f"cmpl-kldtui-bench{w}-0-1"
     t0 = time.perf_counter(); stall = 0.0
     for start in range(0, 2047, 256):
         part = rows[: min(256, 2047 - start)]
@@ -258,10 +258,10 @@ def main() -> int:
             proc, url = start_server(model, work / f"vllm-{name}.log", env, pythonpath)
             try:
                 ids = [int(x) for x in rng.integers(3, args.vocab, args.tokens)]
-                one_window(url, ids, capture if name != "off" else None, f"warm{rnd}")  # warm-up
+                one_window(url, ids, capture if name != "off" else None, f"kldtui-warm{rnd}")  # warm-up
                 for i in range(args.windows):
                     ids = [int(x) for x in rng.integers(3, args.vocab, args.tokens)]
-                    s = one_window(url, ids, capture if name != "off" else None, f"w{rnd}x{i}")
+                    s = one_window(url, ids, capture if name != "off" else None, f"kldtui-w{rnd}x{i}")
                     results.setdefault(name, []).append(s)
                     print(f"round {rnd} {name:8s} window {i}: {s:.3f} s", flush=True)
             finally:
