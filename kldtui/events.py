@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 PipelineStageName = Literal["reference", "server", "capture", "finalize", "compare"]
 PIPELINE_STAGES: tuple[PipelineStageName, ...] = ("reference", "server", "capture", "finalize", "compare")
 # Every stage an event can name: the pipeline's, the stand-alone tools', and "run" (the whole run).
-StageName = Literal[PipelineStageName, "verify", "demo", "prepare", "publish", "run"]
+StageName = Literal[PipelineStageName, "verify", "demo", "prepare", "publish", "run", "campaign"]
 WindowStateName = Literal[
     "pending", "capturing", "captured", "finalizing", "finalized", "comparing", "compared", "failed"
 ]
@@ -149,6 +149,55 @@ class ResultReady(Event):
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["report"] = self.report.to_json() if self.report is not None else {}
         return {"event": self.kind, **data}
+
+
+CandidateStateName = Literal["waiting", "running", "compared", "stopped early", "failed"]
+
+
+@dataclass(frozen=True)
+class CandidateStarted(Event):
+    """A campaign (``[[candidates]]``) starts candidate ``name``, number ``number`` of ``total``;
+    the pipeline's events for it follow. ``repeat``: the leader's repeat capture (noise model)."""
+
+    name: str
+    number: int
+    total: int
+    repeat: bool = False
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One campaign candidate in the live leaderboard. The figures are its report's (mean KL and
+    its 95 % window-bootstrap interval) and the decision rules' (``mark``: best, tied, no verdict
+    or empty; ``verdict``: the sentence against the current best), filled once it is compared."""
+
+    name: str
+    state: CandidateStateName
+    rank: int | None = None
+    mean: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    mark: str = ""
+    verdict: str = ""
+    outcome: str | None = None  # kldtui.decide.verdict.Outcome against the best
+    size_bytes: int | None = None
+    bits_per_weight: float | None = None
+    report_path: str | None = None
+    note: str = ""  # why it is not ranked (stopped early, failed)
+
+
+@dataclass(frozen=True)
+class LeaderboardUpdated(Event):
+    """The campaign's leaderboard after a candidate finished: ranked rows first (by mean KL),
+    then the candidates still to come; ``noise_model`` says which noise model the verdicts use."""
+
+    rows: tuple[Standing, ...]
+    windows: int = 0
+    noise_model: str = ""
+    notes: tuple[str, ...] = ()
+    path: str | None = None  # leaderboard.json once written
+    final: bool = False
+    ranked: bool = True  # False: only a candidate's state changed (it started), not the ranking
 
 
 EventSink = Callable[[Event], None]

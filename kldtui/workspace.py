@@ -17,6 +17,13 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
                                     (score mode: scores_NNN.safetensors + scores-manifest.json)
       compare/window-NNN.json       per-window compare results (reused when inputs match)
       comparison.json               the report (docs/REPORT.md)
+      candidates/NAME/              a campaign's candidate NAME ([[candidates]]): its finalized
+                                    folder; its capture run is capture/NAME/, its compare cache
+                                    compare/NAME/, its report comparison-NAME.json
+      repeat/NAME/                  the repeat capture of the campaign's leader NAME, its cache in
+                                    repeat/NAME-compare/ and its report repeat/comparison-NAME.json
+      noise-model.json              the noise model measured from that repeat (kldtui noise's format)
+      leaderboard.json              the campaign's leaderboard (kldtui leaderboard --json's format)
       reference-run/                the reference capture ([reference] capture: a workspace of its
                                     own whose finalized folder is the suite's ref/)
 
@@ -88,6 +95,36 @@ class Workspace:
                          capture_root=root / "capture", run_name="reference",
                          candidate_dir=self.reference_dir, compare_dir=root / "compare",
                          report_path=root / REPORT_FILE_NAME, workdir=root)
+
+    def for_candidate(self, name: str) -> Workspace:
+        """Campaign candidate ``name``'s folders in this work folder (see the layout above): the
+        finalized folder is named after the candidate, so its report shows that name."""
+        from kldtui.formats.names import check_name
+        from kldtui.formats.report_names import CAMPAIGN_FOLDER
+
+        workdir = self._need(self.workdir, "workdir")
+        check_name(name, "candidate name", str(workdir))
+        return replace(self, run_name=name, candidate_dir=workdir / CAMPAIGN_FOLDER / name,
+                       compare_dir=workdir / "compare" / name,
+                       report_path=workdir / f"comparison-{name}.json")
+
+    def repeat_of(self, name: str) -> Workspace:
+        """The repeat capture of campaign candidate ``name`` (the measured noise model's second
+        capture): a run of its own, kept out of the leaderboard's ``comparison*.json``."""
+        base = self.for_candidate(name)
+        root = self._need(self.workdir, "workdir") / "repeat"
+        return replace(base, run_name=f"{name}.repeat", candidate_dir=root / name,
+                       compare_dir=root / f"{name}-compare", report_path=root / f"comparison-{name}.json")
+
+    @property
+    def noise_model_path(self) -> Path:
+        """``noise-model.json``: the campaign's measured noise model."""
+        return self._need(self.workdir, "workdir") / "noise-model.json"
+
+    @property
+    def leaderboard_path(self) -> Path:
+        """``leaderboard.json``: the campaign's leaderboard."""
+        return self._need(self.workdir, "workdir") / "leaderboard.json"
 
     def reference_repeat(self) -> Workspace:
         """A repeat capture of the reference's first window (the runtime's own noise), beside it."""

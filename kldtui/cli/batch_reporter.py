@@ -30,9 +30,11 @@ from typing import IO, Any
 from kldtui.errors import BadInput, Interrupted, KldError
 from kldtui.events import (
     Cancel,
+    CandidateStarted,
     EarlyAbort,
     Event,
     EventSink,
+    LeaderboardUpdated,
     LogLine,
     Notice,
     Progress,
@@ -217,6 +219,11 @@ class BatchReporter:
         if isinstance(event, Notice):
             mark = {"info": "note", "warning": "WARNING", "error": "ERROR"}[event.level]
             return f"{head} {mark}: {event.text}"
+        if isinstance(event, CandidateStarted):
+            what = "repeat capture of the leader" if event.repeat else "candidate"
+            return f"{head} {what} {event.number}/{event.total}: {event.name}"
+        if isinstance(event, LeaderboardUpdated):
+            return self._leaderboard(head, event)
         if isinstance(event, ServerReady):
             pid = f" (pid {event.pid})" if event.pid else ""
             return f"{head} ready at {event.url}, serving {event.served_model_name}{pid}"
@@ -251,6 +258,24 @@ class BatchReporter:
                 return None
             return f"{head} {event.line}"
         return None
+
+
+    @staticmethod
+    def _leaderboard(head: str, event: LeaderboardUpdated) -> str | None:
+        """The campaign's standings as a small table (the dashboard's campaign board, in text)."""
+        from kldtui.workflow.standings import table_lines
+
+        if not event.ranked or (not any(r.state == "compared" for r in event.rows) and not event.final):
+            return None  # nothing ranked yet: the candidate lines say what runs
+        title = "final leaderboard" if event.final else "leaderboard so far"
+        lines = [f"{head} {title} ({event.windows} windows, KL(reference || candidate), lower is closer)"]
+        lines += ["    " + line for line in table_lines(event.rows)]
+        if event.noise_model:
+            lines.append(f"    noise model: {event.noise_model}")
+        lines += [f"    note: {note}" for note in event.notes]
+        if event.path:
+            lines.append(f"    written to {event.path}")
+        return "\n".join(lines)
 
 
 def exit_code_for(exc: BaseException | None, cancel: Cancel, early_abort: bool = False) -> int:

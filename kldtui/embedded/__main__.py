@@ -25,6 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quantization-like weight rounding step, relative to each matrix's std "
                    "(0: the reference; 0.1 gives a mean KL of about 0.03)")
     p.add_argument("--max-num-batched-tokens", type=int, default=256)
+    p.add_argument("--runtime-noise", type=float, default=0.0,
+                   help="run-to-run noise: Gaussian noise of this standard deviation added to every "
+                   "logit, drawn from --runtime-seed and the prompt (0: bit-exact)")
+    p.add_argument("--runtime-seed", type=int, default=0, help="which run (the noise's seed)")
     p.add_argument("--max-num-seqs", type=int, default=1)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--capture-dir", type=Path, default=None,
@@ -49,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_num_seqs != 1:
         print("kldtui.embedded: only --max-num-seqs 1 is supported", file=sys.stderr)
         return 2
+    if args.runtime_noise < 0 or not args.runtime_noise < float("inf") or args.runtime_seed < 0:
+        print("kldtui.embedded: --runtime-noise must be a finite number >= 0 and --runtime-seed >= 0",
+              file=sys.stderr)
+        return 2
     if args.max_num_batched_tokens < 1 or args.vocab_size < 2:
         print("kldtui.embedded: --max-num-batched-tokens must be >= 1 and --vocab-size >= 2",
               file=sys.stderr)
@@ -70,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         capture.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
         served_model_name=args.served_model_name, model=args.model, model_seed=args.model_seed,
-        vocab_size=args.vocab_size, perturb=args.perturb,
+        vocab_size=args.vocab_size, perturb=args.perturb, runtime_noise=args.runtime_noise,
+        runtime_seed=args.runtime_seed,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults,
         mode=capture_mode, settings=env)

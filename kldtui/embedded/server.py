@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -87,6 +88,8 @@ class ServerConfig:
     model_seed: int = 0
     vocab_size: int = 4096
     perturb: float = 0.0
+    runtime_noise: float = 0.0  # standard deviation of the run-to-run noise added to each logit
+    runtime_seed: int = 0
     max_num_batched_tokens: int = 256
     max_num_seqs: int = 1
     max_model_len: int = 4096
@@ -97,6 +100,16 @@ class ServerConfig:
     # the mode's settings, as a vLLM server reads them from its environment (e.g. score mode's
     # KLDTUI_SCORE_SUITE); python -m kldtui.embedded puts its flags there
     settings: Mapping[str, str] = field(default_factory=dict)
+
+
+def runtime_noise(scale: float, seed: int, prompt: list[int], start: int,
+                  shape: tuple[int, ...]) -> np.ndarray:
+    """Run-to-run noise of a chunk: drawn from the run's seed, the prompt and the chunk's first row,
+    so a resumed capture gets the same noise and a repeat run (another seed) different noise."""
+    key = zlib.crc32(np.asarray(prompt, dtype=np.int64).tobytes())
+    rng = np.random.default_rng([seed, key, start])
+    noise: np.ndarray = (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
+    return noise
 
 
 class _InlineIO:
@@ -275,6 +288,8 @@ class Engine:
                 if row_end <= start:
                     break
                 logits = self.model.logits(states[start:row_end])
+                if cfg.runtime_noise > 0:
+                    logits += runtime_noise(cfg.runtime_noise, cfg.runtime_seed, prompt, start, logits.shape)
                 if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
                     logits[faults.nan_at_row - start, 0] = np.nan
                 if capture:

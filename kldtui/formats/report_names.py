@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kldtui.formats.report_model import Bootstrap, ComparisonReport
 
+# A campaign's candidates are finalized into WORKDIR/candidates/NAME (kldtui.workspace): the
+# folder's name is the candidate's, which report_name shows.
+CAMPAIGN_FOLDER = "candidates"
+
 
 # The report every kldtui run writes into its work folder (`kldtui view DIR` and `o` find it there).
 REPORT_FILE_NAME = "comparison.json"

@@ -53,6 +53,10 @@ class AttachKind:
             raise TypeError(f"{type(config).__name__} is not an attached server's config")
         return config
 
+    def repeat_config(self, config: ServerConfig) -> ServerConfig:
+        """The running server captured again."""
+        return config
+
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
         if "url" not in values:
             raise BadInput(f"{label} kind = 'attach' needs url = 'http://HOST:PORT'")

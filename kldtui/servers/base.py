@@ -192,6 +192,12 @@ class ServerKind(Protocol):
         with the ``[reference]`` table's ``values`` over them."""
         ...
 
+    def repeat_config(self, config: ServerConfig) -> ServerConfig:
+        """The server of a repeat capture of the same candidate (a campaign's noise model, kldtui.
+        workflow.campaign): the same config, except where the kind must be told to behave like a
+        second run (the embedded model's ``runtime_seed``)."""
+        ...
+
     def plan(self, config: ServerConfig, capture: CaptureTarget, *,
              capture_dir: Path | None = None) -> ServerPlan:
         """The serve stage's plan (``capture_dir``: a launched server's fixed capture folder)."""
@@ -374,6 +380,10 @@ class LaunchedKind:
     def own(self, config: ServerConfig) -> Any:
         if not isinstance(config, self.config_type):
             raise TypeError(f"{type(config).__name__} is not a {self.name} server's config")
+        return config
+
+    def repeat_config(self, config: ServerConfig) -> ServerConfig:
+        """A second start of the same server is a repeat capture (a real runtime varies by itself)."""
         return config
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:

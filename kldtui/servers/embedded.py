@@ -9,13 +9,17 @@ launched server's ``python``, ``vllm_args`` (appended), ``env``, ``host``, ``por
     vocab_size = 4096
     perturb = 0.0                  # quantization-like rounding step (0: the reference model)
     max_num_batched_tokens = 256
+    runtime_noise = 0.0            # run-to-run noise of the logits (standard deviation), like a
+                                   # runtime whose kernels are not batch-invariant (0: bit-exact)
+    runtime_seed = 0               # which run: a repeat capture (a campaign's noise model) adds 1
 
 ``[reference] capture = "embedded"`` serves the candidate's model unperturbed (the demo's
-reference), as ``NAME-reference``.
+reference), as ``NAME-reference``, without runtime noise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,8 @@ class EmbeddedConfig(LaunchConfig):
     vocab_size: int = 4096
     perturb: float = 0.0
     max_num_batched_tokens: int = 256
+    runtime_noise: float = 0.0
+    runtime_seed: int = 0
 
 
 class EmbeddedKind(LaunchedKind):
@@ -53,11 +59,20 @@ class EmbeddedKind(LaunchedKind):
         bounds.non_negative(c.perturb, f"{label} perturb")
         bounds.whole_in(c.max_num_batched_tokens, f"{label} max_num_batched_tokens", 1, 1 << 24,
                         "a token count")
+        bounds.non_negative(c.runtime_noise, f"{label} runtime_noise")
+        bounds.seed(c.runtime_seed, f"{label} runtime_seed", bounds.MAX_EMBEDDED_SEED)
         return config
+
+    def repeat_config(self, config: ServerConfig) -> ServerConfig:
+        """The built-in model is deterministic: a repeat run is told so by its ``runtime_seed``
+        (the same logits again without ``runtime_noise``)."""
+        c: EmbeddedConfig = self.own(config)
+        seed = c.runtime_seed + 1 if c.runtime_seed < bounds.MAX_EMBEDDED_SEED else 0
+        return dataclasses.replace(c, runtime_seed=seed)
 
     def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
                          label: str) -> ServerConfig:
-        config: ServerConfig = inherit(EmbeddedConfig, candidate, label=label, perturb=0.0,
+        config: ServerConfig = inherit(EmbeddedConfig, candidate, label=label, perturb=0.0, runtime_noise=0.0,
                                        served_model_name=candidate.served_model_name + "-reference")
         return config
 
@@ -70,6 +85,8 @@ class EmbeddedKind(LaunchedKind):
                 "--served-model-name", c.served_model_name, "--model-seed", str(c.model_seed),
                 "--vocab-size", str(c.vocab_size), "--perturb", repr(float(c.perturb)),
                 "--max-num-batched-tokens", str(c.max_num_batched_tokens), "--max-num-seqs", "1"]
+        if c.runtime_noise > 0:
+            argv += ["--runtime-noise", repr(float(c.runtime_noise)), "--runtime-seed", str(c.runtime_seed)]
         return argv + [fill(a, values) for a in c.vllm_args]
 
     def describe(self, config: ServerConfig) -> str:

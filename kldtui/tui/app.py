@@ -168,9 +168,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
 
 def _pipeline_factory_for(profile: Any) -> PipelineFactory:
     def factory(emit: Callable[[Any], None], cancel: Any) -> Any:
-        from kldtui.workflow.pipeline import Pipeline
+        from kldtui.workflow.campaign import control_for
 
-        return Pipeline(profile, emit, cancel)
+        return control_for(profile, emit, cancel)
 
     return factory
 

@@ -26,6 +26,17 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     # max_num_batched_tokens, python, vllm_args, env, host, port, startup_timeout
     # (kldtui.servers.embedded); "attach": url, server_capture_dir (kldtui.servers.attach)
 
+    [[candidates]]                 # a campaign: several candidates instead of one [candidate]
+    name = "q4"                    # its folder and report name (letters, digits, _ . -)
+    kind = "vllm"                  # ...and any key a [candidate] table takes
+    [[candidates]]
+    name = "q8"
+    ...
+
+    [campaign]                     # only with [[candidates]]
+    repeat_leader = false          # capture the best candidate a second time at the end: the
+                                   # measured noise model (kldtui.decide.noise) for every verdict
+
     [run]
     workdir = "kldtui-work"        # see kldtui.workspace for its layout
     run_name = "candidate"
@@ -48,6 +59,11 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
                                    # and saves per-row figures only, no candidate logits
                                    # (kldtui.formats.scores, docs/SCORE_MODE.md)
 
+Each ``[[candidates]]`` entry is served, captured, finalized and compared after the one before,
+in one work folder (``kldtui.workflow.campaign``; ``Workspace.for_candidate`` gives its
+folders); the reference is shared and, with ``[reference] capture``, captured with the first
+candidate's settings. A profile has either ``[candidate]`` or ``[[candidates]]``.
+
 A key that only another kind takes is refused, naming the kinds that take it. Relative paths
 (``local_dir``, ``workdir``, the kinds' ``model``, ``python`` when it contains a ``/``,
 ``server_capture_dir``) resolve against the profile's folder.
@@ -58,7 +74,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +136,45 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
+class CampaignConfig:
+    # capture the leader a second time once every candidate is compared: the measured noise model
+    repeat_leader: bool = False
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ``[[candidates]]`` entry: its name (folder and report name) and its server."""
+
+    name: str
+    server: ServerConfig
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path | None
     reference: ReferenceConfig
-    candidate: ServerConfig  # the candidate's server, a config of its kind (kldtui.servers)
+    candidate: ServerConfig  # the candidate's server, a config of its kind (kldtui.servers);
+    # in a campaign the first candidate's (the one the reference capture takes its settings from)
     run: RunConfig
     compare: CompareConfig
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    # [[candidates]] (a campaign, kldtui.workflow.campaign); empty for a [candidate] profile
+    candidates: tuple[Candidate, ...] = ()
+    campaign: CampaignConfig = field(default_factory=CampaignConfig)
+
+    @property
+    def is_campaign(self) -> bool:
+        return bool(self.candidates)
+
+    def member(self, candidate: Candidate) -> Profile:
+        """The one-candidate profile a campaign runs for ``candidate`` (its run name is the
+        candidate's name; its folders come from :meth:`member_workspace`)."""
+        return replace(self, candidate=candidate.server, run=replace(self.run, run_name=candidate.name),
+                       candidates=(), campaign=CampaignConfig())
+
+    def member_workspace(self, name: str) -> Workspace:
+        """The folders of campaign candidate ``name`` (kldtui.workspace.Workspace.for_candidate)."""
+        return self.workspace().for_candidate(name)
 
     @property
     def where(self) -> str:
@@ -155,6 +203,8 @@ _SECTIONS: dict[str, type] = {
     "run": RunConfig,
     "compare": CompareConfig,
     "capture": CaptureConfig,
+    "candidates": Candidate,
+    "campaign": CampaignConfig,
 }
 
 
@@ -198,6 +248,7 @@ def _types() -> dict[str, dict[str, str]]:
         "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
                     "abort_kl_above": "float", "backend": "str", "threads": "int"},
         "capture": {"mode": "str"},
+        "campaign": {"repeat_leader": "bool"},
     }
 
 
@@ -208,18 +259,26 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         if section not in _SECTIONS:
             raise BadInput(f"{where}: unknown section [{section}]; "
                            f"{_suggest(section, list(_SECTIONS))}")
-        if not isinstance(doc[section], dict):
+        if section == "candidates":
+            if not isinstance(doc[section], list) or not all(isinstance(t, dict) for t in doc[section]):
+                raise BadInput(f"{where}: candidates must be [[candidates]] tables, one per candidate")
+        elif not isinstance(doc[section], dict):
             raise BadInput(f"{where}: {section} must be a [{section}] table")
+    if "candidates" in doc and "candidate" in doc:
+        raise BadInput(f"{where}: has both [candidate] and [[candidates]]; move [candidate] into a "
+                       "[[candidates]] table with a name")
+    if "campaign" in doc and "candidates" not in doc:
+        raise BadInput(f"{where}: [campaign] needs [[candidates]] tables (a campaign of candidates)")
+    entries = _candidate_tables(doc.get("candidates"), where)
+    doc = {k: v for k, v in doc.items() if k != "candidates"}
     parsed: dict[str, dict[str, Any]] = {}
     for section, types in _types().items():
-        table = doc.get(section, {})
-        out: dict[str, Any] = {}
-        for key, value in table.items():
-            if key not in types:
-                raise BadInput(f"{where}: unknown key {key!r} in [{section}]; "
-                               f"{_suggest(key, list(types))}")
-            out[key] = _check_type(f"{where}: [{section}]", key, value, types[key])
-        parsed[section] = out
+        parsed[section] = _checked_table(doc.get(section, {}), types, f"{where}: [{section}]",
+                                         f"[{section}]", where)
+    if entries:  # the first candidate's table: the one the reference capture takes settings from
+        parsed["candidate"] = _checked_table(entries[0][1], _types()["candidate"],
+                                             f"{where}: [[candidates]] {entries[0][0]!r}", "[[candidates]]",
+                                             where)
 
     ref = parsed["reference"]
     capture = ref.get("capture")
@@ -234,7 +293,15 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         server_values[key] = ref.pop(key)
     if "local_dir" in ref:
         ref["local_dir"] = resolve_path(base_dir, ref["local_dir"])
-    candidate = _server_config(parsed["candidate"], base_dir=base_dir, label=f"{where}: [candidate]")
+    first_label = f"{where}: [[candidates]] {entries[0][0]!r}" if entries else f"{where}: [candidate]"
+    candidate = _server_config(parsed["candidate"], base_dir=base_dir, label=first_label)
+    members: list[Candidate] = []
+    for i, (name, table) in enumerate(entries):
+        label = f"{where}: [[candidates]] {name!r}"
+        server = candidate if i == 0 else _server_config(
+            _checked_table(table, _types()["candidate"], label, "[[candidates]]", where),
+            base_dir=base_dir, label=label)
+        members.append(Candidate(name, server))
     if capture is not None:
         ref["server"] = KINDS[capture].reference_config(candidate, server_values, base_dir=base_dir,
                                                         label=f"{where}: [reference]")
@@ -275,7 +342,37 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         cap["mode"] = capture_modes.parse(cap["mode"], f"{where}: [capture] mode")
     return Profile(path=path, reference=build(ReferenceConfig, ref),
                    candidate=candidate, run=build(RunConfig, run),
-                   compare=build(CompareConfig, cmp_), capture=build(CaptureConfig, cap))
+                   compare=build(CompareConfig, cmp_), capture=build(CaptureConfig, cap),
+                   candidates=tuple(members), campaign=build(CampaignConfig, parsed["campaign"]))
+
+
+def _checked_table(table: dict[str, Any], types: dict[str, str], label: str, section: str,
+                   where: str) -> dict[str, Any]:
+    """A table's keys known and of their types (one line naming the key otherwise)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in types:
+            raise BadInput(f"{where}: unknown key {key!r} in {section}; {_suggest(key, list(types))}")
+        out[key] = _check_type(label, key, value, types[key])
+    return out
+
+
+def _candidate_tables(tables: list[dict[str, Any]] | None, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """``[[candidates]]`` as (name, the table without its name): each named, names unique."""
+    if tables is None:
+        return []
+    if not tables:
+        raise BadInput(f"{where}: [[candidates]] is empty; add a [[candidates]] table per candidate")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for number, table in enumerate(tables, start=1):
+        if "name" not in table:
+            raise BadInput(f"{where}: [[candidates]] table {number} has no name; add name = \"...\" "
+                           "(its folder and report name)")
+        name = check_name(table["name"], f"[[candidates]] table {number} name", where)
+        if any(name == seen for seen, _ in out):
+            raise BadInput(f"{where}: [[candidates]] name {name!r} is given twice; names must differ")
+        out.append((name, {k: v for k, v in table.items() if k != "name"}))
+    return out
 
 
 def _server_config(table: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kldtui.cli.output import OutputOptions, add_output_arguments
 from kldtui.workspace import DEFAULT_PROFILE
@@ -79,20 +79,29 @@ def _next_steps(path: Path, report: ComparisonReport, suite_windows: int, profil
 
 
 def run_pipeline_batch(profile: Profile, output: OutputOptions) -> int:
-    """Run a profile's whole pipeline headless; a second signal stops its server at once."""
-    from kldtui.workflow.pipeline import Pipeline
+    """Run a profile's whole pipeline (a campaign's candidates one after another) headless; a
+    second signal stops its server at once."""
+    from kldtui.workflow.campaign import control_for
 
-    holder: dict[str, Pipeline] = {}
+    holder: dict[str, Any] = {}
 
     def job(emit: EventSink, cancel: Cancel) -> object:
-        holder["p"] = Pipeline(profile, emit, cancel)
+        holder["p"] = control_for(profile, emit, cancel)
         return holder["p"].run_all()
 
     def force_stop() -> None:
         if "p" in holder:
             holder["p"].stop_server(reason="interrupted")
 
-    return run_batch_job(job, output, force_stop, profile=profile)
+    code = run_batch_job(job, output, force_stop, profile=profile)
+    board = getattr(holder.get("p"), "leaderboard", None)
+    if board is not None and not output.jsonl:
+        from kldtui.cli.commands.leaderboard import format_plain
+
+        # the same table `kldtui leaderboard` prints for the campaign's reports
+        print("\nleaderboard: KL(reference || candidate), lower is closer")
+        print(format_plain(board))
+    return code
 
 
 def run(args: argparse.Namespace) -> int:

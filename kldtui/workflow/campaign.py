@@ -1,0 +1,331 @@
+"""Campaigns: the candidates of a ``[[candidates]]`` profile, one after another, in one work folder.
+
+API (``kldtui run``, ``kldtui demo`` and the dashboard use it as they use a
+:class:`~kldtui.workflow.pipeline.Pipeline`: it is a :class:`~kldtui.workflow.control.PipelineControl`)::
+
+    campaign = Campaign(profile, emit, cancel)
+    state = campaign.run_all()      # every candidate not yet compared, then the leader's repeat;
+                                    # the RunState of the leader's report
+    campaign.leaderboard            # the last ranking (kldtui.decide.leaderboard.Leaderboard)
+
+Each candidate runs as its own pipeline (serve, capture, finalize, compare: its server kind's
+capture mode, resumable) with the folders :meth:`kldtui.workspace.Workspace.for_candidate` gives
+(``candidates/NAME``, ``capture/NAME``, ``compare/NAME``, ``comparison-NAME.json``); the reference
+is shared. A candidate whose report already covers the run's windows is not served again, so a
+candidate added to a finished campaign runs alone, and a campaign killed in the middle of a
+candidate resumes with that candidate's finished windows. After each candidate the ranking is
+made again by the decision rules (:func:`kldtui.decide.leaderboard.build_leaderboard`) and sent as
+a :class:`~kldtui.events.LeaderboardUpdated` event; the dashboard's campaign board and the batch
+reporter show it. With ``[campaign] repeat_leader`` the leader is captured a second time
+(``repeat/NAME``, its server kind's :meth:`~kldtui.servers.base.ServerKind.repeat_config`), and the
+two captures give the measured noise model (:func:`kldtui.decide.noise.noise_from_capture_reports`,
+``noise-model.json``) that the final ranking's verdicts use; the repeat is ranked beside the
+candidates as ``NAME.repeat`` (a second capture of one model, which the verdicts should call tied).
+The final ranking is written to ``leaderboard.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput, KldError, StageFailed
+from kldtui.events import (
+    Cancel,
+    CandidateStarted,
+    CandidateStateName,
+    EventSink,
+    LeaderboardUpdated,
+    Notice,
+    StageFinished,
+    StageStarted,
+    Standing,
+    null_sink,
+)
+from kldtui.servers.registry import kind_of
+from kldtui.workflow.control import StageRequest
+from kldtui.workflow.pipeline import Pipeline
+from kldtui.workflow.profile import Candidate, Profile
+from kldtui.workflow.state import RunState, load_state
+from kldtui.workspace import Workspace
+
+REPEAT_SUFFIX = ".repeat"  # the leader's repeat capture, as it is named in the ranking
+
+
+@dataclass
+class _Entry:
+    """What the campaign knows of one candidate."""
+
+    name: str
+    workspace: Workspace
+    state: CandidateStateName = "waiting"
+    note: str = ""
+
+    @property
+    def report(self) -> Path:
+        return self.workspace.report
+
+
+def control_for(profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None) -> Any:
+    """What runs a profile: a :class:`Campaign` for ``[[candidates]]``, else a
+    :class:`~kldtui.workflow.pipeline.Pipeline` (both are a PipelineControl)."""
+    if profile.is_campaign:
+        return Campaign(profile, emit, cancel)
+    return Pipeline(profile, emit, cancel)
+
+
+class Campaign:
+    """The candidates of a ``[[candidates]]`` profile; see the module docstring."""
+
+    def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None,
+                 *, pipeline_type: Callable[..., Pipeline] = Pipeline) -> None:
+        if not profile.is_campaign:
+            raise ValueError("a campaign needs a profile with [[candidates]]")
+        self.profile = profile
+        self.emit = emit
+        self.cancel = cancel
+        self.pipeline_type = pipeline_type
+        self._workspace = profile.workspace()
+        self.entries = [_Entry(c.name, profile.member_workspace(c.name)) for c in profile.candidates]
+        self.repeat: _Entry | None = None
+        self.noise: Any = None  # kldtui.decide.noise.NoiseFloor once measured
+        self.leaderboard: Any = None  # kldtui.decide.leaderboard.Leaderboard
+        self._current: Pipeline | None = None
+
+    # -- PipelineControl -------------------------------------------------------------------------
+    @property
+    def workspace(self) -> Workspace:
+        return self._workspace
+
+    def run_stage(self, stage: StageRequest) -> object:
+        if stage == "all":
+            return self.run_all()
+        if stage == "reference":  # shared by every candidate
+            return self._pipeline(self.profile.candidates[0], self.entries[0].workspace).reference()
+        raise BadInput(f"{self.profile.where}: a campaign runs its stages candidate by candidate; run "
+                       "everything (r in the dashboard, kldtui run --batch)")
+
+    def stop_server(self, reason: str = "done") -> None:
+        current = self._current
+        if current is not None:
+            current.stop_server(reason)
+
+    @property
+    def server_running(self) -> bool:
+        current = self._current
+        return current is not None and current.server_running
+
+    @property
+    def server_url(self) -> str | None:
+        current = self._current
+        return current.server_url if current is not None else None
+
+    def window_list(self) -> list[tuple[int, str]]:
+        return self._pipeline(self.profile.candidates[0], self.entries[0].workspace).window_list()
+
+    # -- the run -----------------------------------------------------------------------------------
+    def run_all(self) -> RunState:
+        """Every candidate not compared yet, one after another; then the leader's repeat capture
+        (``[campaign] repeat_leader``); the ranking after each. Returns the leader's run state."""
+        from kldtui.folder_lock import hold
+
+        names = ", ".join(e.name for e in self.entries)
+        self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
+        with hold([self._workspace.workdir] if self._workspace.workdir else [], what="work folder"):
+            windows = self._window_indices()
+            for entry in self.entries:
+                if self._finished(entry, windows):
+                    entry.state = "compared"
+            self._rank()
+            total = len(self.entries)
+            for number, (candidate, entry) in enumerate(zip(self.profile.candidates, self.entries,
+                                                            strict=True), start=1):
+                if entry.state == "compared":
+                    self.emit(Notice("campaign", f"{entry.name}: compared earlier ({entry.report}); "
+                                     "not captured again"))
+                    continue
+                self._run_candidate(candidate, entry, number, total)
+                self._rank()
+            if self.profile.campaign.repeat_leader:
+                self._repeat_leader(windows)
+            board = self._rank(final=True)
+        leader = next((e for e in self.entries if board is not None and board.rows
+                       and e.name == board.rows[0].name), None)
+        self.emit(StageFinished("campaign", summary=self._summary(board),
+                                figures={"candidates": len(self.entries),
+                                         "ranked": len(board.rows) if board is not None else 0}))
+        if leader is None:
+            raise StageFailed(f"{self.profile.where}: no candidate was compared over the whole run")
+        return load_state(leader.workspace)
+
+    def _run_candidate(self, candidate: Candidate, entry: _Entry, number: int, total: int,
+                       repeat: bool = False) -> None:
+        self.emit(CandidateStarted("campaign", name=entry.name, number=number, total=total, repeat=repeat))
+        entry.state = "running"
+        self._rank(announce_only=True)
+        pipeline = self._pipeline(candidate, entry.workspace)
+        self._current = pipeline
+        try:
+            pipeline.run_all()
+            entry.state = "compared"
+        except StageFailed as exc:
+            if self.profile.compare.abort_kl_above is not None and entry.report.is_file() and \
+                    "abort_kl_above" in str(exc):
+                # early abort is a verdict on this candidate, not the campaign's end
+                entry.state, entry.note = "stopped early", str(exc)
+                self.emit(Notice("campaign", f"{entry.name}: stopped early; not ranked ({exc})",
+                                 level="warning"))
+            else:
+                entry.state, entry.note = "failed", str(exc)
+                raise
+        except BaseException as exc:
+            entry.state, entry.note = ("failed", str(exc)) if isinstance(exc, KldError) else ("waiting", "")
+            raise
+        finally:
+            self._current = None
+
+    def _repeat_leader(self, windows: list[int]) -> None:
+        """Capture the leader again (its kind's repeat config) and measure the noise model."""
+        from kldtui.decide.noise import load_floor, noise_from_capture_reports, save_floor
+        from kldtui.formats.report import load_report
+
+        board = self.leaderboard
+        if board is None or not board.rows:
+            return
+        leader = board.rows[0].name
+        index = next(i for i, e in enumerate(self.entries) if e.name == leader)
+        candidate = self.profile.candidates[index]
+        ws = self._workspace.repeat_of(leader)
+        entry = _Entry(leader + REPEAT_SUFFIX, ws)
+        self.repeat = entry
+        model_path = self._workspace.noise_model_path
+        if self._finished(entry, windows):
+            entry.state = "compared"
+            if model_path.is_file():
+                try:
+                    self.noise = load_floor(model_path)
+                except BadInput as exc:
+                    self.emit(Notice("campaign", f"{exc}; measured again", level="warning"))
+        else:
+            repeat = Candidate(entry.name, kind_of(candidate.server).repeat_config(candidate.server))
+            self._run_candidate(repeat, entry, len(self.entries) + 1, len(self.entries) + 1, repeat=True)
+        if self.noise is not None:
+            return
+        first, second = self.entries[index].report, ws.report
+        try:
+            noise = noise_from_capture_reports(load_report(first), load_report(second), where1=str(first),
+                                               where2=str(second))
+        except BadInput as exc:  # e.g. a deterministic server: one capture twice
+            self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
+            return
+        save_floor(model_path, noise)
+        self.noise = noise
+        self.emit(Notice("campaign", f"noise model: {noise.describe()} (saved in {model_path})"))
+
+    # -- ranking -----------------------------------------------------------------------------------
+    def _rank(self, final: bool = False, announce_only: bool = False) -> Any:
+        """Rank the compared candidates (the decision rules'), send the standings; the final
+        ranking is also written to leaderboard.json."""
+        from kldtui.decide.leaderboard import build_leaderboard
+        from kldtui.decide.noise import AUTO_FLOOR
+        from kldtui.formats.report import load_report
+
+        ranked = [e for e in self.entries if e.state == "compared"]
+        board = self.leaderboard
+        if not announce_only:
+            board = None
+            if ranked:
+                reports = [load_report(e.report) for e in ranked]
+                board = build_leaderboard(reports, names=[e.name for e in ranked],
+                                          paths=[str(e.report) for e in ranked],
+                                          noise=self.noise if self.noise is not None else AUTO_FLOOR)
+            self.leaderboard = board
+        path: str | None = None
+        if final and board is not None:
+            from kldtui.formats.atomic import write_json_atomic
+
+            target = self._workspace.leaderboard_path
+            write_json_atomic(target, board.to_dict())
+            path = str(target)
+        rows = self._standings(board)
+        self.emit(LeaderboardUpdated(
+            "campaign", rows=tuple(rows), windows=board.windows if board is not None else 0,
+            noise_model=self.noise.describe() if self.noise is not None else (
+                board.noise_source if board is not None else ""),
+            notes=tuple(board.notes) if board is not None else (), path=path, final=final,
+            ranked=not announce_only))
+        return board
+
+    def _standings(self, board: Any) -> list[Standing]:
+        """The ranked candidates, then the leader's repeat (its own paired verdict against the
+        leader: a second capture of one model, which should read as tied), then the rest."""
+        rows: list[Standing] = []
+        ranked_names = set()
+        if board is not None:
+            for row in board.rows:
+                ranked_names.add(row.name)
+                rows.append(Standing(
+                    name=row.name, state="compared", rank=row.rank, mean=row.mean, ci_low=row.ci_low,
+                    ci_high=row.ci_high, mark=row.mark, verdict=row.verdict_vs_best,
+                    outcome=row.outcome_vs_best, report_path=row.path))
+        repeat = self.repeat
+        if repeat is not None and repeat.state == "compared" and board is not None:
+            rows.append(self._repeat_standing(repeat, board))
+            ranked_names.add(repeat.name)
+        for entry in [*self.entries, *([repeat] if repeat is not None else [])]:
+            if entry.name not in ranked_names:
+                rows.append(Standing(name=entry.name, state=entry.state, note=entry.note))
+        return rows
+
+    def _repeat_standing(self, repeat: _Entry, board: Any) -> Standing:
+        from kldtui.decide.paired import paired_diff
+        from kldtui.formats.report import load_report
+        from kldtui.formats.report_names import report_interval
+
+        leader = board.rows[0]
+        report = load_report(repeat.report)
+        diff = paired_diff(load_report(leader.path), report, noise=self.noise, name_a=leader.name,
+                           name_b=repeat.name, path_a=leader.path, path_b=str(repeat.report))
+        stats = diff.overall
+        tied = stats.outcome in ("indistinguishable", "within_noise")
+        iv = report_interval(report)
+        return Standing(name=repeat.name, state="compared", mean=float(iv.estimate),
+                        ci_low=float(iv.ci95_low), ci_high=float(iv.ci95_high),
+                        mark="tied" if tied else "", verdict=stats.verdict, outcome=stats.outcome,
+                        report_path=str(repeat.report),
+                        note=f"a second capture of {leader.name} (the noise model); not ranked")
+
+    @staticmethod
+    def _summary(board: Any) -> str:
+        if board is None or not board.rows:
+            return "no candidate ranked"
+        best = board.rows[0]
+        tied = [r.name for r in board.rows if r.tied_with_best]
+        return f"best: {best.name} (mean KL {best.mean:.4g})" + (f"; tied with it: {', '.join(tied)}"
+                                                                 if tied else "")
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _pipeline(self, candidate: Candidate, workspace: Workspace) -> Pipeline:
+        return self.pipeline_type(self.profile.member(candidate), self.emit, self.cancel, workspace=workspace)
+
+    def _window_indices(self) -> list[int]:
+        """The windows every candidate covers (the suite must be there: the reference stage first)."""
+        first = self._pipeline(self.profile.candidates[0], self.entries[0].workspace)
+        try:
+            return [w.index for w in first.windows()]
+        except KldError:
+            return []  # no suite yet: nothing can be finished
+
+    @staticmethod
+    def _finished(entry: _Entry, windows: list[int]) -> bool:
+        """The candidate's report covers every window of the run (read and checked, not trusted
+        by its name)."""
+        if not windows:
+            return False
+        state = load_state(entry.workspace)
+        report = state.report
+        if report is None:
+            return False
+        return sorted(int(i) for i in report.window_table().window_index) == sorted(windows)

@@ -1,0 +1,69 @@
+"""The words of a campaign's live leaderboard, shared by the dashboard and the batch reporter.
+
+A :class:`~kldtui.events.Standing` (one candidate, from a :class:`~kldtui.events.LeaderboardUpdated`
+event) becomes one row of cells; both front ends show the same cells, so the same words.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kldtui.events import Standing
+
+HEADERS = ("#", "candidate", "mean KL", "95% interval", "size", "bpw", "verdict vs best")
+
+# the decision rules' outcome against the best (kldtui.decide.verdict.Outcome), in a few words
+_OUTCOME_WORDS = {
+    "a_closer": "worse than the best",
+    "b_closer": "closer than the best",
+    "indistinguishable": "tied with the best",
+    "within_noise": "tied with the best (within noise)",
+    "too_few_windows": "no verdict (too few windows)",
+}
+_STATE_WORDS = {"waiting": "waiting", "running": "running…", "stopped early": "stopped early (not ranked)",
+                "failed": "failed"}
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def verdict_words(row: Standing) -> str:
+    """What the row's verdict against the current best is, in a few words."""
+    if row.state != "compared":
+        return _STATE_WORDS.get(row.state, row.state)
+    if row.mark == "best":
+        return "best"
+    return _OUTCOME_WORDS.get(row.outcome or "", row.mark or "-")
+
+
+def cells(row: Standing) -> list[str]:
+    """One row of the leaderboard (columns :data:`HEADERS`)."""
+    known = row.ci_low is not None and row.ci_high is not None
+    interval = f"[{_num(row.ci_low)}, {_num(row.ci_high)}]" if known else "-"
+    bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
+    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), interval,
+            _size(row.size_bytes), bpw, verdict_words(row)]
+
+
+def table_lines(rows: Sequence[Standing]) -> list[str]:
+    """The rows as aligned plain-text lines under a header line."""
+    table = [list(HEADERS)] + [cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
+    return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table]

@@ -1,0 +1,127 @@
+"""A three-candidate campaign (issue 23 item 1): embedded servers at different perturbations run
+headless one after another in one work folder, resume after a kill in the middle of the second
+candidate to the reports of an uninterrupted run, rank in the order and with the verdicts
+``kldtui leaderboard`` gives on the three reports, and take a fourth candidate later without
+capturing the others again."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_campaign import CANDIDATES, candidate_table, run_cmd, write_profile
+from tests.fixtures_demo import env_with, stable
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # whole campaigns, killed and rerun
+
+
+def _events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def _run(profile: Path) -> list[dict]:
+    proc = subprocess.run(run_cmd(profile, "--jsonl"), capture_output=True, text=True, timeout=300,
+                          env=env_with())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return _events(proc.stdout)
+
+
+def _kill_in_second_candidate(profile: Path) -> None:
+    proc = subprocess.Popen(run_cmd(profile, "--jsonl"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with(KLDTUI_EMBEDDED_FAULT="chunk-delay:0.02"))
+    assert proc.stdout is not None
+    second, captured = False, 0
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event.get("event") == "CandidateStarted":
+            second = event["number"] == 2
+        if second and event.get("event") == "WindowState" and event.get("stage") == "capture" \
+                and event.get("state") == "captured":
+            captured += 1
+            if captured == 3:
+                proc.send_signal(signal.SIGKILL)
+                break
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, "the campaign ended before the second candidate was half done"
+
+
+def _leaderboard_cli(reports: list[Path], out: Path) -> dict:
+    proc = subprocess.run([*run_cmd(Path("x"))[:3], "leaderboard", *map(str, reports), "--json", str(out),
+                           "--plain"], capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text())
+
+
+def test_three_candidates_resume_after_a_kill_and_rank_as_the_leaderboard_command(tmp_path: Path) -> None:
+    whole = write_profile(tmp_path / "whole")
+    _run(whole)
+    killed = write_profile(tmp_path / "killed")
+    _kill_in_second_candidate(killed)
+    work = killed.parent
+    assert (work / "comparison-q8.json").is_file() and not (work / "comparison-q4.json").exists()
+    events = _run(killed)
+    started = [e["name"] for e in events if e.get("event") == "CandidateStarted"]
+    assert started == ["q4", "q3"]  # q8 was finished: not served or captured again
+    assert any("q8: compared earlier" in e.get("text", "") for e in events)
+    skipped = [e for e in events if e.get("event") == "WindowState" and e.get("stage") == "capture"
+               and e.get("state") == "captured" and e["figures"].get("skipped")]
+    assert len(skipped) >= 3  # q4's windows captured before the kill were kept
+    for name in CANDIDATES:
+        resumed = json.loads((work / f"comparison-{name}.json").read_text())
+        uninterrupted = json.loads((whole.parent / f"comparison-{name}.json").read_text())
+        assert stable(resumed) == stable(uninterrupted), name
+
+    board = json.loads((work / "leaderboard.json").read_text())
+    reports = [work / f"comparison-{name}.json" for name in CANDIDATES]
+    cli = _leaderboard_cli(reports, tmp_path / "cli.json")
+    assert [r["name"] for r in board["rows"]] == ["q8", "q4", "q3"]  # closest first
+    assert [r["name"] for r in cli["rows"]] == [r["name"] for r in board["rows"]]
+    for ours, theirs in zip(board["rows"], cli["rows"], strict=True):
+        for key in ("rank", "mean", "ci95_low", "ci95_high", "tied_with_best", "outcome_vs_best",
+                    "verdict_vs_best"):
+            assert ours[key] == theirs[key], (ours["name"], key)
+    assert [r["outcome_vs_best"] for r in board["rows"]] == [None, "a_closer", "a_closer"]
+    final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")]
+    assert len(final) == 1 and [r["name"] for r in final[0]["rows"]] == ["q8", "q4", "q3"]
+    assert final[0]["rows"][1]["verdict"] == board["rows"][1]["verdict_vs_best"]
+
+    # a fourth candidate, added to the finished campaign, runs alone
+    with killed.open("a") as handle:
+        handle.write("\n" + candidate_table("q6", 0.08))
+    events = _run(killed)
+    assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["q6"]
+    board = json.loads((work / "leaderboard.json").read_text())
+    assert [r["name"] for r in board["rows"]] == ["q8", "q6", "q4", "q3"]
+
+
+def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.2}, repeat_leader=True, noise=0.05)
+    events = _run(profile)
+    work = profile.parent
+    started = [(e["name"], e["repeat"]) for e in events if e.get("event") == "CandidateStarted"]
+    assert started == [("close", False), ("far", False), ("close.repeat", True)]
+    noise = json.loads((work / "noise-model.json").read_text())
+    assert noise["format"] == "kldtui-noise-floor-v1" and noise["metric_repeat"]["per_window"]
+    board = json.loads((work / "leaderboard.json").read_text())
+    assert board["noise_floor"] is not None and "measured repeat variation" in board["noise_model"]
+    assert [r["name"] for r in board["rows"]] == ["close", "far"]  # the repeat is not a candidate
+    assert board["rows"][1]["outcome_vs_best"] == "a_closer"
+    final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")][0]
+    repeat = final["rows"][2]
+    assert repeat["name"] == "close.repeat" and repeat["rank"] is None
+    assert repeat["mark"] == "tied" and "no difference shown" in repeat["verdict"]  # one model twice
+    # the noise model is what `kldtui noise` gives on the two reports
+    proc = subprocess.run([*run_cmd(Path("x"))[:3], "noise", str(work / "comparison-close.json"),
+                           str(work / "repeat" / "comparison-close.json"),
+                           "--output", str(tmp_path / "n.json")],
+                          capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    theirs = json.loads((tmp_path / "n.json").read_text())
+    assert theirs["metric_repeat"]["per_window"] == noise["metric_repeat"]["per_window"]
+    # rerun: nothing is captured again, the stored noise model is used
+    events = _run(profile)
+    assert not [e for e in events if e.get("event") == "CandidateStarted"]
