@@ -34,14 +34,15 @@ def candidate_table(name: str, perturb: float, **extra: object) -> str:
 
 
 def write_profile(folder: Path, candidates: dict[str, float] | None = None, *, repeat_leader: bool = False,
-                  noise: float = 0.0) -> Path:
+                  noise: float = 0.0, extra: dict[str, dict[str, object]] | None = None) -> Path:
     """The campaign's suite (once) and profile in ``folder``; returns the profile's path."""
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "suite").exists():
         build_suite(folder / "suite")
     text = '[reference]\nlocal_dir = "suite"\ncapture = "embedded"\n\n'
     for name, perturb in (candidates or CANDIDATES).items():
-        text += candidate_table(name, perturb, **({"runtime_noise": noise} if noise else {})) + "\n"
+        keys = {**({"runtime_noise": noise} if noise else {}), **(extra or {}).get(name, {})}
+        text += candidate_table(name, perturb, **keys) + "\n"
     if repeat_leader:
         text += "[campaign]\nrepeat_leader = true\n\n"
     text += '[run]\nworkdir = "."\n\n[compare]\nbootstrap_samples = 500\n'

@@ -93,6 +93,7 @@ class Campaign:
         self.noise: Any = None  # kldtui.decide.noise.NoiseFloor once measured
         self.leaderboard: Any = None  # kldtui.decide.leaderboard.Leaderboard
         self._current: Pipeline | None = None
+        self._reports: dict[str, Any] = {}  # name -> its report (ComparisonReport), as last ranked
 
     # -- PipelineControl -------------------------------------------------------------------------
     @property
@@ -238,6 +239,7 @@ class Campaign:
             board = None
             if ranked:
                 reports = [load_report(e.report) for e in ranked]
+                self._reports = {e.name: r for e, r in zip(ranked, reports, strict=True)}
                 board = build_leaderboard(reports, names=[e.name for e in ranked],
                                           paths=[str(e.report) for e in ranked],
                                           noise=self.noise if self.noise is not None else AUTO_FLOOR)
@@ -266,10 +268,13 @@ class Campaign:
         if board is not None:
             for row in board.rows:
                 ranked_names.add(row.name)
+                size = self._reports[row.name].candidate_size  # the report's (kldtui.formats.model_size)
                 rows.append(Standing(
                     name=row.name, state="compared", rank=row.rank, mean=row.mean, ci_low=row.ci_low,
                     ci_high=row.ci_high, mark=row.mark, verdict=row.verdict_vs_best,
-                    outcome=row.outcome_vs_best, report_path=row.path))
+                    outcome=row.outcome_vs_best, report_path=row.path,
+                    size_bytes=size.size_bytes if size is not None else None,
+                    bits_per_weight=size.bits_per_weight if size is not None else None))
         repeat = self.repeat
         if repeat is not None and repeat.state == "compared" and board is not None:
             rows.append(self._repeat_standing(repeat, board))

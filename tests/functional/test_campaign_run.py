@@ -99,7 +99,8 @@ def test_three_candidates_resume_after_a_kill_and_rank_as_the_leaderboard_comman
 
 
 def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.2}, repeat_leader=True, noise=0.05)
+    profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.2}, repeat_leader=True, noise=0.05,
+                            extra={"close": {"parameters": 1_000_000, "bits_per_weight": 4.5}})
     events = _run(profile)
     work = profile.parent
     started = [(e["name"], e["repeat"]) for e in events if e.get("event") == "CandidateStarted"]
@@ -113,6 +114,8 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")][0]
     repeat = final["rows"][2]
     assert repeat["name"] == "close.repeat" and repeat["rank"] is None
+    assert final["rows"][0]["bits_per_weight"] == 4.5 and final["rows"][0]["size_bytes"] == 562_500
+    assert final["rows"][1]["bits_per_weight"] is None  # given for close only
     assert repeat["mark"] == "tied" and "no difference shown" in repeat["verdict"]  # one model twice
     # the noise model is what `kldtui noise` gives on the two reports
     proc = subprocess.run([*run_cmd(Path("x"))[:3], "noise", str(work / "comparison-close.json"),
