@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 PLOT_EXTRA = "plot"
 SUFFIXES = (".svg", ".png")
-MISSING = (f"kldtui plot needs matplotlib, the optional extra: pip install 'kldtui[{PLOT_EXTRA}]' "
-           "(or pip install matplotlib)")
+MISSING = ("kldtui plot needs matplotlib, which is not installed: pip install matplotlib (in a checkout of "
+           f"kldtui, pip install -e '.[{PLOT_EXTRA}]'; no package index serves kldtui yet)")
 
 
 @dataclass(frozen=True)

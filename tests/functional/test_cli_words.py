@@ -388,3 +388,16 @@ def test_batch_lines_write_rates_and_bytes_as_the_dashboard_does() -> None:
     lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
     assert lines == ["capture: tokens 512/3072 (17%), 6264 tokens/s",
                      "finalize: window 000 2.0/4.0 MiB (50%), 324.2 MiB/s"], lines  # was 6.26e+03 tokens/s
+
+
+def test_no_hint_installs_kldtui_from_a_package_index() -> None:
+    """No package index serves kldtui yet: every install hint (messages, README, docs) installs
+    from a checkout (``pip install -e '.[plot]'``) or installs the library itself."""
+    import re
+
+    wrong = re.compile(r"""pip install\s+(-\S+\s+)*['"]?kldtui\b|install kldtui\[""")
+    files = [*sorted((ROOT / "kldtui").rglob("*.py")), ROOT / "README.md",
+             *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in files
+             for n, line in enumerate(path.read_text().splitlines(), 1) if wrong.search(line)]
+    assert not found, "\n".join(found)

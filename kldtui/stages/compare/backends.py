@@ -91,7 +91,7 @@ def _c_missing() -> str | None:
 def _torch_missing(option: str) -> str | None:
     if importlib.util.find_spec("torch") is None:
         return (f"backend {option!r} needs torch, which is not installed; "
-                "use --backend numpy or install kldtui[torch]")
+                "use --backend numpy, or pip install torch into this environment")
     return None
 
 
