@@ -70,6 +70,11 @@ def top_k(k: int, fraction: float | None, digits: int = 2) -> str:
     return f"top-{k} {percent(fraction, digits)}"
 
 
+def window_span(start: int, stop: int) -> str:
+    """Windows ``[start, stop)`` as people count them: ``windows 0-5``, ``window 3``."""
+    return f"window {start}" if stop - start == 1 else f"windows {start}-{stop - 1}"
+
+
 def kldtui_command() -> str:
     """How to run kldtui again, as this process was started, for the commands a hint prints:
     ``kldtui`` when that name on PATH is this program; else the path it was started by

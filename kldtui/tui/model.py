@@ -26,7 +26,7 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.text import top_k
+from kldtui.text import top_k, window_span
 from kldtui.workflow.state import RunState
 
 STAGES: tuple[str, ...] = PIPELINE_STAGES
@@ -95,7 +95,7 @@ def stage_figures(figures: dict[str, Any]) -> list[str]:
     parts = []
     for key, value in figures.items():
         if isinstance(value, list | tuple) and len(value) == 2 and all(type(v) is int for v in value):
-            value = f"{value[0]}-{value[1] - 1}"  # a window range [start, stop)
+            value = window_span(value[0], value[1]).split(" ", 1)[1]  # a window range [start, stop)
         if isinstance(value, bool) or value is None or isinstance(value, list | dict | tuple):
             continue
         if key in HIDDEN_FIGURES:

@@ -564,3 +564,19 @@ async def test_an_older_ranking_never_replaces_a_newer_one(tmp_path: Path, monke
         for _ in range(10):  # the older ranking's thread hands its result over after it ends
             await pilot.pause(0.05)
         assert table.row_count == 3 and shown == [3], shown
+
+
+@sync
+async def test_d_with_one_report_says_a_difference_needs_two(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("r")
+        await settle(app, pilot)
+        summary = str(app.query_one("#result-summary", Static).render())
+        assert "· windows 0-5" in summary and "[0, 6)" not in summary, summary  # as the cards count
+        await pilot.press("d")
+        await settle(app, pilot)
+        messages = [n.message for n in app._notifications]
+        assert messages[-1] == "a difference needs two reports; the leaderboard has 1: open another with o"
+        pane = str(app.query_one("#diff-verdict", Static).render())
+        assert pane.startswith("d shows the difference of two reports in the leaderboard"), pane

@@ -272,7 +272,11 @@ class BoardScreen(Screen[None]):
         self._diff(marked[0], marked[1])
 
     def diff_needs_marks(self) -> None:
-        self.notify("mark two candidates with space first")
+        if len(self.results) < 2:
+            self.notify(f"a difference needs two reports; the leaderboard has {len(self.results)}: "
+                        "open another with o")
+        else:
+            self.notify("mark two reports with space, then press d")
 
     @work(thread=True, group=PANE_GROUP, exclusive=True, exit_on_error=False, name="diff")
     def _diff(self, i: int, j: int) -> None:

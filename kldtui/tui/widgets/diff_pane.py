@@ -12,7 +12,8 @@ from kldtui.tui.widgets.kl_chart import KLChart
 
 class DiffPane(VerticalScroll):
     def compose(self) -> ComposeResult:
-        yield Static("mark two candidates in the leaderboard (space), then press d", id="diff-verdict")
+        yield Static("d shows the difference of two reports in the leaderboard, window by window (o opens "
+                     "another report; with more than two, space marks the two)", id="diff-verdict")
         yield KLChart(empty="no difference shown yet", id="diff-chart")
 
     def show(self, verdict: str, bars: list[WindowBar], band: Band | None = None) -> None:

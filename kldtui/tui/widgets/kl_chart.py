@@ -84,7 +84,7 @@ class KLChart(Widget):
             text.append(f"  {mean_glyph} mean", label_style)
         if interval is not None:
             text.append("  ┊ 95% CI", label_style)
-        text.append(f"  bar {'±' if self.signed else ''}{scale:.3g}", label_style)
+        text.append(f"  full bar {'±' if self.signed else ''}{scale:.3g}", label_style)
         for bar in self.bars:
             text.append("\n")
             text.append(f"{bar.index:03d} {bar.domain[:5]:<5} ", label_style)

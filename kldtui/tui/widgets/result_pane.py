@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from kldtui.text import top_k
+from kldtui.text import top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import fmt_num, shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
@@ -77,7 +77,7 @@ class ResultPane(VerticalScroll):
         if r.positions is not None:
             extra.append(f"{r.positions} positions")
         if r.window_range is not None:
-            extra.append(f"windows [{r.window_range[0]}, {r.window_range[1]})")
+            extra.append(window_span(*r.window_range))
         elif r.windows:
             extra.append(f"{len(r.windows)} windows")
         if r.noise_floor is not None:
