@@ -34,3 +34,10 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
     assert summary["chunk"]["ok"] and Path(summary["chunk"]["path"]).exists()
     assert summary["compare_gb_per_s"] > 0
     assert summary["score"]["ok"] and summary["score"]["bytes_per_position"] == 60
+    steps = [ln.split(" ", 1)[0] for ln in lines if ln[:1].isdigit()]
+    assert steps == [str(n) for n in range(1, 10)]  # one line per check
+    assert summary["staging"]["ok"] and summary["staging"]["padded_to"] == 3064
+    assert summary["score_chunk"]["ok"] and 0 <= summary["score_chunk"]["precise_fraction"] <= 1
+    assert summary["backend_choice"]["ok"] and "with_server" in summary["backend_choice"]
+    assert "skipped" in summary["vllm"]  # no vLLM GPU build here: said, not failed
+    assert any(ln.startswith("9 ") and "skip (" in ln for ln in lines)
