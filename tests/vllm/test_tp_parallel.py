@@ -1,8 +1,10 @@
-"""Tensor parallelism 2 on the real vLLM CPU build, logits mode (issue 21).
+"""Tensor parallelism 2 on the real vLLM CPU build, logits and score mode (issue 21).
 
-One TP=2 server of the tiny float32 Llama (``tests/fixtures_vllm_tp.py``) serves every test of
-this module; kldtui attaches to it. The reference is the same model captured at TP=1, so every
+One TP=2 server of the tiny float32 Llama in logits mode (``tests/fixtures_vllm_tp.py``) serves the
+logits tests; kldtui attaches to it. The reference is the same model captured at TP=1, so every
 difference in the report is vLLM's tensor-parallel arithmetic, bounded by the measured tolerance.
+Then (the logits server stopped: two cores) one TP=2 server in score mode serves the score tests,
+whose report must equal the logits mode's at TP=2.
 """
 
 from __future__ import annotations
@@ -143,3 +145,50 @@ def test_tp2_server_killed_mid_window_resumes_to_the_same_report(tp2: Tp2) -> No
     tp2.restart()
     resumed = kldtui_run_batch(profile, workdir)
     assert report_differences(plain, resumed, skip=("run_name",)) == []
+
+
+# --- score mode at TP=2 --------------------------------------------------------------------------
+
+@dataclass
+class Tp2Score:
+    capture: Path
+    server: VllmServer
+
+
+@pytest.fixture(scope="module")
+def tp2_score(tp2: Tp2) -> Iterator[Tp2Score]:
+    tp2.report()  # the logits mode report, made before its server stops
+    tp2.server.stop()
+    ref = tp2.ref
+    capture = ref.root / "chunks-tp2-score"
+    env = {"KLDTUI_CAPTURE_MODE": "score", "KLDTUI_SCORE_SUITE": str(ref.suite),
+           "KLDTUI_SCORE_REFERENCE": str(ref.ref_dir)}
+    server = start_tp2(ref, "tp2-score", capture, env=env)
+    try:
+        yield Tp2Score(capture, server)
+    finally:
+        server.stop()
+
+
+def test_tp2_score_mode_equals_logits_mode(tp2: Tp2, tp2_score: Tp2Score) -> None:
+    profile, workdir = attach_profile(tp2.ref, "tp2-score", tp2_score.server, tp2_score.capture, "score")
+    report = kldtui_run_batch(profile, workdir)
+    assert report["provenance"]["backend"] == "server-scores"
+    assert report_differences(tp2.report(), report, skip=("run_name",)) == []
+    print(f"TP=2 score mode: mean KL {report['kl_reference_to_candidate']['mean']:.3g} "
+          f"(logits mode {tp2.report()['kl_reference_to_candidate']['mean']:.3g})")
+    assert not list(workdir.rglob("logits*.safetensors")), "score mode wrote candidate logits"
+    records = writer_records(tp2_score.capture)
+    assert len(records) == 1 and process_title(records[0]["pid"]) == "VLLM::Worker_TP0", records
+    log = tp2_score.server.log.read_text(errors="replace")
+    assert "kldtui score mode: scoring against" in log
+
+
+def test_tp2_doctor_smoke_in_score_mode(tp2: Tp2, tp2_score: Tp2Score) -> None:
+    from kldtui.cli.main import main
+
+    code = main(["doctor", "--smoke", "--mode", "score", "--suite", str(tp2.ref.suite), "--window", "1",
+                 "--url", tp2_score.server.url, "--served-model-name", SERVED_NAME,
+                 "--capture-dir", str(tp2_score.capture)])
+    assert code == 0
+    assert [p.name for p in tp2_score.capture.iterdir() if not p.name.startswith(".kldtui-writers")] == []
