@@ -213,6 +213,8 @@ class BatchReporter:
         if isinstance(event, StageStarted):
             return f"{head} started{' - ' + event.detail if event.detail else ''}"
         if isinstance(event, StageFinished):
+            if event.stage == "server":  # loaded, not done: its ServerReady line said so, once
+                return None
             return f"{head} done{' - ' + event.summary if event.summary else ''}"
         if isinstance(event, StageFailed):
             return f"{head} FAILED - {event.message}"

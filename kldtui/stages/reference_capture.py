@@ -251,6 +251,8 @@ def as_reference_stage(emit: EventSink, total: int | None = None) -> EventSink:
             emit(dataclasses.replace(event, stage=STAGE, task=task,
                                      total=event.total if event.total is not None else total))
             return
+        if isinstance(event, StageFinished) and event.stage == "server":
+            return  # loaded, not done: the ServerReady line below says it once
         if isinstance(event, StageStarted | StageFinished):
             what = "started" if isinstance(event, StageStarted) else "done"
             text = getattr(event, "detail", "") or getattr(event, "summary", "")

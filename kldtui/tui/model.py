@@ -149,7 +149,8 @@ class DashboardModel:
                 for key in [k for k in self.progress if k[0] == stage]:
                     del self.progress[key]  # a finished stage leaves no bar, whatever its last update said
                 self.dirty |= {"stages", "progress"}
-            self._log("info", f"finished {event.summary}".rstrip(), event.stage)
+            if stage != "server":  # the server's end of loading is its ServerReady line, said once
+                self._log("info", f"finished {event.summary}".rstrip(), event.stage)
         elif isinstance(event, StageFailed):
             if view is not None:
                 view.state, view.detail = "failed", event.message

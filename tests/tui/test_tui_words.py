@@ -266,6 +266,39 @@ async def test_log_has_window_results_one_prefix_each_and_no_access_lines(tmp_pa
         assert "[capture] window 003 (code) failed: the server stopped" in lines
 
 
+@sync
+async def test_a_server_ready_is_said_once_and_never_done(tmp_path: Path) -> None:
+    """The serve stage ends when its server is ready: the ready line says it; 'finished ready at'
+    (dashboard), 'done - ready at' (--batch), 'server done: ready at' (the reference's server) did
+    again, and called a serving server done."""
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+    from kldtui.stages.reference_capture import as_reference_stage
+
+    url = "http://127.0.0.1:8123"
+    events = [StageStarted("server", detail="python -m kldtui.embedded"),
+              ServerReady("server", url=url, served_model_name="tiny"),
+              StageFinished("server", summary=f"ready at {url}", figures={"url": url})]
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await feed(app, pilot, *events)
+        lines = [line.rstrip() for line in app.query_one(LogView).shown_lines()]
+    assert [line for line in lines if url in line] == [f"[server] ready at {url} as tiny"], lines
+    out = io.StringIO()
+    with BatchReporter(out) as rep:
+        for event in events:
+            rep(event)
+    said = [line for line in out.getvalue().splitlines() if url in line]
+    assert len(said) == 1 and said[0].endswith(f"server: ready at {url}, serving tiny"), said
+    relabelled: list[Any] = []
+    emit = as_reference_stage(relabelled.append, 6)
+    for event in events:
+        emit(event)
+    assert [e.line for e in relabelled if isinstance(e, LogLine) and url in e.line] == [
+        f"reference server ready at {url}"]
+
+
 def test_server_lines_per_request_are_debug() -> None:
     from kldtui.stages.serve import server_line_level
 
