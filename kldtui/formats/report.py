@@ -117,7 +117,8 @@ def summary_text(report: ComparisonReport) -> str:
     p99_9 = f"  p99.9 {_f(kl.p99_9)}" if _number(kl.p99_9) else ""
     lines = [
         head,
-        f"  candidate {_text(report.candidate_dir)}  vs reference {_text(report.reference_dir)}",
+        f"  candidate {_text(report.candidate_dir)}  vs reference {_text(report.reference_dir)}"
+        + (f"  ({report.candidate_size.describe()})" if report.candidate_size is not None else ""),
         f"  per-token KL: mean {_f(kl.mean)}  median {_f(kl.median)}  p95 {_f(kl.p95)}"
         f"  p99 {_f(kl.p99)}{p99_9}  max {_f(kl.max)}",
     ]

@@ -74,3 +74,9 @@ def test_profile_size_problems_are_said_before_the_run(tmp_path: Path) -> None:
     prof = load_profile(_profile(tmp_path, f'kind = "embedded"\nweights = "{tmp_path / "nothing"}"\n'))
     problems = preflight(prof, prof.workspace())
     assert any(str(tmp_path / "nothing") in p and "not found" in p for p in problems)
+
+
+def test_the_summary_says_the_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    _compare(tmp_path, "--candidate-parameters", "1000", "--candidate-size-bytes", "600")
+    assert "(600 B, 1 K parameters, 4.800 bits per weight (given))" in capsys.readouterr().out
