@@ -24,6 +24,7 @@ from kldtui.decide.windows_needed import UNRESOLVED, WindowsNeeded, for_reports
 from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize, format_bytes, format_count
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -188,6 +189,13 @@ def how_measured(table: ExportTable) -> list[str]:
             f"{_short_hash(table.reference_identity)}, kldtui {version}"]
 
 
+def _interval_cell(r: ExportRow) -> str:
+    """The row's 95 % interval, or why there is none (too few windows: no "95 %" from a few)."""
+    if interval_rests_on_too_few(r.windows):
+        return too_few_text(r.windows, short=True)
+    return f"[{_g(r.ci_low)}, {_g(r.ci_high)}]"
+
+
 def to_markdown(table: ExportTable) -> str:
     """A GitHub-flavoured Markdown table with a short "how measured" footer."""
     headers = MARKDOWN_HEADERS + [f"KL {d}" for d in table.domains] + ["verdict"]
@@ -196,7 +204,7 @@ def to_markdown(table: ExportTable) -> str:
     for r in table.rows:
         size, params, bpw = _size_cells(r.size)
         cells = [str(r.rank), _md_escape(r.name), size, params, bpw, _g(r.mean),
-                 f"[{_g(r.ci_low)}, {_g(r.ci_high)}]", _g(r.median), _g(r.p99), _g(r.p99_9), _g(r.max),
+                 _interval_cell(r), _g(r.median), _g(r.p99), _g(r.p99_9), _g(r.max),
                  _g(r.rms_delta_p), _g(r.same_top_p, 5), _g(r.top1_agreement, 5), _g(r.perplexity_ratio, 5)]
         cells += [_g(r.domains.get(d)) for d in table.domains] + [_verdict_cell(r)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from kldtui.decide.exports import ExportTable
 from kldtui.errors import BadInput
+from kldtui.formats.report import domain_windows
+from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -35,6 +37,12 @@ class SizePoint:
     ci_low: float
     ci_high: float
     on_front: bool
+    windows: int | None = None  # what the interval rests on
+
+    @property
+    def interval_shown(self) -> bool:
+        """False when the interval rests on too few windows: only the mean is drawn."""
+        return not interval_rests_on_too_few(self.windows)
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,14 @@ class WindowSeries:
     ci_low: float
     ci_high: float
 
+    @property
+    def windows(self) -> int:
+        return len(self.kl_mean)
+
+    @property
+    def interval_shown(self) -> bool:
+        return not interval_rests_on_too_few(self.windows)
+
 
 @dataclass(frozen=True)
 class DomainBar:
@@ -54,6 +70,11 @@ class DomainBar:
     estimate: float
     ci_low: float
     ci_high: float
+    windows: int | None = None  # the domain's windows, which its interval rests on
+
+    @property
+    def interval_shown(self) -> bool:
+        return not interval_rests_on_too_few(self.windows)
 
 
 @dataclass(frozen=True)
@@ -81,13 +102,13 @@ def chart_data(table: ExportTable) -> ChartData:
              if r.size is not None and r.size.size_bytes is not None]
     front = pareto_front([(float(b), r.mean) for r, b in sized])
     sizes = [SizePoint(r.name, b / 2**30, r.size.bits_per_weight if r.size else None, r.mean, r.ci_low,
-                       r.ci_high, f) for (r, b), f in zip(sized, front, strict=True)]
+                       r.ci_high, f, r.windows) for (r, b), f in zip(sized, front, strict=True)]
     windows = []
     for r in table.rows:
         t = r.report.window_table()
         windows.append(WindowSeries(r.name, list(t.window_index), [float(v) for v in t.kl_mean], r.mean,
                                     r.ci_low, r.ci_high))
-    domains = [DomainBar(r.name, d, b.estimate, b.ci95_low, b.ci95_high)
+    domains = [DomainBar(r.name, d, b.estimate, b.ci95_low, b.ci95_high, domain_windows(r.report).get(d))
                for r in table.rows for d, b in r.report.domains.items()]
     unsized = [r.name for r in table.rows if all(r is not x for x, _ in sized)]
     return ChartData(sizes=sizes, unsized=unsized, windows=windows, domains=domains,
@@ -135,7 +156,9 @@ def _size_panel(ax: Any, data: ChartData) -> None:
                 fontsize=8)
         return
     for p in data.sizes:
-        ax.errorbar([p.size_gib], [p.mean], yerr=_spread([p.mean], [p.ci_low], [p.ci_high]), fmt="o",
+        shown = p.interval_shown  # from too few windows: the mean alone
+        ax.errorbar([p.size_gib], [p.mean], yerr=_spread([p.mean], [p.ci_low if shown else p.mean],
+                                                         [p.ci_high if shown else p.mean]), fmt="o",
                     capsize=3, color="tab:red" if p.on_front else "tab:blue", gid=f"size-point-{p.name}")
         label = p.name if p.bits_per_weight is None else f"{p.name} ({p.bits_per_weight:.2f} bpw)"
         ax.annotate(label, (p.size_gib, p.mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
@@ -158,14 +181,15 @@ def _window_panel(ax: Any, data: ChartData) -> None:
     for s in data.windows:
         (line,) = ax.plot(s.window_index, s.kl_mean, marker=".", linewidth=1, label=s.name,
                           gid=f"window-series-{s.name}")
-        if s.window_index:
+        if s.window_index and s.interval_shown:
             ax.fill_between([min(s.window_index), max(s.window_index)], [s.ci_low] * 2, [s.ci_high] * 2,
                             color=line.get_color(), alpha=0.15, gid=f"window-band-{s.name}")
     ax.legend(fontsize=7)
 
 
 def _domain_panel(ax: Any, data: ChartData) -> None:
-    ax.set_title("mean KL per domain (95 % intervals, windows resampled)", fontsize=9)
+    ax.set_title("mean KL per domain (95 % intervals, windows resampled; none from fewer than "
+                 f"{MIN_INTERVAL_WINDOWS} windows)", fontsize=9)
     ax.set_ylabel("mean KL (nats)")
     names = list(dict.fromkeys(b.name for b in data.domains))
     if not names:
@@ -175,7 +199,9 @@ def _domain_panel(ax: Any, data: ChartData) -> None:
         bars = [b for b in data.domains if b.name == name]
         xs = [data.domain_names.index(b.domain) + (k - (len(names) - 1) / 2) * width for b in bars]
         ax.bar(xs, [b.estimate for b in bars], width=width, label=name,
-               yerr=_spread([b.estimate for b in bars], [b.ci_low for b in bars], [b.ci_high for b in bars]),
+               yerr=_spread([b.estimate for b in bars],
+                            [b.ci_low if b.interval_shown else b.estimate for b in bars],
+                            [b.ci_high if b.interval_shown else b.estimate for b in bars]),
                capsize=2, gid=f"domain-bars-{name}")
     ax.set_xticks(range(len(data.domain_names)), data.domain_names)
     ax.legend(fontsize=7)

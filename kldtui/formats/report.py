@@ -92,7 +92,8 @@ def _interval(low: Any, high: Any, windows: int | None) -> str:
     return f"95% CI [{_f(low)}, {_f(high)}]"
 
 
-def _domain_windows(report: ComparisonReport) -> dict[str, int]:
+def domain_windows(report: ComparisonReport) -> dict[str, int]:
+    """How many windows each domain has (what its interval rests on)."""
     counts: dict[str, int] = {}
     for domain in report.window_table().domain:
         counts[domain] = counts.get(domain, 0) + 1
@@ -145,7 +146,7 @@ def summary_text(report: ComparisonReport) -> str:
                      f"{_f(nt.perplexity_candidate)}  ratio {_f(nt.perplexity_ratio)} {ratio_iv}  "
                      f"Δp mean {_f(dp and dp.mean)} rms {_f(dp and dp.rms)}")
     if report.domains:
-        counts = _domain_windows(report)
+        counts = domain_windows(report)
 
         def domain(name: str, b: Any) -> str:
             m = counts.get(name)

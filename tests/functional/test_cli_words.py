@@ -401,3 +401,35 @@ def test_no_hint_installs_kldtui_from_a_package_index() -> None:
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in files
              for n, line in enumerate(path.read_text().splitlines(), 1) if wrong.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_charts_and_exports_show_no_interval_from_too_few_windows(tmp_path: Path, capsys: Any) -> None:
+    """The viewer's charts (c), kldtui plot and the Markdown export draw or print no "95 %"
+    interval that rests on fewer windows than an interval needs: the mean, and why."""
+    import xml.etree.ElementTree as ET
+
+    from kldtui.decide.exports import export_table
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.decide.plots import chart_data
+    from kldtui.formats.report import load_report
+    from kldtui.tui.widgets.board_charts import render_charts
+    from tests.fixtures_exports import make_reports
+
+    reports = make_reports(tmp_path / "few", windows=6, samples=500)  # 6 windows, 2 per domain
+    capsys.readouterr()
+    board = leaderboard_from_files(reports, samples=500)
+    data = chart_data(export_table(board, [load_report(p) for p in reports], paths=reports))
+    text = render_charts(data, 100).plain
+    drawn = text.replace("├─┤ 95 % interval", "")  # the legends name the mark
+    assert "├" not in drawn and "┤" not in drawn, text  # no interval drawn
+    assert "too few windows (6): the mean alone" in text
+    assert "prose  too few windows (2): no interval" in text
+    for series in data.windows:
+        assert f"{series.mean:.4g} too few windows (6)" in text
+    assert main(["leaderboard", *map(str, reports), "--format", "markdown"]) == 0
+    markdown = capsys.readouterr().out
+    assert "too few windows (6)" in markdown and "| [" not in markdown, markdown
+    svg = tmp_path / "few.svg"
+    assert main(["plot", *map(str, reports), "-o", str(svg)]) == 0
+    ids = {el.get("id") for el in ET.parse(svg).getroot().iter() if el.get("id")}
+    assert not any(i.startswith("window-band-") for i in ids)  # no interval band from 6 windows

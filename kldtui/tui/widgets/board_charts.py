@@ -17,6 +17,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from kldtui.formats.report_names import too_few_text
+
 if TYPE_CHECKING:
     from kldtui.decide.plots import ChartData
 
@@ -56,8 +58,9 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     text.append("  ● mean ├─┤ 95 % interval, log axis\n", style="dim")
     text.append("◆ on the Pareto front: no smaller candidate is closer\n", style="dim")
     if data.sizes:
-        lo = min((p.ci_low for p in data.sizes if p.ci_low > 0), default=0.0)
-        hi = max(p.ci_high for p in data.sizes)
+        lows = [p.ci_low if p.interval_shown else p.mean for p in data.sizes]
+        lo = min((v for v in lows if v > 0), default=0.0)
+        hi = max(p.ci_high if p.interval_shown else p.mean for p in data.sizes)
         log = lo > 0
         prefix = label + 25  # name, size, bits per weight, front mark
         bar = max(10, width - prefix - 11)
@@ -65,10 +68,14 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
             bpw = f"{p.bits_per_weight:5.2f} bpw" if p.bits_per_weight is not None else " " * 9
             text.append(f"{p.name[:label]:<{label}} {p.size_gib:7.2f} GiB {bpw} ")
             text.append("◆ " if p.on_front else "  ", style="bold")
-            text.append(_interval(p.mean, p.ci_low, p.ci_high, lo, hi, bar, log))
+            low, high = (p.ci_low, p.ci_high) if p.interval_shown else (p.mean, p.mean)  # too few: the mean
+            text.append(_interval(p.mean, low, high, lo, hi, bar, log))
             text.append(f" {_g(p.mean)}\n")
         ends = f"{_g(lo)}{_g(hi):>{max(1, bar - len(_g(lo)))}}"
         text.append(f"{'':<{prefix}}{ends}\n", style="dim")
+        few = sorted({p.windows for p in data.sizes if not p.interval_shown and p.windows is not None})
+        if few:
+            text.append(f"{too_few_text(few[0], short=True)}: the mean alone\n", style="dim")
     else:
         text.append("no candidate has a known size (kldtui compare --candidate-model, or size keys in "
                     "the profile)\n", style="dim")
@@ -87,18 +94,29 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         spark = "".join(LEVELS[min(7, int(v / top * 8))] if top > 0 and math.isfinite(v) else "?"
                         for v in values)
         text.append(f"{s.name[:label]:<{label}} {spark} ")
-        text.append(f"{_g(s.mean)} [{_g(s.ci_low)}, {_g(s.ci_high)}]\n", style="dim")
+        interval = f"[{_g(s.ci_low)}, {_g(s.ci_high)}]" if s.interval_shown else \
+            too_few_text(s.windows, short=True)
+        text.append(f"{_g(s.mean)} {interval}\n", style="dim")
     # -- per domain --------------------------------------------------------------------------------
     if data.domains:
         text.append("\nmean KL per domain", style="bold")
         text.append("  █ mean ├─┤ 95 % interval\n", style="dim")
-        dhi = max(b.ci_high for b in data.domains)
+        dhi = max(b.ci_high if b.interval_shown else b.estimate for b in data.domains)
         bar = max(10, width - label - 14)
         for domain in data.domain_names:
-            text.append(f"{domain}\n", style="italic")
-            for b in (b for b in data.domains if b.domain == domain):
-                cells = list(_interval(b.estimate, b.ci_low, b.ci_high, 0.0, dhi, bar, False))
+            bars = [b for b in data.domains if b.domain == domain]
+            text.append(domain, style="italic")
+            few = sorted({b.windows for b in bars if not b.interval_shown and b.windows is not None})
+            if few:  # the reports share their windows: one count, said once
+                text.append(f"  {too_few_text(few[0], short=True)}: no interval", style="dim")
+            text.append("\n")
+            for b in bars:
                 filled = _axis_pos(b.estimate, 0.0, dhi, bar, False)
+                if b.interval_shown:
+                    cells = list(_interval(b.estimate, b.ci_low, b.ci_high, 0.0, dhi, bar, False))
+                else:  # from too few windows: the bar alone, and why there is no interval
+                    cells = [" "] * bar
+                    cells[filled] = "●"
                 for k in range(filled):
                     if cells[k] in " ─":
                         cells[k] = "█"
