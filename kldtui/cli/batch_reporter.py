@@ -271,7 +271,7 @@ class BatchReporter:
             return None  # nothing ranked yet: the candidate lines say what runs
         title = "final leaderboard" if event.final else "leaderboard so far"
         lines = [f"{head} {title} ({event.windows} windows, KL(reference || candidate), lower is closer)"]
-        lines += ["    " + line for line in table_lines(event.rows)]
+        lines += ["    " + line for line in table_lines(event.rows, event.windows)]
         if event.noise_model:
             lines.append(f"    noise model: {event.noise_model}")
         lines += [f"    note: {note}" for note in event.notes]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kldtui.events import Standing
+from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+from kldtui.text import human_bytes
 
 HEADERS = ("#", "candidate", "mean KL", "95% interval", "size", "bpw", "verdict vs best")
 
@@ -34,14 +36,7 @@ def _num(value: float | None) -> str:
 
 
 def _size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
+    return "-" if size is None else human_bytes(size)
 
 
 def verdict_words(row: Standing) -> str:
@@ -53,17 +48,20 @@ def verdict_words(row: Standing) -> str:
     return _OUTCOME_WORDS.get(row.outcome or "", row.mark or "-")
 
 
-def cells(row: Standing) -> list[str]:
-    """One row of the leaderboard (columns :data:`HEADERS`)."""
+def cells(row: Standing, windows: int | None = None) -> list[str]:
+    """One row of the leaderboard (columns :data:`HEADERS`) over ``windows`` windows (fewer than
+    an interval needs: the interval cell says so instead of showing one)."""
     known = row.ci_low is not None and row.ci_high is not None
     interval = f"[{_num(row.ci_low)}, {_num(row.ci_high)}]" if known else "-"
+    if known and windows and interval_rests_on_too_few(windows):
+        interval = too_few_text(windows, short=True)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
     return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), interval,
             _size(row.size_bytes), bpw, verdict_words(row)]
 
 
-def table_lines(rows: Sequence[Standing]) -> list[str]:
+def table_lines(rows: Sequence[Standing], windows: int | None = None) -> list[str]:
     """The rows as aligned plain-text lines under a header line."""
-    table = [list(HEADERS)] + [cells(r) for r in rows]
+    table = [list(HEADERS)] + [cells(r, windows) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
     return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table]

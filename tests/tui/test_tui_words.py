@@ -613,3 +613,21 @@ async def test_d_with_one_report_says_a_difference_needs_two(tmp_path: Path) -> 
         assert messages[-1] == "a difference needs two reports; the leaderboard has 1: open another with o"
         pane = str(app.query_one("#diff-verdict", Static).render())
         assert pane.startswith("d shows the difference of two reports in the leaderboard"), pane
+
+
+def test_campaign_standings_show_no_interval_from_too_few_windows() -> None:
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+    from kldtui.events import LeaderboardUpdated, Standing
+
+    rows = (Standing("q4", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0137, mark="best",
+                     size_bytes=4186112),
+            Standing("q2", "waiting"))
+    for windows, shown in ((6, "too few windows (6)"), (12, "[0.011, 0.0137]")):
+        out = io.StringIO()
+        with BatchReporter(out) as rep:
+            rep(LeaderboardUpdated("campaign", rows=rows, windows=windows))
+        text = out.getvalue()
+        assert shown in text and "4.0 MiB" in text, text
+        assert windows >= 8 or "[0.011" not in text, text
