@@ -71,7 +71,7 @@ def flag(value: str) -> CaptureMode:
     return parse(value, "--mode")
 
 
-def add_mode_argument(parser: argparse.ArgumentParser) -> None:
+def add_mode_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--mode MODE`` (parsed into the mode; default the default mode), for the commands that
     must know what the server saves (``kldtui capture``, ``kldtui finalize``)."""
     parser.add_argument("--mode", type=flag, default=DEFAULT, metavar="{" + ",".join(_MODES) + "}",

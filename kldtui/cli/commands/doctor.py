@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="--mode score: which window of --suite (default: %(default)s)")
     from kldtui import capture_modes
 
-    capture_modes.add_mode_argument(parser)
+    capture_modes.add_mode_argument(smoke)  # what the server saves: how its smoke window is checked
 
 
 def run(args: argparse.Namespace) -> int:
