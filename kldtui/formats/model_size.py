@@ -173,7 +173,7 @@ def measure(path: str | os.PathLike[str]) -> ModelSize:
         shards = sorted(x for x in p.glob("*.safetensors") if not x.name.startswith("."))
         ggufs = sorted(x for x in p.glob("*.gguf") if not x.name.startswith("."))
         if shards:
-            return _safetensors(shards, p)
+            return _safetensors(_checkpoint_files(p, shards), p)
         if ggufs:
             return _gguf(_one_gguf_model(ggufs, p))
         raise BadInput(f"{p}: no *.safetensors or *.gguf weights in this folder; give the model's file "
@@ -186,6 +186,36 @@ def measure(path: str | os.PathLike[str]) -> ModelSize:
         raise BadInput(f"{p}: not found; give the model's weights (a .safetensors or .gguf file or their "
                        "folder) or its size (parameters, size_bytes)")
     raise BadInput(f"{p}: not a .safetensors or .gguf file; give the model's weights or their folder")
+
+
+INDEX = "model.safetensors.index.json"
+
+
+def _checkpoint_files(folder: Path, files: list[Path]) -> list[Path]:
+    """The checkpoint's own shards: those its ``model.safetensors.index.json`` maps weights to, else
+    the ``-NNNNN-of-NNNNN`` shards when other files lie beside them (a ``consolidated.safetensors``
+    copy, an adapter), else every file."""
+    import re
+
+    from kldtui.formats.safe_io import read_text
+
+    index = folder / INDEX
+    if index.exists():
+        try:
+            doc = json.loads(read_text(index, limit=64 * 1024 * 1024))
+            names = set(doc["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BadInput(f"{index}: not a safetensors index ({exc}); fix or remove it") from None
+        if not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and not n.startswith(".")
+                   for n in names):
+            raise BadInput(f"{index}: weight_map names a file outside the folder; fix or remove it")
+        missing = sorted(n for n in names if not (folder / n).is_file())
+        if missing:
+            raise BadInput(f"{index}: names {missing[0]}, which is not in {folder}; the checkpoint is "
+                           "incomplete, download the rest")
+        return sorted(folder / n for n in names)
+    sharded = [f for f in files if re.search(r"-\d{5}-of-\d{5}\.safetensors$", f.name)]
+    return sharded if sharded and len(sharded) < len(files) else files
 
 
 def _one_gguf_model(files: list[Path], folder: Path) -> list[Path]:

@@ -114,3 +114,21 @@ def test_report_carries_the_size_and_validates_it_on_load(tmp_path: Path) -> Non
 def test_describe_reads_right() -> None:
     size = ModelSize("given", parameters=8_030_000_000, tensor_bytes=4_690_000_000, bits_per_weight=4.672)
     assert size.describe() == "4.37 GiB, 8.03 B parameters, 4.672 bits per weight (given)"
+
+
+def test_a_checkpoint_folder_counts_its_own_shards_once(tmp_path: Path) -> None:
+    shard = {"a.weight": np.zeros((10, 10), np.float16)}
+    save_file(shard, str(tmp_path / "model-00001-of-00001.safetensors"))
+    save_file(shard, str(tmp_path / "consolidated.safetensors"))  # the same weights again (Mistral's layout)
+    assert model_size.measure(tmp_path).parameters == 100
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"a.weight": "consolidated.safetensors"}}))
+    size = model_size.measure(tmp_path)
+    assert size.parameters == 100 and size.files == 1
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "../x.safetensors"}}))
+    with pytest.raises(BadInput, match="outside the folder"):
+        model_size.measure(tmp_path)
+    index.write_text(json.dumps({"weight_map": {"a": "gone.safetensors"}}))
+    with pytest.raises(BadInput, match="gone.safetensors, which is not in"):
+        model_size.measure(tmp_path)
