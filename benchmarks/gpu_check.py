@@ -198,9 +198,11 @@ def step_score_chunk(torch: Any, device: Any, x: Any, reference: str | None, row
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - base
         memory = f"device memory peak {peak / 2**20:.0f} MiB above the resident"
-    else:
-        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024
-        memory = f"host peak RSS growth {peak / 2**20:.0f} MiB"
+    else:  # no device allocator here: the process's peak RSS (its whole life, earlier steps too)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        grew = peak - rss0 * 1024
+        memory = (f"no device: process peak RSS {peak / 2**20:.0f} MiB"
+                  + (f" (+{grew / 2**20:.0f} MiB in this step)" if grew > 0 else ""))
     precise = precise_rows(records)
     ok = bool(len(records) == rows and np.isfinite(records["kl"]).all())
     return {"ok": ok, "rows": rows, "seconds": seconds, "peak_bytes": int(peak), "precise_rows": precise,
