@@ -95,7 +95,18 @@ def oracle_rows(x: np.ndarray, y: np.ndarray, nxt: np.ndarray) -> dict[str, np.n
         "ref_top_prob": p.max(axis=1),
         "logp_ref_next": lp[rows, nxt],
         "logp_cand_next": lq[rows, nxt],
+        "entropy_ref": _entropy_longdouble(x),
+        "entropy_cand": _entropy_longdouble(y),
     }
+
+
+def _entropy_longdouble(x: np.ndarray) -> np.ndarray:
+    """Each row's entropy (natural log) in extended precision, in log space (-inf logits: 0 log 0 = 0)."""
+    a = x.astype(np.longdouble)
+    a = a - a.max(axis=1, keepdims=True)
+    lp = a - np.log(np.sum(np.exp(a), axis=1, keepdims=True))
+    p = np.exp(lp)
+    return np.asarray(-np.sum(np.where(np.isfinite(lp), p * lp, 0), axis=1), dtype=np.float64)
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> np.ndarray:

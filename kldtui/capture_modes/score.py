@@ -1,5 +1,5 @@
 """Score mode (issue 16, docs/SCORE_MODE.md): the server scores each prefill chunk against the
-reference where the candidate's logits are, and saves only per-row records (60 bytes a position);
+reference where the candidate's logits are, and saves only per-row records (76 bytes a position);
 finalize joins a window's records into ``scores_NNN.safetensors`` + ``scores-manifest.json``, and
 compare reads the figures instead of computing them.
 
@@ -250,7 +250,7 @@ class ScoreMode(CaptureMode):
         return ScoreFigures.checked(suite, reference_dir, candidate_dir, windows)
 
     def disk_bytes_per_row(self, vocab_size: int) -> int | None:
-        return None  # RECORD_DTYPE.itemsize (60) bytes a row: nothing to plan for
+        return None  # RECORD_DTYPE.itemsize (76) bytes a row: nothing to plan for
 
 
 SCORE = ScoreMode()

@@ -103,9 +103,14 @@ def domain_windows(report: ComparisonReport) -> dict[str, int]:
 def summary_text(report: ComparisonReport) -> str:
     """A human-readable multi-line summary; the first line is the headline.
 
-    An interval that rests on too few windows (:func:`interval_rests_on_too_few`) is not printed as
-    a 95 % interval: the line says how many windows there are instead."""
+    The headline interval is the report's ``kl_mean_interval`` (docs/STATISTICS.md), the original
+    comparator's window bootstrap beside it. An interval that rests on too few windows
+    (:func:`interval_rests_on_too_few`) is not printed as a 95 % interval: the line says how many
+    windows there are instead."""
+    from kldtui.formats.report_names import kl_headline_interval
+
     boot = report.kl_window_cluster_bootstrap
+    mean_iv = kl_headline_interval(report)
     kl = report.kl_reference_to_candidate
     n = report.windows
     counted = f"{plural(n, 'window')}, {plural(report.positions, 'position')}"
@@ -113,8 +118,9 @@ def summary_text(report: ComparisonReport) -> str:
         head = (f"KL(reference || candidate) = {_f(boot.estimate)}  ({counted}: too few windows for a "
                 f"95 % interval, which needs {MIN_INTERVAL_WINDOWS})")
     else:
-        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% CI [{_f(boot.ci95_low)}, "
-                f"{_f(boot.ci95_high)}]  (window-cluster bootstrap, {counted})")
+        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% interval [{_f(mean_iv.ci95_low)}, "
+                f"{_f(mean_iv.ci95_high)}]  ({counted}; the original comparator's window bootstrap "
+                f"[{_f(boot.ci95_low)}, {_f(boot.ci95_high)}])")
     p99_9 = f"  p99.9 {_f(kl.p99_9)}" if _number(kl.p99_9) else ""
     lines = [
         head,
@@ -160,7 +166,8 @@ def summary_text(report: ComparisonReport) -> str:
     if buckets:
         lines.append("  KL by reference confidence: " + "  ".join(
             f"[{b.low},{b.high}{']' if b.high == 1.0 else ')'} {_f(b.kl_mean, 4)}"
-            f" (n={b.positions})" for b in buckets))
+            + (f" [{_f(b.ci95_low, 3)}, {_f(b.ci95_high, 3)}]" if b.ci95_low is not None else "")
+            + f" (n={b.positions})" for b in buckets))
     prov = report.provenance
     unchecked = prov.verified.window_identity_unchecked if prov is not None else None
     if unchecked:
@@ -185,12 +192,18 @@ def figure_lines(report: ComparisonReport) -> list[str]:
     for name, fig in (report.figures or {}).items():
         known = get(name)
         show = known.format if known is not None else _f
+        head = fig.interval
         boot = fig.window_cluster_bootstrap
-        interval = (f" [{show(boot.ci95_low)}, {show(boot.ci95_high)}]"
-                    if boot is not None and boot.ci95_low is not None and boot.ci95_high is not None
-                    and not interval_rests_on_too_few(report.windows) else "")  # no "95 %" from a few
+        interval = ""
+        if not interval_rests_on_too_few(report.windows):  # no "95 %" from a few windows
+            if head is not None and head.ci95_low is not None and head.ci95_high is not None:
+                interval = f" [{show(head.ci95_low)}, {show(head.ci95_high)}]"
+            elif boot is not None and boot.ci95_low is not None and boot.ci95_high is not None:
+                interval = f" [{show(boot.ci95_low)}, {show(boot.ci95_high)}]"
         unit = f" {fig.unit}" if fig.unit else ""
-        lines.append(f"{fig.label} {show(fig.value)}{interval}{unit}")
+        per_token = (f"; per position as llama.cpp counts it ± {show(fig.per_token_uncertainty)}"
+                     if fig.per_token_uncertainty is not None else "")
+        lines.append(f"{fig.label} {show(fig.value)}{interval}{unit}{per_token}")
     return lines
 
 

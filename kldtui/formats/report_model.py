@@ -294,6 +294,31 @@ class Interval(_Part):
 
 
 @dataclass(frozen=True)
+class HeadlineInterval(_Part):
+    """The headline 95 % interval of a mean over windows (docs/STATISTICS.md): the method the
+    simulation chose (Hall's skewness-corrected t, or Cox's log-normal interval where the window
+    values spread widely), its measured coverage at this window count (the lowest over the
+    simulated window-mean distributions), and whether it rests on too few windows to be trusted
+    (then views mark it instead of headlining it)."""
+
+    estimate: float | None = field(default=None, metadata=_KEEP_NULL)
+    ci95_low: float | None = field(default=None, metadata=_KEEP_NULL)
+    ci95_high: float | None = field(default=None, metadata=_KEEP_NULL)
+    method: str = ""
+    windows: int = 0
+    rests_on_too_few_windows: bool = False
+    measured_coverage: float | None = field(default=None, metadata=_KEEP_NULL)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> HeadlineInterval:
+        few = o.doc.get("rests_on_too_few_windows")
+        if not isinstance(few, bool):
+            o.fail(f"expected true or false, found {_kind(few)}", "rests_on_too_few_windows")
+        return cls(o.opt_num("estimate"), o.opt_num("ci95_low"), o.opt_num("ci95_high"), o.str_("method"),
+                   o.int_("windows"), few, o.opt_num("measured_coverage"))
+
+
+@dataclass(frozen=True)
 class FigureSummary(_Part):
     """One entry of the report's ``figures`` object: a per-row figure declared in kldtui's figure
     registry (kldtui.metrics.figures) over the whole comparison, described by the report itself
@@ -306,6 +331,10 @@ class FigureSummary(_Part):
     window_cluster_bootstrap: Interval | None = None  # over the window values
     unit: str | None = None
     better: str | None = None  # "lower" or "higher"
+    interval: HeadlineInterval | None = None  # the headline interval over the window values
+    # the uncertainty llama.cpp's perplexity tool prints beside such a figure (positions taken as
+    # independent: too small for positions that share a window), for comparison
+    per_token_uncertainty: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -314,10 +343,12 @@ class FigureSummary(_Part):
         if better not in (None, "lower", "higher"):
             o.fail(f"expected \"lower\" or \"higher\", found {_kind(better)}", "better")
         boot = o.opt_obj("window_cluster_bootstrap")
+        headline = o.opt_obj("interval")
         known = {f.name for f in fields(cls)}
         return cls(o.str_("label"), o.str_("definition"), o.opt_num("value"),
                    Interval.from_json(boot) if boot is not None else None, o.opt_str("unit"), better,
-                   extra=o.rest(known))
+                   HeadlineInterval.from_json(headline) if headline is not None else None,
+                   o.opt_num("per_token_uncertainty"), extra=o.rest(known))
 
 
 # per-window figures kldtui adds, in per_window entries and per_window_arrays alike
@@ -534,11 +565,16 @@ class ConfidenceBucket(_Part):
     positions: int
     kl_mean: float | None = field(default=None, metadata=_KEEP_NULL)  # null: no position here
     top1_agreement: float | None = field(default=None, metadata=_KEEP_NULL)
+    # window-clustered 95 % interval of kl_mean (docs/STATISTICS.md); absent in older reports
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    windows: int | None = None  # windows with positions in the bucket
 
     @classmethod
     def from_json(cls, o: _Obj) -> ConfidenceBucket:
         return cls(o.num("low"), o.num("high"), o.int_("positions"), o.opt_num("kl_mean"),
-                   o.opt_num("top1_agreement"))
+                   o.opt_num("top1_agreement"), o.opt_num("ci95_low"), o.opt_num("ci95_high"),
+                   o.opt_int("windows"))
 
 
 @dataclass(frozen=True)
@@ -549,10 +585,15 @@ class PositionBucket(_Part):
     stop: int
     positions: int
     kl_mean: float
+    # window-clustered 95 % interval of kl_mean (docs/STATISTICS.md); absent in older reports
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    windows: int | None = None
 
     @classmethod
     def from_json(cls, o: _Obj) -> PositionBucket:
-        return cls(o.int_("start"), o.int_("stop"), o.int_("positions"), o.num("kl_mean"))
+        return cls(o.int_("start"), o.int_("stop"), o.int_("positions"), o.num("kl_mean"),
+                   o.opt_num("ci95_low"), o.opt_num("ci95_high"), o.opt_int("windows"))
 
 
 @dataclass(frozen=True)
@@ -662,6 +703,7 @@ class ComparisonReport(_Part):
     figures: dict[str, FigureSummary] | None = None  # registered per-row figures (kldtui.metrics.figures)
     # the candidate's size and bits per weight (kldtui.formats.model_size), when known
     candidate_size: ModelSize | None = None
+    kl_mean_interval: HeadlineInterval | None = None  # the headline interval of mean KL (docs/STATISTICS.md)
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
     @property
@@ -743,6 +785,7 @@ class ComparisonReport(_Part):
             figures=figures,
             candidate_size=(ModelSize.from_json(doc["candidate_size"], where)
                             if doc.get("candidate_size") is not None else None),
+            kl_mean_interval=opt("kl_mean_interval", HeadlineInterval.from_json),
             extra=o.rest(known),
         )
         check_figures(report, where)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kldtui.formats.report_model import Bootstrap, ComparisonReport
+    from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval
 
 # A campaign's candidates are finalized into WORKDIR/candidates/NAME (kldtui.workspace): the
 # folder's name is the candidate's, which report_name shows.
@@ -124,3 +124,19 @@ def too_few_text(windows: int, short: bool = False) -> str:
         return f"too few windows ({windows})"
     noun = "window" if windows == 1 else "windows"
     return f"{windows} {noun}: too few for a 95 % interval, which needs {MIN_INTERVAL_WINDOWS}"
+
+
+def kl_headline_interval(report: ComparisonReport) -> HeadlineInterval:
+    """The headline mean-KL interval of a report (docs/STATISTICS.md: the method chosen by simulation,
+    with honest coverage; ``rests_on_too_few_windows`` when it should be marked, not headlined): the
+    report's own ``kl_mean_interval``, or, for a report written before it existed, the same
+    closed-form computation over its per-window mean KL (no resampling: every view gets the same
+    figures). :func:`report_interval` stays the original comparator's percentile bootstrap."""
+    if report.kl_mean_interval is not None:
+        return report.kl_mean_interval
+    from kldtui.formats.report_model import HeadlineInterval
+    from kldtui.metrics.inference import headline  # here: the viewer starts without NumPy
+
+    h = headline(report.window_table().kl_mean)
+    return HeadlineInterval(h.estimate, h.low, h.high, h.method, h.windows, h.rests_on_too_few_windows,
+                            h.measured_coverage)

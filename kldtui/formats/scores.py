@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -141,6 +142,7 @@ def impossible_record(records: np.ndarray, vocab_size: int | None) -> tuple[int,
     """The first row of ``records`` (score-mode fields present in its dtype) holding a value no
     scoring can give, and why: a KL below 0 or finite above :data:`KL_ROW_MAX` (+inf is a masked
     token), a JS outside [0, ln 2], a probability outside [0, 1], a log-probability above 0, an
+    entropy outside [0, log(vocabulary)], an
     argmax or rank below 0 or beyond the vocabulary. NaN is left to the caller (a failed row)."""
     names = set(records.dtype.names or ())
     checks: list[tuple[str, np.ndarray, str]] = []
@@ -159,6 +161,12 @@ def impossible_record(records: np.ndarray, vocab_size: int | None) -> tuple[int,
         for name in ("logp_ref_next", "logp_cand_next"):
             if name in names:
                 checks.append((name, records[name] > _TOL, "a log-probability is at most 0"))
+        for name in ("entropy_ref", "entropy_cand"):
+            if name in names:
+                v = records[name]
+                top = math.inf if vocab_size is None else math.log(max(vocab_size, 1)) + 1e-6
+                checks.append((name, (v < -_TOL) | (v > top),
+                               "an entropy is between 0 and log(vocabulary size)"))
         for name in ("argmax_ref", "argmax_cand", "rank_ref_top"):
             if name in names:
                 v = records[name]

@@ -18,6 +18,7 @@
  *   out[0..6] = s_x, s_y, c_x = sum e^a (a-b), h_x = sum e^a a, h_y = sum e^b b,
  *               m = sum n log n with n = e^a + e^b s_x/s_y, c_y = sum e^b (b-a)
  *   out[7], out[8] = a[tok], b[tok]
+ *   out[9], out[10] = sum e^a a, sum e^b b (both paths: the entropies, H = log s - out[9] / s)
  *   iout[0..2] = argmax x (first), argmax y (first), #{ y_i > y[argmax x] } (both paths)
  * Masks: only a logit at -inf is a mask: c_x (c_y) is +Inf when the reference (candidate) gives
  * the token a positive probability and the other side masks it (infinite KL; JS stays finite). A
@@ -520,9 +521,9 @@ static inline AI vs shift_err(vs x, vs m, vs s, const int bounded) {
 }
 
 static inline AI void step1(const float *px, const float *py, float *pa, float *pb, vs nmx, vs nmy,
-                            vs vyt, vd *sx, vd *sy, vsi *cnt, const int tail, int64_t rem,
+                            vs vyt, vd *sx, vd *sy, vd *hx, vd *hy, vsi *cnt, const int tail, int64_t rem,
                             const int bounded) {
-    vs e[4];
+    vs e[4], h[4];
     for (int v = 0; v < 2; v++) {
         const vs xv = loadv(px + v * L32), yv = loadv(py + v * L32);
         vsi gt = yv > vyt;
@@ -541,9 +542,13 @@ static inline AI void step1(const float *px, const float *py, float *pa, float *
         memcpy(pb + v * L32, &e2, sizeof e2);
         e[v] = e1;
         e[2 + v] = e2;
+        h[v] = e1 * sa; /* the entropies' sums (sum e^a a): a to float32 rounding, well within 1e-6 */
+        h[2 + v] = e2 * sb;
     }
     acc_f(sx, e[0] + e[1]);
     acc_f(sy, e[2] + e[3]);
+    acc_f(hx, h[0] + h[1]);
+    acc_f(hy, h[2] + h[3]);
 }
 
 typedef struct { vd kl[2], klr[2], js[2]; vs t, tr; vsi farm; } bsum_t;
@@ -611,16 +616,19 @@ static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, 
     /* pass 1 */
     const vs nmx = fsplat(-mx), nmy = fsplat(-my), vyt = fsplat(yt);
     vd sx[2] = {splat(0), splat(0)}, sy[2] = {splat(0), splat(0)};
+    vd hx[2] = {splat(0), splat(0)}, hy[2] = {splat(0), splat(0)};
     vsi cnt = {0};
     if (bounded) {
         for (int64_t c = 0; c < nfull; c++)
-            step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, &cnt, 0, 0, 1);
+            step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, hx, hy, &cnt, 0,
+                  0, 1);
     } else {
         for (int64_t c = 0; c < nfull; c++)
-            step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, &cnt, 0, 0, 0);
+            step1(xr + c * CH, yr + c * CH, ea + c * CH, eb + c * CH, nmx, nmy, vyt, sx, sy, hx, hy, &cnt, 0,
+                  0, 0);
     }
     if (rem)
-        step1(xpad, ypad, ea + nfull * CH, eb + nfull * CH, nmx, nmy, vyt, sx, sy, &cnt, 1, rem, 0);
+        step1(xpad, ypad, ea + nfull * CH, eb + nfull * CH, nmx, nmy, vyt, sx, sy, hx, hy, &cnt, 1, rem, 0);
     const double s_x = hsum(sx[0] + sx[1]), s_y = hsum(sy[0] + sy[1]);
     int64_t rank = 0;
     for (int j = 0; j < L32; j++) rank += cnt[j];
@@ -658,6 +666,8 @@ static void fast_row(const float *xr, const float *yr, int64_t vocab, float mx, 
     }
     o[5] = tf;
     o[6] = 0.0;
+    o[9] = hsum(hx[0] + hx[1]);
+    o[10] = hsum(hy[0] + hy[1]);
     *rank_out = rank;
 }
 
@@ -749,11 +759,12 @@ static inline __attribute__((always_inline)) void row_sums(
         if (n >= 1e-300) t_m += n * log(n);
     }
     o[0] = t_sx; o[1] = t_sy; o[2] = t_cx; o[3] = t_hx; o[4] = t_hy; o[5] = t_m; o[6] = t_cy;
+    o[9] = t_hx; o[10] = t_hy;
     *rank_out = rank;
 }
 
 /* iout[3] = 1 where the row took the float32 path: out[2..5] = KL, JS, reverse KL, T (above);
- * 0: the float64 sums of the top of the file.  ea, eb: vocab + 64 doubles each. */
+ * 0: the float64 sums of the top of the file.  11 outputs per row.  ea, eb: vocab + 64 doubles each. */
 void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, const int64_t *tok,
                  int reverse, double *ea, double *eb, double *out, int64_t *iout) {
     amx_t scan;
@@ -761,7 +772,7 @@ void fastkl_rows(const float *x, const float *y, int64_t rows, int64_t vocab, co
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * vocab;
         const float *yr = y + r * vocab;
-        double *o = out + r * 9;
+        double *o = out + r * 11;
         int64_t *io = iout + r * 4;
         float lx, ly;
         int64_t ax, ay;

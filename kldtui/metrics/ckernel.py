@@ -242,7 +242,7 @@ class CRowKernel:
         tok = np.ascontiguousarray(next_tokens, dtype=np.int64)
         if tok.shape != (rows,) or (rows and (tok.min() < 0 or tok.max() >= vocab)):
             raise ValueError("next_tokens must hold one token id in [0, vocab) per row")
-        sums = np.empty((rows, 9), dtype=np.float64)
+        sums = np.empty((rows, 11), dtype=np.float64)
         idx = np.empty((rows, 4), dtype=np.int64)
         self._fn(_ptr(x), _ptr(y), rows, vocab, _ptr(tok), int(reverse), _ptr(self._ea), _ptr(self._eb),
                  _ptr(sums), _ptr(idx))
@@ -259,6 +259,9 @@ class CRowKernel:
             f["js"] = np.where(fast, s[3], f["js"])
             if reverse:
                 f["kl_reverse"] = np.where(fast, s[4], f["kl_reverse"])
+            # the entropies from out[9], out[10] (both paths)
+            f["entropy_ref"] = f["lsx"] - s[9] / s[0]
+            f["entropy_cand"] = f["lsy"] - s[10] / s[1]
             NumpyRowKernel.finish(x, y, out, f, np.stack([s[7], s[8]]), reverse, second_order=fast)
         return out
 

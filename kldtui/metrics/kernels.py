@@ -11,7 +11,8 @@ For each row (one scored position) of reference logits ``x`` and candidate logit
   the reference's top-1 token (0: the candidate ranks it first; ties count in its favour), so the
   reference's top token is in the candidate's top k exactly when ``rank_ref_top < k``;
 * ``ref_top_prob``: the reference's top probability (the confidence bucket);
-* ``logp_ref_next``, ``logp_cand_next``: log-probability of the actual next token.
+* ``logp_ref_next``, ``logp_cand_next``: log-probability of the actual next token;
+* ``entropy_ref``, ``entropy_cand``: each side's entropy (natural log), ``log s - h / s``.
 
 Numerics.  Logits are shifted by each row's maximum in float64 (``a = x - max x``,
 ``b = y - max y``, exact) before anything is exponentiated, and every sum is a float64 sum of
@@ -86,7 +87,7 @@ ZERO_BELOW = -708.0
 TINY = float(np.finfo(np.float64).tiny)
 
 FIELDS = ("kl", "js", "argmax_ref", "argmax_cand", "rank_ref_top", "ref_top_prob",
-          "logp_ref_next", "logp_cand_next", "kl_reverse")
+          "logp_ref_next", "logp_cand_next", "entropy_ref", "entropy_cand", "kl_reverse")
 INT_FIELDS = frozenset({"argmax_ref", "argmax_cand", "rank_ref_top"})
 
 
@@ -102,6 +103,8 @@ class RowStats:
     ref_top_prob: np.ndarray
     logp_ref_next: np.ndarray
     logp_cand_next: np.ndarray
+    entropy_ref: np.ndarray
+    entropy_cand: np.ndarray
     kl_reverse: np.ndarray | None = None
 
     @classmethod
@@ -163,7 +166,8 @@ def combine(xp: Any, sx: Any, sy: Any, cx: Any, hx: Any, hy: Any, mlogm: Any,
     # n = s_x (p + q), sum n = 2 s_x:  sum (p+q) log(p+q) = m / s_x - 2 log s_x
     pq_log_pq = mlogm / sx - 2.0 * lsx
     js = LOG2 - 0.5 * pq_log_pq - 0.5 * (hp + hq)
-    out = {"kl": kl, "js": js, "lsx": lsx, "lsy": lsy, "ref_top_prob": 1.0 / sx}
+    out = {"kl": kl, "js": js, "lsx": lsx, "lsy": lsy, "ref_top_prob": 1.0 / sx,
+           "entropy_ref": hp, "entropy_cand": hq}
     if cy is not None:
         out["kl_reverse"] = cy / sy - (lsy - lsx)
     return out
@@ -311,6 +315,8 @@ class NumpyRowKernel:
         out.ref_top_prob[:] = f["ref_top_prob"]
         out.logp_ref_next[:] = tok_ab[0] - f["lsx"]
         out.logp_cand_next[:] = tok_ab[1] - f["lsy"]
+        out.entropy_ref[:] = f["entropy_ref"]
+        out.entropy_cand[:] = f["entropy_cand"]
         if reverse:
             assert out.kl_reverse is not None  # RowStats.empty(rows, reverse=True) made it
             out.kl_reverse[:] = np.maximum(f["kl_reverse"], 0.0)

@@ -12,7 +12,7 @@ Device memory: about six float64 copies of the block (``rows x vocab x 8`` bytes
 caller bounds it by the block's rows (e.g. 128 rows of a 163,840 vocabulary: 1 GiB).
 
 :func:`to_records` / :func:`from_records` pack a block's figures into :data:`RECORD_DTYPE`
-(60 bytes per position) for score-mode files.
+(76 bytes per position) for score-mode files.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from kldtui import settings
 from kldtui.metrics.kernels import ZERO_BELOW, NumpyRowKernel, RowKernel, RowStats, combine
 
 RECORD_DTYPE = np.dtype([("kl", "<f8"), ("kl_reverse", "<f8"), ("js", "<f8"), ("ref_top_prob", "<f8"),
-                         ("logp_ref_next", "<f8"), ("logp_cand_next", "<f8"), ("argmax_ref", "<i4"),
-                         ("argmax_cand", "<i4"), ("rank_ref_top", "<i4")])
+                         ("logp_ref_next", "<f8"), ("logp_cand_next", "<f8"), ("entropy_ref", "<f8"),
+                         ("entropy_cand", "<f8"), ("argmax_ref", "<i4"), ("argmax_cand", "<i4"),
+                         ("rank_ref_top", "<i4")])
 
 
 class _HostRows:

@@ -73,10 +73,30 @@ def ratio_bootstrap(numerators: Sequence[float] | np.ndarray, transform: Callabl
     return _interval(estimate, resampled, samples)
 
 
-def confidence_buckets(ref_top_prob: np.ndarray, kl: np.ndarray,
-                       top1: np.ndarray) -> list[dict[str, float | int | None]]:
+def clustered_ratio_interval(sums: Sequence[float] | np.ndarray, counts: Sequence[float] | np.ndarray,
+                             level: float = 0.95) -> tuple[float | None, float | None]:
+    """The window-clustered interval of ``sum(sums) / sum(counts)`` (a mean over positions that fall
+    into a bucket, windows as clusters): the ratio estimator's linearised standard error
+    ``sqrt(n / (n - 1) sum (s_w - R c_w)^2) / sum c_w`` with Student t (n - 1) quantiles; every window
+    counts as a cluster, those without positions in the bucket too. (None, None) below 2 windows
+    with positions."""
+    s = np.asarray(sums, dtype=np.float64)
+    c = np.asarray(counts, dtype=np.float64)
+    n = s.size
+    if n < 2 or np.count_nonzero(c) < 2 or c.sum() <= 0 or not np.all(np.isfinite(s)):
+        return None, None
+    r = s.sum() / c.sum()
+    z = s - r * c
+    se = math.sqrt(n / (n - 1) * float(np.sum(z * z))) / float(c.sum())
+    q = t_quantile(0.5 + level / 2.0, n - 1)
+    return float(r - q * se), float(r + q * se)
+
+
+def confidence_buckets(ref_top_prob: np.ndarray, kl: np.ndarray, top1: np.ndarray,
+                       window: np.ndarray | None = None) -> list[dict[str, float | int | None]]:
     """KL and top-1 agreement by reference top probability: [0,.25) [.25,.5) [.5,.75) [.75,.95)
-    [.95,1] (the last bucket includes 1)."""
+    [.95,1] (the last bucket includes 1). ``window`` (each position's window, 0..n-1) adds the
+    window-clustered interval of each bucket's mean KL (:func:`clustered_ratio_interval`)."""
     out: list[dict[str, float | int | None]] = []
     edges = CONFIDENCE_EDGES
     for k in range(len(edges) - 1):
@@ -86,23 +106,36 @@ def confidence_buckets(ref_top_prob: np.ndarray, kl: np.ndarray,
         else:
             mask = (ref_top_prob >= low) & (ref_top_prob < high)
         n = int(np.count_nonzero(mask))
-        out.append({"low": low, "high": high, "positions": n,
-                    "kl_mean": float(kl[mask].mean()) if n else None,
-                    "top1_agreement": float(top1[mask].mean()) if n else None})
+        entry: dict[str, float | int | None] = {
+            "low": low, "high": high, "positions": n, "kl_mean": float(kl[mask].mean()) if n else None,
+            "top1_agreement": float(top1[mask].mean()) if n else None}
+        if window is not None:
+            size = int(window.max()) + 1 if window.size else 0
+            sums = np.bincount(window[mask], weights=kl[mask], minlength=size)
+            counts = np.bincount(window[mask], minlength=size)
+            entry["ci95_low"], entry["ci95_high"] = clustered_ratio_interval(sums, counts)
+            entry["windows"] = int(np.count_nonzero(counts))
+        out.append(entry)
     return out
 
 
-def position_buckets(kl_by_window: Sequence[np.ndarray],
-                     bucket: int = POSITION_BUCKET) -> list[dict[str, float | int]]:
-    """Mean KL by position in the window, buckets ``[start, stop)`` of ``bucket`` positions."""
+def position_buckets(kl_by_window: Sequence[np.ndarray], bucket: int = POSITION_BUCKET,
+                     intervals: bool = False) -> list[dict[str, float | int | None]]:
+    """Mean KL by position in the window, buckets ``[start, stop)`` of ``bucket`` positions;
+    ``intervals`` adds each bucket's window-clustered interval (:func:`clustered_ratio_interval`)."""
     rows = max((len(k) for k in kl_by_window), default=0)
-    out: list[dict[str, float | int]] = []
+    out: list[dict[str, float | int | None]] = []
     for start in range(0, rows, bucket):
         stop = min(start + bucket, rows)
         parts = [k[start:stop] for k in kl_by_window if len(k) > start]
         vals = np.concatenate(parts)
-        out.append({"start": start, "stop": stop, "positions": int(vals.size),
-                    "kl_mean": float(vals.mean())})
+        entry: dict[str, float | int | None] = {"start": start, "stop": stop, "positions": int(vals.size),
+                                                "kl_mean": float(vals.mean())}
+        if intervals:
+            entry["ci95_low"], entry["ci95_high"] = clustered_ratio_interval(
+                [float(p.sum()) for p in parts], [p.size for p in parts])
+            entry["windows"] = len(parts)
+        out.append(entry)
     return out
 
 
@@ -159,6 +192,51 @@ def t_two_sided_p(t: float, df: float) -> float:
     return _betainc(df / 2.0, 0.5, df / (df + t * t))
 
 
+def t_sf(t: np.ndarray | float, df: float) -> np.ndarray:
+    """P(T >= t) for Student's t with ``df`` degrees of freedom, element-wise over an array: the
+    regularised incomplete beta function by its continued fraction (modified Lentz), vectorised;
+    agrees with :func:`t_two_sided_p` to 1e-12."""
+    tt = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        x = df / (df + tt * tt)
+    a, b = df / 2.0, 0.5
+    # I_x(a, b) directly where x < (a + 1) / (a + b + 2), else 1 - I_{1-x}(b, a)
+    swap = x >= (a + 1.0) / (a + b + 2.0)
+    xa = np.where(swap, 1.0 - x, x)
+    aa = np.where(swap, b, a)
+    bb = np.where(swap, a, b)
+    tiny = 1e-300
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lbeta = (np.vectorize(math.lgamma)(aa + bb) - np.vectorize(math.lgamma)(aa)
+                 - np.vectorize(math.lgamma)(bb))
+        front = np.exp(lbeta + aa * np.log(np.maximum(xa, tiny)) + bb * np.log1p(-np.minimum(xa, 1.0))) / aa
+        c = np.ones_like(xa)
+        d = 1.0 - (aa + bb) * xa / (aa + 1.0)
+        d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+        h = d.copy()
+        for m in range(1, 300):
+            m2 = 2 * m
+            num = m * (bb - m) * xa / ((aa + m2 - 1.0) * (aa + m2))
+            d = 1.0 + num * d
+            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+            c = 1.0 + num / np.where(np.abs(c) < tiny, tiny, c)
+            h *= d * c
+            num = -(aa + m) * (aa + bb + m) * xa / ((aa + m2) * (aa + m2 + 1.0))
+            d = 1.0 + num * d
+            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+            c = 1.0 + num / np.where(np.abs(c) < tiny, tiny, c)
+            delta = d * c
+            h *= delta
+            if np.all(np.abs(delta - 1.0) < 1e-15):
+                break
+        ix = front * h
+    ibeta = np.where(swap, 1.0 - ix, ix)  # I_x(df/2, 1/2) = P(|T| >= |t|)
+    two = np.where(xa <= 0, np.where(swap, 1.0, 0.0), ibeta)
+    out: np.ndarray = np.where(tt >= 0, two / 2.0, 1.0 - two / 2.0)
+    out = np.where(np.isposinf(tt), 0.0, np.where(np.isneginf(tt), 1.0, out))
+    return out
+
+
 @functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (``0 < p < 1``), by bisection on the CDF (1e-12 relative)."""
@@ -201,11 +279,20 @@ def student_t_interval(values: Sequence[float] | np.ndarray, level: float = 0.95
 
 def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     """Holm's step-down procedure: which hypotheses are rejected with family-wise error ``alpha``."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    m = len(order)
-    rejected = [False] * m
-    for k, i in enumerate(order):
-        if not p_values[i] <= alpha / (m - k):
-            break
-        rejected[i] = True
-    return rejected
+    if not len(p_values):
+        return []
+    return [bool(r) for r in holm_batch(np.asarray(p_values, dtype=np.float64), alpha)]
+
+
+def holm_batch(p_values: np.ndarray, alpha: float = 0.05) -> np.ndarray:
+    """:func:`holm` over the last axis of an array of p-values (one family per row): the sorted
+    p-values are held to ``alpha / m``, ``alpha / (m - 1)``, ... and the procedure stops at the first
+    that fails."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.shape[-1]
+    order = np.argsort(p, axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=-1)
+    passed = np.cumprod(ranked <= alpha / (m - np.arange(m)), axis=-1).astype(bool)
+    out = np.zeros(p.shape, dtype=bool)
+    np.put_along_axis(out, order, passed, axis=-1)
+    return out

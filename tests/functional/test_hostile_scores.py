@@ -77,7 +77,9 @@ def _set(field: str, value: float) -> Change:
 CASES = {"KL -1": _set("kl", -1.0), "KL 1e300": _set("kl", 1e300), "JS 5": _set("js", 5.0),
          "argmax -1": _set("argmax_ref", -1), "argmax beyond the vocabulary": _set("argmax_cand", 10**6),
          "probability 7": _set("ref_top_prob", 7.0), "log-probability +3": _set("logp_cand_next", 3.0),
-         "rank -5": _set("rank_ref_top", -5), "reverse KL -2": _set("kl_reverse", -2.0)}
+         "rank -5": _set("rank_ref_top", -5), "reverse KL -2": _set("kl_reverse", -2.0),
+         "entropy -1": _set("entropy_ref", -1.0),
+         "entropy beyond log(vocabulary)": _set("entropy_cand", 50.0)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

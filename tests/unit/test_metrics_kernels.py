@@ -73,7 +73,8 @@ def test_every_metric_matches_float64_oracle(kernel, rows) -> None:
     # the "shifted" row is the same distribution: both sides are ~1e-16, compare absolutely
     assert abs(got.kl[shifted]) < 1e-13 and abs(got.js[shifted]) < 1e-13
     check = np.array([i for i in range(x.shape[0]) if i not in (ident, shifted)])
-    for name in ("kl", "kl_reverse", "js", "logp_ref_next", "logp_cand_next", "ref_top_prob"):
+    for name in ("kl", "kl_reverse", "js", "logp_ref_next", "logp_cand_next", "ref_top_prob", "entropy_ref",
+                 "entropy_cand"):
         err = rel_err(getattr(got, name)[check], want[name][check])
         assert np.quantile(err, 0.99) <= 1e-5, (name, err.max(), int(check[np.argmax(err)]))
         assert err.max() <= 1e-4, (name, err.max())
@@ -360,7 +361,7 @@ def test_float32_path_within_1e6_of_long_double_oracle(make, float32_path_rows) 
             # the float32 path keeps its rows down to KL 1e-11 (SECOND_ORDER_PRECISE_BELOW)
             low = (want["kl"] >= 1e-11) & ~check
             assert low.sum() >= 3 and err[low].max() <= 1e-6, (name, where)
-    for name in ("ref_top_prob", "logp_ref_next", "logp_cand_next"):
+    for name in ("ref_top_prob", "logp_ref_next", "logp_cand_next", "entropy_ref", "entropy_cand"):
         assert np.abs(getattr(got, name) - want[name]).max() <= 1e-6, name
     for name in ("argmax_ref", "argmax_cand", "rank_ref_top"):
         np.testing.assert_array_equal(getattr(got, name), want[name])

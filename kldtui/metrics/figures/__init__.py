@@ -114,6 +114,19 @@ class RowFigure:
     better: Literal["lower", "higher"] | None = "lower"
     integer: bool = False  # a count: written as a whole number
     report: Literal["figures", "columns"] = "figures"
+    # the uncertainty another tool prints beside this figure, from every position's values (e.g.
+    # llama.cpp's perplexity tool, which takes positions as independent), in the figure's scale;
+    # the report shows it next to its own window-clustered interval
+    per_token_uncertainty: Callable[[np.ndarray], float] | None = None
+
+    def pooled_uncertainty(self, windows: Sequence[RowStats]) -> float | None:
+        """:attr:`per_token_uncertainty` over every position of ``windows`` (None without one)."""
+        if self.per_token_uncertainty is None:
+            return None
+        parts = [self.values(rows) for rows in windows]
+        if not parts or any(p is None for p in parts):
+            return None
+        return float(self.per_token_uncertainty(np.concatenate([p for p in parts if p is not None])))
 
     def _reduce(self, values: np.ndarray) -> float | int:
         kept = finite(values) if self.finite_only else values
@@ -193,7 +206,7 @@ def figure(name: str) -> RowFigure:
 
 
 # The modules that register figures, imported once here; a new figure's module is added here.
-FIGURE_MODULES = ("builtin",)
+FIGURE_MODULES = ("builtin", "ranking")
 for _module in FIGURE_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -23,6 +23,7 @@ from kldtui.formats.report_model import (
     ConfidenceBucket,
     DeltaP,
     FigureSummary,
+    HeadlineInterval,
     InfiniteKL,
     Interval,
     NextToken,
@@ -36,6 +37,7 @@ from kldtui.formats.report_model import (
 )
 from kldtui.formats.suite import Suite, logits_manifest_path
 from kldtui.metrics import figures as registry
+from kldtui.metrics import inference
 from kldtui.metrics import stats as st
 from kldtui.metrics.figures import finite
 from kldtui.stages.compare.hashing import manifest_sha256
@@ -160,13 +162,27 @@ def _figure_summaries(res: Sequence[WindowResult], figs: list[WindowFigures],
         pooled = fig.pooled_value([r.rows for r in res])
         boot = st.window_cluster_bootstrap(np.array([f[fig.name] for f in figs], dtype=np.float64),
                                            samples, seed)
+        unc = fig.pooled_uncertainty([r.rows for r in res])
         out[fig.name] = FigureSummary(
             label=fig.label, definition=fig.definition,
             value=_or_none(float(pooled)) if pooled is not None else None,
             window_cluster_bootstrap=Interval.of({k: _or_none(v) if isinstance(v, float) else v
                                                   for k, v in boot.items()}),
-            unit=fig.unit or None, better=fig.better)
+            unit=fig.unit or None, better=fig.better,
+            interval=headline_interval([f[fig.name] for f in figs]),
+            per_token_uncertainty=_or_none(unc) if unc is not None else None)
     return out
+
+
+def headline_interval(window_values: Sequence[float | int | None]) -> HeadlineInterval:
+    """The headline interval (docs/STATISTICS.md) of the mean of a figure's window values."""
+    h = inference.headline([math.nan if v is None else float(v) for v in window_values])
+
+    def num(x: float | None) -> float | None:
+        return None if x is None else _or_none(x)
+
+    return HeadlineInterval(num(h.estimate), num(h.low), num(h.high), h.method, h.windows,
+                            h.rests_on_too_few_windows, h.measured_coverage)
 
 
 def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool,
@@ -199,6 +215,7 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
     dp = pooled("delta_p_mean")
     nll_r = np.array([f["nll_reference_mean"] for f in figs])
     nll_c = np.array([f["nll_candidate_mean"] for f in figs])
+    window_of = np.concatenate([np.full(len(r.rows), i, dtype=np.int64) for i, r in enumerate(res)])
     fin = np.isfinite(kl)  # infinite KL (masked tokens) is counted in "infinite_kl", not averaged
     if not fin.any():
         fin[:] = True
@@ -235,9 +252,10 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
                                  if r.rows.kl_reverse is not None)) if reverse else None),
         "kl_by_reference_confidence": [ConfidenceBucket(**b) for b in  # type: ignore[arg-type]
                                        st.confidence_buckets(_concat(res, "ref_top_prob")[fin], kl[fin],
-                                                             top1[fin])],
+                                                             top1[fin], window_of[fin])],
         "kl_by_position": [PositionBucket(**b) for b in  # type: ignore[arg-type]
-                           st.position_buckets([finite(r.rows.kl) for r in res])],
+                           st.position_buckets([finite(r.rows.kl) for r in res], intervals=True)],
+        "kl_mean_interval": headline_interval([f["kl_mean"] for f in figs]),
     }
     if reverse:
         out["kl_candidate_to_reference"] = Stats.of(st.stats_object(finite(_concat(res, "kl_reverse"))))

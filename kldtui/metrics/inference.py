@@ -1,0 +1,378 @@
+"""Inference over windows: the tests and intervals kldtui's verdicts and headline intervals use.
+
+Every function takes window means as arrays whose last axis is the window, so one call serves a
+report (shape ``(n,)``) and a simulation of thousands of suites (shape ``(trials, n)``) alike: the
+simulation in ``benchmarks/verdict_simulation.py`` runs exactly this code.  Pure NumPy (no scipy);
+randomness only from fixed seeds, so every figure is reproducible.  docs/STATISTICS.md says which
+method is used where, and what the simulation measured for each.
+
+* :func:`flip_test` and :func:`flip_ratio_interval` -- the **sign-flip test** of B - A over windows
+  (swapping A and B inside a window is the same as flipping the sign of its difference) and the
+  interval for ``mean(B) / mean(A)`` it gives when inverted (the set of ratios rho for which
+  ``B - rho A`` passes the test).  Exact when the windows' ratio does not depend on window
+  difficulty, whatever the distribution of the window means: all 2^n sign patterns up to
+  :data:`EXACT_FLIPS_UP_TO` windows, else :data:`FLIPS` patterns drawn with a fixed seed.
+* :func:`log_fit`, :func:`difficulty_dependence`, :func:`upper_spread` -- the two candidates on a
+  log scale: whether their KL grows differently with window difficulty (the Pitman-Morgan test of
+  equal log-scale spread), and how widely the windows spread.
+* :func:`lognormal_ratio`, :func:`cox_ratio` -- ``E[B] / E[A]`` under a log-normal model of the
+  window means, by a generalised pivotal quantity (calibrated at any spread) or Cox's closed form
+  (more powerful where the windows spread little): they see the hardest windows' weight through the
+  fitted spread even when the sample holds none of them.
+* :func:`null_skewness`, :func:`windows_needed` -- how skewed B - A would be with equal means
+  (log-normal model), and how many windows the sign-flip test needs at that skewness.
+* :func:`mean_interval` -- the headline interval of one report's mean KL: Hall's
+  skewness-corrected t, or Cox's log-normal interval when the window means spread over a wide
+  range.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kldtui.metrics.stats import t_quantile, t_sf
+
+EXACT_FLIPS_UP_TO = 12  # 4096 patterns
+FLIPS = 4096  # patterns (the identity and 4095 random ones) beyond that
+FLIP_SEED = 25_2026
+GPQ_DRAWS = 4000
+GPQ_SEED = 25_2027
+# Above this log-scale spread of window means, the mean's interval is Cox's (log-normal) one.
+LOG_SPREAD_COX = 0.6
+
+
+@functools.lru_cache(maxsize=128)
+def flip_patterns(n: int) -> np.ndarray:
+    """Sign patterns ``(M, n)`` of +-1, the identity first: all 2^n up to :data:`EXACT_FLIPS_UP_TO`
+    windows, else the identity and ``FLIPS - 1`` drawn with a fixed seed (read-only)."""
+    if n < 1:
+        raise ValueError("no windows")
+    if n <= EXACT_FLIPS_UP_TO:
+        pats = np.array(list(itertools.product((1.0, -1.0), repeat=n)), dtype=np.float64)
+    else:
+        rng = np.random.default_rng((FLIP_SEED, n))
+        pats = rng.choice(np.array([1.0, -1.0]), size=(FLIPS, n))
+        pats[0] = 1.0
+    pats.setflags(write=False)
+    return pats
+
+
+@dataclass(frozen=True)
+class FlipTest:
+    """One-sided p-values of the sign-flip test of ``sum(B - A)`` (arrays over leading axes):
+    ``p_worse`` for "B's mean is larger", ``p_better`` for "smaller"; ``p`` two-sided."""
+
+    p_worse: np.ndarray
+    p_better: np.ndarray
+
+    @property
+    def p(self) -> np.ndarray:
+        out: np.ndarray = np.minimum(1.0, 2.0 * np.minimum(self.p_worse, self.p_better))
+        return out
+
+
+def _pattern_sums(values: np.ndarray, pats: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.asarray(values, dtype=np.float64) @ pats.T
+    return out
+
+
+def flip_test(a: np.ndarray, b: np.ndarray) -> FlipTest:
+    """The sign-flip test of B - A over the last axis (see the module docstring)."""
+    d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+    pats = flip_patterns(d.shape[-1])
+    sums = _pattern_sums(d, pats)
+    obs = sums[..., :1]
+    tol = 1e-12 * np.abs(d).sum(axis=-1, keepdims=True)  # the identity's own sum counts as ties
+    return FlipTest(p_worse=(sums >= obs - tol).mean(axis=-1), p_better=(sums <= obs + tol).mean(axis=-1))
+
+
+def flip_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The interval for ``mean(B) / mean(A)`` from inverting the sign-flip test of ``B - rho A``.
+
+    For a pattern e, the test statistic ``|sum e (B - rho A)|`` is at least the observed
+    ``|sum (B - rho A)|`` on an interval of rho that contains the estimate ``sum B / sum A`` (a
+    quadratic inequality in rho), so the accepted set is itself an interval: its ends are order
+    statistics of the patterns' interval ends.  With ``A`` all ones and ``B`` the differences it is
+    the interval of the mean difference.  Ends below 0 are 0 for positive data.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    pats = flip_patterns(a.shape[-1])
+    sa = _pattern_sums(a, pats)
+    sb = _pattern_sums(b, pats)
+    sa0, sb0 = sa[..., :1].copy(), sb[..., :1].copy()
+    # (sa^2 - sa0^2) rho^2 - 2 (sa sb - sa0 sb0) rho + (sb^2 - sb0^2) >= 0, in place (large arrays)
+    qb = sa * sb
+    qb -= sa0 * sb0
+    np.multiply(sa, sa, out=sa)
+    sa -= sa0 * sa0  # qa <= 0: a pattern's |sum| never exceeds the identity's for A >= 0
+    qa = sa
+    np.multiply(sb, sb, out=sb)
+    sb -= sb0 * sb0
+    disc = qb * qb
+    disc -= qa * sb
+    np.maximum(disc, 0.0, out=disc)
+    np.sqrt(disc, out=disc)
+    unbounded = qa >= 0  # the identity (and flipping only zero windows): holds for every rho
+    qa[unbounded] = -1.0
+    lo = qb + disc
+    lo /= qa  # the smaller root (qa < 0)
+    qb -= disc
+    qb /= qa
+    hi = qb
+    lo[unbounded] = -np.inf
+    hi[unbounded] = np.inf
+    m = pats.shape[0]
+    k = int(math.floor((1.0 - level) * m)) + 1  # accepted while more than (1 - level) M patterns hold
+    low = np.partition(lo, k - 1, axis=-1)[..., k - 1]
+    high = -np.partition(-hi, k - 1, axis=-1)[..., k - 1]
+    if bool(np.all(a >= 0)) and bool(np.all(b >= 0)):
+        low = np.maximum(low, 0.0)
+    return low, high
+
+
+@dataclass(frozen=True)
+class LogFit:
+    """Means and covariance of the log window means of A (x) and B (y), ``n - 1`` in the divisor."""
+
+    mean_x: np.ndarray
+    mean_y: np.ndarray
+    var_x: np.ndarray
+    var_y: np.ndarray
+    cov: np.ndarray
+    windows: int
+
+    @property
+    def spread(self) -> np.ndarray:
+        """The log-scale spread of window difficulty: sd of ``(log A + log B) / 2``."""
+        out: np.ndarray = np.sqrt(np.maximum((self.var_x + self.var_y + 2 * self.cov) / 4.0, 0.0))
+        return out
+
+
+def log_fit(a: np.ndarray, b: np.ndarray) -> LogFit:
+    """:class:`LogFit` of positive window means (the caller checks positivity)."""
+    x = np.log(np.asarray(a, dtype=np.float64))
+    y = np.log(np.asarray(b, dtype=np.float64))
+    n = x.shape[-1]
+    mx, my = x.mean(axis=-1), y.mean(axis=-1)
+    cx = x - mx[..., None]
+    cy = y - my[..., None]
+    return LogFit(mx, my, (cx * cx).sum(axis=-1) / (n - 1), (cy * cy).sum(axis=-1) / (n - 1),
+                  (cx * cy).sum(axis=-1) / (n - 1), n)
+
+
+def upper_spread(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How widely the window means spread on a log scale, for the candidate that spreads more: the
+    standard deviation of its log window means leaving out its lowest window.  The mean over windows
+    rests on the hardest windows, so the spread that matters is the upper one; a window near zero, whose
+    log is far out, says nothing about them and would make narrow windows look wide.  Needs 3 windows."""
+    out: np.ndarray | None = None
+    for v in (a, b):
+        logs = np.sort(np.log(np.asarray(v, dtype=np.float64)), axis=-1)[..., 1:]
+        sd = logs.std(axis=-1, ddof=1)
+        out = sd if out is None else np.maximum(out, sd)
+    assert out is not None
+    return out
+
+
+def difficulty_dependence(fit: LogFit) -> np.ndarray:
+    """The Pitman-Morgan t statistic (``n - 2`` degrees of freedom) of "A and B spread alike on a log
+    scale": the correlation of ``log B - log A`` with ``log A + log B``.  Positive when B's KL grows
+    faster with window difficulty than A's."""
+    n = fit.windows
+    den = np.sqrt(np.maximum((fit.var_x + fit.var_y) ** 2 - 4.0 * fit.cov ** 2, 1e-300))
+    r = np.clip((fit.var_y - fit.var_x) / den, -1.0 + 1e-12, 1.0 - 1e-12)
+    out: np.ndarray = r * np.sqrt((n - 2) / (1.0 - r * r))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _gpq_draws(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Bartlett factors of a 2x2 Wishart(n - 1, I) and a normal, :data:`GPQ_DRAWS` each, fixed seed."""
+    rng = np.random.default_rng((GPQ_SEED, n))
+    t11 = np.sqrt(rng.chisquare(n - 1, GPQ_DRAWS))
+    t22 = np.sqrt(rng.chisquare(n - 2, GPQ_DRAWS))
+    t21 = rng.standard_normal(GPQ_DRAWS)
+    z = rng.standard_normal(GPQ_DRAWS)
+    for arr in (t11, t22, t21, z):
+        arr.setflags(write=False)
+    return t11, t22, t21, z
+
+
+@dataclass(frozen=True)
+class ModelRatio:
+    """``E[B] / E[A]`` under the log-normal model: interval ends and one-sided p-values."""
+
+    low: np.ndarray
+    high: np.ndarray
+    p_worse: np.ndarray  # P(pivot <= 0): small when B's mean is larger
+    p_better: np.ndarray
+    estimate: np.ndarray  # exp(mean(log B - log A) + (s_y^2 - s_x^2) / 2)
+
+
+def lognormal_ratio(fit: LogFit, level: float = 0.95) -> ModelRatio:
+    """Generalised pivotal quantity for ``log E[B] - log E[A] = mu_y - mu_x + (s_y^2 - s_x^2) / 2``
+    under bivariate normal log window means (Weerahandi's construction: the sample covariance is
+    Wishart, the Bartlett factors give its pivot ``C (T T')^-1 C'``)."""
+    n = fit.windows
+    t11, t22, t21, z = _gpq_draws(n)
+    v11 = (n - 1) * fit.var_x
+    c11 = np.sqrt(np.maximum(v11, 1e-300))
+    c21 = (n - 1) * fit.cov / c11
+    c22 = np.sqrt(np.maximum((n - 1) * fit.var_y - c21 * c21, 1e-300))
+    e = (...,) + (None,)
+    i11 = 1.0 / t11
+    i21 = -t21 / (t11 * t22)
+    i22 = 1.0 / t22
+    l11 = c11[e] * i11
+    l21 = c21[e] * i11 + c22[e] * i21
+    l22 = c22[e] * i22
+    sxx = l11 * l11
+    sxy = l11 * l21
+    syy = l21 * l21 + l22 * l22
+    sdd = np.maximum(sxx + syy - 2.0 * sxy, 0.0)
+    pivot = (fit.mean_y - fit.mean_x)[e] - z * np.sqrt(sdd / n) + (syy - sxx) / 2.0
+    alpha = 1.0 - level
+    lo, hi = np.quantile(pivot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=-1)
+    est = np.exp(fit.mean_y - fit.mean_x + (fit.var_y - fit.var_x) / 2.0)
+    return ModelRatio(np.exp(lo), np.exp(hi), (pivot <= 0).mean(axis=-1), (pivot >= 0).mean(axis=-1), est)
+
+
+def cox_ratio(fit: LogFit, level: float = 0.95, widen: float = 0.0) -> ModelRatio:
+    """``E[B] / E[A]`` under the log-normal model by Cox's method: the estimate
+    ``mean(log B - log A) + (s_y^2 - s_x^2) / 2`` with standard error
+    ``sqrt(s_d^2 / n + (s_x^4 + s_y^4 - 2 s_xy^2) / (2 (n - 1)))``, times ``1 + widen / (n - 1)``,
+    against Student t (n - 1): closed form, more powerful than :func:`lognormal_ratio` where the windows
+    spread little, liberal in few windows where they spread widely (the standard error of the spreads
+    is itself uncertain there; ``widen`` allows for it; docs/STATISTICS.md)."""
+    n = fit.windows
+    est = fit.mean_y - fit.mean_x + (fit.var_y - fit.var_x) / 2.0
+    sdd = np.maximum(fit.var_x + fit.var_y - 2.0 * fit.cov, 0.0)
+    se = np.sqrt(sdd / n + np.maximum(fit.var_x ** 2 + fit.var_y ** 2 - 2.0 * fit.cov ** 2, 0.0)
+                 / (2.0 * (n - 1)))
+    se = np.maximum(se, 1e-300) * (1.0 + widen / (n - 1))
+    q = t_quantile(0.5 + level / 2.0, n - 1)
+    t = est / se
+    return ModelRatio(np.exp(est - q * se), np.exp(est + q * se), t_sf(t, n - 1), t_sf(-t, n - 1),
+                      np.exp(est))
+
+
+def null_skewness(fit: LogFit) -> np.ndarray:
+    """Skewness of B - A if the two had equal means, under the fitted log-normal model: what makes
+    the mean of few windows unreliable when A and B depend differently on window difficulty."""
+    sx2, sy2, sxy = fit.var_x, fit.var_y, fit.cov
+
+    def moment(p: int, q: int) -> np.ndarray:  # E[A^p B^q] with E[A] = E[B] = 1
+        exponent = p * (p - 1) * sx2 / 2 + q * (q - 1) * sy2 / 2 + p * q * sxy
+        out: np.ndarray = np.exp(np.minimum(exponent, 700.0))
+        return out
+
+    m2 = moment(0, 2) + moment(2, 0) - 2 * moment(1, 1)
+    m3 = moment(0, 3) - 3 * moment(1, 2) + 3 * moment(2, 1) - moment(3, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: np.ndarray = np.where(m2 > 0, m3 / np.maximum(m2, 1e-300) ** 1.5, 0.0)
+    return out
+
+
+def mean_interval(values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The headline interval of the mean of window means (last axis): ``(low, high, log_scale)``.
+
+    Hall's (1992) skewness-corrected t (the monotone transform ``t + g t^2 / (3 sqrt n) +
+    g^2 t^3 / (27 n) + g / (6 sqrt n)`` of the t statistic, g the adjusted sample skewness), or,
+    where all means are positive and their log-scale spread exceeds :data:`LOG_SPREAD_COX`, Cox's
+    interval for a log-normal mean (``log`` mean + s^2 / 2 +- t sqrt(s^2 / n + s^4 / (2 (n - 1))))``.
+    ``log_scale`` says which.  Needs at least 3 windows."""
+    x = np.asarray(values, dtype=np.float64)
+    n = x.shape[-1]
+    if n < 3:
+        raise ValueError("the headline interval needs at least 3 windows")
+    q = t_quantile(0.5 + level / 2.0, n - 1)
+    m = x.mean(axis=-1)
+    c = x - m[..., None]
+    m2 = (c * c).mean(axis=-1)
+    se = np.sqrt(m2 * n / (n - 1) / n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(m2 > 0, (c ** 3).mean(axis=-1) / np.maximum(m2, 1e-300) ** 1.5, 0.0)
+    g = g * math.sqrt(n * (n - 1)) / (n - 2)
+    a = g / (6.0 * math.sqrt(n))
+
+    def inverse(target: float) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (np.cbrt(1.0 + 6.0 * a * (target - a)) - 1.0) / (2.0 * a)
+        out: np.ndarray = np.where(np.abs(a) < 1e-12, target, t)
+        return out
+
+    low = m - inverse(q) * se
+    high = m - inverse(-q) * se
+    positive = np.all(x > 0, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lx = np.log(np.where(x > 0, x, 1.0))
+    s2 = lx.var(axis=-1, ddof=1)
+    cox = positive & (np.sqrt(s2) > LOG_SPREAD_COX)
+    centre = lx.mean(axis=-1) + s2 / 2.0
+    half = q * np.sqrt(s2 / n + s2 * s2 / (2.0 * (n - 1)))
+    low = np.where(cox, np.exp(centre - half), low)
+    high = np.where(cox, np.exp(centre + half), high)
+    return low, high, cox
+
+
+def windows_needed(skewness: np.ndarray | float) -> np.ndarray:
+    """How many windows the sign-flip test needs, alone, before its false-winner rate for differences
+    this skewed is within half a point of 5 %: the simulation's excess rate is about
+    ``0.035 skewness / sqrt(n)`` (docs/STATISTICS.md), so ``n = (0.035 skewness / 0.005)^2``; at least
+    :data:`MIN_WINDOWS` and two significant digits."""
+    s = np.abs(np.asarray(skewness, dtype=np.float64))
+    raw = np.maximum(float(MIN_WINDOWS), NEEDED_PER_SKEW2 * s * s)
+    digits = np.floor(np.log10(raw)) - 1.0
+    out: np.ndarray = np.ceil(raw / 10.0 ** digits) * 10.0 ** digits
+    return out
+
+
+MIN_WINDOWS = 8
+NEEDED_PER_SKEW2 = (0.035 / 0.005) ** 2  # 49
+
+
+# The headline interval's coverage of the true mean measured by benchmarks/verdict_simulation.py
+# (its "mean" table): the lowest over the simulated window-mean distributions (normal, gamma,
+# lognormal), by window count. docs/STATISTICS.md has the whole table.
+MEAN_INTERVAL_COVERAGE = {4: 0.915, 8: 0.947, 16: 0.948, 32: 0.945, 64: 0.945}
+# Below this many windows the headline interval rests on too few windows (its measured coverage is
+# under 93 %): views mark it rather than headline it.
+MEAN_INTERVAL_MIN_WINDOWS = 8
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The headline interval of one mean over windows, with what the simulation says of it."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    method: str  # "hall-t" or "cox-lognormal"
+    windows: int
+    rests_on_too_few_windows: bool
+    measured_coverage: float | None
+
+
+def measured_coverage(windows: int) -> float | None:
+    """The lowest coverage measured at the largest simulated window count not above ``windows``."""
+    counts = [n for n in sorted(MEAN_INTERVAL_COVERAGE) if n <= windows]
+    return MEAN_INTERVAL_COVERAGE[counts[-1]] if counts else None
+
+
+def headline(values: np.ndarray | list[float]) -> Headline:
+    """:func:`mean_interval` of one set of window values (non-finite values left out), described."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    v = v[np.isfinite(v)]
+    n = int(v.size)
+    est = float(v.mean()) if n else math.nan
+    if n < 3:
+        return Headline(est, None, None, "hall-t", n, True, None)
+    lo, hi, log_scale = mean_interval(v)
+    return Headline(est, float(lo), float(hi), "cox-lognormal" if bool(log_scale) else "hall-t", n,
+                    n < MEAN_INTERVAL_MIN_WINDOWS, measured_coverage(n))
