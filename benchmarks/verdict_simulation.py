@@ -1,18 +1,26 @@
-"""Error rates of kldtui's verdicts by simulation: false positives, power and interval coverage.
+"""Error rates of kldtui's verdicts and intervals by simulation, over a family of nulls.
 
-    python benchmarks/verdict_simulation.py [--trials 20000] [--seed 1]
+    python benchmarks/verdict_simulation.py                       # every table of docs/STATISTICS.md
+    python benchmarks/verdict_simulation.py --trials 2000 --power-trials 500   # a quick look
 
-prints the table in docs/STATISTICS.md. The tests (tests/unit/test_decide_simulation.py) run the same
-functions with fewer trials and fixed seeds.
+prints the tables of docs/STATISTICS.md (about an hour on two cores at the defaults: hold
+/tmp/kldtui-full.lock). The tests (tests/unit/test_decide_simulation.py) run the same functions with
+few trials and fixed seeds.
 
-Model (one trial = one suite): every window i has a difficulty w_i shared by all candidates, drawn
-from a *window-mean distribution* scaled to mean 0.01 (normal sd 0.003, gamma shape 4, lognormal
-sigma 1); candidate c's window mean is ``r_c * w_i * e_ci`` with independent mean-one lognormal
-noise e of spread ``s`` (how differently two candidates fail on the same window). A and B identical
-in distribution is r_B = r_A = 1; "B 30 % worse" is r_B = 1.3. Windows follow the published layout
-(half prose, a quarter code, a quarter instruction). The decision is kldtui's
-(:mod:`kldtui.decide.verdict`) with no noise model, i.e. the most liberal one: a difference is named
-whenever its 95 % interval excludes zero; a noise model only removes verdicts.
+**Model** (one trial = one suite). Window i has a difficulty w_i, shared by the candidates, from a
+*window-mean distribution* with mean 0.01: normal (sd 0.003), gamma (shape 4) or lognormal (sigma
+1). Candidate A's window mean is ``w_i e_Ai``; B's is ``r c w_i^gamma e_Bi``, with independent
+mean-one log-normal noise e of spread 0.1 (how differently two candidates fail on one window) and
+``c = E[w] / E[w^gamma]``, so that B's mean KL is exactly r times A's. gamma = 1: B scales with A
+(the exchangeable case); gamma != 1: B depends differently on window difficulty (gamma > 1: it hurts
+hard windows more). A *null* is r = 1 (equal mean KL), for every gamma; power is measured at r =
+1.1, 1.3 and 2. Windows follow the published layout (half prose, a quarter code, a quarter
+instruction); a domain gets a verdict from 8 windows on, and the overall and per-domain verdicts
+are one family (Holm). No noise model (the most liberal: a noise model only removes verdicts).
+
+Every decision is kldtui's own (:func:`kldtui.decide.verdict.evidence`, which takes arrays of
+trials; Holm by :func:`kldtui.metrics.stats.holm_batch`); the earlier rule (paired Student-t, no
+family control) runs beside it on the same suites for comparison.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +38,21 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS  # noqa: E402
-from kldtui.metrics.stats import t_quantile  # noqa: E402
+from kldtui.decide.noise import RepeatModel  # noqa: E402
+from kldtui.decide.verdict import ALPHA, MIN_VERDICT_WINDOWS, Evidence, evidence  # noqa: E402
+from kldtui.metrics.inference import mean_interval  # noqa: E402
+from kldtui.metrics.stats import holm_batch, t_quantile  # noqa: E402
 
 DISTRIBUTIONS = ("normal", "gamma", "lognormal")
-WINDOW_COUNTS = (4, 8, 16, 32)
+GAMMAS = (1.0, 0.5, 0.75, 1.25, 1.5)
+WINDOW_COUNTS = (8, 16, 32, 64)
+RATIOS = (1.1, 1.3, 2.0)
 MEAN = 0.01
+SPREAD = 0.1
+CHUNK = 1000  # trials per evidence() call (memory: a few (CHUNK, 4096) arrays)
 
 
+# ---------------------------------------------------------------------------- the model
 def difficulty(dist: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Window difficulties with mean 0.01."""
     if dist == "normal":
@@ -46,12 +64,33 @@ def difficulty(dist: str, shape: tuple[int, ...], rng: np.random.Generator) -> n
     raise ValueError(dist)
 
 
-def candidates(dist: str, trials: int, n: int, ratios: tuple[float, ...], spread: float,
-               rng: np.random.Generator) -> np.ndarray:
-    """Window means ``(candidates, trials, n)`` of candidates sharing window difficulty."""
+def power_mean(dist: str, gamma: float) -> float:
+    """E[w^gamma] for the window-mean distribution (exact; the normal one folded at 0, by quadrature)."""
+    if dist == "gamma":
+        theta = MEAN / 4.0
+        return float(theta ** gamma * math.exp(math.lgamma(4.0 + gamma) - math.lgamma(4.0)))
+    if dist == "lognormal":
+        return float(MEAN ** gamma * math.exp(-0.5 * gamma + gamma * gamma / 2.0))
+    if dist == "normal":
+        sd = 0.003
+        x = np.linspace(0.0, MEAN + 12 * sd, 400_001)
+        dens = (np.exp(-0.5 * ((x - MEAN) / sd) ** 2) + np.exp(-0.5 * ((x + MEAN) / sd) ** 2)) / (
+            sd * math.sqrt(2 * math.pi))
+        return float(np.trapezoid(x ** gamma * dens, x))
+    raise ValueError(dist)
+
+
+def candidates(dist: str, trials: int, n: int, ratios: tuple[float, ...], rng: np.random.Generator,
+               gamma: float = 1.0, spread: float = SPREAD) -> np.ndarray:
+    """Window means ``(candidates, trials, n)`` sharing window difficulty: candidate 0 is ``w e``, the
+    others ``r c w^gamma e`` (``c`` keeps the mean KL at r times candidate 0's)."""
     w = difficulty(dist, (trials, n), rng)
     noise = rng.lognormal(-spread * spread / 2.0, spread, (len(ratios), trials, n))
-    return np.asarray(ratios, dtype=np.float64)[:, None, None] * w[None] * noise
+    c = MEAN / power_mean(dist, gamma)
+    out = np.empty((len(ratios), trials, n))
+    for k, r in enumerate(ratios):
+        out[k] = w * noise[k] if k == 0 else r * c * w ** gamma * noise[k]
+    return out
 
 
 def domain_slices(n: int) -> dict[str, slice]:
@@ -61,53 +100,209 @@ def domain_slices(n: int) -> dict[str, slice]:
             "instruction": slice(half + quarter, n)}
 
 
-@dataclass(frozen=True)
-class Intervals:
-    estimate: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    t: np.ndarray  # |estimate| / standard error
-    windows: int
-
-
-def t_intervals(d: np.ndarray) -> Intervals:
-    """The verdict interval (paired Student-t, kldtui.decide.verdict) for each row of ``d``."""
-    n = d.shape[-1]
-    est = d.mean(axis=-1)
-    se = d.std(axis=-1, ddof=1) / math.sqrt(n)
-    q = t_quantile(0.5 + LEVEL / 2.0, n - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.abs(est / se)
-    return Intervals(est, est - q * se, est + q * se, np.nan_to_num(t, nan=0.0), n)
-
-
-def named(iv: Intervals) -> np.ndarray:
-    """Where a verdict names a winner (no noise model): enough windows and the interval excludes 0."""
-    if iv.windows < MIN_VERDICT_WINDOWS:
-        return np.zeros(iv.estimate.shape, dtype=bool)
-    return (iv.low > 0) | (iv.high < 0)
-
-
-def holm_reject(t: np.ndarray, df: int, alpha: float = 0.05) -> np.ndarray:
-    """Holm over the last axis on |t| statistics with one ``df`` (p ascending = |t| descending): which
-    hypotheses are rejected, per trial. Same decisions as kldtui.metrics.stats.holm on their p-values."""
-    m = t.shape[-1]
-    order = np.argsort(-t, axis=-1)
-    st = np.take_along_axis(t, order, axis=-1)
-    cut = np.array([t_quantile(1.0 - alpha / (2.0 * (m - k)), df) for k in range(m)])
-    ok = np.cumprod(st >= cut, axis=-1).astype(bool)  # step-down: stop at the first non-rejection
-    out = np.zeros_like(ok)
-    np.put_along_axis(out, order, ok, axis=-1)
+def verdict_groups(n: int) -> list[slice]:
+    """The groups that get a verdict: all windows, and every domain of at least 8 windows."""
+    out = [slice(0, n)]
+    if n >= MIN_VERDICT_WINDOWS:
+        out += [sl for sl in domain_slices(n).values() if sl.stop - sl.start >= MIN_VERDICT_WINDOWS]
     return out
 
 
+# ---------------------------------------------------------------------------- kldtui's rule, vectorised
+@dataclass(frozen=True)
+class FamilyResult:
+    """Per trial: which groups name a winner (and in which direction), and the overall group's
+    evidence (interval, headline, calibration)."""
+
+    named: np.ndarray  # (trials, groups) bool, overall first
+    worse: np.ndarray  # (trials, groups) bool: B's mean larger
+    uncalibrated: np.ndarray  # (trials, groups)
+    overall: Evidence
+
+
+def _concat(parts: list[Evidence]) -> Evidence:
+    fields = {f: np.concatenate([getattr(p, f) for p in parts]) for f in Evidence.__dataclass_fields__
+              if f != "windows"}
+    return Evidence(windows=parts[0].windows, **fields)
+
+
+def _rows(ev: Evidence, start: int, stop: int) -> Evidence:
+    fields = {f: getattr(ev, f)[start:stop] for f in Evidence.__dataclass_fields__ if f != "windows"}
+    return Evidence(windows=ev.windows, **fields)
+
+
+def chunked_evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Evidence:
+    return _concat([evidence(a[i:i + CHUNK], b[i:i + CHUNK],
+                             within=None if within is None else _rows(within, i, i + CHUNK))
+                    for i in range(0, a.shape[0], CHUNK)])
+
+
+def family(a: np.ndarray, b: np.ndarray) -> FamilyResult:
+    """kldtui diff's verdicts for every trial of ``a``, ``b`` ``(trials, n)``: the overall and the
+    per-domain groups (checked for difficulty dependence where all windows show it), Holm over those
+    with a verdict (as kldtui.decide.paired.paired_diff)."""
+    n = a.shape[-1]
+    overall = chunked_evidence(a, b)
+    groups = [overall] + [chunked_evidence(a[:, sl], b[:, sl], within=overall)
+                          for sl in verdict_groups(n)[1:]]
+    p = np.stack([g.p for g in groups], axis=-1)
+    worse = np.stack([g.worse for g in groups], axis=-1)
+    unc = np.stack([g.uncalibrated for g in groups], axis=-1)
+    if n < MIN_VERDICT_WINDOWS:
+        named = np.zeros(p.shape, dtype=bool)
+    else:
+        named = holm_batch(p, ALPHA)
+    return FamilyResult(named, worse, unc & ~named, groups[0])
+
+
+def student_t_family(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The earlier rule on the same suites: paired Student-t at 95 % per group, no family control, a
+    verdict from 8 windows; ``(trials, groups)`` named."""
+    n = a.shape[-1]
+    out = []
+    for sl in verdict_groups(n):
+        d = b[:, sl] - a[:, sl]
+        m = d.shape[-1]
+        se = d.std(axis=-1, ddof=1) / math.sqrt(m)
+        q = t_quantile(0.975, m - 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out.append((np.abs(d.mean(axis=-1)) > q * se) & (m >= MIN_VERDICT_WINDOWS))
+    return np.stack(out, axis=-1)
+
+
+# ---------------------------------------------------------------------------- tables
+def cell_seed(seed: int, *keys: float | int | str) -> int:
+    text = "|".join(str(k) for k in keys)
+    return seed * 1_000_003 + sum((i + 1) * ord(ch) for i, ch in enumerate(text))
+
+
+def null_rates(dist: str, gamma: float, n: int, trials: int, seed: int) -> dict[str, float]:
+    """A null (equal mean KL): family-wise false-winner rate, overall false-winner rate, how often a
+    verdict is refused as uncalibrated, the headline interval's coverage of ratio 1; the earlier rule."""
+    rng = np.random.default_rng(cell_seed(seed, "null", dist, gamma, n))
+    a, b = candidates(dist, trials, n, (1.0, 1.0), rng, gamma)
+    fam = family(a, b)
+    old = student_t_family(a, b)
+    ov = fam.overall
+    cover = (ov.interval_low <= 1.0) & (1.0 <= ov.interval_high)
+    return {"fwer": float(fam.named.any(axis=-1).mean()), "overall": float(fam.named[:, 0].mean()),
+            "uncalibrated": float(fam.uncalibrated.any(axis=-1).mean()),
+            "checked": float(ov.checked.mean()), "coverage": float(cover.mean()),
+            "old_fwer": float(old.any(axis=-1).mean()), "old_overall": float(old[:, 0].mean())}
+
+
+def power_rates(dist: str, gamma: float, n: int, ratio: float, trials: int, seed: int) -> dict[str, float]:
+    """B ``ratio`` times A's mean KL: how often B is named worse overall (and by the earlier rule), and
+    the headline interval's coverage of the true ratio."""
+    rng = np.random.default_rng(cell_seed(seed, "power", dist, gamma, n, ratio))
+    a, b = candidates(dist, trials, n, (1.0, ratio), rng, gamma)
+    fam = family(a, b)
+    old = student_t_family(a, b)
+    ov = fam.overall
+    cover = (ov.interval_low <= ratio) & (ratio <= ov.interval_high)
+    d = b - a
+    return {"power": float((fam.named[:, 0] & fam.worse[:, 0]).mean()),
+            "wrong_sign": float((fam.named & ~fam.worse).any(axis=-1).mean()),
+            "old_power": float((old[:, 0] & (d.mean(axis=-1) > 0)).mean()),
+            "checked": float(ov.checked.mean()), "coverage": float(cover.mean())}
+
+
+def _fmt(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.3f}"
+
+
+JOBS = 1  # processes for the cells of a table (--jobs); every cell has its own seed, so any count gives
+# the same tables
+
+
+def _cells(fn: Callable[..., dict[str, float]], args: list[tuple[object, ...]]) -> Iterator[dict[str, float]]:
+    """``fn(*a)`` for every ``a`` in order, over :data:`JOBS` processes."""
+    if JOBS <= 1:
+        yield from (fn(*a) for a in args)
+        return
+    with ProcessPoolExecutor(max_workers=JOBS) as pool:
+        yield from pool.map(fn, *zip(*args, strict=True))
+
+
+def null_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
+    lines = ["| window means | gamma | windows | family-wise false winners | overall | "
+             "cannot be calibrated | headline interval covers 1 (log-normal check applied) | "
+             "earlier rule: family-wise / overall |",
+             "|---|---|---|---|---|---|---|---|"]
+    cells = [(dist, gamma, n) for dist in DISTRIBUTIONS for gamma in GAMMAS for n in WINDOW_COUNTS]
+    rates = _cells(null_rates, [c + (trials, seed) for c in cells])
+    for (dist, gamma, n), r in zip(cells, rates, strict=True):
+        lines.append(f"| {dist} | {gamma:g} | {n} | {r['fwer']:.4f} | {r['overall']:.4f} | "
+                     f"{r['uncalibrated']:.3f} | {_fmt(r['coverage'])} ({r['checked']:.2f}) | "
+                     f"{r['old_fwer']:.3f} / {r['old_overall']:.3f} |")
+        log(lines[-1])
+    return "\n".join(lines)
+
+
+def power_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
+    head = " | ".join(f"B {'2x' if r == 2 else f'{(r - 1) * 100:.0f} %'} worse: named (earlier rule) | "
+                      "coverage (check applied)" for r in RATIOS)
+    lines = [f"| window means | gamma | windows | {head} |", "|---|---|---|" + "---|---|" * len(RATIOS)]
+    groups = [(dist, gamma, n) for dist in DISTRIBUTIONS for gamma in GAMMAS for n in WINDOW_COUNTS]
+    rates = iter(_cells(power_rates, [g + (ratio, trials, seed) for g in groups for ratio in RATIOS]))
+    for dist, gamma, n in groups:
+        cells = []
+        for _ in RATIOS:
+            r = next(rates)
+            cells.append(f"{r['power']:.3f} ({r['old_power']:.3f}) | {_fmt(r['coverage'])} "
+                         f"({r['checked']:.2f})")
+        lines.append(f"| {dist} | {gamma:g} | {n} | " + " | ".join(cells) + " |")
+        log(lines[-1])
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- one report's mean KL
+def percentile_bootstrap(x: np.ndarray, resamples: int, rng: np.random.Generator,
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The original comparator's interval (percentile window bootstrap) for each row of ``x``."""
+    n = x.shape[-1]
+    idx = rng.integers(0, n, (resamples, n))
+    lo, hi = [], []
+    for i in range(0, x.shape[0], 500):
+        means = x[i:i + 500][:, idx].mean(axis=-1)
+        q = np.quantile(means, [0.025, 0.975], axis=-1)
+        lo.append(q[0])
+        hi.append(q[1])
+    return np.concatenate(lo), np.concatenate(hi)
+
+
+def mean_coverage(dist: str, n: int, trials: int, seed: int, resamples: int = 999) -> dict[str, float]:
+    rng = np.random.default_rng(cell_seed(seed, "mean", dist, n))
+    x = difficulty(dist, (trials, n), rng)
+    lo, hi, log_scale = mean_interval(x)
+    plo, phi = percentile_bootstrap(x, resamples, rng)
+    return {"headline": float(np.mean((lo <= MEAN) & (MEAN <= hi))),
+            "percentile": float(np.mean((plo <= MEAN) & (MEAN <= phi))), "log_scale": float(log_scale.mean())}
+
+
+def mean_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
+    counts = (4, 8, 16, 32, 64)
+    lines = ["| window means | " + " | ".join(f"{n} windows: headline (percentile bootstrap)"
+                                            for n in counts) + " |",
+             "|---|" + "---|" * len(counts)]
+    for dist in DISTRIBUTIONS:
+        cells = []
+        for n in counts:
+            r = mean_coverage(dist, n, trials, seed)
+            cells.append(f"{r['headline']:.3f} ({r['percentile']:.3f})")
+        lines.append(f"| {dist} | " + " | ".join(cells) + " |")
+        log(lines[-1])
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- leaderboard
 def leaderboard_not_tied(x: np.ndarray) -> np.ndarray:
-    """``(k, trials)`` bools: which rows the leaderboard marks *not tied* with the best (Holm over all
-    pairs, as kldtui.decide.leaderboard); the best row is False."""
+    """``(k, trials)``: which rows the leaderboard marks *not tied* with the best (Holm over all pairs,
+    as kldtui.decide.leaderboard); the best row is False."""
     k, trials, n = x.shape
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-    t = np.stack([t_intervals(x[j] - x[i]).t for i, j in pairs], axis=-1)
-    rejected = holm_reject(t, n - 1)
+    p = np.stack([chunked_evidence(x[i], x[j]).p for i, j in pairs], axis=-1)
+    rejected = holm_batch(p, ALPHA)
     best = x.mean(axis=-1).argmin(axis=0)
     out = np.zeros((k, trials), dtype=bool)
     if n < MIN_VERDICT_WINDOWS:
@@ -118,164 +313,111 @@ def leaderboard_not_tied(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def diff_rates(dist: str, n: int, trials: int, ratio: float, spread: float, seed: int) -> dict[str, float]:
-    """``kldtui diff`` over ``trials`` simulated suites: how often a winner is named overall and per
-    domain (where a domain gets a verdict), and how often the overall interval covers the truth."""
-    rng = np.random.default_rng(seed)
-    a, b = candidates(dist, trials, n, (1.0, ratio), spread, rng)
-    iv = t_intervals(b - a)
-    truth = (ratio - 1.0) * MEAN
-    out = {"named": float(named(iv).mean()),
-           "wrong_sign": float(((iv.high < 0) if ratio > 1 else np.zeros(1)).mean()),
-           "coverage": float(((iv.low <= truth) & (truth <= iv.high)).mean())}
-    per_domain = []
-    for sl in domain_slices(n).values():
-        if sl.stop - sl.start >= MIN_VERDICT_WINDOWS:  # smaller domains get no verdict
-            per_domain.append(float(named(t_intervals(b[:, sl] - a[:, sl])).mean()))
-    out["named_domain_max"] = max(per_domain) if per_domain else float("nan")
-    return out
-
-
-def leaderboard_rates(dist: str, n: int, trials: int, k: int, worse: float, spread: float,
-                      seed: int) -> dict[str, float]:
-    """Leaderboard over ``k`` candidates: with all identical, how often any row is marked not tied
-    (false positive); with the last one ``worse`` times the others, how often it is marked not tied."""
-    rng = np.random.default_rng(seed)
-    same = candidates(dist, trials, n, (1.0,) * k, spread, rng)
+def leaderboard_rates(dist: str, n: int, trials: int, seed: int, k: int = 4,
+                      gamma: float = 1.0) -> dict[str, float]:
+    rng = np.random.default_rng(cell_seed(seed, "board", dist, n, gamma))
+    same = candidates(dist, trials, n, (1.0,) * k, rng, gamma)
     out = {"false_positive": float(leaderboard_not_tied(same).any(axis=0).mean())}
-    bad = candidates(dist, trials, n, (1.0,) * (k - 1) + (worse,), spread, rng)
+    bad = candidates(dist, trials, n, (1.0,) * (k - 1) + (1.3,), rng)
     out["power"] = float(leaderboard_not_tied(bad)[-1].mean())
     return out
 
 
-def table(trials: int, seed: int, spread: float = 0.1) -> str:
-    lines = ["| window means | windows | diff: winner named, A = B (overall) | per domain (max, where a "
-             "verdict is given) | B 10 % worse: named | B 30 % worse: named | coverage, B 30 % worse | "
-             "leaderboard, 4 identical: any not tied | leaderboard: 30 % worse row not tied |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def leaderboard_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
+    lines = ["| window means | windows | 4 identical (gamma 1): any not tied | 4 equal means "
+             "(one gamma 1.5): any not tied | a 30 % worse row: not tied |", "|---|---|---|---|---|"]
     for dist in DISTRIBUTIONS:
         for n in WINDOW_COUNTS:
-            s = seed + 1000 * n + DISTRIBUTIONS.index(dist)
-            null = diff_rates(dist, n, trials, 1.0, spread, s)
-            p10 = diff_rates(dist, n, trials, 1.1, spread, s + 1)
-            p30 = diff_rates(dist, n, trials, 1.3, spread, s + 2)
-            board = leaderboard_rates(dist, n, trials // 4, 4, 1.3, spread, s + 3)
-            worst = null["named_domain_max"]
-            dom = "no verdict" if math.isnan(worst) else f"{worst:.3f}"
-            verdict = n >= MIN_VERDICT_WINDOWS
-            cov = f"{p30['coverage']:.3f}" + ("" if verdict else " (no verdict)")
-            lines.append(f"| {dist} | {n} | {null['named']:.3f} | {dom} | {p10['named']:.3f} | "
-                         f"{p30['named']:.3f} | {cov} | {board['false_positive']:.3f} | "
-                         f"{board['power']:.3f} |")
+            r = leaderboard_rates(dist, n, trials, seed)
+            r2 = leaderboard_rates(dist, n, trials, seed + 1, gamma=1.5)
+            lines.append(f"| {dist} | {n} | {r['false_positive']:.3f} | {r2['false_positive']:.3f} | "
+                         f"{r['power']:.3f} |")
+            log(lines[-1])
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- method comparison
-def _norm_ppf(p: np.ndarray) -> np.ndarray:
-    """Standard normal quantile (Acklam's rational approximation refined by one Newton step)."""
-    from statistics import NormalDist
-
-    nd = NormalDist()
-    flat = np.clip(np.asarray(p, dtype=np.float64).ravel(), 1e-12, 1 - 1e-12)
-    return np.array([nd.inv_cdf(float(x)) for x in flat]).reshape(np.shape(p))
+# ---------------------------------------------------------------------------- the noise model
+def capture(true: np.ndarray, offset_sd: float, per_window_sd: float, rng: np.random.Generator) -> np.ndarray:
+    """One capture's window means: every window shifted by a capture-wide relative offset, plus each
+    window's own relative noise."""
+    o = rng.normal(0.0, offset_sd, true.shape[:-1] + (1,))
+    return true * (1.0 + o + rng.normal(0.0, per_window_sd, true.shape))
 
 
-def method_intervals(d: np.ndarray, resamples: int, rng: np.random.Generator
-                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """95 % intervals of mean(d) per row by four methods: Student-t, percentile bootstrap (the original
-    comparator's), bootstrap-t and BCa (windows resampled with replacement)."""
-    from statistics import NormalDist
-
-    trials, n = d.shape
-    iv = t_intervals(d)
-    out = {"Student-t": (iv.low, iv.high)}
-    idx = rng.integers(0, n, (resamples, n))
-    res = d[:, idx]  # trials, resamples, n
-    means = res.mean(axis=-1)
-    est = d.mean(axis=-1)
-    lo, hi = np.quantile(means, [0.025, 0.975], axis=-1)
-    out["percentile bootstrap"] = (lo, hi)
-    se = d.std(axis=-1, ddof=1) / math.sqrt(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tt = (means - est[:, None]) / (res.std(axis=-1, ddof=1) / math.sqrt(n))
-    tt = np.where(np.isfinite(tt), tt, np.nan)
-    tlo, thi = np.nanquantile(tt, [0.025, 0.975], axis=-1)
-    out["bootstrap-t"] = (est - thi * se, est - tlo * se)
-    z0 = _norm_ppf((means < est[:, None]).mean(axis=-1))
-    jack = (d.sum(axis=-1, keepdims=True) - d) / (n - 1)
-    dev = jack.mean(axis=-1, keepdims=True) - jack
-    den = 6.0 * (dev ** 2).sum(axis=-1) ** 1.5
-    accel = np.where(den > 0, (dev ** 3).sum(axis=-1) / np.where(den > 0, den, 1.0), 0.0)
-    ordered = np.sort(means, axis=-1)
-    ends = []
-    for alpha in (0.025, 0.975):
-        z = NormalDist().inv_cdf(alpha)
-        prob = np.array([NormalDist().cdf(float(x)) for x in z0 + (z0 + z) / (1 - accel * (z0 + z))])
-        k = np.clip(np.round(prob * (resamples - 1)).astype(int), 0, resamples - 1)
-        ends.append(np.take_along_axis(ordered, k[:, None], axis=-1)[:, 0])
-    out["BCa"] = (ends[0], ends[1])
-    return out
+def noise_rates(offset: float, captures: int, n: int, trials: int, seed: int, ratio: float = 1.0,
+                per_window_sd: float = 0.02) -> dict[str, float]:
+    """A noise model from ``captures`` captures of candidate X, then diff of a new capture of X (A) and
+    a new capture of Y = ratio x X (B): how often a winner is named (ratio 1: falsely), as diff
+    decides with that model (overall verdict, lognormal window means)."""
+    rng = np.random.default_rng(cell_seed(seed, "noise", offset, captures, n, ratio))
+    named = 0
+    windows = list(range(n))
+    for _ in range(trials):
+        true = difficulty("lognormal", (n,), rng)
+        model = RepeatModel.from_captures(np.stack([capture(true, offset, per_window_sd, rng)
+                                                    for _ in range(captures)]), windows, [])
+        a = capture(true, offset, per_window_sd, rng)
+        b = capture(ratio * true, offset, per_window_sd, rng)
+        ev = evidence(a, b)
+        if float(ev.p) > ALPHA:
+            continue
+        mean_a = float(a.mean())
+        lo, hi = (float(ev.interval_low) - 1) * mean_a, (float(ev.interval_high) - 1) * mean_a
+        near = min(abs(lo), abs(hi))
+        named += near > model.variation_for(windows)
+    return {"named": named / trials}
 
 
-def methods_table(trials: int, resamples: int, seed: int, spread: float = 0.1) -> str:
-    """Coverage (B 30 % worse) and false positives (A = B, interval excludes 0) of each method."""
-    names = ["Student-t", "percentile bootstrap", "bootstrap-t", "BCa"]
-    lines = ["| window means | windows | " + " | ".join(f"{m}: coverage / false pos." for m in names) + " |",
-             "|---|---|" + "---|" * len(names)]
-    for dist in DISTRIBUTIONS:
-        for n in (8, 16, 32):
-            rng = np.random.default_rng(seed + 1000 * n + DISTRIBUTIONS.index(dist))
-            a, b = candidates(dist, trials, n, (1.0, 1.3), spread, rng)
-            worse = method_intervals(b - a, resamples, rng)
-            a0, b0 = candidates(dist, trials, n, (1.0, 1.0), spread, rng)
-            null = method_intervals(b0 - a0, resamples, rng)
-            truth = 0.3 * MEAN
-            cells = []
-            for m in names:
-                lo, hi = worse[m]
-                lo0, hi0 = null[m]
-                cover = np.mean((lo <= truth) & (truth <= hi))
-                cells.append(f"{cover:.3f} / {np.mean((lo0 > 0) | (hi0 < 0)):.3f}")
-            lines.append(f"| {dist} | {n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def report_interval_table(trials: int, resamples: int, seed: int) -> str:
-    """Coverage of one report's own mean-KL interval (the comparator's percentile window bootstrap)."""
-    lines = ["| window means | 8 windows | 16 windows | 32 windows |", "|---|---|---|---|"]
-    for dist in DISTRIBUTIONS:
-        cells = []
-        for n in (8, 16, 32):
-            rng = np.random.default_rng(seed + 7000 + 100 * n + DISTRIBUTIONS.index(dist))
-            x = difficulty(dist, (trials, n), rng)
-            idx = rng.integers(0, n, (resamples, n))
-            means = x[:, idx].mean(axis=-1)
-            lo, hi = np.quantile(means, [0.025, 0.975], axis=-1)
-            cells.append(f"{np.mean((lo <= MEAN) & (MEAN <= hi)):.3f}")
-        lines.append(f"| {dist} | " + " | ".join(cells) + " |")
+def noise_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
+    lines = ["| capture-wide offset (sd, of the mean) | windows | same model, one repeat (2 captures) | "
+             "two repeats (3 captures) | three repeats (4) | B 30 % worse, two repeats |",
+             "|---|---|---|---|---|---|"]
+    for offset in (0.01, 0.03, 0.05):
+        for n in (16, 32):
+            cells = [noise_rates(offset, c, n, trials, seed)["named"] for c in (2, 3, 4)]
+            power = noise_rates(offset, 3, n, trials, seed, ratio=1.3)["named"]
+            lines.append(f"| {offset * 100:.0f} % | {n} | " + " | ".join(f"{c:.3f}" for c in cells)
+                         + f" | {power:.3f} |")
+            log(lines[-1])
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=20000)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--trials", type=int, default=20000, help="trials per null cell (default 20000)")
+    parser.add_argument("--power-trials", type=int, default=5000,
+                        help="trials per power, coverage and leaderboard cell (default 5000)")
+    parser.add_argument("--noise-trials", type=int, default=2000, help="trials per noise-model cell")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--spread", type=float, default=0.1, help="candidate noise spread s (default 0.1)")
-    parser.add_argument("--methods", action="store_true",
-                        help="also compare interval methods (Student-t, percentile, bootstrap-t, BCa)")
-    parser.add_argument("--resamples", type=int, default=999, help="bootstrap resamples for --methods")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes (default 1; the tables do not depend on it)")
+    parser.add_argument("--tables", default="null,power,mean,board,noise",
+                        help="which tables, comma-separated (default: all)")
     args = parser.parse_args(argv)
-    print(f"{args.trials} trials per cell (leaderboard: {args.trials // 4}), seed {args.seed}, "
-          f"candidate spread s = {args.spread}, verdicts from {MIN_VERDICT_WINDOWS} windows\n")
-    print(table(args.trials, args.seed, args.spread))
-    if args.methods:
-        trials = max(args.trials // 20, 200)
-        print(f"\nmethods: {trials} trials per cell, {args.resamples} resamples; coverage with B 30 % worse, "
-              "false positives with A = B (any window count)\n")
-        print(methods_table(trials, args.resamples, args.seed, args.spread))
-        print(f"\none report's own mean-KL interval (percentile window bootstrap): coverage, "
-              f"{trials} trials\n")
-        print(report_interval_table(trials, args.resamples, args.seed))
+    global JOBS
+    JOBS = max(1, args.jobs)
+    tables = set(args.tables.split(","))
+    t0 = time.time()
+
+    def log(line: str) -> None:
+        print(f"  [{time.time() - t0:6.0f} s] {line}", file=sys.stderr, flush=True)
+
+    print(f"seed {args.seed}; nulls {args.trials} trials per cell, power/coverage/leaderboard "
+          f"{args.power_trials}, noise model {args.noise_trials}; verdicts from {MIN_VERDICT_WINDOWS} "
+          "windows\n")
+    if "null" in tables:
+        print("nulls (equal mean KL):\n\n" + null_table(args.trials, args.seed, log) + "\n")
+    if "power" in tables:
+        print("power and coverage:\n\n" + power_table(args.power_trials, args.seed, log) + "\n")
+    if "mean" in tables:
+        print("one report's mean KL, coverage of the true mean:\n\n"
+              + mean_table(args.power_trials, args.seed, log) + "\n")
+    if "board" in tables:
+        print("leaderboard:\n\n" + leaderboard_table(args.power_trials // 4, args.seed, log) + "\n")
+    if "noise" in tables:
+        print("noise model (lognormal window means, 2 % per-window repeat noise):\n\n"
+              + noise_table(args.noise_trials, args.seed, log) + "\n")
+    print(f"({time.time() - t0:.0f} s)")
     return 0
 
 

@@ -304,3 +304,13 @@ def dashboard(tmp_path: Path, **kwargs: Any) -> tuple[KldApp, dict[str, Scripted
 
 def static_text(app: KldApp, selector: str) -> str:
     return str(app.query_one(selector, Static).render())
+
+
+def headline_of(report: Any) -> dict[str, Any]:
+    """The headline mean-KL interval every view shows of a report document
+    (kldtui.formats.report_names.kl_headline_interval)."""
+    from kldtui.formats.report_model import as_report
+    from kldtui.formats.report_names import kl_headline_interval
+
+    head = kl_headline_interval(as_report(report))
+    return {"estimate": head.estimate, "ci95_low": head.ci95_low, "ci95_high": head.ci95_high}

@@ -1,8 +1,8 @@
 """Ranking candidates measured against one reference: mean KL with intervals, ties marked.
 
-Each row shows its report's own mean-KL interval (``report_interval``: the same figures as the
-viewer). A row is *tied with the best* when the paired test does not name the best as closer
-(:mod:`kldtui.decide.verdict`, docs/STATISTICS.md): the paired t-test of ``row - best``,
+Each row shows its report's headline mean-KL interval (``kl_headline_interval``: the same figures as
+the viewer). A row is *tied with the best* when the paired test does not name the best as closer
+(:mod:`kldtui.decide.verdict`, docs/STATISTICS.md): the test of ``row - best``,
 Holm-corrected over all pairs of candidates, is not significant, or the difference does not clear
 the measured repeat variation. Below the minimum window count no row gets a mark.
 """
@@ -24,6 +24,7 @@ from kldtui.decide.paired import (
     Interval,
     compare_group,
     draw_indices,
+    repeat_floor_note,
     suite_hash_of,
 )
 from kldtui.decide.reports import (
@@ -44,12 +45,13 @@ from kldtui.decide.verdict import (
 from kldtui.errors import BadInput
 from kldtui.formats.report import load_report
 from kldtui.formats.report_model import ComparisonReport, as_report
-from kldtui.formats.report_names import report_interval, unique_names
+from kldtui.formats.report_names import kl_headline_interval, report_interval, unique_names
 from kldtui.metrics.stats import holm
 
 # What the tie column's marks mean (LeaderboardRow.mark), as every view of a leaderboard says it.
 MARKS_LEGEND = ("tie: best = lowest mean KL, the others are compared with it; tied = not shown different "
-                "from the best; worse = shown worse than the best; no verdict = too few windows to tell")
+                "from the best; worse = shown worse than the best; no verdict = too few windows to tell, or "
+                "a verdict that cannot be calibrated on these windows")
 
 
 @dataclass(frozen=True)
@@ -70,24 +72,34 @@ class LeaderboardRow:
     verdict_vs_best: str
     provisional: bool = False
     alone: bool = False  # the only report: nothing to rank it against
+    # the headline interval (ci_low, ci_high) rests on too few windows to be trusted (views mark it)
+    rests_on_too_few_windows: bool = False
+    percentile_ci: tuple[float, float] | None = None  # the report's own percentile window bootstrap
+    inside_repeat_floor: bool = False  # mean KL no larger than the repeat KL between two captures
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
                 "ci95_low": self.ci_low, "ci95_high": self.ci_high, "standard_error": self.standard_error,
+                "interval_method": "headline (docs/STATISTICS.md)",
+                "rests_on_too_few_windows": self.rests_on_too_few_windows,
+                "percentile_ci95_low": self.percentile_ci[0] if self.percentile_ci else None,
+                "percentile_ci95_high": self.percentile_ci[1] if self.percentile_ci else None,
                 "windows": self.windows, "is_best": self.is_best, "tied_with_best": self.tied_with_best,
                 "diff_vs_best": self.diff_vs_best.to_dict() if self.diff_vs_best else None,
                 "ratio_vs_best": self.ratio_vs_best.to_dict() if self.ratio_vs_best else None,
                 "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best,
-                "provisional": self.provisional}
+                "provisional": self.provisional, "inside_repeat_floor": self.inside_repeat_floor}
 
     @property
     def mark(self) -> str:
         """The tie mark a view shows: ``best``; ``tied`` (not shown different from the best);
         ``worse`` (shown worse than the best); ``no verdict`` below the windows a verdict needs (the
-        best row too: nothing is shown about it either); empty for the only report."""
+        best row too: nothing is shown about it either) or where the verdict cannot be calibrated
+        (docs/STATISTICS.md); empty for the only report."""
         if self.alone:
             return ""
-        if self.outcome_vs_best == "too_few_windows" or (self.is_best and self.windows < MIN_VERDICT_WINDOWS):
+        if self.outcome_vs_best in ("too_few_windows", "cannot_calibrate") or (
+                self.is_best and self.windows < MIN_VERDICT_WINDOWS):
             return "no verdict"
         if self.is_best:
             return "best"
@@ -113,7 +125,8 @@ class Leaderboard:
                 "windows": self.windows, "bootstrap_samples": self.bootstrap_samples, "seed": self.seed,
                 "cluster_unit": "window", "noise_floor": self.noise_floor,
                 "noise_floor_used": self.noise_source, "noise_model": self.noise_source,
-                "tie_test": "paired Student-t against the best, Holm over all pairs, family-wise 5 %",
+                "tie_test": ("sign-flip test against the best (log-normal check where needed), Holm over all "
+                             "pairs, family-wise 5 %"),
                 "pairing_checked": self.pairing_checked,
                 "notes": self.notes}
 
@@ -145,6 +158,8 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     n = values[0].n
     indices = draw_indices(n, samples, seed)
     intervals = [_row_interval(r) for r in reports]
+    percentile = [(float(report_interval(r).ci95_low), float(report_interval(r).ci95_high)) for r in reports]
+    few = [kl_headline_interval(r).rests_on_too_few_windows for r in reports]
     order = sorted(range(len(reports)), key=lambda i: (intervals[i].estimate, label[i]))
     best = order[0]
     windows = values[0].window_index.tolist()
@@ -155,15 +170,18 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
     p_values = []
     for i, j in pairs:
-        p = verdict_interval(values[j].kl_mean - values[i].kl_mean).p_value
+        p = verdict_interval(values[i].kl_mean, values[j].kl_mean).p_value
         p_values.append(1.0 if p is None else p)
     rejected = dict(zip(pairs, holm(p_values), strict=True))
     rows = []
     for rank, i in enumerate(order, start=1):
         iv = intervals[i]
+        inside = noise is not None and 0 < iv.estimate <= noise.kl_mean
         if i == best:
             rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
-                                       iv.standard_error, n, True, False, None, None, None, "best"))
+                                       iv.standard_error, n, True, False, None, None, None, "best",
+                                       rests_on_too_few_windows=few[i], percentile_ci=percentile[i],
+                                       inside_repeat_floor=inside))
             continue
         significant = rejected[(min(i, best), max(i, best))]
         stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, noise, windows,
@@ -172,16 +190,18 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         tied = stats.outcome in ("indistinguishable", "within_noise")
         rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
                                    iv.standard_error, n, False, tied, stats.interval, stats.ratio,
-                                   stats.outcome, stats.verdict, stats.provisional))
+                                   stats.outcome, stats.verdict, stats.provisional,
+                                   rests_on_too_few_windows=few[i], percentile_ci=percentile[i],
+                                   inside_repeat_floor=inside))
     notes = []
     if k == 1:
         rows = [dataclasses.replace(rows[0], alone=True)]
         notes.append("one report: nothing to rank it against (give two or more reports to compare them)")
     elif k > 2:
-        notes.append(f"ties: paired t-test against the best, Holm-corrected over all {len(pairs)} pairs of "
-                     f"candidates (at most 5 % chance of any false 'not tied')")
+        notes.append(f"ties: sign-flip test over windows against the best, Holm-corrected over all "
+                     f"{len(pairs)} pairs of candidates (at most 5 % chance of any false 'not tied')")
     else:
-        notes.append("ties: paired t-test against the best (95 %)")
+        notes.append("ties: sign-flip test over windows against the best (95 %)")
     for i in order:
         counts = values[i].infinite_kl_rows
         if counts is not None and counts.any():
@@ -190,16 +210,24 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     if n < MIN_VERDICT_WINDOWS and k > 1:
         notes.append(f"too few windows ({n}) for a verdict: the rows are in order of mean KL only, none is "
                      f"marked best, worse or tied (a verdict needs {MIN_VERDICT_WINDOWS})")
+    floor_note = repeat_floor_note([(label[i], intervals[i].estimate) for i in order],
+                                   None if noise is None else noise.kl_mean)
+    if floor_note:
+        notes.append(floor_note)
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes)
 
 
 def _row_interval(report: ComparisonReport) -> Interval:
-    """A row's mean-KL interval: the report's own (report_interval), so the leaderboard shows what the
-    viewer shows."""
+    """A row's mean-KL interval: the report's headline interval (kl_headline_interval: the report's own,
+    so the leaderboard shows what the viewer shows), the percentile bootstrap's where it has none (under
+    3 windows); the standard error is the bootstrap's."""
     boot = report_interval(report)
-    return Interval(float(boot.estimate), float(boot.standard_error), float(boot.ci95_low),
-                    float(boot.ci95_high), boot.bootstrap_samples or 0)
+    head = kl_headline_interval(report)
+    lo = head.ci95_low if head.ci95_low is not None else boot.ci95_low
+    hi = head.ci95_high if head.ci95_high is not None else boot.ci95_high
+    return Interval(float(boot.estimate), float(boot.standard_error), float(lo), float(hi),
+                    boot.bootstrap_samples or 0)
 
 
 def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: int = DEFAULT_SAMPLES,

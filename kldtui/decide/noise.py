@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,12 +22,13 @@ from typing import Any, Literal
 import numpy as np
 
 from kldtui.decide.reports import ReportLike, window_values
-from kldtui.decide.verdict import VerdictInterval, plain_number, verdict_interval
+from kldtui.decide.verdict import plain_number
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import logits_manifest_path
+from kldtui.metrics.stats import student_t_interval, t_quantile
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
@@ -36,8 +38,165 @@ PUBLISHED_THRESHOLD = 0.004  # "differences of about 0.004 or less are runtime n
 
 
 @dataclass(frozen=True)
+class RepeatModel:
+    """How far one capture's window means (mean KL against the reference) move between captures of
+    one model, from ``captures`` >= 2 captures of it over the same windows.
+
+    Window mean of capture c at window i: ``mu_i + o_c + e_ci``: ``o_c`` shifts every window of a
+    capture together (*capture-wide* variation, a kernel or batching choice of that run), ``e_ci``
+    is each window's own (*per-window* variation). The per-window variance comes from the residuals
+    of that additive fit ((n - 1)(C - 1) degrees of freedom); the variance of the captures' mean KL
+    from the spread of their means (C - 1 degrees of freedom), so the capture-wide part needs at
+    least three captures (two repeats): with one repeat the single offset seen cannot be told from
+    a real difference, and the model says so (:meth:`provisional_reason`).
+    """
+
+    window_index: tuple[int, ...]
+    captures: int
+    per_window_var: float  # sigma_e^2
+    capture_means_var: float  # variance of one capture's mean KL over all windows (C - 1 df)
+    # per capture, the window means (C x n), when the captures were given; None for a model kept as
+    # the per-window differences of two captures (older files)
+    kl: tuple[tuple[float, ...], ...] | None = None
+    sources: tuple[str, ...] = ()
+    differences: tuple[float, ...] | None = None  # capture 2 - capture 1 per window (two captures)
+
+    @classmethod
+    def from_captures(cls, kl: np.ndarray, window_index: Sequence[int],
+                      sources: Sequence[str]) -> RepeatModel:
+        """From window means ``kl`` (captures x windows) of captures of one model."""
+        k = np.asarray(kl, dtype=np.float64)
+        c, n = k.shape
+        if c < 2 or n < 2:
+            raise ValueError("a repeat model needs at least 2 captures of at least 2 windows")
+        means = k.mean(axis=1)
+        resid = k - means[:, None] - k.mean(axis=0)[None, :] + k.mean()
+        return cls(tuple(int(w) for w in window_index), c,
+                   float((resid ** 2).sum() / ((c - 1) * (n - 1))), float(means.var(ddof=1)),
+                   tuple(tuple(float(v) for v in row) for row in k), tuple(sources),
+                   tuple(float(v) for v in k[1] - k[0]) if c == 2 else None)
+
+    @classmethod
+    def from_differences(cls, differences: dict[int, float], source: str | None) -> RepeatModel:
+        """The model of two captures kept as their per-window differences (files before repeat models)."""
+        idx = sorted(differences)
+        r = np.array([differences[w] for w in idx], dtype=np.float64)
+        return cls(tuple(idx), 2, float(r.var(ddof=1) / 2.0), float(r.mean() ** 2 / 2.0), None,
+                   (source,) if source else (), tuple(float(v) for v in r))
+
+    @property
+    def windows(self) -> int:
+        return len(self.window_index)
+
+    @property
+    def capture_wide_measured(self) -> bool:
+        return self.captures >= 3
+
+    @property
+    def per_window_sd(self) -> float:
+        return math.sqrt(max(self.per_window_var, 0.0))
+
+    @property
+    def capture_wide_sd(self) -> float | None:
+        """The capture-wide offset's standard deviation (None with one repeat: not measurable)."""
+        if not self.capture_wide_measured:
+            return None
+        return math.sqrt(max(self.capture_means_var - self.per_window_var / self.windows, 0.0))
+
+    def _group(self, window_indices: Iterable[int]) -> list[int]:
+        idx = [int(w) for w in window_indices]
+        have = set(self.window_index)
+        return idx if len(idx) >= 2 and all(w in have for w in idx) else list(self.window_index)
+
+    def variation_for(self, window_indices: Iterable[int]) -> float:
+        """What verdicts hold B - A (two single captures) against over these windows.
+
+        Two repeats or more: the 95 % prediction bound of the difference between two new captures'
+        mean KL over the group, ``t(C - 1) sqrt(2) tau``, with ``tau^2`` the variance of the captures'
+        means over the group's own windows (capture-wide plus per-window / group size, whatever the
+        windows' own noise; C - 1 degrees of freedom). One repeat: the larger end, in
+        size, of the 95 % interval of the one observed repeat difference over the group (what earlier
+        versions used; it cannot see capture-wide offsets, see :meth:`provisional_reason`)."""
+        group = self._group(window_indices)
+        if self.capture_wide_measured and self.kl is not None:
+            pos = {w: i for i, w in enumerate(self.window_index)}
+            cols = [pos[w] for w in group]
+            means = np.asarray(self.kl, dtype=np.float64)[:, cols].mean(axis=1)  # each capture's group mean
+            return t_quantile(0.975, self.captures - 1) * math.sqrt(2.0 * float(means.var(ddof=1)))
+        r = self.repeat_differences(group)
+        _, _, lo, hi, _ = student_t_interval(r, 0.95)
+        return max(abs(lo), abs(hi))
+
+    def repeat_differences(self, group: Sequence[int]) -> np.ndarray:
+        """Capture 2 - capture 1 per window of ``group`` (two-capture models)."""
+        pos = {w: i for i, w in enumerate(self.window_index)}
+        if self.differences is not None:
+            return np.array([self.differences[pos[w]] for w in group], dtype=np.float64)
+        assert self.kl is not None
+        return np.array([self.kl[1][pos[w]] - self.kl[0][pos[w]] for w in group], dtype=np.float64)
+
+    def provisional_reason(self) -> str | None:
+        if self.capture_wide_measured:
+            return None
+        return ("the noise model has one repeat capture, which cannot tell an offset shared by every window "
+                "of a capture from a real difference (capture once more and give all captures to "
+                "kldtui noise)")
+
+    def describe(self) -> str:
+        overall = self.variation_for([])
+        if self.capture_wide_measured:
+            return (f"measured repeat variation {plain_number(overall)} from {self.captures} captures of one "
+                    f"candidate over {self.windows} windows: a capture's mean KL moves by sd "
+                    f"{plain_number(math.sqrt(max(self.capture_means_var, 0.0)))} between captures "
+                    f"(capture-wide sd {plain_number(self.capture_wide_sd or 0.0)}, per-window sd "
+                    f"{plain_number(self.per_window_sd)}); B - A must clear {plain_number(overall)}")
+        r = self.repeat_differences(list(self.window_index))
+        return (f"measured repeat variation {plain_number(overall)} from 2 captures of one candidate over "
+                f"{self.windows} windows (per-window sd {plain_number(self.per_window_sd)}; the repeat moved "
+                f"the mean KL by {plain_number(float(r.mean()))}); an offset shared by every window of a "
+                "capture is not measured with one repeat, so named differences stay provisional")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"definition": ("window mean of capture c at window i = mu_i + o_c + e_ci: o_c capture-wide, "
+                               "e_ci per-window; each capture compared with the same reference"),
+                "captures": self.captures, "windows": self.windows, "window_index": list(self.window_index),
+                "per_window_sd": self.per_window_sd,
+                "per_window_df": (self.captures - 1) * (self.windows - 1),
+                "capture_means_sd": math.sqrt(max(self.capture_means_var, 0.0)),
+                "capture_wide_sd": self.capture_wide_sd, "capture_wide_df": self.captures - 1,
+                "capture_wide_measured": self.capture_wide_measured,
+                "repeat_variation": self.variation_for([]),
+                "sources": list(self.sources),
+                "kl_mean": [list(row) for row in self.kl] if self.kl is not None else None}
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str) -> RepeatModel:
+        """Read :meth:`to_dict`'s output back, checking every value (one line on a problem)."""
+        def bad(what: str) -> BadInput:
+            return BadInput(f"{where}: repeat_model {what}; write the file again with kldtui noise")
+
+        if not isinstance(doc, dict):
+            raise bad("is not an object")
+        idx, kl = doc.get("window_index"), doc.get("kl_mean")
+        if not isinstance(idx, list) or len(idx) < 2 or not all(isinstance(w, int) and not isinstance(w, bool)
+                                                                for w in idx) or len(set(idx)) != len(idx):
+            raise bad("has no list of at least 2 distinct window indices")
+        if not isinstance(kl, list) or len(kl) < 2 or not all(isinstance(row, list) and len(row) == len(idx)
+                                                              for row in kl):
+            raise bad("needs kl_mean: one list per capture (at least 2), one value per window")
+        values = np.array(kl, dtype=object)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                   for v in values.ravel()):
+            raise bad("kl_mean holds a value that is not a finite non-negative number")
+        sources = doc.get("sources") or []
+        return cls.from_captures(np.array(kl, dtype=np.float64), idx,
+                                 [str(s) for s in sources] if isinstance(sources, list) else [])
+
+
+@dataclass(frozen=True)
 class NoiseFloor:
-    """A noise floor. ``per_window`` maps window index to that window's repeat KL."""
+    """A noise model. ``per_window`` maps window index to that window's repeat KL (between captures);
+    ``repeat`` is the repeat variation of the metric (captures each compared with the reference)."""
 
     kind: Literal["measured", "published"]
     source: str
@@ -54,29 +213,37 @@ class NoiseFloor:
     # (the same for capture 1). Empty when only the repeat KL between captures is known.
     metric_per_window: dict[int, float] = field(default_factory=dict)
     metric_source: str | None = None
+    repeat: RepeatModel | None = None
+
+    def __post_init__(self) -> None:
+        if self.repeat is None and len(self.metric_per_window) >= 2:
+            object.__setattr__(self, "repeat", RepeatModel.from_differences(self.metric_per_window,
+                                                                            self.metric_source))
 
     @property
     def has_metric(self) -> bool:
-        return len(self.metric_per_window) >= 2
+        return self.repeat is not None
 
-    def metric_interval(self, window_indices: Iterable[int] | None = None) -> VerdictInterval | None:
-        """The paired interval of the metric's repeat difference over the given windows (all when
-        None, or when the model does not cover them all)."""
-        if not self.has_metric:
+    def metric_interval(self, window_indices: Iterable[int] | None = None,
+                        ) -> tuple[float, float, float, int] | None:
+        """Two-capture models: the 95 % t interval of the repeat difference over the given windows (all
+        when None, or when the model does not cover them all): ``(estimate, low, high, windows)``."""
+        if self.repeat is None or self.repeat.capture_wide_measured:
             return None
-        idx = [int(w) for w in window_indices] if window_indices is not None else []
-        if len(idx) < 2 or not all(w in self.metric_per_window for w in idx):
-            idx = sorted(self.metric_per_window)
-        return verdict_interval([self.metric_per_window[w] for w in idx])
+        group = self.repeat._group(window_indices or [])
+        r = self.repeat.repeat_differences(group)
+        est, _, lo, hi, _ = student_t_interval(r, 0.95)
+        return est, lo, hi, len(group)
 
     def repeat_variation_for(self, window_indices: Iterable[int]) -> float | None:
-        """How far this metric (a mean KL against the reference) can move between two captures of one
-        model over these windows: the larger end, in size, of the 95 % interval of its repeat
-        difference. None without a measured metric."""
-        iv = self.metric_interval(window_indices)
-        if iv is None or iv.ci95_low is None or iv.ci95_high is None:
-            return None
-        return max(abs(iv.ci95_low), abs(iv.ci95_high))
+        """How far this metric (a mean KL against the reference) can move between captures of one model
+        over these windows (:meth:`RepeatModel.variation_for`). None without a measured metric."""
+        return self.repeat.variation_for(window_indices) if self.repeat is not None else None
+
+    def provisional_reason(self) -> str | None:
+        """Why a difference that clears this model's repeat variation is still provisional (None: it is
+        not)."""
+        return self.repeat.provisional_reason() if self.repeat is not None else None
 
     def threshold_for(self, window_indices: Iterable[int]) -> float:
         """The threshold for a group of windows.
@@ -94,15 +261,9 @@ class NoiseFloor:
 
     def describe(self) -> str:
         """One line: which noise model and where it came from, in a quantization engineer's words."""
-        if self.has_metric:
-            iv = self.metric_interval()
-            assert iv is not None
-            lo, hi = plain_number(iv.ci95_low or 0.0), plain_number(iv.ci95_high or 0.0)
-            return (f"measured repeat variation {plain_number(self.repeat_variation_for([]) or 0.0)}: two "
-                    "captures of one candidate moved its mean KL against the reference by "
-                    f"{plain_number(iv.estimate)} (95 % interval {lo} to {hi}) over "
-                    f"{iv.windows} windows ({self.metric_source or self.source}); repeat KL between the "
-                    + (f"captures {self.kl_mean:.4g}" if self.kl_mean > 0 else "captures not measured"))
+        if self.repeat is not None:
+            between = (f"; repeat KL between captures {self.kl_mean:.4g}" if self.threshold > 0 else "")
+            return f"{self.repeat.describe()} ({self.metric_source or self.source}){between}"
         if self.kind == "published":
             return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
                     f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
@@ -128,24 +289,37 @@ class NoiseFloor:
             ],
         }
         data.update(self.extra)
-        if self.has_metric:
-            iv = self.metric_interval()
-            assert iv is not None
-            data["metric_repeat"] = {
-                "definition": "per window: mean KL(reference || capture 2) - mean KL(reference || capture 1)",
-                "source": self.metric_source, "interval": iv.to_dict(),
-                "repeat_variation": self.repeat_variation_for([]),
-                "per_window": [{"window_index": w, "difference": v}
-                               for w, v in sorted(self.metric_per_window.items())]}
+        rep = self.repeat
+        if rep is not None:
+            data["repeat_model"] = rep.to_dict()
+            if rep.captures == 2:  # the two-capture form earlier versions read
+                interval = self.metric_interval()
+                assert interval is not None
+                est, lo, hi, windows = interval
+                data["metric_repeat"] = {
+                    "definition": ("per window: mean KL(reference || capture 2) - mean KL(reference || "
+                                   "capture 1)"),
+                    "source": self.metric_source,
+                    "interval": {"method": "paired Student-t over windows", "level": 0.95, "estimate": est,
+                                 "ci95_low": lo, "ci95_high": hi, "windows": windows},
+                    "repeat_variation": self.repeat_variation_for([]),
+                    "per_window": [{"window_index": w, "difference": float(v)} for w, v in
+                                   zip(rep.window_index, rep.repeat_differences(list(rep.window_index)),
+                                       strict=True)]}
         return data
 
     def summary(self) -> dict[str, Any]:
-        """What a report records under ``noise_floor`` (REPORT.md): source, kl_mean, threshold."""
-        out = {"source": self.describe(), "kind": self.kind, "kl_mean": self.kl_mean,
-               "threshold": self.threshold,
-               "model": "repeat_variation" if self.has_metric else "repeat_kl"}
-        if self.has_metric:
+        """What ``diff`` and ``leaderboard`` record under ``noise_floor``: source, kl_mean, threshold, and
+        the repeat model's figures when measured."""
+        out: dict[str, Any] = {"source": self.describe(), "kind": self.kind, "kl_mean": self.kl_mean,
+                               "threshold": self.threshold,
+                               "model": "repeat_variation" if self.has_metric else "repeat_kl"}
+        if self.repeat is not None:
             out["repeat_variation"] = self.repeat_variation_for([])
+            out["captures"] = self.repeat.captures
+            out["per_window_sd"] = self.repeat.per_window_sd
+            out["capture_wide_sd"] = self.repeat.capture_wide_sd
+            out["capture_wide_measured"] = self.repeat.capture_wide_measured
         return out
 
 
@@ -256,7 +430,9 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
         if rev is not None:
             per_rev[w] = rev
     known = {"format", "kind", "source", "kl_mean", "kl_reverse_mean", "threshold",
-             "suite_token_hash_sha256", "run1", "run2", "per_window", "metric_repeat"}
+             "suite_token_hash_sha256", "run1", "run2", "per_window", "metric_repeat", "repeat_model"}
+    repeat = (RepeatModel.from_dict(doc["repeat_model"], str(p)) if doc.get("repeat_model") is not None
+              else None)
     metric: dict[int, float] = {}
     metric_doc = doc.get("metric_repeat")
     if metric_doc is not None:
@@ -272,7 +448,7 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
                 raise BadInput(f"{p}: metric_repeat entry {entry!r} needs an integer window_index and a "
                                "finite difference; write the file again with kldtui noise")
             metric[w] = float(v)
-    return NoiseFloor(
+    floor = NoiseFloor(
         kind=kind,
         source=str(doc.get("source") or p),
         kl_mean=_num(doc, "kl_mean", str(p)),  # type: ignore[arg-type]
@@ -286,7 +462,14 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
         extra={k: v for k, v in doc.items() if k not in known},
         metric_per_window=metric,
         metric_source=metric_doc.get("source") if isinstance(metric_doc, dict) else None,
+        repeat=repeat,
     )
+    if not floor.has_metric and floor.threshold <= 0:
+        raise BadInput(f"{p}: the noise model measures nothing (no repeat variation of the metric and a "
+                       "repeat KL of 0, as earlier versions wrote for one-window reports); measure it again "
+                       "with "
+                       "kldtui noise from captures of at least 2 windows")
+    return floor
 
 
 # Default of a ``noise`` argument: the floor resolve_floor gives for the reports' suite (None is "no
@@ -351,11 +534,16 @@ def _model_of(manifest: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def different_models(dir1: Any, dir2: Any) -> str | None:
-    """Why two capture folders are not two captures of one model, or None when they may be (also when
-    their manifests cannot be read: the check needs them)."""
+    """Why two capture folders are not two captures of one model, or None when they may be. A folder
+    whose manifest cannot be read is a reason too: the check needs both manifests (earlier versions
+    accepted two unreadable folders as a repeat)."""
     m1, m2 = _manifest(dir1), _manifest(dir2)
-    if m1 is None or m2 is None:
-        return None
+    for folder, manifest in ((dir1, m1), (dir2, m2)):
+        if manifest is None:
+            shown = folder if isinstance(folder, str) and folder else "(no capture folder recorded)"
+            return (f"cannot check that they are captures of one model: the capture folder {shown} has no "
+                    "readable manifest.json")
+    assert m1 is not None and m2 is not None
     kinds = {m1.get("kind"), m2.get("kind")}
     if "reference" in kinds and kinds != {"reference"}:
         ref = dir1 if m1.get("kind") == "reference" else dir2
@@ -368,54 +556,71 @@ def different_models(dir1: Any, dir2: Any) -> str | None:
 
 def check_repeat_capture(document: ReportLike, where: str, allow_different_models: bool) -> None:
     """Refuse a comparison report as 'two captures of one model' when its two sides are different
-    models (e.g. the reference against a quantized candidate), unless told otherwise."""
+    models (e.g. the reference against a quantized candidate), or cannot be checked, unless told
+    otherwise."""
     if allow_different_models:
         return
     report = as_report(document, where)
     why = different_models(report.reference_dir, report.candidate_dir)
     if why:
-        raise BadInput(f"{where}: not two captures of one model ({why}); give a report of two captures of "
-                       "the same model, or add --allow-different-models if that is really meant")
+        raise BadInput(f"{where}: not shown to be two captures of one model ({why}); give a report of two "
+                       "captures of the same model, or add --allow-different-models if that is really meant")
 
 
-def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *, where1: str, where2: str,
+def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *more_docs: ReportLike,
+                               where1: str, where2: str, where_more: Sequence[str] = (),
                                repeat: ReportLike | None = None, where_repeat: str = "repeat report",
                                allow_different_models: bool = False) -> NoiseFloor:
-    """The measured noise model from two captures of one candidate, each compared with the reference:
-    the repeat variation of the metric (per-window difference of their mean KL against the reference),
+    """The measured noise model from captures of one candidate, each compared with the same reference
+    (two at least; three or more also measure the capture-wide variation, see :class:`RepeatModel`),
     and, when ``repeat`` (capture 2 compared with capture 1) is given, the repeat KL between them."""
     from kldtui.decide.reports import check_same_suite
 
-    first, second = as_report(first_doc, where1), as_report(second_doc, where2)
-    checked = check_same_suite(first, second, where1, where2)
-    c1, c2 = first.candidate_dir, second.candidate_dir
-    if c1 and c2 and os.path.normpath(str(c1)) == os.path.normpath(str(c2)):
-        raise BadInput(f"{where1} and {where2} compare the same capture ({c1}); capture the candidate a "
-                       "second time, compare it, and give both reports")
-    v1, v2 = window_values(first, where1), window_values(second, where2)
-    if np.array_equal(v1.kl_mean, v2.kl_mean):
-        raise BadInput(f"{where1} and {where2} have identical per-window KL: they are one capture twice; "
-                       "capture the candidate a second time")
-    if not allow_different_models:
-        why = different_models(c1, c2)
-        if why:
-            raise BadInput(f"{where1} and {where2} are not two captures of one model ({why}); add "
-                           "--allow-different-models if that is really meant")
-    metric = {int(w): float(b - a) for w, a, b in zip(v1.window_index, v1.kl_mean, v2.kl_mean, strict=True)}
+    docs = [first_doc, second_doc, *more_docs]
+    wheres = [where1, where2, *where_more]
+    if len(wheres) != len(docs):
+        raise ValueError("one name per report")
+    reports = [as_report(d, w) for d, w in zip(docs, wheres, strict=True)]
+    for r, w in zip(reports[1:], wheres[1:], strict=True):
+        check_same_suite(reports[0], r, wheres[0], w)
+    values = [window_values(r, w) for r, w in zip(reports, wheres, strict=True)]
+    dirs = [r.candidate_dir for r in reports]
+    for i in range(len(reports)):
+        for j in range(i + 1, len(reports)):
+            ci, cj = dirs[i], dirs[j]
+            if ci and cj and os.path.normpath(str(ci)) == os.path.normpath(str(cj)):
+                raise BadInput(f"{wheres[i]} and {wheres[j]} compare the same capture ({ci}); capture the "
+                               "candidate again, compare it, and give every capture's report once")
+            if np.array_equal(values[i].kl_mean, values[j].kl_mean):
+                raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL: they are one "
+                               "capture twice; capture the candidate again")
+            if not allow_different_models:
+                why = different_models(ci, cj)
+                if why:
+                    raise BadInput(f"{wheres[i]} and {wheres[j]}: not shown to be captures of one model "
+                                   f"({why}); add --allow-different-models if they really are")
+    n = values[0].n
     base: NoiseFloor | None = None
     if repeat is not None:
         check_repeat_capture(repeat, where_repeat, allow_different_models)
         base = floor_from_reports(repeat, None, source=f"report {where_repeat}", where=where_repeat)
-    source = f"{where1} and {where2}"
-    del checked  # pairing is checked above; the source stays short
+    if n < 2:
+        if base is None:
+            raise BadInput(f"{where1}: one window only: the repeat variation of the metric needs at least 2 "
+                           "windows; compare the captures over more windows (or give --repeat-report for the "
+                           "repeat KL alone)")
+        return base
+    source = " and ".join(wheres) if len(wheres) == 2 else f"{len(wheres)} captures ({', '.join(wheres)})"
+    model = RepeatModel.from_captures(np.stack([v.kl_mean for v in values]), values[0].window_index.tolist(),
+                                      wheres)
     return NoiseFloor(
         kind="measured", source=source, kl_mean=base.kl_mean if base else 0.0,
         threshold=base.threshold if base else 0.0,
         kl_reverse_mean=base.kl_reverse_mean if base else None,
-        suite_token_hash_sha256=first.suite_token_hash_sha256,
+        suite_token_hash_sha256=reports[0].suite_token_hash_sha256,
         per_window=base.per_window if base else {},
         per_window_reverse=base.per_window_reverse if base else {},
-        run1=str(c1) if c1 else None, run2=str(c2) if c2 else None,
+        run1=str(dirs[0]) if dirs[0] else None, run2=str(dirs[1]) if dirs[1] else None,
         extra={"created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "windows": v1.n, "reference_dir": first.reference_dir},
-        metric_per_window=metric, metric_source=source)
+               "windows": n, "reference_dir": reports[0].reference_dir},
+        metric_source=source, repeat=model)

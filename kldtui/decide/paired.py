@@ -28,20 +28,25 @@ from kldtui.decide.reports import (
     report_name,
     window_values,
 )
+from kldtui.decide.verdict import METHOD as VERDICT_METHOD
 from kldtui.decide.verdict import (
     MIN_VERDICT_WINDOWS,
     Outcome,
     VerdictInterval,
     decide,
+    evidence,
+    family_decisions,
     infinite_note,
     noise_words,
+    plain_number,
     sentence,
 )
 from kldtui.decide.verdict import verdict_interval as verdict_interval
 from kldtui.errors import BadInput
 from kldtui.formats.report import load_report
-from kldtui.formats.report_model import as_report
+from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
+from kldtui.metrics.inference import flip_ratio_interval
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 1
@@ -218,14 +223,16 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
                   window_indices: Sequence[int], name_a: str, name_b: str,
                   path_a: str | None = None, path_b: str | None = None,
                   significant: bool | None = None, infinite_a: np.ndarray | None = None,
-                  infinite_b: np.ndarray | None = None) -> PairedStats:
+                  infinite_b: np.ndarray | None = None, iv: VerdictInterval | None = None) -> PairedStats:
     """One group of windows: the percentile bootstrap (compatibility fields), the verdict interval
-    and the decision (:mod:`kldtui.decide.verdict`). ``infinite_a``/``infinite_b``: per-window counts
-    of positions with infinite KL (left out of the window means); the sentence says so."""
+    and the decision (:mod:`kldtui.decide.verdict`). ``significant``: the family's decision for this
+    group (Holm over every verdict given together); ``iv``: the group's verdict interval when the
+    caller has it. ``infinite_a``/``infinite_b``: per-window counts of positions with infinite KL
+    (left out of the window means); the sentence says so."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     diff, ratio = paired_bootstrap(a, b, indices)
-    iv = verdict_interval(b - a)
+    iv = iv if iv is not None else verdict_interval(a, b)
     decision = decide(iv, noise, window_indices, significant=significant)
     better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
     text = sentence(decision, iv, float(a.mean()), name_a, name_b, confirm_command(better, better_path))
@@ -251,6 +258,79 @@ def _infinite(counts: np.ndarray | None, windows: list[int]) -> tuple[int, list[
 
 
 @dataclass(frozen=True)
+class FigureDiff:
+    """One figure users rank by (the reports' registered per-row figures, and JS), A against B: each
+    side's value and the mean of the per-window differences B - A with the sign-flip test's 95 %
+    interval over windows (exact when the differences are symmetric about their mean)."""
+
+    name: str
+    label: str
+    unit: str | None
+    better: str | None
+    a: float
+    b: float
+    difference: float
+    ci95_low: float | None
+    ci95_high: float | None
+    windows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "unit": self.unit, "better": self.better, "a": self.a, "b": self.b,
+                "difference_b_minus_a": self.difference, "ci95_low": self.ci95_low,
+                "ci95_high": self.ci95_high, "windows": self.windows,
+                "method": "sign-flip test of the per-window differences, 95 %"}
+
+
+def figure_differences(a: ComparisonReport, b: ComparisonReport) -> list[FigureDiff]:
+    """:class:`FigureDiff` for every figure both reports carry per window (windows in the same order:
+    the caller checked the pairing)."""
+    ta, tb = a.window_table(), b.window_table()
+    oa = sorted(range(len(ta.window_index)), key=lambda i: ta.window_index[i])
+    ob = sorted(range(len(tb.window_index)), key=lambda i: tb.window_index[i])
+    columns: list[tuple[str, str, str | None, str | None, list[float | None], list[float | None]]] = []
+    if ta.js_mean is not None and tb.js_mean is not None:
+        columns.append(("js_mean", "JS", None, "lower", list(ta.js_mean), list(tb.js_mean)))
+    for name, summary in (a.figures or {}).items():
+        other = (b.figures or {}).get(name)
+        if other is None or name not in ta.figures or name not in tb.figures:
+            continue
+        columns.append((name, summary.label, summary.unit, summary.better, list(ta.figures[name]),
+                        list(tb.figures[name])))
+    out = []
+    for name, label, unit, better, col_a, col_b in columns:
+        va = np.array([np.nan if col_a[i] is None else col_a[i] for i in oa], dtype=np.float64)
+        vb = np.array([np.nan if col_b[i] is None else col_b[i] for i in ob], dtype=np.float64)
+        ok = np.isfinite(va) & np.isfinite(vb)
+        if ok.sum() < 1:
+            continue
+        d = vb[ok] - va[ok]
+        lo = hi = None
+        if d.size >= 3:
+            low, high = flip_ratio_interval(np.ones_like(d), d)
+            lo, hi = float(low), float(high)
+        out.append(FigureDiff(name, label, unit, better, float(va[ok].mean()), float(vb[ok].mean()),
+                              float(d.mean()), lo, hi, int(d.size)))
+    return out
+
+
+def repeat_floor_note(names_means: Sequence[tuple[str, float]], repeat_kl: float | None) -> str | None:
+    """The note for candidates whose mean KL sits inside the repeat floor (``repeat_kl``: the KL between
+    two captures of one model), where KLD stops predicting task accuracy; None when none does or no
+    repeat KL is known. diff, the leaderboard and the viewer show it."""
+    if repeat_kl is None or not repeat_kl > 0:
+        return None
+    inside = [(n, m) for n, m in names_means if m <= repeat_kl]
+    if not inside:
+        return None
+    shown = ", ".join(f"{n} ({plain_number(m)})" for n, m in inside)
+    return (f"inside the repeat floor: {shown} {'has' if len(inside) == 1 else 'have'} a mean KL no larger "
+            f"than the KL between two captures of one model ({plain_number(repeat_kl)}); at that level "
+            "KLD "
+            "stops predicting task accuracy (published work finds the KLD-to-benchmark correlation near zero "
+            "among near-baseline quants): rank these by task accuracy instead")
+
+
+@dataclass(frozen=True)
 class PairedDiff:
     """``kldtui diff``'s result: B compared with A, overall and per domain."""
 
@@ -271,6 +351,7 @@ class PairedDiff:
     notes: list[str] = field(default_factory=list)
     infinite_a: list[int] = field(default_factory=list)  # per window: positions with infinite KL
     infinite_b: list[int] = field(default_factory=list)
+    figures: list[FigureDiff] = field(default_factory=list)  # the other figures users rank by, A vs B
 
     @property
     def verdict(self) -> str:
@@ -303,10 +384,12 @@ class PairedDiff:
             "noise_floor": self.noise_floor,
             "noise_floor_used": self.noise_source,
             "noise_model": self.noise_source,
-            "verdict_method": {"interval": "paired Student-t over windows, 95 %",
-                               "min_windows": MIN_VERDICT_WINDOWS},
+            "verdict_method": {"interval": VERDICT_METHOD, "level": 0.95,
+                               "min_windows": MIN_VERDICT_WINDOWS,
+                               "family": "Holm over the overall and per-domain verdicts, family-wise 5 %"},
             "verdict": self.verdict,
             "notes": self.notes,
+            "figures": {f.name: f.to_dict() for f in self.figures},
         }
 
 
@@ -367,17 +450,34 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         notes.append("the published repeat KL was measured on window 0 only and applies to every window")
     pa = None if path_a is None else str(path_a)
     pb = None if path_b is None else str(path_b)
+    # the overall verdict and every domain's are one family: Holm over those that get a verdict
+    masks = [np.ones(va.n, dtype=bool)] + [np.array([x == d for x in va.domain]) for d in va.domains()]
+    # a domain is checked for difficulty dependence where all the windows show it (verdict.evidence)
+    outer = evidence(va.kl_mean, vb.kl_mean) if va.n >= 3 else None
+    ivs = [verdict_interval(va.kl_mean[m], vb.kl_mean[m], within=None if k == 0 else outer)
+           for k, m in enumerate(masks)]
+    significant = family_decisions([1.0 if iv.p_value is None else iv.p_value for iv in ivs],
+                                   [iv.windows for iv in ivs])
     overall = compare_group(va.kl_mean, vb.kl_mean, draw_indices(va.n, samples, seed), noise,
-                            va.window_index.tolist(), name_a, name_b, pa, pb,
-                            infinite_a=va.infinite_kl_rows, infinite_b=vb.infinite_kl_rows)
+                            va.window_index.tolist(), name_a, name_b, pa, pb, significant=significant[0],
+                            infinite_a=va.infinite_kl_rows, infinite_b=vb.infinite_kl_rows, iv=ivs[0])
     domains: dict[str, PairedStats] = {}
-    for d in va.domains():
-        mask = np.array([x == d for x in va.domain])
+    for k, d in enumerate(va.domains(), start=1):
+        mask = masks[k]
         domains[d] = compare_group(va.kl_mean[mask], vb.kl_mean[mask],
                                    draw_indices(int(mask.sum()), samples, seed), noise,
                                    va.window_index[mask].tolist(), name_a, name_b, pa, pb,
+                                   significant=significant[k],
                                    infinite_a=_part(va.infinite_kl_rows, mask),
-                                   infinite_b=_part(vb.infinite_kl_rows, mask))
+                                   infinite_b=_part(vb.infinite_kl_rows, mask), iv=ivs[k])
+    family = sum(1 for iv in ivs if iv.windows >= MIN_VERDICT_WINDOWS)
+    if family > 1:
+        notes.append(f"the overall and per-domain verdicts are held together: Holm's correction over the "
+                     f"{family} verdicts keeps the chance of any false winner among them at 5 %")
+    floor_note = repeat_floor_note([(name_a, overall.mean_a), (name_b, overall.mean_b)],
+                                   None if noise is None else noise.kl_mean)
+    if floor_note:
+        notes.append(floor_note)
     few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]
     if few:
         notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} windows: "
@@ -391,7 +491,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         infinite_a=[] if va.infinite_kl_rows is None else va.infinite_kl_rows.tolist(),
         infinite_b=[] if vb.infinite_kl_rows is None else vb.infinite_kl_rows.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
-        noise_floor=noise.summary() if noise else None, notes=notes)
+        noise_floor=noise.summary() if noise else None, notes=notes, figures=figure_differences(a, b))
 
 
 def _part(counts: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:

@@ -1,68 +1,273 @@
-"""Verdicts: the paired Student-t interval of B - A over windows, the decision rule and its sentence.
+"""Verdicts: the evidence that B differs from A over windows, the decision rule and its sentence.
 
 One place decides for ``diff``, leaderboard ties and the dashboard (docs/STATISTICS.md has the
-simulation that chose the method and the measured error rates):
+simulation that chose every rule and the error rates it measured):
 
-- the interval is the paired Student-t interval of the per-window differences B - A (window
-  means of KL(reference || candidate)); fewer than :data:`MIN_VERDICT_WINDOWS` windows give no
-  verdict, only the estimate;
-- an interval that includes 0 names no winner;
-- with a measured repeat variation of the metric (``kldtui noise`` from two captures of one
-  candidate), a difference must clear it; with only a repeat KL between captures (the published
-  figure, or an old floor) a difference is named but marked *provisional* when it is smaller than
-  that figure; with no noise model at all it is named and marked provisional too.
+- the test is the **sign-flip test** of B - A over windows (exact whenever swapping A and B inside
+  a window changes nothing in distribution), and the headline interval is the one it gives for
+  the ratio ``mean(B) / mean(A)`` (:mod:`kldtui.metrics.inference`);
+- where the two candidates' KL grows differently with window difficulty (one quantization hurts
+  hard windows more), the mean over windows rests on the few hardest ones and the windows at hand
+  may hold none of them: the difference must then also be shown by a log-normal model of the
+  windows, which accounts for the unseen hard windows; where the two disagree the verdict is
+  "cannot be calibrated here", with the number of windows that would be needed;
+- fewer than :data:`MIN_VERDICT_WINDOWS` windows give no verdict, only the estimate;
+- several verdicts at once (overall and per domain; the leaderboard's pairs) are held as a family
+  by Holm's procedure (:func:`family_decisions`);
+- with a measured noise model the difference must clear the repeat variation of the metric; with
+  only a repeat KL, or none, a named difference is marked provisional.
+
+:func:`evidence` works on arrays with a leading trial axis as well, so the simulation in
+``benchmarks/verdict_simulation.py`` runs the product's own rule.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from kldtui.metrics.stats import student_t_interval
+from kldtui.metrics import inference as inf
+from kldtui.metrics.stats import holm, t_quantile
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
 
 MIN_VERDICT_WINDOWS = 8
 LEVEL = 0.95
-METHOD = "paired Student-t over windows"
+ALPHA = 1.0 - LEVEL
+METHOD = ("sign-flip test over windows; interval of mean(B) / mean(A) by inverting it; log-normal check "
+          "where the candidates depend differently on window difficulty")
 
-Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable", "too_few_windows"]
+Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable", "too_few_windows",
+                  "cannot_calibrate"]
 
 
-def _json_num(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
+@dataclass(frozen=True)
+class DependenceTier:
+    """Up to a log-scale spread of window means (:func:`kldtui.metrics.inference.upper_spread`): the level
+    of the difficulty-dependence test, and the log-normal check that must then confirm a verdict (Cox's
+    closed form with its standard error widened by ``1 + widen / (n - 1)``, or the generalised pivotal
+    quantity)."""
+
+    up_to: float
+    level: float
+    check: Literal["cox", "gpq"]
+    widen: float = 0.0
+
+
+# The wider the window means spread, the more an unseen hard window moves the mean: the weaker the
+# evidence of dependence that calls for the check, and the more cautious the check. Cox's form is the
+# more powerful check where windows spread little; in few widely spread windows it is liberal (the
+# spreads it rests on are themselves uncertain), so it is widened, and the pivotal quantity, calibrated
+# at any spread, takes over beyond. Chosen on the simulation (docs/STATISTICS.md, "The rule").
+DEPENDENCE_TIERS: tuple[DependenceTier, ...] = (
+    DependenceTier(0.45, 0.10, "cox"),
+    DependenceTier(0.65, 0.20, "cox", widen=2.0),
+    DependenceTier(math.inf, 0.30, "gpq"),
+)
+
+
+def dependence_tier(spread: np.ndarray) -> np.ndarray:
+    """The index in :data:`DEPENDENCE_TIERS` for each spread."""
+    bounds = np.array([t.up_to for t in DEPENDENCE_TIERS[:-1]])
+    out: np.ndarray = np.digitize(np.nan_to_num(np.asarray(spread, dtype=np.float64), nan=0.0), bounds)
+    return out
+
+
+def _json_num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the rule uses about B - A over one group of windows; arrays over leading trial axes
+    (0-d for one group). NaN where a figure does not apply (log-scale figures need positive means)."""
+
+    windows: int
+    mean_a: np.ndarray
+    mean_b: np.ndarray
+    p_flip_worse: np.ndarray  # sign-flip test, one-sided: B's mean larger
+    p_flip_better: np.ndarray
+    ratio_low: np.ndarray  # interval of mean(B) / mean(A) from the sign-flip test
+    ratio_high: np.ndarray
+    log_scale: np.ndarray  # bool: every window mean of A and B is positive
+    spread: np.ndarray  # log-scale spread of the window means (inference.upper_spread)
+    tier: np.ndarray  # index in DEPENDENCE_TIERS (at least the enclosing group's)
+    dependence_t: np.ndarray  # Pitman-Morgan t: > 0 when B's KL grows faster with difficulty
+    dependent: np.ndarray  # bool: the dependence test rejects at its tier's level, here or in the
+    # enclosing group (evidence(within=...))
+    model_low: np.ndarray  # log-normal check: interval of E[B] / E[A]
+    model_high: np.ndarray
+    model_p_worse: np.ndarray
+    model_p_better: np.ndarray
+    model_estimate: np.ndarray
+    null_skewness: np.ndarray
+    needed: np.ndarray  # windows the sign-flip test needs at this skewness
+
+    @property
+    def worse(self) -> np.ndarray:
+        """The direction the windows' mean points: True when B's mean is larger."""
+        out: np.ndarray = self.mean_b > self.mean_a
+        return out
+
+    @property
+    def p_flip(self) -> np.ndarray:
+        """Two-sided p-value of the sign-flip test."""
+        out: np.ndarray = np.minimum(1.0, 2.0 * np.minimum(self.p_flip_worse, self.p_flip_better))
+        return out
+
+    @property
+    def checked(self) -> np.ndarray:
+        """Where the log-normal check must confirm the direction."""
+        out: np.ndarray = self.dependent & self.log_scale
+        return out
+
+    @property
+    def p(self) -> np.ndarray:
+        """Two-sided p-value of the rule (what Holm's procedure takes): the sign-flip test's in the
+        direction the mean points, and where :attr:`checked` the larger of it and the log-normal
+        check's in the same direction (both must show it)."""
+        flip = np.where(self.worse, self.p_flip_worse, self.p_flip_better)
+        model = np.where(self.worse, self.model_p_worse, self.model_p_better)
+        one = np.where(self.checked, np.maximum(flip, np.nan_to_num(model, nan=1.0)), flip)
+        out: np.ndarray = np.minimum(1.0, 2.0 * one)
+        return out
+
+    @property
+    def uncalibrated(self) -> np.ndarray:
+        """The windows' mean would name a winner but the log-normal check does not confirm it, and the
+        sign-flip test needs more windows at this skewness: "cannot be calibrated here"."""
+        out: np.ndarray = (self.checked & (self.p_flip <= ALPHA) & (self.p > ALPHA)
+                           & (self.needed > self.windows))
+        return out
+
+    @property
+    def interval_low(self) -> np.ndarray:
+        """The headline interval of ``mean(B) / mean(A)``: the sign-flip test's, joined with the log-normal
+        model's where the candidates depend differently on window difficulty (:attr:`checked`: then both
+        must exclude 1 for a verdict, and the union says what both allow)."""
+        out: np.ndarray = np.where(self.checked, np.fmin(self.ratio_low, self.model_low), self.ratio_low)
+        return out
+
+    @property
+    def interval_high(self) -> np.ndarray:
+        out: np.ndarray = np.where(self.checked, np.fmax(self.ratio_high, self.model_high), self.ratio_high)
+        return out
+
+
+def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Evidence:
+    """:class:`Evidence` for window means ``a`` and ``b`` (last axis: windows, at least 3).
+
+    ``within``: the evidence of all windows when ``a`` and ``b`` are one domain's. Whether the two
+    candidates depend differently on window difficulty is a property of the candidates, which all the
+    windows show far better than a domain's few: a domain is checked where either shows it, at the more
+    cautious of the two tiers."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    n = a.shape[-1]
+    if n < 3:
+        raise ValueError("evidence needs at least 3 windows")
+    flip = inf.flip_test(a, b)
+    ratio_low, ratio_high = inf.flip_ratio_interval(a, b, LEVEL)
+    log_scale = np.all(a > 0, axis=-1) & np.all(b > 0, axis=-1)
+    safe_a = np.where(log_scale[..., None], a, 1.0)
+    safe_b = np.where(log_scale[..., None], b, 1.0)
+    fit = inf.log_fit(safe_a, safe_b)
+    t = inf.difficulty_dependence(fit)
+    spread = inf.upper_spread(safe_a, safe_b)
+    tier = dependence_tier(spread)
+    crit = np.array([t_quantile(1.0 - tr.level / 2.0, n - 2) for tr in DEPENDENCE_TIERS])[tier]
+    dependent = log_scale & (np.abs(t) > crit)
+    if within is not None:
+        tier = np.maximum(tier, within.tier)
+        dependent = log_scale & (dependent | within.dependent)
+    checks = [inf.lognormal_ratio(fit, LEVEL) if tr.check == "gpq" else inf.cox_ratio(fit, LEVEL, tr.widen)
+              for tr in DEPENDENCE_TIERS]
+
+    def pick(name: str) -> np.ndarray:
+        out: np.ndarray = np.choose(tier, [getattr(c, name) for c in checks])
+        return out
+
+    model = inf.ModelRatio(pick("low"), pick("high"), pick("p_worse"), pick("p_better"), pick("estimate"))
+    skew = inf.null_skewness(fit)
+    nan = np.full(np.shape(log_scale), np.nan)
+
+    def logged(x: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.where(log_scale, x, nan)
+        return out
+
+    return Evidence(
+        windows=n, mean_a=a.mean(axis=-1), mean_b=b.mean(axis=-1),
+        p_flip_worse=flip.p_worse, p_flip_better=flip.p_better, ratio_low=ratio_low, ratio_high=ratio_high,
+        log_scale=log_scale, spread=logged(spread), tier=tier, dependence_t=logged(t), dependent=dependent,
+        model_low=logged(model.low), model_high=logged(model.high), model_p_worse=logged(model.p_worse),
+        model_p_better=logged(model.p_better), model_estimate=logged(model.estimate),
+        null_skewness=logged(skew),
+        needed=np.where(log_scale, inf.windows_needed(skew), float(MIN_VERDICT_WINDOWS)))
+
+
+def family_decisions(p_values: Sequence[float], windows: Sequence[int]) -> list[bool]:
+    """Which verdicts of a family are significant: Holm's procedure (family-wise 5 %) over the
+    groups that can get a verdict (at least :data:`MIN_VERDICT_WINDOWS` windows)."""
+    eligible = [i for i, n in enumerate(windows) if n >= MIN_VERDICT_WINDOWS]
+    rejected = holm([p_values[i] for i in eligible], ALPHA) if eligible else []
+    out = [False] * len(p_values)
+    for i, r in zip(eligible, rejected, strict=True):
+        out[i] = r
+    return out
 
 
 @dataclass(frozen=True)
 class VerdictInterval:
-    """Mean of per-window differences with its 95 % Student-t interval (None below 2 windows)."""
+    """B - A over one group of windows: the estimate and the headline interval the verdict rests on, as
+    the ratio ``mean(B) / mean(A)`` (:attr:`Evidence.interval_low`) and in KL (``ci95_low``/``ci95_high``:
+    the ratio interval's ends times A's mean KL on these windows). None under 3 windows."""
 
     estimate: float
-    standard_error: float | None
     ci95_low: float | None
     ci95_high: float | None
     p_value: float | None
     windows: int
+    mean_a: float = float("nan")
+    ratio: float | None = None
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_flip: float | None = None
+    dependence_t: float | None = None
+    dependent: bool = False
+    spread: float | None = None
+    model_low: float | None = None
+    model_high: float | None = None
+    needed_windows: int | None = None
 
     @property
     def has_interval(self) -> bool:
         return self.ci95_low is not None and self.ci95_high is not None
 
+    @property
+    def standard_error(self) -> None:
+        """Kept for callers of the earlier t interval: the sign-flip interval has no standard error."""
+        return None
+
     def excludes(self, value: float) -> bool:
         return self.has_interval and not self.ci95_low <= value <= self.ci95_high  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
-        def num(x: float | None) -> float | None:
-            return None if x is None else _json_num(x)
-
         return {"method": METHOD, "level": LEVEL, "estimate": _json_num(self.estimate),
-                "standard_error": num(self.standard_error), "ci95_low": num(self.ci95_low),
-                "ci95_high": num(self.ci95_high), "p_value": num(self.p_value), "windows": self.windows,
-                "degrees_of_freedom": self.windows - 1 if self.windows >= 2 else None}
+                "standard_error": None, "ci95_low": _json_num(self.ci95_low),
+                "ci95_high": _json_num(self.ci95_high), "p_value": _json_num(self.p_value),
+                "windows": self.windows, "degrees_of_freedom": None,
+                "ratio": _json_num(self.ratio), "ratio_ci95_low": _json_num(self.ratio_low),
+                "ratio_ci95_high": _json_num(self.ratio_high), "p_value_sign_flip": _json_num(self.p_flip),
+                "difficulty_dependence": {
+                    "pitman_morgan_t": _json_num(self.dependence_t), "dependent": self.dependent,
+                    "log_spread": _json_num(self.spread),
+                    "lognormal_ratio_ci95": [_json_num(self.model_low), _json_num(self.model_high)]},
+                "windows_needed": self.needed_windows}
 
     def text(self, fmt: str = ".4g") -> str:
         if not self.has_interval:
@@ -70,15 +275,45 @@ class VerdictInterval:
         return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
 
 
-def verdict_interval(differences: Sequence[float] | np.ndarray) -> VerdictInterval:
-    """The paired interval of ``mean(differences)`` (B - A per window)."""
-    d = np.asarray(differences, dtype=np.float64).reshape(-1)
-    if d.size == 0:
+def _f(x: np.ndarray | float) -> float:
+    return float(np.asarray(x))
+
+
+def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                     within: Evidence | None = None) -> VerdictInterval:
+    """The :class:`VerdictInterval` of B - A for window means ``a`` and ``b`` (one group); ``within``: the
+    evidence of all windows when the group is one domain (:func:`evidence`)."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    if a.size == 0:
         raise ValueError("no windows")
-    if d.size < 2:
-        return VerdictInterval(float(d.mean()), None, None, None, None, int(d.size))
-    est, se, lo, hi, p = student_t_interval(d, LEVEL)
-    return VerdictInterval(est, se, lo, hi, p, int(d.size))
+    est = float(b.mean() - a.mean())
+    if a.size < 3:
+        return VerdictInterval(est, None, None, None, int(a.size), mean_a=float(a.mean()))
+    ev = evidence(a, b, within=within)
+    mean_a = _f(ev.mean_a)
+    ratio = _f(ev.mean_b) / mean_a if mean_a > 0 else None
+    log_scale = bool(ev.log_scale)
+    needed = int(_f(ev.needed)) if log_scale else None
+    r_lo, r_hi = _f(ev.interval_low), _f(ev.interval_high)
+    lo = hi = None
+    if mean_a > 0:
+        lo, hi = (r_lo - 1.0) * mean_a, (r_hi - 1.0) * mean_a
+    else:  # A's mean is 0 (A identical to the reference): the mean difference's own interval
+        dlo, dhi = inf.flip_ratio_interval(np.ones_like(a), b - a, LEVEL)
+        lo, hi = _f(dlo), _f(dhi)
+
+    def opt(x: np.ndarray) -> float | None:
+        v = _f(x)
+        return v if math.isfinite(v) else None
+
+    return VerdictInterval(
+        est, lo, hi, _f(ev.p), int(a.size), mean_a=mean_a, ratio=ratio,
+        ratio_low=opt(ev.interval_low) if mean_a > 0 else None,
+        ratio_high=opt(ev.interval_high) if mean_a > 0 else None,
+        p_flip=_f(ev.p_flip), dependence_t=opt(ev.dependence_t), dependent=bool(ev.checked),
+        spread=opt(ev.spread), model_low=opt(ev.model_low), model_high=opt(ev.model_high),
+        needed_windows=needed)
 
 
 @dataclass(frozen=True)
@@ -88,33 +323,50 @@ class Decision:
     # the noise figure the difference was held against, and what it is
     noise_value: float | None
     noise_kind: Literal["repeat_variation", "repeat_kl", "none"]
-    # the 95 % interval excludes 0 but the multiple-comparison correction (leaderboard) does not reject
+    # the test alone would name a winner but the family's correction (Holm) does not
     held_by_correction: bool = False
+    # why a named difference is provisional (words for the sentence), when it is
+    provisional_reason: str | None = None
 
 
 def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequence[int],
            *, significant: bool | None = None) -> Decision:
-    """The decision for ``iv`` (B - A). ``significant`` overrides "the interval excludes 0" (the
-    leaderboard passes its Holm-corrected test)."""
-    if iv.windows < MIN_VERDICT_WINDOWS or not iv.has_interval:
+    """The decision for ``iv`` (B - A). ``significant``: the family's verdict (Holm) for this group;
+    None decides the group alone (p-value at 5 %)."""
+    if iv.windows < MIN_VERDICT_WINDOWS or iv.p_value is None:
         return Decision("too_few_windows", False, None, "none")
-    real = iv.excludes(0.0) if significant is None else significant
-    held = not real and iv.excludes(0.0)
+    alone = iv.p_value <= ALPHA
+    real = alone if significant is None else significant
+    if not real:
+        if iv.p_flip is not None and iv.p_flip <= ALPHA and iv.dependent and iv.needed_windows is not None \
+                and iv.needed_windows > iv.windows and not alone:
+            return Decision("cannot_calibrate", False, None, "none")
+        return Decision("indistinguishable", False, None, "none", held_by_correction=alone)
     named: Outcome = "a_closer" if iv.estimate > 0 else "b_closer"
     variation = noise.repeat_variation_for(window_indices) if noise is not None else None
-    if variation is not None:
-        if not real:
-            return Decision("indistinguishable", False, variation, "repeat_variation", held)
-        near = min(abs(iv.ci95_low), abs(iv.ci95_high))  # type: ignore[arg-type]
-        if near > variation:
-            return Decision(named, False, variation, "repeat_variation")
-        return Decision("within_noise", False, variation, "repeat_variation")
-    if not real:
-        return Decision("indistinguishable", False, noise.threshold if noise else None,
-                        "repeat_kl" if noise else "none", held)
-    if noise is None:
-        return Decision(named, True, None, "none")
-    return Decision(named, abs(iv.estimate) < noise.threshold, noise.threshold, "repeat_kl")
+    if variation is not None and noise is not None:
+        near = _nearer_end(iv)
+        if near is not None and near <= variation:
+            return Decision("within_noise", False, variation, "repeat_variation")
+        reason = noise.provisional_reason()
+        return Decision(named, reason is not None, variation, "repeat_variation", provisional_reason=reason)
+    if noise is None or noise.threshold <= 0:
+        return Decision(named, True, None, "none",
+                        provisional_reason="the variation between two captures was not measured")
+    if abs(iv.estimate) < noise.threshold:
+        return Decision(named, True, noise.threshold, "repeat_kl",
+                        provisional_reason=(f"smaller than the repeat KL {plain_number(noise.threshold)} "
+                                            "between two captures of one model, and the repeat variation of "
+                                            "this "
+                                            "metric is not measured"))
+    return Decision(named, False, noise.threshold, "repeat_kl")
+
+
+def _nearer_end(iv: VerdictInterval) -> float | None:
+    """The end of the KL interval nearer zero, in size (the estimate where there is none)."""
+    if iv.has_interval:
+        return min(abs(iv.ci95_low), abs(iv.ci95_high))  # type: ignore[arg-type]
+    return abs(iv.estimate)
 
 
 def plain_number(x: float) -> str:
@@ -131,6 +383,30 @@ def _range(lo: float, hi: float) -> str:
     return f"{_n(lo)} to {_n(hi)}"
 
 
+def _percent_range(iv: VerdictInterval, worse: bool) -> str:
+    """The ratio interval as percentages of A's mean ("24 % to 37 %" worse, or better)."""
+    if iv.ratio_low is None or iv.ratio_high is None:
+        return ""
+    lo, hi = (iv.ratio_low - 1.0) * 100, (iv.ratio_high - 1.0) * 100
+    if not worse:
+        lo, hi = -hi, -lo
+    return f" ({lo:.0f} % to {hi:.0f} %)"
+
+
+def needed_words(windows: int | None) -> str:
+    """"about 3100 windows", or "more than 10,000 windows" beyond that."""
+    if windows is None:
+        return "more windows"
+    return "more than 10,000 windows" if windows > 10_000 else f"about {windows} windows"
+
+
+def _dependence_words(iv: VerdictInterval, name_a: str, name_b: str) -> str:
+    faster = name_b if (iv.dependence_t or 0.0) > 0 else name_a
+    slower = name_a if faster == name_b else name_b
+    return (f"{faster}'s KL grows faster with window difficulty than {slower}'s, so the mean over windows "
+            "rests on the few hardest windows")
+
+
 def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str, name_b: str,
              confirm: str | None = None) -> str:
     """One sentence a non-statistician reads right (docs/STATISTICS.md lists them all)."""
@@ -139,33 +415,46 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     if decision.outcome == "too_few_windows":
         return (f"too few windows ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
                 f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} windows)")
-    lo, hi = iv.ci95_low, iv.ci95_high
-    assert lo is not None and hi is not None
+    interval = (f"95 % interval {_range(iv.ci95_low, iv.ci95_high)}" if iv.has_interval  # type: ignore[arg-type]
+                else "no interval")
+    if decision.outcome == "cannot_calibrate":
+        point = name_b if iv.estimate < 0 else name_a
+        return (f"cannot be calibrated here: the windows' mean favours {point} ({name_b} - {name_a} = "
+                f"{_n(iv.estimate)} KL {over}), but {_dependence_words(iv, name_a, name_b)}, and a "
+                f"log-normal model of the windows does not confirm it ({interval}, joining both); "
+                f"{needed_words(iv.needed_windows)} would be needed for a verdict")
     if decision.outcome == "indistinguishable" and decision.held_by_correction:
-        return (f"no difference shown between {name_a} and {name_b} once corrected for comparing several "
-                f"candidates (Holm): {name_b} - {name_a} = {_n(iv.estimate)} KL, 95 % interval "
-                f"{_range(lo, hi)}, {over}")
+        return (f"no difference shown between {name_a} and {name_b} once corrected for the several verdicts "
+                f"given together (Holm): {name_b} - {name_a} = {_n(iv.estimate)} KL, {interval}, {over}")
     if decision.outcome == "indistinguishable":
+        if iv.has_interval and iv.excludes(0.0):
+            return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = "
+                    f"{_n(iv.estimate)} KL, {interval}, {over}, but {_dependence_words(iv, name_a, name_b)} "
+                    "and a log-normal model of the windows does not confirm the difference")
         return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
-                f"KL, 95 % interval {_range(lo, hi)} includes zero, {over}")
+                f"KL, {interval}" + (" includes zero" if iv.has_interval else "") + f", {over}")
     pct = f" ({abs(iv.estimate) / mean_a * 100:.0f} %)" if mean_a > 0 else ""
     if decision.outcome == "within_noise":
-        return (f"{name_b} - {name_a} = {_n(iv.estimate)} KL{pct}, 95 % interval {_range(lo, hi)}, {over}: "
-                f"not clearly larger than the measured repeat variation {_n(decision.noise_value or 0)} "
-                "between two captures of one model, so no winner")
+        return (f"{name_b} - {name_a} = {_n(iv.estimate)} KL{pct}, {interval}, {over}: not clearly larger "
+                f"than the measured repeat variation {_n(decision.noise_value or 0)} between captures of one "
+                "model, so no winner")
     worse = decision.outcome == "a_closer"
-    a, b = (abs(iv.estimate), _range(lo, hi)) if worse else (abs(iv.estimate), _range(-hi, -lo))
-    text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_n(a)} KL{pct}, "
-            f"95 % interval {b}, {over}")
-    if decision.noise_kind == "repeat_variation":
+    size = abs(iv.estimate)
+    interval = "no interval"
+    if iv.has_interval:
+        lo, hi = (iv.ci95_low, iv.ci95_high) if worse else (-iv.ci95_high, -iv.ci95_low)  # type: ignore[operator]
+        interval = f"95 % interval {_range(lo, hi)}{_percent_range(iv, worse)}"  # type: ignore[arg-type]
+    text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_n(size)} KL{pct}, {interval}, "
+            f"{over}")
+    if iv.dependent:
+        text += (f" ({_dependence_words(iv, name_a, name_b)}: the interval joins the windows' own and a "
+                 "log-normal model's, and both show the difference)")
+    if decision.noise_kind == "repeat_variation" and not decision.provisional:
         return text + f"; larger than the measured repeat variation {_n(decision.noise_value or 0)}"
     how = f"; confirm: {confirm}" if confirm else ""
-    if decision.noise_kind == "repeat_kl" and decision.provisional:
-        return (text + f"; provisional: smaller than the repeat KL {_n(decision.noise_value or 0)} between "
-                f"two captures of one model, and the repeat variation of this metric is not measured{how}")
-    if decision.noise_kind == "repeat_kl":
-        return text + f"; larger than the repeat KL {_n(decision.noise_value or 0)} between two captures"
-    return text + f"; provisional: the variation between two captures was not measured{how}"
+    if decision.provisional:
+        return text + f"; provisional: {decision.provisional_reason}{how}"
+    return text + f"; larger than the repeat KL {_n(decision.noise_value or 0)} between two captures"
 
 
 def infinite_note(name: str, rows: int, windows: Sequence[int]) -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.formats.report import figure_lines
-from kldtui.formats.report_model import Bootstrap, ComparisonReport, Interval, as_report
+from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval, Interval, as_report
 from kldtui.formats.report_names import (
     interval_rests_on_too_few,
-    report_interval,
+    kl_headline_interval,
     report_name,
     too_few_text,
 )
@@ -116,6 +116,8 @@ class ResultData:
     path: str | None = None
     original: bool = False
     kl: Band | None = None
+    # the headline interval of mean KL rests on too few windows (docs/STATISTICS.md): mark, do not headline
+    kl_too_few_windows: bool = False
     js_mean: float | None = None
     top1: float | None = None
     topk: list[tuple[int, float]] = field(default_factory=list)  # (k, fraction) beyond top-1 too
@@ -130,6 +132,8 @@ class ResultData:
     windows: list[WindowBar] = field(default_factory=list)
     domains: list[DomainRow] = field(default_factory=list)
     noise_floor: float | None = None
+    # the mean KL sits inside the repeat floor (kldtui.decide.paired.repeat_floor_note), or None
+    repeat_floor_note: str | None = None
     figures: list[str] = field(default_factory=list)  # registered figures, one line each (figure_lines)
     live: bool = False  # built from the windows compared so far, not from a report
 
@@ -142,7 +146,7 @@ def _num(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _band(boot: Bootstrap | Interval | None, estimate: float | None = None,
+def _band(boot: Bootstrap | Interval | HeadlineInterval | None, estimate: float | None = None,
           windows: int | None = None) -> Band | None:
     est = _num(boot.estimate) if boot is not None else None
     if est is None:
@@ -170,7 +174,8 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         name = report_name(report, path)
     bars = window_bars(report)
     n_windows = len(bars) or report.windows
-    kl = _band(report_interval(report), report.kl_reference_to_candidate.mean, n_windows)
+    head = kl_headline_interval(report)  # the headline interval (docs/STATISTICS.md), not the bootstrap
+    kl = _band(head, report.kl_reference_to_candidate.mean, n_windows)
     counts: dict[str, int] = {}
     for bar in bars:
         counts[bar.domain] = counts.get(bar.domain, 0) + 1
@@ -190,11 +195,17 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
             if (f := _num(report.topk_agreement.at(k) if report.topk_agreement else None)) is not None]
     if not topk and _num(report.top1_agreement) is not None:
         topk = [(1, float(report.top1_agreement))]  # type: ignore[arg-type]
+    floor_note = None
+    if floor is not None and kl is not None:
+        from kldtui.decide.paired import repeat_floor_note  # here: the viewer starts without NumPy
+
+        floor_note = repeat_floor_note([(name, kl.estimate)], _num(floor.kl_mean))
     return ResultData(
         name=name,
         path=str(path) if path is not None else None,
         original=report.original,
         kl=kl,
+        kl_too_few_windows=head.rests_on_too_few_windows,
         js_mean=_num(report.js.mean) if report.js is not None else None,
         top1=_num(report.top1_agreement),
         topk=topk,
@@ -211,6 +222,7 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         windows=bars,
         domains=domains,
         noise_floor=_num(floor.kl_mean) if floor is not None else None,
+        repeat_floor_note=floor_note,
         figures=figure_lines(report),
     )
 

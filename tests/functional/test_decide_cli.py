@@ -46,7 +46,10 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
     repeat = make_report(np.full(32, 0.003), DOMAINS, reference_dir="/r/run1", candidate_dir="/r/run2")
     rep = write_report(tmp_path / "repeat.json", repeat)
     floor = tmp_path / "floor.json"
-    assert main(["noise", str(rep), "--output", str(floor)]) == 0
+    # the report's capture folders do not exist here: whether they hold one model cannot be checked
+    assert main(["noise", str(rep), "--output", str(floor)]) == 2
+    assert "cannot check that they are captures of one model" in capsys.readouterr().err
+    assert main(["noise", str(rep), "--output", str(floor), "--allow-different-models"]) == 0
     assert "repeat KL between the captures: mean 0.003" in capsys.readouterr().out
     assert load_floor(floor).per_window[5] == 0.003
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(floor)]) == 0
@@ -59,14 +62,27 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
     again = write_report(tmp_path / "a2.json", make_report(base + rng.normal(0, 1e-4, 32), DOMAINS,
                                                           candidate_dir="/r/a-again"))
     model = tmp_path / "noise.json"
-    assert main(["noise", str(pa), str(again), "--repeat-report", str(rep), "--output", str(model)]) == 0
+    assert main(["noise", str(pa), str(again), "--repeat-report", str(rep), "--output", str(model),
+                 "--allow-different-models"]) == 0
     out = capsys.readouterr().out
-    assert "repeat variation of the metric: capture 2 - capture 1" in out and "repeat KL between" in out
+    assert "repeat variation of the metric: measured repeat variation" in out and "2 captures" in out
+    assert "repeat KL between" in out
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(model)]) == 0
     out = capsys.readouterr().out
-    assert "noise model: measured repeat variation" in out
+    assert "noise model: measured repeat variation" in out and "not measured with one repeat" in out
+    assert "verdict: b is worse than a by 0.002 KL" in out
+    assert "provisional: the noise model has one repeat" in out
+    # a second repeat measures the capture-wide variation: the verdict is no longer provisional
+    third = write_report(tmp_path / "a3.json", make_report(base + rng.normal(0, 1e-4, 32), DOMAINS,
+                                                          candidate_dir="/r/a-third"))
+    assert main(["noise", str(pa), str(again), str(third), "--output", str(model),
+                 "--allow-different-models"]) == 0
+    assert "from 3 captures of one candidate" in capsys.readouterr().out
+    assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(model)]) == 0
+    out = capsys.readouterr().out
     assert "verdict: b is worse than a by 0.002 KL" in out
     assert "larger than the measured repeat variation" in out
+    assert "provisional" not in out.split("verdict:")[1]
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--no-noise-floor"]) == 0
     assert "verdict: b is worse than a" in capsys.readouterr().out
 
@@ -123,7 +139,7 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     args = ["noise", str(run1), str(run2), "--suite-manifest", str(suite.path), "--output", str(floor_path)]
     # run1 is the suite's reference and run2 a candidate: not two captures of one model
     assert main(args) == 2
-    assert "not two captures of one model" in capsys.readouterr().err
+    assert "is a reference capture and the other a candidate" in capsys.readouterr().err
     code = main([*args, "--report", str(report_path), "--allow-different-models"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -167,9 +183,10 @@ def test_noise_from_two_capture_folders_and_the_reference(tmp_path, capsys):
     assert main(["noise", str(cap1), str(cap2), "--suite-manifest", str(suite.path), "--reference", str(ref),
                  "--output", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "repeat variation of the metric: capture 2 - capture 1" in text and "repeat KL between" in text
+    assert "repeat variation of the metric: measured repeat variation" in text and "repeat KL between" in text
     model = load_floor(out)
-    assert model.has_metric and len(model.metric_per_window) == 4 and len(model.per_window) == 4
+    assert model.has_metric and model.repeat is not None and model.repeat.windows == 4
+    assert len(model.per_window) == 4
     assert 0 < model.repeat_variation_for(range(4)) < 0.01
     doc = json.loads(out.read_text())
     assert doc["metric_repeat"]["repeat_variation"] == model.repeat_variation_for(range(4))

@@ -15,6 +15,7 @@ from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel
 from tests.fixtures_tui import (
     ScriptedPipeline,
     dashboard,
+    headline_of,
     make_report,
     settle,
     static_text,
@@ -49,7 +50,7 @@ async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
         # result pane: summary with interval, per-domain table, chart with one bar per window
         assert app.query_one("#tabs").active == "result"
         summary = static_text(app, "#result-summary")
-        boot = report_kl["kl_window_cluster_bootstrap"]
+        boot = headline_of(report_kl)  # the headline interval (docs/STATISTICS.md)
         assert f"{boot['estimate']:.5f} [{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in summary
         assert "top-1" in summary and "PPL ratio" in summary and "Δp" in summary
         table = app.query_one("#result-domains", DataTable)
@@ -226,7 +227,7 @@ async def test_viewer_single_reports_of_both_kinds(tmp_path: Path) -> None:
             await settle(app, pilot)
             text = static_text(app, "#result-summary")
             assert "q4-model" in text
-            boot = report["kl_window_cluster_bootstrap"]
+            boot = headline_of(report)
             assert f"[{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in text
             assert ("original comparator report" in text) is original
             assert len(app.query_one(KLChart).bars) == 8
@@ -324,3 +325,34 @@ async def test_dashboard_leaderboard_and_diff_tabs(tmp_path: Path) -> None:
         await pilot.pause()
         assert type(app.screen).__name__ == "CommandPalette"
         assert "p" not in holder  # looking at results never starts the engine
+
+
+@sync
+async def test_viewer_shows_the_ranking_figures_and_the_repeat_floor(tmp_path: Path) -> None:
+    """A real compare report (the examples suite): the figures users rank by, each with its interval,
+    llama.cpp's own "±" beside Same top p and RMS Δp; and, with a repeat KL above its mean KL, the
+    repeat-floor note (docs/STATISTICS.md)."""
+    import json
+
+    from kldtui.cli.main import main
+    from kldtui.decide.verdict import plain_number
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "suite"
+    out = tmp_path / "example.json"
+    assert main(["compare", "--suite-manifest", str(root / "suite-manifest.json"), "--reference-dir",
+                 str(root / "ref"), "--candidate-dir", str(root / "candidate"), "--output", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    mean = doc["kl_mean_interval"]["estimate"]
+    doc["noise_floor"] = {"source": "a repeat capture", "kl_mean": 10 * mean}
+    out.write_text(json.dumps(doc))
+    app = create_app(reports=[out], config_dir=tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        text = " ".join(static_text(app, "#result-summary").split())
+        for name in ("confident_flip_rate", "same_top_p", "rms_delta_p", "entropy_shift"):
+            fig = doc["figures"][name]
+            assert f"{fig['label']} " in text, name
+        assert text.count("per position as llama.cpp counts it ±") == 2  # Same top p, RMS Δp
+        assert "rests on too few windows: 4" in text  # the examples suite has 4 windows
+        assert f"inside the repeat floor: candidate ({plain_number(mean)}) has a mean KL" in text
+        assert "KLD stops predicting task accuracy" in text

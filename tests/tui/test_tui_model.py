@@ -17,6 +17,7 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.report_model import as_report
+from kldtui.formats.report_names import kl_headline_interval
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.resultdata import live_result, result_from_report
 from tests.fixtures_tui import make_report
@@ -57,9 +58,10 @@ def test_result_from_both_report_schemas(original: bool) -> None:
     r = result_from_report(report, "/x/comparison.json")
     assert r.name == "cand-q4"
     assert r.original is original
-    boot = report["kl_window_cluster_bootstrap"]
+    # the headline interval (docs/STATISTICS.md), the one every view shows
+    head = kl_headline_interval(as_report(report))
     assert r.kl is not None and (r.kl.estimate, r.kl.low, r.kl.high) == (
-        boot["estimate"], boot["ci95_low"], boot["ci95_high"])
+        head.estimate, head.ci95_low, head.ci95_high)
     assert [b.index for b in r.windows] == list(range(8))
     assert r.windows[2].kl == pytest.approx(report["per_window"][2]["kl_reference_to_candidate"]["mean"])
     assert [d.domain for d in r.domains] == ["prose", "code", "instruction"]

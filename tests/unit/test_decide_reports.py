@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ from kldtui.decide import (
 )
 from kldtui.decide.noise import noise_from_capture_reports
 from kldtui.decide.paired import draw_indices, paired_bootstrap
-from kldtui.decide.verdict import verdict_interval
+from kldtui.decide.verdict import plain_number, verdict_interval
 from kldtui.errors import BadInput
+from kldtui.metrics.stats import t_quantile
 from tests.fixtures_decide import SUITE_HASH, make_report, suite_domains, write_report
 
 DOMAINS = suite_domains(32)
@@ -33,29 +35,34 @@ def _kl(seed: int, scale: float = 1.0, n: int = 32) -> np.ndarray:
 
 def test_paired_diff_overall_and_per_domain_match_the_bootstrap():
     base = _kl(1)
+    worse = base * 1.5 * np.exp(np.random.default_rng(101).normal(0, 0.05, 32))
     a = make_report(base, DOMAINS, candidate_dir="/runs/q4")
-    b = make_report(base * 1.5, DOMAINS, candidate_dir="/runs/q3")
+    b = make_report(worse, DOMAINS, candidate_dir="/runs/q3")
     res = paired_diff(a, b, samples=2000, seed=1, noise=None)
-    want_d, want_r = paired_bootstrap(base, base * 1.5, draw_indices(32, 2000, 1))
-    assert res.overall.difference == want_d
-    assert res.overall.ratio.estimate == pytest.approx(1.5)
-    assert res.overall.ratio.ci95_low == pytest.approx(1.5) and res.overall.ratio == want_r
+    want_d, want_r = paired_bootstrap(base, worse, draw_indices(32, 2000, 1))
+    assert res.overall.difference == want_d and res.overall.ratio == want_r  # compatibility fields
     assert set(res.domains) == {"prose", "code", "instruction"}
     code = np.array([d == "code" for d in DOMAINS])
-    want_code, _ = paired_bootstrap(base[code], base[code] * 1.5, draw_indices(8, 2000, 1))
+    want_code, _ = paired_bootstrap(base[code], worse[code], draw_indices(8, 2000, 1))
     assert res.domains["code"].difference == want_code
     assert res.overall.outcome == "a_closer" and res.overall.provisional  # no noise model: provisional
-    assert res.verdict.startswith("q3 is worse than q4 by 0.00448 KL (50 %), "
-                                  "95 % interval 0.00374 to 0.00523")
+    iv = res.overall.interval
+    # the headline interval: the ratio of means by the sign-flip test, shown in KL at A's mean
+    assert iv.ratio_low < worse.mean() / base.mean() < iv.ratio_high
+    assert iv.ci95_low == pytest.approx((iv.ratio_low - 1) * base.mean())
+    assert res.verdict.startswith(f"q3 is worse than q4 by {plain_number(worse.mean() - base.mean())} KL (")
+    assert f"95 % interval {plain_number(iv.ci95_low)} to {plain_number(iv.ci95_high)} (" in res.verdict
     assert "over 32 windows" in res.verdict and "kldtui noise" in res.verdict
-    assert res.per_window_difference == pytest.approx((base * 0.5).tolist())
+    assert res.per_window_difference == pytest.approx((worse - base).tolist())
     assert res.noise_floor is None and "not known" in res.noise_source
     doc = res.to_dict()
     json.dumps(doc, allow_nan=False)
     assert doc["overall"]["excludes_zero"] is True
     assert doc["domains"]["code"]["windows"] == 8
-    assert doc["overall"]["verdict_interval"]["method"] == "paired Student-t over windows"
+    assert doc["overall"]["verdict_interval"]["method"].startswith("sign-flip test over windows")
+    assert doc["overall"]["verdict_interval"]["ratio_ci95_low"] == iv.ratio_low
     assert doc["overall"]["provisional"] is True
+    assert doc["verdict_method"]["family"].startswith("Holm over the overall and per-domain verdicts")
 
 
 def test_b_closer_and_not_distinguishable_verdicts():
@@ -171,17 +178,29 @@ def test_domain_verdicts_use_the_measured_repeat_variation():
     rng = np.random.default_rng(80)
     prose = np.array(DOMAINS) == "prose"
     # the metric moves little between captures on prose windows, a lot on the others
-    wobble = np.where(prose, rng.normal(0, 0.0001, 32), rng.normal(0, 0.01, 32))
-    first = make_report(base, DOMAINS, candidate_dir="/r/c1")
-    second = make_report(np.abs(base + wobble), DOMAINS, candidate_dir="/r/c2")  # a KL is >= 0
-    model = noise_from_capture_reports(first, second, where1="c1.json", where2="c2.json")
-    assert model.has_metric and model.repeat_variation_for(np.flatnonzero(prose)) < 0.0003
-    res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
-                      make_report(base + 0.002, DOMAINS, candidate_dir="/r/b"), samples=500, noise=model)
+    wobble = np.where(prose, rng.normal(0, 0.0001, (2, 32)), rng.normal(0, 0.01, (2, 32)))
+    caps = [make_report(np.abs(base + w), DOMAINS, candidate_dir=f"/r/c{i}")  # a KL is >= 0
+            for i, w in enumerate([0, *wobble])]
+    # the folders /r/c0.. do not exist: the same-model check is waived
+    two = noise_from_capture_reports(caps[0], caps[1], where1="c0.json", where2="c1.json",
+                                     allow_different_models=True)
+    assert two.has_metric and two.repeat_variation_for(np.flatnonzero(prose)) < 0.0003
+    pair = (make_report(base, DOMAINS, candidate_dir="/r/a"),
+            make_report(base * 1.25, DOMAINS, candidate_dir="/r/b"))
+    res = paired_diff(*pair, samples=500, noise=two)
+    # one repeat cannot see an offset shared by every window of a capture: named, but provisional
+    assert res.domains["prose"].outcome == "a_closer" and res.domains["prose"].provisional
+    assert "one repeat capture" in res.domains["prose"].verdict
+    assert res.domains["code"].outcome == "within_noise"
+    three = noise_from_capture_reports(*caps, where1="c0.json", where2="c1.json", where_more=["c2.json"],
+                                       allow_different_models=True)
+    assert three.repeat is not None and three.repeat.captures == 3 and three.repeat.capture_wide_measured
+    res = paired_diff(*pair, samples=500, noise=three)
     assert res.domains["prose"].outcome == "a_closer" and not res.domains["prose"].provisional
     assert "larger than the measured repeat variation" in res.domains["prose"].verdict
     assert res.domains["code"].outcome == "within_noise"
     assert res.noise_floor["kind"] == "measured" and res.noise_floor["model"] == "repeat_variation"
+    assert res.noise_floor["captures"] == 3 and res.noise_floor["capture_wide_measured"] is True
 
 
 def test_floor_files_are_checked(tmp_path):
@@ -226,7 +245,7 @@ def test_leaderboard_ranks_and_marks_ties():
     assert not by["mid"].tied_with_best and not by["worst"].tied_with_best
     assert [r.rank for r in board.rows] == [1, 2, 3, 4]
     assert by["mid"].mean == pytest.approx(reports["mid"].mean())
-    d = verdict_interval(reports["mid"] - reports[names[0]])
+    d = verdict_interval(reports[names[0]], reports["mid"])
     assert by["mid"].diff_vs_best == d
     doc = board.to_dict()
     json.dumps(doc, allow_nan=False)
@@ -244,8 +263,8 @@ def test_leaderboard_uses_floor_for_ties_and_refuses_mixed_suites():
     rng = np.random.default_rng(120)
     wobble = rng.normal(0, 0.01, 32)
     model = noise_from_capture_reports(a, make_report(np.abs(base + wobble), DOMAINS,  # a KL is >= 0
-                                                      suite_hash=PUBLISHED_SUITE_HASH,
-                                                      candidate_dir="/r/a2"), where1="a", where2="a2")
+                                                      suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/a2"),
+                                       where1="a", where2="a2", allow_different_models=True)
     tied = build_leaderboard([a, b], samples=500, noise=model).rows[1]
     assert tied.tied_with_best and tied.outcome_vs_best == "within_noise" and tied.mark == "tied"
     with pytest.raises(BadInput, match="different suites"):
@@ -311,17 +330,22 @@ def test_diff_and_leaderboard_on_real_compare_reports(tmp_path):
 
     board = leaderboard_from_files([pb, pa], samples=2000)
     assert [r.name for r in board.rows] == ["s", "far"]  # a run folder's candidate/ is named by its folder
-    assert board.rows[0].ci_low == pytest.approx(report_ci["ci95_low"], rel=1e-12)
-    assert board.rows[0].ci_high == pytest.approx(report_ci["ci95_high"], rel=1e-12)
+    headline = json.loads(pa.read_text())["kl_mean_interval"]
+    assert board.rows[0].ci_low == pytest.approx(headline["ci95_low"], rel=1e-12)
+    assert board.rows[0].ci_high == pytest.approx(headline["ci95_high"], rel=1e-12)
+    assert board.rows[0].percentile_ci == pytest.approx((report_ci["ci95_low"], report_ci["ci95_high"]))
     assert not board.rows[1].tied_with_best
 
 
 def test_one_interval_per_report_in_every_view(tmp_path):
     """The demo's report was written with 2000 resamples; the leaderboard (default 10000) used to
     recompute and show [0.02775, 0.02873] where the viewer showed [0.02775, 0.02871]. Every view now
-    shows the report's own interval (kldtui.formats.report_names.report_interval)."""
+    shows the report's one headline interval (kldtui.formats.report_names.kl_headline_interval: closed
+    form, so a report without the field gets the same figures everywhere); the original comparator's
+    percentile bootstrap stays in the report and beside it in the leaderboard's JSON."""
     from kldtui.decide.leaderboard import leaderboard_from_files
-    from kldtui.formats.report_names import report_interval
+    from kldtui.formats.report_model import as_report
+    from kldtui.formats.report_names import kl_headline_interval, report_interval
     from kldtui.metrics.stats import window_cluster_bootstrap
     from kldtui.tui.resultdata import result_from_report
 
@@ -331,14 +355,15 @@ def test_one_interval_per_report_in_every_view(tmp_path):
     other = make_report(kl * 1.2, DOMAINS, candidate_dir="/r/other")
     other["kl_window_cluster_bootstrap"] = window_cluster_bootstrap(kl * 1.2, samples=2000, seed=1)
     pa, pb = write_report(tmp_path / "demo.json", report), write_report(tmp_path / "other.json", other)
-    from kldtui.formats.report_model import as_report
-
-    own = report_interval(as_report(report))
+    head = kl_headline_interval(as_report(report))
+    assert head.method == "hall-t" and head.windows == 32 and not head.rests_on_too_few_windows
     board = leaderboard_from_files([pa, pb])  # 10000 resamples by default for its paired figures
     row = next(r for r in board.rows if r.name == "demo")
-    assert (row.mean, row.ci_low, row.ci_high) == (own.estimate, own.ci95_low, own.ci95_high)
+    assert (row.ci_low, row.ci_high) == (head.ci95_low, head.ci95_high)
+    own = report_interval(as_report(report))
+    assert row.mean == own.estimate and row.percentile_ci == (own.ci95_low, own.ci95_high)
     viewer = result_from_report(report, pa).kl
-    assert (viewer.low, viewer.high) == (own.ci95_low, own.ci95_high)
+    assert (viewer.low, viewer.high) == (head.ci95_low, head.ci95_high)
 
 
 def test_diff_of_real_reports_names_masked_positions(tmp_path, capsys):
@@ -369,3 +394,63 @@ def test_diff_of_real_reports_names_masked_positions(tmp_path, capsys):
     assert "masked gives probability 0 to a token the reference predicts at 2 positions (window 1)" in out
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["overall"]["infinite_kl_rows_b"] == 2 and doc["per_window"]["infinite_kl_rows_b"][1] == 2
+
+
+def test_one_window_reports_give_no_noise_model_that_measures_nothing(tmp_path):
+    """Earlier versions printed "not measured" for one-window reports but wrote a measured model with
+    threshold 0, after which diff dropped its "provisional" mark everywhere."""
+    one = [make_report([0.01], ["prose"], candidate_dir=f"/r/c{i}") for i in (1, 2)]
+    one[1]["per_window_arrays"]["kl_mean"] = [0.011]
+    with pytest.raises(BadInput, match="one window only: the repeat variation of the metric needs at "
+                                       "least 2"):
+        noise_from_capture_reports(*one, where1="c1.json", where2="c2.json", allow_different_models=True)
+    # such a file written by an earlier version is refused when read
+    old = {"format": "kldtui-noise-floor-v1", "kind": "measured", "source": "c1.json and c2.json",
+           "kl_mean": 0.0, "threshold": 0.0, "per_window": [],
+           "metric_repeat": {"per_window": [{"window_index": 0, "difference": 0.001}]}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    with pytest.raises(BadInput, match="measures nothing"):
+        load_floor(path)
+    # and a model without a threshold never makes a named difference final
+    base = _kl(40)
+    floor = floor_from_reports(make_report(np.zeros(32), DOMAINS), None, source="identical captures")
+    res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
+                      make_report(base * 1.5, DOMAINS, candidate_dir="/r/b"), samples=100, noise=floor)
+    assert res.overall.outcome == "a_closer" and res.overall.provisional
+
+
+def test_captures_whose_folders_cannot_be_read_are_not_accepted_as_a_repeat(tmp_path):
+    """Two different candidates were accepted as a repeat when their capture folders could not be read:
+    the same-model check needs their manifests."""
+    base = _kl(41)
+    first = make_report(base, DOMAINS, candidate_dir=str(tmp_path / "gone-q4"))
+    second = make_report(base * 1.7, DOMAINS, candidate_dir=str(tmp_path / "gone-q2"))
+    with pytest.raises(BadInput, match="cannot check that they are captures of one model: the capture folder "
+                                       ".*gone-q4 has no readable manifest.json"):
+        noise_from_capture_reports(first, second, where1="q4.json", where2="q2.json")
+    model = noise_from_capture_reports(first, second, where1="q4.json", where2="q2.json",
+                                       allow_different_models=True)
+    assert model.repeat is not None and model.repeat.captures == 2
+    assert "cannot tell an offset shared by every window" in (model.provisional_reason() or "")
+
+
+def test_repeat_model_from_three_captures_separates_capture_wide_and_per_window_variation():
+    rng = np.random.default_rng(42)
+    true = _kl(42)
+    offsets = np.array([0.0, 0.03, -0.02])
+    kl = np.stack([true * (1 + o + rng.normal(0, 0.002, 32)) for o in offsets])
+    from kldtui.decide.noise import RepeatModel
+
+    model = RepeatModel.from_captures(kl, range(32), ["c0", "c1", "c2"])
+    assert model.capture_wide_measured and model.captures == 3
+    sd_means = float(np.std(kl.mean(axis=1), ddof=1))
+    assert model.capture_wide_sd == pytest.approx(math.sqrt(sd_means ** 2 - model.per_window_var / 32))
+    assert model.per_window_sd < model.capture_wide_sd  # the offsets dominate here
+    v = model.variation_for(range(32))
+    assert v == pytest.approx(t_quantile(0.975, 2) * math.sqrt(2) * sd_means)
+    back = RepeatModel.from_dict(model.to_dict(), "noise.json")
+    assert back.variation_for(range(32)) == pytest.approx(v) and back.captures == 3
+    two = RepeatModel.from_captures(kl[:2], range(32), ["c0", "c1"])
+    assert not two.capture_wide_measured and two.capture_wide_sd is None
+    assert "not measured with one repeat" in two.describe()

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SHORT = {"a_closer": "A closer", "b_closer": "B closer", "within_noise": "within repeat variation",
-         "indistinguishable": "no difference shown", "too_few_windows": "too few windows"}
+         "indistinguishable": "no difference shown", "too_few_windows": "too few windows",
+         "cannot_calibrate": "cannot be calibrated here"}
 
 
 def _row(label: str, s: Any) -> str:
@@ -47,8 +48,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
     lines = [
         f"A: {result.name_a}" + (f"  ({result.path_a})" if result.path_a else ""),
         f"B: {result.name_b}" + (f"  ({result.path_b})" if result.path_b else ""),
-        f"paired on: {result.pairing_checked}; {len(result.window_index)} windows; 95 % intervals: paired "
-        "Student-t over windows",
+        f"paired on: {result.pairing_checked}; {len(result.window_index)} windows; 95 % intervals: sign-flip "
+        "test over windows (mean(B) / mean(A), shown as B - A at A's mean); verdicts held together by Holm",
         f"noise model: {result.noise_source}",
         "",
         f"{'':<14}{'windows':>7}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<34}  "
@@ -56,6 +57,16 @@ def format_diff(result: Any, per_window: bool = False) -> str:
         _row("all", result.overall),
     ]
     lines += [_row(d, s) for d, s in result.domains.items()]
+    if result.figures:
+        lines += ["", "other figures, A and B (B - A: mean of the per-window differences, 95 % interval over "
+                  "windows by the sign-flip test):"]
+        for f in result.figures:
+            unit = f" {f.unit}" if f.unit else ""
+            interval = (f" [{f.ci95_low:+.4g}, {f.ci95_high:+.4g}]" if f.ci95_low is not None
+                        and f.ci95_high is not None else "")
+            lines.append(f"  {f.label:<16} A {f.a:.4g}  B {f.b:.4g}{unit}  "
+                         f"B - A {f.difference:+.4g}{interval}"
+                         + (f" ({f.better} is better)" if f.better else ""))
     if per_window:
         lines += ["", f"{'window':>6}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
         n = len(result.window_index)

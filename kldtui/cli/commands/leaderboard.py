@@ -66,8 +66,9 @@ def _footer(board: Any) -> list[str]:
     from kldtui.decide.leaderboard import MARKS_LEGEND
     from kldtui.text import plural
 
-    lines = ["", f"{plural(board.windows, 'window')}; mean KL intervals: each report's own window "
-             f"bootstrap; vs best: paired Student-t over windows; paired on: {board.pairing_checked}",
+    lines = ["", f"{plural(board.windows, 'window')}; mean KL intervals: each report's headline interval "
+             "(docs/STATISTICS.md); vs best: sign-flip test over windows; paired on: "
+             f"{board.pairing_checked}",
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
         lines.append(MARKS_LEGEND)

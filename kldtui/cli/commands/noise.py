@@ -1,11 +1,13 @@
-"""``kldtui noise``: how much the metric moves between two captures of one model, stored for verdicts.
+"""``kldtui noise``: how much the metric moves between captures of one model, stored for verdicts.
 
-The measured noise model (docs/STATISTICS.md): two captures of one candidate, each compared with
-the reference. Their per-window difference of mean KL against the reference is the *repeat
-variation of the metric*, the quantity ``diff`` and ``leaderboard`` hold B - A against::
+The measured noise model (docs/STATISTICS.md): captures of one candidate, each compared with the
+reference. How their window means of KL against the reference move is the *repeat variation of the
+metric*, the quantity ``diff`` and ``leaderboard`` hold B - A against: per window, and capture-wide
+(an offset shared by every window of a capture), which needs three captures or more (one repeat
+cannot tell it from a real difference; such a model says so and verdicts stay provisional)::
 
-    kldtui noise CAPTURE1.json CAPTURE2.json --output noise.json      # two reports against the reference
-    kldtui noise RUN1 RUN2 --suite-manifest M --reference REF -o noise.json   # two capture folders
+    kldtui noise CAPTURE1.json CAPTURE2.json [CAPTURE3.json ...] --output noise.json   # reports
+    kldtui noise RUN1 RUN2 [RUN3 ...] --suite-manifest M --reference REF -o noise.json  # capture folders
 
 The repeat KL between the two captures (the seed's figure) comes along with ``--repeat-report``
 (a report of capture 2 against capture 1) or from folders. The seed's form, one report of RUN2
@@ -25,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport
 
-HELP = ("noise model from two captures of one candidate: how much its mean KL against the reference moves "
-        "between captures (two reports, or two run folders with --reference); stored for diff and "
-        "leaderboard")
+HELP = ("noise model from captures of one candidate: how much its mean KL against the reference moves "
+        "between captures (reports, or run folders with --reference; three or more also measure the "
+        "capture-wide variation); stored for diff and leaderboard")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run2", metavar="SECOND", nargs="?",
                         help="comparison report of capture 2 against the same reference (or the second "
                              "capture folder, or the reverse repeat report)")
+    parser.add_argument("more", metavar="MORE", nargs="*",
+                        help="further captures of the same candidate (reports against the same reference, "
+                             "or capture folders): with three captures or more the capture-wide variation "
+                             "is measured too")
     parser.add_argument("--output", "-o", required=True, metavar="NOISE.json",
                         help="where to store the noise model")
     parser.add_argument("--repeat-report", metavar="REPORT.json",
@@ -66,18 +72,15 @@ def _is_mirror(first: ComparisonReport, second: ComparisonReport) -> bool:
 def describe(model: Any) -> list[str]:
     """What ``kldtui noise`` prints about a stored model."""
     lines = []
-    if model.has_metric:
-        iv = model.metric_interval()
-        lines.append(f"repeat variation of the metric: capture 2 - capture 1 mean KL against the reference = "
-                     f"{iv.text('.3g')} (95 %) over {iv.windows} windows; diff and leaderboard hold B - A "
-                     f"against {model.repeat_variation_for([]):.3g}")
+    if model.repeat is not None:
+        lines.append(f"repeat variation of the metric: {model.repeat.describe()}")
     if model.per_window:
         rev = f", reverse {model.kl_reverse_mean:.6g}" if model.kl_reverse_mean is not None else ""
         lines.append(f"repeat KL between the captures: mean {model.kl_mean:.6g}{rev} over "
                      f"{len(model.per_window)} windows")
     if not model.has_metric:
-        lines.append("the repeat variation of the metric is not measured: give two reports of two captures "
-                     "against the reference to measure it")
+        lines.append("the repeat variation of the metric is not measured: give the reports of two or more "
+                     "captures against the reference to measure it")
     return lines
 
 
@@ -118,6 +121,15 @@ def _run(args: argparse.Namespace) -> int:
             raise BadInput(f"{args.run1} is a report file: --report, --suite-manifest and --reference "
                            "apply to two run folders only")
         first = load_report(args.run1)
+        if args.more:
+            if args.run2 is None or Path(args.run2).is_dir() or any(Path(m).is_dir() for m in args.more):
+                raise BadInput("give either reports or capture folders, not both")
+            reports = [load_report(m) for m in args.more]
+            repeat = load_report(args.repeat_report) if args.repeat_report else None
+            return done(noise_from_capture_reports(first, load_report(args.run2), *reports, where1=args.run1,
+                                                   where2=args.run2, where_more=args.more, repeat=repeat,
+                                                   where_repeat=args.repeat_report or "",
+                                                   allow_different_models=allow))
         if args.run2 is None:
             if args.repeat_report:
                 raise BadInput("--repeat-report goes with two reports of captures against the reference")
@@ -132,16 +144,21 @@ def _run(args: argparse.Namespace) -> int:
         return done(noise_from_capture_reports(first, second, where1=args.run1, where2=args.run2,
                                                repeat=repeat, where_repeat=args.repeat_report or "",
                                                allow_different_models=allow))
-    if not args.run2 or not Path(args.run2).is_dir():
-        raise BadInput(f"{args.run1} is a run folder: give SECOND, the second finalized capture folder of "
-                       "the same model")
+    if not args.run2 or not Path(args.run2).is_dir() or not all(Path(m).is_dir() for m in args.more):
+        raise BadInput(f"{args.run1} is a run folder: give SECOND (and any more), finalized capture "
+                       "folders of the same model")
     if not args.suite_manifest:
-        raise BadInput("--suite-manifest is required to compare two run folders")
+        raise BadInput("--suite-manifest is required to compare run folders")
+    if args.more and args.reference is None:
+        raise BadInput("three or more capture folders need --reference (each capture is compared with it)")
+    folders = [args.run1, args.run2, *args.more]
     if not allow:
-        why = different_models(args.run1, args.run2)
-        if why:
-            raise BadInput(f"{args.run1} and {args.run2} are not two captures of one model ({why}); add "
-                           "--allow-different-models if that is really meant")
+        for i in range(len(folders)):
+            for j in range(i + 1, len(folders)):
+                why = different_models(folders[i], folders[j])
+                if why:
+                    raise BadInput(f"{folders[i]} and {folders[j]}: not shown to be captures of one model "
+                                   f"({why}); add --allow-different-models if they really are")
     from kldtui.cli.batch_reporter import BatchReporter, run_headless
 
     def job(emit: Any, cancel: Any) -> int:
@@ -154,10 +171,10 @@ def _run(args: argparse.Namespace) -> int:
         from kldtui.stages.compare import CompareOptions, compare
 
         options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window)
-        first = compare(args.suite_manifest, args.reference, args.run1, options, emit, cancel)
-        second = compare(args.suite_manifest, args.reference, args.run2, options, emit, cancel)
-        return done(noise_from_capture_reports(first, second, where1=f"{args.reference} vs {args.run1}",
-                                               where2=f"{args.reference} vs {args.run2}", repeat=report,
+        captures = [compare(args.suite_manifest, args.reference, f, options, emit, cancel) for f in folders]
+        names = [f"{args.reference} vs {f}" for f in folders]
+        return done(noise_from_capture_reports(*captures, where1=names[0], where2=names[1],
+                                               where_more=names[2:], repeat=report,
                                                where_repeat=f"{args.run1} vs {args.run2}",
                                                allow_different_models=True))
 

@@ -41,7 +41,7 @@ TIE_COLUMN_HELP = """\
   best        lowest mean KL; the other rows are compared with it
   tied        not shown different from the best
   worse       shown worse than the best
-  no verdict  too few windows to tell
+  no verdict  too few windows to tell, or a verdict that cannot be calibrated on these windows
 """
 
 
@@ -229,7 +229,7 @@ class BoardScreen(Screen[None]):
         table.marked.clear()
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})
         n = len(results)
-        head = f"{n} report{'s' if n != 1 else ''} by mean KL (95% window-bootstrap interval)."
+        head = f"{n} report{'s' if n != 1 else ''} by mean KL (95% interval)."
         if n > 1:  # what the tie marks mean is in the help (?); the selected row's verdict is below
             head += " Enter opens one; space marks two, d diffs them; ? explains the tie column."
         lines = [head] + ([note] if note else [])

@@ -54,7 +54,7 @@ class ResultPane(VerticalScroll):
         text.append("mean KL  ", style="bold")
         text.append(r.kl.text() if r.kl is not None else "-")
         if r.kl is not None and r.kl.interval is not None:
-            text.append("  (95%, windows resampled)")
+            text.append("  (95%)")
         if r.kl_quantiles:
             text.append("\nper-token KL ", style="bold")
             text.append("  ".join(f"{label} {value:.4g}" for label, value in r.kl_quantiles))
@@ -84,6 +84,8 @@ class ResultPane(VerticalScroll):
             extra.append(f"noise floor {r.noise_floor:.4g}")
         if extra:
             text.append("\n" + " · ".join(extra))
+        if r.repeat_floor_note:
+            text.append("\n" + r.repeat_floor_note)
         return text
 
     def positions_text(self, rows: list[PositionRow], width: int) -> Text:
