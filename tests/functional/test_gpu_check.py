@@ -33,7 +33,9 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
     assert summary["agreement"]["ok"] and summary["agreement"]["infinite_kl_rows"] == [2]
     assert summary["chunk"]["ok"] and Path(summary["chunk"]["path"]).exists()
     assert summary["compare_gb_per_s"] > 0
-    assert summary["score"]["ok"] and summary["score"]["bytes_per_position"] == 60
+    from kldtui.metrics.score import RECORD_DTYPE
+
+    assert summary["score"]["ok"] and summary["score"]["bytes_per_position"] == RECORD_DTYPE.itemsize == 76
     steps = [ln.split(" ", 1)[0] for ln in lines if ln[:1].isdigit()]
     assert steps == [str(n) for n in range(1, 10)]  # one line per check
     assert summary["staging"]["ok"] and summary["staging"]["padded_to"] == 3064
