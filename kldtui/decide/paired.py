@@ -12,11 +12,12 @@ See docs/STATISTICS.md.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from kldtui.decide.verdict import (
 )
 from kldtui.decide.verdict import verdict_interval as verdict_interval
 from kldtui.errors import BadInput
-from kldtui.formats.report import load_report
+from kldtui.formats.report import confidence_label, depth_label, load_report
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
 from kldtui.metrics.inference import flip_ratio_interval
@@ -305,11 +306,50 @@ def figure_differences(a: ComparisonReport, b: ComparisonReport) -> list[FigureD
             continue
         d = vb[ok] - va[ok]
         lo = hi = None
-        if d.size >= 3:
+        if d.size >= MIN_VERDICT_WINDOWS:  # fewer: no verdict, and the interval is mostly unbounded
             low, high = flip_ratio_interval(np.ones_like(d), d)
-            lo, hi = float(low), float(high)
+            if math.isfinite(float(low)) and math.isfinite(float(high)):
+                lo, hi = float(low), float(high)
         out.append(FigureDiff(name, label, unit, better, float(va[ok].mean()), float(vb[ok].mean()),
                               float(d.mean()), lo, hi, int(d.size)))
+    return out
+
+
+@dataclass(frozen=True)
+class BucketPair:
+    """One bucket of KL by reference confidence or by depth in the window, A and B side by side, each
+    with its report's own window-clustered 95 % interval (the reports keep a bucket's pooled mean, not
+    its per-window values, so the two are not paired)."""
+
+    kind: Literal["reference_confidence", "depth"]
+    label: str
+    a: float | None
+    a_low: float | None
+    a_high: float | None
+    b: float | None
+    b_low: float | None
+    b_high: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bucket": self.label, "kl_a": self.a, "ci95_low_a": self.a_low, "ci95_high_a": self.a_high,
+                "kl_b": self.b, "ci95_low_b": self.b_low, "ci95_high_b": self.b_high}
+
+
+def bucket_pairs(a: ComparisonReport, b: ComparisonReport) -> list[BucketPair]:
+    """:class:`BucketPair` for every bucket both reports carry (same bounds), confidence first."""
+    out = []
+    conf_b = {(x.low, x.high): x for x in b.kl_by_reference_confidence or ()}
+    for x in a.kl_by_reference_confidence or ():
+        y = conf_b.get((x.low, x.high))
+        if y is not None:
+            out.append(BucketPair("reference_confidence", confidence_label(x.low, x.high), x.kl_mean,
+                                  x.ci95_low, x.ci95_high, y.kl_mean, y.ci95_low, y.ci95_high))
+    depth_b = {(x.start, x.stop): x for x in b.kl_by_position or ()}
+    for p in a.kl_by_position or ():
+        q = depth_b.get((p.start, p.stop))
+        if q is not None:
+            out.append(BucketPair("depth", depth_label(p.start, p.stop), p.kl_mean, p.ci95_low, p.ci95_high,
+                                  q.kl_mean, q.ci95_low, q.ci95_high))
     return out
 
 
@@ -352,6 +392,7 @@ class PairedDiff:
     infinite_a: list[int] = field(default_factory=list)  # per window: positions with infinite KL
     infinite_b: list[int] = field(default_factory=list)
     figures: list[FigureDiff] = field(default_factory=list)  # the other figures users rank by, A vs B
+    buckets: list[BucketPair] = field(default_factory=list)  # KL by confidence and by depth, A and B
 
     @property
     def verdict(self) -> str:
@@ -390,6 +431,9 @@ class PairedDiff:
             "verdict": self.verdict,
             "notes": self.notes,
             "figures": {f.name: f.to_dict() for f in self.figures},
+            "kl_by_reference_confidence": [x.to_dict() for x in self.buckets
+                                           if x.kind == "reference_confidence"],
+            "kl_by_depth": [x.to_dict() for x in self.buckets if x.kind == "depth"],
         }
 
 
@@ -491,7 +535,8 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         infinite_a=[] if va.infinite_kl_rows is None else va.infinite_kl_rows.tolist(),
         infinite_b=[] if vb.infinite_kl_rows is None else vb.infinite_kl_rows.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
-        noise_floor=noise.summary() if noise else None, notes=notes, figures=figure_differences(a, b))
+        noise_floor=noise.summary() if noise else None, notes=notes, figures=figure_differences(a, b),
+        buckets=bucket_pairs(a, b))
 
 
 def _part(counts: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:

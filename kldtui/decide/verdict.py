@@ -270,7 +270,10 @@ class VerdictInterval:
                 "windows_needed": self.needed_windows}
 
     def text(self, fmt: str = ".4g") -> str:
-        if not self.has_interval:
+        """The estimate and its interval; the estimate alone below :data:`MIN_VERDICT_WINDOWS` windows
+        (a verdict is not given there, and the sign-flip interval of 3-7 windows is mostly unbounded)."""
+        if not self.has_interval or self.windows < MIN_VERDICT_WINDOWS \
+                or not (math.isfinite(self.ci95_low) and math.isfinite(self.ci95_high)):  # type: ignore[arg-type]
             return f"{self.estimate:{fmt}}"
         return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
 

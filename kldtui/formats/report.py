@@ -162,12 +162,7 @@ def summary_text(report: ComparisonReport) -> str:
 
         lines.append("  by domain: " + "  ".join(domain(name, b) for name, b in report.domains.items()))
     lines.extend(f"  {line}" for line in figure_lines(report))
-    buckets = report.kl_by_reference_confidence
-    if buckets:
-        lines.append("  KL by reference confidence: " + "  ".join(
-            f"[{b.low},{b.high}{']' if b.high == 1.0 else ')'} {_f(b.kl_mean, 4)}"
-            + (f" [{_f(b.ci95_low, 3)}, {_f(b.ci95_high, 3)}]" if b.ci95_low is not None else "")
-            + f" (n={b.positions})" for b in buckets))
+    lines.extend(f"  {line}" for line in bucket_lines(report))
     prov = report.provenance
     unchecked = prov.verified.window_identity_unchecked if prov is not None else None
     if unchecked:
@@ -204,6 +199,39 @@ def figure_lines(report: ComparisonReport) -> list[str]:
         per_token = (f"; per position as llama.cpp counts it ± {show(fig.per_token_uncertainty)}"
                      if fig.per_token_uncertainty is not None else "")
         lines.append(f"{fig.label} {show(fig.value)}{interval}{unit}{per_token}")
+    return lines
+
+
+def confidence_label(low: float, high: float) -> str:
+    """A reference-confidence bucket as the report states it: ``[0.95,1.0]`` (the last one closed)."""
+    return f"[{low:g},{high:g}{']' if high >= 1.0 else ')'}"
+
+
+def depth_label(start: int, stop: int) -> str:
+    """A bucket of positions in the window: ``0-255``."""
+    return f"{start}-{stop - 1}"
+
+
+def _bucket(label: str, kl_mean: float | None, low: float | None, high: float | None, positions: int) -> str:
+    interval = f" [{_f(low, 3)}, {_f(high, 3)}]" if low is not None and high is not None else ""
+    return f"{label} {_f(kl_mean, 4)}{interval} (n={positions})"
+
+
+def bucket_lines(report: ComparisonReport) -> list[str]:
+    """KL by reference confidence and by depth in the window, one line each, every bucket with its
+    window-clustered 95 % interval where the report has it (docs/STATISTICS.md); none for a report
+    without the buckets. The text summary, the viewer and the dashboard show them."""
+    lines = []
+    conf = report.kl_by_reference_confidence
+    if conf:
+        lines.append("KL by reference confidence: " + "  ".join(
+            _bucket(confidence_label(b.low, b.high), b.kl_mean, b.ci95_low, b.ci95_high, b.positions)
+            for b in conf))
+    depth = report.kl_by_position
+    if depth:
+        lines.append("KL by depth in the window: " + "  ".join(
+            _bucket(depth_label(b.start, b.stop), b.kl_mean, b.ci95_low, b.ci95_high, b.positions)
+            for b in depth))
     return lines
 
 

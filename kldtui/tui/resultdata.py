@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.formats.report import figure_lines
+from kldtui.formats.report import bucket_lines, figure_lines
 from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval, Interval, as_report
 from kldtui.formats.report_names import (
     interval_rests_on_too_few,
@@ -135,6 +135,8 @@ class ResultData:
     # the mean KL sits inside the repeat floor (kldtui.decide.paired.repeat_floor_note), or None
     repeat_floor_note: str | None = None
     figures: list[str] = field(default_factory=list)  # registered figures, one line each (figure_lines)
+    # KL by reference confidence and by depth, with window-clustered intervals (bucket_lines)
+    buckets: list[str] = field(default_factory=list)
     live: bool = False  # built from the windows compared so far, not from a report
 
     @property
@@ -224,6 +226,7 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         noise_floor=_num(floor.kl_mean) if floor is not None else None,
         repeat_floor_note=floor_note,
         figures=figure_lines(report),
+        buckets=bucket_lines(report),
     )
 
 

@@ -39,6 +39,40 @@ def test_diff_prints_table_and_verdict_and_writes_json(tmp_path, capsys):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+def test_diff_shows_kl_by_confidence_and_depth_of_both(tmp_path, capsys):
+    """Each side's bucket means with its own window-clustered interval, in the text and --json; a bucket
+    only one report has is left out."""
+    base = _base(3)
+    ra = make_report(base, DOMAINS, candidate_dir="/runs/q4")
+    rb = make_report(base * 1.2, DOMAINS, candidate_dir="/runs/q3")
+    ra["kl_by_reference_confidence"] = [
+        {"low": 0.0, "high": 0.25, "positions": 900, "kl_mean": 0.031, "top1_agreement": 0.5,
+         "ci95_low": 0.028, "ci95_high": 0.034, "windows": 32},
+        {"low": 0.95, "high": 1.0, "positions": 4000, "kl_mean": 0.0008, "top1_agreement": 0.99,
+         "ci95_low": 0.0006, "ci95_high": 0.001, "windows": 32}]
+    rb["kl_by_reference_confidence"] = [
+        {"low": 0.0, "high": 0.25, "positions": 950, "kl_mean": 0.037, "top1_agreement": 0.45,
+         "ci95_low": 0.033, "ci95_high": 0.041, "windows": 32}]
+    for r, k in ((ra, 0.016), (rb, 0.019)):
+        r["kl_by_position"] = [{"start": 0, "stop": 256, "positions": 8192, "kl_mean": k,
+                                "ci95_low": k * 0.9, "ci95_high": k * 1.1, "windows": 32}]
+    a = write_report(tmp_path / "a.json", ra)
+    b = write_report(tmp_path / "b.json", rb)
+    out_json = tmp_path / "diff.json"
+    assert main(["diff", str(a), str(b), "--bootstrap-samples", "200", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "KL by reference confidence, A and B (each with its own window-clustered 95 % interval" in out
+    assert any(line.split() == ["[0,0.25)", "A", "0.031", "[0.028,", "0.034]", "B", "0.037", "[0.033,",
+                                "0.041]"] for line in out.splitlines())
+    assert "[0.95,1]" not in out  # only A has it
+    assert any(line.split()[:3] == ["0-255", "A", "0.016"] for line in out.splitlines())
+    doc = json.loads(out_json.read_text())
+    assert doc["kl_by_reference_confidence"] == [
+        {"bucket": "[0,0.25)", "kl_a": 0.031, "ci95_low_a": 0.028, "ci95_high_a": 0.034, "kl_b": 0.037,
+         "ci95_low_b": 0.033, "ci95_high_b": 0.041}]
+    assert doc["kl_by_depth"][0]["bucket"] == "0-255" and doc["kl_by_depth"][0]["kl_b"] == 0.019
+
+
 def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
     base = _base(2)
     pa = write_report(tmp_path / "a.json", make_report(base, DOMAINS, candidate_dir="/r/a"))

@@ -356,3 +356,11 @@ async def test_viewer_shows_the_ranking_figures_and_the_repeat_floor(tmp_path: P
         assert "rests on too few windows: 4" in text  # the examples suite has 4 windows
         assert f"inside the repeat floor: candidate ({plain_number(mean)}) has a mean KL" in text
         assert "KLD stops predicting task accuracy" in text
+        # KL by reference confidence and by depth, each bucket with its window-clustered interval
+        top = doc["kl_by_reference_confidence"][-1]
+        assert ("KL by reference confidence: [0,0.25) " in text
+                and f"[0.95,1] {top['kl_mean']:.4g} [{top['ci95_low']:.3g}, {top['ci95_high']:.3g}] "
+                    f"(n={top['positions']})" in text)
+        depth = doc["kl_by_position"][0]
+        assert (f"KL by depth in the window: {depth['start']}-{depth['stop'] - 1} {depth['kl_mean']:.4g} "
+                f"[{depth['ci95_low']:.3g}, {depth['ci95_high']:.3g}]") in text

@@ -43,6 +43,12 @@ def _row(label: str, s: Any) -> str:
             f"{s.interval.text():<34}  {ratio_text:<8}  {call}")
 
 
+def _bucket(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" + (f" [{low:.4g}, {high:.4g}]" if low is not None and high is not None else "")
+
+
 def format_diff(result: Any, per_window: bool = False) -> str:
     """The text ``kldtui diff`` prints."""
     lines = [
@@ -67,6 +73,13 @@ def format_diff(result: Any, per_window: bool = False) -> str:
             lines.append(f"  {f.label:<16} A {f.a:.4g}  B {f.b:.4g}{unit}  "
                          f"B - A {f.difference:+.4g}{interval}"
                          + (f" ({f.better} is better)" if f.better else ""))
+    for kind, title in (("reference_confidence", "KL by reference confidence"),
+                        ("depth", "KL by depth in the window (positions)")):
+        rows = [x for x in result.buckets if x.kind == kind]
+        if rows:
+            lines += ["", f"{title}, A and B (each with its own window-clustered 95 % interval; not paired):"]
+            lines += [f"  {x.label:<12} A {_bucket(x.a, x.a_low, x.a_high):<28}  B "
+                      f"{_bucket(x.b, x.b_low, x.b_high)}" for x in rows]
     if per_window:
         lines += ["", f"{'window':>6}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
         n = len(result.window_index)

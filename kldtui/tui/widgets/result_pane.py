@@ -73,6 +73,8 @@ class ResultPane(VerticalScroll):
         text.append(fmt_num(r.delta_p_rms))
         for line in r.figures:
             text.append("\n" + line)
+        for line in r.buckets:
+            text.append("\n" + line)
         extra = []
         if r.positions is not None:
             extra.append(f"{r.positions} positions")
