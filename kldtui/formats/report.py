@@ -212,27 +212,38 @@ def depth_label(start: int, stop: int) -> str:
     return f"{start}-{stop - 1}"
 
 
-def _bucket(label: str, kl_mean: float | None, low: float | None, high: float | None, positions: int) -> str:
-    interval = f" [{_f(low, 3)}, {_f(high, 3)}]" if low is not None and high is not None else ""
+def _bucket(label: str, kl_mean: float | None, low: float | None, high: float | None, positions: int,
+            windows: int | None) -> str:
+    shown = low is not None and high is not None and not interval_rests_on_too_few(windows)
+    interval = f" [{_f(low, 3)}, {_f(high, 3)}]" if shown else ""
     return f"{label} {_f(kl_mean, 4)}{interval} (n={positions})"
 
 
-def bucket_lines(report: ComparisonReport) -> list[str]:
-    """KL by reference confidence and by depth in the window, one line each, every bucket with its
-    window-clustered 95 % interval where the report has it (docs/STATISTICS.md); none for a report
-    without the buckets. The text summary, the viewer and the dashboard show them."""
-    lines = []
+def confidence_line(report: ComparisonReport) -> str | None:
+    """KL by reference confidence in one line, each bucket with its window-clustered 95 % interval
+    (docs/STATISTICS.md) where the report has it and the bucket's windows are enough for one; None
+    for a report without the buckets."""
     conf = report.kl_by_reference_confidence
-    if conf:
-        lines.append("KL by reference confidence: " + "  ".join(
-            _bucket(confidence_label(b.low, b.high), b.kl_mean, b.ci95_low, b.ci95_high, b.positions)
-            for b in conf))
+    if not conf:
+        return None
+    return "KL by reference confidence: " + "  ".join(
+        _bucket(confidence_label(b.low, b.high), b.kl_mean, b.ci95_low, b.ci95_high, b.positions, b.windows)
+        for b in conf)
+
+
+def depth_line(report: ComparisonReport) -> str | None:
+    """KL by depth in the window (bands of positions) in one line, as :func:`confidence_line`."""
     depth = report.kl_by_position
-    if depth:
-        lines.append("KL by depth in the window: " + "  ".join(
-            _bucket(depth_label(b.start, b.stop), b.kl_mean, b.ci95_low, b.ci95_high, b.positions)
-            for b in depth))
-    return lines
+    if not depth:
+        return None
+    return "KL by depth in the window: " + "  ".join(
+        _bucket(depth_label(b.start, b.stop), b.kl_mean, b.ci95_low, b.ci95_high, b.positions, b.windows)
+        for b in depth)
+
+
+def bucket_lines(report: ComparisonReport) -> list[str]:
+    """:func:`confidence_line` and :func:`depth_line`, those the report has (the text summary)."""
+    return [line for line in (confidence_line(report), depth_line(report)) if line is not None]
 
 
 def headline(report: ComparisonReport) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.formats.report import bucket_lines, figure_lines
+from kldtui.formats.report import confidence_line, figure_lines
 from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval, Interval, as_report
 from kldtui.formats.report_names import (
     interval_rests_on_too_few,
@@ -87,6 +87,10 @@ class PositionRow:
     stop: int
     positions: int
     kl_mean: float
+    # the band's window-clustered 95 % interval (docs/STATISTICS.md); None when the report has none or
+    # it rests on too few windows
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,7 @@ class ResultData:
     # the mean KL sits inside the repeat floor (kldtui.decide.paired.repeat_floor_note), or None
     repeat_floor_note: str | None = None
     figures: list[str] = field(default_factory=list)  # registered figures, one line each (figure_lines)
-    # KL by reference confidence and by depth, with window-clustered intervals (bucket_lines)
+    # KL by reference confidence, with window-clustered intervals (formats.report.confidence_line)
     buckets: list[str] = field(default_factory=list)
     live: bool = False  # built from the windows compared so far, not from a report
 
@@ -212,7 +216,9 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         top1=_num(report.top1_agreement),
         topk=topk,
         kl_quantiles=quantiles,
-        kl_by_position=[PositionRow(b.start, b.stop, b.positions, b.kl_mean)
+        kl_by_position=[PositionRow(b.start, b.stop, b.positions, b.kl_mean,
+                                    *((b.ci95_low, b.ci95_high) if not interval_rests_on_too_few(b.windows)
+                                      else (None, None)))
                         for b in report.kl_by_position or []],
         provenance=_provenance(report),
         ppl_ratio=(_band(nt.perplexity_ratio_window_cluster_bootstrap, _num(nt.perplexity_ratio), n_windows)
@@ -226,7 +232,7 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         noise_floor=_num(floor.kl_mean) if floor is not None else None,
         repeat_floor_note=floor_note,
         figures=figure_lines(report),
-        buckets=bucket_lines(report),
+        buckets=[line] if (line := confidence_line(report)) is not None else [],
     )
 
 

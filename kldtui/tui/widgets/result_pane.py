@@ -96,7 +96,9 @@ class ResultPane(VerticalScroll):
         if not rows:
             return text
         text.append("KL by position", style="bold")
-        text.append("  (mean over the windows' positions in each band)")
+        with_interval = any(r.low is not None and r.high is not None for r in rows)
+        text.append("  (mean over the windows' positions in each band"
+                    + (", 95% window-clustered interval)" if with_interval else ")"))
         top = max((r.kl_mean for r in rows), default=0.0) or 1.0
         label_w = max(len(f"{r.start}-{r.stop - 1}") for r in rows)
         area = max(8, min(40, width - label_w - 12))
@@ -104,6 +106,8 @@ class ResultPane(VerticalScroll):
             text.append("\n" + f"{r.start}-{r.stop - 1}".rjust(label_w) + " ")
             text.append(bar_cells(r.kl_mean / top * area).ljust(area))
             text.append(f" {r.kl_mean:.4g}")
+            if r.low is not None and r.high is not None:
+                text.append(f" [{r.low:.3g}, {r.high:.3g}]")
         return text
 
     def provenance_text(self, r: ResultData) -> Text:
