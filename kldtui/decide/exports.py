@@ -181,9 +181,9 @@ def how_measured(table: ExportTable) -> list[str]:
     positions = f" x {r.positions // max(r.windows, 1)} positions" if r is not None else ""
     version = ", ".join(table.kldtui_versions) or "unknown"
     return [f"KL(reference || candidate), natural log, mean over {table.windows} windows{positions}; "
-            "interval: 95 %, windows resampled as clusters; per-domain columns: mean KL of that "
-            "domain's windows",
-            f"verdict: paired test of each candidate against the best over the same windows; "
+            "interval: 95 %, the report's headline interval over windows (kl_mean_interval); per-domain "
+            "columns: mean KL of that domain's windows",
+            f"verdict: paired sign-flip test of each candidate against the best over the same windows; "
             f"noise model: {table.noise_model}",
             f"suite hash {_short_hash(table.suite_hash)}, reference identity "
             f"{_short_hash(table.reference_identity)}, kldtui {version}"]
