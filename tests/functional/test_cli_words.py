@@ -110,6 +110,16 @@ def test_leaderboard_of_few_windows_marks_no_best(tmp_path: Path, capsys: Any) -
     assert "tie: best = lowest mean KL" in out  # every mark is explained
 
 
+def test_leaderboard_explains_provisional(tmp_path: Path, capsys: Any) -> None:
+    paths = [str(write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)))
+             for n, lvl, s in (("x", 0.01, 1), ("y", 0.03, 2))]
+    assert main(["leaderboard", *paths, "--plain"]) == 0  # no noise model: a difference is provisional
+    out = capsys.readouterr().out
+    assert "(provisional)" in out.splitlines()[2], out
+    assert "provisional: the difference is shown over these windows, but not yet against how much one " \
+           "model's KL moves between two captures (measure that with kldtui noise)" in out
+
+
 def test_leaderboard_json_keeps_its_figures(tmp_path: Path, capsys: Any) -> None:
     paths = [str(write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)))
              for n, lvl, s in (("x", 0.01, 1), ("y", 0.03, 2))]

@@ -72,6 +72,9 @@ def _footer(board: Any) -> list[str]:
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
         lines.append(MARKS_LEGEND)
+    if any(r.provisional for r in board.rows):
+        lines.append("provisional: the difference is shown over these windows, but not yet against how much "
+                     "one model's KL moves between two captures (measure that with kldtui noise)")
     return lines + [f"note: {n}" for n in board.notes]
 
 
