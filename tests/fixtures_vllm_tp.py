@@ -96,12 +96,20 @@ def process_title(pid: int) -> str:
         return "(gone)"
 
 
-def worker_titles() -> dict[int, str]:
-    """Every live vLLM worker process of this user: pid -> title."""
+def worker_titles(capture_dir: Path) -> dict[int, str]:
+    """The live vLLM worker processes of the server capturing into ``capture_dir`` (by their
+    environment; other servers on the machine are not ours): pid -> title."""
     found = {}
+    marker = f"VLLM_KLD_CAPTURE_DIR={capture_dir}".encode()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         title = process_title(int(pid))
-        if title.startswith("VLLM::Worker"):
+        if not title.startswith("VLLM::Worker"):
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
             found[int(pid)] = title
     return found
 

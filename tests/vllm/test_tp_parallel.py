@@ -73,9 +73,9 @@ def tp2(tp_reference: TpReference) -> Iterator[Tp2]:
 def test_tp2_one_writer_the_output_rank(tp2: Tp2) -> None:
     """Both ranks run the hook; only vLLM's output rank (TP rank 0) writes and records itself."""
     tp2.report()
-    titles = worker_titles()
-    mine = [pid for pid, t in titles.items() if t.startswith("VLLM::Worker_TP")]
-    assert len(mine) >= 2, titles  # the server really runs two tensor-parallel workers
+    titles = worker_titles(tp2.capture)
+    mine = sorted(pid for pid, t in titles.items() if t.startswith("VLLM::Worker_TP"))
+    assert sorted(titles.values()) == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"], titles  # two TP workers
     records = writer_records(tp2.capture)
     assert len(records) == 1, records
     assert process_title(records[0]["pid"]) == "VLLM::Worker_TP0", records[0]
