@@ -1,9 +1,17 @@
 """A tiny deterministic "transformer-ish" language model in NumPy for the embedded server.
 
 Token embeddings, two causal mixing layers (each mixes a token with an exponentially decayed
-running average of what came before it), a layer norm and an output projection. Weights come
-from a seeded generator, so the same ``seed`` gives bit-identical logits on a machine. The
-output scale is chosen so distributions are peaked (entropy around 1-2 nats), like a real model.
+running average of what came before it), a final norm and an LM head. Weights come from a seeded
+generator, so the same ``seed`` gives bit-identical logits on a machine. The output scale is
+chosen so distributions are peaked (entropy around 1-2 nats), like a real model.
+
+The logits are literally ``h · Wᵀ``, as a served model's head computes them, so a hidden-state
+capture of this model replays exactly (issue 22, docs/REPLAY.md): :meth:`TinyModel.hidden` gives
+the final normalized states ``h`` ``[rows, HIDDEN + 1]`` and :attr:`TinyModel.head` is ``W``
+``[vocab, HIDDEN + 1]``. Both hold BF16 values (a BF16 checkpoint's head, a BF16 server's final
+states), widened to float32; the last column of ``h`` is a constant 1 whose head column is the
+output bias, so no bias is added outside the product. The product is accumulated in float32 (the
+logits stay float32, as a float32 head returns them).
 
 ``perturb`` imitates a quantized checkpoint: every weight matrix is rounded to a uniform grid
 whose step is ``perturb`` times the matrix's standard deviation (round-to-nearest, as a simple
@@ -17,6 +25,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from kldtui.metrics.replay import round_bf16_inplace
 
 HIDDEN = 64
 DECAYS = (0.85, 0.6)
@@ -47,8 +57,14 @@ def _decayed_average(x: np.ndarray, decay: float) -> np.ndarray:
     return out
 
 
+def _bf16_values(x: np.ndarray) -> np.ndarray:
+    """``x`` (float32) rounded to BF16 values, kept as float32."""
+    return round_bf16_inplace(np.array(x, dtype=np.float32, copy=True))
+
+
 class TinyModel:
-    """``hidden(ids)`` gives per-position states; ``logits(states)`` the raw next-token logits."""
+    """``hidden(ids)`` gives the final normalized states ``h``; ``logits(h)`` the raw next-token
+    logits ``h · Wᵀ`` with ``W = head``."""
 
     def __init__(self, vocab_size: int = 4096, seed: int = 0, perturb: float = 0.0,
                  hidden: int = HIDDEN) -> None:
@@ -64,25 +80,39 @@ class TinyModel:
         self.mix1 = (rng.standard_normal((2 * d, d)) / math.sqrt(2 * d)).astype(f32)
         self.mix2 = (rng.standard_normal((2 * d, d)) / math.sqrt(2 * d)).astype(f32)
         scale = output_scale(vocab_size) / math.sqrt(d)
-        self.out = (rng.standard_normal((d, vocab_size)) * scale).astype(f32)
-        self.bias = (rng.standard_normal(vocab_size) * 0.5).astype(f32)
+        out = (rng.standard_normal((d, vocab_size)) * scale).astype(f32)
+        bias = (rng.standard_normal(vocab_size) * 0.5).astype(f32)
         if perturb > 0:
             self.embed = _quantize(self.embed, perturb)
             self.mix1 = _quantize(self.mix1, perturb)
             self.mix2 = _quantize(self.mix2, perturb)
-            self.out = _quantize(self.out, perturb)
-            self.bias = _quantize(self.bias, perturb)
+            out = _quantize(out, perturb)
+            bias = _quantize(bias, perturb)
+        # the LM head [vocab, HIDDEN + 1]: the output projection and, in the last column, the bias
+        self.head = _bf16_values(np.concatenate([out.T, bias[:, None]], axis=1))
+
+    @property
+    def hidden_size(self) -> int:
+        """The width of the final states (the head's second dimension)."""
+        return int(self.head.shape[1])
+
+    def _final(self, h: np.ndarray) -> np.ndarray:
+        """Normalized states ``[rows, HIDDEN]`` -> final states: BF16 values and the bias unit."""
+        out = np.empty((h.shape[0], h.shape[1] + 1), dtype=np.float32)
+        out[:, :-1] = h
+        round_bf16_inplace(out[:, :-1])
+        out[:, -1] = 1.0
+        return out
 
     def hidden(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """States ``[len(ids), hidden]``; row ``t`` depends on tokens ``0..t`` only."""
+        """Final states ``[len(ids), hidden_size]``; row ``t`` depends on tokens ``0..t`` only."""
         idx = np.asarray(ids, dtype=np.int64)
         x = self.embed[idx]
         h = np.tanh(np.concatenate([x, _decayed_average(x, DECAYS[0])], axis=1) @ self.mix1)
         h = h + np.tanh(np.concatenate([h, _decayed_average(h, DECAYS[1])], axis=1) @ self.mix2)
         h = h - h.mean(axis=1, keepdims=True)
         h = h / np.sqrt((h * h).mean(axis=1, keepdims=True) + np.float32(1e-5))
-        states: np.ndarray = h.astype(np.float32, copy=False)
-        return states
+        return self._final(h.astype(np.float32, copy=False))
 
     def sample(self, num_tokens: int, seed: int = 0, temperature: float = 1.0,
                first_token: int | None = None) -> list[int]:
@@ -102,7 +132,7 @@ class TinyModel:
             h = h + np.tanh(np.concatenate([h, s2]) @ self.mix2)
             h = h - h.mean()
             h = h / np.sqrt((h * h).mean() + np.float32(1e-5))
-            logits = (h @ self.out + self.bias).astype(np.float64)
+            logits = self.logits(self._final(h[None, :].astype(np.float32)))[0].astype(np.float64)
             if temperature <= 0:
                 token = int(np.argmax(logits))
             else:
@@ -113,9 +143,8 @@ class TinyModel:
         return out
 
     def logits(self, states: np.ndarray) -> np.ndarray:
-        """Raw float32 logits ``[rows, vocab_size]`` for the given states."""
-        out: np.ndarray = states @ self.out
-        out += self.bias
+        """Raw float32 logits ``[rows, vocab_size]`` of final states: ``states · headᵀ``."""
+        out: np.ndarray = np.asarray(states, dtype=np.float32) @ self.head.T
         return out
 
 
