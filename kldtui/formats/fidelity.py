@@ -966,13 +966,16 @@ def tensor_record(window: WindowSpec, written: WrittenTensor, *, source_class: s
 def write_tensor_manifest(folder: str | os.PathLike[str], kind: TensorKind, suite: Suite,
                           records: Iterable[Mapping[str, Any]], *, width: int, run_name: str,
                           runtime_manifest: str | None = None, runtime_manifest_sha256: str | None = None,
-                          kind_text: str | None = None, created_utc: str | None = None) -> Path:
-    """A tensor folder's ``manifest.json`` (validated by reading it back)."""
+                          kind_text: str | None = None, created_utc: str | None = None,
+                          extra: Mapping[str, Any] | None = None) -> Path:
+    """A tensor folder's ``manifest.json`` (validated by reading it back); ``extra`` fields are
+    added beside the published ones (a producer's own, e.g. kldtui's inline ``runtime``)."""
     items = sorted((dict(r) for r in records), key=lambda r: int(r["context_index"]))
     if runtime_manifest is not None and (runtime_manifest.startswith("/")
                                          or ".." in runtime_manifest.split("/")):
         raise BadInput(f"runtime manifest {runtime_manifest!r}: give a path relative to the suite folder")
     doc: dict[str, Any] = {
+        **dict(extra or {}),
         "context_length": suite.context_length, "created_utc": created_utc or utc_now(), "format_version": 1,
         "kind": kind_text or (KIND_HIDDEN_TEXT if kind == "hidden" else KIND_LIVE_TEXT), "run_name": run_name,
         "runtime_manifest": runtime_manifest, "runtime_manifest_sha256": runtime_manifest_sha256,
@@ -991,9 +994,11 @@ def write_tensor_manifest(folder: str | os.PathLike[str], kind: TensorKind, suit
 
 def write_lm_head(folder: str | os.PathLike[str], weight: np.ndarray, *, checkpoint_tensor_key: str,
                   checkpoint_index_sha256: str | None = None, source_shard: str | None = None,
-                  kind: str = "LM head exported from the checkpoint") -> LmHead:
+                  kind: str = "LM head exported from the checkpoint",
+                  extra: Mapping[str, Any] | None = None) -> LmHead:
     """``weight.safetensors`` (BF16 ``[vocab, hidden]``, metadata ``checkpoint_tensor_key`` and
     ``raw_tensor_sha256``) and its ``manifest.json`` in ``folder``; neither is ever overwritten.
+    ``extra`` fields go into the manifest beside the published ones (an exporter's own).
     The payload hash is computed first (metadata precedes the data in the file)."""
     from kldtui.metrics.replay import f32_to_bf16
 
@@ -1010,7 +1015,8 @@ def write_lm_head(folder: str | os.PathLike[str], weight: np.ndarray, *, checkpo
                                  "raw_tensor_sha256": raw.hexdigest()})
     if written.raw_tensor_sha256 != raw.hexdigest():
         raise RuntimeError(f"{written.path}: the head changed while it was written")
-    doc = {"checkpoint_index_sha256": checkpoint_index_sha256, "checkpoint_tensor_key": checkpoint_tensor_key,
+    doc = {**dict(extra or {}),
+           "checkpoint_index_sha256": checkpoint_index_sha256, "checkpoint_tensor_key": checkpoint_tensor_key,
            "dtype": "BF16", "file": HEAD_FILE, "file_sha256": written.sha256, "format_version": 1,
            "key": HEAD_KEY, "kind": kind, "raw_tensor_sha256": written.raw_tensor_sha256,
            "shape": list(written.shape), "size_bytes": written.size_bytes, "source_shard": source_shard}

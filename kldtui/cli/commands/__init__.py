@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "prepare": "prepare",
     "verify": "verify",
     "publish": "publish",
+    "export-head": "export_head",
     "serve": "serve",
     "capture": "capture",
     "finalize": "finalize",
