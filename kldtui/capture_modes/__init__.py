@@ -5,7 +5,9 @@ keyed by its name, the value of the profile's ``[capture] mode``, of ``kldtui ca
 --mode`` and of the server's ``KLDTUI_CAPTURE_MODE``:
 
 - ``logits`` (:mod:`kldtui.capture_modes.logits`, the default): the candidate's prompt logits;
-- ``score`` (:mod:`kldtui.capture_modes.score`): per-row figures computed in the server.
+- ``score`` (:mod:`kldtui.capture_modes.score`): per-row figures computed in the server;
+- ``hidden`` (:mod:`kldtui.capture_modes.hidden`): the final normalized hidden states, replayed
+  with the LM head (the published hidden-state layout).
 
 Adding a mode is one module (a :class:`CaptureMode` subclass and its instance) and one line in
 :data:`_MODES` below (docs/DEVELOPING.md, "A new capture mode").
@@ -30,11 +32,12 @@ from kldtui.capture_modes.base import (
     ServerSink,
     Verify,
 )
+from kldtui.capture_modes.hidden import HIDDEN
 from kldtui.capture_modes.logits import LOGITS
 from kldtui.capture_modes.score import SCORE
 from kldtui.errors import BadInput
 
-_MODES: dict[str, CaptureMode] = {mode.name: mode for mode in (LOGITS, SCORE)}
+_MODES: dict[str, CaptureMode] = {mode.name: mode for mode in (LOGITS, SCORE, HIDDEN)}
 DEFAULT: CaptureMode = LOGITS
 
 
@@ -107,11 +110,11 @@ def from_record(value: object) -> CaptureMode | None:
 def finalized_in(folder: Path) -> CaptureMode | None:
     """The mode whose finalized manifest is in ``folder`` (the default mode's first), or None."""
     for mode in _MODES.values():
-        if mode.manifest_path(folder).is_file():
+        if mode.holds(folder):
             return mode
     return None
 
 
-__all__ = ["DEFAULT", "LOGITS", "MODE_ENV", "SCORE", "CaptureMode", "ChunkRows", "FinalizeJob", "Finalized",
-           "ServerFigures", "ServerIO", "ServerSink", "Verify", "add_mode_argument", "finalized_in", "flag",
-           "from_record", "get", "modes", "names", "parse", "server_mode"]
+__all__ = ["DEFAULT", "HIDDEN", "LOGITS", "MODE_ENV", "SCORE", "CaptureMode", "ChunkRows", "FinalizeJob",
+           "Finalized", "ServerFigures", "ServerIO", "ServerSink", "Verify", "add_mode_argument",
+           "finalized_in", "flag", "from_record", "get", "modes", "names", "parse", "server_mode"]

@@ -186,6 +186,7 @@ class FinalizeJob:
     emit: EventSink = null_sink
     cancel: Cancel | None = None
     remember_hash: Callable[[Path, str], None] | None = None  # a file's SHA-256, computed while written
+    keep_chunks: bool = False  # the chunks stay once the window is finalized (manifests may say so)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,9 @@ class CaptureMode(ABC):
     record_value: ClassVar[str | None] = None  # capture records' "mode" field (None: not written,
     # as in the original tools' records)
     manifest_name: ClassVar[str]  # the finalized folder's manifest
+    # whether the server also saves the live logits of the requests the client marks (the replay
+    # check's sample, :meth:`live_sample`; kldtui.formats.chunks.request_tag(live=True))
+    saves_live_sample: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -275,6 +279,11 @@ class CaptureMode(ABC):
     def manifest_path(self, folder: Path) -> Path:
         return Path(folder) / self.manifest_name
 
+    def holds(self, folder: Path) -> bool:
+        """Whether ``folder`` is a finalized folder of this mode (its manifest is there; a mode
+        whose manifest shares its name with another's looks inside)."""
+        return self.manifest_path(folder).is_file()
+
     @abstractmethod
     def finalize_window(self, job: FinalizeJob, window: WindowSpec, chunk_dir: Path) -> Finalized:
         """Join ``chunk_dir``'s chunks into ``job.output_dir``'s file for ``window`` (a file that
@@ -293,6 +302,19 @@ class CaptureMode(ABC):
     @abstractmethod
     def listed(self, manifest: Any) -> dict[int, Any]:
         """The finalized entries (as :meth:`finalize_window` returns them) a manifest lists."""
+
+    def finish(self, folder: Path, suite: Suite, entries: Sequence[Any], *, runtime: Any,
+               emit: EventSink = null_sink, cancel: Cancel | None = None) -> None:
+        """What a finalized folder gets once its windows are in (after its manifest): nothing by
+        default (hidden mode: its live sample's manifest, the replay check, a suite's top-level
+        files)."""
+        return None
+
+    # -- the capture client ------------------------------------------------------------------------
+    def live_sample(self, suite: Suite, windows: Sequence[WindowSpec], count: int | None) -> frozenset[int]:
+        """The windows whose live logits the server saves too (:attr:`saves_live_sample`); none by
+        default."""
+        return frozenset()
 
     # -- compare ---------------------------------------------------------------------------------------
     def server_figures(self, suite: Suite, reference_dir: Path, candidate_dir: Path,

@@ -116,6 +116,17 @@ class LogitsMode(CaptureMode):
     def server_sink(self, io: ServerIO, env: Mapping[str, str] | None) -> ServerSink:
         return LogitsSink(io)
 
+    def holds(self, folder: Path) -> bool:
+        """A logits folder: its ``manifest.json`` names a vocabulary (a hidden-state folder's,
+        of the same name, names a hidden width instead)."""
+        from kldtui.formats.safe_io import read_text
+
+        try:
+            doc = json.loads(read_text(self.manifest_path(folder)))
+        except (OSError, ValueError):
+            return self.manifest_path(folder).is_file()  # a damaged manifest: compare says what is wrong
+        return not isinstance(doc, dict) or "hidden_width" not in doc
+
     def file_name(self, window_index: int) -> str:
         return logits_file_name(window_index)
 

@@ -42,6 +42,8 @@ ERROR_MARKER = "capture-error.txt"
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
 ANY_CHUNK_NAME = re.compile(r"^([a-z]+)\.rows-(\d{6})-(\d{6})\.safetensors$")  # a chunk of any kind
 _REQUEST_WINDOW = re.compile(r"kldtui-.+?-w(\d{3,})-[0-9a-f]{8}(?![0-9a-f])")
+_REQUEST_LIVE = re.compile(r"kldtui-.+?-w\d{3,}-[0-9a-f]{8}(-live)?(?![0-9a-f])")
+LIVE_MARK = "live"  # a request whose live logits the server saves too (hidden mode's replay check)
 VALUE_CHECK_BLOCK_BYTES = 32 * 1024 * 1024
 
 
@@ -62,10 +64,18 @@ def sanitize_request_id(request_id: str) -> str:
     return safe_name(request_id)
 
 
-def request_tag(run: str, window_index: int, token: str) -> str:
+def request_tag(run: str, window_index: int, token: str, *, live: bool = False) -> str:
     """The capture client's ``X-Request-Id`` for a window (the server's request id contains it):
-    ``kldtui-<run>-wNNN-<8 hex>``."""
-    return f"{KLDTUI_REQUEST_PREFIX}{safe_name(run)}-w{window_index:03d}-{token}"
+    ``kldtui-<run>-wNNN-<8 hex>``, and ``-live`` after it when the server is to save the
+    request's live logits too (hidden mode's replay check: :func:`wants_live_logits`)."""
+    live_mark = f"-{LIVE_MARK}" if live else ""
+    return f"{KLDTUI_REQUEST_PREFIX}{safe_name(run)}-w{window_index:03d}-{token}{live_mark}"
+
+
+def wants_live_logits(request_id: str) -> bool:
+    """Whether the last capture tag in a server's request id asks for the live logits too."""
+    found = _REQUEST_LIVE.findall(request_id)
+    return bool(found) and found[-1] == f"-{LIVE_MARK}"
 
 
 def window_of_request(request_id: str) -> int | None:
@@ -126,22 +136,36 @@ def write_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_start:
     if is_skipped_request(request_id):
         return None
     data = _to_f32_numpy(logits, vocab_size)
+    return write_kind_chunk(capture_dir, request_id, row_start, LOGITS_CHUNKS, data,
+                            {"vocab_size": str(vocab_size)})
+
+
+def write_kind_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_start: int,
+                     kind: ChunkKind, data: np.ndarray, metadata: Mapping[str, str]) -> Path | None:
+    """Publish one chunk of ``kind``: ``data`` (host rows ``[rows, columns]`` in the kind's dtype:
+    float32 for F32, BF16 bit patterns ``uint16`` for BF16) from prompt row ``row_start``, with
+    ``metadata`` plus what every chunk carries (``request_id``, ``row_start``, ``row_end``,
+    ``writer_host``, ``writer_dir``). None for zero rows; FileExistsError if the chunk exists."""
     rows = int(data.shape[0])
     if rows == 0:
         return None
+    expected = np.dtype("<u2") if kind.dtype == "BF16" else np.dtype("<f4") if kind.dtype == "F32" else None
+    if data.ndim != 2 or (expected is not None and data.dtype != expected):
+        raise ValueError(f"{kind.prefix} chunk rows are {data.dtype} {list(data.shape)}; expected 2-D "
+                         f"{kind.dtype}")
     row_end = row_start + rows
     folder = Path(capture_dir) / sanitize_request_id(request_id)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / chunk_file_name(row_start, row_end)
+    final = folder / kind.file_name(row_start, row_end)
     if final.exists():
         raise FileExistsError(f"capture chunk {final} already exists; refusing to overwrite")
-    metadata = {"request_id": request_id, "row_start": str(row_start), "row_end": str(row_end),
-                "vocab_size": str(vocab_size), "writer_host": writer_host(),
-                "writer_dir": os.path.abspath(capture_dir)}
-    header = encode_header({"logits": ("F32", (rows, vocab_size))}, metadata)
+    meta = {**dict(metadata), "request_id": request_id, "row_start": str(row_start), "row_end": str(row_end),
+            "writer_host": writer_host(), "writer_dir": os.path.abspath(capture_dir)}
+    header = encode_header({kind.key: (kind.dtype, (rows, int(data.shape[1])))}, meta)
+    payload = np.ascontiguousarray(data)
     with atomic_open(final, "wb", replace=False, fsync=False) as handle:
         handle.write(header)
-        handle.write(data.data.cast("B"))
+        handle.write(payload.data.cast("B"))
     return final
 
 

@@ -20,7 +20,13 @@ Every chunk goes to the server's capture mode (``KLDTUI_CAPTURE_MODE``, :mod:`kl
 its :class:`~kldtui.capture_modes.ServerSink`): in logits mode through
 :func:`kldtui.formats.chunks.write_chunk` on a bounded background thread (:mod:`kldtui.hook.writer`),
 so the engine's thread only starts the device-to-host copy; in score mode it is scored against the
-reference and its records are written.
+reference and its records are written; in hidden mode the rows' final normalized hidden states are
+saved: the tensor handed to the model's ``compute_logits`` (V1: ``prompt_hidden_states``; V2: the
+slice passed to ``logits_fn``), which is the final norm's output (vLLM's models apply the norm at
+the end of ``forward`` and ``compute_logits`` multiplies by the head; a model whose logits
+processor scales or soft-caps the logits, or whose ``compute_logits`` does more than the product,
+is caught by finalize's replay check). Every tensor-parallel rank holds the whole hidden state,
+so the writer rank below writes it as it writes logits.
 Only kldtui's own requests are captured (their ids carry its ``X-Request-Id``, ``kldtui-...``),
 unless ``KLDTUI_CAPTURE_REQUESTS=all`` (:func:`is_captured`).
 Only vLLM's output rank writes: the first tensor-parallel rank and the first prefill-context-

@@ -227,6 +227,32 @@ class TorchReplay:
         return out
 
 
+def rows_to_bf16(tensor: Any) -> Any:
+    """Hidden rows in BF16 where they are: a torch tensor rounded on its device (round to nearest
+    even; a new tensor, so the engine may reuse its memory), an array as BF16 bit patterns."""
+    if hasattr(tensor, "detach"):  # torch, without importing it here
+        import torch
+
+        t = tensor.detach()
+        if t.dtype == torch.bfloat16:
+            # vLLM reuses its buffers: a CPU tensor is copied now (a device one is copied to the host
+            # by the staging, ordered before the engine writes the buffer again)
+            return t.clone() if t.device.type == "cpu" else t
+        return t.to(torch.bfloat16)
+    arr = np.asarray(tensor)
+    return arr.copy() if arr.dtype == np.uint16 else f32_to_bf16(arr)
+
+
+def bf16_host_bits(rows: Any) -> np.ndarray:
+    """Host BF16 rows (a torch tensor or ``uint16`` array) as ``uint16`` bit patterns."""
+    if hasattr(rows, "detach"):
+        import torch
+
+        bits: np.ndarray = rows.detach().cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+        return bits
+    return np.ascontiguousarray(rows, dtype=np.uint16)
+
+
 def replay_float64(hidden: np.ndarray, head: np.ndarray, chunk: int = 4096) -> np.ndarray:
     """The float64 replay (BF16 operands widened exactly, float64 sums): what the error of
     :class:`NumpyReplay` and :class:`TorchReplay` is measured against (tests, docs/REPLAY.md)."""
@@ -261,5 +287,5 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 
 
 __all__ = ["DEFAULT_CHUNK", "DEFAULT_OUTPUT", "OUTPUTS", "NumpyReplay", "ReplayShape", "TorchReplay",
-           "bf16_to_f32", "check_output", "chunks", "f32_to_bf16", "replay_float64", "round_bf16_inplace",
-           "torch_bf16", "torch_threads"]
+           "bf16_host_bits", "bf16_to_f32", "check_output", "chunks", "f32_to_bf16", "replay_float64",
+           "round_bf16_inplace", "rows_to_bf16", "torch_bf16", "torch_threads"]

@@ -214,6 +214,9 @@ class CaptureServer:
     # None while the server runs, else why it stopped (with its last log lines); None: not ours
     alive: Callable[[], str | None] | None = None
     mode: CaptureMode = capture_modes.DEFAULT  # what the server saves (its KLDTUI_CAPTURE_MODE)
+    # windows whose live logits the server saves too (a mode that saves a live sample: hidden
+    # mode's replay check, CaptureMode.live_sample); their requests are tagged for it
+    live_windows: frozenset[int] = frozenset()
 
 
 def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
@@ -312,6 +315,14 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
                            f"check out ({exc}); remove its entry from the records to capture it "
                            "again") from None
+        if rec.extra.get("live_logits"):
+            try:
+                _check_live(folder, w, checked.vocab_size,
+                            folder_name if isinstance(folder_name, str) else None, None, values=False)
+            except BadInput as exc:
+                raise BadInput(f"{records_path}: {w.label} is recorded with its live logits but they do not "
+                               f"check out ({exc}); remove its entry from the records to capture it "
+                               "again") from None
         vocab = checked.vocab_size
         results[w.index] = rec
         emit(WindowState(STAGE, w.index, "captured", w.domain,
@@ -342,7 +353,8 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
     with httpx.Client(trust_env=False) as client:
         session = _Session(client, _api_root(server.base_url), server.served_model_name, headers,
                            Path(server.capture_dir), workspace.run_name, server.request_timeout, emit,
-                           cancel, server.alive, server.mode)
+                           cancel, server.alive, server.mode,
+                           server.live_windows if server.mode.saves_live_sample else frozenset())
         for w in todo:
             if cancel is not None:
                 cancel.check()
@@ -397,6 +409,7 @@ class _Session:
     cancel: Cancel | None
     server_alive: Callable[[], str | None] | None
     mode: CaptureMode = capture_modes.DEFAULT
+    live_windows: frozenset[int] = frozenset()
 
     @property
     def url(self) -> str:
@@ -415,7 +428,8 @@ class _WindowCapture:
         self.w = w
         self.dest = dest
         self.tokens = suite.load_tokens(w)
-        self.x_request_id = request_tag(session.run_name, w.index, secrets.token_hex(4))
+        self.live = w.index in session.live_windows  # the server saves its live logits too
+        self.x_request_id = request_tag(session.run_name, w.index, secrets.token_hex(4), live=self.live)
         self.tag = sanitize_request_id(self.x_request_id)
         self.values_checked: set[str] = set()  # chunk names whose values were checked while landing
 
@@ -529,6 +543,8 @@ class _WindowCapture:
             for chunk in checked.chunks if kind.checks_values else ():
                 if chunk.path.name not in self.values_checked:
                     kind.check_values(chunk, w, s.cancel)
+            if self.live:
+                _check_live(self.dest, w, checked.vocab_size, folders[0].name, s.cancel)
         except BadInput as exc:
             raise _WindowFailed(str(exc)) from None
         return folders[0], checked
@@ -582,6 +598,8 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
     precise = _precise_rows(checked)
     if precise is not None:  # score mode: rows the server computed on the precise path
         extra["precise_rows"] = precise
+    if job.live:
+        extra["live_logits"] = True
     record = CaptureRecord(
         window_index=w.index, domain=w.domain, prompt_tokens=len(tokens),
         request_id=str(answer.get("id", job.x_request_id)), elapsed_seconds=round(elapsed, 6),
@@ -606,6 +624,16 @@ def _precise_rows(checked: ChunkSet) -> int | None:
         except ValueError:
             return None
     return total if seen else None
+
+
+def _check_live(folder: Path, w: WindowSpec, vocab: int, request_folder: str | None, cancel: Cancel | None,
+                *, values: bool = True) -> None:
+    """The live logits the server saved beside a window's chunks (the replay check's sample):
+    every row, the run's vocabulary, finite values."""
+    checked = check_chunk_dir(folder, w, expected_vocab=vocab, request_folder=request_folder,
+                              kind=LOGITS_CHUNKS)
+    for chunk in checked.chunks if values else ():
+        LOGITS_CHUNKS.check_values(chunk, w, cancel)
 
 
 def _written_by(checked: ChunkSet) -> tuple[str, str] | None:

@@ -136,7 +136,7 @@ class Finalizer:
         with self._lock:
             job = FinalizeJob(self.suite, ws.candidate, self.vocab, dict(self.written), force=self.force,
                               verify=self.verify, emit=self.emit, cancel=self.cancel,
-                              remember_hash=_remember_hash)
+                              remember_hash=_remember_hash, keep_chunks=self.keep_chunks)
         done = self.mode.finalize_window(job, window, chunk_dir)
         with self._lock:
             self.vocab = done.vocab_size if done.vocab_size is not None else self.vocab
@@ -201,15 +201,19 @@ class Finalizer:
 
     def finish(self) -> Path:
         """The manifest's path. Nothing added: it is written again only to record a ``runtime``
-        (or when it is missing), so a rerun without one keeps the runtime already recorded."""
+        (or when it is missing), so a rerun without one keeps the runtime already recorded. Then
+        the mode finishes the folder (:meth:`CaptureMode.finish`: hidden mode's replay check)."""
         with self._lock:
             if not self.written:
                 raise BadInput(f"{self.workspace.candidate}: no finalized windows")
             ws = self.workspace
             path = self.mode.manifest_path(ws.candidate)
-            if path.exists() and (self._changed or self.runtime is None):
-                return path
-            return self._write_manifest()
+            if not (path.exists() and (self._changed or self.runtime is None)):
+                path = self._write_manifest()
+            entries = [self.written[i] for i in sorted(self.written)]
+        self.mode.finish(ws.candidate, self.suite, entries, runtime=self.runtime, emit=self.emit,
+                         cancel=self.cancel)
+        return path
 
 
 def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,

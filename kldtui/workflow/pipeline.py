@@ -269,10 +269,12 @@ class Pipeline:
         url = self.serve()
         assert self.server_capture_dir is not None
         plan = self._session.plan
+        live = self.mode.live_sample(suite, self.windows(), self.profile.capture.replay_check)
         server = CaptureServer(url, plan.served_model_name, self.server_capture_dir,
                                api_key=plan.api_key, request_timeout=self.profile.candidate.request_timeout,
                                mode=self.mode,
-                               alive=self.server.alive if self.server is not None else None)
+                               alive=self.server.alive if self.server is not None else None,
+                               live_windows=live)
         return run_capture(self._workspace, self.emit, self.cancel, suite=suite, windows=self.windows(),
                            server=server, expected_vocab=self._expected_vocab(),
                            on_window_captured=on_window_captured, finalized=self._finalized_predicate())

@@ -57,7 +57,10 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     [capture]
     mode = "logits"                # "score": the server scores each chunk against the reference
                                    # and saves per-row figures only, no candidate logits
-                                   # (kldtui.formats.scores, docs/SCORE_MODE.md)
+                                   # (kldtui.formats.scores, docs/SCORE_MODE.md); "hidden": the
+                                   # final normalized hidden states (docs/REPLAY.md)
+    replay_check = 4               # hidden mode: contexts whose live logits are captured too, so
+                                   # finalize checks the replay against them (0: none)
 
 Each ``[[candidates]]`` entry is served, captured, finalized and compared after the one before,
 in one work folder (``kldtui.workflow.campaign``; ``Workspace.for_candidate`` gives its
@@ -133,6 +136,9 @@ class CaptureConfig:
     # what the server saves per chunk, and so what finalize and compare read (kldtui.capture_modes:
     # "logits", the candidate's prompt logits; "score", per-row figures computed in the server)
     mode: CaptureMode = capture_modes.DEFAULT
+    # hidden mode: contexts whose live logits the server saves too, for finalize's replay check
+    # (None: the mode's default; CaptureMode.live_sample)
+    replay_check: int | None = None
 
 
 @dataclass(frozen=True)
@@ -247,7 +253,7 @@ def _types() -> dict[str, dict[str, str]]:
                 "keep_chunks": "bool"},
         "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
                     "abort_kl_above": "float", "backend": "str", "threads": "int"},
-        "capture": {"mode": "str"},
+        "capture": {"mode": "str", "replay_check": "int"},
         "campaign": {"repeat_leader": "bool"},
     }
 
@@ -340,6 +346,12 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     cap = parsed["capture"]
     if "mode" in cap:
         cap["mode"] = capture_modes.parse(cap["mode"], f"{where}: [capture] mode")
+    if "replay_check" in cap:
+        if not cap.get("mode", capture_modes.DEFAULT).saves_live_sample:
+            raise BadInput(f"{where}: [capture] replay_check is for a mode that saves live logits beside "
+                           "what it captures (hidden); leave it out")
+        if cap["replay_check"] < 0:
+            raise BadInput(f"{where}: [capture] replay_check must be 0 or more")
     return Profile(path=path, reference=build(ReferenceConfig, ref),
                    candidate=candidate, run=build(RunConfig, run),
                    compare=build(CompareConfig, cmp_), capture=build(CaptureConfig, cap),

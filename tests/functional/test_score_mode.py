@@ -199,7 +199,8 @@ def test_score_chunks_round_trip_and_are_never_overwritten(tmp_path: Path) -> No
 
 
 def test_profile_capture_mode_is_checked(tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match=r"\[capture\] mode 'scores' is not one of logits, score; did you"):
+    with pytest.raises(BadInput,
+                       match=r"\[capture\] mode 'scores' is not one of logits, score, hidden; did you"):
         profile_from_dict({"candidate": {"kind": "embedded"}, "capture": {"mode": "scores"}},
                           base_dir=tmp_path)
     default = profile_from_dict({"candidate": {"kind": "embedded"}}, base_dir=tmp_path)

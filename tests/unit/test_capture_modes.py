@@ -4,14 +4,13 @@ and what finalize produces come from it."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kldtui import capture_modes, settings
-from kldtui.capture_modes import LOGITS, MODE_ENV, SCORE, CaptureMode, ChunkRows
+from kldtui.capture_modes import HIDDEN, LOGITS, MODE_ENV, SCORE, CaptureMode, ChunkRows
 from kldtui.cli.main import main
 from kldtui.errors import BadInput
 from kldtui.formats.chunks import ERROR_MARKER, LOGITS_CHUNKS, check_chunk_dir
@@ -19,10 +18,11 @@ from kldtui.formats.scores import SCORE_CHUNKS
 from kldtui.formats.suite_writer import write_suite
 from kldtui.servers.base import capture_env
 from kldtui.workflow.profile import profile_from_dict
+from tests.fixtures_capture_io import InlineIO
 
 
-def test_the_registry_holds_logits_and_score() -> None:
-    assert capture_modes.names() == ("logits", "score")
+def test_the_registry_holds_logits_score_and_hidden() -> None:
+    assert capture_modes.names() == ("logits", "score", "hidden")
     assert capture_modes.DEFAULT is LOGITS
     for mode in capture_modes.modes():
         assert isinstance(mode, CaptureMode) and capture_modes.get(mode.name) is mode
@@ -35,15 +35,17 @@ def test_the_registry_holds_logits_and_score() -> None:
 
     assert SCORE.manifest_name == SCORES_MANIFEST and SCORE.file_name(7) == score_file_name(7)
     assert LOGITS.disk_bytes_per_row(1000) == 4000 and SCORE.disk_bytes_per_row(1000) is None
+    assert HIDDEN.file_name(3) == "hidden_0003.safetensors" and HIDDEN.manifest_name == "manifest.json"
+    assert HIDDEN.saves_live_sample and not LOGITS.saves_live_sample and not SCORE.saves_live_sample
 
 
 def test_user_input_parses_into_the_mode_or_one_line() -> None:
     assert capture_modes.parse("score") is SCORE and capture_modes.parse(SCORE) is SCORE
-    with pytest.raises(BadInput, match=r"^--mode 'scores' is not one of logits, score; did you mean "
+    with pytest.raises(BadInput, match=r"^--mode 'scores' is not one of logits, score, hidden; did you mean "
                        r"'score'\?$"):
         capture_modes.flag("scores")
-    with pytest.raises(BadInput, match=r"^\[capture\] mode 'hidden' is not one of logits, score$"):
-        capture_modes.parse("hidden", "[capture] mode")
+    with pytest.raises(BadInput, match=r"^\[capture\] mode 'states' is not one of logits, score, hidden$"):
+        capture_modes.parse("states", "[capture] mode")
 
 
 def test_the_cli_mode_flag_refuses_an_unknown_mode_in_one_line(capsys: pytest.CaptureFixture[str],
@@ -52,7 +54,7 @@ def test_the_cli_mode_flag_refuses_an_unknown_mode_in_one_line(capsys: pytest.Ca
         code = main([command, "--suite-dir", str(tmp_path), "--capture-dir", str(tmp_path), "--run-name", "r",
                      "--mode", "logit"])
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and err == ["kldtui: error: --mode 'logit' is not one of logits, score; "
+        assert code == 2 and err == ["kldtui: error: --mode 'logit' is not one of logits, score, hidden; "
                                      "did you mean 'logits'?"], err
 
 
@@ -71,18 +73,19 @@ def test_the_server_reads_its_mode_from_its_environment(tmp_path: Path, monkeypa
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert capture_modes.server_mode({}) is LOGITS
     assert capture_modes.server_mode({MODE_ENV: " Score "}) is SCORE
-    with pytest.raises(settings.SettingError, match=r"^environment variable KLDTUI_CAPTURE_MODE='hidden': "
-                       r"not a capture mode; it takes one of logits, score \(default: logits\)"):
-        capture_modes.server_mode({MODE_ENV: "hidden"})
+    assert capture_modes.server_mode({MODE_ENV: "hidden"}) is HIDDEN
+    with pytest.raises(settings.SettingError, match=r"^environment variable KLDTUI_CAPTURE_MODE='states': "
+                       r"not a capture mode; it takes one of logits, score, hidden \(default: logits\)"):
+        capture_modes.server_mode({MODE_ENV: "states"})
     # a server refuses a mode no one registered when it starts
     from kldtui.embedded.__main__ import main as embedded_main
     from kldtui.hook import vllm_plugin
 
-    monkeypatch.setenv(MODE_ENV, "hidden")
+    monkeypatch.setenv(MODE_ENV, "states")
     assert embedded_main(["--port", "0"]) == 2
-    assert "KLDTUI_CAPTURE_MODE='hidden': not a capture mode" in capsys.readouterr().err
+    assert "KLDTUI_CAPTURE_MODE='states': not a capture mode" in capsys.readouterr().err
     monkeypatch.setenv("VLLM_KLD_CAPTURE_DIR", str(tmp_path))
-    with pytest.raises(settings.SettingError, match="KLDTUI_CAPTURE_MODE='hidden'"):
+    with pytest.raises(settings.SettingError, match="KLDTUI_CAPTURE_MODE='states'"):
         vllm_plugin.register()
     assert vllm_plugin.installed() == {}
 
@@ -90,7 +93,7 @@ def test_the_server_reads_its_mode_from_its_environment(tmp_path: Path, monkeypa
 def test_capture_records_name_the_mode_only_when_not_the_default() -> None:
     assert LOGITS.record_value is None and SCORE.record_value == "score"
     assert capture_modes.from_record(None) is LOGITS and capture_modes.from_record("score") is SCORE
-    assert capture_modes.from_record("hidden") is None
+    assert capture_modes.from_record("hidden") is HIDDEN and capture_modes.from_record("states") is None
 
 
 def test_the_embedded_servers_flags_come_from_the_modes() -> None:
@@ -105,43 +108,6 @@ def test_the_embedded_servers_flags_come_from_the_modes() -> None:
         parser.parse_args(["--capture-mode", "scores"])
 
 
-class _IO:
-    """A ServerIO that runs everything at once (as the embedded server's does)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = str(folder)
-        self.inline = True
-        self.failed: list[str] = []
-
-    def on_writer_thread(self) -> bool:
-        return True
-
-    def stage(self, tensor: object, cols: int) -> object:
-        return tensor
-
-    def submit_rows(self, request_id: str, row_start: int, parts: list[np.ndarray], write) -> bool:  # type: ignore[no-untyped-def]
-        write(np.concatenate(parts))
-        return True
-
-    def submit_job(self, request_id: str, row_start: int, rows: int, job) -> bool:  # type: ignore[no-untyped-def]
-        job()
-        return True
-
-    def fail(self, request_id: str, message: str) -> None:
-        self.failed.append(message)
-        from kldtui.formats.chunks import write_error_marker
-
-        write_error_marker(self.folder, request_id, message)
-
-    def log(self, message: str) -> None:
-        print(message, file=sys.stderr)
-
-    def device_sync_allowed(self):  # type: ignore[no-untyped-def]
-        import contextlib
-
-        return contextlib.nullcontext()
-
-
 def test_each_mode_writes_its_own_chunk_kind_through_its_sink(tmp_path: Path) -> None:
     """Slices taken one by one and put as one chunk give one logits chunk; score mode without a
     suite fails the request with its reason (the server goes on)."""
@@ -149,7 +115,7 @@ def test_each_mode_writes_its_own_chunk_kind_through_its_sink(tmp_path: Path) ->
     suite = write_suite(tmp_path / "suite", [("prose", rng.integers(0, 50, 9).tolist())])
     window = suite.windows[0]
     logits = rng.normal(size=(8, 53)).astype(np.float32)  # 3 padded vocabulary columns
-    io = _IO(tmp_path / "cap")
+    io = InlineIO(tmp_path / "cap")
     sink = LOGITS.server_sink(io, {})
     pieces = [sink.take("kldtui-a", 0, ChunkRows(logits[:5], 50)),
               sink.take("kldtui-a", 5, ChunkRows(logits[5:], 50))]

@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds to wait for one window's answer")
     capture_modes.add_mode_argument(parser)
+    parser.add_argument("--replay-check", type=int, default=None, metavar="N",
+                        help="hidden mode: capture the live logits of N contexts beside their hidden states "
+                        "(the suite's sentinels first), so finalize can check the replay against them "
+                        "(default 4; 0: none)")
     add_output_arguments(parser)
 
 
@@ -73,11 +77,17 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite_dir)
     suite.check_suite_hash()
     windows = suite.select(args.start_window, args.stop_window)
+    if args.replay_check is not None and not args.mode.saves_live_sample:
+        raise BadInput(f"--replay-check: {args.mode.label} saves no live logits sample; it is for "
+                       "hidden mode")
+    if args.replay_check is not None and args.replay_check < 0:
+        raise BadInput(f"--replay-check {args.replay_check}: give a number of contexts >= 0")
+    live = args.mode.live_sample(suite, windows, args.replay_check)
 
     def job(emit: EventSink, cancel: Cancel) -> object:
         url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)
         server = CaptureServer(url, args.served_model_name, Path(server_dir), api_key=api_key,
-                               request_timeout=args.request_timeout, mode=args.mode)
+                               request_timeout=args.request_timeout, mode=args.mode, live_windows=live)
         return run_capture(workspace, emit, cancel, suite=suite, windows=windows, server=server,
                            expected_vocab=args.expected_vocab)
 
