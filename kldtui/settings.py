@@ -273,6 +273,16 @@ SCORE_SUITE = _path("KLDTUI_SCORE_SUITE", SERVER,
 SCORE_REFERENCE = _path("KLDTUI_SCORE_REFERENCE", SERVER,
                         "Score mode: the reference logits folder as the server host sees it.",
                         default_text="SUITE/ref")
+SCORE_LM_HEAD = _path("KLDTUI_SCORE_LM_HEAD", SERVER,
+                      "Score mode against a hidden-state reference: the LM head (its folder or "
+                      "weight.safetensors) the reference rows are replayed with, as the server host sees "
+                      "it.", default_text="lm-head/ beside the reference folder, else SUITE/lm-head")
+SCORE_HEAD = _choice("KLDTUI_SCORE_HEAD", SERVER, ("streamed", "resident"),
+                     "Score mode against a hidden-state reference, logits on a GPU: `streamed` keeps the LM "
+                     "head in pinned host memory and copies it to the device a vocabulary chunk at a time "
+                     "(two chunks on the device: fits beside a server at a high --gpu-memory-utilization); "
+                     "`resident` copies the whole head to the device once (faster; its size in device "
+                     "memory). docs/SCORE_MODE.md.")
 SCORE_ROWS = _int("KLDTUI_SCORE_ROWS", SERVER, 32,
                   "Score mode: prompt rows scored at once on the logits' device (bounds its memory).")
 SCORE_KERNEL = _choice("KLDTUI_SCORE_KERNEL", SERVER, ("c", "torch"),

@@ -232,7 +232,9 @@ class HiddenMode(CaptureMode):
 
     def holds(self, folder: Path) -> bool:
         """A hidden-state folder: its ``manifest.json`` lists contexts and a hidden width."""
-        return _holds_hidden(Path(folder))
+        from kldtui.formats.fidelity import holds_hidden_states
+
+        return holds_hidden_states(folder)
 
     def finalize_window(self, job: FinalizeJob, window: WindowSpec, chunk_dir: Path) -> Finalized:
         entry = finalize_hidden_window(job, window, chunk_dir)
@@ -294,19 +296,6 @@ HIDDEN = HiddenMode()
 
 def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _holds_hidden(folder: Path) -> bool:
-    import json
-
-    from kldtui.formats.safe_io import read_text
-
-    path = folder / HIDDEN_MANIFEST
-    try:
-        doc = json.loads(read_text(path))
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and isinstance(doc.get("contexts"), list) and "hidden_width" in doc
 
 
 # -- finalize: one window --------------------------------------------------------------------------

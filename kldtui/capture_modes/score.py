@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 SCORES_MANIFEST = "scores-manifest.json"
 STAGE: StageName = "finalize"
 _DONE = True  # a piece of a chunk scored (or queued for scoring) at take time
+# what a chunk scored against a hidden-state reference says of the replay (kldtui.scoring), kept by
+# finalize in the window's score file: compare checks the head against the reference's
+REPLAY_FIELDS = ("reference_kind", "lm_head_file_sha256", "replay_output")
 
 
 class ScoreSink(ServerSink):
@@ -75,6 +78,9 @@ class ScoreSink(ServerSink):
             suite = settings.SCORE_SUITE.get(self.env)
             reference = settings.SCORE_REFERENCE.get(self.env)
             block_rows = settings.SCORE_ROWS.get(self.env)
+            lm_head = settings.SCORE_LM_HEAD.get(self.env)
+            placement = settings.SCORE_HEAD.get(self.env)
+            torch_on_cpu = settings.SCORE_KERNEL.get(self.env) == "torch"
         except settings.SettingError as exc:
             raise ScoreFailed(str(exc)) from None
         if suite is None:
@@ -93,7 +99,8 @@ class ScoreSink(ServerSink):
 
             io.submit_job(request_id, row_start, int(records.shape[0]), job)
 
-        session = ScoreSession(suite, reference, score_rows, write, io.fail, block_rows=block_rows)
+        session = ScoreSession(suite, reference, score_rows, write, io.fail, block_rows=block_rows,
+                               lm_head=lm_head, head_placement=placement, torch_on_cpu=torch_on_cpu)
         self._session = session
         io.log(f"kldtui score mode: scoring against {session.reference_dir} (suite {session.suite_dir}), "
                f"{session.block_rows} rows at a time on the logits' device")
@@ -262,9 +269,13 @@ class ScoreFigures(ServerFigures):
 
     backend = "server-scores"
 
-    def __init__(self, reference: LogitsManifest, scores: ScoresManifest) -> None:
+    def __init__(self, reference: LogitsManifest, scores: ScoresManifest,
+                 lm_head_sha256: str | None = None) -> None:
         super().__init__(reference)
         self.scores = scores
+        # a hidden-state reference: the SHA-256 of the LM head its rows are replayed with, which
+        # every score file must name (None: a logits reference)
+        self.lm_head_sha256 = lm_head_sha256
 
     @classmethod
     def checked(cls, suite: Suite, reference_dir: Path, candidate_dir: Path,
@@ -276,7 +287,13 @@ class ScoreFigures(ServerFigures):
         from kldtui.metrics.score import RECORD_DTYPE
 
         suite.check_suite_hash()
-        ref = load_logits_manifest(reference_dir)
+        head_sha: str | None = None
+        from kldtui.formats.fidelity import holds_hidden_states
+
+        if holds_hidden_states(reference_dir):
+            ref, head_sha = _replayed_reference(suite, Path(reference_dir))
+        else:
+            ref = load_logits_manifest(reference_dir)
         check_manifest_matches_suite(ref, suite, windows)
         scores = load_scores_manifest(candidate_dir)
         if scores.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
@@ -288,7 +305,7 @@ class ScoreFigures(ServerFigures):
             raise BadInput(f"{scores.path}: records of another layout than this kldtui reads; capture again")
         for w in windows:
             suite.load_tokens(w, check_hash=True)
-        return cls(ref, scores)
+        return cls(ref, scores, head_sha)
 
     def window(self, window: WindowSpec, reverse: bool) -> tuple[RowStats, int]:
         """One window's figures from its score file, checked first: its SHA-256 against its
@@ -326,6 +343,11 @@ class ScoreFigures(ServerFigures):
                            f"{str(meta.get('reference_sha256'))[:12]}..., {reference.path} lists "
                            f"{ref_entry.sha256[:12]}...; capture the window again in score mode against "
                            "this reference")
+        if self.lm_head_sha256 is not None and meta.get("lm_head_file_sha256") != self.lm_head_sha256:
+            raise BadInput(f"{where}: scored with an LM head of SHA-256 "
+                           f"{str(meta.get('lm_head_file_sha256'))[:12]}..., the reference's head is "
+                           f"{self.lm_head_sha256[:12]}...; capture the window again in score mode with "
+                           "the reference's head")
         if (meta.get("window_index") != str(window.index) or len(records) != window.scored_positions
                 or meta.get("token_ids_json_sha256") != window.token_ids_json_sha256):
             raise BadInput(f"{where}: the file holds window {meta.get('window_index')} with {len(records)} "
@@ -335,6 +357,24 @@ class ScoreFigures(ServerFigures):
         if bad.size:
             raise BadInput(f"{where}: non-finite figures at row {int(bad[0])}; capture the window again")
         return rows, entry.size_bytes
+
+
+def _replayed_reference(suite: Suite, reference_dir: Path) -> tuple[LogitsManifest, str]:
+    """A hidden-state reference as score files name it: its contexts with the head's vocabulary,
+    and the SHA-256 of the head found beside it (or in the suite), which the server replayed with."""
+    from kldtui.formats import fidelity as fid
+
+    manifest = fid.load_tensor_manifest(reference_dir)
+    where = fid.reference_head_dir(reference_dir, suite.root)
+    if where is None:
+        raise BadInput(f"{manifest.path}: holds hidden states and no LM head was found beside it or in "
+                       f"{suite.root}; put the head the server replayed with in "
+                       f"{suite.root / fid.LM_HEAD_DIR}")
+    head = fid.load_lm_head(where)
+    if head.hidden != manifest.width:
+        raise BadInput(f"{head.path}: the LM head is {head.hidden} wide, the hidden states of "
+                       f"{manifest.path} {manifest.width}; they are not of one model")
+    return manifest.as_replayed_manifest(head.vocab), head.file_sha256 or sha256_file(head.path)
 
 
 # -- finalize ----------------------------------------------------------------------------------------
@@ -385,22 +425,28 @@ def finalize_scores_window(job: FinalizeJob, window: WindowSpec,
     started = time.monotonic()
     parts = []
     refs: set[str] = set()
+    replays: set[tuple[tuple[str, str], ...]] = set()  # a hidden reference's head and rounding
     for c in chunks.chunks:
         if cancel is not None:
             cancel.check()
         records, meta = read_records(c.path, RECORD_DTYPE)
         refs.add(meta.get("reference_sha256", ""))
+        replays.add(tuple((k, meta[k]) for k in REPLAY_FIELDS if k in meta))
         parts.append(records)
     if len(refs) != 1 or "" in refs:
         raise BadInput(f"{chunk_dir}: {window.label}: the chunks were scored against "
                        f"{len(refs)} different reference files; capture the window again")
+    if len(replays) != 1:
+        raise BadInput(f"{chunk_dir}: {window.label}: the chunks were scored with {len(replays)} different "
+                       "LM heads or replays of the reference; capture the window again")
     records = np.concatenate(parts)
     bad = from_records(records).nonfinite_rows()
     if bad.size:
         raise BadInput(f"{chunk_dir}: {window.label}: non-finite figures (NaN) at row {int(bad[0])}; the "
                        "server computed garbage there: check the model and capture the window again")
     reference_sha = refs.pop()
-    meta = {"context_length": str(suite.context_length), "vocab_size": str(chunks.vocab_size)}
+    meta = {"context_length": str(suite.context_length), "vocab_size": str(chunks.vocab_size),
+            **dict(replays.pop())}
     written = write_score_file(output_dir, window, records, meta, reference_sha)
     back, _ = read_records(final, RECORD_DTYPE)
     if back.tobytes() != records.tobytes() or sha256_file(final) != written.sha256:

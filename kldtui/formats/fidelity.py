@@ -458,11 +458,41 @@ class TensorManifest:
                               tensor_key=self.tensor_key, entries=entries,
                               runtime=self.raw.get("runtime_manifest"), raw=self.raw)
 
+    def as_replayed_manifest(self, vocab: int) -> LogitsManifest:
+        """A hidden-state folder as the logits it replays to with a head of ``vocab`` rows: each
+        context's scored rows and its hidden file's identity (SHA-256, size), for what checks a
+        reference by its manifest (score mode's figures: the states each window was scored
+        against)."""
+        if self.kind != "hidden":
+            raise BadInput(f"{self.path}: holds logits, not hidden states")
+        have = sorted(self.entries)
+        entries = {i: LogitsEntry(window_index=i, domain="", file=r.file, key=r.key,
+                                  shape=(min(r.shape[0], self.scored_rows), vocab), dtype=r.dtype,
+                                  size_bytes=r.size_bytes, sha256=r.sha256,
+                                  token_ids_json_sha256=r.token_ids_json_sha256, raw=r.raw)
+                   for i, r in self.entries.items()}
+        return LogitsManifest(root=self.root, path=self.path, vocab_size=vocab,
+                              context_length=self.context_length, window_count=len(entries),
+                              window_range=(have[0], have[-1] + 1) if have else (0, 0),
+                              suite_token_hash_sha256=self.suite_token_hash_sha256,
+                              tensor_key=self.tensor_key, entries=entries,
+                              runtime=self.raw.get("runtime_manifest"), raw=self.raw)
+
 
 def is_tensor_manifest(doc: Mapping[str, Any]) -> bool:
     """Whether a ``manifest.json`` document is a published tensor folder's (``contexts`` records)."""
     return isinstance(doc.get("contexts"), list) and "windows" not in doc
 
+
+def holds_hidden_states(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder``'s ``manifest.json`` is a tensor folder's listing hidden states (a
+    ``hidden_width``); False when it is missing or unreadable (the reader that expects logits
+    there says what is wrong)."""
+    try:
+        doc = json.loads(read_text(Path(folder) / TENSOR_MANIFEST, limit=256 * 1024 * 1024))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and is_tensor_manifest(doc) and "hidden_width" in doc
 
 def tensor_kind(doc: Mapping[str, Any], where: str) -> TensorKind:
     has_hidden, has_vocab = "hidden_width" in doc, "vocab_size" in doc
@@ -700,6 +730,28 @@ def head_bits(head: LmHead) -> np.ndarray:
     page cache holds it; nothing is copied until used)."""
     return np.memmap(head.path, dtype="<u2", mode="r", offset=head.info.begin,
                      shape=(head.vocab, head.hidden))
+
+
+def reference_head_dir(hidden_folder: str | os.PathLike[str],
+                       suite_root: str | os.PathLike[str] | None) -> Path | None:
+    """Where a hidden-state reference's LM head is when nobody names it: ``lm-head/`` beside the
+    hidden folder (a suite's ``reference-hidden/``), else the suite's ``lm-head/``; None if neither
+    is a folder."""
+    folder = Path(hidden_folder)
+    candidates: list[Path] = [folder.parent / LM_HEAD_DIR]
+    if suite_root:
+        candidates.append(Path(suite_root) / LM_HEAD_DIR)
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def replay_output_of(manifest: TensorManifest) -> str:
+    """How a hidden folder's states are replayed: the ``replay_output`` kldtui records for a server
+    that computed in float32 (``f32``), else ``bf16`` (a BF16 model's head, the published rule)."""
+    value = manifest.raw.get("replay_output")
+    return value if value in ("bf16", "f32") else "bf16"
 
 
 # ------------------------------------------------------------------------------------ checksums
@@ -1162,9 +1214,11 @@ __all__ = [
     "ContextFilter", "ContextInfo", "LmHead", "NewContext", "TensorManifest", "TensorRecord", "TopManifest",
     "WrittenTensor", "check_partitions", "check_tensor_file", "checksums_text", "cluster_key", "context_info",
     "context_token_file", "dataset_fingerprint", "domain_hash", "full_logits_bytes", "head_bits",
-    "hidden_file_name", "is_context_suite", "is_tensor_manifest", "is_top_manifest", "listed_files",
+    "hidden_file_name", "holds_hidden_states", "is_context_suite", "is_tensor_manifest", "is_top_manifest",
+    "listed_files",
     "live_logits_file_name", "load_lm_head", "load_tensor_manifest", "load_top_manifest",
-    "logits_manifest_from_contexts", "parse_checksums", "read_checksums", "read_partitions", "repeat_dir",
+    "logits_manifest_from_contexts", "parse_checksums", "read_checksums", "read_partitions",
+    "reference_head_dir", "repeat_dir", "replay_output_of",
     "suite_from_contexts", "tensor_file_name", "tensor_manifest_from_doc", "tensor_metadata", "tensor_record",
     "write_checksums", "write_context_suite", "write_context_tensor", "write_lm_head", "write_tensor_file",
     "write_tensor_manifest", "write_top_manifest",

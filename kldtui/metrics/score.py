@@ -87,8 +87,9 @@ def score_block(tx: Any, ty: Any, tok: Any, reverse: bool = False) -> RowStats:
     return out
 
 
-def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
-    """Score mode's records (reverse KL included) of float32 host reference rows ``x`` against
+def score_rows(x: Any, y: Any, tokens: np.ndarray) -> np.ndarray:
+    """Score mode's records (reverse KL included) of float32 reference rows ``x`` (host rows, or a
+    torch tensor: a hidden-state reference replayed on the candidate's device) against
     candidate rows ``y``. A torch tensor on an accelerator is scored on its own device
     (:func:`score_block`, ``x`` copied there); CPU rows (a CPU tensor or a NumPy array) with the
     compare stage's C kernel when it is built (``score_block`` on the CPU costs about 20x more;
@@ -101,10 +102,13 @@ def score_rows(x: np.ndarray, y: Any, tokens: np.ndarray) -> np.ndarray:
         if ty.device.type != "cpu" or settings.SCORE_KERNEL.get() == "torch":
             import torch
 
-            tx = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(ty.device)
+            tx = (x.to(ty.device) if hasattr(x, "detach")  # replayed on the device already
+                  else torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(ty.device))
             tok = torch.from_numpy(tokens).to(ty.device)
             return to_records(score_block(tx, ty, tok, reverse=True))
         y = ty.float().numpy()
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu().numpy()
     yy = np.ascontiguousarray(y, dtype=np.float32)
     xx = np.ascontiguousarray(x, dtype=np.float32)
     vocab = int(yy.shape[1])

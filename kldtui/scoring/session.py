@@ -9,6 +9,13 @@ request id (:func:`kldtui.formats.chunks.window_of_request`). The reference file
 (:func:`kldtui.formats.identity.check_logits_file`: size, shape, header ``window_index`` and token
 hash against the reference manifest and the suite) before a row of it is used. A failure fails
 that request only: ``fail`` leaves the error marker with the reason; the server goes on.
+
+A hidden-state reference (a folder whose ``manifest.json`` lists final hidden states: the
+published ``reference-hidden/``, or kldtui's hidden mode) is replayed: each chunk's reference rows
+are the context's stored BF16 states times the LM head (:mod:`kldtui.metrics.replay`), computed
+where the candidate's logits are (:class:`HeadReplays`): on their GPU with torch, the head
+streamed from pinned host memory a vocabulary chunk at a time or resident (``KLDTUI_SCORE_HEAD``),
+or on the host with NumPy's SGEMM. The server then reads ~30 MB a context instead of 1.34 GB.
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ import numpy as np
 from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.formats.chunks import window_of_request
+from kldtui.formats.fidelity import holds_hidden_states
 from kldtui.formats.safetensors_io import RowReader
-from kldtui.formats.suite import WindowSpec, load_logits_manifest, load_suite, token_ids_hash
+from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, token_ids_hash
 
 ScoreRows = Callable[[np.ndarray, Any, np.ndarray], np.ndarray]
 """``score_rows(reference_rows, candidate_rows, next_tokens) -> records``: reference rows are
@@ -47,6 +55,9 @@ def precise_rows(records: np.ndarray) -> int:
         return int(np.count_nonzero((records["kl"] < PRECISE_BELOW) | (records["js"] < PRECISE_BELOW)))
 
 
+REPLAY_ROWS = 256  # rows of a hidden reference replayed at once (their logits: 160 MiB at 163,840)
+
+
 class ScoreFailed(Exception):
     """This request cannot be scored (the message says why); the server goes on."""
 
@@ -55,10 +66,76 @@ class ScoreFailed(Exception):
 class _Request:
     window: WindowSpec
     tokens: np.ndarray  # next tokens of rows 0..N-2
-    reader: RowReader
+    reader: RowReader  # the reference's rows: F32 logits, or BF16 hidden states (``hidden``)
     metadata: dict[str, str]
     prefetch: tuple[int, int, Future[np.ndarray]] | None = None
     rows_done: int = 0
+    hidden: bool = False  # the reader gives hidden states, replayed with the session's head
+
+
+class HeadReplays:
+    """A hidden-state reference's LM head, replayed where the candidate's logits are: one replay
+    per device, made at first use. Logits on a GPU (or any torch tensor when
+    ``KLDTUI_SCORE_KERNEL=torch``): :class:`kldtui.metrics.replay.TorchReplay` on their device,
+    the head streamed from pinned host memory (``streamed``: two vocabulary chunks of the head on
+    the device) or copied there once (``resident``); host rows: NumPy's SGEMM
+    (:class:`kldtui.metrics.replay.NumpyReplay`) into float32 host rows."""
+
+    def __init__(self, head: Any, output: str, placement: str, use_torch_on_cpu: bool) -> None:
+        from kldtui.formats import fidelity as fid
+
+        self.head = head  # kldtui.formats.fidelity.LmHead
+        self.output = output
+        self.placement = placement
+        self.use_torch_on_cpu = use_torch_on_cpu
+        self._bits = fid.head_bits(head)
+        # the head file's SHA-256 (the session hashes a head that has no manifest)
+        self.file_sha256 = head.file_sha256 or ""
+        self._replays: dict[str, Any] = {}
+        self._host_head: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def vocab(self) -> int:
+        return int(self.head.vocab)
+
+    def _replay(self, like: Any) -> Any:
+        device: Any = getattr(like, "device", None) if hasattr(like, "detach") else None  # torch's
+        on_torch = device is not None and (device.type != "cpu" or self.use_torch_on_cpu)
+        key = str(device) if on_torch else "numpy"
+        with self._lock:
+            replay = self._replays.get(key)
+            if replay is not None:
+                return replay
+            if not on_torch:
+                from kldtui.metrics.replay import NumpyReplay
+
+                replay = NumpyReplay(self._bits, output=self.output)
+            else:
+                from kldtui.metrics.replay import TorchReplay, torch_bf16
+
+                if self._host_head is None:
+                    host = torch_bf16(np.array(self._bits))  # a private copy: the map stays read-only
+                    stream = self.placement == "streamed" and device.type != "cpu"
+                    self._host_head = host.pin_memory() if stream and device.type == "cuda" else host
+                stream = self.placement == "streamed" and device.type != "cpu"
+                replay = TorchReplay(self._host_head, device, output=self.output, stream=stream)
+            self._replays[key] = replay
+            return replay
+
+    def logits(self, hidden_rows: np.ndarray, like: Any) -> Any:
+        """Reference logits of BF16 ``hidden_rows`` (``uint16``), float32, where ``like`` (the
+        candidate's logits) is: a torch tensor on its device, or a host array."""
+        replay = self._replay(like)
+        if hasattr(replay, "torch"):
+            from kldtui.metrics.replay import torch_bf16
+
+            return replay.logits(torch_bf16(hidden_rows))
+        return replay.logits(hidden_rows)
+
+    def describe(self) -> str:
+        return (f"LM head {self.head.path} [{self.head.vocab}, {self.head.hidden}] replayed with "
+                f"{self.output} output; on a GPU {self.placement}")
 
 
 class ScoreSession:
@@ -81,9 +158,14 @@ class ScoreSession:
 
     def __init__(self, suite_dir: str | Path, reference_dir: str | Path | None, score_rows: ScoreRows,
                  write: ScoreWrite, fail: Callable[[str, str], None], *,
-                 block_rows: int | None = None) -> None:
+                 block_rows: int | None = None, lm_head: str | Path | None = None,
+                 head_placement: str = "streamed", torch_on_cpu: bool = False) -> None:
         self.suite_dir = Path(suite_dir)
-        self.reference_dir = Path(reference_dir) if reference_dir else self.suite_dir / "ref"
+        self.reference_dir = Path(reference_dir) if reference_dir else _default_reference(self.suite_dir)
+        self.lm_head = Path(lm_head) if lm_head else None  # a hidden reference's head (None: found)
+        self.head_placement = head_placement
+        self.torch_on_cpu = torch_on_cpu
+        self._heads: HeadReplays | None = None
         self.score_rows = score_rows
         self.write = write
         self.fail = fail
@@ -102,8 +184,15 @@ class ScoreSession:
                               "score mode scores only kldtui's capture requests")
         try:
             # read again for every request: a reference finalized while the server runs counts
-            suite, manifest = load_suite(self.suite_dir), load_logits_manifest(self.reference_dir)
+            suite = load_suite(self.suite_dir)
             window = suite.window(index)
+            if (prompt is not None
+                    and token_ids_hash([int(t) for t in prompt]) != window.token_ids_json_sha256):
+                raise ScoreFailed(f"request {request_id!r} names {window.label} but its prompt is not "
+                                  "that window's tokens")
+            if holds_hidden_states(self.reference_dir):
+                return self._open_hidden(suite, window, vocab_size)
+            manifest = load_logits_manifest(self.reference_dir)
             if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
                 raise ScoreFailed(f"{manifest.path}: the reference was made from another suite than "
                                   f"{suite.path}")
@@ -123,10 +212,6 @@ class ScoreSession:
                 raise ScoreFailed(f"{manifest.path}: {window.label}: the server's vocabulary is "
                                   f"{vocab_size}, the reference's {manifest.vocab_size}")
             ids = suite.load_tokens(window, check_hash=True)
-            if (prompt is not None
-                    and token_ids_hash([int(t) for t in prompt]) != window.token_ids_json_sha256):
-                raise ScoreFailed(f"request {request_id!r} names {window.label} but its prompt is not "
-                                  "that window's tokens")
             reader = RowReader(identity.path)
         except BadInput as exc:
             raise ScoreFailed(str(exc)) from None
@@ -137,6 +222,60 @@ class ScoreSession:
                 "reference_sha256": entry.sha256, "vocab_size": str(vocab_size),
                 "context_length": str(suite.context_length)}
         return _Request(window, np.asarray(ids[1:], dtype=np.int64), reader, meta)
+
+    def _open_hidden(self, suite: Suite, window: WindowSpec, vocab_size: int) -> _Request:
+        """A request against a hidden-state reference: the context's file checked against its
+        record and the suite (size, header, key, dtype, shape, metadata), the head's vocabulary
+        against the server's."""
+        from kldtui.formats import fidelity as fid
+
+        manifest = fid.load_tensor_manifest(self.reference_dir)
+        if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+            raise ScoreFailed(f"{manifest.path}: the reference was made from another suite than {suite.path}")
+        problems, _ = fid.check_tensor_file(manifest, window.index, suite, side="reference")
+        if problems:
+            raise ScoreFailed(problems[0])
+        heads = self.head_replays(manifest)
+        if vocab_size != heads.vocab:
+            raise ScoreFailed(f"{heads.head.path}: the LM head has {heads.vocab} rows, the server's "
+                              f"vocabulary is {vocab_size}; replay with the head of the reference's model")
+        if manifest.width != heads.head.hidden:
+            raise ScoreFailed(f"{manifest.path}: hidden states {manifest.width} wide, the LM head "
+                              f"{heads.head.path} is {heads.head.hidden} wide; they are not of one model")
+        entry = manifest.entry(window.index)
+        ids = suite.load_tokens(window, check_hash=True)
+        reader = RowReader(manifest.file_path(window.index), entry.key, "BF16")
+        meta = {"window_index": str(window.index), "token_ids_json_sha256": window.token_ids_json_sha256,
+                "reference_sha256": entry.sha256, "vocab_size": str(vocab_size),
+                "context_length": str(suite.context_length), "reference_kind": "hidden",
+                "lm_head_file_sha256": heads.file_sha256, "replay_output": heads.output}
+        return _Request(window, np.asarray(ids[1:], dtype=np.int64), reader, meta, hidden=True)
+
+    def head_replays(self, manifest: Any) -> HeadReplays:
+        """The hidden reference's head (``KLDTUI_SCORE_LM_HEAD``, else found beside the reference
+        or in the suite), loaded and checked once for the session."""
+        from kldtui.formats import fidelity as fid
+
+        with self._lock:
+            if self._heads is not None:
+                return self._heads
+        where = self.lm_head or fid.reference_head_dir(self.reference_dir, self.suite_dir)
+        if where is None:
+            raise ScoreFailed(f"{manifest.path}: holds hidden states and no LM head was found beside it or "
+                              f"in {self.suite_dir}; export it (kldtui export-head) or set "
+                              f"{settings.SCORE_LM_HEAD.name}")
+        head = fid.load_lm_head(where)
+        heads = HeadReplays(head, fid.replay_output_of(manifest), self.head_placement, self.torch_on_cpu)
+        if head.file_sha256 is None:  # a head without its manifest: hash the file once
+            from kldtui.formats.suite import sha256_file
+
+            heads.file_sha256 = sha256_file(head.path)
+        else:
+            heads.file_sha256 = head.file_sha256
+        with self._lock:
+            if self._heads is None:
+                self._heads = heads
+            return self._heads
 
     def _state(self, request_id: str, vocab_size: int, prompt: Sequence[int] | None) -> _Request:
         with self._lock:
@@ -214,10 +353,19 @@ class ScoreSession:
                                   f"0..{req.rows_done} (prefix caching must be off); not scored")
             x = self._reference_rows(req, row_start, stop)
             parts = []
-            for lo in range(0, rows, self.block_rows):
-                hi = min(lo + self.block_rows, rows)
-                parts.append(self.score_rows(x[lo:hi], logits[lo:hi, :vocab_size],
-                                             req.tokens[row_start + lo:row_start + hi]))
+            # a hidden reference is replayed REPLAY_ROWS rows at a time (a streamed head crosses to
+            # the device once per span, not once per scored block), then scored block by block
+            span = max(self.block_rows, REPLAY_ROWS) if req.hidden else self.block_rows
+            for lo in range(0, rows, span):
+                hi = min(lo + span, rows)
+                ref = x[lo:hi]
+                if req.hidden:  # replayed where the candidate's rows are
+                    assert self._heads is not None
+                    ref = self._heads.logits(ref, logits[lo:hi, :vocab_size])
+                for a in range(lo, hi, self.block_rows):
+                    b = min(a + self.block_rows, hi)
+                    parts.append(self.score_rows(ref[a - lo:b - lo], logits[a:b, :vocab_size],
+                                                 req.tokens[row_start + a:row_start + b]))
             records = np.concatenate(parts) if len(parts) > 1 else parts[0]
             # rows whose divergences are too small for the fast forms (near-deterministic text):
             # the precise path computed them; counted per chunk, summed in the window's record
@@ -245,3 +393,11 @@ class ScoreSession:
         for req in items:
             self._close(req)
         self._pool.shutdown(wait=True)
+
+
+def _default_reference(suite_dir: Path) -> Path:
+    """``SUITE/ref`` (logits), else a hidden-state suite's ``SUITE/reference-hidden``."""
+    from kldtui.formats.fidelity import HIDDEN_DIR
+
+    logits = suite_dir / "ref"
+    return suite_dir / HIDDEN_DIR if not logits.exists() and (suite_dir / HIDDEN_DIR).is_dir() else logits

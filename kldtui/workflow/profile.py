@@ -6,7 +6,8 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     repo_id = "festr2/kimi-k3-full-mxfp4-kld-reference-32x2048"  # Hub dataset (optional)
     revision = "main"              # Hub revision
     local_dir = "reference"        # the suite folder (suite-manifest.json, tokens/, ref/)
-    logits_dir = "ref"             # the reference logits, relative to local_dir
+    logits_dir = "ref"             # the reference logits, relative to local_dir (score mode also
+                                   # takes a hidden-state folder, "reference-hidden": docs/SCORE_MODE.md)
     capture = "embedded"           # demo only: capture missing reference logits with the
                                    # embedded server (the candidate's seed and vocab, unperturbed)
 

@@ -1,0 +1,149 @@
+"""Score mode against a hidden-state reference (issue 22 item 3) on the embedded server: the server
+replays each chunk's reference rows from the stored final hidden states and the LM head, where the
+candidate's logits are, and scores them; the report equals score mode's against the full-logit
+reference of the same model within score mode's own tolerance (docs/SCORE_MODE.md), and a score
+file scored with another head, or a reference without its head, is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kldtui.embedded.model import TinyModel
+from kldtui.errors import BadInput
+from kldtui.events import Event
+from kldtui.formats import fidelity as fid
+from kldtui.formats.report import load_report
+from kldtui.metrics.replay import f32_to_bf16
+from kldtui.stages.compare import CompareOptions, compare
+from kldtui.workflow.pipeline import Pipeline
+from kldtui.workflow.profile import Profile, profile_from_dict
+from tests.fixtures_score import report_differences
+
+pytestmark = pytest.mark.timeout(300)
+VOCAB, SEED, LENGTH = 2048, 7, 260
+
+
+def _profile(suite: Path, workdir: Path, mode: str, *, logits_dir: str = "ref", perturb: float = 0.0,
+             replay_check: int | None = None) -> Profile:
+    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "m", "model_seed": SEED,
+                                 "vocab_size": VOCAB, "perturb": perturb, "port": 0, "startup_timeout": 60.0,
+                                 "request_timeout": 60.0}
+    capture: dict[str, Any] = {"mode": mode}
+    if replay_check is not None:
+        capture["replay_check"] = replay_check
+    return profile_from_dict({"reference": {"local_dir": str(suite), "logits_dir": logits_dir},
+                              "candidate": candidate, "run": {"workdir": str(workdir), "run_name": mode},
+                              "compare": {"bootstrap_samples": 200, "reverse": True},
+                              "capture": capture}, base_dir=workdir)
+
+
+def _capture(profile: Profile, output: Path | None = None, kind: str = "candidate") -> None:
+    events: list[Event] = []
+    pipeline = Pipeline(profile, events.append, output_dir=output, output_kind=kind)
+    try:
+        pipeline.serve()
+        pipeline.capture()
+        pipeline.finalize()
+    finally:
+        pipeline.stop_server(reason="done")
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A context suite with both references of one model: F32 logits in ref/, final hidden states
+    in reference-hidden/ with its head in lm-head/."""
+    root = tmp_path_factory.mktemp("hidden-score")
+    model = TinyModel(VOCAB, seed=SEED)
+    contexts = [fid.NewContext(model.sample(LENGTH, seed=i), "prose" if i < 2 else "code",
+                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
+                for i in range(4)]
+    suite_dir = root / "suite"
+    fid.write_context_suite(suite_dir, contexts)
+    fid.write_lm_head(suite_dir / fid.LM_HEAD_DIR, f32_to_bf16(model.head),
+                      checkpoint_tensor_key="lm_head.weight")
+    _capture(_profile(suite_dir, root / "ref-logits", "logits"), suite_dir / "ref", "reference")
+    _capture(_profile(suite_dir, root / "ref-hidden", "hidden", replay_check=0), suite_dir / fid.HIDDEN_DIR,
+             "reference")
+    return suite_dir
+
+
+OPTIONS = CompareOptions(bootstrap_samples=200, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def scored(suite: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same perturbed candidate scored in the server against each reference, compared."""
+    root = tmp_path_factory.mktemp("cands")
+    out = []
+    for name, logits_dir in (("vs-logits", "ref"), ("vs-hidden", fid.HIDDEN_DIR)):
+        work = root / name
+        _capture(_profile(suite, work, "score", logits_dir=logits_dir, perturb=0.1))
+        report = compare(suite, suite / logits_dir, work / "candidate", OPTIONS)
+        (work / "comparison.json").write_text(json.dumps(report.to_json()))
+        out.append(work)
+    return out[0], out[1]
+
+
+def test_scoring_against_hidden_states_gives_the_full_logit_references_report(
+        suite: Path, scored: tuple[Path, Path]) -> None:
+    vs_logits, vs_hidden = scored
+    a = load_report(vs_logits / "comparison.json").to_json()
+    b = load_report(vs_hidden / "comparison.json").to_json()
+    assert a["positions"] == b["positions"] == 4 * (LENGTH - 1)
+    # the reference folders (and so their identities) differ by design; every figure agrees within
+    # score mode's tolerance
+    for key in ("reference_dir", "reference_manifest_sha256", "reference_identity_sha256"):
+        a.pop(key, None)
+        b.pop(key, None)
+    assert report_differences(a, b) == []
+    assert b["kl_reference_to_candidate"]["mean"] > 1e-3  # a real difference was measured
+    # each score file says what it was scored against: the hidden file, the head, the rounding
+    from kldtui.formats.safetensors_io import read_header
+
+    hidden = fid.load_tensor_manifest(suite / fid.HIDDEN_DIR)
+    head = fid.load_lm_head(suite / fid.LM_HEAD_DIR)
+    meta = read_header(vs_hidden / "candidate" / "scores_002.safetensors").metadata
+    assert meta["reference_sha256"] == hidden.entry(2).sha256
+    assert meta["lm_head_file_sha256"] == head.file_sha256
+    assert meta["replay_output"] == "f32"  # the embedded server computes in float32
+    # the server read the hidden states (~2 bytes x 65 a row), never the logits (4 x 2048)
+    assert not list((vs_hidden / "candidate").glob("logits*"))
+
+
+def test_a_score_file_scored_with_another_head_is_refused(suite: Path, scored: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    _, vs_hidden = scored
+    copy = tmp_path / "suite"
+    shutil.copytree(suite, copy)
+    (copy / fid.LM_HEAD_DIR / "manifest.json").unlink()
+    (copy / fid.LM_HEAD_DIR / "weight.safetensors").unlink()
+    other = TinyModel(VOCAB, seed=SEED + 1).head
+    fid.write_lm_head(copy / fid.LM_HEAD_DIR, f32_to_bf16(other), checkpoint_tensor_key="lm_head.weight")
+    with pytest.raises(BadInput, match=r"scores_000\.safetensors: .*scored with an LM head of SHA-256 .*, "
+                       r"the reference's head is .*; capture the window again in score mode with the "
+                       r"reference's head"):
+        compare(copy, copy / fid.HIDDEN_DIR, vs_hidden / "candidate", OPTIONS)
+    shutil.rmtree(copy / fid.LM_HEAD_DIR)
+    with pytest.raises(BadInput, match=r"manifest\.json: holds hidden states and no LM head was found beside "
+                       r"it or in .*; put the head the server replayed with in .*lm-head$"):
+        compare(copy, copy / fid.HIDDEN_DIR, vs_hidden / "candidate", OPTIONS)
+
+
+def test_the_server_refuses_a_head_of_another_vocabulary_per_request(suite: Path, tmp_path: Path) -> None:
+    """A head whose rows are not the server's vocabulary fails the request in the server; the
+    capture says why in one line."""
+    from kldtui.errors import KldError
+
+    copy = tmp_path / "suite"
+    shutil.copytree(suite, copy, ignore=shutil.ignore_patterns("ref"))
+    shutil.rmtree(copy / fid.LM_HEAD_DIR)
+    small = TinyModel(VOCAB // 2, seed=SEED).head
+    fid.write_lm_head(copy / fid.LM_HEAD_DIR, f32_to_bf16(small), checkpoint_tensor_key="lm_head.weight")
+    with pytest.raises(KldError, match=r"the LM head has 1024 rows, the server's vocabulary is 2048; replay "
+                       r"with the head of the reference's model"):
+        _capture(_profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1))
