@@ -117,15 +117,11 @@ class LogitsMode(CaptureMode):
         return LogitsSink(io)
 
     def holds(self, folder: Path) -> bool:
-        """A logits folder: its ``manifest.json`` names a vocabulary (a hidden-state folder's,
-        of the same name, names a hidden width instead)."""
-        from kldtui.formats.safe_io import read_text
+        """A logits folder: its ``manifest.json`` is there and is not a hidden-state folder's (of
+        the same name: it names a hidden width instead of a vocabulary)."""
+        from kldtui.formats.fidelity import holds_hidden_states
 
-        try:
-            doc = json.loads(read_text(self.manifest_path(folder)))
-        except (OSError, ValueError):
-            return self.manifest_path(folder).is_file()  # a damaged manifest: compare says what is wrong
-        return not isinstance(doc, dict) or "hidden_width" not in doc
+        return self.manifest_path(folder).is_file() and not holds_hidden_states(folder)
 
     def file_name(self, window_index: int) -> str:
         return logits_file_name(window_index)

@@ -489,7 +489,7 @@ def holds_hidden_states(folder: str | os.PathLike[str]) -> bool:
     ``hidden_width``); False when it is missing or unreadable (the reader that expects logits
     there says what is wrong)."""
     try:
-        doc = json.loads(read_text(Path(folder) / TENSOR_MANIFEST, limit=256 * 1024 * 1024))
+        doc = json.loads(read_text(Path(folder) / TENSOR_MANIFEST))  # as read_versioned reads it
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and is_tensor_manifest(doc) and "hidden_width" in doc
