@@ -39,7 +39,7 @@ from kldtui.events import (
 )
 from kldtui.formats.safe_io import read_text
 
-STAGE: StageName = "prepare"
+STAGE: StageName = "export-head"
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
