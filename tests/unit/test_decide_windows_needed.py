@@ -9,10 +9,10 @@ import pytest
 
 from kldtui.decide.noise import NoiseFloor
 from kldtui.decide.paired import compare_group, draw_indices
-from kldtui.decide.verdict import MIN_VERDICT_WINDOWS
+from kldtui.decide.verdict import MIN_VERDICT_WINDOWS, evidence
 from kldtui.decide.windows_needed import windows_for, windows_needed
 
-TRIALS = 600
+TRIALS = 1000
 
 
 def _floor(margin: float) -> NoiseFloor | None:
@@ -32,22 +32,29 @@ def _pair(rng: np.random.Generator, shape: tuple[int, ...], mu: float, tau: floa
 
 
 def _resolved_rate(n: int, mu: float, tau: float, margin: float, comparisons: int) -> float:
-    """How often the decision rule (the leaderboard's and diff's: ``compare_group``) names B as
-    further than A (not within noise) over ``TRIALS`` draws of ``n`` windows; in a family of
-    ``comparisons`` the test is held at 5 % / comparisons (Holm's strictest step)."""
+    """How often the decision rule names B as further than A (not within noise) over ``TRIALS`` draws
+    of ``n`` windows; in a family of ``comparisons`` the test is held at 5 % / comparisons (Holm's
+    strictest step). The rule's evidence for all trials at once (:func:`kldtui.decide.verdict.evidence`
+    takes a trial axis: the sign-flip test, the log-normal check where it applies, the headline
+    interval); the first trials also go one by one through ``compare_group``, what diff and the
+    leaderboard run, which must agree."""
     noise = _floor(margin)
-    rng = np.random.default_rng(11)
+    a, b = _pair(np.random.default_rng(11), (TRIALS, n), mu, tau)
+    ev = evidence(a, b)
+    named = ev.worse & (ev.p <= 0.05 / comparisons)
+    if noise is not None:
+        variation = noise.repeat_variation_for(range(n))
+        assert variation is not None
+        near = np.minimum(np.abs(ev.interval_low - 1.0), np.abs(ev.interval_high - 1.0)) * ev.mean_a
+        named &= near > variation
     windows = list(range(n))
     indices = draw_indices(n, 20, 1)  # the rule does not use the compatibility bootstrap
-    named = 0
-    for a, b in zip(*_pair(rng, (TRIALS, n), mu, tau), strict=True):
-        significant = None
-        if comparisons > 1:
-            p = compare_group(a, b, indices, noise, windows, "A", "B").interval.p_value
-            significant = p is not None and p <= 0.05 / comparisons
-        outcome = compare_group(a, b, indices, noise, windows, "A", "B", significant=significant).outcome
-        named += outcome == "a_closer"
-    return named / TRIALS
+    for t in range(5):
+        significant = bool(ev.p[t] <= 0.05 / comparisons)
+        outcome = compare_group(a[t], b[t], indices, noise, windows, "A", "B",
+                                significant=significant).outcome
+        assert (outcome == "a_closer") == bool(named[t]), (t, outcome)
+    return float(named.mean())
 
 
 @pytest.mark.parametrize(("mu", "tau", "margin_share", "comparisons"), [
@@ -65,10 +72,10 @@ def test_the_windows_said_resolve_the_difference_at_least_80_percent_of_the_time
     n = windows_for(float(d.mean()), float(d.std()), margin=margin, comparisons=comparisons).windows
     assert n is not None and n >= MIN_VERDICT_WINDOWS
     at_n = _resolved_rate(n, mu, tau, margin, comparisons)
-    # 80 % claimed; 600 trials give +-3.2 % (95 %). Measured: 0.84-0.96 (the differences are skewed along
-    # their direction, as KL's are: the count is conservative), the same with the sign-flip rule
+    # 80 % claimed; 1000 trials give +-2.5 % (95 %). Measured with the sign-flip rule: 0.84-0.94 (the
+    # differences are skewed along their direction, as KL's are: the count is conservative)
     assert at_n >= 0.78, (n, at_n)
-    # and not by much: half the windows fall short
+    # and not by much: half the windows fall short (measured 0.47-0.65)
     assert _resolved_rate(max(MIN_VERDICT_WINDOWS, n // 2), mu, tau, margin, comparisons) < 0.78
 
 
