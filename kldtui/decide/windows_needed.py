@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kldtui.decide.reports import window_values
-from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS
+from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS, verdict_interval
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.metrics.stats import t_quantile
 
@@ -92,9 +92,12 @@ def _n(x: float) -> str:
 
 
 def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, power: float = DEFAULT_POWER,
-                comparisons: int = 1, measured_windows: int = 0) -> WindowsNeeded:
+                comparisons: int = 1, measured_windows: int = 0,
+                at_least: int | None = None) -> WindowsNeeded:
     """Windows that resolve a true per-window difference ``difference`` (KL, B - A) with spread
-    ``window_sd`` between windows, against a repeat variation ``margin``."""
+    ``window_sd`` between windows, against a repeat variation ``margin``; never fewer than
+    ``at_least`` (the windows the sign-flip test needs to be calibrated at the differences'
+    skewness, where the candidates depend differently on window difficulty)."""
     if not 0.5 <= power < 1.0:
         raise ValueError("power is between 0.5 and 1")
     if comparisons < 1:
@@ -114,7 +117,7 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
         return answer(None, f"the measured difference {_n(abs(difference))} KL is within the repeat "
                             f"variation {_n(margin)} of the metric: more windows will not resolve it "
                             "(the two are as close as two captures of one model)")
-    floor = max(MIN_VERDICT_WINDOWS, 3)
+    floor = max(MIN_VERDICT_WINDOWS, 3, at_least or 0)
     if window_sd <= 0.0:
         return answer(floor)
 
@@ -137,12 +140,12 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
 
 def windows_needed(kl_a: Sequence[float] | np.ndarray, kl_b: Sequence[float] | np.ndarray, *,
                    margin: float | None = None, power: float = DEFAULT_POWER,
-                   comparisons: int = 1) -> WindowsNeeded:
+                   comparisons: int = 1, at_least: int | None = None) -> WindowsNeeded:
     """From the measured window means of A and B (same windows, same order)."""
     d = np.asarray(kl_b, dtype=np.float64) - np.asarray(kl_a, dtype=np.float64)
     sd = float(d.std(ddof=1)) if d.size >= 2 else math.inf
     return windows_for(float(d.mean()), sd, margin=margin or 0.0, power=power, comparisons=comparisons,
-                       measured_windows=int(d.size))
+                       measured_windows=int(d.size), at_least=at_least)
 
 
 # outcomes a verdict leaves unresolved (kldtui.decide.verdict.Outcome): more windows may resolve them
@@ -155,7 +158,12 @@ def for_reports(a: ComparisonReport, b: ComparisonReport, noise: NoiseFloor | No
     variation of the metric where it measured one."""
     va, vb = window_values(a, "A"), window_values(b, "B")
     margin = noise.repeat_variation_for(va.window_index.tolist()) if noise is not None else None
-    return windows_needed(va.kl_mean, vb.kl_mean, margin=margin, power=power, comparisons=comparisons)
+    at_least = None
+    if va.n >= 3:  # where the log-normal check engages, the sign-flip test's calibration needs its windows
+        iv = verdict_interval(va.kl_mean, vb.kl_mean)
+        at_least = iv.needed_windows if iv.dependent else None
+    return windows_needed(va.kl_mean, vb.kl_mean, margin=margin, power=power, comparisons=comparisons,
+                          at_least=at_least)
 
 
 __all__ = ["DEFAULT_POWER", "UNRESOLVED", "WindowsNeeded", "for_reports", "windows_for", "windows_needed"]

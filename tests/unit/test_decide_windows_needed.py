@@ -87,6 +87,9 @@ def test_counts_grow_as_they_should() -> None:
     family = windows_for(0.002, 0.004, comparisons=6).windows
     assert family is not None and family > one
     assert windows_for(0.002, 0.0).windows == MIN_VERDICT_WINDOWS
+    # where the log-normal check engages, the sign-flip test's calibration sets a floor
+    assert windows_for(0.002, 0.004, at_least=500).windows == 500
+    assert windows_for(0.002, 0.004, at_least=10).windows == one
 
 
 def test_no_count_where_windows_cannot_help() -> None:
