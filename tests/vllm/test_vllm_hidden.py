@@ -1,15 +1,16 @@
 """Hidden-state references through the real vLLM CPU server (issue 22 items 3 and 5).
 
-The tiny float32 Llama is the reference: its prompt logits are captured into the suite's ``ref/``
-(logits mode), its LM head exported from its checkpoint with ``kldtui export-head``, and its final
-normalized hidden states captured with ``[capture] mode = "hidden"`` into ``reference-hidden/``
-(the tensor vLLM hands to ``compute_logits``, rounded to BF16; the replay check's live logits of
-both windows from the same requests). Its bf16 copy is the candidate, scored inside the server in
-score mode once against ``ref/`` and once against ``reference-hidden/`` (the server replays the
+The tiny float32 Llama is the reference: its LM head is exported from its checkpoint with
+``kldtui export-head``, and one server run with ``[capture] mode = "hidden"`` captures its final
+normalized hidden states into ``reference-hidden/`` (the tensor vLLM hands to ``compute_logits``,
+rounded to BF16) and, for the replay check, the live logits of both windows from the same requests
+into ``sentinel-live-logits/repeat-00/`` (F32, the published live layout): the full-logit
+reference of the same model. Its bf16 copy is the candidate, scored inside the server in score mode
+once against the live logits and once against ``reference-hidden/`` (the server replays the
 reference rows with the head; ``KLDTUI_SCORE_KERNEL=torch`` takes the torch path a GPU server
-runs). The two reports must agree within the replay's measured tolerance: the replay check's
-KL(live || replay) (measured here: mean 6.0e-5, p99.9 3.8e-4, top-1 0.9963 for the float32 model's
-states and head rounded to BF16).
+runs). The two reports must agree within the replay's measured tolerance, the replay check's
+KL(live || replay) (measured here: mean 6.0e-5, p99.9 3.8e-4, top-1 0.9963 for the float32
+model's states and head rounded to BF16).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import pytest
 
 from tests.fixtures_vllm_chain import (
     build_models,
-    capture_reference,
     dump_toml,
     leftover_servers,
     write_chain_suite,
@@ -76,8 +76,8 @@ def test_vllm_hidden_reference_is_produced_and_scores_like_the_full_logit_refere
 
     f32, bf16 = build_models(tmp_path / "models")
     suite = write_chain_suite(tmp_path / "suite")
+    live = f"{fid.SENTINEL_LIVE_DIR}/{fid.repeat_dir(0)}"  # the live logits of the same requests
     try:
-        capture_reference(_profile(tmp_path, "reference", f32, suite, {"mode": "logits"}))
         # the head, from the checkpoint's file, without loading the model
         out = subprocess.run([sys.executable, "-m", "kldtui", "export-head", "--checkpoint", str(f32),
                               "--output", str(suite / fid.LM_HEAD_DIR)], capture_output=True, text=True,
@@ -106,7 +106,8 @@ def test_vllm_hidden_reference_is_produced_and_scores_like_the_full_logit_refere
         assert 0 < replay_kl["mean"] < 1e-3 and check["top1_agreement"] > 0.99
 
         reports = {}
-        for name, logits_dir in (("score-vs-logits", "ref"), ("score-vs-hidden", fid.HIDDEN_DIR)):
+        assert sorted(fid.load_tensor_manifest(suite / live).entries) == [0, 1]
+        for name, logits_dir in (("score-vs-logits", live), ("score-vs-hidden", fid.HIDDEN_DIR)):
             profile = _profile(tmp_path, name, bf16, suite, {"mode": "score"}, logits_dir=logits_dir)
             _run_stages(profile)
             reports[name] = compare(suite, suite / logits_dir, tmp_path / f"work-{name}" / "candidate",
