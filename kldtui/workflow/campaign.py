@@ -287,7 +287,7 @@ class Campaign:
     def _repeat_standing(self, repeat: _Entry, board: Any) -> Standing:
         from kldtui.decide.paired import paired_diff
         from kldtui.formats.report import load_report
-        from kldtui.formats.report_names import report_interval
+        from kldtui.formats.report_names import kl_headline_interval
 
         leader = board.rows[0]
         report = load_report(repeat.report)
@@ -295,9 +295,10 @@ class Campaign:
                            name_b=repeat.name, path_a=leader.path, path_b=str(repeat.report))
         stats = diff.overall
         tied = stats.outcome in ("indistinguishable", "within_noise")
-        iv = report_interval(report)
-        return Standing(name=repeat.name, state="compared", mean=float(iv.estimate),
-                        ci_low=float(iv.ci95_low), ci_high=float(iv.ci95_high),
+        iv = kl_headline_interval(report)  # the interval the ranked rows show (the leaderboard's)
+        return Standing(name=repeat.name, state="compared",
+                        mean=float(iv.estimate) if iv.estimate is not None else None,
+                        ci_low=iv.ci95_low, ci_high=iv.ci95_high,
                         mark="tied" if tied else "", verdict=stats.verdict, outcome=stats.outcome,
                         report_path=str(repeat.report),
                         note=f"a second capture of {leader.name} (the noise model); not ranked")
