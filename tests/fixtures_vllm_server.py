@@ -110,8 +110,10 @@ TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_HOST_IP": "127.0.0.1"}
 
 @contextlib.contextmanager
 def running_server(model: Path, log: Path, capture_dir: Path | None, max_num_seqs: int,
-                   cwd: Path) -> Iterator[VllmServer]:
-    server = VllmServer(model, log, capture_dir, max_num_seqs, cwd)
+                   cwd: Path, *, extra_args: tuple[str, ...] = (),
+                   extra_env: dict[str, str] | None = None) -> Iterator[VllmServer]:
+    server = VllmServer(model, log, capture_dir, max_num_seqs, cwd, extra_args=extra_args,
+                        extra_env=extra_env)
     try:
         server.wait_ready()
         yield server
