@@ -283,7 +283,7 @@ def replay_check(suite: Suite, hidden: TensorManifest, live: TensorManifest, hea
     from kldtui.metrics.kernels import NumpyRowKernel, RowKernel
     from kldtui.metrics.replay import DEFAULT_CHUNK, NumpyReplay, bf16_to_f32
 
-    output = str(hidden.raw.get("replay_output") or "bf16")
+    output = fid.replay_output_of(hidden)
     replay = NumpyReplay(fid.head_bits(head), chunk=DEFAULT_CHUNK, output=output)
     if live.width != head.vocab:
         raise BadInput(f"{live.path}: live logits of vocabulary {live.width}, the head {head.path} has "

@@ -749,9 +749,15 @@ def reference_head_dir(hidden_folder: str | os.PathLike[str],
 
 def replay_output_of(manifest: TensorManifest) -> str:
     """How a hidden folder's states are replayed: the ``replay_output`` kldtui records for a server
-    that computed in float32 (``f32``), else ``bf16`` (a BF16 model's head, the published rule)."""
+    that computed in float32 (``f32``), else ``bf16`` (a BF16 model's head, the published rule);
+    another value is a damaged manifest (BadInput naming it)."""
     value = manifest.raw.get("replay_output")
-    return value if value in ("bf16", "f32") else "bf16"
+    if value is None:
+        return "bf16"
+    if value not in ("bf16", "f32"):
+        raise BadInput(f"{manifest.path}: replay_output {str(value)[:20]!r} is not bf16 or f32; the "
+                       "manifest is damaged, finalize the hidden states again")
+    return str(value)
 
 
 # ------------------------------------------------------------------------------------ checksums

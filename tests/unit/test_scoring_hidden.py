@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from kldtui.errors import BadInput
 from kldtui.formats import fidelity as fid
 from kldtui.formats.chunks import request_tag
 from kldtui.formats.suite import load_suite
@@ -109,4 +110,23 @@ def test_a_request_fails_with_the_reason_when_the_head_does_not_fit(tmp_path: Pa
     assert not session.chunk(request_tag("r", w.index, "0123abcd"), 0, rows, VOCAB)
     assert "holds hidden states and no LM head was found" in out.failed[0]
     assert "KLDTUI_SCORE_LM_HEAD" in out.failed[0]
+    session.close()
+
+
+def test_a_hidden_manifest_with_an_unknown_replay_rounding_fails_the_request(tmp_path: Path) -> None:
+    """kldtui's ``replay_output`` is validated on load: a value it does not know is a damaged
+    manifest, never silently replayed as BF16."""
+    import json
+
+    root, _, _ = _suite(tmp_path / "suite")
+    path = root / fid.HIDDEN_DIR / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["replay_output"] = "fp8"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=r"manifest\.json: replay_output 'fp8' is not bf16 or f32; the "
+                       r"manifest is damaged, finalize the hidden states again"):
+        fid.replay_output_of(fid.load_tensor_manifest(path))
+    session, out = _session(root, torch_on_cpu=False)
+    assert not session.chunk(request_tag("r", 0, "0123abcd"), 0, np.zeros((5, VOCAB), np.float32), VOCAB)
+    assert "replay_output 'fp8' is not bf16 or f32" in out.failed[0]
     session.close()
