@@ -633,3 +633,14 @@ def test_campaign_standings_show_no_interval_from_too_few_windows() -> None:
         text = out.getvalue()
         assert shown in text and "4.0 MiB" in text, text
         assert windows >= 8 or "[0.011" not in text, text
+
+
+@sync
+async def test_dashboard_help_says_what_d_does(tmp_path: Path) -> None:
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = str(app.screen.query_one("#help-text", Static).render())
+        assert "l e b    show the log / result / leaderboard tab" in text
+        assert "d        the Diff tab: the difference of two reports on the leaderboard" in text

@@ -124,7 +124,9 @@ KEYS_HELP = """\
   1 … 5    start one stage (1 reference … 5 compare)
   s        stop the running stage(s); state on disk stays resumable
   x        stop the server
-  l e b d  show the log / result / leaderboard / diff tab
+  l e b    show the log / result / leaderboard tab
+  d        the Diff tab: the difference of two reports on the leaderboard (the two marked, or
+           the only two)
   /        search the log (Esc clears)
 [b]Leaderboard tab[/b]
   Enter    open the selected report (Esc: back)
