@@ -84,8 +84,9 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-FIGURE_NAMES = {"kl_mean": "KL", "top1_agreement": "top-1", "windows": "windows", "url": "",
-                "tok/s": "tok/s", "tokens_per_s": "tok/s"}
+FIGURE_NAMES = {"kl_mean": "KL", "top1_agreement": "top-1", "windows": "windows", "url": ""}
+# figures whose name is a unit: written after the number ("1966 tok/s", not "tok/s 1966")
+FIGURE_UNITS = {"tok/s": "tok/s", "tokens_per_s": "tok/s", "GiB": "GiB"}
 # figures that are for the log and the report, not the rail
 HIDDEN_FIGURES = {"ci95_low", "ci95_high", "seconds", "elapsed_s", "bytes_downloaded", "commit", "offline"}
 
@@ -108,6 +109,9 @@ def stage_figures(figures: dict[str, Any]) -> list[str]:
                 continue
         if key == "top1_agreement" and isinstance(value, int | float):
             parts.append(top_k(1, float(value)))
+            continue
+        if key in FIGURE_UNITS:
+            parts.append(f"{_short(value)} {FIGURE_UNITS[key]}")
             continue
         name = FIGURE_NAMES.get(key, key)
         parts.append(f"{name} {_short(value)}".strip())

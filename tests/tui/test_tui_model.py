@@ -102,3 +102,9 @@ def test_bridge_keeps_order_and_coalesces_progress() -> None:
     assert bridge.take() == []
     bridge(LogLine("server", line="x"))
     assert len(posted) == 2
+
+
+def test_rates_on_the_cards_read_number_then_unit() -> None:
+    from kldtui.tui.model import stage_figures
+
+    assert stage_figures({"windows": "6/6", "tokens_per_s": 1966.0}) == ["windows 6/6", "1966 tok/s"]
