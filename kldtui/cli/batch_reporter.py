@@ -19,7 +19,9 @@ ends a pending request); a second signal forces it at once. Exit codes: 0 done, 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
 import signal
 import sys
 import threading
@@ -94,6 +96,7 @@ class BatchReporter:
         self.result_path: str | None = None
         self.failures: list[str] = []
         self.early_abort: EarlyAbort | None = None  # the run stopped itself (a verdict)
+        self.failed_messages: set[str] = set()  # failures already printed as words (not JSONL)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ResultReady):
@@ -104,6 +107,8 @@ class BatchReporter:
                 return  # its Notice says it in words
         if isinstance(event, StageFailed):
             self.failures.append(f"{event.stage}: {event.message}")
+            if not self.jsonl:
+                self.failed_messages.add(event.message)
         if self._progress is not None and isinstance(event, Progress):
             self._bar(event)
             return
@@ -294,6 +299,16 @@ def exit_code_for(exc: BaseException | None, cancel: Cancel, early_abort: bool =
     return EXIT_FAILED
 
 
+def _same_file(a: IO[str], b: IO[str]) -> bool:
+    """Whether two streams write to one file or terminal (then a line on both is seen twice)."""
+    if a is b:
+        return True
+    try:
+        return os.path.samestat(os.fstat(a.fileno()), os.fstat(b.fileno()))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
 def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporter, *,
                  on_force_stop: Callable[[], None] | None = None, grace_s: float = 10.0,
                  err: IO[str] | None = None) -> int:
@@ -362,7 +377,9 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
             message = f"error: {error}"
         else:
             message = f"internal error: {type(error).__name__}: {error}"
-    if message:
+    said = isinstance(error, KldError) and str(error) in reporter.failed_messages \
+        and _same_file(reporter.stream, err)
+    if message and not said:  # a failure its stage's FAILED line just said on this terminal: once
         print(f"kldtui: {message}", file=err)
     reporter.write_final(code, message)
     return code

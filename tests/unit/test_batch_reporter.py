@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +221,22 @@ def test_jsonl_stream_ends_with_one_final_event() -> None:
             assert final["report"] == "/w/comparison.json"
         else:
             assert final["message"]
+
+
+def test_a_failure_is_said_once_where_both_streams_are_one_terminal(tmp_path: Path) -> None:
+    """The stage's FAILED line and the closing 'kldtui: error:' line said the same words twice on a
+    terminal (or 2>&1); on separate streams the closing line stays (scripts read stderr)."""
+    from kldtui.events import StageFailed as Failed
+
+    def failing(emit, cancel):  # type: ignore[no-untyped-def]
+        emit(Failed("compare", "x: suite manifest not found"))
+        raise BadInput("x: suite manifest not found")
+
+    with open(tmp_path / "both.txt", "w") as both:
+        assert run_headless(failing, BatchReporter(both), err=both) == 2
+    text = (tmp_path / "both.txt").read_text()
+    assert text.count("x: suite manifest not found") == 1 and "compare: FAILED - x: suite" in text, text
+    out, err = io.StringIO(), io.StringIO()
+    assert run_headless(failing, BatchReporter(out), err=err) == 2
+    assert "compare: FAILED - x: suite manifest not found" in out.getvalue()
+    assert err.getvalue() == "kldtui: error: x: suite manifest not found\n"
