@@ -169,8 +169,9 @@ class CandidateStarted(Event):
 @dataclass(frozen=True)
 class Standing:
     """One campaign candidate in the live leaderboard. The figures are its report's (mean KL and
-    its 95 % window-bootstrap interval) and the decision rules' (``mark``: best, tied, no verdict
-    or empty; ``verdict``: the sentence against the current best), filled once it is compared."""
+    its 95 % headline interval, ``kl_headline_interval``) and the decision rules' (``mark``: best,
+    tied, no verdict or empty; ``verdict``: the sentence against the current best), filled once it
+    is compared."""
 
     name: str
     state: CandidateStateName
