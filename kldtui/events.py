@@ -198,6 +198,7 @@ class LeaderboardUpdated(Event):
     noise_model: str = ""
     notes: tuple[str, ...] = ()
     path: str | None = None  # leaderboard.json once written
+    noise_path: str | None = None  # the measured noise model's file (noise-model.json), when there is one
     final: bool = False
     ranked: bool = True  # False: only a candidate's state changed (it started), not the ranking
 

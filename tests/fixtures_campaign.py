@@ -53,3 +53,36 @@ def write_profile(folder: Path, candidates: dict[str, float] | None = None, *, r
 
 def run_cmd(profile: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(profile), *extra]
+
+
+def scripted_campaign_factory(tmp_path: Path, holder: dict[str, object]):  # type: ignore[no-untyped-def]
+    """A dashboard pipeline factory whose run is a scripted campaign of two candidates: each a
+    ScriptedPipeline run, with the campaign's events around them."""
+    from kldtui.events import CandidateStarted, LeaderboardUpdated, Standing
+    from tests.fixtures_tui import ScriptedPipeline
+
+    class ScriptedCampaign(ScriptedPipeline):
+        def run_all(self):  # type: ignore[no-untyped-def]
+            waiting = (Standing("q8", "waiting"), Standing("q4", "waiting"))
+            self.emit(CandidateStarted("campaign", name="q8", number=1, total=2))
+            self.emit(LeaderboardUpdated("campaign", rows=(Standing("q8", "running"), waiting[1]),
+                                         ranked=False))
+            super().run_all()
+            best = Standing("q8", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0135, mark="best",
+                            verdict="best", size_bytes=3 * 2**30, bits_per_weight=8.5)
+            self.emit(LeaderboardUpdated("campaign", rows=(best, waiting[1]), windows=8, noise_model="none"))
+            holder["after_first"] = True
+            self.emit(CandidateStarted("campaign", name="q4", number=2, total=2))
+            state = super().run_all()
+            worse = Standing("q4", "compared", rank=2, mean=0.05, ci_low=0.045, ci_high=0.055, mark="",
+                             verdict="q4 is worse than q8 by 0.0377 KL", outcome="a_closer")
+            self.emit(LeaderboardUpdated("campaign", rows=(best, worse), windows=8, noise_model="none",
+                                         notes=("ties: paired t-test against the best (95 %)",),
+                                         path=str(tmp_path / "leaderboard.json"), final=True))
+            return state
+
+    def factory(emit, cancel):  # type: ignore[no-untyped-def]
+        holder["p"] = ScriptedCampaign(emit, cancel, report_path=tmp_path / "comparison-q8.json")
+        return holder["p"]
+
+    return factory

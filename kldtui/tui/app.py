@@ -133,7 +133,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     workspace: Workspace | None = None
     profile_name: str | None = None
     if profile is not None:
-        workspace = profile.workspace()
+        from kldtui.workflow.campaign import shown_workspace
+
+        workspace = shown_workspace(profile)  # a campaign: its leader's folders
         profile_name = str(profile.path) if profile.path else None
         if pipeline_factory is None:
             pipeline_factory = _pipeline_factory_for(profile)
@@ -154,6 +156,8 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
                                     profile_name=profile_name)
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a window's KL > {abort:g}"
+        if profile is not None and profile.is_campaign and profile.workspace().noise_model_path.is_file():
+            dashboard.noise_path = str(profile.workspace().noise_model_path)  # a campaign's measured model
         main = dashboard
     elif paths:
         main = ViewerScreen(paths)
@@ -181,7 +185,7 @@ def _profile_windows(profile: Any) -> list[tuple[int, str]]:
     from kldtui.formats.suite import load_suite
 
     try:
-        suite = load_suite(profile.workspace().suite_dir)
+        suite = load_suite(profile.workspace().suite_dir)  # a campaign's candidates share it
         return [(w.index, w.domain) for w in suite.select(profile.run.start_window, profile.run.stop_window)]
     except Exception:  # noqa: BLE001 - not downloaded yet: the grid fills from events
         return []

@@ -14,7 +14,9 @@ from typing import Any
 
 from kldtui.events import (
     PIPELINE_STAGES,
+    CandidateStarted,
     Event,
+    LeaderboardUpdated,
     LogLine,
     Notice,
     Progress,
@@ -133,6 +135,9 @@ class DashboardModel:
         self.starting: str | None = None
         self.shown_report: str | None = None  # a report opened with o (not this run's), shown in Result
         self.dirty: set[str] = set()
+        # a campaign ([[candidates]]): the latest standings and the candidate that runs
+        self.campaign: LeaderboardUpdated | None = None
+        self.candidate: CandidateStarted | None = None
 
     # -- events --------------------------------------------------------------------------------
     def apply(self, event: Event) -> None:
@@ -186,6 +191,26 @@ class DashboardModel:
             self.result_path = event.path
             self.result_report = event.report
             self.dirty.add("result")
+        elif isinstance(event, CandidateStarted):
+            self.start_candidate(event)
+        elif isinstance(event, LeaderboardUpdated):
+            self.campaign = event
+            self.dirty.add("campaign")
+            if event.final and event.rows:
+                best = event.rows[0]
+                self._log("info", f"[campaign] best: {best.name} (mean KL {_short(best.mean)})")
+
+    def start_candidate(self, event: CandidateStarted) -> None:
+        """A campaign's next candidate: the grid and the stages start again for it."""
+        self.candidate = event
+        what = "repeat capture of the leader" if event.repeat else "candidate"
+        self._log("info", f"[campaign] {what} {event.number}/{event.total}: {event.name}")
+        for win in self.windows.values():
+            win.state, win.kl, win.figures = "pending", None, {}
+        for name in ("server", "capture", "finalize", "compare"):
+            self.stages[name].state, self.stages[name].detail, self.stages[name].figures = "idle", "", {}
+        self.progress.clear()
+        self.dirty |= {"campaign", "windows", "stages", "progress", "live"}
 
     def _drop_window_progress(self, event: WindowState, stage: str | None = None) -> None:
         """A window's own bars go once it reached a final state (its last update may not be 100 %)."""

@@ -68,6 +68,36 @@ class _Entry:
         return self.workspace.report
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the current folder when it is inside it (what a user types next)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def shown_workspace(profile: Profile) -> Workspace:
+    """The folders a reopened dashboard shows: a campaign's leader (the first row of its
+    leaderboard.json, when that names one of the profile's candidates; else the first candidate),
+    a single candidate's own."""
+    if not profile.is_campaign:
+        return profile.workspace()
+    import json
+
+    from kldtui.formats.safe_io import read_text
+
+    names = [c.name for c in profile.candidates]
+    chosen = names[0]
+    try:
+        doc = json.loads(read_text(profile.workspace().leaderboard_path))
+        first = doc["rows"][0]["name"]
+        if first in names:
+            chosen = first
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        pass  # no leaderboard yet (or not ours): the first candidate
+    return profile.member_workspace(chosen)
+
+
 def control_for(profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None) -> Any:
     """What runs a profile: a :class:`Campaign` for ``[[candidates]]``, else a
     :class:`~kldtui.workflow.pipeline.Pipeline` (both are a PipelineControl)."""
@@ -135,7 +165,8 @@ class Campaign:
         names = ", ".join(e.name for e in self.entries)
         self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
         with hold([self._workspace.workdir] if self._workspace.workdir else [], what="work folder"):
-            windows = self._window_indices()
+            self._preflight(self._reference_ready())
+            windows = self._reference()
             for entry in self.entries:
                 if self._finished(entry, windows):
                     entry.state = "compared"
@@ -160,6 +191,43 @@ class Campaign:
         if leader is None:
             raise StageFailed(f"{self.profile.where}: no candidate was compared over the whole run")
         return load_state(leader.workspace)
+
+    def _reference(self) -> list[int]:
+        """The shared reference stage, once (fetched, captured where missing, verified): a
+        finished candidate is only finished against the reference as it is now. Returns the
+        run's windows."""
+        first = self._pipeline(self.profile.candidates[0], self.entries[0].workspace)
+        try:
+            first.reference()
+            return [w.index for w in first.windows()]
+        finally:
+            first.release_folders()
+
+    def _reference_ready(self) -> set[str]:
+        """The candidates whose report covers the run against the reference on disk now (their
+        problems, e.g. a model folder moved away after its run, do not stop the others)."""
+        try:
+            windows = self._window_indices()
+        except KldError:
+            return set()
+        return {e.name for e in self.entries if self._finished(e, windows)}
+
+    def _preflight(self, finished: set[str]) -> None:
+        """Every candidate still to run is checked before the first server starts: a missing
+        model of the third candidate is said now, not after hours of capturing the first two."""
+        from kldtui.workflow.preflight import preflight
+
+        problems: list[str] = []
+        for candidate, entry in zip(self.profile.candidates, self.entries, strict=True):
+            if entry.name in finished:
+                continue
+            problems += [p for p in preflight(self.profile.member(candidate), entry.workspace)
+                         if p not in problems]
+        if problems:
+            for problem in problems:
+                self.emit(Notice("campaign", problem, level="error"))
+            more = f" (and {len(problems) - 1} more problem(s), listed above)" if len(problems) > 1 else ""
+            raise BadInput(problems[0] + more)
 
     def _run_candidate(self, candidate: Candidate, entry: _Entry, number: int, total: int,
                        repeat: bool = False) -> None:
@@ -257,7 +325,8 @@ class Campaign:
             noise_model=self.noise.describe() if self.noise is not None else (
                 board.noise_source if board is not None else ""),
             notes=tuple(board.notes) if board is not None else (), path=path, final=final,
-            ranked=not announce_only))
+            ranked=not announce_only,
+            noise_path=str(self._workspace.noise_model_path) if self.noise is not None else None))
         return board
 
     def _standings(self, board: Any) -> list[Standing]:
@@ -303,6 +372,23 @@ class Campaign:
                         report_path=str(repeat.report),
                         note=f"a second capture of {leader.name} (the noise model); not ranked")
 
+    def next_steps(self) -> list[str]:
+        """What to do after the campaign: its reports together (one short line each)."""
+        board = self.leaderboard
+        if board is None or not board.rows:
+            return []
+        paths = [_shown(Path(r.path)) for r in board.rows if r.path]
+        noise = self._workspace.noise_model_path
+        with_noise = f" --noise {_shown(noise)}" if self.noise is not None and noise.is_file() else ""
+        lines = [f"leaderboard: {_shown(self._workspace.leaderboard_path)}",
+                 f"next: kldtui leaderboard {' '.join(paths)}{with_noise}"]
+        if len(paths) > 1:
+            lines.append(f"      kldtui diff {paths[0]} {paths[1]}{with_noise}")
+        lines.append(f"      kldtui view {paths[0]}")
+        lines.append(f"      another candidate: add a [[candidates]] table to {self.profile.where} and run "
+                     "again (the others are not captured again)")
+        return lines
+
     @staticmethod
     def _summary(board: Any) -> str:
         if board is None or not board.rows:
@@ -317,21 +403,19 @@ class Campaign:
         return self.pipeline_type(self.profile.member(candidate), self.emit, self.cancel, workspace=workspace)
 
     def _window_indices(self) -> list[int]:
-        """The windows every candidate covers (the suite must be there: the reference stage first)."""
+        """The windows every candidate covers (KldError while there is no suite yet)."""
         first = self._pipeline(self.profile.candidates[0], self.entries[0].workspace)
-        try:
-            return [w.index for w in first.windows()]
-        except KldError:
-            return []  # no suite yet: nothing can be finished
+        return [w.index for w in first.windows()]
 
-    @staticmethod
-    def _finished(entry: _Entry, windows: list[int]) -> bool:
-        """The candidate's report covers every window of the run (read and checked, not trusted
-        by its name)."""
+    def _finished(self, entry: _Entry, windows: list[int]) -> bool:
+        """The candidate's report (read and checked, not trusted by its name) covers every window of
+        the run, against the reference's content as it is now (kldtui.formats.reference_identity)."""
+        from kldtui.formats.reference_identity import reference_identity_of
+
         if not windows:
             return False
-        state = load_state(entry.workspace)
-        report = state.report
-        if report is None:
+        report = load_state(entry.workspace).report
+        if report is None or sorted(int(i) for i in report.window_table().window_index) != sorted(windows):
             return False
-        return sorted(int(i) for i in report.window_table().window_index) == sorted(windows)
+        now = reference_identity_of(self._workspace.reference, windows)
+        return now is not None and report.reference_identity_sha256 == now

@@ -109,6 +109,11 @@ class Pipeline:
     def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                  output_dir: Path | None = None, output_kind: str = "candidate",
                  workspace: Workspace | None = None) -> None:
+        if profile.is_campaign:  # stage by stage (kldtui serve/capture/... --profile): the first
+            # candidate, in its campaign folders; kldtui.workflow.campaign runs them all
+            first = profile.candidates[0]
+            workspace = profile.member_workspace(first.name) if workspace is None else workspace
+            profile = profile.member(first)
         self.profile = profile
         self.output_dir = output_dir
         self.output_kind = output_kind

@@ -13,7 +13,8 @@ from kldtui.events import Standing
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 from kldtui.text import human_bytes
 
-HEADERS = ("#", "candidate", "mean KL", "95% interval", "size", "bpw", "verdict vs best")
+# the verdict right after the mean: what a narrow terminal must still show
+HEADERS = ("#", "candidate", "mean KL", "verdict vs best", "95% interval", "size", "bpw")
 
 # the decision rules' outcome against the best (kldtui.decide.verdict.Outcome), in a few words
 _OUTCOME_WORDS = {
@@ -56,8 +57,8 @@ def cells(row: Standing, windows: int | None = None) -> list[str]:
     if known and windows and interval_rests_on_too_few(windows):
         interval = too_few_text(windows, short=True)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
-    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), interval,
-            _size(row.size_bytes), bpw, verdict_words(row)]
+    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), verdict_words(row),
+            interval, _size(row.size_bytes), bpw]
 
 
 def table_lines(rows: Sequence[Standing], windows: int | None = None) -> list[str]:

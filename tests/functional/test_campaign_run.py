@@ -128,3 +128,13 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     # rerun: nothing is captured again, the stored noise model is used
     events = _run(profile)
     assert not [e for e in events if e.get("event") == "CandidateStarted"]
+
+
+def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path / "c", {"q8": 0.04})
+    with profile.open("a") as handle:
+        handle.write('\n[[candidates]]\nname = "big"\nkind = "vllm"\nmodel = "./no-such-folder"\n')
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "'big'" in proc.stderr and "no-such-folder" in proc.stderr
+    assert not (tmp_path / "c" / "capture").exists()  # nothing was served or captured

@@ -32,10 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_batch_job(job: Callable[[EventSink, Cancel], object], output: OutputOptions,
-                  on_force_stop: Callable[[], None] | None = None, profile: Profile | None = None) -> int:
+                  on_force_stop: Callable[[], None] | None = None, profile: Profile | None = None,
+                  next_lines: Callable[[], list[str] | None] | None = None) -> int:
     """Run ``job(emit, cancel)`` headless with the reporter ``output`` asks for; print the result:
     the run state a pipeline job returns (its report and the suite's size), else the report the
-    job announced (read from its file)."""
+    job announced (read from its file); then what to do next (``next_lines()``, else the report's)."""
     from kldtui.cli.batch_reporter import BatchReporter, run_headless
     from kldtui.formats.report import summary_text
     from kldtui.workflow.state import RunState
@@ -54,7 +55,9 @@ def run_batch_job(job: Callable[[EventSink, Cancel], object], output: OutputOpti
     state = returned[0] if returned else None
     if isinstance(state, RunState) and state.report is not None and state.report_path is not None:
         print(summary_text(state.report))
-        print(_next_steps(state.report_path, state.report, state.suite_windows, profile))
+        lines = next_lines() if next_lines is not None else None
+        print("\n".join(lines) if lines else _next_steps(state.report_path, state.report, state.suite_windows,
+                                                            profile))
     elif reporter.result_path:
         from kldtui.formats.report import load_report
 
@@ -93,15 +96,11 @@ def run_pipeline_batch(profile: Profile, output: OutputOptions) -> int:
         if "p" in holder:
             holder["p"].stop_server(reason="interrupted")
 
-    code = run_batch_job(job, output, force_stop, profile=profile)
-    board = getattr(holder.get("p"), "leaderboard", None)
-    if board is not None and not output.jsonl:
-        from kldtui.cli.commands.leaderboard import format_plain
+    def next_lines() -> list[str] | None:
+        lines = getattr(holder.get("p"), "next_steps", None)  # a campaign's: its reports together
+        return lines() if lines is not None else None
 
-        # the same table `kldtui leaderboard` prints for the campaign's reports
-        print("\nleaderboard: KL(reference || candidate), lower is closer")
-        print(format_plain(board))
-    return code
+    return run_batch_job(job, output, force_stop, profile=profile, next_lines=next_lines)
 
 
 def run(args: argparse.Namespace) -> int:

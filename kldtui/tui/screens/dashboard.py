@@ -39,6 +39,7 @@ from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
 from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import (
+    CampaignBoard,
     DiffPane,
     LeaderboardTable,
     LogView,
@@ -187,6 +188,7 @@ class DashboardScreen(BoardScreen):
                 with TabPane("Result", id="result"):
                     yield ResultPane(id="resultpane")
                 with TabPane("Leaderboard", id="leaderboard"):
+                    yield CampaignBoard(id="campaign")
                     yield Static("", id="board-note")
                     yield LeaderboardTable(id="board")
                     yield Static("", id="board-verdict")
@@ -375,6 +377,14 @@ class DashboardScreen(BoardScreen):
             if live:
                 self.current_result = live_result(live, name="compared so far")
                 self.query_one("#resultpane", ResultPane).show(self.current_result)
+        if "campaign" in dirty:
+            self.query_one("#campaign", CampaignBoard).show(self.model.campaign, self.model.candidate)
+            campaign = self.model.campaign
+            if campaign is not None and campaign.final:
+                self.action_show_tab("leaderboard")  # a campaign ends on its leaderboard
+                if campaign.noise_path and campaign.noise_path != self.noise_path:
+                    self.noise_path = campaign.noise_path  # the reports' ties use the measured model too
+                    self.rebuild_board()
 
     def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
         from kldtui.workflow.state import next_steps
@@ -395,6 +405,9 @@ class DashboardScreen(BoardScreen):
         self.query_one("#tabs", TabbedContent).active = "result"
         other = not result.live and result.path is not None and not self._is_own(result.path)
         self.model.set_shown_report(str(shown_path(Path(result.path))) if other and result.path else None)
+        candidate = self.model.candidate
+        if candidate is not None and candidate.repeat:
+            return  # a campaign's repeat capture: the noise model, not a candidate to rank
         if report is not None and result.path is not None:
             self.add_to_board(result, report)
 
