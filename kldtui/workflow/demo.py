@@ -4,8 +4,11 @@
 profile ``DIR/kldtui.toml`` (the text of ``examples/demo.toml``); ``kldtui demo`` runs the
 ordinary :class:`~kldtui.workflow.pipeline.Pipeline` on it (headless, or in the dashboard): the
 reference is captured from the embedded server with the unperturbed model and finalized into
-``DIR/suite/ref``, the candidate from the same model with quantization-like rounding
-(``perturb``), then both are compared and the report is written to ``DIR/comparison.json``.
+``DIR/suite/ref``; it is a campaign (:mod:`kldtui.workflow.campaign`) of two candidates, the same
+model with finer and coarser quantization-like rounding (``perturb``), each compared with the
+reference (``DIR/comparison-NAME.json``); the closer one is captured a second time for the
+measured noise model (``DIR/noise-model.json``), and the leaderboard (``DIR/leaderboard.json``)
+ends on a verdict (the coarser candidate is farther) and a tie (the repeat capture).
 Every step is resumable: run it again after an interruption (even ``kill -9``) and finished
 windows are not captured again.
 """
@@ -19,35 +22,53 @@ from kldtui.errors import BadInput
 from kldtui.workflow.profile import Profile, load_profile
 from kldtui.workspace import Workspace
 
-DEMO_DOMAINS = ("prose", "prose", "code", "code", "instruction", "instruction")
+DEMO_DOMAINS = ("prose",) * 4 + ("code",) * 4 + ("instruction",) * 4  # 12 windows: enough for verdicts
 DEMO_CONTEXT = 512
 DEMO_VOCAB = 2048
 DEMO_TOKEN_SEED = 20240601
 DEMO_MODEL_SEED = 7
+# The demo's candidates: name -> rounding step (perturb). Both closer and farther than each other
+# by far more than the runtime noise, so the leaderboard names a winner; the repeat capture of the
+# winner is the tie.
+DEMO_CANDIDATES = {"fine": 0.05, "coarse": 0.1}
+DEMO_RUNTIME_NOISE = 0.05  # run-to-run logit noise, so a repeat capture differs like a real runtime's
+
+
+def _candidate_tables(suffix: str = "") -> str:
+    def line(text: str, comment: str = "") -> str:
+        return f"{text:<30} # {comment}" if comment else text
+
+    out = []
+    for name, perturb in DEMO_CANDIDATES.items():
+        why = "rounding step / weight std: the closer candidate" if name == "fine" else \
+            "0.1 gives a mean KL of about 0.03"
+        out.append("\n".join([
+            "[[candidates]]", line(f'name = "{name}{suffix}"', "its folder candidates/NAME, its report"),
+            'kind = "embedded"', 'served_model_name = "demo"', f"model_seed = {DEMO_MODEL_SEED}",
+            f"vocab_size = {DEMO_VOCAB}", line(f"perturb = {perturb}", why),
+            line(f"runtime_noise = {DEMO_RUNTIME_NOISE}", "run-to-run noise of the logits, as on a GPU"),
+            line("port = 0", "a free port"), "startup_timeout = 120.0", "request_timeout = 120.0", ""]))
+    return "\n".join(out)
+
 
 PROFILE_TEXT = f"""\
-# kldtui demo profile: the embedded CPU server (a tiny deterministic model) plays both the
-# reference (unperturbed) and the candidate (weights rounded like a quantizer would).
+# kldtui demo profile: the embedded CPU server (a tiny deterministic model) plays the reference
+# (unperturbed) and two candidates (weights rounded like a quantizer would, finer and coarser).
 # `kldtui demo --workdir DIR` writes this file as DIR/kldtui.toml next to DIR/suite; then
 # `cd DIR && kldtui` opens the dashboard on it, `kldtui run --batch` runs it headless.
+# A campaign: each [[candidates]] table is served, captured and compared after the one before,
+# then the best is captured again ([campaign] repeat_leader) to measure the noise model.
 
 [reference]
 local_dir = "suite"            # suite-manifest.json + tokens/ (+ ref/ once captured)
 capture = "embedded"           # capture missing reference logits with the embedded server
 
-[candidate]
-kind = "embedded"
-served_model_name = "demo"
-model_seed = {DEMO_MODEL_SEED}
-vocab_size = {DEMO_VOCAB}
-perturb = 0.1                  # rounding step / weight std; 0.1 gives a mean KL of about 0.03
-port = 0                       # a free port
-startup_timeout = 120.0
-request_timeout = 120.0
+{_candidate_tables()}
+[campaign]
+repeat_leader = true           # capture the best candidate twice: the measured noise model
 
 [run]
 workdir = "."
-run_name = "candidate"
 
 [compare]
 bootstrap_samples = 2000
@@ -55,8 +76,8 @@ bootstrap_seed = 1
 """
 
 # Score mode (issue 16): the embedded server scores each chunk against the reference and saves
-# per-row figures only; a run of its own, so a folder can hold both demos.
-SCORE_PROFILE_TEXT = PROFILE_TEXT.replace('run_name = "candidate"\n', 'run_name = "candidate-score"\n') + """
+# per-row figures only; candidates of their own names, so a folder can hold both demos.
+SCORE_PROFILE_TEXT = PROFILE_TEXT.replace(_candidate_tables(), _candidate_tables("-score")) + """
 [capture]
 mode = "score"                 # the server scores against suite/ref: no candidate logits on disk
 """

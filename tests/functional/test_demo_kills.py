@@ -18,13 +18,15 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # the whole demo, kil
 
 
 def _report(workdir: Path) -> dict:
-    return stable(json.loads((workdir / "comparison.json").read_text()))
+    """The demo campaign's reports: both candidates' and the leader's repeat."""
+    names = ("comparison-fine.json", "comparison-coarse.json", "repeat/comparison-fine.json")
+    return {name: stable(json.loads((workdir / name).read_text())) for name in names}
 
 
 def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path) -> None:
     """The state a kill inside reference finalize leaves: every reference window captured and
     recorded (chunks kept until their window is finalized), windows 0-2 finalized and listed,
-    window 3 half-written, 4-5 not started. The demo profile with keep_chunks, so that the state
+    window 3 half-written, 4-11 not started. The demo profile with keep_chunks, so that the state
     can be made from a finished run."""
     from kldtui.workflow.demo import PROFILE_TEXT, build_demo_suite
 
@@ -40,14 +42,14 @@ def test_partial_reference_manifest_resumes(uninterrupted: Path, tmp_path: Path)
     manifest["windows"] = manifest["windows"][:3]
     manifest["window_count"] = 3
     (ref / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    for i in (3, 4, 5):
+    for i in range(3, 12):
         (ref / f"logits_{i:03d}.safetensors").unlink()
     (ref / ".logits_003.safetensors.partial").write_bytes(b"\0" * 1000)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env_with())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _report(workdir) == _report(uninterrupted)
     assert not list(ref.glob(".*partial"))
-    assert json.loads((ref / "manifest.json").read_text())["window_count"] == 6
+    assert json.loads((ref / "manifest.json").read_text())["window_count"] == 12
 
 
 def _run_until(workdir: Path, trigger: str, sig: signal.Signals) -> int:

@@ -16,20 +16,34 @@ from tests.proc_utils import pid_dead
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # the whole demo, killed and rerun
 
-def test_demo_batch_writes_the_report(uninterrupted: Path) -> None:
-    report = json.loads((uninterrupted / "comparison.json").read_text())
-    assert report["windows"] == 6 and report["window_range"] == [0, 6]
-    assert len(report["per_window"]) == 6
-    kl = report["kl_window_cluster_bootstrap"]["estimate"]
-    assert 1e-4 < kl < 1.0  # the perturbed model really differs, but not wildly
-    boot = report["kl_window_cluster_bootstrap"]
-    assert boot["ci95_low"] <= kl <= boot["ci95_high"]
-    assert set(report["domains"]) == {"prose", "code", "instruction"}
+REPORTS = ("comparison-fine.json", "comparison-coarse.json", "repeat/comparison-fine.json")
+
+
+def test_demo_batch_writes_the_campaign(uninterrupted: Path) -> None:
+    """Two candidates and the leader's repeat, each a report of 12 windows; a leaderboard with a
+    verdict, and the measured noise model (issue 23 item 5)."""
+    kls = {}
+    for name in REPORTS:
+        report = json.loads((uninterrupted / name).read_text())
+        assert report["windows"] == 12 and report["window_range"] == [0, 12]
+        assert len(report["per_window"]) == 12
+        boot = report["kl_window_cluster_bootstrap"]
+        kl = kls[name] = boot["estimate"]
+        assert 1e-4 < kl < 1.0  # the perturbed model really differs, but not wildly
+        assert boot["ci95_low"] <= kl <= boot["ci95_high"]
+        assert set(report["domains"]) == {"prose", "code", "instruction"}
+    assert kls["comparison-fine.json"] < kls["comparison-coarse.json"]
     ref_manifest = json.loads((uninterrupted / "suite" / "ref" / "manifest.json").read_text())
-    assert ref_manifest["kind"] == "reference" and ref_manifest["window_count"] == 6
-    cand_manifest = json.loads((uninterrupted / "candidate" / "manifest.json").read_text())
+    assert ref_manifest["kind"] == "reference" and ref_manifest["window_count"] == 12
+    cand_manifest = json.loads((uninterrupted / "candidates" / "fine" / "manifest.json").read_text())
     assert cand_manifest["runtime"]["argv"][1:3] == ["-m", "kldtui.embedded"]
     assert (uninterrupted / "kldtui.toml").is_file()
+    board = json.loads((uninterrupted / "leaderboard.json").read_text())
+    assert [r["name"] for r in board["rows"]] == ["fine", "coarse"]
+    assert board["rows"][1]["outcome_vs_best"] == "a_closer"  # a verdict: coarse is farther
+    assert "measured repeat variation" in board["noise_model"]
+    noise = json.loads((uninterrupted / "noise-model.json").read_text())
+    assert len(noise["metric_repeat"]["per_window"]) == 12
 
 
 def _records(path: Path) -> dict[int, dict[str, Any]]:
@@ -66,16 +80,16 @@ def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_
         time.sleep(0.1)
     assert server_pids and all(pid_dead(pid) for pid in server_pids)
 
-    records_path = workdir / "capture" / "capture-candidate.json"
+    records_path = workdir / "capture" / "capture-fine.json"  # the campaign's first candidate
     before = _records(records_path)
-    assert {0, 1} <= set(before) and len(before) < 6
+    assert {0, 1} <= set(before) and len(before) < 12
     ref_before = _records(workdir / "reference-run" / "capture" / "capture-reference.json")
-    assert len(ref_before) == 6
+    assert len(ref_before) == 12
 
     rerun = subprocess.run(demo_cmd(workdir), capture_output=True, text=True, timeout=240, env=env_with())
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     after = _records(records_path)
-    assert set(after) == set(range(6))
+    assert set(after) == set(range(12))
     for index, record in before.items():  # finished windows were not captured again
         assert after[index]["request_id"] == record["request_id"]
     # every window finalized and verified: no chunk is left (the reference capture's neither)
@@ -86,6 +100,7 @@ def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_
     assert {i: r["request_id"] for i, r in ref_after.items()} == ids
     assert "already captured" in rerun.stdout
 
-    resumed = json.loads((workdir / "comparison.json").read_text())
-    full = json.loads((uninterrupted / "comparison.json").read_text())
-    assert stable(resumed) == stable(full)
+    for name in REPORTS:
+        resumed = json.loads((workdir / name).read_text())
+        full = json.loads((uninterrupted / name).read_text())
+        assert stable(resumed) == stable(full), name

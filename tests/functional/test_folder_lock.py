@@ -115,7 +115,7 @@ def test_two_demos_on_one_new_folder(tmp_path: Path) -> None:
     assert first.returncode == 0, rest[-2000:] + errors[-2000:]
     assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
     assert f"pid {first.pid}" in second.stderr and str(workdir) in second.stderr
-    assert json.loads((workdir / "comparison.json").read_text())["windows"] == 6
+    assert json.loads((workdir / "comparison-fine.json").read_text())["windows"] == 12
     assert not list(workdir.rglob("*.partial")) and not list(workdir.rglob(LOCK_NAME))
 
 

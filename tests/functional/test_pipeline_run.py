@@ -41,7 +41,8 @@ def make_profile(suite_dir: Path, workdir: Path, *, perturb: float = 0.1, fault:
     if fault:
         candidate["env"] = {"KLDTUI_EMBEDDED_FAULT": fault}
     return profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
-                              "run": {"workdir": str(workdir), "run_name": "cand"},
+                              # the demo suite's first six windows (it has twelve)
+                              "run": {"workdir": str(workdir), "run_name": "cand", "stop_window": 6},
                               "compare": {"bootstrap_samples": 500, **compare}}, base_dir=workdir)
 
 
@@ -66,7 +67,7 @@ def test_windows_are_compared_live_and_a_rerun_reuses_everything(
     assert state.report is not None and state.report.window_range == (0, 6)
     assert (state.windows, state.suite_windows, state.headline, state.window_range) == (
         on_disk.windows, on_disk.suite_windows, on_disk.headline, on_disk.window_range)
-    assert state.compared == 6 and all(w.kl is not None for w in state.windows.values())
+    assert state.compared == 6 and [i for i, w in state.windows.items() if w.kl is not None] == list(range(6))
     report = json.loads(path.read_text())
     assert report["windows"] == 6
 
@@ -183,7 +184,7 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
 
 def test_batch_run_ends_with_the_state_the_pipeline_returned(suite_dir: Path, tmp_path: Path) -> None:
     """kldtui run --batch prints the summary and the next steps from the run state run_all returns:
-    two windows of the suite's six suggest the whole suite."""
+    two windows of the suite's twelve suggest the whole suite."""
     path = _write_profile(tmp_path, suite_dir, None)
     path.write_text(path.read_text().replace("[run]\n", "[run]\nstop_window = 2\n", 1))
     done = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--plain", "--profile",
@@ -194,7 +195,7 @@ def test_batch_run_ends_with_the_state_the_pipeline_returned(suite_dir: Path, tm
     # the next command as this kldtui was started (here `PYTHON -m kldtui`: text.kldtui_command)
     assert tail[0] == f"report: {report}" and tail[1].startswith("next: ")
     assert tail[1].endswith(f"-m kldtui view {report}")
-    assert tail[-1].strip() == f"all 6 windows: [run] start_window = 0, stop_window = 6 in {path}"
+    assert tail[-1].strip() == f"all 12 windows: [run] start_window = 0, stop_window = 12 in {path}"
 
 
 def test_no_profile_gives_a_hint_and_exit_2(tmp_path: Path) -> None:
@@ -218,8 +219,7 @@ def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_pa
     assert full is not None
     events: list[Event] = []
     p = Pipeline(make_profile(suite_dir, tmp_path / "steps"), events.append)
-    assert p.window_list() == [(i, d) for i, d in enumerate(
-        ["prose", "prose", "code", "code", "instruction", "instruction"])]
+    assert p.window_list() == [(i, d) for i, d in enumerate(["prose"] * 4 + ["code"] * 2)]
     p.reference()
     url = p.serve()
     assert p.server_running and url.startswith("http://127.0.0.1:")

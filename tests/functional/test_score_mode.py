@@ -299,14 +299,15 @@ def test_kldtui_demo_score_gives_the_demo_report_and_no_candidate_logits(tmp_pat
                                "--workdir", str(tmp_path / name), *extra],
                               capture_output=True, text=True, timeout=240, check=False)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    a = load_report(tmp_path / "plain" / "comparison.json").to_json()
-    b = load_report(tmp_path / "score" / "comparison.json").to_json()
+    a = load_report(tmp_path / "plain" / "comparison-fine.json").to_json()
+    b = load_report(tmp_path / "score" / "comparison-fine-score.json").to_json()
     # two demo folders: each captured its own (identical) reference, with its own manifest
     assert report_differences(a, b, ("reference_dir", "reference_manifest_sha256")) == []
     work = tmp_path / "score"
     # the reference's logits (suite/ref and its capture) are there; the candidate's are not
-    assert not list((work / "candidate").glob("logits*")) and not list((work / "capture").rglob("logits*"))
-    assert len(list((work / "candidate").glob("scores_*.safetensors"))) == 6
+    candidate = work / "candidates" / "fine-score"
+    assert not list(candidate.glob("logits*")) and not list((work / "capture").rglob("logits*"))
+    assert len(list(candidate.glob("scores_*.safetensors"))) == 12
 
 
 def test_a_score_run_reopens_with_its_windows_and_needs_no_logits_disk(
@@ -318,7 +319,7 @@ def test_a_score_run_reopens_with_its_windows_and_needs_no_logits_disk(
 
     _, score = both_modes
     state = load_state(score.workspace())
-    assert state.finalized == 6 and not state.problems
+    assert state.finalized == 12 and not state.problems  # the demo suite's windows
     import shutil as sh
 
     monkeypatch.setattr(sh, "disk_usage", lambda path: sh._ntuple_diskusage(1, 1, 1))  # type: ignore[attr-defined]

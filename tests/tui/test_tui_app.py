@@ -299,7 +299,7 @@ def test_profile_abort_threshold_is_on_the_rail(tmp_path: Path) -> None:
     profile = dataclasses.replace(profile, compare=dataclasses.replace(profile.compare, abort_kl_above=0.5))
     app = create_app(profile=profile, config_dir=tmp_path)
     assert app.main.model.stages["compare"].detail == "aborts if a window's KL > 0.5"
-    assert [i for i, _ in app.main.model.windows.items()] == list(range(6))  # the suite's windows, at once
+    assert [i for i, _ in app.main.model.windows.items()] == list(range(12))  # the suite's windows, at once
 
 
 @sync

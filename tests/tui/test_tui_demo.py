@@ -1,5 +1,6 @@
 """The real demo pipeline (embedded CPU server, real capture, finalize and compare) driven to the
-end through the dashboard, keys only."""
+end through the dashboard, keys only: a campaign of two candidates and the leader's repeat capture
+(issue 23), whose live leaderboard ends with a verdict, a tie and a measured noise model."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static, TabbedContent
+from textual.widgets import DataTable, Static, TabbedContent
 
 from kldtui.tui.app import create_app
-from kldtui.tui.widgets import KLChart, LeaderboardTable, LogView, ProgressPanel
+from kldtui.tui.widgets import CampaignBoard, LeaderboardTable, LogView, ProgressPanel
 from tests.fixtures_tui import headline_of, settle, static_text, sync, until
 
 pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in the tree yet")
@@ -28,21 +29,37 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         await pilot.pause()
         # the suite's windows are on the grid before anything ran
         model = app.main.model
-        assert [(w.index, w.state) for w in model.windows.values()] == [(i, "pending") for i in range(6)]
+        assert [(w.index, w.state) for w in model.windows.values()] == [(i, "pending") for i in range(12)]
+        assert not app.query_one(CampaignBoard).has_class("-shown")  # nothing to show before a run
         await pilot.press("r")
         await settle(app, pilot, limit=300)
         assert {s: v.state for s, v in model.stages.items()} == dict.fromkeys(model.stages, "done")
-        report = json.loads((tmp_path / "demo" / "comparison.json").read_text())
+        work = tmp_path / "demo"
+        board = json.loads((work / "leaderboard.json").read_text())
+        assert [r["name"] for r in board["rows"]] == ["fine", "coarse"]
+        # the campaign's live leaderboard, where the run ends: the verdict, the tie, the noise model
+        assert app.query_one("#tabs", TabbedContent).active == "leaderboard"
+        table = app.query_one("#campaign-table", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[1] for r in rows] == ["fine", "coarse", "fine.repeat"]
+        assert [r[3] for r in rows] == ["best", "worse than the best", rows[2][3]]
+        assert rows[2][3].startswith("tied with the best")  # a second capture of one model
+        for row, expected in zip(rows, board["rows"], strict=False):
+            assert row[0] == str(expected["rank"])
+            assert float(row[2]) == pytest.approx(expected["mean"], rel=1e-3)
+        notes = static_text(app, "#campaign-notes")
+        assert "noise model: measured repeat variation" in notes and "leaderboard.json" in notes
+        assert "Campaign leaderboard" in static_text(app, "#campaign-title")
+        # the grid shows the last capture: the leader's repeat
+        report = json.loads((work / "repeat" / "comparison-fine.json").read_text())
         per_window = report["per_window_arrays"]["kl_mean"]
-        assert [w.state for w in app.main.model.windows.values()] == ["compared"] * 6
+        assert [w.state for w in app.main.model.windows.values()] == ["compared"] * 12
         assert [w.kl for w in app.main.model.windows.values()] == pytest.approx(per_window)
-        boot = headline_of(report)  # the headline interval (docs/STATISTICS.md)
-        summary = static_text(app, "#result-summary")
-        # the demo's 6 windows are too few for a 95 % interval: the estimate, and why there is none
-        assert f"{boot['estimate']:.5f} (6 windows: too few for a 95 % interval" in summary
-        assert [b.kl for b in app.query_one("#result-chart", KLChart).bars] == pytest.approx(per_window)
-        # named by its work folder: every run's finalized folder is WORKDIR/candidate
-        assert [r.name for r in app.query_one("#board", LeaderboardTable).results] == ["demo"]
+        leader = json.loads((work / "comparison-fine.json").read_text())
+        boot = headline_of(leader)  # the headline interval (docs/STATISTICS.md)
+        names = [r.name for r in app.query_one("#board", LeaderboardTable).results]
+        assert names == ["fine", "coarse"]  # the candidates' reports (not the repeat), ranked with ties
+        assert app.main.noise_path == str(work / "noise-model.json")  # their ties use the measured model
         assert any("ready" in line for line in app.query_one(LogView).shown_lines())
         # run_all stops the server at the end, so q quits at once
         assert not app.main.server_up()
@@ -64,14 +81,15 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         model = again.main.model
         assert {s: v.state for s, v in model.stages.items()} == dict.fromkeys(model.stages, "done")
         assert model.stages["server"].detail == "stopped"
-        assert [w.state for w in model.windows.values()] == ["compared"] * 6
-        assert [w.kl for w in model.windows.values()] == pytest.approx(per_window)
+        assert [w.state for w in model.windows.values()] == ["compared"] * 12
+        # reopened, the dashboard shows the leader's run
+        assert [w.kl for w in model.windows.values()] == pytest.approx(leader["per_window_arrays"]["kl_mean"])
         assert again.query_one("#tabs").active == "result"
         assert f"{boot['estimate']:.5f}" in static_text(again, "#result-summary")
         assert any("opened an earlier run" in line for line in again.query_one(LogView).shown_lines()) \
             or any("opened an earlier run" in text for _, text in model.log)
         note = again.query_one(ProgressPanel).render().plain
-        assert "comparison.json" in note and "kldtui view" in note
+        assert "comparison-fine.json" in note and "kldtui view" in note
         rail = str(again.query_one("#stage-compare", Static).render())
-        assert "KL 0.02" in rail
+        assert "KL 0.007" in rail
         await pilot.press("q")
