@@ -229,6 +229,34 @@ class Campaign:
             more = f" (and {len(problems) - 1} more problem(s), listed above)" if len(problems) > 1 else ""
             raise BadInput(problems[0] + more)
 
+    def announce_disk_state(self) -> None:
+        """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened
+        dashboard shows); nothing is run or written."""
+        from kldtui.decide.noise import load_floor
+
+        try:
+            windows = self._window_indices()
+        except KldError:
+            return  # no suite yet: nothing to rank
+        for entry in self.entries:
+            if entry.state == "waiting" and self._finished(entry, windows):
+                entry.state = "compared"
+        if not any(e.state == "compared" for e in self.entries):
+            return
+        model_path = self._workspace.noise_model_path
+        if self.noise is None and model_path.is_file():
+            try:
+                self.noise = load_floor(model_path)
+            except BadInput as exc:
+                self.emit(Notice("campaign", str(exc), level="warning"))
+        board = self._rank(write=False)
+        if board is not None and board.rows and self.noise is not None:
+            leader = board.rows[0].name
+            entry = _Entry(leader + REPEAT_SUFFIX, self._workspace.repeat_of(leader))
+            if self._finished(entry, windows):
+                entry.state, self.repeat = "compared", entry
+                self._rank(write=False)
+
     def _run_candidate(self, candidate: Candidate, entry: _Entry, number: int, total: int,
                        repeat: bool = False) -> None:
         self.emit(CandidateStarted("campaign", name=entry.name, number=number, total=total, repeat=repeat))
@@ -294,9 +322,9 @@ class Campaign:
         self.emit(Notice("campaign", f"noise model: {noise.describe()} (saved in {model_path})"))
 
     # -- ranking -----------------------------------------------------------------------------------
-    def _rank(self, final: bool = False, announce_only: bool = False) -> Any:
+    def _rank(self, final: bool = False, announce_only: bool = False, write: bool = True) -> Any:
         """Rank the compared candidates (the decision rules'), send the standings; the final
-        ranking is also written to leaderboard.json."""
+        ranking is also written to leaderboard.json (``write``: False when only showing)."""
         from kldtui.decide.leaderboard import build_leaderboard
         from kldtui.decide.noise import AUTO_FLOOR
         from kldtui.formats.report import load_report
@@ -313,7 +341,9 @@ class Campaign:
                                           noise=self.noise if self.noise is not None else AUTO_FLOOR)
             self.leaderboard = board
         path: str | None = None
-        if final and board is not None:
+        if not write and self._workspace.leaderboard_path.is_file():
+            path = str(self._workspace.leaderboard_path)
+        if final and write and board is not None:
             from kldtui.formats.atomic import write_json_atomic
 
             target = self._workspace.leaderboard_path

@@ -19,6 +19,11 @@ pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in
 pytestmark = pytest.mark.slow  # the whole demo through the dashboard
 
 
+def _rows(app) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    table = app.query_one("#campaign-table", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
 @sync
 async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Path) -> None:
     from kldtui.workflow.demo import prepare_demo
@@ -39,8 +44,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert [r["name"] for r in board["rows"]] == ["fine", "coarse"]
         # the campaign's live leaderboard, where the run ends: the verdict, the tie, the noise model
         assert app.query_one("#tabs", TabbedContent).active == "leaderboard"
-        table = app.query_one("#campaign-table", DataTable)
-        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        rows = _rows(app)
         assert [r[1] for r in rows] == ["fine", "coarse", "fine.repeat"]
         assert [r[3] for r in rows] == ["best", "worse than the best", rows[2][3]]
         assert rows[2][3].startswith("tied with the best")  # a second capture of one model
@@ -88,6 +92,11 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert f"{boot['estimate']:.5f}" in static_text(again, "#result-summary")
         assert any("opened an earlier run" in line for line in again.query_one(LogView).shown_lines()) \
             or any("opened an earlier run" in text for _, text in model.log)
+        # and the campaign's standings, from its reports and noise model on disk
+        assert [r[1] for r in _rows(again)] == ["fine", "coarse", "fine.repeat"]
+        assert [r[3] for r in _rows(again)] == [r[3] for r in rows]
+        assert "in the work folder" in static_text(again, "#campaign-title")
+        assert "measured repeat variation" in static_text(again, "#campaign-notes")
         note = again.query_one(ProgressPanel).render().plain
         assert "comparison-fine.json" in note and "kldtui view" in note
         rail = str(again.query_one("#stage-compare", Static).render())

@@ -214,6 +214,11 @@ class DashboardScreen(BoardScreen):
 
         state = load_state(workspace)
         self.deliver(self.apply_disk_state, state)
+        # a campaign also says its standings from the reports on disk (kldtui.workflow.campaign);
+        # a single candidate's pipeline has nothing more to say
+        announce = getattr(self.pipeline(), "announce_disk_state", None)
+        if announce is not None and not self.engine_workers():
+            announce()
 
     def apply_disk_state(self, state: RunState) -> None:
         """Show what the work folder holds (a finished or interrupted earlier run)."""

@@ -58,4 +58,6 @@ class CampaignBoard(Vertical):
         if current is not None:
             what = "repeat capture of the leader" if current.repeat else "candidate"
             return f"Campaign: {what} {current.number}/{current.total} ({current.name}) running{windows}"
+        if board is not None and board.path:  # an earlier run's, read from the work folder
+            return f"Campaign leaderboard of the reports in the work folder{windows}"
         return f"Campaign leaderboard so far{windows}"
