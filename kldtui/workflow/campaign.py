@@ -22,6 +22,12 @@ two captures give the measured noise model (:func:`kldtui.decide.noise.noise_fro
 ``noise-model.json``) that the final ranking's verdicts use; the repeat is ranked beside the
 candidates as ``NAME.repeat`` (a second capture of one model, which the verdicts should call tied).
 The final ranking is written to ``leaderboard.json``.
+
+A candidate that fails (its server dies, a check refuses its files) is marked failed and the
+campaign goes on with the next one; the run then ends failed (exit 1) naming it, with the others
+ranked, and the next run retries it alone. A candidate stopped by ``[compare] abort_kl_above`` is
+shown as stopped early and not ranked. A user's stop (Ctrl-C) stops the campaign; it resumes with
+the candidate it was in.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kldtui.errors import BadInput, KldError, StageFailed
+from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
     CandidateStarted,
@@ -183,11 +189,18 @@ class Campaign:
             if self.profile.campaign.repeat_leader:
                 self._repeat_leader(windows)
             board = self._rank(final=True)
+        failed = [e for e in self.entries if e.state == "failed"]
         leader = next((e for e in self.entries if board is not None and board.rows
                        and e.name == board.rows[0].name), None)
         self.emit(StageFinished("campaign", summary=self._summary(board),
                                 figures={"candidates": len(self.entries),
                                          "ranked": len(board.rows) if board is not None else 0}))
+        if failed:
+            names = ", ".join(e.name for e in failed)
+            raise StageFailed(f"{len(failed)} of {len(self.entries)} candidates failed ({names}; "
+                              f"{failed[0].name}: {failed[0].note}); the others are ranked in "
+                              f"{self._workspace.leaderboard_path}; run again to retry (finished "
+                              "candidates are kept)")
         if leader is None:
             raise StageFailed(f"{self.profile.where}: no candidate was compared over the whole run")
         return load_state(leader.workspace)
@@ -267,18 +280,20 @@ class Campaign:
         try:
             pipeline.run_all()
             entry.state = "compared"
-        except StageFailed as exc:
-            if self.profile.compare.abort_kl_above is not None and entry.report.is_file() and \
-                    "abort_kl_above" in str(exc):
-                # early abort is a verdict on this candidate, not the campaign's end
+        except Interrupted:
+            entry.state = "waiting"  # resumes with this candidate
+            raise
+        except KldError as exc:
+            if pipeline.stopped_early:  # [compare] abort_kl_above: a verdict on this candidate
                 entry.state, entry.note = "stopped early", str(exc)
                 self.emit(Notice("campaign", f"{entry.name}: stopped early; not ranked ({exc})",
                                  level="warning"))
-            else:
+            else:  # one broken candidate does not cost the others' night
                 entry.state, entry.note = "failed", str(exc)
-                raise
-        except BaseException as exc:
-            entry.state, entry.note = ("failed", str(exc)) if isinstance(exc, KldError) else ("waiting", "")
+                self.emit(Notice("campaign", f"{entry.name}: failed ({exc}); going on with the next "
+                                 "candidate", level="error"))
+        except BaseException:
+            entry.state = "waiting"
             raise
         finally:
             self._current = None
@@ -308,8 +323,8 @@ class Campaign:
         else:
             repeat = Candidate(entry.name, kind_of(candidate.server).repeat_config(candidate.server))
             self._run_candidate(repeat, entry, len(self.entries) + 1, len(self.entries) + 1, repeat=True)
-        if self.noise is not None:
-            return
+        if self.noise is not None or entry.state != "compared":
+            return  # measured earlier, or the repeat failed (said above)
         first, second = self.entries[index].report, ws.report
         try:
             noise = noise_from_capture_reports(load_report(first), load_report(second), where1=str(first),

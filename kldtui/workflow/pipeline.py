@@ -246,6 +246,11 @@ class Pipeline:
         return url
 
     @property
+    def stopped_early(self) -> bool:
+        """The run stopped itself ([compare] abort_kl_above): a verdict, its report written."""
+        return self._abort_message is not None
+
+    @property
     def server(self) -> Any:
         """The server process this pipeline started (a ServerProcess; None when attached or none)."""
         return self._session.process if self._session is not None else None

@@ -138,3 +138,27 @@ def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "'big'" in proc.stderr and "no-such-folder" in proc.stderr
     assert not (tmp_path / "c" / "capture").exists()  # nothing was served or captured
+
+
+def test_a_failing_candidate_does_not_stop_the_others_and_is_retried_alone(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path / "c", {"q8": 0.04, "broken": 0.12, "q3": 0.2})
+    name = 'name = "broken"\n'
+    text = profile.read_text()
+    fault = 'env = { KLDTUI_EMBEDDED_FAULT = "die-after-rows:300" }\n'  # its server dies mid-capture
+    profile.write_text(text.replace(name, name + fault))
+    proc = subprocess.run(run_cmd(profile, "--jsonl"), capture_output=True, text=True, timeout=300,
+                          env=env_with())
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 of 3 candidates failed (broken;" in proc.stderr and "run again to retry" in proc.stderr
+    events = _events(proc.stdout)
+    assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["q8", "broken", "q3"]
+    final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")][0]
+    assert [(r["name"], r["state"]) for r in final["rows"]] == [
+        ("q8", "compared"), ("q3", "compared"), ("broken", "failed")]
+    board = json.loads((tmp_path / "c" / "leaderboard.json").read_text())
+    assert [r["name"] for r in board["rows"]] == ["q8", "q3"]
+    profile.write_text(text)  # the fault fixed: only that candidate runs again
+    events = _run(profile)
+    assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["broken"]
+    board = json.loads((tmp_path / "c" / "leaderboard.json").read_text())
+    assert [r["name"] for r in board["rows"]] == ["q8", "broken", "q3"]
