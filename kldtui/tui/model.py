@@ -138,6 +138,7 @@ class DashboardModel:
         # a campaign ([[candidates]]): the latest standings and the candidate that runs
         self.campaign: LeaderboardUpdated | None = None
         self.candidate: CandidateStarted | None = None
+        self.repeat_reports: set[str] = set()  # reports of a campaign's repeat captures
 
     # -- events --------------------------------------------------------------------------------
     def apply(self, event: Event) -> None:
@@ -191,6 +192,8 @@ class DashboardModel:
             self.result_path = event.path
             self.result_report = event.report
             self.dirty.add("result")
+            if self.candidate is not None and self.candidate.repeat and event.path:
+                self.repeat_reports.add(event.path)  # the noise model's capture, not a candidate
         elif isinstance(event, CandidateStarted):
             self.start_candidate(event)
         elif isinstance(event, LeaderboardUpdated):

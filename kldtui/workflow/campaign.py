@@ -32,6 +32,7 @@ the candidate it was in.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +177,9 @@ class Campaign:
             for entry in self.entries:
                 if self._finished(entry, windows):
                     entry.state = "compared"
+            if self.profile.campaign.repeat_leader:  # the standings so far use an earlier noise model
+                self._rank(emit=False)
+                self._earlier_noise(windows)
             self._rank()
             total = len(self.entries)
             for number, (candidate, entry) in enumerate(zip(self.profile.candidates, self.entries,
@@ -245,8 +249,6 @@ class Campaign:
     def announce_disk_state(self) -> None:
         """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened
         dashboard shows); nothing is run or written."""
-        from kldtui.decide.noise import load_floor
-
         try:
             windows = self._window_indices()
         except KldError:
@@ -256,19 +258,34 @@ class Campaign:
                 entry.state = "compared"
         if not any(e.state == "compared" for e in self.entries):
             return
-        model_path = self._workspace.noise_model_path
-        if self.noise is None and model_path.is_file():
-            try:
-                self.noise = load_floor(model_path)
-            except BadInput as exc:
-                self.emit(Notice("campaign", str(exc), level="warning"))
-        board = self._rank(write=False)
-        if board is not None and board.rows and self.noise is not None:
-            leader = board.rows[0].name
-            entry = _Entry(leader + REPEAT_SUFFIX, self._workspace.repeat_of(leader))
-            if self._finished(entry, windows):
-                entry.state, self.repeat = "compared", entry
-                self._rank(write=False)
+        self._rank(emit=False)
+        self._earlier_noise(windows)
+        self._rank(write=False)
+
+    def _earlier_noise(self, windows: list[int]) -> None:
+        """The repeat capture and noise model an earlier run measured, when they are of the current
+        leader's captures (noise-model.json names the two capture folders)."""
+        from kldtui.decide.noise import load_floor
+
+        board = self.leaderboard
+        path = self._workspace.noise_model_path
+        if board is None or not board.rows or not path.is_file():
+            return
+        leader = next(e for e in self.entries if e.name == board.rows[0].name)
+        entry = _Entry(leader.name + REPEAT_SUFFIX, self._workspace.repeat_of(leader.name))
+        if not self._finished(entry, windows):
+            return
+        try:
+            noise = load_floor(path)
+        except BadInput as exc:
+            self.emit(Notice("campaign", f"{exc}; measured again", level="warning"))
+            return
+        runs = {os.path.normpath(str(r)) for r in (noise.run1, noise.run2) if r}
+        captures = (leader.workspace.candidate, entry.workspace.candidate)
+        if runs != {os.path.normpath(str(c)) for c in captures}:
+            return  # of another leader's captures: measured again for this one
+        entry.state = "compared"
+        self.noise, self.repeat = noise, entry
 
     def _run_candidate(self, candidate: Candidate, entry: _Entry, number: int, total: int,
                        repeat: bool = False) -> None:
@@ -300,7 +317,7 @@ class Campaign:
 
     def _repeat_leader(self, windows: list[int]) -> None:
         """Capture the leader again (its kind's repeat config) and measure the noise model."""
-        from kldtui.decide.noise import load_floor, noise_from_capture_reports, save_floor
+        from kldtui.decide.noise import noise_from_capture_reports, save_floor
         from kldtui.formats.report import load_report
 
         board = self.leaderboard
@@ -309,26 +326,27 @@ class Campaign:
         leader = board.rows[0].name
         index = next(i for i, e in enumerate(self.entries) if e.name == leader)
         candidate = self.profile.candidates[index]
+        self.noise, self.repeat = None, None
+        self._earlier_noise(windows)
+        if self.noise is not None:
+            return  # this leader's repeat, measured earlier
         ws = self._workspace.repeat_of(leader)
         entry = _Entry(leader + REPEAT_SUFFIX, ws)
         self.repeat = entry
         model_path = self._workspace.noise_model_path
         if self._finished(entry, windows):
-            entry.state = "compared"
-            if model_path.is_file():
-                try:
-                    self.noise = load_floor(model_path)
-                except BadInput as exc:
-                    self.emit(Notice("campaign", f"{exc}; measured again", level="warning"))
+            entry.state = "compared"  # captured earlier; the noise model is measured again
         else:
             repeat = Candidate(entry.name, kind_of(candidate.server).repeat_config(candidate.server))
             self._run_candidate(repeat, entry, len(self.entries) + 1, len(self.entries) + 1, repeat=True)
-        if self.noise is not None or entry.state != "compared":
-            return  # measured earlier, or the repeat failed (said above)
+        if entry.state != "compared":
+            return  # the repeat failed (said above)
         first, second = self.entries[index].report, ws.report
         try:
+            repeat = self._repeat_kl(self.entries[index].workspace, ws)
             noise = noise_from_capture_reports(load_report(first), load_report(second), where1=str(first),
-                                               where2=str(second))
+                                               where2=str(second), repeat=repeat,
+                                               where_repeat=str(self._repeat_kl_path(ws)))
         except BadInput as exc:  # e.g. a deterministic server: one capture twice
             self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
             return
@@ -336,8 +354,32 @@ class Campaign:
         self.noise = noise
         self.emit(Notice("campaign", f"noise model: {noise.describe()} (saved in {model_path})"))
 
+    @staticmethod
+    def _repeat_kl_path(repeat: Workspace) -> Path:
+        return repeat.report.parent / f"repeat-kl-{repeat.candidate.name}.json"
+
+    def _repeat_kl(self, first: Workspace, repeat: Workspace) -> Any:
+        """The two captures compared with each other (the repeat KL between them, the noise
+        model's second figure), where both kept their logits (logits mode); None otherwise."""
+        from kldtui.decide.noise import measure_floor
+        from kldtui.formats.suite import logits_manifest_path
+
+        if not (logits_manifest_path(first.candidate).is_file()
+                and logits_manifest_path(repeat.candidate).is_file()):
+            return None  # e.g. score mode: no candidate logits on disk
+        run = self.profile.run
+        self.emit(Notice("campaign", f"comparing the two captures of {first.candidate.name} with each other "
+                         "(the repeat KL between them)"))
+        # its window events stay out of the dashboard's grid, which shows the captures against the reference
+        _, report = measure_floor(self._workspace.suite_manifest, first.candidate, repeat.candidate,
+                                  start_window=run.start_window, stop_window=run.stop_window, reverse=True,
+                                  report_path=self._repeat_kl_path(repeat), emit=null_sink,
+                                  cancel=self.cancel)
+        return report
+
     # -- ranking -----------------------------------------------------------------------------------
-    def _rank(self, final: bool = False, announce_only: bool = False, write: bool = True) -> Any:
+    def _rank(self, final: bool = False, announce_only: bool = False, write: bool = True,
+              emit: bool = True) -> Any:
         """Rank the compared candidates (the decision rules'), send the standings; the final
         ranking is also written to leaderboard.json (``write``: False when only showing)."""
         from kldtui.decide.leaderboard import build_leaderboard
@@ -364,6 +406,8 @@ class Campaign:
             target = self._workspace.leaderboard_path
             write_json_atomic(target, board.to_dict())
             path = str(target)
+        if not emit:
+            return board
         rows = self._standings(board)
         self.emit(LeaderboardUpdated(
             "campaign", rows=tuple(rows), windows=board.windows if board is not None else 0,

@@ -410,8 +410,7 @@ class DashboardScreen(BoardScreen):
         self.query_one("#tabs", TabbedContent).active = "result"
         other = not result.live and result.path is not None and not self._is_own(result.path)
         self.model.set_shown_report(str(shown_path(Path(result.path))) if other and result.path else None)
-        candidate = self.model.candidate
-        if candidate is not None and candidate.repeat:
+        if result.path is not None and result.path in self.model.repeat_reports:
             return  # a campaign's repeat capture: the noise model, not a candidate to rank
         if report is not None and result.path is not None:
             self.add_to_board(result, report)
