@@ -170,8 +170,11 @@ class Campaign:
         from kldtui.folder_lock import hold
 
         names = ", ".join(e.name for e in self.entries)
-        self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
-        with hold([self._workspace.workdir] if self._workspace.workdir else [], what="work folder"):
+        ws = self._workspace
+        # the work folder and every report the campaign writes there, held from its first event
+        outputs = [e.report for e in self.entries] + [ws.leaderboard_path, ws.noise_model_path]
+        with hold([ws.workdir] if ws.workdir else [], files=outputs, what="work folder"):
+            self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
             self._preflight(self._reference_ready())
             windows = self._reference()
             for entry in self.entries:

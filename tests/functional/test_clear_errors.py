@@ -99,7 +99,7 @@ def test_profile_window_range_outside_the_suite(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(profile)],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "outside the suite (windows 0-5" in proc.stderr and "repository id" not in proc.stderr
+    assert "outside the suite (windows 0-11" in proc.stderr and "repository id" not in proc.stderr
 
 
 @pytest.mark.timeout(120)

@@ -31,17 +31,18 @@ def test_a_forged_compare_cache_entry_is_computed_again(uninterrupted: Path, tmp
     shutil.copytree(uninterrupted, workdir, symlinks=True)
     profile = workdir / "kldtui.toml"
     profile.write_text(profile.read_text().replace(str(uninterrupted), str(workdir)))
-    before = json.loads((workdir / "comparison.json").read_text())
-    entry_path = workdir / "compare" / "window-001.json"
+    report = workdir / "comparison-fine.json"  # the demo campaign's first candidate
+    before = json.loads(report.read_text())
+    entry_path = workdir / "compare" / "fine" / "window-001.json"
     entry = json.loads(entry_path.read_text())
     kl = entry["result"]["rows"]["kl"]
     forged = np.frombuffer(base64.b64decode(kl["data"]), dtype=kl["dtype"]).copy() * 0 + 1e-9
     kl["data"] = base64.b64encode(forged.astype(kl["dtype"]).tobytes()).decode("ascii")
     entry.pop("signature", None)
     entry_path.write_text(json.dumps(entry))
-    (workdir / "comparison.json").unlink()
+    report.unlink()
     proc = _rerun(workdir)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    after = json.loads((workdir / "comparison.json").read_text())
+    after = json.loads(report.read_text())
     assert after["per_window_arrays"]["kl_mean"] == before["per_window_arrays"]["kl_mean"]
     assert after["per_window_arrays"]["kl_mean"][1] > 1e-6

@@ -137,10 +137,11 @@ def test_compare_into_a_running_work_folder_is_refused(tmp_path: Path) -> None:
     compare = subprocess.run([sys.executable, "-m", "kldtui", "compare", "--suite-manifest",
                               str(EXAMPLE_SUITE), "--reference-dir", str(EXAMPLE_SUITE / "ref"),
                               "--candidate-dir", str(EXAMPLE_SUITE / "candidate"), "--output",
-                              str(workdir / "comparison.json"), "--bootstrap-samples", "50"],
+                              str(workdir / "comparison-fine.json"), "--bootstrap-samples", "50"],
                              capture_output=True, text=True, timeout=120)
     rest, errors = run.communicate(timeout=240)
     assert run.returncode == 0, rest[-2000:] + errors[-2000:]
     assert compare.returncode == 2, compare.stdout[-2000:] + compare.stderr[-2000:]
-    assert f"pid {run.pid}" in compare.stderr and "comparison.json" in compare.stderr
-    assert json.loads((workdir / "comparison.json").read_text())["windows"] == 6  # the run's report
+    # the demo is a campaign: its candidates' reports are held from its first event
+    assert f"pid {run.pid}" in compare.stderr and "comparison-fine.json" in compare.stderr
+    assert json.loads((workdir / "comparison-fine.json").read_text())["windows"] == 12  # the run's report

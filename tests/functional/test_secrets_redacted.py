@@ -99,7 +99,8 @@ def test_pipeline_records_and_prints_no_secret(tmp_path: Path) -> None:
             assert API_KEY not in data and HF_TOKEN not in data, path
             assert not any(s in data for s in OTHER_SECRETS), path
     assert not any(s in proc.stdout + proc.stderr for s in OTHER_SECRETS)
-    runtime = json.loads((workdir / "candidate" / "manifest.json").read_text())["runtime"]
+    # the demo is a campaign: its first candidate has the secrets
+    runtime = json.loads((workdir / "candidates" / "fine" / "manifest.json").read_text())["runtime"]
     assert runtime["env"] == {"HF_TOKEN": REDACTED, "GITHUB_PAT": REDACTED, "HF_AUTH": REDACTED,
                               "DATABASE_URL": f"postgres://app:{REDACTED}@db.internal:5432/prod"}
     i = runtime["argv"].index("--api-key")

@@ -61,7 +61,7 @@ def test_serve_checks_the_model_path_before_launching(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     text = profile.path.read_text()
     text = "\n".join(line for line in text.splitlines()  # the embedded model's own keys
-                     if not line.startswith(("model_seed", "vocab_size", "perturb")))
+                     if not line.startswith(("model_seed", "vocab_size", "perturb", "runtime_noise")))
     bad.write_text(text.replace('kind = "embedded"', 'kind = "vllm"\nmodel = "/nonexistent/m"', 1))
     proc = subprocess.run([sys.executable, "-m", "kldtui", "serve", "--profile", str(bad)],
                           capture_output=True, text=True, timeout=60)
