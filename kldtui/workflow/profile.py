@@ -324,6 +324,9 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         raise BadInput(f"{where}: [run] window range [{start}, {stop}) is empty or negative")
     name = run.get("run_name", RunConfig.run_name)
     check_name(name, "[run] run_name", where)
+    if entries and "run_name" in run:  # silently ignored would leave a user looking for its folder
+        raise BadInput(f"{where}: [run] run_name is not used with [[candidates]] (each candidate's name is "
+                       "its run name); remove it")
 
     cmp_ = parsed["compare"]
     if "abort_kl_above" in cmp_:

@@ -62,6 +62,8 @@ def test_a_single_candidate_profile_is_not_a_campaign(tmp_path: Path) -> None:
     ({"candidates": [{"name": "a", "kind": "embedded", "perturb": "x"}]},
      "[[candidates]] 'a': perturb must be float"),
     ({"candidates": []}, "[[candidates]] is empty"),
+    ({"candidates": [{"name": "a", "kind": "embedded"}], "run": {"run_name": "x"}},
+     "[run] run_name is not used with [[candidates]]"),
     ({"candidates": {"name": "a"}}, "candidates must be [[candidates]] tables"),
     ({"candidate": {"kind": "embedded"}, "campaign": {"repeat_leader": True}},
      "[campaign] needs [[candidates]]"),
