@@ -91,6 +91,9 @@ async def test_server_card_says_serving_while_the_server_runs(tmp_path: Path) ->
         await settle(app, pilot)
         text = card(app, "server")
         assert "stopped" in text and "serving" not in text, text
+        await feed(app, pilot, StageStarted("server", detail="python -m vllm ..."))
+        text = card(app, "server")
+        assert "starting" in text and "running" not in text, text  # loading, not serving yet
 
 
 @sync

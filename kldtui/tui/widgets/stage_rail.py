@@ -47,6 +47,8 @@ class StageBox(Static):
             state = "stopped"
         elif self.stage == "server" and view.state == "done" and server_url:
             state = "serving"  # its stage is over, the server is not: it answers at the URL below
+        elif self.stage == "server" and view.state == "running":
+            state = "starting"  # loading its model: it serves once ready (a vLLM takes minutes)
         else:
             state = view.state
         parts = [_narrow(p, width) for p in stage_figures(figures)]
