@@ -186,6 +186,7 @@ class Standing:
     bits_per_weight: float | None = None
     report_path: str | None = None
     note: str = ""  # why it is not ranked (stopped early, failed)
+    provisional: bool = False  # the verdict holds only as far as the noise model can say
 
 
 @dataclass(frozen=True)

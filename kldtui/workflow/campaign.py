@@ -433,7 +433,7 @@ class Campaign:
                 rows.append(Standing(
                     name=row.name, state="compared", rank=row.rank, mean=row.mean, ci_low=row.ci_low,
                     ci_high=row.ci_high, mark=row.mark, verdict=row.verdict_vs_best,
-                    outcome=row.outcome_vs_best, report_path=row.path,
+                    outcome=row.outcome_vs_best, report_path=row.path, provisional=row.provisional,
                     size_bytes=size.size_bytes if size is not None else None,
                     bits_per_weight=size.bits_per_weight if size is not None else None))
         repeat = self.repeat
@@ -461,6 +461,7 @@ class Campaign:
                         mean=float(iv.estimate) if iv.estimate is not None else None,
                         ci_low=iv.ci95_low, ci_high=iv.ci95_high,
                         mark="tied" if tied else "", verdict=stats.verdict, outcome=stats.outcome,
+                        provisional=stats.provisional,
                         report_path=str(repeat.report),
                         note=f"a second capture of {leader.name} (the noise model); not ranked")
 

@@ -46,7 +46,9 @@ def verdict_words(row: Standing) -> str:
         return _STATE_WORDS.get(row.state, row.state)
     if row.mark == "best":
         return "best"
-    return _OUTCOME_WORDS.get(row.outcome or "", row.mark or "-")
+    words = _OUTCOME_WORDS.get(row.outcome or "", row.mark or "-")
+    # as the leaderboard says it: a verdict the noise model cannot fully back (kldtui.decide)
+    return f"{words} (provisional)" if row.provisional else words
 
 
 def cells(row: Standing, windows: int | None = None) -> list[str]:

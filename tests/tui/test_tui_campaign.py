@@ -61,6 +61,8 @@ def test_the_words_of_each_state_and_verdict() -> None:
     assert verdict_words(Standing("a", "stopped early")) == "stopped early (not ranked)"
     assert verdict_words(Standing("a", "waiting")) == "waiting"
     assert verdict_words(Standing("a", "compared", mark="best")) == "best"
+    assert verdict_words(Standing("a", "compared", outcome="a_closer", provisional=True)) == \
+        "worse than the best (provisional)"
     for outcome, words in (("a_closer", "worse than the best"), ("indistinguishable", "tied with the best"),
                            ("within_noise", "tied with the best (within noise)"),
                            ("too_few_windows", "no verdict (too few windows)")):
@@ -91,7 +93,9 @@ async def test_a_three_candidate_campaign_in_the_dashboard_ranks_as_the_leaderbo
         cli = leaderboard_from_files([work / f"comparison-{name}.json" for name in CANDIDATES])
         rows = _rows(app)
         assert [r[1] for r in rows] == [row.name for row in cli.rows] == ["q8", "q4", "q3"]
-        assert [r[3] for r in rows] == ["best", "worse than the best", "worse than the best"]
+        provisional = [" (provisional)" if row.provisional else "" for row in cli.rows]
+        assert [r[3] for r in rows] == ["best", "worse than the best" + provisional[1],
+                                        "worse than the best" + provisional[2]]
         assert [row.outcome_vs_best for row in cli.rows] == [None, "a_closer", "a_closer"]
         for shown, row in zip(rows, cli.rows, strict=True):
             assert float(shown[2]) == pytest.approx(row.mean, rel=1e-3)
