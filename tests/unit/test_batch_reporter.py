@@ -240,3 +240,10 @@ def test_a_failure_is_said_once_where_both_streams_are_one_terminal(tmp_path: Pa
     assert run_headless(failing, BatchReporter(out), err=err) == 2
     assert "compare: FAILED - x: suite manifest not found" in out.getvalue()
     assert err.getvalue() == "kldtui: error: x: suite manifest not found\n"
+
+
+def test_the_compare_backend_line_names_it_as_the_report_does() -> None:
+    from kldtui.stages.compare.backends import Backend, BackendChoice
+
+    choice = BackendChoice(Backend.C, threads=1, cuda_device=None, reason="x")
+    assert choice.label == "c-kernel, 1 thread"  # the report's provenance says 'c-kernel backend'

@@ -182,7 +182,7 @@ class BackendChoice:
     def label(self) -> str:
         dev = f" on cuda:{self.cuda_device}" if self.cuda_device is not None else ""
         thr = f", {plural(self.threads, 'thread')}" if self.threads else ""
-        return f"{self.backend.option}{dev}{thr}"
+        return f"{self.backend.value}{dev}{thr}"  # as the report records it (c-kernel, not --backend c)
 
 
 def cuda_bytes_needed(vocab: int, threads: int | None = None, row_block: int | None = None) -> int:
