@@ -44,6 +44,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import atomic_open, write_bytes_atomic, write_json_atomic
+from kldtui.formats.fidelity_names import CONTEXT_FILTERS, PARTITION_NAMES
 from kldtui.formats.names import check_name, check_relative_path
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.safetensors_io import (
@@ -93,8 +94,6 @@ SEMANTIC_HIDDEN = "after_final_rmsnorm_before_lm_head"
 SEMANTIC_LIVE = "live_lm_head_output_before_sampling"
 KIND_HIDDEN_TEXT = "final-normalized pre-LM-head hidden states"
 KIND_LIVE_TEXT = "native live prompt logits"
-PARTITION_NAMES = ("analysis", "qualification")
-CONTEXT_FILTERS = ("all", "analysis", "qualification", "sentinel", "non-sentinel")
 DATASET_SLICE_DOMAIN = "hugging-face-dataset-slice-v1"
 DEPTH_BUCKETS: tuple[tuple[int, int], ...] = ((0, 256), (256, 512), (512, 1024), (1024, 1536), (1536, 2047))
 

@@ -182,7 +182,8 @@ class _Part:
                 continue
             value = getattr(self, f.name)
             if f.metadata.get("flatten"):
-                out.update(_json_value(value))
+                if value is not None:
+                    out.update(_json_value(value))
                 continue
             if value is None and not f.metadata.get("keep_null"):
                 continue
@@ -653,6 +654,244 @@ class NoiseFloorNote(_Part):
         return cls(o.opt_str("source"), o.opt_num("kl_mean"), extra=o.rest({"source", "kl_mean"}))
 
 
+# ----------------------------------------------------------------------------- suites of contexts
+# Hidden-state suites (docs/FORMATS.md, "Hidden-state suites"): what each side was, how logits were
+# replayed, and the statistics of a suite whose contexts are clustered by source and stratified.
+# Their JSON names are the published comparator's, so its paired tool reads kldtui's reports.
+
+
+@dataclass(frozen=True)
+class SideDescription(_Part):
+    """``reference`` / ``candidate``: what a side of the comparison was."""
+
+    kind: str  # "logits", "hidden" (replayed with an LM head) or "scores"
+    label: str
+    manifest_sha256: str | None = field(default=None, metadata=_KEEP_NULL)
+    lm_head_file_sha256: str | None = None
+    file_dtype: str | None = None
+    bytes_on_disk: int | None = None  # the compared windows' files (and the head of a hidden side)
+    full_logits_bytes: int | None = None  # the same windows as F32 logits
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> SideDescription:
+        known = {f.name for f in fields(cls)}
+        return cls(o.str_("kind"), o.str_("label"), o.opt_str("manifest_sha256"),
+                   o.opt_str("lm_head_file_sha256"),
+                   o.opt_str("file_dtype"), o.opt_int("bytes_on_disk"), o.opt_int("full_logits_bytes"),
+                   extra=o.rest(known))
+
+
+@dataclass(frozen=True)
+class Comparator(_Part):
+    """``comparator``: how logits were obtained (docs/REPLAY.md) when a side was replayed."""
+
+    two_pass_full_vocabulary: bool
+    lm_head_file_sha256: str | None = field(default=None, metadata=_KEEP_NULL)  # the reference's head
+    candidate_lm_head_file_sha256: str | None = None
+    replay_dtype: str | None = None
+    vocab_chunk: int | None = None
+    replay_rows: int | None = None
+    position_block: int | None = None
+    device: str | None = None
+    library: str | None = None
+    tf32: bool | None = None
+    bf16_reduced_precision_reduction: bool | None = None
+    source_file_hashes_verified: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> Comparator:
+        known = {f.name for f in fields(cls)}
+
+        def opt_bool(key: str) -> bool | None:
+            return o.bool_(key) if o.has(key) else None
+
+        return cls(o.bool_("two_pass_full_vocabulary"), o.opt_str("lm_head_file_sha256"),
+                   o.opt_str("candidate_lm_head_file_sha256"), o.opt_str("replay_dtype"),
+                   o.opt_int("vocab_chunk"),
+                   o.opt_int("replay_rows"), o.opt_int("position_block"), o.opt_str("device"),
+                   o.opt_str("library"), opt_bool("tf32"), opt_bool("bf16_reduced_precision_reduction"),
+                   opt_bool("source_file_hashes_verified"), extra=o.rest(known))
+
+
+@dataclass(frozen=True)
+class ClusterBootstrap(_Part):
+    """A bootstrap over contexts or source clusters (kldtui.metrics.clusters)."""
+
+    estimate: float
+    standard_error: float
+    ci95_low: float
+    ci95_high: float
+    bootstrap_samples: int
+    cluster_unit: str
+    cluster_count: int | None = None
+    context_count: int | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> ClusterBootstrap:
+        return cls(o.num("estimate"), o.num("standard_error"), o.num("ci95_low"), o.num("ci95_high"),
+                   o.int_("bootstrap_samples"), o.str_("cluster_unit"), o.opt_int("cluster_count"),
+                   o.opt_int("context_count"))
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> ClusterBootstrap:
+        return cls(values["estimate"], values["standard_error"], values["ci95_low"], values["ci95_high"],
+                   values["bootstrap_samples"], values["cluster_unit"], values.get("cluster_count"),
+                   values.get("context_count"))
+
+
+@dataclass(frozen=True)
+class StratifiedBootstrap(_Part):
+    """Source clusters resampled within allocation strata: ``micro`` (strata weighted by their
+    context counts) and ``macro`` (strata alike)."""
+
+    micro: ClusterBootstrap
+    macro: ClusterBootstrap
+    stratum_sizes: dict[str, int]
+    stratum_cluster_counts: dict[str, int]
+    bootstrap_samples: int
+    cluster_unit: str
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> StratifiedBootstrap:
+        sizes, clusters = o.obj("stratum_sizes"), o.obj("stratum_cluster_counts")
+        return cls(ClusterBootstrap.from_json(o.obj("micro")), ClusterBootstrap.from_json(o.obj("macro")),
+                   {k: sizes.int_(k) for k in sizes.doc}, {k: clusters.int_(k) for k in clusters.doc},
+                   o.int_("bootstrap_samples"), o.str_("cluster_unit"))
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> StratifiedBootstrap:
+        return cls(ClusterBootstrap.of(values["micro"]), ClusterBootstrap.of(values["macro"]),
+                   dict(values["stratum_sizes"]), dict(values["stratum_cluster_counts"]),
+                   values["bootstrap_samples"], values["cluster_unit"])
+
+
+@dataclass(frozen=True)
+class DepthBucket(_Part):
+    """KL over the rows ``[start, stop)`` of every context (``rows``: "0000-0255")."""
+
+    rows: str
+    start: int
+    stop: int
+    positions: int
+    kl_reference_to_candidate: Stats
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> DepthBucket:
+        return cls(o.str_("rows"), o.int_("start"), o.int_("stop"), o.int_("positions"),
+                   Stats.from_json(o.obj("kl_reference_to_candidate")))
+
+
+@dataclass(frozen=True)
+class ContextRank(_Part):
+    """A context in ``high_kld_contexts`` or ``top1_discordant_contexts``."""
+
+    context_index: int
+    allocation_stratum: str
+    source_cluster: str
+    partition: str
+    kl_mean: float | None = field(default=None, metadata=_KEEP_NULL)
+    top1_agreement: float | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> ContextRank:
+        return cls(o.int_("context_index"), o.str_("allocation_stratum"), o.str_("source_cluster"),
+                   o.str_("partition"), o.opt_num("kl_mean"), o.opt_num("top1_agreement"))
+
+
+@dataclass(frozen=True)
+class ContextEntry(_Part):
+    """One entry of ``per_context``: the context's identity (the suite's fields, kept as they are
+    in ``extra``), its source cluster and its figures."""
+
+    context_index: int
+    allocation_stratum: str
+    partition: str
+    sentinel: bool
+    source_cluster: str
+    positions: int
+    kl_reference_to_candidate: Stats
+    js: Stats
+    top1_agreement: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> ContextEntry:
+        known = {f.name for f in fields(cls)}
+        return cls(o.int_("context_index"), o.str_("allocation_stratum"), o.str_("partition"),
+                   o.bool_("sentinel"), o.str_("source_cluster"), o.int_("positions"),
+                   Stats.from_json(o.obj("kl_reference_to_candidate")),
+                   Stats.from_json(o.obj("js")), o.num("top1_agreement"), extra=o.rest(known))
+
+
+@dataclass(frozen=True)
+class ContextSelection(_Part):
+    """Which contexts a comparison covered: the filter asked for and the partitions they are in.
+    ``partition`` is "analysis" or "qualification" when every context is in one, else "mixed"."""
+
+    filter: str
+    partition: str
+    analysis: int
+    qualification: int
+    sentinels: int
+    strata: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> ContextSelection:
+        strata = o.opt_list("strata") or []
+        if not all(isinstance(s, str) for s in strata):
+            o.fail("expected a list of names", "strata")
+        return cls(o.str_("filter"), o.str_("partition"), o.int_("analysis"), o.int_("qualification"),
+                   o.int_("sentinels"), list(strata))
+
+
+SUITE_STATISTICS_KEYS = ("contexts", "context_selection", "kl_micro_token_mean",
+                         "kl_macro_allocation_stratum_mean",
+                         "context_depth_buckets", "kl_context_bootstrap", "kl_source_cluster_bootstrap",
+                         "kl_stratified_source_cluster_bootstrap", "allocation_strata", "semantic_classes",
+                         "high_kld_contexts", "top1_discordant_contexts", "per_context",
+                         "suite_manifest_sha256")
+
+
+@dataclass(frozen=True)
+class SuiteStatistics(_Part):
+    """The statistics of a hidden-state suite's comparison, written as top-level fields of the
+    report (the published comparator's names)."""
+
+    contexts: int
+    context_selection: ContextSelection
+    kl_micro_token_mean: float
+    kl_macro_allocation_stratum_mean: float
+    context_depth_buckets: list[DepthBucket]
+    kl_context_bootstrap: ClusterBootstrap
+    kl_source_cluster_bootstrap: ClusterBootstrap
+    kl_stratified_source_cluster_bootstrap: StratifiedBootstrap
+    allocation_strata: dict[str, ClusterBootstrap]
+    semantic_classes: dict[str, ClusterBootstrap]
+    high_kld_contexts: list[ContextRank]
+    top1_discordant_contexts: list[ContextRank]
+    per_context: list[ContextEntry]
+    suite_manifest_sha256: str | None = None
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> SuiteStatistics:
+        strata, classes = o.obj("allocation_strata"), o.obj("semantic_classes")
+        return cls(
+            o.int_("contexts"), ContextSelection.from_json(o.obj("context_selection")),
+            o.num("kl_micro_token_mean"),
+            o.num("kl_macro_allocation_stratum_mean"),
+            [DepthBucket.from_json(b) for b in o.items("context_depth_buckets")],
+            ClusterBootstrap.from_json(o.obj("kl_context_bootstrap")),
+            ClusterBootstrap.from_json(o.obj("kl_source_cluster_bootstrap")),
+            StratifiedBootstrap.from_json(o.obj("kl_stratified_source_cluster_bootstrap")),
+            {k: ClusterBootstrap.from_json(strata.obj(k)) for k in strata.doc},
+            {k: ClusterBootstrap.from_json(classes.obj(k)) for k in classes.doc},
+            [ContextRank.from_json(r) for r in o.items("high_kld_contexts")],
+            [ContextRank.from_json(r) for r in o.items("top1_discordant_contexts")],
+            [ContextEntry.from_json(e) for e in o.items("per_context")], o.opt_str("suite_manifest_sha256"))
+
+
 # ----------------------------------------------------------------------------- the report
 
 
@@ -704,6 +943,11 @@ class ComparisonReport(_Part):
     # the candidate's size and bits per weight (kldtui.formats.model_size), when known
     candidate_size: ModelSize | None = None
     kl_mean_interval: HeadlineInterval | None = None  # the headline interval of mean KL (docs/STATISTICS.md)
+    # hidden-state suites and replayed sides (the published comparator's names)
+    reference: SideDescription | None = None
+    candidate: SideDescription | None = None
+    comparator: Comparator | None = None
+    suite_statistics: SuiteStatistics | None = field(default=None, metadata=_FLAT)  # top-level fields
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
     @property
@@ -751,7 +995,8 @@ class ComparisonReport(_Part):
             return make(sub) if sub is not None else None
 
         arrays = o.opt_obj("per_window_arrays")
-        known = {f.name for f in fields(cls)}
+        contexts = o.has("kl_stratified_source_cluster_bootstrap")  # a hidden-state suite's report
+        known = {f.name for f in fields(cls)} | (set(SUITE_STATISTICS_KEYS) if contexts else set())
         report = cls(
             direction=o.str_("direction"), positions=o.int_("positions"), windows=o.int_("windows"),
             kl_reference_to_candidate=Stats.from_json(o.obj("kl_reference_to_candidate")),
@@ -786,6 +1031,10 @@ class ComparisonReport(_Part):
             candidate_size=(ModelSize.from_json(doc["candidate_size"], where)
                             if doc.get("candidate_size") is not None else None),
             kl_mean_interval=opt("kl_mean_interval", HeadlineInterval.from_json),
+            reference=opt("reference", SideDescription.from_json),
+            candidate=opt("candidate", SideDescription.from_json),
+            comparator=opt("comparator", Comparator.from_json),
+            suite_statistics=SuiteStatistics.from_json(o) if contexts else None,
             extra=o.rest(known),
         )
         check_figures(report, where)
@@ -976,6 +1225,8 @@ def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report
     return ComparisonReport.from_json(dict(report), where)
 
 
-__all__ = ["Bootstrap", "ComparisonReport", "ConfidenceBucket", "DeltaP", "FigureSummary", "InfiniteKL",
-           "Interval", "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance", "REPORT_FORMAT",
-           "Stats", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report", "check_figures"]
+__all__ = ["Bootstrap", "ClusterBootstrap", "Comparator", "ComparisonReport", "ConfidenceBucket",
+           "ContextEntry", "ContextRank", "ContextSelection", "DeltaP", "DepthBucket", "FigureSummary",
+           "InfiniteKL", "Interval", "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance",
+           "REPORT_FORMAT", "SUITE_STATISTICS_KEYS", "SideDescription", "Stats", "StratifiedBootstrap",
+           "SuiteStatistics", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report", "check_figures"]

@@ -416,12 +416,20 @@ class TorchBlockKernel:
         self.device = torch.device(device)
         self.name: str = f"torch-{self.device.type}"
 
+    def _on_device(self, rows: Any) -> Any:
+        """Host rows copied to the device; rows already a tensor (a replayed block) moved only if
+        they are elsewhere."""
+        if isinstance(rows, np.ndarray):
+            return self.torch.from_numpy(np.ascontiguousarray(rows)).to(self.device, non_blocking=False)
+        return rows.to(self.device)
+
     def block(self, x: np.ndarray, y: np.ndarray, next_tokens: np.ndarray,
               reverse: bool = False) -> RowStats:
+        """Rows may be NumPy arrays or torch tensors (a block replayed on the device)."""
         from kldtui.metrics.score import score_block  # the function score mode's hook uses too
 
+        tx = self._on_device(x)
+        ty = self._on_device(y)
         torch = self.torch
-        tx = torch.from_numpy(np.ascontiguousarray(x)).to(self.device, non_blocking=False)
-        ty = torch.from_numpy(np.ascontiguousarray(y)).to(self.device, non_blocking=False)
         tok = torch.from_numpy(np.asarray(next_tokens, dtype=np.int64)).to(self.device)
         return score_block(tx, ty, tok, reverse)

@@ -37,9 +37,8 @@ from typing import Any
 
 import numpy as np
 
-OUTPUTS = ("bf16", "f32")  # how replayed logits are rounded (see the module docstring, step 3)
-DEFAULT_OUTPUT = "bf16"
-DEFAULT_CHUNK = 10240  # vocabulary rows of the head per GEMM (the published default)
+from kldtui.metrics.replay_spec import DEFAULT_CHUNK, DEFAULT_OUTPUT, OUTPUTS, check_output
+
 BF16_BYTES = 2
 
 
@@ -85,12 +84,6 @@ def chunks(vocab: int, chunk: int) -> Iterator[tuple[int, int]]:
         raise ValueError(f"vocabulary chunk {chunk} must be at least 1")
     for start in range(0, vocab, chunk):
         yield start, min(start + chunk, vocab)
-
-
-def check_output(output: str) -> str:
-    if output not in OUTPUTS:
-        raise ValueError(f"replay output {output!r}: choose from {', '.join(OUTPUTS)}")
-    return output
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """``kldtui compare``: a candidate's finalized logits against the reference suite.
 
-Accepts the original comparator's flags.  Everything is validated before the first row is
-compared; the report goes to ``--output`` atomically (nothing is written there unless the run
-completed) and a summary to the terminal.
+Accepts the original comparator's flags.  Either side may be a hidden-state folder (the published
+``reference-hidden/`` layout), whose logits are replayed with an LM head (docs/REPLAY.md); either
+side may be a logits folder of kldtui's layout or the published live-logits layout, F32 or BF16.
+Everything is validated before the first row is compared; the report goes to ``--output``
+atomically (nothing is written there unless the run completed) and a summary to the terminal.
 """
 
 from __future__ import annotations
@@ -20,14 +22,40 @@ HELP = "compare a candidate's finalized logits with the reference (KL, JS, top-k
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference-dir", required=True,
-                        help="reference logits folder (ref/ with manifest.json)")
-    parser.add_argument("--candidate-dir", required=True, help="candidate's finalized logits folder")
+                        help="reference folder: logits (ref/ with manifest.json) or hidden states "
+                             "(reference-hidden/, replayed with --lm-head)")
+    parser.add_argument("--candidate-dir", required=True,
+                        help="candidate's folder: finalized logits, score-mode scores, published live "
+                             "logits, or hidden states (replayed with --candidate-lm-head)")
     parser.add_argument("--suite-manifest", required=True, help="suite-manifest.json (or its folder)")
     parser.add_argument("--output", required=True, help="report JSON to write (atomically)")
-    parser.add_argument("--start-window", type=int, default=0, metavar="N",
-                        help="first window of the range (default 0)")
-    parser.add_argument("--stop-window", type=int, default=None, metavar="N",
-                        help="window after the last one: the range is [start, stop) (default: all)")
+    parser.add_argument("--start-window", "--start-context", dest="start_window", type=int, default=0,
+                        metavar="N",
+                        help="first window (a hidden-state suite: context) of the range (default 0)")
+    parser.add_argument("--stop-window", "--stop-context", dest="stop_window", type=int, default=None,
+                        metavar="N", help="window (context) after the last one: the range is [start, stop) "
+                                          "(default: all)")
+    from kldtui.formats.fidelity_names import CONTEXT_FILTERS
+    from kldtui.metrics.replay_spec import DEFAULT_CHUNK, OUTPUTS
+
+    parser.add_argument("--context-filter", choices=CONTEXT_FILTERS, default="all",
+                        help="a hidden-state suite's contexts: analysis or qualification partition, "
+                             "sentinels or the others (the report names the partition it used)")
+    parser.add_argument("--stratum", action="append", default=[], metavar="NAME",
+                        help="only contexts of this allocation stratum (repeat for several)")
+    parser.add_argument("--lm-head", default=None, metavar="PATH",
+                        help="LM head (weight.safetensors or its folder) replaying a hidden-state "
+                             "reference (default: the suite's lm-head/)")
+    parser.add_argument("--candidate-lm-head", default=None, metavar="PATH",
+                        help="the candidate's own LM head, for a hidden-state candidate (never taken "
+                             "from the reference silently)")
+    parser.add_argument("--replay-dtype", choices=OUTPUTS, default="bf16",
+                        help="replayed logits rounded to BF16 as the model's head returns them "
+                             "(default), or kept in FP32")
+    parser.add_argument("--vocab-chunk", type=int, default=DEFAULT_CHUNK,
+                        help=f"vocabulary rows of the head per product (default {DEFAULT_CHUNK})")
+    parser.add_argument("--replay-rows", type=int, default=None,
+                        help="hidden rows replayed at once (default: 256 on the CPU, 512 on CUDA)")
     parser.add_argument("--bootstrap-samples", type=int, default=10000, metavar="N",
                         help="window resamples of the 95 %% intervals (default 10000)")
     parser.add_argument("--bootstrap-seed", type=int, default=1, metavar="SEED",
@@ -98,12 +126,12 @@ def run(args: argparse.Namespace) -> int:
 
     suite_path = Path(args.suite_manifest)
     check_output(output, [suite_path if suite_path.is_dir() else suite_path.parent, suite_path,
-                          args.reference_dir, args.candidate_dir])
+                          args.reference_dir, args.candidate_dir, args.lm_head, args.candidate_lm_head])
     from kldtui import bounds
 
     bounds.bootstrap_samples(args.bootstrap_samples, "--bootstrap-samples")
     bounds.seed(args.bootstrap_seed, "--bootstrap-seed")
-    for name in ("row_block", "threads"):
+    for name in ("row_block", "threads", "vocab_chunk", "replay_rows"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise BadInput(f"--{name.replace('_', '-')} {value} is too small")
@@ -111,7 +139,11 @@ def run(args: argparse.Namespace) -> int:
                              bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed,
                              row_block=args.row_block, reverse=args.reverse, backend=args.backend,
                              threads=args.threads, verify_sha256=args.verify_sha256,
-                             candidate_size=candidate_size(args))
+                             candidate_size=candidate_size(args),
+                             context_filter=args.context_filter, strata=tuple(args.stratum),
+                             lm_head=args.lm_head, candidate_lm_head=args.candidate_lm_head,
+                             replay_dtype=args.replay_dtype, vocab_chunk=args.vocab_chunk,
+                             replay_rows=args.replay_rows)
     from kldtui.redact import redact_argv
 
     shown = redact_argv(sys.argv[1:])

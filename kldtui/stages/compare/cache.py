@@ -1,6 +1,7 @@
 """The per-window compare cache (``compare/window-NNN.json`` in a workspace): a window's
-per-position figures, keyed by both logits files' SHA-256 and the options that change the
-numbers, so a resumed or repeated run reuses them.  Only computed windows are cached: figures a
+per-position figures, keyed by both sides' files' SHA-256 (and, for a replayed side, its LM head
+and the replay's rounding and chunk) and the options that change the numbers, so a resumed or
+repeated run reuses them.  Only computed windows are cached: figures a
 server computed (score mode) are files already."""
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import numpy as np
 
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import WindowSpec, load_logits_manifest
+from kldtui.formats.suite import WindowSpec
 from kldtui.formats.verified_cache import sign, signed_by_me
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, RowStats
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowResult
+from kldtui.stages.compare.sides import HiddenSide, load_side
 from kldtui.workspace import Workspace
 
 RESULT_FORMAT = "kldtui-window-result-v1"
@@ -78,10 +80,19 @@ class WindowCache:
         self.options = options
 
     def _key(self, window: WindowSpec) -> dict[str, Any]:
-        ref = load_logits_manifest(self.workspace.reference).entry(window.index)
-        cand = load_logits_manifest(self.workspace.candidate).entry(window.index)
-        return {"version": COMPARE_RESULT_VERSION, "reference_sha256": ref.sha256,
-                "candidate_sha256": cand.sha256, "reverse": self.options.reverse}
+        # read again for every window: the pipeline extends the candidate's folder as it goes
+        ws, options = self.workspace, self.options
+        ref = load_side(ws.reference, "reference", lm_head=options.lm_head, suite_dir=ws.suite_dir)
+        cand = load_side(ws.candidate, "candidate", lm_head=options.candidate_lm_head, suite_dir=ws.suite_dir)
+        key: dict[str, Any] = {"version": COMPARE_RESULT_VERSION,
+                               "reference_sha256": ref.identity(window.index)["sha256"],
+                               "candidate_sha256": cand.identity(window.index)["sha256"],
+                               "reverse": self.options.reverse}
+        if isinstance(ref, HiddenSide) or isinstance(cand, HiddenSide):
+            # a replayed side: its head and the replay's rounding and chunk change the numbers too
+            key.update(reference=ref.identity(window.index), candidate=cand.identity(window.index),
+                       replay_dtype=self.options.replay_dtype, vocab_chunk=self.options.vocab_chunk)
+        return key
 
     def get(self, window: WindowSpec) -> WindowResult | None:
         """The cached result of ``window`` when its key still matches and this user signed it

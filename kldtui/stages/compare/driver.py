@@ -26,17 +26,21 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
-from kldtui.formats.report_model import ComparisonReport, Verified
+from kldtui.formats.report_model import Comparator, ComparisonReport, SideDescription, Verified
 from kldtui.formats.suite import Suite, WindowSpec, load_suite
 from kldtui.stages.compare.cache import WindowCache
 from kldtui.stages.compare.engine import Engine
 from kldtui.stages.compare.figures import figures_window
 from kldtui.stages.compare.hashing import manifest_sha256
-from kldtui.stages.compare.inputs import prepare
+from kldtui.stages.compare.inputs import load_sides, prepare
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.report import build_report
 from kldtui.stages.compare.results import WindowResult
+from kldtui.stages.compare.sides import HiddenSide, Side, memory_text
 from kldtui.workspace import Workspace
+
+# a report's reference and candidate descriptions and its comparator (None: a logits suite's report)
+Described = tuple[tuple[SideDescription, SideDescription] | None, Comparator | None]
 
 
 def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | int,
@@ -78,6 +82,7 @@ class Comparer:
         self.engine_info: tuple[str, int | None] | None = None  # (backend, threads) of windows()
         self.verified: Verified | None = None
         self.reference_manifest_sha256: str | None = None
+        self.described: Described | None = None
 
     # -- comparing ------------------------------------------------------------------------------
     def window(self, window: WindowSpec, *, announce: bool = True,
@@ -89,6 +94,7 @@ class Comparer:
         figures = self.mode.server_figures(self.suite, ws.reference, ws.candidate, [window])
         if figures is not None:
             result = figures_window(figures, window, options or self.options)
+            self.described = (None, None)  # a server computed the figures: no sides to describe
             self.computed += 1
         else:
             cached = self.cache.get(window)
@@ -106,8 +112,7 @@ class Comparer:
     def windows(self, windows: Sequence[WindowSpec] | None = None) -> list[WindowResult]:
         """Validate every window first (:func:`prepare`), then compare them with one engine."""
         ws, options = self.workspace, self.options
-        selected = (list(windows) if windows is not None
-                    else self.suite.select(options.start_window, options.stop_window))
+        selected = list(windows) if windows is not None else options.select(self.suite)
         figures = self.mode.server_figures(self.suite, ws.reference, ws.candidate, selected)
         if figures is not None:
             return self._figures_windows(figures, selected)
@@ -117,6 +122,11 @@ class Comparer:
         self.reference_manifest_sha256 = inputs.reference_manifest_sha256
         results: list[WindowResult] = []
         with Engine(inputs.vocab_size, self.options) as engine:
+            self.described = describe(inputs.reference, inputs.candidate, inputs.windows, self.options,
+                                      engine, inputs.head_sha256)
+            if inputs.replayed:
+                sides = (inputs.reference, inputs.candidate)
+                self.emit(Notice("compare", memory_text(sides, engine.replay_rows, inputs.vocab_size)))
             for n, w in enumerate(inputs.windows):
                 if self.cancel is not None:
                     self.cancel.check()
@@ -137,6 +147,7 @@ class Comparer:
         """Windows whose figures the candidate's server computed (checked file by file)."""
         self.verified = Verified(token_hashes=True, suite_hash=True, logits_sha256="checked")
         self.reference_manifest_sha256 = manifest_sha256(figures.reference.path)
+        self.described = (None, None)
         results = []
         for n, w in enumerate(selected):
             if self.cancel is not None:
@@ -171,12 +182,21 @@ class Comparer:
         own = self.engine_info is not None and self.computed == len(results)
         backend, threads = self.engine_info if own and self.engine_info else (None, None)
         verified = self._identity_unchecked(compared, self.verified)
+        sides, comparator = self.described if self.described is not None else self._describe(results)
         return build_report(
             results, suite=self.suite, reference_dir=self.workspace.reference,
             candidate_dir=self.workspace.candidate, options=options,
             window_range=(options.start_window, stop) if complete else (compared[0], compared[-1] + 1),
             reference_manifest_sha256=ref_sha, verified=verified, elapsed_seconds=elapsed_seconds,
-            backend=backend, threads=threads, command=command)
+            backend=backend, threads=threads, command=command, sides=sides, comparator=comparator)
+
+    def _describe(self, results: Sequence[WindowResult]) -> Described:
+        """What the sides were, for a report of windows compared one at a time (the pipeline) or
+        taken from the cache: read from the folders' manifests now."""
+        ws = self.workspace
+        ref, cand = load_sides(self.suite, ws.reference, ws.candidate, self.options)
+        windows = [self.suite.window(r.window_index) for r in results]
+        return describe(ref, cand, windows, self.options, None, {})
 
     def _identity_unchecked(self, compared: list[int], verified: Verified | None) -> Verified | None:
         """Files whose window identity could not be checked (no header metadata) are named in the
@@ -214,6 +234,37 @@ class Comparer:
                                 figures=headline(report)))
 
 
+def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareOptions, engine: Engine | None,
+             head_sha256: dict[str, str]) -> Described:
+    """The report's ``reference``, ``candidate`` and ``comparator`` objects: written when a side
+    is replayed or the suite's windows are contexts (a logits suite's report keeps its fields)."""
+    replayed = isinstance(ref, HiddenSide) or isinstance(cand, HiddenSide)
+    if not replayed and not (windows and windows[0].unit == "context"):
+        return None, None
+    infos = []
+    for side in (ref, cand):
+        info = side.info(windows)
+        infos.append(SideDescription(kind=info.kind, label=info.label, manifest_sha256=info.manifest_sha256,
+                                     lm_head_file_sha256=head_sha256.get(side.role, info.lm_head_file_sha256),
+                                     file_dtype=info.file_dtype, bytes_on_disk=info.bytes_on_disk,
+                                     full_logits_bytes=info.full_logits_bytes))
+    comparator = None
+    if replayed:
+        settings = engine.replays.settings() if engine is not None else {}
+        cuda = str(settings.get("device", "")).startswith("cuda")
+        comparator = Comparator(
+            two_pass_full_vocabulary=True,
+            lm_head_file_sha256=infos[0].lm_head_file_sha256,
+            candidate_lm_head_file_sha256=infos[1].lm_head_file_sha256,
+            replay_dtype=options.replay_dtype, vocab_chunk=options.vocab_chunk,
+            replay_rows=engine.replay_rows if engine is not None else None,
+            position_block=engine.row_block if engine is not None else None,
+            device=settings.get("device"), library=settings.get("library"),
+            tf32=False if cuda else None, bf16_reduced_precision_reduction=False if cuda else None,
+            source_file_hashes_verified=options.verify_sha256)
+    return (infos[0], infos[1]), comparator
+
+
 def run_compare(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                 options: CompareOptions | None = None, suite: Suite | str | os.PathLike[str] | None = None,
                 windows: Sequence[WindowSpec] | None = None, command: str | None = None) -> ComparisonReport:
@@ -242,4 +293,4 @@ def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
     return run_compare(workspace, emit, cancel, options=options, suite=suite_manifest, command=command)
 
 
-__all__ = ["Comparer", "compare", "compare_window", "run_compare"]
+__all__ = ["Comparer", "compare", "compare_window", "describe", "run_compare"]

@@ -1,26 +1,36 @@
 """The compare engine: each window streamed in row blocks through a fused kernel
 (:mod:`kldtui.metrics.kernels`) on a pool of threads, one row block per thread in memory, and
-reduced to a :class:`~kldtui.stages.compare.results.WindowResult`."""
+reduced to a :class:`~kldtui.stages.compare.results.WindowResult`.
+
+Rows come from the two sides (:mod:`kldtui.stages.compare.sides`): logits files are read by the
+kernel threads as they go; a hidden-state side is replayed a block of ``replay_rows`` at a time
+first (the GEMM uses every thread the comparison has), and the kernel threads then take that
+block's rows, so replayed and captured logits go through the same kernels."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
-from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import WindowSpec
 from kldtui.metrics.kernels import RowKernel, RowStats
+from kldtui.metrics.replay import torch_threads
 from kldtui.stages.compare.backends import Backend, choose_backend
 from kldtui.stages.compare.inputs import CompareInputs
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowResult
-from kldtui.stages.compare.rows import RowMap
+from kldtui.stages.compare.sides import Replays
+
+REPLAY_ROWS = {Backend.TORCH_CUDA: 512}  # rows replayed at once; other backends (the CPU): 256
+DEFAULT_REPLAY_ROWS = 256
 
 
 class Engine:
@@ -36,6 +46,11 @@ class Engine:
         self.spec = self.backend.spec
         self.threads = self.spec.threads(choice.threads)
         self.row_block = max(1, options.row_block or self.spec.row_block)
+        self.replay_rows = max(self.row_block, options.replay_rows or REPLAY_ROWS.get(self.backend,
+                                                                                      DEFAULT_REPLAY_ROWS))
+        # the replay's GEMM runs on the CPU with every thread of the comparison, or on the GPU
+        self.replays = Replays(self._torch_device(), output=options.replay_dtype, chunk=options.vocab_chunk,
+                               threads=choice.threads or os.cpu_count())
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kldtui-compare")
 
@@ -46,6 +61,7 @@ class Engine:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.replays.close()
         if self.backend is Backend.TORCH_CUDA:
             # give the cached blocks back: a server started later checks the GPU's free memory
             import torch
@@ -67,12 +83,15 @@ class Engine:
             self._local.kernel = k
         return k
 
-    def _buffer(self, name: str) -> np.ndarray:
-        """This thread's read buffer for one side (allocated at first use: mmap needs none)."""
-        buf = getattr(self._local, name, None)
-        if buf is None:
-            buf = np.empty((self.row_block, self.vocab), dtype=np.float32)
-            setattr(self._local, name, buf)
+    def _scratch(self, name: str, dtype: np.dtype) -> np.ndarray:
+        """This thread's reusable buffer ``[row_block, vocab]`` of ``dtype`` for one use (``name``:
+        a side's raw rows, widened rows); allocated at first use: mmap needs none."""
+        bufs: dict[str, np.ndarray] = getattr(self._local, "buffers", None) or {}
+        self._local.buffers = bufs
+        buf = bufs.get(name)
+        if buf is None or buf.dtype != dtype:
+            buf = np.empty((self.row_block, self.vocab), dtype=dtype)
+            bufs[name] = buf
         return buf
 
     def compare_window(self, inputs: CompareInputs, window: WindowSpec,
@@ -80,29 +99,36 @@ class Engine:
         t0 = time.perf_counter()
         rows = window.scored_positions
         reverse = self.options.reverse
-        ref_path = inputs.reference.file_path(window.index)
-        cand_path = inputs.candidate.file_path(window.index)
         tokens = inputs.next_tokens[window.index]
         out = RowStats.empty(rows, reverse)
         throttle = Throttle(0.1)
         done = 0
         lock = threading.Lock()
-        task = f"window {window.index:03d}"
+        task = f"{window.unit} {window.index:0{window.digits}d}"
+        mmap_ok = self.spec.mmap
 
-        with RowReader(ref_path) as xr, RowReader(cand_path) as yr, \
-                RowMap(xr, self.spec.mmap) as xm, RowMap(yr, self.spec.mmap) as ym:
+        with contextlib.ExitStack() as stack:
+            xs = inputs.reference.open(window, self.replays, self.replay_rows, mmap_ok)
+            stack.callback(xs.close)
+            ys = inputs.candidate.open(window, self.replays, self.replay_rows, mmap_ok)
+            stack.callback(ys.close)
+
             def work(start: int) -> None:
                 nonlocal done
                 if cancel is not None:
                     cancel.check()
                 stop = min(start + self.row_block, rows)
                 kernel = self._kernel()
-                x = xm.rows(start, stop) if xm.ok else xr.pread(start, stop, self._buffer("x"))
-                y = ym.rows(start, stop) if ym.ok else yr.pread(start, stop, self._buffer("y"))
+
+                def side_scratch(prefix: str) -> Any:
+                    return lambda name, dtype: self._scratch(f"{prefix}-{name}", dtype)
+
+                x = xs.rows(start, stop, side_scratch("x"))
+                y = ys.rows(start, stop, side_scratch("y"))
                 block = kernel.block(x, y, tokens[start:stop], reverse)
                 del x, y
-                xm.release(start, stop)
-                ym.release(start, stop)
+                xs.release(start, stop)
+                ys.release(start, stop)
                 out.put(start, block)
                 with lock:
                     done += stop - start
@@ -112,37 +138,42 @@ class Engine:
                         emit(Progress("compare", task=task, done=done, total=rows, unit="rows",
                                       rate=rate, eta_s=(rows - done) / rate if rate else None))
 
-            futures: list[Future[None]] = [self._pool.submit(work, s) for s in range(0, rows, self.row_block)]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in futures if f.done() and f.exception() is not None]
-            if failed:
-                for f in futures:
-                    f.cancel()
-                wait(futures)
-                raise failed[0].exception()  # type: ignore[misc]
+            replayed = xs.replayed or ys.replayed
+            stage = self.replay_rows if replayed else rows
+            gemm_threads = self.replays.threads if replayed and self.replays.uses_torch else None
+            for s0 in range(0, rows, stage):
+                s1 = min(s0 + stage, rows)
+                if cancel is not None:
+                    cancel.check()
+                with torch_threads(gemm_threads):
+                    xs.stage(s0, s1)
+                    ys.stage(s0, s1)
+                self._run(work, range(s0, s1, self.row_block))
         bad = out.nonfinite_rows()
         if bad.size:
-            raise self._nonfinite_error(ref_path, cand_path, window, bad)
+            raise self._nonfinite_error(inputs, window, bad)
         elapsed = time.perf_counter() - t0
+        nbytes = inputs.reference.bytes_read(rows) + inputs.candidate.bytes_read(rows)
         return WindowResult(window.index, window.domain, self.vocab, out, elapsed_seconds=elapsed,
-                            bytes_compared=2 * rows * self.vocab * 4, backend=str(self.backend))
+                            bytes_compared=nbytes, backend=str(self.backend))
 
-    def _nonfinite_error(self, ref_path: Path, cand_path: Path, window: WindowSpec,
-                         rows: np.ndarray) -> BadInput:
-        for path, side in ((ref_path, "reference"), (cand_path, "candidate")):
-            with RowReader(path) as reader:
-                hit: list[int] = []
-                for r in rows[:64]:
-                    block = reader.pread(int(r), int(r) + 1)
-                    # NaN or +Inf, or no finite logit at all (-inf alone is a mask: probability 0)
-                    if not np.isfinite(np.max(block)):
-                        hit.append(int(r))
-                if hit:
-                    shown = ", ".join(str(r) for r in hit[:5]) + (" ..." if len(hit) > 5 else "")
-                    return BadInput(f"{path}: {window.label}: NaN or Inf in the {side} logits at rows "
-                                    f"{shown} (NaN, +Inf or no finite logit in a row); capture and "
-                                    "finalize this window again")
-        return BadInput(f"{cand_path}: {window.label}: non-finite results at rows "
+    def _run(self, work: Any, starts: range) -> None:
+        """``work(start)`` for every block start on the pool; the first failure stops the rest."""
+        futures: list[Future[None]] = [self._pool.submit(work, s) for s in starts]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f.done() and f.exception() is not None]
+        if failed:
+            for f in futures:
+                f.cancel()
+            wait(futures)
+            raise failed[0].exception()  # type: ignore[misc]
+
+    def _nonfinite_error(self, inputs: CompareInputs, window: WindowSpec, rows: np.ndarray) -> BadInput:
+        for side in (inputs.reference, inputs.candidate):
+            message = side.nonfinite(window, rows)
+            if message is not None:
+                return BadInput(message)
+        return BadInput(f"{inputs.candidate.manifest_path}: {window.label}: non-finite results at rows "
                         f"{', '.join(str(int(r)) for r in rows[:5])}; the logits overflow float64 sums")
 
 

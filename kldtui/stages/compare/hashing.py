@@ -1,6 +1,6 @@
-"""Hashes a comparison checks and records: every logits file's SHA-256 against its manifest
-(through ``kldtui verify``'s cache of verified files) and the reference manifest's own SHA-256,
-which the report names."""
+"""Hashes a comparison checks and records: every logits or hidden-state file's SHA-256 against its
+manifest and an LM head's against its ``manifest.json`` (through ``kldtui verify``'s cache of
+verified files), and the reference manifest's own SHA-256, which the report names."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink
-from kldtui.formats.suite import LogitsManifest, WindowSpec
+from kldtui.formats.fidelity import LmHead
+from kldtui.formats.suite import WindowSpec
 
-# (file, its SHA-256 in the manifest, its window, the manifest that lists it)
-ListedFile = tuple[Path, str, WindowSpec, LogitsManifest]
+# (file, its SHA-256 in the manifest, its window, the folder of the manifest that lists it)
+ListedFile = tuple[Path, str, WindowSpec, Path]
 
 
 def manifest_sha256(path: str | os.PathLike[str]) -> str:
@@ -29,8 +30,8 @@ def verify_sha256(paths: list[ListedFile], emit: EventSink, cancel: Cancel | Non
 
     caches: dict[Path, VerifiedCache] = {}
     known: dict[Path, str] = {}
-    for path, _, _, manifest in paths:
-        cache = caches.setdefault(manifest.root.resolve(), VerifiedCache(manifest.root))
+    for path, _, _, root in paths:
+        cache = caches.setdefault(root.resolve(), VerifiedCache(root))
         sha = cache.lookup(path)
         if sha is not None:
             known[path] = sha
@@ -52,4 +53,23 @@ def verify_sha256(paths: list[ListedFile], emit: EventSink, cancel: Cancel | Non
     return "checked" if need else "cached"
 
 
-__all__ = ["ListedFile", "manifest_sha256", "verify_sha256"]
+def verify_head(head: LmHead, emit: EventSink, cancel: Cancel | None) -> str | None:
+    """An LM head's file against its manifest's ``file_sha256`` (hashed once, then remembered by
+    the verified-file cache); returns the SHA-256 (None for a head without a manifest, which is
+    hashed so that the report can name it)."""
+    from kldtui.stages.verify import VerifiedCache, hash_files
+
+    cache = VerifiedCache(head.path.parent)
+    sha = cache.lookup(head.path)
+    if sha is None:
+        sha = hash_files([head.path], emit=emit, cancel=cancel, stage="compare", task="verify LM head",
+                         on_hashed=cache.record)[head.path]
+        cache.save()
+    if head.file_sha256 is not None and sha != head.file_sha256:
+        raise BadInput(f"{head.path}: SHA-256 {sha[:12]}... differs from {head.manifest_path}'s file_sha256 "
+                       f"{head.file_sha256[:12]}...; the head is damaged or not the one the manifest names, "
+                       "fetch it again")
+    return sha
+
+
+__all__ = ["ListedFile", "manifest_sha256", "verify_head", "verify_sha256"]

@@ -1,13 +1,18 @@
-"""What a comparison is asked to do: the window range, bootstrap, direction, backend and mode."""
+"""What a comparison is asked to do: the window (or context) selection, bootstrap, direction,
+backend, mode, and for hidden-state sides the heads and the replay's arithmetic."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kldtui.metrics.replay_spec import DEFAULT_CHUNK, DEFAULT_OUTPUT
+
 if TYPE_CHECKING:
     from kldtui.capture_modes import CaptureMode
+    from kldtui.formats.fidelity import ContextFilter
     from kldtui.formats.model_size import ModelSize
+    from kldtui.formats.suite import Suite, WindowSpec
 
 
 @dataclass
@@ -27,6 +32,28 @@ class CompareOptions:
     mode: CaptureMode | None = None
     # the candidate's size and bits per weight, written into the report (kldtui.formats.model_size)
     candidate_size: ModelSize | None = None
+    # a hidden-state suite's contexts: the published filter and strata (docs/FORMATS.md)
+    context_filter: str = "all"
+    strata: tuple[str, ...] = ()
+    # hidden-state sides (docs/REPLAY.md): the heads, and the replay's rounding, chunk and rows
+    lm_head: str | None = None  # the reference's head (file or folder); None: the suite's lm-head/
+    candidate_lm_head: str | None = None  # a hidden-state candidate's own head
+    replay_dtype: str = DEFAULT_OUTPUT
+    vocab_chunk: int = DEFAULT_CHUNK
+    replay_rows: int | None = None  # rows replayed at once; None: the backend's (CPU 256, CUDA 512)
+
+    @property
+    def contexts(self) -> ContextFilter:
+        from kldtui.formats.fidelity import ContextFilter
+
+        return ContextFilter(self.context_filter, self.strata, self.start_window, self.stop_window)
+
+    def select(self, suite: Suite) -> list[WindowSpec]:
+        """The windows (contexts) this comparison covers: the range, then the context filter."""
+        chosen = self.contexts
+        if chosen.which == "all" and not chosen.strata:
+            return suite.select(self.start_window, self.stop_window)
+        return chosen.apply(suite)
 
 
 __all__ = ["CompareOptions"]

@@ -1,5 +1,7 @@
 """The report (docs/REPORT.md) from window results: per-window entries and columns, the figures
-over all positions, window-clustered bootstraps and provenance."""
+over all positions, window-clustered bootstraps and provenance; for a hidden-state suite also
+what each side was, how it was replayed and the suite's clustered statistics
+(:mod:`kldtui.stages.compare.suite_stats`)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from kldtui.formats.report_model import (
     REPORT_FORMAT,
     WINDOW_FIGURES,
     Bootstrap,
+    Comparator,
     ComparisonReport,
     ConfidenceBucket,
     DeltaP,
@@ -29,6 +32,7 @@ from kldtui.formats.report_model import (
     NextToken,
     PositionBucket,
     Provenance,
+    SideDescription,
     Stats,
     TopK,
     Verified,
@@ -43,6 +47,7 @@ from kldtui.metrics.figures import finite
 from kldtui.stages.compare.hashing import manifest_sha256
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowFigures, WindowResult
+from kldtui.stages.compare.suite_stats import suite_statistics
 
 DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
@@ -65,8 +70,11 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
                  reference_identity_sha256: str | None = None, verified: Verified | None = None,
                  elapsed_seconds: float | None = None,
                  backend: str | None = None, threads: int | None = None,
-                 command: str | None = None) -> ComparisonReport:
-    """The report (docs/REPORT.md) from window results, in any order."""
+                 command: str | None = None,
+                 sides: tuple[SideDescription, SideDescription] | None = None,
+                 comparator: Comparator | None = None) -> ComparisonReport:
+    """The report (docs/REPORT.md) from window results, in any order; ``sides`` and
+    ``comparator`` say what each side was and how replayed sides were replayed."""
     options = options or CompareOptions()
     if not results:
         raise BadInput(f"{candidate_dir}: no compared windows to report")
@@ -115,6 +123,12 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
            if fig.report == "columns" and (fig.name != "kl_reverse_mean" or with_reverse)}}
     reported = _reported(figs)
     with np.errstate(over="ignore", invalid="ignore"):
+        suite_stats = None
+        if suite is not None:
+            suite_sha = None
+            with contextlib.suppress(OSError):
+                suite_sha = manifest_sha256(suite.path)
+            suite_stats = suite_statistics(res, suite, options, suite_sha)
         return ComparisonReport(
             report_format=REPORT_FORMAT,
             direction=DIRECTION,
@@ -137,6 +151,10 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             **_overall_figures(res, figs, reverse, samples, seed),
             figures=_figure_summaries(res, figs, reported, samples, seed),
             candidate_size=options.candidate_size,
+            reference=sides[0] if sides is not None else None,
+            candidate=sides[1] if sides is not None else None,
+            comparator=comparator,
+            suite_statistics=suite_stats,
         )
 
 

@@ -1,0 +1,164 @@
+"""kldtui compare against a hidden-state reference (replayed with the reference's LM head): the
+same per-row figures as against the full-logit reference of the same states, within the replay's
+tolerance; candidates as kldtui logits, published live logits (BF16) or hidden states with their
+own head; the suite's clustered statistics under the published names; one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.errors import BadInput
+from kldtui.formats import fidelity as fid
+from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+from kldtui.formats.report import load_report
+from kldtui.formats.suite import load_suite
+from kldtui.metrics.replay import bf16_to_f32, f32_to_bf16
+from kldtui.stages.compare import CompareOptions, compare
+from tests import fidelity_fixture as fx
+
+pytest.importorskip("torch")
+
+
+def _bf16(values: np.ndarray) -> np.ndarray:
+    return bf16_to_f32(f32_to_bf16(np.asarray(values, dtype=np.float32)))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The published-layout suite, a full-logit copy of its reference, and a candidate whose head
+    is the reference's plus noise, as F32 logits and as hidden states with its own head."""
+    base = tmp_path_factory.mktemp("hidden-compare")
+    f = fx.build(base / "suite", contexts=12)
+    suite = load_suite(f.root)
+    rng = np.random.default_rng(7)
+    cand_head = _bf16(f.head + rng.standard_normal(f.head.shape).astype(np.float32) * 0.05)
+    full_ref, cand_logits = base / "full-ref", base / "cand-logits"
+    written_ref, written_cand = [], []
+    for w in suite.windows:
+        exact = f.replay(w.index)
+        written_ref.append(write_logits_array(full_ref, w, _bf16(exact), suite.context_length))
+        cand = f.hidden[w.index].astype(np.float64) @ cand_head.astype(np.float64).T
+        written_cand.append(write_logits_array(cand_logits, w, _bf16(cand), suite.context_length))
+    write_logits_manifest(full_ref, suite, written_ref, kind="full-logit reference")
+    write_logits_manifest(cand_logits, suite, written_cand, kind="candidate")
+    # the candidate as hidden states (the same states) with its own head inside its folder
+    cand_hidden = base / "cand-hidden"
+    records = []
+    for w in suite.windows:
+        out = fid.write_context_tensor(cand_hidden, "hidden", w, f.hidden[w.index])
+        records.append(fid.tensor_record(w, out))
+    fid.write_tensor_manifest(cand_hidden, "hidden", suite, records, width=fx.HIDDEN, run_name="cand")
+    fid.write_lm_head(cand_hidden / fid.LM_HEAD_DIR, cand_head, checkpoint_tensor_key="lm_head.weight")
+    return {"fixture": f, "suite": suite, "full_ref": full_ref, "cand_logits": cand_logits,
+            "cand_hidden": cand_hidden, "base": base}
+
+
+def _cmp(world: dict, ref: Path, cand: Path, **kw) -> object:  # type: ignore[type-arg,no-untyped-def]
+    options = CompareOptions(bootstrap_samples=200, **kw)
+    return compare(world["fixture"].root, ref, cand, options)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c", "torch-cpu"])
+def test_replayed_reference_matches_the_full_logit_reference(world: dict, backend: str) -> None:  # type: ignore[type-arg]
+    root = world["fixture"].root
+    replayed = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend=backend, reverse=True)
+    full = _cmp(world, world["full_ref"], world["cand_logits"], backend=backend, reverse=True)
+    # same contexts, positions and per-position figures within the replay's tolerance (the only
+    # difference: a replayed logit may round to the other BF16 neighbour at a rounding midpoint)
+    assert replayed.positions == full.positions == 12 * (fx.CONTEXT - 1)
+    assert replayed.kl_reference_to_candidate.mean == pytest.approx(full.kl_reference_to_candidate.mean, rel=1e-3)
+    assert replayed.top1_agreement == pytest.approx(full.top1_agreement, abs=2 / replayed.positions)
+    for a, b in zip(replayed.per_window_arrays.kl_mean, full.per_window_arrays.kl_mean, strict=True):
+        assert a == pytest.approx(b, rel=1e-2, abs=1e-6)
+    assert replayed.reference.kind == "hidden" and full.reference.kind == "logits"
+    head = fid.load_lm_head(root / fid.LM_HEAD_DIR)
+    assert replayed.comparator.lm_head_file_sha256 == head.file_sha256
+    assert replayed.comparator.replay_dtype == "bf16" and replayed.comparator.two_pass_full_vocabulary
+    assert replayed.reference.bytes_on_disk < replayed.reference.full_logits_bytes or fx.HIDDEN * 2 > fx.VOCAB
+
+
+def test_hidden_candidate_replayed_with_its_own_head(world: dict) -> None:  # type: ignore[type-arg]
+    root = world["fixture"].root
+    hidden = _cmp(world, root / fid.HIDDEN_DIR, world["cand_hidden"], backend="numpy")
+    logits = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy")
+    assert hidden.kl_reference_to_candidate.mean == pytest.approx(logits.kl_reference_to_candidate.mean, rel=1e-3)
+    assert hidden.kl_reference_to_candidate.mean > 1e-4  # the candidate's head differs: measured
+    assert hidden.candidate.kind == "hidden"
+    assert hidden.comparator.candidate_lm_head_file_sha256 != hidden.comparator.lm_head_file_sha256
+
+
+def test_hidden_candidate_never_takes_the_reference_head(world: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    root = world["fixture"].root
+    with pytest.raises(BadInput, match="--candidate-lm-head"):
+        _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR)
+    # given explicitly, the reference's own states and head against themselves: zero
+    same = _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR, candidate_lm_head=str(root / fid.LM_HEAD_DIR),
+                backend="numpy")
+    assert same.kl_reference_to_candidate.max == 0.0 and same.top1_agreement == 1.0
+
+
+def test_published_live_logits_candidate_bf16(world: dict) -> None:  # type: ignore[type-arg]
+    f = world["fixture"]
+    live = f.root / "sentinel-live-logits" / "repeat-00"
+    sentinels = [i for i, s in enumerate(f.sentinels) if s]
+    report = _cmp(world, f.root / fid.HIDDEN_DIR, live, context_filter="sentinel", backend="numpy")
+    assert [e.window_index for e in report.per_window] == sentinels
+    # live logits are the BF16-rounded exact product: the replay agrees to rounding midpoints
+    assert report.kl_reference_to_candidate.mean < 1e-6
+    assert report.candidate.file_dtype == "BF16"
+    assert report.suite_statistics.context_selection.filter == "sentinel"
+
+
+def test_suite_statistics_and_the_published_names(world: dict, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def,type-arg]
+    f = world["fixture"]
+    out = tmp_path / "r.json"
+    code = main(["compare", "--suite-manifest", str(f.root), "--reference-dir", str(f.root / fid.HIDDEN_DIR),
+                 "--candidate-dir", str(world["cand_logits"]), "--output", str(out), "--bootstrap-samples", "300",
+                 "--context-filter", "analysis", "--backend", "numpy"])
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    for key in ("contexts", "kl_micro_token_mean", "kl_macro_allocation_stratum_mean", "context_depth_buckets",
+                "kl_context_bootstrap", "kl_source_cluster_bootstrap", "kl_stratified_source_cluster_bootstrap",
+                "allocation_strata", "semantic_classes", "high_kld_contexts", "top1_discordant_contexts",
+                "per_context", "reference", "candidate", "comparator", "suite_manifest_sha256"):
+        assert key in doc, key
+    analysis = [i for i, p in enumerate(f.partitions) if p == "analysis"]
+    assert doc["contexts"] == len(analysis)
+    assert doc["context_selection"]["partition"] == "analysis"
+    assert [c["context_index"] for c in doc["per_context"]] == analysis
+    per = doc["per_context"][0]
+    assert per["source_cluster"] == json.dumps([per["dataset"], per["source_cluster_id"]], separators=(",", ":"))
+    strat = doc["kl_stratified_source_cluster_bootstrap"]
+    assert set(strat["stratum_sizes"]) == {f.strata[i] for i in analysis}
+    assert strat["micro"]["estimate"] == pytest.approx(np.mean([c["kl_reference_to_candidate"]["mean"]
+                                                                for c in doc["per_context"]]))
+    assert doc["kl_source_cluster_bootstrap"]["cluster_count"] == len({f.clusters[i] for i in analysis})
+    ranks = [r["kl_mean"] for r in doc["high_kld_contexts"]]
+    assert ranks == sorted(ranks, reverse=True)
+    report = load_report(out)  # the typed model reads it back
+    assert report.suite_statistics is not None and report.suite_statistics.contexts == len(analysis)
+    assert "kl_micro_token_mean" not in report.extra
+
+
+def test_errors_name_the_file(world: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    root = world["fixture"].root
+    with pytest.raises(BadInput, match="has nothing to replay"):
+        _cmp(world, world["full_ref"], world["cand_logits"], lm_head=str(root / fid.LM_HEAD_DIR))
+    other = tmp_path / "head"
+    fid.write_lm_head(other, np.zeros((fx.VOCAB, 8), np.float32), checkpoint_tensor_key="k")
+    with pytest.raises(BadInput, match="width 32"):
+        _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], lm_head=str(other))
+    # a head whose bytes no longer match its manifest
+    copy = tmp_path / "bad-head"
+    copy.mkdir()
+    (copy / "manifest.json").write_bytes((root / fid.LM_HEAD_DIR / "manifest.json").read_bytes())
+    data = bytearray((root / fid.LM_HEAD_DIR / "weight.safetensors").read_bytes())
+    data[-1] ^= 0x40
+    (copy / "weight.safetensors").write_bytes(bytes(data))
+    with pytest.raises(BadInput, match="file_sha256"):
+        _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], lm_head=str(copy))
