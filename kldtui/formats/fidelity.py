@@ -245,6 +245,12 @@ def context_info(window: WindowSpec) -> ContextInfo | None:
         representation_type=_opt_str(raw, "representation_type", where))
 
 
+def is_sentinel(window: WindowSpec) -> bool:
+    """Whether a window is a sentinel context of a hidden-state suite."""
+    info = context_info(window)
+    return info is not None and info.sentinel
+
+
 def cluster_key(window: WindowSpec) -> str:
     """The resampling unit of a window: its source cluster for a hidden-state suite's context
     (:attr:`ContextInfo.cluster_key`), the window itself for a logits suite's window."""
@@ -1168,7 +1174,7 @@ def write_top_manifest(root: str | os.PathLike[str], *, artifact_kind: str, chec
     head = load_lm_head(base / LM_HEAD_DIR)
     if head.file_sha256 is None:
         raise BadInput(f"{base / LM_HEAD_DIR}: the LM head has no manifest.json; export it with kldtui")
-    counts = {name: sum(1 for w in suite.windows if (context_info(w) or _NO_INFO).partition == name)
+    counts = {name: sum(1 for w in suite.windows if getattr(context_info(w), "partition", None) == name)
               for name in PARTITION_NAMES}
     runtime = base / CAPTURE_RUNTIME
     runtime_doc: dict[str, Any] | None = None
@@ -1190,7 +1196,7 @@ def write_top_manifest(root: str | os.PathLike[str], *, artifact_kind: str, chec
                              "shape_per_context": [rows, hidden.width],
                              "total_size_bytes": hidden.total_size_bytes},
         "scored_positions_per_context": suite.context_length - 1,
-        "sentinel_count": sum(1 for w in suite.windows if (context_info(w) or _NO_INFO).sentinel),
+        "sentinel_count": sum(1 for w in suite.windows if is_sentinel(w)),
         "status": status,
         "suite": {"manifest": SUITE_MANIFEST, "manifest_sha256": sha256_file(suite.path),
                   "suite_token_hash_sha256": suite.suite_token_hash_sha256},
@@ -1202,7 +1208,63 @@ def write_top_manifest(root: str | os.PathLike[str], *, artifact_kind: str, chec
     return path
 
 
-_NO_INFO = ContextInfo(-1, "", "", "", False, None, None, None, None, None, None, None, None, None)
+
+# ------------------------------------------------------------------ what a selection needs
+
+
+# suite-level files a download always takes (those checksums.txt lists): small, and needed to
+# check the suite, its hashes and the reference's identity
+SUITE_FILES = (TOP_MANIFEST, SUITE_MANIFEST, PARTITIONS, SOURCES, SOURCE_REGISTRY, CAPTURE_RUNTIME,
+               f"{HIDDEN_DIR}/{TENSOR_MANIFEST}", f"{LM_HEAD_DIR}/{TENSOR_MANIFEST}")
+_RUN_MANIFEST = re.compile(r"(sentinel-hidden|sentinel-live-logits)/repeat-\d{2}/manifest\.json\Z")
+
+
+def run_manifests(listed: Iterable[str]) -> list[str]:
+    """The sentinel repeat folders' manifests among ``listed`` (relative paths), sorted."""
+    return sorted(rel for rel in listed if _RUN_MANIFEST.match(rel))
+
+
+def head_file(root: str | os.PathLike[str]) -> str:
+    """The LM head's weight file, relative to the suite folder (its manifest's ``file``)."""
+    path = Path(root) / LM_HEAD_DIR / TENSOR_MANIFEST
+    if path.is_file():
+        _, doc = read_versioned(path, TENSOR_MANIFEST, "LM head manifest")
+        return f"{LM_HEAD_DIR}/{check_name(doc.get('file', HEAD_FILE), 'file', str(path))}"
+    return f"{LM_HEAD_DIR}/{HEAD_FILE}"
+
+
+@dataclass(frozen=True)
+class NeededFile:
+    """A file a selection of contexts needs: its path in the suite folder, the size and SHA-256
+    its manifest lists (None where only ``checksums.txt`` knows it), what it is in messages."""
+
+    rel: str
+    size_bytes: int | None
+    sha256: str | None
+    label: str
+    large: bool
+
+
+def selection_files(suite: Suite, windows: Sequence[WindowSpec], hidden: TensorManifest, head: str,
+                    head_size: int | None, head_sha: str | None,
+                    runs: Sequence[TensorManifest] = ()) -> list[NeededFile]:
+    """Per-selection files: the selected contexts' token files and hidden-state files, the LM
+    head, and the selected contexts' files in the sentinel repeat folders ``runs``."""
+    base = suite.root.resolve()
+    out = [NeededFile(w.token_file, None, None, f"token file of {w.label}", False) for w in windows]
+    out.append(NeededFile(head, head_size, head_sha, "the LM head", True))
+    for manifest in (hidden, *runs):
+        folder = manifest.root.resolve().relative_to(base).as_posix()
+        for w in windows:
+            record = manifest.entries.get(w.index)
+            if record is None:
+                if manifest is hidden:
+                    raise BadInput(f"{hidden.path}: {w.label} is not listed; the reference has no hidden "
+                                   "states for it")
+                continue
+            out.append(NeededFile(f"{folder}/{record.file}", record.size_bytes, record.sha256,
+                                  f"{w.label} in {folder}", True))
+    return out
 
 
 # ---------------------------------------------------------------------- sizes (the dashboard's)
@@ -1215,11 +1277,13 @@ def full_logits_bytes(context_count: int, context_length: int, vocab: int) -> in
 
 __all__ = [
     "CHECKSUMS", "CONTEXT_FILTERS", "DEPTH_BUCKETS", "HEAD_FILE", "HIDDEN_DIR", "HIDDEN_KEY", "LIVE_KEY",
-    "LM_HEAD_DIR", "PARTITIONS", "PARTITION_NAMES", "SEMANTIC_HIDDEN", "SEMANTIC_LIVE", "TOP_MANIFEST",
+    "LM_HEAD_DIR", "PARTITIONS", "PARTITION_NAMES", "SEMANTIC_HIDDEN", "SEMANTIC_LIVE", "SUITE_FILES",
+    "TOP_MANIFEST", "NeededFile", "head_file", "run_manifests", "selection_files",
     "ContextFilter", "ContextInfo", "LmHead", "NewContext", "TensorManifest", "TensorRecord", "TopManifest",
     "WrittenTensor", "check_partitions", "check_tensor_file", "checksums_text", "cluster_key", "context_info",
     "context_token_file", "dataset_fingerprint", "domain_hash", "full_logits_bytes", "head_bits",
-    "hidden_file_name", "holds_hidden_states", "is_context_suite", "is_tensor_manifest", "is_top_manifest",
+    "hidden_file_name", "holds_hidden_states", "is_context_suite", "is_sentinel", "is_tensor_manifest",
+    "is_top_manifest",
     "listed_files",
     "live_logits_file_name", "load_lm_head", "load_tensor_manifest", "load_top_manifest",
     "logits_manifest_from_contexts", "parse_checksums", "read_checksums", "read_partitions",

@@ -55,7 +55,6 @@ from kldtui.formats.safe_io import open_private, regular_size
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
-    LogitsEntry,
     LogitsManifest,
     Suite,
     load_logits_manifest,
@@ -96,8 +95,14 @@ class ReferenceSuite:
     downloaded: tuple[str, ...] = ()  # repository paths fetched by this call
     verify: VerifyResult | None = field(default=None, repr=False)
 
+    def summary_line(self) -> str:
+        lo, hi = self.window_range
+        source = "local copy, no network" if self.offline else f"commit {self.commit}"
+        return (f"reference ready: {self.root} windows {lo}..{hi - 1} ({source}); "
+                f"suite {self.suite_manifest}, logits {self.ref_dir}")
 
-def _as_reference_events(emit: EventSink) -> EventSink:
+
+def as_reference_events(emit: EventSink) -> EventSink:
     """The verification inside this stage reports as part of it: its start and end become notices."""
 
     def relay(event: Any) -> None:
@@ -177,7 +182,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         emit(Notice(STAGE, f"{root} already holds windows {rng[0]}..{rng[1] - 1}; verifying, no network"))
         result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                                   workers=workers, expected_suite_hash=expected_hash,
-                                  emit=_as_reference_events(emit), cancel=cancel)
+                                  emit=as_reference_events(emit), cancel=cancel)
         result.raise_for_failures()
         record = read_record(root) or {}
         emit(StageFinished(STAGE, summary=f"reference ready (local): {result.summary()}",
@@ -200,7 +205,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         # new files belong to one manifest (pass --revision main to move to the newest commit)
         revision = str(earlier["commit"])
         emit(Notice(STAGE, f"{root} was downloaded from commit {revision[:12]}; fetching the rest from it"))
-    downloader = _HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
+    downloader = HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
     commit = downloader.resolve()
     downloader.fetch_small([SUITE_MANIFEST, f"{REF_DIR}/{LOGITS_MANIFEST}"])
     suite = load_suite(root)
@@ -213,7 +218,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     downloader.fetch_small(token_files, task="token files")
     entries = [manifest.entry(i) for i in range(*rng)]
     cache = VerifiedCache(root / REF_DIR)
-    todo: list[tuple[LogitsEntry, Path]] = []
+    todo: list[RemoteFile] = []
     for entry in entries:
         final = manifest.file_path(entry.window_index)
         if final.is_file() and final.stat().st_size == entry.size_bytes:
@@ -221,13 +226,14 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
             if known is None or known == entry.sha256:
                 continue  # present; checked by the verification below
             # a file of another revision (known hash differs): fetched again, replaced when verified
-        todo.append((entry, final))
-    downloader.check_disk_space(todo, rng)
-    fetched = downloader.fetch_logits(todo, workers=workers)
-    _write_record(root, repo_id, requested, commit, rng, downloader.endpoint)
+        todo.append(RemoteFile(final, entry.size_bytes, entry.sha256, f"window {entry.window_index:03d}",
+                               f"{REF_DIR}/{LOGITS_MANIFEST}"))
+    downloader.check_disk_space(todo, f"windows {rng[0]}..{rng[1] - 1}", "choose a smaller --stop-window")
+    fetched = downloader.fetch_files(todo, workers=workers)
+    write_record(root, repo_id, requested, commit, set(range(*rng)), downloader.endpoint)
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                               workers=workers, expected_suite_hash=expected_hash,
-                              emit=_as_reference_events(emit), cancel=cancel)
+                              emit=as_reference_events(emit), cancel=cancel)
     result.raise_for_failures()
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"reference ready: {len(fetched)} logits file(s) downloaded "
@@ -239,15 +245,17 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
                           tuple(downloader.fetched_paths), result)
 
 
-def _write_record(root: Path, repo_id: str, revision: str | None, commit: str, rng: tuple[int, int],
-                  endpoint: str | None) -> None:
+def write_record(root: Path, repo_id: str, revision: str | None, commit: str, indices: set[int],
+                 endpoint: str | None, **extra: Any) -> None:
+    """The download record (``.kldtui-reference.json``): repository, commit and the windows (or
+    contexts) fetched so far from that commit."""
     previous = read_record(root) or {}
-    windows = set(range(*rng))
+    windows = set(indices)
     if previous.get("repo_id") == repo_id and previous.get("commit") == commit:
         windows |= {int(i) for i in previous.get("windows", []) if isinstance(i, int)}
     write_json_atomic(root / RECORD_NAME, {
         "format": 1, "repo_id": repo_id, "repo_type": REPO_TYPE, "revision": revision, "commit": commit,
-        "endpoint": endpoint, "windows": sorted(windows),
+        "endpoint": endpoint, "windows": sorted(windows), **extra,
         "updated_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })
 
@@ -363,7 +371,24 @@ def _silent_tqdm() -> type:
     return Silent
 
 
-class _HubDownloader:
+@dataclass(frozen=True)
+class RemoteFile:
+    """A large file to fetch from the repository: where it goes (its repository path is its path
+    under the download folder), its size and SHA-256 as a listing gives them, and how messages
+    name it (``label``: "window 003", "context 0007", "the LM head"; ``listed_in``: the listing)."""
+
+    final: Path
+    size_bytes: int
+    sha256: str
+    label: str
+    listed_in: str
+
+
+class HubDownloader:
+    """Fetches files of one dataset repository at one commit into a local folder, with the real
+    ``huggingface_hub`` client: small files with ``hf_hub_download``, large ones resumable through
+    ``.kldtui-download/`` and published under their final name only once their SHA-256 matched."""
+
     def __init__(self, repo_id: str, root: Path, revision: str | None, *, emit: EventSink,
                  cancel: Cancel | None) -> None:
         self.repo_id = repo_id
@@ -479,19 +504,22 @@ class _HubDownloader:
 
         _run_parallel(one, list(paths), workers=8, check=self.check, abort=self._abort)
 
-    def check_disk_space(self, todo: Sequence[tuple[LogitsEntry, Path]], rng: tuple[int, int]) -> None:
+    def check_disk_space(self, todo: Sequence[RemoteFile], what: str, smaller: str,
+                         kind: str = "logits") -> None:
+        """Refuse to start when ``todo`` needs more than the free space (``what``: the selection
+        in words, ``smaller``: how to ask for less); say what will be fetched otherwise."""
         need = 0
-        for entry, final in todo:
-            have = sum(p.stat().st_size for p in self._partials(final))
-            need += max(entry.size_bytes - have, 0)
+        for item in todo:
+            have = sum(p.stat().st_size for p in self._partials(item.final))
+            need += max(item.size_bytes - have, 0)
         if not todo:
             return
         free = shutil.disk_usage(self.root).free
         if need > free:
-            raise StageFailed(f"{self.root}: windows {rng[0]}..{rng[1] - 1} need {size_text(need)} "
+            raise StageFailed(f"{self.root}: {what} need {size_text(need)} "
                               f"({need} bytes) more, but only {size_text(free)} ({free} bytes) are free; "
-                              "free disk space or choose a smaller --stop-window")
-        self.emit(Notice(STAGE, f"{len(todo)} logits file(s) to fetch, {size_text(need)}; "
+                              f"free disk space or {smaller}")
+        self.emit(Notice(STAGE, f"{len(todo)} {kind} file(s) to fetch, {size_text(need)}; "
                                 f"{size_text(free)} free"))
 
     def _partial_dir(self) -> Path:
@@ -503,18 +531,24 @@ class _HubDownloader:
             return []
         return sorted(folder.glob(f"{final.parent.name}__{final.name}.*.part"))
 
-    def fetch_logits(self, todo: Sequence[tuple[LogitsEntry, Path]], *, workers: int | None) -> list[Path]:
+    def fetch_files(self, todo: Sequence[RemoteFile], *, workers: int | None) -> list[Path]:
+        """Fetch ``todo`` (several at once), each checked against its listing's SHA-256."""
         if not todo:
             return []
-        total = sum(e.size_bytes for e, _ in todo)
-        initial = sum(min(sum(p.stat().st_size for p in self._partials(f)), e.size_bytes) for e, f in todo)
+        total = sum(item.size_bytes for item in todo)
+        initial = sum(min(sum(p.stat().st_size for p in self._partials(item.final)), item.size_bytes)
+                      for item in todo)
         meter = _Meter(self.emit, total, initial)
-        cache = VerifiedCache(self.root / REF_DIR)
+        caches: dict[Path, VerifiedCache] = {}
+        for item in todo:
+            folder = item.final.parent
+            if folder not in caches:
+                folder.mkdir(parents=True, exist_ok=True)
+                caches[folder] = VerifiedCache(folder)
         fetched: list[Path] = []
 
-        def one(item: tuple[LogitsEntry, Path]) -> None:
-            entry, final = item
-            path = self._fetch_one(entry, final, meter, cache)
+        def one(item: RemoteFile) -> None:
+            path = self._fetch_one(item, meter, caches[item.final.parent])
             with self._lock:
                 fetched.append(path)
 
@@ -522,18 +556,20 @@ class _HubDownloader:
             _run_parallel(one, list(todo), workers=min(workers or DOWNLOAD_WORKERS, len(todo)),
                           check=self.check, abort=self._abort)
         finally:
-            cache.save()
+            for cache in caches.values():
+                cache.save()
         meter.finish()
         return fetched
 
-    def _fetch_one(self, entry: LogitsEntry, final: Path, meter: _Meter, cache: VerifiedCache) -> Path:
+    def _fetch_one(self, item: RemoteFile, meter: _Meter, cache: VerifiedCache) -> Path:
         from huggingface_hub import constants
 
+        final = item.final
         repo_path = final.relative_to(self.root.resolve()).as_posix()
         url, meta = self._file_metadata(repo_path, self.commit, retry=True)
-        if meta.size is not None and meta.size != entry.size_bytes:
-            raise StageFailed(f"{repo_path}: the Hub has {meta.size} bytes, ref/manifest.json says "
-                              f"{entry.size_bytes} (window {entry.window_index}); the dataset is "
+        if meta.size is not None and meta.size != item.size_bytes:
+            raise StageFailed(f"{repo_path}: the Hub has {meta.size} bytes, {item.listed_in} says "
+                              f"{item.size_bytes} ({item.label}); the dataset is "
                               "inconsistent at this revision")
         etag = (meta.etag or "noetag").replace("/", "_")[:16]
         folder = self._partial_dir()
@@ -549,25 +585,25 @@ class _HubDownloader:
             if use_xet:
                 self._note_once("xet", "transfers through Xet storage (hf_xet); HF_XET_HIGH_PERFORMANCE=1 "
                                        "uses more bandwidth and CPU")
-                self._fetch_xet(repo_path, part, entry.size_bytes, name, meter)
+                self._fetch_xet(repo_path, part, item.size_bytes, name, meter)
             else:
                 # like huggingface_hub: an LFS file straight from the CDN location it was redirected to;
                 # a Xet-backed file (hf_xet missing or HF_HUB_DISABLE_XET) through the resolve URL
                 location = meta.location if meta.xet_file_data is None else url
-                self._fetch_http(location, url, part, entry.size_bytes, name, meter)
+                self._fetch_http(location, url, part, item.size_bytes, name, meter)
         except (Interrupted, KldError):
             raise
         except Exception as exc:  # noqa: BLE001 - translated to one line
             raise self._translate(exc, repo_path) from None
         size = part.stat().st_size
-        if size != entry.size_bytes:
-            raise StageFailed(f"{repo_path}: downloaded {size} bytes, ref/manifest.json says "
-                              f"{entry.size_bytes}; run again to resume")
+        if size != item.size_bytes:
+            raise StageFailed(f"{repo_path}: downloaded {size} bytes, {item.listed_in} says "
+                              f"{item.size_bytes}; run again to resume")
         sha = sha256_file(part)
-        if sha != entry.sha256:
+        if sha != item.sha256:
             part.unlink(missing_ok=True)
-            raise StageFailed(f"{final}: window {entry.window_index:03d}: the downloaded file's SHA-256 "
-                              f"{sha[:12]}... does not match ref/manifest.json's {entry.sha256[:12]}...; the "
+            raise StageFailed(f"{final}: {item.label}: the downloaded file's SHA-256 "
+                              f"{sha[:12]}... does not match {item.listed_in}'s {item.sha256[:12]}...; the "
                               f"copy on {self._where()} is corrupt (nothing was kept); report it to the "
                               "dataset's owner")
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kldtui.errors import BadInput, Interrupted, StageFailed, size_text
 from kldtui.events import (
@@ -53,6 +53,9 @@ from kldtui.formats.suite import (
 )
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
 from kldtui.text import plural
+
+if TYPE_CHECKING:
+    from kldtui.formats.fidelity import ContextFilter
 
 RECORD_NAME = ".kldtui-reference.json"  # written by kldtui.stages.reference in a downloaded dataset root
 REF_DIR = "ref"
@@ -426,8 +429,11 @@ def _check_range(start: int | None, stop: int | None, suite_path: Path | None) -
 def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers: int | None = None,
                 start_window: int | None = None, stop_window: int | None = None,
                 suite: str | os.PathLike[str] | None = None, expected_suite_hash: str | None = None,
-                emit: EventSink = null_sink, cancel: Cancel | None = None) -> VerifyResult:
-    """Verify a suite folder, a logits folder or a dataset root, collecting every failure.
+                emit: EventSink = null_sink, cancel: Cancel | None = None,
+                selection: ContextFilter | None = None, sentinel_runs: bool | None = None) -> VerifyResult:
+    """Verify a suite folder, a logits folder or a dataset root, collecting every failure; a
+    hidden-state suite folder is verified by :func:`kldtui.stages.verify_hidden.verify_hidden_suite`
+    (``selection``: its contexts; ``sentinel_runs``: its sentinel repeat folders).
 
     ``suite`` names the suite a logits folder belongs to (default: ``suite-manifest.json`` in the
     folder above it, when there is one). Without a window range, a dataset root downloaded by
@@ -438,6 +444,19 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     """
     started = time.monotonic()
     p = Path(path)
+    from kldtui.stages.verify_hidden import is_hidden_suite, verify_hidden_suite
+
+    if p.is_dir() and is_hidden_suite(p):  # a hidden-state suite: its own checks (checksums.txt, heads)
+        from kldtui.formats.fidelity import ContextFilter
+
+        chosen = selection
+        if start_window is not None or stop_window is not None:
+            chosen = ContextFilter(selection.which if selection else "all",
+                                   selection.strata if selection else (),
+                                   start_window or 0, stop_window)
+        return verify_hidden_suite(p, selection=chosen, sentinel_runs=sentinel_runs, reverify=reverify,
+                                   workers=workers, expected_suite_hash=expected_suite_hash, emit=emit,
+                                   cancel=cancel)
     kind, suite_path, logits_path = _classify(p)
     root = p if p.is_dir() else p.parent
     result = VerifyResult(path=p, kind=kind)

@@ -64,14 +64,16 @@ def _cmp(world: dict, ref: Path, cand: Path, **kw) -> object:  # type: ignore[ty
 
 
 @pytest.mark.parametrize("backend", ["numpy", "c", "torch-cpu"])
-def test_replayed_reference_matches_the_full_logit_reference(world: dict, backend: str) -> None:  # type: ignore[type-arg]
+def test_replayed_reference_matches_the_full_logit_reference(world: dict,
+                                                             backend: str) -> None:  # type: ignore[type-arg]
     root = world["fixture"].root
     replayed = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend=backend, reverse=True)
     full = _cmp(world, world["full_ref"], world["cand_logits"], backend=backend, reverse=True)
     # same contexts, positions and per-position figures within the replay's tolerance (the only
     # difference: a replayed logit may round to the other BF16 neighbour at a rounding midpoint)
     assert replayed.positions == full.positions == 12 * (fx.CONTEXT - 1)
-    assert replayed.kl_reference_to_candidate.mean == pytest.approx(full.kl_reference_to_candidate.mean, rel=1e-3)
+    assert replayed.kl_reference_to_candidate.mean == pytest.approx(full.kl_reference_to_candidate.mean,
+                                                                    rel=1e-3)
     assert replayed.top1_agreement == pytest.approx(full.top1_agreement, abs=2 / replayed.positions)
     for a, b in zip(replayed.per_window_arrays.kl_mean, full.per_window_arrays.kl_mean, strict=True):
         assert a == pytest.approx(b, rel=1e-2, abs=1e-6)
@@ -86,18 +88,21 @@ def test_hidden_candidate_replayed_with_its_own_head(world: dict) -> None:  # ty
     root = world["fixture"].root
     hidden = _cmp(world, root / fid.HIDDEN_DIR, world["cand_hidden"], backend="numpy")
     logits = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy")
-    assert hidden.kl_reference_to_candidate.mean == pytest.approx(logits.kl_reference_to_candidate.mean, rel=1e-3)
+    assert hidden.kl_reference_to_candidate.mean == pytest.approx(logits.kl_reference_to_candidate.mean,
+                                                                  rel=1e-3)
     assert hidden.kl_reference_to_candidate.mean > 1e-4  # the candidate's head differs: measured
     assert hidden.candidate.kind == "hidden"
     assert hidden.comparator.candidate_lm_head_file_sha256 != hidden.comparator.lm_head_file_sha256
 
 
-def test_hidden_candidate_never_takes_the_reference_head(world: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_hidden_candidate_never_takes_the_reference_head(world: dict,
+                                                         tmp_path: Path) -> None:  # type: ignore[type-arg]
     root = world["fixture"].root
     with pytest.raises(BadInput, match="--candidate-lm-head"):
         _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR)
     # given explicitly, the reference's own states and head against themselves: zero
-    same = _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR, candidate_lm_head=str(root / fid.LM_HEAD_DIR),
+    same = _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR,
+                candidate_lm_head=str(root / fid.LM_HEAD_DIR),
                 backend="numpy")
     assert same.kl_reference_to_candidate.max == 0.0 and same.top1_agreement == 1.0
 
@@ -114,16 +119,20 @@ def test_published_live_logits_candidate_bf16(world: dict) -> None:  # type: ign
     assert report.suite_statistics.context_selection.filter == "sentinel"
 
 
-def test_suite_statistics_and_the_published_names(world: dict, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def,type-arg]
+def test_suite_statistics_and_the_published_names(world: dict, tmp_path: Path,
+                                                  capsys) -> None:  # type: ignore[no-untyped-def,type-arg]
     f = world["fixture"]
     out = tmp_path / "r.json"
     code = main(["compare", "--suite-manifest", str(f.root), "--reference-dir", str(f.root / fid.HIDDEN_DIR),
-                 "--candidate-dir", str(world["cand_logits"]), "--output", str(out), "--bootstrap-samples", "300",
+                 "--candidate-dir", str(world["cand_logits"]), "--output", str(out), "--bootstrap-samples",
+                 "300",
                  "--context-filter", "analysis", "--backend", "numpy"])
     assert code == 0, capsys.readouterr().err
     doc = json.loads(out.read_text())
-    for key in ("contexts", "kl_micro_token_mean", "kl_macro_allocation_stratum_mean", "context_depth_buckets",
-                "kl_context_bootstrap", "kl_source_cluster_bootstrap", "kl_stratified_source_cluster_bootstrap",
+    for key in ("contexts", "kl_micro_token_mean", "kl_macro_allocation_stratum_mean",
+                "context_depth_buckets",
+                "kl_context_bootstrap", "kl_source_cluster_bootstrap",
+                "kl_stratified_source_cluster_bootstrap",
                 "allocation_strata", "semantic_classes", "high_kld_contexts", "top1_discordant_contexts",
                 "per_context", "reference", "candidate", "comparator", "suite_manifest_sha256"):
         assert key in doc, key
@@ -132,7 +141,8 @@ def test_suite_statistics_and_the_published_names(world: dict, tmp_path: Path, c
     assert doc["context_selection"]["partition"] == "analysis"
     assert [c["context_index"] for c in doc["per_context"]] == analysis
     per = doc["per_context"][0]
-    assert per["source_cluster"] == json.dumps([per["dataset"], per["source_cluster_id"]], separators=(",", ":"))
+    assert per["source_cluster"] == json.dumps([per["dataset"], per["source_cluster_id"]], separators=(",",
+                                                                                                       ":"))
     strat = doc["kl_stratified_source_cluster_bootstrap"]
     assert set(strat["stratum_sizes"]) == {f.strata[i] for i in analysis}
     assert strat["micro"]["estimate"] == pytest.approx(np.mean([c["kl_reference_to_candidate"]["mean"]

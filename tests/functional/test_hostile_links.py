@@ -173,7 +173,7 @@ def test_partial_download_link_is_not_written_through(tmp_path: Path,
 
     victim = _victim(tmp_path)
     victim.write_bytes(b"x" * 64)  # "resumable": shorter than the file
-    original = reference._HubDownloader._fetch_http
+    original = reference.HubDownloader._fetch_http
 
     def planted(self, location, url, part, size, name, meter):  # type: ignore[no-untyped-def]
         if not part.exists():
@@ -181,7 +181,7 @@ def test_partial_download_link_is_not_written_through(tmp_path: Path,
             part.symlink_to(victim)
         return original(self, location, url, part, size, name, meter)
 
-    monkeypatch.setattr(reference._HubDownloader, "_fetch_http", planted)
+    monkeypatch.setattr(reference.HubDownloader, "_fetch_http", planted)
     server_root = make_dataset(tmp_path / "server", windows=2)
     with HubServer() as server:
         server.add_dataset("kldtui-test/links", server_root)

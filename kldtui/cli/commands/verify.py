@@ -18,8 +18,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hash every file again, even those unchanged since they were verified")
     parser.add_argument("--workers", type=int, default=None, help="files hashed in parallel (default: "
                         "up to 4)")
-    parser.add_argument("--start-window", type=int, default=None, help="first logits window to check")
-    parser.add_argument("--stop-window", type=int, default=None, help="check logits windows before this")
+    parser.add_argument("--start-window", "--start-context", dest="start_window", type=int, default=None,
+                        help="first logits window (hidden-state suite: context) to check")
+    parser.add_argument("--stop-window", "--stop-context", dest="stop_window", type=int, default=None,
+                        help="check logits windows (contexts) before this")
+    from kldtui.formats.fidelity_names import CONTEXT_FILTERS
+
+    parser.add_argument("--context-filter", choices=CONTEXT_FILTERS, default=None,
+                        help="a hidden-state suite: check only these contexts (default: those downloaded "
+                             "here, else all)")
+    parser.add_argument("--stratum", action="append", default=[], metavar="NAME",
+                        help="a hidden-state suite: only contexts of this allocation stratum (repeatable)")
+    parser.add_argument("--sentinel-runs", action="store_true",
+                        help="a hidden-state suite: require the sentinel repeat runs of the selected "
+                             "sentinel contexts (by default those present are checked)")
     parser.add_argument("--suite-manifest", default=None,
                         help="suite a logits folder belongs to (default: the one in the folder above)")
     parser.add_argument("--published", action="store_true",
@@ -127,12 +139,18 @@ class ConsoleProgress:
 def run(args: argparse.Namespace) -> int:
     from kldtui.stages.verify import PUBLISHED_SUITE_HASH, verify_path
 
+    selection = None
+    if args.context_filter is not None or args.stratum:
+        from kldtui.formats.fidelity import ContextFilter
+
+        selection = ContextFilter(args.context_filter or "all", tuple(args.stratum))
     with ConsoleProgress() as emit:
         result = verify_path(args.path, reverify=args.reverify, workers=args.workers,
                              start_window=args.start_window, stop_window=args.stop_window,
                              suite=args.suite_manifest,
                              expected_suite_hash=PUBLISHED_SUITE_HASH if args.published else None,
-                             emit=emit)
+                             emit=emit, selection=selection,
+                             sentinel_runs=True if args.sentinel_runs else None)
     for failure in result.failures:
         print(f"FAIL {failure}", file=sys.stderr)
     print(result.summary())
