@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from measure import cpu_summary, loadavg  # benchmarks/measure.py
 
 from kldtui.formats.logits_writer import LogitsFileWriter, write_logits_manifest
 from kldtui.formats.safetensors_io import RowReader
@@ -63,34 +63,6 @@ def build(root: Path, windows: int, context: int, vocab: int, seed: int = 7) -> 
         written["candidate"].append(wc.commit())
     for folder, kind in (("ref", "reference"), ("candidate", "candidate")):
         write_logits_manifest(root / folder, suite, written[folder], kind=kind)
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def cpu_summary() -> str:
-    """CPU model and the vector features that decide the kernel's width."""
-    model, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            key, _, val = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "CPU part") and not model:
-                model = val.strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = set(val.split())
-    except OSError:
-        pass
-    want = ("sse2", "avx", "avx2", "fma", "avx512f", "avx512dq", "asimd", "sve", "sve2")
-    feats = " ".join(f for f in want if f in flags) or "unknown"
-    import platform
-
-    name = model or platform.processor() or "unknown"
-    return f"{name} ({platform.machine()}, {os.cpu_count()} cpus; {feats})"
 
 
 def warm(paths: list[Path]) -> float:
@@ -159,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     t_read = warm([p for pair in files for p in pair])
     print(f"{nbytes / 1e9:.2f} GB of logits; reading them: {t_read:.2f} s ({nbytes / t_read / 1e9:.2f} GB/s)")
     print(f"CPU: {cpu_summary()}")
-    print(f"load average before: {_loadavg()}")
+    print(f"load average before: {loadavg()}")
     backends = [options]
     if args.thread_counts:
         backends = [CompareOptions(backend=args.backend, threads=int(n), row_block=args.row_block)
@@ -192,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{nbytes / t / 1e9:.2f} GB/s, {c:.2f} CPU s", flush=True)
             t_n = min(t_n, t)
             c_n = min(c_n, c)
-    print(f"load average after: {_loadavg()}")
+    print(f"load average after: {loadavg()}")
     runs = [best[i] for i in sorted(best)]
     for name, t_k, _ in runs:
         print(f"best kldtui ({name}): {t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kldtui.errors import BadInput
+from kldtui.errors import BadInput, size_text
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import REPORT_FORMAT, ComparisonReport
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
@@ -100,6 +100,37 @@ def domain_windows(report: ComparisonReport) -> dict[str, int]:
     return counts
 
 
+def reference_line(report: ComparisonReport) -> str | None:
+    """What the reference was and its size on disk against the same windows as F32 logits, when
+    the report says (a hidden-state suite's or a replayed reference's report)."""
+    ref = report.reference
+    if ref is None:
+        return None
+    what = f"{ref.kind} ({ref.file_dtype})" if ref.file_dtype else ref.kind
+    if ref.lm_head_file_sha256 is not None:
+        what += " + LM head"
+    line = f"reference: {what}"
+    if ref.bytes_on_disk is not None:
+        line += f", {size_text(ref.bytes_on_disk)} on disk"
+        if ref.full_logits_bytes and ref.bytes_on_disk:
+            ratio = ref.full_logits_bytes / ref.bytes_on_disk
+            times = f"{ratio:.1f}x more" if ratio >= 1 else f"{1 / ratio:.1f}x less"
+            line += f"; as F32 logits {size_text(ref.full_logits_bytes)} ({times})"
+    return line
+
+
+def clustered_line(report: ComparisonReport) -> str | None:
+    """A hidden-state suite's contexts, the partition they are from and the mean KL's interval with
+    source clusters resampled within strata."""
+    stats = report.suite_statistics
+    if stats is None:
+        return None
+    boot = stats.kl_stratified_source_cluster_bootstrap.micro
+    sel = stats.context_selection
+    return (f"{stats.contexts} contexts ({sel.partition} partition); mean KL {boot.estimate:.5f} "
+            f"[{boot.ci95_low:.5f}, {boot.ci95_high:.5f}] (95%, source clusters resampled within strata)")
+
+
 def summary_text(report: ComparisonReport) -> str:
     """A human-readable multi-line summary; the first line is the headline.
 
@@ -162,6 +193,7 @@ def summary_text(report: ComparisonReport) -> str:
 
         lines.append("  by domain: " + "  ".join(domain(name, b) for name, b in report.domains.items()))
     lines.extend(f"  {line}" for line in figure_lines(report))
+    lines.extend(f"  {line}" for line in (clustered_line(report), reference_line(report)) if line is not None)
     lines.extend(f"  {line}" for line in bucket_lines(report))
     prov = report.provenance
     unchecked = prov.verified.window_identity_unchecked if prov is not None else None
@@ -253,5 +285,5 @@ def headline(report: ComparisonReport) -> dict[str, Any]:
             "top1_agreement": report.top1_agreement, "windows": report.windows}
 
 
-__all__ = ["REPORT_FORMAT", "ComparisonReport", "figure_lines", "headline", "load_report", "summary_text",
-           "write_report"]
+__all__ = ["REPORT_FORMAT", "ComparisonReport", "clustered_line", "figure_lines", "headline", "load_report",
+           "reference_line", "summary_text", "write_report"]

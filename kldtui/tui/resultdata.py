@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.formats.report import confidence_line, figure_lines
+from kldtui.formats.report import clustered_line, confidence_line, figure_lines, reference_line
 from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval, Interval, as_report
 from kldtui.formats.report_names import (
     interval_rests_on_too_few,
@@ -141,6 +141,8 @@ class ResultData:
     figures: list[str] = field(default_factory=list)  # registered figures, one line each (figure_lines)
     # KL by reference confidence, with window-clustered intervals (formats.report.confidence_line)
     buckets: list[str] = field(default_factory=list)
+    reference: str | None = None  # what the reference was and its size on disk (hidden-state suites)
+    clustered: str | None = None  # a hidden-state suite's contexts, partition and clustered interval
     live: bool = False  # built from the windows compared so far, not from a report
 
     @property
@@ -233,6 +235,8 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         repeat_floor_note=floor_note,
         figures=figure_lines(report),
         buckets=[line] if (line := confidence_line(report)) is not None else [],
+        reference=reference_line(report),
+        clustered=clustered_line(report),
     )
 
 

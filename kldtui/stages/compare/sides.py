@@ -214,6 +214,7 @@ class Side(Protocol):
 
     def listed(self, windows: list[WindowSpec]) -> list[ListedFile]: ...
     def identity(self, index: int) -> dict[str, Any]: ...
+    def file_path(self, index: int) -> Path: ...
     def bytes_read(self, rows: int) -> int: ...
     def open(self, window: WindowSpec, replays: Replays, block: int, use_mmap: bool) -> Any: ...
     def nonfinite(self, window: WindowSpec, rows: np.ndarray) -> str | None: ...
@@ -261,6 +262,10 @@ class LogitsSide:
 
     def identity(self, index: int) -> dict[str, Any]:
         return {"sha256": self.manifest.entry(index).sha256}
+
+    def file_path(self, index: int) -> Path:
+        """The window's logits file."""
+        return self.manifest.file_path(index)
 
     def bytes_read(self, rows: int) -> int:
         return rows * self.vocab * 4
@@ -342,6 +347,10 @@ class HiddenSide:
     def identity(self, index: int) -> dict[str, Any]:
         return {"sha256": self.manifest.entry(index).sha256, "lm_head_sha256": self.head.file_sha256,
                 "lm_head_path": str(self.head.path)}
+
+    def file_path(self, index: int) -> Path:
+        """The context's hidden-state file."""
+        return self.manifest.file_path(index)
 
     def bytes_read(self, rows: int) -> int:
         return rows * self.manifest.width * 2

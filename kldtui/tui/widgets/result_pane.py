@@ -75,6 +75,9 @@ class ResultPane(VerticalScroll):
             text.append("\n" + line)
         for line in r.buckets:
             text.append("\n" + line)
+        for extra_line in (r.clustered, r.reference):
+            if extra_line is not None:
+                text.append("\n" + extra_line)
         extra = []
         if r.positions is not None:
             extra.append(f"{r.positions} positions")
