@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kldtui.decide.clustered import ClusteredPaired, check_same_partition, clustered_paired
 from kldtui.decide.noise import AUTO_FLOOR, NoiseFloor, resolve_floor
 from kldtui.decide.reports import (
     ReportLike,
@@ -393,10 +394,13 @@ class PairedDiff:
     infinite_b: list[int] = field(default_factory=list)
     figures: list[FigureDiff] = field(default_factory=list)  # the other figures users rank by, A vs B
     buckets: list[BucketPair] = field(default_factory=list)  # KL by confidence and by depth, A and B
+    # a hidden-state suite's contexts clustered by source (kldtui.decide.clustered): its verdict is
+    # the verdict, over source clusters, naming the partition
+    clustered: ClusteredPaired | None = None
 
     @property
     def verdict(self) -> str:
-        return self.overall.verdict
+        return self.clustered.verdict if self.clustered is not None else self.overall.verdict
 
     @property
     def per_window_difference(self) -> list[float]:
@@ -434,6 +438,7 @@ class PairedDiff:
             "kl_by_reference_confidence": [x.to_dict() for x in self.buckets
                                            if x.kind == "reference_confidence"],
             "kl_by_depth": [x.to_dict() for x in self.buckets if x.kind == "depth"],
+            **({"clustered": self.clustered.to_dict()} if self.clustered is not None else {}),
         }
 
 
@@ -470,6 +475,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
     if path_a is not None and path_b is not None and Path(path_a).resolve() == Path(path_b).resolve():
         raise BadInput(f"{where_a}: diffing a report with itself; give the reports of two candidates")
     a, b = as_report(a_doc, where_a), as_report(b_doc, where_b)
+    check_same_partition(a, b, where_a, where_b)
     va, vb, checked = paired_values(a, b, where_a, where_b)
     ca, cb = a.candidate_dir, b.candidate_dir
     if np.array_equal(va.kl_mean, vb.kl_mean) and (not ca or not cb or os.path.normpath(str(ca)) ==
@@ -522,6 +528,13 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
                                    None if noise is None else noise.kl_mean)
     if floor_note:
         notes.append(floor_note)
+    better = (name_a, pa) if overall.interval.estimate > 0 else (name_b, pb)
+    clustered = clustered_paired(a, b, where_a, where_b, noise=noise, name_a=name_a, name_b=name_b,
+                                 confirm=confirm_command(*better), samples=samples, seed=seed)
+    if clustered is not None:
+        notes.append(f"contexts share sources: the verdict is over {clustered.clusters} source clusters of "
+                     f"{clustered.contexts} contexts ({clustered.partition} partition); the rows above treat "
+                     "contexts as independent")
     few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]
     if few:
         notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} windows: "
@@ -536,7 +549,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         infinite_b=[] if vb.infinite_kl_rows is None else vb.infinite_kl_rows.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
         noise_floor=noise.summary() if noise else None, notes=notes, figures=figure_differences(a, b),
-        buckets=bucket_pairs(a, b))
+        buckets=bucket_pairs(a, b), clustered=clustered)
 
 
 def _part(counts: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:

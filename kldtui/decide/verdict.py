@@ -411,13 +411,14 @@ def _dependence_words(iv: VerdictInterval, name_a: str, name_b: str) -> str:
 
 
 def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str, name_b: str,
-             confirm: str | None = None) -> str:
-    """One sentence a non-statistician reads right (docs/STATISTICS.md lists them all)."""
+             confirm: str | None = None, unit: str = "window") -> str:
+    """One sentence a non-statistician reads right (docs/STATISTICS.md lists them all); ``unit``:
+    what the interval's units are (windows; source clusters of a hidden-state suite)."""
     n = iv.windows
-    over = f"over {n} window{'s' if n != 1 else ''}"
+    over = f"over {n} {unit}{'s' if n != 1 else ''}"
     if decision.outcome == "too_few_windows":
-        return (f"too few windows ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
-                f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} windows)")
+        return (f"too few {unit}s ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
+                f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} {unit}s)")
     interval = (f"95 % interval {_range(iv.ci95_low, iv.ci95_high)}" if iv.has_interval  # type: ignore[arg-type]
                 else "no interval")
     if decision.outcome == "cannot_calibrate":

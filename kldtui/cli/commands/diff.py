@@ -90,6 +90,13 @@ def format_diff(result: Any, per_window: bool = False) -> str:
             infinite = "".join(f"  {name}: {k} positions with infinite KL (left out)"
                                for name, k in (("A", inf_a[i]), ("B", inf_b[i])) if k)
             lines.append(f"{w:>6}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
+    clustered = result.clustered
+    if clustered is not None:
+        iv = clustered.interval
+        lines += ["", f"clustered by source ({clustered.partition} partition): {clustered.contexts} contexts "
+                      f"in {clustered.clusters} source clusters; B - A {iv.text()} (95 %, paired Student-t "
+                      f"over source clusters); B wins {clustered.wins['b']} contexts, A wins "
+                      f"{clustered.wins['a']}"]
     lines += [""] + [f"note: {n}" for n in result.notes]
     lines.append(f"verdict: {result.verdict}")
     return "\n".join(lines)

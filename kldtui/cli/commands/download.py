@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
-    from kldtui.formats.fidelity import ContextFilter
     from kldtui.folder_lock import hold
+    from kldtui.formats.fidelity import ContextFilter
     from kldtui.stages.reference import check_repo_id
     from kldtui.stages.reference_hidden import ensure_suite
     from kldtui.workspace import Workspace

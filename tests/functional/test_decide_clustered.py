@@ -1,0 +1,73 @@
+"""kldtui diff over a hidden-state suite's contexts, clustered by source: the verdict's unit is the
+source cluster, it names the partition used, reports of different partitions are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.decide.paired import paired_diff_files
+from kldtui.errors import BadInput
+from kldtui.formats import fidelity as fid
+from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+from kldtui.formats.report import write_report
+from kldtui.formats.suite import load_suite
+from kldtui.metrics.replay import bf16_to_f32, f32_to_bf16
+from kldtui.stages.compare import CompareOptions, compare
+from tests import fidelity_fixture as fx
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("clustered")
+    f = fx.build(base / "suite", contexts=40)
+    suite = load_suite(f.root)
+    rng = np.random.default_rng(11)
+    out: dict[str, Path] = {}
+    for name, scale in (("small", 0.03), ("large", 0.09)):
+        head = f.head + rng.standard_normal(f.head.shape).astype(np.float32) * scale
+        folder = base / name
+        written = [write_logits_array(folder, w, bf16_to_f32(f32_to_bf16(
+            (f.hidden[w.index].astype(np.float64) @ head.astype(np.float64).T).astype(np.float32))),
+            suite.context_length) for w in suite.windows]
+        write_logits_manifest(folder, suite, written, kind=name)
+        for part in ("analysis", "qualification"):
+            report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,
+                             CompareOptions(context_filter=part, backend="numpy", bootstrap_samples=200))
+            out[f"{name}-{part}"] = write_report(base / f"{name}-{part}.json", report)
+    return out
+
+
+def test_verdict_over_source_clusters_names_the_partition(reports: dict[str, Path], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    result = paired_diff_files(reports["small-analysis"], reports["large-analysis"], samples=300)
+    c = result.clustered
+    assert c is not None and c.partition == "analysis"
+    doc = json.loads(reports["small-analysis"].read_text())
+    assert c.contexts == doc["contexts"]
+    assert c.clusters == len({e["source_cluster"] for e in doc["per_context"]}) < c.contexts
+    assert c.interval.windows == c.clusters  # the verdict's unit is the cluster
+    assert c.outcome == "b_closer" or c.outcome == "a_closer"
+    assert "source clusters" in c.verdict and "(analysis partition)" in c.verdict
+    assert result.verdict == c.verdict
+    assert c.mean_difference > 0  # the larger perturbation is further from the reference
+    assert c.bootstrap["cluster_unit"] == "source_cluster_within_stratum"
+    code = main(["diff", str(reports["small-analysis"]), str(reports["large-analysis"]),
+                 "--json", str(tmp_path / "d.json")])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "clustered by source (analysis partition)" in text
+    saved = json.loads((tmp_path / "d.json").read_text())
+    assert saved["clustered"]["verdict_interval"]["unit"] == "source cluster"
+    assert saved["clustered"]["partition"] == "analysis"
+
+
+def test_reports_of_different_partitions_are_refused(reports: dict[str, Path]) -> None:
+    with pytest.raises(BadInput, match="analysis partition and .* the qualification one"):
+        paired_diff_files(reports["small-analysis"], reports["large-qualification"])
