@@ -153,6 +153,48 @@ def replay_context(library: str, rows: int, threads: int, block: int) -> float:
     return best_seconds(run, 2)
 
 
+def error_vs_float64(library: str, rows: int = 32) -> None:
+    """The replay's error against the float64 replay at the Kimi K3 width, for two kinds of rows:
+    "flat" (logits ~ N(0, 2.5^2): a top probability of a few percent) and "peaked" (one token per
+    row raised by about 20: a high top probability, as at most positions of a language model)."""
+    from kldtui.metrics.kernels import NumpyRowKernel
+
+    rng = np.random.default_rng(9)
+    head = np.empty((VOCAB, HIDDEN), np.uint16)
+    for s in range(0, VOCAB, 8192):  # in blocks: 2.35 GB in all, never 4.7 GB of float32
+        head[s:s + 8192] = rp.f32_to_bf16(rng.standard_normal((min(8192, VOCAB - s), HIDDEN),
+                                                              dtype=np.float32)
+                                          * np.float32(2.5 / np.sqrt(HIDDEN)))
+    kernel = NumpyRowKernel(VOCAB)
+    for label, boost in (("flat", 0.0), ("peaked", 20.0)):
+        h = rng.standard_normal((rows, HIDDEN), dtype=np.float32)
+        if boost:
+            top = rng.integers(0, VOCAB, rows)
+            h += rp.bf16_to_f32(head[top]) * (boost / 2.5 ** 2)  # raises logit[top] by about `boost`
+        hb = rp.f32_to_bf16(h)
+        exact = rp.replay_float64(hb, head, chunk=8192)
+        correct = rp.bf16_to_f32(rp.f32_to_bf16(exact.astype(np.float32)))
+        if library == "torch":
+            f32 = rp.TorchReplay(rp.torch_bf16(head), output="f32").logits(rp.torch_bf16(hb)).numpy()
+            b16 = rp.TorchReplay(rp.torch_bf16(head)).logits(rp.torch_bf16(hb)).numpy()
+        else:
+            f32 = rp.NumpyReplay(head, output="f32").logits(hb)
+            b16 = rp.NumpyReplay(head).logits(hb)
+        tokens = np.zeros(rows, np.int64)
+        kl_round = kernel.block(correct, b16, tokens).kl
+        kl_exact = kernel.block(exact.astype(np.float32), b16, tokens).kl
+        p_top = float(np.mean(kernel.block(correct, correct, tokens).ref_top_prob))
+        print(f"  {label} rows (mean top probability {p_top:.2f}), {rows} rows x {VOCAB}:")
+        print(f"    FP32 sums: max |logit - float64| {np.abs(f32 - exact).max():.2e}")
+        print(f"    BF16 output: {np.mean(b16 != correct):.2e} of the logits differ from the correctly "
+              "rounded "
+              f"float64 value (by one BF16 step); KL(rounded float64 || replay) mean {kl_round.mean():.2e} "
+              f"max {kl_round.max():.2e}")
+        print(f"    (the BF16 rounding itself, KL(unrounded float64 || replay): mean {kl_exact.mean():.2e} "
+              "max "
+              f"{kl_exact.max():.2e}: the model's own head rounds the same way)")
+
+
 def end_to_end(root: Path, rows: int, threads: int) -> float:
     """``kldtui compare`` of one context, both sides replayed with one head: seconds."""
     from kldtui.stages.compare import CompareOptions, Engine, prepare
@@ -218,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     t = replay_context(args.library, args.rows, threads, args.block)
     print(f"  {t:.2f} s, {flops / t / 1e9:.1f} GFLOP/s = {flops / t / peak:.0%} of the peak "
           f"({peak / 1e9:.1f} GFLOP/s, {label})")
+    print(f"error against the float64 replay ({args.library}):")
+    error_vs_float64(args.library)
     if args.end_to_end:
         print("compare of one context, both sides replayed (2 GEMMs) + the KL kernel:")
         t2 = end_to_end(root, args.rows, threads)
