@@ -188,7 +188,7 @@ def error_vs_float64(library: str, rows: int = 32) -> None:
         print(f"    FP32 sums: max |logit - float64| {np.abs(f32 - exact).max():.2e}")
         print(f"    BF16 output: {np.mean(b16 != correct):.2e} of the logits differ from the correctly "
               "rounded "
-              f"float64 value (by one BF16 step); KL(rounded float64 || replay) mean {kl_round.mean():.2e} "
+              f"float64 value; KL(rounded float64 || replay) mean {kl_round.mean():.2e} "
               f"max {kl_round.max():.2e}")
         print(f"    (the BF16 rounding itself, KL(unrounded float64 || replay): mean {kl_exact.mean():.2e} "
               "max "
