@@ -167,7 +167,10 @@ class TorchReplay:
     score mode fits beside a server at a high ``--gpu-memory-utilization`` (:meth:`device_bytes`).
 
     On CUDA, TF32 and reduced-precision BF16 reductions are switched off for the process (they
-    would change the sums); :attr:`settings` records what was set."""
+    would change the sums); :attr:`settings` records what was set.  On a CPU without native BF16
+    matrix instructions (oneDNN's BF16 support: AVX-512 BF16, AMX, Arm BF16), where torch's BF16
+    GEMM is far slower than its FP32 one, each chunk is widened exactly to FP32, multiplied in FP32
+    and the product rounded to BF16: the same arithmetic (exact products, FP32 sums, BF16 output)."""
 
     name = "torch"
 
@@ -184,8 +187,10 @@ class TorchReplay:
         self.output = check_output(output)
         self.stream = stream and head.device != self.device
         self.head = head if self.stream or head.device == self.device else head.to(self.device)
+        self.native_bf16 = self.device.type != "cpu" or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
         self.settings: dict[str, Any] = {"device": str(self.device), "vocab_chunk": self.chunk,
-                                         "output": self.output, "head_streamed": self.stream}
+                                         "output": self.output, "head_streamed": self.stream,
+                                         "bf16_gemm": "native" if self.native_bf16 else "widened to FP32"}
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -208,15 +213,17 @@ class TorchReplay:
                              f"{self.hidden}")
         if out is None:
             out = torch.empty((h.shape[0], self.vocab), dtype=torch.float32, device=self.device)
-        hf = h.float() if self.output == "f32" else h
+        widen = self.output == "f32" or not self.native_bf16
+        hf = h.float() if widen else h
         with torch.inference_mode():
             for start, stop in chunks(self.vocab, self.chunk):
                 w = self.head[start:stop]
                 if self.stream:
                     w = w.to(self.device, non_blocking=True)
-                if self.output == "f32":
-                    w = w.float()
-                out[:, start:stop].copy_(torch.nn.functional.linear(hf, w))
+                product = torch.nn.functional.linear(hf, w.float() if widen else w)
+                if widen and self.output == "bf16":
+                    product = product.to(torch.bfloat16)  # round to nearest even, as the BF16 GEMM's output
+                out[:, start:stop].copy_(product)
         return out
 
 

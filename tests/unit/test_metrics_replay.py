@@ -81,6 +81,20 @@ def test_bf16_output_is_the_rounded_float64_replay(backend: str) -> None:
     assert stats.kl.max() < 1e-6
 
 
+def test_the_widened_fp32_path_is_the_same_arithmetic() -> None:
+    """On a CPU without native BF16 GEMMs the chunks are widened to FP32 and the product rounded to
+    BF16: the same values as the native path up to the order of the FP32 additions."""
+    h, w = _data(rows=16, vocab=3000)
+    native = rp.TorchReplay(rp.torch_bf16(w), chunk=700)
+    widened = rp.TorchReplay(rp.torch_bf16(w), chunk=700)
+    widened.native_bf16 = False
+    a = native.logits(rp.torch_bf16(h)).numpy()
+    b = widened.logits(rp.torch_bf16(h)).numpy()
+    assert (a != b).mean() < 1e-3
+    exact = rp.replay_float64(h, w)
+    assert np.all(np.abs(b - exact) <= np.abs(exact) * 2.0 ** -8 + 1e-4)
+
+
 def test_chunking_changes_nothing_beyond_the_accumulation_error() -> None:
     h, w = _data(rows=8, vocab=3000)
     a = rp.TorchReplay(rp.torch_bf16(w), chunk=3000, output="f32").logits(rp.torch_bf16(h)).numpy()
