@@ -172,3 +172,32 @@ def test_errors_name_the_file(world: dict, tmp_path: Path) -> None:  # type: ign
     (copy / "weight.safetensors").write_bytes(bytes(data))
     with pytest.raises(BadInput, match="file_sha256"):
         _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], lm_head=str(copy))
+
+
+def test_replay_without_torch_uses_numpy_blas(world: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """Where torch cannot be imported the CPU replay is NumPy's SGEMM: the same figures."""
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    root = world["fixture"].root
+    out = tmp_path / "r.json"
+    code = f'''
+import sys
+sys.modules["torch"] = None
+from kldtui.cli.main import main
+rc = main(["compare", "--suite-manifest", {str(root)!r}, "--reference-dir", {str(root / fid.HIDDEN_DIR)!r},
+           "--candidate-dir", {str(world["cand_logits"])!r}, "--output", {str(out)!r}, "--bootstrap-samples",
+           "200"])
+assert "torch" not in [m for m, v in sys.modules.items() if v is not None], "torch was imported"
+sys.exit(rc)
+'''
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["comparator"]["library"] == "numpy"
+    with_torch = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"])
+    expected = with_torch.kl_reference_to_candidate.mean
+    assert report["kl_reference_to_candidate"]["mean"] == pytest.approx(expected, rel=1e-3)
