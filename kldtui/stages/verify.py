@@ -444,7 +444,15 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     """
     started = time.monotonic()
     p = Path(path)
-    from kldtui.stages.verify_hidden import is_hidden_suite, verify_hidden_suite
+    from kldtui.stages.verify_hidden import (
+        is_hidden_folder,
+        is_hidden_suite,
+        verify_hidden_folder,
+        verify_hidden_suite,
+    )
+
+    if p.is_dir() and is_hidden_folder(p):  # hidden states alone (reference-hidden/)
+        return verify_hidden_folder(p, reverify=reverify, workers=workers, emit=emit, cancel=cancel)
 
     if p.is_dir() and is_hidden_suite(p):  # a hidden-state suite: its own checks (checksums.txt, heads)
         from kldtui.formats.fidelity import ContextFilter

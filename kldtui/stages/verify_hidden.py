@@ -103,6 +103,72 @@ def verify_hidden_suite(root: str | Path, *, selection: fid.ContextFilter | None
     return result
 
 
+def is_hidden_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a hidden-state tensor folder (its manifest names ``hidden_width``)."""
+    path = folder / fid.TENSOR_MANIFEST
+    try:
+        return path.is_file() and fid.load_tensor_manifest(path).kind == "hidden"
+    except BadInput:
+        return False
+
+
+def verify_hidden_folder(folder: str | Path, *, reverify: bool = False, workers: int | None = None,
+                         emit: EventSink = null_sink, cancel: Cancel | None = None) -> VerifyResult:
+    """A hidden-state folder alone (``kldtui verify reference-hidden/``): its manifest, each file's
+    identity and SHA-256 against its record, and against the suite in the folder above when there
+    is one (suite hash, token hashes)."""
+    started = time.monotonic()
+    base = Path(folder)
+    result = VerifyResult(path=base, kind="hidden-state folder")
+    emit(StageStarted(STAGE, detail=f"hidden-state folder {base}"))
+    try:
+        manifest = fid.load_tensor_manifest(base)
+    except BadInput as exc:
+        result.failures.append(str(exc))
+        result.malformed.append(str(exc))
+        return result
+    suite = None
+    if (base.parent / SUITE_MANIFEST).is_file():
+        try:
+            suite = load_suite(base.parent)
+        except BadInput as exc:
+            result.failures.append(str(exc))
+    else:
+        result.notes.append(f"no {SUITE_MANIFEST} above this folder; checked the files without the suite")
+    if suite is not None and manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
+        result.failures.append(f"{manifest.path}: suite hash differs from the suite's ({suite.path})")
+    result.windows = sorted(manifest.entries)
+    to_hash: dict[Path, str] = {}
+    for index in result.windows:
+        problems, _ = fid.check_tensor_file(manifest, index, suite)
+        result.failures.extend(problems)
+        path = manifest.file_path(index)
+        if path.is_file():
+            to_hash[path] = manifest.entries[index].sha256
+    cache = VerifiedCache(base)
+    need = [p for p in to_hash if reverify or cache.lookup(p) is None]
+    result.cached.extend(p for p in to_hash if p not in need)
+    errors: dict[Path, str] = {}
+    hashed = hash_files(need, workers=workers, emit=emit, cancel=cancel, on_hashed=cache.record,
+                        errors=errors)
+    cache.save()
+    result.failures.extend(errors.values())
+    result.checked.extend(hashed)
+    result.bytes_hashed = sum(p.stat().st_size for p in hashed)
+    for path, want in to_hash.items():
+        got = hashed.get(path) or cache.lookup(path)
+        if got is not None and got != want:
+            result.failures.append(f"{path}: SHA-256 {got[:12]}... does not match the manifest's "
+                                   f"{want[:12]}...; "
+                                   "the file is corrupt, delete it and fetch it again")
+    result.elapsed_s = time.monotonic() - started
+    for note in result.notes:
+        emit(Notice(STAGE, note))
+    emit(StageFinished(STAGE, summary=result.summary(), figures={"ok": result.ok,
+                                                                 "failures": len(result.failures)}))
+    return result
+
+
 class _Checker:
     def __init__(self, root: Path, result: VerifyResult, emit: EventSink, cancel: Cancel | None) -> None:
         self.root = root
@@ -327,4 +393,5 @@ class _Checker:
                           f"raw_tensor_sha256 {head.raw_tensor_sha256[:12]}...; the head is damaged")
 
 
-__all__ = ["KIND", "is_hidden_suite", "selected_windows", "verify_hidden_suite"]
+__all__ = ["KIND", "is_hidden_folder", "is_hidden_suite", "selected_windows", "verify_hidden_folder",
+           "verify_hidden_suite"]

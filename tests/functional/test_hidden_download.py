@@ -106,6 +106,21 @@ def test_verify_names_damage(hub: HubServer, published: fx.Fixture, tmp_path: Pa
     assert any("context_index='1'" in f for f in result.failures)
 
 
+def test_a_hidden_state_folder_alone(hub: HubServer, tmp_path: Path) -> None:
+    out = tmp_path / "local"
+    ensure_hidden_suite(REPO, out, selection=fid.ContextFilter(start=0, stop=3))
+    # the downloaded folder lists all 12 contexts; 3 are here
+    result = verify_path(out / "reference-hidden")
+    assert result.kind == "hidden-state folder"
+    assert sum("missing" in f for f in result.failures) == 9 and len(result.failures) == 9
+    target = out / "reference-hidden" / "hidden_0001.safetensors"
+    data = bytearray(target.read_bytes())
+    data[-2] ^= 0x08
+    target.write_bytes(bytes(data))
+    result = verify_path(out / "reference-hidden")
+    assert any(f.startswith(f"{target}: SHA-256") for f in result.failures)
+
+
 def test_top_manifest_and_head_identity(hub: HubServer, tmp_path: Path) -> None:
     out = tmp_path / "local"
     ensure_hidden_suite(REPO, out, selection=fid.ContextFilter(start=0, stop=2))
