@@ -127,6 +127,8 @@ def check_logits_file(manifest: LogitsManifest, index: int, *, suite: Suite | No
     domain = window.domain if window is not None else entry.domain
     expected: list[tuple[str, str, str]] = [
         ("window_index", str(index), f"{by_manifest} lists it as window {index}"),
+        # the published live-logits layout names its files' contexts so
+        ("context_index", str(index), f"{by_manifest} lists it as context {index}"),
         ("token_ids_json_sha256", token_hash, f"{by_suite} has {token_hash[:12]}... for window {index}"),
         ("vocab_size", str(manifest.vocab_size), f"{by_manifest} says {manifest.vocab_size}"),
         ("domain", domain, f"{by_suite} says {domain!r}"),

@@ -132,6 +132,10 @@ class NumpyReplay:
         self._h: np.ndarray | None = None
         self._p: np.ndarray | None = None
 
+    def new_block(self, rows: int) -> np.ndarray:
+        """An FP32 block ``[rows, vocab]`` for :meth:`logits`' ``out``."""
+        return np.empty((rows, self.vocab), dtype=np.float32)
+
     def logits(self, hidden: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Replayed logits, float32 ``[rows, vocab]`` (into ``out`` when given)."""
         rows = int(hidden.shape[0])
@@ -202,6 +206,10 @@ class TorchReplay:
         shape = ReplayShape(rows, self.vocab, self.hidden, self.chunk)
         head = 2 * self.chunk * self.hidden * BF16_BYTES if self.stream else shape.head_bytes
         return shape.logits_bytes + rows * self.chunk * 4 + head
+
+    def new_block(self, rows: int) -> Any:
+        """An FP32 tensor ``[rows, vocab]`` on the device, for :meth:`logits`' ``out``."""
+        return self.torch.empty((rows, self.vocab), dtype=self.torch.float32, device=self.device)
 
     def logits(self, hidden: Any, out: Any = None) -> Any:
         """Replayed logits, an FP32 tensor ``[rows, vocab]`` on the device (into ``out`` when

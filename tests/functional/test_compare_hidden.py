@@ -6,6 +6,7 @@ own head; the suite's clustered statistics under the published names; one-line e
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,21 @@ sys.exit(rc)
     with_torch = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"])
     expected = with_torch.kl_reference_to_candidate.mean
     assert report["kl_reference_to_candidate"]["mean"] == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_live_logits_file_of_another_context_is_refused(world: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    f = world["fixture"]
+    live = tmp_path / "live"
+    shutil.copytree(f.root / "sentinel-live-logits" / "repeat-00", live)
+    first, second = [i for i, s in enumerate(f.sentinels) if s][:2]
+    # the second sentinel's file copied over the first's, and the manifest's size and hash fixed
+    a, b = live / f"logits_{first:04d}.safetensors", live / f"logits_{second:04d}.safetensors"
+    a.write_bytes(b.read_bytes())
+    doc = json.loads((live / "manifest.json").read_text())
+    for record in doc["contexts"]:
+        if record["context_index"] == first:
+            record["sha256"], record["size_bytes"] = fx.sha_file(a), a.stat().st_size
+    doc["total_size_bytes"] = sum(r["size_bytes"] for r in doc["contexts"])
+    (live / "manifest.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    with pytest.raises(BadInput, match=f"context_index='{second}'"):
+        _cmp(world, f.root / fid.HIDDEN_DIR, live, context_filter="sentinel")

@@ -172,13 +172,7 @@ class _ReplayedRows:
         hidden = self.reader.pread(start, stop)
         n = stop - start
         if self._out is None:
-            if self._torch:
-                import torch
-
-                self._out = torch.empty((self._block, self.replay.vocab), dtype=torch.float32,
-                                        device=self.replay.device)
-            else:
-                self._out = np.empty((self._block, self.replay.vocab), dtype=np.float32)
+            self._out = self.replay.new_block(self._block)
         if self._torch:
             self.replay.logits(torch_bf16(hidden), out=self._out[:n])
         else:
