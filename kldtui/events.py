@@ -98,13 +98,15 @@ class WindowState(Event):
     state: WindowStateName
     domain: str = ""
     figures: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # how messages name it ("context 0008 (chinese)"); "": "window NNN (domain)"
 
     def describe(self) -> str:
         """The window's line in a log (the dashboard's and ``--batch``'s):
         ``window 003 (code) compared, mean KL 0.0273169, top-1 90.22 %``."""
         from kldtui.text import top_k
 
-        label = f"window {self.window_index:03d}" + (f" ({self.domain})" if self.domain else "")
+        label = self.label or (f"window {self.window_index:03d}"
+                               + (f" ({self.domain})" if self.domain else ""))
         figures = self.figures
         if self.state == "failed":
             error = figures.get("error")

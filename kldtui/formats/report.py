@@ -143,14 +143,17 @@ def summary_text(report: ComparisonReport) -> str:
     boot = report.kl_window_cluster_bootstrap
     mean_iv = kl_headline_interval(report)
     kl = report.kl_reference_to_candidate
+    # a hidden-state suite's windows are its contexts (resampled as if independent here; the line
+    # with source clusters below is the interval to read)
+    unit = "context" if report.suite_statistics is not None else "window"
     n = report.windows
-    counted = f"{plural(n, 'window')}, {plural(report.positions, 'position')}"
+    counted = f"{plural(n, unit)}, {plural(report.positions, 'position')}"
     if interval_rests_on_too_few(n):
-        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  ({counted}: too few windows for a "
+        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  ({counted}: too few {unit}s for a "
                 f"95 % interval, which needs {MIN_INTERVAL_WINDOWS})")
     else:
         head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% interval [{_f(mean_iv.ci95_low)}, "
-                f"{_f(mean_iv.ci95_high)}]  ({counted}; the original comparator's window bootstrap "
+                f"{_f(mean_iv.ci95_high)}]  ({counted}; the original comparator's {unit} bootstrap "
                 f"[{_f(boot.ci95_low)}, {_f(boot.ci95_high)}])")
     p99_9 = f"  p99.9 {_f(kl.p99_9)}" if _number(kl.p99_9) else ""
     lines = [

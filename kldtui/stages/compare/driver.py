@@ -99,7 +99,8 @@ class Comparer:
         else:
             cached = self.cache.get(window)
             if cached is None:
-                self.emit(WindowState("compare", window.index, "comparing", domain=window.domain))
+                self.emit(WindowState("compare", window.index, "comparing", domain=window.domain,
+                                      label=window.label))
                 cached = compare_window(self.suite, window, ws.reference, ws.candidate,
                                         options or self.options, self.cancel, emit=self.emit)
                 self.computed += 1
@@ -132,14 +133,14 @@ class Comparer:
                     self.cancel.check()
                 r = self.cache.get(w)
                 if r is None:
-                    self.emit(WindowState("compare", w.index, "comparing", domain=w.domain))
+                    self.emit(WindowState("compare", w.index, "comparing", domain=w.domain, label=w.label))
                     r = engine.compare_window(inputs, w, self.emit, self.cancel)
                     self.computed += 1
                     self.cache.put(w, r)
                 results.append(r)
                 self._announce(w, r)
-                self.emit(Progress("compare", task="windows", done=n + 1, total=len(inputs.windows),
-                                   unit="windows"))
+                units = f"{w.unit}s"  # windows, or a hidden-state suite's contexts
+                self.emit(Progress("compare", task=units, done=n + 1, total=len(inputs.windows), unit=units))
             self.engine_info = (str(engine.backend), engine.threads)
         return results
 
@@ -156,12 +157,13 @@ class Comparer:
             self.computed += 1
             results.append(r)
             self._announce(w, r)
-            self.emit(Progress("compare", task="windows", done=n + 1, total=len(selected), unit="windows"))
+            units = f"{w.unit}s"
+            self.emit(Progress("compare", task=units, done=n + 1, total=len(selected), unit=units))
         self.engine_info = (figures.backend, None)
         return results
 
     def _announce(self, window: WindowSpec, r: WindowResult) -> None:
-        self.emit(WindowState("compare", window.index, "compared", domain=window.domain,
+        self.emit(WindowState("compare", window.index, "compared", domain=window.domain, label=window.label,
                               figures={"kl": r.kl_mean, "js": r.figure("js_mean"),
                                        "top1": r.top1_agreement, "rows": r.positions}))
 
