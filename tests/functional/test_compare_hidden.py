@@ -220,3 +220,33 @@ def test_a_live_logits_file_of_another_context_is_refused(world: dict, tmp_path:
     (live / "manifest.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     with pytest.raises(BadInput, match=f"context_index='{second}'"):
         _cmp(world, f.root / fid.HIDDEN_DIR, live, context_filter="sentinel")
+
+
+def test_a_replayed_reference_is_identified_by_its_states_and_head(world: dict,
+                                                                   tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """Reports against one hidden-state reference pair by its content (the states' files, the
+    head's file and the replay's rounding), not by its manifest's bytes: a copy whose manifest
+    records another time pairs; the same states replayed with another head, or kept in FP32, do
+    not."""
+    from kldtui.decide.reports import check_same_suite
+
+    root = world["fixture"].root
+    first = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy")
+    copy = tmp_path / "copy"
+    shutil.copytree(root / fid.HIDDEN_DIR, copy / fid.HIDDEN_DIR)
+    doc = json.loads((copy / fid.HIDDEN_DIR / "manifest.json").read_text())
+    doc["created_utc"] = "2031-01-01T00:00:00Z"
+    (copy / fid.HIDDEN_DIR / "manifest.json").write_text(json.dumps(doc, indent=2))
+    again = _cmp(world, copy / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy",
+                 lm_head=str(root / fid.LM_HEAD_DIR))
+    assert first.reference_identity_sha256 is not None
+    assert first.reference_manifest_sha256 != again.reference_manifest_sha256
+    assert first.reference_identity_sha256 == again.reference_identity_sha256
+    check_same_suite(first, again, "first.json", "again.json")  # pairs: no error
+    other_head = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy",
+                      lm_head=str(world["cand_hidden"] / fid.LM_HEAD_DIR))
+    fp32 = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy", replay_dtype="f32")
+    assert len({first.reference_identity_sha256, other_head.reference_identity_sha256,
+                fp32.reference_identity_sha256}) == 3
+    with pytest.raises(BadInput):
+        check_same_suite(first, other_head, "first.json", "other.json")

@@ -26,6 +26,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
+from kldtui.formats.reference_identity import replayed_identity
 from kldtui.formats.report_model import Comparator, ComparisonReport, SideDescription, Verified
 from kldtui.formats.suite import Suite, WindowSpec, load_suite
 from kldtui.stages.compare.cache import WindowCache
@@ -36,7 +37,7 @@ from kldtui.stages.compare.inputs import load_sides, prepare
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.report import build_report
 from kldtui.stages.compare.results import WindowResult
-from kldtui.stages.compare.sides import HiddenSide, Side, memory_text
+from kldtui.stages.compare.sides import HiddenSide, Side, load_side, memory_text
 from kldtui.workspace import Workspace
 
 # a report's reference and candidate descriptions and its comparator (None: a logits suite's report)
@@ -83,6 +84,7 @@ class Comparer:
         self.verified: Verified | None = None
         self.reference_manifest_sha256: str | None = None
         self.described: Described | None = None
+        self.head_sha256: dict[str, str] = {}  # role -> the LM head's file SHA-256, as prepare verified it
 
     # -- comparing ------------------------------------------------------------------------------
     def window(self, window: WindowSpec, *, announce: bool = True,
@@ -125,6 +127,7 @@ class Comparer:
         with Engine(inputs.vocab_size, self.options) as engine:
             self.described = describe(inputs.reference, inputs.candidate, inputs.windows, self.options,
                                       engine, inputs.head_sha256)
+            self.head_sha256 = inputs.head_sha256
             if inputs.replayed:
                 sides = (inputs.reference, inputs.candidate)
                 self.emit(Notice("compare", memory_text(sides, engine.replay_rows, inputs.vocab_size)))
@@ -190,7 +193,20 @@ class Comparer:
             candidate_dir=self.workspace.candidate, options=options,
             window_range=(options.start_window, stop) if complete else (compared[0], compared[-1] + 1),
             reference_manifest_sha256=ref_sha, verified=verified, elapsed_seconds=elapsed_seconds,
-            backend=backend, threads=threads, command=command, sides=sides, comparator=comparator)
+            backend=backend, threads=threads, command=command, sides=sides, comparator=comparator,
+            reference_identity_sha256=self._reference_identity(results))
+
+    def _reference_identity(self, results: Sequence[WindowResult]) -> str | None:
+        """A replayed reference's identity over the compared contexts (None for a logits reference:
+        the report takes it from the folder's manifest)."""
+        compared = sorted(r.window_index for r in results)
+        try:
+            ref = load_side(self.workspace.reference, "reference", lm_head=self.options.lm_head,
+                            suite_dir=self.suite.root)
+        except BadInput:
+            return None  # a folder build_report reads itself (or one that is gone)
+        return replayed_reference_identity(ref, [self.suite.window(i) for i in compared], self.options,
+                                           self.head_sha256)
 
     def _describe(self, results: Sequence[WindowResult]) -> Described:
         """What the sides were, for a report of windows compared one at a time (the pipeline) or
@@ -234,6 +250,17 @@ class Comparer:
         summary = summary_text(report).strip().splitlines()
         self.emit(StageFinished("compare", summary=summary[0] if summary else "",
                                 figures=headline(report)))
+
+
+def replayed_reference_identity(ref: Side, windows: Sequence[WindowSpec], options: CompareOptions,
+                                head_sha256: dict[str, str]) -> str | None:
+    """The report's ``reference_identity_sha256`` for a hidden-state reference: its files over
+    ``windows``, the head's file SHA-256 (as verified, else as its manifest says) and the replay's
+    rounding (kldtui.formats.reference_identity). None for a logits reference."""
+    if not isinstance(ref, HiddenSide):
+        return None
+    return replayed_identity(ref.manifest, head_sha256.get(ref.role, ref.head.file_sha256 or ""),
+                             options.replay_dtype, [w.index for w in windows])
 
 
 def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareOptions, engine: Engine | None,
