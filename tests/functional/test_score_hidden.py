@@ -97,11 +97,16 @@ def test_scoring_against_hidden_states_gives_the_full_logit_references_report(
     assert a["positions"] == b["positions"] == 4 * (LENGTH - 1)
     # the reference folders (and so their identities) differ by design; every figure agrees within
     # score mode's tolerance
-    for key in ("reference_dir", "reference_manifest_sha256", "reference_identity_sha256"):
+    for key in ("reference_dir", "reference_manifest_sha256", "reference_identity_sha256", "reference"):
         a.pop(key, None)
         b.pop(key, None)
     assert report_differences(a, b) == []
     assert b["kl_reference_to_candidate"]["mean"] > 1e-3  # a real difference was measured
+    # what each reference was and its size on disk (the dashboard's reference line)
+    ref_a, ref_b = load_report(vs_logits / "comparison.json"), load_report(vs_hidden / "comparison.json")
+    assert ref_a.reference.kind == "logits" and ref_b.reference.kind == "hidden"
+    assert ref_b.reference.bytes_on_disk < ref_a.reference.bytes_on_disk
+    assert ref_b.candidate is None  # score mode: the candidate folder holds figures, not logits
     # each score file says what it was scored against: the hidden file, the head, the rounding
     from kldtui.formats.safetensors_io import read_header
 

@@ -41,7 +41,7 @@ from kldtui.stages.compare.sides import HiddenSide, Side, load_side, memory_text
 from kldtui.workspace import Workspace
 
 # a report's reference and candidate descriptions and its comparator (None: a logits suite's report)
-Described = tuple[tuple[SideDescription, SideDescription] | None, Comparator | None]
+Described = tuple[tuple[SideDescription | None, SideDescription | None] | None, Comparator | None]
 
 
 def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | int,
@@ -84,6 +84,7 @@ class Comparer:
         self.verified: Verified | None = None
         self.reference_manifest_sha256: str | None = None
         self.described: Described | None = None
+        self.server_figures = False  # windows() of figures a server computed (score mode), one at a time
         self.head_sha256: dict[str, str] = {}  # role -> the LM head's file SHA-256, as prepare verified it
 
     # -- comparing ------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ class Comparer:
         figures = self.mode.server_figures(self.suite, ws.reference, ws.candidate, [window])
         if figures is not None:
             result = figures_window(figures, window, options or self.options)
-            self.described = (None, None)  # a server computed the figures: no sides to describe
+            self.server_figures = True  # a server computed the figures: the report describes the reference
             self.computed += 1
         else:
             cached = self.cache.get(window)
@@ -151,7 +152,8 @@ class Comparer:
         """Windows whose figures the candidate's server computed (checked file by file)."""
         self.verified = Verified(token_hashes=True, suite_hash=True, logits_sha256="checked")
         self.reference_manifest_sha256 = manifest_sha256(figures.reference.path)
-        self.described = (None, None)
+        self.server_figures = True
+        self.described = self._reference_described(list(selected))
         results = []
         for n, w in enumerate(selected):
             if self.cancel is not None:
@@ -187,7 +189,11 @@ class Comparer:
         own = self.engine_info is not None and self.computed == len(results)
         backend, threads = self.engine_info if own and self.engine_info else (None, None)
         verified = self._identity_unchecked(compared, self.verified)
-        sides, comparator = self.described if self.described is not None else self._describe(results)
+        described = self.described
+        if described is None:
+            described = (self._reference_described([self.suite.window(i) for i in compared])
+                         if self.server_figures else self._describe(results))
+        sides, comparator = described
         return build_report(
             results, suite=self.suite, reference_dir=self.workspace.reference,
             candidate_dir=self.workspace.candidate, options=options,
@@ -198,7 +204,10 @@ class Comparer:
 
     def _reference_identity(self, results: Sequence[WindowResult]) -> str | None:
         """A replayed reference's identity over the compared contexts (None for a logits reference:
-        the report takes it from the folder's manifest)."""
+        the report takes it from the folder's manifest; None for figures a server computed, whose
+        replay's rounding is the server's)."""
+        if self.server_figures:
+            return None
         compared = sorted(r.window_index for r in results)
         try:
             ref = load_side(self.workspace.reference, "reference", lm_head=self.options.lm_head,
@@ -207,6 +216,14 @@ class Comparer:
             return None  # a folder build_report reads itself (or one that is gone)
         return replayed_reference_identity(ref, [self.suite.window(i) for i in compared], self.options,
                                            self.head_sha256)
+
+    def _reference_described(self, windows: list[WindowSpec]) -> Described:
+        try:
+            ref = load_side(self.workspace.reference, "reference", lm_head=self.options.lm_head,
+                            suite_dir=self.suite.root)
+        except BadInput:
+            return None, None  # the server's figures were checked against it; nothing more to say
+        return describe_reference(ref, windows)
 
     def _describe(self, results: Sequence[WindowResult]) -> Described:
         """What the sides were, for a report of windows compared one at a time (the pipeline) or
@@ -263,6 +280,23 @@ def replayed_reference_identity(ref: Side, windows: Sequence[WindowSpec], option
                              options.replay_dtype, [w.index for w in windows])
 
 
+def side_description(side: Side, windows: list[WindowSpec], head_sha256: dict[str, str]) -> SideDescription:
+    info = side.info(windows)
+    return SideDescription(kind=info.kind, label=info.label, manifest_sha256=info.manifest_sha256,
+                           lm_head_file_sha256=head_sha256.get(side.role, info.lm_head_file_sha256),
+                           file_dtype=info.file_dtype, bytes_on_disk=info.bytes_on_disk,
+                           full_logits_bytes=info.full_logits_bytes)
+
+
+def describe_reference(ref: Side, windows: list[WindowSpec]) -> Described:
+    """For figures a server computed (score mode): the candidate folder holds no logits to describe,
+    but a replayed reference, or a suite of contexts, is still described (what the reference was and
+    its size on disk: the report's and the dashboard's reference line)."""
+    if not isinstance(ref, HiddenSide) and not (windows and windows[0].unit == "context"):
+        return None, None
+    return (side_description(ref, windows, {}), None), None
+
+
 def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareOptions, engine: Engine | None,
              head_sha256: dict[str, str]) -> Described:
     """The report's ``reference``, ``candidate`` and ``comparator`` objects: written when a side
@@ -270,13 +304,7 @@ def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareO
     replayed = isinstance(ref, HiddenSide) or isinstance(cand, HiddenSide)
     if not replayed and not (windows and windows[0].unit == "context"):
         return None, None
-    infos = []
-    for side in (ref, cand):
-        info = side.info(windows)
-        infos.append(SideDescription(kind=info.kind, label=info.label, manifest_sha256=info.manifest_sha256,
-                                     lm_head_file_sha256=head_sha256.get(side.role, info.lm_head_file_sha256),
-                                     file_dtype=info.file_dtype, bytes_on_disk=info.bytes_on_disk,
-                                     full_logits_bytes=info.full_logits_bytes))
+    infos = [side_description(side, windows, head_sha256) for side in (ref, cand)]
     comparator = None
     if replayed:
         settings = engine.replays.settings() if engine is not None else {}

@@ -71,7 +71,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
                  elapsed_seconds: float | None = None,
                  backend: str | None = None, threads: int | None = None,
                  command: str | None = None,
-                 sides: tuple[SideDescription, SideDescription] | None = None,
+                 sides: tuple[SideDescription | None, SideDescription | None] | None = None,
                  comparator: Comparator | None = None) -> ComparisonReport:
     """The report (docs/REPORT.md) from window results, in any order; ``sides`` and
     ``comparator`` say what each side was and how replayed sides were replayed."""
