@@ -250,3 +250,27 @@ def test_a_replayed_reference_is_identified_by_its_states_and_head(world: dict,
                 fp32.reference_identity_sha256}) == 3
     with pytest.raises(BadInput):
         check_same_suite(first, other_head, "first.json", "other.json")
+
+
+def test_the_replay_rounds_as_the_folder_records_its_model_computed(world: dict,
+                                                                     tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """A hidden-state folder kldtui captured from a float32 server records ``replay_output: f32``:
+    its logits are replayed in FP32 unless --replay-dtype says otherwise; a folder that records
+    nothing (the published suite) is replayed in BF16."""
+    root = world["fixture"].root
+    f32_folder = tmp_path / fid.HIDDEN_DIR
+    shutil.copytree(root / fid.HIDDEN_DIR, f32_folder)
+    doc = json.loads((f32_folder / "manifest.json").read_text())
+    doc["replay_output"] = "f32"
+    (f32_folder / "manifest.json").write_text(json.dumps(doc, indent=2))
+    head = str(root / fid.LM_HEAD_DIR)
+    published = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy")
+    recorded = _cmp(world, f32_folder, world["cand_logits"], backend="numpy", lm_head=head)
+    forced = _cmp(world, root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy", replay_dtype="f32")
+    overridden = _cmp(world, f32_folder, world["cand_logits"], backend="numpy", lm_head=head,
+                      replay_dtype="bf16")
+    assert published.comparator.replay_dtype == overridden.comparator.replay_dtype == "bf16"
+    assert recorded.comparator.replay_dtype == forced.comparator.replay_dtype == "f32"
+    assert recorded.kl_reference_to_candidate.mean == forced.kl_reference_to_candidate.mean
+    assert overridden.kl_reference_to_candidate.mean == published.kl_reference_to_candidate.mean
+    assert recorded.kl_reference_to_candidate.mean != published.kl_reference_to_candidate.mean

@@ -49,9 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate-lm-head", default=None, metavar="PATH",
                         help="the candidate's own LM head, for a hidden-state candidate (never taken "
                              "from the reference silently)")
-    parser.add_argument("--replay-dtype", choices=OUTPUTS, default="bf16",
-                        help="replayed logits rounded to BF16 as the model's head returns them "
-                             "(default), or kept in FP32")
+    parser.add_argument("--replay-dtype", choices=OUTPUTS, default=None,
+                        help="replayed logits rounded to BF16 as a BF16 model's head returns them, or kept "
+                             "in FP32 (default: as the hidden-state folder records its model computed, "
+                             "else bf16)")
     parser.add_argument("--vocab-chunk", type=int, default=DEFAULT_CHUNK,
                         help=f"vocabulary rows of the head per product (default {DEFAULT_CHUNK})")
     parser.add_argument("--replay-rows", type=int, default=None,

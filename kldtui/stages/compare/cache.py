@@ -82,16 +82,19 @@ class WindowCache:
     def _key(self, window: WindowSpec) -> dict[str, Any]:
         # read again for every window: the pipeline extends the candidate's folder as it goes
         ws, options = self.workspace, self.options
-        ref = load_side(ws.reference, "reference", lm_head=options.lm_head, suite_dir=ws.suite_dir)
-        cand = load_side(ws.candidate, "candidate", lm_head=options.candidate_lm_head, suite_dir=ws.suite_dir)
+        ref = load_side(ws.reference, "reference", lm_head=options.lm_head, suite_dir=ws.suite_dir,
+                        replay_dtype=options.replay_dtype)
+        cand = load_side(ws.candidate, "candidate", lm_head=options.candidate_lm_head, suite_dir=ws.suite_dir,
+                         replay_dtype=options.replay_dtype)
         key: dict[str, Any] = {"version": COMPARE_RESULT_VERSION,
                                "reference_sha256": ref.identity(window.index)["sha256"],
                                "candidate_sha256": cand.identity(window.index)["sha256"],
                                "reverse": self.options.reverse}
         if isinstance(ref, HiddenSide) or isinstance(cand, HiddenSide):
-            # a replayed side: its head and the replay's rounding and chunk change the numbers too
+            # a replayed side: its head and the replay's rounding (in its identity) and chunk change
+            # the numbers too
             key.update(reference=ref.identity(window.index), candidate=cand.identity(window.index),
-                       replay_dtype=self.options.replay_dtype, vocab_chunk=self.options.vocab_chunk)
+                       vocab_chunk=self.options.vocab_chunk)
         return key
 
     def get(self, window: WindowSpec) -> WindowResult | None:

@@ -211,7 +211,7 @@ class Comparer:
         compared = sorted(r.window_index for r in results)
         try:
             ref = load_side(self.workspace.reference, "reference", lm_head=self.options.lm_head,
-                            suite_dir=self.suite.root)
+                            suite_dir=self.suite.root, replay_dtype=self.options.replay_dtype)
         except BadInput:
             return None  # a folder build_report reads itself (or one that is gone)
         return replayed_reference_identity(ref, [self.suite.window(i) for i in compared], self.options,
@@ -277,7 +277,7 @@ def replayed_reference_identity(ref: Side, windows: Sequence[WindowSpec], option
     if not isinstance(ref, HiddenSide):
         return None
     return replayed_identity(ref.manifest, head_sha256.get(ref.role, ref.head.file_sha256 or ""),
-                             options.replay_dtype, [w.index for w in windows])
+                             ref.output, [w.index for w in windows])
 
 
 def side_description(side: Side, windows: list[WindowSpec], head_sha256: dict[str, str]) -> SideDescription:
@@ -313,7 +313,8 @@ def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareO
             two_pass_full_vocabulary=True,
             lm_head_file_sha256=infos[0].lm_head_file_sha256,
             candidate_lm_head_file_sha256=infos[1].lm_head_file_sha256,
-            replay_dtype=options.replay_dtype, vocab_chunk=options.vocab_chunk,
+            replay_dtype="/".join(sorted({s.output for s in (ref, cand) if isinstance(s, HiddenSide)})),
+            vocab_chunk=options.vocab_chunk,
             replay_rows=engine.replay_rows if engine is not None else None,
             position_block=engine.row_block if engine is not None else None,
             device=settings.get("device"), library=settings.get("library"),

@@ -49,7 +49,7 @@ class Engine:
         self.replay_rows = max(self.row_block, options.replay_rows or REPLAY_ROWS.get(self.backend,
                                                                                       DEFAULT_REPLAY_ROWS))
         # the replay's GEMM runs on the CPU with every thread of the comparison, or on the GPU
-        self.replays = Replays(self._torch_device(), output=options.replay_dtype, chunk=options.vocab_chunk,
+        self.replays = Replays(self._torch_device(), chunk=options.vocab_chunk,
                                threads=choice.threads or os.cpu_count())
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kldtui-compare")

@@ -43,8 +43,10 @@ class CompareInputs:
 def load_sides(suite: Suite, reference_dir: str | os.PathLike[str], candidate_dir: str | os.PathLike[str],
                options: CompareOptions) -> tuple[Side, Side]:
     """Both sides of a comparison, read from their folders' manifests."""
-    ref = load_side(reference_dir, "reference", lm_head=options.lm_head, suite_dir=suite.root)
-    cand = load_side(candidate_dir, "candidate", lm_head=options.candidate_lm_head, suite_dir=suite.root)
+    ref = load_side(reference_dir, "reference", lm_head=options.lm_head, suite_dir=suite.root,
+                    replay_dtype=options.replay_dtype)
+    cand = load_side(candidate_dir, "candidate", lm_head=options.candidate_lm_head, suite_dir=suite.root,
+                     replay_dtype=options.replay_dtype)
     return ref, cand
 
 

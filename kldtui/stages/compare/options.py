@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kldtui.metrics.replay_spec import DEFAULT_CHUNK, DEFAULT_OUTPUT
+from kldtui.metrics.replay_spec import DEFAULT_CHUNK
 
 if TYPE_CHECKING:
     from kldtui.capture_modes import CaptureMode
@@ -38,7 +38,9 @@ class CompareOptions:
     # hidden-state sides (docs/REPLAY.md): the heads, and the replay's rounding, chunk and rows
     lm_head: str | None = None  # the reference's head (file or folder); None: the suite's lm-head/
     candidate_lm_head: str | None = None  # a hidden-state candidate's own head
-    replay_dtype: str = DEFAULT_OUTPUT
+    # the replay's rounding (bf16, f32); None: each hidden-state folder's recorded replay_output,
+    # else bf16 (the published rule)
+    replay_dtype: str | None = None
     vocab_chunk: int = DEFAULT_CHUNK
     replay_rows: int | None = None  # rows replayed at once; None: the backend's (CPU 256, CUDA 512)
 

@@ -88,12 +88,12 @@ class Replays:
     """The engine's replay machinery: one replay per LM head, on the engine's device, made at
     first use (a head is mapped, or uploaded to the GPU, once per comparison)."""
 
-    def __init__(self, device: str, *, output: str, chunk: int, threads: int | None) -> None:
+    def __init__(self, device: str, *, chunk: int, threads: int | None) -> None:
         self.device = device  # "cpu" or "cuda:N"
-        self.output = check_output(output)
         self.chunk = chunk
         self.threads = threads
-        self._replays: dict[Path, Any] = {}
+        self._replays: dict[tuple[Path, str], Any] = {}
+        self.outputs: set[str] = set()  # the roundings replayed with
 
     @property
     def uses_torch(self) -> bool:
@@ -104,8 +104,10 @@ class Replays:
     def library(self) -> str:
         return "torch" if self.uses_torch else "numpy"
 
-    def get(self, head: fid.LmHead) -> Any:
-        replay = self._replays.get(head.path)
+    def get(self, head: fid.LmHead, output: str) -> Any:
+        """The replay of ``head`` rounding its products as ``output`` says (``bf16``, ``f32``)."""
+        output = check_output(output)
+        replay = self._replays.get((head.path, output))
         if replay is None:
             # copy-on-write map: writable for torch (no warning), nothing copied unless written
             bits = np.memmap(head.path, dtype="<u2", mode="c", offset=head.info.begin,
@@ -113,15 +115,16 @@ class Replays:
             if self.uses_torch:
                 from kldtui.metrics.replay import TorchReplay
 
-                replay = TorchReplay(torch_bf16(bits), self.device, chunk=self.chunk, output=self.output)
+                replay = TorchReplay(torch_bf16(bits), self.device, chunk=self.chunk, output=output)
             else:
-                replay = NumpyReplay(bits, chunk=self.chunk, output=self.output)
-            self._replays[head.path] = replay
+                replay = NumpyReplay(bits, chunk=self.chunk, output=output)
+            self._replays[(head.path, output)] = replay
+            self.outputs.add(output)
         return replay
 
     def settings(self) -> dict[str, Any]:
         return {"device": self.device, "library": self.library(), "vocab_chunk": self.chunk,
-                "replay_dtype": self.output}
+                "replay_dtype": "/".join(sorted(self.outputs)) or None}
 
     def close(self) -> None:
         self._replays.clear()
@@ -299,10 +302,14 @@ class HiddenSide:
 
     kind = "hidden"
 
-    def __init__(self, manifest: fid.TensorManifest, head: fid.LmHead, role: Role) -> None:
+    def __init__(self, manifest: fid.TensorManifest, head: fid.LmHead, role: Role,
+                 output: str | None = None) -> None:
         self.manifest = manifest
         self.head = head
         self.role = role
+        # how the products are rounded: as asked (--replay-dtype), else as the folder records its
+        # model computed (kldtui's replay_output: f32 for a float32 server), else BF16 (the published rule)
+        self.output = check_output(output) if output is not None else fid.replay_output_of(manifest)
         self.manifest_path = manifest.path
         self.root = manifest.root
         self.vocab = head.vocab
@@ -340,7 +347,7 @@ class HiddenSide:
 
     def identity(self, index: int) -> dict[str, Any]:
         return {"sha256": self.manifest.entry(index).sha256, "lm_head_sha256": self.head.file_sha256,
-                "lm_head_path": str(self.head.path)}
+                "lm_head_path": str(self.head.path), "replay_dtype": self.output}
 
     def file_path(self, index: int) -> Path:
         """The context's hidden-state file."""
@@ -351,7 +358,7 @@ class HiddenSide:
 
     def open(self, window: WindowSpec, replays: Replays, block: int, use_mmap: bool) -> _ReplayedRows:
         return _ReplayedRows(self.manifest.file_path(window.index), self.manifest.tensor_key,
-                             replays.get(self.head), block)
+                             replays.get(self.head, self.output), block)
 
     def nonfinite(self, window: WindowSpec, rows: np.ndarray) -> str | None:
         path = self.manifest.file_path(window.index)
@@ -398,7 +405,7 @@ def _head_for(role: Role, manifest: fid.TensorManifest, given: str | os.PathLike
 
 
 def load_side(folder: str | os.PathLike[str], role: Role, *, lm_head: str | os.PathLike[str] | None = None,
-              suite_dir: Path | None = None) -> Side:
+              suite_dir: Path | None = None, replay_dtype: str | None = None) -> Side:
     """The side a folder holds, decided by its manifest: a logits folder (either layout), a
     hidden-state folder (with its head), or a suite folder whose top-level ``manifest.json``
     names its hidden-state reference."""
@@ -410,7 +417,7 @@ def load_side(folder: str | os.PathLike[str], role: Role, *, lm_head: str | os.P
         suite_dir = suite_dir or top.path.parent
     if fid.is_tensor_manifest(doc) and fid.tensor_kind(doc, str(manifest_path)) == "hidden":
         manifest = fid.tensor_manifest_from_doc(manifest_path, doc)
-        return HiddenSide(manifest, _head_for(role, manifest, lm_head, suite_dir), role)
+        return HiddenSide(manifest, _head_for(role, manifest, lm_head, suite_dir), role, replay_dtype)
     if lm_head is not None:
         flag = "--lm-head" if role == "reference" else "--candidate-lm-head"
         raise BadInput(f"{manifest_path}: holds logits, so {flag} {lm_head} has nothing to replay; leave it "
