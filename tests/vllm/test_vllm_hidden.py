@@ -8,9 +8,10 @@ into ``sentinel-live-logits/repeat-00/`` (F32, the published live layout): the f
 reference of the same model. Its bf16 copy is the candidate, scored inside the server in score mode
 once against the live logits and once against ``reference-hidden/`` (the server replays the
 reference rows with the head; ``KLDTUI_SCORE_KERNEL=torch`` takes the torch path a GPU server
-runs). The two reports must agree within the replay's measured tolerance, the replay check's
-KL(live || replay) (measured here: mean 6.0e-5, p99.9 3.8e-4, top-1 0.9963 for the float32
-model's states and head rounded to BF16).
+runs); and captured in logits mode, compared here against each reference (the hidden-state one
+replayed locally with the exported head, issue 22 item 2). The reports must agree within the
+replay's measured tolerance, the replay check's KL(live || replay) (measured here: mean 6.0e-5,
+p99.9 3.8e-4, top-1 0.9963 for the float32 model's states and head rounded to BF16).
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def test_vllm_hidden_reference_is_produced_and_scores_like_the_full_logit_refere
             _run_stages(profile)
             reports[name] = compare(suite, suite / logits_dir, tmp_path / f"work-{name}" / "candidate",
                                     CompareOptions(reverse=True, bootstrap_samples=1000)).to_json()
+        # logits mode: the candidate's captured logits compared here against each reference, the
+        # hidden-state one replayed with the exported head (as its folder records: in FP32)
+        _run_stages(_profile(tmp_path, "logits-cand", bf16, suite, {"mode": "logits"}))
+        for name, logits_dir in (("logits-vs-logits", live), ("logits-vs-hidden", fid.HIDDEN_DIR)):
+            reports[name] = compare(suite, suite / logits_dir, tmp_path / "work-logits-cand" / "candidate",
+                                    CompareOptions(reverse=True, bootstrap_samples=1000)).to_json()
         assert leftover_servers(tmp_path) == []
     finally:
         left = leftover_servers(tmp_path)
@@ -126,5 +133,15 @@ def test_vllm_hidden_reference_is_produced_and_scores_like_the_full_logit_refere
     # the candidate's mean KL moves by no more than that error's scale
     assert abs(kl_b - kl_a) <= max(10 * replay_kl["mean"], 1e-3 * kl_a)
     assert abs(a["top1_agreement"] - b["top1_agreement"]) <= 1 - check["top1_agreement"] + 1e-3
+    c, d = reports["logits-vs-logits"], reports["logits-vs-hidden"]
+    kl_c, kl_d = c["kl_reference_to_candidate"]["mean"], d["kl_reference_to_candidate"]["mean"]
+    print(f"bf16 candidate, logits mode: mean KL against the F32 logits {kl_c:.9g}, against the replayed "
+          f"hidden states {kl_d:.9g} (difference {kl_d - kl_c:.3g})")
+    assert c["positions"] == d["positions"] == 2 * 2047
+    assert abs(kl_d - kl_c) <= max(10 * replay_kl["mean"], 1e-3 * kl_c)
+    assert abs(c["top1_agreement"] - d["top1_agreement"]) <= 1 - check["top1_agreement"] + 1e-3
+    assert d["reference"]["kind"] == "hidden" and d["comparator"]["replay_dtype"] == "f32"
+    # the same candidate scored in the server and compared here, against one reference: one figure
+    assert kl_c == pytest.approx(kl_a, rel=1e-2) and kl_d == pytest.approx(kl_b, rel=1e-2)
     log = (tmp_path / "work-score-vs-hidden" / "server.log").read_text(errors="replace")
     assert "kldtui score mode: scoring against" in log and fid.HIDDEN_DIR in log
