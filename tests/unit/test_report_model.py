@@ -21,7 +21,7 @@ TOP_LEVEL = {"candidate_dir", "direction", "domains", "js", "js_window_cluster_b
              "next_token", "per_window", "per_window_arrays", "positions", "provenance", "reference_dir",
              "reference_identity_sha256", "reference_manifest_sha256", "report_format",
              "suite_token_hash_sha256", "top1_agreement",
-             "infinite_kl",
+             "infinite_kl", "figures", "kl_mean_interval",
              "topk_agreement", "vocab_size", "window_range", "windows"}
 
 
