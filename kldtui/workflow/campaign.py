@@ -470,14 +470,17 @@ class Campaign:
         board = self.leaderboard
         if board is None or not board.rows:
             return []
+        from kldtui.text import kldtui_command
+
+        kldtui = kldtui_command()  # as this kldtui was started (.venv/bin/kldtui where not on PATH)
         paths = [_shown(Path(r.path)) for r in board.rows if r.path]
         noise = self._workspace.noise_model_path
         with_noise = f" --noise {_shown(noise)}" if self.noise is not None and noise.is_file() else ""
         lines = [f"leaderboard: {_shown(self._workspace.leaderboard_path)}",
-                 f"next: kldtui leaderboard {' '.join(paths)}{with_noise}"]
+                 f"next: {kldtui} leaderboard {' '.join(paths)}{with_noise}"]
         if len(paths) > 1:
-            lines.append(f"      kldtui diff {paths[0]} {paths[1]}{with_noise}")
-        lines.append(f"      kldtui view {paths[0]}")
+            lines.append(f"      {kldtui} diff {paths[0]} {paths[1]}{with_noise}")
+        lines.append(f"      {kldtui} view {paths[0]}")
         lines.append(f"      another candidate: add a [[candidates]] table to {self.profile.where} and run "
                      "again (the others are not captured again)")
         return lines

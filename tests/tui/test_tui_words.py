@@ -647,3 +647,25 @@ async def test_dashboard_help_says_what_d_does(tmp_path: Path) -> None:
         text = str(app.screen.query_one("#help-text", Static).render())
         assert "l e b    show the log / result / leaderboard tab" in text
         assert "d        the Diff tab: the difference of two reports on the leaderboard" in text
+
+
+@sync
+async def test_a_campaign_ends_with_its_own_next_steps(tmp_path: Path) -> None:
+    """After a campaign the dashboard says what its --batch run says (its reports together), not
+    the last candidate's single-report hints."""
+    lines = ["leaderboard: w/leaderboard.json", "next: kldtui leaderboard w/comparison-a.json "
+             "w/comparison-b.json", "      kldtui view w/comparison-a.json"]
+
+    class Campaign(ScriptedPipeline):
+        def next_steps(self) -> list[str]:
+            return lines
+
+    app = create_app(pipeline_factory=lambda emit, cancel: Campaign(
+        emit, cancel, windows=6, report_path=tmp_path / "comparison.json"), config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("r")
+        await settle(app, pilot)
+        shown = panel(app)
+        assert "leaderboard: w/leaderboard.json" in shown, shown
+        assert "kldtui view w/comparison-a.json" in shown, shown
+        assert "OTHER/comparison.json" not in shown

@@ -303,10 +303,12 @@ class DashboardScreen(BoardScreen):
         """A whole run ended: the state the pipeline returned (its report, the suite's size) says
         what to do next; nothing is read back from the work folder."""
         self.suite_windows = state.suite_windows
-        if state.report_path is not None:
+        campaign = getattr(self._pipeline, "next_steps", None)  # a campaign's: its reports together
+        lines = list(campaign()) if callable(campaign) else []
+        if not lines and state.report_path is not None:
             lines = self._next_steps(state.report_path, state.window_range)
-            if lines != self.model.next_lines:  # the report's event may have set them already
-                self.model.set_next_steps(lines)
+        if lines and lines != self.model.next_lines:  # the report's event may have set them already
+            self.model.set_next_steps(lines)
         self.refresh_now()
 
     def worker_failed(self, worker: Worker[Any]) -> None:
