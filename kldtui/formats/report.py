@@ -127,8 +127,13 @@ def clustered_line(report: ComparisonReport) -> str | None:
         return None
     boot = stats.kl_stratified_source_cluster_bootstrap.micro
     sel = stats.context_selection
-    return (f"{stats.contexts} contexts ({sel.partition} partition); mean KL {boot.estimate:.5f} "
-            f"[{boot.ci95_low:.5f}, {boot.ci95_high:.5f}] (95%, source clusters resampled within strata)")
+    clusters = stats.kl_source_cluster_bootstrap.cluster_count
+    head = f"{plural(stats.contexts, 'context')} ({sel.partition} partition); mean KL {boot.estimate:.5f}"
+    if interval_rests_on_too_few(clusters):  # the interval's units are the source clusters
+        return (f"{head} ({plural(clusters or 0, 'source cluster')}: too few for a 95 % interval, which "
+                f"needs {MIN_INTERVAL_WINDOWS})")
+    return (f"{head} [{boot.ci95_low:.5f}, {boot.ci95_high:.5f}] (95%, source clusters resampled within "
+            "strata)")
 
 
 def summary_text(report: ComparisonReport) -> str:
@@ -181,7 +186,7 @@ def summary_text(report: ComparisonReport) -> str:
         pb = nt.perplexity_ratio_window_cluster_bootstrap
         dp = nt.delta_p
         ratio_iv = (f"[{_f(pb and pb.ci95_low)}, {_f(pb and pb.ci95_high)}]"
-                    if not interval_rests_on_too_few(n) else "(no interval: too few windows)")
+                    if not interval_rests_on_too_few(n) else f"(no interval: too few {unit}s)")
         lines.append(f"  next token: perplexity ref {_f(nt.perplexity_reference)}  cand "
                      f"{_f(nt.perplexity_candidate)}  ratio {_f(nt.perplexity_ratio)} {ratio_iv}  "
                      f"Δp mean {_f(dp and dp.mean)} rms {_f(dp and dp.rms)}")
@@ -191,7 +196,7 @@ def summary_text(report: ComparisonReport) -> str:
         def domain(name: str, b: Any) -> str:
             m = counts.get(name)
             if interval_rests_on_too_few(m):
-                return f"{name} {_f(b.estimate)} ({plural(m or 0, 'window')}: no interval)"
+                return f"{name} {_f(b.estimate)} ({plural(m or 0, unit)}: no interval)"
             return f"{name} {_f(b.estimate)} [{_f(b.ci95_low)}, {_f(b.ci95_high)}]"
 
         lines.append("  by domain: " + "  ".join(domain(name, b) for name, b in report.domains.items()))
