@@ -94,7 +94,7 @@ def format_diff(result: Any, per_window: bool = False) -> str:
     if clustered is not None:
         iv = clustered.interval
         lines += ["", f"clustered by source ({clustered.partition} partition): {clustered.contexts} contexts "
-                      f"in {clustered.clusters} source clusters; B - A {iv.text()} (95 %, paired Student-t "
+                      f"in {clustered.clusters} source clusters; B - A {iv.text()} (95 %, the verdict's rule "
                       f"over source clusters); B wins {clustered.wins['b']} contexts, A wins "
                       f"{clustered.wins['a']}"]
     lines += [""] + [f"note: {n}" for n in result.notes]
