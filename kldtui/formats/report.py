@@ -276,7 +276,8 @@ def depth_line(report: ComparisonReport) -> str | None:
     depth = report.kl_by_position
     if not depth:
         return None
-    return "KL by depth in the window: " + "  ".join(
+    unit = "context" if report.suite_statistics is not None else "window"  # a hidden-state suite's
+    return f"KL by depth in the {unit}: " + "  ".join(
         _bucket(depth_label(b.start, b.stop), b.kl_mean, b.ci95_low, b.ci95_high, b.positions, b.windows)
         for b in depth)
 
