@@ -316,6 +316,14 @@ class CaptureMode(ABC):
         default."""
         return frozenset()
 
+    # -- before a run -----------------------------------------------------------------------------------
+    def reference_problems(self, suite_dir: Path, reference_dir: Path,
+                           server_env: Mapping[str, str]) -> list[str]:
+        """What the server of this mode would lack to use the reference (one line each), said
+        before it is launched (``kldtui run``'s preflight); ``server_env`` is the environment the
+        profile gives the server. Nothing by default."""
+        return []
+
     # -- compare ---------------------------------------------------------------------------------------
     def server_figures(self, suite: Suite, reference_dir: Path, candidate_dir: Path,
                        windows: Sequence[WindowSpec]) -> ServerFigures | None:

@@ -252,6 +252,22 @@ class ScoreMode(CaptureMode):
     def listed(self, manifest: Any) -> dict[int, Any]:
         return dict(manifest.entries)
 
+    def reference_problems(self, suite_dir: Path, reference_dir: Path,
+                           server_env: Mapping[str, str]) -> list[str]:
+        """A hidden-state reference needs its LM head on the server's host: named by
+        ``KLDTUI_SCORE_LM_HEAD`` in the server's environment, or found beside the reference or in
+        the suite (as :class:`kldtui.scoring.ScoreSession` looks for it)."""
+        from kldtui.formats import fidelity as fid
+
+        if not fid.holds_hidden_states(reference_dir) or settings.SCORE_LM_HEAD.raw(server_env):
+            return []
+        if fid.reference_head_dir(reference_dir, suite_dir) is not None:
+            return []
+        return [f"{reference_dir}: score mode replays these hidden states with their LM head, and there is "
+                f"none in {reference_dir.parent / fid.LM_HEAD_DIR} or {suite_dir / fid.LM_HEAD_DIR}; export "
+                f"it (kldtui export-head --checkpoint MODEL --output {suite_dir / fid.LM_HEAD_DIR}) or set "
+                f"{settings.SCORE_LM_HEAD.name} in [candidate] env"]
+
     def server_figures(self, suite: Suite, reference_dir: Path, candidate_dir: Path,
                        windows: Sequence[WindowSpec]) -> ServerFigures | None:
         return ScoreFigures.checked(suite, reference_dir, candidate_dir, windows)

@@ -703,6 +703,23 @@ def _run_parallel(fn: Callable[[Any], None], items: list[Any], *, workers: int, 
             raise error
 
 
+def _replayed_or_logits(workspace: Workspace) -> LogitsManifest:
+    """The reference folder's manifest as logits: a logits folder's own, or a hidden-state
+    folder's contexts as the logits its LM head replays them to (the head found beside it or in
+    the suite, as compare and score mode find it; docs/SCORE_MODE.md)."""
+    from kldtui.formats import fidelity as fid
+
+    if not fid.holds_hidden_states(workspace.reference):
+        return load_logits_manifest(workspace.reference)
+    hidden = fid.load_tensor_manifest(workspace.reference)
+    where = fid.reference_head_dir(workspace.reference, workspace.suite_dir)
+    if where is None:
+        raise BadInput(f"{hidden.path}: holds hidden states and no LM head was found beside it or in "
+                       f"{workspace.suite_dir}; export it (kldtui export-head --checkpoint MODEL --output "
+                       f"{workspace.suite_dir / fid.LM_HEAD_DIR})")
+    return hidden.as_replayed_manifest(fid.load_lm_head(where).vocab)
+
+
 def run_reference(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                   repo_id: str | None = None, revision: str | None = None, start_window: int = 0,
                   stop_window: int | None = None, reverify: bool = False,
@@ -724,7 +741,7 @@ def run_reference(workspace: Workspace, emit: EventSink = null_sink, cancel: Can
         suite = load_suite(workspace.suite_dir)
         suite.check_suite_hash()
         windows = suite.select(start_window, stop_window)
-        manifest = load_logits_manifest(workspace.reference)
+        manifest = _replayed_or_logits(workspace)
         check_manifest_matches_suite(manifest, suite, windows)
         emit(StageFinished(STAGE, summary=f"{workspace.reference} matches the suite"))
         stop = stop_window if stop_window is not None else suite.window_count

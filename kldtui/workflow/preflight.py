@@ -36,6 +36,9 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         problems.append(f"{where}: [reference] reference logits not found ({workspace.reference_manifest} "
                         f"is missing); fetch them with `kldtui download REPO --local-dir "
                         f"{workspace.suite_dir}`, or set [reference] logits_dir to the folder holding them")
+    elif workspace.reference_dir is not None:  # what the capture mode's server needs of the reference
+        problems += profile.capture.mode.reference_problems(workspace.suite_dir, workspace.reference_dir,
+                                                            getattr(profile.candidate, "env", {}))
     problems += kind_of(profile.candidate).problems(profile.candidate)
     try:  # the size is measured again at compare; a file that cannot say is said now, not then
         profile.candidate.model_size()

@@ -29,10 +29,10 @@ VOCAB, SEED, LENGTH = 2048, 7, 260
 
 
 def _profile(suite: Path, workdir: Path, mode: str, *, logits_dir: str = "ref", perturb: float = 0.0,
-             replay_check: int | None = None) -> Profile:
+             replay_check: int | None = None, env: dict[str, str] | None = None) -> Profile:
     candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "m", "model_seed": SEED,
                                  "vocab_size": VOCAB, "perturb": perturb, "port": 0, "startup_timeout": 60.0,
-                                 "request_timeout": 60.0}
+                                 "request_timeout": 60.0, "env": env or {}}
     capture: dict[str, Any] = {"mode": mode}
     if replay_check is not None:
         capture["replay_check"] = replay_check
@@ -152,3 +152,41 @@ def test_the_server_refuses_a_head_of_another_vocabulary_per_request(suite: Path
     with pytest.raises(KldError, match=r"the LM head has 1024 rows, the server's vocabulary is 2048; replay "
                        r"with the head of the reference's model"):
         _capture(_profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1))
+
+
+def test_a_run_without_the_head_is_stopped_before_the_server_starts(suite: Path, tmp_path: Path) -> None:
+    """``kldtui run``'s preflight asks the capture mode what its server lacks: score mode against
+    hidden states without their head is one line naming the folders and the two ways to give it."""
+    from kldtui.workflow.preflight import preflight
+
+    copy = tmp_path / "suite"
+    shutil.copytree(suite, copy, ignore=shutil.ignore_patterns("ref", fid.LM_HEAD_DIR))
+    profile = _profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1)
+    problems = preflight(profile, profile.workspace())
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{copy / fid.HIDDEN_DIR}: score mode replays these hidden states with "
+                                  "their LM head, and there is none in ")
+    assert "kldtui export-head --checkpoint MODEL" in problems[0] and "KLDTUI_SCORE_LM_HEAD" in problems[0]
+    # the head named in the server's environment (a path on the server's host) is taken at its word
+    with_env = _profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1,
+                        env={"KLDTUI_SCORE_LM_HEAD": str(suite / fid.LM_HEAD_DIR)})
+    assert preflight(with_env, with_env.workspace()) == []
+    # logits mode (or score mode against logits) asks nothing of the kind
+    logits = _profile(copy, tmp_path / "w2", "logits", logits_dir=fid.HIDDEN_DIR)
+    assert preflight(logits, logits.workspace()) == []
+
+
+def test_kldtui_run_scores_against_the_hidden_states_end_to_end(suite: Path, scored: tuple[Path, Path],
+                                                                tmp_path: Path) -> None:
+    """The whole pipeline (``kldtui run``'s ``run_all``: the reference stage checks the hidden folder
+    against the suite as the logits its head replays to, the server scores, compare reads the
+    scores) gives the report of the stage-by-stage run."""
+    profile = _profile(suite, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1)
+    state = Pipeline(profile).run_all()
+    assert state.report is not None
+    a = load_report(scored[1] / "comparison.json").to_json()
+    b = load_report(tmp_path / "work" / "comparison.json").to_json()
+    assert b["provenance"]["backend"] == "server-scores"
+    for doc in (a, b):  # the bootstrap's settings are the profile's in both; folders differ
+        doc.pop("reference_dir", None)
+    assert report_differences(a, b) == []
