@@ -134,9 +134,18 @@ class WindowSpec:
     # verify and download stages treat as windows; only their names in messages differ
     unit: str = field(default="window", compare=False)
     digits: int = field(default=3, compare=False)  # the index's width in labels (contexts: 4)
+    # the first scored position: 0, or where a llama.cpp base file's scoring starts (n_ctx / 2);
+    # the server still computes rows 0 .. num_tokens - 2, the reference holds rows from here on
+    scored_row_start: int = 0
 
     @property
     def scored_positions(self) -> int:
+        """Rows of the window's reference (and finalized candidate) files."""
+        return self.num_tokens - 1 - self.scored_row_start
+
+    @property
+    def captured_rows(self) -> int:
+        """Rows a server computes for the window: every prompt position but the last."""
         return self.num_tokens - 1
 
     @property
@@ -250,7 +259,12 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         if num_tokens != context_length:
             raise BadInput(f"{w_where}: num_tokens {num_tokens} differs from context_length "
                            f"{context_length}")
+        start = entry.get("scored_row_start", 0)
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < num_tokens - 1:
+            raise BadInput(f"{w_where}: scored_row_start {start!r} must be a whole number in "
+                           f"[0, {num_tokens - 1})")
         windows.append(WindowSpec(
+            scored_row_start=start,
             index=index,
             domain=check_name(require_field(entry, "domain", str, w_where), "domain", w_where),
             domain_index=require_field(entry, "domain_index", int, w_where) if "domain_index" in entry else 0,

@@ -26,8 +26,10 @@ from kldtui.formats.suite import (
 
 def write_suite(root: str | os.PathLike[str], windows: Sequence[tuple[str, Sequence[int]]], *,
                 dataset: str = "kldtui/synthetic", dataset_revision: str = "0",
-                datasets: list[dict[str, Any]] | None = None) -> Suite:
-    """Write a suite of ``(domain, token_ids)`` windows; all windows must have equal length."""
+                datasets: list[dict[str, Any]] | None = None, scored_row_start: int = 0) -> Suite:
+    """Write a suite of ``(domain, token_ids)`` windows; all windows must have equal length.
+    ``scored_row_start`` > 0: only positions from there on are scored (kldtui's field, for
+    suites imported from llama.cpp, which scores the second half of each chunk)."""
     root = Path(root)
     if not windows:
         raise ValueError("a suite needs at least one window")
@@ -55,14 +57,15 @@ def write_suite(root: str | os.PathLike[str], windows: Sequence[tuple[str, Seque
             "token_ids_json_sha256": token_ids_hash(ids),
             "token_ids_first16": [int(i) for i in ids[:16]],
             "token_ids_last16": [int(i) for i in ids[-16:]],
+            **({"scored_row_start": scored_row_start} if scored_row_start else {}),
         })
     doc = {
         "format_version": 1,
         "context_length": context_length,
         "add_special_tokens": False,
         "window_count": len(entries),
-        "scored_positions_per_window": context_length - 1,
-        "total_scored_positions": (context_length - 1) * len(entries),
+        "scored_positions_per_window": context_length - 1 - scored_row_start,
+        "total_scored_positions": (context_length - 1 - scored_row_start) * len(entries),
         "domain_counts": domain_seen,
         "suite_token_hash_sha256": suite_token_hash([e["token_ids_json_sha256"] for e in entries]),
         "datasets": datasets if datasets is not None else [
