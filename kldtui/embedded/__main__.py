@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from kldtui import capture_modes, settings
 from kldtui.errors import BadInput
@@ -15,22 +16,28 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="kldtui's embedded OpenAI-compatible server: a tiny "
                                 "deterministic model on the CPU that captures prompt logits like "
                                 "the vLLM hook.")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the log)")
-    p.add_argument("--served-model-name", default="kldtui-embedded")
     p.add_argument("--model", default="kldtui-embedded", help="model name shown as root in /v1/models")
     p.add_argument("--model-seed", type=int, default=0, help="seed of the model's weights")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--perturb", type=float, default=0.0,
                    help="quantization-like weight rounding step, relative to each matrix's std "
                    "(0: the reference; 0.1 gives a mean KL of about 0.03)")
+    p.add_argument("--max-model-len", type=int, default=4096)
+    add_server_arguments(p)
+    return p
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags every model of this server takes: address, naming, chunking, capture, key."""
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the log)")
+    p.add_argument("--served-model-name", default="kldtui-embedded")
     p.add_argument("--max-num-batched-tokens", type=int, default=256)
     p.add_argument("--runtime-noise", type=float, default=0.0,
                    help="run-to-run noise: Gaussian noise of this standard deviation added to every "
                    "logit, drawn from --runtime-seed and the prompt (0: bit-exact)")
     p.add_argument("--runtime-seed", type=int, default=0, help="which run (the noise's seed)")
     p.add_argument("--max-num-seqs", type=int, default=1)
-    p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--capture-dir", type=Path, default=None,
                    help=f"where prompt-logit chunks go (default: "
                    f"${settings.CAPTURE_DIR.name}; unset = off)")
@@ -43,23 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
     # Accepted for command-line compatibility with vLLM; the embedded model has no prefix cache.
     p.add_argument("--no-enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--enable-prefix-caching", action="store_true", help=argparse.SUPPRESS)
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from kldtui.embedded.server import Faults, ServerConfig, serve
+def server_config(args: argparse.Namespace, prog: str, **model: Any) -> Any:
+    """The server's config from :func:`add_server_arguments`' flags and the environment, with the
+    model's own fields (``model``, ``vocab_size``, ``max_model_len``...); an int (the exit status,
+    after one line on stderr) when a flag or a variable is wrong."""
+    from kldtui.embedded.server import Faults, ServerConfig
 
     if args.max_num_seqs != 1:
-        print("kldtui.embedded: only --max-num-seqs 1 is supported", file=sys.stderr)
+        print(f"{prog}: only --max-num-seqs 1 is supported", file=sys.stderr)
         return 2
     if args.runtime_noise < 0 or not args.runtime_noise < float("inf") or args.runtime_seed < 0:
-        print("kldtui.embedded: --runtime-noise must be a finite number >= 0 and --runtime-seed >= 0",
+        print(f"{prog}: --runtime-noise must be a finite number >= 0 and --runtime-seed >= 0",
               file=sys.stderr)
         return 2
-    if args.max_num_batched_tokens < 1 or args.vocab_size < 2:
-        print("kldtui.embedded: --max-num-batched-tokens must be >= 1 and --vocab-size >= 2",
-              file=sys.stderr)
+    if args.max_num_batched_tokens < 1:
+        print(f"{prog}: --max-num-batched-tokens must be >= 1", file=sys.stderr)
         return 2
     # the capture mode reads its settings as in a vLLM server, from the environment; flags win
     flags = settings.CAPTURE_MODE.entry(args.capture_mode) if args.capture_mode else {}
@@ -72,24 +79,43 @@ def main(argv: list[str] | None = None) -> int:
         faults = Faults.parse(settings.EMBEDDED_FAULT.get())
         capture_mode = capture_modes.server_mode(env)
     except (BadInput, ValueError) as exc:
-        print(f"kldtui.embedded: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     if capture is not None:
         capture.mkdir(parents=True, exist_ok=True)
-    config = ServerConfig(
-        served_model_name=args.served_model_name, model=args.model, model_seed=args.model_seed,
-        vocab_size=args.vocab_size, perturb=args.perturb, runtime_noise=args.runtime_noise,
+    return ServerConfig(
+        served_model_name=args.served_model_name, runtime_noise=args.runtime_noise,
         runtime_seed=args.runtime_seed,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len, capture_dir=capture, api_key=args.api_key, faults=faults,
-        mode=capture_mode, settings=env)
+        capture_dir=capture, api_key=args.api_key, faults=faults,
+        mode=capture_mode, settings=env, **model)
+
+
+def run_server(args: argparse.Namespace, prog: str, config: Any, model: Any = None,
+               what: str | None = None) -> int:
+    """Serve until stopped; 1 when the address cannot be listened on."""
+    from kldtui.embedded.server import serve
+
     try:
-        serve(args.host, args.port, config)
+        serve(args.host, args.port, config, model, what)
     except OSError as exc:
-        print(f"ERROR kldtui.embedded: cannot listen on {args.host}:{args.port}: {exc}",
-              file=sys.stderr, flush=True)
+        print(f"ERROR {prog}: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prog = "kldtui.embedded"
+    if args.vocab_size < 2:
+        print(f"{prog}: --vocab-size must be >= 2", file=sys.stderr)
+        return 2
+    config = server_config(args, prog, model=args.model, model_seed=args.model_seed,
+                           vocab_size=args.vocab_size, perturb=args.perturb,
+                           max_model_len=args.max_model_len)
+    if isinstance(config, int):
+        return config
+    return run_server(args, prog, config)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -169,6 +169,69 @@ class _InlineIO:
         return contextlib.nullcontext()
 
 
+class Prefill(Protocol):
+    """One prompt run through a model: its logits by rows, and what generation needs."""
+
+    def logits(self, start: int, end: int) -> np.ndarray:
+        """float32 logits ``[end - start, vocab]`` of prompt positions ``start..end``."""
+        ...
+
+    def hidden(self, start: int, end: int) -> np.ndarray | None:
+        """The final hidden states of those positions, when the model gives them (None)."""
+        ...
+
+    def next_logits(self, generated: list[int]) -> np.ndarray:
+        """The next token's logits ``[vocab]`` after the prompt and ``generated`` tokens."""
+        ...
+
+
+class PromptModel(Protocol):
+    """What the server runs: the tiny deterministic model (:class:`TinyPromptModel`) or a GGUF
+    file through llama.cpp (:mod:`kldtui.embedded.llama_cpp`)."""
+
+    @property
+    def vocab_size(self) -> int:
+        """The logits' width (token ids must be below it)."""
+        ...
+
+    def prefill(self, prompt: list[int]) -> Prefill:
+        """Run the prompt's token ids as they are (no BOS added, nothing re-tokenized)."""
+        ...
+
+
+class TinyPromptModel:
+    """:class:`TinyModel` as a :class:`PromptModel`."""
+
+    def __init__(self, model: TinyModel) -> None:
+        self.model = model
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.vocab_size)
+
+    def prefill(self, prompt: list[int]) -> Prefill:
+        return _TinyPrefill(self.model, prompt)
+
+
+class _TinyPrefill:
+    def __init__(self, model: TinyModel, prompt: list[int]) -> None:
+        self.model = model
+        self.prompt = list(prompt)
+        self.states = model.hidden(prompt)
+
+    def logits(self, start: int, end: int) -> np.ndarray:
+        return self.model.logits(self.states[start:end])
+
+    def hidden(self, start: int, end: int) -> np.ndarray | None:
+        rows: np.ndarray = self.states[start:end]
+        return rows
+
+    def next_logits(self, generated: list[int]) -> np.ndarray:
+        states = self.model.hidden(self.prompt + generated) if generated else self.states
+        row: np.ndarray = self.model.logits(states[-1:])[0]
+        return row
+
+
 class ApiError(Exception):
     """An error answered to the client the way vLLM's OpenAI server does."""
 
@@ -197,9 +260,11 @@ def _int_field(body: dict[str, Any], key: str, default: int | None) -> int | Non
 class Engine:
     """Runs completions on the tiny model, one request at a time."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, model: PromptModel | None = None) -> None:
         self.config = config
-        self.model = TinyModel(config.vocab_size, seed=config.model_seed, perturb=config.perturb)
+        self.model: PromptModel = model or TinyPromptModel(
+            TinyModel(config.vocab_size, seed=config.model_seed, perturb=config.perturb))
+        self.vocab_size = self.model.vocab_size
         self.lock = threading.Lock()
         self.captured_rows = 0
         self.created = int(time.time())
@@ -235,7 +300,7 @@ class Engine:
             raise ApiError(400, "prompt must be a list of token ids", param="prompt")
         if not prompt:
             raise ApiError(400, "The decoder prompt cannot be empty", param="prompt")
-        bad = [t for t in prompt if t < 0 or t >= cfg.vocab_size]
+        bad = [t for t in prompt if t < 0 or t >= self.vocab_size]
         if bad:
             raise ApiError(400, f"Token id {max(bad, key=abs)} is out of vocabulary", param="prompt")
         max_tokens = _int_field(body, "max_tokens", 16)
@@ -279,7 +344,7 @@ class Engine:
                                "InternalServerError")
             started = time.monotonic()
             n = len(prompt)
-            states = self.model.hidden(prompt)
+            run = self.model.prefill(prompt)
             entries: list[dict[str, Any] | None] = [None]
             capture = cfg.capture_dir is not None and prompt_logprobs is not None
             step = cfg.max_num_batched_tokens
@@ -287,19 +352,19 @@ class Engine:
                 row_end = min(start + step, n - 1)
                 if row_end <= start:
                     break
-                logits = self.model.logits(states[start:row_end])
+                logits = run.logits(start, row_end)
                 if cfg.runtime_noise > 0:
                     logits += runtime_noise(cfg.runtime_noise, cfg.runtime_seed, prompt, start, logits.shape)
                 if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
                     logits[faults.nan_at_row - start, 0] = np.nan
                 if capture:
-                    self._capture(engine_id, start, row_end, logits, prompt, states[start:row_end])
+                    self._capture(engine_id, start, row_end, logits, prompt, run.hidden(start, row_end))
                 if prompt_logprobs is not None:
                     entries.extend(_prompt_logprob_entries(logits, prompt[start + 1:row_end + 1],
                                                            prompt_logprobs))
                 if faults.chunk_delay_s:
                     time.sleep(faults.chunk_delay_s)
-            generated = self._generate(prompt, states, max_tokens, temperature, seed)
+            generated = self._generate(run, max_tokens, temperature, seed)
             log("INFO", f"Finished request {engine_id}: {n} prompt tokens, {len(generated)} "
                         f"generated, {time.monotonic() - started:.3f} s")
         return {
@@ -324,7 +389,7 @@ class Engine:
     def _capture(self, engine_id: str, start: int, end: int, logits: np.ndarray,
                  prompt: list[int] | None = None, hidden: np.ndarray | None = None) -> None:
         assert self.sink is not None
-        if self.sink.save(engine_id, start, ChunkRows(logits, self.config.vocab_size, hidden), prompt):
+        if self.sink.save(engine_id, start, ChunkRows(logits, self.vocab_size, hidden), prompt):
             self._count_rows(end - start)
 
     def _count_rows(self, rows: int) -> None:
@@ -336,22 +401,17 @@ class Engine:
                          f"(simulated fault {settings.EMBEDDED_FAULT.name}=die-after-rows:{limit})")
             os._exit(3)
 
-    def _generate(self, prompt: list[int], states: np.ndarray, max_tokens: int, temperature: float,
-                  seed: int | None) -> list[int]:
+    def _generate(self, run: Prefill, max_tokens: int, temperature: float, seed: int | None) -> list[int]:
         rng = np.random.default_rng(seed)
-        ids = list(prompt)
         out: list[int] = []
         for _ in range(max_tokens):
-            logits = self.model.logits(states[-1:])[0].astype(np.float64)
+            logits = run.next_logits(out).astype(np.float64)
             if temperature == 0:
                 token = int(np.argmax(logits))
             else:
                 p = np.exp((logits - logits.max()) / temperature)
                 token = int(rng.choice(len(p), p=p / p.sum()))
             out.append(token)
-            ids.append(token)
-            if len(out) < max_tokens:
-                states = self.model.hidden(ids)
         return out
 
 
@@ -460,21 +520,25 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, answer)
 
 
-def make_server(host: str, port: int, config: ServerConfig) -> ThreadingHTTPServer:
-    engine = Engine(config)
+def make_server(host: str, port: int, config: ServerConfig,
+                model: PromptModel | None = None) -> ThreadingHTTPServer:
+    engine = Engine(config, model)
     handler = type("BoundHandler", (Handler,), {"engine": engine})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
 
 
-def serve(host: str, port: int, config: ServerConfig) -> None:
-    """Build the model, listen and serve until SIGINT/SIGTERM."""
-    log("INFO", f"kldtui embedded server {__version__}: model seed {config.model_seed}, vocab "
-                f"{config.vocab_size}, perturb {config.perturb}, max_num_batched_tokens "
+def serve(host: str, port: int, config: ServerConfig, model: PromptModel | None = None,
+          what: str | None = None) -> None:
+    """Build the model (the tiny one unless ``model`` is given; ``what`` describes it in the log),
+    listen and serve until SIGINT/SIGTERM."""
+    what = what or (f"model seed {config.model_seed}, vocab {config.vocab_size}, perturb "
+                    f"{config.perturb}")
+    log("INFO", f"kldtui embedded server {__version__}: {what}, max_num_batched_tokens "
                 f"{config.max_num_batched_tokens}, capture dir {config.capture_dir or 'off'}, "
                 f"{config.mode.label}")
-    server = make_server(host, port, config)
+    server = make_server(host, port, config, model)
 
     def _stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -99,6 +99,9 @@ class AttachKind:
     def describe(self, config: ServerConfig) -> str:
         return f"attached server at {self.own(config).url}"
 
+    def model_vocab(self, config: ServerConfig) -> int | None:
+        return None  # the server is elsewhere: its chunks say it
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it
 

@@ -225,6 +225,12 @@ class ServerKind(Protocol):
         """A few words for messages: "vLLM serving MODEL", "attached server at URL"."""
         ...
 
+    def model_vocab(self, config: ServerConfig) -> int | None:
+        """The vocabulary the served model's logits will have, when the kind can tell before
+        launching (a GGUF file says it); None otherwise. ``kldtui run`` compares it with the
+        reference's before starting anything."""
+        ...
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         """What ``kldtui doctor`` checks on this host for the kind (``python``: the interpreter
         that runs the server; ``import_engine``: import the engine, slower and more thorough)."""
@@ -414,6 +420,9 @@ class LaunchedKind:
     def model(self, config: ServerConfig) -> str | None:
         """The model the server serves, for the runtime identity (None: the kind's own)."""
         return None
+
+    def model_vocab(self, config: ServerConfig) -> int | None:
+        return None  # known once the server answers (its chunks say it)
 
     def problems(self, config: ServerConfig) -> list[str]:
         problem = port_problem(self.own(config))

@@ -7,13 +7,14 @@ singleton named ``KIND``) and one line here (docs/DEVELOPING.md, "A new server k
 from __future__ import annotations
 
 from kldtui.errors import BadInput
-from kldtui.servers import attach, embedded, vllm
+from kldtui.servers import attach, embedded, llama_cpp, vllm
 from kldtui.servers.base import ServerConfig, ServerKind, profile_keys
 
 KINDS: dict[str, ServerKind] = {
     vllm.KIND.name: vllm.KIND,
     embedded.KIND.name: embedded.KIND,
     attach.KIND.name: attach.KIND,
+    llama_cpp.KIND.name: llama_cpp.KIND,
 }
 DEFAULT_KIND = vllm.KIND.name  # a [candidate] table without kind (and without a key implying one)
 

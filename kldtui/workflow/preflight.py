@@ -44,6 +44,8 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         profile.candidate.model_size()
     except KldError as exc:
         problems.append(str(exc))
+    if not problems and (vocab := _vocab_problem(profile, workspace)):
+        problems.append(vocab)
     if not problems:
         disk = _disk_problem(profile, workspace)
         if disk:
@@ -62,6 +64,25 @@ def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """The candidate's vocabulary, when its kind can tell before launching (a GGUF file), against
+    the reference logits': a padded or trimmed vocabulary cannot be compared."""
+    from kldtui.formats.suite import load_logits_manifest
+
+    kind = kind_of(profile.candidate)
+    try:
+        theirs = kind.model_vocab(profile.candidate)
+        ours = load_logits_manifest(workspace.reference).vocab_size
+    except (KldError, OSError, ValueError):
+        return None  # no reference yet (captured or downloaded by the run); the chunks are checked then
+    if theirs is None or theirs == ours:
+        return None
+    return (f"{profile.where}: [candidate] {kind.describe(profile.candidate)}: its vocabulary has {theirs:,} "
+            f"tokens, the reference's {ours:,} ({workspace.reference_manifest}); the logits cannot be "
+            "compared. GGUF conversions sometimes pad or trim the vocabulary: use a model converted with "
+            "the reference model's full vocabulary")
 
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:

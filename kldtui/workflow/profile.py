@@ -13,7 +13,8 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
 
     [candidate]
     kind = "vllm"                  # a server kind (kldtui.servers): "vllm" (launch vLLM),
-                                   # "embedded" (built-in CPU server), "attach" (a running server);
+                                   # "embedded" (built-in CPU server), "attach" (a running server),
+                                   # "llama-cpp" (a GGUF through llama-cpp-python);
                                    # a table with url and no kind is "attach"
     served_model_name = "Kimi-K3"
     request_timeout = 600.0        # seconds per capture request
@@ -25,7 +26,10 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     # ...and the kind's own keys: kind = "vllm": model, python, launcher, vllm_args, env, host,
     # port, startup_timeout (kldtui.servers.vllm); "embedded": model_seed, vocab_size, perturb,
     # max_num_batched_tokens, python, vllm_args, env, host, port, startup_timeout
-    # (kldtui.servers.embedded); "attach": url, server_capture_dir (kldtui.servers.attach)
+    # (kldtui.servers.embedded); "attach": url, server_capture_dir (kldtui.servers.attach);
+    # "llama-cpp": model (a .gguf), n_ctx, n_batch, n_threads, n_gpu_layers, kv_type, seed,
+    # max_num_batched_tokens, llama_args, python, vllm_args, env, host, port, startup_timeout
+    # (kldtui.servers.llama_cpp)
 
     [[candidates]]                 # a campaign: several candidates instead of one [candidate]
     name = "q4"                    # its folder and report name (letters, digits, _ . -)

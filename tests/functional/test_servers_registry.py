@@ -34,7 +34,7 @@ def _profile(tmp_path: Path, candidate: dict[str, object], **sections: dict[str,
 
 
 def test_every_kind_is_a_server_kind_with_typed_keys() -> None:
-    assert list(KINDS) == ["vllm", "embedded", "attach"]
+    assert list(KINDS) == ["vllm", "embedded", "attach", "llama-cpp"]
     for name, kind in KINDS.items():
         assert isinstance(kind, ServerKind) and kind.name == name
         keys = profile_keys(kind.config_type)

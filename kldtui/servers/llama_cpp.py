@@ -1,0 +1,183 @@
+"""``kind = "llama-cpp"``: a GGUF file run by llama-cpp-python inside kldtui's embedded
+OpenAI-compatible server (``python -m kldtui.embedded.llama_cpp``), which kldtui starts on a
+loopback port and stops when the run ends. Capture, finalize and compare are the embedded
+server's and the vLLM hook's: the same chunks (logits mode) or score records (score mode).
+
+Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_env`` and the
+launched server's ``python`` (an interpreter with ``kldtui[llama-cpp]``), ``vllm_args``
+(appended to the command), ``env``, ``host``, ``port``, ``startup_timeout``)::
+
+    model = "./model-Q4_K_M.gguf"  # required: the GGUF file
+    n_ctx = 4096                   # context length: above the suite's window length (0: the model's
+                                   # trained context, which can be 128k: llama.cpp then allocates its
+                                   # KV cache and n_ctx x vocab float32 logits for all of it)
+    n_batch = 512                  # llama.cpp's batch
+    n_threads = 0                  # CPU threads (0: llama-cpp-python's default)
+    n_gpu_layers = 0               # layers offloaded to the GPU (-1: all; a GPU build of llama-cpp-python)
+    kv_type = "f32"                # KV cache type: "f32" (default) or "f16" (llama.cpp's default)
+    seed = 0
+    max_num_batched_tokens = 256   # prompt rows per capture chunk
+    llama_args = { flash_attn = "true" }   # any other llama_cpp.Llama keyword (values read as JSON)
+
+The token ids of the suite are evaluated as stored (no BOS added, nothing re-tokenized). The
+model's vocabulary (the GGUF's token list) must equal the reference's: ``kldtui run`` checks it
+before launching (GGUF conversions sometimes pad or trim the vocabulary).
+
+``[reference] capture = "llama-cpp"`` serves ``model`` (required there: e.g. the F16 GGUF) with
+the candidate's settings, as ``NAME-reference``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kldtui.errors import BadInput
+from kldtui.servers.base import (
+    Check,
+    LaunchConfig,
+    LaunchedKind,
+    ServerConfig,
+    fill,
+    inherit,
+)
+
+SERVER_MODULE = "kldtui.embedded.llama_cpp"
+KV_TYPES = ("f32", "f16")
+INSTALL = "pip install 'kldtui[llama-cpp]'"
+
+
+@dataclass(frozen=True)
+class LlamaCppConfig(LaunchConfig):
+    kind: str = "llama-cpp"
+    model: Path | None = None
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_threads: int = 0
+    n_gpu_layers: int = 0
+    kv_type: str = "f32"
+    seed: int = 0
+    max_num_batched_tokens: int = 256
+    llama_args: dict[str, str] = field(default_factory=dict)
+
+
+class LlamaCppKind(LaunchedKind):
+    name = "llama-cpp"
+    summary = "a GGUF file through llama-cpp-python in kldtui's embedded server (CPU, or GPU offload)"
+    config_type = LlamaCppConfig
+    reference_keys = ("model", "served_model_name")
+
+    def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
+        if "model" not in values:
+            raise BadInput(f"{label} model is missing: the candidate's .gguf file")
+        config = super().configure(values, base_dir=base_dir, label=label)
+        c: LlamaCppConfig = self.own(config)
+        if c.kv_type not in KV_TYPES:
+            raise BadInput(f"{label} kv_type {c.kv_type!r} is not one of {', '.join(KV_TYPES)}")
+        for key, low in (("n_ctx", 0), ("n_batch", 1), ("n_threads", 0), ("max_num_batched_tokens", 1)):
+            if getattr(c, key) < low:
+                raise BadInput(f"{label} {key} {getattr(c, key)} must be >= {low}")
+        bad = [k for k in c.llama_args if not k.isidentifier()]
+        if bad:
+            raise BadInput(f"{label} llama_args key {bad[0]!r} is not a llama_cpp.Llama keyword")
+        return config
+
+    def reference_config(self, candidate: ServerConfig, values: dict[str, Any], *, base_dir: Path,
+                         label: str) -> ServerConfig:
+        if "model" not in values:
+            raise BadInput(f"{label} capture = 'llama-cpp' needs model = the reference .gguf file")
+        own = self.own(self.configure(values, base_dir=base_dir, label=label))
+        given = {key: getattr(own, key) for key in values if key in self.reference_keys}
+        given.setdefault("served_model_name", candidate.served_model_name + "-reference")
+        config: ServerConfig = inherit(LlamaCppConfig, candidate, label=label, **given)
+        return config
+
+    def argv(self, config: ServerConfig, *, host: str | None = None, port: int | None = None) -> list[str]:
+        c: LlamaCppConfig = self.own(config)
+        h = c.host if host is None else host
+        p = c.port if port is None else port
+        if c.model is None:
+            raise BadInput(f"{c.label} model is not set; give the candidate's .gguf file")
+        values = {"model": str(c.model), "host": h, "port": str(p), "served_model_name": c.served_model_name}
+        argv = [c.python, "-m", SERVER_MODULE, "--model", str(c.model), "--host", h, "--port", str(p),
+                "--served-model-name", c.served_model_name, "--n-ctx", str(c.n_ctx),
+                "--n-batch", str(c.n_batch), "--n-gpu-layers", str(c.n_gpu_layers),
+                "--kv-type", c.kv_type, "--seed", str(c.seed),
+                "--max-num-batched-tokens", str(c.max_num_batched_tokens), "--max-num-seqs", "1"]
+        if c.n_threads:
+            argv += ["--n-threads", str(c.n_threads), "--n-threads-batch", str(c.n_threads)]
+        for key, value in sorted(c.llama_args.items()):
+            argv += ["--llama-arg", f"{key}={value}"]
+        return argv + [fill(a, values) for a in c.vllm_args]
+
+    def model(self, config: ServerConfig) -> str | None:
+        path = self.own(config).model
+        return None if path is None else str(path)
+
+    def model_vocab(self, config: ServerConfig) -> int | None:
+        from kldtui.formats.gguf import read_gguf
+
+        c: LlamaCppConfig = self.own(config)
+        if c.model is None:
+            return None
+        return read_gguf(c.model).vocab_size
+
+    def problems(self, config: ServerConfig) -> list[str]:
+        from kldtui.formats.gguf import read_gguf
+
+        c: LlamaCppConfig = self.own(config)
+        problems: list[str] = []
+        if c.model is None or not c.model.is_file():
+            problems.append(f"{c.label} model = {str(c.model)!r}: no such file; give the path of the "
+                            "candidate's .gguf file")
+        else:
+            try:
+                read_gguf(c.model)
+            except BadInput as exc:
+                problems.append(f"{c.label} model: {exc}")
+        missing = _missing_engine(c.python)
+        if missing:
+            problems.append(f"{c.label} python = {c.python!r}: {missing}")
+        return problems + super().problems(c)
+
+    def describe(self, config: ServerConfig) -> str:
+        c: LlamaCppConfig = self.own(config)
+        return f"llama.cpp serving {c.model.name if c.model else '?'}"
+
+    def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
+        import sys
+
+        py = python or sys.executable
+        missing = _missing_engine(py, import_engine=import_engine)
+        if missing:
+            return [Check("llama-cpp-python", False, missing, required=False)]
+        return [Check("llama-cpp-python", True, _engine_version(py) or "installed", required=False)]
+
+
+def _missing_engine(python: str, *, import_engine: bool = False) -> str | None:
+    """Why ``python`` cannot run the server (None: it can). Without ``import_engine`` only the
+    package is looked up, which costs a Python start, not llama.cpp's load."""
+    probe = ("import llama_cpp" if import_engine else
+             "import importlib.util, sys; sys.exit(importlib.util.find_spec('llama_cpp') is None)")
+    try:
+        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot be run ({exc}); set python to an interpreter with {INSTALL}"
+    if proc.returncode != 0:
+        return f"llama-cpp-python is not installed there; {INSTALL} (or scripts/setup_llama_cpp.sh)"
+    return None
+
+
+def _engine_version(python: str) -> str | None:
+    try:
+        proc = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                               "print(m.version('llama_cpp_python'))"], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+KIND = LlamaCppKind()

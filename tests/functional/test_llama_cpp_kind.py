@@ -1,0 +1,121 @@
+"""``kind = "llama-cpp"`` without llama.cpp: its keys, its command line, its checks before
+launching (the GGUF file, the interpreter's llama-cpp-python, the vocabulary against the
+reference's), and the server module's argument checks. The real engine runs in tests/llama_cpp."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kldtui.errors import BadInput
+from kldtui.servers.llama_cpp import KIND, LlamaCppConfig
+from kldtui.servers.registry import kind_of
+from kldtui.workflow.preflight import preflight
+from kldtui.workflow.profile import profile_from_dict
+from tests.fixtures_compare import make_suite
+from tests.fixtures_gguf import write_gguf
+
+
+def _profile(tmp_path: Path, candidate: dict[str, object], **sections: dict[str, object]):  # type: ignore[no-untyped-def]
+    return profile_from_dict({"candidate": candidate, "run": {"workdir": str(tmp_path / "w")}, **sections},
+                             base_dir=tmp_path, path=tmp_path / "p.toml")
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An importable (empty) llama_cpp package for the interpreter's check."""
+    site = tmp_path / "site"
+    (site / "llama_cpp").mkdir(parents=True)
+    (site / "llama_cpp" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    return site
+
+
+def test_keys_and_command_line(tmp_path: Path) -> None:
+    model = write_gguf(tmp_path / "q8.gguf")
+    p = _profile(tmp_path, {"kind": "llama-cpp", "model": "q8.gguf", "n_ctx": 4096, "n_threads": 2,
+                            "n_gpu_layers": -1, "kv_type": "f16", "llama_args": {"flash_attn": "true"},
+                            "port": 0, "served_model_name": "q8"})
+    c = p.candidate
+    assert isinstance(c, LlamaCppConfig) and c.model == model  # resolved beside the profile
+    assert kind_of(c) is KIND and KIND.model(c) == str(model)
+    argv = KIND.argv(c, port=1234)
+    assert argv[:3] == [sys.executable, "-m", "kldtui.embedded.llama_cpp"]
+    joined = " ".join(argv)
+    for part in (f"--model {model}", "--port 1234", "--n-ctx 4096", "--n-gpu-layers -1", "--kv-type f16",
+                 "--n-threads 2", "--llama-arg flash_attn=true", "--served-model-name q8",
+                 "--max-num-batched-tokens 256", "--max-num-seqs 1"):
+        assert part in joined
+    assert KIND.describe(c) == "llama.cpp serving q8.gguf"
+    assert KIND.model_vocab(c) == 64
+
+
+@pytest.mark.parametrize("table, needle", [
+    ({}, "model is missing: the candidate's .gguf file"),
+    ({"model": "m.gguf", "kv_type": "q8"}, "kv_type 'q8' is not one of f32, f16"),
+    ({"model": "m.gguf", "n_batch": 0}, "n_batch 0 must be >= 1"),
+    ({"model": "m.gguf", "perturb": 0.1}, "perturb is only for kind = 'embedded'"),
+])
+def test_bad_keys_are_one_line(tmp_path: Path, table: dict[str, object], needle: str) -> None:
+    with pytest.raises(BadInput) as info:
+        _profile(tmp_path, {"kind": "llama-cpp", **table})
+    assert needle in str(info.value) and "[candidate]" in str(info.value)
+
+
+def test_problems_before_launching(tmp_path: Path, fake_engine: Path) -> None:
+    missing = _profile(tmp_path, {"kind": "llama-cpp", "model": "nope.gguf", "port": 0}).candidate
+    assert any("nope.gguf" in x and "no such file" in x for x in KIND.problems(missing))
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf file, just text...")
+    bad = _profile(tmp_path, {"kind": "llama-cpp", "model": "bad.gguf", "port": 0}).candidate
+    assert any("no GGUF magic" in x for x in KIND.problems(bad))
+    write_gguf(tmp_path / "ok.gguf")
+    ok = _profile(tmp_path, {"kind": "llama-cpp", "model": "ok.gguf", "port": 0}).candidate
+    assert KIND.problems(ok) == []
+
+
+def test_an_interpreter_without_llama_cpp_is_named(tmp_path: Path) -> None:
+    write_gguf(tmp_path / "ok.gguf")
+    c = _profile(tmp_path, {"kind": "llama-cpp", "model": "ok.gguf", "port": 0}).candidate
+    problems = KIND.problems(c)  # this venv has no llama-cpp-python
+    assert any("llama-cpp-python is not installed there" in x and "kldtui[llama-cpp]" in x for x in problems)
+
+
+def test_a_vocabulary_mismatch_stops_the_run_before_launching(tmp_path: Path, fake_engine: Path) -> None:
+    make_suite(tmp_path / "suite", windows=2, context=20, vocab=500)
+    write_gguf(tmp_path / "trimmed.gguf", vocab=496)
+    p = _profile(tmp_path, {"kind": "llama-cpp", "model": "trimmed.gguf", "port": 0},
+                 reference={"local_dir": str(tmp_path / "suite")})
+    problems = preflight(p, p.workspace())
+    assert len(problems) == 1
+    assert "vocabulary has 496 tokens, the reference's 500" in problems[0]
+    assert "pad or trim" in problems[0] and "trimmed.gguf" in problems[0]
+    write_gguf(tmp_path / "same.gguf", vocab=500)
+    same = _profile(tmp_path, {"kind": "llama-cpp", "model": "same.gguf", "port": 0},
+                    reference={"local_dir": str(tmp_path / "suite")})
+    assert preflight(same, same.workspace()) == []
+    # the whole command: one line, exit 2, nothing launched
+    profile = tmp_path / "run.toml"
+    profile.write_text('[reference]\nlocal_dir = "suite"\n[candidate]\nkind = "llama-cpp"\n'
+                       f'model = "trimmed.gguf"\nport = 0\n[run]\nworkdir = "{tmp_path / "w2"}"\n')
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(profile)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if "vocabulary has 496" in x]
+    assert len(lines) == 1 and not (tmp_path / "w2" / "server.log").exists()
+
+
+def test_the_server_module_checks_its_arguments(tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "kldtui.embedded.llama_cpp"]
+    proc = subprocess.run(run + ["--model", str(tmp_path / "none.gguf")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "none.gguf: GGUF file not found" in proc.stderr
+    write_gguf(tmp_path / "m.gguf")
+    proc = subprocess.run(run + ["--model", str(tmp_path / "m.gguf"), "--llama-arg", "novalue"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not KEY=VALUE" in proc.stderr
+    proc = subprocess.run(run + ["--model", str(tmp_path / "m.gguf")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "llama-cpp-python cannot be imported" in proc.stderr
