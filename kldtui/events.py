@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 PipelineStageName = Literal["reference", "server", "capture", "finalize", "compare"]
 PIPELINE_STAGES: tuple[PipelineStageName, ...] = ("reference", "server", "capture", "finalize", "compare")
 # Every stage an event can name: the pipeline's, the stand-alone tools', and "run" (the whole run).
-StageName = Literal[PipelineStageName, "verify", "demo", "prepare", "publish", "export-head", "run",
-                    "campaign"]
+StageName = Literal[PipelineStageName, "verify", "demo", "prepare", "publish", "export-head", "convert",
+                    "run", "campaign"]
 WindowStateName = Literal[
     "pending", "capturing", "captured", "finalizing", "finalized", "comparing", "compared", "failed"
 ]

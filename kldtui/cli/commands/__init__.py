@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "publish": "publish",
     "export-head": "export_head",
+    "convert": "convert",
     "serve": "serve",
     "capture": "capture",
     "finalize": "finalize",
