@@ -56,7 +56,8 @@ def test_ruff_reports_nothing(seam_checks: SeamChecks) -> None:
 
 def test_the_readme_test_command_is_what_ci_runs_and_it_leaves_out_only_the_vllm_step() -> None:
     """The README's test command (what .ci/run runs) runs every test, slow ones included; only
-    the real-vLLM tests are left to their own step, which looks for them in tests/vllm."""
+    the real-engine tests are left to their own steps, which look for them in tests/vllm and
+    tests/llama_cpp."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     found = re.search(r"^## Tests\n+```bash\n(.+?)\n```", readme, re.M | re.S)
     assert found, "README.md: a '## Tests' section opening with a bash block"
@@ -65,13 +66,17 @@ def test_the_readme_test_command_is_what_ci_runs_and_it_leaves_out_only_the_vllm
     assert command in ci.splitlines(), command
     assert command.endswith(".venv/bin/pytest"), "the README's command runs the whole default run"
     options = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
-    assert options["ini_options"]["addopts"] == "-m 'not vllm'"
-    assert "bash scripts/run_vllm_tests.sh" in ci
+    assert options["ini_options"]["addopts"] == "-m 'not vllm and not llama_cpp'"
+    assert "bash scripts/run_vllm_tests.sh" in ci and "bash scripts/run_llama_cpp_tests.sh" in ci
     assert '"${KLDTUI_VLLM_TESTS:-tests/vllm}"' in (REPO / "scripts" / "run_vllm_tests.sh").read_text()
-    vllm_mark = re.compile(r"^\s*(?:@pytest\.mark\.vllm\b|pytestmark\s*=.*\bpytest\.mark\.vllm\b)", re.M)
-    elsewhere = [p.relative_to(REPO).as_posix() for p in sorted((REPO / "tests").rglob("test_*.py"))
-                 if p.parent.name != "vllm" and vllm_mark.search(p.read_text(encoding="utf-8"))]
-    assert elsewhere == [], "tests marked vllm outside tests/vllm run in neither step"
+    assert '"${KLDTUI_LLAMA_CPP_TESTS:-tests/llama_cpp}"' in (
+        REPO / "scripts" / "run_llama_cpp_tests.sh").read_text()
+    for marker in ("vllm", "llama_cpp"):
+        mark = re.compile(rf"^\s*(?:@pytest\.mark\.{marker}\b|pytestmark\s*=.*\bpytest\.mark\.{marker}\b)",
+                          re.M)
+        elsewhere = [p.relative_to(REPO).as_posix() for p in sorted((REPO / "tests").rglob("test_*.py"))
+                     if p.parent.name != marker and mark.search(p.read_text(encoding="utf-8"))]
+        assert elsewhere == [], f"tests marked {marker} outside tests/{marker} run in neither step"
 
 
 def test_test_modules_live_in_a_kind_folder_and_import_only_helpers() -> None:
@@ -80,7 +85,7 @@ def test_test_modules_live_in_a_kind_folder_and_import_only_helpers() -> None:
     tests = REPO / "tests"
     assert sorted(p.name for p in tests.glob("test_*.py")) == []
     kinds = {p.parent.name for p in tests.rglob("test_*.py")}
-    assert kinds <= {"unit", "functional", "tui", "vllm"}, kinds
+    assert kinds <= {"unit", "functional", "tui", "vllm", "llama_cpp"}, kinds
     wrong: dict[str, list[str]] = {}
     for path in sorted(tests.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

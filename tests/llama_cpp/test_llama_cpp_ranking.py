@@ -1,0 +1,181 @@
+"""GGUF quants and a vLLM quant in one leaderboard, against one float32 reference (issue 24).
+
+The tiny Llama: its float32 weights are the reference, captured through vLLM's CPU build; its
+bf16 copy is a vLLM candidate; its Q8_0 and Q4_0 GGUFs (llama.cpp's converter and quantizer) are
+``kind = "llama-cpp"`` candidates, Q8_0 in logits mode and Q4_0 in score mode. The profiles are
+the shipped examples (examples/tiny-gguf*.toml) with this test's paths. Three ``kldtui run
+--batch`` runs share the suite's reference; ``kldtui leaderboard`` ranks them with intervals and
+``kldtui diff`` gives a verdict.
+
+Then llama.cpp's own tool: the reference exported with ``kldtui convert --to llama-cpp`` and
+``llama-perplexity --kl-divergence`` on each GGUF give a mean KLD that agrees with kldtui's for
+the same positions within what the base file's uint16 encoding can move it (bounded per row from
+the exact distributions), and exactly (to its printed digits) with the same arithmetic done on
+the decoded file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kldtui.formats import llamacpp_kld as kld
+from kldtui.formats.safetensors_io import RowReader
+from kldtui.formats.suite import load_logits_manifest, load_suite
+from tests.fixtures_llama_cpp import (
+    CONTEXT,
+    WINDOWS,
+    example_profile,
+    kldtui,
+    llama_perplexity_kld,
+    run_profile,
+    tool,
+    write_suite_of_random_ids,
+)
+from tests.fixtures_vllm_chain import leftover_servers
+
+pytestmark = [pytest.mark.llama_cpp, pytest.mark.slow]
+
+NAMES = ("bf16", "q8_0", "q4_0")
+PROFILES = {"bf16": "tiny-gguf.toml", "q8_0": "tiny-gguf-q8_0.toml", "q4_0": "tiny-gguf-q4_0.toml"}
+
+
+@dataclass
+class Campaign:
+    root: Path
+    suite: Path
+    models: dict[str, Path]
+    workdirs: dict[str, Path]
+    reports: dict[str, dict[str, Any]]
+
+    def report_path(self, name: str) -> Path:
+        return self.workdirs[name] / "comparison.json"
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory, ggufs) -> Campaign:
+    root = tmp_path_factory.mktemp("campaign")
+    vllm_python = str(tool("KLDTUI_VLLM_PYTHON", "the vLLM CPU venv's python"))
+    suite = write_suite_of_random_ids(root / "suite")
+    workdirs = {n: root / "work" / n for n in NAMES}
+    reports: dict[str, dict[str, Any]] = {}
+    try:
+        for name in NAMES:  # bf16 first: its run captures the float32 reference into suite/ref
+            profile = example_profile(PROFILES[name], root / f"{name}.toml", suite_dir=suite,
+                                      workdir=workdirs[name], models=ggufs, vllm_python=vllm_python)
+            reports[name] = run_profile(profile, workdirs[name])
+        yield Campaign(root, suite, ggufs, workdirs, reports)
+    finally:
+        assert leftover_servers(root) == []
+        models = str(ggufs["f32"].parent)
+        ours = subprocess.run(["pgrep", "-af", "kldtui.embedded.llama_cpp"], capture_output=True, text=True,
+                              check=False).stdout.splitlines()
+        assert [line for line in ours if models in line] == [], "llama.cpp servers left running"
+
+
+def test_all_three_are_compared_against_one_reference(campaign: Campaign) -> None:
+    ref = load_logits_manifest(campaign.suite / "ref")
+    assert ref.vocab_size == 4096 and sorted(ref.entries) == list(range(WINDOWS))
+    assert (campaign.suite / "repeat-noise-window000.json").is_file()
+    hashes = {r["reference_manifest_sha256"] for r in campaign.reports.values()}
+    assert len(hashes) == 1
+    for name, report in campaign.reports.items():
+        assert report["windows"] == WINDOWS and report["positions"] == WINDOWS * (CONTEXT - 1), name
+        boot = report["kl_window_cluster_bootstrap"]
+        assert boot["ci95_low"] <= report["kl_reference_to_candidate"]["mean"] <= boot["ci95_high"]
+    kl = {n: r["kl_reference_to_candidate"]["mean"] for n, r in campaign.reports.items()}
+    assert 0 < kl["q8_0"] < kl["q4_0"], kl  # fewer bits, further from the reference
+    print(f"\nmean KL: {json.dumps(kl)}")
+
+
+def test_score_mode_leaves_no_candidate_logits(campaign: Campaign) -> None:
+    q4 = campaign.workdirs["q4_0"] / "candidate"
+    assert (q4 / "scores-manifest.json").is_file()
+    assert not list(q4.glob("logits_*.safetensors"))
+    q8 = campaign.workdirs["q8_0"] / "candidate"
+    assert len(list(q8.glob("logits_*.safetensors"))) == WINDOWS
+
+
+def test_leaderboard_and_verdict(campaign: Campaign) -> None:
+    paths = [str(campaign.report_path(n)) for n in NAMES]
+    board = kldtui("leaderboard", *paths, "--plain", "--json", str(campaign.root / "board.json"),
+                   cwd=campaign.root)
+    assert board.returncode == 0, board.stderr
+    text = board.stdout
+    print("\n" + text)
+    assert "95% interval" in text and f"{WINDOWS} windows" in text
+    doc = json.loads((campaign.root / "board.json").read_text())
+    rows = doc["rows"] if isinstance(doc, dict) else doc
+    assert len(rows) == 3
+    diff = kldtui("diff", str(campaign.report_path("q8_0")), str(campaign.report_path("q4_0")),
+                  cwd=campaign.root)
+    assert diff.returncode == 0, diff.stderr
+    print(diff.stdout)
+    assert "better" in diff.stdout.lower() or "worse" in diff.stdout.lower() or "tie" in diff.stdout.lower()
+
+
+def _candidate_logits(models: dict[str, Path], name: str, tokens: list[int]) -> np.ndarray:
+    from kldtui.embedded.llama_cpp import KV_TYPES, GgufModel
+
+    model = GgufModel(models[name], n_ctx=2 * CONTEXT, n_batch=512, n_ubatch=512, n_threads=2,
+                      type_k=KV_TYPES["f32"], type_v=KV_TYPES["f32"])
+    return model.prefill(tokens).logits(0, len(tokens) - 1)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    y = x.astype(np.float64)
+    y -= y.max(axis=1, keepdims=True)
+    return y - np.log(np.exp(y).sum(axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q4_0"])
+def test_llama_perplexity_agrees_with_kldtui(campaign: Campaign, name: str) -> None:
+    binary = tool("KLDTUI_LLAMA_PERPLEXITY", "the llama-perplexity binary")
+    base = campaign.root / "reference.kld"
+    if not base.exists():
+        out = kldtui("convert", str(campaign.suite), "--to", "llama-cpp", str(base), cwd=campaign.root)
+        assert out.returncode == 0, out.stderr
+        print("\n" + out.stdout)
+    theirs = llama_perplexity_kld(binary, campaign.models[name], base, CONTEXT,
+                                  campaign.root / f"llama-perplexity-{name}.log")
+    # kldtui's figure for the positions llama.cpp scores: its report's 256-position bucket
+    buckets = {(b["start"], b["stop"]): b for b in campaign.reports[name]["kl_by_position"]}
+    ours = buckets[(CONTEXT // 2, CONTEXT - 1)]["kl_mean"]  # rows 256..510
+    # the same arithmetic on the decoded file (llama.cpp's rule: entries at or below -16 skipped),
+    # and the bound on what the encoding moves KL, per row from the exact distributions
+    suite = load_suite(campaign.suite)
+    ref = load_logits_manifest(campaign.suite / "ref")
+    data = kld.read_base(base)
+    first, rows = data.first, data.rows
+    on_file, bounds, exact_kl = [], [], []
+    for (_, encoded), window in zip(data.iter_chunks(), suite.windows, strict=True):
+        logits = _candidate_logits(campaign.models, name, suite.load_tokens(window))
+        q = _log_softmax(logits[first:first + rows])
+        with RowReader(ref.file_path(window.index)) as reader:
+            p = _log_softmax(reader.read(first, first + rows))
+        dec = kld.decode_rows(encoded, data.n_vocab, mask_floor=False).astype(np.float64)
+        keep = dec > -16
+        on_file.append(np.where(keep, np.exp(dec) * (dec - q), 0.0).sum(axis=1))
+        pe = np.exp(p)
+        exact_kl.append((pe * (p - q)).sum(axis=1))
+        scale, _ = kld.row_header(encoded)
+        eps = scale.astype(np.float64)[:, None] / 2 + 1e-6
+        kept = kld.decode_rows(encoded, data.n_vocab) > -np.inf
+        bounds.append((np.where(kept, pe * (np.expm1(eps) * np.abs(p - q) + eps), 0.0)
+                       + np.where(kept, 0.0, pe * (np.abs(p - q) + 1))).sum(axis=1))
+    file_kl = float(np.concatenate(on_file).mean())
+    bound = float(np.concatenate(bounds).mean())
+    numpy_exact = float(np.concatenate(exact_kl).mean())
+    print(f"\n{name}: llama-perplexity mean KLD {theirs:.6f}; kldtui (exact reference, positions {first}.."
+          f"{CONTEXT - 2}) {ours:.6f}; numpy on the decoded file {file_kl:.6f}; numpy exact "
+          f"{numpy_exact:.6f}; "
+          f"encoding bound {bound:.2e}; |llama.cpp - kldtui| = {abs(theirs - ours):.2e}")
+    assert abs(numpy_exact - ours) <= 1e-6 + 1e-4 * ours  # kldtui's figure is the exact one
+    assert abs(theirs - file_kl) <= 2e-6 + 1e-4 * file_kl  # llama.cpp reads the file kldtui wrote
+    assert abs(theirs - ours) <= bound + 1e-6  # within the base file's precision
