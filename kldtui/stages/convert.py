@@ -16,6 +16,7 @@ decoded log-probabilities of the positions llama.cpp scores become the reference
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -275,16 +276,63 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
     """Write the base file as a suite folder: one window per chunk (its first token BOS when
     ``bos`` says llama.cpp put it there), and ``ref/`` holding the decoded log-probabilities of the
     positions llama.cpp scored (``scored_row_start`` = n_ctx/2 in each window's entry)."""
+    t0 = time.perf_counter()
+    base = kld.read_base(base_file)
+    final = Path(suite_dir)
+    if final.exists() and not final.is_dir():
+        raise BadInput(f"{final}: is not a folder")
+    if final.is_dir() and any(final.iterdir()):
+        if not (final / "suite-manifest.json").is_file():
+            raise BadInput(f"{final}: exists and is not a kldtui suite; give a new folder")
+        if not force:
+            raise BadInput(f"{final}: already holds a suite; pass --force to replace it, or give a new "
+                           "folder")
+        ours = ("suite-manifest.json", "tokens", "ref")
+        other = sorted(n.name for n in final.iterdir()
+                       if n.name not in ours and not n.name.startswith(".kldtui"))
+        if other:  # --force replaces an imported suite, never what else is kept beside it
+            raise BadInput(f"{final}: holds more than an imported suite ({', '.join(other[:3])}); "
+                           "give a new folder")
+    # written beside its final name and renamed into place once complete: an interrupted import
+    # leaves no half suite under the name (its leftover .importing folder is removed next time)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.importing-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    root = final.parent / f".{final.name}.importing-{os.getpid()}"
+    shutil.rmtree(root, ignore_errors=True)
+    try:
+        result = _import_into(base, root, bos, emit, cancel)
+        if final.exists():
+            old = final.parent / f".{final.name}.replaced-{os.getpid()}"
+            os.rename(final, old)
+            os.rename(root, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(root, final)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return ImportResult(final, base.n_ctx, base.n_vocab, base.n_chunk, base.first, bos, result,
+                        time.perf_counter() - t0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _import_into(base: kld.KldBase, root: Path, bos: BosChoice, emit: EventSink,
+                 cancel: Cancel | None) -> FileLoss:
     from kldtui.formats.logits_writer import LogitsFileWriter, write_logits_manifest
     from kldtui.formats.suite_writer import write_suite
 
-    t0 = time.perf_counter()
-    base = kld.read_base(base_file)
-    root = Path(suite_dir)
-    if (root / "suite-manifest.json").exists() and not force:
-        raise BadInput(f"{root}: already holds a suite; pass --force to replace it, or give a new folder")
-    if root.exists() and not root.is_dir():
-        raise BadInput(f"{root}: is not a folder")
     tokens = base.tokens().astype(np.int64)
     if bos.token is not None:
         tokens[:, 0] = bos.token
@@ -308,7 +356,7 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
             raise BadInput(f"{base.path}: chunk {chunk} has a row without a finite entry; the file is "
                            "damaged")
         loss.add(encoded, decoded)
-        writer = LogitsFileWriter(root / "ref", window, base.n_vocab, suite.context_length, force=force)
+        writer = LogitsFileWriter(root / "ref", window, base.n_vocab, suite.context_length)
         writer.write_rows(decoded)
         written.append(writer.commit())
         if throttle.ready(final=chunk + 1 == base.n_chunk):
@@ -320,5 +368,4 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
                          "16-nat floor are -inf",
                "precision": loss.to_json()}
     write_logits_manifest(root / "ref", suite, written, kind="reference", runtime=runtime)
-    return ImportResult(root, base.n_ctx, base.n_vocab, base.n_chunk, base.first, bos, loss,
-                        time.perf_counter() - t0)
+    return loss

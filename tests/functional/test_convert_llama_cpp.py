@@ -95,9 +95,37 @@ def test_import_makes_a_suite_of_the_scored_positions(tmp_path: Path, suite, cap
         kept = np.isfinite(rows)
         assert rows.shape == (19, VOCAB) and np.abs(rows - exact)[kept].max() <= kld.MAX_STEP / 2 + 1e-5
     assert main(["verify", str(dest)]) == 0
-    # --force is needed to replace it
+    # --force is needed to replace it, and replaces nothing else
     assert main(["convert", str(out), "--to", "suite", str(dest), "--no-bos"]) == 2
     assert "already holds a suite" in capsys.readouterr().err
+    assert main(["convert", str(out), "--to", "suite", str(dest), "--no-bos", "--force"]) == 0
+    capsys.readouterr()
+    (dest / "notes.txt").write_text("mine")
+    assert main(["convert", str(out), "--to", "suite", str(dest), "--no-bos", "--force"]) == 2
+    assert "holds more than an imported suite (notes.txt)" in capsys.readouterr().err
+    assert (dest / "notes.txt").read_text() == "mine" and load_suite(dest).window_count == 3
+    assert not list(tmp_path.glob(".imported.*"))  # no temporary folder left beside it
+
+
+def test_an_interrupted_import_leaves_no_suite(tmp_path: Path, suite, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from kldtui.formats import logits_writer
+    from kldtui.stages.convert import BosChoice, import_llama_cpp
+
+    out = tmp_path / "base.kld"
+    assert main(["convert", str(tmp_path / "suite"), "--to", "llama-cpp", str(out)]) == 0
+    calls = []
+    real = logits_writer.LogitsFileWriter.commit
+
+    def killed(self):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(logits_writer.LogitsFileWriter, "commit", killed)
+    with pytest.raises(KeyboardInterrupt):
+        import_llama_cpp(out, tmp_path / "imp", bos=BosChoice(None, "--no-bos"))
+    assert not (tmp_path / "imp").exists() and not list(tmp_path.glob(".imp.*"))
 
 
 def test_import_bos_from_the_gguf(tmp_path: Path, suite, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kldtui.cli.commands.verify import ConsoleProgress
     from kldtui.errors import BadInput
 
     if args.target == "llama-cpp":
@@ -47,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
                            "from the suite's tokens as they are)")
         from kldtui.stages.convert import export_llama_cpp
 
-        result = export_llama_cpp(args.source, args.destination, reference_dir=args.reference_dir,
-                                  start_window=args.start_window, stop_window=args.stop_window,
-                                  force=args.force)
+        with ConsoleProgress() as progress:  # windows written, on stderr
+            result = export_llama_cpp(args.source, args.destination, reference_dir=args.reference_dir,
+                                      start_window=args.start_window, stop_window=args.stop_window,
+                                      force=args.force, emit=progress)
         for line in result.lines():
             print(line)
         print(f"next: llama-perplexity -m MODEL.gguf --kl-divergence-base {result.path} --kl-divergence "
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.stages.convert import bos_choice, import_llama_cpp
 
     bos = bos_choice(model=args.model, bos=args.bos, no_bos=args.no_bos)
-    result_in = import_llama_cpp(args.source, args.destination, bos=bos, force=args.force)
+    with ConsoleProgress() as progress:
+        result_in = import_llama_cpp(args.source, args.destination, bos=bos, force=args.force, emit=progress)
     for line in result_in.lines():
         print(line)
     sys.stdout.flush()
