@@ -221,13 +221,17 @@ def _verify_written(final: Path, written: WrittenLogits, window: WindowSpec, chu
             raise StageFailed(f"{final}: {window.label}: SHA-256 read back differs from the one "
                               "computed while writing; the disk or file system is faulty")
         return
+    first = window.scored_row_start  # the file's row j is position first + j
     with RowReader(final) as out:
         for c in chunks.chunks:
             with RowReader(c.path) as src:
-                for r in {0, c.rows - 1}:
-                    if not np.array_equal(out.read(c.row_start + r, c.row_start + r + 1),
+                for r in {max(0, first - c.row_start), c.rows - 1}:
+                    pos = c.row_start + r
+                    if pos < first or r >= c.rows:
+                        continue
+                    if not np.array_equal(out.read(pos - first, pos - first + 1),
                                           src.read(r, r + 1), equal_nan=True):
-                        raise StageFailed(f"{final}: {window.label}: row {c.row_start + r} read back "
+                        raise StageFailed(f"{final}: {window.label}: row {pos} read back "
                                           f"differs from {c.path.name}; the disk or file system is "
                                           "faulty")
 
@@ -258,7 +262,8 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
                               hash_thread=True)
     row_bytes = 4 * vocab
     block_rows = max(1, BLOCK_BYTES // row_bytes)
-    total = chunks.rows * row_bytes
+    first = window.scored_row_start  # positions before it are captured, not kept (docs/FORMATS.md)
+    total = window.scored_positions * row_bytes
     throttle = Throttle(0.25)
     task = f"window {window.index:03d}"
     try:
@@ -267,7 +272,7 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
         n = 0
         for c in chunks.chunks:
             with RowReader(c.path) as reader:
-                for start in range(0, reader.rows, block_rows):
+                for start in range(max(0, first - c.row_start), reader.rows, block_rows):
                     if cancel is not None:
                         cancel.check()
                     block = reader.read(start, start + block_rows, out=bufs[n % 2])

@@ -246,6 +246,11 @@ class ChunkKind:
         """BadInput at the first value a chunk must not hold (logits: NaN or inf)."""
         check_chunk_values(chunk, window, cancel)
 
+    def rows_wanted(self, window: WindowSpec) -> int:
+        """Rows a complete capture of ``window`` holds in this kind's chunks: logits chunks hold
+        every prompt position but the last (``captured_rows``), whatever the window scores."""
+        return window.captured_rows
+
     def rows_landed(self, folder: Path) -> int:
         """Rows in the (possibly still growing) folder, from this kind's file names only; cheap."""
         try:
@@ -335,7 +340,7 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
                        "capture the window again")
     chunks.sort(key=lambda c: c.row_start)
     vocab = expected_vocab if expected_vocab is not None else chunks[0].vocab_size
-    want_rows = window.num_tokens - 1
+    want_rows = kind.rows_wanted(window)
     position = 0
     for c in chunks:
         if c.vocab_size != vocab:

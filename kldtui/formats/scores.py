@@ -82,6 +82,10 @@ class ScoreChunks(ChunkKind):
     def check_values(self, chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
         """Nothing here: finalize reads every record (and refuses NaN)."""
 
+    def rows_wanted(self, window: WindowSpec) -> int:
+        """Score chunks hold the scored rows only: row ``j`` is position ``scored_row_start + j``."""
+        return window.scored_positions
+
 
 SCORE_CHUNKS = ScoreChunks()
 

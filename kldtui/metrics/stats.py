@@ -120,14 +120,21 @@ def confidence_buckets(ref_top_prob: np.ndarray, kl: np.ndarray, top1: np.ndarra
 
 
 def position_buckets(kl_by_window: Sequence[np.ndarray], bucket: int = POSITION_BUCKET,
-                     intervals: bool = False) -> list[dict[str, float | int | None]]:
+                     intervals: bool = False,
+                     starts: Sequence[int] | None = None) -> list[dict[str, float | int | None]]:
     """Mean KL by position in the window, buckets ``[start, stop)`` of ``bucket`` positions;
-    ``intervals`` adds each bucket's window-clustered interval (:func:`clustered_ratio_interval`)."""
-    rows = max((len(k) for k in kl_by_window), default=0)
+    ``intervals`` adds each bucket's window-clustered interval (:func:`clustered_ratio_interval`);
+    ``starts[i]``: the position of window ``i``'s first row (its ``scored_row_start``, 0 by default).
+    Buckets no window reaches are left out."""
+    first = list(starts) if starts is not None else [0] * len(kl_by_window)
+    rows = max((s + len(k) for k, s in zip(kl_by_window, first, strict=True)), default=0)
     out: list[dict[str, float | int | None]] = []
     for start in range(0, rows, bucket):
         stop = min(start + bucket, rows)
-        parts = [k[start:stop] for k in kl_by_window if len(k) > start]
+        parts = [k[max(0, start - s):stop - s] for k, s in zip(kl_by_window, first, strict=True)
+                 if s + len(k) > start and s < stop]
+        if not parts:
+            continue
         vals = np.concatenate(parts)
         entry: dict[str, float | int | None] = {"start": start, "stop": stop, "positions": int(vals.size),
                                                 "kl_mean": float(vals.mean())}

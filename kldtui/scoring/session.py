@@ -326,7 +326,7 @@ class ScoreSession:
                 rows = got
         if rows is None:
             rows = req.reader.pread(start, stop)
-        nxt = min(stop + (stop - start), req.window.scored_positions)
+        nxt = min(stop + (stop - start), req.window.scored_positions)  # reference rows (scored)
         if nxt > stop:
             req.prefetch = (stop, nxt, self._pool.submit(req.reader.pread, stop, nxt))
         return rows
@@ -348,31 +348,37 @@ class ScoreSession:
             req = self._state(request_id, vocab_size, prompt)
             rows = int(logits.shape[0])
             stop = row_start + rows
-            if row_start != req.rows_done or stop > req.window.scored_positions:
+            if row_start != req.rows_done or stop > req.window.captured_rows:
                 raise ScoreFailed(f"rows {row_start}..{stop} of {req.window.label} arrived after rows "
                                   f"0..{req.rows_done} (prefix caching must be off); not scored")
-            x = self._reference_rows(req, row_start, stop)
-            parts = []
-            # a hidden reference is replayed REPLAY_ROWS rows at a time (a streamed head crosses to
-            # the device once per span, not once per scored block), then scored block by block
-            span = max(self.block_rows, REPLAY_ROWS) if req.hidden else self.block_rows
-            for lo in range(0, rows, span):
-                hi = min(lo + span, rows)
-                ref = x[lo:hi]
-                if req.hidden:  # replayed where the candidate's rows are
-                    assert self._heads is not None
-                    ref = self._heads.logits(ref, logits[lo:hi, :vocab_size])
-                for a in range(lo, hi, self.block_rows):
-                    b = min(a + self.block_rows, hi)
-                    parts.append(self.score_rows(ref[a - lo:b - lo], logits[a:b, :vocab_size],
-                                                 req.tokens[row_start + a:row_start + b]))
-            records = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            # rows whose divergences are too small for the fast forms (near-deterministic text):
-            # the precise path computed them; counted per chunk, summed in the window's record
-            self.write(request_id, row_start, records,
-                       {**req.metadata, "precise_rows": str(precise_rows(records))})
+            # positions before the window's first scored one are computed, not scored; records
+            # are written by scored row (position - scored_row_start)
+            first = req.window.scored_row_start
+            skip = min(rows, max(0, first - row_start))
+            if skip < rows:
+                lo_pos = row_start + skip
+                x = self._reference_rows(req, lo_pos - first, stop - first)
+                parts = []
+                # a hidden reference is replayed REPLAY_ROWS rows at a time (a streamed head crosses
+                # to the device once per span, not once per scored block), then scored block by block
+                span = max(self.block_rows, REPLAY_ROWS) if req.hidden else self.block_rows
+                for lo in range(skip, rows, span):
+                    hi = min(lo + span, rows)
+                    ref = x[lo - skip:hi - skip]
+                    if req.hidden:  # replayed where the candidate's rows are
+                        assert self._heads is not None
+                        ref = self._heads.logits(ref, logits[lo:hi, :vocab_size])
+                    for c in range(lo, hi, self.block_rows):
+                        d = min(c + self.block_rows, hi)
+                        parts.append(self.score_rows(ref[c - lo:d - lo], logits[c:d, :vocab_size],
+                                                     req.tokens[row_start + c:row_start + d]))
+                records = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                # rows whose divergences are too small for the fast forms (near-deterministic
+                # text): the precise path computed them; counted per chunk, summed in the record
+                self.write(request_id, lo_pos - first, records,
+                           {**req.metadata, "precise_rows": str(precise_rows(records))})
             req.rows_done = stop
-            if stop == req.window.scored_positions:
+            if stop == req.window.captured_rows:
                 self._finish(request_id)
             return True
         except Exception as exc:  # noqa: BLE001 - one request fails, never the server

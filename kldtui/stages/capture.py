@@ -467,7 +467,7 @@ class _WindowCapture:
         request = _Request(s.client, s.url, body, headers, s.request_timeout)
         throttle = Throttle(0.25)
         task = f"window {w.index:03d}"
-        want = w.scored_positions
+        want = s.mode.chunks.rows_wanted(w)
         while not request.done.wait(POLL_INTERVAL):
             if s.cancel is not None and s.cancel.is_set():
                 raise Interrupted(f"{s.cancel.reason} while capturing {w.label}; it is not recorded "
@@ -702,7 +702,7 @@ def settled_folders(list_folders: Callable[[], list[Path]], w: WindowSpec,
     deadline = start + settle_seconds
     while True:
         folders = list_folders()
-        if len(folders) == 1 and (kind.rows_landed(folders[0]) >= w.scored_positions
+        if len(folders) == 1 and (kind.rows_landed(folders[0]) >= kind.rows_wanted(w)
                                   or (folders[0] / ERROR_MARKER).exists()):
             if not _pending(folders[0]):
                 return folders

@@ -31,7 +31,7 @@ def test_no_folder_with_writer_records_lists_them(tmp_path: Path, monkeypatch) -
 
 
 def test_pending_chunks_are_waited_for_after_the_answer(tmp_path: Path) -> None:
-    window = SimpleNamespace(scored_positions=8)
+    window = SimpleNamespace(scored_positions=8, captured_rows=8)
     folder = tmp_path / "kldtui-x-0-1"
     folder.mkdir()
     write_chunk(tmp_path, "kldtui-x-0-1", 0, np.zeros((4, 3), np.float32), 3)
@@ -50,7 +50,7 @@ def test_pending_chunks_are_waited_for_after_the_answer(tmp_path: Path) -> None:
 
 
 def test_pending_chunks_are_not_waited_for_once_the_server_died(tmp_path: Path) -> None:
-    window = SimpleNamespace(scored_positions=8)
+    window = SimpleNamespace(scored_positions=8, captured_rows=8)
     folder = tmp_path / "f"
     folder.mkdir()
     (folder / pending_name(0, 8)).touch()
@@ -61,7 +61,7 @@ def test_pending_chunks_are_not_waited_for_once_the_server_died(tmp_path: Path) 
 
 def test_chunks_from_another_node_are_reported(tmp_path: Path, monkeypatch) -> None:
     write_chunk(tmp_path, "r", 0, np.zeros((2, 3), np.float32), 3)
-    window = SimpleNamespace(num_tokens=3, label="window 000", scored_positions=2)
+    window = SimpleNamespace(num_tokens=3, label="window 000", scored_positions=2, captured_rows=2)
     checked = cap.check_chunk_dir(tmp_path / "r", window)  # type: ignore[arg-type]
     host, folder = cap._written_by(checked)  # type: ignore[misc]
     assert folder == str(tmp_path) and host == cap.writer_host()

@@ -71,7 +71,7 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):
             raise BadInput(f"{suite.token_path(w)}: {w.label} has token id {int(ids.max())} outside "
                            f"the vocabulary of {vocab}; the suite and the logits do not belong together")
-        next_tokens[w.index] = ids[1:]
+        next_tokens[w.index] = ids[w.scored_row_start + 1:]  # row j: position scored_row_start + j
     ref.check_files(suite, selected)
     cand.check_files(suite, selected)
     head_sha: dict[str, str] = {}

@@ -148,7 +148,8 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
                 [f["kl_mean"] for f in figs if f.domain == d], samples, seed))
                 for d in dict.fromkeys(r.domain for r in res)},
             provenance=provenance,
-            **_overall_figures(res, figs, reverse, samples, seed),
+            **_overall_figures(res, figs, reverse, samples, seed, starts=(
+                [suite.window(r.window_index).scored_row_start for r in res] if suite is not None else None)),
             figures=_figure_summaries(res, figs, reported, samples, seed),
             candidate_size=options.candidate_size,
             reference=sides[0] if sides is not None else None,
@@ -218,8 +219,9 @@ def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool,
 
 
 def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], reverse: bool, samples: int,
-                     seed: int) -> dict[str, Any]:
-    """The report's figures over all positions (and over window means, for the bootstraps)."""
+                     seed: int, starts: list[int] | None = None) -> dict[str, Any]:
+    """The report's figures over all positions (and over window means, for the bootstraps);
+    ``starts``: each window's first scored position (the position buckets count from it)."""
     def pooled(name: str) -> np.ndarray:
         """A registered figure's per-row values over every window (one definition per figure)."""
         values = registry.figure(name).values
@@ -272,7 +274,8 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
                                        st.confidence_buckets(_concat(res, "ref_top_prob")[fin], kl[fin],
                                                              top1[fin], window_of[fin])],
         "kl_by_position": [PositionBucket(**b) for b in  # type: ignore[arg-type]
-                           st.position_buckets([finite(r.rows.kl) for r in res], intervals=True)],
+                           st.position_buckets([finite(r.rows.kl) for r in res], intervals=True,
+                                               starts=starts)],
         "kl_mean_interval": headline_interval([f["kl_mean"] for f in figs]),
     }
     if reverse:
