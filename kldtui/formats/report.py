@@ -208,6 +208,8 @@ def summary_text(report: ComparisonReport) -> str:
     if unchecked:
         lines.append(f"  window identity NOT checked for {len(unchecked)} file(s) without header metadata "
                      f"({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})")
+    if report.reference_encoding is not None:
+        lines.append(f"  {report.reference_encoding.line()}")
     if prov is not None:
         lines.append(f"  {prov.backend} backend, {_f(prov.elapsed_seconds, 4)} s, "
                      f"{_f(prov.throughput_gb_per_s, 3)} GB/s compared; kldtui {prov.kldtui_version}")

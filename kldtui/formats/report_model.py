@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, NoReturn, cast
+from typing import Any, ClassVar, NoReturn, cast
 
 from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize
@@ -54,8 +54,8 @@ def _kind(value: Any) -> str:
 class _Obj:
     """A JSON object being read: where it is (file, field path) for one-line errors."""
 
-    def __init__(self, doc: Any, where: str, path: str) -> None:
-        self.where, self.path = where, path
+    def __init__(self, doc: Any, where: str, path: str, advice: str = _ADVICE) -> None:
+        self.where, self.path, self.advice = where, path, advice
         if not isinstance(doc, dict):
             self.fail(f"expected an object, found {_kind(doc)}")
         self.doc: dict[str, Any] = doc
@@ -65,7 +65,7 @@ class _Obj:
 
     def fail(self, what: str, key: str | None = None) -> NoReturn:
         at = self.name(key) if key is not None else (self.path or "report")
-        raise BadInput(f"{self.where}: {at}: {what}; {_ADVICE}")
+        raise BadInput(f"{self.where}: {at}: {what}; {self.advice}")
 
     def has(self, key: str) -> bool:
         return self.doc.get(key) is not None
@@ -115,7 +115,7 @@ class _Obj:
         return value
 
     def obj(self, key: str) -> _Obj:
-        return _Obj(self._get(key), self.where, self.name(key))
+        return _Obj(self._get(key), self.where, self.name(key), self.advice)
 
     def opt_obj(self, key: str) -> _Obj | None:
         return self.obj(key) if self.has(key) else None
@@ -130,7 +130,8 @@ class _Obj:
         return self.list_(key) if self.has(key) else None
 
     def items(self, key: str) -> list[_Obj]:
-        return [_Obj(v, self.where, f"{self.name(key)}[{n}]") for n, v in enumerate(self.list_(key))]
+        return [_Obj(v, self.where, f"{self.name(key)}[{n}]", self.advice)
+                for n, v in enumerate(self.list_(key))]
 
     def numbers(self, key: str) -> list[float]:
         values = self.list_(key)
@@ -558,6 +559,54 @@ class InfiniteKL(_Part):
 
 
 @dataclass(frozen=True)
+class ReferenceEncoding(_Part):
+    """``reference_encoding``: the reference was decoded from a lossy file (llama.cpp's
+    KL-divergence base file, imported by ``kldtui convert FILE --to suite``), not captured as
+    float32 logits; what that encoding can have moved (docs/REPORT.md, ``reference_encoding``)."""
+
+    RUNTIME_KEY: ClassVar[str] = "reference_encoding"  # where a logits manifest's runtime records it
+
+    format: str
+    max_entry_error: float   # nats: every kept reference log-probability is this close to the original
+    floored_entries: int     # entries below the encoding's floor, read as probability 0 ...
+    entries: int             # ... of this many
+    max_mass_gap: float      # the largest |1 - sum of a decoded row's probabilities|
+    floor_nats: float | None = None  # how far below a row's top the floor lies
+    source_file: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, o: _Obj) -> ReferenceEncoding:
+        known = {f.name for f in fields(cls)}
+        out = cls(o.str_("format"), o.num("max_entry_error"), o.int_("floored_entries"), o.int_("entries"),
+                  o.num("max_mass_gap"), o.opt_num("floor_nats"), o.opt_str("source_file"),
+                  extra=o.rest(known))
+        for key in ("max_entry_error", "max_mass_gap", "floor_nats"):
+            value = getattr(out, key)
+            if value is not None and value < 0:
+                o.fail(f"expected a number >= 0, found {value!r}", key)
+        if out.floored_entries > out.entries:
+            o.fail(f"{out.floored_entries} floored entries of only {out.entries}", "floored_entries")
+        return out
+
+    @classmethod
+    def from_manifest(cls, doc: Any, where: str) -> ReferenceEncoding:
+        """``runtime.reference_encoding`` of a reference's logits manifest (``where``), which
+        ``kldtui convert FILE --to suite`` writes; validated like a report's part."""
+        return cls.from_json(_Obj(doc, where, f"runtime.{cls.RUNTIME_KEY}",
+                                  "a damaged reference manifest (import the file again with kldtui convert)"))
+
+    def line(self) -> str:
+        """What it means for the figures, in one line."""
+        share = self.floored_entries / self.entries if self.entries else 0.0
+        floor = f"{self.floor_nats:g} nats" if self.floor_nats is not None else "the floor"
+        return (f"reference decoded from {self.format}: each reference log-probability is within "
+                f"{self.max_entry_error:.2g} nats of the original, and {share:.0%} of its entries (those "
+                f"more than {floor} below their row's top) count as probability 0 (rows lose at most "
+                f"{self.max_mass_gap:.2g} of their probability)")
+
+
+@dataclass(frozen=True)
 class ConfidenceBucket(_Part):
     """KL and top-1 agreement where the reference's top probability is in [low, high)."""
 
@@ -927,6 +976,8 @@ class ComparisonReport(_Part):
     # the reference's content over the compared windows (kldtui.formats.reference_identity): what
     # pairs two reports, whatever time or server port the reference manifest records
     reference_identity_sha256: str | None = None
+    # set when the reference was decoded from a lossy file (an imported llama.cpp base file)
+    reference_encoding: ReferenceEncoding | None = None
     vocab_size: int | None = None
     js_window_cluster_bootstrap: Bootstrap | None = None
     kl_candidate_to_reference: Stats | None = None
@@ -1012,6 +1063,7 @@ class ComparisonReport(_Part):
             suite_token_hash_sha256=o.opt_str("suite_token_hash_sha256"),
             reference_manifest_sha256=o.opt_str("reference_manifest_sha256"),
             reference_identity_sha256=o.opt_str("reference_identity_sha256"),
+            reference_encoding=opt("reference_encoding", ReferenceEncoding.from_json),
             vocab_size=o.opt_int("vocab_size"),
             js_window_cluster_bootstrap=opt("js_window_cluster_bootstrap", Bootstrap.from_json),
             kl_candidate_to_reference=opt("kl_candidate_to_reference", Stats.from_json),
@@ -1228,5 +1280,6 @@ def as_report(report: ComparisonReport | Mapping[str, Any], where: str = "report
 __all__ = ["Bootstrap", "ClusterBootstrap", "Comparator", "ComparisonReport", "ConfidenceBucket",
            "ContextEntry", "ContextRank", "ContextSelection", "DeltaP", "DepthBucket", "FigureSummary",
            "InfiniteKL", "Interval", "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance",
-           "REPORT_FORMAT", "SUITE_STATISTICS_KEYS", "SideDescription", "Stats", "StratifiedBootstrap",
-           "SuiteStatistics", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report", "check_figures"]
+           "REPORT_FORMAT", "ReferenceEncoding", "SUITE_STATISTICS_KEYS", "SideDescription", "Stats",
+           "StratifiedBootstrap", "SuiteStatistics", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report",
+           "check_figures"]

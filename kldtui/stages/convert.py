@@ -27,6 +27,7 @@ import numpy as np
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
 from kldtui.formats import llamacpp_kld as kld
+from kldtui.formats.report_model import ReferenceEncoding
 from kldtui.formats.safe_io import check_output
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest, load_suite
@@ -268,6 +269,7 @@ class ImportResult:
 
 
 IMPORT_DOMAIN = "llamacpp"
+ENCODING_NAME = "llama.cpp's KL-divergence base file (uint16)"
 
 
 def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.PathLike[str], *,
@@ -366,6 +368,8 @@ def _import_into(base: kld.KldBase, root: Path, bos: BosChoice, emit: EventSink,
                "scored_positions": [base.first, base.n_ctx - 1], "first_token": bos.why,
                "logits": "log-probabilities decoded from uint16 (scale * q + min_log_prob); entries at the "
                          "16-nat floor are -inf",
-               "precision": loss.to_json()}
+               # compare copies it into each report against this reference (report_model.ReferenceEncoding)
+               ReferenceEncoding.RUNTIME_KEY: {"format": ENCODING_NAME, "source_file": base.path.name,
+                                               "floor_nats": kld.LOGIT_RANGE, **loss.to_json()}}
     write_logits_manifest(root / "ref", suite, written, kind="reference", runtime=runtime)
     return loss

@@ -87,7 +87,7 @@ def test_import_makes_a_suite_of_the_scored_positions(tmp_path: Path, suite, cap
     assert [w.scored_row_start for w in imported.windows] == [20, 20, 20]
     assert [w.scored_positions for w in imported.windows] == [19, 19, 19]
     manifest = load_logits_manifest(dest / "ref")
-    assert manifest.runtime["precision"]["max_step"] <= kld.MAX_STEP * (1 + 1e-6)
+    assert manifest.runtime["reference_encoding"]["max_step"] <= kld.MAX_STEP * (1 + 1e-6)
     for w in imported.windows:
         with RowReader(manifest.file_path(w.index)) as r:
             rows = r.read(0, r.rows)

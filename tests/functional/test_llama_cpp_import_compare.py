@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kldtui.errors import BadInput
 from kldtui.formats import llamacpp_kld as kld
 from kldtui.formats.report import load_report
 from kldtui.formats.suite import load_suite
@@ -92,3 +93,48 @@ def test_score_mode_agrees_on_an_imported_reference(runs: dict[str, Any]) -> Non
     assert (score_dir / "scores-manifest.json").is_file()
     assert not list(score_dir.glob("logits_*.safetensors"))
     assert np.isfinite(b["kl_reference_to_candidate"]["mean"])
+
+
+def test_the_report_states_the_encoding_loss(runs: dict[str, Any]) -> None:
+    """The imported reference's report says what the uint16 file lost (the manifest's record of
+    the import, validated on the way); a float32 reference's report says nothing of it."""
+    from kldtui.formats.report import summary_text
+
+    assert "reference_encoding" not in runs["reports"]["original"]
+    enc = runs["reports"]["imported"]["reference_encoding"]
+    loss = runs["imported"].loss
+    assert enc["format"] == "llama.cpp's KL-divergence base file (uint16)" and enc["floor_nats"] == 16.0
+    assert enc["source_file"] == "reference.kld"
+    assert 0 < enc["max_entry_error"] <= kld.MAX_STEP / 2 * (1 + 1e-6)
+    assert enc["max_entry_error"] == loss.max_step / 2 and enc["floored_entries"] == loss.floored_entries
+    assert enc["entries"] == loss.entries == len(load_suite(runs["root"] / "imported").windows) \
+        * (DEMO_CONTEXT - 1 - FIRST) * 2048
+    assert runs["reports"]["imported-score"]["reference_encoding"] == enc
+    text = summary_text(load_report(runs["root"] / "run-imported" / "comparison.json"))
+    share = enc["floored_entries"] / enc["entries"]
+    line = next(x for x in text.splitlines() if "reference decoded from" in x)
+    assert (f"reference decoded from llama.cpp's KL-divergence base file (uint16): each reference "
+            f"log-probability is within {enc['max_entry_error']:.2g} nats of the original, and "
+            f"{share:.0%} of its entries (those more than 16 nats below their row's top) count as "
+            "probability 0") in line
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("max_entry_error", -1.0, "expected a number >= 0"),
+    ("floored_entries", 10**12, "floored entries of only"),
+    ("format", 3, "expected text"),
+])
+def test_a_damaged_encoding_record_is_one_line(runs: dict[str, Any], tmp_path: Path, field: str, value: Any,
+                                               why: str) -> None:
+    from kldtui.stages.compare.report import reference_encoding_of
+
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    doc = json.loads((runs["root"] / "imported" / "ref" / "manifest.json").read_text())
+    doc["runtime"]["reference_encoding"][field] = value
+    (ref / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput) as info:
+        reference_encoding_of(ref)
+    message = str(info.value)
+    assert message.startswith(f"{ref / 'manifest.json'}: runtime.reference_encoding.{field}: ")
+    assert why in message and "kldtui convert" in message and "\n" not in message

@@ -32,6 +32,7 @@ from kldtui.formats.report_model import (
     NextToken,
     PositionBucket,
     Provenance,
+    ReferenceEncoding,
     SideDescription,
     Stats,
     TopK,
@@ -39,7 +40,7 @@ from kldtui.formats.report_model import (
     WindowEntry,
     WindowTable,
 )
-from kldtui.formats.suite import Suite, logits_manifest_path
+from kldtui.formats.suite import Suite, load_logits_manifest, logits_manifest_path
 from kldtui.metrics import figures as registry
 from kldtui.metrics import inference
 from kldtui.metrics import stats as st
@@ -67,7 +68,8 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
                  reference_dir: str | os.PathLike[str] = "", candidate_dir: str | os.PathLike[str] = "",
                  options: CompareOptions | None = None, window_range: Sequence[int] | None = None,
                  reference_manifest_sha256: str | None = None, suite_token_hash_sha256: str | None = None,
-                 reference_identity_sha256: str | None = None, verified: Verified | None = None,
+                 reference_identity_sha256: str | None = None,
+                 reference_encoding: ReferenceEncoding | None = None, verified: Verified | None = None,
                  elapsed_seconds: float | None = None,
                  backend: str | None = None, threads: int | None = None,
                  command: str | None = None,
@@ -95,6 +97,8 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             reference_manifest_sha256 = manifest_sha256(logits_manifest_path(reference_dir))
     if reference_identity_sha256 is None and reference_dir:
         reference_identity_sha256 = reference_identity_of(reference_dir, idx)
+    if reference_encoding is None and reference_dir:
+        reference_encoding = reference_encoding_of(reference_dir)
     if window_range is None:
         stop = options.stop_window if options.stop_window is not None else idx[-1] + 1
         window_range = [min(options.start_window, idx[0]), max(stop, idx[-1] + 1)]
@@ -140,6 +144,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             suite_token_hash_sha256=suite_token_hash_sha256,
             reference_manifest_sha256=reference_manifest_sha256,
             reference_identity_sha256=reference_identity_sha256,
+            reference_encoding=reference_encoding,
             vocab_size=int(res[0].vocab_size),
             per_window=[_window_entry(r, f, reverse, reported) for r, f in zip(res, figs, strict=True)],
             per_window_arrays=WindowTable(**columns, figures={fig.name: [f[fig.name] for f in figs]
@@ -157,6 +162,18 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             comparator=comparator,
             suite_statistics=suite_stats,
         )
+
+
+def reference_encoding_of(reference_dir: str | os.PathLike[str]) -> ReferenceEncoding | None:
+    """The lossy encoding the reference was decoded from, as its logits manifest records it
+    (``runtime.reference_encoding``: a reference imported from llama.cpp's base file); None for a
+    reference of float32 logits."""
+    path = logits_manifest_path(reference_dir)
+    if not path.is_file():
+        return None
+    runtime = load_logits_manifest(path).runtime
+    doc = runtime.get(ReferenceEncoding.RUNTIME_KEY) if isinstance(runtime, dict) else None
+    return None if doc is None else ReferenceEncoding.from_manifest(doc, str(path))
 
 
 def _or_none(value: float) -> float | None:
