@@ -291,10 +291,19 @@ def _packed_bits(folder: Path) -> int | None:
 
 
 def _gguf(files: list[Path]) -> ModelSize:
-    # GGUF headers are read by kldtui.formats.gguf (issue 24), which lands separately
-    raise BadInput(f"{files[0]}: reading a GGUF file's size is not available in this version; give the "
-                   "candidate's parameters and size_bytes in the profile (or --candidate-parameters and "
-                   "--candidate-size-bytes)")
+    """One GGUF model (its split files together), from the headers kldtui.formats.gguf reads:
+    every tensor's type and shape give its elements and bytes (llama-quantize's bits per weight)."""
+    from kldtui.formats.gguf import read_gguf
+
+    infos = [read_gguf(f) for f in files]
+    parameters = sum(i.parameters for i in infos)
+    tensor_bytes = sum(i.tensor_bytes for i in infos)
+    if not parameters:
+        raise BadInput(f"{files[0]}: the GGUF holds no tensors; give the model's weights")
+    return ModelSize("gguf", parameters=parameters, tensor_bytes=tensor_bytes,
+                     file_bytes=sum(i.file_size for i in infos),
+                     bits_per_weight=8.0 * tensor_bytes / parameters, files=len(files),
+                     quantization=next((i.file_type for i in infos if i.file_type), None))
 
 
 __all__ = ["SOURCES", "ModelSize", "format_bytes", "format_count", "given", "measure"]

@@ -91,6 +91,13 @@ def test_all_three_are_compared_against_one_reference(campaign: Campaign) -> Non
         assert boot["ci95_low"] <= report["kl_reference_to_candidate"]["mean"] <= boot["ci95_high"]
     kl = {n: r["kl_reference_to_candidate"]["mean"] for n, r in campaign.reports.items()}
     assert 0 < kl["q8_0"] < kl["q4_0"], kl  # fewer bits, further from the reference
+    # each candidate's size, measured from its files' headers (GGUF: kldtui.formats.gguf)
+    sizes = {n: r["candidate_size"] for n, r in campaign.reports.items()}
+    assert sizes["bf16"]["source"] == "safetensors" and sizes["bf16"]["bits_per_weight"] == 16.0, sizes
+    for name, quant in (("q8_0", "Q8_0"), ("q4_0", "Q4_0")):
+        assert sizes[name]["source"] == "gguf" and sizes[name]["quantization"] == quant, sizes
+        assert sizes[name]["parameters"] == sizes["bf16"]["parameters"], sizes
+    assert 16.0 > sizes["q8_0"]["bits_per_weight"] > sizes["q4_0"]["bits_per_weight"], sizes
     print(f"\nmean KL: {json.dumps(kl)}")
 
 

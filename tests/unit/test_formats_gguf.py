@@ -71,3 +71,27 @@ def test_not_a_file(tmp_path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(BadInput):
         read_gguf(fifo)  # refused at once, never blocks
+
+
+def test_model_size_of_a_gguf_and_of_its_split_files(tmp_path) -> None:
+    """``kldtui.formats.model_size`` measures GGUF candidates (the leaderboard's size and bits per
+    weight) from these headers; split files (``-0000i-of-0000n.gguf``) count together."""
+    from kldtui.formats.model_size import measure
+
+    one = write_gguf(tmp_path / "m.gguf", vocab=64, hidden=32, weight_type=Q4_0, file_type=2)
+    size = measure(one)
+    assert (size.source, size.parameters, size.tensor_bytes) == ("gguf", 32 + 2 * 2048, 2 * 64 * 18 + 128)
+    assert size.file_bytes == os.path.getsize(one) and size.files == 1 and size.quantization == "Q4_0"
+    assert size.bits_per_weight == pytest.approx(8 * size.tensor_bytes / size.parameters)
+    assert "bits per weight (Q4_0, gguf)" in size.describe()
+    split = tmp_path / "split"
+    split.mkdir()
+    a = write_gguf(split / "m-00001-of-00002.gguf", weight_type=Q8_0)
+    b = write_gguf(split / "m-00002-of-00002.gguf", weight_type=Q8_0)
+    both = measure(split)
+    assert both.files == 2 and both.parameters == 2 * (32 + 2 * 2048)
+    assert both.file_bytes == os.path.getsize(a) + os.path.getsize(b) and both.quantization == "Q8_0"
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + b"\x00" * 3)
+    with pytest.raises(BadInput) as info:
+        measure(tmp_path / "bad.gguf")
+    assert str(tmp_path / "bad.gguf") in str(info.value) and "\n" not in str(info.value)
