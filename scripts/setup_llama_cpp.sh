@@ -111,7 +111,9 @@ PY
 }
 kldtui_points_here() {
     local where
-    where="$("$VENV/bin/python" -c 'import kldtui, os; print(os.path.dirname(os.path.dirname(os.path.realpath(kldtui.__file__))))' 2>/dev/null)" || return 1
+    # -I: what the venv itself imports (python -c would put the current folder first, so a venv
+    # pointing at another checkout, or at a deleted one, read as pointing here when run from here)
+    where="$("$VENV/bin/python" -I -c 'import kldtui, os; print(os.path.dirname(os.path.dirname(os.path.realpath(kldtui.__file__))))' 2>/dev/null)" || return 1
     [[ "$where" == "$(realpath "$REPO")" ]]
 }
 if healthy; then
