@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(config, int):
         return config
     what = (f"GGUF {args.model} through llama-cpp-python, vocab {model.vocab_size}, n_ctx {model.n_ctx}, "
-            f"KV cache {args.kv_type}, n_gpu_layers {args.n_gpu_layers}")
+            f"KV cache {args.kv_type}, n_gpu_layers {args.n_gpu_layers}, logits of every position "
+            f"{model.n_ctx * model.vocab_size * 4 / 2**30:.2f} GiB")
     return run_server(args, PROG, config, model, what)
 
 

@@ -171,6 +171,27 @@ class GgufInfo:
         n = self.metadata.get(f"{arch}.context_length") if arch else None
         return n if isinstance(n, int) and not isinstance(n, bool) else None
 
+    def _arch_int(self, key: str) -> int | None:
+        arch = self.architecture
+        n = self.metadata.get(f"{arch}.{key}") if arch else None
+        if isinstance(n, GgufArray) and n.items:  # per-layer values (some architectures): the largest
+            n = max((v for v in n.items if isinstance(v, int) and not isinstance(v, bool)), default=None)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+    def kv_values_per_token(self) -> int | None:
+        """Keys and values llama.cpp caches per token over all layers (``2 x layers x heads_kv x
+        head size`` from ``<arch>.block_count``, ``.attention.head_count(_kv)``,
+        ``.attention.key_length``/``value_length`` or ``.embedding_length / head_count``); None
+        when the header does not say."""
+        layers, embd = self._arch_int("block_count"), self._arch_int("embedding_length")
+        heads = self._arch_int("attention.head_count")
+        if layers is None or embd is None or heads is None:
+            return None
+        heads_kv = self._arch_int("attention.head_count_kv") or heads
+        k = self._arch_int("attention.key_length") or embd // heads
+        v = self._arch_int("attention.value_length") or embd // heads
+        return layers * heads_kv * (k + v)
+
     @property
     def parameters(self) -> int:
         return sum(t.elements for t in self.tensors)

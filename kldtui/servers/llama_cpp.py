@@ -23,18 +23,26 @@ The token ids of the suite are evaluated as stored (no BOS added, nothing re-tok
 model's vocabulary (the GGUF's token list) must equal the reference's: ``kldtui run`` checks it
 before launching (GGUF conversions sometimes pad or trim the vocabulary).
 
+Memory: llama-cpp-python holds the weights (unless offloaded), the float32 logits of every
+position of its context (``n_ctx x vocabulary x 4`` bytes: 2.5 GiB for 4,096 x 163,840) and the KV
+cache; :func:`memory_need` reckons them from the GGUF's header and ``kldtui run`` refuses a
+configuration that exceeds the host's memory before launching.
+
 ``[reference] capture = "llama-cpp"`` serves ``model`` (required there: e.g. the F16 GGUF) with
 the candidate's settings, as ``NAME-reference``.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.formats.gguf import GgufInfo
+from kldtui.formats.model_size import format_bytes
 from kldtui.servers.base import (
     Check,
     LaunchConfig,
@@ -134,9 +142,15 @@ class LlamaCppKind(LaunchedKind):
                             "candidate's .gguf file")
         else:
             try:
-                read_gguf(c.model)
+                info = read_gguf(c.model)
             except BadInput as exc:
                 problems.append(f"{c.label} model: {exc}")
+            else:
+                need = memory_need(c, info)
+                if need.total > need.host:
+                    problems.append(f"{c.label} model: llama.cpp needs {need.describe()}, more than this "
+                                    f"host's {format_bytes(need.host)} of memory; lower n_ctx (the suite's "
+                                    "window length + 1 is enough) or offload layers to a GPU (n_gpu_layers)")
         missing = _missing_engine(c.python)
         if missing:
             problems.append(f"{c.label} python = {c.python!r}: {missing}")
@@ -154,6 +168,36 @@ class LlamaCppKind(LaunchedKind):
         if missing:
             return [Check("llama-cpp-python", False, missing, required=False)]
         return [Check("llama-cpp-python", True, _engine_version(py) or "installed", required=False)]
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What llama-cpp-python holds in this host's memory for a GGUF (bytes)."""
+
+    weights: int   # the tensors left on the CPU (all of them without n_gpu_layers)
+    logits: int    # logits_all: n_ctx x vocabulary float32, every prompt position's
+    kv_cache: int  # n_ctx x layers x (keys + values), kv_type; 0 when the header does not say
+    host: int      # this host's physical memory
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.logits + self.kv_cache
+
+    def describe(self) -> str:
+        return (f"about {format_bytes(self.total)} (weights {format_bytes(self.weights)}, logits of every "
+                f"position {format_bytes(self.logits)}, KV cache {format_bytes(self.kv_cache)})")
+
+
+def memory_need(config: LlamaCppConfig, info: GgufInfo) -> MemoryNeed:
+    """The memory a llama-cpp candidate takes on this host, from its GGUF's header and the
+    config (llama.cpp's compute buffers come on top: tens to hundreds of MiB)."""
+    n_ctx = config.n_ctx or info.context_length or 0
+    per_token = info.kv_values_per_token() or 0
+    offloaded = config.n_gpu_layers != 0  # weights and KV cache go (in part) to the GPU
+    return MemoryNeed(weights=0 if offloaded else info.tensor_bytes,
+                      logits=n_ctx * (info.vocab_size or 0) * 4,
+                      kv_cache=0 if offloaded else n_ctx * per_token * (4 if config.kv_type == "f32" else 2),
+                      host=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _missing_engine(python: str, *, import_engine: bool = False) -> str | None:

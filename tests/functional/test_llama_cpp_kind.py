@@ -119,3 +119,30 @@ def test_the_server_module_checks_its_arguments(tmp_path: Path) -> None:
     proc = subprocess.run(run + ["--model", str(tmp_path / "m.gguf")], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "llama-cpp-python cannot be imported" in proc.stderr
+
+
+def test_memory_is_reckoned_from_the_header_and_bounded(tmp_path: Path, fake_engine: Path) -> None:
+    """The weights, every position's float32 logits and the KV cache (from the GGUF's layer and
+    head counts) are what llama.cpp holds; a context that cannot fit this host is refused before
+    launching, naming n_ctx."""
+    from kldtui.formats.gguf import read_gguf
+    from kldtui.servers.llama_cpp import memory_need
+
+    shape = {"llama.block_count": 2, "llama.embedding_length": 32, "llama.attention.head_count": 4,
+             "llama.attention.head_count_kv": 2}
+    model = write_gguf(tmp_path / "m.gguf", vocab=64, extra=shape)
+    info = read_gguf(model)
+    assert info.kv_values_per_token() == 2 * 2 * (8 + 8)  # layers x kv heads x (key + value head size)
+    c = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "n_ctx": 4096, "port": 0}).candidate
+    need = memory_need(c, info)
+    assert need.weights == info.tensor_bytes and need.logits == 4096 * 64 * 4
+    assert need.kv_cache == 4096 * 64 * 4  # f32 by default
+    assert need.total == need.weights + need.logits + need.kv_cache and need.host > 2**30
+    half = memory_need(_profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "n_ctx": 4096,
+                                           "kv_type": "f16", "port": 0}).candidate, info)
+    assert half.kv_cache == need.kv_cache // 2
+    assert "logits of every position 1 MiB, KV cache 1 MiB" in need.describe()
+    assert KIND.problems(c) == []
+    huge = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "n_ctx": 2**40, "port": 0}).candidate
+    problems = KIND.problems(huge)
+    assert len(problems) == 1 and "more than this host's" in problems[0] and "lower n_ctx" in problems[0]
