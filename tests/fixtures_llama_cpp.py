@@ -60,18 +60,20 @@ def write_suite_of_random_ids(root: Path) -> Path:
 
 def example_profile(name: str, path: Path, *, suite_dir: Path, workdir: Path, models: dict[str, Path],
                     vllm_python: str | None = None) -> Path:
-    """``examples/NAME`` with this test's paths (the models, the suite, the work folder)."""
+    """``examples/NAME`` with this test's paths (the models, the suite, the work folder), for a
+    ``[candidate]`` profile or each ``[[candidates]]`` table of a campaign."""
     doc = tomllib.loads((EXAMPLES / name).read_text(encoding="utf-8"))
     doc["reference"]["local_dir"] = str(suite_dir)
     if "model" in doc["reference"]:
         doc["reference"]["model"] = str(models["model"])
-    cand = doc["candidate"]
-    key = Path(cand["model"]).name
-    cand["model"] = str(models[{"tiny-llama-bf16": "candidate", "tiny-llama-q8_0.gguf": "q8_0",
-                                "tiny-llama-q4_0.gguf": "q4_0"}[key]])
-    if cand.get("kind") == "vllm":
-        cand["python"] = vllm_python
-        cand["env"] = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    tables = doc["candidates"] if "candidates" in doc else [doc["candidate"]]
+    for cand in tables:
+        key = Path(cand["model"]).name
+        cand["model"] = str(models[{"tiny-llama-bf16": "candidate", "tiny-llama-q8_0.gguf": "q8_0",
+                                    "tiny-llama-q4_0.gguf": "q4_0"}[key]])
+        if cand.get("kind") == "vllm":
+            cand["python"] = vllm_python
+            cand["env"] = {"VLLM_CPU_KVCACHE_SPACE": "1"}
     doc["run"]["workdir"] = str(workdir)
     path.write_text(dump_toml(doc), encoding="utf-8")
     return path
@@ -94,15 +96,20 @@ def kldtui(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> subprocess.
     return proc
 
 
-def run_profile(profile: Path, workdir: Path) -> dict[str, Any]:
-    proc = kldtui("run", "--batch", "--profile", str(profile), cwd=profile.parent)
+def run_profile(profile: Path, workdir: Path, *, reports: tuple[str, ...] = ("comparison.json",),
+                timeout: float = RUN_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """``kldtui run --batch`` of ``profile``; its reports (file name -> JSON) and its output
+    (``"stdout"`` -> {"text": ...})."""
+    proc = kldtui("run", "--batch", "--profile", str(profile), cwd=profile.parent, timeout=timeout)
     if proc.returncode != 0:
+        logs = "\n".join(f"{log}:\n{tail(log)}" for log in sorted(workdir.rglob("server*.log")))
         pytest.fail(f"kldtui run --batch --profile {profile.name} exited {proc.returncode}:\n"
-                    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n"
-                    f"server log:\n{tail(workdir / 'server.log')}")
+                    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\nserver logs:\n{logs}")
     from kldtui.formats.report import load_report
 
-    return load_report(workdir / "comparison.json").to_json()
+    out: dict[str, dict[str, Any]] = {name: load_report(workdir / name).to_json() for name in reports}
+    out["stdout"] = {"text": proc.stdout}
+    return out
 
 
 MEAN_KLD = re.compile(r"^Mean\s+KLD:\s+(-?[0-9.]+(?:e[-+]?\d+)?)\s+±\s+([0-9.]+(?:e[-+]?\d+)?)", re.M)

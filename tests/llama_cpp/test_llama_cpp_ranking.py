@@ -1,11 +1,13 @@
-"""GGUF quants and a vLLM quant in one leaderboard, against one float32 reference (issue 24).
+"""GGUF quants and a vLLM quant in one campaign, against one float32 reference (issue 24).
 
 The tiny Llama: its float32 weights are the reference, captured through vLLM's CPU build; its
 bf16 copy is a vLLM candidate; its Q8_0 and Q4_0 GGUFs (llama.cpp's converter and quantizer) are
-``kind = "llama-cpp"`` candidates, Q8_0 in logits mode and Q4_0 in score mode. The profiles are
-the shipped examples (examples/tiny-gguf*.toml) with this test's paths. Three ``kldtui run
---batch`` runs share the suite's reference; ``kldtui leaderboard`` ranks them with intervals and
-``kldtui diff`` gives a verdict.
+``kind = "llama-cpp"`` candidates. The profiles are the shipped examples with this test's paths:
+``examples/tiny-gguf.toml``, one ``kldtui run --batch`` of a ``[[candidates]]`` campaign that
+captures the reference, ranks the three with intervals and verdicts and captures the leader again
+for the noise model; ``examples/tiny-gguf-q4_0.toml``, the Q4_0 alone in score mode against the
+same reference, which must give the campaign's Q4_0 figures. ``kldtui leaderboard`` and ``kldtui
+diff`` read the campaign's reports.
 
 Then llama.cpp's own tool: the reference exported with ``kldtui convert --to llama-cpp`` and
 ``llama-perplexity --kl-divergence`` on each GGUF give a mean KLD that agrees with kldtui's for
@@ -38,12 +40,12 @@ from tests.fixtures_llama_cpp import (
     tool,
     write_suite_of_random_ids,
 )
+from tests.fixtures_score import report_differences
 from tests.fixtures_vllm_chain import leftover_servers
 
 pytestmark = [pytest.mark.llama_cpp, pytest.mark.slow]
 
 NAMES = ("bf16", "q8_0", "q4_0")
-PROFILES = {"bf16": "tiny-gguf.toml", "q8_0": "tiny-gguf-q8_0.toml", "q4_0": "tiny-gguf-q4_0.toml"}
 
 
 @dataclass
@@ -51,11 +53,14 @@ class Campaign:
     root: Path
     suite: Path
     models: dict[str, Path]
-    workdirs: dict[str, Path]
+    workdir: Path
     reports: dict[str, dict[str, Any]]
+    output: str
+    score_workdir: Path
+    score_report: dict[str, Any]
 
     def report_path(self, name: str) -> Path:
-        return self.workdirs[name] / "comparison.json"
+        return self.workdir / f"comparison-{name}.json"
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +68,18 @@ def campaign(tmp_path_factory, ggufs) -> Campaign:
     root = tmp_path_factory.mktemp("campaign")
     vllm_python = str(tool("KLDTUI_VLLM_PYTHON", "the vLLM CPU venv's python"))
     suite = write_suite_of_random_ids(root / "suite")
-    workdirs = {n: root / "work" / n for n in NAMES}
-    reports: dict[str, dict[str, Any]] = {}
+    workdir, score_workdir = root / "work", root / "score-work"
     try:
-        for name in NAMES:  # bf16 first: its run captures the float32 reference into suite/ref
-            profile = example_profile(PROFILES[name], root / f"{name}.toml", suite_dir=suite,
-                                      workdir=workdirs[name], models=ggufs, vllm_python=vllm_python)
-            reports[name] = run_profile(profile, workdirs[name])
-        yield Campaign(root, suite, ggufs, workdirs, reports)
+        profile = example_profile("tiny-gguf.toml", root / "tiny-gguf.toml", suite_dir=suite, workdir=workdir,
+                                  models=ggufs, vllm_python=vllm_python)
+        run = run_profile(profile, workdir, reports=tuple(f"comparison-{n}.json" for n in NAMES),
+                          timeout=1200.0)
+        reports = {n: run[f"comparison-{n}.json"] for n in NAMES}
+        score = example_profile("tiny-gguf-q4_0.toml", root / "tiny-gguf-q4_0.toml", suite_dir=suite,
+                                workdir=score_workdir, models=ggufs)
+        score_report = run_profile(score, score_workdir)["comparison.json"]
+        yield Campaign(root, suite, ggufs, workdir, reports, run["stdout"]["text"], score_workdir,
+                       score_report)
     finally:
         assert leftover_servers(root) == []
         models = str(ggufs["f32"].parent)
@@ -83,30 +92,44 @@ def test_all_three_are_compared_against_one_reference(campaign: Campaign) -> Non
     ref = load_logits_manifest(campaign.suite / "ref")
     assert ref.vocab_size == 4096 and sorted(ref.entries) == list(range(WINDOWS))
     assert (campaign.suite / "repeat-noise-window000.json").is_file()
-    hashes = {r["reference_manifest_sha256"] for r in campaign.reports.values()}
-    assert len(hashes) == 1
+    identities = {r["reference_identity_sha256"] for r in [*campaign.reports.values(), campaign.score_report]}
+    assert len(identities) == 1
     for name, report in campaign.reports.items():
         assert report["windows"] == WINDOWS and report["positions"] == WINDOWS * (CONTEXT - 1), name
         boot = report["kl_window_cluster_bootstrap"]
         assert boot["ci95_low"] <= report["kl_reference_to_candidate"]["mean"] <= boot["ci95_high"]
+        assert (campaign.workdir / "candidates" / name / "manifest.json").is_file(), name
     kl = {n: r["kl_reference_to_candidate"]["mean"] for n, r in campaign.reports.items()}
-    assert 0 < kl["q8_0"] < kl["q4_0"], kl  # fewer bits, further from the reference
+    assert 0 < kl["bf16"] < kl["q8_0"] < kl["q4_0"], kl  # fewer bits, further from the reference
     # each candidate's size, measured from its files' headers (GGUF: kldtui.formats.gguf)
     sizes = {n: r["candidate_size"] for n, r in campaign.reports.items()}
     assert sizes["bf16"]["source"] == "safetensors" and sizes["bf16"]["bits_per_weight"] == 16.0, sizes
     for name, quant in (("q8_0", "Q8_0"), ("q4_0", "Q4_0")):
         assert sizes[name]["source"] == "gguf" and sizes[name]["quantization"] == quant, sizes
-        assert sizes[name]["parameters"] == sizes["bf16"]["parameters"], sizes
     assert 16.0 > sizes["q8_0"]["bits_per_weight"] > sizes["q4_0"]["bits_per_weight"], sizes
-    print(f"\nmean KL: {json.dumps(kl)}")
+    print(f"\nmean KL: {json.dumps(kl)}\nsizes: {json.dumps(sizes)}")
 
 
-def test_score_mode_leaves_no_candidate_logits(campaign: Campaign) -> None:
-    q4 = campaign.workdirs["q4_0"] / "candidate"
+def test_the_campaign_ranks_them_with_a_measured_noise_model(campaign: Campaign) -> None:
+    board = json.loads((campaign.workdir / "leaderboard.json").read_text())
+    rows = board["rows"] if isinstance(board, dict) else board
+    names = [r.get("name") for r in rows]
+    assert names[:3] == list(NAMES), names  # best first
+    assert (campaign.workdir / "noise-model.json").is_file()
+    assert (campaign.workdir / "repeat" / "comparison-bf16.json").is_file()  # the leader, again
+    print("\n" + campaign.output[-3000:])
+    for name in NAMES:
+        assert name in campaign.output
+
+
+def test_score_mode_gives_the_campaigns_figures_without_candidate_logits(campaign: Campaign) -> None:
+    q4 = campaign.score_workdir / "candidate"
     assert (q4 / "scores-manifest.json").is_file()
-    assert not list(q4.glob("logits_*.safetensors"))
-    q8 = campaign.workdirs["q8_0"] / "candidate"
+    assert not list(q4.rglob("*.safetensors"))
+    q8 = campaign.workdir / "candidates" / "q8_0"
     assert len(list(q8.glob("logits_*.safetensors"))) == WINDOWS
+    assert report_differences(campaign.reports["q4_0"], campaign.score_report,
+                              skip=("reference_dir", "window_range")) == []
 
 
 def test_leaderboard_and_verdict(campaign: Campaign) -> None:
@@ -124,7 +147,7 @@ def test_leaderboard_and_verdict(campaign: Campaign) -> None:
                   cwd=campaign.root)
     assert diff.returncode == 0, diff.stderr
     print(diff.stdout)
-    assert "better" in diff.stdout.lower() or "worse" in diff.stdout.lower() or "tie" in diff.stdout.lower()
+    assert "q4_0" in diff.stdout and "worse" in diff.stdout.lower()
 
 
 def _candidate_logits(models: dict[str, Path], name: str, tokens: list[int]) -> np.ndarray:

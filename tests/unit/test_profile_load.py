@@ -51,16 +51,21 @@ def test_all_examples_load() -> None:
         assert profile.candidate.kind in ("vllm", "embedded", "attach", "llama-cpp"), path
 
 
-def test_the_gguf_example_runs_share_one_reference() -> None:
-    runs = {name: load_profile(EXAMPLES / f"tiny-gguf{name}.toml") for name in ("", "-q8_0", "-q4_0")}
-    assert {p.reference.local_dir for p in runs.values()} == {EXAMPLES / "tiny-gguf-reference"}
-    assert runs[""].reference.capture == "vllm" and runs[""].candidate.kind == "vllm"
-    assert [runs[n].candidate.kind for n in ("-q8_0", "-q4_0")] == ["llama-cpp", "llama-cpp"]
-    assert runs["-q4_0"].capture.mode.name == "score" and runs["-q8_0"].capture.mode.name == "logits"
-    assert len({p.run.workdir for p in runs.values()}) == 3
-    q8 = runs["-q8_0"].candidate
+def test_the_gguf_example_is_one_campaign_and_a_score_run_on_its_reference() -> None:
+    campaign = load_profile(EXAMPLES / "tiny-gguf.toml")
+    score = load_profile(EXAMPLES / "tiny-gguf-q4_0.toml")
+    assert campaign.reference.local_dir == score.reference.local_dir == EXAMPLES / "tiny-gguf-reference"
+    assert campaign.reference.capture == "vllm" and campaign.campaign.repeat_leader
+    assert [(c.name, c.server.kind) for c in campaign.candidates] == [
+        ("bf16", "vllm"), ("q8_0", "llama-cpp"), ("q4_0", "llama-cpp")]
+    assert campaign.capture.mode.name == "logits" and score.capture.mode.name == "score"
+    assert campaign.run.workdir != score.run.workdir
+    q8 = campaign.candidates[1].server
     argv = kind_of(q8).argv(q8, port=9000)
     assert argv[argv.index("--model") + 1] == str(EXAMPLES / "tiny-llama-q8_0.gguf")
+    # the reference is captured with the first candidate's vLLM settings, serving the float32 model
+    ref = campaign.reference.server
+    assert ref is not None and ref.kind == "vllm" and kind_of(ref).model(ref) == str(EXAMPLES / "tiny-llama")
 
 
 def test_tiny_vllm_profile_argv() -> None:
