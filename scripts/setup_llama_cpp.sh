@@ -126,13 +126,13 @@ else
     pip_q install --upgrade pip
     pip_q install "$WHEEL"
     pip_q install "${EXTRA[@]}"
-    pip_q install --no-deps -e "$REPO"
+    pip_q install -e "$REPO"   # with its dependencies, as pyproject.toml names them
     date -u +%FT%TZ > "$STAMP"
     healthy || { rm -f "$STAMP"; log "the new venv at $VENV fails its health check (log: $PIPLOG)"; exit 1; }
 fi
 if ! kldtui_points_here; then
     log "pointing kldtui in $VENV at $REPO"
-    pip_q install --no-deps -e "$REPO"
+    pip_q install -e "$REPO"
     kldtui_points_here || { log "kldtui in $VENV does not import from $REPO"; exit 1; }
 fi
 
