@@ -70,12 +70,16 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {type(value).__name__}")
 
 
-def dump_toml(doc: dict[str, dict[str, Any]]) -> str:
+def dump_toml(doc: dict[str, Any]) -> str:
+    """A profile's tables as TOML: ``[section]`` per table, ``[[section]]`` per entry of a list of
+    tables (a campaign's ``[[candidates]]``)."""
     lines: list[str] = []
-    for section, table in doc.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
-        lines.append("")
+    for section, value in doc.items():
+        tables, head = (value, f"[[{section}]]") if isinstance(value, list) else ([value], f"[{section}]")
+        for table in tables:
+            lines.append(head)
+            lines += [f"{key} = {_toml_value(v)}" for key, v in table.items()]
+            lines.append("")
     return "\n".join(lines)
 
 
