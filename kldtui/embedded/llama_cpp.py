@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import llama_cpp  # noqa: F401
     except ImportError as exc:
-        print(f"{PROG}: llama-cpp-python cannot be imported ({exc}); pip install 'kldtui[llama-cpp]' "
-              "into this interpreter's environment", file=sys.stderr)
+        print(f"{PROG}: llama-cpp-python cannot be imported ({exc}); pip install llama-cpp-python "
+              "into this interpreter's environment (or scripts/setup_llama_cpp.sh)", file=sys.stderr)
         return 2
     try:
         model = GgufModel(args.model, **kwargs)

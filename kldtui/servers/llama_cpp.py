@@ -4,7 +4,7 @@ loopback port and stops when the run ends. Capture, finalize and compare are the
 server's and the vLLM hook's: the same chunks (logits mode) or score records (score mode).
 
 Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_env`` and the
-launched server's ``python`` (an interpreter with ``kldtui[llama-cpp]``), ``vllm_args``
+launched server's ``python`` (an interpreter with kldtui and llama-cpp-python), ``vllm_args``
 (appended to the command), ``env``, ``host``, ``port``, ``startup_timeout``)::
 
     model = "./model-Q4_K_M.gguf"  # required: the GGUF file
@@ -54,7 +54,7 @@ from kldtui.servers.base import (
 
 SERVER_MODULE = "kldtui.embedded.llama_cpp"
 KV_TYPES = ("f32", "f16")
-INSTALL = "pip install 'kldtui[llama-cpp]'"
+INSTALL = "pip install llama-cpp-python into it, or give the python scripts/setup_llama_cpp.sh prints"
 
 
 @dataclass(frozen=True)
@@ -208,9 +208,9 @@ def _missing_engine(python: str, *, import_engine: bool = False) -> str | None:
     try:
         proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"cannot be run ({exc}); set python to an interpreter with {INSTALL}"
+        return f"cannot be run ({exc}); set python to an interpreter with kldtui and llama-cpp-python"
     if proc.returncode != 0:
-        return f"llama-cpp-python is not installed there; {INSTALL} (or scripts/setup_llama_cpp.sh)"
+        return f"llama-cpp-python is not installed there; {INSTALL}"
     return None
 
 

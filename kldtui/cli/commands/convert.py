@@ -18,7 +18,7 @@ HELP = ("convert a suite's reference to llama.cpp's KL-divergence base file (--t
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE", help="a suite folder (with ref/), or a base file")
-    parser.add_argument("--to", required=True, choices=("llama-cpp", "suite"), dest="target",
+    parser.add_argument("--to", required=True, choices=("llama-cpp", "suite"),
                         help="llama-cpp: write SOURCE's reference as a base file; suite: write the base "
                              "file SOURCE as a suite folder")
     parser.add_argument("destination", metavar="DEST", help="the base file, or the suite folder to make")
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
     from kldtui.errors import BadInput
 
-    if args.target == "llama-cpp":
+    if args.to == "llama-cpp":
         if args.model or args.bos is not None or args.no_bos:
             raise BadInput("--model, --bos and --no-bos are for --to suite (the base file is written "
                            "from the suite's tokens as they are)")
