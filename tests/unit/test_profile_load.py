@@ -55,7 +55,7 @@ def test_the_gguf_example_is_one_campaign_and_a_score_run_on_its_reference() -> 
     campaign = load_profile(EXAMPLES / "tiny-gguf.toml")
     score = load_profile(EXAMPLES / "tiny-gguf-q4_0.toml")
     assert campaign.reference.local_dir == score.reference.local_dir == EXAMPLES / "tiny-gguf-reference"
-    assert campaign.reference.capture == "vllm" and campaign.campaign.repeat_leader
+    assert campaign.reference.capture == "vllm" and not campaign.campaign.repeat_leader  # see the file
     assert [(c.name, c.server.kind) for c in campaign.candidates] == [
         ("bf16", "vllm"), ("q8_0", "llama-cpp"), ("q4_0", "llama-cpp")]
     assert campaign.capture.mode.name == "logits" and score.capture.mode.name == "score"
