@@ -123,12 +123,17 @@ def llama_perplexity_kld(binary: Path, model: Path, base: Path, n_ctx: int, log:
     argv = [str(binary), "-m", str(model), "--kl-divergence-base", str(base), "--kl-divergence",
             "-c", str(n_ctx), "-b", str(n_ctx), "-ub", str(n_ctx), "-ctk", "f32", "-ctv", "f32",
             "-t", "2", "--no-warmup", "-fa", "off"]
-    # llama-perplexity prints through a logging thread that sometimes loses its last lines when the
-    # process ends (its statistics: about 1 run in 6 here, exit status 0, same figures when printed):
-    # the computation is deterministic, so it is run again, up to 4 times
-    for _ in range(4):
+    # llama-perplexity prints through a logging thread whose queue is never drained at exit (its
+    # logger is allocated and never destroyed), so the last lines are lost whenever that thread
+    # lags: on a loaded 2-core machine most runs, when ggml's OpenMP threads spin between graph
+    # nodes and starve it. OMP_WAIT_POLICY=PASSIVE lets them sleep (4 runs of 4 kept the Mean KLD
+    # line here, against 1 of 3 without); the computation is deterministic, so a run that lost it
+    # anyway runs again
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    for _ in range(8):
         with open(log, "wb") as out:
-            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=600, check=False)
+            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=600, check=False,
+                                  env=env)
         found = MEAN_KLD.search(log.read_text(errors="replace"))
         if proc.returncode != 0 or found:
             break

@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
                                       force=args.force, emit=progress)
         for line in result.lines():
             print(line)
-        print(f"next: llama-perplexity -m MODEL.gguf --kl-divergence-base {result.path} --kl-divergence "
-              f"-c {result.n_ctx} -b {result.n_ctx} -ctk f32 -ctv f32 -fa off")
+        # OMP_WAIT_POLICY=PASSIVE: llama-perplexity's last lines (its Mean KLD) are often lost at
+        # exit when ggml's spinning OpenMP threads starve its logging thread (docs/FORMATS.md)
+        print(f"next: OMP_WAIT_POLICY=PASSIVE llama-perplexity -m MODEL.gguf --kl-divergence-base "
+              f"{result.path} --kl-divergence -c {result.n_ctx} -b {result.n_ctx} -ctk f32 -ctv f32 -fa off")
         return 0
     from kldtui.stages.convert import bos_choice, import_llama_cpp
 
