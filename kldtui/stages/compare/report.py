@@ -171,7 +171,10 @@ def reference_encoding_of(reference_dir: str | os.PathLike[str]) -> ReferenceEnc
     path = logits_manifest_path(reference_dir)
     if not path.is_file():
         return None
-    runtime = load_logits_manifest(path).runtime
+    try:
+        runtime = load_logits_manifest(path).runtime
+    except BadInput:  # not a logits manifest (hidden states: compare read it its own way)
+        return None
     doc = runtime.get(ReferenceEncoding.RUNTIME_KEY) if isinstance(runtime, dict) else None
     return None if doc is None else ReferenceEncoding.from_manifest(doc, str(path))
 
