@@ -1281,5 +1281,5 @@ __all__ = ["Bootstrap", "ClusterBootstrap", "Comparator", "ComparisonReport", "C
            "ContextEntry", "ContextRank", "ContextSelection", "DeltaP", "DepthBucket", "FigureSummary",
            "InfiniteKL", "Interval", "NextToken", "NoiseFloorNote", "PositionBucket", "Provenance",
            "REPORT_FORMAT", "ReferenceEncoding", "SUITE_STATISTICS_KEYS", "SideDescription", "Stats",
-           "StratifiedBootstrap", "SuiteStatistics", "TopK", "Verified", "WindowEntry", "WindowTable", "as_report",
-           "check_figures"]
+           "StratifiedBootstrap", "SuiteStatistics", "TopK", "Verified", "WindowEntry", "WindowTable",
+           "as_report", "check_figures"]
