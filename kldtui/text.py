@@ -102,3 +102,22 @@ def kldtui_command() -> str:
     if started.name != "kldtui":
         return "kldtui"  # embedded (tests, another program): the documented name
     return as_typed(started, "kldtui")
+
+
+# The decision rules' outcome of a candidate against the best (kldtui.decide.verdict's outcomes), in
+# the words every view of a ranking uses: the campaign's standings, the exports.
+OUTCOME_WORDS = {
+    "a_closer": "worse than the best",
+    "b_closer": "closer than the best",
+    "indistinguishable": "tied with the best",
+    "within_noise": "tied with the best (within noise)",
+    "too_few_windows": "no verdict (too few windows)",
+    "cannot_calibrate": "no verdict (cannot be calibrated)",
+}
+
+
+def outcome_words(outcome: str | None, fallback: str, provisional: bool = False) -> str:
+    """A candidate's verdict against the best in a few words (``fallback`` for an outcome this
+    list does not name); ``(provisional)`` where the noise model cannot fully back it."""
+    words = OUTCOME_WORDS.get(outcome or "", fallback)
+    return f"{words} (provisional)" if provisional else words

@@ -25,14 +25,10 @@ from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize, format_bytes, format_count
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+from kldtui.text import outcome_words
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
-
-VERDICTS = {"a_closer": "further than best", "within_noise": "tied (within noise)",
-            "indistinguishable": "tied", "too_few_windows": "no verdict (too few windows)",
-            "cannot_calibrate": "no verdict (cannot be calibrated)", "b_closer": "closer than best"}
-
 
 @dataclass(frozen=True)
 class ExportRow:
@@ -40,7 +36,7 @@ class ExportRow:
 
     rank: int
     name: str
-    verdict: str  # best, tied, further than best, no verdict (...)
+    verdict: str  # best, or kldtui.text.outcome_words: as the campaign's standings say it
     mean: float  # mean KL (the leaderboard's: the report's own estimate)
     ci_low: float
     ci_high: float
@@ -78,7 +74,7 @@ class ExportTable:
 def _verdict(row: LeaderboardRow) -> str:
     if row.is_best:
         return "best"
-    return VERDICTS.get(row.outcome_vs_best or "", row.verdict_vs_best)
+    return outcome_words(row.outcome_vs_best, row.verdict_vs_best, row.provisional)
 
 
 def _rms_delta_p(report: ComparisonReport) -> float | None:

@@ -11,19 +11,11 @@ from collections.abc import Sequence
 
 from kldtui.events import Standing
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, outcome_words
 
 # the verdict right after the mean: what a narrow terminal must still show
 HEADERS = ("#", "candidate", "mean KL", "verdict vs best", "95% interval", "size", "bpw")
 
-# the decision rules' outcome against the best (kldtui.decide.verdict.Outcome), in a few words
-_OUTCOME_WORDS = {
-    "a_closer": "worse than the best",
-    "b_closer": "closer than the best",
-    "indistinguishable": "tied with the best",
-    "within_noise": "tied with the best (within noise)",
-    "too_few_windows": "no verdict (too few windows)",
-}
 _STATE_WORDS = {"waiting": "waiting", "running": "running…", "stopped early": "stopped early (not ranked)",
                 "failed": "failed"}
 
@@ -46,9 +38,8 @@ def verdict_words(row: Standing) -> str:
         return _STATE_WORDS.get(row.state, row.state)
     if row.mark == "best":
         return "best"
-    words = _OUTCOME_WORDS.get(row.outcome or "", row.mark or "-")
     # as the leaderboard says it: a verdict the noise model cannot fully back (kldtui.decide)
-    return f"{words} (provisional)" if row.provisional else words
+    return outcome_words(row.outcome, row.mark or "-", row.provisional)
 
 
 def cells(row: Standing, windows: int | None = None) -> list[str]:
