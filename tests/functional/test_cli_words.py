@@ -117,8 +117,9 @@ def test_leaderboard_explains_provisional(tmp_path: Path, capsys: Any) -> None:
     assert main(["leaderboard", *paths, "--plain"]) == 0  # no noise model: a difference is provisional
     out = capsys.readouterr().out
     assert "(provisional)" in out.splitlines()[2], out
-    assert "provisional: the difference is shown over these windows, but not yet against how much one " \
-           "model's KL moves between two captures (measure that with kldtui noise)" in out
+    assert "provisional: the difference is shown over these windows, but not yet against how much a " \
+           "whole capture's KL moves between captures of one model (three or more captures of one " \
+           "candidate given to kldtui noise measure it)" in out
 
 
 def test_leaderboard_json_keeps_its_figures(tmp_path: Path, capsys: Any) -> None:

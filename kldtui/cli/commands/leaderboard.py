@@ -73,8 +73,10 @@ def _footer(board: Any) -> list[str]:
     if len(board.rows) > 1:
         lines.append(MARKS_LEGEND)
     if any(r.provisional for r in board.rows):
+        # with a one-repeat model the step left is a third capture, not "measure the noise"
         lines.append("provisional: the difference is shown over these windows, but not yet against how much "
-                     "one model's KL moves between two captures (measure that with kldtui noise)")
+                     "a whole capture's KL moves between captures of one model (three or more captures of "
+                     "one candidate given to kldtui noise measure it)")
     return lines + [f"note: {n}" for n in board.notes]
 
 
