@@ -126,7 +126,7 @@ class LogitsFileWriter:
         deleting a live writer's file even without it)."""
         for old in self.folder.glob(f".{self.final.name}.*partial"):
             pid_text = old.name[len(self.final.name) + 2:].split("-", 1)[0]
-            if pid_text.isdigit() and _pid_alive(int(pid_text)):
+            if pid_text.isdigit() and pid_alive(int(pid_text)):
                 continue
             with contextlib.suppress(OSError):
                 old.unlink()
@@ -211,7 +211,8 @@ class LogitsFileWriter:
             self.tmp.unlink()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from kldtui.errors import KldError
 from kldtui.formats.fidelity import TensorManifest
@@ -40,16 +41,23 @@ def _digest(doc: dict[str, object]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def reference_identity(manifest: LogitsManifest, windows: Iterable[int]) -> str | None:
-    """The identity of ``manifest``'s reference over ``windows`` (a SHA-256 hex digest), or None
-    when it lists one of them without a file hash."""
+def _window_rows(manifest: LogitsManifest | TensorManifest, windows: Iterable[int]) -> list[list[Any]] | None:
+    """Each listed window's token hash, file hash, shape and dtype, in window order; None when one
+    has no file hash or none is listed."""
     rows = []
     for index in sorted({int(w) for w in windows}):
         entry = manifest.entries.get(index)
         if entry is None or not entry.sha256:
             return None
         rows.append([index, entry.token_ids_json_sha256, entry.sha256, list(entry.shape), entry.dtype])
-    if not rows:
+    return rows or None
+
+
+def reference_identity(manifest: LogitsManifest, windows: Iterable[int]) -> str | None:
+    """The identity of ``manifest``'s reference over ``windows`` (a SHA-256 hex digest), or None
+    when it lists one of them without a file hash."""
+    rows = _window_rows(manifest, windows)
+    if rows is None:
         return None
     doc = {"format": IDENTITY_FORMAT, "suite_token_hash_sha256": manifest.suite_token_hash_sha256,
            "vocab_size": manifest.vocab_size, "tensor_key": manifest.tensor_key, "windows": rows}
@@ -63,13 +71,8 @@ def replayed_identity(manifest: TensorManifest, head_file_sha256: str | None, re
     None when the head's or a listed file's hash is unknown."""
     if not head_file_sha256:
         return None
-    rows = []
-    for index in sorted({int(w) for w in windows}):
-        entry = manifest.entries.get(index)
-        if entry is None or not entry.sha256:
-            return None
-        rows.append([index, entry.token_ids_json_sha256, entry.sha256, list(entry.shape), entry.dtype])
-    if not rows:
+    rows = _window_rows(manifest, windows)
+    if rows is None:
         return None
     return _digest({"format": REPLAYED_IDENTITY_FORMAT,
                     "suite_token_hash_sha256": manifest.suite_token_hash_sha256,

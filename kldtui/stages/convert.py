@@ -27,6 +27,7 @@ import numpy as np
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
 from kldtui.formats import llamacpp_kld as kld
+from kldtui.formats.logits_writer import pid_alive
 from kldtui.formats.report_model import ReferenceEncoding
 from kldtui.formats.safe_io import check_output
 from kldtui.formats.safetensors_io import RowReader
@@ -300,7 +301,7 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{final.name}.importing-*"):
         pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     root = final.parent / f".{final.name}.importing-{os.getpid()}"
     shutil.rmtree(root, ignore_errors=True)
@@ -319,15 +320,6 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
     return ImportResult(final, base.n_ctx, base.n_vocab, base.n_chunk, base.first, bos, result,
                         time.perf_counter() - t0)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _import_into(base: kld.KldBase, root: Path, bos: BosChoice, emit: EventSink,

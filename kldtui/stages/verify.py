@@ -196,6 +196,16 @@ class VerifyResult:
                          "again)")
         return f"{self.kind} {self.path}: {head}" + (f"; {', '.join(parts)}" if parts else "")
 
+    def finish(self, started: float, emit: EventSink) -> None:
+        """The end of a verify run (a logits or a hidden-state suite): its time, its notes, its summary."""
+        self.elapsed_s = time.monotonic() - started
+        for note in self.notes:
+            emit(Notice(STAGE, note))
+        emit(StageFinished(STAGE, summary=self.summary(),
+                           figures={"ok": self.ok, "failures": len(self.failures),
+                                    "hashed_files": len(self.checked), "cached_files": len(self.cached),
+                                    "bytes_hashed": self.bytes_hashed}))
+
     @property
     def exit_code(self) -> int:
         """0 verified, 2 a manifest cannot be read (bad input, as compare says), 1 anything else."""
@@ -509,13 +519,7 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
                                 f"(record {RECORD_NAME}); pass --start-window/--stop-window to check others")
         _check_logits(logits_path, loaded_suite, windows, result, reverify=reverify, workers=workers,
                       emit=emit, cancel=cancel)
-    result.elapsed_s = time.monotonic() - started
-    for note in result.notes:
-        emit(Notice(STAGE, note))
-    emit(StageFinished(STAGE, summary=result.summary(),
-                       figures={"ok": result.ok, "failures": len(result.failures),
-                                "hashed_files": len(result.checked), "cached_files": len(result.cached),
-                                "bytes_hashed": result.bytes_hashed}))
+    result.finish(started, emit)
     return result
 
 

@@ -93,13 +93,7 @@ def verify_hidden_suite(root: str | Path, *, selection: fid.ContextFilter | None
     emit(StageStarted(STAGE, detail=f"{KIND} {base}"))
     checker = _Checker(base, result, emit, cancel)
     checker.run(selection, sentinel_runs, reverify, workers, expected_suite_hash)
-    result.elapsed_s = time.monotonic() - started
-    for note in result.notes:
-        emit(Notice(STAGE, note))
-    emit(StageFinished(STAGE, summary=result.summary(),
-                       figures={"ok": result.ok, "failures": len(result.failures),
-                                "hashed_files": len(result.checked), "cached_files": len(result.cached),
-                                "bytes_hashed": result.bytes_hashed}))
+    result.finish(started, emit)
     return result
 
 
