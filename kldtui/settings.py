@@ -336,6 +336,10 @@ VLLM_PLUGINS = _text("VLLM_PLUGINS", VLLM, "vLLM loads only the plugins named he
 VLLM_GPU_SYNC_CHECK = _text("VLLM_GPU_SYNC_CHECK", VLLM, "`error`: vLLM fails on a device sync on the "
                             "engine's thread; `kldtui doctor` checks the hook's copy stays allowed.",
                             kind="vLLM's values (off, warn, error)")
+VLLM_RPC_BASE_PATH = _path("VLLM_RPC_BASE_PATH", VLLM, "the folder vLLM puts its ZMQ sockets in; "
+                           "unset, kldtui gives each vLLM server it launches a private folder in the "
+                           "temp folder and removes it when the server stops",
+                           default_text="a private folder per launched server")
 VLLM_USE_V2_MODEL_RUNNER = _text("VLLM_USE_V2_MODEL_RUNNER", VLLM, "`0` makes vLLM run the V1 model "
                                  "runner; `kldtui doctor` reports which runner the hook wraps.",
                                  kind="vLLM's values (0 or 1)")

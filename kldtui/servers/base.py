@@ -121,6 +121,9 @@ class ServerPlan:
     model: str | None = None
     url: str | None = None
     capture_dir: Path | None = None  # attach: the server's; launched: a fixed folder (serve --capture-dir)
+    # launched: the variable that takes a private folder for the server's runtime files (its sockets),
+    # made at start and removed at stop, unless the user set it (kldtui.stages.serve.RuntimeDir)
+    runtime_dir_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -382,6 +385,7 @@ class LaunchedKind:
     implied_by: tuple[str, ...] = ()
     reference_keys: tuple[str, ...] = ()
     forbidden: Mapping[str, str] = {}
+    runtime_dir_env: str | None = None  # ServerPlan.runtime_dir_env
 
     def own(self, config: ServerConfig) -> Any:
         if not isinstance(config, self.config_type):
@@ -415,7 +419,7 @@ class LaunchedKind:
         c: LaunchConfig = self.own(config)
         return ServerPlan(self.name, c.served_model_name, c.startup_timeout, argv=tuple(self.argv(c)),
                           env=self.environment(c, capture), api_key=api_key(c), model=self.model(c),
-                          capture_dir=capture_dir)
+                          capture_dir=capture_dir, runtime_dir_env=self.runtime_dir_env)
 
     def model(self, config: ServerConfig) -> str | None:
         """The model the server serves, for the runtime identity (None: the kind's own)."""

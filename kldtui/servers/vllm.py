@@ -54,6 +54,9 @@ class VllmKind(LaunchedKind):
     summary = "kldtui launches vLLM with the capture hook (a local checkpoint or a Hub model id)"
     config_type = VllmConfig
     reference_keys = ("model", "served_model_name", "vllm_args")
+    # vLLM's ZMQ sockets default to the temp folder and outlive a killed server (hundreds piled up
+    # in /tmp here): each launched server gets its own folder, removed when it stops
+    runtime_dir_env = "VLLM_RPC_BASE_PATH"
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
         if "model" not in values:

@@ -42,10 +42,13 @@ import errno
 import os
 import queue
 import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -276,6 +279,52 @@ def _stop_all_at_exit() -> None:
             server.stop(reason="kldtui is exiting", timeouts=(5.0, 3.0, 2.0))
 
 
+RUNTIME_DIR_PREFIX = "kldtui-rpc-"
+# A unix socket's path holds at most 107 bytes; vLLM names its sockets FOLDER/<uuid4> (37 more).
+_SOCKET_FOLDER_MAX = 60
+
+
+class RuntimeDir:
+    """A private folder for a launched server's runtime files (vLLM's ZMQ sockets), named
+    ``kldtui-rpc-PID-XXXXXXXX`` in the temp folder (``/tmp`` where that path is too long for a
+    socket): made at start (mode 0700), removed at stop. Folders left by a kldtui that was killed
+    (its PID no longer running) are removed at the next start: only folders of this user, never
+    through a link."""
+
+    def __init__(self) -> None:
+        base = Path(tempfile.gettempdir())
+        if len(str(base)) > _SOCKET_FOLDER_MAX - 30:
+            base = Path("/tmp")  # noqa: S108 - the socket path limit; mkdtemp makes it private
+        self.base = base
+        self.path: Path | None = None
+
+    def create(self) -> Path:
+        self.sweep()
+        self.path = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_DIR_PREFIX}{os.getpid()}-", dir=self.base))
+        return self.path
+
+    def remove(self) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+    def sweep(self) -> None:
+        """Remove the folders of kldtui processes that no longer run."""
+        from kldtui.formats.logits_writer import pid_alive
+
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.base):
+                if not entry.name.startswith(RUNTIME_DIR_PREFIX):
+                    continue
+                pid_text = entry.name[len(RUNTIME_DIR_PREFIX):].split("-", 1)[0]
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    if (not pid_text.isdigit() or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+                            or pid_alive(int(pid_text))):
+                        continue
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
 class ServerProcess:
     """One candidate server as a child process group. See the module docstring."""
 
@@ -284,7 +333,7 @@ class ServerProcess:
                  env: Mapping[str, str] | None = None, log_path: str | os.PathLike[str] | None = None,
                  ensure_flags: bool = True,
                  stop_timeouts: tuple[float, float, float] = DEFAULT_STOP_TIMEOUTS,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, runtime_dir_env: str | None = None) -> None:
         if isinstance(argv, str):
             raise TypeError("argv must be a list of arguments, never a shell string")
         if not argv:
@@ -298,6 +347,8 @@ class ServerProcess:
         self.ensure_flags = ensure_flags
         self.stop_timeouts = stop_timeouts
         self.api_key = api_key
+        self.runtime_dir_env = runtime_dir_env
+        self.runtime_dir = RuntimeDir()
         self.argv: list[str] = list(argv)
         self.added_notes: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
@@ -373,6 +424,8 @@ class ServerProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         settings.check_environment(env, settings.READ_BY_SERVER)  # a bad value: exit 2, not a dead server
         prepare_capture_dir(self.capture_dir)
+        if self.runtime_dir_env is not None and not env.get(self.runtime_dir_env):
+            env[self.runtime_dir_env] = str(self.runtime_dir.create())
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             try:  # never through a link planted at its name (docs/SAFETY.md)
@@ -394,10 +447,12 @@ class ServerProcess:
             self.proc = _in_spawner(spawn)
         except FileNotFoundError:
             self._close_log()
+            self.runtime_dir.remove()
             raise BadInput(f"server command: {self.argv[0]} not found; set [candidate] python "
                            "to an interpreter that has vLLM") from None
         except PermissionError:
             self._close_log()
+            self.runtime_dir.remove()
             raise BadInput(f"server command: {self.argv[0]} is not executable") from None
         _running.add(self)
         self._reader = threading.Thread(target=self._read_output, name="kldtui-server-log",
@@ -489,6 +544,7 @@ class ServerProcess:
             if self._reader is not None:
                 self._reader.join(timeout=2.0)
             self._close_log()
+            self.runtime_dir.remove()  # the whole process group is gone: nothing uses its sockets
             _running.discard(self)
             self.emit(LogLine(STAGE, f"server stopped ({reason}); exit code {self.returncode}"))
             return self.returncode
@@ -571,7 +627,8 @@ def start_serve(workspace: Workspace, emit: EventSink, plan: ServerPlan) -> Serv
     capture_dir = plan.capture_dir or workspace.fresh_server_capture_dir()
     process = ServerProcess(list(plan.argv), capture_dir=capture_dir,
                             served_model_name=plan.served_model_name, emit=emit, env=plan.env,
-                            log_path=workspace.server_log, api_key=plan.api_key)
+                            log_path=workspace.server_log, api_key=plan.api_key,
+                            runtime_dir_env=plan.runtime_dir_env)
     process.start()
     return ServerSession(plan, capture_dir, process,
                          runtime={"launcher": "kldtui", "kind": plan.kind, "argv": process.public_argv,
