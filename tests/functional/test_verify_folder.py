@@ -190,3 +190,30 @@ def test_cli_exit_codes_and_failure_lines(dataset: Path, tmp_path: Path,
     assert main(["verify", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_on_a_terminal_the_result_line_is_printed_once(dataset: Path, tmp_path: Path) -> None:
+    """stdout and stderr on one terminal (as a user sees them): the progress bar on stderr, the result
+    line once (earlier versions printed it on both streams)."""
+    import pty
+    import subprocess
+    import sys
+
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "KLDTUI_VERIFIED_CACHE": str(tmp_path / "vc")}
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "verify", str(dataset)], stdin=subprocess.DEVNULL,
+                          stdout=secondary, stderr=secondary, env=env, timeout=120, check=False)
+    os.close(secondary)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(primary)
+    text = out.decode("utf-8", "replace")
+    assert proc.returncode == 0, text
+    assert text.count("4 logits files hashed") == 1, text

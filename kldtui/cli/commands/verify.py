@@ -46,8 +46,11 @@ class ConsoleProgress:
 
     AGGREGATE_TASKS = ("hash", "download")
 
-    def __init__(self, *, live: bool | None = None, stream: Any = None, plain_interval: float = 5.0) -> None:
+    def __init__(self, *, live: bool | None = None, stream: Any = None, plain_interval: float = 5.0,
+                 stage_summaries: bool = True) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        # False where the command prints the stage's result on stdout itself (one line, not two)
+        self.stage_summaries = stage_summaries
         self.live = self.stream.isatty() if live is None else live
         self.plain_interval = plain_interval
         self._progress: Any = None
@@ -94,7 +97,8 @@ class ConsoleProgress:
         elif isinstance(event, StageStarted):
             self._print(f"[{event.stage}] {event.detail}".rstrip())
         elif isinstance(event, StageFinished):
-            self._print(f"[{event.stage}] {event.summary}")
+            if self.stage_summaries:
+                self._print(f"[{event.stage}] {event.summary}")
         elif isinstance(event, StageFailed):
             self._print(f"[{event.stage}] failed: {event.message}")
         elif isinstance(event, Notice):
@@ -144,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         from kldtui.formats.fidelity import ContextFilter
 
         selection = ContextFilter(args.context_filter or "all", tuple(args.stratum))
-    with ConsoleProgress() as emit:
+    with ConsoleProgress(stage_summaries=False) as emit:  # the result is printed below, on stdout
         result = verify_path(args.path, reverify=args.reverify, workers=args.workers,
                              start_window=args.start_window, stop_window=args.stop_window,
                              suite=args.suite_manifest,
