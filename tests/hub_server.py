@@ -24,7 +24,9 @@ the repository folder, the commit id changes). Xet storage and multipart LFS are
 
 Files are read from disk on every request, so a test can corrupt or delete one while the
 server runs. Every request lands in :attr:`HubServer.log`. :meth:`HubServer.drop_after`
-makes the next ``GET`` of a file close the connection after a number of body bytes.
+makes the next ``GET`` of a file close the connection after a number of body bytes;
+:meth:`HubServer.hold_uploads_after` makes LFS uploads wait, unanswered, after a number of them
+(a test kills its client then, in mid-upload).
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ class HubServer:
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
         self._uploads: dict[str, bytes] = {}  # sha256 -> bytes PUT to the CDN, not yet committed
+        self._hold_at: int | None = None  # uploads stored before further PUTs wait (hold_uploads_after)
+        self._held = threading.Event()
+        self._released = threading.Event()
         self._made: list[Path] = []  # folders of repositories created through the API
         self.commits: list[dict[str, object]] = []  # every commit: repo_id, header, paths
         self.log: list[Request] = []
@@ -135,6 +140,29 @@ class HubServer:
         with self._lock:
             self._drops[path] = nbytes
 
+    def hold_uploads_after(self, count: int) -> None:
+        """Once ``count`` more LFS uploads are stored, every further PUT waits, unanswered and not
+        stored, until :meth:`release` (then fails): a client can be killed in mid-upload."""
+        with self._lock:
+            self._hold_at = len(self._uploads) + count
+            self._released.clear()
+            self._held.clear()
+
+    def wait_held(self, timeout: float) -> bool:
+        """Whether a PUT is waiting (see :meth:`hold_uploads_after`) within ``timeout`` seconds."""
+        return self._held.wait(timeout)
+
+    def release(self) -> None:
+        with self._lock:
+            self._hold_at = None
+        self._released.set()
+
+    @property
+    def uploads_stored(self) -> int:
+        """LFS objects the CDN holds (uploaded, committed or not)."""
+        with self._lock:
+            return len(self._uploads)
+
     def requests(self, *, method: str | None = None, path: str | None = None,
                  origin: str | None = None) -> list[Request]:
         with self._lock:
@@ -182,7 +210,13 @@ class HubServer:
                 if hashlib.sha256(body).hexdigest() != m.group(1):
                     return self._reply(400, {}, b"sha256 mismatch", False, self.path)
                 with server._lock:
-                    server._uploads[m.group(1)] = body
+                    hold = server._hold_at is not None and len(server._uploads) >= server._hold_at
+                    if not hold:
+                        server._uploads[m.group(1)] = body
+                if hold:
+                    server._held.set()
+                    server._released.wait(60)
+                    return self._reply(503, {}, b"held", False, self.path)
                 self._reply(200, {"ETag": f'"{m.group(1)}"'}, b"", False, self.path)
 
             # The request path here is the repository file path when known.

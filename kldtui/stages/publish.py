@@ -274,13 +274,23 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
 
 
 def upload_files(root: Path) -> list[str]:
-    """The files that go to the Hub, relative to ``root`` (hidden files and folders stay local)."""
+    """The files that go to the Hub, relative to ``root`` (hidden files and folders stay local);
+    a symbolic link in what would go up (the upload would follow it out of the folder) is refused."""
     files = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
-            files.append(rel.as_posix())
-    return files
+    for folder, dirs, names in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in [*dirs, *sorted(names)]:
+            path = here / name
+            if name.startswith("."):
+                continue
+            if path.is_symlink():
+                raise BadInput(f"{path}: a symbolic link; publish uploads only the folder's own regular "
+                               "files, replace the link with the file it points to (cp --remove-destination) "
+                               "and publish again")
+            if name in names and path.is_file():
+                files.append(path.relative_to(root).as_posix())
+    return sorted(files)
 
 
 _REPO_PART = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?$")
@@ -328,12 +338,15 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
             emit: EventSink = null_sink) -> PublishResult:
     """Verify ``root``, write its card, and (unless ``dry_run``) upload it as a dataset repository."""
     from kldtui.stages.verify import verify_path
+    from kldtui.stages.verify_hidden import is_hidden_suite
 
     p = Path(root)
     check_repo_id(repo_id)
-    if not (p / SUITE_MANIFEST).is_file() or not (p / REF_DIR / LOGITS_MANIFEST).is_file():
-        raise BadInput(f"{p}: a dataset root needs {SUITE_MANIFEST} and {REF_DIR}/{LOGITS_MANIFEST}; "
-                       "prepare the suite and capture its reference first")
+    hidden = p.is_dir() and is_hidden_suite(p)  # verify's own test of what the folder holds
+    if not hidden and (not (p / SUITE_MANIFEST).is_file() or not (p / REF_DIR / LOGITS_MANIFEST).is_file()):
+        raise BadInput(f"{p}: a dataset root needs {SUITE_MANIFEST} and {REF_DIR}/{LOGITS_MANIFEST} (a "
+                       "logits suite), or a hidden-state suite's manifest.json, reference-hidden/ and "
+                       "lm-head/; prepare the suite and capture its reference first")
     if not dry_run:  # before hashing every file: an offline host hears it at once, in one line
         from kldtui.stages.hub import hub_unreachable, unreachable_line
 
@@ -342,6 +355,9 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
             raise BadInput(unreachable_line(f"publish {repo_id}", reason, "run it where the Hub is reachable "
                                             "(HF_ENDPOINT names a mirror), or check it first with --dry-run"))
     emit(StageStarted(STAGE, detail=f"{p} -> {repo_id}{' (dry run)' if dry_run else ''}"))
+    if hidden:
+        return _publish_hidden(p, repo_id, dry_run=dry_run, private=private, revision=revision,
+                               workers=workers, emit=emit)
     result = verify_path(p, workers=workers, emit=emit)
     result.raise_for_failures()
     suite = load_suite(p)
@@ -360,6 +376,24 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
         return PublishResult(card, files, None)
     write_bytes_atomic(p / CARD, card.encode("utf-8"))
     url = _upload(p, repo_id, private=private, revision=revision)
+    emit(StageFinished(STAGE, summary=f"{len(files)} files -> {url}"))
+    return PublishResult(card, files, url)
+
+
+def _publish_hidden(p: Path, repo_id: str, *, dry_run: bool, private: bool, revision: str | None,
+                    workers: int | None, emit: EventSink) -> PublishResult:
+    """A hidden-state suite: verified whole, only the files its checksums.txt lists go up, the card
+    from memory after them (:mod:`kldtui.stages.publish_hidden`)."""
+    from kldtui.stages import publish_hidden
+
+    facts = publish_hidden.gather(p, workers=workers, emit=emit)
+    publish_hidden.notices(facts, emit)
+    card = publish_hidden.render_card(p, repo_id, facts)
+    files = sorted([*facts.files, CARD])
+    if dry_run:
+        emit(StageFinished(STAGE, summary=f"dry run: {len(files)} files would go to {repo_id}"))
+        return PublishResult(card, files, None)
+    url = _upload(p, repo_id, private=private, revision=revision, only=facts.files, card=card)
     emit(StageFinished(STAGE, summary=f"{len(files)} files -> {url}"))
     return PublishResult(card, files, url)
 
@@ -403,21 +437,31 @@ def _redact_uploads(root: Path, files: Sequence[str], *, dry_run: bool, emit: Ev
                            "remove it, or move the file out of the folder, and publish again")
 
 
-def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None) -> str:
+def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None,
+            only: Sequence[str] | None = None, card: str | None = None) -> str:
+    """Upload ``root`` (hidden files stay local), or only the files ``only`` names (relative
+    paths), then ``card`` as README.md from memory when given."""
+    import glob
+
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(endpoint=settings.HF_ENDPOINT.get())
     ignore = [".*", "**/.*"]  # verify caches, download records, upload state
+    allow = [glob.escape(rel) for rel in only] if only is not None else None
     try:
         repo = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         large = getattr(api, "upload_large_folder", None)
         if large is not None:  # huggingface_hub 0.24-1.x: the resumable multi-commit upload
             large(repo_id=repo_id, folder_path=root, repo_type="dataset", revision=revision,
-                  ignore_patterns=ignore)
+                  ignore_patterns=ignore, allow_patterns=allow)
         else:  # 2.x: upload_folder is the resumable pipeline (hf_xet), or one commit without it
             api.upload_folder(repo_id=repo_id, folder_path=root, repo_type="dataset", revision=revision,
-                              ignore_patterns=ignore, commit_message="kldtui publish")
+                              ignore_patterns=ignore, allow_patterns=allow, commit_message="kldtui publish")
+        if card is not None:  # after the files: a card never describes files that are not there
+            api.upload_file(path_or_fileobj=card.encode("utf-8"), path_in_repo=CARD, repo_id=repo_id,
+                            repo_type="dataset", revision=revision,
+                            commit_message="kldtui publish: dataset card")
     except HfHubHTTPError as exc:
         raise StageFailed(f"upload to {repo_id} failed: {' '.join(str(exc).split())[:300]}; run the same "
                           "command again to resume (files already uploaded are skipped)") from None
@@ -435,10 +479,14 @@ def _upload(root: Path, repo_id: str, *, private: bool, revision: str | None) ->
     return str(getattr(repo, "url", f"datasets/{repo_id}"))
 
 
-def format_file_list(root: Path, files: Sequence[str]) -> str:
+def format_file_list(root: Path, files: Sequence[str], card: str | None = None) -> str:
+    """One line per file: its size and path (the card's size from ``card`` when it is not written)."""
     lines = []
     for rel in files:
         path = root / rel
-        size = path.stat().st_size if path.is_file() else 0
+        if rel == CARD and card is not None:
+            size = len(card.encode("utf-8"))
+        else:
+            size = path.lstat().st_size if path.is_file() else 0
         lines.append(f"{size:>16,}  {rel}")
     return "\n".join(lines)

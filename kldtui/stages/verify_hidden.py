@@ -64,7 +64,8 @@ def selected_windows(suite: Suite, root: Path, selection: fid.ContextFilter | No
     return list(suite.windows)
 
 
-def _payload_sha(path: Path, begin: int, end: int) -> str:
+def payload_sha256(path: Path, begin: int, end: int) -> str:
+    """SHA-256 of bytes [begin, end) of a file (an LM head's tensor payload: ``raw_tensor_sha256``)."""
     digest = hashlib.sha256()
     buf = bytearray(8 * 1024 * 1024)
     view = memoryview(buf)
@@ -381,11 +382,11 @@ class _Checker:
                           f"{want[:12]}...; the file is corrupt, delete it and fetch it again")
         head = self.head
         if head is not None and root / head_rel in hashed and head.raw_tensor_sha256 is not None:
-            raw = _payload_sha(head.path, head.info.begin, head.info.end)
+            raw = payload_sha256(head.path, head.info.begin, head.info.end)
             if raw != head.raw_tensor_sha256:
                 self.fail(f"{head.path}: the tensor payload's SHA-256 {raw[:12]}... differs from "
                           f"raw_tensor_sha256 {head.raw_tensor_sha256[:12]}...; the head is damaged")
 
 
-__all__ = ["KIND", "is_hidden_folder", "is_hidden_suite", "selected_windows", "verify_hidden_folder",
-           "verify_hidden_suite"]
+__all__ = ["KIND", "is_hidden_folder", "is_hidden_suite", "payload_sha256", "selected_windows",
+           "verify_hidden_folder", "verify_hidden_suite"]

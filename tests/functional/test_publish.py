@@ -134,3 +134,18 @@ def test_publish_redacts_again_what_it_reads_from_disk(tmp_path: Path, monkeypat
         assert json.loads((remote / "ref" / "manifest.json").read_text())["runtime"]["env"]["GITHUB_PAT"] \
             == "<redacted>"
     assert main(["verify", str(root)]) == 0  # the local folder, redacted in place, still verifies
+
+
+def test_publish_refuses_a_link_in_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The upload would follow a link out of the folder: refused, file or folder, naming it."""
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=9, vocab=40)
+    secret = tmp_path / "id_rsa"
+    secret.write_text("not for the Hub\n")
+    (root / "notes.txt").symlink_to(secret)
+    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
+    assert f"{root / 'notes.txt'}: a symbolic link" in capsys.readouterr().err
+    (root / "notes.txt").unlink()
+    (tmp_path / "more").mkdir()
+    (root / "extra").symlink_to(tmp_path / "more")
+    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
+    assert f"{root / 'extra'}: a symbolic link" in capsys.readouterr().err

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "verify a suite with its reference (ref/), write the dataset card and upload it to the Hub"
+HELP = ("verify a suite with its reference (ref/ logits, or a hidden-state suite with reference-hidden/ and "
+        "lm-head/), write the dataset card and upload it to the Hub")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="DIR", help="dataset root: suite-manifest.json, tokens/, ref/")
+    parser.add_argument("path", metavar="DIR", help="dataset root: suite-manifest.json, tokens/ and "
+                        "ref/; or a hidden-state suite (manifest.json, reference-hidden/, lm-head/, "
+                        "checksums.txt)")
     parser.add_argument("--repo-id", required=True, help="dataset repository to create or update, ORG/NAME")
     parser.add_argument("--dry-run", action="store_true",
                         help="verify and print the card and the file list; write and upload nothing")
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(result.card)
         print(f"--- {len(result.files)} files would be uploaded to dataset {args.repo_id}:")
-        print(format_file_list(Path(args.path), result.files))
+        print(format_file_list(Path(args.path), result.files, result.card))
     else:
         print(f"published {len(result.files)} files: {result.url}")
     return 0
