@@ -82,3 +82,48 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 400) -> Path:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(out_dir)
     return out_dir
+
+
+def article_rows(articles: int, *, seed: int = 4, sites: int = 3, min_paragraphs: int = 2,
+                 max_paragraphs: int = 12) -> list[dict[str, Any]]:
+    """Rows of paragraphs grouped into articles (``title``) published by sites (``site``): the
+    documents and source clusters of a hidden-layout plan (``source_id_field = "title"``,
+    ``cluster_field = "site"``); articles differ in length, so some hold several contexts."""
+    rng = random.Random(seed)
+    rows = []
+    for a in range(articles):
+        site = f"site-{a % sites}.example"
+        for _ in range(rng.randint(min_paragraphs, max_paragraphs)):
+            rows.append({"title": f"article {a}", "site": site, "text": sentence(rng, rng.randint(20, 40))})
+    return rows
+
+
+def write_hidden_plan(path: Path, data: dict[str, Path], *, strata: str, per_source: int = 2) -> Path:
+    """A PLAN.toml with ``strata`` (its [[stratum]] tables, written out) over the ``data`` files:
+    ``prose`` (articles: documents by title, clusters by site) and ``code`` (one task a row)."""
+    path.write_text(f"""
+[plan]
+contexts_per_source = {per_source}
+{strata}
+[[source]]
+key = "articles"
+dataset = "{data['articles']}"
+split = "train"
+stratum = "prose"
+text_field = "text"
+source_id_field = "title"
+cluster_field = "site"
+language = "en"
+license = "CC0"
+
+[[source]]
+key = "tasks"
+dataset = "{data['code']}"
+split = "test"
+stratum = "code"
+builder = "humaneval"
+rows_per_source = 3
+representation = "source_file"
+language = "python"
+""", encoding="utf-8")
+    return path

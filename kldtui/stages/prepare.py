@@ -320,11 +320,11 @@ def _rows_of(ds: Any, columns: Sequence[str], where: str) -> list[dict[str, Any]
     return [dict(r) for r in ds.select_columns(list(columns))]
 
 
-def _columns(source: Source) -> tuple[str, ...]:
-    if source.builder is not None:
-        return BUILDERS[source.builder].columns
-    assert source.text_field is not None
-    return (source.text_field,)
+def _columns(source: Source, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns a source's rows are read with: its builder's (or its text field) and ``extra``
+    (the hidden layout's document and cluster fields)."""
+    own = BUILDERS[source.builder].columns if source.builder is not None else (str(source.text_field),)
+    return own + tuple(c for c in extra if c not in own)
 
 
 def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -> list[dict[str, Any]]:
@@ -378,7 +378,7 @@ def _check_utf8(path: Path, where: str) -> None:
         raise BadInput(f"{where}: {path} cannot be read ({exc.strerror or exc})") from None
 
 
-def load_local(source: Source, where: str) -> LoadedSource:
+def load_local(source: Source, where: str, extra_columns: Sequence[str] = ()) -> LoadedSource:
     path = Path(source.dataset).expanduser()
     files = _local_files(path, where)
     revision = local_content_hash(files, path)
@@ -397,7 +397,7 @@ def load_local(source: Source, where: str) -> LoadedSource:
         if kind != "json":
             raise BadInput(f"{where}: reading {files[0].suffix} files needs the datasets package: "
                            f"{PREPARE_INSTALL}") from None
-        rows = _read_json_rows(files, _columns(source), where)
+        rows = _read_json_rows(files, _columns(source, extra_columns), where)
         return LoadedSource(source, rows, revision, None, str(path))
     datasets.disable_progress_bars()
     try:
@@ -407,11 +407,11 @@ def load_local(source: Source, where: str) -> LoadedSource:
         cause = " ".join(str(exc.__cause__ or exc).split())[:300]
         raise BadInput(f"{where}: {path} cannot be read as {kind} files ({type(exc).__name__}: {cause}); "
                        "fix or replace the files") from None
-    return LoadedSource(source, _rows_of(ds, _columns(source), where), revision,
+    return LoadedSource(source, _rows_of(ds, _columns(source, extra_columns), where), revision,
                         getattr(ds, "_fingerprint", None), str(path))
 
 
-def load_hub(source: Source, where: str) -> LoadedSource:
+def load_hub(source: Source, where: str, extra_columns: Sequence[str] = ()) -> LoadedSource:
     import datasets
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
@@ -438,7 +438,7 @@ def load_hub(source: Source, where: str) -> LoadedSource:
     except Exception as exc:  # noqa: BLE001 - as above
         _raise_if_unreachable(exc, where)
         raise
-    return LoadedSource(source, _rows_of(ds, _columns(source), where), sha,
+    return LoadedSource(source, _rows_of(ds, _columns(source, extra_columns), where), sha,
                         getattr(ds, "_fingerprint", None), source.dataset)
 
 
@@ -450,8 +450,10 @@ def _raise_if_unreachable(exc: BaseException, where: str) -> None:
                                         "or name a local copy of the dataset in --sources")) from None
 
 
-def load_source(source: Source, where: str) -> LoadedSource:
-    return load_local(source, where) if is_local_dataset(source.dataset) else load_hub(source, where)
+def load_source(source: Source, where: str, extra_columns: Sequence[str] = ()) -> LoadedSource:
+    """A source's rows (its builder's columns and ``extra_columns``), pinned."""
+    load = load_local if is_local_dataset(source.dataset) else load_hub
+    return load(source, where, extra_columns)
 
 
 # --- tokenizer and windows ---------------------------------------------------------------------
@@ -510,9 +512,7 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
     interrupted prepare leaves no half-made suite under the final name.
     """
     out = Path(output_dir)
-    if out.exists():
-        raise BadInput(f"{out}: already exists; prepare writes a new suite folder (choose another "
-                       "--output-dir or remove this one)")
+    check_new_folder(out)
     if context_length < 2:
         raise BadInput(f"--context-length {context_length}: a window needs at least 2 tokens")
     if not sources:
@@ -568,12 +568,31 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
         })
         emit(Progress(STAGE, "sources", n, len(sources), "sources"))
 
+    build_new_folder(out, lambda tmp: _write(
+        tmp, windows, dataset_docs, context_length=context_length, kind=kind,
+        tokenizer=tokenizer_id(tokenizer, tok), tokenizer_class=type(tok).__name__,
+        tokenizer_source="local folder" if is_local_tokenizer(tokenizer) else "hub"))
+    suite = load_suite(out)
+    emit(StageFinished(STAGE, summary=f"{suite.window_count} windows, suite hash "
+                       f"{suite.suite_token_hash_sha256[:12]}... -> {out}", figures={
+                           "windows": suite.window_count, "context_length": context_length,
+                           "suite_token_hash_sha256": suite.suite_token_hash_sha256}))
+    return PrepareResult(suite, out)
+
+
+def check_new_folder(out: Path) -> None:
+    if out.exists():
+        raise BadInput(f"{out}: already exists; prepare writes a new suite folder (choose another "
+                       "--output-dir or remove this one)")
+
+
+def build_new_folder(out: Path, write: Callable[[Path], None]) -> None:
+    """``write`` the folder under a temporary name beside ``out``, then rename it to ``out``: an
+    interrupted prepare leaves no half-made suite under the final name."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        _write(tmp, windows, dataset_docs, context_length=context_length, kind=kind,
-               tokenizer=tokenizer_id(tokenizer, tok), tokenizer_class=type(tok).__name__,
-               tokenizer_source="local folder" if is_local_tokenizer(tokenizer) else "hub")
+        write(tmp)
         tmp.chmod(0o755)
         try:
             os.rename(tmp, out)  # fails if out appeared meanwhile (a non-empty folder)
@@ -582,12 +601,6 @@ def prepare_suite(output_dir: str | os.PathLike[str], tokenizer: str, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    suite = load_suite(out)
-    emit(StageFinished(STAGE, summary=f"{suite.window_count} windows, suite hash "
-                       f"{suite.suite_token_hash_sha256[:12]}... -> {out}", figures={
-                           "windows": suite.window_count, "context_length": context_length,
-                           "suite_token_hash_sha256": suite.suite_token_hash_sha256}))
-    return PrepareResult(suite, out)
 
 
 def tokenizer_id(name: str, tok: Any) -> str:
