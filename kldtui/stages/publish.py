@@ -337,12 +337,18 @@ def publish(root: str | os.PathLike[str], repo_id: str, *, dry_run: bool = False
             revision: str | None = None, workers: int | None = None,
             emit: EventSink = null_sink) -> PublishResult:
     """Verify ``root``, write its card, and (unless ``dry_run``) upload it as a dataset repository."""
+    from kldtui.formats.fidelity import HIDDEN_DIR
     from kldtui.stages.verify import verify_path
     from kldtui.stages.verify_hidden import is_hidden_suite
 
     p = Path(root)
     check_repo_id(repo_id)
     hidden = p.is_dir() and is_hidden_suite(p)  # verify's own test of what the folder holds
+    if not hidden and (p / HIDDEN_DIR).is_dir() and not (p / REF_DIR / LOGITS_MANIFEST).is_file():
+        raise BadInput(f"{p / HIDDEN_DIR}: hidden states of a suite of windows; the published hidden-state "
+                       "layout (manifest.json, checksums.txt, partitions) needs a suite of contexts: capture "
+                       "the hidden states into a context suite's reference-hidden/, or publish the logits "
+                       "(ref/)")
     if not hidden and (not (p / SUITE_MANIFEST).is_file() or not (p / REF_DIR / LOGITS_MANIFEST).is_file()):
         raise BadInput(f"{p}: a dataset root needs {SUITE_MANIFEST} and {REF_DIR}/{LOGITS_MANIFEST} (a "
                        "logits suite), or a hidden-state suite's manifest.json, reference-hidden/ and "

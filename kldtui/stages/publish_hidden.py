@@ -73,6 +73,11 @@ class HiddenSuiteFacts:
 def upload_list(root: Path) -> list[str]:
     """The files that go up: those ``checksums.txt`` lists, and itself; each a regular file
     inside ``root`` reached through no symbolic link (BadInput naming the first that is not)."""
+    if not (root / fid.CHECKSUMS).exists() and not (root / fid.CHECKSUMS).is_symlink():
+        raise BadInput(f"{root / fid.CHECKSUMS}: not found; the suite is not finished: finalize writes "
+                       f"{fid.TOP_MANIFEST} and {fid.CHECKSUMS} once every context is captured and the LM "
+                       f"head is in {fid.LM_HEAD_DIR}/ (kldtui export-head, then kldtui finalize --mode "
+                       "hidden)")
     listed = fid.read_checksums(root)
     files = sorted([*listed, fid.CHECKSUMS])
     base = root.resolve()

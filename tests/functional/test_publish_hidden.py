@@ -378,3 +378,18 @@ def test_round_trip_publish_download_verify_compare(made: Path, tmp_path: Path,
                 reports.append(_report(out))
             assert reports[0] == reports[1]  # the reference's identity and hashes included
             assert reports[0]["positions"] == len(chosen) * (LENGTH - 1)
+
+
+def test_an_unfinished_suite_says_how_to_finish_it(made: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(made, tmp_path / "suite")
+    (root / "checksums.txt").unlink()
+    _refused(capsys, root, f"{root / 'checksums.txt'}: not found; the suite is not finished",
+             "kldtui finalize --mode hidden")
+    # hidden states beside a suite of windows: not the published layout
+    from tests.hub_server import make_dataset
+
+    windows = make_dataset(tmp_path / "windows", windows=2)
+    shutil.rmtree(windows / "ref")
+    shutil.copytree(root / "reference-hidden", windows / "reference-hidden")
+    _refused(capsys, windows, f"{windows / 'reference-hidden'}: hidden states of a suite of windows")
