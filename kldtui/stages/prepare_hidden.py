@@ -48,6 +48,7 @@ from kldtui.events import (
     StageFinished,
     StageName,
     StageStarted,
+    Throttle,
     null_sink,
 )
 from kldtui.formats import fidelity as fid
@@ -575,7 +576,8 @@ def footprint_line(plan: Plan, tokenizer: str, length: int) -> str:
              f"width ({human_bytes(per_context * 7168)} at 7,168)")
     memory = f"{human_bytes(local)} of local rows" if local else "the sources' rows"
     return (f"disk: at most {human_bytes(token_bytes)} of token files here; the hidden capture will add "
-            f"{later}; memory: {memory} as text at once, plus {contexts} contexts' token ids")
+            f"{later}; memory: {memory} as text at once, plus the token ids of the documents the "
+            f"{contexts} contexts are drawn from")
 
 
 def prepare_hidden_suite(output_dir: str | os.PathLike[str], tokenizer: str, plan: Plan, *,
@@ -610,21 +612,34 @@ def prepare_hidden_suite(output_dir: str | os.PathLike[str], tokenizer: str, pla
                                    revision=rows.revision, where=where))
         emit(Progress(STAGE, "sources", n, len(plan.sources), "sources"))
 
-    # token counts: every document is tokenized once (its count decides its capacity)
-    encoded: dict[tuple[str, str], tuple[list[int], list[int] | None]] = {}
-    documents: list[Document] = []
+    # every document is tokenized for its count (which decides what it can give); only those the
+    # allocation draws from keep their token ids (and character offsets) in memory
     fast = bool(getattr(tok, "is_fast", False))
+    texts = {(g.source.key, d.source_id): g.texts[d.source_id] for g in loaded for d in g.documents}
+    encoded: dict[tuple[str, str], tuple[list[int], list[int] | None]] = {}
+
+    def encode_document(key: tuple[str, str]) -> tuple[list[int], list[int] | None]:
+        enc = tok(texts[key], add_special_tokens=False, return_offsets_mapping=fast)
+        chars = [int(a) for a, _ in enc["offset_mapping"]] if fast else None
+        return [int(i) for i in enc["input_ids"]], chars
+
+    def tokens_of(doc: Document) -> list[int]:
+        key = (doc.source_key, doc.source_id)
+        if key not in encoded:
+            encoded[key] = encode_document(key)
+        return encoded[key][0]
+
+    documents: list[Document] = []
+    total, throttle = len(texts), Throttle()
     for group in loaded:
         for doc in group.documents:
             if cancel is not None:
                 cancel.check()
-            enc = tok(group.texts[doc.source_id], add_special_tokens=False, return_offsets_mapping=fast)
-            ids = [int(i) for i in enc["input_ids"]]
-            chars = [int(a) for a, _ in enc["offset_mapping"]] if fast else None
-            encoded[(doc.source_key, doc.source_id)] = (ids, chars)
-            documents.append(replace(doc, tokens=len(ids)))
-    contexts = allocate(plan, documents, lambda d: encoded[(d.source_key, d.source_id)][0],
-                        length=context_length, salts=salts, cancel=cancel)
+            count = len(tok(texts[(doc.source_key, doc.source_id)], add_special_tokens=False)["input_ids"])
+            documents.append(replace(doc, tokens=count))
+            if throttle.ready(final=len(documents) == total):
+                emit(Progress(STAGE, "documents", len(documents), total, "documents"))
+    contexts = allocate(plan, documents, tokens_of, length=context_length, salts=salts, cancel=cancel)
     by_key = {g.source.key: g for g in loaded}
 
     def write(root: Path) -> None:

@@ -173,6 +173,9 @@ class VerifyResult:
     suite_hash: str | None = None
     token_files: int = 0  # token files whose ids were hashed against the suite manifest
     windows: list[int] = field(default_factory=list)  # logits windows checked
+    # what was not there to check when only the suite and its token files were (a suite without
+    # its reference yet): said instead of a bare "OK"
+    suite_only: str | None = None
     bytes_hashed: int = 0
     elapsed_s: float = 0.0
 
@@ -185,10 +188,12 @@ class VerifyResult:
         if self.ok and self.kind == "suite":  # never a bare "OK": nothing of the logits was checked
             head = (f"suite and token files OK; no reference logits checked (no {REF_DIR}/{LOGITS_MANIFEST} "
                     "here)")
+        if self.ok and self.suite_only is not None:
+            head = f"suite and token files OK; {self.suite_only}"
         parts = []
         if self.token_files:
             parts.append(f"{plural(self.token_files, 'token file')} and the suite hash checked")
-        if self.checked or (not self.cached and self.kind != "suite"):
+        if self.checked or (not self.cached and self.kind != "suite" and self.suite_only is None):
             hashed = size_text(self.bytes_hashed)
             parts.append(f"{plural(len(self.checked), 'logits file')} hashed ({hashed})")
         if self.cached:

@@ -181,8 +181,11 @@ class _Checker:
     def run(self, selection: fid.ContextFilter | None, sentinel_runs: bool | None, reverify: bool,
             workers: int | None, expected_suite_hash: str | None) -> None:
         root = self.root
+        # a suite as `kldtui prepare --layout hidden` leaves it: contexts, no reference yet, and
+        # so no checksums.txt (finalize writes it with the reference); its suite is checked
+        prepared = not any((root / rel).exists() for rel in (fid.CHECKSUMS, fid.TOP_MANIFEST, fid.HIDDEN_DIR))
         try:
-            listed = fid.read_checksums(root)
+            listed = {} if prepared else fid.read_checksums(root)
         except BadInput as exc:
             self.fail(str(exc), malformed=True)
             listed = {}
@@ -209,7 +212,13 @@ class _Checker:
             except BadInput as exc:
                 self.fail(str(exc))
             self.emit(Progress(STAGE, task="token files", done=n + 1, total=len(windows), unit="files"))
+        self.result.token_files = len(windows)
         self._partitions(suite)
+        if prepared:
+            self.result.suite_only = (f"no hidden states checked (no {fid.HIDDEN_DIR}/, {fid.TOP_MANIFEST} "
+                                      f"or {fid.CHECKSUMS} here: a prepared suite; capture its reference in "
+                                      "hidden mode, docs/PRODUCING.md)")
+            return
         hidden = self._tensor_folder(root / fid.HIDDEN_DIR, suite, windows, required=True)
         head_rel = self._head()
         self._top(suite, hidden)

@@ -120,10 +120,27 @@ def test_a_prepared_hidden_suite_is_captured_verified_and_compared(
         registry[0]["dataset"], registry[0]["revision"], None, "train")
     assert [s["context_index"] for s in json.loads((suite_dir / fid.SOURCES).read_text())] == list(range(16))
 
+    # verify checks a prepared suite's suite and token files, and says nothing else is there yet
+    assert main(["verify", str(suite_dir)]) == 0
+    said = capsys.readouterr()
+    assert "suite and token files OK; no hidden states checked" in said.out and "a prepared suite" in said.out
+    assert "16 token files and the suite hash checked" in said.out
+    token_file = suite_dir / "tokens" / "context-0003.json"
+    kept = token_file.read_bytes()
+    token_file.write_text("[1,2,3]\n")
+    assert main(["verify", str(suite_dir)]) == 1
+    said = capsys.readouterr()
+    assert "context-0003.json: context 0003 (prose) has 3 tokens" in said.out + said.err
+    token_file.write_bytes(kept)
+
     # the same plan and seed give the same suite; another seed draws another
     assert _prepare(inputs, tmp_path / "again", plan) == 0
     manifest = (suite_dir / "suite-manifest.json").read_bytes()
     assert (tmp_path / "again" / "suite-manifest.json").read_bytes() == manifest
+    assert _prepare(inputs, tmp_path / "seed-2", plan, "--seed", "2") == 0
+    other = json.loads((tmp_path / "seed-2" / "suite-manifest.json").read_text())
+    assert other["allocation_counts"] == doc["allocation_counts"] and other["plan"]["seed"] == 2
+    assert other["suite_token_hash_sha256"] != doc["suite_token_hash_sha256"]
     capsys.readouterr()
 
     # the reference: hidden states through the embedded server, finalized into reference-hidden/
@@ -168,6 +185,10 @@ def test_a_prepared_hidden_suite_is_captured_verified_and_compared(
     assert main([*compare, "--output", str(q_path), "--context-filter", "qualification"]) == 0
     q = load_report(q_path).suite_statistics
     assert q is not None and q.contexts == 6 and q.context_selection.partition == "qualification"
+
+    # and it is publishable: the card says what the plan made
+    assert main(["publish", str(suite_dir), "--repo-id", "org/prepared-hidden", "--dry-run"]) == 0
+    capsys.readouterr()
     assert load_suite(suite_dir).window_count == 16
 
 
