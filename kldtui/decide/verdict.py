@@ -444,7 +444,7 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
                     "and a log-normal model of the windows does not confirm the difference")
         return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
                 f"KL, {interval}" + (" includes zero" if iv.has_interval else "") + f", {over}")
-    pct = f" ({abs(iv.estimate) / mean_a * 100:.0f} %)" if mean_a > 0 else ""
+    pct = f" ({abs(iv.estimate) / mean_a * 100:.0f} % of {name_a}'s mean KL)" if mean_a > 0 else ""
     if decision.outcome == "within_noise":
         return (f"{name_b} - {name_a} = {_n(iv.estimate)} KL{pct}, {interval}, {over}: not clearly larger "
                 f"than the measured repeat variation {_n(decision.noise_value or 0)} between captures of one "

@@ -169,7 +169,7 @@ def test_the_thirty_percent_worse_case_is_a_difference() -> None:
     # windows' own and the log-normal model's
     assert 0.0015 < iv.ci95_low < 0.0025 and 0.003 < iv.ci95_high < 0.004
     assert res.overall.outcome == "a_closer" and res.overall.provisional
-    assert res.verdict.startswith(f"q3 is worse than q4 by 0.00275 KL (30 %), 95 % interval "
+    assert res.verdict.startswith(f"q3 is worse than q4 by 0.00275 KL (30 % of q4's mean KL), 95 % interval "
                                   f"{plain_number(iv.ci95_low)} to {plain_number(iv.ci95_high)} (")
     assert "over 32 windows (" in res.verdict and "the interval joins the windows' own" in res.verdict
     assert "provisional: smaller than the repeat KL 0.004 between two captures of one model" in res.verdict
