@@ -31,6 +31,7 @@ BF16 values live in NumPy as their raw 16-bit patterns (``uint16``: NumPy has no
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -195,6 +196,7 @@ class TorchReplay:
         self.settings: dict[str, Any] = {"device": str(self.device), "vocab_chunk": self.chunk,
                                          "output": self.output, "head_streamed": self.stream,
                                          "bf16_gemm": "native" if self.native_bf16 else "widened to FP32"}
+        self._local = threading.local()
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -202,35 +204,67 @@ class TorchReplay:
 
     def device_bytes(self, rows: int) -> int:
         """Device memory one :meth:`logits` call needs beyond its input rows: the FP32 output, a
-        chunk's product and the head (whole, or two chunks when streamed)."""
+        chunk's product buffer (BF16 from a BF16 GEMM; FP32, its BF16 rounding and the chunk of the
+        head widened to FP32 on the widened path) and the head (whole, or two chunks when streamed)."""
         shape = ReplayShape(rows, self.vocab, self.hidden, self.chunk)
         head = 2 * self.chunk * self.hidden * BF16_BYTES if self.stream else shape.head_bytes
-        return shape.logits_bytes + rows * self.chunk * 4 + head
+        if self.output == "f32" or not self.native_bf16:
+            rounded = rows * self.chunk * BF16_BYTES if self.output == "bf16" else 0
+            product = rows * self.chunk * 4 + rounded + self.chunk * self.hidden * 4
+        else:
+            product = rows * self.chunk * BF16_BYTES
+        return shape.logits_bytes + product + head
 
     def new_block(self, rows: int) -> Any:
         """An FP32 tensor ``[rows, vocab]`` on the device, for :meth:`logits`' ``out``."""
         return self.torch.empty((rows, self.vocab), dtype=self.torch.float32, device=self.device)
 
+    def _buffer(self, name: str, numel: int, dtype: Any) -> Any:
+        """This thread's reusable flat buffer ``name`` of at least ``numel`` elements on the device:
+        a chunk's product and the widened chunk of the head are not allocated again per chunk."""
+        bufs: dict[str, Any] = self._local.__dict__.setdefault("buffers", {})
+        buf = bufs.get(name)
+        if buf is None or buf.numel() < numel or buf.dtype != dtype:
+            buf = self.torch.empty(numel, dtype=dtype, device=self.device)
+            bufs[name] = buf
+        return buf
+
     def logits(self, hidden: Any, out: Any = None) -> Any:
         """Replayed logits, an FP32 tensor ``[rows, vocab]`` on the device (into ``out`` when
-        given); ``hidden`` is a BF16 tensor ``[rows, hidden]`` (moved to the device if needed)."""
+        given); ``hidden`` is a BF16 tensor ``[rows, hidden]`` (moved to the device if needed).
+
+        Per vocabulary chunk: one GEMM into a reused product buffer, then one copy widening it into
+        ``out``'s columns (on the BF16 path the product is BF16, so the copy is exact).  The GEMM's
+        cost per call is the head chunk's packing into the library's blocked layout plus
+        ``2 · rows · chunk · hidden`` FLOP: call it with many rows (docs/REPLAY.md, "Block sizes")."""
         torch = self.torch
         h = hidden.to(self.device, non_blocking=True)
         if h.dim() != 2 or h.shape[1] != self.hidden:
             raise ValueError(f"hidden rows of shape {list(h.shape)} do not fit the head's width "
                              f"{self.hidden}")
+        rows = int(h.shape[0])
         if out is None:
-            out = torch.empty((h.shape[0], self.vocab), dtype=torch.float32, device=self.device)
+            out = torch.empty((rows, self.vocab), dtype=torch.float32, device=self.device)
         widen = self.output == "f32" or not self.native_bf16
-        hf = h.float() if widen else h
         with torch.inference_mode():
+            hf = h.float() if widen else h
+            gemm_dtype = torch.float32 if widen else torch.bfloat16
+            flat = self._buffer("product", rows * self.chunk, gemm_dtype)
+            rounded = (self._buffer("rounded", rows * self.chunk, torch.bfloat16)
+                       if widen and self.output == "bf16" else None)
+            wide = self._buffer("head", self.chunk * self.hidden, torch.float32) if widen else None
             for start, stop in chunks(self.vocab, self.chunk):
+                n = stop - start
                 w = self.head[start:stop]
                 if self.stream:
                     w = w.to(self.device, non_blocking=True)
-                product = torch.nn.functional.linear(hf, w.float() if widen else w)
-                if widen and self.output == "bf16":
-                    product = product.to(torch.bfloat16)  # round to nearest even, as the BF16 GEMM's output
+                if wide is not None:
+                    w = wide[:n * self.hidden].view(n, self.hidden).copy_(w)  # exact
+                product = flat[:rows * n].view(rows, n)
+                torch.mm(hf, w.t(), out=product)
+                if rounded is not None:
+                    # round to nearest even, as the BF16 GEMM's output
+                    product = rounded[:rows * n].view(rows, n).copy_(product)
                 out[:, start:stop].copy_(product)
         return out
 

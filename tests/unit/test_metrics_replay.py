@@ -103,11 +103,35 @@ def test_chunking_changes_nothing_beyond_the_accumulation_error() -> None:
     assert list(rp.chunks(25, 10)) == [(0, 10), (10, 20), (20, 25)]
 
 
+@pytest.mark.parametrize("output", ["bf16", "f32"])
+@pytest.mark.parametrize("native", [True, False])
+def test_reused_buffers_change_nothing_between_calls(output: str, native: bool) -> None:
+    """The product and widened-head buffers a replay keeps between calls: a call with fewer rows, a
+    last chunk shorter than the others, and a call after a larger one give what a fresh replay gives."""
+    h, w = _data(rows=9, vocab=250)
+    replay = rp.TorchReplay(rp.torch_bf16(w), chunk=100, output=output)
+    replay.native_bf16 = native
+    for rows in (9, 3, 9, 1):
+        got = replay.logits(rp.torch_bf16(h[:rows])).numpy()
+        want = rp.TorchReplay(rp.torch_bf16(w), chunk=100, output=output)
+        want.native_bf16 = native
+        assert np.array_equal(got, want.logits(rp.torch_bf16(h[:rows])).numpy())
+    if native and output == "bf16":  # the BF16 GEMM's output: F.linear chunk by chunk, widened exactly
+        import torch
+
+        linear = torch.cat([torch.nn.functional.linear(rp.torch_bf16(h), rp.torch_bf16(w[s:s + 100]))
+                            for s in range(0, 250, 100)], dim=1).float().numpy()
+        assert np.array_equal(replay.logits(rp.torch_bf16(h)).numpy(), linear)
+
+
 def test_device_memory_statement() -> None:
     _, w = _data(rows=1, vocab=300, hidden=64)
     head = rp.torch_bf16(w)
     resident = rp.TorchReplay(head, chunk=100)
-    assert resident.device_bytes(16) == 16 * 300 * 4 + 16 * 100 * 4 + 300 * 64 * 2
+    assert resident.device_bytes(16) == 16 * 300 * 4 + 16 * 100 * 2 + 300 * 64 * 2  # BF16 product
+    resident.native_bf16 = False  # a CPU without BF16 matrix instructions: FP32 product, its rounding,
+    assert resident.device_bytes(16) == (16 * 300 * 4 + 16 * 100 * (4 + 2) + 100 * 64 * 4  # a wide chunk
+                                         + 300 * 64 * 2)
     shape = rp.ReplayShape(rows=2047, vocab=163840, hidden=7168, chunk=10240)
     assert shape.head_bytes == 2_348_810_240  # the published head's payload
     assert shape.flops() == 2 * 2047 * 163840 * 7168

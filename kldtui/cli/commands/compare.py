@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-chunk", type=int, default=DEFAULT_CHUNK,
                         help=f"vocabulary rows of the head per product (default {DEFAULT_CHUNK})")
     parser.add_argument("--replay-rows", type=int, default=None,
-                        help="hidden rows replayed at once (default: 256 on the CPU, 512 on CUDA)")
+                        help="hidden rows replayed at once (default: 1024 on the CPU, 512 on CUDA)")
     parser.add_argument("--bootstrap-samples", type=int, default=10000, metavar="N",
                         help="window resamples of the 95 %% intervals (default 10000)")
     parser.add_argument("--bootstrap-seed", type=int, default=1, metavar="SEED",

@@ -29,8 +29,13 @@ from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowResult
 from kldtui.stages.compare.sides import Replays
 
-REPLAY_ROWS = {Backend.TORCH_CUDA: 512}  # rows replayed at once; other backends (the CPU): 256
-DEFAULT_REPLAY_ROWS = 256
+# Rows replayed at once. On the CPU the GEMM packs each chunk of the head into its blocked layout
+# once per call and streams the whole head from memory once per block, so the rows a call carries
+# decide how far the replay gets towards the GEMM's peak (docs/REPLAY.md, "Block sizes"): 1,024
+# rows (Kimi K3: a 671 MB FP32 block per replayed side) reach about nine tenths of the peak where
+# 256 rows reached half of it; on CUDA 512 rows keep a block beside a server small.
+REPLAY_ROWS = {Backend.TORCH_CUDA: 512}
+DEFAULT_REPLAY_ROWS = 1024  # the CPU backends
 
 
 class Engine:

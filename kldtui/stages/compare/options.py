@@ -42,7 +42,7 @@ class CompareOptions:
     # else bf16 (the published rule)
     replay_dtype: str | None = None
     vocab_chunk: int = DEFAULT_CHUNK
-    replay_rows: int | None = None  # rows replayed at once; None: the backend's (CPU 256, CUDA 512)
+    replay_rows: int | None = None  # rows replayed at once; None: the backend's (CPU 1024, CUDA 512)
 
     @property
     def contexts(self) -> ContextFilter:
