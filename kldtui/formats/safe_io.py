@@ -115,7 +115,18 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None, follow
     with open_regular(path, follow=follow) as handle:
         if limit is None:
             return handle.read()
-        data = handle.read(limit + 1)
+        # read(n) allocates n bytes before reading: ask for what the file holds (plus one byte, to
+        # see it grow), never the whole limit, and go on only while it keeps growing
+        size = os.fstat(handle.fileno()).st_size
+        parts: list[bytes] = []
+        got = 0
+        while got <= limit:
+            part = handle.read(min(limit + 1 - got, max(size + 1 - got, 1 << 16)))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
     return data
