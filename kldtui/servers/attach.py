@@ -102,6 +102,9 @@ class AttachKind:
     def model_vocab(self, config: ServerConfig) -> int | None:
         return None  # the server is elsewhere: its chunks say it
 
+    def max_prompt_tokens(self, config: ServerConfig) -> int | None:
+        return None  # the server is elsewhere: it refuses a prompt it cannot take
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it
 

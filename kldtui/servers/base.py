@@ -234,6 +234,12 @@ class ServerKind(Protocol):
         reference's before starting anything."""
         ...
 
+    def max_prompt_tokens(self, config: ServerConfig) -> int | None:
+        """The longest prompt (in tokens) the configured server evaluates, when the kind can tell
+        before launching (llama.cpp's context); None: the server's own limit, which it says when
+        asked. ``kldtui run`` holds the suite's longest window against it before starting anything."""
+        ...
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         """What ``kldtui doctor`` checks on this host for the kind (``python``: the interpreter
         that runs the server; ``import_engine``: import the engine, slower and more thorough)."""
@@ -427,6 +433,9 @@ class LaunchedKind:
 
     def model_vocab(self, config: ServerConfig) -> int | None:
         return None  # known once the server answers (its chunks say it)
+
+    def max_prompt_tokens(self, config: ServerConfig) -> int | None:
+        return None  # vLLM's max_model_len and the embedded model's: refused by the server, with words
 
     def problems(self, config: ServerConfig) -> list[str]:
         problem = port_problem(self.own(config))

@@ -132,6 +132,20 @@ class LlamaCppKind(LaunchedKind):
             return None
         return read_gguf(c.model).vocab_size
 
+    def max_prompt_tokens(self, config: ServerConfig) -> int | None:
+        from kldtui.formats.gguf import read_gguf
+
+        c: LlamaCppConfig = self.own(config)
+        n_ctx = c.n_ctx
+        if not n_ctx:
+            if c.model is None or not c.model.is_file():
+                return None  # said by problems()
+            try:
+                n_ctx = read_gguf(c.model).context_length or 0
+            except BadInput:
+                return None
+        return n_ctx - 1 if n_ctx else None  # the embedded server needs one position past the prompt
+
     def problems(self, config: ServerConfig) -> list[str]:
         from kldtui.formats.gguf import read_gguf
 

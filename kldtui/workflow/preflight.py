@@ -46,6 +46,8 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         problems.append(str(exc))
     if not problems and (vocab := _vocab_problem(profile, workspace)):
         problems.append(vocab)
+    if not problems and (context := _context_problem(profile, workspace)):
+        problems.append(context)
     if not problems:
         disk = _disk_problem(profile, workspace)
         if disk:
@@ -83,6 +85,27 @@ def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
             f"tokens, the reference's {ours:,} ({workspace.reference_manifest}); the logits cannot be "
             "compared. GGUF conversions sometimes pad or trim the vocabulary: use a model converted with "
             "the reference model's full vocabulary")
+
+
+def _context_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """The suite's longest window in the run's range against the longest prompt the candidate's
+    server takes, when its kind can tell before launching (llama.cpp's n_ctx)."""
+    from kldtui.formats.suite import load_suite
+
+    kind = kind_of(profile.candidate)
+    limit = kind.max_prompt_tokens(profile.candidate)
+    if limit is None:
+        return None
+    try:
+        windows = load_suite(workspace.suite_dir).select(profile.run.start_window, profile.run.stop_window)
+    except (KldError, OSError, ValueError):
+        return None  # no suite yet (downloaded by the run): the server refuses a window it cannot take
+    longest = max((w.num_tokens for w in windows), default=0)
+    if longest <= limit:
+        return None
+    return (f"{profile.where}: [candidate] {kind.describe(profile.candidate)}: the suite's windows have up "
+            f"to {longest:,} tokens, its context takes {limit:,}; set n_ctx = {longest + 1} (or more) in "
+            "[candidate]")
 
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:

@@ -108,6 +108,26 @@ def test_a_vocabulary_mismatch_stops_the_run_before_launching(tmp_path: Path, fa
     assert len(lines) == 1 and not (tmp_path / "w2" / "server.log").exists()
 
 
+def test_a_window_longer_than_the_context_stops_the_run_before_launching(tmp_path: Path,
+                                                                          fake_engine: Path) -> None:
+    """The embedded server refuses a prompt of n_ctx tokens or more: said before launching, with the
+    n_ctx that fits; n_ctx = 0 takes the GGUF's trained context (256 here)."""
+    make_suite(tmp_path / "suite", windows=2, context=300, vocab=64)
+    write_gguf(tmp_path / "m.gguf", vocab=64)
+    ref = {"local_dir": str(tmp_path / "suite")}
+    for n_ctx, limit in ((300, 299), (0, 255)):
+        p = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "port": 0, "n_ctx": n_ctx},
+                     reference=ref)
+        assert KIND.max_prompt_tokens(p.candidate) == limit
+        problems = preflight(p, p.workspace())
+        assert problems == [f"{p.where}: [candidate] llama.cpp serving m.gguf: the suite's windows have up "
+                            f"to 300 tokens, its context takes {limit}; set n_ctx = 301 (or more) in "
+                            "[candidate]"]
+    fits = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "port": 0, "n_ctx": 301},
+                    reference=ref)
+    assert preflight(fits, fits.workspace()) == []
+
+
 def test_the_server_module_checks_its_arguments(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "kldtui.embedded.llama_cpp"]
     proc = subprocess.run(run + ["--model", str(tmp_path / "none.gguf")], capture_output=True, text=True,
