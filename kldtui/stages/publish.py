@@ -122,7 +122,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
     manifests may come from another tool (docs/SAFETY.md)."""
     ref = dataclasses.replace(ref, runtime=redact_json(ref.runtime))
     f = figures(suite, ref)
-    model = _model_name(ref)
+    model = " ".join(_model_name(ref).split())  # one line, whatever a manifest holds
     n = f.windows
     first, last = min(ref.entries), max(ref.entries)
     runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
@@ -133,7 +133,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
     w_last = f"window-{last:03d}-{suite.window(last).domain}.json"
     out: list[str] = [
         "---",
-        f"pretty_name: {model} KLD reference logits",
+        f"pretty_name: {json.dumps(f'{model} KLD reference logits')}",  # quoted: the name is the folder's
         "tags:",
         "- kld",
         "- logits",

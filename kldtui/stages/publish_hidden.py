@@ -313,7 +313,7 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
     suite, hidden, head = facts.suite, facts.hidden, facts.head
     n, length = facts.contexts, suite.context_length
     rows = length - 1
-    model = _model(facts)
+    model = _cell(_model(facts))  # one line, whatever a manifest holds
     strata, cluster_count = _strata_rows(suite)
     infos = [fid.context_info(w) for w in suite.windows]
     partitions = {name: sum(1 for i in infos if i is not None and i.partition == name)
@@ -327,7 +327,7 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
     first, last = suite.windows[0].index, suite.windows[-1].index
     out: list[str] = [
         "---",
-        f"pretty_name: {model} hidden-state reference",
+        f"pretty_name: {json.dumps(f'{model} hidden-state reference')}",  # quoted: the name is the folder's
         "tags:",
         "- kld",
         "- hidden-states",

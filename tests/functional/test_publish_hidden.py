@@ -393,3 +393,19 @@ def test_an_unfinished_suite_says_how_to_finish_it(made: Path, tmp_path: Path,
     shutil.rmtree(windows / "ref")
     shutil.copytree(root / "reference-hidden", windows / "reference-hidden")
     _refused(capsys, windows, f"{windows / 'reference-hidden'}: hidden states of a suite of windows")
+
+
+def test_a_hostile_model_name_cannot_break_the_card(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    f = fx.build(tmp_path / "suite", contexts=4)
+    top = json.loads((f.root / "manifest.json").read_text())
+    top["checkpoint"] = "evil: yes\n---\n# Owned | table"
+    (f.root / "manifest.json").write_text(json.dumps(top, indent=2, sort_keys=True) + "\n")
+    fid.write_checksums(f.root)
+    capsys.readouterr()
+    assert main(["publish", str(f.root), "--repo-id", REPO, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "---" and lines.index("---", 1) == 6  # the YAML header is what publish wrote
+    title = "evil: yes --- # Owned / table hidden-state reference"
+    assert json.loads(lines[1].removeprefix("pretty_name: ")) == title
+    assert f"# {title}" in lines
