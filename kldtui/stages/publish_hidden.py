@@ -404,20 +404,26 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
         "With kldtui (installed from its repository: `pip install -e .` in a checkout):",
         "",
         "```bash",
-        f"kldtui download {repo_id} --local-dir reference --context-filter analysis   # verifies every hash",
-        "kldtui run --batch --profile candidate.toml     # [reference] local_dir = \"reference\"",
+        f"kldtui download {repo_id} --local-dir reference   # {human_bytes(facts.reference_bytes)} of hidden "
+        "states and head; every hash verified",
+        "kldtui run --batch --profile candidate.toml   # its [reference]: local_dir = \"reference\", "
+        "logits_dir = \"reference-hidden\"",
         "kldtui compare --suite-manifest reference/suite-manifest.json "
-        "--reference-dir reference/reference-hidden --candidate-dir candidate --context-filter analysis "
-        "--output kld.json",
+        "--reference-dir reference/reference-hidden --candidate-dir WORKDIR/candidate "
+        "--context-filter analysis --output kld.json",
         "```",
         "",
-        "`kldtui compare` replays the reference with `reference/lm-head/` (`--lm-head` names another), "
-        "in vocabulary chunks with a two-pass log-sum-exp, on the GPU (torch) or the CPU (BLAS). A "
-        "candidate may be finalized logits, score-mode scores, live logits in this layout, or its own "
-        "hidden states with its own head (`--candidate-lm-head`): a quantized head is part of what is "
-        "measured, so the reference's head never stands in for it. `--start-context`/`--stop-context`, "
-        "`--context-filter` and `--stratum` "
-        "download or compare a subset; nothing beyond it is fetched.",
+        "`kldtui run` captures the candidate's logits of the contexts in its `[run]` range (`start_window`, "
+        "`stop_window`; default all) into `WORKDIR/candidate/` and compares them, so the download must hold "
+        "those contexts (`--start-context`/`--stop-context`). `kldtui compare` then reads that capture for "
+        "one partition (`--context-filter analysis` or `qualification`, `--stratum`). A download by "
+        "partition or stratum (`kldtui download ... --context-filter qualification --stratum NAME`) fetches "
+        "only those contexts' files and the head, for comparing candidates captured elsewhere. "
+        "The reference is replayed with `reference/lm-head/` (`--lm-head` names another), in vocabulary "
+        "chunks with a two-pass log-sum-exp, on the GPU (torch) or the CPU (BLAS). A candidate may be "
+        "finalized logits, score-mode scores, live logits in this layout, or its own hidden states with its "
+        "own head (`--candidate-lm-head`): a quantized head is part of what is measured, so the reference's "
+        "head never stands in for it.",
         "",
         "The plain steps: send each context's stored token ids (tokens/context-NNNN.json) to the "
         "candidate as they are (never re-tokenized, no chat template), keep its logits of rows 0.."

@@ -142,6 +142,7 @@ def check_card(card: str, root: Path, repo_id: str) -> None:
     assert f"kldtui download {repo_id} --local-dir reference" in card
     assert "kldtui compare --suite-manifest reference/suite-manifest.json --reference-dir " \
            "reference/reference-hidden" in card
+    assert 'local_dir = "reference", logits_dir = "reference-hidden"' in card
 
 
 def test_dry_run_prints_a_true_card_and_the_listed_files_and_writes_nothing(
