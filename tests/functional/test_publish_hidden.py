@@ -410,3 +410,22 @@ def test_a_hostile_model_name_cannot_break_the_card(tmp_path: Path,
     title = "evil: yes --- # Owned / table hidden-state reference"
     assert json.loads(lines[1].removeprefix("pretty_name: ")) == title
     assert f"# {title}" in lines
+
+
+def test_a_replay_check_that_did_not_qualify_is_published_as_it_is(
+        made: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(made, tmp_path / "suite")
+    path = root / "validation" / "hidden-replay-qualification.json"
+    doc = json.loads(path.read_text())
+    doc.update(status="not qualified", reasons=["top-1 agreement 0.996300 < 0.999"], top1_agreement=0.9963)
+    doc["kl_live_to_replay"]["mean"] = 6.0e-5
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    fid.write_checksums(root)
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", REPO, "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    check_card(captured.out, root, REPO)
+    assert "records status **not qualified**" in captured.out
+    assert "Not met: top-1 agreement 0.996300 < 0.999." in captured.out
+    assert "| mean KL | 6e-05 |" in captured.out and "| top-1 agreement | 0.996300 |" in captured.out
+    assert f"{path}: status 'not qualified'" in captured.err
