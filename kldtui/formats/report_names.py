@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 CAMPAIGN_FOLDER = "candidates"
 
 
-# The report every kldtui run writes into its work folder (`kldtui view DIR` and `o` find it there).
+# The report every kldtui run writes into its work folder (`kldtui view DIR`, `kldtui leaderboard DIR`
+# and `o` find it there: reports_in).
 REPORT_FILE_NAME = "comparison.json"
 # The finalized folder every kldtui run writes inside its work folder (kldtui.workspace uses it):
 # as a report's name it would call every report "candidate", so the work folder names it instead.
@@ -39,18 +40,29 @@ def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = 
     return CANDIDATE_FOLDER
 
 
-def report_in(path: str | os.PathLike[str]) -> Path:
-    """``path``, or for a work folder the report it holds; BadInput (one line) for a folder without one."""
+# A campaign writes one report per candidate into its work folder: comparison-NAME.json
+# (kldtui.workspace), the leader's repeat capture's in repeat/.
+CAMPAIGN_REPORT_GLOB = "comparison-*.json"
+
+
+def reports_in(path: str | os.PathLike[str]) -> list[Path]:
+    """The reports ``path`` names: a report file itself; a work folder's ``comparison.json``; a
+    campaign's work folder: each candidate's ``comparison-NAME.json`` (by name). BadInput (one line)
+    for a folder without any. Only regular files count (a link or a FIFO in a shared folder is not a
+    report: kldtui.formats.report refuses to read one anyway)."""
     from kldtui.errors import BadInput
 
     p = Path(path).expanduser()
-    if p.is_dir():
-        inside = p / REPORT_FILE_NAME
-        if inside.is_file():
-            return inside
-        raise BadInput(f"{path}: is a folder without a {REPORT_FILE_NAME}; give the path of a report JSON "
-                       "or of a work folder that holds one")
-    return p
+    if not p.is_dir():
+        return [p]
+    inside = p / REPORT_FILE_NAME
+    if inside.is_file() and not inside.is_symlink():
+        return [inside]
+    campaign = sorted(f for f in p.glob(CAMPAIGN_REPORT_GLOB) if f.is_file() and not f.is_symlink())
+    if campaign:
+        return campaign
+    raise BadInput(f"{path}: is a folder without a {REPORT_FILE_NAME} (a run's) or {CAMPAIGN_REPORT_GLOB} "
+                   "(a campaign's); give the path of a report JSON or of a work folder that holds one")
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:

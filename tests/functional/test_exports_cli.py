@@ -8,6 +8,7 @@ import io
 import json
 import math
 import re
+import shutil
 import struct
 import sys
 import xml.etree.ElementTree as ET
@@ -254,3 +255,27 @@ def test_plan_from_figures_and_its_refusals(capsys: pytest.CaptureFixture[str]) 
         assert main(["plan", *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and "\n" not in err
+
+
+def test_a_campaigns_folder_stands_for_its_reports(reports: list[Path], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`kldtui leaderboard DIR` and `kldtui view DIR` (not a terminal) on a campaign's work folder take
+    each candidate's comparison-NAME.json, as if named one by one; a folder without a report is one
+    line, exit 2."""
+    camp = tmp_path / "camp"
+    camp.mkdir()
+    for path in reports:
+        shutil.copy(path, camp / f"comparison-{path.stem}.json")
+    assert main(["leaderboard", "--plain", *map(str, sorted(camp.iterdir()))]) == 0
+    one_by_one = capsys.readouterr().out
+    assert main(["leaderboard", "--plain", str(camp)]) == 0
+    by_folder = capsys.readouterr().out
+    assert by_folder == one_by_one and all(p.stem in by_folder for p in reports)
+    assert main(["view", str(camp)]) == 0
+    viewed = capsys.readouterr().out
+    assert viewed.count("\n== ") == len(reports)
+    assert all(f"comparison-{p.stem}.json" in viewed for p in reports)
+    (tmp_path / "empty").mkdir()
+    assert main(["leaderboard", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a folder without a comparison.json" in err[0]

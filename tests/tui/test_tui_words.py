@@ -410,6 +410,32 @@ async def test_o_names_the_file_shown_and_finds_a_folders_report(tmp_path: Path,
 
 
 @sync
+async def test_o_on_a_campaigns_folder_puts_every_candidate_on_the_board(tmp_path: Path,
+                                                                         monkeypatch: Any) -> None:
+    """A campaign's work folder holds comparison-NAME.json per candidate (no comparison.json): `o`
+    on it loads them all, named by their candidates' folders; a link among them is not followed."""
+    monkeypatch.chdir(tmp_path)
+    app, holder = dashboard(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    camp = tmp_path / "camp"
+    for name, level, seed in (("q4", 0.02, 5), ("q8", 0.01, 6)):
+        made = _run_report(tmp_path / "tmp" / name, name, level, seed=seed)
+        report = json.loads(made.read_text())
+        report["candidate_dir"] = str(camp / "candidates" / name)
+        (camp / "candidates" / name).mkdir(parents=True)
+        (camp / f"comparison-{name}.json").write_text(json.dumps(report))
+    (camp / "comparison-planted.json").symlink_to(camp / "comparison-q4.json")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("o")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = "camp"
+        await pilot.press("enter")
+        await settle(app, pilot)
+        names = sorted(r.name for r in app.main.results)
+        assert names == ["q4", "q8"], names  # the planted link is not a third row
+
+
+@sync
 async def test_viewer_shows_quantiles_topk_positions_and_provenance(tmp_path: Path) -> None:
     path = _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
     kl = json.loads(path.read_text())["kl_reference_to_candidate"]

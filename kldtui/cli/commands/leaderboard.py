@@ -13,7 +13,9 @@ HELP = ("rank comparison reports (same reference and suite) by mean KL with 95 p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="comparison reports")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="comparison reports, or work folders holding them (a campaign's: every "
+                             "candidate's)")
     add_decision_arguments(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the leaderboard as JSON (atomically)")
     parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
@@ -111,6 +113,7 @@ def print_rich(board: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kldtui.cli.commands.view import report_paths
     from kldtui.decide.exports import export_table, windows_lines
     from kldtui.decide.leaderboard import build_leaderboard
     from kldtui.decide.noise import resolve_floor
@@ -122,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
+    args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
     check_output(args.json, [*args.reports, args.noise], "--json")
     if args.output is not None and args.format is None:
         raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")

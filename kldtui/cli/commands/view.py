@@ -41,23 +41,24 @@ def check_reports(paths: list[str]) -> list[ComparisonReport]:
     from kldtui.formats.report import load_report
 
     loaded = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            from kldtui.formats.report_names import REPORT_FILE_NAME
-
-            inside = path / REPORT_FILE_NAME
-            if inside.is_file():
-                raise BadInput(f"{p}: is a folder; did you mean `kldtui view {inside}`?")
-            raise BadInput(f"{p}: is a folder, not a comparison report; give the path of a report JSON")
+    for path in report_paths(paths):
         if not path.is_file():
-            raise BadInput(f"{p}: comparison report not found; give the path of a report JSON")
+            raise BadInput(f"{path}: comparison report not found; give the path of a report JSON")
         loaded.append(load_report(path))
     return loaded
 
 
+def report_paths(paths: list[str]) -> list[Path]:
+    """Each argument's reports: a report file, a work folder's report, a campaign's reports
+    (kldtui.formats.report_names.reports_in); BadInput (one line) for a folder without any."""
+    from kldtui.formats.report_names import reports_in
+
+    return [found for p in paths for found in reports_in(p)]
+
+
 def run(args: argparse.Namespace) -> int:
-    reports = check_reports(list(args.reports))
+    args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
+    reports = check_reports(args.reports)
     noise_path = getattr(args, "noise", None)
     use_floor = not getattr(args, "no_noise_floor", False)
     if noise_path is not None:  # a bad noise file: one line and exit 2, before any screen

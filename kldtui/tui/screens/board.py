@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.formats.report_names import REPORT_FILE_NAME, report_in, unique_names
+from kldtui.formats.report_names import REPORT_FILE_NAME, reports_in, unique_names
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -155,12 +155,25 @@ class BoardScreen(Screen[None]):
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="open")
     def _load_one(self, path: str) -> None:
         try:
-            path = str(report_in(path))
-            report = load_report(path)
+            found = reports_in(path)
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
-        self.deliver(self.show_result, result_from_report(report, path), report)
+        if len(found) > 1:  # a campaign's folder: every candidate onto the board
+            loaded, problems = [], []
+            for one in found:
+                try:
+                    loaded.append((load_report(one), one))
+                except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
+                    problems.append(str(exc))
+            self.deliver(self.reports_loaded, loaded, problems)
+            return
+        try:
+            report = load_report(found[0])
+        except Exception as exc:  # noqa: BLE001 - shown as one line
+            self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
+            return
+        self.deliver(self.show_result, result_from_report(report, str(found[0])), report)
 
     def action_open_result(self) -> None:
         def chosen(path: str | None) -> None:
@@ -168,7 +181,8 @@ class BoardScreen(Screen[None]):
                 self.load_result_file(path)
 
         self.app.push_screen(PathScreen("Open a comparison report (JSON, or a work folder holding "
-                                        f"{REPORT_FILE_NAME}):", self.default_report_path()), chosen)
+                                        f"{REPORT_FILE_NAME}; a campaign's folder opens all its "
+                                        "candidates):", self.default_report_path()), chosen)
 
     # -- the leaderboard ---------------------------------------------------------------------------
     def add_to_board(self, result: ResultData, report: ComparisonReport, rebuild: bool = True) -> None:
