@@ -3,7 +3,8 @@ hidden-state suite's layout: docs/FORMATS.md, "Hidden-state suites"; docs/PRODUC
 
 A plan (PLAN.toml) names allocation strata with fixed context counts and the pinned sources that
 feed them. Each source's rows are grouped into source documents (one row, ``rows_per_source``
-consecutive rows, or the rows sharing ``source_id_field``); a document belongs to a source
+consecutive rows, the rows sharing ``source_id_field``, or the rows from one matching
+``document_start`` to the next); a document belongs to a source
 cluster (``cluster_field``'s value, else the document itself), the unit a cluster bootstrap
 resamples. The rule, deterministic for a seed (every salt derives from it and is recorded):
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -112,6 +114,7 @@ class PlanSource:
     source_id_field: str | None = None
     cluster_field: str | None = None
     rows_per_source: int = 1
+    document_start: str | None = None  # a regular expression: a row whose text matches starts a document
     scan_limit: int | None = None
     semantic_class: str | None = None
     language: str | None = None
@@ -126,6 +129,11 @@ class PlanSource:
     @property
     def extra_columns(self) -> tuple[str, ...]:
         return tuple(c for c in (self.source_id_field, self.cluster_field) if c)
+
+    @property
+    def start_field(self) -> str:
+        """The column ``document_start`` is matched against: the text field, else the builder's first."""
+        return self.text_field if self.text_field is not None else BUILDERS[str(self.builder)].columns[0]
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,8 @@ class Plan:
 _PLAN_KEYS = {"contexts_per_source"}
 _STRATUM_KEYS = {"name", "contexts", "qualification", "sentinels"}
 _SOURCE_KEYS = {"key", "domain", "dataset", "config", "split", "revision", "stratum", "builder", "text_field",
-                "source_id_field", "cluster_field", "rows_per_source", "scan_limit", "semantic_class",
+                "source_id_field", "cluster_field", "rows_per_source", "document_start", "scan_limit",
+                "semantic_class",
                 "language", "license", "representation"}
 
 
@@ -229,7 +238,7 @@ def parse_plan(doc: Mapping[str, Any], where: str) -> Plan:
                            f"({', '.join(names)})")
         texts = {k: _text(table, k, here) for k in ("config", "revision", "builder", "text_field",
                                                    "source_id_field", "cluster_field", "semantic_class",
-                                                   "language", "license")}
+                                                   "language", "license", "document_start")}
         if (texts["builder"] is None) == (texts["text_field"] is None):
             raise BadInput(f"{here}: give exactly one of 'builder' ({', '.join(BUILDERS)}) or 'text_field'")
         if texts["builder"] is not None and texts["builder"] not in BUILDERS:
@@ -239,8 +248,18 @@ def parse_plan(doc: Mapping[str, Any], where: str) -> Plan:
             raise BadInput(f"{here}: representation {representation!r} is not one of "
                            f"{', '.join(REPRESENTATIONS)} (prepare renders no chat template)")
         rows_per_source = _count(table, "rows_per_source", here, minimum=1, default=1)
-        if rows_per_source != 1 and texts["source_id_field"] is not None:
-            raise BadInput(f"{here}: give 'source_id_field' or 'rows_per_source', not both")
+        grouping = [k for k, given in (("source_id_field", texts["source_id_field"] is not None),
+                                       ("rows_per_source", rows_per_source != 1),
+                                       ("document_start", texts["document_start"] is not None)) if given]
+        if len(grouping) > 1:
+            raise BadInput(f"{here}: give one of {', '.join(grouping)} (how rows become documents), not "
+                           f"{len(grouping)}")
+        if texts["document_start"] is not None:
+            try:
+                re.compile(texts["document_start"])
+            except re.error as exc:
+                raise BadInput(f"{here}: document_start {texts['document_start']!r} is not a regular "
+                               f"expression ({exc}); fix it (Python re syntax)") from None
         scan_limit = table.get("scan_limit")
         if scan_limit is not None:
             scan_limit = _count(table, "scan_limit", here, minimum=1)
@@ -248,7 +267,8 @@ def parse_plan(doc: Mapping[str, Any], where: str) -> Plan:
             key=key, dataset=table["dataset"], split=table["split"], stratum=table["stratum"],
             config=texts["config"], revision=texts["revision"], builder=texts["builder"],
             text_field=texts["text_field"], source_id_field=texts["source_id_field"],
-            cluster_field=texts["cluster_field"], rows_per_source=rows_per_source, scan_limit=scan_limit,
+            cluster_field=texts["cluster_field"], rows_per_source=rows_per_source,
+            document_start=texts["document_start"], scan_limit=scan_limit,
             semantic_class=texts["semantic_class"], language=texts["language"], license=texts["license"],
             representation=representation))
     keys = [s.key for s in sources]
@@ -495,14 +515,23 @@ def _field_value(row: Mapping[str, Any], name: str, where: str, n: int) -> str:
 
 def documents_of(source: PlanSource, rows: Sequence[Mapping[str, Any]], *, dataset_label: str, revision: str,
                  where: str) -> SourceDocuments:
-    """Group a source's rows into documents (one row, ``rows_per_source`` rows, or the rows sharing
-    ``source_id_field``, in first-appearance order), each in the cluster ``cluster_field`` names."""
+    """Group a source's rows into documents (one row, ``rows_per_source`` rows, the rows sharing
+    ``source_id_field`` in first-appearance order, or the rows from one that matches
+    ``document_start`` to the next: ``row-N`` after the first), each in the cluster
+    ``cluster_field`` names."""
     if source.scan_limit is not None:
         rows = rows[:source.scan_limit]
     groups: dict[str, list[Mapping[str, Any]]] = {}
+    start = re.compile(source.document_start) if source.document_start is not None else None
+    current = "row-0"
     for n, row in enumerate(rows):
         if source.source_id_field is not None:
             doc_id = _field_value(row, source.source_id_field, where, n)
+        elif start is not None:
+            value = row.get(source.start_field)
+            if isinstance(value, str) and start.search(value):
+                current = f"row-{n}"
+            doc_id = current
         else:
             per = source.rows_per_source
             doc_id = f"rows-{n // per * per}" if per > 1 else f"row-{n}"

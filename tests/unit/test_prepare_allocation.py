@@ -131,8 +131,44 @@ def test_a_cluster_feeding_two_strata_is_refused() -> None:
       "source": [{"key": "a", "dataset": "d", "split": "t", "stratum": "x", "text_field": "t",
                   "windows": 2}]},
      "'windows' is the logits layout's"),
+    ({"stratum": [{"name": "x", "contexts": 2}],
+      "source": [{"key": "a", "dataset": "d", "split": "t", "stratum": "x", "text_field": "t",
+                  "document_start": "(unclosed"}]},
+     "document_start '(unclosed' is not a regular expression"),
 ])
 def test_plan_file_errors_name_the_file_and_the_fix(doc: dict, needle: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(BadInput) as err:
         parse_plan(doc, "PLAN.toml")
     assert str(err.value).startswith("PLAN.toml: ") and needle in str(err.value)
+
+
+def test_the_example_plan_reads_as_documented() -> None:
+    from kldtui.stages.prepare_hidden import load_plan
+    from tests.paths import REPO
+
+    plan = load_plan(REPO / "examples" / "hidden-suite-sources.toml")
+    assert [(s.name, s.contexts, s.qualification, s.sentinels) for s in plan.strata] == [
+        ("prose", 16, 4, 2), ("code", 8, 2, 1), ("instruction", 8, 2, 1)]
+    assert plan.contexts == 32 and plan.contexts_per_source == 2
+    assert [(s.key, s.dataset, s.stratum) for s in plan.sources] == [
+        ("wikitext", "Salesforce/wikitext", "prose"), ("humaneval", "openai/openai_humaneval", "code"),
+        ("dolly", "databricks/databricks-dolly-15k", "instruction")]
+
+
+def test_document_start_groups_rows_into_articles() -> None:
+    from kldtui.stages.prepare_hidden import documents_of
+    from tests.fixtures_prepare import prose_rows
+
+    rows = prose_rows(40)  # a heading (" = Title = ") every fourth row, from row 1
+    source = PlanSource("wiki", "d", "test", "prose", builder="wikitext", document_start="^ = [^=]")
+    docs = documents_of(source, rows, dataset_label="d", revision="r", where="PLAN.toml: source 1")
+    # row 0 (blank) alone before the first heading gives no text: no document
+    assert [d.source_id for d in docs.documents] == [f"row-{n}" for n in range(1, 40, 4)]
+    assert docs.rows_of["row-5"] == 4 and docs.texts["row-5"].startswith("= ")
+    assert all(d.source_cluster_id == d.source_id for d in docs.documents)  # no cluster field: itself
+    with pytest.raises(BadInput) as err:
+        parse_plan({"stratum": [{"name": "x", "contexts": 1}],
+                    "source": [{"key": "a", "dataset": "d", "split": "t", "stratum": "x",
+                                "builder": "wikitext", "document_start": "(", "rows_per_source": 2}]},
+                   "PLAN.toml")
+    assert "give one of rows_per_source, document_start" in str(err.value)
