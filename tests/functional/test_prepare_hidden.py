@@ -90,6 +90,9 @@ def test_a_prepared_hidden_suite_is_captured_verified_and_compared(
     assert doc["partition_counts"] == {"analysis": 10, "qualification": 6} and doc["sentinel_count"] == 3
     assert doc["plan"]["seed"] == 1 and doc["selection_salt"] and doc["offset_salt"]
     contexts = doc["contexts"]
+    # local datasets by name: the producer's paths stay out of the suite and its cluster keys
+    assert {c["dataset"] for c in contexts} == {"articles.jsonl", "code.jsonl"}
+    assert str(inputs["root"]) not in (suite_dir / "suite-manifest.json").read_text()
     assert [c["allocation_stratum"] for c in contexts] == ["prose"] * 10 + ["code"] * 6
     partitions: dict[str, set[str]] = {}
     for c in contexts:
