@@ -219,3 +219,6 @@ def test_impossible_plans_are_refused_in_one_line(inputs: dict[str, Path], tmp_p
     assert _prepare(inputs, tmp_path / "y", logits_sources) == 2
     assert "no [[stratum]] tables" in capsys.readouterr().err
     assert plan.exists()
+    assert main(["prepare", "--tokenizer", str(inputs["tokenizer"]), "--output-dir", str(tmp_path / "z"),
+                 "--sources", str(logits_sources), "--seed", "3"]) == 2
+    assert "--seed draws a --layout hidden suite" in capsys.readouterr().err

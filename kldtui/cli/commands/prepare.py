@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "humaneval 8, dolly 8 windows, as the published suite); hidden layout: PLAN.toml "
                         "with [[stratum]] and [[source]] tables (required)")
     parser.add_argument("--context-length", type=int, default=2048, help="tokens per window (default 2048)")
-    parser.add_argument("--seed", type=int, default=1,
+    parser.add_argument("--seed", type=int, default=None,
                         help="hidden layout: the seed every selection, offset, partition and sentinel salt "
                         "derives from (recorded in the suite; default 1)")
     parser.add_argument("--trust-remote-code", action="store_true",
@@ -37,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _logits(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
+    from kldtui.errors import BadInput
+
+    if args.seed is not None:
+        raise BadInput("--seed draws a --layout hidden suite; the logits layout's windows are evenly spaced "
+                       "(no seed): drop --seed, or add --layout hidden with a PLAN.toml")
     from kldtui.stages.prepare import DEFAULT_SOURCES, load_sources, prepare_suite
 
     sources = load_sources(args.sources) if args.sources else list(DEFAULT_SOURCES)
@@ -60,9 +65,10 @@ def _hidden(args: argparse.Namespace) -> int:
         raise BadInput("--layout hidden needs --sources PLAN.toml ([[stratum]] tables with their context "
                        "counts and the [[source]] tables feeding them; docs/PRODUCING.md)")
     plan = load_plan(args.sources)
+    seed = 1 if args.seed is None else args.seed
     with ConsoleProgress() as emit:
         result = prepare_hidden_suite(args.output_dir, args.tokenizer, plan,
-                                      context_length=args.context_length, seed=args.seed,
+                                      context_length=args.context_length, seed=seed,
                                       trust_remote_code=args.trust_remote_code, kind=args.kind or KIND,
                                       emit=emit)
     doc = result.suite.raw
@@ -70,7 +76,7 @@ def _hidden(args: argparse.Namespace) -> int:
     parts = doc["partition_counts"]
     print(f"suite ready: {result.output_dir} ({result.contexts} contexts of {result.suite.context_length} "
           f"tokens: {counts}; analysis {parts.get('analysis', 0)}, qualification "
-          f"{parts.get('qualification', 0)}, sentinels {doc['sentinel_count']}; seed {args.seed}; suite hash "
+          f"{parts.get('qualification', 0)}, sentinels {doc['sentinel_count']}; seed {seed}; suite hash "
           f"{result.suite.suite_token_hash_sha256})")
     return 0
 
