@@ -12,7 +12,9 @@ resamples. The rule, deterministic for a seed (every salt derives from it and is
 2. per stratum, documents are taken in the order of their selection key, the domain hash of
    (selection salt, stratum, source key, source id, content SHA-256); each gives
    ``min(contexts_per_source, tokens // context_length)`` contexts, the last only what the
-   stratum still needs, until the stratum's count is met exactly (too few: refused);
+   stratum still needs, until the stratum's count is met exactly (too few: refused); a document
+   whose token 5-grams are ``near_duplicate_threshold`` similar or more (MinHash estimate of the
+   Jaccard index) to a document already drawn from, in any stratum, is passed over;
 3. a document's k contexts lie in its k equal segments, each at an offset inside its segment
    given by the offset salt's domain hash: they never overlap;
 4. per stratum, source clusters are ordered by the partition salt's domain hash of (stratum,
@@ -75,12 +77,16 @@ STAGE: StageName = "prepare"
 KIND = "distribution-fidelity suite"
 SALT_PREFIX = "kldtui-prepare-hidden-v1"
 DEFAULT_CONTEXTS_PER_SOURCE = 2
+DEFAULT_NEAR_DUPLICATE = 0.85  # the published suite's rejection threshold
+SHINGLE = 5  # tokens per shingle of the near-duplicate check
+PERMUTATIONS = 128  # MinHash hash functions
 REPRESENTATIONS = ("raw_continuation", "source_file", "source_document")
 SELECTION_RULE = (
     "per allocation stratum, source documents in selection-key order (domain hash of selection salt, "
     "stratum, source key, source id, content sha256), each giving min(contexts_per_source, tokens // "
     "context_length) contexts, one per equal segment at an offset-salt offset, until the stratum's "
-    "count is met; exact duplicate documents dropped")
+    "count is met; exact duplicate documents dropped, near-duplicates of a document already drawn from "
+    "(MinHash Jaccard of token 5-grams at or above the plan's threshold) passed over")
 PARTITION_RULE = (
     "per stratum, whole source clusters in partition-salt order (domain hash of partition salt, stratum, "
     "cluster key): the earliest choice in that order whose sizes make the stratum's qualification count "
@@ -142,13 +148,14 @@ class Plan:
     sources: tuple[PlanSource, ...]
     contexts_per_source: int = DEFAULT_CONTEXTS_PER_SOURCE
     where: str = "plan"
+    near_duplicate_threshold: float = DEFAULT_NEAR_DUPLICATE  # 0: no near-duplicate check
 
     @property
     def contexts(self) -> int:
         return sum(s.contexts for s in self.strata)
 
 
-_PLAN_KEYS = {"contexts_per_source"}
+_PLAN_KEYS = {"contexts_per_source", "near_duplicate_threshold"}
 _STRATUM_KEYS = {"name", "contexts", "qualification", "sentinels"}
 _SOURCE_KEYS = {"key", "domain", "dataset", "config", "split", "revision", "stratum", "builder", "text_field",
                 "source_id_field", "cluster_field", "rows_per_source", "document_start", "scan_limit",
@@ -186,6 +193,10 @@ def parse_plan(doc: Mapping[str, Any], where: str) -> Plan:
         raise BadInput(f"{where}: [plan] takes only {sorted(_PLAN_KEYS)}")
     per_source = _count(plan_table, "contexts_per_source", f"{where}: [plan]", minimum=1,
                         default=DEFAULT_CONTEXTS_PER_SOURCE)
+    near = plan_table.get("near_duplicate_threshold", DEFAULT_NEAR_DUPLICATE)
+    if isinstance(near, bool) or not isinstance(near, int | float) or not 0 <= near <= 1:
+        raise BadInput(f"{where}: [plan] near_duplicate_threshold {near!r} must be a number from 0 (no "
+                       "near-duplicate check) to 1")
     strata_tables, source_tables = doc.get("stratum"), doc.get("source")
     if not isinstance(strata_tables, list) or not strata_tables:
         raise BadInput(f"{where}: no [[stratum]] tables; a hidden plan lists its allocation strata with "
@@ -279,7 +290,7 @@ def parse_plan(doc: Mapping[str, Any], where: str) -> Plan:
         if stratum.name not in fed:
             raise BadInput(f"{where}: stratum {stratum.name!r} has no [[source]]; add one with "
                            f"stratum = {stratum.name!r} or remove the stratum")
-    return Plan(tuple(strata), tuple(sources), per_source, where)
+    return Plan(tuple(strata), tuple(sources), per_source, where, float(near))
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
@@ -386,10 +397,67 @@ def context_starts(salts: Salts, doc: Document, count: int, length: int) -> list
     return starts
 
 
+class NearDuplicates:
+    """Approximate deduplication: a document whose token 5-gram set is at least ``threshold``
+    similar (Jaccard, estimated by MinHash) to a document already drawn from is passed over. The
+    hash functions derive from a salt, so the choice is deterministic for a seed."""
+
+    method = (f"MinHash Jaccard estimate over token {SHINGLE}-gram shingles, {PERMUTATIONS} multiply-shift "
+              "hash functions from the selection salt; a document at or above the threshold against one "
+              "already drawn from is passed over")
+
+    def __init__(self, threshold: float, salt: str) -> None:
+        import numpy as np
+
+        self.threshold = threshold
+        rng = np.random.default_rng(int(domain_hash(salt, "near-duplicates")[:16], 16))
+        self._xor = rng.integers(0, 2**63, PERMUTATIONS, dtype=np.uint64) * np.uint64(2)
+        self._mul = rng.integers(0, 2**62, PERMUTATIONS, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        self._kept = np.zeros((0, PERMUTATIONS), dtype=np.uint64)
+        self.rejected: list[str] = []  # "source key/source id" of the documents passed over
+
+    def signature(self, ids: Sequence[int]) -> Any:
+        """The MinHash signature of a token sequence (None when it is shorter than a shingle)."""
+        import numpy as np
+
+        tokens = np.asarray(ids, dtype=np.uint64)
+        if tokens.size < SHINGLE:
+            return None
+        n = tokens.size - SHINGLE + 1
+        shingles = np.zeros(n, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for j in range(SHINGLE):  # a polynomial hash of the 5 ids, modulo 2**64
+                shingles = shingles * np.uint64(1_000_003) + tokens[j:j + n]
+            shingles = np.unique(shingles)
+            out = np.full(PERMUTATIONS, np.iinfo(np.uint64).max, dtype=np.uint64)
+            for start in range(0, shingles.size, 4096):
+                block = (shingles[start:start + 4096, None] ^ self._xor) * self._mul
+                out = np.minimum(out, block.min(axis=0))
+        return out
+
+    def admit(self, doc: Document, ids: Sequence[int]) -> bool:
+        """Whether ``doc`` may give contexts (and if so, remember it)."""
+        import numpy as np
+
+        if self.threshold <= 0:
+            return True
+        sig = self.signature(ids)
+        if sig is None:
+            return True
+        if self._kept.shape[0] and float((self._kept == sig).mean(axis=1).max()) >= self.threshold:
+            self.rejected.append(f"{doc.source_key}/{doc.source_id}")
+            return False
+        self._kept = np.vstack([self._kept, sig])
+        return True
+
+
 def allocate(plan: Plan, documents: Sequence[Document], tokens_of: Callable[[Document], Sequence[int]], *,
-             length: int, salts: Salts, cancel: Cancel | None = None) -> list[Placed]:
+             length: int, salts: Salts, cancel: Cancel | None = None,
+             near: NearDuplicates | None = None) -> list[Placed]:
     """The suite's contexts in order, with partitions and sentinels (module docstring); BadInput
-    (one line naming the plan, the stratum and what to do) when a count cannot be met exactly."""
+    (one line naming the plan, the stratum and what to do) when a count cannot be met exactly.
+    ``near`` passes over near-duplicate documents (by default the plan's threshold)."""
+    near = NearDuplicates(plan.near_duplicate_threshold, salts.selection) if near is None else near
     seen: set[str] = set()
     unique: list[Document] = []
     for doc in documents:  # exact content deduplication, first occurrence kept
@@ -411,6 +479,7 @@ def allocate(plan: Plan, documents: Sequence[Document], tokens_of: Callable[[Doc
                 f"tokens, at most {plan.contexts_per_source} contexts each); lower its 'contexts', raise "
                 "[plan] contexts_per_source, lower --context-length or add sources")
         placed: list[Placed] = []
+        passed_over = 0
         for doc in usable:
             need = stratum.contexts - len(placed)
             if need == 0:
@@ -419,10 +488,19 @@ def allocate(plan: Plan, documents: Sequence[Document], tokens_of: Callable[[Doc
             ids = tokens_of(doc)
             if len(ids) != doc.tokens:
                 raise ValueError(f"document {doc.source_id}: {len(ids)} tokens, {doc.tokens} expected")
+            if not near.admit(doc, ids):
+                passed_over += 1
+                continue
             key = selection_key(salts, doc)
             for start in context_starts(salts, doc, take, length):
                 window = tuple(int(t) for t in ids[start:start + length])
                 placed.append(Placed(doc, start, start + length, key, window, token_ids_hash(window)))
+        if len(placed) < stratum.contexts:
+            raise BadInput(
+                f"{plan.where}: stratum {stratum.name!r}: {stratum.contexts} contexts asked, its sources "
+                f"give only {len(placed)} once {passed_over} near-duplicate documents are passed over "
+                f"(near_duplicate_threshold {near.threshold}); lower its 'contexts', add sources, or raise "
+                "[plan] near_duplicate_threshold")
         placed.sort(key=lambda c: (c.selection_key, c.start))
         out.extend(_partition(plan, stratum, placed, salts, partition_of))
     return out
@@ -671,7 +749,9 @@ def prepare_hidden_suite(output_dir: str | os.PathLike[str], tokenizer: str, pla
             documents.append(replace(doc, tokens=count))
             if throttle.ready(final=len(documents) == total):
                 emit(Progress(STAGE, "documents", len(documents), total, "documents"))
-    contexts = allocate(plan, documents, tokens_of, length=context_length, salts=salts, cancel=cancel)
+    near = NearDuplicates(plan.near_duplicate_threshold, salts.selection)
+    contexts = allocate(plan, documents, tokens_of, length=context_length, salts=salts, cancel=cancel,
+                        near=near)
     by_key = {g.source.key: g for g in loaded}
 
     def write(root: Path) -> None:
@@ -710,11 +790,14 @@ def prepare_hidden_suite(output_dir: str | os.PathLike[str], tokenizer: str, pla
                      "documents": len(g.documents)} for g in loaded]
         extra = {
             "add_special_tokens": False, "exact_content_deduplication": True,
-            "approximate_deduplication": {"method": None, "rejection_threshold": None},
+            "approximate_deduplication": ({"method": near.method, "rejection_threshold": near.threshold,
+                                           "rejected_documents": near.rejected} if near.threshold > 0 else
+                                          {"method": None, "rejection_threshold": None}),
             "chat_rendering": {"implementation": None, "add_generation_prompt": False, "thinking": False,
                                "jinja_template": None},
             "selection": SELECTION_RULE, "partition_rule": PARTITION_RULE,
             "plan": {"seed": seed, "contexts_per_source": plan.contexts_per_source,
+                     "near_duplicate_threshold": plan.near_duplicate_threshold,
                      "strata": [{"name": s.name, "contexts": s.contexts, "qualification": s.qualification,
                                  "sentinels": s.sentinels} for s in plan.strata]},
         }

@@ -89,6 +89,8 @@ def test_a_prepared_hidden_suite_is_captured_verified_and_compared(
     assert doc["allocation_counts"] == {"prose": 10, "code": 6}
     assert doc["partition_counts"] == {"analysis": 10, "qualification": 6} and doc["sentinel_count"] == 3
     assert doc["plan"]["seed"] == 1 and doc["selection_salt"] and doc["offset_salt"]
+    assert doc["approximate_deduplication"]["rejection_threshold"] == 0.85
+    assert doc["approximate_deduplication"]["method"].startswith("MinHash")
     contexts = doc["contexts"]
     # local datasets by name: the producer's paths stay out of the suite and its cluster keys
     assert {c["dataset"] for c in contexts} == {"articles.jsonl", "code.jsonl"}

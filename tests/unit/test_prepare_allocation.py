@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from kldtui.errors import BadInput
 from kldtui.stages.prepare_hidden import (
     Document,
+    NearDuplicates,
     Plan,
     PlanSource,
     Salts,
@@ -172,3 +174,50 @@ def test_document_start_groups_rows_into_articles() -> None:
                                 "builder": "wikitext", "document_start": "(", "rows_per_source": 2}]},
                    "PLAN.toml")
     assert "give one of rows_per_source, document_start" in str(err.value)
+
+
+def _near_world(changed: int, step: int = 40) -> tuple[list[Document], dict[str, list[int]]]:
+    """Four documents of 640 tokens: an original, a copy with ``changed`` tokens replaced (every
+    ``step``-th), and two unrelated ones."""
+    rng = random.Random(5)
+    original = [rng.randrange(50_000) for _ in range(4 * LENGTH * 10)]
+    copy = list(original)
+    for i in range(changed):
+        copy[i * step] = 60_000 + i
+    tokens = {"orig": original, "copy": copy, "other": [rng.randrange(50_000) for _ in original],
+              "other2": [rng.randrange(50_000) for _ in original]}
+    docs = [Document("s", "prose", "d", name, name, f"{n:064x}", len(ids))
+            for n, (name, ids) in enumerate(tokens.items())]
+    return docs, tokens
+
+
+def test_near_duplicate_documents_are_passed_over() -> None:
+    docs, tokens = _near_world(changed=4)  # 4 of 640 tokens: 5-gram Jaccard about 0.94
+    near = NearDuplicates(0.85, Salts(1).selection)
+    by_name = {d.source_id: d for d in docs}
+    assert [near.admit(by_name[k], tokens[k]) for k in ("orig", "other", "copy", "other2")] == [
+        True, True, False, True]
+    assert near.rejected == ["s/copy"]
+
+    def draw(threshold: float, contexts: int, names: tuple[str, ...]) -> list[str]:
+        plan = replace(_plan(StratumPlan("prose", contexts), per_source=1),
+                       near_duplicate_threshold=threshold)
+        out = allocate(plan, [by_name[n] for n in names], lambda d: tokens[d.source_id], length=LENGTH,
+                       salts=Salts(1))
+        return sorted(c.document.source_id for c in out)
+
+    kept = draw(0.85, 3, ("orig", "copy", "other", "other2"))
+    assert len({"orig", "copy"} & set(kept)) == 1  # one of the pair, never both
+    assert draw(0.0, 3, ("orig", "copy", "other")) == ["copy", "orig", "other"]  # 0: no check
+    with pytest.raises(BadInput, match="give only 2 once 1 near-duplicate documents are passed over"):
+        draw(0.85, 3, ("orig", "copy", "other"))
+
+
+def test_the_minhash_estimate_separates_near_from_far() -> None:
+    near = NearDuplicates(0.85, Salts(2).selection)
+    _, tokens = _near_world(changed=4)
+    a, b, c = (near.signature(tokens[k]) for k in ("orig", "copy", "other"))
+    assert (a == b).mean() > 0.85 and (a == c).mean() < 0.05
+    _, far = _near_world(changed=120, step=5)  # every fifth token: nearly every 5-gram changed
+    assert (a == near.signature(far["copy"])).mean() < 0.2
+    assert near.signature([1, 2, 3]) is None
