@@ -44,6 +44,8 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         profile.candidate.model_size()
     except KldError as exc:
         problems.append(str(exc))
+    if not problems and not fetched and (missing := _missing_tokens_problem(profile, workspace)):
+        problems.append(missing)
     if not problems and (vocab := _vocab_problem(profile, workspace)):
         problems.append(vocab)
     if not problems and (context := _context_problem(profile, workspace)):
@@ -66,6 +68,28 @@ def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def _missing_tokens_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """Token files of the run's range that the suite folder lacks: a download of part of a suite
+    (a partition, a stratum) holds only those contexts, and capture would stop at the first
+    missing one after the server was launched."""
+    from kldtui.formats.suite import load_suite
+
+    try:
+        suite = load_suite(workspace.suite_dir)
+        windows = suite.select(profile.run.start_window, profile.run.stop_window)
+    except (KldError, OSError, ValueError):
+        return None  # said by the range check or the reference stage
+    missing = [w for w in windows if not (suite.root / w.token_file).is_file()]
+    if not missing:
+        return None
+    unit = "context" if windows[0].unit == "context" else "window"
+    here = len(windows) - len(missing)
+    return (f"{suite.root / missing[0].token_file}: missing, with {len(missing) - 1} more of the run's "
+            f"{len(windows)} {unit}s ({here} here: a download of part of the suite); fetch the run's range "
+            f"(kldtui download REPO --local-dir {suite.root} --start-{unit} A --stop-{unit} B), or set "
+            "[run] start_window/stop_window to the ones here")
 
 
 def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:

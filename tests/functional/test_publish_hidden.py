@@ -429,3 +429,37 @@ def test_a_replay_check_that_did_not_qualify_is_published_as_it_is(
     assert "Not met: top-1 agreement 0.996300 < 0.999." in captured.out
     assert "| mean KL | 6e-05 |" in captured.out and "| top-1 agreement | 0.996300 |" in captured.out
     assert f"{path}: status 'not qualified'" in captured.err
+
+
+def test_a_run_on_part_of_a_downloaded_suite_is_refused_before_launching(
+        made: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A download by partition holds only those contexts: `kldtui run` over the whole range says so
+    before a server starts (it stopped at the first missing token file after the launch)."""
+    root = _copy(made, tmp_path / "suite")
+    for i in (2, 5):  # the qualification contexts, as a download of the analysis partition leaves it
+        (root / "tokens" / f"context-{i:04d}.json").unlink()
+        (root / "reference-hidden" / f"hidden_{i:04d}.safetensors").unlink()
+    profile = tmp_path / "cand.toml"
+    profile.write_text(f"""
+[reference]
+local_dir = "{root}"
+logits_dir = "reference-hidden"
+
+[candidate]
+kind = "embedded"
+served_model_name = "cand"
+model_seed = {SEED}
+vocab_size = {VOCAB}
+perturb = 0.05
+port = 0
+
+[run]
+workdir = "{tmp_path / 'work'}"
+""")
+    capsys.readouterr()
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = capsys.readouterr().err
+    first = root / "tokens" / "context-0002.json"
+    assert f"{first}: missing, with 1 more of the run's 6 contexts (4 here" in err
+    assert "--start-context A --stop-context B" in err
+    assert not (tmp_path / "work" / "server.log").exists()  # nothing was launched
