@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from kldtui.errors import BadInput, Interrupted, StageFailed, size_text
 from kldtui.events import (
@@ -159,12 +159,17 @@ def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: Event
 # results
 
 
+# What a verified path is: a suite folder, a logits folder, a dataset root (suite + ref/), a
+# hidden-state suite or a folder of hidden states; the summary line starts with it.
+VerifiedKind = Literal["suite", "logits", "dataset", "hidden-state suite", "hidden-state folder"]
+
+
 @dataclass
 class VerifyResult:
     """What :func:`verify_path` found. ``ok`` is true when ``failures`` is empty."""
 
     path: Path
-    kind: str  # "suite", "logits" or "dataset"
+    kind: VerifiedKind
     failures: list[str] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)  # failures that are unreadable manifests
     checked: list[Path] = field(default_factory=list)  # files hashed by this run
@@ -400,7 +405,7 @@ def _present(path: Path) -> bool:
         raise BadInput(f"{path}: {exc.strerror or exc}; replace it with the file or remove it") from None
 
 
-def _classify(path: Path) -> tuple[str, Path | None, Path | None]:
+def _classify(path: Path) -> tuple[VerifiedKind, Path | None, Path | None]:
     """(kind, suite manifest, logits manifest) for a file or folder."""
     if not path.exists():
         raise BadInput(f"{path}: no such file or folder; give a suite folder, a logits folder or a "

@@ -35,9 +35,9 @@ from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import open_regular_raw
 from kldtui.formats.suite import SUITE_MANIFEST, Suite, WindowSpec, load_suite, sha256_file
 from kldtui.formats.verified_cache import VerifiedCache
-from kldtui.stages.verify import STAGE, VerifyResult, hash_files, read_record
+from kldtui.stages.verify import STAGE, VerifiedKind, VerifyResult, hash_files, read_record
 
-KIND = "hidden-state suite"
+KIND: VerifiedKind = "hidden-state suite"
 
 
 def is_hidden_suite(root: Path) -> bool:
