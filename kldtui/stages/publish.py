@@ -33,6 +33,7 @@ from kldtui.formats.suite import (
     load_suite,
 )
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
+from kldtui.text import human_bytes
 
 STAGE: StageName = "publish"
 CARD = "README.md"
@@ -399,6 +400,10 @@ def _publish_hidden(p: Path, repo_id: str, *, dry_run: bool, private: bool, revi
     if dry_run:
         emit(StageFinished(STAGE, summary=f"dry run: {len(files)} files would go to {repo_id}"))
         return PublishResult(card, files, None)
+    total = sum((p / rel).stat().st_size for rel in facts.files)
+    emit(Notice(STAGE, f"uploading {len(facts.files)} files ({human_bytes(total)}) and the card to "
+                       f"{repo_id}; if it is interrupted, run the same command again: what is already there "
+                       "is not sent again"))
     url = _upload(p, repo_id, private=private, revision=revision, only=facts.files, card=card)
     emit(StageFinished(STAGE, summary=f"{len(files)} files -> {url}"))
     return PublishResult(card, files, url)

@@ -352,7 +352,13 @@ def test_round_trip_publish_download_verify_compare(made: Path, tmp_path: Path,
     cand = _candidate(root, tmp_path / "candidate")
     with HubServer() as hub:
         _hub_env(monkeypatch, hub)
+        capsys.readouterr()
         assert main(["publish", str(root), "--repo-id", REPO]) == 0
+        total = sum((root / rel).stat().st_size for rel in [*fid.read_checksums(root), "checksums.txt"])
+        from kldtui.text import human_bytes
+
+        assert f"uploading {len(fid.read_checksums(root)) + 1} files ({human_bytes(total)}) and the card" in \
+            capsys.readouterr().err
         remote = hub.repo_folder(REPO)
         hub.add_dataset(REPO, remote)  # served for download from what was uploaded
         for name, flags, chosen in (
