@@ -183,6 +183,8 @@ class VerifyResult:
     suite_only: str | None = None
     bytes_hashed: int = 0
     elapsed_s: float = 0.0
+    # what the hashed files are, in the summary: a hidden-state suite hashes every file it lists
+    file_word: str = "logits file"
 
     @property
     def ok(self) -> bool:
@@ -200,9 +202,9 @@ class VerifyResult:
             parts.append(f"{plural(self.token_files, 'token file')} and the suite hash checked")
         if self.checked or (not self.cached and self.kind != "suite" and self.suite_only is None):
             hashed = size_text(self.bytes_hashed)
-            parts.append(f"{plural(len(self.checked), 'logits file')} hashed ({hashed})")
+            parts.append(f"{plural(len(self.checked), self.file_word)} hashed ({hashed})")
         if self.cached:
-            parts.append(f"{plural(len(self.cached), 'logits file')} unchanged since verified (not hashed "
+            parts.append(f"{plural(len(self.cached), self.file_word)} unchanged since verified (not hashed "
                          "again)")
         return f"{self.kind} {self.path}: {head}" + (f"; {', '.join(parts)}" if parts else "")
 

@@ -90,7 +90,7 @@ def verify_hidden_suite(root: str | Path, *, selection: fid.ContextFilter | None
     contexts, False skips them, None checks those present."""
     started = time.monotonic()
     base = Path(root)
-    result = VerifyResult(path=base, kind=KIND)
+    result = VerifyResult(path=base, kind=KIND, file_word="file")
     emit(StageStarted(STAGE, detail=f"{KIND} {base}"))
     checker = _Checker(base, result, emit, cancel)
     checker.run(selection, sentinel_runs, reverify, workers, expected_suite_hash)
@@ -114,7 +114,7 @@ def verify_hidden_folder(folder: str | Path, *, reverify: bool = False, workers:
     is one (suite hash, token hashes)."""
     started = time.monotonic()
     base = Path(folder)
-    result = VerifyResult(path=base, kind="hidden-state folder")
+    result = VerifyResult(path=base, kind="hidden-state folder", file_word="hidden-state file")
     emit(StageStarted(STAGE, detail=f"hidden-state folder {base}"))
     try:
         manifest = fid.load_tensor_manifest(base)

@@ -151,7 +151,8 @@ def test_dry_run_prints_a_true_card_and_the_listed_files_and_writes_nothing(
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
     capsys.readouterr()
     assert main(["publish", str(root), "--repo-id", REPO, "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f", {len(fid.read_checksums(root))} files hashed (" in err  # every listed file, each a file
     card, _, listing = out.partition(f"files would be uploaded to dataset {REPO}:")
     check_card(card, root, REPO)
     assert "records status **qualified**" in card  # the embedded model's replay is exact
