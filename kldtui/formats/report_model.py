@@ -747,6 +747,7 @@ class Comparator(_Part):
     tf32: bool | None = None
     bf16_reduced_precision_reduction: bool | None = None
     source_file_hashes_verified: bool | None = None
+    bf16_gemm: str | None = None  # the CPU's path (docs/REPLAY.md): "native", "widened to FP32"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -761,7 +762,7 @@ class Comparator(_Part):
                    o.opt_int("vocab_chunk"),
                    o.opt_int("replay_rows"), o.opt_int("position_block"), o.opt_str("device"),
                    o.opt_str("library"), opt_bool("tf32"), opt_bool("bf16_reduced_precision_reduction"),
-                   opt_bool("source_file_hashes_verified"), extra=o.rest(known))
+                   opt_bool("source_file_hashes_verified"), o.opt_str("bf16_gemm"), extra=o.rest(known))
 
 
 @dataclass(frozen=True)

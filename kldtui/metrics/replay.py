@@ -41,6 +41,20 @@ import numpy as np
 from kldtui.metrics.replay_spec import DEFAULT_CHUNK, DEFAULT_OUTPUT, OUTPUTS, check_output
 
 BF16_BYTES = 2
+NATIVE, WIDENED = "native", "widened to FP32"  # how a replay's GEMM takes its BF16 operands
+
+
+def torch_gemm_path(device: str, output: str) -> str:
+    """How :class:`TorchReplay` multiplies on ``device`` for ``output``: a BF16 GEMM (CUDA, or a CPU
+    whose oneDNN takes BF16: AVX-512 BW/VL/DQ or AVX2 with AVX-NE-CONVERT on x86, BF16 on Arm), else
+    each chunk widened to FP32 (also for ``f32`` output, whose sums stay FP32)."""
+    import torch
+
+    if output == "f32":
+        return WIDENED
+    if torch.device(device).type != "cpu" or torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return NATIVE
+    return WIDENED
 
 
 def bf16_to_f32(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -192,10 +206,10 @@ class TorchReplay:
         self.output = check_output(output)
         self.stream = stream and head.device != self.device
         self.head = head if self.stream or head.device == self.device else head.to(self.device)
-        self.native_bf16 = self.device.type != "cpu" or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        self.native_bf16 = torch_gemm_path(str(self.device), "bf16") == NATIVE
         self.settings: dict[str, Any] = {"device": str(self.device), "vocab_chunk": self.chunk,
                                          "output": self.output, "head_streamed": self.stream,
-                                         "bf16_gemm": "native" if self.native_bf16 else "widened to FP32"}
+                                         "bf16_gemm": torch_gemm_path(str(self.device), self.output)}
         self._local = threading.local()
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = False
@@ -328,6 +342,7 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-__all__ = ["DEFAULT_CHUNK", "DEFAULT_OUTPUT", "OUTPUTS", "NumpyReplay", "ReplayShape", "TorchReplay",
+__all__ = ["DEFAULT_CHUNK", "DEFAULT_OUTPUT", "NATIVE", "OUTPUTS", "WIDENED", "NumpyReplay", "ReplayShape",
+           "TorchReplay",
            "bf16_host_bits", "bf16_to_f32", "check_output", "chunks", "f32_to_bf16", "replay_float64",
-           "round_bf16_inplace", "rows_to_bf16", "torch_bf16", "torch_threads"]
+           "round_bf16_inplace", "rows_to_bf16", "torch_bf16", "torch_gemm_path", "torch_threads"]

@@ -271,6 +271,9 @@ def test_the_replay_rounds_as_the_folder_records_its_model_computed(world: dict,
                       replay_dtype="bf16")
     assert published.comparator.replay_dtype == overridden.comparator.replay_dtype == "bf16"
     assert recorded.comparator.replay_dtype == forced.comparator.replay_dtype == "f32"
+    # the report says how the GEMM took BF16: an f32 replay multiplies widened chunks on any CPU
+    assert recorded.comparator.bf16_gemm == forced.comparator.bf16_gemm == "widened to FP32"
+    assert published.comparator.bf16_gemm in ("native", "widened to FP32")
     assert recorded.kl_reference_to_candidate.mean == forced.kl_reference_to_candidate.mean
     assert overridden.kl_reference_to_candidate.mean == published.kl_reference_to_candidate.mean
     assert recorded.kl_reference_to_candidate.mean != published.kl_reference_to_candidate.mean

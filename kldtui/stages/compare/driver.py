@@ -309,6 +309,9 @@ def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareO
     if replayed:
         settings = engine.replays.settings() if engine is not None else {}
         cuda = str(settings.get("device", "")).startswith("cuda")
+        outputs = sorted({s.output for s in (ref, cand) if isinstance(s, HiddenSide)})
+        bf16_gemm = ("/".join(sorted({engine.replays.gemm_path(o) for o in outputs}))
+                     if engine is not None else None)
         comparator = Comparator(
             two_pass_full_vocabulary=True,
             lm_head_file_sha256=infos[0].lm_head_file_sha256,
@@ -319,7 +322,7 @@ def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareO
             position_block=engine.row_block if engine is not None else None,
             device=settings.get("device"), library=settings.get("library"),
             tf32=False if cuda else None, bf16_reduced_precision_reduction=False if cuda else None,
-            source_file_hashes_verified=options.verify_sha256)
+            source_file_hashes_verified=options.verify_sha256, bf16_gemm=bf16_gemm)
     return (infos[0], infos[1]), comparator
 
 

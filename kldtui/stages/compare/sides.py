@@ -43,7 +43,14 @@ from kldtui.formats.suite import (
     load_logits_manifest,
     read_versioned,
 )
-from kldtui.metrics.replay import DEFAULT_CHUNK, NumpyReplay, bf16_to_f32, check_output, torch_bf16
+from kldtui.metrics.replay import (
+    DEFAULT_CHUNK,
+    WIDENED,
+    NumpyReplay,
+    bf16_to_f32,
+    check_output,
+    torch_bf16,
+)
 from kldtui.stages.compare.rows import RowMap
 
 if TYPE_CHECKING:
@@ -125,6 +132,16 @@ class Replays:
     def settings(self) -> dict[str, Any]:
         return {"device": self.device, "library": self.library(), "vocab_chunk": self.chunk,
                 "replay_dtype": "/".join(sorted(self.outputs)) or None}
+
+    def gemm_path(self, output: str) -> str:
+        """How a replay rounding as ``output`` multiplies here: ``native`` (a BF16 GEMM) or ``widened
+        to FP32`` (each chunk widened exactly, an FP32 GEMM: NumPy, ``f32`` output, or torch on a CPU
+        without oneDNN's BF16 support)."""
+        if not self.uses_torch:
+            return WIDENED
+        from kldtui.metrics.replay import torch_gemm_path
+
+        return torch_gemm_path(self.device, output)
 
     def close(self) -> None:
         self._replays.clear()
