@@ -131,7 +131,8 @@ class Comparer:
             self.head_sha256 = inputs.head_sha256
             if inputs.replayed:
                 sides = (inputs.reference, inputs.candidate)
-                self.emit(Notice("compare", memory_text(sides, engine.replay_rows, inputs.vocab_size)))
+                self.emit(Notice("compare", memory_text(sides, engine.replay_rows, inputs.vocab_size,
+                                                             engine.replays)))
             for n, w in enumerate(inputs.windows):
                 if self.cancel is not None:
                     self.cancel.check()

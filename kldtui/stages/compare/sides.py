@@ -459,15 +459,19 @@ def heads(*sides: Side) -> Iterator[fid.LmHead]:
             yield side.head
 
 
-def memory_text(sides: tuple[Side, Side], rows: int, vocab: int) -> str:
-    """What a replay block costs, said before a run."""
-    replayed = sum(1 for s in sides if isinstance(s, HiddenSide))
-    block = replayed * rows * vocab * 4
-    chunk = DEFAULT_CHUNK
-    head = max((h.hidden * chunk * 4 for h in heads(*sides)), default=0)
-    return (f"replaying {replayed} side(s) {rows} rows at a time: {size_text(block)} of replayed logits, "
-            f"{size_text(head)} per vocabulary chunk of the head; the head itself is mapped from the page "
-            "cache")
+def memory_text(sides: tuple[Side, Side], rows: int, vocab: int, replays: Replays | None = None) -> str:
+    """What a replay block costs, said before a run: the FP32 blocks, and the replay's buffers per
+    vocabulary chunk (the product, and on the widened path the chunk of the head in FP32)."""
+    hidden = [s for s in sides if isinstance(s, HiddenSide)]
+    block = len(hidden) * rows * vocab * 4
+    chunk = replays.chunk if replays is not None else DEFAULT_CHUNK
+    widened = replays is None or any(replays.gemm_path(s.output) == WIDENED for s in hidden)
+    width = max((h.hidden for h in heads(*sides)), default=0)
+    buffers = rows * chunk * 2 + (rows * chunk * 4 + width * chunk * 4 if widened else 0)
+    path = "each chunk of the head widened to FP32" if widened else "a BF16 GEMM"
+    return (f"replaying {len(hidden)} side(s) {rows} rows at a time: {size_text(block)} of replayed logits, "
+            f"{size_text(buffers)} of buffers per vocabulary chunk ({path}); the head itself is mapped "
+            "from the page cache")
 
 
 __all__ = ["HiddenSide", "LogitsSide", "Replays", "RowSource", "Side", "SideInfo", "heads", "load_side",
