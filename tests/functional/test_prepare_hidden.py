@@ -116,6 +116,7 @@ def test_a_prepared_hidden_suite_is_captured_verified_and_compared(
         ids = tok(text, add_special_tokens=False)["input_ids"]
         stored = json.loads((suite_dir / c["token_file"]).read_text())
         assert stored == ids[c["source_token_start"]:c["source_token_end"]]
+        assert text[c["source_char_start"]:].startswith(tok.decode(stored))  # where the context starts
         assert c["source_cluster_id"] == next(r["site"] for r in rows if r["title"] == c["source_id"])
     partitions_doc = json.loads((suite_dir / fid.PARTITIONS).read_text())
     assert partitions_doc["partition_salt"] and partitions_doc["sentinel_salt"]
