@@ -118,11 +118,19 @@ def test_view_of_a_bad_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert "run the compare stage" not in done.stderr
 
 
-def test_view_of_a_folder_suggests_its_report(tmp_path: Path) -> None:
-    write_report(tmp_path / "comparison.json", make_report("q4", 0.01, seed=1))
-    done = kldtui("view", str(tmp_path))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert str(tmp_path / "comparison.json") in done.stderr
+def test_view_of_a_work_folder_opens_its_report_and_an_empty_folder_is_one_line(tmp_path: Path) -> None:
+    """A run's work folder stands for its comparison.json (not a terminal: its summary); a folder
+    without a report is one line naming it, exit 2."""
+    (tmp_path / "run").mkdir()
+    write_report(tmp_path / "run" / "comparison.json", make_report("q4", 0.01, seed=1))
+    done = kldtui("view", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    direct = kldtui("view", str(tmp_path / "run" / "comparison.json"))
+    assert done.stdout == direct.stdout and "q4" in done.stdout
+    (tmp_path / "empty").mkdir()
+    empty = kldtui("view", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1
+    assert f"{tmp_path / 'empty'}: is a folder without a comparison.json" in empty.stderr
 
 
 
