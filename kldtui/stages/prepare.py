@@ -188,20 +188,26 @@ def parse_sources(doc: Mapping[str, Any], where: str) -> list[Source]:
     return sources
 
 
-def load_sources(path: str | os.PathLike[str]) -> list[Source]:
-    p = Path(path)
+def load_toml(p: Path, *, what: str, takes: str) -> dict[str, Any]:
+    """The TOML document at ``p``; BadInput (one line naming ``p``) when it cannot be read or parsed.
+    ``what``: "sources file"; ``takes``: "--sources takes a SOURCES.toml file"."""
     try:
-        doc = tomllib.loads(read_text(p))
+        return tomllib.loads(read_text(p))
     except FileNotFoundError:
-        raise BadInput(f"{p}: sources file not found") from None
+        raise BadInput(f"{p}: {what} not found; {takes}") from None
     except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder; --sources takes a SOURCES.toml file") from None
+        raise BadInput(f"{p}: is a folder; {takes}") from None
     except UnicodeDecodeError:
-        raise BadInput(f"{p}: not UTF-8 text; --sources takes a SOURCES.toml file") from None
+        raise BadInput(f"{p}: not UTF-8 text; {takes}") from None
     except OSError as exc:
-        raise BadInput(f"{p}: the sources file cannot be read ({exc.strerror or exc})") from None
+        raise BadInput(f"{p}: the {what} cannot be read ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{p}: not valid TOML ({exc})") from None
+
+
+def load_sources(path: str | os.PathLike[str]) -> list[Source]:
+    p = Path(path)
+    doc = load_toml(p, what="sources file", takes="--sources takes a SOURCES.toml file")
     sources = parse_sources(doc, str(p))
     # A relative local dataset path means "relative to the sources file".
     out = []

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +69,7 @@ from kldtui.stages.prepare import (
     is_local_tokenizer,
     load_source,
     load_tokenizer,
+    load_toml,
     tokenizer_id,
 )
 
@@ -296,18 +296,7 @@ def parse_plan(doc: Mapping[str, Any], where: str) -> Plan:
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """PLAN.toml: relative local dataset paths are relative to its folder."""
     p = Path(path)
-    try:
-        doc = tomllib.loads(read_text(p))
-    except FileNotFoundError:
-        raise BadInput(f"{p}: plan file not found; --sources takes a PLAN.toml (docs/PRODUCING.md)") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder; --sources takes a PLAN.toml file") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{p}: not UTF-8 text; --sources takes a PLAN.toml file") from None
-    except OSError as exc:
-        raise BadInput(f"{p}: the plan file cannot be read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{p}: not valid TOML ({exc})") from None
+    doc = load_toml(p, what="plan file", takes="--sources takes a PLAN.toml file (docs/PRODUCING.md)")
     plan = parse_plan(doc, str(p))
     sources = []
     for s in plan.sources:
