@@ -3,24 +3,28 @@ context): bytes stored and downloaded per window against F32 logits, and CPU rep
 fraction of this machine's GEMM peak, measured side by side in one run.
 
     python benchmarks/hidden_replay_bench.py [--rows 2047] [--threads N] [--library torch|numpy]
-        [--end-to-end] [--dir /tmp/kldtui-hidden-bench]
+        [--path native|widened] [--blocks 256,512,1024] [--rounds 3] [--end-to-end]
+        [--dir /tmp/kldtui-hidden-bench] [--keep]
 
 1. Sizes: a real hidden-state file is written through kldtui's writer (29 MB at full shape) and the
    head's and a logits file's sizes come from their encoded safetensors headers plus payloads, so the
    figures are the files' exact sizes; per window, the head is shared by the contexts downloaded.
-2. The GEMM peak: the best of several ``F.linear`` calls of the library and precision the replay uses
-   (BF16 for torch, FP32 SGEMM for NumPy), at the replay's own shape ([rows, 7168] x [7168, 10240])
-   and at a large square shape; the higher of the two is the peak.
-3. Replay: :class:`kldtui.metrics.replay.TorchReplay` (or ``NumpyReplay``) over one context, in the
-   compare engine's blocks (256 rows x 16 vocabulary chunks), head in memory: GEMM FLOP/s and the
-   fraction of the peak.
-4. ``--end-to-end``: ``kldtui compare`` of one context, both sides hidden states replayed with the
+2. The GEMM peak, side by side with the replay: the library and precision the replay uses (torch
+   BF16, or FP32 with ``--path widened``; NumPy's SGEMM), operands resident, at each block's own call
+   shape ([block, 7168] x [7168, 10240]) and at 4096^3. The best single call is printed too.
+3. Replay: :class:`kldtui.metrics.replay.TorchReplay` (or ``NumpyReplay``) over one context at each
+   ``--blocks`` size (the engine's CPU default among them), 10,240-row head chunks, head in memory;
+   every replayed block is followed at once by the same FLOP of peak GEMMs, so both see the same
+   load; per round, the replay's rate over the faster peak shape; the median over ``--rounds``.
+4. The error against the float64 replay, rows replayed inside an engine-sized call.
+5. ``--end-to-end``: ``kldtui compare`` of one context, both sides hidden states replayed with the
    same head (files written under ``--dir``: the head is 2.35 GB), through the engine: replay,
-   widening and the KL kernel; its GEMM throughput as a fraction of the peak.
+   widening and the KL kernel; its GEMM throughput against a 4096^3 peak run right after it.
 
 Memory, said before the run: the head 2.35 GB (in memory, or mapped from its file), one replayed
-block per side (256 x 163,840 x 4 bytes = 168 MB), the GEMM's chunk products; about 3 GB in all
-(4 GB with --end-to-end). Hold /tmp/kldtui-full.lock while it runs (it loads every core).
+block of the largest ``--blocks`` (1,024 x 163,840 x 4 bytes = 671 MB), the GEMM's chunk products;
+about 3.1 GB (3.7 GB with --end-to-end). Hold /tmp/kldtui-full.lock while it runs (it loads every
+core).
 """
 
 from __future__ import annotations
