@@ -390,11 +390,19 @@ class _Checker:
                 self.fail(f"{root / rel}: SHA-256 {sha[:12]}... does not match {fid.CHECKSUMS}'s "
                           f"{want[:12]}...; the file is corrupt, delete it and fetch it again")
         head = self.head
-        if head is not None and root / head_rel in hashed and head.raw_tensor_sha256 is not None:
+        # The payload is checked whenever the head file or the manifest stating its payload hash was
+        # hashed in this run (a cached head under a changed manifest too); a head that fails leaves
+        # the cache, so the next verify hashes and checks it again instead of passing it.
+        stated_here = head is not None and (root / head_rel in hashed or (
+            head.manifest_path is not None and head.manifest_path in hashed))
+        if head is not None and stated_here and head.raw_tensor_sha256 is not None:
             raw = payload_sha256(head.path, head.info.begin, head.info.end)
             if raw != head.raw_tensor_sha256:
+                caches.setdefault(head.path.parent, VerifiedCache(head.path.parent)).forget(head.path)
+                caches[head.path.parent].save()
                 self.fail(f"{head.path}: the tensor payload's SHA-256 {raw[:12]}... differs from "
-                          f"raw_tensor_sha256 {head.raw_tensor_sha256[:12]}...; the head is damaged")
+                          f"raw_tensor_sha256 {head.raw_tensor_sha256[:12]}...; the head is damaged: export "
+                          "the head again (kldtui export-head) or download it again")
 
 
 __all__ = ["KIND", "is_hidden_folder", "is_hidden_suite", "payload_sha256", "selected_windows",

@@ -273,6 +273,8 @@ def test_head_payload_is_checked_even_when_the_file_hash_is_cached(
     (root / "manifest.json").write_text(json.dumps(top, indent=2, sort_keys=True) + "\n")
     fid.write_checksums(root)
     assert main(["verify", str(root)]) == 1  # hashed now: the payload is not what is stated
+    assert main(["verify", str(root)]) == 1  # and again: the cache does not vouch for a head that failed
+    capsys.readouterr()
     _refused(capsys, root, f"{root / 'lm-head' / 'weight.safetensors'}: the tensor payload's SHA-256",
              "export the head again")
 
