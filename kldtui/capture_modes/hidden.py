@@ -250,7 +250,7 @@ class HiddenMode(CaptureMode):
         from kldtui.formats.fidelity import load_tensor_manifest
 
         manifest = load_tensor_manifest(path)
-        if manifest.kind != "hidden":
+        if not manifest.holds_hidden:
             raise BadInput(f"{manifest.path}: lists logits, not hidden states")
         return manifest
 

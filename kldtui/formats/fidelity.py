@@ -426,6 +426,16 @@ class TensorManifest:
     def scored_rows(self) -> int:
         return self.context_length - 1
 
+    @property
+    def holds_hidden(self) -> bool:
+        """Final hidden states (``reference-hidden/``, a hidden sentinel run)."""
+        return self.kind == "hidden"
+
+    @property
+    def holds_logits(self) -> bool:
+        """Live logits (a sentinel's full-vocabulary run)."""
+        return self.kind == "logits"
+
     def entry(self, index: int) -> TensorRecord:
         if index not in self.entries:
             have = sorted(self.entries)
@@ -448,7 +458,7 @@ class TensorManifest:
 
     def as_logits_manifest(self) -> LogitsManifest:
         """A live-logits folder as the compare and verify stages read logits folders."""
-        if self.kind != "logits":
+        if not self.holds_logits:
             raise BadInput(f"{self.path}: holds hidden states, not logits; compare replays it with an "
                            "LM head")
         have = sorted(self.entries)
@@ -468,7 +478,7 @@ class TensorManifest:
         context's scored rows and its hidden file's identity (SHA-256, size), for what checks a
         reference by its manifest (score mode's figures: the states each window was scored
         against)."""
-        if self.kind != "hidden":
+        if not self.holds_hidden:
             raise BadInput(f"{self.path}: holds logits, not hidden states")
         have = sorted(self.entries)
         entries = {i: LogitsEntry(window_index=i, domain="", file=r.file, key=r.key,
@@ -585,7 +595,7 @@ def logits_manifest_from_contexts(p: Path, doc: dict[str, Any]) -> LogitsManifes
     """The published live-logits layout read as a logits folder (:func:`load_logits_manifest`
     comes here); a hidden-state folder is refused with what to do instead."""
     manifest = tensor_manifest_from_doc(p, doc)
-    if manifest.kind == "hidden":
+    if manifest.holds_hidden:
         raise BadInput(f"{p}: holds hidden states (hidden_width {manifest.width}), not logits; compare "
                        "replays them with the LM head (--lm-head)")
     return manifest.as_logits_manifest()
@@ -635,7 +645,7 @@ def check_tensor_file(manifest: TensorManifest, index: int, suite: Suite | None 
                         f"{suite.path if suite else ''}; this file was made from other tokens")
     meta = header.metadata
     expected = {"context_index": str(index), "token_ids_json_sha256": token_hash,
-                "semantic_point": manifest.semantic_point or (SEMANTIC_HIDDEN if manifest.kind == "hidden"
+                "semantic_point": manifest.semantic_point or (SEMANTIC_HIDDEN if manifest.holds_hidden
                                                               else SEMANTIC_LIVE)}
     for key, want in expected.items():
         if key in meta and meta[key] != want:

@@ -322,7 +322,7 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
     per_context_hidden = hidden.total_size_bytes // max(len(hidden.entries), 1)
     per_context_f32 = rows * head.vocab * 4
     ratio = facts.full_f32_bytes / facts.reference_bytes
-    live_bytes = sum(r.total_size_bytes for r in facts.runs if r.kind == "logits")
+    live_bytes = sum(r.total_size_bytes for r in facts.runs if r.holds_logits)
     runtime = redact_json(facts.runtime) if facts.runtime is not None else None
     first, last = suite.windows[0].index, suite.windows[-1].index
     out: list[str] = [

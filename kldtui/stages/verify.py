@@ -407,27 +407,46 @@ def _present(path: Path) -> bool:
         raise BadInput(f"{path}: {exc.strerror or exc}; replace it with the file or remove it") from None
 
 
-def _classify(path: Path) -> tuple[VerifiedKind, Path | None, Path | None]:
-    """(kind, suite manifest, logits manifest) for a file or folder."""
+@dataclass(frozen=True)
+class _Classified:
+    """What a path given to verify is: its kind, its suite and logits manifests, the dataset root
+    whose download record applies (a lone logits folder is a dataset's ref/: two levels up), and for
+    a lone logits folder the suite manifest beside it there, when there is one."""
+
+    kind: VerifiedKind
+    suite_path: Path | None
+    logits_path: Path | None
+    dataset_root: Path
+    suite_beside: Path | None = None
+
+
+def _lone_logits(manifest: Path) -> _Classified:
+    root = manifest.parent.parent  # a dataset's ref/ folder: its root is two levels up
+    beside = root / SUITE_MANIFEST
+    return _Classified("logits", None, manifest, root, beside if beside.is_file() else None)
+
+
+def _classify(path: Path) -> _Classified:
+    """What ``path`` is (:class:`_Classified`); BadInput when it is none of the kinds verify checks."""
     if not path.exists():
         raise BadInput(f"{path}: no such file or folder; give a suite folder, a logits folder or a "
                        "dataset root")
     if not path.is_dir() and _present(path):
         if path.name == SUITE_MANIFEST:
-            return "suite", path, None
+            return _Classified("suite", path, None, path.parent)
         if path.name == LOGITS_MANIFEST:
-            return "logits", None, path
+            return _lone_logits(path)
         raise BadInput(f"{path}: expected {SUITE_MANIFEST}, {LOGITS_MANIFEST} or a folder holding them")
     suite = path / SUITE_MANIFEST
     if _present(suite):
         ref = path / REF_DIR / LOGITS_MANIFEST
         if _present(ref):
-            return "dataset", suite, ref
+            return _Classified("dataset", suite, ref, path)
         if _present(path / LOGITS_MANIFEST):
-            return "dataset", suite, path / LOGITS_MANIFEST
-        return "suite", suite, None
+            return _Classified("dataset", suite, path / LOGITS_MANIFEST, path)
+        return _Classified("suite", suite, None, path)
     if _present(path / LOGITS_MANIFEST):
-        return "logits", None, path / LOGITS_MANIFEST
+        return _lone_logits(path / LOGITS_MANIFEST)
     raise BadInput(f"{path}: holds neither {SUITE_MANIFEST} nor {LOGITS_MANIFEST}; give a suite folder, "
                    "a logits folder or a dataset root")
 
@@ -487,8 +506,8 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
         return verify_hidden_suite(p, selection=chosen, sentinel_runs=sentinel_runs, reverify=reverify,
                                    workers=workers, expected_suite_hash=expected_suite_hash, emit=emit,
                                    cancel=cancel)
-    kind, suite_path, logits_path = _classify(p)
-    root = p if p.is_dir() else p.parent
+    found = _classify(p)
+    kind, suite_path, logits_path = found.kind, found.suite_path, found.logits_path
     result = VerifyResult(path=p, kind=kind)
     _check_range(start_window, stop_window, Path(suite) if suite is not None else suite_path)
     emit(StageStarted(STAGE, detail=f"{kind} {p}"))
@@ -496,11 +515,9 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
         suite_path = Path(suite)
         if suite_path.is_dir():
             suite_path = suite_path / SUITE_MANIFEST
-    elif kind == "logits" and logits_path is not None:
-        candidate = logits_path.parent.parent / SUITE_MANIFEST
-        if candidate.is_file():
-            suite_path = candidate
-    record = read_record(root if kind != "logits" else logits_path.parent.parent)  # type: ignore[union-attr]
+    elif found.suite_beside is not None:
+        suite_path = found.suite_beside
+    record = read_record(found.dataset_root)
     if expected_suite_hash is None and record and record.get("repo_id") == PUBLISHED_REPO_ID:
         expected_suite_hash = PUBLISHED_SUITE_HASH
     loaded_suite = None

@@ -102,7 +102,7 @@ def is_hidden_folder(folder: Path) -> bool:
     """Whether ``folder`` is a hidden-state tensor folder (its manifest names ``hidden_width``)."""
     path = folder / fid.TENSOR_MANIFEST
     try:
-        return path.is_file() and fid.load_tensor_manifest(path).kind == "hidden"
+        return path.is_file() and fid.load_tensor_manifest(path).holds_hidden
     except BadInput:
         return False
 
