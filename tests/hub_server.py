@@ -11,6 +11,10 @@ endpoints ``huggingface_hub`` uses to download files:
   revision ``RevisionNotFound``, an unknown repository ``RepoNotFound``.
 - ``GET /api/datasets/{repo_id}/revision/{revision}``: repository info with ``sha`` and
   ``siblings``.
+- ``GET /api/datasets/{repo_id}/tree/{revision}[/{folder}]``: the files under a folder, always
+  recursively, in one page (what ``snapshot_download`` lists: a full snapshot, ``hf download``),
+  each with its size, git blob ``oid`` and, for an LFS file, ``lfs`` {``oid`` (SHA-256), ``size``,
+  ``pointerSize``}.
 - the CDN origin: ``HEAD``/``GET /blobs/{sha256}`` with ``Range: bytes=N-`` / ``N-M`` support.
 
 Uploads (the endpoints ``huggingface_hub`` uses without ``hf_xet``, i.e. with
@@ -66,6 +70,11 @@ class _Repo:
     repo_id: str
     root: Path
     commit: str
+
+
+def _lfs_pointer(sha256: str, size: int) -> bytes:
+    """The git-lfs pointer file the Hub keeps in git for an LFS file."""
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
 
 
 def _git_blob_sha1(data: bytes) -> str:
@@ -256,15 +265,17 @@ class HubServer:
                 m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/revision/([^/]+)", path)
                 if m:
                     return self._api_revision(unquote(m.group(1)), unquote(m.group(2)), head, path)
+                m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/tree/([^/]+)(?:/(.+))?", path)
+                if m:
+                    return self._api_tree(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3) or ""),
+                                          head, path)
                 m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
                 if not m:
                     return self._error(404, "NotFound", head, path)
                 repo_id, rev, file_path = unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3))
-                repo = server._repos.get(repo_id)
+                repo = self._repo_at(repo_id, rev, head, file_path)
                 if repo is None:
-                    return self._error(404, "RepoNotFound", head, file_path)
-                if rev not in ("main", repo.commit):
-                    return self._error(404, "RevisionNotFound", head, file_path)
+                    return None
                 target = (repo.root / file_path).resolve()
                 if not target.is_relative_to(repo.root.resolve()) or not target.is_file():
                     return self._error(404, "EntryNotFound", head, file_path, repo.commit)
@@ -273,8 +284,7 @@ class HubServer:
                     sha = hashlib.sha256(data).hexdigest()
                     with server._lock:
                         server._blobs[sha] = (repo_id, file_path)
-                    pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\n"
-                               f"size {len(data)}\n")
+                    pointer = _lfs_pointer(sha, len(data)).decode()
                     headers = {
                         "Location": f"{server.cdn}/blobs/{sha}",
                         "X-Repo-Commit": repo.commit,
@@ -287,12 +297,42 @@ class HubServer:
                            "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
                 self._send_file(data, headers, head, file_path)
 
-            def _api_revision(self, repo_id: str, rev: str, head: bool, path: str) -> None:
+            def _repo_at(self, repo_id: str, rev: str, head: bool, path: str) -> _Repo | None:
+                """The repository served at ``rev``, or None once the Hub's 404 is sent."""
                 repo = server._repos.get(repo_id)
                 if repo is None:
-                    return self._error(404, "RepoNotFound", head, path)
-                if rev not in ("main", repo.commit):
-                    return self._error(404, "RevisionNotFound", head, path)
+                    self._error(404, "RepoNotFound", head, path)
+                elif rev not in ("main", repo.commit):
+                    self._error(404, "RevisionNotFound", head, path)
+                    return None
+                return repo
+
+            def _api_tree(self, repo_id: str, rev: str, folder: str, head: bool, path: str) -> None:
+                repo = self._repo_at(repo_id, rev, head, path)
+                if repo is None:
+                    return
+                base = (repo.root / folder).resolve()
+                if not base.is_relative_to(repo.root.resolve()) or not base.is_dir():
+                    return self._error(404, "EntryNotFound", head, path, repo.commit)
+                entries: list[dict[str, object]] = []
+                for f in sorted(p for p in base.rglob("*") if p.is_file()):
+                    data = f.read_bytes()
+                    rel = f.relative_to(repo.root).as_posix()
+                    entry: dict[str, object] = {"type": "file", "path": rel, "size": len(data),
+                                                "oid": _git_blob_sha1(data)}
+                    if rel.endswith(LFS_SUFFIXES):
+                        sha = hashlib.sha256(data).hexdigest()
+                        pointer = _lfs_pointer(sha, len(data))
+                        entry.update(oid=_git_blob_sha1(pointer),
+                                     lfs={"oid": sha, "size": len(data), "pointerSize": len(pointer)})
+                    entries.append(entry)
+                self._reply(200, {"Content-Type": "application/json", "X-Repo-Commit": repo.commit},
+                            json.dumps(entries).encode(), head, path)
+
+            def _api_revision(self, repo_id: str, rev: str, head: bool, path: str) -> None:
+                repo = self._repo_at(repo_id, rev, head, path)
+                if repo is None:
+                    return
                 siblings = [{"rfilename": str(p.relative_to(repo.root)), "size": p.stat().st_size}
                             for p in sorted(repo.root.rglob("*")) if p.is_file()]
                 doc = {"id": repo_id, "sha": repo.commit, "private": False, "siblings": siblings}

@@ -834,12 +834,14 @@ def checksums_text(digests: Mapping[str, str]) -> str:
 
 
 def write_checksums(root: str | os.PathLike[str], known: Mapping[str, str] | None = None) -> Path:
-    """Write ``checksums.txt`` for every file :func:`listed_files` finds (``known`` digests are
-    used as they are, the rest hashed)."""
-    from kldtui.formats.suite import sha256_file
+    """Write ``checksums.txt`` for every file :func:`listed_files` finds but the dataset card
+    (``README.md`` at the top: publish uploads a card of its own, which a listed hash would then
+    contradict); ``known`` digests are used as they are, the rest hashed."""
+    from kldtui.formats.suite import DATASET_CARD, sha256_file
 
     base = Path(root)
-    digests = {rel: (known or {}).get(rel) or sha256_file(base / rel) for rel in listed_files(base)}
+    digests = {rel: (known or {}).get(rel) or sha256_file(base / rel) for rel in listed_files(base)
+               if rel != DATASET_CARD}
     path = base / CHECKSUMS
     write_bytes_atomic(path, checksums_text(digests).encode("utf-8"))
     return path

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,9 @@ LOGITS_MANIFEST = "manifest.json"
 LOGITS_FORMAT = "kimi-k3-kld-reference-v1"
 TENSOR_KEY = "logits"
 TOKENS_DIR = "tokens"
+# The Hub's dataset card, at the top of a published suite (either kind): the Hub shows it, no
+# stage reads it, no manifest or checksums.txt of kldtui's lists it. Never part of the suite's data.
+DATASET_CARD = "README.md"
 
 
 def suite_manifest_path(folder: str | os.PathLike[str]) -> Path:
@@ -34,6 +38,17 @@ def suite_manifest_path(folder: str | os.PathLike[str]) -> Path:
 def logits_manifest_path(folder: str | os.PathLike[str]) -> Path:
     """A logits folder's ``manifest.json`` (``ref/`` or a finalized candidate folder)."""
     return Path(folder) / LOGITS_MANIFEST
+
+
+def dataset_card(root: str | os.PathLike[str]) -> Path | None:
+    """The dataset card at the top of a suite folder when it is there as a regular file; None
+    otherwise (a link, a folder or a FIFO under that name is not taken for a card). Known by its
+    name and place alone: nothing in the file is read, so it vouches for nothing."""
+    path = Path(root) / DATASET_CARD
+    try:
+        return path if stat.S_ISREG(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
 
 
 def token_file_name(index: int, domain: str) -> str:

@@ -25,6 +25,7 @@ from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStar
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
 from kldtui.formats.safe_io import read_bytes, read_text
 from kldtui.formats.suite import (
+    DATASET_CARD,
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
     LogitsManifest,
@@ -36,7 +37,7 @@ from kldtui.redact import looks_secret, redact_document, redact_json, redact_tex
 from kldtui.text import human_bytes
 
 STAGE: StageName = "publish"
-CARD = "README.md"
+CARD = DATASET_CARD
 REF_DIR = "ref"
 REPEAT_NOISE = "repeat-noise-window000.json"
 GIB = 1024 ** 3
@@ -395,16 +396,25 @@ def _publish_hidden(p: Path, repo_id: str, *, dry_run: bool, private: bool, revi
 
     facts = publish_hidden.gather(p, workers=workers, emit=emit)
     publish_hidden.notices(facts, emit)
-    card = publish_hidden.render_card(p, repo_id, facts)
-    files = sorted([*facts.files, CARD])
+    files = sorted({*facts.files, CARD})
+    # another tool's checksums.txt may list its card: a card of kldtui's would contradict that line
+    listed_card = CARD in facts.files
+    if listed_card:
+        card = read_text(p / CARD)
+        emit(Notice(STAGE, f"{p / CARD}: listed in checksums.txt, so it is the suite's own card and goes up "
+                           "as it is; kldtui writes no card over it", level="warning"))
+    else:
+        card = publish_hidden.render_card(p, repo_id, facts)
     if dry_run:
         emit(StageFinished(STAGE, summary=f"dry run: {len(files)} files would go to {repo_id}"))
         return PublishResult(card, files, None)
     total = sum((p / rel).stat().st_size for rel in facts.files)
-    emit(Notice(STAGE, f"uploading {len(facts.files)} files ({human_bytes(total)}) and the card to "
+    and_card = "" if listed_card else " and the card"
+    emit(Notice(STAGE, f"uploading {len(facts.files)} files ({human_bytes(total)}){and_card} to "
                        f"{repo_id}; if it is interrupted, run the same command again: what is already there "
                        "is not sent again"))
-    url = _upload(p, repo_id, private=private, revision=revision, only=facts.files, card=card)
+    url = _upload(p, repo_id, private=private, revision=revision, only=facts.files,
+                  card=None if listed_card else card)
     emit(StageFinished(STAGE, summary=f"{len(files)} files -> {url}"))
     return PublishResult(card, files, url)
 

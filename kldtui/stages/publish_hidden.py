@@ -15,8 +15,10 @@ are part of its identity (their SHA-256 are in ``checksums.txt`` and the manifes
 is not redacted in place: publish refuses and says how to write the suite again.
 
 The dataset card (README.md) is not written into the suite folder (it is not one of the
-format's files; ``kldtui verify`` would call it a stranger): it is uploaded from memory after the
-files, in its own commit. Every figure on it is read from the verified folder.
+format's files, and checksums.txt does not list it): it is uploaded from memory after the files,
+in its own commit. Every figure on it is read from the verified folder. A card already in the
+folder (a full Hub snapshot holds one) stays local: verify accepts it as the card, and publish
+writes its own.
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageName, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import read_bytes, read_text
-from kldtui.formats.suite import SUITE_MANIFEST, Suite, load_suite, sha256_file
+from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, load_suite, sha256_file
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 from kldtui.text import human_bytes
 
 STAGE: StageName = "publish"
-CARD = "README.md"
+CARD = DATASET_CARD
 QUALIFICATION = f"{fid.VALIDATION_DIR}/hidden-replay-qualification.json"
 TEXT_LIMIT = 64 * 1024 * 1024  # checksums.txt of a large suite; tensors are never read as text
 

@@ -47,6 +47,7 @@ from kldtui.formats.suite import (
     SUITE_MANIFEST,
     LogitsManifest,
     Suite,
+    dataset_card,
     load_logits_manifest,
     load_suite,
     sha256_file,
@@ -246,6 +247,16 @@ def read_record(root: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def card_note(root: Path) -> str | None:
+    """What verify says of the dataset card at the top of a suite folder (a full Hub snapshot
+    holds it), or None when there is none: it is not part of the suite's data and is not checked."""
+    card = dataset_card(root)
+    if card is None:
+        return None
+    return (f"{card}: the dataset card the Hub shows; not part of the suite's data (no stage reads it), "
+            "not checked")
 
 
 def _check_suite(suite_path: Path, result: VerifyResult, expected_suite_hash: str | None,
@@ -529,6 +540,9 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     elif kind == "logits":
         result.notes.append("no suite-manifest.json found next to this folder; checked the logits "
                             "without the suite (pass --suite-manifest to check them against it)")
+    card = card_note(p) if kind in ("dataset", "suite") and p.is_dir() else None
+    if card is not None:
+        result.notes.append(card)
     if logits_path is not None:
         windows: Sequence[int] | None = None
         if start_window is not None or stop_window is not None:

@@ -6,7 +6,8 @@ What is checked, every failure collected (one line each):
 
 - ``checksums.txt``: every file present that the selection needs, and every other suite-level
   file present, hashed (through the verified-file cache) against its line; a file in the folder
-  that ``checksums.txt`` does not list is a failure (someone added it); a listed file the selection
+  that ``checksums.txt`` does not list is a failure (someone added it), but for the dataset card
+  (``README.md`` at the top, a regular file no manifest names: a note); a listed file the selection
   needs but that is missing is a failure; listed files outside the selection are counted in a note;
 - the suite: ``suite-manifest.json``'s structure and counts, the suite hash recomputed from the
   contexts' token hashes (and the published value when asked), each selected context's token file
@@ -33,9 +34,9 @@ from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Notice, Progress, StageFinished, StageStarted, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import open_regular_raw
-from kldtui.formats.suite import SUITE_MANIFEST, Suite, WindowSpec, load_suite, sha256_file
+from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, WindowSpec, load_suite, sha256_file
 from kldtui.formats.verified_cache import VerifiedCache
-from kldtui.stages.verify import STAGE, VerifiedKind, VerifyResult, hash_files, read_record
+from kldtui.stages.verify import STAGE, VerifiedKind, VerifyResult, card_note, hash_files, read_record
 
 KIND: VerifiedKind = "hidden-state suite"
 
@@ -342,10 +343,15 @@ class _Checker:
               workers: int | None) -> None:
         root = self.root
         present = set(fid.listed_files(root))
+        unlisted = present - set(listed)
+        card = card_note(root)
+        if card is not None and DATASET_CARD in unlisted and DATASET_CARD not in needed:
+            unlisted.discard(DATASET_CARD)  # the Hub's card: no stage reads it, so it vouches for nothing
+            self.result.notes.append(card)
         if listed:
-            for rel in sorted(present - set(listed)):
-                self.fail(f"{root / rel}: not listed in {fid.CHECKSUMS}; it is not part of the suite, remove "
-                          "it or fetch the suite again")
+            for rel in sorted(unlisted):
+                self.fail(f"{root / rel}: not listed in {fid.CHECKSUMS}, so nothing vouches for it; remove "
+                          "it, or fetch the suite again if it belongs to it")
         for rel, stated in self.expected.items():
             if rel in listed and listed[rel] != stated:
                 self.fail(f"{root / fid.CHECKSUMS}: {rel} is listed with {listed[rel][:12]}..., its manifest "

@@ -98,6 +98,35 @@ def test_upload_over_loopback_then_resume_skips_unchanged(tmp_path: Path, monkey
         assert "published" in capsys.readouterr().out
 
 
+def test_a_full_hub_snapshot_verifies_and_names_its_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A full snapshot of a published logits suite (huggingface_hub's snapshot_download, what `hf
+    download` gives) holds the card publish wrote: verify passes and says what the card is, as it
+    does for a hidden-state suite; a file the manifests list still fails when it is changed."""
+    import huggingface_hub.constants as hub_constants
+    from huggingface_hub import snapshot_download
+
+    root = make_dataset(tmp_path / "ds", windows=3, context_length=9, vocab=40)
+    monkeypatch.setattr(hub_constants, "HF_HUB_DISABLE_XET", True)
+    with HubServer() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["publish", str(root), "--repo-id", "me/tiny-kld"]) == 0
+        hub.add_dataset("me/tiny-kld", hub.repo_folder("me/tiny-kld"))
+        snap = Path(snapshot_download("me/tiny-kld", repo_type="dataset", local_dir=tmp_path / "snap",
+                                      endpoint=hub.endpoint))
+    card = snap / "README.md"
+    assert card.is_file()
+    capsys.readouterr()
+    assert main(["verify", str(snap)]) == 0
+    out, err = capsys.readouterr()
+    assert f"{card}: the dataset card the Hub shows; not part of the suite's data" in err
+    assert out.startswith(f"dataset {snap}: OK")
+    data = bytearray((snap / "ref" / "logits_002.safetensors").read_bytes())
+    data[-1] ^= 0x01
+    (snap / "ref" / "logits_002.safetensors").write_bytes(bytes(data))
+    assert main(["verify", str(snap)]) == 1
+
+
 def _plant_raw_secrets(root: Path) -> tuple[str, ...]:
     """A reference manifest written by another tool, its runtime holding raw secrets."""
     secrets = ("ghp_" + "Q" * 36, "pw-" + "z" * 10, "hf_" + "k" * 34, "opaque-auth-1234")

@@ -390,6 +390,74 @@ def test_round_trip_publish_download_verify_compare(made: Path, tmp_path: Path,
             assert reports[0]["positions"] == len(chosen) * (LENGTH - 1)
 
 
+def test_a_full_hub_snapshot_verifies_with_its_card_and_nothing_else_unlisted(
+        made: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A full snapshot of the published repository (huggingface_hub's snapshot_download, what `hf
+    download` gives) holds the card, README.md, which checksums.txt does not list: verify accepts it
+    as the card and says so, and still fails any other file nobody listed, a README.md anywhere else,
+    a link under the card's name, and a card checksums.txt lists with another hash."""
+    from huggingface_hub import snapshot_download
+
+    root = _copy(made, tmp_path / "suite")
+    with HubServer() as hub:
+        _hub_env(monkeypatch, hub)
+        assert main(["publish", str(root), "--repo-id", REPO]) == 0
+        hub.add_dataset(REPO, hub.repo_folder(REPO))
+        snap = Path(snapshot_download(REPO, repo_type="dataset", local_dir=tmp_path / "snap",
+                                      endpoint=hub.endpoint))
+    card = snap / "README.md"
+    assert card.is_file() and "README.md" not in fid.read_checksums(snap)
+    capsys.readouterr()
+    assert main(["verify", str(snap)]) == 0
+    out, err = capsys.readouterr()
+    assert f"{card}: the dataset card the Hub shows; not part of the suite's data" in err
+    assert out.startswith(f"hidden-state suite {snap}: OK")
+
+    def fails(*needles: str) -> None:
+        capsys.readouterr()
+        assert main(["verify", str(snap)]) == 1
+        err = capsys.readouterr().err
+        for needle in needles:
+            assert needle in err, err
+
+    strangers = (snap / "notes.txt", snap / "reference-hidden" / "README.md", snap / "tokens" / "README.md")
+    for stranger in strangers:
+        stranger.write_text("mine\n")
+        fails(f"FAIL {stranger}: not listed in checksums.txt, so nothing vouches for it; remove it")
+        stranger.unlink()
+    moved = tmp_path / "card-elsewhere.md"  # a link under the card's name is not taken for the card
+    shutil.move(card, moved)
+    card.symlink_to(moved)
+    fails(f"FAIL {card}: not listed in checksums.txt")
+    card.unlink()
+    shutil.move(moved, card)
+    # finalize's writer leaves the card out, so the card publish writes never contradicts a listed hash
+    fid.write_checksums(snap)
+    assert "README.md" not in fid.read_checksums(snap)
+    assert main(["verify", str(snap)]) == 0
+    # a card another tool's checksums.txt lists is one of the suite's files: checked like any other
+    with (snap / "checksums.txt").open("a") as listing:
+        listing.write(f"{'0' * 64}  README.md\n")
+    fails(f"FAIL {card}: SHA-256")
+
+
+def test_a_card_checksums_lists_goes_up_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another tool's checksums.txt may list its own card: it is then one of the suite's files, and a
+    card of kldtui's over it would contradict the listed hash on the Hub."""
+    f = fx.build(tmp_path / "suite", contexts=4)
+    theirs = "# their card\n"
+    (f.root / "README.md").write_text(theirs)
+    with (f.root / "checksums.txt").open("a") as listing:
+        listing.write(f"{hashlib.sha256(theirs.encode()).hexdigest()}  README.md\n")
+    capsys.readouterr()
+    assert main(["publish", str(f.root), "--repo-id", REPO, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(theirs) and "hidden-state reference" not in out
+    assert f"{f.root / 'README.md'}: listed in checksums.txt, so it is the suite's own card" in err
+    assert len(re.findall(r"\sREADME\.md$", out, re.M)) == 1
+
+
 def test_an_unfinished_suite_says_how_to_finish_it(made: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     root = _copy(made, tmp_path / "suite")
