@@ -166,11 +166,7 @@ def gather(root: Path, *, workers: int | None = None, emit: EventSink = null_sin
     files = upload_list(root)
     result = verify_hidden_suite(root, selection=fid.ContextFilter("all"), sentinel_runs=None,
                                  workers=workers, emit=emit)
-    if result.failures:
-        first = result.malformed[0] if result.malformed else result.failures[0]
-        more = len(result.failures) - 1
-        others = f" (and {more} more problem(s): kldtui verify {root} lists them)" if more else ""
-        raise BadInput(f"{first}{others}; publish refuses a suite that does not verify")
+    result.refuse(STAGE)
     suite = load_suite(root)
     top = fid.load_top_manifest(root / fid.TOP_MANIFEST)
     hidden = fid.load_tensor_manifest(root / fid.HIDDEN_DIR)

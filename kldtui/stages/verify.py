@@ -224,6 +224,18 @@ class VerifyResult:
         """0 verified, 2 a manifest cannot be read (bad input, as compare says), 1 anything else."""
         return 2 if self.malformed else (0 if self.ok else 1)
 
+    def refuse(self, command: str) -> None:
+        """The one rule for a command that must not go on from a folder that does not verify
+        (``kldtui publish``, either kind of suite): :class:`BadInput` (exit 2), one line: the first
+        failure (it names the file and what to do), how many more and where they are listed."""
+        if not self.failures:
+            return
+        first = self.malformed[0] if self.malformed else self.failures[0]
+        others = len(self.failures) - 1
+        more = (f" (and {plural(others, 'more problem')}: kldtui verify {self.path} lists them)"
+                if others else "")
+        raise BadInput(f"{first}{more}; {command} refuses a suite that does not verify")
+
     def raise_for_failures(self) -> None:
         """Raise :class:`StageFailed` naming the first failure (and how many more there are);
         :class:`BadInput` when a manifest cannot be read."""

@@ -45,7 +45,7 @@ def test_a_forged_cache_file_in_the_folder_vouches_for_nothing(tmp_path: Path, s
     (root / "ref" / ".kldtui-verified.json").write_text(json.dumps(forged))
     result = verify_path(root)
     assert not result.ok and any("logits_001" in f and "SHA-256" in f for f in result.failures)
-    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 1
+    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
     assert "logits_001" in capsys.readouterr().err
 
 

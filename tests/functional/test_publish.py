@@ -48,12 +48,25 @@ def test_dry_run_prints_card_and_files_and_writes_nothing(tmp_path: Path,
 
 def test_publish_refuses_a_broken_or_incomplete_folder(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A logits suite that does not verify is refused as a hidden-state suite is: exit 2, one line
+    naming the file and what to do (tests/functional/test_publish_hidden.py has the other kind)."""
     root = make_dataset(tmp_path / "ds", windows=2)
-    data = bytearray((root / "ref" / "logits_001.safetensors").read_bytes())
+    target = root / "ref" / "logits_001.safetensors"
+    data = bytearray(target.read_bytes())
     data[-3] ^= 0xFF
-    (root / "ref" / "logits_001.safetensors").write_bytes(bytes(data))
-    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 1
-    assert "verification failed" in capsys.readouterr().err
+    target.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kldtui: error")]
+    assert len(errors) == 1, errors
+    assert f"{target}: window 001: SHA-256" in errors[0] and "delete it and fetch it again" in errors[0]
+    assert errors[0].endswith("; publish refuses a suite that does not verify")
+    # two problems: the first named, the rest counted and where to see them
+    (root / "tokens" / "window-000-prose.json").write_text("[1, 2]\n")
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"more problem: kldtui verify {root} lists them); publish refuses" in line, line
     bare = tmp_path / "bare"
     bare.mkdir()
     assert main(["publish", str(bare), "--repo-id", "me/x", "--dry-run"]) == 2
