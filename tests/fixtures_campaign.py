@@ -55,28 +55,51 @@ def run_cmd(profile: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(profile), *extra]
 
 
-def scripted_campaign_factory(tmp_path: Path, holder: dict[str, object]):  # type: ignore[no-untyped-def]
+def scripted_campaign_factory(tmp_path: Path, holder: dict[str, object], *,  # type: ignore[no-untyped-def]
+                              repeat: bool = False):
     """A dashboard pipeline factory whose run is a scripted campaign of two candidates: each a
-    ScriptedPipeline run, with the campaign's events around them."""
+    ScriptedPipeline run, with the campaign's events around them. ``repeat``: the candidates write
+    reports of their own (``comparison-q8.json``, ``comparison-q4.json``), and the leader, q8, is
+    captured again (``repeat/comparison-q8.json``, other figures) before the final leaderboard;
+    the run returns q8's run state, as :meth:`kldtui.workflow.campaign.Campaign.run_all` does."""
     from kldtui.events import CandidateStarted, LeaderboardUpdated, Standing
     from tests.fixtures_tui import ScriptedPipeline
 
     class ScriptedCampaign(ScriptedPipeline):
         def run_all(self):  # type: ignore[no-untyped-def]
+            total = 3 if repeat else 2
+            first = self.report_path
             waiting = (Standing("q8", "waiting"), Standing("q4", "waiting"))
-            self.emit(CandidateStarted("campaign", name="q8", number=1, total=2))
+            self.emit(CandidateStarted("campaign", name="q8", number=1, total=total))
             self.emit(LeaderboardUpdated("campaign", rows=(Standing("q8", "running"), waiting[1]),
                                          ranked=False))
             super().run_all()
             best = Standing("q8", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0135, mark="best",
-                            verdict="best", size_bytes=3 * 2**30, bits_per_weight=8.5)
+                            verdict="best", size_bytes=3 * 2**30, bits_per_weight=8.5,
+                            report_path=str(first) if repeat else None)
             self.emit(LeaderboardUpdated("campaign", rows=(best, waiting[1]), windows=8, noise_model="none"))
             holder["after_first"] = True
-            self.emit(CandidateStarted("campaign", name="q4", number=2, total=2))
+            self.emit(CandidateStarted("campaign", name="q4", number=2, total=total))
+            if repeat:
+                self.report_path = tmp_path / "comparison-q4.json"
+                self.report_level, self.report_seed = 0.05, 7
             state = super().run_all()
             worse = Standing("q4", "compared", rank=2, mean=0.05, ci_low=0.045, ci_high=0.055, mark="",
-                             verdict="q4 is worse than q8 by 0.0377 KL", outcome="a_closer")
-            self.emit(LeaderboardUpdated("campaign", rows=(best, worse), windows=8, noise_model="none",
+                             verdict="q4 is worse than q8 by 0.0377 KL", outcome="a_closer",
+                             report_path=str(self.report_path) if repeat else None)
+            rows: tuple[Standing, ...] = (best, worse)
+            if repeat:
+                self.emit(LeaderboardUpdated("campaign", rows=rows, windows=8, noise_model="none"))
+                self.emit(CandidateStarted("campaign", name="q8.repeat", number=3, total=3, repeat=True))
+                (tmp_path / "repeat").mkdir(exist_ok=True)
+                self.report_path, self.report_level, self.report_seed = (
+                    tmp_path / "repeat" / "comparison-q8.json", 0.02, 11)
+                super().run_all()
+                rows += (Standing("q8.repeat", "compared", mean=0.0251, mark="tied", outcome="within_noise",
+                                  report_path=str(self.report_path),
+                                  note="a second capture of q8 (the noise model); not ranked"),)
+                state = leader_state(first)  # type: ignore[arg-type]
+            self.emit(LeaderboardUpdated("campaign", rows=rows, windows=8, noise_model="none",
                                          notes=("ties: paired t-test against the best (95 %)",),
                                          path=str(tmp_path / "leaderboard.json"), final=True))
             return state
@@ -86,3 +109,17 @@ def scripted_campaign_factory(tmp_path: Path, holder: dict[str, object]):  # typ
         return holder["p"]
 
     return factory
+
+
+def leader_state(report_path: Path):  # type: ignore[no-untyped-def]
+    """The run state of a finished candidate whose report is ``report_path`` (every window compared)."""
+    from kldtui.formats.report import headline, load_report
+    from kldtui.workflow.state import DiskWindow, RunState
+
+    report = load_report(report_path)
+    table = report.window_table()
+    windows = {int(i): DiskWindow(int(i), d, "compared", float(k))
+               for i, d, k in zip(table.window_index, table.domain, table.kl_mean, strict=True)}
+    return RunState(suite_windows=len(windows), reference_ready=True, windows=windows,
+                    report_path=report_path, headline=headline(report), window_range=report.window_range,
+                    report=report)

@@ -141,6 +141,7 @@ class ScriptedPipeline:
         self.resume = threading.Event()
         self.paused = threading.Event()
         self.report_path = report_path
+        self.report_level, self.report_seed = 0.01, 3  # the report compare writes (make_report's)
         self.server: object | None = None  # like Pipeline.server: set while our server runs
         self.base_url: str | None = None
         self.stopped_server = False
@@ -224,7 +225,8 @@ class ScriptedPipeline:
     def compare(self) -> ComparisonReport:
         self.calls.append("compare")
         self.emit(StageStarted("compare"))
-        report = make_report("tiny-candidate", 0.01, seed=3, domains=[d for _, d in self.window_list()])
+        report = make_report("tiny-candidate", self.report_level, seed=self.report_seed,
+                             domains=[d for _, d in self.window_list()])
         for w in range(self.n):
             self.emit(Progress("compare", task="windows", done=w + 1, total=self.n, unit="windows"))
             self.emit(WindowState("compare", window_index=w, state="compared",

@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.theme import Theme
 
 from kldtui.tui import themes as theme_files
+from kldtui.tui.model import ShownCandidate
 from kldtui.tui.screens.board import BoardScreen
 from kldtui.tui.screens.dashboard import DashboardScreen, PipelineFactory
 from kldtui.tui.screens.dialogs import ConfirmScreen, HelpScreen
@@ -132,10 +133,14 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     abort: float | None = None
     workspace: Workspace | None = None
     profile_name: str | None = None
+    candidate: ShownCandidate | None = None  # a campaign's: which candidate ``workspace`` holds
     if profile is not None:
-        from kldtui.workflow.campaign import shown_workspace
+        from kldtui.workflow.campaign import shown_candidate, shown_workspace
 
         workspace = shown_workspace(profile)  # a campaign: its leader's folders
+        shown = shown_candidate(profile)
+        if shown is not None:
+            candidate = ShownCandidate(shown[0], "best" if shown[1] else "")
         profile_name = str(profile.path) if profile.path else None
         if pipeline_factory is None:
             pipeline_factory = _pipeline_factory_for(profile)
@@ -153,7 +158,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     if pipeline_factory is not None:
         dashboard = DashboardScreen(pipeline_factory, report_paths=paths, own_report=own_report,
                                     windows=list(windows), autostart=autostart, workspace=workspace,
-                                    profile_name=profile_name)
+                                    profile_name=profile_name, candidate=candidate)
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a window's KL > {abort:g}"
         if profile is not None and profile.is_campaign and profile.workspace().noise_model_path.is_file():

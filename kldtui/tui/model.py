@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kldtui.events import (
@@ -39,6 +40,21 @@ STAGE_ALIASES = {"verify": "reference", "download": "reference"}
 LOG_LIMIT = 20_000
 # a helper run's server line, already labelled by the pipeline ("[reference server] INFO ...")
 _HELPER_SERVER = re.compile(r"\[\w+ server\] ")
+# the stages whose cards show one candidate's work (the reference is shared by a campaign's candidates)
+CANDIDATE_STAGES = ("server", "capture", "finalize", "compare")
+
+
+@dataclass(frozen=True)
+class ShownCandidate:
+    """The campaign candidate whose work the candidate stages' cards show: ``name`` as the campaign
+    names it (the leader's repeat capture is ``NAME.repeat``) and ``role``, what it is in the
+    campaign ("2 of 3" while it runs, "repeat capture", "best" once ranked first; "" when unknown)."""
+
+    name: str
+    role: str = ""
+
+    def label(self) -> str:
+        return f"{self.name} ({self.role})" if self.role else self.name
 
 
 @dataclass
@@ -76,6 +92,13 @@ class WindowView:
 
     def has_reached(self, state: str) -> bool:
         return self.reached >= WINDOW_ORDER.index(state)
+
+
+def _resolved(path: str) -> str:
+    try:
+        return str(Path(path).resolve())
+    except OSError:
+        return path
 
 
 def _short(value: Any) -> str:
@@ -139,6 +162,7 @@ class DashboardModel:
         self.campaign: LeaderboardUpdated | None = None
         self.candidate: CandidateStarted | None = None
         self.repeat_reports: set[str] = set()  # reports of a campaign's repeat captures
+        self.shown_candidate: ShownCandidate | None = None  # whose work the candidate cards show
 
     # -- events --------------------------------------------------------------------------------
     def apply(self, event: Event) -> None:
@@ -208,12 +232,43 @@ class DashboardModel:
         self.candidate = event
         what = "repeat capture of the leader" if event.repeat else "candidate"
         self._log("info", f"[campaign] {what} {event.number}/{event.total}: {event.name}")
+        self.shown_candidate = ShownCandidate(
+            event.name, "repeat capture" if event.repeat else f"{event.number} of {event.total}")
+        self._clear_candidate()
+
+    def _clear_candidate(self) -> None:
+        """The grid and the candidate stages' cards start empty (the reference's card stays: it is
+        shared); a window's furthest state goes too, or the cards would count the windows the
+        candidate before reached."""
         for win in self.windows.values():
             win.state, win.kl, win.figures = "pending", None, {}
-        for name in ("server", "capture", "finalize", "compare"):
+            win.settled, win.reached = "pending", 0
+        for name in CANDIDATE_STAGES:
             self.stages[name].state, self.stages[name].detail, self.stages[name].figures = "idle", "", {}
         self.progress.clear()
         self.dirty |= {"campaign", "windows", "stages", "progress", "live"}
+
+    def show_leader(self, state: RunState) -> bool:
+        """A campaign ended: the cards, the grid and the result show its best candidate (the first
+        row of the final leaderboard) from ``state``, the leader's run state, instead of the last
+        capture run (often the leader's repeat capture, which is the noise model, not a result).
+        Returns False (nothing changed) when this is not the end of a campaign or ``state`` is not
+        the leader's."""
+        board = self.campaign
+        if board is None or not board.final or not board.rows or board.rows[0].state != "compared":
+            return False
+        best = board.rows[0]
+        if state.report_path is None or best.report_path is None or \
+                _resolved(best.report_path) != _resolved(str(state.report_path)):
+            return False
+        self.candidate = None
+        self.shown_candidate = ShownCandidate(best.name, "best")
+        self._clear_candidate()
+        self._show_state(state)
+        self.result_report = state.report  # the leader's own (None: read from its path)
+        self._log("info", f"[campaign] the stage cards show the best candidate, {best.name} "
+                  f"(its report {state.report_path})")
+        return True
 
     def _drop_window_progress(self, event: WindowState, stage: str | None = None) -> None:
         """A window's own bars go once it reached a final state (its last update may not be 100 %)."""
@@ -266,6 +321,16 @@ class DashboardModel:
 
     def apply_disk_state(self, state: RunState) -> None:
         """What a reopened work folder holds, shown as if the run had just happened here."""
+        captured, finalized, compared, total = self._show_state(state)
+        summary = (f"opened an earlier run: reference {'ready' if state.reference_ready else 'missing'}, "
+                   f"{captured}/{total} captured, {finalized} finalized, {compared} compared")
+        self._log("info", summary, "run")
+        for problem in state.problems:
+            self._log("warning", problem, "run")
+
+    def _show_state(self, state: RunState) -> tuple[int, int, int, int]:
+        """The cards, the grid and the result path as ``state`` says; returns the windows captured,
+        finalized and compared, and the windows of the run."""
         in_range = set(self.windows) or set(state.windows)
         disk = [w for i, w in state.windows.items() if i in in_range]
         total = len(in_range)
@@ -303,15 +368,11 @@ class DashboardModel:
             view.figures = {k: v for k, v in state.headline.items() if k in ("kl_mean", "top1_agreement")}
         else:
             mark("compare", compared)
-        summary = (f"opened an earlier run: reference {'ready' if state.reference_ready else 'missing'}, "
-                   f"{captured}/{total} captured, {finalized} finalized, {compared} compared")
-        self._log("info", summary, "run")
-        for problem in state.problems:
-            self._log("warning", problem, "run")
         if state.report_path is not None:
             self.result_path = str(state.report_path)
             self.dirty.add("result")
         self.dirty |= {"stages", "windows", "progress", "live"}
+        return captured, finalized, compared, total
 
     def set_next_steps(self, lines: list[str]) -> None:
         """What to do now that a report is written (shown when nothing runs; each line logged once:

@@ -83,26 +83,32 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def shown_workspace(profile: Profile) -> Workspace:
-    """The folders a reopened dashboard shows: a campaign's leader (the first row of its
-    leaderboard.json, when that names one of the profile's candidates; else the first candidate),
-    a single candidate's own."""
+def shown_candidate(profile: Profile) -> tuple[str, bool] | None:
+    """The campaign candidate a reopened dashboard shows, and whether it leads the campaign's
+    leaderboard.json (its first row, when that names one of the profile's candidates; else the
+    first candidate, not ranked yet); None for a single candidate's profile."""
     if not profile.is_campaign:
-        return profile.workspace()
+        return None
     import json
 
     from kldtui.formats.safe_io import read_text
 
     names = [c.name for c in profile.candidates]
-    chosen = names[0]
     try:
         doc = json.loads(read_text(profile.workspace().leaderboard_path))
         first = doc["rows"][0]["name"]
         if first in names:
-            chosen = first
+            return first, True
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         pass  # no leaderboard yet (or not ours): the first candidate
-    return profile.member_workspace(chosen)
+    return names[0], False
+
+
+def shown_workspace(profile: Profile) -> Workspace:
+    """The folders a reopened dashboard shows: a campaign's :func:`shown_candidate`'s, a single
+    candidate's own."""
+    shown = shown_candidate(profile)
+    return profile.workspace() if shown is None else profile.member_workspace(shown[0])
 
 
 def control_for(profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None) -> Any:

@@ -101,3 +101,62 @@ async def test_a_three_candidate_campaign_in_the_dashboard_ranks_as_the_leaderbo
             assert float(shown[2]) == pytest.approx(row.mean, rel=1e-3)
         assert app.query_one("#tabs", TabbedContent).active == "leaderboard"
         await pilot.press("q")
+
+
+@sync
+async def test_after_a_campaign_the_stage_cards_show_the_best_candidate_not_the_repeat_capture(
+        tmp_path: Path) -> None:
+    from kldtui.formats.report import headline, load_report
+    from kldtui.tui.model import stage_figures
+
+    holder: dict[str, object] = {}
+    app = create_app(pipeline_factory=scripted_campaign_factory(tmp_path, holder, repeat=True),
+                     config_dir=tmp_path / "cfg", theme="kldtui-dark")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("r")
+        await settle(app, pilot)
+        leader, repeat = tmp_path / "comparison-q8.json", tmp_path / "repeat" / "comparison-q8.json"
+        best, again = headline(load_report(leader)), headline(load_report(repeat))
+        kl_best, kl_again = (stage_figures({"kl_mean": h["kl_mean"]})[0] for h in (best, again))
+        assert kl_best != kl_again  # the two captures read differently on a card
+        compare = static_text(app, "#stage-compare").splitlines()
+        assert compare[1] == "done · q8 (best)"  # which candidate the figures are of
+        assert compare[2].split(" · ")[0] == kl_best and kl_again not in compare[2]
+        for stage in ("server", "capture", "finalize"):
+            assert "· q8 (best)" in static_text(app, f"#stage-{stage}").splitlines()[1]
+        assert static_text(app, "#stage-capture").splitlines()[2] == "windows 8/8"
+        assert "q8" not in static_text(app, "#stage-reference")  # the reference is every candidate's
+        table = load_report(leader).window_table()
+        assert [w.kl for w in app.main.model.windows.values()] == table.kl_mean  # the grid: the leader's
+        result = app.main.current_result
+        assert result is not None and result.path == str(leader) and result.name == "q8"
+        log = [text for _, text in app.main.model.log]
+        assert "[campaign] repeat capture of the leader 3/3: q8.repeat" in log
+        assert f"[campaign] the stage cards show the best candidate, q8 (its report {leader})" in log
+        await pilot.press("q")
+
+
+def test_the_cards_name_the_candidate_that_runs_and_count_only_its_windows() -> None:
+    from kldtui.events import CandidateStarted, StageStarted, WindowState
+    from kldtui.tui.model import DashboardModel, ShownCandidate
+    from kldtui.tui.widgets.stage_rail import state_with_candidate
+
+    model = DashboardModel()
+    model.set_windows([(w, "prose") for w in range(4)])
+    model.apply(CandidateStarted("campaign", name="q8", number=1, total=2))
+    for w in range(4):
+        model.apply(WindowState("compare", window_index=w, state="compared", figures={"kl": 0.01}))
+    model.apply(CandidateStarted("campaign", name="q8.repeat", number=3, total=3, repeat=True))
+    assert model.shown_candidate == ShownCandidate("q8.repeat", "repeat capture")
+    model.apply(StageStarted("capture"))
+    model.apply(WindowState("capture", window_index=0, state="captured"))
+    # the windows the candidate before reached are not this one's
+    assert model.card_figures("capture")["windows"] == "1/4"
+    shown = model.shown_candidate
+    assert state_with_candidate("running", shown, 40, True) == "running · q8.repeat (repeat capture)"
+    assert state_with_candidate("running", shown, 20, True) == "running · q8.repeat"
+    assert state_with_candidate("capture 25%", shown, 13, True) == "capture 25%"  # progress first
+    long_name = ShownCandidate("Q4_K_M-imatrix", "best")
+    assert state_with_candidate("done", long_name, 13, False) == "done · Q4_K_…"
+    assert state_with_candidate("done", None, 13, False) == "done"

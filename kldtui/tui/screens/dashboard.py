@@ -35,7 +35,7 @@ from kldtui.events import (
     StageName,
 )
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel
+from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, ShownCandidate
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
 from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import (
@@ -158,9 +158,10 @@ class DashboardScreen(BoardScreen):
     def __init__(self, pipeline_factory: PipelineFactory, *, report_paths: list[Path],
                  own_report: Path | None = None, windows: list[tuple[int, str]] | None = None,
                  autostart: bool = False, workspace: Workspace | None = None,
-                 profile_name: str | None = None) -> None:
+                 profile_name: str | None = None, candidate: ShownCandidate | None = None) -> None:
         super().__init__(report_paths)
         self.workspace = workspace  # read on mount: a reopened work folder shows what it holds
+        self.workspace_candidate = candidate  # a campaign's: which candidate ``workspace`` holds
         self.profile_name = profile_name
         self.suite_windows = 0
         self.pipeline_factory = pipeline_factory
@@ -227,6 +228,8 @@ class DashboardScreen(BoardScreen):
         self.suite_windows = state.suite_windows
         if not state.anything and not state.reference_ready:
             return  # a new folder: every card idle is the truth
+        if state.anything and self.workspace_candidate is not None:
+            self.model.shown_candidate = self.workspace_candidate
         self.model.apply_disk_state(state)
         if state.report_path is not None:
             self.model.set_next_steps(self._next_steps(state.report_path, state.window_range))
@@ -303,6 +306,7 @@ class DashboardScreen(BoardScreen):
         """A whole run ended: the state the pipeline returned (its report, the suite's size) says
         what to do next; nothing is read back from the work folder."""
         self.suite_windows = state.suite_windows
+        self.model.show_leader(state)  # a campaign's end: its best candidate, not its last capture
         campaign = getattr(self._pipeline, "next_steps", None)  # a campaign's: its reports together
         lines = list(campaign()) if callable(campaign) else []
         if not lines and state.report_path is not None:
@@ -402,8 +406,9 @@ class DashboardScreen(BoardScreen):
         report, path = self.model.result_report, self.model.result_path
         if path and report and not self.model.next_lines:
             self.model.set_next_steps(self._next_steps(Path(path), report.window_range))
+        shown = self.model.shown_candidate  # a campaign's: named as the campaign names it
         if report:
-            self.show_result(result_from_report(report, path), report)
+            self.show_result(result_from_report(report, path, shown.name if shown else None), report)
         elif path:
             self.load_result_file(path)
 

@@ -10,10 +10,12 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from kldtui.tui.model import (
+    CANDIDATE_STAGES,
     STAGE_TITLES,
     STAGE_WINDOW_STATE,
     STAGES,
     DashboardModel,
+    ShownCandidate,
     StageView,
     stage_figures,
 )
@@ -25,18 +27,21 @@ class StageBox(Static):
     """One stage of the rail: state mark and title, its state, then the figures that fit.
 
     Every line is made to fit the box (80 columns give 13 characters): long engine summaries stay
-    in the log, the card shows the state and short figures, or "see the log (l)".
+    in the log, the card shows the state and short figures, or "see the log (l)". In a campaign the
+    state line of a candidate stage also names the candidate whose work the card shows ("done ·
+    q8 (best)"; as much of it as fits, the state first).
     """
 
     def __init__(self, stage: str) -> None:
         super().__init__(id=f"stage-{stage}", classes="stage -idle")
         self.stage = stage
-        self._last: tuple[StageView, str | None, float | None, dict[str, Any] | None, str] = (
-            StageView(stage), None, None, None, "running")
+        self._last: tuple[StageView, str | None, float | None, dict[str, Any] | None, str,
+                          ShownCandidate | None] = (StageView(stage), None, None, None, "running", None)
         self.show(StageView(stage))
 
     def lines(self, view: StageView, server_url: str | None, percent: float | None,
-              width: int, figures: dict[str, Any] | None = None, phase: str = "running") -> tuple[str, str]:
+              width: int, figures: dict[str, Any] | None = None, phase: str = "running",
+              candidate: ShownCandidate | None = None) -> tuple[str, str]:
         """The state line and the figures line of the card, each at most ``width`` long."""
         figures = dict(view.figures if figures is None else figures)
         if server_url and self.stage == "server":
@@ -65,20 +70,37 @@ class StageBox(Static):
                 third = "see the log (l)" if width >= 15 else "see log (l)"
             elif view.state == "done":
                 third = "see the log (l)" if width >= 15 else "see log (l)"
-        return state[:width], third
+        return state_with_candidate(state, candidate, width, view.state == "running"), third
 
     def show(self, view: StageView, server_url: str | None = None, percent: float | None = None,
-             figures: dict[str, Any] | None = None, phase: str = "running") -> None:
-        self._last = (view, server_url, percent, figures, phase)
+             figures: dict[str, Any] | None = None, phase: str = "running",
+             candidate: ShownCandidate | None = None) -> None:
+        self._last = (view, server_url, percent, figures, phase, candidate)
         for state in STATE_MARK:
             self.set_class(view.state == state, f"-{state}")
         title = Text(f"{STATE_MARK.get(view.state, '?')} {STAGE_TITLES[self.stage]}", style="bold")
         width = self.content_size.width or 13
-        second, third = self.lines(view, server_url, percent, width, figures, phase)
+        second, third = self.lines(view, server_url, percent, width, figures, phase, candidate)
         self.update(Text.assemble(title, "\n", second, "\n", third))
 
     def on_resize(self) -> None:
         self.show(*self._last)
+
+
+def state_with_candidate(state: str, candidate: ShownCandidate | None, width: int, running: bool) -> str:
+    """The state line with the candidate the card shows: its name and role when they fit, else its
+    name, else as much of the name as fits after the state (at least three characters and "…");
+    a running card whose name does not fit keeps its progress alone (the campaign board and the
+    log name the candidate that runs)."""
+    if candidate is None:
+        return state[:width]
+    for shown in (candidate.label(), candidate.name):
+        if len(state) + 3 + len(shown) <= width:
+            return f"{state} · {shown}"
+    room = width - len(state) - 3 - 1
+    if running or room < 3:
+        return state[:width]
+    return f"{state} · {candidate.name[:room]}…"
 
 
 def _narrow(part: str, width: int) -> str:
@@ -131,4 +153,4 @@ class StageRail(Horizontal):
         for stage in STAGES:
             box = self.query_one(f"#stage-{stage}", StageBox)
             box.show(model.stages[stage], url, stage_percent(model, stage), model.card_figures(stage),
-                     stage_phase(model, stage))
+                     stage_phase(model, stage), model.shown_candidate if stage in CANDIDATE_STAGES else None)
