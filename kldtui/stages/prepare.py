@@ -228,7 +228,7 @@ class LoadedSource:
     rows: list[dict[str, Any]]
     revision: str
     fingerprint: str | None
-    dataset_label: str  # what the manifest records as ``dataset``
+    dataset_label: str  # what the manifest records as ``dataset`` (a local one: local_dataset_label)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -384,8 +384,16 @@ def _check_utf8(path: Path, where: str) -> None:
         raise BadInput(f"{where}: {path} cannot be read ({exc.strerror or exc})") from None
 
 
+def local_dataset_label(path: Path) -> str:
+    """What a suite records as a local dataset (either layout): its file or folder name alone.
+    The producer's path would leak into the published suite (user names, mount points) and make a
+    hidden-state suite's cluster keys ([dataset, cluster]) machine-specific."""
+    return Path(os.path.abspath(path)).name
+
+
 def load_local(source: Source, where: str, extra_columns: Sequence[str] = ()) -> LoadedSource:
     path = Path(source.dataset).expanduser()
+    label = local_dataset_label(path)
     files = _local_files(path, where)
     revision = local_content_hash(files, path)
     if source.revision is not None and source.revision != revision:
@@ -404,7 +412,7 @@ def load_local(source: Source, where: str, extra_columns: Sequence[str] = ()) ->
             raise BadInput(f"{where}: reading {files[0].suffix} files needs the datasets package: "
                            f"{PREPARE_INSTALL}") from None
         rows = _read_json_rows(files, _columns(source, extra_columns), where)
-        return LoadedSource(source, rows, revision, None, str(path))
+        return LoadedSource(source, rows, revision, None, label)
     datasets.disable_progress_bars()
     try:
         ds = datasets.load_dataset(kind, data_files={source.split: [str(f) for f in files]},
@@ -414,7 +422,7 @@ def load_local(source: Source, where: str, extra_columns: Sequence[str] = ()) ->
         raise BadInput(f"{where}: {path} cannot be read as {kind} files ({type(exc).__name__}: {cause}); "
                        "fix or replace the files") from None
     return LoadedSource(source, _rows_of(ds, _columns(source, extra_columns), where), revision,
-                        getattr(ds, "_fingerprint", None), str(path))
+                        getattr(ds, "_fingerprint", None), label)
 
 
 def load_hub(source: Source, where: str, extra_columns: Sequence[str] = ()) -> LoadedSource:

@@ -704,10 +704,8 @@ def prepare_hidden_suite(output_dir: str | os.PathLike[str], tokenizer: str, pla
         where = f"{plan.where}: source {n} ({source.key}: {source.dataset})"
         emit(Notice(STAGE, f"loading {where}"))
         rows = load_source(source.loader(), where, source.extra_columns)
-        # a local dataset is recorded by its file or folder name: the producer's path would leak
-        # into the published suite and make its cluster keys ([dataset, cluster]) machine-specific
-        label = Path(rows.dataset_label).name if is_local_dataset(source.dataset) else rows.dataset_label
-        loaded.append(documents_of(source, rows.rows, dataset_label=label,
+        # a local dataset comes labelled by its file or folder name (prepare.local_dataset_label)
+        loaded.append(documents_of(source, rows.rows, dataset_label=rows.dataset_label,
                                    revision=rows.revision, where=where))
         emit(Progress(STAGE, "sources", n, len(plan.sources), "sources"))
 

@@ -213,6 +213,34 @@ def test_window_starts_formula() -> None:
         window_starts(99, 10, 10)
 
 
+def test_local_datasets_are_recorded_by_their_own_name_alone(inputs: dict[str, Path], tmp_path: Path) -> None:
+    """A local dataset is recorded by its file or folder name, as the hidden layout records it: no
+    part of the producer's path (folders above the dataset, the sources file's folder for a
+    relative path) reaches the suite, in any file."""
+    import shutil
+
+    place = tmp_path / "producer-home-7f3a" / "private-mount-42"
+    for name in ("prose", "code"):
+        shutil.copytree(inputs[name].parent, place / name)
+    shutil.copy(inputs["dolly"], place / "dolly.jsonl")
+    local = {"prose": place / "prose" / "test.jsonl", "code": place / "code" / "test.parquet",
+             "dolly": place / "dolly.jsonl"}
+    sources = _sources_toml(place / "SOURCES.toml", local)  # absolute paths
+    relative = place / "SOURCES-relative.toml"  # paths relative to the sources file
+    relative.write_text(sources.read_text().replace(f"{place}/", "./"), encoding="utf-8")
+    for n, listing in enumerate((sources, relative)):
+        out = tmp_path / f"suite-{n}"
+        assert main(["prepare", "--tokenizer", str(inputs["tokenizer"]), "--output-dir", str(out),
+                     "--sources", str(listing), "--context-length", str(CONTEXT)]) == 0
+        doc = json.loads((out / "suite-manifest.json").read_text())
+        assert [d["dataset"] for d in doc["datasets"]] == ["prose", "test.parquet", "dolly.jsonl"]
+        assert {w["dataset"] for w in doc["windows"]} == {"prose", "test.parquet", "dolly.jsonl"}
+        for f in (p for p in out.rglob("*") if p.is_file()):
+            text = f.read_text()
+            for part in (*place.parts[1:], str(tmp_path)):
+                assert part not in text, (f, part)
+
+
 def test_json_lines_without_datasets_give_the_same_suite(inputs: dict[str, Path], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The vLLM venv of the tiny example has no ``datasets``: JSON Lines are read directly."""
