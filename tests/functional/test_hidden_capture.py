@@ -21,8 +21,8 @@ from kldtui.events import Event, Notice
 from kldtui.formats import fidelity as fid
 from kldtui.formats.suite import load_suite
 from kldtui.metrics.replay import f32_to_bf16
-from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
+from tests.fixtures_capture_run import serve_capture_finalize
 
 pytestmark = pytest.mark.timeout(300)
 VOCAB, SEED, LENGTH = 2048, 7, 300
@@ -51,16 +51,6 @@ def _profile(suite: Path, workdir: Path, replay_check: int = 2) -> Profile:
     return profile_from_dict({"reference": {"local_dir": str(suite)}, "candidate": candidate,
                               "run": {"workdir": str(workdir), "run_name": "hidden"},
                               "capture": {"mode": "hidden", "replay_check": replay_check}}, base_dir=workdir)
-
-
-def _capture(profile: Profile, output: Path, events: list[Event], kind: str = "reference") -> None:
-    pipeline = Pipeline(profile, events.append, output_dir=output, output_kind=kind)
-    try:
-        pipeline.serve()
-        pipeline.capture()
-        pipeline.finalize()
-    finally:
-        pipeline.stop_server(reason="done")
 
 
 def _notes(events: list[Event]) -> str:
@@ -98,7 +88,8 @@ def _check_published(suite_dir: Path) -> dict[str, Any]:
 def test_a_hidden_reference_becomes_a_published_suite_once_its_head_is_there(tmp_path: Path) -> None:
     suite_dir = _suite(tmp_path / "suite")
     events: list[Event] = []
-    _capture(_profile(suite_dir, tmp_path / "work"), suite_dir / fid.HIDDEN_DIR, events)
+    serve_capture_finalize(_profile(suite_dir, tmp_path / "work"), suite_dir / fid.HIDDEN_DIR, "reference",
+                           events)
     notes = _notes(events)
     assert "no LM head yet; export it (kldtui export-head" in notes
     assert not (suite_dir / fid.TOP_MANIFEST).exists() and not (suite_dir / fid.CHECKSUMS).exists()
@@ -128,7 +119,8 @@ def test_a_candidates_hidden_folder_keeps_its_live_sample_runtime_and_head_insid
     output = tmp_path / "work" / "candidate"
     _head(output / fid.LM_HEAD_DIR)
     events: list[Event] = []
-    _capture(_profile(suite_dir, tmp_path / "work", replay_check=1), output, events, kind="candidate")
+    serve_capture_finalize(_profile(suite_dir, tmp_path / "work", replay_check=1), output, "candidate",
+                           events)
     manifest = json.loads((output / "manifest.json").read_text())
     assert manifest["hidden_width"] == TinyModel(VOCAB, seed=SEED).hidden_size
     assert manifest["runtime"]["kind"] == "embedded" and manifest["runtime_manifest"] is None

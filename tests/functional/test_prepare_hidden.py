@@ -18,8 +18,8 @@ from kldtui.formats import fidelity as fid
 from kldtui.formats.report import load_report
 from kldtui.formats.suite import load_suite
 from kldtui.metrics.replay import f32_to_bf16
-from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import profile_from_dict
+from tests.fixtures_capture_run import serve_capture_finalize
 from tests.fixtures_prepare import article_rows, build_tokenizer, code_rows, write_hidden_plan, write_jsonl
 
 pytest.importorskip("transformers")
@@ -64,13 +64,7 @@ def _capture(suite: Path, workdir: Path, output: Path, kind: str, candidate: dic
     profile = profile_from_dict({"reference": {"local_dir": str(suite), "logits_dir": fid.HIDDEN_DIR},
                                  "candidate": candidate, "capture": capture,
                                  "run": {"workdir": str(workdir), "run_name": kind}}, base_dir=workdir)
-    pipeline = Pipeline(profile, output_dir=output, output_kind=kind)
-    try:
-        pipeline.serve()
-        pipeline.capture()
-        pipeline.finalize()
-    finally:
-        pipeline.stop_server(reason="done")
+    serve_capture_finalize(profile, output, kind)
 
 
 @pytest.mark.slow  # two embedded servers, a hidden capture with its replay check, a compare

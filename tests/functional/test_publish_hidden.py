@@ -21,14 +21,13 @@ import pytest
 
 from kldtui.cli.main import main
 from kldtui.embedded.model import TinyModel
-from kldtui.events import Event
 from kldtui.formats import fidelity as fid
 from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
 from kldtui.formats.suite import load_suite
 from kldtui.metrics.replay import f32_to_bf16
-from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import profile_from_dict
 from tests import fidelity_fixture as fx
+from tests.fixtures_capture_run import serve_capture_finalize
 from tests.hub_server import HubServer
 from tests.paths import REPO as REPO_ROOT
 
@@ -59,14 +58,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
                       "port": 0, "startup_timeout": 60.0, "request_timeout": 60.0},
         "run": {"workdir": str(base / "work"), "run_name": "hidden"},
         "capture": {"mode": "hidden", "replay_check": 2}}, base_dir=base)
-    events: list[Event] = []
-    pipeline = Pipeline(profile, events.append, output_dir=root / fid.HIDDEN_DIR, output_kind="reference")
-    try:
-        pipeline.serve()
-        pipeline.capture()
-        pipeline.finalize()
-    finally:
-        pipeline.stop_server(reason="done")
+    serve_capture_finalize(profile, root / fid.HIDDEN_DIR, "reference")
     assert (root / fid.CHECKSUMS).is_file() and (root / fid.TOP_MANIFEST).is_file()
     return root
 

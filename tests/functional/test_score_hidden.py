@@ -15,13 +15,13 @@ import pytest
 
 from kldtui.embedded.model import TinyModel
 from kldtui.errors import BadInput
-from kldtui.events import Event
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import load_report
 from kldtui.metrics.replay import f32_to_bf16
 from kldtui.stages.compare import CompareOptions, compare
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
+from tests.fixtures_capture_run import serve_capture_finalize
 from tests.fixtures_score import report_differences
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,17 +42,6 @@ def _profile(suite: Path, workdir: Path, mode: str, *, logits_dir: str = "ref", 
                               "capture": capture}, base_dir=workdir)
 
 
-def _capture(profile: Profile, output: Path | None = None, kind: str = "candidate") -> None:
-    events: list[Event] = []
-    pipeline = Pipeline(profile, events.append, output_dir=output, output_kind=kind)
-    try:
-        pipeline.serve()
-        pipeline.capture()
-        pipeline.finalize()
-    finally:
-        pipeline.stop_server(reason="done")
-
-
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A context suite with both references of one model: F32 logits in ref/, final hidden states
@@ -66,9 +55,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fid.write_context_suite(suite_dir, contexts)
     fid.write_lm_head(suite_dir / fid.LM_HEAD_DIR, f32_to_bf16(model.head),
                       checkpoint_tensor_key="lm_head.weight")
-    _capture(_profile(suite_dir, root / "ref-logits", "logits"), suite_dir / "ref", "reference")
-    _capture(_profile(suite_dir, root / "ref-hidden", "hidden", replay_check=0), suite_dir / fid.HIDDEN_DIR,
-             "reference")
+    serve_capture_finalize(_profile(suite_dir, root / "ref-logits", "logits"), suite_dir / "ref", "reference")
+    serve_capture_finalize(_profile(suite_dir, root / "ref-hidden", "hidden", replay_check=0),
+                           suite_dir / fid.HIDDEN_DIR, "reference")
     return suite_dir
 
 
@@ -82,7 +71,7 @@ def scored(suite: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     out = []
     for name, logits_dir in (("vs-logits", "ref"), ("vs-hidden", fid.HIDDEN_DIR)):
         work = root / name
-        _capture(_profile(suite, work, "score", logits_dir=logits_dir, perturb=0.1))
+        serve_capture_finalize(_profile(suite, work, "score", logits_dir=logits_dir, perturb=0.1))
         report = compare(suite, suite / logits_dir, work / "candidate", OPTIONS)
         (work / "comparison.json").write_text(json.dumps(report.to_json()))
         out.append(work)
@@ -151,7 +140,8 @@ def test_the_server_refuses_a_head_of_another_vocabulary_per_request(suite: Path
     fid.write_lm_head(copy / fid.LM_HEAD_DIR, f32_to_bf16(small), checkpoint_tensor_key="lm_head.weight")
     with pytest.raises(KldError, match=r"the LM head has 1024 rows, the server's vocabulary is 2048; replay "
                        r"with the head of the reference's model"):
-        _capture(_profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1))
+        serve_capture_finalize(_profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR,
+                                        perturb=0.1))
 
 
 def test_a_run_without_the_head_is_stopped_before_the_server_starts(suite: Path, tmp_path: Path) -> None:
