@@ -44,7 +44,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import atomic_open, write_bytes_atomic, write_json_atomic
-from kldtui.formats.fidelity_names import CONTEXT_FILTERS, PARTITION_NAMES
+from kldtui.formats.fidelity_names import CONTEXT_FILTERS, PARTITION_NAMES, parse_context_filter
 from kldtui.formats.names import check_name, check_relative_path
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.safetensors_io import (
@@ -335,16 +335,17 @@ def suite_from_contexts(p: Path, doc: dict[str, Any]) -> Suite:
 @dataclass(frozen=True)
 class ContextFilter:
     """A subset of a hidden-state suite's contexts: the published filters (``all``, ``analysis``,
-    ``qualification``, ``sentinel``, ``non-sentinel``), allocation strata, an index range."""
+    ``qualification``, ``sentinel``, ``non-sentinel``), allocation strata, an index range.
+    ``origin``: the flag or profile key that chose the filter, named by its errors."""
 
     which: str = "all"
     strata: tuple[str, ...] = ()
     start: int = 0
     stop: int | None = None
+    origin: str = field(default="--context-filter", compare=False)
 
     def __post_init__(self) -> None:
-        if self.which not in CONTEXT_FILTERS:
-            raise BadInput(f"context filter {self.which!r}: choose from {', '.join(CONTEXT_FILTERS)}")
+        parse_context_filter(self.which, self.origin)
 
     @property
     def is_everything(self) -> bool:
@@ -359,11 +360,18 @@ class ContextFilter:
             return True
         info = context_info(window)
         if info is None:
-            raise BadInput(f"--context-filter {self.which} needs a hidden-state suite (contexts with "
-                           "partitions and sentinels); this suite has windows")
+            raise BadInput(f"{self.origin} {self.which} needs a hidden-state suite (contexts with "
+                           "partitions and sentinels); this suite has windows: leave it out")
         if self.which in PARTITION_NAMES:
             return info.partition == self.which
         return info.sentinel == (self.which == "sentinel")
+
+    def select(self, suite: Suite) -> list[WindowSpec]:
+        """The windows (contexts) of the range this filter keeps: the range alone when it filters
+        nothing else (any suite), else :meth:`apply`."""
+        if self.which == "all" and not self.strata:
+            return suite.select(self.start, self.stop)
+        return self.apply(suite)
 
     def apply(self, suite: Suite) -> list[WindowSpec]:
         """The suite's contexts this filter keeps; BadInput for an unknown stratum, a range outside

@@ -167,8 +167,8 @@ class Pipeline:
         return self.suite
 
     def windows(self) -> list[WindowSpec]:
-        run = self.profile.run
-        return self.load_suite().select(run.start_window, run.stop_window)
+        """The windows the run covers: ``[run]`` range, ``context_filter`` and ``strata``."""
+        return self.profile.windows(self.load_suite())
 
     def reference(self) -> Suite:
         """Fetch (Hub) or find (local folder) the suite and its reference logits; verify them.
@@ -558,7 +558,8 @@ class Pipeline:
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
                               reverse=cmp_.reverse, backend=choice.backend.option, threads=choice.threads,
                               cuda_device=choice.cuda_device, mode=self.mode,
-                              candidate_size=self.profile.candidate.model_size())
+                              candidate_size=self.profile.candidate.model_size(),
+                              context_filter=run.context_filter, strata=run.strata)
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""

@@ -62,7 +62,7 @@ def _range_problem(profile: Profile, workspace: Workspace) -> str | None:
     from kldtui.formats.suite import load_suite
 
     try:
-        load_suite(workspace.suite_dir).select(profile.run.start_window, profile.run.stop_window)
+        profile.windows(load_suite(workspace.suite_dir))
     except KldError as exc:
         return str(exc)
     except (OSError, ValueError):
@@ -78,7 +78,7 @@ def _missing_tokens_problem(profile: Profile, workspace: Workspace) -> str | Non
 
     try:
         suite = load_suite(workspace.suite_dir)
-        windows = suite.select(profile.run.start_window, profile.run.stop_window)
+        windows = profile.windows(suite)
     except (KldError, OSError, ValueError):
         return None  # said by the range check or the reference stage
     missing = [w for w in windows if not (suite.root / w.token_file).is_file()]
@@ -89,7 +89,7 @@ def _missing_tokens_problem(profile: Profile, workspace: Workspace) -> str | Non
     return (f"{suite.root / missing[0].token_file}: missing, with {len(missing) - 1} more of the run's "
             f"{len(windows)} {unit}s ({here} here: a download of part of the suite); fetch the run's range "
             f"(kldtui download REPO --local-dir {suite.root} --start-{unit} A --stop-{unit} B), or set "
-            "[run] start_window/stop_window to the ones here")
+            "[run] start_window/stop_window (or context_filter/strata) to the ones here")
 
 
 def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
@@ -121,7 +121,7 @@ def _context_problem(profile: Profile, workspace: Workspace) -> str | None:
     if limit is None:
         return None
     try:
-        windows = load_suite(workspace.suite_dir).select(profile.run.start_window, profile.run.stop_window)
+        windows = profile.windows(load_suite(workspace.suite_dir))
     except (KldError, OSError, ValueError):
         return None  # no suite yet (downloaded by the run): the server refuses a window it cannot take
     longest = max((w.num_tokens for w in windows), default=0)
@@ -141,7 +141,7 @@ def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     try:
         vocab = load_logits_manifest(workspace.reference).vocab_size
         suite = load_suite(workspace.suite_dir)
-        windows = suite.select(profile.run.start_window, profile.run.stop_window)
+        windows = profile.windows(suite)
     except (KldError, OSError, ValueError):
         return None  # not there yet (downloaded or captured by the run): said when the run gets there
     row_bytes = mode.disk_bytes_per_row(vocab)

@@ -47,6 +47,10 @@ Sections (every key optional unless noted; unknown keys are rejected with a sugg
     run_name = "candidate"
     start_window = 0
     stop_window = 8                # exclusive; default: the whole suite
+    context_filter = "analysis"    # a hidden-state suite: only these contexts of the range are
+                                   # captured and compared: all (default), analysis, qualification,
+                                   # sentinel, non-sentinel (kldtui compare --context-filter)
+    strata = ["news", "code"]      # ...and only these allocation strata (kldtui compare --stratum)
     keep_chunks = false            # keep capture chunks after their window is finalized and verified
 
     [compare]
@@ -84,17 +88,22 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kldtui import bounds, capture_modes
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
+from kldtui.formats.fidelity_names import parse_context_filter, parse_strata
 from kldtui.formats.names import check_name
 from kldtui.formats.report_names import CANDIDATE_FOLDER, REPORT_FILE_NAME
 from kldtui.formats.safe_io import read_bytes
 from kldtui.servers.base import CaptureTarget, ServerConfig, ServerPlan, resolve_path
 from kldtui.servers.registry import DEFAULT_KIND, KINDS, all_keys, kind_of, kinds_taking
 from kldtui.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kldtui.formats.fidelity import ContextFilter
+    from kldtui.formats.suite import Suite, WindowSpec
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,10 @@ class RunConfig:
     run_name: str = "candidate"
     start_window: int = 0
     stop_window: int | None = None
+    # a hidden-state suite's contexts of the range the run covers (kldtui.formats.fidelity.ContextFilter;
+    # the values parsed by kldtui.formats.fidelity_names, as compare's --context-filter/--stratum)
+    context_filter: str = "all"
+    strata: tuple[str, ...] = ()
     keep_chunks: bool = False
 
 
@@ -191,6 +204,19 @@ class Profile:
     def where(self) -> str:
         return str(self.path) if self.path is not None else "profile"
 
+    def contexts(self) -> ContextFilter:
+        """The run's windows (a hidden-state suite's contexts) as a filter: ``[run]`` range,
+        ``context_filter`` and ``strata``."""
+        from kldtui.formats.fidelity import ContextFilter
+
+        run = self.run
+        return ContextFilter(run.context_filter, run.strata, run.start_window, run.stop_window,
+                             origin=f"{self.where}: [run] context_filter")
+
+    def windows(self, suite: Suite) -> list[WindowSpec]:
+        """The suite's windows this run covers (what it captures, finalizes and compares)."""
+        return self.contexts().select(suite)
+
     def workspace(self) -> Workspace:
         """The work folder of the profile: ``[run] workdir`` and ``[reference] local_dir``."""
         workdir = Path(self.run.workdir)
@@ -255,7 +281,7 @@ def _types() -> dict[str, dict[str, str]]:
                                            if any(k in kind.reference_keys for kind in KINDS.values())}},
         "candidate": server,
         "run": {"workdir": "str", "run_name": "str", "start_window": "int", "stop_window": "int",
-                "keep_chunks": "bool"},
+                "context_filter": "str", "strata": "list[str]", "keep_chunks": "bool"},
         "compare": {"bootstrap_samples": "int", "bootstrap_seed": "int", "reverse": "bool",
                     "abort_kl_above": "float", "backend": "str", "threads": "int"},
         "capture": {"mode": "str", "replay_check": "int"},
@@ -326,6 +352,10 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     stop = run.get("stop_window")
     if start < 0 or (stop is not None and stop <= start):
         raise BadInput(f"{where}: [run] window range [{start}, {stop}) is empty or negative")
+    if "context_filter" in run:
+        run["context_filter"] = parse_context_filter(run["context_filter"], f"{where}: [run] context_filter")
+    if "strata" in run:
+        run["strata"] = parse_strata(run["strata"], f"{where}: [run] strata")
     name = run.get("run_name", RunConfig.run_name)
     check_name(name, "[run] run_name", where)
     if entries and "run_name" in run:  # silently ignored would leave a user looking for its folder

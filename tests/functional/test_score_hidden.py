@@ -29,7 +29,8 @@ VOCAB, SEED, LENGTH = 2048, 7, 260
 
 
 def _profile(suite: Path, workdir: Path, mode: str, *, logits_dir: str = "ref", perturb: float = 0.0,
-             replay_check: int | None = None, env: dict[str, str] | None = None) -> Profile:
+             replay_check: int | None = None, env: dict[str, str] | None = None,
+             run: dict[str, Any] | None = None) -> Profile:
     candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "m", "model_seed": SEED,
                                  "vocab_size": VOCAB, "perturb": perturb, "port": 0, "startup_timeout": 60.0,
                                  "request_timeout": 60.0, "env": env or {}}
@@ -37,7 +38,8 @@ def _profile(suite: Path, workdir: Path, mode: str, *, logits_dir: str = "ref", 
     if replay_check is not None:
         capture["replay_check"] = replay_check
     return profile_from_dict({"reference": {"local_dir": str(suite), "logits_dir": logits_dir},
-                              "candidate": candidate, "run": {"workdir": str(workdir), "run_name": mode},
+                              "candidate": candidate,
+                              "run": {"workdir": str(workdir), "run_name": mode, **(run or {})},
                               "compare": {"bootstrap_samples": 200, "reverse": True},
                               "capture": capture}, base_dir=workdir)
 
@@ -180,3 +182,32 @@ def test_kldtui_run_scores_against_the_hidden_states_end_to_end(suite: Path, sco
     for doc in (a, b):  # the bootstrap's settings are the profile's in both; folders differ
         doc.pop("reference_dir", None)
     assert report_differences(a, b) == []
+
+
+def test_a_profiles_context_filter_runs_and_compares_only_those_contexts(
+        suite: Path, scored: tuple[Path, Path], tmp_path: Path) -> None:
+    """``[run] strata`` and ``context_filter`` (kldtui compare's --stratum and --context-filter as profile
+    keys): the run captures and compares only the chosen contexts, and its report is compare's
+    with the same flags over the whole candidate; a filter the suite cannot take is said before
+    the server starts."""
+    from kldtui.stages.capture import load_records
+    from kldtui.workflow.preflight import preflight
+
+    work = tmp_path / "work"
+    profile = _profile(suite, work, "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1,
+                       run={"strata": ["code"], "context_filter": "analysis"})
+    state = Pipeline(profile).run_all()
+    assert state.report is not None
+    assert sorted(load_records(profile.workspace().records_path)) == [2, 3]  # only those were captured
+    got = load_report(work / "comparison.json").to_json()
+    want = compare(suite, suite / fid.HIDDEN_DIR, scored[1] / "candidate",
+                   CompareOptions(bootstrap_samples=200, reverse=True, context_filter="analysis",
+                                  strata=("code",))).to_json()
+    assert got["per_window_arrays"]["window_index"] == [2, 3]
+    assert got["context_selection"]["strata"] == ["code"]
+    assert got["context_selection"]["filter"] == want["context_selection"]["filter"]
+    for doc in (got, want):
+        doc.pop("reference_dir", None)
+    assert report_differences(want, got) == []
+    lacking = _profile(suite, tmp_path / "w2", "score", logits_dir=fid.HIDDEN_DIR, run={"strata": ["poetry"]})
+    assert any("no stratum 'poetry'" in p for p in preflight(lacking, lacking.workspace()))

@@ -172,3 +172,21 @@ def test_reference_capture_kinds_need_their_keys(tmp_path: Path) -> None:
     assert server.model == str(tmp_path / "ref-model") and server.vllm_args == ("--dtype", "float32")
     assert server.served_model_name == "candidate-reference" and server.port == profile.candidate.port
     assert ref.repeat is False
+
+
+def test_a_context_filter_is_checked_when_the_profile_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "kldtui.toml"
+    path.write_text('[candidate]\nkind = "embedded"\n[run]\ncontext_filter = "qualification"\n'
+                    'strata = ["news", "code"]\n')
+    run = load_profile(path).run
+    assert (run.context_filter, run.strata) == ("qualification", ("news", "code"))
+    for body, words in (('context_filter = "analysys"', "[run] context_filter 'analysys' is not a context "
+                         "filter; did you mean 'analysis'? set one of all, analysis, qualification"),
+                        ('strata = ["news", "news"]', "[run] strata: stratum 'news' is given twice"),
+                        ('strata = [""]', "[run] strata: '' is not a stratum name"),
+                        ("strata = \"news\"", "strata must be list[str]")):
+        path.write_text(f'[candidate]\nkind = "embedded"\n[run]\n{body}\n')
+        with pytest.raises(BadInput) as caught:
+            load_profile(path)
+        assert str(path) in str(caught.value) and words in str(caught.value)
+        assert "\n" not in str(caught.value)

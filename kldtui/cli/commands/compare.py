@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if not output.parent.is_dir():
         raise BadInput(f"{output}: folder {output.parent} does not exist; create it first")
     from kldtui.folder_lock import hold
+    from kldtui.formats.fidelity_names import parse_strata
     from kldtui.formats.safe_io import check_output
 
     suite_path = Path(args.suite_manifest)
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
                              row_block=args.row_block, reverse=args.reverse, backend=args.backend,
                              threads=args.threads, verify_sha256=args.verify_sha256,
                              candidate_size=candidate_size(args),
-                             context_filter=args.context_filter, strata=tuple(args.stratum),
+                             context_filter=args.context_filter,
+                             strata=parse_strata(args.stratum, "--stratum"),
                              lm_head=args.lm_head, candidate_lm_head=args.candidate_lm_head,
                              replay_dtype=args.replay_dtype, vocab_chunk=args.vocab_chunk,
                              replay_rows=args.replay_rows)

@@ -41,12 +41,14 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
     from kldtui.folder_lock import hold
     from kldtui.formats.fidelity import ContextFilter
+    from kldtui.formats.fidelity_names import parse_strata
     from kldtui.stages.reference import check_repo_id
     from kldtui.stages.reference_hidden import ensure_suite
     from kldtui.workspace import Workspace
 
     check_repo_id(args.repo_id)  # before any output
-    selection = ContextFilter(args.context_filter, tuple(args.stratum), args.start_window, args.stop_window)
+    selection = ContextFilter(args.context_filter, parse_strata(args.stratum, "--stratum"), args.start_window,
+                              args.stop_window)
     workspace = Workspace.for_suite(args.local_dir)
     with hold([workspace.suite_dir], what="--local-dir"), ConsoleProgress() as emit:
         ref = ensure_suite(args.repo_id, workspace.suite_dir, revision=args.revision, selection=selection,

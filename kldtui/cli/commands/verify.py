@@ -146,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
     selection = None
     if args.context_filter is not None or args.stratum:
         from kldtui.formats.fidelity import ContextFilter
+        from kldtui.formats.fidelity_names import parse_strata
 
-        selection = ContextFilter(args.context_filter or "all", tuple(args.stratum))
+        selection = ContextFilter(args.context_filter or "all", parse_strata(args.stratum, "--stratum"))
     with ConsoleProgress(stage_summaries=False) as emit:  # the result is printed below, on stdout
         result = verify_path(args.path, reverify=args.reverify, workers=args.workers,
                              start_window=args.start_window, stop_window=args.stop_window,

@@ -52,10 +52,7 @@ class CompareOptions:
 
     def select(self, suite: Suite) -> list[WindowSpec]:
         """The windows (contexts) this comparison covers: the range, then the context filter."""
-        chosen = self.contexts
-        if chosen.which == "all" and not chosen.strata:
-            return suite.select(self.start_window, self.stop_window)
-        return chosen.apply(suite)
+        return self.contexts.select(suite)
 
 
 __all__ = ["CompareOptions"]
