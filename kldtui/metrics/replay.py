@@ -80,11 +80,17 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return rounded
 
 
-def round_bf16_inplace(x: np.ndarray) -> np.ndarray:
-    """float32 ``x`` rounded to BF16 precision in place (the value, kept as float32)."""
+def round_bf16_inplace(x: np.ndarray, scratch: np.ndarray | None = None,
+                       nan_mask: np.ndarray | None = None) -> np.ndarray:
+    """float32 ``x`` rounded to BF16 precision in place (the value, kept as float32).
+
+    ``scratch`` (``uint32``) and ``nan_mask`` (``bool``), of ``x``'s shape, hold the rounding's
+    intermediates when given (a replay reuses them chunk after chunk); without them they are
+    allocated, as large as ``x``."""
     v = x.view(np.uint32)
-    nan = np.isnan(x)
-    lsb = (v >> 16) & np.uint32(1)
+    nan = np.isnan(x, out=nan_mask)
+    lsb = np.right_shift(v, np.uint32(16), out=scratch)
+    np.bitwise_and(lsb, np.uint32(1), out=lsb)
     v += np.uint32(0x7FFF)
     v += lsb
     v &= np.uint32(0xFFFF0000)
@@ -132,7 +138,11 @@ class NumpyReplay:
     """CPU replay with NumPy's BLAS: each chunk of the BF16 head widened exactly to FP32 into a
     reused buffer and multiplied by SGEMM (FP32 accumulation), the product rounded to BF16 unless
     ``output="f32"``.  ``head`` is ``uint16`` ``[vocab, hidden]`` (a memory map of the head file
-    is fine: only one chunk is widened at a time).  One instance per thread."""
+    is fine: only one chunk is widened at a time).  One instance per thread.
+
+    Like :class:`TorchReplay`'s per-thread buffers, every intermediate is a buffer kept between
+    chunks and calls (grown only for more rows): the widened hidden rows and head chunk, the
+    chunk's product and its BF16 rounding's scratch, each used as a contiguous block."""
 
     name = "numpy-sgemm"
 
@@ -144,12 +154,25 @@ class NumpyReplay:
         self.chunk = min(chunk, self.vocab)
         self.output = check_output(output)
         self._w = np.empty((self.chunk, self.hidden), dtype=np.float32)
-        self._h: np.ndarray | None = None
-        self._p: np.ndarray | None = None
+        self._rows = 0  # rows the buffers below hold
+        self._h = np.empty(0, dtype=np.float32)  # flat: [rows, hidden]
+        self._p = np.empty(0, dtype=np.float32)  # flat: a chunk's product [rows, chunk]
+        self._scratch = np.empty(0, dtype=np.uint32)  # the rounding's intermediates, as large
+        self._nan = np.empty(0, dtype=np.bool_)
 
     def new_block(self, rows: int) -> np.ndarray:
         """An FP32 block ``[rows, vocab]`` for :meth:`logits`' ``out``."""
         return np.empty((rows, self.vocab), dtype=np.float32)
+
+    def _grow(self, rows: int) -> None:
+        if rows <= self._rows:
+            return
+        self._h = np.empty(rows * self.hidden, dtype=np.float32)
+        self._p = np.empty(rows * self.chunk, dtype=np.float32)
+        if self.output == "bf16":
+            self._scratch = np.empty(rows * self.chunk, dtype=np.uint32)
+            self._nan = np.empty(rows * self.chunk, dtype=np.bool_)
+        self._rows = rows
 
     def logits(self, hidden: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Replayed logits, float32 ``[rows, vocab]`` (into ``out`` when given)."""
@@ -159,17 +182,16 @@ class NumpyReplay:
                              f"{self.hidden}")
         if out is None:
             out = np.empty((rows, self.vocab), dtype=np.float32)
-        if self._h is None or self._h.shape[0] < rows:
-            self._h = np.empty((rows, self.hidden), dtype=np.float32)
-            self._p = np.empty((rows, self.chunk), dtype=np.float32)
-        assert self._p is not None
-        h = bf16_to_f32(hidden, self._h[:rows])
+        self._grow(rows)
+        h = bf16_to_f32(hidden, self._h[:rows * self.hidden].reshape(rows, self.hidden))
         for start, stop in chunks(self.vocab, self.chunk):
-            w = bf16_to_f32(self.head[start:stop], self._w[:stop - start])
-            product = self._p[:rows, :stop - start]
+            width = stop - start
+            w = bf16_to_f32(self.head[start:stop], self._w[:width])
+            product = self._p[:rows * width].reshape(rows, width)  # contiguous: SGEMM writes it directly
             np.matmul(h, w.T, out=product)
-            if self.output == "bf16":
-                round_bf16_inplace(product)  # chunk by chunk, while it is in the cache
+            if self.output == "bf16":  # chunk by chunk, while it is in the cache
+                round_bf16_inplace(product, self._scratch[:rows * width].reshape(rows, width),
+                                   self._nan[:rows * width].reshape(rows, width))
             out[:, start:stop] = product
         return out
 
