@@ -154,6 +154,9 @@ class DashboardModel:
         self.server: ServerReady | None = None
         self.result_path: str | None = None
         self.result_report: ComparisonReport | None = None
+        # the result's name as the campaign names it (None: the report's own), fixed when it arrives:
+        # the next candidate may start before the screen shows it
+        self.result_name: str | None = None
         self.next_lines: list[str] = []
         self.starting: str | None = None
         self.shown_report: str | None = None  # a report opened with o (not this run's), shown in Result
@@ -215,6 +218,7 @@ class DashboardModel:
         elif isinstance(event, ResultReady):
             self.result_path = event.path
             self.result_report = event.report
+            self.result_name = self.shown_candidate.name if self.shown_candidate is not None else None
             self.dirty.add("result")
             if self.candidate is not None and self.candidate.repeat and event.path:
                 self.repeat_reports.add(event.path)  # the noise model's capture, not a candidate
@@ -370,6 +374,7 @@ class DashboardModel:
             mark("compare", compared)
         if state.report_path is not None:
             self.result_path = str(state.report_path)
+            self.result_name = self.shown_candidate.name if self.shown_candidate is not None else None
             self.dirty.add("result")
         self.dirty |= {"stages", "windows", "progress", "live"}
         return captured, finalized, compared, total

@@ -138,7 +138,7 @@ async def test_after_a_campaign_the_stage_cards_show_the_best_candidate_not_the_
 
 
 def test_the_cards_name_the_candidate_that_runs_and_count_only_its_windows() -> None:
-    from kldtui.events import CandidateStarted, StageStarted, WindowState
+    from kldtui.events import CandidateStarted, ResultReady, StageStarted, WindowState
     from kldtui.tui.model import DashboardModel, ShownCandidate
     from kldtui.tui.widgets.stage_rail import state_with_candidate
 
@@ -147,8 +147,11 @@ def test_the_cards_name_the_candidate_that_runs_and_count_only_its_windows() -> 
     model.apply(CandidateStarted("campaign", name="q8", number=1, total=2))
     for w in range(4):
         model.apply(WindowState("compare", window_index=w, state="compared", figures={"kl": 0.01}))
+    model.apply(ResultReady("compare", path="comparison-q8.json"))
     model.apply(CandidateStarted("campaign", name="q8.repeat", number=3, total=3, repeat=True))
     assert model.shown_candidate == ShownCandidate("q8.repeat", "repeat capture")
+    # the result keeps the name of the candidate it came from, whoever runs when the screen shows it
+    assert (model.result_path, model.result_name) == ("comparison-q8.json", "q8")
     model.apply(StageStarted("capture"))
     model.apply(WindowState("capture", window_index=0, state="captured"))
     # the windows the candidate before reached are not this one's

@@ -56,12 +56,12 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         notes = static_text(app, "#campaign-notes")
         assert "noise model: measured repeat variation" in notes and "leaderboard.json" in notes
         assert "Campaign leaderboard" in static_text(app, "#campaign-title")
-        # the grid shows the last capture: the leader's repeat
-        report = json.loads((work / "repeat" / "comparison-fine.json").read_text())
-        per_window = report["per_window_arrays"]["kl_mean"]
+        # the grid and the cards show the best candidate, not the last capture (the leader's repeat)
+        leader = json.loads((work / "comparison-fine.json").read_text())
+        per_window = leader["per_window_arrays"]["kl_mean"]
         assert [w.state for w in app.main.model.windows.values()] == ["compared"] * 12
         assert [w.kl for w in app.main.model.windows.values()] == pytest.approx(per_window)
-        leader = json.loads((work / "comparison-fine.json").read_text())
+        assert static_text(app, "#stage-compare").splitlines()[1] == "done · fine (best)"
         boot = headline_of(leader)  # the headline interval (docs/STATISTICS.md)
         names = [r.name for r in app.query_one("#board", LeaderboardTable).results]
         assert names == ["fine", "coarse"]  # the candidates' reports (not the repeat), ranked with ties

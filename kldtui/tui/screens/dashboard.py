@@ -406,9 +406,8 @@ class DashboardScreen(BoardScreen):
         report, path = self.model.result_report, self.model.result_path
         if path and report and not self.model.next_lines:
             self.model.set_next_steps(self._next_steps(Path(path), report.window_range))
-        shown = self.model.shown_candidate  # a campaign's: named as the campaign names it
-        if report:
-            self.show_result(result_from_report(report, path, shown.name if shown else None), report)
+        if report:  # a campaign's named as the campaign names it
+            self.show_result(result_from_report(report, path, self.model.result_name), report)
         elif path:
             self.load_result_file(path)
 
