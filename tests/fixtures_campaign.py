@@ -56,16 +56,21 @@ def run_cmd(profile: Path, *extra: str) -> list[str]:
 
 
 def scripted_campaign_factory(tmp_path: Path, holder: dict[str, object], *,  # type: ignore[no-untyped-def]
-                              repeat: bool = False):
+                              repeat: bool = False, fail: bool = False):
     """A dashboard pipeline factory whose run is a scripted campaign of two candidates: each a
     ScriptedPipeline run, with the campaign's events around them. ``repeat``: the candidates write
     reports of their own (``comparison-q8.json``, ``comparison-q4.json``), and the leader, q8, is
     captured again (``repeat/comparison-q8.json``, other figures) before the final leaderboard;
-    the run returns q8's run state, as :meth:`kldtui.workflow.campaign.Campaign.run_all` does."""
+    the run returns q8's run state, as :meth:`kldtui.workflow.campaign.Campaign.run_all` does.
+    ``fail`` (with ``repeat``): a third candidate, q3, fails, and the run ends failed after the
+    final leaderboard, as a campaign with a broken candidate does (``leader_state`` gives q8's)."""
     from kldtui.events import CandidateStarted, LeaderboardUpdated, Standing
     from tests.fixtures_tui import ScriptedPipeline
 
     class ScriptedCampaign(ScriptedPipeline):
+        def leader_state(self):  # type: ignore[no-untyped-def]
+            return leader_state(tmp_path / "comparison-q8.json")
+
         def run_all(self):  # type: ignore[no-untyped-def]
             total = 3 if repeat else 2
             first = self.report_path
@@ -99,9 +104,15 @@ def scripted_campaign_factory(tmp_path: Path, holder: dict[str, object], *,  # t
                                   report_path=str(self.report_path),
                                   note="a second capture of q8 (the noise model); not ranked"),)
                 state = leader_state(first)  # type: ignore[arg-type]
+            if fail:
+                rows += (Standing("q3", "failed", note="its server died"),)
             self.emit(LeaderboardUpdated("campaign", rows=rows, windows=8, noise_model="none",
                                          notes=("ties: paired t-test against the best (95 %)",),
                                          path=str(tmp_path / "leaderboard.json"), final=True))
+            if fail:
+                from kldtui.errors import StageFailed
+
+                raise StageFailed("1 of 3 candidates failed (q3; q3: its server died); the others are ranked")
             return state
 
     def factory(emit, cancel):  # type: ignore[no-untyped-def]

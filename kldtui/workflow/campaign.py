@@ -471,6 +471,16 @@ class Campaign:
                         report_path=str(repeat.report),
                         note=f"a second capture of {leader.name} (the noise model); not ranked")
 
+    def leader_state(self) -> RunState | None:
+        """The run state of the last ranking's leader (None: nothing ranked): what the dashboard
+        shows when a campaign ended failed, with the others ranked (``run_all`` returns it when
+        the campaign ends well)."""
+        board = self.leaderboard
+        if board is None or not board.rows:
+            return None
+        entry = next((e for e in self.entries if e.name == board.rows[0].name), None)
+        return load_state(entry.workspace) if entry is not None else None
+
     def next_steps(self) -> list[str]:
         """What to do after the campaign: its reports together (one short line each)."""
         board = self.leaderboard

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_campaign import CANDIDATES, candidate_table, run_cmd, write_profile
+from tests.fixtures_campaign import CAMPAIGN_WINDOWS, CANDIDATES, candidate_table, run_cmd, write_profile
 from tests.fixtures_demo import env_with, stable
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # whole campaigns, killed and rerun
@@ -157,6 +157,15 @@ def test_a_failing_candidate_does_not_stop_the_others_and_is_retried_alone(tmp_p
         ("q8", "compared"), ("q3", "compared"), ("broken", "failed")]
     board = json.loads((tmp_path / "c" / "leaderboard.json").read_text())
     assert [r["name"] for r in board["rows"]] == ["q8", "q3"]
+    # what the dashboard ends on when the campaign ended failed: the leader's run state
+    from kldtui.workflow.campaign import Campaign
+    from kldtui.workflow.profile import load_profile
+
+    campaign = Campaign(load_profile(profile))
+    campaign.announce_disk_state()  # ranks the reports on disk, as a reopened dashboard does
+    leader = campaign.leader_state()
+    assert leader is not None and leader.report_path == tmp_path / "c" / "comparison-q8.json"
+    assert leader.compared == CAMPAIGN_WINDOWS
     profile.write_text(text)  # the fault fixed: only that candidate runs again
     events = _run(profile)
     assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["broken"]

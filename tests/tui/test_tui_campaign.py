@@ -103,14 +103,15 @@ async def test_a_three_candidate_campaign_in_the_dashboard_ranks_as_the_leaderbo
         await pilot.press("q")
 
 
+@pytest.mark.parametrize("fail", [False, True], ids=["done", "one-candidate-failed"])
 @sync
 async def test_after_a_campaign_the_stage_cards_show_the_best_candidate_not_the_repeat_capture(
-        tmp_path: Path) -> None:
+        tmp_path: Path, fail: bool) -> None:
     from kldtui.formats.report import headline, load_report
     from kldtui.tui.model import stage_figures
 
     holder: dict[str, object] = {}
-    app = create_app(pipeline_factory=scripted_campaign_factory(tmp_path, holder, repeat=True),
+    app = create_app(pipeline_factory=scripted_campaign_factory(tmp_path, holder, repeat=True, fail=fail),
                      config_dir=tmp_path / "cfg", theme="kldtui-dark")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()

@@ -347,7 +347,23 @@ class DashboardScreen(BoardScreen):
                 self.model.apply(Notice(where, message, level="error"))
             self.model.stopped(None, "stopped: another stage failed")
             self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
+            campaign = self.model.campaign
+            if campaign is not None and campaign.final:  # a campaign ended failed, the others ranked
+                self._show_leader_after_failure()
         self.refresh_now()
+
+    @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="leader")
+    def _show_leader_after_failure(self) -> None:
+        """A campaign that ended failed with the others ranked ends on its leader too (its run
+        state read from the work folder: ``run_all`` returned none)."""
+        leader_state = getattr(self._pipeline, "leader_state", None)
+        state = leader_state() if callable(leader_state) else None
+        if state is not None:
+            self.deliver(self._show_leader, state)
+
+    def _show_leader(self, state: RunState) -> None:
+        if not self.engine_workers() and self.model.show_leader(state):
+            self.refresh_now()
 
 
     # -- messages ----------------------------------------------------------------------------------
