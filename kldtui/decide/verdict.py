@@ -104,6 +104,7 @@ class Evidence:
     dependence_t: np.ndarray  # Pitman-Morgan t: > 0 when B's KL grows faster with difficulty
     dependent: np.ndarray  # bool: the dependence test rejects at its tier's level, here or in the
     # enclosing group (evidence(within=...))
+    faster_b: np.ndarray  # bool: B's KL grows faster with difficulty (by the test that found dependence)
     model_low: np.ndarray  # log-normal check: interval of E[B] / E[A] at its tier's check level
     model_high: np.ndarray
     model_p_worse: np.ndarray  # the check's one-sided p-values on the rule's scale: times
@@ -126,8 +127,12 @@ class Evidence:
 
     @property
     def checked(self) -> np.ndarray:
-        """Where the log-normal check must confirm the direction."""
-        out: np.ndarray = self.dependent & self.log_scale
+        """Where the log-normal check must confirm the direction: the candidates depend differently on
+        window difficulty and the windows' mean favours the one whose KL grows faster. The hard windows
+        a sample lacks are the ones that would raise that candidate's mean most, so only this direction
+        can be a false winner; in the other the missing windows would widen the gap, and the sign-flip
+        test alone holds its level there."""
+        out: np.ndarray = self.dependent & self.log_scale & (self.faster_b != self.worse)
         return out
 
     @property
@@ -186,8 +191,10 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Ev
     tier = dependence_tier(spread)
     crit = np.array([t_quantile(1.0 - tr.level / 2.0, n - 2) for tr in DEPENDENCE_TIERS])[tier]
     dependent = log_scale & (np.abs(t) > crit)
+    faster_b = t > 0
     if within is not None:
         tier = np.maximum(tier, within.tier)
+        faster_b = np.where(within.dependent, within.faster_b, faster_b)
         dependent = log_scale & (dependent | within.dependent)
     checks = [inf.lognormal_ratio(fit, 1.0 - tr.check_level) if tr.check == "gpq"
               else inf.cox_ratio(fit, 1.0 - tr.check_level, tr.widen) for tr in DEPENDENCE_TIERS]
@@ -211,6 +218,7 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Ev
         windows=n, mean_a=a.mean(axis=-1), mean_b=b.mean(axis=-1),
         p_flip_worse=flip.p_worse, p_flip_better=flip.p_better, ratio_low=ratio_low, ratio_high=ratio_high,
         log_scale=log_scale, spread=logged(spread), tier=tier, dependence_t=logged(t), dependent=dependent,
+        faster_b=faster_b & log_scale,
         model_low=logged(model.low), model_high=logged(model.high), model_p_worse=logged(model.p_worse),
         model_p_better=logged(model.p_better), model_estimate=logged(model.estimate),
         null_skewness=logged(skew),
