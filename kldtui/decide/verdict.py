@@ -8,7 +8,8 @@ simulation that chose every rule and the error rates it measured):
   the ratio ``mean(B) / mean(A)`` (:mod:`kldtui.metrics.inference`);
 - where the two candidates' KL grows differently with window difficulty (one quantization hurts
   hard windows more), the mean over windows rests on the few hardest ones and the windows at hand
-  may hold none of them: the difference must then also be shown by a log-normal model of the
+  may hold none of them, which flatters the candidate that grows faster: when the windows' mean
+  names that one the closer, the difference must also be shown by a log-normal model of the
   windows, which accounts for the unseen hard windows; where the two disagree the verdict is
   "cannot be calibrated here", with the number of windows that would be needed;
 - fewer than :data:`MIN_VERDICT_WINDOWS` windows give no verdict, only the estimate;
@@ -156,15 +157,22 @@ class Evidence:
 
     @property
     def interval_low(self) -> np.ndarray:
-        """The headline interval of ``mean(B) / mean(A)``: the sign-flip test's, joined with the log-normal
-        model's where the candidates depend differently on window difficulty (:attr:`checked`: then both
-        must exclude 1 for a verdict, and the union says what both allow)."""
-        out: np.ndarray = np.where(self.checked, np.fmin(self.ratio_low, self.model_low), self.ratio_low)
+        """The headline interval of ``mean(B) / mean(A)``: the sign-flip test's, widened by the log-normal
+        model's where the candidates depend differently on window difficulty. Where the check applies
+        (:attr:`checked`) it is the union of both (both must exclude 1 for a verdict, and the union says
+        what both allow). In the other direction the end nearer 1 stays the sign-flip test's (it alone
+        decides there) and the far end is the farther of the two: the hard windows the suite lacks would
+        only widen the gap, which the windows' own interval cannot show."""
+        union = np.fmin(self.ratio_low, self.model_low)
+        far_end = self.dependent & self.log_scale & ~self.worse  # B closer: the low end is the far one
+        out: np.ndarray = np.where(self.checked | far_end, union, self.ratio_low)
         return out
 
     @property
     def interval_high(self) -> np.ndarray:
-        out: np.ndarray = np.where(self.checked, np.fmax(self.ratio_high, self.model_high), self.ratio_high)
+        union = np.fmax(self.ratio_high, self.model_high)
+        far_end = self.dependent & self.log_scale & self.worse  # B worse: the high end is the far one
+        out: np.ndarray = np.where(self.checked | far_end, union, self.ratio_high)
         return out
 
 
@@ -253,7 +261,10 @@ class VerdictInterval:
     ratio_high: float | None = None
     p_flip: float | None = None
     dependence_t: float | None = None
-    dependent: bool = False
+    dependent: bool = False  # the log-normal check applied (Evidence.checked)
+    # the candidates depend differently on difficulty but the check did not apply (the faster-growing
+    # one is named the worse): the interval's far end is widened by the log-normal model's
+    far_end_widened: bool = False
     spread: float | None = None
     model_low: float | None = None
     model_high: float | None = None
@@ -280,6 +291,7 @@ class VerdictInterval:
                 "ratio_ci95_high": _json_num(self.ratio_high), "p_value_sign_flip": _json_num(self.p_flip),
                 "difficulty_dependence": {
                     "pitman_morgan_t": _json_num(self.dependence_t), "dependent": self.dependent,
+                    "far_end_widened": self.far_end_widened,
                     "log_spread": _json_num(self.spread),
                     "lognormal_ratio_ci95": [_json_num(self.model_low), _json_num(self.model_high)]},
                 "windows_needed": self.needed_windows}
@@ -330,6 +342,7 @@ def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
         ratio_low=opt(ev.interval_low) if mean_a > 0 else None,
         ratio_high=opt(ev.interval_high) if mean_a > 0 else None,
         p_flip=_f(ev.p_flip), dependence_t=opt(ev.dependence_t), dependent=bool(ev.checked),
+        far_end_widened=bool(ev.dependent & ev.log_scale & ~ev.checked),
         spread=opt(ev.spread), model_low=opt(ev.model_low), model_high=opt(ev.model_high),
         needed_windows=needed)
 
@@ -468,6 +481,10 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     if iv.dependent:
         text += (f" ({_dependence_words(iv, name_a, name_b)}: the interval joins the windows' own and a "
                  "log-normal model's, and both show the difference)")
+    elif iv.far_end_widened:
+        text += (f" ({_dependence_words(iv, name_a, name_b)}: harder windows than these would only widen "
+                 "the gap, so the interval's far end is a log-normal model's of the windows, which allows "
+                 "for them)")
     if decision.noise_kind == "repeat_variation" and not decision.provisional:
         return text + f"; larger than the measured repeat variation {_n(decision.noise_value or 0)}"
     how = f"; confirm: {confirm}" if confirm else ""

@@ -27,6 +27,7 @@ from benchmarks.verdict_simulation import (
 from kldtui.decide import PUBLISHED_SUITE_HASH, build_leaderboard, paired_diff
 from kldtui.decide.verdict import needed_words, plain_number
 from kldtui.errors import BadInput
+from kldtui.metrics.inference import flip_ratio_interval
 from kldtui.metrics.stats import holm, holm_batch, t_quantile, t_two_sided_p
 from tests.fixtures_decide import make_report, suite_domains
 
@@ -104,6 +105,44 @@ def test_cannot_be_calibrated_says_how_many_windows() -> None:
     iv = res.overall.interval  # the interval joins the windows' own and the log-normal model's: it holds 0
     assert iv.has_interval and iv.ci95_low < 0 < iv.ci95_high and iv.dependent
     assert res.to_dict()["overall"]["outcome"] == "cannot_calibrate"
+
+
+def test_the_check_guards_only_the_direction_missing_hard_windows_can_fake() -> None:
+    """The same eight windows with B's KL growing faster (w^1.6) but now above A on every window: the
+    missing hard windows would only widen the gap, so the sign-flip test names B worse alone, with no
+    log-normal check in its sentence; the mirrored suite (B below A) is the one the check holds back
+    (test above)."""
+    w = 0.01 * np.exp(np.array([-1.6, -1.2, -0.8, -0.5, -0.2, 0.1, 0.5, 1.4]))
+    a = w * np.exp(np.array([0.02, -0.03, 0.01, 0.04, -0.02, 0.0, -0.01, 0.03]))
+    b = 2.5 * w ** 1.6 / 0.01 ** 0.6  # above A on every one of these windows
+    res = paired_diff(make_report(a, candidate_dir="/r/a"), make_report(b, candidate_dir="/r/b"), samples=50,
+                      noise=None)
+    iv = res.overall.interval
+    assert iv.dependence_t is not None and iv.dependence_t > 0  # b's KL grows faster: dependence shown
+    assert res.overall.outcome == "a_closer" and not iv.dependent and iv.far_end_widened, res.verdict
+    assert iv.p_value == pytest.approx(iv.p_flip, rel=1e-12)  # the sign-flip test decides alone
+    # the end nearer 1 is the sign-flip test's; the far end the log-normal model's, which allows for
+    # harder windows than these
+    flip_low, flip_high = flip_ratio_interval(a, b, 0.95)
+    assert iv.ratio_low == pytest.approx(float(flip_low), rel=1e-12)
+    assert iv.model_high is not None and iv.model_high > float(flip_high)
+    assert iv.ratio_high == pytest.approx(iv.model_high, rel=1e-12)
+    assert res.verdict.startswith("b is worse than a by")
+    assert ("(b's KL grows faster with window difficulty than a's, so the mean over windows rests on the few "
+            "hardest windows: harder windows than these would only widen the gap, so the interval's far end "
+            "is a log-normal model's of the windows, which allows for them)") in res.verdict
+    assert "both show the difference" not in res.verdict
+    assert res.to_dict()["overall"]["verdict_interval"]["difficulty_dependence"]["far_end_widened"] is True
+
+
+@pytest.mark.parametrize(("dist", "gamma"), [("lognormal", 1.5), ("lognormal", 0.5), ("gamma", 1.5)])
+def test_the_unchecked_direction_holds_its_level(dist: str, gamma: float) -> None:
+    """Where the candidates depend differently on difficulty, the faster-growing one named worse is left
+    to the sign-flip test: under equal means it happens in at most 2.5 % of suites (one side of 5 %),
+    here plus two standard errors."""
+    trials = 2000
+    rates = null_rates(dist, gamma, 8, trials, seed=16)
+    assert rates["faster_worse"] <= 0.025 + 2 * math.sqrt(0.025 * 0.975 / trials), rates
 
 
 def test_a_third_capture_of_one_model_is_not_called_different() -> None:
