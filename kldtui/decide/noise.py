@@ -495,14 +495,17 @@ def resolve_floor(noise_path: str | os.PathLike[str] | None, suite_hash: str | N
 
 def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLike[str],
                   run2: str | os.PathLike[str], *, start_window: int = 0, stop_window: int | None = None,
+                  context_filter: str = "all", strata: tuple[str, ...] = (),
                   reverse: bool = True, report_path: str | os.PathLike[str] | None = None,
                   emit: Any = None, cancel: Any = None) -> tuple[NoiseFloor, ComparisonReport]:
     """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
-    floor and the comparison report (also written to ``report_path`` when given)."""
+    floor and the comparison report (also written to ``report_path`` when given). ``context_filter``
+    and ``strata``: a hidden-state suite's contexts the captures hold, as compare takes them."""
     from kldtui.events import null_sink
     from kldtui.stages.compare import CompareOptions, compare
 
-    options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse)
+    options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse,
+                             context_filter=context_filter, strata=strata)
     report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)
     if report_path is not None:
         write_json_atomic(report_path, report.to_json())

@@ -381,7 +381,8 @@ class Campaign:
                          "(the repeat KL between them)"))
         # its window events stay out of the dashboard's grid, which shows the captures against the reference
         _, report = measure_floor(self._workspace.suite_manifest, first.candidate, repeat.candidate,
-                                  start_window=run.start_window, stop_window=run.stop_window, reverse=True,
+                                  start_window=run.start_window, stop_window=run.stop_window,
+                                  context_filter=run.context_filter, strata=run.strata, reverse=True,
                                   report_path=self._repeat_kl_path(repeat), emit=null_sink,
                                   cancel=self.cancel)
         return report
