@@ -211,3 +211,23 @@ def test_a_profiles_context_filter_runs_and_compares_only_those_contexts(
     assert report_differences(want, got) == []
     lacking = _profile(suite, tmp_path / "w2", "score", logits_dir=fid.HIDDEN_DIR, run={"strata": ["poetry"]})
     assert any("no stratum 'poetry'" in p for p in preflight(lacking, lacking.workspace()))
+
+
+def test_the_repeat_kl_of_a_filtered_run_compares_the_contexts_it_captured(suite: Path,
+                                                                           tmp_path: Path) -> None:
+    """A campaign's repeat capture under ``[run] strata`` / ``context_filter`` holds only those contexts:
+    the repeat KL between the two captures (``measure_floor``, as the campaign calls it) compares
+    exactly those; over the whole range it would ask for contexts neither capture has."""
+    from kldtui.decide.noise import measure_floor
+
+    run = {"strata": ["code"], "context_filter": "analysis"}
+    runs = []
+    for name in ("first", "repeat"):
+        work = tmp_path / name
+        serve_capture_finalize(_profile(suite, work, "logits", logits_dir=fid.HIDDEN_DIR, perturb=0.1,
+                                        run=run))
+        runs.append(work / "candidate")
+    _, report = measure_floor(suite, runs[0], runs[1], context_filter="analysis", strata=("code",))
+    assert report.to_json()["per_window_arrays"]["window_index"] == [2, 3]
+    with pytest.raises(BadInput):
+        measure_floor(suite, runs[0], runs[1])
