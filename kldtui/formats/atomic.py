@@ -144,3 +144,42 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, *, sort_keys: boo
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     with atomic_open(path, "wb", size_hint=len(data)) as handle:
         handle.write(data)
+
+
+REMOVING_MARK = ".removing-"  # a folder being removed: ``.<name>.removing-<random>`` beside where it was
+
+
+def remove_tree_atomically(path: str | os.PathLike[str]) -> None:
+    """Remove a folder so that a kill at any moment leaves it either whole under its name or gone:
+    it is first renamed aside (one rename in the same folder), then deleted. A kill during the
+    deletion leaves only the renamed folder, which :func:`sweep_removals` clears later. A link or a
+    file under the name is left alone (it is not a folder this program made)."""
+    folder = Path(path)
+    try:
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            return
+        aside = folder.with_name(f".{folder.name}{REMOVING_MARK}{os.urandom(4).hex()}")
+        os.rename(folder, aside)
+    except OSError:
+        return
+    _delete_tree(aside)
+
+
+def sweep_removals(parent: str | os.PathLike[str]) -> None:
+    """Finish removals a kill interrupted: delete ``parent``'s folders named by
+    :func:`remove_tree_atomically` (folders only, never through a link)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(".") and REMOVING_MARK in name:
+            entry = Path(parent) / name
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                _delete_tree(entry)
+
+
+def _delete_tree(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)

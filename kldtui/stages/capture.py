@@ -48,7 +48,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
-from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.atomic import remove_tree_atomically, sweep_removals, write_json_atomic
 from kldtui.formats.chunks import (
     ERROR_MARKER,
     LOGITS_CHUNKS,
@@ -157,8 +157,8 @@ def _short(text: str, limit: int = 1500) -> str:
 
 
 def _remove_tree(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+    """Whole or gone at any kill (:func:`kldtui.formats.atomic.remove_tree_atomically`)."""
+    remove_tree_atomically(path)
 
 
 def _move_folder(src: Path, dest: Path) -> None:
@@ -281,6 +281,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
     records_path = workspace.records_path
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
+    sweep_removals(workspace.run_dir)  # chunk folders a kill caught while they were being removed
     for w in windows:
         rec = records.get(w.index)
         if rec is None:
@@ -298,6 +299,13 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             raise BadInput(f"{records_path}: {w.label} was captured in {said}, this run "
                            f"captures in {mode.label}; use another [run] run_name (or remove its "
                            "record to capture it again)")
+        if (finalized is not None and finalized(w)) or finalized_elsewhere(workspace, w) is not None:
+            # chunks deleted once the window was finalized and verified; a folder still there is whole
+            # (kept) or what a kill left of its removal by an earlier version (removed now)
+            if folder.exists() and not _chunks_check_out(folder, w, vocab, rec, mode):
+                emit(Notice(STAGE, f"{folder}: the rest of {w.label}'s chunks, whose removal was "
+                                   "interrupted after the window was finalized; removed"))
+                _remove_tree(folder)
         if not folder.exists() and ((finalized is not None and finalized(w))
                                     or finalized_elsewhere(workspace, w) is not None):
             results[w.index] = rec  # chunks deleted once the window was finalized and verified
@@ -333,6 +341,17 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
         emit(Notice(STAGE, f"{len(results)} window(s) already captured in {records_path.name}; "
                            "skipped after checking their chunks"))
     return results, todo, vocab
+
+
+def _chunks_check_out(folder: Path, w: WindowSpec, vocab: int | None, rec: CaptureRecord,
+                      mode: CaptureMode) -> bool:
+    folder_name = rec.extra.get("request_folder")
+    request_folder = folder_name if isinstance(folder_name, str) else None
+    try:
+        check_chunk_dir(folder, w, expected_vocab=vocab, request_folder=request_folder, kind=mode.chunks)
+    except BadInput:
+        return False
+    return True
 
 
 def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSpec], todo: list[WindowSpec],

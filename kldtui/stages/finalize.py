@@ -8,7 +8,6 @@ this driver keeps the folder's manifest, resumes, and drops chunks once a window
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
+from kldtui.formats.atomic import remove_tree_atomically
 from kldtui.formats.suite import Suite, WindowSpec
 from kldtui.workspace import Workspace
 
@@ -190,7 +190,7 @@ class Finalizer:
                 with contextlib.suppress(OSError, ValueError):
                     write_finalized_marker(self.workspace, window, self.workspace.candidate, result.file,
                                            result.size_bytes, result.sha256)
-            shutil.rmtree(chunk_dir, ignore_errors=True)
+            remove_tree_atomically(chunk_dir)  # whole or gone at any kill: a rerun never finds half
 
     def _write_manifest(self) -> Path:
         items = self.written

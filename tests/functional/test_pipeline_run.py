@@ -104,6 +104,39 @@ def test_keep_chunks_keeps_them(suite_dir: Path, tmp_path: Path) -> None:
     assert len(kept) == 2 and all(k.endswith("-chunks") for k in kept)
 
 
+def test_a_kill_during_chunk_removal_does_not_stop_the_rerun(suite_dir: Path, tmp_path: Path) -> None:
+    """Finalize deletes a window's chunks once its file is verified. A kill in the middle of that left
+    the folder with part of its chunks, and the rerun refused the window ("recorded as captured but its
+    chunks do not check out", seen in the campaign's kill test under load). Now the folder is renamed
+    aside before it is deleted (whole or gone at any kill), leftovers renamed aside are cleared, and
+    a half folder an earlier version left beside a finalized window is removed: the rerun gives the
+    same report."""
+    profile = make_profile(suite_dir, tmp_path / "work")
+    profile = dataclasses.replace(profile, run=dataclasses.replace(profile.run, stop_window=2))
+    Pipeline(profile).run_all()
+    run_dir = tmp_path / "work" / "capture" / "cand"
+    first = json.loads((tmp_path / "work" / "comparison.json").read_text())
+    markers = sorted(run_dir.glob("*.finalized.json"))
+    assert len(markers) == 2 and not list(run_dir.glob("*-chunks"))
+    half = run_dir / markers[0].name.removesuffix(".finalized.json")  # an earlier version's half removal
+    half.mkdir()
+    (half / "chunk-000064-000128.safetensors").write_bytes(b"the rest of the window's chunks")
+    aside = run_dir / f".{half.name}.removing-0badc0de"  # this version's, killed after the rename
+    aside.mkdir()
+    (aside / "chunk-000000-000064.safetensors").write_bytes(b"x")
+    outside = tmp_path / "not-ours"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("kept")
+    (run_dir / ".planted.removing-1").symlink_to(outside)  # a link under that name is not followed
+    events: list[Event] = []
+    Pipeline(profile, events.append).run_all()
+    assert not half.exists() and not aside.exists()
+    assert (outside / "keep.txt").read_text() == "kept"
+    assert any(isinstance(e, Notice) and "whose removal was interrupted" in e.text for e in events)
+    again = json.loads((tmp_path / "work" / "comparison.json").read_text())
+    assert again["per_window"] == first["per_window"]
+
+
 def test_early_abort_stops_a_broken_candidate(suite_dir: Path, tmp_path: Path) -> None:
     events: list[Event] = []
     profile = make_profile(suite_dir, tmp_path / "work", perturb=2.0, fault="chunk-delay:0.3",
