@@ -26,6 +26,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from measure import cpu_summary, loadavg  # benchmarks/measure.py
@@ -45,7 +46,7 @@ def build(root: Path, windows: int, context: int, vocab: int, seed: int = 7) -> 
     rng = np.random.default_rng(seed)
     toks = [("prose", [int(t) for t in rng.integers(0, vocab, size=context)]) for _ in range(windows)]
     suite = write_suite(root, toks)
-    written = {"ref": [], "candidate": []}
+    written: dict[str, list[Any]] = {"ref": [], "candidate": []}
     for w, (_, ids) in zip(suite.windows, toks, strict=True):
         wr = LogitsFileWriter(root / "ref", w, vocab, context, force=True)
         wc = LogitsFileWriter(root / "candidate", w, vocab, context, force=True)
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_numpy and choose_backend(options.backend).backend is not Backend.NUMPY:
         backends.append(CompareOptions(backend="numpy", threads=args.threads, row_block=args.row_block))
     best: dict[int, tuple[str, float, list]] = {}
-    t_n, naive_means = math.inf, []
+    t_n, naive_means = math.inf, list[float]()
     # CPU seconds (all threads) of each: less sensitive than wall time to a machine shared with
     # other work, which takes cores away from both
     cpu_best: dict[int, float] = {}

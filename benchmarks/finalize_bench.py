@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kldtui.capture_modes import Verify
 from kldtui.capture_modes.logits import BLOCK_BYTES
 from kldtui.formats.chunks import write_chunk
 from kldtui.formats.suite_writer import write_suite
@@ -83,7 +84,7 @@ def kernel_copy(run: Path, out: Path, suite) -> None:  # type: ignore[no-untyped
             shutil.copyfile(folder / name, out / f"{w.index}-{name}")
 
 
-def finalize(run: Path, out: Path, suite, verify: str) -> None:  # type: ignore[no-untyped-def]
+def finalize(run: Path, out: Path, suite, verify: Verify) -> None:  # type: ignore[no-untyped-def]
     for w in suite.windows:
         finalize_window(suite, w, run / w.chunk_dir_name, out, expected_vocab=None, verify=verify)
 
@@ -123,7 +124,8 @@ def main() -> None:
             "cp (shutil.copyfile)": timed(lambda o: kernel_copy(run, o, suite), out, args.repeat),
             "read+sha256 only (floor)": timed(lambda o: hash_only(run, o, suite), out, args.repeat),
         }
-        for verify in ("none", "sample", "full"):
+        levels: tuple[Verify, ...] = ("none", "sample", "full")
+        for verify in levels:
             results[f"finalize verify={verify}"] = timed(lambda o, v=verify: finalize(run, o, suite, v),
                                                          out, args.repeat)
         base = results["copy (read+write+fsync)"][0]

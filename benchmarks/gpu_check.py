@@ -116,8 +116,12 @@ def step_staging(torch: Any, device: Any, x: Any, vocab: int, rows: int, pad: in
     want = src[:, :vocab].float().cpu().numpy()
     rid = "kldtui-gpu-check-staging"
     writer = ChunkWriter(max_pending=2)
-    gate, errors = threading.Event(), []
-    writer.submit(lambda: gate.wait(60), errors.append)  # the writer thread waits: staging alone runs
+    gate, errors = threading.Event(), list[BaseException]()
+
+    def hold() -> None:
+        gate.wait(60)
+
+    writer.submit(hold, errors.append)  # the writer thread waits: staging alone runs
     checks = ["torch sync check 'error'"] if device.type == "cuda" else []
     vllm_region: Any = None
     if device.type == "cuda":
@@ -405,8 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter() - t0
     ref = cpu_kernel.block(x_np[:min(n, rows5)], cand[:min(n, rows5)].float().cpu().numpy(),
                            nxt_np[:min(n, rows5)], reverse=True)
-    part = type(scored)(**{f: (v[:min(n, rows5)] if v is not None else None)
-                           for f, v in vars(scored).items()})
+    fields: dict[str, Any] = {f: (v[:min(n, rows5)] if v is not None else None)
+                              for f, v in vars(scored).items()}
+    part = type(scored)(**fields)
     score_ok, detail5 = check_agreement(part, ref)
     ok_all &= score_ok
     results["score"] = {"ok": score_ok, "rows": rows5, "seconds": t, "detail": detail5,

@@ -30,6 +30,7 @@ core).
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import sys
 import time
@@ -182,7 +183,7 @@ def throughput(library: str, path: str, rows: int, threads: int, blocks: list[in
             own_t = own_f = sq_t = sq_f = 0.0
             for s0 in range(0, rows, b):
                 n = min(b, rows - s0)
-                t_replay += timed(lambda s0=s0, n=n: replay_rows(replay, hidden[s0:s0 + n], n, out))
+                t_replay += timed(functools.partial(replay_rows, replay, hidden[s0:s0 + n], n, out))
                 block_flop = 2 * n * VOCAB * HIDDEN
                 t, f = own[b].run(block_flop)
                 own_t, own_f = own_t + t, own_f + f

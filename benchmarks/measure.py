@@ -57,7 +57,7 @@ def cpu_summary(features: tuple[str, ...] = CPU_FEATURES) -> str:
     matrix units that decide the kernels' and the GEMM's speed)."""
     import platform
 
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, val = line.partition(":")

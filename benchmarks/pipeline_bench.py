@@ -123,6 +123,7 @@ def main() -> int:
         cand = Pipeline(profile, emit)
         pipelines.append(cand)
         report_path = cand.run_all().report_path
+        assert report_path is not None, "the pipeline wrote no report"
         t_cand = time.perf_counter() - t1
     finally:
         sampler.stop.set()

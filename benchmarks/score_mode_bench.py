@@ -121,6 +121,7 @@ def run_mode(root: Path, mode: str, vocab: int, vllm: bool = False) -> dict[str,
     sampler.start()
     t0 = time.perf_counter()
     report_path = pipeline.run_all().report_path
+    assert report_path is not None, "the pipeline wrote no report"
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()

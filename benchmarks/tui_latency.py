@@ -33,6 +33,7 @@ def _summary(values: list[float]) -> str:
 
 async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
     from kldtui.tui.app import create_app
+    from kldtui.tui.screens.dashboard import DashboardScreen
     from kldtui.workflow.demo import prepare_demo
 
     profile = prepare_demo(workdir)
@@ -41,13 +42,15 @@ async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
     idles: list[float] = []
     lags: list[float] = []
     handled: list[float] = []
-    original = app.main.action_show_tab
+    main = app.main
+    assert isinstance(main, DashboardScreen)  # a profile opens the dashboard
+    original = main.action_show_tab
 
     def timed_show_tab(tab: str) -> None:  # the key's action: stamp when the app handles it
         handled.append(time.perf_counter())
         original(tab)
 
-    app.main.action_show_tab = timed_show_tab  # type: ignore[method-assign]
+    main.action_show_tab = timed_show_tab  # type: ignore[method-assign]
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("r")
         loop = asyncio.get_running_loop()
@@ -55,7 +58,7 @@ async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
         keys = ["l", "e", "b", "e"]
         i = 0
         while loop.time() < deadline:
-            stage = app.main.model.stages["compare"].state
+            stage = main.model.stages["compare"].state
             busy = any(w.group == "engine" and not w.is_finished for w in app.workers)
             if not busy and stage != "running":
                 break
@@ -77,7 +80,7 @@ async def dashboard_latency(workdir: Path) -> dict[str, list[float]]:
                 await asyncio.sleep(0.04)
             else:
                 await asyncio.sleep(0.05)
-        assert app.main.model.stages["compare"].state == "done", app.main.model.stages["compare"]
+        assert main.model.stages["compare"].state == "done", main.model.stages["compare"]
         await pilot.press("q")
     return {"press": presses, "idle": idles, "lag": lags}
 

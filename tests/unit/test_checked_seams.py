@@ -39,7 +39,7 @@ def test_import_contracts_are_kept(seam_checks: SeamChecks) -> None:
 
 @pytest.mark.slow  # a whole-tree check
 @pytest.mark.seam_check("mypy")
-def test_mypy_reports_nothing_on_kldtui(seam_checks: SeamChecks) -> None:
+def test_mypy_reports_nothing_on_kldtui_and_benchmarks(seam_checks: SeamChecks) -> None:
     out = seam_checks.result("mypy")
     assert out.returncode == 0, out.tail(8000)
     assert "Success: no issues found" in out.output
