@@ -94,7 +94,10 @@ app = create_app(reports=[sys.argv[2]], theme="kldtui-dark", remember_theme=Fals
 async def main():
     async with app.run_test(size=(100, 30)) as pilot:
         t_screen = time.time() - t0
+        deadline = time.time() + 60
         while app.main.current_result is None:
+            if time.time() > deadline:
+                raise SystemExit(f"{sys.argv[2]}: no report on screen after 60 s")
             await asyncio.sleep(0.005)
         t_report = time.time() - t0
     print(t_import, t_screen, t_report)
@@ -126,7 +129,10 @@ def main() -> int:
         print(f"key press during compare, key posted -> its action runs: {_summary(result['press'])}")
         print(f"key press during compare, post -> app idle again: {_summary(result['idle'])}")
         print(f"event-loop lag (10 ms timer overshoot) during compare: {_summary(result['lag'])}")
-        startup = viewer_startup(workdir / "comparison.json")
+        reports = sorted(workdir.glob("comparison-*.json"))  # the demo campaign's, one per candidate
+        if not reports:
+            raise SystemExit(f"{workdir}: the demo left no comparison-*.json report to view")
+        startup = viewer_startup(reports[0])
         for what, values in startup.items():
             print(f"kldtui view, process start -> {what}: {_summary(values)}")
         py = subprocess.run([sys.executable, "-X", "importtime", "-c", "import textual.app"],
