@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measure import cpu_summary, loadavg  # benchmarks/measure.py
+
 
 def _summary(values: list[float]) -> str:
     if not values:
@@ -123,6 +125,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
+    print(f"CPU: {cpu_summary()}")
+    print(f"load average before: {loadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp) / "demo"
         result = asyncio.run(dashboard_latency(workdir))
@@ -139,6 +143,7 @@ def main() -> int:
                             capture_output=True, text=True)
         line = py.stderr.strip().splitlines()[-1]
         print(f"for scale, importing textual.app alone: {int(line.split('|')[1]) / 1000:.0f} ms")
+    print(f"load average after: {loadavg()}")
     return 0
 
 
