@@ -299,34 +299,35 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             raise BadInput(f"{records_path}: {w.label} was captured in {said}, this run "
                            f"captures in {mode.label}; use another [run] run_name (or remove its "
                            "record to capture it again)")
-        if (finalized is not None and finalized(w)) or finalized_elsewhere(workspace, w) is not None:
-            # chunks deleted once the window was finalized and verified; a folder still there is whole
-            # (kept) or what a kill left of its removal by an earlier version (removed now)
-            if folder.exists() and not _chunks_check_out(folder, w, vocab, rec, mode):
+        def is_finalized(w: WindowSpec = w) -> bool:  # asked only where the chunks are gone or broken
+            return (finalized is not None and finalized(w)) or finalized_elsewhere(workspace, w) is not None
+
+        folder_name = rec.extra.get("request_folder")
+        request_folder = folder_name if isinstance(folder_name, str) else None
+        checked = None
+        if folder.exists() or not is_finalized():
+            try:
+                checked = check_chunk_dir(folder, w, expected_vocab=vocab, request_folder=request_folder,
+                                          kind=mode.chunks)
+            except BadInput as exc:
+                if not is_finalized():
+                    raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
+                                   f"check out ({exc}); remove its entry from the records to capture it "
+                                   "again") from None
+                # what a kill left of the chunks' removal by an earlier version, after finalize
                 emit(Notice(STAGE, f"{folder}: the rest of {w.label}'s chunks, whose removal was "
                                    "interrupted after the window was finalized; removed"))
                 _remove_tree(folder)
-        if not folder.exists() and ((finalized is not None and finalized(w))
-                                    or finalized_elsewhere(workspace, w) is not None):
-            results[w.index] = rec  # chunks deleted once the window was finalized and verified
+        if checked is None:  # finalized and verified, its chunks deleted: nothing to capture
+            results[w.index] = rec
             emit(WindowState(STAGE, w.index, "captured", w.domain,
                              figures={"rows": w.scored_positions, "skipped": True}))
             if on_window_captured is not None:
                 on_window_captured(w, rec)
             continue
-        try:
-            folder_name = rec.extra.get("request_folder")
-            checked = check_chunk_dir(folder, w, expected_vocab=vocab,
-                                      request_folder=folder_name if isinstance(folder_name, str) else None,
-                                      kind=mode.chunks)
-        except BadInput as exc:
-            raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
-                           f"check out ({exc}); remove its entry from the records to capture it "
-                           "again") from None
         if rec.extra.get("live_logits"):
             try:
-                _check_live(folder, w, checked.vocab_size,
-                            folder_name if isinstance(folder_name, str) else None, None, values=False)
+                _check_live(folder, w, checked.vocab_size, request_folder, None, values=False)
             except BadInput as exc:
                 raise BadInput(f"{records_path}: {w.label} is recorded with its live logits but they do not "
                                f"check out ({exc}); remove its entry from the records to capture it "
@@ -341,17 +342,6 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
         emit(Notice(STAGE, f"{len(results)} window(s) already captured in {records_path.name}; "
                            "skipped after checking their chunks"))
     return results, todo, vocab
-
-
-def _chunks_check_out(folder: Path, w: WindowSpec, vocab: int | None, rec: CaptureRecord,
-                      mode: CaptureMode) -> bool:
-    folder_name = rec.extra.get("request_folder")
-    request_folder = folder_name if isinstance(folder_name, str) else None
-    try:
-        check_chunk_dir(folder, w, expected_vocab=vocab, request_folder=request_folder, kind=mode.chunks)
-    except BadInput:
-        return False
-    return True
 
 
 def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSpec], todo: list[WindowSpec],
