@@ -285,11 +285,15 @@ class BatchReporter:
         return "\n".join(lines)
 
 
-def exit_code_for(exc: BaseException | None, cancel: Cancel, early_abort: bool = False) -> int:
+def exit_code_for(exc: BaseException | None, cancel: Cancel, early_abort: bool = False,
+                  signalled: bool = False) -> int:
     """0 done, 2 bad input, 130 interrupted (by the user), else 1. A run that stopped itself
-    (:class:`~kldtui.events.EarlyAbort`) failed: it is not an interruption."""
+    (:class:`~kldtui.events.EarlyAbort`) failed: it is not an interruption. ``signalled``: a stop
+    signal came; a job that finished anyway (the signal landed after its last check) still exits
+    130, as ``kldtui`` does for a signal after its work (:func:`kldtui.cli.main.run`), so that a
+    script that sent it sees the code it documents."""
     if exc is None:
-        return EXIT_DONE
+        return EXIT_INTERRUPTED if signalled and not early_abort else EXIT_DONE
     if isinstance(exc, BadInput):
         return EXIT_BAD_INPUT
     if not early_abort and (isinstance(exc, Interrupted | KeyboardInterrupt) or cancel.is_set()):
@@ -365,7 +369,8 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
             for signum, old in previous.items():
                 signal.signal(signum, old)
     error = box.get("error")
-    code = exit_code_for(error, cancel, early_abort=reporter.early_abort is not None)
+    code = exit_code_for(error, cancel, early_abort=reporter.early_abort is not None,
+                         signalled=bool(signals_seen))
     message = ""
     if code == EXIT_INTERRUPTED:
         reason = cancel.reason if cancel.is_set() else "interrupted"

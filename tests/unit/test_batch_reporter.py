@@ -154,6 +154,20 @@ def test_signals_set_cancel_and_exit_130(sig: signal.Signals) -> None:
     assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
 
 
+def test_a_signal_after_the_jobs_last_check_still_exits_130() -> None:
+    """The job finishes although the signal set cancel (it came after the job's last check): the
+    exit code still says the run was stopped, as the kldtui command does for a late signal."""
+    def job(emit, cancel):  # type: ignore[no-untyped-def]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert cancel.wait(10)  # the handler ran on the main thread
+        return "done anyway"
+
+    err = io.StringIO()
+    assert run_headless(job, BatchReporter(io.StringIO()), err=err) == 130
+    assert "interrupted (interrupted by SIGTERM)" in err.getvalue()
+    assert run_headless(lambda emit, cancel: "ok", BatchReporter(io.StringIO()), err=io.StringIO()) == 0
+
+
 def test_a_stuck_job_is_force_stopped_after_the_grace_period() -> None:
     release = threading.Event()
     started = threading.Event()
