@@ -349,7 +349,12 @@ class ContextFilter:
 
     @property
     def is_everything(self) -> bool:
-        return self.which == "all" and not self.strata and self.start == 0 and self.stop is None
+        return not self.filters and self.start == 0 and self.stop is None
+
+    @property
+    def filters(self) -> bool:
+        """Whether it keeps fewer windows than its index range: a partition, sentinels or strata."""
+        return self.which != "all" or bool(self.strata)
 
     def keeps(self, window: WindowSpec) -> bool:
         if not self.start <= window.index < (self.stop if self.stop is not None else window.index + 1):
@@ -369,7 +374,7 @@ class ContextFilter:
     def select(self, suite: Suite) -> list[WindowSpec]:
         """The windows (contexts) of the range this filter keeps: the range alone when it filters
         nothing else (any suite), else :meth:`apply`."""
-        if self.which == "all" and not self.strata:
+        if not self.filters:
             return suite.select(self.start, self.stop)
         return self.apply(suite)
 

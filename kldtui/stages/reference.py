@@ -8,7 +8,9 @@
 2. Otherwise, with the real ``huggingface_hub`` client (dataset repository; ``HF_ENDPOINT`` and
    ``HF_TOKEN`` honoured): the revision is resolved to a commit once, the two manifests and all
    token files are fetched first, free disk space is checked against what the window range
-   still needs, then only the logits files of the range are fetched, several at once.
+   still needs, then only the logits files of the range are fetched, several at once. A
+   ``selection`` (the run's strata: the windows of some domains) narrows the range further:
+   only its windows are fetched and verified.
 3. Logits files go to ``<local_dir>/.kldtui-download/`` first and get their final name only
    after their SHA-256 matched ``ref/manifest.json``; a corrupt download never appears under
    its final name.
@@ -51,6 +53,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.fidelity import ContextFilter
 from kldtui.formats.safe_io import open_private, regular_size
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
@@ -94,12 +97,36 @@ class ReferenceSuite:
     offline: bool  # True when no network was used
     downloaded: tuple[str, ...] = ()  # repository paths fetched by this call
     verify: VerifyResult | None = field(default=None, repr=False)
+    # the windows of window_range that were fetched and verified (a selection can keep fewer)
+    windows: tuple[int, ...] = ()
 
     def summary_line(self) -> str:
-        lo, hi = self.window_range
         source = "local copy, no network" if self.offline else f"commit {self.commit}"
-        return (f"reference ready: {self.root} windows {lo}..{hi - 1} ({source}); "
+        return (f"reference ready: {self.root} {windows_text(self.window_range, self.windows)} ({source}); "
                 f"suite {self.suite_manifest}, logits {self.ref_dir}")
+
+
+def windows_text(window_range: tuple[int, int], windows: Sequence[int]) -> str:
+    """"windows 0..31", or where a selection kept fewer "8 windows of 0..31 (2, 3, ...)"."""
+    lo, hi = window_range
+    if not windows or list(windows) == list(range(lo, hi)):
+        return f"windows {lo}..{hi - 1}"
+    shown = ", ".join(str(i) for i in windows[:8]) + (", ..." if len(windows) > 8 else "")
+    return f"{len(windows)} window(s) of {lo}..{hi - 1} ({shown})"
+
+
+def chosen_windows(suite: Suite, window_range: tuple[int, int], selection: ContextFilter | None) -> list[int]:
+    """The windows of ``window_range`` a selection keeps (all of them without one, or where it keeps
+    every window): its strata name domains of a logits suite. BadInput for an unknown stratum or a
+    selection that keeps none."""
+    lo, hi = window_range
+    if selection is None or not selection.filters:
+        return list(range(lo, hi))
+    kept = [w.index for w in selection.apply(suite) if lo <= w.index < hi]
+    if not kept:
+        raise BadInput(f"{suite.path}: no window of {lo}..{hi - 1} is left by {selection.describe()}; "
+                       "widen the selection")
+    return kept
 
 
 def as_reference_events(emit: EventSink) -> EventSink:
@@ -122,8 +149,9 @@ def _window_range(suite: Suite, start_window: int, stop_window: int | None) -> t
 
 
 def _local_state(root: Path, repo_id: str | None, revision: str | None, start_window: int,
-                 stop_window: int | None) -> tuple[Suite, LogitsManifest, tuple[int, int]] | None:
-    """The local suite if it holds everything the range needs (files exist), else None."""
+                 stop_window: int | None, selection: ContextFilter | None,
+                 ) -> tuple[Suite, LogitsManifest, tuple[int, int], list[int]] | None:
+    """The local suite if it holds everything the chosen windows need (files exist), else None."""
     if not (root / SUITE_MANIFEST).is_file() or not (root / REF_DIR / LOGITS_MANIFEST).is_file():
         return None
     record = read_record(root)
@@ -136,15 +164,19 @@ def _local_state(root: Path, repo_id: str | None, revision: str | None, start_wi
         suite = load_suite(root)
         manifest = load_logits_manifest(root / REF_DIR)
         rng = _window_range(suite, start_window, stop_window)
+    except BadInput:
+        return None
+    chosen = chosen_windows(suite, rng, selection)  # a selection this suite cannot meet: said now
+    try:
         for w in suite.windows:
             if not suite.token_path(w).is_file():
                 return None
-        for index in range(*rng):
+        for index in chosen:
             if not manifest.file_path(index).is_file():
                 return None
     except BadInput:
         return None
-    return suite, manifest, rng
+    return suite, manifest, rng, chosen
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -161,8 +193,9 @@ def check_repo_id(repo_id: str) -> None:
 def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, revision: str | None = None,
                      stop_window: int | None = None, start_window: int = 0, reverify: bool = False,
                      emit: EventSink = null_sink, cancel: Cancel | None = None,
-                     workers: int | None = None) -> ReferenceSuite:
-    """Make ``local_dir`` hold a verified reference for windows ``[start_window, stop_window)``.
+                     workers: int | None = None, selection: ContextFilter | None = None) -> ReferenceSuite:
+    """Make ``local_dir`` hold a verified reference for windows ``[start_window, stop_window)``, only
+    those ``selection`` keeps (its strata: the domains a run covers) when it is given.
 
     ``repo_id`` None means local only (a missing file is a :class:`BadInput`). Raises
     :class:`StageFailed` when a file fails verification (naming it), the disk is too small, or
@@ -173,22 +206,24 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     started = time.monotonic()
     if repo_id is None and (root / SUITE_MANIFEST).is_file():
         # a range the local suite does not have: say so, rather than "give a repository id"
-        load_suite(root).select(start_window, stop_window)
+        local_suite = load_suite(root)
+        chosen_windows(local_suite, _window_range(local_suite, start_window, stop_window), selection)
     expected_hash = PUBLISHED_SUITE_HASH if repo_id == PUBLISHED_REPO_ID else None
     emit(StageStarted(STAGE, detail=f"{repo_id or 'local'} -> {root}"))
-    local = _local_state(root, repo_id, revision, start_window, stop_window)
+    local = _local_state(root, repo_id, revision, start_window, stop_window, selection)
     if local is not None:
-        suite, manifest, rng = local
-        emit(Notice(STAGE, f"{root} already holds windows {rng[0]}..{rng[1] - 1}; verifying, no network"))
+        suite, manifest, rng, chosen = local
+        emit(Notice(STAGE, f"{root} already holds {windows_text(rng, chosen)}; verifying, no network"))
         result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                                   workers=workers, expected_suite_hash=expected_hash,
-                                  emit=as_reference_events(emit), cancel=cancel)
+                                  emit=as_reference_events(emit), cancel=cancel, selection=selection)
         result.raise_for_failures()
         record = read_record(root) or {}
         emit(StageFinished(STAGE, summary=f"reference ready (local): {result.summary()}",
                            figures={"offline": True, "windows": list(rng)}))
         return ReferenceSuite(root, suite.path, root / REF_DIR, suite, manifest, rng,
-                              repo_id or record.get("repo_id"), record.get("commit"), True, (), result)
+                              repo_id or record.get("repo_id"), record.get("commit"), True, (), result,
+                              tuple(chosen))
     if repo_id is None:
         raise BadInput(f"{root}: no complete reference suite here for the requested windows "
                        "(suite-manifest.json, ref/manifest.json, token files and logits files); "
@@ -211,12 +246,13 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     suite = load_suite(root)
     manifest = load_logits_manifest(root / REF_DIR)
     rng = _window_range(suite, start_window, stop_window)
+    chosen = chosen_windows(suite, rng, selection)
     token_files = []
     for w in suite.windows:
         suite.token_path(w)  # refuses a token_file that leaves the folder before anything is fetched
         token_files.append(Path(w.token_file).as_posix())
     downloader.fetch_small(token_files, task="token files")
-    entries = [manifest.entry(i) for i in range(*rng)]
+    entries = [manifest.entry(i) for i in chosen]
     cache = VerifiedCache(root / REF_DIR)
     todo: list[RemoteFile] = []
     for entry in entries:
@@ -228,12 +264,12 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
             # a file of another revision (known hash differs): fetched again, replaced when verified
         todo.append(RemoteFile(final, entry.size_bytes, entry.sha256, f"window {entry.window_index:03d}",
                                f"{REF_DIR}/{LOGITS_MANIFEST}"))
-    downloader.check_disk_space(todo, f"windows {rng[0]}..{rng[1] - 1}", "choose a smaller --stop-window")
+    downloader.check_disk_space(todo, windows_text(rng, chosen), "choose a smaller --stop-window")
     fetched = downloader.fetch_files(todo, workers=workers)
-    write_record(root, repo_id, requested, commit, set(range(*rng)), downloader.endpoint)
+    write_record(root, repo_id, requested, commit, set(chosen), downloader.endpoint)
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                               workers=workers, expected_suite_hash=expected_hash,
-                              emit=as_reference_events(emit), cancel=cancel)
+                              emit=as_reference_events(emit), cancel=cancel, selection=selection)
     result.raise_for_failures()
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"reference ready: {len(fetched)} logits file(s) downloaded "
@@ -242,7 +278,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
                        figures={"offline": False, "commit": commit, "windows": list(rng),
                                 "bytes_downloaded": downloader.bytes_fetched, "elapsed_s": elapsed}))
     return ReferenceSuite(root, suite.path, root / REF_DIR, suite, manifest, rng, repo_id, commit, False,
-                          tuple(downloader.fetched_paths), result)
+                          tuple(downloader.fetched_paths), result, tuple(chosen))
 
 
 def write_record(root: Path, repo_id: str, revision: str | None, commit: str, indices: set[int],
@@ -723,8 +759,9 @@ def _replayed_or_logits(workspace: Workspace) -> LogitsManifest:
 def run_reference(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                   repo_id: str | None = None, revision: str | None = None, start_window: int = 0,
                   stop_window: int | None = None, reverify: bool = False,
-                  workers: int | None = None) -> ReferenceSuite:
-    """The reference stage: the suite and its reference logits in the workspace, verified.
+                  workers: int | None = None, selection: ContextFilter | None = None) -> ReferenceSuite:
+    """The reference stage: the suite and its reference logits in the workspace, verified, for the
+    windows of ``[start_window, stop_window)`` that ``selection`` keeps (the run's strata).
 
     Logits in the suite's own ``ref/`` are fetched from ``repo_id`` when missing (resumable) and
     verified (:func:`ensure_reference`); logits in another folder are only checked against the
@@ -734,16 +771,18 @@ def run_reference(workspace: Workspace, emit: EventSink = null_sink, cancel: Can
         if workspace.reference == workspace.suite_dir / REF_DIR:
             return ensure_reference(repo_id, workspace.suite_dir, revision=revision,
                                     start_window=start_window, stop_window=stop_window, reverify=reverify,
-                                    emit=emit, cancel=cancel, workers=workers)
+                                    emit=emit, cancel=cancel, workers=workers, selection=selection)
         from kldtui.formats.suite import check_manifest_matches_suite
 
         emit(StageStarted(STAGE, detail=str(workspace.reference)))
         suite = load_suite(workspace.suite_dir)
         suite.check_suite_hash()
         windows = suite.select(start_window, stop_window)
+        chosen = chosen_windows(suite, (windows[0].index, windows[-1].index + 1), selection)
+        windows = [w for w in windows if w.index in set(chosen)]
         manifest = _replayed_or_logits(workspace)
         check_manifest_matches_suite(manifest, suite, windows)
         emit(StageFinished(STAGE, summary=f"{workspace.reference} matches the suite"))
         stop = stop_window if stop_window is not None else suite.window_count
         return ReferenceSuite(workspace.suite_dir, workspace.suite_manifest, workspace.reference, suite,
-                              manifest, (start_window, stop), None, None, True)
+                              manifest, (start_window, stop), None, None, True, windows=tuple(chosen))

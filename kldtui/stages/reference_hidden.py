@@ -207,8 +207,9 @@ def ensure_suite(repo_id: str | None, local_dir: str | Path, *, revision: str | 
                  emit: EventSink = null_sink, cancel: Cancel | None = None,
                  workers: int | None = None) -> ReferenceSuite | HiddenReference:
     """``kldtui download``: a logits suite (:func:`~kldtui.stages.reference.ensure_reference`, for
-    ``selection``'s index range) or a hidden-state suite (:func:`ensure_hidden_suite`), whichever
-    the suite manifest describes (fetched first when the folder has none)."""
+    ``selection``'s index range and strata, its windows' domains) or a hidden-state suite
+    (:func:`ensure_hidden_suite`), whichever the suite manifest describes (fetched first when the
+    folder has none)."""
     with failure_reported(emit, STAGE):
         root = Path(local_dir)
         if not (root / SUITE_MANIFEST).is_file() and repo_id is not None:
@@ -222,13 +223,13 @@ def ensure_suite(repo_id: str | None, local_dir: str | Path, *, revision: str | 
                                        revision=revision, reverify=reverify, emit=emit, cancel=cancel,
                                        workers=workers)
         chosen = selection or fid.ContextFilter()
-        if chosen.which != "all" or chosen.strata or sentinel_runs:
+        if chosen.which != "all" or sentinel_runs:
             raise BadInput(f"{root / SUITE_MANIFEST}: a logits suite has windows, not contexts with "
-                           "partitions, strata and sentinel runs; choose windows with --start-window and "
-                           "--stop-window")
+                           "partitions and sentinel runs; choose windows with --start-window, --stop-window "
+                           "and --stratum (a domain)")
         return ensure_reference(repo_id, root, revision=revision, start_window=chosen.start,
                                 stop_window=chosen.stop, reverify=reverify, emit=emit, cancel=cancel,
-                                workers=workers)
+                                workers=workers, selection=chosen)
 
 
 __all__ = ["HiddenReference", "ensure_hidden_suite", "ensure_suite"]

@@ -572,6 +572,9 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
             windows = sorted(int(i) for i in record["windows"])
             result.notes.append(f"checked the {len(windows)} window(s) downloaded into this folder "
                                 f"(record {RECORD_NAME}); pass --start-window/--stop-window to check others")
+        if selection is not None and selection.filters and loaded_suite is not None:
+            kept = {w.index for w in selection.apply(loaded_suite)}
+            windows = [i for i in (sorted(kept) if windows is None else windows) if i in kept]
         _check_logits(logits_path, loaded_suite, windows, result, reverify=reverify, workers=workers,
                       emit=emit, cancel=cancel)
     result.finish(started, emit)
@@ -581,8 +584,9 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
 def verify_reference(suite_root: str | os.PathLike[str], *, start_window: int = 0,
                      stop_window: int | None = None, reverify: bool = False, workers: int | None = None,
                      expected_suite_hash: str | None = None, emit: EventSink = null_sink,
-                     cancel: Cancel | None = None) -> VerifyResult:
-    """Verify a reference dataset root for a window range: suite, token files, ``ref/`` files.
+                     cancel: Cancel | None = None, selection: ContextFilter | None = None) -> VerifyResult:
+    """Verify a reference dataset root for a window range: suite, token files, ``ref/`` files (of the
+    range's windows ``selection`` keeps, when given).
 
     Used after a download and by the pipeline. Returns the result; call
     :meth:`VerifyResult.raise_for_failures` to stop on a failure.
@@ -596,4 +600,4 @@ def verify_reference(suite_root: str | os.PathLike[str], *, start_window: int = 
         stop_window = load_suite(root).window_count
     return verify_path(root, reverify=reverify, workers=workers, start_window=start_window,
                        stop_window=stop_window, expected_suite_hash=expected_suite_hash, emit=emit,
-                       cancel=cancel)
+                       cancel=cancel, selection=selection)

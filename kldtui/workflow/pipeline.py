@@ -186,7 +186,7 @@ class Pipeline:
         run = self.profile.run
         result = run_reference(self._workspace, self.emit, self.cancel, repo_id=ref.repo_id,
                                revision=ref.revision, start_window=run.start_window,
-                               stop_window=run.stop_window)
+                               stop_window=run.stop_window, selection=self.profile.contexts())
         self.suite = result.suite
         return self.load_suite()
 

@@ -137,6 +137,31 @@ def test_a_kill_during_chunk_removal_does_not_stop_the_rerun(suite_dir: Path, tm
     assert again["per_window"] == first["per_window"]
 
 
+def test_a_run_over_some_strata_needs_only_their_reference_windows(suite_dir: Path, tmp_path: Path) -> None:
+    """``[run] strata`` on a logits suite: the reference stage checks (and would fetch) only those
+    domains' windows, so a reference folder holding just them is enough."""
+    import shutil
+
+    from kldtui.formats.suite import load_suite
+
+    local = tmp_path / "suite"
+    shutil.copytree(suite_dir, local)
+    code = [w.index for w in load_suite(local).windows if w.domain == "code"]
+    assert code == [4, 5, 6, 7]
+    for path in (local / "ref").glob("logits_*.safetensors"):
+        if int(path.stem.split("_")[1]) not in code:
+            path.unlink()
+    profile = make_profile(local, tmp_path / "work")
+    profile = dataclasses.replace(profile, run=dataclasses.replace(profile.run, stop_window=None,
+                                                                    strata=("code",)))
+    events: list[Event] = []
+    pipeline = Pipeline(profile, events.append)
+    pipeline.reference()
+    assert [w.index for w in pipeline.windows()] == code
+    said = " ".join(e.text for e in events if isinstance(e, Notice))
+    assert "4 window(s) of 0..11 (4, 5, 6, 7)" in said, said
+
+
 def test_early_abort_stops_a_broken_candidate(suite_dir: Path, tmp_path: Path) -> None:
     events: list[Event] = []
     profile = make_profile(suite_dir, tmp_path / "work", perturb=2.0, fault="chunk-delay:0.3",

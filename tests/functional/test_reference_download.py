@@ -15,6 +15,7 @@ from huggingface_hub import constants as hf_constants
 from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Notice, Progress
+from kldtui.formats.fidelity import ContextFilter
 from kldtui.stages.reference import PARTIAL_DIR, ensure_reference
 from kldtui.stages.verify import PUBLISHED_REPO_ID, RECORD_NAME, verify_path
 from tests.hub_server import HubServer, dead_endpoint, make_dataset
@@ -101,6 +102,35 @@ def test_stop_window_fetches_only_the_needed_files(hub: HubServer, tmp_path: Pat
     # `kldtui verify` of the partial folder checks the downloaded windows
     result = verify_path(out)
     assert result.ok and result.windows == [0, 1, 2, 3]
+
+
+def test_strata_fetch_and_verify_only_their_domains_windows(hub: HubServer, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run over some domains (``[run] strata``, ``kldtui download --stratum``) needs only their
+    windows' logits: the others are neither fetched nor asked for by the verification."""
+    out = tmp_path / "local"
+    code_only = ContextFilter(strata=("code",))
+    ref = ensure_reference(REPO, out, selection=code_only)
+    assert ref.window_range == (0, 5) and ref.windows == (2, 3)
+    assert ref.verify is not None and ref.verify.ok and ref.verify.windows == [2, 3]
+    logits = sorted(p for p in hub.fetched_files() if p.endswith(".safetensors"))
+    assert logits == ["ref/logits_002.safetensors", "ref/logits_003.safetensors"]
+    assert sorted(p.name for p in (out / "ref").glob("*.safetensors")) == [
+        "logits_002.safetensors", "logits_003.safetensors"]
+    assert json.loads((out / RECORD_NAME).read_text())["windows"] == [2, 3]
+    assert "2 window(s) of 0..4 (2, 3)" in ref.summary_line()
+    # complete for that selection: no network the second time; another domain needs it
+    monkeypatch.setenv("HF_ENDPOINT", dead_endpoint())
+    before = len(hub.log)
+    again = ensure_reference(REPO, out, selection=code_only)
+    assert again.offline and len(hub.log) == before
+    with pytest.raises(StageFailed):
+        ensure_reference(REPO, out, selection=ContextFilter(strata=("prose",)))
+    with pytest.raises(BadInput, match="no stratum 'poetry'"):
+        ensure_reference(REPO, out, selection=ContextFilter(strata=("poetry",)))
+    # the CLI takes the same selection on a logits suite (a partition is for hidden-state suites)
+    assert main(["download", REPO, "--local-dir", str(out), "--stratum", "code"]) == 0
+    assert main(["download", REPO, "--local-dir", str(out), "--context-filter", "analysis"]) == 2
 
 
 def test_complete_local_folder_needs_no_network(hub: HubServer, tmp_path: Path,

@@ -1,6 +1,7 @@
 """``kldtui download REPO_ID --local-dir DIR``: fetch the reference suite from the Hub, then verify it.
 
-A logits suite (``ref/``) is fetched for a window range; a hidden-state suite (hidden states and
+A logits suite (``ref/``) is fetched for a window range, optionally only some domains' windows
+(``--stratum``); a hidden-state suite (hidden states and
 an LM head, docs/FORMATS.md) for a selection of contexts: a range, a partition, the sentinels or
 the others, strata, and on request the sentinel repeat runs. Nothing outside the selection is
 fetched.
@@ -28,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a hidden-state suite: only the analysis or qualification partition, the "
                              "sentinels or the others")
     parser.add_argument("--stratum", action="append", default=[], metavar="NAME",
-                        help="a hidden-state suite: only contexts of this allocation stratum (repeatable)")
+                        help="only windows of this domain (a logits suite) or contexts of this allocation "
+                             "stratum (a hidden-state suite); repeatable")
     parser.add_argument("--sentinel-runs", action="store_true",
                         help="a hidden-state suite: also the sentinel repeat runs (hidden and live logits) "
                              "of the selected sentinel contexts (large: live logits are full-vocabulary)")
