@@ -100,6 +100,15 @@ async def test_a_three_candidate_campaign_in_the_dashboard_ranks_as_the_leaderbo
         for shown, row in zip(rows, cli.rows, strict=True):
             assert float(shown[2]) == pytest.approx(row.mean, rel=1e-3)
         assert app.query_one("#tabs", TabbedContent).active == "leaderboard"
+        # the ranking of the reports under the campaign board, on the same tab, says each of the
+        # campaign's notes once: the board says them, the ranking only what the board does not
+        await settle(app, pilot)
+        shown = static_text(app, "#campaign-notes").splitlines()
+        ranking = static_text(app, "#board-note").splitlines()
+        assert ranking[0].startswith("3 reports by mean KL"), ranking
+        assert [line.split(":")[0] for line in shown[:2]] == ["noise model", "note"], shown
+        assert ranking[1:] == [], ranking  # both of its notes are the board's
+        assert not set(ranking) & {line.removeprefix("note: ") for line in shown}, (shown, ranking)
         await pilot.press("q")
 
 
@@ -132,6 +141,7 @@ async def test_after_a_campaign_the_stage_cards_show_the_best_candidate_not_the_
         assert [w.kl for w in app.main.model.windows.values()] == table.kl_mean  # the grid: the leader's
         result = app.main.current_result
         assert result is not None and result.path == str(leader) and result.name == "q8"
+
         log = [text for _, text in app.main.model.log]
         assert "[campaign] repeat capture of the leader 3/3: q8.repeat" in log
         assert f"[campaign] the stage cards show the best candidate, q8 (its report {leader})" in log

@@ -75,6 +75,7 @@ class BoardScreen(Screen[None]):
         self.reports: list[ComparisonReport] = []
         self.current_result: ResultData | None = None
         self.leaderboard_note = ""
+        self.board_notes: list[str] = []  # the ranking's notes (ties, noise model), one per line
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
         self.noise_path: str | None = None  # kldtui view --noise FILE: the ties' noise model
         self.use_noise_floor = True  # kldtui view --no-noise-floor: none
@@ -242,14 +243,25 @@ class BoardScreen(Screen[None]):
         table = self.query_one("#board", LeaderboardTable)
         table.marked.clear()
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})
-        n = len(results)
+        self.board_notes = note.splitlines()
+        self.update_board_note()
+        self.show_row_verdict(table.cursor_row if results else None)
+
+    def notes_shown_elsewhere(self) -> frozenset[str]:
+        """Notes another part of this screen already shows (the dashboard's campaign board): the
+        ranking's note leaves them out rather than print them twice on one tab."""
+        return frozenset()
+
+    def update_board_note(self) -> None:
+        """The line above the ranking: how to use it, and its notes not shown elsewhere."""
+        n = len(self.results)
         head = f"{n} report{'s' if n != 1 else ''} by mean KL (95% interval)."
         if n > 1:  # what the tie marks mean is in the help (?); the selected row's verdict is below
             head += " Enter opens one; space marks two, d diffs them; ? explains the tie column."
-        lines = [head] + ([note] if note else [])
+        elsewhere = self.notes_shown_elsewhere()
+        lines = [head] + [line for line in self.board_notes if line not in elsewhere]
         self.leaderboard_note = "\n".join(lines)
         self.query_one("#board-note", Static).update(self.leaderboard_note)
-        self.show_row_verdict(table.cursor_row if results else None)
 
     def show_row_verdict(self, index: int | None) -> None:
         """Under the table: what the selected row's tie mark rests on, in one sentence."""

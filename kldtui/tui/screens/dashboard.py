@@ -406,6 +406,7 @@ class DashboardScreen(BoardScreen):
                 self.query_one("#resultpane", ResultPane).show(self.current_result)
         if "campaign" in dirty:
             self.query_one("#campaign", CampaignBoard).show(self.model.campaign, self.model.candidate)
+            self.update_board_note()
             campaign = self.model.campaign
             if campaign is not None and campaign.final:
                 self.action_show_tab("leaderboard")  # a campaign ends on its leaderboard
@@ -490,6 +491,10 @@ class DashboardScreen(BoardScreen):
         self.cancel.set("server stopped by the user")
         self.notify("stopping the server…")
         self._stop_server(announce=True)
+
+    def notes_shown_elsewhere(self) -> frozenset[str]:
+        boards = self.query("#campaign")
+        return boards.first(CampaignBoard).notes_shown if boards else frozenset()
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab

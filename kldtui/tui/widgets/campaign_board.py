@@ -5,6 +5,8 @@ finish (from :class:`~kldtui.events.LeaderboardUpdated` events; the words are
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
@@ -24,6 +26,12 @@ class CampaignBoard(Vertical):
     CampaignBoard > .campaign--title { text-style: bold; padding: 0 1; }
     CampaignBoard > .campaign--notes { color: $text-muted; padding: 0 1; }
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the notes shown (the noise model line and each note as the ranking below words them), so
+        # that the ranking on the same tab does not repeat them
+        self.notes_shown: frozenset[str] = frozenset()
 
     def compose(self) -> ComposeResult:
         yield Static("", id="campaign-title", classes="campaign--title")
@@ -46,6 +54,7 @@ class CampaignBoard(Vertical):
         if board is not None and board.noise_model:
             notes.append(f"noise model: {board.noise_model}")
         notes += [f"note: {n}" for n in (board.notes if board is not None else ())]
+        self.notes_shown = frozenset(notes) | frozenset(board.notes if board is not None else ())
         if board is not None and board.path:
             notes.append(f"written to {board.path}")
         self.query_one("#campaign-notes", Static).update("\n".join(notes))
