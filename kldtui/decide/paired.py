@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,11 +215,29 @@ class PairedStats:
                 "infinite_kl_rows_a": self.infinite_kl_rows_a, "infinite_kl_rows_b": self.infinite_kl_rows_b}
 
 
-def confirm_command(better: str, better_path: str | None) -> str:
-    """The one command that settles a provisional difference: a repeat capture of the better one."""
-    report = better_path or f"{better}.json"
+def confirm_command(better: str, better_path: str | None, noise: NoiseFloor | None = None) -> str:
+    """The one command that settles a provisional difference. Without a measured repeat: a repeat
+    capture of the better one, and the noise model of the two captures. Where the noise model already
+    has two captures of one model (one repeat cannot see an offset shared by every window of a
+    capture): a third capture of that model, and the noise model of all three, since a model of two
+    captures again would leave the difference provisional."""
+    captures = noise.repeat.sources if noise is not None and noise.repeat is not None else ()
+    if len(captures) >= 2:
+        ours = better_path is not None and any(_same_path(better_path, c) for c in captures)
+        model = better if ours else f"the model of {captures[0]}"
+        listed = " ".join(shlex.quote(c) for c in captures)
+        return (f"capture {model} once more, compare it with the reference (AGAIN.json), then run "
+                f"`kldtui noise {listed} AGAIN.json --output noise.json` and diff again with "
+                "--noise noise.json")
+    report = shlex.quote(better_path) if better_path else f"{better}.json"
     return (f"capture {better} again, compare it with the reference (AGAIN.json), then run "
             f"`kldtui noise {report} AGAIN.json --output noise.json` and diff again with --noise noise.json")
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether two report paths name one file (as written: the noise model's may be relative to where
+    it was made)."""
+    return os.path.normpath(a) == os.path.normpath(b) or os.path.abspath(a) == os.path.abspath(b)
 
 
 def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: NoiseFloor | None,
@@ -237,7 +256,8 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
     iv = iv if iv is not None else verdict_interval(a, b)
     decision = decide(iv, noise, window_indices, significant=significant)
     better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
-    text = sentence(decision, iv, float(a.mean()), name_a, name_b, confirm_command(better, better_path))
+    text = sentence(decision, iv, float(a.mean()), name_a, name_b,
+                    confirm_command(better, better_path, noise))
     windows = [int(w) for w in window_indices]
     inf_a = _infinite(infinite_a, windows)
     inf_b = _infinite(infinite_b, windows)
@@ -310,9 +330,9 @@ def figure_differences(a: ComparisonReport, b: ComparisonReport) -> list[FigureD
         if d.size >= MIN_VERDICT_WINDOWS:  # fewer: no verdict, and the interval is mostly unbounded
             low, high = flip_ratio_interval(np.ones_like(d), d)
             if math.isfinite(float(low)) and math.isfinite(float(high)):
-                lo, hi = float(low), float(high)
+                lo, hi = float(low) + 0.0, float(high) + 0.0  # + 0.0: no "-0" where no window differs
         out.append(FigureDiff(name, label, unit, better, float(va[ok].mean()), float(vb[ok].mean()),
-                              float(d.mean()), lo, hi, int(d.size)))
+                              float(d.mean()) + 0.0, lo, hi, int(d.size)))
     return out
 
 
@@ -530,7 +550,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         notes.append(floor_note)
     better = (name_a, pa) if overall.interval.estimate > 0 else (name_b, pb)
     clustered = clustered_paired(a, b, where_a, where_b, noise=noise, name_a=name_a, name_b=name_b,
-                                 confirm=confirm_command(*better), samples=samples, seed=seed)
+                                 confirm=confirm_command(*better, noise), samples=samples, seed=seed)
     if clustered is not None:
         notes.append(f"contexts share sources: the verdict is over {clustered.clusters} source clusters of "
                      f"{clustered.contexts} contexts ({clustered.partition} partition); the rows above treat "

@@ -19,7 +19,7 @@ from kldtui.decide import (
     save_floor,
 )
 from kldtui.decide.noise import noise_from_capture_reports
-from kldtui.decide.paired import draw_indices, paired_bootstrap
+from kldtui.decide.paired import confirm_command, draw_indices, paired_bootstrap
 from kldtui.decide.verdict import plain_number, verdict_interval
 from kldtui.errors import BadInput
 from kldtui.metrics.stats import t_quantile
@@ -191,6 +191,10 @@ def test_domain_verdicts_use_the_measured_repeat_variation():
     # one repeat cannot see an offset shared by every window of a capture: named, but provisional
     assert res.domains["prose"].outcome == "a_closer" and res.domains["prose"].provisional
     assert "one repeat capture" in res.domains["prose"].verdict
+    # what settles it is a third capture and the noise model of all three, not a second model of two
+    said = res.domains["prose"].verdict
+    assert ("confirm: capture the model of c0.json once more, compare it with the reference (AGAIN.json), "
+            "then run `kldtui noise c0.json c1.json AGAIN.json --output noise.json`") in said
     assert res.domains["code"].outcome == "within_noise"
     three = noise_from_capture_reports(*caps, where1="c0.json", where2="c1.json", where_more=["c2.json"],
                                        allow_different_models=True)
@@ -454,3 +458,30 @@ def test_repeat_model_from_three_captures_separates_capture_wide_and_per_window_
     two = RepeatModel.from_captures(kl[:2], range(32), ["c0", "c1"])
     assert not two.capture_wide_measured and two.capture_wide_sd is None
     assert "not measured with one repeat" in two.describe()
+
+
+def test_the_confirm_command_names_the_captures_a_noise_model_already_has() -> None:
+    assert confirm_command("q8", "runs/q8.json") == (
+        "capture q8 again, compare it with the reference (AGAIN.json), then run "
+        "`kldtui noise runs/q8.json AGAIN.json --output noise.json` and diff again with --noise noise.json")
+    base = _kl(8)
+    caps = [make_report(base * f, DOMAINS, candidate_dir=f"/r/c{i}") for i, f in enumerate((1.0, 1.01))]
+    two = noise_from_capture_reports(caps[0], caps[1], where1="runs/q8.json", where2="runs/again dir/q8.json",
+                                     allow_different_models=True)
+    said = confirm_command("q8", "./runs/q8.json", two)
+    assert said.startswith("capture q8 once more")  # the better one is the model the captures are of
+    assert "`kldtui noise runs/q8.json 'runs/again dir/q8.json' AGAIN.json --output noise.json`" in said
+
+
+def test_a_figure_no_window_moves_has_no_negative_zero() -> None:
+    """Equal per-window figures: the difference and its interval read 0, never "-0" ([+0, -0] was
+    printed for a confident-flip rate of 0 on both sides)."""
+    from kldtui.decide.paired import figure_differences
+    from kldtui.formats.report_model import as_report
+
+    kl = _kl(8)
+    a = as_report(make_report(kl, DOMAINS, candidate_dir="/r/a", fmt="original"))  # per-window JS
+    b = as_report(make_report(kl, DOMAINS, candidate_dir="/r/b", fmt="original"))
+    js = next(f for f in figure_differences(a, b) if f.name == "js_mean")
+    assert (js.difference, js.ci95_low, js.ci95_high) == (0.0, 0.0, 0.0)
+    assert f"{js.difference:+.4g} [{js.ci95_low:+.4g}, {js.ci95_high:+.4g}]" == "+0 [+0, +0]"
