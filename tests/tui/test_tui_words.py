@@ -538,6 +538,12 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
             verdict = str(app.query_one("#board-verdict", Static).render())
             expected = "b: b is worse than a by 0.002 KL" if noise is None else "b: b - a = 0.002 KL"
             assert verdict.startswith(expected), verdict
+            # the diff of the two says what the leaderboard says: the same noise model decides both
+            await pilot.press("d")
+            await settle(app, pilot)
+            said = str(app.query_one("#diff-verdict", Static).render())
+            assert said.splitlines()[1].startswith(expected.removeprefix("b: ")), said
+            assert ("noise model: measured" in said) == (noise is not None), said
 
 
 @sync

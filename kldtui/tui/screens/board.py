@@ -310,8 +310,10 @@ class BoardScreen(Screen[None]):
         try:
             from kldtui.decide.paired import paired_diff
 
+            # the noise model the leaderboard's ties use (--noise, a campaign's, --no-noise-floor)
             diff = paired_diff(self.reports[i], self.reports[j], name_a=a.name, name_b=b.name,
-                               path_a=a.path, path_b=b.path)
+                               path_a=a.path, path_b=b.path,
+                               **self.noise_options([self.reports[i], self.reports[j]]))
         except Exception as exc:  # noqa: BLE001 - one line
             self.deliver(self.notify, str(exc), title="diff", severity="error", timeout=10)
             return
