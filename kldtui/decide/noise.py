@@ -24,6 +24,7 @@ import numpy as np
 from kldtui.decide.reports import ReportLike, window_values
 from kldtui.decide.verdict import plain_number
 from kldtui.errors import BadInput
+from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.safe_io import read_text
@@ -400,7 +401,7 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     """Read a floor written by :func:`save_floor`; BadInput (one line) when it is not one."""
     p = Path(path)
     try:
-        doc = json.loads(read_text(p))
+        doc = untrusted_json.loads(read_text(p), where=str(p), what="the noise model")
     except FileNotFoundError:
         raise BadInput(f"{p}: noise floor file not found; create it with kldtui noise") from None
     except IsADirectoryError:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput, size_text
+from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import REPORT_FORMAT, ComparisonReport
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
@@ -61,7 +62,7 @@ def load_report(path: str | os.PathLike[str]) -> ComparisonReport:
     except OSError as exc:
         raise BadInput(f"{p}: cannot read the comparison report ({exc.strerror or exc})") from None
     try:
-        doc = json.loads(text)
+        doc = untrusted_json.loads(text, where=str(p), what="the comparison report")
     except ValueError as exc:
         raise BadInput(f"{p}: not a JSON comparison report ({exc})") from None
     except RecursionError:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.formats import untrusted_json
 from kldtui.formats.names import check_name, check_relative_path
 from kldtui.formats.safe_io import open_regular_raw, read_text
 
@@ -96,7 +97,7 @@ def _read_json(path: Path, what: str) -> Any:
     except OSError as exc:  # a symlink loop, no permission
         raise BadInput(f"{path}: {what} cannot be read ({exc.strerror or exc})") from None
     try:
-        return json.loads(text)
+        return untrusted_json.loads(text, where=str(path), what=what)
     except ValueError as exc:
         raise BadInput(f"{path}: {what} is not valid JSON ({exc})") from None
     except RecursionError:

@@ -1,0 +1,55 @@
+"""JSON from folders other people write into, parsed so that none of its text can drive a terminal.
+
+Reports, manifests and noise models from a shared disk or the Hub carry names (a candidate's
+folder, a domain, a capture's path) that kldtui prints: to a terminal in the headless commands, and
+into commands it suggests. JSON may spell any character as an escape (``"\\u001b]0;...\\u0007"``:
+an escape sequence that retitles the window, moves the cursor or writes the clipboard), so
+:func:`loads` refuses a string (value or key) holding a control character: C0 but tab, newline and
+carriage return, DEL and C1; the error names the file and the field. (Rich, under the dashboard,
+strips only some control characters, not ESC or C1; the plain output strips none.) Reports, suite
+and logits manifests (and every manifest read through :func:`kldtui.formats.suite.read_versioned`)
+and noise models are read through it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from kldtui.errors import BadInput
+
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0 but tab, LF, CR; DEL; C1
+
+
+def control_character(text: str) -> str | None:
+    """The first control character in ``text`` as ``U+001B``, or None."""
+    found = CONTROL.search(text)
+    return f"U+{ord(found.group()):04X}" if found else None
+
+
+def _check(value: Any, where: str, what: str, key: str) -> None:
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, str):
+            bad = control_character(item)
+            if bad is not None:
+                raise BadInput(f"{where}: {what} holds a control character ({bad}) in {key!r}, which a "
+                               "terminal would take as part of an escape sequence; kldtui does not read such "
+                               "a file: fix or replace it")
+        elif isinstance(item, list):
+            _check(item, where, what, key)
+
+
+def loads(text: str, *, where: str, what: str = "the file") -> Any:
+    """``json.loads(text)``, and :class:`BadInput` naming ``where`` and the field for a string holding a
+    control character. Invalid JSON raises what ``json.loads`` raises (callers word it)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        for key, value in items:
+            _check(key, where, what, key)
+            _check(value, where, what, key)
+        return dict(items)
+
+    doc = json.loads(text, object_pairs_hook=pairs)
+    _check(doc, where, what, "(top level)")
+    return doc

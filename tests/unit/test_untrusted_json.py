@@ -1,0 +1,65 @@
+"""Text in files from shared folders and the Hub cannot carry terminal escape sequences to the screen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.errors import BadInput
+from kldtui.formats.untrusted_json import loads
+from tests.fixtures_decide import make_report, write_report
+
+ESC_TITLE = "\x1b]0;owned\x07"  # an escape sequence that retitles the terminal window
+
+
+@pytest.mark.parametrize("doc", [
+    {"candidate_dir": f"/runs/{ESC_TITLE}"},
+    {f"key{ESC_TITLE}": 1},
+    {"per_window_arrays": {"domain": ["prose", "co\x9bde"]}},  # C1: a one-byte CSI
+    {"nested": [["a", "b\x7f"]]},
+    [f"top{ESC_TITLE}"],
+])
+def test_a_control_character_anywhere_is_refused_naming_the_file(doc: object) -> None:
+    with pytest.raises(BadInput) as caught:
+        loads(json.dumps(doc), where="shared/x.json", what="the report")
+    said = str(caught.value)
+    assert said.startswith("shared/x.json: the report holds a control character (U+")
+    assert "fix or replace it" in said
+    assert not any(c in said for c in "\x1b\x07\x9b\x7f")  # the message itself is safe to print
+
+
+def test_ordinary_text_passes_unchanged() -> None:
+    doc = {"name": "q4_K_M — Straße", "command": "vllm serve\t--tp 2\r\n", "list": ["a", ["b"]], "n": 1.5}
+    assert loads(json.dumps(doc), where="x", what="y") == doc
+
+
+def test_a_hostile_report_is_refused_by_the_commands_that_print_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write_report(tmp_path / "a.json", make_report([0.01] * 8, candidate_dir="/runs/a"))
+    bad = write_report(tmp_path / "b.json", make_report([0.02] * 8, candidate_dir=f"/runs/{ESC_TITLE}b"))
+    for argv in (["leaderboard", str(good), str(bad)], ["diff", str(good), str(bad)], ["view", str(bad)]):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert "\x1b" not in out + err and "\x07" not in out + err
+        assert f"{bad}: the comparison report holds a control character (U+001B) in 'candidate_dir'" in err
+
+
+def test_a_hostile_suite_manifest_and_noise_model_are_refused(tmp_path: Path) -> None:
+    from kldtui.decide.noise import load_floor
+    from kldtui.formats.suite import load_suite
+    from tests.hub_server import make_dataset
+
+    root = make_dataset(tmp_path / "suite", windows=2)
+    manifest = root / "suite-manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["windows"][0]["domain"] = f"prose{ESC_TITLE}"
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="suite-manifest.json: .* control character .* in 'domain'"):
+        load_suite(root)
+    noise = tmp_path / "noise.json"
+    noise.write_text(json.dumps({"format": "kldtui-noise-floor-v1", "source": f"a{ESC_TITLE}"}))
+    with pytest.raises(BadInput, match="noise.json: the noise model holds a control character .* 'source'"):
+        load_floor(noise)
