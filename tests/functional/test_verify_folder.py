@@ -13,6 +13,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted
 from kldtui.events import Cancel, Progress
+from kldtui.formats.fidelity import ContextFilter
 from kldtui.formats.verified_cache import LEGACY_NAME, VerifiedCache
 from kldtui.stages.verify import (
     PUBLISHED_SUITE_HASH,
@@ -145,6 +146,12 @@ def test_missing_logits_file_and_bad_paths(dataset: Path, tmp_path: Path) -> Non
     result = verify_reference(dataset)
     assert any("logits_002.safetensors" in f and "missing" in f for f in result.failures)
     assert verify_reference(dataset, stop_window=2).ok
+    # a domain whose windows are all here verifies (make_dataset, 4 windows: 0-1 prose, 2 code)
+    assert verify_reference(dataset, selection=ContextFilter(strata=("prose",))).ok
+    code = verify_reference(dataset, selection=ContextFilter(strata=("code",)))
+    assert code.windows == [2] and any("logits_002.safetensors" in f for f in code.failures)
+    assert main(["verify", str(dataset), "--stratum", "prose"]) == 0
+    assert main(["verify", str(dataset), "--stratum", "code"]) == 1
     with pytest.raises(BadInput):
         verify_path(tmp_path / "nothing")
     (tmp_path / "empty").mkdir()

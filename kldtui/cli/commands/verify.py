@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a hidden-state suite: check only these contexts (default: those downloaded "
                              "here, else all)")
     parser.add_argument("--stratum", action="append", default=[], metavar="NAME",
-                        help="a hidden-state suite: only contexts of this allocation stratum (repeatable)")
+                        help="only windows of this domain (a logits suite) or contexts of this allocation "
+                             "stratum (a hidden-state suite); repeatable")
     parser.add_argument("--sentinel-runs", action="store_true",
                         help="a hidden-state suite: require the sentinel repeat runs of the selected "
                              "sentinel contexts (by default those present are checked)")
