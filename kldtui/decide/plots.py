@@ -145,6 +145,15 @@ def _spread(mid: list[float], low: list[float], high: list[float]) -> list[list[
             [max(hi - m, 0.0) for m, hi in zip(mid, high, strict=True)]]
 
 
+def _interval_bars(ax: Any, xs: list[float], mid: list[float], low: list[float], high: list[float],
+                   color: str, gid: str, capsize: float = 3) -> None:
+    """95 % interval bars at ``xs`` (only where one is shown), their lines and caps named ``gid`` in
+    an SVG."""
+    container = ax.errorbar(xs, mid, yerr=_spread(mid, low, high), fmt="none", capsize=capsize, color=color)
+    for artist in (*container.lines[1], *container.lines[2]):
+        artist.set_gid(gid)
+
+
 def _size_panel(ax: Any, data: ChartData) -> None:
     ax.set_title("mean KL against size (95 % intervals; Pareto front: no smaller candidate is closer)",
                  fontsize=9)
@@ -156,10 +165,12 @@ def _size_panel(ax: Any, data: ChartData) -> None:
                 fontsize=8)
         return
     for p in data.sizes:
-        shown = p.interval_shown  # from too few windows: the mean alone
-        ax.errorbar([p.size_gib], [p.mean], yerr=_spread([p.mean], [p.ci_low if shown else p.mean],
-                                                         [p.ci_high if shown else p.mean]), fmt="o",
-                    capsize=3, color="tab:red" if p.on_front else "tab:blue", gid=f"size-point-{p.name}")
+        # from too few windows: the mean alone (no bar, and no cap a zero-length bar would still draw)
+        color = "tab:red" if p.on_front else "tab:blue"
+        ax.plot([p.size_gib], [p.mean], "o", color=color, gid=f"size-point-{p.name}")
+        if p.interval_shown:
+            _interval_bars(ax, [p.size_gib], [p.mean], [p.ci_low], [p.ci_high], color,
+                           f"size-interval-{p.name}")
         label = p.name if p.bits_per_weight is None else f"{p.name} ({p.bits_per_weight:.2f} bpw)"
         ax.annotate(label, (p.size_gib, p.mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
     front = sorted((p for p in data.sizes if p.on_front), key=lambda p: p.size_gib)
@@ -198,11 +209,12 @@ def _domain_panel(ax: Any, data: ChartData) -> None:
     for k, name in enumerate(names):
         bars = [b for b in data.domains if b.name == name]
         xs = [data.domain_names.index(b.domain) + (k - (len(names) - 1) / 2) * width for b in bars]
-        ax.bar(xs, [b.estimate for b in bars], width=width, label=name,
-               yerr=_spread([b.estimate for b in bars],
-                            [b.ci_low if b.interval_shown else b.estimate for b in bars],
-                            [b.ci_high if b.interval_shown else b.estimate for b in bars]),
-               capsize=2, gid=f"domain-bars-{name}")
+        ax.bar(xs, [b.estimate for b in bars], width=width, label=name, gid=f"domain-bars-{name}")
+        shown = [(x, b) for x, b in zip(xs, bars, strict=True) if b.interval_shown]  # none from too few
+        if shown:
+            _interval_bars(ax, [x for x, _ in shown], [b.estimate for _, b in shown],
+                           [b.ci_low for _, b in shown], [b.ci_high for _, b in shown], "black",
+                           f"domain-interval-{name}", capsize=2)
     ax.set_xticks(range(len(data.domain_names)), data.domain_names)
     ax.legend(fontsize=7)
 

@@ -444,4 +444,16 @@ def test_charts_and_exports_show_no_interval_from_too_few_windows(tmp_path: Path
     svg = tmp_path / "few.svg"
     assert main(["plot", *map(str, reports), "-o", str(svg)]) == 0
     ids = {el.get("id") for el in ET.parse(svg).getroot().iter() if el.get("id")}
-    assert not any(i.startswith("window-band-") for i in ids)  # no interval band from 6 windows
+    assert not any(i.startswith(("window-band-", "size-interval-", "domain-interval-")) for i in ids), ids
+    # nor any error bar or cap (a zero-length bar still draws its caps): the panels hold the points,
+    # the window lines and the bars only
+    from kldtui.decide.plots import figure
+
+    fig = figure(export_table(board, [load_report(p) for p in reports], paths=reports))
+    size_ax, _, domain_ax = fig.axes
+    assert [len(ax.containers) for ax in (size_ax, domain_ax)] == [0, len(reports)], (
+        size_ax.containers, domain_ax.containers)  # the bars' own containers only, no ErrorbarContainer
+    assert not any(c.get_segments() for ax in (size_ax, domain_ax) for c in ax.collections)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

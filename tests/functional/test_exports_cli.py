@@ -178,6 +178,10 @@ def test_plot_svg_and_png_are_real_files_of_the_reports(reports: list[Path], tmp
     for name, _, _ in CANDIDATES:
         assert {f"size-point-{name}", f"window-series-{name}", f"domain-bars-{name}"} <= ids
     assert "pareto-front" in ids
+    # an interval bar where one is shown: the 12 windows overall; none for a domain of 4 windows (not
+    # even the cap a zero-length bar draws)
+    assert {f"size-interval-{name}" for name, _, size in CANDIDATES if size is not None} <= ids
+    assert not any(i.startswith("domain-interval-") for i in ids), ids
     text = " ".join(t for el in root.iter() for t in [el.text] if t)
     assert "mean KL against size" in text and "q4_k_m (4.90 bpw)" in text
     head = png.read_bytes()[:24]
