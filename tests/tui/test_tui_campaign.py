@@ -13,7 +13,7 @@ from kldtui.tui.app import create_app
 from kldtui.tui.widgets import CampaignBoard
 from kldtui.workflow.standings import cells, table_lines, verdict_words
 from tests.fixtures_campaign import scripted_campaign_factory
-from tests.fixtures_tui import dashboard, settle, static_text, sync
+from tests.fixtures_tui import dashboard, settle, static_text, sync, until
 
 
 def _rows(app) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -102,10 +102,12 @@ async def test_a_three_candidate_campaign_in_the_dashboard_ranks_as_the_leaderbo
         assert app.query_one("#tabs", TabbedContent).active == "leaderboard"
         # the ranking of the reports under the campaign board, on the same tab, says each of the
         # campaign's notes once: the board says them, the ranking only what the board does not
+        # (the ranking takes the campaign's reports as they load: wait for all three)
+        await until(pilot, lambda: static_text(app, "#board-note").startswith("3 reports by mean KL"),
+                    "the ranking of the three reports")
         await settle(app, pilot)
         shown = static_text(app, "#campaign-notes").splitlines()
         ranking = static_text(app, "#board-note").splitlines()
-        assert ranking[0].startswith("3 reports by mean KL"), ranking
         assert [line.split(":")[0] for line in shown[:2]] == ["noise model", "note"], shown
         assert ranking[1:] == [], ranking  # both of its notes are the board's
         assert not set(ranking) & {line.removeprefix("note: ") for line in shown}, (shown, ranking)
