@@ -28,6 +28,12 @@ def control_character(text: str) -> str | None:
     return f"U+{ord(found.group()):04X}" if found else None
 
 
+def printable(text: str) -> str:
+    """``text`` with each control character written as ``\\xNN``: for names that come from the file
+    system (a report file's name in a shared folder), which no loader checks."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _check(value: Any, where: str, what: str, key: str) -> None:
     items = value if isinstance(value, list) else [value]
     for item in items:

@@ -63,3 +63,14 @@ def test_a_hostile_suite_manifest_and_noise_model_are_refused(tmp_path: Path) ->
     noise.write_text(json.dumps({"format": "kldtui-noise-floor-v1", "source": f"a{ESC_TITLE}"}))
     with pytest.raises(BadInput, match="noise.json: the noise model holds a control character .* 'source'"):
         load_floor(noise)
+
+
+def test_names_from_file_names_show_control_characters_escaped() -> None:
+    """A report's name falls back to its file's name, which no loader checks: shown escaped."""
+    from kldtui.formats.report_model import as_report
+    from kldtui.formats.report_names import report_name, unique_names
+
+    report = as_report(make_report([0.01] * 8, candidate_dir=""))
+    assert report_name(report, f"/shared/q4{ESC_TITLE}.json") == "q4\\x1b]0;owned\\x07"
+    twins = unique_names(["q4", "q4"], [f"/shared/a{ESC_TITLE}/comparison.json", "/shared/b/comparison.json"])
+    assert twins == ["q4 (a\\x1b]0;owned\\x07)", "q4 (b)"]
