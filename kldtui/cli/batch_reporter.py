@@ -47,6 +47,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.formats.untrusted_json import printable
 from kldtui.text import BYTE_UNITS, amount, done_of_total
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -123,6 +124,9 @@ class BatchReporter:
             line = json.dumps(doc, default=str, sort_keys=True)
         else:
             line = self.format(event)
+            # a name from a shared folder (a file, a server's log line) must not reach the terminal as
+            # an escape sequence; JSON lines escape it already
+            line = None if line is None else printable(line)
         if line is None:
             return
         with self._lock:
@@ -385,6 +389,6 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
     said = isinstance(error, KldError) and str(error) in reporter.failed_messages \
         and _same_file(reporter.stream, err)
     if message and not said:  # a failure its stage's FAILED line just said on this terminal: once
-        print(f"kldtui: {message}", file=err)
+        print(f"kldtui: {printable(message)}", file=err)
     reporter.write_final(code, message)
     return code

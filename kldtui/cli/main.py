@@ -77,7 +77,9 @@ def _drop_stdout() -> None:
 
 
 def _report_error(message: str) -> None:
-    print(f"kldtui: error: {message}", file=sys.stderr)
+    from kldtui.formats.untrusted_json import printable  # a file name may hold an escape sequence
+
+    print(f"kldtui: error: {printable(message)}", file=sys.stderr)
 
 
 class SignalStop(KeyboardInterrupt):

@@ -74,3 +74,20 @@ def test_names_from_file_names_show_control_characters_escaped() -> None:
     assert report_name(report, f"/shared/q4{ESC_TITLE}.json") == "q4\\x1b]0;owned\\x07"
     twins = unique_names(["q4", "q4"], [f"/shared/a{ESC_TITLE}/comparison.json", "/shared/b/comparison.json"])
     assert twins == ["q4 (a\\x1b]0;owned\\x07)", "q4 (b)"]
+
+
+def test_error_lines_and_batch_lines_show_control_characters_escaped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file name in a shared folder, or a server's log line, reaches the terminal escaped."""
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+    from kldtui.events import Notice
+
+    assert main(["view", str(tmp_path / f"q{ESC_TITLE}.json")]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "q\\x1b]0;owned\\x07.json: comparison report not found" in err
+    out = io.StringIO()
+    with BatchReporter(out) as reporter:
+        reporter(Notice("capture", f"skipped {tmp_path / ESC_TITLE}"))
+    assert "\x1b" not in out.getvalue() and "skipped" in out.getvalue() and "\\x1b]0;owned" in out.getvalue()
