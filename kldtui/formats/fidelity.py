@@ -390,6 +390,18 @@ class ContextFilter:
             raise BadInput(f"{suite.path}: no context is left by {self.describe()}; widen the selection")
         return selected
 
+    def indices_within(self, suite: Suite, start: int, stop: int) -> list[int]:
+        """The indices of ``[start, stop)`` this filter keeps (its partition or sentinel filter and
+        strata; every index of the range when it filters nothing else): what a reference stage fetches
+        and verifies. BadInput for an unknown stratum, or a filter that keeps none of them."""
+        if not self.filters:
+            return list(range(start, stop))
+        kept = [w.index for w in self.apply(suite) if start <= w.index < stop]
+        if not kept:
+            raise BadInput(f"{suite.path}: no window of {start}..{stop - 1} is left by {self.describe()}; "
+                           "widen the selection")
+        return kept
+
     def describe(self) -> str:
         parts = [] if self.which == "all" else [self.which]
         if self.strata:

@@ -116,17 +116,9 @@ def windows_text(window_range: tuple[int, int], windows: Sequence[int]) -> str:
 
 
 def chosen_windows(suite: Suite, window_range: tuple[int, int], selection: ContextFilter | None) -> list[int]:
-    """The windows of ``window_range`` a selection keeps (all of them without one, or where it keeps
-    every window): its strata name domains of a logits suite. BadInput for an unknown stratum or a
-    selection that keeps none."""
-    lo, hi = window_range
-    if selection is None or not selection.filters:
-        return list(range(lo, hi))
-    kept = [w.index for w in selection.apply(suite) if lo <= w.index < hi]
-    if not kept:
-        raise BadInput(f"{suite.path}: no window of {lo}..{hi - 1} is left by {selection.describe()}; "
-                       "widen the selection")
-    return kept
+    """The windows of ``window_range`` a selection keeps (all of them without one): its strata name
+    domains of a logits suite (:meth:`ContextFilter.indices_within`)."""
+    return (selection or ContextFilter()).indices_within(suite, *window_range)
 
 
 def as_reference_events(emit: EventSink) -> EventSink:

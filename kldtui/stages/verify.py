@@ -573,7 +573,7 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
             result.notes.append(f"checked the {len(windows)} window(s) downloaded into this folder "
                                 f"(record {RECORD_NAME}); pass --start-window/--stop-window to check others")
         if selection is not None and selection.filters and loaded_suite is not None:
-            kept = {w.index for w in selection.apply(loaded_suite)}
+            kept = set(selection.indices_within(loaded_suite, 0, loaded_suite.window_count))
             windows = [i for i in (sorted(kept) if windows is None else windows) if i in kept]
         _check_logits(logits_path, loaded_suite, windows, result, reverify=reverify, workers=workers,
                       emit=emit, cancel=cancel)
