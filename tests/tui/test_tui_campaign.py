@@ -176,3 +176,22 @@ def test_the_cards_name_the_candidate_that_runs_and_count_only_its_windows() -> 
     long_name = ShownCandidate("Q4_K_M-imatrix", "best")
     assert state_with_candidate("done", long_name, 13, False) == "done · Q4_K_…"
     assert state_with_candidate("done", None, 13, False) == "done"
+
+
+@sync
+async def test_a_finished_campaign_opened_again_ranks_with_its_noise_model(tmp_path: Path) -> None:
+    """Opening a finished campaign's work folder shows its board from the folder (not final, no live
+    run): the ranking under it and d must use the campaign's measured noise model, as at the run's end
+    (they said "noise model: none" beside a board that used the measured one)."""
+    from kldtui.events import LeaderboardUpdated
+
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        model = str(tmp_path / "noise-model.json")
+        app.main.model.apply(LeaderboardUpdated("campaign", rows=(), windows=8, noise_model="measured",
+                                                path=str(tmp_path / "leaderboard.json"), noise_path=model))
+        app.main.refresh_now()
+        await settle(app, pilot)
+        assert app.main.noise_path == model
+        await pilot.press("q")

@@ -410,9 +410,11 @@ class DashboardScreen(BoardScreen):
             campaign = self.model.campaign
             if campaign is not None and campaign.final:
                 self.action_show_tab("leaderboard")  # a campaign ends on its leaderboard
-                if campaign.noise_path and campaign.noise_path != self.noise_path:
-                    self.noise_path = campaign.noise_path  # the reports' ties use the measured model too
-                    self.rebuild_board()
+            # the reports' ties and d use the campaign's measured model too: at its end, and when a
+            # finished campaign's work folder is opened again (its board then comes from the folder)
+            if campaign is not None and campaign.noise_path and campaign.noise_path != self.noise_path:
+                self.noise_path = campaign.noise_path
+                self.rebuild_board()
 
     def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
         from kldtui.workflow.state import next_steps
