@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from kldtui import stop_signals
 from kldtui.errors import BadInput, Interrupted, KldError
 from kldtui.events import (
     Cancel,
@@ -48,6 +49,7 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.untrusted_json import printable
+from kldtui.stop_signals import STOP_SIGNALS
 from kldtui.text import BYTE_UNITS, amount, done_of_total
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -354,8 +356,11 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
     previous: dict[int, Any] = {}
     on_main = threading.current_thread() is threading.main_thread()
     if on_main:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, handler)
+        early = stop_signals.received()
+        if early is not None:  # came before these handlers, its exception lost (kldtui.stop_signals)
+            handler(early, None)
     try:
         reporter.__enter__()
         worker.start()

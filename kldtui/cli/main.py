@@ -11,13 +11,12 @@ import argparse
 import contextlib
 import importlib
 import os
-import signal
 import sys
 import traceback
 from types import ModuleType
 from typing import NoReturn
 
-from kldtui import __version__, settings
+from kldtui import __version__, settings, stop_signals
 from kldtui.cli.commands import COMMANDS
 
 
@@ -82,32 +81,11 @@ def _report_error(message: str) -> None:
     print(f"kldtui: error: {printable(message)}", file=sys.stderr)
 
 
-class SignalStop(KeyboardInterrupt):
-    """A stop signal, caught wherever Ctrl-C is.
-
-    A subclass on purpose: CPython remembers a plain KeyboardInterrupt that escaped any code it ran
-    through its PyRun API (some extension modules run their setup that way while being imported) and
-    then ends the process by SIGINT (status -2) after main() has returned 130. It checks the exact
-    type, so a subclass keeps the documented exit code.
-    """
-
-
-def _stop_on_sigterm() -> None:
-    """Until a command installs its own handlers, SIGINT, SIGTERM and SIGHUP stop like Ctrl-C: exit
-    130, the documented code, even in the first second."""
-    def stop(signum: int, frame: object) -> None:
-        raise SignalStop
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        with contextlib.suppress(ValueError, OSError):  # not the main thread
-            signal.signal(sig, stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     from kldtui.errors import KldError
 
     if argv is None:  # the real command line (tests call main([...]) inside their own process)
-        _stop_on_sigterm()
+        stop_signals.stop_like_ctrl_c()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -140,40 +118,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _quiet_stop_signals(late: list[int]) -> None:
-    """From here on a stop signal only sets the exit code: the work is done or being reported,
-    and an exception raised while Python shuts down would end the process by the signal (-2) or
-    with a traceback instead of 130."""
-    def remember(signum: int, frame: object) -> None:
-        late.append(signum)
-
-    for sig in _STOP_SIGNALS:
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(sig, remember)
-
-
 def run() -> NoReturn:
     """The ``kldtui`` command (the console script and ``python -m kldtui``): :func:`main` on the
     real command line, then exit with its code; 130 when a stop signal came, even one that
     arrives right at the end, after the work but before the process is gone."""
-    late: list[int] = []
     code = 130
     try:
         try:
             code = main()
         finally:
-            _quiet_stop_signals(late)
+            stop_signals.record_only()
     except KeyboardInterrupt:  # the signal came between main's last line and the line above
-        _quiet_stop_signals(late)
+        stop_signals.record_only()
         code = 130
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
-    sys.exit(130 if late else code)
+    # a signal recorded at any time: one that came after the work, or whose exception was lost
+    sys.exit(130 if stop_signals.received() is not None else code)
 
 
 if __name__ == "__main__":

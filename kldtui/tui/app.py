@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.theme import Theme
 
+from kldtui import stop_signals
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import ShownCandidate
 from kldtui.tui.screens.board import BoardScreen
@@ -214,6 +215,7 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
 
         profile = load_profile(profile_path or DEFAULT_PROFILE)
         title = None
+    stop_signals.raise_if_received()  # a stop signal while this was being prepared: do not open
     # The demo is a new user's first command: it runs by itself; a profile waits for `r`.
     app = create_app(profile=profile, theme=theme, title=title, autostart=demo_workdir is not None)
     try:
@@ -238,6 +240,7 @@ def run_viewer(paths: Sequence[str | Path], theme: str | None = None, noise_path
         from kldtui.formats.report import load_report
 
         load_report(paths[0])
+    stop_signals.raise_if_received()
     app = create_app(reports=list(paths), theme=theme, title="kldtui view", noise_path=noise_path,
                      use_noise_floor=use_noise_floor)
     return int(app.run() or 0)

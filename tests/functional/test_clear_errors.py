@@ -117,6 +117,31 @@ def test_sigterm_before_the_batch_handlers_exits_130(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.timeout(120)
+def test_sigterm_whose_exception_was_swallowed_still_stops_the_batch_run(tmp_path: Path) -> None:
+    # An extension module's import can swallow what a signal handler raised inside it (numpy.random's
+    # Cython modules did: the whole demo ran and exited 0); the signal is recorded as well, so the
+    # batch run stops before its first window and the process exits 130.
+    workdir = tmp_path / "demo"
+    script = ("import os, signal, sys, time\n"
+              "from kldtui import stop_signals\n"
+              "from kldtui.cli.main import run\n"
+              "stop_signals.stop_like_ctrl_c()\n"
+              "try:\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    time.sleep(5)\n"
+              "except BaseException:\n"
+              "    pass  # what the extension module did\n"
+              f"sys.argv = ['kldtui', 'demo', '--batch', '--workdir', {str(workdir)!r}]\n"
+              "run()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout[-1500:], proc.stderr[-1000:])
+    assert "SIGTERM received: stopping" in proc.stdout
+    assert "interrupted by SIGTERM" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (workdir / "leaderboard.json").exists()
+    assert "capture done" not in proc.stdout
+
+
 def test_stopped_servers_traceback_stays_in_its_log(tmp_path: Path) -> None:
     script = ("import time\n"
               "try:\n"
