@@ -14,10 +14,12 @@ from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 
 from kldtui import stop_signals
+from kldtui.formats.untrusted_json import printable
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import ShownCandidate
 from kldtui.tui.screens.board import BoardScreen
@@ -51,6 +53,14 @@ class KldApp(App[int]):
 
     def get_default_screen(self) -> Screen[Any]:
         return self.main
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every notification, from any screen: its text comes from data (an error naming a path from a
+        shared folder, a stage's notice), so it is never read as markup (a path through a folder named
+        ``x[`` stopped the dashboard with a MarkupError) and its control characters show escaped."""
+        super().notify(printable(message), title=printable(title), severity=severity, timeout=timeout,
+                       markup=False)
 
     def on_mount(self) -> None:
         self._setup_themes()

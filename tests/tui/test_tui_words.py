@@ -464,7 +464,7 @@ async def test_intervals_from_too_few_windows_are_not_shown_as_95_percent(tmp_pa
         assert "4 windows: too few for a 95 % interval, which needs 8" in text, text
         assert "(95%)" not in text
         table = app.query_one("#result-domains", DataTable)
-        cells = {table.get_row_at(i)[0]: table.get_row_at(i)[3] for i in range(table.row_count)}
+        cells = {str(table.get_row_at(i)[0]): table.get_row_at(i)[3] for i in range(table.row_count)}
         assert cells == {"prose": "too few windows (2)", "code": "too few windows (1)",
                          "dialog": "too few windows (1)"}  # a one-window domain: no zero-width interval
         chart = app.query_one("#result-chart", KLChart).render().plain
@@ -701,3 +701,33 @@ async def test_a_campaign_ends_with_its_own_next_steps(tmp_path: Path) -> None:
         assert "leaderboard: w/leaderboard.json" in shown, shown
         assert "kldtui view w/comparison-a.json" in shown, shown
         assert "OTHER/comparison.json" not in shown
+
+
+@sync
+async def test_names_and_paths_from_a_shared_folder_are_shown_as_they_are(tmp_path: Path) -> None:
+    # Reports and folders come from whoever shares them: markup in a name or a path is text
+    # ("[imatrix]" stays; a path through a folder named "x[" read as "x[/]y" stopped the viewer with a
+    # MarkupError), and ESC in a message shows as \x1b.
+    folder = tmp_path / "shared["
+    folder.mkdir()
+    a = write_report(folder / "]a.json", make_report("q4 [imatrix]", 0.01, seed=1))
+    b = write_report(folder / "b.json", make_report("[bold red]q8", 0.02, seed=2))
+    app = create_app(reports=[a, b], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one("#board", DataTable)
+        names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        assert names == ["q4 [imatrix]", "[bold red]q8"], names
+        await pilot.press("d")
+        await settle(app, pilot)
+        said = str(app.query_one("#diff-verdict", Static).render())
+        assert "q4 [imatrix]" in said and "[bold red]q8 is worse than q4 [imatrix]" in said, said
+        await pilot.press("enter")
+        await settle(app, pilot)
+        summary = str(app.screen.query_one("#result-summary", Static).render())
+        assert "q4 [imatrix]" in summary, summary
+        app.notify(f"cannot read {folder}/]x.json \x1b[2J", title="report [x]")
+        await pilot.pause()
+        shown = list(app._notifications)[-1]  # what the toast shows: no markup read, ESC escaped
+        assert shown is not None and not shown.markup
+        assert shown.message.endswith("shared[/]x.json \\x1b[2J") and shown.title == "report [x]"

@@ -20,7 +20,6 @@ from typing import Any
 from textual import on, work
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
@@ -30,6 +29,7 @@ from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_repor
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
+from kldtui.tui.widgets.plain import PlainStatic
 
 LOAD_GROUP = "load"  # reading reports and the work folder: every one runs to its end
 RANK_GROUP = "rank"  # exclusive: a newer ranking replaces an older one
@@ -261,7 +261,7 @@ class BoardScreen(Screen[None]):
         elsewhere = self.notes_shown_elsewhere()
         lines = [head] + [line for line in self.board_notes if line not in elsewhere]
         self.leaderboard_note = "\n".join(lines)
-        self.query_one("#board-note", Static).update(self.leaderboard_note)
+        self.query_one("#board-note", PlainStatic).update(self.leaderboard_note)
 
     def show_row_verdict(self, index: int | None) -> None:
         """Under the table: what the selected row's tie mark rests on, in one sentence."""
@@ -272,7 +272,7 @@ class BoardScreen(Screen[None]):
         if index is not None and 0 <= index < len(self.results):
             name = self.results[index].name
             text = f"{name}: {self.verdicts[name]}" if name in self.verdicts else ""
-        boxes.first(Static).update(text)
+        boxes.first(PlainStatic).update(text)
 
     @on(LeaderboardTable.Highlighted)
     def row_highlighted(self, message: LeaderboardTable.Highlighted) -> None:

@@ -49,6 +49,7 @@ from kldtui.tui.widgets import (
     WindowGrid,
 )
 from kldtui.tui.widgets.format import shown_path
+from kldtui.tui.widgets.plain import PlainStatic
 from kldtui.workflow.control import PipelineControl, StageRequest
 from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
@@ -190,9 +191,9 @@ class DashboardScreen(BoardScreen):
                     yield ResultPane(id="resultpane")
                 with TabPane("Leaderboard", id="leaderboard"):
                     yield CampaignBoard(id="campaign")
-                    yield Static("", id="board-note")
+                    yield PlainStatic("", id="board-note")
                     yield LeaderboardTable(id="board")
-                    yield Static("", id="board-verdict")
+                    yield PlainStatic("", id="board-verdict")
                 with TabPane("Diff", id="diff"):
                     yield DiffPane(id="diffpane")
         yield ProgressPanel(self.model, id="progress")

@@ -8,7 +8,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Static
+
+from kldtui.tui.widgets.plain import PlainLabel
 
 NOTHING_RUNS = "Nothing is running any more. Quit?"
 
@@ -28,7 +30,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.question, id="question")
+            yield PlainLabel(self.question, id="question")
             with Horizontal(id="buttons"):
                 yield Button(self._yes_label(), variant="error", id="yes")
                 yield Button("Cancel (n)", variant="primary", id="no")
@@ -43,7 +45,7 @@ class ConfirmScreen(ModalScreen[bool]):
         question = self.ask() or NOTHING_RUNS
         if question != self.question:
             self.question = question
-            self.query_one("#question", Label).update(question)
+            self.query_one("#question", PlainLabel).update(question)
             self.query_one("#yes", Button).label = self._yes_label()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -62,7 +64,7 @@ class PathScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.prompt)
+            yield PlainLabel(self.prompt)
             yield Input(value=self.value, id="path")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

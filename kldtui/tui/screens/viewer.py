@@ -9,12 +9,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header
 
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.board import PANE_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
+from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
     from kldtui.decide.plots import ChartData
@@ -52,9 +53,9 @@ class ViewerScreen(BoardScreen):
             yield ResultPane(id="resultpane")
         else:
             with Vertical(id="viewer"):
-                yield Static("loading reports…", id="board-note")
+                yield PlainStatic("loading reports…", id="board-note")
                 yield LeaderboardTable(id="board")
-                yield Static("", id="board-verdict")
+                yield PlainStatic("", id="board-verdict")
                 yield DiffPane(id="diffpane")
                 yield BoardCharts(id="charts")
         yield Footer()

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from kldtui.formats.report_names import too_few_text
+from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
     from kldtui.decide.plots import ChartData
@@ -128,11 +128,11 @@ class BoardCharts(VerticalScroll):
     """The viewer's charts pane (key c in a leaderboard)."""
 
     def compose(self) -> ComposeResult:
-        yield Static("charts: loading…", id="charts-text")
+        yield PlainStatic("charts: loading…", id="charts-text")
 
     def show(self, data: ChartData) -> None:
         self.data = data
-        self.query_one("#charts-text", Static).update(render_charts(data, max(60, self.size.width - 2)))
+        self.query_one("#charts-text", PlainStatic).update(render_charts(data, max(60, self.size.width - 2)))
 
     def on_resize(self) -> None:
         if getattr(self, "data", None) is not None:

@@ -9,9 +9,10 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from kldtui.events import CandidateStarted, LeaderboardUpdated
+from kldtui.tui.widgets.plain import PlainStatic, plain
 from kldtui.workflow.standings import HEADERS, cells
 
 
@@ -34,9 +35,9 @@ class CampaignBoard(Vertical):
         self.notes_shown: frozenset[str] = frozenset()
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="campaign-title", classes="campaign--title")
+        yield PlainStatic("", id="campaign-title", classes="campaign--title")
         yield DataTable(id="campaign-table", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="campaign-notes", classes="campaign--notes")
+        yield PlainStatic("", id="campaign-notes", classes="campaign--notes")
 
     def on_mount(self) -> None:
         self.query_one("#campaign-table", DataTable).add_columns(*HEADERS)
@@ -48,8 +49,8 @@ class CampaignBoard(Vertical):
         table.clear()
         rows = board.rows if board is not None else ()
         for row in rows:
-            table.add_row(*cells(row), key=row.name)
-        self.query_one("#campaign-title", Static).update(self.title_text(board, current))
+            table.add_row(*(plain(c) for c in cells(row)), key=row.name)
+        self.query_one("#campaign-title", PlainStatic).update(self.title_text(board, current))
         notes: list[str] = []
         if board is not None and board.noise_model:
             notes.append(f"noise model: {board.noise_model}")
@@ -57,7 +58,7 @@ class CampaignBoard(Vertical):
         self.notes_shown = frozenset(notes) | frozenset(board.notes if board is not None else ())
         if board is not None and board.path:
             notes.append(f"written to {board.path}")
-        self.query_one("#campaign-notes", Static).update("\n".join(notes))
+        self.query_one("#campaign-notes", PlainStatic).update("\n".join(notes))
 
     @staticmethod
     def title_text(board: LeaderboardUpdated | None, current: CandidateStarted | None) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 
 from kldtui.tui.resultdata import Band, ResultData
 from kldtui.tui.widgets.format import fmt_num
+from kldtui.tui.widgets.plain import plain
 
 
 def interval_bar(band: Band | None, lo_axis: float, hi_axis: float, width: int) -> str:
@@ -42,7 +44,7 @@ def axis_of(bands: list[Band | None]) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-class LeaderboardTable(DataTable[str]):
+class LeaderboardTable(DataTable[str | Text]):
     """Candidates sorted by mean KL with interval bars; ``=`` marks a tie with the best."""
 
     BAR_WIDTH = 20
@@ -82,7 +84,7 @@ class LeaderboardTable(DataTable[str]):
             mark = "*" if i in self.marked else " "
             band = r.kl
             self.add_row(
-                f"{mark}{i + 1}", r.name[:18], fmt_num(band.estimate if band else None),
+                f"{mark}{i + 1}", plain(r.name[:18]), fmt_num(band.estimate if band else None),
                 interval_bar(band, lo_axis, hi_axis, self.BAR_WIDTH), (ties or {}).get(i, ""),
                 band.interval_text() if band is not None else "-", key=str(i))
 

@@ -9,6 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, RichLog
 
 from kldtui.tui.model import DashboardModel
+from kldtui.tui.widgets.plain import plain
 
 
 class LogView(Vertical):
@@ -35,7 +36,7 @@ class LogView(Vertical):
         return not self.query_text or self.query_text.lower() in text.lower()
 
     def _line(self, level: str, text: str) -> Text:
-        line = Text(text, style=self._level_style(level))
+        line = plain(text, style=self._level_style(level))  # a server's line may hold ESC
         if self.query_text:
             line.highlight_words([self.query_text], style="reverse", case_sensitive=False)
         return line

@@ -6,12 +6,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from kldtui.text import top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import fmt_num, shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
+from kldtui.tui.widgets.plain import PlainStatic, plain
 
 EMPTY = "no result yet: run the compare stage, or open a report (o)"
 
@@ -26,12 +27,12 @@ class ResultPane(VerticalScroll):
         self.note = ""
 
     def compose(self) -> ComposeResult:
-        yield Static(EMPTY, id="result-summary")
-        table: DataTable[str] = DataTable(id="result-domains", cursor_type="row", zebra_stripes=True)
+        yield PlainStatic(EMPTY, id="result-summary")
+        table: DataTable[str | Text] = DataTable(id="result-domains", cursor_type="row", zebra_stripes=True)
         yield table
         yield KLChart(id="result-chart")
-        yield Static("", id="result-positions")
-        yield Static("", id="result-provenance")
+        yield PlainStatic("", id="result-positions")
+        yield PlainStatic("", id="result-provenance")
 
     def on_mount(self) -> None:
         table = self.query_one("#result-domains", DataTable)
@@ -150,11 +151,11 @@ class ResultPane(VerticalScroll):
 
     def show(self, result: ResultData | None) -> None:
         self.result = result
-        summary = self.query_one("#result-summary", Static)
+        summary = self.query_one("#result-summary", PlainStatic)
         table = self.query_one("#result-domains", DataTable)
         chart = self.query_one("#result-chart", KLChart)
-        positions = self.query_one("#result-positions", Static)
-        provenance = self.query_one("#result-provenance", Static)
+        positions = self.query_one("#result-positions", PlainStatic)
+        provenance = self.query_one("#result-provenance", PlainStatic)
         if result is None:
             summary.update(EMPTY)
             table.display = False
@@ -166,7 +167,7 @@ class ResultPane(VerticalScroll):
         table.clear()
         for row in result.domains:
             band = row.band
-            table.add_row(row.domain, str(row.windows) if row.windows else "-",
+            table.add_row(plain(row.domain), str(row.windows) if row.windows else "-",
                           fmt_num(band.estimate if band else None),
                           band.interval_text() if band is not None else "-")
         table.display = bool(result.domains)
