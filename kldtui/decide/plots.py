@@ -130,12 +130,15 @@ def figure(table: ExportTable) -> Figure:
     """The three panels on one figure (nothing written)."""
     plt = _pyplot()
     data = chart_data(table)
-    fig, (ax_size, ax_win, ax_dom) = plt.subplots(3, 1, figsize=(9.0, 13.0), layout="constrained")
-    fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, {table.windows} windows; "
-                 "lower is closer", fontsize=11)
-    _size_panel(ax_size, data)
-    _window_panel(ax_win, data)
-    _domain_panel(ax_dom, data)
+    # Candidate and domain names are text, never mathtext: "q8 $x^2$" stays as written, and a name like
+    # "$\\frac$" failed the whole plot with a parse error. Each text keeps the setting it was made with.
+    with plt.rc_context({"text.parse_math": False}):
+        fig, (ax_size, ax_win, ax_dom) = plt.subplots(3, 1, figsize=(9.0, 13.0), layout="constrained")
+        fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, {table.windows} windows; "
+                     "lower is closer", fontsize=11)
+        _size_panel(ax_size, data)
+        _window_panel(ax_win, data)
+        _domain_panel(ax_dom, data)
     return fig  # type: ignore[no-any-return]
 
 

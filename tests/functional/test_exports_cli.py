@@ -200,6 +200,21 @@ def test_plot_svg_and_png_are_real_files_of_the_reports(reports: list[Path], tmp
         assert series.kl_mean == doc["per_window_arrays"]["kl_mean"]
 
 
+def test_plot_draws_names_as_text_not_mathtext(reports: list[Path], tmp_path: Path) -> None:
+    # a candidate folder's name is text: "$x^2$" is not typeset, and "$\\frac$" failed the whole plot
+    # with a mathtext parse error ("internal error")
+    named = []
+    for path, name in zip(reports[:2], ("$\\frac$ q4", "q8 $x^2$"), strict=True):
+        doc = _json(path)
+        doc["candidate_dir"] = f"/runs/{name}"
+        named.append(tmp_path / f"{len(named)}.json")
+        named[-1].write_text(json.dumps(doc))
+    svg = tmp_path / "names.svg"
+    assert main(["plot", *map(str, named), "-o", str(svg)]) == 0
+    text = " ".join(t for el in ET.parse(svg).getroot().iter() for t in [el.text] if t)
+    assert "$\\frac$ q4" in text and "q8 $x^2$" in text, text
+
+
 def test_plot_without_matplotlib_names_the_extra(reports: list[Path], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

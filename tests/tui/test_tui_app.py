@@ -54,7 +54,8 @@ async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
         assert f"{boot['estimate']:.5f} [{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in summary
         assert "top-1" in summary and "PPL ratio" in summary and "Δp" in summary
         table = app.query_one("#result-domains", DataTable)
-        assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == ["prose", "code", "instruction"]
+        domains = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert domains == ["prose", "code", "instruction"]
         chart = app.query_one("#result-chart", KLChart)
         assert [b.index for b in chart.bars] == list(range(8))
         assert chart.render().plain.count("\n") == 8  # header + 8 bars
