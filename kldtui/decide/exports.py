@@ -15,6 +15,7 @@ import csv
 import io
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize, format_bytes, format_count
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+from kldtui.formats.untrusted_json import printable
 from kldtui.text import outcome_words
 
 if TYPE_CHECKING:
@@ -205,7 +207,7 @@ def to_markdown(table: ExportTable) -> str:
         cells += [_g(r.domains.get(d)) for d in table.domains] + [_verdict_cell(r)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines += [f"<sub>{line}</sub>  " for line in how_measured(table)]
+    lines += [f"<sub>{_md_escape(line)}</sub>  " for line in how_measured(table)]
     lines += [f"<sub>note: {_md_escape(n)}</sub>  " for n in table.notes]
     lines += [f"<sub>{_md_escape(line)}</sub>  " for line in windows_lines(table)]
     return "\n".join(lines).rstrip() + "\n"
@@ -219,8 +221,22 @@ def _verdict_cell(row: ExportRow) -> str:
     return f"{row.verdict} (~{need.windows} windows to resolve)"
 
 
+# Names, notes and versions come from reports and folder names others share: in Markdown they are text
+# (a name "[x](https://...)" is no link, "<img ...>" no image, "|" no new cell), in a CSV opened by a
+# spreadsheet never a formula.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as one line of literal Markdown (control characters shown as ``\\xNN``)."""
+    one_line = printable(text.replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line)
+
+
+def _csv_text(text: str) -> str:
+    """A text cell a spreadsheet does not take as a formula (OWASP's rule: a leading ``'``)."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 CSV_COLUMNS = ["rank", "candidate", "verdict", "windows_to_resolve", "size_bytes", "parameters",
@@ -247,14 +263,16 @@ def to_csv(table: ExportTable) -> str:
         s = r.size
         prov = r.report.provenance
         writer.writerow([
-            r.rank, r.name, r.verdict, _num(r.windows_needed.windows if r.windows_needed else None),
+            r.rank, _csv_text(r.name), r.verdict,
+            _num(r.windows_needed.windows if r.windows_needed else None),
             _num(s.size_bytes if s else None), _num(s.parameters if s else None),
-            _num(s.bits_per_weight if s else None), s.source if s else "", _num(r.mean), _num(r.ci_low),
+            _num(s.bits_per_weight if s else None), _csv_text(s.source) if s else "", _num(r.mean),
+            _num(r.ci_low),
             _num(r.ci_high), _num(r.median), _num(r.p99), _num(r.p99_9), _num(r.max), _num(r.rms_delta_p),
             _num(r.same_top_p), _num(r.top1_agreement), _num(r.perplexity_ratio), r.windows, r.positions,
             r.report.suite_token_hash_sha256 or "",
             r.report.reference_identity_sha256 or r.report.reference_manifest_sha256 or "",
-            prov.kldtui_version if prov else "", r.path or ""]
+            _csv_text(prov.kldtui_version) if prov else "", _csv_text(r.path or "")]
             + [_num(r.domains.get(d)) for d in table.domains])
     return out.getvalue()
 

@@ -200,6 +200,27 @@ def test_plot_svg_and_png_are_real_files_of_the_reports(reports: list[Path], tmp
         assert series.kl_mean == doc["per_window_arrays"]["kl_mean"]
 
 
+def test_names_from_shared_folders_are_text_in_markdown_and_never_a_formula_in_csv(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = ("[q4](evil.invalid) <img src=x> a|b", '=HYPERLINK("evil.invalid")')  # a folder name: no "/"
+    named = []
+    for path, name in zip(reports[:2], hostile, strict=True):
+        doc = _json(path)
+        doc["candidate_dir"] = f"/runs/{name}"
+        named.append(tmp_path / f"{len(named)}.json")
+        named[-1].write_text(json.dumps(doc))
+    md = _export(named, "markdown", capsys)
+    assert "\\[q4\\](evil.invalid) \\<img src=x\\> a\\|b" in md, md
+    unescaped = md.replace("\\<", "").replace("\\](", "")
+    assert "<img" not in unescaped and "](evil" not in unescaped
+    lines = md.splitlines()
+    rows = [line for line in lines[2:] if line.startswith("| ")]
+    assert len(rows) == 2 and all(row.replace("\\|", "").count("|") == lines[0].count("|") for row in rows)
+    table = list(csv.reader(io.StringIO(_export(named, "csv", capsys))))
+    names = {row[table[0].index("candidate")] for row in table[1:]}
+    assert names == {hostile[0], "'" + hostile[1]}, names  # a spreadsheet shows it, never runs it
+
+
 def test_plot_draws_names_as_text_not_mathtext(reports: list[Path], tmp_path: Path) -> None:
     # a candidate folder's name is text: "$x^2$" is not typeset, and "$\\frac$" failed the whole plot
     # with a mathtext parse error ("internal error")
