@@ -15,7 +15,6 @@ import csv
 import io
 import math
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -26,7 +25,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize, format_bytes, format_count
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
-from kldtui.formats.untrusted_json import printable
+from kldtui.formats.untrusted_json import markdown_literal
 from kldtui.text import outcome_words
 
 if TYPE_CHECKING:
@@ -201,15 +200,15 @@ def to_markdown(table: ExportTable) -> str:
              "|" + "|".join("---:" if h not in ("candidate", "verdict") else "---" for h in headers) + "|"]
     for r in table.rows:
         size, params, bpw = _size_cells(r.size)
-        cells = [str(r.rank), _md_escape(r.name), size, params, bpw, _g(r.mean),
+        cells = [str(r.rank), markdown_literal(r.name), size, params, bpw, _g(r.mean),
                  _interval_cell(r), _g(r.median), _g(r.p99), _g(r.p99_9), _g(r.max),
                  _g(r.rms_delta_p), _g(r.same_top_p, 5), _g(r.top1_agreement, 5), _g(r.perplexity_ratio, 5)]
         cells += [_g(r.domains.get(d)) for d in table.domains] + [_verdict_cell(r)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines += [f"<sub>{_md_escape(line)}</sub>  " for line in how_measured(table)]
-    lines += [f"<sub>note: {_md_escape(n)}</sub>  " for n in table.notes]
-    lines += [f"<sub>{_md_escape(line)}</sub>  " for line in windows_lines(table)]
+    lines += [f"<sub>{markdown_literal(line)}</sub>  " for line in how_measured(table)]
+    lines += [f"<sub>note: {markdown_literal(n)}</sub>  " for n in table.notes]
+    lines += [f"<sub>{markdown_literal(line)}</sub>  " for line in windows_lines(table)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -222,16 +221,8 @@ def _verdict_cell(row: ExportRow) -> str:
 
 
 # Names, notes and versions come from reports and folder names others share: in Markdown they are text
-# (a name "[x](https://...)" is no link, "<img ...>" no image, "|" no new cell), in a CSV opened by a
-# spreadsheet never a formula.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
+# (markdown_literal), in a CSV opened by a spreadsheet never a formula.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _md_escape(text: str) -> str:
-    """``text`` as one line of literal Markdown (control characters shown as ``\\xNN``)."""
-    one_line = printable(text.replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line)
 
 
 def _csv_text(text: str) -> str:

@@ -34,6 +34,28 @@ def printable(text: str) -> str:
     return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+# Markdown's characters that make a link, an image, emphasis, code or a table cell, and a "<" that
+# could open an HTML tag or comment (a "<" before a space or a digit is text and stays as it is)
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]|]|<(?=[A-Za-z/!?]))")
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` as one line of literal Markdown: a name "[q4](site) <img src=x>" shows as written, not
+    as a link and an image, and a ``|`` starts no table cell; control characters as ``\\xNN``."""
+    one_line = printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line)
+
+
+def markdown_code(text: str) -> str:
+    """``text`` as a Markdown code span on one line, whatever backticks it holds (its fence is longer
+    than any run of them); control characters as ``\\xNN``."""
+    one_line = printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
+    longest = max((len(run) for run in re.findall("`+", one_line)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
+    return f"{fence}{pad}{one_line}{pad}{fence}"
+
+
 def _check(value: Any, where: str, what: str, key: str) -> None:
     items = value if isinstance(value, list) else [value]
     for item in items:

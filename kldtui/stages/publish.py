@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from kldtui.formats.suite import (
     load_logits_manifest,
     load_suite,
 )
+from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 from kldtui.text import human_bytes
 
@@ -105,7 +107,7 @@ def _runtime_lines(runtime: Any) -> list[str]:
         value = runtime[key]
         if isinstance(value, list | dict):
             value = json.dumps(value)
-        lines.append(f"- {key}: `{value}`")
+        lines.append(f"- {markdown_literal(str(key))}: {markdown_code(str(value))}")
     return lines
 
 
@@ -125,6 +127,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
     ref = dataclasses.replace(ref, runtime=redact_json(ref.runtime))
     f = figures(suite, ref)
     model = " ".join(_model_name(ref).split())  # one line, whatever a manifest holds
+    shown_model = markdown_literal(model)  # a manifest from another tool: its text is text in the card
     n = f.windows
     first, last = min(ref.entries), max(ref.entries)
     runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
@@ -142,16 +145,17 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "- quantization",
         "---",
         "",
-        f"# {model} KLD reference logits",
+        f"# {shown_model} KLD reference logits",
         "",
-        f"`{repo_id}` holds full-vocabulary reference logits of {model} for measuring how far a "
+        f"`{repo_id}` holds full-vocabulary reference logits of {shown_model} for measuring how far a "
         "quantized (or otherwise changed) build of the same model moves its next-token distribution: "
         "capture the candidate's logits on the same token windows and compare, KL(reference || candidate).",
         "",
         "## Source model and runtime",
         "",
-        f"The reference was captured with kind `{ref.raw.get('kind', 'reference')}` on "
-        f"{ref.raw.get('created_utc', 'an unrecorded date')}. Runtime identity (from ref/manifest.json):",
+        f"The reference was captured with kind {markdown_code(str(ref.raw.get('kind', 'reference')))} on "
+        f"{markdown_literal(str(ref.raw.get('created_utc', 'an unrecorded date')))}. Runtime identity "
+        "(from ref/manifest.json):",
         "",
         *_runtime_lines(ref.runtime),
         "",
@@ -166,23 +170,26 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         f"- suite token hash: {f.suite_token_hash}",
         "",
         "The windows do not overlap; each source's windows are evenly spaced over its token stream "
-        f"({suite.raw.get('selection', 'see suite-manifest.json')}). Sources:",
+        f"({markdown_literal(str(suite.raw.get('selection', 'see suite-manifest.json')))}). Sources:",
         "",
         "| domain | dataset | config | split | revision | windows |",
         "|---|---|---|---|---|---|",
     ]
     for d in datasets:
-        out.append(f"| {d.get('domain', '')} | {d.get('dataset', '')} | {d.get('config') or ''} | "
-                   f"{d.get('split', '')} | {str(d.get('revision', ''))[:12]} | {d.get('windows', '')} |")
+        cells = [d.get("domain", ""), d.get("dataset", ""), d.get("config") or "", d.get("split", ""),
+                 str(d.get("revision", ""))[:12], d.get("windows", "")]
+        out.append("| " + " | ".join(markdown_literal(str(c)) for c in cells) + " |")
     if not datasets:
         out.append("| (not recorded) | | | | | |")
     tokenizer = suite.raw.get("model_tokenizer")
     klass = suite.raw.get("tokenizer_class", "class not recorded")
     if tokenizer and suite.raw.get("tokenizer_source") == "local folder":
         # the producer's own folder: its name says little to a reader, and it is no Hub id
-        said = f"Tokenizer: a local tokenizer folder (`{tokenizer}`, {klass}), not a Hub id; "
+        said = (f"Tokenizer: a local tokenizer folder ({markdown_code(str(tokenizer))}, "
+                f"{markdown_literal(str(klass))}), not a Hub id; ")
     else:
-        said = f"Tokenizer: `{tokenizer}` ({klass}), " if tokenizer else ""
+        said = (f"Tokenizer: {markdown_code(str(tokenizer))} ({markdown_literal(str(klass))}), "
+                if tokenizer else "")
     out += [
         "",
         said
@@ -214,7 +221,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         f"kldtui download {repo_id} --local-dir reference      # fetches and verifies every hash",
         "kldtui serve --profile candidate.toml --capture-dir capture-chunks   # vLLM with the hook",
         f"kldtui capture --suite-dir reference --capture-dir capture-chunks --run-name candidate "
-        f"--served-model-name {served} --base-url http://127.0.0.1:8000",
+        f"--served-model-name {shlex.quote(served)} --base-url http://127.0.0.1:8000",  # quoted: copied
         "kldtui finalize --suite-dir reference --capture-dir capture-chunks --run-name candidate "
         f"--output-dir candidate --expected-vocab {f.vocab_size}",
         "kldtui compare --reference-dir reference/ref --candidate-dir candidate "
@@ -230,8 +237,8 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "folder), with `--max-num-seqs 1`, `--max-num-batched-tokens 256` and "
         "`--no-enable-prefix-caching` (a cached prefix is never recomputed, so its logits are lost).",
         "2. For each window, POST the token ids of tokens/window-NNN-DOMAIN.json to /v1/completions: "
-        f'`{{"model": "{served}", "prompt": [ids], "max_tokens": 1, "temperature": 0, "seed": 1, '
-        '"prompt_logprobs": 1}`.',
+        + markdown_code(f'{{"model": {json.dumps(served)}, "prompt": [ids], "max_tokens": 1, '
+                      '"temperature": 0, "seed": 1, "prompt_logprobs": 1}') + ".",
         f"3. Join the window's chunks into one [{f.scored_per_window}, {f.vocab_size}] float32 tensor "
         f"`{f.tensor_key}` (row i predicts token i + 1), saved as logits_NNN.safetensors.",
         "4. For every row, compute KL(reference || candidate) over the full vocabulary from the "

@@ -36,6 +36,7 @@ from kldtui.events import EventSink, Notice, StageName, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import read_bytes, read_text
 from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, load_suite, sha256_file
+from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 from kldtui.text import human_bytes
 
@@ -202,10 +203,15 @@ def _num(doc: Any, *keys: str) -> float | None:
     return float(doc) if isinstance(doc, int | float) and not isinstance(doc, bool) else None
 
 
-def _cell(value: Any) -> str:
-    """A value from the folder as a table cell: text only, no pipes or line breaks."""
+def _one_line(value: Any) -> str:
+    """A value from the folder on one line, at most 80 characters."""
     text = "" if value is None else str(value)
-    return " ".join(text.replace("|", "/").split())[:80]
+    return " ".join(text.split())[:80]
+
+
+def _cell(value: Any) -> str:
+    """A value from the folder as Markdown text (a table cell, a sentence): no link, HTML or new cell."""
+    return markdown_literal(_one_line(value))
 
 
 def _model(facts: HiddenSuiteFacts) -> str:
@@ -311,7 +317,9 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
     suite, hidden, head = facts.suite, facts.hidden, facts.head
     n, length = facts.contexts, suite.context_length
     rows = length - 1
-    model = _cell(_model(facts))  # one line, whatever a manifest holds
+    model = _one_line(_model(facts))  # one line, whatever a manifest holds
+    shown_model = markdown_literal(model)
+    top_status = facts.top.raw.get("status", "not recorded")
     strata, cluster_count = _strata_rows(suite)
     infos = [fid.context_info(w) for w in suite.windows]
     partitions = {name: sum(1 for i in infos if i is not None and i.partition == name)
@@ -332,11 +340,12 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
         "- quantization",
         "---",
         "",
-        f"# {model} hidden-state reference",
+        f"# {shown_model} hidden-state reference",
         "",
-        f"`{repo_id}` holds the final normalized hidden states of {model} (after the final norm, before the "
-        "LM head) on fixed token contexts, and its LM head: the full-vocabulary reference logits are "
-        "replayed from them (logits = h · Wᵀ) when a candidate is compared, KL(reference || candidate).",
+        f"`{repo_id}` holds the final normalized hidden states of {shown_model} (after the final norm, "
+        "before the LM head) on fixed token contexts, and its LM head: the full-vocabulary reference "
+        "logits are replayed from them (logits = h · Wᵀ) when a candidate is compared, "
+        "KL(reference || candidate).",
         "",
         "## Contents",
         "",
@@ -372,8 +381,8 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
         "",
         "## Source model and runtime",
         "",
-        f"Top-level manifest status: `{_cell(facts.top.raw.get('status', 'not recorded'))}`; checkpoint: "
-        f"`{_cell(json.dumps(redact_json(facts.top.raw.get('checkpoint'))))}`.",
+        f"Top-level manifest status: {markdown_code(_one_line(top_status))}; "
+        f"checkpoint: {markdown_code(_one_line(json.dumps(redact_json(facts.top.raw.get('checkpoint')))))}.",
     ]
     if runtime is not None:
         out += ["", f"{fid.CAPTURE_RUNTIME}:", "", "```json",
@@ -443,7 +452,7 @@ def notices(facts: HiddenSuiteFacts, emit: EventSink) -> None:
         emit(Notice(STAGE, f"{facts.suite.root / QUALIFICATION}: no replay check is stored; the card "
                            "says the replay was not measured", level="warning"))
     elif doc.get("status") != "qualified":
-        emit(Notice(STAGE, f"{facts.suite.root / QUALIFICATION}: status {_cell(doc.get('status'))!r}; "
+        emit(Notice(STAGE, f"{facts.suite.root / QUALIFICATION}: status {_one_line(doc.get('status'))!r}; "
                            "the card says so with the figures as recorded", level="warning"))
 
 

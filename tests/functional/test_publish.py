@@ -191,3 +191,22 @@ def test_publish_refuses_a_link_in_the_folder(tmp_path: Path, capsys: pytest.Cap
     (root / "extra").symlink_to(tmp_path / "more")
     assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
     assert f"{root / 'extra'}: a symbolic link" in capsys.readouterr().err
+
+
+def test_a_manifest_from_another_tool_is_text_in_the_card_and_quoted_in_its_commands(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the reference folder may come from another tool or the Hub: its served model name must not turn
+    # the card's copy-paste command into two commands, nor become a link or an image in the card
+    root = make_dataset(tmp_path / "ds", windows=5, context_length=17, vocab=50)
+    manifest = root / "ref" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    served = "m; touch pwned [x](evil.invalid) <img src=x>"
+    doc["runtime"] = {**(doc.get("runtime") or {}), "served_model_name": served, "note": "a `b` c"}
+    manifest.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", "me/tiny-kld", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--served-model-name 'm; touch pwned [x](evil.invalid) <img src=x>' --base-url" in out
+    assert "# m; touch pwned \\[x\\](evil.invalid) \\<img src=x> KLD reference logits" in out.splitlines()
+    assert '`{"model": "m; touch pwned [x](evil.invalid) <img src=x>", "prompt": [ids]' in out
+    assert "- note: ``a `b` c``" in out.splitlines()

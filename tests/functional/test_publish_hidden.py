@@ -476,9 +476,9 @@ def test_a_hostile_model_name_cannot_break_the_card(tmp_path: Path,
     assert main(["publish", str(f.root), "--repo-id", REPO, "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "---" and lines.index("---", 1) == 6  # the YAML header is what publish wrote
-    title = "evil: yes --- # Owned / table hidden-state reference"
+    title = "evil: yes --- # Owned | table hidden-state reference"
     assert json.loads(lines[1].removeprefix("pretty_name: ")) == title
-    assert f"# {title}" in lines
+    assert "# evil: yes --- # Owned \\| table hidden-state reference" in lines  # Markdown text, no cell
 
 
 def test_a_replay_check_that_did_not_qualify_is_published_as_it_is(

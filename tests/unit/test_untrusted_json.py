@@ -91,3 +91,20 @@ def test_error_lines_and_batch_lines_show_control_characters_escaped(
     with BatchReporter(out) as reporter:
         reporter(Notice("capture", f"skipped {tmp_path / ESC_TITLE}"))
     assert "\x1b" not in out.getvalue() and "skipped" in out.getvalue() and "\\x1b]0;owned" in out.getvalue()
+
+
+def test_markdown_literal_keeps_text_text() -> None:
+    from kldtui.formats.untrusted_json import markdown_literal
+
+    assert markdown_literal("[q4](site) <img src=x> a|b *c* `d` \\e") == \
+        "\\[q4\\](site) \\<img src=x> a\\|b \\*c\\* \\`d\\` \\\\e"
+    assert markdown_literal("0.9963 < 0.999, q4_k_m") == "0.9963 < 0.999, q4_k_m"  # inert: as written
+    assert markdown_literal("two\nlines\x1b[2J") == "two lines\\\\x1b\\[2J"  # renders as two lines\\x1b[2J
+
+
+def test_markdown_code_fences_any_backticks() -> None:
+    from kldtui.formats.untrusted_json import markdown_code
+
+    assert markdown_code("plain") == "`plain`"
+    assert markdown_code("a `b` c") == "``a `b` c``"
+    assert markdown_code("``x") == "``` ``x ```"
