@@ -188,9 +188,10 @@ def summary_text(report: ComparisonReport) -> str:
         dp = nt.delta_p
         ratio_iv = (f"[{_f(pb and pb.ci95_low)}, {_f(pb and pb.ci95_high)}]"
                     if not interval_rests_on_too_few(n) else f"(no interval: too few {unit}s)")
+        rms = "" if rms_delta_p_shown_as_figure(report) else f" rms {_f(dp and dp.rms)}"
         lines.append(f"  next token: perplexity ref {_f(nt.perplexity_reference)}  cand "
                      f"{_f(nt.perplexity_candidate)}  ratio {_f(nt.perplexity_ratio)} {ratio_iv}  "
-                     f"Δp mean {_f(dp and dp.mean)} rms {_f(dp and dp.rms)}")
+                     f"Δp mean {_f(dp and dp.mean)}{rms}")
     if report.domains:
         counts = domain_windows(report)
 
@@ -217,6 +218,12 @@ def summary_text(report: ComparisonReport) -> str:
     elif report.original:
         lines.append("  (original comparator report)")
     return "\n".join(lines)
+
+
+def rms_delta_p_shown_as_figure(report: ComparisonReport) -> bool:
+    """The report carries llama.cpp's RMS Δp among its figures (in %, with its interval): the next-token
+    line then leaves out the same figure as a fraction (one figure, shown once)."""
+    return "rms_delta_p" in (report.figures or {})
 
 
 def figure_lines(report: ComparisonReport) -> list[str]:

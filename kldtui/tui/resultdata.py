@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.formats.report import clustered_line, confidence_line, figure_lines, reference_line
+from kldtui.formats.report import (
+    clustered_line,
+    confidence_line,
+    figure_lines,
+    reference_line,
+    rms_delta_p_shown_as_figure,
+)
 from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval, Interval, as_report
 from kldtui.formats.report_names import (
     interval_rests_on_too_few,
@@ -131,6 +137,7 @@ class ResultData:
     ppl_ratio: Band | None = None
     delta_p_mean: float | None = None
     delta_p_rms: float | None = None
+    delta_p_rms_in_figures: bool = False  # shown once, as the RMS Δp figure (% with its interval)
     positions: int | None = None
     window_range: tuple[int, int] | None = None
     windows: list[WindowBar] = field(default_factory=list)
@@ -227,6 +234,7 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
                    if nt is not None else None),
         delta_p_mean=_num(dp.mean) if dp is not None else None,
         delta_p_rms=_num(dp.rms) if dp is not None else None,
+        delta_p_rms_in_figures=rms_delta_p_shown_as_figure(report),
         positions=report.positions,
         window_range=report.window_range,
         windows=bars,

@@ -319,3 +319,18 @@ def test_a_campaigns_folder_stands_for_its_reports(reports: list[Path], tmp_path
     assert main(["leaderboard", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a folder without a comparison.json" in err[0]
+
+
+def test_rms_delta_p_is_shown_once(reports: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # the report's RMS Δp figure (%, with its interval) and the next-token line's rms (a fraction) are
+    # one figure: the text summary and the result pane show it once
+    from kldtui.tui.resultdata import result_from_report
+
+    capsys.readouterr()
+    assert main(["view", str(reports[0])]) == 0
+    out = capsys.readouterr().out
+    next_token = next(line for line in out.splitlines() if "next token:" in line)
+    assert "Δp mean" in next_token and " rms " not in next_token, next_token
+    assert sum(line.strip().startswith("RMS Δp ") for line in out.splitlines()) == 1, out
+    shown = result_from_report(load_report(reports[0]))
+    assert shown.delta_p_rms_in_figures and any(line.startswith("RMS Δp ") for line in shown.figures)

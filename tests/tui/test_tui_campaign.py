@@ -104,7 +104,7 @@ async def test_a_three_candidate_campaign_in_the_dashboard_ranks_as_the_leaderbo
         # campaign's notes once: the board says them, the ranking only what the board does not
         # (the ranking takes the campaign's reports as they load: wait for all three)
         await until(pilot, lambda: static_text(app, "#board-note").startswith("3 reports by mean KL"),
-                    "the ranking of the three reports")
+                    "the ranking of the three reports", limit=90)
         await settle(app, pilot)
         shown = static_text(app, "#campaign-notes").splitlines()
         ranking = static_text(app, "#board-note").splitlines()

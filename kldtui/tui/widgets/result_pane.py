@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable
 
+from kldtui.formats.untrusted_json import printable
 from kldtui.text import top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import fmt_num, shown_path
@@ -48,7 +49,7 @@ class ResultPane(VerticalScroll):
         text.append(f"  ({origin})\n")
         if r.path is not None:
             text.append("file ", style="bold")
-            text.append(str(shown_path(r.path)))
+            text.append(printable(str(shown_path(r.path))))  # a file name may hold ESC
             if self.note:
                 text.append(f"  ({self.note})")
             text.append("\n")
@@ -70,8 +71,9 @@ class ResultPane(VerticalScroll):
         text.append(r.ppl_ratio.text("{:.4f}", short=True) if r.ppl_ratio is not None else "-")
         text.append("  Δp mean ")
         text.append(fmt_num(r.delta_p_mean, "{:+.5f}"))
-        text.append("  Δp rms ")
-        text.append(fmt_num(r.delta_p_rms))
+        if not r.delta_p_rms_in_figures:
+            text.append("  Δp rms ")
+            text.append(fmt_num(r.delta_p_rms))
         for line in r.figures:
             text.append("\n" + line)
         for line in r.buckets:
