@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kldtui.formats.untrusted_json import printable
+from kldtui.formats.untrusted_json import printable_name
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval
@@ -35,10 +35,10 @@ def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = 
     if cand is not None and cand.strip("/\\"):
         folder = Path(cand.rstrip("/\\"))
         if folder.name == CANDIDATE_FOLDER and folder.parent.name:
-            return printable(folder.parent.name)
-        return printable(folder.name)
+            return printable_name(folder.parent.name)
+        return printable_name(folder.name)
     if path is not None:
-        return printable(Path(path).stem)  # a file name in a shared folder: no loader checked it
+        return printable_name(Path(path).stem)  # a file name in a shared folder: no loader checked it
     return CANDIDATE_FOLDER
 
 
@@ -97,12 +97,12 @@ def _tag(parts: tuple[str, ...], level: int) -> str:
     """Level 1: the report's folder; 2: its file stem; then the last ``level - 1`` folders."""
     if not parts:
         return ""
-    stem = printable(Path(parts[-1]).stem)
+    stem = printable_name(Path(parts[-1]).stem)
     if level == 1:
-        return printable(parts[-2]) if len(parts) > 1 else stem
+        return printable_name(parts[-2]) if len(parts) > 1 else stem
     if level == 2:
         return stem
-    return printable("/".join(parts[-level:-1]))
+    return printable_name("/".join(parts[-level:-1]))
 
 
 def report_interval(report: ComparisonReport) -> Bootstrap:

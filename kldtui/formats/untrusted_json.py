@@ -28,6 +28,15 @@ def control_character(text: str) -> str | None:
     return f"U+{ord(found.group()):04X}" if found else None
 
 
+_ANY_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # CONTROL, and tab, LF and CR as well
+
+
+def printable_name(text: str) -> str:
+    """A name on one line: every control character as ``\\xNN``, line breaks and tabs too (a folder
+    named ``q4\\nMean KLD: 0.0`` would print a second, made-up line under any name it is put in)."""
+    return _ANY_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def printable(text: str) -> str:
     """``text`` with each control character written as ``\\xNN``: for names that come from the file
     system (a report file's name in a shared folder), which no loader checks."""

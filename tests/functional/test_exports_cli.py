@@ -334,3 +334,19 @@ def test_rms_delta_p_is_shown_once(reports: list[Path], capsys: pytest.CaptureFi
     assert sum(line.strip().startswith("RMS Δp ") for line in out.splitlines()) == 1, out
     shown = result_from_report(load_report(reports[0]))
     assert shown.delta_p_rms_in_figures and any(line.startswith("RMS Δp ") for line in shown.figures)
+
+
+def test_a_name_with_a_line_break_stays_on_its_line(reports: list[Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # a folder name may hold a line break: it would print a made-up line under the name (here a fake
+    # llama.cpp statistic); names show it as \x0a on their own line
+    doc = _json(reports[0])
+    doc["candidate_dir"] = "/runs/q4\nMean    KLD:   0.000001"
+    named = tmp_path / "n.json"
+    named.write_text(json.dumps(doc))
+    block = _export([named, reports[1]], "llama-cpp", capsys)
+    assert not any(line.startswith("Mean    KLD:   0.000001") for line in block.splitlines()), block
+    assert "# kldtui: q4\\x0aMean    KLD:   0.000001 (" in block
+    capsys.readouterr()
+    assert main(["leaderboard", str(named), str(reports[1])]) == 0
+    assert "q4\\x0aMean" in capsys.readouterr().out
