@@ -193,6 +193,7 @@ class Pipeline:
     def _capture_reference(self, server: ServerConfig) -> None:
         """The reference capture stage (kldtui.stages.reference_capture) with the reference's
         server; it is reachable for :meth:`stop_server` while it runs."""
+        self.cancel.check()  # a stop asked before this stage: no server is launched
         ref = self.profile.reference
         kind = kind_of(server)
         cmp_ = self.profile.compare
@@ -227,6 +228,7 @@ class Pipeline:
         # finalize into the work folder; the server writes only its own fresh capture folder
         from kldtui.stages.serve import start_serve
 
+        self.cancel.check()  # a stop asked before the run started: no server is launched
         self._session = start_serve(self._workspace, self.emit, self.server_plan())
 
     def serve(self) -> str:
