@@ -731,3 +731,27 @@ async def test_names_and_paths_from_a_shared_folder_are_shown_as_they_are(tmp_pa
         shown = list(app._notifications)[-1]  # what the toast shows: no markup read, ESC escaped
         assert shown is not None and not shown.markup
         assert shown.message.endswith("shared[/]x.json \\x1b[2J") and shown.title == "report [x]"
+
+
+@sync
+async def test_a_ranking_of_the_board_as_it_was_does_not_drop_a_report_added_since(tmp_path: Path) -> None:
+    # The race a campaign's end met: the ranking of two reports arrives after a third was added, then
+    # another ranking starts (the campaign's noise model). Taking the stale one dropped the third report.
+    from kldtui.formats.report import load_report
+    from kldtui.tui.resultdata import result_from_report
+
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in (("x", 0.01, 1), ("y", 0.02, 2), ("z", 0.03, 3))]
+    app = create_app(reports=paths[:2], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        stale_results, stale_reports = list(screen.results), list(screen.reports)
+        third = load_report(paths[2])
+        screen.add_to_board(result_from_report(third, str(paths[2])), third)
+        screen.show_board(stale_results, stale_reports, {}, "")  # the earlier ranking, delivered late
+        screen.rebuild_board()  # the next ranking starts from what the board holds now
+        await settle(app, pilot)
+        table = app.query_one("#board", DataTable)
+        assert sorted(str(table.get_row_at(i)[1]) for i in range(table.row_count)) == ["x", "y", "z"]
+        assert str(app.query_one("#board-note", Static).render()).startswith("3 reports by mean KL")

@@ -238,6 +238,11 @@ class BoardScreen(Screen[None]):
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], note: str, verdicts: dict[str, str] | None = None) -> None:
+        if {id(r) for r in reports} != {id(r) for r in self.reports}:
+            # a ranking of the board as it was: a report came since (and its ranking is on its way).
+            # Taken, it dropped that report, and a ranking started next (the campaign's noise model
+            # at its end) ranked two of a campaign's three reports.
+            return
         self.results, self.reports = results, reports
         self.verdicts = dict(verdicts or {})
         table = self.query_one("#board", LeaderboardTable)
