@@ -49,7 +49,6 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.untrusted_json import printable
-from kldtui.stop_signals import STOP_SIGNALS
 from kldtui.text import BYTE_UNITS, amount, done_of_total
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -356,7 +355,7 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
     previous: dict[int, Any] = {}
     on_main = threading.current_thread() is threading.main_thread()
     if on_main:
-        for sig in STOP_SIGNALS:
+        for sig in stop_signals.STOP_SIGNALS:
             previous[sig] = signal.signal(sig, handler)
         early = stop_signals.received()
         if early is not None:  # came before these handlers, its exception lost (kldtui.stop_signals)

@@ -31,16 +31,25 @@ def control_character(text: str) -> str | None:
 _ANY_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # CONTROL, and tab, LF and CR as well
 
 
+def _escaped(pattern: re.Pattern[str], text: str) -> str:
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def printable_name(text: str) -> str:
     """A name on one line: every control character as ``\\xNN``, line breaks and tabs too (a folder
     named ``q4\\nMean KLD: 0.0`` would print a second, made-up line under any name it is put in)."""
-    return _ANY_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _escaped(_ANY_CONTROL, text)
 
 
 def printable(text: str) -> str:
     """``text`` with each control character written as ``\\xNN``: for names that come from the file
     system (a report file's name in a shared folder), which no loader checks."""
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _escaped(CONTROL, text)
+
+
+def _one_line(text: str) -> str:
+    """Line breaks as spaces, other control characters as ``\\xNN``."""
+    return printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
 
 
 # Markdown's characters that make a link, an image, emphasis, code or a table cell, and a "<" that
@@ -51,14 +60,13 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]|]|<(?=[A-Za-z/!?]))")
 def markdown_literal(text: str) -> str:
     """``text`` as one line of literal Markdown: a name "[q4](site) <img src=x>" shows as written, not
     as a link and an image, and a ``|`` starts no table cell; control characters as ``\\xNN``."""
-    one_line = printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _one_line(text))
 
 
 def markdown_code(text: str) -> str:
     """``text`` as a Markdown code span on one line, whatever backticks it holds (its fence is longer
     than any run of them); control characters as ``\\xNN``."""
-    one_line = printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
+    one_line = _one_line(text)
     longest = max((len(run) for run in re.findall("`+", one_line)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""

@@ -28,21 +28,19 @@ def _shown(content: VisualType) -> VisualType:
     return printable(content) if isinstance(content, str) else content
 
 
-class PlainStatic(Static):
-    """A Static for text from data: never markup, control characters escaped."""
+class _Plain:
+    """Never markup, control characters escaped: the one rule of the widgets below."""
 
     def __init__(self, content: VisualType = "", **kwargs: Any) -> None:
-        super().__init__(_shown(content), markup=False, **kwargs)
+        super().__init__(_shown(content), markup=False, **kwargs)  # type: ignore[call-arg]
 
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
-        super().update(_shown(content), layout=layout)
+        super().update(_shown(content), layout=layout)  # type: ignore[misc]
 
 
-class PlainLabel(Label):
-    """A Label for text from data (a question naming a path): never markup, control characters escaped."""
+class PlainStatic(_Plain, Static):
+    """A Static for text from data."""
 
-    def __init__(self, content: VisualType = "", **kwargs: Any) -> None:
-        super().__init__(_shown(content), markup=False, **kwargs)
 
-    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
-        super().update(_shown(content), layout=layout)
+class PlainLabel(_Plain, Label):
+    """A Label for text from data (a question naming a path)."""
