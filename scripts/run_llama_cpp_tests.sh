@@ -21,5 +21,9 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export KLDTUI_LLAMA_PERPLEXITY="$(dirname "$(dirname "$(dirname "$PY")")")/bin/llama-perplexity"
 # a base folder of its own: pytest sessions of other checkouts on this host prune the numbered
 # /tmp/pytest-of-USER/pytest-N folders, and a long run's models and logs must not vanish under it
-exec "$PY" -m pytest -q -m llama_cpp -p no:cacheprovider --basetemp "${TMPDIR:-/tmp}/kldtui-llama-cpp-tests" \
-    "${TARGETS[@]}" "$@"
+BASE="${TMPDIR:-/tmp}/kldtui-llama-cpp-tests"
+rc=0
+"$PY" -m pytest -q -m llama_cpp -p no:cacheprovider --basetemp "$BASE" "${TARGETS[@]}" "$@" || rc=$?
+# a passing run's models, reports and logs go (about 300 MB); a failing run's stay to be looked at
+if [[ $rc -eq 0 ]]; then rm -rf "$BASE"; fi
+exit "$rc"

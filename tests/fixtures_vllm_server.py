@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +50,10 @@ class VllmServer:
         if capture_dir is not None:
             env["VLLM_KLD_CAPTURE_DIR"] = str(capture_dir)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # vLLM's ZMQ sockets in a folder of this server's, removed at stop (in the temp folder they
+        # stayed behind: about 70 per run of the vLLM step), as kldtui's own launcher does
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="kldtui-test-rpc-"))
+        env["VLLM_RPC_BASE_PATH"] = str(self.runtime_dir)
         env.update(extra_env or {})
         argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
@@ -100,6 +106,7 @@ class VllmServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self._log_handle.close()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
 # Tensor parallelism 2 on the CPU build (docs/VLLM_CPU.md): one core per rank (without the binding
