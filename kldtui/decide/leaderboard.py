@@ -24,6 +24,7 @@ from kldtui.decide.paired import (
     Interval,
     compare_group,
     draw_indices,
+    repeat_floor_brief,
     repeat_floor_note,
     suite_hash_of,
 )
@@ -38,7 +39,9 @@ from kldtui.decide.verdict import (
     MIN_VERDICT_WINDOWS,
     Outcome,
     VerdictInterval,
+    infinite_brief,
     infinite_note,
+    noise_brief,
     noise_words,
     verdict_interval,
 )
@@ -115,6 +118,10 @@ class Leaderboard:
     noise_floor: dict[str, Any] | None
     pairing_checked: str
     notes: list[str] = field(default_factory=list)
+    # each note in one short line, in the same order (the views above a ranking; the help has them in
+    # full), and the noise model's
+    brief_notes: list[str] = field(default_factory=list)
+    noise_brief: str = noise_brief(None)
 
     @property
     def noise_source(self) -> str:
@@ -193,29 +200,41 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
                                    stats.outcome, stats.verdict, stats.provisional,
                                    rests_on_too_few_windows=few[i], percentile_ci=percentile[i],
                                    inside_repeat_floor=inside))
-    notes = []
+    notes: list[str] = []
+    briefs: list[str] = []
+
+    def note(full: str, brief: str | None = None) -> None:
+        notes.append(full)
+        briefs.append(full if brief is None else brief)
+
     if k == 1:
         rows = [dataclasses.replace(rows[0], alone=True)]
-        notes.append("one report: nothing to rank it against (give two or more reports to compare them)")
+        note("one report: nothing to rank it against (give two or more reports to compare them)",
+             "one report: nothing to rank it against")
     elif k > 2:
-        notes.append(f"ties: sign-flip test over windows against the best, Holm-corrected over all "
-                     f"{len(pairs)} pairs of candidates (at most 5 % chance of any false 'not tied')")
+        note(f"ties: sign-flip test over windows against the best, Holm-corrected over all "
+             f"{len(pairs)} pairs of candidates (at most 5 % chance of any false 'not tied')",
+             f"ties: sign-flip test against the best, Holm over all {len(pairs)} pairs (family-wise 5 %)")
     else:
-        notes.append("ties: sign-flip test over windows against the best (95 %)")
+        note("ties: sign-flip test over windows against the best (95 %)")
     for i in order:
         counts = values[i].infinite_kl_rows
         if counts is not None and counts.any():
             where = values[i].window_index[counts > 0].tolist()
-            notes.append(infinite_note(label[i], int(counts.sum()), where))
+            rows_infinite = int(counts.sum())
+            note(infinite_note(label[i], rows_infinite, where), infinite_brief(label[i], rows_infinite))
     if n < MIN_VERDICT_WINDOWS and k > 1:
-        notes.append(f"too few windows ({n}) for a verdict: the rows are in order of mean KL only, none is "
-                     f"marked best, worse or tied (a verdict needs {MIN_VERDICT_WINDOWS})")
-    floor_note = repeat_floor_note([(label[i], intervals[i].estimate) for i in order],
-                                   None if noise is None else noise.kl_mean)
+        note(f"too few windows ({n}) for a verdict: the rows are in order of mean KL only, none is "
+             f"marked best, worse or tied (a verdict needs {MIN_VERDICT_WINDOWS})",
+             f"too few windows ({n}) for a verdict: in order of mean KL only")
+    by_mean = [(label[i], intervals[i].estimate) for i in order]
+    repeat_kl = None if noise is None else noise.kl_mean
+    floor_note = repeat_floor_note(by_mean, repeat_kl)
     if floor_note:
-        notes.append(floor_note)
+        note(floor_note, repeat_floor_brief(by_mean, repeat_kl))
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
-                       noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes)
+                       noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes,
+                       brief_notes=briefs, noise_brief=noise_brief(noise))
 
 
 def _row_interval(report: ComparisonReport) -> Interval:

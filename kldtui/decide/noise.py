@@ -143,6 +143,13 @@ class RepeatModel:
                 "of a capture from a real difference (capture once more and give all captures to "
                 "kldtui noise)")
 
+    def brief(self) -> str:
+        """:meth:`describe` in one short line."""
+        clear = f"B - A must clear {plain_number(self.variation_for([]))}"
+        if self.capture_wide_measured:
+            return f"{self.captures} captures of one candidate; {clear}"
+        return f"2 captures of one candidate; {clear} (one repeat: verdicts stay provisional)"
+
     def describe(self) -> str:
         overall = self.variation_for([])
         if self.capture_wide_measured:
@@ -259,6 +266,15 @@ class NoiseFloor:
         if self.per_window_reverse and all(w in self.per_window_reverse for w in idx):
             value = max(value, float(np.mean([self.per_window_reverse[w] for w in idx])))
         return value
+
+    def brief(self) -> str:
+        """:meth:`describe` in one short line: what a difference must clear (the views above a ranking;
+        the full line is in their help)."""
+        if self.repeat is not None:
+            return self.repeat.brief()
+        if self.kind == "published":
+            return f"the published repeat KL {self.threshold:g} of the Kimi K3 suite"
+        return f"repeat KL {self.threshold:.4g} between two captures of one model"
 
     def describe(self) -> str:
         """One line: which noise model and where it came from, in a quantization engineer's words."""

@@ -378,10 +378,8 @@ def repeat_floor_note(names_means: Sequence[tuple[str, float]], repeat_kl: float
     """The note for candidates whose mean KL sits inside the repeat floor (``repeat_kl``: the KL between
     two captures of one model), where KLD stops predicting task accuracy; None when none does or no
     repeat KL is known. diff, the leaderboard and the viewer show it."""
-    if repeat_kl is None or not repeat_kl > 0:
-        return None
-    inside = [(n, m) for n, m in names_means if m <= repeat_kl]
-    if not inside:
+    inside = _inside_repeat_floor(names_means, repeat_kl)
+    if not inside or repeat_kl is None:
         return None
     shown = ", ".join(f"{n} ({plain_number(m)})" for n, m in inside)
     return (f"inside the repeat floor: {shown} {'has' if len(inside) == 1 else 'have'} a mean KL no larger "
@@ -389,6 +387,22 @@ def repeat_floor_note(names_means: Sequence[tuple[str, float]], repeat_kl: float
             "KLD "
             "stops predicting task accuracy (published work finds the KLD-to-benchmark correlation near zero "
             "among near-baseline quants): rank these by task accuracy instead")
+
+
+def _inside_repeat_floor(names_means: Sequence[tuple[str, float]],
+                         repeat_kl: float | None) -> list[tuple[str, float]]:
+    if repeat_kl is None or not repeat_kl > 0:
+        return []
+    return [(n, m) for n, m in names_means if m <= repeat_kl]
+
+
+def repeat_floor_brief(names_means: Sequence[tuple[str, float]], repeat_kl: float | None) -> str | None:
+    """:func:`repeat_floor_note` in one short line."""
+    inside = _inside_repeat_floor(names_means, repeat_kl)
+    if not inside or repeat_kl is None:
+        return None
+    return (f"inside the repeat floor ({plain_number(repeat_kl)}): {', '.join(n for n, _ in inside)}; "
+            "rank these by task accuracy")
 
 
 @dataclass(frozen=True)

@@ -588,6 +588,18 @@ def infinite_note(name: str, rows: int, windows: Sequence[int]) -> str:
             "there, and those positions are left out of the mean KL above")
 
 
+def infinite_brief(name: str, rows: int) -> str:
+    """:func:`infinite_note` in one short line (the dashboard and viewer above a ranking)."""
+    return f"{name}: KL infinite at {rows} position{'s' if rows != 1 else ''}, left out of its mean KL"
+
+
+def noise_brief(noise: NoiseFloor | None) -> str:
+    """:func:`noise_words` in one short line: what a difference must clear, and from what."""
+    if noise is None:
+        return "none: window-to-window variation only (kldtui noise measures more)"
+    return noise.brief()
+
+
 def noise_words(noise: NoiseFloor | None) -> str:
     """Which noise model a verdict used, in a quantization engineer's words."""
     if noise is None:

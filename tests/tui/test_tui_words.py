@@ -526,12 +526,17 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
             table = app.query_one("#board", DataTable)
             assert [table.get_row_at(i)[4] for i in range(table.row_count)] == marks
             note = str(app.query_one("#board-note", Static).render())
-            assert "? explains the tie column" in note and "noise model:" in note
+            assert "? help" in note and "noise model:" in note
             await pilot.press("question_mark")
             await pilot.pause()
             help_text = str(app.screen.query_one("#help-text", Static).render())
             assert "worse       shown worse than the best" in help_text
             assert "no verdict  too few windows to tell" in help_text
+            # the notes above the ranking are short; the help has them in full
+            in_full = str(app.screen.query_one("#help-notes", Static).render())
+            said = ("noise model: measured repeat variation" if noise else
+                    "noise model: none: window-to-window variation only; how much this metric moves")
+            assert said in in_full.replace("\n", " "), in_full
             await pilot.press("escape")
             await pilot.press("down")
             await pilot.pause()
@@ -544,6 +549,40 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
             said = str(app.query_one("#diff-verdict", Static).render())
             assert said.splitlines()[1].startswith(expected.removeprefix("b: ")), said
             assert ("noise model: measured" in said) == (noise is not None), said
+
+
+@sync
+async def test_viewer_at_80x24_keeps_each_note_above_the_ranking_to_one_line(tmp_path: Path) -> None:
+    """With a noise model of three captures the notes above the ranking took 9 of 24 lines (the noise
+    model's description alone 5): each now takes one, and says what a difference must clear."""
+    import numpy as np
+
+    from kldtui.cli.main import main
+    from kldtui.decide import load_floor
+    from kldtui.decide.verdict import plain_number
+    from tests.fixtures_decide import make_report as decide_report
+    from tests.fixtures_decide import suite_domains
+    from tests.fixtures_decide import write_report as decide_write
+
+    domains = suite_domains(32)
+    rng = np.random.default_rng(1)
+    base = 0.01 * rng.lognormal(0, 0.3, 32)
+    paths = [decide_write(tmp_path / f"{name}.json", decide_report(base * scale + rng.normal(0, 1e-4, 32),
+                                                                   domains, candidate_dir=f"/runs/{name}"))
+             for name, scale in (("q4", 1.0), ("q3", 1.2), ("q5", 0.8), ("q4-again", 1.0), ("q4-third", 1.0))]
+    model = tmp_path / "noise.json"
+    assert main(["noise", str(paths[0]), str(paths[3]), str(paths[4]), "--output", str(model),
+                 "--allow-different-models"]) == 0
+    app = create_app(reports=paths[:3], config_dir=tmp_path / "cfg", noise_path=str(model))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        lines = str(app.query_one("#board-note", Static).render()).splitlines()
+        assert lines[0] == "3 reports by mean KL; Enter opens one, space marks two, d diffs, ? help"
+        assert lines[1] == "ties: sign-flip test against the best, Holm over all 3 pairs (family-wise 5 %)"
+        clear = plain_number(load_floor(model).repeat_variation_for([]) or 0.0)
+        assert lines[2] == f"noise model: 3 captures of one candidate; B - A must clear {clear}"
+        assert len(lines) == 3 and all(len(line) <= 78 for line in lines), lines  # 80 less the padding
+        assert app.query_one("#board", DataTable).row_count == 3
 
 
 @sync

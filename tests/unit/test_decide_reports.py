@@ -458,6 +458,15 @@ def test_repeat_model_from_three_captures_separates_capture_wide_and_per_window_
     two = RepeatModel.from_captures(kl[:2], range(32), ["c0", "c1"])
     assert not two.capture_wide_measured and two.capture_wide_sd is None
     assert "not measured with one repeat" in two.describe()
+    # the one-line forms the views show above a ranking: what a difference must clear
+    from kldtui.decide.noise import published_floor
+    from kldtui.decide.verdict import noise_brief, plain_number
+
+    assert model.brief() == f"3 captures of one candidate; B - A must clear {plain_number(v)}"
+    assert two.brief() == (f"2 captures of one candidate; B - A must clear "
+                           f"{plain_number(two.variation_for([]))} (one repeat: verdicts stay provisional)")
+    assert noise_brief(published_floor()) == "the published repeat KL 0.004 of the Kimi K3 suite"
+    assert noise_brief(None).startswith("none: window-to-window variation only")
 
 
 def test_the_confirm_command_names_the_captures_a_noise_model_already_has() -> None:

@@ -286,6 +286,8 @@ def test_small_domains_and_runs_get_no_verdict() -> None:
     board = build_leaderboard([make_report(base[:4], domains[:4], candidate_dir="/r/a"),
                                make_report(base[:4] * 3, domains[:4], candidate_dir="/r/b")], samples=50)
     assert board.rows[1].mark == "no verdict" and any("too few windows (4)" in n for n in board.notes)
+    assert board.brief_notes == ["ties: sign-flip test over windows against the best (95 %)",
+                                 "too few windows (4) for a verdict: in order of mean KL only"]
 
 
 def test_diffing_a_report_with_itself_is_refused(tmp_path) -> None:
@@ -320,6 +322,8 @@ def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
     assert "B: 3 positions with infinite KL (left out)" in listing
     board = build_leaderboard([a, b], samples=50, noise=None)
     assert any("masked gives probability 0" in n for n in board.notes)
+    assert "masked: KL infinite at 4 positions, left out of its mean KL" in board.brief_notes
+    assert len(board.brief_notes) == len(board.notes)
     b["per_window_arrays"]["infinite_kl_rows"][1] = -1
     with pytest.raises(BadInput, match=r"per_window_arrays.infinite_kl_rows: expected whole numbers >= 0, "
                        r"found the number -1 at \[1\]"):

@@ -75,7 +75,9 @@ class BoardScreen(Screen[None]):
         self.reports: list[ComparisonReport] = []
         self.current_result: ResultData | None = None
         self.leaderboard_note = ""
-        self.board_notes: list[str] = []  # the ranking's notes (ties, noise model), one per line
+        # the ranking's notes (ties, noise model): (in full, in one short line); above the ranking in
+        # short, in the help (?) in full
+        self.board_notes: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
         self.noise_path: str | None = None  # kldtui view --noise FILE: the ties' noise model
         self.use_noise_floor = True  # kldtui view --no-noise-floor: none
@@ -94,6 +96,10 @@ class BoardScreen(Screen[None]):
     def commands(self) -> list[tuple[str, str, Any]]:
         """(title, help, callback) for the command palette."""
         return []
+
+    def help_notes(self) -> list[str]:
+        """What the help (?) adds below the keys: the ranking's notes in full."""
+        return [full for full, _ in self.board_notes]
 
     # -- one handler for worker failures -----------------------------------------------------------
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -203,7 +209,7 @@ class BoardScreen(Screen[None]):
     def _rank(self, results: list[ResultData], reports: list[ComparisonReport]) -> None:
         ties: dict[str, str] = {}
         verdicts: dict[str, str] = {}
-        notes: list[str] = []
+        notes: list[tuple[str, str]] = []
         names = unique_names([r.name for r in results], [r.path for r in results])
         results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
         order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
@@ -216,12 +222,13 @@ class BoardScreen(Screen[None]):
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
                 verdicts = {row.name: row_verdict(row, len(board.rows)) for row in board.rows}
-                notes = [*board.notes, f"noise model: {board.noise_source}"]
+                notes = [*zip(board.notes, board.brief_notes, strict=True),
+                         (f"noise model: {board.noise_source}", f"noise model: {board.noise_brief}")]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
-                notes = [f"no tie marks: {exc}"]
+                notes = [(f"no tie marks: {exc}",) * 2]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
-        self.deliver(self.show_board, ranked, ranked_reports, ties, "\n".join(notes), verdicts)
+        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts)
 
     def noise_options(self, reports: list[ComparisonReport]) -> dict[str, Any]:
         """How the leaderboard's ties use a noise model (``kldtui view --noise FILE`` or
@@ -237,7 +244,8 @@ class BoardScreen(Screen[None]):
         return {"noise": resolve_floor(self.noise_path, suite_hash_of(*reports))}
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
-                   ties: dict[str, str], note: str, verdicts: dict[str, str] | None = None) -> None:
+                   ties: dict[str, str], notes: list[tuple[str, str]],
+                   verdicts: dict[str, str] | None = None) -> None:
         if {id(r) for r in reports} != {id(r) for r in self.reports}:
             # a ranking of the board as it was: a report came since (and its ranking is on its way).
             # Taken, it dropped that report, and a ranking started next (the campaign's noise model
@@ -248,7 +256,7 @@ class BoardScreen(Screen[None]):
         table = self.query_one("#board", LeaderboardTable)
         table.marked.clear()
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})
-        self.board_notes = note.splitlines()
+        self.board_notes = list(notes)
         self.update_board_note()
         self.show_row_verdict(table.cursor_row if results else None)
 
@@ -258,13 +266,14 @@ class BoardScreen(Screen[None]):
         return frozenset()
 
     def update_board_note(self) -> None:
-        """The line above the ranking: how to use it, and its notes not shown elsewhere."""
+        """The lines above the ranking: how to use it, and its notes not shown elsewhere, one short line
+        each, so that the table keeps the room at 80x24 (the help has them in full)."""
         n = len(self.results)
-        head = f"{n} report{'s' if n != 1 else ''} by mean KL (95% interval)."
+        head = f"{n} report{'s' if n != 1 else ''} by mean KL"
         if n > 1:  # what the tie marks mean is in the help (?); the selected row's verdict is below
-            head += " Enter opens one; space marks two, d diffs them; ? explains the tie column."
+            head += "; Enter opens one, space marks two, d diffs, ? help"
         elsewhere = self.notes_shown_elsewhere()
-        lines = [head] + [line for line in self.board_notes if line not in elsewhere]
+        lines = [head] + [brief for full, brief in self.board_notes if full not in elsewhere]
         self.leaderboard_note = "\n".join(lines)
         self.query_one("#board-note", PlainStatic).update(self.leaderboard_note)
 

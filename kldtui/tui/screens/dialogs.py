@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from kldtui.tui.widgets.plain import PlainLabel
+from kldtui.tui.widgets.plain import PlainLabel, PlainStatic
 
 NOTHING_RUNS = "Nothing is running any more. Quit?"
 
@@ -89,15 +89,18 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,question_mark", "close", "close")]
 
-    def __init__(self, text: str, quit_note: str = "") -> None:
+    def __init__(self, text: str, quit_note: str = "", notes: list[str] | None = None) -> None:
         super().__init__()
         self.text = text
         self.quit_note = quit_note
+        self.notes = list(notes or [])
 
     def compose(self) -> ComposeResult:
         body = self.text.rstrip("\n") + "\n" + COMMON_KEYS.format(quit_note=self.quit_note)
         with VerticalScroll(id="dialog"):
             yield Static(body, id="help-text")
+            if self.notes:  # names and paths from the reports: text, never markup
+                yield PlainStatic("\n".join(["The ranking's notes in full:", *self.notes]), id="help-notes")
             yield Static("[b]Esc[/b], [b]q[/b] or [b]?[/b] closes this help", id="help-close")
 
     def action_close(self) -> None:

@@ -91,8 +91,9 @@ class ViewerScreen(BoardScreen):
             self.add_to_board(result, report)
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
-                   ties: dict[str, str], note: str, verdicts: dict[str, str] | None = None) -> None:
-        super().show_board(results, reports, ties, note, verdicts)
+                   ties: dict[str, str], notes: list[tuple[str, str]],
+                   verdicts: dict[str, str] | None = None) -> None:
+        super().show_board(results, reports, ties, notes, verdicts)
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
