@@ -200,6 +200,9 @@ class LeaderboardUpdated(Event):
     windows: int = 0
     noise_model: str = ""
     notes: tuple[str, ...] = ()
+    # the same in one short line each (the dashboard's campaign board; the help has them in full)
+    noise_brief: str = ""
+    brief_notes: tuple[str, ...] = ()
     path: str | None = None  # leaderboard.json once written
     noise_path: str | None = None  # the measured noise model's file (noise-model.json), when there is one
     final: bool = False

@@ -423,7 +423,10 @@ class Campaign:
             "campaign", rows=tuple(rows), windows=board.windows if board is not None else 0,
             noise_model=self.noise.describe() if self.noise is not None else (
                 board.noise_source if board is not None else ""),
-            notes=tuple(board.notes) if board is not None else (), path=path, final=final,
+            notes=tuple(board.notes) if board is not None else (),
+            noise_brief=self.noise.brief() if self.noise is not None else (
+                board.noise_brief if board is not None else ""),
+            brief_notes=tuple(board.brief_notes) if board is not None else (), path=path, final=final,
             ranked=not announce_only,
             noise_path=str(self._workspace.noise_model_path) if self.noise is not None else None))
         return board

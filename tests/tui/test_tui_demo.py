@@ -54,7 +54,9 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
             assert row[0] == str(expected["rank"])
             assert float(row[2]) == pytest.approx(expected["mean"], rel=1e-3)
         notes = static_text(app, "#campaign-notes")
-        assert "noise model: measured repeat variation" in notes and "leaderboard.json" in notes
+        # one short line: what a difference must clear, and why verdicts stay provisional (? has it in full)
+        assert "noise model: 2 captures of one candidate; B - A must clear" in notes, notes
+        assert "(one repeat: verdicts stay provisional)" in notes and "leaderboard.json" in notes
         assert "Campaign leaderboard" in static_text(app, "#campaign-title")
         # the grid and the cards show the best candidate, not the last capture (the leader's repeat)
         leader = json.loads((work / "comparison-fine.json").read_text())
@@ -66,6 +68,13 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         names = [r.name for r in app.query_one("#board", LeaderboardTable).results]
         assert names == ["fine", "coarse"]  # the candidates' reports (not the repeat), ranked with ties
         assert app.main.noise_path == str(work / "noise-model.json")  # their ties use the measured model
+        await pilot.press("question_mark")  # the help has the notes in full
+        await pilot.pause()
+        in_full = str(app.screen.query_one("#help-notes", Static).render()).replace("\n", " ")
+        assert "noise model: measured repeat variation" in in_full, in_full
+        assert "not measured with one repeat" in in_full, in_full
+        await pilot.press("escape")
+        await pilot.pause()
         assert any("ready" in line for line in app.query_one(LogView).shown_lines())
         # run_all stops the server at the end, so q quits at once
         assert not app.main.server_up()
@@ -98,7 +107,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert [r[1] for r in _rows(again)] == ["fine", "coarse", "fine.repeat"]
         assert [r[3] for r in _rows(again)] == [r[3] for r in rows]
         assert "in the work folder" in static_text(again, "#campaign-title")
-        assert "measured repeat variation" in static_text(again, "#campaign-notes")
+        assert "noise model: 2 captures of one candidate" in static_text(again, "#campaign-notes")
         note = again.query_one(ProgressPanel).render().plain
         assert "comparison-fine.json" in note and "kldtui view" in note
         rail = str(again.query_one("#stage-compare", Static).render())

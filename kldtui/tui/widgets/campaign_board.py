@@ -51,14 +51,19 @@ class CampaignBoard(Vertical):
         for row in rows:
             table.add_row(*(plain(c) for c in cells(row)), key=row.name)
         self.query_one("#campaign-title", PlainStatic).update(self.title_text(board, current))
-        notes: list[str] = []
+        notes: list[str] = []  # in full: what the ranking below leaves out (it says them in the same words)
+        shown: list[str] = []  # one short line each, so that the table keeps the room (the help has them)
         if board is not None and board.noise_model:
             notes.append(f"noise model: {board.noise_model}")
-        notes += [f"note: {n}" for n in (board.notes if board is not None else ())]
+            shown.append(f"noise model: {board.noise_brief or board.noise_model}")
+        if board is not None:
+            briefs = board.brief_notes if len(board.brief_notes) == len(board.notes) else board.notes
+            notes += [f"note: {n}" for n in board.notes]
+            shown += [f"note: {n}" for n in briefs]
         self.notes_shown = frozenset(notes) | frozenset(board.notes if board is not None else ())
         if board is not None and board.path:
-            notes.append(f"written to {board.path}")
-        self.query_one("#campaign-notes", PlainStatic).update("\n".join(notes))
+            shown.append(f"written to {board.path}")
+        self.query_one("#campaign-notes", PlainStatic).update("\n".join(shown))
 
     @staticmethod
     def title_text(board: LeaderboardUpdated | None, current: CandidateStarted | None) -> str:
