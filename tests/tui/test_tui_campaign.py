@@ -195,3 +195,40 @@ async def test_a_finished_campaign_opened_again_ranks_with_its_noise_model(tmp_p
         await settle(app, pilot)
         assert app.main.noise_path == model
         await pilot.press("q")
+
+
+@sync
+async def test_two_candidates_finished_in_one_batch_both_join_the_ranking(tmp_path: Path) -> None:
+    """The model keeps the latest result only: when two candidates' results reached the dashboard in
+    one batch (its app slowed down by a loaded machine), the first never joined the ranking below
+    the campaign board, and it showed 2 of a campaign's 3 reports. The campaign's standings name every
+    report it ranked: the ranking follows them."""
+    from kldtui.events import ResultReady
+    from kldtui.formats.report import load_report
+    from tests.fixtures_tui import make_report as tui_report
+    from tests.fixtures_tui import write_report as tui_write
+    from tests.tui.test_tui_words import feed
+
+    paths = {name: tui_write(tmp_path / f"comparison-{name}.json", tui_report(name, level, seed=seed))
+             for name, level, seed in (("q8", 0.01, 1), ("q4", 0.02, 2), ("q3", 0.04, 3))}
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        standings = tuple(Standing(name, "compared", rank=i + 1, mean=level, report_path=str(paths[name]))
+                          for i, (name, level) in enumerate((("q8", 0.01), ("q4", 0.02), ("q3", 0.04))))
+        # q8 alone, then q4 and q3 in one batch (q4's result is overtaken by q3's before a redraw)
+        await feed(app, pilot, ResultReady("compare", path=str(paths["q8"]), report=load_report(paths["q8"])),
+                   LeaderboardUpdated("campaign", rows=standings[:1]))
+        await feed(app, pilot, ResultReady("compare", path=str(paths["q4"]), report=load_report(paths["q4"])),
+                   ResultReady("compare", path=str(paths["q3"]), report=load_report(paths["q3"])),
+                   LeaderboardUpdated("campaign", rows=standings))
+        table = app.query_one("#board", DataTable)
+        await until(pilot, lambda: table.row_count == 3, "the three reports on the ranking")
+        await settle(app, pilot)
+        assert [str(table.get_row_at(i)[1]) for i in range(3)] == ["q8", "q4", "q3"]
+        assert static_text(app, "#board-note").startswith("3 reports by mean KL")
+        # the same file again, written another way, is still one row
+        await feed(app, pilot, LeaderboardUpdated("campaign", rows=(
+            *standings, Standing("q3 again", "compared", rank=4, report_path=str(tmp_path / "." / "comparison-q3.json")))))
+        await settle(app, pilot)
+        assert table.row_count == 3

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,9 @@ class BoardScreen(Screen[None]):
 
     # -- the leaderboard ---------------------------------------------------------------------------
     def add_to_board(self, result: ResultData, report: ComparisonReport, rebuild: bool = True) -> None:
-        for i, old in enumerate(self.results):
-            if old.path is not None and old.path == result.path:
+        for i, old in enumerate(self.results):  # one row per file, however its path was written
+            if old.path is not None and result.path is not None and (
+                    os.path.abspath(old.path) == os.path.abspath(result.path)):
                 del self.results[i], self.reports[i]
                 break
         self.results.append(result)

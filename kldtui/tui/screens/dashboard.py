@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from kldtui.events import (
     PIPELINE_STAGES,
     Cancel,
     Event,
+    LeaderboardUpdated,
     Notice,
     PipelineStageName,
     Progress,
@@ -169,6 +171,7 @@ class DashboardScreen(BoardScreen):
         self.own_report = own_report.resolve() if own_report is not None else None
         self.autostart = autostart
         self.model = DashboardModel()
+        self._campaign_reports_loading: set[str] = set()  # absolute paths of campaign reports on their way
         self.model.set_windows(list(windows or []))
         self.model.take_dirty()
         self.cancel = ResettableCancel()
@@ -409,6 +412,8 @@ class DashboardScreen(BoardScreen):
             self.query_one("#campaign", CampaignBoard).show(self.model.campaign, self.model.candidate)
             self.update_board_note()
             campaign = self.model.campaign
+            if campaign is not None:
+                self._rank_every_compared_candidate(campaign)
             if campaign is not None and campaign.final:
                 self.action_show_tab("leaderboard")  # a campaign ends on its leaderboard
             # the reports' ties and d use the campaign's measured model too: at its end, and when a
@@ -416,6 +421,43 @@ class DashboardScreen(BoardScreen):
             if campaign is not None and campaign.noise_path and campaign.noise_path != self.noise_path:
                 self.noise_path = campaign.noise_path
                 self.rebuild_board()
+
+    def _rank_every_compared_candidate(self, campaign: LeaderboardUpdated) -> None:
+        """The ranking below the campaign board holds every candidate the campaign ranked. A
+        candidate's report joins it when its result comes (``ResultReady``), but the model keeps the
+        latest result only: two that came in one batch (an app slowed down by a loaded machine) left
+        the earlier off the ranking for good. The campaign's standings name every report."""
+        on_board = {os.path.abspath(r.path) for r in self.results if r.path} | self._campaign_reports_loading
+        missing = [(row.name, row.report_path) for row in campaign.rows
+                   if row.state == "compared" and row.rank is not None and row.report_path
+                   and os.path.abspath(row.report_path) not in on_board]
+        if missing:
+            self._campaign_reports_loading |= {os.path.abspath(path) for _, path in missing}
+            self._load_campaign_reports(missing)
+
+    @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="campaign-reports")
+    def _load_campaign_reports(self, named: list[tuple[str, str]]) -> None:
+        from kldtui.formats.report import load_report
+
+        loaded: list[tuple[str, str, ComparisonReport]] = []
+        for name, path in named:
+            try:
+                loaded.append((name, path, load_report(path)))
+            except Exception as exc:  # noqa: BLE001 - one line; the others still rank
+                self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
+        self.deliver(self._campaign_reports_loaded, [path for _, path in named], loaded)
+
+    def _campaign_reports_loaded(self, asked: list[str],
+                                 loaded: list[tuple[str, str, ComparisonReport]]) -> None:
+        self._campaign_reports_loading -= {os.path.abspath(path) for path in asked}
+        on_board = {os.path.abspath(r.path) for r in self.results if r.path}
+        added = False
+        for name, path, report in loaded:
+            if os.path.abspath(path) not in on_board:  # its ResultReady may have come meanwhile
+                self.add_to_board(result_from_report(report, path, name), report, rebuild=False)
+                added = True
+        if added:
+            self.rebuild_board()
 
     def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
         from kldtui.workflow.state import next_steps
