@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -34,15 +35,17 @@ def test_the_hook_writes_on_vllms_output_rank_only(vllm_version: str, tp: int, p
     from vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
     world, port = tp * pp, _free_port()
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.fixtures_vllm_ranks", str(r), str(world),
-                               str(tp), str(pp), str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(world)]
     ranks = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=400)
-        assert proc.returncode == 0, err[-3000:]
-        ranks.append(json.loads(out.strip().splitlines()[-1]))
+    # each rank's ZMQ socket in a folder removed after (in the temp folder they stayed behind)
+    with tempfile.TemporaryDirectory(prefix="kldtui-test-rpc-") as rpc:
+        env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "PYTHONPATH": str(REPO), "VLLM_RPC_BASE_PATH": rpc}
+        procs = [subprocess.Popen([sys.executable, "-m", "tests.fixtures_vllm_ranks", str(r), str(world),
+                                   str(tp), str(pp), str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in range(world)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=400)
+            assert proc.returncode == 0, err[-3000:]
+            ranks.append(json.loads(out.strip().splitlines()[-1]))
     output_rank = MultiprocExecutor._get_output_rank(SimpleNamespace(  # vLLM's own rule
         world_size=world, parallel_config=SimpleNamespace(tensor_parallel_size=tp,
                                                           prefill_context_parallel_size=1)))
