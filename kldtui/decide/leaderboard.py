@@ -216,7 +216,8 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
              f"{len(pairs)} pairs of candidates (at most 5 % chance of any false 'not tied')",
              f"ties: sign-flip test against the best, Holm over all {len(pairs)} pairs (family-wise 5 %)")
     else:
-        note("ties: sign-flip test over windows against the best (95 %)")
+        note("ties: sign-flip test over windows against the best (95 %)",
+             "ties: sign-flip test against the best (95 %)")
     for i in order:
         counts = values[i].infinite_kl_rows
         if counts is not None and counts.any():

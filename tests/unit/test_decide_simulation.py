@@ -286,7 +286,7 @@ def test_small_domains_and_runs_get_no_verdict() -> None:
     board = build_leaderboard([make_report(base[:4], domains[:4], candidate_dir="/r/a"),
                                make_report(base[:4] * 3, domains[:4], candidate_dir="/r/b")], samples=50)
     assert board.rows[1].mark == "no verdict" and any("too few windows (4)" in n for n in board.notes)
-    assert board.brief_notes == ["ties: sign-flip test over windows against the best (95 %)",
+    assert board.brief_notes == ["ties: sign-flip test against the best (95 %)",
                                  "too few windows (4) for a verdict: in order of mean KL only"]
 
 
