@@ -285,6 +285,18 @@ async def settle(app: KldApp, pilot: Any, limit: float = 30.0) -> None:
             return
 
 
+async def feed(app: KldApp, pilot: Any, *events: Any) -> None:
+    """Events through the dashboard's own bridge (as the engine's thread sends them, in one batch when
+    given together), then a redraw."""
+    screen = app.main
+    assert isinstance(screen, DashboardScreen)
+    for event in events:
+        screen.bridge(event)
+    await pilot.pause()
+    screen.refresh_now()
+    await pilot.pause()
+
+
 async def until(pilot: Any, condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
     """Wait until ``condition()`` holds (checked every 20 ms), failing after ``limit`` seconds."""
     loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ from kldtui.tui.app import create_app
 from kldtui.tui.widgets import CampaignBoard
 from kldtui.workflow.standings import cells, table_lines, verdict_words
 from tests.fixtures_campaign import scripted_campaign_factory
-from tests.fixtures_tui import dashboard, settle, static_text, sync, until
+from tests.fixtures_tui import dashboard, feed, settle, static_text, sync, until
 
 
 def _rows(app) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -207,7 +207,6 @@ async def test_two_candidates_finished_in_one_batch_both_join_the_ranking(tmp_pa
     from kldtui.formats.report import load_report
     from tests.fixtures_tui import make_report as tui_report
     from tests.fixtures_tui import write_report as tui_write
-    from tests.tui.test_tui_words import feed
 
     paths = {name: tui_write(tmp_path / f"comparison-{name}.json", tui_report(name, level, seed=seed))
              for name, level, seed in (("q8", 0.01, 1), ("q4", 0.02, 2), ("q3", 0.04, 3))}
@@ -228,7 +227,8 @@ async def test_two_candidates_finished_in_one_batch_both_join_the_ranking(tmp_pa
         assert [str(table.get_row_at(i)[1]) for i in range(3)] == ["q8", "q4", "q3"]
         assert static_text(app, "#board-note").startswith("3 reports by mean KL")
         # the same file again, written another way, is still one row
-        await feed(app, pilot, LeaderboardUpdated("campaign", rows=(
-            *standings, Standing("q3 again", "compared", rank=4, report_path=str(tmp_path / "." / "comparison-q3.json")))))
+        written_otherwise = str(tmp_path / "." / "comparison-q3.json")
+        again = Standing("q3 again", "compared", rank=4, report_path=written_otherwise)
+        await feed(app, pilot, LeaderboardUpdated("campaign", rows=(*standings, again)))
         await settle(app, pilot)
         assert table.row_count == 3

@@ -20,11 +20,10 @@ from kldtui.events import (
 )
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
-from kldtui.tui.screens.dashboard import DashboardScreen
 from kldtui.tui.screens.dialogs import ConfirmScreen
 from kldtui.tui.widgets import KLChart, LogView, ProgressPanel, ResultPane, StageBox, WindowGrid
 from kldtui.workflow.state import DiskWindow, RunState
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report, settle, sync, until, write_report
+from tests.fixtures_tui import DOMAINS, ScriptedPipeline, feed, make_report, settle, sync, until, write_report
 
 
 def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
@@ -38,17 +37,6 @@ def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, 
     app = create_app(pipeline_factory=factory, config_dir=tmp_path / "cfg", theme="kldtui-dark",
                      windows=[(w, DOMAINS[w % len(DOMAINS)]) for w in range(windows)])
     return app, holder
-
-
-async def feed(app: KldApp, pilot: Any, *events: Any) -> None:
-    """Events through the dashboard's own bridge (as the engine's thread sends them), then a redraw."""
-    screen = app.main
-    assert isinstance(screen, DashboardScreen)
-    for event in events:
-        screen.bridge(event)
-    await pilot.pause()
-    screen.refresh_now()
-    await pilot.pause()
 
 
 def card(app: KldApp, stage: str) -> str:

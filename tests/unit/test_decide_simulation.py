@@ -341,3 +341,18 @@ def test_a_tie_kept_by_the_holm_correction_says_so() -> None:
     text = sentence(d, iv, 0.01, "a", "b")
     assert "once corrected for the several verdicts given together (Holm)" in text
     assert "includes zero" not in text
+
+
+def test_candidates_inside_the_repeat_floor_are_named_in_full_and_in_one_line() -> None:
+    """A noise model whose repeat KL is above a candidate's mean KL: the leaderboard's note says to rank
+    those by task accuracy, in full (leaderboard, exports, help) and in one line (above a ranking)."""
+    from kldtui.decide.noise import NoiseFloor
+
+    base = np.random.default_rng(11).gamma(4.0, 0.0025, 16)
+    floor = NoiseFloor(kind="measured", source="a repeat capture", kl_mean=0.02, threshold=0.02)
+    board = build_leaderboard([make_report(base, candidate_dir="/r/q8"),
+                               make_report(base * 3, candidate_dir="/r/q2")], samples=50, noise=floor)
+    names = [row.name for row in board.rows]
+    assert any(n.startswith(f"inside the repeat floor: {names[0]} (") for n in board.notes), board.notes
+    assert f"inside the repeat floor (0.02): {names[0]}; rank these by task accuracy" in board.brief_notes
+    assert board.noise_brief == "repeat KL 0.02 between two captures of one model"
