@@ -148,7 +148,7 @@ class RepeatModel:
         clear = f"B - A must clear {plain_number(self.variation_for([]))}"
         if self.capture_wide_measured:
             return f"{self.captures} captures of one candidate; {clear}"
-        return f"2 captures of one candidate (one repeat); {clear}"  # the rows say "provisional"
+        return f"2 captures (one repeat); {clear}"  # the rows say "provisional"
 
     def describe(self) -> str:
         overall = self.variation_for([])

@@ -55,7 +55,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
             assert float(row[2]) == pytest.approx(expected["mean"], rel=1e-3)
         notes = static_text(app, "#campaign-notes")
         # one short line: what a difference must clear, and why verdicts stay provisional (? has it in full)
-        assert "noise model: 2 captures of one candidate (one repeat); B - A must clear" in notes, notes
+        assert "noise model: 2 captures (one repeat); B - A must clear" in notes, notes
         assert "leaderboard.json" in notes
         assert "Campaign leaderboard" in static_text(app, "#campaign-title")
         # the grid and the cards show the best candidate, not the last capture (the leader's repeat)
@@ -107,7 +107,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert [r[1] for r in _rows(again)] == ["fine", "coarse", "fine.repeat"]
         assert [r[3] for r in _rows(again)] == [r[3] for r in rows]
         assert "in the work folder" in static_text(again, "#campaign-title")
-        assert "noise model: 2 captures of one candidate" in static_text(again, "#campaign-notes")
+        assert "noise model: 2 captures (one repeat)" in static_text(again, "#campaign-notes")
         note = again.query_one(ProgressPanel).render().plain
         assert "comparison-fine.json" in note and "kldtui view" in note
         rail = str(again.query_one("#stage-compare", Static).render())

@@ -571,6 +571,16 @@ async def test_viewer_at_80x24_keeps_each_note_above_the_ranking_to_one_line(tmp
         assert lines[2] == f"noise model: 3 captures of one candidate; B - A must clear {clear}"
         assert len(lines) == 3 and all(len(line) <= 78 for line in lines), lines  # 80 less the padding
         assert app.query_one("#board", DataTable).row_count == 3
+    # a model of one repeat: its line says so, and fits too
+    assert main(["noise", str(paths[0]), str(paths[3]), "--output", str(model),
+                 "--allow-different-models"]) == 0
+    app = create_app(reports=paths[:3], config_dir=tmp_path / "cfg", noise_path=str(model))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        lines = str(app.query_one("#board-note", Static).render()).splitlines()
+        clear = plain_number(load_floor(model).repeat_variation_for([]) or 0.0)
+        assert lines[2] == f"noise model: 2 captures (one repeat); B - A must clear {clear}"
+        assert len(lines) == 3 and all(len(line) <= 78 for line in lines), lines
 
 
 @sync

@@ -463,7 +463,7 @@ def test_repeat_model_from_three_captures_separates_capture_wide_and_per_window_
     from kldtui.decide.verdict import noise_brief, plain_number
 
     assert model.brief() == f"3 captures of one candidate; B - A must clear {plain_number(v)}"
-    assert two.brief() == ("2 captures of one candidate (one repeat); B - A must clear "
+    assert two.brief() == ("2 captures (one repeat); B - A must clear "
                            f"{plain_number(two.variation_for([]))}")
     assert noise_brief(published_floor()) == "the published repeat KL 0.004 of the Kimi K3 suite"
     assert noise_brief(None).startswith("none: window-to-window variation only")
