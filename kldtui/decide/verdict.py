@@ -50,19 +50,56 @@ Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable", "
                   "cannot_calibrate"]
 
 
+ModelCheck = Literal["cox", "sandwich", "gpq"]
+
+
 @dataclass(frozen=True)
 class DependenceTier:
     """Up to a log-scale spread of window means (:func:`kldtui.metrics.inference.upper_spread`): the level
-    of the difficulty-dependence test, and the log-normal check that must then confirm a verdict (Cox's
-    closed form with its standard error widened by ``1 + widen / (n - 1)``, or the generalised pivotal
-    quantity) at the two-sided ``check_level`` (its interval at ``1 - check_level``)."""
+    of the difficulty-dependence test, and the log-normal check that must then confirm a verdict at the
+    two-sided ``check_level`` (its interval at ``1 - check_level``): Cox's closed form, the same estimate
+    with the standard error measured on the windows ("sandwich"), either widened by
+    ``1 + widen / (n - 1)``, or the generalised pivotal quantity. From :data:`MODEL_INTERVAL_FROM` windows,
+    where the check's interval is the headline, ``headline_check`` (with ``headline_widen``) replaces
+    ``check`` when given."""
 
     up_to: float
     level: float
-    check: Literal["cox", "gpq"]
+    check: ModelCheck
     widen: float = 0.0
     check_level: float = 0.05
+    headline_check: ModelCheck | None = None
+    headline_widen: float = 0.0
 
+    def check_at(self, windows: int) -> tuple[ModelCheck, float]:
+        """The check this tier runs over ``windows`` windows, and its widening."""
+        if self.headline_check is not None and windows >= MODEL_INTERVAL_FROM:
+            return self.headline_check, self.headline_widen
+        return self.check, self.widen
+
+    def check_name(self, windows: int) -> str:
+        """What ``diff --json`` calls the check (``lognormal_check.method``)."""
+        kind, widen = self.check_at(windows)
+        return f"{kind}_widened" if widen and kind != "gpq" else kind
+
+    def model(self, fit: inf.LogFit) -> inf.ModelRatio:
+        """The check on ``fit``: its interval of ``E[B] / E[A]`` and one-sided p-values."""
+        kind, widen = self.check_at(fit.windows)
+        level = 1.0 - self.check_level
+        if kind == "gpq":
+            return inf.lognormal_ratio(fit, level)
+        if kind == "sandwich":
+            return inf.sandwich_ratio(fit, level, widen)
+        return inf.cox_ratio(fit, level, widen)
+
+
+# From this many windows a log-normal model fitted to them is trusted for the interval itself: where the
+# candidates depend differently on window difficulty and the windows spread beyond the first tier, the
+# headline interval is the model's alone, and a verdict needs the model to show the difference in either
+# direction, so that the interval always agrees with it. Below it, the model's own spreads are too
+# uncertain to stand alone (as little as 0.908 at 8 windows): the interval joins the two
+# (docs/STATISTICS.md, "Which ratio interval").
+MODEL_INTERVAL_FROM = 16
 
 # The wider the window means spread, the more an unseen hard window moves the mean: the weaker the
 # evidence of dependence that calls for the check, and the more cautious the check. Cox's form is the
@@ -70,22 +107,16 @@ class DependenceTier:
 # spreads it rests on are themselves uncertain), so it is widened, and the pivotal quantity, calibrated
 # at any spread, takes over beyond. Where windows spread little the differences are nearly symmetric and
 # the sign-flip test nearly exact, so the check there only has to confirm the direction at 10 %: at 5 %
-# it cost power where the dependence test fired by chance (B scaling with A). Chosen on the simulation
-# (docs/STATISTICS.md, "The rule").
+# it cost power where the dependence test fired by chance (B scaling with A). In the gamma-like tier from
+# MODEL_INTERVAL_FROM windows, where the check's interval is the headline, its standard error is measured
+# on the windows: Cox's form reads it off a normal model of the log window means, and on gamma-shaped
+# windows (skewed on a log scale) its interval covered the true ratio in up to 0.99 of suites. Chosen on
+# the simulation (docs/STATISTICS.md, "The rule" and "Which ratio interval").
 DEPENDENCE_TIERS: tuple[DependenceTier, ...] = (
     DependenceTier(0.45, 0.10, "cox", check_level=0.10),
-    DependenceTier(0.65, 0.20, "cox", widen=2.0),
+    DependenceTier(0.65, 0.20, "cox", widen=2.0, headline_check="sandwich", headline_widen=3.0),
     DependenceTier(math.inf, 0.30, "gpq"),
 )
-
-# From this many windows a log-normal model fitted to them is trusted for the interval itself: where the
-# candidates depend differently on window difficulty and the windows spread beyond the first tier, the
-# headline interval is the model's alone (it covered the true ratio in 0.929-0.972 of the simulated suites
-# of 16-64 windows, where the joined intervals covered up to 0.992 and the sign-flip interval alone as little
-# as 0.569), and a verdict needs the model to show the difference in either direction, so that the interval
-# always agrees with it. Below it, the model's own spreads are too uncertain to stand alone (as little as
-# 0.908 at 8 windows): the interval joins the two (docs/STATISTICS.md, "Which ratio interval").
-MODEL_INTERVAL_FROM = 16
 assert all(math.isclose(t.check_level, ALPHA) for t in DEPENDENCE_TIERS[1:]), "95 % model intervals"
 
 IntervalSource = Literal["sign_flip", "joined", "far_end_widened", "lognormal_model"]
@@ -259,8 +290,7 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Ev
         tier = np.maximum(tier, within.tier)
         faster_b = np.where(within.dependent, within.faster_b, faster_b)
         dependent = log_scale & (dependent | within.dependent)
-    checks = [inf.lognormal_ratio(fit, 1.0 - tr.check_level) if tr.check == "gpq"
-              else inf.cox_ratio(fit, 1.0 - tr.check_level, tr.widen) for tr in DEPENDENCE_TIERS]
+    checks = [tr.model(fit) for tr in DEPENDENCE_TIERS]
     p_scale = [ALPHA / tr.check_level for tr in DEPENDENCE_TIERS]
 
     def pick(name: str, scaled: bool = False) -> np.ndarray:
@@ -325,6 +355,10 @@ class VerdictInterval:
     model_low: float | None = None
     model_high: float | None = None
     needed_windows: int | None = None
+    # the log-normal check of this group's tier (DependenceTier.check_name) and the level of its interval
+    # (model_low, model_high); None off a log scale
+    model_check: str | None = None
+    model_level: float | None = None
 
     @property
     def far_end_widened(self) -> bool:
@@ -353,7 +387,9 @@ class VerdictInterval:
                     "pitman_morgan_t": _json_num(self.dependence_t), "dependent": self.dependent,
                     "far_end_widened": self.far_end_widened, "interval_source": self.interval_source,
                     "log_spread": _json_num(self.spread),
-                    "lognormal_ratio_ci95": [_json_num(self.model_low), _json_num(self.model_high)]},
+                    "lognormal_ratio_ci95": [_json_num(self.model_low), _json_num(self.model_high)],
+                    "lognormal_check": None if self.model_check is None else {
+                        "method": self.model_check, "level": self.model_level}},
                 "windows_needed": self.needed_windows}
 
     def text(self, fmt: str = ".4g") -> str:
@@ -396,6 +432,7 @@ def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
     ratio = _f(ev.mean_b) / mean_a if mean_a > 0 else None
     log_scale = bool(ev.log_scale)
     needed = int(_f(ev.needed)) if log_scale else None
+    tier = DEPENDENCE_TIERS[int(ev.tier)]
     r_lo, r_hi = _f(ev.interval_low), _f(ev.interval_high)
     lo = hi = None
     if mean_a > 0:
@@ -415,7 +452,8 @@ def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
         p_flip=_f(ev.p_flip), dependence_t=opt(ev.dependence_t), dependent=bool(ev.checked),
         interval_source=_interval_source(ev),
         spread=opt(ev.spread), model_low=opt(ev.model_low), model_high=opt(ev.model_high),
-        needed_windows=needed)
+        needed_windows=needed, model_check=tier.check_name(ev.windows) if log_scale else None,
+        model_level=1.0 - tier.check_level if log_scale else None)
 
 
 @dataclass(frozen=True)
