@@ -232,3 +232,44 @@ async def test_two_candidates_finished_in_one_batch_both_join_the_ranking(tmp_pa
         await feed(app, pilot, LeaderboardUpdated("campaign", rows=(*standings, again)))
         await settle(app, pilot)
         assert table.row_count == 3
+
+
+@sync
+async def test_a_campaign_report_that_cannot_be_read_is_said_once_until_it_changes(tmp_path: Path) -> None:
+    """A campaign names a report that cannot be read (half-written, or damaged on a shared disk): the
+    dashboard says so once, in one line naming the file, not again at each campaign update; once the
+    file changes it is read again and joins the ranking."""
+    import os
+
+    from tests.fixtures_tui import make_report as tui_report
+    from tests.fixtures_tui import write_report as tui_write
+
+    good = tui_write(tmp_path / "comparison-q8.json", tui_report("q8", 0.01, seed=1))
+    broken = tmp_path / "comparison-q4.json"
+    broken.write_text('{"schema": ')
+    app, _ = dashboard(tmp_path)
+    said: list[str] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        shown = app.notify
+
+        def notify(message: str, **kwargs: object) -> None:
+            said.append(message)
+            shown(message, **kwargs)  # type: ignore[arg-type]
+
+        app.notify = notify  # type: ignore[method-assign]
+        rows = (Standing("q8", "compared", rank=1, mean=0.01, report_path=str(good)),
+                Standing("q4", "compared", rank=2, mean=0.02, report_path=str(broken)))
+        table = app.query_one("#board", DataTable)
+        for _ in range(3):
+            await feed(app, pilot, LeaderboardUpdated("campaign", rows=rows))
+            await until(pilot, lambda: table.row_count == 1, "q8 on the ranking")
+            await settle(app, pilot)
+        about = [m for m in said if "comparison-q4.json" in m]
+        assert len(about) == 1 and "\n" not in about[0], said
+        assert about[0].endswith("joins the ranking once the file changes (compare q4 again to rewrite it)")
+        tui_write(broken, tui_report("q4", 0.02, seed=2))
+        os.utime(broken, ns=(1, 1))  # a changed file, whatever the clock's resolution
+        await feed(app, pilot, LeaderboardUpdated("campaign", rows=rows))
+        await until(pilot, lambda: table.row_count == 2, "q4 joins once its file is whole")
+        assert [m for m in said if "comparison-q4.json" in m] == about

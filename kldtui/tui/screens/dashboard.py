@@ -72,6 +72,15 @@ def _pipeline_stage(name: str) -> PipelineStageName | None:
     return None
 
 
+def _file_signature(path: str) -> tuple[int, int] | None:
+    """(size, mtime_ns) of ``path``, None where it cannot be read: whether a file changed since."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 class EventsPending(Message):
     """Engine events are waiting in the bridge (posted once per batch, not per event)."""
 
@@ -172,6 +181,9 @@ class DashboardScreen(BoardScreen):
         self.autostart = autostart
         self.model = DashboardModel()
         self._campaign_reports_loading: set[str] = set()  # absolute paths of campaign reports on their way
+        # campaign reports that failed to load, by absolute path: the file's (size, mtime_ns) then; a campaign
+        # update tries one again (and says so again) only once the file has changed
+        self._campaign_reports_failed: dict[str, tuple[int, int] | None] = {}
         self.model.set_windows(list(windows or []))
         self.model.take_dirty()
         self.cancel = ResettableCancel()
@@ -433,23 +445,34 @@ class DashboardScreen(BoardScreen):
                    and os.path.abspath(row.report_path) not in on_board]
         if missing:
             self._campaign_reports_loading |= {os.path.abspath(path) for _, path in missing}
-            self._load_campaign_reports(missing)
+            self._load_campaign_reports(missing, dict(self._campaign_reports_failed))
 
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="campaign-reports")
-    def _load_campaign_reports(self, named: list[tuple[str, str]]) -> None:
+    def _load_campaign_reports(self, named: list[tuple[str, str]],
+                               failed: dict[str, tuple[int, int] | None]) -> None:
         from kldtui.formats.report import load_report
 
         loaded: list[tuple[str, str, ComparisonReport]] = []
+        failures: dict[str, tuple[int, int] | None] = {}
         for name, path in named:
+            key = os.path.abspath(path)
+            signature = _file_signature(path)
+            if key in failed and failed[key] == signature:
+                continue  # said once; unchanged since
             try:
                 loaded.append((name, path, load_report(path)))
             except Exception as exc:  # noqa: BLE001 - one line; the others still rank
-                self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
-        self.deliver(self._campaign_reports_loaded, [path for _, path in named], loaded)
+                failures[key] = signature
+                self.deliver(self.notify, f"{exc}; it joins the ranking once the file changes (compare "
+                             f"{name} again to rewrite it)", title="report", severity="error", timeout=10)
+        self.deliver(self._campaign_reports_loaded, [path for _, path in named], loaded, failures)
 
-    def _campaign_reports_loaded(self, asked: list[str],
-                                 loaded: list[tuple[str, str, ComparisonReport]]) -> None:
+    def _campaign_reports_loaded(self, asked: list[str], loaded: list[tuple[str, str, ComparisonReport]],
+                                 failures: dict[str, tuple[int, int] | None]) -> None:
         self._campaign_reports_loading -= {os.path.abspath(path) for path in asked}
+        self._campaign_reports_failed.update(failures)
+        for _, path, _ in loaded:
+            self._campaign_reports_failed.pop(os.path.abspath(path), None)
         on_board = {os.path.abspath(r.path) for r in self.results if r.path}
         added = False
         for name, path, report in loaded:
