@@ -273,3 +273,40 @@ async def test_a_campaign_report_that_cannot_be_read_is_said_once_until_it_chang
         await feed(app, pilot, LeaderboardUpdated("campaign", rows=rows))
         await until(pilot, lambda: table.row_count == 2, "q4 joins once its file is whole")
         assert [m for m in said if "comparison-q4.json" in m] == about
+
+
+def _table_lines(table: DataTable) -> list[str]:
+    return [table.render_line(y).text for y in range(table.size.height)]
+
+
+@sync
+async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_path: Path) -> None:
+    """At 80x24 the campaign board's pane is narrower than its table: the verdict column ran past the
+    edge, and "worse than the best (provisional)" read "worse than the best (provis". The verdict wraps
+    inside the pane instead (the columns after it scroll); at 200 columns it stays on one line."""
+    rows = (Standing("q8_0", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0135, mark="best",
+                     size_bytes=3 << 30, bits_per_weight=8.5),
+            Standing("q4_k_m", "compared", rank=2, mean=0.0456, ci_low=0.04, ci_high=0.05, mark="worse",
+                     outcome="a_closer", provisional=True, size_bytes=2 << 30, bits_per_weight=4.8))
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await feed(app, pilot, LeaderboardUpdated("campaign", rows=rows))
+        app.main.action_show_tab("leaderboard")
+        await settle(app, pilot)
+        board = app.query_one(CampaignBoard)
+        table = app.query_one("#campaign-table", DataTable)
+        assert board.has_class("-shown") and board.size.width < 70
+        lines = _table_lines(table)
+        text = "\n".join(lines)
+        assert "worse than the best" in text and "(provisional)" in text, text
+        assert "(provis\n" not in text + "\n" and all(len(line) <= board.size.width for line in lines)
+        await pilot.resize_terminal(200, 50)
+        await settle(app, pilot)
+        assert any("worse than the best (provisional)" in line for line in _table_lines(table))
+    # the rule itself: wrapped to the room left after the columns before it, never below its longest word
+    from kldtui.tui.widgets.campaign_board import verdict_width
+
+    line = ["2", "q4_k_m", "0.0456", "worse than the best (provisional)", "[0.04, 0.05]", "2.0 GiB", "4.80"]
+    assert verdict_width([line], 200) is None and verdict_width([line], 0) is None
+    assert verdict_width([line], 55) == 55 - (1 + 9 + 7) - 2 * 3 - 2
+    assert verdict_width([line], 30) == len("(provisional)")

@@ -15,6 +15,24 @@ from kldtui.events import CandidateStarted, LeaderboardUpdated
 from kldtui.tui.widgets.plain import PlainStatic, plain
 from kldtui.workflow.standings import HEADERS, cells
 
+VERDICT_COLUMN = HEADERS.index("verdict vs best")
+
+
+def verdict_width(rows: list[list[str]], available: int, padding: int = 1) -> int | None:
+    """The width to wrap the verdict column to so that it ends inside ``available`` columns (the columns
+    before it at their natural widths, each cell padded by ``padding`` on both sides), or None where it
+    already does (or nothing is known of the width yet). Never narrower than its longest word: a verdict
+    is read whole ("worse than the best (provisional)" cut at the pane's edge read "... (provis"); the
+    columns after it scroll."""
+    table = [list(HEADERS), *rows]
+    natural = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
+    before = sum(natural[:VERDICT_COLUMN]) + 2 * padding * VERDICT_COLUMN
+    room = available - before - 2 * padding
+    if available <= 0 or natural[VERDICT_COLUMN] <= room:
+        return None
+    longest_word = max(len(word) for line in table for word in line[VERDICT_COLUMN].split())
+    return max(longest_word, room)
+
 
 class CampaignBoard(Vertical):
     """Hidden until a campaign reports; then a title line, one row per candidate and the noise
@@ -33,6 +51,8 @@ class CampaignBoard(Vertical):
         # the notes shown (the noise model line and each note as the ranking below words them), so
         # that the ranking on the same tab does not repeat them
         self.notes_shown: frozenset[str] = frozenset()
+        self._board: LeaderboardUpdated | None = None
+        self._width_filled: int | None = None  # the width the table was laid out for
 
     def compose(self) -> ComposeResult:
         yield PlainStatic("", id="campaign-title", classes="campaign--title")
@@ -42,14 +62,29 @@ class CampaignBoard(Vertical):
     def on_mount(self) -> None:
         self.query_one("#campaign-table", DataTable).add_columns(*HEADERS)
 
+    def on_resize(self) -> None:
+        if self._width_filled != self.size.width:
+            self._fill_table()
+
+    def _fill_table(self) -> None:
+        """The rows, the verdict column wrapped where it would run past the pane's edge."""
+        table = self.query_one("#campaign-table", DataTable)
+        standings = self._board.rows if self._board is not None else ()
+        rows = [cells(row) for row in standings]
+        # the table's own scrollbar gutter may take two columns
+        wrap = verdict_width(rows, self.size.width - 2, table.cell_padding) if rows else None
+        self._width_filled = self.size.width
+        table.clear(columns=True)
+        for i, header in enumerate(HEADERS):
+            table.add_column(header, width=wrap if i == VERDICT_COLUMN else None)
+        for row, line in zip(standings, rows, strict=True):
+            table.add_row(*(plain(c) for c in line), key=row.name, height=None if wrap else 1)
+
     def show(self, board: LeaderboardUpdated | None, current: CandidateStarted | None) -> None:
         """Show the latest standings (``board``) and which candidate runs (``current``)."""
         self.add_class("-shown")
-        table = self.query_one("#campaign-table", DataTable)
-        table.clear()
-        rows = board.rows if board is not None else ()
-        for row in rows:
-            table.add_row(*(plain(c) for c in cells(row)), key=row.name)
+        self._board = board
+        self._fill_table()
         self.query_one("#campaign-title", PlainStatic).update(self.title_text(board, current))
         notes: list[str] = []  # in full: what the ranking below leaves out (it says them in the same words)
         shown: list[str] = []  # one short line each, so that the table keeps the room (the help has them)
