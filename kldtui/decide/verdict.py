@@ -120,6 +120,12 @@ DEPENDENCE_TIERS: tuple[DependenceTier, ...] = (
 assert all(math.isclose(t.check_level, ALPHA) for t in DEPENDENCE_TIERS[1:]), "95 % model intervals"
 
 IntervalSource = Literal["sign_flip", "joined", "far_end_widened", "lognormal_model"]
+# what each headline interval is, for a reader (kldtui diff's table): the sign-flip test's needs no note
+INTERVAL_SOURCE_WORDS: dict[str, str] = {
+    "lognormal_model": "a log-normal model's of the windows",
+    "joined": "the sign-flip test's and a log-normal model's joined",
+    "far_end_widened": "the sign-flip test's, its far end a log-normal model's",
+}
 
 
 def dependence_tier(spread: np.ndarray) -> np.ndarray:

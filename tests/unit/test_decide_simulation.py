@@ -172,6 +172,14 @@ def test_from_sixteen_widely_spread_windows_the_interval_is_the_models_and_agree
     dd = res.to_dict()["overall"]["verdict_interval"]["difficulty_dependence"]
     assert dd["interval_source"] == "lognormal_model" and dd["far_end_widened"] is False
     assert dd["lognormal_check"] == {"method": "gpq", "level": 0.95}
+    from kldtui.cli.commands.diff import format_diff
+
+    listing = format_diff(res).splitlines()
+    assert listing[2].endswith("shown as B - A at A's mean), except the rows named below the table; verdicts "
+                               "held together by Holm")
+    assert listing[8] == ("intervals where the candidates depend differently on window difficulty (the "
+                          "sign-flip test's alone would miss the hardest windows): all: a log-normal "
+                          "model's of the windows; prose: a log-normal model's of the windows")
     # the same windows with eight of them: the interval joins the two instead (test above)
     short = paired_diff(make_report(a[::2], candidate_dir="/r/a"), make_report(b[::2], candidate_dir="/r/b"),
                         samples=50, noise=None).overall.interval
@@ -321,6 +329,9 @@ def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
 
     listing = format_diff(res, per_window=True)
     assert "B: 3 positions with infinite KL (left out)" in listing
+    # B scales with A: every interval is the sign-flip test's, and the header says only that
+    assert "shown as B - A at A's mean); verdicts held together by Holm" in listing
+    assert "except the rows" not in listing and "depend differently" not in listing
     board = build_leaderboard([a, b], samples=50, noise=None)
     assert any("masked gives probability 0" in n for n in board.notes)
     assert "masked: KL infinite at 4 positions, left out of its mean KL" in board.brief_notes

@@ -49,13 +49,25 @@ def _bucket(value: float | None, low: float | None, high: float | None) -> str:
     return f"{value:.4g}" + (f" [{low:.4g}, {high:.4g}]" if low is not None and high is not None else "")
 
 
+def _interval_sources(result: Any) -> list[str]:
+    """The rows whose interval is not the sign-flip test's, and what it is (docs/STATISTICS.md rule 4)."""
+    from kldtui.decide.verdict import INTERVAL_SOURCE_WORDS
+
+    groups = [("all", result.overall), *result.domains.items()]
+    return [f"{label}: {INTERVAL_SOURCE_WORDS[s.interval.interval_source]}" for label, s in groups
+            if s.interval.interval_source in INTERVAL_SOURCE_WORDS]
+
+
 def format_diff(result: Any, per_window: bool = False) -> str:
     """The text ``kldtui diff`` prints."""
+    other_sources = _interval_sources(result)
     lines = [
         f"A: {result.name_a}" + (f"  ({result.path_a})" if result.path_a else ""),
         f"B: {result.name_b}" + (f"  ({result.path_b})" if result.path_b else ""),
         f"paired on: {result.pairing_checked}; {len(result.window_index)} windows; 95 % intervals: sign-flip "
-        "test over windows (mean(B) / mean(A), shown as B - A at A's mean); verdicts held together by Holm",
+        "test over windows (mean(B) / mean(A), shown as B - A at A's mean)"
+        + (", except the rows named below the table" if other_sources else "")
+        + "; verdicts held together by Holm",
         f"noise model: {result.noise_source}",
         "",
         f"{'':<14}{'windows':>7}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<34}  "
@@ -63,6 +75,9 @@ def format_diff(result: Any, per_window: bool = False) -> str:
         _row("all", result.overall),
     ]
     lines += [_row(d, s) for d, s in result.domains.items()]
+    if other_sources:
+        lines.append("intervals where the candidates depend differently on window difficulty (the sign-flip "
+                     "test's alone would miss the hardest windows): " + "; ".join(other_sources))
     if result.figures:
         lines += ["", "other figures, A and B (B - A: mean of the per-window differences, 95 % interval over "
                   "windows by the sign-flip test):"]
