@@ -180,7 +180,8 @@ def how_measured(table: ExportTable) -> list[str]:
     return [f"KL(reference || candidate), natural log, mean over {table.windows} windows{positions}; "
             "interval: 95 %, the report's headline interval over windows (kl_mean_interval); per-domain "
             "columns: mean KL of that domain's windows",
-            f"verdict: paired sign-flip test of each candidate against the best over the same windows; "
+            f"verdict: paired sign-flip test of each candidate against the best over the same windows (with "
+            "a log-normal check where the two depend differently on window difficulty); "
             f"noise model: {table.noise_model}",
             f"suite hash {_short_hash(table.suite_hash)}, reference identity "
             f"{_short_hash(table.reference_identity)}, kldtui {version}"]

@@ -212,11 +212,13 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         note("one report: nothing to rank it against (give two or more reports to compare them)",
              "one report: nothing to rank it against")
     elif k > 2:
-        note(f"ties: sign-flip test over windows against the best, Holm-corrected over all "
+        note(f"ties: sign-flip test over windows against the best (with a log-normal check where two "
+             f"candidates depend differently on window difficulty), Holm-corrected over all "
              f"{len(pairs)} pairs of candidates (at most 5 % chance of any false 'not tied')",
              f"ties: sign-flip test against the best, Holm over all {len(pairs)} pairs (family-wise 5 %)")
     else:
-        note("ties: sign-flip test over windows against the best (95 %)",
+        note("ties: sign-flip test over windows against the best (95 %; with a log-normal check where the "
+             "two depend differently on window difficulty)",
              "ties: sign-flip test against the best (95 %)")
     for i in order:
         counts = values[i].infinite_kl_rows

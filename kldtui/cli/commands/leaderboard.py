@@ -69,7 +69,8 @@ def _footer(board: Any) -> list[str]:
     from kldtui.text import plural
 
     lines = ["", f"{plural(board.windows, 'window')}; mean KL intervals: each report's headline interval "
-             "(docs/STATISTICS.md); vs best: sign-flip test over windows; paired on: "
+             "(docs/STATISTICS.md); vs best: sign-flip test over windows (log-normal check where needed); "
+             "paired on: "
              f"{board.pairing_checked}",
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
