@@ -119,6 +119,11 @@ DEPENDENCE_TIERS: tuple[DependenceTier, ...] = (
 )
 assert all(math.isclose(t.check_level, ALPHA) for t in DEPENDENCE_TIERS[1:]), "95 % model intervals"
 
+# The lowest coverage of the true ratio B / A the headline interval reached at each simulated window count,
+# over every cell of the family (the null, power and interval tables of docs/STATISTICS.md; a test reads
+# them back from there): what diff --json's measured_coverage says.
+RATIO_INTERVAL_COVERAGE = {8: 0.942, 16: 0.930, 32: 0.935, 64: 0.929}
+
 IntervalSource = Literal["sign_flip", "joined", "far_end_widened", "lognormal_model"]
 # what each headline interval is, for a reader (kldtui diff's table): the sign-flip test's needs no note
 INTERVAL_SOURCE_WORDS: dict[str, str] = {
@@ -379,6 +384,12 @@ class VerdictInterval:
         """Kept for callers of the earlier t interval: the sign-flip interval has no standard error."""
         return None
 
+    @property
+    def measured_coverage(self) -> float | None:
+        """The lowest coverage the simulation measured for this interval at these many windows (the
+        largest simulated count not above them); None below a verdict's minimum."""
+        return inf.measured_coverage(self.windows, RATIO_INTERVAL_COVERAGE)
+
     def excludes(self, value: float) -> bool:
         return self.has_interval and not self.ci95_low <= value <= self.ci95_high  # type: ignore[operator]
 
@@ -396,7 +407,7 @@ class VerdictInterval:
                     "lognormal_ratio_ci95": [_json_num(self.model_low), _json_num(self.model_high)],
                     "lognormal_check": None if self.model_check is None else {
                         "method": self.model_check, "level": self.model_level}},
-                "windows_needed": self.needed_windows}
+                "windows_needed": self.needed_windows, "measured_coverage": self.measured_coverage}
 
     def text(self, fmt: str = ".4g") -> str:
         """The estimate and its interval; the estimate alone below :data:`MIN_VERDICT_WINDOWS` windows

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -390,10 +391,11 @@ class Headline:
     measured_coverage: float | None
 
 
-def measured_coverage(windows: int) -> float | None:
-    """The lowest coverage measured at the largest simulated window count not above ``windows``."""
-    counts = [n for n in sorted(MEAN_INTERVAL_COVERAGE) if n <= windows]
-    return MEAN_INTERVAL_COVERAGE[counts[-1]] if counts else None
+def measured_coverage(windows: int, table: Mapping[int, float] = MEAN_INTERVAL_COVERAGE) -> float | None:
+    """The lowest coverage measured (``table``: by simulated window count) at the largest simulated window
+    count not above ``windows``."""
+    counts = [n for n in sorted(table) if n <= windows]
+    return table[counts[-1]] if counts else None
 
 
 def headline(values: np.ndarray | list[float]) -> Headline:

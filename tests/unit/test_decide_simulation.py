@@ -455,3 +455,46 @@ def test_gamma_shaped_windows_are_covered_neither_too_little_nor_too_much() -> N
     assert tier1.mean() > 0.8
     assert 0.93 <= covered[tier1].mean() <= 0.962, covered[tier1].mean()
     assert 0.93 <= covered.mean() <= 0.962, covered.mean()
+
+
+def _doc_rows(doc: str, start: str, end: str) -> list[list[str]]:
+    section = doc.split(start, 1)[1].split(end, 1)[0]
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines()
+            if line.startswith(("| normal", "| gamma", "| lognormal"))]
+
+
+def test_the_measured_coverage_a_verdict_states_is_the_lowest_in_the_tables() -> None:
+    """diff --json's measured_coverage (and a report's, for its mean-KL interval) is the lowest coverage the
+    simulation tables of docs/STATISTICS.md show at that window count: read back from the tables, so that a
+    rerun of the tables that moves a figure fails here until the constant follows."""
+    from pathlib import Path
+
+    from kldtui.decide.verdict import RATIO_INTERVAL_COVERAGE
+    from kldtui.metrics.inference import MEAN_INTERVAL_COVERAGE
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "STATISTICS.md").read_text()
+    value = lambda cell: float(cell.split("(")[0])  # noqa: E731 - "0.951 (0.96)": the coverage
+    lowest: dict[int, float] = {}
+
+    def seen(n: int, x: float) -> None:
+        lowest[n] = min(lowest.get(n, 1.0), x)
+
+    for r in _doc_rows(doc, "### The family of nulls: false winners", "### Power where B scales"):
+        seen(int(r[2]), value(r[7]))
+    for r in _doc_rows(doc, "### Power and the ratio interval's coverage", "### Which ratio interval"):
+        for i in (4, 6, 8):
+            seen(int(r[2]), value(r[i]))
+    for r in _doc_rows(doc, "### Which ratio interval: coverage by the interval", "### The leaderboard"):
+        seen(int(r[2]), value(r[4]))
+    assert lowest == RATIO_INTERVAL_COVERAGE
+    mean_rows = _doc_rows(doc, "### One report's mean KL: coverage of the true mean", "### The noise model")
+    counts = (4, 8, 16, 32, 64)
+    mean_lowest = {n: min(value(r[1 + i]) for r in mean_rows) for i, n in enumerate(counts)}
+    assert mean_lowest == MEAN_INTERVAL_COVERAGE
+    a = np.random.default_rng(4).gamma(4.0, 0.0025, 32)
+    res = paired_diff(make_report(a, candidate_dir="/r/a"), make_report(a * 1.3, candidate_dir="/r/b"),
+                      samples=50, noise=None)
+    assert res.to_dict()["overall"]["verdict_interval"]["measured_coverage"] == RATIO_INTERVAL_COVERAGE[32]
+    few = paired_diff(make_report(a[:4], candidate_dir="/r/a"),
+                      make_report(a[:4] * 1.3, candidate_dir="/r/b"), samples=50, noise=None)
+    assert few.to_dict()["overall"]["verdict_interval"]["measured_coverage"] is None
