@@ -63,6 +63,11 @@ class CampaignBoard(Vertical):
         self.query_one("#campaign-table", DataTable).add_columns(*HEADERS)
 
     def on_resize(self) -> None:
+        # after the resize is laid out: rows added while the terminal's resize was being handled were
+        # never measured (their columns stayed as wide as the headers)
+        self.call_after_refresh(self._refill_if_resized)
+
+    def _refill_if_resized(self) -> None:
         if self._width_filled != self.size.width:
             self._fill_table()
 
