@@ -54,8 +54,13 @@ def cells(row: Standing, windows: int | None = None) -> list[str]:
             interval, _size(row.size_bytes), bpw]
 
 
+def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's natural width: its widest cell among the headers and ``rows`` (:func:`cells`)."""
+    return [max(len(line[i]) for line in (HEADERS, *rows)) for i in range(len(HEADERS))]
+
+
 def table_lines(rows: Sequence[Standing], windows: int | None = None) -> list[str]:
     """The rows as aligned plain-text lines under a header line."""
     table = [list(HEADERS)] + [cells(r, windows) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
+    widths = column_widths(table[1:])
     return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table]

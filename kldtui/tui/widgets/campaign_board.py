@@ -13,7 +13,7 @@ from textual.widgets import DataTable
 
 from kldtui.events import CandidateStarted, LeaderboardUpdated
 from kldtui.tui.widgets.plain import PlainStatic, plain
-from kldtui.workflow.standings import HEADERS, cells
+from kldtui.workflow.standings import HEADERS, cells, column_widths
 
 VERDICT_COLUMN = HEADERS.index("verdict vs best")
 
@@ -24,13 +24,12 @@ def verdict_width(rows: list[list[str]], available: int, padding: int = 1) -> in
     already does (or nothing is known of the width yet). Never narrower than its longest word: a verdict
     is read whole ("worse than the best (provisional)" cut at the pane's edge read "... (provis"); the
     columns after it scroll."""
-    table = [list(HEADERS), *rows]
-    natural = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
+    natural = column_widths(rows)
     before = sum(natural[:VERDICT_COLUMN]) + 2 * padding * VERDICT_COLUMN
     room = available - before - 2 * padding
     if available <= 0 or natural[VERDICT_COLUMN] <= room:
         return None
-    longest_word = max(len(word) for line in table for word in line[VERDICT_COLUMN].split())
+    longest_word = max(len(word) for line in (HEADERS, *rows) for word in line[VERDICT_COLUMN].split())
     return max(longest_word, room)
 
 
