@@ -38,6 +38,17 @@ PUBLISHED_REPEAT_KL_REVERSE = 0.0035850708  # KL(run2 || run1), window 0
 PUBLISHED_THRESHOLD = 0.004  # "differences of about 0.004 or less are runtime noise"
 
 
+def identical_captures(kl: np.ndarray) -> tuple[int, int] | None:
+    """The first two rows of ``kl`` (captures x windows) with the same mean KL in every window, or None:
+    ``kldtui noise`` refuses two such reports as one capture given twice, so a stored model holding such
+    rows was not written by it (one added by hand would count as a measured repeat)."""
+    for i in range(len(kl)):
+        for j in range(i + 1, len(kl)):
+            if np.array_equal(kl[i], kl[j]):
+                return i, j
+    return None
+
+
 @dataclass(frozen=True)
 class RepeatModel:
     """How far one capture's window means (mean KL against the reference) move between captures of
@@ -196,9 +207,23 @@ class RepeatModel:
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
                    for v in values.ravel()):
             raise bad("kl_mean holds a value that is not a finite non-negative number")
+        # what a reader sees beside the rows must be what the rows give (kldtui noise writes both)
+        for key, want in (("captures", len(kl)), ("windows", len(idx))):
+            if key in doc and (isinstance(doc[key], bool) or doc[key] != want):
+                raise bad(f"says {key} {doc[key]!r} but kl_mean holds {want}")
         sources = doc.get("sources") or []
-        return cls.from_captures(np.array(kl, dtype=np.float64), idx,
-                                 [str(s) for s in sources] if isinstance(sources, list) else [])
+        if not isinstance(sources, list) or not all(isinstance(s, str) and s for s in sources):
+            raise bad("sources is not a list of report names")
+        if sources and len(sources) != len(kl):
+            raise bad(f"names {len(sources)} capture reports for {len(kl)} rows of kl_mean")
+        if len(set(sources)) != len(sources):
+            raise bad("names one capture report twice")
+        grid = np.array(kl, dtype=np.float64)
+        same = identical_captures(grid)
+        if same is not None:
+            raise bad(f"rows {same[0] + 1} and {same[1] + 1} of kl_mean are identical: one capture counted "
+                      "twice")
+        return cls.from_captures(grid, idx, sources)
 
 
 @dataclass(frozen=True)
@@ -611,7 +636,7 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
             if ci and cj and os.path.normpath(str(ci)) == os.path.normpath(str(cj)):
                 raise BadInput(f"{wheres[i]} and {wheres[j]} compare the same capture ({ci}); capture the "
                                "candidate again, compare it, and give every capture's report once")
-            if np.array_equal(values[i].kl_mean, values[j].kl_mean):
+            if identical_captures(np.stack([values[i].kl_mean, values[j].kl_mean])) is not None:
                 raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL: they are one "
                                "capture twice; capture the candidate again")
             if not allow_different_models:

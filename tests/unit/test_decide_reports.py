@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -494,3 +495,31 @@ def test_a_figure_no_window_moves_has_no_negative_zero() -> None:
     js = next(f for f in figure_differences(a, b) if f.name == "js_mean")
     assert (js.difference, js.ci95_low, js.ci95_high) == (0.0, 0.0, 0.0)
     assert f"{js.difference:+.4g} [{js.ci95_low:+.4g}, {js.ci95_high:+.4g}]" == "+0 [+0, +0]"
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda m: (m["kl_mean"].append(list(m["kl_mean"][0])), m.update(captures=3)),
+     "names 2 capture reports for 3 rows"),
+    (lambda m: (m["kl_mean"].append(list(m["kl_mean"][0])), m["sources"].append("c2"), m.update(captures=3)),
+     "rows 1 and 3 of kl_mean are identical: one capture counted twice"),
+    (lambda m: m.update(captures=3), "says captures 3 but kl_mean holds 2"),
+    (lambda m: m.update(windows=31), "says windows 31 but kl_mean holds 32"),
+    (lambda m: m.update(sources=["c0", "c0"]), "names one capture report twice"),
+    (lambda m: m.update(sources="c0"), "sources is not a list of report names"),
+])
+def test_a_stored_repeat_model_that_its_rows_do_not_give_is_refused(edit: Any, words: str) -> None:
+    # a model edited to look measured from more captures (a row copied, a count raised) must not drop
+    # diff's "provisional" mark: what the file says beside the rows must be what the rows give
+    from kldtui.decide.noise import RepeatModel
+
+    rng = np.random.default_rng(5)
+    true = _kl(5)
+    kl = np.stack([true * (1 + rng.normal(0, 0.002, 32)) for _ in range(2)])
+    doc = RepeatModel.from_captures(kl, range(32), ["c0", "c1"]).to_dict()
+    assert RepeatModel.from_dict(doc, "noise.json").captures == 2
+    edit(doc)
+    with pytest.raises(BadInput) as err:
+        RepeatModel.from_dict(doc, "noise.json")
+    text = str(err.value)
+    assert text.startswith("noise.json: repeat_model ") and words in text, text
+    assert text.endswith("; write the file again with kldtui noise") and "\n" not in text
