@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ SERVER = "capture server"
 HUB = "Hugging Face Hub"
 SYSTEM = "system"
 VLLM = "vLLM (reported by kldtui doctor)"
+LAUNCHED = "launched server"
 GROUPS = {
     KLDTUI: "Read by the kldtui command and its stages.",
     SERVER: "Read inside the server's processes (the vLLM hook, the embedded server). kldtui run and "
@@ -47,6 +49,12 @@ GROUPS = {
          "them too, with its own rules).",
     SYSTEM: "Standard variables kldtui honours.",
     VLLM: "vLLM's own variables; kldtui only reads them to report what the server will do.",
+    LAUNCHED: "What kldtui sets for a vLLM server it launches (a server kind with a runtime folder: "
+              "docs/DEVELOPING.md), each only where you did not set it. The server's sockets and temp "
+              "files go in a private runtime folder, made in the temp folder when it starts and removed "
+              "when it stops (or, after a kill, when kldtui next launches a server); the compile caches "
+              "that default to the temp folder stay where they would be without it, so a relaunch does "
+              "not compile again.",
 }
 
 
@@ -336,13 +344,61 @@ VLLM_PLUGINS = _text("VLLM_PLUGINS", VLLM, "vLLM loads only the plugins named he
 VLLM_GPU_SYNC_CHECK = _text("VLLM_GPU_SYNC_CHECK", VLLM, "`error`: vLLM fails on a device sync on the "
                             "engine's thread; `kldtui doctor` checks the hook's copy stays allowed.",
                             kind="vLLM's values (off, warn, error)")
-VLLM_RPC_BASE_PATH = _path("VLLM_RPC_BASE_PATH", VLLM, "the folder vLLM puts its ZMQ sockets in; "
-                           "unset, kldtui gives each vLLM server it launches a private folder in the "
-                           "temp folder and removes it when the server stops",
-                           default_text="a private folder per launched server")
 VLLM_USE_V2_MODEL_RUNNER = _text("VLLM_USE_V2_MODEL_RUNNER", VLLM, "`0` makes vLLM run the V1 model "
                                  "runner; `kldtui doctor` reports which runner the hook wraps.",
                                  kind="vLLM's values (0 or 1)")
+
+
+# ----------------------------------------------------------------------------- launched server
+VLLM_RPC_BASE_PATH = _path("VLLM_RPC_BASE_PATH", LAUNCHED, "The folder vLLM puts its ZMQ sockets in; "
+                           "unset (in the profile's env and this shell), kldtui gives each vLLM server it "
+                           "launches its runtime folder.",
+                           default_text="the server's runtime folder")
+TMPDIR = _path("TMPDIR", LAUNCHED, "The temp folder. kldtui makes a launched vLLM server's runtime folder "
+               "in it (in /tmp where its path is too long for the server's sockets) and sets the server's "
+               "TMPDIR to that folder, so what vLLM and torch leave in the temp folder (vLLM's `vllm_dist_*` "
+               "rendezvous file of every launch, the temporary folders a killed server leaves) goes with it. "
+               "A TMPDIR in the profile's env is passed on as it is, and what the server leaves there stays: "
+               "set it where the server must meet other processes in the temp folder (vLLM's weight-cache "
+               "daemons, `vllm preload` for `--load-format ipc_cache`, put their sockets in theirs; or give "
+               "the loader their `socket_dir`) or where you keep what it writes there "
+               "(`VLLM_TRACE_FUNCTION`'s logs).",
+               default_text="the server's runtime folder")
+
+
+def _torch_user() -> str:
+    """The user name in torch inductor's default cache folder (torch's ``default_cache_dir``)."""
+    import getpass
+
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        name = f"uid_{os.getuid()}"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
+def _cute_user() -> str:
+    """The user name in the CuTe DSL's default cache folder (``$USER``, else the account's)."""
+    import pwd
+
+    return os.environ.get("USER") or os.environ.get("USERNAME") or pwd.getpwuid(os.getuid()).pw_name
+
+
+TORCHINDUCTOR_CACHE_DIR = _path(
+    "TORCHINDUCTOR_CACHE_DIR", LAUNCHED, "torch inductor's compile cache (torch.compile's kernels and "
+    "graphs; vLLM's own compile cache is in ~/.cache/vllm). Unset, kldtui sets it for a launched vLLM "
+    "server to torch's default in kldtui's temp folder, where it is without the runtime folder.",
+    default_text="`torchinductor_USER` in the temp folder",
+    default=lambda: Path(tempfile.gettempdir()) / f"torchinductor_{_torch_user()}")
+CUTE_DSL_CACHE_DIR = _path(
+    "CUTE_DSL_CACHE_DIR", LAUNCHED, "The CuTe DSL's compile cache (nvidia-cutlass-dsl: the kernels vLLM "
+    "writes in it on NVIDIA GPUs). Unset, kldtui sets it for a launched vLLM server to the DSL's default "
+    "in kldtui's temp folder, where it is without the runtime folder.",
+    default_text="`USER/cutlass_python_cache` in the temp folder",
+    default=lambda: Path(tempfile.gettempdir()) / _cute_user() / "cutlass_python_cache")
+# The caches a launched server keeps in the temp folder across launches: set to their defaults when
+# its temp folder is its runtime folder (kldtui.stages.serve.temp_folder_entries).
+TEMP_FOLDER_CACHES: tuple[Setting[Path | None], ...] = (TORCHINDUCTOR_CACHE_DIR, CUTE_DSL_CACHE_DIR)
 
 
 # ----------------------------------------------------------------------------- helpers
