@@ -122,7 +122,8 @@ class ServerPlan:
     url: str | None = None
     capture_dir: Path | None = None  # attach: the server's; launched: a fixed folder (serve --capture-dir)
     # launched: the variable that takes a private folder for the server's runtime files (its sockets),
-    # made at start and removed at stop, unless the user set it (kldtui.stages.serve.RuntimeDir)
+    # made at start and removed at stop, unless the user set it (kldtui.stages.serve.RuntimeDir); the
+    # folder is the server's TMPDIR too, unless the profile's env sets one (temp_folder_entries)
     runtime_dir_env: str | None = None
 
 

@@ -55,7 +55,8 @@ class VllmKind(LaunchedKind):
     config_type = VllmConfig
     reference_keys = ("model", "served_model_name", "vllm_args")
     # vLLM's ZMQ sockets default to the temp folder and outlive a killed server (hundreds piled up
-    # in /tmp here): each launched server gets its own folder, removed when it stops
+    # in /tmp here), and every launch leaves a vllm_dist_* file there (torch's FileStore rendezvous):
+    # each launched server gets its own folder, for both, removed when it stops
     runtime_dir_env = "VLLM_RPC_BASE_PATH"
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:

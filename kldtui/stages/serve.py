@@ -19,6 +19,12 @@ an ``atexit`` guard stops whatever is still running, and on Linux the child gets
 with it. (The death signal fires when the *thread* that forked exits, so every child is forked
 by one long-lived spawner thread.)
 
+Nor litter: a kind with a runtime folder (``ServerPlan.runtime_dir_env``: vLLM) gets a private
+:class:`RuntimeDir` for its sockets and, as its TMPDIR, for its temp files (vLLM leaves a
+``vllm_dist_*`` file in the temp folder at every launch), removed at stop or, after a kill, at the
+next launch; the compile caches that default to the temp folder keep their places
+(:func:`temp_folder_entries`).
+
 The stage driver is :func:`run_serve` (with :func:`start_serve` for a caller that overlaps the
 server's loading with other work): from a :class:`ServerPlan` it launches the server (or checks an
 attached one), waits until it is ready and returns a :class:`ServerSession`; the ``serve`` command
@@ -285,11 +291,11 @@ _SOCKET_FOLDER_MAX = 60
 
 
 class RuntimeDir:
-    """A private folder for a launched server's runtime files (vLLM's ZMQ sockets), named
-    ``kldtui-rpc-PID-XXXXXXXX`` in the temp folder (``/tmp`` where that path is too long for a
-    socket): made at start (mode 0700), removed at stop. Folders left by a kldtui that was killed
-    (its PID no longer running) are removed at the next start: only folders of this user, never
-    through a link."""
+    """A private folder for a launched server's runtime files (vLLM's ZMQ sockets, and its temp
+    files: :func:`temp_folder_entries`), named ``kldtui-rpc-PID-XXXXXXXX`` in the temp folder
+    (``/tmp`` where that path is too long for a socket): made at start (mode 0700), removed at stop.
+    Folders left by a kldtui that was killed (its PID no longer running) are removed at the next
+    start: only folders of this user, never through a link."""
 
     def __init__(self) -> None:
         base = Path(tempfile.gettempdir())
@@ -323,6 +329,18 @@ class RuntimeDir:
                             or pid_alive(int(pid_text))):
                         continue
                     shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def temp_folder_entries(folder: str | os.PathLike[str], env: Mapping[str, str]) -> dict[str, str]:
+    """The environment entries that make ``folder`` a server's temp folder (TMPDIR), so that what
+    the server leaves there goes with the folder, while the compile caches that default to the temp
+    folder (``settings.TEMP_FOLDER_CACHES``) stay where they are without it, this process's temp
+    folder, so a relaunch does not compile again; a cache ``env`` sets is left as it is."""
+    entries = settings.TMPDIR.entry(folder)
+    for cache in settings.TEMP_FOLDER_CACHES:
+        if not cache.is_set(env):
+            entries.update(cache.entry(cache.get(env)))
+    return entries
 
 
 class ServerProcess:
@@ -424,8 +442,7 @@ class ServerProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         settings.check_environment(env, settings.READ_BY_SERVER)  # a bad value: exit 2, not a dead server
         prepare_capture_dir(self.capture_dir)
-        if self.runtime_dir_env is not None and not env.get(self.runtime_dir_env):
-            env[self.runtime_dir_env] = str(self.runtime_dir.create())
+        env.update(self._runtime_entries(env))
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             try:  # never through a link planted at its name (docs/SAFETY.md)
@@ -588,6 +605,20 @@ class ServerProcess:
                 self.emit(LogLine(STAGE, line, level=level))  # type: ignore[arg-type]
         with contextlib.suppress(OSError):
             self.proc.stdout.close()
+
+    def _runtime_entries(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A kind with a runtime folder (``runtime_dir_env``): the server's sockets and its temp
+        folder in a private folder removed at stop, each unless the user set it (the socket
+        variable in the profile's env or this shell; TMPDIR in the profile's env)."""
+        if self.runtime_dir_env is None:
+            return {}
+        sockets = not env.get(self.runtime_dir_env)
+        temp = not settings.TMPDIR.is_set(self.extra_env)
+        if not (sockets or temp):
+            return {}
+        folder = self.runtime_dir.create()
+        entries = {self.runtime_dir_env: str(folder)} if sockets else {}
+        return {**entries, **(temp_folder_entries(folder, env) if temp else {})}
 
     def _close_log(self) -> None:
         if self._log_file is not None:
