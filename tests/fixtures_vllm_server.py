@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from kldtui.stages.serve import temp_folder_entries
+
 SERVED_NAME = "tiny"
 CONTEXT = 2048
 
@@ -50,11 +52,14 @@ class VllmServer:
         if capture_dir is not None:
             env["VLLM_KLD_CAPTURE_DIR"] = str(capture_dir)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        # vLLM's ZMQ sockets in a folder of this server's, removed at stop (in the temp folder they
-        # stayed behind: about 70 per run of the vLLM step), as kldtui's own launcher does
+        # vLLM's ZMQ sockets and temp files (a vllm_dist_* file per start) in a folder of this
+        # server's, removed at stop (in the temp folder they stayed behind: about 70 sockets per run
+        # of the vLLM step), the compile caches where they were, as kldtui's own launcher does
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="kldtui-test-rpc-"))
         env["VLLM_RPC_BASE_PATH"] = str(self.runtime_dir)
         env.update(extra_env or {})
+        if "TMPDIR" not in (extra_env or {}):
+            env.update(temp_folder_entries(self.runtime_dir, env))
         argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
                 "--dtype", "float32", "--kv-cache-memory-bytes", "1073741824", "--skip-tokenizer-init",
