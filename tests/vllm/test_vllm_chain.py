@@ -17,11 +17,14 @@ computation reproduces vLLM's bf16 kernels, so that comparison could not check k
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kldtui.stages.serve import RUNTIME_DIR_PREFIX
 from tests.fixtures_vllm_chain import (
     CONTEXT,
     WINDOWS,
@@ -80,9 +83,20 @@ def _check_report(report: dict, chain: Chain, workdir: Path) -> None:
     assert manifest["runtime"]["model"] in (str(chain.f32), str(chain.bf16))
 
 
-def test_vllm_chain_float32_twice_agrees(chain: Chain) -> None:
+def test_vllm_chain_float32_twice_agrees(chain: Chain, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the run's temp folder is a fresh one (short: the server's runtime folder is made in it), so
+    # what the launched server leaves in its temp folder shows there, and no other process's files
+    temp = Path(tempfile.mkdtemp(prefix="kt-"))
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     profile, workdir = chain.profile("f32-again", chain.f32, "float32")
-    report = kldtui_run_batch(profile, workdir)
+    try:
+        report = kldtui_run_batch(profile, workdir)
+        # vLLM's rendezvous file (one per launch) went with the server's runtime folder
+        left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*"))
+        assert not [p for p in left if "vllm_dist_" in p or p.startswith(RUNTIME_DIR_PREFIX)], left
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert leftover_servers(chain.root) == []
     _check_report(report, chain, workdir)
     kl = report["kl_reference_to_candidate"]["mean"]
