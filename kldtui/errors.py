@@ -6,6 +6,9 @@ traceback for these. Anything else escaping a stage is a bug and is reported as 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class KldError(Exception):
     """A failure the user can act on. ``exit_code`` 1: the run failed."""
@@ -21,6 +24,22 @@ class BadInput(KldError):
     """The input is wrong (a file, a flag, a profile). ``exit_code`` 2; nothing was changed."""
 
     exit_code = 2
+
+
+class BadField(BadInput):
+    """A field of a file is wrong. The message names the file, the field and the problem, not what
+    to do: the loader of that kind of file adds it once for all its fields (:func:`remedy`), as
+    only it knows which command wrote the file."""
+
+
+@contextmanager
+def remedy(what_to_do: str) -> Iterator[None]:
+    """Inside: a :class:`BadField` leaves as a :class:`BadInput` ending with ``; what_to_do`` (the
+    innermost loader's remedy wins; any other error passes unchanged)."""
+    try:
+        yield
+    except BadField as exc:
+        raise BadInput(f"{exc}; {what_to_do}") from None
 
 
 class Interrupted(KldError):

@@ -17,8 +17,9 @@ through here:
   written over the candidate's ``manifest.json``), by real path and by ``samefile``.
 
 Errors are :class:`OSError` subclasses (``IsADirectoryError`` for a folder, :class:`NotRegularFile`
-otherwise), so callers that already turn ``OSError`` into a one-line message keep doing so;
-:func:`check_output` raises :class:`~kldtui.errors.BadInput`.
+otherwise), so callers that already turn ``OSError`` into a one-line message keep doing so, through
+:func:`read_failure` (the problem, then what to do); :func:`check_output` raises
+:class:`~kldtui.errors.BadInput`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,22 @@ def _refuse(path: str | os.PathLike[str], mode: int) -> OSError:
     if stat.S_ISDIR(mode):
         return IsADirectoryError(errno.EISDIR, "is a folder, not a file", os.fspath(path))
     return NotRegularFile(errno.EINVAL, f"is {kind_of(mode)}, not a regular file", os.fspath(path))
+
+
+def read_failure(path: str | os.PathLike[str], exc: OSError, what: str, remedy: str) -> BadInput:
+    """The one line for ``exc``, raised reading the ``what`` (``"comparison report"``) at ``path``:
+    the problem, then ``remedy`` (what to do), e.g. ``x.json: is a FIFO (named pipe), not a regular
+    file; give ...``. Every loader of a user's or another tool's file words its read errors here."""
+    name = os.fspath(path)
+    if isinstance(exc, FileNotFoundError):
+        problem = f"{what} not found"
+    elif isinstance(exc, IsADirectoryError):
+        problem = "is a folder, not a file"
+    elif isinstance(exc, NotRegularFile) and exc.strerror:
+        problem = exc.strerror  # "is a FIFO (named pipe), not a regular file"
+    else:  # no permission, a loop of links, an I/O error, over the size limit
+        problem = f"{what} cannot be read ({exc.strerror or exc})"
+    return BadInput(f"{name}: {problem}; {remedy}")
 
 
 def _clear_nonblock(fd: int) -> None:

@@ -14,10 +14,13 @@ and noise models are read through it.
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.formats.safe_io import read_failure, read_text
 
 CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0 but tab, LF, CR; DEL; C1
 
@@ -98,3 +101,23 @@ def loads(text: str, *, where: str, what: str = "the file") -> Any:
     doc = json.loads(text, object_pairs_hook=pairs)
     _check(doc, where, what, "(top level)")
     return doc
+
+
+def read_json(path: str | os.PathLike[str], *, what: str, remedy: str, limit: int | None = None) -> Any:
+    """The JSON document in the file at ``path``, read through :mod:`kldtui.formats.safe_io` (never
+    blocks on a FIFO) and parsed by :func:`loads`. BadInput, one line naming the file, the problem
+    and ``remedy`` (what to do), for a file that is missing, not a regular file, unreadable, not
+    UTF-8 or not JSON. ``what`` names the kind of file without an article (``"noise model"``)."""
+    p = Path(path)
+    try:
+        text = read_text(p, limit=limit)
+    except UnicodeDecodeError:
+        raise BadInput(f"{p}: {what} is not UTF-8 text, so not JSON; {remedy}") from None
+    except OSError as exc:
+        raise read_failure(p, exc, what, remedy) from None
+    try:
+        return loads(text, where=str(p), what=f"the {what}")
+    except ValueError as exc:
+        raise BadInput(f"{p}: {what} is not valid JSON ({exc}); {remedy}") from None
+    except RecursionError:
+        raise BadInput(f"{p}: {what} is JSON nested too deeply; {remedy}") from None
