@@ -14,9 +14,8 @@ from typing import Any
 from kldtui.errors import BadInput, size_text
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.report_model import REPORT_FORMAT, ComparisonReport
+from kldtui.formats.report_model import REPORT_FORMAT, REPORT_REMEDY, ComparisonReport
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
-from kldtui.formats.safe_io import read_text
 from kldtui.text import plural, top_k
 
 
@@ -49,24 +48,9 @@ def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, 
 
 def load_report(path: str | os.PathLike[str]) -> ComparisonReport:
     """Read and validate a comparison report file (kldtui's or the original comparator's);
-    BadInput naming the file (and the field) on anything else."""
+    BadInput naming the file (and the field) and what to do on anything else."""
     p = Path(path)
-    try:
-        text = read_text(p)
-    except FileNotFoundError:
-        raise BadInput(f"{p}: comparison report not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a comparison report (JSON)") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{p}: not a JSON comparison report (not UTF-8 text)") from None
-    except OSError as exc:
-        raise BadInput(f"{p}: cannot read the comparison report ({exc.strerror or exc})") from None
-    try:
-        doc = untrusted_json.loads(text, where=str(p), what="the comparison report")
-    except ValueError as exc:
-        raise BadInput(f"{p}: not a JSON comparison report ({exc})") from None
-    except RecursionError:
-        raise BadInput(f"{p}: not a comparison report (JSON nested too deeply)") from None
+    doc = untrusted_json.read_json(p, what="comparison report", remedy=REPORT_REMEDY)
     return ComparisonReport.from_json(doc, str(p))
 
 

@@ -26,6 +26,9 @@ REPORT_FORMAT = "kldtui-comparison-v1"
 STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
 STATS_EXTRA = ("min", "p0_1", "p1", "p5", "p10", "p50", "p90", "p99_9")
 _ADVICE = "not a comparison report, or a damaged one (re-run kldtui compare)"
+# what to do about a file that is no comparison report at all (missing, a FIFO, not JSON, a list):
+# every load error of a report ends with it (kldtui.formats.report.load_report)
+REPORT_REMEDY = "give a comparison report that kldtui compare or kldtui run wrote"
 _KEEP_NULL = {"keep_null": True}
 _FLAT = {"flatten": True}  # a mapping written as fields of its object (registered figures' columns)
 
@@ -1024,7 +1027,8 @@ class ComparisonReport(_Part):
     def from_json(cls, doc: Any, where: str = "report") -> ComparisonReport:
         """Validate a parsed JSON document; BadInput (one line: file, field, problem) otherwise."""
         if not isinstance(doc, dict):
-            raise BadInput(f"{where}: not a comparison report (expected a JSON object, found {_kind(doc)})")
+            raise BadInput(f"{where}: not a comparison report (expected a JSON object, found {_kind(doc)}); "
+                           f"{REPORT_REMEDY}")
         o = _Obj(doc, where, "")
         fmt = o.opt_str("report_format")
         if fmt is not None and fmt != REPORT_FORMAT:

@@ -132,7 +132,7 @@ def test_not_an_object_is_refused(doc: Any) -> None:
 
 
 @pytest.mark.parametrize("content, needle", [
-    ("{not json", "not a JSON comparison report"),
+    ("{not json", "comparison report is not valid JSON"),
     (json.dumps({"direction": "x"}), "per_window: missing field; not a comparison report"),
     (json.dumps(_broken(["per_window", 0, "domain"], 3)), "per_window[0].domain: expected text"),
 ])

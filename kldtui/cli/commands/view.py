@@ -36,16 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_reports(paths: list[str]) -> list[ComparisonReport]:
-    """Load every report; BadInput (one line, exit 2) for the first that is not one."""
-    from kldtui.errors import BadInput
+    """Load every report; BadInput (one line, exit 2: the file, the problem, what to do) for the
+    first that is not one (load_report words it: a FIFO is not "not found")."""
     from kldtui.formats.report import load_report
 
-    loaded = []
-    for path in report_paths(paths):
-        if not path.is_file():
-            raise BadInput(f"{path}: comparison report not found; give the path of a report JSON")
-        loaded.append(load_report(path))
-    return loaded
+    return [load_report(path) for path in report_paths(paths)]
 
 
 def report_paths(paths: list[str]) -> list[Path]:
