@@ -32,6 +32,10 @@ from kldtui.formats.suite import logits_manifest_path
 from kldtui.metrics.stats import student_t_interval, t_quantile
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
+# what to do about a noise model that cannot be read (load_floor): a file that is none at all, and one
+# that is damaged
+NOISE_REMEDY = "give a noise model that kldtui noise wrote"
+REWRITE_NOISE = "write the file again with kldtui noise"
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
 PUBLISHED_REPEAT_KL = 0.0035014991  # KL(run1 || run2), window 0
 PUBLISHED_REPEAT_KL_REVERSE = 0.0035850708  # KL(run2 || run1), window 0
@@ -192,7 +196,7 @@ class RepeatModel:
     def from_dict(cls, doc: Any, where: str) -> RepeatModel:
         """Read :meth:`to_dict`'s output back, checking every value (one line on a problem)."""
         def bad(what: str) -> BadInput:
-            return BadInput(f"{where}: repeat_model {what}; write the file again with kldtui noise")
+            return BadInput(f"{where}: repeat_model {what}; {REWRITE_NOISE}")
 
         if not isinstance(doc, dict):
             raise bad("is not an object")
@@ -434,38 +438,28 @@ def _num(doc: dict[str, Any], key: str, where: str, *, optional: bool = False) -
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
         raise BadInput(f"{where}: field {key!r} must be a non-negative number (got {value!r}); "
-                       "write the floor again with kldtui noise")
+                       f"{REWRITE_NOISE}")
     return float(value)
 
 
 def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     """Read a floor written by :func:`save_floor`; BadInput (one line) when it is not one."""
     p = Path(path)
-    try:
-        doc = untrusted_json.loads(read_text(p), where=str(p), what="the noise model")
-    except FileNotFoundError:
-        raise BadInput(f"{p}: noise floor file not found; create it with kldtui noise") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a noise floor file from kldtui noise") from None
-    except OSError as exc:  # a FIFO, a device, no permission
-        raise BadInput(f"{p}: the noise floor file cannot be read ({exc.strerror or exc})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{p}: not a JSON noise floor file ({exc})") from None
+    doc = untrusted_json.read_json(p, what="noise model", remedy=NOISE_REMEDY)
     if not isinstance(doc, dict) or doc.get("format") != FLOOR_FORMAT:
-        raise BadInput(f"{p}: not a kldtui noise floor (format is not {FLOOR_FORMAT!r}); "
-                       "create it with kldtui noise")
+        raise BadInput(f"{p}: not a kldtui noise floor (format is not {FLOOR_FORMAT!r}); {NOISE_REMEDY}")
     kind = doc.get("kind", "measured")
     if kind not in ("measured", "published"):
-        raise BadInput(f"{p}: unknown noise floor kind {kind!r}")
+        raise BadInput(f"{p}: unknown noise floor kind {kind!r}; {REWRITE_NOISE}")
     per_window: dict[int, float] = {}
     per_rev: dict[int, float] = {}
     entries = doc.get("per_window") or []
     if not isinstance(entries, list):
-        raise BadInput(f"{p}: per_window must be a list; write the floor again with kldtui noise")
+        raise BadInput(f"{p}: per_window must be a list; {REWRITE_NOISE}")
     for entry in entries:
         if not isinstance(entry, dict) or isinstance(entry.get("window_index"), bool) or not isinstance(
                 entry.get("window_index"), int):
-            raise BadInput(f"{p}: per_window entry {entry!r} has no integer window_index")
+            raise BadInput(f"{p}: per_window entry {entry!r} has no integer window_index; {REWRITE_NOISE}")
         w = entry["window_index"]
         per_window[w] = _num(entry, "kl_mean", f"{p}: window {w}")  # type: ignore[assignment]
         rev = _num(entry, "kl_reverse_mean", f"{p}: window {w}", optional=True)
@@ -480,15 +474,14 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     if metric_doc is not None:
         rows = metric_doc.get("per_window") if isinstance(metric_doc, dict) else None
         if not isinstance(rows, list):
-            raise BadInput(f"{p}: metric_repeat has no per_window list; write the file again with "
-                           "kldtui noise")
+            raise BadInput(f"{p}: metric_repeat has no per_window list; {REWRITE_NOISE}")
         for entry in rows:
             w = entry.get("window_index") if isinstance(entry, dict) else None
             v = entry.get("difference") if isinstance(entry, dict) else None
             if isinstance(w, bool) or not isinstance(w, int) or isinstance(v, bool) or not isinstance(
                     v, int | float) or not np.isfinite(v):
                 raise BadInput(f"{p}: metric_repeat entry {entry!r} needs an integer window_index and a "
-                               "finite difference; write the file again with kldtui noise")
+                               f"finite difference; {REWRITE_NOISE}")
             metric[w] = float(v)
     floor = NoiseFloor(
         kind=kind,
