@@ -42,11 +42,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kldtui.errors import BadInput
+from kldtui.errors import BadField, BadInput, remedy
 from kldtui.formats.atomic import atomic_open, write_bytes_atomic, write_json_atomic
 from kldtui.formats.fidelity_names import CONTEXT_FILTERS, PARTITION_NAMES, parse_context_filter
 from kldtui.formats.names import check_name, check_relative_path
-from kldtui.formats.safe_io import read_text
+from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import (
     DTYPES,
     SafetensorsHeader,
@@ -55,7 +55,11 @@ from kldtui.formats.safetensors_io import (
     read_header,
 )
 from kldtui.formats.suite import (
+    LOGITS_DAMAGED,
+    LOGITS_REMEDY,
+    SUITE_DAMAGED,
     SUITE_MANIFEST,
+    SUITE_REMEDY,
     TOKENS_DIR,
     LogitsEntry,
     LogitsManifest,
@@ -85,6 +89,10 @@ SENTINEL_LIVE_DIR = "sentinel-live-logits"
 VALIDATION_DIR = "validation"
 CACHE_DIR = ".cache"  # never listed in checksums.txt (the Hub client's own folder)
 KLDTUI_PREFIX = ".kldtui"  # kldtui's own files in a suite folder (download record, partial files, locks)
+# What to do about a damaged file of a complete hidden-state suite (its top-level manifest.json and
+# checksums.txt: written when its reference is finalized, or downloaded) and of an LM head
+HIDDEN_SUITE_DAMAGED = "download the suite again, or capture and finalize its reference again"
+HEAD_DAMAGED = "export the head again (kldtui export-head) or download it again"
 
 HIDDEN_KEY = "hidden_states"
 LIVE_KEY = "logits"
@@ -150,21 +158,21 @@ def is_sha256(value: object) -> bool:
 def _sha(doc: Mapping[str, Any], key: str, where: str) -> str:
     value: str = require_field(dict(doc), key, str, where)
     if not _HEX64.match(value):
-        raise BadInput(f"{where}: field {key!r} is not a SHA-256 (64 lower-case hex digits): {value[:80]!r}")
+        raise BadField(f"{where}: field {key!r} is not a SHA-256 (64 lower-case hex digits): {value[:80]!r}")
     return value
 
 
 def _whole(doc: Mapping[str, Any], key: str, where: str, *, minimum: int = 0) -> int:
     value = require_field(dict(doc), key, int, where)
     if value < minimum:
-        raise BadInput(f"{where}: field {key!r} is {value}, it must be at least {minimum}")
+        raise BadField(f"{where}: field {key!r} is {value}, it must be at least {minimum}")
     return int(value)
 
 
 def _shape(value: object, key: str, where: str) -> tuple[int, int]:
     if (not isinstance(value, list) or len(value) != 2
             or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)):
-        raise BadInput(f"{where}: field {key!r} {str(value)[:80]} must be two whole numbers > 0 "
+        raise BadField(f"{where}: field {key!r} {str(value)[:80]} must be two whole numbers > 0 "
                        "[rows, width]")
     return int(value[0]), int(value[1])
 
@@ -222,7 +230,7 @@ def _opt_str(entry: Mapping[str, Any], key: str, where: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise BadInput(f"{where}: field {key!r} must be text, found {type(value).__name__}")
+        raise BadField(f"{where}: field {key!r} must be text, found {type(value).__name__}")
     return str(value)
 
 
@@ -272,14 +280,14 @@ def suite_from_contexts(p: Path, doc: dict[str, Any]) -> Suite:
     suite_hash = _sha(doc, "suite_token_hash_sha256", where)
     entries = require_field(doc, "contexts", list, where)
     if len(entries) != count:
-        raise BadInput(f"{where}: context_count is {count} but {len(entries)} contexts are listed")
+        raise BadField(f"{where}: context_count is {count} but {len(entries)} contexts are listed")
     scored = doc.get("scored_positions_per_context", context_length - 1)
     if scored != context_length - 1:
-        raise BadInput(f"{where}: scored_positions_per_context {scored} must be context_length - 1 "
+        raise BadField(f"{where}: scored_positions_per_context {scored} must be context_length - 1 "
                        f"({context_length - 1})")
     total = doc.get("total_scored_positions", count * (context_length - 1))
     if total != count * (context_length - 1):
-        raise BadInput(f"{where}: total_scored_positions {total} differs from {count} contexts x "
+        raise BadField(f"{where}: total_scored_positions {total} differs from {count} contexts x "
                        f"{context_length - 1} positions")
     windows: list[WindowSpec] = []
     by_stratum: dict[str, int] = {}
@@ -288,28 +296,28 @@ def suite_from_contexts(p: Path, doc: dict[str, Any]) -> Suite:
     for position, entry in enumerate(entries):
         c_where = f"{where} contexts[{position}]"
         if not isinstance(entry, dict):
-            raise BadInput(f"{c_where}: expected an object")
+            raise BadField(f"{c_where}: expected an object")
         index = _whole(entry, "index", c_where)
         if index != position or entry.get("context_index", index) != index:
-            raise BadInput(f"{c_where}: index {index} (context_index {entry.get('context_index')}) is out of "
+            raise BadField(f"{c_where}: index {index} (context_index {entry.get('context_index')}) is out of "
                            f"order (expected {position})")
         num_tokens = _whole(entry, "num_tokens", c_where)
         if num_tokens != context_length:
-            raise BadInput(f"{c_where}: num_tokens {num_tokens} differs from context_length {context_length}")
+            raise BadField(f"{c_where}: num_tokens {num_tokens} differs from context_length {context_length}")
         start = entry.get("scored_row_start", 0)
         stop = entry.get("scored_row_end_exclusive", context_length - 1)
         if start != 0 or stop != context_length - 1:
-            raise BadInput(f"{c_where}: scored rows [{start}, {stop}) must be [0, {context_length - 1}): "
+            raise BadField(f"{c_where}: scored rows [{start}, {stop}) must be [0, {context_length - 1}): "
                            "row r predicts token r + 1")
         stratum = check_name(require_field(entry, "allocation_stratum", str, c_where), "allocation_stratum",
                              c_where)
         partition = entry.get("partition", "analysis")
         if partition not in PARTITION_NAMES:
-            raise BadInput(f"{c_where}: partition {str(partition)[:40]!r} is not one of "
+            raise BadField(f"{c_where}: partition {str(partition)[:40]!r} is not one of "
                            f"{', '.join(PARTITION_NAMES)}")
         sentinel = entry.get("sentinel", False)
         if not isinstance(sentinel, bool):
-            raise BadInput(f"{c_where}: sentinel must be true or false")
+            raise BadField(f"{c_where}: sentinel must be true or false")
         partitions[partition] = partitions.get(partition, 0) + 1
         sentinels += sentinel
         windows.append(WindowSpec(
@@ -322,10 +330,10 @@ def suite_from_contexts(p: Path, doc: dict[str, Any]) -> Suite:
     for key, counted in (("allocation_counts", by_stratum), ("partition_counts", partitions)):
         stated = doc.get(key)
         if isinstance(stated, dict) and {k: v for k, v in stated.items() if v} != counted:
-            raise BadInput(f"{where}: {key} {compact_json(stated)[:200]} differs from the contexts "
+            raise BadField(f"{where}: {key} {compact_json(stated)[:200]} differs from the contexts "
                            f"({compact_json(counted)[:200]})")
     if "sentinel_count" in doc and doc["sentinel_count"] != sentinels:
-        raise BadInput(f"{where}: sentinel_count {doc['sentinel_count']} differs from the {sentinels} "
+        raise BadField(f"{where}: sentinel_count {doc['sentinel_count']} differs from the {sentinels} "
                        "contexts marked sentinel")
     return Suite(root=p.parent, path=p, format_version=1, context_length=context_length,
                  window_count=count, suite_token_hash_sha256=suite_hash, windows=tuple(windows),
@@ -537,7 +545,7 @@ def holds_hidden_states(folder: str | os.PathLike[str]) -> bool:
 def tensor_kind(doc: Mapping[str, Any], where: str) -> TensorKind:
     has_hidden, has_vocab = "hidden_width" in doc, "vocab_size" in doc
     if has_hidden == has_vocab:
-        raise BadInput(f"{where}: a tensor folder's manifest names exactly one of hidden_width (hidden "
+        raise BadField(f"{where}: a tensor folder's manifest names exactly one of hidden_width (hidden "
                        "states) and vocab_size (logits)")
     return "hidden" if has_hidden else "logits"
 
@@ -549,49 +557,48 @@ def tensor_manifest_from_doc(p: Path, doc: dict[str, Any]) -> TensorManifest:
     context_length = _whole(doc, "context_length", where, minimum=2)
     scored = doc.get("scored_rows_per_context", context_length - 1)
     if scored != context_length - 1:
-        raise BadInput(f"{where}: scored_rows_per_context {scored} must be context_length - 1 "
+        raise BadField(f"{where}: scored_rows_per_context {scored} must be context_length - 1 "
                        f"({context_length - 1})")
     key_default = HIDDEN_KEY if kind == "hidden" else LIVE_KEY
     tensor_key = doc.get("tensor_key", key_default)
     if not isinstance(tensor_key, str) or not tensor_key:
-        raise BadInput(f"{where}: tensor_key must be a name")
+        raise BadField(f"{where}: tensor_key must be a name")
     point = doc.get("semantic_point")
     expected_point = SEMANTIC_HIDDEN if kind == "hidden" else SEMANTIC_LIVE
     if point is not None and point != expected_point:
-        raise BadInput(f"{where}: semantic_point {str(point)[:60]!r} does not fit a {kind} folder "
+        raise BadField(f"{where}: semantic_point {str(point)[:60]!r} does not fit a {kind} folder "
                        f"(expected {expected_point!r})")
     runtime = doc.get("runtime_manifest")
     if runtime is not None:
         if not isinstance(runtime, str) or runtime.startswith("/") or ".." in runtime.split("/"):
-            raise BadInput(f"{where}: runtime_manifest {str(runtime)[:120]!r} must be a path relative to "
+            raise BadField(f"{where}: runtime_manifest {str(runtime)[:120]!r} must be a path relative to "
                            "the suite folder (absolute paths are refused)")
     runtime_sha = _sha(doc, "runtime_manifest_sha256", where) if doc.get("runtime_manifest_sha256") else None
     entries: dict[int, TensorRecord] = {}
     for position, entry in enumerate(require_field(doc, "contexts", list, where)):
         r_where = f"{where} contexts[{position}]"
         if not isinstance(entry, dict):
-            raise BadInput(f"{r_where}: expected an object")
+            raise BadField(f"{r_where}: expected an object")
         index = _whole(entry, "context_index", r_where)
         if index in entries:
-            raise BadInput(f"{r_where}: context {index} is listed twice")
+            raise BadField(f"{r_where}: context {index} is listed twice")
         rows, cols = _shape(require_field(entry, "shape", list, r_where), "shape", r_where)
         dtype = require_field(entry, "dtype", str, r_where)
         allowed = ("BF16",) if kind == "hidden" else ("BF16", "F32")
         if dtype not in allowed:
-            raise BadInput(f"{r_where}: dtype {dtype[:20]!r}: a {kind} file is {' or '.join(allowed)}")
+            raise BadField(f"{r_where}: dtype {dtype[:20]!r}: a {kind} file is {' or '.join(allowed)}")
         if cols != width:
-            raise BadInput(f"{r_where}: shape {[rows, cols]} does not match the folder's width {width}")
+            raise BadField(f"{r_where}: shape {[rows, cols]} does not match the folder's width {width}")
         if rows < scored if kind == "hidden" else rows != scored:
             need = f"at least {scored}" if kind == "hidden" else f"exactly {scored}"
-            raise BadInput(f"{r_where}: {rows} rows; a context of {context_length} tokens needs {need}")
+            raise BadField(f"{r_where}: {rows} rows; a context of {context_length} tokens needs {need}")
         size = _whole(entry, "size_bytes", r_where)
         payload = rows * cols * DTYPES[dtype].itemsize
         if size < payload + 8:
-            raise BadInput(f"{r_where}: size_bytes {size} is smaller than the tensor's {payload} bytes; "
-                           "the manifest is damaged")
+            raise BadField(f"{r_where}: size_bytes {size} is smaller than the tensor's {payload} bytes")
         key = entry.get("key", tensor_key)
         if key != tensor_key:
-            raise BadInput(f"{r_where}: key {str(key)[:40]!r} differs from the folder's {tensor_key!r}")
+            raise BadField(f"{r_where}: key {str(key)[:40]!r} differs from the folder's {tensor_key!r}")
         entries[index] = TensorRecord(
             context_index=index, file=check_name(require_field(entry, "file", str, r_where), "file", r_where),
             key=tensor_key, dtype=dtype, shape=(rows, cols), size_bytes=size,
@@ -600,7 +607,7 @@ def tensor_manifest_from_doc(p: Path, doc: dict[str, Any]) -> TensorManifest:
     total = _whole(doc, "total_size_bytes", where) if "total_size_bytes" in doc else None
     listed = sum(r.size_bytes for r in entries.values())
     if total is not None and total != listed:
-        raise BadInput(f"{where}: total_size_bytes {total} differs from the sum of the records ({listed})")
+        raise BadField(f"{where}: total_size_bytes {total} differs from the sum of the records ({listed})")
     return TensorManifest(root=p.parent, path=p, kind=kind, width=width, context_length=context_length,
                           suite_token_hash_sha256=_sha(doc, "suite_token_hash_sha256", where),
                           tensor_key=tensor_key, semantic_point=point, runtime_manifest=runtime,
@@ -610,10 +617,12 @@ def tensor_manifest_from_doc(p: Path, doc: dict[str, Any]) -> TensorManifest:
 
 def load_tensor_manifest(path: str | os.PathLike[str]) -> TensorManifest:
     """A tensor folder's ``manifest.json`` (a file, or the folder holding it), validated."""
-    p, doc = read_versioned(path, TENSOR_MANIFEST, "tensor folder manifest")
+    p, doc = read_versioned(path, TENSOR_MANIFEST, "tensor folder manifest", what_to_do=LOGITS_REMEDY)
     if not is_tensor_manifest(doc):
-        raise BadInput(f"{p}: not a hidden-state or live-logits folder's manifest (no contexts records)")
-    return tensor_manifest_from_doc(p, doc)
+        raise BadInput(f"{p}: not a hidden-state or live-logits folder's manifest (no contexts records); "
+                       f"{LOGITS_REMEDY}")
+    with remedy(LOGITS_DAMAGED):
+        return tensor_manifest_from_doc(p, doc)
 
 
 def logits_manifest_from_contexts(p: Path, doc: dict[str, Any]) -> LogitsManifest:
@@ -712,12 +721,17 @@ def load_lm_head(path: str | os.PathLike[str]) -> LmHead:
     """The head at ``path``: a folder (``manifest.json`` naming the file, or ``weight.safetensors``)
     or the weight file itself (a ``manifest.json`` beside it is read and must agree).  Checks the
     header: one tensor, BF16, two dimensions, and every field the manifest states."""
-    p = Path(path)
+    with remedy(HEAD_DAMAGED):
+        return _lm_head(Path(path))
+
+
+def _lm_head(p: Path) -> LmHead:
     manifest_path: Path | None = None
     doc: dict[str, Any] = {}
     if p.is_dir():
         if (p / TENSOR_MANIFEST).exists():
-            manifest_path, doc = read_versioned(p / TENSOR_MANIFEST, TENSOR_MANIFEST, "LM head manifest")
+            manifest_path, doc = read_versioned(p / TENSOR_MANIFEST, TENSOR_MANIFEST, "LM head manifest",
+                                                what_to_do=HEAD_DAMAGED)
             weight = p / check_name(doc.get("file", HEAD_FILE), "file", str(manifest_path))
         else:
             weight = p / HEAD_FILE
@@ -725,41 +739,42 @@ def load_lm_head(path: str | os.PathLike[str]) -> LmHead:
         weight = p
         beside = p.parent / TENSOR_MANIFEST
         if beside.exists():
-            candidate_path, candidate = read_versioned(beside, TENSOR_MANIFEST, "LM head manifest")
+            candidate_path, candidate = read_versioned(beside, TENSOR_MANIFEST, "LM head manifest",
+                                                       what_to_do=HEAD_DAMAGED)
             if candidate.get("file") == p.name:  # the head's own manifest (another file's is not)
                 manifest_path, doc = candidate_path, candidate
     header = read_header(weight)
     where = str(weight)
     if len(header.tensors) != 1:
-        raise BadInput(f"{where}: an LM head file holds one tensor, this one holds "
+        raise BadField(f"{where}: an LM head file holds one tensor, this one holds "
                        f"{', '.join(sorted(header.tensors)) or 'none'}")
     info = next(iter(header.tensors.values()))
     if info.dtype != "BF16" or len(info.shape) != 2 or min(info.shape) < 1:
-        raise BadInput(f"{where}: the LM head is {info.dtype} {list(info.shape)}; replay needs BF16 "
+        raise BadField(f"{where}: the LM head is {info.dtype} {list(info.shape)}; replay needs BF16 "
                        "[vocab, hidden]")
     if header.file_size != info.end:
-        raise BadInput(f"{where}: {header.file_size - info.end} bytes after the tensor data; the file is "
-                       "damaged")
+        raise BadField(f"{where}: {header.file_size - info.end} bytes after the tensor data (the file is "
+                       "damaged)")
     file_sha = raw_sha = None
     if manifest_path is not None:
         m_where = str(manifest_path)
         key = doc.get("key", info.name)
         if key != info.name:
-            raise BadInput(f"{m_where}: key {str(key)[:40]!r} but {weight.name} holds {info.name!r}")
+            raise BadField(f"{m_where}: key {str(key)[:40]!r} but {weight.name} holds {info.name!r}")
         if doc.get("dtype", "BF16") != "BF16":
-            raise BadInput(f"{m_where}: dtype {str(doc.get('dtype'))[:20]!r}; an LM head is BF16")
+            raise BadField(f"{m_where}: dtype {str(doc.get('dtype'))[:20]!r}; an LM head is BF16")
         if "shape" in doc and _shape(doc["shape"], "shape", m_where) != tuple(info.shape):
-            raise BadInput(f"{m_where}: shape {doc['shape']} but {weight.name} is {list(info.shape)}")
+            raise BadField(f"{m_where}: shape {doc['shape']} but {weight.name} is {list(info.shape)}")
         if "size_bytes" in doc and doc["size_bytes"] != header.file_size:
-            raise BadInput(f"{m_where}: size_bytes {doc['size_bytes']} but {weight.name} has "
-                           f"{header.file_size} bytes; the file is truncated or replaced")
+            raise BadField(f"{m_where}: size_bytes {doc['size_bytes']} but {weight.name} has "
+                           f"{header.file_size} bytes (the file is truncated or replaced)")
         file_sha = _sha(doc, "file_sha256", m_where) if "file_sha256" in doc else None
         raw_sha = _sha(doc, "raw_tensor_sha256", m_where) if "raw_tensor_sha256" in doc else None
     meta_raw = header.metadata.get("raw_tensor_sha256")
     if meta_raw is not None:
         if raw_sha is not None and meta_raw != raw_sha:
-            raise BadInput(f"{where}: metadata raw_tensor_sha256 {meta_raw[:12]}... differs from the "
-                           f"manifest's {raw_sha[:12]}...; the head and its manifest do not belong together")
+            raise BadField(f"{where}: metadata raw_tensor_sha256 {meta_raw[:12]}... differs from the "
+                           f"manifest's {raw_sha[:12]}... (the head and its manifest do not belong together)")
         raw_sha = raw_sha or (meta_raw if is_sha256(meta_raw) else None)
     return LmHead(path=weight, info=info, manifest_path=manifest_path, file_sha256=file_sha,
                   raw_tensor_sha256=raw_sha, manifest=doc)
@@ -812,16 +827,16 @@ def parse_checksums(text: str, where: str) -> dict[str, str]:
             continue
         match = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
         if match is None:
-            raise BadInput(f"{where}: line {number} is not '<sha256>  <path>': {line[:120]!r}")
+            raise BadField(f"{where}: line {number} is not '<sha256>  <path>': {line[:120]!r}")
         digest, rel = match.groups()
         check_relative_path(rel, "path", f"{where}: line {number}", max_parts=8)
         if rel == CHECKSUMS or rel.split("/")[0] == CACHE_DIR:
-            raise BadInput(f"{where}: line {number} lists {rel!r}, which checksums.txt never covers")
+            raise BadField(f"{where}: line {number} lists {rel!r}, which checksums.txt never covers")
         if rel in out:
-            raise BadInput(f"{where}: line {number}: {rel!r} is listed twice")
+            raise BadField(f"{where}: line {number}: {rel!r} is listed twice")
         out[rel] = digest
     if not out:
-        raise BadInput(f"{where}: lists no files")
+        raise BadField(f"{where}: lists no files")
     return out
 
 
@@ -831,10 +846,13 @@ def read_checksums(root: str | os.PathLike[str]) -> dict[str, str]:
         text = read_text(path, limit=64 * 1024 * 1024)
     except FileNotFoundError:
         raise BadInput(f"{path}: not found; a published hidden-state suite lists every file's SHA-256 "
-                       "there") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot be read ({exc})") from None
-    return parse_checksums(text, str(path))
+                       f"there: {HIDDEN_SUITE_DAMAGED}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text; {HIDDEN_SUITE_DAMAGED}") from None
+    except OSError as exc:
+        raise read_failure(path, exc, "checksum list", HIDDEN_SUITE_DAMAGED) from None
+    with remedy(HIDDEN_SUITE_DAMAGED):
+        return parse_checksums(text, str(path))
 
 
 def listed_files(root: str | os.PathLike[str]) -> list[str]:
@@ -899,11 +917,16 @@ def is_top_manifest(doc: Mapping[str, Any]) -> bool:
 
 
 def load_top_manifest(path: str | os.PathLike[str]) -> TopManifest:
-    p, doc = read_versioned(path, TOP_MANIFEST, "suite top-level manifest")
-    where = str(p)
+    p, doc = read_versioned(path, TOP_MANIFEST, "suite top-level manifest", what_to_do=SUITE_REMEDY)
     if not is_top_manifest(doc):
-        raise BadInput(f"{where}: not a hidden-state suite's top-level manifest (no reference_hidden "
-                       "and suite)")
+        raise BadInput(f"{p}: not a hidden-state suite's top-level manifest (no reference_hidden and suite); "
+                       f"{SUITE_REMEDY}")
+    with remedy(HIDDEN_SUITE_DAMAGED):
+        return _top_manifest(p, doc)
+
+
+def _top_manifest(p: Path, doc: dict[str, Any]) -> TopManifest:
+    where = str(p)
     suite = require_field(doc, "suite", dict, where)
     hidden = require_field(doc, "reference_hidden", dict, where)
     head = require_field(doc, "lm_head", dict, where)
@@ -917,15 +940,15 @@ def load_top_manifest(path: str | os.PathLike[str]) -> TopManifest:
     if "shape_per_context" in hidden:
         rows, _ = _shape(hidden["shape_per_context"], "shape_per_context", f"{where} reference_hidden")
         if rows < length - 1:
-            raise BadInput(f"{where}: reference_hidden.shape_per_context has {rows} rows; contexts of "
+            raise BadField(f"{where}: reference_hidden.shape_per_context has {rows} rows; contexts of "
                            f"{length} tokens need {length - 1}")
     if "context_count" in hidden and hidden["context_count"] != count:
-        raise BadInput(f"{where}: reference_hidden.context_count {hidden['context_count']} differs from "
+        raise BadField(f"{where}: reference_hidden.context_count {hidden['context_count']} differs from "
                        f"context_count {count}")
     for key, value in (("scored_positions_per_context", length - 1), ("total_scored_positions",
                                                                       count * (length - 1))):
         if key in doc and doc[key] != value:
-            raise BadInput(f"{where}: {key} {doc[key]} differs from {value} ({count} contexts of {length} "
+            raise BadField(f"{where}: {key} {doc[key]} differs from {value} ({count} contexts of {length} "
                            "tokens)")
     return TopManifest(
         path=p, suite_manifest=rel["suite"],
@@ -943,20 +966,25 @@ def load_top_manifest(path: str | os.PathLike[str]) -> TopManifest:
 
 def read_partitions(root: str | os.PathLike[str]) -> dict[int, tuple[str, bool]]:
     """``partitions.json``: context index -> (partition, sentinel)."""
-    p, doc = read_versioned(Path(root) / PARTITIONS, PARTITIONS, "partitions file")
+    p, doc = read_versioned(Path(root) / PARTITIONS, PARTITIONS, "partitions file", what_to_do=SUITE_DAMAGED)
+    with remedy(SUITE_DAMAGED):
+        return _partitions(p, doc)
+
+
+def _partitions(p: Path, doc: dict[str, Any]) -> dict[int, tuple[str, bool]]:
     out: dict[int, tuple[str, bool]] = {}
     for n, item in enumerate(require_field(doc, "contexts", list, str(p))):
         where = f"{p} contexts[{n}]"
         if not isinstance(item, dict):
-            raise BadInput(f"{where}: expected an object")
+            raise BadField(f"{where}: expected an object")
         index = _whole(item, "context_index", where)
         partition = require_field(item, "partition", str, where)
         sentinel = require_field(item, "sentinel", bool, where)
         if partition not in PARTITION_NAMES:
-            raise BadInput(f"{where}: partition {partition[:40]!r} is not one of "
+            raise BadField(f"{where}: partition {partition[:40]!r} is not one of "
                            f"{', '.join(PARTITION_NAMES)}")
         if index in out:
-            raise BadInput(f"{where}: context {index} is listed twice")
+            raise BadField(f"{where}: context {index} is listed twice")
         out[index] = (partition, sentinel)
     return out
 
@@ -1265,8 +1293,9 @@ def head_file(root: str | os.PathLike[str]) -> str:
     """The LM head's weight file, relative to the suite folder (its manifest's ``file``)."""
     path = Path(root) / LM_HEAD_DIR / TENSOR_MANIFEST
     if path.is_file():
-        _, doc = read_versioned(path, TENSOR_MANIFEST, "LM head manifest")
-        return f"{LM_HEAD_DIR}/{check_name(doc.get('file', HEAD_FILE), 'file', str(path))}"
+        _, doc = read_versioned(path, TENSOR_MANIFEST, "LM head manifest", what_to_do=HEAD_DAMAGED)
+        with remedy(HEAD_DAMAGED):
+            return f"{LM_HEAD_DIR}/{check_name(doc.get('file', HEAD_FILE), 'file', str(path))}"
     return f"{LM_HEAD_DIR}/{HEAD_FILE}"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from kldtui.errors import BadInput
+from kldtui.errors import BadField
 
 NAME_MAX = 128
 ALLOWED = "letters, digits, '_', '.' and '-'"
@@ -41,7 +41,7 @@ def check_name(value: object, what: str, where: str) -> str:
     """``value`` if it is a safe name, else BadInput ``"<where>: <what> <value> ...; fix ..."``."""
     problem = name_problem(value)
     if problem is not None:
-        raise BadInput(f"{where}: {what} {str(value)[:NAME_MAX + 20]!r} {problem}; it becomes part "
+        raise BadField(f"{where}: {what} {str(value)[:NAME_MAX + 20]!r} {problem}; it becomes part "
                        "of a file or folder name, so it must be a plain name")
     assert isinstance(value, str)
     return value
@@ -50,16 +50,16 @@ def check_name(value: object, what: str, where: str) -> str:
 def check_relative_path(value: object, what: str, where: str, *, max_parts: int = 4) -> str:
     """A relative path of safe names joined by ``/`` (e.g. a suite's ``tokens/window_000.json``)."""
     if not isinstance(value, str) or not value:
-        raise BadInput(f"{where}: {what} {value!r} must be a relative path such as "
+        raise BadField(f"{where}: {what} {value!r} must be a relative path such as "
                        "tokens/window_000.json")
     parts = value.split("/")
     if value.startswith("/") or len(parts) > max_parts:
-        raise BadInput(f"{where}: {what} {value[:200]!r} must be a relative path of at most "
+        raise BadField(f"{where}: {what} {value[:200]!r} must be a relative path of at most "
                        f"{max_parts} parts inside its folder")
     for part in parts:
         problem = name_problem(part)
         if problem is not None:
-            raise BadInput(f"{where}: {what} {value[:200]!r}: part {part[:NAME_MAX]!r} {problem}; "
+            raise BadField(f"{where}: {what} {value[:200]!r}: part {part[:NAME_MAX]!r} {problem}; "
                            "the path must stay inside its folder")
     return value
 

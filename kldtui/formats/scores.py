@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from kldtui.errors import BadInput
+from kldtui.errors import BadField, BadInput, remedy
 from kldtui.events import Cancel
 from kldtui.formats.atomic import atomic_open, write_json_atomic
 from kldtui.formats.chunks import ChunkInfo, ChunkKind
@@ -49,6 +49,10 @@ SCORE_DTYPE = "U8"
 SCORE_CHUNK_FORMAT = "kldtui-score-chunk-v1"
 SCORE_FILE_FORMAT = "kldtui-scores-v1"
 SCORES_MANIFEST = "scores-manifest.json"
+# What to do about a scores folder kldtui cannot read: no such folder (the path is wrong), or a
+# damaged manifest (every field error, through kldtui.errors.remedy)
+SCORES_REMEDY = "give a candidate folder that kldtui finalize or kldtui run wrote in score mode"
+SCORES_DAMAGED = "finalize the folder again"
 
 
 class ScoreChunks(ChunkKind):
@@ -297,13 +301,18 @@ def write_scores_manifest(folder: str | os.PathLike[str], suite: Suite, written:
 
 def load_scores_manifest(path: str | os.PathLike[str]) -> ScoresManifest:
     """``scores-manifest.json`` (the file, or the folder holding it)."""
-    p, doc = read_versioned(path, SCORES_MANIFEST, "scores manifest")
+    p, doc = read_versioned(path, SCORES_MANIFEST, "scores manifest", what_to_do=SCORES_REMEDY)
+    with remedy(SCORES_DAMAGED):
+        return _scores_manifest(p, doc)
+
+
+def _scores_manifest(p: Path, doc: dict[str, Any]) -> ScoresManifest:
     where = str(p)
     entries: dict[int, WrittenScores] = {}
     for position, e in enumerate(require_field(doc, "windows", list, where)):
         w_where = f"{where} windows[{position}]"
         if not isinstance(e, dict):
-            raise BadInput(f"{w_where}: expected an object")
+            raise BadField(f"{w_where}: expected an object")
         item = WrittenScores(require_count(e, "window_index", w_where),
                              check_name(require_field(e, "domain", str, w_where), "domain", w_where),
                              check_name(require_field(e, "file", str, w_where), "file", w_where),
@@ -312,8 +321,7 @@ def load_scores_manifest(path: str | os.PathLike[str]) -> ScoresManifest:
                              require_sha256(e, "token_ids_json_sha256", w_where),
                              require_sha256(e, "reference_sha256", w_where))
         if item.window_index in entries:
-            raise BadInput(f"{w_where}: window {item.window_index} is listed twice; finalize the folder "
-                           "again")
+            raise BadField(f"{w_where}: window {item.window_index} is listed twice")
         entries[item.window_index] = item
     return ScoresManifest(root=p.parent, path=p, vocab_size=require_field(doc, "vocab_size", int, where),
                           suite_token_hash_sha256=require_field(doc, "suite_token_hash_sha256", str, where),

@@ -16,16 +16,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kldtui.errors import BadInput
+from kldtui.errors import BadField, BadInput, remedy
 from kldtui.formats import untrusted_json
 from kldtui.formats.names import check_name, check_relative_path
-from kldtui.formats.safe_io import open_regular_raw, read_text
+from kldtui.formats.safe_io import open_regular_raw
 
 SUITE_MANIFEST = "suite-manifest.json"
 LOGITS_MANIFEST = "manifest.json"
 LOGITS_FORMAT = "kimi-k3-kld-reference-v1"
 TENSOR_KEY = "logits"
 TOKENS_DIR = "tokens"
+# What to do about a suite or logits folder kldtui cannot read: one that is not there or is no such
+# folder at all (the path is wrong), and one whose files are damaged (every field error of its
+# manifests, through kldtui.errors.remedy)
+SUITE_REMEDY = "give a suite folder that kldtui download or kldtui prepare made"
+SUITE_DAMAGED = "download or prepare the suite again"
+LOGITS_REMEDY = ("give a reference or candidate folder that kldtui download, kldtui finalize or kldtui run "
+                 "wrote")
+LOGITS_DAMAGED = "download or capture that folder again"
+
 # The Hub's dataset card, at the top of a published suite (either kind): the Hub shows it, no
 # stage reads it, no manifest or checksums.txt of kldtui's lists it. Never part of the suite's data.
 DATASET_CARD = "README.md"
@@ -78,30 +87,15 @@ def logits_file_name(window_index: int) -> str:
 def require_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     """``doc[key]``, checked to be a ``kind``: BadInput naming ``where`` and the field otherwise."""
     if key not in doc:
-        raise BadInput(f"{where}: missing field {key!r}")
+        raise BadField(f"{where}: missing field {key!r}")
     value = doc[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise BadInput(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+        raise BadField(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
     return value
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        text = read_text(path)  # never blocks on a FIFO, refuses devices
-    except FileNotFoundError:
-        raise BadInput(f"{path}: {what} not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a folder, expected {what}") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: {what} is not UTF-8 text; it is damaged or not a JSON file") from None
-    except OSError as exc:  # a symlink loop, no permission
-        raise BadInput(f"{path}: {what} cannot be read ({exc.strerror or exc})") from None
-    try:
-        return untrusted_json.loads(text, where=str(path), what=what)
-    except ValueError as exc:
-        raise BadInput(f"{path}: {what} is not valid JSON ({exc})") from None
-    except RecursionError:
-        raise BadInput(f"{path}: {what} is nested too deeply to be a kldtui file") from None
+def _read_json(path: Path, what: str, what_to_do: str) -> Any:
+    return untrusted_json.read_json(path, what=what, remedy=what_to_do)  # never blocks on a FIFO
 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -111,7 +105,7 @@ def require_count(doc: dict[str, Any], key: str, where: str) -> int:
     """A whole number >= 0 (a window index, a size, a row count); BadInput naming the field."""
     value = require_field(doc, key, int, where)
     if value < 0:
-        raise BadInput(f"{where}: field {key!r} is {value}; it cannot be negative")
+        raise BadField(f"{where}: field {key!r} is {value}; it cannot be negative")
     return int(value)
 
 
@@ -119,21 +113,24 @@ def require_sha256(doc: dict[str, Any], key: str, where: str) -> str:
     """A SHA-256 as 64 lower-case hex digits; BadInput naming the field."""
     value = require_field(doc, key, str, where)
     if not _SHA256.match(value):
-        raise BadInput(f"{where}: field {key!r} {value[:20]!r} is not a SHA-256 (64 hex digits)")
+        raise BadField(f"{where}: field {key!r} {value[:20]!r} is not a SHA-256 (64 hex digits)")
     return str(value)
 
 
-def read_versioned(path: str | os.PathLike[str], file_name: str, what: str) -> tuple[Path, dict[str, Any]]:
-    """Read a format-version-1 JSON object (a file, or the folder holding ``file_name``)."""
+def read_versioned(path: str | os.PathLike[str], file_name: str, what: str, *,
+                   what_to_do: str) -> tuple[Path, dict[str, Any]]:
+    """Read a format-version-1 JSON object (a file, or the folder holding ``file_name``); BadInput
+    naming the file and ending with ``what_to_do`` when it is not one."""
     p = Path(path)
     if p.is_dir():
         p = p / file_name
-    doc = _read_json(p, what)
+    doc = _read_json(p, what, what_to_do)
     if not isinstance(doc, dict):
-        raise BadInput(f"{p}: expected a JSON object")
-    version = require_field(doc, "format_version", int, str(p))
+        raise BadInput(f"{p}: expected a JSON object; {what_to_do}")
+    with remedy(what_to_do):
+        version = require_field(doc, "format_version", int, str(p))
     if version != 1:
-        raise BadInput(f"{p}: format_version {version} is not supported (expected 1)")
+        raise BadInput(f"{p}: format_version {version} is not supported (expected 1); {what_to_do}")
     return p, doc
 
 
@@ -222,20 +219,20 @@ class Suite:
     def load_tokens(self, window: WindowSpec, *, check_hash: bool = True) -> list[int]:
         """The window's token ids, checked against the manifest's count and hash."""
         path = self.token_path(window)
-        ids = _read_json(path, f"token file of {window.label}")
+        ids = _read_json(path, f"token file of {window.label}", SUITE_DAMAGED)
         if not isinstance(ids, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in ids
         ):
-            raise BadInput(f"{path}: {window.label}: expected a JSON list of token ids")
+            raise BadInput(f"{path}: {window.label}: expected a JSON list of token ids; {SUITE_DAMAGED}")
         if len(ids) != window.num_tokens:
             raise BadInput(f"{path}: {window.label} has {len(ids)} tokens, the manifest says "
-                           f"{window.num_tokens}")
+                           f"{window.num_tokens}; {SUITE_DAMAGED}")
         if check_hash:
             got = token_ids_hash(ids)
             if got != window.token_ids_json_sha256:
                 raise BadInput(f"{path}: {window.label} token hash {got[:12]}... does not match "
                                f"the manifest's {window.token_ids_json_sha256[:12]}...; the token "
-                               "file was changed or belongs to another suite")
+                               f"file was changed or belongs to another suite: {SUITE_DAMAGED}")
         return ids
 
     def check_suite_hash(self) -> str:
@@ -243,13 +240,18 @@ class Suite:
         got = suite_token_hash([w.token_ids_json_sha256 for w in self.windows])
         if got != self.suite_token_hash_sha256:
             raise BadInput(f"{self.path}: suite_token_hash_sha256 {self.suite_token_hash_sha256[:12]}"
-                           f"... does not match the windows' token hashes ({got[:12]}...)")
+                           f"... does not match the windows' token hashes ({got[:12]}...); {SUITE_DAMAGED}")
         return got
 
 
 def load_suite(path: str | os.PathLike[str]) -> Suite:
     """Load ``suite-manifest.json`` (a file, or a folder holding it) and validate its structure."""
-    p, doc = read_versioned(path, SUITE_MANIFEST, "suite manifest")
+    p, doc = read_versioned(path, SUITE_MANIFEST, "suite manifest", what_to_do=SUITE_REMEDY)
+    with remedy(SUITE_DAMAGED):
+        return _suite_from_doc(p, doc)
+
+
+def _suite_from_doc(p: Path, doc: dict[str, Any]) -> Suite:
     if "contexts" in doc and "windows" not in doc:  # a hidden-state suite (docs/FORMATS.md)
         from kldtui.formats.fidelity import suite_from_contexts
 
@@ -261,23 +263,23 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
     suite_hash = require_field(doc, "suite_token_hash_sha256", str, where)
     entries = require_field(doc, "windows", list, where)
     if len(entries) != window_count:
-        raise BadInput(f"{where}: window_count is {window_count} but {len(entries)} windows "
+        raise BadField(f"{where}: window_count is {window_count} but {len(entries)} windows "
                        "are listed")
     windows = []
     for position, entry in enumerate(entries):
         w_where = f"{where} windows[{position}]"
         if not isinstance(entry, dict):
-            raise BadInput(f"{w_where}: expected an object")
+            raise BadField(f"{w_where}: expected an object")
         index = require_field(entry, "index", int, w_where)
         if index != position:
-            raise BadInput(f"{w_where}: index {index} is out of order (expected {position})")
+            raise BadField(f"{w_where}: index {index} is out of order (expected {position})")
         num_tokens = require_field(entry, "num_tokens", int, w_where)
         if num_tokens != context_length:
-            raise BadInput(f"{w_where}: num_tokens {num_tokens} differs from context_length "
+            raise BadField(f"{w_where}: num_tokens {num_tokens} differs from context_length "
                            f"{context_length}")
         start = entry.get("scored_row_start", 0)
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < num_tokens - 1:
-            raise BadInput(f"{w_where}: scored_row_start {start!r} must be a whole number in "
+            raise BadField(f"{w_where}: scored_row_start {start!r} must be a whole number in "
                            f"[0, {num_tokens - 1})")
         windows.append(WindowSpec(
             scored_row_start=start,
@@ -351,7 +353,12 @@ class LogitsManifest:
 
 def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
     """Load a logits folder's ``manifest.json`` (a file, or the folder holding it)."""
-    p, doc = read_versioned(path, LOGITS_MANIFEST, "logits manifest")
+    p, doc = read_versioned(path, LOGITS_MANIFEST, "logits manifest", what_to_do=LOGITS_REMEDY)
+    with remedy(LOGITS_DAMAGED):
+        return _logits_manifest_from_doc(p, doc)
+
+
+def _logits_manifest_from_doc(p: Path, doc: dict[str, Any]) -> LogitsManifest:
     if "contexts" in doc and "windows" not in doc:  # the published tensor-folder layout
         from kldtui.formats.fidelity import logits_manifest_from_contexts
 
@@ -361,16 +368,16 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
     context_length = require_field(doc, "context_length", int, where)
     rng = require_field(doc, "window_range", list, where)
     if len(rng) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng):
-        raise BadInput(f"{where}: window_range must be [start, stop)")
+        raise BadField(f"{where}: window_range must be [start, stop)")
     entries: dict[int, LogitsEntry] = {}
     for position, entry in enumerate(require_field(doc, "windows", list, where)):
         w_where = f"{where} windows[{position}]"
         if not isinstance(entry, dict):
-            raise BadInput(f"{w_where}: expected an object")
+            raise BadField(f"{w_where}: expected an object")
         shape = require_field(entry, "shape", list, w_where)
         if len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                       for d in shape):
-            raise BadInput(f"{w_where}: shape {shape} must be 2 whole numbers [rows, vocab]")
+            raise BadField(f"{w_where}: shape {shape} must be 2 whole numbers [rows, vocab]")
         e = LogitsEntry(
             window_index=require_count(entry, "window_index", w_where),
             domain=check_name(require_field(entry, "domain", str, w_where), "domain", w_where),
@@ -384,9 +391,9 @@ def load_logits_manifest(path: str | os.PathLike[str]) -> LogitsManifest:
             raw=entry,
         )
         if e.shape[1] != vocab:
-            raise BadInput(f"{w_where}: shape {list(e.shape)} does not match vocab_size {vocab}")
+            raise BadField(f"{w_where}: shape {list(e.shape)} does not match vocab_size {vocab}")
         if e.window_index in entries:
-            raise BadInput(f"{w_where}: window {e.window_index} is listed twice; the manifest is damaged")
+            raise BadField(f"{w_where}: window {e.window_index} is listed twice")
         entries[e.window_index] = e
     return LogitsManifest(
         root=p.parent, path=p, vocab_size=vocab, context_length=context_length,
@@ -405,15 +412,16 @@ def check_manifest_matches_suite(manifest: LogitsManifest, suite: Suite,
     if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
         raise BadInput(f"{manifest.path}: suite hash {manifest.suite_token_hash_sha256[:12]}... "
                        f"differs from the suite's {suite.suite_token_hash_sha256[:12]}... "
-                       f"({suite.path}); it was made from another suite")
+                       f"({suite.path}); it was made from another suite: give the folder made from "
+                       "this suite, or that suite")
     for w in windows:
         e = manifest.entry(w.index)
         if e.token_ids_json_sha256 != w.token_ids_json_sha256:
             raise BadInput(f"{manifest.path}: {w.label} token hash differs from the suite's; "
-                           "these logits were made from other tokens")
+                           "these logits were made from other tokens: give the folder made from this suite")
         if e.shape[0] != w.scored_positions:
             raise BadInput(f"{manifest.path}: {w.label} has {e.shape[0]} rows, expected "
-                           f"{w.scored_positions}")
+                           f"{w.scored_positions}; {LOGITS_DAMAGED}")
 
 
 def sha256_file(path: str | os.PathLike[str], progress: Any = None,

@@ -77,7 +77,8 @@ def _needed(root: Path, suite: Suite, selection: fid.ContextFilter, runs: list[s
     if head_manifest.is_file():
         from kldtui.formats.suite import read_versioned
 
-        _, doc = read_versioned(head_manifest, fid.TENSOR_MANIFEST, "LM head manifest")
+        _, doc = read_versioned(head_manifest, fid.TENSOR_MANIFEST, "LM head manifest",
+                                what_to_do=fid.HEAD_DAMAGED)
         head_doc_size = doc.get("size_bytes") if isinstance(doc.get("size_bytes"), int) else None
         head_doc_sha = doc.get("file_sha256") if fid.is_sha256(doc.get("file_sha256")) else None
     sentinel = [w for w in windows if fid.is_sentinel(w)]

@@ -30,12 +30,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from kldtui.errors import BadInput, size_text
+from kldtui.errors import BadInput, remedy, size_text
 from kldtui.formats import fidelity as fid
 from kldtui.formats.identity import check_logits_file
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import (
+    LOGITS_DAMAGED,
     LOGITS_MANIFEST,
+    LOGITS_REMEDY,
     LogitsManifest,
     Suite,
     WindowSpec,
@@ -398,7 +400,7 @@ class HiddenSide:
 
 
 def _read_manifest_doc(folder: Path) -> tuple[Path, dict[str, Any]]:
-    return read_versioned(folder, LOGITS_MANIFEST, "manifest")
+    return read_versioned(folder, LOGITS_MANIFEST, "manifest", what_to_do=LOGITS_REMEDY)
 
 
 def _head_for(role: Role, manifest: fid.TensorManifest, given: str | os.PathLike[str] | None,
@@ -432,8 +434,10 @@ def load_side(folder: str | os.PathLike[str], role: Role, *, lm_head: str | os.P
         top = fid.load_top_manifest(manifest_path)
         manifest_path, doc = _read_manifest_doc(manifest_path.parent / top.hidden_manifest)
         suite_dir = suite_dir or top.path.parent
-    if fid.is_tensor_manifest(doc) and fid.tensor_kind(doc, str(manifest_path)) == "hidden":
-        manifest = fid.tensor_manifest_from_doc(manifest_path, doc)
+    with remedy(LOGITS_DAMAGED):
+        hidden = fid.is_tensor_manifest(doc) and fid.tensor_kind(doc, str(manifest_path)) == "hidden"
+        manifest = fid.tensor_manifest_from_doc(manifest_path, doc) if hidden else None
+    if manifest is not None:
         return HiddenSide(manifest, _head_for(role, manifest, lm_head, suite_dir), role, replay_dtype)
     if lm_head is not None:
         flag = "--lm-head" if role == "reference" else "--candidate-lm-head"
