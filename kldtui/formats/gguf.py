@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from kldtui.errors import BadInput
-from kldtui.formats.safe_io import open_regular_raw
+from kldtui.formats.safe_io import open_regular_raw, read_failure
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -240,7 +240,7 @@ class _Reader:
 
     def fail(self, what: str) -> BadInput:
         return BadInput(f"{self.path}: not a readable GGUF file ({what} at byte {self.pos}); it is "
-                        "damaged, truncated or not a GGUF model")
+                        f"damaged, truncated or not a GGUF model: {GGUF_AGAIN}")
 
     def left(self) -> int:
         return self.size - self.pos
@@ -323,25 +323,26 @@ def _value(r: _Reader, vtype: int, key: str) -> Any:
     raise r.fail(f"metadata {key} has value type {vtype}")
 
 
+GGUF_REMEDY = "give a .gguf model file"
+GGUF_AGAIN = "download or convert the model again"
+
+
 def read_gguf(path: str | os.PathLike[str]) -> GgufInfo:
     """The header of the GGUF file at ``path`` (BadInput, one line naming it, when it is not one)."""
     p = Path(path)
     try:
         fh = open_regular_raw(p)  # never blocks on a FIFO, refuses devices
-    except FileNotFoundError:
-        raise BadInput(f"{p}: GGUF file not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a .gguf model file") from None
     except OSError as exc:
-        raise BadInput(f"{p}: cannot read the GGUF file ({exc.strerror or exc})") from None
+        raise read_failure(p, exc, "GGUF file", GGUF_REMEDY) from None
     with fh:
         size = os.fstat(fh.fileno()).st_size
         r = _Reader(fh, size, p)
         if size < 24 or r.read(4) != MAGIC:
-            raise BadInput(f"{p}: not a GGUF file (no GGUF magic); give a .gguf model file")
+            raise BadInput(f"{p}: not a GGUF file (no GGUF magic); {GGUF_REMEDY}")
         version = r.u32()
         if version not in (2, 3):
-            raise BadInput(f"{p}: GGUF version {version} is not supported (2 and 3 are)")
+            raise BadInput(f"{p}: GGUF version {version} is not supported (2 and 3 are); convert the model "
+                           "again with a current llama.cpp")
         n_tensors, n_kv = r.u64(), r.u64()
         if n_tensors > r.left() // 24 or n_kv > r.left() // 12:
             raise r.fail(f"{n_tensors} tensors and {n_kv} metadata entries cannot fit")
@@ -381,5 +382,6 @@ def read_gguf(path: str | os.PathLike[str]) -> GgufInfo:
         for t in tensors:
             if t.offset % alignment or data_offset + t.offset + t.nbytes > size:
                 raise BadInput(f"{p}: tensor {t.name!r} lies outside the file ({size} bytes; "
-                               f"offset {t.offset}, {t.nbytes} bytes); the file is truncated or damaged")
+                               f"offset {t.offset}, {t.nbytes} bytes); the file is truncated or damaged: "
+                               f"{GGUF_AGAIN}")
     return GgufInfo(p, version, size, alignment, data_offset, metadata, tuple(tensors))

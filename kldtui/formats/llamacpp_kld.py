@@ -46,10 +46,13 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.formats.atomic import atomic_open
-from kldtui.formats.safe_io import open_regular
+from kldtui.formats.safe_io import open_regular, read_failure
 
 MAGIC = b"_logits_"
 HEADER = struct.Struct("<8sIii")
+# What to do about a file that is no base file, and about a damaged one
+BASE_REMEDY = "give the file llama-perplexity --kl-divergence-base wrote"
+BASE_AGAIN = "write it again with llama-perplexity --kl-divergence-base"
 LOGIT_RANGE = 16.0          # nats kept below each row's top logit
 LEVELS = 65535              # uint16 steps over that range
 MAX_STEP = LOGIT_RANGE / LEVELS  # the largest scale a row can have (1 / 4096 nats)
@@ -163,7 +166,7 @@ class KldBase:
             fh.seek(HEADER.size)
             raw = fh.read(4 * self.n_ctx * self.n_chunk)
         if len(raw) != 4 * self.n_ctx * self.n_chunk:
-            raise BadInput(f"{self.path}: the token table ends early; the file is truncated")
+            raise BadInput(f"{self.path}: the token table ends early; the file is truncated: {BASE_AGAIN}")
         return np.frombuffer(raw, dtype="<i4").reshape(self.n_chunk, self.n_ctx).astype(np.int32)
 
     def chunk_rows(self, chunk: int, fh: BinaryIO | None = None) -> np.ndarray:
@@ -179,7 +182,8 @@ class KldBase:
             fh.seek(self._rows_offset(chunk))
             raw = fh.read(n)
         if len(raw) != n:
-            raise BadInput(f"{self.path}: chunk {chunk}'s rows end early; the file is truncated")
+            raise BadInput(f"{self.path}: chunk {chunk}'s rows end early; the file is truncated: "
+                           f"{BASE_AGAIN}")
         return np.frombuffer(raw, dtype="<u2").reshape(self.rows, self.width).copy()
 
     def iter_chunks(self) -> Iterator[tuple[int, np.ndarray]]:
@@ -195,23 +199,18 @@ def read_base(path: str | os.PathLike[str]) -> KldBase:
         with open_regular(p) as fh:
             head = fh.read(HEADER.size)
             size = os.fstat(fh.fileno()).st_size
-    except FileNotFoundError:
-        raise BadInput(f"{p}: llama.cpp KL-divergence base file not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a llama-perplexity --kl-divergence-base file") from None
     except OSError as exc:
-        raise BadInput(f"{p}: cannot read ({exc.strerror or exc})") from None
+        raise read_failure(p, exc, "llama.cpp KL-divergence base file", BASE_REMEDY) from None
     if len(head) < HEADER.size or head[:8] != MAGIC:
-        raise BadInput(f"{p}: not a llama.cpp KL-divergence base file (no '_logits_' magic); give "
-                       "the file llama-perplexity --kl-divergence-base wrote")
+        raise BadInput(f"{p}: not a llama.cpp KL-divergence base file (no '_logits_' magic); {BASE_REMEDY}")
     _, n_ctx, n_vocab, n_chunk = HEADER.unpack(head)
     if n_ctx < 4 or n_vocab < 2 or n_chunk < 1:
         raise BadInput(f"{p}: header n_ctx={n_ctx}, n_vocab={n_vocab}, n_chunk={n_chunk} is not a "
-                       "usable base file (n_ctx >= 4, n_vocab >= 2, n_chunk >= 1)")
+                       f"usable base file (n_ctx >= 4, n_vocab >= 2, n_chunk >= 1); {BASE_AGAIN}")
     want = file_size(n_ctx, n_vocab, n_chunk)
     if size != want:
         raise BadInput(f"{p}: {size} bytes, but n_ctx={n_ctx}, n_vocab={n_vocab}, n_chunk={n_chunk} "
-                       f"make {want}; the file is truncated or damaged")
+                       f"make {want}; the file is truncated or damaged: {BASE_AGAIN}")
     return KldBase(p, n_ctx, n_vocab, n_chunk, size)
 
 

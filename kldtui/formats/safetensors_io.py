@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kldtui.errors import BadInput
-from kldtui.formats.safe_io import open_regular, open_regular_raw
+from kldtui.formats.safe_io import open_regular, open_regular_raw, read_failure
 
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
@@ -69,6 +69,12 @@ class SafetensorsHeader:
         return self.tensors[key]
 
 
+# What to do about a safetensors file that cannot be used as it is (missing, damaged, not what its
+# manifest says): the logits, hidden-state and head files kldtui reads are downloaded or captured
+REFETCH = "download or capture it again"
+REPLACE = f"delete it and {REFETCH}"
+
+
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in pairs:
@@ -102,16 +108,14 @@ def _entry(p: Path, name: str, entry: object, data_bytes: int) -> tuple[str, tup
         raise BadInput(f"{where} (data_offsets {offsets!r} end before they begin){advice}")
     if end > data_bytes:
         raise BadInput(f"{p}: truncated: tensor {name!r} needs data up to byte {end} of the data "
-                       f"section, the file has {data_bytes}; delete it and download or capture it again")
+                       f"section, the file has {data_bytes}; {REPLACE}")
     return dtype, tuple(shape), begin, end
 
 
 def _bad_open(p: Path, exc: OSError) -> BadInput:
-    if isinstance(exc, FileNotFoundError):
-        return BadInput(f"{p}: file not found")
-    if isinstance(exc, IsADirectoryError):
-        return BadInput(f"{p}: is a folder, expected a safetensors file")
-    return BadInput(f"{p}: cannot be read ({exc.strerror or exc})")  # a FIFO, a loop, no permission
+    """A missing file, a folder or a FIFO in its place, no permission: one line and what to do."""
+    what_to_do = REFETCH if isinstance(exc, FileNotFoundError) else REPLACE
+    return read_failure(p, exc, "safetensors file", what_to_do)
 
 
 def _pread_exactly(fd: int, n: int, offset: int) -> bytes:
@@ -137,12 +141,12 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
         raw_len = _pread_exactly(fd, 8, 0)
         if len(raw_len) < 8:
             raise BadInput(f"{p}: truncated safetensors file ({size} bytes); "
-                           "delete it and download or capture it again")
+                           f"{REPLACE}")
         (header_len,) = struct.unpack("<Q", raw_len)
         if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
             raise BadInput(f"{p}: corrupt or truncated safetensors header "
                            f"(header length {header_len}, file {size} bytes); "
-                           "delete it and download or capture it again")
+                           f"{REPLACE}")
         raw = _pread_exactly(fd, header_len, 8)
     except OSError as exc:
         raise _bad_open(p, exc) from None
@@ -152,7 +156,7 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
             raise ValueError("header is not an object")
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"{p}: corrupt safetensors header ({exc}); "
-                       "delete it and download or capture it again") from None
+                       f"{REPLACE}") from None
     metadata = doc.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         kind = (type(metadata).__name__ if not isinstance(metadata, dict) else
@@ -168,11 +172,11 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
         if dtype in DTYPES:
             expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
             if info.nbytes != expected:
-                raise BadInput(f"{p}: tensor {name!r} has {info.nbytes} bytes of data but "
-                               f"shape {list(shape)} {dtype} needs {expected}")
+                raise BadInput(f"{p}: tensor {name!r} has {info.nbytes} bytes of data but shape "
+                               f"{list(shape)} {dtype} needs {expected}; the file is corrupt, {REPLACE}")
         if info.end > size:
             raise BadInput(f"{p}: truncated: tensor {name!r} needs {info.end} bytes, file has "
-                           f"{size}; delete it and download or capture it again")
+                           f"{size}; {REPLACE}")
         tensors[name] = info
     previous: TensorInfo | None = None
     for info in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
@@ -190,10 +194,10 @@ def expect_tensor(header: SafetensorsHeader, key: str, dtype: str,
     info = header.tensor(key)
     prefix = f"{header.path}{' (' + what + ')' if what else ''}"
     if info.dtype != dtype:
-        raise BadInput(f"{prefix}: tensor {key!r} is {info.dtype}, expected {dtype}")
+        raise BadInput(f"{prefix}: tensor {key!r} is {info.dtype}, expected {dtype}; {REPLACE}")
     if shape is not None and info.shape != tuple(shape):
         raise BadInput(f"{prefix}: tensor {key!r} has shape {list(info.shape)}, "
-                       f"expected {list(shape)}")
+                       f"expected {list(shape)}; {REPLACE}")
     return info
 
 
@@ -215,7 +219,7 @@ class RowReader:
             self.info = expect_tensor(self.header, key, dtype)
             if len(self.info.shape) != 2:
                 raise BadInput(f"{path}: tensor {key!r} has shape {list(self.info.shape)}, "
-                               "expected 2 dimensions [rows, vocab]")
+                               f"expected 2 dimensions [rows, vocab]; {REPLACE}")
         except BaseException:
             self._file.close()
             raise
@@ -240,7 +244,7 @@ class RowReader:
         while got < len(view):
             k = self._file.readinto(view[got:])
             if not k:
-                raise BadInput(f"{self.path}: truncated while reading rows {start}..{stop}")
+                raise BadInput(f"{self.path}: truncated while reading rows {start}..{stop}; {REPLACE}")
             got += k
         return out
 
@@ -260,7 +264,7 @@ class RowReader:
         while got < len(view):
             k = os.preadv(self._file.fileno(), [view[got:]], offset + got)
             if not k:
-                raise BadInput(f"{self.path}: truncated while reading rows {start}..{stop}")
+                raise BadInput(f"{self.path}: truncated while reading rows {start}..{stop}; {REPLACE}")
             got += k
         return out
 
