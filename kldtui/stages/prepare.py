@@ -34,7 +34,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
-from kldtui.formats.safe_io import open_regular, read_text
+from kldtui.formats.safe_io import open_regular, read_failure, read_text
 from kldtui.formats.suite import (
     SUITE_MANIFEST,
     TOKENS_DIR,
@@ -193,16 +193,12 @@ def load_toml(p: Path, *, what: str, takes: str) -> dict[str, Any]:
     ``what``: "sources file"; ``takes``: "--sources takes a SOURCES.toml file"."""
     try:
         return tomllib.loads(read_text(p))
-    except FileNotFoundError:
-        raise BadInput(f"{p}: {what} not found; {takes}") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder; {takes}") from None
     except UnicodeDecodeError:
         raise BadInput(f"{p}: not UTF-8 text; {takes}") from None
-    except OSError as exc:
-        raise BadInput(f"{p}: the {what} cannot be read ({exc.strerror or exc})") from None
+    except OSError as exc:  # missing, a folder, a FIFO, no permission
+        raise read_failure(p, exc, what, takes) from None
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{p}: not valid TOML ({exc})") from None
+        raise BadInput(f"{p}: not valid TOML ({exc}); fix the {what} at the line it names") from None
 
 
 def load_sources(path: str | os.PathLike[str]) -> list[Source]:
@@ -293,15 +289,22 @@ def check_hub(tokenizer: str, sources: Sequence[Source]) -> None:
             "or run where the Hub is reachable (HF_ENDPOINT names a mirror)"))
 
 
+# What to do about a local dataset's file that cannot be read, and about rows without the columns
+# a source reads
+UNREADABLE_ROWS = "make it a readable regular file, or move it out of the dataset"
+COLUMNS = "name columns it has in the source's *_field keys, or pick another builder"
+
+
 def _local_files(path: Path, where: str) -> list[Path]:
     if path.is_file():
         files = [path]
     elif path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
     else:
-        raise BadInput(f"{where}: local dataset {path} does not exist")
+        raise BadInput(f"{where}: local dataset {path} does not exist; fix its 'dataset' path")
     if not files:
-        raise BadInput(f"{where}: {path} holds no .parquet, .jsonl or .json files")
+        raise BadInput(f"{where}: {path} holds no .parquet, .jsonl or .json files; point 'dataset' at a file "
+                       "or folder of them")
     kinds = {LOCAL_SUFFIXES.get(f.suffix) for f in files}
     if None in kinds or len(kinds) != 1:
         raise BadInput(f"{where}: {path}: use files of one kind (.parquet, or .jsonl/.json)")
@@ -322,7 +325,8 @@ def local_content_hash(files: Sequence[Path], root: Path) -> str:
 def _rows_of(ds: Any, columns: Sequence[str], where: str) -> list[dict[str, Any]]:
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
-        raise BadInput(f"{where}: the dataset has no column(s) {missing} (it has {ds.column_names})")
+        raise BadInput(f"{where}: the dataset has no column(s) {missing} (it has {ds.column_names}); "
+                       f"{COLUMNS}")
     return [dict(r) for r in ds.select_columns(list(columns))]
 
 
@@ -344,8 +348,8 @@ def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -
         except UnicodeDecodeError as exc:
             raise BadInput(f"{where}: {f} is not UTF-8 text (byte {exc.start}); JSON and JSON Lines files "
                            "are UTF-8, convert it (e.g. iconv -t UTF-8)") from None
-        except OSError as exc:
-            raise BadInput(f"{where}: {f} cannot be read ({exc.strerror or exc})") from None
+        except OSError as exc:  # a FIFO, a device, no permission
+            raise BadInput(f"{where}: {read_failure(f, exc, 'dataset file', UNREADABLE_ROWS)}") from None
         try:
             doc = json.loads(text)
             items = doc if isinstance(doc, list) else [doc]
@@ -353,14 +357,16 @@ def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -
             try:
                 items = [json.loads(line) for line in text.splitlines() if line.strip()]
             except ValueError as exc:
-                raise BadInput(f"{where}: {f} is neither JSON nor JSON Lines ({exc})") from None
+                raise BadInput(f"{where}: {f} is neither JSON nor JSON Lines ({exc}); fix it, or move it out "
+                               "of the dataset") from None
         for n, item in enumerate(items):
             if not isinstance(item, dict):
-                raise BadInput(f"{where}: {f}: row {n} is not a JSON object")
+                raise BadInput(f"{where}: {f}: row {n} is not a JSON object; each row is an object of "
+                               "columns: fix the file")
             missing = [c for c in columns if c not in item]
             if missing:
                 raise BadInput(f"{where}: the dataset has no column(s) {missing} ({f} row {n} has "
-                               f"{sorted(item)})")
+                               f"{sorted(item)}); {COLUMNS}")
             rows.append({c: item[c] for c in columns})
     return rows
 
@@ -380,8 +386,8 @@ def _check_utf8(path: Path, where: str) -> None:
     except UnicodeDecodeError as exc:
         raise BadInput(f"{where}: {path} is not UTF-8 text (byte {offset + exc.start}); JSON and JSON "
                        "Lines files are UTF-8, convert it (e.g. iconv -t UTF-8)") from None
-    except OSError as exc:
-        raise BadInput(f"{where}: {path} cannot be read ({exc.strerror or exc})") from None
+    except OSError as exc:  # a FIFO, a device, no permission
+        raise BadInput(f"{where}: {read_failure(path, exc, 'dataset file', UNREADABLE_ROWS)}") from None
 
 
 def local_dataset_label(path: Path) -> str:
@@ -434,7 +440,8 @@ def load_hub(source: Source, where: str, extra_columns: Sequence[str] = ()) -> L
         api = HfApi(endpoint=settings.HF_ENDPOINT.get())
         info = api.dataset_info(source.dataset, revision=source.revision)
     except RevisionNotFoundError:
-        raise BadInput(f"{where}: {source.dataset} has no revision {source.revision!r}") from None
+        raise BadInput(f"{where}: {source.dataset} has no revision {source.revision!r}; fix or remove "
+                       "'revision'") from None
     except RepositoryNotFoundError:
         raise BadInput(f"{where}: dataset {source.dataset} not found on the Hub (or it is private: "
                        "log in with `hf auth login`)") from None

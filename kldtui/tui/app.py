@@ -241,14 +241,12 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
 def run_viewer(paths: Sequence[str | Path], theme: str | None = None, noise_path: str | None = None,
                use_noise_floor: bool = True) -> int:
     """Show one saved report (result pane) or several (leaderboard)."""
-    from kldtui.errors import BadInput
+    from kldtui.formats.report import load_report
 
-    for p in paths:
+    for p in paths:  # missing, a folder, a FIFO: load_report says which, and what to do (exit 2)
         if not Path(p).is_file():
-            raise BadInput(f"{p}: comparison report not found; give the path of a report JSON")
+            load_report(p)
     if len(paths) == 1:  # a malformed or wrong-type report: one line and exit 2, like a missing one
-        from kldtui.formats.report import load_report
-
         load_report(paths[0])
     stop_signals.raise_if_received()
     app = create_app(reports=list(paths), theme=theme, title="kldtui view", noise_path=noise_path,

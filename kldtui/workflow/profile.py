@@ -96,7 +96,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.fidelity_names import parse_context_filter, parse_strata
 from kldtui.formats.names import check_name
 from kldtui.formats.report_names import CANDIDATE_FOLDER, REPORT_FILE_NAME
-from kldtui.formats.safe_io import read_bytes
+from kldtui.formats.safe_io import read_bytes, read_failure
 from kldtui.servers.base import CaptureTarget, ServerConfig, ServerPlan, resolve_path
 from kldtui.servers.registry import DEFAULT_KIND, KINDS, all_keys, kind_of, kinds_taking
 from kldtui.workspace import Workspace
@@ -305,7 +305,8 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
         raise BadInput(f"{where}: has both [candidate] and [[candidates]]; move [candidate] into a "
                        "[[candidates]] table with a name")
     if "campaign" in doc and "candidates" not in doc:
-        raise BadInput(f"{where}: [campaign] needs [[candidates]] tables (a campaign of candidates)")
+        raise BadInput(f"{where}: [campaign] needs [[candidates]] tables (a campaign of candidates); add "
+                       "them, or remove [campaign]")
     entries = _candidate_tables(doc.get("candidates"), where)
     doc = {k: v for k, v in doc.items() if k != "candidates"}
     parsed: dict[str, dict[str, Any]] = {}
@@ -326,7 +327,8 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     for key in [k for k in ref if k not in _REFERENCE_OWN]:  # the capture server's keys
         if capture is None or key not in KINDS[capture].reference_keys:
             takers = " or ".join(repr(k) for k, kind in KINDS.items() if key in kind.reference_keys)
-            raise BadInput(f"{where}: [reference] {key} is only used with capture = {takers}")
+            raise BadInput(f"{where}: [reference] {key} is only used with capture = {takers}; remove it, or "
+                           "set capture")
         server_values[key] = ref.pop(key)
     if "local_dir" in ref:
         ref["local_dir"] = resolve_path(base_dir, ref["local_dir"])
@@ -351,7 +353,8 @@ def profile_from_dict(doc: dict[str, Any], *, base_dir: Path, path: Path | None 
     start = run.get("start_window", 0)
     stop = run.get("stop_window")
     if start < 0 or (stop is not None and stop <= start):
-        raise BadInput(f"{where}: [run] window range [{start}, {stop}) is empty or negative")
+        raise BadInput(f"{where}: [run] window range [{start}, {stop}) is empty or negative; give a "
+                       "start_window of 0 or more and a stop_window above it")
     if "context_filter" in run:
         run["context_filter"] = parse_context_filter(run["context_filter"], f"{where}: [run] context_filter")
     if "strata" in run:
@@ -454,20 +457,22 @@ def server_plan(profile: Profile, capture_dir: Path | None = None, *,
                                            capture_dir=capture_dir)
 
 
+# What to do when no profile can be read at the path given (missing, a folder, a FIFO, no permission)
+PROFILE_REMEDY = ("pass --profile FILE or create ./kldtui.toml (`kldtui demo` writes one to start from: "
+                  "kldtui-demo/kldtui.toml)")
+
+
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile TOML; raises :class:`BadInput` with one line on any problem."""
     p = Path(path).expanduser()
     try:
         data = read_bytes(p)
-    except FileNotFoundError:
-        raise BadInput(f"{p}: profile not found; pass --profile FILE or create ./kldtui.toml (`kldtui "
-                       "demo` writes one to start from: kldtui-demo/kldtui.toml)") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a folder, expected a profile TOML file") from None
-    except OSError as exc:  # a FIFO, a device, no permission
-        raise BadInput(f"{p}: the profile cannot be read ({exc.strerror or exc})") from None
+    except OSError as exc:  # missing, a folder, a FIFO, a device, no permission
+        raise read_failure(p, exc, "profile", PROFILE_REMEDY) from None
     try:
         doc = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{p}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{p}: the profile is not UTF-8 text; save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{p}: not valid TOML ({exc}); fix the profile at the line it names") from None
     return profile_from_dict(doc, base_dir=p.resolve().parent, path=p.resolve())
