@@ -29,7 +29,7 @@ from kldtui.capture_modes.base import (
 )
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import StageName, WindowState
-from kldtui.formats.suite import Suite, WindowSpec, sha256_file
+from kldtui.formats.suite import OTHER_SUITE, Suite, WindowSpec, sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -313,7 +313,7 @@ class ScoreFigures(ServerFigures):
         check_manifest_matches_suite(ref, suite, windows)
         scores = load_scores_manifest(candidate_dir)
         if scores.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
-            raise BadInput(f"{scores.path}: made from another suite than {suite.path}")
+            raise BadInput(f"{scores.path}: made from another suite than {suite.path}; {OTHER_SUITE}")
         if scores.vocab_size != ref.vocab_size:
             raise BadInput(f"{scores.path}: vocabulary {scores.vocab_size} differs from the reference's "
                            f"{ref.vocab_size} ({ref.path}); score against the same tokenizer's reference")

@@ -651,7 +651,8 @@ def check_tensor_file(manifest: TensorManifest, index: int, suite: Suite | None 
     except FileNotFoundError:
         return [f"{where}: file is missing; download it again"], None
     except OSError as exc:
-        return [f"{where}: cannot be read ({exc.strerror or exc})"], None
+        return [f"{where}: cannot be read ({exc.strerror or exc}); make it readable, or delete it and fetch "
+                "it again"], None
     if size != record.size_bytes:
         problems.append(f"{where}: {size} bytes, the manifest {manifest.path} says {record.size_bytes}; the "
                         "file is truncated or was replaced, delete it and fetch it again")

@@ -91,7 +91,8 @@ def check_logits_file(manifest: LogitsManifest, index: int, *, suite: Suite | No
         result.problems.append(f"{where}: file is missing; download or finalize it again")
         return result
     except OSError as exc:
-        result.problems.append(f"{where}: cannot be read ({exc.strerror or exc})")
+        result.problems.append(f"{where}: cannot be read ({exc.strerror or exc}); make it readable, or "
+                               "delete it and fetch or finalize the window again")
         return result
     size_problem = (f"{where}: {size} bytes, {by_manifest} says {entry.size_bytes}; the file is "
                     "truncated or was replaced, delete it and fetch or finalize it again"

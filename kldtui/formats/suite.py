@@ -34,6 +34,8 @@ SUITE_DAMAGED = "download or prepare the suite again"
 LOGITS_REMEDY = ("give a reference or candidate folder that kldtui download, kldtui finalize or kldtui run "
                  "wrote")
 LOGITS_DAMAGED = "download or capture that folder again"
+# ... and about a folder made from another suite (or other tokens) than the one given
+OTHER_SUITE = "give the folder made from this suite, or the suite it was made from"
 
 # The Hub's dataset card, at the top of a published suite (either kind): the Hub shows it, no
 # stage reads it, no manifest or checksums.txt of kldtui's lists it. Never part of the suite's data.
@@ -412,13 +414,12 @@ def check_manifest_matches_suite(manifest: LogitsManifest, suite: Suite,
     if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
         raise BadInput(f"{manifest.path}: suite hash {manifest.suite_token_hash_sha256[:12]}... "
                        f"differs from the suite's {suite.suite_token_hash_sha256[:12]}... "
-                       f"({suite.path}); it was made from another suite: give the folder made from "
-                       "this suite, or that suite")
+                       f"({suite.path}); it was made from another suite: {OTHER_SUITE}")
     for w in windows:
         e = manifest.entry(w.index)
         if e.token_ids_json_sha256 != w.token_ids_json_sha256:
             raise BadInput(f"{manifest.path}: {w.label} token hash differs from the suite's; "
-                           "these logits were made from other tokens: give the folder made from this suite")
+                           f"these logits were made from other tokens: {OTHER_SUITE}")
         if e.shape[0] != w.scored_positions:
             raise BadInput(f"{manifest.path}: {w.label} has {e.shape[0]} rows, expected "
                            f"{w.scored_positions}; {LOGITS_DAMAGED}")

@@ -62,7 +62,7 @@ from kldtui.formats.chunks import (
     writers_dir,
 )
 from kldtui.formats.names import check_name, safe_name
-from kldtui.formats.safe_io import read_text
+from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import read_header
 from kldtui.formats.suite import Suite, WindowSpec, token_ids_hash
 from kldtui.workspace import Workspace
@@ -107,7 +107,7 @@ class CaptureRecord:
     @classmethod
     def from_dict(cls, doc: Any, where: str) -> CaptureRecord:
         if not isinstance(doc, dict):
-            raise BadInput(f"{where}: each record must be an object")
+            raise BadInput(f"{where}: each record must be an object; fix or delete the file")
         try:
             return cls(
                 window_index=int(doc["window_index"]), domain=str(doc["domain"]),
@@ -130,13 +130,13 @@ def load_records(path: str | os.PathLike[str]) -> dict[int, CaptureRecord]:
     except FileNotFoundError:
         return {}
     except OSError as exc:  # a FIFO, a folder, no permission
-        raise BadInput(f"{p}: capture records cannot be read ({exc.strerror or exc}); restore or delete "
-                       "the file") from None
+        raise read_failure(p, exc, "capture records", "restore or delete the file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"{p}: capture records are not valid JSON ({exc}); restore or delete the "
                        "file (deleting it recaptures every window)") from None
     if not isinstance(doc, list):
-        raise BadInput(f"{p}: capture records must be a JSON list")
+        raise BadInput(f"{p}: capture records must be a JSON list; restore or delete the file (deleting it "
+                       "recaptures every window)")
     records = [CaptureRecord.from_dict(d, f"{p}[{i}]") for i, d in enumerate(doc)]
     return {r.window_index: r for r in records}
 

@@ -140,7 +140,8 @@ def export_llama_cpp(suite_dir: str | os.PathLike[str], output: str | os.PathLik
         raise BadInput(f"{out}: already exists; pass --force to replace it")
     n_ctx = suite.context_length
     if n_ctx < 4:
-        raise BadInput(f"{suite.path}: windows of {n_ctx} tokens are too short for llama.cpp (4 or more)")
+        raise BadInput(f"{suite.path}: windows of {n_ctx} tokens are too short for llama.cpp (4 or more); "
+                       "prepare one of longer windows (kldtui prepare --context-length)")
     first, rows = kld.first_scored(n_ctx), kld.rows_per_chunk(n_ctx)
     tokens = np.array([suite.load_tokens(w) for w in windows], dtype=np.int64)
     if tokens.min() < 0 or tokens.max() >= 2**31:
@@ -283,7 +284,7 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
     base = kld.read_base(base_file)
     final = Path(suite_dir)
     if final.exists() and not final.is_dir():
-        raise BadInput(f"{final}: is not a folder")
+        raise BadInput(f"{final}: is not a folder; give a new folder")
     if final.is_dir() and any(final.iterdir()):
         if not (final / "suite-manifest.json").is_file():
             raise BadInput(f"{final}: exists and is not a kldtui suite; give a new folder")
@@ -332,8 +333,9 @@ def _import_into(base: kld.KldBase, root: Path, bos: BosChoice, emit: EventSink,
         tokens[:, 0] = bos.token
     if tokens.min() < 0 or tokens.max() >= base.n_vocab:
         bad = int(tokens.max()) if tokens.max() >= base.n_vocab else int(tokens.min())
-        raise BadInput(f"{base.path}: token id {bad} is outside the vocabulary of {base.n_vocab:,}; the file "
-                       "is damaged" + (" or --bos is wrong" if bos.token is not None else ""))
+        fix = (f"the file is damaged or --bos is wrong: fix --bos, or {kld.BASE_AGAIN}"
+               if bos.token is not None else f"the file is damaged: {kld.BASE_AGAIN}")
+        raise BadInput(f"{base.path}: token id {bad} is outside the vocabulary of {base.n_vocab:,}; {fix}")
     windows = [(IMPORT_DOMAIN, [int(t) for t in row]) for row in tokens]
     suite = write_suite(root, windows, dataset=f"llama.cpp:{base.path.name}", scored_row_start=base.first,
                         datasets=[{"dataset": f"llama.cpp:{base.path.name}", "revision": "0",
@@ -348,7 +350,7 @@ def _import_into(base: kld.KldBase, root: Path, bos: BosChoice, emit: EventSink,
         decoded = kld.decode_rows(encoded, base.n_vocab)
         if not np.isfinite(decoded.max(axis=1)).all():
             raise BadInput(f"{base.path}: chunk {chunk} has a row without a finite entry; the file is "
-                           "damaged")
+                           f"damaged: {kld.BASE_AGAIN}")
         loss.add(encoded, decoded)
         writer = LogitsFileWriter(root / "ref", window, base.n_vocab, suite.context_length)
         writer.write_rows(decoded)

@@ -37,7 +37,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
-from kldtui.formats.safe_io import read_text
+from kldtui.formats.safe_io import read_failure, read_text
 
 STAGE: StageName = "export-head"
 INDEX_FILE = "model.safetensors.index.json"
@@ -65,14 +65,19 @@ class HeadSource:
     shape: tuple[int, ...]
 
 
+# What to do about a checkpoint's JSON file (config, index) that cannot be used
+CHECKPOINT = "give the checkpoint folder of a safetensors model, or download the checkpoint again"
+
+
 def _json(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(read_text(path, limit=64 * 1024 * 1024))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(f"{path}: cannot be read as JSON ({exc}); is this a Hugging Face "
-                       "checkpoint?") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadInput(f"{path}: not valid JSON ({exc}); {CHECKPOINT}") from None
+    except OSError as exc:  # a FIFO, a folder, no permission, over the size limit
+        raise read_failure(path, exc, "checkpoint file", CHECKPOINT) from None
     if not isinstance(doc, dict):
-        raise BadInput(f"{path}: expected a JSON object")
+        raise BadInput(f"{path}: expected a JSON object; {CHECKPOINT}")
     return doc
 
 
@@ -99,11 +104,12 @@ def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
         doc = _json(index)
         weight_map = doc.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
-            raise BadInput(f"{index}: no weight_map; the index is damaged")
+            raise BadInput(f"{index}: no weight_map; the index is damaged: download the checkpoint again")
         out = {}
         for name, shard in weight_map.items():
             if not isinstance(shard, str):
-                raise BadInput(f"{index}: weight_map[{name!r}] is not a file name")
+                raise BadInput(f"{index}: weight_map[{name!r}] is not a file name; the index is damaged: "
+                               "download the checkpoint again")
             out[str(name)] = checkpoint / check_name(shard, "weight_map file", str(index))
         return out, index
     single = checkpoint / SINGLE_FILE

@@ -123,7 +123,7 @@ def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: Event
             sha = sha256_file(p, progress=progress)
             after = os.stat(p)
         except OSError as exc:
-            message = f"{p}: cannot be read ({exc.strerror or exc})"
+            message = f"{p}: cannot be read ({exc.strerror or exc}); make it readable, or fetch it again"
             if errors is None:
                 raise StageFailed(message) from None
             errors[p] = message
@@ -459,7 +459,8 @@ def _classify(path: Path) -> _Classified:
             return _Classified("suite", path, None, path.parent)
         if path.name == LOGITS_MANIFEST:
             return _lone_logits(path)
-        raise BadInput(f"{path}: expected {SUITE_MANIFEST}, {LOGITS_MANIFEST} or a folder holding them")
+        raise BadInput(f"{path}: expected {SUITE_MANIFEST}, {LOGITS_MANIFEST} or a folder holding them; give "
+                       "a suite folder, a logits folder or a dataset root")
     suite = path / SUITE_MANIFEST
     if _present(suite):
         ref = path / REF_DIR / LOGITS_MANIFEST

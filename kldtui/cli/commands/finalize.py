@@ -44,25 +44,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_arguments(parser)
 
 
+# What to do about a --runtime-json file kldtui cannot use
+RUNTIME_JSON = "give --runtime-json a file holding one JSON object (vLLM version, model, arguments)"
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
-    from kldtui.formats.safe_io import read_text
+    from kldtui.formats import untrusted_json
     from kldtui.formats.suite import load_suite
     from kldtui.stages.finalize import run_finalize
     from kldtui.workspace import Workspace
 
     runtime = None
     if args.runtime_json:
-        try:
-            runtime = json.loads(read_text(args.runtime_json))
-        except (OSError, ValueError) as exc:
-            raise BadInput(f"{args.runtime_json}: cannot read the runtime identity ({exc})") from None
+        runtime = untrusted_json.read_json(args.runtime_json, what="runtime identity", remedy=RUNTIME_JSON)
         if not isinstance(runtime, dict):
-            raise BadInput(f"{args.runtime_json}: the runtime identity must be a JSON object")
+            raise BadInput(f"{args.runtime_json}: the runtime identity must be a JSON object; {RUNTIME_JSON}")
         try:  # checked now: the manifest is written after every window (JSON has no NaN/Infinity)
             json.dumps(runtime, allow_nan=False)
         except ValueError:

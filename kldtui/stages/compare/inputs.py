@@ -70,7 +70,8 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
         ids = np.asarray(suite.load_tokens(w, check_hash=True), dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):
             raise BadInput(f"{suite.token_path(w)}: {w.label} has token id {int(ids.max())} outside "
-                           f"the vocabulary of {vocab}; the suite and the logits do not belong together")
+                           f"the vocabulary of {vocab}; the suite and the logits do not belong together: "
+                           "give the suite the logits were made from")
         next_tokens[w.index] = ids[w.scored_row_start + 1:]  # row j: position scored_row_start + j
     ref.check_files(suite, selected)
     cand.check_files(suite, selected)
