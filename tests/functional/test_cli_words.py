@@ -152,6 +152,57 @@ def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
     return err
 
 
+def _unusable_files(folder: Path) -> dict[str, Path]:
+    """One file of each kind a user may pass where a report or a noise model belongs."""
+    folder.mkdir()
+    files = {"FIFO": folder / "fifo.json", "not JSON": folder / "bad.json", "list": folder / "list.json",
+             "missing": folder / "missing.json", "folder": folder / "folder"}
+    os.mkfifo(files["FIFO"])  # opened without blocking: no writer ever comes
+    files["not JSON"].write_text("{\n'windows': 3}\n")
+    files["list"].write_text("[1, 2]\n")
+    files["folder"].mkdir()
+    return files
+
+
+PROBLEM = {"FIFO": "is a FIFO (named pipe), not a regular file", "not JSON": "is not valid JSON",
+           "list": "found a list", "missing": "not found", "folder": "is a folder"}
+
+
+def test_unusable_report_or_noise_file_is_one_line_naming_it_and_what_to_do(tmp_path: Path) -> None:
+    """A report or noise model that is a FIFO, not JSON, a JSON list, missing or a folder: each
+    command that reads it says so in one line (exit 2) naming the file, the problem and what to do."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kldtui.decide.noise import NOISE_REMEDY
+    from kldtui.formats.report_model import REPORT_REMEDY
+
+    good = str(write_report(tmp_path / "good.json", make_report("good", 0.01, seed=1)))
+    other = str(write_report(tmp_path / "other.json", make_report("other", 0.02, seed=2)))
+    files = _unusable_files(tmp_path / "given")
+    # a folder given to view or leaderboard is a work folder: they look for the reports in it
+    in_folder = "give the path of a report JSON or of a work folder that holds one"
+    runs: list[tuple[str, str, list[str], str]] = []
+    for kind, path in files.items():
+        bad = str(path)
+        runs += [(kind, "view", ["view", bad], in_folder if kind == "folder" else REPORT_REMEDY),
+                 (kind, "leaderboard", ["leaderboard", good, bad, "--plain"],
+                  in_folder if kind == "folder" else REPORT_REMEDY),
+                 (kind, "diff", ["diff", good, bad], REPORT_REMEDY),
+                 (kind, "noise", ["noise", good, bad, "-o", str(tmp_path / "noise.json")], REPORT_REMEDY),
+                 (kind, "view --noise", ["view", "--noise", bad, good, other], NOISE_REMEDY)]
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda run: kldtui(*run[2]), runs))
+    for (kind, command, _, remedy), result in zip(runs, done, strict=True):
+        err = one_line_exit_2(result)
+        assert str(files[kind]) in err, (kind, command, err)
+        problem = ("without a comparison.json" if remedy == in_folder
+                   else "not a kldtui noise floor" if (kind, command) == ("list", "view --noise")
+                   else PROBLEM[kind])
+        assert problem in err, (kind, command, err)
+        assert err.rstrip().endswith(remedy), (kind, command, err)
+    assert not (tmp_path / "noise.json").exists()
+
+
 def test_prepare_offline_with_the_default_sources_is_one_line(tmp_path: Path) -> None:
     from tests.fixtures_prepare import build_tokenizer
 
