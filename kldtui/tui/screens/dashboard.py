@@ -451,6 +451,7 @@ class DashboardScreen(BoardScreen):
     def _load_campaign_reports(self, named: list[tuple[str, str]],
                                failed: dict[str, tuple[int, int] | None]) -> None:
         from kldtui.formats.report import load_report
+        from kldtui.formats.report_model import REPORT_REMEDY
 
         loaded: list[tuple[str, str, ComparisonReport]] = []
         failures: dict[str, tuple[int, int] | None] = {}
@@ -463,7 +464,8 @@ class DashboardScreen(BoardScreen):
                 loaded.append((name, path, load_report(path)))
             except Exception as exc:  # noqa: BLE001 - one line; the others still rank
                 failures[key] = signature
-                self.deliver(self.notify, f"{exc}; it joins the ranking once the file changes (compare "
+                problem = str(exc).removesuffix(f"; {REPORT_REMEDY}")  # this one's remedy is more precise
+                self.deliver(self.notify, f"{problem}; it joins the ranking once the file changes (compare "
                              f"{name} again to rewrite it)", title="report", severity="error", timeout=10)
         self.deliver(self._campaign_reports_loaded, [path for _, path in named], loaded, failures)
 
