@@ -13,13 +13,14 @@ Keys (besides the common ``served_model_name``, ``request_timeout``, ``api_key_e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from kldtui.errors import BadInput
 from kldtui.servers.base import (
+    NOT_IDENTITY,
     CaptureTarget,
     Check,
     ServerConfig,
@@ -34,8 +35,10 @@ from kldtui.this_host import is_this_host
 @dataclass(frozen=True)
 class AttachConfig(ServerConfig):
     kind: str = "attach"
-    url: str = ""
-    server_capture_dir: Path | None = None
+    # a server started elsewhere is whatever its URL serves now: kldtui cannot tell it changed, so these
+    # are not its identity (a restarted server on another port keeps its capture resumable)
+    url: str = field(default="", metadata=NOT_IDENTITY)
+    server_capture_dir: Path | None = field(default=None, metadata=NOT_IDENTITY)
 
 
 class AttachKind:

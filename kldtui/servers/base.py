@@ -29,12 +29,17 @@ from typing import Any, Protocol, runtime_checkable
 from kldtui import bounds, capture_modes, settings
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
+from kldtui.redact import redact_json
 
 if typing.TYPE_CHECKING:
     from kldtui.formats.model_size import ModelSize
 
 # A config field with this metadata is not a profile key (set by kldtui, not by the user).
 NOT_A_KEY = {"profile_key": False}
+# A config field with this metadata does not change what the server answers (where it listens, how
+# long kldtui waits, how the leaderboard shows its size): it is left out of server_identity, so that
+# changing it never stops a capture from resuming.
+NOT_IDENTITY = {"identity": False}
 
 
 @dataclass(frozen=True)
@@ -44,18 +49,19 @@ class ServerConfig:
     ``label`` says where they came from in messages (``"PROFILE: [candidate]"``)."""
 
     kind: str = ""
-    served_model_name: str = "candidate"
-    request_timeout: float = 600.0  # seconds per capture request
-    api_key_env: str | None = None  # the environment variable holding the server's API key
+    served_model_name: str = field(default="candidate", metadata=NOT_IDENTITY)
+    request_timeout: float = field(default=600.0, metadata=NOT_IDENTITY)  # seconds per capture request
+    # the environment variable holding the server's API key
+    api_key_env: str | None = field(default=None, metadata=NOT_IDENTITY)
     # The candidate's size, which the leaderboard and its exports show (kldtui.formats.model_size):
     # measured from the headers of ``weights`` (a .safetensors or .gguf file or their folder;
     # default: the kind's ``model`` when that is a local path), or as given here (any two of
     # parameters, size_bytes, bits_per_weight; they win over measuring).
-    weights: Path | None = None
-    parameters: int | None = None
-    size_bytes: int | None = None
-    bits_per_weight: float | None = None
-    label: str = field(default="profile: [candidate]", compare=False, metadata=NOT_A_KEY)
+    weights: Path | None = field(default=None, metadata=NOT_IDENTITY)
+    parameters: int | None = field(default=None, metadata=NOT_IDENTITY)
+    size_bytes: int | None = field(default=None, metadata=NOT_IDENTITY)
+    bits_per_weight: float | None = field(default=None, metadata=NOT_IDENTITY)
+    label: str = field(default="profile: [candidate]", compare=False, metadata={**NOT_A_KEY, **NOT_IDENTITY})
 
     def weights_path(self) -> Path | None:
         """The files to measure: ``weights``, else the kind's ``model`` field when it names a local
@@ -89,12 +95,16 @@ class LaunchConfig(ServerConfig):
     """A server kldtui starts as a child process: its interpreter, extra arguments, environment,
     address and start-up time."""
 
-    python: str = field(default_factory=lambda: sys.executable)  # the interpreter that runs it
+    # the interpreter that runs it (a rebuilt environment keeps the candidate; the server's version is
+    # recorded in the capture's manifest)
+    python: str = field(default_factory=lambda: sys.executable, metadata=NOT_IDENTITY)
     vllm_args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 8000  # 0 picks a free port
-    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S  # until /health and /v1/models must answer
+    # left out of the identity: it may hold secrets, and it is recorded (redacted) in the manifest
+    env: dict[str, str] = field(default_factory=dict, metadata=NOT_IDENTITY)
+    host: str = field(default="127.0.0.1", metadata=NOT_IDENTITY)
+    port: int = field(default=8000, metadata=NOT_IDENTITY)  # 0 picks a free port
+    # until /health and /v1/models must answer
+    startup_timeout: float = field(default=DEFAULT_STARTUP_TIMEOUT_S, metadata=NOT_IDENTITY)
 
 
 @dataclass(frozen=True)
@@ -268,6 +278,51 @@ def api_key(config: ServerConfig) -> str | None:
         raise BadInput(f"{config.label} api_key_env names {name}, which is not set; "
                        f"export {name}=... or remove api_key_env")
     return value
+
+
+def server_identity(config: ServerConfig) -> dict[str, Any]:
+    """What makes a server the candidate it is: every setting of its config that can change what it
+    answers (its kind, model and arguments; not its port, timeouts or the sizes the leaderboard
+    shows: fields marked :data:`NOT_IDENTITY`), as JSON values. A capture records it for each window
+    and a finalized folder in its manifest, so that windows from a changed candidate are never
+    joined to the earlier ones, and a campaign never ranks an earlier report under a changed
+    candidate's name."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in sorted(value.items())}
+        return value
+
+    identity = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)
+                if f.metadata.get("identity", True)}
+    # recorded in capture records and manifests: a secret among the arguments (--api-key) never is;
+    # the same redaction on both sides keeps the comparison exact
+    redacted: dict[str, Any] = redact_json(identity)
+    return redacted
+
+
+def identity_changes(recorded: Any, now: Mapping[str, Any]) -> str | None:
+    """How ``now`` differs from a recorded :func:`server_identity` (``perturb 0.1, now 0.3``), or None
+    when it does not. A recorded value that is not an object (a hand-edited file) differs."""
+    if not isinstance(recorded, dict):
+        return None if recorded is None else "its recorded server settings cannot be read"
+    said = []
+    for key in sorted(set(recorded) | set(now)):
+        was, is_ = recorded.get(key), now.get(key)
+        if was != is_:
+            said.append(f"{key} {_shown(was)}, now {_shown(is_)}")
+    return "; ".join(said) or None
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, list):
+        return "[" + " ".join(str(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 _TOML_TYPES: dict[Any, str] = {str: "str", Path: "str", int: "int", float: "float", bool: "bool"}

@@ -44,6 +44,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.gguf import GgufInfo
 from kldtui.formats.model_size import format_bytes
 from kldtui.servers.base import (
+    NOT_IDENTITY,
     Check,
     LaunchConfig,
     LaunchedKind,
@@ -63,7 +64,7 @@ class LlamaCppConfig(LaunchConfig):
     model: Path | None = None
     n_ctx: int = 4096
     n_batch: int = 512
-    n_threads: int = 0
+    n_threads: int = field(default=0, metadata=NOT_IDENTITY)  # each row is one thread's: the same figures
     n_gpu_layers: int = 0
     kv_type: str = "f32"
     seed: int = 0

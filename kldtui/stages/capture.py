@@ -26,7 +26,7 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ from kldtui.formats.names import check_name, safe_name
 from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import read_header
 from kldtui.formats.suite import Suite, WindowSpec, token_ids_hash
+from kldtui.servers.base import identity_changes
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "capture"
@@ -217,6 +218,9 @@ class CaptureServer:
     # windows whose live logits the server saves too (a mode that saves a live sample: hidden
     # mode's replay check, CaptureMode.live_sample); their requests are tagged for it
     live_windows: frozenset[int] = frozenset()
+    # what the server is (kldtui.servers.base.server_identity) when kldtui launched it from a profile:
+    # recorded for each window, and a window recorded from another one is never resumed with it
+    identity: Mapping[str, Any] | None = None
 
 
 def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
@@ -238,6 +242,8 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
         check_name(workspace.run_name, "run name", str(workspace.captures))
         emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
         records = load_records(workspace.records_path)
+        if (changed := changed_server(workspace, server.identity, server.mode)) is not None:
+            raise BadInput(changed)
         results, todo, vocab = _resume(workspace, windows, records, expected_vocab, emit,
                                        on_window_captured, finalized, server.mode)
         return _capture_todo(workspace, suite, windows, todo, records, results, vocab, server, emit,
@@ -268,6 +274,47 @@ def finalized_elsewhere(workspace: Workspace, window: WindowSpec) -> Path | None
         return path if path.is_file() and path.stat().st_size == int(doc["size_bytes"]) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
+                   mode: CaptureMode = capture_modes.DEFAULT) -> str | None:
+    """One line when this run's windows were captured (its records) or finalized (its folder's
+    manifest, ``mode``'s) from a server whose settings differ from ``identity`` (a changed model, arguments or
+    rounding): resuming would join two candidates' windows in one report, and a finished report
+    would be ranked under the changed candidate's name. None when they agree, when ``identity`` is
+    None (a server kldtui did not launch from a profile), or when nothing was recorded (earlier
+    versions). Unreadable records are left to the capture stage, which says so."""
+    if identity is None:
+        return None
+    try:
+        records = load_records(workspace.records_path)
+    except BadInput:
+        records = {}
+    found = [(f"{workspace.records_path}: window {rec.window_index}", rec.extra.get("server"))
+             for rec in records.values()]
+    if workspace.candidate_dir is not None:
+        manifest = mode.manifest_path(workspace.candidate)
+        found.append((str(manifest), _manifest_identity(manifest)))
+    for where, recorded in found:
+        changes = identity_changes(recorded, identity)
+        if changes:
+            paths = [str(d) for d in (workspace.records_path, workspace.run_dir, workspace.candidate_dir)
+                     if d is not None and d.exists()]
+            shown = ", ".join(paths[:-1]) + f" and {paths[-1]}" if len(paths) > 1 else "".join(paths)
+            return (f"{where} was captured from a server whose settings differ from this run's ({changes}); "
+                    f"give the changed candidate another name (or [run] run_name) to keep both, or remove "
+                    f"{shown} to capture it again")
+    return None
+
+
+def _manifest_identity(path: Path) -> Any:
+    """The server settings a finalized folder's manifest recorded (``runtime.identity``), or None."""
+    try:
+        doc = json.loads(read_text(path))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    runtime = doc.get("runtime") if isinstance(doc, dict) else None
+    return runtime.get("identity") if isinstance(runtime, dict) else None
 
 
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],
@@ -363,7 +410,8 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
         session = _Session(client, _api_root(server.base_url), server.served_model_name, headers,
                            Path(server.capture_dir), workspace.run_name, server.request_timeout, emit,
                            cancel, server.alive, server.mode,
-                           server.live_windows if server.mode.saves_live_sample else frozenset())
+                           server.live_windows if server.mode.saves_live_sample else frozenset(),
+                           server.identity)
         for w in todo:
             if cancel is not None:
                 cancel.check()
@@ -419,6 +467,9 @@ class _Session:
     server_alive: Callable[[], str | None] | None
     mode: CaptureMode = capture_modes.DEFAULT
     live_windows: frozenset[int] = frozenset()
+    # what the server is (kldtui.servers.base.server_identity) when kldtui launched it from a profile:
+    # recorded for each window, and a window recorded from another one is never resumed with it
+    identity: Mapping[str, Any] | None = None
 
     @property
     def url(self) -> str:
@@ -604,6 +655,8 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
              "tokens_per_second": round(len(tokens) / elapsed, 3) if elapsed > 0 else None}
     if session.mode.record_value is not None:
         extra["mode"] = session.mode.record_value
+    if session.identity is not None:
+        extra["server"] = dict(session.identity)
     precise = _precise_rows(checked)
     if precise is not None:  # score mode: rows the server computed on the precise path
         extra["precise_rows"] = precise

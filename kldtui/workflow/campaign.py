@@ -51,6 +51,7 @@ from kldtui.events import (
     Standing,
     null_sink,
 )
+from kldtui.servers.base import server_identity
 from kldtui.servers.registry import kind_of
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.pipeline import Pipeline
@@ -67,6 +68,8 @@ class _Entry:
 
     name: str
     workspace: Workspace
+    # the server settings its captures must have been made with (kldtui.servers.base.server_identity)
+    identity: dict[str, Any] | None = None
     state: CandidateStateName = "waiting"
     note: str = ""
 
@@ -131,7 +134,8 @@ class Campaign:
         self.cancel = cancel
         self.pipeline_type = pipeline_type
         self._workspace = profile.workspace()
-        self.entries = [_Entry(c.name, profile.member_workspace(c.name)) for c in profile.candidates]
+        self.entries = [_Entry(c.name, profile.member_workspace(c.name), server_identity(c.server))
+                        for c in profile.candidates]
         self.repeat: _Entry | None = None
         self.noise: Any = None  # kldtui.decide.noise.NoiseFloor once measured
         self.leaderboard: Any = None  # kldtui.decide.leaderboard.Leaderboard
@@ -281,7 +285,7 @@ class Campaign:
         if board is None or not board.rows or not path.is_file():
             return
         leader = next(e for e in self.entries if e.name == board.rows[0].name)
-        entry = _Entry(leader.name + REPEAT_SUFFIX, self._workspace.repeat_of(leader.name))
+        entry = self._repeat_entry(leader.name)
         if not self._finished(entry, windows):
             return
         try:
@@ -324,6 +328,12 @@ class Campaign:
         finally:
             self._current = None
 
+    def _repeat_entry(self, leader: str) -> _Entry:
+        """The leader's repeat capture: its folders and the settings it is captured with."""
+        server = next(c.server for c in self.profile.candidates if c.name == leader)
+        return _Entry(leader + REPEAT_SUFFIX, self._workspace.repeat_of(leader),
+                      server_identity(kind_of(server).repeat_config(server)))
+
     def _repeat_leader(self, windows: list[int]) -> None:
         """Capture the leader again (its kind's repeat config) and measure the noise model."""
         from kldtui.decide.noise import noise_from_capture_reports, save_floor
@@ -339,8 +349,8 @@ class Campaign:
         self._earlier_noise(windows)
         if self.noise is not None:
             return  # this leader's repeat, measured earlier
-        ws = self._workspace.repeat_of(leader)
-        entry = _Entry(leader + REPEAT_SUFFIX, ws)
+        entry = self._repeat_entry(leader)
+        ws = entry.workspace
         self.repeat = entry
         model_path = self._workspace.noise_model_path
         if self._finished(entry, windows):
@@ -525,11 +535,17 @@ class Campaign:
 
     def _finished(self, entry: _Entry, windows: list[int]) -> bool:
         """The candidate's report (read and checked, not trusted by its name) covers every window of
-        the run, against the reference's content as it is now (kldtui.formats.reference_identity)."""
+        the run, against the reference's content as it is now (kldtui.formats.reference_identity),
+        and its captures were made with the candidate's settings as the profile has them now (a
+        changed candidate is not finished: the preflight then says what changed and what to do)."""
         from kldtui.formats.reference_identity import reference_identity_of
+        from kldtui.stages.capture import changed_server
 
-        if not windows:
+        mode = self.profile.capture.mode
+        if not windows or changed_server(entry.workspace, entry.identity, mode) is not None:
             return False
+        if not mode.manifest_path(entry.workspace.candidate).is_file():
+            return False  # its capture is gone: the report cannot be shown to be this candidate's
         report = load_state(entry.workspace).report
         if report is None or sorted(int(i) for i in report.window_table().window_index) != sorted(windows):
             return False

@@ -269,8 +269,18 @@ class Pipeline:
 
     @property
     def runtime(self) -> dict[str, Any]:
-        """The server's identity for manifests (secrets redacted)."""
-        return dict(self._session.runtime) if self._session is not None else {}
+        """The server's identity for manifests (secrets redacted), with the profile's settings that
+        make the candidate what it is (``identity``: kldtui.servers.base.server_identity)."""
+        if self._session is None:
+            return {}
+        return {**self._session.runtime, "identity": self.server_identity}
+
+    @property
+    def server_identity(self) -> dict[str, Any]:
+        """The candidate server's settings that change what it answers (recorded per window)."""
+        from kldtui.servers.base import server_identity
+
+        return server_identity(self.profile.candidate)
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
         """Capture the window range (resumes from the capture records); the server must be up."""
@@ -286,7 +296,7 @@ class Pipeline:
                                api_key=plan.api_key, request_timeout=self.profile.candidate.request_timeout,
                                mode=self.mode,
                                alive=self.server.alive if self.server is not None else None,
-                               live_windows=live)
+                               live_windows=live, identity=self.server_identity)
         return run_capture(self._workspace, self.emit, self.cancel, suite=suite, windows=self.windows(),
                            server=server, expected_vocab=self._expected_vocab(),
                            on_window_captured=on_window_captured, finalized=self._finalized_predicate())

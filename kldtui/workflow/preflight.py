@@ -50,11 +50,24 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         problems.append(vocab)
     if not problems and (context := _context_problem(profile, workspace)):
         problems.append(context)
+    if not problems and (changed := _changed_server_problem(profile, workspace)):
+        problems.append(changed)
     if not problems:
         disk = _disk_problem(profile, workspace)
         if disk:
             problems.append(disk)
     return problems
+
+
+def _changed_server_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """Windows of this run captured or finalized from a server with other settings (said before a
+    server is launched: the capture would refuse them after it loaded)."""
+    from kldtui.servers.base import server_identity
+    from kldtui.stages.capture import changed_server
+
+    if workspace.capture_root is None:
+        return None
+    return changed_server(workspace, server_identity(profile.candidate), profile.capture.mode)
 
 
 def _range_problem(profile: Profile, workspace: Workspace) -> str | None:

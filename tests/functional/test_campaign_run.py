@@ -171,3 +171,45 @@ def test_a_failing_candidate_does_not_stop_the_others_and_is_retried_alone(tmp_p
     assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["broken"]
     board = json.loads((tmp_path / "c" / "leaderboard.json").read_text())
     assert [r["name"] for r in board["rows"]] == ["q8", "broken", "q3"]
+
+
+def test_a_candidate_changed_after_its_capture_is_refused_and_never_ranked_with_its_old_report(
+        tmp_path: Path) -> None:
+    profile = write_profile(tmp_path / "c", {"q8": 0.04, "q4": 0.12})
+    _run(profile)
+    def q4_mean() -> float:
+        return float(json.loads((tmp_path / "c" / "comparison-q4.json").read_text())
+                     ["kl_reference_to_candidate"]["mean"])
+
+    before = q4_mean()
+    text = profile.read_text()
+    # settings that do not change what a server answers keep every result: nothing runs again
+    quiet = "port = 0\nstartup_timeout = 300.0\nrequest_timeout = 90.0\n"
+    profile.write_text(text.replace("port = 0\n", quiet))
+    assert [e for e in _run(profile) if e.get("event") == "CandidateStarted"] == []
+    # q4 requantized with a coarser rounding under the same name: its old figures are not q4's any more
+    profile.write_text(text.replace("perturb = 0.12", "perturb = 0.3"))
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    records = tmp_path / "c" / "capture" / "capture-q4.json"
+    assert line.startswith(f"kldtui: error: {records}: window 0 was captured from a server whose settings "
+                           "differ from this run's (perturb 0.12, now 0.3); give the changed candidate "
+                           "another name"), line
+    assert line.endswith(f"or remove {records}, {tmp_path / 'c' / 'capture' / 'q4'} and "
+                         f"{tmp_path / 'c' / 'candidates' / 'q4'} to capture it again"), line
+    # what it says to do works, and only q4 runs again
+    import shutil
+
+    records.unlink()
+    shutil.rmtree(tmp_path / "c" / "capture" / "q4")
+    shutil.rmtree(tmp_path / "c" / "candidates" / "q4")
+    events = _run(profile)
+    assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["q4"]
+    assert q4_mean() > 2 * before  # the coarser rounding's own figures, not the earlier report's
+    # a report left behind without its capture is never taken for the candidate either
+    shutil.rmtree(tmp_path / "c" / "candidates" / "q8")
+    (tmp_path / "c" / "capture" / "capture-q8.json").unlink()
+    shutil.rmtree(tmp_path / "c" / "capture" / "q8")
+    events = _run(profile)
+    assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["q8"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -190,3 +191,28 @@ def test_a_context_filter_is_checked_when_the_profile_is_read(tmp_path: Path) ->
             load_profile(path)
         assert str(path) in str(caught.value) and words in str(caught.value)
         assert "\n" not in str(caught.value)
+
+
+def test_server_identity_is_what_changes_the_answers_and_never_holds_a_secret(tmp_path: Path) -> None:
+    # what a capture records per window and a campaign checks before reusing a report: the model and its
+    # arguments, never where it listens, how long kldtui waits, its interpreter or environment
+    from kldtui.servers.base import identity_changes, server_identity
+    from kldtui.workflow.profile import profile_from_dict
+
+    (tmp_path / "m").mkdir()
+    table = {"kind": "vllm", "model": "m",
+             "vllm_args": ["--tensor-parallel-size", "8", "--api-key", "sk-abc123"]}
+    quiet = {"port": 8123, "host": "127.0.0.1", "startup_timeout": 60.0, "request_timeout": 30.0,
+             "python": "/opt/venv/bin/python", "env": {"HF_TOKEN": "hf_secret", "CUDA_VISIBLE_DEVICES": "0"},
+             "served_model_name": "q4", "bits_per_weight": 4.5, "parameters": 1000}
+    one = server_identity(profile_from_dict({"candidate": table}, base_dir=tmp_path).candidate)
+    two = server_identity(profile_from_dict({"candidate": {**table, **quiet}}, base_dir=tmp_path).candidate)
+    assert one == two and identity_changes(one, two) is None
+    assert one["kind"] == "vllm" and one["model"] == str(tmp_path / "m")
+    assert "sk-abc123" not in json.dumps(one) and "--tensor-parallel-size" in one["vllm_args"]
+    tp16 = {**table, "vllm_args": ["--tensor-parallel-size", "16", "--api-key", "sk-abc123"]}
+    three = server_identity(profile_from_dict({"candidate": tp16}, base_dir=tmp_path).candidate)
+    assert identity_changes(one, three) == ("vllm_args [--tensor-parallel-size 8 --api-key <redacted>], "
+                                            "now [--tensor-parallel-size 16 --api-key <redacted>]")
+    assert identity_changes("garbage", one) == "its recorded server settings cannot be read"
+    assert identity_changes(None, one) is None  # recorded by an earlier version: nothing to compare
