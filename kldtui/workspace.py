@@ -207,6 +207,19 @@ class Workspace:
     def candidate_manifest(self) -> Path:
         return logits_manifest_path(self.candidate)
 
+    @property
+    def keeps_reference(self) -> bool:
+        """This run finalizes into the reference's folder (:meth:`reference_capture`)."""
+        return self.candidate_dir is not None and self.candidate_dir == self.reference_dir
+
+    @property
+    def campaign_candidate(self) -> bool:
+        """This run is a campaign candidate's (:meth:`for_candidate`): its folders carry its name."""
+        from kldtui.formats.report_names import CAMPAIGN_FOLDER
+
+        return (self.candidate_dir is not None and self.workdir is not None
+                and self.candidate_dir.parent == self.workdir / CAMPAIGN_FOLDER)
+
     def compare_cache(self, window_index: int) -> Path | None:
         """``compare/window-NNN.json`` (None: this workspace keeps no per-window cache)."""
         if self.compare_dir is None:

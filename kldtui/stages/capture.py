@@ -301,9 +301,14 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
             paths = [str(d) for d in (workspace.records_path, workspace.run_dir, workspace.candidate_dir)
                      if d is not None and d.exists()]
             shown = ", ".join(paths[:-1]) + f" and {paths[-1]}" if len(paths) > 1 else "".join(paths)
+            if workspace.keeps_reference:
+                keep = "set the reference's settings back"
+            elif workspace.campaign_candidate:
+                keep = "give the changed candidate another name to keep both"
+            else:
+                keep = "run the changed candidate in another work folder ([run] workdir) to keep both"
             return (f"{where} was captured from a server whose settings differ from this run's ({changes}); "
-                    f"give the changed candidate another name (or [run] run_name) to keep both, or remove "
-                    f"{shown} to capture it again")
+                    f"remove {shown} to capture it again, or {keep}")
     return None
 
 

@@ -25,6 +25,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kldtui import capture_modes
 from kldtui.errors import BadInput
@@ -91,7 +92,8 @@ class ReferenceCapture:
     def __init__(self, workspace: Workspace, emit: EventSink, cancel: Cancel | None, *, plan: ServerPlan,
                  request_timeout: float, suite: Suite, windows: Sequence[WindowSpec],
                  window_range: tuple[int, int], keep_chunks: bool, repeat: bool,
-                 records_to_suite: bool, compare: RepeatCompare, command: str | None = None) -> None:
+                 records_to_suite: bool, compare: RepeatCompare, command: str | None = None,
+                 identity: dict[str, Any] | None = None) -> None:
         self.workspace = workspace
         self.emit = emit
         self.cancel = cancel
@@ -105,6 +107,9 @@ class ReferenceCapture:
         self.records_to_suite = records_to_suite
         self.compare = compare
         self.command = command
+        # the reference server's settings (kldtui.servers.base.server_identity): recorded per window, so
+        # that a capture resumed after the profile changed the reference is refused, not joined
+        self.identity = identity
         self.session: ServerSession | None = None  # the reference server while it runs
         self._locks: list[FolderLocks] = []
 
@@ -161,7 +166,8 @@ class ReferenceCapture:
         server = CaptureServer(session.url, self.plan.served_model_name, session.capture_dir,
                                api_key=self.plan.api_key, request_timeout=self.request_timeout,
                                mode=REFERENCE_MODE,
-                               alive=session.process.alive if session.process is not None else None)
+                               alive=session.process.alive if session.process is not None else None,
+                               identity=self.identity)
         run_capture(ws, emit, self.cancel, suite=self.suite, windows=windows, server=server,
                     expected_vocab=_vocab(ws), finalized=lambda w: w.index in done)
 
@@ -178,8 +184,16 @@ class ReferenceCapture:
             return
         assert self.session is not None
         run_finalize(ws, emit, self.cancel, suite=self.suite, windows=todo, kind=kind,
-                     runtime=dict(self.session.runtime) or None, window_range=window_range,
+                     runtime=self._runtime(), window_range=window_range,
                      expected_vocab=_vocab(ws), keep_chunks=self.keep_chunks, mode=REFERENCE_MODE)
+
+    def _runtime(self) -> dict[str, Any] | None:
+        """The reference server's redacted runtime for the manifest, with its settings."""
+        assert self.session is not None
+        runtime = dict(self.session.runtime)
+        if self.identity is not None:
+            runtime["identity"] = self.identity
+        return runtime or None
 
     def _repeat_first_window(self) -> None:
         """The first window again from the same server, compared with the first capture."""

@@ -60,7 +60,7 @@ from kldtui.events import (
 )
 from kldtui.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
-from kldtui.servers.base import CaptureTarget, ServerConfig
+from kldtui.servers.base import CaptureTarget, ServerConfig, server_identity
 from kldtui.servers.registry import kind_of
 from kldtui.stages.reference_capture import (
     REFERENCE_MODE,
@@ -206,7 +206,7 @@ class Pipeline:
             records_to_suite=not kind.builtin,  # a built-in model's demo suite keeps its layout
             compare=RepeatCompare(cmp_.bootstrap_samples, cmp_.bootstrap_seed, cmp_.reverse, cmp_.backend,
                                   cmp_.threads),
-            command=self._command())
+            command=self._command(), identity=server_identity(server))
         self._reference_capture = capture
         try:
             capture.run()
@@ -278,8 +278,6 @@ class Pipeline:
     @property
     def server_identity(self) -> dict[str, Any]:
         """The candidate server's settings that change what it answers (recorded per window)."""
-        from kldtui.servers.base import server_identity
-
         return server_identity(self.profile.candidate)
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:

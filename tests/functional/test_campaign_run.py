@@ -193,11 +193,10 @@ def test_a_candidate_changed_after_its_capture_is_refused_and_never_ranked_with_
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     records = tmp_path / "c" / "capture" / "capture-q4.json"
-    assert line.startswith(f"kldtui: error: {records}: window 0 was captured from a server whose settings "
-                           "differ from this run's (perturb 0.12, now 0.3); give the changed candidate "
-                           "another name"), line
-    assert line.endswith(f"or remove {records}, {tmp_path / 'c' / 'capture' / 'q4'} and "
-                         f"{tmp_path / 'c' / 'candidates' / 'q4'} to capture it again"), line
+    run_dir, finalized = tmp_path / "c" / "capture" / "q4", tmp_path / "c" / "candidates" / "q4"
+    assert line == (f"kldtui: error: {records}: window 0 was captured from a server whose settings differ "
+                    f"from this run's (perturb 0.12, now 0.3); remove {records}, {run_dir} and {finalized} "
+                    "to capture it again, or give the changed candidate another name to keep both"), line
     # what it says to do works, and only q4 runs again
     import shutil
 
@@ -213,3 +212,42 @@ def test_a_candidate_changed_after_its_capture_is_refused_and_never_ranked_with_
     shutil.rmtree(tmp_path / "c" / "capture" / "q8")
     events = _run(profile)
     assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["q8"]
+
+
+def test_a_reference_capture_resumed_after_its_settings_changed_is_refused(tmp_path: Path) -> None:
+    # [reference] capture = "embedded" inherits the candidate's model: a model_seed changed between a run
+    # over windows 0-3 and one over 0-7 would join two models' windows in one reference
+    from tests.fixtures_campaign import MODEL_SEED, build_suite
+
+    folder = tmp_path / "r"
+    build_suite(folder / "suite")
+    table = candidate_table("cand", 0.1).replace("[[candidates]]\n", "").replace('name = "cand"\n', "")
+    profile = folder / "kldtui.toml"
+
+    def write(seed: int, stop: int, workdir: str) -> None:
+        profile.write_text(f'[reference]\nlocal_dir = "suite"\ncapture = "embedded"\n\n[candidate]\n'
+                           f'{table.replace(f"model_seed = {MODEL_SEED}", f"model_seed = {seed}")}\n'
+                           f'[run]\nworkdir = "{workdir}"\nstop_window = {stop}\n\n'
+                           "[compare]\nbootstrap_samples = 200\n")
+
+    write(MODEL_SEED, 4, ".")
+    first = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # unchanged: resumes as before
+    write(MODEL_SEED + 1, 4, ".")  # the candidate changed (the reference is complete: it stays as it is)
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().endswith("or run the changed candidate in another work folder ([run] workdir) "
+                                        "to keep both"), proc.stderr
+    write(MODEL_SEED + 1, 8, "b")  # another work folder: the reference's capture would resume in it
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    ref = folder / "suite" / "ref"
+    assert line == (f"kldtui: error: {ref / 'manifest.json'} was captured from a server whose settings "
+                    f"differ from this run's (model_seed {MODEL_SEED}, now {MODEL_SEED + 1}); remove {ref} "
+                    "to capture it again, or set the reference's settings back"), line
+    manifest = json.loads((folder / "suite" / "ref" / "manifest.json").read_text())
+    assert manifest["window_count"] == 4  # nothing of the other model joined the reference
+    assert manifest["runtime"]["identity"]["model_seed"] == MODEL_SEED
