@@ -32,6 +32,7 @@ the candidate it was in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,6 +142,7 @@ class Campaign:
         self.leaderboard: Any = None  # kldtui.decide.leaderboard.Leaderboard
         self._current: Pipeline | None = None
         self._reports: dict[str, Any] = {}  # name -> its report (ComparisonReport), as last ranked
+        self._noise_warned: tuple[int, int] | None = None  # (size, mtime_ns) of a noise model said unreadable
 
     # -- PipelineControl -------------------------------------------------------------------------
     @property
@@ -278,7 +280,7 @@ class Campaign:
     def _earlier_noise(self, windows: list[int]) -> None:
         """The repeat capture and noise model an earlier run measured, when they are of the current
         leader's captures (noise-model.json names the two capture folders)."""
-        from kldtui.decide.noise import load_floor
+        from kldtui.decide.noise import NOISE_REMEDY, load_floor
 
         board = self.leaderboard
         path = self._workspace.noise_model_path
@@ -291,7 +293,15 @@ class Campaign:
         try:
             noise = load_floor(path)
         except BadInput as exc:
-            self.emit(Notice("campaign", f"{exc}; measured again", level="warning"))
+            # said once per state of the file (this runs before the first ranking and again for the
+            # repeat), with the campaign's own remedy rather than the loader's
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                seen = (st.st_size, st.st_mtime_ns)
+                if seen != self._noise_warned:
+                    self._noise_warned = seen
+                    problem = str(exc).removesuffix(f"; {NOISE_REMEDY}")
+                    self.emit(Notice("campaign", f"{problem}; measured again", level="warning"))
             return
         runs = {os.path.normpath(str(r)) for r in (noise.run1, noise.run2) if r}
         captures = (leader.workspace.candidate, entry.workspace.candidate)

@@ -128,6 +128,16 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     # rerun: nothing is captured again, the stored noise model is used
     events = _run(profile)
     assert not [e for e in events if e.get("event") == "CandidateStarted"]
+    # a damaged noise model (another tool wrote it, a link to a file that is not one) is said once, with
+    # what the campaign does about it, and measured again from the two captures on disk
+    (work / "noise-model.json").unlink()
+    (work / "noise-model.json").symlink_to(work / "kldtui.toml")
+    events = _run(profile)
+    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+    assert warned == [f"{work / 'noise-model.json'}: noise model is not valid JSON (Expecting value: line 1 "
+                      "column 2 (char 1)); measured again"], warned
+    assert not (work / "noise-model.json").is_symlink()  # replaced, never written through
+    assert json.loads((work / "noise-model.json").read_text())["metric_repeat"] == noise["metric_repeat"]
 
 
 def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Path) -> None:
