@@ -247,7 +247,7 @@ class Campaign:
     def _preflight(self, finished: set[str]) -> None:
         """Every candidate still to run is checked before the first server starts: a missing
         model of the third candidate is said now, not after hours of capturing the first two."""
-        from kldtui.workflow.preflight import preflight
+        from kldtui.workflow.preflight import preflight, refuse
 
         problems: list[str] = []
         for candidate, entry in zip(self.profile.candidates, self.entries, strict=True):
@@ -255,11 +255,7 @@ class Campaign:
                 continue
             problems += [p for p in preflight(self.profile.member(candidate), entry.workspace)
                          if p not in problems]
-        if problems:
-            for problem in problems:
-                self.emit(Notice("campaign", problem, level="error"))
-            more = f" (and {len(problems) - 1} more problem(s), listed above)" if len(problems) > 1 else ""
-            raise BadInput(problems[0] + more)
+        refuse(problems, self.emit, "campaign")
 
     def announce_disk_state(self) -> None:
         """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened

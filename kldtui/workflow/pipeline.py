@@ -385,15 +385,10 @@ class Pipeline:
         show next)."""
         from kldtui.stages.compare import Comparer
         from kldtui.stages.finalize import Finalizer
-        from kldtui.workflow.preflight import preflight
+        from kldtui.workflow.preflight import preflight, refuse
         from kldtui.workflow.state import state_after_run
 
-        problems = preflight(self.profile, self._workspace)  # before anything is launched
-        if problems:
-            for problem in problems:
-                self.emit(Notice("run", problem, level="error"))
-            more = f" (and {len(problems) - 1} more problem(s), listed above)" if len(problems) > 1 else ""
-            raise BadInput(problems[0] + more)
+        refuse(preflight(self.profile, self._workspace), self.emit, "run")  # before anything is launched
         self.lock_folders()
         try:
             try:

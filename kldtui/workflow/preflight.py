@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import shutil
 
-from kldtui.errors import KldError
+from kldtui.errors import BadInput, KldError
+from kldtui.events import EventSink, Notice, StageName
 from kldtui.servers.registry import kind_of
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
 
 HOW_TO_GET_A_SUITE = ("download a published suite with `kldtui download REPO --local-dir {dir}`, or build "
                       "one from your own text with `kldtui prepare` (see `kldtui prepare --help`)")
+
+
+def refuse(problems: list[str], emit: EventSink, stage: StageName) -> None:
+    """Nothing when ``problems`` is empty; else the run stops before anything is launched: the first
+    problem is the error (one line, exit 2), the others are said just before it as error notices,
+    so that each is said once (the error names how many more there are)."""
+    if not problems:
+        return
+    for problem in problems[1:]:
+        emit(Notice(stage, problem, level="error"))
+    more = f" (and {len(problems) - 1} more problem(s), listed above)" if len(problems) > 1 else ""
+    raise BadInput(problems[0] + more)
 
 
 def preflight(profile: Profile, workspace: Workspace) -> list[str]:

@@ -148,6 +148,16 @@ def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "'big'" in proc.stderr and "no-such-folder" in proc.stderr
     assert not (tmp_path / "c" / "capture").exists()  # nothing was served or captured
+    said = proc.stdout + proc.stderr
+    assert said.count("no-such-folder") == 1, said  # one problem is said once: as the error
+    with profile.open("a") as handle:
+        handle.write('\n[[candidates]]\nname = "huge"\nkind = "vllm"\nmodel = "./no-such-either"\n')
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert said.count("no-such-folder") == 1 and said.count("no-such-either") == 1, said
+    assert proc.stderr.strip().splitlines()[-1].endswith("(and 1 more problem(s), listed above)")
+    assert said.index("no-such-either") < said.index("kldtui: error:")  # the other one, above the error
 
 
 def test_a_failing_candidate_does_not_stop_the_others_and_is_retried_alone(tmp_path: Path) -> None:
