@@ -73,8 +73,8 @@ class ExportTable:
 
 
 def _verdict(row: LeaderboardRow) -> str:
-    if row.is_best:
-        return "best"
+    if row.is_best:  # as the standings say it: nothing is shown about the best either without a verdict
+        return "no verdict" if row.mark == "no verdict" else "best"
     return outcome_words(row.outcome_vs_best, row.verdict_vs_best, row.provisional)
 
 

@@ -36,19 +36,26 @@ from kldtui.decide.reports import (
     window_values,
 )
 from kldtui.decide.verdict import (
+    ALPHA,
     MIN_VERDICT_WINDOWS,
     Outcome,
     VerdictInterval,
+    family_flips,
+    family_resolvable,
+    family_size_for,
+    family_windows,
     infinite_brief,
     infinite_note,
     noise_brief,
     noise_words,
+    plain_number,
     verdict_interval,
 )
 from kldtui.errors import BadInput
 from kldtui.formats.report import load_report
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import kl_headline_interval, report_interval, unique_names
+from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
 
 # What the tie column's marks mean (LeaderboardRow.mark), as every view of a leaderboard says it.
@@ -79,6 +86,8 @@ class LeaderboardRow:
     rests_on_too_few_windows: bool = False
     percentile_ci: tuple[float, float] | None = None  # the report's own percentile window bootstrap
     inside_repeat_floor: bool = False  # mean KL no larger than the repeat KL between two captures
+    # more candidates than these windows can tell apart (verdict.family_resolvable): no row has a verdict
+    family_too_large: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
@@ -91,18 +100,20 @@ class LeaderboardRow:
                 "diff_vs_best": self.diff_vs_best.to_dict() if self.diff_vs_best else None,
                 "ratio_vs_best": self.ratio_vs_best.to_dict() if self.ratio_vs_best else None,
                 "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best,
-                "provisional": self.provisional, "inside_repeat_floor": self.inside_repeat_floor}
+                "provisional": self.provisional, "inside_repeat_floor": self.inside_repeat_floor,
+                "family_too_large": self.family_too_large}
 
     @property
     def mark(self) -> str:
         """The tie mark a view shows: ``best``; ``tied`` (not shown different from the best);
-        ``worse`` (shown worse than the best); ``no verdict`` below the windows a verdict needs (the
-        best row too: nothing is shown about it either) or where the verdict cannot be calibrated
-        (docs/STATISTICS.md); empty for the only report."""
+        ``worse`` (shown worse than the best); ``no verdict`` below the windows a verdict needs, or with
+        more candidates than the windows can tell apart (the best row too: nothing is shown about it
+        either), or where the verdict cannot be calibrated (docs/STATISTICS.md); empty for the only
+        report."""
         if self.alone:
             return ""
         if self.outcome_vs_best in ("too_few_windows", "cannot_calibrate") or (
-                self.is_best and self.windows < MIN_VERDICT_WINDOWS):
+                self.is_best and (self.windows < MIN_VERDICT_WINDOWS or self.family_too_large)):
             return "no verdict"
         if self.is_best:
             return "best"
@@ -175,9 +186,13 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     # identical candidates in simulation); over all pairs it stays under 5 % (docs/STATISTICS.md).
     k = len(reports)
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    # enough sign patterns that the test can reach Holm's strictest threshold for this many pairs; and
+    # whether these windows can tell this many candidates apart at all (8 windows: at most 4)
+    flips = family_flips(len(pairs))
+    too_many = k > 2 and n >= MIN_VERDICT_WINDOWS and not family_resolvable(n, len(pairs))
     p_values = []
     for i, j in pairs:
-        p = verdict_interval(values[i].kl_mean, values[j].kl_mean).p_value
+        p = verdict_interval(values[i].kl_mean, values[j].kl_mean, flips=flips).p_value
         p_values.append(1.0 if p is None else p)
     rejected = dict(zip(pairs, holm(p_values), strict=True))
     rows = []
@@ -188,18 +203,25 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
             rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
                                        iv.standard_error, n, True, False, None, None, None, "best",
                                        rests_on_too_few_windows=few[i], percentile_ci=percentile[i],
-                                       inside_repeat_floor=inside))
+                                       inside_repeat_floor=inside, family_too_large=too_many))
             continue
         significant = rejected[(min(i, best), max(i, best))]
         stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, noise, windows,
                               label[best], label[i], path_list[best], path_list[i], significant=significant,
-                              infinite_a=values[best].infinite_kl_rows, infinite_b=values[i].infinite_kl_rows)
-        tied = stats.outcome in ("indistinguishable", "within_noise")
+                              infinite_a=values[best].infinite_kl_rows, infinite_b=values[i].infinite_kl_rows,
+                              iv=verdict_interval(values[best].kl_mean, values[i].kl_mean, flips=flips))
+        outcome: Outcome = stats.outcome
+        verdict, provisional = stats.verdict, stats.provisional
+        if too_many:  # not "tied": no difference could have been shown, however large
+            outcome, provisional = "too_few_windows", False
+            verdict = (f"{_too_many_words(n, k)}: {label[i]} - {label[best]} = "
+                       f"{plain_number(stats.interval.estimate)} KL is an estimate only")
+        tied = outcome in ("indistinguishable", "within_noise")
         rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
                                    iv.standard_error, n, False, tied, stats.interval, stats.ratio,
-                                   stats.outcome, stats.verdict, stats.provisional,
+                                   outcome, verdict, provisional,
                                    rests_on_too_few_windows=few[i], percentile_ci=percentile[i],
-                                   inside_repeat_floor=inside))
+                                   inside_repeat_floor=inside, family_too_large=too_many))
     notes: list[str] = []
     briefs: list[str] = []
 
@@ -226,6 +248,13 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
             where = values[i].window_index[counts > 0].tolist()
             rows_infinite = int(counts.sum())
             note(infinite_note(label[i], rows_infinite, where), infinite_brief(label[i], rows_infinite))
+    if too_many:
+        most, needed = family_size_for(n), family_windows(len(pairs))
+        note(f"{_too_many_words(n, k)}: over all {len(pairs)} pairs (Holm) a difference must reach p <= "
+             f"{plain_number(ALPHA / len(pairs))}, and the sign-flip test over {n} windows gives p >= "
+             f"{plain_number(smallest_flip_p(n))}; the rows are in order of mean KL only, none is marked "
+             f"best, worse or tied ({needed} windows would do, or rank at most {most} candidates at a time)",
+             f"{_too_many_words(n, k)}: in order of mean KL only (needs {needed} windows)")
     if n < MIN_VERDICT_WINDOWS and k > 1:
         note(f"too few windows ({n}) for a verdict: the rows are in order of mean KL only, none is "
              f"marked best, worse or tied (a verdict needs {MIN_VERDICT_WINDOWS})",
@@ -238,6 +267,10 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes,
                        brief_notes=briefs, noise_brief=noise_brief(noise))
+
+
+def _too_many_words(windows: int, candidates: int) -> str:
+    return f"too few windows ({windows}) to tell {candidates} candidates apart"
 
 
 def _row_interval(report: ComparisonReport) -> Interval:

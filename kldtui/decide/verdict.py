@@ -273,7 +273,8 @@ class Evidence:
         return out
 
 
-def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Evidence:
+def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None,
+             flips: int = inf.FLIPS) -> Evidence:
     """:class:`Evidence` for window means ``a`` and ``b`` (last axis: windows, at least 3).
 
     ``within``: the evidence of all windows when ``a`` and ``b`` are one domain's. Whether the two
@@ -285,7 +286,7 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Ev
     n = a.shape[-1]
     if n < 3:
         raise ValueError("evidence needs at least 3 windows")
-    flip = inf.flip_test(a, b)
+    flip = inf.flip_test(a, b, flips)
     ratio_low, ratio_high = inf.flip_ratio_interval(a, b, LEVEL)
     log_scale = np.all(a > 0, axis=-1) & np.all(b > 0, axis=-1)
     safe_a = np.where(log_scale[..., None], a, 1.0)
@@ -327,6 +328,44 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None) -> Ev
         model_p_better=logged(model.p_better), model_estimate=logged(model.estimate),
         null_skewness=logged(skew),
         needed=np.where(log_scale, inf.windows_needed(skew), float(MIN_VERDICT_WINDOWS)))
+
+
+def family_flips(verdicts: int) -> int:
+    """The sign-flip test's random patterns for a family of ``verdicts`` held together by Holm: enough
+    that its smallest p-value (2 / patterns) is at most a quarter of Holm's strictest threshold
+    (ALPHA / verdicts). With :data:`~kldtui.metrics.inference.FLIPS` alone a leaderboard of 16
+    candidates (120 pairs, threshold 0.00042) could name no difference however far apart they were
+    (2 / 4096 = 0.00049); up to 25 verdicts FLIPS is enough and nothing changes."""
+    need = 8.0 * max(verdicts, 1) / ALPHA
+    return max(inf.FLIPS, 1 << math.ceil(math.log2(need)))
+
+
+def family_resolvable(windows: int, verdicts: int) -> bool:
+    """Whether a family of ``verdicts`` over ``windows`` windows can name any difference at all: the
+    sign-flip test's smallest p-value reaches Holm's strictest threshold. Over up to 12 windows every
+    sign pattern is used and the smallest p-value is ``2 / 2^windows``: 8 windows cannot tell 5
+    candidates apart (10 pairs: 0.005 against 0.0078)."""
+    return inf.smallest_flip_p(windows, family_flips(verdicts)) <= ALPHA / max(verdicts, 1)
+
+
+def family_windows(verdicts: int) -> int:
+    """The fewest windows over which a family of ``verdicts`` can name a difference (at least
+    :data:`MIN_VERDICT_WINDOWS`)."""
+    n = MIN_VERDICT_WINDOWS
+    while not family_resolvable(n, verdicts):
+        n += 1
+    return n
+
+
+def family_size_for(windows: int) -> int | None:
+    """The most candidates a leaderboard over ``windows`` windows can tell apart (all pairs by Holm);
+    None beyond :data:`~kldtui.metrics.inference.EXACT_FLIPS_UP_TO` windows, where any number can."""
+    if windows > inf.EXACT_FLIPS_UP_TO:
+        return None
+    k = 2
+    while family_resolvable(windows, (k + 1) * k // 2):
+        k += 1
+    return k
 
 
 def family_decisions(p_values: Sequence[float], windows: Sequence[int]) -> list[bool]:
@@ -434,9 +473,10 @@ def _f(x: np.ndarray | float) -> float:
 
 
 def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
-                     within: Evidence | None = None) -> VerdictInterval:
+                     within: Evidence | None = None, flips: int = inf.FLIPS) -> VerdictInterval:
     """The :class:`VerdictInterval` of B - A for window means ``a`` and ``b`` (one group); ``within``: the
-    evidence of all windows when the group is one domain (:func:`evidence`)."""
+    evidence of all windows when the group is one domain (:func:`evidence`); ``flips``: the sign-flip
+    test's random patterns (:func:`family_flips` for a large family)."""
     a = np.asarray(a, dtype=np.float64).reshape(-1)
     b = np.asarray(b, dtype=np.float64).reshape(-1)
     if a.size == 0:
@@ -444,7 +484,7 @@ def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
     est = float(b.mean() - a.mean())
     if a.size < 3:
         return VerdictInterval(est, None, None, None, int(a.size), mean_a=float(a.mean()))
-    ev = evidence(a, b, within=within)
+    ev = evidence(a, b, within=within, flips=flips)
     mean_a = _f(ev.mean_a)
     ratio = _f(ev.mean_b) / mean_a if mean_a > 0 else None
     log_scale = bool(ev.log_scale)

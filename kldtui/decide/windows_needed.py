@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kldtui.decide.reports import window_values
-from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS, verdict_interval
+from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS, family_windows, verdict_interval
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.metrics.stats import t_quantile
 
@@ -97,7 +97,9 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
     """Windows that resolve a true per-window difference ``difference`` (KL, B - A) with spread
     ``window_sd`` between windows, against a repeat variation ``margin``; never fewer than
     ``at_least`` (the windows the sign-flip test needs to be calibrated at the differences'
-    skewness, where the candidates depend differently on window difficulty)."""
+    skewness, where the candidates depend differently on window difficulty), nor fewer than a family of
+    ``comparisons`` can tell apart at all (:func:`kldtui.decide.verdict.family_windows`: 8 windows give
+    the sign-flip test no p-value below 0.0078, too large for 66 pairs)."""
     if not 0.5 <= power < 1.0:
         raise ValueError("power is between 0.5 and 1")
     if comparisons < 1:
@@ -117,7 +119,7 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
         return answer(None, f"the measured difference {_n(abs(difference))} KL is within the repeat "
                             f"variation {_n(margin)} of the metric: more windows will not resolve it "
                             "(the two are as close as two captures of one model)")
-    floor = max(MIN_VERDICT_WINDOWS, 3, at_least or 0)
+    floor = max(MIN_VERDICT_WINDOWS, 3, at_least or 0, family_windows(comparisons))
     if window_sd <= 0.0:
         return answer(floor)
 

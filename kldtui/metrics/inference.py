@@ -48,16 +48,16 @@ LOG_SPREAD_COX = 0.6
 
 
 @functools.lru_cache(maxsize=128)
-def flip_patterns(n: int) -> np.ndarray:
+def flip_patterns(n: int, flips: int = FLIPS) -> np.ndarray:
     """Sign patterns ``(M, n)`` of +-1, the identity first: all 2^n up to :data:`EXACT_FLIPS_UP_TO`
-    windows, else the identity and ``FLIPS - 1`` drawn with a fixed seed (read-only)."""
+    windows, else the identity and ``flips - 1`` drawn with a fixed seed (read-only)."""
     if n < 1:
         raise ValueError("no windows")
     if n <= EXACT_FLIPS_UP_TO:
         pats = np.array(list(itertools.product((1.0, -1.0), repeat=n)), dtype=np.float64)
     else:
-        rng = np.random.default_rng((FLIP_SEED, n))
-        pats = rng.choice(np.array([1.0, -1.0]), size=(FLIPS, n))
+        rng = np.random.default_rng((FLIP_SEED, n) if flips == FLIPS else (FLIP_SEED, n, flips))
+        pats = rng.choice(np.array([1.0, -1.0]), size=(flips, n))
         pats[0] = 1.0
     pats.setflags(write=False)
     return pats
@@ -82,14 +82,23 @@ def _pattern_sums(values: np.ndarray, pats: np.ndarray) -> np.ndarray:
     return out
 
 
-def flip_test(a: np.ndarray, b: np.ndarray) -> FlipTest:
-    """The sign-flip test of B - A over the last axis (see the module docstring)."""
+def flip_test(a: np.ndarray, b: np.ndarray, flips: int = FLIPS) -> FlipTest:
+    """The sign-flip test of B - A over the last axis (see the module docstring); ``flips``: the
+    patterns drawn beyond :data:`EXACT_FLIPS_UP_TO` windows (:func:`smallest_flip_p`)."""
     d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
-    pats = flip_patterns(d.shape[-1])
+    pats = flip_patterns(d.shape[-1], flips)
     sums = _pattern_sums(d, pats)
     obs = sums[..., :1]
     tol = 1e-12 * np.abs(d).sum(axis=-1, keepdims=True)  # the identity's own sum counts as ties
     return FlipTest(p_worse=(sums >= obs - tol).mean(axis=-1), p_better=(sums <= obs + tol).mean(axis=-1))
+
+
+def smallest_flip_p(windows: int, flips: int = FLIPS) -> float:
+    """The smallest two-sided p-value the sign-flip test can give over ``windows`` windows: the
+    identity pattern always counts, so ``2 / 2^n`` where every pattern is used, ``2 / flips`` beyond.
+    A family of verdicts whose strictest threshold is below it can name no difference at all."""
+    patterns = 2 ** windows if windows <= EXACT_FLIPS_UP_TO else flips
+    return min(1.0, 2.0 / patterns)
 
 
 def flip_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

@@ -523,3 +523,49 @@ def test_a_stored_repeat_model_that_its_rows_do_not_give_is_refused(edit: Any, w
     text = str(err.value)
     assert text.startswith("noise.json: repeat_model ") and words in text, text
     assert text.endswith("; write the file again with kldtui noise") and "\n" not in text
+
+
+def _quants(k: int, n: int, seed: int = 3) -> list[dict[str, Any]]:
+    """k candidates over n windows, each twice as far from the reference as the one before."""
+    rng = np.random.default_rng(seed)
+    base = _kl(seed)[:n] if n <= 32 else rng.lognormal(-5, 0.5, n)
+    return [make_report(base * 2.0 ** i * rng.lognormal(0, 0.05, n), candidate_dir=f"/runs/q{i:02d}")
+            for i in range(k)]
+
+
+def test_a_leaderboard_of_more_candidates_than_its_windows_can_tell_apart_gives_no_verdict() -> None:
+    # 12 candidates over 8 windows: Holm over 66 pairs needs p <= 0.00076, and the sign-flip test over 8
+    # windows never goes below 2/256: no row can be shown worse, so none may read "tied with the best"
+    from kldtui.decide.leaderboard import build_leaderboard
+    from kldtui.decide.verdict import family_resolvable, family_size_for, family_windows
+
+    assert (family_size_for(8), family_windows(66), family_resolvable(8, 6), family_resolvable(8, 10)) == (
+        4, 12, True, False)
+    board = build_leaderboard(_quants(12, 8), noise=None)
+    assert [r.mark for r in board.rows] == ["no verdict"] * 12
+    assert all(r.outcome_vs_best == "too_few_windows" and not r.tied_with_best for r in board.rows[1:])
+    last = board.rows[-1]
+    assert last.verdict_vs_best.startswith(
+        f"too few windows (8) to tell 12 candidates apart: {last.name} - q00 = "), last.verdict_vs_best
+    note = [n for n in board.notes if n.startswith("too few windows (8) to tell 12 candidates apart")]
+    assert note == ["too few windows (8) to tell 12 candidates apart: over all 66 pairs (Holm) a difference "
+                    "must reach p <= 0.000758, and the sign-flip test over 8 windows gives p >= 0.00781; the "
+                    "rows are in order of mean KL only, none is marked best, worse or tied (12 windows would "
+                    "do, or rank at most 4 candidates at a time)"], board.notes
+    # what the note says would do, does: over 12 windows the farthest ones are shown worse
+    board = build_leaderboard(_quants(12, 12), noise=None)
+    assert board.rows[0].mark == "best" and board.rows[-1].mark == "worse"
+    # and 4 candidates over the same 8 windows get verdicts as before
+    board = build_leaderboard(_quants(4, 8), noise=None)
+    assert [r.mark for r in board.rows] == ["best", "worse", "worse", "worse"]
+
+
+def test_a_leaderboard_of_sixteen_candidates_can_name_differences() -> None:
+    # 120 pairs: Holm's strictest threshold 0.00042 is below 2 / 4096, the smallest p-value of the test's
+    # 4096 drawn patterns: every row read "tied" however far apart. The family draws enough patterns.
+    from kldtui.decide.leaderboard import build_leaderboard
+    from kldtui.decide.verdict import family_flips
+
+    assert family_flips(6) == 4096 and family_flips(120) == 32768
+    board = build_leaderboard(_quants(16, 16), noise=None)
+    assert board.rows[-1].mark == "worse" and board.rows[1].mark == "worse", [r.mark for r in board.rows]
