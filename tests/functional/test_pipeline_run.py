@@ -309,11 +309,14 @@ def test_missing_suite_and_busy_port_are_found_before_any_server_starts(tmp_path
     assert done.returncode == 2, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     assert not any(e["event"] in ("StageStarted", "ServerReady") for e in events)  # nothing launched
+    # the first problem is the run's error (RunFinished, stderr), the others notices before it: each once
     problems = [e["text"] for e in events if e["event"] == "Notice" and e["level"] == "error"]
+    assert events[-1]["event"] == "RunFinished" and events[-1]["outcome"] == "bad_input"
+    problems.append(events[-1]["message"])
     assert any("suite manifest not found" in p and "kldtui download" in p and "kldtui prepare" in p
                for p in problems)
     assert any(f"port {port}" in p and "in use" in p for p in problems)
-    assert events[-1]["event"] == "RunFinished" and events[-1]["outcome"] == "bad_input"
+    assert sum("suite manifest not found" in p for p in problems) == 1, problems
     assert done.stderr.count("\n") == 1 and "suite manifest not found" in done.stderr
 
 
