@@ -96,17 +96,28 @@ def load_state(workspace: Workspace) -> RunState:
     if workspace.candidate_dir is not None:
         from kldtui import capture_modes
 
-        for mode in capture_modes.modes():  # each mode's finalized folder (logits, score, ...)
-            path = mode.manifest_path(workspace.candidate)
+        # each mode's finalized folder (logits, score, ...); modes that share a manifest's name (logits and
+        # hidden: manifest.json) each try it, and it is a problem only when none of them reads it
+        by_path: dict[Path, list[Any]] = {}
+        for mode in capture_modes.modes():
+            by_path.setdefault(mode.manifest_path(workspace.candidate), []).append(mode)
+        for path, modes in by_path.items():
             if not path.is_file():
                 continue
-            try:
-                for index, entry in mode.read_manifest(path).entries.items():
+            failures: list[str] = []
+            for mode in modes:
+                try:
+                    entries = mode.read_manifest(path).entries
+                except (KldError, OSError, ValueError) as exc:
+                    failures.append(str(exc))
+                    continue
+                for index, entry in entries.items():
                     if (workspace.candidate / entry.file).is_file():
                         states[index] = "finalized"
                         domains.setdefault(index, entry.domain)
-            except (KldError, OSError, ValueError) as exc:
-                problems.append(str(exc))
+                break
+            else:
+                problems.append(failures[0])
 
     report_path: Path | None = None
     loaded: ComparisonReport | None = None
