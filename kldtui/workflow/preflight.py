@@ -80,7 +80,21 @@ def _changed_server_problem(profile: Profile, workspace: Workspace) -> str | Non
 
     if workspace.capture_root is None:
         return None
-    return changed_server(workspace, server_identity(profile.candidate), profile.capture.mode)
+    changed = changed_server(workspace, server_identity(profile.candidate), profile.capture.mode)
+    ref = profile.reference.server
+    if changed is None and ref is not None and workspace.workdir is not None:
+        # the reference's own capture ([reference] capture) resumes only while the reference is not
+        # complete: a finished reference stays as it is whatever the settings say now
+        from kldtui.formats.suite import load_suite
+        from kldtui.stages.reference_capture import REFERENCE_MODE, reference_complete
+
+        try:
+            windows = profile.windows(load_suite(workspace.suite_dir))
+        except (KldError, OSError, ValueError):
+            return None
+        if not reference_complete(workspace, windows):
+            changed = changed_server(workspace.reference_capture(), server_identity(ref), REFERENCE_MODE)
+    return changed
 
 
 def _range_problem(profile: Profile, workspace: Workspace) -> str | None:

@@ -261,8 +261,10 @@ def test_a_reference_capture_resumed_after_its_settings_changed_is_refused(tmp_p
     assert proc.stderr.strip().endswith("or run the changed candidate in another work folder ([run] workdir) "
                                         "to keep both"), proc.stderr
     write(MODEL_SEED + 1, 8, "b")  # another work folder: the reference's capture would resume in it
-    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+    proc = subprocess.run(run_cmd(profile, "--jsonl"), capture_output=True, text=True, timeout=300,
+                          env=env_with())
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "ServerReady" not in proc.stdout and "StageStarted" not in proc.stdout  # before any server
     line = proc.stderr.strip().splitlines()[-1]
     ref = folder / "suite" / "ref"
     assert line == (f"kldtui: error: {ref / 'manifest.json'} was captured from a server whose settings "
