@@ -191,8 +191,10 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     flips = family_flips(len(pairs))
     too_many = k > 2 and n >= MIN_VERDICT_WINDOWS and not family_resolvable(n, len(pairs))
     p_values = []
+    pair_intervals: dict[tuple[int, int], VerdictInterval] = {}
     for i, j in pairs:
-        p = verdict_interval(values[i].kl_mean, values[j].kl_mean, flips=flips).p_value
+        pair_intervals[(i, j)] = verdict_interval(values[i].kl_mean, values[j].kl_mean, flips=flips)
+        p = pair_intervals[(i, j)].p_value
         p_values.append(1.0 if p is None else p)
     rejected = dict(zip(pairs, holm(p_values), strict=True))
     rows = []
@@ -209,7 +211,8 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         stats = compare_group(values[best].kl_mean, values[i].kl_mean, indices, noise, windows,
                               label[best], label[i], path_list[best], path_list[i], significant=significant,
                               infinite_a=values[best].infinite_kl_rows, infinite_b=values[i].infinite_kl_rows,
-                              iv=verdict_interval(values[best].kl_mean, values[i].kl_mean, flips=flips))
+                              iv=pair_intervals[(best, i)] if best < i else
+                              verdict_interval(values[best].kl_mean, values[i].kl_mean, flips=flips))
         outcome: Outcome = stats.outcome
         verdict, provisional = stats.verdict, stats.provisional
         if too_many:  # not "tied": no difference could have been shown, however large

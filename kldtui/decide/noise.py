@@ -11,7 +11,6 @@ The class keeps its historical name ``NoiseFloor`` and file format for compatibi
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -27,8 +26,7 @@ from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
-from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import logits_manifest_path
+from kldtui.formats.suite import logits_manifest_path, manifest_object
 from kldtui.metrics.stats import student_t_interval, t_quantile
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
@@ -553,11 +551,7 @@ def _manifest(folder: Any) -> dict[str, Any] | None:
     """A capture folder's manifest.json, or None when the folder is gone or has none."""
     if not isinstance(folder, str) or not folder:
         return None
-    try:
-        doc = json.loads(read_text(logits_manifest_path(folder)))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return manifest_object(logits_manifest_path(folder))
 
 
 def _model_of(manifest: dict[str, Any]) -> tuple[str, str] | None:

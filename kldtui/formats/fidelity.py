@@ -847,7 +847,7 @@ def read_checksums(root: str | os.PathLike[str]) -> dict[str, str]:
         text = read_text(path, limit=64 * 1024 * 1024)
     except FileNotFoundError:
         raise BadInput(f"{path}: not found; a published hidden-state suite lists every file's SHA-256 "
-                       f"there: {HIDDEN_SUITE_DAMAGED}") from None
+                       f"there; {HIDDEN_SUITE_DAMAGED}") from None
     except UnicodeDecodeError:
         raise BadInput(f"{path}: not UTF-8 text; {HIDDEN_SUITE_DAMAGED}") from None
     except OSError as exc:

@@ -240,7 +240,7 @@ class _Reader:
 
     def fail(self, what: str) -> BadInput:
         return BadInput(f"{self.path}: not a readable GGUF file ({what} at byte {self.pos}); it is "
-                        f"damaged, truncated or not a GGUF model: {GGUF_AGAIN}")
+                        f"damaged, truncated or not a GGUF model; {GGUF_AGAIN}")
 
     def left(self) -> int:
         return self.size - self.pos

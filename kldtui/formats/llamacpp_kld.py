@@ -166,7 +166,7 @@ class KldBase:
             fh.seek(HEADER.size)
             raw = fh.read(4 * self.n_ctx * self.n_chunk)
         if len(raw) != 4 * self.n_ctx * self.n_chunk:
-            raise BadInput(f"{self.path}: the token table ends early; the file is truncated: {BASE_AGAIN}")
+            raise BadInput(f"{self.path}: the token table ends early; the file is truncated; {BASE_AGAIN}")
         return np.frombuffer(raw, dtype="<i4").reshape(self.n_chunk, self.n_ctx).astype(np.int32)
 
     def chunk_rows(self, chunk: int, fh: BinaryIO | None = None) -> np.ndarray:
@@ -210,7 +210,7 @@ def read_base(path: str | os.PathLike[str]) -> KldBase:
     want = file_size(n_ctx, n_vocab, n_chunk)
     if size != want:
         raise BadInput(f"{p}: {size} bytes, but n_ctx={n_ctx}, n_vocab={n_vocab}, n_chunk={n_chunk} "
-                       f"make {want}; the file is truncated or damaged: {BASE_AGAIN}")
+                       f"make {want}; the file is truncated or damaged; {BASE_AGAIN}")
     return KldBase(p, n_ctx, n_vocab, n_chunk, size)
 
 

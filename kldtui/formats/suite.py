@@ -19,7 +19,7 @@ from typing import Any
 from kldtui.errors import BadField, BadInput, remedy
 from kldtui.formats import untrusted_json
 from kldtui.formats.names import check_name, check_relative_path
-from kldtui.formats.safe_io import open_regular_raw
+from kldtui.formats.safe_io import open_regular_raw, read_text
 
 SUITE_MANIFEST = "suite-manifest.json"
 LOGITS_MANIFEST = "manifest.json"
@@ -50,6 +50,17 @@ def suite_manifest_path(folder: str | os.PathLike[str]) -> Path:
 def logits_manifest_path(folder: str | os.PathLike[str]) -> Path:
     """A logits folder's ``manifest.json`` (``ref/`` or a finalized candidate folder)."""
     return Path(folder) / LOGITS_MANIFEST
+
+
+def manifest_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """A manifest's JSON object for a glance at what it records (``kind``, ``runtime``), or None when
+    it is missing, not a regular file or not a JSON object: for checks that only need to know, never
+    for loading the folder (:func:`load_logits_manifest` and its kind's loaders validate it)."""
+    try:
+        doc = json.loads(read_text(path))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def dataset_card(root: str | os.PathLike[str]) -> Path | None:
@@ -234,7 +245,7 @@ class Suite:
             if got != window.token_ids_json_sha256:
                 raise BadInput(f"{path}: {window.label} token hash {got[:12]}... does not match "
                                f"the manifest's {window.token_ids_json_sha256[:12]}...; the token "
-                               f"file was changed or belongs to another suite: {SUITE_DAMAGED}")
+                               f"file was changed or belongs to another suite; {SUITE_DAMAGED}")
         return ids
 
     def check_suite_hash(self) -> str:
@@ -414,12 +425,12 @@ def check_manifest_matches_suite(manifest: LogitsManifest, suite: Suite,
     if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
         raise BadInput(f"{manifest.path}: suite hash {manifest.suite_token_hash_sha256[:12]}... "
                        f"differs from the suite's {suite.suite_token_hash_sha256[:12]}... "
-                       f"({suite.path}); it was made from another suite: {OTHER_SUITE}")
+                       f"({suite.path}); it was made from another suite; {OTHER_SUITE}")
     for w in windows:
         e = manifest.entry(w.index)
         if e.token_ids_json_sha256 != w.token_ids_json_sha256:
             raise BadInput(f"{manifest.path}: {w.label} token hash differs from the suite's; "
-                           f"these logits were made from other tokens: {OTHER_SUITE}")
+                           f"these logits were made from other tokens; {OTHER_SUITE}")
         if e.shape[0] != w.scored_positions:
             raise BadInput(f"{manifest.path}: {w.label} has {e.shape[0]} rows, expected "
                            f"{w.scored_positions}; {LOGITS_DAMAGED}")

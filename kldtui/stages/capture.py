@@ -64,7 +64,7 @@ from kldtui.formats.chunks import (
 from kldtui.formats.names import check_name, safe_name
 from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import read_header
-from kldtui.formats.suite import Suite, WindowSpec, token_ids_hash
+from kldtui.formats.suite import Suite, WindowSpec, manifest_object, token_ids_hash
 from kldtui.servers.base import identity_changes
 from kldtui.workspace import Workspace
 
@@ -242,7 +242,7 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
         check_name(workspace.run_name, "run name", str(workspace.captures))
         emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
         records = load_records(workspace.records_path)
-        if (changed := changed_server(workspace, server.identity, server.mode)) is not None:
+        if (changed := changed_server(workspace, server.identity, server.mode, records)) is not None:
             raise BadInput(changed)
         results, todo, vocab = _resume(workspace, windows, records, expected_vocab, emit,
                                        on_window_captured, finalized, server.mode)
@@ -277,24 +277,28 @@ def finalized_elsewhere(workspace: Workspace, window: WindowSpec) -> Path | None
 
 
 def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
-                   mode: CaptureMode = capture_modes.DEFAULT) -> str | None:
+                   mode: CaptureMode = capture_modes.DEFAULT,
+                   records: dict[int, CaptureRecord] | None = None) -> str | None:
     """One line when this run's windows were captured (its records) or finalized (its folder's
     manifest, ``mode``'s) from a server whose settings differ from ``identity`` (a changed model, arguments or
     rounding): resuming would join two candidates' windows in one report, and a finished report
     would be ranked under the changed candidate's name. None when they agree, when ``identity`` is
     None (a server kldtui did not launch from a profile), or when nothing was recorded (earlier
-    versions). Unreadable records are left to the capture stage, which says so."""
+    versions). ``records``: the run's, when the caller has read them; unreadable ones are left to the
+    capture stage, which says so."""
     if identity is None:
         return None
-    try:
-        records = load_records(workspace.records_path)
-    except BadInput:
-        records = {}
+    if records is None:
+        try:
+            records = load_records(workspace.records_path)
+        except BadInput:
+            records = {}
     found = [(f"{workspace.records_path}: window {rec.window_index}", rec.extra.get("server"))
              for rec in records.values()]
     if workspace.candidate_dir is not None:
         manifest = mode.manifest_path(workspace.candidate)
-        found.append((str(manifest), _manifest_identity(manifest)))
+        runtime = (manifest_object(manifest) or {}).get("runtime")
+        found.append((str(manifest), runtime.get("identity") if isinstance(runtime, dict) else None))
     for where, recorded in found:
         changes = identity_changes(recorded, identity)
         if changes:
@@ -310,16 +314,6 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
             return (f"{where} was captured from a server whose settings differ from this run's ({changes}); "
                     f"remove {shown} to capture it again, or {keep}")
     return None
-
-
-def _manifest_identity(path: Path) -> Any:
-    """The server settings a finalized folder's manifest recorded (``runtime.identity``), or None."""
-    try:
-        doc = json.loads(read_text(path))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    runtime = doc.get("runtime") if isinstance(doc, dict) else None
-    return runtime.get("identity") if isinstance(runtime, dict) else None
 
 
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],

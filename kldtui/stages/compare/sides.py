@@ -268,7 +268,7 @@ class LogitsSide:
             entry = self.manifest.entry(w.index)
             if entry.dtype not in LOGITS_DTYPES:
                 raise BadInput(f"{self.manifest.path}: {w.label} dtype {entry.dtype!r}; logits files are F32 "
-                               f"or BF16: {LOGITS_DAMAGED}")
+                               f"or BF16; {LOGITS_DAMAGED}")
             identity = check_logits_file(self.manifest, w.index, suite=suite, side=self.role)
             identity.raise_first("" if any("again" in p for p in identity.problems[:1])
                                  else "; download or finalize this window again")
@@ -344,7 +344,7 @@ class HiddenSide:
             raise BadInput(f"{self.manifest.path}: suite hash "
                            f"{self.manifest.suite_token_hash_sha256[:12]}... "
                            f"differs from the suite's {suite.suite_token_hash_sha256[:12]}... "
-                           f"({suite.path}); it was made from another suite: {OTHER_SUITE}")
+                           f"({suite.path}); it was made from another suite; {OTHER_SUITE}")
         if self.manifest.context_length != suite.context_length:
             raise BadInput(f"{self.manifest.path}: context_length {self.manifest.context_length} differs "
                            f"from the suite's {suite.context_length} ({suite.path}); {OTHER_SUITE}")
@@ -352,7 +352,7 @@ class HiddenSide:
             record = self.manifest.entry(w.index)
             if record.token_ids_json_sha256 != w.token_ids_json_sha256:
                 raise BadInput(f"{self.manifest.path}: {w.label} token hash differs from the suite's; these "
-                               f"hidden states were made from other tokens: {OTHER_SUITE}")
+                               f"hidden states were made from other tokens; {OTHER_SUITE}")
 
     def check_files(self, suite: Suite, windows: list[WindowSpec]) -> None:
         for w in windows:
