@@ -317,12 +317,16 @@ def identity_changes(recorded: Any, now: Mapping[str, Any]) -> str | None:
     return "; ".join(said) or None
 
 
-def _shown(value: Any) -> str:
+def _shown(value: Any, limit: int = 120) -> str:
+    """A setting's value in one line: strings quoted with their control characters escaped (a recorded
+    value comes from a file in the folder), argument lists as typed, at most ``limit`` characters."""
     if value is None:
         return "unset"
     if isinstance(value, list):
-        return "[" + " ".join(str(v) for v in value) + "]"
-    return repr(value) if isinstance(value, str) else str(value)
+        text = "[" + " ".join(v if isinstance(v, str) and v.isprintable() else repr(v) for v in value) + "]"
+    else:
+        text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 _TOML_TYPES: dict[Any, str] = {str: "str", Path: "str", int: "int", float: "float", bool: "bool"}

@@ -215,4 +215,8 @@ def test_server_identity_is_what_changes_the_answers_and_never_holds_a_secret(tm
     assert identity_changes(one, three) == ("vllm_args [--tensor-parallel-size 8 --api-key <redacted>], "
                                             "now [--tensor-parallel-size 16 --api-key <redacted>]")
     assert identity_changes("garbage", one) == "its recorded server settings cannot be read"
+    # a forged record's values are shown on one line, escaped and cut short
+    forged = {**one, "vllm_args": ["--x\n\x1b[31m", *["a"] * 500]}
+    said = identity_changes(forged, one)
+    assert said is not None and "\n" not in said and "\x1b" not in said and len(said) < 300, said
     assert identity_changes(None, one) is None  # recorded by an earlier version: nothing to compare
