@@ -10,6 +10,7 @@ drawn; the terminal charts (:mod:`kldtui.decide.text_charts`) draw the same data
 from __future__ import annotations
 
 import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
 PLOT_EXTRA = "plot"
 SUFFIXES = (".svg", ".png")
+# both chart views say it (this file and the dashboard's board charts)
+NO_SIZE = ("no candidate has a known size: give its weights or its size (in the profile, weights or two of "
+           "parameters, size_bytes, bits_per_weight; kldtui compare --candidate-model or "
+           "--candidate-size-bytes)")
 MISSING = ("kldtui plot needs matplotlib, which is not installed: pip install matplotlib (in a checkout of "
            f"kldtui, pip install -e '.[{PLOT_EXTRA}]'; no package index serves kldtui yet)")
 
@@ -78,12 +83,45 @@ class DomainBar:
 
 
 @dataclass(frozen=True)
+class CandidateStyle:
+    """How one candidate is drawn in every panel, unlike every other candidate's."""
+    color: str
+    marker: str
+    linestyle: str
+    hatch: str
+
+
+# tab10's colours first (matplotlib's default cycle), then tab20's lighter halves: twenty distinct
+# colours before any repeats; beyond, a colour comes back with another marker, dash and hatch
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+           "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+_MARKERS = (".", "s", "^", "v", "D", "x")
+_LINESTYLES = ("-", "--", ":", "-.")
+_HATCHES = ("", "//", "..", "xx", "\\\\", "--")
+# legends of more entries than this go beside the panel, where they cover no line
+_LEGEND_INSIDE_AT_MOST = 6
+
+
+def candidate_styles(names: list[str]) -> dict[str, CandidateStyle]:
+    """One style per candidate, in the order given, no two alike up to 120 candidates (matplotlib's
+    default cycle repeats after ten: with a dozen quants two lines and two bars looked the same)."""
+    out = {}
+    for i, name in enumerate(dict.fromkeys(names)):
+        turn = i // len(_COLORS)
+        out[name] = CandidateStyle(_COLORS[i % len(_COLORS)], _MARKERS[turn % len(_MARKERS)],
+                                   _LINESTYLES[turn % len(_LINESTYLES)], _HATCHES[turn % len(_HATCHES)])
+    return out
+
+
+@dataclass(frozen=True)
 class ChartData:
     sizes: list[SizePoint]
     unsized: list[str]  # candidates without a known size (left out of the first panel)
     windows: list[WindowSeries]
     domains: list[DomainBar]
     domain_names: list[str]
+    styles: dict[str, CandidateStyle]  # each candidate's, the same in every panel
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
@@ -112,7 +150,7 @@ def chart_data(table: ExportTable) -> ChartData:
                for r in table.rows for d, b in r.report.domains.items()]
     unsized = [r.name for r in table.rows if all(r is not x for x, _ in sized)]
     return ChartData(sizes=sizes, unsized=unsized, windows=windows, domains=domains,
-                     domain_names=table.domains)
+                     domain_names=table.domains, styles=candidate_styles([r.name for r in table.rows]))
 
 
 def _pyplot() -> Any:
@@ -127,19 +165,38 @@ def _pyplot() -> Any:
 
 
 def figure(table: ExportTable) -> Figure:
-    """The three panels on one figure (nothing written)."""
+    """The panels on one figure (nothing written): without any candidate's size, the size panel
+    gives way to a line that says how to give one."""
     plt = _pyplot()
     data = chart_data(table)
     # Candidate and domain names are text, never mathtext: "q8 $x^2$" stays as written, and a name like
     # "$\\frac$" failed the whole plot with a parse error. Each text keeps the setting it was made with.
     with plt.rc_context({"text.parse_math": False}):
-        fig, (ax_size, ax_win, ax_dom) = plt.subplots(3, 1, figsize=(9.0, 13.0), layout="constrained")
+        if data.sizes:
+            fig, (ax_size, ax_win, ax_dom) = plt.subplots(3, 1, figsize=(9.0, 13.0), layout="constrained")
+            _size_panel(ax_size, data)
+        else:
+            fig, (ax_win, ax_dom) = plt.subplots(2, 1, figsize=(9.0, 9.0), layout="constrained")
+            fig.supxlabel(textwrap.fill(NO_SIZE, 120), fontsize=8)
         fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, {table.windows} windows; "
                      "lower is closer", fontsize=11)
-        _size_panel(ax_size, data)
         _window_panel(ax_win, data)
         _domain_panel(ax_dom, data)
     return fig  # type: ignore[no-any-return]
+
+
+def _legend(ax: Any, entries: int) -> None:
+    """Inside the panel for a few entries; beside it for more, where it covers no line or bar."""
+    if entries <= _LEGEND_INSIDE_AT_MOST:
+        ax.legend(fontsize=7)
+    else:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _log_scale_fits(values: list[float]) -> bool:
+    """A log axis where every value is positive and they span more than a factor of ten: on a linear
+    one the closer candidates of a dozen quants lie flat on the axis."""
+    return bool(values) and min(values) > 0 and max(values) > 10 * min(values)
 
 
 def _spread(mid: list[float], low: list[float], high: list[float]) -> list[list[float]]:
@@ -162,23 +219,21 @@ def _size_panel(ax: Any, data: ChartData) -> None:
                  fontsize=9)
     ax.set_xlabel("size (GiB)")
     ax.set_ylabel("mean KL (nats)")
-    if not data.sizes:
-        ax.text(0.5, 0.5, "no candidate has a known size (give the weights or the size: "
-                "kldtui compare --candidate-model)", ha="center", va="center", transform=ax.transAxes,
-                fontsize=8)
-        return
     for p in data.sizes:
+        # on the front: a filled diamond; off it: a hollow circle, both in the candidate's colour
+        color = data.styles[p.name].color
+        ax.plot([p.size_gib], [p.mean], "D" if p.on_front else "o", color=color,
+                markerfacecolor=color if p.on_front else "none", gid=f"size-point-{p.name}")
         # from too few windows: the mean alone (no bar, and no cap a zero-length bar would still draw)
-        color = "tab:red" if p.on_front else "tab:blue"
-        ax.plot([p.size_gib], [p.mean], "o", color=color, gid=f"size-point-{p.name}")
         if p.interval_shown:
             _interval_bars(ax, [p.size_gib], [p.mean], [p.ci_low], [p.ci_high], color,
                            f"size-interval-{p.name}")
         label = p.name if p.bits_per_weight is None else f"{p.name} ({p.bits_per_weight:.2f} bpw)"
-        ax.annotate(label, (p.size_gib, p.mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        ax.annotate(label, (p.size_gib, p.mean), textcoords="offset points", xytext=(5, 4), fontsize=7,
+                    color=color)
     front = sorted((p for p in data.sizes if p.on_front), key=lambda p: p.size_gib)
     if len(front) > 1:
-        ax.plot([p.size_gib for p in front], [p.mean for p in front], "--", color="tab:red", linewidth=1,
+        ax.plot([p.size_gib for p in front], [p.mean for p in front], "--", color="black", linewidth=1,
                 label="Pareto front", gid="pareto-front")
         ax.legend(fontsize=7)
     if data.unsized:
@@ -189,37 +244,49 @@ def _size_panel(ax: Any, data: ChartData) -> None:
 
 
 def _window_panel(ax: Any, data: ChartData) -> None:
-    ax.set_title("mean KL per window (band: the candidate's 95 % interval of the mean)", fontsize=9)
+    log = _log_scale_fits([v for w in data.windows for v in w.kl_mean]
+                          + [w.ci_low for w in data.windows if w.window_index and w.interval_shown])
+    ax.set_title("mean KL per window (band: the candidate's 95 % interval of the mean"
+                 f"{'; log axis' if log else ''})", fontsize=9)
     ax.set_xlabel("window")
     ax.set_ylabel("mean KL (nats)")
     for s in data.windows:
-        (line,) = ax.plot(s.window_index, s.kl_mean, marker=".", linewidth=1, label=s.name,
-                          gid=f"window-series-{s.name}")
+        style = data.styles[s.name]
+        ax.plot(s.window_index, s.kl_mean, marker=style.marker, linestyle=style.linestyle, color=style.color,
+                linewidth=1, markersize=4, label=s.name, gid=f"window-series-{s.name}")
         if s.window_index and s.interval_shown:
             ax.fill_between([min(s.window_index), max(s.window_index)], [s.ci_low] * 2, [s.ci_high] * 2,
-                            color=line.get_color(), alpha=0.15, gid=f"window-band-{s.name}")
-    ax.legend(fontsize=7)
+                            color=style.color, alpha=0.15, gid=f"window-band-{s.name}")
+    if log:
+        ax.set_yscale("log")
+    _legend(ax, len(data.windows))
 
 
 def _domain_panel(ax: Any, data: ChartData) -> None:
+    log = _log_scale_fits([b.estimate for b in data.domains]
+                          + [b.ci_low for b in data.domains if b.interval_shown])
     ax.set_title("mean KL per domain (95 % intervals, windows resampled; none from fewer than "
-                 f"{MIN_INTERVAL_WINDOWS} windows)", fontsize=9)
+                 f"{MIN_INTERVAL_WINDOWS} windows{'; log axis' if log else ''})", fontsize=9)
     ax.set_ylabel("mean KL (nats)")
     names = list(dict.fromkeys(b.name for b in data.domains))
     if not names:
         return
+    if log:  # before the bars, so that they rise from the axis' foot, not from zero
+        ax.set_yscale("log")
     width = 0.8 / len(names)
     for k, name in enumerate(names):
         bars = [b for b in data.domains if b.name == name]
         xs = [data.domain_names.index(b.domain) + (k - (len(names) - 1) / 2) * width for b in bars]
-        ax.bar(xs, [b.estimate for b in bars], width=width, label=name, gid=f"domain-bars-{name}")
+        style = data.styles[name]
+        ax.bar(xs, [b.estimate for b in bars], width=width, label=name, color=style.color, hatch=style.hatch,
+               edgecolor="white" if style.hatch else None, gid=f"domain-bars-{name}")
         shown = [(x, b) for x, b in zip(xs, bars, strict=True) if b.interval_shown]  # none from too few
         if shown:
             _interval_bars(ax, [x for x, _ in shown], [b.estimate for _, b in shown],
                            [b.ci_low for _, b in shown], [b.ci_high for _, b in shown], "black",
                            f"domain-interval-{name}", capsize=2)
     ax.set_xticks(range(len(data.domain_names)), data.domain_names)
-    ax.legend(fontsize=7)
+    _legend(ax, len(names))
 
 
 def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
@@ -245,5 +312,6 @@ def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
     return p
 
 
-__all__ = ["MISSING", "PLOT_EXTRA", "SUFFIXES", "ChartData", "DomainBar", "SizePoint", "WindowSeries",
-           "chart_data", "figure", "pareto_front", "write_plot"]
+__all__ = ["MISSING", "NO_SIZE", "PLOT_EXTRA", "SUFFIXES", "CandidateStyle", "ChartData", "DomainBar",
+           "SizePoint", "WindowSeries", "candidate_styles", "chart_data",
+           "figure", "pareto_front", "write_plot"]

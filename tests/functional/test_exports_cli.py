@@ -221,6 +221,64 @@ def test_names_from_shared_folders_are_text_in_markdown_and_never_a_formula_in_c
     assert names == {hostile[0], "'" + hostile[1]}, names  # a spreadsheet shows it, never runs it
 
 
+def _renamed(reports: list[Path], folder: Path, names: list[str], *,
+             drop_size: bool = False) -> list[Path]:
+    """Copies of the reports under other candidate names (cycling through them)."""
+    out = []
+    for k, name in enumerate(names):
+        doc = _json(reports[k % len(reports)])
+        doc["candidate_dir"] = f"/runs/{name}"
+        if drop_size:
+            doc.pop("candidate_size", None)
+        out.append(folder / f"{name}.json")
+        out[-1].write_text(json.dumps(doc))
+    return out
+
+
+def _series_styles(svg: Path, prefix: str) -> dict[str, str]:
+    """Each candidate's drawn style in the SVG: the first path's style under its ``prefix`` group."""
+    out = {}
+    for el in ET.parse(svg).getroot().iter():
+        gid = el.get("id") or ""
+        if gid.startswith(prefix) and gid[len(prefix):] not in out:
+            path = next(c for c in el.iter() if c.tag.endswith("path"))
+            out[gid[len(prefix):]] = path.get("style", "")
+    return out
+
+
+def test_a_dozen_candidates_are_each_drawn_unlike_the_others(reports: list[Path], tmp_path: Path) -> None:
+    # matplotlib's default colours repeat after ten: the 11th and 12th of a dozen quants were drawn in
+    # the 1st's and 2nd's colours, in the per-window lines and the per-domain bars alike
+    names = [f"q{k:02d}" for k in range(12)]
+    svg = tmp_path / "dozen.svg"
+    assert main(["plot", *map(str, _renamed(reports, tmp_path, names)), "-o", str(svg)]) == 0
+    for prefix in ("window-series-", "domain-bars-"):
+        styles = _series_styles(svg, prefix)
+        assert set(styles) == set(names)
+        assert len(set(styles.values())) == len(names), (prefix, styles)
+    text = " ".join(t for el in ET.parse(svg).getroot().iter() for t in [el.text] if t)
+    # KL over a factor of a hundred (perturbations 0.3 to 3): on a linear axis the closest lie flat on it
+    assert text.count("log axis") == 2, text
+
+
+def test_plot_without_sizes_says_how_to_give_them(reports: list[Path], tmp_path: Path) -> None:
+    from kldtui.decide.plots import NO_SIZE, figure
+
+    named = _renamed(reports, tmp_path, ["a", "b"], drop_size=True)
+    png = tmp_path / "nosize.png"
+    assert main(["plot", *map(str, named), "-o", str(png)]) == 0
+    assert struct.unpack(">II", png.read_bytes()[16:24]) == (900, 900)  # two panels, no empty third
+    board = leaderboard_from_files(named, samples=2000)
+    fig = figure(export_table(board, [load_report(p) for p in named], paths=named))
+    try:
+        assert [ax.get_title() for ax in fig.axes][0].startswith("mean KL per window")
+        assert len(fig.axes) == 2
+        assert fig.get_supxlabel().replace("\n", " ") == NO_SIZE
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+
 def test_plot_draws_names_as_text_not_mathtext(reports: list[Path], tmp_path: Path) -> None:
     # a candidate folder's name is text: "$x^2$" is not typeset, and "$\\frac$" failed the whole plot
     # with a mathtext parse error ("internal error")

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
+from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
 from kldtui.tui.widgets.plain import PlainStatic
 
@@ -77,8 +78,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         if few:
             text.append(f"{too_few_text(few[0], short=True)}: the mean alone\n", style="dim")
     else:
-        text.append("no candidate has a known size (kldtui compare --candidate-model, or size keys in "
-                    "the profile)\n", style="dim")
+        text.append(f"{NO_SIZE}\n", style="dim")
     if data.unsized and data.sizes:
         text.append(f"without a size, not shown: {', '.join(data.unsized)}\n", style="dim")
     # -- per window --------------------------------------------------------------------------------
