@@ -149,8 +149,9 @@ def kl_headline_interval(report: ComparisonReport) -> HeadlineInterval:
     if report.kl_mean_interval is not None:
         return report.kl_mean_interval
     from kldtui.formats.report_model import HeadlineInterval
-    from kldtui.metrics.inference import headline  # here: the viewer starts without NumPy
+    from kldtui.metrics.figures import figure  # here: the viewer starts without NumPy
+    from kldtui.metrics.inference import headline
 
-    h = headline(report.window_table().kl_mean)
+    h = headline(report.window_table().kl_mean, figure("kl_mean").bounds)
     return HeadlineInterval(h.estimate, h.low, h.high, h.method, h.windows, h.rests_on_too_few_windows,
                             h.measured_coverage)

@@ -407,8 +407,26 @@ def measured_coverage(windows: int, table: Mapping[int, float] = MEAN_INTERVAL_C
     return table[counts[-1]] if counts else None
 
 
-def headline(values: np.ndarray | list[float]) -> Headline:
-    """:func:`mean_interval` of one set of window values (non-finite values left out), described."""
+Bounds = tuple[float | None, float | None]
+UNBOUNDED: Bounds = (None, None)
+
+
+def held_to(low: float, high: float, bounds: Bounds) -> tuple[float, float]:
+    """An interval's ends held to the values the quantity can take (``bounds``: lowest, highest, None
+    for no limit): Hall's t, symmetric about a skewed mean, can reach below 0 for a rate of rare events
+    ("0.42 [-0.14, 3.05] flips per 10,000 tokens") or above 100 % for an agreement near 100 %. The true
+    value lies within the bounds, so holding the ends to them never lowers the coverage."""
+    lowest, highest = bounds
+    if lowest is not None:
+        low, high = max(low, lowest), max(high, lowest)
+    if highest is not None:
+        low, high = min(low, highest), min(high, highest)
+    return low, high
+
+
+def headline(values: np.ndarray | list[float], bounds: Bounds = UNBOUNDED) -> Headline:
+    """:func:`mean_interval` of one set of window values (non-finite values left out), described, its
+    ends held to ``bounds`` (:func:`held_to`)."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     v = v[np.isfinite(v)]
     n = int(v.size)
@@ -416,5 +434,6 @@ def headline(values: np.ndarray | list[float]) -> Headline:
     if n < 3:
         return Headline(est, None, None, "hall-t", n, True, None)
     lo, hi, log_scale = mean_interval(v)
-    return Headline(est, float(lo), float(hi), "cox-lognormal" if bool(log_scale) else "hall-t", n,
+    low, high = held_to(float(lo), float(hi), bounds)
+    return Headline(est, low, high, "cox-lognormal" if bool(log_scale) else "hall-t", n,
                     n < MEAN_INTERVAL_MIN_WINDOWS, measured_coverage(n))

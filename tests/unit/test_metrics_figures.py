@@ -135,3 +135,42 @@ def test_registered_figures_come_from_cached_rows_alike(suite_dirs) -> None:
         again = decode_result(json.loads(json.dumps(encode_result(result))))
         assert again.figures() == result.figures()
         assert result.figures()["test_confident_flip_rate"] is not None
+
+
+def test_intervals_are_held_to_the_values_a_figure_can_take() -> None:
+    # Hall's t about a skewed mean: one window of twelve with 5 confident flips per 10,000 tokens gave
+    # "0.42 [-0.14, 3.05]", one window of 90 % agreement among eleven of 100 % "99.2 [93.9, 100.3] %"
+    from kldtui.metrics import inference
+    from kldtui.stages.compare.report import headline_interval
+
+    rare = [0.0] * 11 + [5.0]
+    assert inference.headline(rare).low is not None and inference.headline(rare).low < 0  # unheld
+    flips = headline_interval(rare, "confident_flip_rate")
+    assert flips.ci95_low == 0.0 and flips.ci95_high == inference.headline(rare).high
+    agree = [100.0] * 11 + [90.0]
+    assert (inference.headline(agree).high or 0) > 100
+    same = headline_interval(agree, "same_top_p")
+    assert same.ci95_high == 100.0 and same.ci95_low == inference.headline(agree).low
+    assert headline_interval([0.0] * 12, "rms_delta_p").ci95_low == 0.0
+    # the ends, in order, inside the bounds; an estimate within them is within the interval
+    for bounds in ((0.0, None), (None, 1.0), (0.0, 1.0)):
+        for lo, hi in ((-0.5, 0.3), (0.2, 1.7), (-2.0, -1.0), (1.5, 2.0)):
+            a, b = inference.held_to(lo, hi, bounds)
+            assert a <= b
+            assert all(x >= bounds[0] for x in (a, b) if bounds[0] is not None)
+            assert all(x <= bounds[1] for x in (a, b) if bounds[1] is not None)
+    assert registry.figure("kl_mean").bounds == (0.0, None)
+    assert registry.figure("entropy_shift").bounds == (None, None)  # either sign
+
+
+def test_a_buckets_kl_interval_never_reaches_below_zero() -> None:
+    # a bucket whose KL sits in one window of twelve: the symmetric interval reached below 0
+    sums, counts = [0.0] * 11 + [0.6], [3] * 12
+    low, high = st.clustered_ratio_interval(sums, counts)
+    unheld, _ = st.clustered_ratio_interval(sums, counts, lowest=None)
+    assert unheld is not None and unheld < 0 and low == 0.0 and high is not None and high > 0.6 / 36
+    rows = np.arange(36) // 3  # three positions in each of twelve windows
+    kl = np.where(rows == 11, 0.2, 0.0)
+    bucket = st.confidence_buckets(np.full(36, 0.8), kl, np.ones(36, bool), window=rows)[3]
+    assert bucket["positions"] == 36 and bucket["ci95_low"] == 0.0
+    assert st.position_buckets([kl[rows == w] for w in range(12)], bucket=3, intervals=True)[0]["ci95_low"] == 0.0

@@ -12,6 +12,8 @@ A declaration says
   window's rows become its figure, ``scale x aggregation(values)``; the figure over the whole
   comparison is the same over every position (pooled), with a window-clustered bootstrap
   interval over the window figures;
+* ``bounds``: the values the figure can take (a rate from 0, a share up to 100 %), which its
+  interval's ends are held to;
 * ``label``, ``unit``, ``fmt``, ``definition``, ``better``: how the dashboard, the viewer and the
   text summary show it (the report carries label, unit and definition, so it describes itself).
 
@@ -118,6 +120,9 @@ class RowFigure:
     # llama.cpp's perplexity tool, which takes positions as independent), in the figure's scale;
     # the report shows it next to its own window-clustered interval
     per_token_uncertainty: Callable[[np.ndarray], float] | None = None
+    # the values the figure can take, in its scale (lowest, highest; None: no limit): its interval's
+    # ends are held to them (a rate is never shown below 0, an agreement never above 100 %)
+    bounds: tuple[float | None, float | None] = (None, None)
 
     def pooled_uncertainty(self, windows: Sequence[RowStats]) -> float | None:
         """:attr:`per_token_uncertainty` over every position of ``windows`` (None without one)."""

@@ -5,6 +5,7 @@ report module, in the layout readers of the original comparator's reports expect
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -36,16 +37,18 @@ def _delta_p(r: RowStats) -> np.ndarray:
 
 _KL = ("KL(reference || candidate) per position; positions with infinite KL (masked tokens) "
        "are left out")
-_column("kl_mean", "mean KL", "mean " + _KL, ("kl",), lambda r: r.kl, finite_only=True)
+_column("kl_mean", "mean KL", "mean " + _KL, ("kl",), lambda r: r.kl, finite_only=True, bounds=(0.0, None))
 _column("kl_median", "median KL", "median " + _KL, ("kl",), lambda r: r.kl, finite_only=True,
         aggregation="median")
 _column("kl_p99", "KL p99", "99th percentile of " + _KL, ("kl",), lambda r: r.kl, finite_only=True,
         aggregation="p99")
 _column("kl_max", "max KL", "largest " + _KL, ("kl",), lambda r: r.kl, finite_only=True,
         aggregation="max")
-_column("js_mean", "JS", "mean Jensen-Shannon divergence (natural log)", ("js",), lambda r: r.js)
+_column("js_mean", "JS", "mean Jensen-Shannon divergence (natural log)", ("js",), lambda r: r.js,
+        bounds=(0.0, math.log(2.0)))
 _column("top1_agreement", "top-1", "fraction of positions where both sides' argmax agree",
-        ("argmax_ref", "argmax_cand"), lambda r: r.argmax_ref == r.argmax_cand, better="higher")
+        ("argmax_ref", "argmax_cand"), lambda r: r.argmax_ref == r.argmax_cand, better="higher",
+        bounds=(0.0, 1.0))
 _column("p_reference_mean", "p ref", "mean reference probability of the actual next token",
         ("logp_ref_next",), _p_ref, better=None)
 _column("p_candidate_mean", "p cand", "mean candidate probability of the actual next token",

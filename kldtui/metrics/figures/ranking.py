@@ -51,20 +51,21 @@ register(RowFigure(
     name="confident_flip_rate", label="confident flips", unit="per 10,000 tokens", fmt="{:.2f}",
     definition=(f"positions where the reference's top probability is at least {CONFIDENT} and the "
                 "candidate's argmax is another token, per 10,000 positions"),
-    slots=("ref_top_prob", "argmax_ref", "argmax_cand"), values=_flips, scale=10_000.0))
+    slots=("ref_top_prob", "argmax_ref", "argmax_cand"), values=_flips, scale=10_000.0,
+    bounds=(0.0, 10_000.0)))
 
 register(RowFigure(
     name="same_top_p", label="Same top p", unit="%", fmt="{:.3f}", better="higher",
     definition=("per cent of positions where the candidate's argmax is the reference's (llama.cpp "
                 "perplexity's \"Same top p\")"),
-    slots=("argmax_ref", "argmax_cand"), values=_same_top, scale=100.0,
+    slots=("argmax_ref", "argmax_cand"), values=_same_top, scale=100.0, bounds=(0.0, 100.0),
     per_token_uncertainty=lambda v: 100.0 * _proportion_se(v)))
 
 register(RowFigure(
     name="rms_delta_p", label="RMS Δp", unit="%", fmt="{:.3f}", aggregation="rms",
     definition=("root mean square, in per cent, of p_candidate - p_reference of the actual next token "
                 "(llama.cpp perplexity's \"RMS Δp\")"),
-    slots=("logp_ref_next", "logp_cand_next"), values=_delta_p, scale=100.0,
+    slots=("logp_ref_next", "logp_cand_next"), values=_delta_p, scale=100.0, bounds=(0.0, 100.0),
     per_token_uncertainty=lambda v: 100.0 * _rms_se(v)))
 
 

@@ -208,14 +208,16 @@ def _figure_summaries(res: Sequence[WindowResult], figs: list[WindowFigures],
             window_cluster_bootstrap=Interval.of({k: _or_none(v) if isinstance(v, float) else v
                                                   for k, v in boot.items()}),
             unit=fig.unit or None, better=fig.better,
-            interval=headline_interval([f[fig.name] for f in figs]),
+            interval=headline_interval([f[fig.name] for f in figs], fig.name),
             per_token_uncertainty=_or_none(unc) if unc is not None else None)
     return out
 
 
-def headline_interval(window_values: Sequence[float | int | None]) -> HeadlineInterval:
-    """The headline interval (docs/STATISTICS.md) of the mean of a figure's window values."""
-    h = inference.headline([math.nan if v is None else float(v) for v in window_values])
+def headline_interval(window_values: Sequence[float | int | None], name: str) -> HeadlineInterval:
+    """The headline interval (docs/STATISTICS.md) of the mean of figure ``name``'s window values, held
+    to the values the figure can take."""
+    h = inference.headline([math.nan if v is None else float(v) for v in window_values],
+                           registry.figure(name).bounds)
 
     def num(x: float | None) -> float | None:
         return None if x is None else _or_none(x)
@@ -296,7 +298,7 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
         "kl_by_position": [PositionBucket(**b) for b in  # type: ignore[arg-type]
                            st.position_buckets([finite(r.rows.kl) for r in res], intervals=True,
                                                starts=starts)],
-        "kl_mean_interval": headline_interval([f["kl_mean"] for f in figs]),
+        "kl_mean_interval": headline_interval([f["kl_mean"] for f in figs], "kl_mean"),
     }
     if reverse:
         out["kl_candidate_to_reference"] = Stats.of(st.stats_object(finite(_concat(res, "kl_reverse"))))
