@@ -69,6 +69,8 @@ class WindowsNeeded:
         if suite_windows is not None and self.windows > suite_windows:
             fits = (f"; the suite has {suite_windows}: a larger suite is needed (kldtui prepare), or accept "
                     "the tie")
+        elif suite_windows is not None:  # asked whether the suite is enough: it is, so say so
+            fits = f"; the suite's {suite_windows} windows are enough"
         family = (f", 5 % over {self.comparisons} comparisons" if self.comparisons > 1 else "")
         if self.measured_windows == 0:  # planned from figures
             size = _n(abs(self.difference))

@@ -110,4 +110,7 @@ def test_from_window_means_and_in_words() -> None:
     assert got.measured_windows == 8 and got.windows is not None and got.more == got.windows - 8
     words = got.words(suite_windows=32)
     assert f"about {got.windows} windows" in words and "80 % power" in words
+    assert got.words(suite_windows=100).endswith("; the suite's 100 windows are enough")  # asked: answered
+    assert got.words(suite_windows=got.windows).endswith(f"the suite's {got.windows} windows are enough")
+    assert "enough" not in got.words() and "suite" not in got.words()
     assert "a larger suite is needed" in got.words(suite_windows=got.windows - 1)
