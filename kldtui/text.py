@@ -8,6 +8,7 @@ and nothing from kldtui: any layer may use it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 _IRREGULAR = {"was": "were", "is": "are", "it": "they", "this": "these", "has": "have"}
 
@@ -121,3 +122,66 @@ def outcome_words(outcome: str | None, fallback: str, provisional: bool = False)
     list does not name); ``(provisional)`` where the noise model cannot fully back it."""
     words = OUTCOME_WORDS.get(outcome or "", fallback)
     return f"{words} (provisional)" if provisional else words
+
+
+# ---------------------------------------------------------------------------------- interval bars
+# ``├──●──┤`` drawn in a text column, every row on one axis: the leaderboard (text and dashboard)
+# and the dashboard's size chart draw theirs here, so they place a value alike.
+UNICODE_BAR = ("├", "─", "●", "┤")
+ASCII_BAR = ("|", "-", "*", "|")
+LOG_AXIS_FROM = 10.0  # values spanning more than this factor get a log axis
+
+
+@dataclass(frozen=True)
+class BarAxis:
+    """The axis interval bars share: ``low`` to ``high``, logarithmic when ``log``."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def position(self, value: float, width: int) -> int:
+        """The column (0 to ``width - 1``) of ``value``; the middle when the axis has no span."""
+        low, high = self.low, self.high
+        if self.log:
+            value, low, high = (math.log10(max(v, 1e-300)) for v in (value, low, high))
+        span = high - low
+        if not span > 0 or not math.isfinite(span):
+            return width // 2
+        return int(round((min(max(value, low), high) - low) / span * (width - 1)))
+
+    def words(self) -> str:
+        """How a reader should take the axis, e.g. ``log axis 0.0008 to 0.19``."""
+        return f"{'log' if self.log else 'linear'} axis {self.low:.2g} to {self.high:.2g}"
+
+
+def bar_axis(values: list[float], pad: float = 0.0) -> BarAxis:
+    """One axis for ``values`` (the rows' lows, estimates and highs; non-finite ones left out):
+    logarithmic when all are positive and span more than :data:`LOG_AXIS_FROM` times (on a linear
+    one the closest of a dozen quants lie on the axis' first column), else linear, ``pad`` of the
+    span added at both ends."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return BarAxis(0.0, 1.0)
+    lo, hi = min(finite), max(finite)
+    if lo > 0 and hi > LOG_AXIS_FROM * lo:
+        factor = (hi / lo) ** pad
+        return BarAxis(lo / factor, hi * factor, log=True)
+    margin = (hi - lo) * pad or abs(hi) * pad
+    return BarAxis(lo - margin, hi + margin)
+
+
+def interval_bar(low: float | None, high: float | None, mean: float, axis: BarAxis, width: int,
+                 glyphs: tuple[str, str, str, str] = UNICODE_BAR) -> str:
+    """``├──●──┤`` of ``width`` columns on ``axis``; the mean alone when there is no interval."""
+    if width < 3:
+        raise ValueError("width must be at least 3")
+    left, line, dot, right = glyphs
+    cells = [" "] * width
+    if low is not None and high is not None:
+        a, b = axis.position(low, width), axis.position(high, width)
+        for k in range(a, b + 1):
+            cells[k] = line
+        cells[a], cells[b] = left, right
+    cells[axis.position(mean, width)] = dot
+    return "".join(cells)

@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kldtui.decide.noise import AUTO_FLOOR, NoiseFloor, resolve_floor
 from kldtui.decide.paired import (
     DEFAULT_SAMPLES,
@@ -298,26 +296,3 @@ def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: 
     floor = resolve_floor(noise_path, suite_hash_of(*reports)) if use_noise_floor else None
     return build_leaderboard(reports, paths=list(paths), samples=samples, seed=seed, noise=floor)
 
-
-def interval_bar(low: float, high: float, mean: float, lo_axis: float, hi_axis: float,
-                 width: int = 24) -> str:
-    """A text interval bar ``  |--*--|  `` on a shared axis (for text and dashboard views)."""
-    if width < 3:
-        raise ValueError("width must be at least 3")
-    span = hi_axis - lo_axis
-    if not np.isfinite(span) or span <= 0:
-        cells = [" "] * width
-        cells[width // 2] = "*"
-        return "".join(cells)
-
-    def pos(x: float) -> int:
-        return int(round((min(max(x, lo_axis), hi_axis) - lo_axis) / span * (width - 1)))
-
-    a, m, b = pos(low), pos(mean), pos(high)
-    cells = [" "] * width
-    for k in range(a, b + 1):
-        cells[k] = "-"
-    cells[a] = "|"
-    cells[b] = "|"
-    cells[m] = "*"
-    return "".join(cells)

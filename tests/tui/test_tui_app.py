@@ -329,6 +329,26 @@ async def test_dashboard_leaderboard_and_diff_tabs(tmp_path: Path) -> None:
 
 
 @sync
+async def test_leaderboard_bars_of_candidates_far_apart_are_on_a_log_axis(tmp_path: Path) -> None:
+    # a q8 at 0.001 and a q2 at 0.1: on a linear axis the close candidates all sat in the first columns
+    levels = [("q8", 0.001, 1), ("q6", 0.003, 2), ("q4", 0.01, 3), ("q2", 0.1, 4)]
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)) for n, lvl, s in levels]
+    app = create_app(reports=paths, config_dir=tmp_path)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        board = app.query_one("#board", LeaderboardTable)
+        assert [r.name for r in board.results] == ["q8", "q6", "q4", "q2"]
+        assert [str(c.label) for c in board.columns.values()][3] == "interval (log)"
+        dots = [str(board.get_row_at(i)[3]).index("●") for i in range(4)]
+        assert dots == sorted(dots) and len(set(dots)) == 4 and dots[0] <= 2 and dots[-1] >= 17, dots
+        # the log axis keeps the close ones apart: q8 to q4 is a tenth of the span, yet a third of the
+        # width (on a linear one, two columns)
+        assert dots[2] - dots[0] >= 6
+
+
+@sync
 async def test_viewer_shows_the_ranking_figures_and_the_repeat_floor(tmp_path: Path) -> None:
     """A real compare report (the examples suite): the figures users rank by, each with its interval,
     llama.cpp's own "±" beside Same top p and RMS Δp; and, with a repeat KL above its mean KL, the

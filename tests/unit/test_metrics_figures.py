@@ -173,4 +173,5 @@ def test_a_buckets_kl_interval_never_reaches_below_zero() -> None:
     kl = np.where(rows == 11, 0.2, 0.0)
     bucket = st.confidence_buckets(np.full(36, 0.8), kl, np.ones(36, bool), window=rows)[3]
     assert bucket["positions"] == 36 and bucket["ci95_low"] == 0.0
-    assert st.position_buckets([kl[rows == w] for w in range(12)], bucket=3, intervals=True)[0]["ci95_low"] == 0.0
+    by_depth = st.position_buckets([kl[rows == w] for w in range(12)], bucket=3, intervals=True)
+    assert by_depth[0]["ci95_low"] == 0.0

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kldtui.cli.commands.diff import add_decision_arguments, check_decision_arguments
+
+if TYPE_CHECKING:
+    from kldtui.text import BarAxis
 
 HELP = ("rank comparison reports (same reference and suite) by mean KL with 95 percent intervals; "
         "those not distinguishable from the best by the paired test are marked tied")
@@ -30,13 +33,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 EXPORT_FORMATS = ("markdown", "csv", "llama-cpp")
 
 
-def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
-    from kldtui.decide.leaderboard import interval_bar
-    from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+def _bar_axis(board: Any) -> BarAxis:
+    """The axis every row's interval bar is drawn on (the footer names it)."""
+    from kldtui.formats.report_names import interval_rests_on_too_few
+    from kldtui.text import bar_axis
 
     few = interval_rests_on_too_few(board.windows)  # then no row's interval is shown, only its mean
-    lo = min(r.mean if few else r.ci_low for r in board.rows)
-    hi = max(r.mean if few else r.ci_high for r in board.rows)
+    return bar_axis([v for r in board.rows for v in ((r.mean,) if few else (r.ci_low, r.mean, r.ci_high))])
+
+
+def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
+    from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+    from kldtui.text import ASCII_BAR, interval_bar
+
+    few = interval_rests_on_too_few(board.windows)  # then no row's interval is shown, only its mean
+    axis = _bar_axis(board)
     out = []
     for r in board.rows:
         if r.diff_vs_best is None:
@@ -48,8 +59,8 @@ def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
         if r.provisional:
             vs += " (provisional)"
         interval = too_few_text(board.windows, short=True) if few else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
-        bar = interval_bar(r.mean, r.mean, r.mean, lo, hi, bar_width) if few else \
-            interval_bar(r.ci_low, r.ci_high, r.mean, lo, hi, bar_width)
+        bar = interval_bar(None if few else r.ci_low, None if few else r.ci_high, r.mean, axis, bar_width,
+                           ASCII_BAR)
         out.append([str(r.rank), r.name, f"{r.mean:.4g}", interval, bar, vs, r.mark])
     return out
 
@@ -69,8 +80,8 @@ def _footer(board: Any) -> list[str]:
     from kldtui.text import plural
 
     lines = ["", f"{plural(board.windows, 'window')}; mean KL intervals: each report's headline interval "
-             "(docs/STATISTICS.md); vs best: sign-flip test over windows (log-normal check where needed); "
-             "paired on: "
+             f"(docs/STATISTICS.md), drawn on a {_bar_axis(board).words()}; vs best: sign-flip test over "
+             "windows (log-normal check where needed); paired on: "
              f"{board.pairing_checked}",
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:

@@ -18,6 +18,7 @@ from textual.containers import VerticalScroll
 
 from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
+from kldtui.text import BarAxis, interval_bar
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
@@ -28,25 +29,6 @@ LEVELS = "▁▂▃▄▅▆▇█"
 
 def _g(v: float) -> str:
     return f"{v:.4g}"
-
-
-def _axis_pos(value: float, low: float, high: float, width: int, log: bool) -> int:
-    if log:
-        value, low, high = (math.log10(max(v, 1e-300)) for v in (value, low, high))
-    span = high - low
-    if span <= 0 or not math.isfinite(span):
-        return width // 2
-    return int(round((min(max(value, low), high) - low) / span * (width - 1)))
-
-
-def _interval(mean: float, low: float, high: float, lo: float, hi: float, width: int, log: bool) -> str:
-    cells = [" "] * width
-    a, m, b = (_axis_pos(v, lo, hi, width, log) for v in (low, mean, high))
-    for k in range(a, b + 1):
-        cells[k] = "─"
-    cells[a], cells[b] = "├", "┤"
-    cells[m] = "●"
-    return "".join(cells)
 
 
 def render_charts(data: ChartData, width: int = 100) -> Text:
@@ -70,7 +52,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
             text.append(f"{p.name[:label]:<{label}} {p.size_gib:7.2f} GiB {bpw} ")
             text.append("◆ " if p.on_front else "  ", style="bold")
             low, high = (p.ci_low, p.ci_high) if p.interval_shown else (p.mean, p.mean)  # too few: the mean
-            text.append(_interval(p.mean, low, high, lo, hi, bar, log))
+            text.append(interval_bar(low, high, p.mean, BarAxis(lo, hi, log), bar))
             text.append(f" {_g(p.mean)}\n")
         ends = f"{_g(lo)}{_g(hi):>{max(1, bar - len(_g(lo)))}}"
         text.append(f"{'':<{prefix}}{ends}\n", style="dim")
@@ -110,13 +92,12 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
             if few:  # the reports share their windows: one count, said once
                 text.append(f"  {too_few_text(few[0], short=True)}: no interval", style="dim")
             text.append("\n")
+            axis = BarAxis(0.0, dhi)  # bars rise from 0: linear
             for b in bars:
-                filled = _axis_pos(b.estimate, 0.0, dhi, bar, False)
-                if b.interval_shown:
-                    cells = list(_interval(b.estimate, b.ci_low, b.ci_high, 0.0, dhi, bar, False))
-                else:  # from too few windows: the bar alone, and why there is no interval
-                    cells = [" "] * bar
-                    cells[filled] = "●"
+                filled = axis.position(b.estimate, bar)
+                # from too few windows: the bar alone, and why there is no interval
+                cells = list(interval_bar(b.ci_low if b.interval_shown else None,
+                                          b.ci_high if b.interval_shown else None, b.estimate, axis, bar))
                 for k in range(filled):
                     if cells[k] in " ─":
                         cells[k] = "█"

@@ -7,41 +7,25 @@ from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 
+from kldtui.text import BarAxis, bar_axis, interval_bar
 from kldtui.tui.resultdata import Band, ResultData
 from kldtui.tui.widgets.format import fmt_num
 from kldtui.tui.widgets.plain import plain
 
 
-def interval_bar(band: Band | None, lo_axis: float, hi_axis: float, width: int) -> str:
-    """``├──●──┤`` on an axis shared by all rows, [lo_axis, hi_axis]."""
+def bar_cell(band: Band | None, axis: BarAxis, width: int) -> str:
+    """A row's ``├──●──┤`` on the axis shared by all rows (blank without a figure)."""
     if band is None:
         return " " * width
-    cells = [" "] * width
-    span = hi_axis - lo_axis
-
-    def col(v: float) -> int:
-        if not span > 0:
-            return width // 2
-        return max(0, min(width - 1, int(round((v - lo_axis) / span * (width - 1)))))
-
-    if band.interval is not None:
-        lo, hi = col(band.interval[0]), col(band.interval[1])
-        for c in range(lo, hi + 1):
-            cells[c] = "─"
-        cells[lo], cells[hi] = "├", "┤"
-    cells[col(band.estimate)] = "●"
-    return "".join(cells)
+    low, high = band.interval if band.interval is not None else (None, None)
+    return interval_bar(low, high, band.estimate, axis, width)
 
 
-def axis_of(bands: list[Band | None]) -> tuple[float, float]:
-    """A shared axis for interval bars: from the lowest low to the highest high (the estimates, where
-    an interval is not shown), padded a little."""
-    values = [v for b in bands if b is not None for v in (b.estimate, *(b.interval or ())) if v is not None]
-    if not values:
-        return 0.0, 1.0
-    lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
-    return lo - pad, hi + pad
+def axis_of(bands: list[Band | None]) -> BarAxis:
+    """The rows' shared axis: their lows to their highs (the estimates, where an interval is not
+    shown), padded a little; logarithmic where they span more than ten times."""
+    return bar_axis([v for b in bands if b is not None for v in (b.estimate, *(b.interval or ()))
+                     if v is not None], pad=0.05)
 
 
 class LeaderboardTable(DataTable[str | Text]):
@@ -72,20 +56,26 @@ class LeaderboardTable(DataTable[str | Text]):
                ("95% interval", 20))
 
     def on_mount(self) -> None:
+        self.add_columns_for(None)
+
+    def add_columns_for(self, axis: BarAxis | None) -> None:
+        """The columns, the bars' one saying when its axis is logarithmic."""
         for label, width in self.COLUMNS:
-            self.add_column(label, width=width)
+            log = label == "interval" and axis is not None and axis.log
+            self.add_column(f"{label} (log)" if log else label, width=width)
 
     def set_results(self, results: list[ResultData], ties: dict[int, str] | None = None) -> None:
         """``results`` already sorted; ``ties`` maps a row to its mark (e.g. "= best")."""
         self.results = results
-        self.clear()
-        lo_axis, hi_axis = axis_of([r.kl for r in results])
+        axis = axis_of([r.kl for r in results])
+        self.clear(columns=True)  # the same widths again: only the bars' label may change
+        self.add_columns_for(axis)
         for i, r in enumerate(results):
             mark = "*" if i in self.marked else " "
             band = r.kl
             self.add_row(
                 f"{mark}{i + 1}", plain(r.name[:18]), fmt_num(band.estimate if band else None),
-                interval_bar(band, lo_axis, hi_axis, self.BAR_WIDTH), (ties or {}).get(i, ""),
+                bar_cell(band, axis, self.BAR_WIDTH), (ties or {}).get(i, ""),
                 band.interval_text() if band is not None else "-", key=str(i))
 
     def toggle_mark(self) -> None:
