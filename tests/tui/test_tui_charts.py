@@ -47,6 +47,21 @@ def test_text_charts_fit_their_width_and_say_the_reports_numbers(reports: list[P
     assert all("◆" in row for row in size_rows)  # each smaller candidate is further: all on the front
 
 
+def test_window_blocks_of_candidates_far_apart_are_on_a_log_scale(reports: list[Path]) -> None:
+    # the four reports' mean KL span about a hundred times (q8_0 0.0004 to q2_k 0.036): on 0 to the
+    # highest window, q8_0's windows were all the lowest block
+    board = leaderboard_from_files(reports, samples=2000)
+    data = chart_data(export_table(board, [load_report(p) for p in reports], paths=reports))
+    text = render_charts(data, 200).plain
+    every = [v for s in data.windows for v in s.kl_mean]
+    assert f"mean KL per window  one log scale, {_g(min(every))} to {_g(max(every))}" in text
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()
+            if line.split() and line.split()[0] in {s.name for s in data.windows} and " GiB " not in line
+            and set(line.split()[1]) <= set("▁▂▃▄▅▆▇█")}
+    assert len(rows) == 4 and len(set(rows["q8_0"])) > 1  # q8_0's windows differ, and show it
+    assert min(rows["q2_k"]) > max(rows["q8_0"])  # blocks order as their values do
+
+
 @sync
 async def test_viewer_c_shows_the_charts_and_d_the_difference(reports: list[Path], tmp_path: Path) -> None:
     app = create_app(reports=reports, config_dir=tmp_path)

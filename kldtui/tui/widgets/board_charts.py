@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 
 from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
-from kldtui.text import BarAxis, interval_bar
+from kldtui.text import BarAxis, bar_axis, interval_bar
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
@@ -65,16 +65,28 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         text.append(f"without a size, not shown: {', '.join(data.unsized)}\n", style="dim")
     # -- per window --------------------------------------------------------------------------------
     text.append("\nmean KL per window", style="bold")
-    top = max((v for s in data.windows for v in s.kl_mean if math.isfinite(v)), default=0.0)
-    text.append(f"  blocks: 0 to {_g(top)}, one scale\n", style="dim")
+    every = [v for s in data.windows for v in s.kl_mean if math.isfinite(v)]
+    top = max(every, default=0.0)
+    scale = bar_axis(every)  # a dozen quants 100x apart: on 0 to top the closer half were all "▁"
+    if scale.log:
+        text.append(f"  one log scale, {_g(scale.low)} to {_g(scale.high)}\n", style="dim")
+    else:
+        text.append(f"  blocks: 0 to {_g(top)}, one scale\n", style="dim")
+
+    def block(v: float) -> str:
+        if not math.isfinite(v):
+            return "?"
+        if scale.log:
+            return LEVELS[scale.position(v, len(LEVELS))]
+        return LEVELS[min(7, int(v / top * 8))] if top > 0 else "?"
+
     cols = max(4, width - label - 36)
     longest = max((len(s.kl_mean) for s in data.windows), default=0)
     if longest > cols:
         text.append(f"the last {cols} of {longest} windows (wider terminal: more)\n", style="dim")
     for s in data.windows:
         values = s.kl_mean[-cols:]
-        spark = "".join(LEVELS[min(7, int(v / top * 8))] if top > 0 and math.isfinite(v) else "?"
-                        for v in values)
+        spark = "".join(block(v) for v in values)
         text.append(f"{s.name[:label]:<{label}} {spark} ")
         interval = f"[{_g(s.ci_low)}, {_g(s.ci_high)}]" if s.interval_shown else \
             too_few_text(s.windows, short=True)
