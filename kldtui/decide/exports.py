@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kldtui.decide.leaderboard import Leaderboard, LeaderboardRow
 from kldtui.decide.windows_needed import UNRESOLVED, WindowsNeeded, for_reports
@@ -355,6 +355,16 @@ def to_llama_cpp(table: ExportTable) -> str:
         out += llama_cpp_block(r)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def leaderboard_document(board: Leaderboard, table: ExportTable) -> dict[str, Any]:
+    """The leaderboard as JSON: what ``kldtui leaderboard --json`` writes and the campaign's
+    leaderboard.json (``board``'s fields, and per unresolved row how many windows would resolve it,
+    from ``table``, its :func:`export_table`)."""
+    doc = board.to_dict()
+    doc["windows_needed"] = {r.name: r.windows_needed.to_dict() for r in table.rows
+                             if r.windows_needed is not None}
+    return doc
 
 
 def windows_lines(table: ExportTable) -> list[str]:

@@ -427,10 +427,18 @@ class Campaign:
         if not write and self._workspace.leaderboard_path.is_file():
             path = str(self._workspace.leaderboard_path)
         if final and write and board is not None:
+            from kldtui.decide.exports import export_table, leaderboard_document
+            from kldtui.decide.noise import resolve_floor
+            from kldtui.decide.paired import suite_hash_of
             from kldtui.formats.atomic import write_json_atomic
 
+            # the file `kldtui leaderboard REPORTS --noise noise-model.json --json` writes
+            names = [row.name for row in board.rows]
+            reports = [self._reports[name] for name in names]
+            floor = self.noise if self.noise is not None else resolve_floor(None, suite_hash_of(*reports))
+            table = export_table(board, reports, names=names, noise=floor)
             target = self._workspace.leaderboard_path
-            write_json_atomic(target, board.to_dict())
+            write_json_atomic(target, leaderboard_document(board, table))
             path = str(target)
         if not emit:
             return board

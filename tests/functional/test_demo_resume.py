@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,18 @@ def test_demo_batch_writes_the_campaign(uninterrupted: Path) -> None:
     assert "measured repeat variation" in board["noise_model"]
     noise = json.loads((uninterrupted / "noise-model.json").read_text())
     assert len(noise["metric_repeat"]["per_window"]) == 12
+
+
+def test_demo_leaderboard_is_what_the_leaderboard_command_writes(uninterrupted: Path, tmp_path: Path) -> None:
+    """README: the campaign's leaderboard.json is the same as `kldtui leaderboard comparison-*.json
+    --noise noise-model.json --json` (every key, `windows_needed` included)."""
+    out = tmp_path / "cli.json"
+    reports = [str(uninterrupted / name) for name in ("comparison-fine.json", "comparison-coarse.json")]
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "leaderboard", *reports, "--noise",
+                           str(uninterrupted / "noise-model.json"), "--json", str(out), "--plain"],
+                          capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((uninterrupted / "leaderboard.json").read_text()) == json.loads(out.read_text())
 
 
 def _records(path: Path) -> dict[int, dict[str, Any]]:

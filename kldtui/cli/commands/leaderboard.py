@@ -126,7 +126,7 @@ def print_rich(board: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.view import report_paths
-    from kldtui.decide.exports import export_table, windows_lines
+    from kldtui.decide.exports import export_table, leaderboard_document, windows_lines
     from kldtui.decide.leaderboard import build_leaderboard
     from kldtui.decide.noise import resolve_floor
     from kldtui.decide.paired import suite_hash_of
@@ -159,10 +159,7 @@ def run(args: argparse.Namespace) -> int:
             for line in windows_lines(table):
                 print(f"windows needed: {line}")
         if args.json:
-            doc = board.to_dict()
-            doc["windows_needed"] = {r.name: r.windows_needed.to_dict() for r in table.rows
-                                     if r.windows_needed is not None}
-            write_json_atomic(args.json, doc)
+            write_json_atomic(args.json, leaderboard_document(board, table))
             print(f"wrote {args.json}")
     return 0
 
