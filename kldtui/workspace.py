@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kldtui.folder_lock import lock_path_for_folder
-from kldtui.formats.report_names import REPORT_FILE_NAME
+from kldtui.formats.report_names import NOISE_MODEL_FILE_NAME, REPORT_FILE_NAME
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
 
 StrPath = str | os.PathLike[str]
@@ -119,7 +119,7 @@ class Workspace:
     @property
     def noise_model_path(self) -> Path:
         """``noise-model.json``: the campaign's measured noise model."""
-        return self._need(self.workdir, "workdir") / "noise-model.json"
+        return self._need(self.workdir, "workdir") / NOISE_MODEL_FILE_NAME
 
     @property
     def leaderboard_path(self) -> Path:

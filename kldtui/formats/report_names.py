@@ -47,6 +47,23 @@ def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = 
 CAMPAIGN_REPORT_GLOB = "comparison-*.json"
 
 
+# A campaign's measured noise model, beside its reports (kldtui.workspace); `kldtui view DIR` and
+# `kldtui leaderboard DIR` judge ties with it, as the campaign's leaderboard.json does.
+NOISE_MODEL_FILE_NAME = "noise-model.json"
+
+
+def campaign_noise_model(path: str | os.PathLike[str]) -> Path | None:
+    """The noise model of the campaign work folder ``path`` (its ``noise-model.json``, a regular file,
+    not a link), else None: a report file, a run's folder, or a campaign without one."""
+    p = Path(path).expanduser()
+    if not p.is_dir() or (p / REPORT_FILE_NAME).is_file():
+        return None
+    model = p / NOISE_MODEL_FILE_NAME
+    if not model.is_file() or model.is_symlink():
+        return None
+    return model if any(p.glob(CAMPAIGN_REPORT_GLOB)) else None
+
+
 def reports_in(path: str | os.PathLike[str]) -> list[Path]:
     """The reports ``path`` names: a report file itself; a work folder's ``comparison.json``; a
     campaign's work folder: each candidate's ``comparison-NAME.json`` (by name). BadInput (one line)

@@ -117,3 +117,24 @@ def test_demo_resumes_after_kill_9_without_recapturing(uninterrupted: Path, tmp_
         resumed = json.loads((workdir / name).read_text())
         full = json.loads((uninterrupted / name).read_text())
         assert stable(resumed) == stable(full), name
+
+
+def test_the_campaign_folder_brings_its_noise_model(uninterrupted: Path, tmp_path: Path) -> None:
+    """`kldtui leaderboard DIR` ranks as the campaign did: with the folder's noise model (it used
+    none, so its ties and its provisional marks were not the campaign's), and says so on stderr."""
+    out = tmp_path / "folder.json"
+
+    def leaderboard(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kldtui", "leaderboard", str(uninterrupted), *extra,
+                               "--plain"], capture_output=True, text=True, timeout=120, env=env_with())
+
+    proc = leaderboard("--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((uninterrupted / "leaderboard.json").read_text()) == json.loads(out.read_text())
+    said = [line for line in proc.stderr.splitlines() if "noise model" in line]
+    assert said == [f"kldtui: noise model: {uninterrupted / 'noise-model.json'}, the campaign's (give "
+                    "--noise FILE or --no-noise-floor for another)"]
+    assert "measured repeat variation" in proc.stdout
+    bare = leaderboard("--no-noise-floor")
+    assert bare.returncode == 0 and "noise model" not in bare.stderr
+    assert "noise model: none" in bare.stdout

@@ -125,7 +125,7 @@ def print_rich(board: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.cli.commands.view import report_paths
+    from kldtui.cli.commands.view import report_paths, use_folder_noise_model
     from kldtui.decide.exports import export_table, leaderboard_document, windows_lines
     from kldtui.decide.leaderboard import build_leaderboard
     from kldtui.decide.noise import resolve_floor
@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
+    use_folder_noise_model(args)
     args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
     check_output(args.json, [*args.reports, args.noise], "--json")
     if args.output is not None and args.format is None:

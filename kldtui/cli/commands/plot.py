@@ -11,13 +11,16 @@ HELP = ("chart comparison reports (same reference and suite) into an SVG or PNG:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="comparison reports")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="comparison reports, or work folders holding them (a campaign's: every "
+                             "candidate's)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE.svg|FILE.png",
                         help="the file to write (atomically); its suffix picks the format")
     add_decision_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from kldtui.cli.commands.view import report_paths, use_folder_noise_model
     from kldtui.decide.exports import export_table
     from kldtui.decide.leaderboard import leaderboard_from_files
     from kldtui.decide.plots import write_plot
@@ -26,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
+    use_folder_noise_model(args)
+    args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
     check_output(args.output, [*args.reports, args.noise], "--output")
     with hold(files=[args.output]):
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,

@@ -51,7 +51,28 @@ def report_paths(paths: list[str]) -> list[Path]:
     return [found for p in paths for found in reports_in(p)]
 
 
+def use_folder_noise_model(args: argparse.Namespace) -> None:
+    """With neither ``--noise`` nor ``--no-noise-floor``, a campaign folder among ``args.reports``
+    brings its measured noise model (``noise-model.json``), so that ``kldtui leaderboard DIR`` and
+    ``kldtui view DIR`` judge ties as the campaign's own leaderboard and dashboard do (they used none,
+    and named as final what the campaign called provisional or the reverse). Said on stderr, in one
+    line; folders with different models: none is used, and the line says how to choose."""
+    from kldtui.formats.report_names import campaign_noise_model
+
+    if getattr(args, "noise", None) is not None or getattr(args, "no_noise_floor", False):
+        return
+    models = list(dict.fromkeys(m for p in args.reports for m in [campaign_noise_model(p)] if m is not None))
+    if len(models) == 1:
+        args.noise = str(models[0])
+        print(f"kldtui: noise model: {models[0]}, the campaign's (give --noise FILE or --no-noise-floor for "
+              "another)", file=sys.stderr)
+    elif models:
+        print(f"kldtui: noise model: none; the folders hold {len(models)} ({', '.join(map(str, models))}): "
+              "give --noise FILE to use one", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
+    use_folder_noise_model(args)
     args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
     reports = check_reports(args.reports)
     noise_path = getattr(args, "noise", None)
