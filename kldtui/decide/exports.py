@@ -218,6 +218,8 @@ def _verdict_cell(row: ExportRow) -> str:
     need = row.windows_needed
     if need is None or need.windows is None:
         return row.verdict
+    if row.verdict.endswith(")"):  # "no verdict (too few windows)": one bracket, not two in a row
+        return f"{row.verdict[:-1]}; ~{need.windows} windows to resolve)"
     return f"{row.verdict} (~{need.windows} windows to resolve)"
 
 

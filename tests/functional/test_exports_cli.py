@@ -329,6 +329,16 @@ def test_unresolved_differences_say_the_windows_that_would_resolve_them(
     assert _json(tmp_path / "l.json")["windows_needed"]["q4_0"]["windows"] == want
     md = _export(close, "markdown", capsys)
     assert f"| tied with the best (~{want} windows to resolve) |" in md
+    # a verdict with its own bracket takes the count inside it, not in a second bracket
+    import dataclasses
+
+    from kldtui.decide import exports
+
+    row = next(r for r in export_table(leaderboard_from_files(close, samples=2000),
+                                       [load_report(p) for p in close], paths=close).rows
+               if r.windows_needed is not None)
+    braced = dataclasses.replace(row, verdict="no verdict (too few windows)")
+    assert exports._verdict_cell(braced) == f"no verdict (too few windows; ~{want} windows to resolve)"
     rows = list(csv.DictReader(io.StringIO(_export(close, "csv", capsys))))
     assert [r["windows_to_resolve"] for r in rows] == ["", str(want)]
     # plan from the same two reports as pilots: the same count
