@@ -215,13 +215,14 @@ def figure_lines(report: ComparisonReport) -> list[str]:
     value over every position, 95 % window-cluster interval, unit; formatted as the figure's
     registration says (kldtui.metrics.figures), 6 significant digits for one this kldtui does not
     register (a report from a newer version)."""
+    from kldtui.formats.report_names import figure_headline_interval
     from kldtui.metrics.figures import get  # here, not at the top: the viewer starts without NumPy
 
     lines = []
     for name, fig in (report.figures or {}).items():
         known = get(name)
         show = known.format if known is not None else _f
-        head = fig.interval
+        head = figure_headline_interval(report, name)  # from its windows: the stored one is not proof
         boot = fig.window_cluster_bootstrap
         interval = ""
         if not interval_rests_on_too_few(report.windows):  # no "95 %" from a few windows

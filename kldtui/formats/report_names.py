@@ -5,6 +5,7 @@ Light on purpose (standard library only): the viewer imports it at start-up.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,16 +160,34 @@ def too_few_text(windows: int, short: bool = False) -> str:
 
 def kl_headline_interval(report: ComparisonReport) -> HeadlineInterval:
     """The headline mean-KL interval of a report (docs/STATISTICS.md: the method chosen by simulation,
-    with honest coverage; ``rests_on_too_few_windows`` when it should be marked, not headlined): the
-    report's own ``kl_mean_interval``, or, for a report written before it existed, the same
-    closed-form computation over its per-window mean KL (no resampling: every view gets the same
-    figures). :func:`report_interval` stays the original comparator's percentile bootstrap."""
-    if report.kl_mean_interval is not None:
-        return report.kl_mean_interval
-    from kldtui.formats.report_model import HeadlineInterval
-    from kldtui.metrics.figures import figure  # here: the viewer starts without NumPy
-    from kldtui.metrics.inference import headline
+    with honest coverage; ``rests_on_too_few_windows`` when it should be marked, not headlined),
+    computed from the report's own per-window mean KL (closed form, no resampling: every view gets the
+    same figures). The copy a report stores (``kl_mean_interval``) is for other readers: a report from
+    a shared folder does not vouch for its own interval (one edited to "[-5, 0.008]" was shown so), and
+    one written by an earlier version gets today's method. :func:`report_interval` stays the original
+    comparator's percentile bootstrap."""
+    interval = _headline_of(report.window_table().kl_mean, "kl_mean")
+    assert interval is not None  # kl_mean is every report's
+    return interval
 
-    h = headline(report.window_table().kl_mean, figure("kl_mean").bounds)
+
+def figure_headline_interval(report: ComparisonReport, name: str) -> HeadlineInterval | None:
+    """The headline interval of figure ``name`` (the report's ``figures`` object), computed from its
+    per-window values as :func:`kl_headline_interval` is; None when the report has no per-window values
+    for it (then views fall back to its window bootstrap)."""
+    values = report.window_table().figures.get(name)
+    return None if values is None else _headline_of(values, name)
+
+
+def _headline_of(values: Sequence[float | None], name: str) -> HeadlineInterval | None:
+    """The headline interval of the mean of per-window ``values``, held to the bounds the figure
+    registry gives ``name`` (none for a figure this version does not register)."""
+    from kldtui.formats.report_model import HeadlineInterval
+    from kldtui.metrics.figures import get  # here: the viewer starts without NumPy
+    from kldtui.metrics.inference import UNBOUNDED, headline
+
+    known = get(name)
+    h = headline([math.nan if v is None else float(v) for v in values],
+                 known.bounds if known is not None else UNBOUNDED)
     return HeadlineInterval(h.estimate, h.low, h.high, h.method, h.windows, h.rests_on_too_few_windows,
                             h.measured_coverage)

@@ -418,3 +418,30 @@ def test_a_name_with_a_line_break_stays_on_its_line(reports: list[Path], tmp_pat
     capsys.readouterr()
     assert main(["leaderboard", str(named), str(reports[1])]) == 0
     assert "q4\\x0aMean" in capsys.readouterr().out
+
+
+def test_views_compute_intervals_from_the_windows_not_the_reports_stored_copy(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a report from a shared folder edited to claim other intervals: "[-5, ...]" was shown as written
+    from kldtui.formats.report import figure_lines, summary_text
+    from kldtui.formats.report_names import figure_headline_interval, kl_headline_interval
+
+    doc = _json(reports[1])
+    real = (doc["kl_mean_interval"]["ci95_low"], doc["kl_mean_interval"]["ci95_high"])
+    same = doc["figures"]["same_top_p"]["interval"]
+    real_same = (same["ci95_low"], same["ci95_high"])
+    doc["kl_mean_interval"]["ci95_low"] = -5.0
+    doc["kl_mean_interval"]["ci95_high"] = 0.5
+    same["ci95_low"], same["ci95_high"] = 12.0, 250.0
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    report = load_report(edited)
+    head = kl_headline_interval(report)
+    assert (head.ci95_low, head.ci95_high) == pytest.approx(real, rel=1e-12)
+    figure = figure_headline_interval(report, "same_top_p")
+    assert figure is not None and (figure.ci95_low, figure.ci95_high) == pytest.approx(real_same, rel=1e-12)
+    shown = summary_text(report) + "\n".join(figure_lines(report))
+    assert "[-5," not in shown and ", 250" not in shown and ", 0.5]" not in shown
+    board = leaderboard_from_files([reports[0], edited], samples=2000)
+    row = next(r for r in board.rows if r.name == "q4_k_m")  # its candidate folder names it
+    assert (row.ci_low, row.ci_high) == pytest.approx(real, rel=1e-12)
