@@ -189,6 +189,7 @@ class Standing:
     report_path: str | None = None
     note: str = ""  # why it is not ranked (stopped early, failed)
     provisional: bool = False  # the verdict holds only as far as the noise model can say
+    repeat_of: str | None = None  # a second capture of this candidate (the noise model's): not ranked
 
 
 @dataclass(frozen=True)

@@ -496,7 +496,7 @@ class Campaign:
                         ci_low=iv.ci95_low, ci_high=iv.ci95_high,
                         mark="tied" if tied else "", verdict=stats.verdict, outcome=stats.outcome,
                         provisional=stats.provisional,
-                        report_path=str(repeat.report),
+                        report_path=str(repeat.report), repeat_of=leader.name,
                         note=f"a second capture of {leader.name} (the noise model); not ranked")
 
     def leader_state(self) -> RunState | None:

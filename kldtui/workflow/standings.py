@@ -38,8 +38,22 @@ def verdict_words(row: Standing) -> str:
         return _STATE_WORDS.get(row.state, row.state)
     if row.mark == "best":
         return "best"
+    if row.repeat_of is not None:  # against its own first capture, not the best (which it may not be)
+        return _repeat_words(row)
     # as the leaderboard says it: a verdict the noise model cannot fully back (kldtui.decide)
     return outcome_words(row.outcome, row.mark or "-", row.provisional)
+
+
+def _repeat_words(row: Standing) -> str:
+    """A repeat capture's verdict against the capture it repeats: "tied with the best" read wrong where
+    the leaderboard marks no best (too few windows for its candidates)."""
+    if row.outcome in ("indistinguishable", "within_noise"):
+        words = f"tied with {row.repeat_of} (its first capture)"
+    elif row.outcome in ("a_closer", "b_closer"):
+        words = f"differs from {row.repeat_of} (its first capture)"
+    else:
+        return outcome_words(row.outcome, row.mark or "-", row.provisional)
+    return f"{words} (provisional)" if row.provisional else words
 
 
 def cells(row: Standing, windows: int | None = None) -> list[str]:

@@ -117,6 +117,7 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     assert final["rows"][0]["bits_per_weight"] == 4.5 and final["rows"][0]["size_bytes"] == 562_500
     assert final["rows"][1]["bits_per_weight"] is None  # given for close only
     assert repeat["mark"] == "tied" and "no difference shown" in repeat["verdict"]  # one model twice
+    assert repeat["repeat_of"] == "close" and final["rows"][0]["repeat_of"] is None
     # the noise model is what `kldtui noise` gives on the two reports
     proc = subprocess.run([*run_cmd(Path("x"))[:3], "noise", str(work / "comparison-close.json"),
                            str(work / "repeat" / "comparison-close.json"),

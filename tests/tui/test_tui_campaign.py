@@ -67,6 +67,14 @@ def test_the_words_of_each_state_and_verdict() -> None:
                            ("within_noise", "tied with the best (within noise)"),
                            ("too_few_windows", "no verdict (too few windows)")):
         assert verdict_words(Standing("a", "compared", outcome=outcome)) == words
+    # the leader's repeat: against its first capture, not "the best" (a board of too few windows has none)
+    for outcome, provisional, words in (
+            ("indistinguishable", False, "tied with q8 (its first capture)"),
+            ("within_noise", True, "tied with q8 (its first capture) (provisional)"),
+            ("a_closer", False, "differs from q8 (its first capture)"),
+            ("too_few_windows", False, "no verdict (too few windows)")):
+        repeat = Standing("q8.repeat", "compared", outcome=outcome, provisional=provisional, repeat_of="q8")
+        assert verdict_words(repeat) == words
     assert cells(done)[:5] == ["2", "a", "0.02", "-", "[0.01, 0.03]"]
     lines = table_lines([done, Standing("b", "waiting")])
     assert lines[0].split()[:3] == ["#", "candidate", "mean"]
