@@ -49,7 +49,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         assert rows[0][3] == "best" and rows[1][3].startswith("worse than the best")
         # the measured noise model has one repeat: the decision rules call the verdict provisional
         assert rows[1][3].endswith("(provisional)") == board["rows"][1]["provisional"]
-        assert rows[2][3].startswith("tied with the best")  # a second capture of one model
+        assert rows[2][3].startswith("tied with fine (its first capture)")  # a second capture of one model
         for row, expected in zip(rows, board["rows"], strict=False):
             assert row[0] == str(expected["rank"])
             assert float(row[2]) == pytest.approx(expected["mean"], rel=1e-3)
