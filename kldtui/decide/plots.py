@@ -269,7 +269,11 @@ def _domain_panel(ax: Any, data: ChartData) -> None:
                  f"{MIN_INTERVAL_WINDOWS} windows{'; log axis' if log else ''})", fontsize=9)
     ax.set_ylabel("mean KL (nats)")
     names = list(dict.fromkeys(b.name for b in data.domains))
-    if not names:
+    if not names:  # said, not an empty frame
+        ax.text(0.5, 0.5, "these reports hold no per-domain figures", ha="center", va="center",
+                transform=ax.transAxes, fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     if log:  # before the bars, so that they rise from the axis' foot, not from zero
         ax.set_yscale("log")

@@ -279,6 +279,21 @@ def test_plot_without_sizes_says_how_to_give_them(reports: list[Path], tmp_path:
         plt.close(fig)
 
 
+def test_plot_of_reports_without_domains_says_so(reports: list[Path], tmp_path: Path) -> None:
+    # reports with no per-domain figures (another tool's, a suite of no domains) left a bare frame
+    named = _renamed(reports, tmp_path, ["a", "b"])
+    for path in named:
+        doc = _json(path)
+        doc.pop("domains", None)
+        path.write_text(json.dumps(doc))
+    svg = tmp_path / "nodomains.svg"
+    assert main(["plot", *map(str, named), "-o", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    text = " ".join(t for el in root.iter() for t in [el.text] if t)
+    assert "these reports hold no per-domain figures" in text
+    assert not any((el.get("id") or "").startswith("domain-bars-") for el in root.iter())
+
+
 def test_plot_draws_names_as_text_not_mathtext(reports: list[Path], tmp_path: Path) -> None:
     # a candidate folder's name is text: "$x^2$" is not typeset, and "$\\frac$" failed the whole plot
     # with a mathtext parse error ("internal error")
