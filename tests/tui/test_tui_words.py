@@ -792,3 +792,36 @@ async def test_a_ranking_of_the_board_as_it_was_does_not_drop_a_report_added_sin
         table = app.query_one("#board", DataTable)
         assert sorted(str(table.get_row_at(i)[1]) for i in range(table.row_count)) == ["x", "y", "z"]
         assert str(app.query_one("#board-note", Static).render()).startswith("3 reports by mean KL")
+
+
+@sync
+async def test_at_80x24_the_difference_and_the_charts_open_in_sight(tmp_path: Path) -> None:
+    # a dozen candidates over 8 windows: the ranking's notes and rows filled the screen, and d and c
+    # opened their pane below it, out of sight (nothing seemed to happen)
+    from kldtui.tui.widgets import BoardCharts, DiffPane
+
+    levels = [0.001 * 1.5 ** k for k in range(12)]
+    paths = [write_report(tmp_path / f"q{k:02d}.json",
+                          make_report(f"q{k:02d}", lvl, seed=k + 1, domains=["prose", "code"] * 4))
+             for k, lvl in enumerate(levels)]
+    app = create_app(reports=paths, config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        note = app.query_one("#board-note", Static)
+        assert note.region.height >= 3  # the notes: ties, too few windows, noise model
+        assert "too few to say it is best among 12 (a verdict needs 12)" in \
+            str(app.query_one("#board-verdict", Static).render())
+        await pilot.press("c")
+        await settle(app, pilot)
+        charts = app.query_one("#charts", BoardCharts)
+        await until(pilot, lambda: charts.display and charts.region.height >= 8, "the charts in sight")
+        assert note.region.height == 0  # stepped aside while the pane is open
+        assert app.query_one("#board", DataTable).region.height >= 5  # the table, smaller, still there
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not charts.display and note.region.height >= 3
+        await pilot.press("space", "down", "space", "d")
+        await settle(app, pilot)
+        diff = app.query_one("#diffpane", DiffPane)
+        await until(pilot, lambda: diff.display and diff.region.height >= 8, "the difference in sight")
+        assert "A = q00, B = q01" in str(app.query_one("#diff-verdict", Static).render())

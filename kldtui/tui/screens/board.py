@@ -50,8 +50,12 @@ def row_verdict(row: Any, rows: int) -> str:
     """One sentence on a leaderboard row's mark (the best row's is about the others)."""
     if row.is_best:
         if row.mark == "no verdict":
-            return (f"lowest mean KL, but {row.windows} windows are too few to say it is best (a verdict "
-                    "needs more; see the note above)")
+            from kldtui.decide.verdict import family_windows
+
+            # the count itself, not "see the note above": the notes step aside while a pane is open
+            need = family_windows(max(1, rows * (rows - 1) // 2))
+            return (f"lowest mean KL, but {row.windows} windows are too few to say it is best among {rows} "
+                    f"(a verdict needs {need})")
         return f"lowest mean KL of the {rows} reports; each other row says how it compares with this one"
     return str(row.verdict_vs_best)
 

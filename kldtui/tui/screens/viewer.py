@@ -32,6 +32,7 @@ BOARD_KEYS_HELP = """\
   space    mark a row; with two marked, d shows their difference
   d        per-window difference of the two marked reports
   c        charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot draws them)
+  Esc      close the difference or the charts (the notes above the table come back)
 """ + TIE_COLUMN_HELP
 
 
@@ -40,6 +41,7 @@ class ViewerScreen(BoardScreen):
         Binding("d", "diff", "diff", show=False),
         Binding("space", "mark", "mark", show=False),
         Binding("c", "charts", "charts", show=False),
+        Binding("escape", "close_pane", "close", show=False),
     ]
 
     def __init__(self, report_paths: list[Path]) -> None:
@@ -68,9 +70,24 @@ class ViewerScreen(BoardScreen):
         self.load_reports()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("mark", "diff", "charts") and self.single:
+        if action in ("mark", "diff", "charts", "close_pane") and self.single:
             return False
         return True
+
+    def _open_pane(self, pane: DiffPane | BoardCharts) -> None:
+        """Show ``pane`` under the table, the other hidden. The ranking's notes step aside and the
+        table shrinks while it is open: at 80x24 a dozen candidates' notes and rows filled the screen,
+        and the difference or the charts opened out of sight."""
+        for other in self.query_one("#viewer").query("DiffPane, BoardCharts"):
+            other.display = other is pane
+        self.query_one("#viewer").add_class("pane-open")
+
+    def action_close_pane(self) -> None:
+        """Esc: the difference or the charts closed, the notes and the whole table back."""
+        viewer = self.query_one("#viewer")
+        for pane in viewer.query("DiffPane, BoardCharts"):
+            pane.display = False
+        viewer.remove_class("pane-open")
 
     def reports_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
         if not self.single:
@@ -97,7 +114,7 @@ class ViewerScreen(BoardScreen):
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
-        self.query_one("#charts", BoardCharts).display = False
+        self._open_pane(self.query_one("#diffpane", DiffPane))
         super().show_diff(text, bars, band)
 
     def action_charts(self) -> None:
@@ -120,7 +137,6 @@ class ViewerScreen(BoardScreen):
         self.deliver(self.show_charts, data)
 
     def show_charts(self, data: ChartData) -> None:
-        self.query_one("#diffpane", DiffPane).display = False
         pane = self.query_one("#charts", BoardCharts)
-        pane.display = True
+        self._open_pane(pane)
         pane.show(data)
