@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 PLOT_EXTRA = "plot"
 SUFFIXES = (".svg", ".png")
 # both chart views say it (this file and the dashboard's board charts)
-NO_SIZE = ("no candidate has a known size: give its weights or its size (in the profile, weights or two of "
-           "parameters, size_bytes, bits_per_weight; kldtui compare --candidate-model or "
+NO_SIZE = ("no candidate has a known size: give its weights or its size (in the profile: weights, or "
+           "size_bytes, or parameters with bits_per_weight; kldtui compare: --candidate-model or "
            "--candidate-size-bytes)")
 MISSING = ("kldtui plot needs matplotlib, which is not installed: pip install matplotlib (in a checkout of "
            f"kldtui, pip install -e '.[{PLOT_EXTRA}]'; no package index serves kldtui yet)")
