@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kldtui.formats.untrusted_json import printable_name
+from kldtui.metrics.interval_windows import MIN_INTERVAL_WINDOWS
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval
@@ -135,11 +136,9 @@ def report_interval(report: ComparisonReport) -> Bootstrap:
 
 # -- intervals that rest on too few windows ------------------------------------------------------
 # A window-clustered "95 %" interval from a handful of windows covers far less than 95 % of the
-# time, and one window gives a zero-width interval: below this count every view shows the estimate
-# and says why there is no interval. Which count, and the rule behind it, is the statistics' own
-# (docs/STATISTICS.md; kldtui.decide gives no verdict below the same count): this one helper is
-# where every view asks, so that rule replaces it in one place.
-MIN_INTERVAL_WINDOWS = 8
+# time, and one window gives a zero-width interval: below MIN_INTERVAL_WINDOWS (the statistics' own
+# count, kldtui.metrics.interval_windows) every view shows the estimate and says why there is no
+# interval; this one helper is where every view asks.
 
 
 def interval_rests_on_too_few(windows: int | None) -> bool:

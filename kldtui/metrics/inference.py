@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kldtui.metrics.interval_windows import MIN_INTERVAL_WINDOWS
 from kldtui.metrics.stats import t_quantile, t_sf
 
 EXACT_FLIPS_UP_TO = 12  # 4096 patterns
@@ -382,9 +383,6 @@ NEEDED_PER_SKEW2 = (0.035 / 0.005) ** 2  # 49
 # (its "mean" table): the lowest over the simulated window-mean distributions (normal, gamma,
 # lognormal), by window count. docs/STATISTICS.md has the whole table.
 MEAN_INTERVAL_COVERAGE = {4: 0.915, 8: 0.947, 16: 0.948, 32: 0.945, 64: 0.945}
-# Below this many windows the headline interval rests on too few windows (its measured coverage is
-# under 93 %): views mark it rather than headline it.
-MEAN_INTERVAL_MIN_WINDOWS = 8
 
 
 @dataclass(frozen=True)
@@ -436,4 +434,4 @@ def headline(values: np.ndarray | list[float], bounds: Bounds = UNBOUNDED) -> He
     lo, hi, log_scale = mean_interval(v)
     low, high = held_to(float(lo), float(hi), bounds)
     return Headline(est, low, high, "cox-lognormal" if bool(log_scale) else "hall-t", n,
-                    n < MEAN_INTERVAL_MIN_WINDOWS, measured_coverage(n))
+                    n < MIN_INTERVAL_WINDOWS, measured_coverage(n))
