@@ -273,14 +273,16 @@ CAPTURE_DIR = _path("VLLM_KLD_CAPTURE_DIR", SERVER,
 CAPTURE_MODE = _name("KLDTUI_CAPTURE_MODE", SERVER,
                      "What the server saves per prompt row: a capture mode's name (kldtui.capture_modes; "
                      "docs/DEVELOPING.md): `logits`, its logits; `score`, its figures scored against the "
-                     "reference inside the server (docs/SCORE_MODE.md). The server refuses another name "
-                     "when it starts.", default_text="logits")
+                     "reference inside the server (docs/SCORE_MODE.md); `hidden`, its final hidden states "
+                     "(docs/PRODUCING.md). The server refuses another name when it starts.",
+                     default_text="logits")
 SCORE_SUITE = _path("KLDTUI_SCORE_SUITE", SERVER,
                     "Score mode: the suite folder (suite-manifest.json, tokens/) as the server host "
                     "sees it; required in score mode.")
 SCORE_REFERENCE = _path("KLDTUI_SCORE_REFERENCE", SERVER,
-                        "Score mode: the reference logits folder as the server host sees it.",
-                        default_text="SUITE/ref")
+                        "Score mode: the reference folder (logits, or a hidden-state folder the server "
+                        "replays) as the server host sees it.",
+                        default_text="SUITE/ref, else SUITE/reference-hidden when there is no SUITE/ref")
 SCORE_LM_HEAD = _path("KLDTUI_SCORE_LM_HEAD", SERVER,
                       "Score mode against a hidden-state reference: the LM head (its folder or "
                       "weight.safetensors) the reference rows are replayed with, as the server host sees "
