@@ -37,11 +37,11 @@ from kldtui.formats.suite import (
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 from kldtui.text import human_bytes
+from kldtui.workspace import Workspace
 
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
 REF_DIR = "ref"
-REPEAT_NOISE = "repeat-noise-window000.json"
 GIB = 1024 ** 3
 
 
@@ -80,8 +80,7 @@ def figures(suite: Suite, ref: LogitsManifest) -> CardFigures:
     )
 
 
-def _load_repeat_noise(root: Path) -> dict[str, Any] | None:
-    path = root / REPEAT_NOISE
+def _load_repeat_noise(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
@@ -130,6 +129,9 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
     shown_model = markdown_literal(model)  # a manifest from another tool: its text is text in the card
     n = f.windows
     first, last = min(ref.entries), max(ref.entries)
+    # the reference capture's repeat of its first window (Workspace.repeat_noise_path): window 000's
+    # only when the reference starts there (a card of windows 2.. said "no repeat capture is stored")
+    repeat_noise = Workspace.for_suite(root).repeat_noise_path(first)
     runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
     served = str(runtime.get("served_model_name") or model)
     captures = sorted(p.name for p in root.glob("capture-*.json"))
@@ -206,7 +208,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         f"tokens/{w_first} ... tokens/{w_last}",
         SUITE_MANIFEST,
         *captures,
-        *([REPEAT_NOISE] if (root / REPEAT_NOISE).is_file() else []),
+        *([repeat_noise.name] if repeat_noise.is_file() else []),
         "```",
         "",
         f"{REF_DIR}/{LOGITS_MANIFEST} is authoritative for every file's SHA-256, tensor shape, and the "
@@ -252,14 +254,14 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "## Repeat noise",
         "",
     ]
-    noise = _load_repeat_noise(root)
+    noise = _load_repeat_noise(repeat_noise)
     kl = _num(noise, "kl_reference_to_candidate", "mean")
     if noise is not None and kl is not None:
         js = _num(noise, "js", "mean")
         top1 = _num(noise, "top1_agreement")
         out += [
             f"A second capture of window {first:03d} with the same model and runtime, compared with the "
-            f"first ({REPEAT_NOISE}):",
+            f"first ({repeat_noise.name}):",
             "",
             f"- KL(first || repeat) = {kl:.8g}",
             *([f"- JS = {js:.8g}"] if js is not None else []),

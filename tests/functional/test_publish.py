@@ -210,3 +210,34 @@ def test_a_manifest_from_another_tool_is_text_in_the_card_and_quoted_in_its_comm
     assert "# m; touch pwned \\[x\\](evil.invalid) \\<img src=x> KLD reference logits" in out.splitlines()
     assert '`{"model": "m; touch pwned [x](evil.invalid) <img src=x>", "prompt": [ids]' in out
     assert "- note: ``a `b` c``" in out.splitlines()
+
+
+def test_the_card_reads_the_repeat_of_the_window_the_reference_starts_at(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A reference of windows 2..4 keeps its repeat as repeat-noise-window002.json (the reference
+    capture's name for it); the card read window 000's only and said no repeat was stored."""
+    import numpy as np
+
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.formats.suite import load_suite
+
+    root = make_dataset(tmp_path / "ds", windows=5, context_length=17, vocab=50)
+    suite = load_suite(root)
+    for i in (0, 1):
+        (root / "ref" / f"logits_{i:03d}.safetensors").unlink()
+    rng = np.random.default_rng(1)
+    written = [write_logits_array(root / "ref", w, rng.normal(size=(16, 50)).astype(np.float32), 17,
+                                  force=True) for w in suite.windows[2:]]
+    write_logits_manifest(root / "ref", suite, written, kind="reference", runtime={"model": "synthetic"},
+                          window_range=(2, 5))
+    doc = {"direction": "KL(reference || candidate)", "positions": 16, "windows": 1, "window_range": [2, 3],
+           "kl_reference_to_candidate": {"mean": 0.0023456}, "js": {"mean": 0.0005},
+           "top1_agreement": 0.9375}
+    (root / "repeat-noise-window002.json").write_text(json.dumps(doc) + "\n")
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", "me/tiny-kld", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "A second capture of window 002 with the same model and runtime, compared with the first " \
+           "(repeat-noise-window002.json):" in out
+    assert "- KL(first || repeat) = 0.0023456" in out and "No repeat capture is stored" not in out
+    assert re.search(r"^repeat-noise-window002\.json$", out, re.M)  # in the card's layout
