@@ -45,6 +45,24 @@ def test_text_charts_fit_their_width_and_say_the_reports_numbers(reports: list[P
     size_rows = [line for line in text.splitlines() if " GiB " in line]
     assert [row.split()[0] for row in size_rows] == ["q2_k", "q4_0", "q4_k_m", "q8_0"]  # by size
     assert all("◆" in row for row in size_rows)  # each smaller candidate is further: all on the front
+    assert "mean KL against size  ● mean ├─┤ 95 % interval, log axis" in text
+
+
+def test_without_sizes_the_size_chart_says_how_to_give_them_and_draws_no_legend(reports: list[Path],
+                                                                                tmp_path: Path) -> None:
+    from kldtui.decide.plots import NO_SIZE
+
+    unsized = []
+    for path in reports:
+        doc = json.loads(path.read_text())
+        doc.pop("candidate_size", None)
+        unsized.append(tmp_path / path.name)
+        unsized[-1].write_text(json.dumps(doc))
+    board = leaderboard_from_files(unsized, samples=2000)
+    data = chart_data(export_table(board, [load_report(p) for p in unsized], paths=unsized))
+    text = render_charts(data, 400).plain
+    head = text.split("mean KL per window")[0]
+    assert NO_SIZE in head and "axis" not in head and "◆" not in head, head
 
 
 def test_window_blocks_of_candidates_far_apart_are_on_a_log_scale(reports: list[Path]) -> None:

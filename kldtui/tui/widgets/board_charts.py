@@ -38,13 +38,14 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     label = min(max((len(n) for n in names), default=8), 24)
     # -- KL against size ---------------------------------------------------------------------------
     text.append("mean KL against size", style="bold")
-    text.append("  ● mean ├─┤ 95 % interval, log axis\n", style="dim")
-    text.append("◆ on the Pareto front: no smaller candidate is closer\n", style="dim")
     if data.sizes:
         lows = [p.ci_low if p.interval_shown else p.mean for p in data.sizes]
         lo = min((v for v in lows if v > 0), default=0.0)
         hi = max(p.ci_high if p.interval_shown else p.mean for p in data.sizes)
         log = lo > 0
+        # the legend says the axis drawn (it said "log axis" also where none was, or no chart at all)
+        text.append(f"  ● mean ├─┤ 95 % interval, {'log' if log else 'linear'} axis\n", style="dim")
+        text.append("◆ on the Pareto front: no smaller candidate is closer\n", style="dim")
         prefix = label + 25  # name, size, bits per weight, front mark
         bar = max(10, width - prefix - 11)
         for p in sorted(data.sizes, key=lambda p: p.size_gib):
@@ -60,7 +61,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         if few:
             text.append(f"{too_few_text(few[0], short=True)}: the mean alone\n", style="dim")
     else:
-        text.append(f"{NO_SIZE}\n", style="dim")
+        text.append(f"\n{NO_SIZE}\n", style="dim")
     if data.unsized and data.sizes:
         text.append(f"without a size, not shown: {', '.join(data.unsized)}\n", style="dim")
     # -- per window --------------------------------------------------------------------------------
