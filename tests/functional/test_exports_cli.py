@@ -460,3 +460,27 @@ def test_views_compute_intervals_from_the_windows_not_the_reports_stored_copy(
     board = leaderboard_from_files([reports[0], edited], samples=2000)
     row = next(r for r in board.rows if r.name == "q4_k_m")  # its candidate folder names it
     assert (row.ci_low, row.ci_high) == pytest.approx(real, rel=1e-12)
+
+
+def test_diff_takes_a_runs_work_folder_and_asks_which_report_of_a_campaigns(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = []
+    for name, report in (("run-a", reports[1]), ("run-b", reports[2])):
+        (tmp_path / name).mkdir()
+        shutil.copy(report, tmp_path / name / "comparison.json")
+        runs.append(tmp_path / name)
+    capsys.readouterr()
+    assert main(["diff", *map(str, reports[1:3])]) == 0
+    files = capsys.readouterr().out
+    assert main(["diff", *map(str, runs)]) == 0  # "is a folder, not a file" before
+    folders = capsys.readouterr().out
+    assert folders.split("\n", 2)[2] == files.split("\n", 2)[2]  # all but the two paths
+    assert f"({runs[0] / 'comparison.json'})" in folders.splitlines()[0]
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    for report in reports[:3]:
+        shutil.copy(report, campaign / f"comparison-{report.stem}.json")
+    assert main(["diff", str(campaign), str(runs[0])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kldtui: error: {campaign}: a campaign's work folder holds 3 reports (")
+    assert "give the two to compare" in err and "\n" not in err

@@ -23,8 +23,10 @@ def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report_a", metavar="A.json", help="comparison report of candidate A")
-    parser.add_argument("report_b", metavar="B.json", help="comparison report of candidate B")
+    parser.add_argument("report_a", metavar="A.json", help="comparison report of candidate A (or its run's "
+                                                        "work folder)")
+    parser.add_argument("report_b", metavar="B.json", help="comparison report of candidate B (or its run's "
+                                                        "work folder)")
     add_decision_arguments(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the result as JSON (atomically)")
     parser.add_argument("--per-window", action="store_true", help="also print every window's difference")
@@ -125,6 +127,20 @@ def check_decision_arguments(args: argparse.Namespace) -> None:
     bounds.seed(args.seed, "--seed")
 
 
+def one_report(path: str) -> str:
+    """A report file, or a run's work folder for its ``comparison.json`` (as ``view`` and ``leaderboard``
+    take one); a campaign's folder holds several, so one must be named (BadInput, one line)."""
+    from kldtui.errors import BadInput
+    from kldtui.formats.report_names import reports_in
+
+    found = reports_in(path)
+    if len(found) > 1:
+        names = ", ".join(f.name for f in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise BadInput(f"{path}: a campaign's work folder holds {len(found)} reports ({names}); give the "
+                       "two to compare, e.g. DIR/comparison-NAME.json")
+    return str(found[0])
+
+
 def run(args: argparse.Namespace) -> int:
     from kldtui.decide.noise import resolve_floor
     from kldtui.decide.paired import paired_diff, suite_hash_of
@@ -135,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
+    args.report_a, args.report_b = one_report(args.report_a), one_report(args.report_b)
     check_output(args.json, [args.report_a, args.report_b, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work
         a, b = load_report(args.report_a), load_report(args.report_b)
