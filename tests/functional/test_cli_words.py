@@ -179,7 +179,7 @@ def test_unusable_report_or_noise_file_is_one_line_naming_it_and_what_to_do(tmp_
     good = str(write_report(tmp_path / "good.json", make_report("good", 0.01, seed=1)))
     other = str(write_report(tmp_path / "other.json", make_report("other", 0.02, seed=2)))
     files = _unusable_files(tmp_path / "given")
-    # a folder given to view or leaderboard is a work folder: they look for the reports in it
+    # a folder given to view, leaderboard or diff is a work folder: they look for the reports in it
     in_folder = "give the path of a report JSON or of a work folder that holds one"
     runs: list[tuple[str, str, list[str], str]] = []
     for kind, path in files.items():
@@ -187,7 +187,7 @@ def test_unusable_report_or_noise_file_is_one_line_naming_it_and_what_to_do(tmp_
         runs += [(kind, "view", ["view", bad], in_folder if kind == "folder" else REPORT_REMEDY),
                  (kind, "leaderboard", ["leaderboard", good, bad, "--plain"],
                   in_folder if kind == "folder" else REPORT_REMEDY),
-                 (kind, "diff", ["diff", good, bad], REPORT_REMEDY),
+                 (kind, "diff", ["diff", good, bad], in_folder if kind == "folder" else REPORT_REMEDY),
                  (kind, "noise", ["noise", good, bad, "-o", str(tmp_path / "noise.json")], REPORT_REMEDY),
                  (kind, "view --noise", ["view", "--noise", bad, good, other], NOISE_REMEDY)]
     with ThreadPoolExecutor(4) as pool:
