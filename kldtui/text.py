@@ -117,6 +117,11 @@ OUTCOME_WORDS = {
 }
 
 
+# the outcomes that read as a tie with the other candidate, and those that name one of the two
+TIED_OUTCOMES = frozenset({"indistinguishable", "within_noise"})
+NAMED_OUTCOMES = frozenset({"a_closer", "b_closer"})
+
+
 def outcome_words(outcome: str | None, fallback: str, provisional: bool = False) -> str:
     """A candidate's verdict against the best in a few words (``fallback`` for an outcome this
     list does not name); ``(provisional)`` where the noise model cannot fully back it."""
@@ -130,6 +135,14 @@ def outcome_words(outcome: str | None, fallback: str, provisional: bool = False)
 UNICODE_BAR = ("├", "─", "●", "┤")
 ASCII_BAR = ("|", "-", "*", "|")
 LOG_AXIS_FROM = 10.0  # values spanning more than this factor get a log axis
+
+
+def wants_log_axis(values: list[float]) -> bool:
+    """A log axis for ``values`` (non-finite ones left out): all positive and spanning more than
+    :data:`LOG_AXIS_FROM` times; on a linear one the closest of a dozen quants lie on the axis. The one
+    rule for the text bars and ``kldtui plot``'s panels."""
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) > LOG_AXIS_FROM * min(finite)
 
 
 @dataclass(frozen=True)
@@ -164,7 +177,7 @@ def bar_axis(values: list[float], pad: float = 0.0) -> BarAxis:
     if not finite:
         return BarAxis(0.0, 1.0)
     lo, hi = min(finite), max(finite)
-    if lo > 0 and hi > LOG_AXIS_FROM * lo:
+    if wants_log_axis(finite):
         factor = (hi / lo) ** pad
         return BarAxis(lo / factor, hi * factor, log=True)
     margin = (hi - lo) * pad or abs(hi) * pad

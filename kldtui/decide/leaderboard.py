@@ -55,6 +55,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import kl_headline_interval, report_interval, unique_names
 from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
+from kldtui.text import TIED_OUTCOMES
 
 # What the tie column's marks mean (LeaderboardRow.mark), as every view of a leaderboard says it.
 MARKS_LEGEND = ("tie: best = lowest mean KL, the others are compared with it; tied = not shown different "
@@ -217,7 +218,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
             outcome, provisional = "too_few_windows", False
             verdict = (f"{_too_many_words(n, k)}: {label[i]} - {label[best]} = "
                        f"{plain_number(stats.interval.estimate)} KL is an estimate only")
-        tied = outcome in ("indistinguishable", "within_noise")
+        tied = outcome in TIED_OUTCOMES
         rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
                                    iv.standard_error, n, False, tied, stats.interval, stats.ratio,
                                    outcome, verdict, provisional,

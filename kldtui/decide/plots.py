@@ -4,7 +4,7 @@ Three panels, from an :class:`~kldtui.decide.exports.ExportTable` (the same figu
 print): mean KL against size with its 95 % interval as error bars and the Pareto front marked (no
 smaller candidate is closer), each candidate's per-window mean KL with its interval as a band,
 and the per-domain mean KL as bars with their intervals. :func:`chart_data` holds exactly what is
-drawn; the terminal charts (:mod:`kldtui.decide.text_charts`) draw the same data.
+drawn; the viewer's text charts (:mod:`kldtui.tui.widgets.board_charts`) draw the same data.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from kldtui.decide.exports import ExportTable
 from kldtui.errors import BadInput
 from kldtui.formats.report import domain_windows
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
+from kldtui.text import wants_log_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -193,12 +194,6 @@ def _legend(ax: Any, entries: int) -> None:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
-def _log_scale_fits(values: list[float]) -> bool:
-    """A log axis where every value is positive and they span more than a factor of ten: on a linear
-    one the closer candidates of a dozen quants lie flat on the axis."""
-    return bool(values) and min(values) > 0 and max(values) > 10 * min(values)
-
-
 def _spread(mid: list[float], low: list[float], high: list[float]) -> list[list[float]]:
     """Error-bar lengths below and above (an interval that does not hold its estimate: none there)."""
     return [[max(m - lo, 0.0) for m, lo in zip(mid, low, strict=True)],
@@ -244,7 +239,7 @@ def _size_panel(ax: Any, data: ChartData) -> None:
 
 
 def _window_panel(ax: Any, data: ChartData) -> None:
-    log = _log_scale_fits([v for w in data.windows for v in w.kl_mean]
+    log = wants_log_axis([v for w in data.windows for v in w.kl_mean]
                           + [w.ci_low for w in data.windows if w.window_index and w.interval_shown])
     ax.set_title("mean KL per window (band: the candidate's 95 % interval of the mean"
                  f"{'; log axis' if log else ''})", fontsize=9)
@@ -263,7 +258,7 @@ def _window_panel(ax: Any, data: ChartData) -> None:
 
 
 def _domain_panel(ax: Any, data: ChartData) -> None:
-    log = _log_scale_fits([b.estimate for b in data.domains]
+    log = wants_log_axis([b.estimate for b in data.domains]
                           + [b.ci_low for b in data.domains if b.interval_shown])
     ax.set_title("mean KL per domain (95 % intervals, windows resampled; none from fewer than "
                  f"{MIN_INTERVAL_WINDOWS} windows{'; log axis' if log else ''})", fontsize=9)

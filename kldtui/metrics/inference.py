@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kldtui.metrics.interval_windows import MIN_INTERVAL_WINDOWS
-from kldtui.metrics.stats import t_quantile, t_sf
+from kldtui.metrics.stats import UNBOUNDED, Bounds, held_to, t_quantile, t_sf
 
 EXACT_FLIPS_UP_TO = 12  # 4096 patterns
 FLIPS = 4096  # patterns (the identity and 4095 random ones) beyond that
@@ -403,23 +403,6 @@ def measured_coverage(windows: int, table: Mapping[int, float] = MEAN_INTERVAL_C
     count not above ``windows``."""
     counts = [n for n in sorted(table) if n <= windows]
     return table[counts[-1]] if counts else None
-
-
-Bounds = tuple[float | None, float | None]
-UNBOUNDED: Bounds = (None, None)
-
-
-def held_to(low: float, high: float, bounds: Bounds) -> tuple[float, float]:
-    """An interval's ends held to the values the quantity can take (``bounds``: lowest, highest, None
-    for no limit): Hall's t, symmetric about a skewed mean, can reach below 0 for a rate of rare events
-    ("0.42 [-0.14, 3.05] flips per 10,000 tokens") or above 100 % for an agreement near 100 %. The true
-    value lies within the bounds, so holding the ends to them never lowers the coverage."""
-    lowest, highest = bounds
-    if lowest is not None:
-        low, high = max(low, lowest), max(high, lowest)
-    if highest is not None:
-        low, high = min(low, highest), min(high, highest)
-    return low, high
 
 
 def headline(values: np.ndarray | list[float], bounds: Bounds = UNBOUNDED) -> Headline:

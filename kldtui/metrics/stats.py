@@ -73,14 +73,31 @@ def ratio_bootstrap(numerators: Sequence[float] | np.ndarray, transform: Callabl
     return _interval(estimate, resampled, samples)
 
 
+Bounds = tuple[float | None, float | None]
+UNBOUNDED: Bounds = (None, None)
+
+
+def held_to(low: float, high: float, bounds: Bounds) -> tuple[float, float]:
+    """An interval's ends held to the values the quantity can take (``bounds``: lowest, highest, None
+    for no limit): Hall's t, symmetric about a skewed mean, can reach below 0 for a rate of rare events
+    ("0.42 [-0.14, 3.05] flips per 10,000 tokens") or above 100 % for an agreement near 100 %. The true
+    value lies within the bounds, so holding the ends to them never lowers the coverage."""
+    lowest, highest = bounds
+    if lowest is not None:
+        low, high = max(low, lowest), max(high, lowest)
+    if highest is not None:
+        low, high = min(low, highest), min(high, highest)
+    return low, high
+
+
 def clustered_ratio_interval(sums: Sequence[float] | np.ndarray, counts: Sequence[float] | np.ndarray,
                              level: float = 0.95,
-                             lowest: float | None = 0.0) -> tuple[float | None, float | None]:
+                             bounds: Bounds = (0.0, None)) -> tuple[float | None, float | None]:
     """The window-clustered interval of ``sum(sums) / sum(counts)`` (a mean over positions that fall
     into a bucket, windows as clusters): the ratio estimator's linearised standard error
     ``sqrt(n / (n - 1) sum (s_w - R c_w)^2) / sum c_w`` with Student t (n - 1) quantiles; every window
-    counts as a cluster, those without positions in the bucket too; the lower end held at ``lowest``
-    (0 for KL, the only quantity it serves; None: no limit). (None, None) below 2 windows with
+    counts as a cluster, those without positions in the bucket too; the ends held to ``bounds``
+    (:func:`held_to`; from 0 for KL, the only quantity it serves). (None, None) below 2 windows with
     positions."""
     s = np.asarray(sums, dtype=np.float64)
     c = np.asarray(counts, dtype=np.float64)
@@ -92,8 +109,8 @@ def clustered_ratio_interval(sums: Sequence[float] | np.ndarray, counts: Sequenc
     se = math.sqrt(n / (n - 1) * float(np.sum(z * z))) / float(c.sum())
     q = t_quantile(0.5 + level / 2.0, n - 1)
     # a mean KL is never below 0: the symmetric interval of a bucket of few, skewed windows reached
-    # below it ("0.0045 [-0.00028, 0.0094]"); holding the end there never lowers the coverage
-    return max(float(r - q * se), lowest) if lowest is not None else float(r - q * se), float(r + q * se)
+    # below it ("0.0045 [-0.00028, 0.0094]")
+    return held_to(float(r - q * se), float(r + q * se), bounds)
 
 
 def confidence_buckets(ref_top_prob: np.ndarray, kl: np.ndarray, top1: np.ndarray,

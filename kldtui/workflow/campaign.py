@@ -54,6 +54,7 @@ from kldtui.events import (
 )
 from kldtui.servers.base import server_identity
 from kldtui.servers.registry import kind_of
+from kldtui.text import TIED_OUTCOMES
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Candidate, Profile
@@ -489,7 +490,7 @@ class Campaign:
         diff = paired_diff(load_report(leader.path), report, noise=self.noise, name_a=leader.name,
                            name_b=repeat.name, path_a=leader.path, path_b=str(repeat.report))
         stats = diff.overall
-        tied = stats.outcome in ("indistinguishable", "within_noise")
+        tied = stats.outcome in TIED_OUTCOMES
         iv = kl_headline_interval(report)  # the interval the ranked rows show (the leaderboard's)
         return Standing(name=repeat.name, state="compared",
                         mean=float(iv.estimate) if iv.estimate is not None else None,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from kldtui.events import Standing
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
-from kldtui.text import human_bytes, outcome_words
+from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, human_bytes, outcome_words
 
 # the verdict right after the mean: what a narrow terminal must still show
 HEADERS = ("#", "candidate", "mean KL", "verdict vs best", "95% interval", "size", "bpw")
@@ -47,9 +47,9 @@ def verdict_words(row: Standing) -> str:
 def _repeat_words(row: Standing) -> str:
     """A repeat capture's verdict against the capture it repeats: "tied with the best" read wrong where
     the leaderboard marks no best (too few windows for its candidates)."""
-    if row.outcome in ("indistinguishable", "within_noise"):
+    if row.outcome in TIED_OUTCOMES:
         words = f"tied with {row.repeat_of} (its first capture)"
-    elif row.outcome in ("a_closer", "b_closer"):
+    elif row.outcome in NAMED_OUTCOMES:
         words = f"differs from {row.repeat_of} (its first capture)"
     else:
         return outcome_words(row.outcome, row.mark or "-", row.provisional)

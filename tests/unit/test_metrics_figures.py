@@ -167,7 +167,7 @@ def test_a_buckets_kl_interval_never_reaches_below_zero() -> None:
     # a bucket whose KL sits in one window of twelve: the symmetric interval reached below 0
     sums, counts = [0.0] * 11 + [0.6], [3] * 12
     low, high = st.clustered_ratio_interval(sums, counts)
-    unheld, _ = st.clustered_ratio_interval(sums, counts, lowest=None)
+    unheld, _ = st.clustered_ratio_interval(sums, counts, bounds=(None, None))
     assert unheld is not None and unheld < 0 and low == 0.0 and high is not None and high > 0.6 / 36
     rows = np.arange(36) // 3  # three positions in each of twelve windows
     kl = np.where(rows == 11, 0.2, 0.0)

@@ -37,3 +37,12 @@ def test_interval_bar_draws_the_interval_and_the_mean() -> None:
     assert interval_bar(None, None, 4.0, axis, 11) == "    ●      "  # too few windows: the mean alone
     assert interval_bar(-5.0, 50.0, 4.0, axis, 11) == "├───●─────┤"  # held to the axis' ends
     assert interval_bar(1.0, 1.0, 1.0, BarAxis(1.0, 1.0), 5) == "  ●  "  # no span: the middle
+
+
+def test_one_log_axis_rule_for_the_bars_and_the_plot() -> None:
+    from kldtui.text import wants_log_axis
+
+    assert wants_log_axis([0.001, 0.02]) and not wants_log_axis([0.001, 0.01])  # more than ten times
+    assert wants_log_axis([float("inf"), 0.001, 0.5])  # non-finite values left out
+    assert not wants_log_axis([]) and not wants_log_axis([0.0, 1.0])
+    assert all(bar_axis(v).log == wants_log_axis(v) for v in ([0.001, 0.5], [0.1, 0.5], [-1.0, 9.0]))
