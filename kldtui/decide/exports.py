@@ -3,10 +3,10 @@ llama.cpp perplexity's ``--kl-divergence`` statistics block.
 
 :func:`export_table` joins a :class:`~kldtui.decide.leaderboard.Leaderboard` with the reports it
 ranks into :class:`ExportRow` s; :func:`to_markdown`, :func:`to_csv` and :func:`to_llama_cpp` write
-them. Every figure is read from a report (or the leaderboard's row, which is the report's own
-interval and the paired verdict): nothing is recomputed here, so an export always says what the
-report JSON says (CSV at full precision; Markdown and the llama.cpp block rounded for reading).
-The campaign's live leaderboard and ``kldtui leaderboard --format`` call the same functions.
+them. Every figure is read from a report (or the leaderboard's row: the report's headline interval,
+worked out again from its per-window values as every view does, and the paired verdict), so an
+export always says what the report JSON says (CSV at full precision; Markdown and the llama.cpp
+block rounded for reading). The campaign's ``leaderboard.json`` is :func:`leaderboard_document`.
 """
 
 from __future__ import annotations
