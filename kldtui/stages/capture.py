@@ -8,9 +8,10 @@ After the answer it moves the folder to ``<capture-dir>/<run>/window-NNN-DOMAIN-
 the chunks by their metadata (rows ``0..N-2`` contiguous whatever the chunk edges, vocabulary,
 F32, finite values, no error marker) and only then records the window in
 ``<capture-dir>/capture-<run>.json`` (atomic replace, sorted by window, the original tools'
-fields). A window in the records is complete: a rerun re-checks its chunks and skips it. A
-failed or interrupted window leaves nothing behind (its request folder and moved folder are
-removed, no record).
+fields). A window in the records is complete: a rerun re-checks its chunks and skips it (or, when
+neither its chunks nor a finalized file stand for it any more, drops its record with a warning and
+captures it again). A failed or interrupted window leaves nothing behind (its request folder and
+moved folder are removed, no record).
 
 Attach mode (a server started elsewhere) works the same way as long as the server's capture
 folder is reachable from this host under ``server_capture_dir`` (same machine, or a shared
@@ -323,10 +324,13 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             mode: CaptureMode = capture_modes.DEFAULT,
             ) -> tuple[dict[int, CaptureRecord], list[WindowSpec], int | None]:
     """Recorded windows whose chunks still check out (skipped), the windows to capture, the
-    vocabulary seen; leftovers of an interrupted capture are removed."""
+    vocabulary seen; leftovers of an interrupted capture are removed, and a recorded window that
+    neither its chunks nor a finalized file stand for any more is dropped from ``records`` (saved)
+    and captured again, with a warning."""
     records_path = workspace.records_path
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
+    dropped = False  # a record whose window is captured again: the records must stop listing it now
     sweep_removals(workspace.run_dir)  # chunk folders a kill caught while they were being removed
     for w in windows:
         rec = records.get(w.index)
@@ -357,9 +361,17 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                                           kind=mode.chunks)
             except BadInput as exc:
                 if not is_finalized():
-                    raise BadInput(f"{records_path}: {w.label} is recorded as captured but its chunks do not "
-                                   f"check out ({exc}); remove its entry from the records to capture it "
-                                   "again") from None
+                    # neither its chunks nor a finalized file stand for the window (deleted as corrupt,
+                    # say, as verify advises): capturing it again is the only way back, said out loud
+                    emit(Notice(STAGE, f"{records_path}: {w.label} is recorded as captured, but its chunks "
+                                       f"do not check out ({exc}) and no finalized file stands for them; "
+                                       "its record is dropped and the window is captured again",
+                                level="warning"))
+                    _remove_tree(folder)
+                    del records[w.index]
+                    dropped = True
+                    todo.append(w)
+                    continue
                 # what a kill left of the chunks' removal by an earlier version, after finalize
                 emit(Notice(STAGE, f"{folder}: the rest of {w.label}'s chunks, whose removal was "
                                    "interrupted after the window was finalized; removed"))
@@ -375,15 +387,22 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             try:
                 _check_live(folder, w, checked.vocab_size, request_folder, None, values=False)
             except BadInput as exc:
-                raise BadInput(f"{records_path}: {w.label} is recorded with its live logits but they do not "
-                               f"check out ({exc}); remove its entry from the records to capture it "
-                               "again") from None
+                emit(Notice(STAGE, f"{records_path}: {w.label} is recorded with its live logits, but they "
+                                   f"do not check out ({exc}); its record is dropped and the window is "
+                                   "captured again", level="warning"))
+                _remove_tree(folder)
+                del records[w.index]
+                dropped = True
+                todo.append(w)
+                continue
         vocab = checked.vocab_size
         results[w.index] = rec
         emit(WindowState(STAGE, w.index, "captured", w.domain,
                          figures={"rows": checked.rows, "skipped": True}))
         if on_window_captured is not None:
             on_window_captured(w, rec)
+    if dropped:  # before anything is captured, so that no later step (finalize) takes them as complete
+        save_records(records_path, records)
     if results:
         emit(Notice(STAGE, f"{len(results)} window(s) already captured in {records_path.name}; "
                            "skipped after checking their chunks"))

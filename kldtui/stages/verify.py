@@ -412,8 +412,9 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
             continue
         if got != want:
             result.failures.append(f"{path}: window {index:03d}: SHA-256 {got[:12]}... does not match the "
-                                   f"manifest's {want[:12]}...; the file is corrupt, delete it and fetch "
-                                   "it again")
+                                   f"manifest's {want[:12]}...; the file is corrupt: delete it and "
+                                   "download it again (a capture of kldtui's: delete it and the "
+                                   "candidate's comparison report, and run again)")
     return manifest
 
 

@@ -429,8 +429,8 @@ class Pipeline:
                                       name="kldtui-finalize-compare", daemon=True)
             worker.start()
             try:
-                for index in sorted(self._captured_indices()):
-                    enqueue(index)  # captured by an earlier run
+                # windows an earlier run captured come through on_captured once the capture has checked
+                # them (a record whose window is gone is dropped and captured again, never finalized)
                 try:
                     self.capture(on_window_captured=on_captured)
                 except Interrupted:

@@ -15,8 +15,8 @@ import pytest
 
 from kldtui import settings
 from kldtui.embedded.model import TinyModel
-from kldtui.errors import BadInput, Interrupted, StageFailed
-from kldtui.events import Cancel, Event, Progress, WindowState
+from kldtui.errors import Interrupted, StageFailed
+from kldtui.events import Cancel, Event, Notice, Progress, WindowState
 from kldtui.formats.chunks import check_chunk_dir
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import Suite
@@ -112,11 +112,25 @@ def test_capture_moves_checks_records_and_resumes(tmp_path: Path) -> None:
         skipped = [e for e in events if isinstance(e, WindowState)]
         assert [(e.state, e.figures.get("skipped")) for e in skipped] == [("captured", True)] * 2
 
-        # a recorded window whose chunks vanished is reported, not silently recaptured
+        # a recorded window whose chunks are broken, with no finalized file standing for them, is
+        # captured again, said out loud (before, the run stopped and asked to edit the records by hand)
         victim = work / "run1" / suite.windows[1].chunk_dir_name / records[1].chunks[-1]
         victim.unlink()
-        with pytest.raises(BadInput, match=r"window 001 .* recorded as captured .* rows 0\.\.256"):
-            run_capture(suite, server, work)
+        events.clear()
+        third = run_capture(suite, server, work, emit=events.append)
+        warned = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+        assert len(warned) == 1, warned
+        assert "window 001 (code) is recorded as captured, but its chunks do not check out" in warned[0]
+        assert "rows 0..256" in warned[0]
+        assert warned[0].endswith("its record is dropped and the window is captured again")
+        assert third[0].request_id == records[0].request_id  # window 0 kept
+        assert third[1].request_id != records[1].request_id  # window 1 captured again
+        assert sorted(os.listdir(work / "run1" / suite.windows[1].chunk_dir_name)) == sorted(third[1].chunks)
+        assert [r["request_id"] for r in json.loads((work / "capture-run1.json").read_text())] == \
+            [r.request_id for r in third]
+        np.testing.assert_allclose(read_rows(Path(third[1].chunk_dir)),
+                                   TinyModel(64, seed=0).logits(TinyModel(64, seed=0).hidden(
+                                       suite.load_tokens(suite.windows[1]))[:-1]), rtol=1e-5, atol=1e-5)
 
 
 def test_capture_2048_token_window_in_256_row_chunks(tmp_path: Path) -> None:

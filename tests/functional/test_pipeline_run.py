@@ -140,6 +140,32 @@ def test_a_kill_during_chunk_removal_does_not_stop_the_rerun(suite_dir: Path, tm
     assert again["per_window"] == first["per_window"]
 
 
+def test_a_finalized_window_deleted_as_corrupt_is_captured_again(suite_dir: Path, tmp_path: Path) -> None:
+    """`kldtui verify` tells a user to delete a corrupt logits file. With the window's chunks already
+    removed by finalize, the rerun stopped: "recorded as captured but its chunks do not check out ...;
+    remove its entry from the records", a JSON file to edit by hand, and the finalize worker failed on
+    the window first. Now the stale record is dropped with a warning, the window is captured again, and
+    the report is the one the first run wrote."""
+    profile = make_profile(suite_dir, tmp_path / "work")
+    profile = dataclasses.replace(profile, run=dataclasses.replace(profile.run, stop_window=3))
+    Pipeline(profile).run_all()
+    work = tmp_path / "work"
+    first = json.loads((work / "comparison.json").read_text())
+    victim = Pipeline(profile).workspace.candidate / "logits_001.safetensors"
+    assert victim.is_file()
+    victim.unlink()
+    (work / "comparison.json").unlink()
+    events: list[Event] = []
+    Pipeline(profile, events.append).run_all()
+    warned = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert any("window 001" in w and "its record is dropped and the window is captured again" in w
+               for w in warned), warned
+    assert not [e for e in events if isinstance(e, WindowState) and e.state == "failed"]
+    assert victim.is_file()
+    again = json.loads((work / "comparison.json").read_text())
+    assert again["per_window"] == first["per_window"]
+
+
 def test_a_run_over_some_strata_needs_only_their_reference_windows(suite_dir: Path, tmp_path: Path) -> None:
     """``[run] strata`` on a logits suite: the reference stage checks (and would fetch) only those
     domains' windows, so a reference folder holding just them is enough."""

@@ -59,7 +59,7 @@ def test_publish_refuses_a_broken_or_incomplete_folder(tmp_path: Path,
     assert main(["publish", str(root), "--repo-id", "me/x", "--dry-run"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kldtui: error")]
     assert len(errors) == 1, errors
-    assert f"{target}: window 001: SHA-256" in errors[0] and "delete it and fetch it again" in errors[0]
+    assert f"{target}: window 001: SHA-256" in errors[0] and "delete it and download it again" in errors[0]
     assert errors[0].endswith("; publish refuses a suite that does not verify")
     # two problems: the first named, the rest counted and where to see them
     (root / "tokens" / "window-000-prose.json").write_text("[1, 2]\n")
