@@ -278,10 +278,22 @@ class Campaign:
         """The repeat capture and noise model an earlier run measured, when they are of the current
         leader's captures (noise-model.json names the two capture folders)."""
         from kldtui.decide.noise import NOISE_REMEDY, load_floor
+        from kldtui.formats.safe_io import regular_size
 
         board = self.leaderboard
         path = self._workspace.noise_model_path
-        if board is None or not board.rows or not path.is_file():
+        if board is None or not board.rows or not os.path.lexists(path):
+            return
+        if regular_size(path) is None:
+            # a link (or a FIFO, a folder) at the name this campaign writes: not a file it wrote, so it
+            # cannot stand for its repeat; measured again, and the file written in its place
+            with contextlib.suppress(OSError):
+                seen = (-1, os.lstat(path).st_mtime_ns)
+                if seen != self._noise_warned:
+                    self._noise_warned = seen
+                    self.emit(Notice("campaign", f"{path}: not a regular file this campaign wrote (a link, "
+                                                 "a folder or a FIFO); not read, the noise model is measured "
+                                                 "again and written in its place", level="warning"))
             return
         leader = next(e for e in self.entries if e.name == board.rows[0].name)
         entry = self._repeat_entry(leader.name)

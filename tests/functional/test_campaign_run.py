@@ -129,16 +129,32 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     # rerun: nothing is captured again, the stored noise model is used
     events = _run(profile)
     assert not [e for e in events if e.get("event") == "CandidateStarted"]
-    # a damaged noise model (another tool wrote it, a link to a file that is not one) is said once, with
-    # what the campaign does about it, and measured again from the two captures on disk
-    (work / "noise-model.json").unlink()
-    (work / "noise-model.json").symlink_to(work / "kldtui.toml")
+    # a damaged noise model (another tool wrote it) is said once, with what the campaign does about it,
+    # and measured again from the two captures on disk
+    (work / "noise-model.json").write_text("[not json")
     events = _run(profile)
     warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
     assert warned == [f"{work / 'noise-model.json'}: noise model is not valid JSON (Expecting value: line 1 "
                       "column 2 (char 1)); measured again"], warned
-    assert not (work / "noise-model.json").is_symlink()  # replaced, never written through
     assert json.loads((work / "noise-model.json").read_text())["metric_repeat"] == noise["metric_repeat"]
+    # a link at its name is not a file the campaign wrote: not read, even to a valid model of other
+    # captures (before, the campaign took it as its own and printed its target in the next commands)
+    elsewhere = tmp_path / "someone-elses-noise.json"
+    planted = dict(noise, metric_repeat=dict(noise["metric_repeat"], per_window=[]), threshold=0.5)
+    elsewhere.write_text(json.dumps(planted))
+    before = elsewhere.read_bytes()
+    (work / "noise-model.json").unlink()
+    (work / "noise-model.json").symlink_to(elsewhere)
+    events = _run(profile)
+    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+    assert warned == [f"{work / 'noise-model.json'}: not a regular file this campaign wrote (a link, a "
+                      "folder or a FIFO); not read, the noise model is measured again and written in its "
+                      "place"], warned
+    assert not (work / "noise-model.json").is_symlink()  # replaced, never written through
+    assert elsewhere.read_bytes() == before
+    assert json.loads((work / "noise-model.json").read_text())["metric_repeat"] == noise["metric_repeat"]
+    said = "\n".join(str(e.get("text", "")) for e in events)
+    assert elsewhere.name not in said
 
 
 def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Path) -> None:
