@@ -169,19 +169,25 @@ def measure(path: str | os.PathLike[str]) -> ModelSize:
     ``*.safetensors`` shards (a Hugging Face checkpoint) or holding one GGUF model (split GGUF
     files ``-00001-of-0000N.gguf`` count together). Headers only; BadInput naming the path."""
     p = Path(path)
+    files = weight_files(p)
+    return _gguf(files) if files[0].suffix == ".gguf" else _safetensors(files, p if p.is_dir() else p.parent)
+
+
+def weight_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The files that hold the weights at ``path`` (as :func:`measure` reads them): the file itself, a
+    folder's checkpoint shards or its one GGUF model's files. BadInput naming the path."""
+    p = Path(path)
     if p.is_dir():
         shards = sorted(x for x in p.glob("*.safetensors") if not x.name.startswith("."))
         ggufs = sorted(x for x in p.glob("*.gguf") if not x.name.startswith("."))
         if shards:
-            return _safetensors(_checkpoint_files(p, shards), p)
+            return _checkpoint_files(p, shards)
         if ggufs:
-            return _gguf(_one_gguf_model(ggufs, p))
+            return _one_gguf_model(ggufs, p)
         raise BadInput(f"{p}: no *.safetensors or *.gguf weights in this folder; give the model's file "
                        "or folder, or its size (parameters, size_bytes) in the profile")
-    if p.suffix == ".gguf":
-        return _gguf([p])
-    if p.suffix == ".safetensors":
-        return _safetensors([p], p.parent)
+    if p.suffix in (".gguf", ".safetensors"):
+        return [p]
     if not p.exists():
         raise BadInput(f"{p}: not found; give the model's weights (a .safetensors or .gguf file or their "
                        "folder) or its size (parameters, size_bytes)")

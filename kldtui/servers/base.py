@@ -280,10 +280,15 @@ def api_key(config: ServerConfig) -> str | None:
     return value
 
 
+# server_identity's key for the fingerprint of the weights' files (kldtui.formats.weights_identity)
+WEIGHTS_CONTENT = "weights_content"
+
+
 def server_identity(config: ServerConfig) -> dict[str, Any]:
     """What makes a server the candidate it is: every setting of its config that can change what it
     answers (its kind, model and arguments; not its port, timeouts or the sizes the leaderboard
-    shows: fields marked :data:`NOT_IDENTITY`), as JSON values. A capture records it for each window
+    shows: fields marked :data:`NOT_IDENTITY`), as JSON values, and the fingerprint of its weights'
+    files where they are local (:data:`WEIGHTS_CONTENT`). A capture records it for each window
     and a finalized folder in its manifest, so that windows from a changed candidate are never
     joined to the earlier ones, and a campaign never ranks an earlier report under a changed
     candidate's name."""
@@ -296,8 +301,15 @@ def server_identity(config: ServerConfig) -> dict[str, Any]:
             return {str(k): plain(v) for k, v in sorted(value.items())}
         return value
 
+    from kldtui.formats.weights_identity import weights_content
+
     identity = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)
                 if f.metadata.get("identity", True)}
+    # the weights' content, where they are local files: a model quantized again into the same file
+    # name is another candidate although no setting changed
+    content = weights_content(config.weights_path())
+    if content is not None:
+        identity[WEIGHTS_CONTENT] = content
     # recorded in capture records and manifests: a secret among the arguments (--api-key) never is;
     # the same redaction on both sides keeps the comparison exact
     redacted: dict[str, Any] = redact_json(identity)
@@ -312,7 +324,11 @@ def identity_changes(recorded: Any, now: Mapping[str, Any]) -> str | None:
     said = []
     for key in sorted(set(recorded) | set(now)):
         was, is_ = recorded.get(key), now.get(key)
-        if was != is_:
+        if key == WEIGHTS_CONTENT:
+            # recorded by versions that fingerprint the weights, and only where their files were there
+            if was is not None and is_ is not None and was != is_:
+                said.append(f"the weights' files changed (content {_shown(was)}, now {_shown(is_)})")
+        elif was != is_:
             said.append(f"{key} {_shown(was)}, now {_shown(is_)}")
     return "; ".join(said) or None
 

@@ -7,6 +7,7 @@ capturing the others again."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -249,6 +250,32 @@ def test_a_candidate_changed_after_its_capture_is_refused_and_never_ranked_with_
     shutil.rmtree(tmp_path / "c" / "capture" / "q8")
     events = _run(profile)
     assert [e["name"] for e in events if e.get("event") == "CandidateStarted"] == ["q8"]
+
+
+def test_a_candidate_quantized_again_into_the_same_file_is_refused(tmp_path: Path) -> None:
+    """Users quantize again into the same file name. The settings did not change, so the campaign took
+    the earlier report as the new weights' ("compared earlier; not captured again") and ranked it under
+    the candidate's name. The weights' fingerprint is part of the candidate's identity now."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "c"
+    folder.mkdir()
+    weights = folder / "q4.safetensors"
+    save_file({"w.weight": np.full((64, 64), 0.25, np.float16)}, str(weights))
+    profile = write_profile(folder, {"q8": 0.04, "q4": 0.12}, extra={"q4": {"weights": "q4.safetensors"}})
+    _run(profile)
+    # copied or touched, the same weights are the same candidate: nothing runs again
+    os.utime(weights, ns=(1, 1))
+    assert [e for e in _run(profile) if e.get("event") == "CandidateStarted"] == []
+    save_file({"w.weight": np.full((64, 64), 0.5, np.float16)}, str(weights))  # same size, new values
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    records = folder / "capture" / "capture-q4.json"
+    assert line.startswith(f"kldtui: error: {records}: window 0 was captured from a server whose settings "
+                           "differ from this run's (the weights' files changed (content '"), line
+    assert line.endswith("or give the changed candidate another name to keep both"), line
 
 
 def test_a_reference_capture_resumed_after_its_settings_changed_is_refused(tmp_path: Path) -> None:
