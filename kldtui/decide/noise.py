@@ -624,6 +624,12 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
                 raise BadInput(f"{wheres[i]} and {wheres[j]} compare the same capture ({ci}); capture the "
                                "candidate again, compare it, and give every capture's report once")
             if identical_captures(np.stack([values[i].kl_mean, values[j].kl_mean])) is not None:
+                if ci and cj:  # two capture folders: capturing again would give the same again
+                    raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL although they "
+                                   f"compare two captures ({ci} and {cj}): the server answered exactly "
+                                   "alike both times (deterministic), or one capture was copied; there is "
+                                   "no repeat variation to measure, so rank without a noise model (named "
+                                   "differences stay provisional)")
                 raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL: they are one "
                                "capture twice; capture the candidate again")
             if not allow_different_models:

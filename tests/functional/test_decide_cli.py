@@ -245,4 +245,10 @@ def test_noise_from_two_reports_refuses_one_capture_twice(tmp_path, capsys):
     assert "compare the same capture" in capsys.readouterr().err
     twin = write_report(tmp_path / "twin.json", make_report(base, DOMAINS, candidate_dir="/r/a2"))
     assert main(["noise", str(pa), str(twin), "--output", str(tmp_path / "n.json")]) == 2
-    assert "identical per-window KL" in capsys.readouterr().err
+    # two capture folders alike: capturing again would not help (a deterministic server answers alike)
+    err = capsys.readouterr().err
+    assert "identical per-window KL although they compare two captures (/r/a and /r/a2)" in err, err
+    assert "deterministic" in err and "capture the candidate again" not in err
+    unnamed = write_report(tmp_path / "unnamed.json", make_report(base, DOMAINS, candidate_dir=None))
+    assert main(["noise", str(pa), str(unnamed), "--output", str(tmp_path / "n.json")]) == 2
+    assert "they are one capture twice; capture the candidate again" in capsys.readouterr().err
