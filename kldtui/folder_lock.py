@@ -6,7 +6,8 @@ that writes into a folder takes :func:`hold` on it first; a second run gets :cla
 (exit 2) naming the folder and the holder's pid and command, and changes nothing.
 
 - The lock file is ``<folder>/.kldtui.lock`` (a whole folder) or ``<folder>/.<name>.kldtui-lock``
-  (one output file, e.g. a report). It holds the holder's pid, command and start time, and is
+  (one output file, e.g. a report). It holds the holder's pid, host, command and start time (a
+  second run names the host where it is another machine's: a shared disk), and is
   removed on release; a lock left by a killed process is free again (the kernel drops a dead
   process's ``flock``), so nothing has to be cleaned up after ``kill -9``.
 - A process may take the same lock again (a pipeline and the stages it calls): it is counted and
@@ -25,6 +26,7 @@ import errno
 import fcntl
 import json
 import os
+import socket
 import stat
 import sys
 import threading
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from kldtui.errors import BadInput
 from kldtui.formats.safe_io import NotRegularFile, open_private_fd, read_text
+from kldtui.formats.untrusted_json import printable_name
 
 LOCK_NAME = ".kldtui.lock"
 
@@ -65,11 +68,17 @@ def _command() -> str:
 
 
 def _holder(path: Path) -> str:
+    """Who holds the lock, as its file says: pid, host where it is not this one (a shared disk: a pid
+    of another machine is not one to look for here), command and start; on one line, control
+    characters escaped (whoever holds a lock in a shared folder writes what this prints)."""
     try:
         doc = json.loads(read_text(path, limit=64 * 1024, follow=False))
-        return f"pid {doc['pid']}: {doc['command']} (since {doc['started_utc']})"
-    except (OSError, ValueError, KeyError, TypeError):
+        pid, command, since = doc["pid"], doc["command"], doc["started_utc"]
+        host = doc.get("host")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "pid unknown"
+    where = f" on host {host}" if isinstance(host, str) and host and host != socket.gethostname() else ""
+    return printable_name(f"pid {pid}{where}: {command} (since {since})")[:400]
 
 
 def check_folder_link(folder: str | os.PathLike[str], what: str = "folder") -> None:
@@ -139,7 +148,7 @@ def _acquire(lock_file: Path, guarded: str) -> None:
             if same:
                 break
             os.close(fd)
-        info = {"pid": os.getpid(), "command": _command(),
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command(),
                 "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)

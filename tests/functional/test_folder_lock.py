@@ -65,6 +65,30 @@ def test_second_holder_is_refused_naming_folder_pid_and_command(tmp_path: Path, 
     assert not (folder / LOCK_NAME).exists()  # removed on release
 
 
+def test_the_holder_is_named_with_its_host_on_one_printable_line(tmp_path: Path, holder) -> None:  # type: ignore[no-untyped-def]
+    """On a shared disk the holder may be another machine's process: its pid alone sent users looking
+    for it here. Whoever holds a lock in a shared folder writes what the refusal prints: on one line,
+    control characters escaped."""
+    import json
+    import socket
+
+    folder = tmp_path / "work"
+    holder("folder", folder)
+    lock = folder / LOCK_NAME
+    assert json.loads(lock.read_text())["host"] == socket.gethostname()
+    with pytest.raises(BadInput) as info, hold([folder]):
+        pass
+    assert " on host " not in str(info.value)  # this machine's: no host to name
+    lock.write_text(json.dumps({"pid": 4242, "host": "gpu-07", "command": "kldtui run\x1b[2J\nfake line",
+                                "started_utc": "2026-12-01T00:00:00Z"}))
+    with pytest.raises(BadInput) as info, hold([folder]):
+        pass
+    message = str(info.value)
+    assert "in use by another kldtui run (pid 4242 on host gpu-07: kldtui run\\x1b[2J\\x0afake line (since " \
+        "2026-12-01T00:00:00Z))" in message, message
+    assert "\n" not in message and "\x1b" not in message
+
+
 def test_same_process_may_nest(tmp_path: Path) -> None:
     with hold([tmp_path]), hold([tmp_path]):
         pass
