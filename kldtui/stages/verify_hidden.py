@@ -26,6 +26,7 @@ What is checked, every failure collected (one line each):
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from pathlib import Path
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Notice, Progress, StageFinished, StageStarted, null_sink
 from kldtui.formats import fidelity as fid
-from kldtui.formats.safe_io import open_regular_raw
+from kldtui.formats.safe_io import is_present, open_regular_raw, read_failure
 from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, WindowSpec, load_suite, sha256_file
 from kldtui.formats.verified_cache import VerifiedCache
 from kldtui.stages.verify import STAGE, VerifiedKind, VerifyResult, card_note, hash_files, read_record
@@ -235,7 +236,7 @@ class _Checker:
                 run = self._tensor_folder(folder.parent, suite, sentinels, required=bool(sentinel_runs))
                 if run is not None:
                     runs.append(run)
-        needed = self._needed(suite, windows, hidden, head_rel, runs)
+        needed = self._needed(suite, windows, hidden, head_rel, runs, listed)
         self._hash(listed, needed, head_rel, reverify, workers)
 
     # -- parts --------------------------------------------------------------------------------
@@ -267,7 +268,8 @@ class _Checker:
             if runtime.is_file() and sha256_file(runtime) != manifest.runtime_manifest_sha256:
                 self.fail(f"{where}: runtime_manifest_sha256 differs from {runtime}'s SHA-256; the runtime "
                           "record was changed")
-        rel_folder = folder.resolve().relative_to(self.root.resolve()).as_posix()
+        # by name, not by real path: a folder link you made (to another disk) is followed
+        rel_folder = folder.relative_to(self.root).as_posix()
         for w in windows:
             if w.index not in manifest.entries:
                 if required:
@@ -332,8 +334,9 @@ class _Checker:
                       f"{top.lm_head_shape[1]} ({path})")
 
     def _needed(self, suite: Suite, windows: Sequence[WindowSpec], hidden: fid.TensorManifest | None,
-                head_rel: str, runs: Sequence[fid.TensorManifest]) -> set[str]:
-        needed = {rel for rel in fid.SUITE_FILES if (self.root / rel).exists()}
+                head_rel: str, runs: Sequence[fid.TensorManifest], listed: dict[str, str]) -> set[str]:
+        # the suite-level files every download takes: needed when checksums.txt lists them
+        needed = {rel for rel in fid.SUITE_FILES if rel in listed or (self.root / rel).exists()}
         needed.add(head_rel)
         needed.update(w.token_file for w in windows)
         needed.update(self.expected)
@@ -357,11 +360,21 @@ class _Checker:
                 self.fail(f"{root / fid.CHECKSUMS}: {rel} is listed with {listed[rel][:12]}..., its manifest "
                           f"says {stated[:12]}...; the suite is inconsistent")
         for rel in sorted(needed - set(self.expected)):  # tensor files: check_tensor_file says so
-            if rel not in present and not (root / rel).exists():
+            if rel not in present and not os.path.lexists(root / rel):
                 self.fail(f"{root / rel}: missing; download it (kldtui download)")
+        for rel in sorted((needed | set(listed)) - set(self.expected)):  # tensor files: check_tensor_file
+            try:
+                is_present(root / rel)  # a FIFO, a folder, a dangling link at the name
+            except OSError as exc:
+                self.fail(str(read_failure(root / rel, exc, "file", "delete it and fetch it again")))
         to_hash = sorted(rel for rel in needed | (present & set(listed)) if (root / rel).is_file())
-        absent = sorted(set(listed) - present)
-        if absent:
+        absent = sorted(rel for rel in set(listed) - present - needed if not os.path.lexists(root / rel))
+        if absent and read_record(root) is None:
+            # no download record: the folder is the whole suite (finalize's, or a full snapshot)
+            for rel in absent:
+                self.fail(f"{root / rel}: listed in {fid.CHECKSUMS} but missing; fetch the suite again, or "
+                          "finalize its reference again")
+        elif absent:
             self.result.notes.append(f"{len(absent)} file(s) of the suite are not here (outside the "
                                      "selection)")
         caches: dict[Path, VerifiedCache] = {}

@@ -1,0 +1,95 @@
+"""``kldtui verify`` on a whole hidden-state suite that a shared disk or the Hub handed over damaged:
+a file ``checksums.txt`` lists taken away, or a FIFO, a folder or a dangling link in its place, is a
+failure naming the file (never "OK" with a note that it lies outside a selection nobody made); the
+hidden-state folder given as a link to another disk is followed, not an internal error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.formats import fidelity as fid
+from kldtui.stages.verify import verify_path
+from tests import fidelity_fixture as fx
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fx.build(tmp_path_factory.mktemp("hidden-verify") / "suite", contexts=4).root
+
+
+@pytest.fixture()
+def suite(built: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "suite"
+    shutil.copytree(built, copy)
+    return copy
+
+
+# files every whole suite has beside its tensors, which no manifest's identity check reads
+LISTED = [fid.PARTITIONS, fid.SOURCES, fid.SOURCE_REGISTRY, "validation/hidden-replay-qualification.json",
+          "sentinel-live-logits/repeat-00/manifest.json"]
+
+
+def test_the_fixture_verifies(suite: Path) -> None:
+    result = verify_path(suite)
+    assert result.ok, result.failures
+    assert not any("not here" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("rel", LISTED)
+def test_a_listed_file_taken_away_is_a_failure(suite: Path, rel: str) -> None:
+    (suite / rel).unlink()
+    result = verify_path(suite)
+    assert not result.ok
+    named = [f for f in result.failures if f.startswith(f"{suite / rel}: ") and "missing" in f]
+    assert named, result.failures
+    assert not any("outside the selection" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("planted", ["fifo", "folder", "dangling link"])
+@pytest.mark.parametrize("rel", [fid.PARTITIONS, "validation/hidden-replay-qualification.json"])
+def test_a_non_file_at_a_listed_name_is_a_failure(suite: Path, rel: str, planted: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = suite / rel
+    path.unlink()
+    if planted == "fifo":
+        os.mkfifo(path)
+    elif planted == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(suite / "nothing-here")
+    assert main(["verify", str(suite)]) == 1  # returns at once: nothing waits for a writer
+    said = capsys.readouterr()
+    out = said.out + said.err
+    word = {"fifo": "is a FIFO", "folder": "is a folder",
+            "dangling link": "is a symbolic link to nothing"}[planted]
+    assert f"{path}: {word}" in out and "fetch it again" in out
+    assert "FAILED" in out
+
+
+def test_a_downloaded_subset_still_only_notes_what_it_did_not_fetch(suite: Path) -> None:
+    (suite / ".kldtui-reference.json").write_text('{"windows": [0, 1]}')
+    for rel in ("validation/hidden-replay-qualification.json", "reference-hidden/hidden_0003.safetensors"):
+        (suite / rel).unlink()
+    result = verify_path(suite)
+    assert result.ok, result.failures
+    assert any("not here (outside the selection)" in n for n in result.notes)
+
+
+def test_the_hidden_folder_as_a_link_to_another_disk_is_followed(suite: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "other-disk" / fid.HIDDEN_DIR
+    elsewhere.parent.mkdir()
+    shutil.move(suite / fid.HIDDEN_DIR, elsewhere)
+    (suite / fid.HIDDEN_DIR).symlink_to(elsewhere)
+    result = verify_path(suite)  # an internal error (ValueError from relative_to) before
+    assert result.ok, result.failures
+    damaged = elsewhere / "hidden_0001.safetensors"
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    result = verify_path(suite, reverify=True)
+    assert any("hidden_0001.safetensors: SHA-256" in f for f in result.failures), result.failures
