@@ -936,6 +936,13 @@ def _top_manifest(p: Path, doc: dict[str, Any]) -> TopManifest:
                             ("lm_head", head, "file")):
         part_where = f"{where} {name}"
         rel[name] = check_relative_path(require_field(part, key, str, part_where), key, part_where)
+    runtime = doc.get("capture_runtime")
+    if runtime is not None:  # verify hashes the file it names: it must be the suite's own
+        r_where = f"{where} capture_runtime"
+        if not isinstance(runtime, dict):
+            raise BadField(f"{r_where}: expected an object (file, sha256, status) or null")
+        check_relative_path(require_field(runtime, "file", str, r_where), "file", r_where)
+        _sha(runtime, "sha256", r_where)
     count = _whole(doc, "context_count", where, minimum=1)
     length = _whole(doc, "context_length", where, minimum=2)
     if "shape_per_context" in hidden:

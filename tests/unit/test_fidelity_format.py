@@ -123,6 +123,12 @@ def _mutate(path: Path, change) -> None:  # type: ignore[no-untyped-def]
     ("lm-head/manifest.json", lambda d: d.update(raw_tensor_sha256="0" * 64), "raw_tensor_sha256"),
     ("manifest.json", lambda d: d["reference_hidden"].update(context_count=3), "context_count 3"),
     ("manifest.json", lambda d: d.update(total_scored_positions=1), "total_scored_positions 1"),
+    # verify hashes the file capture_runtime names: a path out of the suite is refused on load
+    ("manifest.json", lambda d: d["capture_runtime"].update(file="/etc/passwd"), "capture_runtime: file"),
+    ("manifest.json", lambda d: d["capture_runtime"].update(file="../../x.json"), "capture_runtime: file"),
+    ("manifest.json", lambda d: d["capture_runtime"].update(sha256="0"), "capture_runtime: field 'sha256'"),
+    ("manifest.json", lambda d: d.update(capture_runtime="capture-runtime.json"),
+     "capture_runtime: expected"),
 ])
 def test_impossible_values_are_refused(tmp_path: Path, rel: str, change, message: str) -> None:  # type: ignore[no-untyped-def]
     fixture = fx.build(tmp_path / "suite", contexts=4)
