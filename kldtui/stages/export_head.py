@@ -37,7 +37,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
-from kldtui.formats.safe_io import read_failure, read_text
+from kldtui.formats.safe_io import is_present, read_failure, read_text
 
 STAGE: StageName = "export-head"
 INDEX_FILE = "model.safetensors.index.json"
@@ -89,6 +89,15 @@ def tied_embeddings(config: dict[str, Any]) -> bool | None:
     return None
 
 
+def _present(path: Path) -> bool:
+    """Whether the checkpoint has ``path`` (a regular file); a FIFO, a folder or a dangling link at
+    the name is refused in one line naming it (not taken for an absent file)."""
+    try:
+        return is_present(path)
+    except OSError as exc:
+        raise read_failure(path, exc, "checkpoint file", CHECKPOINT) from None
+
+
 def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
     """Tensor name -> shard, and the index file (None for a single file)."""
     from kldtui.formats.names import check_name
@@ -100,7 +109,7 @@ def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
         raise BadInput(f"{checkpoint}: not found; give the checkpoint folder (with {INDEX_FILE} or "
                        f"{SINGLE_FILE}) or a .safetensors file")
     index = checkpoint / INDEX_FILE
-    if index.is_file():
+    if _present(index):
         doc = _json(index)
         weight_map = doc.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
@@ -113,7 +122,7 @@ def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
             out[str(name)] = checkpoint / check_name(shard, "weight_map file", str(index))
         return out, index
     single = checkpoint / SINGLE_FILE
-    if single.is_file():
+    if _present(single):
         return {name: single for name in read_header(single).tensors}, None
     found = sorted(p.name for p in checkpoint.glob("*.safetensors"))
     raise BadInput(f"{checkpoint}: neither {INDEX_FILE} nor {SINGLE_FILE}"
@@ -129,7 +138,7 @@ def find_head(checkpoint: str | os.PathLike[str], tensor: str | None = None) -> 
     path = Path(checkpoint)
     weights, index = _weight_map(path)
     config_path = (path if path.is_dir() else path.parent) / CONFIG_FILE
-    tied = tied_embeddings(_json(config_path)) if config_path.is_file() else None
+    tied = tied_embeddings(_json(config_path)) if _present(config_path) else None
     is_tied = False
     if tensor is not None:
         if tensor not in weights:

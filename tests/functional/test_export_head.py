@@ -121,3 +121,23 @@ def test_a_quantized_head_or_a_missing_checkpoint_is_one_line(tmp_path: Path,
     assert "export it from the unquantized checkpoint" in err[0]
     assert main(["export-head", "--checkpoint", str(tmp_path / "nope"), "--output", str(tmp_path / "h")]) == 2
     assert "not found; give the checkpoint folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.safetensors.index.json", "config.json"])
+def test_a_fifo_in_place_of_the_checkpoints_file_is_named(tmp_path: Path, name: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "neither model.safetensors.index.json nor model.safetensors (found model.safetensors:
+    give that file)" of a FIFO named model.safetensors."""
+    import os
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    shard = {"model.safetensors.index.json": "model-00001-of-00001.safetensors",
+             "config.json": "model.safetensors"}.get(name)
+    if shard is not None:  # the head is there: the FIFO is not taken for an absent file, nor skipped
+        save_file({"lm_head.weight": torch.zeros(50, 8)}, str(ckpt / shard))
+    os.mkfifo(ckpt / name)
+    assert main(["export-head", "--checkpoint", str(ckpt), "--output", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{ckpt / name}: is a FIFO (named pipe), not a regular file" in err[0], err
+    assert "neither" not in err[0] and not (tmp_path / "h").exists()
