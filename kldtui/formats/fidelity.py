@@ -736,6 +736,12 @@ def _lm_head(p: Path) -> LmHead:
             weight = p / check_name(doc.get("file", HEAD_FILE), "file", str(manifest_path))
         else:
             weight = p / HEAD_FILE
+        try:  # as a hidden or logits folder's files: a link may not lead out of the folder
+            inside = weight.resolve().is_relative_to(p.resolve())
+        except (RuntimeError, OSError) as exc:
+            raise BadInput(f"{weight}: the LM head cannot be read ({exc})") from None
+        if not inside:
+            raise BadField(f"{weight}: a link leading out of {p}; put the head file itself there")
     else:
         weight = p
         beside = p.parent / TENSOR_MANIFEST

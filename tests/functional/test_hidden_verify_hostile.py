@@ -93,3 +93,28 @@ def test_the_hidden_folder_as_a_link_to_another_disk_is_followed(suite: Path, tm
     damaged.write_bytes(bytes(data))
     result = verify_path(suite, reverify=True)
     assert any("hidden_0001.safetensors: SHA-256" in f for f in result.failures), result.failures
+
+
+def test_a_head_linked_out_of_its_folder_is_refused_as_hidden_files_are(
+        suite: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hidden file that is a link out of reference-hidden/ was refused, the LM head's out of
+    lm-head/ read (verify said OK, compare replayed through it)."""
+    from kldtui.errors import BadInput
+
+    head = suite / fid.LM_HEAD_DIR / "weight.safetensors"
+    outside = tmp_path / "elsewhere.safetensors"
+    shutil.move(head, outside)
+    head.symlink_to(outside)
+    with pytest.raises(BadInput, match="a link leading out of"):
+        fid.load_lm_head(suite / fid.LM_HEAD_DIR)
+    assert main(["verify", str(suite)]) == 2
+    said = capsys.readouterr()
+    assert f"{head}: a link leading out of {suite / fid.LM_HEAD_DIR}" in said.out + said.err
+    # a link to the head's folder (another disk) is followed
+    head.unlink()
+    shutil.move(suite / fid.LM_HEAD_DIR, tmp_path / "heads")
+    shutil.move(outside, tmp_path / "heads" / "weight.safetensors")
+    (suite / fid.LM_HEAD_DIR).symlink_to(tmp_path / "heads")
+    assert fid.load_lm_head(suite / fid.LM_HEAD_DIR).vocab == fx.VOCAB
+    result = verify_path(suite)
+    assert result.ok, result.failures
