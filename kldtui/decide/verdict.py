@@ -448,11 +448,17 @@ class VerdictInterval:
                         "method": self.model_check, "level": self.model_level}},
                 "windows_needed": self.needed_windows, "measured_coverage": self.measured_coverage}
 
+    @property
+    def shows_interval(self) -> bool:
+        """Whether :meth:`text` gives an interval: a finite one over at least
+        :data:`MIN_VERDICT_WINDOWS` windows (a verdict is not given below, and the sign-flip interval
+        of 3-7 windows is mostly unbounded)."""
+        return bool(self.has_interval and self.windows >= MIN_VERDICT_WINDOWS
+                    and math.isfinite(self.ci95_low) and math.isfinite(self.ci95_high))  # type: ignore[arg-type]
+
     def text(self, fmt: str = ".4g") -> str:
-        """The estimate and its interval; the estimate alone below :data:`MIN_VERDICT_WINDOWS` windows
-        (a verdict is not given there, and the sign-flip interval of 3-7 windows is mostly unbounded)."""
-        if not self.has_interval or self.windows < MIN_VERDICT_WINDOWS \
-                or not (math.isfinite(self.ci95_low) and math.isfinite(self.ci95_high)):  # type: ignore[arg-type]
+        """The estimate and its interval; the estimate alone where :attr:`shows_interval` is false."""
+        if not self.shows_interval:
             return f"{self.estimate:{fmt}}"
         return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
 

@@ -41,6 +41,10 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,
                              CompareOptions(context_filter=part, backend="numpy", bootstrap_samples=200))
             out[f"{name}-{part}"] = write_report(base / f"{name}-{part}.json", report)
+        report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,  # contexts 0..8: 5 source clusters
+                         CompareOptions(context_filter="analysis", backend="numpy", bootstrap_samples=200,
+                                        stop_window=9))
+        out[f"{name}-few"] = write_report(base / f"{name}-few.json", report)
     return out
 
 
@@ -66,6 +70,17 @@ def test_verdict_over_source_clusters_names_the_partition(reports: dict[str, Pat
     saved = json.loads((tmp_path / "d.json").read_text())
     assert saved["clustered"]["verdict_interval"]["unit"] == "source cluster"
     assert saved["clustered"]["partition"] == "analysis"
+
+
+def test_too_few_source_clusters_show_no_interval_and_do_not_claim_one(
+        reports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """The clustered line said "B - A 0.0138 (95 %, the verdict's rule over source clusters)" with no
+    interval when the clusters were too few for one."""
+    assert main(["diff", str(reports["small-few"]), str(reports["large-few"])]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("clustered by source"))
+    assert "in 5 source clusters" in line and "[" not in line
+    assert "(no interval: the verdict's rule needs at least 8 source clusters)" in line
+    assert "95 %" not in line
 
 
 def test_reports_of_different_partitions_are_refused(reports: dict[str, Path]) -> None:

@@ -109,11 +109,14 @@ def format_diff(result: Any, per_window: bool = False) -> str:
             lines.append(f"{w:>6}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
     clustered = result.clustered
     if clustered is not None:
+        from kldtui.decide.verdict import MIN_VERDICT_WINDOWS
+
         iv = clustered.interval
+        how = ("95 %, the verdict's rule over source clusters" if iv.shows_interval else
+               f"no interval: the verdict's rule needs at least {MIN_VERDICT_WINDOWS} source clusters")
         lines += ["", f"clustered by source ({clustered.partition} partition): {clustered.contexts} contexts "
-                      f"in {clustered.clusters} source clusters; B - A {iv.text()} (95 %, the verdict's rule "
-                      f"over source clusters); B wins {clustered.wins['b']} contexts, A wins "
-                      f"{clustered.wins['a']}"]
+                      f"in {clustered.clusters} source clusters; B - A {iv.text()} ({how}); B wins "
+                      f"{clustered.wins['b']} contexts, A wins {clustered.wins['a']}"]
     lines += [""] + [f"note: {n}" for n in result.notes]
     lines.append(f"verdict: {result.verdict}")
     return "\n".join(lines)
