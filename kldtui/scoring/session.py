@@ -358,6 +358,8 @@ class ScoreSession:
             if skip < rows:
                 lo_pos = row_start + skip
                 x = self._reference_rows(req, lo_pos - first, stop - first)
+                if req.hidden:
+                    _check_finite_states(req, x, lo_pos - first)
                 parts = []
                 # a hidden reference is replayed REPLAY_ROWS rows at a time (a streamed head crosses
                 # to the device once per span, not once per scored block), then scored block by block
@@ -399,6 +401,17 @@ class ScoreSession:
         for req in items:
             self._close(req)
         self._pool.shutdown(wait=True)
+
+
+def _check_finite_states(req: _Request, bits: np.ndarray, first_row: int) -> None:
+    """ScoreFailed naming the file when reference hidden states (BF16 bit patterns, scored rows from
+    ``first_row``) hold NaN or Inf: scored, they gave NaN figures that finalize then blamed on the
+    server ("the server computed garbage there"), as compare refuses them."""
+    bad = np.flatnonzero(((bits & 0x7F80) == 0x7F80).any(axis=1))
+    if bad.size:
+        rows = ", ".join(str(first_row + int(r)) for r in bad[:5])
+        raise ScoreFailed(f"{req.reader.path}: {req.window.label}: NaN or Inf in the reference hidden states "
+                          f"at rows {rows}; capture this context again (or download it again)")
 
 
 def _default_reference(suite_dir: Path) -> Path:

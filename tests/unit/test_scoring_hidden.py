@@ -130,3 +130,34 @@ def test_a_hidden_manifest_with_an_unknown_replay_rounding_fails_the_request(tmp
     assert not session.chunk(request_tag("r", 0, "0123abcd"), 0, np.zeros((5, VOCAB), np.float32), VOCAB)
     assert "replay_output 'fp8' is not bf16 or f32" in out.failed[0]
     session.close()
+
+
+def test_reference_states_holding_nan_fail_the_request_naming_the_file(tmp_path: Path) -> None:
+    """They were scored: NaN figures, which finalize blamed on the server ("the server computed
+    garbage there: check the model"), while compare names the reference's hidden file."""
+    import json
+
+    root, _, replayed = _suite(tmp_path / "suite")
+    s = load_suite(root)
+    w = s.windows[1]
+    path = root / fid.HIDDEN_DIR / fid.hidden_file_name(w.index)
+    from kldtui.formats.safetensors_io import read_header
+
+    info = read_header(path).tensors["hidden_states"]
+    data = bytearray(path.read_bytes())
+    at = info.begin + (23 * WIDTH + 4) * 2  # row 23, column 4: a BF16 NaN
+    data[at:at + 2] = (0x7FC0).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    manifest = root / fid.HIDDEN_DIR / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["contexts"][1]["sha256"] = fid.sha256_bytes(bytes(data))  # the damage vouched for
+    manifest.write_text(json.dumps(doc))
+    session, out = _session(root, torch_on_cpu=False)
+    ids = s.load_tokens(w)
+    tag = request_tag("r", w.index, "0123abcd")
+    assert session.chunk(tag, 0, replayed[w.index][:17].copy(), VOCAB, ids)  # rows before it: scored
+    assert not session.chunk(tag, 17, replayed[w.index][17:].copy(), VOCAB, ids)
+    assert len(out.failed) == 1
+    said = f"{path}: context 0001 (prose): NaN or Inf in the reference hidden states at rows 23"
+    assert said in out.failed[0]
+    session.close()
