@@ -263,8 +263,10 @@ class ScoreMode(CaptureMode):
             return []
         if fid.reference_head_dir(reference_dir, suite_dir) is not None:
             return []
+        places = list(dict.fromkeys(str(p) for p in (reference_dir.parent / fid.LM_HEAD_DIR,
+                                                       suite_dir / fid.LM_HEAD_DIR)))  # the suite's, once
         return [f"{reference_dir}: score mode replays these hidden states with their LM head, and there is "
-                f"none in {reference_dir.parent / fid.LM_HEAD_DIR} or {suite_dir / fid.LM_HEAD_DIR}; export "
+                f"none in {' or '.join(places)}; export "
                 f"it (kldtui export-head --checkpoint MODEL --output {suite_dir / fid.LM_HEAD_DIR}) or set "
                 f"{settings.SCORE_LM_HEAD.name} in [candidate] env"]
 

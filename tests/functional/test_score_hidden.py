@@ -159,6 +159,8 @@ def test_a_run_without_the_head_is_stopped_before_the_server_starts(suite: Path,
     assert problems[0].startswith(f"{copy / fid.HIDDEN_DIR}: score mode replays these hidden states with "
                                   "their LM head, and there is none in ")
     assert "kldtui export-head --checkpoint MODEL" in problems[0] and "KLDTUI_SCORE_LM_HEAD" in problems[0]
+    # the suite's reference-hidden/ has one place for its head: named once ("none in X or X" before)
+    assert f"there is none in {copy / fid.LM_HEAD_DIR}; export it" in problems[0]
     # the head named in the server's environment (a path on the server's host) is taken at its word
     with_env = _profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1,
                         env={"KLDTUI_SCORE_LM_HEAD": str(suite / fid.LM_HEAD_DIR)})
