@@ -99,8 +99,12 @@ def test_hidden_candidate_replayed_with_its_own_head(world: dict) -> None:  # ty
 def test_hidden_candidate_never_takes_the_reference_head(world: dict,
                                                          tmp_path: Path) -> None:  # type: ignore[type-arg]
     root = world["fixture"].root
-    with pytest.raises(BadInput, match="--candidate-lm-head"):
+    with pytest.raises(BadInput, match="--candidate-lm-head") as info:
         _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR)
+    # where its own head is read from: kldtui run takes no flag, so that is what to do there
+    own = root / fid.HIDDEN_DIR / fid.LM_HEAD_DIR
+    assert f"its own LM head is not in {own}; export it there (kldtui export-head --checkpoint CANDIDATE " \
+           f"--output {own})" in str(info.value)
     # given explicitly, the reference's own states and head against themselves: zero
     same = _cmp(world, root / fid.HIDDEN_DIR, root / fid.HIDDEN_DIR,
                 candidate_lm_head=str(root / fid.LM_HEAD_DIR),

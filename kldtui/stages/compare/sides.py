@@ -419,9 +419,11 @@ def _head_for(role: Role, manifest: fid.TensorManifest, given: str | os.PathLike
     own = manifest.root / fid.LM_HEAD_DIR
     if own.is_dir():
         return fid.load_lm_head(own)
-    raise BadInput(f"{manifest.path}: the candidate holds hidden states; give its own LM head with "
-                   "--candidate-lm-head (a quantized head is part of what is measured, so the reference's is "
-                   "never used silently; pass the reference's head there if the candidate really shares it)")
+    raise BadInput(f"{manifest.path}: the candidate holds hidden states and its own LM head is not in "
+                   f"{own}; export it there (kldtui export-head --checkpoint CANDIDATE --output {own}), or "
+                   "give it with --candidate-lm-head (a quantized head is part of what is measured, so the "
+                   "reference's is never used silently; pass the reference's head there if the candidate "
+                   "really shares it)")
 
 
 def load_side(folder: str | os.PathLike[str], role: Role, *, lm_head: str | os.PathLike[str] | None = None,
