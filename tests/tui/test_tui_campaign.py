@@ -319,3 +319,45 @@ async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_pa
     assert verdict_width([line], 200) is None and verdict_width([line], 0) is None
     assert verdict_width([line], 55) == 55 - (1 + 9 + 7) - 2 * 3 - 2
     assert verdict_width([line], 30) == len("(provisional)")
+
+
+@sync
+async def test_at_80x24_b_brings_the_ranking_below_the_campaign_board_into_sight(tmp_path: Path) -> None:
+    """At 80x24 a finished campaign's board filled the Leaderboard tab and the ranking below it (the
+    table Enter, space and d work on) was drawn below the tab's bottom edge, behind the progress panel:
+    nothing scrolled to it, and after b the keys its note names did nothing (the focus stayed on the
+    window grid). The tab scrolls; b puts the ranking in sight with the focus on it."""
+    from kldtui.events import ResultReady
+    from kldtui.formats.report import load_report
+    from kldtui.tui.screens.result import ResultScreen
+    from tests.fixtures_tui import make_report as tui_report
+    from tests.fixtures_tui import write_report as tui_write
+
+    levels = (("q8_0", 0.01, 1), ("q4_k_m", 0.02, 2), ("q3_k_s", 0.04, 3))
+    paths = {name: tui_write(tmp_path / f"comparison-{name}.json", tui_report(name, level, seed=seed))
+             for name, level, seed in levels}
+    standings = tuple(Standing(name, "compared", rank=i + 1, mean=level, ci_low=level * 0.9,
+                               ci_high=level * 1.1, mark="best" if i == 0 else "worse", outcome=None if i == 0
+                               else "a_closer", provisional=i > 0, report_path=str(paths[name]))
+                      for i, (name, level, _) in enumerate(levels))
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        results = [ResultReady("compare", path=str(p), report=load_report(p)) for p in paths.values()]
+        await feed(app, pilot, *results,
+                   LeaderboardUpdated("campaign", rows=standings, windows=8, final=True,
+                                      noise_model="none: window-to-window variation only",
+                                      notes=("ties: sign-flip test against the best",),
+                                      path=str(tmp_path / "leaderboard.json")))
+        table = app.query_one("#board", DataTable)
+        await until(pilot, lambda: table.row_count == 3, "the three reports on the ranking")
+        await settle(app, pilot)
+        await pilot.press("b")
+        await settle(app, pilot)
+        body = app.query_one("#body").region
+        assert app.focused is table
+        seen = table.region.intersection(body)
+        assert seen.height >= 4 and table.region.bottom <= body.bottom, (table.region, body)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ResultScreen) and app.screen.result.name == "q4_k_m"

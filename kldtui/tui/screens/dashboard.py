@@ -160,7 +160,7 @@ class DashboardScreen(BoardScreen):
         Binding("x", "stop_server", "stop server", show=False),
         Binding("l", "show_tab('log')", "log", show=False),
         Binding("e", "show_tab('result')", "result", show=False),
-        Binding("b", "show_tab('leaderboard')", "board", show=False),
+        Binding("b", "show_board", "board", show=False),
         Binding("d", "diff", "diff", show=False),
         Binding("space", "mark", "mark", show=False),
         Binding("slash", "search_log", "search", key_display="/"),
@@ -568,6 +568,13 @@ class DashboardScreen(BoardScreen):
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_show_board(self) -> None:
+        """b: the Leaderboard tab, the focus on its ranking and the ranking in sight, so that Enter and
+        the arrows its note names work at once (the focus stayed on the window grid, and at 80x24 a
+        campaign's board hid the ranking below the pane's edge)."""
+        self.action_show_tab("leaderboard")
+        self.query_one("#board", LeaderboardTable).focus()
 
     def action_search_log(self) -> None:
         self.action_show_tab("log")
