@@ -243,9 +243,9 @@ async def test_viewer_leaderboard_sorted_ties_enter_and_diff(tmp_path: Path) -> 
         await settle(app, pilot)
         board = app.query_one("#board", LeaderboardTable)
         assert [r.name for r in board.results] == ["best", "close", "worst"]
-        ties = [board.get_row_at(i)[4] for i in range(3)]
+        ties = [board.get_row_at(i)[board.column("tie")] for i in range(3)]
         assert ties == ["best", "tied", "worse"]
-        bars = [board.get_row_at(i)[3] for i in range(3)]
+        bars = [board.get_row_at(i)[board.column("interval")] for i in range(3)]
         assert all("●" in b for b in bars) and "├" in bars[2] and "┤" in bars[2]
         assert bars[0].index("●") < bars[2].index("●")  # one axis for all rows
         await pilot.press("down", "enter")
@@ -340,8 +340,9 @@ async def test_leaderboard_bars_of_candidates_far_apart_are_on_a_log_axis(tmp_pa
         await pilot.pause()
         board = app.query_one("#board", LeaderboardTable)
         assert [r.name for r in board.results] == ["q8", "q6", "q4", "q2"]
-        assert [str(c.label) for c in board.columns.values()][3] == "interval (log)"
-        dots = [str(board.get_row_at(i)[3]).index("●") for i in range(4)]
+        bar = board.column("interval")
+        assert [str(c.label) for c in board.columns.values()][bar] == "interval (log)"
+        dots = [str(board.get_row_at(i)[bar]).index("●") for i in range(4)]
         assert dots == sorted(dots) and len(set(dots)) == 4 and dots[0] <= 2 and dots[-1] >= 17, dots
         # the log axis keeps the close ones apart: q8 to q4 is a tenth of the span, yet a third of the
         # width (on a linear one, two columns)

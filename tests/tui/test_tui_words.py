@@ -21,7 +21,15 @@ from kldtui.events import (
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.screens.dialogs import ConfirmScreen
-from kldtui.tui.widgets import KLChart, LogView, ProgressPanel, ResultPane, StageBox, WindowGrid
+from kldtui.tui.widgets import (
+    KLChart,
+    LeaderboardTable,
+    LogView,
+    ProgressPanel,
+    ResultPane,
+    StageBox,
+    WindowGrid,
+)
 from kldtui.workflow.state import DiskWindow, RunState
 from tests.fixtures_tui import DOMAINS, ScriptedPipeline, feed, make_report, settle, sync, until, write_report
 
@@ -512,7 +520,8 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
         async with app.run_test(size=(160, 40)) as pilot:
             await settle(app, pilot)
             table = app.query_one("#board", DataTable)
-            assert [table.get_row_at(i)[4] for i in range(table.row_count)] == marks
+            tie = LeaderboardTable.column("tie")
+            assert [table.get_row_at(i)[tie] for i in range(table.row_count)] == marks
             note = str(app.query_one("#board-note", Static).render())
             assert "? help" in note and "noise model:" in note
             await pilot.press("question_mark")
@@ -591,8 +600,9 @@ async def test_viewer_leaderboard_of_few_windows_marks_no_best(tmp_path: Path) -
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(app, pilot)
         table = app.query_one("#board", DataTable)
-        assert [table.get_row_at(i)[4] for i in range(table.row_count)] == ["no verdict", "no verdict"]
-        assert [table.get_row_at(i)[5] for i in range(table.row_count)] == ["too few windows (4)"] * 2
+        tie, interval = LeaderboardTable.column("tie"), LeaderboardTable.column("95% interval")
+        assert [table.get_row_at(i)[tie] for i in range(table.row_count)] == ["no verdict", "no verdict"]
+        assert [table.get_row_at(i)[interval] for i in range(table.row_count)] == ["too few windows (4)"] * 2
         note = str(app.query_one("#board-note", Static).render())
         assert "too few windows (4) for a verdict" in note
         assert "too few to say it is best" in str(app.query_one("#board-verdict", Static).render())
@@ -825,3 +835,42 @@ async def test_at_80x24_the_difference_and_the_charts_open_in_sight(tmp_path: Pa
         diff = app.query_one("#diffpane", DiffPane)
         await until(pilot, lambda: diff.display and diff.region.height >= 8, "the difference in sight")
         assert "A = q00, B = q01" in str(app.query_one("#diff-verdict", Static).render())
+
+
+@sync
+async def test_at_80_columns_the_ranking_shows_every_rows_tie_mark_and_interval_whole(tmp_path: Path) -> None:
+    """The ranking's columns were 91 characters wide, the bar before the tie mark: at 80 columns the
+    viewer cut the interval's figures ("[0.00754,"), and in the dashboard's pane (54 columns at 80x24)
+    the tie marks were out of sight. The bar comes last and takes the room left; at 200 columns it is
+    as wide as ever."""
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)) for n, lvl, s in
+             [("worst", 0.05, 1), ("best", 0.010, 2), ("close", 0.0102, 4)]]
+
+    def shown(table: DataTable) -> str:  # what is on screen of the table (scrolled to its left edge)
+        return "\n".join(table.render_line(y).text[:table.region.width] for y in range(table.size.height))
+
+    app = create_app(reports=paths, config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one("#board", LeaderboardTable)
+        text = shown(table)
+        intervals = [str(table.get_row_at(i)[table.column("95% interval")]) for i in range(3)]
+        assert all(iv.startswith("[") and iv in text for iv in intervals), text
+        assert all(f" {mark} " in text for mark in ("best", "tied", "worse")), text
+        assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
+        bar = table.column("interval")
+        assert all("●" in str(table.get_row_at(i)[bar]) for i in range(3))
+        await pilot.resize_terminal(200, 50)
+        await settle(app, pilot)
+        await until(pilot, lambda: len(str(table.get_row_at(0)[bar])) == LeaderboardTable.BAR_WIDTH,
+                    "the bar at its full width")
+    app, _ = dashboard(tmp_path)
+    app.main.report_paths = paths
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("b")
+        await settle(app, pilot)
+        table = app.query_one("#board", LeaderboardTable)
+        assert table.row_count == 3 and table.region.width < 60
+        text = shown(table)
+        assert all(f" {mark} " in text for mark in ("best", "tied", "worse")), text

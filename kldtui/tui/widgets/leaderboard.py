@@ -29,9 +29,15 @@ def axis_of(bands: list[Band | None]) -> BarAxis:
 
 
 class LeaderboardTable(DataTable[str | Text]):
-    """Candidates sorted by mean KL with interval bars; ``=`` marks a tie with the best."""
+    """Candidates sorted by mean KL with interval bars; ``=`` marks a tie with the best.
+
+    What a row is read for comes first (rank, name, mean KL, tie mark, interval in figures) and the
+    bar last, as wide as the room left (at most :attr:`BAR_WIDTH`): at 80 columns the viewer cut the
+    interval's figures ("[0.00754,"), and the dashboard's narrower pane hid the tie marks whole."""
 
     BAR_WIDTH = 20
+    BAR_MIN = 8
+    NAME_WIDTH = 18  # longer names are cut (the help, the result pane and the diff say them whole)
 
     class Open(Message):
         def __init__(self, index: int) -> None:
@@ -49,34 +55,69 @@ class LeaderboardTable(DataTable[str | Text]):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.results: list[ResultData] = []
         self.marked: set[int] = set()
+        self._ties: dict[int, str] = {}
+        self._width_filled = 0  # the width the columns were sized for
 
-    # Fixed widths: the columns never jump as rows come and go, and the header is drawn once at its
-    # final width (sized from the rows, it was drawn at the headers' widths first).
-    COLUMNS = (("#", 3), ("candidate", 18), ("mean KL", 8), ("interval", BAR_WIDTH), ("tie", 10),
-               ("95% interval", 20))
+    # Fixed widths, the name's and the interval's from the rows: the header is drawn at its final width
+    # (sized from the rows later, it was drawn at the headers' widths first).
+    COLUMNS = (("#", 3), ("candidate", NAME_WIDTH), ("mean KL", 8), ("tie", 10), ("95% interval", 20),
+               ("interval", BAR_WIDTH))
+
+    @classmethod
+    def column(cls, label: str) -> int:
+        """Where the column named ``label`` in :attr:`COLUMNS` is."""
+        return [name for name, _ in cls.COLUMNS].index(label)
 
     def on_mount(self) -> None:
-        self.add_columns_for(None)
+        self.add_columns_for(None, self.widths([], None))
 
-    def add_columns_for(self, axis: BarAxis | None) -> None:
+    def widths(self, rows: list[list[str]], axis: BarAxis | None) -> list[int]:
+        """Each column's width: the name's and the interval's as wide as their longest cell (and
+        header), the bar the room left in the table (between BAR_MIN, or its header where that is
+        longer, and BAR_WIDTH)."""
+        out = []
+        for k, (label, width) in enumerate(self.COLUMNS):
+            if label in ("candidate", "95% interval") and rows:
+                width = min(width, max(len(label), *(len(row[k]) for row in rows)))
+            out.append(width)
+        room = self.size.width - 2  # the vertical scrollbar's gutter, once there are more rows than fit
+        if room > 0:
+            used = sum(out[:-1]) + 2 * self.cell_padding * len(out)
+            least = max(self.BAR_MIN, len(self.bar_header(axis)))  # "interval (log)" said whole
+            out[-1] = max(least, min(self.BAR_WIDTH, room - used))
+        return out
+
+    @staticmethod
+    def bar_header(axis: BarAxis | None) -> str:
+        return "interval (log)" if axis is not None and axis.log else "interval"
+
+    def add_columns_for(self, axis: BarAxis | None, widths: list[int]) -> None:
         """The columns, the bars' one saying when its axis is logarithmic."""
-        for label, width in self.COLUMNS:
-            log = label == "interval" and axis is not None and axis.log
-            self.add_column(f"{label} (log)" if log else label, width=width)
+        for (label, _), width in zip(self.COLUMNS, widths, strict=True):
+            self.add_column(self.bar_header(axis) if label == "interval" else label, width=width)
 
     def set_results(self, results: list[ResultData], ties: dict[int, str] | None = None) -> None:
         """``results`` already sorted; ``ties`` maps a row to its mark (e.g. "= best")."""
         self.results = results
+        self._ties = dict(ties or {})
         axis = axis_of([r.kl for r in results])
-        self.clear(columns=True)  # the same widths again: only the bars' label may change
-        self.add_columns_for(axis)
-        for i, r in enumerate(results):
-            mark = "*" if i in self.marked else " "
-            band = r.kl
-            self.add_row(
-                f"{mark}{i + 1}", plain(r.name[:18]), fmt_num(band.estimate if band else None),
-                bar_cell(band, axis, self.BAR_WIDTH), (ties or {}).get(i, ""),
-                band.interval_text() if band is not None else "-", key=str(i))
+        rows = [[f"{'*' if i in self.marked else ' '}{i + 1}", r.name[:self.NAME_WIDTH],
+                 fmt_num(r.kl.estimate if r.kl else None), self._ties.get(i, ""),
+                 r.kl.interval_text() if r.kl is not None else "-"] for i, r in enumerate(results)]
+        widths = self.widths(rows, axis)
+        self._width_filled = self.size.width
+        self.clear(columns=True)
+        self.add_columns_for(axis, widths)
+        for i, (row, r) in enumerate(zip(rows, results, strict=True)):
+            self.add_row(row[0], plain(row[1]), row[2], row[3], row[4], bar_cell(r.kl, axis, widths[-1]),
+                         key=str(i))
+
+    def on_resize(self) -> None:
+        # the bar takes the room there is: laid out again for the new width, the cursor kept
+        if self.results and self.size.width != self._width_filled:
+            row = self.cursor_row
+            self.set_results(self.results, self._ties)
+            self.move_cursor(row=row)
 
     def toggle_mark(self) -> None:
         row = self.cursor_row
