@@ -841,8 +841,8 @@ async def test_at_80x24_the_difference_and_the_charts_open_in_sight(tmp_path: Pa
 async def test_at_80_columns_the_ranking_shows_every_rows_tie_mark_and_interval_whole(tmp_path: Path) -> None:
     """The ranking's columns were 91 characters wide, the bar before the tie mark: at 80 columns the
     viewer cut the interval's figures ("[0.00754,"), and in the dashboard's pane (54 columns at 80x24)
-    the tie marks were out of sight. The bar comes last and takes the room left; at 200 columns it is
-    as wide as ever."""
+    the tie marks were out of sight. Each column is as wide as its cells and the bar comes last, in the
+    room left; at 200 columns it is as wide as ever."""
     paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s)) for n, lvl, s in
              [("worst", 0.05, 1), ("best", 0.010, 2), ("close", 0.0102, 4)]]
 
@@ -874,3 +874,5 @@ async def test_at_80_columns_the_ranking_shows_every_rows_tie_mark_and_interval_
         assert table.row_count == 3 and table.region.width < 60
         text = shown(table)
         assert all(f" {mark} " in text for mark in ("best", "tied", "worse")), text
+        intervals = [str(table.get_row_at(i)[table.column("95% interval")]) for i in range(3)]
+        assert all(iv.startswith("[") and iv in text for iv in intervals), text

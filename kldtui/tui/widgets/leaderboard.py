@@ -31,9 +31,10 @@ def axis_of(bands: list[Band | None]) -> BarAxis:
 class LeaderboardTable(DataTable[str | Text]):
     """Candidates sorted by mean KL with interval bars; ``=`` marks a tie with the best.
 
-    What a row is read for comes first (rank, name, mean KL, tie mark, interval in figures) and the
-    bar last, as wide as the room left (at most :attr:`BAR_WIDTH`): at 80 columns the viewer cut the
-    interval's figures ("[0.00754,"), and the dashboard's narrower pane hid the tie marks whole."""
+    What a row is read for comes first (rank, name, mean KL, tie mark, interval in figures), each
+    column as wide as its cells, and the bar last, as wide as the room left (at most
+    :attr:`BAR_WIDTH`): at 80 columns the viewer cut the interval's figures ("[0.00754,"), and the
+    dashboard's narrower pane hid the tie marks whole."""
 
     BAR_WIDTH = 20
     BAR_MIN = 8
@@ -58,8 +59,8 @@ class LeaderboardTable(DataTable[str | Text]):
         self._ties: dict[int, str] = {}
         self._width_filled = 0  # the width the columns were sized for
 
-    # Fixed widths, the name's and the interval's from the rows: the header is drawn at its final width
-    # (sized from the rows later, it was drawn at the headers' widths first).
+    # Widths given, from the rows (never wider than these): the header is drawn at its final width
+    # (sized by the table from the rows later, it was drawn at the headers' widths first).
     COLUMNS = (("#", 3), ("candidate", NAME_WIDTH), ("mean KL", 8), ("tie", 10), ("95% interval", 20),
                ("interval", BAR_WIDTH))
 
@@ -72,12 +73,12 @@ class LeaderboardTable(DataTable[str | Text]):
         self.add_columns_for(None, self.widths([], None))
 
     def widths(self, rows: list[list[str]], axis: BarAxis | None) -> list[int]:
-        """Each column's width: the name's and the interval's as wide as their longest cell (and
-        header), the bar the room left in the table (between BAR_MIN, or its header where that is
+        """Each column's width: as wide as its longest cell (and header), at most as COLUMNS gives it;
+        the bar the room left in the table (between BAR_MIN, or its header where that is
         longer, and BAR_WIDTH)."""
         out = []
         for k, (label, width) in enumerate(self.COLUMNS):
-            if label in ("candidate", "95% interval") and rows:
+            if label != "interval" and rows:
                 width = min(width, max(len(label), *(len(row[k]) for row in rows)))
             out.append(width)
         room = self.size.width - 2  # the vertical scrollbar's gutter, once there are more rows than fit
