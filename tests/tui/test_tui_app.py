@@ -219,6 +219,24 @@ async def test_open_result_key_loads_a_report(tmp_path: Path) -> None:
 
 
 @sync
+async def test_at_80x24_the_open_dialog_says_its_whole_question(tmp_path: Path) -> None:
+    """The open dialog's question is longer than 80 columns: it was one line, cut at the dialog's edge
+    ("... a work folder holding c"); it wraps inside the dialog."""
+    from kldtui.tui.screens.dialogs import PathScreen
+    from kldtui.tui.widgets.plain import PlainLabel
+
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("o")
+        await pilot.pause()
+        assert isinstance(app.screen, PathScreen)
+        dialog, prompt = app.screen.query_one("#dialog"), app.screen.query_one(PlainLabel)
+        assert dialog.content_region.contains_region(prompt.region), (prompt.region, dialog.content_region)
+        lines = [strip.text.rstrip() for strip in prompt.render_lines(prompt.region.reset_offset)]
+        assert " ".join(" ".join(lines).split()).endswith("a campaign's folder opens all its candidates):")
+
+
+@sync
 async def test_viewer_single_reports_of_both_kinds(tmp_path: Path) -> None:
     for original in (False, True):
         report = make_report("q4-model", 0.004, seed=2, original=original)

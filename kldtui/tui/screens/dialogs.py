@@ -64,7 +64,7 @@ class PathScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield PlainLabel(self.prompt)
+            yield PlainLabel(self.prompt, id="path-prompt")
             yield Input(value=self.value, id="path")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
