@@ -20,6 +20,7 @@ from tests.fixtures_tui import (
     settle,
     static_text,
     sync,
+    until,
     write_report,
 )
 
@@ -234,6 +235,36 @@ async def test_at_80x24_the_open_dialog_says_its_whole_question(tmp_path: Path) 
         assert dialog.content_region.contains_region(prompt.region), (prompt.region, dialog.content_region)
         lines = [strip.text.rstrip() for strip in prompt.render_lines(prompt.region.reset_offset)]
         assert " ".join(" ".join(lines).split()).endswith("a campaign's folder opens all its candidates):")
+
+
+@sync
+async def test_the_viewer_of_one_report_opens_a_campaigns_folder_as_its_leaderboard(tmp_path: Path) -> None:
+    """o in the viewer of one report, given a campaign's folder (the dialog says it opens all its
+    candidates): the viewer showed its first candidate alone. It becomes the folder's leaderboard,
+    with the leaderboard's keys and help."""
+    one = write_report(tmp_path / "one.json", make_report("one", 0.01, seed=1))
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    for name, level, seed in (("q8", 0.01, 2), ("q4", 0.03, 3)):
+        write_report(campaign / f"comparison-{name}.json", make_report(name, level, seed=seed))
+    app = create_app(reports=[one], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("o")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(campaign)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        board = app.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: board.row_count == 2, "the campaign's two reports on the ranking")
+        assert [r.name for r in board.results] == ["q8", "q4"] and app.focused is board
+        assert static_text(app, "#board-note").startswith("2 reports by mean KL")
+        await pilot.press("d")
+        await settle(app, pilot)
+        assert "A = q8, B = q4" in static_text(app, "#diff-verdict")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert "Viewer (leaderboard)" in str(app.screen.query_one("#help-text", Static).render())
 
 
 @sync

@@ -65,9 +65,12 @@ class ViewerScreen(BoardScreen):
     def on_mount(self) -> None:
         self.app.sub_title = "viewer"
         if not self.single:
-            self.query_one("#diffpane", DiffPane).display = False
-            self.query_one("#charts", BoardCharts).display = False
+            self._hide_panes()
         self.load_reports()
+
+    def _hide_panes(self) -> None:
+        self.query_one("#diffpane", DiffPane).display = False
+        self.query_one("#charts", BoardCharts).display = False
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("mark", "diff", "charts", "close_pane") and self.single:
@@ -93,6 +96,9 @@ class ViewerScreen(BoardScreen):
         if not self.single:
             super().reports_loaded(loaded, problems)
             return
+        if len(loaded) > 1:  # o on a campaign's folder: showing its first candidate alone hid the others
+            self.call_later(self._become_board, loaded, problems)
+            return
         for problem in problems:
             self.notify(problem, title="report", severity="error", timeout=10)
         if loaded:
@@ -100,6 +106,20 @@ class ViewerScreen(BoardScreen):
             result = result_from_report(report, path)
             self.app.sub_title = result.name
             self.show_result(result, report)
+
+    async def _become_board(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
+        """The viewer of one report, given a campaign's folder (``o``), becomes the leaderboard of its
+        candidates, as ``kldtui view FOLDER`` opens (the open dialog says a campaign's folder opens all
+        its candidates; the viewer showed the first alone)."""
+        self.single = False
+        self.KEYS_HELP = BOARD_KEYS_HELP
+        self.report_paths = [path for _, path in loaded]
+        self.current_result = None
+        await self.recompose()
+        self._hide_panes()
+        self.app.sub_title = "viewer"
+        self.refresh_bindings()
+        super().reports_loaded(loaded, problems)
 
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         if self.single:
