@@ -876,3 +876,34 @@ async def test_at_80_columns_the_ranking_shows_every_rows_tie_mark_and_interval_
         assert all(f" {mark} " in text for mark in ("best", "tied", "worse")), text
         intervals = [str(table.get_row_at(i)[table.column("95% interval")]) for i in range(3)]
         assert all(iv.startswith("[") and iv in text for iv in intervals), text
+
+
+@sync
+async def test_a_campaigns_folder_opened_in_the_viewer_of_one_report_ties_with_its_noise_model(
+        tmp_path: Path) -> None:
+    """o on a campaign's folder in the viewer of one report ranks its candidates as `kldtui view FOLDER`
+    does: with the folder's noise-model.json (a and b are tied against it, and only against it)."""
+    import shutil
+
+    a, b, model = _decide_reports(tmp_path)
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    shutil.copy(a, folder / "comparison-a.json")
+    shutil.copy(b, folder / "comparison-b.json")
+    shutil.copy(model, folder / "noise-model.json")
+    for noise_floor, marks in ((True, ["best", "tied"]), (False, ["best", "worse"])):
+        app = create_app(reports=[a], config_dir=tmp_path / "cfg", use_noise_floor=noise_floor)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("o")
+            await pilot.pause()
+            app.screen.query_one(Input).value = str(folder)
+            await pilot.press("enter")
+            await settle(app, pilot)
+            table = app.query_one("#board", LeaderboardTable)
+            await until(pilot, lambda t=table: t.row_count == 2, "the folder's two reports")
+            await settle(app, pilot)
+            tie = table.column("tie")
+            assert [table.get_row_at(i)[tie] for i in range(2)] == marks
+            note = str(app.query_one("#board-note", Static).render())
+            assert ("noise model: 2 captures" in note) is noise_floor, note

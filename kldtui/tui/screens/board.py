@@ -161,6 +161,12 @@ class BoardScreen(Screen[None]):
             self.add_to_board(result_from_report(report, path), report, rebuild=False)
         self.rebuild_board()
 
+    def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
+                      noise_model: Path | None) -> None:
+        """``o`` on a campaign's folder: its reports join the board. ``noise_model``: the folder's
+        measured one (the viewer of one report, which becomes the folder's leaderboard, takes it)."""
+        self.reports_loaded(loaded, problems)
+
     def load_result_file(self, path: str) -> None:
         self._load_one(path)
 
@@ -172,13 +178,15 @@ class BoardScreen(Screen[None]):
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
         if len(found) > 1:  # a campaign's folder: every candidate onto the board
+            from kldtui.formats.report_names import campaign_noise_model
+
             loaded, problems = [], []
             for one in found:
                 try:
                     loaded.append((load_report(one), one))
                 except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
                     problems.append(str(exc))
-            self.deliver(self.reports_loaded, loaded, problems)
+            self.deliver(self.folder_loaded, loaded, problems, campaign_noise_model(path))
             return
         try:
             report = load_report(found[0])

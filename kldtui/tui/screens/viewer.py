@@ -15,6 +15,7 @@ from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.board import PANE_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
+from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
@@ -96,9 +97,6 @@ class ViewerScreen(BoardScreen):
         if not self.single:
             super().reports_loaded(loaded, problems)
             return
-        if len(loaded) > 1:  # o on a campaign's folder: showing its first candidate alone hid the others
-            self.call_later(self._become_board, loaded, problems)
-            return
         for problem in problems:
             self.notify(problem, title="report", severity="error", timeout=10)
         if loaded:
@@ -107,10 +105,22 @@ class ViewerScreen(BoardScreen):
             self.app.sub_title = result.name
             self.show_result(result, report)
 
-    async def _become_board(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
+    def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
+                      noise_model: Path | None) -> None:
+        if self.single:  # showing the folder's first candidate alone hid the others
+            self.call_later(self._become_board, loaded, problems, noise_model)
+        else:
+            super().folder_loaded(loaded, problems, noise_model)
+
+    async def _become_board(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
+                            noise_model: Path | None) -> None:
         """The viewer of one report, given a campaign's folder (``o``), becomes the leaderboard of its
-        candidates, as ``kldtui view FOLDER`` opens (the open dialog says a campaign's folder opens all
-        its candidates; the viewer showed the first alone)."""
+        candidates as ``kldtui view FOLDER`` opens it: with the folder's noise model unless one was
+        given (``--noise``, ``--no-noise-floor``). The open dialog says a campaign's folder opens all
+        its candidates; the viewer showed the first alone."""
+        if noise_model is not None and self.noise_path is None and self.use_noise_floor:
+            self.noise_path = str(noise_model)
+            self.notify(f"noise model: {shown_path(noise_model)}, the campaign's", title="leaderboard")
         self.single = False
         self.KEYS_HELP = BOARD_KEYS_HELP
         self.report_paths = [path for _, path in loaded]
