@@ -361,3 +361,29 @@ async def test_at_80x24_b_brings_the_ranking_below_the_campaign_board_into_sight
         await pilot.press("down", "enter")
         await pilot.pause()
         assert isinstance(app.screen, ResultScreen) and app.screen.result.name == "q4_k_m"
+
+
+@sync
+async def test_a_campaigns_live_result_names_the_candidate_it_is_of(tmp_path: Path) -> None:
+    """While a campaign's second candidate is compared, the Result tab shows its windows so far; it was
+    titled "compared so far" alone, right after the first candidate's report (and at 80x24 the cards
+    have no room for the name): it names the candidate."""
+    from kldtui.events import CandidateStarted, StageStarted, WindowState
+
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await feed(app, pilot, CandidateStarted("campaign", name="q4_k_m", number=2, total=3),
+                   StageStarted("compare"),
+                   *(WindowState("compare", window_index=w, state="compared", domain="prose",
+                                 figures={"kl": 0.01 * (w + 1)}) for w in range(3)))
+        await settle(app, pilot)
+        summary = static_text(app, "#result-summary")
+        assert summary.startswith("q4_k_m  (live: windows compared so far)"), summary
+        await feed(app, pilot,
+                   CandidateStarted("campaign", name="q8_0.repeat", number=4, total=4, repeat=True),
+                   StageStarted("compare"),
+                   WindowState("compare", window_index=0, state="compared", domain="prose",
+                               figures={"kl": 0.01}))
+        await settle(app, pilot)
+        assert static_text(app, "#result-summary").startswith("q8_0.repeat  (live: ")

@@ -417,8 +417,9 @@ class DashboardScreen(BoardScreen):
         elif "live" in dirty and (self.current_result is None or self.current_result.live
                                   or self.model.stages["compare"].state == "running"):
             live = self.model.live_window_kl()
-            if live:
-                self.current_result = live_result(live, name="compared so far")
+            if live:  # a campaign's: named (it follows the candidate before's report on this tab)
+                shown = self.model.shown_candidate if self.model.candidate is not None else None
+                self.current_result = live_result(live, name=shown.name if shown else "compared so far")
                 self.query_one("#resultpane", ResultPane).show(self.current_result)
         if "campaign" in dirty:
             self.query_one("#campaign", CampaignBoard).show(self.model.campaign, self.model.candidate)
