@@ -387,3 +387,22 @@ async def test_a_campaigns_live_result_names_the_candidate_it_is_of(tmp_path: Pa
                                figures={"kl": 0.01}))
         await settle(app, pilot)
         assert static_text(app, "#result-summary").startswith("q8_0.repeat  (live: ")
+
+
+@sync
+async def test_a_single_runs_live_result_names_the_served_model_once(tmp_path: Path) -> None:
+    """Outside a campaign the live result read "compared so far  (live: windows compared so far)": the
+    same words twice and no name. It names the served model."""
+    from kldtui.events import ServerReady, StageStarted, WindowState
+
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await feed(app, pilot, ServerReady("server", url="http://127.0.0.1:1", served_model_name="q4_k_m"),
+                   StageStarted("compare"),
+                   *(WindowState("compare", window_index=w, state="compared", domain="prose",
+                                 figures={"kl": 0.01 * (w + 1)}) for w in range(3)))
+        await settle(app, pilot)
+        summary = static_text(app, "#result-summary")
+        assert summary.startswith("q4_k_m  (live: windows compared so far)"), summary
+        assert summary.count("compared so far") == 1, summary

@@ -417,9 +417,11 @@ class DashboardScreen(BoardScreen):
         elif "live" in dirty and (self.current_result is None or self.current_result.live
                                   or self.model.stages["compare"].state == "running"):
             live = self.model.live_window_kl()
-            if live:  # a campaign's: named (it follows the candidate before's report on this tab)
+            if live:  # named: a campaign's candidate (it follows the candidate before's report on this
+                # tab), else the served model (the pane says "live: windows compared so far" beside it)
                 shown = self.model.shown_candidate if self.model.candidate is not None else None
-                self.current_result = live_result(live, name=shown.name if shown else "compared so far")
+                served = self.model.server.served_model_name if self.model.server is not None else None
+                self.current_result = live_result(live, name=shown.name if shown else served or "this run")
                 self.query_one("#resultpane", ResultPane).show(self.current_result)
         if "campaign" in dirty:
             self.query_one("#campaign", CampaignBoard).show(self.model.campaign, self.model.candidate)
@@ -610,5 +612,5 @@ class DashboardScreen(BoardScreen):
                         lambda s=stage: self.action_start_stage(s)))
         out += [("Stop", "Stop the running stage(s)", self.action_stop),
                 ("Stop server", "Stop the candidate server", self.action_stop_server),
-                ("Search log", "Search the server log", self.action_search_log)]
+                ("Search log", "Search the log (every stage's lines)", self.action_search_log)]
         return out
