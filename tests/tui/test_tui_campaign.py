@@ -154,6 +154,9 @@ async def test_after_a_campaign_the_stage_cards_show_the_best_candidate_not_the_
 
         log = [text for _, text in app.main.model.log]
         assert "[campaign] repeat capture of the leader 3/3: q8.repeat" in log
+        # what to do next is the campaign's (its reports together), never one candidate's single-run
+        # lines ("diff comparison-q8.json OTHER/comparison.json"), which its first report used to log
+        assert not [line for line in log if "OTHER/comparison.json" in line], log
         assert f"[campaign] the stage cards show the best candidate, q8 (its report {leader})" in log
         await pilot.press("q")
 
@@ -202,6 +205,11 @@ async def test_a_finished_campaign_opened_again_ranks_with_its_noise_model(tmp_p
         app.main.refresh_now()
         await settle(app, pilot)
         assert app.main.noise_path == model
+        # nothing was written by this dashboard: the file is the last finished run's ("written to" said
+        # it had just been written)
+        notes = static_text(app, "#campaign-notes")
+        assert f"the last finished run's ranking: {tmp_path / 'leaderboard.json'}" in notes, notes
+        assert "written to" not in notes
         await pilot.press("q")
 
 

@@ -325,7 +325,7 @@ class DashboardScreen(BoardScreen):
         self.model.show_leader(state)  # a campaign's end: its best candidate, not its last capture
         campaign = getattr(self._pipeline, "next_steps", None)  # a campaign's: its reports together
         lines = list(campaign()) if callable(campaign) else []
-        if not lines and state.report_path is not None:
+        if not lines and state.report_path is not None and not self._is_campaign():
             lines = self._next_steps(state.report_path, state.window_range)
         if lines and lines != self.model.next_lines:  # the report's event may have set them already
             self.model.set_next_steps(lines)
@@ -492,9 +492,15 @@ class DashboardScreen(BoardScreen):
 
         return next_steps(shown_path(path), window_range, self.suite_windows, self.profile_name)
 
+    def _is_campaign(self) -> bool:
+        """Whether this dashboard shows a campaign (its standings or a candidate of it arrived)."""
+        return self.model.campaign is not None or self.model.candidate is not None
+
     def _result_ready(self) -> None:
         report, path = self.model.result_report, self.model.result_path
-        if path and report and not self.model.next_lines:
+        # a campaign's next steps are its reports together, said when it ends (run_finished): one
+        # candidate's report is not what to diff next
+        if path and report and not self.model.next_lines and not self._is_campaign():
             self.model.set_next_steps(self._next_steps(Path(path), report.window_range))
         if report:  # a campaign's named as the campaign names it
             self.show_result(result_from_report(report, path, self.model.result_name), report)

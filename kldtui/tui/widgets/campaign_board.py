@@ -100,8 +100,10 @@ class CampaignBoard(Vertical):
             notes += [f"note: {n}" for n in board.notes]
             shown += [f"note: {n}" for n in briefs]
         self.notes_shown = frozenset(notes) | frozenset(board.notes if board is not None else ())
-        if board is not None and board.path:
-            shown.append(f"written to {board.path}")
+        if board is not None and board.path:  # a ranking of the reports on disk names the file the last
+            # finished run wrote (nothing is written until this run's own final ranking)
+            shown.append(f"written to {board.path}" if board.final else
+                         f"the last finished run's ranking: {board.path}")
         self.query_one("#campaign-notes", PlainStatic).update("\n".join(shown))
 
     @staticmethod
