@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ from kldtui.errors import BadField, BadInput, remedy
 from kldtui.formats.atomic import atomic_open, write_bytes_atomic, write_json_atomic
 from kldtui.formats.fidelity_names import CONTEXT_FILTERS, PARTITION_NAMES, parse_context_filter
 from kldtui.formats.names import check_name, check_relative_path
-from kldtui.formats.safe_io import read_failure, read_text
+from kldtui.formats.safe_io import kind_of, read_failure, read_text
 from kldtui.formats.safetensors_io import (
     DTYPES,
     SafetensorsHeader,
@@ -647,12 +648,15 @@ def check_tensor_file(manifest: TensorManifest, index: int, suite: Suite | None 
     where = f"{path}: {label}"
     problems: list[str] = []
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         return [f"{where}: file is missing; download it again"], None
     except OSError as exc:
         return [f"{where}: cannot be read ({exc.strerror or exc}); make it readable, or delete it and fetch "
                 "it again"], None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a folder has no size to compare: say what it is
+        return [f"{where}: is {kind_of(st.st_mode)}, not a regular file; delete it and fetch it again"], None
+    size = st.st_size
     if size != record.size_bytes:
         problems.append(f"{where}: {size} bytes, the manifest {manifest.path} says {record.size_bytes}; the "
                         "file is truncated or was replaced, delete it and fetch it again")

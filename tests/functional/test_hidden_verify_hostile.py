@@ -118,3 +118,15 @@ def test_a_head_linked_out_of_its_folder_is_refused_as_hidden_files_are(
     assert fid.load_lm_head(suite / fid.LM_HEAD_DIR).vocab == fx.VOCAB
     result = verify_path(suite)
     assert result.ok, result.failures
+
+
+def test_a_fifo_in_place_of_a_hidden_state_file_is_named_as_one(suite: Path) -> None:
+    """It read "0 bytes, the manifest says 1224; the file is truncated or was replaced"."""
+    target = sorted((suite / fid.HIDDEN_DIR).glob("*.safetensors"))[0]
+    target.unlink()
+    os.mkfifo(target)
+    result = verify_path(suite)
+    named = [f for f in result.failures if f.startswith(f"{target}: ")]
+    assert named and "is a FIFO (named pipe), not a regular file; delete it and fetch it again" in named[0], \
+        result.failures
+    assert not any("truncated" in f for f in named)
