@@ -297,6 +297,17 @@ async def feed(app: KldApp, pilot: Any, *events: Any) -> None:
     await pilot.pause()
 
 
+async def open_with_o(app: KldApp, pilot: Any, path: str | Path) -> None:
+    """Press o, type ``path`` into the open dialog's path box, press Enter, and wait until quiet."""
+    from textual.widgets import Input
+
+    await pilot.press("o")
+    await pilot.pause()
+    app.screen.query_one("#path", Input).value = str(path)
+    await pilot.press("enter")
+    await settle(app, pilot)
+
+
 async def until(pilot: Any, condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
     """Wait until ``condition()`` holds (checked every 20 ms), failing after ``limit`` seconds."""
     loop = asyncio.get_running_loop()

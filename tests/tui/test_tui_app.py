@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Static
 
 from kldtui.errors import BadInput
 from kldtui.tui.app import create_app
@@ -17,6 +17,7 @@ from tests.fixtures_tui import (
     dashboard,
     headline_of,
     make_report,
+    open_with_o,
     settle,
     static_text,
     sync,
@@ -210,11 +211,7 @@ async def test_open_result_key_loads_a_report(tmp_path: Path) -> None:
     path = write_report(tmp_path / "old.json", make_report("old-run", 0.02, seed=9, original=True))
     app, _ = dashboard(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("o")
-        await pilot.pause()
-        app.screen.query_one(Input).value = str(path)  # typed into the path box
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_with_o(app, pilot, path)
         assert app.main.current_result is not None and app.main.current_result.name == "old-run"
         assert "original comparator report" in static_text(app, "#result-summary")
 
@@ -250,11 +247,7 @@ async def test_the_viewer_of_one_report_opens_a_campaigns_folder_as_its_leaderbo
     app = create_app(reports=[one], config_dir=tmp_path / "cfg")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
-        await pilot.press("o")
-        await pilot.pause()
-        app.screen.query_one(Input).value = str(campaign)
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_with_o(app, pilot, campaign)
         board = app.query_one("#board", LeaderboardTable)
         await until(pilot, lambda: board.row_count == 2, "the campaign's two reports on the ranking")
         assert [r.name for r in board.results] == ["q8", "q4"] and app.focused is board

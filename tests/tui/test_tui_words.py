@@ -31,7 +31,17 @@ from kldtui.tui.widgets import (
     WindowGrid,
 )
 from kldtui.workflow.state import DiskWindow, RunState
-from tests.fixtures_tui import DOMAINS, ScriptedPipeline, feed, make_report, settle, sync, until, write_report
+from tests.fixtures_tui import (
+    DOMAINS,
+    ScriptedPipeline,
+    feed,
+    make_report,
+    open_with_o,
+    settle,
+    sync,
+    until,
+    write_report,
+)
 
 
 def dashboard(tmp_path: Path, windows: int = 6, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
@@ -395,12 +405,8 @@ async def test_o_names_the_file_shown_and_finds_a_folders_report(tmp_path: Path,
         assert "opened with o; this run's report is run/comparison.json" in text
         assert "Result shows q4-run/comparison.json (opened with o)" in panel(app)
         assert "report: run/comparison.json" in panel(app)  # the run's own next steps stay, named as its own
-        await pilot.press("o")
-        await pilot.pause()
-        app.screen.query_one("#path", Input).value = str(tmp_path / "empty")
         (tmp_path / "empty").mkdir()
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_with_o(app, pilot, tmp_path / "empty")
         messages = [n.message for n in app._notifications]
         assert any("is a folder without a comparison.json" in m for m in messages), messages
 
@@ -422,11 +428,7 @@ async def test_o_on_a_campaigns_folder_puts_every_candidate_on_the_board(tmp_pat
         (camp / f"comparison-{name}.json").write_text(json.dumps(report))
     (camp / "comparison-planted.json").symlink_to(camp / "comparison-q4.json")
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("o")
-        await pilot.pause()
-        app.screen.query_one("#path", Input).value = "camp"
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_with_o(app, pilot, "camp")
         names = sorted(r.name for r in app.main.results)
         assert names == ["q4", "q8"], names  # the planted link is not a third row
 
@@ -895,11 +897,7 @@ async def test_a_campaigns_folder_opened_in_the_viewer_of_one_report_ties_with_i
         app = create_app(reports=[a], config_dir=tmp_path / "cfg", use_noise_floor=noise_floor)
         async with app.run_test(size=(160, 40)) as pilot:
             await settle(app, pilot)
-            await pilot.press("o")
-            await pilot.pause()
-            app.screen.query_one(Input).value = str(folder)
-            await pilot.press("enter")
-            await settle(app, pilot)
+            await open_with_o(app, pilot, folder)
             table = app.query_one("#board", LeaderboardTable)
             await until(pilot, lambda t=table: t.row_count == 2, "the folder's two reports")
             await settle(app, pilot)
