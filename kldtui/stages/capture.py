@@ -331,6 +331,18 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
     dropped = False  # a record whose window is captured again: the records must stop listing it now
+
+    def capture_again(w: WindowSpec, what: str) -> None:
+        """Nothing stands for a recorded window any more (its chunks deleted as corrupt, as verify
+        advises, say): capturing it again is the only way back, said out loud."""
+        nonlocal dropped
+        emit(Notice(STAGE, f"{records_path}: {w.label} is recorded {what}; its record is dropped and the "
+                           "window is captured again", level="warning"))
+        _remove_tree(workspace.chunk_dir(w.chunk_dir_name))
+        del records[w.index]
+        dropped = True
+        todo.append(w)
+
     sweep_removals(workspace.run_dir)  # chunk folders a kill caught while they were being removed
     for w in windows:
         rec = records.get(w.index)
@@ -361,16 +373,8 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                                           kind=mode.chunks)
             except BadInput as exc:
                 if not is_finalized():
-                    # neither its chunks nor a finalized file stand for the window (deleted as corrupt,
-                    # say, as verify advises): capturing it again is the only way back, said out loud
-                    emit(Notice(STAGE, f"{records_path}: {w.label} is recorded as captured, but its chunks "
-                                       f"do not check out ({exc}) and no finalized file stands for them; "
-                                       "its record is dropped and the window is captured again",
-                                level="warning"))
-                    _remove_tree(folder)
-                    del records[w.index]
-                    dropped = True
-                    todo.append(w)
+                    capture_again(w, f"as captured, but its chunks do not check out ({exc}) and no "
+                                     "finalized file stands for them")
                     continue
                 # what a kill left of the chunks' removal by an earlier version, after finalize
                 emit(Notice(STAGE, f"{folder}: the rest of {w.label}'s chunks, whose removal was "
@@ -387,13 +391,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             try:
                 _check_live(folder, w, checked.vocab_size, request_folder, None, values=False)
             except BadInput as exc:
-                emit(Notice(STAGE, f"{records_path}: {w.label} is recorded with its live logits, but they "
-                                   f"do not check out ({exc}); its record is dropped and the window is "
-                                   "captured again", level="warning"))
-                _remove_tree(folder)
-                del records[w.index]
-                dropped = True
-                todo.append(w)
+                capture_again(w, f"with its live logits, but they do not check out ({exc})")
                 continue
         vocab = checked.vocab_size
         results[w.index] = rec
