@@ -82,7 +82,13 @@ class ServerConfig:
             return model_size.given(parameters=self.parameters, size_bytes=self.size_bytes,
                                     bits_per_weight=self.bits_per_weight, where=self.label)
         path = self.weights_path()
-        return None if path is None else model_size.measure(path)
+        if path is None:
+            return None
+        try:
+            return model_size.measure(path)
+        except BadInput as exc:  # which candidate's files: a campaign has several
+            key = "weights" if self.weights is not None else "model"
+            raise BadInput(f"{self.label} {key}: {exc}") from None
 
 
 # Seconds a server may take until it answers: a model of a trillion parameters loads for tens of

@@ -152,9 +152,12 @@ class LlamaCppKind(LaunchedKind):
 
         c: LlamaCppConfig = self.own(config)
         problems: list[str] = []
-        if c.model is None or not c.model.is_file():
+        if c.model is not None and c.model.is_dir():
+            problems.append(f"{c.label} model = {str(c.model)!r} is a folder; give the path of the .gguf file"
+                            f"{_ggufs_in(c.model)}")
+        elif c.model is None or not c.model.is_file():
             problems.append(f"{c.label} model = {str(c.model)!r}: no such file; give the path of the "
-                            "candidate's .gguf file")
+                            ".gguf file")
         else:
             try:
                 info = read_gguf(c.model)
@@ -213,6 +216,18 @@ def memory_need(config: LlamaCppConfig, info: GgufInfo) -> MemoryNeed:
                       logits=n_ctx * (info.vocab_size or 0) * 4,
                       kv_cache=0 if offloaded else n_ctx * per_token * (4 if config.kv_type == "f32" else 2),
                       host=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _ggufs_in(folder: Path) -> str:
+    """The .gguf files a folder holds, for a message: " in it (a.gguf, b.gguf)", or nothing."""
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".gguf") and p.is_file())
+    except OSError:
+        return ""
+    if not names:
+        return " (this folder holds none)"
+    shown = ", ".join(names[:4]) + (f", and {len(names) - 4} more" if len(names) > 4 else "")
+    return f" in it ({shown})"
 
 
 def _missing_engine(python: str, *, import_engine: bool = False) -> str | None:

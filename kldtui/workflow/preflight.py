@@ -52,9 +52,11 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
     elif workspace.reference_dir is not None:  # what the capture mode's server needs of the reference
         problems += profile.capture.mode.reference_problems(workspace.suite_dir, workspace.reference_dir,
                                                             getattr(profile.candidate, "env", {}))
-    problems += kind_of(profile.candidate).problems(profile.candidate)
+    server = kind_of(profile.candidate).problems(profile.candidate)
+    problems += server
     try:  # the size is measured again at compare; a file that cannot say is said now, not then
-        profile.candidate.model_size()
+        if not server:  # a model the kind refused (missing, a folder) is said once, by the kind
+            profile.candidate.model_size()
     except KldError as exc:
         problems.append(str(exc))
     if not problems and not fetched and (missing := _missing_tokens_problem(profile, workspace)):
@@ -145,7 +147,7 @@ def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
         return None  # no reference yet (captured or downloaded by the run); the chunks are checked then
     if theirs is None or theirs == ours:
         return None
-    return (f"{profile.where}: [candidate] {kind.describe(profile.candidate)}: its vocabulary has {theirs:,} "
+    return (f"{profile.candidate.label} {kind.describe(profile.candidate)}: its vocabulary has {theirs:,} "
             f"tokens, the reference's {ours:,} ({workspace.reference_manifest}); the logits cannot be "
             "compared. GGUF conversions sometimes pad or trim the vocabulary: use a model converted with "
             "the reference model's full vocabulary")
@@ -167,9 +169,11 @@ def _context_problem(profile: Profile, workspace: Workspace) -> str | None:
     longest = max((w.num_tokens for w in windows), default=0)
     if longest <= limit:
         return None
-    return (f"{profile.where}: [candidate] {kind.describe(profile.candidate)}: the suite's windows have up "
+    label = profile.candidate.label
+    table = label.rsplit(": ", 1)[-1]  # "[candidate]", or a campaign's "[[candidates]] 'q4'"
+    return (f"{label} {kind.describe(profile.candidate)}: the suite's windows have up "
             f"to {longest:,} tokens, its context takes {limit:,}; set n_ctx = {longest + 1} (or more) in "
-            "[candidate]")
+            f"{table}")
 
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:

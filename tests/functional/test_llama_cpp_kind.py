@@ -4,6 +4,7 @@ reference's), and the server module's argument checks. The real engine runs in t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,8 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     site = tmp_path / "site"
     (site / "llama_cpp").mkdir(parents=True)
     (site / "llama_cpp" / "__init__.py").write_text("")
-    monkeypatch.setenv("PYTHONPATH", str(site))
+    # in front of the PYTHONPATH there is: one naming this checkout keeps its kldtui in the children
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     return site
 
 
@@ -167,3 +169,62 @@ def test_memory_is_reckoned_from_the_header_and_bounded(tmp_path: Path, fake_eng
     huge = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "n_ctx": 2**40, "port": 0}).candidate
     problems = KIND.problems(huge)
     assert len(problems) == 1 and "more than this host's" in problems[0] and "lower n_ctx" in problems[0]
+
+
+def test_a_folder_given_as_the_gguf_is_one_line_naming_its_files(tmp_path: Path, fake_engine: Path) -> None:
+    """A folder is not "no such file": the kind says it is a folder and which .gguf files it holds,
+    and the size measurement does not say the same mistake a second time."""
+    make_suite(tmp_path / "suite", windows=2, context=20, vocab=64)
+    models = tmp_path / "models"
+    models.mkdir()
+    write_gguf(models / "m-q8_0.gguf")
+    write_gguf(models / "m-q4_0.gguf")
+    p = _profile(tmp_path, {"kind": "llama-cpp", "model": "models", "port": 0},
+                 reference={"local_dir": str(tmp_path / "suite")})
+    problems = preflight(p, p.workspace())
+    assert problems == [f"{p.where}: [candidate] model = '{models}' is a folder; give the path of the "
+                        ".gguf file in it (m-q4_0.gguf, m-q8_0.gguf)"]
+    (tmp_path / "empty").mkdir()
+    p = _profile(tmp_path, {"kind": "llama-cpp", "model": "empty", "port": 0},
+                 reference={"local_dir": str(tmp_path / "suite")})
+    assert [x for x in preflight(p, p.workspace()) if "is a folder" in x and "holds none" in x]
+
+
+def test_a_file_that_is_no_model_names_the_candidate(tmp_path: Path, fake_engine: Path) -> None:
+    """The size measurement's complaint names the profile and the candidate (a campaign has several),
+    once: the kind's own check said the same file is no GGUF."""
+    make_suite(tmp_path / "suite", windows=2, context=20, vocab=64)
+    (tmp_path / "notes.txt").write_text("not a model")
+    profile = profile_from_dict(
+        {"candidates": [{"name": "q8", "kind": "llama-cpp", "model": str(write_gguf(tmp_path / "q8.gguf")),
+                         "port": 0},
+                        {"name": "q4", "kind": "llama-cpp", "model": "notes.txt", "port": 0}],
+         "reference": {"local_dir": str(tmp_path / "suite")}, "run": {"workdir": str(tmp_path / "w")}},
+        base_dir=tmp_path, path=tmp_path / "p.toml")
+    member = profile.member(profile.candidates[1])
+    problems = preflight(member, profile.member_workspace("q4"))
+    assert problems == [f"{profile.where}: [[candidates]] 'q4' model: {tmp_path / 'notes.txt'}: not a GGUF "
+                        "file (no GGUF magic); give a .gguf model file"]
+    from kldtui.servers.embedded import EmbeddedConfig
+
+    sized = EmbeddedConfig(weights=tmp_path / "notes.txt", label=f"{profile.where}: [[candidates]] 'e'")
+    with pytest.raises(BadInput) as info:
+        sized.model_size()
+    said = str(info.value)
+    assert said.startswith(f"{profile.where}: [[candidates]] 'e' weights: {tmp_path / 'notes.txt'}: ")
+
+
+def test_a_campaign_candidate_is_named_in_the_context_problem(tmp_path: Path, fake_engine: Path) -> None:
+    """In a campaign the n_ctx to raise is a [[candidates]] table's, named: there is no [candidate]."""
+    make_suite(tmp_path / "suite", windows=2, context=300, vocab=64)
+    model = write_gguf(tmp_path / "m.gguf", vocab=64)
+    profile = profile_from_dict(
+        {"candidates": [{"name": "q8", "kind": "llama-cpp", "model": str(model), "port": 0, "n_ctx": 1024},
+                        {"name": "q4", "kind": "llama-cpp", "model": str(model), "port": 0, "n_ctx": 256}],
+         "reference": {"local_dir": str(tmp_path / "suite")}, "run": {"workdir": str(tmp_path / "w")}},
+        base_dir=tmp_path, path=tmp_path / "p.toml")
+    member = profile.member(profile.candidates[1])
+    assert preflight(member, profile.member_workspace("q4")) == [
+        f"{profile.where}: [[candidates]] 'q4' llama.cpp serving m.gguf: the suite's windows have up to 300 "
+        "tokens, its context takes 255; set n_ctx = 301 (or more) in [[candidates]] 'q4'"]
+
