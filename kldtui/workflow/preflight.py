@@ -1,7 +1,8 @@
 """Check a profile's inputs before anything is launched: a missing suite must not cost a server start.
 
 :func:`preflight` looks at the suite, the reference logits, the candidate server's inputs (its
-kind's checks, kldtui.servers: the model path, the port) and the disk space the run needs, and
+kind's checks, kldtui.servers: the model path, the port; the reference server's too while
+``[reference] capture`` has windows to capture) and the disk space the run needs, and
 returns one line per problem, each saying how to get what is missing.
 :meth:`kldtui.workflow.pipeline.Pipeline.run_all` calls it first and stops with
 :class:`~kldtui.errors.BadInput` when anything is wrong.
@@ -52,6 +53,7 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
     elif workspace.reference_dir is not None:  # what the capture mode's server needs of the reference
         problems += profile.capture.mode.reference_problems(workspace.suite_dir, workspace.reference_dir,
                                                             getattr(profile.candidate, "env", {}))
+    problems += _reference_server_problems(profile, workspace)
     server = kind_of(profile.candidate).problems(profile.candidate)
     problems += server
     try:  # the size is measured again at compare; a file that cannot say is said now, not then
@@ -72,6 +74,25 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         if disk:
             problems.append(disk)
     return problems
+
+
+def _reference_server_problems(profile: Profile, workspace: Workspace) -> list[str]:
+    """The reference server's inputs ([reference] capture: its model file, its interpreter, its
+    port) while the reference still has windows to capture: a missing reference GGUF is said before
+    anything is launched, as a candidate's is (it started the server, which exited with exit 1)."""
+    ref = profile.reference.server
+    if ref is None or workspace.workdir is None:
+        return []
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.reference_capture import reference_complete
+
+    try:
+        windows = profile.windows(load_suite(workspace.suite_dir))
+    except (KldError, OSError, ValueError):
+        windows = None  # no suite yet: the reference is captured whole
+    if windows is not None and reference_complete(workspace, windows):
+        return []  # a finished reference stays as it is: its server is not started again
+    return kind_of(ref).problems(ref)
 
 
 def _changed_server_problem(profile: Profile, workspace: Workspace) -> str | None:

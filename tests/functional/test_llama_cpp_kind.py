@@ -228,3 +228,29 @@ def test_a_campaign_candidate_is_named_in_the_context_problem(tmp_path: Path, fa
         f"{profile.where}: [[candidates]] 'q4' llama.cpp serving m.gguf: the suite's windows have up to 300 "
         "tokens, its context takes 255; set n_ctx = 301 (or more) in [[candidates]] 'q4'"]
 
+
+def test_a_missing_reference_gguf_stops_the_run_before_launching(tmp_path: Path, fake_engine: Path) -> None:
+    """[reference] capture = "llama-cpp" with a model file that is not there: one line naming
+    [reference] model, exit 2, no server started (it was started, exited, and the run ended 1)."""
+    import shutil
+
+    make_suite(tmp_path / "suite", windows=2, context=20, vocab=64)
+    shutil.rmtree(tmp_path / "suite" / "ref")  # the run captures it
+    write_gguf(tmp_path / "q8.gguf", vocab=64)
+    profile = tmp_path / "run.toml"
+    profile.write_text('[reference]\nlocal_dir = "suite"\ncapture = "llama-cpp"\nmodel = "f16.gguf"\n'
+                       '[[candidates]]\nname = "q8"\nkind = "llama-cpp"\nmodel = "q8.gguf"\nport = 0\n'
+                       f'[run]\nworkdir = "{tmp_path / "w"}"\n')
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--profile", str(profile)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    missing = tmp_path / "f16.gguf"
+    assert proc.stderr.splitlines() == [f"kldtui: error: {profile}: [reference] model = '{missing}': no such "
+                                        "file; give the path of the .gguf file"]
+    assert "Traceback" not in proc.stdout and not (tmp_path / "w" / "server.log").exists()
+    # once the reference is there, its model is not needed again: nothing is said of it
+    make_suite(tmp_path / "captured", windows=2, context=20, vocab=64)
+    p = _profile(tmp_path, {"kind": "llama-cpp", "model": "q8.gguf", "port": 0},
+                 reference={"local_dir": str(tmp_path / "captured"), "capture": "llama-cpp",
+                            "model": "f16.gguf"})
+    assert preflight(p, p.workspace()) == []
