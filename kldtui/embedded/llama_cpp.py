@@ -36,6 +36,7 @@ import numpy as np
 
 from kldtui.embedded.__main__ import add_server_arguments, run_server, server_config
 from kldtui.embedded.server import Prefill
+from kldtui.servers.llama_cpp import llama_keywords, unknown_llama_keywords
 
 PROG = "kldtui.embedded.llama_cpp"
 KV_TYPES = {"f32": 0, "f16": 1}  # ggml_type ids of the KV cache (GGML_TYPE_F32, GGML_TYPE_F16)
@@ -117,12 +118,14 @@ def main(argv: list[str] | None = None) -> int:
                               "n_threads": args.n_threads, "n_threads_batch": args.n_threads_batch,
                               "n_gpu_layers": args.n_gpu_layers, "seed": args.seed,
                               "type_k": KV_TYPES[args.kv_type], "type_v": KV_TYPES[args.kv_type]}
+    given: list[str] = []
     for item in args.llama_arg:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             print(f"{PROG}: --llama-arg {item!r} is not KEY=VALUE", file=sys.stderr)
             return 2
         kwargs[key] = llama_value(value)
+        given.append(key)
     if not args.model.is_file():
         print(f"{PROG}: {args.model}: GGUF file not found", file=sys.stderr)
         return 2
@@ -131,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"{PROG}: llama-cpp-python cannot be imported ({exc}); pip install llama-cpp-python "
               "into this interpreter's environment (or scripts/setup_llama_cpp.sh)", file=sys.stderr)
+        return 2
+    unknown = unknown_llama_keywords(given, llama_keywords())
+    if unknown:
+        print(f"{PROG}: --llama-arg {unknown}", file=sys.stderr)
         return 2
     try:
         model = GgufModel(args.model, **kwargs)

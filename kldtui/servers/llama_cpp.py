@@ -17,7 +17,9 @@ launched server's ``python`` (an interpreter with kldtui and llama-cpp-python), 
     kv_type = "f32"                # KV cache type: "f32" (default) or "f16" (llama.cpp's default)
     seed = 0
     max_num_batched_tokens = 256   # prompt rows per capture chunk
-    llama_args = { flash_attn = "true" }   # any other llama_cpp.Llama keyword (values read as JSON)
+    llama_args = { flash_attn = "true" }   # any other llama_cpp.Llama keyword (values read as JSON;
+                                   # a key Llama does not take is refused before launching: its
+                                   # **kwargs would drop a misspelled one without a word)
 
 The token ids of the suite are evaluated as stored (no BOS added, nothing re-tokenized). The
 model's vocabulary (the GGUF's token list) must equal the reference's: ``kldtui run`` checks it
@@ -34,6 +36,7 @@ the candidate's settings, as ``NAME-reference``.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -172,6 +175,10 @@ class LlamaCppKind(LaunchedKind):
         missing = _missing_engine(c.python)
         if missing:
             problems.append(f"{c.label} python = {c.python!r}: {missing}")
+        elif c.llama_args and (known := _engine_keywords(c.python)) is not None:
+            unknown = unknown_llama_keywords(sorted(c.llama_args), known)
+            if unknown:
+                problems.append(f"{c.label} llama_args: {unknown}")
         return problems + super().problems(c)
 
     def describe(self, config: ServerConfig) -> str:
@@ -218,6 +225,31 @@ def memory_need(config: LlamaCppConfig, info: GgufInfo) -> MemoryNeed:
                       host=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+def unknown_llama_keywords(keys: list[str], known: list[str]) -> str | None:
+    """Why ``keys`` (``--llama-arg`` keys) are not all ``llama_cpp.Llama`` keywords (None: they
+    are). Its ``**kwargs`` takes any name and drops an unknown one without a word, so a misspelled
+    ``flash_atn`` would run without flash attention and nobody would know."""
+    import difflib
+
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; give one of its keywords"
+            return f"{key!r} is not a llama_cpp.Llama keyword{hint}"
+    return None
+
+
+def llama_keywords() -> list[str]:
+    """The keywords ``llama_cpp.Llama`` takes by name (its ``**kwargs`` aside)."""
+    import inspect
+
+    import llama_cpp
+
+    params = inspect.signature(llama_cpp.Llama.__init__).parameters.values()
+    return sorted(p.name for p in params if p.name != "self"
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
 def _ggufs_in(folder: Path) -> str:
     """The .gguf files a folder holds, for a message: " in it (a.gguf, b.gguf)", or nothing."""
     try:
@@ -242,6 +274,19 @@ def _missing_engine(python: str, *, import_engine: bool = False) -> str | None:
     if proc.returncode != 0:
         return f"llama-cpp-python is not installed there; {INSTALL}"
     return None
+
+
+def _engine_keywords(python: str) -> list[str] | None:
+    """The keywords ``llama_cpp.Llama`` takes in ``python``'s llama-cpp-python (None: it cannot
+    say; the server then says it when it starts). Imports llama.cpp: asked only for llama_args."""
+    probe = ("import json; from kldtui.servers.llama_cpp import llama_keywords; "
+             "print(json.dumps(llama_keywords()))")
+    try:
+        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+        known = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return known if isinstance(known, list) and all(isinstance(k, str) for k in known) else None
 
 
 def _engine_version(python: str) -> str | None:

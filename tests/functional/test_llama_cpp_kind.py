@@ -254,3 +254,27 @@ def test_a_missing_reference_gguf_stops_the_run_before_launching(tmp_path: Path,
                  reference={"local_dir": str(tmp_path / "captured"), "capture": "llama-cpp",
                             "model": "f16.gguf"})
     assert preflight(p, p.workspace()) == []
+
+
+def test_a_misspelled_llama_arg_is_refused_before_launching(tmp_path: Path, fake_engine: Path) -> None:
+    """llama_cpp.Llama takes ``**kwargs`` and drops a name it does not know without a word: a
+    misspelled ``flash_atn`` ran the whole campaign without flash attention. The kind asks the
+    interpreter's llama-cpp-python which keywords it takes; the server refuses one too."""
+    (fake_engine / "llama_cpp" / "__init__.py").write_text(
+        "class Llama:\n"
+        "    def __init__(self, model_path, *, n_ctx=512, flash_attn=False, type_k=None, **kwargs):\n"
+        "        pass\n")
+    write_gguf(tmp_path / "m.gguf")
+    typo = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "port": 0,
+                               "llama_args": {"flash_atn": "true"}}).candidate
+    assert KIND.problems(typo) == [f"{typo.label} llama_args: 'flash_atn' is not a llama_cpp.Llama keyword; "
+                                   "did you mean 'flash_attn'?"]
+    right = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "port": 0,
+                                "llama_args": {"flash_attn": "true"}}).candidate
+    assert KIND.problems(right) == []
+    run = [sys.executable, "-m", "kldtui.embedded.llama_cpp", "--model", str(tmp_path / "m.gguf"),
+           "--port", "0"]
+    proc = subprocess.run(run + ["--llama-arg", "zzz=1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("kldtui.embedded.llama_cpp: --llama-arg 'zzz' is not a llama_cpp.Llama "
+                                   "keyword; give one of its keywords")

@@ -67,3 +67,16 @@ def test_logits_of_every_position_match_transformers(ggufs) -> None:
     # a second prompt starts afresh (no cache carried over)
     again = model.prefill(ids[:50]).logits(0, 50)
     assert _mean_kl(want[:50], again) < 1e-6
+
+
+def test_the_keywords_llama_takes_are_read_from_the_engine() -> None:
+    """What a profile's llama_args are held against (kldtui.servers.llama_cpp.llama_keywords): the
+    named keywords of this llama-cpp-python's Llama, without its catch-all **kwargs."""
+    from kldtui.servers.llama_cpp import llama_keywords, unknown_llama_keywords
+
+    known = llama_keywords()
+    assert {"n_ctx", "n_batch", "flash_attn", "type_k", "type_v", "logits_all"} <= set(known)
+    assert "kwargs" not in known and "self" not in known
+    assert unknown_llama_keywords(["flash_attn", "offload_kqv"], known) is None
+    assert unknown_llama_keywords(["flash_atn"], known) == ("'flash_atn' is not a llama_cpp.Llama keyword; "
+                                                           "did you mean 'flash_attn'?")
