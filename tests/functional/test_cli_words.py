@@ -508,3 +508,26 @@ def test_charts_and_exports_show_no_interval_from_too_few_windows(tmp_path: Path
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_the_readme_command_a_campaign_leaderboard_equals_runs_as_written(tmp_path: Path) -> None:
+    """README ("Several candidates: a campaign"): leaderboard.json is what a `kldtui leaderboard`
+    command writes; the command as quoted must run (it gave --json no file: argparse's usage, exit
+    2). tests/functional/test_demo_resume.py holds the equality itself, with the noise model."""
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = re.findall(r"`(kldtui leaderboard comparison-\*\.json [^`]*)`", readme)
+    assert quoted, "README.md: the campaign section quotes the leaderboard command"
+    reports = [str(write_report(tmp_path / f"comparison-{name}.json", make_report(name, kl, seed=i)))
+               for i, (name, kl) in enumerate((("q8", 0.01), ("q4", 0.04)))]
+    for command in quoted:
+        argv = shlex.split(command)[1:]
+        at = argv.index("--noise")
+        del argv[at:at + 2]  # a noise model of its own: the reports here have none
+        argv = [a for a in argv if a != "comparison-*.json"]
+        argv[1:1] = reports
+        argv = [str(tmp_path / "board.json") if a == "FILE" else a for a in argv]
+        assert main(argv) == 0, command
+        assert len(json.loads((tmp_path / "board.json").read_text())["rows"]) == 2
