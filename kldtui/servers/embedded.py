@@ -92,5 +92,9 @@ class EmbeddedKind(LaunchedKind):
     def describe(self, config: ServerConfig) -> str:
         return "the embedded server"
 
+    def model_vocab(self, config: ServerConfig) -> int | None:
+        vocab: int = self.own(config).vocab_size  # the built-in model is as wide as it is told
+        return vocab
+
 
 KIND = EmbeddedKind()

@@ -168,10 +168,13 @@ def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
         return None  # no reference yet (captured or downloaded by the run); the chunks are checked then
     if theirs is None or theirs == ours:
         return None
+    fix = ("GGUF conversions sometimes pad or trim the vocabulary: use a model converted with the reference "
+           "model's full vocabulary" if kind.name == "llama-cpp" else
+           f"set vocab_size = {ours}" if kind.name == "embedded" else
+           "serve a model of the reference's vocabulary")
     return (f"{profile.candidate.label} {kind.describe(profile.candidate)}: its vocabulary has {theirs:,} "
             f"tokens, the reference's {ours:,} ({workspace.reference_manifest}); the logits cannot be "
-            "compared. GGUF conversions sometimes pad or trim the vocabulary: use a model converted with "
-            "the reference model's full vocabulary")
+            f"compared; {fix}")
 
 
 def _context_problem(profile: Profile, workspace: Workspace) -> str | None:

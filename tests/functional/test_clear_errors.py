@@ -200,3 +200,25 @@ def test_diff_refuses_an_absurd_kl_mean(suite: Path, tmp_path: Path,
     huge.write_text(json.dumps(doc))
     line = one_line(["diff", str(good), str(huge)], capsys, "too large")
     assert str(huge) in line
+
+
+def test_an_embedded_candidate_of_another_vocabulary_is_refused_before_launching(tmp_path: Path) -> None:
+    """The built-in model is as wide as its vocab_size: a campaign candidate that differs from the
+    reference is said before any server starts (it was found at its first captured chunk, after the
+    candidates before it had run), naming the key to set."""
+    from kldtui.workflow.preflight import preflight
+    from kldtui.workflow.profile import profile_from_dict
+    from tests.fixtures_compare import make_suite
+
+    make_suite(tmp_path / "suite", windows=2, context=20, vocab=500)
+    profile = profile_from_dict(
+        {"candidates": [{"name": "fine", "kind": "embedded", "vocab_size": 500, "port": 0},
+                        {"name": "narrow", "kind": "embedded", "vocab_size": 256, "port": 0}],
+         "reference": {"local_dir": str(tmp_path / "suite")}, "run": {"workdir": str(tmp_path / "w")}},
+        base_dir=tmp_path, path=tmp_path / "p.toml")
+    fine, narrow = (profile.member(c) for c in profile.candidates)
+    assert preflight(fine, profile.member_workspace("fine")) == []
+    assert preflight(narrow, profile.member_workspace("narrow")) == [
+        f"{profile.where}: [[candidates]] 'narrow' the embedded server: its vocabulary has 256 tokens, the "
+        f"reference's 500 ({tmp_path / 'suite' / 'ref' / 'manifest.json'}); the logits cannot be compared; "
+        "set vocab_size = 500"]
