@@ -108,6 +108,9 @@ class AttachKind:
     def max_prompt_tokens(self, config: ServerConfig) -> int | None:
         return None  # the server is elsewhere: it refuses a prompt it cannot take
 
+    def memory_line(self, config: ServerConfig) -> str | None:
+        return None  # the server is elsewhere: its memory is not this host's
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it
 

@@ -251,6 +251,12 @@ class ServerKind(Protocol):
         reference's before starting anything."""
         ...
 
+    def memory_line(self, config: ServerConfig) -> str | None:
+        """What the server will hold in this host's memory, when the kind can reckon it before
+        launching (llama.cpp's weights, logits and KV cache from the GGUF's header); None otherwise.
+        A campaign says it before its first server starts."""
+        ...
+
     def max_prompt_tokens(self, config: ServerConfig) -> int | None:
         """The longest prompt (in tokens) the configured server evaluates, when the kind can tell
         before launching (llama.cpp's context); None: the server's own limit, which it says when
@@ -518,6 +524,9 @@ class LaunchedKind:
 
     def max_prompt_tokens(self, config: ServerConfig) -> int | None:
         return None  # vLLM's max_model_len and the embedded model's: refused by the server, with words
+
+    def memory_line(self, config: ServerConfig) -> str | None:
+        return None  # vLLM sizes its KV cache to the GPU's memory itself; the embedded model is tiny
 
     def problems(self, config: ServerConfig) -> list[str]:
         problem = port_problem(self.own(config))

@@ -185,6 +185,19 @@ class LlamaCppKind(LaunchedKind):
         c: LlamaCppConfig = self.own(config)
         return f"llama.cpp serving {c.model.name if c.model else '?'}"
 
+    def memory_line(self, config: ServerConfig) -> str | None:
+        from kldtui.formats.gguf import read_gguf
+
+        c: LlamaCppConfig = self.own(config)
+        if c.model is None or not c.model.is_file():
+            return None  # said by problems()
+        try:
+            need = memory_need(c, read_gguf(c.model))
+        except BadInput:
+            return None
+        return (f"llama.cpp needs {need.describe()} and its compute buffers, of this host's "
+                f"{format_bytes(need.host)}")
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         import sys
 

@@ -248,15 +248,56 @@ class Campaign:
     def _preflight(self, finished: set[str]) -> None:
         """Every candidate still to run is checked before the first server starts: a missing
         model of the third candidate is said now, not after hours of capturing the first two."""
-        from kldtui.workflow.preflight import preflight, refuse
+        from kldtui.workflow.preflight import campaign_disk, preflight, refuse
 
         problems: list[str] = []
+        todo: list[tuple[str, Profile, Workspace]] = []
         for candidate, entry in zip(self.profile.candidates, self.entries, strict=True):
             if entry.name in finished:
                 continue
-            problems += [p for p in preflight(self.profile.member(candidate), entry.workspace)
-                         if p not in problems]
+            member = self.profile.member(candidate)
+            todo.append((entry.name, member, entry.workspace))
+            problems += [p for p in preflight(member, entry.workspace, disk=False) if p not in problems]
+        # the disk of all of them together: each keeps its finalized logits in the work folder
+        disk = None if problems else campaign_disk(self.profile, todo, repeat=self._repeat_pending(finished))
+        if disk is not None and not isinstance(disk, str) and disk.short:
+            problems.append(f"{self.profile.where}: disk: the campaign needs {disk.describe()}; free space, "
+                            "or set [run] workdir on a larger disk (or [run] stop_window for fewer windows, "
+                            "or fewer candidates)")
         refuse(problems, self.emit, "campaign")
+        if disk is not None:
+            said = disk if isinstance(disk, str) else f"disk: the campaign needs {disk.describe()}"
+            self.emit(Notice("campaign", said))
+        servers = [(name, member.candidate) for name, member, _ in todo]
+        if self.profile.reference.server is not None and not self._reference_complete():
+            servers.insert(0, ("the reference", self.profile.reference.server))
+        for name, server in servers:  # what each server will hold, where its kind can say
+            if (memory := kind_of(server).memory_line(server)) is not None:
+                self.emit(Notice("campaign", f"memory: {name}: {memory}"))
+
+    def _reference_complete(self) -> bool:
+        from kldtui.formats.suite import load_suite
+        from kldtui.stages.reference_capture import reference_complete
+
+        try:
+            windows = self.profile.windows(load_suite(self._workspace.suite_dir))
+            return reference_complete(self._workspace, windows)
+        except (KldError, OSError, ValueError):
+            return False
+
+    def _repeat_pending(self, finished: set[str]) -> str | None:
+        """The leader's repeat capture still to come (``[campaign] repeat_leader``): the leader as
+        the reports on disk rank it, else "the best"; None when it is off or already captured."""
+        if not self.profile.campaign.repeat_leader:
+            return None
+        try:
+            windows = self._window_indices()
+        except KldError:
+            windows = []
+        for name in finished:
+            if self._finished(self._repeat_entry(name), windows):
+                return None  # a repeat is there: the noise model is measured from it again
+        return "the best candidate"
 
     def announce_disk_state(self) -> None:
         """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened

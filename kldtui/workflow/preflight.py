@@ -10,11 +10,16 @@ returns one line per problem, each saying how to get what is missing.
 
 from __future__ import annotations
 
+import os
 import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
 from kldtui.servers.registry import kind_of
+from kldtui.text import human_bytes, plural
+from kldtui.workflow.diskplan import DiskNeed
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
 
@@ -34,8 +39,9 @@ def refuse(problems: list[str], emit: EventSink, stage: StageName) -> None:
     raise BadInput(problems[0] + more)
 
 
-def preflight(profile: Profile, workspace: Workspace) -> list[str]:
-    """One line per problem with the profile's inputs (empty: everything is there)."""
+def preflight(profile: Profile, workspace: Workspace, *, disk: bool = True) -> list[str]:
+    """One line per problem with the profile's inputs (empty: everything is there). ``disk``
+    False: the disk is reckoned by the caller (a campaign: all its candidates together)."""
     problems: list[str] = []
     ref = profile.reference
     fetched = ref.repo_id is not None  # the reference stage downloads what is missing
@@ -69,10 +75,8 @@ def preflight(profile: Profile, workspace: Workspace) -> list[str]:
         problems.append(context)
     if not problems and (changed := _changed_server_problem(profile, workspace)):
         problems.append(changed)
-    if not problems:
-        disk = _disk_problem(profile, workspace)
-        if disk:
-            problems.append(disk)
+    if not problems and disk and (short := _disk_problem(profile, workspace)):
+        problems.append(short)
     return problems
 
 
@@ -233,3 +237,130 @@ def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     return (f"{profile.where}: disk: the run needs {need.describe()} in {workspace.workdir}, "
             f"{free / GIB:.1f} GiB are free; free space, or set [run] workdir on a larger disk "
             "(or [run] stop_window for fewer windows)")
+
+
+@dataclass(frozen=True)
+class CampaignDisk:
+    """What a campaign still writes at peak, part by part (the reference it captures, each
+    candidate still to capture, the leader's repeat), against the free space where it goes."""
+
+    parts: list[tuple[str, DiskNeed]]
+    chunks: int  # one capture runs at a time: the largest part's chunks
+    need: dict[Path, int]  # a folder on each file system written to -> the bytes written there at peak
+    free: dict[Path, int]  # the same folder -> its free bytes
+
+    def describe(self) -> str:
+        total = sum(n.finalized for _, n in self.parts) + self.chunks
+        parts = ", ".join(f"{what} {plural(n.windows, 'window')} {human_bytes(n.finalized)}"
+                          for what, n in self.parts)
+        free = "; ".join(f"{human_bytes(self.free[at])} free in {at}" for at in self.need)
+        return f"{human_bytes(total)} at peak ({parts}, capture chunks {human_bytes(self.chunks)}); {free}"
+
+    @property
+    def short(self) -> bool:
+        return any(self.need[at] > self.free[at] for at in self.need)
+
+
+def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]], *,
+                  repeat: str | None) -> CampaignDisk | str | None:
+    """The disk a campaign needs at peak; a line saying why it cannot be reckoned yet (the
+    vocabulary, hence the size of a row of logits, is not known before the reference is captured);
+    None when nothing is left to write or no suite is there yet. Every candidate keeps its finalized logits in
+    the work folder, so the candidates still to capture add up (each one's check alone passed a
+    campaign that filled the disk at its third candidate); ``repeat``: the leader's repeat capture
+    is still to come (its windows, as many as a candidate's)."""
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.reference_capture import reference_complete
+    from kldtui.workflow.diskplan import disk_need
+
+    first = members[0][2] if members else None
+    if first is None or first.workdir is None:
+        return None
+    vocab = _known_vocab(profile, first, [m for _, m, _ in members])
+    try:
+        windows = profile.windows(load_suite(first.suite_dir))
+    except (KldError, OSError, ValueError):
+        return None
+    if not windows:
+        return None
+    if vocab is None:
+        return ("disk: not reckoned before the reference's logits are there (their vocabulary sets the size "
+                "of a row); each candidate's need is said before its capture")
+    keep = profile.run.keep_chunks
+    parts: list[tuple[str, DiskNeed]] = []
+    workdir = first.workdir
+    folders = {os.stat(_existing(workdir)).st_dev: workdir}  # one folder named per file system
+    need: dict[int, int] = {}
+
+    def add(what: str, part: DiskNeed, where: Path) -> None:
+        parts.append((what, part))
+        device = os.stat(_existing(where)).st_dev
+        folders.setdefault(device, where)
+        need[device] = need.get(device, 0) + part.finalized
+
+    if profile.reference.server is not None and not reference_complete(first, windows):
+        done = _finalized(first.reference_manifest, None)
+        todo = [w.num_tokens for w in windows if w.index not in done]
+        todo.append(windows[0].num_tokens)  # the repeat of its first window
+        add("the reference", disk_need(todo, vocab, keep_chunks=keep), first.reference_dir or first.suite_dir)
+    row_bytes = profile.capture.mode.disk_bytes_per_row(vocab)
+    if row_bytes is not None:  # score mode writes a few dozen bytes a row
+        for name, member, ws in members:
+            mode = member.capture.mode
+            manifest = mode.manifest_path(ws.candidate) if ws.candidate_dir is not None else None
+            done = _finalized(manifest, mode)
+            todo = [w.num_tokens for w in windows if w.index not in done]
+            if todo:
+                add(name, disk_need(todo, keep_chunks=keep, row_bytes=row_bytes), workdir)
+        if repeat is not None:
+            add(f"the leader's repeat ({repeat})",
+                disk_need([w.num_tokens for w in windows], keep_chunks=keep, row_bytes=row_bytes), workdir)
+    if not parts:
+        return None
+    chunks = max(n.chunks for _, n in parts)  # in the work folder's capture folders
+    device = os.stat(_existing(workdir)).st_dev
+    need[device] = need.get(device, 0) + chunks
+    return CampaignDisk(parts, chunks, {folders[d]: n for d, n in need.items()},
+                        {folders[d]: shutil.disk_usage(_existing(folders[d])).free for d in need})
+
+
+def _known_vocab(profile: Profile, workspace: Workspace, members: list[Profile]) -> int | None:
+    """The reference's vocabulary: its logits' when they are there, else what a server's model
+    says before launching (a GGUF's token list; the candidates' must equal it)."""
+    from kldtui.formats.suite import load_logits_manifest
+
+    try:
+        return load_logits_manifest(workspace.reference).vocab_size
+    except (KldError, OSError, ValueError):
+        pass
+    for config in [profile.reference.server, *(m.candidate for m in members)]:
+        if config is None:
+            continue
+        try:
+            vocab = kind_of(config).model_vocab(config)
+        except (KldError, OSError, ValueError):
+            vocab = None
+        if vocab:
+            return vocab
+    return None
+
+
+def _finalized(manifest: Path | None, mode: object | None) -> set[int]:
+    """The windows a finalized manifest lists (``mode``: the capture mode that reads it; None: a
+    logits manifest)."""
+    from kldtui.formats.suite import load_logits_manifest
+
+    if manifest is None or not manifest.is_file():
+        return set()
+    try:
+        read = getattr(mode, "read_manifest", None) or load_logits_manifest
+        return set(read(manifest).entries)
+    except (KldError, OSError, ValueError):
+        return set()
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest existing parent (whose file system it will be written on)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

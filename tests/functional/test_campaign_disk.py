@@ -1,0 +1,119 @@
+"""A campaign's disk and memory, said before its first server starts. Every candidate keeps its
+finalized logits in the work folder, so their needs add up, with the reference the campaign
+captures and the leader's repeat: each candidate's own check passed a campaign that filled the
+disk at its third candidate. llama.cpp candidates say what their server will hold."""
+
+from __future__ import annotations
+
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from kldtui.errors import BadInput
+from kldtui.events import Event, Notice
+from kldtui.text import human_bytes
+from kldtui.workflow.campaign import Campaign
+from kldtui.workflow.diskplan import HEADER_BYTES
+from kldtui.workflow.profile import load_profile
+from tests.fixtures_campaign import CAMPAIGN_CONTEXT, CAMPAIGN_WINDOWS, VOCAB, write_profile
+from tests.fixtures_gguf import write_gguf
+
+Usage = namedtuple("Usage", "total used free")
+ROW = VOCAB * 4  # F32 logits
+WINDOW = (CAMPAIGN_CONTEXT - 1) * ROW + HEADER_BYTES
+
+
+class _Said(Exception):
+    """Stops the campaign once it has said its disk (no server is started here)."""
+
+
+def _run_until_said(profile: Path) -> list[Event]:
+    events: list[Event] = []
+
+    def sink(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, Notice) and event.text.startswith("disk:"):
+            raise _Said
+
+    with pytest.raises(_Said):
+        Campaign(load_profile(profile), sink).run_all()
+    return events
+
+
+def _free(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
+    real = shutil.disk_usage
+
+    def usage(path: object) -> Usage:
+        total, used, _ = real(path)  # type: ignore[arg-type]
+        return Usage(total, used, free)
+
+    monkeypatch.setattr("kldtui.workflow.preflight.shutil.disk_usage", usage)
+
+
+def test_the_candidates_disk_adds_up_and_is_said_before_the_first_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = write_profile(tmp_path / "c", repeat_leader=True)  # three candidates, reference captured
+    reference = (CAMPAIGN_WINDOWS + 1) * WINDOW  # its windows and the repeat of its first
+    candidates = 3 * CAMPAIGN_WINDOWS * WINDOW
+    repeat = CAMPAIGN_WINDOWS * WINDOW
+    chunks = 2 * (CAMPAIGN_CONTEXT - 1) * ROW
+    total = reference + candidates + repeat + chunks
+    # room for any one candidate, not for the campaign: refused, one line, nothing served
+    _free(monkeypatch, total - 1)
+    with pytest.raises(BadInput) as info:
+        Campaign(load_profile(profile), lambda event: None).run_all()
+    said = str(info.value)
+    assert said.startswith(f"{profile}: disk: the campaign needs {human_bytes(total)} at peak (the reference "
+                           f"9 windows {human_bytes(reference)}, q8 8 windows {human_bytes(8 * WINDOW)}, "
+                           "q4 8 windows")
+    assert "the leader's repeat (the best candidate) 8 windows" in said and "fewer candidates" in said
+    assert not (tmp_path / "c" / "capture").exists() and not (tmp_path / "c" / "reference-run").exists()
+    # room enough: said before the reference's server starts
+    _free(monkeypatch, total)
+    events = _run_until_said(profile)
+    notes = [e.text for e in events if isinstance(e, Notice)]
+    assert notes[-1].startswith(f"disk: the campaign needs {human_bytes(total)} at peak (")
+    assert not any(type(e).__name__ == "ServerStarted" for e in events)
+
+
+def test_llama_cpp_candidates_say_their_memory_before_the_first_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"  # an importable llama_cpp for the interpreter's check
+    (site / "llama_cpp").mkdir(parents=True)
+    (site / "llama_cpp" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    profile = write_profile(tmp_path / "c", {"q8": 0.04})
+    write_gguf(tmp_path / "c" / "q4.gguf", vocab=VOCAB)
+    with profile.open("a") as handle:
+        handle.write('\n[[candidates]]\nname = "gguf"\nkind = "llama-cpp"\nmodel = "q4.gguf"\nn_ctx = 256\n'
+                     "port = 0\n")
+    events: list[Event] = []
+
+    def sink(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, Notice) and event.text.startswith("memory:"):
+            raise _Said
+
+    with pytest.raises(_Said):
+        Campaign(load_profile(profile), sink).run_all()
+    line = events[-1].text  # type: ignore[attr-defined]
+    assert line.startswith("memory: gguf: llama.cpp needs about ")
+    assert "logits of every position 512 KiB" in line  # n_ctx 256 x 512 tokens x 4 bytes
+    assert "compute buffers" in line and "of this host's" in line
+    assert any(isinstance(e, Notice) and e.text.startswith("disk: the campaign needs") for e in events)
+
+
+def test_a_disk_that_cannot_be_reckoned_yet_is_said_so(tmp_path: Path) -> None:
+    """vLLM servers say their vocabulary only once they answer: before the reference is captured
+    the campaign says it cannot reckon the disk yet, and when it will."""
+    profile = write_profile(tmp_path / "c", {"q8": 0.04})
+    text = profile.read_text().replace('capture = "embedded"', 'capture = "vllm"\nmodel = "org/reference"')
+    text = text.replace('kind = "embedded"', 'kind = "vllm"\nmodel = "org/q8"')
+    for key in ("model_seed", "vocab_size", "perturb", "max_num_batched_tokens"):
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(key)) + "\n"
+    profile.write_text(text)
+    said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
+    assert said[-1] == ("disk: not reckoned before the reference's logits are there (their vocabulary sets "
+                        "the size of a row); each candidate's need is said before its capture")
