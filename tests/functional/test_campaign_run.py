@@ -158,6 +158,23 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     assert elsewhere.name not in said
 
 
+
+def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Path) -> None:
+    """Without runtime noise the embedded model (as llama.cpp or vLLM on a CPU) gives the same logits
+    to both captures of the leader. They are two captures from two servers, not one given twice: the
+    campaign says there is nothing to measure, not "capture the candidate again" (which gives the same)."""
+    profile = write_profile(tmp_path / "c", {"close": 0.04}, repeat_leader=True)
+    events = _run(profile)
+    work = profile.parent
+    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+    first, second = work / "comparison-close.json", work / "repeat" / "comparison-close.json"
+    assert warned == [f"no measured noise model: the two captures of close ({first} and {second}, each "
+                      "from a server started for it) have identical per-window KL: its engine computes the "
+                      "same logits every time, so there is no variation between captures to measure; the "
+                      "verdicts stay provisional"], warned
+    assert not (work / "noise-model.json").exists()
+
+
 def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Path) -> None:
     profile = write_profile(tmp_path / "c", {"q8": 0.04})
     with profile.open("a") as handle:
