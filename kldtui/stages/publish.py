@@ -111,8 +111,14 @@ def _runtime_lines(runtime: Any) -> list[str]:
 
 
 def _model_name(ref: LogitsManifest) -> str:
+    """The reference model's name for the card. A reference kldtui captured (its runtime names the
+    server's ``kind``) is named by the model it served: its served name defaults to the first
+    candidate's plus "-reference" (``q4_k_m-reference`` for a float16 model's logits)."""
     runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
-    for key in ("served_model_name", "model_name", "model", "checkpoint"):
+    keys = ("served_model_name", "model_name", "model", "checkpoint")
+    if isinstance(runtime.get("kind"), str):
+        keys = ("model", "checkpoint", "served_model_name", "model_name")
+    for key in keys:
         value = runtime.get(key)
         if isinstance(value, str) and value:
             return Path(value).name or value
@@ -134,6 +140,10 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
     repeat_noise = Workspace.for_suite(root).repeat_noise_path(first)
     runtime = ref.runtime if isinstance(ref.runtime, dict) else {}
     served = str(runtime.get("served_model_name") or model)
+    server_kind = runtime.get("kind")
+    # kldtui's reference manifests say kind "reference" (what the folder is), not what served it
+    captured_by = (f"by kldtui from a {markdown_code(server_kind)} server" if isinstance(server_kind, str)
+                   else f"with kind {markdown_code(str(ref.raw.get('kind', 'reference')))}")
     captures = sorted(p.name for p in root.glob("capture-*.json"))
     datasets = [d for d in suite.raw.get("datasets", []) if isinstance(d, dict)]
     w_first = f"window-{first:03d}-{suite.window(first).domain}.json"
@@ -155,7 +165,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "",
         "## Source model and runtime",
         "",
-        f"The reference was captured with kind {markdown_code(str(ref.raw.get('kind', 'reference')))} on "
+        f"The reference was captured {captured_by} on "
         f"{markdown_literal(str(ref.raw.get('created_utc', 'an unrecorded date')))}. Runtime identity "
         "(from ref/manifest.json):",
         "",

@@ -241,3 +241,26 @@ def test_the_card_reads_the_repeat_of_the_window_the_reference_starts_at(
            "(repeat-noise-window002.json):" in out
     assert "- KL(first || repeat) = 0.0023456" in out and "No repeat capture is stored" not in out
     assert re.search(r"^repeat-noise-window002\.json$", out, re.M)  # in the card's layout
+
+
+def test_card_names_the_model_and_server_kldtui_captured_the_reference_from(tmp_path: Path) -> None:
+    """A reference kldtui captured ([reference] capture = "llama-cpp") is served as the first
+    candidate's name plus "-reference": the card named the float16 model's logits after a Q4 quant,
+    and said "captured with kind `reference`" (what the folder is) instead of the server's kind."""
+    import dataclasses
+
+    from kldtui.formats.suite import load_logits_manifest, load_suite
+    from kldtui.stages.publish import render_card
+
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=9, vocab=40)
+    ref = load_logits_manifest(root / "ref")
+    ours = dataclasses.replace(ref, runtime={"kind": "llama-cpp", "model": "/models/m-f16.gguf",
+                                             "served_model_name": "q4_k_m-reference"})
+    card = render_card(root, "me/x", load_suite(root), ours)
+    assert "# m-f16.gguf KLD reference logits" in card and "of m-f16.gguf for measuring" in card
+    assert "The reference was captured by kldtui from a `llama-cpp` server on " in card
+    assert "captured with kind" not in card
+    # a manifest another tool wrote (no server kind) keeps its own names
+    theirs = dataclasses.replace(ref, runtime={"served_model_name": "kimi-k3", "model": "/x/ckpt"})
+    card = render_card(root, "me/x", load_suite(root), theirs)
+    assert "# kimi-k3 KLD reference logits" in card and "captured with kind `reference`" in card
