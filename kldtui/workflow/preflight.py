@@ -165,19 +165,29 @@ def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
     from kldtui.formats.suite import load_logits_manifest
 
     kind = kind_of(profile.candidate)
+    ref = profile.reference.server
     try:
         theirs = kind.model_vocab(profile.candidate)
-        ours = load_logits_manifest(workspace.reference).vocab_size
+        if theirs is None:
+            return None
+        try:
+            ours = load_logits_manifest(workspace.reference).vocab_size
+            source = str(workspace.reference_manifest)
+        except (KldError, OSError, ValueError):
+            # no reference yet: the run captures it ([reference] capture), from a model that may say
+            if ref is None or (known := kind_of(ref).model_vocab(ref)) is None:
+                return None  # downloaded, or served by a kind that cannot say: the chunks are checked then
+            ours, source = known, f"[reference] {kind_of(ref).describe(ref)}"
     except (KldError, OSError, ValueError):
-        return None  # no reference yet (captured or downloaded by the run); the chunks are checked then
-    if theirs is None or theirs == ours:
+        return None
+    if theirs == ours:
         return None
     fix = ("GGUF conversions sometimes pad or trim the vocabulary: use a model converted with the reference "
            "model's full vocabulary" if kind.name == "llama-cpp" else
            f"set vocab_size = {ours}" if kind.name == "embedded" else
            "serve a model of the reference's vocabulary")
     return (f"{profile.candidate.label} {kind.describe(profile.candidate)}: its vocabulary has {theirs:,} "
-            f"tokens, the reference's {ours:,} ({workspace.reference_manifest}); the logits cannot be "
+            f"tokens, the reference's {ours:,} ({source}); the logits cannot be "
             f"compared; {fix}")
 
 

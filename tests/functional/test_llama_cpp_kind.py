@@ -278,3 +278,25 @@ def test_a_misspelled_llama_arg_is_refused_before_launching(tmp_path: Path, fake
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("kldtui.embedded.llama_cpp: --llama-arg 'zzz' is not a llama_cpp.Llama "
                                    "keyword; give one of its keywords")
+
+
+def test_the_vocabulary_is_held_against_the_reference_gguf_the_run_will_capture(tmp_path: Path,
+                                                                                fake_engine: Path) -> None:
+    """Before the reference is captured ([reference] capture = "llama-cpp") its GGUF says its
+    vocabulary: a candidate of another width is refused before launching (it was found after the
+    whole reference was captured, at the candidate's first chunk)."""
+    import shutil
+
+    make_suite(tmp_path / "suite", windows=2, context=20, vocab=64)
+    shutil.rmtree(tmp_path / "suite" / "ref")
+    write_gguf(tmp_path / "f16.gguf", vocab=64)
+    write_gguf(tmp_path / "trimmed.gguf", vocab=60)
+    reference = {"local_dir": str(tmp_path / "suite"), "capture": "llama-cpp", "model": "f16.gguf"}
+    p = _profile(tmp_path, {"kind": "llama-cpp", "model": "trimmed.gguf", "port": 0}, reference=reference)
+    problems = preflight(p, p.workspace())
+    assert len(problems) == 1
+    assert ("[candidate] llama.cpp serving trimmed.gguf: its vocabulary has 60 tokens, the reference's 64 "
+            "([reference] llama.cpp serving f16.gguf); the logits cannot be compared") in problems[0]
+    write_gguf(tmp_path / "same.gguf", vocab=64)
+    same = _profile(tmp_path, {"kind": "llama-cpp", "model": "same.gguf", "port": 0}, reference=reference)
+    assert preflight(same, same.workspace()) == []
