@@ -326,7 +326,8 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
             add(f"the leader's repeat ({repeat})",
                 disk_need([w.num_tokens for w in windows], keep_chunks=keep, row_bytes=row_bytes), workdir)
     if not parts:
-        return None
+        scores = row_bytes is None and bool(members)
+        return "disk: score mode writes no candidate logits, a few dozen bytes a position" if scores else None
     chunks = max(n.chunks for _, n in parts)  # in the work folder's capture folders
     device = os.stat(_existing(workdir)).st_dev
     need[device] = need.get(device, 0) + chunks

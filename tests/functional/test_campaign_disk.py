@@ -117,3 +117,17 @@ def test_a_disk_that_cannot_be_reckoned_yet_is_said_so(tmp_path: Path) -> None:
     said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
     assert said[-1] == ("disk: not reckoned before the reference's logits are there (their vocabulary sets "
                         "the size of a row); each candidate's need is said before its capture")
+
+
+def test_score_mode_says_it_writes_no_candidate_logits(tmp_path: Path) -> None:
+    """With the reference there and [capture] mode = "score", the campaign writes no logits: said so
+    (it said nothing of the disk at all)."""
+    from tests.fixtures_compare import make_suite
+
+    profile = write_profile(tmp_path / "c", {"q8": 0.04})
+    shutil.rmtree(tmp_path / "c" / "suite")
+    make_suite(tmp_path / "c" / "suite", windows=CAMPAIGN_WINDOWS, context=CAMPAIGN_CONTEXT, vocab=VOCAB)
+    text = profile.read_text().replace('capture = "embedded"\n', "")
+    profile.write_text(text + '\n[capture]\nmode = "score"\n')
+    said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
+    assert said[-1] == "disk: score mode writes no candidate logits, a few dozen bytes a position"
