@@ -44,6 +44,9 @@ from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_man
 StrPath = str | os.PathLike[str]
 DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
 DEMO_SCORE_PROFILE = "kldtui-score.toml"  # kldtui demo --score: the score-mode demo's profile
+# the leader's repeat capture is the run NAME + this (its capture folder and records, its row in the
+# ranking): no candidate may be named so
+REPEAT_SUFFIX = ".repeat"
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class Workspace:
         capture): a run of its own, kept out of the leaderboard's ``comparison*.json``."""
         base = self.for_candidate(name)
         root = self._need(self.workdir, "workdir") / "repeat"
-        return replace(base, run_name=f"{name}.repeat", candidate_dir=root / name,
+        return replace(base, run_name=f"{name}{REPEAT_SUFFIX}", candidate_dir=root / name,
                        compare_dir=root / f"{name}-compare", report_path=root / f"comparison-{name}.json")
 
     @property

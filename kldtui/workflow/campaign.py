@@ -59,9 +59,7 @@ from kldtui.workflow.control import StageRequest
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Candidate, Profile
 from kldtui.workflow.state import RunState, load_state
-from kldtui.workspace import Workspace
-
-REPEAT_SUFFIX = ".repeat"  # the leader's repeat capture, as it is named in the ranking
+from kldtui.workspace import REPEAT_SUFFIX, Workspace
 
 
 @dataclass

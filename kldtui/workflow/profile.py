@@ -99,7 +99,7 @@ from kldtui.formats.report_names import CANDIDATE_FOLDER, REPORT_FILE_NAME
 from kldtui.formats.safe_io import read_bytes, read_failure
 from kldtui.servers.base import CaptureTarget, ServerConfig, ServerPlan, resolve_path
 from kldtui.servers.registry import DEFAULT_KIND, KINDS, all_keys, kind_of, kinds_taking
-from kldtui.workspace import Workspace
+from kldtui.workspace import REPEAT_SUFFIX, Workspace
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
@@ -424,6 +424,9 @@ def _candidate_tables(tables: list[dict[str, Any]] | None, where: str) -> list[t
         name = check_name(table["name"], f"[[candidates]] table {number} name", where)
         if any(name == seen for seen, _ in out):
             raise BadInput(f"{where}: [[candidates]] name {name!r} is given twice; names must differ")
+        if name.endswith(REPEAT_SUFFIX):
+            raise BadInput(f"{where}: [[candidates]] name {name!r} ends in {REPEAT_SUFFIX!r}, which names "
+                           "the leader's repeat capture (its folder and records); give it another name")
         out.append((name, {k: v for k, v in table.items() if k != "name"}))
     return out
 

@@ -53,6 +53,10 @@ def test_a_single_candidate_profile_is_not_a_campaign(tmp_path: Path) -> None:
     ({"candidates": [{"kind": "embedded"}]}, "[[candidates]] table 1 has no name"),
     ({"candidates": [{"name": "a", "kind": "embedded"}, {"name": "a", "kind": "embedded"}]},
      "name 'a' is given twice"),
+    # the leader's repeat capture is run NAME.repeat: a candidate so named shared its folder and records
+    ({"candidates": [{"name": "a", "kind": "embedded"}, {"name": "a.repeat", "kind": "embedded"}]},
+     "name 'a.repeat' ends in '.repeat', which names the leader's repeat capture (its folder and records); "
+     "give it another name"),
     ({"candidates": [{"name": "../x", "kind": "embedded"}]}, "it becomes part of a file or folder name"),
     ({"candidates": [{"name": "a", "kind": "embedded"},
                      {"name": "b", "kind": "embedded", "launcher": ["x"]}]},
