@@ -263,8 +263,12 @@ def _check_type(where: str, key: str, value: Any, kind: str) -> Any:
             isinstance(v, str | int | float) and not isinstance(v, bool) for v in value.values()),
     }[kind]
     if not ok:
+        flags = [k for k, v in value.items() if isinstance(v, bool)] if kind == "table[str]" and \
+            isinstance(value, dict) else []
+        fix = (f"; write {flags[0]} = \"{str(value[flags[0]]).lower()}\" (a true or false in quotes)"
+               if flags else "")
         raise BadInput(f"{where}: {key} must be {kind.replace('table[str]', 'a table of strings')}, "
-                       f"not {type(value).__name__} {value!r}")
+                       f"not {type(value).__name__} {value!r}{fix}")
     return value
 
 

@@ -60,6 +60,9 @@ def test_keys_and_command_line(tmp_path: Path) -> None:
     ({"model": "m.gguf", "kv_type": "q8"}, "kv_type 'q8' is not one of f32, f16"),
     ({"model": "m.gguf", "n_batch": 0}, "n_batch 0 must be >= 1"),
     ({"model": "m.gguf", "perturb": 0.1}, "perturb is only for kind = 'embedded'"),
+    # TOML's true is no string: refused, with the spelling that works (values are read as JSON)
+    ({"model": "m.gguf", "llama_args": {"flash_attn": True}},
+     'write flash_attn = "true" (a true or false in quotes)'),
 ])
 def test_bad_keys_are_one_line(tmp_path: Path, table: dict[str, object], needle: str) -> None:
     with pytest.raises(BadInput) as info:
