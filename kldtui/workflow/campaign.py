@@ -298,19 +298,19 @@ class Campaign:
         except (KldError, OSError, ValueError):
             return False
 
-    def _repeat_pending(self, finished: set[str]) -> str | None:
-        """The leader's repeat capture still to come (``[campaign] repeat_leader``): the leader as
-        the reports on disk rank it, else "the best"; None when it is off or already captured."""
+    def _repeat_pending(self, finished: set[str]) -> bool:
+        """The leader's repeat capture is still to come (``[campaign] repeat_leader``, and no finished
+        candidate has one yet)."""
         if not self.profile.campaign.repeat_leader:
-            return None
+            return False
         try:
             windows = self._window_indices()
         except KldError:
             windows = []
         for name in finished:
             if self._finished(self._repeat_entry(name), windows):
-                return None  # a repeat is there: the noise model is measured from it again
-        return "the best candidate"
+                return False  # a repeat is there: the noise model is measured from it again
+        return True
 
     def announce_disk_state(self) -> None:
         """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened

@@ -272,7 +272,7 @@ class CampaignDisk:
 
 
 def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]], *,
-                  repeat: str | None) -> CampaignDisk | str | None:
+                  repeat: bool) -> CampaignDisk | str | None:
     """The disk a campaign needs at peak; a line saying why it cannot be reckoned yet (the
     vocabulary, hence the size of a row of logits, is not known before the reference is captured);
     None when nothing is left to write or no suite is there yet. Every candidate keeps its finalized logits in
@@ -322,8 +322,8 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
             todo = [w.num_tokens for w in windows if w.index not in done]
             if todo:
                 add(name, disk_need(todo, keep_chunks=keep, row_bytes=row_bytes), workdir)
-        if repeat is not None:
-            add(f"the leader's repeat ({repeat})",
+        if repeat:
+            add("the leader's repeat",
                 disk_need([w.num_tokens for w in windows], keep_chunks=keep, row_bytes=row_bytes), workdir)
     if not parts:
         scores = row_bytes is None and bool(members)
