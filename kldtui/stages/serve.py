@@ -17,7 +17,10 @@ Never an orphan: ``stop`` runs on completion, error and Ctrl-C (``with ServerPro
 an ``atexit`` guard stops whatever is still running, and on Linux the child gets
 ``PR_SET_PDEATHSIG(SIGKILL)`` so even a ``kill -9`` of kldtui takes the server's main process
 with it. (The death signal fires when the *thread* that forked exits, so every child is forked
-by one long-lived spawner thread.)
+by one long-lived spawner thread.) The rest of the server's process group (vLLM's engine core
+and workers, which the death signal does not reach) is taken by a keeper: a small process of its
+own session that waits on a pipe from kldtui and, when kldtui dies without stopping the server,
+sends the group SIGTERM, then SIGKILL (:mod:`kldtui.stages.server_keeper`).
 
 Nor litter: a kind with a runtime folder (``ServerPlan.runtime_dir_env``: vLLM) gets a private
 :class:`RuntimeDir` for its sockets and, as its TMPDIR, for its temp files (vLLM leaves a
@@ -229,6 +232,38 @@ def _child_setup() -> Callable[[], None]:
     return setup
 
 
+KEEPER_TERM_WAIT_S = 10.0  # after kldtui's death: the group's SIGTERM, then SIGKILL
+KEEPER_SCRIPT = Path(__file__).with_name("server_keeper.py")  # run as a file: it imports no kldtui
+
+
+def _start_keeper(pgid: int) -> subprocess.Popen[bytes] | None:
+    """The keeper of process group ``pgid`` (None where there is no /proc to find its members)."""
+    if not Path("/proc").is_dir():
+        return None
+    try:
+        return subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+            # -I: no PYTHON* variables, and its folder (kldtui/stages) not put first on the import path
+            [sys.executable, "-I", str(KEEPER_SCRIPT), str(pgid), str(KEEPER_TERM_WAIT_S)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True)
+    except OSError:
+        return None  # the death signal still takes the main process
+
+
+def _release_keeper(keeper: subprocess.Popen[bytes] | None) -> None:
+    """The server was stopped: its keeper ends without touching anything."""
+    if keeper is None or keeper.stdin is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        keeper.stdin.write(b"stopped")
+        keeper.stdin.close()
+    try:
+        keeper.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        keeper.kill()
+        keeper.wait(timeout=5.0)
+
+
 def _pdeathsig() -> Callable[[], None] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -373,6 +408,7 @@ class ServerProcess:
         self.returncode: int | None = None
         self._lines: collections.deque[str] = collections.deque(maxlen=LAST_LINES)
         self._reader: threading.Thread | None = None
+        self._keeper: subprocess.Popen[bytes] | None = None  # takes the group if kldtui dies
         self._log_file: IO[str] | None = None
         self._stopping = False
         self._stop_lock = threading.Lock()
@@ -472,6 +508,7 @@ class ServerProcess:
             self.runtime_dir.remove()
             raise BadInput(f"server command: {self.argv[0]} is not executable") from None
         _running.add(self)
+        self._keeper = _start_keeper(self.proc.pid)
         self._reader = threading.Thread(target=self._read_output, name="kldtui-server-log",
                                         daemon=True)
         self._reader.start()
@@ -557,6 +594,7 @@ class ServerProcess:
                 self._wait_group(pgid, wait_s)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=1.0)
+            _release_keeper(self._keeper)
             self.returncode = self.proc.poll()
             if self._reader is not None:
                 self._reader.join(timeout=2.0)

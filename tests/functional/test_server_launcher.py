@@ -156,3 +156,53 @@ def test_missing_interpreter_is_bad_input(tmp_path: Path) -> None:
                            served_model_name="m")
     with pytest.raises(BadInput, match="not found"):
         server.start()
+
+
+DRIVER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import kldtui.stages.serve as serve
+    serve.KEEPER_TERM_WAIT_S = 0.5
+    server = serve.ServerProcess([sys.executable, "-c", sys.argv[1]], capture_dir=Path(sys.argv[2]),
+                                 served_model_name="m")
+    server.start()
+    # both up, and the grandchild past its one print (a print into the pipe of a dead kldtui would
+    # end it by SIGPIPE, which is not what is tested here)
+    while not any(line.startswith("child ") for line in server.last_lines(20)) \
+            or "grandchild up" not in server.last_lines(20):
+        time.sleep(0.05)
+    print(server.pid, next(x for x in server.last_lines(20) if x.startswith("child ")).split()[1], flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_killed_kldtui_takes_the_servers_whole_group_with_it(tmp_path: Path) -> None:
+    """kill -9 of kldtui: the death signal takes the server's main process only; vLLM's engine core
+    and workers (its process group) lived on, holding their memory (and a GPU host's GPUs) until
+    someone found them. The keeper takes the group: SIGTERM, then SIGKILL (this one ignores SIGTERM)."""
+    import os
+    import signal
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, STUBBORN, str(tmp_path / "cap")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    assert driver.stdout is not None
+    server, grandchild = (int(x) for x in driver.stdout.readline().split())
+    assert not pid_dead(grandchild)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    driver.stdout.close()
+    assert _wait_for(lambda: pid_dead(server) and pid_dead(grandchild), timeout=30), \
+        f"left running: {_group_members(server)}"
+    assert _group_members(server) == []
+
+
+def test_a_stopped_server_leaves_no_keeper(tmp_path: Path) -> None:
+    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"],
+                           capture_dir=tmp_path / "cap", served_model_name="m")
+    server.start()
+    keeper = server._keeper
+    assert keeper is not None and keeper.poll() is None
+    server.stop()
+    assert keeper.poll() == 0  # told the server was stopped: it ends, touching nothing
