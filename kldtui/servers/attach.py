@@ -111,6 +111,9 @@ class AttachKind:
     def memory_line(self, config: ServerConfig) -> str | None:
         return None  # the server is elsewhere: its memory is not this host's
 
+    def vocabulary_fix(self, config: ServerConfig, vocab: int) -> str:
+        return "attach to a server of the reference's model"
+
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it
 

@@ -251,6 +251,10 @@ class ServerKind(Protocol):
         reference's before starting anything."""
         ...
 
+    def vocabulary_fix(self, config: ServerConfig, vocab: int) -> str:
+        """What to do when :meth:`model_vocab` differs from the reference's ``vocab`` (one clause)."""
+        ...
+
     def memory_line(self, config: ServerConfig) -> str | None:
         """What the server will hold in this host's memory, when the kind can reckon it before
         launching (llama.cpp's weights, logits and KV cache from the GGUF's header); None otherwise.
@@ -527,6 +531,9 @@ class LaunchedKind:
 
     def memory_line(self, config: ServerConfig) -> str | None:
         return None  # vLLM sizes its KV cache to the GPU's memory itself; the embedded model is tiny
+
+    def vocabulary_fix(self, config: ServerConfig, vocab: int) -> str:
+        return "serve a model of the reference's vocabulary"
 
     def problems(self, config: ServerConfig) -> list[str]:
         problem = port_problem(self.own(config))

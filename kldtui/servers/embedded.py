@@ -96,5 +96,8 @@ class EmbeddedKind(LaunchedKind):
         vocab: int = self.own(config).vocab_size  # the built-in model is as wide as it is told
         return vocab
 
+    def vocabulary_fix(self, config: ServerConfig, vocab: int) -> str:
+        return f"set vocab_size = {vocab}"
+
 
 KIND = EmbeddedKind()

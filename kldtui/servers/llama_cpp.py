@@ -185,6 +185,10 @@ class LlamaCppKind(LaunchedKind):
         c: LlamaCppConfig = self.own(config)
         return f"llama.cpp serving {c.model.name if c.model else '?'}"
 
+    def vocabulary_fix(self, config: ServerConfig, vocab: int) -> str:
+        return ("GGUF conversions sometimes pad or trim the vocabulary: use a model converted with the "
+                "reference model's full vocabulary")
+
     def memory_line(self, config: ServerConfig) -> str | None:
         from kldtui.formats.gguf import read_gguf
 

@@ -182,10 +182,7 @@ def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
         return None
     if theirs == ours:
         return None
-    fix = ("GGUF conversions sometimes pad or trim the vocabulary: use a model converted with the reference "
-           "model's full vocabulary" if kind.name == "llama-cpp" else
-           f"set vocab_size = {ours}" if kind.name == "embedded" else
-           "serve a model of the reference's vocabulary")
+    fix = kind.vocabulary_fix(profile.candidate, ours)
     return (f"{profile.candidate.label} {kind.describe(profile.candidate)}: its vocabulary has {theirs:,} "
             f"tokens, the reference's {ours:,} ({source}); the logits cannot be "
             f"compared; {fix}")
