@@ -484,3 +484,32 @@ def test_diff_takes_a_runs_work_folder_and_asks_which_report_of_a_campaigns(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"kldtui: error: {campaign}: a campaign's work folder holds 3 reports (")
     assert "give the two to compare" in err and "\n" not in err
+
+
+def test_plan_takes_work_folders_as_diff_does_and_names_what_it_was_given(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kldtui plan DIR` on a campaign's folder said "takes two pilot reports (A and B), not 1",
+    naming nothing: a run's work folder stands for its report and a campaign's is asked which two,
+    as for diff; a wrong count names the reports given."""
+    runs = []
+    for name, report in (("run-a", reports[1]), ("run-b", reports[2])):
+        (tmp_path / name).mkdir()
+        shutil.copy(report, tmp_path / name / "comparison.json")
+        runs.append(tmp_path / name)
+    capsys.readouterr()
+    assert main(["plan", *map(str, reports[1:3])]) in (0, 1)
+    files = capsys.readouterr().out
+    assert main(["plan", *map(str, runs)]) in (0, 1)
+    assert capsys.readouterr().out == files
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    for report in reports[:3]:
+        shutil.copy(report, campaign / f"comparison-{report.stem}.json")
+    assert main(["plan", str(campaign)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kldtui: error: {campaign}: a campaign's work folder holds 3 reports (")
+    assert "\n" not in err
+    assert main(["plan", str(reports[1])]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == ("kldtui: error: kldtui plan takes two pilot reports (A and B), not 1 "
+                    f"({reports[1]}); give A.json B.json")

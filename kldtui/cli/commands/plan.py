@@ -49,8 +49,13 @@ def run(args: argparse.Namespace) -> int:
     if args.reports and by_figures:
         raise BadInput("give two pilot reports, or --difference and --window-sd, not both")
     if args.reports:
+        from kldtui.cli.commands.diff import one_report
+
+        # a run's work folder stands for its report, as for diff; a campaign's folder: which two
+        args.reports = [one_report(p) for p in args.reports]
         if len(args.reports) != 2:
-            raise BadInput(f"kldtui plan takes two pilot reports (A and B), not {len(args.reports)}")
+            raise BadInput(f"kldtui plan takes two pilot reports (A and B), not {len(args.reports)} "
+                           f"({', '.join(args.reports)}); give A.json B.json")
         from kldtui.decide.noise import resolve_floor
         from kldtui.decide.paired import suite_hash_of
         from kldtui.decide.reports import check_same_suite
