@@ -78,21 +78,6 @@ class _Entry:
         return self.workspace.report
 
 
-def _same_kl(first: Path, second: Path) -> bool:
-    """The two reports have the same mean KL in every window (a deterministic engine's two captures)."""
-    import numpy as np
-
-    from kldtui.decide.noise import identical_captures
-    from kldtui.decide.reports import window_values
-    from kldtui.formats.report import load_report
-
-    try:
-        a, b = (window_values(load_report(p), str(p)) for p in (first, second))
-    except (KldError, OSError, ValueError):
-        return False
-    return a.n == b.n and identical_captures(np.stack([a.kl_mean, b.kl_mean])) is not None
-
-
 def _shown(path: Path) -> str:
     """``path`` relative to the current folder when it is inside it (what a user types next)."""
     try:
@@ -439,14 +424,8 @@ class Campaign:
             noise = noise_from_capture_reports(load_report(first), load_report(second), where1=str(first),
                                                where2=str(second), repeat=repeat,
                                                where_repeat=str(self._repeat_kl_path(ws)))
-        except BadInput as exc:
-            said = f"no measured noise model: {exc}"
-            if _same_kl(first, second):  # two servers, one after the other: not one capture given twice
-                said = (f"no measured noise model: the two captures of {leader} ({first} and {second}, each "
-                        "from a server started for it) have identical per-window KL: its engine computes the "
-                        "same logits every time, so there is no variation between captures to measure; the "
-                        "verdicts stay provisional")
-            self.emit(Notice("campaign", said, level="warning"))
+        except BadInput as exc:  # e.g. a deterministic engine: both captures alike (kldtui noise says so)
+            self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
             return
         save_floor(model_path, noise)
         self.noise = noise
