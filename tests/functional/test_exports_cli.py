@@ -462,13 +462,20 @@ def test_views_compute_intervals_from_the_windows_not_the_reports_stored_copy(
     assert (row.ci_low, row.ci_high) == pytest.approx(real, rel=1e-12)
 
 
+def _run_folders(reports: list[Path], where: Path) -> list[Path]:
+    """A run's work folder for each report (``run-a``, ``run-b``, ...: its comparison.json)."""
+    runs = []
+    for letter, report in zip("abcdefgh", reports, strict=False):
+        folder = where / f"run-{letter}"
+        folder.mkdir()
+        shutil.copy(report, folder / "comparison.json")
+        runs.append(folder)
+    return runs
+
+
 def test_diff_takes_a_runs_work_folder_and_asks_which_report_of_a_campaigns(
         reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = []
-    for name, report in (("run-a", reports[1]), ("run-b", reports[2])):
-        (tmp_path / name).mkdir()
-        shutil.copy(report, tmp_path / name / "comparison.json")
-        runs.append(tmp_path / name)
+    runs = _run_folders(reports[1:3], tmp_path)
     capsys.readouterr()
     assert main(["diff", *map(str, reports[1:3])]) == 0
     files = capsys.readouterr().out
@@ -491,11 +498,7 @@ def test_plan_takes_work_folders_as_diff_does_and_names_what_it_was_given(
     """`kldtui plan DIR` on a campaign's folder said "takes two pilot reports (A and B), not 1",
     naming nothing: a run's work folder stands for its report and a campaign's is asked which two,
     as for diff; a wrong count names the reports given."""
-    runs = []
-    for name, report in (("run-a", reports[1]), ("run-b", reports[2])):
-        (tmp_path / name).mkdir()
-        shutil.copy(report, tmp_path / name / "comparison.json")
-        runs.append(tmp_path / name)
+    runs = _run_folders(reports[1:3], tmp_path)
     capsys.readouterr()
     assert main(["plan", *map(str, reports[1:3])]) in (0, 1)
     files = capsys.readouterr().out
