@@ -25,7 +25,9 @@ The final ranking is written to ``leaderboard.json``.
 
 A candidate that fails (its server dies, a check refuses its files) is marked failed and the
 campaign goes on with the next one; the run then ends failed (exit 1) naming it, with the others
-ranked, and the next run retries it alone. A candidate stopped by ``[compare] abort_kl_above`` is
+ranked, and the next run retries it alone. A leader's repeat capture that fails (or stops early) leaves
+the final ranking written without a measured noise model and ends the run failed (exit 1) saying so.
+A candidate stopped by ``[compare] abort_kl_above`` is
 shown as stopped early and not ranked. A user's stop (Ctrl-C) stops the campaign; it resumes with
 the candidate it was in.
 """
@@ -210,18 +212,34 @@ class Campaign:
         failed = [e for e in self.entries if e.state == "failed"]
         leader = next((e for e in self.entries if board is not None and board.rows
                        and e.name == board.rows[0].name), None)
-        self.emit(StageFinished("campaign", summary=self._summary(board),
+        repeat = self._repeat_failure()
+        summary = self._summary(board) + (f"; {repeat}" if repeat and board is not None and board.rows else "")
+        self.emit(StageFinished("campaign", summary=summary,
                                 figures={"candidates": len(self.entries),
                                          "ranked": len(board.rows) if board is not None else 0}))
         if failed:
             names = ", ".join(e.name for e in failed)
             raise StageFailed(f"{len(failed)} of {len(self.entries)} candidates failed ({names}; "
                               f"{failed[0].name}: {failed[0].note}); the others are ranked in "
-                              f"{self._workspace.leaderboard_path}; run again to retry (finished "
-                              "candidates are kept)")
+                              f"{self._workspace.leaderboard_path}"
+                              + (f"; and {repeat}" if repeat else "")
+                              + "; run again to retry (finished candidates are kept)")
         if leader is None:
             raise StageFailed(f"{self.profile.where}: no candidate was compared over the whole run")
+        if repeat and self.repeat is not None:
+            # the ranking is written, but not with the noise model the profile asked for: a failed run
+            raise StageFailed(f"{repeat} ({self.repeat.note}); the candidates are ranked in "
+                              f"{self._workspace.leaderboard_path} without it (named differences stay "
+                              "provisional); run again to capture the repeat (finished candidates are kept)")
         return load_state(leader.workspace)
+
+    def _repeat_failure(self) -> str:
+        """What went wrong with the leader's repeat capture (``[campaign] repeat_leader``): it failed or
+        stopped early, so no noise model was measured; "" when it did not (or none was asked for)."""
+        repeat = self.repeat
+        if repeat is None or repeat.state not in ("failed", "stopped early"):
+            return ""
+        return f"the leader's repeat capture ({repeat.name}) {repeat.state}: no measured noise model"
 
     def _reference(self) -> list[int]:
         """The shared reference stage, once (fetched, captured where missing, verified): a

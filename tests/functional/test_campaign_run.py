@@ -336,3 +336,32 @@ def test_a_reference_capture_resumed_after_its_settings_changed_is_refused(tmp_p
     manifest = json.loads((folder / "suite" / "ref" / "manifest.json").read_text())
     assert manifest["window_count"] == 4  # nothing of the other model joined the reference
     assert manifest["runtime"]["identity"]["model_seed"] == MODEL_SEED
+
+
+def test_a_failed_repeat_of_the_leader_ends_the_campaign_failed_with_the_ranking_written(
+        tmp_path: Path) -> None:
+    """The noise model the profile asks for ([campaign] repeat_leader) is part of the campaign's result:
+    a repeat capture that fails ends the run with exit 1 saying so, after the ranking is written."""
+    profile = write_profile(tmp_path / "c", {"q8": 0.04, "q4": 0.12})
+    _run(profile)  # both compared, no repeat asked for yet
+    text = profile.read_text()
+    fault = 'env = { KLDTUI_EMBEDDED_FAULT = "http-500" }\n'  # env is not the server's identity: kept
+    profile.write_text(text.replace('name = "q8"\n', 'name = "q8"\n' + fault)
+                       + "[campaign]\nrepeat_leader = true\n")
+    proc = subprocess.run(run_cmd(profile, "--jsonl"), capture_output=True, text=True, timeout=300,
+                          env=env_with())
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    work = tmp_path / "c"
+    assert line.startswith("kldtui: error: the leader's repeat capture (q8.repeat) failed: no measured "
+                           "noise model ("), line
+    assert line.endswith(f"); the candidates are ranked in {work / 'leaderboard.json'} without it (named "
+                         "differences stay provisional); run again to capture the repeat (finished "
+                         "candidates are kept)"), line
+    events = _events(proc.stdout)
+    finished = [e for e in events if e.get("event") == "StageFinished" and e.get("stage") == "campaign"]
+    assert finished[0]["summary"].endswith("; the leader's repeat capture (q8.repeat) failed: no measured "
+                                           "noise model"), finished
+    board = json.loads((work / "leaderboard.json").read_text())
+    assert [r["name"] for r in board["rows"]] == ["q8", "q4"]
+    assert not (work / "noise-model.json").exists()
