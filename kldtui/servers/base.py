@@ -141,6 +141,9 @@ class ServerPlan:
     # made at start and removed at stop, unless the user set it (kldtui.stages.serve.RuntimeDir); the
     # folder is the server's TMPDIR too, unless the profile's env sets one (temp_folder_entries)
     runtime_dir_env: str | None = None
+    # launched: the server keeps a prefix cache, which the launcher turns off (a cached prefix is never
+    # computed again, so its logits would not be captured): LaunchedKind.keeps_prefix_cache
+    keeps_prefix_cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -484,6 +487,10 @@ class LaunchedKind:
     reference_keys: tuple[str, ...] = ()
     forbidden: Mapping[str, str] = {}
     runtime_dir_env: str | None = None  # ServerPlan.runtime_dir_env
+    # the server keeps a prefix cache (vLLM's): the launcher adds --no-enable-prefix-caching, says so,
+    # and refuses --enable-prefix-caching; a server that computes every prompt whole (the embedded
+    # one, llama.cpp's, which resets before each prompt) is told and said nothing of it
+    keeps_prefix_cache: bool = False
 
     def own(self, config: ServerConfig) -> Any:
         if not isinstance(config, self.config_type):
@@ -517,7 +524,8 @@ class LaunchedKind:
         c: LaunchConfig = self.own(config)
         return ServerPlan(self.name, c.served_model_name, c.startup_timeout, argv=tuple(self.argv(c)),
                           env=self.environment(c, capture), api_key=api_key(c), model=self.model(c),
-                          capture_dir=capture_dir, runtime_dir_env=self.runtime_dir_env)
+                          capture_dir=capture_dir, runtime_dir_env=self.runtime_dir_env,
+                          keeps_prefix_cache=self.keeps_prefix_cache)
 
     def model(self, config: ServerConfig) -> str | None:
         """The model the server serves, for the runtime identity (None: the kind's own)."""

@@ -58,6 +58,9 @@ class VllmKind(LaunchedKind):
     # in /tmp here), and every launch leaves a vllm_dist_* file there (torch's FileStore rendezvous):
     # each launched server gets its own folder, for both, removed when it stops
     runtime_dir_env = "VLLM_RPC_BASE_PATH"
+    # a cached prompt prefix is never computed again, so the hook would not see its logits: the
+    # launcher turns the cache off (--no-enable-prefix-caching)
+    keeps_prefix_cache = True
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
         if "model" not in values:

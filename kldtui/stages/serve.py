@@ -2,8 +2,9 @@
 
 One code path for both: an argument list (never a shell string) started in its own process
 group, with ``VLLM_KLD_CAPTURE_DIR`` pointing at a fresh, empty folder. Before starting, the
-launcher makes sure the flags the capture depends on are there (``--no-enable-prefix-caching``
-and ``--max-num-seqs 1``; a contradicting flag is refused) and says what it added with
+launcher makes sure the flags the capture depends on are there (``--max-num-seqs 1``, and
+``--no-enable-prefix-caching`` for a kind whose server keeps a prefix cache; a contradicting flag is
+refused) and says what it added with
 :class:`~kldtui.events.Notice` events. It binds 127.0.0.1 unless the argv names a host.
 
 While it runs, a reader thread streams the server's output as :class:`~kldtui.events.LogLine`
@@ -141,19 +142,21 @@ def _has(argv: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
-def ensure_capture_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+def ensure_capture_flags(argv: Sequence[str], *, keeps_prefix_cache: bool = True,
+                         ) -> tuple[list[str], list[str]]:
     """Return ``(argv, notes)`` with the flags capture depends on; refuse contradicting ones.
 
-    Prefix caching must be off (a cached prefix is never recomputed, so its logits would not
-    reach the hook) and one sequence must run at a time.
+    One sequence must run at a time, and a server that keeps a prefix cache (``keeps_prefix_cache``,
+    the server kind's: vLLM's) must have it off: a cached prefix is never recomputed, so its logits
+    would not reach the hook. A server that keeps none is neither given the flag nor said to need it.
     """
     out = list(argv)
     notes: list[str] = []
-    if _has(out, "--enable-prefix-caching"):
+    if keeps_prefix_cache and _has(out, "--enable-prefix-caching"):
         raise BadInput("server arguments: --enable-prefix-caching would skip cached prompt "
                        "prefixes and lose their logits; remove it (kldtui adds "
                        "--no-enable-prefix-caching)")
-    if not _has(out, "--no-enable-prefix-caching"):
+    if keeps_prefix_cache and not _has(out, "--no-enable-prefix-caching"):
         out.append("--no-enable-prefix-caching")
         notes.append("added --no-enable-prefix-caching (a cached prefix is never recomputed, "
                      "so its logits would not be captured)")
@@ -386,7 +389,8 @@ class ServerProcess:
                  env: Mapping[str, str] | None = None, log_path: str | os.PathLike[str] | None = None,
                  ensure_flags: bool = True,
                  stop_timeouts: tuple[float, float, float] = DEFAULT_STOP_TIMEOUTS,
-                 api_key: str | None = None, runtime_dir_env: str | None = None) -> None:
+                 api_key: str | None = None, runtime_dir_env: str | None = None,
+                 keeps_prefix_cache: bool = True) -> None:
         if isinstance(argv, str):
             raise TypeError("argv must be a list of arguments, never a shell string")
         if not argv:
@@ -401,6 +405,7 @@ class ServerProcess:
         self.stop_timeouts = stop_timeouts
         self.api_key = api_key
         self.runtime_dir_env = runtime_dir_env
+        self.keeps_prefix_cache = keeps_prefix_cache  # the server kind's (ServerPlan.keeps_prefix_cache)
         self.runtime_dir = RuntimeDir()
         self.argv: list[str] = list(argv)
         self.added_notes: list[str] = []
@@ -456,7 +461,8 @@ class ServerProcess:
         if self.proc is not None:
             raise RuntimeError("server already started")
         if self.ensure_flags:
-            self.argv, self.added_notes = ensure_capture_flags(self.requested_argv)
+            self.argv, self.added_notes = ensure_capture_flags(self.requested_argv,
+                                                               keeps_prefix_cache=self.keeps_prefix_cache)
         for note in self.added_notes:
             self.emit(Notice(STAGE, note))
         if _flag_value(self.argv, "--port") == "0":
@@ -697,7 +703,8 @@ def start_serve(workspace: Workspace, emit: EventSink, plan: ServerPlan) -> Serv
     process = ServerProcess(list(plan.argv), capture_dir=capture_dir,
                             served_model_name=plan.served_model_name, emit=emit, env=plan.env,
                             log_path=workspace.server_log, api_key=plan.api_key,
-                            runtime_dir_env=plan.runtime_dir_env)
+                            runtime_dir_env=plan.runtime_dir_env,
+                            keeps_prefix_cache=plan.keeps_prefix_cache)
     process.start()
     return ServerSession(plan, capture_dir, process,
                          runtime={"launcher": "kldtui", "kind": plan.kind, "argv": process.public_argv,

@@ -80,3 +80,37 @@ def test_run_serve_interrupted_while_loading_says_interrupted(tmp_path: Path) ->
     lines = [e.line for e in events if isinstance(e, LogLine)]
     assert any("server stopped (interrupted)" in line for line in lines), lines
     assert not [e for e in events if isinstance(e, StageFailedEvent)]
+
+
+@pytest.mark.parametrize(("config", "said"), [
+    ("vllm", True),  # vLLM keeps a prefix cache: the launcher turns it off and says so
+    ("llama-cpp", False),  # llama.cpp's server resets before every prompt: nothing to turn off
+    ("embedded", False),
+])
+def test_the_prefix_cache_flag_and_its_note_are_the_server_kinds(tmp_path: Path, config: str,
+                                                                 said: bool) -> None:
+    import dataclasses
+
+    from kldtui.events import Notice
+    from kldtui.servers.base import CaptureTarget
+    from kldtui.servers.embedded import EmbeddedConfig
+    from kldtui.servers.llama_cpp import LlamaCppConfig
+    from kldtui.servers.registry import kind_of
+    from kldtui.servers.vllm import VllmConfig
+
+    server = {"vllm": VllmConfig(model="org/model"), "llama-cpp": LlamaCppConfig(model=tmp_path / "m.gguf"),
+              "embedded": EmbeddedConfig()}[config]
+    plan = kind_of(server).plan(server, CaptureTarget())
+    # the kind's own command line, with a program in front that exits at once (nothing to serve here)
+    plan = dataclasses.replace(plan, argv=(sys.executable, "-c", "import sys; sys.exit(3)", *plan.argv[1:]))
+    events: list[Event] = []
+    profile = prepare_demo(tmp_path)
+    with pytest.raises(StageFailed):
+        run_serve(profile.workspace(), events.append, Cancel(), plan)
+    notes = [e.text for e in events if isinstance(e, Notice)]
+    prefix = [n for n in notes if "prefix" in n]
+    if said:
+        assert prefix == ["added --no-enable-prefix-caching (a cached prefix is never recomputed, so its "
+                          "logits would not be captured)"], notes
+    else:
+        assert prefix == [], notes
