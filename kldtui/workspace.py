@@ -38,7 +38,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kldtui.folder_lock import lock_path_for_folder
-from kldtui.formats.report_names import NOISE_MODEL_FILE_NAME, REPORT_FILE_NAME
+from kldtui.formats.report_names import (
+    CAMPAIGN_REPORT_PREFIX,
+    LEADERBOARD_FILE_NAME,
+    NOISE_MODEL_FILE_NAME,
+    REPORT_FILE_NAME,
+)
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
 
 StrPath = str | os.PathLike[str]
@@ -109,7 +114,7 @@ class Workspace:
         check_name(name, "candidate name", str(workdir))
         return replace(self, run_name=name, candidate_dir=workdir / CAMPAIGN_FOLDER / name,
                        compare_dir=workdir / "compare" / name,
-                       report_path=workdir / f"comparison-{name}.json")
+                       report_path=workdir / f"{CAMPAIGN_REPORT_PREFIX}{name}.json")
 
     def repeat_of(self, name: str) -> Workspace:
         """The repeat capture of campaign candidate ``name`` (the measured noise model's second
@@ -117,7 +122,8 @@ class Workspace:
         base = self.for_candidate(name)
         root = self._need(self.workdir, "workdir") / "repeat"
         return replace(base, run_name=f"{name}{REPEAT_SUFFIX}", candidate_dir=root / name,
-                       compare_dir=root / f"{name}-compare", report_path=root / f"comparison-{name}.json")
+                       compare_dir=root / f"{name}-compare",
+                       report_path=root / f"{CAMPAIGN_REPORT_PREFIX}{name}.json")
 
     @property
     def noise_model_path(self) -> Path:
@@ -127,7 +133,7 @@ class Workspace:
     @property
     def leaderboard_path(self) -> Path:
         """``leaderboard.json``: the campaign's leaderboard."""
-        return self._need(self.workdir, "workdir") / "leaderboard.json"
+        return self._need(self.workdir, "workdir") / LEADERBOARD_FILE_NAME
 
     def reference_repeat(self) -> Workspace:
         """A repeat capture of the reference's first window (the runtime's own noise), beside it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,11 @@ def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = 
 
 # A campaign writes one report per candidate into its work folder: comparison-NAME.json
 # (kldtui.workspace), the leader's repeat capture's in repeat/.
-CAMPAIGN_REPORT_GLOB = "comparison-*.json"
+CAMPAIGN_REPORT_PREFIX = "comparison-"
+CAMPAIGN_REPORT_GLOB = f"{CAMPAIGN_REPORT_PREFIX}*.json"
+# A campaign's final ranking, beside its reports (kldtui.workspace): its rows name the candidates the
+# campaign ranked, which `kldtui leaderboard DIR` ranks (folder_reports).
+LEADERBOARD_FILE_NAME = "leaderboard.json"
 
 
 # A campaign's measured noise model, beside its reports (kldtui.workspace); `kldtui view DIR` and
@@ -66,24 +71,91 @@ def campaign_noise_model(path: str | os.PathLike[str]) -> Path | None:
     return model if any(p.glob(CAMPAIGN_REPORT_GLOB)) else None
 
 
+@dataclass(frozen=True)
+class FolderReports:
+    """The reports a path names (:func:`folder_reports`), and the ``comparison-*.json`` of a campaign's
+    folder that are not its candidates' (``left_out``, with the one reason, ``why``, for them all)."""
+
+    reports: list[Path]
+    left_out: list[Path] = field(default_factory=list)
+    why: str = ""
+
+    def left_out_line(self, path: str | os.PathLike[str]) -> str | None:
+        """One line saying which files of the folder ``path`` were left out and why; None: none."""
+        if not self.left_out:
+            return None
+        names = ", ".join(printable_name(f.name) for f in self.left_out)
+        return (f"{path}: left out {names}: {self.why} (give a report's file by name to rank it anyway)")
+
+
 def reports_in(path: str | os.PathLike[str]) -> list[Path]:
+    """The reports ``path`` names (:func:`folder_reports`)."""
+    return folder_reports(path).reports
+
+
+def folder_reports(path: str | os.PathLike[str]) -> FolderReports:
     """The reports ``path`` names: a report file itself; a work folder's ``comparison.json``; a
-    campaign's work folder: each candidate's ``comparison-NAME.json`` (by name). BadInput (one line)
+    campaign's work folder: its candidates' ``comparison-NAME.json`` (by name). BadInput (one line)
     for a folder without any. Only regular files count (a link or a FIFO in a shared folder is not a
-    report: kldtui.formats.report refuses to read one anyway)."""
+    report: kldtui.formats.report refuses to read one anyway).
+
+    A campaign's folder is shared: another tool or person may leave a ``comparison-*.json`` there.
+    Its candidates are the ones its state names: the rows of its ``leaderboard.json`` (the final
+    ranking, what ``kldtui leaderboard DIR`` ranks as), else, before it has one (or when that file
+    cannot be read), those with a finalized folder in ``candidates/``; the others are left out and
+    named (:meth:`FolderReports.left_out_line`). A folder with neither is a plain folder of reports:
+    every ``comparison-*.json``."""
     from kldtui.errors import BadInput
 
     p = Path(path).expanduser()
     if not p.is_dir():
-        return [p]
+        return FolderReports([p])
     inside = p / REPORT_FILE_NAME
     if inside.is_file() and not inside.is_symlink():
-        return [inside]
-    campaign = sorted(f for f in p.glob(CAMPAIGN_REPORT_GLOB) if f.is_file() and not f.is_symlink())
-    if campaign:
-        return campaign
-    raise BadInput(f"{path}: is a folder without a {REPORT_FILE_NAME} (a run's) or {CAMPAIGN_REPORT_GLOB} "
-                   "(a campaign's); give the path of a report JSON or of a work folder that holds one")
+        return FolderReports([inside])
+    found = sorted(f for f in p.glob(CAMPAIGN_REPORT_GLOB) if f.is_file() and not f.is_symlink())
+    if not found:
+        raise BadInput(f"{path}: is a folder without a {REPORT_FILE_NAME} (a run's) or "
+                       f"{CAMPAIGN_REPORT_GLOB} (a campaign's); give the path of a report JSON or of a work "
+                       "folder that holds one")
+    state = _campaign_candidates(p)
+    if state is None:
+        return FolderReports(found)
+    names, why = state
+    ours = [f for f in found if _candidate_of(f) in names]
+    others = [f for f in found if f not in ours]
+    if not ours:
+        shown = ", ".join(printable_name(f.name) for f in others)
+        raise BadInput(f"{path}: no report of the campaign's candidates is there ({shown}: {why}); give the "
+                       "report files by name to rank them")
+    return FolderReports(ours, others, why)
+
+
+def _candidate_of(report: Path) -> str:
+    return report.name.removeprefix(CAMPAIGN_REPORT_PREFIX).removesuffix(".json")
+
+
+def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
+    """The candidates the campaign in ``folder`` names, and why a report of another name is not one;
+    None when ``folder`` holds no campaign's state."""
+    from kldtui.errors import BadInput
+    from kldtui.formats.untrusted_json import read_json
+
+    board = folder / LEADERBOARD_FILE_NAME
+    if board.is_file() and not board.is_symlink():
+        try:
+            doc = read_json(board, what="leaderboard", remedy="run the campaign again")
+            rows = doc["rows"] if isinstance(doc, dict) and isinstance(doc.get("rows"), list) else None
+        except BadInput:
+            rows = None
+        if rows is not None:
+            names = {r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)}
+            return names, f"not ranked in {board}, the campaign's ranking"
+    candidates = folder / CAMPAIGN_FOLDER
+    if candidates.is_dir() and not candidates.is_symlink():
+        names = {c.name for c in candidates.iterdir() if c.is_dir() and not c.is_symlink()}
+        return names, f"no {candidates}/NAME folder, where the campaign finalizes its candidate NAME"
+    return None
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:

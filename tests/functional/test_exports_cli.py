@@ -404,6 +404,38 @@ def test_a_campaigns_folder_stands_for_its_reports(reports: list[Path], tmp_path
     assert len(err) == 1 and "is a folder without a comparison.json" in err[0]
 
 
+def test_a_campaigns_folder_ranks_its_own_candidates_and_names_a_stray_report(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A campaign's folder is shared: a comparison-*.json another tool or person left there is not one
+    of its candidates. `kldtui leaderboard DIR` ranks what the campaign's state names (leaderboard.json's
+    rows; before the campaign has one, its candidates/ folders) and says in one line what it left out."""
+    camp = tmp_path / "camp"
+    camp.mkdir()
+    ours, stray = reports[:3], reports[3]
+    for path in ours:
+        shutil.copy(path, camp / f"comparison-{path.stem}.json")
+    assert main(["leaderboard", "--plain", *(str(camp / f"comparison-{p.stem}.json") for p in ours),
+                 "--json", str(camp / "leaderboard.json")]) == 0  # the campaign's ranking
+    expected = capsys.readouterr().out.replace(f"wrote {camp / 'leaderboard.json'}\n", "")
+    shutil.copy(stray, camp / f"comparison-{stray.stem}.json")  # dropped in later, by someone else
+    assert main(["leaderboard", "--plain", str(camp)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == expected and stray.stem not in captured.out
+    assert captured.err.splitlines() == [
+        f"kldtui: {camp}: left out comparison-{stray.stem}.json: not ranked in {camp / 'leaderboard.json'}, "
+        "the campaign's ranking (give a report's file by name to rank it anyway)"]
+    # before its first ranking: the candidates it finalized (candidates/NAME) are its candidates
+    (camp / "leaderboard.json").unlink()
+    for path in ours:
+        (camp / "candidates" / path.stem).mkdir(parents=True)
+    assert main(["leaderboard", "--plain", str(camp)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == expected
+    assert captured.err.splitlines() == [
+        f"kldtui: {camp}: left out comparison-{stray.stem}.json: no {camp / 'candidates'}/NAME folder, where "
+        "the campaign finalizes its candidate NAME (give a report's file by name to rank it anyway)"]
+
+
 def test_rms_delta_p_is_shown_once(reports: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
     # the report's RMS Δp figure (%, with its interval) and the next-token line's rms (a fraction) are
     # one figure: the text summary and the result pane show it once

@@ -44,11 +44,19 @@ def check_reports(paths: list[str]) -> list[ComparisonReport]:
 
 
 def report_paths(paths: list[str]) -> list[Path]:
-    """Each argument's reports: a report file, a work folder's report, a campaign's reports
-    (kldtui.formats.report_names.reports_in); BadInput (one line) for a folder without any."""
-    from kldtui.formats.report_names import reports_in
+    """Each argument's reports: a report file, a work folder's report, a campaign's candidates' reports
+    (kldtui.formats.report_names.folder_reports; the others in its folder named on stderr, one line);
+    BadInput (one line) for a folder without any."""
+    from kldtui.formats.report_names import folder_reports
 
-    return [found for p in paths for found in reports_in(p)]
+    out: list[Path] = []
+    for p in paths:
+        found = folder_reports(p)
+        line = found.left_out_line(p)  # a campaign's folder: reports not of its candidates
+        if line is not None:
+            print(f"kldtui: {line}", file=sys.stderr)
+        out += found.reports
+    return out
 
 
 def use_folder_noise_model(args: argparse.Namespace) -> None:
