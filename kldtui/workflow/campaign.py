@@ -213,7 +213,8 @@ class Campaign:
         leader = next((e for e in self.entries if board is not None and board.rows
                        and e.name == board.rows[0].name), None)
         repeat = self._repeat_failure()
-        summary = self._summary(board) + (f"; {repeat}" if repeat and board is not None and board.rows else "")
+        ranked = board is not None and bool(board.rows)
+        summary = self._summary(board) + (f"; {repeat}" if repeat and ranked else "")
         self.emit(StageFinished("campaign", summary=summary,
                                 figures={"candidates": len(self.entries),
                                          "ranked": len(board.rows) if board is not None else 0}))
