@@ -233,7 +233,9 @@ class NoiseFloor:
     """A noise model. ``per_window`` maps window index to that window's repeat KL (between captures);
     ``repeat`` is the repeat variation of the metric (captures each compared with the reference)."""
 
-    kind: Literal["measured", "published"]
+    # "deterministic": two captures of one model from two servers were identical (deterministic_floor):
+    # nothing moves between captures, so there is nothing to measure (no threshold, no repeat model)
+    kind: Literal["measured", "published", "deterministic"]
     source: str
     kl_mean: float
     threshold: float
@@ -277,7 +279,9 @@ class NoiseFloor:
 
     def provisional_reason(self) -> str | None:
         """Why a difference that clears this model's repeat variation is still provisional (None: it is
-        not)."""
+        not); a deterministic server's: why no capture can settle it."""
+        if self.kind == "deterministic":
+            return DETERMINISTIC_REASON
         return self.repeat.provisional_reason() if self.repeat is not None else None
 
     def threshold_for(self, window_indices: Iterable[int]) -> float:
@@ -299,6 +303,8 @@ class NoiseFloor:
         the full line is in their help)."""
         if self.repeat is not None:
             return self.repeat.brief()
+        if self.kind == "deterministic":
+            return "none: a deterministic server (two captures alike)"
         if self.kind == "published":
             return f"the published repeat KL {self.threshold:g} of the Kimi K3 suite"
         return f"repeat KL {self.threshold:.4g} between two captures of one model"
@@ -308,6 +314,10 @@ class NoiseFloor:
         if self.repeat is not None:
             between = (f"; repeat KL between captures {self.kl_mean:.4g}" if self.threshold > 0 else "")
             return f"{self.repeat.describe()} ({self.metric_source or self.source}){between}"
+        if self.kind == "deterministic":
+            return (f"none: the server is deterministic (two captures of one model gave identical per-window "
+                    f"KL: {self.source}), so nothing moves between captures to measure; differences rest on "
+                    "the windows alone")
         if self.kind == "published":
             return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
                     f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
@@ -447,7 +457,7 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     if not isinstance(doc, dict) or doc.get("format") != FLOOR_FORMAT:
         raise BadInput(f"{p}: not a kldtui noise floor (format is not {FLOOR_FORMAT!r}); {NOISE_REMEDY}")
     kind = doc.get("kind", "measured")
-    if kind not in ("measured", "published"):
+    if kind not in ("measured", "published", "deterministic"):
         raise BadInput(f"{p}: unknown noise floor kind {kind!r}; {REWRITE_NOISE}")
     per_window: dict[int, float] = {}
     per_rev: dict[int, float] = {}
@@ -497,7 +507,7 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
         metric_source=metric_doc.get("source") if isinstance(metric_doc, dict) else None,
         repeat=repeat,
     )
-    if not floor.has_metric and floor.threshold <= 0:
+    if not floor.has_metric and floor.threshold <= 0 and floor.kind != "deterministic":
         raise BadInput(f"{p}: the noise model measures nothing (no repeat variation of the metric and a "
                        "repeat KL of 0, as earlier versions wrote for one-window reports); measure it again "
                        "with "
@@ -599,6 +609,38 @@ def check_repeat_capture(document: ReportLike, where: str, allow_different_model
                        "captures of the same model, or add --allow-different-models if that is really meant")
 
 
+# Why a difference named on a deterministic server's captures stays provisional: the provisional words
+# of every verdict ranked with a deterministic_floor (no "capture again": it would give the same).
+DETERMINISTIC_REASON = ("the server answered two captures of one model identically (deterministic), so "
+                        "there is no variation between captures to hold it against, and capturing again "
+                        "gives the same")
+
+
+class IdenticalCaptures(BadInput):
+    """Two captures from two capture folders with identical per-window KL: a deterministic server (or
+    a copied capture). ``first``/``second``: the two reports' names, as given."""
+
+    def __init__(self, message: str, first: str, second: str) -> None:
+        super().__init__(message)
+        self.first, self.second = first, second
+
+
+def deterministic_floor(first_doc: ReportLike, second_doc: ReportLike, *, where1: str,
+                        where2: str) -> NoiseFloor:
+    """The noise model of a server known to be deterministic: two captures of one model, each from its
+    own server start (a campaign's leader and its repeat), with identical per-window KL. Nothing is
+    measured (threshold 0, no repeat model); verdicts ranked with it stay provisional, with words that
+    say why (:data:`DETERMINISTIC_REASON`) and no capture to make."""
+    first, second = as_report(first_doc, where1), as_report(second_doc, where2)
+    return NoiseFloor(
+        kind="deterministic", source=f"{where1} and {where2}", kl_mean=0.0, threshold=0.0,
+        suite_token_hash_sha256=first.suite_token_hash_sha256,
+        run1=str(first.candidate_dir) if first.candidate_dir else None,
+        run2=str(second.candidate_dir) if second.candidate_dir else None,
+        extra={"created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "reference_dir": first.reference_dir})
+
+
 def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *more_docs: ReportLike,
                                where1: str, where2: str, where_more: Sequence[str] = (),
                                repeat: ReportLike | None = None, where_repeat: str = "repeat report",
@@ -625,11 +667,12 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
                                "candidate again, compare it, and give every capture's report once")
             if identical_captures(np.stack([values[i].kl_mean, values[j].kl_mean])) is not None:
                 if ci and cj:  # two capture folders: capturing again would give the same again
-                    raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL although they "
-                                   f"compare two captures ({ci} and {cj}): the server answered exactly "
-                                   "alike both times (deterministic), or one capture was copied; there is "
-                                   "no repeat variation to measure, so rank without a noise model (named "
-                                   "differences stay provisional)")
+                    raise IdenticalCaptures(
+                        f"{wheres[i]} and {wheres[j]} have identical per-window KL although they compare two "
+                        f"captures ({ci} and {cj}): the server answered exactly alike both times "
+                        "(deterministic), or one capture was copied; there is no repeat variation to "
+                        "measure, so rank without a noise model (named differences stay provisional)",
+                        wheres[i], wheres[j])
                 raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL: they are one "
                                "capture twice; capture the candidate again")
             if not allow_different_models:

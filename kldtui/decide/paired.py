@@ -220,7 +220,10 @@ def confirm_command(better: str, better_path: str | None, noise: NoiseFloor | No
     capture of the better one, and the noise model of the two captures. Where the noise model already
     has two captures of one model (one repeat cannot see an offset shared by every window of a
     capture): a third capture of that model, and the noise model of all three, since a model of two
-    captures again would leave the difference provisional."""
+    captures again would leave the difference provisional. A deterministic server's (the noise model
+    says so): none, since every capture gives the same ("")."""
+    if noise is not None and noise.kind == "deterministic":
+        return ""
     captures = noise.repeat.sources if noise is not None and noise.repeat is not None else ()
     if len(captures) >= 2:
         ours = better_path is not None and any(_same_path(better_path, c) for c in captures)

@@ -555,7 +555,8 @@ def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequen
         return Decision(named, reason is not None, variation, "repeat_variation", provisional_reason=reason)
     if noise is None or noise.threshold <= 0:
         return Decision(named, True, None, "none",
-                        provisional_reason="the variation between two captures was not measured")
+                        provisional_reason=(noise.provisional_reason() if noise is not None else None)
+                        or "the variation between two captures was not measured")
     if abs(iv.estimate) < noise.threshold:
         return Decision(named, True, noise.threshold, "repeat_kl",
                         provisional_reason=(f"smaller than the repeat KL {plain_number(noise.threshold)} "

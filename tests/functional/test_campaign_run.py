@@ -162,8 +162,9 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
 def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Path) -> None:
     """Without runtime noise the embedded model (as llama.cpp or vLLM on a CPU) gives the same logits
     to both captures of the leader. They are two captures from two servers, not one given twice: the
-    campaign says there is nothing to measure, not "capture the candidate again" (which gives the same)."""
-    profile = write_profile(tmp_path / "c", {"close": 0.04}, repeat_leader=True)
+    campaign says there is nothing to measure, not "capture the candidate again" (which gives the same),
+    and so do the verdicts its ranking names provisional, there and in `kldtui leaderboard DIR`."""
+    profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.3}, repeat_leader=True)
     events = _run(profile)
     work = profile.parent
     warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
@@ -174,7 +175,24 @@ def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Pa
     assert "the server answered exactly alike both times (deterministic)" in warned[0]
     assert "there is no repeat variation to measure" in warned[0]
     assert "capture the candidate again" not in warned[0]
-    assert not (work / "noise-model.json").exists()
+    # the ranking is held against that: provisional, saying why, with no capture to make
+    noise = json.loads((work / "noise-model.json").read_text())
+    assert noise["kind"] == "deterministic" and noise["threshold"] == 0, noise
+    board = json.loads((work / "leaderboard.json").read_text())
+    far = next(r for r in board["rows"] if r["name"] == "far")
+    assert far["provisional"] and far["outcome_vs_best"] == "a_closer", far
+    assert far["verdict_vs_best"].endswith(
+        "; provisional: the server answered two captures of one model identically (deterministic), so there "
+        "is no variation between captures to hold it against, and capturing again gives the same"), far
+    assert board["noise_model"].startswith("none: the server is deterministic (two captures of one model "
+                                           "gave identical per-window KL: "), board["noise_model"]
+    proc = subprocess.run([*run_cmd(Path("x"))[:3], "leaderboard", "--plain", str(work)], capture_output=True,
+                          text=True, timeout=120, env=env_with())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kldtui noise" not in proc.stdout and "capture far again" not in proc.stdout, proc.stdout
+    assert ("provisional: the difference is shown over these windows; the server answered two captures of "
+            "one model identically (deterministic), so there is no variation between captures to hold it "
+            "against, and capturing again gives the same") in proc.stdout, proc.stdout
 
 
 def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Path) -> None:

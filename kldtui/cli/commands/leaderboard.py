@@ -86,7 +86,13 @@ def _footer(board: Any) -> list[str]:
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
         lines.append(MARKS_LEGEND)
-    if any(r.provisional for r in board.rows):
+    deterministic = bool(board.noise_floor) and board.noise_floor.get("kind") == "deterministic"
+    if any(r.provisional for r in board.rows) and deterministic:
+        # kldtui.decide.noise.deterministic_floor: no capture can measure what does not move
+        lines.append("provisional: the difference is shown over these windows; the server answered two "
+                     "captures of one model identically (deterministic), so there is no variation between "
+                     "captures to hold it against, and capturing again gives the same")
+    elif any(r.provisional for r in board.rows):
         # with a one-repeat model the step left is a third capture, not "measure the noise"
         lines.append("provisional: the difference is shown over these windows, but not yet against how much "
                      "a whole capture's KL moves between captures of one model (three or more captures of "
