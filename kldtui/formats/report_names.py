@@ -137,10 +137,15 @@ def _candidate_of(report: Path) -> str:
 
 def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
     """The candidates the campaign in ``folder`` names, and why a report of another name is not one;
-    None when ``folder`` holds no campaign's state."""
+    None when ``folder`` holds no campaign's state. Its state is what the campaign itself writes: the
+    rows of its ranking (``leaderboard.json``, written when a run ends) and its candidates' folders
+    (``candidates/NAME``, made as each is captured), both: a run stopped before it ranked has compared
+    candidates its last ranking does not hold yet."""
     from kldtui.errors import BadInput
     from kldtui.formats.untrusted_json import read_json
 
+    names: set[str] = set()
+    found = False
     board = folder / LEADERBOARD_FILE_NAME
     if board.is_file() and not board.is_symlink():
         try:
@@ -149,13 +154,16 @@ def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
         except BadInput:
             rows = None
         if rows is not None:
-            names = {r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)}
-            return names, f"not ranked in {board}, the campaign's ranking"
+            found = True
+            names |= {r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)}
     candidates = folder / CAMPAIGN_FOLDER
     if candidates.is_dir() and not candidates.is_symlink():
-        names = {c.name for c in candidates.iterdir() if c.is_dir() and not c.is_symlink()}
-        return names, f"no {candidates}/NAME folder, where the campaign finalizes its candidate NAME"
-    return None
+        found = True
+        names |= {c.name for c in candidates.iterdir() if c.is_dir() and not c.is_symlink()}
+    if not found:
+        return None
+    return names, (f"not a candidate of the campaign there (neither ranked in {board} nor with a "
+                   f"{candidates}/NAME folder)")
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:

@@ -408,7 +408,8 @@ def test_a_campaigns_folder_ranks_its_own_candidates_and_names_a_stray_report(
         reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A campaign's folder is shared: a comparison-*.json another tool or person left there is not one
     of its candidates. `kldtui leaderboard DIR` ranks what the campaign's state names (leaderboard.json's
-    rows; before the campaign has one, its candidates/ folders) and says in one line what it left out."""
+    rows and its candidates/ folders: a run stopped before it ranked again has compared candidates its last
+    ranking lacks) and says in one line what it left out."""
     camp = tmp_path / "camp"
     camp.mkdir()
     ours, stray = reports[:3], reports[3]
@@ -421,19 +422,20 @@ def test_a_campaigns_folder_ranks_its_own_candidates_and_names_a_stray_report(
     assert main(["leaderboard", "--plain", str(camp)]) == 0
     captured = capsys.readouterr()
     assert captured.out == expected and stray.stem not in captured.out
-    assert captured.err.splitlines() == [
-        f"kldtui: {camp}: left out comparison-{stray.stem}.json: not ranked in {camp / 'leaderboard.json'}, "
-        "the campaign's ranking (give a report's file by name to rank it anyway)"]
+    why = (f"not a candidate of the campaign there (neither ranked in {camp / 'leaderboard.json'} nor with a "
+           f"{camp / 'candidates'}/NAME folder) (give a report's file by name to rank it anyway)")
+    assert captured.err.splitlines() == [f"kldtui: {camp}: left out comparison-{stray.stem}.json: {why}"]
     # before its first ranking: the candidates it finalized (candidates/NAME) are its candidates
     (camp / "leaderboard.json").unlink()
-    for path in ours:
+    for path in ours[:2]:
         (camp / "candidates" / path.stem).mkdir(parents=True)
-    assert main(["leaderboard", "--plain", str(camp)]) == 0
+    assert main(["leaderboard", "--plain", str(camp / f"comparison-{ours[2].stem}.json"),
+                 "--json", str(camp / "leaderboard.json")]) == 0  # an earlier ranking of one of them
+    capsys.readouterr()
+    assert main(["leaderboard", "--plain", str(camp)]) == 0  # a run stopped before it ranked again
     captured = capsys.readouterr()
     assert captured.out == expected
-    assert captured.err.splitlines() == [
-        f"kldtui: {camp}: left out comparison-{stray.stem}.json: no {camp / 'candidates'}/NAME folder, where "
-        "the campaign finalizes its candidate NAME (give a report's file by name to rank it anyway)"]
+    assert captured.err.splitlines() == [f"kldtui: {camp}: left out comparison-{stray.stem}.json: {why}"]
 
 
 def test_rms_delta_p_is_shown_once(reports: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
