@@ -100,9 +100,9 @@ def folder_reports(path: str | os.PathLike[str]) -> FolderReports:
     report: kldtui.formats.report refuses to read one anyway).
 
     A campaign's folder is shared: another tool or person may leave a ``comparison-*.json`` there.
-    Its candidates are the ones its state names: the rows of its ``leaderboard.json`` (the final
-    ranking, what ``kldtui leaderboard DIR`` ranks as), else, before it has one (or when that file
-    cannot be read), those with a finalized folder in ``candidates/``; the others are left out and
+    Its candidates are the ones its state names: the rows of its ``leaderboard.json`` (the last
+    ranking) and those with a folder in ``candidates/`` (:func:`_campaign_candidates`); the others are
+    left out and
     named (:meth:`FolderReports.left_out_line`). A folder with neither is a plain folder of reports:
     every ``comparison-*.json``."""
     from kldtui.errors import BadInput
