@@ -8,7 +8,10 @@ the records through ``write``. Which window a request scores comes from the capt
 request id (:func:`kldtui.formats.chunks.window_of_request`). The reference file is checked
 (:func:`kldtui.formats.identity.check_logits_file`: size, shape, header ``window_index`` and token
 hash against the reference manifest and the suite) before a row of it is used. A failure fails
-that request only: ``fail`` leaves the error marker with the reason; the server goes on.
+that request only: ``fail`` leaves the error marker with the reason; the server goes on. A block
+whose figures are not valid fails its request with the line compare would give
+(:mod:`kldtui.formats.finite`): a NaN, +Inf or a row without a finite logit in the reference file's
+rows (named) or in the candidate's logits.
 
 A hidden-state reference (a folder whose ``manifest.json`` lists final hidden states: the
 published ``reference-hidden/``, or kldtui's hidden mode) is replayed: each chunk's reference rows
@@ -33,6 +36,7 @@ import numpy as np
 
 from kldtui import settings
 from kldtui.errors import BadInput
+from kldtui.formats import finite
 from kldtui.formats.chunks import window_of_request
 from kldtui.formats.fidelity import holds_hidden_states
 from kldtui.formats.safetensors_io import RowReader
@@ -359,7 +363,10 @@ class ScoreSession:
                 lo_pos = row_start + skip
                 x = self._reference_rows(req, lo_pos - first, stop - first)
                 if req.hidden:
-                    _check_finite_states(req, x, lo_pos - first)
+                    bad = finite.nonfinite_state_rows(x)
+                    if bad.size:  # replayed, they would give NaN logits blamed on the replay
+                        raise ScoreFailed(finite.states_problem(req.reader.path, req.window.label,
+                                                                "reference", lo_pos - first + bad))
                 parts = []
                 # a hidden reference is replayed REPLAY_ROWS rows at a time (a streamed head crosses
                 # to the device once per span, not once per scored block), then scored block by block
@@ -372,8 +379,12 @@ class ScoreSession:
                         ref = self._heads.logits(ref, logits[lo:hi, :vocab_size])
                     for c in range(lo, hi, self.block_rows):
                         d = min(c + self.block_rows, hi)
-                        parts.append(self.score_rows(ref[c - lo:d - lo], logits[c:d, :vocab_size],
-                                                     req.tokens[row_start + c:row_start + d]))
+                        ref_rows, cand_rows = ref[c - lo:d - lo], logits[c:d, :vocab_size]
+                        scored = self.score_rows(ref_rows, cand_rows, req.tokens[row_start + c:row_start + d])
+                        if unscorable(scored):  # as compare refuses them, naming the side
+                            raise ScoreFailed(self._unscorable(req, ref_rows, cand_rows, scored,
+                                                               row_start + c - first))
+                        parts.append(scored)
                 records = np.concatenate(parts) if len(parts) > 1 else parts[0]
                 # rows whose divergences are too small for the fast forms (near-deterministic
                 # text): the precise path computed them; counted per chunk, summed in the record
@@ -394,6 +405,25 @@ class ScoreSession:
                 self._close(req_)
             return False
 
+    def _unscorable(self, req: _Request, ref: Any, cand: Any, records: np.ndarray, first_row: int) -> str:
+        """Why a block (scored rows ``first_row..``) gave figures that are not valid, in compare's
+        words (:mod:`kldtui.formats.finite`): the reference's rows (the file's, or replayed from
+        finite states), else the candidate's, else the sums overflowed. Scored and written, they
+        were refused by finalize as the server's fault even when the reference file was damaged."""
+        from kldtui.metrics.score import from_records
+
+        label = req.window.label
+        hit = finite.unscorable_logit_rows(ref)
+        if hit.size:
+            if req.hidden:
+                assert self._heads is not None
+                return finite.replay_problem(self._heads.head.path, req.reader.path, label, first_row + hit)
+            return finite.logits_problem(req.reader.path, label, "reference", first_row + hit)
+        hit = finite.unscorable_logit_rows(cand)
+        if hit.size:
+            return finite.logits_problem(None, label, "candidate", first_row + hit)
+        return finite.overflow_problem(None, label, first_row + from_records(records).nonfinite_rows())
+
     def close(self) -> None:
         with self._lock:
             items = list(self._requests.values())
@@ -403,15 +433,12 @@ class ScoreSession:
         self._pool.shutdown(wait=True)
 
 
-def _check_finite_states(req: _Request, bits: np.ndarray, first_row: int) -> None:
-    """ScoreFailed naming the file when reference hidden states (BF16 bit patterns, scored rows from
-    ``first_row``) hold NaN or Inf: scored, they gave NaN figures that finalize then blamed on the
-    server ("the server computed garbage there"), as compare refuses them."""
-    bad = np.flatnonzero(((bits & 0x7F80) == 0x7F80).any(axis=1))
-    if bad.size:
-        rows = ", ".join(str(first_row + int(r)) for r in bad[:5])
-        raise ScoreFailed(f"{req.reader.path}: {req.window.label}: NaN or Inf in the reference hidden states "
-                          f"at rows {rows}; capture this context again (or download it again)")
+def unscorable(records: np.ndarray) -> bool:
+    """Whether a block's records hold figures that are not valid (a NaN, +Inf or a row without a
+    finite logit on either side leads here: :meth:`kldtui.metrics.kernels.RowStats.nonfinite_rows`)."""
+    from kldtui.metrics.score import from_records
+
+    return bool(from_records(records).nonfinite_rows().size)
 
 
 def _default_reference(suite_dir: Path) -> Path:

@@ -20,6 +20,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
+from kldtui.formats import finite
 from kldtui.formats.suite import WindowSpec
 from kldtui.metrics.kernels import RowKernel, RowStats
 from kldtui.metrics.replay import torch_threads
@@ -178,8 +179,7 @@ class Engine:
             message = side.nonfinite(window, rows)
             if message is not None:
                 return BadInput(message)
-        return BadInput(f"{inputs.candidate.manifest_path}: {window.label}: non-finite results at rows "
-                        f"{', '.join(str(int(r)) for r in rows[:5])}; the logits overflow float64 sums")
+        return BadInput(finite.overflow_problem(inputs.candidate.manifest_path, window.label, rows))
 
 
 __all__ = ["Engine"]

@@ -32,6 +32,7 @@ import numpy as np
 
 from kldtui.errors import BadInput, remedy, size_text
 from kldtui.formats import fidelity as fid
+from kldtui.formats import finite
 from kldtui.formats.identity import check_logits_file
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import (
@@ -298,15 +299,9 @@ class LogitsSide:
             hit = []
             for r in rows[:64]:
                 block = reader.pread(int(r), int(r) + 1)
-                values = bf16_to_f32(block) if entry.dtype == "BF16" else block
-                # NaN or +Inf, or no finite logit at all (-inf alone is a mask: probability 0)
-                if not np.isfinite(np.max(values)):
+                if finite.unscorable_logit_rows(bf16_to_f32(block) if entry.dtype == "BF16" else block).size:
                     hit.append(int(r))
-        if not hit:
-            return None
-        shown = ", ".join(str(r) for r in hit[:5]) + (" ..." if len(hit) > 5 else "")
-        return (f"{path}: {window.label}: NaN or Inf in the {self.role} logits at rows {shown} (NaN, +Inf or "
-                "no finite logit in a row); capture and finalize this window again")
+        return finite.logits_problem(path, window.label, self.role, hit) if hit else None
 
     def info(self, windows: list[WindowSpec]) -> SideInfo:
         sizes = [self.manifest.entry(w.index).size_bytes for w in windows]
@@ -384,12 +379,10 @@ class HiddenSide:
         path = self.manifest.file_path(window.index)
         with RowReader(path, self.manifest.tensor_key, "BF16") as reader:
             hit = [int(r) for r in rows[:64]
-                   if not np.isfinite(bf16_to_f32(reader.pread(int(r), int(r) + 1))).all()]
+                   if finite.nonfinite_state_rows(reader.pread(int(r), int(r) + 1)).size]
         if hit:
-            return (f"{path}: {window.label}: NaN or Inf in the {self.role} hidden states at rows "
-                    f"{', '.join(str(r) for r in hit[:5])}; capture this context again")
-        return (f"{path}: {window.label}: the logits replayed with {self.head.path} are not finite at rows "
-                f"{', '.join(str(int(r)) for r in rows[:5])}; the head or the hidden states are damaged")
+            return finite.states_problem(path, window.label, self.role, hit)
+        return finite.replay_problem(self.head.path, path, window.label, rows)
 
     def info(self, windows: list[WindowSpec]) -> SideInfo:
         sizes = [self.manifest.entry(w.index).size_bytes for w in windows]
