@@ -100,6 +100,12 @@ class WindowState(Event):
     figures: dict[str, Any] = field(default_factory=dict)
     label: str = ""  # how messages name it ("context 0008 (chinese)"); "": "window NNN (domain)"
 
+    @property
+    def name(self) -> str:
+        """The window's name without its domain (``window 003``, ``context 0008``): the prefix of its
+        own progress tasks (``WindowSpec.name``), whose bars go once it reaches a final state."""
+        return self.label.split(" (", 1)[0] if self.label else f"window {self.window_index:03d}"
+
     def describe(self) -> str:
         """The window's line in a log (the dashboard's and ``--batch``'s):
         ``window 003 (code) compared, mean KL 0.0273169, top-1 90.22 %``."""

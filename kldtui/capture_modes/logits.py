@@ -251,12 +251,12 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     if final.exists() and not force:
         # checked against the suite, not the chunks: they may have been deleted since
         done = _existing(final, suite, window, expected_vocab, output_dir)
-        emit(WindowState(STAGE, window.index, "finalized", window.domain,
+        emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label,
                          figures={"skipped": True, "bytes": done.size_bytes}))
         return done
     chunks = check_chunk_dir(chunk_dir, window, expected_vocab=expected_vocab)
     vocab = chunks.vocab_size
-    emit(WindowState(STAGE, window.index, "finalizing", window.domain))
+    emit(WindowState(STAGE, window.index, "finalizing", window.domain, label=window.label))
     started = time.monotonic()
     writer = LogitsFileWriter(output_dir, window, vocab, suite.context_length, force=force,
                               hash_thread=True)
@@ -265,7 +265,7 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     first = window.scored_row_start  # positions before it are captured, not kept (docs/FORMATS.md)
     total = window.scored_positions * row_bytes
     throttle = Throttle(0.25)
-    task = f"window {window.index:03d}"
+    task = window.name
     try:
         # two buffers: the writer hashes one block in a helper thread while the next is read
         bufs = [np.empty((block_rows, vocab), dtype=np.float32) for _ in range(2)]
@@ -299,7 +299,7 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     elapsed = time.monotonic() - started
     emit(Progress(STAGE, task, total, total, "bytes",
                   rate=total / elapsed if elapsed > 0 else None, eta_s=0.0))
-    emit(WindowState(STAGE, window.index, "finalized", window.domain, figures={
+    emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label, figures={
         "bytes": written.size_bytes, "seconds": round(elapsed, 3),
         "gb_per_s": round(written.size_bytes / elapsed / 1e9, 3) if elapsed > 0 else None}))
     return written

@@ -116,7 +116,7 @@ class BatchReporter:
             return
         if self._progress is not None and isinstance(event, WindowState) and \
                 event.state in _PRINTED_WINDOW_STATES:
-            self._drop_window_bars(event.stage, event.window_index)
+            self._drop_window_bars(event.stage, event.name)
         if self._progress is not None and isinstance(event, StageFinished | StageFailed):
             self._drop_stage_bars(event.stage)
         line: str | None
@@ -184,9 +184,9 @@ class BatchReporter:
             for key in [k for k in self._bars if k[0] == stage]:
                 self._progress.remove_task(self._bars.pop(key))
 
-    def _drop_window_bars(self, stage: str, index: int) -> None:
-        """A window's own bars go when it reaches a final state (its last update may not be 100 %)."""
-        prefix = f"window {index:03d}"
+    def _drop_window_bars(self, stage: str, prefix: str) -> None:
+        """A window's own bars (tasks named ``prefix``, ``WindowState.name``: ``window 003``, a
+        context's ``context 0003``) go when it reaches a final state (its last update may not be 100 %)."""
         with self._lock:
             if self._progress is None:
                 return

@@ -175,12 +175,29 @@ class WindowSpec:
         return self.num_tokens - 1
 
     @property
+    def name(self) -> str:
+        """``window 003``, or a hidden-state suite's ``context 0003``: how messages, progress tasks and
+        events name it (the one rule; front ends read it back from an event, ``WindowState.name``)."""
+        return f"{self.unit} {self.index:0{self.digits}d}"
+
+    @property
     def label(self) -> str:
-        return f"{self.unit} {self.index:0{self.digits}d} ({self.domain})"
+        return f"{self.name} ({self.domain})"
 
     @property
     def chunk_dir_name(self) -> str:
         return f"window-{self.index:03d}-{self.domain}-chunks"
+
+
+# the names of a stage's count task (its Progress task and unit): a suite's units, plural
+COUNT_TASKS = ("windows", "contexts")
+
+
+def units_of(windows: Sequence[WindowSpec]) -> str:
+    """What ``windows`` are called together: ``windows``, or a hidden-state suite's ``contexts``
+    (:attr:`WindowSpec.unit`); the count tasks and stage lines say it, so ``--batch`` and the
+    dashboard name a suite's units as its messages do."""
+    return f"{windows[0].unit}s" if windows else "windows"
 
 
 @dataclass(frozen=True)

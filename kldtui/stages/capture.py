@@ -65,7 +65,7 @@ from kldtui.formats.chunks import (
 from kldtui.formats.names import check_name, safe_name
 from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import read_header
-from kldtui.formats.suite import Suite, WindowSpec, manifest_object, token_ids_hash
+from kldtui.formats.suite import Suite, WindowSpec, manifest_object, token_ids_hash, units_of
 from kldtui.servers.base import identity_changes
 from kldtui.workspace import Workspace
 
@@ -241,7 +241,7 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
     """
     with failure_reported(emit, STAGE):
         check_name(workspace.run_name, "run name", str(workspace.captures))
-        emit(StageStarted(STAGE, detail=f"{len(windows)} windows -> {workspace.run_dir}"))
+        emit(StageStarted(STAGE, detail=f"{len(windows)} {units_of(windows)} -> {workspace.run_dir}"))
         records = load_records(workspace.records_path)
         if (changed := changed_server(workspace, server.identity, server.mode, records)) is not None:
             raise BadInput(changed)
@@ -382,7 +382,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 _remove_tree(folder)
         if checked is None:  # finalized and verified, its chunks deleted: nothing to capture
             results[w.index] = rec
-            emit(WindowState(STAGE, w.index, "captured", w.domain,
+            emit(WindowState(STAGE, w.index, "captured", w.domain, label=w.label,
                              figures={"rows": w.scored_positions, "skipped": True}))
             if on_window_captured is not None:
                 on_window_captured(w, rec)
@@ -395,7 +395,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 continue
         vocab = checked.vocab_size
         results[w.index] = rec
-        emit(WindowState(STAGE, w.index, "captured", w.domain,
+        emit(WindowState(STAGE, w.index, "captured", w.domain, label=w.label,
                          figures={"rows": checked.rows, "skipped": True}))
         if on_window_captured is not None:
             on_window_captured(w, rec)
@@ -421,7 +421,8 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
     done_windows = len(results)
     session_start = time.monotonic()
     headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
-    emit(Progress(STAGE, "windows", done_windows, len(windows), "windows"))
+    units = units_of(windows)
+    emit(Progress(STAGE, units, done_windows, len(windows), units))
     with httpx.Client(trust_env=False) as client:
         session = _Session(client, _api_root(server.base_url), server.served_model_name, headers,
                            Path(server.capture_dir), workspace.run_name, server.request_timeout, emit,
@@ -440,7 +441,8 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
                 _remove_tree(workspace.chunk_dir(w.chunk_dir_name))
                 message = (f"{records_path}: could not record {w.label} ({exc.strerror or exc}); "
                            "free disk space and run again (the window is captured again)")
-                emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message}))
+                emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message},
+                                 label=w.label))
                 raise StageFailed(message) from None
             results[w.index] = rec
             done_windows += 1
@@ -448,11 +450,11 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
             elapsed = time.monotonic() - session_start
             rate = done_tokens / elapsed if elapsed > 0 else None
             eta = (total_tokens - done_tokens) / rate if rate else None
-            emit(WindowState(STAGE, w.index, "captured", w.domain, figures={
+            emit(WindowState(STAGE, w.index, "captured", w.domain, label=w.label, figures={
                 "rows": w.scored_positions, "seconds": round(rec.elapsed_seconds, 3),
                 "tokens_per_s": round(w.num_tokens / rec.elapsed_seconds, 1)
                 if rec.elapsed_seconds > 0 else None}))
-            emit(Progress(STAGE, "windows", done_windows, len(windows), "windows",
+            emit(Progress(STAGE, units, done_windows, len(windows), units,
                           rate=done_windows / elapsed if elapsed > 0 else None, eta_s=eta))
             emit(Progress(STAGE, "tokens", done_tokens, total_tokens, "tokens", rate=rate, eta_s=eta))
             if on_window_captured is not None:
@@ -542,7 +544,7 @@ class _WindowCapture:
         headers = {**s.headers, "X-Request-Id": self.x_request_id}
         request = _Request(s.client, s.url, body, headers, s.request_timeout)
         throttle = Throttle(0.25)
-        task = f"window {w.index:03d}"
+        task = w.name
         want = s.mode.chunks.rows_wanted(w)
         while not request.done.wait(POLL_INTERVAL):
             if s.cancel is not None and s.cancel.is_set():
@@ -627,7 +629,8 @@ class _WindowCapture:
 
     def fail(self, message: str) -> StageFailed:
         self.cleanup()
-        self.s.emit(WindowState(STAGE, self.w.index, "failed", self.w.domain, figures={"error": message}))
+        self.s.emit(WindowState(STAGE, self.w.index, "failed", self.w.domain, figures={"error": message},
+                                label=self.w.label))
         return StageFailed(message)
 
 
@@ -636,7 +639,7 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
     """Capture one window into ``dest``; its record and vocabulary. Nothing is left on failure."""
     job = _WindowCapture(session, suite, w, dest)
     emit = session.emit
-    emit(WindowState(STAGE, w.index, "capturing", w.domain))
+    emit(WindowState(STAGE, w.index, "capturing", w.domain, label=w.label))
     started = time.monotonic()
     try:
         try:
@@ -650,7 +653,7 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
             raise job.fail(f"{w.label}: moving or reading its chunks failed: {exc}") from None
     except (Interrupted, KeyboardInterrupt):
         job.cleanup()
-        emit(WindowState(STAGE, w.index, "pending", w.domain))
+        emit(WindowState(STAGE, w.index, "pending", w.domain, label=w.label))
         emit(LogLine(STAGE, f"{w.label}: capture interrupted; nothing recorded", "warning"))
         raise
     except StageFailed:

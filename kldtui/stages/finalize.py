@@ -29,7 +29,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import remove_tree_atomically
-from kldtui.formats.suite import Suite, WindowSpec
+from kldtui.formats.suite import Suite, WindowSpec, units_of
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "finalize"
@@ -230,7 +230,8 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
     with failure_reported(emit, STAGE):
         if not windows:
             raise BadInput(f"{workspace.run_dir}: no windows to finalize")
-        emit(StageStarted(STAGE, detail=f"{len(windows)} windows {workspace.run_dir} -> "
+        units = units_of(windows)
+        emit(StageStarted(STAGE, detail=f"{len(windows)} {units} {workspace.run_dir} -> "
                                         f"{workspace.candidate}"))
         started = time.monotonic()
         finalizer = Finalizer(workspace, suite, kind=kind, runtime=runtime, window_range=window_range,
@@ -246,13 +247,13 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
                     cancel.check()
                 skipped += int(not force and (workspace.candidate / mode.file_name(w.index)).exists())
                 done[w.index] = finalizer.finalize(w)
-                emit(Progress(STAGE, "windows", n + 1, len(windows), "windows"))
+                emit(Progress(STAGE, units, n + 1, len(windows), units))
             path = finalizer.finish()
         except StageFailed as exc:
             raise type(exc)(f"{exc}; {_published(done, workspace.candidate)}") from None
         nbytes = sum(r.size_bytes for r in done.values())
     elapsed = time.monotonic() - started
-    emit(StageFinished(STAGE, summary=f"{len(windows)} windows -> {path}", figures={
+    emit(StageFinished(STAGE, summary=f"{len(windows)} {units} -> {path}", figures={
         "windows": len(windows), "kept": kept, "bytes": nbytes, "seconds": round(elapsed, 3),
         "skipped": skipped}))
     return path

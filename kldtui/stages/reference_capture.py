@@ -48,7 +48,7 @@ from kldtui.events import (
 from kldtui.folder_lock import FolderLocks
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest
+from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest
 from kldtui.servers.base import ServerPlan
 from kldtui.stages.serve import ServerSession, run_serve, stop_reason
 from kldtui.workspace import Workspace
@@ -246,8 +246,11 @@ def _copy_json(src: Path, dst: Path) -> None:
 
 
 # The reference capture's task names as shown under the reference stage: its capture and finalize
-# both count "windows", which would read as one bar twice ("ref windows", "ref reference windows").
-_RELABELLED_TASKS = {("capture", "windows"): "captured", ("finalize", "windows"): "finalized"}
+# both count "windows" (a context suite's "contexts"), which would read as one bar twice ("ref windows",
+# "ref reference windows").
+_RELABELLED_TASKS = {(stage, units): done
+                     for stage, done in (("capture", "captured"), ("finalize", "finalized"))
+                     for units in COUNT_TASKS}
 
 
 def as_reference_stage(emit: EventSink, total: int | None = None) -> EventSink:

@@ -278,7 +278,7 @@ class DashboardModel:
         """A window's own bars go once it reached a final state (its last update may not be 100 %)."""
         if event.state not in ("captured", "finalized", "compared", "failed", "pending"):
             return
-        prefix = f"window {event.window_index:03d}"
+        prefix = event.name  # as the batch reporter's bars: a context's are "context 0003 ..."
         for key in [k for k in self.progress if k[1].startswith(prefix) and stage in (None, k[0])]:
             del self.progress[key]
             self.dirty.add("progress")

@@ -59,7 +59,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.folder_lock import FolderLocks
-from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite
+from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, units_of
 from kldtui.servers.base import CaptureTarget, ServerConfig, server_identity
 from kldtui.servers.registry import kind_of
 from kldtui.stages.reference_capture import (
@@ -453,7 +453,8 @@ class Pipeline:
                 self.cancel = _LinkedCancel(self.user_cancel)
                 comparer.cancel = self.cancel
             written = finalizer.written
-            self.emit(StageFinished("finalize", summary=f"{len(written)} windows in {ws.candidate}",
+            self.emit(StageFinished("finalize", summary=f"{len(written)} {units_of(self.windows())} in "
+                                                        f"{ws.candidate}",
                                     figures={"windows": len(written)}))
             results = [comparer.window(w, announce=False) for w in self.windows() if w.index in written]
             if not results:
@@ -497,7 +498,7 @@ class Pipeline:
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 failure.append(exc)
                 self.emit(WindowState("finalize", window.index, "failed", domain=window.domain,
-                                      figures={"error": str(exc)}))
+                                      figures={"error": str(exc)}, label=window.label))
                 self.cancel.set(f"stopped: {exc}")
 
     @property

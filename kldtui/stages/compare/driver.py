@@ -28,7 +28,7 @@ from kldtui.events import (
 )
 from kldtui.formats.reference_identity import replayed_identity
 from kldtui.formats.report_model import Comparator, ComparisonReport, SideDescription, Verified
-from kldtui.formats.suite import Suite, WindowSpec, load_suite
+from kldtui.formats.suite import Suite, WindowSpec, load_suite, units_of
 from kldtui.stages.compare.cache import WindowCache
 from kldtui.stages.compare.engine import Engine
 from kldtui.stages.compare.figures import figures_window
@@ -144,7 +144,7 @@ class Comparer:
                     self.cache.put(w, r)
                 results.append(r)
                 self._announce(w, r)
-                units = f"{w.unit}s"  # windows, or a hidden-state suite's contexts
+                units = units_of(inputs.windows)
                 self.emit(Progress("compare", task=units, done=n + 1, total=len(inputs.windows), unit=units))
             self.engine_info = (str(engine.backend), engine.threads)
         return results
@@ -163,7 +163,7 @@ class Comparer:
             self.computed += 1
             results.append(r)
             self._announce(w, r)
-            units = f"{w.unit}s"
+            units = units_of(selected)
             self.emit(Progress("compare", task=units, done=n + 1, total=len(selected), unit=units))
         self.engine_info = (figures.backend, None)
         return results

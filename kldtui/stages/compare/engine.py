@@ -110,7 +110,7 @@ class Engine:
         throttle = Throttle(0.1)
         done = 0
         lock = threading.Lock()
-        task = f"{window.unit} {window.index:0{window.digits}d}"
+        task = window.name
         mmap_ok = self.spec.mmap
 
         with contextlib.ExitStack() as stack:

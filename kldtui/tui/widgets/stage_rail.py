@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
+from kldtui.formats.suite import COUNT_TASKS
 from kldtui.tui.model import (
     CANDIDATE_STAGES,
     STAGE_TITLES,
@@ -109,8 +110,8 @@ def _narrow(part: str, width: int) -> str:
     for host in ("127.0.0.1:", "localhost:", "0.0.0.0:"):
         if part.startswith(host) and len(part) > width:
             return "port " + part[len(host):].split("/", 1)[0]
-    if part.startswith("windows ") and len(part) > width:
-        return part.split(" ", 1)[1]  # "windows 120/128" as "120/128"
+    if part.split(" ", 1)[0] in COUNT_TASKS and len(part) > width:
+        return part.split(" ", 1)[1]  # "windows 120/128" (a context suite's "contexts ...") as "120/128"
     return part
 
 
@@ -119,7 +120,7 @@ def stage_percent(model: DashboardModel, stage: str) -> float | None:
     ``finalized`` or ``captured`` count), else the share of the run's windows that reached the
     stage, else its only task when that is the stage's own (not one window's)."""
     tasks = {k[1]: p for k, p in model.progress.items() if k[0] == stage and p.total}
-    for name in ("windows", "download", "finalized", "captured", "tokens"):
+    for name in (*COUNT_TASKS, "download", "finalized", "captured", "tokens"):
         if name in tasks:
             p = tasks[name]
             return 100.0 * p.done / p.total if p.total else None
