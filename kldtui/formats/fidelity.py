@@ -93,6 +93,8 @@ KLDTUI_PREFIX = ".kldtui"  # kldtui's own files in a suite folder (download reco
 # What to do about a damaged file of a complete hidden-state suite (its top-level manifest.json and
 # checksums.txt: written when its reference is finalized, or downloaded) and of an LM head
 HIDDEN_SUITE_DAMAGED = "download the suite again, or capture and finalize its reference again"
+# the top-level manifest's ``status``: the replay check's verdict (docs/FORMATS.md), or none was made
+TOP_STATUSES = ("qualified", "not qualified", "replay not checked")
 HEAD_DAMAGED = "export the head again (kldtui export-head) or download it again"
 
 HIDDEN_KEY = "hidden_states"
@@ -953,6 +955,11 @@ def _top_manifest(p: Path, doc: dict[str, Any]) -> TopManifest:
             raise BadField(f"{r_where}: expected an object (file, sha256, status) or null")
         check_relative_path(require_field(runtime, "file", str, r_where), "file", r_where)
         _sha(runtime, "sha256", r_where)
+    status = doc.get("status")
+    if status is not None and status not in TOP_STATUSES:  # shown on the dataset card as it is
+        shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
+        raise BadField(f"{where}: status {shown[:80]} is not one of "
+                       f"{', '.join(repr(s) for s in TOP_STATUSES)}")
     count = _whole(doc, "context_count", where, minimum=1)
     length = _whole(doc, "context_length", where, minimum=2)
     if "shape_per_context" in hidden:
@@ -1251,6 +1258,8 @@ def write_top_manifest(root: str | os.PathLike[str], *, artifact_kind: str, chec
     manifest, LM head, partitions, capture runtime), with their hashes."""
     from kldtui.formats.suite import load_suite, sha256_file
 
+    if status not in TOP_STATUSES:  # a caller's mistake: never written, then refused on load
+        raise ValueError(f"status {status!r} is not one of {TOP_STATUSES}")
     base = Path(root)
     suite = load_suite(base)
     hidden = load_tensor_manifest(base / HIDDEN_DIR)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.cli.main import main
+from tests import fidelity_fixture as fx
 from tests.hub_server import make_dataset
 
 
@@ -61,3 +62,17 @@ def test_verify_on_a_root_without_ref_does_not_say_suite_ok(tmp_path: Path,
     assert "no reference logits" in out and "ref/manifest.json" in out
     doc = json.loads((root / "suite-manifest.json").read_text())
     assert doc["window_count"] == 2
+
+
+def test_verify_exits_2_on_a_top_manifest_status_it_does_not_know(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fx.build(tmp_path / "suite", contexts=4).root
+    top = root / "manifest.json"
+    doc = json.loads(top.read_text())
+    doc["status"] = "verified by us"
+    top.write_text(json.dumps(doc))
+    assert main(["verify", str(root)]) == 2
+    said = [line for line in capsys.readouterr().err.splitlines() if "status" in line]
+    assert len(said) == 1 and said[0].startswith("FAIL ") and (
+        f"{top}: status 'verified by us' is not one of 'qualified', 'not qualified', 'replay not checked'; "
+        in said[0]), said

@@ -211,3 +211,26 @@ def test_writer_output_passes_the_published_rules(tmp_path: Path) -> None:
                                  np.zeros((11, 8), np.float32))
     with pytest.raises(BadInput, match="already holds an LM head"):
         fid.write_lm_head(root / fid.LM_HEAD_DIR, np.zeros((2, 2), np.float32), checkpoint_tensor_key="k")
+
+
+@pytest.mark.parametrize("status", ["implemented", "Qualified", 1, ["qualified"]])
+def test_a_top_manifest_status_outside_the_three_is_refused(tmp_path: Path, status: object) -> None:
+    """The top-level status is the replay check's verdict, which the dataset card quotes: it was
+    read and never checked, so a card could claim anything."""
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    path = fixture.root / fid.TOP_MANIFEST
+    _mutate(path, lambda d: d.update(status=status))
+    shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
+    with pytest.raises(BadInput) as info:
+        fid.load_top_manifest(path)
+    assert str(info.value) == (f"{path}: status {shown} is not one of 'qualified', 'not qualified', "
+                               "'replay not checked'; download the suite again, or capture and finalize its "
+                               "reference again")
+
+
+@pytest.mark.parametrize("status", [*fid.TOP_STATUSES, None])
+def test_the_top_manifest_statuses_kldtui_writes_load(tmp_path: Path, status: str | None) -> None:
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    path = fixture.root / fid.TOP_MANIFEST
+    _mutate(path, lambda d: d.update(status=status) if status is not None else d.pop("status"))
+    assert fid.load_top_manifest(path).raw.get("status") == status
