@@ -331,6 +331,21 @@ def static_text(app: KldApp, selector: str) -> str:
     return str(app.query_one(selector, Static).render())
 
 
+def drawn_lines(app: KldApp, selector: str) -> list[str]:
+    """The lines a widget of the active screen draws at its width, all of them (also those scrolled
+    out of sight), each without its trailing blanks: what the user reads, wrapped as it is shown."""
+    from textual.geometry import Region
+
+    widget = app.screen.query_one(selector)
+    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return [strip.text.rstrip() for strip in strips]
+
+
+def help_text(app: KldApp) -> str:
+    """The open help's keys as drawn, one line per drawn line (a key's words may wrap)."""
+    return "\n".join(drawn_lines(app, "#help-text"))
+
+
 def headline_of(report: Any) -> dict[str, Any]:
     """The headline mean-KL interval every view shows of a report document
     (kldtui.formats.report_names.kl_headline_interval)."""

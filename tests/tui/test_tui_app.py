@@ -16,6 +16,7 @@ from tests.fixtures_tui import (
     ScriptedPipeline,
     dashboard,
     headline_of,
+    help_text,
     make_report,
     open_with_o,
     settle,
@@ -257,7 +258,7 @@ async def test_the_viewer_of_one_report_opens_a_campaigns_folder_as_its_leaderbo
         assert "A = q8, B = q4" in static_text(app, "#diff-verdict")
         await pilot.press("question_mark")
         await pilot.pause()
-        assert "Viewer (leaderboard)" in str(app.screen.query_one("#help-text", Static).render())
+        assert "Viewer (leaderboard)" in help_text(app)
 
 
 @sync

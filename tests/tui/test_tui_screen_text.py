@@ -14,7 +14,16 @@ from kldtui.tui import themes
 from kldtui.tui.app import create_app
 from kldtui.tui.screens.dialogs import HelpScreen
 from kldtui.tui.widgets import LogView
-from tests.fixtures_tui import dashboard, make_report, settle, sync, until, write_report
+from tests.fixtures_tui import (
+    dashboard,
+    drawn_lines,
+    help_text,
+    make_report,
+    settle,
+    sync,
+    until,
+    write_report,
+)
 from tests.paths import REPO
 
 ROOT = REPO
@@ -67,12 +76,84 @@ async def test_viewer_help_lists_only_viewer_keys_and_says_how_to_close(tmp_path
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+        text = help_text(app) + " ".join(drawn_lines(app, "#help-close"))
         assert "run all" not in text and "stop the server" not in text and "search the log" not in text
         assert "mark a row" in text and "Esc" in text and "closes this help" in text
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
+
+
+def _continued_beside_their_keys(lines: list[str]) -> list[str]:
+    """The help's wrapped lines that do not start in the column of their key's words: a row is
+    ``  KEYS  WORDS``, a line that goes on with a row's words starts under its WORDS."""
+    wrong, column = [], 0
+    for line in lines:
+        if not line.startswith(" "):  # a heading
+            continue
+        if not line.startswith("   "):  # a row: its words start after the keys' blank run
+            column = re.search(r"\S(\s{2,})\S", line[2:]).end() + 1  # type: ignore[union-attr]
+        elif len(line) - len(line.lstrip()) != column:
+            wrong.append(line)
+    return wrong
+
+
+async def _open_help(app: Any, pilot: Any) -> None:
+    await settle(app, pilot)
+    await pilot.press("question_mark")
+    await pilot.pause()
+    assert isinstance(app.screen, HelpScreen)
+
+
+@sync
+async def test_at_80x24_the_help_fits_and_its_words_wrap_beside_their_keys(tmp_path: Path) -> None:
+    """The help was 78 columns wide (cut to 76) with its keys' words in one string wrapped by hand:
+    at 80x24 a key's words broke at the dialog's edge and went on under the keys ("verdict" under
+    "↑ ↓"), and how to close it lay below the screen's bottom. Now the dialog leaves a column each
+    side, a key's words wrap in their own column, the keys and notes scroll, and the line that says
+    how to close it stays in sight."""
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    viewer = create_app(reports=paths, config_dir=tmp_path / "v", remember_theme=False)
+    board, _ = dashboard(tmp_path)
+    for app in (viewer, board):
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _open_help(app, pilot)
+            screen = app.screen
+            dialog, close = screen.query_one("#dialog"), screen.query_one("#help-close")
+            assert dialog.region.x >= 1 and dialog.region.right <= 79, dialog.region
+            assert dialog.region.y >= 1 and dialog.region.bottom <= 23, dialog.region
+            lines = drawn_lines(app, "#help-text")
+            assert any(line.startswith("   ") for line in lines), lines  # some words do wrap at 80
+            assert _continued_beside_their_keys(lines) == [], "\n".join(lines)
+            said = " ".join(" ".join(lines).split())
+            for section in screen.sections:  # every key's words are there, whole, nothing cut
+                assert section.title in said
+                for keys, words in section.rows:
+                    assert keys in said and " ".join(words.split()) in said, (keys, words)
+            assert dialog.content_region.contains_region(close.region), (close.region, dialog.region)
+            assert "closes this help" in " ".join(drawn_lines(app, "#help-close"))
+            body = screen.query_one("#help-body")
+            assert body.max_scroll_y > 0  # taller than the screen: it scrolls, the close line stays
+            await pilot.press("end")
+            await pilot.pause()
+            assert body.scroll_y == body.max_scroll_y
+            last = screen.query_one("#help-notes" if app is viewer else "#help-text")
+            assert last.region.bottom <= body.region.bottom, (last.region, body.region)
+            assert dialog.content_region.contains_region(close.region)
+
+
+@sync
+async def test_at_200x50_each_key_of_the_help_is_one_line(tmp_path: Path) -> None:
+    """At 200x50 the help is wider than at 80 columns: no key's words wrap and nothing scrolls."""
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    app = create_app(reports=paths, config_dir=tmp_path, remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _open_help(app, pilot)
+        lines = drawn_lines(app, "#help-text")
+        assert not any(line.startswith("   ") for line in lines), "\n".join(lines)
+        assert app.screen.query_one("#help-body").max_scroll_y == 0
 
 
 @sync
@@ -81,7 +162,7 @@ async def test_dashboard_help_lists_dashboard_keys(tmp_path: Path) -> None:
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
-        text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+        text = help_text(app) + " ".join(drawn_lines(app, "#help-close"))
         assert "run all stages" in text and "closes this help" in text
 
 

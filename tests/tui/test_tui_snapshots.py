@@ -161,3 +161,18 @@ def test_viewer_leaderboard_light(snap_compare: Any, tmp_path: Path) -> None:
 def test_viewer_original_report_80x24(snap_compare: Any, tmp_path: Path) -> None:
     app = _viewer(tmp_path, [("published-run", 0.003, 5, True)])
     assert snap_compare(app, terminal_size=(80, 24), run_before=_loaded)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_viewer_help(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """The leaderboard viewer's help (?): at 80x24 a column of screen each side, the keys' words wrapped
+    beside their keys, the keys scrolling above the line that says how to close it."""
+    app = _viewer(tmp_path, [("int4-awq", 0.05, 1, False), ("fp8", 0.010, 2, False)])
+
+    async def run_before(pilot: Any) -> None:
+        await _loaded(pilot)
+        await pilot.press("question_mark")
+        for _ in range(3):
+            await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

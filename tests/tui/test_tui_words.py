@@ -35,6 +35,7 @@ from tests.fixtures_tui import (
     DOMAINS,
     ScriptedPipeline,
     feed,
+    help_text,
     make_report,
     open_with_o,
     settle,
@@ -528,9 +529,9 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
             assert "? help" in note and "noise model:" in note
             await pilot.press("question_mark")
             await pilot.pause()
-            help_text = str(app.screen.query_one("#help-text", Static).render())
-            assert "worse       shown worse than the best" in help_text
-            assert "no verdict  too few windows to tell" in help_text
+            keys = help_text(app)
+            assert "worse       shown worse than the best" in keys
+            assert "no verdict  too few windows to tell" in keys
             # the notes above the ranking are short; the help has them in full
             in_full = str(app.screen.query_one("#help-notes", Static).render())
             said = ("noise model: measured repeat variation" if noise else
@@ -725,9 +726,9 @@ async def test_dashboard_help_says_what_d_does(tmp_path: Path) -> None:
     async with app.run_test(size=(120, 50)) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
-        text = str(app.screen.query_one("#help-text", Static).render())
-        assert "l e b    show the log / result / leaderboard tab" in text
-        assert "d        the Diff tab: the difference of two reports on the leaderboard" in text
+        text = help_text(app)
+        assert "l e b  show the log / result / leaderboard tab" in text
+        assert "d      the Diff tab: the difference of two reports on the leaderboard" in text
 
 
 @sync

@@ -30,6 +30,7 @@ from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_repor
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
+from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
 
 LOAD_GROUP = "load"  # reading reports and the work folder: every one runs to its end
@@ -37,13 +38,12 @@ RANK_GROUP = "rank"  # exclusive: a newer ranking replaces an older one
 PANE_GROUP = "pane"  # exclusive: what the pane under the table shows (difference, charts)
 
 # The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's marks).
-TIE_COLUMN_HELP = """\
-[b]The leaderboard's tie column[/b]
-  best        lowest mean KL; the other rows are compared with it
-  tied        not shown different from the best
-  worse       shown worse than the best
-  no verdict  too few windows to tell, or a verdict that cannot be calibrated on these windows
-"""
+TIE_COLUMN_HELP = HelpSection("The leaderboard's tie column", (
+    ("best", "lowest mean KL; the other rows are compared with it"),
+    ("tied", "not shown different from the best"),
+    ("worse", "shown worse than the best"),
+    ("no verdict", "too few windows to tell, or a verdict that cannot be calibrated on these windows"),
+))
 
 
 def row_verdict(row: Any, rows: int) -> str:
@@ -69,9 +69,9 @@ class Delivered(Message):
 
 
 class BoardScreen(Screen[None]):
-    """Base of the two main screens. ``KEYS_HELP`` is the help text of the screen's own keys."""
+    """Base of the two main screens. ``KEYS_HELP`` is the help (?) of the screen's own keys."""
 
-    KEYS_HELP = ""
+    KEYS_HELP: tuple[HelpSection, ...] = ()
 
     def __init__(self, report_paths: list[Path]) -> None:
         super().__init__()

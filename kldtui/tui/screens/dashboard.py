@@ -51,6 +51,7 @@ from kldtui.tui.widgets import (
     WindowGrid,
 )
 from kldtui.tui.widgets.format import shown_path
+from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
 from kldtui.workflow.control import PipelineControl, StageRequest
 from kldtui.workflow.state import RunState
@@ -131,20 +132,23 @@ class ResettableCancel(Cancel):
         self.reason = "interrupted"
 
 
-KEYS_HELP = """\
-[b]Dashboard[/b]
-  r        run all stages (download and server start overlap)
-  1 … 5    start one stage (1 reference … 5 compare)
-  s        stop the running stage(s); state on disk stays resumable
-  x        stop the server
-  l e b    show the log / result / leaderboard tab
-  d        the Diff tab: the difference of two reports on the leaderboard (the two marked, or
-           the only two)
-  /        search the log (Esc clears)
-[b]Leaderboard tab[/b]
-  Enter    open the selected report (Esc: back)
-  space    mark a row; with two marked, d shows their difference
-""" + TIE_COLUMN_HELP
+KEYS_HELP = (
+    HelpSection("Dashboard", (
+        ("r", "run all stages (download and server start overlap)"),
+        ("1 … 5", "start one stage (1 reference … 5 compare)"),
+        ("s", "stop the running stage(s); state on disk stays resumable"),
+        ("x", "stop the server"),
+        ("l e b", "show the log / result / leaderboard tab"),
+        ("d", "the Diff tab: the difference of two reports on the leaderboard (the two marked, or the "
+              "only two)"),
+        ("/", "search the log (Esc clears)"),
+    )),
+    HelpSection("Leaderboard tab", (
+        ("Enter", "open the selected report (Esc: back)"),
+        ("space", "mark a row; with two marked, d shows their difference"),
+    )),
+    TIE_COLUMN_HELP,
+)
 
 
 class DashboardScreen(BoardScreen):

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from kldtui.tui.widgets.key_help import HelpSection, KeyHelp
 from kldtui.tui.widgets.plain import PlainLabel, PlainStatic
 
 NOTHING_RUNS = "Nothing is running any more. Quit?"
@@ -74,33 +75,37 @@ class PathScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-COMMON_KEYS = """\
-[b]Everywhere[/b]
-  o        open a result report
-  t        switch theme (remembered)
-  ctrl+p   command palette
-  ?        this help
-  q        quit{quit_note}
-"""
+def common_keys(quit_note: str = "") -> HelpSection:
+    """The keys that work on every screen; ``quit_note`` says when q asks first."""
+    return HelpSection("Everywhere", (
+        ("o", "open a result report"),
+        ("t", "switch theme (remembered)"),
+        ("ctrl+p", "command palette"),
+        ("?", "this help"),
+        ("q", f"quit{quit_note}"),
+    ))
 
 
 class HelpScreen(ModalScreen[None]):
-    """The keys of the screen it was opened from (``text``), then the keys that work everywhere."""
+    """The keys of the screen it was opened from (``sections``), then the keys that work everywhere,
+    then the ranking's notes in full. The keys and notes scroll (at 80x24 they are taller than the
+    screen); how to close the help stays in sight below them."""
 
     BINDINGS = [Binding("escape,q,question_mark", "close", "close")]
 
-    def __init__(self, text: str, quit_note: str = "", notes: list[str] | None = None) -> None:
+    def __init__(self, sections: tuple[HelpSection, ...], quit_note: str = "",
+                 notes: list[str] | None = None) -> None:
         super().__init__()
-        self.text = text
-        self.quit_note = quit_note
+        self.sections = (*sections, common_keys(quit_note))
         self.notes = list(notes or [])
 
     def compose(self) -> ComposeResult:
-        body = self.text.rstrip("\n") + "\n" + COMMON_KEYS.format(quit_note=self.quit_note)
-        with VerticalScroll(id="dialog"):
-            yield Static(body, id="help-text")
-            if self.notes:  # names and paths from the reports: text, never markup
-                yield PlainStatic("\n".join(["The ranking's notes in full:", *self.notes]), id="help-notes")
+        with Vertical(id="dialog"):
+            with VerticalScroll(id="help-body"):
+                yield KeyHelp(self.sections, id="help-text")
+                if self.notes:  # names and paths from the reports: text, never markup
+                    notes = "\n".join(["The ranking's notes in full:", *self.notes])
+                    yield PlainStatic(notes, id="help-notes")
             yield Static("[b]Esc[/b], [b]q[/b] or [b]?[/b] closes this help", id="help-close")
 
     def action_close(self) -> None:

@@ -16,25 +16,30 @@ from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_repor
 from kldtui.tui.screens.board import PANE_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
 from kldtui.tui.widgets.format import shown_path
+from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
     from kldtui.decide.plots import ChartData
 
-SINGLE_KEYS_HELP = """\
-[b]Viewer (one report)[/b]
-  ↑ ↓ PgUp PgDn   scroll the summary, domains and per-window chart
-"""
+SINGLE_KEYS_HELP = (
+    HelpSection("Viewer (one report)", (
+        ("↑ ↓ PgUp PgDn", "scroll the summary, domains and per-window chart"),
+    )),
+)
 
-BOARD_KEYS_HELP = """\
-[b]Viewer (leaderboard)[/b]
-  ↑ ↓      move between reports; under the table, the selected row's verdict
-  Enter    open the selected report (Esc: back)
-  space    mark a row; with two marked, d shows their difference
-  d        per-window difference of the two marked reports
-  c        charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot draws them)
-  Esc      close the difference or the charts (the notes above the table come back)
-""" + TIE_COLUMN_HELP
+BOARD_KEYS_HELP = (
+    HelpSection("Viewer (leaderboard)", (
+        ("↑ ↓", "move between reports; under the table, the selected row's verdict"),
+        ("Enter", "open the selected report (Esc: back)"),
+        ("space", "mark a row; with two marked, d shows their difference"),
+        ("d", "per-window difference of the two marked reports"),
+        ("c", "charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot "
+              "draws them)"),
+        ("Esc", "close the difference or the charts (the notes above the table come back)"),
+    )),
+    TIE_COLUMN_HELP,
+)
 
 
 class ViewerScreen(BoardScreen):
