@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +69,46 @@ def campaign_noise_model(path: str | os.PathLike[str]) -> Path | None:
     if not model.is_file() or model.is_symlink():
         return None
     return model if any(p.glob(CAMPAIGN_REPORT_GLOB)) else None
+
+
+@dataclass(frozen=True)
+class FolderNoise:
+    """The noise model that campaign folders bring to a leaderboard they are ranked on (``models``: the
+    distinct ones they hold, in the order they came). The one rule, for ``kldtui view``/``leaderboard``/
+    ``plot DIR`` and for the dashboard and viewer (a folder opened with ``o``, the dashboard's own
+    campaign): unless the user chose one (``--noise FILE``, ``--no-noise-floor``), the folders' model
+    when they hold one, and none when they hold different ones (which of them would be a guess)."""
+
+    models: tuple[Path, ...] = ()
+
+    @property
+    def model(self) -> Path | None:
+        return self.models[0] if len(self.models) == 1 else None
+
+    def adding(self, models: Iterable[str | os.PathLike[str]]) -> FolderNoise:
+        """These and ``models`` (the same file, however its path is written, counts once)."""
+        held = list(self.models)
+        seen = {os.path.abspath(m) for m in held}
+        for m in models:
+            if os.path.abspath(m) not in seen:
+                seen.add(os.path.abspath(m))
+                held.append(Path(m))
+        return FolderNoise(tuple(held))
+
+    def words(self, shown: Callable[[Path], object] = str) -> str | None:
+        """The line that says which model the folders chose, or that they chose none (None: they hold
+        none). ``shown``: how a path is written (the viewer: relative to the current folder)."""
+        if self.model is not None:
+            return f"noise model: {shown(self.model)}, the campaign's"
+        if self.models:
+            return (f"noise model: none; the folders hold {len(self.models)} "
+                    f"({', '.join(str(shown(m)) for m in self.models)})")
+        return None
+
+
+def folder_noise(paths: Iterable[str | os.PathLike[str]]) -> FolderNoise:
+    """:class:`FolderNoise` of the campaign folders among ``paths`` (:func:`campaign_noise_model`)."""
+    return FolderNoise().adding(m for p in paths for m in [campaign_noise_model(p)] if m is not None)
 
 
 @dataclass(frozen=True)

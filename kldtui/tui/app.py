@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.theme import Theme
 
 from kldtui import stop_signals
+from kldtui.formats.report_names import FolderNoise
 from kldtui.formats.untrusted_json import printable
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import ShownCandidate
@@ -129,7 +130,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
                reports: Sequence[str | Path] = (), theme: str | None = None, config_dir: Path | None = None,
                title: str | None = None, windows: Iterable[tuple[int, str]] = (), autostart: bool = False,
                remember_theme: bool = True, own_report: Path | None = None, noise_path: str | None = None,
-               use_noise_floor: bool = True) -> KldApp:
+               use_noise_floor: bool = True, folder_noise: FolderNoise | None = None) -> KldApp:
     """The one way to build the app (CLI and tests).
 
     Dashboard: give ``profile`` (a :class:`kldtui.workflow.profile.Profile`; the app drives
@@ -139,8 +140,11 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     ``reports`` (one: the result pane; several: the leaderboard). ``config_dir`` overrides
     ``$XDG_CONFIG_HOME/kldtui`` (themes and remembered settings). ``noise_path`` /
     ``use_noise_floor``: the leaderboard's noise model, as ``kldtui leaderboard --noise`` /
-    ``--no-noise-floor``.
+    ``--no-noise-floor``; ``folder_noise``: the models the campaign folders among ``reports`` brought
+    (``kldtui view DIR``), used by the rule every folder the board takes in follows
+    (:meth:`~kldtui.tui.screens.board.BoardScreen.take_folder_noise`).
     """
+    brought = folder_noise.models if folder_noise is not None else ()
     abort: float | None = None
     workspace: Workspace | None = None
     profile_name: str | None = None
@@ -173,7 +177,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a window's KL > {abort:g}"
         if profile is not None and profile.is_campaign and profile.workspace().noise_model_path.is_file():
-            dashboard.noise_path = str(profile.workspace().noise_model_path)  # a campaign's measured model
+            brought = (*brought, profile.workspace().noise_model_path)  # the campaign's measured model
         main = dashboard
     elif paths:
         main = ViewerScreen(paths)
@@ -182,6 +186,8 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
 
         raise BadInput("nothing to show: give a profile (dashboard) or report files (viewer)")
     main.noise_path, main.use_noise_floor = noise_path, use_noise_floor
+    main.noise_chosen = noise_path is not None or not use_noise_floor
+    main.take_folder_noise(brought, say=False)
     return KldApp(main, theme=theme, config_dir=config_dir, title=title or "kldtui",
                   remember_theme=remember_theme)
 
@@ -239,7 +245,7 @@ def run_dashboard(profile_path: str | Path | None = None, theme: str | None = No
 
 
 def run_viewer(paths: Sequence[str | Path], theme: str | None = None, noise_path: str | None = None,
-               use_noise_floor: bool = True) -> int:
+               use_noise_floor: bool = True, folder_noise: FolderNoise | None = None) -> int:
     """Show one saved report (result pane) or several (leaderboard)."""
     from kldtui.formats.report import load_report
 
@@ -250,5 +256,5 @@ def run_viewer(paths: Sequence[str | Path], theme: str | None = None, noise_path
         load_report(paths[0])
     stop_signals.raise_if_received()
     app = create_app(reports=list(paths), theme=theme, title="kldtui view", noise_path=noise_path,
-                     use_noise_floor=use_noise_floor)
+                     use_noise_floor=use_noise_floor, folder_noise=folder_noise)
     return int(app.run() or 0)

@@ -39,6 +39,7 @@ from tests.fixtures_tui import (
     make_report,
     open_with_o,
     settle,
+    static_text,
     sync,
     until,
     write_report,
@@ -905,4 +906,76 @@ async def test_a_campaigns_folder_opened_in_the_viewer_of_one_report_ties_with_i
             tie = table.column("tie")
             assert [table.get_row_at(i)[tie] for i in range(2)] == marks
             note = str(app.query_one("#board-note", Static).render())
-            assert ("noise model: 2 captures" in note) is noise_floor, note
+            assert ("noise model of campaign: 2 captures" in note) is noise_floor, note
+
+
+def _campaign_folder(folder: Path, reports: dict[str, Path], model: Path) -> Path:
+    """A campaign's work folder: each report as comparison-NAME.json (its candidate_dir NAME's), and
+    ``model`` as its noise-model.json."""
+    folder.mkdir()
+    for name, path in reports.items():
+        report = json.loads(path.read_text())
+        report["candidate_dir"] = f"/runs/{name}"
+        (folder / f"comparison-{name}.json").write_text(json.dumps(report))
+    (folder / "noise-model.json").write_text(model.read_text())
+    return folder
+
+
+@sync
+async def test_o_on_an_open_leaderboard_ranks_a_campaigns_folder_with_its_noise_model(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """o in a leaderboard already open (the viewer of several reports) added a campaign's reports
+    without the folder's noise-model.json, which the viewer of one report, kldtui view FOLDER and the
+    dashboard's campaign use: a and b, tied against that model, stayed "worse". One rule now: the
+    folder's model ranks the board (the screen names it), unless the user chose one (--noise,
+    --no-noise-floor), and none when the board's folders hold different ones."""
+    monkeypatch.chdir(tmp_path)  # the screen names the model relative to here
+    a, b, model = _decide_reports(tmp_path)
+    camp = _campaign_folder(tmp_path / "camp", {"c": b, "e": b}, model)
+    app = create_app(reports=[a, b], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one("#board", LeaderboardTable)
+        tie = table.column("tie")
+
+        def marks() -> dict[str, str]:
+            return {str(table.get_row_at(i)[table.column("candidate")]): str(table.get_row_at(i)[tie])
+                    for i in range(table.row_count)}
+
+        assert marks() == {"a": "best", "b": "worse"}
+        await open_with_o(app, pilot, camp)
+        await until(pilot, lambda: table.row_count == 4, "the folder's reports on the ranking")
+        await settle(app, pilot)
+        assert marks() == {"a": "best", "b": "tied", "c": "tied", "e": "tied"}
+        note = static_text(app, "#board-note").replace("\n", " ")
+        assert "noise model of camp: 2 captures (one repeat); B - A must clear" in note, note
+        assert "noise model: camp/noise-model.json, the campaign's" in [n.message for n in app._notifications]
+        # a second campaign (of one candidate) with a model of its own: which of the two would be a
+        # guess, so none, as kldtui view camp other does
+        other = _campaign_folder(tmp_path / "other", {"d": a}, model)
+        await open_with_o(app, pilot, other)
+        await until(pilot, lambda: table.row_count == 5, "the second folder's report on the ranking")
+        await settle(app, pilot)
+        assert marks()["b"] == "worse"
+        note = static_text(app, "#board-note").replace("\n", " ")
+        assert "noise model: none: window-to-window variation only" in note, note
+        said = [n.message for n in app._notifications][-1]
+        assert said == ("noise model: none; the folders hold 2 (camp/noise-model.json, "
+                        "other/noise-model.json): kldtui view --noise FILE chooses one"), said
+
+
+@sync
+async def test_o_on_a_campaigns_folder_keeps_the_noise_model_the_user_chose(tmp_path: Path) -> None:
+    """kldtui view --no-noise-floor: a campaign folder opened with o later does not bring its model."""
+    a, b, model = _decide_reports(tmp_path)
+    camp = _campaign_folder(tmp_path / "camp", {"c": b}, model)
+    app = create_app(reports=[a, b], config_dir=tmp_path / "cfg", use_noise_floor=False)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        await open_with_o(app, pilot, camp)
+        table = app.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: table.row_count == 3, "the folder's report on the ranking")
+        await settle(app, pilot)
+        assert app.main.noise_path is None
+        assert "noise model: none" in static_text(app, "#board-note")
+        assert [table.get_row_at(i)[table.column("tie")] for i in range(3)] == ["best", "worse", "worse"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport
+    from kldtui.formats.report_names import FolderNoise
 
 HELP = ("show saved comparison reports: one as the result pane, several as a leaderboard (without a "
         "terminal on stdout: the leaderboard as text, then each report's summary)")
@@ -59,28 +60,31 @@ def report_paths(paths: list[str]) -> list[Path]:
     return out
 
 
-def use_folder_noise_model(args: argparse.Namespace) -> None:
+def use_folder_noise_model(args: argparse.Namespace) -> FolderNoise:
     """With neither ``--noise`` nor ``--no-noise-floor``, a campaign folder among ``args.reports``
     brings its measured noise model (``noise-model.json``), so that ``kldtui leaderboard DIR`` and
     ``kldtui view DIR`` judge ties as the campaign's own leaderboard and dashboard do (they used none,
     and named as final what the campaign called provisional or the reverse). Said on stderr, in one
-    line; folders with different models: none is used, and the line says how to choose."""
-    from kldtui.formats.report_names import campaign_noise_model
+    line; folders with different models: none is used, and the line says how to choose
+    (``kldtui.formats.report_names.FolderNoise``, the rule the dashboard and viewer follow too).
+    Returns what the folders brought (nothing when the user chose)."""
+    from kldtui.formats.report_names import FolderNoise, folder_noise
 
     if getattr(args, "noise", None) is not None or getattr(args, "no_noise_floor", False):
-        return
-    models = list(dict.fromkeys(m for p in args.reports for m in [campaign_noise_model(p)] if m is not None))
-    if len(models) == 1:
-        args.noise = str(models[0])
-        print(f"kldtui: noise model: {models[0]}, the campaign's (give --noise FILE or --no-noise-floor for "
-              "another)", file=sys.stderr)
-    elif models:
-        print(f"kldtui: noise model: none; the folders hold {len(models)} ({', '.join(map(str, models))}): "
-              "give --noise FILE to use one", file=sys.stderr)
+        return FolderNoise()
+    found = folder_noise(args.reports)
+    words = found.words()
+    if found.model is not None:
+        args.noise = str(found.model)
+        print(f"kldtui: {words} (give --noise FILE or --no-noise-floor for another)", file=sys.stderr)
+    elif words is not None:
+        print(f"kldtui: {words}: give --noise FILE to use one", file=sys.stderr)
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
-    use_folder_noise_model(args)
+    chosen = getattr(args, "noise", None)  # the user's --noise, not a folder's
+    folders = use_folder_noise_model(args)
     args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
     reports = check_reports(args.reports)
     noise_path = getattr(args, "noise", None)
@@ -107,4 +111,5 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.tui.app import run_viewer
 
     theme = args.view_theme or args.theme
-    return run_viewer(args.reports, theme=theme, noise_path=noise_path, use_noise_floor=use_floor)
+    return run_viewer(args.reports, theme=theme, noise_path=chosen, use_noise_floor=use_floor,
+                      folder_noise=folders)

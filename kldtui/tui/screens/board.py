@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,12 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.formats.report_names import REPORT_FILE_NAME, reports_in, unique_names
+from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, reports_in, unique_names
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
+from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
 
@@ -84,8 +85,10 @@ class BoardScreen(Screen[None]):
         # short, in the help (?) in full
         self.board_notes: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
-        self.noise_path: str | None = None  # kldtui view --noise FILE: the ties' noise model
+        self.noise_path: str | None = None  # the ties' noise model: --noise FILE, or the folders' one
         self.use_noise_floor = True  # kldtui view --no-noise-floor: none
+        self.noise_chosen = False  # --noise or --no-noise-floor: the folders' models are not used
+        self.folder_noise = FolderNoise()  # the models the campaign folders on the board brought
 
     # -- what the app asks of its main screen ------------------------------------------------------
     def quit_question(self) -> str | None:
@@ -163,9 +166,31 @@ class BoardScreen(Screen[None]):
 
     def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
                       noise_model: Path | None) -> None:
-        """``o`` on a campaign's folder: its reports join the board. ``noise_model``: the folder's
-        measured one (the viewer of one report, which becomes the folder's leaderboard, takes it)."""
+        """``o`` on a campaign's folder: its reports join the board, ranked with the noise model the
+        board's folders bring (``noise_model``: this folder's measured one), as ``kldtui view`` ranks
+        the same folders (:meth:`take_folder_noise`)."""
+        self.take_folder_noise([noise_model] if noise_model is not None else [])
         self.reports_loaded(loaded, problems)
+
+    def take_folder_noise(self, models: Iterable[str | os.PathLike[str]], say: bool = True) -> bool:
+        """Reports from campaign folders came with ``models`` (their ``noise-model.json``): the ties use
+        the model the board's folders hold, none when they hold different ones, and the user's choice
+        (``--noise``, ``--no-noise-floor``) over either (``FolderNoise``: the rule ``kldtui view DIR``
+        follows). ``say``: a notification names the model when it changes. True when it changed; the
+        caller ranks again (:meth:`rebuild_board`)."""
+        self.folder_noise = self.folder_noise.adding(models)
+        if self.noise_chosen:
+            return False
+        model = self.folder_noise.model
+        chosen = str(model) if model is not None else None
+        if chosen == self.noise_path:
+            return False
+        self.noise_path = chosen
+        words = self.folder_noise.words(shown_path)
+        if say and words is not None:
+            self.notify(words if model is not None else
+                        f"{words}: kldtui view --noise FILE chooses one", title="leaderboard")
+        return True
 
     def load_result_file(self, path: str) -> None:
         self._load_one(path)
@@ -177,23 +202,31 @@ class BoardScreen(Screen[None]):
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
-        if len(found) > 1:  # a campaign's folder: every candidate onto the board
-            from kldtui.formats.report_names import campaign_noise_model
+        from kldtui.formats.report_names import campaign_noise_model
 
+        noise_model = campaign_noise_model(path)  # a campaign's folder: its measured model, if any
+        if len(found) > 1:  # a campaign's folder: every candidate onto the board
             loaded, problems = [], []
             for one in found:
                 try:
                     loaded.append((load_report(one), one))
                 except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
                     problems.append(str(exc))
-            self.deliver(self.folder_loaded, loaded, problems, campaign_noise_model(path))
+            self.deliver(self.folder_loaded, loaded, problems, noise_model)
             return
         try:
             report = load_report(found[0])
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
-        self.deliver(self.show_result, result_from_report(report, str(found[0])), report)
+        self.deliver(self.report_opened, result_from_report(report, str(found[0])), report, noise_model)
+
+    def report_opened(self, result: ResultData, report: ComparisonReport, noise_model: Path | None) -> None:
+        """``o`` on one report; from a campaign's folder of one candidate, with the folder's noise model,
+        as a folder of several brings it (:meth:`take_folder_noise`)."""
+        if noise_model is not None:
+            self.take_folder_noise([noise_model])
+        self.show_result(result, report)
 
     def action_open_result(self) -> None:
         def chosen(path: str | None) -> None:
@@ -237,12 +270,21 @@ class BoardScreen(Screen[None]):
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
                 verdicts = {row.name: row_verdict(row, len(board.rows)) for row in board.rows}
                 notes = [*zip(board.notes, board.brief_notes, strict=True),
-                         (f"noise model: {board.noise_source}", f"noise model: {board.noise_brief}")]
+                         (f"noise model: {board.noise_source}", self.noise_brief(board.noise_brief))]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
                 notes = [(f"no tie marks: {exc}",) * 2]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
         self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts)
+
+    def noise_brief(self, brief: str) -> str:
+        """The noise model's line above the ranking, what a difference must clear; a campaign folder's
+        model names its folder (the user's ``--noise`` is theirs to know), in one line at 80 columns:
+        the notification and the help name the file."""
+        model = self.folder_noise.model
+        if self.noise_chosen or model is None or self.noise_path != str(model):
+            return f"noise model: {brief}"
+        return f"noise model of {model.parent.name}: {brief}"
 
     def noise_options(self, reports: list[ComparisonReport]) -> dict[str, Any]:
         """How the leaderboard's ties use a noise model (``kldtui view --noise FILE`` or

@@ -437,8 +437,8 @@ class DashboardScreen(BoardScreen):
                 self.action_show_tab("leaderboard")  # a campaign ends on its leaderboard
             # the reports' ties and d use the campaign's measured model too: at its end, and when a
             # finished campaign's work folder is opened again (its board then comes from the folder)
-            if campaign is not None and campaign.noise_path and campaign.noise_path != self.noise_path:
-                self.noise_path = campaign.noise_path
+            if campaign is not None and campaign.noise_path and self.take_folder_noise([campaign.noise_path],
+                                                                                        say=False):
                 self.rebuild_board()
 
     def _rank_every_compared_candidate(self, campaign: LeaderboardUpdated) -> None:

@@ -15,7 +15,6 @@ from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.board import PANE_GROUP, TIE_COLUMN_HELP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
-from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
 
@@ -123,9 +122,7 @@ class ViewerScreen(BoardScreen):
         candidates as ``kldtui view FOLDER`` opens it: with the folder's noise model unless one was
         given (``--noise``, ``--no-noise-floor``). The open dialog says a campaign's folder opens all
         its candidates; the viewer showed the first alone."""
-        if noise_model is not None and self.noise_path is None and self.use_noise_floor:
-            self.noise_path = str(noise_model)
-            self.notify(f"noise model: {shown_path(noise_model)}, the campaign's", title="leaderboard")
+        self.take_folder_noise([noise_model] if noise_model is not None else [])
         self.single = False
         self.KEYS_HELP = BOARD_KEYS_HELP
         self.report_paths = [path for _, path in loaded]
