@@ -117,6 +117,33 @@ def test_window_by_window_equals_whole_run_and_round_trips(suite_dirs) -> None:
         assert built[key] == whole[key], key
 
 
+def test_windows_compared_one_at_a_time_name_their_threads(suite_dirs) -> None:
+    """kldtui run compares each window as it is finalized (Comparer.window, options per window): its
+    report said "threads": null, though every window's kernel ran with a known count (a null the
+    result pane then left out). The count the windows ran with is in the report; windows that ran
+    with different counts, or that a cache of an older kldtui holds, leave it null (docs/REPORT.md)."""
+    from dataclasses import replace
+
+    from kldtui.stages.compare.driver import Comparer
+    from kldtui.workspace import Workspace
+
+    suite, ref, cand, _ = suite_dirs
+    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend="numpy")
+
+    def threads_of(results: list) -> object:
+        return build_report(results, suite=suite, options=opts).to_json()["provenance"]["threads"]
+
+    comparer = Comparer(Workspace.for_compare(suite.path, ref, cand), suite, opts)
+    results = [comparer.window(suite.window(i), options=replace(opts, threads=3)) for i in (0, 1)]
+    assert comparer.report(results).to_json()["provenance"]["threads"] == 3
+    assert threads_of([decode_result(json.loads(json.dumps(encode_result(r)))) for r in results]) == 3
+    other = compare_window(suite, suite.window(1), ref, cand, replace(opts, threads=2))
+    assert other.threads == 2 and threads_of([results[0], other]) is None
+    older = encode_result(results[1])
+    del older["threads"]  # written before windows kept their thread count
+    assert threads_of([results[0], decode_result(older)]) is None
+
+
 def test_threads_and_row_blocks_do_not_change_results(suite_dirs) -> None:
     suite, ref, cand, _ = suite_dirs
     a = compare(suite.path, ref, cand, CompareOptions(threads=1, row_block=7, bootstrap_samples=100))

@@ -47,7 +47,7 @@ def encode_result(result: WindowResult) -> dict[str, Any]:
     return {"format": RESULT_FORMAT, "window_index": result.window_index,
             "domain": result.domain, "vocab_size": result.vocab_size,
             "elapsed_seconds": result.elapsed_seconds, "bytes_compared": result.bytes_compared,
-            "backend": result.backend, "rows": arrays}
+            "backend": result.backend, "threads": result.threads, "rows": arrays}
 
 
 def decode_result(doc: dict[str, Any]) -> WindowResult:
@@ -65,10 +65,14 @@ def decode_result(doc: dict[str, Any]) -> WindowResult:
         arrays[f] = arrays[f].astype(np.int64)
     rows = RowStats(**{f: arrays[f] for f in FIELDS if f != "kl_reverse"},
                     kl_reverse=arrays.get("kl_reverse"))
+    threads = doc.get("threads")  # absent from entries an older kldtui wrote: not known
+    if threads is not None and (type(threads) is not int or threads < 1):
+        raise ValueError(f"threads {threads!r} is not a positive integer")
     return WindowResult(window_index=int(doc["window_index"]), domain=str(doc["domain"]),
                         vocab_size=int(doc["vocab_size"]), rows=rows,
                         elapsed_seconds=float(doc.get("elapsed_seconds", 0.0)),
-                        bytes_compared=int(doc.get("bytes_compared", 0)), backend=str(doc.get("backend", "")))
+                        bytes_compared=int(doc.get("bytes_compared", 0)), backend=str(doc.get("backend", "")),
+                        threads=threads)
 
 
 class WindowCache:

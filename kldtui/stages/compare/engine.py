@@ -161,7 +161,7 @@ class Engine:
         elapsed = time.perf_counter() - t0
         nbytes = inputs.reference.bytes_read(rows) + inputs.candidate.bytes_read(rows)
         return WindowResult(window.index, window.domain, self.vocab, out, elapsed_seconds=elapsed,
-                            bytes_compared=nbytes, backend=str(self.backend))
+                            bytes_compared=nbytes, backend=str(self.backend), threads=self.threads)
 
     def _run(self, work: Any, starts: range) -> None:
         """``work(start)`` for every block start on the pool; the first failure stops the rest."""

@@ -107,6 +107,9 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     nbytes = int(sum(r.bytes_compared for r in res))
     positions = sum(r.positions for r in res)
     backends = sorted({r.backend for r in res})
+    if threads is None:  # windows compared one at a time (kldtui run): the count they all ran with
+        counts = {r.threads for r in res}
+        threads = counts.pop() if len(counts) == 1 else None  # differing, or unknown: null
     provenance = Provenance(
         kldtui_version=__version__,
         backend=backend or "+".join(backends),

@@ -39,6 +39,7 @@ class WindowResult:
     elapsed_seconds: float = 0.0
     bytes_compared: int = 0
     backend: str = ""
+    threads: int | None = None  # the kernel's worker threads; None: a server computed the figures
 
     @property
     def positions(self) -> int:
