@@ -2,7 +2,9 @@
 
 :class:`BatchReporter` is an :data:`~kldtui.events.EventSink`. Plain mode writes one line per
 meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
-most one line every ``interval`` seconds, plus the final one). JSONL mode writes every event
+most one line every ``interval`` seconds, plus the final one), and kldtui's lines alone: the
+server's own output stays in its server.log unless ``server_log`` (the first warning or error it
+holds back says so in one line). JSONL mode writes every event
 as one JSON object per line (``Event.to_dict`` plus ``"schema"``) and ends the stream with one
 ``RunFinished`` line (docs/EVENTS.md). Both are thread-safe. With ``live=True`` (a
 terminal, not JSONL) progress shows as rich bars below the scrolling lines instead (enter the
@@ -99,6 +101,7 @@ class BatchReporter:
         self.failures: list[str] = []
         self.early_abort: EarlyAbort | None = None  # the run stopped itself (a verdict)
         self.failed_messages: set[str] = set()  # failures already printed as words (not JSONL)
+        self.held_back = 0  # the server's warning and error lines kept out of the lines (server.log has them)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ResultReady):
@@ -266,11 +269,23 @@ class BatchReporter:
                 else _fmt_num(event.done, unit)
             return f"{head} {event.task} {amount}{shown_unit}{pct}{rate}{_fmt_eta(event.eta_s)}"
         if isinstance(event, LogLine):
-            if event.stage == "server" and not self.server_log and event.level in ("debug", "info"):
-                return None
+            if event.stage == "server" and not self.server_log:
+                return self._hold_back(head, event)
             return f"{head} {event.line}"
         return None
 
+
+    def _hold_back(self, head: str, event: LogLine) -> str | None:
+        """A line of the server's own output: kept in the server log, never among kldtui's lines
+        (vLLM's WARNING lines were printed between them). The first warning or error held back says
+        where they are, once; a server that exits says its last lines in the failure."""
+        if event.level not in ("warning", "error"):
+            return None
+        self.held_back += 1
+        if self.held_back > 1:
+            return None
+        return (f"{head} note: the server's warnings and errors go to its server.log in the work folder, "
+                "not here; --server-log prints every server line")
 
     @staticmethod
     def _leaderboard(head: str, event: LeaderboardUpdated) -> str | None:

@@ -56,8 +56,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, batch: bool = False
                         help=f"{with_batch}plain lines on a terminal instead of progress bars")
     if server_log:
         parser.add_argument("--server-log", action="store_true",
-                            help=f"{with_batch}print every server log line (always kept in "
-                            "WORKDIR/server.log)")
+                            help=f"{with_batch}print every server log line, its warnings and "
+                            "errors too (always kept in WORKDIR/server.log)")
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S,
                         help=f"{with_batch}seconds between progress lines of one task (default "
                         f"{DEFAULT_INTERVAL_S:g})")

@@ -37,6 +37,20 @@ EARLY_EXIT = textwrap.dedent("""
 """)
 
 
+# vLLM's start as the batch output showed it: its WARNING lines (from the API server and, on the
+# inherited stderr, from its engine core child) and an ERROR line, among INFO lines
+VLLM_LIKE = textwrap.dedent("""
+    import subprocess, sys, time
+    print("INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server version 0.11.0", flush=True)
+    print("WARNING 05-01 10:00:01 [config.py:1590] Casting torch.bfloat16 to torch.float32.", flush=True)
+    subprocess.run([sys.executable, "-c", "import sys; print('(EngineCore_DP0 pid=7) WARNING 05-01 "
+                    "10:00:02 [cpu.py:120] Pin memory is off.', file=sys.stderr, flush=True)"])
+    print("ERROR 05-01 10:00:03 [serving.py:88] request cmpl-1 was aborted", flush=True)
+    print("serving", flush=True)
+    time.sleep(600)
+""")
+
+
 def _wait_for(predicate, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -206,3 +220,39 @@ def test_a_stopped_server_leaves_no_keeper(tmp_path: Path) -> None:
     assert keeper is not None and keeper.poll() is None
     server.stop()
     assert keeper.poll() == 0  # told the server was stopped: it ends, touching nothing
+
+
+@pytest.mark.parametrize("server_log", [False, True], ids=["batch", "batch --server-log"])
+def test_batch_output_keeps_the_servers_warnings_in_its_log(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                           server_log: bool) -> None:
+    """kldtui run --batch printed vLLM's WARNING (and ERROR) lines among its own. They go to the
+    server log, whole; the batch lines say once where, and --server-log prints them all; nothing
+    of the server's reaches kldtui's own stdout or stderr (its child's stderr included)."""
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+
+    out = io.StringIO()
+    reporter = BatchReporter(out, server_log=server_log)
+    script = tmp_path / "fake_vllm.py"  # a file: the "started" line names the argv
+    script.write_text(VLLM_LIKE)
+    server = ServerProcess([sys.executable, str(script)], capture_dir=tmp_path / "cap",
+                           served_model_name="m", emit=reporter, log_path=tmp_path / "server.log",
+                           stop_timeouts=(5.0, 5.0, 5.0))
+    with server:
+        assert _wait_for(lambda: "serving" in server.last_lines()), server.last_lines()
+    said = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]  # without the time stamp
+    logged = (tmp_path / "server.log").read_text()
+    server_lines = ["WARNING 05-01 10:00:01 [config.py:1590] Casting torch.bfloat16 to torch.float32.",
+                    "(EngineCore_DP0 pid=7) WARNING 05-01 10:00:02 [cpu.py:120] Pin memory is off.",
+                    "ERROR 05-01 10:00:03 [serving.py:88] request cmpl-1 was aborted"]
+    for line in server_lines:
+        assert line in logged
+    if server_log:
+        assert all(f"server: {line}" in said for line in server_lines), said
+    else:
+        assert not any("WARNING" in line or "ERROR" in line for line in said), said
+        assert said.count("server: note: the server's warnings and errors go to its server.log in the work "
+                          "folder, not here; --server-log prints every server line") == 1, said
+    stdout, stderr = capfd.readouterr()
+    assert "WARNING" not in stdout + stderr and "ERROR" not in stdout + stderr, (stdout, stderr)

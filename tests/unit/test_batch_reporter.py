@@ -62,7 +62,8 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
         "capture: tokens 1000/1000 (100%)",
         "finalize: window 000 3.0/4.0 MiB (75%), 100.0 MiB/s",
         "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00 %",
-        "server: ERROR: out of memory",
+        "server: note: the server's warnings and errors go to its server.log in the work folder, not here; "
+        "--server-log prints every server line",
         "server: note: added --max-num-seqs 1",
         "capture: done - 4 captured",
     ]
