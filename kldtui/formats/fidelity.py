@@ -240,7 +240,7 @@ def _opt_str(entry: Mapping[str, Any], key: str, where: str) -> str | None:
 def context_info(window: WindowSpec) -> ContextInfo | None:
     """The context identity of a hidden-state suite's window (None for a logits suite's window)."""
     raw = window.raw
-    if window.unit != "context":
+    if not window.context:
         return None
     where = f"context {window.index}"
     return ContextInfo(
@@ -270,7 +270,7 @@ def cluster_key(window: WindowSpec) -> str:
 
 
 def is_context_suite(suite: Suite) -> bool:
-    return bool(suite.windows) and suite.windows[0].unit == "context"
+    return bool(suite.windows) and suite.windows[0].context
 
 
 def suite_from_contexts(p: Path, doc: dict[str, Any]) -> Suite:
@@ -328,7 +328,7 @@ def suite_from_contexts(p: Path, doc: dict[str, Any]) -> Suite:
             token_file=check_relative_path(require_field(entry, "token_file", str, c_where), "token_file",
                                            c_where),
             token_ids_json_sha256=_sha(entry, "token_ids_json_sha256", c_where), raw=entry,
-            unit="context", digits=4))
+            context=True))
         by_stratum[stratum] = by_stratum.get(stratum, 0) + 1
     for key, counted in (("allocation_counts", by_stratum), ("partition_counts", partitions)):
         stated = doc.get(key)

@@ -135,7 +135,7 @@ def summary_text(report: ComparisonReport) -> str:
     kl = report.kl_reference_to_candidate
     # a hidden-state suite's windows are its contexts (resampled as if independent here; the line
     # with source clusters below is the interval to read)
-    unit = "context" if report.suite_statistics is not None else "window"
+    unit = report.unit
     n = report.windows
     counted = f"{plural(n, unit)}, {plural(report.positions, 'position')}"
     if interval_rests_on_too_few(n):
@@ -271,8 +271,7 @@ def depth_line(report: ComparisonReport) -> str | None:
     depth = report.kl_by_position
     if not depth:
         return None
-    unit = "context" if report.suite_statistics is not None else "window"  # a hidden-state suite's
-    return f"KL by depth in the {unit}: " + "  ".join(
+    return f"KL by depth in the {report.unit}: " + "  ".join(
         _bucket(depth_label(b.start, b.stop), b.kl_mean, b.ci95_low, b.ci95_high, b.positions, b.windows)
         for b in depth)
 

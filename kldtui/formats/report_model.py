@@ -21,6 +21,7 @@ from typing import Any, ClassVar, NoReturn, cast
 
 from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize
+from kldtui.formats.suite import unit_name
 
 REPORT_FORMAT = "kldtui-comparison-v1"
 STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
@@ -1004,6 +1005,12 @@ class ComparisonReport(_Part):
     comparator: Comparator | None = None
     suite_statistics: SuiteStatistics | None = field(default=None, metadata=_FLAT)  # top-level fields
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
+
+    @property
+    def unit(self) -> str:
+        """What its windows are called: ``context`` for a hidden-state suite's (its statistics are
+        there), else ``window`` (:func:`kldtui.formats.suite.unit_name`)."""
+        return unit_name(contexts=self.suite_statistics is not None)
 
     @property
     def original(self) -> bool:

@@ -156,10 +156,9 @@ class WindowSpec:
     token_file: str
     token_ids_json_sha256: str
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
-    # "context" for a hidden-state suite's contexts (kldtui.formats.fidelity), which the compare,
-    # verify and download stages treat as windows; only their names in messages differ
-    unit: str = field(default="window", compare=False)
-    digits: int = field(default=3, compare=False)  # the index's width in labels (contexts: 4)
+    # a hidden-state suite's context (kldtui.formats.fidelity), which the compare, verify and download
+    # stages treat as a window; only its name in messages differs (:attr:`unit`, :attr:`digits`)
+    context: bool = field(default=False, compare=False)
     # the first scored position: 0, or where a llama.cpp base file's scoring starts (n_ctx / 2);
     # the server still computes rows 0 .. num_tokens - 2, the reference holds rows from here on
     scored_row_start: int = 0
@@ -173,6 +172,16 @@ class WindowSpec:
     def captured_rows(self) -> int:
         """Rows a server computes for the window: every prompt position but the last."""
         return self.num_tokens - 1
+
+    @property
+    def unit(self) -> str:
+        """``window``, or ``context`` (:func:`unit_name`)."""
+        return unit_name(contexts=self.context)
+
+    @property
+    def digits(self) -> int:
+        """The index's width in names: ``window 003``, ``context 0003``."""
+        return 4 if self.context else 3
 
     @property
     def name(self) -> str:
@@ -189,15 +198,24 @@ class WindowSpec:
         return f"window-{self.index:03d}-{self.domain}-chunks"
 
 
+def unit_name(contexts: bool) -> str:
+    """What one of a suite's units is called: ``context`` for a hidden-state suite's contexts, else
+    ``window``. The one rule, for a window (:attr:`WindowSpec.unit`: ``contexts`` is
+    :attr:`WindowSpec.context`), windows together (:func:`units_of`) and a report's
+    (:attr:`~kldtui.formats.report_model.ComparisonReport.unit`: ``contexts`` is whether it has a
+    hidden-state suite's statistics)."""
+    return "context" if contexts else "window"
+
+
 # the names of a stage's count task (its Progress task and unit): a suite's units, plural
-COUNT_TASKS = ("windows", "contexts")
+COUNT_TASKS = tuple(f"{unit_name(contexts)}s" for contexts in (False, True))
 
 
 def units_of(windows: Sequence[WindowSpec]) -> str:
     """What ``windows`` are called together: ``windows``, or a hidden-state suite's ``contexts``
     (:attr:`WindowSpec.unit`); the count tasks and stage lines say it, so ``--batch`` and the
     dashboard name a suite's units as its messages do."""
-    return f"{windows[0].unit}s" if windows else "windows"
+    return f"{windows[0].unit if windows else unit_name(contexts=False)}s"
 
 
 @dataclass(frozen=True)

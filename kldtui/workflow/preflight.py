@@ -151,7 +151,7 @@ def _missing_tokens_problem(profile: Profile, workspace: Workspace) -> str | Non
     missing = [w for w in windows if not (suite.root / w.token_file).is_file()]
     if not missing:
         return None
-    unit = "context" if windows[0].unit == "context" else "window"
+    unit = windows[0].unit
     here = len(windows) - len(missing)
     return (f"{suite.root / missing[0].token_file}: missing, with {len(missing) - 1} more of the run's "
             f"{len(windows)} {unit}s ({here} here: a download of part of the suite); fetch the run's range "

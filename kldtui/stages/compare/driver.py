@@ -293,7 +293,7 @@ def describe_reference(ref: Side, windows: list[WindowSpec]) -> Described:
     """For figures a server computed (score mode): the candidate folder holds no logits to describe,
     but a replayed reference, or a suite of contexts, is still described (what the reference was and
     its size on disk: the report's and the dashboard's reference line)."""
-    if not isinstance(ref, HiddenSide) and not (windows and windows[0].unit == "context"):
+    if not isinstance(ref, HiddenSide) and not (windows and windows[0].context):
         return None, None
     return (side_description(ref, windows, {}), None), None
 
@@ -303,7 +303,7 @@ def describe(ref: Side, cand: Side, windows: list[WindowSpec], options: CompareO
     """The report's ``reference``, ``candidate`` and ``comparator`` objects: written when a side
     is replayed or the suite's windows are contexts (a logits suite's report keeps its fields)."""
     replayed = isinstance(ref, HiddenSide) or isinstance(cand, HiddenSide)
-    if not replayed and not (windows and windows[0].unit == "context"):
+    if not replayed and not (windows and windows[0].context):
         return None, None
     infos = [side_description(side, windows, head_sha256) for side in (ref, cand)]
     comparator = None
