@@ -362,8 +362,10 @@ def run_headless(job: Callable[[EventSink, Cancel], Any], reporter: BatchReporte
         name = signal.Signals(signum).name
         if not cancel.is_set():
             cancel.set(f"interrupted by {name}")
-            reporter(Notice("run", f"{name} received: stopping (the server is stopped, finished "
-                            "windows are kept; run again to resume)", level="warning"))
+            # in no suite's units: a logits suite's windows, a hidden-state suite's contexts, a download's
+            # files are all kept (this runs before, or without, any suite being read)
+            reporter(Notice("run", f"{name} received: stopping (the server is stopped, what is finished "
+                            "is kept; run again to resume)", level="warning"))
         elif len(signals_seen) > 1:
             force()
 

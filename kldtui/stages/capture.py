@@ -67,6 +67,7 @@ from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import read_header
 from kldtui.formats.suite import Suite, WindowSpec, manifest_object, token_ids_hash, units_of
 from kldtui.servers.base import identity_changes
+from kldtui.text import plural
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "capture"
@@ -402,8 +403,9 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
     if dropped:  # before anything is captured, so that no later step (finalize) takes them as complete
         save_records(records_path, records)
     if results:
-        emit(Notice(STAGE, f"{len(results)} window(s) already captured in {records_path.name}; "
-                           "skipped after checking their chunks"))
+        done = plural(len(results), windows[0].unit)
+        emit(Notice(STAGE, f"{done} already captured in {records_path.name}; skipped after checking their "
+                           "chunks"))
     return results, todo, vocab
 
 

@@ -7,14 +7,17 @@ finalize stages' events carried no label, so the batch reporter (and the dashboa
 from __future__ import annotations
 
 import io
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kldtui.cli.batch_reporter import BatchReporter
+from kldtui.cli.batch_reporter import BatchReporter, run_headless
 from kldtui.embedded.model import TinyModel
-from kldtui.events import Progress, WindowState
+from kldtui.events import Cancel, Notice, Progress, WindowState
 from kldtui.formats import fidelity as fid
 from kldtui.workflow.profile import profile_from_dict
 from tests.fixtures_capture_run import serve_capture_finalize
@@ -51,6 +54,24 @@ def test_batch_names_a_context_suites_units_contexts(tmp_path: Path) -> None:
     assert any(line.endswith("finalize: contexts 3/3 (100%)") for line in lines), lines
     assert any(f"finalize: done - 3 contexts -> {tmp_path / 'work'}" in line for line in lines), lines
     assert not [line for line in lines if "window" in line.split(" - ")[0]], lines
+    again = [e for e in serve_capture_finalize(profile) if isinstance(e, Notice) and e.stage == "capture"]
+    assert any(e.text.startswith("3 contexts already captured in ") for e in again), again  # "window(s)"
+
+
+def test_a_stop_signal_says_what_is_kept_in_no_suites_units() -> None:
+    """The notice said "finished windows are kept" for a hidden-state suite's contexts too (and for a
+    download's files): it is said before, or without, any suite being read."""
+    def job(emit: Any, cancel: Cancel) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while not cancel.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    out = io.StringIO()
+    assert run_headless(job, BatchReporter(out), err=io.StringIO()) == 130
+    said = [line for line in out.getvalue().splitlines() if "SIGTERM received" in line]
+    assert len(said) == 1 and said[0].endswith("SIGTERM received: stopping (the server is stopped, what is "
+                                               "finished is kept; run again to resume)"), said
 
 
 def test_a_contexts_bars_go_when_it_is_done() -> None:

@@ -33,7 +33,7 @@ def test_capture_then_finalize_from_the_command_line(tmp_path: Path,
         assert "window 000 (prose) captured" in out and "window 001 (prose) captured" in out
         assert main(capture) == 0  # resumes: 0 and 1 skipped, 2 captured
         out = capsys.readouterr().out
-        assert "2 window(s) already captured" in out and "1 captured, 2 skipped" in out
+        assert "2 windows already captured" in out and "1 captured, 2 skipped" in out
     records = json.loads((tmp_path / "cap" / "capture-cand.json").read_text())
     assert [r["window_index"] for r in records] == [0, 1, 2]
 

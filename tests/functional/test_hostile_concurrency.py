@@ -79,7 +79,7 @@ def test_a_capture_rerun_after_finalize_is_a_no_op(captured: Captured, tmp_path:
     capsys.readouterr()
     assert main(capture) == 0
     out = capsys.readouterr()
-    assert "2 window(s) already captured" in out.out and "0 captured, 2 skipped" in out.out, out.out + out.err
+    assert "2 windows already captured" in out.out and "0 captured, 2 skipped" in out.out, out.out + out.err
     assert sorted(os.listdir(server_dir)) == requests_before  # nothing was sent again
     records = json.loads((tmp_path / "cap" / "capture-c.json").read_text())
     assert [r["window_index"] for r in records] == [0, 1]
