@@ -205,6 +205,9 @@ class LeaderboardUpdated(Event):
 
     rows: tuple[Standing, ...]
     windows: int = 0
+    # what the windows are called: "window", or a hidden-state suite's "context" (the rule is
+    # kldtui.formats.suite.unit_name, which this layer cannot import)
+    unit: str = "window"
     noise_model: str = ""
     notes: tuple[str, ...] = ()
     # the same in one short line each (the dashboard's campaign board; the help has them in full)

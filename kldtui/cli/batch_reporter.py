@@ -51,7 +51,7 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.untrusted_json import printable
-from kldtui.text import BYTE_UNITS, amount, done_of_total
+from kldtui.text import BYTE_UNITS, amount, done_of_total, plural
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # the stages whose windows are the run's (a helper run's windows, the reference's capture, get no line)
@@ -295,8 +295,9 @@ class BatchReporter:
         if not event.ranked or (not any(r.state == "compared" for r in event.rows) and not event.final):
             return None  # nothing ranked yet: the candidate lines say what runs
         title = "final leaderboard" if event.final else "leaderboard so far"
-        lines = [f"{head} {title} ({event.windows} windows, KL(reference || candidate), lower is closer)"]
-        lines += ["    " + line for line in table_lines(event.rows, event.windows)]
+        lines = [f"{head} {title} ({plural(event.windows, event.unit)}, KL(reference || candidate), lower is "
+                 "closer)"]
+        lines += ["    " + line for line in table_lines(event.rows, event.windows, event.unit)]
         if event.noise_model:
             lines.append(f"    noise model: {event.noise_model}")
         lines += [f"    note: {note}" for note in event.notes]

@@ -190,7 +190,7 @@ def how_measured(table: ExportTable) -> list[str]:
 def _interval_cell(r: ExportRow) -> str:
     """The row's 95 % interval, or why there is none (too few windows: no "95 %" from a few)."""
     if interval_rests_on_too_few(r.windows):
-        return too_few_text(r.windows, short=True)
+        return too_few_text(r.windows, short=True, unit=r.report.unit)
     return f"[{_g(r.ci_low)}, {_g(r.ci_high)}]"
 
 

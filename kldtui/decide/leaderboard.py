@@ -53,6 +53,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.report import load_report
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import kl_headline_interval, report_interval, unique_names
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
 from kldtui.text import TIED_OUTCOMES
@@ -132,6 +133,7 @@ class Leaderboard:
     # full), and the noise model's
     brief_notes: list[str] = field(default_factory=list)
     noise_brief: str = noise_brief(None)
+    unit: str = WINDOW_UNIT  # what the windows are called (a hidden-state suite's: context)
 
     @property
     def noise_source(self) -> str:
@@ -173,6 +175,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     if noise is AUTO_FLOOR:
         noise = resolve_floor(None, suite_hash_of(*reports))
     n = values[0].n
+    unit = reports[0].unit  # the reports share their suite (check_same_suite)
     indices = draw_indices(n, samples, seed)
     intervals = [_row_interval(r) for r in reports]
     percentile = [(float(report_interval(r).ci95_low), float(report_interval(r).ci95_high)) for r in reports]
@@ -216,7 +219,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         verdict, provisional = stats.verdict, stats.provisional
         if too_many:  # not "tied": no difference could have been shown, however large
             outcome, provisional = "too_few_windows", False
-            verdict = (f"{_too_many_words(n, k)}: {label[i]} - {label[best]} = "
+            verdict = (f"{_too_many_words(n, k, unit)}: {label[i]} - {label[best]} = "
                        f"{plain_number(stats.interval.estimate)} KL is an estimate only")
         tied = outcome in TIED_OUTCOMES
         rows.append(LeaderboardRow(rank, label[i], path_list[i], iv.estimate, iv.ci95_low, iv.ci95_high,
@@ -236,13 +239,13 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         note("one report: nothing to rank it against (give two or more reports to compare them)",
              "one report: nothing to rank it against")
     elif k > 2:
-        note(f"ties: sign-flip test over windows against the best (with a log-normal check where two "
-             f"candidates depend differently on window difficulty), Holm-corrected over all "
+        note(f"ties: sign-flip test over {unit}s against the best (with a log-normal check where two "
+             f"candidates depend differently on {unit} difficulty), Holm-corrected over all "
              f"{len(pairs)} pairs of candidates (at most 5 % chance of any false 'not tied')",
              f"ties: sign-flip test against the best, Holm over all {len(pairs)} pairs (family-wise 5 %)")
     else:
-        note("ties: sign-flip test over windows against the best (95 %; with a log-normal check where the "
-             "two depend differently on window difficulty)",
+        note(f"ties: sign-flip test over {unit}s against the best (95 %; with a log-normal check where the "
+             f"two depend differently on {unit} difficulty)",
              "ties: sign-flip test against the best (95 %)")
     for i in order:
         counts = values[i].infinite_kl_rows
@@ -252,15 +255,15 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
             note(infinite_note(label[i], rows_infinite, where), infinite_brief(label[i], rows_infinite))
     if too_many:
         most, needed = family_size_for(n), family_windows(len(pairs))
-        note(f"{_too_many_words(n, k)}: over all {len(pairs)} pairs (Holm) a difference must reach p <= "
-             f"{plain_number(ALPHA / len(pairs))}, and the sign-flip test over {n} windows gives p >= "
+        note(f"{_too_many_words(n, k, unit)}: over all {len(pairs)} pairs (Holm) a difference must reach "
+             f"p <= {plain_number(ALPHA / len(pairs))}, and the sign-flip test over {n} {unit}s gives p >= "
              f"{plain_number(smallest_flip_p(n))}; the rows are in order of mean KL only, none is marked "
-             f"best, worse or tied ({needed} windows would do, or rank at most {most} candidates at a time)",
-             f"{_too_many_words(n, k)}: in order of mean KL only (needs {needed} windows)")
+             f"best, worse or tied ({needed} {unit}s would do, or rank at most {most} candidates at a time)",
+             f"{_too_many_words(n, k, unit)}: in order of mean KL only (needs {needed} {unit}s)")
     if n < MIN_VERDICT_WINDOWS and k > 1:
-        note(f"too few windows ({n}) for a verdict: the rows are in order of mean KL only, none is "
+        note(f"too few {unit}s ({n}) for a verdict: the rows are in order of mean KL only, none is "
              f"marked best, worse or tied (a verdict needs {MIN_VERDICT_WINDOWS})",
-             f"too few windows ({n}) for a verdict: in order of mean KL only")
+             f"too few {unit}s ({n}) for a verdict: in order of mean KL only")
     by_mean = [(label[i], intervals[i].estimate) for i in order]
     repeat_kl = None if noise is None else noise.kl_mean
     floor_note = repeat_floor_note(by_mean, repeat_kl)
@@ -268,11 +271,11 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         note(floor_note, repeat_floor_brief(by_mean, repeat_kl))
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes,
-                       brief_notes=briefs, noise_brief=noise_brief(noise))
+                       brief_notes=briefs, noise_brief=noise_brief(noise), unit=unit)
 
 
-def _too_many_words(windows: int, candidates: int) -> str:
-    return f"too few windows ({windows}) to tell {candidates} candidates apart"
+def _too_many_words(windows: int, candidates: int, unit: str) -> str:
+    return f"too few {unit}s ({windows}) to tell {candidates} candidates apart"
 
 
 def _row_interval(report: ComparisonReport) -> Interval:

@@ -19,6 +19,7 @@ from kldtui.decide.exports import ExportTable
 from kldtui.errors import BadInput
 from kldtui.formats.report import domain_windows
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.text import wants_log_axis
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class ChartData:
     domains: list[DomainBar]
     domain_names: list[str]
     styles: dict[str, CandidateStyle]  # each candidate's, the same in every panel
+    unit: str = WINDOW_UNIT  # what the windows are called (a hidden-state suite's: context)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
@@ -151,7 +153,8 @@ def chart_data(table: ExportTable) -> ChartData:
                for r in table.rows for d, b in r.report.domains.items()]
     unsized = [r.name for r in table.rows if all(r is not x for x, _ in sized)]
     return ChartData(sizes=sizes, unsized=unsized, windows=windows, domains=domains,
-                     domain_names=table.domains, styles=candidate_styles([r.name for r in table.rows]))
+                     domain_names=table.domains, styles=candidate_styles([r.name for r in table.rows]),
+                     unit=table.rows[0].report.unit if table.rows else WINDOW_UNIT)
 
 
 def _pyplot() -> Any:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kldtui.formats.untrusted_json import printable_name
 from kldtui.metrics.interval_windows import MIN_INTERVAL_WINDOWS
+from kldtui.text import plural
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import Bootstrap, ComparisonReport, HeadlineInterval
@@ -267,14 +268,14 @@ def interval_rests_on_too_few(windows: int | None) -> bool:
     return windows is not None and windows < MIN_INTERVAL_WINDOWS
 
 
-def too_few_text(windows: int, short: bool = False) -> str:
+def too_few_text(windows: int, short: bool = False, *, unit: str) -> str:
     """What a view shows instead of the interval: ``6 windows: too few for a 95 % interval, which
     needs 8``;
-    ``short``: ``too few windows (6)`` for a table cell."""
+    ``short``: ``too few windows (6)`` for a table cell. ``unit``: what the windows are called
+    (``window``, a hidden-state suite's ``context``: ``ComparisonReport.unit``)."""
     if short:
-        return f"too few windows ({windows})"
-    noun = "window" if windows == 1 else "windows"
-    return f"{windows} {noun}: too few for a 95 % interval, which needs {MIN_INTERVAL_WINDOWS}"
+        return f"too few {unit}s ({windows})"
+    return f"{plural(windows, unit)}: too few for a 95 % interval, which needs {MIN_INTERVAL_WINDOWS}"
 
 
 def kl_headline_interval(report: ComparisonReport) -> HeadlineInterval:

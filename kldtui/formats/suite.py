@@ -204,7 +204,10 @@ def unit_name(contexts: bool) -> str:
     :attr:`WindowSpec.context`), windows together (:func:`units_of`) and a report's
     (:attr:`~kldtui.formats.report_model.ComparisonReport.unit`: ``contexts`` is whether it has a
     hidden-state suite's statistics)."""
-    return "context" if contexts else "window"
+    return CONTEXT_UNIT if contexts else WINDOW_UNIT
+
+
+WINDOW_UNIT, CONTEXT_UNIT = "window", "context"
 
 
 # the names of a stage's count task (its Progress task and unit): a suite's units, plural

@@ -27,11 +27,13 @@ from kldtui.formats.report_names import (
     report_name,
     too_few_text,
 )
+from kldtui.formats.suite import WINDOW_UNIT
 
 
 @dataclass(frozen=True)
 class Band:
-    """An estimate with its 95 % interval (either bound may be unknown) over ``windows`` windows.
+    """An estimate with its 95 % interval (either bound may be unknown) over ``windows`` windows
+    (what they are called: ``unit``, a hidden-state suite's ``context``).
 
     Below the count an interval needs (:func:`interval_rests_on_too_few`) the interval is not shown:
     :attr:`interval` is None and :meth:`text` says why instead."""
@@ -40,6 +42,7 @@ class Band:
     low: float | None = None
     high: float | None = None
     windows: int | None = None
+    unit: str = WINDOW_UNIT
 
     @property
     def too_few(self) -> bool:
@@ -57,7 +60,7 @@ class Band:
         if self.interval is not None:
             return f"[{fmt.format(self.interval[0])}, {fmt.format(self.interval[1])}]"
         if self.too_few and self.windows is not None:
-            return too_few_text(self.windows, short=short)
+            return too_few_text(self.windows, short=short, unit=self.unit)
         return "-"
 
     def text(self, fmt: str = "{:.5f}", short: bool = False) -> str:
@@ -66,7 +69,8 @@ class Band:
         if self.interval is not None:
             return f"{fmt.format(self.estimate)} {self.interval_text(fmt)}"
         if self.too_few and self.windows is not None:
-            why = "no interval: too few windows" if short else too_few_text(self.windows)
+            why = (f"no interval: too few {self.unit}s" if short
+                   else too_few_text(self.windows, unit=self.unit))
             return f"{fmt.format(self.estimate)} ({why})"
         return fmt.format(self.estimate)
 
@@ -162,15 +166,15 @@ def _num(value: float | None) -> float | None:
 
 
 def _band(boot: Bootstrap | Interval | HeadlineInterval | None, estimate: float | None = None,
-          windows: int | None = None) -> Band | None:
+          windows: int | None = None, unit: str = WINDOW_UNIT) -> Band | None:
     est = _num(boot.estimate) if boot is not None else None
     if est is None:
         est = estimate
     if est is None:
         return None
     if boot is None:
-        return Band(est, windows=windows)
-    return Band(est, _num(boot.ci95_low), _num(boot.ci95_high), windows)
+        return Band(est, windows=windows, unit=unit)
+    return Band(est, _num(boot.ci95_low), _num(boot.ci95_high), windows, unit)
 
 
 def window_bars(report: ComparisonReport) -> list[WindowBar]:
@@ -190,16 +194,17 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
     bars = window_bars(report)
     n_windows = len(bars) or report.windows
     head = kl_headline_interval(report)  # the headline interval (docs/STATISTICS.md), not the bootstrap
-    kl = _band(head, report.kl_reference_to_candidate.mean, n_windows)
+    kl = _band(head, report.kl_reference_to_candidate.mean, n_windows, report.unit)
     counts: dict[str, int] = {}
     for bar in bars:
         counts[bar.domain] = counts.get(bar.domain, 0) + 1
-    domains = [DomainRow(dname, counts.get(dname, 0), _band(boot, windows=counts.get(dname) or None))
+    domains = [DomainRow(dname, counts.get(dname, 0), _band(boot, windows=counts.get(dname) or None,
+                                                            unit=report.unit))
                for dname, boot in report.domains.items()]
     if not domains:  # a report without domain intervals: plain means of its windows
         for dname, n in counts.items():
             vals = [b.kl for b in bars if b.domain == dname]
-            domains.append(DomainRow(dname, n, Band(sum(vals) / len(vals), windows=n)))
+            domains.append(DomainRow(dname, n, Band(sum(vals) / len(vals), windows=n, unit=report.unit)))
     nt = report.next_token
     dp = nt.delta_p if nt is not None else None
     floor = report.noise_floor
@@ -230,8 +235,8 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
                                       else (None, None)))
                         for b in report.kl_by_position or []],
         provenance=_provenance(report),
-        ppl_ratio=(_band(nt.perplexity_ratio_window_cluster_bootstrap, _num(nt.perplexity_ratio), n_windows)
-                   if nt is not None else None),
+        ppl_ratio=(_band(nt.perplexity_ratio_window_cluster_bootstrap, _num(nt.perplexity_ratio), n_windows,
+                         report.unit) if nt is not None else None),
         delta_p_mean=_num(dp.mean) if dp is not None else None,
         delta_p_rms=_num(dp.rms) if dp is not None else None,
         delta_p_rms_in_figures=rms_delta_p_shown_as_figure(report),

@@ -54,6 +54,7 @@ from kldtui.events import (
     Standing,
     null_sink,
 )
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.servers.base import server_identity
 from kldtui.servers.registry import kind_of
 from kldtui.text import TIED_OUTCOMES
@@ -527,6 +528,7 @@ class Campaign:
         rows = self._standings(board)
         self.emit(LeaderboardUpdated(
             "campaign", rows=tuple(rows), windows=board.windows if board is not None else 0,
+            unit=board.unit if board is not None else WINDOW_UNIT,
             noise_model=self.noise.describe() if self.noise is not None else (
                 board.noise_source if board is not None else ""),
             notes=tuple(board.notes) if board is not None else (),

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from kldtui.events import Standing
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, human_bytes, outcome_words
 
 # the verdict right after the mean: what a narrow terminal must still show
@@ -56,13 +57,13 @@ def _repeat_words(row: Standing) -> str:
     return f"{words} (provisional)" if row.provisional else words
 
 
-def cells(row: Standing, windows: int | None = None) -> list[str]:
-    """One row of the leaderboard (columns :data:`HEADERS`) over ``windows`` windows (fewer than
-    an interval needs: the interval cell says so instead of showing one)."""
+def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT) -> list[str]:
+    """One row of the leaderboard (columns :data:`HEADERS`) over ``windows`` windows, called ``unit``
+    (fewer than an interval needs: the interval cell says so instead of showing one)."""
     known = row.ci_low is not None and row.ci_high is not None
     interval = f"[{_num(row.ci_low)}, {_num(row.ci_high)}]" if known else "-"
     if known and windows and interval_rests_on_too_few(windows):
-        interval = too_few_text(windows, short=True)
+        interval = too_few_text(windows, short=True, unit=unit)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
     return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), verdict_words(row),
             interval, _size(row.size_bytes), bpw]
@@ -73,8 +74,8 @@ def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
     return [max(len(line[i]) for line in (HEADERS, *rows)) for i in range(len(HEADERS))]
 
 
-def table_lines(rows: Sequence[Standing], windows: int | None = None) -> list[str]:
+def table_lines(rows: Sequence[Standing], windows: int | None = None, unit: str = WINDOW_UNIT) -> list[str]:
     """The rows as aligned plain-text lines under a header line."""
-    table = [list(HEADERS)] + [cells(r, windows) for r in rows]
+    table = [list(HEADERS)] + [cells(r, windows, unit) for r in rows]
     widths = column_widths(table[1:])
     return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table]

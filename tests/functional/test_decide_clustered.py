@@ -86,3 +86,40 @@ def test_too_few_source_clusters_show_no_interval_and_do_not_claim_one(
 def test_reports_of_different_partitions_are_refused(reports: dict[str, Path]) -> None:
     with pytest.raises(BadInput, match="analysis partition and .* the qualification one"):
         paired_diff_files(reports["small-analysis"], reports["large-qualification"])
+
+
+def test_views_of_too_few_contexts_name_them_contexts(reports: dict[str, Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A hidden-state suite's reports count contexts: the leaderboard's interval cells and notes, the
+    viewer's result pane and the campaign's batch lines said "too few windows (6)" of them."""
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.events import LeaderboardUpdated, Standing
+    from kldtui.formats.report import load_report
+    from kldtui.tui.resultdata import result_from_report
+
+    few = [reports["small-few"], reports["large-few"]]
+    n = load_report(few[0]).windows
+    assert n < 8  # below what an interval needs
+    board = leaderboard_from_files(few)
+    assert board.unit == "context"
+    assert f"too few contexts ({n}) for a verdict: the rows are in order of mean KL only" in board.notes[-1]
+    assert not [note for note in board.notes if "window" in note], board.notes
+    assert main(["leaderboard", *map(str, few)]) == 0
+    out = capsys.readouterr().out
+    cells = [line for line in out.splitlines() if line.startswith(("1 ", "2 "))]
+    assert len(cells) == 2 and all(f"too few contexts ({n})" in line for line in cells), out
+    result = result_from_report(load_report(few[0]), few[0])
+    assert result.kl is not None and result.kl.interval_text() == f"too few contexts ({n})"
+    assert result.kl.text().endswith(f"({n} contexts: too few for a 95 % interval, which needs 8)")
+    text = io.StringIO()
+    row = board.rows[0]
+    with BatchReporter(text) as rep:
+        rep(LeaderboardUpdated("campaign", rows=(Standing(row.name, "compared", rank=1, mean=row.mean,
+                                                          ci_low=row.ci_low, ci_high=row.ci_high),),
+                               windows=board.windows, unit=board.unit))
+    said = text.getvalue()
+    assert f"leaderboard so far ({n} contexts, KL(reference || candidate), lower is closer)" in said, said
+    assert f"too few contexts ({n})" in said and "window" not in said, said

@@ -414,3 +414,18 @@ async def test_a_single_runs_live_result_names_the_served_model_once(tmp_path: P
         summary = static_text(app, "#result-summary")
         assert summary.startswith("q4_k_m  (live: windows compared so far)"), summary
         assert summary.count("compared so far") == 1, summary
+
+
+@sync
+async def test_a_campaign_of_a_hidden_state_suite_counts_contexts_on_the_board(tmp_path: Path) -> None:
+    """The board's title said "6 windows" of a hidden-state suite's contexts, and its interval cells
+    showed a 95 % interval from too few of them (the batch lines said "too few windows (6)")."""
+    rows = (Standing("q4", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0137, mark="best"),
+            Standing("q2", "waiting"))
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await feed(app, pilot, LeaderboardUpdated("campaign", rows=rows, windows=6, unit="context"))
+        assert static_text(app, "#campaign-title") == "Campaign leaderboard so far, 6 contexts"
+        assert _rows(app)[0][:5] == ["1", "q4", "0.0123", "best", "too few contexts (6)"]
+        await pilot.press("q")

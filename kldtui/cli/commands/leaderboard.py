@@ -58,7 +58,8 @@ def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
             vs = f"+{r.diff_vs_best.text()}".replace("+-", "-")
         if r.provisional:
             vs += " (provisional)"
-        interval = too_few_text(board.windows, short=True) if few else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
+        interval = (too_few_text(board.windows, short=True, unit=board.unit) if few
+                    else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]")
         bar = interval_bar(None if few else r.ci_low, None if few else r.ci_high, r.mean, axis, bar_width,
                            ASCII_BAR)
         out.append([str(r.rank), r.name, f"{r.mean:.4g}", interval, bar, vs, r.mark])

@@ -390,7 +390,7 @@ class BoardScreen(Screen[None]):
         bars = [WindowBar(w, d, kb - ka) for w, d, ka, kb in
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
         iv = diff.overall.interval
-        band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows)
+        band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, self.reports[i].unit)
         text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nnoise model: {diff.noise_source}"
         self.deliver(self.show_diff, text, bars, band)
 

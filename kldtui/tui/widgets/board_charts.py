@@ -59,7 +59,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         text.append(f"{'':<{prefix}}{ends}\n", style="dim")
         few = sorted({p.windows for p in data.sizes if not p.interval_shown and p.windows is not None})
         if few:
-            text.append(f"{too_few_text(few[0], short=True)}: the mean alone\n", style="dim")
+            text.append(f"{too_few_text(few[0], short=True, unit=data.unit)}: the mean alone\n", style="dim")
     else:
         text.append(f"\n{NO_SIZE}\n", style="dim")
     if data.unsized and data.sizes:
@@ -90,7 +90,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         spark = "".join(block(v) for v in values)
         text.append(f"{s.name[:label]:<{label}} {spark} ")
         interval = f"[{_g(s.ci_low)}, {_g(s.ci_high)}]" if s.interval_shown else \
-            too_few_text(s.windows, short=True)
+            too_few_text(s.windows, short=True, unit=data.unit)
         text.append(f"{_g(s.mean)} {interval}\n", style="dim")
     # -- per domain --------------------------------------------------------------------------------
     if data.domains:
@@ -103,7 +103,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
             text.append(domain, style="italic")
             few = sorted({b.windows for b in bars if not b.interval_shown and b.windows is not None})
             if few:  # the reports share their windows: one count, said once
-                text.append(f"  {too_few_text(few[0], short=True)}: no interval", style="dim")
+                text.append(f"  {too_few_text(few[0], short=True, unit=data.unit)}: no interval", style="dim")
             text.append("\n")
             axis = BarAxis(0.0, dhi)  # bars rise from 0: linear
             for b in bars:

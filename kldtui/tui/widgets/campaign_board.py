@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from kldtui.events import CandidateStarted, LeaderboardUpdated
+from kldtui.text import plural
 from kldtui.tui.widgets.plain import PlainStatic, plain
 from kldtui.workflow.standings import HEADERS, cells, column_widths
 
@@ -73,8 +74,9 @@ class CampaignBoard(Vertical):
     def _fill_table(self) -> None:
         """The rows, the verdict column wrapped where it would run past the pane's edge."""
         table = self.query_one("#campaign-table", DataTable)
-        standings = self._board.rows if self._board is not None else ()
-        rows = [cells(row) for row in standings]
+        board = self._board
+        standings = board.rows if board is not None else ()
+        rows = [cells(row, board.windows, board.unit) for row in standings] if board is not None else []
         # the table's own scrollbar gutter may take two columns
         wrap = verdict_width(rows, self.size.width - 2, table.cell_padding) if rows else None
         self._width_filled = self.size.width
@@ -108,7 +110,7 @@ class CampaignBoard(Vertical):
 
     @staticmethod
     def title_text(board: LeaderboardUpdated | None, current: CandidateStarted | None) -> str:
-        windows = f", {board.windows} windows" if board is not None and board.windows else ""
+        windows = f", {plural(board.windows, board.unit)}" if board is not None and board.windows else ""
         if board is not None and board.final:
             return f"Campaign leaderboard: KL(reference || candidate), lower is closer{windows}"
         if current is not None:
