@@ -104,13 +104,13 @@ def _runtime_file(suite: Suite, runtime: Any) -> tuple[str | None, str | None]:
     """``capture-runtime.json`` at the suite root (written when ``runtime`` is given and differs);
     its relative name and SHA-256 (None, None when there is none)."""
     from kldtui.formats.atomic import write_json_atomic
-    from kldtui.formats.fidelity import CAPTURE_RUNTIME
+    from kldtui.formats.fidelity import CAPTURE_RUNTIME, RUNTIME_CAPTURED
     from kldtui.formats.safe_io import read_text
     from kldtui.formats.suite import sha256_file
 
     path = suite.root / CAPTURE_RUNTIME
     if runtime is not None:
-        doc = {"format_version": 1, "status": "captured", "checkpoint": (runtime or {}).get("model"),
+        doc = {"format_version": 1, "status": RUNTIME_CAPTURED, "checkpoint": (runtime or {}).get("model"),
                "tool": "kldtui", "runtime": runtime}
         try:
             same = json.loads(read_text(path)) == doc

@@ -95,6 +95,10 @@ KLDTUI_PREFIX = ".kldtui"  # kldtui's own files in a suite folder (download reco
 HIDDEN_SUITE_DAMAGED = "download the suite again, or capture and finalize its reference again"
 # the top-level manifest's ``status``: the replay check's verdict (docs/FORMATS.md), or none was made
 TOP_STATUSES = ("qualified", "not qualified", "replay not checked")
+# ``capture-runtime.json``'s ``status``, which the top-level manifest's ``capture_runtime.status`` repeats:
+# kldtui writes "captured" (kldtui.capture_modes.hidden_suite), the published suite says "qualified"
+RUNTIME_CAPTURED = "captured"
+RUNTIME_STATUSES = (RUNTIME_CAPTURED, "qualified")
 HEAD_DAMAGED = "export the head again (kldtui export-head) or download it again"
 
 HIDDEN_KEY = "hidden_states"
@@ -955,11 +959,8 @@ def _top_manifest(p: Path, doc: dict[str, Any]) -> TopManifest:
             raise BadField(f"{r_where}: expected an object (file, sha256, status) or null")
         check_relative_path(require_field(runtime, "file", str, r_where), "file", r_where)
         _sha(runtime, "sha256", r_where)
-    status = doc.get("status")
-    if status is not None and status not in TOP_STATUSES:  # shown on the dataset card as it is
-        shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
-        raise BadField(f"{where}: status {shown[:80]} is not one of "
-                       f"{', '.join(repr(s) for s in TOP_STATUSES)}")
+        _check_status(runtime.get("status"), RUNTIME_STATUSES, r_where)
+    _check_status(doc.get("status"), TOP_STATUSES, where)  # shown on the dataset card as it is
     count = _whole(doc, "context_count", where, minimum=1)
     length = _whole(doc, "context_length", where, minimum=2)
     if "shape_per_context" in hidden:
@@ -987,6 +988,18 @@ def _top_manifest(p: Path, doc: dict[str, Any]) -> TopManifest:
         lm_head_shape=_shape(require_field(head, "shape", list, f"{where} lm_head"), "shape",
                              f"{where} lm_head"),
         context_count=count, context_length=length, raw=doc)
+
+
+def _check_status(status: object, allowed: tuple[str, ...], where: str) -> None:
+    """A manifest's ``status``: absent (None) or one of ``allowed``; else BadField naming it."""
+    if status is not None and status not in allowed:
+        raise BadField(f"{where}: {_status_problem(status, allowed)}")
+
+
+def _status_problem(status: object, allowed: tuple[str, ...]) -> str:
+    """``status 'x' is not one of 'a', 'b'`` (a value that is not text is named by its type)."""
+    shown = repr(status)[:80] if isinstance(status, str) else f"of type {type(status).__name__}"
+    return f"status {shown} is not one of {', '.join(repr(s) for s in allowed)}"
 
 
 def read_partitions(root: str | os.PathLike[str]) -> dict[int, tuple[str, bool]]:
@@ -1272,8 +1285,11 @@ def write_top_manifest(root: str | os.PathLike[str], *, artifact_kind: str, chec
     runtime_doc: dict[str, Any] | None = None
     if runtime.is_file():
         loaded = json.loads(read_text(runtime))
-        runtime_doc = {"file": CAPTURE_RUNTIME, "sha256": sha256_file(runtime),
-                       "status": loaded.get("status") if isinstance(loaded, dict) else None}
+        runtime_status = loaded.get("status") if isinstance(loaded, dict) else None
+        if runtime_status is not None and runtime_status not in RUNTIME_STATUSES:  # refused on load
+            raise BadInput(f"{runtime}: {_status_problem(runtime_status, RUNTIME_STATUSES)}; "
+                           f"{HIDDEN_SUITE_DAMAGED}")
+        runtime_doc = {"file": CAPTURE_RUNTIME, "sha256": sha256_file(runtime), "status": runtime_status}
     rows = min((r.shape[0] for r in hidden.entries.values()), default=suite.context_length - 1)
     doc = {
         "artifact_kind": artifact_kind, "capture_runtime": runtime_doc, "checkpoint": checkpoint,

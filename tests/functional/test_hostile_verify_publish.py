@@ -76,3 +76,17 @@ def test_verify_exits_2_on_a_top_manifest_status_it_does_not_know(
     assert len(said) == 1 and said[0].startswith("FAIL ") and (
         f"{top}: status 'verified by us' is not one of 'qualified', 'not qualified', 'replay not checked'; "
         in said[0]), said
+
+
+def test_verify_exits_2_on_a_capture_runtime_status_it_does_not_know(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fx.build(tmp_path / "suite", contexts=4).root
+    top = root / "manifest.json"
+    doc = json.loads(top.read_text())
+    doc["capture_runtime"]["status"] = "approved by us"
+    top.write_text(json.dumps(doc))
+    assert main(["verify", str(root)]) == 2
+    said = [line for line in capsys.readouterr().err.splitlines() if "status" in line]
+    assert len(said) == 1 and said[0].startswith("FAIL ") and (
+        f"{top} capture_runtime: status 'approved by us' is not one of 'captured', 'qualified'; "
+        in said[0]), said

@@ -234,3 +234,45 @@ def test_the_top_manifest_statuses_kldtui_writes_load(tmp_path: Path, status: st
     path = fixture.root / fid.TOP_MANIFEST
     _mutate(path, lambda d: d.update(status=status) if status is not None else d.pop("status"))
     assert fid.load_top_manifest(path).raw.get("status") == status
+
+
+@pytest.mark.parametrize("status", ["implemented", "Captured", 1])
+def test_the_capture_runtime_status_of_a_top_manifest_is_checked_on_load(tmp_path: Path,
+                                                                           status: object) -> None:
+    """capture_runtime.status repeats capture-runtime.json's: kldtui writes "captured", the published
+    suite says "qualified"; anything else was loaded unchecked."""
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    path = fixture.root / fid.TOP_MANIFEST
+    _mutate(path, lambda d: d["capture_runtime"].update(status=status))
+    shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
+    with pytest.raises(BadInput) as info:
+        fid.load_top_manifest(path)
+    assert str(info.value) == (f"{path} capture_runtime: status {shown} is not one of 'captured', "
+                               "'qualified'; download the suite again, or capture and finalize its reference "
+                               "again")
+
+
+@pytest.mark.parametrize("status", ["captured", "qualified", None, "absent"])
+def test_the_capture_runtime_statuses_kldtui_and_the_published_suite_write_load(
+        tmp_path: Path, status: str | None) -> None:
+    """kldtui writes null where capture-runtime.json has no status."""
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    path = fixture.root / fid.TOP_MANIFEST
+    _mutate(path, lambda d: d["capture_runtime"].update(status=status) if status != "absent"
+            else d["capture_runtime"].pop("status"))
+    assert fid.load_top_manifest(path).raw["capture_runtime"].get("status") == (
+        None if status == "absent" else status)
+
+
+def test_a_capture_runtime_file_whose_status_would_be_refused_is_not_written_into_a_top_manifest(
+        tmp_path: Path) -> None:
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    top = fixture.root / fid.TOP_MANIFEST
+    before = top.read_bytes()
+    runtime = fixture.root / fid.CAPTURE_RUNTIME
+    _mutate(runtime, lambda d: d.update(status="approved"))
+    with pytest.raises(BadInput) as info:
+        fid.write_top_manifest(fixture.root, artifact_kind="test suite")
+    assert str(info.value) == (f"{runtime}: status 'approved' is not one of 'captured', 'qualified'; "
+                               "download the suite again, or capture and finalize its reference again")
+    assert top.read_bytes() == before  # nothing written that load would refuse
