@@ -63,6 +63,29 @@ def manifest_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+# A manifest's ``runtime.server_start``: a token made fresh at each start of a server kldtui launches
+# (kldtui.stages.serve.start_serve), so two captures each from its own server start record two tokens and
+# a copied folder its original's: what tells a deterministic server's two captures from one capture
+# copied (kldtui.decide.noise.one_capture). A file's word: it can only change what is said, never make a
+# verdict final (docs/STATISTICS.md, "The noise model").
+SERVER_START = "server_start"
+
+
+def new_server_start() -> str:
+    """A fresh ``runtime.server_start`` token: when, and 16 random hex digits."""
+    import datetime
+    import secrets
+
+    return f"{datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')} {secrets.token_hex(8)}"
+
+
+def server_start_of(manifest: dict[str, Any]) -> str | None:
+    """The ``runtime.server_start`` a manifest object records (:func:`manifest_object`), or None."""
+    runtime = manifest.get("runtime")
+    token = runtime.get(SERVER_START) if isinstance(runtime, dict) else None
+    return token if isinstance(token, str) and token else None
+
+
 def dataset_card(root: str | os.PathLike[str]) -> Path | None:
     """The dataset card at the top of a suite folder when it is there as a regular file; None
     otherwise (a link, a folder or a FIFO under that name is not taken for a card). Known by its

@@ -81,6 +81,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.safe_io import open_private_text
+from kldtui.formats.suite import SERVER_START, new_server_start
 from kldtui.redact import redact_argv, redact_env, scrub, secret_values
 from kldtui.servers.base import ServerPlan
 from kldtui.servers.readiness import check_attached, probe_models
@@ -709,7 +710,7 @@ def start_serve(workspace: Workspace, emit: EventSink, plan: ServerPlan) -> Serv
     return ServerSession(plan, capture_dir, process,
                          runtime={"launcher": "kldtui", "kind": plan.kind, "argv": process.public_argv,
                                   "model": plan.model, "served_model_name": plan.served_model_name,
-                                  "env": redact_env(plan.env)})
+                                  "env": redact_env(plan.env), SERVER_START: new_server_start()})
 
 
 def run_serve(workspace: Workspace, emit: EventSink, cancel: Cancel | None, plan: ServerPlan, *,

@@ -57,6 +57,8 @@ def test_run_serve_attaches_without_launching(tmp_path: Path) -> None:
         attached = run_serve(profile.workspace(), lambda e: None, Cancel(), plan)
         assert attached.process is None and attached.url == launched.url
         assert attached.runtime["launcher"] == "attached"
+        # a start kldtui made is recorded (what tells two captures from a copied one); one it cannot see not
+        assert "server_start" in launched.runtime and "server_start" not in attached.runtime
         attached.stop()  # never stops a server it did not launch
         assert launched.process is not None and launched.process.alive() is None
     finally:
