@@ -10,7 +10,9 @@ The class keeps its historical name ``NoiseFloor`` and file format for compatibi
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import itertools
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -26,7 +28,7 @@ from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
-from kldtui.formats.suite import logits_manifest_path, manifest_object
+from kldtui.formats.suite import logits_manifest_path, manifest_object, server_start_of
 from kldtui.metrics.stats import student_t_interval, t_quantile
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
@@ -233,8 +235,9 @@ class NoiseFloor:
     """A noise model. ``per_window`` maps window index to that window's repeat KL (between captures);
     ``repeat`` is the repeat variation of the metric (captures each compared with the reference)."""
 
-    # "deterministic": two captures of one model from two servers were identical (deterministic_floor):
-    # nothing moves between captures, so there is nothing to measure (no threshold, no repeat model)
+    # "deterministic": captures of one model, each from a server start of its own, were identical
+    # (deterministic_floor): nothing moves between captures, so nothing to measure (no threshold, no
+    # repeat model)
     kind: Literal["measured", "published", "deterministic"]
     source: str
     kl_mean: float
@@ -315,9 +318,9 @@ class NoiseFloor:
             between = (f"; repeat KL between captures {self.kl_mean:.4g}" if self.threshold > 0 else "")
             return f"{self.repeat.describe()} ({self.metric_source or self.source}){between}"
         if self.kind == "deterministic":
-            return (f"none: the server is deterministic (two captures of one model gave identical per-window "
-                    f"KL: {self.source}), so nothing moves between captures to measure; differences rest on "
-                    "the windows alone")
+            return (f"none: the server is deterministic (captures of one model, each from a server start of "
+                    f"its own, came out identical: {self.source}), so nothing moves between captures to "
+                    "measure; differences rest on the windows alone")
         if self.kind == "published":
             return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
                     f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
@@ -507,6 +510,12 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
         metric_source=metric_doc.get("source") if isinstance(metric_doc, dict) else None,
         repeat=repeat,
     )
+    if floor.kind == "deterministic" and (floor.threshold > 0 or floor.has_metric or floor.per_window):
+        # a deterministic server's model measures nothing (deterministic_floor); one holding figures would
+        # make verdicts final on its word that nothing moves
+        raise BadInput(f"{p}: a noise model of kind 'deterministic' holds measured figures (a threshold "
+                       "above 0, repeat rows or per-window repeat KL), which that kind never has; "
+                       f"{REWRITE_NOISE}")
     if not floor.has_metric and floor.threshold <= 0 and floor.kind != "deterministic":
         raise BadInput(f"{p}: the noise model measures nothing (no repeat variation of the metric and a "
                        "repeat KL of 0, as earlier versions wrote for one-window reports); measure it again "
@@ -610,35 +619,76 @@ def check_repeat_capture(document: ReportLike, where: str, allow_different_model
 
 
 # Why a difference named on a deterministic server's captures stays provisional: the provisional words
-# of every verdict ranked with a deterministic_floor (no "capture again": it would give the same).
+# of every verdict ranked with a deterministic floor (no "capture again": it would give the same).
 DETERMINISTIC_REASON = ("the server answered two captures of one model identically (deterministic), so "
                         "there is no variation between captures to hold it against, and capturing again "
                         "gives the same")
 
 
-class IdenticalCaptures(BadInput):
-    """Two captures from two capture folders with identical per-window KL: a deterministic server (or
-    a copied capture). ``first``/``second``: the two reports' names, as given."""
+def one_capture(dir1: Any, dir2: Any) -> str | None:
+    """The one rule that tells a deterministic server's two captures from one capture given twice or
+    copied, for two capture folders whose captures came out identical (``kldtui noise`` and the
+    campaign's leader and repeat both ask it): None when each folder's manifest records its own server
+    start (``runtime.server_start``, made fresh at every start of a server kldtui launches), else why
+    they cannot be shown to be two captures: the same folder, the same server start (a copy), or a
+    folder that records none. The token is the folder's own word, which is enough here: a deterministic
+    model never makes a verdict final, it only words why it stays provisional."""
+    if not isinstance(dir1, str) or not isinstance(dir2, str) or not dir1 or not dir2:
+        return "no capture folder recorded"
+    with contextlib.suppress(OSError):
+        if os.path.normpath(dir1) == os.path.normpath(dir2) or os.path.samefile(dir1, dir2):
+            return f"{dir1} and {dir2} are the same folder"
+    starts = []
+    for folder in (dir1, dir2):
+        manifest = _manifest(folder)
+        if manifest is None:
+            return f"{folder} has no readable manifest.json"
+        start = server_start_of(manifest)
+        if start is None:
+            runtime = manifest.get("runtime")
+            if isinstance(runtime, dict) and runtime.get("launcher") == "attached":
+                return f"{folder} was captured from a server kldtui attached to, whose starts it cannot see"
+            return f"{folder} records no server start (not captured by kldtui run, or by an earlier version)"
+        starts.append(start)
+    if starts[0] == starts[1]:
+        return "both record the same server start, so one folder is a copy of the other"
+    return None
 
-    def __init__(self, message: str, first: str, second: str) -> None:
-        super().__init__(message)
-        self.first, self.second = first, second
 
-
-def deterministic_floor(first_doc: ReportLike, second_doc: ReportLike, *, where1: str,
-                        where2: str) -> NoiseFloor:
-    """The noise model of a server known to be deterministic: two captures of one model, each from its
-    own server start (a campaign's leader and its repeat), with identical per-window KL. Nothing is
-    measured (threshold 0, no repeat model); verdicts ranked with it stay provisional, with words that
-    say why (:data:`DETERMINISTIC_REASON`) and no capture to make."""
-    first, second = as_report(first_doc, where1), as_report(second_doc, where2)
+def deterministic_floor(wheres: Sequence[str], dirs: Sequence[str | None], *,
+                        suite_token_hash_sha256: str | None, reference_dir: str | None) -> NoiseFloor:
+    """The noise model of a deterministic server: captures of one model (``dirs``), each from its own
+    server start (:func:`one_capture`), that came out identical (``wheres``: the reports or comparison
+    that show it). Nothing is measured (threshold 0, no repeat model); verdicts ranked with it stay
+    provisional, with words that say why (:data:`DETERMINISTIC_REASON`) and no capture to make."""
     return NoiseFloor(
-        kind="deterministic", source=f"{where1} and {where2}", kl_mean=0.0, threshold=0.0,
-        suite_token_hash_sha256=first.suite_token_hash_sha256,
-        run1=str(first.candidate_dir) if first.candidate_dir else None,
-        run2=str(second.candidate_dir) if second.candidate_dir else None,
+        kind="deterministic", source=" and ".join(wheres) if len(wheres) == 2 else ", ".join(wheres),
+        kl_mean=0.0, threshold=0.0, suite_token_hash_sha256=suite_token_hash_sha256,
+        run1=dirs[0], run2=dirs[1],
         extra={"created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "reference_dir": first.reference_dir})
+               "reference_dir": reference_dir})
+
+
+def alike_captures_floor(wheres: Sequence[str], dirs: Sequence[str | None], *,
+                         suite_token_hash_sha256: str | None, reference_dir: str | None,
+                         alike: str = "have identical per-window KL") -> NoiseFloor:
+    """Captures (two or more) that came out identical (``alike`` says how it shows): the deterministic
+    model when :func:`one_capture` finds a server start of its own in each, else one line saying why not
+    and what to do."""
+    for i in range(len(wheres)):
+        for j in range(i + 1, len(wheres)):
+            di, dj = dirs[i], dirs[j]
+            if not di or not dj:
+                raise BadInput(f"{wheres[i]} and {wheres[j]} {alike}: they are one capture twice; capture "
+                               "the candidate again")
+            why = one_capture(di, dj)
+            if why is not None:
+                raise BadInput(f"{wheres[i]} and {wheres[j]} {alike} and cannot be shown to be two "
+                               f"captures ({why}): capture the candidate again with kldtui run, "
+                               "from a server start of its own, compare it, and give every capture's report "
+                               "once (a deterministic server then gives a noise model that says so)")
+    return deterministic_floor(wheres, dirs, suite_token_hash_sha256=suite_token_hash_sha256,
+                               reference_dir=reference_dir)
 
 
 def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *more_docs: ReportLike,
@@ -666,15 +716,22 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
                 raise BadInput(f"{wheres[i]} and {wheres[j]} compare the same capture ({ci}); capture the "
                                "candidate again, compare it, and give every capture's report once")
             if identical_captures(np.stack([values[i].kl_mean, values[j].kl_mean])) is not None:
-                if ci and cj:  # two capture folders: capturing again would give the same again
-                    raise IdenticalCaptures(
-                        f"{wheres[i]} and {wheres[j]} have identical per-window KL although they compare two "
-                        f"captures ({ci} and {cj}): the server answered exactly alike both times "
-                        "(deterministic), or one capture was copied; there is no repeat variation to "
-                        "measure, so rank without a noise model (named differences stay provisional)",
-                        wheres[i], wheres[j])
-                raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL: they are one "
-                               "capture twice; capture the candidate again")
+                other = next((wheres[k] for k in range(len(values)) if not np.array_equal(
+                    values[k].kl_mean, values[i].kl_mean)), None)
+                if other is not None:
+                    raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL but {other} "
+                                   "does not: the server answered two captures alike and not a third; give "
+                                   f"only one of {wheres[i]} and {wheres[j]}")
+                # every capture alike, each from a server start of its own: a deterministic server
+                floor = alike_captures_floor(wheres, dirs,
+                                             suite_token_hash_sha256=reports[0].suite_token_hash_sha256,
+                                             reference_dir=reports[0].reference_dir)
+                if not allow_different_models:
+                    for a, b in itertools.combinations(range(len(dirs)), 2):
+                        if why := different_models(dirs[a], dirs[b]):
+                            raise BadInput(f"{wheres[a]} and {wheres[b]}: not shown to be captures of one "
+                                           f"model ({why}); add --allow-different-models if they really are")
+                return floor
             if not allow_different_models:
                 why = different_models(ci, cj)
                 if why:

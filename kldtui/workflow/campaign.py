@@ -414,12 +414,7 @@ class Campaign:
 
     def _repeat_leader(self, windows: list[int]) -> None:
         """Capture the leader again (its kind's repeat config) and measure the noise model."""
-        from kldtui.decide.noise import (
-            IdenticalCaptures,
-            deterministic_floor,
-            noise_from_capture_reports,
-            save_floor,
-        )
+        from kldtui.decide.noise import noise_from_capture_reports, save_floor
         from kldtui.formats.report import load_report
 
         board = self.leaderboard
@@ -449,18 +444,15 @@ class Campaign:
             noise = noise_from_capture_reports(load_report(first), load_report(second), where1=str(first),
                                                where2=str(second), repeat=repeat,
                                                where_repeat=str(self._repeat_kl_path(ws)))
-        except IdenticalCaptures as exc:
-            # a deterministic engine: both captures alike (kldtui noise says so), each from its own server
-            # start, so not a copy: the ranking says there is nothing to measure, not "capture again"
-            self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
-            noise = deterministic_floor(load_report(first), load_report(second), where1=exc.first,
-                                        where2=exc.second)
         except BadInput as exc:
             self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
             return
         save_floor(model_path, noise)
         self.noise = noise
-        self.emit(Notice("campaign", f"noise model: {noise.describe()} (saved in {model_path})"))
+        # a deterministic server's (its two captures alike, each from a server start of its own): nothing
+        # measured, which the ranking's provisional verdicts say (kldtui.decide.noise.one_capture)
+        self.emit(Notice("campaign", f"noise model: {noise.describe()} (saved in {model_path})",
+                         level="warning" if noise.kind == "deterministic" else "info"))
 
     @staticmethod
     def _repeat_kl_path(repeat: Workspace) -> Path:

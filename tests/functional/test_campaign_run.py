@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -169,12 +170,10 @@ def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Pa
     work = profile.parent
     warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
     first, second = work / "comparison-close.json", work / "repeat" / "comparison-close.json"
-    assert len(warned) == 1 and warned[0].startswith(
-        f"no measured noise model: {first} and {second} have identical per-window KL although they compare "
-        "two captures ("), warned
-    assert "the server answered exactly alike both times (deterministic)" in warned[0]
-    assert "there is no repeat variation to measure" in warned[0]
-    assert "capture the candidate again" not in warned[0]
+    assert warned == [
+        f"noise model: none: the server is deterministic (captures of one model, each from a server start of "
+        f"its own, came out identical: {first} and {second}), so nothing moves between captures to measure; "
+        f"differences rest on the windows alone (saved in {work / 'noise-model.json'})"], warned
     # the ranking is held against that: provisional, saying why, with no capture to make
     noise = json.loads((work / "noise-model.json").read_text())
     assert noise["kind"] == "deterministic" and noise["threshold"] == 0, noise
@@ -184,8 +183,8 @@ def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Pa
     assert far["verdict_vs_best"].endswith(
         "; provisional: the server answered two captures of one model identically (deterministic), so there "
         "is no variation between captures to hold it against, and capturing again gives the same"), far
-    assert board["noise_model"].startswith("none: the server is deterministic (two captures of one model "
-                                           "gave identical per-window KL: "), board["noise_model"]
+    assert board["noise_model"].startswith("none: the server is deterministic (captures of one model, each "
+                                           "from a server start of its own, came out identical: "), board
     proc = subprocess.run([*run_cmd(Path("x"))[:3], "leaderboard", "--plain", str(work)], capture_output=True,
                           text=True, timeout=120, env=env_with())
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -193,6 +192,37 @@ def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Pa
     assert ("provisional: the difference is shown over these windows; the server answered two captures of "
             "one model identically (deterministic), so there is no variation between captures to hold it "
             "against, and capturing again gives the same") in proc.stdout, proc.stdout
+    # kldtui noise on the same two captures says what the campaign says (it refused them, and the
+    # ranking without a noise model said "capture again ... kldtui noise", which gives the same)
+    kldtui = [*run_cmd(Path("x"))[:3], "noise"]
+    out = tmp_path / "noise.json"
+    proc = subprocess.run([*kldtui, str(first), str(second), "-o", str(out)], capture_output=True, text=True,
+                          timeout=120, env=env_with())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"noise model: none: the server is deterministic (captures of one model, each from a server start of "
+        f"its own, came out identical: {first} and {second}), so nothing moves between captures to measure; "
+        "differences rest on the windows alone",
+        "verdicts ranked with it stay provisional: the server answered two captures of one model identically "
+        "(deterministic), so there is no variation between captures to hold it against, and capturing again "
+        "gives the same",
+        f"wrote {out}"], proc.stdout
+    assert json.loads(out.read_text())["kind"] == "deterministic"
+    # ... but a copy of a capture is one capture: it records the same server start
+    repeat_doc = json.loads(second.read_text())
+    copy = tmp_path / "copied-capture"
+    shutil.copytree(repeat_doc["candidate_dir"], copy)
+    copied = tmp_path / "comparison-copy.json"
+    copied.write_text(json.dumps(dict(repeat_doc, candidate_dir=str(copy))))
+    proc = subprocess.run([*kldtui, str(second), str(copied), "-o", str(tmp_path / "n2.json")],
+                          capture_output=True, text=True, timeout=120, env=env_with())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        f"{second} and {copied} have identical per-window KL and cannot be shown to be two captures (both "
+        "record the same server start, so one folder is a copy of the other): capture the candidate again "
+        "with kldtui run, from a server start of its own, compare it, and give every capture's report once "
+        "(a deterministic server then gives a noise model that says so)"), proc.stderr
+    assert not (tmp_path / "n2.json").exists()
 
 
 def test_every_candidate_is_checked_before_the_first_server_starts(tmp_path: Path) -> None:

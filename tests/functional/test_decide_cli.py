@@ -245,10 +245,69 @@ def test_noise_from_two_reports_refuses_one_capture_twice(tmp_path, capsys):
     assert "compare the same capture" in capsys.readouterr().err
     twin = write_report(tmp_path / "twin.json", make_report(base, DOMAINS, candidate_dir="/r/a2"))
     assert main(["noise", str(pa), str(twin), "--output", str(tmp_path / "n.json")]) == 2
-    # two capture folders alike: capturing again would not help (a deterministic server answers alike)
+    # two capture folders alike, neither there to show a server start of its own: a copy cannot be ruled
+    # out (a deterministic server's two captures give a model that says so: the test below)
     err = capsys.readouterr().err
-    assert "identical per-window KL although they compare two captures (/r/a and /r/a2)" in err, err
-    assert "deterministic" in err and "capture the candidate again" not in err
+    assert (f"{pa} and {twin} have identical per-window KL and cannot be shown to be two captures (/r/a has "
+            "no readable manifest.json): capture the candidate again with kldtui run, from a server start of "
+            "its own, compare it, and give every capture's report once (a deterministic server then gives a "
+            "noise model that says so)") in err, err
+    assert not (tmp_path / "n.json").exists()
     unnamed = write_report(tmp_path / "unnamed.json", make_report(base, DOMAINS, candidate_dir=None))
     assert main(["noise", str(pa), str(unnamed), "--output", str(tmp_path / "n.json")]) == 2
     assert "they are one capture twice; capture the candidate again" in capsys.readouterr().err
+
+
+def test_noise_from_two_captures_of_a_deterministic_server_says_so(tmp_path, capsys):
+    """Two capture folders alike, each from a server start of its own (their manifests' runtime
+    server_start): a deterministic server. kldtui noise writes the 'deterministic' model the campaign
+    writes and says what it means (it refused them, and ranking without a model then said "capture
+    again ... kldtui noise", which gives the same again); a copy of a capture stays refused."""
+    import shutil
+
+    from tests.fixtures_compare import make_suite, perturb
+
+    suite, ref, cap1, _ = make_suite(tmp_path / "s", windows=4, context=17, vocab=300, seed=3,
+                                     candidate=lambda rng, x: perturb(rng, x, 0.05, 0.1))
+    cap2 = tmp_path / "s" / "again"
+    shutil.copytree(cap1, cap2)
+
+    def started(folder, start):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["runtime"] = {"launcher": "kldtui", "model": "me/q4", "server_start": start}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    started(cap1, "2026-12-03T10:00:00Z 0123456789abcdef")
+    started(cap2, "2026-12-03T10:05:00Z fedcba9876543210")
+    folders = ["--suite-manifest", str(suite.path)]
+    meaning = ("verdicts ranked with it stay provisional: the server answered two captures of one model "
+               "identically (deterministic), so there is no variation between captures to hold it against, "
+               "and capturing again gives the same")
+    for extra, source in (([*folders, "--reference", str(ref)], f"{ref} vs {cap1} and {ref} vs {cap2}"),
+                          (folders, f"{cap1} and {cap2}")):
+        out = tmp_path / f"noise-{len(extra)}.json"
+        assert main(["noise", str(cap1), str(cap2), *extra, "--output", str(out)]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "noise model: none: the server is deterministic (captures of one model, each from a server "
+            f"start of its own, came out identical: {source}), so nothing moves between captures to "
+            "measure; differences rest on the windows alone", meaning, f"wrote {out}"]
+        model = load_floor(out)
+        assert model.kind == "deterministic" and model.threshold == 0 and not model.has_metric
+        assert model.provisional_reason() is not None and "capturing again gives the same" in \
+            model.provisional_reason()
+    # a copy records the same server start; a folder from an attached server or an earlier kldtui none
+    copy = tmp_path / "s" / "copy"
+    shutil.copytree(cap2, copy)
+    refused = tmp_path / "refused.json"
+    assert main(["noise", str(cap2), str(copy), *folders, "--reference", str(ref), "-o", str(refused)]) == 2
+    assert ("cannot be shown to be two captures (both record the same server start, so one folder is a copy "
+            "of the other): capture the candidate again with kldtui run") in capsys.readouterr().err
+    started(copy, None)
+    assert main(["noise", str(cap2), str(copy), *folders, "-o", str(refused)]) == 2
+    assert (f"{cap2} and {copy} gave identical logits (KL 0 between them in every window) and cannot be "
+            f"shown to be two captures ({copy} records no server start (not captured by kldtui run, or by an "
+            "earlier version))") in capsys.readouterr().err
+    assert not refused.exists()
+    # the same folder twice
+    assert main(["noise", str(cap1), str(cap1), *folders, "--reference", str(ref), "-o", str(refused)]) == 2
+    assert "compare the same capture" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -523,6 +524,31 @@ def test_a_stored_repeat_model_that_its_rows_do_not_give_is_refused(edit: Any, w
     text = str(err.value)
     assert text.startswith("noise.json: repeat_model ") and words in text, text
     assert text.endswith("; write the file again with kldtui noise") and "\n" not in text
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(threshold=0.5),
+    lambda d: d.update(per_window=[{"window_index": 0, "kl_mean": 0.5}]),
+    lambda d: d.update(metric_repeat={"per_window": [{"window_index": w, "difference": 0.01 * w}
+                                                     for w in range(4)]}),
+])
+def test_a_deterministic_noise_model_holding_figures_is_refused(tmp_path: Path, edit: Any) -> None:
+    """A deterministic server's model measures nothing, so it never makes a verdict final; one edited to
+    hold a threshold (or repeat rows) would, on the word of a file that says nothing moves."""
+    from kldtui.decide.noise import deterministic_floor, load_floor, save_floor
+
+    path = tmp_path / "noise.json"
+    save_floor(path, deterministic_floor(["a.json", "b.json"], ["/r/a", "/r/b"], suite_token_hash_sha256=None,
+                                         reference_dir=None))
+    assert load_floor(path).kind == "deterministic"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput) as err:
+        load_floor(path)
+    assert str(err.value) == (f"{path}: a noise model of kind 'deterministic' holds measured figures (a "
+                              "threshold above 0, repeat rows or per-window repeat KL), which that kind "
+                              "never has; write the file again with kldtui noise")
 
 
 def _quants(k: int, n: int, seed: int = 3) -> list[dict[str, Any]]:

@@ -71,6 +71,11 @@ def _is_mirror(first: ComparisonReport, second: ComparisonReport) -> bool:
 
 def describe(model: Any) -> list[str]:
     """What ``kldtui noise`` prints about a stored model."""
+    from kldtui.decide.noise import DETERMINISTIC_REASON
+
+    if model.kind == "deterministic":
+        return [f"noise model: {model.describe()}",
+                f"verdicts ranked with it stay provisional: {DETERMINISTIC_REASON}"]
     lines = []
     if model.repeat is not None:
         lines.append(f"repeat variation of the metric: {model.repeat.describe()}")
@@ -98,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from kldtui.decide.noise import (
+        alike_captures_floor,
         check_repeat_capture,
         different_models,
         floor_from_reports,
@@ -167,6 +173,11 @@ def _run(args: argparse.Namespace) -> int:
                                       reverse=not args.no_reverse,
                                       report_path=args.report, emit=emit, cancel=cancel)
         if args.reference is None:
+            if floor.threshold <= 0:  # KL 0 in every window both ways: the two captures are alike
+                return done(alike_captures_floor(
+                    [args.run1, args.run2], [args.run1, args.run2],
+                    suite_token_hash_sha256=report.suite_token_hash_sha256, reference_dir=None,
+                    alike="gave identical logits (KL 0 between them in every window)"))
             return done(floor)
         from kldtui.stages.compare import CompareOptions, compare
 
