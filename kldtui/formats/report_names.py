@@ -25,7 +25,7 @@ CAMPAIGN_FOLDER = "candidates"
 
 
 # The report every kldtui run writes into its work folder (`kldtui view DIR`, `kldtui leaderboard DIR`
-# and `o` find it there: reports_in).
+# and `o` find it there: folder_reports).
 REPORT_FILE_NAME = "comparison.json"
 # The finalized folder every kldtui run writes inside its work folder (kldtui.workspace uses it):
 # as a report's name it would call every report "candidate", so the work folder names it instead.
@@ -129,11 +129,6 @@ class FolderReports:
         return (f"{path}: left out {names}: {self.why} (give a report's file by name to rank it anyway)")
 
 
-def reports_in(path: str | os.PathLike[str]) -> list[Path]:
-    """The reports ``path`` names (:func:`folder_reports`)."""
-    return folder_reports(path).reports
-
-
 def folder_reports(path: str | os.PathLike[str]) -> FolderReports:
     """The reports ``path`` names: a report file itself; a work folder's ``comparison.json``; a
     campaign's work folder: its candidates' ``comparison-NAME.json`` (by name). BadInput (one line)
@@ -144,7 +139,8 @@ def folder_reports(path: str | os.PathLike[str]) -> FolderReports:
     Its candidates are the ones its state names: the rows of its ``leaderboard.json`` (the last
     ranking) and those with a folder in ``candidates/`` (:func:`_campaign_candidates`); the others are
     left out and
-    named (:meth:`FolderReports.left_out_line`). A folder with neither is a plain folder of reports:
+    named (:meth:`FolderReports.left_out_line`: every command and the dashboard's ``o`` that take a
+    folder for its reports say it). A folder with neither is a plain folder of reports:
     every ``comparison-*.json``."""
     from kldtui.errors import BadInput
 

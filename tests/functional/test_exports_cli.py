@@ -438,6 +438,30 @@ def test_a_campaigns_folder_ranks_its_own_candidates_and_names_a_stray_report(
     assert captured.err.splitlines() == [f"kldtui: {camp}: left out comparison-{stray.stem}.json: {why}"]
 
 
+def test_diff_and_plan_of_a_campaigns_folder_name_the_stray_report_they_left_out(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kldtui diff DIR B` and `kldtui plan DIR B` take a campaign's folder of one candidate for its report,
+    as leaderboard and view take a campaign's folder; they left a stray comparison-*.json out without a
+    word, which those name on stderr in one line. The line is theirs."""
+    camp = tmp_path / "camp"
+    (camp / "candidates" / reports[0].stem).mkdir(parents=True)
+    shutil.copy(reports[0], camp / f"comparison-{reports[0].stem}.json")
+    shutil.copy(reports[3], camp / f"comparison-{reports[3].stem}.json")  # dropped in by someone else
+    why = (f"not a candidate of the campaign there (neither ranked in {camp / 'leaderboard.json'} nor with a "
+           f"{camp / 'candidates'}/NAME folder) (give a report's file by name to rank it anyway)")
+    said = f"kldtui: {camp}: left out comparison-{reports[3].stem}.json: {why}"
+    assert main(["diff", str(camp), str(reports[1]), "--bootstrap-samples", "200"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [said], captured.err
+    ours = camp / f"comparison-{reports[0].stem}.json"
+    assert main(["diff", str(ours), str(reports[1]), "--bootstrap-samples", "200"]) == 0
+    assert capsys.readouterr().out == captured.out  # the candidate's report, the stray left out
+    assert main(["plan", str(camp), str(reports[1])]) in (0, 1)
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [said], captured.err
+    assert captured.out.startswith("pilot: ")
+
+
 def test_rms_delta_p_is_shown_once(reports: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
     # the report's RMS Δp figure (%, with its interval) and the next-token line's rms (a fraction) are
     # one figure: the text summary and the result pane show it once

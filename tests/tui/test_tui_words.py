@@ -429,10 +429,17 @@ async def test_o_on_a_campaigns_folder_puts_every_candidate_on_the_board(tmp_pat
         (camp / "candidates" / name).mkdir(parents=True)
         (camp / f"comparison-{name}.json").write_text(json.dumps(report))
     (camp / "comparison-planted.json").symlink_to(camp / "comparison-q4.json")
+    stray = json.loads((camp / "comparison-q4.json").read_text())  # dropped in by another tool
+    (camp / "comparison-stray.json").write_text(json.dumps(dict(stray, candidate_dir="/elsewhere/stray")))
     async with app.run_test(size=(160, 40)) as pilot:
         await open_with_o(app, pilot, "camp")
         names = sorted(r.name for r in app.main.results)
-        assert names == ["q4", "q8"], names  # the planted link is not a third row
+        assert names == ["q4", "q8"], names  # the planted link is not a third row, nor the stray report
+        # ... and the stray is named, as kldtui view and leaderboard name it (it was left out silently)
+        said = [n.message for n in app._notifications if "left out" in n.message]
+        assert said == ["camp: left out comparison-stray.json: not a candidate of the campaign there "
+                        "(neither ranked in camp/leaderboard.json nor with a camp/candidates/NAME folder) "
+                        "(give a report's file by name to rank it anyway)"], said
 
 
 @sync

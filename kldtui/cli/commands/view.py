@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport
-    from kldtui.formats.report_names import FolderNoise
+    from kldtui.formats.report_names import FolderNoise, FolderReports
 
 HELP = ("show saved comparison reports: one as the result pane, several as a leaderboard (without a "
         "terminal on stdout: the leaderboard as text, then each report's summary)")
@@ -45,19 +45,27 @@ def check_reports(paths: list[str]) -> list[ComparisonReport]:
 
 
 def report_paths(paths: list[str]) -> list[Path]:
-    """Each argument's reports: a report file, a work folder's report, a campaign's candidates' reports
-    (kldtui.formats.report_names.folder_reports; the others in its folder named on stderr, one line);
-    BadInput (one line) for a folder without any."""
+    """Each argument's reports (:func:`reports_of`)."""
+    return [report for p in paths for report in reports_of(p)]
+
+
+def reports_of(path: str) -> list[Path]:
+    """The reports one argument names: a report file, a work folder's report, a campaign's candidates'
+    reports (kldtui.formats.report_names.folder_reports; the others in its folder named on stderr, one
+    line: every command that takes a folder for its reports says it so); BadInput (one line) for a
+    folder without any."""
     from kldtui.formats.report_names import folder_reports
 
-    out: list[Path] = []
-    for p in paths:
-        found = folder_reports(p)
-        line = found.left_out_line(p)  # a campaign's folder: reports not of its candidates
-        if line is not None:
-            print(f"kldtui: {line}", file=sys.stderr)
-        out += found.reports
-    return out
+    return said_left_out(folder_reports(path), path)
+
+
+def said_left_out(found: FolderReports, path: str) -> list[Path]:
+    """``found``'s reports, once the files of the campaign folder ``path`` it left out are named on
+    stderr (:meth:`FolderReports.left_out_line`; nothing for a report file or a run's folder)."""
+    line = found.left_out_line(path)  # a campaign's folder: reports not of its candidates
+    if line is not None:
+        print(f"kldtui: {line}", file=sys.stderr)
+    return found.reports
 
 
 def use_folder_noise_model(args: argparse.Namespace) -> FolderNoise:

@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
-from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, reports_in, unique_names
+from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, folder_reports, unique_names
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -198,10 +198,14 @@ class BoardScreen(Screen[None]):
     @work(thread=True, group=LOAD_GROUP, exit_on_error=False, name="open")
     def _load_one(self, path: str) -> None:
         try:
-            found = reports_in(path)
+            folder = folder_reports(path)
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
+        found = folder.reports
+        left_out = folder.left_out_line(path)  # a campaign's folder: files not of its candidates, named
+        if left_out is not None:               # as kldtui view and leaderboard name them on stderr
+            self.deliver(self.notify, left_out, title="report", severity="warning", timeout=10)
         from kldtui.formats.report_names import campaign_noise_model
 
         noise_model = campaign_noise_model(path)  # a campaign's folder: its measured model, if any
