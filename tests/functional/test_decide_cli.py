@@ -295,6 +295,15 @@ def test_noise_from_two_captures_of_a_deterministic_server_says_so(tmp_path, cap
         assert model.kind == "deterministic" and model.threshold == 0 and not model.has_metric
         assert model.provisional_reason() is not None and "capturing again gives the same" in \
             model.provisional_reason()
+    # the seed's form, one saved report of RUN2 against RUN1 (a repeat KL of 0 everywhere), the same (it
+    # wrote a model that the loader then refused as measuring nothing)
+    repeat = tmp_path / "repeat.json"
+    assert main(["noise", str(cap1), str(cap2), *folders, "--report", str(repeat), "-o",
+                 str(tmp_path / "again.json")]) == 0
+    capsys.readouterr()
+    assert main(["noise", str(repeat), "-o", str(tmp_path / "from-report.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == meaning
+    assert load_floor(tmp_path / "from-report.json").kind == "deterministic"
     # a copy records the same server start; a folder from an attached server or an earlier kldtui none
     copy = tmp_path / "s" / "copy"
     shutil.copytree(cap2, copy)

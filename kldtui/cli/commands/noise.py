@@ -9,6 +9,10 @@ cannot tell it from a real difference; such a model says so and verdicts stay pr
     kldtui noise CAPTURE1.json CAPTURE2.json [CAPTURE3.json ...] --output noise.json   # reports
     kldtui noise RUN1 RUN2 [RUN3 ...] --suite-manifest M --reference REF -o noise.json  # capture folders
 
+Captures that came out identical are a deterministic server's, written as a noise model of kind
+``deterministic`` (nothing to measure; verdicts stay provisional saying so), when each folder records
+a server start of its own, and refused otherwise (the same folder, a copy): ``decide.noise.one_capture``.
+
 The repeat KL between the two captures (the seed's figure) comes along with ``--repeat-report``
 (a report of capture 2 against capture 1) or from folders. The seed's form, one report of RUN2
 against RUN1 (optionally a second of RUN1 against RUN2), still stores a repeat KL only; a report of
@@ -115,6 +119,14 @@ def _run(args: argparse.Namespace) -> int:
     from kldtui.formats.report import load_report
 
     def done(model: Any) -> int:
+        if model.kind == "measured" and not model.has_metric and model.threshold <= 0:
+            # a repeat KL of 0 in every window, both ways: the two captures gave identical logits, which
+            # a deterministic server's two starts do and a copy does (one rule, as for reports)
+            dirs = [model.run1, model.run2]
+            model = alike_captures_floor(
+                [str(d) for d in dirs] if all(dirs) else [args.run1, args.run2 or args.run1], dirs,
+                suite_token_hash_sha256=model.suite_token_hash_sha256, reference_dir=None,
+                alike="gave identical logits (KL 0 between them in every window)")
         save_floor(args.output, model)
         for line in describe(model):
             print(line)
@@ -173,11 +185,6 @@ def _run(args: argparse.Namespace) -> int:
                                       reverse=not args.no_reverse,
                                       report_path=args.report, emit=emit, cancel=cancel)
         if args.reference is None:
-            if floor.threshold <= 0:  # KL 0 in every window both ways: the two captures are alike
-                return done(alike_captures_floor(
-                    [args.run1, args.run2], [args.run1, args.run2],
-                    suite_token_hash_sha256=report.suite_token_hash_sha256, reference_dir=None,
-                    alike="gave identical logits (KL 0 between them in every window)"))
             return done(floor)
         from kldtui.stages.compare import CompareOptions, compare
 
