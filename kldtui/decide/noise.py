@@ -567,10 +567,15 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
 
 # ---------------------------------------------------------------------------- same-model checks
 def _manifest(folder: Any) -> dict[str, Any] | None:
-    """A capture folder's manifest.json, or None when the folder is gone or has none."""
+    """A capture folder's manifest (its capture mode's: ``manifest.json``, score mode's
+    ``scores-manifest.json``), or None when the folder is gone or has none."""
+    from kldtui.capture_modes import finalized_in
+
     if not isinstance(folder, str) or not folder:
         return None
-    return manifest_object(logits_manifest_path(folder))
+    mode = finalized_in(Path(folder))
+    return manifest_object(mode.manifest_path(Path(folder)) if mode is not None
+                           else logits_manifest_path(folder))
 
 
 def _model_of(manifest: dict[str, Any]) -> tuple[str, str] | None:

@@ -595,3 +595,22 @@ def test_a_leaderboard_of_sixteen_candidates_can_name_differences() -> None:
     assert family_flips(6) == 4096 and family_flips(120) == 32768
     board = build_leaderboard(_quants(16, 16), noise=None)
     assert board.rows[-1].mark == "worse" and board.rows[1].mark == "worse", [r.mark for r in board.rows]
+
+
+def test_two_score_mode_captures_are_told_from_a_copy_by_their_own_manifest(tmp_path: Path) -> None:
+    """Score mode's finalized folder has scores-manifest.json, not manifest.json: the identical-captures
+    rule and the same-model check read it (they found no manifest, so a deterministic server's two
+    score-mode captures, which the campaign ranked with a deterministic model, were refused)."""
+    import shutil
+
+    from kldtui.decide.noise import different_models, one_capture
+
+    for name, start in (("a", "2026-12-03T10:00:00Z 00000000000000aa"), ("b", "2026-12-03T10:09:00Z bb")):
+        (tmp_path / name).mkdir()
+        runtime = {"launcher": "kldtui", "model": "m", "server_start": start}
+        (tmp_path / name / "scores-manifest.json").write_text(json.dumps({"kind": "candidate-scores",
+                                                                          "runtime": runtime}))
+    shutil.copytree(tmp_path / "b", tmp_path / "c")
+    a, b, c = (str(tmp_path / n) for n in "abc")
+    assert one_capture(a, b) is None and different_models(a, b) is None
+    assert one_capture(b, c) == "both record the same server start, so one folder is a copy of the other"
