@@ -76,10 +76,12 @@ class Progress(Event):
 
 @dataclass(frozen=True)
 class LogLine(Event):
-    """One line of a child process's log (the server) or an engine note."""
+    """One line of a child process's log (the server) or an engine note. ``log``: the file that
+    keeps the line too (a launched server's log, ``Workspace.server_log``), None: no file does."""
 
     line: str
     level: Literal["debug", "info", "warning", "error"] = "info"
+    log: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 :class:`BatchReporter` is an :data:`~kldtui.events.EventSink`. Plain mode writes one line per
 meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
 most one line every ``interval`` seconds, plus the final one), and kldtui's lines alone: the
-server's own output stays in its server.log unless ``server_log`` (the first warning or error it
-holds back says so in one line). JSONL mode writes every event
+server's own output stays in its server log unless ``server_log`` (the first warning or error it
+holds back from a log file names that file in one line). JSONL mode writes every event
 as one JSON object per line (``Event.to_dict`` plus ``"schema"``) and ends the stream with one
 ``RunFinished`` line (docs/EVENTS.md). Both are thread-safe. With ``live=True`` (a
 terminal, not JSONL) progress shows as rich bars below the scrolling lines instead (enter the
@@ -101,7 +101,7 @@ class BatchReporter:
         self.failures: list[str] = []
         self.early_abort: EarlyAbort | None = None  # the run stopped itself (a verdict)
         self.failed_messages: set[str] = set()  # failures already printed as words (not JSONL)
-        self.held_back = 0  # the server's warning and error lines kept out of the lines (server.log has them)
+        self.noted_logs: set[str] = set()  # server logs whose held-back lines a note named
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ResultReady):
@@ -276,16 +276,20 @@ class BatchReporter:
 
 
     def _hold_back(self, head: str, event: LogLine) -> str | None:
-        """A line of the server's own output: kept in the server log, never among kldtui's lines
-        (vLLM's WARNING lines were printed between them). The first warning or error held back says
-        where they are, once; a server that exits says its last lines in the failure."""
+        """A line of the server's own output: kept in the server's log, never among kldtui's lines
+        (vLLM's WARNING lines were printed between them). The first warning or error held back from
+        a log file names that file, once per file (the reference server's and the candidates' are
+        not the same); a server that exits says its last lines in the failure. A warning or error no
+        file keeps is printed: held back, it would be lost."""
         if event.level not in ("warning", "error"):
             return None
-        self.held_back += 1
-        if self.held_back > 1:
+        if event.log is None:
+            return f"{head} {event.line}"
+        if event.log in self.noted_logs:
             return None
-        return (f"{head} note: the server's warnings and errors go to its server.log in the work folder, "
-                "not here; --server-log prints every server line")
+        self.noted_logs.add(event.log)
+        return (f"{head} note: the server's warnings and errors go to {event.log}, not here; "
+                "--server-log prints every server line")
 
     @staticmethod
     def _leaderboard(head: str, event: LeaderboardUpdated) -> str | None:

@@ -647,7 +647,8 @@ class ServerProcess:
             if self._stopping:
                 continue  # what a stopped server prints (its KeyboardInterrupt traceback): log only
             with contextlib.suppress(Exception):
-                self.emit(LogLine(STAGE, line, level=level))  # type: ignore[arg-type]
+                self.emit(LogLine(STAGE, line, level=level,  # type: ignore[arg-type]
+                                  log=str(self.log_path) if self.log_path is not None else None))
         with contextlib.suppress(OSError):
             self.proc.stdout.close()
 

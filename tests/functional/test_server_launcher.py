@@ -252,7 +252,44 @@ def test_batch_output_keeps_the_servers_warnings_in_its_log(tmp_path: Path, capf
         assert all(f"server: {line}" in said for line in server_lines), said
     else:
         assert not any("WARNING" in line or "ERROR" in line for line in said), said
-        assert said.count("server: note: the server's warnings and errors go to its server.log in the work "
-                          "folder, not here; --server-log prints every server line") == 1, said
+        assert said.count(f"server: note: the server's warnings and errors go to {tmp_path / 'server.log'}, "
+                          "not here; --server-log prints every server line") == 1, said
     stdout, stderr = capfd.readouterr()
     assert "WARNING" not in stdout + stderr and "ERROR" not in stdout + stderr, (stdout, stderr)
+
+
+def test_batch_note_names_the_log_of_the_server_that_warned(tmp_path: Path) -> None:
+    """The note said "its server.log in the work folder" whichever server warned; the reference
+    server's log is reference-run/server.log. Each log file is named the first time a line kept in
+    it is held back: the reference server's, then a campaign candidate's."""
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+    from kldtui.servers.base import ServerPlan
+    from kldtui.stages.reference_capture import as_reference_stage
+    from kldtui.stages.serve import start_serve
+    from kldtui.workspace import Workspace
+
+    out = io.StringIO()
+    reporter = BatchReporter(out)
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(VLLM_LIKE)
+    plan = ServerPlan("embedded", "m", argv=(sys.executable, str(script)))
+    work = Workspace(suite_dir=tmp_path / "suite", reference_dir=tmp_path / "suite" / "ref",
+                     capture_root=tmp_path / "work" / "capture", workdir=tmp_path / "work")
+    for ws, emit in ((work.reference_capture(), as_reference_stage(reporter)),
+                     (work.for_candidate("q4"), reporter)):
+        session = start_serve(ws, emit, plan)
+        server = session.process
+        assert server is not None
+        try:
+            assert _wait_for(lambda s=server: "serving" in s.last_lines()), server.last_lines()
+        finally:
+            session.stop("test done")
+    notes = [line.split(" ", 1)[1] for line in out.getvalue().splitlines() if "note: the server's" in line]
+    assert notes == [f"server: note: the server's warnings and errors go to {log}, not here; --server-log "
+                     "prints every server line"
+                     for log in (tmp_path / "work" / "reference-run" / "server.log",
+                                 tmp_path / "work" / "server.log")], out.getvalue()
+    assert "WARNING" in (tmp_path / "work" / "reference-run" / "server.log").read_text()
+    assert "WARNING" in (tmp_path / "work" / "server.log").read_text()

@@ -50,7 +50,9 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
     rep(WindowState("compare", 3, "compared", domain="code", figures={"kl": 0.0123, "top1": 0.98}))
     rep(WindowState("capture", 3, "capturing"))  # not worth a line
     rep(LogLine("server", "INFO: request done"))  # server info lines stay in server.log
-    rep(LogLine("server", "ERROR: out of memory", level="error"))
+    rep(LogLine("server", "ERROR: out of memory", level="error", log="/w/server.log"))
+    rep(LogLine("server", "WARNING: slow", level="warning", log="/w/server.log"))  # noted once per log
+    rep(LogLine("server", "ERROR: no log file keeps this", level="error"))  # held back, it would be lost
     rep(Notice("server", "added --max-num-seqs 1"))
     rep(StageFinished("capture", summary="4 captured"))
     lines = out.getvalue().splitlines()
@@ -62,8 +64,9 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
         "capture: tokens 1000/1000 (100%)",
         "finalize: window 000 3.0/4.0 MiB (75%), 100.0 MiB/s",
         "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00 %",
-        "server: note: the server's warnings and errors go to its server.log in the work folder, not here; "
+        "server: note: the server's warnings and errors go to /w/server.log, not here; "
         "--server-log prints every server line",
+        "server: ERROR: no log file keeps this",
         "server: note: added --max-num-seqs 1",
         "capture: done - 4 captured",
     ]
