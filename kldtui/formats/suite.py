@@ -86,6 +86,14 @@ def server_start_of(manifest: dict[str, Any]) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
+def card_runtime(runtime: Any) -> Any:
+    """A manifest's ``runtime`` as a dataset card shows it: without ``server_start``, kldtui's own
+    token telling one server start from another, which says nothing of the model or the server."""
+    if not isinstance(runtime, dict):
+        return runtime
+    return {key: value for key, value in runtime.items() if key != SERVER_START}
+
+
 def dataset_card(root: str | os.PathLike[str]) -> Path | None:
     """The dataset card at the top of a suite folder when it is there as a regular file; None
     otherwise (a link, a folder or a FIFO under that name is not taken for a card). Known by its

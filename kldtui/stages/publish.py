@@ -31,6 +31,7 @@ from kldtui.formats.suite import (
     SUITE_MANIFEST,
     LogitsManifest,
     Suite,
+    card_runtime,
     load_logits_manifest,
     load_suite,
 )
@@ -128,8 +129,9 @@ def _model_name(ref: LogitsManifest) -> str:
 def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> str:
     """The dataset card (Markdown with a small YAML header) for the folder at ``root``. Secrets in
     what it quotes (the runtime, any text of a secret's shape) are redacted again here: the
-    manifests may come from another tool (docs/SAFETY.md)."""
-    ref = dataclasses.replace(ref, runtime=redact_json(ref.runtime))
+    manifests may come from another tool (docs/SAFETY.md). The runtime is shown without kldtui's
+    own token of the server start (``card_runtime``)."""
+    ref = dataclasses.replace(ref, runtime=redact_json(card_runtime(ref.runtime)))
     f = figures(suite, ref)
     model = " ".join(_model_name(ref).split())  # one line, whatever a manifest holds
     shown_model = markdown_literal(model)  # a manifest from another tool: its text is text in the card

@@ -35,7 +35,7 @@ from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageName, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import read_bytes, read_text
-from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, load_suite, sha256_file
+from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, card_runtime, load_suite, sha256_file
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 from kldtui.text import human_bytes
@@ -311,6 +311,12 @@ def _qualification_lines(facts: HiddenSuiteFacts) -> list[str]:
     return out
 
 
+def _card_capture_runtime(doc: dict[str, Any]) -> dict[str, Any]:
+    """capture-runtime.json as the card quotes it: its ``runtime`` without kldtui's own token of the
+    server start (``card_runtime``), which says nothing of the model or the server."""
+    return {**doc, "runtime": card_runtime(doc["runtime"])} if "runtime" in doc else doc
+
+
 def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
     """The dataset card of a verified hidden-state suite (Markdown with a small YAML header);
     everything it quotes from the folder is redacted again."""
@@ -329,7 +335,7 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
     per_context_f32 = rows * head.vocab * 4
     ratio = facts.full_f32_bytes / facts.reference_bytes
     live_bytes = sum(r.total_size_bytes for r in facts.runs if r.holds_logits)
-    runtime = redact_json(facts.runtime) if facts.runtime is not None else None
+    runtime = redact_json(_card_capture_runtime(facts.runtime)) if facts.runtime is not None else None
     first, last = suite.windows[0].index, suite.windows[-1].index
     out: list[str] = [
         "---",

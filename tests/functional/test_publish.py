@@ -255,11 +255,15 @@ def test_card_names_the_model_and_server_kldtui_captured_the_reference_from(tmp_
     root = make_dataset(tmp_path / "ds", windows=2, context_length=9, vocab=40)
     ref = load_logits_manifest(root / "ref")
     ours = dataclasses.replace(ref, runtime={"kind": "llama-cpp", "model": "/models/m-f16.gguf",
-                                             "served_model_name": "q4_k_m-reference"})
+                                             "served_model_name": "q4_k_m-reference",
+                                             "server_start": "2026-12-03T10:00:00Z 0123456789abcdef"})
     card = render_card(root, "me/x", load_suite(root), ours)
     assert "# m-f16.gguf KLD reference logits" in card and "of m-f16.gguf for measuring" in card
     assert "The reference was captured by kldtui from a `llama-cpp` server on " in card
     assert "captured with kind" not in card
+    # the runtime's keys, but not kldtui's own token of the server start
+    assert "- kind: `llama-cpp`" in card and "- served_model_name: `q4_k_m-reference`" in card, card
+    assert "server_start" not in card and "0123456789abcdef" not in card, card
     # a manifest another tool wrote (no server kind) keeps its own names
     theirs = dataclasses.replace(ref, runtime={"served_model_name": "kimi-k3", "model": "/x/ckpt"})
     card = render_card(root, "me/x", load_suite(root), theirs)

@@ -148,6 +148,9 @@ def test_dry_run_prints_a_true_card_and_the_listed_files_and_writes_nothing(
     card, _, listing = out.partition(f"files would be uploaded to dataset {REPO}:")
     check_card(card, root, REPO)
     assert "records status **qualified**" in card  # the embedded model's replay is exact
+    # the card quotes capture-runtime.json without kldtui's own token of the server start
+    assert json.loads((root / fid.CAPTURE_RUNTIME).read_text())["runtime"]["server_start"]
+    assert "server_start" not in card and '"kind": "embedded"' in card, card
     shown = re.findall(r"^\s+([\d,]+)  (\S+)$", listing, re.M)
     expected = sorted([*fid.read_checksums(root), "checksums.txt", "README.md"])
     assert [rel for _, rel in shown] == expected
