@@ -121,12 +121,19 @@ class FolderReports:
     left_out: list[Path] = field(default_factory=list)
     why: str = ""
 
-    def left_out_line(self, path: str | os.PathLike[str]) -> str | None:
-        """One line saying which files of the folder ``path`` were left out and why; None: none."""
+    def left_out_words(self) -> str | None:
+        """Which files were left out and why (``left out NAMES: WHY``); None: none."""
         if not self.left_out:
             return None
         names = ", ".join(printable_name(f.name) for f in self.left_out)
-        return (f"{path}: left out {names}: {self.why} (give a report's file by name to rank it anyway)")
+        return f"left out {names}: {self.why}"
+
+    def left_out_line(self, path: str | os.PathLike[str]) -> str | None:
+        """One line saying which files of the folder ``path`` were left out and why; None: none."""
+        words = self.left_out_words()
+        if words is None:
+            return None
+        return f"{path}: {words} (give a report's file by name to rank it anyway)"
 
 
 def folder_reports(path: str | os.PathLike[str]) -> FolderReports:

@@ -462,6 +462,29 @@ def test_diff_and_plan_of_a_campaigns_folder_name_the_stray_report_they_left_out
     assert captured.out.startswith("pilot: ")
 
 
+def test_diff_and_plan_of_a_campaign_of_several_candidates_list_them_and_the_stray_report(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kldtui diff DIR` / `kldtui plan DIR` on a campaign's folder of two candidates and a stray
+    comparison-*.json stopped with "holds 2 reports (...)" while the folder showed three, without a
+    word of the third. The one line lists the candidates' report files, as they can be given, and
+    names the stray one as left out (never as a candidate)."""
+    camp = tmp_path / "camp"
+    for report in reports[:2]:
+        (camp / "candidates" / report.stem).mkdir(parents=True)
+        shutil.copy(report, camp / f"comparison-{report.stem}.json")
+    shutil.copy(reports[3], camp / f"comparison-{reports[3].stem}.json")  # dropped in by someone else
+    ours = sorted(camp / f"comparison-{r.stem}.json" for r in reports[:2])
+    said = (f"kldtui: error: {camp}: a campaign's work folder holds 2 reports ({ours[0]}, {ours[1]}); give "
+            f"the two to compare by file; left out comparison-{reports[3].stem}.json: not a candidate of the "
+            f"campaign there (neither ranked in {camp / 'leaderboard.json'} nor with a "
+            f"{camp / 'candidates'}/NAME folder)")
+    capsys.readouterr()
+    for argv in (["diff", str(camp), str(reports[2])], ["plan", str(camp)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.splitlines() == [said], argv
+    assert main(["diff", *map(str, ours), "--bootstrap-samples", "200"]) == 0  # the two it lists: a diff
+
+
 def test_rms_delta_p_is_shown_once(reports: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
     # the report's RMS Δp figure (%, with its interval) and the next-token line's rms (a fraction) are
     # one figure: the text summary and the result pane show it once

@@ -132,9 +132,10 @@ def check_decision_arguments(args: argparse.Namespace) -> None:
 
 def one_report(path: str) -> str:
     """A report file, or a run's work folder for its ``comparison.json`` (as ``view`` and ``leaderboard``
-    take one); a campaign's folder holds several, so one must be named (BadInput, one line). A campaign
-    folder's reports that are not its candidates' are named on stderr, as view and leaderboard name
-    them."""
+    take one); a campaign's folder holds several, so one must be named (BadInput, one line: the
+    candidates' report files, each as it can be given, and the stray ``comparison-*.json`` left out, so
+    the count matches what the folder shows). A campaign folder's reports that are not its candidates'
+    are named on stderr, as view and leaderboard name them."""
     from kldtui.cli.commands.view import said_left_out
     from kldtui.errors import BadInput
     from kldtui.formats.report_names import folder_reports
@@ -142,9 +143,10 @@ def one_report(path: str) -> str:
     folder = folder_reports(path)
     found = folder.reports
     if len(found) > 1:
-        names = ", ".join(f.name for f in found[:3]) + (", ..." if len(found) > 3 else "")
-        raise BadInput(f"{path}: a campaign's work folder holds {len(found)} reports ({names}); give the "
-                       "two to compare, e.g. DIR/comparison-NAME.json")
+        stray = folder.left_out_words()
+        raise BadInput(f"{path}: a campaign's work folder holds {len(found)} reports "
+                       f"({', '.join(str(f) for f in found)}); give the two to compare by file"
+                       + (f"; {stray}" if stray else ""))
     return str(said_left_out(folder, path)[0])
 
 
