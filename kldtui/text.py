@@ -106,13 +106,14 @@ def kldtui_command() -> str:
 
 
 # The decision rules' outcome of a candidate against the best (kldtui.decide.verdict's outcomes), in
-# the words every view of a ranking uses: the campaign's standings, the exports.
+# the words every view of a ranking uses: the campaign's standings, the exports. ``{unit}``: what the
+# suite's units are called (kldtui.formats.suite.unit_name: window, a hidden-state suite's context).
 OUTCOME_WORDS = {
     "a_closer": "worse than the best",
     "b_closer": "closer than the best",
     "indistinguishable": "tied with the best",
     "within_noise": "tied with the best (within noise)",
-    "too_few_windows": "no verdict (too few windows)",
+    "too_few_windows": "no verdict (too few {unit}s)",
     "cannot_calibrate": "no verdict (cannot be calibrated)",
 }
 
@@ -122,10 +123,12 @@ TIED_OUTCOMES = frozenset({"indistinguishable", "within_noise"})
 NAMED_OUTCOMES = frozenset({"a_closer", "b_closer"})
 
 
-def outcome_words(outcome: str | None, fallback: str, provisional: bool = False) -> str:
+def outcome_words(outcome: str | None, fallback: str, provisional: bool = False, *, unit: str) -> str:
     """A candidate's verdict against the best in a few words (``fallback`` for an outcome this
-    list does not name); ``(provisional)`` where the noise model cannot fully back it."""
-    words = OUTCOME_WORDS.get(outcome or "", fallback)
+    list does not name), counting the suite's ``unit`` s (``no verdict (too few contexts)``);
+    ``(provisional)`` where the noise model cannot fully back it."""
+    template = OUTCOME_WORDS.get(outcome or "")
+    words = fallback if template is None else template.format(unit=unit)
     return f"{words} (provisional)" if provisional else words
 
 

@@ -25,6 +25,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize, format_bytes, format_count
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import markdown_literal
 from kldtui.text import outcome_words
 
@@ -70,12 +71,13 @@ class ExportTable:
     kldtui_versions: list[str]
     noise_model: str
     notes: list[str]
+    unit: str = WINDOW_UNIT  # what the windows are called (the leaderboard's: a hidden-state suite's context)
 
 
-def _verdict(row: LeaderboardRow) -> str:
+def _verdict(row: LeaderboardRow, unit: str) -> str:
     if row.is_best:  # as the standings say it: nothing is shown about the best either without a verdict
         return "no verdict" if row.mark == "no verdict" else "best"
-    return outcome_words(row.outcome_vs_best, row.verdict_vs_best, row.provisional)
+    return outcome_words(row.outcome_vs_best, row.verdict_vs_best, row.provisional, unit=unit)
 
 
 def _rms_delta_p(report: ComparisonReport) -> float | None:
@@ -124,7 +126,7 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
         kl = report.kl_reference_to_candidate
         nt = report.next_token
         rows.append(ExportRow(
-            rank=row.rank, name=row.name, verdict=_verdict(row), mean=row.mean, ci_low=row.ci_low,
+            rank=row.rank, name=row.name, verdict=_verdict(row, board.unit), mean=row.mean, ci_low=row.ci_low,
             ci_high=row.ci_high, median=kl.median, p99=kl.p99, p99_9=kl.p99_9, max=kl.max,
             rms_delta_p=_rms_delta_p(report), same_top_p=_same_top_p(report), top1_agreement=_top1(report),
             perplexity_ratio=nt.perplexity_ratio if nt is not None else None,
@@ -141,7 +143,8 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
                        suite_hash=first.suite_token_hash_sha256 if first else None,
                        reference_identity=(first.reference_identity_sha256 or first.reference_manifest_sha256)
                        if first else None,
-                       kldtui_versions=versions, noise_model=board.noise_source, notes=list(board.notes))
+                       kldtui_versions=versions, noise_model=board.noise_source, notes=list(board.notes),
+                       unit=board.unit)
 
 
 # ----------------------------------------------------------------------------- shared cells
@@ -173,15 +176,17 @@ def _short_hash(value: str | None) -> str:
 
 
 def how_measured(table: ExportTable) -> list[str]:
-    """The footer: what a reader needs to reproduce or trust the table."""
+    """The footer: what a reader needs to reproduce or trust the table (its units called
+    ``table.unit``)."""
     r = table.rows[0] if table.rows else None
     positions = f" x {r.positions // max(r.windows, 1)} positions" if r is not None else ""
     version = ", ".join(table.kldtui_versions) or "unknown"
-    return [f"KL(reference || candidate), natural log, mean over {table.windows} windows{positions}; "
-            "interval: 95 %, the report's headline interval over windows (kl_mean_interval); per-domain "
-            "columns: mean KL of that domain's windows",
-            f"verdict: paired sign-flip test of each candidate against the best over the same windows (with "
-            "a log-normal check where the two depend differently on window difficulty); "
+    units = f"{table.unit}s"
+    return [f"KL(reference || candidate), natural log, mean over {table.windows} {units}{positions}; "
+            f"interval: 95 %, the report's headline interval over {units} (kl_mean_interval); per-domain "
+            f"columns: mean KL of that domain's {units}",
+            f"verdict: paired sign-flip test of each candidate against the best over the same {units} (with "
+            f"a log-normal check where the two depend differently on {table.unit} difficulty); "
             f"noise model: {table.noise_model}",
             f"suite hash {_short_hash(table.suite_hash)}, reference identity "
             f"{_short_hash(table.reference_identity)}, kldtui {version}"]
@@ -214,13 +219,14 @@ def to_markdown(table: ExportTable) -> str:
 
 
 def _verdict_cell(row: ExportRow) -> str:
-    """The verdict, and for an unresolved one the windows that would resolve it."""
+    """The verdict, and for an unresolved one the windows (the report's units) that would resolve it."""
     need = row.windows_needed
     if need is None or need.windows is None:
         return row.verdict
+    units = f"{row.report.unit}s"
     if row.verdict.endswith(")"):  # "no verdict (too few windows)": one bracket, not two in a row
-        return f"{row.verdict[:-1]}; ~{need.windows} windows to resolve)"
-    return f"{row.verdict} (~{need.windows} windows to resolve)"
+        return f"{row.verdict[:-1]}; ~{need.windows} {units} to resolve)"
+    return f"{row.verdict} (~{need.windows} {units} to resolve)"
 
 
 # Names, notes and versions come from reports and folder names others share: in Markdown they are text
@@ -352,8 +358,9 @@ def to_llama_cpp(table: ExportTable) -> str:
     """Each candidate's llama.cpp-style block under a line naming it, in leaderboard order."""
     out: list[str] = []
     for r in table.rows:
-        out.append(f"# kldtui: {r.name} (rank {r.rank}, {r.verdict}); {r.windows} windows, {r.positions} "
-                   "positions, every position scored; ± of Mean KLD and of the PPL ratio: windows resampled")
+        units = f"{r.report.unit}s"
+        out.append(f"# kldtui: {r.name} (rank {r.rank}, {r.verdict}); {r.windows} {units}, {r.positions} "
+                   f"positions, every position scored; ± of Mean KLD and of the PPL ratio: {units} resampled")
         out += llama_cpp_block(r)
         out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -137,12 +137,12 @@ class Leaderboard:
 
     @property
     def noise_source(self) -> str:
-        return self.noise_floor["source"] if self.noise_floor else noise_words(None)
+        return self.noise_floor["source"] if self.noise_floor else noise_words(None, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": "kldtui-leaderboard-v1", "rows": [r.to_dict() for r in self.rows],
                 "windows": self.windows, "bootstrap_samples": self.bootstrap_samples, "seed": self.seed,
-                "cluster_unit": "window", "noise_floor": self.noise_floor,
+                "cluster_unit": self.unit, "noise_floor": self.noise_floor,
                 "noise_floor_used": self.noise_source, "noise_model": self.noise_source,
                 "tie_test": ("sign-flip test against the best (log-normal check where needed), Holm over all "
                              "pairs, family-wise 5 %"),
@@ -214,7 +214,8 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
                               label[best], label[i], path_list[best], path_list[i], significant=significant,
                               infinite_a=values[best].infinite_kl_rows, infinite_b=values[i].infinite_kl_rows,
                               iv=pair_intervals[(best, i)] if best < i else
-                              verdict_interval(values[best].kl_mean, values[i].kl_mean, flips=flips))
+                              verdict_interval(values[best].kl_mean, values[i].kl_mean, flips=flips),
+                              unit=unit)
         outcome: Outcome = stats.outcome
         verdict, provisional = stats.verdict, stats.provisional
         if too_many:  # not "tied": no difference could have been shown, however large
@@ -252,7 +253,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         if counts is not None and counts.any():
             where = values[i].window_index[counts > 0].tolist()
             rows_infinite = int(counts.sum())
-            note(infinite_note(label[i], rows_infinite, where), infinite_brief(label[i], rows_infinite))
+            note(infinite_note(label[i], rows_infinite, where, unit), infinite_brief(label[i], rows_infinite))
     if too_many:
         most, needed = family_size_for(n), family_windows(len(pairs))
         note(f"{_too_many_words(n, k, unit)}: over all {len(pairs)} pairs (Holm) a difference must reach "
@@ -271,7 +272,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         note(floor_note, repeat_floor_brief(by_mean, repeat_kl))
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
                        noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes,
-                       brief_notes=briefs, noise_brief=noise_brief(noise), unit=unit)
+                       brief_notes=briefs, noise_brief=noise_brief(noise, unit), unit=unit)
 
 
 def _too_many_words(windows: int, candidates: int, unit: str) -> str:

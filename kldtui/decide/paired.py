@@ -49,6 +49,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.report import confidence_label, depth_label, load_report
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import flip_ratio_interval
 
 DEFAULT_SAMPLES = 10_000
@@ -247,12 +248,14 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
                   window_indices: Sequence[int], name_a: str, name_b: str,
                   path_a: str | None = None, path_b: str | None = None,
                   significant: bool | None = None, infinite_a: np.ndarray | None = None,
-                  infinite_b: np.ndarray | None = None, iv: VerdictInterval | None = None) -> PairedStats:
+                  infinite_b: np.ndarray | None = None, iv: VerdictInterval | None = None,
+                  unit: str = WINDOW_UNIT) -> PairedStats:
     """One group of windows: the percentile bootstrap (compatibility fields), the verdict interval
     and the decision (:mod:`kldtui.decide.verdict`). ``significant``: the family's decision for this
     group (Holm over every verdict given together); ``iv``: the group's verdict interval when the
     caller has it. ``infinite_a``/``infinite_b``: per-window counts of positions with infinite KL
-    (left out of the window means); the sentence says so."""
+    (left out of the window means); the sentence says so, calling the windows ``unit``
+    (:attr:`ComparisonReport.unit`: a hidden-state suite's are contexts)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     diff, ratio = paired_bootstrap(a, b, indices)
@@ -260,13 +263,13 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
     decision = decide(iv, noise, window_indices, significant=significant)
     better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
     text = sentence(decision, iv, float(a.mean()), name_a, name_b,
-                    confirm_command(better, better_path, noise))
+                    confirm_command(better, better_path, noise), unit=unit)
     windows = [int(w) for w in window_indices]
     inf_a = _infinite(infinite_a, windows)
     inf_b = _infinite(infinite_b, windows)
     for name, (rows, where) in ((name_a, inf_a), (name_b, inf_b)):
         if rows:
-            text += "; " + infinite_note(name, rows, where)
+            text += "; " + infinite_note(name, rows, where, unit)
     return PairedStats(
         windows=int(a.size), mean_a=float(a.mean()), mean_b=float(b.mean()), difference=diff, ratio=ratio,
         interval=iv, noise_threshold=decision.noise_value, outcome=decision.outcome,
@@ -434,6 +437,7 @@ class PairedDiff:
     # a hidden-state suite's contexts clustered by source (kldtui.decide.clustered): its verdict is
     # the verdict, over source clusters, naming the partition
     clustered: ClusteredPaired | None = None
+    unit: str = WINDOW_UNIT  # what the windows are called (a hidden-state suite's: context)
 
     @property
     def verdict(self) -> str:
@@ -445,7 +449,7 @@ class PairedDiff:
 
     @property
     def noise_source(self) -> str:
-        return self.noise_floor["source"] if self.noise_floor else noise_words(None)
+        return self.noise_floor["source"] if self.noise_floor else noise_words(None, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -461,7 +465,7 @@ class PairedDiff:
                            "infinite_kl_rows_a": self.infinite_a, "infinite_kl_rows_b": self.infinite_b},
             "bootstrap_samples": self.bootstrap_samples,
             "seed": self.seed,
-            "cluster_unit": "window",
+            "cluster_unit": self.unit,
             "pairing_checked": self.pairing_checked,
             "noise_floor": self.noise_floor,
             "noise_floor_used": self.noise_source,
@@ -547,7 +551,8 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
                                    [iv.windows for iv in ivs])
     overall = compare_group(va.kl_mean, vb.kl_mean, draw_indices(va.n, samples, seed), noise,
                             va.window_index.tolist(), name_a, name_b, pa, pb, significant=significant[0],
-                            infinite_a=va.infinite_kl_rows, infinite_b=vb.infinite_kl_rows, iv=ivs[0])
+                            infinite_a=va.infinite_kl_rows, infinite_b=vb.infinite_kl_rows, iv=ivs[0],
+                            unit=a.unit)
     domains: dict[str, PairedStats] = {}
     for k, d in enumerate(va.domains(), start=1):
         mask = masks[k]
@@ -556,7 +561,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
                                    va.window_index[mask].tolist(), name_a, name_b, pa, pb,
                                    significant=significant[k],
                                    infinite_a=_part(va.infinite_kl_rows, mask),
-                                   infinite_b=_part(vb.infinite_kl_rows, mask), iv=ivs[k])
+                                   infinite_b=_part(vb.infinite_kl_rows, mask), iv=ivs[k], unit=a.unit)
     family = sum(1 for iv in ivs if iv.windows >= MIN_VERDICT_WINDOWS)
     if family > 1:
         notes.append(f"the overall and per-domain verdicts are held together: Holm's correction over the "
@@ -574,7 +579,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
                      "contexts as independent")
     few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]
     if few:
-        notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} windows: "
+        notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} {a.unit}s: "
                      f"{', '.join(few)}")
     return PairedDiff(
         name_a=name_a, name_b=name_b,
@@ -586,7 +591,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         infinite_b=[] if vb.infinite_kl_rows is None else vb.infinite_kl_rows.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
         noise_floor=noise.summary() if noise else None, notes=notes, figures=figure_differences(a, b),
-        buckets=bucket_pairs(a, b), clustered=clustered)
+        buckets=bucket_pairs(a, b), clustered=clustered, unit=a.unit)
 
 
 def _part(counts: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:

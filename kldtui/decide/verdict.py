@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics import inference as inf
 from kldtui.metrics.stats import holm, t_quantile
 
@@ -597,31 +598,32 @@ def _percent_range(iv: VerdictInterval, worse: bool) -> str:
     return f" ({lo:.0f} % to {hi:.0f} %)"
 
 
-def needed_words(windows: int | None) -> str:
-    """"about 3100 windows", or "more than 10,000 windows" beyond that."""
+def needed_words(windows: int | None, unit: str = WINDOW_UNIT) -> str:
+    """"about 3100 windows", or "more than 10,000 windows" beyond that (``unit`` s)."""
     if windows is None:
-        return "more windows"
-    return "more than 10,000 windows" if windows > 10_000 else f"about {windows} windows"
+        return f"more {unit}s"
+    return f"more than 10,000 {unit}s" if windows > 10_000 else f"about {windows} {unit}s"
 
 
-def _dependence_words(iv: VerdictInterval, name_a: str, name_b: str) -> str:
+def _dependence_words(iv: VerdictInterval, name_a: str, name_b: str, unit: str) -> str:
     faster = name_b if (iv.dependence_t or 0.0) > 0 else name_a
     slower = name_a if faster == name_b else name_b
-    return (f"{faster}'s KL grows faster with window difficulty than {slower}'s, so the mean over windows "
-            "rests on the few hardest windows")
+    return (f"{faster}'s KL grows faster with {unit} difficulty than {slower}'s, so the mean over {unit}s "
+            f"rests on the few hardest {unit}s")
 
 
-def _source_words(iv: VerdictInterval) -> str:
+def _source_words(iv: VerdictInterval, unit: str) -> str:
     """Whose interval a "cannot be calibrated" sentence shows."""
     return {"joined": "joining both", "lognormal_model": "the model's",
-            "far_end_widened": "its far end the model's"}.get(iv.interval_source, "the windows' own")
+            "far_end_widened": "its far end the model's"}.get(iv.interval_source, f"the {unit}s' own")
 
 
 def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str, name_b: str,
-             confirm: str | None = None, unit: str = "window") -> str:
+             confirm: str | None = None, unit: str = WINDOW_UNIT) -> str:
     """One sentence a non-statistician reads right (docs/STATISTICS.md lists them all); ``unit``:
-    what the interval's units are (windows; source clusters of a hidden-state suite)."""
+    what the interval's units are (windows; a hidden-state suite's contexts, or its source clusters)."""
     n = iv.windows
+    units = f"{unit}s"
     over = f"over {n} {unit}{'s' if n != 1 else ''}"
     if decision.outcome == "too_few_windows":
         return (f"too few {unit}s ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
@@ -630,20 +632,20 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
                 else "no interval")
     if decision.outcome == "cannot_calibrate":
         point = name_b if iv.estimate < 0 else name_a
-        return (f"cannot be calibrated here: the windows' mean favours {point} ({name_b} - {name_a} = "
-                f"{_n(iv.estimate)} KL {over}), but {_dependence_words(iv, name_a, name_b)}, and a "
-                f"log-normal model of the windows does not confirm it ({interval}, {_source_words(iv)}); "
-                f"{needed_words(iv.needed_windows)} would be needed for a verdict")
+        return (f"cannot be calibrated here: the {units}' mean favours {point} ({name_b} - {name_a} = "
+                f"{_n(iv.estimate)} KL {over}), but {_dependence_words(iv, name_a, name_b, unit)}, and a "
+                f"log-normal model of the {units} does not confirm it ({interval}, {_source_words(iv, unit)}); "
+                f"{needed_words(iv.needed_windows, unit)} would be needed for a verdict")
     if decision.outcome == "indistinguishable" and decision.held_by_correction:
         return (f"no difference shown between {name_a} and {name_b} once corrected for the several verdicts "
                 f"given together (Holm): {name_b} - {name_a} = {_n(iv.estimate)} KL, {interval}, {over}")
     if decision.outcome == "indistinguishable":
         if iv.has_interval and iv.excludes(0.0):
-            unshown = ("the windows' own sign-flip test does not show the difference (both must)"
+            unshown = (f"the {units}' own sign-flip test does not show the difference (both must)"
                        if iv.interval_source == "lognormal_model"
-                       else "a log-normal model of the windows does not confirm the difference")
+                       else f"a log-normal model of the {units} does not confirm the difference")
             return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = "
-                    f"{_n(iv.estimate)} KL, {interval}, {over}, but {_dependence_words(iv, name_a, name_b)} "
+                    f"{_n(iv.estimate)} KL, {interval}, {over}, but {_dependence_words(iv, name_a, name_b, unit)} "
                     f"and {unshown}")
         return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
                 f"KL, {interval}" + (" includes zero" if iv.has_interval else "") + f", {over}")
@@ -661,19 +663,19 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_n(size)} KL{pct}, {interval}, "
             f"{over}")
     if iv.interval_source == "lognormal_model":
-        text += (f" ({_dependence_words(iv, name_a, name_b)}: the interval is a log-normal model's of the "
-                 "windows, which allows for harder windows than these, and the windows' own test shows the "
+        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: the interval is a log-normal model's of the "
+                 f"{units}, which allows for harder {units} than these, and the {units}' own test shows the "
                  "difference too)")
     elif iv.interval_source == "joined":
-        text += (f" ({_dependence_words(iv, name_a, name_b)}: the interval joins the windows' own and a "
+        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: the interval joins the {units}' own and a "
                  "log-normal model's, and both show the difference)")
     elif iv.dependent:
-        text += (f" ({_dependence_words(iv, name_a, name_b)}: a log-normal model of the windows confirms "
-                 "the difference)")
+        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: a log-normal model of the {units} "
+                 "confirms the difference)")
     elif iv.far_end_widened:
-        text += (f" ({_dependence_words(iv, name_a, name_b)}: harder windows than these would only widen "
-                 "the gap, so the interval's far end is a log-normal model's of the windows, which allows "
-                 "for them)")
+        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: harder {units} than these would only "
+                 f"widen the gap, so the interval's far end is a log-normal model's of the {units}, which "
+                 "allows for them)")
     if decision.noise_kind == "repeat_variation" and not decision.provisional:
         return text + f"; larger than the measured repeat variation {_n(decision.noise_value or 0)}"
     how = f"; confirm: {confirm}" if confirm else ""
@@ -682,11 +684,12 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     return text + f"; larger than the repeat KL {_n(decision.noise_value or 0)} between two captures"
 
 
-def infinite_note(name: str, rows: int, windows: Sequence[int]) -> str:
-    """What a verdict adds when a candidate gives probability 0 to tokens the reference predicts."""
+def infinite_note(name: str, rows: int, windows: Sequence[int], unit: str = WINDOW_UNIT) -> str:
+    """What a verdict adds when a candidate gives probability 0 to tokens the reference predicts (at
+    ``windows``, called ``unit``)."""
     shown = ", ".join(str(w) for w in windows[:8]) + (", ..." if len(windows) > 8 else "")
     return (f"{name} gives probability 0 to a token the reference predicts at {rows} position"
-            f"{'s' if rows != 1 else ''} (window{'s' if len(windows) != 1 else ''} {shown}): KL is infinite "
+            f"{'s' if rows != 1 else ''} ({unit}{'s' if len(windows) != 1 else ''} {shown}): KL is infinite "
             "there, and those positions are left out of the mean KL above")
 
 
@@ -695,16 +698,17 @@ def infinite_brief(name: str, rows: int) -> str:
     return f"{name}: KL infinite at {rows} position{'s' if rows != 1 else ''}, left out of its mean KL"
 
 
-def noise_brief(noise: NoiseFloor | None) -> str:
+def noise_brief(noise: NoiseFloor | None, unit: str = WINDOW_UNIT) -> str:
     """:func:`noise_words` in one short line: what a difference must clear, and from what."""
     if noise is None:
-        return "none: window-to-window variation only (kldtui noise measures more)"
+        return f"none: {unit}-to-{unit} variation only (kldtui noise measures more)"
     return noise.brief()
 
 
-def noise_words(noise: NoiseFloor | None) -> str:
-    """Which noise model a verdict used, in a quantization engineer's words."""
+def noise_words(noise: NoiseFloor | None, unit: str = WINDOW_UNIT) -> str:
+    """Which noise model a verdict used, in a quantization engineer's words (the suite's units called
+    ``unit``)."""
     if noise is None:
-        return ("none: window-to-window variation only; how much this metric moves between two captures of "
+        return (f"none: {unit}-to-{unit} variation only; how much this metric moves between two captures of "
                 "one model is not known (measure it with kldtui noise)")
     return noise.describe()

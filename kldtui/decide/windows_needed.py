@@ -32,6 +32,7 @@ import numpy as np
 from kldtui.decide.reports import window_values
 from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS, family_windows, verdict_interval
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.stats import t_quantile
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class WindowsNeeded:
     power: float
     comparisons: int
     reason: str = ""  # why there is no count
+    unit: str = WINDOW_UNIT  # what the windows are called (a hidden-state suite's: context)
 
     @property
     def more(self) -> int | None:
@@ -61,7 +63,7 @@ class WindowsNeeded:
         return None if self.windows is None else max(0, self.windows - self.measured_windows)
 
     def words(self, suite_windows: int | None = None) -> str:
-        """One line for a verdict's reader."""
+        """One line for a verdict's reader, counting :attr:`unit` s."""
         if self.windows is None:
             return self.reason
         more = self.more or 0
@@ -70,14 +72,14 @@ class WindowsNeeded:
             fits = (f"; the suite has {suite_windows}: a larger suite is needed (kldtui prepare), or accept "
                     "the tie")
         elif suite_windows is not None:  # asked whether the suite is enough: it is, so say so
-            fits = f"; the suite's {suite_windows} windows are enough"
+            fits = f"; the suite's {suite_windows} {self.unit}s are enough"
         family = (f", 5 % over {self.comparisons} comparisons" if self.comparisons > 1 else "")
         if self.measured_windows == 0:  # planned from figures
             size = _n(abs(self.difference))
-            return (f"about {self.windows} windows would resolve a difference of {size} KL at "
+            return (f"about {self.windows} {self.unit}s would resolve a difference of {size} KL at "
                     f"{self.power:.0%} power{family}{fits}").replace("% power", " % power")
         where = "" if more == 0 else f" ({more} more than the {self.measured_windows} compared)"
-        return (f"about {self.windows} windows{where} would resolve this difference at "
+        return (f"about {self.windows} {self.unit}s{where} would resolve this difference at "
                 f"{self.power:.0%} power{family}, if it is the {_n(self.difference)} KL measured{fits}"
                 ).replace("% power", " % power")
 
@@ -95,8 +97,8 @@ def _n(x: float) -> str:
 
 def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, power: float = DEFAULT_POWER,
                 comparisons: int = 1, measured_windows: int = 0,
-                at_least: int | None = None) -> WindowsNeeded:
-    """Windows that resolve a true per-window difference ``difference`` (KL, B - A) with spread
+                at_least: int | None = None, unit: str = WINDOW_UNIT) -> WindowsNeeded:
+    """Windows (called ``unit``) that resolve a true per-window difference ``difference`` (KL, B - A) with spread
     ``window_sd`` between windows, against a repeat variation ``margin``; never fewer than
     ``at_least`` (the windows the sign-flip test needs to be calibrated at the differences'
     skewness, where the candidates depend differently on window difficulty), nor fewer than a family of
@@ -110,16 +112,16 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
 
     def answer(windows: int | None, reason: str = "") -> WindowsNeeded:
         return WindowsNeeded(windows, measured_windows, float(difference), float(window_sd), float(margin),
-                             level, power, comparisons, reason)
+                             level, power, comparisons, reason, unit)
 
     effect = abs(difference) - max(margin, 0.0)
     if not math.isfinite(effect) or not math.isfinite(window_sd):
-        return answer(None, "the difference is not finite (masked tokens): no window count applies")
+        return answer(None, f"the difference is not finite (masked tokens): no {unit} count applies")
     if difference == 0.0:
-        return answer(None, "the measured difference is 0: no number of windows resolves it")
+        return answer(None, f"the measured difference is 0: no number of {unit}s resolves it")
     if effect <= 0.0:
         return answer(None, f"the measured difference {_n(abs(difference))} KL is within the repeat "
-                            f"variation {_n(margin)} of the metric: more windows will not resolve it "
+                            f"variation {_n(margin)} of the metric: more {unit}s will not resolve it "
                             "(the two are as close as two captures of one model)")
     floor = max(MIN_VERDICT_WINDOWS, 3, at_least or 0, family_windows(comparisons))
     if window_sd <= 0.0:
@@ -133,8 +135,8 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
     z = t_quantile(1.0 - level / 2.0, 1e6) + t_quantile(power, 1e6)
     n = max(floor, int(math.ceil((z * window_sd / effect) ** 2)))
     if n > MAX_WINDOWS:
-        return answer(None, f"more than {MAX_WINDOWS:,} windows: the difference is tiny next to how much "
-                            "it varies between windows")
+        return answer(None, f"more than {MAX_WINDOWS:,} {unit}s: the difference is tiny next to how much "
+                            f"it varies between {unit}s")
     while n > floor and enough(n - 1):
         n -= 1
     while not enough(n):
@@ -144,12 +146,13 @@ def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, pow
 
 def windows_needed(kl_a: Sequence[float] | np.ndarray, kl_b: Sequence[float] | np.ndarray, *,
                    margin: float | None = None, power: float = DEFAULT_POWER,
-                   comparisons: int = 1, at_least: int | None = None) -> WindowsNeeded:
-    """From the measured window means of A and B (same windows, same order)."""
+                   comparisons: int = 1, at_least: int | None = None,
+                   unit: str = WINDOW_UNIT) -> WindowsNeeded:
+    """From the measured window means of A and B (same windows, same order), called ``unit``."""
     d = np.asarray(kl_b, dtype=np.float64) - np.asarray(kl_a, dtype=np.float64)
     sd = float(d.std(ddof=1)) if d.size >= 2 else math.inf
     return windows_for(float(d.mean()), sd, margin=margin or 0.0, power=power, comparisons=comparisons,
-                       measured_windows=int(d.size), at_least=at_least)
+                       measured_windows=int(d.size), at_least=at_least, unit=unit)
 
 
 # outcomes a verdict leaves unresolved (kldtui.decide.verdict.Outcome): more windows may resolve them
@@ -159,7 +162,7 @@ UNRESOLVED = ("indistinguishable", "within_noise", "too_few_windows", "cannot_ca
 def for_reports(a: ComparisonReport, b: ComparisonReport, noise: NoiseFloor | None, *,
                 power: float = DEFAULT_POWER, comparisons: int = 1) -> WindowsNeeded:
     """For two reports of one suite (B - A over their windows), against ``noise``'s repeat
-    variation of the metric where it measured one."""
+    variation of the metric where it measured one; counted in the reports' unit."""
     va, vb = window_values(a, "A"), window_values(b, "B")
     margin = noise.repeat_variation_for(va.window_index.tolist()) if noise is not None else None
     at_least = None
@@ -167,7 +170,7 @@ def for_reports(a: ComparisonReport, b: ComparisonReport, noise: NoiseFloor | No
         iv = verdict_interval(va.kl_mean, vb.kl_mean)
         at_least = iv.needed_windows if iv.dependent else None
     return windows_needed(va.kl_mean, vb.kl_mean, margin=margin, power=power, comparisons=comparisons,
-                          at_least=at_least)
+                          at_least=at_least, unit=a.unit)
 
 
 __all__ = ["DEFAULT_POWER", "UNRESOLVED", "WindowsNeeded", "for_reports", "windows_for", "windows_needed"]

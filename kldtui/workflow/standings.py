@@ -33,19 +33,20 @@ def _size(size: int | None) -> str:
     return "-" if size is None else human_bytes(size)
 
 
-def verdict_words(row: Standing) -> str:
-    """What the row's verdict against the current best is, in a few words."""
+def verdict_words(row: Standing, unit: str = WINDOW_UNIT) -> str:
+    """What the row's verdict against the current best is, in a few words (the suite's units called
+    ``unit``)."""
     if row.state != "compared":
         return _STATE_WORDS.get(row.state, row.state)
     if row.mark == "best":
         return "best"
     if row.repeat_of is not None:  # against its own first capture, not the best (which it may not be)
-        return _repeat_words(row)
+        return _repeat_words(row, unit)
     # as the leaderboard says it: a verdict the noise model cannot fully back (kldtui.decide)
-    return outcome_words(row.outcome, row.mark or "-", row.provisional)
+    return outcome_words(row.outcome, row.mark or "-", row.provisional, unit=unit)
 
 
-def _repeat_words(row: Standing) -> str:
+def _repeat_words(row: Standing, unit: str) -> str:
     """A repeat capture's verdict against the capture it repeats: "tied with the best" read wrong where
     the leaderboard marks no best (too few windows for its candidates)."""
     if row.outcome in TIED_OUTCOMES:
@@ -53,7 +54,7 @@ def _repeat_words(row: Standing) -> str:
     elif row.outcome in NAMED_OUTCOMES:
         words = f"differs from {row.repeat_of} (its first capture)"
     else:
-        return outcome_words(row.outcome, row.mark or "-", row.provisional)
+        return outcome_words(row.outcome, row.mark or "-", row.provisional, unit=unit)
     return f"{words} (provisional)" if row.provisional else words
 
 
@@ -65,7 +66,7 @@ def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT) ->
     if known and windows and interval_rests_on_too_few(windows):
         interval = too_few_text(windows, short=True, unit=unit)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
-    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), verdict_words(row),
+    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), verdict_words(row, unit),
             interval, _size(row.size_bytes), bpw]
 
 

@@ -123,3 +123,52 @@ def test_views_of_too_few_contexts_name_them_contexts(reports: dict[str, Path],
     said = text.getvalue()
     assert f"leaderboard so far ({n} contexts, KL(reference || candidate), lower is closer)" in said, said
     assert f"too few contexts ({n})" in said and "window" not in said, said
+
+
+def test_verdict_column_of_too_few_contexts_names_them_contexts(reports: dict[str, Path]) -> None:
+    """A campaign's standings and the exports said "too few contexts (6)" in the interval column and
+    "no verdict (too few windows)" in the verdict column of one hidden-state row, and the exports'
+    footer counted windows."""
+    from kldtui.decide.exports import export_table, to_csv, to_llama_cpp, to_markdown
+    from kldtui.decide.leaderboard import build_leaderboard
+    from kldtui.events import Standing
+    from kldtui.formats.report import load_report
+    from kldtui.workflow.standings import table_lines
+
+    few = [reports["small-few"], reports["large-few"]]
+    loaded = [load_report(p) for p in few]
+    n = loaded[0].windows
+    board = build_leaderboard(loaded, paths=few, noise=None)
+    second = board.rows[1]
+    assert second.outcome_vs_best == "too_few_windows"
+    standing = Standing(second.name, "compared", rank=2, mean=second.mean, ci_low=second.ci_low,
+                        ci_high=second.ci_high, outcome=second.outcome_vs_best, mark=second.mark)
+    line = table_lines([standing], board.windows, board.unit)[1]
+    assert f"too few contexts ({n})" in line and "no verdict (too few contexts)" in line, line
+    table = export_table(board, loaded, paths=few)
+    markdown, csv, llama = to_markdown(table), to_csv(table), to_llama_cpp(table)
+    assert "no verdict (too few contexts" in markdown and "no verdict (too few contexts)" in csv
+    assert "contexts to resolve)" in markdown  # the contexts that would resolve it
+    assert f"mean over {n} contexts" in markdown and f"{n} contexts, " in llama
+    assert "window" not in markdown + llama, markdown + llama
+
+
+def test_paired_verdicts_over_contexts_name_them_contexts(reports: dict[str, Path]) -> None:
+    """The leaderboard's verdict against the best, kldtui diff's per-context verdict (and the dashboard's
+    diff, which shows it) and their noise model said "over 20 windows" and "window-to-window
+    variation" of a hidden-state suite's contexts; the leaderboard's JSON said its cluster unit was the
+    window."""
+    from kldtui.decide.leaderboard import leaderboard_from_files
+
+    pair = [reports["small-analysis"], reports["large-analysis"]]
+    n = json.loads(pair[0].read_text())["contexts"]
+    board = leaderboard_from_files(pair, use_noise_floor=False)
+    said = board.rows[1].verdict_vs_best
+    assert f"over {n} contexts" in said and "window" not in said, said
+    assert board.noise_source.startswith("none: context-to-context variation only"), board.noise_source
+    assert "window" not in board.noise_brief
+    doc = board.to_dict()
+    assert doc["cluster_unit"] == "context"
+    result = paired_diff_files(*pair, samples=300, use_noise_floor=False)
+    assert f"over {n} contexts" in result.overall.verdict and "window" not in result.overall.verdict
+    assert result.to_dict()["cluster_unit"] == "context" and "window" not in result.noise_source
