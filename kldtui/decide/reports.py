@@ -137,5 +137,5 @@ def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b
         if va.positions[i] != vb.positions[i]:
             raise BadInput(f"{where_a} and {where_b}: window {w} has {va.positions[i]} positions in one "
                            f"and {vb.positions[i]} in the other; the reports come from different suites")
-    checked.append("windows/domains/positions")
+    checked.append(f"{a.unit}s/domains/positions")  # a hidden-state suite: contexts
     return ", ".join(checked)

@@ -172,3 +172,25 @@ def test_paired_verdicts_over_contexts_name_them_contexts(reports: dict[str, Pat
     result = paired_diff_files(*pair, samples=300, use_noise_floor=False)
     assert f"over {n} contexts" in result.overall.verdict and "window" not in result.overall.verdict
     assert result.to_dict()["cluster_unit"] == "context" and "window" not in result.noise_source
+
+
+def test_leaderboard_footer_of_contexts_names_them_contexts(reports: dict[str, Path],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """kldtui leaderboard's footer said "7 windows; ... sign-flip test over windows", its tie legend
+    "too few windows to tell", and "windows needed:" of a hidden-state suite's contexts; kldtui diff
+    too."""
+    few = [str(reports["small-few"]), str(reports["large-few"])]
+    n = json.loads(Path(few[0]).read_text())["contexts"]
+    assert main(["leaderboard", *few, "--no-noise-floor", "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert f"{n} contexts; mean KL intervals" in out and "sign-flip test over contexts" in out, out
+    assert "no verdict = too few contexts to tell" in out and "contexts needed: " in out, out
+    assert "window" not in out, out
+    assert main(["diff", *few, "--no-noise-floor"]) == 0
+    out = capsys.readouterr().out
+    assert "contexts needed: about" in out and "windows needed" not in out, out
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.tui.screens.board import row_verdict
+
+    board = leaderboard_from_files(few, use_noise_floor=False)  # the viewer's line under the best row
+    assert f"but {n} contexts are too few to say it is best" in row_verdict(board.rows[0], 2, board.unit)

@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_diff(result, per_window=args.per_window))
         need = for_reports(a, b, noise) if result.overall.outcome in UNRESOLVED else None
         if need is not None:
-            print(f"windows needed: {need.words()}")
+            print(f"{need.unit}s needed: {need.words()}")
         if args.json:
             doc = result.to_dict()
             doc["windows_needed"] = need.to_dict() if need is not None else None

@@ -77,25 +77,26 @@ def format_plain(board: Any) -> str:
 
 
 def _footer(board: Any) -> list[str]:
-    from kldtui.decide.leaderboard import MARKS_LEGEND
+    from kldtui.decide.leaderboard import marks_legend
     from kldtui.text import plural
 
-    lines = ["", f"{plural(board.windows, 'window')}; mean KL intervals: each report's headline interval "
+    units = f"{board.unit}s"
+    lines = ["", f"{plural(board.windows, board.unit)}; mean KL intervals: each report's headline interval "
              f"(docs/STATISTICS.md), drawn on a {_bar_axis(board).words()}; vs best: sign-flip test over "
-             "windows (log-normal check where needed); paired on: "
+             f"{units} (log-normal check where needed); paired on: "
              f"{board.pairing_checked}",
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
-        lines.append(MARKS_LEGEND)
+        lines.append(marks_legend(board.unit))
     deterministic = bool(board.noise_floor) and board.noise_floor.get("kind") == "deterministic"
     if any(r.provisional for r in board.rows) and deterministic:
         # kldtui.decide.noise.deterministic_floor: no capture can measure what does not move
-        lines.append("provisional: the difference is shown over these windows; the server answered two "
+        lines.append(f"provisional: the difference is shown over these {units}; the server answered two "
                      "captures of one model identically (deterministic), so there is no variation between "
                      "captures to hold it against, and capturing again gives the same")
     elif any(r.provisional for r in board.rows):
         # with a one-repeat model the step left is a third capture, not "measure the noise"
-        lines.append("provisional: the difference is shown over these windows, but not yet against how much "
+        lines.append(f"provisional: the difference is shown over these {units}, but not yet against how much "
                      "a whole capture's KL moves between captures of one model (three or more captures of "
                      "one candidate given to kldtui noise measure it)")
     return lines + [f"note: {n}" for n in board.notes]
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(format_plain(board))
             for line in windows_lines(table):
-                print(f"windows needed: {line}")
+                print(f"{board.unit}s needed: {line}")
         if args.json:
             write_json_atomic(args.json, leaderboard_document(board, table))
             print(f"wrote {args.json}")

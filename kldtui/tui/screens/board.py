@@ -47,15 +47,16 @@ TIE_COLUMN_HELP = HelpSection("The leaderboard's tie column", (
 ))
 
 
-def row_verdict(row: Any, rows: int) -> str:
-    """One sentence on a leaderboard row's mark (the best row's is about the others)."""
+def row_verdict(row: Any, rows: int, unit: str) -> str:
+    """One sentence on a leaderboard row's mark (the best row's is about the others), counting the
+    board's ``unit`` s."""
     if row.is_best:
         if row.mark == "no verdict":
             from kldtui.decide.verdict import family_windows
 
             # the count itself, not "see the note above": the notes step aside while a pane is open
             need = family_windows(max(1, rows * (rows - 1) // 2))
-            return (f"lowest mean KL, but {row.windows} windows are too few to say it is best among {rows} "
+            return (f"lowest mean KL, but {row.windows} {unit}s are too few to say it is best among {rows} "
                     f"(a verdict needs {need})")
         return f"lowest mean KL of the {rows} reports; each other row says how it compares with this one"
     return str(row.verdict_vs_best)
@@ -272,7 +273,7 @@ class BoardScreen(Screen[None]):
                                           paths=[r.path for r in results], **self.noise_options(reports))
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
-                verdicts = {row.name: row_verdict(row, len(board.rows)) for row in board.rows}
+                verdicts = {row.name: row_verdict(row, len(board.rows), board.unit) for row in board.rows}
                 notes = [*zip(board.notes, board.brief_notes, strict=True),
                          (f"noise model: {board.noise_source}", self.noise_brief(board.noise_brief))]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
