@@ -154,7 +154,7 @@ def chart_data(table: ExportTable) -> ChartData:
     unsized = [r.name for r in table.rows if all(r is not x for x, _ in sized)]
     return ChartData(sizes=sizes, unsized=unsized, windows=windows, domains=domains,
                      domain_names=table.domains, styles=candidate_styles([r.name for r in table.rows]),
-                     unit=table.rows[0].report.unit if table.rows else WINDOW_UNIT)
+                     unit=table.unit)
 
 
 def _pyplot() -> Any:
@@ -182,8 +182,8 @@ def figure(table: ExportTable) -> Figure:
         else:
             fig, (ax_win, ax_dom) = plt.subplots(2, 1, figsize=(9.0, 9.0), layout="constrained")
             fig.supxlabel(textwrap.fill(NO_SIZE, 120), fontsize=8)
-        fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, {table.windows} windows; "
-                     "lower is closer", fontsize=11)
+        fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, "
+                     f"{table.windows} {data.unit}s; lower is closer", fontsize=11)
         _window_panel(ax_win, data)
         _domain_panel(ax_dom, data)
     return fig  # type: ignore[no-any-return]
@@ -244,9 +244,9 @@ def _size_panel(ax: Any, data: ChartData) -> None:
 def _window_panel(ax: Any, data: ChartData) -> None:
     log = wants_log_axis([v for w in data.windows for v in w.kl_mean]
                           + [w.ci_low for w in data.windows if w.window_index and w.interval_shown])
-    ax.set_title("mean KL per window (band: the candidate's 95 % interval of the mean"
+    ax.set_title(f"mean KL per {data.unit} (band: the candidate's 95 % interval of the mean"
                  f"{'; log axis' if log else ''})", fontsize=9)
-    ax.set_xlabel("window")
+    ax.set_xlabel(data.unit)
     ax.set_ylabel("mean KL (nats)")
     for s in data.windows:
         style = data.styles[s.name]
@@ -263,8 +263,8 @@ def _window_panel(ax: Any, data: ChartData) -> None:
 def _domain_panel(ax: Any, data: ChartData) -> None:
     log = wants_log_axis([b.estimate for b in data.domains]
                           + [b.ci_low for b in data.domains if b.interval_shown])
-    ax.set_title("mean KL per domain (95 % intervals, windows resampled; none from fewer than "
-                 f"{MIN_INTERVAL_WINDOWS} windows{'; log axis' if log else ''})", fontsize=9)
+    ax.set_title(f"mean KL per domain (95 % intervals, {data.unit}s resampled; none from fewer than "
+                 f"{MIN_INTERVAL_WINDOWS} {data.unit}s{'; log axis' if log else ''})", fontsize=9)
     ax.set_ylabel("mean KL (nats)")
     names = list(dict.fromkeys(b.name for b in data.domains))
     if not names:  # said, not an empty frame

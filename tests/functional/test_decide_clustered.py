@@ -194,3 +194,25 @@ def test_leaderboard_footer_of_contexts_names_them_contexts(reports: dict[str, P
 
     board = leaderboard_from_files(few, use_noise_floor=False)  # the viewer's line under the best row
     assert f"but {n} contexts are too few to say it is best" in row_verdict(board.rows[0], 2, board.unit)
+
+
+def test_charts_of_contexts_name_them_contexts(reports: dict[str, Path]) -> None:
+    """kldtui plot's title and panels and the viewer's charts (key c) said "mean KL per window" and
+    "7 windows" of a hidden-state suite's contexts."""
+    pytest.importorskip("matplotlib")
+    from kldtui.decide.exports import export_table
+    from kldtui.decide.leaderboard import build_leaderboard
+    from kldtui.decide.plots import chart_data, figure
+    from kldtui.formats.report import load_report
+    from kldtui.tui.widgets.board_charts import render_charts
+
+    few = [reports["small-few"], reports["large-few"]]
+    loaded = [load_report(p) for p in few]
+    table = export_table(build_leaderboard(loaded, paths=few, noise=None), loaded, paths=few)
+    fig = figure(table)
+    words = [fig.get_suptitle()] + [t for ax in fig.axes for t in (ax.get_title(), ax.get_xlabel())]
+    said = " | ".join(words)
+    assert f"{loaded[0].windows} contexts" in said and "mean KL per context" in said, said
+    assert "contexts resampled" in said and "window" not in said, said
+    text = render_charts(chart_data(table), width=40).plain
+    assert "mean KL per context" in text and "window" not in text, text

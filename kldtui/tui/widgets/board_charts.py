@@ -65,7 +65,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     if data.unsized and data.sizes:
         text.append(f"without a size, not shown: {', '.join(data.unsized)}\n", style="dim")
     # -- per window --------------------------------------------------------------------------------
-    text.append("\nmean KL per window", style="bold")
+    text.append(f"\nmean KL per {data.unit}", style="bold")
     every = [v for s in data.windows for v in s.kl_mean if math.isfinite(v)]
     top = max(every, default=0.0)
     scale = bar_axis(every)  # a dozen quants 100x apart: on 0 to top the closer half were all "▁"
@@ -84,7 +84,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     cols = max(4, width - label - 36)
     longest = max((len(s.kl_mean) for s in data.windows), default=0)
     if longest > cols:
-        text.append(f"the last {cols} of {longest} windows (wider terminal: more)\n", style="dim")
+        text.append(f"the last {cols} of {longest} {data.unit}s (wider terminal: more)\n", style="dim")
     for s in data.windows:
         values = s.kl_mean[-cols:]
         spark = "".join(block(v) for v in values)
