@@ -58,6 +58,7 @@ from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
 from kldtui.text import TIED_OUTCOMES
 
+
 def marks_legend(unit: str = WINDOW_UNIT) -> str:
     """What the tie column's marks mean (LeaderboardRow.mark), as every view of a leaderboard says it,
     over the suite's ``unit`` s (:attr:`Leaderboard.unit`)."""

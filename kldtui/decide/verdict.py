@@ -624,6 +624,7 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     what the interval's units are (windows; a hidden-state suite's contexts, or its source clusters)."""
     n = iv.windows
     units = f"{unit}s"
+    dep = _dependence_words(iv, name_a, name_b, unit)
     over = f"over {n} {unit}{'s' if n != 1 else ''}"
     if decision.outcome == "too_few_windows":
         return (f"too few {unit}s ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
@@ -633,8 +634,8 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     if decision.outcome == "cannot_calibrate":
         point = name_b if iv.estimate < 0 else name_a
         return (f"cannot be calibrated here: the {units}' mean favours {point} ({name_b} - {name_a} = "
-                f"{_n(iv.estimate)} KL {over}), but {_dependence_words(iv, name_a, name_b, unit)}, and a "
-                f"log-normal model of the {units} does not confirm it ({interval}, {_source_words(iv, unit)}); "
+                f"{_n(iv.estimate)} KL {over}), but {dep}, and a log-normal model of the {units} does not "
+                f"confirm it ({interval}, {_source_words(iv, unit)}); "
                 f"{needed_words(iv.needed_windows, unit)} would be needed for a verdict")
     if decision.outcome == "indistinguishable" and decision.held_by_correction:
         return (f"no difference shown between {name_a} and {name_b} once corrected for the several verdicts "
@@ -645,7 +646,7 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
                        if iv.interval_source == "lognormal_model"
                        else f"a log-normal model of the {units} does not confirm the difference")
             return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = "
-                    f"{_n(iv.estimate)} KL, {interval}, {over}, but {_dependence_words(iv, name_a, name_b, unit)} "
+                    f"{_n(iv.estimate)} KL, {interval}, {over}, but {dep} "
                     f"and {unshown}")
         return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
                 f"KL, {interval}" + (" includes zero" if iv.has_interval else "") + f", {over}")
@@ -663,17 +664,17 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_n(size)} KL{pct}, {interval}, "
             f"{over}")
     if iv.interval_source == "lognormal_model":
-        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: the interval is a log-normal model's of the "
+        text += (f" ({dep}: the interval is a log-normal model's of the "
                  f"{units}, which allows for harder {units} than these, and the {units}' own test shows the "
                  "difference too)")
     elif iv.interval_source == "joined":
-        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: the interval joins the {units}' own and a "
+        text += (f" ({dep}: the interval joins the {units}' own and a "
                  "log-normal model's, and both show the difference)")
     elif iv.dependent:
-        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: a log-normal model of the {units} "
+        text += (f" ({dep}: a log-normal model of the {units} "
                  "confirms the difference)")
     elif iv.far_end_widened:
-        text += (f" ({_dependence_words(iv, name_a, name_b, unit)}: harder {units} than these would only "
+        text += (f" ({dep}: harder {units} than these would only "
                  f"widen the gap, so the interval's far end is a log-normal model's of the {units}, which "
                  "allows for them)")
     if decision.noise_kind == "repeat_variation" and not decision.provisional:

@@ -98,8 +98,8 @@ def _n(x: float) -> str:
 def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, power: float = DEFAULT_POWER,
                 comparisons: int = 1, measured_windows: int = 0,
                 at_least: int | None = None, unit: str = WINDOW_UNIT) -> WindowsNeeded:
-    """Windows (called ``unit``) that resolve a true per-window difference ``difference`` (KL, B - A) with spread
-    ``window_sd`` between windows, against a repeat variation ``margin``; never fewer than
+    """Windows (called ``unit``) that resolve a true per-window difference ``difference`` (KL, B - A)
+    with spread ``window_sd`` between windows, against a repeat variation ``margin``; never fewer than
     ``at_least`` (the windows the sign-flip test needs to be calibrated at the differences'
     skewness, where the candidates depend differently on window difficulty), nor fewer than a family of
     ``comparisons`` can tell apart at all (:func:`kldtui.decide.verdict.family_windows`: 8 windows give

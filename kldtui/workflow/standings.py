@@ -66,8 +66,8 @@ def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT) ->
     if known and windows and interval_rests_on_too_few(windows):
         interval = too_few_text(windows, short=True, unit=unit)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
-    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean), verdict_words(row, unit),
-            interval, _size(row.size_bytes), bpw]
+    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean),
+            verdict_words(row, unit), interval, _size(row.size_bytes), bpw]
 
 
 def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
