@@ -92,7 +92,8 @@ class LeaderboardRow:
     # more candidates than these windows can tell apart (verdict.family_resolvable): no row has a verdict
     family_too_large: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, unit: str) -> dict[str, Any]:
+        """JSON-ready; ``unit``: what the windows are called (:attr:`Leaderboard.unit`)."""
         return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
                 "ci95_low": self.ci_low, "ci95_high": self.ci_high, "standard_error": self.standard_error,
                 "interval_method": "headline (docs/STATISTICS.md)",
@@ -101,7 +102,7 @@ class LeaderboardRow:
                 "percentile_ci95_high": self.percentile_ci[1] if self.percentile_ci else None,
                 "windows": self.windows, "is_best": self.is_best, "tied_with_best": self.tied_with_best,
                 "diff_vs_best": self.diff_vs_best.to_dict() if self.diff_vs_best else None,
-                "ratio_vs_best": self.ratio_vs_best.to_dict() if self.ratio_vs_best else None,
+                "ratio_vs_best": self.ratio_vs_best.to_dict(unit=unit) if self.ratio_vs_best else None,
                 "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best,
                 "provisional": self.provisional, "inside_repeat_floor": self.inside_repeat_floor,
                 "family_too_large": self.family_too_large}
@@ -143,7 +144,7 @@ class Leaderboard:
         return self.noise_floor["source"] if self.noise_floor else noise_words(None, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "kldtui-leaderboard-v1", "rows": [r.to_dict() for r in self.rows],
+        return {"format": "kldtui-leaderboard-v1", "rows": [r.to_dict(unit=self.unit) for r in self.rows],
                 "windows": self.windows, "bootstrap_samples": self.bootstrap_samples, "seed": self.seed,
                 "cluster_unit": self.unit, "noise_floor": self.noise_floor,
                 "noise_floor_used": self.noise_source, "noise_model": self.noise_source,

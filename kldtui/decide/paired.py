@@ -103,11 +103,12 @@ class Interval:
     def excludes(self, value: float) -> bool:
         return not self.ci95_low <= value <= self.ci95_high
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready; a non-finite figure (a ratio over a zero mean) becomes null."""
+    def to_dict(self, *, unit: str) -> dict[str, Any]:
+        """JSON-ready; a non-finite figure (a ratio over a zero mean) becomes null. ``unit``: what was
+        resampled (:attr:`PairedDiff.unit`, :attr:`Leaderboard.unit`: a hidden-state suite's contexts)."""
         return {"estimate": _json_num(self.estimate), "standard_error": _json_num(self.standard_error),
                 "ci95_low": _json_num(self.ci95_low), "ci95_high": _json_num(self.ci95_high),
-                "bootstrap_samples": self.bootstrap_samples, "cluster_unit": "window"}
+                "bootstrap_samples": self.bootstrap_samples, "cluster_unit": unit}
 
     def text(self, fmt: str = ".4g") -> str:
         return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
@@ -207,9 +208,11 @@ class PairedStats:
     def excludes_zero(self) -> bool:
         return self.interval.excludes(0.0)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, unit: str) -> dict[str, Any]:
+        """JSON-ready; ``unit``: what the windows are called (:attr:`PairedDiff.unit`)."""
         return {"windows": self.windows, "mean_a": self.mean_a, "mean_b": self.mean_b,
-                "difference_b_minus_a": self.difference.to_dict(), "ratio_b_over_a": self.ratio.to_dict(),
+                "difference_b_minus_a": self.difference.to_dict(unit=unit),
+                "ratio_b_over_a": self.ratio.to_dict(unit=unit),
                 "verdict_interval": self.interval.to_dict(),
                 "excludes_zero": self.excludes_zero, "noise_threshold": self.noise_threshold,
                 "outcome": self.outcome, "provisional": self.provisional, "verdict": self.verdict,
@@ -457,8 +460,8 @@ class PairedDiff:
             "a": {"name": self.name_a, "path": self.path_a},
             "b": {"name": self.name_b, "path": self.path_b},
             "direction": "B - A of per-window mean KL(reference || candidate)",
-            "overall": self.overall.to_dict(),
-            "domains": {d: s.to_dict() for d, s in self.domains.items()},
+            "overall": self.overall.to_dict(unit=self.unit),
+            "domains": {d: s.to_dict(unit=self.unit) for d, s in self.domains.items()},
             "per_window": {"window_index": self.window_index, "domain": self.domain,
                            "kl_a": self.kl_a, "kl_b": self.kl_b,
                            "difference": self.per_window_difference,

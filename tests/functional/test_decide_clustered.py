@@ -216,3 +216,18 @@ def test_charts_of_contexts_name_them_contexts(reports: dict[str, Path]) -> None
     assert "contexts resampled" in said and "window" not in said, said
     text = render_charts(chart_data(table), width=40).plain
     assert "mean KL per context" in text and "window" not in text, text
+
+
+def test_intervals_of_contexts_name_their_cluster_unit_context(reports: dict[str, Path]) -> None:
+    """kldtui diff --json's difference and ratio intervals (overall and per domain) and kldtui
+    leaderboard --json's ratio_vs_best said ``cluster_unit: "window"`` of a hidden-state suite's
+    contexts, under a top level that said "context"."""
+    from kldtui.decide.leaderboard import leaderboard_from_files
+
+    pair = [reports["small-analysis"], reports["large-analysis"]]
+    doc = paired_diff_files(*pair, samples=300, use_noise_floor=False).to_dict()
+    groups = [doc["overall"], *doc["domains"].values()]
+    units = {g[key]["cluster_unit"] for g in groups for key in ("difference_b_minus_a", "ratio_b_over_a")}
+    assert units == {"context"}, units
+    rows = leaderboard_from_files(pair, use_noise_floor=False).to_dict()["rows"]
+    assert rows[1]["ratio_vs_best"]["cluster_unit"] == "context", rows[1]

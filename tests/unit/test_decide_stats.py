@@ -65,7 +65,7 @@ def test_bootstrap_mean_is_the_reports_bootstrap():
     from kldtui.metrics.stats import window_cluster_bootstrap
 
     values = np.random.default_rng(321).gamma(4.0, 0.0025, 32)
-    mine = bootstrap_mean(values, draw_indices(32, 10_000, 1)).to_dict()
+    mine = bootstrap_mean(values, draw_indices(32, 10_000, 1)).to_dict(unit="window")
     theirs = window_cluster_bootstrap(values, 10_000, 1)
     assert mine.keys() == theirs.keys()
     for key in ("estimate", "standard_error", "ci95_low", "ci95_high"):
@@ -181,4 +181,4 @@ def test_ratio_over_zero_mean_is_reported_as_undefined():
     a = np.array([0.0, 0.0, 1.0])
     diff, ratio = paired_bootstrap(a, np.array([1.0, 1.0, 1.0]), np.array([[0, 1, 0], [2, 2, 2]]))
     assert diff.estimate == pytest.approx(2 / 3)
-    assert np.isnan(ratio.ci95_low) and ratio.to_dict()["ci95_low"] is None
+    assert np.isnan(ratio.ci95_low) and ratio.to_dict(unit="window")["ci95_low"] is None
