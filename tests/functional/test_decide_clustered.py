@@ -231,3 +231,24 @@ def test_intervals_of_contexts_name_their_cluster_unit_context(reports: dict[str
     assert units == {"context"}, units
     rows = leaderboard_from_files(pair, use_noise_floor=False).to_dict()["rows"]
     assert rows[1]["ratio_vs_best"]["cluster_unit"] == "context", rows[1]
+
+
+def test_diff_of_contexts_counts_contexts(reports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """kldtui diff's header line ("7 windows; ... sign-flip test over windows"), its outcome table (a
+    "windows" column, "too few windows"), its figures' and buckets' headings and its per-context
+    listing said windows of a hidden-state suite's contexts."""
+    few = [str(reports["small-few"]), str(reports["large-few"])]
+    n = json.loads(Path(few[0]).read_text())["contexts"]
+    assert main(["diff", *few, "--no-noise-floor", "--per-window"]) == 0
+    out = capsys.readouterr().out
+    assert f"; {n} contexts; 95 % intervals: sign-flip test over contexts" in out, out
+    lines = out.splitlines()
+    head = next(line for line in lines if "mean KL A" in line)
+    overall = next(line for line in lines if line.startswith("all "))
+    assert head.split()[0] == "contexts" and head.index("contexts") + len("contexts") == overall.index(
+        f"{n}") + len(f"{n}"), out  # the count under its heading
+    assert overall.endswith("too few contexts"), overall
+    assert "per-context differences, 95 % interval over contexts" in out, out
+    assert "KL by depth in the context (positions)" in out and "context-clustered 95 % interval" in out
+    assert any(line.startswith("context  domain") for line in lines), out
+    assert "window" not in out, out

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kldtui.text import plural
+
 HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window, "
         "95 percent paired interval over windows, verdict against the measured repeat variation")
 
@@ -32,17 +34,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-window", action="store_true", help="also print every window's difference")
 
 
+# the outcome table's verdict column; ``{unit}``: what the suite's units are called (PairedDiff.unit)
 SHORT = {"a_closer": "A closer", "b_closer": "B closer", "within_noise": "within repeat variation",
-         "indistinguishable": "no difference shown", "too_few_windows": "too few windows",
+         "indistinguishable": "no difference shown", "too_few_windows": "too few {unit}s",
          "cannot_calibrate": "cannot be calibrated here"}
 
 
-def _row(label: str, s: Any) -> str:
+def _row(label: str, s: Any, unit: str) -> str:
     ratio = s.mean_b / s.mean_a if s.mean_a > 0 else float("nan")
     ratio_text = f"{ratio:.3g}" if ratio == ratio else "n/a (a mean of 0)"
-    call = SHORT.get(s.outcome, s.outcome) + (" (provisional)" if s.provisional else "")
-    return (f"{label:<14}{s.windows:>7}  {s.mean_a:>10.4g}  {s.mean_b:>10.4g}  "
+    call = SHORT.get(s.outcome, s.outcome).format(unit=unit) + (" (provisional)" if s.provisional else "")
+    return (f"{label:<14}{s.windows:>{_count_width(unit)}}  {s.mean_a:>10.4g}  {s.mean_b:>10.4g}  "
             f"{s.interval.text():<34}  {ratio_text:<8}  {call}")
+
+
+def _count_width(unit: str) -> int:
+    """The outcome table's count column: as wide as its heading (``windows``, ``contexts``)."""
+    return len(f"{unit}s")
 
 
 def _bucket(value: float | None, low: float | None, high: float | None) -> str:
@@ -61,44 +69,47 @@ def _interval_sources(result: Any) -> list[str]:
 
 
 def format_diff(result: Any, per_window: bool = False) -> str:
-    """The text ``kldtui diff`` prints."""
+    """The text ``kldtui diff`` prints, counting the suite's units (:attr:`PairedDiff.unit`: a
+    hidden-state suite's contexts)."""
     other_sources = _interval_sources(result)
+    unit = result.unit
     lines = [
         f"A: {result.name_a}" + (f"  ({result.path_a})" if result.path_a else ""),
         f"B: {result.name_b}" + (f"  ({result.path_b})" if result.path_b else ""),
-        f"paired on: {result.pairing_checked}; {len(result.window_index)} windows; 95 % intervals: sign-flip "
-        "test over windows (mean(B) / mean(A), shown as B - A at A's mean)"
+        f"paired on: {result.pairing_checked}; {plural(len(result.window_index), unit)}; 95 % intervals: "
+        f"sign-flip test over {unit}s (mean(B) / mean(A), shown as B - A at A's mean)"
         + (", except the rows named below the table" if other_sources else "")
         + "; verdicts held together by Holm",
         f"noise model: {result.noise_source}",
         "",
-        f"{'':<14}{'windows':>7}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<34}  "
+        f"{'':<14}{unit + 's':>{_count_width(unit)}}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<34}  "
         f"{'B / A':<8}  verdict",
-        _row("all", result.overall),
+        _row("all", result.overall, unit),
     ]
-    lines += [_row(d, s) for d, s in result.domains.items()]
+    lines += [_row(d, s, unit) for d, s in result.domains.items()]
     if other_sources:
-        lines.append("intervals where the candidates depend differently on window difficulty (the sign-flip "
-                     "test's alone would miss the hardest windows): " + "; ".join(other_sources))
+        lines.append(f"intervals where the candidates depend differently on {unit} difficulty (the sign-flip "
+                     f"test's alone would miss the hardest {unit}s): " + "; ".join(other_sources))
     if result.figures:
-        lines += ["", "other figures, A and B (B - A: mean of the per-window differences, 95 % interval over "
-                  "windows by the sign-flip test):"]
+        lines += ["", f"other figures, A and B (B - A: mean of the per-{unit} differences, 95 % interval over "
+                  f"{unit}s by the sign-flip test):"]
         for f in result.figures:
-            unit = f" {f.unit}" if f.unit else ""
+            measure = f" {f.unit}" if f.unit else ""  # the figure's own unit (%, nats)
             interval = (f" [{f.ci95_low:+.4g}, {f.ci95_high:+.4g}]" if f.ci95_low is not None
                         and f.ci95_high is not None else "")
-            lines.append(f"  {f.label:<16} A {f.a:.4g}  B {f.b:.4g}{unit}  "
+            lines.append(f"  {f.label:<16} A {f.a:.4g}  B {f.b:.4g}{measure}  "
                          f"B - A {f.difference:+.4g}{interval}"
                          + (f" ({f.better} is better)" if f.better else ""))
     for kind, title in (("reference_confidence", "KL by reference confidence"),
-                        ("depth", "KL by depth in the window (positions)")):
+                        ("depth", f"KL by depth in the {unit} (positions)")):
         rows = [x for x in result.buckets if x.kind == kind]
         if rows:
-            lines += ["", f"{title}, A and B (each with its own window-clustered 95 % interval; not paired):"]
+            lines += ["", f"{title}, A and B (each with its own {unit}-clustered 95 % interval; not paired):"]
             lines += [f"  {x.label:<12} A {_bucket(x.a, x.a_low, x.a_high):<28}  B "
                       f"{_bucket(x.b, x.b_low, x.b_high)}" for x in rows]
     if per_window:
-        lines += ["", f"{'window':>6}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
+        width = max(6, len(unit))  # a window index's column: as wide as its heading
+        lines += ["", f"{unit:>{width}}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
         n = len(result.window_index)
         inf_a = result.infinite_a or [0] * n
         inf_b = result.infinite_b or [0] * n
@@ -106,7 +117,7 @@ def format_diff(result: Any, per_window: bool = False) -> str:
                                              strict=True)):
             infinite = "".join(f"  {name}: {k} positions with infinite KL (left out)"
                                for name, k in (("A", inf_a[i]), ("B", inf_b[i])) if k)
-            lines.append(f"{w:>6}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
+            lines.append(f"{w:>{width}}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
     clustered = result.clustered
     if clustered is not None:
         from kldtui.decide.verdict import MIN_VERDICT_WINDOWS
