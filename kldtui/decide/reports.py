@@ -49,30 +49,34 @@ class WindowValues:
 MAX_VALUE = 1e100
 
 
-def _not_huge(values: list[float], indices: list[int], where: str, what: str) -> None:
-    """Refuse absurd figures: squares and sums of them would overflow to inf/nan in the statistics."""
+def _not_huge(values: list[float], indices: list[int], where: str, what: str, unit: str) -> None:
+    """Refuse absurd figures: squares and sums of them would overflow to inf/nan in the statistics.
+    ``unit``: what the report's windows are called (:attr:`ComparisonReport.unit`)."""
     for w, value in zip(indices, values, strict=True):
         if abs(value) > MAX_VALUE:
-            raise BadInput(f"{where}: window {w} {what} is {value!r}, too large to compare (at most "
+            raise BadInput(f"{where}: {unit} {w} {what} is {value!r}, too large to compare (at most "
                            f"{MAX_VALUE:g}); the report is damaged or the candidate is broken, re-run "
                            "kldtui compare")
 
 
 def window_values(report: ReportLike, where: str = "report") -> WindowValues:
-    """Per-window mean KL of a report; BadInput when the report carries none."""
-    table = as_report(report, where).window_table()
+    """Per-window mean KL of a report; BadInput when the report carries none. Its refusals name the
+    report's units (:attr:`ComparisonReport.unit`: a hidden-state suite's contexts)."""
+    report = as_report(report, where)
+    unit = report.unit
+    table = report.window_table()
     if not table.window_index:
         raise BadInput(f"{where}: the report has no per-window values (per_window or per_window_arrays); "
                        "re-run kldtui compare, which writes them")
     order = sorted(range(len(table.window_index)), key=lambda i: table.window_index[i])
     indices = [table.window_index[i] for i in order]
     if len(set(indices)) != len(indices):
-        raise BadInput(f"{where}: a window appears twice in the per-window values; the report is damaged")
+        raise BadInput(f"{where}: a {unit} appears twice in the per-window values; the report is damaged")
     rev = table.kl_reverse_mean
     inf = table.infinite_kl_rows
-    _not_huge(table.kl_mean, table.window_index, where, "kl_mean")
+    _not_huge(table.kl_mean, table.window_index, where, "kl_mean", unit)
     if rev is not None:
-        _not_huge(rev, table.window_index, where, "kl_reverse_mean")
+        _not_huge(rev, table.window_index, where, "kl_reverse_mean", unit)
     return WindowValues(
         where=where,
         window_index=np.array(indices, dtype=np.int64),
@@ -98,9 +102,12 @@ def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b
     manifest's time or the server's port, kldtui.formats.reference_identity) where both carry it,
     else by the manifest's bytes (``reference_manifest_sha256``, older reports), else
     ``reference_dir`` must match. Always: the same ``window_range`` and the same windows with the
-    same domains and positions. Returns a short description of what was checked.
+    same domains and positions. Returns a short description of what was checked. The refusals and
+    the description name the reports' units (:attr:`ComparisonReport.unit`: a hidden-state suite's
+    contexts).
     """
     a, b = as_report(a_doc, where_a), as_report(b_doc, where_b)
+    unit = a.unit
     checked = []
     reference_key = "reference_identity_sha256" if a.reference_identity_sha256 and \
         b.reference_identity_sha256 else "reference_manifest_sha256"
@@ -120,22 +127,22 @@ def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b
             checked.append("reference_dir")
     wa, wb = a.window_range, b.window_range
     if wa is not None and wb is not None and list(wa) != list(wb):
-        raise BadInput(f"{where_a} and {where_b} cover different windows (window_range {list(wa)} vs "
-                       f"{list(wb)}); compare both candidates on the same windows")
+        raise BadInput(f"{where_a} and {where_b} cover different {unit}s (window_range {list(wa)} vs "
+                       f"{list(wb)}); compare both candidates on the same {unit}s")
     va = va if va is not None else window_values(a, where_a)
     vb = vb if vb is not None else window_values(b, where_b)
     if va.n != vb.n or not np.array_equal(va.window_index, vb.window_index):
         only_a = sorted(set(va.window_index.tolist()) - set(vb.window_index.tolist()))
         only_b = sorted(set(vb.window_index.tolist()) - set(va.window_index.tolist()))
-        raise BadInput(f"{where_a} and {where_b} have different windows (only in the first: {only_a[:8]}, "
-                       f"only in the second: {only_b[:8]}); compare both candidates on the same windows")
+        raise BadInput(f"{where_a} and {where_b} have different {unit}s (only in the first: {only_a[:8]}, "
+                       f"only in the second: {only_b[:8]}); compare both candidates on the same {unit}s")
     for i in range(va.n):
         w = int(va.window_index[i])
         if va.domain[i] != vb.domain[i]:
-            raise BadInput(f"{where_a} and {where_b}: window {w} is {va.domain[i]!r} in one and "
+            raise BadInput(f"{where_a} and {where_b}: {unit} {w} is {va.domain[i]!r} in one and "
                            f"{vb.domain[i]!r} in the other; the reports come from different suites")
         if va.positions[i] != vb.positions[i]:
-            raise BadInput(f"{where_a} and {where_b}: window {w} has {va.positions[i]} positions in one "
+            raise BadInput(f"{where_a} and {where_b}: {unit} {w} has {va.positions[i]} positions in one "
                            f"and {vb.positions[i]} in the other; the reports come from different suites")
-    checked.append(f"{a.unit}s/domains/positions")  # a hidden-state suite: contexts
+    checked.append(f"{unit}s/domains/positions")  # a hidden-state suite: contexts
     return ", ".join(checked)

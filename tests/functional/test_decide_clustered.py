@@ -252,3 +252,33 @@ def test_diff_of_contexts_counts_contexts(reports: dict[str, Path], capsys: pyte
     assert "KL by depth in the context (positions)" in out and "context-clustered 95 % interval" in out
     assert any(line.startswith("context  domain") for line in lines), out
     assert "window" not in out, out
+
+
+def test_refusals_to_pair_contexts_name_contexts(reports: dict[str, Path]) -> None:
+    """kldtui diff's refusals of two hidden-state reports that do not pair context for context said
+    "cover different windows", "have different windows" and "window 3 is ..." of their contexts."""
+    import dataclasses
+
+    from kldtui.decide.reports import check_same_suite, window_values
+    from kldtui.formats.report import load_report
+
+    a, b = load_report(reports["small-few"]), load_report(reports["large-few"])
+    with pytest.raises(BadInput) as refused:
+        check_same_suite(a, dataclasses.replace(b, window_range=(0, 5)), "A.json", "B.json")
+    said = str(refused.value)
+    assert "cover different contexts (window_range" in said and "on the same contexts" in said, said
+    va, vb = window_values(a, "A.json"), window_values(b, "B.json")
+    w = int(va.window_index[1])
+    changed = {
+        "have different contexts (only in the first: [": dataclasses.replace(
+            vb, window_index=vb.window_index[1:], domain=vb.domain[1:], positions=vb.positions[1:],
+            kl_mean=vb.kl_mean[1:]),
+        f": context {w} is {va.domain[1]!r} in one and 'other'": dataclasses.replace(
+            vb, domain=(vb.domain[0], "other", *vb.domain[2:])),
+        f": context {w} has {va.positions[1]} positions in one and 1 in the other": dataclasses.replace(
+            vb, positions=np.array([vb.positions[0], 1, *vb.positions[2:]])),
+    }
+    for words, other in changed.items():
+        with pytest.raises(BadInput) as refused:
+            check_same_suite(a, b, "A.json", "B.json", va, other)
+        assert words in str(refused.value) and "window " not in str(refused.value), str(refused.value)
