@@ -70,10 +70,11 @@ def _text(value: str | None) -> str:
     return "?" if value is None else value
 
 
-def _interval(low: Any, high: Any, windows: int | None) -> str:
-    """``95% CI [low, high]``, or why there is none (too few windows)."""
+def _interval(low: Any, high: Any, windows: int | None, unit: str) -> str:
+    """``95% CI [low, high]``, or why there is none (too few windows, or the report's ``unit`` s:
+    :attr:`ComparisonReport.unit`)."""
     if interval_rests_on_too_few(windows):
-        return "(no interval: too few windows)"
+        return f"(no interval: too few {unit}s)"
     return f"95% CI [{_f(low)}, {_f(high)}]"
 
 
@@ -165,7 +166,7 @@ def summary_text(report: ComparisonReport) -> str:
     if rev is not None:
         rb = report.kl_reverse_window_cluster_bootstrap
         lines.append(f"  KL(candidate || reference) = {_f(rb.estimate if rb else rev.mean)}  "
-                     f"{_interval(rb and rb.ci95_low, rb and rb.ci95_high, n)}")
+                     f"{_interval(rb and rb.ci95_low, rb and rb.ci95_high, n, unit)}")
     nt = report.next_token
     if nt is not None:
         pb = nt.perplexity_ratio_window_cluster_bootstrap

@@ -43,7 +43,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             out[f"{name}-{part}"] = write_report(base / f"{name}-{part}.json", report)
         report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,  # contexts 0..8: 5 source clusters
                          CompareOptions(context_filter="analysis", backend="numpy", bootstrap_samples=200,
-                                        stop_window=9))
+                                        stop_window=9, reverse=True))  # reverse: KL(candidate || reference)
         out[f"{name}-few"] = write_report(base / f"{name}-few.json", report)
     return out
 
@@ -282,3 +282,14 @@ def test_refusals_to_pair_contexts_name_contexts(reports: dict[str, Path]) -> No
         with pytest.raises(BadInput) as refused:
             check_same_suite(a, b, "A.json", "B.json", va, other)
         assert words in str(refused.value) and "window " not in str(refused.value), str(refused.value)
+
+
+def test_summary_of_too_few_contexts_names_them_contexts(reports: dict[str, Path]) -> None:
+    """A hidden-state report's summary (kldtui view --plain, compare's last lines) said "(no interval:
+    too few windows)" beside KL(candidate || reference) of its contexts."""
+    from kldtui.formats.report import load_report, summary_text
+
+    text = summary_text(load_report(reports["small-few"]))
+    reverse = next(line for line in text.splitlines() if "KL(candidate || reference)" in line)
+    assert reverse.endswith("(no interval: too few contexts)"), text
+    assert "window" not in text, text
