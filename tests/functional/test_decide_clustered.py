@@ -233,7 +233,8 @@ def test_intervals_of_contexts_name_their_cluster_unit_context(reports: dict[str
     assert rows[1]["ratio_vs_best"]["cluster_unit"] == "context", rows[1]
 
 
-def test_diff_of_contexts_counts_contexts(reports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_of_contexts_counts_contexts(reports: dict[str, Path],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     """kldtui diff's header line ("7 windows; ... sign-flip test over windows"), its outcome table (a
     "windows" column, "too few windows"), its figures' and buckets' headings and its per-context
     listing said windows of a hidden-state suite's contexts."""

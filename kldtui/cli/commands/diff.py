@@ -82,8 +82,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
         + "; verdicts held together by Holm",
         f"noise model: {result.noise_source}",
         "",
-        f"{'':<14}{unit + 's':>{_count_width(unit)}}  {'mean KL A':>10}  {'mean KL B':>10}  {'B - A [95% interval]':<34}  "
-        f"{'B / A':<8}  verdict",
+        f"{'':<14}{unit + 's':>{_count_width(unit)}}  {'mean KL A':>10}  {'mean KL B':>10}  "
+        f"{'B - A [95% interval]':<34}  {'B / A':<8}  verdict",
         _row("all", result.overall, unit),
     ]
     lines += [_row(d, s, unit) for d, s in result.domains.items()]
@@ -91,8 +91,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
         lines.append(f"intervals where the candidates depend differently on {unit} difficulty (the sign-flip "
                      f"test's alone would miss the hardest {unit}s): " + "; ".join(other_sources))
     if result.figures:
-        lines += ["", f"other figures, A and B (B - A: mean of the per-{unit} differences, 95 % interval over "
-                  f"{unit}s by the sign-flip test):"]
+        lines += ["", f"other figures, A and B (B - A: mean of the per-{unit} differences, 95 % interval "
+                  f"over {unit}s by the sign-flip test):"]
         for f in result.figures:
             measure = f" {f.unit}" if f.unit else ""  # the figure's own unit (%, nats)
             interval = (f" [{f.ci95_low:+.4g}, {f.ci95_high:+.4g}]" if f.ci95_low is not None
