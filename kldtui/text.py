@@ -118,6 +118,12 @@ OUTCOME_WORDS = {
 }
 
 
+def no_verdict_words(unit: str) -> str:
+    """What a leaderboard's ``no verdict`` mark means, over the suite's ``unit`` s (kldtui.formats.suite.
+    unit_name): the text legend (kldtui.decide.leaderboard.marks_legend) and the viewer's help say it."""
+    return f"too few {unit}s to tell, or a verdict that cannot be calibrated on these {unit}s"
+
+
 # the outcomes that read as a tie with the other candidate, and those that name one of the two
 TIED_OUTCOMES = frozenset({"indistinguishable", "within_noise"})
 NAMED_OUTCOMES = frozenset({"a_closer", "b_closer"})

@@ -56,15 +56,14 @@ from kldtui.formats.report_names import kl_headline_interval, report_interval, u
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
-from kldtui.text import TIED_OUTCOMES
+from kldtui.text import TIED_OUTCOMES, no_verdict_words
 
 
 def marks_legend(unit: str = WINDOW_UNIT) -> str:
     """What the tie column's marks mean (LeaderboardRow.mark), as every view of a leaderboard says it,
     over the suite's ``unit`` s (:attr:`Leaderboard.unit`)."""
     return ("tie: best = lowest mean KL, the others are compared with it; tied = not shown different "
-            f"from the best; worse = shown worse than the best; no verdict = too few {unit}s to tell, or "
-            f"a verdict that cannot be calibrated on these {unit}s")
+            f"from the best; worse = shown worse than the best; no verdict = {no_verdict_words(unit)}")
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,8 @@ class KldApp(App[int]):
     def action_help(self) -> None:
         question = "; asks first while a server or stage runs" if isinstance(self.main, DashboardScreen) \
             else ""
-        self.push_screen(HelpScreen(self.main.KEYS_HELP, quit_note=question, notes=self.main.help_notes()))
+        self.push_screen(HelpScreen(self.main.help_sections(), quit_note=question,
+                                    notes=self.main.help_notes()))
 
     def action_open_result(self) -> None:
         self.main.action_open_result()

@@ -294,3 +294,25 @@ def test_summary_of_too_few_contexts_names_them_contexts(reports: dict[str, Path
     reverse = next(line for line in text.splitlines() if "KL(candidate || reference)" in line)
     assert reverse.endswith("(no interval: too few contexts)"), text
     assert "window" not in text, text
+
+
+def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], tmp_path: Path) -> None:
+    """The viewer's help (?) said what the tie column's "no verdict" means as "too few windows to tell"
+    of a leaderboard of a hidden-state suite's contexts; the dashboard's takes the same section."""
+    from kldtui.tui.app import create_app
+    from tests.fixtures_tui import help_text, settle, sync
+
+    @sync
+    async def check() -> None:
+        app = create_app(reports=[reports["small-few"], reports["large-few"]], config_dir=tmp_path / "cfg")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            keys = help_text(app)
+            assert "no verdict  too few contexts to tell, or a verdict that cannot be calibrated on these " \
+                   "contexts" in keys, keys
+            ties = keys[keys.index("The leaderboard's tie column"):]
+            assert "window" not in ties, ties
+
+    check()

@@ -26,6 +26,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from kldtui.formats.report import load_report  # json only, no numpy: the viewer starts fast
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, folder_reports, unique_names
+from kldtui.formats.suite import WINDOW_UNIT
+from kldtui.text import no_verdict_words
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -38,13 +40,16 @@ LOAD_GROUP = "load"  # reading reports and the work folder: every one runs to it
 RANK_GROUP = "rank"  # exclusive: a newer ranking replaces an older one
 PANE_GROUP = "pane"  # exclusive: what the pane under the table shows (difference, charts)
 
-# The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's marks).
-TIE_COLUMN_HELP = HelpSection("The leaderboard's tie column", (
-    ("best", "lowest mean KL; the other rows are compared with it"),
-    ("tied", "not shown different from the best"),
-    ("worse", "shown worse than the best"),
-    ("no verdict", "too few windows to tell, or a verdict that cannot be calibrated on these windows"),
-))
+
+def tie_column_help(unit: str) -> HelpSection:
+    """The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's
+    marks), over the board's ``unit`` s (:attr:`Leaderboard.unit`: a hidden-state suite's contexts)."""
+    return HelpSection("The leaderboard's tie column", (
+        ("best", "lowest mean KL; the other rows are compared with it"),
+        ("tied", "not shown different from the best"),
+        ("worse", "shown worse than the best"),
+        ("no verdict", no_verdict_words(unit)),
+    ))
 
 
 def row_verdict(row: Any, rows: int, unit: str) -> str:
@@ -71,7 +76,8 @@ class Delivered(Message):
 
 
 class BoardScreen(Screen[None]):
-    """Base of the two main screens. ``KEYS_HELP`` is the help (?) of the screen's own keys."""
+    """Base of the two main screens. ``KEYS_HELP`` is the help (?) of the screen's own keys, above what
+    the tie column says (:meth:`help_sections`)."""
 
     KEYS_HELP: tuple[HelpSection, ...] = ()
 
@@ -86,6 +92,7 @@ class BoardScreen(Screen[None]):
         # short, in the help (?) in full
         self.board_notes: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
+        self.board_unit = WINDOW_UNIT  # what the ranking's windows are called (Leaderboard.unit)
         self.noise_path: str | None = None  # the ties' noise model: --noise FILE, or the folders' one
         self.use_noise_floor = True  # kldtui view --no-noise-floor: none
         self.noise_chosen = False  # --noise or --no-noise-floor: the folders' models are not used
@@ -105,6 +112,11 @@ class BoardScreen(Screen[None]):
     def commands(self) -> list[tuple[str, str, Any]]:
         """(title, help, callback) for the command palette."""
         return []
+
+    def help_sections(self) -> tuple[HelpSection, ...]:
+        """The help (?)'s sections: the screen's own keys, then what the tie column's marks mean over
+        the board's units."""
+        return (*self.KEYS_HELP, tie_column_help(self.board_unit))
 
     def help_notes(self) -> list[str]:
         """What the help (?) adds below the keys: the ranking's notes in full."""
@@ -262,6 +274,7 @@ class BoardScreen(Screen[None]):
         ties: dict[str, str] = {}
         verdicts: dict[str, str] = {}
         notes: list[tuple[str, str]] = []
+        unit = WINDOW_UNIT
         names = unique_names([r.name for r in results], [r.path for r in results])
         results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
         order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
@@ -274,13 +287,14 @@ class BoardScreen(Screen[None]):
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
                 verdicts = {row.name: row_verdict(row, len(board.rows), board.unit) for row in board.rows}
+                unit = board.unit
                 notes = [*zip(board.notes, board.brief_notes, strict=True),
                          (f"noise model: {board.noise_source}", self.noise_brief(board.noise_brief))]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
                 notes = [(f"no tie marks: {exc}",) * 2]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
-        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts)
+        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts, unit)
 
     def noise_brief(self, brief: str) -> str:
         """The noise model's line above the ranking, what a difference must clear; a campaign folder's
@@ -306,7 +320,7 @@ class BoardScreen(Screen[None]):
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
-                   verdicts: dict[str, str] | None = None) -> None:
+                   verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT) -> None:
         if {id(r) for r in reports} != {id(r) for r in self.reports}:
             # a ranking of the board as it was: a report came since (and its ranking is on its way).
             # Taken, it dropped that report, and a ranking started next (the campaign's noise model
@@ -314,6 +328,7 @@ class BoardScreen(Screen[None]):
             return
         self.results, self.reports = results, reports
         self.verdicts = dict(verdicts or {})
+        self.board_unit = unit
         table = self.query_one("#board", LeaderboardTable)
         table.marked.clear()
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})

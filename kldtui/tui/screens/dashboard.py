@@ -39,7 +39,7 @@ from kldtui.events import (
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, ShownCandidate
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
-from kldtui.tui.screens.board import LOAD_GROUP, TIE_COLUMN_HELP, BoardScreen
+from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
 from kldtui.tui.widgets import (
     CampaignBoard,
     DiffPane,
@@ -147,7 +147,6 @@ KEYS_HELP = (
         ("Enter", "open the selected report (Esc: back)"),
         ("space", "mark a row; with two marked, d shows their difference"),
     )),
-    TIE_COLUMN_HELP,
 )
 
 

@@ -12,8 +12,9 @@ from textual.containers import Vertical
 from textual.widgets import Footer, Header
 
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
-from kldtui.tui.screens.board import PANE_GROUP, TIE_COLUMN_HELP, BoardScreen
+from kldtui.tui.screens.board import PANE_GROUP, BoardScreen
 from kldtui.tui.widgets import BoardCharts, DiffPane, LeaderboardTable, ResultPane
 from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
@@ -37,11 +38,11 @@ BOARD_KEYS_HELP = (
               "draws them)"),
         ("Esc", "close the difference or the charts (the notes above the table come back)"),
     )),
-    TIE_COLUMN_HELP,
 )
 
 
 class ViewerScreen(BoardScreen):
+    KEYS_HELP = BOARD_KEYS_HELP
     BINDINGS: ClassVar[list[Binding]] = [  # type: ignore[assignment]
         Binding("d", "diff", "diff", show=False),
         Binding("space", "mark", "mark", show=False),
@@ -52,7 +53,6 @@ class ViewerScreen(BoardScreen):
     def __init__(self, report_paths: list[Path]) -> None:
         super().__init__(report_paths)
         self.single = len(report_paths) == 1
-        self.KEYS_HELP = SINGLE_KEYS_HELP if self.single else BOARD_KEYS_HELP
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -124,7 +124,6 @@ class ViewerScreen(BoardScreen):
         its candidates; the viewer showed the first alone."""
         self.take_folder_noise([noise_model] if noise_model is not None else [])
         self.single = False
-        self.KEYS_HELP = BOARD_KEYS_HELP
         self.report_paths = [path for _, path in loaded]
         self.current_result = None
         await self.recompose()
@@ -139,10 +138,14 @@ class ViewerScreen(BoardScreen):
         elif report is not None:  # `o` in the leaderboard: the report joins the board
             self.add_to_board(result, report)
 
+    def help_sections(self) -> tuple[HelpSection, ...]:
+        """One report's keys alone (no leaderboard, no tie column), else the board's."""
+        return SINGLE_KEYS_HELP if self.single else super().help_sections()
+
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
-                   verdicts: dict[str, str] | None = None) -> None:
-        super().show_board(results, reports, ties, notes, verdicts)
+                   verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT) -> None:
+        super().show_board(results, reports, ties, notes, verdicts, unit)
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
