@@ -142,12 +142,19 @@ RATIO_INTERVAL_COVERAGE = {8: 0.942, 16: 0.930, 32: 0.935, 64: 0.936}
 IntervalSource = Literal["sign_flip", "joined", "far_end_widened", "lognormal_model", "model_and_windows"]
 # what each headline interval is, for a reader (kldtui diff's table): the sign-flip test's needs no note
 INTERVAL_SOURCE_WORDS: dict[str, str] = {
-    "lognormal_model": "a log-normal model's of the windows",
-    "model_and_windows": ("a log-normal model's of the windows joined with the windows' own 80 % one (their "
-                          "hardest windows are less extreme than the model assumes)"),
+    "lognormal_model": "a log-normal model's of the {units}",
+    "model_and_windows": ("a log-normal model's of the {units} joined with the {units}' own 80 % one (their "
+                          "hardest {units} are less extreme than the model assumes)"),
     "joined": "the sign-flip test's and a log-normal model's joined",
     "far_end_widened": "the sign-flip test's, its far end a log-normal model's",
 }
+
+
+def interval_source_words(source: str, unit: str) -> str | None:
+    """What a headline interval of ``source`` is (:data:`INTERVAL_SOURCE_WORDS`), counting ``unit`` s;
+    None for the sign-flip test's, which needs no note."""
+    words = INTERVAL_SOURCE_WORDS.get(source)
+    return None if words is None else words.format(units=f"{unit}s")
 
 
 def dependence_tier(spread: np.ndarray) -> np.ndarray:

@@ -539,3 +539,15 @@ def test_the_measured_coverage_a_verdict_states_is_the_lowest_in_the_tables() ->
     few = paired_diff(make_report(a[:4], candidate_dir="/r/a"),
                       make_report(a[:4] * 1.3, candidate_dir="/r/b"), samples=50, noise=None)
     assert few.to_dict()["overall"]["verdict_interval"]["measured_coverage"] is None
+
+
+def test_the_interval_source_note_counts_the_suites_units() -> None:
+    """kldtui diff names, under its table, the rows whose interval is not the sign-flip test's: in a
+    hidden-state suite's contexts, and the sign-flip test's own needs no note."""
+    from kldtui.decide.verdict import interval_source_words
+
+    assert interval_source_words("model_and_windows", "context") == (
+        "a log-normal model's of the contexts joined with the contexts' own 80 % one (their hardest contexts "
+        "are less extreme than the model assumes)")
+    assert interval_source_words("lognormal_model", "window") == "a log-normal model's of the windows"
+    assert interval_source_words("sign_flip", "window") is None

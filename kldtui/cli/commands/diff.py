@@ -61,11 +61,11 @@ def _bucket(value: float | None, low: float | None, high: float | None) -> str:
 
 def _interval_sources(result: Any) -> list[str]:
     """The rows whose interval is not the sign-flip test's, and what it is (docs/STATISTICS.md rule 4)."""
-    from kldtui.decide.verdict import INTERVAL_SOURCE_WORDS
+    from kldtui.decide.verdict import interval_source_words
 
     groups = [("all", result.overall), *result.domains.items()]
-    return [f"{label}: {INTERVAL_SOURCE_WORDS[s.interval.interval_source]}" for label, s in groups
-            if s.interval.interval_source in INTERVAL_SOURCE_WORDS]
+    said = [(label, interval_source_words(s.interval.interval_source, result.unit)) for label, s in groups]
+    return [f"{label}: {words}" for label, words in said if words is not None]
 
 
 def format_diff(result: Any, per_window: bool = False) -> str:
