@@ -66,10 +66,15 @@ async def test_log_search_without_matches_says_0_matches(tmp_path: Path) -> None
 
 
 # -- 11: each mode shows its own keys, and how to close the help ----------------------------------
+def _two_reports(folder: Path) -> list[Path]:
+    """Two saved reports, a closer to the reference than b: a viewer of them is a leaderboard."""
+    return [write_report(folder / f"{n}.json", make_report(n, lvl, seed=s))
+            for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+
+
 @sync
 async def test_viewer_help_lists_only_viewer_keys_and_says_how_to_close(tmp_path: Path) -> None:
-    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
-             for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    paths = _two_reports(tmp_path)
     app = create_app(reports=paths, config_dir=tmp_path, remember_theme=False)
     async with app.run_test(size=(100, 40)) as pilot:
         await settle(app, pilot)
@@ -112,8 +117,7 @@ async def test_at_80x24_the_help_fits_and_its_words_wrap_beside_their_keys(tmp_p
     "↑ ↓"), and how to close it lay below the screen's bottom. Now the dialog leaves a column each
     side, a key's words wrap in their own column, the keys and notes scroll, and the line that says
     how to close it stays in sight."""
-    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
-             for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    paths = _two_reports(tmp_path)
     viewer = create_app(reports=paths, config_dir=tmp_path / "v", remember_theme=False)
     board, _ = dashboard(tmp_path)
     for app in (viewer, board):
@@ -146,8 +150,7 @@ async def test_at_80x24_the_help_fits_and_its_words_wrap_beside_their_keys(tmp_p
 @sync
 async def test_at_200x50_each_key_of_the_help_is_one_line(tmp_path: Path) -> None:
     """At 200x50 the help is wider than at 80 columns: no key's words wrap and nothing scrolls."""
-    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
-             for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    paths = _two_reports(tmp_path)
     app = create_app(reports=paths, config_dir=tmp_path, remember_theme=False)
     async with app.run_test(size=(200, 50)) as pilot:
         await _open_help(app, pilot)

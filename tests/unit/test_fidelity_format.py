@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,19 +214,26 @@ def test_writer_output_passes_the_published_rules(tmp_path: Path) -> None:
         fid.write_lm_head(root / fid.LM_HEAD_DIR, np.zeros((2, 2), np.float32), checkpoint_tensor_key="k")
 
 
+def _status_refused(tmp_path: Path, status: object, mutate: Any) -> tuple[Path, str, str]:
+    """A suite whose top-level manifest ``mutate`` gave ``status``: its path, the line loading it is
+    refused with, and how that line shows the value."""
+    fixture = fx.build(tmp_path / "suite", contexts=4)
+    path = fixture.root / fid.TOP_MANIFEST
+    _mutate(path, mutate)
+    with pytest.raises(BadInput) as info:
+        fid.load_top_manifest(path)
+    shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
+    return path, str(info.value), shown
+
+
 @pytest.mark.parametrize("status", ["implemented", "Qualified", 1, ["qualified"]])
 def test_a_top_manifest_status_outside_the_three_is_refused(tmp_path: Path, status: object) -> None:
     """The top-level status is the replay check's verdict, which the dataset card quotes: it was
     read and never checked, so a card could claim anything."""
-    fixture = fx.build(tmp_path / "suite", contexts=4)
-    path = fixture.root / fid.TOP_MANIFEST
-    _mutate(path, lambda d: d.update(status=status))
-    shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
-    with pytest.raises(BadInput) as info:
-        fid.load_top_manifest(path)
-    assert str(info.value) == (f"{path}: status {shown} is not one of 'qualified', 'not qualified', "
-                               "'replay not checked'; download the suite again, or capture and finalize its "
-                               "reference again")
+    path, error, shown = _status_refused(tmp_path, status, lambda d: d.update(status=status))
+    assert error == (f"{path}: status {shown} is not one of 'qualified', 'not qualified', "
+                     "'replay not checked'; download the suite again, or capture and finalize its "
+                     "reference again")
 
 
 @pytest.mark.parametrize("status", [*fid.TOP_STATUSES, None])
@@ -241,15 +249,11 @@ def test_the_capture_runtime_status_of_a_top_manifest_is_checked_on_load(tmp_pat
                                                                            status: object) -> None:
     """capture_runtime.status repeats capture-runtime.json's: kldtui writes "captured", the published
     suite says "qualified"; anything else was loaded unchecked."""
-    fixture = fx.build(tmp_path / "suite", contexts=4)
-    path = fixture.root / fid.TOP_MANIFEST
-    _mutate(path, lambda d: d["capture_runtime"].update(status=status))
-    shown = repr(status) if isinstance(status, str) else f"of type {type(status).__name__}"
-    with pytest.raises(BadInput) as info:
-        fid.load_top_manifest(path)
-    assert str(info.value) == (f"{path} capture_runtime: status {shown} is not one of 'captured', "
-                               "'qualified'; download the suite again, or capture and finalize its reference "
-                               "again")
+    path, error, shown = _status_refused(tmp_path, status,
+                                         lambda d: d["capture_runtime"].update(status=status))
+    assert error == (f"{path} capture_runtime: status {shown} is not one of 'captured', "
+                     "'qualified'; download the suite again, or capture and finalize its reference "
+                     "again")
 
 
 @pytest.mark.parametrize("status", ["captured", "qualified", None, "absent"])
