@@ -316,7 +316,7 @@ def interval_rates(dist: str, gamma: float, n: int, ratio: float, trials: int, s
 
 def interval_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
     lines = ["| window means | gamma | windows | B / A | headline (share joined with the windows' own 80 %) "
-             "| the model's alone from 16 (the rule before) | sign-flip alone | log-normal model at "
+             "| without the join | sign-flip alone | log-normal model at "
              "every window count (share of suites it applies to) | joined (an earlier rule) |",
              "|---|---|---|---|---|---|---|---|---|"]
     cells = [(dist, gamma, n, r) for dist in DISTRIBUTIONS for gamma in GAMMAS if gamma != 1

@@ -83,7 +83,7 @@ def test_shape_goes_through_every_stage(tmp_path: Path, capsys: pytest.CaptureFi
     assert 0 < kl["a"] < kl["b"]
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
-    assert f"{n} windows" in capsys.readouterr().out
+    assert f"; {n} window{'s' if n != 1 else ''}; 95 % intervals" in capsys.readouterr().out
 
     # publish: the card describes this shape
     (root / "repeat-noise-window000.json").write_text(json.dumps(reports["a"]))

@@ -410,10 +410,11 @@ def _half_width(m: ModelRatio) -> float:
     return float(np.log(m.high) - np.log(m.estimate))
 
 
-def test_the_gamma_like_tier_takes_the_sandwich_check_from_sixteen_windows() -> None:
-    """One home decides which log-normal check a tier runs: in the gamma-like tier Cox's, widened, below 16
-    windows, and from 16 (where its interval is the headline) the sandwich one; the headline interval is
-    that check's, stretched to hold the windows' own ratio."""
+def test_the_gamma_like_tier_takes_the_sandwich_check_from_thirty_two_windows() -> None:
+    """One home decides which log-normal check a tier runs: in the gamma-like tier Cox's, widened by
+    1 + 2/(n - 1) below 16 windows and by 1 + 3/(n - 1) at 16-31 (where its interval is the headline but
+    a spread measured on so few windows is itself too uncertain), and from 32 the sandwich one; the
+    headline interval is that check's, stretched to hold the windows' own ratio."""
     a, b = candidates("gamma", 400, 32, (1.0, 1.3), np.random.default_rng(5), 0.5)
     ev = evidence(a, b)
     # (suites whose log window means skew to the left also hold the windows' own 80 % interval: below)
@@ -439,6 +440,13 @@ def test_the_gamma_like_tier_takes_the_sandwich_check_from_sixteen_windows() -> 
     cox = cox_ratio(log_fit(a[j, :8], b[j, :8]), 0.95, 2.0)
     assert (float(short.model_low), float(short.model_high)) == (float(cox.low), float(cox.high))
     assert verdict_interval(a[j, :8], b[j, :8]).model_check == "cox_widened"
+    sixteen = [int(k) for k in picked if int(evidence(a[k, :16], b[k, :16]).tier) == 1]
+    assert sixteen
+    k = sixteen[0]
+    mid = evidence(a[k, :16], b[k, :16])
+    cox16 = cox_ratio(log_fit(a[k, :16], b[k, :16]), 0.95, 3.0)
+    assert (float(mid.model_low), float(mid.model_high)) == (float(cox16.low), float(cox16.high))
+    assert verdict_interval(a[k, :16], b[k, :16]).model_check == "cox_widened"
     first = DEPENDENCE_TIERS[0]
     assert (first.check_name(64), first.check_level) == ("cox", 0.10)  # reported as level 0.9
 
