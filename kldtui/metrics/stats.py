@@ -37,7 +37,8 @@ def bootstrap_indices(n_windows: int, samples: int, seed: int) -> np.ndarray:
     return rng.integers(0, n_windows, size=(samples, n_windows))
 
 
-def _interval(estimate: float, resampled: np.ndarray, samples: int) -> dict[str, float | int | str]:
+def _interval(estimate: float, resampled: np.ndarray, samples: int,
+              unit: str) -> dict[str, float | int | str]:
     low, high = np.quantile(resampled, [0.025, 0.975])
     return {
         "estimate": float(estimate),
@@ -45,32 +46,35 @@ def _interval(estimate: float, resampled: np.ndarray, samples: int) -> dict[str,
         "ci95_low": float(low),
         "ci95_high": float(high),
         "bootstrap_samples": int(samples),
-        "cluster_unit": "window",
+        "cluster_unit": unit,
     }
 
 
 def window_cluster_bootstrap(window_means: Sequence[float] | np.ndarray, samples: int = 10000,
-                             seed: int = 1) -> dict[str, float | int | str]:
-    """Bootstrap object over window means, identical to the original comparator's."""
+                             seed: int = 1, unit: str = "window") -> dict[str, float | int | str]:
+    """Bootstrap object over window means, identical to the original comparator's; ``cluster_unit``
+    is ``unit``, what the resampled windows are called (the report's unit: a hidden-state suite's
+    ``context``, by kldtui.formats.suite.unit_name, which this layer cannot import)."""
     means = np.asarray(window_means, dtype=np.float64)
     if means.size == 0:
         raise ValueError("no windows")
     idx = bootstrap_indices(means.size, samples, seed)
     resampled = means[idx].mean(axis=1)
-    return _interval(float(means.mean()), resampled, samples)
+    return _interval(float(means.mean()), resampled, samples, unit)
 
 
 def ratio_bootstrap(numerators: Sequence[float] | np.ndarray, transform: Callable[[np.ndarray], np.ndarray],
                     denominators: Sequence[float] | np.ndarray, samples: int = 10000,
-                    seed: int = 1) -> dict[str, float | int | str]:
-    """Bootstrap of ``transform(mean(num) - mean(den))`` with windows resampled (the same draw as
-    :func:`window_cluster_bootstrap`); used for the perplexity ratio ``exp(mean NLL_c - mean NLL_r)``."""
+                    seed: int = 1, unit: str = "window") -> dict[str, float | int | str]:
+    """Bootstrap of ``transform(mean(num) - mean(den))`` with windows (called ``unit``) resampled (the
+    same draw as :func:`window_cluster_bootstrap`); used for the perplexity ratio
+    ``exp(mean NLL_c - mean NLL_r)``."""
     num = np.asarray(numerators, dtype=np.float64)
     den = np.asarray(denominators, dtype=np.float64)
     idx = bootstrap_indices(num.size, samples, seed)
     resampled = transform(num[idx].mean(axis=1) - den[idx].mean(axis=1))
     estimate = float(transform(np.asarray(num.mean() - den.mean())))
-    return _interval(estimate, resampled, samples)
+    return _interval(estimate, resampled, samples, unit)
 
 
 Bounds = tuple[float | None, float | None]

@@ -298,3 +298,28 @@ def test_the_memory_said_before_a_run_counts_the_replay_buffers(world: dict) -> 
     assert native != ("widened to FP32" in text)
     buffers = rows * 64 * 2 if native else rows * 64 * 2 + rows * 64 * 4 + hidden * 64 * 4
     assert f"{size_text(buffers)} of buffers per vocabulary chunk" in text
+
+
+def test_a_context_suites_bootstraps_name_their_cluster_unit_context(world: dict,  # type: ignore[type-arg]
+                                                                      tmp_path: Path) -> None:
+    """The report's window-cluster bootstraps (overall, JS, reverse KL, per domain, the perplexity
+    ratio's, each figure's) said ``"cluster_unit": "window"`` of a hidden-state suite's contexts, where
+    kldtui diff's JSON of the same reports says ``"context"`` (one rule: the report's unit)."""
+    from kldtui.decide.paired import paired_diff_files
+    from kldtui.formats.report import write_report
+
+    f = world["fixture"]
+    report = _cmp(world, f.root / fid.HIDDEN_DIR, world["cand_logits"], backend="numpy", reverse=True)
+    path = write_report(tmp_path / "r.json", report)  # type: ignore[arg-type]
+    doc = json.loads(path.read_text())
+    said = {"kl": doc["kl_window_cluster_bootstrap"]["cluster_unit"],
+            "js": doc["js_window_cluster_bootstrap"]["cluster_unit"],
+            "reverse": doc["kl_reverse_window_cluster_bootstrap"]["cluster_unit"],
+            "ppl ratio": doc["next_token"]["perplexity_ratio_window_cluster_bootstrap"]["cluster_unit"],
+            **{f"domain {d}": b["cluster_unit"] for d, b in doc["domains"].items()},
+            **{f"figure {n}": s["window_cluster_bootstrap"]["cluster_unit"]
+               for n, s in (doc.get("figures") or {}).items()}}
+    assert len(said) > 4 and set(said.values()) == {"context"}, said
+    other = write_report(tmp_path / "hidden.json", _cmp(world, f.root / fid.HIDDEN_DIR,  # type: ignore[arg-type]
+                                                        world["cand_hidden"], backend="numpy"))
+    assert paired_diff_files(path, other, samples=100).to_dict()["cluster_unit"] == "context"

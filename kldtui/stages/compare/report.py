@@ -40,7 +40,7 @@ from kldtui.formats.report_model import (
     WindowEntry,
     WindowTable,
 )
-from kldtui.formats.suite import Suite, load_logits_manifest, logits_manifest_path
+from kldtui.formats.suite import Suite, load_logits_manifest, logits_manifest_path, unit_name
 from kldtui.metrics import figures as registry
 from kldtui.metrics import inference
 from kldtui.metrics import stats as st
@@ -136,6 +136,9 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             with contextlib.suppress(OSError):
                 suite_sha = manifest_sha256(suite.path)
             suite_stats = suite_statistics(res, suite, options, suite_sha)
+        # the bootstraps' cluster_unit: what the report's windows are called (ComparisonReport.unit,
+        # the rule diff's and the leaderboard's JSON follow): a hidden-state suite's are contexts
+        unit = unit_name(contexts=suite_stats is not None)
         return ComparisonReport(
             report_format=REPORT_FORMAT,
             direction=DIRECTION,
@@ -153,12 +156,13 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
             per_window_arrays=WindowTable(**columns, figures={fig.name: [f[fig.name] for f in figs]
                                                               for fig in reported}),
             domains={d: Bootstrap.of(st.window_cluster_bootstrap(
-                [f["kl_mean"] for f in figs if f.domain == d], samples, seed))
+                [f["kl_mean"] for f in figs if f.domain == d], samples, seed, unit))
                 for d in dict.fromkeys(r.domain for r in res)},
             provenance=provenance,
             **_overall_figures(res, figs, reverse, samples, seed, starts=(
-                [suite.window(r.window_index).scored_row_start for r in res] if suite is not None else None)),
-            figures=_figure_summaries(res, figs, reported, samples, seed),
+                [suite.window(r.window_index).scored_row_start for r in res] if suite is not None else None),
+                unit=unit),
+            figures=_figure_summaries(res, figs, reported, samples, seed, unit),
             candidate_size=options.candidate_size,
             reference=sides[0] if sides is not None else None,
             candidate=sides[1] if sides is not None else None,
@@ -193,17 +197,18 @@ def _reported(figs: list[WindowFigures]) -> list[registry.RowFigure]:
 
 
 def _figure_summaries(res: Sequence[WindowResult], figs: list[WindowFigures],
-                      reported: list[registry.RowFigure], samples: int, seed: int
+                      reported: list[registry.RowFigure], samples: int, seed: int, unit: str
                       ) -> dict[str, FigureSummary] | None:
     """The ``figures`` object: each registered figure over every position, with a window-cluster
-    bootstrap over its window values (None when no figure is registered beyond the built-in ones)."""
+    bootstrap over its window values, resampling ``unit`` s (None when no figure is registered beyond
+    the built-in ones)."""
     if not reported:
         return None
     out: dict[str, FigureSummary] = {}
     for fig in reported:
         pooled = fig.pooled_value([r.rows for r in res])
         boot = st.window_cluster_bootstrap(np.array([f[fig.name] for f in figs], dtype=np.float64),
-                                           samples, seed)
+                                           samples, seed, unit)
         unc = fig.pooled_uncertainty([r.rows for r in res])
         out[fig.name] = FigureSummary(
             label=fig.label, definition=fig.definition,
@@ -244,9 +249,10 @@ def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool,
 
 
 def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], reverse: bool, samples: int,
-                     seed: int, starts: list[int] | None = None) -> dict[str, Any]:
-    """The report's figures over all positions (and over window means, for the bootstraps);
-    ``starts``: each window's first scored position (the position buckets count from it)."""
+                     seed: int, starts: list[int] | None = None, *, unit: str) -> dict[str, Any]:
+    """The report's figures over all positions (and over window means, for the bootstraps, whose
+    ``cluster_unit`` is ``unit``); ``starts``: each window's first scored position (the position
+    buckets count from it)."""
     def pooled(name: str) -> np.ndarray:
         """A registered figure's per-row values over every window (one definition per figure)."""
         values = registry.figure(name).values
@@ -269,9 +275,9 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
         "js": Stats.of(st.stats_object(_concat(res, "js"))),
         "top1_agreement": float(np.mean(top1)),
         "kl_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
-            np.array([f["kl_mean"] for f in figs]), samples, seed)),
+            np.array([f["kl_mean"] for f in figs]), samples, seed, unit)),
         "js_window_cluster_bootstrap": Bootstrap.of(st.window_cluster_bootstrap(
-            np.array([f["js_mean"] for f in figs]), samples, seed)),
+            np.array([f["js_mean"] for f in figs]), samples, seed, unit)),
         "topk_agreement": TopK(TOPK_DEFINITION, list(TOPK), {str(k): float(np.mean(rank < k)) for k in TOPK}),
         "next_token": NextToken(
             p_reference=Stats.of(st.stats_object(np.exp(lp_ref))),
@@ -282,7 +288,7 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
             perplexity_ratio=_or_none(float(np.exp(np.mean(lp_ref) - np.mean(lp_cand)))),
             perplexity_ratio_window_cluster_bootstrap=Interval.of(
                 {k: _or_none(v) if isinstance(v, float) else v
-                 for k, v in st.ratio_bootstrap(nll_c, np.exp, nll_r, samples, seed).items()}),
+                 for k, v in st.ratio_bootstrap(nll_c, np.exp, nll_r, samples, seed, unit).items()}),
             # log space: finite wherever the perplexities overflow (+inf when a side gives the
             # actual next token probability 0: null in JSON)
             log_perplexity_reference=float(-np.mean(lp_ref)),
@@ -306,7 +312,7 @@ def _overall_figures(res: Sequence[WindowResult], figs: list[WindowFigures], rev
     if reverse:
         out["kl_candidate_to_reference"] = Stats.of(st.stats_object(finite(_concat(res, "kl_reverse"))))
         out["kl_reverse_window_cluster_bootstrap"] = Bootstrap.of(st.window_cluster_bootstrap(
-            [f["kl_reverse_mean"] for f in figs if f["kl_reverse_mean"] is not None], samples, seed))
+            [f["kl_reverse_mean"] for f in figs if f["kl_reverse_mean"] is not None], samples, seed, unit))
     return out
 
 
