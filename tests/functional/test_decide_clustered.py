@@ -13,12 +13,10 @@ from kldtui.cli.main import main
 from kldtui.decide.paired import paired_diff_files
 from kldtui.errors import BadInput
 from kldtui.formats import fidelity as fid
-from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
 from kldtui.formats.report import write_report
-from kldtui.formats.suite import load_suite
-from kldtui.metrics.replay import bf16_to_f32, f32_to_bf16
 from kldtui.stages.compare import CompareOptions, compare
 from tests import fidelity_fixture as fx
+from tests.fixtures_hidden import noisy_candidates
 
 pytest.importorskip("torch")
 
@@ -27,16 +25,8 @@ pytest.importorskip("torch")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("clustered")
     f = fx.build(base / "suite", contexts=40)
-    suite = load_suite(f.root)
-    rng = np.random.default_rng(11)
     out: dict[str, Path] = {}
-    for name, scale in (("small", 0.03), ("large", 0.09)):
-        head = f.head + rng.standard_normal(f.head.shape).astype(np.float32) * scale
-        folder = base / name
-        written = [write_logits_array(folder, w, bf16_to_f32(f32_to_bf16(
-            (f.hidden[w.index].astype(np.float64) @ head.astype(np.float64).T).astype(np.float32))),
-            suite.context_length) for w in suite.windows]
-        write_logits_manifest(folder, suite, written, kind=name)
+    for name, folder in noisy_candidates(f, base, {"small": 0.03, "large": 0.09}).items():
         for part in ("analysis", "qualification"):
             report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,
                              CompareOptions(context_filter=part, backend="numpy", bootstrap_samples=200))

@@ -55,3 +55,36 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
         text = " ".join(static_text(app, "#result-summary").split())
         assert " ".join(expected.split()) in text
         assert "source clusters resampled within strata" in text
+
+
+@sync
+async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: Path) -> None:
+    """The viewer's help said "per-window chart", "per-window difference of the two marked reports" and
+    charts "per window" of a hidden-state suite's reports, whose units every other line calls contexts
+    (the tie column's help among them); a logits suite's help still says windows."""
+    from kldtui.tui.screens.dialogs import HelpScreen
+    from tests.fixtures_hidden import noisy_candidates
+    from tests.fixtures_tui import help_text, make_report
+    from tests.fixtures_tui import write_report as write_doc
+
+    f = fx.build(tmp_path / "suite", contexts=12)
+    paths = [write_report(tmp_path / f"{name}.json",
+                          compare(f.root, f.root / fid.HIDDEN_DIR, folder,
+                                  CompareOptions(backend="numpy", bootstrap_samples=100)))
+             for name, folder in noisy_candidates(f, tmp_path, {"small": 0.03, "large": 0.09}).items()]
+    logits = [write_doc(tmp_path / f"{n}-logits.json", make_report(n, lvl, seed=s))
+              for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    for reports, unit in ((paths, "context"), (logits, "window")):
+        other = "window" if unit == "context" else "context"
+        for shown, said in ((reports, (f"per-{unit} difference of the two marked reports",
+                                       f"per {unit}, per domain", f"too few {unit}s to tell")),
+                            (reports[:1], (f"per-{unit} chart",))):
+            app = create_app(reports=shown, config_dir=tmp_path / "cfg", remember_theme=False)
+            async with app.run_test(size=(200, 50)) as pilot:
+                await settle(app, pilot)
+                await pilot.press("question_mark")
+                await pilot.pause()
+                assert isinstance(app.screen, HelpScreen)
+                text = " ".join(help_text(app).split())
+                assert all(words in text for words in said), text
+                assert other not in text, text

@@ -76,8 +76,9 @@ class Delivered(Message):
 
 
 class BoardScreen(Screen[None]):
-    """Base of the two main screens. ``KEYS_HELP`` is the help (?) of the screen's own keys, above what
-    the tie column says (:meth:`help_sections`)."""
+    """Base of the two main screens. ``KEYS_HELP`` is the help (?) of the screen's own keys (or
+    :meth:`keys_help`, where their words count the board's units), above what the tie column says
+    (:meth:`help_sections`)."""
 
     KEYS_HELP: tuple[HelpSection, ...] = ()
 
@@ -116,7 +117,11 @@ class BoardScreen(Screen[None]):
     def help_sections(self) -> tuple[HelpSection, ...]:
         """The help (?)'s sections: the screen's own keys, then what the tie column's marks mean over
         the board's units."""
-        return (*self.KEYS_HELP, tie_column_help(self.board_unit))
+        return (*self.keys_help(self.board_unit), tie_column_help(self.board_unit))
+
+    def keys_help(self, unit: str) -> tuple[HelpSection, ...]:
+        """The help (?) of the screen's own keys, over the board's ``unit`` s: ``KEYS_HELP``."""
+        return self.KEYS_HELP
 
     def help_notes(self) -> list[str]:
         """What the help (?) adds below the keys: the ranking's notes in full."""

@@ -22,27 +22,33 @@ from kldtui.tui.widgets.plain import PlainStatic
 if TYPE_CHECKING:
     from kldtui.decide.plots import ChartData
 
-SINGLE_KEYS_HELP = (
-    HelpSection("Viewer (one report)", (
-        ("↑ ↓ PgUp PgDn", "scroll the summary, domains and per-window chart"),
-    )),
-)
+def single_keys_help(unit: str) -> tuple[HelpSection, ...]:
+    """The help (?) of the viewer of one report, over the report's ``unit`` s (its chart has a bar per
+    window, or per context of a hidden-state suite: :attr:`ComparisonReport.unit`)."""
+    return (
+        HelpSection("Viewer (one report)", (
+            ("↑ ↓ PgUp PgDn", f"scroll the summary, domains and per-{unit} chart"),
+        )),
+    )
 
-BOARD_KEYS_HELP = (
-    HelpSection("Viewer (leaderboard)", (
-        ("↑ ↓", "move between reports; under the table, the selected row's verdict"),
-        ("Enter", "open the selected report (Esc: back)"),
-        ("space", "mark a row; with two marked, d shows their difference"),
-        ("d", "per-window difference of the two marked reports"),
-        ("c", "charts: mean KL against size (Pareto front), per window, per domain (as kldtui plot "
-              "draws them)"),
-        ("Esc", "close the difference or the charts (the notes above the table come back)"),
-    )),
-)
+
+def board_keys_help(unit: str) -> tuple[HelpSection, ...]:
+    """The help (?) of the viewer's leaderboard, over the board's ``unit`` s (:attr:`Leaderboard.unit`:
+    a hidden-state suite's contexts), as its tie column's help counts them."""
+    return (
+        HelpSection("Viewer (leaderboard)", (
+            ("↑ ↓", "move between reports; under the table, the selected row's verdict"),
+            ("Enter", "open the selected report (Esc: back)"),
+            ("space", "mark a row; with two marked, d shows their difference"),
+            ("d", f"per-{unit} difference of the two marked reports"),
+            ("c", f"charts: mean KL against size (Pareto front), per {unit}, per domain (as kldtui plot "
+                  "draws them)"),
+            ("Esc", "close the difference or the charts (the notes above the table come back)"),
+        )),
+    )
 
 
 class ViewerScreen(BoardScreen):
-    KEYS_HELP = BOARD_KEYS_HELP
     BINDINGS: ClassVar[list[Binding]] = [  # type: ignore[assignment]
         Binding("d", "diff", "diff", show=False),
         Binding("space", "mark", "mark", show=False),
@@ -53,6 +59,7 @@ class ViewerScreen(BoardScreen):
     def __init__(self, report_paths: list[Path]) -> None:
         super().__init__(report_paths)
         self.single = len(report_paths) == 1
+        self.single_unit = WINDOW_UNIT  # what the one report's windows are called (ComparisonReport.unit)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -134,13 +141,18 @@ class ViewerScreen(BoardScreen):
 
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         if self.single:
+            self.single_unit = report.unit if report is not None else WINDOW_UNIT
             super().show_result(result, report)
         elif report is not None:  # `o` in the leaderboard: the report joins the board
             self.add_to_board(result, report)
 
+    def keys_help(self, unit: str) -> tuple[HelpSection, ...]:
+        return board_keys_help(unit)
+
     def help_sections(self) -> tuple[HelpSection, ...]:
-        """One report's keys alone (no leaderboard, no tie column), else the board's."""
-        return SINGLE_KEYS_HELP if self.single else super().help_sections()
+        """One report's keys alone (no leaderboard, no tie column), else the board's; each counting
+        the units its reports count (a hidden-state suite's contexts)."""
+        return single_keys_help(self.single_unit) if self.single else super().help_sections()
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
