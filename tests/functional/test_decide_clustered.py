@@ -306,3 +306,17 @@ def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], t
             assert "window" not in ties, ties
 
     check()
+
+
+def test_plan_from_two_reports_of_contexts_counts_contexts(reports: dict[str, Path],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """kldtui plan from two hidden-state reports said "pilot: 7 windows; B - A = ... KL per window,
+    window-to-window standard deviation" above a count of contexts: it plans in the reports' unit."""
+    few = [str(reports["small-few"]), str(reports["large-few"])]
+    n = json.loads(Path(few[0]).read_text())["contexts"]
+    assert main(["plan", *few, "--no-noise-floor", "--suite-windows", "40"]) in (0, 1)
+    out = capsys.readouterr().out
+    pilot = out.splitlines()[0]
+    assert pilot.startswith(f"pilot: {n} contexts; B - A = ") and "KL per context, context-to-context " \
+        "standard deviation" in pilot, out
+    assert "contexts" in out.splitlines()[1] and "window" not in out, out

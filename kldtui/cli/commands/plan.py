@@ -2,7 +2,8 @@
 
 From a pilot (two reports over a few windows: ``kldtui plan A.json B.json``) or from figures
 (``kldtui plan --difference D --window-sd S``): the windows that would resolve the difference at
-the asked power, with the verdict's own test (kldtui.decide.windows_needed).
+the asked power, with the verdict's own test (kldtui.decide.windows_needed). Of two reports of a
+hidden-state suite it counts, and says, contexts (their unit); from figures, windows.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.decide.windows_needed import for_reports, windows_for
     from kldtui.errors import BadInput
+    from kldtui.text import plural
 
     if not 0.5 <= args.power < 1.0:
         raise BadInput(f"--power {args.power} is not between 0.5 and 1 (0.8: four times in five)")
@@ -65,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
         check_same_suite(a, b, args.reports[0], args.reports[1])
         noise = resolve_floor(args.noise, suite_hash_of(a, b)) if not args.no_noise_floor else None
         need = for_reports(a, b, noise, power=args.power, comparisons=comparisons)
-        print(f"pilot: {need.measured_windows} windows; B - A = {need.difference:.4g} KL per window, "
-              f"window-to-window standard deviation {need.window_sd:.4g}"
+        unit = need.unit  # the reports' (a hidden-state suite's: context), as the count below says it
+        print(f"pilot: {plural(need.measured_windows, unit)}; B - A = {need.difference:.4g} KL per {unit}, "
+              f"{unit}-to-{unit} standard deviation {need.window_sd:.4g}"
               + (f"; repeat variation {need.margin:.4g}" if need.margin else ""))
     else:
         if args.difference is None or args.window_sd is None:
