@@ -320,3 +320,33 @@ def test_noise_from_two_captures_of_a_deterministic_server_says_so(tmp_path, cap
     # the same folder twice
     assert main(["noise", str(cap1), str(cap1), *folders, "--reference", str(ref), "-o", str(refused)]) == 2
     assert "compare the same capture" in capsys.readouterr().err
+
+
+def test_diff_columns_line_up_under_a_domain_name_longer_than_14(tmp_path, capsys):
+    """The outcome table's names sat in 14 columns: a longer domain's name (a hidden-state suite's
+    stratum "code_tests_documentation_issues") pushed its row's count, means, interval, ratio and verdict
+    to the right of every other row's; --per-window's domain column likewise (12). Each column is as
+    wide as its widest cell."""
+    long = "code_tests_documentation_issues"
+    domains = [long if d == "code" else d for d in DOMAINS]
+    base = _base(5)
+    a = write_report(tmp_path / "a.json", make_report(base, domains, candidate_dir="/runs/q4"))
+    b = write_report(tmp_path / "b.json", make_report(base * 1.5, domains, candidate_dir="/runs/q3"))
+    assert main(["diff", str(a), str(b), "--bootstrap-samples", "300", "--per-window"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    top = next(i for i, line in enumerate(lines) if "mean KL A" in line)
+    table = lines[top:top + 2 + len(set(domains))]  # the heading, all, each domain
+    assert table[1].startswith("all ") and any(row.startswith(long + "  ") for row in table), "\n".join(table)
+    heading = table[0]
+    for word in ("B / A", "verdict"):  # left-aligned columns: every row's cell starts under the heading
+        at = heading.index(word)
+        assert all(row[at - 2:at] == "  " and row[at] != " " for row in table[1:]), (word, "\n".join(table))
+    for word in ("windows", "mean KL A", "mean KL B"):  # right-aligned: every cell ends under it
+        end = heading.index(word) + len(word)
+        shown = "\n".join(table)
+        assert all(row[end - 1] != " " and row[end:end + 2] == "  " for row in table[1:]), (word, shown)
+    top = next(i for i, line in enumerate(lines) if line.lstrip().startswith("window  domain"))
+    per = lines[top:top + 33]
+    end = per[0].index("KL A") + len("KL A")
+    assert all(row[end - 1] != " " and row[end] == " " for row in per[1:]), "\n".join(per)
+    assert any(f"  {long}  " in row for row in per[1:]), "\n".join(per)

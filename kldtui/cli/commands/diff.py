@@ -40,12 +40,32 @@ SHORT = {"a_closer": "A closer", "b_closer": "B closer", "within_noise": "within
          "cannot_calibrate": "cannot be calibrated here"}
 
 
-def _row(label: str, s: Any, unit: str) -> str:
+def _cells(label: str, s: Any, unit: str) -> tuple[str, ...]:
+    """One row of the outcome table: its group's name, count, means, interval, ratio and verdict."""
     ratio = s.mean_b / s.mean_a if s.mean_a > 0 else float("nan")
     ratio_text = f"{ratio:.3g}" if ratio == ratio else "n/a (a mean of 0)"
     call = SHORT.get(s.outcome, s.outcome).format(unit=unit) + (" (provisional)" if s.provisional else "")
-    return (f"{label:<14}{s.windows:>{_count_width(unit)}}  {s.mean_a:>10.4g}  {s.mean_b:>10.4g}  "
-            f"{s.interval.text():<34}  {ratio_text:<8}  {call}")
+    return (label, str(s.windows), f"{s.mean_a:.4g}", f"{s.mean_b:.4g}", s.interval.text(), ratio_text, call)
+
+
+def _outcome_table(result: Any, unit: str) -> list[str]:
+    """The outcome table, its heading first: each column as wide as its widest cell (at least the
+    usual widths), so that a domain's name longer than 14 characters (a hidden-state suite's
+    ``code_tests_documentation_issues``), an interval in exponent notation or a ratio of n/a moves no
+    row's later columns out of line."""
+    rows = [_cells(label, s, unit) for label, s in [("all", result.overall), *result.domains.items()]]
+    name_w = max([14, *(len(r[0]) + 2 for r in rows)])  # two blanks after the longest name
+    count_w = _count_width(unit)
+    interval_w = max([34, *(len(r[4]) for r in rows)])
+    ratio_w = max([8, *(len(r[5]) for r in rows)])
+
+    def line(cells: tuple[str, ...]) -> str:
+        name, count, a, b, interval, ratio, call = cells
+        return (f"{name:<{name_w}}{count:>{count_w}}  {a:>10}  {b:>10}  {interval:<{interval_w}}  "
+                f"{ratio:<{ratio_w}}  {call}")
+
+    heading = ("", f"{unit}s", "mean KL A", "mean KL B", "B - A [95% interval]", "B / A", "verdict")
+    return [line(cells) for cells in (heading, *rows)]
 
 
 def _count_width(unit: str) -> int:
@@ -82,11 +102,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
         + "; verdicts held together by Holm",
         f"noise model: {result.noise_source}",
         "",
-        f"{'':<14}{unit + 's':>{_count_width(unit)}}  {'mean KL A':>10}  {'mean KL B':>10}  "
-        f"{'B - A [95% interval]':<34}  {'B / A':<8}  verdict",
-        _row("all", result.overall, unit),
+        *_outcome_table(result, unit),
     ]
-    lines += [_row(d, s, unit) for d, s in result.domains.items()]
     if other_sources:
         lines.append(f"intervals where the candidates depend differently on {unit} difficulty (the sign-flip "
                      f"test's alone would miss the hardest {unit}s): " + "; ".join(other_sources))
@@ -109,7 +126,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
                       f"{_bucket(x.b, x.b_low, x.b_high)}" for x in rows]
     if per_window:
         width = max(6, len(unit))  # a window index's column: as wide as its heading
-        lines += ["", f"{unit:>{width}}  {'domain':<12}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
+        domain_w = max([12, *(len(d) for d in result.domain)])  # as wide as the longest domain's name
+        lines += ["", f"{unit:>{width}}  {'domain':<{domain_w}}  {'KL A':>10}  {'KL B':>10}  {'B - A':>11}"]
         n = len(result.window_index)
         inf_a = result.infinite_a or [0] * n
         inf_b = result.infinite_b or [0] * n
@@ -117,7 +135,7 @@ def format_diff(result: Any, per_window: bool = False) -> str:
                                              strict=True)):
             infinite = "".join(f"  {name}: {k} positions with infinite KL (left out)"
                                for name, k in (("A", inf_a[i]), ("B", inf_b[i])) if k)
-            lines.append(f"{w:>{width}}  {d:<12}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
+            lines.append(f"{w:>{width}}  {d:<{domain_w}}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
     clustered = result.clustered
     if clustered is not None:
         from kldtui.decide.verdict import MIN_VERDICT_WINDOWS
