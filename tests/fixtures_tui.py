@@ -341,6 +341,19 @@ def drawn_lines(app: KldApp, selector: str) -> list[str]:
     return [strip.text.rstrip() for strip in strips]
 
 
+def screen_lines(app: KldApp) -> list[str]:
+    """The whole screen as the user reads it, one line per row (what Textual's screenshot draws), each
+    without its trailing blanks."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
 def help_text(app: KldApp) -> str:
     """The open help's keys as drawn, one line per drawn line (a key's words may wrap)."""
     return "\n".join(drawn_lines(app, "#help-text"))

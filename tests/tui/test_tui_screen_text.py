@@ -19,6 +19,7 @@ from tests.fixtures_tui import (
     drawn_lines,
     help_text,
     make_report,
+    screen_lines,
     settle,
     sync,
     until,
@@ -157,6 +158,33 @@ async def test_at_200x50_each_key_of_the_help_is_one_line(tmp_path: Path) -> Non
         lines = drawn_lines(app, "#help-text")
         assert not any(line.startswith("   ") for line in lines), "\n".join(lines)
         assert app.screen.query_one("#help-body").max_scroll_y == 0
+
+
+@sync
+async def test_the_difference_of_the_best_and_a_row_says_its_verdict_once(tmp_path: Path) -> None:
+    """At 200x50, two reports marked and d pressed, the line under the table (the selected row's
+    verdict against the best) and the difference pane just below it said the same long sentence word
+    for word. The pane says it; the line points to it, and says it again once the pane is closed."""
+    paths = _two_reports(tmp_path)
+    app = create_app(reports=paths, config_dir=tmp_path, remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "down", "space", "d")
+        await settle(app, pilot)
+        pane = app.screen.query_one("#diffpane")
+        await until(pilot, lambda: pane.display and "A = " in " ".join(drawn_lines(app, "#diff-verdict")),
+                    "the difference")
+        await pilot.pause()
+        verdict = app.screen.verdicts["a"]  # type: ignore[attr-defined]
+        assert verdict.startswith("a is worse than b by ")
+        screen = " ".join(" ".join(screen_lines(app)).split())
+        assert screen.count(" ".join(verdict.split())) == 1, screen
+        assert screen.count(" ".join(verdict.split()[:8])) == 1, screen  # not even its start twice
+        assert "a: its verdict against the best is the difference's, below" in screen, screen
+        await pilot.press("escape")
+        await pilot.pause()
+        screen = " ".join(" ".join(screen_lines(app)).split())
+        assert screen.count(" ".join(verdict.split())) == 1 and "difference's, below" not in screen, screen
 
 
 @sync

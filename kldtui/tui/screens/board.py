@@ -358,16 +358,34 @@ class BoardScreen(Screen[None]):
         self.leaderboard_note = "\n".join(lines)
         self.query_one("#board-note", PlainStatic).update(self.leaderboard_note)
 
+    def verdict_shown_elsewhere(self) -> str | None:
+        """A verdict sentence another part of this screen shows in sight now (the viewer's open
+        difference of two reports), or None: the line under the table points to it rather than say it
+        a second time."""
+        return None
+
     def show_row_verdict(self, index: int | None) -> None:
-        """Under the table: what the selected row's tie mark rests on, in one sentence."""
+        """Under the table: what the selected row's tie mark rests on, in one sentence; where that
+        sentence is the open difference's (the best and this row marked, d), a pointer to it: at 200x50
+        the viewer said the same long sentence twice, one above the other."""
         boxes = self.query("#board-verdict")
         if not boxes:
             return
         text = ""
         if index is not None and 0 <= index < len(self.results):
             name = self.results[index].name
-            text = f"{name}: {self.verdicts[name]}" if name in self.verdicts else ""
+            verdict = self.verdicts.get(name)
+            if verdict is not None and verdict == self.verdict_shown_elsewhere():
+                text = f"{name}: its verdict against the best is the difference's, below"
+            elif verdict is not None:
+                text = f"{name}: {verdict}"
         boxes.first(PlainStatic).update(text)
+
+    def refresh_row_verdict(self) -> None:
+        """The line under the table again, for the selected row (a pane opened or closed)."""
+        boards = self.query("#board")
+        if boards:
+            self.show_row_verdict(boards.first(LeaderboardTable).cursor_row if self.results else None)
 
     @on(LeaderboardTable.Highlighted)
     def row_highlighted(self, message: LeaderboardTable.Highlighted) -> None:
@@ -417,9 +435,11 @@ class BoardScreen(Screen[None]):
         iv = diff.overall.interval
         band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, self.reports[i].unit)
         text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nnoise model: {diff.noise_source}"
-        self.deliver(self.show_diff, text, bars, band)
+        self.deliver(self.show_diff, text, bars, band, diff.verdict)
 
-    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
+    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
+                  verdict: str = "") -> None:
+        """The difference pane: ``text`` (which pair, ``verdict``, the noise model), its chart."""
         pane = self.query_one("#diffpane", DiffPane)
         pane.display = True
         pane.show(text, bars, band)

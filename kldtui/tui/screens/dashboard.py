@@ -546,8 +546,9 @@ class DashboardScreen(BoardScreen):
             self.action_show_tab("diff")
         super().diff_needs_marks()
 
-    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
-        super().show_diff(text, bars, band)
+    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
+                  verdict: str = "") -> None:
+        super().show_diff(text, bars, band, verdict)
         self.action_show_tab("diff")
 
     # -- actions -----------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class ViewerScreen(BoardScreen):
         super().__init__(report_paths)
         self.single = len(report_paths) == 1
         self.single_unit = WINDOW_UNIT  # what the one report's windows are called (ComparisonReport.unit)
+        self.diff_verdict = ""  # the verdict sentence the difference pane shows (while it is open)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -96,6 +97,7 @@ class ViewerScreen(BoardScreen):
         for other in self.query_one("#viewer").query("DiffPane, BoardCharts"):
             other.display = other is pane
         self.query_one("#viewer").add_class("pane-open")
+        self.refresh_row_verdict()
 
     def action_close_pane(self) -> None:
         """Esc: the difference or the charts closed, the notes and the whole table back."""
@@ -103,6 +105,7 @@ class ViewerScreen(BoardScreen):
         for pane in viewer.query("DiffPane, BoardCharts"):
             pane.display = False
         viewer.remove_class("pane-open")
+        self.refresh_row_verdict()
 
     def reports_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
         if not self.single:
@@ -160,9 +163,17 @@ class ViewerScreen(BoardScreen):
         super().show_board(results, reports, ties, notes, verdicts, unit)
         self.query_one("#board", LeaderboardTable).focus()
 
-    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None) -> None:
+    def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
+                  verdict: str = "") -> None:
+        self.diff_verdict = verdict
         self._open_pane(self.query_one("#diffpane", DiffPane))
-        super().show_diff(text, bars, band)
+        super().show_diff(text, bars, band, verdict)
+
+    def verdict_shown_elsewhere(self) -> str | None:
+        """The open difference's verdict: it sits just under the table's line, which points to it
+        (the pane keeps the sentence, true whichever row is selected)."""
+        panes = self.query("#diffpane")
+        return (self.diff_verdict or None) if panes and panes.first(DiffPane).display else None
 
     def action_charts(self) -> None:
         self._charts()
