@@ -14,7 +14,7 @@ from kldtui.formats.report import summary_text, write_report
 from kldtui.stages.compare import CompareOptions, compare
 from kldtui.tui.app import create_app
 from tests import fidelity_fixture as fx
-from tests.fixtures_tui import settle, static_text, sync
+from tests.fixtures_tui import drawn_lines, settle, static_text, sync, until
 
 pytest.importorskip("torch")
 
@@ -61,7 +61,8 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
 async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: Path) -> None:
     """The viewer's help said "per-window chart", "per-window difference of the two marked reports" and
     charts "per window" of a hidden-state suite's reports, whose units every other line calls contexts
-    (the tie column's help among them); a logits suite's help still says windows."""
+    (the tie column's help among them), and the charts' headings said "KL per window" and "B − A per
+    window"; a logits suite's help and charts still say windows."""
     from kldtui.tui.screens.dialogs import HelpScreen
     from tests.fixtures_hidden import noisy_candidates
     from tests.fixtures_tui import help_text, make_report
@@ -88,3 +89,14 @@ async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: 
                 text = " ".join(help_text(app).split())
                 assert all(words in text for words in said), text
                 assert other not in text, text
+                await pilot.press("escape")
+                await pilot.pause()
+                if len(shown) == 2:  # the difference's chart counts them too ("B − A per window" said)
+                    await pilot.press("space", "down", "space", "d")
+                    await settle(app, pilot)
+                    chart = app.screen.query_one("#diff-chart")
+                    await until(pilot, lambda chart=chart: chart.display and chart.bars, "the difference")
+                    head = drawn_lines(app, "#diff-chart")[0]
+                else:
+                    head = drawn_lines(app, "#result-chart")[0]
+                assert head.startswith(("B − A" if len(shown) == 2 else "KL") + f" per {unit}"), head

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.resultdata import Band, WindowBar
 
 
@@ -30,7 +31,8 @@ def bar_cells(length: float) -> str:
 class KLChart(Widget):
     """Per-window mean KL as horizontal bars, with the overall mean (``│``) and its 95 % interval
     (``┊``) marked. Signed (a difference B − A): bars grow both ways from the zero line (``│``), the
-    mean difference is ``┃``. An interval that rests on too few windows is not drawn."""
+    mean difference is ``┃``. An interval that rests on too few windows is not drawn. Its heading
+    counts the band's unit (``KL per context`` of a hidden-state suite's report)."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
@@ -76,7 +78,8 @@ class KLChart(Widget):
         if self.signed:
             marks.setdefault(half, ("│", "chart--label"))
         text = Text(no_wrap=True, overflow="crop")
-        head = "KL per window" if not self.signed else "B − A per window"
+        called = self.band.unit if self.band is not None else WINDOW_UNIT  # a hidden-state suite's: context
+        head = f"KL per {called}" if not self.signed else f"B − A per {called}"
         text.append(head, label_style)
         if self.signed:
             text.append("  │ 0", label_style)
