@@ -428,6 +428,7 @@ class Pipeline:
             worker = threading.Thread(target=self._window_worker, args=(work, failure, finalizer, comparer),
                                       name="kldtui-finalize-compare", daemon=True)
             worker.start()
+            ended: BaseException | None = None  # how the capture ended, when it raised
             try:
                 # windows an earlier run captured come through on_captured once the capture has checked
                 # them (a record whose window is gone is dropped and captured again, never finalized)
@@ -439,12 +440,17 @@ class Pipeline:
                         raise
                 for index in sorted(self._captured_indices()):
                     enqueue(index)
+            except BaseException as exc:
+                ended = exc
+                raise
             finally:
                 work.put(None)
                 while worker.is_alive():
                     worker.join(timeout=0.2)
-                # the reason is what happened: a user's stop is not "capture finished"
+                # the reason is what happened: a user's stop, or a capture that failed (its server
+                # died), is not "capture finished"
                 reason = "error" if failure else "early abort" if self._abort_message is not None \
+                    else stop_reason(ended) if ended is not None \
                     else "interrupted" if self.cancel.is_set() else "capture finished"
                 self.stop_server(reason=reason)
             if failure:
