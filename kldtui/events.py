@@ -77,11 +77,14 @@ class Progress(Event):
 @dataclass(frozen=True)
 class LogLine(Event):
     """One line of a child process's log (the server) or an engine note. ``log``: the file that
-    keeps the line too (a launched server's log, ``Workspace.server_log``), None: no file does."""
+    keeps the line too (a launched server's log, ``Workspace.server_log``), None: no file does.
+    ``own``: kldtui's own line about the child (``server stopped (REASON); exit code N``), not a
+    line of its output: front ends that keep the server's output out of their lines print it."""
 
     line: str
     level: Literal["debug", "info", "warning", "error"] = "info"
     log: str | None = None
+    own: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
 most one line every ``interval`` seconds, plus the final one), and kldtui's lines alone: the
 server's own output stays in its server log unless ``server_log`` (the first warning or error it
-holds back from a log file names that file in one line). JSONL mode writes every event
+holds back from a log file names that file in one line); kldtui's own line about a server
+(``LogLine.own``: ``server stopped (REASON); exit code N``) is always printed. JSONL mode writes every event
 as one JSON object per line (``Event.to_dict`` plus ``"schema"``) and ends the stream with one
 ``RunFinished`` line (docs/EVENTS.md). Both are thread-safe. With ``live=True`` (a
 terminal, not JSONL) progress shows as rich bars below the scrolling lines instead (enter the
@@ -269,11 +270,21 @@ class BatchReporter:
                 else _fmt_num(event.done, unit)
             return f"{head} {event.task} {amount}{shown_unit}{pct}{rate}{_fmt_eta(event.eta_s)}"
         if isinstance(event, LogLine):
+            if event.stage == "server" and event.own and not self.server_log:
+                return self._own_server_line(head, event)
             if event.stage == "server" and not self.server_log:
                 return self._hold_back(head, event)
             return f"{head} {event.line}"
         return None
 
+
+    def _own_server_line(self, head: str, event: LogLine) -> str:
+        """kldtui's own line about a server (``server stopped (REASON); exit code N``): printed, never
+        held back with the server's output; it names the server's log unless a note named it."""
+        if event.log is None or event.log in self.noted_logs:
+            return f"{head} {event.line}"
+        self.noted_logs.add(event.log)
+        return f"{head} {event.line}; the server's output is in {event.log}"
 
     def _hold_back(self, head: str, event: LogLine) -> str | None:
         """A line of the server's own output: kept in the server's log, never among kldtui's lines

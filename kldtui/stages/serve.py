@@ -416,6 +416,7 @@ class ServerProcess:
         self._reader: threading.Thread | None = None
         self._keeper: subprocess.Popen[bytes] | None = None  # takes the group if kldtui dies
         self._log_file: IO[str] | None = None
+        self._log_lock = threading.Lock()
         self._stopping = False
         self._stop_lock = threading.Lock()
         # values never printed or logged (the server's own log lines may echo its arguments)
@@ -605,10 +606,14 @@ class ServerProcess:
             self.returncode = self.proc.poll()
             if self._reader is not None:
                 self._reader.join(timeout=2.0)
+            line = f"server stopped ({reason}); exit code {self.returncode}"
+            # the log keeps why its server ended too (a server that died over SSH: the log is what is left)
+            self._write_log(f"kldtui: {line}")
             self._close_log()
             self.runtime_dir.remove()  # the whole process group is gone: nothing uses its sockets
             _running.discard(self)
-            self.emit(LogLine(STAGE, f"server stopped ({reason}); exit code {self.returncode}"))
+            self.emit(LogLine(STAGE, line, log=str(self.log_path) if self.log_path is not None else None,
+                              own=True))
             return self.returncode
 
     def __enter__(self) -> ServerProcess:
@@ -639,10 +644,7 @@ class ServerProcess:
             line = next((part for part in reversed(text.split("\r")) if part.strip()), "")
             line = scrub(line, self._secrets)
             self._lines.append(line)
-            if self._log_file is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    self._log_file.write(line + "\n")
-                    self._log_file.flush()
+            self._write_log(line)
             level = server_line_level(line)
             if self._stopping:
                 continue  # what a stopped server prints (its KeyboardInterrupt traceback): log only
@@ -666,11 +668,20 @@ class ServerProcess:
         entries = {self.runtime_dir_env: str(folder)} if sockets else {}
         return {**entries, **(temp_folder_entries(folder, env) if temp else {})}
 
+    def _write_log(self, line: str) -> None:
+        """One line into the server log (the reader's and the stop's lines, one at a time)."""
+        with self._log_lock:
+            if self._log_file is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._log_file.write(line + "\n")
+                    self._log_file.flush()
+
     def _close_log(self) -> None:
-        if self._log_file is not None:
-            with contextlib.suppress(OSError):
-                self._log_file.close()
-            self._log_file = None
+        with self._log_lock:
+            if self._log_file is not None:
+                with contextlib.suppress(OSError):
+                    self._log_file.close()
+                self._log_file = None
 
 
 # --- the stage driver ---------------------------------------------------------------------------

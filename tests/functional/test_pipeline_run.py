@@ -269,6 +269,22 @@ def test_run_batch_signal_stops_the_server_and_a_rerun_resumes(suite_dir: Path, 
     assert [r["request_id"] for r in final[:len(records)]] == [r["request_id"] for r in records]
 
 
+def test_run_batch_says_why_the_server_stopped_and_its_log_keeps_it(suite_dir: Path, tmp_path: Path) -> None:
+    """A server that died mid-capture, seen over SSH: kldtui run --batch (no --server-log) dropped
+    kldtui's own "server stopped (error); exit code 3" with the server's output, and no file kept it."""
+    path = _write_profile(tmp_path, suite_dir, "die-after-rows:1")
+    done = subprocess.run([sys.executable, "-m", "kldtui", "run", "--batch", "--plain", "--profile",
+                           str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    log = tmp_path / "work" / "server.log"
+    stops = [line for line in done.stdout.splitlines() if "server: server stopped (" in line]
+    # the reason is the capture's failure, not "capture finished"; the batch lines name the log once
+    # (the note on the server's ERROR line here, else the stop line itself)
+    assert len(stops) == 1 and "server: server stopped (error); exit code 3" in stops[0], done.stdout[-2000:]
+    assert sum(str(log) in line for line in done.stdout.splitlines()) == 1, done.stdout[-2000:]
+    assert "kldtui: server stopped (error); exit code 3" in log.read_text().splitlines()
+
+
 def test_batch_run_ends_with_the_state_the_pipeline_returned(suite_dir: Path, tmp_path: Path) -> None:
     """kldtui run --batch prints the summary and the next steps from the run state run_all returns:
     two windows of the suite's twelve suggest the whole suite."""

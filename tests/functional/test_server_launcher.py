@@ -254,8 +254,44 @@ def test_batch_output_keeps_the_servers_warnings_in_its_log(tmp_path: Path, capf
         assert not any("WARNING" in line or "ERROR" in line for line in said), said
         assert said.count(f"server: note: the server's warnings and errors go to {tmp_path / 'server.log'}, "
                           "not here; --server-log prints every server line") == 1, said
+    # kldtui's own line about the server is kldtui's: printed (the note named the log already)
+    stops = [line for line in said if line.startswith("server: server stopped (done); exit code ")]
+    assert len(stops) == 1 and "server.log" not in stops[0], said
+    assert f"kldtui: {stops[0].removeprefix('server: ')}" in logged.splitlines()
     stdout, stderr = capfd.readouterr()
     assert "WARNING" not in stdout + stderr and "ERROR" not in stdout + stderr, (stdout, stderr)
+
+
+DIES = textwrap.dedent("""
+    import sys, time
+    print("INFO loading model", flush=True)
+    time.sleep(0.5)
+    sys.exit(3)
+""")
+
+
+def test_batch_output_says_why_a_server_that_died_stopped(tmp_path: Path) -> None:
+    """A server that died: kldtui's "server stopped (error); exit code 3" was held back with the
+    server's output in --batch (printed only with --server-log) and kept in no file. It is printed,
+    naming the log, and the log keeps it after the server's own lines."""
+    import io
+
+    from kldtui.cli.batch_reporter import BatchReporter
+
+    out = io.StringIO()
+    log = tmp_path / "server.log"
+    script = tmp_path / "dies.py"  # a file: the "started" line names the argv
+    script.write_text(DIES)
+    server = ServerProcess([sys.executable, str(script)], capture_dir=tmp_path / "cap", served_model_name="m",
+                           emit=BatchReporter(out), log_path=log)
+    server.start()
+    assert _wait_for(lambda: server.alive() is not None)
+    assert server.stop(reason="error") == 3  # what the pipeline does when a stage fails
+    said = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert f"server: server stopped (error); exit code 3; the server's output is in {log}" in said, said
+    assert not any("loading model" in line for line in said), said
+    assert log.read_text().splitlines()[-2:] == ["INFO loading model",
+                                                 "kldtui: server stopped (error); exit code 3"]
 
 
 def test_batch_note_names_the_log_of_the_server_that_warned(tmp_path: Path) -> None:

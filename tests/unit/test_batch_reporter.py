@@ -73,6 +73,24 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
     assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
 
 
+def test_kldtui_own_server_lines_are_printed_and_name_the_log_once() -> None:
+    """kldtui's own line about a server (LogLine.own) is never held back with the server's output;
+    it names the server's log unless a note did; JSONL carries the flag."""
+    out = io.StringIO()
+    rep = BatchReporter(out)
+    rep(LogLine("server", "server stopped (error); exit code 3", log="/w/server.log", own=True))
+    rep(LogLine("server", "WARNING: slow", level="warning", log="/w/server.log"))  # named already
+    rep(LogLine("server", "server stopped (done); exit code 0", log="/w/server.log", own=True))
+    rep(LogLine("server", "server stopped (done); exit code 0", own=True))  # no file keeps it
+    body = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert body == ["server: server stopped (error); exit code 3; the server's output is in /w/server.log",
+                    "server: server stopped (done); exit code 0",
+                    "server: server stopped (done); exit code 0"]
+    jsonl = io.StringIO()
+    BatchReporter(jsonl, jsonl=True)(LogLine("server", "server stopped (error); exit code 3", own=True))
+    assert json.loads(jsonl.getvalue())["own"] is True
+
+
 def test_jsonl_writes_every_event_as_one_object() -> None:
     out = io.StringIO()
     rep = BatchReporter(out, jsonl=True)

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 if dead is not None:
                     raise StageFailed(dead)
                 if cancel.wait(0.5):
-                    emit(LogLine("server", f"stopping ({cancel.reason})"))
+                    emit(LogLine("server", f"stopping ({cancel.reason})", own=True))
                     return None
         finally:
             for s in running:
