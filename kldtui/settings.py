@@ -314,7 +314,8 @@ CAPTURE_WRITER = _choice("KLDTUI_CAPTURE_WRITER", SERVER, ("thread", "inline"),
                          "engine's thread (benchmarks).")
 EMBEDDED_FAULT = _text("KLDTUI_EMBEDDED_FAULT", SERVER,
                        "Tests: faults the embedded server simulates, comma-separated: "
-                       "`die-after-rows:N`, `http-500`, `sleep:S`, `chunk-delay:S`, `nan-at-row:N`.",
+                       "`die-after-rows:N`, `http-500`, `sleep:S`, `chunk-delay:S`, `nan-at-row:N`, "
+                       "`mask-at-row:N` (-inf logits: a masked token).",
                        kind="a comma-separated fault list")
 
 # ----------------------------------------------------------------------------- Hugging Face Hub

@@ -14,7 +14,9 @@ Test-only fault injection: ``KLDTUI_EMBEDDED_FAULT`` holds comma-separated items
 ``die-after-rows:N`` (the process exits abruptly once N prompt rows were captured),
 ``http-500`` (completions answer HTTP 500), ``sleep:S`` (wait S seconds before answering a
 completion), ``chunk-delay:S`` (wait S seconds after each prefill chunk), ``nan-at-row:R`` (prompt
-row R of every request gets a NaN logit). Never set it in use.
+row R of every request gets a NaN logit), ``mask-at-row:R`` (prompt row R of every request gets
+-inf for its lower half of logits, the next token's kept: a logits processor's mask, which capture,
+finalize and compare accept). Never set it in use.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Faults:
     sleep_s: float = 0.0
     chunk_delay_s: float = 0.0
     nan_at_row: int | None = None
+    mask_at_row: int | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> Faults:
@@ -76,6 +79,8 @@ class Faults:
                 faults.chunk_delay_s = float(value)
             elif name == "nan-at-row":
                 faults.nan_at_row = int(value)
+            elif name == "mask-at-row":
+                faults.mask_at_row = int(value)
             else:
                 raise ValueError(f"unknown {settings.EMBEDDED_FAULT.name} item {item!r}")
         return faults
@@ -357,6 +362,12 @@ class Engine:
                     logits += runtime_noise(cfg.runtime_noise, cfg.runtime_seed, prompt, start, logits.shape)
                 if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
                     logits[faults.nan_at_row - start, 0] = np.nan
+                if faults.mask_at_row is not None and start <= faults.mask_at_row < row_end:
+                    row = logits[faults.mask_at_row - start]
+                    keep = prompt[faults.mask_at_row + 1]
+                    masked = row < np.median(row)
+                    masked[keep] = False
+                    row[masked] = -np.inf
                 if capture:
                     self._capture(engine_id, start, row_end, logits, prompt, run.hidden(start, row_end))
                 if prompt_logprobs is not None:
