@@ -101,23 +101,20 @@ HIDDEN_CHUNKS = HiddenChunks()
 
 
 def check_hidden_values(path: Path, window: WindowSpec, first_row: int, cancel: Cancel | None) -> None:
-    """BadInput at the first row of a hidden-state chunk or file holding NaN or an infinity."""
-    import numpy as np
-
+    """BadInput for the rows of a hidden-state chunk or file holding NaN or an infinity, in the
+    words compare and score mode use (:mod:`kldtui.formats.finite`)."""
+    from kldtui.formats import finite
     from kldtui.formats.safetensors_io import RowReader
-    from kldtui.metrics.replay import bf16_to_f32
 
     with RowReader(path, HIDDEN_CHUNKS.key, "BF16") as reader:
         block = max(1, (16 * 1024 * 1024) // max(1, 2 * reader.cols))
         for start in range(0, reader.rows, block):
             if cancel is not None:
                 cancel.check()
-            rows = bf16_to_f32(reader.read(start, start + block))
-            bad = np.argwhere(~np.isfinite(rows))
-            if len(bad):
-                raise BadInput(f"{path}: {window.label}: non-finite hidden states (nan or inf) at row "
-                               f"{int(bad[0][0]) + start + first_row}; the server computed garbage: "
-                               "check the model and capture the window again")
+            bad = finite.nonfinite_state_rows(reader.read(start, start + block))
+            if bad.size:
+                raise BadInput(finite.states_problem(path, window.label, finite.CAPTURED,
+                                                     bad + start + first_row))
 
 
 # -- the server --------------------------------------------------------------------------------------

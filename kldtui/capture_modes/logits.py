@@ -241,7 +241,7 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     doc); ``job.vocab`` is the vocabulary the chunks must have (None: theirs)."""
     import numpy as np
 
-    from kldtui.formats.chunks import check_chunk_dir, check_finite_rows
+    from kldtui.formats.chunks import check_chunk_dir, check_logit_rows
     from kldtui.formats.logits_writer import LogitsFileWriter
     from kldtui.formats.safetensors_io import RowReader
 
@@ -277,7 +277,7 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
                         cancel.check()
                     block = reader.read(start, start + block_rows, out=bufs[n % 2])
                     n += 1
-                    check_finite_rows(block, c.path, window, start + c.row_start)
+                    check_logit_rows(block, c.path, window, start + c.row_start)
                     writer.write_rows(block)
                     if throttle.ready():
                         moved = writer.written_rows * row_bytes

@@ -30,6 +30,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel
+from kldtui.formats import finite
 from kldtui.formats.atomic import atomic_open
 from kldtui.formats.names import safe_name
 from kldtui.formats.safe_io import open_private_text, read_text
@@ -364,21 +365,18 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
     return ChunkSet(folder, tuple(chunks), vocab, want_rows)
 
 
-def check_finite_rows(block: np.ndarray, path: Path, window: WindowSpec, first_row: int) -> None:
-    """BadInput at the first NaN/inf of ``block`` (rows ``first_row..`` of ``path``). The sum of
-    finite logits is finite (unless they are near float32's limit; then the exact check runs),
-    and costs half of ``isfinite``."""
-    if np.isfinite(np.add.reduce(block, axis=None)):
-        return
-    bad = np.argwhere(~np.isfinite(block))
-    if len(bad):
-        raise BadInput(f"{path}: {window.label}: non-finite logits (nan or inf) at row "
-                       f"{int(bad[0][0]) + first_row}; the server computed garbage: check the model "
-                       "and capture the window again")
+def check_logit_rows(block: np.ndarray, path: Path, window: WindowSpec, first_row: int) -> None:
+    """BadInput for the rows of ``block`` (rows ``first_row..`` of ``path``) that compare would
+    refuse (:data:`kldtui.formats.finite.LOGITS_RULE`: a NaN, +Inf or no finite logit in a row), in
+    its words; a -inf entry is a masked token and passes. One maximum per row (NaN propagates), no
+    temporary as large as the block."""
+    problem = finite.logits_block_problem(block, path, window.label, finite.CAPTURED, first_row)
+    if problem is not None:
+        raise BadInput(problem)
 
 
 def check_chunk_values(chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:
-    """Read a chunk a block at a time; BadInput at the first non-finite value."""
+    """Read a chunk a block at a time; BadInput at the first block with rows that cannot be scored."""
     block_rows = max(1, VALUE_CHECK_BLOCK_BYTES // (4 * chunk.vocab_size))
     with RowReader(chunk.path) as reader:
         buf = np.empty((min(block_rows, reader.rows), reader.cols), dtype=np.float32)
@@ -386,4 +384,4 @@ def check_chunk_values(chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | No
             if cancel is not None:
                 cancel.check()
             block = reader.read(start, start + block_rows, out=buf)
-            check_finite_rows(block, chunk.path, window, start + chunk.row_start)
+            check_logit_rows(block, chunk.path, window, start + chunk.row_start)

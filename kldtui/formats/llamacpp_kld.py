@@ -45,6 +45,7 @@ from typing import BinaryIO
 import numpy as np
 
 from kldtui.errors import BadInput
+from kldtui.formats import finite
 from kldtui.formats.atomic import atomic_open
 from kldtui.formats.safe_io import open_regular, read_failure
 
@@ -81,19 +82,21 @@ def file_size(n_ctx: int, n_vocab: int, n_chunk: int) -> int:
 
 def encode_rows(logits: np.ndarray) -> np.ndarray:
     """``[rows, n_vocab]`` float32 logits -> ``[rows, row_width]`` uint16, as llama.cpp encodes
-    them (one row at a time, float32 arithmetic). NaN or +inf is a ValueError (llama.cpp would
-    write garbage); -inf entries (masked tokens) go to the floor."""
+    them (one row at a time, float32 arithmetic). A row compare would refuse
+    (:data:`kldtui.formats.finite.LOGITS_RULE`: NaN, +inf, or no finite logit) is a ValueError
+    (llama.cpp would write garbage); -inf entries (masked tokens) go to the floor."""
     x = np.asarray(logits, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError("encode_rows takes [rows, vocab]")
+    bad = finite.unscorable_logit_rows(x)
+    if bad.size:
+        raise ValueError(f"rows {finite.shown_rows(bad)} cannot be scored ({finite.LOGITS_RULE})")
     rows, n_vocab = x.shape
     out = np.zeros((rows, row_width(n_vocab)), dtype=np.uint16)
     head = out[:, :4].view(np.float32)  # [rows, 2]: scale, min_log_prob
     for r in range(rows):
         row = x[r]
         top = np.float32(row.max())
-        if not np.isfinite(top) or np.isnan(row).any():
-            raise ValueError(f"row {r} has no finite top logit, or a NaN")
         lo = np.float32(max(np.float32(row.min()), np.float32(top - np.float32(LOGIT_RANGE))))
         sum_exp = float(np.exp(row - top, dtype=np.float32).sum(dtype=np.float64))
         log_sum_exp = np.float32(np.log(sum_exp))

@@ -26,6 +26,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
+from kldtui.formats import finite
 from kldtui.formats import llamacpp_kld as kld
 from kldtui.formats.logits_writer import pid_alive
 from kldtui.formats.report_model import ReferenceEncoding
@@ -160,9 +161,10 @@ def export_llama_cpp(suite_dir: str | os.PathLike[str], output: str | os.PathLik
                     if cancel is not None:
                         cancel.check()
                     block = reader.pread(start, min(start + ROW_BLOCK, first + rows))
-                    if not np.isfinite(block.max(axis=1)).all() or np.isnan(block).any():
-                        raise BadInput(f"{path}: {w.label} has a row without a finite top logit, or a "
-                                       "NaN; llama.cpp's format cannot hold it")
+                    # compare's rule and words: a masked token (-inf) is kept, at llama.cpp's floor
+                    problem = finite.logits_block_problem(block, path, w.label, "reference", start)
+                    if problem is not None:
+                        raise BadInput(problem)
                     encoded = kld.encode_rows(block)
                     loss.add(block, encoded)
                     parts.append(encoded)
@@ -348,9 +350,10 @@ def _import_into(base: kld.KldBase, root: Path, bos: BosChoice, emit: EventSink,
         if cancel is not None:
             cancel.check()
         decoded = kld.decode_rows(encoded, base.n_vocab)
-        if not np.isfinite(decoded.max(axis=1)).all():
-            raise BadInput(f"{base.path}: chunk {chunk} has a row without a finite entry; the file is "
-                           f"damaged: {kld.BASE_AGAIN}")
+        unscorable = finite.unscorable_logit_rows(decoded)
+        if unscorable.size:
+            raise BadInput(f"{base.path}: chunk {chunk}: rows {finite.shown_rows(unscorable)} cannot be "
+                           f"scored ({finite.LOGITS_RULE}); the file is damaged: {kld.BASE_AGAIN}")
         loss.add(encoded, decoded)
         writer = LogitsFileWriter(root / "ref", window, base.n_vocab, suite.context_length)
         writer.write_rows(decoded)

@@ -265,10 +265,47 @@ def test_records_that_cannot_be_written_leave_no_partial_window(tmp_path: Path,
     assert os.listdir(tmp_path / "c" / "run1") == []
 
 
+def test_masked_tokens_are_captured_finalized_and_compared_as_compare_reads_them(tmp_path: Path) -> None:
+    """-inf logits (a logits processor's mask) used to fail the capture as "the server computed
+    garbage" while compare reads them as probability 0. One rule (kldtui.formats.finite): the
+    window is captured and finalized with its -inf entries kept, and compare gives the finalized
+    folder the figures it gives the same logits written directly."""
+    from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+    from kldtui.stages.compare import CompareOptions, compare
+    from kldtui.stages.finalize import run_finalize
+
+    suite = make_suite(tmp_path / "suite", windows=1, tokens=300, vocab=64)
+    (w,) = suite.windows
+    work = tmp_path / "c"
+    with embedded(tmp_path, "a", fault="mask-at-row:200") as server:
+        (record,) = run_capture(suite, server, work)
+    rows = read_rows(Path(record.chunk_dir))
+    masked = np.flatnonzero(np.isneginf(rows).any(axis=1))
+    assert masked.tolist() == [200] and np.isfinite(rows[200]).sum() >= 32, masked
+    final = run_finalize(Workspace.for_capture(suite.root, work, "run1", tmp_path / "final"), suite=suite,
+                         windows=suite.windows)
+    with RowReader(final.parent / "logits_000.safetensors") as reader:
+        np.testing.assert_array_equal(reader.read(0, reader.rows), rows)  # the -inf entries kept
+    model = TinyModel(64, seed=0)  # the unmasked model as the reference: row 200's KL is infinite
+    reference = model.logits(model.hidden(suite.load_tokens(w))[:-1]).astype(np.float32)
+    for name, logits, kind in (("ref", reference, "reference"), ("direct", rows, "candidate")):
+        written = write_logits_array(tmp_path / name, w, logits, suite.context_length)
+        write_logits_manifest(tmp_path / name, suite, [written], kind=kind)
+    opts = CompareOptions(bootstrap_samples=100)
+    got = {name: compare(suite.path, tmp_path / "ref", folder, opts).to_json()
+           for name, folder in (("finalized", final.parent), ("direct", tmp_path / "direct"))}
+    assert got["finalized"]["infinite_kl"]["rows"] == 1
+    for key in ("kl_reference_to_candidate", "js", "next_token", "infinite_kl", "topk_agreement",
+                "per_window"):
+        assert got["finalized"][key] == got["direct"][key], key
+
+
 def test_non_finite_logits_fail_the_window(tmp_path: Path) -> None:
     suite = make_suite(tmp_path / "suite", windows=1, tokens=300, vocab=64)
     with embedded(tmp_path, "a", fault="nan-at-row:200") as server:
-        with pytest.raises(StageFailed, match=r"window 000 .*non-finite logits \(nan or inf\) at row 200"):
+        with pytest.raises(StageFailed, match=r"window 000 .*NaN or Inf in the captured logits at rows 200 "
+                                              r"\(NaN, \+Inf or no finite logit in a row\); capture and "
+                                              r"finalize this window again"):
             run_capture(suite, server, tmp_path / "c")
         assert os.listdir(server.capture_dir) == []
     assert load_records(tmp_path / "c" / "capture-run1.json") == {}

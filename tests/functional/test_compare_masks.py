@@ -102,3 +102,80 @@ def test_nan_and_plus_inf_are_still_refused(tmp_path: Path, bad: float) -> None:
     with pytest.raises(BadInput, match=r"candidate.*window 000.*NaN or Inf.*rows 2") as err:
         compare(suite.path, ref, cand_dir, _opts())
     assert "\n" not in str(err.value)
+
+
+def _chunk_folder(tmp_path: Path, suite, logits: np.ndarray) -> Path:
+    """The window's logits as a server's chunks (two of them), in a capture run's window folder."""
+    from kldtui.formats.chunks import write_chunk
+
+    (w,) = suite.windows
+    for start, end in ((0, 4), (4, len(logits))):
+        write_chunk(tmp_path / "server", "cmpl-w0-0-abcdef01", start, logits[start:end], logits.shape[1])
+    folder = tmp_path / "capture" / "run1" / w.chunk_dir_name
+    folder.parent.mkdir(parents=True)
+    (tmp_path / "server" / "cmpl-w0-0-abcdef01").rename(folder)
+    return folder
+
+
+@pytest.mark.parametrize("bad", ["nan", "+inf", "all -inf"])
+def test_capture_finalize_and_compare_refuse_the_same_rows_in_the_same_words(tmp_path: Path,
+                                                                             bad: str) -> None:
+    """Capture and finalize refused any -inf ("the server computed garbage") while compare took it
+    as a masked token; one rule now (kldtui.formats.finite): all three refuse a NaN, a +Inf or a row
+    without a finite logit, in one line of the same shape naming the file, and take a -inf entry."""
+    from kldtui.formats.chunks import check_chunk_dir
+    from kldtui.stages.finalize import finalize_window
+
+    def cand(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        y = (x + rng.standard_normal(x.shape) * 0.1).astype(np.float32)
+        y[5, 3] = -np.inf  # a masked token elsewhere: never the reason
+        if bad == "all -inf":
+            y[2, :] = -np.inf
+        else:
+            y[2, 7] = np.nan if bad == "nan" else np.inf
+        return y
+
+    suite, ref, cand_dir, data = make_suite(tmp_path / "s", windows=1, context=10, vocab=100, candidate=cand)
+    (w,) = suite.windows
+    folder = _chunk_folder(tmp_path, suite, data[0][1])
+    tail = ("window 000 (prose): NaN or Inf in the {} logits at rows 2 (NaN, +Inf or no finite logit in a "
+            "row); capture and finalize this window again")
+    with pytest.raises(BadInput) as compared:
+        compare(suite.path, ref, cand_dir, _opts())
+    assert str(compared.value) == f"{cand_dir / 'logits_000.safetensors'}: {tail.format('candidate')}"
+    chunk = folder / "logits.rows-000000-000004.safetensors"
+    with pytest.raises(BadInput) as captured:  # the capture client's check of the chunks it collects
+        check_chunk_dir(folder, w, check_values=True)
+    assert str(captured.value) == f"{chunk}: {tail.format('captured')}"
+    with pytest.raises(BadInput) as finalized:
+        finalize_window(suite, w, folder, tmp_path / "final", expected_vocab=None)
+    assert str(finalized.value) == f"{chunk}: {tail.format('captured')}"
+    assert not (tmp_path / "final" / "logits_000.safetensors").exists()
+
+
+def test_a_masked_token_passes_capture_and_finalize_and_compares_as_written(tmp_path: Path) -> None:
+    """-inf entries (the candidate's only, and one both sides mask) pass the capture client's check
+    and finalize, and the finalized folder compares to the figures compare gives the same logits."""
+    from kldtui.formats.chunks import check_chunk_dir
+    from kldtui.formats.logits_writer import write_logits_manifest
+    from kldtui.stages.finalize import finalize_window
+
+    def cand(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        y = (x + rng.standard_normal(x.shape) * 0.1).astype(np.float32)
+        y[3, 10] = -np.inf  # the reference gives it a probability: infinite KL, counted
+        y[:, 50:60] = -np.inf  # masked on both sides
+        x[:, 50:60] = -np.inf
+        return y
+
+    suite, ref, cand_dir, data = make_suite(tmp_path / "s", windows=1, context=10, vocab=100, candidate=cand)
+    (w,) = suite.windows
+    folder = _chunk_folder(tmp_path, suite, data[0][1])
+    check_chunk_dir(folder, w, check_values=True)
+    entry = finalize_window(suite, w, folder, tmp_path / "final", expected_vocab=None)
+    write_logits_manifest(tmp_path / "final", suite, [entry], kind="candidate")
+    got = compare(suite.path, ref, tmp_path / "final", _opts()).to_json()
+    direct = compare(suite.path, ref, cand_dir, _opts()).to_json()
+    assert got["infinite_kl"]["rows"] == 1 and got["infinite_kl"]["windows"] == [0]
+    for key in ("kl_reference_to_candidate", "kl_candidate_to_reference", "js", "next_token",
+                "topk_agreement", "infinite_kl", "per_window"):
+        assert got[key] == direct[key], key

@@ -139,7 +139,9 @@ def test_bad_chunks_leave_no_file(tmp_path: Path, fault: str) -> None:
         write_chunk(tmp_path / "server", "cmpl-w0-0-abcdef01", 256, bad, VOCAB)
         os.rename(tmp_path / "server" / "cmpl-w0-0-abcdef01" / "logits.rows-000256-000299.safetensors",
                   folder / "logits.rows-000256-000299.safetensors")
-        match = r"non-finite logits \(nan or inf\) at row 263"
+        match = (r"logits\.rows-000256-000299\.safetensors: window 000 \(prose\): NaN or Inf in the captured "
+                 r"logits at rows 263 \(NaN, \+Inf or no finite logit in a row\); capture and finalize this "
+                 r"window again$")
     elif fault == "overlap":
         write_chunk(folder.parent, folder.name, 50, data[0][50:150], VOCAB)
         match = r"chunks overlap at row 50"

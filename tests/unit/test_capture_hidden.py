@@ -119,7 +119,8 @@ def test_a_chunk_of_other_states_or_width_is_refused(tmp_path) -> None:
     nan = np.zeros((9, 4), np.uint16)
     nan[7, 2] = 0x7FC0
     write_kind_chunk(folder, "c", 0, HIDDEN_CHUNKS, nan, meta)
-    with pytest.raises(BadInput, match=r"non-finite hidden states \(nan or inf\) at row 7"):
+    with pytest.raises(BadInput, match=r"window 000 .*: NaN or Inf in the captured hidden states at rows 7; "
+                                       r"capture this context again$"):
         check_chunk_dir(folder / "c", window, kind=HIDDEN_CHUNKS, check_values=True)
 
 
