@@ -450,8 +450,8 @@ class Pipeline:
                 # the reason is what happened: a user's stop, or a capture that failed (its server
                 # died), is not "capture finished"
                 reason = "error" if failure else "early abort" if self._abort_message is not None \
-                    else stop_reason(ended) if ended is not None \
-                    else "interrupted" if self.cancel.is_set() else "capture finished"
+                    else "interrupted" if self.cancel.is_set() \
+                    else stop_reason(ended) if ended is not None else "capture finished"
                 self.stop_server(reason=reason)
             if failure:
                 raise failure[0]
