@@ -71,9 +71,10 @@ def top_k(k: int, fraction: float | None, digits: int = 2) -> str:
     return f"top-{k} {percent(fraction, digits)}"
 
 
-def window_span(start: int, stop: int) -> str:
-    """Windows ``[start, stop)`` as people count them: ``windows 0-5``, ``window 3``."""
-    return f"window {start}" if stop - start == 1 else f"windows {start}-{stop - 1}"
+def window_span(start: int, stop: int, unit: str = "window") -> str:
+    """Windows ``[start, stop)`` as people count them: ``windows 0-5``, ``window 3``; ``unit``: what
+    they are called (a hidden-state suite's report: ``contexts 0-11``, kldtui.formats.suite.unit_name)."""
+    return f"{unit} {start}" if stop - start == 1 else f"{unit}s {start}-{stop - 1}"
 
 
 def kldtui_command() -> str:

@@ -155,6 +155,7 @@ class ResultData:
     reference: str | None = None  # what the reference was and its size on disk (hidden-state suites)
     clustered: str | None = None  # a hidden-state suite's contexts, partition and clustered interval
     live: bool = False  # built from the windows compared so far, not from a report
+    unit: str = WINDOW_UNIT  # what its windows are called: ComparisonReport.unit (hidden-state: context)
 
     @property
     def sort_key(self) -> float:
@@ -250,6 +251,7 @@ def result_from_report(document: ComparisonReport | Mapping[str, Any], path: str
         buckets=[line] if (line := confidence_line(report)) is not None else [],
         reference=reference_line(report),
         clustered=clustered_line(report),
+        unit=report.unit,
     )
 
 

@@ -14,7 +14,7 @@ from kldtui.formats.report import summary_text, write_report
 from kldtui.stages.compare import CompareOptions, compare
 from kldtui.tui.app import create_app
 from tests import fidelity_fixture as fx
-from tests.fixtures_tui import drawn_lines, settle, static_text, sync, until
+from tests.fixtures_tui import drawn_lines, screen_lines, settle, static_text, sync, until
 
 pytest.importorskip("torch")
 
@@ -100,3 +100,43 @@ async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: 
                 else:
                     head = drawn_lines(app, "#result-chart")[0]
                 assert head.startswith(("B − A" if len(shown) == 2 else "KL") + f" per {unit}"), head
+
+
+def _hidden_reports(tmp_path: Path, contexts: int = 12) -> list[Path]:
+    """Two reports of a hidden-state suite's candidates (small and large noise) against its reference."""
+    from tests.fixtures_hidden import noisy_candidates
+
+    f = fx.build(tmp_path / "suite", contexts=contexts)
+    return [write_report(tmp_path / f"{name}.json",
+                         compare(f.root, f.root / fid.HIDDEN_DIR, folder,
+                                 CompareOptions(backend="numpy", bootstrap_samples=100)))
+            for name, folder in noisy_candidates(f, tmp_path, {"small": 0.03, "large": 0.09}).items()]
+
+
+@sync
+async def test_the_result_pane_counts_a_hidden_state_reports_contexts(tmp_path: Path) -> None:
+    """The result pane of a hidden-state suite's report said "windows 0-11" (or "12 windows", a report
+    without its range) under the summary and "mean over the windows' positions in each band, 95%
+    window-clustered interval" over KL by position, of the units its summary, table and chart call
+    contexts; now nothing on the screen says window. (A logits report's: tests/tui/test_tui_words.py,
+    test_tui_app.py.)"""
+    import json
+
+    path = _hidden_reports(tmp_path)[0]
+    doc = json.loads(path.read_text())
+    del doc["window_range"]
+    unranged = tmp_path / "unranged.json"
+    unranged.write_text(json.dumps(doc))
+    for shown, count in ((path, "180 positions · contexts 0-11"), (unranged, "180 positions · 12 contexts")):
+        app = create_app(reports=[shown], config_dir=tmp_path / "cfg", remember_theme=False)
+        async with app.run_test(size=(200, 90)) as pilot:
+            await settle(app, pilot)
+            await until(pilot, lambda app=app: any(line.startswith(" KL by position")
+                                                   for line in screen_lines(app)), "KL by position")
+            lines = screen_lines(app)
+            text = "\n".join(lines)
+            assert count in [line.strip() for line in lines], text
+            assert ("KL by position  (mean over the contexts' positions in each band, 95% context-clustered "
+                    "interval)") in text, text
+            assert "window" not in text.lower(), text
+

@@ -8,8 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable
 
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import printable
-from kldtui.text import top_k, window_span
+from kldtui.text import plural, top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import fmt_num, shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
@@ -44,7 +45,7 @@ class ResultPane(VerticalScroll):
         text = Text()
         origin = "original comparator report" if r.original else "kldtui report"
         if r.live:
-            origin = "live: windows compared so far"
+            origin = f"live: {r.unit}s compared so far"
         text.append(f"{r.name}", style="bold")
         text.append(f"  ({origin})\n")
         if r.path is not None:
@@ -85,9 +86,9 @@ class ResultPane(VerticalScroll):
         if r.positions is not None:
             extra.append(f"{r.positions} positions")
         if r.window_range is not None:
-            extra.append(window_span(*r.window_range))
+            extra.append(window_span(*r.window_range, unit=r.unit))  # a hidden-state suite's: contexts
         elif r.windows:
-            extra.append(f"{len(r.windows)} windows")
+            extra.append(plural(len(r.windows), r.unit))
         if r.noise_floor is not None:
             extra.append(f"noise floor {r.noise_floor:.4g}")
         if extra:
@@ -96,15 +97,16 @@ class ResultPane(VerticalScroll):
             text.append("\n" + r.repeat_floor_note)
         return text
 
-    def positions_text(self, rows: list[PositionRow], width: int) -> Text:
-        """Mean KL per band of positions (did the candidate drift further into the context?)."""
+    def positions_text(self, rows: list[PositionRow], width: int, unit: str = WINDOW_UNIT) -> Text:
+        """Mean KL per band of positions (did the candidate drift further into the context?), over the
+        report's ``unit`` s (:attr:`ResultData.unit`: a hidden-state suite's contexts)."""
         text = Text(no_wrap=True, overflow="ellipsis")
         if not rows:
             return text
         text.append("KL by position", style="bold")
         with_interval = any(r.low is not None and r.high is not None for r in rows)
-        text.append("  (mean over the windows' positions in each band"
-                    + (", 95% window-clustered interval)" if with_interval else ")"))
+        text.append(f"  (mean over the {unit}s' positions in each band"
+                    + (f", 95% {unit}-clustered interval)" if with_interval else ")"))
         top = max((r.kl_mean for r in rows), default=0.0) or 1.0
         label_w = max(len(f"{r.start}-{r.stop - 1}") for r in rows)
         area = max(8, min(40, width - label_w - 12))
@@ -174,7 +176,7 @@ class ResultPane(VerticalScroll):
                           band.interval_text() if band is not None else "-")
         table.display = bool(result.domains)
         chart.set_data(result.windows, result.kl)
-        positions.update(self.positions_text(result.kl_by_position, self.size.width or 80))
+        positions.update(self.positions_text(result.kl_by_position, self.size.width or 80, result.unit))
         positions.display = bool(result.kl_by_position)
         provenance.update(self.provenance_text(result))
         provenance.display = result.provenance is not None and not result.live
