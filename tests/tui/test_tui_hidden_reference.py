@@ -5,6 +5,7 @@ summary prints the same lines."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,35 @@ async def test_the_result_pane_counts_a_hidden_state_reports_contexts(tmp_path: 
                     "interval)") in text, text
             assert "window" not in text.lower(), text
 
+
+@sync
+async def test_the_diff_panes_placeholder_counts_a_hidden_state_boards_contexts(tmp_path: Path) -> None:
+    """The dashboard's Diff tab said "d shows the difference of two reports in the leaderboard, window by
+    window" of a board of a hidden-state suite's reports (one, as d shows it with one, or two), whose
+    units the board calls contexts; a logits suite's board still says window by window."""
+    from tests.fixtures_tui import DOMAINS, ScriptedPipeline, make_report
+    from tests.fixtures_tui import write_report as write_doc
+
+    hidden = _hidden_reports(tmp_path)
+    logits = [write_doc(tmp_path / f"{n}-logits.json", make_report(n, lvl, seed=s))
+              for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
+    for reports, unit in ((hidden, "context"), (logits, "window")):
+        for shown in (reports[:1], reports):
+            def factory(emit: Any, cancel: Any) -> ScriptedPipeline:
+                return ScriptedPipeline(emit, cancel, windows=6, report_path=tmp_path / "run" / "r.json")
+
+            app = create_app(pipeline_factory=factory, reports=shown, config_dir=tmp_path / "cfg",
+                             remember_theme=False, windows=[(w, DOMAINS[w % len(DOMAINS)]) for w in range(6)])
+            async with app.run_test(size=(160, 40)) as pilot:
+                await settle(app, pilot)
+                table, rows = app.screen.query_one("#board"), len(shown)
+                await until(pilot, lambda table=table, rows=rows: table.row_count == rows, "the board")
+                await settle(app, pilot)
+                if len(shown) == 1:  # d with one report: the Diff tab, saying what d does
+                    await pilot.press("d")
+                else:
+                    app.screen.action_show_tab("diff")
+                await settle(app, pilot)
+                text = " ".join(" ".join(screen_lines(app)).split())
+                said = f"d shows the difference of two reports in the leaderboard, {unit} by {unit} (o opens"
+                assert said in text, text

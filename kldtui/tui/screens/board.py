@@ -279,7 +279,10 @@ class BoardScreen(Screen[None]):
         ties: dict[str, str] = {}
         verdicts: dict[str, str] = {}
         notes: list[tuple[str, str]] = []
-        unit = WINDOW_UNIT
+        # what the reports' windows are called, one report's too (no leaderboard is built of one):
+        # a hidden-state suite's contexts; reports of two kinds of suite rank untied, as windows
+        units = {r.unit for r in reports}
+        unit = units.pop() if len(units) == 1 else WINDOW_UNIT
         names = unique_names([r.name for r in results], [r.path for r in results])
         results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
         order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
@@ -334,6 +337,8 @@ class BoardScreen(Screen[None]):
         self.results, self.reports = results, reports
         self.verdicts = dict(verdicts or {})
         self.board_unit = unit
+        for pane in self.query(DiffPane):  # its placeholder counts them too, until a difference is shown
+            pane.set_unit(unit)
         table = self.query_one("#board", LeaderboardTable)
         table.marked.clear()
         table.set_results(results, {i: ties.get(r.name, "") for i, r in enumerate(results)})

@@ -1,23 +1,39 @@
-"""The per-window difference of two marked reports."""
+"""The per-window difference of two marked reports (per context of a hidden-state suite's)."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.resultdata import Band, WindowBar
 from kldtui.tui.widgets.kl_chart import KLChart
 from kldtui.tui.widgets.plain import PlainStatic
 
 
+def placeholder(unit: str) -> str:
+    """What the pane says before a difference is shown, over the board's ``unit`` s
+    (:attr:`~kldtui.decide.leaderboard.Leaderboard.unit`: a hidden-state suite's contexts)."""
+    return (f"d shows the difference of two reports in the leaderboard, {unit} by {unit} "
+            "(o opens another report; with more than two, space marks the two)")
+
+
 class DiffPane(VerticalScroll):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.shown = False  # a difference is shown (the placeholder is gone)
+
     def compose(self) -> ComposeResult:
-        yield PlainStatic("d shows the difference of two reports in the leaderboard, window by window "
-                          "(o opens another report; with more than two, space marks the two)",
-                          id="diff-verdict")
+        yield PlainStatic(placeholder(WINDOW_UNIT), id="diff-verdict")
         yield KLChart(empty="no difference shown yet", id="diff-chart")
+
+    def set_unit(self, unit: str) -> None:
+        """The board's reports count ``unit`` s: the placeholder says so (a shown difference stays)."""
+        if not self.shown:
+            self.query_one("#diff-verdict", PlainStatic).update(placeholder(unit))
 
     def show(self, verdict: str, bars: list[WindowBar], band: Band | None = None) -> None:
         """``band``: the mean difference B − A with its verdict interval (drawn as ┃ and ┊)."""
+        self.shown = True
         self.query_one("#diff-verdict", PlainStatic).update(verdict)
         self.query_one("#diff-chart", KLChart).set_data(bars, band, signed=True)
