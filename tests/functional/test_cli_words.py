@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from kldtui.cli.main import main
 from tests.fixtures_decide import make_report as decide_report
@@ -531,3 +532,22 @@ def test_the_readme_command_a_campaign_leaderboard_equals_runs_as_written(tmp_pa
         argv = [str(tmp_path / "board.json") if a == "FILE" else a for a in argv]
         assert main(argv) == 0, command
         assert len(json.loads((tmp_path / "board.json").read_text())["rows"]) == 2
+
+
+def test_the_decision_commands_help_is_true_of_a_hidden_state_suites_contexts(capsys: Any) -> None:
+    """The static --help of diff, plan, plot and compare spoke of windows alone ("B - A per window",
+    "how many windows", "per-window KL", "window resamples"), where a hidden-state suite's reports and
+    output count contexts; each now names both (the command's output says the reports' own unit)."""
+    said = {"diff": ["B - A per window (per context of a hidden-state suite), 95 percent paired interval "
+                     "over them", "every window's difference (a hidden-state suite's: every context's)"],
+            "plan": ["how many windows (contexts of a hidden-state suite) would tell two candidates apart",
+                     "difference per window (context) to resolve", "standard deviation between windows "
+                     "(contexts)", "windows (a hidden-state suite: contexts) the suite has"],
+            "plot": ["per-window (a hidden-state suite: per-context) KL"],
+            "compare": ["of windows (a hidden-state suite: contexts, and source clusters)"]}
+    for command, words in said.items():
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        text = " ".join(capsys.readouterr().out.split()).replace("per- context", "per-context")
+        assert all(w in text for w in words), (command, text)

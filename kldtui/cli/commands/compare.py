@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-rows", type=int, default=None,
                         help="hidden rows replayed at once (default: 1024 on the CPU, 512 on CUDA)")
     parser.add_argument("--bootstrap-samples", type=int, default=10000, metavar="N",
-                        help="window resamples of the 95 %% intervals (default 10000)")
+                        help="resamples of the 95 %% intervals' bootstraps, of windows (a hidden-state "
+                             "suite: contexts, and source clusters) (default 10000)")
     parser.add_argument("--bootstrap-seed", type=int, default=1, metavar="SEED",
                         help="seed of the resampling, numpy.random.default_rng(SEED) (default 1)")
     parser.add_argument("--row-block", type=int, default=None,

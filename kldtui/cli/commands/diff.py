@@ -7,8 +7,10 @@ from typing import Any
 
 from kldtui.text import plural
 
-HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window, "
-        "95 percent paired interval over windows, verdict against the measured repeat variation")
+# static, so true of both kinds of suite: a hidden-state suite's windows are its contexts (PairedDiff.unit)
+HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window (per "
+        "context of a hidden-state suite), 95 percent paired interval over them, verdict against the "
+        "measured repeat variation")
 
 
 def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                         "work folder)")
     add_decision_arguments(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the result as JSON (atomically)")
-    parser.add_argument("--per-window", action="store_true", help="also print every window's difference")
+    parser.add_argument("--per-window", action="store_true",
+                        help="also print every window's difference (a hidden-state suite's: every context's)")
 
 
 # the outcome table's verdict column; ``{unit}``: what the suite's units are called (PairedDiff.unit)

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 
-HELP = ("how many windows would tell two candidates apart at 80 percent power: from two pilot reports, "
-        "or from an expected difference and its window-to-window spread")
+# static, so true of both kinds of suite (the count of two reports says their unit: need.unit)
+HELP = ("how many windows (contexts of a hidden-state suite) would tell two candidates apart at 80 percent "
+        "power: from two pilot reports, or from an expected difference and its window-to-window spread")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="*", metavar="REPORT.json",
                         help="two pilot comparison reports (same reference and suite), A then B")
     parser.add_argument("--difference", type=float, metavar="KL",
-                        help="without reports: the mean KL difference per window to resolve")
+                        help="without reports: the mean KL difference per window (context) to resolve")
     parser.add_argument("--window-sd", type=float, metavar="KL",
-                        help="without reports: its standard deviation between windows")
+                        help="without reports: its standard deviation between windows (contexts)")
     parser.add_argument("--repeat-variation", type=float, default=0.0, metavar="KL",
                         help="without reports: how far the metric moves between two captures of one model "
                              "(from kldtui noise; default 0)")
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="candidates ranked together (the leaderboard tests all K(K-1)/2 pairs; "
                              "default 2)")
     parser.add_argument("--suite-windows", type=int, metavar="N",
-                        help="windows the suite has (to say whether it is enough)")
+                        help="windows (a hidden-state suite: contexts) the suite has (to say whether it is "
+                             "enough)")
 
 
 def run(args: argparse.Namespace) -> int:

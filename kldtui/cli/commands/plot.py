@@ -7,7 +7,8 @@ import argparse
 from kldtui.cli.commands.diff import add_decision_arguments, check_decision_arguments
 
 HELP = ("chart comparison reports (same reference and suite) into an SVG or PNG: mean KL against size "
-        "with the Pareto front, per-window KL, per-domain KL (needs matplotlib: the 'plot' extra)")
+        "with the Pareto front, per-window (a hidden-state suite: per-context) KL, per-domain KL (needs "
+        "matplotlib: the 'plot' extra)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
