@@ -274,8 +274,8 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
     if floor_note:
         note(floor_note, repeat_floor_brief(by_mean, repeat_kl))
     return Leaderboard(rows=rows, windows=n, bootstrap_samples=samples, seed=seed,
-                       noise_floor=noise.summary() if noise else None, pairing_checked=checked, notes=notes,
-                       brief_notes=briefs, noise_brief=noise_brief(noise, unit), unit=unit)
+                       noise_floor=noise.summary(unit) if noise else None, pairing_checked=checked,
+                       notes=notes, brief_notes=briefs, noise_brief=noise_brief(noise, unit), unit=unit)
 
 
 def _too_many_words(windows: int, candidates: int, unit: str) -> str:

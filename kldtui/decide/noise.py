@@ -28,8 +28,9 @@ from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
-from kldtui.formats.suite import logits_manifest_path, manifest_object, server_start_of
+from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_object, server_start_of
 from kldtui.metrics.stats import student_t_interval, t_quantile
+from kldtui.text import plural
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 # what to do about a noise model that cannot be read (load_floor): a file that is none at all, and one
@@ -165,19 +166,22 @@ class RepeatModel:
             return f"{self.captures} captures of one candidate; {clear}"
         return f"2 captures (one repeat); {clear}"  # the rows say "provisional"
 
-    def describe(self) -> str:
+    def describe(self, unit: str = WINDOW_UNIT) -> str:
+        """The model in a quantization engineer's words, its windows called ``unit`` (the stored model
+        does not record it: the reports it is shown with, or read from, do; a hidden-state suite's
+        are contexts)."""
         overall = self.variation_for([])
         if self.capture_wide_measured:
             return (f"measured repeat variation {plain_number(overall)} from {self.captures} captures of one "
-                    f"candidate over {self.windows} windows: a capture's mean KL moves by sd "
+                    f"candidate over {plural(self.windows, unit)}: a capture's mean KL moves by sd "
                     f"{plain_number(math.sqrt(max(self.capture_means_var, 0.0)))} between captures "
-                    f"(capture-wide sd {plain_number(self.capture_wide_sd or 0.0)}, per-window sd "
+                    f"(capture-wide sd {plain_number(self.capture_wide_sd or 0.0)}, per-{unit} sd "
                     f"{plain_number(self.per_window_sd)}); B - A must clear {plain_number(overall)}")
         r = self.repeat_differences(list(self.window_index))
         return (f"measured repeat variation {plain_number(overall)} from 2 captures of one candidate over "
-                f"{self.windows} windows (per-window sd {plain_number(self.per_window_sd)}; the repeat moved "
-                f"the mean KL by {plain_number(float(r.mean()))}); an offset shared by every window of a "
-                "capture is not measured with one repeat, so named differences stay provisional")
+                f"{plural(self.windows, unit)} (per-{unit} sd {plain_number(self.per_window_sd)}; the repeat "
+                f"moved the mean KL by {plain_number(float(r.mean()))}); an offset shared by every {unit} of "
+                "a capture is not measured with one repeat, so named differences stay provisional")
 
     def to_dict(self) -> dict[str, Any]:
         return {"definition": ("window mean of capture c at window i = mu_i + o_c + e_ci: o_c capture-wide, "
@@ -312,15 +316,17 @@ class NoiseFloor:
             return f"the published repeat KL {self.threshold:g} of the Kimi K3 suite"
         return f"repeat KL {self.threshold:.4g} between two captures of one model"
 
-    def describe(self) -> str:
-        """One line: which noise model and where it came from, in a quantization engineer's words."""
+    def describe(self, unit: str = WINDOW_UNIT) -> str:
+        """One line: which noise model and where it came from, in a quantization engineer's words; the
+        windows called ``unit`` (:meth:`RepeatModel.describe`). The published figures are the Kimi K3
+        suite's, whose units are windows whatever ``unit``."""
         if self.repeat is not None:
             between = (f"; repeat KL between captures {self.kl_mean:.4g}" if self.threshold > 0 else "")
-            return f"{self.repeat.describe()} ({self.metric_source or self.source}){between}"
+            return f"{self.repeat.describe(unit)} ({self.metric_source or self.source}){between}"
         if self.kind == "deterministic":
             return (f"none: the server is deterministic (captures of one model, each from a server start of "
                     f"its own, came out identical: {self.source}), so nothing moves between captures to "
-                    "measure; differences rest on the windows alone")
+                    f"measure; differences rest on the {unit}s alone")
         if self.kind == "published":
             return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
                     f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
@@ -365,10 +371,11 @@ class NoiseFloor:
                                        strict=True)]}
         return data
 
-    def summary(self) -> dict[str, Any]:
-        """What ``diff`` and ``leaderboard`` record under ``noise_floor``: source, kl_mean, threshold, and
-        the repeat model's figures when measured."""
-        out: dict[str, Any] = {"source": self.describe(), "kind": self.kind, "kl_mean": self.kl_mean,
+    def summary(self, unit: str = WINDOW_UNIT) -> dict[str, Any]:
+        """What ``diff`` and ``leaderboard`` record under ``noise_floor``: source (:meth:`describe`, the
+        reports' units called ``unit``), kl_mean, threshold, and the repeat model's figures when
+        measured."""
+        out: dict[str, Any] = {"source": self.describe(unit), "kind": self.kind, "kl_mean": self.kl_mean,
                                "threshold": self.threshold,
                                "model": "repeat_variation" if self.has_metric else "repeat_kl"}
         if self.repeat is not None:

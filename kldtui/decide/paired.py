@@ -593,7 +593,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
         infinite_a=[] if va.infinite_kl_rows is None else va.infinite_kl_rows.tolist(),
         infinite_b=[] if vb.infinite_kl_rows is None else vb.infinite_kl_rows.tolist(),
         bootstrap_samples=samples, seed=seed, pairing_checked=checked,
-        noise_floor=noise.summary() if noise else None, notes=notes, figures=figure_differences(a, b),
+        noise_floor=noise.summary(a.unit) if noise else None, notes=notes, figures=figure_differences(a, b),
         buckets=bucket_pairs(a, b), clustered=clustered, unit=a.unit)
 
 

@@ -771,4 +771,4 @@ def noise_words(noise: NoiseFloor | None, unit: str = WINDOW_UNIT) -> str:
     if noise is None:
         return (f"none: {unit}-to-{unit} variation only; how much this metric moves between two captures of "
                 "one model is not known (measure it with kldtui noise)")
-    return noise.describe()
+    return noise.describe(unit)

@@ -441,7 +441,8 @@ class Campaign:
         first, second = self.entries[index].report, ws.report
         try:
             repeat = self._repeat_kl(self.entries[index].workspace, ws)
-            noise = noise_from_capture_reports(load_report(first), load_report(second), where1=str(first),
+            captured = load_report(first)
+            noise = noise_from_capture_reports(captured, load_report(second), where1=str(first),
                                                where2=str(second), repeat=repeat,
                                                where_repeat=str(self._repeat_kl_path(ws)))
         except BadInput as exc:
@@ -451,7 +452,8 @@ class Campaign:
         self.noise = noise
         # a deterministic server's (its two captures alike, each from a server start of its own): nothing
         # measured, which the ranking's provisional verdicts say (kldtui.decide.noise.one_capture)
-        self.emit(Notice("campaign", f"noise model: {noise.describe()} (saved in {model_path})",
+        # in the reports' units (a hidden-state suite's contexts): the stored model does not record them
+        self.emit(Notice("campaign", f"noise model: {noise.describe(captured.unit)} (saved in {model_path})",
                          level="warning" if noise.kind == "deterministic" else "info"))
 
     @staticmethod
@@ -521,7 +523,8 @@ class Campaign:
         self.emit(LeaderboardUpdated(
             "campaign", rows=tuple(rows), windows=board.windows if board is not None else 0,
             unit=board.unit if board is not None else WINDOW_UNIT,
-            noise_model=self.noise.describe() if self.noise is not None else (
+            noise_model=self.noise.describe(board.unit if board is not None else WINDOW_UNIT)
+            if self.noise is not None else (
                 board.noise_source if board is not None else ""),
             notes=tuple(board.notes) if board is not None else (),
             noise_brief=self.noise.brief() if self.noise is not None else (

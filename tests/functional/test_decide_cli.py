@@ -100,10 +100,12 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
                  "--allow-different-models"]) == 0
     out = capsys.readouterr().out
     assert "repeat variation of the metric: measured repeat variation" in out and "2 captures" in out
-    assert "repeat KL between" in out
+    assert "over 32 windows (per-window sd " in out  # a logits suite's units (contexts of a hidden-state one)
+    assert "repeat KL between" in out and "over 32 windows\n" in out
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(model)]) == 0
     out = capsys.readouterr().out
     assert "noise model: measured repeat variation" in out and "not measured with one repeat" in out
+    assert "over 32 windows (per-window sd " in out and "shared by every window of a capture" in out
     assert "verdict: b is worse than a by 0.002 KL" in out
     assert "provisional: the noise model has one repeat" in out
     # a second repeat measures the capture-wide variation: the verdict is no longer provisional
@@ -111,9 +113,10 @@ def test_diff_uses_a_stored_floor_and_says_so(tmp_path, capsys):
                                                           candidate_dir="/r/a-third"))
     assert main(["noise", str(pa), str(again), str(third), "--output", str(model),
                  "--allow-different-models"]) == 0
-    assert "from 3 captures of one candidate" in capsys.readouterr().out
+    assert "from 3 captures of one candidate over 32 windows: " in capsys.readouterr().out
     assert main(["diff", str(pa), str(pb), "--bootstrap-samples", "500", "--noise", str(model)]) == 0
     out = capsys.readouterr().out
+    assert "from 3 captures of one candidate over 32 windows: " in out and "per-window sd" in out
     assert "verdict: b is worse than a by 0.002 KL" in out
     assert "larger than the measured repeat variation" in out
     assert "provisional" not in out.split("verdict:")[1]

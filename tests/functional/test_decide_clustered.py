@@ -22,9 +22,14 @@ pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[fx.Fixture, Path]:
     base = tmp_path_factory.mktemp("clustered")
-    f = fx.build(base / "suite", contexts=40)
+    return fx.build(base / "suite", contexts=40), base
+
+
+@pytest.fixture(scope="module")
+def reports(suite: tuple[fx.Fixture, Path]) -> dict[str, Path]:
+    f, base = suite
     out: dict[str, Path] = {}
     for name, folder in noisy_candidates(f, base, {"small": 0.03, "large": 0.09}).items():
         for part in ("analysis", "qualification"):
@@ -320,3 +325,42 @@ def test_plan_from_two_reports_of_contexts_counts_contexts(reports: dict[str, Pa
     assert pilot.startswith(f"pilot: {n} contexts; B - A = ") and "KL per context, context-to-context " \
         "standard deviation" in pilot, out
     assert "contexts" in out.splitlines()[1] and "window" not in out, out
+
+
+@pytest.fixture(scope="module")
+def captures(suite: tuple[fx.Fixture, Path]) -> list[Path]:
+    """Reports of three captures of one candidate (the same noise scale as "small", drawn again each time)
+    against the hidden-state reference, over the analysis partition as the reports' "-analysis" are."""
+    f, base = suite
+    folders = noisy_candidates(f, base / "again", {f"capture{i}": 0.03 for i in (1, 2, 3)}, seed=12)
+    return [write_report(base / f"{name}.json",
+                         compare(f.root, f.root / fid.HIDDEN_DIR, folder,
+                                 CompareOptions(context_filter="analysis", backend="numpy",
+                                                bootstrap_samples=200)))
+            for name, folder in folders.items()]
+
+
+def test_noise_model_of_contexts_counts_contexts(reports: dict[str, Path], captures: list[Path],
+                                                 tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kldtui noise on a hidden-state suite's reports said "... over 12 windows (per-window sd ...); an
+    offset shared by every window ...", and so did the "noise model:" line of diff and leaderboard with
+    that model: the stored model does not record its unit, the reports it is read from and shown with
+    do (contexts)."""
+    n = json.loads(captures[0].read_text())["contexts"]
+    two, three = tmp_path / "two.json", tmp_path / "three.json"
+    assert main(["noise", *map(str, captures[:2]), "-o", str(two), "--allow-different-models"]) == 0
+    out = capsys.readouterr().out
+    assert f"from 2 captures of one candidate over {n} contexts (per-context sd " in out, out
+    assert "an offset shared by every context of a capture is not measured" in out, out
+    assert "window" not in out, out
+    assert main(["noise", *map(str, captures), "-o", str(three), "--allow-different-models"]) == 0
+    out = capsys.readouterr().out
+    assert f"from 3 captures of one candidate over {n} contexts: " in out and "per-context sd " in out, out
+    assert "window" not in out, out
+    pair = [str(reports["small-analysis"]), str(reports["large-analysis"])]
+    for command in (["diff", *pair, "--bootstrap-samples", "300"], ["leaderboard", *pair, "--plain"]):
+        assert main([*command, "--noise", str(three)]) in (0, 1)
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if x.startswith("noise model:"))
+        assert f"from 3 captures of one candidate over {n} contexts: " in line, line
+        assert "per-context sd" in line and "window" not in line, line

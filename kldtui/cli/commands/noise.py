@@ -73,20 +73,23 @@ def _is_mirror(first: ComparisonReport, second: ComparisonReport) -> bool:
     return (os.path.normpath(rf), os.path.normpath(cf)) == (os.path.normpath(cs), os.path.normpath(rs))
 
 
-def describe(model: Any) -> list[str]:
-    """What ``kldtui noise`` prints about a stored model."""
+def describe(model: Any, unit: str = "window") -> list[str]:
+    """What ``kldtui noise`` prints about a stored model, its windows called ``unit``: the unit of the
+    reports it was measured from (a hidden-state suite's are contexts; the stored model does not
+    record it)."""
     from kldtui.decide.noise import DETERMINISTIC_REASON
+    from kldtui.text import plural
 
     if model.kind == "deterministic":
-        return [f"noise model: {model.describe()}",
+        return [f"noise model: {model.describe(unit)}",
                 f"verdicts ranked with it stay provisional: {DETERMINISTIC_REASON}"]
     lines = []
     if model.repeat is not None:
-        lines.append(f"repeat variation of the metric: {model.repeat.describe()}")
+        lines.append(f"repeat variation of the metric: {model.repeat.describe(unit)}")
     if model.per_window:
         rev = f", reverse {model.kl_reverse_mean:.6g}" if model.kl_reverse_mean is not None else ""
         lines.append(f"repeat KL between the captures: mean {model.kl_mean:.6g}{rev} over "
-                     f"{len(model.per_window)} windows")
+                     f"{plural(len(model.per_window), unit)}")
     if not model.has_metric:
         lines.append("the repeat variation of the metric is not measured: give the reports of two or more "
                      "captures against the reference to measure it")
@@ -118,7 +121,8 @@ def _run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput
     from kldtui.formats.report import load_report
 
-    def done(model: Any) -> int:
+    def done(model: Any, unit: str) -> int:
+        """Store ``model`` and say what it is, in ``unit`` s: the unit of the reports it came from."""
         if model.kind == "measured" and not model.has_metric and model.threshold <= 0:
             # a repeat KL of 0 in every window, both ways: the two captures gave identical logits, which
             # a deterministic server's two starts do and a copy does (one rule, as for reports)
@@ -126,9 +130,9 @@ def _run(args: argparse.Namespace) -> int:
             model = alike_captures_floor(
                 [str(d) for d in dirs] if all(dirs) else [args.run1, args.run2 or args.run1], dirs,
                 suite_token_hash_sha256=model.suite_token_hash_sha256, reference_dir=None,
-                alike="gave identical logits (KL 0 between them in every window)")
+                alike=f"gave identical logits (KL 0 between them in every {unit})")
         save_floor(args.output, model)
-        for line in describe(model):
+        for line in describe(model, unit):
             print(line)
         print(f"wrote {args.output}")
         return 0
@@ -147,21 +151,22 @@ def _run(args: argparse.Namespace) -> int:
             return done(noise_from_capture_reports(first, load_report(args.run2), *reports, where1=args.run1,
                                                    where2=args.run2, where_more=args.more, repeat=repeat,
                                                    where_repeat=args.repeat_report or "",
-                                                   allow_different_models=allow))
+                                                   allow_different_models=allow), first.unit)
         if args.run2 is None:
             if args.repeat_report:
                 raise BadInput("--repeat-report goes with two reports of captures against the reference")
             check_repeat_capture(first, args.run1, allow)
-            return done(floor_from_reports(first, None, source=f"report {args.run1}", where=args.run1))
+            return done(floor_from_reports(first, None, source=f"report {args.run1}", where=args.run1),
+                        first.unit)
         second = load_report(args.run2)
         if _is_mirror(first, second):
             check_repeat_capture(first, args.run1, allow)
             return done(floor_from_reports(first, second, source=f"report {args.run1} and {args.run2}",
-                                           where=args.run1, where_reverse=args.run2))
+                                           where=args.run1, where_reverse=args.run2), first.unit)
         repeat = load_report(args.repeat_report) if args.repeat_report else None
         return done(noise_from_capture_reports(first, second, where1=args.run1, where2=args.run2,
                                                repeat=repeat, where_repeat=args.repeat_report or "",
-                                               allow_different_models=allow))
+                                               allow_different_models=allow), first.unit)
     if not args.run2 or not Path(args.run2).is_dir() or not all(Path(m).is_dir() for m in args.more):
         raise BadInput(f"{args.run1} is a run folder: give SECOND (and any more), finalized capture "
                        "folders of the same model")
@@ -185,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
                                       reverse=not args.no_reverse,
                                       report_path=args.report, emit=emit, cancel=cancel)
         if args.reference is None:
-            return done(floor)
+            return done(floor, report.unit)
         from kldtui.stages.compare import CompareOptions, compare
 
         options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window)
@@ -194,6 +199,6 @@ def _run(args: argparse.Namespace) -> int:
         return done(noise_from_capture_reports(*captures, where1=names[0], where2=names[1],
                                                where_more=names[2:], repeat=report,
                                                where_repeat=f"{args.run1} vs {args.run2}",
-                                               allow_different_models=True))
+                                               allow_different_models=True), captures[0].unit)
 
     return run_headless(job, BatchReporter(sys.stderr))
