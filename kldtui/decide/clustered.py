@@ -108,7 +108,7 @@ def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, whe
     units_a, _ = cl.cluster_units(kl_a, keys)
     units_b, _ = cl.cluster_units(kl_b, keys)
     iv = verdict_interval(units_a, units_b)
-    decision = decide(iv, noise, order)
+    decision = decide(iv, noise, order, unit=a.unit)  # the noise model's offset: every context's
     text = sentence(decision, iv, float(units_a.mean()), name_a, name_b, confirm, unit=UNIT)
     text += f" ({pa} partition)"
     per_stratum = {}

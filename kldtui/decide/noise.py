@@ -152,10 +152,12 @@ class RepeatModel:
         assert self.kl is not None
         return np.array([self.kl[1][pos[w]] - self.kl[0][pos[w]] for w in group], dtype=np.float64)
 
-    def provisional_reason(self) -> str | None:
+    def provisional_reason(self, unit: str = WINDOW_UNIT) -> str | None:
+        """Why a named difference stays provisional with this model (None: it does not), its windows
+        called ``unit`` (:meth:`describe`)."""
         if self.capture_wide_measured:
             return None
-        return ("the noise model has one repeat capture, which cannot tell an offset shared by every window "
+        return (f"the noise model has one repeat capture, which cannot tell an offset shared by every {unit} "
                 "of a capture from a real difference (capture once more and give all captures to "
                 "kldtui noise)")
 
@@ -284,12 +286,12 @@ class NoiseFloor:
         over these windows (:meth:`RepeatModel.variation_for`). None without a measured metric."""
         return self.repeat.variation_for(window_indices) if self.repeat is not None else None
 
-    def provisional_reason(self) -> str | None:
+    def provisional_reason(self, unit: str = WINDOW_UNIT) -> str | None:
         """Why a difference that clears this model's repeat variation is still provisional (None: it is
-        not); a deterministic server's: why no capture can settle it."""
+        not); a deterministic server's: why no capture can settle it. The windows called ``unit``."""
         if self.kind == "deterministic":
             return DETERMINISTIC_REASON
-        return self.repeat.provisional_reason() if self.repeat is not None else None
+        return self.repeat.provisional_reason(unit) if self.repeat is not None else None
 
     def threshold_for(self, window_indices: Iterable[int]) -> float:
         """The threshold for a group of windows.

@@ -263,7 +263,7 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
     b = np.asarray(b, dtype=np.float64)
     diff, ratio = paired_bootstrap(a, b, indices)
     iv = iv if iv is not None else verdict_interval(a, b)
-    decision = decide(iv, noise, window_indices, significant=significant)
+    decision = decide(iv, noise, window_indices, significant=significant, unit=unit)
     better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
     text = sentence(decision, iv, float(a.mean()), name_a, name_b,
                     confirm_command(better, better_path, noise), unit=unit)

@@ -588,9 +588,10 @@ class Decision:
 
 
 def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequence[int],
-           *, significant: bool | None = None) -> Decision:
+           *, significant: bool | None = None, unit: str = WINDOW_UNIT) -> Decision:
     """The decision for ``iv`` (B - A). ``significant``: the family's verdict (Holm) for this group;
-    None decides the group alone (p-value at 5 %)."""
+    None decides the group alone (p-value at 5 %). ``unit``: what the reports' windows are called (a
+    hidden-state suite's: contexts), for the noise model's provisional reason."""
     if iv.windows < MIN_VERDICT_WINDOWS or iv.p_value is None:
         return Decision("too_few_windows", False, None, "none")
     alone = iv.p_value <= ALPHA
@@ -606,11 +607,11 @@ def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequen
         near = _nearer_end(iv)
         if near is not None and near <= variation:
             return Decision("within_noise", False, variation, "repeat_variation")
-        reason = noise.provisional_reason()
+        reason = noise.provisional_reason(unit)
         return Decision(named, reason is not None, variation, "repeat_variation", provisional_reason=reason)
     if noise is None or noise.threshold <= 0:
         return Decision(named, True, None, "none",
-                        provisional_reason=(noise.provisional_reason() if noise is not None else None)
+                        provisional_reason=(noise.provisional_reason(unit) if noise is not None else None)
                         or "the variation between two captures was not measured")
     if abs(iv.estimate) < noise.threshold:
         return Decision(named, True, noise.threshold, "repeat_kl",

@@ -364,3 +364,18 @@ def test_noise_model_of_contexts_counts_contexts(reports: dict[str, Path], captu
         line = next(x for x in out.splitlines() if x.startswith("noise model:"))
         assert f"from 3 captures of one candidate over {n} contexts: " in line, line
         assert "per-context sd" in line and "window" not in line, line
+
+
+def test_provisional_verdict_of_contexts_names_contexts(
+        reports: dict[str, Path], captures: list[Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With a noise model of one repeat, diff's provisional verdicts on a hidden-state suite's reports
+    said the model "cannot tell an offset shared by every window of a capture from a real difference"."""
+    two = tmp_path / "two.json"
+    assert main(["noise", *map(str, captures[:2]), "-o", str(two), "--allow-different-models"]) == 0
+    capsys.readouterr()
+    pair = [str(reports["small-analysis"]), str(reports["large-analysis"])]
+    assert main(["diff", *pair, "--bootstrap-samples", "300", "--noise", str(two)]) == 0
+    out = capsys.readouterr().out
+    assert "cannot tell an offset shared by every context of a capture from a real difference" in out, out
+    assert "window" not in out, out
