@@ -1,8 +1,9 @@
 """Shared pytest configuration. Area-specific helpers live in tests/fixtures_*.py modules.
 
 The whole-tree checks (mypy, import-linter, ruff: tests/seam_checks.py) start as child processes
-as soon as collection has chosen the tests that need them, so they run beside the rest of the
-session; their tests collect the results."""
+as soon as collection has chosen the tests that need them (under pytest-xdist, when the worker that
+runs them reaches their module), so they run beside the rest of the session; their tests collect
+the results."""
 
 from __future__ import annotations
 
@@ -37,12 +38,31 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per core, at most four (each runs servers and whole pipelines; more
+    workers on a many-core host buy little and multiply the session fixtures' memory)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def _seam_marks(items: list[pytest.Item]) -> list[tuple[str, ...]]:
+    return [mark.args for item in items for mark in item.iter_markers("seam_check")]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
+    # Under pytest-xdist every worker collects every test and runs only some: the checks start
+    # with the first test of a module that asks for one (pytest_runtest_setup), on the worker that
+    # got that module (--dist loadfile keeps a module on one worker), so each runs once.
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    marks = [mark.args for item in session.items for mark in item.iter_markers("seam_check")]
-    for name in wanted(marks):
+    for name in wanted(_seam_marks(session.items)):
         session.config.stash[_CHECKS].start(name)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and any(item.iter_markers("seam_check")):
+        module = [other for other in item.session.items if other.path == item.path]
+        for name in wanted(_seam_marks(module)):
+            item.config.stash[_CHECKS].start(name)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -55,7 +55,8 @@ def test_ruff_reports_nothing(seam_checks: SeamChecks) -> None:
 # -- nothing leaves CI silently -------------------------------------------------------------------
 
 def test_the_readme_test_command_is_what_ci_runs_and_it_leaves_out_only_the_vllm_step() -> None:
-    """The README's test command (what .ci/run runs) runs every test, slow ones included; only
+    """The README's test command (what .ci/run runs) runs every test, slow ones included, over the
+    cores (pytest-xdist, a module per worker: the seam checks start once, tests/conftest.py); only
     the real-engine tests are left to their own steps, which look for them in tests/vllm and
     tests/llama_cpp."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
@@ -64,7 +65,8 @@ def test_the_readme_test_command_is_what_ci_runs_and_it_leaves_out_only_the_vllm
     command = found.group(1).strip()
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert command in ci.splitlines(), command
-    assert command.endswith(".venv/bin/pytest"), "the README's command runs the whole default run"
+    # the whole default run, spread over the cores (no -m, -k or paths that would leave tests out)
+    assert command.endswith(".venv/bin/pytest -n auto --dist loadfile"), command
     options = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
     assert options["ini_options"]["addopts"] == "-m 'not vllm and not llama_cpp'"
     assert "bash scripts/run_vllm_tests.sh" in ci and "bash scripts/run_llama_cpp_tests.sh" in ci
