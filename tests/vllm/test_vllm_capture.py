@@ -193,6 +193,20 @@ def test_two_concurrent_requests_land_in_two_folders(capture_server, captured, s
     assert all_folders == expected  # nothing else in the capture folder
 
 
+def test_doctor_smoke_through_real_vllm(capture_server, captured):
+    """kldtui doctor --smoke against vLLM serving the tiny model with the hook active (this module's
+    server, after the tests above: its window is captured, checked and removed, nothing else
+    touched)."""
+    from kldtui.cli.main import main
+    from tests.fixtures_vllm_server import SERVED_NAME
+
+    before = sorted(capture_server.capture_dir.rglob("*"))
+    code = main(["doctor", "--smoke", "--url", capture_server.url, "--served-model-name", SERVED_NAME,
+                 "--capture-dir", str(capture_server.capture_dir), "--tokens", "600"])
+    assert code == 0
+    assert sorted(capture_server.capture_dir.rglob("*")) == before  # the window was cleaned up
+
+
 def test_server_without_capture_variable_writes_nothing(tiny_model, suite, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
