@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(optionalhook=True)  # the vLLM and llama.cpp venvs run pytest without xdist
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker per core, at most four (each runs servers and whole pipelines; more
     workers on a many-core host buy little and multiply the session fixtures' memory)."""
