@@ -29,6 +29,13 @@ def fmt_eta(seconds: float | None) -> str:
 
 
 
+def clip(text: str, width: int) -> str:
+    """``text`` whole where it fits in ``width`` cells, else cut with a visible "…" at its end."""
+    if len(text) <= width:
+        return text
+    return text[:max(0, width - 1)] + "…" if width > 0 else ""
+
+
 def trim_number(value: float) -> str:
     """0.005 -> ".005" (compact legend labels)."""
     text = f"{value:g}"

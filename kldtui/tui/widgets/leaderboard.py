@@ -9,7 +9,7 @@ from textual.widgets import DataTable
 
 from kldtui.text import BarAxis, bar_axis, interval_bar
 from kldtui.tui.resultdata import Band, ResultData
-from kldtui.tui.widgets.format import fmt_num
+from kldtui.tui.widgets.format import clip, fmt_num
 from kldtui.tui.widgets.plain import plain
 
 
@@ -34,11 +34,14 @@ class LeaderboardTable(DataTable[str | Text]):
     What a row is read for comes first (rank, name, mean KL, tie mark, interval in figures), each
     column as wide as its cells, and the bar last, as wide as the room left (at most
     :attr:`BAR_WIDTH`): at 80 columns the viewer cut the interval's figures ("[0.00754,"), and the
-    dashboard's narrower pane hid the tie marks whole."""
+    dashboard's narrower pane hid the tie marks whole. The candidate's name takes the room the
+    terminal gives, whole where it fits beside the bar at its narrowest; where it does not, it keeps
+    :attr:`NAME_MIN` cells and is cut with a "…" (at 200 columns a name was cut to 18 characters
+    beside an empty half of the screen)."""
 
     BAR_WIDTH = 20
     BAR_MIN = 8
-    NAME_WIDTH = 18  # longer names are cut (the help, the result pane and the diff say them whole)
+    NAME_MIN = 18  # a name cut for room keeps this much (the help, the result pane and the diff say it whole)
 
     class Open(Message):
         def __init__(self, index: int) -> None:
@@ -61,7 +64,8 @@ class LeaderboardTable(DataTable[str | Text]):
 
     # Widths given, from the rows (never wider than these): the header is drawn at its final width
     # (sized by the table from the rows later, it was drawn at the headers' widths first).
-    COLUMNS = (("#", 3), ("candidate", NAME_WIDTH), ("mean KL", 8), ("tie", 10), ("95% interval", 20),
+    # (the candidate's is its width before the rows come: the rows' names size it, see widths)
+    COLUMNS = (("#", 3), ("candidate", NAME_MIN), ("mean KL", 8), ("tie", 10), ("95% interval", 20),
                ("interval", BAR_WIDTH))
 
     @classmethod
@@ -74,18 +78,24 @@ class LeaderboardTable(DataTable[str | Text]):
 
     def widths(self, rows: list[list[str]], axis: BarAxis | None) -> list[int]:
         """Each column's width: as wide as its longest cell (and header), at most as COLUMNS gives it;
-        the bar the room left in the table (between BAR_MIN, or its header where that is
-        longer, and BAR_WIDTH)."""
+        the candidate's as its longest name (``rows`` hold them whole) where the room allows with the bar
+        at its narrowest, else the room left (at least NAME_MIN); the bar the room left in the table
+        (between BAR_MIN, or its header where that is longer, and BAR_WIDTH)."""
         out = []
+        name = self.column("candidate")
         for k, (label, width) in enumerate(self.COLUMNS):
             if label != "interval" and rows:
-                width = min(width, max(len(label), *(len(row[k]) for row in rows)))
+                longest = max(len(label), *(len(row[k]) for row in rows))
+                width = longest if k == name else min(width, longest)
             out.append(width)
         room = self.size.width - 2  # the vertical scrollbar's gutter, once there are more rows than fit
-        if room > 0:
-            used = sum(out[:-1]) + 2 * self.cell_padding * len(out)
-            least = max(self.BAR_MIN, len(self.bar_header(axis)))  # "interval (log)" said whole
-            out[-1] = max(least, min(self.BAR_WIDTH, room - used))
+        if room <= 0:
+            out[name] = min(out[name], self.NAME_MIN)
+            return out
+        least = max(self.BAR_MIN, len(self.bar_header(axis)))  # "interval (log)" said whole
+        others = sum(out[:-1]) - out[name] + 2 * self.cell_padding * len(out)
+        out[name] = min(out[name], max(self.NAME_MIN, room - others - least))
+        out[-1] = max(least, min(self.BAR_WIDTH, room - others - out[name]))
         return out
 
     @staticmethod
@@ -102,10 +112,13 @@ class LeaderboardTable(DataTable[str | Text]):
         self.results = results
         self._ties = dict(ties or {})
         axis = axis_of([r.kl for r in results])
-        rows = [[f"{'*' if i in self.marked else ' '}{i + 1}", r.name[:self.NAME_WIDTH],
+        rows = [[f"{'*' if i in self.marked else ' '}{i + 1}", r.name,
                  fmt_num(r.kl.estimate if r.kl else None), self._ties.get(i, ""),
                  r.kl.interval_text() if r.kl is not None else "-"] for i, r in enumerate(results)]
         widths = self.widths(rows, axis)
+        name = self.column("candidate")
+        for row in rows:
+            row[name] = clip(row[name], widths[name])
         self._width_filled = self.size.width
         self.clear(columns=True)
         self.add_columns_for(axis, widths)

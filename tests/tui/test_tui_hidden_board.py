@@ -1,0 +1,75 @@
+"""The viewer's leaderboard of three hidden-state suite reports, one with a long name, and the difference
+of two of them, as a user reads them at 200x50 and at 80x24: whole names where there is room, the
+domains' names in the per-context chart, and one line saying which to trust where the tie column
+(contexts as independent) and the clustered verdict (each source once) disagree."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kldtui.formats import fidelity as fid
+from kldtui.formats.report import write_report
+from kldtui.stages.compare import CompareOptions, compare
+from kldtui.tui.app import KldApp, create_app
+from tests import fidelity_fixture as fx
+from tests.fixtures_tui import screen_lines, settle, sync, until
+
+pytest.importorskip("torch")
+
+LONG = "small-quant-with-a-long-name"
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Three candidates of a 12-context suite (6 source clusters): ``LONG`` best, then mid, large."""
+    from tests.fixtures_hidden import noisy_candidates
+
+    root = tmp_path_factory.mktemp("hidden-board")
+    f = fx.build(root / "suite", contexts=12)
+    return [write_report(root / f"{name}.json",
+                         compare(f.root, f.root / fid.HIDDEN_DIR, folder,
+                                 CompareOptions(backend="numpy", bootstrap_samples=100)))
+            for name, folder in noisy_candidates(f, root, {LONG: 0.03, "large": 0.09, "mid": 0.05}).items()]
+
+
+async def _diff_best_and_second(app: KldApp, pilot: object) -> None:
+    """Rows 1 and 2 marked, d: the difference pane with its chart drawn."""
+    await pilot.press("down", "space", "up", "space", "d")  # type: ignore[attr-defined]
+    await settle(app, pilot)
+    chart = app.screen.query_one("#diff-chart")
+    await until(pilot, lambda: chart.display and bool(chart.bars), "the difference")  # type: ignore[attr-defined]
+
+
+def _table_row(lines: list[str], rank: int) -> str:
+    """The ranking's row ``rank`` as drawn (a mark ``*`` may lead its rank)."""
+    rows = [line for line in lines if re.match(rf"^ \s?\*?{rank}  ", line)]
+    assert len(rows) == 1, "\n".join(lines)
+    return rows[0]
+
+
+@sync
+async def test_the_ranking_names_a_candidate_whole_where_the_terminal_has_room(tmp_path: Path,
+                                                                             reports: list[Path]) -> None:
+    """At 200 columns the candidate column cut "small-quant-with-a-long-name" to 18 characters
+    ("small-quant-with-a") beside half a screen of empty room. It takes the room the terminal gives; at
+    80x24 the name is cut, visibly, and the rest of the row (mean KL, tie mark, interval, bar) stays."""
+    app = create_app(reports=reports, config_dir=tmp_path / "cfg", remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        table = app.screen.query_one("#board")
+        await until(pilot, lambda: table.row_count == 3, "the ranking")
+        await settle(app, pilot)
+        row = _table_row(screen_lines(app), 1)
+        assert re.search(rf"  {LONG}  +0\.\d{{5}}  best  +\[0\.\d{{5}}, 0\.\d{{5}}\] +.*●", row), row
+        await pilot.resize_terminal(80, 24)
+        await settle(app, pilot)
+        await until(pilot, lambda: "…" in _table_row(screen_lines(app), 1), "the name cut at 80 columns")
+        lines = screen_lines(app)
+        row = _table_row(lines, 1)
+        assert re.search(r"  small-quant-with-\S*…  +0\.\d{5}  best  +\[0\.\d{5}, 0\.\d{5}\] +.*●", row), row
+        assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+        assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
+        assert "worse" in _table_row(lines, 2) and "worse" in _table_row(lines, 3), "\n".join(lines)
