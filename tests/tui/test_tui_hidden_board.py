@@ -15,7 +15,7 @@ from kldtui.formats.report import write_report
 from kldtui.stages.compare import CompareOptions, compare
 from kldtui.tui.app import KldApp, create_app
 from tests import fidelity_fixture as fx
-from tests.fixtures_tui import screen_lines, settle, sync, until
+from tests.fixtures_tui import drawn_lines, screen_lines, settle, sync, until
 
 pytest.importorskip("torch")
 
@@ -73,3 +73,29 @@ async def test_the_ranking_names_a_candidate_whole_where_the_terminal_has_room(t
         assert all(len(line) <= 80 for line in lines), "\n".join(lines)
         assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
         assert "worse" in _table_row(lines, 2) and "worse" in _table_row(lines, 3), "\n".join(lines)
+
+
+@sync
+async def test_the_difference_chart_names_each_contexts_domain_as_the_width_allows(
+        tmp_path: Path, reports: list[Path]) -> None:
+    """The per-context chart of the difference cut every domain to 5 characters ("004 code_",
+    "008 chine") before a wide empty gap at 200 columns. Whole names at 200 columns; at 80x24 as much
+    as a quarter of the chart allows, cut with "…", every row with its bar and figure."""
+    app = create_app(reports=reports, config_dir=tmp_path / "cfg", remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        await _diff_best_and_second(app, pilot)
+        text = "\n".join(screen_lines(app))
+        for label in ("000 encyclopedic_factual ", "004 code_tests_documentation_issues ", "008 chinese "):
+            assert label in text, text
+        await pilot.resize_terminal(80, 24)
+        await settle(app, pilot)
+        chart = app.screen.query_one("#diff-chart")
+        await until(pilot, lambda: chart.size.width < 80, "the chart at 80 columns")
+        rows = [row for row in drawn_lines(app, "#diff-chart")[1:] if row]
+        assert len(rows) == 12, rows
+        drawn = r"│.*█.* [+-]0\.\d+$"  # the zero line, a bar, the figure
+        assert all(len(row) <= chart.size.width and re.search(drawn, row) for row in rows), rows
+        assert rows[0].startswith("000 encyclopedic_") and "…" in rows[0], rows
+        assert rows[8].startswith("008 chinese "), rows
+        assert any(line.startswith(" 000 encyclopedic_") for line in screen_lines(app)), screen_lines(app)

@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.resultdata import Band, WindowBar
+from kldtui.tui.widgets.format import clip
 
 
 def _scale(values: Iterable[float]) -> float:
@@ -30,9 +31,10 @@ def bar_cells(length: float) -> str:
 
 class KLChart(Widget):
     """Per-window mean KL as horizontal bars, with the overall mean (``│``) and its 95 % interval
-    (``┊``) marked. Signed (a difference B − A): bars grow both ways from the zero line (``│``), the
-    mean difference is ``┃``. An interval that rests on too few windows is not drawn. Its heading
-    counts the band's unit (``KL per context`` of a hidden-state suite's report)."""
+    (``┊``) marked; a row's label is its index and as much of its domain's name as the width allows
+    (:meth:`label_width`). Signed (a difference B − A): bars grow both ways from the zero line
+    (``│``), the mean difference is ``┃``. An interval that rests on too few windows is not drawn.
+    Its heading counts the band's unit (``KL per context`` of a hidden-state suite's report)."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
@@ -50,12 +52,22 @@ class KLChart(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.bars) + 2 if self.bars else 1
 
+    LABEL_MIN = 5  # the domain's cells in a row's label however narrow the chart
+
+    def label_width(self, width: int) -> int:
+        """The cells of a row's domain name in a chart ``width`` cells wide: the longest name, at most a
+        quarter of what the labels and bars share (the bars keep the rest), at least LABEL_MIN. Every
+        name was cut to 5 ("004 code_") beside an empty half of the chart at 200 columns."""
+        longest = max((len(b.domain) for b in self.bars), default=0)
+        return max(self.LABEL_MIN, min(longest, (width - 5 - 11) // 4))
+
     def render(self) -> Text:
         label_style = self.get_component_rich_style("chart--label")
         if not self.bars:
             return Text(self.empty, style=label_style)
         width = max(30, self.size.width or 60)
-        area = max(8, width - 10 - 11)
+        label_w = self.label_width(width)
+        area = max(8, width - (label_w + 5) - 11)  # "NNN domain " before the bars, " +0.0123" after
         values = [abs(b.kl) for b in self.bars]
         if self.band is not None:
             values += [abs(v) for v in (self.band.estimate, *(self.band.interval or ())) if v is not None]
@@ -90,7 +102,7 @@ class KLChart(Widget):
         text.append(f"  full bar {'±' if self.signed else ''}{scale:.3g}", label_style)
         for bar in self.bars:
             text.append("\n")
-            text.append(f"{bar.index:03d} {bar.domain[:5]:<5} ", label_style)
+            text.append(f"{bar.index:03d} {clip(bar.domain, label_w):<{label_w}} ", label_style)
             if self.signed:
                 length = abs(bar.kl) * unit
                 cells = list(" " * area)
