@@ -99,3 +99,36 @@ async def test_the_difference_chart_names_each_contexts_domain_as_the_width_allo
         assert rows[0].startswith("000 encyclopedic_") and "…" in rows[0], rows
         assert rows[8].startswith("008 chinese "), rows
         assert any(line.startswith(" 000 encyclopedic_") for line in screen_lines(app)), screen_lines(app)
+
+
+@sync
+async def test_the_difference_says_which_to_trust_where_the_tie_column_disagrees(
+        tmp_path: Path, reports: list[Path]) -> None:
+    """Row 2's tie column said "worse" (the 12 contexts as independent units) and the difference of rows
+    1 and 2 just below it "too few source clusters (6) for a verdict" (each source once): both right by
+    their unit, read together a contradiction. The pane says which to trust, in kldtui diff's words
+    (one owner: ClusteredPaired.independent_rows_note); where the two agree, or the pair is not the
+    best's, it says nothing more."""
+    from kldtui.decide.paired import paired_diff_files
+
+    note = ("the tie column counts the 12 contexts as independent; the verdict above counts each of the 6 "
+            "source clusters once and is the one to trust where they disagree")
+    app = create_app(reports=reports, config_dir=tmp_path / "cfg", remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        await _diff_best_and_second(app, pilot)
+        lines = screen_lines(app)
+        assert "worse" in _table_row(lines, 2), "\n".join(lines)
+        verdict = [i for i, line in enumerate(lines) if line.startswith(" too few source clusters (6) for a")]
+        assert verdict and lines[verdict[0] + 1] == f" {note}", "\n".join(lines)
+        cli = paired_diff_files(reports[0], reports[2]).notes
+        said = ("contexts share sources: each row above counts the 12 contexts as independent; the verdict "
+                "counts each of the 6 source clusters once and is the one to trust where they disagree")
+        assert said in cli, cli
+        # rows 2 and 3 (mid, large): the tie column says nothing of this pair
+        await pilot.press("escape", "space", "down", "down", "space", "d")
+        await settle(app, pilot)
+        await until(pilot, lambda: any(line.startswith(" A = mid, B = large") for line in screen_lines(app)),
+                    "the difference of rows 2 and 3")
+        text = "\n".join(screen_lines(app))
+        assert "tie column" not in text, text

@@ -27,7 +27,7 @@ from kldtui.formats.report import load_report  # json only, no numpy: the viewer
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, folder_reports, unique_names
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import no_verdict_words
+from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, no_verdict_words
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -67,6 +67,20 @@ def row_verdict(row: Any, rows: int, unit: str) -> str:
     return str(row.verdict_vs_best)
 
 
+def tie_column_disagrees(mark_a: str, mark_b: str, outcome: str) -> bool:
+    """The tie column says otherwise of A and B than a verdict of ``outcome`` (A and B's, over source
+    clusters where contexts share sources): one of them is the best and the other's mark is not what
+    the verdict would make it (worse where the best is closer, tied, or no verdict). A pair without the
+    best: the column says nothing of it."""
+    if "best" not in (mark_a, mark_b) or mark_a == mark_b:
+        return False
+    other = mark_b if mark_a == "best" else mark_a
+    best_closer = "a_closer" if mark_a == "best" else "b_closer"
+    said = ("tied" if outcome in TIED_OUTCOMES else "worse" if outcome == best_closer
+            else "better" if outcome in NAMED_OUTCOMES else "no verdict")
+    return said != other
+
+
 class Delivered(Message):
     """A thread worker's result, to be shown on the app's thread (:meth:`BoardScreen.deliver`)."""
 
@@ -93,6 +107,7 @@ class BoardScreen(Screen[None]):
         # short, in the help (?) in full
         self.board_notes: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
+        self.ties: dict[str, str] = {}  # row name -> its tie mark
         self.board_unit = WINDOW_UNIT  # what the ranking's windows are called (Leaderboard.unit)
         self.noise_path: str | None = None  # the ties' noise model: --noise FILE, or the folders' one
         self.use_noise_floor = True  # kldtui view --no-noise-floor: none
@@ -336,6 +351,7 @@ class BoardScreen(Screen[None]):
             return
         self.results, self.reports = results, reports
         self.verdicts = dict(verdicts or {})
+        self.ties = dict(ties)
         self.board_unit = unit
         for pane in self.query(DiffPane):  # its placeholder counts them too, until a difference is shown
             pane.set_unit(unit)
@@ -439,7 +455,14 @@ class BoardScreen(Screen[None]):
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
         iv = diff.overall.interval
         band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, self.reports[i].unit)
-        text = f"A = {a.name}, B = {b.name}\n{diff.verdict}\nnoise model: {diff.noise_source}"
+        lines = [f"A = {a.name}, B = {b.name}", diff.verdict]
+        clustered = diff.clustered
+        marks = self.ties.get(a.name, ""), self.ties.get(b.name, "")
+        if clustered is not None and tie_column_disagrees(*marks, clustered.outcome):
+            # the tie column's "worse" over 12 contexts beside "too few source clusters (6)": say which
+            # to trust, in kldtui diff's words
+            lines.append(clustered.independent_rows_note("the tie column", "the verdict above"))
+        text = "\n".join([*lines, f"noise model: {diff.noise_source}"])
         self.deliver(self.show_diff, text, bars, band, diff.verdict)
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
