@@ -121,16 +121,42 @@ def context_token_file(index: int) -> str:
     return f"{TOKENS_DIR}/context-{index:04d}.json"
 
 
+@dataclass(frozen=True)
+class TensorKindSpec:
+    """What differs between the two kinds of tensor folder (hidden states and live logits): one home
+    for each, read by the manifest's reader and writer and the context files' writer."""
+
+    file_prefix: str  # hidden_NNNN.safetensors / logits_NNNN.safetensors
+    tensor_key: str  # the key inside each file (the manifest's default tensor_key)
+    semantic_point: str
+    kind_text: str  # the manifest's default "kind" words
+    width_field: str  # hidden_width / vocab_size
+    dtypes: tuple[str, ...]  # what its files may hold
+    extra_rows: bool  # a file may hold rows past the scored ones (hidden states of the whole context)
+    needs_head: bool  # its rows become logits only through the LM head (compare and score replay them)
+
+    def file_name(self, index: int) -> str:
+        return f"{self.file_prefix}_{index:04d}.safetensors"
+
+
+TENSOR_KINDS: dict[TensorKind, TensorKindSpec] = {
+    "hidden": TensorKindSpec("hidden", HIDDEN_KEY, SEMANTIC_HIDDEN, KIND_HIDDEN_TEXT, "hidden_width",
+                             ("BF16",), extra_rows=True, needs_head=True),
+    "logits": TensorKindSpec("logits", LIVE_KEY, SEMANTIC_LIVE, KIND_LIVE_TEXT, "vocab_size",
+                             ("BF16", "F32"), extra_rows=False, needs_head=False),
+}
+
+
 def hidden_file_name(index: int) -> str:
-    return f"hidden_{index:04d}.safetensors"
+    return TENSOR_KINDS["hidden"].file_name(index)
 
 
 def live_logits_file_name(index: int) -> str:
-    return f"logits_{index:04d}.safetensors"
+    return TENSOR_KINDS["logits"].file_name(index)
 
 
 def tensor_file_name(kind: TensorKind, index: int) -> str:
-    return hidden_file_name(index) if kind == "hidden" else live_logits_file_name(index)
+    return TENSOR_KINDS[kind].file_name(index)
 
 
 def repeat_dir(repeat: int) -> str:
@@ -550,28 +576,29 @@ def holds_hidden_states(folder: str | os.PathLike[str]) -> bool:
     return isinstance(doc, dict) and is_tensor_manifest(doc) and "hidden_width" in doc
 
 def tensor_kind(doc: Mapping[str, Any], where: str) -> TensorKind:
-    has_hidden, has_vocab = "hidden_width" in doc, "vocab_size" in doc
-    if has_hidden == has_vocab:
+    """The kind of tensor folder a manifest describes: the one whose width field it names."""
+    named = [kind for kind, spec in TENSOR_KINDS.items() if spec.width_field in doc]
+    if len(named) != 1:
         raise BadField(f"{where}: a tensor folder's manifest names exactly one of hidden_width (hidden "
                        "states) and vocab_size (logits)")
-    return "hidden" if has_hidden else "logits"
+    return named[0]
 
 
 def tensor_manifest_from_doc(p: Path, doc: dict[str, Any]) -> TensorManifest:
     where = str(p)
     kind = tensor_kind(doc, where)
-    width = _whole(doc, "hidden_width" if kind == "hidden" else "vocab_size", where, minimum=1)
+    spec = TENSOR_KINDS[kind]
+    width = _whole(doc, spec.width_field, where, minimum=1)
     context_length = _whole(doc, "context_length", where, minimum=2)
     scored = doc.get("scored_rows_per_context", context_length - 1)
     if scored != context_length - 1:
         raise BadField(f"{where}: scored_rows_per_context {scored} must be context_length - 1 "
                        f"({context_length - 1})")
-    key_default = HIDDEN_KEY if kind == "hidden" else LIVE_KEY
-    tensor_key = doc.get("tensor_key", key_default)
+    tensor_key = doc.get("tensor_key", spec.tensor_key)
     if not isinstance(tensor_key, str) or not tensor_key:
         raise BadField(f"{where}: tensor_key must be a name")
     point = doc.get("semantic_point")
-    expected_point = SEMANTIC_HIDDEN if kind == "hidden" else SEMANTIC_LIVE
+    expected_point = spec.semantic_point
     if point is not None and point != expected_point:
         raise BadField(f"{where}: semantic_point {str(point)[:60]!r} does not fit a {kind} folder "
                        f"(expected {expected_point!r})")
@@ -591,13 +618,13 @@ def tensor_manifest_from_doc(p: Path, doc: dict[str, Any]) -> TensorManifest:
             raise BadField(f"{r_where}: context {index} is listed twice")
         rows, cols = _shape(require_field(entry, "shape", list, r_where), "shape", r_where)
         dtype = require_field(entry, "dtype", str, r_where)
-        allowed = ("BF16",) if kind == "hidden" else ("BF16", "F32")
+        allowed = spec.dtypes
         if dtype not in allowed:
             raise BadField(f"{r_where}: dtype {dtype[:20]!r}: a {kind} file is {' or '.join(allowed)}")
         if cols != width:
             raise BadField(f"{r_where}: shape {[rows, cols]} does not match the folder's width {width}")
-        if rows < scored if kind == "hidden" else rows != scored:
-            need = f"at least {scored}" if kind == "hidden" else f"exactly {scored}"
+        if rows < scored if spec.extra_rows else rows != scored:
+            need = f"at least {scored}" if spec.extra_rows else f"exactly {scored}"
             raise BadField(f"{r_where}: {rows} rows; a context of {context_length} tokens needs {need}")
         size = _whole(entry, "size_bytes", r_where)
         payload = rows * cols * DTYPES[dtype].itemsize
@@ -1094,7 +1121,7 @@ def write_tensor_file(path: str | os.PathLike[str], key: str, array: np.ndarray,
 def tensor_metadata(kind: TensorKind, window: WindowSpec) -> dict[str, str]:
     """A hidden or live-logits file's safetensors metadata."""
     return {"context_index": str(window.index), "token_ids_json_sha256": window.token_ids_json_sha256,
-            "semantic_point": SEMANTIC_HIDDEN if kind == "hidden" else SEMANTIC_LIVE}
+            "semantic_point": TENSOR_KINDS[kind].semantic_point}
 
 
 def write_context_tensor(folder: str | os.PathLike[str], kind: TensorKind, window: WindowSpec,
@@ -1102,12 +1129,12 @@ def write_context_tensor(folder: str | os.PathLike[str], kind: TensorKind, windo
     """One context's hidden-state (``[rows >= context_length - 1, hidden]``) or live-logits
     (``[context_length - 1, vocab]``) file in ``folder``, with the published name and metadata."""
     rows = int(array.shape[0])
-    if rows < window.scored_positions or (kind == "logits" and rows != window.scored_positions):
+    spec = TENSOR_KINDS[kind]
+    if rows < window.scored_positions or (not spec.extra_rows and rows != window.scored_positions):
         raise BadInput(f"{folder}: {window.label}: {rows} rows; the context needs "
                        f"{window.scored_positions}")
     Path(folder).mkdir(parents=True, exist_ok=True)
-    return write_tensor_file(Path(folder) / tensor_file_name(kind, window.index),
-                             HIDDEN_KEY if kind == "hidden" else LIVE_KEY, array,
+    return write_tensor_file(Path(folder) / spec.file_name(window.index), spec.tensor_key, array,
                              tensor_metadata(kind, window), dtype=dtype)
 
 
@@ -1143,13 +1170,13 @@ def write_tensor_manifest(folder: str | os.PathLike[str], kind: TensorKind, suit
     doc: dict[str, Any] = {
         **dict(extra or {}),
         "context_length": suite.context_length, "created_utc": created_utc or utc_now(), "format_version": 1,
-        "kind": kind_text or (KIND_HIDDEN_TEXT if kind == "hidden" else KIND_LIVE_TEXT), "run_name": run_name,
+        "kind": kind_text or TENSOR_KINDS[kind].kind_text, "run_name": run_name,
         "runtime_manifest": runtime_manifest, "runtime_manifest_sha256": runtime_manifest_sha256,
-        "semantic_point": SEMANTIC_HIDDEN if kind == "hidden" else SEMANTIC_LIVE,
+        "semantic_point": TENSOR_KINDS[kind].semantic_point,
         "scored_rows_per_context": suite.context_length - 1,
         "suite_token_hash_sha256": suite.suite_token_hash_sha256,
-        "tensor_key": HIDDEN_KEY if kind == "hidden" else LIVE_KEY,
-        ("hidden_width" if kind == "hidden" else "vocab_size"): width,
+        "tensor_key": TENSOR_KINDS[kind].tensor_key,
+        TENSOR_KINDS[kind].width_field: width,
         "contexts": items, "total_size_bytes": sum(int(r["size_bytes"]) for r in items),
     }
     path = Path(folder) / TENSOR_MANIFEST
@@ -1397,7 +1424,8 @@ __all__ = [
     "live_logits_file_name", "load_lm_head", "load_tensor_manifest", "load_top_manifest",
     "logits_manifest_from_contexts", "parse_checksums", "read_checksums", "read_partitions",
     "reference_head_dir", "repeat_dir", "replay_output_of",
-    "suite_from_contexts", "tensor_file_name", "tensor_manifest_from_doc", "tensor_metadata", "tensor_record",
+    "suite_from_contexts", "TENSOR_KINDS", "TensorKindSpec",
+    "tensor_file_name", "tensor_manifest_from_doc", "tensor_metadata", "tensor_record",
     "write_checksums", "write_context_suite", "write_context_tensor", "write_lm_head", "write_tensor_file",
     "write_tensor_manifest", "write_top_manifest",
 ]

@@ -431,7 +431,9 @@ def load_side(folder: str | os.PathLike[str], role: Role, *, lm_head: str | os.P
         manifest_path, doc = _read_manifest_doc(manifest_path.parent / top.hidden_manifest)
         suite_dir = suite_dir or top.path.parent
     with remedy(LOGITS_DAMAGED):
-        hidden = fid.is_tensor_manifest(doc) and fid.tensor_kind(doc, str(manifest_path)) == "hidden"
+        # a folder of hidden states becomes logits through a head (fidelity.TENSOR_KINDS)
+        hidden = (fid.is_tensor_manifest(doc)
+                  and fid.TENSOR_KINDS[fid.tensor_kind(doc, str(manifest_path))].needs_head)
         manifest = fid.tensor_manifest_from_doc(manifest_path, doc) if hidden else None
     if manifest is not None:
         return HiddenSide(manifest, _head_for(role, manifest, lm_head, suite_dir), role, replay_dtype)
