@@ -299,8 +299,12 @@ def api_key(config: ServerConfig) -> str | None:
     return value
 
 
-# server_identity's key for the fingerprint of the weights' files (kldtui.formats.weights_identity)
+# server_identity's keys for the fingerprints of the weights' files (kldtui.formats.weights_identity):
+# their ends, and the blocks between (recorded from the version that samples them; a record of an
+# earlier version has the first only, and is compared on that)
 WEIGHTS_CONTENT = "weights_content"
+WEIGHTS_INTERIOR = "weights_interior"
+WEIGHTS_KEYS = {WEIGHTS_CONTENT: "content", WEIGHTS_INTERIOR: "interior"}
 
 
 def server_identity(config: ServerConfig) -> dict[str, Any]:
@@ -320,15 +324,17 @@ def server_identity(config: ServerConfig) -> dict[str, Any]:
             return {str(k): plain(v) for k, v in sorted(value.items())}
         return value
 
-    from kldtui.formats.weights_identity import weights_content
+    from kldtui.formats.weights_identity import weights_content, weights_interior
 
     identity = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)
                 if f.metadata.get("identity", True)}
     # the weights' content, where they are local files: a model quantized again into the same file
     # name is another candidate although no setting changed
-    content = weights_content(config.weights_path())
-    if content is not None:
-        identity[WEIGHTS_CONTENT] = content
+    weights = config.weights_path()
+    for key, fingerprint in ((WEIGHTS_CONTENT, weights_content), (WEIGHTS_INTERIOR, weights_interior)):
+        content = fingerprint(weights)
+        if content is not None:
+            identity[key] = content
     # recorded in capture records and manifests: a secret among the arguments (--api-key) never is;
     # the same redaction on both sides keeps the comparison exact
     redacted: dict[str, Any] = redact_json(identity)
@@ -340,15 +346,18 @@ def identity_changes(recorded: Any, now: Mapping[str, Any]) -> str | None:
     when it does not. A recorded value that is not an object (a hand-edited file) differs."""
     if not isinstance(recorded, dict):
         return None if recorded is None else "its recorded server settings cannot be read"
-    said = []
+    said, weights = [], []
     for key in sorted(set(recorded) | set(now)):
         was, is_ = recorded.get(key), now.get(key)
-        if key == WEIGHTS_CONTENT:
-            # recorded by versions that fingerprint the weights, and only where their files were there
+        if key in WEIGHTS_KEYS:
+            # recorded by versions that fingerprint the weights (the interior from a later one), and
+            # only where their files were there
             if was is not None and is_ is not None and was != is_:
-                said.append(f"the weights' files changed (content {_shown(was)}, now {_shown(is_)})")
+                weights.append(f"{WEIGHTS_KEYS[key]} {_shown(was)}, now {_shown(is_)}")
         elif was != is_:
             said.append(f"{key} {_shown(was)}, now {_shown(is_)}")
+    if weights:
+        said.append(f"the weights' files changed ({'; '.join(weights)})")
     return "; ".join(said) or None
 
 
