@@ -19,6 +19,30 @@ def _scale(values: Iterable[float]) -> float:
     return top if top > 0 else 1.0
 
 
+def signed_layout(values: Iterable[float], area: int) -> tuple[int, float]:
+    """Where a signed chart's zero line sits in its ``area`` cells and how many cells one unit of value
+    spans, one scale for both signs: the cells beside the zero line are split as the largest negative
+    and the largest positive of ``values`` need (non-finite ones left out). All positive: the zero
+    line is the first column and the bars have all the rest; all negative: it is the last column; a
+    side with any value keeps at least one cell. (Half the area was kept for negative differences
+    that were not there: at 200 columns most of the chart was an empty gap.)"""
+    finite = [v for v in values if math.isfinite(v)]
+    neg = max([-v for v in finite if v < 0], default=0.0)
+    pos = max([v for v in finite if v > 0], default=0.0)
+    cells = area - 1  # beside the zero line
+    if not neg and not pos:
+        return 0, float(cells)  # nothing to draw: a full bar is 1
+
+    def unit(zero: int) -> float:
+        return min(zero / neg if neg else math.inf, (cells - zero) / pos if pos else math.inf)
+
+    ideal = cells / (1 + pos / neg) if neg else 0.0  # neg's share of the cells (no sum to overflow)
+    low, high = (1 if neg else 0), (cells - 1 if pos else cells)
+    choices = {min(high, max(low, z)) for z in (math.floor(ideal), math.ceil(ideal))}
+    zero = max(sorted(choices), key=unit)  # the one that leaves the longer scale
+    return zero, unit(zero)
+
+
 def bar_cells(length: float) -> str:
     """A horizontal bar ``length`` cells long, in eighths of a cell."""
     eighths = " ▏▎▍▌▋▊▉█"
@@ -33,7 +57,9 @@ class KLChart(Widget):
     """Per-window mean KL as horizontal bars, with the overall mean (``│``) and its 95 % interval
     (``┊``) marked; a row's label is its index and as much of its domain's name as the width allows
     (:meth:`label_width`). Signed (a difference B − A): bars grow both ways from the zero line
-    (``│``), the mean difference is ``┃``. An interval that rests on too few windows is not drawn.
+    (``│``), which sits where :func:`signed_layout` puts it (the first column when every difference is
+    positive, the last when every one is negative), and the mean difference is ``┃``; the heading
+    says what a bar that fills its side is worth. An interval that rests on too few windows is not drawn.
     Its heading counts the band's unit (``KL per context`` of a hidden-state suite's report)."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
@@ -68,16 +94,16 @@ class KLChart(Widget):
         width = max(30, self.size.width or 60)
         label_w = self.label_width(width)
         area = max(8, width - (label_w + 5) - 11)  # "NNN domain " before the bars, " +0.0123" after
-        values = [abs(b.kl) for b in self.bars]
+        values = [b.kl for b in self.bars]
         if self.band is not None:
-            values += [abs(v) for v in (self.band.estimate, *(self.band.interval or ())) if v is not None]
-        scale = _scale(values)
-        half = area // 2 if self.signed else 0
-        unit = (area - half - 1 if self.signed else area) / scale
+            values += [v for v in (self.band.estimate, *(self.band.interval or ())) if v is not None]
+        scale = _scale(abs(v) for v in values)
+        # signed: the zero line where the values' signs put it, one scale both ways
+        zero, unit = signed_layout(values, area) if self.signed else (0, area / scale)
 
         def col(v: float) -> int:
-            return half + int(min(area - 1, max(0.0, round(abs(v) * unit)))) if not self.signed else \
-                max(0, min(area - 1, half + int(round(v * unit))))
+            return int(min(area - 1, max(0.0, round(abs(v) * unit)))) if not self.signed else \
+                max(0, min(area - 1, zero + int(round(v * unit))))
 
         marks: dict[int, tuple[str, str]] = {}
         interval = self.band.interval if self.band is not None else None
@@ -87,8 +113,8 @@ class KLChart(Widget):
                 for c in range(col(interval[0]), col(interval[1]) + 1):
                     marks[c] = ("┊", "chart--band")
             marks[col(self.band.estimate)] = (mean_glyph, "chart--mean")
-        if self.signed:
-            marks.setdefault(half, ("│", "chart--label"))
+        if self.signed and marks.get(zero, ("", ""))[1] != "chart--mean":
+            marks[zero] = ("│", "chart--label")  # an interval across zero still shows where zero is
         text = Text(no_wrap=True, overflow="crop")
         called = self.band.unit if self.band is not None else WINDOW_UNIT  # a hidden-state suite's: context
         head = f"KL per {called}" if not self.signed else f"B − A per {called}"
@@ -99,22 +125,26 @@ class KLChart(Widget):
             text.append(f"  {mean_glyph} mean", label_style)
         if interval is not None:
             text.append("  ┊ 95% CI", label_style)
-        text.append(f"  full bar {'±' if self.signed else ''}{scale:.3g}", label_style)
+        if self.signed:  # what a bar that fills its side of the zero line is worth, each side drawn
+            ends = ([f"{-zero / unit:+.3g}"] if zero > 0 else []) + \
+                ([f"{(area - 1 - zero) / unit:+.3g}"] if zero < area - 1 else [])
+            text.append(f"  full bar {' / '.join(ends)}", label_style)
+        else:
+            text.append(f"  full bar {scale:.3g}", label_style)
         for bar in self.bars:
             text.append("\n")
             text.append(f"{bar.index:03d} {clip(bar.domain, label_w):<{label_w}} ", label_style)
             if self.signed:
-                length = abs(bar.kl) * unit
                 cells = list(" " * area)
                 styles = [""] * area
+                length = abs(bar.kl) * unit if math.isfinite(bar.kl) else 0.0  # no bar for nan or inf
                 if bar.kl >= 0:
-                    body = bar_cells(length)
-                    for i, ch in enumerate(body[: area - half - 1]):
-                        cells[half + 1 + i], styles[half + 1 + i] = ch, "chart--bar"
+                    body = bar_cells(min(length, area - 1 - zero))
+                    for i, ch in enumerate(body):
+                        cells[zero + 1 + i], styles[zero + 1 + i] = ch, "chart--bar"
                 else:
-                    n = min(half, int(round(length)))
-                    for i in range(n):
-                        cells[half - 1 - i], styles[half - 1 - i] = "█", "chart--neg"
+                    for i in range(min(zero, int(round(length)))):
+                        cells[zero - 1 - i], styles[zero - 1 - i] = "█", "chart--neg"
             else:
                 body = bar_cells(min(area, bar.kl * unit))
                 cells = list(body.ljust(area))[:area]

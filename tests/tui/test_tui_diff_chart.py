@@ -1,0 +1,169 @@
+"""The difference chart (key d): its bars take the width the differences need, on one scale.
+
+Every difference positive (or every one negative) kept half the bar area empty for the other sign:
+at 200 columns most of the chart was a gap. Each test reads the chart as text, as the user sees it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+from textual.app import App, ComposeResult
+
+from kldtui.tui.app import create_app
+from kldtui.tui.resultdata import Band, WindowBar
+from kldtui.tui.widgets import KLChart
+from kldtui.tui.widgets.kl_chart import signed_layout
+from tests.fixtures_decide import make_report, suite_domains, write_report
+from tests.fixtures_tui import settle, sync
+
+EIGHTHS = {"█": 1.0, "▉": 7 / 8, "▊": 6 / 8, "▋": 5 / 8, "▌": 4 / 8, "▍": 3 / 8, "▎": 2 / 8, "▏": 1 / 8}
+
+
+class _One(App[None]):
+    def compose(self) -> ComposeResult:
+        yield KLChart(empty="no difference shown yet")
+
+
+async def _chart(width: int, values: list[float], band: Band | None = None,
+                 domain: str = "prose") -> str:
+    """The difference chart of ``values`` as text, ``width`` cells wide."""
+    app = _One()
+    async with app.run_test(size=(width, len(values) + 6)) as pilot:
+        chart = app.query_one(KLChart)
+        chart.set_data([WindowBar(i, domain, v) for i, v in enumerate(values)], band, signed=True)
+        await pilot.pause()
+        assert chart.size.width == width
+        return chart.render().plain
+
+
+def _rows(text: str, values: list[float], domain: str = "prose") -> tuple[str, list[str]]:
+    """The heading, and each row's bar area (the cells between its label and its number)."""
+    head, *rows = text.splitlines()
+    areas = []
+    for row, v in zip(rows, values, strict=True):
+        match = re.fullmatch(rf"\d{{3}} {re.escape(domain)} +?(.*) {re.escape(f'{v:+.4g}')}", row)
+        assert match, row
+        areas.append(match.group(1))
+    assert len({len(a) for a in areas}) == 1, areas  # one bar area, as wide on every row
+    return head, areas
+
+
+def _zero(area: str) -> int:
+    assert area.count("│") == 1, area
+    return area.index("│")
+
+
+def _right(area: str, zero: int) -> float:
+    """The bar's length right of the zero line, in cells (eighths counted)."""
+    cells = area[zero + 1:].rstrip()
+    assert all(c in EIGHTHS for c in cells), area
+    return sum(EIGHTHS[c] for c in cells)
+
+
+def _left(area: str, zero: int) -> int:
+    cells = area[:zero].lstrip()
+    assert set(cells) <= {"█"}, area
+    return len(cells)
+
+
+def _full_bar(head: str) -> list[float]:
+    words = head.split("full bar ")[1]
+    return [float(w) for w in words.split(" / ")]
+
+
+@sync
+async def test_all_positive_differences_use_the_whole_width_from_a_zero_line_at_the_left() -> None:
+    values = [0.001, 0.002, 0.004, 0.003, 0.0005]
+    head, areas = _rows(await _chart(200, values), values)
+    area = len(areas[0])
+    assert area > 150  # the labels and numbers take the rest of 200 columns
+    assert all(_zero(a) == 0 for a in areas)  # no column left of zero: nothing is there to draw
+    lengths = [_right(a, 0) for a in areas]
+    assert lengths[2] >= area - 2  # the largest difference fills the bar area
+    for v, length in zip(values, lengths, strict=True):  # one scale: length proportional to value
+        assert abs(length - v / 0.004 * lengths[2]) <= 0.5, (v, length)
+    assert "±" not in head
+    (end,) = _full_bar(head)  # a bar that fills the area: the largest difference, said as positive
+    assert end > 0 and math.isclose(end, 0.004, rel_tol=0.02), head
+
+
+@sync
+async def test_all_negative_differences_grow_left_from_a_zero_line_at_the_right() -> None:
+    values = [-0.001, -0.002, -0.004, -0.003]
+    head, areas = _rows(await _chart(200, values), values)
+    area = len(areas[0])
+    assert all(_zero(a) == area - 1 for a in areas)  # nothing right of zero
+    lengths = [_left(a, area - 1) for a in areas]
+    assert lengths[2] == area - 1  # the largest difference reaches the area's left end
+    for v, length in zip(values, lengths, strict=True):
+        assert abs(length - v / -0.004 * (area - 1)) <= 1, (v, length)
+    (end,) = _full_bar(head)
+    assert end < 0 and math.isclose(end, -0.004, rel_tol=0.02), head
+
+
+@sync
+async def test_mixed_signs_put_the_zero_line_where_the_largest_of_each_side_puts_it() -> None:
+    values = [-0.001, 0.003, 0.0015, -0.0005]
+    head, areas = _rows(await _chart(200, values), values)
+    area = len(areas[0])
+    zero = _zero(areas[0])
+    assert all(_zero(a) == zero for a in areas)
+    assert abs(zero - (area - 1) / 4) <= 1, (zero, area)  # 0.001 of 0.004: a quarter, not the middle
+    neg, pos = _left(areas[0], zero), _right(areas[1], zero)
+    assert neg >= zero - 1 and pos >= area - 1 - zero - 1  # both sides used to their ends
+    assert abs(pos / neg - 3) < 0.3  # one scale for both signs
+    assert abs(_right(areas[2], zero) - pos / 2) <= 0.5 and abs(_left(areas[3], zero) - neg / 2) <= 1
+    low, high = _full_bar(head)  # each side's full bar, as drawn
+    assert math.isclose(low, -zero / (area - 1 - zero) * high, rel_tol=1e-2), head
+    assert low <= -0.001 and high >= 0.003 and math.isclose(min(-low / 0.001, high / 0.003), 1, rel_tol=0.02)
+
+
+@sync
+async def test_the_mean_and_its_interval_are_on_the_bars_scale_and_the_zero_line_stays_in_sight() -> None:
+    values = [0.002, 0.004, 0.001, 0.003]
+    band = Band(0.0025, -0.001, 0.006, windows=32)  # the interval crosses zero though no bar does
+    head, areas = _rows(await _chart(120, values, band), values)
+    area = len(areas[0])
+    assert "┃ mean" in head and "┊ 95% CI" in head
+    for a in areas:
+        zero = _zero(a)  # the interval across zero does not hide the zero line
+        unit = (area - 1) / 0.007  # the interval's ends set the scale: -0.001 to +0.006
+        assert abs(zero - 0.001 * unit) <= 1
+        assert abs(a.index("┃") - (zero + 0.0025 * unit)) <= 1
+        assert abs(a.index("┊") - (zero - 0.001 * unit)) <= 1 and a.rindex("┊") >= area - 2
+
+
+def test_signed_layout_edges() -> None:
+    assert signed_layout([0.0, 0.0], 50) == (0, 49.0)  # nothing drawn: a full bar is 1
+    zero, unit = signed_layout([1.0, -1e-6], 50)  # a side with a value keeps a cell for it
+    assert zero == 1 and unit * 1.0 <= 48
+    zero, unit = signed_layout([2.0, -1.0, math.nan, math.inf], 31)  # non-finite ones left out
+    assert (zero, unit) == (10, 10.0)
+
+
+@sync
+async def test_viewer_difference_of_a_worse_candidate_fills_the_pane_at_200_columns(tmp_path: Path) -> None:
+    domains = suite_domains(32)
+    base = np.random.default_rng(4).gamma(4.0, 0.0025, 32)
+    a = write_report(tmp_path / "a.json", make_report(base, domains, candidate_dir="/runs/a"))
+    worse = base + np.linspace(0.001, 0.004, 32)  # B is worse on every window
+    b = write_report(tmp_path / "b.json", make_report(worse, domains, candidate_dir="/runs/b"))
+    app = create_app(reports=[a, b], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("d")
+        await settle(app, pilot)
+        chart = app.query_one("#diff-chart", KLChart)
+        assert chart.signed and all(bar.kl > 0 for bar in chart.bars)
+        text = chart.render().plain
+        width, label = chart.size.width, chart.label_width(chart.size.width)
+    rows = text.splitlines()[1:]
+    start = 4 + label + 1  # "NNN domain ": the bar area begins right after the label
+    assert all(row[start] == "│" for row in rows), rows  # the zero line first: no empty half before it
+    area = width - start - 11  # " +0.0123" after the bars
+    longest = max(rows, key=lambda r: r.count("█"))
+    assert max(longest.rindex(c) for c in EIGHTHS if c in longest) >= start + area - 2, longest
