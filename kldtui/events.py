@@ -111,6 +111,12 @@ class WindowState(Event):
         own progress tasks (``WindowSpec.name``), whose bars go once it reaches a final state."""
         return self.label.split(" (", 1)[0] if self.label else f"window {self.window_index:03d}"
 
+    @property
+    def unit(self) -> str:
+        """What the window is called, the first word of its name (``window``, a hidden-state suite's
+        ``context``: ``WindowSpec.unit``): the dashboard names the run's units by it."""
+        return self.name.split(" ", 1)[0]
+
     def describe(self) -> str:
         """The window's line in a log (the dashboard's and ``--batch``'s):
         ``window 003 (code) compared, mean KL 0.0273169, top-1 90.22 %``."""

@@ -245,11 +245,17 @@ WINDOW_UNIT, CONTEXT_UNIT = "window", "context"
 COUNT_TASKS = tuple(f"{unit_name(contexts)}s" for contexts in (False, True))
 
 
+def unit_of(windows: Sequence[WindowSpec]) -> str:
+    """What one of ``windows`` is called: ``window``, or a hidden-state suite's ``context``
+    (:attr:`WindowSpec.unit`; ``window`` when there are none)."""
+    return windows[0].unit if windows else unit_name(contexts=False)
+
+
 def units_of(windows: Sequence[WindowSpec]) -> str:
     """What ``windows`` are called together: ``windows``, or a hidden-state suite's ``contexts``
-    (:attr:`WindowSpec.unit`); the count tasks and stage lines say it, so ``--batch`` and the
+    (:func:`unit_of`); the count tasks and stage lines say it, so ``--batch`` and the
     dashboard name a suite's units as its messages do."""
-    return f"{windows[0].unit if windows else unit_name(contexts=False)}s"
+    return f"{unit_of(windows)}s"
 
 
 @dataclass(frozen=True)

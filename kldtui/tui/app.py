@@ -20,6 +20,7 @@ from textual.theme import Theme
 
 from kldtui import stop_signals
 from kldtui.formats.report_names import FolderNoise
+from kldtui.formats.suite import WindowSpec, unit_of
 from kldtui.formats.untrusted_json import printable
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import ShownCandidate
@@ -150,6 +151,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     workspace: Workspace | None = None
     profile_name: str | None = None
     candidate: ShownCandidate | None = None  # a campaign's: which candidate ``workspace`` holds
+    unit: str | None = None  # what the suite's windows are called (a hidden-state suite's: context)
     if profile is not None:
         from kldtui.workflow.campaign import shown_candidate, shown_workspace
 
@@ -160,7 +162,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
         profile_name = str(profile.path) if profile.path else None
         if pipeline_factory is None:
             pipeline_factory = _pipeline_factory_for(profile)
-        windows = list(windows) or _profile_windows(profile)
+        specs = _profile_windows(profile)
+        windows = list(windows) or [(w.index, w.domain) for w in specs]
+        unit = unit_of(specs) if specs else None
         if not reports:
             reports = [str(p) for p in workspace.earlier_reports()]
         if own_report is None:
@@ -174,9 +178,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     if pipeline_factory is not None:
         dashboard = DashboardScreen(pipeline_factory, report_paths=paths, own_report=own_report,
                                     windows=list(windows), autostart=autostart, workspace=workspace,
-                                    profile_name=profile_name, candidate=candidate)
+                                    profile_name=profile_name, candidate=candidate, unit=unit)
         if abort is not None:  # early abort: the rail says so before the run
-            dashboard.model.stages["compare"].detail = f"aborts if a window's KL > {abort:g}"
+            dashboard.model.stages["compare"].detail = f"aborts if a {dashboard.model.unit}'s KL > {abort:g}"
         if profile is not None and profile.is_campaign and profile.workspace().noise_model_path.is_file():
             brought = (*brought, profile.workspace().noise_model_path)  # the campaign's measured model
         main = dashboard
@@ -202,14 +206,13 @@ def _pipeline_factory_for(profile: Any) -> PipelineFactory:
     return factory
 
 
-def _profile_windows(profile: Any) -> list[tuple[int, str]]:
-    """(index, domain) of the windows the profile will run, from the suite manifest (no token file
-    is read)."""
+def _profile_windows(profile: Any) -> list[WindowSpec]:
+    """The windows the profile will run, from the suite manifest (no token file is read)."""
     from kldtui.formats.suite import load_suite
 
     try:
         suite = load_suite(profile.workspace().suite_dir)  # a campaign's candidates share it
-        return [(w.index, w.domain) for w in suite.select(profile.run.start_window, profile.run.stop_window)]
+        return suite.select(profile.run.start_window, profile.run.stop_window)
     except Exception:  # noqa: BLE001 - not downloaded yet: the grid fills from events
         return []
 

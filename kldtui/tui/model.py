@@ -29,6 +29,7 @@ from kldtui.events import (
     WindowState,
 )
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.text import top_k, window_span
 from kldtui.workflow.state import RunState
 
@@ -147,6 +148,9 @@ class DashboardModel:
     def __init__(self) -> None:
         self.stages: dict[str, StageView] = {name: StageView(name) for name in STAGES}
         self.windows: dict[int, WindowView] = {}
+        # what the run's windows are called: the suite's (kldtui.formats.suite.unit_of; a hidden-state
+        # suite's "context"), from the suite when the dashboard opens, else from the windows' events
+        self.unit = WINDOW_UNIT
         self.progress: dict[tuple[str, str], Progress] = {}
         self.log: deque[tuple[str, str]] = deque(maxlen=LOG_LIMIT)  # (level, text)
         self.log_serial = 0  # count of lines ever appended (to find new ones)
@@ -284,6 +288,8 @@ class DashboardModel:
             self.dirty.add("progress")
 
     def apply_window(self, event: WindowState) -> None:
+        if event.label:  # named by its WindowSpec: "context 0003 (chinese)" of a hidden-state suite
+            self.set_unit(event.unit)
         win = self.windows.get(event.window_index)
         if win is None:
             win = self.windows[event.window_index] = WindowView(event.window_index)
@@ -316,8 +322,18 @@ class DashboardModel:
                 win.state = win.settled
         self.dirty |= {"stages", "progress", "windows"}
 
-    def set_windows(self, windows: list[tuple[int, str]]) -> None:
-        """Pre-populate the grid (index, domain) from the suite before any event arrived."""
+    def set_unit(self, unit: str) -> None:
+        """The run's windows are called ``unit`` (``window``; a hidden-state suite's ``context``): the
+        cards, the grid's title, the resume lines and the Result tab say it."""
+        if unit != self.unit:
+            self.unit = unit
+            self.dirty |= {"unit", "stages", "windows", "live"}
+
+    def set_windows(self, windows: list[tuple[int, str]], unit: str | None = None) -> None:
+        """Pre-populate the grid (index, domain) from the suite before any event arrived; ``unit``:
+        what the suite's windows are called (kldtui.formats.suite.unit_of), when known."""
+        if unit is not None:
+            self.set_unit(unit)
         for index, domain in windows:
             self.windows.setdefault(index, WindowView(index, domain))
         self.windows = dict(sorted(self.windows.items()))
@@ -353,7 +369,7 @@ class DashboardModel:
             view = self.stages[stage]
             view.state = "done" if n >= total else "stopped"
             view.figures = {}  # the card counts the windows (card_figures)
-            view.detail = "" if n >= total else f"{n} of {total} windows; r resumes"
+            view.detail = "" if n >= total else f"{n} of {total} {self.unit}s; r resumes"
 
         if state.reference_ready:
             self.stages["reference"].state = "done"
@@ -452,16 +468,15 @@ class DashboardModel:
     def card_figures(self, stage: str) -> dict[str, Any]:
         """The figures a stage's card shows: its own, and for capture, finalize and compare the
         windows of the run that reached that stage (counted from the grid, so a resumed run counts
-        what an earlier one left on disk, not only this session's work)."""
+        what an earlier one left on disk, not only this session's work). The windows' figure is
+        named as the run's windows are called (``contexts 3/12`` of a hidden-state suite)."""
         view = self.stages[stage]
         figures = dict(view.figures)
         counted = STAGE_WINDOW_STATE.get(stage)
-        if counted is None or not self.windows:
-            return figures
-        if view.state == "idle":
-            return figures
-        n = self.windows_reached(counted)
-        for key in ("captured", "skipped", "windows", "compared", "kept", "bytes"):
-            figures.pop(key, None)
-        count = {"windows": f"{n}/{len(self.windows)}"}
-        return {**figures, **count} if stage == "compare" else {**count, **figures}
+        if counted is not None and self.windows and view.state != "idle":
+            n = self.windows_reached(counted)
+            for key in ("captured", "skipped", "windows", "compared", "kept", "bytes"):
+                figures.pop(key, None)
+            count = {"windows": f"{n}/{len(self.windows)}"}
+            figures = {**figures, **count} if stage == "compare" else {**count, **figures}
+        return {f"{self.unit}s" if k == "windows" else k: v for k, v in figures.items()}

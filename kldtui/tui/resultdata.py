@@ -273,8 +273,10 @@ def _provenance(report: ComparisonReport) -> Provenance:
         suite_hash=report.suite_token_hash_sha256, verified=verified)
 
 
-def live_result(windows: list[tuple[int, str, float]], name: str = "live") -> ResultData:
-    """A partial result from windows compared so far (no intervals yet)."""
+def live_result(windows: list[tuple[int, str, float]], name: str = "live",
+                unit: str = WINDOW_UNIT) -> ResultData:
+    """A partial result from windows compared so far (no intervals yet); ``unit``: what the run's
+    windows are called (the dashboard's, a hidden-state suite's ``context``)."""
     bars = [WindowBar(i, d, k) for i, d, k in sorted(windows)]
     counts: dict[str, list[float]] = {}
     for b in bars:
@@ -282,7 +284,9 @@ def live_result(windows: list[tuple[int, str, float]], name: str = "live") -> Re
     return ResultData(
         name=name,
         live=True,
-        kl=Band(sum(b.kl for b in bars) / len(bars)) if bars else None,  # no interval until the report
+        # no interval until the report
+        kl=Band(sum(b.kl for b in bars) / len(bars), unit=unit) if bars else None,
         windows=bars,
-        domains=[DomainRow(d, len(v), Band(sum(v) / len(v))) for d, v in counts.items()],
+        domains=[DomainRow(d, len(v), Band(sum(v) / len(v), unit=unit)) for d, v in counts.items()],
+        unit=unit,
     )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kldtui.errors import KldError
 from kldtui.formats.safe_io import read_text
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -192,9 +193,10 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
 
 
 def next_steps(report_path: Path, window_range: tuple[int, int] | None = None,
-               suite_windows: int = 0, profile: str | None = None) -> list[str]:
+               suite_windows: int = 0, profile: str | None = None, *, unit: str = WINDOW_UNIT) -> list[str]:
     """What to do after a run wrote ``report_path``: one short line each (the commands as this
-    kldtui was started: ``.venv/bin/kldtui`` where it is not on PATH)."""
+    kldtui was started: ``.venv/bin/kldtui`` where it is not on PATH); ``unit``: what the suite's
+    windows are called (the report's, :attr:`ComparisonReport.unit`: a hidden-state suite's context)."""
     from kldtui.text import kldtui_command
 
     kldtui = kldtui_command()
@@ -204,6 +206,6 @@ def next_steps(report_path: Path, window_range: tuple[int, int] | None = None,
     if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
         where = f" in {profile}" if profile else ""
         # a quick run of a few windows: the whole suite next (finished windows are reused)
-        lines.append(f"      all {suite_windows} windows: [run] start_window = 0, stop_window = "
+        lines.append(f"      all {suite_windows} {unit}s: [run] start_window = 0, stop_window = "
                      f"{suite_windows}{where}")
     return lines

@@ -78,7 +78,7 @@ def _next_steps(path: Path, report: ComparisonReport, suite_windows: int, profil
     except (ValueError, OSError):
         pass
     where = str(profile.path) if profile is not None and profile.path else None
-    return "\n".join(next_steps(shown, window_range, suite_windows, where))
+    return "\n".join(next_steps(shown, window_range, suite_windows, where, unit=report.unit))
 
 
 def run_pipeline_batch(profile: Profile, output: OutputOptions) -> int:

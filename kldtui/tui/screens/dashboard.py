@@ -173,7 +173,8 @@ class DashboardScreen(BoardScreen):
     def __init__(self, pipeline_factory: PipelineFactory, *, report_paths: list[Path],
                  own_report: Path | None = None, windows: list[tuple[int, str]] | None = None,
                  autostart: bool = False, workspace: Workspace | None = None,
-                 profile_name: str | None = None, candidate: ShownCandidate | None = None) -> None:
+                 profile_name: str | None = None, candidate: ShownCandidate | None = None,
+                 unit: str | None = None) -> None:
         super().__init__(report_paths)
         self.workspace = workspace  # read on mount: a reopened work folder shows what it holds
         self.workspace_candidate = candidate  # a campaign's: which candidate ``workspace`` holds
@@ -187,7 +188,8 @@ class DashboardScreen(BoardScreen):
         # campaign reports that failed to load, by absolute path: the file's (size, mtime_ns) then; a campaign
         # update tries one again (and says so again) only once the file has changed
         self._campaign_reports_failed: dict[str, tuple[int, int] | None] = {}
-        self.model.set_windows(list(windows or []))
+        # ``unit``: what the suite's windows are called (a hidden-state suite's contexts), when known
+        self.model.set_windows(list(windows or []), unit)
         self.model.take_dirty()
         self.cancel = ResettableCancel()
         self.bridge = EventBridge(self)
@@ -200,7 +202,7 @@ class DashboardScreen(BoardScreen):
         yield StageRail(id="rail")
         with Horizontal(id="body"):
             with VerticalScroll(id="left"):
-                yield Static("Windows", classes="section-title")
+                yield Static(self.grid_title(), classes="section-title", id="grid-title")
                 yield WindowGrid(self.model, id="grid")
             with TabbedContent(id="tabs", initial="log"):
                 with TabPane("Log", id="log"):
@@ -216,6 +218,10 @@ class DashboardScreen(BoardScreen):
                     yield DiffPane(id="diffpane")
         yield ProgressPanel(self.model, id="progress")
         yield Footer()
+
+    def grid_title(self) -> str:
+        """The grid's heading: the run's windows as the suite calls them (``Contexts``)."""
+        return f"{self.model.unit.capitalize()}s"
 
     def on_mount(self) -> None:
         self.app.sub_title = "dashboard"
@@ -404,9 +410,12 @@ class DashboardScreen(BoardScreen):
             self.model.server_stopped()
         dirty = self.model.take_dirty()
         if all_parts:
-            dirty |= {"stages", "windows", "progress", "log", "live"}
+            dirty |= {"stages", "windows", "progress", "log", "live", "unit"}
         if not dirty:
             return
+        if "unit" in dirty:  # the suite's windows are contexts (a hidden-state suite): the words follow
+            self.query_one("#grid-title", Static).update(self.grid_title())
+            self.query_one("#resultpane", ResultPane).set_unit(self.model.unit)
         if "stages" in dirty:
             self.query_one("#rail", StageRail).refresh_from(self.model)
         if "windows" in dirty:
@@ -424,7 +433,8 @@ class DashboardScreen(BoardScreen):
                 # tab), else the served model (the pane says "live: windows compared so far" beside it)
                 shown = self.model.shown_candidate if self.model.candidate is not None else None
                 served = self.model.server.served_model_name if self.model.server is not None else None
-                self.current_result = live_result(live, name=shown.name if shown else served or "this run")
+                self.current_result = live_result(live, name=shown.name if shown else served or "this run",
+                                                  unit=self.model.unit)
                 self.query_one("#resultpane", ResultPane).show(self.current_result)
         if "campaign" in dirty:
             self.query_one("#campaign", CampaignBoard).show(self.model.campaign, self.model.candidate)
@@ -493,7 +503,8 @@ class DashboardScreen(BoardScreen):
     def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
         from kldtui.workflow.state import next_steps
 
-        return next_steps(shown_path(path), window_range, self.suite_windows, self.profile_name)
+        return next_steps(shown_path(path), window_range, self.suite_windows, self.profile_name,
+                          unit=self.model.unit)
 
     def _is_campaign(self) -> bool:
         """Whether this dashboard shows a campaign (its standings or a candidate of it arrived)."""

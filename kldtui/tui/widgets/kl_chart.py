@@ -60,16 +60,29 @@ class KLChart(Widget):
     (``│``), which sits where :func:`signed_layout` puts it (the first column when every difference is
     positive, the last when every one is negative), and the mean difference is ``┃``; the heading
     says what a bar that fills its side is worth. An interval that rests on too few windows is not drawn.
-    Its heading counts the band's unit (``KL per context`` of a hidden-state suite's report)."""
+    Its heading counts the band's unit (``KL per context`` of a hidden-state suite's report), else
+    :attr:`unit`, which an empty chart's own words count too (``no contexts compared yet``)."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
-    def __init__(self, empty: str = "no windows compared yet", **kwargs: object) -> None:
+    def __init__(self, empty: str | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.empty = empty  # what an empty chart says
+        self.empty_words = empty  # what an empty chart says (None: that no unit was compared yet)
+        self.unit = WINDOW_UNIT  # what its rows are called without a band (set_unit)
         self.bars: list[WindowBar] = []
         self.band: Band | None = None
         self.signed = False  # True for differences: bars grow both ways from zero
+
+    @property
+    def empty(self) -> str:
+        """What the chart says while it has no bars: ``no windows compared yet`` (``contexts``)."""
+        return self.empty_words if self.empty_words is not None else f"no {self.unit}s compared yet"
+
+    def set_unit(self, unit: str) -> None:
+        """Its rows are ``unit`` s (a hidden-state suite's contexts) where no band says so."""
+        if unit != self.unit:
+            self.unit = unit
+            self.refresh()
 
     def set_data(self, bars: list[WindowBar], band: Band | None, signed: bool = False) -> None:
         self.bars, self.band, self.signed = bars, band, signed
@@ -116,7 +129,7 @@ class KLChart(Widget):
         if self.signed and marks.get(zero, ("", ""))[1] != "chart--mean":
             marks[zero] = ("│", "chart--label")  # an interval across zero still shows where zero is
         text = Text(no_wrap=True, overflow="crop")
-        called = self.band.unit if self.band is not None else WINDOW_UNIT  # a hidden-state suite's: context
+        called = self.band.unit if self.band is not None else self.unit  # a hidden-state suite's: context
         head = f"KL per {called}" if not self.signed else f"B − A per {called}"
         text.append(head, label_style)
         if self.signed:

@@ -153,6 +153,12 @@ class ResultPane(VerticalScroll):
             text.append(value)
         return text
 
+    def set_unit(self, unit: str) -> None:
+        """The run's windows are called ``unit`` (a hidden-state suite's contexts): the empty chart
+        says so until a result is shown (a result's chart counts the result's own)."""
+        if self.result is None:
+            self.query_one("#result-chart", KLChart).set_unit(unit)
+
     def show(self, result: ResultData | None) -> None:
         self.result = result
         summary = self.query_one("#result-summary", PlainStatic)
@@ -175,6 +181,7 @@ class ResultPane(VerticalScroll):
                           fmt_num(band.estimate if band else None),
                           band.interval_text() if band is not None else "-")
         table.display = bool(result.domains)
+        chart.set_unit(result.unit)
         chart.set_data(result.windows, result.kl)
         positions.update(self.positions_text(result.kl_by_position, self.size.width or 80, result.unit))
         positions.display = bool(result.kl_by_position)

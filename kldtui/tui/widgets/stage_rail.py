@@ -129,7 +129,7 @@ def stage_percent(model: DashboardModel, stage: str) -> float | None:
         return 100.0 * model.windows_reached(counted) / len(model.windows)
     if len(tasks) == 1:
         name, p = next(iter(tasks.items()))
-        if not name.startswith("window "):
+        if not name.startswith(f"{model.unit} "):  # a window's own ("context 0003 rows" of contexts)
             return 100.0 * p.done / p.total if p.total else None
     return None
 

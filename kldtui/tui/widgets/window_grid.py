@@ -66,7 +66,7 @@ class WindowGrid(Widget):
     def render(self) -> Text:
         windows = list(self.model.windows.values())
         if not windows:
-            return Text("no windows yet", style=self.get_component_rich_style("grid--pending"))
+            return Text(f"no {self.model.unit}s yet", style=self.get_component_rich_style("grid--pending"))
         cols = self._columns(self.size.width or 40)
         text = Text(no_wrap=True)
         for i, win in enumerate(windows):
