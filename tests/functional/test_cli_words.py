@@ -551,3 +551,23 @@ def test_the_decision_commands_help_is_true_of_a_hidden_state_suites_contexts(ca
         assert done.value.code == 0
         text = " ".join(capsys.readouterr().out.split()).replace("per- context", "per-context")
         assert all(w in text for w in words), (command, text)
+
+
+def test_the_range_flags_help_is_true_of_a_hidden_state_suites_contexts(capsys: Any) -> None:
+    """--start-window / --stop-window of capture, finalize, noise and convert said "first window" and
+    "window after the last one" alone, where a hidden-state suite's range is of contexts; each now names
+    both, as compare's does (the flags keep their names)."""
+    start = "--start-window N first window (a hidden-state suite: context) of the range (default 0)"
+    stop = "--stop-window N window (context) after the last one: the range is [start, stop) (default: all)"
+    said = {"capture": [start, stop, "one window's (context's) answer"],
+            "finalize": [start, stop],
+            "noise": ["first window (a hidden-state suite: context) of the range (default 0)",
+                      "stop before this window (context) (default: all)"],
+            "convert": ["--to llama-cpp: first window (a hidden-state suite: context)",
+                        "--to llama-cpp: stop before this window (context)"]}
+    for command, words in said.items():
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(w in text for w in words), (command, [w for w in words if w not in text], text)

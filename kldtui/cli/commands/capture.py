@@ -25,9 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expected-vocab", type=int, default=None,
                         help="vocabulary every chunk must have (default: the first chunk's)")
     parser.add_argument("--start-window", type=int, default=0, metavar="N",
-                        help="first window of the range (default 0)")
+                        help="first window (a hidden-state suite: context) of the range (default 0)")
     parser.add_argument("--stop-window", type=int, default=None, metavar="N",
-                        help="window after the last one: the range is [start, stop) (default: all)")
+                        help="window (context) after the last one: the range is [start, stop) "
+                             "(default: all)")
     parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="the server's URL")
     parser.add_argument("--served-model-name", default="Kimi-K3",
                         help="the model name the server serves, as in its /v1/models (default: %(default)s)")
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", default=None,
                         help="name of the environment variable holding the server's API key")
     parser.add_argument("--request-timeout", type=float, default=600.0,
-                        help="seconds to wait for one window's answer")
+                        help="seconds to wait for one window's (context's) answer")
     capture_modes.add_mode_argument(parser)
     parser.add_argument("--replay-check", type=int, default=None, metavar="N",
                         help="hidden mode: capture the live logits of N contexts beside their hidden states "

@@ -24,9 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("destination", metavar="DEST", help="the base file, or the suite folder to make")
     parser.add_argument("--reference-dir", default=None,
                         help="--to llama-cpp: the reference logits folder (default: SUITE_DIR/ref)")
-    parser.add_argument("--start-window", type=int, default=0, help="--to llama-cpp: first window")
+    parser.add_argument("--start-window", type=int, default=0,
+                        help="--to llama-cpp: first window (a hidden-state suite: context)")
     parser.add_argument("--stop-window", type=int, default=None,
-                        help="--to llama-cpp: stop before this window")
+                        help="--to llama-cpp: stop before this window (context)")
     bos = parser.add_mutually_exclusive_group()
     bos.add_argument("--model", default=None, metavar="GGUF",
                      help="--to suite: the GGUF the file was made with; its BOS setting says what "

@@ -26,9 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expected-vocab", type=int, default=None,
                         help="vocabulary every chunk must have (default: the first chunk's)")
     parser.add_argument("--start-window", type=int, default=0, metavar="N",
-                        help="first window of the range (default 0)")
+                        help="first window (a hidden-state suite: context) of the range (default 0)")
     parser.add_argument("--stop-window", type=int, default=None, metavar="N",
-                        help="window after the last one: the range is [start, stop) (default: all)")
+                        help="window (context) after the last one: the range is [start, stop) "
+                             "(default: all)")
     parser.add_argument("--force", action="store_true", help="rewrite already finalized files")
     parser.add_argument("--kind", default="candidate", help="manifest 'kind' (default: candidate)")
     parser.add_argument("--runtime-json", default=None,

@@ -57,9 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept captures that look like different models (a reference against a "
                              "candidate) as repeat captures")
     parser.add_argument("--suite-manifest", metavar="FILE", help="suite-manifest.json (with run folders)")
-    parser.add_argument("--start-window", type=int, default=0, help="first window (default 0)")
+    parser.add_argument("--start-window", type=int, default=0,
+                        help="first window (a hidden-state suite: context) of the range (default 0)")
     parser.add_argument("--stop-window", type=int, default=None,
-                        help="stop before this window (default: all)")
+                        help="stop before this window (context) (default: all)")
     parser.add_argument("--report", metavar="OUT.json", help="also save the comparison report (run folders)")
     parser.add_argument("--no-reverse", action="store_true",
                         help="forward KL only (default: also KL(RUN2 || RUN1), in the same pass)")
