@@ -421,8 +421,9 @@ def floor_from_reports(forward_doc: ReportLike, reverse_doc: ReportLike | None =
     if reverse is not None:
         rev = window_values(reverse, where_reverse)
         if not np.array_equal(rev.window_index, fwd.window_index):
-            raise BadInput(f"{where} and {where_reverse} cover different windows; give two comparisons of "
-                           "the same two runs over the same windows")
+            unit = forward.unit  # a hidden-state suite's: context
+            raise BadInput(f"{where} and {where_reverse} cover different {unit}s; give two comparisons of "
+                           f"the same two runs over the same {unit}s")
         rf, rr = forward.reference_dir, reverse.candidate_dir
         cf, cr = forward.candidate_dir, reverse.reference_dir
         if rf and rr and cf and cr and (os.path.normpath(rf), os.path.normpath(cf)) != (
@@ -686,9 +687,9 @@ def deterministic_floor(wheres: Sequence[str], dirs: Sequence[str | None], *,
 def alike_captures_floor(wheres: Sequence[str], dirs: Sequence[str | None], *,
                          suite_token_hash_sha256: str | None, reference_dir: str | None,
                          alike: str = "have identical per-window KL") -> NoiseFloor:
-    """Captures (two or more) that came out identical (``alike`` says how it shows): the deterministic
-    model when :func:`one_capture` finds a server start of its own in each, else one line saying why not
-    and what to do."""
+    """Captures (two or more) that came out identical (``alike`` says how it shows, in the reports'
+    units: a hidden-state suite's ``per-context``): the deterministic model when :func:`one_capture`
+    finds a server start of its own in each, else one line saying why not and what to do."""
     for i in range(len(wheres)):
         for j in range(i + 1, len(wheres)):
             di, dj = dirs[i], dirs[j]
@@ -711,7 +712,9 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
                                allow_different_models: bool = False) -> NoiseFloor:
     """The measured noise model from captures of one candidate, each compared with the same reference
     (two at least; three or more also measure the capture-wide variation, see :class:`RepeatModel`),
-    and, when ``repeat`` (capture 2 compared with capture 1) is given, the repeat KL between them."""
+    and, when ``repeat`` (capture 2 compared with capture 1) is given, the repeat KL between them.
+    Its refusals name the reports' units (:attr:`ComparisonReport.unit`: a hidden-state suite's
+    contexts)."""
     from kldtui.decide.reports import check_same_suite
 
     docs = [first_doc, second_doc, *more_docs]
@@ -722,6 +725,8 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
     for r, w in zip(reports[1:], wheres[1:], strict=True):
         check_same_suite(reports[0], r, wheres[0], w)
     values = [window_values(r, w) for r, w in zip(reports, wheres, strict=True)]
+    unit = reports[0].unit  # the same suite's (check_same_suite): a hidden-state suite's contexts
+    alike = f"have identical per-{unit} KL"
     dirs = [r.candidate_dir for r in reports]
     for i in range(len(reports)):
         for j in range(i + 1, len(reports)):
@@ -733,13 +738,13 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
                 other = next((wheres[k] for k in range(len(values)) if not np.array_equal(
                     values[k].kl_mean, values[i].kl_mean)), None)
                 if other is not None:
-                    raise BadInput(f"{wheres[i]} and {wheres[j]} have identical per-window KL but {other} "
+                    raise BadInput(f"{wheres[i]} and {wheres[j]} {alike} but {other} "
                                    "does not: the server answered two captures alike and not a third; give "
                                    f"only one of {wheres[i]} and {wheres[j]}")
                 # every capture alike, each from a server start of its own: a deterministic server
                 floor = alike_captures_floor(wheres, dirs,
                                              suite_token_hash_sha256=reports[0].suite_token_hash_sha256,
-                                             reference_dir=reports[0].reference_dir)
+                                             reference_dir=reports[0].reference_dir, alike=alike)
                 if not allow_different_models:
                     for a, b in itertools.combinations(range(len(dirs)), 2):
                         if why := different_models(dirs[a], dirs[b]):
@@ -758,9 +763,9 @@ def noise_from_capture_reports(first_doc: ReportLike, second_doc: ReportLike, *m
         base = floor_from_reports(repeat, None, source=f"report {where_repeat}", where=where_repeat)
     if n < 2:
         if base is None:
-            raise BadInput(f"{where1}: one window only: the repeat variation of the metric needs at least 2 "
-                           "windows; compare the captures over more windows (or give --repeat-report for the "
-                           "repeat KL alone)")
+            raise BadInput(f"{where1}: one {unit} only: the repeat variation of the metric needs at least 2 "
+                           f"{unit}s; compare the captures over more {unit}s (or give --repeat-report for "
+                           "the repeat KL alone)")
         return base
     source = " and ".join(wheres) if len(wheres) == 2 else f"{len(wheres)} captures ({', '.join(wheres)})"
     model = RepeatModel.from_captures(np.stack([v.kl_mean for v in values]), values[0].window_index.tolist(),

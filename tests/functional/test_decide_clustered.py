@@ -379,3 +379,52 @@ def test_provisional_verdict_of_contexts_names_contexts(
     out = capsys.readouterr().out
     assert "cannot tell an offset shared by every context of a capture from a real difference" in out, out
     assert "window" not in out, out
+
+
+def test_noise_refusals_of_contexts_name_contexts(suite: tuple[fx.Fixture, Path], reports: dict[str, Path],
+                                                  captures: list[Path], tmp_path: Path) -> None:
+    """kldtui noise's refusals of a hidden-state suite's reports said "one window only: ... at least 2
+    windows; compare the captures over more windows", "have identical per-window KL" and "cover
+    different windows" of their contexts. (A logits suite's still say windows:
+    tests/unit/test_decide_reports.py, tests/functional/test_decide_cli.py.)"""
+    from kldtui.decide.noise import floor_from_reports, noise_from_capture_reports
+    from kldtui.formats.report import load_report
+
+    f, base = suite
+    # two captures (the captures fixture's folders) compared over one context, context 0
+    one = [write_report(tmp_path / f"one-{i}.json",
+                        compare(f.root, f.root / fid.HIDDEN_DIR, base / "again" / f"capture{i}",
+                                CompareOptions(backend="numpy", bootstrap_samples=100, stop_window=1)))
+           for i in (1, 2)]
+    said: list[str] = []
+    with pytest.raises(BadInput) as refused:
+        noise_from_capture_reports(load_report(one[0]), load_report(one[1]), where1="c1.json",
+                                   where2="c2.json", allow_different_models=True)
+    said.append(str(refused.value))
+    assert said[-1].startswith("c1.json: one context only: the repeat variation of the metric needs at least "
+                               "2 contexts; compare the captures over more contexts"), said[-1]
+    doc = json.loads(captures[0].read_text())
+    doc["candidate_dir"] = str(tmp_path / "elsewhere")  # the same KL, from a folder that is not there
+    twin = tmp_path / "twin.json"
+    twin.write_text(json.dumps(doc))
+    first, again, third = load_report(captures[0]), load_report(twin), load_report(captures[1])
+    with pytest.raises(BadInput) as refused:
+        noise_from_capture_reports(first, again, where1="c1.json", where2="twin.json",
+                                   allow_different_models=True)
+    said.append(str(refused.value))
+    assert said[-1].startswith("c1.json and twin.json have identical per-context KL and cannot be shown to "
+                               "be two captures"), said[-1]
+    with pytest.raises(BadInput) as refused:
+        noise_from_capture_reports(first, again, third, where1="c1.json", where2="twin.json",
+                                   where_more=["c3.json"], allow_different_models=True)
+    said.append(str(refused.value))
+    assert said[-1].startswith("c1.json and twin.json have identical per-context KL but c3.json does not"), \
+        said[-1]
+    with pytest.raises(BadInput) as refused:  # the reverse over another partition's contexts
+        floor_from_reports(first, load_report(reports["small-qualification"]), source="s", where="c1.json",
+                           where_reverse="q.json")
+    said.append(str(refused.value))
+    assert said[-1] == ("c1.json and q.json cover different contexts; give two comparisons of the same two "
+                        "runs over the same contexts"), said[-1]
+    for line in said:
+        assert "\n" not in line and "window" not in line, line
