@@ -287,8 +287,9 @@ class Suite:
         """Windows with ``start <= index < stop``; a bad range raises BadInput."""
         stop = self.window_count if stop is None else stop
         if not 0 <= start < stop <= self.window_count:
-            raise BadInput(f"window range [{start}, {stop}) is outside the suite (windows "
-                           f"0-{self.window_count - 1}, {self.path}); fix the start/stop window")
+            unit = unit_of(self.windows)  # a hidden-state suite's: context
+            raise BadInput(f"{unit} range [{start}, {stop}) is outside the suite ({unit}s "
+                           f"0-{self.window_count - 1}, {self.path}); fix the start/stop {unit}")
         return [w for w in self.windows if start <= w.index < stop]
 
     def token_path(self, window: WindowSpec) -> Path:

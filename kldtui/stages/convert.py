@@ -32,7 +32,7 @@ from kldtui.formats.logits_writer import pid_alive
 from kldtui.formats.report_model import ReferenceEncoding
 from kldtui.formats.safe_io import check_output
 from kldtui.formats.safetensors_io import RowReader
-from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest, load_suite
+from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest, load_suite, units_of
 
 ROW_BLOCK = 64
 
@@ -170,7 +170,8 @@ def export_llama_cpp(suite_dir: str | os.PathLike[str], output: str | os.PathLik
                     parts.append(encoded)
                 writer.add_encoded(np.concatenate(parts))
             if throttle.ready(final=done + 1 == len(windows)):
-                emit(Progress("convert", task="export", done=done + 1, total=len(windows), unit="windows"))
+                emit(Progress("convert", task="export", done=done + 1, total=len(windows),
+                              unit=units_of(windows)))
     return ExportResult(out, n_ctx, manifest.vocab_size, len(windows), rows, out.stat().st_size, loss,
                         time.perf_counter() - t0)
 

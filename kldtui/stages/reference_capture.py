@@ -48,7 +48,7 @@ from kldtui.events import (
 from kldtui.folder_lock import FolderLocks
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest
+from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest, units_of
 from kldtui.servers.base import ServerPlan
 from kldtui.stages.serve import ServerSession, run_serve, stop_reason
 from kldtui.workspace import Workspace
@@ -180,7 +180,8 @@ class ReferenceCapture:
         todo = [w for w in windows if w.index in captured]
         if not todo:
             emit(StageStarted("finalize", detail=str(ws.candidate)))
-            emit(StageFinished("finalize", summary=f"0 windows in {ws.candidate}", figures={"windows": 0}))
+            emit(StageFinished("finalize", summary=f"0 {units_of(windows)} in {ws.candidate}",
+                               figures={"windows": 0}))
             return
         assert self.session is not None
         run_finalize(ws, emit, self.cancel, suite=self.suite, windows=todo, kind=kind,
@@ -211,8 +212,8 @@ class ReferenceCapture:
         with failure_reported(emit, "compare"):
             if first.index not in load_finalized(ws, self.suite, emit, REFERENCE_MODE):
                 emit(StageStarted("compare", detail=f"{ws.reference} vs {ws.candidate}"))
-                raise BadInput(f"{ws.candidate}: no finalized windows to compare; run capture and "
-                               "finalize first")
+                raise BadInput(f"{ws.candidate}: no finalized {units_of([first])} to compare; run capture "
+                               "and finalize first")
         session = self.session
         assert session is not None
         serving = None  # the compare keeps the GPUs to the reference server while it runs
@@ -228,7 +229,7 @@ class ReferenceCapture:
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
         _copy_json(ws.report, self.workspace.repeat_noise_path(first.index))
-        self.emit(Notice(STAGE, f"repeat capture of window {first.index:03d} stored as "
+        self.emit(Notice(STAGE, f"repeat capture of {first.name} stored as "
                          f"{self.workspace.repeat_noise_path(first.index).name}"))
 
 

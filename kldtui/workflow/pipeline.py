@@ -59,7 +59,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.folder_lock import FolderLocks
-from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, units_of
+from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, unit_of, units_of
 from kldtui.servers.base import CaptureTarget, ServerConfig, server_identity
 from kldtui.servers.registry import kind_of
 from kldtui.stages.reference_capture import (
@@ -308,7 +308,8 @@ class Pipeline:
         windows = [w for w in self.windows() if w.index in done]
         if not windows:
             self.emit(StageStarted("finalize", detail=str(self._workspace.candidate)))
-            self.emit(StageFinished("finalize", summary=f"0 windows in {self._workspace.candidate}",
+            self.emit(StageFinished("finalize", summary=f"0 {units_of(self.windows())} in "
+                                                        f"{self._workspace.candidate}",
                                     figures={"windows": 0}))
             return self._workspace.candidate
         run_finalize(self._workspace, self.emit, self.cancel, suite=self.load_suite(), windows=windows,
@@ -329,8 +330,8 @@ class Pipeline:
             if not windows:
                 ws = self._workspace
                 self.emit(StageStarted("compare", detail=f"{ws.reference} vs {ws.candidate}"))
-                raise BadInput(f"{ws.candidate}: no finalized windows to compare; run capture "
-                               "and finalize first")
+                raise BadInput(f"{ws.candidate}: no finalized {units_of(self.windows())} to compare; run "
+                               "capture and finalize first")
             options = self._compare_options()  # an explicit backend that cannot run here: refused now
         run_compare(self._workspace, self.emit, self.cancel, options=options,
                     suite=self.load_suite(), windows=windows, command=self._command())
@@ -464,7 +465,8 @@ class Pipeline:
                                     figures={"windows": len(written)}))
             results = [comparer.window(w, announce=False) for w in self.windows() if w.index in written]
             if not results:
-                raise StageFailed(f"{self._workspace.candidate}: no window was captured and finalized")
+                raise StageFailed(f"{self._workspace.candidate}: no {unit_of(self.windows())} was captured "
+                                  "and finalized")
             report = comparer.report(results, command=self._command())
             comparer.publish(report)
             if self._abort_message is not None:
@@ -493,7 +495,7 @@ class Pipeline:
                 kl = result.kl_mean
                 if threshold is not None and kl is not None and kl > threshold:
                     self._abort_message = (f"{window.label}: mean KL {kl:.6g} is above abort_kl_above "
-                                           f"{threshold:g}; stopped early (report of the windows "
+                                           f"{threshold:g}; stopped early (report of the {window.unit}s "
                                            f"compared so far: {self._workspace.report})")
                     self.emit(Notice("compare", self._abort_message, level="error"))
                     self.emit(EarlyAbort("compare", self._abort_message,

@@ -93,3 +93,48 @@ def test_a_context_suites_reference_capture_counts_are_relabelled() -> None:
     emit(Progress("capture", "contexts", 2, 6, "contexts"))
     emit(Progress("finalize", "contexts", 1, 6, "contexts"))
     assert [(e.stage, e.task) for e in seen] == [("reference", "captured"), ("reference", "finalized")]
+
+
+def test_a_context_suites_run_says_contexts_where_nothing_was_captured(tmp_path: Path) -> None:
+    """Finalize and compare with nothing captured said "0 windows in ..." and "no finalized windows to
+    compare" of a hidden-state suite's contexts, and a range outside it "window range ... (windows
+    0-2 ...); fix the start/stop window"; a logits suite's still say windows (Suite.select)."""
+    from kldtui.errors import BadInput
+    from kldtui.events import StageFinished
+    from kldtui.formats.suite import load_suite
+    from kldtui.workflow.pipeline import Pipeline
+    from tests.hub_server import make_dataset
+
+    model = TinyModel(64, seed=SEED)
+    contexts = [fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
+                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
+                for i in range(3)]
+    suite = tmp_path / "suite"
+    fid.write_context_suite(suite, contexts)
+    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
+                                 "vocab_size": 64, "port": 0}
+    profile = profile_from_dict({"reference": {"local_dir": str(suite)}, "candidate": candidate,
+                                 "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
+                                base_dir=tmp_path)
+    events: list[Any] = []
+    pipeline = Pipeline(profile, events.append, Cancel())
+    try:
+        pipeline.finalize()
+        with pytest.raises(BadInput) as refused:
+            pipeline.compare()
+    finally:
+        pipeline.release_folders()
+    done = [e.summary for e in events if isinstance(e, StageFinished) and e.stage == "finalize"]
+    assert done == [f"0 contexts in {pipeline.workspace.candidate}"], done
+    assert str(refused.value) == (f"{pipeline.workspace.candidate}: no finalized contexts to compare; run "
+                                  "capture and finalize first")
+    with pytest.raises(BadInput) as refused:
+        load_suite(suite).select(1, 5)
+    assert str(refused.value).startswith("context range [1, 5) is outside the suite (contexts 0-2, "), \
+        str(refused.value)
+    assert str(refused.value).endswith("; fix the start/stop context"), str(refused.value)
+    logits = make_dataset(tmp_path / "logits")
+    with pytest.raises(BadInput) as refused:
+        load_suite(logits).select(1, 99)
+    assert str(refused.value).startswith("window range [1, 99) is outside the suite (windows 0-"), \
+        str(refused.value)
