@@ -84,13 +84,13 @@ class HiddenChunks(ChunkKind):
                            "was not written by the kldtui capture hook") from None
         if meta.get("semantic_point") != SEMANTIC_POINT:
             raise BadInput(f"{path}: {window.label}: semantic_point {meta.get('semantic_point')!r}, "
-                           f"expected {SEMANTIC_POINT!r}; capture the window again")
+                           f"expected {SEMANTIC_POINT!r}; capture the {window.unit} again")
         if meta.get("hidden_size", str(cols)) != str(cols):
             raise BadInput(f"{path}: {window.label}: metadata hidden_size {meta.get('hidden_size')} but "
                            f"the tensor is {cols} wide; the chunk is corrupt, capture again")
         if first_cols is not None and cols != first_cols:
             raise BadInput(f"{path}: {window.label}: hidden states {cols} wide, other chunks are "
-                           f"{first_cols}; capture the window again")
+                           f"{first_cols}; capture the {window.unit} again")
         return vocab
 
     def check_values(self, chunk: ChunkInfo, window: WindowSpec, cancel: Cancel | None) -> None:

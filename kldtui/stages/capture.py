@@ -338,7 +338,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
         advises, say): capturing it again is the only way back, said out loud."""
         nonlocal dropped
         emit(Notice(STAGE, f"{records_path}: {w.label} is recorded {what}; its record is dropped and the "
-                           "window is captured again", level="warning"))
+                           f"{w.unit} is captured again", level="warning"))
         _remove_tree(workspace.chunk_dir(w.chunk_dir_name))
         del records[w.index]
         dropped = True
@@ -352,7 +352,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
             leftover = workspace.chunk_dir(w.chunk_dir_name)
             if leftover.exists():
                 emit(Notice(STAGE, f"{leftover}: left by an interrupted capture of {w.label}; "
-                                   "removed, the window is captured again", level="warning"))
+                                   f"removed, the {w.unit} is captured again", level="warning"))
                 _remove_tree(leftover)
             continue
         folder = workspace.chunk_dir(w.chunk_dir_name)
@@ -379,7 +379,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                     continue
                 # what a kill left of the chunks' removal by an earlier version, after finalize
                 emit(Notice(STAGE, f"{folder}: the rest of {w.label}'s chunks, whose removal was "
-                                   "interrupted after the window was finalized; removed"))
+                                   f"interrupted after the {w.unit} was finalized; removed"))
                 _remove_tree(folder)
         if checked is None:  # finalized and verified, its chunks deleted: nothing to capture
             results[w.index] = rec
@@ -442,7 +442,7 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
                 del records[w.index]
                 _remove_tree(workspace.chunk_dir(w.chunk_dir_name))
                 message = (f"{records_path}: could not record {w.label} ({exc.strerror or exc}); "
-                           "free disk space and run again (the window is captured again)")
+                           f"free disk space and run again (the {w.unit} is captured again)")
                 emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message},
                                  label=w.label))
                 raise StageFailed(message) from None
@@ -599,7 +599,7 @@ class _WindowCapture:
         prompt_tokens = int(usage.get("prompt_tokens", len(self.tokens)))
         if prompt_tokens != len(self.tokens):
             raise _WindowFailed(f"{w.label}: the server counted {prompt_tokens} prompt tokens, "
-                                f"the window has {len(self.tokens)}; it must take token ids unchanged "
+                                f"the {w.unit} has {len(self.tokens)}; it must take token ids unchanged "
                                 "(no special tokens, no chat template)")
         return answer, choice, usage
 

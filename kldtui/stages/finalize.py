@@ -29,7 +29,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import remove_tree_atomically
-from kldtui.formats.suite import Suite, WindowSpec, units_of
+from kldtui.formats.suite import WINDOW_UNIT, Suite, WindowSpec, unit_of, units_of
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "finalize"
@@ -72,12 +72,13 @@ def _listed(path: Path, suite: Suite, load: Any, emit: EventSink) -> Any:
     return manifest
 
 
-def _published(written: dict[int, Any], output_dir: Path) -> str:
-    """Which windows are finished despite a failure (kept: a rerun skips them)."""
+def _published(written: dict[int, Any], output_dir: Path, unit: str = WINDOW_UNIT) -> str:
+    """Which windows (called ``unit``: a hidden-state suite's contexts) are finished despite a
+    failure (kept: a rerun skips them)."""
     if not written:
-        return f"no window was published in {output_dir}"
+        return f"no {unit} was published in {output_dir}"
     shown = ", ".join(str(i) for i in sorted(written))
-    return (f"published before the failure: window(s) {shown} in {output_dir} (kept; a rerun finishes "
+    return (f"published before the failure: {unit}(s) {shown} in {output_dir} (kept; a rerun finishes "
             "the rest)")
 
 
@@ -176,7 +177,7 @@ class Finalizer:
             want = window.token_ids_json_sha256
             raise BadInput(f"{path}: {window.label} was captured from other tokens (token hash "
                            f"{str(captured)[:12]}...) than the suite's ({want[:12]}..., {self.suite.path}); "
-                           "the suite changed since: capture the window again")
+                           f"the suite changed since: capture the {window.unit} again")
 
     def _drop_chunks(self, chunk_dir: Path, window: WindowSpec | None = None, result: Any = None) -> None:
         """One disk write per window: the chunks go once the verified file is in the manifest, not
@@ -205,7 +206,7 @@ class Finalizer:
         the mode finishes the folder (:meth:`CaptureMode.finish`: hidden mode's replay check)."""
         with self._lock:
             if not self.written:
-                raise BadInput(f"{self.workspace.candidate}: no finalized windows")
+                raise BadInput(f"{self.workspace.candidate}: no finalized {units_of(self.suite.windows)}")
             ws = self.workspace
             path = self.mode.manifest_path(ws.candidate)
             if not (path.exists() and (self._changed or self.runtime is None)):
@@ -229,7 +230,7 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
     """
     with failure_reported(emit, STAGE):
         if not windows:
-            raise BadInput(f"{workspace.run_dir}: no windows to finalize")
+            raise BadInput(f"{workspace.run_dir}: no {units_of(suite.windows)} to finalize")
         units = units_of(windows)
         emit(StageStarted(STAGE, detail=f"{len(windows)} {units} {workspace.run_dir} -> "
                                         f"{workspace.candidate}"))
@@ -250,7 +251,7 @@ def run_finalize(workspace: Workspace, emit: EventSink = null_sink, cancel: Canc
                 emit(Progress(STAGE, units, n + 1, len(windows), units))
             path = finalizer.finish()
         except StageFailed as exc:
-            raise type(exc)(f"{exc}; {_published(done, workspace.candidate)}") from None
+            raise type(exc)(f"{exc}; {_published(done, workspace.candidate, unit_of(windows))}") from None
         nbytes = sum(r.size_bytes for r in done.values())
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"{len(windows)} {units} -> {path}", figures={

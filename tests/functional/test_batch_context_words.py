@@ -39,7 +39,14 @@ def test_batch_names_a_context_suites_units_contexts(tmp_path: Path) -> None:
     profile = profile_from_dict({"reference": {"local_dir": str(suite)}, "candidate": candidate,
                                  "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
                                 base_dir=tmp_path)
+    from kldtui.formats.suite import load_suite
+
+    context = load_suite(suite).windows[1]  # a chunk folder an interrupted capture left, with no record
+    (profile.workspace().chunk_dir(context.chunk_dir_name) / "partial").mkdir(parents=True)
     events = serve_capture_finalize(profile)
+    left = [e.text for e in events if isinstance(e, Notice) and "left by an interrupted capture" in e.text]
+    assert len(left) == 1 and left[0].endswith("left by an interrupted capture of context 0001 (prose); "
+                                               "removed, the context is captured again"), left
     out = io.StringIO()
     reporter = BatchReporter(out, interval=0.0)
     for event in events:
@@ -53,7 +60,9 @@ def test_batch_names_a_context_suites_units_contexts(tmp_path: Path) -> None:
     assert any("finalize: context 0002 238.0/238.0 KiB (100%)" in line for line in lines), lines
     assert any(line.endswith("finalize: contexts 3/3 (100%)") for line in lines), lines
     assert any(f"finalize: done - 3 contexts -> {tmp_path / 'work'}" in line for line in lines), lines
-    assert not [line for line in lines if "window" in line.split(" - ")[0]], lines
+    # (the chunk folder's name is a file name: window-NNN-DOMAIN-chunks whatever the suite)
+    named = [line.split(" - ")[0].replace(context.chunk_dir_name, "") for line in lines]
+    assert not [line for line in named if "window" in line], lines
     again = [e for e in serve_capture_finalize(profile) if isinstance(e, Notice) and e.stage == "capture"]
     assert any(e.text.startswith("3 contexts already captured in ") for e in again), again  # "window(s)"
 
@@ -138,3 +147,49 @@ def test_a_context_suites_run_says_contexts_where_nothing_was_captured(tmp_path:
         load_suite(logits).select(1, 99)
     assert str(refused.value).startswith("window range [1, 99) is outside the suite (windows 0-"), \
         str(refused.value)
+
+
+def test_a_context_suites_finalize_and_capture_refusals_say_contexts(tmp_path: Path) -> None:
+    """Finalize's "no windows to finalize", "no finalized windows", what a failure left published
+    ("window(s) 0, 2"), compare's "no finalized windows to compare" and a hidden-state chunk's
+    "capture the window again" were said of a hidden-state suite's contexts."""
+    from kldtui.capture_modes.hidden import HIDDEN_CHUNKS, SEMANTIC_POINT
+    from kldtui.errors import BadInput
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.compare import CompareOptions
+    from kldtui.stages.compare.driver import Comparer
+    from kldtui.stages.finalize import Finalizer, _published, run_finalize
+    from kldtui.workspace import Workspace
+
+    model = TinyModel(64, seed=SEED)
+    contexts = [fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
+                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
+                for i in range(3)]
+    fid.write_context_suite(tmp_path / "suite", contexts)
+    suite = load_suite(tmp_path / "suite")
+    ws = Workspace.for_capture(suite.root, tmp_path / "capture", "c", tmp_path / "candidate")
+    said = []
+    with pytest.raises(BadInput) as refused:
+        run_finalize(ws, suite=suite, windows=[])
+    said.append(str(refused.value))
+    assert said[-1] == f"{ws.run_dir}: no contexts to finalize", said[-1]
+    with pytest.raises(BadInput) as refused:
+        Finalizer(ws, suite).finish()
+    said.append(str(refused.value))
+    assert said[-1] == f"{ws.candidate}: no finalized contexts", said[-1]
+    said.append(_published({0: None, 2: None}, ws.candidate, "context"))
+    assert said[-1].startswith("published before the failure: context(s) 0, 2 in "), said[-1]
+    said.append(_published({}, ws.candidate, "context"))
+    assert said[-1] == f"no context was published in {ws.candidate}", said[-1]
+    with pytest.raises(BadInput) as refused:
+        Comparer(ws, suite, CompareOptions()).report([])
+    said.append(str(refused.value))
+    assert said[-1] == f"{ws.candidate}: no finalized contexts to compare; run capture and finalize first"
+    context = suite.windows[0]
+    for meta, cols in (({"vocab_size": "64", "semantic_point": "elsewhere"}, 8),
+                       ({"vocab_size": "64", "semantic_point": SEMANTIC_POINT}, 16)):
+        with pytest.raises(BadInput) as refused:
+            HIDDEN_CHUNKS.chunk_vocab(tmp_path / "chunk", meta, context, cols, 8 if cols == 16 else None)
+        said.append(str(refused.value))
+        assert said[-1].endswith("capture the context again"), said[-1]
+    assert not [line for line in said if "window" in line], said

@@ -180,8 +180,8 @@ class Comparer:
         else the compared span. Backend and threads are named when this comparer computed every
         window itself with one engine (cached results may come from another)."""
         if not results:
-            raise BadInput(f"{self.workspace.candidate}: no finalized windows to compare; run capture "
-                           "and finalize first")
+            raise BadInput(f"{self.workspace.candidate}: no finalized {units_of(self.suite.windows)} to "
+                           "compare; run capture and finalize first")
         options = self.options
         stop = options.stop_window if options.stop_window is not None else self.suite.window_count
         compared = sorted(r.window_index for r in results)
