@@ -289,7 +289,8 @@ class Suite:
         if not 0 <= start < stop <= self.window_count:
             unit = unit_of(self.windows)  # a hidden-state suite's: context
             raise BadInput(f"{unit} range [{start}, {stop}) is outside the suite ({unit}s "
-                           f"0-{self.window_count - 1}, {self.path}); fix the start/stop {unit}")
+                           f"0-{self.window_count - 1}, {self.path}); fix the start/stop window"
+                           + ("" if unit == WINDOW_UNIT else f" (a {unit}'s index)"))
         return [w for w in self.windows if start <= w.index < stop]
 
     def token_path(self, window: WindowSpec) -> Path:

@@ -141,7 +141,7 @@ def test_a_context_suites_run_says_contexts_where_nothing_was_captured(tmp_path:
         load_suite(suite).select(1, 5)
     assert str(refused.value).startswith("context range [1, 5) is outside the suite (contexts 0-2, "), \
         str(refused.value)
-    assert str(refused.value).endswith("; fix the start/stop context"), str(refused.value)
+    assert str(refused.value).endswith("; fix the start/stop window (a context's index)"), str(refused.value)
     logits = make_dataset(tmp_path / "logits")
     with pytest.raises(BadInput) as refused:
         load_suite(logits).select(1, 99)
