@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kldtui.decide.noise import NoiseFloor
-from kldtui.decide.verdict import METHOD, VerdictInterval, decide, sentence, verdict_interval
+from kldtui.decide.verdict import METHOD, Decision, VerdictInterval, decide, sentence, verdict_interval
 from kldtui.errors import BadInput
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.metrics import clusters as cl
@@ -65,10 +65,15 @@ class ClusteredPaired:
                 "paired_context_difference": {"mean": self.mean_difference, "median": self.median_difference,
                                               "bootstrap": self.bootstrap},
                 "per_allocation_stratum": self.per_stratum,
-                "verdict_interval": {**self.interval.to_dict(),
-                                     "method": METHOD.replace("over windows", f"over {UNIT}s"), "unit": UNIT},
+                "verdict_interval": interval_dict(self.interval),
                 "outcome": self.outcome, "provisional": self.provisional, "verdict": self.verdict,
                 "win_count": self.wins, "largest_absolute_context_differences": self.largest}
+
+
+def interval_dict(iv: VerdictInterval) -> dict[str, Any]:
+    """A verdict interval over source clusters, JSON-ready: its method and unit say so (``kldtui diff
+    --json``'s ``clustered.verdict_interval``, the leaderboard's ``diff_vs_best``)."""
+    return {**iv.to_dict(), "method": METHOD.replace("over windows", f"over {UNIT}s"), "unit": UNIT}
 
 
 def check_same_partition(a: ComparisonReport, b: ComparisonReport, where_a: str, where_b: str) -> None:
@@ -81,25 +86,46 @@ def check_same_partition(a: ComparisonReport, b: ComparisonReport, where_a: str,
                        "on the same contexts (--context-filter)")
 
 
-def _contexts(report: ComparisonReport, where: str) -> dict[int, tuple[float, str, str, str]]:
+@dataclass(frozen=True)
+class SourceClusters:
+    """How a hidden-state suite's contexts sit in source clusters: the contexts in order, each one's
+    cluster key and allocation stratum, and the partition they come from. Two reports pair cluster by
+    cluster only where they share it (:func:`paired_contexts`)."""
+
+    partition: str
+    contexts: tuple[int, ...]  # context indices, ascending
+    keys: tuple[str, ...]  # each context's source cluster key
+    strata: tuple[str, ...]  # each context's allocation stratum
+
+    @property
+    def clusters(self) -> int:
+        return len(set(self.keys))
+
+    def units(self, values: np.ndarray) -> np.ndarray:
+        """Per-context ``values`` (in :attr:`contexts` order) reduced to one per source cluster, the mean
+        of its contexts' (:func:`kldtui.metrics.clusters.cluster_units`): the units every verdict over
+        such a suite counts."""
+        units, _ = cl.cluster_units(values, self.keys)
+        return units
+
+
+def _contexts(report: ComparisonReport) -> dict[int, tuple[float, str, str, str]]:
     stats = report.suite_statistics
     assert stats is not None
     return {e.context_index: (e.kl_reference_to_candidate.mean, e.source_cluster, e.allocation_stratum,
                               e.partition) for e in stats.per_context}
 
 
-def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, where_b: str, *,
-                     noise: NoiseFloor | None, name_a: str, name_b: str, confirm: str | None = None,
-                     samples: int = cl.DEFAULT_SAMPLES,
-                     seed: int = cl.DEFAULT_SEED) -> ClusteredPaired | None:
-    """The clustered comparison, or None when a report has no per-context identities (a logits
-    suite's windows); BadInput when the reports cover other contexts, other clusters or other
-    partitions."""
+def paired_contexts(a: ComparisonReport, b: ComparisonReport, where_a: str, where_b: str,
+                    ) -> tuple[SourceClusters, np.ndarray, np.ndarray] | None:
+    """The contexts' source clusters and each report's per-context mean KL over them, in context order;
+    None when a report has no per-context identities (a logits suite's windows). BadInput when the
+    reports come from different partitions, or cover other contexts, or a context has another source
+    cluster, stratum or partition in each: they do not pair cluster by cluster."""
     if a.suite_statistics is None or b.suite_statistics is None:
         return None
     check_same_partition(a, b, where_a, where_b)
-    pa = a.suite_statistics.context_selection.partition
-    ca, cb = _contexts(a, where_a), _contexts(b, where_b)
+    ca, cb = _contexts(a), _contexts(b)
     if sorted(ca) != sorted(cb):
         raise BadInput(f"{where_a} and {where_b} cover different contexts; compare both candidates on the "
                        "same contexts")
@@ -108,28 +134,55 @@ def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, whe
         if ca[i][1:] != cb[i][1:]:
             raise BadInput(f"{where_a} and {where_b}: context {i} has another source cluster, stratum or "
                            "partition in each; the reports come from different suites")
-    kl_a = np.array([ca[i][0] for i in order])
-    kl_b = np.array([cb[i][0] for i in order])
-    keys = [ca[i][1] for i in order]
-    strata = [ca[i][2] for i in order]
+    layout = SourceClusters(partition=a.suite_statistics.context_selection.partition, contexts=tuple(order),
+                            keys=tuple(ca[i][1] for i in order), strata=tuple(ca[i][2] for i in order))
+    return layout, np.array([ca[i][0] for i in order]), np.array([cb[i][0] for i in order])
+
+
+def cluster_verdict(units_a: np.ndarray, units_b: np.ndarray, layout: SourceClusters,
+                    noise: NoiseFloor | None, name_a: str, name_b: str, *, unit: str,
+                    confirm: str | None = None, significant: bool | None = None,
+                    iv: VerdictInterval | None = None) -> tuple[VerdictInterval, Decision, str]:
+    """The verdict on B against A over source clusters (``units_a``, ``units_b``:
+    :meth:`SourceClusters.units`), its interval, decision and sentence naming the partition: what
+    ``kldtui diff`` says of two such reports, and the leaderboard's tie column of each candidate
+    against the best. ``unit``: what the
+    reports' windows are called (contexts: the noise model's repeat variation is over all of them);
+    ``significant``: the family's decision (Holm over the leaderboard's pairs), None for the pair
+    alone; ``iv``: the interval when the caller has it."""
+    iv = iv if iv is not None else verdict_interval(units_a, units_b)
+    decision = decide(iv, noise, layout.contexts, significant=significant, unit=unit)
+    text = sentence(decision, iv, float(np.mean(units_a)), name_a, name_b, confirm, unit=UNIT)
+    return iv, decision, f"{text} ({layout.partition} partition)"
+
+
+def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, where_b: str, *,
+                     noise: NoiseFloor | None, name_a: str, name_b: str, confirm: str | None = None,
+                     samples: int = cl.DEFAULT_SAMPLES,
+                     seed: int = cl.DEFAULT_SEED) -> ClusteredPaired | None:
+    """The clustered comparison, or None when a report has no per-context identities (a logits
+    suite's windows); BadInput when the reports cover other contexts, other clusters or other
+    partitions (:func:`paired_contexts`)."""
+    paired = paired_contexts(a, b, where_a, where_b)
+    if paired is None:
+        return None
+    layout, kl_a, kl_b = paired
+    keys, strata = list(layout.keys), list(layout.strata)
     d = kl_b - kl_a
-    units_a, _ = cl.cluster_units(kl_a, keys)
-    units_b, _ = cl.cluster_units(kl_b, keys)
-    iv = verdict_interval(units_a, units_b)
-    decision = decide(iv, noise, order, unit=a.unit)  # the noise model's offset: every context's
-    text = sentence(decision, iv, float(units_a.mean()), name_a, name_b, confirm, unit=UNIT)
-    text += f" ({pa} partition)"
+    iv, decision, text = cluster_verdict(layout.units(kl_a), layout.units(kl_b), layout, noise, name_a,
+                                         name_b, unit=a.unit, confirm=confirm)
     per_stratum = {}
     for s in sorted(set(strata)):
         mask = np.asarray(strata) == s
         per_stratum[s] = {"contexts": int(mask.sum()), "source_clusters": len(set(np.asarray(keys)[mask])),
                           "mean_difference": float(d[mask].mean()),
                           "median_difference": float(np.median(d[mask]))}
+    order = layout.contexts
     largest = [{"context_index": order[i], "difference": float(d[i]), "allocation_stratum": strata[i],
                 "source_cluster": keys[i]} for i in np.argsort(-np.abs(d), kind="stable")[:LARGEST]]
     return ClusteredPaired(
-        partition=pa, contexts=len(order), clusters=len(set(keys)), mean_difference=float(d.mean()),
-        median_difference=float(np.median(d)),
+        partition=layout.partition, contexts=len(order), clusters=layout.clusters,
+        mean_difference=float(d.mean()), median_difference=float(np.median(d)),
         bootstrap=cl.paired_difference_bootstrap(d, keys, strata, samples, seed), per_stratum=per_stratum,
         interval=iv, outcome=decision.outcome, provisional=decision.provisional, verdict=text,
         wins={"a": int((d > 0).sum()), "b": int((d < 0).sum()), "tie": int((d == 0).sum()),
@@ -137,4 +190,5 @@ def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, whe
         largest=largest)
 
 
-__all__ = ["ClusteredPaired", "UNIT", "check_same_partition", "clustered_paired"]
+__all__ = ["ClusteredPaired", "SourceClusters", "UNIT", "check_same_partition", "cluster_verdict",
+           "clustered_paired", "interval_dict", "paired_contexts"]
