@@ -80,7 +80,9 @@ class LeaderboardTable(DataTable[str | Text]):
         """Each column's width: as wide as its longest cell (and header), at most as COLUMNS gives it;
         the candidate's as its longest name (``rows`` hold them whole) where the room allows with the bar
         at its narrowest, else the room left (at least NAME_MIN); the bar the room left in the table
-        (between BAR_MIN, or its header where that is longer, and BAR_WIDTH)."""
+        (between BAR_MIN, or its header where that is longer, and BAR_WIDTH). Where the name at its least
+        leaves no room for the log axis's header whole (80 columns, "no verdict" marks), the bar takes
+        its short header rather than push the row past the table's edge."""
         out = []
         name = self.column("candidate")
         for k, (label, width) in enumerate(self.COLUMNS):
@@ -95,17 +97,26 @@ class LeaderboardTable(DataTable[str | Text]):
         least = max(self.BAR_MIN, len(self.bar_header(axis)))  # "interval (log)" said whole
         others = sum(out[:-1]) - out[name] + 2 * self.cell_padding * len(out)
         out[name] = min(out[name], max(self.NAME_MIN, room - others - least))
+        if room - others - out[name] < least:
+            least = max(self.BAR_MIN, len(self.bar_header(axis, self.BAR_MIN)))
         out[-1] = max(least, min(self.BAR_WIDTH, room - others - out[name]))
         return out
 
-    @staticmethod
-    def bar_header(axis: BarAxis | None) -> str:
-        return "interval (log)" if axis is not None and axis.log else "interval"
+    LOG_HEADERS = ("interval (log)", "log axis")  # the bars' header on a log axis; the short one
+
+    @classmethod
+    def bar_header(cls, axis: BarAxis | None, width: int | None = None) -> str:
+        """The bars' column header: it says when their axis is logarithmic, in its short form where the
+        column (``width``) is narrower than the long one."""
+        if axis is None or not axis.log:
+            return "interval"
+        long, short = cls.LOG_HEADERS
+        return long if width is None or width >= len(long) else short
 
     def add_columns_for(self, axis: BarAxis | None, widths: list[int]) -> None:
         """The columns, the bars' one saying when its axis is logarithmic."""
         for (label, _), width in zip(self.COLUMNS, widths, strict=True):
-            self.add_column(self.bar_header(axis) if label == "interval" else label, width=width)
+            self.add_column(self.bar_header(axis, width) if label == "interval" else label, width=width)
 
     def set_results(self, results: list[ResultData], ties: dict[int, str] | None = None) -> None:
         """``results`` already sorted; ``ties`` maps a row to its mark (e.g. "= best")."""
