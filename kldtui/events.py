@@ -219,6 +219,9 @@ class LeaderboardUpdated(Event):
     # what the windows are called: "window", or a hidden-state suite's "context" (the rule is
     # kldtui.formats.suite.unit_name, which this layer cannot import)
     unit: str = "window"
+    # what the verdicts against the best count ("" : the windows): a hidden-state suite's source
+    # clusters, each counted once (kldtui.decide.leaderboard.Leaderboard.tie_unit)
+    tie_unit: str = ""
     noise_model: str = ""
     notes: tuple[str, ...] = ()
     # the same in one short line each (the dashboard's campaign board; the help has them in full)

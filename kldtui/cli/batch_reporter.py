@@ -312,7 +312,8 @@ class BatchReporter:
         title = "final leaderboard" if event.final else "leaderboard so far"
         lines = [f"{head} {title} ({plural(event.windows, event.unit)}, KL(reference || candidate), lower is "
                  "closer)"]
-        lines += ["    " + line for line in table_lines(event.rows, event.windows, event.unit)]
+        table = table_lines(event.rows, event.windows, event.unit, event.tie_unit)
+        lines += ["    " + line for line in table]
         if event.noise_model:
             lines.append(f"    noise model: {event.noise_model}")
         lines += [f"    note: {note}" for note in event.notes]

@@ -50,13 +50,14 @@ class ClusteredPaired:
     wins: dict[str, int]
     largest: list[dict[str, Any]] = field(default_factory=list)
 
-    def independent_rows_note(self, rows: str, verdict: str = "the verdict") -> str:
-        """Which to trust, where figures that count the contexts as independent (``rows``, a singular
-        subject: "each row above" of kldtui diff, "the tie column" of the viewer) sit beside this
-        verdict (``verdict``): the one sentence every view says it in (docs/STATISTICS.md, "Clustered
-        suites"). Both are right by their own unit; side by side they read as a contradiction."""
-        return (f"{rows} counts the {self.contexts} contexts as independent; {verdict} counts each of the "
-                f"{self.clusters} source clusters once and is the one to trust where they disagree")
+    def independent_rows_note(self) -> str:
+        """Which to trust, where kldtui diff's rows above its verdict (the table, the figures, the
+        per-context listing), which count the contexts as independent, sit beside this verdict
+        (docs/STATISTICS.md, "Clustered suites"). Both are right by their own unit; side by side they
+        read as a contradiction. (The leaderboard's tie column counts source clusters, as this verdict
+        does.)"""
+        return (f"each row above counts the {self.contexts} contexts as independent; the verdict counts each "
+                f"of the {self.clusters} source clusters once and is the one to trust where they disagree")
 
     def to_dict(self) -> dict[str, Any]:
         return {"partition": self.partition, "contexts": self.contexts, "source_clusters": self.clusters,

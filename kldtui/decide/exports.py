@@ -72,6 +72,9 @@ class ExportTable:
     noise_model: str
     notes: list[str]
     unit: str = WINDOW_UNIT  # what the windows are called (the leaderboard's: a hidden-state suite's context)
+    # what the verdicts count (Leaderboard.tie_unit: a hidden-state suite's source clusters), and how many
+    tie_unit: str = WINDOW_UNIT
+    tie_units: int = 0
 
 
 def _verdict(row: LeaderboardRow, unit: str) -> str:
@@ -109,8 +112,9 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
                  noise: NoiseFloor | None = None) -> ExportTable:
     """``board``'s rows with their reports' figures. Rows find their report by path (the
     leaderboard of files) or by name (``names``, as given to ``build_leaderboard``). A row whose
-    difference from the best is not resolved says how many windows would resolve it
-    (:mod:`kldtui.decide.windows_needed`, against ``noise``: the floor the board was built with)."""
+    difference from the best is not resolved says how many windows would resolve it, in the units the
+    board's ties count (a hidden-state suite's source clusters; :mod:`kldtui.decide.windows_needed`,
+    against ``noise``: the floor the board was built with)."""
     path_list = [None if p is None else str(p) for p in (paths or [None] * len(reports))]
     by_path = {p: r for p, r in zip(path_list, reports, strict=True) if p is not None}
     by_name = dict(zip(names, reports, strict=True)) if names is not None else {}
@@ -126,7 +130,8 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
         kl = report.kl_reference_to_candidate
         nt = report.next_token
         rows.append(ExportRow(
-            rank=row.rank, name=row.name, verdict=_verdict(row, board.unit), mean=row.mean, ci_low=row.ci_low,
+            rank=row.rank, name=row.name, verdict=_verdict(row, board.tie_unit), mean=row.mean,
+            ci_low=row.ci_low,
             ci_high=row.ci_high, median=kl.median, p99=kl.p99, p99_9=kl.p99_9, max=kl.max,
             rms_delta_p=_rms_delta_p(report), same_top_p=_same_top_p(report), top1_agreement=_top1(report),
             perplexity_ratio=nt.perplexity_ratio if nt is not None else None,
@@ -134,7 +139,8 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
             windows=report.windows, positions=report.positions, report=report, path=row.path,
             outcome=row.outcome_vs_best))
     pairs = len(rows) * (len(rows) - 1) // 2  # the leaderboard's Holm family: every pair
-    rows = [replace(r, windows_needed=for_reports(rows[0].report, r.report, noise, comparisons=max(1, pairs)))
+    rows = [replace(r, windows_needed=for_reports(rows[0].report, r.report, noise, comparisons=max(1, pairs),
+                                                  by_source_cluster=board.clustered))
             if r.rank > 1 and r.outcome in UNRESOLVED else r for r in rows]
     domains = list(dict.fromkeys(d for r in rows for d in r.domains))
     first = rows[0].report if rows else None
@@ -144,7 +150,7 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
                        reference_identity=(first.reference_identity_sha256 or first.reference_manifest_sha256)
                        if first else None,
                        kldtui_versions=versions, noise_model=board.noise_source, notes=list(board.notes),
-                       unit=board.unit)
+                       unit=board.unit, tie_unit=board.tie_unit, tie_units=board.units_tied_over)
 
 
 # ----------------------------------------------------------------------------- shared cells
@@ -185,11 +191,18 @@ def how_measured(table: ExportTable) -> list[str]:
     return [f"KL(reference || candidate), natural log, mean over {table.windows} {units}{positions}; "
             f"interval: 95 %, the report's headline interval over {units} (kl_mean_interval); per-domain "
             f"columns: mean KL of that domain's {units}",
-            f"verdict: paired sign-flip test of each candidate against the best over the same {units} (with "
-            f"a log-normal check where the two depend differently on {table.unit} difficulty); "
+            f"verdict: paired sign-flip test of each candidate against the best over {_tied_over(table)} "
+            f"(with a log-normal check where the two depend differently on {table.tie_unit} difficulty); "
             f"noise model: {table.noise_model}",
             f"suite hash {_short_hash(table.suite_hash)}, reference identity "
             f"{_short_hash(table.reference_identity)}, kldtui {version}"]
+
+
+def _tied_over(table: ExportTable) -> str:
+    """What the verdicts pair: "the same windows"; a hidden-state suite's source clusters."""
+    if table.tie_unit == table.unit:
+        return f"the same {table.unit}s"
+    return f"the same {table.tie_units} {table.tie_unit}s, each the mean of its {table.unit}s' KL"
 
 
 def _interval_cell(r: ExportRow) -> str:
@@ -219,11 +232,12 @@ def to_markdown(table: ExportTable) -> str:
 
 
 def _verdict_cell(row: ExportRow) -> str:
-    """The verdict, and for an unresolved one the windows (the report's units) that would resolve it."""
+    """The verdict, and for an unresolved one the windows (the verdict's units: a hidden-state suite's
+    source clusters) that would resolve it."""
     need = row.windows_needed
     if need is None or need.windows is None:
         return row.verdict
-    units = f"{row.report.unit}s"
+    units = f"{need.unit}s"
     if row.verdict.endswith(")"):  # "no verdict (too few windows)": one bracket, not two in a row
         return f"{row.verdict[:-1]}; ~{need.windows} {units} to resolve)"
     return f"{row.verdict} (~{need.windows} {units} to resolve)"

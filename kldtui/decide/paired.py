@@ -577,7 +577,7 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
     clustered = clustered_paired(a, b, where_a, where_b, noise=noise, name_a=name_a, name_b=name_b,
                                  confirm=confirm_command(*better, noise), samples=samples, seed=seed)
     if clustered is not None:
-        notes.append(f"contexts share sources: {clustered.independent_rows_note('each row above')}")
+        notes.append(f"contexts share sources: {clustered.independent_rows_note()}")
     few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]
     if few:
         notes.append(f"no verdict for domains with fewer than {MIN_VERDICT_WINDOWS} {a.unit}s: "

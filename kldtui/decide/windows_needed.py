@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kldtui.decide.clustered import UNIT as SOURCE_CLUSTER
+from kldtui.decide.clustered import paired_contexts
 from kldtui.decide.reports import window_values
 from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS, family_windows, verdict_interval
 from kldtui.formats.report_model import ComparisonReport
@@ -160,17 +162,26 @@ UNRESOLVED = ("indistinguishable", "within_noise", "too_few_windows", "cannot_ca
 
 
 def for_reports(a: ComparisonReport, b: ComparisonReport, noise: NoiseFloor | None, *,
-                power: float = DEFAULT_POWER, comparisons: int = 1) -> WindowsNeeded:
+                power: float = DEFAULT_POWER, comparisons: int = 1,
+                by_source_cluster: bool = False) -> WindowsNeeded:
     """For two reports of one suite (B - A over their windows), against ``noise``'s repeat
-    variation of the metric where it measured one; counted in the reports' unit."""
+    variation of the metric where it measured one; counted in the reports' unit. ``by_source_cluster``:
+    where the reports' contexts share sources, over their source clusters (each the mean of its
+    contexts' KL, :mod:`kldtui.decide.clustered`), counted in source clusters: the units the
+    leaderboard's ties then count."""
     va, vb = window_values(a, "A"), window_values(b, "B")
     margin = noise.repeat_variation_for(va.window_index.tolist()) if noise is not None else None
+    kl_a, kl_b, unit = va.kl_mean, vb.kl_mean, a.unit
+    paired = paired_contexts(a, b, "A", "B") if by_source_cluster else None
+    if paired is not None:
+        layout, context_a, context_b = paired
+        kl_a, kl_b, unit = layout.units(context_a), layout.units(context_b), SOURCE_CLUSTER
     at_least = None
-    if va.n >= 3:  # where the log-normal check engages, the sign-flip test's calibration needs its windows
-        iv = verdict_interval(va.kl_mean, vb.kl_mean)
+    if kl_a.size >= 3:  # where the log-normal check engages, the sign-flip test needs its windows
+        iv = verdict_interval(kl_a, kl_b)
         at_least = iv.needed_windows if iv.dependent else None
-    return windows_needed(va.kl_mean, vb.kl_mean, margin=margin, power=power, comparisons=comparisons,
-                          at_least=at_least, unit=a.unit)
+    return windows_needed(kl_a, kl_b, margin=margin, power=power, comparisons=comparisons,
+                          at_least=at_least, unit=unit)
 
 
 __all__ = ["DEFAULT_POWER", "UNRESOLVED", "WindowsNeeded", "for_reports", "windows_for", "windows_needed"]

@@ -523,6 +523,7 @@ class Campaign:
         self.emit(LeaderboardUpdated(
             "campaign", rows=tuple(rows), windows=board.windows if board is not None else 0,
             unit=board.unit if board is not None else WINDOW_UNIT,
+            tie_unit=board.tie_unit if board is not None else "",
             noise_model=self.noise.describe(board.unit if board is not None else WINDOW_UNIT)
             if self.noise is not None else (
                 board.noise_source if board is not None else ""),
@@ -567,7 +568,8 @@ class Campaign:
         report = load_report(repeat.report)
         diff = paired_diff(load_report(leader.path), report, noise=self.noise, name_a=leader.name,
                            name_b=repeat.name, path_a=leader.path, path_b=str(repeat.report))
-        stats = diff.overall
+        # the verdict over source clusters where contexts share sources, as the ranked rows' ties count
+        stats = diff.clustered if diff.clustered is not None else diff.overall
         tied = stats.outcome in TIED_OUTCOMES
         iv = kl_headline_interval(report)  # the interval the ranked rows show (the leaderboard's)
         return Standing(name=repeat.name, state="compared",

@@ -58,16 +58,18 @@ def _repeat_words(row: Standing, unit: str) -> str:
     return f"{words} (provisional)" if row.provisional else words
 
 
-def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT) -> list[str]:
+def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT,
+          tie_unit: str = "") -> list[str]:
     """One row of the leaderboard (columns :data:`HEADERS`) over ``windows`` windows, called ``unit``
-    (fewer than an interval needs: the interval cell says so instead of showing one)."""
+    (fewer than an interval needs: the interval cell says so instead of showing one); its verdict counts
+    ``tie_unit`` s (a hidden-state suite's source clusters; "": the windows)."""
     known = row.ci_low is not None and row.ci_high is not None
     interval = f"[{_num(row.ci_low)}, {_num(row.ci_high)}]" if known else "-"
     if known and windows and interval_rests_on_too_few(windows):
         interval = too_few_text(windows, short=True, unit=unit)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
     return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean),
-            verdict_words(row, unit), interval, _size(row.size_bytes), bpw]
+            verdict_words(row, tie_unit or unit), interval, _size(row.size_bytes), bpw]
 
 
 def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
@@ -75,8 +77,9 @@ def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
     return [max(len(line[i]) for line in (HEADERS, *rows)) for i in range(len(HEADERS))]
 
 
-def table_lines(rows: Sequence[Standing], windows: int | None = None, unit: str = WINDOW_UNIT) -> list[str]:
-    """The rows as aligned plain-text lines under a header line."""
-    table = [list(HEADERS)] + [cells(r, windows, unit) for r in rows]
+def table_lines(rows: Sequence[Standing], windows: int | None = None, unit: str = WINDOW_UNIT,
+                tie_unit: str = "") -> list[str]:
+    """The rows as aligned plain-text lines under a header line (:func:`cells`)."""
+    table = [list(HEADERS)] + [cells(r, windows, unit, tie_unit) for r in rows]
     widths = column_widths(table[1:])
     return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table]

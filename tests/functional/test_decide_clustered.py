@@ -86,7 +86,8 @@ def test_reports_of_different_partitions_are_refused(reports: dict[str, Path]) -
 def test_views_of_too_few_contexts_name_them_contexts(reports: dict[str, Path],
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A hidden-state suite's reports count contexts: the leaderboard's interval cells and notes, the
-    viewer's result pane and the campaign's batch lines said "too few windows (6)" of them."""
+    viewer's result pane and the campaign's batch lines said "too few windows (6)" of them. (Its ties
+    count source clusters: too few of them, the note says so in their words.)"""
     import io
 
     from kldtui.cli.batch_reporter import BatchReporter
@@ -99,8 +100,9 @@ def test_views_of_too_few_contexts_name_them_contexts(reports: dict[str, Path],
     n = load_report(few[0]).windows
     assert n < 8  # below what an interval needs
     board = leaderboard_from_files(few)
-    assert board.unit == "context"
-    assert f"too few contexts ({n}) for a verdict: the rows are in order of mean KL only" in board.notes[-1]
+    assert board.unit == "context" and board.tie_unit == "source cluster" and board.tie_units == 5
+    assert (f"too few source clusters (5) for a verdict: the {n} contexts come from 5 sources, each counted "
+            "once; the rows are in order of mean KL only") in board.notes[-1], board.notes
     assert not [note for note in board.notes if "window" in note], board.notes
     assert main(["leaderboard", *map(str, few)]) == 0
     out = capsys.readouterr().out
@@ -123,7 +125,7 @@ def test_views_of_too_few_contexts_name_them_contexts(reports: dict[str, Path],
 def test_verdict_column_of_too_few_contexts_names_them_contexts(reports: dict[str, Path]) -> None:
     """A campaign's standings and the exports said "too few contexts (6)" in the interval column and
     "no verdict (too few windows)" in the verdict column of one hidden-state row, and the exports'
-    footer counted windows."""
+    footer counted windows. The verdict column counts what the verdict counts: source clusters."""
     from kldtui.decide.exports import export_table, to_csv, to_llama_cpp, to_markdown
     from kldtui.decide.leaderboard import build_leaderboard
     from kldtui.events import Standing
@@ -138,12 +140,13 @@ def test_verdict_column_of_too_few_contexts_names_them_contexts(reports: dict[st
     assert second.outcome_vs_best == "too_few_windows"
     standing = Standing(second.name, "compared", rank=2, mean=second.mean, ci_low=second.ci_low,
                         ci_high=second.ci_high, outcome=second.outcome_vs_best, mark=second.mark)
-    line = table_lines([standing], board.windows, board.unit)[1]
-    assert f"too few contexts ({n})" in line and "no verdict (too few contexts)" in line, line
+    line = table_lines([standing], board.windows, board.unit, board.tie_unit)[1]
+    assert f"too few contexts ({n})" in line and "no verdict (too few source clusters)" in line, line
     table = export_table(board, loaded, paths=few)
     markdown, csv, llama = to_markdown(table), to_csv(table), to_llama_cpp(table)
-    assert "no verdict (too few contexts" in markdown and "no verdict (too few contexts)" in csv
-    assert "contexts to resolve)" in markdown  # the contexts that would resolve it
+    assert "no verdict (too few source clusters" in markdown and "no verdict (too few source clusters)" in csv
+    assert "source clusters to resolve)" in markdown  # the source clusters that would resolve it
+    assert "over the same 5 source clusters, each the mean of its contexts' KL (with" in markdown, markdown
     assert f"mean over {n} contexts" in markdown and f"{n} contexts, " in llama
     assert "window" not in markdown + llama, markdown + llama
 
@@ -152,18 +155,22 @@ def test_paired_verdicts_over_contexts_name_them_contexts(reports: dict[str, Pat
     """The leaderboard's verdict against the best, kldtui diff's per-context verdict (and the dashboard's
     diff, which shows it) and their noise model said "over 20 windows" and "window-to-window
     variation" of a hidden-state suite's contexts; the leaderboard's JSON said its cluster unit was the
-    window."""
+    window. The leaderboard's verdict counts source clusters, as diff's clustered verdict does, in the
+    same words."""
     from kldtui.decide.leaderboard import leaderboard_from_files
 
     pair = [reports["small-analysis"], reports["large-analysis"]]
-    n = json.loads(pair[0].read_text())["contexts"]
+    doc = json.loads(pair[0].read_text())
+    n, k = doc["contexts"], len({e["source_cluster"] for e in doc["per_context"]})
     board = leaderboard_from_files(pair, use_noise_floor=False)
     said = board.rows[1].verdict_vs_best
-    assert f"over {n} contexts" in said and "window" not in said, said
+    assert f"over {k} source clusters" in said and "(analysis partition)" in said, said
+    assert "window" not in said, said
     assert board.noise_source.startswith("none: context-to-context variation only"), board.noise_source
     assert "window" not in board.noise_brief
     doc = board.to_dict()
-    assert doc["cluster_unit"] == "context"
+    assert (doc["cluster_unit"], doc["unit"], doc["windows"], doc["tie_units"], doc["partition"]) == (
+        "source_cluster", "context", n, k, "analysis"), doc
     result = paired_diff_files(*pair, samples=300, use_noise_floor=False)
     assert f"over {n} contexts" in result.overall.verdict and "window" not in result.overall.verdict
     assert result.to_dict()["cluster_unit"] == "context" and "window" not in result.noise_source
@@ -173,13 +180,17 @@ def test_leaderboard_footer_of_contexts_names_them_contexts(reports: dict[str, P
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """kldtui leaderboard's footer said "7 windows; ... sign-flip test over windows", its tie legend
     "too few windows to tell", and "windows needed:" of a hidden-state suite's contexts; kldtui diff
-    too."""
+    too. Its ties count the contexts' 5 source clusters: the footer, the legend and the count needed
+    say so."""
     few = [str(reports["small-few"]), str(reports["large-few"])]
     n = json.loads(Path(few[0]).read_text())["contexts"]
     assert main(["leaderboard", *few, "--no-noise-floor", "--plain"]) == 0
     out = capsys.readouterr().out
-    assert f"{n} contexts; mean KL intervals" in out and "sign-flip test over contexts" in out, out
-    assert "no verdict = too few contexts to tell" in out and "contexts needed: " in out, out
+    assert f"{n} contexts; mean KL intervals" in out, out
+    ties = "sign-flip test over the 5 source clusters, each the mean of its contexts' KL (log-normal"
+    assert ties in out, out
+    assert "no verdict = too few source clusters to tell" in out, out
+    assert "source clusters needed: large vs small: about 8 source clusters (3 more than the 5" in out, out
     assert "window" not in out, out
     assert main(["diff", *few, "--no-noise-floor"]) == 0
     out = capsys.readouterr().out
@@ -188,7 +199,8 @@ def test_leaderboard_footer_of_contexts_names_them_contexts(reports: dict[str, P
     from kldtui.tui.screens.board import row_verdict
 
     board = leaderboard_from_files(few, use_noise_floor=False)  # the viewer's line under the best row
-    assert f"but {n} contexts are too few to say it is best" in row_verdict(board.rows[0], 2, board.unit)
+    said = row_verdict(board.rows[0], 2, board.tie_unit)
+    assert "but 5 source clusters are too few to say it is best" in said, said
 
 
 def test_charts_of_contexts_name_them_contexts(reports: dict[str, Path]) -> None:
@@ -216,7 +228,8 @@ def test_charts_of_contexts_name_them_contexts(reports: dict[str, Path]) -> None
 def test_intervals_of_contexts_name_their_cluster_unit_context(reports: dict[str, Path]) -> None:
     """kldtui diff --json's difference and ratio intervals (overall and per domain) and kldtui
     leaderboard --json's ratio_vs_best said ``cluster_unit: "window"`` of a hidden-state suite's
-    contexts, under a top level that said "context"."""
+    contexts, under a top level that said "context". (The leaderboard's ratio pairs source clusters, as
+    its ties do: its cluster unit is the top level's.)"""
     from kldtui.decide.leaderboard import leaderboard_from_files
 
     pair = [reports["small-analysis"], reports["large-analysis"]]
@@ -224,8 +237,10 @@ def test_intervals_of_contexts_name_their_cluster_unit_context(reports: dict[str
     groups = [doc["overall"], *doc["domains"].values()]
     units = {g[key]["cluster_unit"] for g in groups for key in ("difference_b_minus_a", "ratio_b_over_a")}
     assert units == {"context"}, units
-    rows = leaderboard_from_files(pair, use_noise_floor=False).to_dict()["rows"]
-    assert rows[1]["ratio_vs_best"]["cluster_unit"] == "context", rows[1]
+    board = leaderboard_from_files(pair, use_noise_floor=False).to_dict()
+    rows = board["rows"]
+    assert rows[1]["ratio_vs_best"]["cluster_unit"] == board["cluster_unit"] == "source_cluster", rows[1]
+    assert rows[1]["diff_vs_best"]["unit"] == "source cluster", rows[1]
 
 
 def test_diff_of_contexts_counts_contexts(reports: dict[str, Path],
@@ -293,7 +308,8 @@ def test_summary_of_too_few_contexts_names_them_contexts(reports: dict[str, Path
 
 def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], tmp_path: Path) -> None:
     """The viewer's help (?) said what the tie column's "no verdict" means as "too few windows to tell"
-    of a leaderboard of a hidden-state suite's contexts; the dashboard's takes the same section."""
+    of a leaderboard of a hidden-state suite's contexts; the dashboard's takes the same section. The
+    tie column counts their source clusters, and says so."""
     from kldtui.tui.app import create_app
     from tests.fixtures_tui import help_text, settle, sync
 
@@ -304,9 +320,9 @@ def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], t
             await settle(app, pilot)
             await pilot.press("question_mark")
             await pilot.pause()
-            keys = help_text(app)
-            assert "no verdict  too few contexts to tell, or a verdict that cannot be calibrated on these " \
-                   "contexts" in keys, keys
+            keys = " ".join(help_text(app).split())
+            assert "no verdict too few source clusters to tell, or a verdict that cannot be calibrated on " \
+                   "these source clusters" in keys, keys
             ties = keys[keys.index("The leaderboard's tie column"):]
             assert "window" not in ties, ties
 

@@ -1,7 +1,7 @@
 """The viewer's leaderboard of three hidden-state suite reports, one with a long name, and the difference
 of two of them, as a user reads them at 200x50 and at 80x24: whole names where there is room, the
-domains' names in the per-context chart, and one line saying which to trust where the tie column
-(contexts as independent) and the clustered verdict (each source once) disagree."""
+domains' names in the per-context chart, and a tie column that counts each source cluster once, as the
+difference's clustered verdict does (so no line under the verdict says which of the two to trust)."""
 
 from __future__ import annotations
 
@@ -62,17 +62,18 @@ async def test_the_ranking_names_a_candidate_whole_where_the_terminal_has_room(t
         table = app.screen.query_one("#board")
         await until(pilot, lambda: table.row_count == 3, "the ranking")
         await settle(app, pilot)
-        row = _table_row(screen_lines(app), 1)
-        assert re.search(rf"  {LONG}  +0\.\d{{5}}  best  +\[0\.\d{{5}}, 0\.\d{{5}}\] +.*●", row), row
+        row = _table_row(screen_lines(app), 1)  # 6 source clusters: too few to name a best
+        assert re.search(rf"  {LONG}  +0\.\d{{5}}  no verdict  +\[0\.\d{{5}}, 0\.\d{{5}}\] +.*●", row), row
         await pilot.resize_terminal(80, 24)
         await settle(app, pilot)
         await until(pilot, lambda: "…" in _table_row(screen_lines(app), 1), "the name cut at 80 columns")
         lines = screen_lines(app)
         row = _table_row(lines, 1)
-        assert re.search(r"  small-quant-with-\S*…  +0\.\d{5}  best  +\[0\.\d{5}, 0\.\d{5}\] +.*●", row), row
+        assert re.search(r"  small-quant-with-\S*…  +0\.\d{5}  no verdict  +\[0\.\d{5}, 0\.\d{5}\] +.*●",
+                         row), row
         assert all(len(line) <= 80 for line in lines), "\n".join(lines)
         assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
-        assert "worse" in _table_row(lines, 2) and "worse" in _table_row(lines, 3), "\n".join(lines)
+        assert "no verdict" in _table_row(lines, 2) and "no verdict" in _table_row(lines, 3), "\n".join(lines)
 
 
 @sync
@@ -102,33 +103,30 @@ async def test_the_difference_chart_names_each_contexts_domain_as_the_width_allo
 
 
 @sync
-async def test_the_difference_says_which_to_trust_where_the_tie_column_disagrees(
+async def test_the_tie_column_counts_source_clusters_as_the_difference_does(
         tmp_path: Path, reports: list[Path]) -> None:
     """Row 2's tie column said "worse" (the 12 contexts as independent units) and the difference of rows
-    1 and 2 just below it "too few source clusters (6) for a verdict" (each source once): both right by
-    their unit, read together a contradiction. The pane says which to trust, in kldtui diff's words
-    (one owner: ClusteredPaired.independent_rows_note); where the two agree, or the pair is not the
-    best's, it says nothing more."""
+    1 and 2 just below it "too few source clusters (6) for a verdict" (each source once), with a line
+    saying which to trust. The tie column now counts the 6 source clusters too: "no verdict" beside the
+    same verdict, the ranking's note says why in the same words, and no line under the verdict claims
+    the tie column counts contexts as independent. kldtui diff still says so of its own per-context
+    rows, which do."""
     from kldtui.decide.paired import paired_diff_files
 
-    note = ("the tie column counts the 12 contexts as independent; the verdict above counts each of the 6 "
-            "source clusters once and is the one to trust where they disagree")
     app = create_app(reports=reports, config_dir=tmp_path / "cfg", remember_theme=False)
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(app, pilot)
+        lines = screen_lines(app)
+        note = "too few source clusters (6) for a verdict: in order of mean KL only"
+        assert note in "\n".join(lines), lines
         await _diff_best_and_second(app, pilot)
         lines = screen_lines(app)
-        assert "worse" in _table_row(lines, 2), "\n".join(lines)
+        assert "no verdict" in _table_row(lines, 2), "\n".join(lines)
         verdict = [i for i, line in enumerate(lines) if line.startswith(" too few source clusters (6) for a")]
-        assert verdict and lines[verdict[0] + 1] == f" {note}", "\n".join(lines)
+        assert verdict and lines[verdict[0] + 1].startswith(" noise model: "), "\n".join(lines)
+        text = "\n".join(lines)
+        assert "tie column" not in text and "as independent" not in text, text
         cli = paired_diff_files(reports[0], reports[2]).notes
         said = ("contexts share sources: each row above counts the 12 contexts as independent; the verdict "
                 "counts each of the 6 source clusters once and is the one to trust where they disagree")
         assert said in cli, cli
-        # rows 2 and 3 (mid, large): the tie column says nothing of this pair
-        await pilot.press("escape", "space", "down", "down", "space", "d")
-        await settle(app, pilot)
-        await until(pilot, lambda: any(line.startswith(" A = mid, B = large") for line in screen_lines(app)),
-                    "the difference of rows 2 and 3")
-        text = "\n".join(screen_lines(app))
-        assert "tie column" not in text, text

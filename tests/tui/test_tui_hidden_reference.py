@@ -62,8 +62,9 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
 async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: Path) -> None:
     """The viewer's help said "per-window chart", "per-window difference of the two marked reports" and
     charts "per window" of a hidden-state suite's reports, whose units every other line calls contexts
-    (the tie column's help among them), and the charts' headings said "KL per window" and "B − A per
-    window"; a logits suite's help and charts still say windows."""
+    (the tie column's help among them, which counts their source clusters, as its verdicts do), and the
+    charts' headings said "KL per window" and "B − A per window"; a logits suite's help and charts still
+    say windows."""
     from kldtui.tui.screens.dialogs import HelpScreen
     from tests.fixtures_hidden import noisy_candidates
     from tests.fixtures_tui import help_text, make_report
@@ -76,10 +77,10 @@ async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: 
              for name, folder in noisy_candidates(f, tmp_path, {"small": 0.03, "large": 0.09}).items()]
     logits = [write_doc(tmp_path / f"{n}-logits.json", make_report(n, lvl, seed=s))
               for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
-    for reports, unit in ((paths, "context"), (logits, "window")):
+    for reports, unit, ties in ((paths, "context", "source cluster"), (logits, "window", "window")):
         other = "window" if unit == "context" else "context"
         for shown, said in ((reports, (f"per-{unit} difference of the two marked reports",
-                                       f"per {unit}, per domain", f"too few {unit}s to tell")),
+                                       f"per {unit}, per domain", f"too few {ties}s to tell")),
                             (reports[:1], (f"per-{unit} chart",))):
             app = create_app(reports=shown, config_dir=tmp_path / "cfg", remember_theme=False)
             async with app.run_test(size=(200, 50)) as pilot:

@@ -47,12 +47,14 @@ def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
     from kldtui.text import ASCII_BAR, interval_bar
 
     few = interval_rests_on_too_few(board.windows)  # then no row's interval is shown, only its mean
+    # the same of the verdicts' units (a hidden-state suite's source clusters: fewer than its contexts)
+    few_tied = interval_rests_on_too_few(board.units_tied_over)
     axis = _bar_axis(board)
     out = []
     for r in board.rows:
         if r.diff_vs_best is None:
             vs = "-"
-        elif not r.diff_vs_best.has_interval or few:
+        elif not r.diff_vs_best.has_interval or few_tied:
             vs = f"+{r.diff_vs_best.estimate:.4g}".replace("+-", "-") + " (estimate only)"
         else:
             vs = f"+{r.diff_vs_best.text()}".replace("+-", "-")
@@ -80,14 +82,14 @@ def _footer(board: Any) -> list[str]:
     from kldtui.decide.leaderboard import marks_legend
     from kldtui.text import plural
 
-    units = f"{board.unit}s"
+    units = f"{board.tie_unit}s"  # what the verdicts count (a hidden-state suite's source clusters)
     lines = ["", f"{plural(board.windows, board.unit)}; mean KL intervals: each report's headline interval "
              f"(docs/STATISTICS.md), drawn on a {_bar_axis(board).words()}; vs best: sign-flip test over "
-             f"{units} (log-normal check where needed); paired on: "
+             f"{board.ties_over()} (log-normal check where needed); paired on: "
              f"{board.pairing_checked}",
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
-        lines.append(marks_legend(board.unit))
+        lines.append(marks_legend(board.tie_unit))
     deterministic = bool(board.noise_floor) and board.noise_floor.get("kind") == "deterministic"
     if any(r.provisional for r in board.rows) and deterministic:
         # kldtui.decide.noise.deterministic_floor: no capture can measure what does not move
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(format_plain(board))
             for line in windows_lines(table):
-                print(f"{board.unit}s needed: {line}")
+                print(f"{board.tie_unit}s needed: {line}")
         if args.json:
             write_json_atomic(args.json, leaderboard_document(board, table))
             print(f"wrote {args.json}")

@@ -27,7 +27,7 @@ from kldtui.formats.report import load_report  # json only, no numpy: the viewer
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, folder_reports, unique_names
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, no_verdict_words
+from kldtui.text import no_verdict_words
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -43,7 +43,8 @@ PANE_GROUP = "pane"  # exclusive: what the pane under the table shows (differenc
 
 def tie_column_help(unit: str) -> HelpSection:
     """The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's
-    marks), over the board's ``unit`` s (:attr:`Leaderboard.unit`: a hidden-state suite's contexts)."""
+    marks), over the ``unit`` s its verdicts count (:attr:`Leaderboard.tie_unit`: the windows; a
+    hidden-state suite's source clusters)."""
     return HelpSection("The leaderboard's tie column", (
         ("best", "lowest mean KL; the other rows are compared with it"),
         ("tied", "not shown different from the best"),
@@ -54,31 +55,17 @@ def tie_column_help(unit: str) -> HelpSection:
 
 def row_verdict(row: Any, rows: int, unit: str) -> str:
     """One sentence on a leaderboard row's mark (the best row's is about the others), counting the
-    board's ``unit`` s."""
+    ``unit`` s the board's verdicts count (:attr:`Leaderboard.tie_unit`)."""
     if row.is_best:
         if row.mark == "no verdict":
             from kldtui.decide.verdict import family_windows
 
             # the count itself, not "see the note above": the notes step aside while a pane is open
             need = family_windows(max(1, rows * (rows - 1) // 2))
-            return (f"lowest mean KL, but {row.windows} {unit}s are too few to say it is best among {rows} "
-                    f"(a verdict needs {need})")
+            return (f"lowest mean KL, but {row.units_tied_over} {unit}s are too few to say it is best among "
+                    f"{rows} (a verdict needs {need})")
         return f"lowest mean KL of the {rows} reports; each other row says how it compares with this one"
     return str(row.verdict_vs_best)
-
-
-def tie_column_disagrees(mark_a: str, mark_b: str, outcome: str) -> bool:
-    """The tie column says otherwise of A and B than a verdict of ``outcome`` (A and B's, over source
-    clusters where contexts share sources): one of them is the best and the other's mark is not what
-    the verdict would make it (worse where the best is closer, tied, or no verdict). A pair without the
-    best: the column says nothing of it."""
-    if "best" not in (mark_a, mark_b) or mark_a == mark_b:
-        return False
-    other = mark_b if mark_a == "best" else mark_a
-    best_closer = "a_closer" if mark_a == "best" else "b_closer"
-    said = ("tied" if outcome in TIED_OUTCOMES else "worse" if outcome == best_closer
-            else "better" if outcome in NAMED_OUTCOMES else "no verdict")
-    return said != other
 
 
 class Delivered(Message):
@@ -109,6 +96,7 @@ class BoardScreen(Screen[None]):
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
         self.ties: dict[str, str] = {}  # row name -> its tie mark
         self.board_unit = WINDOW_UNIT  # what the ranking's windows are called (Leaderboard.unit)
+        self.tie_unit = WINDOW_UNIT  # what its tie verdicts count (Leaderboard.tie_unit)
         self.noise_path: str | None = None  # the ties' noise model: --noise FILE, or the folders' one
         self.use_noise_floor = True  # kldtui view --no-noise-floor: none
         self.noise_chosen = False  # --noise or --no-noise-floor: the folders' models are not used
@@ -132,7 +120,7 @@ class BoardScreen(Screen[None]):
     def help_sections(self) -> tuple[HelpSection, ...]:
         """The help (?)'s sections: the screen's own keys, then what the tie column's marks mean over
         the board's units."""
-        return (*self.keys_help(self.board_unit), tie_column_help(self.board_unit))
+        return (*self.keys_help(self.board_unit), tie_column_help(self.tie_unit))
 
     def keys_help(self, unit: str) -> tuple[HelpSection, ...]:
         """The help (?) of the screen's own keys, over the board's ``unit`` s: ``KEYS_HELP``."""
@@ -298,6 +286,7 @@ class BoardScreen(Screen[None]):
         # a hidden-state suite's contexts; reports of two kinds of suite rank untied, as windows
         units = {r.unit for r in reports}
         unit = units.pop() if len(units) == 1 else WINDOW_UNIT
+        tie_unit = unit  # what the verdicts count: a hidden-state board's source clusters
         names = unique_names([r.name for r in results], [r.path for r in results])
         results = [dataclasses.replace(r, name=n) for r, n in zip(results, names, strict=True)]
         order = sorted(range(len(results)), key=lambda i: (results[i].sort_key, results[i].name))
@@ -309,15 +298,15 @@ class BoardScreen(Screen[None]):
                                           paths=[r.path for r in results], **self.noise_options(reports))
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
-                verdicts = {row.name: row_verdict(row, len(board.rows), board.unit) for row in board.rows}
-                unit = board.unit
+                verdicts = {row.name: row_verdict(row, len(board.rows), board.tie_unit) for row in board.rows}
+                unit, tie_unit = board.unit, board.tie_unit
                 notes = [*zip(board.notes, board.brief_notes, strict=True),
                          (f"noise model: {board.noise_source}", self.noise_brief(board.noise_brief))]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
                 notes = [(f"no tie marks: {exc}",) * 2]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
-        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts, unit)
+        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts, unit, tie_unit)
 
     def noise_brief(self, brief: str) -> str:
         """The noise model's line above the ranking, what a difference must clear; a campaign folder's
@@ -343,7 +332,10 @@ class BoardScreen(Screen[None]):
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
-                   verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT) -> None:
+                   verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT,
+                   tie_unit: str | None = None) -> None:
+        """The ranking; ``unit``: what its windows are called, ``tie_unit``: what its verdicts count
+        (:attr:`Leaderboard.tie_unit`; None: the windows)."""
         if {id(r) for r in reports} != {id(r) for r in self.reports}:
             # a ranking of the board as it was: a report came since (and its ranking is on its way).
             # Taken, it dropped that report, and a ranking started next (the campaign's noise model
@@ -353,6 +345,7 @@ class BoardScreen(Screen[None]):
         self.verdicts = dict(verdicts or {})
         self.ties = dict(ties)
         self.board_unit = unit
+        self.tie_unit = tie_unit or unit
         for pane in self.query(DiffPane):  # its placeholder counts them too, until a difference is shown
             pane.set_unit(unit)
         table = self.query_one("#board", LeaderboardTable)
@@ -455,13 +448,8 @@ class BoardScreen(Screen[None]):
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
         iv = diff.overall.interval
         band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, self.reports[i].unit)
+        # the verdict over source clusters where contexts share sources, as the tie column counts them
         lines = [f"A = {a.name}, B = {b.name}", diff.verdict]
-        clustered = diff.clustered
-        marks = self.ties.get(a.name, ""), self.ties.get(b.name, "")
-        if clustered is not None and tie_column_disagrees(*marks, clustered.outcome):
-            # the tie column's "worse" over 12 contexts beside "too few source clusters (6)": say which
-            # to trust, in kldtui diff's words
-            lines.append(clustered.independent_rows_note("the tie column", "the verdict above"))
         text = "\n".join([*lines, f"noise model: {diff.noise_source}"])
         self.deliver(self.show_diff, text, bars, band, diff.verdict)
 

@@ -159,8 +159,9 @@ class ViewerScreen(BoardScreen):
 
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
-                   verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT) -> None:
-        super().show_board(results, reports, ties, notes, verdicts, unit)
+                   verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT,
+                   tie_unit: str | None = None) -> None:
+        super().show_board(results, reports, ties, notes, verdicts, unit, tie_unit)
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,

@@ -76,7 +76,8 @@ class CampaignBoard(Vertical):
         table = self.query_one("#campaign-table", DataTable)
         board = self._board
         standings = board.rows if board is not None else ()
-        rows = [cells(row, board.windows, board.unit) for row in standings] if board is not None else []
+        rows = ([cells(row, board.windows, board.unit, board.tie_unit) for row in standings]
+                if board is not None else [])
         # the table's own scrollbar gutter may take two columns
         wrap = verdict_width(rows, self.size.width - 2, table.cell_padding) if rows else None
         self._width_filled = self.size.width
