@@ -33,12 +33,18 @@ def cell_mark(state: str, kl: float | None) -> str:
 LEGEND_WIDTH = 26  # "KL ▁<.005 ▃<.02 ▅<.1 █≥.1 "; narrower: "KL band" on a line of its own
 
 
+def label_digits(largest: int) -> int:
+    """The digits of every tile's number in a grid whose largest index is ``largest``: three up to
+    999, four up to 9999 (a hidden-state suite's 1,024 contexts), and so on, so the columns line up."""
+    return max(3, len(str(max(0, largest))))
+
+
 class WindowGrid(Widget):
-    """One cell per window: its state, then (once compared) its KL level."""
+    """One cell per window: its state, then (once compared) its KL level. A tile is the window's
+    number, as wide as the grid's largest (``label_digits``), and one mark."""
 
     COMPONENT_CLASSES = {"grid--pending", "grid--active", "grid--done", "grid--failed",
                          "grid--kl0", "grid--kl1", "grid--kl2", "grid--kl3"}
-    CELL = 4
 
     def __init__(self, model: DashboardModel, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -55,8 +61,11 @@ class WindowGrid(Widget):
             return "grid--done"
         return "grid--pending"
 
+    def _digits(self) -> int:
+        return label_digits(max(self.model.windows, default=0))
+
     def _columns(self, width: int) -> int:
-        return max(1, width // self.CELL)
+        return max(1, width // (self._digits() + 1))  # + 1: the tile's mark
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         n = len(self.model.windows)
@@ -68,13 +77,14 @@ class WindowGrid(Widget):
         if not windows:
             return Text(f"no {self.model.unit}s yet", style=self.get_component_rich_style("grid--pending"))
         cols = self._columns(self.size.width or 40)
+        digits = self._digits()
         text = Text(no_wrap=True)
         for i, win in enumerate(windows):
             if i and i % cols == 0:
                 text.append("\n")
             style = self.get_component_rich_style(self._cell_class(win.state, win.kl))
             mark = cell_mark(win.state, win.kl)
-            text.append(f"{win.index:03d}", style)
+            text.append(f"{win.index:0{digits}d}", style)
             text.append(mark)
         text.append("\n")
         text.append_text(self.legend(self.size.width or 40))
