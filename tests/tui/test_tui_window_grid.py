@@ -78,7 +78,8 @@ async def test_a_grid_of_1024_contexts_lines_up_its_columns(tmp_path: Path) -> N
             last = [line for line in lines if re.match(r"\d", line)][-1]
             assert last.endswith("1023▁"), last
             assert any(last in line for line in shown), shown
-            assert any("KL" in line for line in shown), shown
+            assert lines[-1].endswith("▁<.005 ▃<.02 ▅<.1 █≥.1"), lines[-1]  # the legend, not cut short
+            assert any(line.rstrip("▕ ").endswith("█≥.1") for line in shown), shown
 
 
 def _row_of(lines: list[str], number: str) -> int:

@@ -30,7 +30,7 @@ def cell_mark(state: str, kl: float | None) -> str:
     return " "
 
 
-LEGEND_WIDTH = 26  # "KL ▁<.005 ▃<.02 ▅<.1 █≥.1 "; narrower: "KL band" on a line of its own
+LEGEND_WIDTH = 25  # "KL ▁<.005 ▃<.02 ▅<.1 █≥.1"; narrower: "KL band" on a line of its own
 
 
 def label_digits(largest: int) -> int:
@@ -95,6 +95,7 @@ class WindowGrid(Widget):
         legend.append("KL band\n" if width < LEGEND_WIDTH else "KL ")
         labels = [*(f"<{trim_number(level)}" for level in KL_LEVELS[:3]), f"≥{trim_number(KL_LEVELS[2])}"]
         for level, label in enumerate(labels):
+            if level:  # no blank after the last: at 80x24 a scrolling grid is 22 cells, the labels' width
+                legend.append(" ")
             legend.append(f"{KL_GLYPHS[level]}{label}", self.get_component_rich_style(f"grid--kl{level}"))
-            legend.append(" ")
         return legend
