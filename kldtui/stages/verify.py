@@ -45,12 +45,14 @@ from kldtui.formats.safe_io import is_present, read_text
 from kldtui.formats.suite import (
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
+    WINDOW_UNIT,
     LogitsManifest,
     Suite,
     dataset_card,
     load_logits_manifest,
     load_suite,
     sha256_file,
+    unit_of,
 )
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
 from kldtui.text import plural
@@ -478,18 +480,24 @@ def _classify(path: Path) -> _Classified:
 
 def _check_range(start: int | None, stop: int | None, suite_path: Path | None) -> None:
     """A window range the suite does not have is one error, before any work (not one failure
-    per missing window)."""
-    if start is not None and start < 0:
-        raise BadInput(f"--start-window {start} is negative; windows count from 0")
-    if stop is None or suite_path is None:
+    per missing window); it names the suite's units (a hidden-state suite's contexts, unit_of)."""
+    negative = start is not None and start < 0
+    suite = None
+    if suite_path is not None and (negative or stop is not None):
+        try:
+            suite = load_suite(suite_path)
+        except BadInput:
+            pass  # reported with the other suite problems
+    unit = unit_of(suite.windows) if suite is not None else WINDOW_UNIT
+    index = "" if unit == WINDOW_UNIT else f" (a {unit}'s index)"
+    if negative:
+        raise BadInput(f"--start-window {start} is negative; {unit}s count from 0")
+    if stop is None or suite is None:
         return
-    try:
-        count = load_suite(suite_path).window_count
-    except BadInput:
-        return  # reported with the other suite problems
+    count = suite.window_count
     if stop > count:
-        raise BadInput(f"window range [{start or 0}, {stop}) is outside the suite (windows 0-{count - 1}, "
-                       f"{suite_path}); check --start-window/--stop-window")
+        raise BadInput(f"{unit} range [{start or 0}, {stop}) is outside the suite ({unit}s 0-{count - 1}, "
+                       f"{suite_path}); check --start-window/--stop-window{index}")
 
 
 def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers: int | None = None,

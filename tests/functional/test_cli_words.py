@@ -571,3 +571,32 @@ def test_the_range_flags_help_is_true_of_a_hidden_state_suites_contexts(capsys: 
         assert done.value.code == 0
         text = " ".join(capsys.readouterr().out.split())
         assert all(w in text for w in words), (command, [w for w in words if w not in text], text)
+
+
+def test_verifys_range_refusal_names_a_hidden_state_suites_contexts(tmp_path: Path, capsys: Any) -> None:
+    """`kldtui verify` of a hidden-state suite's manifest (or of logits checked against it) refused a
+    range it does not have with "window range [0, 99) is outside the suite (windows 0-3, ...)" and a
+    negative start with "windows count from 0"; both name its contexts now, with the flags' names
+    kept. A logits suite's refusals are unchanged."""
+    from tests import fidelity_fixture as fx
+    from tests.hub_server import make_dataset
+
+    suite = tmp_path / "fid"
+    fx.build(suite, contexts=4)
+    manifest = suite / "suite-manifest.json"
+    assert main(["verify", str(manifest), "--stop-window", "99"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == (f"kldtui: error: context range [0, 99) is outside the suite (contexts 0-3, {manifest}); "
+                    "check --start-window/--stop-window (a context's index)"), said
+    assert main(["verify", str(manifest), "--start-window", "-1"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == "kldtui: error: --start-window -1 is negative; contexts count from 0", said
+    logits = make_dataset(tmp_path / "logits")
+    assert main(["verify", str(logits / "suite-manifest.json"), "--stop-window", "99"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == (f"kldtui: error: window range [0, 99) is outside the suite (windows 0-3, "
+                    f"{logits / 'suite-manifest.json'}); check --start-window/--stop-window"), said
+    assert main(["verify", str(logits), "--start-window", "-1"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == "kldtui: error: --start-window -1 is negative; windows count from 0", said
+
