@@ -600,3 +600,16 @@ def test_verifys_range_refusal_names_a_hidden_state_suites_contexts(tmp_path: Pa
     said = capsys.readouterr().err.strip()
     assert said == "kldtui: error: --start-window -1 is negative; windows count from 0", said
 
+
+def test_captures_command_help_is_true_of_a_hidden_state_suites_contexts(capsys: Any) -> None:
+    """capture's one-line help (in `kldtui --help` and atop `kldtui capture --help`) said "the prompt
+    logits of a window range": a hidden-state suite's range is of contexts, and what is captured is
+    what --mode says (hidden states, scores). It names both now, as the range flags' help does."""
+    words = ("capture a range of windows (a hidden-state suite: contexts) from a running server: their "
+             "prompt logits, or with --mode their scores or hidden states (resumable)")
+    for argv in (["--help"], ["capture", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert words in text and "logits of a window range" not in text, (argv, text)

@@ -14,7 +14,8 @@ import argparse
 from kldtui import capture_modes
 from kldtui.cli.output import OutputOptions, add_output_arguments
 
-HELP = "capture the prompt logits of a window range from a running server (resumable)"
+HELP = ("capture a range of windows (a hidden-state suite: contexts) from a running server: their prompt "
+        "logits, or with --mode their scores or hidden states (resumable)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
