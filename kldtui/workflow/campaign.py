@@ -280,8 +280,8 @@ class Campaign:
         disk = None if problems else campaign_disk(self.profile, todo, repeat=self._repeat_pending(finished))
         if disk is not None and not isinstance(disk, str) and disk.short:
             problems.append(f"{self.profile.where}: disk: the campaign needs {disk.describe()}; free space, "
-                            "or set [run] workdir on a larger disk (or [run] stop_window for fewer windows, "
-                            "or fewer candidates)")
+                            "or set [run] workdir on a larger disk (or [run] stop_window for fewer "
+                            f"{disk.unit}s, or fewer candidates)")
         refuse(problems, self.emit, "campaign")
         if disk is not None:
             said = disk if isinstance(disk, str) else f"disk: the campaign needs {disk.describe()}"

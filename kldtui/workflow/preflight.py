@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.servers.registry import kind_of
 from kldtui.text import human_bytes, plural
 from kldtui.workflow.diskplan import DiskNeed
@@ -255,10 +256,11 @@ class CampaignDisk:
     chunks: int  # one capture runs at a time: the largest part's chunks
     need: dict[Path, int]  # a folder on each file system written to -> the bytes written there at peak
     free: dict[Path, int]  # the same folder -> its free bytes
+    unit: str = WINDOW_UNIT  # what the suite's windows are called (a hidden-state suite's: context)
 
     def describe(self) -> str:
         total = sum(n.finalized for _, n in self.parts) + self.chunks
-        parts = ", ".join(f"{what} {plural(n.windows, 'window')} {human_bytes(n.finalized)}"
+        parts = ", ".join(f"{what} {plural(n.windows, self.unit)} {human_bytes(n.finalized)}"
                           for what, n in self.parts)
         free = "; ".join(f"{human_bytes(self.free[at])} free in {at}" for at in self.need)
         return f"{human_bytes(total)} at peak ({parts}, capture chunks {human_bytes(self.chunks)}); {free}"
@@ -276,7 +278,7 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
     the work folder, so the candidates still to capture add up (each one's check alone passed a
     campaign that filled the disk at its third candidate); ``repeat``: the leader's repeat capture
     is still to come (its windows, as many as a candidate's)."""
-    from kldtui.formats.suite import load_suite
+    from kldtui.formats.suite import load_suite, unit_of
     from kldtui.stages.reference_capture import reference_complete
     from kldtui.workflow.diskplan import disk_need
 
@@ -329,7 +331,8 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
     device = os.stat(_existing(workdir)).st_dev
     need[device] = need.get(device, 0) + chunks
     return CampaignDisk(parts, chunks, {folders[d]: n for d, n in need.items()},
-                        {folders[d]: shutil.disk_usage(_existing(folders[d])).free for d in need})
+                        {folders[d]: shutil.disk_usage(_existing(folders[d])).free for d in need},
+                        unit_of(windows))
 
 
 def _known_vocab(profile: Profile, workspace: Workspace, members: list[Profile]) -> int | None:

@@ -131,3 +131,28 @@ def test_score_mode_says_it_writes_no_candidate_logits(tmp_path: Path) -> None:
     profile.write_text(text + '\n[capture]\nmode = "score"\n')
     said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
     assert said[-1] == "disk: score mode writes no candidate logits, a few dozen bytes a position"
+
+
+
+def test_a_hidden_state_suites_campaign_counts_its_disk_in_contexts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a hidden-state suite (its reference the stored hidden states) the disk line counts
+    contexts ("q8 N contexts ...") and its hint says "[run] stop_window for fewer contexts" (the
+    setting keeps its name); both said windows. A logits suite's line still says windows
+    (test_the_candidates_disk_adds_up_and_is_said_before_the_first_server)."""
+    import re
+
+    from tests import fidelity_fixture as fx
+
+    folder = tmp_path / "c"
+    fx.build(folder / "suite", contexts=8)
+    profile = write_profile(folder, {"q8": 0.04, "q4": 0.12})
+    text = profile.read_text().replace('capture = "embedded"\n', 'logits_dir = "reference-hidden"\n')
+    profile.write_text(text.replace(f"vocab_size = {VOCAB}", f"vocab_size = {fx.VOCAB}"))
+    _free(monkeypatch, 1)
+    with pytest.raises(BadInput) as info:
+        Campaign(load_profile(profile), lambda event: None).run_all()
+    said = str(info.value)
+    assert re.search(r"at peak \(q8 \d+ contexts [^,]+, q4 \d+ contexts [^,]+, capture chunks ", said), said
+    assert said.endswith("(or [run] stop_window for fewer contexts, or fewer candidates)"), said
+    assert "window" not in said.replace("stop_window", ""), said
