@@ -551,3 +551,24 @@ def test_the_interval_source_note_counts_the_suites_units() -> None:
         "are less extreme than the model assumes)")
     assert interval_source_words("lognormal_model", "window") == "a log-normal model's of the windows"
     assert interval_source_words("sign_flip", "window") is None
+
+
+def test_the_tier_variants_table_runs_the_rule_and_puts_it_back() -> None:
+    """The tiers table (docs/STATISTICS.md, "Variants of the dependence tiers"): its first row is the
+    rule itself, a variant's cell differs from the rule's on the same suites, and the rule's tiers are
+    in place afterwards, also when a cell fails."""
+    import kldtui.decide.verdict as verdict_module
+    from benchmarks.verdict_simulation import TIER_VARIANTS, tier_variant_rates
+
+    rule = verdict_module.DEPENDENCE_TIERS
+    assert next(iter(TIER_VARIANTS.values())) is rule
+    ours = tier_variant_rates("the rule", "power", "normal", 1.0, 400, 3)
+    assert ours == power_rates("normal", 1.0, 8, 1.3, 400, 3)
+    relaxed = "both of the first tier's and the second's widening"
+    null = tier_variant_rates(relaxed, "null", "lognormal", 0.75, 2000, 3)
+    assert verdict_module.DEPENDENCE_TIERS is rule
+    assert null["checked"] != tier_variant_rates("the rule", "null", "lognormal", 0.75, 2000, 3)["checked"]
+    with pytest.raises(ValueError):
+        tier_variant_rates(relaxed, "null", "no such distribution", 1.0, 10, 3)
+    assert verdict_module.DEPENDENCE_TIERS is rule
+
