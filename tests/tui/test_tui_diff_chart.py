@@ -167,3 +167,36 @@ async def test_viewer_difference_of_a_worse_candidate_fills_the_pane_at_200_colu
     area = width - start - 11  # " +0.0123" after the bars
     longest = max(rows, key=lambda r: r.count("█"))
     assert max(longest.rindex(c) for c in EIGHTHS if c in longest) >= start + area - 2, longest
+
+
+async def _drawn(width: int, bars: list[WindowBar], signed: bool) -> str:
+    app = _One()
+    async with app.run_test(size=(width, len(bars) + 6)) as pilot:
+        chart = app.query_one(KLChart)
+        chart.set_data(bars, None, signed=signed)
+        await pilot.pause()
+        return chart.render().plain
+
+
+@sync
+async def test_past_index_999_every_bar_starts_in_the_same_column() -> None:
+    """A hidden-state suite's "KL per context" (and its difference chart) reaches context 1000 and on:
+    every row's index is as wide as the largest shown (the grid's rule), so no bar shifts right."""
+    indices = [0, 7, 998, 999, 1000, 1023]
+    for signed in (False, True):
+        bars = [WindowBar(i, "prose", 0.01 * (k + 1) * (-1 if signed and k % 2 else 1))
+                for k, i in enumerate(indices)]
+        for width in (80, 200):
+            rows = (await _drawn(width, bars, signed)).splitlines()[1:]
+            labels = [r.split(" ", 1)[0] for r in rows]
+            assert labels == ["0000", "0007", "0998", "0999", "1000", "1023"], rows
+            start = len("0000 prose ")  # the bar area begins right after the label, on every row
+            assert all(r[:start].endswith(" prose ") for r in rows), rows
+            if signed:  # the zero line in one column
+                assert {r.index("│") for r in rows} == {rows[0].index("│")}, rows
+            else:  # each bar from the area's first cell
+                assert all(r[start] in EIGHTHS for r in rows), rows
+            assert all(len(r) <= width for r in rows), rows
+    # up to 999 the labels keep their three digits, as before
+    rows = (await _drawn(80, [WindowBar(i, "prose", 0.01) for i in (0, 999)], False)).splitlines()[1:]
+    assert [r.split(" ", 1)[0] for r in rows] == ["000", "999"]

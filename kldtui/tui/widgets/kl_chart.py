@@ -12,6 +12,7 @@ from textual.widget import Widget
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.resultdata import Band, WindowBar
 from kldtui.tui.widgets.format import clip
+from kldtui.tui.widgets.window_grid import label_digits
 
 
 def _scale(values: Iterable[float]) -> float:
@@ -56,12 +57,14 @@ def bar_cells(length: float) -> str:
 class KLChart(Widget):
     """Per-window mean KL as horizontal bars, with the overall mean (``│``) and its 95 % interval
     (``┊``) marked; a row's label is its index and as much of its domain's name as the width allows
-    (:meth:`label_width`). Signed (a difference B − A): bars grow both ways from the zero line
-    (``│``), which sits where :func:`signed_layout` puts it (the first column when every difference is
-    positive, the last when every one is negative), and the mean difference is ``┃``; the heading
-    says what a bar that fills its side is worth. An interval that rests on too few windows is not drawn.
-    Its heading counts the band's unit (``KL per context`` of a hidden-state suite's report), else
-    :attr:`unit`, which an empty chart's own words count too (``no contexts compared yet``)."""
+    (:meth:`label_width`), its index as wide as the largest shown (the window grid's ``label_digits``:
+    ``0999`` beside ``1000``), so every bar starts in the same column. Signed (a difference B − A):
+    bars grow both ways from the zero line (``│``), which sits where :func:`signed_layout` puts it
+    (the first column when every difference is positive, the last when every one is negative), and
+    the mean difference is ``┃``; the heading says what a bar that fills its side is worth. An
+    interval that rests on too few windows is not drawn. Its heading counts the band's unit
+    (``KL per context`` of a hidden-state suite's report), else :attr:`unit`, which an empty chart's
+    own words count too (``no contexts compared yet``)."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
@@ -93,12 +96,17 @@ class KLChart(Widget):
 
     LABEL_MIN = 5  # the domain's cells in a row's label however narrow the chart
 
+    def index_digits(self) -> int:
+        """The digits of every row's index: as many as the largest index shown needs, at least three
+        (the window grid's rule), so a chart that reaches context 1000 keeps its bars in one column."""
+        return label_digits(max((b.index for b in self.bars), default=0))
+
     def label_width(self, width: int) -> int:
         """The cells of a row's domain name in a chart ``width`` cells wide: the longest name, at most a
         quarter of what the labels and bars share (the bars keep the rest), at least LABEL_MIN. Every
         name was cut to 5 ("004 code_") beside an empty half of the chart at 200 columns."""
         longest = max((len(b.domain) for b in self.bars), default=0)
-        return max(self.LABEL_MIN, min(longest, (width - 5 - 11) // 4))
+        return max(self.LABEL_MIN, min(longest, (width - self.index_digits() - 2 - 11) // 4))
 
     def render(self) -> Text:
         label_style = self.get_component_rich_style("chart--label")
@@ -106,7 +114,8 @@ class KLChart(Widget):
             return Text(self.empty, style=label_style)
         width = max(30, self.size.width or 60)
         label_w = self.label_width(width)
-        area = max(8, width - (label_w + 5) - 11)  # "NNN domain " before the bars, " +0.0123" after
+        digits = self.index_digits()
+        area = max(8, width - (digits + label_w + 2) - 11)  # "NNN domain " before the bars, " +0.0123" after
         values = [b.kl for b in self.bars]
         if self.band is not None:
             values += [v for v in (self.band.estimate, *(self.band.interval or ())) if v is not None]
@@ -146,7 +155,7 @@ class KLChart(Widget):
             text.append(f"  full bar {scale:.3g}", label_style)
         for bar in self.bars:
             text.append("\n")
-            text.append(f"{bar.index:03d} {clip(bar.domain, label_w):<{label_w}} ", label_style)
+            text.append(f"{bar.index:0{digits}d} {clip(bar.domain, label_w):<{label_w}} ", label_style)
             if self.signed:
                 cells = list(" " * area)
                 styles = [""] * area
