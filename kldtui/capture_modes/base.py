@@ -333,6 +333,7 @@ class CaptureMode(ABC):
 
     # -- the disk ----------------------------------------------------------------------------------
     @abstractmethod
-    def disk_bytes_per_row(self, vocab_size: int) -> int | None:
+    def disk_bytes_per_row(self, vocab_size: int, hidden_width: int | None = None) -> int | None:
         """Bytes a captured row takes in a chunk and again in the finalized file; None when it is
-        a few dozen bytes (no disk preflight)."""
+        a few dozen bytes (no disk preflight) or not known yet. ``hidden_width``: the served
+        model's hidden width where the reference says it (a hidden-state reference, its LM head)."""

@@ -282,10 +282,12 @@ class HiddenMode(CaptureMode):
         picks = {round(i * (len(pool) - 1) / (n - 1)) for i in range(n)} if n > 1 else {0}
         return frozenset(pool[i].index for i in sorted(picks))
 
-    def disk_bytes_per_row(self, vocab_size: int) -> int | None:
-        # 2 bytes x the served model's hidden width, which is known once it serves (a few percent
-        # of a logits row: 14 KiB a position for Kimi K3); no preflight
-        return None
+    def disk_bytes_per_row(self, vocab_size: int, hidden_width: int | None = None) -> int | None:
+        # BF16: 2 bytes x the served model's hidden width (a few percent of a logits row: 14 KiB a
+        # position for Kimi K3), known from a hidden-state reference or its LM head, else once it
+        # serves. The replay check's live logits (F32, vocab_size wide) come on top: the preflight
+        # counts them for the sample (live_sample)
+        return 2 * hidden_width if hidden_width else None
 
 
 HIDDEN = HiddenMode()

@@ -148,7 +148,7 @@ class LogitsMode(CaptureMode):
 
         return {i: WrittenLogits.from_entry(e) for i, e in manifest.entries.items()}
 
-    def disk_bytes_per_row(self, vocab_size: int) -> int | None:
+    def disk_bytes_per_row(self, vocab_size: int, hidden_width: int | None = None) -> int | None:
         return 4 * vocab_size  # F32
 
 

@@ -274,7 +274,7 @@ class ScoreMode(CaptureMode):
                        windows: Sequence[WindowSpec]) -> ServerFigures | None:
         return ScoreFigures.checked(suite, reference_dir, candidate_dir, windows)
 
-    def disk_bytes_per_row(self, vocab_size: int) -> int | None:
+    def disk_bytes_per_row(self, vocab_size: int, hidden_width: int | None = None) -> int | None:
         return None  # RECORD_DTYPE.itemsize (76) bytes a row: nothing to plan for
 
 

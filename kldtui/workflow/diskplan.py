@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.text import plural
 
 GIB = 1024**3
@@ -25,13 +26,14 @@ class DiskNeed:
     finalized: int  # bytes of finalized files still to write
     chunks: int  # peak bytes of capture chunks on disk at once
     windows: int
+    unit: str = WINDOW_UNIT  # what the suite calls them (a hidden-state suite's: context; unit_of)
 
     @property
     def total(self) -> int:
         return self.finalized + self.chunks
 
     def describe(self) -> str:
-        return (f"{self.total / GIB:.1f} GiB at peak: {plural(self.windows, 'finalized window')} "
+        return (f"{self.total / GIB:.1f} GiB at peak: {plural(self.windows, f'finalized {self.unit}')} "
                 f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB")
 
 
@@ -45,14 +47,21 @@ def window_bytes(num_tokens: int, vocab: int | None = None, *, row_bytes: int | 
 
 
 def disk_need(token_counts: Sequence[int], vocab: int | None = None, *, keep_chunks: bool = False,
-              row_bytes: int | None = None) -> DiskNeed:
+              row_bytes: int | None = None, unit: str = WINDOW_UNIT) -> DiskNeed:
     """Peak disk for capturing and finalizing windows of ``token_counts`` tokens each, rows of
     ``row_bytes`` (:meth:`kldtui.capture_modes.CaptureMode.disk_bytes_per_row`; default F32
     logits of ``vocab``)."""
     sizes = [window_bytes(n, vocab, row_bytes=row_bytes) for n in token_counts]
     finalized = sum(s + HEADER_BYTES for s in sizes)
     chunks = sum(sizes) if keep_chunks else sum(sorted(sizes, reverse=True)[:2])
-    return DiskNeed(finalized, chunks, len(sizes))
+    return DiskNeed(finalized, chunks, len(sizes), unit)
+
+
+def with_live_logits(need: DiskNeed, live: DiskNeed) -> DiskNeed:
+    """``need`` (hidden mode's hidden states) with the replay check's live logits (``live``: the
+    sample's F32 logits, captured beside their hidden states): both sets of files, both sets of
+    chunks at once at worst; the count stays ``need``'s."""
+    return DiskNeed(need.finalized + live.finalized, need.chunks + live.chunks, need.windows, need.unit)
 
 
 def kimi_need(keep_chunks: bool = False) -> DiskNeed:

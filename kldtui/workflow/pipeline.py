@@ -540,14 +540,17 @@ class Pipeline:
 
     def _disk_preflight(self, finalized: set[int]) -> None:
         """Say before capturing how much disk the run needs at peak, and warn when it is short."""
-        from kldtui.workflow.diskplan import GIB, disk_need
+        from kldtui.workflow.diskplan import GIB
+        from kldtui.workflow.preflight import capture_need, reference_widths
 
-        vocab = self._expected_vocab()
-        row_bytes = self.mode.disk_bytes_per_row(vocab) if vocab is not None else None
-        if row_bytes is None:  # e.g. score mode: a few dozen bytes a row
+        vocab, hidden = reference_widths(self._workspace)
+        if vocab is None:
             return
-        todo = [w.num_tokens for w in self.windows() if w.index not in finalized]
-        need = disk_need(todo, keep_chunks=self.profile.run.keep_chunks, row_bytes=row_bytes)
+        windows = self.windows()
+        need = capture_need(self.profile, self.load_suite(), windows,
+                            [w for w in windows if w.index not in finalized], vocab, hidden)
+        if need is None:  # e.g. score mode: a few dozen bytes a row
+            return
         where = self._workspace.workdir or self._workspace.candidate
         probe = where
         while not probe.exists() and probe != probe.parent:

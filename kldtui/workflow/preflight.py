@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
@@ -23,6 +25,10 @@ from kldtui.text import human_bytes, plural
 from kldtui.workflow.diskplan import DiskNeed
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kldtui.capture_modes.base import CaptureMode
+    from kldtui.formats.suite import Suite, WindowSpec
 
 HOW_TO_GET_A_SUITE = ("download a published suite with `kldtui download REPO --local-dir {dir}`, or build "
                       "one from your own text with `kldtui prepare` (see `kldtui prepare --help`)")
@@ -192,7 +198,7 @@ def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:
 def _context_problem(profile: Profile, workspace: Workspace) -> str | None:
     """The suite's longest window in the run's range against the longest prompt the candidate's
     server takes, when its kind can tell before launching (llama.cpp's n_ctx)."""
-    from kldtui.formats.suite import load_suite
+    from kldtui.formats.suite import load_suite, units_of
 
     kind = kind_of(profile.candidate)
     limit = kind.max_prompt_tokens(profile.candidate)
@@ -207,35 +213,30 @@ def _context_problem(profile: Profile, workspace: Workspace) -> str | None:
         return None
     label = profile.candidate.label
     table = label.rsplit(": ", 1)[-1]  # "[candidate]", or a campaign's "[[candidates]] 'q4'"
-    return (f"{label} {kind.describe(profile.candidate)}: the suite's windows have up "
+    return (f"{label} {kind.describe(profile.candidate)}: the suite's {units_of(windows)} have up "
             f"to {longest:,} tokens, its context takes {limit:,}; set n_ctx = {longest + 1} (or more) in "
             f"{table}")
 
 
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     """The disk the run's windows need at peak, when the free space is short of it."""
-    from kldtui.formats.suite import load_logits_manifest, load_suite
-    from kldtui.workflow.diskplan import GIB, disk_need
+    from kldtui.formats.suite import load_suite, units_of
+    from kldtui.workflow.diskplan import GIB
 
     mode = profile.capture.mode
+    vocab, hidden = reference_widths(workspace)
     try:
-        vocab = load_logits_manifest(workspace.reference).vocab_size
         suite = load_suite(workspace.suite_dir)
         windows = profile.windows(suite)
     except (KldError, OSError, ValueError):
         return None  # not there yet (downloaded or captured by the run): said when the run gets there
-    row_bytes = mode.disk_bytes_per_row(vocab)
-    if row_bytes is None:
-        return None  # a few dozen bytes per position (score mode: docs/SCORE_MODE.md)
-    done: set[int] = set()
+    if vocab is None:
+        return None  # the reference is not there yet (downloaded or captured by the run)
     manifest = mode.manifest_path(workspace.candidate) if workspace.candidate_dir is not None else None
-    if manifest is not None and manifest.is_file():
-        try:
-            done = set(mode.read_manifest(manifest).entries)
-        except (KldError, OSError, ValueError):
-            done = set()
-    need = disk_need([w.num_tokens for w in windows if w.index not in done],
-                     keep_chunks=profile.run.keep_chunks, row_bytes=row_bytes)
+    done = _finalized(manifest, mode)
+    need = capture_need(profile, suite, windows, [w for w in windows if w.index not in done], vocab, hidden)
+    if need is None:
+        return None  # a few dozen bytes per position (score mode: docs/SCORE_MODE.md)
     probe = workspace.workdir or workspace.candidate
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -244,7 +245,59 @@ def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
         return None
     return (f"{profile.where}: disk: the run needs {need.describe()} in {workspace.workdir}, "
             f"{free / GIB:.1f} GiB are free; free space, or set [run] workdir on a larger disk "
-            "(or [run] stop_window for fewer windows)")
+            f"(or [run] stop_window for fewer {units_of(windows)})")
+
+
+def capture_need(profile: Profile, suite: Suite, windows: Sequence[WindowSpec], todo: Sequence[WindowSpec],
+                 vocab: int, hidden: int | None) -> DiskNeed | None:
+    """What capturing and finalizing ``todo`` (of the run's ``windows``) in the profile's capture
+    mode writes at peak: logits mode F32 logits; hidden mode each context's BF16 hidden states
+    (``hidden`` wide) and the replay check's live logits (F32) of its sample; None when it is a few
+    dozen bytes a position (score mode) or hidden mode's width is not known yet."""
+    from kldtui.formats.suite import unit_of
+    from kldtui.workflow.diskplan import disk_need, with_live_logits
+
+    mode = profile.capture.mode
+    keep = profile.run.keep_chunks
+    row_bytes = mode.disk_bytes_per_row(vocab, hidden)
+    if row_bytes is None:
+        return None
+    need = disk_need([w.num_tokens for w in todo], keep_chunks=keep, row_bytes=row_bytes,
+                     unit=unit_of(windows))
+    if mode.saves_live_sample:
+        live = mode.live_sample(suite, windows, profile.capture.replay_check)
+        sample = [w.num_tokens for w in todo if w.index in live]
+        if sample:
+            need = with_live_logits(need, disk_need(sample, vocab, keep_chunks=keep))
+    return need
+
+
+def reference_widths(workspace: Workspace) -> tuple[int | None, int | None]:
+    """The reference's vocabulary and, where it says it, the model's hidden width: a logits
+    reference's vocabulary; a hidden-state reference's width (its ``manifest.json``) and its LM
+    head's vocabulary and width (``lm-head/``, beside it or in the suite). None for what is not
+    there yet."""
+    from kldtui.formats.fidelity import load_lm_head, load_tensor_manifest, reference_head_dir
+    from kldtui.formats.suite import load_logits_manifest
+
+    vocab: int | None = None
+    hidden: int | None = None
+    try:
+        vocab = load_logits_manifest(workspace.reference).vocab_size
+    except (KldError, OSError, ValueError):
+        try:
+            manifest = load_tensor_manifest(workspace.reference)
+            hidden = manifest.width if manifest.holds_hidden else None
+        except (KldError, OSError, ValueError):
+            pass
+    head_dir = reference_head_dir(workspace.reference, workspace.suite_dir)
+    if head_dir is not None:
+        try:
+            head = load_lm_head(head_dir)
+            vocab, hidden = vocab or head.vocab, hidden or head.hidden
+        except (KldError, OSError, ValueError):
+            pass
+    return vocab, hidden
 
 
 @dataclass(frozen=True)
@@ -287,7 +340,8 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
         return None
     vocab = _known_vocab(profile, first, [m for _, m, _ in members])
     try:
-        windows = profile.windows(load_suite(first.suite_dir))
+        suite = load_suite(first.suite_dir)
+        windows = profile.windows(suite)
     except (KldError, OSError, ValueError):
         return None
     if not windows:
@@ -295,6 +349,8 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
     if vocab is None:
         return ("disk: not reckoned before the reference's logits are there (their vocabulary sets the size "
                 "of a row); each candidate's need is said before its capture")
+    hidden = reference_widths(first)[1]
+    mode = profile.capture.mode
     keep = profile.run.keep_chunks
     parts: list[tuple[str, DiskNeed]] = []
     workdir = first.workdir
@@ -312,21 +368,19 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
         todo = [w.num_tokens for w in windows if w.index not in done]
         todo.append(windows[0].num_tokens)  # the repeat of its first window
         add("the reference", disk_need(todo, vocab, keep_chunks=keep), first.reference_dir or first.suite_dir)
-    row_bytes = profile.capture.mode.disk_bytes_per_row(vocab)
-    if row_bytes is not None:  # score mode writes a few dozen bytes a row
+    planned = mode.disk_bytes_per_row(vocab, hidden) is not None  # score mode: a few dozen bytes a row
+    if planned:
         for name, member, ws in members:
-            mode = member.capture.mode
-            manifest = mode.manifest_path(ws.candidate) if ws.candidate_dir is not None else None
-            done = _finalized(manifest, mode)
-            todo = [w.num_tokens for w in windows if w.index not in done]
-            if todo:
-                add(name, disk_need(todo, keep_chunks=keep, row_bytes=row_bytes), workdir)
-        if repeat:
-            add("the leader's repeat",
-                disk_need([w.num_tokens for w in windows], keep_chunks=keep, row_bytes=row_bytes), workdir)
+            own = member.capture.mode
+            manifest = own.manifest_path(ws.candidate) if ws.candidate_dir is not None else None
+            done = _finalized(manifest, own)
+            left = [w for w in windows if w.index not in done]
+            if left and (part := capture_need(member, suite, windows, left, vocab, hidden)) is not None:
+                add(name, part, workdir)
+        if repeat and (part := capture_need(profile, suite, windows, windows, vocab, hidden)) is not None:
+            add("the leader's repeat", part, workdir)
     if not parts:
-        scores = row_bytes is None and bool(members)
-        return "disk: score mode writes no candidate logits, a few dozen bytes a position" if scores else None
+        return _unplanned(mode, windows) if not planned and members else None
     chunks = max(n.chunks for _, n in parts)  # in the work folder's capture folders
     device = os.stat(_existing(workdir)).st_dev
     need[device] = need.get(device, 0) + chunks
@@ -335,15 +389,25 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
                         unit_of(windows))
 
 
-def _known_vocab(profile: Profile, workspace: Workspace, members: list[Profile]) -> int | None:
-    """The reference's vocabulary: its logits' when they are there, else what a server's model
-    says before launching (a GGUF's token list; the candidates' must equal it)."""
-    from kldtui.formats.suite import load_logits_manifest
+def _unplanned(mode: CaptureMode, windows: Sequence[WindowSpec]) -> str:
+    """Why a campaign's candidates' disk is not planned, in the words true of its capture mode."""
+    from kldtui.formats.suite import unit_of
 
-    try:
-        return load_logits_manifest(workspace.reference).vocab_size
-    except (KldError, OSError, ValueError):
-        pass
+    if mode.saves_live_sample:  # hidden mode, with no hidden width known before its server serves
+        unit = unit_of(windows)
+        return (f"disk: hidden mode writes each {unit}'s hidden states (BF16, 2 bytes x the model's hidden "
+                "width a position) and the replay check's live logits; not reckoned before the width is "
+                "known (a hidden-state reference or its LM head says it)")
+    return "disk: score mode writes no candidate logits, a few dozen bytes a position"
+
+
+def _known_vocab(profile: Profile, workspace: Workspace, members: list[Profile]) -> int | None:
+    """The reference's vocabulary: its logits' (or a hidden-state reference's LM head's) when they
+    are there, else what a server's model says before launching (a GGUF's token list; the
+    candidates' must equal it)."""
+    vocab = reference_widths(workspace)[0]
+    if vocab is not None:
+        return vocab
     for config in [profile.reference.server, *(m.candidate for m in members)]:
         if config is None:
             continue

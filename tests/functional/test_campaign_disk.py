@@ -156,3 +156,83 @@ def test_a_hidden_state_suites_campaign_counts_its_disk_in_contexts(
     assert re.search(r"at peak \(q8 \d+ contexts [^,]+, q4 \d+ contexts [^,]+, capture chunks ", said), said
     assert said.endswith("(or [run] stop_window for fewer contexts, or fewer candidates)"), said
     assert "window" not in said.replace("stop_window", ""), said
+
+
+def test_a_hidden_mode_campaign_counts_its_hidden_states_and_live_logits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[capture] mode = "hidden" said "disk: score mode writes no candidate logits", which was false:
+    each candidate writes every context's BF16 hidden states (the reference's hidden width, 2 bytes
+    a value) and the replay check's live logits (F32) of its sample; the plan counts both."""
+    from tests import fidelity_fixture as fx
+
+    folder = tmp_path / "c"
+    fx.build(folder / "suite", contexts=8)
+    profile = write_profile(folder, {"q8": 0.04, "q4": 0.12})
+    text = profile.read_text().replace('capture = "embedded"\n', 'logits_dir = "reference-hidden"\n')
+    text = text.replace(f"vocab_size = {VOCAB}", f"vocab_size = {fx.VOCAB}")
+    profile.write_text(text + '\n[capture]\nmode = "hidden"\nreplay_check = 2\n')
+    rows = fx.CONTEXT - 1
+    hidden = 8 * (rows * 2 * fx.HIDDEN + HEADER_BYTES)
+    live = 2 * (rows * 4 * fx.VOCAB + HEADER_BYTES)
+    candidate = hidden + live
+    _free(monkeypatch, 1)
+    with pytest.raises(BadInput) as info:
+        Campaign(load_profile(profile), lambda event: None).run_all()
+    said = str(info.value)
+    assert "score mode" not in said and "logits" not in said.split("(q8", 1)[0], said
+    assert f"(q8 8 contexts {human_bytes(candidate)}, q4 8 contexts {human_bytes(candidate)}, " in said, said
+    chunks = 2 * rows * 2 * fx.HIDDEN + 2 * rows * 4 * fx.VOCAB  # two contexts of each at once
+    assert f"capture chunks {human_bytes(chunks)})" in said, said
+
+
+def test_a_hidden_mode_campaign_without_a_hidden_width_says_what_it_writes(tmp_path: Path) -> None:
+    """Hidden mode against a reference that cannot say the model's hidden width (logits, no LM
+    head): the line says what hidden mode writes, not score mode's words."""
+    from tests.fixtures_compare import make_suite
+
+    profile = write_profile(tmp_path / "c", {"q8": 0.04})
+    shutil.rmtree(tmp_path / "c" / "suite")
+    make_suite(tmp_path / "c" / "suite", windows=CAMPAIGN_WINDOWS, context=CAMPAIGN_CONTEXT, vocab=VOCAB)
+    text = profile.read_text().replace('capture = "embedded"\n', "")
+    profile.write_text(text + '\n[capture]\nmode = "hidden"\n')
+    said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
+    assert said[-1].startswith("disk: hidden mode writes each window's hidden states (BF16, 2 bytes x the "
+                               "model's hidden width a position) and the replay check's live logits; "
+                               "not reckoned before the width is known"), said[-1]
+
+
+@pytest.mark.parametrize("mode", ["logits", "hidden"])
+def test_a_single_run_on_a_hidden_state_suite_checks_its_disk_in_contexts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """A run against a hidden-state suite's stored hidden states skipped the disk check (no logits
+    manifest to read the vocabulary from: the LM head says it now); short of disk it says
+    "finalized contexts" and "fewer contexts", in logits mode (F32 logits) and in hidden mode (the
+    hidden states and the replay check's live logits)."""
+    from kldtui.workflow import preflight
+    from tests import fidelity_fixture as fx
+    from tests.fixtures_campaign import candidate_table
+
+    folder = tmp_path / "r"
+    fx.build(folder / "suite", contexts=8)
+    table = candidate_table("q8", 0.04).replace("[[candidates]]\nname = \"q8\"\n", "[candidate]\n")
+    table = table.replace(f"vocab_size = {VOCAB}", f"vocab_size = {fx.VOCAB}")
+    (folder / "kldtui.toml").write_text(
+        '[reference]\nlocal_dir = "suite"\nlogits_dir = "reference-hidden"\n\n' + table
+        + f'\n[run]\nworkdir = "."\n\n[capture]\nmode = "{mode}"\n')
+    profile = load_profile(folder / "kldtui.toml")
+    _free(monkeypatch, 1)
+    said = preflight._disk_problem(profile, profile.workspace()) or ""
+    rows = fx.CONTEXT - 1
+    row = 2 * fx.HIDDEN if mode == "hidden" else 4 * fx.VOCAB
+    assert f"{profile.where}: disk: the run needs " in said and " 8 finalized contexts " in said, said
+    assert said.endswith("(or [run] stop_window for fewer contexts)"), said
+    from kldtui.formats.suite import load_suite
+
+    suite = load_suite(folder / "suite")
+    windows = profile.windows(suite)
+    live = profile.capture.mode.live_sample(suite, windows, None)  # the replay check's sentinels
+    assert len(live) == (2 if mode == "hidden" else 0)
+    need = preflight.capture_need(profile, suite, windows, windows, *preflight.reference_widths(
+        profile.workspace()))  # type: ignore[arg-type]
+    assert need is not None and need.finalized == 8 * (rows * row + HEADER_BYTES) + len(live) * (
+        rows * 4 * fx.VOCAB + HEADER_BYTES)
