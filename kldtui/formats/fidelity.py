@@ -71,6 +71,7 @@ from kldtui.formats.suite import (
     suite_token_hash,
     token_ids_hash,
     token_ids_json,
+    unit_of,
 )
 
 # ---------------------------------------------------------------------------------------- names
@@ -428,19 +429,21 @@ class ContextFilter:
                            f"{', '.join(suite.domain_counts)})")
         selected = [w for w in suite.select(self.start, self.stop) if self.keeps(w)]
         if not selected:
-            raise BadInput(f"{suite.path}: no context is left by {self.describe()}; widen the selection")
+            raise BadInput(f"{suite.path}: no {unit_of(suite.windows)} is left by {self.describe()}; "
+                           "widen the selection")
         return selected
 
     def indices_within(self, suite: Suite, start: int, stop: int) -> list[int]:
         """The indices of ``[start, stop)`` this filter keeps (its partition or sentinel filter and
         strata; every index of the range when it filters nothing else): what a reference stage fetches
-        and verifies. BadInput for an unknown stratum, or a filter that keeps none of them."""
+        and verifies. BadInput for an unknown stratum, or a filter that keeps none of them, in the
+        suite's unit (strata name a logits suite's domains too: ``no window of 0..1 is left``)."""
         if not self.filters:
             return list(range(start, stop))
         kept = [w.index for w in self.apply(suite) if start <= w.index < stop]
         if not kept:
-            raise BadInput(f"{suite.path}: no window of {start}..{stop - 1} is left by {self.describe()}; "
-                           "widen the selection")
+            raise BadInput(f"{suite.path}: no {unit_of(suite.windows)} of {start}..{stop - 1} is left by "
+                           f"{self.describe()}; widen the selection")
         return kept
 
     def describe(self) -> str:

@@ -280,3 +280,19 @@ def test_a_capture_runtime_file_whose_status_would_be_refused_is_not_written_int
     assert str(info.value) == (f"{runtime}: status 'approved' is not one of 'captured', 'qualified'; "
                                "download the suite again, or capture and finalize its reference again")
     assert top.read_bytes() == before  # nothing written that load would refuse
+
+
+def test_a_selection_that_keeps_none_of_a_range_says_the_suites_unit(published: fx.Fixture,
+                                                                      tmp_path: Path) -> None:
+    """"no window of a..b is left by ..." was said of a hidden-state suite's contexts; strata name a
+    logits suite's domains too, so each says its own unit."""
+    from kldtui.formats.suite_writer import write_suite
+
+    contexts = load_suite(published.root)
+    first = contexts.windows[0]
+    other = next(s for s in contexts.domain_counts if s != first.domain)
+    with pytest.raises(BadInput, match=r"no context of 0\.\.0 is left by strata "):
+        fid.ContextFilter(strata=(other,)).indices_within(contexts, 0, 1)
+    windows = write_suite(tmp_path / "logits", [("prose", list(range(8))), ("code", list(range(8)))])
+    with pytest.raises(BadInput, match=r"no window of 0\.\.0 is left by strata code"):
+        fid.ContextFilter(strata=("code",)).indices_within(windows, 0, 1)
