@@ -613,3 +613,18 @@ def test_captures_command_help_is_true_of_a_hidden_state_suites_contexts(capsys:
         assert done.value.code == 0
         text = " ".join(capsys.readouterr().out.split())
         assert words in text and "logits of a window range" not in text, (argv, text)
+
+
+def test_finalizes_help_names_each_modes_files(capsys: Any) -> None:
+    """`kldtui finalize --help` said "into logits_NNN.safetensors files" only; with --mode hidden it
+    writes hidden_NNNN.safetensors (and the replay check's live logits), with score scores_NNN."""
+    import re
+
+    from kldtui.capture_modes import HIDDEN, LOGITS, SCORE
+
+    with pytest.raises(SystemExit):
+        main(["finalize", "--help"])
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    for mode in (LOGITS, SCORE, HIDDEN):
+        assert mode.file_name(7).replace("7", "N").replace("0", "N") in out, (mode.name, out)
+    assert "replay check's live logits" in out and "into logits_NNN.safetensors files" not in out

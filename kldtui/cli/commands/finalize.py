@@ -1,7 +1,9 @@
-"""``kldtui finalize``: merge a capture run's chunks into one logits file per window + manifest.
+"""``kldtui finalize``: merge a capture run's chunks into one file per window + manifest.
 
 Reads ``--capture-dir/--run-name/window-NNN-DOMAIN-chunks`` and writes
-``--output-dir/logits_NNN.safetensors`` and ``manifest.json`` (the published ``ref/`` layout).
+``--output-dir/logits_NNN.safetensors`` and ``manifest.json`` (the published ``ref/`` layout); in
+the capture mode's layout with ``--mode`` (score mode's ``scores_NNN.safetensors``, hidden mode's
+``hidden_NNNN.safetensors`` and its replay check's live logits: kldtui.capture_modes).
 A finalized file is never overwritten without ``--force``; one that matches is kept, so an
 interrupted finalize resumes. A window's chunk folder is deleted once its file is written,
 verified and listed in the manifest (one copy of the logits on disk); ``--keep-chunks`` keeps
@@ -15,7 +17,9 @@ import argparse
 from kldtui import capture_modes
 from kldtui.cli.output import OutputOptions, add_output_arguments
 
-HELP = "merge a capture run's chunks into logits_NNN.safetensors files and manifest.json"
+HELP = ("merge a capture run's chunks into one file per window (a hidden-state suite: context) and "
+        "manifest.json: logits_NNN.safetensors, or with --mode scores_NNN.safetensors (score) or "
+        "hidden_NNNN.safetensors and the replay check's live logits (hidden)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
