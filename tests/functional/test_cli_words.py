@@ -628,3 +628,21 @@ def test_finalizes_help_names_each_modes_files(capsys: Any) -> None:
     for mode in (LOGITS, SCORE, HIDDEN):
         assert mode.file_name(7).replace("7", "N").replace("0", "N") in out, (mode.name, out)
     assert "replay check's live logits" in out and "into logits_NNN.safetensors files" not in out
+
+
+def test_finalize_keep_chunks_and_compares_help_are_true_of_every_mode(capsys: Any) -> None:
+    """`kldtui finalize --keep-chunks` said deleting the chunks leaves "the logits on disk once" and
+    compare's one-line help said it compares "finalized logits": in score or hidden mode what is on
+    disk and compared is scores or hidden states. Both name no one mode's output now."""
+    with pytest.raises(SystemExit):
+        main(["finalize", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: delete it, so what was captured is on disk once)" in out, out
+    assert "logits are on disk once" not in out
+    words = ("compare a candidate's logits, scores or hidden states with the reference "
+             "(KL, JS, top-k, next-token, bootstrap)")
+    for argv in (["--help"], ["compare", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert words in text and "finalized logits with" not in text, (argv, text)

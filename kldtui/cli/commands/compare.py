@@ -1,4 +1,5 @@
-"""``kldtui compare``: a candidate's finalized logits against the reference suite.
+"""``kldtui compare``: a candidate's finalized capture (logits, scores or hidden states) against the
+reference suite.
 
 Accepts the original comparator's flags.  Either side may be a hidden-state folder (the published
 ``reference-hidden/`` layout), whose logits are replayed with an LM head (docs/REPLAY.md); either
@@ -17,7 +18,8 @@ from kldtui.cli.output import OutputOptions, add_output_arguments
 if TYPE_CHECKING:
     from kldtui.formats.model_size import ModelSize
 
-HELP = "compare a candidate's finalized logits with the reference (KL, JS, top-k, next-token, bootstrap)"
+HELP = ("compare a candidate's logits, scores or hidden states with the reference "
+        "(KL, JS, top-k, next-token, bootstrap)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ the capture mode's layout with ``--mode`` (score mode's ``scores_NNN.safetensors
 ``hidden_NNNN.safetensors`` and its replay check's live logits: kldtui.capture_modes).
 A finalized file is never overwritten without ``--force``; one that matches is kept, so an
 interrupted finalize resumes. A window's chunk folder is deleted once its file is written,
-verified and listed in the manifest (one copy of the logits on disk); ``--keep-chunks`` keeps
+verified and listed in the manifest (one copy of what was captured on disk); ``--keep-chunks`` keeps
 them, and so does ``--verify none`` (nothing was checked).
 """
 
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "re-hash, or nothing")
     parser.add_argument("--keep-chunks", action="store_true",
                         help="keep each window's chunk folder after its file is finalized and verified "
-                        "(default: delete it, so the logits are on disk once)")
+                        "(default: delete it, so what was captured is on disk once)")
     capture_modes.add_mode_argument(parser)
     add_output_arguments(parser)
 
