@@ -63,6 +63,8 @@ from kldtui.formats.suite import (
     load_logits_manifest,
     load_suite,
     sha256_file,
+    unit_of,
+    units_of,
 )
 from kldtui.formats.verified_cache import VerifiedCache
 from kldtui.stages.verify import (
@@ -102,17 +104,20 @@ class ReferenceSuite:
 
     def summary_line(self) -> str:
         source = "local copy, no network" if self.offline else f"commit {self.commit}"
-        return (f"reference ready: {self.root} {windows_text(self.window_range, self.windows)} ({source}); "
-                f"suite {self.suite_manifest}, logits {self.ref_dir}")
+        held = windows_text(self.suite, self.window_range, self.windows)
+        return (f"reference ready: {self.root} {held} ({source}); suite {self.suite_manifest}, "
+                f"logits {self.ref_dir}")
 
 
-def windows_text(window_range: tuple[int, int], windows: Sequence[int]) -> str:
-    """"windows 0..31", or where a selection kept fewer "8 windows of 0..31 (2, 3, ...)"."""
+def windows_text(suite: Suite, window_range: tuple[int, int], windows: Sequence[int]) -> str:
+    """"windows 0..31", or where a selection kept fewer "8 window(s) of 0..31 (2, 3, ...)", in the
+    suite's unit word (a hidden-state suite's: "contexts 0..31", "8 context(s) of ...")."""
+    unit = unit_of(suite.windows)
     lo, hi = window_range
     if not windows or list(windows) == list(range(lo, hi)):
-        return f"windows {lo}..{hi - 1}"
+        return f"{unit}s {lo}..{hi - 1}"
     shown = ", ".join(str(i) for i in windows[:8]) + (", ..." if len(windows) > 8 else "")
-    return f"{len(windows)} window(s) of {lo}..{hi - 1} ({shown})"
+    return f"{len(windows)} {unit}(s) of {lo}..{hi - 1} ({shown})"
 
 
 def chosen_windows(suite: Suite, window_range: tuple[int, int], selection: ContextFilter | None) -> list[int]:
@@ -196,16 +201,18 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     """
     root = Path(local_dir)
     started = time.monotonic()
+    units = "windows"  # the local suite's word for them where it has one (a hidden-state suite's: contexts)
     if repo_id is None and (root / SUITE_MANIFEST).is_file():
         # a range the local suite does not have: say so, rather than "give a repository id"
         local_suite = load_suite(root)
         chosen_windows(local_suite, _window_range(local_suite, start_window, stop_window), selection)
+        units = units_of(local_suite.windows)
     expected_hash = PUBLISHED_SUITE_HASH if repo_id == PUBLISHED_REPO_ID else None
     emit(StageStarted(STAGE, detail=f"{repo_id or 'local'} -> {root}"))
     local = _local_state(root, repo_id, revision, start_window, stop_window, selection)
     if local is not None:
         suite, manifest, rng, chosen = local
-        emit(Notice(STAGE, f"{root} already holds {windows_text(rng, chosen)}; verifying, no network"))
+        emit(Notice(STAGE, f"{root} already holds {windows_text(suite, rng, chosen)}; verifying, no network"))
         result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                                   workers=workers, expected_suite_hash=expected_hash,
                                   emit=as_reference_events(emit), cancel=cancel, selection=selection)
@@ -217,7 +224,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
                               repo_id or record.get("repo_id"), record.get("commit"), True, (), result,
                               tuple(chosen))
     if repo_id is None:
-        raise BadInput(f"{root}: no complete reference suite here for the requested windows "
+        raise BadInput(f"{root}: no complete reference suite here for the requested {units} "
                        "(suite-manifest.json, ref/manifest.json, token files and logits files); "
                        "give a repository id to download it")
     check_repo_id(repo_id)  # only now: a complete local folder never imports huggingface_hub
@@ -256,7 +263,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
             # a file of another revision (known hash differs): fetched again, replaced when verified
         todo.append(RemoteFile(final, entry.size_bytes, entry.sha256, f"window {entry.window_index:03d}",
                                f"{REF_DIR}/{LOGITS_MANIFEST}"))
-    downloader.check_disk_space(todo, windows_text(rng, chosen), "choose a smaller --stop-window")
+    downloader.check_disk_space(todo, windows_text(suite, rng, chosen), "choose a smaller --stop-window")
     fetched = downloader.fetch_files(todo, workers=workers)
     write_record(root, repo_id, requested, commit, set(chosen), downloader.endpoint)
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,

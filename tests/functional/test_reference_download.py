@@ -292,3 +292,23 @@ def test_updated_repository_is_fetched_only_when_asked(hub: HubServer, tmp_path:
     assert refetched == {"ref/logits_000.safetensors", "ref/logits_001.safetensors"}
     assert _sha(out / "ref/logits_001.safetensors") == _sha(new_root / "ref/logits_001.safetensors")
     assert verify_path(out).ok
+
+
+def test_reference_range_words_name_a_hidden_state_suites_contexts(tmp_path: Path) -> None:
+    """The reference stage's range words ("windows 0..31", "2 window(s) of 0..4 (2, 3)", "no complete
+    reference suite here for the requested windows") said windows of a hidden-state suite too; they
+    say its unit word now, contexts (a logits suite's stay windows: the test above)."""
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.reference import windows_text
+    from tests import fidelity_fixture as fx
+
+    root = tmp_path / "fid"
+    fx.build(root, contexts=4)
+    suite = load_suite(root)
+    assert windows_text(suite, (0, 4), [0, 1, 2, 3]) == "contexts 0..3"
+    assert windows_text(suite, (0, 4), [1, 2]) == "2 context(s) of 0..3 (1, 2)"
+    with pytest.raises(BadInput) as refused:
+        ensure_reference(None, root)
+    assert "no complete reference suite here for the requested contexts " in str(refused.value), refused.value
+    logits = make_dataset(tmp_path / "logits")
+    assert windows_text(load_suite(logits), (0, 4), []) == "windows 0..3"
