@@ -142,6 +142,8 @@ KEYS_HELP = (
         ("d", "the Diff tab: the difference of two reports on the leaderboard (the two marked, or the "
               "only two)"),
         ("/", "search the log (Esc clears)"),
+        ("Tab", "move the focus: the grid (it has it first; its edge is lit), the tab bar, the open tab; "
+                "↑ ↓ PgUp PgDn Home End scroll the grid, or the log, result or diff, that has it"),
     )),
     HelpSection("Leaderboard tab", (
         ("Enter", "open the selected report (Esc: back)"),
