@@ -119,16 +119,23 @@ def test_a_disk_that_cannot_be_reckoned_yet_is_said_so(tmp_path: Path) -> None:
                         "the size of a row); each candidate's need is said before its capture")
 
 
-def test_score_mode_says_it_writes_no_candidate_logits(tmp_path: Path) -> None:
-    """With the reference there and [capture] mode = "score", the campaign writes no logits: said so
-    (it said nothing of the disk at all)."""
+def _campaign_in_mode(tmp_path: Path, mode: str) -> Path:
+    """A one-candidate campaign in capture ``mode`` over a logits suite whose reference is there (made
+    with the suite, so [reference] captures nothing)."""
     from tests.fixtures_compare import make_suite
 
     profile = write_profile(tmp_path / "c", {"q8": 0.04})
     shutil.rmtree(tmp_path / "c" / "suite")
     make_suite(tmp_path / "c" / "suite", windows=CAMPAIGN_WINDOWS, context=CAMPAIGN_CONTEXT, vocab=VOCAB)
     text = profile.read_text().replace('capture = "embedded"\n', "")
-    profile.write_text(text + '\n[capture]\nmode = "score"\n')
+    profile.write_text(text + f'\n[capture]\nmode = "{mode}"\n')
+    return profile
+
+
+def test_score_mode_says_it_writes_no_candidate_logits(tmp_path: Path) -> None:
+    """With the reference there and [capture] mode = "score", the campaign writes no logits: said so
+    (it said nothing of the disk at all)."""
+    profile = _campaign_in_mode(tmp_path, "score")
     said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
     assert said[-1] == "disk: score mode writes no candidate logits, a few dozen bytes a position"
 
@@ -188,13 +195,7 @@ def test_a_hidden_mode_campaign_counts_its_hidden_states_and_live_logits(
 def test_a_hidden_mode_campaign_without_a_hidden_width_says_what_it_writes(tmp_path: Path) -> None:
     """Hidden mode against a reference that cannot say the model's hidden width (logits, no LM
     head): the line says what hidden mode writes, not score mode's words."""
-    from tests.fixtures_compare import make_suite
-
-    profile = write_profile(tmp_path / "c", {"q8": 0.04})
-    shutil.rmtree(tmp_path / "c" / "suite")
-    make_suite(tmp_path / "c" / "suite", windows=CAMPAIGN_WINDOWS, context=CAMPAIGN_CONTEXT, vocab=VOCAB)
-    text = profile.read_text().replace('capture = "embedded"\n', "")
-    profile.write_text(text + '\n[capture]\nmode = "hidden"\n')
+    profile = _campaign_in_mode(tmp_path, "hidden")
     said = [e.text for e in _run_until_said(profile) if isinstance(e, Notice)]
     assert said[-1].startswith("disk: hidden mode writes each window's hidden states (BF16, 2 bytes x the "
                                "model's hidden width a position) and the replay check's live logits; "
