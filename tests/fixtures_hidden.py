@@ -4,7 +4,9 @@ suite's hidden-state reference and read the reports (whose units are contexts)."
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,4 +30,31 @@ def noisy_candidates(f: fx.Fixture, base: Path, scales: dict[str, float], seed: 
             suite.context_length) for w in suite.windows]
         write_logits_manifest(folder, suite, written, kind=name)
         out[name] = folder
+    return out
+
+
+def with_context_kl(doc: dict[str, Any], kl: np.ndarray, name: str) -> dict[str, Any]:
+    """``doc`` with each context's mean KL set to ``kl`` (context order), every KL figure of that context
+    scaled alike, and the report-wide KL figures by the mean's ratio; its candidate named ``name``."""
+    out = copy.deepcopy(doc)
+    contexts = sorted(out["per_context"], key=lambda e: e["context_index"])
+    scale = {e["context_index"]: kl[i] / e["kl_reference_to_candidate"]["mean"]
+             for i, e in enumerate(contexts)}
+    for e in contexts:
+        e["kl_reference_to_candidate"] = {k: v * scale[e["context_index"]]
+                                          for k, v in e["kl_reference_to_candidate"].items()}
+    for w in out["per_window"]:
+        f = scale[w["window_index"]]
+        w["kl_reference_to_candidate"] = {k: v * f for k, v in w["kl_reference_to_candidate"].items()}
+        for key in ("kl_mean", "kl_max", "kl_median", "kl_p99"):
+            w[key] *= f
+    arrays = out["per_window_arrays"]
+    for key in ("kl_mean", "kl_max", "kl_median", "kl_p99"):
+        arrays[key] = [v * scale[i] for v, i in zip(arrays[key], arrays["window_index"], strict=True)]
+    ratio = float(np.mean(kl)) / doc["kl_reference_to_candidate"]["mean"]
+    figures = ("estimate", "ci95_low", "ci95_high", "standard_error", "mean", "max", "median", "min")
+    for key in ("kl_reference_to_candidate", "kl_window_cluster_bootstrap", "kl_mean_interval"):
+        out[key] = {k: v * ratio if k in figures or k.startswith("p") else v for k, v in out[key].items()}
+    out["candidate_dir"] = f"/candidates/{name}"
+    out["candidate"] = {**out["candidate"], "label": name}
     return out

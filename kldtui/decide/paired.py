@@ -337,7 +337,7 @@ def figure_differences(a: ComparisonReport, b: ComparisonReport) -> list[FigureD
         d = vb[ok] - va[ok]
         lo = hi = None
         if d.size >= MIN_VERDICT_WINDOWS:  # fewer: no verdict, and the interval is mostly unbounded
-            low, high = flip_ratio_interval(np.ones_like(d), d)
+            low, high = flip_ratio_interval(np.ones_like(d), d, null=0.0)
             if math.isfinite(float(low)) and math.isfinite(float(high)):
                 lo, hi = float(low) + 0.0, float(high) + 0.0  # + 0.0: no "-0" where no window differs
         out.append(FigureDiff(name, label, unit, better, float(va[ok].mean()), float(vb[ok].mean()),

@@ -337,8 +337,11 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None,
     n = a.shape[-1]
     if n < 3:
         raise ValueError("evidence needs at least 3 windows")
-    flip = inf.flip_test(a, b, flips)
-    (ratio_low, ratio_high), (lean_low, lean_high) = inf.flip_ratio_intervals(a, b, (LEVEL, LEAN_FLIP_LEVEL))
+    # the test and the intervals that invert it, from the same sign patterns (so the interval excludes 1
+    # exactly when the test names a difference, at any number of windows)
+    flipped = inf.flip_inference(a, b, (LEVEL, LEAN_FLIP_LEVEL), flips)
+    flip = flipped.test
+    (ratio_low, ratio_high), (lean_low, lean_high) = flipped.intervals
     log_scale = np.all(a > 0, axis=-1) & np.all(b > 0, axis=-1)
     safe_a = np.where(log_scale[..., None], a, 1.0)
     safe_b = np.where(log_scale[..., None], b, 1.0)
@@ -556,7 +559,7 @@ def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
     if mean_a > 0:
         lo, hi = (r_lo - 1.0) * mean_a, (r_hi - 1.0) * mean_a
     else:  # A's mean is 0 (A identical to the reference): the mean difference's own interval
-        dlo, dhi = inf.flip_ratio_interval(np.ones_like(a), b - a, LEVEL)
+        dlo, dhi = inf.flip_ratio_interval(np.ones_like(a), b - a, LEVEL, flips, null=0.0)
         lo, hi = _f(dlo), _f(dhi)
 
     def opt(x: np.ndarray) -> float | None:

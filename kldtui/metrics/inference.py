@@ -6,10 +6,11 @@ simulation in ``benchmarks/verdict_simulation.py`` runs exactly this code.  Pure
 randomness only from fixed seeds, so every figure is reproducible.  docs/STATISTICS.md says which
 method is used where, and what the simulation measured for each.
 
-* :func:`flip_test` and :func:`flip_ratio_interval` -- the **sign-flip test** of B - A over windows
-  (swapping A and B inside a window is the same as flipping the sign of its difference) and the
-  interval for ``mean(B) / mean(A)`` it gives when inverted (the set of ratios rho for which
-  ``B - rho A`` passes the test).  Exact when the windows' ratio does not depend on window
+* :func:`flip_inference` (:func:`flip_test`, :func:`flip_ratio_interval`) -- the **sign-flip test** of
+  B - A over windows (swapping A and B inside a window is the same as flipping the sign of its
+  difference) and the interval for ``mean(B) / mean(A)`` it gives when inverted (the set of ratios
+  rho for which ``B - rho A`` passes that same test, over the same sign patterns, so the interval
+  excludes 1 exactly when the test rejects).  Exact when the windows' ratio does not depend on window
   difficulty, whatever the distribution of the window means: all 2^n sign patterns up to
   :data:`EXACT_FLIPS_UP_TO` windows, else :data:`FLIPS` patterns drawn with a fixed seed.
 * :func:`log_fit`, :func:`difficulty_dependence`, :func:`upper_spread` -- the two candidates on a
@@ -78,20 +79,35 @@ class FlipTest:
         return out
 
 
+@dataclass(frozen=True)
+class FlipInference:
+    """The sign-flip test of ``B - null A`` and the intervals of ``mean(B) / mean(A)`` that invert it,
+    from one set of sign patterns (:func:`flip_inference`)."""
+
+    test: FlipTest
+    intervals: list[tuple[np.ndarray, np.ndarray]]
+
+
 def _pattern_sums(values: np.ndarray, pats: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.asarray(values, dtype=np.float64) @ pats.T
     return out
+
+
+def _holds(d: np.ndarray, pats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each pattern, whether its sum of ``d`` is at least (``worse``) and at most (``better``) the
+    observed one, the identity's; sums equal within rounding count as ties, on both sides."""
+    sums = _pattern_sums(d, pats)
+    obs = sums[..., :1]
+    tol = 1e-12 * np.abs(d).sum(axis=-1, keepdims=True)  # the identity's own sum counts as ties
+    return sums >= obs - tol, sums <= obs + tol
 
 
 def flip_test(a: np.ndarray, b: np.ndarray, flips: int = FLIPS) -> FlipTest:
     """The sign-flip test of B - A over the last axis (see the module docstring); ``flips``: the
     patterns drawn beyond :data:`EXACT_FLIPS_UP_TO` windows (:func:`smallest_flip_p`)."""
     d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
-    pats = flip_patterns(d.shape[-1], flips)
-    sums = _pattern_sums(d, pats)
-    obs = sums[..., :1]
-    tol = 1e-12 * np.abs(d).sum(axis=-1, keepdims=True)  # the identity's own sum counts as ties
-    return FlipTest(p_worse=(sums >= obs - tol).mean(axis=-1), p_better=(sums <= obs + tol).mean(axis=-1))
+    worse, better = _holds(d, flip_patterns(d.shape[-1], flips))
+    return FlipTest(p_worse=worse.mean(axis=-1), p_better=better.mean(axis=-1))
 
 
 def smallest_flip_p(windows: int, flips: int = FLIPS) -> float:
@@ -102,61 +118,86 @@ def smallest_flip_p(windows: int, flips: int = FLIPS) -> float:
     return min(1.0, 2.0 / patterns)
 
 
-def flip_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def flip_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95, flips: int = FLIPS,
+                        null: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """The interval for ``mean(B) / mean(A)`` from inverting the sign-flip test of ``B - rho A``
-    (:func:`flip_ratio_intervals` at one level)."""
-    return flip_ratio_intervals(a, b, (level,))[0]
+    (:func:`flip_inference` at one level)."""
+    return flip_inference(a, b, (level,), flips, null).intervals[0]
 
 
-def flip_ratio_intervals(a: np.ndarray, b: np.ndarray,
-                         levels: Sequence[float]) -> list[tuple[np.ndarray, np.ndarray]]:
+def flip_ratio_intervals(a: np.ndarray, b: np.ndarray, levels: Sequence[float], flips: int = FLIPS,
+                         null: float = 1.0) -> list[tuple[np.ndarray, np.ndarray]]:
     """The intervals for ``mean(B) / mean(A)`` from inverting the sign-flip test of ``B - rho A``, one
-    per level, from one pass over the sign patterns.
+    per level (:func:`flip_inference`)."""
+    return flip_inference(a, b, levels, flips, null).intervals
 
-    For a pattern e, the test statistic ``|sum e (B - rho A)|`` is at least the observed
-    ``|sum (B - rho A)|`` on an interval of rho that contains the estimate ``sum B / sum A`` (a
-    quadratic inequality in rho), so the accepted set is itself an interval: its ends are order
-    statistics of the patterns' interval ends.  With ``A`` all ones and ``B`` the differences it is
-    the interval of the mean difference.  Ends below 0 are 0 for positive data.
-    """
+
+def accepted_count(level: float, patterns: int) -> int:
+    """The fewest of ``patterns`` sign patterns at least as extreme as the observed sum, in one
+    direction, for which the test does not reject at ``level``: the smallest ``c`` with
+    ``2 c / patterns > 1 - level``, the same comparison as a verdict's (its two-sided p-value, twice the
+    one-sided one, at most ``1 - level``)."""
+    alpha = 1.0 - level
+    c = max(0, int(math.floor(alpha * patterns / 2.0)) - 1)
+    while not 2.0 * (c / patterns) > alpha:
+        c += 1
+    return c
+
+
+def flip_inference(a: np.ndarray, b: np.ndarray, levels: Sequence[float] = (0.95,), flips: int = FLIPS,
+                   null: float = 1.0) -> FlipInference:
+    """The sign-flip test of ``B - null A`` (:func:`flip_test` at ``null`` 1, the test a verdict runs)
+    and, one per level, the interval for ``mean(B) / mean(A)`` that inverts that same test over the same
+    patterns: the ratios ``rho`` for which neither one-sided test of ``B - rho A`` rejects at half the
+    level's complement. So the interval excludes ``null`` exactly when the test's one-sided p-value, doubled,
+    is at most ``1 - level``: the verdict and its interval agree, at any number of windows.
+
+    For a pattern that flips the windows ``F``, its sum of ``B - rho A`` is at least the observed one
+    exactly when ``sum_F B <= rho sum_F A``, that is (``sum_F A > 0``) when ``rho`` is at least the
+    ratio ``c = sum_F B / sum_F A``: each pattern holds on one side of its own ratio, so the accepted set
+    is an interval whose ends are order statistics of the patterns' ratios. (Up to
+    :data:`EXACT_FLIPS_UP_TO` windows every pattern and its mirror image are used, and this is the
+    interval of the two-sided test of ``|sum|`` as well; beyond, the random patterns are not closed under
+    a change of sign, and an interval of the two-sided test of ``|sum|`` disagreed with the test's doubled
+    one-sided p-value, which the verdict uses, near 5 %.) A pattern whose flipped ``A`` sum is 0 (the
+    identity, or windows where ``A`` is 0) holds or not whatever ``rho``; at ``null`` each pattern holds
+    exactly as the test counts it (its ties within rounding included). Exact for ``A >= 0`` (window means
+    of KL, or ones: with ``A`` all ones and ``B`` the differences it is the interval of the mean difference,
+    ``null`` 0). Ends below 0 are 0 for non-negative data."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    pats = flip_patterns(a.shape[-1])
-    sa = _pattern_sums(a, pats)
-    sb = _pattern_sums(b, pats)
-    sa0, sb0 = sa[..., :1].copy(), sb[..., :1].copy()
-    # (sa^2 - sa0^2) rho^2 - 2 (sa sb - sa0 sb0) rho + (sb^2 - sb0^2) >= 0, in place (large arrays)
-    qb = sa * sb
-    qb -= sa0 * sb0
-    np.multiply(sa, sa, out=sa)
-    sa -= sa0 * sa0  # qa <= 0: a pattern's |sum| never exceeds the identity's for A >= 0
-    qa = sa
-    np.multiply(sb, sb, out=sb)
-    sb -= sb0 * sb0
-    disc = qb * qb
-    disc -= qa * sb
-    np.maximum(disc, 0.0, out=disc)
-    np.sqrt(disc, out=disc)
-    unbounded = qa >= 0  # the identity (and flipping only zero windows): holds for every rho
-    qa[unbounded] = -1.0
-    lo = qb + disc
-    lo /= qa  # the smaller root (qa < 0)
-    qb -= disc
-    qb /= qa
-    hi = qb
-    lo[unbounded] = -np.inf
-    hi[unbounded] = np.inf
+    pats = flip_patterns(a.shape[-1], flips)
+    worse, better = _holds(b - null * a if null != 0.0 else b, pats)
+    test = FlipTest(p_worse=worse.mean(axis=-1), p_better=better.mean(axis=-1))
+    flipped = (1.0 - pats) / 2.0  # 1 where a pattern flips a window
+    fa = _pattern_sums(a, flipped)
+    low = _pattern_sums(b, flipped)
+    regular = fa > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low /= np.where(regular, fa, 1.0)
+    del fa
+    # where the flipped A sums to 0 a pattern holds whatever rho; at the null each holds as the test says
+    low[~regular & worse] = -np.inf
+    low[~regular & ~worse] = np.inf
+    high = low.copy()
+    high[~regular & better] = np.inf
+    high[~regular & ~better] = -np.inf
+    low[regular & worse & (low > null)] = null
+    low[regular & ~worse & (low <= null)] = np.nextafter(null, np.inf)
+    high[regular & better & (high < null)] = null
+    high[regular & ~better & (high >= null)] = np.nextafter(null, -np.inf)
     m = pats.shape[0]
-    # accepted while more than (1 - level) M patterns hold
-    ks = [int(math.floor((1.0 - level) * m)) + 1 for level in levels]
-    lows = np.partition(lo, [k - 1 for k in ks], axis=-1)
-    highs = -np.partition(-hi, [k - 1 for k in ks], axis=-1)
+    ks = [accepted_count(level, m) for level in levels]
+    # accepted while at least k patterns hold in each direction: from the k-th smallest ratio at which
+    # they hold as B larger to the k-th largest at which they hold as B smaller
+    lows = np.partition(low, [k - 1 for k in ks], axis=-1)
+    highs = -np.partition(-high, [k - 1 for k in ks], axis=-1)
     nonnegative = bool(np.all(a >= 0)) and bool(np.all(b >= 0))
     out = []
     for k in ks:
-        low = lows[..., k - 1]
-        out.append((np.maximum(low, 0.0) if nonnegative else low, highs[..., k - 1]))
-    return out
+        lo = lows[..., k - 1]
+        out.append((np.maximum(lo, 0.0) if nonnegative else lo, highs[..., k - 1]))
+    return FlipInference(test, out)
 
 
 @dataclass(frozen=True)

@@ -24,40 +24,13 @@ from kldtui.metrics.clusters import cluster_units
 from kldtui.stages.compare import CompareOptions, compare
 from kldtui.text import TIED_OUTCOMES
 from tests import fidelity_fixture as fx
-from tests.fixtures_hidden import noisy_candidates
+from tests.fixtures_hidden import noisy_candidates, with_context_kl
 
 pytest.importorskip("torch")
 
 # each source cluster's B / A - 1 for the candidate a little worse than the best, in sorted key order
 # (17 clusters: 16 hosts of two contexts, one split by its dataset): mostly worse, sometimes better
 CLOSE = np.array([0.03, -0.02] * 6 + [0.03] * 4 + [-0.02])
-
-
-def _with_context_kl(doc: dict[str, Any], kl: np.ndarray, name: str) -> dict[str, Any]:
-    """``doc`` with each context's mean KL set to ``kl`` (context order), every KL figure of that context
-    scaled alike, and the report-wide KL figures by the mean's ratio; its candidate named ``name``."""
-    out = copy.deepcopy(doc)
-    contexts = sorted(out["per_context"], key=lambda e: e["context_index"])
-    scale = {e["context_index"]: kl[i] / e["kl_reference_to_candidate"]["mean"]
-             for i, e in enumerate(contexts)}
-    for e in contexts:
-        e["kl_reference_to_candidate"] = {k: v * scale[e["context_index"]]
-                                          for k, v in e["kl_reference_to_candidate"].items()}
-    for w in out["per_window"]:
-        f = scale[w["window_index"]]
-        w["kl_reference_to_candidate"] = {k: v * f for k, v in w["kl_reference_to_candidate"].items()}
-        for key in ("kl_mean", "kl_max", "kl_median", "kl_p99"):
-            w[key] *= f
-    arrays = out["per_window_arrays"]
-    for key in ("kl_mean", "kl_max", "kl_median", "kl_p99"):
-        arrays[key] = [v * scale[i] for v, i in zip(arrays[key], arrays["window_index"], strict=True)]
-    ratio = float(np.mean(kl)) / doc["kl_reference_to_candidate"]["mean"]
-    figures = ("estimate", "ci95_low", "ci95_high", "standard_error", "mean", "max", "median", "min")
-    for key in ("kl_reference_to_candidate", "kl_window_cluster_bootstrap", "kl_mean_interval"):
-        out[key] = {k: v * ratio if k in figures or k.startswith("p") else v for k, v in out[key].items()}
-    out["candidate_dir"] = f"/candidates/{name}"
-    out["candidate"] = {**out["candidate"], "label": name}
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +57,7 @@ def boards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for name, values in kl.items():
         out[name] = base / f"{name}.json"
-        out[name].write_text(json.dumps(_with_context_kl(doc, values, name)))
+        out[name].write_text(json.dumps(with_context_kl(doc, values, name)))
     out["keys"] = path  # the measured report, for the refusals
     return out
 
@@ -148,7 +121,7 @@ def test_too_many_candidates_for_the_source_clusters_say_so_in_cluster_words(boa
             if scale != 1.0:
                 kl = np.array([e["kl_reference_to_candidate"]["mean"] for e in
                                sorted(d["per_context"], key=lambda e: e["context_index"])]) * scale
-                d = _with_context_kl(d, kl, name + suffix)
+                d = with_context_kl(d, kl, name + suffix)
             docs.append((name + suffix, d))
     board = build_leaderboard([d for _, d in docs], names=[n for n, _ in docs], noise=None)
     assert board.tie_units == 8 and board.windows > 8

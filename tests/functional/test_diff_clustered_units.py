@@ -1,0 +1,84 @@
+"""``kldtui diff`` of two hidden-state reports: its verdict counts source clusters (docs/STATISTICS.md,
+"Clustered suites"), and so does everything said with it: the interval it prints, the windows needed
+where it leaves a difference unresolved, the command that confirms a provisional one."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kldtui.cli.main import main
+from kldtui.formats import fidelity as fid
+from kldtui.formats.report import write_report
+from kldtui.stages.compare import CompareOptions, compare
+from tests import fidelity_fixture as fx
+from tests.fixtures_hidden import noisy_candidates, with_context_kl
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A report of one candidate over a 32-context suite (17 source clusters: 16 hosts of two contexts, one
+    split by its dataset), as JSON, to set each context's KL in."""
+    base = tmp_path_factory.mktemp("clustered-diff")
+    f = fx.build(base / "suite", contexts=32)
+    (folder,) = noisy_candidates(f, base, {"a": 0.03}).values()
+    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend="numpy",
+                                                                             bootstrap_samples=100))
+    doc: dict = json.loads(write_report(base / "measured.json", report).read_text())
+    return doc
+
+
+def cluster_of(doc: dict) -> np.ndarray:
+    """Each context's source cluster (context order) as its number among the sorted keys: the order of
+    the units a clustered verdict runs over."""
+    keys = [e["source_cluster"] for e in sorted(doc["per_context"], key=lambda e: e["context_index"])]
+    number = {k: n for n, k in enumerate(sorted(set(keys)))}
+    return np.array([number[k] for k in keys])
+
+
+def write_pair(doc: dict, kl_a: np.ndarray, kl_b: np.ndarray, where: Path) -> list[str]:
+    """Reports ``A`` and ``B`` of ``doc``'s contexts with these per-context KL, as kldtui diff takes them."""
+    paths = []
+    for name, kl in (("A", kl_a), ("B", kl_b)):
+        path = where / f"{name}.json"
+        path.write_text(json.dumps(with_context_kl(doc, kl, name)))
+        paths.append(str(path))
+    return paths
+
+
+def test_a_difference_named_over_source_clusters_is_printed_with_an_interval_that_excludes_zero(
+        measured: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """17 source clusters, B about 1 % worse, p 0.0488: the verdict named the difference and printed a
+    95 % interval from -0.000000159 to 0.000169 beside it. Beyond 12 units the sign-flip test draws random
+    patterns, not closed under a change of sign; the p-value (the one-sided count, doubled) and the
+    interval (inverting the two-sided test of |sum| over the same patterns) were two different tests. The
+    interval now inverts the test the verdict runs, and excludes zero where it names a difference."""
+    rng = np.random.default_rng(67)
+    units_a = np.round(rng.lognormal(np.log(0.01), 0.3, 17), 6)
+    units_b = np.round(units_a * (1 + rng.normal(0.01, 0.02, 17)), 6)
+    of = cluster_of(measured)
+    paths = write_pair(measured, units_a[of], units_b[of], tmp_path)
+    out_json = tmp_path / "diff.json"
+    assert main(["diff", *paths, "--no-noise-floor", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    clustered = json.loads(out_json.read_text())["clustered"]
+    iv = clustered["verdict_interval"]
+    assert (clustered["source_clusters"], iv["windows"], iv["unit"]) == (17, 17, "source cluster")
+    assert iv["difficulty_dependence"]["interval_source"] == "sign_flip"
+    assert 0.048 < iv["p_value"] < 0.049, iv["p_value"]
+    assert clustered["outcome"] == "a_closer"
+    assert 0.0 < iv["ci95_low"] < iv["estimate"] < iv["ci95_high"], iv
+    verdict = next(x for x in out.splitlines() if x.startswith("verdict: "))
+    said = re.search(r"B is worse than A by \S+ KL \(\d+ % of A's mean KL\), 95 % interval (\S+) to (\S+) ",
+                     verdict)
+    assert said is not None and 0.0 < float(said[1]) < float(said[2]), verdict
+    assert "over 17 source clusters" in verdict and verdict.endswith("(mixed partition)"), verdict
+    line = next(x for x in out.splitlines() if x.startswith("clustered by source"))
+    ends = re.search(r"B - A \S+ \[(\S+), (\S+)\] \(95 %, the verdict's rule over source clusters\)", line)
+    assert ends is not None and 0.0 < float(ends[1]) < float(ends[2]), line
