@@ -17,19 +17,31 @@ partitions are refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from kldtui.decide.noise import NoiseFloor
-from kldtui.decide.verdict import METHOD, Decision, VerdictInterval, decide, sentence, verdict_interval
+from kldtui.decide.verdict import (
+    METHOD,
+    Decision,
+    VerdictInterval,
+    closer,
+    decide,
+    sentence,
+    verdict_interval,
+)
 from kldtui.errors import BadInput
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.metrics import clusters as cl
 
 LARGEST = 20
 UNIT = "source cluster"
+# the command that confirms a provisional difference, given the closer candidate's name and report path
+# (kldtui.decide.paired.confirm_command with the noise model at hand)
+Confirm = Callable[[str, str | None], str]
 
 
 @dataclass(frozen=True)
@@ -142,28 +154,34 @@ def paired_contexts(a: ComparisonReport, b: ComparisonReport, where_a: str, wher
 
 def cluster_verdict(units_a: np.ndarray, units_b: np.ndarray, layout: SourceClusters,
                     noise: NoiseFloor | None, name_a: str, name_b: str, *, unit: str,
-                    confirm: str | None = None, significant: bool | None = None,
+                    confirm: Confirm | None = None, path_a: str | None = None, path_b: str | None = None,
+                    significant: bool | None = None,
                     iv: VerdictInterval | None = None) -> tuple[VerdictInterval, Decision, str]:
     """The verdict on B against A over source clusters (``units_a``, ``units_b``:
     :meth:`SourceClusters.units`), its interval, decision and sentence naming the partition: what
     ``kldtui diff`` says of two such reports, and the leaderboard's tie column of each candidate
     against the best. ``unit``: what the
     reports' windows are called (contexts: the noise model's repeat variation is over all of them);
-    ``significant``: the family's decision (Holm over the leaderboard's pairs), None for the pair
-    alone; ``iv``: the interval when the caller has it."""
+    ``confirm``: the command that confirms a provisional difference, for the candidate this verdict names
+    the closer (:func:`kldtui.decide.verdict.closer` over the source clusters; ``path_a``, ``path_b``: the
+    reports); ``significant``: the family's decision (Holm over the leaderboard's pairs), None for the
+    pair alone; ``iv``: the interval when the caller has it."""
     iv = iv if iv is not None else verdict_interval(units_a, units_b)
     decision = decide(iv, noise, layout.contexts, significant=significant, unit=unit)
-    text = sentence(decision, iv, float(np.mean(units_a)), name_a, name_b, confirm, unit=UNIT)
+    how = confirm(*closer(iv, (name_a, path_a), (name_b, path_b))) if confirm is not None else None
+    text = sentence(decision, iv, float(np.mean(units_a)), name_a, name_b, how, unit=UNIT)
     return iv, decision, f"{text} ({layout.partition} partition)"
 
 
 def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, where_b: str, *,
-                     noise: NoiseFloor | None, name_a: str, name_b: str, confirm: str | None = None,
+                     noise: NoiseFloor | None, name_a: str, name_b: str, confirm: Confirm | None = None,
+                     path_a: str | None = None, path_b: str | None = None,
                      samples: int = cl.DEFAULT_SAMPLES,
                      seed: int = cl.DEFAULT_SEED) -> ClusteredPaired | None:
     """The clustered comparison, or None when a report has no per-context identities (a logits
     suite's windows); BadInput when the reports cover other contexts, other clusters or other
-    partitions (:func:`paired_contexts`)."""
+    partitions (:func:`paired_contexts`). ``confirm``, ``path_a``, ``path_b``: as
+    :func:`cluster_verdict`'s."""
     paired = paired_contexts(a, b, where_a, where_b)
     if paired is None:
         return None
@@ -171,7 +189,8 @@ def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, whe
     keys, strata = list(layout.keys), list(layout.strata)
     d = kl_b - kl_a
     iv, decision, text = cluster_verdict(layout.units(kl_a), layout.units(kl_b), layout, noise, name_a,
-                                         name_b, unit=a.unit, confirm=confirm)
+                                         name_b, unit=a.unit, confirm=confirm, path_a=path_a,
+                                         path_b=path_b)
     per_stratum = {}
     for s in sorted(set(strata)):
         mask = np.asarray(strata) == s
@@ -191,5 +210,5 @@ def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, whe
         largest=largest)
 
 
-__all__ = ["ClusteredPaired", "SourceClusters", "UNIT", "check_same_partition", "cluster_verdict",
+__all__ = ["ClusteredPaired", "Confirm", "SourceClusters", "UNIT", "check_same_partition", "cluster_verdict",
            "clustered_paired", "interval_dict", "paired_contexts"]

@@ -289,10 +289,10 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
             difference, ratio = stats.interval, stats.ratio
             verdict, provisional = stats.verdict, stats.provisional
         else:  # kldtui diff's verdict over source clusters, held by the family's correction
-            better = (label[best], path_list[best]) if pair_iv.estimate > 0 else (label[i], path_list[i])
             difference, decision, verdict = cluster_verdict(
                 units[best], units[i], layout, noise, label[best], label[i], unit=unit,
-                confirm=confirm_command(*better, noise), significant=significant, iv=pair_iv)
+                confirm=lambda name, path: confirm_command(name, path, noise), path_a=path_list[best],
+                path_b=path_list[i], significant=significant, iv=pair_iv)
             outcome, provisional = decision.outcome, decision.provisional
             _, ratio = paired_bootstrap(units[best], units[i], cluster_indices)
         if too_many:  # not "tied": no difference could have been shown, however large

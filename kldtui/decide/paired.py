@@ -36,6 +36,7 @@ from kldtui.decide.verdict import (
     MIN_VERDICT_WINDOWS,
     Outcome,
     VerdictInterval,
+    closer,
     decide,
     evidence,
     family_decisions,
@@ -264,7 +265,7 @@ def compare_group(a: np.ndarray, b: np.ndarray, indices: np.ndarray, noise: Nois
     diff, ratio = paired_bootstrap(a, b, indices)
     iv = iv if iv is not None else verdict_interval(a, b)
     decision = decide(iv, noise, window_indices, significant=significant, unit=unit)
-    better, better_path = (name_a, path_a) if iv.estimate > 0 else (name_b, path_b)
+    better, better_path = closer(iv, (name_a, path_a), (name_b, path_b))
     text = sentence(decision, iv, float(a.mean()), name_a, name_b,
                     confirm_command(better, better_path, noise), unit=unit)
     windows = [int(w) for w in window_indices]
@@ -573,9 +574,11 @@ def paired_diff(a_doc: ReportLike, b_doc: ReportLike, *, samples: int = DEFAULT_
                                    None if noise is None else noise.kl_mean)
     if floor_note:
         notes.append(floor_note)
-    better = (name_a, pa) if overall.interval.estimate > 0 else (name_b, pb)
+    # its confirming command names the candidate the clustered verdict names the closer, over the source
+    # clusters (not the contexts' mean, which may point the other way)
     clustered = clustered_paired(a, b, where_a, where_b, noise=noise, name_a=name_a, name_b=name_b,
-                                 confirm=confirm_command(*better, noise), samples=samples, seed=seed)
+                                 confirm=lambda name, path: confirm_command(name, path, noise), path_a=pa,
+                                 path_b=pb, samples=samples, seed=seed)
     if clustered is not None:
         notes.append(f"contexts share sources: {clustered.independent_rows_note()}")
     few = [f"{d} ({s.windows})" for d, s in domains.items() if s.outcome == "too_few_windows"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -577,6 +577,17 @@ def verdict_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
         model_level=1.0 - tier.check_level if log_scale else None, log_skewness=opt(ev.log_skewness))
 
 
+T = TypeVar("T")
+
+
+def closer(iv: VerdictInterval, a: T, b: T) -> T:
+    """Of A's ``a`` and B's ``b``, the one of the candidate a verdict on ``iv`` names the closer to the
+    reference where it names a difference (B - A above zero: A): the one place that decides the
+    direction, for :func:`decide` and for the command that confirms a provisional difference (a repeat
+    capture of the closer candidate), so that the two never name different candidates."""
+    return a if iv.estimate > 0 else b
+
+
 @dataclass(frozen=True)
 class Decision:
     outcome: Outcome
@@ -604,7 +615,7 @@ def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequen
                 and iv.needed_windows > iv.windows and not alone:
             return Decision("cannot_calibrate", False, None, "none")
         return Decision("indistinguishable", False, None, "none", held_by_correction=alone)
-    named: Outcome = "a_closer" if iv.estimate > 0 else "b_closer"
+    named: Outcome = closer(iv, "a_closer", "b_closer")
     variation = noise.repeat_variation_for(window_indices) if noise is not None else None
     if variation is not None and noise is not None:
         near = _nearer_end(iv)

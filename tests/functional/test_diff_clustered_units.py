@@ -82,3 +82,37 @@ def test_a_difference_named_over_source_clusters_is_printed_with_an_interval_tha
     line = next(x for x in out.splitlines() if x.startswith("clustered by source"))
     ends = re.search(r"B - A \S+ \[(\S+), (\S+)\] \(95 %, the verdict's rule over source clusters\)", line)
     assert ends is not None and 0.0 < float(ends[1]) < float(ends[2]), line
+
+
+def test_the_confirming_command_names_the_candidate_the_clustered_verdict_names_the_closer(
+        measured: dict, tmp_path: Path) -> None:
+    """One source of eight contexts where B is much closer, 24 sources of one context each where it is a
+    little further: counted by context B is closer on average, counted by source cluster (the verdict) A
+    is, and the verdict names B worse. Its provisional verdict's command to confirm it captured B again
+    (the contexts' mean decided who was better); it captures A again, as the leaderboard's verdict on the
+    same pair says."""
+    from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.decide.paired import paired_diff_files
+
+    doc = json.loads(json.dumps(measured))
+    for e in doc["per_context"]:
+        i = e["context_index"]
+        host = "big" if i < 8 else f"solo-{i:02d}"
+        e["source_cluster"] = f'["wikimedia/wikipedia","{host}"]'
+    contexts = len(doc["per_context"])
+    kl_a = 0.01 * np.exp(np.random.default_rng(5).normal(0.0, 0.1, contexts))
+    kl_b = kl_a * np.where(np.arange(contexts) < 8, 0.7, 1.05)
+    paths = write_pair(doc, kl_a, kl_b, tmp_path)
+    diff = paired_diff_files(*paths, use_noise_floor=False)
+    clustered = diff.clustered
+    assert clustered is not None and clustered.clusters == 25
+    assert diff.overall.interval.estimate < 0 < clustered.interval.estimate  # contexts: B; clusters: A
+    assert clustered.outcome == "a_closer" and clustered.provisional, clustered.verdict
+    assert clustered.verdict.startswith("B is worse than A by "), clustered.verdict
+    confirm = clustered.verdict[clustered.verdict.index("; confirm: "):]
+    assert confirm.startswith("; confirm: capture A again, compare it with the reference (AGAIN.json), then "
+                              f"run `kldtui noise {paths[0]} AGAIN.json --output noise.json`"), confirm
+    board = leaderboard_from_files(paths, use_noise_floor=False)
+    assert [r.name for r in board.rows] == ["B", "A"]  # ranked by the contexts' mean KL
+    row = board.rows[1].verdict_vs_best
+    assert row.startswith("A is better than B by ") and confirm in row, row
