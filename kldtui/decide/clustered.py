@@ -27,6 +27,7 @@ from kldtui.decide.noise import NoiseFloor
 from kldtui.decide.verdict import (
     METHOD,
     Decision,
+    Outcome,
     VerdictInterval,
     closer,
     decide,
@@ -56,7 +57,7 @@ class ClusteredPaired:
     bootstrap: dict[str, Any]  # stratified source-cluster bootstrap of the mean difference
     per_stratum: dict[str, dict[str, Any]]
     interval: VerdictInterval  # over source clusters
-    outcome: str
+    outcome: Outcome
     provisional: bool
     verdict: str
     wins: dict[str, int]

@@ -448,6 +448,12 @@ class PairedDiff:
         return self.clustered.verdict if self.clustered is not None else self.overall.verdict
 
     @property
+    def outcome(self) -> Outcome:
+        """The outcome of :attr:`verdict`: the clustered verdict's over source clusters where contexts
+        share sources, else the overall one's."""
+        return self.clustered.outcome if self.clustered is not None else self.overall.outcome
+
+    @property
     def per_window_difference(self) -> list[float]:
         return [b - a for a, b in zip(self.kl_a, self.kl_b, strict=True)]
 

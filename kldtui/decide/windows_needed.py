@@ -89,7 +89,7 @@ class WindowsNeeded:
         return {"windows": self.windows, "more": self.more, "measured_windows": self.measured_windows,
                 "difference": self.difference, "window_sd": self.window_sd, "margin": self.margin,
                 "level": self.level, "power": self.power, "comparisons": self.comparisons,
-                "reason": self.reason or None,
+                "reason": self.reason or None, "unit": self.unit,
                 "method": "smallest n with (|difference| - margin) sqrt(n) / sd >= t(1 - level/2) + t(power)"}
 
 

@@ -116,3 +116,70 @@ def test_the_confirming_command_names_the_candidate_the_clustered_verdict_names_
     assert [r.name for r in board.rows] == ["B", "A"]  # ranked by the contexts' mean KL
     row = board.rows[1].verdict_vs_best
     assert row.startswith("A is better than B by ") and confirm in row, row
+
+
+# each source cluster's B / A - 1 for a candidate a little worse than A, in sorted key order: mostly worse,
+# sometimes better (tests/functional/test_leaderboard_clustered.py's)
+CLOSE = np.array([0.03, -0.02] * 6 + [0.03] * 4 + [-0.02])
+
+
+def test_the_windows_needed_line_counts_source_clusters_where_the_verdict_does(
+        measured: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two contexts of each source nearly alike, B 1.2 % worse: counted as 32 independent contexts B is
+    worse (p 0.005, and Holm over the strata holds it), counted by source (the verdict) no difference is
+    shown (p 0.09). kldtui diff printed no windows needed (the contexts'
+    verdict had named the difference) below a verdict that leaves it unresolved; it says how many source
+    clusters would resolve it, the leaderboard's count for the same pair, and --json says the unit."""
+    from kldtui.decide.leaderboard import leaderboard_from_files
+
+    of = cluster_of(measured)
+    contexts = sorted(measured["per_context"], key=lambda e: e["context_index"])
+    kl = np.array([e["kl_reference_to_candidate"]["mean"] for e in contexts])
+    units = np.bincount(of, weights=kl) / np.bincount(of)
+    kl_a = units[of] * np.where(np.arange(len(of)) % 2 == 0, 1.0005, 0.9995)  # near duplicates
+    paths = write_pair(measured, kl_a, kl_a * (1.002 + CLOSE[of]), tmp_path)
+    out_json = tmp_path / "diff.json"
+    assert main(["diff", *paths, "--no-noise-floor", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out_json.read_text())
+    assert doc["overall"]["outcome"] == "a_closer"  # the contexts as independent
+    assert doc["clustered"]["outcome"] == "indistinguishable", doc["clustered"]["verdict"]
+    need = next((x for x in out.splitlines() if " needed: " in x), None)
+    assert need is not None and need.startswith("source clusters needed: about "), out
+    assert "source clusters (" in need and "more than the 17 compared) would resolve this difference" in need
+    assert "context" not in need, need
+    needed = doc["windows_needed"]
+    assert (needed["measured_windows"], needed["unit"]) == (17, "source cluster")
+    board_json = tmp_path / "board.json"
+    assert main(["leaderboard", *paths, "--no-noise-floor", "--plain", "--json", str(board_json)]) == 0
+    board = capsys.readouterr().out
+    said = next(x for x in board.splitlines() if x.startswith("source clusters needed: B vs A: "))
+    words = need.removeprefix("source clusters needed: ")
+    assert said.removeprefix("source clusters needed: B vs A: ") == words, (said, need)
+    assert json.loads(board_json.read_text())["windows_needed"]["B"] == needed
+    assert leaderboard_from_files(paths, use_noise_floor=False).rows[1].outcome_vs_best == "indistinguishable"
+
+
+def test_no_windows_needed_line_where_the_clustered_verdict_names_the_difference(
+        measured: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each source's two contexts far apart in opposite directions, their mean about 2 % worse in each source:
+    counted as independent contexts no difference is shown, counted by source (the verdict) B is worse.
+    kldtui diff printed "contexts needed: about N contexts would resolve this difference" under a verdict
+    that had resolved it; it prints none."""
+    of = cluster_of(measured)
+    n = len(of)
+    rng = np.random.default_rng(4)
+    kl_a = 0.01 * np.exp(rng.normal(0.0, 0.3, of.max() + 1))[of]
+    ratio = (1.02 * np.exp(rng.normal(0.0, 0.01, of.max() + 1)))[of]
+    first = np.array([np.flatnonzero(of == c)[0] for c in of]) == np.arange(n)
+    alone = np.bincount(of)[of] == 1
+    swing = np.where(alone, 0.0, np.where(first, 0.3, -0.3))
+    paths = write_pair(measured, kl_a, kl_a * (ratio + swing), tmp_path)
+    out_json = tmp_path / "diff.json"
+    assert main(["diff", *paths, "--no-noise-floor", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out_json.read_text())
+    assert doc["overall"]["outcome"] in ("indistinguishable", "cannot_calibrate"), doc["overall"]["verdict"]
+    assert doc["clustered"]["outcome"] == "a_closer", doc["clustered"]["verdict"]
+    assert " needed: " not in out, out
+    assert doc["windows_needed"] is None

@@ -200,7 +200,11 @@ def run(args: argparse.Namespace) -> int:
         result = paired_diff(a, b, samples=args.bootstrap_samples, seed=args.seed, noise=noise,
                              path_a=args.report_a, path_b=args.report_b)
         print(format_diff(result, per_window=args.per_window))
-        need = for_reports(a, b, noise) if result.overall.outcome in UNRESOLVED else None
+        # where the verdict leaves the difference unresolved, in its unit: a hidden-state suite's source
+        # clusters (the clustered verdict's outcome and count, as the leaderboard's), else the windows
+        clustered = result.clustered is not None
+        need = (for_reports(a, b, noise, by_source_cluster=clustered) if result.outcome in UNRESOLVED
+                else None)
         if need is not None:
             print(f"{need.unit}s needed: {need.words()}")
         if args.json:
