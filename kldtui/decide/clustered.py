@@ -40,6 +40,11 @@ from kldtui.metrics import clusters as cl
 
 LARGEST = 20
 UNIT = "source cluster"
+# what the paired receipt's bootstrap beside the verdict is (kldtui diff --json): another interval of another
+# figure, by another method, which may hold zero where the verdict names a difference or the reverse
+RECEIPT_BOOTSTRAP = ("percentile bootstrap of the mean per-context difference B - A, source clusters "
+                     "resampled within allocation strata weighted by their context counts: the published "
+                     "paired receipt's figure, not the verdict's interval (verdict_interval)")
 # the command that confirms a provisional difference, given the closer candidate's name and report path
 # (kldtui.decide.paired.confirm_command with the noise model at hand)
 Confirm = Callable[[str, str | None], str]
@@ -77,7 +82,7 @@ class ClusteredPaired:
                 "difference_direction": "B - A of per-context mean KL(reference || candidate)",
                 "interpretation": "negative values favour B",
                 "paired_context_difference": {"mean": self.mean_difference, "median": self.median_difference,
-                                              "bootstrap": self.bootstrap},
+                                              "bootstrap": {**self.bootstrap, "method": RECEIPT_BOOTSTRAP}},
                 "per_allocation_stratum": self.per_stratum,
                 "verdict_interval": interval_dict(self.interval),
                 "outcome": self.outcome, "provisional": self.provisional, "verdict": self.verdict,

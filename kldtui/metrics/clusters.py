@@ -123,8 +123,8 @@ def stratified_cluster_bootstrap(values: Sequence[float] | np.ndarray, keys: Seq
 def paired_difference_bootstrap(differences: Sequence[float] | np.ndarray, keys: Sequence[str],
                                 strata: Sequence[str], samples: int = DEFAULT_SAMPLES,
                                 seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """Per-context differences (A - B) resampled by cluster within strata, strata weighted by
-    their context counts; the estimate is the observed mean difference."""
+    """Per-context differences (as given: kldtui diff gives B - A) resampled by cluster within strata,
+    strata weighted by their context counts; the estimate is the observed mean difference."""
     boot = stratified_cluster_bootstrap(differences, keys, strata, samples, seed)
     out = dict(boot["micro"])
     out.update(stratum_sizes=boot["stratum_sizes"], stratum_cluster_counts=boot["stratum_cluster_counts"])

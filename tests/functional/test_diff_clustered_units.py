@@ -74,6 +74,9 @@ def test_a_difference_named_over_source_clusters_is_printed_with_an_interval_tha
     assert 0.048 < iv["p_value"] < 0.049, iv["p_value"]
     assert clustered["outcome"] == "a_closer"
     assert 0.0 < iv["ci95_low"] < iv["estimate"] < iv["ci95_high"], iv
+    # the paired receipt's bootstrap beside it is another figure's interval, and says so
+    receipt = clustered["paired_context_difference"]["bootstrap"]
+    assert receipt["method"].endswith("not the verdict's interval (verdict_interval)"), receipt
     verdict = next(x for x in out.splitlines() if x.startswith("verdict: "))
     said = re.search(r"B is worse than A by \S+ KL \(\d+ % of A's mean KL\), 95 % interval (\S+) to (\S+) ",
                      verdict)
