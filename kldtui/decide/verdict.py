@@ -145,7 +145,7 @@ LEAN_FLIP_LEVEL = 0.80
 # The lowest coverage of the true ratio B / A the headline interval reached at each simulated window count,
 # over every cell of the family (the null, power and interval tables of docs/STATISTICS.md; a test reads
 # them back from there): what diff --json's measured_coverage says.
-RATIO_INTERVAL_COVERAGE = {8: 0.942, 16: 0.937, 32: 0.935, 64: 0.936}
+RATIO_INTERVAL_COVERAGE = {8: 0.942, 16: 0.937, 32: 0.935, 64: 0.937}
 
 IntervalSource = Literal["sign_flip", "joined", "far_end_widened", "lognormal_model", "model_and_windows"]
 # what each headline interval is, for a reader (kldtui diff's table): the sign-flip test's needs no note
