@@ -540,9 +540,10 @@ def test_the_decision_commands_help_is_true_of_a_hidden_state_suites_contexts(ca
     output count contexts; each now names both (the command's output says the reports' own unit)."""
     said = {"diff": ["B - A per window (per context of a hidden-state suite), 95 percent paired interval "
                      "over them", "every window's difference (a hidden-state suite's: every context's)"],
-            "plan": ["how many windows (contexts of a hidden-state suite) would tell two candidates apart",
-                     "difference per window (context) to resolve", "standard deviation between windows "
-                     "(contexts)", "windows (a hidden-state suite: contexts) the suite has"],
+            "plan": ["how many windows (source clusters of a hidden-state suite) would tell two candidates "
+                     "apart", "difference per window (source cluster) to resolve", "standard deviation "
+                     "between windows (source clusters)", "windows (a hidden-state suite: source clusters) "
+                     "the suite has"],
             "plot": ["per-window (a hidden-state suite: per-context) KL"],
             "compare": ["of windows (a hidden-state suite: contexts, and source clusters)"]}
     for command, words in said.items():

@@ -330,18 +330,31 @@ def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], t
     check()
 
 
-def test_plan_from_two_reports_of_contexts_counts_contexts(reports: dict[str, Path],
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """kldtui plan from two hidden-state reports said "pilot: 7 windows; B - A = ... KL per window,
-    window-to-window standard deviation" above a count of contexts: it plans in the reports' unit."""
+def test_plan_from_two_reports_of_contexts_counts_source_clusters(reports: dict[str, Path],
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """kldtui plan from two hidden-state reports counted contexts ("pilot: 12 contexts; ... KL per
+    context"), while the verdicts it plans for (diff's, the leaderboard's) count source clusters: it
+    plans over the clusters, with diff's own count (its "source clusters needed" line)."""
+    from kldtui.decide.clustered import paired_contexts
+    from kldtui.decide.windows_needed import for_reports
+    from kldtui.formats.report import load_report
+
     few = [str(reports["small-few"]), str(reports["large-few"])]
-    n = json.loads(Path(few[0]).read_text())["contexts"]
+    a, b = load_report(few[0]), load_report(few[1])
+    paired = paired_contexts(a, b, "A", "B")
+    assert paired is not None
+    clusters = len(paired[0].units(paired[1]))
+    contexts = json.loads(Path(few[0]).read_text())["contexts"]
+    assert clusters < contexts  # contexts share sources: the two counts differ
+    need = for_reports(a, b, None, by_source_cluster=True)
     assert main(["plan", *few, "--no-noise-floor", "--suite-windows", "40"]) in (0, 1)
     out = capsys.readouterr().out
-    pilot = out.splitlines()[0]
-    assert pilot.startswith(f"pilot: {n} contexts; B - A = ") and "KL per context, context-to-context " \
-        "standard deviation" in pilot, out
-    assert "contexts" in out.splitlines()[1] and "window" not in out, out
+    pilot, verdict = out.splitlines()[:2]
+    assert pilot.startswith(f"pilot: {clusters} source clusters ({contexts} contexts); B - A = "
+                            f"{need.difference:.4g} KL per source cluster, standard deviation between "
+                            f"source clusters {need.window_sd:.4g}"), out
+    assert verdict == need.words(suite_windows=40), out
+    assert "source clusters" in verdict and "window" not in out, out
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
 From a pilot (two reports over a few windows: ``kldtui plan A.json B.json``) or from figures
 (``kldtui plan --difference D --window-sd S``): the windows that would resolve the difference at
 the asked power, with the verdict's own test (kldtui.decide.windows_needed). Of two reports of a
-hidden-state suite it counts, and says, contexts (their unit); from figures, windows.
+hidden-state suite it counts, and says, source clusters, the unit diff's and the leaderboard's verdicts
+count there (contexts of one source are not independent evidence); from figures, windows.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ from __future__ import annotations
 import argparse
 
 # static, so true of both kinds of suite (the count of two reports says their unit: need.unit)
-HELP = ("how many windows (contexts of a hidden-state suite) would tell two candidates apart at 80 percent "
-        "power: from two pilot reports, or from an expected difference and its window-to-window spread")
+HELP = ("how many windows (source clusters of a hidden-state suite) would tell two candidates apart at 80 "
+        "percent power: from two pilot reports, or from an expected difference and its window-to-window "
+        "spread")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="*", metavar="REPORT.json",
                         help="two pilot comparison reports (same reference and suite), A then B")
     parser.add_argument("--difference", type=float, metavar="KL",
-                        help="without reports: the mean KL difference per window (context) to resolve")
+                        help="without reports: the mean KL difference per window (source cluster) to resolve")
     parser.add_argument("--window-sd", type=float, metavar="KL",
-                        help="without reports: its standard deviation between windows (contexts)")
+                        help="without reports: its standard deviation between windows (source clusters)")
     parser.add_argument("--repeat-variation", type=float, default=0.0, metavar="KL",
                         help="without reports: how far the metric moves between two captures of one model "
                              "(from kldtui noise; default 0)")
@@ -33,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="candidates ranked together (the leaderboard tests all K(K-1)/2 pairs; "
                              "default 2)")
     parser.add_argument("--suite-windows", type=int, metavar="N",
-                        help="windows (a hidden-state suite: contexts) the suite has (to say whether it is "
-                             "enough)")
+                        help="windows (a hidden-state suite: source clusters) the suite has (to say "
+                             "whether it is enough)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,11 +70,16 @@ def run(args: argparse.Namespace) -> int:
         a, b = (load_report(p) for p in args.reports)
         check_same_suite(a, b, args.reports[0], args.reports[1])
         noise = resolve_floor(args.noise, suite_hash_of(a, b)) if not args.no_noise_floor else None
-        need = for_reports(a, b, noise, power=args.power, comparisons=comparisons)
-        unit = need.unit  # the reports' (a hidden-state suite's: context), as the count below says it
-        print(f"pilot: {plural(need.measured_windows, unit)}; B - A = {need.difference:.4g} KL per {unit}, "
-              f"{unit}-to-{unit} standard deviation {need.window_sd:.4g}"
-              + (f"; repeat variation {need.margin:.4g}" if need.margin else ""))
+        # a hidden-state suite's over its source clusters, as diff's and the leaderboard's verdicts count
+        need = for_reports(a, b, noise, power=args.power, comparisons=comparisons, by_source_cluster=True)
+        unit = need.unit  # the reports' (window), or source cluster, as the count below says it
+        if unit == a.unit:
+            counted, spread = plural(need.measured_windows, unit), f"{unit}-to-{unit} standard deviation"
+        else:  # source clusters: how many contexts they hold, and the spread between clusters' means
+            counted = f"{plural(need.measured_windows, unit)} ({plural(len(a.per_window), a.unit)})"
+            spread = f"standard deviation between {unit}s"
+        print(f"pilot: {counted}; B - A = {need.difference:.4g} KL per {unit}, {spread} "
+              f"{need.window_sd:.4g}" + (f"; repeat variation {need.margin:.4g}" if need.margin else ""))
     else:
         if args.difference is None or args.window_sd is None:
             raise BadInput("give two pilot reports (kldtui plan A.json B.json), or both --difference and "
