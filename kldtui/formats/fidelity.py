@@ -497,13 +497,18 @@ class TensorManifest:
 
     @property
     def holds_hidden(self) -> bool:
-        """Final hidden states (``reference-hidden/``, a hidden sentinel run)."""
-        return self.kind == "hidden"
+        """Final hidden states (``reference-hidden/``, a hidden sentinel run): what needs an LM head."""
+        return self.spec.needs_head
 
     @property
     def holds_logits(self) -> bool:
-        """Live logits (a sentinel's full-vocabulary run)."""
-        return self.kind == "logits"
+        """Live logits (a sentinel's full-vocabulary run): logits already, no head needed."""
+        return not self.spec.needs_head
+
+    @property
+    def spec(self) -> TensorKindSpec:
+        """What this kind of tensor folder is (:data:`TENSOR_KINDS`)."""
+        return TENSOR_KINDS[self.kind]
 
     def entry(self, index: int) -> TensorRecord:
         if index not in self.entries:

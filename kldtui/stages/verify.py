@@ -167,6 +167,31 @@ def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: Event
 VerifiedKind = Literal["suite", "logits", "dataset", "hidden-state suite", "hidden-state folder"]
 
 
+@dataclass(frozen=True)
+class VerifiedLayout:
+    """What a :data:`VerifiedKind` holds, which decides what verify says of it: ``has_suite``, a suite
+    manifest (its card is read; a lone logits folder says it was checked without one); ``has_reference``,
+    the reference's tensors (logits or hidden states; a suite without them never reads a bare "OK", and
+    reference files there without their manifest are an incomplete download)."""
+
+    has_suite: bool
+    has_reference: bool
+
+    @property
+    def downloaded_root(self) -> bool:
+        """Suite and reference together: a dataset root, which a download's record describes."""
+        return self.has_suite and self.has_reference
+
+
+VERIFIED_LAYOUTS: dict[VerifiedKind, VerifiedLayout] = {
+    "suite": VerifiedLayout(has_suite=True, has_reference=False),
+    "logits": VerifiedLayout(has_suite=False, has_reference=True),
+    "dataset": VerifiedLayout(has_suite=True, has_reference=True),
+    "hidden-state suite": VerifiedLayout(has_suite=True, has_reference=True),
+    "hidden-state folder": VerifiedLayout(has_suite=False, has_reference=True),
+}
+
+
 @dataclass
 class VerifyResult:
     """What :func:`verify_path` found. ``ok`` is true when ``failures`` is empty."""
@@ -195,7 +220,7 @@ class VerifyResult:
 
     def summary(self) -> str:
         head = "OK" if self.ok else f"FAILED ({plural(len(self.failures), 'problem')})"
-        if self.ok and self.kind == "suite":  # never a bare "OK": nothing of the logits was checked
+        if self.ok and not VERIFIED_LAYOUTS[self.kind].has_reference:  # never a bare "OK": no logits checked
             head = (f"suite and token files OK; no reference logits checked (no {REF_DIR}/{LOGITS_MANIFEST} "
                     "here)")
         if self.ok and self.suite_only is not None:
@@ -556,13 +581,15 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     loaded_suite = None
     if suite_path is not None:
         loaded_suite = _check_suite(suite_path, result, expected_suite_hash, emit, cancel)
-    if kind == "suite" and p.is_dir() and (p / REF_DIR).is_dir() and any((p / REF_DIR).glob("*.safetensors")):
+    layout = VERIFIED_LAYOUTS[kind]
+    if (not layout.has_reference and p.is_dir() and (p / REF_DIR).is_dir()
+            and any((p / REF_DIR).glob("*.safetensors"))):
         result.failures.append(f"{p / REF_DIR}: holds logits files but no {LOGITS_MANIFEST}; the download "
                                "is incomplete, run kldtui download again")
-    elif kind == "logits":
+    elif not layout.has_suite:
         result.notes.append("no suite-manifest.json found next to this folder; checked the logits "
                             "without the suite (pass --suite-manifest to check them against it)")
-    card = card_note(p) if kind in ("dataset", "suite") and p.is_dir() else None
+    card = card_note(p) if layout.has_suite and p.is_dir() else None
     if card is not None:
         result.notes.append(card)
     if logits_path is not None:
@@ -578,7 +605,7 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
             if hi <= lo:
                 raise BadInput(f"window range [{lo}, {hi}) is empty; check --start-window/--stop-window")
             windows = list(range(lo, hi))
-        elif record and isinstance(record.get("windows"), list) and kind == "dataset":
+        elif record and isinstance(record.get("windows"), list) and layout.downloaded_root:
             windows = sorted(int(i) for i in record["windows"])
             result.notes.append(f"checked the {len(windows)} window(s) downloaded into this folder "
                                 f"(record {RECORD_NAME}); pass --start-window/--stop-window to check others")
