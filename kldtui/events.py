@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from kldtui.formats.report_model import ComparisonReport
@@ -95,35 +95,59 @@ class Notice(Event):
     level: Literal["info", "warning", "error"] = "info"
 
 
+class NamedWindow(Protocol):
+    """What a window's events say of it (:class:`kldtui.formats.suite.WindowSpec` has it all; this
+    layer names no format): where it is, and what it is called."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def unit(self) -> str: ...  # "window", a hidden-state suite's "context"
+    @property
+    def name(self) -> str: ...  # "window 003", "context 0008"
+    @property
+    def label(self) -> str: ...  # "context 0008 (chinese)"
+
+
 @dataclass(frozen=True)
 class WindowState(Event):
-    """A window changed state; ``figures`` carries e.g. ``{"kl": 0.003, "rows": 2047}``."""
+    """A window changed state; ``figures`` carries e.g. ``{"kl": 0.003, "rows": 2047}``. Its stages
+    make it with :meth:`of`, which names the window as its spec does."""
 
     window_index: int
     state: WindowStateName
     domain: str = ""
     figures: dict[str, Any] = field(default_factory=dict)
     label: str = ""  # how messages name it ("context 0008 (chinese)"); "": "window NNN (domain)"
+    # without its domain ("window 003", "context 0008"): the prefix of its own progress tasks, whose
+    # bars go once it reaches a final state; "": "window NNN"
+    name: str = ""
+    # what it is called ("window", a hidden-state suite's "context"): the dashboard names the run's
+    # units by it; "": not said (an event made without its spec), the front end keeps its own word
+    unit: str = ""
 
-    @property
-    def name(self) -> str:
-        """The window's name without its domain (``window 003``, ``context 0008``): the prefix of its
-        own progress tasks (``WindowSpec.name``), whose bars go once it reaches a final state."""
-        return self.label.split(" (", 1)[0] if self.label else f"window {self.window_index:03d}"
+    def __post_init__(self) -> None:
+        # frozen: the unsaid names are filled once, here, as the spec would name a logits suite's window
+        if not self.name:
+            object.__setattr__(self, "name", f"window {self.window_index:03d}")
+        if not self.label:
+            object.__setattr__(self, "label", self.name + (f" ({self.domain})" if self.domain else ""))
 
-    @property
-    def unit(self) -> str:
-        """What the window is called, the first word of its name (``window``, a hidden-state suite's
-        ``context``: ``WindowSpec.unit``): the dashboard names the run's units by it."""
-        return self.name.split(" ", 1)[0]
+    @classmethod
+    def of(cls, stage: StageName, window: NamedWindow, state: WindowStateName,
+           figures: dict[str, Any] | None = None) -> WindowState:
+        """``window``'s event, named as its spec names it (``WindowSpec.unit``, ``.name``, ``.label``)."""
+        return cls(stage, window.index, state, window.domain, figures if figures is not None else {},
+                   label=window.label, name=window.name, unit=window.unit)
 
     def describe(self) -> str:
         """The window's line in a log (the dashboard's and ``--batch``'s):
         ``window 003 (code) compared, mean KL 0.0273169, top-1 90.22 %``."""
         from kldtui.text import top_k
 
-        label = self.label or (f"window {self.window_index:03d}"
-                               + (f" ({self.domain})" if self.domain else ""))
+        label = self.label
         figures = self.figures
         if self.state == "failed":
             error = figures.get("error")

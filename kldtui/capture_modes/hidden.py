@@ -384,13 +384,12 @@ def finalize_hidden_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
         size, digest, width = _existing_hidden(final, window, job.others)
         record = dict(earlier.record) if isinstance(earlier, HiddenEntry) else _record_for(
             window, final, size, digest, width)
-        emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label,
-                         figures={"skipped": True, "bytes": size}))
+        emit(WindowState.of(STAGE, window, "finalized", {"skipped": True, "bytes": size}))
         return HiddenEntry(window.index, window.domain, final.name, size, digest, record,
                            earlier.live if isinstance(earlier, HiddenEntry) else None,
                            earlier.vocab_size if isinstance(earlier, HiddenEntry) else None)
     chunks = check_chunk_dir(chunk_dir, window, kind=HIDDEN_CHUNKS)
-    emit(WindowState(STAGE, window.index, "finalizing", window.domain, label=window.label))
+    emit(WindowState.of(STAGE, window, "finalizing"))
     started = time.monotonic()
     first = read_header(chunks.chunks[0].path)
     width = int(first.tensor(HIDDEN_CHUNKS.key).shape[1])
@@ -431,7 +430,7 @@ def finalize_hidden_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     if live is not None:
         record["kldtui_live"] = live
     elapsed = time.monotonic() - started
-    emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label, figures={
+    emit(WindowState.of(STAGE, window, "finalized", {
         "bytes": written.size_bytes, "seconds": round(elapsed, 3), "live_logits": live is not None}))
     return HiddenEntry(window.index, window.domain, final.name, written.size_bytes, written.sha256, record,
                        live, chunks.vocab_size)

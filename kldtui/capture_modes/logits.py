@@ -251,12 +251,11 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     if final.exists() and not force:
         # checked against the suite, not the chunks: they may have been deleted since
         done = _existing(final, suite, window, expected_vocab, output_dir)
-        emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label,
-                         figures={"skipped": True, "bytes": done.size_bytes}))
+        emit(WindowState.of(STAGE, window, "finalized", {"skipped": True, "bytes": done.size_bytes}))
         return done
     chunks = check_chunk_dir(chunk_dir, window, expected_vocab=expected_vocab)
     vocab = chunks.vocab_size
-    emit(WindowState(STAGE, window.index, "finalizing", window.domain, label=window.label))
+    emit(WindowState.of(STAGE, window, "finalizing"))
     started = time.monotonic()
     writer = LogitsFileWriter(output_dir, window, vocab, suite.context_length, force=force,
                               hash_thread=True)
@@ -299,7 +298,7 @@ def finalize_logits_window(job: FinalizeJob, window: WindowSpec, chunk_dir: Path
     elapsed = time.monotonic() - started
     emit(Progress(STAGE, task, total, total, "bytes",
                   rate=total / elapsed if elapsed > 0 else None, eta_s=0.0))
-    emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label, figures={
+    emit(WindowState.of(STAGE, window, "finalized", {
         "bytes": written.size_bytes, "seconds": round(elapsed, 3),
         "gb_per_s": round(written.size_bytes / elapsed / 1e9, 3) if elapsed > 0 else None}))
     return written

@@ -435,11 +435,10 @@ def finalize_scores_window(job: FinalizeJob, window: WindowSpec,
     final = output_dir / score_file_name(window.index)
     if final.exists() and not force:
         done = _existing_scores(final, window)
-        emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label,
-                         figures={"skipped": True, "bytes": done.size_bytes}))
+        emit(WindowState.of(STAGE, window, "finalized", {"skipped": True, "bytes": done.size_bytes}))
         return done, int(read_header(final).metadata.get("vocab_size", "0"))
     chunks = check_chunk_dir(chunk_dir, window, kind=SCORE_CHUNKS)
-    emit(WindowState(STAGE, window.index, "finalizing", window.domain, label=window.label))
+    emit(WindowState.of(STAGE, window, "finalizing"))
     started = time.monotonic()
     parts = []
     refs: set[str] = set()
@@ -472,6 +471,6 @@ def finalize_scores_window(job: FinalizeJob, window: WindowSpec,
         raise StageFailed(f"{final}: {window.label}: the file read back differs from what was written; "
                           "the disk or file system is faulty")
     elapsed = time.monotonic() - started
-    emit(WindowState(STAGE, window.index, "finalized", window.domain, label=window.label, figures={
+    emit(WindowState.of(STAGE, window, "finalized", {
         "bytes": written.size_bytes, "seconds": round(elapsed, 3)}))
     return written, chunks.vocab_size

@@ -383,8 +383,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 _remove_tree(folder)
         if checked is None:  # finalized and verified, its chunks deleted: nothing to capture
             results[w.index] = rec
-            emit(WindowState(STAGE, w.index, "captured", w.domain, label=w.label,
-                             figures={"rows": w.scored_positions, "skipped": True}))
+            emit(WindowState.of(STAGE, w, "captured", {"rows": w.scored_positions, "skipped": True}))
             if on_window_captured is not None:
                 on_window_captured(w, rec)
             continue
@@ -396,8 +395,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 continue
         vocab = checked.vocab_size
         results[w.index] = rec
-        emit(WindowState(STAGE, w.index, "captured", w.domain, label=w.label,
-                         figures={"rows": checked.rows, "skipped": True}))
+        emit(WindowState.of(STAGE, w, "captured", {"rows": checked.rows, "skipped": True}))
         if on_window_captured is not None:
             on_window_captured(w, rec)
     if dropped:  # before anything is captured, so that no later step (finalize) takes them as complete
@@ -443,8 +441,7 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
                 _remove_tree(workspace.chunk_dir(w.chunk_dir_name))
                 message = (f"{records_path}: could not record {w.label} ({exc.strerror or exc}); "
                            f"free disk space and run again (the {w.unit} is captured again)")
-                emit(WindowState(STAGE, w.index, "failed", w.domain, figures={"error": message},
-                                 label=w.label))
+                emit(WindowState.of(STAGE, w, "failed", {"error": message}))
                 raise StageFailed(message) from None
             results[w.index] = rec
             done_windows += 1
@@ -452,7 +449,7 @@ def _capture_todo(workspace: Workspace, suite: Suite, windows: Sequence[WindowSp
             elapsed = time.monotonic() - session_start
             rate = done_tokens / elapsed if elapsed > 0 else None
             eta = (total_tokens - done_tokens) / rate if rate else None
-            emit(WindowState(STAGE, w.index, "captured", w.domain, label=w.label, figures={
+            emit(WindowState.of(STAGE, w, "captured", {
                 "rows": w.scored_positions, "seconds": round(rec.elapsed_seconds, 3),
                 "tokens_per_s": round(w.num_tokens / rec.elapsed_seconds, 1)
                 if rec.elapsed_seconds > 0 else None}))
@@ -631,8 +628,7 @@ class _WindowCapture:
 
     def fail(self, message: str) -> StageFailed:
         self.cleanup()
-        self.s.emit(WindowState(STAGE, self.w.index, "failed", self.w.domain, figures={"error": message},
-                                label=self.w.label))
+        self.s.emit(WindowState.of(STAGE, self.w, "failed", {"error": message}))
         return StageFailed(message)
 
 
@@ -641,7 +637,7 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
     """Capture one window into ``dest``; its record and vocabulary. Nothing is left on failure."""
     job = _WindowCapture(session, suite, w, dest)
     emit = session.emit
-    emit(WindowState(STAGE, w.index, "capturing", w.domain, label=w.label))
+    emit(WindowState.of(STAGE, w, "capturing"))
     started = time.monotonic()
     try:
         try:
@@ -655,7 +651,7 @@ def _capture_one(session: _Session, suite: Suite, w: WindowSpec, dest: Path,
             raise job.fail(f"{w.label}: moving or reading its chunks failed: {exc}") from None
     except (Interrupted, KeyboardInterrupt):
         job.cleanup()
-        emit(WindowState(STAGE, w.index, "pending", w.domain, label=w.label))
+        emit(WindowState.of(STAGE, w, "pending"))
         emit(LogLine(STAGE, f"{w.label}: capture interrupted; nothing recorded", "warning"))
         raise
     except StageFailed:

@@ -288,7 +288,7 @@ class DashboardModel:
             self.dirty.add("progress")
 
     def apply_window(self, event: WindowState) -> None:
-        if event.label:  # named by its WindowSpec: "context 0003 (chinese)" of a hidden-state suite
+        if event.unit:  # said by its WindowSpec: a hidden-state suite's "context"
             self.set_unit(event.unit)
         win = self.windows.get(event.window_index)
         if win is None:

@@ -505,8 +505,7 @@ class Pipeline:
                 failure.append(exc)  # the user stopped the run: the window is not failed
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 failure.append(exc)
-                self.emit(WindowState("finalize", window.index, "failed", domain=window.domain,
-                                      figures={"error": str(exc)}, label=window.label))
+                self.emit(WindowState.of("finalize", window, "failed", {"error": str(exc)}))
                 self.cancel.set(f"stopped: {exc}")
 
     @property

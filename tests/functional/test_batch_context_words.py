@@ -19,6 +19,7 @@ from kldtui.cli.batch_reporter import BatchReporter, run_headless
 from kldtui.embedded.model import TinyModel
 from kldtui.events import Cancel, Notice, Progress, WindowState
 from kldtui.formats import fidelity as fid
+from kldtui.formats.suite import WindowSpec
 from kldtui.workflow.profile import profile_from_dict
 from tests.fixtures_capture_run import serve_capture_finalize
 
@@ -44,6 +45,9 @@ def test_batch_names_a_context_suites_units_contexts(tmp_path: Path) -> None:
     context = load_suite(suite).windows[1]  # a chunk folder an interrupted capture left, with no record
     (profile.workspace().chunk_dir(context.chunk_dir_name) / "partial").mkdir(parents=True)
     events = serve_capture_finalize(profile)
+    states = [e for e in events if isinstance(e, WindowState)]
+    assert states and all(e.unit == "context" and e.name == f"context {e.window_index:04d}"
+                          for e in states), states  # every emitter names it from its spec
     left = [e.text for e in events if isinstance(e, Notice) and "left by an interrupted capture" in e.text]
     assert len(left) == 1 and left[0].endswith("left by an interrupted capture of context 0001 (prose); "
                                                "removed, the context is captured again"), left
@@ -83,12 +87,16 @@ def test_a_stop_signal_says_what_is_kept_in_no_suites_units() -> None:
                                                "finished is kept; run again to resume)"), said
 
 
+def _context(index: int) -> WindowSpec:
+    return WindowSpec(index, "prose", index, LENGTH, "", "", context=True)
+
+
 def test_a_contexts_bars_go_when_it_is_done() -> None:
     out = io.StringIO()
     with BatchReporter(out, live=True) as rep:
         rep(Progress("compare", "context 0002", 40, 119, "rows"))
         rep(Progress("compare", "context 0003", 40, 119, "rows"))
-        rep(WindowState("compare", 2, "compared", "prose", label="context 0002 (prose)"))
+        rep(WindowState.of("compare", _context(2), "compared"))
         assert [t.description for t in rep._progress.tasks] == ["compare context 0003"]
 
 

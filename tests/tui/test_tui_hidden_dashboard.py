@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kldtui.events import WindowState
+from kldtui.events import Progress, StageStarted, WindowState
+from kldtui.formats.suite import WindowSpec
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.widgets import StageBox
@@ -80,12 +81,13 @@ async def test_the_dashboard_of_a_hidden_state_suite_counts_contexts(tmp_path: P
 def test_the_dashboards_words_follow_the_runs_units() -> None:
     """The model takes the unit from the suite (set_windows) or from a window's event (a suite that
     arrives with the run), and its resume lines and cards say it; a logits suite's say windows."""
-    for unit, label in (("context", "context 0001 (code)"), ("window", "window 001 (code)")):
+    for unit in ("context", "window"):
         for told in ("suite", "event"):
             model = DashboardModel()
             model.set_windows([(i, DOMAINS[i]) for i in range(3)], unit if told == "suite" else None)
             if told == "event":
-                model.apply(WindowState("capture", 1, "captured", "code", label=label))
+                spec = WindowSpec(1, "code", 0, 24, "", "", context=unit == "context")
+                model.apply(WindowState.of("capture", spec, "captured"))
             assert model.unit == unit, (unit, told)
             model.apply_disk_state(_earlier_run())
             assert model.stages["capture"].detail == f"2 of 3 {unit}s; r resumes", (unit, told)
@@ -96,6 +98,22 @@ def test_the_dashboards_words_follow_the_runs_units() -> None:
     model.set_windows([(0, "prose")], "context")
     model.apply(WindowState("capture", 0, "captured", "prose"))
     assert model.unit == "context"
+
+
+def test_the_dashboard_takes_the_unit_an_event_says_not_its_label() -> None:
+    """A window's event says what it is called (from its spec); the model reads that, not the label's
+    first word: a context labelled otherwise still makes the run's units contexts, and its own bars
+    (named "context 0008 ...") go when it is captured."""
+    model = DashboardModel()
+    model.set_windows([(8, "chinese")])
+    model.apply(StageStarted("capture"))
+    model.apply(Progress("capture", "context 0008 rows", 3, 9))
+    model.apply(WindowState("capture", 8, "captured", "chinese", label="Chinese prose, eighth",
+                            name="context 0008", unit="context"))
+    assert model.unit == "context"
+    assert model.card_figures("capture") == {"contexts": "1/1"}
+    assert model.progress == {}
+    assert ("info", "[capture] Chinese prose, eighth captured") in model.log, model.log
 
 
 def test_what_to_run_next_counts_the_suites_units() -> None:

@@ -102,8 +102,7 @@ class Comparer:
         else:
             cached = self.cache.get(window)
             if cached is None:
-                self.emit(WindowState("compare", window.index, "comparing", domain=window.domain,
-                                      label=window.label))
+                self.emit(WindowState.of("compare", window, "comparing"))
                 cached = compare_window(self.suite, window, ws.reference, ws.candidate,
                                         options or self.options, self.cancel, emit=self.emit)
                 self.computed += 1
@@ -138,7 +137,7 @@ class Comparer:
                     self.cancel.check()
                 r = self.cache.get(w)
                 if r is None:
-                    self.emit(WindowState("compare", w.index, "comparing", domain=w.domain, label=w.label))
+                    self.emit(WindowState.of("compare", w, "comparing"))
                     r = engine.compare_window(inputs, w, self.emit, self.cancel)
                     self.computed += 1
                     self.cache.put(w, r)
@@ -169,9 +168,8 @@ class Comparer:
         return results
 
     def _announce(self, window: WindowSpec, r: WindowResult) -> None:
-        self.emit(WindowState("compare", window.index, "compared", domain=window.domain, label=window.label,
-                              figures={"kl": r.kl_mean, "js": r.figure("js_mean"),
-                                       "top1": r.top1_agreement, "rows": r.positions}))
+        self.emit(WindowState.of("compare", window, "compared", {
+            "kl": r.kl_mean, "js": r.figure("js_mean"), "top1": r.top1_agreement, "rows": r.positions}))
 
     # -- the report -----------------------------------------------------------------------------
     def report(self, results: Sequence[WindowResult], *, command: str | None = None,
