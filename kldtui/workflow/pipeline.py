@@ -460,6 +460,8 @@ class Pipeline:
                 self.cancel = _LinkedCancel(self.user_cancel)
                 comparer.cancel = self.cancel
             written = finalizer.written
+            if written:  # what the mode adds once the windows are in: hidden mode's live manifest and
+                finalizer.finish()  # replay check (as `kldtui finalize` does)
             self.emit(StageFinished("finalize", summary=f"{len(written)} {units_of(self.windows())} in "
                                                         f"{ws.candidate}",
                                     figures={"windows": len(written)}))

@@ -143,3 +143,31 @@ def test_a_candidates_hidden_folder_keeps_its_live_sample_runtime_and_head_insid
     with RowReader(output / "hidden_0002.safetensors", "hidden_states", "BF16") as reader:
         got = reader.read(0, reader.rows)
     assert np.array_equal(got, f32_to_bf16(TinyModel(VOCAB, seed=SEED).hidden(tokens)[:-1]))
+
+
+def test_kldtui_run_finishes_a_hidden_candidate_folder_and_reads_its_state_back(tmp_path: Path) -> None:
+    """The whole run (Pipeline.run_all, what `kldtui run` and the dashboard run) finalized each
+    context but never finished the folder: no live-logits manifest, no replay check, which only
+    `kldtui finalize` wrote; and reading the work folder's state back (a campaign's ranking, a
+    reopened dashboard) failed on the hidden-state manifest's records."""
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.state import load_state
+    from tests import fidelity_fixture as fx
+
+    fx.build(tmp_path / "suite", contexts=4)
+    output = tmp_path / "work" / "candidate"
+    fid.write_lm_head(output / fid.LM_HEAD_DIR, f32_to_bf16(TinyModel(fx.VOCAB, seed=SEED).head),
+                      checkpoint_tensor_key="lm_head.weight")
+    profile = profile_from_dict({
+        "reference": {"local_dir": str(tmp_path / "suite"), "logits_dir": fid.HIDDEN_DIR},
+        "candidate": {"kind": "embedded", "served_model_name": "c", "model_seed": SEED,
+                      "vocab_size": fx.VOCAB, "port": 0, "startup_timeout": 60.0, "request_timeout": 60.0},
+        "run": {"workdir": str(tmp_path / "work"), "run_name": "hidden"},
+        "capture": {"mode": "hidden", "replay_check": 2},
+        "compare": {"bootstrap_samples": 50}}, base_dir=tmp_path)
+    Pipeline(profile).run_all()
+    check = json.loads((output / "hidden-replay-qualification.json").read_text())
+    assert check["status"] == "qualified" and check["positions"] > 0
+    assert (output / "live-logits" / "manifest.json").is_file()
+    state = load_state(profile.workspace())
+    assert state.problems == () and state.compared == 4
