@@ -2,7 +2,7 @@
 tensor read straight from the checkpoint's safetensors shard, without loading the model, and
 written as ``lm-head/weight.safetensors`` (one BF16 tensor ``weight`` ``[vocab, hidden]``) plus
 ``lm-head/manifest.json`` (:func:`kldtui.formats.fidelity.write_lm_head`: raw and file hashes,
-never overwriting).
+never overwriting), written into a new folder beside the output and renamed into place once whole.
 
 Which tensor: ``--tensor NAME`` when given; else the first of :data:`HEAD_NAMES` the checkpoint
 holds (``lm_head.weight``, ``language_model.lm_head.weight`` as Kimi K3 names it, ...). A model
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,17 +212,24 @@ def export_head(checkpoint: str | os.PathLike[str], output: str | os.PathLike[st
                            shape=(rows, cols))
         kind = ("input embedding exported as the LM head (tied word embeddings)" if source.tied
                 else "LM head exported from the checkpoint")
-        head = fid.write_lm_head(out, weight, checkpoint_tensor_key=source.tensor,
-                                 checkpoint_index_sha256=sha256_file(source.index) if source.index else None,
-                                 source_shard=source.shard.name, kind=kind,
-                                 extra={"source_dtype": source.dtype, "tied_word_embeddings": source.tied})
-        if expect_raw_sha256 is not None and head.raw_tensor_sha256 != expect_raw_sha256:
-            for p in (head.path, head.manifest_path):
-                if p is not None:
-                    p.unlink(missing_ok=True)
-            raise BadInput(f"{source.shard}: {source.tensor} hashes to {head.raw_tensor_sha256} (raw BF16), "
-                           f"not the expected {expect_raw_sha256}; wrong checkpoint or revision (nothing "
-                           "kept)")
+        # written beside the output and renamed into place once whole: a stopped export leaves no half
+        # head that a later run (which exports only a missing head) would take for one
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            index_sha256 = sha256_file(source.index) if source.index else None
+            staged = fid.write_lm_head(staging, weight, checkpoint_tensor_key=source.tensor,
+                                       checkpoint_index_sha256=index_sha256, source_shard=source.shard.name,
+                                       kind=kind, extra={"source_dtype": source.dtype,
+                                                         "tied_word_embeddings": source.tied})
+            if expect_raw_sha256 is not None and staged.raw_tensor_sha256 != expect_raw_sha256:
+                raise BadInput(f"{source.shard}: {source.tensor} hashes to {staged.raw_tensor_sha256} (raw "
+                               f"BF16), not the expected {expect_raw_sha256}; wrong checkpoint or revision "
+                               "(nothing kept)")
+            os.rename(staging, out)  # onto nothing, or onto the empty folder checked above
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        head = fid.load_lm_head(out)
     emit(StageFinished(STAGE, summary=f"LM head [{rows}, {cols}] -> {head.path}", figures={
         "vocab": rows, "hidden": cols, "bytes": head.size_bytes, "raw_tensor_sha256": head.raw_tensor_sha256,
         "file_sha256": head.file_sha256, "tied": source.tied, "source_dtype": source.dtype}))

@@ -65,7 +65,8 @@ def test_a_sharded_bf16_head_is_exported_verbatim_by_its_index(tmp_path: Path,
     other = tmp_path / "other"
     assert main(["export-head", "--checkpoint", str(tmp_path / "ckpt"), "--output", str(other),
                  "--expect-raw-sha256", "0" * 64]) == 2
-    assert "not the expected 0000" in capsys.readouterr().err and not any(other.iterdir())
+    assert "not the expected 0000" in capsys.readouterr().err and not other.exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # nor a half-written folder
     assert main(["export-head", "--checkpoint", str(tmp_path / "ckpt"), "--output", str(other),
                  "--expect-raw-sha256", head.raw_tensor_sha256 or ""]) == 0
 
@@ -141,3 +142,21 @@ def test_a_fifo_in_place_of_the_checkpoints_file_is_named(tmp_path: Path, name: 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{ckpt / name}: is a FIFO (named pipe), not a regular file" in err[0], err
     assert "neither" not in err[0] and not (tmp_path / "h").exists()
+
+
+def test_a_stopped_export_leaves_no_folder_a_later_run_would_take_for_a_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run exports a candidate's head only when its lm-head/ is missing: a half-written one left by
+    a stopped export would be taken for the head. The head is renamed into place once whole."""
+    from kldtui.stages.export_head import export_head
+
+    _sharded(tmp_path / "ckpt")
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fid, "write_tensor_file", stopped)
+    out = tmp_path / "candidate" / "lm-head"
+    with pytest.raises(KeyboardInterrupt):
+        export_head(tmp_path / "ckpt", out)
+    assert sorted(p.name for p in (tmp_path / "candidate").iterdir()) == []
