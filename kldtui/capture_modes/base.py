@@ -229,6 +229,9 @@ class CaptureMode(ABC):
     # whether the server also saves the live logits of the requests the client marks (the replay
     # check's sample, :meth:`live_sample`; kldtui.formats.chunks.request_tag(live=True))
     saves_live_sample: ClassVar[bool] = False
+    # whether a candidate's folder is replayed with its own LM head (lm-head/ in it), which the run
+    # exports from its checkpoint or refuses without (kldtui.stages.candidate_head)
+    replays_own_head: ClassVar[bool] = False
 
     @property
     @abstractmethod

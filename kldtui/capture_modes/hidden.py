@@ -208,6 +208,7 @@ class HiddenMode(CaptureMode):
     record_value = "hidden"
     manifest_name = HIDDEN_MANIFEST
     saves_live_sample = True
+    replays_own_head = True
 
     @property
     def chunks(self) -> ChunkKind:

@@ -51,9 +51,15 @@ CHECK_ROWS = 256  # rows replayed and compared at a time
 
 def is_suite_reference(folder: Path, suite: Suite) -> bool:
     """Whether ``folder`` is the suite's own ``reference-hidden/``."""
+    return is_reference_of(folder, suite.root)
+
+
+def is_reference_of(folder: Path, suite_dir: Path) -> bool:
+    """Whether ``folder`` is ``suite_dir``'s ``reference-hidden/`` (asked before the suite is
+    loaded: a run's preflight)."""
     from kldtui.formats.fidelity import HIDDEN_DIR
 
-    return Path(folder).resolve() == (suite.root / HIDDEN_DIR).resolve()
+    return Path(folder).resolve() == (Path(suite_dir) / HIDDEN_DIR).resolve()
 
 
 def live_dir(folder: Path, suite: Suite) -> Path:
@@ -71,7 +77,16 @@ def head_dir(folder: Path, suite: Suite) -> Path:
     the folder's own ``lm-head/`` for a candidate."""
     from kldtui.formats.fidelity import LM_HEAD_DIR
 
-    return suite.root / LM_HEAD_DIR if is_suite_reference(folder, suite) else Path(folder) / LM_HEAD_DIR
+    own = own_head_dir(folder, suite.root)
+    return suite.root / LM_HEAD_DIR if own is None else own
+
+
+def own_head_dir(folder: Path, suite_dir: Path) -> Path | None:
+    """A candidate's own ``lm-head/`` (inside ``folder``); None for the suite's ``reference-hidden/``,
+    whose head is the suite's."""
+    from kldtui.formats.fidelity import LM_HEAD_DIR
+
+    return None if is_reference_of(folder, suite_dir) else Path(folder) / LM_HEAD_DIR
 
 
 def check_path(folder: Path, suite: Suite) -> Path:
@@ -348,5 +363,5 @@ def replay_check(suite: Suite, hidden: TensorManifest, live: TensorManifest, hea
 
 
 __all__ = ["QUALIFICATION_FILE", "QUALIFY_MEAN_KL", "QUALIFY_TOP1", "check_path", "finish_hidden_folder",
-           "head_dir", "is_suite_reference", "live_dir", "replay_check", "replay_output",
-           "write_hidden_manifest"]
+           "head_dir", "is_reference_of", "is_suite_reference", "live_dir", "own_head_dir", "replay_check",
+           "replay_output", "write_hidden_manifest"]

@@ -68,10 +68,16 @@ class ServerConfig:
         file or folder (a Hub model id does not)."""
         if self.weights is not None:
             return self.weights
-        model = getattr(self, "model", None)
-        if isinstance(model, str | Path) and str(model) and os.path.exists(model):
+        model = self.served_model()
+        if model is not None and os.path.exists(model):
             return Path(model)
         return None
+
+    def served_model(self) -> str | None:
+        """The kind's ``model`` field as the profile gives it (a local path or a Hub model id); None
+        for a kind that names none (a built-in model, an attached server)."""
+        model = getattr(self, "model", None)
+        return str(model) if isinstance(model, str | Path) and str(model) else None
 
     def model_size(self) -> ModelSize | None:
         """The candidate's size: as given, else measured from :meth:`weights_path`; None when

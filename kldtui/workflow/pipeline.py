@@ -13,6 +13,8 @@ API (used by ``kldtui run``, ``kldtui demo`` and the dashboard's workers)::
                                 # first (kldtui.stages.reference_capture)
     pipeline.serve()            # start the candidate server and wait until ready (or attach)
     pipeline.capture()          # capture every window of the range (server must be up)
+    pipeline.candidate_head()   # hidden mode: the candidate's own LM head, exported from its
+                                # checkpoint when missing (finalize and compare ask it too)
     pipeline.finalize()         # merge captured chunks into workdir/candidate
     pipeline.compare()          # compare all finalized windows, write workdir/comparison.json
     pipeline.stop_server()      # SIGINT/SIGTERM/SIGKILL the server's process group
@@ -299,11 +301,24 @@ class Pipeline:
                            server=server, expected_vocab=self._expected_vocab(),
                            on_window_captured=on_window_captured, finalized=self._finalized_predicate())
 
+    def candidate_head(self) -> Path | None:
+        """Hidden mode: export the candidate's own LM head into its folder when it is missing and its
+        checkpoint has one (kldtui.stages.candidate_head); the folder written, else None."""
+        from kldtui.stages.candidate_head import export_candidate_head
+
+        ws = self._workspace
+        if ws.candidate_dir is None:
+            return None
+        self.lock_folders()
+        return export_candidate_head(self.mode, self.profile.candidate, ws.candidate_dir, ws.suite_dir,
+                                     emit=self.emit)
+
     def finalize(self) -> Path:
         """Finalize every captured window of the range (already finalized ones are kept)."""
         from kldtui.stages.finalize import run_finalize
 
         self.lock_folders()
+        self.candidate_head()  # the replay check's
         done = self._captured_indices()
         windows = [w for w in self.windows() if w.index in done]
         if not windows:
@@ -324,6 +339,7 @@ class Pipeline:
         from kldtui.stages.finalize import load_finalized
 
         self.lock_folders()
+        self.candidate_head()  # compare replays the candidate with it
         with failure_reported(self.emit, "compare"):
             finalized = load_finalized(self._workspace, self.load_suite(), self.emit, self.mode)
             windows = [w for w in self.windows() if w.index in finalized]
@@ -394,6 +410,7 @@ class Pipeline:
         try:
             try:
                 self.start_server()
+                self.candidate_head()  # while the server loads
                 self.reference()
                 self.serve()
             except BaseException as exc:

@@ -3,7 +3,9 @@
 :func:`preflight` looks at the suite, the reference logits, the candidate server's inputs (its
 kind's checks, kldtui.servers: the model path, the port; the reference server's too while
 ``[reference] capture`` has windows to capture) and the disk space the run needs, and
-returns one line per problem, each saying how to get what is missing.
+returns one line per problem, each saying how to get what is missing. In hidden mode it also
+refuses a candidate whose own LM head is neither in its folder nor exportable from its checkpoint
+(:mod:`kldtui.stages.candidate_head`).
 :meth:`kldtui.workflow.pipeline.Pipeline.run_all` calls it first and stops with
 :class:`~kldtui.errors.BadInput` when anything is wrong.
 """
@@ -74,6 +76,8 @@ def preflight(profile: Profile, workspace: Workspace, *, disk: bool = True) -> l
             profile.candidate.model_size()
     except KldError as exc:
         problems.append(str(exc))
+    if not server and (head := _head_problem(profile, workspace)):
+        problems.append(head)
     if not problems and not fetched and (missing := _missing_tokens_problem(profile, workspace)):
         problems.append(missing)
     if not problems and (vocab := _vocab_problem(profile, workspace)):
@@ -85,6 +89,17 @@ def preflight(profile: Profile, workspace: Workspace, *, disk: bool = True) -> l
     if not problems and disk and (short := _disk_problem(profile, workspace)):
         problems.append(short)
     return problems
+
+
+def _head_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """A hidden-state candidate without its own LM head, and no checkpoint here to export it from
+    (kldtui.stages.candidate_head): said now, not by compare after the capture."""
+    from kldtui.stages.candidate_head import candidate_head_problem
+
+    if workspace.candidate_dir is None:
+        return None
+    return candidate_head_problem(profile.capture.mode, profile.candidate, workspace.candidate_dir,
+                                  workspace.suite_dir)
 
 
 def _reference_server_problems(profile: Profile, workspace: Workspace) -> list[str]:

@@ -1,0 +1,186 @@
+"""A hidden-mode candidate's own LM head (kldtui.stages.candidate_head): ``kldtui run`` exports it
+from the candidate's safetensors checkpoint into ``candidate/lm-head/`` (the same file as ``kldtui
+export-head`` writes) before finalize's replay check and compare need it; a candidate whose head
+cannot be exported (a GGUF, a quantized head, a Hub model id not on disk) is refused in one line
+naming the folder and the command, before any server starts, alone or in a campaign."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from kldtui.cli.main import main
+from kldtui.embedded.model import TinyModel
+from kldtui.errors import BadInput
+from kldtui.events import Event, Notice, StageFinished, StageStarted
+from kldtui.formats import fidelity as fid
+from kldtui.workflow.campaign import Campaign
+from kldtui.workflow.pipeline import Pipeline
+from kldtui.workflow.profile import load_profile
+from tests import fidelity_fixture as fx
+from tests.fixtures_gguf import write_gguf
+
+pytestmark = pytest.mark.timeout(300)
+SEED = 7
+
+
+def _checkpoint(root: Path, head: torch.Tensor) -> Path:
+    """A one-file safetensors checkpoint holding ``head`` as ``lm_head.weight``."""
+    root.mkdir(parents=True)
+    save_file({"model.norm.weight": torch.ones(head.shape[1]).bfloat16(), "lm_head.weight": head},
+              str(root / "model.safetensors"))
+    (root / "config.json").write_text(json.dumps({"tie_word_embeddings": False}))
+    return root
+
+
+def _model_checkpoint(root: Path, perturb: float = 0.0) -> Path:
+    """The checkpoint of the embedded TinyModel (seed, perturbation): its head as lm_head.weight."""
+    head = TinyModel(fx.VOCAB, seed=SEED, perturb=perturb).head
+    return _checkpoint(root, torch.from_numpy(head).to(torch.bfloat16).contiguous())
+
+
+def _vllm(name: str | None, model: str, perturb: float = 0.0) -> str:
+    """A vLLM candidate whose launcher runs the embedded server (it takes vLLM's flags), so that
+    the run captures real hidden states of the TinyModel whose head the checkpoint holds."""
+    table = "[candidate]" if name is None else f'[[candidates]]\nname = "{name}"'
+    return (f'{table}\nkind = "vllm"\nmodel = "{model}"\npython = "{sys.executable}"\n'
+            f'launcher = ["-m", "kldtui.embedded", "--model", "{{model}}"]\n'
+            f'vllm_args = ["--model-seed", "{SEED}", "--vocab-size", "{fx.VOCAB}",\n'
+            f'             "--perturb", "{perturb}"]\n'
+            'port = 0\nstartup_timeout = 60.0\nrequest_timeout = 60.0\n')
+
+
+def _profile(folder: Path, candidates: str) -> Path:
+    profile = folder / "kldtui.toml"
+    run_name = "" if "[[candidates]]" in candidates else 'run_name = "hidden"\n'
+    profile.write_text(f'[reference]\nlocal_dir = "{folder / "suite"}"\nlogits_dir = "reference-hidden"\n\n'
+                       f'[run]\nworkdir = "{folder / "work"}"\n{run_name}\n'
+                       '[capture]\nmode = "hidden"\nreplay_check = 2\n\n'
+                       '[compare]\nbootstrap_samples = 50\n\n' + candidates)
+    return profile
+
+
+def test_kldtui_run_exports_the_candidates_head_from_its_checkpoint(tmp_path: Path) -> None:
+    fx.build(tmp_path / "suite", contexts=4)
+    ckpt = _model_checkpoint(tmp_path / "ckpt")
+    weights = TinyModel(fx.VOCAB, seed=SEED).head
+    profile = _profile(tmp_path, _vllm(None, str(ckpt)))
+    events: list[Event] = []
+    pipeline = Pipeline(load_profile(profile), events.append)
+    head_dir = tmp_path / "work" / "candidate" / fid.LM_HEAD_DIR
+    assert not head_dir.exists()
+
+    pipeline.run_all()
+
+    # exported (said first, with its size), then the replay check used it and compare ran
+    notes = [e.text for e in events if isinstance(e, Notice)]
+    size = 2 * fx.VOCAB * weights.shape[1]
+    said = next(n for n in notes if "the candidate's LM head is exported from" in n)
+    assert said.startswith(f"{head_dir}: the candidate's LM head is exported from {ckpt} (lm_head.weight, "
+                           f"BF16 [{fx.VOCAB}, {weights.shape[1]}]): {size / 1024:.1f} KiB on disk, "), said
+    stages = [(type(e).__name__, e.stage) for e in events if isinstance(e, StageStarted | StageFinished)]
+    assert stages.index(("StageFinished", "export-head")) < stages.index(("StageStarted", "capture"))
+    assert not any("no LM head yet" in n for n in notes)
+    check = json.loads((tmp_path / "work" / "candidate" / "hidden-replay-qualification.json").read_text())
+    assert check["status"] == "qualified" and check["kl_live_to_replay"]["max"] == 0.0
+    report = json.loads((tmp_path / "work" / "comparison.json").read_text())
+    assert report["candidate"]["lm_head_file_sha256"] == fid.load_lm_head(head_dir).file_sha256
+
+    # the same bytes as `kldtui export-head` writes, and nothing left beside it
+    by_hand = tmp_path / "by-hand"
+    assert main(["export-head", "--checkpoint", str(ckpt), "--output", str(by_hand)]) == 0
+    for name in ("weight.safetensors", "manifest.json"):
+        assert hashlib.sha256((head_dir / name).read_bytes()).hexdigest() == \
+            hashlib.sha256((by_hand / name).read_bytes()).hexdigest(), name
+    assert sorted(p.name for p in head_dir.parent.iterdir() if p.name.startswith(".")) == []
+
+    # a head already there is used as it is: the next run exports nothing
+    events.clear()
+    Pipeline(load_profile(profile), events.append).run_all()
+    assert not any(isinstance(e, StageStarted) and e.stage == "export-head" for e in events)
+
+
+def _refused(profile: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("case", ["gguf", "quantized", "hub id"])
+def test_a_candidate_whose_head_cannot_be_exported_is_refused_before_its_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    fx.build(tmp_path / "suite", contexts=4)
+    if case == "gguf":
+        model = str(tmp_path / "q4.gguf")
+        write_gguf(Path(model), vocab=fx.VOCAB)
+        why = f"model = '{model}' (a .gguf file, not the safetensors checkpoint kldtui export-head reads); "
+    elif case == "quantized":
+        model = str(tmp_path / "int8")
+        Path(model).mkdir()
+        save_file({"lm_head.weight": torch.zeros(fx.VOCAB, 8, dtype=torch.int8),
+                   "lm_head.weight_scale": torch.ones(fx.VOCAB)}, str(Path(model) / "model.safetensors"))
+        why = f"lm_head.weight is I8 [{fx.VOCAB}, 8] with lm_head.weight_scale); "
+    else:
+        model = "org/q4-not-here"
+        why = "model = 'org/q4-not-here' is not on this disk; before the run, download the checkpoint"
+    profile = _profile(tmp_path, _vllm(None, model))
+    line = _refused(profile, capsys)
+    folder = tmp_path / "work" / "candidate" / fid.LM_HEAD_DIR
+    assert line.startswith(f"kldtui: error: {folder}: hidden mode replays the candidate's hidden states with "
+                           f"its own LM head, which is not there, and "), line
+    assert why in line, line
+    assert f"kldtui export-head --checkpoint CHECKPOINT --output {folder}" in line, line
+    assert not (tmp_path / "work" / "capture").exists() and not folder.exists()
+
+
+def test_a_hidden_mode_campaign_exports_each_candidates_own_head(tmp_path: Path) -> None:
+    """Each candidate is replayed with its own head, exported from its own checkpoint into
+    candidates/NAME/lm-head: the rounded model's head differs from the other's."""
+    fx.build(tmp_path / "suite", contexts=4)
+    profile = _profile(tmp_path, _vllm("bf16", str(_model_checkpoint(tmp_path / "bf16")))
+                       + "\n" + _vllm("q4", str(_model_checkpoint(tmp_path / "q4", 0.2)), 0.2))
+    Campaign(load_profile(profile), lambda event: None).run_all()
+    hashes = {}
+    for name in ("bf16", "q4"):
+        folder = tmp_path / "work" / "candidates" / name
+        hashes[name] = fid.load_lm_head(folder / fid.LM_HEAD_DIR).file_sha256
+        check = json.loads((folder / "hidden-replay-qualification.json").read_text())
+        assert check["status"] == "qualified" and check["lm_head_file_sha256"] == hashes[name]
+        report = json.loads((tmp_path / "work" / f"comparison-{name}.json").read_text())
+        assert report["candidate"]["lm_head_file_sha256"] == hashes[name]
+    assert hashes["bf16"] != hashes["q4"]
+
+
+def test_a_campaign_refuses_a_later_candidate_without_a_head_before_the_first_server(tmp_path: Path) -> None:
+    """The second candidate's missing head is said before the first candidate is served (each
+    candidate's own head: candidates/NAME/lm-head)."""
+    fx.build(tmp_path / "suite", contexts=4)
+    ckpt = _checkpoint(tmp_path / "ckpt", torch.zeros(fx.VOCAB, 8, dtype=torch.bfloat16))
+    profile = _profile(tmp_path, _vllm("bf16", str(ckpt)) + "\n" + _vllm("q4", "org/q4-not-here"))
+    events: list[Event] = []
+    with pytest.raises(BadInput) as info:
+        Campaign(load_profile(profile), events.append).run_all()
+    folder = tmp_path / "work" / "candidates" / "q4" / fid.LM_HEAD_DIR
+    assert str(info.value).startswith(f"{folder}: hidden mode replays the candidate's hidden states with its "
+                                      "own LM head, which is not there, and "), info.value
+    assert not any(type(e).__name__ == "ServerStarted" for e in events)
+    assert not (tmp_path / "work" / "candidates" / "bf16" / fid.LM_HEAD_DIR).exists()
+
+
+def test_a_head_already_in_the_candidate_folder_is_not_refused(tmp_path: Path) -> None:
+    from kldtui.workflow.preflight import preflight
+
+    fx.build(tmp_path / "suite", contexts=4)
+    profile = load_profile(_profile(tmp_path, _vllm(None, "org/q4-not-here")))
+    folder = tmp_path / "work" / "candidate" / fid.LM_HEAD_DIR
+    assert any(p.startswith(f"{folder}: ") for p in preflight(profile, profile.workspace(), disk=False))
+    fid.write_lm_head(folder, np.zeros((fx.VOCAB, 8), np.float32), checkpoint_tensor_key="lm_head.weight")
+    assert preflight(profile, profile.workspace(), disk=False) == []
