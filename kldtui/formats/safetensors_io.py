@@ -9,6 +9,7 @@ block at a time and so finalize can stream rows into a file whose header is writ
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -170,7 +171,8 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
         dtype, shape, begin, end = _entry(p, name, entry, size - data_start)
         info = TensorInfo(name, dtype, shape, data_start + begin, data_start + end)
         if dtype in DTYPES:
-            expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
+            # Python ints: a forged shape's product would wrap (or overflow) in int64
+            expected = math.prod(shape) * DTYPES[dtype].itemsize
             if info.nbytes != expected:
                 raise BadInput(f"{p}: tensor {name!r} has {info.nbytes} bytes of data but shape "
                                f"{list(shape)} {dtype} needs {expected}; the file is corrupt, {REPLACE}")
@@ -290,7 +292,7 @@ def encode_header(tensors: dict[str, tuple[str, tuple[int, ...]]],
         doc["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     offset = 0
     for name, (dtype, shape) in tensors.items():
-        nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
+        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
         doc[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     raw = json.dumps(doc, separators=(",", ":")).encode("utf-8")

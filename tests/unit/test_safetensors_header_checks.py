@@ -56,6 +56,12 @@ CASES: dict[str, tuple[dict[str, Any] | str, str]] = {
     "entry not an object": ({"logits": [1, 2, 3]}, "logits"),
     "duplicate key": ('{"logits": {"dtype": "F32", "shape": [1, 4], "data_offsets": [0, 16]}, '
                       '"logits": {"dtype": "F32", "shape": [2, 4], "data_offsets": [0, 32]}}', "twice"),
+    # sizes past 64 bits: their product wrapped to 0 in int64 (2^32 x 2^32 BF16 "needs" no bytes, so an
+    # empty tensor passed as an LM head of 2^32 rows) or overflowed (a traceback, not one line)
+    "shape wraps to no bytes": ({"head": {"dtype": "BF16", "shape": [2**32, 2**32], "data_offsets": [0, 0]}},
+                                "shape"),
+    "shape past 64 bits": ({"head": {"dtype": "BF16", "shape": [10**30, 1], "data_offsets": [0, 32]}},
+                           "shape"),
 }
 
 
