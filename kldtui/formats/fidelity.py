@@ -68,6 +68,7 @@ from kldtui.formats.suite import (
     WindowSpec,
     read_versioned,
     require_field,
+    require_width,
     suite_token_hash,
     token_ids_hash,
     token_ids_json,
@@ -596,7 +597,7 @@ def tensor_manifest_from_doc(p: Path, doc: dict[str, Any]) -> TensorManifest:
     where = str(p)
     kind = tensor_kind(doc, where)
     spec = TENSOR_KINDS[kind]
-    width = _whole(doc, spec.width_field, where, minimum=1)
+    width = require_width(doc, spec.width_field, where)
     context_length = _whole(doc, "context_length", where, minimum=2)
     scored = doc.get("scored_rows_per_context", context_length - 1)
     if scored != context_length - 1:

@@ -41,6 +41,7 @@ from kldtui.formats.suite import (
     require_count,
     require_field,
     require_sha256,
+    require_width,
 )
 from kldtui.redact import redact_json
 
@@ -323,7 +324,7 @@ def _scores_manifest(p: Path, doc: dict[str, Any]) -> ScoresManifest:
         if item.window_index in entries:
             raise BadField(f"{w_where}: window {item.window_index} is listed twice")
         entries[item.window_index] = item
-    return ScoresManifest(root=p.parent, path=p, vocab_size=require_field(doc, "vocab_size", int, where),
+    return ScoresManifest(root=p.parent, path=p, vocab_size=require_width(doc, "vocab_size", where),
                           suite_token_hash_sha256=require_field(doc, "suite_token_hash_sha256", str, where),
                           record_dtype=require_field(doc, "record_dtype", str, where), entries=entries,
                           runtime=doc.get("runtime"))

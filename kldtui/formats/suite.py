@@ -153,6 +153,23 @@ def require_count(doc: dict[str, Any], key: str, where: str) -> int:
     return int(value)
 
 
+# values in one row of logits or hidden states: the largest vocabularies hold a few hundred thousand
+# tokens, hidden widths tens of thousands; a manifest stating more is damaged or forged (the disk plan
+# would ask for exabytes of it)
+MAX_ROW_WIDTH = 1 << 24
+
+
+def require_width(doc: dict[str, Any], key: str, where: str) -> int:
+    """A row's width (``vocab_size``, ``hidden_width``): a whole number from 1 to :data:`MAX_ROW_WIDTH`;
+    BadInput naming the field."""
+    value = require_field(doc, key, int, where)
+    if not 1 <= value <= MAX_ROW_WIDTH:
+        shown = str(value) if abs(value) < 10**15 else f"{str(value)[:8]}... ({len(str(value))} digits)"
+        raise BadField(f"{where}: field {key!r} is {shown}; a vocabulary or hidden width is a whole number "
+                       f"from 1 to {MAX_ROW_WIDTH:,}")
+    return int(value)
+
+
 def require_sha256(doc: dict[str, Any], key: str, where: str) -> str:
     """A SHA-256 as 64 lower-case hex digits; BadInput naming the field."""
     value = require_field(doc, key, str, where)
@@ -454,7 +471,7 @@ def _logits_manifest_from_doc(p: Path, doc: dict[str, Any]) -> LogitsManifest:
 
         return logits_manifest_from_contexts(p, doc)
     where = str(p)
-    vocab = require_field(doc, "vocab_size", int, where)
+    vocab = require_width(doc, "vocab_size", where)
     context_length = require_field(doc, "context_length", int, where)
     rng = require_field(doc, "window_range", list, where)
     if len(rng) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng):

@@ -5,6 +5,7 @@ disk at its third candidate. llama.cpp candidates say what their server will hol
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import namedtuple
 from pathlib import Path
@@ -16,7 +17,7 @@ from kldtui.events import Event, Notice
 from kldtui.text import human_bytes
 from kldtui.workflow.campaign import Campaign
 from kldtui.workflow.diskplan import HEADER_BYTES
-from kldtui.workflow.profile import load_profile
+from kldtui.workflow.profile import Profile, load_profile
 from tests.fixtures_campaign import CAMPAIGN_CONTEXT, CAMPAIGN_WINDOWS, VOCAB, write_profile
 from tests.fixtures_gguf import write_gguf
 
@@ -202,6 +203,20 @@ def test_a_hidden_mode_campaign_without_a_hidden_width_says_what_it_writes(tmp_p
                                "not reckoned before the width is known"), said[-1]
 
 
+def _single_run_on_hidden_states(folder: Path, mode: str) -> Profile:
+    """A run's profile in ``folder`` against a hidden-state suite's stored hidden states (8 contexts)."""
+    from tests import fidelity_fixture as fx
+    from tests.fixtures_campaign import candidate_table
+
+    fx.build(folder / "suite", contexts=8)
+    table = candidate_table("q8", 0.04).replace("[[candidates]]\nname = \"q8\"\n", "[candidate]\n")
+    table = table.replace(f"vocab_size = {VOCAB}", f"vocab_size = {fx.VOCAB}")
+    (folder / "kldtui.toml").write_text(
+        '[reference]\nlocal_dir = "suite"\nlogits_dir = "reference-hidden"\n\n' + table
+        + f'\n[run]\nworkdir = "."\n\n[capture]\nmode = "{mode}"\n')
+    return load_profile(folder / "kldtui.toml")
+
+
 @pytest.mark.parametrize("mode", ["logits", "hidden"])
 def test_a_single_run_on_a_hidden_state_suite_checks_its_disk_in_contexts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
@@ -211,16 +226,9 @@ def test_a_single_run_on_a_hidden_state_suite_checks_its_disk_in_contexts(
     hidden states and the replay check's live logits)."""
     from kldtui.workflow import preflight
     from tests import fidelity_fixture as fx
-    from tests.fixtures_campaign import candidate_table
 
     folder = tmp_path / "r"
-    fx.build(folder / "suite", contexts=8)
-    table = candidate_table("q8", 0.04).replace("[[candidates]]\nname = \"q8\"\n", "[candidate]\n")
-    table = table.replace(f"vocab_size = {VOCAB}", f"vocab_size = {fx.VOCAB}")
-    (folder / "kldtui.toml").write_text(
-        '[reference]\nlocal_dir = "suite"\nlogits_dir = "reference-hidden"\n\n' + table
-        + f'\n[run]\nworkdir = "."\n\n[capture]\nmode = "{mode}"\n')
-    profile = load_profile(folder / "kldtui.toml")
+    profile = _single_run_on_hidden_states(folder, mode)
     _free(monkeypatch, 1)
     said = preflight._disk_problem(profile, profile.workspace()) or ""
     rows = fx.CONTEXT - 1
@@ -237,3 +245,29 @@ def test_a_single_run_on_a_hidden_state_suite_checks_its_disk_in_contexts(
         profile.workspace()))  # type: ignore[arg-type]
     assert need is not None and need.finalized == 8 * (rows * row + HEADER_BYTES) + len(live) * (
         rows * 4 * fx.VOCAB + HEADER_BYTES)
+
+
+@pytest.mark.parametrize("width", [2**30, 10**400], ids=["2^30", "401 digits"])
+def test_a_forged_hidden_width_plans_no_disk_from_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """A reference's manifest with no records yet, stating hidden_width 2^30, planned the disk from it
+    (2 GiB a position), and 401 digits crashed the plan's arithmetic (OverflowError, a traceback). The
+    width is refused on load: the plan takes the LM head's, and loading the manifest (the reference
+    stage) says what is wrong with it, one line naming it."""
+    from kldtui.formats import fidelity as fid
+    from kldtui.workflow import preflight
+    from tests import fidelity_fixture as fx
+
+    folder = tmp_path / "r"
+    profile = _single_run_on_hidden_states(folder, "hidden")
+    manifest = folder / "suite" / fid.HIDDEN_DIR / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc.update(contexts=[], total_size_bytes=0, hidden_width=width)
+    manifest.write_text(json.dumps(doc))
+    assert preflight.reference_widths(profile.workspace()) == (fx.VOCAB, fx.HIDDEN)  # the LM head's
+    _free(monkeypatch, 1)
+    said = preflight._disk_problem(profile, profile.workspace()) or ""
+    assert f"{profile.where}: disk: the run needs " in said and " GiB at peak: 8 finalized contexts " in said
+    with pytest.raises(BadInput, match="hidden_width") as info:
+        fid.load_tensor_manifest(manifest)
+    assert str(manifest) in str(info.value) and "\n" not in str(info.value)

@@ -120,6 +120,14 @@ def _mutate(path: Path, change) -> None:  # type: ignore[no-untyped-def]
     ("reference-hidden/manifest.json", lambda d: d["contexts"].append(dict(d["contexts"][0])),
      "listed twice"),
     ("reference-hidden/manifest.json", lambda d: d["contexts"][0].update(file="../../x"), "file"),
+    # no records yet to hold the width to (a reference being captured): the width alone is checked, as
+    # the disk plan reads it (2^30 planned 2 GiB a position; 401 digits crashed its arithmetic)
+    ("reference-hidden/manifest.json", lambda d: d.update(contexts=[], total_size_bytes=0,
+                                                       hidden_width=1 << 30),
+     "'hidden_width' is 1073741824; a vocabulary or hidden width is a whole number from 1 to 16,777,216"),
+    ("reference-hidden/manifest.json", lambda d: d.update(contexts=[], total_size_bytes=0,
+                                                       hidden_width=10**400),
+     r"'hidden_width' is 10000000\.\.\. \(401 digits\)"),
     ("lm-head/manifest.json", lambda d: d.update(shape=[3, 3]), "shape"),
     ("lm-head/manifest.json", lambda d: d.update(raw_tensor_sha256="0" * 64), "raw_tensor_sha256"),
     ("manifest.json", lambda d: d["reference_hidden"].update(context_count=3), "context_count 3"),

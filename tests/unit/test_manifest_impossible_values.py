@@ -56,8 +56,24 @@ def test_logits_manifest(tmp_path: Path, case: str) -> None:
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("vocab", [0, -1, 2**30, 10**400, "160", True],
+                         ids=["0", "negative", "2^30", "401 digits", "text", "true"])
+def test_a_logits_manifest_without_windows_yet_has_a_possible_vocabulary(tmp_path: Path, vocab: Any) -> None:
+    """With no windows yet to hold it to (a reference being captured), vocab_size alone was taken: 0 or
+    negative planned no disk, 2^30 planned exabytes, 401 digits crashed the plan's arithmetic."""
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=9, vocab=16)
+    path = root / "ref" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc.update(windows=[], window_count=0, vocab_size=vocab)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="vocab_size") as info:
+        load_logits_manifest(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
 SCORE_CASES = {**CASES, "negative rows": (_entry("rows", -1), "rows"),
-               "reference hash": (_entry("reference_sha256", 7), "reference_sha256")}
+               "reference hash": (_entry("reference_sha256", 7), "reference_sha256"),
+               "vocab_size 0": (lambda doc: doc.update(vocab_size=0), "vocab_size")}
 
 
 @pytest.mark.parametrize("case", sorted(SCORE_CASES))
