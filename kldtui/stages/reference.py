@@ -74,6 +74,7 @@ from kldtui.stages.verify import (
     REF_DIR,
     VerifyResult,
     read_record,
+    recorded_windows,
     verify_reference,
 )
 from kldtui.workspace import Workspace
@@ -287,7 +288,7 @@ def write_record(root: Path, repo_id: str, revision: str | None, commit: str, in
     previous = read_record(root) or {}
     windows = set(indices)
     if previous.get("repo_id") == repo_id and previous.get("commit") == commit:
-        windows |= {int(i) for i in previous.get("windows", []) if isinstance(i, int)}
+        windows |= recorded_windows(previous)
     write_json_atomic(root / RECORD_NAME, {
         "format": 1, "repo_id": repo_id, "repo_type": REPO_TYPE, "revision": revision, "commit": commit,
         "endpoint": endpoint, "windows": sorted(windows), **extra,

@@ -279,13 +279,27 @@ class VerifyResult:
 # suite and logits checks
 
 
+RECORD_LIMIT = 16 * 1024 * 1024  # bytes of a download record read (a window list of a big suite is ~1 MiB)
+
+
 def read_record(root: Path) -> dict[str, Any] | None:
     """The download record a dataset root keeps (``.kldtui-reference.json``), if any."""
     try:
-        doc = json.loads(read_text(root / RECORD_NAME))
+        doc = json.loads(read_text(root / RECORD_NAME, limit=RECORD_LIMIT))
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def recorded_windows(record: dict[str, Any] | None) -> set[int]:
+    """The windows (or contexts) a download record says were fetched; none when its list is not a list
+    of whole numbers >= 0 (a damaged or hand-edited record): the record is in the folder it describes,
+    so it may only narrow what verify checks when it is what kldtui writes."""
+    listed = record.get("windows") if record is not None else None
+    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                               for i in listed):
+        return set()
+    return set(listed)
 
 
 def card_note(root: Path) -> str | None:
@@ -605,8 +619,8 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
             if hi <= lo:
                 raise BadInput(f"window range [{lo}, {hi}) is empty; check --start-window/--stop-window")
             windows = list(range(lo, hi))
-        elif record and isinstance(record.get("windows"), list) and layout.downloaded_root:
-            windows = sorted(int(i) for i in record["windows"])
+        elif layout.downloaded_root and (recorded := recorded_windows(record)):
+            windows = sorted(recorded)
             result.notes.append(f"checked the {len(windows)} window(s) downloaded into this folder "
                                 f"(record {RECORD_NAME}); pass --start-window/--stop-window to check others")
         if selection is not None and selection.filters and loaded_suite is not None:

@@ -37,7 +37,15 @@ from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import is_present, open_regular_raw, read_failure
 from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, WindowSpec, load_suite, sha256_file
 from kldtui.formats.verified_cache import VerifiedCache
-from kldtui.stages.verify import STAGE, VerifiedKind, VerifyResult, card_note, hash_files, read_record
+from kldtui.stages.verify import (
+    STAGE,
+    VerifiedKind,
+    VerifyResult,
+    card_note,
+    hash_files,
+    read_record,
+    recorded_windows,
+)
 
 KIND: VerifiedKind = "hidden-state suite"
 
@@ -55,10 +63,8 @@ def selected_windows(suite: Suite, root: Path, selection: fid.ContextFilter | No
     """The contexts to check: the selection; else those a download recorded; else all."""
     if selection is not None and not selection.is_everything:
         return selection.apply(suite)
-    record = read_record(root) or {}
-    recorded = record.get("windows")
-    if selection is None and isinstance(recorded, list) and recorded:
-        wanted = {int(i) for i in recorded if isinstance(i, int)}
+    wanted = recorded_windows(read_record(root))
+    if selection is None and wanted:
         if result is not None:
             result.notes.append(f"checked the {len(wanted)} context(s) downloaded into this folder (record "
                                 ".kldtui-reference.json); pass --context-filter all to check every context")

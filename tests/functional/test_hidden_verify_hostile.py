@@ -80,6 +80,16 @@ def test_a_downloaded_subset_still_only_notes_what_it_did_not_fetch(suite: Path)
     assert any("not here (outside the selection)" in n for n in result.notes)
 
 
+def test_a_record_listing_no_whole_numbers_checks_every_context(suite: Path) -> None:
+    """A record whose windows are not whole numbers (["0", "1"]) kept none of them, so verify checked no
+    context at all and said OK with "checked the 0 context(s) downloaded into this folder"."""
+    (suite / ".kldtui-reference.json").write_text('{"windows": ["0", "1"]}')
+    (suite / "reference-hidden/hidden_0003.safetensors").write_bytes(b"damaged")
+    result = verify_path(suite)
+    assert not result.ok and any("hidden_0003" in f for f in result.failures), result.summary()
+    assert not any("downloaded into this folder" in n for n in result.notes), result.notes
+
+
 def test_the_hidden_folder_as_a_link_to_another_disk_is_followed(suite: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "other-disk" / fid.HIDDEN_DIR
     elsewhere.parent.mkdir()

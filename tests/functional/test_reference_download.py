@@ -312,3 +312,23 @@ def test_reference_range_words_name_a_hidden_state_suites_contexts(tmp_path: Pat
     assert "no complete reference suite here for the requested contexts " in str(refused.value), refused.value
     logits = make_dataset(tmp_path / "logits")
     assert windows_text(load_suite(logits), (0, 4), []) == "windows 0..3"
+
+
+@pytest.mark.parametrize("listed", [["x", None, {"w": 0}], 5, [1.5, True, -1]],
+                         ids=["not numbers", "not a list", "not whole numbers"])
+def test_a_damaged_download_record_never_narrows_verify(tmp_path: Path, listed: object,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """verify checks the windows a download record lists ("checked the N window(s) downloaded into this
+    folder"); a record whose list is not whole numbers crashed it (int(None): a traceback) or was read
+    as windows (1.5 as window 1, True as 1). Such a record lists none: every window is checked."""
+    from kldtui.stages.reference import write_record
+
+    root = make_dataset(tmp_path / "ds", windows=3)
+    (root / RECORD_NAME).write_text(json.dumps({"repo_id": REPO, "commit": "c" * 40, "windows": listed}))
+    result = verify_path(root)
+    assert result.ok and result.windows == [0, 1, 2], result.summary()
+    assert not any("downloaded into this folder" in note for note in result.notes)
+    assert main(["verify", str(root)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    write_record(root, REPO, None, "c" * 40, {2}, None)  # adds to the record's own windows
+    assert json.loads((root / RECORD_NAME).read_text())["windows"] == [2]
