@@ -1226,12 +1226,31 @@ def _check_windows(report: ComparisonReport, where: str) -> None:
                 _check(where, f"per_window_arrays.{key}[{n}]", value, krange)
 
 
+def _check_contexts(stats: SuiteStatistics | None, where: str) -> None:
+    """A hidden-state suite's ``per_context``, which the clustered verdicts are made from, as
+    :func:`_check_windows` checks ``per_window``: as many entries as ``contexts``, none twice, figures
+    in range."""
+    if stats is None:
+        return
+    if stats.contexts != len(stats.per_context):
+        _fail(where, "contexts", f"{stats.contexts} but per_context lists {len(stats.per_context)}")
+    seen: set[int] = set()
+    for n, e in enumerate(stats.per_context):
+        at = f"per_context[{n}]"
+        if e.context_index in seen:
+            _fail(where, "per_context", f"context {e.context_index} is listed twice")
+        seen.add(e.context_index)
+        _check_stats(where, f"{at}.kl_reference_to_candidate", e.kl_reference_to_candidate, KL)
+        _check_stats(where, f"{at}.js", e.js, JS)
+        _check(where, f"{at}.top1_agreement", e.top1_agreement, FRACTION)
+
+
 def check_figures(report: ComparisonReport, where: str = "report") -> None:
     """BadInput (one line: file, field, why) at the first impossible value of ``report``: a
     negative KL, a fraction or probability outside [0, 1], a JS above ln 2, quantiles out of order,
-    a perplexity below 1, a bad domain name, windows listed twice or outside ``window_range``, a
-    window count that is not the list's. Diff, leaderboard, noise and the viewer then never show
-    a damaged figure (a top-1 agreement of 700 %)."""
+    a perplexity below 1, a bad domain name, windows (or a hidden-state suite's contexts) listed twice
+    or outside ``window_range``, a window (context) count that is not the list's. Diff, leaderboard,
+    noise and the viewer then never show a damaged figure (a top-1 agreement of 700 %)."""
     _check_stats(where, "kl_reference_to_candidate", report.kl_reference_to_candidate, KL)
     _check_stats(where, "kl_candidate_to_reference", report.kl_candidate_to_reference, KL)
     _check_stats(where, "js", report.js, JS)
@@ -1244,6 +1263,7 @@ def check_figures(report: ComparisonReport, where: str = "report") -> None:
         _check_domain(where, f"domains.{name[:40]}", name)
         _check_bootstrap(where, f"domains.{name}", boot, KL)
     _check_windows(report, where)
+    _check_contexts(report.suite_statistics, where)
     topk = report.topk_agreement
     if topk is not None:
         last = 0.0

@@ -458,3 +458,30 @@ def test_noise_refusals_of_contexts_name_contexts(suite: tuple[fx.Fixture, Path]
                         "runs over the same contexts"), said[-1]
     for line in said:
         assert "\n" not in line and "window" not in line, line
+
+
+def _second_entry_as_first(doc: dict) -> None:  # type: ignore[type-arg]
+    doc["per_context"][1]["context_index"] = doc["per_context"][0]["context_index"]
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (lambda d: d["per_context"][0]["kl_reference_to_candidate"].update(mean=-5.0, min=-5.0),
+     r"per_context\[0\].kl_reference_to_candidate.*a KL divergence is >= 0"),
+    (lambda d: d["per_context"][2].update(top1_agreement=1.5), r"per_context\[2\].top1_agreement"),
+    (lambda d: d["per_context"][0]["js"].update(max=5.0), r"per_context\[0\].js"),
+    (_second_entry_as_first, r"per_context: context \d+ is listed twice"),
+    (lambda d: d.update(per_context=d["per_context"][:3]), r"contexts: \d+ but per_context lists 3"),
+], ids=["negative KL", "top-1 above 1", "JS above ln 2", "context twice", "fewer entries"])
+def test_a_damaged_per_context_list_is_refused_on_load(reports: dict[str, Path], tmp_path: Path,
+                                                        damage, said: str) -> None:  # type: ignore[no-untyped-def]
+    """The clustered verdict is made from per_context, which was not checked as per_window is: a context
+    with a negative mean KL got a verdict ("B - A -0.107"), a context listed twice collapsed into one
+    and two with fewer entries than contexts read as "cover different contexts", naming neither file's
+    fault. Each is refused on load, one line naming the file and the entry."""
+    doc = json.loads(reports["large-analysis"].read_text())
+    damage(doc)
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=said) as info:
+        paired_diff_files(reports["small-analysis"], path)
+    assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value), str(info.value)
