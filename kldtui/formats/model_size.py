@@ -38,6 +38,7 @@ _AUXILIARY = (".scales", ".qzeros", ".g_idx", ".weight_shape", ".weight_scale", 
               ".k_scale", ".v_scale", ".weight_scale_inv")
 MAX_BITS_PER_WEIGHT = 64.0  # an F64 checkpoint; above it the figures contradict each other
 MAX_FILES = 10_000  # shards in one checkpoint folder
+MODEL_CONFIG_LIMIT = 16 * 1024 * 1024  # bytes of a model folder's config.json read
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,7 @@ def _packed_bits(folder: Path) -> int | None:
     from kldtui.formats.safe_io import read_text
 
     try:
-        doc = json.loads(read_text(folder / "config.json", limit=16 * 1024 * 1024))
+        doc = json.loads(read_text(folder / "config.json", limit=MODEL_CONFIG_LIMIT))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

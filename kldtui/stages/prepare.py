@@ -34,6 +34,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
+from kldtui.formats.model_size import MODEL_CONFIG_LIMIT
 from kldtui.formats.safe_io import open_regular, read_failure, read_text
 from kldtui.formats.suite import (
     SUITE_MANIFEST,
@@ -635,7 +636,7 @@ def tokenizer_id(name: str, tok: Any) -> str:
 
     for config in ("config.json", "tokenizer_config.json"):
         try:
-            doc = json.loads((folder / config).read_text(encoding="utf-8"))
+            doc = json.loads(read_text(folder / config, limit=MODEL_CONFIG_LIMIT))  # never blocks on a FIFO
         except (OSError, ValueError):
             continue
         origin = doc.get("_name_or_path") or doc.get("name_or_path") if isinstance(doc, dict) else None

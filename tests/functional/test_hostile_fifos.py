@@ -134,3 +134,47 @@ def test_capture_records_fifo_is_bad_input(tmp_path: Path) -> None:
     os.mkfifo(records)
     with pytest.raises(BadInput, match="FIFO"):
         load_records(records)
+
+
+def _returns_at_once(call, timeout: float = 10.0) -> list[object]:  # type: ignore[no-untyped-def]
+    """What ``call()`` returned or raised, run in a thread: a call that blocks fails the test here
+    rather than hanging it."""
+    import threading
+
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # noqa: BLE001 - what it raised is the result
+            out.append(exc)
+
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert not reader.is_alive(), "blocked on a FIFO"
+    return out
+
+
+def test_the_report_hashes_a_manifest_without_blocking_on_a_fifo(tmp_path: Path) -> None:
+    """The report's reference_manifest_sha256 read the manifest with Path.read_bytes: a FIFO put there
+    after the manifest was loaded blocked compare; now it is an OSError, which leaves the hash out."""
+    from kldtui.stages.compare.hashing import manifest_sha256
+
+    os.mkfifo(tmp_path / "manifest.json")
+    (result,) = _returns_at_once(lambda: manifest_sha256(tmp_path / "manifest.json"))
+    assert isinstance(result, OSError) and "FIFO" in str(result), result
+
+
+def test_prepare_names_a_local_tokenizer_without_blocking_on_a_fifo_config(tmp_path: Path) -> None:
+    """tokenizer_id read a local tokenizer folder's config.json with Path.read_text: a FIFO there (a
+    shared model folder) blocked prepare. It is passed over, as an unreadable file is."""
+    import json
+
+    from kldtui.stages.prepare import tokenizer_id
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    os.mkfifo(folder / "config.json")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"name_or_path": "org/model"}))
+    assert _returns_at_once(lambda: tokenizer_id(str(folder), None)) == ["org/model"]

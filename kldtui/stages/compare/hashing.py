@@ -11,6 +11,7 @@ from pathlib import Path
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink
 from kldtui.formats.fidelity import LmHead
+from kldtui.formats.safe_io import read_bytes
 from kldtui.formats.suite import WindowSpec
 
 # (file, its SHA-256 in the manifest, its window, the folder of the manifest that lists it)
@@ -18,8 +19,9 @@ ListedFile = tuple[Path, str, WindowSpec, Path]
 
 
 def manifest_sha256(path: str | os.PathLike[str]) -> str:
-    """The SHA-256 of a manifest file's bytes (the report's ``reference_manifest_sha256``)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """The SHA-256 of a manifest file's bytes (the report's ``reference_manifest_sha256``); OSError
+    for anything but a regular file (a FIFO put there after the manifest was loaded never blocks)."""
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def verify_sha256(paths: list[ListedFile], emit: EventSink, cancel: Cancel | None) -> str:
