@@ -58,6 +58,7 @@ from kldtui.formats.safetensors_io import (
 from kldtui.formats.suite import (
     LOGITS_DAMAGED,
     LOGITS_REMEDY,
+    MAX_ROW_WIDTH,
     SUITE_DAMAGED,
     SUITE_MANIFEST,
     SUITE_REMEDY,
@@ -805,6 +806,9 @@ def _lm_head(p: Path) -> LmHead:
     if info.dtype != "BF16" or len(info.shape) != 2 or min(info.shape) < 1:
         raise BadField(f"{where}: the LM head is {info.dtype} {list(info.shape)}; replay needs BF16 "
                        "[vocab, hidden]")
+    if max(info.shape) > MAX_ROW_WIDTH:  # a sparse file holds any shape without its data
+        raise BadField(f"{where}: the LM head is {list(info.shape)}; a vocabulary or hidden width is at most "
+                       f"{MAX_ROW_WIDTH:,}")
     if header.file_size != info.end:
         raise BadField(f"{where}: {header.file_size - info.end} bytes after the tensor data (the file is "
                        "damaged)")

@@ -304,3 +304,20 @@ def test_a_selection_that_keeps_none_of_a_range_says_the_suites_unit(published: 
     windows = write_suite(tmp_path / "logits", [("prose", list(range(8))), ("code", list(range(8)))])
     with pytest.raises(BadInput, match=r"no window of 0\.\.0 is left by strata code"):
         fid.ContextFilter(strata=("code",)).indices_within(windows, 0, 1)
+
+
+@pytest.mark.parametrize("shape", [[1, (1 << 24) + 1], [(1 << 24) + 1, 1]], ids=["hidden", "vocabulary"])
+def test_an_lm_head_wider_than_any_model_is_refused(tmp_path: Path, shape: list[int]) -> None:
+    """A head file holds its data, so its shape is bounded by its size; a sparse file has any size for
+    free, and its shape was taken as the vocabulary and hidden width the disk plan reckons with."""
+    from kldtui.formats.safetensors_io import encode_header
+
+    weight = tmp_path / "lm-head" / fid.HEAD_FILE
+    weight.parent.mkdir()
+    header = encode_header({"lm_head.weight": ("BF16", tuple(shape))})
+    with weight.open("wb") as handle:
+        handle.write(header)
+        handle.truncate(len(header) + 2 * shape[0] * shape[1])  # sparse: no data written
+    with pytest.raises(BadInput, match="16,777,216") as info:
+        fid.load_lm_head(weight.parent)
+    assert str(weight) in str(info.value) and "\n" not in str(info.value)
