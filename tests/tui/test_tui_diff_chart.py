@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 
 import numpy as np
+from rich.style import Style
+from rich.text import Text
 from textual.app import App, ComposeResult
 
 from kldtui.tui.app import create_app
@@ -21,6 +23,21 @@ from tests.fixtures_decide import make_report, suite_domains, write_report
 from tests.fixtures_tui import settle, sync
 
 EIGHTHS = {"█": 1.0, "▉": 7 / 8, "▊": 6 / 8, "▋": 5 / 8, "▌": 4 / 8, "▍": 3 / 8, "▎": 2 / 8, "▏": 1 / 8}
+# the same cells filled from the right edge, as a block in reverse video shows them (Unicode's right
+# eighths, which terminal fonts mostly lack: the chart draws them reversed, _seen reads them back)
+RIGHT_EIGHTHS = {"█": 1.0, "\U0001fb8b": 7 / 8, "\U0001fb8a": 6 / 8, "\U0001fb89": 5 / 8, "▐": 4 / 8,
+                 "\U0001fb88": 3 / 8, "\U0001fb87": 2 / 8, "▕": 1 / 8}
+
+
+def _seen(text: Text) -> str:
+    """``text`` as the user sees it: a cell in reverse video as the right-filled block it shows."""
+    cells = list(text.plain)
+    right = {v: k for k, v in RIGHT_EIGHTHS.items()}
+    for span in text.spans:
+        if isinstance(span.style, Style) and span.style.reverse:
+            for i in range(span.start, span.end):
+                cells[i] = right[1 - EIGHTHS[cells[i]]]
+    return "".join(cells)
 
 
 class _One(App[None]):
@@ -37,7 +54,7 @@ async def _chart(width: int, values: list[float], band: Band | None = None,
         chart.set_data([WindowBar(i, domain, v) for i, v in enumerate(values)], band, signed=True)
         await pilot.pause()
         assert chart.size.width == width
-        return chart.render().plain
+        return _seen(chart.render())
 
 
 def _rows(text: str, values: list[float], domain: str = "prose") -> tuple[str, list[str]]:
@@ -64,10 +81,11 @@ def _right(area: str, zero: int) -> float:
     return sum(EIGHTHS[c] for c in cells)
 
 
-def _left(area: str, zero: int) -> int:
+def _left(area: str, zero: int) -> float:
+    """The bar's length left of the zero line, in cells (eighths counted)."""
     cells = area[:zero].lstrip()
-    assert set(cells) <= {"█"}, area
-    return len(cells)
+    assert all(c in RIGHT_EIGHTHS for c in cells[:1]) and set(cells[1:]) <= {"█"}, area  # a part at its end
+    return sum(RIGHT_EIGHTHS[c] for c in cells)
 
 
 def _full_bar(head: str) -> list[float]:
@@ -99,8 +117,8 @@ async def test_all_negative_differences_grow_left_from_a_zero_line_at_the_right(
     assert all(_zero(a) == area - 1 for a in areas)  # nothing right of zero
     lengths = [_left(a, area - 1) for a in areas]
     assert lengths[2] == area - 1  # the largest difference reaches the area's left end
-    for v, length in zip(values, lengths, strict=True):
-        assert abs(length - v / -0.004 * (area - 1)) <= 1, (v, length)
+    for v, length in zip(values, lengths, strict=True):  # in eighths, as the positive side
+        assert abs(length - v / -0.004 * (area - 1)) <= 1 / 16, (v, length)
     (end,) = _full_bar(head)
     assert end < 0 and math.isclose(end, -0.004, rel_tol=0.02), head
 
@@ -116,7 +134,7 @@ async def test_mixed_signs_put_the_zero_line_where_the_largest_of_each_side_puts
     neg, pos = _left(areas[0], zero), _right(areas[1], zero)
     assert neg >= zero - 1 and pos >= area - 1 - zero - 1  # both sides used to their ends
     assert abs(pos / neg - 3) < 0.3  # one scale for both signs
-    assert abs(_right(areas[2], zero) - pos / 2) <= 0.5 and abs(_left(areas[3], zero) - neg / 2) <= 1
+    assert abs(_right(areas[2], zero) - pos / 2) <= 0.5 and abs(_left(areas[3], zero) - neg / 2) <= 0.5
     low, high = _full_bar(head)  # each side's full bar, as drawn
     assert math.isclose(low, -zero / (area - 1 - zero) * high, rel_tol=1e-2), head
     assert low <= -0.001 and high >= 0.003 and math.isclose(min(-low / 0.001, high / 0.003), 1, rel_tol=0.02)
@@ -128,13 +146,30 @@ async def test_the_mean_and_its_interval_are_on_the_bars_scale_and_the_zero_line
     band = Band(0.0025, -0.001, 0.006, windows=32)  # the interval crosses zero though no bar does
     head, areas = _rows(await _chart(120, values, band), values)
     area = len(areas[0])
-    assert "┃ mean" in head and "┊ 95% CI" in head
+    assert "┃ mean ┊ 95 % interval over 32 windows" in head  # what the interval counts
     for a in areas:
         zero = _zero(a)  # the interval across zero does not hide the zero line
         unit = (area - 1) / 0.007  # the interval's ends set the scale: -0.001 to +0.006
         assert abs(zero - 0.001 * unit) <= 1
         assert abs(a.index("┃") - (zero + 0.0025 * unit)) <= 1
         assert abs(a.index("┊") - (zero - 0.001 * unit)) <= 1 and a.rindex("┊") >= area - 2
+
+
+@sync
+async def test_negative_bars_are_drawn_in_eighths_of_a_cell_as_positive_ones() -> None:
+    """A negative difference was drawn in whole cells, a positive one in eighths: a negative difference
+    worth an eighth of a cell drew nothing (its positive twin a sliver), and equal differences of each
+    sign drew bars of unequal length. Both are eighths now, the left one's partial cell reversed."""
+    cell = 1.0 / signed_layout([1.0, -1.0], 160 - len("000 prose ") - 11)[1]  # what one cell is worth
+    values = [1.0, -1.0, 0.3, -0.3, cell / 8, -cell / 8, 0.61 * cell, -0.61 * cell]
+    head, areas = _rows(await _chart(160, values), values)
+    zero = _zero(areas[0])
+    assert all(_zero(a) == zero for a in areas)
+    lengths = [_right(a, zero) if v > 0 else _left(a, zero) for a, v in zip(areas, values, strict=True)]
+    assert lengths[5] == 1 / 8 and lengths[4] == 1 / 8, areas[4:6]  # an eighth's worth draws an eighth
+    assert lengths[7] == lengths[6] == 5 / 8, areas[6:]
+    for k in range(0, len(values), 2):  # equal magnitudes, equal bars
+        assert lengths[k] == lengths[k + 1] > 0, (values[k], areas[k], areas[k + 1])
 
 
 def test_signed_layout_edges() -> None:

@@ -93,7 +93,8 @@ async def test_the_difference_chart_names_each_contexts_domain_as_the_width_allo
         await settle(app, pilot)
         chart = app.screen.query_one("#diff-chart")
         await until(pilot, lambda: chart.size.width < 80, "the chart at 80 columns")
-        rows = [row for row in drawn_lines(app, "#diff-chart")[1:] if row]
+        legend = len(chart.legend_lines(chart.size.width))  # type: ignore[attr-defined]
+        rows = [row for row in drawn_lines(app, "#diff-chart")[legend:] if row]
         assert len(rows) == 12, rows
         drawn = r"│.*█.* [+-]0\.\d+$"  # the zero line, a bar, the figure
         assert all(len(row) <= chart.size.width and re.search(drawn, row) for row in rows), rows

@@ -475,13 +475,14 @@ async def test_intervals_from_too_few_windows_are_not_shown_as_95_percent(tmp_pa
         assert cells == {"prose": "too few windows (2)", "code": "too few windows (1)",
                          "dialog": "too few windows (1)"}  # a one-window domain: no zero-width interval
         chart = app.query_one("#result-chart", KLChart).render().plain
-        assert "95% CI" not in chart and "┊" not in chart
+        assert "┊" not in chart and "│ mean over 4 windows: too few for a 95 % interval" in chart, chart
     enough = write_report(tmp_path / "enough.json", make_report("enough", 0.01, seed=2))
     app = create_app(reports=[enough], config_dir=tmp_path / "cfg")
     async with app.run_test(size=(160, 50)) as pilot:
         await settle(app, pilot)
         assert "(95%)" in result_text(app)  # the headline interval (docs/STATISTICS.md)
-        assert "95% CI" in app.query_one("#result-chart", KLChart).render().plain
+        chart = app.query_one("#result-chart", KLChart).render().plain
+        assert "│ mean ┊ 95 % interval over 8 windows" in chart, chart
 
 
 def _decide_reports(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -519,7 +520,7 @@ async def test_diff_chart_legend_names_the_zero_line_and_draws_the_mean(tmp_path
         text = app.query_one("#diff-chart", KLChart).render().plain
         head = text.splitlines()[0]
         assert "│ 0" in head and "┃ mean" in head and "│ mean" not in head, head
-        assert "┊ 95% CI" in head
+        assert "┃ mean ┊ 95 % interval over 32 windows" in head, head  # the verdict's, over the windows
         assert all("┃" in line for line in text.splitlines()[1:])  # the mean difference on every row
 
 

@@ -451,11 +451,12 @@ class BoardScreen(Screen[None]):
         # the verdict over source clusters where contexts share sources, as the tie column counts them
         lines = [f"A = {a.name}, B = {b.name}", diff.verdict]
         text = "\n".join([*lines, f"noise model: {diff.noise_source}"])
-        self.deliver(self.show_diff, text, bars, band, diff.verdict)
+        self.deliver(self.show_diff, text, bars, band, diff.verdict, diff.unit)
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
-                  verdict: str = "") -> None:
-        """The difference pane: ``text`` (which pair, ``verdict``, the noise model), its chart."""
+                  verdict: str = "", unit: str = WINDOW_UNIT) -> None:
+        """The difference pane: ``text`` (which pair, ``verdict``, the noise model), its chart of
+        ``bars``, one per ``unit`` (a hidden-state suite's context)."""
         pane = self.query_one("#diffpane", DiffPane)
         pane.display = True
-        pane.show(text, bars, band)
+        pane.show(text, bars, band, unit)

@@ -37,6 +37,7 @@ from kldtui.events import (
     StageName,
 )
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, ShownCandidate
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
 from kldtui.tui.screens.board import LOAD_GROUP, BoardScreen
@@ -560,8 +561,8 @@ class DashboardScreen(BoardScreen):
         super().diff_needs_marks()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
-                  verdict: str = "") -> None:
-        super().show_diff(text, bars, band, verdict)
+                  verdict: str = "", unit: str = WINDOW_UNIT) -> None:
+        super().show_diff(text, bars, band, verdict, unit)
         self.action_show_tab("diff")
 
     # -- actions -----------------------------------------------------------------------------------

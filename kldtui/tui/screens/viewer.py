@@ -165,10 +165,10 @@ class ViewerScreen(BoardScreen):
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
-                  verdict: str = "") -> None:
+                  verdict: str = "", unit: str = WINDOW_UNIT) -> None:
         self.diff_verdict = verdict
         self._open_pane(self.query_one("#diffpane", DiffPane))
-        super().show_diff(text, bars, band, verdict)
+        super().show_diff(text, bars, band, verdict, unit)
 
     def verdict_shown_elsewhere(self) -> str | None:
         """The open difference's verdict: it sits just under the table's line, which points to it

@@ -32,8 +32,12 @@ class DiffPane(VerticalScroll):
         if not self.shown:
             self.query_one("#diff-verdict", PlainStatic).update(placeholder(unit))
 
-    def show(self, verdict: str, bars: list[WindowBar], band: Band | None = None) -> None:
-        """``band``: the mean difference B − A with its verdict interval (drawn as ┃ and ┊)."""
+    def show(self, verdict: str, bars: list[WindowBar], band: Band | None = None,
+             unit: str = WINDOW_UNIT) -> None:
+        """``bars``: one per ``unit``; ``band``: the mean difference B − A with the verdict's interval
+        (drawn as ┃ and ┊), over the units the verdict counts (a hidden-state suite's source clusters)."""
         self.shown = True
         self.query_one("#diff-verdict", PlainStatic).update(verdict)
-        self.query_one("#diff-chart", KLChart).set_data(bars, band, signed=True)
+        chart = self.query_one("#diff-chart", KLChart)
+        chart.set_unit(unit)
+        chart.set_data(bars, band, signed=True)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.formats.suite import WINDOW_UNIT
+from kldtui.text import plural
 from kldtui.tui.resultdata import Band, WindowBar
 from kldtui.tui.widgets.format import clip
 from kldtui.tui.widgets.window_grid import label_digits
@@ -44,14 +48,44 @@ def signed_layout(values: Iterable[float], area: int) -> tuple[int, float]:
     return zero, unit(zero)
 
 
-def bar_cells(length: float) -> str:
-    """A horizontal bar ``length`` cells long, in eighths of a cell."""
-    eighths = " ▏▎▍▌▋▊▉█"
+EIGHTHS = " ▏▎▍▌▋▊▉█"  # a cell filled from its left edge, in eighths
+
+
+def eighths(length: float) -> tuple[int, int]:
+    """``length`` cells as whole cells and the eighths of one more (0 to 7), rounded to the nearest
+    eighth: the one resolution of bars both ways."""
     full = int(length)
     rest = int(round((length - full) * 8))
-    if rest == 8:
-        full, rest = full + 1, 0
-    return "█" * full + (eighths[rest] if rest else "")
+    return (full + 1, 0) if rest == 8 else (full, rest)
+
+
+def bar_cells(length: float) -> str:
+    """A horizontal bar ``length`` cells long growing right, in eighths of a cell."""
+    full, rest = eighths(length)
+    return "█" * full + (EIGHTHS[rest] if rest else "")
+
+
+def leftward_cells(length: float) -> list[tuple[str, bool]]:
+    """A bar ``length`` cells long growing left, in eighths of a cell as :func:`bar_cells`, from its far
+    end to the zero line: each cell's glyph and whether it is drawn in reverse video. Unicode has no
+    blocks filled from the right edge but the half and the eighth, so a partial cell is the block of
+    the eighths it leaves empty, reversed: its right part in the bar's colour."""
+    full, rest = eighths(length)
+    return ([(EIGHTHS[8 - rest], True)] if rest else []) + [("█", False)] * full
+
+
+@dataclass(frozen=True)
+class ChartLayout:
+    """Where a chart ``width`` cells wide draws: a row's label (``digits`` of its index, ``label_w``
+    cells of its domain), its ``area`` cells of bars, the zero line's column (0 unsigned), how many
+    cells one unit of value spans, and the largest value (an unsigned chart's full bar)."""
+
+    digits: int
+    label_w: int
+    area: int
+    zero: int
+    cells_per_unit: float
+    scale: float
 
 
 class KLChart(Widget):
@@ -59,19 +93,21 @@ class KLChart(Widget):
     (``┊``) marked; a row's label is its index and as much of its domain's name as the width allows
     (:meth:`label_width`), its index as wide as the largest shown (the window grid's ``label_digits``:
     ``0999`` beside ``1000``), so every bar starts in the same column. Signed (a difference B − A):
-    bars grow both ways from the zero line (``│``), which sits where :func:`signed_layout` puts it
-    (the first column when every difference is positive, the last when every one is negative), and
-    the mean difference is ``┃``; the heading says what a bar that fills its side is worth. An
-    interval that rests on too few windows is not drawn. Its heading counts the band's unit
-    (``KL per context`` of a hidden-state suite's report), else :attr:`unit`, which an empty chart's
-    own words count too (``no contexts compared yet``)."""
+    bars grow both ways from the zero line (``│``), in eighths of a cell both ways
+    (:func:`leftward_cells`), from where :func:`signed_layout` puts it (the first column when every
+    difference is positive, the last when every one is negative), and the mean difference is ``┃``;
+    the heading says what a bar that fills its side is worth. The legend says what the mean and its
+    interval are over (the band's units: a clustered verdict's source clusters, not the rows) and
+    wraps where the width is short of it. An interval that rests on too few windows is not drawn. Its
+    rows are :attr:`unit` s (``KL per context`` of a hidden-state suite's report), which an empty
+    chart's own words count too (``no contexts compared yet``)."""
 
     COMPONENT_CLASSES = {"chart--bar", "chart--band", "chart--mean", "chart--label", "chart--neg"}
 
     def __init__(self, empty: str | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.empty_words = empty  # what an empty chart says (None: that no unit was compared yet)
-        self.unit = WINDOW_UNIT  # what its rows are called without a band (set_unit)
+        self.unit = WINDOW_UNIT  # what its rows are called (set_unit)
         self.bars: list[WindowBar] = []
         self.band: Band | None = None
         self.signed = False  # True for differences: bars grow both ways from zero
@@ -82,17 +118,17 @@ class KLChart(Widget):
         return self.empty_words if self.empty_words is not None else f"no {self.unit}s compared yet"
 
     def set_unit(self, unit: str) -> None:
-        """Its rows are ``unit`` s (a hidden-state suite's contexts) where no band says so."""
+        """Its rows are ``unit`` s (a hidden-state suite's contexts)."""
         if unit != self.unit:
             self.unit = unit
-            self.refresh()
+            self.refresh(layout=True)
 
     def set_data(self, bars: list[WindowBar], band: Band | None, signed: bool = False) -> None:
         self.bars, self.band, self.signed = bars, band, signed
         self.refresh(layout=True)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self.bars) + 2 if self.bars else 1
+        return len(self.bars) + len(self.legend_lines(width)) + 1 if self.bars else 1
 
     LABEL_MIN = 5  # the domain's cells in a row's label however narrow the chart
 
@@ -108,11 +144,9 @@ class KLChart(Widget):
         longest = max((len(b.domain) for b in self.bars), default=0)
         return max(self.LABEL_MIN, min(longest, (width - self.index_digits() - 2 - 11) // 4))
 
-    def render(self) -> Text:
-        label_style = self.get_component_rich_style("chart--label")
-        if not self.bars:
-            return Text(self.empty, style=label_style)
-        width = max(30, self.size.width or 60)
+    def chart_layout(self, width: int) -> ChartLayout:
+        """Where the chart draws at ``width`` cells (at least 30)."""
+        width = max(30, width)
         label_w = self.label_width(width)
         digits = self.index_digits()
         area = max(8, width - (digits + label_w + 2) - 11)  # "NNN domain " before the bars, " +0.0123" after
@@ -122,6 +156,57 @@ class KLChart(Widget):
         scale = _scale(abs(v) for v in values)
         # signed: the zero line where the values' signs put it, one scale both ways
         zero, unit = signed_layout(values, area) if self.signed else (0, area / scale)
+        return ChartLayout(digits, label_w, area, zero, unit, scale)
+
+    def band_legend(self) -> str | None:
+        """What the mean mark and the interval are, over the band's units: ``┃ mean ┊ 95 % interval over
+        17 source clusters`` (the clustered verdict's, not the rows'), or the mean alone and why."""
+        band = self.band
+        if band is None:
+            return None
+        mean = f"{'┃' if self.signed else '│'} mean"
+        over = f" over {plural(band.windows, band.unit)}" if band.windows is not None else ""
+        if band.interval is not None:
+            return f"{mean} ┊ 95 % interval{over}"
+        if band.too_few:
+            return f"{mean}{over}: too few for a 95 % interval"
+        return f"{mean}{over}"
+
+    def legend_lines(self, width: int) -> list[str]:
+        """The heading: what a row is, the zero line, the band (:meth:`band_legend`), what a full bar is
+        worth; one line where ``width`` holds it, else as many as it takes (never cut off)."""
+        shape = self.chart_layout(width)
+        items = [f"KL per {self.unit}" if not self.signed else f"B − A per {self.unit}"]
+        if self.signed:
+            items.append("│ 0")
+        band = self.band_legend()
+        if band is not None:
+            items.append(band)
+        if self.signed:  # what a bar that fills its side of the zero line is worth, each side drawn
+            zero, unit, area = shape.zero, shape.cells_per_unit, shape.area
+            ends = ([f"{-zero / unit:+.3g}"] if zero > 0 else []) + \
+                ([f"{(area - 1 - zero) / unit:+.3g}"] if zero < area - 1 else [])
+            items.append(f"full bar {' / '.join(ends)}")
+        else:
+            items.append(f"full bar {shape.scale:.3g}")
+        width = max(30, width)
+        lines: list[str] = []
+        for item in items:
+            for part in textwrap.wrap(item, width) or [item]:
+                if lines and len(lines[-1]) + 2 + len(part) <= width:
+                    lines[-1] += "  " + part
+                else:
+                    lines.append(part)
+        return lines
+
+    def render(self) -> Text:
+        label_style = self.get_component_rich_style("chart--label")
+        if not self.bars:
+            return Text(self.empty, style=label_style)
+        width = self.size.width or 60
+        shape = self.chart_layout(width)
+        area, zero, unit, digits, label_w = shape.area, shape.zero, shape.cells_per_unit, shape.digits, \
+            shape.label_w
 
         def col(v: float) -> int:
             return int(min(area - 1, max(0.0, round(abs(v) * unit)))) if not self.signed else \
@@ -129,52 +214,42 @@ class KLChart(Widget):
 
         marks: dict[int, tuple[str, str]] = {}
         interval = self.band.interval if self.band is not None else None
-        mean_glyph = "┃" if self.signed else "│"
         if self.band is not None:
             if interval is not None:
                 for c in range(col(interval[0]), col(interval[1]) + 1):
                     marks[c] = ("┊", "chart--band")
-            marks[col(self.band.estimate)] = (mean_glyph, "chart--mean")
+            marks[col(self.band.estimate)] = ("┃" if self.signed else "│", "chart--mean")
         if self.signed and marks.get(zero, ("", ""))[1] != "chart--mean":
             marks[zero] = ("│", "chart--label")  # an interval across zero still shows where zero is
         text = Text(no_wrap=True, overflow="crop")
-        called = self.band.unit if self.band is not None else self.unit  # a hidden-state suite's: context
-        head = f"KL per {called}" if not self.signed else f"B − A per {called}"
-        text.append(head, label_style)
-        if self.signed:
-            text.append("  │ 0", label_style)
-        if self.band is not None:
-            text.append(f"  {mean_glyph} mean", label_style)
-        if interval is not None:
-            text.append("  ┊ 95% CI", label_style)
-        if self.signed:  # what a bar that fills its side of the zero line is worth, each side drawn
-            ends = ([f"{-zero / unit:+.3g}"] if zero > 0 else []) + \
-                ([f"{(area - 1 - zero) / unit:+.3g}"] if zero < area - 1 else [])
-            text.append(f"  full bar {' / '.join(ends)}", label_style)
-        else:
-            text.append(f"  full bar {scale:.3g}", label_style)
+        text.append("\n".join(self.legend_lines(width)), label_style)
+        reverse = Style(reverse=True)
         for bar in self.bars:
             text.append("\n")
             text.append(f"{bar.index:0{digits}d} {clip(bar.domain, label_w):<{label_w}} ", label_style)
+            cells = list(" " * area)
+            styles: list[str | None] = [None] * area
+            reversed_cells: set[int] = set()
             if self.signed:
-                cells = list(" " * area)
-                styles = [""] * area
                 length = abs(bar.kl) * unit if math.isfinite(bar.kl) else 0.0  # no bar for nan or inf
                 if bar.kl >= 0:
-                    body = bar_cells(min(length, area - 1 - zero))
-                    for i, ch in enumerate(body):
+                    for i, ch in enumerate(bar_cells(min(length, area - 1 - zero))):
                         cells[zero + 1 + i], styles[zero + 1 + i] = ch, "chart--bar"
                 else:
-                    for i in range(min(zero, int(round(length)))):
-                        cells[zero - 1 - i], styles[zero - 1 - i] = "█", "chart--neg"
+                    left = leftward_cells(min(length, zero))
+                    for i, (ch, rev) in enumerate(left, start=zero - len(left)):
+                        cells[i], styles[i] = ch, "chart--neg"
+                        if rev:
+                            reversed_cells.add(i)
             else:
-                body = bar_cells(min(area, bar.kl * unit))
-                cells = list(body.ljust(area))[:area]
-                styles = ["chart--bar" if i < len(body) else "" for i in range(area)]
+                for i, ch in enumerate(bar_cells(min(area, bar.kl * unit))[:area]):
+                    cells[i], styles[i] = ch, "chart--bar"
             for c, (ch, cls) in marks.items():
                 if 0 <= c < area and (cells[c] == " " or cls == "chart--mean"):
                     cells[c], styles[c] = ch, cls
-            for ch, cls in zip(cells, styles, strict=True):
-                text.append(ch, self.get_component_rich_style(cls) if cls else "")
+                    reversed_cells.discard(c)
+            for i, (ch, drawn) in enumerate(zip(cells, styles, strict=True)):
+                style = self.get_component_rich_style(drawn) if drawn else Style()
+                text.append(ch, style + reverse if i in reversed_cells else style)
             text.append(f" {bar.kl:+.4g}" if self.signed else f" {bar.kl:.4g}")
         return text
