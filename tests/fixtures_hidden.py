@@ -5,14 +5,19 @@ suite's hidden-state reference and read the reports (whose units are contexts)."
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kldtui.formats import fidelity as fid
 from kldtui.formats.logits_writer import write_logits_array, write_logits_manifest
+from kldtui.formats.report import write_report
 from kldtui.formats.suite import load_suite
+from kldtui.metrics.clusters import cluster_units
 from kldtui.metrics.replay import bf16_to_f32, f32_to_bf16
+from kldtui.stages.compare import CompareOptions, compare
 from tests import fidelity_fixture as fx
 
 
@@ -57,4 +62,37 @@ def with_context_kl(doc: dict[str, Any], kl: np.ndarray, name: str) -> dict[str,
         out[key] = {k: v * ratio if k in figures or k.startswith("p") else v for k, v in out[key].items()}
     out["candidate_dir"] = f"/candidates/{name}"
     out["candidate"] = {**out["candidate"], "label": name}
+    return out
+
+
+# each source cluster's B / A - 1 for the candidate a little worse than the best, in sorted key order
+# (17 clusters: 16 hosts of two contexts, one split by its dataset): mostly worse, sometimes better
+CLOSE = np.array([0.03, -0.02] * 6 + [0.03] * 4 + [-0.02])
+
+
+def clustered_candidates(base: Path) -> dict[str, Path]:
+    """Reports of three candidates under ``base`` over a 32-context suite in 17 source clusters, whose
+    two contexts of each source are near duplicates (their KL within 0.1 % of each other): ``best``;
+    ``close``, worse by 1 % on average, cluster by cluster as :data:`CLOSE` says; ``far``, half as far
+    again; ``keys``: the measured report they are made from."""
+    f = fx.build(base / "suite", contexts=32)
+    (folder,) = noisy_candidates(f, base, {"best": 0.03}).values()
+    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend="numpy",
+                                                                             bootstrap_samples=100))
+    path = write_report(base / "measured.json", report)
+    doc = json.loads(path.read_text())
+    contexts = sorted(doc["per_context"], key=lambda e: e["context_index"])
+    keys = [e["source_cluster"] for e in contexts]
+    measured = np.array([e["kl_reference_to_candidate"]["mean"] for e in contexts])
+    number = {k: n for n, k in enumerate(sorted(set(keys)))}
+    of = np.array([number[k] for k in keys])
+    assert len(number) == len(CLOSE) < len(keys)
+    units, _ = cluster_units(measured, keys)
+    best = units[of] * np.where(np.arange(len(keys)) % 2 == 0, 1.0005, 0.9995)  # near duplicates
+    kl = {"best": best, "close": best * (1 + CLOSE[of]), "far": best * (1.5 + CLOSE[of])}
+    out = {}
+    for name, values in kl.items():
+        out[name] = base / f"{name}.json"
+        out[name].write_text(json.dumps(with_context_kl(doc, values, name)))
+    out["keys"] = path  # the measured report, for the refusals
     return out

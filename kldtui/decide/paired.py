@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kldtui.decide.clustered import UNIT as CLUSTER_UNIT
 from kldtui.decide.clustered import ClusteredPaired, check_same_partition, clustered_paired
 from kldtui.decide.noise import AUTO_FLOOR, NoiseFloor, resolve_floor
 from kldtui.decide.reports import (
@@ -452,6 +453,18 @@ class PairedDiff:
         """The outcome of :attr:`verdict`: the clustered verdict's over source clusters where contexts
         share sources, else the overall one's."""
         return self.clustered.outcome if self.clustered is not None else self.overall.outcome
+
+    @property
+    def verdict_interval(self) -> VerdictInterval:
+        """The interval :attr:`verdict` rests on: the clustered verdict's over source clusters where
+        contexts share sources, else the overall one's over the windows (views draw it beside the
+        verdict, never the other)."""
+        return self.clustered.interval if self.clustered is not None else self.overall.interval
+
+    @property
+    def verdict_unit(self) -> str:
+        """What :attr:`verdict_interval` counts: ``source cluster``, else :attr:`unit`."""
+        return CLUSTER_UNIT if self.clustered is not None else self.unit
 
     @property
     def per_window_difference(self) -> list[float]:

@@ -18,48 +18,19 @@ from kldtui.decide.leaderboard import build_leaderboard, leaderboard_from_files
 from kldtui.decide.paired import paired_diff_files
 from kldtui.decide.verdict import family_size_for, family_windows, verdict_interval
 from kldtui.errors import BadInput
-from kldtui.formats import fidelity as fid
-from kldtui.formats.report import load_report, write_report
-from kldtui.metrics.clusters import cluster_units
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.formats.report import load_report
 from kldtui.text import TIED_OUTCOMES
-from tests import fidelity_fixture as fx
-from tests.fixtures_hidden import noisy_candidates, with_context_kl
+from tests.fixtures_hidden import clustered_candidates, with_context_kl
 
 pytest.importorskip("torch")
-
-# each source cluster's B / A - 1 for the candidate a little worse than the best, in sorted key order
-# (17 clusters: 16 hosts of two contexts, one split by its dataset): mostly worse, sometimes better
-CLOSE = np.array([0.03, -0.02] * 6 + [0.03] * 4 + [-0.02])
 
 
 @pytest.fixture(scope="module")
 def boards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Three candidates over a 32-context suite whose two contexts of each source are near duplicates
-    (their KL within 0.1 % of each other): ``best``; ``close``, worse by 1 % on average, cluster by
-    cluster as :data:`CLOSE` says; ``far``, half as far again."""
-    base = tmp_path_factory.mktemp("clustered-board")
-    f = fx.build(base / "suite", contexts=32)
-    (folder,) = noisy_candidates(f, base, {"best": 0.03}).values()
-    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend="numpy",
-                                                                             bootstrap_samples=100))
-    path = write_report(base / "measured.json", report)
-    doc = json.loads(path.read_text())
-    contexts = sorted(doc["per_context"], key=lambda e: e["context_index"])
-    keys = [e["source_cluster"] for e in contexts]
-    measured = np.array([e["kl_reference_to_candidate"]["mean"] for e in contexts])
-    number = {k: n for n, k in enumerate(sorted(set(keys)))}
-    of = np.array([number[k] for k in keys])
-    assert len(number) == len(CLOSE) < len(keys)
-    units, _ = cluster_units(measured, keys)
-    best = units[of] * np.where(np.arange(len(keys)) % 2 == 0, 1.0005, 0.9995)  # near duplicates
-    kl = {"best": best, "close": best * (1 + CLOSE[of]), "far": best * (1.5 + CLOSE[of])}
-    out = {}
-    for name, values in kl.items():
-        out[name] = base / f"{name}.json"
-        out[name].write_text(json.dumps(with_context_kl(doc, values, name)))
-    out["keys"] = path  # the measured report, for the refusals
-    return out
+    """Three candidates over a 32-context suite in 17 source clusters (:func:`clustered_candidates`):
+    ``best``; ``close``, worse by 1 % on average; ``far``, half as far again; ``keys``: the measured
+    report."""
+    return clustered_candidates(tmp_path_factory.mktemp("clustered-board"))
 
 
 def _three(boards: dict[str, Path]) -> list[Path]:

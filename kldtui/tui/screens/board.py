@@ -446,9 +446,10 @@ class BoardScreen(Screen[None]):
             return
         bars = [WindowBar(w, d, kb - ka) for w, d, ka, kb in
                 zip(diff.window_index, diff.domain, diff.kl_a, diff.kl_b, strict=True)]
-        iv = diff.overall.interval
-        band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, self.reports[i].unit)
-        # the verdict over source clusters where contexts share sources, as the tie column counts them
+        # the verdict over source clusters where contexts share sources, as the tie column counts them,
+        # and the interval it rests on (not the contexts' one, which counts them as independent)
+        iv = diff.verdict_interval
+        band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, diff.verdict_unit)
         lines = [f"A = {a.name}, B = {b.name}", diff.verdict]
         text = "\n".join([*lines, f"noise model: {diff.noise_source}"])
         self.deliver(self.show_diff, text, bars, band, diff.verdict, diff.unit)
