@@ -22,6 +22,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -526,7 +527,7 @@ class DashboardScreen(BoardScreen):
 
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         super().show_result(result, report)
-        self.query_one("#tabs", TabbedContent).active = "result"
+        self.action_show_tab("result")
         other = not result.live and result.path is not None and not self._is_own(result.path)
         self.model.set_shown_report(str(shown_path(Path(result.path))) if other and result.path else None)
         if result.path is not None and result.path in self.model.repeat_reports:
@@ -595,6 +596,23 @@ class DashboardScreen(BoardScreen):
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
+        self.call_after_refresh(self._focus_in_sight, tab)
+
+    def _focus_in_sight(self, tab: str) -> None:
+        """Where the focus was in the tab now hidden (the ranking, when d shows the Diff tab), it goes
+        to the first widget of the shown ``tab`` that takes it (the difference's pane, its placeholder
+        too): it was left nowhere, and the arrows and Enter did nothing until Tab. Focus elsewhere (the
+        grid) stays where it is."""
+        def shown(widget: Widget) -> bool:
+            return widget.display and all(node.display for node in widget.ancestors
+                                          if isinstance(node, Widget))
+
+        if self.focused is not None and shown(self.focused):
+            return
+        pane = self.query_one(f"#{tab}", TabPane)
+        target = next((w for w in pane.query(Widget) if w.focusable and shown(w)), None)
+        if target is not None:
+            target.focus()
 
     def action_show_board(self) -> None:
         """b: the Leaderboard tab, the focus on its ranking and the ranking in sight, so that Enter and
