@@ -61,3 +61,28 @@ async def test_the_next_key_after_d_scrolls_the_difference(tmp_path: Path) -> No
         await pilot.press("end")
         await settle(app, pilot)
         assert pane.scroll_y == pane.max_scroll_y, (pane.scroll_y, pane.max_scroll_y)
+
+
+@sync
+async def test_d_with_three_unmarked_reports_shows_the_ranking_to_mark_them_on(tmp_path: Path) -> None:
+    """Three reports, none marked: d cannot choose two, so it shows the ranking (where space marks them)
+    with its focus, and says so; it left the ranking for an empty Diff tab."""
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        for name, level, seed in (("q8", 0.01, 2), ("q6", 0.02, 4), ("q4", 0.03, 3)):
+            await open_with_o(app, pilot, write_report(tmp_path / f"{name}.json",
+                                                       make_report(name, level, seed=seed)))
+        board = app.screen.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: board.row_count == 3, "the three reports ranked")
+        await pilot.press("l")
+        await settle(app, pilot)
+        await pilot.press("d")
+        await settle(app, pilot)
+        assert app.screen.query_one("#tabs", TabbedContent).active == "leaderboard"
+        assert app.focused is board, app.focused
+        assert any("mark two reports with space" in str(n.message) for n in app._notifications)
+        await pilot.press("space", "down", "space", "d")  # then d shows the two marked
+        pane = app.screen.query_one("#diffpane", DiffPane)
+        await until(pilot, lambda: pane.shown, "the difference of the two marked")
+        assert app.screen.query_one("#tabs", TabbedContent).active == "diff"

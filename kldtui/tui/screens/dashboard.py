@@ -557,8 +557,12 @@ class DashboardScreen(BoardScreen):
         return super().default_report_path() or (str(self.own_report) if self.own_report else "")
 
     def diff_needs_marks(self) -> None:
-        if len(self.results) != 2:
+        # under two reports the Diff tab's placeholder says what to do; with more, two are marked on the
+        # ranking (space), so the ranking is shown with the focus that marks them
+        if len(self.results) < 2:
             self.action_show_tab("diff")
+        else:
+            self.action_show_board()
         super().diff_needs_marks()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
