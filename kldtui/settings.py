@@ -45,8 +45,8 @@ GROUPS = {
     SERVER: "Read inside the server's processes (the vLLM hook, the embedded server). kldtui run and "
             "kldtui serve set the capture variables from the profile and check every value here "
             "before launching; a server started by hand takes them from its shell.",
-    HUB: "Read by reference downloads, kldtui prepare and kldtui publish (huggingface_hub reads "
-         "them too, with its own rules).",
+    HUB: "Read by reference downloads, kldtui prepare, kldtui publish and hidden mode's look-up of a "
+         "candidate's cached checkpoint (huggingface_hub reads them too, with its own rules).",
     SYSTEM: "Standard variables kldtui honours.",
     VLLM: "vLLM's own variables; kldtui only reads them to report what the server will do.",
     LAUNCHED: "What kldtui sets for a vLLM server it launches (a server kind with a runtime folder: "
@@ -326,10 +326,17 @@ HF_TOKEN = _text("HF_TOKEN", HUB, "Access token sent to the Hub; without it hugg
                  kind="a token", secret=True)
 HF_HUB_OFFLINE = _flag("HF_HUB_OFFLINE", HUB, "Never download: an incomplete reference folder is "
                        "an error instead.")
+HF_HUB_CACHE = _path("HF_HUB_CACHE", HUB, "The Hugging Face cache a vLLM candidate given as a Hub model "
+                     "id is looked up in (hidden mode exports its LM head from the cached checkpoint; "
+                     "never downloaded by kldtui); `[candidate] env` overrides it as it does for the "
+                     "server.", default_text="`$HF_HOME/hub`")
+HF_HOME = _path("HF_HOME", HUB, "Hugging Face's folder; the cache is `$HF_HOME/hub` unless HF_HUB_CACHE "
+                "is set.", default_text="`$XDG_CACHE_HOME/huggingface`")
 
 # ----------------------------------------------------------------------------- system
 XDG_CACHE_HOME = _home_path("XDG_CACHE_HOME", "Cache root: the compiled kernel is cached in "
-                            "`$XDG_CACHE_HOME/kldtui/fastkl`.", ".cache")
+                            "`$XDG_CACHE_HOME/kldtui/fastkl`; Hugging Face's folder defaults to "
+                            "`$XDG_CACHE_HOME/huggingface`.", ".cache")
 XDG_CONFIG_HOME = _home_path("XDG_CONFIG_HOME", "Configuration root: user themes are read from "
                              "`$XDG_CONFIG_HOME/kldtui/themes`.", ".config")
 CC = _text("CC", SYSTEM, "The C compiler tried first for the compiled kernel (then cc, gcc, clang).",
@@ -409,6 +416,17 @@ def named_variable(name: str, env: Mapping[str, str] | None = None) -> str | Non
     """The value of a variable whose name the user chose (a profile's or a flag's ``api_key_env``);
     None when unset."""
     return (os.environ if env is None else env).get(name)
+
+
+def hf_hub_cache(env: Mapping[str, str] | None = None) -> Path:
+    """The Hugging Face cache folder in ``env`` (default: this process's environment), as
+    huggingface_hub finds it: HF_HUB_CACHE, else ``$HF_HOME/hub``, else
+    ``$XDG_CACHE_HOME/huggingface/hub``. Read each time (huggingface_hub reads it once, on import)."""
+    cache = HF_HUB_CACHE.get(env)
+    if cache is not None:
+        return cache.expanduser()
+    home = HF_HOME.get(env)
+    return (home if home is not None else XDG_CACHE_HOME.get(env) / "huggingface").expanduser() / "hub"
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -23,6 +23,7 @@ from kldtui.servers.base import (
     NOT_IDENTITY,
     CaptureTarget,
     Check,
+    HubModel,
     ServerConfig,
     ServerPlan,
     api_key,
@@ -113,6 +114,9 @@ class AttachKind:
 
     def vocabulary_fix(self, config: ServerConfig, vocab: int) -> str:
         return "attach to a server of the reference's model"
+
+    def hub_model(self, config: ServerConfig) -> HubModel | None:
+        return None  # the server is elsewhere: kldtui does not know its model
 
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it

@@ -21,7 +21,7 @@ import socket
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -117,6 +117,16 @@ class LaunchConfig(ServerConfig):
     port: int = field(default=8000, metadata=NOT_IDENTITY)  # 0 picks a free port
     # until /health and /v1/models must answer
     startup_timeout: float = field(default=DEFAULT_STARTUP_TIMEOUT_S, metadata=NOT_IDENTITY)
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A served model the server downloads from the Hugging Face Hub (a vLLM ``model`` given as a
+    Hub id): where the server keeps it on this host."""
+
+    repo_id: str
+    revision: str | None  # the server's --revision; None: the default branch (main)
+    cache_dir: Path  # the Hugging Face cache it downloads into (its --download-dir, else its environment's)
 
 
 @dataclass(frozen=True)
@@ -274,6 +284,11 @@ class ServerKind(Protocol):
         """The longest prompt (in tokens) the configured server evaluates, when the kind can tell
         before launching (llama.cpp's context); None: the server's own limit, which it says when
         asked. ``kldtui run`` holds the suite's longest window against it before starting anything."""
+        ...
+
+    def hub_model(self, config: ServerConfig) -> HubModel | None:
+        """The served model, when the server downloads it from the Hugging Face Hub into a cache on
+        this host (a vLLM Hub model id); None for a local file or folder, or a model kldtui does not know."""
         ...
 
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
@@ -481,6 +496,17 @@ def has_flag(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value given to ``flag`` (``--flag V`` or ``--flag=V``; the last one, as argparse takes it)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
 def fill(text: str, values: Mapping[str, str]) -> str:
     """Replace ``{model}``-style placeholders; other braces (JSON flag values) are left alone."""
     out = text
@@ -564,6 +590,9 @@ class LaunchedKind:
 
     def is_local(self, config: ServerConfig) -> bool:
         return True  # kldtui starts it here
+
+    def hub_model(self, config: ServerConfig) -> HubModel | None:
+        return None
 
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []

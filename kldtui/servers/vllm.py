@@ -27,13 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.servers.base import (
     Check,
+    HubModel,
     LaunchConfig,
     LaunchedKind,
     ServerConfig,
     fill,
+    flag_value,
     has_flag,
     inherit,
     local_model,
@@ -111,6 +114,17 @@ class VllmKind(LaunchedKind):
 
     def describe(self, config: ServerConfig) -> str:
         return f"vLLM serving {self.own(config).model}"
+
+    def hub_model(self, config: ServerConfig) -> HubModel | None:
+        c: VllmConfig = self.own(config)
+        model = c.model
+        if model is None or model.startswith(("/", ".", "~")) or Path(model).expanduser().exists():
+            return None  # a local checkpoint (configure made a path absolute)
+        # where vLLM downloads it: --download-dir, else the Hugging Face cache its environment names
+        download_dir = flag_value(c.vllm_args, "--download-dir")
+        cache = (Path(download_dir).expanduser() if download_dir
+                 else settings.hf_hub_cache(settings.child_environment(c.env)))
+        return HubModel(model, flag_value(c.vllm_args, "--revision"), cache)
 
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         from kldtui.servers.vllm_probe import vllm_checks

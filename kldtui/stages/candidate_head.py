@@ -6,14 +6,18 @@ head, ``lm-head/`` in its folder (:func:`kldtui.capture_modes.hidden_suite.head_
 reference's: a quantized head is part of what is measured). The rule, in one place:
 
 - ``lm-head/`` is already there: it is used as it is (placed by hand, or exported by an earlier run);
-- else the served model is a local safetensors checkpoint (``model`` of a vLLM candidate) whose head
-  ``kldtui export-head`` can read: the run exports it (:func:`export_candidate_head`, the
-  export-head stage and its events, its size said first), after its server is started and
-  before anything is finalized;
-- else (a GGUF file, a quantized head, a Hub model id not on this disk, an attached server, whose
-  model kldtui does not know) the run is refused before any server starts
+- else the served model is a safetensors checkpoint on this disk whose head ``kldtui export-head``
+  can read: the run exports it (:func:`export_candidate_head`, the export-head stage and its
+  events, its size said first), after its server is started and before anything is finalized. A
+  vLLM ``model`` that is a Hugging Face model id (``org/Model-AWQ``) is the snapshot the server
+  downloads it into (:meth:`~kldtui.servers.base.ServerKind.hub_model`: its ``--revision``, its
+  ``--download-dir`` or the cache its environment names), looked up in that cache only: kldtui
+  never downloads it;
+- else (a GGUF file, a quantized head, a Hub model id not in that cache or only partly, an attached
+  server, whose model kldtui does not know) the run is refused before any server starts
   (:func:`candidate_head_problem`, asked by :func:`kldtui.workflow.preflight.preflight`), in one
-  line naming the folder and the ``kldtui export-head`` command that fills it;
+  line naming the folder and the command that fills it (``hf download`` into the cache for a Hub
+  model, else ``kldtui export-head``);
 - a built-in model (the embedded demo server) has no checkpoint to export from and is not refused:
   its head is placed by hand, or finalize says it is missing (as before).
 
@@ -23,6 +27,7 @@ exported from the reference checkpoint (docs/PRODUCING.md, "A hidden-state suite
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +35,9 @@ from pathlib import Path
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, null_sink
-from kldtui.servers.base import ServerConfig
+from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
-from kldtui.stages.export_head import STAGE, HeadSource, export_head, find_head
+from kldtui.stages.export_head import STAGE, CheckpointIncomplete, HeadSource, export_head, find_head
 from kldtui.text import human_bytes
 
 
@@ -78,6 +83,9 @@ def candidate_head(mode: CaptureMode, config: ServerConfig, candidate_dir: Path,
         return CandidateHead(folder, problem=f"{missing}, and {config.label} ({kind.describe(config)}) names "
                                              "no checkpoint to export it from; before the run, export the "
                                              f"served model's head: {command}")
+    hub = kind.hub_model(config)
+    if hub is not None:
+        return _from_hub(folder, config, hub, missing, command)
     path = Path(model).expanduser()
     if not path.exists():
         return CandidateHead(folder, problem=f"{missing}, and {config.label} model = {model!r} is not on "
@@ -89,12 +97,50 @@ def candidate_head(mode: CaptureMode, config: ServerConfig, candidate_dir: Path,
                            "export-head reads")
         source = find_head(path)
     except BadInput as exc:
-        return CandidateHead(folder, problem=f"{missing}, and it cannot be exported from {config.label} "
-                                             f"model = {model!r} ({_clause(str(exc))}); before the run, "
-                                             "export the head its server uses from a safetensors checkpoint "
-                                             f"holding it unquantized ({command}), or capture in logits mode "
-                                             '([capture] mode = "logits")')
+        return CandidateHead(folder, problem=_unexportable(missing, config, model, exc, command))
     return CandidateHead(folder, checkpoint=path, source=source)
+
+
+def _from_hub(folder: Path, config: ServerConfig, hub: HubModel, missing: str, command: str) -> CandidateHead:
+    """The head of a model the server downloads from the Hub: exported from its snapshot in the
+    Hugging Face cache (looked up on this disk only, never downloaded here), else the refusal says
+    how to fetch it into that cache."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, IncompleteSnapshotError, LocalEntryNotFoundError
+
+    model = f"{config.label} model = {hub.repo_id!r}"
+    if hub.revision:
+        model += f" at revision {hub.revision!r}"
+    fetch = " ".join(["hf download", shlex.quote(hub.repo_id)]
+                     + (["--revision", shlex.quote(hub.revision)] if hub.revision else [])
+                     + ["--cache-dir", shlex.quote(str(hub.cache_dir))])
+    partly = (f"{missing}, and {model} is only partly in the Hugging Face cache ({{why}}); before the run, "
+              f"finish its download: {fetch} (the run then exports its head from the cached checkpoint)")
+    try:
+        snapshot = Path(snapshot_download(hub.repo_id, revision=hub.revision, cache_dir=hub.cache_dir,
+                                          local_files_only=True))
+    except IncompleteSnapshotError as exc:
+        return CandidateHead(folder, problem=partly.format(why=_clause(str(exc).split(". ", 1)[0])))
+    except (LocalEntryNotFoundError, HFValidationError):
+        return CandidateHead(folder, problem=f"{missing}, and {model} is not in the Hugging Face cache "
+                                             f"{hub.cache_dir}; before the run, download it there: {fetch} "
+                                             "(the run then exports its head from the cached checkpoint)")
+    try:
+        source = find_head(snapshot)
+    except CheckpointIncomplete as exc:
+        return CandidateHead(folder, problem=partly.format(why=_clause(str(exc))))
+    except BadInput as exc:
+        return CandidateHead(folder, problem=_unexportable(missing, config, hub.repo_id, exc, command))
+    return CandidateHead(folder, checkpoint=snapshot, source=source)
+
+
+def _unexportable(missing: str, config: ServerConfig, model: str, exc: BadInput, command: str) -> str:
+    """The refusal of a checkpoint that is there but whose head cannot be exported (a GGUF, a
+    quantized head)."""
+    return (f"{missing}, and it cannot be exported from {config.label} model = {model!r} "
+            f"({_clause(str(exc))}); before the run, export the head its server uses from a safetensors "
+            f"checkpoint holding it unquantized ({command}), or capture in logits mode "
+            '([capture] mode = "logits")')
 
 
 def _clause(message: str) -> str:

@@ -67,6 +67,11 @@ class HeadSource:
     shape: tuple[int, ...]
 
 
+class CheckpointIncomplete(BadInput):
+    """The checkpoint lacks the weights file that holds the head, or holds no safetensors weights
+    at all: a download not finished (in a Hugging Face cache: only its config fetched so far)."""
+
+
 # What to do about a checkpoint's JSON file (config, index) that cannot be used
 CHECKPOINT = "give the checkpoint folder of a safetensors model, or download the checkpoint again"
 
@@ -127,9 +132,10 @@ def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
     if _present(single):
         return {name: single for name in read_header(single).tensors}, None
     found = sorted(p.name for p in checkpoint.glob("*.safetensors"))
-    raise BadInput(f"{checkpoint}: neither {INDEX_FILE} nor {SINGLE_FILE}"
-                   + (f" (found {', '.join(found[:3])}: give that file)" if found else "")
-                   + "; give the checkpoint folder of a safetensors model")
+    no_weights = BadInput if found else CheckpointIncomplete
+    raise no_weights(f"{checkpoint}: neither {INDEX_FILE} nor {SINGLE_FILE}"
+                     + (f" (found {', '.join(found[:3])}: give that file)" if found else "")
+                     + "; give the checkpoint folder of a safetensors model")
 
 
 def find_head(checkpoint: str | os.PathLike[str], tensor: str | None = None) -> HeadSource:
@@ -162,6 +168,9 @@ def find_head(checkpoint: str | os.PathLike[str], tensor: str | None = None) -> 
                                f"({_names_hint(weights)})")
             name, is_tied = embeddings[0], True
     shard = weights[name]
+    if index is not None and not shard.exists():  # a dangling link too: its blob is gone
+        raise CheckpointIncomplete(f"{shard}: not there, though {index.name} names it for {name}; the "
+                                   "checkpoint is incomplete: download it again")
     header = read_header(shard)
     if name not in header.tensors:
         raise BadInput(f"{shard}: the index says it holds {name!r} but it does not; the checkpoint is "
@@ -236,4 +245,5 @@ def export_head(checkpoint: str | os.PathLike[str], output: str | os.PathLike[st
     return head
 
 
-__all__ = ["EMBEDDING_NAMES", "HEAD_NAMES", "HeadSource", "export_head", "find_head", "tied_embeddings"]
+__all__ = ["CheckpointIncomplete", "EMBEDDING_NAMES", "HEAD_NAMES", "HeadSource", "export_head", "find_head",
+           "tied_embeddings"]

@@ -31,6 +31,34 @@ pytestmark = pytest.mark.timeout(300)
 SEED = 7
 
 
+@pytest.fixture(autouse=True)
+def _hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The Hugging Face cache a Hub model id is looked up in: this test's own (empty until filled)."""
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def _cache_snapshot(cache: Path, repo_id: str, head: torch.Tensor, *, revision: str = "main",
+                    commit: str = "a" * 40) -> Path:
+    """``repo_id`` at ``revision`` in a Hugging Face cache laid out as huggingface_hub lays it out:
+    models--ORG--NAME/refs/REVISION holding the commit, snapshots/COMMIT/ linking each file to its
+    blob; the snapshot folder."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    built = _checkpoint(tmp := repo / "built" / commit, head)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for file in sorted(built.iterdir()):
+        blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+        file.rename(blob)
+        (snapshot / file.name).symlink_to(Path("../..") / "blobs" / blob.name)
+    tmp.rmdir()
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    return snapshot
+
+
 def _checkpoint(root: Path, head: torch.Tensor) -> Path:
     """A one-file safetensors checkpoint holding ``head`` as ``lm_head.weight``."""
     root.mkdir(parents=True)
@@ -128,17 +156,80 @@ def test_a_candidate_whose_head_cannot_be_exported_is_refused_before_its_server(
         save_file({"lm_head.weight": torch.zeros(fx.VOCAB, 8, dtype=torch.int8),
                    "lm_head.weight_scale": torch.ones(fx.VOCAB)}, str(Path(model) / "model.safetensors"))
         why = f"lm_head.weight is I8 [{fx.VOCAB}, 8] with lm_head.weight_scale); "
-    else:
+    else:  # not in the Hugging Face cache the server downloads into: the command that fetches it there
         model = "org/q4-not-here"
-        why = "model = 'org/q4-not-here' is not on this disk; before the run, download the checkpoint"
+        cache = tmp_path / "hf-cache"
+        why = (f"model = 'org/q4-not-here' is not in the Hugging Face cache {cache}; before the run, "
+               f"download it there: hf download org/q4-not-here --cache-dir {cache} (the run then exports "
+               "its head from the cached checkpoint)")
     profile = _profile(tmp_path, _vllm(None, model))
     line = _refused(profile, capsys)
     folder = tmp_path / "work" / "candidate" / fid.LM_HEAD_DIR
     assert line.startswith(f"kldtui: error: {folder}: hidden mode replays the candidate's hidden states with "
                            f"its own LM head, which is not there, and "), line
     assert why in line, line
-    assert f"kldtui export-head --checkpoint CHECKPOINT --output {folder}" in line, line
+    if case != "hub id":
+        assert f"kldtui export-head --checkpoint CHECKPOINT --output {folder}" in line, line
     assert not (tmp_path / "work" / "capture").exists() and not folder.exists()
+
+
+def test_a_hub_model_id_is_exported_from_its_snapshot_in_the_hugging_face_cache(tmp_path: Path) -> None:
+    """vLLM serves ``org/q4`` from the Hugging Face cache (HF_HUB_CACHE): the run exports the head
+    from the cached snapshot, the same file as ``kldtui export-head`` writes from it."""
+    fx.build(tmp_path / "suite", contexts=4)
+    head = torch.from_numpy(TinyModel(fx.VOCAB, seed=SEED).head).to(torch.bfloat16).contiguous()
+    snapshot = _cache_snapshot(tmp_path / "hf-cache", "org/q4", head)
+    events: list[Event] = []
+    Pipeline(load_profile(_profile(tmp_path, _vllm(None, "org/q4"))), events.append).run_all()
+
+    head_dir = tmp_path / "work" / "candidate" / fid.LM_HEAD_DIR
+    said = next(e.text for e in events if isinstance(e, Notice) and "LM head is exported from" in e.text)
+    assert said.startswith(f"{head_dir}: the candidate's LM head is exported from {snapshot} "), said
+    by_hand = tmp_path / "by-hand"
+    assert main(["export-head", "--checkpoint", str(snapshot), "--output", str(by_hand)]) == 0
+    assert fid.load_lm_head(head_dir).file_sha256 == fid.load_lm_head(by_hand).file_sha256
+    check = json.loads((tmp_path / "work" / "candidate" / "hidden-replay-qualification.json").read_text())
+    assert check["status"] == "qualified" and check["kl_live_to_replay"]["max"] == 0.0
+
+
+def test_a_hub_model_is_looked_up_at_the_servers_revision_in_the_cache_its_environment_names(
+        tmp_path: Path) -> None:
+    """``--revision`` in vllm_args picks the snapshot refs/REVISION names; HF_HUB_CACHE in
+    ``[candidate] env`` (the server's environment) is the cache vLLM downloads into, not this shell's."""
+    from kldtui.stages.candidate_head import candidate_head
+
+    fx.build(tmp_path / "suite", contexts=4)
+    theirs = tmp_path / "server-cache"
+    main_head, v2_head = (torch.full((fx.VOCAB, 8), v, dtype=torch.bfloat16) for v in (1.0, 2.0))
+    _cache_snapshot(theirs, "org/q4", main_head, commit="1" * 40)
+    v2 = _cache_snapshot(theirs, "org/q4", v2_head, revision="v2", commit="2" * 40)
+    table = _vllm(None, "org/q4").replace('vllm_args = [', 'vllm_args = ["--revision", "v2", ') \
+        + f'env = {{ HF_HUB_CACHE = "{theirs}" }}\n'
+    profile = load_profile(_profile(tmp_path, table))
+    ws = profile.workspace()
+    assert ws.candidate_dir is not None
+    plan = candidate_head(profile.capture.mode, profile.candidate, ws.candidate_dir, ws.suite_dir)
+    assert plan is not None and plan.problem is None and plan.checkpoint == v2, plan
+
+
+def test_a_hub_model_only_partly_in_the_cache_says_to_finish_its_download(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A snapshot whose index names a shard that is not there (a download stopped halfway, or only
+    the config fetched): refused, with the command that finishes the download."""
+    fx.build(tmp_path / "suite", contexts=4)
+    cache = tmp_path / "hf-cache"
+    snapshot = cache / "models--org--q4" / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    (cache / "models--org--q4" / "refs").mkdir()
+    (cache / "models--org--q4" / "refs" / "main").write_text("c" * 40)
+    shard = "model-00002-of-00002.safetensors"
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors", "lm_head.weight": shard}}))
+    line = _refused(_profile(tmp_path, _vllm(None, "org/q4")), capsys)
+    assert (f"model = 'org/q4' is only partly in the Hugging Face cache ({snapshot / shard}: not there, "
+            "though model.safetensors.index.json names it for lm_head.weight); before the run, finish its "
+            f"download: hf download org/q4 --cache-dir {cache} (the run then exports its head from the "
+            "cached checkpoint)") in line, line
 
 
 def test_a_hidden_mode_campaign_exports_each_candidates_own_head(tmp_path: Path) -> None:
