@@ -66,6 +66,9 @@ class Workspace:
     compare_dir: Path | None = None  # per-window compare cache; None: no cache
     report_path: Path | None = None
     workdir: Path | None = None  # None for single-stage commands (no work folder)
+    # a campaign's repeat capture: the leader's finalized folder (the same model served again; its
+    # exported LM head is reused, kldtui.stages.candidate_head)
+    same_model_as: Path | None = None
 
     # -- constructors ---------------------------------------------------------------------------
     @classmethod
@@ -123,7 +126,8 @@ class Workspace:
         root = self._need(self.workdir, "workdir") / "repeat"
         return replace(base, run_name=f"{name}{REPEAT_SUFFIX}", candidate_dir=root / name,
                        compare_dir=root / f"{name}-compare",
-                       report_path=root / f"{CAMPAIGN_REPORT_PREFIX}{name}.json")
+                       report_path=root / f"{CAMPAIGN_REPORT_PREFIX}{name}.json",
+                       same_model_as=base.candidate_dir)
 
     @property
     def noise_model_path(self) -> Path:

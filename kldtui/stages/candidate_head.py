@@ -6,6 +6,10 @@ head, ``lm-head/`` in its folder (:func:`kldtui.capture_modes.hidden_suite.head_
 reference's: a quantized head is part of what is measured). The rule, in one place:
 
 - ``lm-head/`` is already there: it is used as it is (placed by hand, or exported by an earlier run);
+- else a campaign's repeat capture (``repeat/NAME``, :attr:`kldtui.workspace.Workspace.same_model_as`)
+  reuses its leader's head, the same model's: the leader's weight file hardlinked where the file
+  system allows (else copied), once it is shown to be a regular file whose hash is the one its
+  manifest states (:func:`export_candidate_head`; a head that is not is exported again instead);
 - else the served model is a safetensors checkpoint on this disk whose head ``kldtui export-head``
   can read: the run exports it (:func:`export_candidate_head`, the export-head stage and its
   events, its size said first), after its server is started and before anything is finalized. A
@@ -27,8 +31,11 @@ exported from the reference checkpoint (docs/PRODUCING.md, "A hidden-state suite
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,39 +46,72 @@ from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
 from kldtui.stages.export_head import STAGE, CheckpointIncomplete, HeadSource, export_head, find_head
 from kldtui.text import human_bytes
+from kldtui.workspace import Workspace
 
 
 @dataclass(frozen=True)
 class CandidateHead:
-    """What a hidden-state candidate's folder needs for its head: ``checkpoint`` and ``source`` to
-    export it from, or ``problem`` (one line) when it cannot be; neither when it is there."""
+    """What a hidden-state candidate's folder needs for its head: ``same_as`` to reuse, or
+    ``checkpoint`` and ``source`` to export it from, or ``problem`` (one line) when it cannot be."""
 
     folder: Path  # the candidate's lm-head/
+    same_as: Path | None = None  # the same model's exported head (a repeat capture's leader's)
     checkpoint: Path | None = None
     source: HeadSource | None = None
     problem: str | None = None
 
     @property
     def size_bytes(self) -> int:
-        """What the export writes: the head in BF16 (2 bytes a value), its header and manifest aside."""
+        """What putting the head in place writes: the export's head in BF16 (2 bytes a value), its
+        header and manifest aside; a reused head's file when it is copied, nothing when hardlinked."""
+        if self.same_as is not None:
+            from kldtui.formats.fidelity import HEAD_FILE
+
+            weight = self.same_as / HEAD_FILE
+            return 0 if _same_file_system(weight, self.folder) else _size(weight)
         if self.source is None:
             return 0
         rows, cols = self.source.shape
         return 2 * int(rows) * int(cols)
 
 
-def candidate_head(mode: CaptureMode, config: ServerConfig, candidate_dir: Path,
-                   suite_dir: Path) -> CandidateHead | None:
-    """Where the head of the candidate that ``config`` serves into ``candidate_dir`` comes from (see
-    the module docstring); None when the folder needs no head of its own here (another capture
-    mode, the suite's ``reference-hidden/``, or the head is already there)."""
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _same_file_system(a: Path, b: Path) -> bool:
+    try:
+        return os.stat(_existing(a)).st_dev == os.stat(_existing(b)).st_dev
+    except OSError:
+        return False
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Workspace, *,
+                   reuse: bool = True) -> CandidateHead | None:
+    """Where the head of the candidate that ``config`` serves into ``workspace``'s candidate folder
+    comes from (see the module docstring); None when the folder needs no head of its own here
+    (another capture mode, no candidate folder, the suite's ``reference-hidden/``, or the head is
+    already there). ``reuse`` False: not the same model's head, even where there is one."""
     from kldtui.capture_modes.hidden_suite import own_head_dir
 
-    if not mode.replays_own_head:
+    if not mode.replays_own_head or workspace.candidate_dir is None:
         return None
-    folder = own_head_dir(candidate_dir, suite_dir)
+    folder = own_head_dir(workspace.candidate_dir, workspace.suite_dir)
     if folder is None or folder.exists():  # there (a damaged one is said, with its fix, where it is read)
         return None
+    leader = workspace.same_model_as
+    same_as = own_head_dir(leader, workspace.suite_dir) if reuse and leader is not None else None
+    if same_as is not None and same_as.is_dir():
+        return CandidateHead(folder, same_as=same_as)
     kind = kind_of(config)
     if kind.builtin:
         return None  # nothing to export it from; finalize says it is missing
@@ -148,20 +188,27 @@ def _clause(message: str) -> str:
     return message.split("; ", 1)[0]
 
 
-def candidate_head_problem(mode: CaptureMode, config: ServerConfig, candidate_dir: Path,
-                           suite_dir: Path) -> str | None:
+def candidate_head_problem(mode: CaptureMode, config: ServerConfig, workspace: Workspace) -> str | None:
     """The line that refuses a run whose hidden-state candidate has no head and none can be exported
     (None: nothing to refuse)."""
-    plan = candidate_head(mode, config, candidate_dir, suite_dir)
+    plan = candidate_head(mode, config, workspace)
     return plan.problem if plan is not None else None
 
 
-def export_candidate_head(mode: CaptureMode, config: ServerConfig, candidate_dir: Path, suite_dir: Path,
+def export_candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Workspace,
                           emit: EventSink = null_sink) -> Path | None:
-    """Export the candidate's head into its folder when it is not there and its checkpoint has one
-    (the export-head stage; its size said first); the folder written, else None. A head that cannot be
-    exported is left to the preflight (before a run) and to finalize, which says it is missing."""
-    plan = candidate_head(mode, config, candidate_dir, suite_dir)
+    """Put the candidate's head in its folder when it is not there: the same model's reused, else
+    exported from its checkpoint (the export-head stage; its size said first); the folder written,
+    else None. A head that cannot be exported is left to the preflight (before a run) and to
+    finalize, which says it is missing."""
+    plan = candidate_head(mode, config, workspace)
+    if plan is not None and plan.same_as is not None:
+        why = _reuse(plan.same_as, plan.folder, emit)
+        if why is None:
+            return plan.folder
+        emit(Notice(STAGE, f"{plan.same_as}: not reused for {plan.folder} ({why}); the head is exported "
+                           "from the checkpoint instead", level="warning"))
+        plan = candidate_head(mode, config, workspace, reuse=False)
     if plan is None or plan.checkpoint is None or plan.source is None:
         return None
     parent = plan.folder.parent
@@ -172,6 +219,50 @@ def export_candidate_head(mode: CaptureMode, config: ServerConfig, candidate_dir
                        f"{human_bytes(plan.size_bytes)} on disk, {human_bytes(free)} free there"))
     export_head(plan.checkpoint, plan.folder, emit=emit)
     return plan.folder
+
+
+def _reuse(source: Path, out: Path, emit: EventSink) -> str | None:
+    """Put the exported head in ``source`` (the same model's) at ``out``: its weight file hardlinked
+    where the file system allows, else copied, and its manifest copied, into a new folder beside
+    ``out`` renamed into place once checked (as an export is). None when done; else why not
+    (nothing written): the weight is not a regular file, or not the file its manifest hashes."""
+    from kldtui.formats import fidelity as fid
+    from kldtui.formats.safe_io import open_regular, read_bytes
+    from kldtui.formats.suite import sha256_file
+
+    try:
+        head = fid.load_lm_head(source)
+        if head.manifest_path is None or head.file_sha256 is None:
+            return "it has no manifest stating its hash"
+        if not stat.S_ISREG(os.lstat(head.path).st_mode):  # never through a link kldtui did not make
+            return f"{head.path.name} is not a regular file"
+        manifest = read_bytes(head.manifest_path, limit=16 * 1024 * 1024, follow=False)
+    except (BadInput, OSError) as exc:
+        return _clause(str(exc))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        weight = staging / head.path.name
+        try:
+            os.link(head.path, weight, follow_symlinks=False)
+            how = "hardlinked: no new space on disk"
+        except OSError:  # another file system, or one without hardlinks
+            with open_regular(head.path, follow=False) as src, open(weight, "xb") as dst:
+                shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+            how = f"copied: {human_bytes(head.size_bytes)} on disk"
+        if not stat.S_ISREG(os.lstat(weight).st_mode) or sha256_file(weight) != head.file_sha256:
+            return f"{head.path.name} does not hash to the file_sha256 its manifest states"
+        with open(staging / head.manifest_path.name, "xb") as dst:
+            dst.write(manifest)
+        fid.load_lm_head(staging)  # the pair is whole (its header and manifest agree)
+        os.rename(staging, out)  # onto nothing: out was checked missing, and is locked by the run
+    except (BadInput, OSError) as exc:
+        return _clause(str(exc))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    emit(Notice(STAGE, f"{out}: the candidate's LM head is the same model's, exported in {source} "
+                       f"(file_sha256 {head.file_sha256[:12]}... checked), {how}; not exported again"))
+    return None
 
 
 __all__ = ["CandidateHead", "candidate_head", "candidate_head_problem", "export_candidate_head"]

@@ -302,16 +302,16 @@ class Pipeline:
                            on_window_captured=on_window_captured, finalized=self._finalized_predicate())
 
     def candidate_head(self) -> Path | None:
-        """Hidden mode: export the candidate's own LM head into its folder when it is missing and its
-        checkpoint has one (kldtui.stages.candidate_head); the folder written, else None."""
+        """Hidden mode: put the candidate's own LM head in its folder when it is missing, the same
+        model's reused (a repeat capture's leader's) or exported from its checkpoint
+        (kldtui.stages.candidate_head); the folder written, else None."""
         from kldtui.stages.candidate_head import export_candidate_head
 
         ws = self._workspace
         if ws.candidate_dir is None:
             return None
         self.lock_folders()
-        return export_candidate_head(self.mode, self.profile.candidate, ws.candidate_dir, ws.suite_dir,
-                                     emit=self.emit)
+        return export_candidate_head(self.mode, self.profile.candidate, ws, emit=self.emit)
 
     def finalize(self) -> Path:
         """Finalize every captured window of the range (already finalized ones are kept)."""

@@ -96,10 +96,7 @@ def _head_problem(profile: Profile, workspace: Workspace) -> str | None:
     (kldtui.stages.candidate_head): said now, not by compare after the capture."""
     from kldtui.stages.candidate_head import candidate_head_problem
 
-    if workspace.candidate_dir is None:
-        return None
-    return candidate_head_problem(profile.capture.mode, profile.candidate, workspace.candidate_dir,
-                                  workspace.suite_dir)
+    return candidate_head_problem(profile.capture.mode, profile.candidate, workspace)
 
 
 def _reference_server_problems(profile: Profile, workspace: Workspace) -> list[str]:

@@ -206,9 +206,7 @@ def test_a_hub_model_is_looked_up_at_the_servers_revision_in_the_cache_its_envir
     table = _vllm(None, "org/q4").replace('vllm_args = [', 'vllm_args = ["--revision", "v2", ') \
         + f'env = {{ HF_HUB_CACHE = "{theirs}" }}\n'
     profile = load_profile(_profile(tmp_path, table))
-    ws = profile.workspace()
-    assert ws.candidate_dir is not None
-    plan = candidate_head(profile.capture.mode, profile.candidate, ws.candidate_dir, ws.suite_dir)
+    plan = candidate_head(profile.capture.mode, profile.candidate, profile.workspace())
     assert plan is not None and plan.problem is None and plan.checkpoint == v2, plan
 
 
@@ -248,6 +246,83 @@ def test_a_hidden_mode_campaign_exports_each_candidates_own_head(tmp_path: Path)
         report = json.loads((tmp_path / "work" / f"comparison-{name}.json").read_text())
         assert report["candidate"]["lm_head_file_sha256"] == hashes[name]
     assert hashes["bf16"] != hashes["q4"]
+
+
+def test_the_leaders_repeat_capture_reuses_its_exported_head(tmp_path: Path) -> None:
+    """The leader's repeat capture (repeat/NAME) serves the same checkpoint: its head is the leader's
+    file, hardlinked (the same inode, no second 2 GiB export) after its hash was checked against its
+    manifest, and the replay check and the noise model are measured with it."""
+    import os
+
+    fx.build(tmp_path / "suite", contexts=4)
+    profile = _profile(tmp_path, _vllm("bf16", str(_model_checkpoint(tmp_path / "bf16")))
+                       + "\n" + _vllm("q4", str(_model_checkpoint(tmp_path / "q4", 0.2)), 0.2)
+                       + "\n[campaign]\nrepeat_leader = true\n")
+    events: list[Event] = []
+    campaign = Campaign(load_profile(profile), events.append)
+    campaign.run_all()
+    assert campaign.repeat is not None and campaign.repeat.state == "compared", campaign.repeat
+    leader = campaign.repeat.name.split(".")[0]
+    first = tmp_path / "work" / "candidates" / leader / fid.LM_HEAD_DIR
+    again = tmp_path / "work" / "repeat" / leader / fid.LM_HEAD_DIR
+    assert fid.load_lm_head(again).file_sha256 == fid.load_lm_head(first).file_sha256
+    for name in ("weight.safetensors", "manifest.json"):
+        assert hashlib.sha256((again / name).read_bytes()).hexdigest() == \
+            hashlib.sha256((first / name).read_bytes()).hexdigest(), name
+    assert (again / "weight.safetensors").stat().st_ino == (first / "weight.safetensors").stat().st_ino
+    assert not (again / "manifest.json").samefile(first / "manifest.json")  # copied: its own
+    assert not os.path.islink(again / "weight.safetensors")
+    exports = [e for e in events if isinstance(e, StageStarted) and e.stage == "export-head"]
+    assert len(exports) == 2, exports  # one a candidate; none for the repeat
+    said = [e.text for e in events if isinstance(e, Notice) and e.text.startswith(f"{again}: ")]
+    sha = fid.load_lm_head(first).file_sha256
+    assert said == [f"{again}: the candidate's LM head is the same model's, exported in {first} (file_sha256 "
+                    f"{sha[:12]}... checked), hardlinked: no new space on disk; not exported again"], said
+    check = json.loads((again.parent / "hidden-replay-qualification.json").read_text())
+    assert check["status"] == "qualified" and check["lm_head_file_sha256"] == sha
+
+
+def test_a_repeat_does_not_reuse_a_head_that_is_not_what_its_manifest_hashes(tmp_path: Path) -> None:
+    """A leader's head whose weight file is a symbolic link, or whose bytes are not the file_sha256
+    its manifest states, is never linked: the repeat's head is exported from the checkpoint."""
+    from kldtui.stages.candidate_head import export_candidate_head
+
+    fx.build(tmp_path / "suite", contexts=4)
+    ckpt = _model_checkpoint(tmp_path / "bf16")
+    table = _vllm("bf16", str(ckpt)) + "\n[campaign]\nrepeat_leader = true\n"
+    profile = load_profile(_profile(tmp_path, table))
+    base = profile.member_workspace("bf16")
+    repeat = base.repeat_of("bf16")
+    first = tmp_path / "work" / "candidates" / "bf16" / fid.LM_HEAD_DIR
+    assert main(["export-head", "--checkpoint", str(ckpt), "--output", str(first)]) == 0
+    good = fid.load_lm_head(first).file_sha256
+    weight = first / "weight.safetensors"
+    elsewhere = first / "real.bin"
+    weight.rename(elsewhere)
+    weight.symlink_to(elsewhere.name)  # a link (inside its folder, which the loader allows): not followed
+    events: list[Event] = []
+    member = profile.member(profile.candidates[0])
+    assert export_candidate_head(member.capture.mode, member.candidate, repeat, events.append) is not None
+    again = tmp_path / "work" / "repeat" / "bf16" / fid.LM_HEAD_DIR
+    warned = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert warned == [f"{first}: not reused for {again} (weight.safetensors is not a regular file); the head "
+                      "is exported from the checkpoint instead"], warned
+    assert fid.load_lm_head(again).file_sha256 == good
+    assert (again / "weight.safetensors").stat().st_ino != elsewhere.stat().st_ino
+
+    # the right kind of file with other bytes than its manifest hashes: not reused either
+    import shutil
+
+    shutil.rmtree(again)
+    weight.unlink()
+    data = bytearray(elsewhere.read_bytes())
+    data[-1] ^= 1
+    weight.write_bytes(bytes(data))
+    events.clear()
+    assert export_candidate_head(member.capture.mode, member.candidate, repeat, events.append) is not None
+    warned = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert len(warned) == 1 and "does not hash to the file_sha256 its manifest states" in warned[0], warned
+    assert fid.load_lm_head(again).file_sha256 == good
 
 
 def test_a_campaign_refuses_a_later_candidate_without_a_head_before_the_first_server(tmp_path: Path) -> None:
