@@ -4,7 +4,9 @@ A window's finalized file is ``tokens - 1`` rows of the capture mode's bytes per
 ``vocab`` F32 values) plus a small header; its capture chunks hold the same bytes. Chunks are
 deleted once the window's finalized file is verified, and capture runs at most one window ahead
 of finalize, so the peak is the finalized files plus two windows of chunks (all of them with
-``keep_chunks``).
+``keep_chunks``). In hidden mode a candidate's own LM head the run exports into its folder
+(kldtui.stages.candidate_head) is counted too: vocabulary x hidden width BF16 values, ~2.2 GiB for
+Kimi K3.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import plural
+from kldtui.text import human_bytes, plural
 
 GIB = 1024**3
 HEADER_BYTES = 4096  # safetensors header with metadata, rounded up
@@ -27,14 +29,27 @@ class DiskNeed:
     chunks: int  # peak bytes of capture chunks on disk at once
     windows: int
     unit: str = WINDOW_UNIT  # what the suite calls them (a hidden-state suite's: context; unit_of)
+    # hidden mode: the candidate's own LM head the run exports into its folder (CandidateHead.size_bytes)
+    head: int = 0
+
+    @property
+    def kept(self) -> int:
+        """What stays on disk after the run: the finalized files and the exported head."""
+        return self.finalized + self.head
 
     @property
     def total(self) -> int:
-        return self.finalized + self.chunks
+        return self.kept + self.chunks
 
     def describe(self) -> str:
+        head = f" + {head_words(self.head)}" if self.head else ""
         return (f"{self.total / GIB:.1f} GiB at peak: {plural(self.windows, f'finalized {self.unit}')} "
-                f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB")
+                f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB{head}")
+
+
+def head_words(size: int) -> str:
+    """How a plan line says the head hidden mode exports (the run's, each campaign candidate's)."""
+    return f"the candidate's LM head {human_bytes(size)} (exported from its checkpoint)"
 
 
 def window_bytes(num_tokens: int, vocab: int | None = None, *, row_bytes: int | None = None) -> int:
@@ -61,7 +76,8 @@ def with_live_logits(need: DiskNeed, live: DiskNeed) -> DiskNeed:
     """``need`` (hidden mode's hidden states) with the replay check's live logits (``live``: the
     sample's F32 logits, captured beside their hidden states): both sets of files, both sets of
     chunks at once at worst; the count stays ``need``'s."""
-    return DiskNeed(need.finalized + live.finalized, need.chunks + live.chunks, need.windows, need.unit)
+    return DiskNeed(need.finalized + live.finalized, need.chunks + live.chunks, need.windows, need.unit,
+                    need.head)
 
 
 def kimi_need(keep_chunks: bool = False) -> DiskNeed:

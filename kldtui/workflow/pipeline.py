@@ -566,7 +566,8 @@ class Pipeline:
             return
         windows = self.windows()
         need = capture_need(self.profile, self.load_suite(), windows,
-                            [w for w in windows if w.index not in finalized], vocab, hidden)
+                            [w for w in windows if w.index not in finalized], vocab, hidden,
+                            workspace=self._workspace)
         if need is None:  # e.g. score mode: a few dozen bytes a row
             return
         where = self._workspace.workdir or self._workspace.candidate

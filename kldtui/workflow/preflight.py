@@ -12,6 +12,7 @@ refuses a candidate whose own LM head is neither in its folder nor exportable fr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Sequence
@@ -246,7 +247,8 @@ def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
         return None  # the reference is not there yet (downloaded or captured by the run)
     manifest = mode.manifest_path(workspace.candidate) if workspace.candidate_dir is not None else None
     done = _finalized(manifest, mode)
-    need = capture_need(profile, suite, windows, [w for w in windows if w.index not in done], vocab, hidden)
+    need = capture_need(profile, suite, windows, [w for w in windows if w.index not in done], vocab, hidden,
+                        workspace=workspace)
     if need is None:
         return None  # a few dozen bytes per position (score mode: docs/SCORE_MODE.md)
     probe = workspace.workdir or workspace.candidate
@@ -261,12 +263,14 @@ def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
 
 
 def capture_need(profile: Profile, suite: Suite, windows: Sequence[WindowSpec], todo: Sequence[WindowSpec],
-                 vocab: int, hidden: int | None) -> DiskNeed | None:
+                 vocab: int, hidden: int | None, *, workspace: Workspace | None = None) -> DiskNeed | None:
     """What capturing and finalizing ``todo`` (of the run's ``windows``) in the profile's capture
     mode writes at peak: logits mode F32 logits; hidden mode each context's BF16 hidden states
-    (``hidden`` wide) and the replay check's live logits (F32) of its sample; None when it is a few
-    dozen bytes a position (score mode) or hidden mode's width is not known yet."""
+    (``hidden`` wide), the replay check's live logits (F32) of its sample, and the candidate's own
+    LM head when the run exports it into ``workspace``'s candidate folder (None: no head counted);
+    None when it is a few dozen bytes a position (score mode) or hidden mode's width is not known yet."""
     from kldtui.formats.suite import unit_of
+    from kldtui.stages.candidate_head import candidate_head
     from kldtui.workflow.diskplan import disk_need, with_live_logits
 
     mode = profile.capture.mode
@@ -281,6 +285,8 @@ def capture_need(profile: Profile, suite: Suite, windows: Sequence[WindowSpec], 
         sample = [w.num_tokens for w in todo if w.index in live]
         if sample:
             need = with_live_logits(need, disk_need(sample, vocab, keep_chunks=keep))
+    if workspace is not None and (head := candidate_head(mode, profile.candidate, workspace)) is not None:
+        need = dataclasses.replace(need, head=head.size_bytes)
     return need
 
 
@@ -324,8 +330,11 @@ class CampaignDisk:
     unit: str = WINDOW_UNIT  # what the suite's windows are called (a hidden-state suite's: context)
 
     def describe(self) -> str:
-        total = sum(n.finalized for _, n in self.parts) + self.chunks
+        from kldtui.workflow.diskplan import head_words
+
+        total = sum(n.kept for _, n in self.parts) + self.chunks
         parts = ", ".join(f"{what} {plural(n.windows, self.unit)} {human_bytes(n.finalized)}"
+                          + (f" + {head_words(n.head)}" if n.head else "")
                           for what, n in self.parts)
         free = "; ".join(f"{human_bytes(self.free[at])} free in {at}" for at in self.need)
         return f"{human_bytes(total)} at peak ({parts}, capture chunks {human_bytes(self.chunks)}); {free}"
@@ -373,7 +382,7 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
         parts.append((what, part))
         device = os.stat(_existing(where)).st_dev
         folders.setdefault(device, where)
-        need[device] = need.get(device, 0) + part.finalized
+        need[device] = need.get(device, 0) + part.kept
 
     if profile.reference.server is not None and not reference_complete(first, windows):
         done = _finalized(first.reference_manifest, None)
@@ -387,8 +396,10 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
             manifest = own.manifest_path(ws.candidate) if ws.candidate_dir is not None else None
             done = _finalized(manifest, own)
             left = [w for w in windows if w.index not in done]
-            if left and (part := capture_need(member, suite, windows, left, vocab, hidden)) is not None:
+            if left and (part := capture_need(member, suite, windows, left, vocab, hidden,
+                                              workspace=ws)) is not None:
                 add(name, part, workdir)
+        # the repeat's head is its leader's, linked (kldtui.stages.candidate_head): counted in the leader's
         if repeat and (part := capture_need(profile, suite, windows, windows, vocab, hidden)) is not None:
             add("the leader's repeat", part, workdir)
     if not parts:

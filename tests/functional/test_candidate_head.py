@@ -21,6 +21,7 @@ from kldtui.embedded.model import TinyModel
 from kldtui.errors import BadInput
 from kldtui.events import Event, Notice, StageFinished, StageStarted
 from kldtui.formats import fidelity as fid
+from kldtui.text import human_bytes
 from kldtui.workflow.campaign import Campaign
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import load_profile
@@ -323,6 +324,59 @@ def test_a_repeat_does_not_reuse_a_head_that_is_not_what_its_manifest_hashes(tmp
     warned = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
     assert len(warned) == 1 and "does not hash to the file_sha256 its manifest states" in warned[0], warned
     assert fid.load_lm_head(again).file_sha256 == good
+
+
+def _short_of_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    from collections import namedtuple
+
+    real, usage = shutil.disk_usage, namedtuple("usage", "total used free")
+    monkeypatch.setattr("kldtui.workflow.preflight.shutil.disk_usage",
+                        lambda path: usage(real(path).total, real(path).used, 1))
+
+
+def test_a_runs_disk_plan_counts_the_head_it_will_export(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head the run exports (vocab x hidden BF16 values; Kimi K3's 2.2 GiB) is in the disk the
+    run says it needs, in words; once it is there it is not counted again."""
+    from kldtui.workflow.preflight import _disk_problem
+
+    fx.build(tmp_path / "suite", contexts=4)
+    hidden = TinyModel(fx.VOCAB, seed=SEED).head.shape[1]
+    profile = load_profile(_profile(tmp_path, _vllm(None, str(_model_checkpoint(tmp_path / "ckpt")))))
+    _short_of_disk(monkeypatch)
+    said = _disk_problem(profile, profile.workspace()) or ""
+    head = 2 * fx.VOCAB * hidden
+    assert (f" + the candidate's LM head {human_bytes(head)} (exported from its checkpoint) in "
+            f"{tmp_path / 'work'}, ") in said, said
+    fid.write_lm_head(tmp_path / "work" / "candidate" / fid.LM_HEAD_DIR, np.zeros((fx.VOCAB, 8), np.float32),
+                      checkpoint_tensor_key="lm_head.weight")
+    said = _disk_problem(profile, profile.workspace()) or ""
+    assert "LM head" not in said and " 4 finalized contexts " in said, said
+
+
+def test_a_campaigns_disk_plan_counts_each_candidates_head_and_the_repeats_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each candidate's exported head is in its part of the campaign's line and in the total; the
+    leader's repeat reuses the leader's (hardlinked), so it adds none."""
+    import re
+
+    fx.build(tmp_path / "suite", contexts=4)
+    hidden = TinyModel(fx.VOCAB, seed=SEED).head.shape[1]
+    profile = _profile(tmp_path, _vllm("bf16", str(_model_checkpoint(tmp_path / "bf16")))
+                       + "\n" + _vllm("q4", str(_model_checkpoint(tmp_path / "q4", 0.2)), 0.2)
+                       + "\n[campaign]\nrepeat_leader = true\n")
+    _short_of_disk(monkeypatch)
+    with pytest.raises(BadInput) as info:
+        Campaign(load_profile(profile), lambda event: None).run_all()
+    said = str(info.value)
+    head = f" + the candidate's LM head {human_bytes(2 * fx.VOCAB * hidden)} (exported from its checkpoint)"
+    parts = re.search(r"at peak \((.*), capture chunks ", said)
+    assert parts is not None, said
+    bf16, q4, repeat = parts.group(1).split(", ")
+    assert bf16.startswith("bf16 4 contexts ") and bf16.endswith(head), said
+    assert q4.startswith("q4 4 contexts ") and q4.endswith(head), said
+    assert repeat.startswith("the leader's repeat 4 contexts ") and "LM head" not in repeat, said
 
 
 def test_a_campaign_refuses_a_later_candidate_without_a_head_before_the_first_server(tmp_path: Path) -> None:

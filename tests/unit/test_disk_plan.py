@@ -26,6 +26,18 @@ def test_kimi_figures():
     assert kimi_need(keep_chunks=True).total > 79 * GIB
 
 
+def test_an_exported_lm_head_is_in_the_total_and_said_in_the_line():
+    """Hidden mode's candidate head (Kimi K3's: 163,840 x 7,168 BF16 values, 2.2 GiB) is written
+    beside the finalized files: the peak counts it and the line says what it is."""
+    import dataclasses
+
+    need = dataclasses.replace(kimi_need(), head=2 * 163840 * 7168)
+    assert need.total == kimi_need().total + 2 * 163840 * 7168 and need.kept == need.finalized + need.head
+    assert need.describe().endswith(" + capture chunks 2.5 GiB + the candidate's LM head 2.2 GiB (exported "
+                                    "from its checkpoint)"), need.describe()
+    assert "LM head" not in kimi_need().describe()
+
+
 def test_finalize_records_its_hash_so_nothing_hashes_the_file_again(tmp_path):
     rng = np.random.default_rng(0)
     suite = write_suite(tmp_path / "suite", [("prose", rng.integers(0, 50, 40).tolist())])
