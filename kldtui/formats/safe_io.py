@@ -233,6 +233,13 @@ def regular_size(path: str | os.PathLike[str]) -> int | None:
     return st.st_size
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest existing parent (whose file system it will be written on)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def is_same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file: the same real path, or (both existing) the same inode."""
     try:

@@ -42,6 +42,7 @@ from pathlib import Path
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, null_sink
+from kldtui.formats.safe_io import nearest_existing
 from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
 from kldtui.stages.export_head import STAGE, CheckpointIncomplete, HeadSource, export_head, find_head
@@ -75,15 +76,9 @@ class CandidateHead:
         return 2 * int(rows) * int(cols)
 
 
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def _same_file_system(a: Path, b: Path) -> bool:
     try:
-        return os.stat(_existing(a)).st_dev == os.stat(_existing(b)).st_dev
+        return os.stat(nearest_existing(a)).st_dev == os.stat(nearest_existing(b)).st_dev
     except OSError:
         return False
 
@@ -206,9 +201,10 @@ def export_candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Wo
         why = _reuse(plan.same_as, plan.folder, emit)
         if why is None:
             return plan.folder
-        emit(Notice(STAGE, f"{plan.same_as}: not reused for {plan.folder} ({why}); the head is exported "
-                           "from the checkpoint instead", level="warning"))
-        plan = candidate_head(mode, config, workspace, reuse=False)
+        same_as, plan = plan.same_as, candidate_head(mode, config, workspace, reuse=False)
+        instead = ("the head is exported from the checkpoint instead" if plan is not None and plan.source
+                   else "and there is no checkpoint to export it from: place the head there by hand")
+        emit(Notice(STAGE, f"{same_as}: not reused for its repeat ({why}); {instead}", level="warning"))
     if plan is None or plan.checkpoint is None or plan.source is None:
         return None
     parent = plan.folder.parent

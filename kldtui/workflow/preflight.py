@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
+from kldtui.formats.safe_io import nearest_existing
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.servers.registry import kind_of
 from kldtui.text import human_bytes, plural
@@ -375,12 +376,12 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
     keep = profile.run.keep_chunks
     parts: list[tuple[str, DiskNeed]] = []
     workdir = first.workdir
-    folders = {os.stat(_existing(workdir)).st_dev: workdir}  # one folder named per file system
+    folders = {os.stat(nearest_existing(workdir)).st_dev: workdir}  # one folder named per file system
     need: dict[int, int] = {}
 
     def add(what: str, part: DiskNeed, where: Path) -> None:
         parts.append((what, part))
-        device = os.stat(_existing(where)).st_dev
+        device = os.stat(nearest_existing(where)).st_dev
         folders.setdefault(device, where)
         need[device] = need.get(device, 0) + part.kept
 
@@ -405,10 +406,10 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
     if not parts:
         return _unplanned(mode, windows) if not planned and members else None
     chunks = max(n.chunks for _, n in parts)  # in the work folder's capture folders
-    device = os.stat(_existing(workdir)).st_dev
+    device = os.stat(nearest_existing(workdir)).st_dev
     need[device] = need.get(device, 0) + chunks
     return CampaignDisk(parts, chunks, {folders[d]: n for d, n in need.items()},
-                        {folders[d]: shutil.disk_usage(_existing(folders[d])).free for d in need},
+                        {folders[d]: shutil.disk_usage(nearest_existing(folders[d])).free for d in need},
                         unit_of(windows))
 
 
@@ -455,10 +456,3 @@ def _finalized(manifest: Path | None, mode: object | None) -> set[int]:
         return set(read(manifest).entries)
     except (KldError, OSError, ValueError):
         return set()
-
-
-def _existing(path: Path) -> Path:
-    """``path`` or its nearest existing parent (whose file system it will be written on)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path

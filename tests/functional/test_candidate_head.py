@@ -306,8 +306,8 @@ def test_a_repeat_does_not_reuse_a_head_that_is_not_what_its_manifest_hashes(tmp
     assert export_candidate_head(member.capture.mode, member.candidate, repeat, events.append) is not None
     again = tmp_path / "work" / "repeat" / "bf16" / fid.LM_HEAD_DIR
     warned = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
-    assert warned == [f"{first}: not reused for {again} (weight.safetensors is not a regular file); the head "
-                      "is exported from the checkpoint instead"], warned
+    assert warned == [f"{first}: not reused for its repeat (weight.safetensors is not a regular file); the "
+                      "head is exported from the checkpoint instead"], warned
     assert fid.load_lm_head(again).file_sha256 == good
     assert (again / "weight.safetensors").stat().st_ino != elsewhere.stat().st_ino
 
