@@ -21,6 +21,7 @@ from kldtui.embedded.model import TinyModel
 from kldtui.errors import BadInput
 from kldtui.events import Event, Notice, StageFinished, StageStarted
 from kldtui.formats import fidelity as fid
+from kldtui.servers.base import HubModel
 from kldtui.text import human_bytes
 from kldtui.workflow.campaign import Campaign
 from kldtui.workflow.pipeline import Pipeline
@@ -404,3 +405,26 @@ def test_a_head_already_in_the_candidate_folder_is_not_refused(tmp_path: Path) -
     assert any(p.startswith(f"{folder}: ") for p in preflight(profile, profile.workspace(), disk=False))
     fid.write_lm_head(folder, np.zeros((fx.VOCAB, 8), np.float32), checkpoint_tensor_key="lm_head.weight")
     assert preflight(profile, profile.workspace(), disk=False) == []
+
+
+def test_the_cache_a_hub_model_is_looked_up_in_is_the_one_vllm_downloads_into(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--download-dir`` first (either spelling), else HF_HUB_CACHE, else ``$HF_HOME/hub``, each as
+    the server's environment has it; a local path is no Hub model."""
+    from kldtui.servers.registry import kind_of
+
+    fx.build(tmp_path / "suite", contexts=4)
+
+    def hub(table: str) -> object:
+        profile = load_profile(_profile(tmp_path, table))
+        return kind_of(profile.candidate).hub_model(profile.candidate)
+
+    plain = _vllm(None, "org/q4")
+    assert hub(plain) == HubModel("org/q4", None, tmp_path / "hf-cache")
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hub(plain) == HubModel("org/q4", None, tmp_path / "home" / "hub")
+    for flags in ('"--download-dir", "/models"', '"--download-dir=/models"'):
+        table = plain.replace("vllm_args = [", f"vllm_args = [{flags}, \"--revision=abc\", ")
+        assert hub(table) == HubModel("org/q4", "abc", Path("/models")), flags
+    assert hub(_vllm(None, str(_model_checkpoint(tmp_path / "ckpt")))) is None
