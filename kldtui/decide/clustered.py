@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kldtui.decide.noise import NoiseFloor
+from kldtui.decide.reports import check_finite_means
 from kldtui.decide.verdict import (
     METHOD,
     Decision,
@@ -153,6 +154,9 @@ def paired_contexts(a: ComparisonReport, b: ComparisonReport, where_a: str, wher
         if ca[i][1:] != cb[i][1:]:
             raise BadInput(f"{where_a} and {where_b}: context {i} has another source cluster, stratum or "
                            "partition in each; the reports come from different suites")
+    for where, by_context in ((where_a, ca), (where_b, cb)):
+        check_finite_means([by_context[i][0] for i in order], order, where, "kl_reference_to_candidate.mean",
+                           "context")
     layout = SourceClusters(partition=a.suite_statistics.context_selection.partition, contexts=tuple(order),
                             keys=tuple(ca[i][1] for i in order), strata=tuple(ca[i][2] for i in order))
     return layout, np.array([ca[i][0] for i in order]), np.array([cb[i][0] for i in order])

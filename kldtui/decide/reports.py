@@ -8,6 +8,7 @@ JSON document, validated on the way in.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,16 +47,14 @@ class WindowValues:
         return list(dict.fromkeys(self.domain))
 
 
-MAX_VALUE = 1e100
-
-
-def _not_huge(values: list[float], indices: list[int], where: str, what: str, unit: str) -> None:
-    """Refuse absurd figures: squares and sums of them would overflow to inf/nan in the statistics.
+def check_finite_means(values: list[float], indices: list[int], where: str, what: str, unit: str) -> None:
+    """Refuse an infinite per-window mean (another tool's, counting masked positions): sums over windows
+    would be inf or nan. A finite one is at most KL_ROW_MAX, checked when the report is loaded.
     ``unit``: what the report's windows are called (:attr:`ComparisonReport.unit`)."""
     for w, value in zip(indices, values, strict=True):
-        if abs(value) > MAX_VALUE:
-            raise BadInput(f"{where}: {unit} {w} {what} is {value!r}, too large to compare (at most "
-                           f"{MAX_VALUE:g}); the report is damaged or the candidate is broken, re-run "
+        if not math.isfinite(value):
+            raise BadInput(f"{where}: {unit} {w} {what} is {value!r}, which the statistics over {unit}s "
+                           "cannot use; the report is damaged or the candidate is broken, re-run "
                            "kldtui compare")
 
 
@@ -74,9 +73,9 @@ def window_values(report: ReportLike, where: str = "report") -> WindowValues:
         raise BadInput(f"{where}: a {unit} appears twice in the per-window values; the report is damaged")
     rev = table.kl_reverse_mean
     inf = table.infinite_kl_rows
-    _not_huge(table.kl_mean, table.window_index, where, "kl_mean", unit)
+    check_finite_means(table.kl_mean, table.window_index, where, "kl_mean", unit)
     if rev is not None:
-        _not_huge(rev, table.window_index, where, "kl_reverse_mean", unit)
+        check_finite_means(rev, table.window_index, where, "kl_reverse_mean", unit)
     return WindowValues(
         where=where,
         window_index=np.array(indices, dtype=np.int64),

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, NoReturn, cast
 from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize
 from kldtui.formats.suite import unit_name
+from kldtui.metrics.limits import KL_ROW_MAX
 
 REPORT_FORMAT = "kldtui-comparison-v1"
 STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
@@ -1113,20 +1114,24 @@ TOLERANCE = 1e-6  # rounding of figures computed in float32 by other tools (the 
 
 class _Range:
     """A figure's possible values: ``low <= x <= high`` (with :data:`TOLERANCE`); +inf passes where
-    ``high`` is infinite (a KL or NLL with masked tokens)."""
+    ``high`` is infinite or ``infinite`` is set (a KL or NLL with masked tokens)."""
 
-    def __init__(self, low: float, high: float, what: str) -> None:
+    def __init__(self, low: float, high: float, what: str, *, infinite: bool = False) -> None:
         self.low, self.high, self.what = low, high, what
+        self.infinite = infinite or high == math.inf
 
     def problem(self, value: float | None) -> str | None:
-        if value is None or (value == math.inf and self.high == math.inf):
+        if value is None or (value == math.inf and self.infinite):
             return None
         if not (self.low - TOLERANCE <= value <= self.high + TOLERANCE):
             return f"{value!r} is impossible ({self.what})"
         return None
 
 
-KL = _Range(0.0, math.inf, "a KL divergence is >= 0")
+# a finite KL above KL_ROW_MAX cannot come from float32 logits; the statistics over such figures would
+# overflow and leave a verdict without an interval
+KL = _Range(0.0, KL_ROW_MAX, f"a KL divergence is >= 0 and, unless infinite, at most {KL_ROW_MAX:g}, the "
+           "largest float32 logits give", infinite=True)
 JS = _Range(0.0, LN2, "a Jensen-Shannon divergence is between 0 and ln 2")
 FRACTION = _Range(0.0, 1.0, "a fraction is between 0 and 1")
 PROBABILITY = _Range(0.0, 1.0, "a probability is between 0 and 1")

@@ -43,6 +43,7 @@ from kldtui.formats.suite import (
     require_sha256,
     require_width,
 )
+from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.redact import redact_json
 
 SCORE_KEY = "records"
@@ -140,9 +141,6 @@ def write_score_chunk(capture_dir: str | os.PathLike[str], request_id: str, row_
     return final
 
 
-# a finite per-row KL above this cannot come from float32 logits: a probability below e^-708 is 0
-# (kldtui.metrics.kernels.ZERO_BELOW), so a finite KL is at most ~708 plus the log of the vocabulary
-KL_ROW_MAX = 1e4
 _LN2 = 0.6931471805599453
 _TOL = 1e-6
 

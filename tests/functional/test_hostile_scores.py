@@ -133,3 +133,22 @@ def test_write_report_refuses_what_load_report_would_refuse(tmp_path: Path) -> N
     with pytest.raises(BadInput, match="nothing was written"):
         write_report(target, bad)
     assert not target.exists() and not list(tmp_path.glob(".bad.json*"))
+
+
+def test_a_kl_that_float32_logits_give_is_not_called_impossible() -> None:
+    """A score record's finite KL above 1e4 was refused as "impossible (from float32 logits, finite
+    below 10000)", yet the kernels keep a finite logit's log-ratio however low: a candidate logit of
+    -3e38 (a broken quantization) gives a KL of 7.5e37. The bound is what float32 logits can give."""
+    from kldtui.formats.scores import impossible_record
+    from kldtui.metrics.kernels import NumpyRowKernel
+
+    reference = np.zeros((1, 4), dtype=np.float32)
+    candidate = np.array([[0.0, -3e38, 0.0, 0.0]], dtype=np.float32)
+    kl = float(NumpyRowKernel(4).block(reference, candidate, np.array([0])).kl[0])
+    assert math.isfinite(kl) and kl > 1e37
+    records = np.zeros(2, dtype=RECORD_DTYPE)
+    records["kl"] = [kl, 0.5]
+    assert impossible_record(records, 4) is None
+    records["kl"][1] = 1e39  # more than twice the largest float32: no float32 logits give it
+    found = impossible_record(records, 4)
+    assert found is not None and found[0] == 1 and "kl 1e+39 is impossible" in found[1], found
