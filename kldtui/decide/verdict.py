@@ -512,6 +512,17 @@ class VerdictInterval:
         return bool(self.has_interval and self.windows >= MIN_VERDICT_WINDOWS
                     and math.isfinite(self.ci95_low) and math.isfinite(self.ci95_high))  # type: ignore[arg-type]
 
+    def no_interval_reason(self, unit: str = WINDOW_UNIT) -> str | None:
+        """Why :meth:`text` gives no interval, in words (``unit``: what :attr:`windows` counts); None where
+        it gives one. Below :data:`MIN_VERDICT_WINDOWS` the count; above, an end that is not a finite
+        number (KL spread over so many orders of magnitude that the log-normal model's end overflows)."""
+        if self.shows_interval:
+            return None
+        if self.windows < MIN_VERDICT_WINDOWS or not self.has_interval:
+            return f"the verdict's rule needs at least {MIN_VERDICT_WINDOWS} {unit}s"
+        end = "upper" if not math.isfinite(self.ci95_high) else "lower"  # type: ignore[arg-type]
+        return f"the verdict's rule gives no finite {end} end over these {self.windows} {unit}s"
+
     def text(self, fmt: str = ".4g") -> str:
         """The estimate and its interval; the estimate alone where :attr:`shows_interval` is false."""
         if not self.shows_interval:

@@ -186,3 +186,68 @@ def test_no_windows_needed_line_where_the_clustered_verdict_names_the_difference
     assert doc["clustered"]["outcome"] == "a_closer", doc["clustered"]["verdict"]
     assert " needed: " not in out, out
     assert doc["windows_needed"] is None
+
+
+def _one_context_at(doc: dict, kl: float, lists: tuple[str, ...] = ("per_context", "per_window")) -> dict:
+    """``doc`` with context 0's KL raised to ``kl`` in ``lists`` (its per_context figures; its per_window
+    entry and window table row): one wild context among ordinary ones."""
+    out = json.loads(json.dumps(doc))
+    if "per_context" in lists:
+        entry = next(e for e in out["per_context"] if e["context_index"] == 0)
+        entry["kl_reference_to_candidate"].update(mean=kl, max=kl)
+    if "per_window" not in lists:
+        return out
+    window = next(w for w in out["per_window"] if w["window_index"] == 0)
+    window["kl_reference_to_candidate"].update(mean=kl, max=kl)
+    window.update(kl_mean=kl, kl_max=kl)
+    table = out["per_window_arrays"]
+    row = table["window_index"].index(0)
+    table["kl_mean"][row] = table["kl_max"][row] = kl
+    return out
+
+
+@pytest.mark.parametrize("command", ["diff", "leaderboard"])
+@pytest.mark.parametrize("entry", ["per_context", "per_window"])
+def test_a_kl_above_what_float32_logits_give_is_refused_on_load(
+        measured: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, entry: str) -> None:
+    """A context's mean KL of 1e300 (finite, and more than twice the largest float32, which no row of
+    float32 logits gives) passed load, and diff then said "no interval: the verdict's rule needs at
+    least 8 source clusters" of 17: the interval overflowed. It is refused on load, one line naming the
+    file and the entry (exit 2)."""
+    of = cluster_of(measured)
+    kl = 0.01 * np.exp(np.random.default_rng(1).normal(0.0, 0.3, of.max() + 1))[of]
+    paths = write_pair(measured, kl, kl * 1.1, tmp_path)
+    Path(paths[1]).write_text(json.dumps(_one_context_at(json.loads(Path(paths[1]).read_text()), 1e300,
+                                                         (entry,))))
+    assert main([command, *paths, "--no-noise-floor"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith(f"kldtui: error: {paths[1]}: {entry}["), err
+    assert "].kl_reference_to_candidate.mean: 1e+300 is impossible" in err, err
+    assert "at most 7e+38" in err, err
+    assert "source clusters" not in captured.out + err
+
+
+def test_an_interval_whose_end_overflows_says_so_not_that_clusters_are_too_few(
+        measured: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A context's mean KL of 6.8e38, which float32 logits can give (a candidate logit near -3.4e38):
+    the log-normal model's far end over the 17 source clusters overflows to inf, and diff said "no
+    interval: the verdict's rule needs at least 8 source clusters". It says what is so; the leaderboard
+    marks the estimate as one."""
+    of = cluster_of(measured)
+    kl = 0.01 * np.exp(np.random.default_rng(1).normal(0.0, 0.3, of.max() + 1))[of]
+    paths = write_pair(measured, kl, kl * 1.1, tmp_path)
+    Path(paths[1]).write_text(json.dumps(_one_context_at(json.loads(Path(paths[1]).read_text()), 6.8e38)))
+    with np.errstate(over="ignore"):
+        assert main(["diff", *paths, "--no-noise-floor"]) == 0
+        out = capsys.readouterr().out
+        assert main(["leaderboard", *paths, "--no-noise-floor", "--plain"]) == 0
+        board = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("clustered by source"))
+    assert "in 17 source clusters" in line, line
+    assert ("(no interval: the verdict's rule gives no finite upper end over these 17 source clusters)"
+            in line), line
+    said = [x for x in (out + board).splitlines() if not x.startswith("tie: ")]  # the legend names them all
+    assert not [x for x in said if "needs at least" in x or "too few" in x], said
+    row = next(x for x in board.splitlines() if x.startswith("2  B "))
+    assert "(estimate only)" in row and "[" not in row.split("|")[-1], row

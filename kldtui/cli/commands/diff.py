@@ -141,11 +141,9 @@ def format_diff(result: Any, per_window: bool = False) -> str:
             lines.append(f"{w:>{width}}  {d:<{domain_w}}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
     clustered = result.clustered
     if clustered is not None:
-        from kldtui.decide.verdict import MIN_VERDICT_WINDOWS
-
         iv = clustered.interval
-        how = ("95 %, the verdict's rule over source clusters" if iv.shows_interval else
-               f"no interval: the verdict's rule needs at least {MIN_VERDICT_WINDOWS} source clusters")
+        why = iv.no_interval_reason("source cluster")
+        how = "95 %, the verdict's rule over source clusters" if why is None else f"no interval: {why}"
         lines += ["", f"clustered by source ({clustered.partition} partition): {clustered.contexts} contexts "
                       f"in {clustered.clusters} source clusters; B - A {iv.text()} ({how}); B wins "
                       f"{clustered.wins['b']} contexts, A wins {clustered.wins['a']}"]

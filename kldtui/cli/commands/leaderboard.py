@@ -54,7 +54,7 @@ def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
     for r in board.rows:
         if r.diff_vs_best is None:
             vs = "-"
-        elif not r.diff_vs_best.has_interval or few_tied:
+        elif not r.diff_vs_best.shows_interval or few_tied:  # too few, or an end not a finite number
             vs = f"+{r.diff_vs_best.estimate:.4g}".replace("+-", "-") + " (estimate only)"
         else:
             vs = f"+{r.diff_vs_best.text()}".replace("+-", "-")
