@@ -14,6 +14,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -201,6 +202,23 @@ def expect_tensor(header: SafetensorsHeader, key: str, dtype: str,
         raise BadInput(f"{prefix}: tensor {key!r} has shape {list(info.shape)}, "
                        f"expected {list(shape)}; {REPLACE}")
     return info
+
+
+def map_tensor(path: str | os.PathLike[str], key: str, dtype: str, shape: tuple[int, ...] | None = None,
+               *, mode: Literal["r", "c"] = "r") -> np.memmap:
+    """The tensor ``key`` of the safetensors file at ``path``, mapped rather than read (``mode``: ``"r"``,
+    or ``"c"``: copy-on-write), from one open of the file: its header is checked (:func:`expect_tensor`)
+    on the descriptor that is then mapped, so the mapped file is the checked one (``np.memmap`` of the
+    name would open it again: a FIFO put there meanwhile would block, another file would be mapped by
+    this one's offsets). BadInput naming the file, as :func:`read_header` words it."""
+    p = Path(path)
+    try:
+        handle = open_regular(p)
+    except OSError as exc:
+        raise _bad_open(p, exc) from None
+    with handle:  # the mapping holds its own reference to the file
+        info = expect_tensor(read_header(p, fd=handle.fileno()), key, dtype, shape)
+        return np.memmap(handle, dtype=DTYPES[dtype], mode=mode, offset=info.begin, shape=info.shape)
 
 
 class RowReader:

@@ -195,10 +195,8 @@ def export_head(checkpoint: str | os.PathLike[str], output: str | os.PathLike[st
                 emit: EventSink = null_sink) -> Any:
     """Export the head of ``checkpoint`` into ``output`` (a new or empty folder); the written
     :class:`kldtui.formats.fidelity.LmHead`."""
-    import numpy as np
-
     from kldtui.formats import fidelity as fid
-    from kldtui.formats.safetensors_io import DTYPES, read_header
+    from kldtui.formats.safetensors_io import map_tensor
     from kldtui.formats.suite import sha256_file
 
     with failure_reported(emit, STAGE):
@@ -215,10 +213,9 @@ def export_head(checkpoint: str | os.PathLike[str], output: str | os.PathLike[st
         if source.dtype != "BF16":
             emit(Notice(STAGE, f"{source.tensor} is {source.dtype}: rounded to BF16 (nearest, ties to even); "
                                "the replay check measures what that costs", level="warning"))
-        info = read_header(source.shard).tensors[source.tensor]
-        rows, cols = (int(d) for d in info.shape)
-        weight = np.memmap(source.shard, dtype=DTYPES[source.dtype], mode="r", offset=info.begin,
-                           shape=(rows, cols))
+        # mapped from the descriptor its header is checked on: a FIFO swapped in after find_head never blocks
+        weight = map_tensor(source.shard, source.tensor, source.dtype, source.shape)
+        rows, cols = (int(d) for d in weight.shape)
         kind = ("input embedding exported as the LM head (tied word embeddings)" if source.tied
                 else "LM head exported from the checkpoint")
         # written beside the output and renamed into place once whole: a stopped export leaves no half

@@ -178,3 +178,69 @@ def test_prepare_names_a_local_tokenizer_without_blocking_on_a_fifo_config(tmp_p
     os.mkfifo(folder / "config.json")
     (folder / "tokenizer_config.json").write_text(json.dumps({"name_or_path": "org/model"}))
     assert _returns_at_once(lambda: tokenizer_id(str(folder), None)) == ["org/model"]
+
+
+def _swap_for_fifo(path: Path) -> None:
+    """Put a FIFO at ``path`` by rename, as a hostile writer would: an open of the old file keeps it."""
+    fifo = path.with_name(path.name + ".fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, path)
+
+
+def test_the_replay_maps_the_lm_head_without_blocking_on_a_fifo_swapped_in(tmp_path: Path) -> None:
+    """Compare's replay mapped the head with np.memmap(path) after load_lm_head had checked it through
+    safe_io: a FIFO put at the name in between blocked the comparison. The head is mapped from the
+    descriptor its header is checked on, which refuses the FIFO at once, naming it."""
+    import numpy as np
+
+    from kldtui.errors import BadInput
+    from kldtui.formats import fidelity as fid
+    from kldtui.stages.compare.sides import Replays
+
+    weight = np.random.default_rng(0).standard_normal((32, 8)).astype(np.float32)
+    head = fid.write_lm_head(tmp_path / "head", weight, checkpoint_tensor_key="lm_head.weight")
+    _swap_for_fifo(head.path)
+    (result,) = _returns_at_once(lambda: Replays("cpu", chunk=16, threads=1).get(head, "bf16"))
+    assert isinstance(result, BadInput), result
+    assert str(result).startswith(f"{head.path}: ") and "FIFO" in str(result) and "\n" not in str(result)
+
+
+def test_export_head_maps_the_descriptor_whose_header_it_checked(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """export-head read the shard's header through safe_io, then np.memmap(path) opened the name again:
+    a FIFO renamed over the shard between the two blocked the export. The shard is swapped for a FIFO
+    right after its last header read here; the export maps the file it checked and writes its head."""
+    import numpy as np
+
+    from kldtui.formats import fidelity as fid
+    from kldtui.formats import safetensors_io
+    from kldtui.stages import export_head as stage
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    bits = np.random.default_rng(1).integers(0, 1 << 15, (48, 16), dtype=np.uint16)  # BF16 patterns
+    shard = checkpoint / "model.safetensors"
+    shard.write_bytes(safetensors_io.encode_header({"lm_head.weight": ("BF16", bits.shape)}) + bits.tobytes())
+    (checkpoint / "config.json").write_text('{"tie_word_embeddings": false}')
+
+    armed = []  # set once find_head has done its own reads: the next header read is the export's
+    real_find, real_read = stage.find_head, safetensors_io.read_header
+
+    def find_head(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = real_find(*args, **kwargs)
+        armed.append(True)
+        return found
+
+    def read_header(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        header = real_read(path, *args, **kwargs)
+        if armed and Path(path) == shard and shard.is_file():
+            _swap_for_fifo(shard)
+        return header
+
+    monkeypatch.setattr(stage, "find_head", find_head)
+    monkeypatch.setattr(safetensors_io, "read_header", read_header)
+    (result,) = _returns_at_once(lambda: stage.export_head(checkpoint, tmp_path / "head"))
+    assert not shard.is_file(), "the shard was not swapped: the test checks nothing"
+    assert isinstance(result, fid.LmHead), result
+    assert np.array_equal(np.asarray(fid.head_bits(result)), bits)
+

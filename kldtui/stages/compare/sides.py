@@ -34,7 +34,7 @@ from kldtui.errors import BadInput, remedy, size_text
 from kldtui.formats import fidelity as fid
 from kldtui.formats import finite
 from kldtui.formats.identity import check_logits_file
-from kldtui.formats.safetensors_io import RowReader
+from kldtui.formats.safetensors_io import RowReader, map_tensor
 from kldtui.formats.suite import (
     LOGITS_DAMAGED,
     LOGITS_MANIFEST,
@@ -120,9 +120,9 @@ class Replays:
         output = check_output(output)
         replay = self._replays.get((head.path, output))
         if replay is None:
-            # copy-on-write map: writable for torch (no warning), nothing copied unless written
-            bits = np.memmap(head.path, dtype="<u2", mode="c", offset=head.info.begin,
-                             shape=(head.vocab, head.hidden))
+            # copy-on-write map: writable for torch (no warning), nothing copied unless written; of the
+            # descriptor its header is checked on (a FIFO swapped in after the head was loaded never blocks)
+            bits = map_tensor(head.path, head.info.name, "BF16", (head.vocab, head.hidden), mode="c")
             if self.uses_torch:
                 from kldtui.metrics.replay import TorchReplay
 
