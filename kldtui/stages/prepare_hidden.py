@@ -56,7 +56,8 @@ from kldtui.events import (
 )
 from kldtui.formats import fidelity as fid
 from kldtui.formats.fidelity import domain_hash
-from kldtui.formats.safe_io import read_text
+from kldtui.formats.model_size import MODEL_CONFIG_LIMIT
+from kldtui.formats.safe_io import read_bytes, read_failure, read_text
 from kldtui.formats.suite import token_ids_hash
 from kldtui.stages.prepare import (
     BUILDERS,
@@ -630,6 +631,11 @@ class HiddenPrepareResult:
     contexts: int
 
 
+# bytes of one tokenizer file hashed into the suite's record (the largest vocabularies' tokenizer.json
+# are tens of MiB); a larger file in a tokenizer folder is refused rather than read into memory
+TOKENIZER_FILE_LIMIT = 256 * 1024 * 1024
+
+
 def _tokenizer_record(name: str, tok: Any) -> dict[str, Any]:
     files: dict[str, str] = {}
     if is_local_tokenizer(name):
@@ -637,7 +643,12 @@ def _tokenizer_record(name: str, tok: Any) -> dict[str, Any]:
         for f in sorted(folder.iterdir()):
             if f.is_file() and (f.name.startswith("tokeni") or f.suffix in (".model", ".txt", ".py")
                                 or f.name in ("special_tokens_map.json", "vocab.json", "merges.txt")):
-                files[f.name] = hashlib.sha256(f.read_bytes()).hexdigest()
+                try:  # through safe_io: a FIFO put there after is_file() is refused, never waited on
+                    data = read_bytes(f, limit=TOKENIZER_FILE_LIMIT)
+                except OSError as exc:
+                    raise read_failure(f, exc, "tokenizer file", "remove it from the tokenizer folder or "
+                                       "give another tokenizer") from None
+                files[f.name] = hashlib.sha256(data).hexdigest()
     return {"checkpoint_revision": tokenizer_id(name, tok), "class": type(tok).__name__, "files": files,
             "vocabulary_size": len(tok), "source": "local folder" if is_local_tokenizer(name) else "hub"}
 
@@ -647,7 +658,7 @@ def hidden_width_of(tokenizer: str) -> int | None:
     if not is_local_tokenizer(tokenizer):
         return None
     try:
-        doc = json.loads(read_text(Path(tokenizer).expanduser() / "config.json"))
+        doc = json.loads(read_text(Path(tokenizer).expanduser() / "config.json", limit=MODEL_CONFIG_LIMIT))
     except (OSError, ValueError):
         return None
     for holder in (doc, doc.get("text_config") if isinstance(doc, dict) else None):

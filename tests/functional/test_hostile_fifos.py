@@ -244,3 +244,58 @@ def test_export_head_maps_the_descriptor_whose_header_it_checked(tmp_path: Path,
     assert isinstance(result, fid.LmHead), result
     assert np.array_equal(np.asarray(fid.head_bits(result)), bits)
 
+
+class _Tokenizer:
+    """What the suite's tokenizer record asks of a tokenizer: its vocabulary size."""
+
+    def __len__(self) -> int:
+        return 100
+
+
+def test_prepare_hashes_a_tokenizer_folder_without_blocking_on_a_fifo_swapped_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hidden-state suite's tokenizer record checked is_file() and then read the file with
+    Path.read_bytes: a FIFO renamed over tokenizer.json in between blocked prepare. It is read
+    through safe_io: refused at once, one line naming it."""
+    from kldtui.errors import BadInput
+    from kldtui.stages import prepare_hidden
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    real_is_file = Path.is_file
+
+    def is_file(self: Path) -> bool:
+        found = real_is_file(self)
+        if found and self.name == "tokenizer.json":
+            _swap_for_fifo(self)  # after the check, before the read
+        return found
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    (result,) = _returns_at_once(lambda: prepare_hidden._tokenizer_record(str(folder), _Tokenizer()))
+    assert isinstance(result, BadInput), result
+    said = str(result)
+    assert said.startswith(f"{folder / 'tokenizer.json'}: ") and "FIFO" in said and "\n" not in said, said
+
+
+def test_prepare_refuses_a_tokenizer_file_over_the_limit_rather_than_reading_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tokenizer file was read whole, whatever its size; one over TOKENIZER_FILE_LIMIT (here made
+    small) is refused, one line naming it, and the ones under it are hashed."""
+    import hashlib
+
+    from kldtui.errors import BadInput
+    from kldtui.stages import prepare_hidden
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text("{}")
+    assert prepare_hidden._tokenizer_record(str(folder), _Tokenizer())["files"] == {
+        "tokenizer_config.json": hashlib.sha256(b"{}").hexdigest()}
+    (folder / "tokenizer.json").write_bytes(b"x" * 4097)
+    monkeypatch.setattr(prepare_hidden, "TOKENIZER_FILE_LIMIT", 4096)
+    with pytest.raises(BadInput) as info:
+        prepare_hidden._tokenizer_record(str(folder), _Tokenizer())
+    said = str(info.value)
+    assert said.startswith(f"{folder / 'tokenizer.json'}: ") and "larger than 4096 bytes" in said, said
+    assert "\n" not in said
