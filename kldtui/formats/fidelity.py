@@ -58,6 +58,7 @@ from kldtui.formats.safetensors_io import (
 from kldtui.formats.suite import (
     LOGITS_DAMAGED,
     LOGITS_REMEDY,
+    MANIFEST_LIMIT,
     MAX_ROW_WIDTH,
     SUITE_DAMAGED,
     SUITE_MANIFEST,
@@ -580,7 +581,7 @@ def holds_hidden_states(folder: str | os.PathLike[str]) -> bool:
     ``hidden_width``); False when it is missing or unreadable (the reader that expects logits
     there says what is wrong)."""
     try:
-        doc = json.loads(read_text(Path(folder) / TENSOR_MANIFEST))  # as read_versioned reads it
+        doc = json.loads(read_text(Path(folder) / TENSOR_MANIFEST, limit=MANIFEST_LIMIT))  # as read_versioned
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and is_tensor_manifest(doc) and "hidden_width" in doc

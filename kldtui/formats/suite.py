@@ -138,8 +138,13 @@ def require_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], 
     return value
 
 
-def _read_json(path: Path, what: str, what_to_do: str) -> Any:
-    return untrusted_json.read_json(path, what=what, remedy=what_to_do)  # never blocks on a FIFO
+# bytes of a manifest read (suite, logits, scores, tensor folder, LM head, partitions): the largest suites'
+# list a few MiB; a larger file is refused, naming it, rather than read into memory
+MANIFEST_LIMIT = 64 * 1024 * 1024
+
+
+def _read_json(path: Path, what: str, what_to_do: str, limit: int | None = None) -> Any:
+    return untrusted_json.read_json(path, what=what, remedy=what_to_do, limit=limit)  # never blocks on a FIFO
 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -185,7 +190,7 @@ def read_versioned(path: str | os.PathLike[str], file_name: str, what: str, *,
     p = Path(path)
     if p.is_dir():
         p = p / file_name
-    doc = _read_json(p, what, what_to_do)
+    doc = _read_json(p, what, what_to_do, MANIFEST_LIMIT)
     if not isinstance(doc, dict):
         raise BadInput(f"{p}: expected a JSON object; {what_to_do}")
     with remedy(what_to_do):

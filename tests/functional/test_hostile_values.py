@@ -113,3 +113,25 @@ def test_prepare_on_non_utf8_jsonl_and_on_a_folder(tmp_path: Path,
     _one_line_exit_2(["prepare", "--tokenizer", str(tok), "--output-dir", str(tmp_path / "out"),
                       "--sources", str(tmp_path)], capsys, str(tmp_path), "folder")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("manifest", ["suite-manifest.json", "candidate/manifest.json"])
+def test_a_manifest_over_the_size_limit_is_refused_unread(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          manifest: str) -> None:
+    """Manifests were read whole whatever their size (read_versioned passed no limit), where download
+    records and model configs are bounded: a manifest padded past MANIFEST_LIMIT (valid JSON still) is
+    refused, one line naming it, exit 2."""
+    import shutil
+
+    from kldtui.formats.suite import MANIFEST_LIMIT
+
+    suite = tmp_path / "suite"
+    shutil.copytree(EXAMPLE_SUITE, suite)
+    path = suite / manifest
+    with path.open("ab") as handle:
+        handle.write(b" " * (MANIFEST_LIMIT + 1 - path.stat().st_size))
+    argv = ["compare", "--suite-manifest", str(suite / "suite-manifest.json"), "--reference-dir",
+            str(suite / "ref"), "--candidate-dir", str(suite / "candidate"), "--output",
+            str(tmp_path / "r.json"), "--bootstrap-samples", "50"]
+    line = _one_line_exit_2(argv, capsys, str(path), f"larger than {MANIFEST_LIMIT} bytes")
+    assert line.startswith(f"kldtui: error: {path}: "), line

@@ -12,7 +12,7 @@ from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink
 from kldtui.formats.fidelity import LmHead
 from kldtui.formats.safe_io import read_bytes
-from kldtui.formats.suite import WindowSpec
+from kldtui.formats.suite import MANIFEST_LIMIT, WindowSpec
 
 # (file, its SHA-256 in the manifest, its window, the folder of the manifest that lists it)
 ListedFile = tuple[Path, str, WindowSpec, Path]
@@ -21,7 +21,7 @@ ListedFile = tuple[Path, str, WindowSpec, Path]
 def manifest_sha256(path: str | os.PathLike[str]) -> str:
     """The SHA-256 of a manifest file's bytes (the report's ``reference_manifest_sha256``); OSError
     for anything but a regular file (a FIFO put there after the manifest was loaded never blocks)."""
-    return hashlib.sha256(read_bytes(path)).hexdigest()
+    return hashlib.sha256(read_bytes(path, limit=MANIFEST_LIMIT)).hexdigest()
 
 
 def verify_sha256(paths: list[ListedFile], emit: EventSink, cancel: Cancel | None) -> str:
