@@ -23,6 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quantization-like weight rounding step, relative to each matrix's std "
                    "(0: the reference; 0.1 gives a mean KL of about 0.03)")
     p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--write-lm-head", type=Path, default=None, metavar="FOLDER",
+                   help="write the model's LM head (BF16, the published lm-head/ layout) into the new "
+                   "folder FOLDER and exit, instead of serving: the built-in model has no checkpoint "
+                   "for kldtui export-head")
     add_server_arguments(p)
     return p
 
@@ -104,12 +108,31 @@ def run_server(args: argparse.Namespace, prog: str, config: Any, model: Any = No
     return 0
 
 
+def write_head(args: argparse.Namespace, prog: str) -> int:
+    """``--write-lm-head``: the model's head into a new folder; 2 after one line when it cannot be."""
+    from kldtui.embedded.model import TinyModel
+
+    folder = args.write_lm_head
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        print(f"{prog}: {folder}: exists and is not an empty folder; write the head into a new folder "
+              "(a head is never overwritten)", file=sys.stderr)
+        return 2
+    try:
+        TinyModel(args.vocab_size, seed=args.model_seed, perturb=args.perturb).write_head(folder)
+    except (BadInput, OSError) as exc:
+        print(f"{prog}: {folder}: the LM head cannot be written ({exc})", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     prog = "kldtui.embedded"
     if args.vocab_size < 2:
         print(f"{prog}: --vocab-size must be >= 2", file=sys.stderr)
         return 2
+    if args.write_lm_head is not None:
+        return write_head(args, prog)
     config = server_config(args, prog, model=args.model, model_seed=args.model_seed,
                            vocab_size=args.vocab_size, perturb=args.perturb,
                            max_model_len=args.max_model_len)

@@ -22,7 +22,11 @@ mean KL against it of roughly 0.003-0.15 (0.1 gives about 0.03).
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +34,7 @@ from kldtui.metrics.replay import round_bf16_inplace
 
 HIDDEN = 64
 DECAYS = (0.85, 0.6)
+HEAD_TENSOR_KEY = "head"  # the head's name in the manifest: TinyModel.head, not a checkpoint's tensor
 OUTPUT_SCALE = 6.0  # logit standard deviation at a 4096-token vocabulary (entropy ~1.5 nats)
 
 
@@ -141,6 +146,23 @@ class TinyModel:
                             self.vocab_size - 1)
             out.append(token)
         return out
+
+    def write_head(self, folder: str | os.PathLike[str]) -> None:
+        """The LM head in the published ``lm-head/`` layout, into the new folder ``folder``: what
+        ``kldtui export-head`` writes from a checkpoint, for a model that has none. Written beside it
+        and renamed into place once whole, so a stopped write leaves no half head to be taken for one."""
+        from kldtui.formats import fidelity as fid
+
+        out = Path(folder)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            fid.write_lm_head(staging, self.head, checkpoint_tensor_key=HEAD_TENSOR_KEY,
+                              kind="LM head of kldtui's built-in model (no checkpoint)",
+                              extra={"model_seed": self.seed, "perturb": self.perturb})
+            os.rename(staging, out)  # refused onto a folder that holds anything: never overwritten
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def logits(self, states: np.ndarray) -> np.ndarray:
         """Raw float32 logits ``[rows, vocab_size]`` of final states: ``states · headᵀ``."""

@@ -121,5 +121,8 @@ class AttachKind:
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []  # the server is elsewhere: `kldtui doctor --smoke --url URL` checks it
 
+    def head_command(self, config: ServerConfig, folder: Path) -> list[str] | None:
+        return None  # the server is elsewhere: kldtui does not know its model
+
 
 KIND = AttachKind()

@@ -296,6 +296,13 @@ class ServerKind(Protocol):
         that runs the server; ``import_engine``: import the engine, slower and more thorough)."""
         ...
 
+    def head_command(self, config: ServerConfig, folder: Path) -> list[str] | None:
+        """The command that writes the served model's own LM head into the new folder ``folder``
+        (the published ``lm-head/`` layout), where the kind holds its model itself and has no
+        checkpoint to export it from (the embedded built-in model); None: the head is exported from
+        the model's checkpoint, or placed by hand (hidden mode, kldtui.stages.candidate_head)."""
+        ...
+
 
 # --- helpers the kinds share ------------------------------------------------------------------
 
@@ -596,3 +603,6 @@ class LaunchedKind:
 
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         return []
+
+    def head_command(self, config: ServerConfig, folder: Path) -> list[str] | None:
+        return None  # a served checkpoint's head is exported from it

@@ -92,6 +92,11 @@ class EmbeddedKind(LaunchedKind):
     def describe(self, config: ServerConfig) -> str:
         return "the embedded server"
 
+    def head_command(self, config: ServerConfig, folder: Path) -> list[str] | None:
+        """The built-in model has no checkpoint: the server's own command, told the same model, writes
+        its head (``--write-lm-head``) instead of serving."""
+        return self.argv(config) + ["--write-lm-head", str(folder)]
+
     def model_vocab(self, config: ServerConfig) -> int | None:
         vocab: int = self.own(config).vocab_size  # the built-in model is as wide as it is told
         return vocab

@@ -22,8 +22,9 @@ reference's: a quantized head is part of what is measured). The rule, in one pla
   (:func:`candidate_head_problem`, asked by :func:`kldtui.workflow.preflight.preflight`), in one
   line naming the folder and the command that fills it (``hf download`` into the cache for a Hub
   model, else ``kldtui export-head``);
-- a built-in model (the embedded demo server) has no checkpoint to export from and is not refused:
-  its head is placed by hand, or finalize says it is missing (as before).
+- a kind that holds its model itself (the embedded built-in model, which has no checkpoint) writes the
+  head with the command it gives (:meth:`~kldtui.servers.base.ServerKind.head_command`), as the
+  export-head stage, at the same point of the run.
 
 The suite's own ``reference-hidden/`` is not a candidate: its head is the suite's ``lm-head/``,
 exported from the reference checkpoint (docs/PRODUCING.md, "A hidden-state suite").
@@ -36,12 +37,14 @@ import shlex
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
-from kldtui.events import EventSink, Notice, null_sink
+from kldtui.events import EventSink, Notice, StageFinished, StageStarted, failure_reported, null_sink
+from kldtui.formats.fidelity import load_lm_head
 from kldtui.formats.safe_io import nearest_existing
 from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
@@ -60,6 +63,7 @@ class CandidateHead:
     checkpoint: Path | None = None
     source: HeadSource | None = None
     problem: str | None = None
+    command: tuple[str, ...] = ()  # the kind writes its own model's head (its head_command)
 
     @property
     def size_bytes(self) -> int:
@@ -108,8 +112,9 @@ def candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Workspace
     if same_as is not None and same_as.is_dir():
         return CandidateHead(folder, same_as=same_as)
     kind = kind_of(config)
-    if kind.builtin:
-        return None  # nothing to export it from; finalize says it is missing
+    own = kind.head_command(config, folder)
+    if own is not None:
+        return CandidateHead(folder, command=tuple(own))
     model = config.served_model()
     missing = (f"{folder}: hidden mode replays the candidate's hidden states with its own LM head, which is "
                "not there")
@@ -205,6 +210,8 @@ def export_candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Wo
         instead = ("the head is exported from the checkpoint instead" if plan is not None and plan.source
                    else "and there is no checkpoint to export it from: place the head there by hand")
         emit(Notice(STAGE, f"{same_as}: not reused for its repeat ({why}); {instead}", level="warning"))
+    if plan is not None and plan.command:
+        return write_own_head(plan.folder, plan.command, kind_of(config).describe(config), emit)
     if plan is None or plan.checkpoint is None or plan.source is None:
         return None
     parent = plan.folder.parent
@@ -261,4 +268,23 @@ def _reuse(source: Path, out: Path, emit: EventSink) -> str | None:
     return None
 
 
-__all__ = ["CandidateHead", "candidate_head", "candidate_head_problem", "export_candidate_head"]
+def write_own_head(folder: Path, command: Sequence[str], served: str, emit: EventSink = null_sink) -> Path:
+    """The export-head stage for a model without a checkpoint: ``command`` (its kind's
+    ``head_command``) writes the head into ``folder``; a failure is one line with its last words."""
+    import subprocess
+
+    with failure_reported(emit, STAGE):
+        emit(StageStarted(STAGE, detail=f"the LM head of the model {served} serves -> {folder}"))
+        done = subprocess.run(list(command), capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise BadInput(f"{folder}: the LM head of the model {served} serves was not written ({said})")
+        head = load_lm_head(folder)
+    emit(StageFinished(STAGE, summary=f"LM head [{head.vocab}, {head.hidden}] -> {head.path}", figures={
+        "vocab": head.vocab, "hidden": head.hidden, "bytes": head.size_bytes,
+        "raw_tensor_sha256": head.raw_tensor_sha256, "file_sha256": head.file_sha256}))
+    return folder
+
+
+__all__ = ["CandidateHead", "candidate_head", "candidate_head_problem", "export_candidate_head",
+           "write_own_head"]
