@@ -633,8 +633,8 @@ class Campaign:
         the run, against the reference's content as it is now (kldtui.formats.reference_identity),
         and its captures were made with the candidate's settings as the profile has them now (a
         changed candidate is not finished: the preflight then says what changed and what to do)."""
-        from kldtui.formats.reference_identity import reference_identity_of
         from kldtui.stages.capture import changed_server
+        from kldtui.stages.compare.driver import current_reference_identity
 
         mode = self.profile.capture.mode
         if not windows or changed_server(entry.workspace, entry.identity, mode) is not None:
@@ -644,5 +644,5 @@ class Campaign:
         report = load_state(entry.workspace).report
         if report is None or sorted(int(i) for i in report.window_table().window_index) != sorted(windows):
             return False
-        now = reference_identity_of(self._workspace.reference, windows)
+        now = current_reference_identity(self._workspace.reference, self._workspace.suite_dir, windows)
         return now is not None and report.reference_identity_sha256 == now

@@ -279,6 +279,23 @@ def replayed_reference_identity(ref: Side, windows: Sequence[WindowSpec], option
                              ref.output, [w.index for w in windows])
 
 
+def current_reference_identity(reference_dir: Path, suite_dir: Path, windows: Sequence[int]) -> str | None:
+    """The ``reference_identity_sha256`` a comparison against ``reference_dir`` over ``windows``
+    records, from the folder as it is now: a hidden-state reference's replayed with the head compare
+    finds for it (as its manifest names it), a logits folder's from its manifest; None where it
+    cannot be read (a campaign then compares again rather than trust a report)."""
+    from kldtui.errors import KldError
+    from kldtui.formats.reference_identity import reference_identity_of
+
+    try:
+        ref = load_side(reference_dir, "reference", suite_dir=suite_dir)
+    except (KldError, OSError, ValueError):
+        return None
+    if isinstance(ref, HiddenSide):
+        return replayed_identity(ref.manifest, ref.head.file_sha256, ref.output, windows)
+    return reference_identity_of(reference_dir, windows)
+
+
 def side_description(side: Side, windows: list[WindowSpec], head_sha256: dict[str, str]) -> SideDescription:
     info = side.info(windows)
     return SideDescription(kind=info.kind, label=info.label, manifest_sha256=info.manifest_sha256,
@@ -353,4 +370,4 @@ def compare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
     return run_compare(workspace, emit, cancel, options=options, suite=suite_manifest, command=command)
 
 
-__all__ = ["Comparer", "compare", "compare_window", "describe", "run_compare"]
+__all__ = ["Comparer", "compare", "compare_window", "current_reference_identity", "describe", "run_compare"]
