@@ -49,6 +49,8 @@ from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_man
 StrPath = str | os.PathLike[str]
 DEFAULT_PROFILE = "kldtui.toml"  # the profile a command reads when --profile is not given
 DEMO_SCORE_PROFILE = "kldtui-score.toml"  # kldtui demo --score: the score-mode demo's profile
+DEMO_HIDDEN_PROFILE = "kldtui-hidden.toml"  # kldtui demo --hidden: the hidden-state demo's profile
+DEMO_HIDDEN_SUITE = "suite-hidden"  # and its suite of contexts (hidden states and LM head, no logits)
 # the leader's repeat capture is the run NAME + this (its capture folder and records, its row in the
 # ranking): no candidate may be named so
 REPEAT_SUFFIX = ".repeat"
@@ -255,10 +257,13 @@ class Workspace:
         return lock_path_for_folder(self.workdir) if self.workdir is not None else None
 
     @staticmethod
-    def demo_layout(root: StrPath, score: bool = False) -> tuple[Path, Path]:
+    def demo_layout(root: StrPath, score: bool = False, hidden: bool = False) -> tuple[Path, Path]:
         """The demo folder's suite folder and its profile (``kldtui demo --workdir``); the
         profile's ``[run] workdir`` is the demo folder itself. ``score``: the score-mode demo's
-        profile (``kldtui demo --score``), beside the other."""
+        profile (``kldtui demo --score``), beside the other; ``hidden``: the hidden-state demo's
+        suite of contexts and its profile (``kldtui demo --hidden``), beside both."""
+        if hidden:
+            return Path(root) / DEMO_HIDDEN_SUITE, Path(root) / DEMO_HIDDEN_PROFILE
         return Path(root) / "suite", Path(root) / (DEMO_SCORE_PROFILE if score else DEFAULT_PROFILE)
 
     def earlier_reports(self) -> list[Path]:

@@ -218,15 +218,16 @@ def _profile_windows(profile: Any) -> list[WindowSpec]:
 
 
 def run_dashboard(profile_path: str | Path | None = None, theme: str | None = None,
-                  demo_workdir: str | Path | None = None, demo_score: bool = False) -> int:
+                  demo_workdir: str | Path | None = None, demo_score: bool = False,
+                  demo_hidden: bool = False) -> int:
     """Open the dashboard for a profile (``./kldtui.toml`` by default) or on the demo pipeline
-    (``demo_score``: the demo in score mode)."""
+    (``demo_score``: the demo in score mode; ``demo_hidden``: the hidden-state demo)."""
     if demo_workdir is not None:
         from kldtui.folder_lock import hold
         from kldtui.workflow import demo
 
         with hold([demo_workdir], what="demo folder"):  # the pipeline locks it again when it runs
-            profile = demo.prepare_demo(Path(demo_workdir), score=demo_score)
+            profile = demo.prepare_demo(Path(demo_workdir), score=demo_score, hidden=demo_hidden)
         badge = profile.capture.mode.badge  # the capture mode, when it is not the default
         title: str | None = f"kldtui demo ({badge})" if badge else "kldtui demo"
     else:

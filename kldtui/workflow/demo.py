@@ -11,16 +11,28 @@ measured noise model (``DIR/noise-model.json``), and the leaderboard (``DIR/lead
 ends on a verdict (the coarser candidate is farther) and a tie (the repeat capture).
 Every step is resumable: run it again after an interruption (even ``kill -9``) and finished
 windows are not captured again.
+
+``hidden`` (``kldtui demo --hidden``): the hidden-state workflow (docs/FORMATS.md, "Hidden-state
+suites"; docs/REPLAY.md). :func:`build_demo_hidden_suite` writes ``DIR/suite-hidden``, a suite of
+contexts in source clusters (two contexts of each source document) that publishes the reference
+model's final hidden states (``reference-hidden/``) and its LM head (``lm-head/``) instead of
+logits; the profile ``DIR/kldtui-hidden.toml`` captures the candidates in hidden mode, each
+replayed with its own head (the built-in model writes it: ``candidates/NAME/lm-head``), and the
+leaderboard's ties count source clusters.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kldtui.errors import BadInput
 from kldtui.workflow.profile import Profile, load_profile
-from kldtui.workspace import Workspace
+from kldtui.workspace import DEMO_HIDDEN_SUITE, Workspace
+
+if TYPE_CHECKING:
+    from kldtui.formats.fidelity import NewContext
 
 DEMO_DOMAINS = ("prose",) * 4 + ("code",) * 4 + ("instruction",) * 4  # 12 windows: enough for verdicts
 DEMO_CONTEXT = 512
@@ -34,10 +46,11 @@ DEMO_CANDIDATES = {"fine": 0.05, "coarse": 0.1}
 DEMO_RUNTIME_NOISE = 0.05  # run-to-run logit noise, so a repeat capture differs like a real runtime's
 
 
-def _candidate_tables(suffix: str = "") -> str:
+def _candidate_tables(suffix: str = "", *, runtime_noise: bool = True) -> str:
     def line(text: str, comment: str = "") -> str:
         return f"{text:<30} # {comment}" if comment else text
 
+    noise = [line(f"runtime_noise = {DEMO_RUNTIME_NOISE}", "run-to-run noise of the logits, as on a GPU")]
     out = []
     for name, perturb in DEMO_CANDIDATES.items():
         why = "rounding step / weight std: the closer candidate" if name == "fine" else \
@@ -46,7 +59,7 @@ def _candidate_tables(suffix: str = "") -> str:
             "[[candidates]]", line(f'name = "{name}{suffix}"', "its folder candidates/NAME, its report"),
             'kind = "embedded"', 'served_model_name = "demo"', f"model_seed = {DEMO_MODEL_SEED}",
             f"vocab_size = {DEMO_VOCAB}", line(f"perturb = {perturb}", why),
-            line(f"runtime_noise = {DEMO_RUNTIME_NOISE}", "run-to-run noise of the logits, as on a GPU"),
+            *(noise if runtime_noise else []),
             line("port = 0", "a free port"), "startup_timeout = 120.0", "request_timeout = 120.0", ""]))
     return "\n".join(out)
 
@@ -83,6 +96,41 @@ mode = "score"                 # the server scores against suite/ref: no candida
 """
 
 
+# The hidden-state demo (``kldtui demo --hidden``): a suite of contexts, two from each source document
+# as a published suite takes them (the halves of one of the demo's windows), one source cluster per
+# document: 24 contexts in 12 clusters (the verdicts count the clusters, and need 8).
+DEMO_CONTEXTS_PER_SOURCE = 2
+HIDDEN_PROFILE_TEXT = f"""\
+# kldtui demo --hidden profile: the hidden-state workflow on the embedded CPU server. The suite
+# (suite-hidden/: contexts, two from each source document, in source clusters) publishes the
+# reference model's final hidden states (reference-hidden/) and its LM head (lm-head/) instead of
+# logits. Each candidate is captured in hidden mode and its hidden states are replayed with its own
+# LM head (the built-in model writes it into candidates/NAME/lm-head, as kldtui export-head would
+# from a checkpoint); the leaderboard's ties count source clusters.
+# `kldtui demo --hidden --workdir DIR` writes this file as DIR/kldtui-hidden.toml next to
+# DIR/suite-hidden; then, in DIR, `kldtui --profile kldtui-hidden.toml` opens the dashboard on it,
+# `kldtui run --batch --profile kldtui-hidden.toml` runs it headless.
+# No repeat capture: the built-in model's hidden states are the same on every run, so a repeat
+# capture would measure no noise.
+
+[reference]
+local_dir = "{DEMO_HIDDEN_SUITE}"     # suite-manifest.json + tokens/ + reference-hidden/ + lm-head/
+logits_dir = "reference-hidden"  # the reference: its hidden states, replayed with lm-head/
+
+{_candidate_tables("-hidden", runtime_noise=False)}
+[capture]
+mode = "hidden"                # the server saves final hidden states; compare replays them
+replay_check = 2               # contexts whose live logits are captured too: each head's replay is checked
+
+[run]
+workdir = "."
+
+[compare]
+bootstrap_samples = 2000
+bootstrap_seed = 1
+"""
+
+
 def demo_windows() -> list[tuple[str, list[int]]]:
     """The demo suite's windows: text sampled from the demo's reference model itself, so
     next-token probabilities and perplexity look like those of a real model on real text."""
@@ -108,15 +156,78 @@ def build_demo_suite(root: Path) -> None:
     write_suite(root, windows, dataset="kldtui/demo", dataset_revision="1")
 
 
-def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False) -> Profile:
+def demo_contexts() -> list[NewContext]:
+    """The hidden-state demo's contexts: each of the demo's windows (:func:`demo_windows`) is a source
+    document, cut into :data:`DEMO_CONTEXTS_PER_SOURCE` consecutive contexts of its own source
+    cluster, in the window's stratum."""
+    from kldtui.formats.fidelity import NewContext
+
+    per = DEMO_CONTEXTS_PER_SOURCE
+    length = DEMO_CONTEXT // per
+    return [NewContext(tokens[part * length:(part + 1) * length], domain, fields={
+                "dataset": "kldtui/demo", "dataset_revision": "1", "source_id": f"document-{doc}",
+                "source_cluster_id": f"source-{doc}"})
+            for doc, (domain, tokens) in enumerate(demo_windows()) for part in range(per)]
+
+
+def build_demo_hidden_suite(root: Path) -> None:
+    """Write the hidden-state demo suite to ``root`` with kldtui's writers: its contexts, the reference
+    model's LM head (``lm-head/``) and final hidden states (``reference-hidden/``), then the top-level
+    manifest and ``checksums.txt`` (last: a suite that has them is complete). What an interrupted
+    build left is finished; a complete suite (the same) is left as it is."""
+    import shutil
+
+    from kldtui.capture_modes.hidden_suite import replay_output
+    from kldtui.embedded.model import TinyModel
+    from kldtui.formats import fidelity as fid
+    from kldtui.formats.suite import load_suite, suite_manifest_path, suite_token_hash, token_ids_hash
+
+    contexts = demo_contexts()
+    expected = suite_token_hash([token_ids_hash(c.tokens) for c in contexts])
+    if suite_manifest_path(root).exists():
+        suite = load_suite(root)
+        if suite.suite_token_hash_sha256 != expected:
+            raise BadInput(f"{root}: holds another suite than the hidden-state demo's; use an empty "
+                           "--workdir")
+    else:
+        suite = fid.write_context_suite(root, contexts, kind="kldtui demo hidden-state suite")
+    if (root / fid.CHECKSUMS).is_file():
+        return
+    model = TinyModel(DEMO_VOCAB, seed=DEMO_MODEL_SEED)
+    if not (root / fid.LM_HEAD_DIR).exists():
+        model.write_head(root / fid.LM_HEAD_DIR)
+    hidden = root / fid.HIDDEN_DIR
+    if not (hidden / fid.TENSOR_MANIFEST).is_file():
+        shutil.rmtree(hidden, ignore_errors=True)  # an interrupted build's files: written again
+        records = []
+        for window in suite.windows:
+            states = model.hidden(suite.load_tokens(window))[:window.scored_positions]
+            written = fid.write_context_tensor(hidden, "hidden", window, states)
+            records.append(fid.tensor_record(window, written))
+        # the model computes in float32: its head gives float32 logits (as the embedded server's
+        # hidden mode records them)
+        fid.write_tensor_manifest(hidden, "hidden", suite, records, width=model.hidden_size,
+                                  run_name="reference-hidden",
+                                  extra={"kldtui_kind": "reference", "replay_output": replay_output("F32")})
+    fid.write_top_manifest(root, artifact_kind="kldtui demo hidden-state suite", status="replay not checked")
+    fid.write_checksums(root)
+
+
+def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False, hidden: bool = False) -> Profile:
     """Create the demo suite and profile in ``workdir`` (idempotent); return the profile.
-    ``score``: the score-mode profile (``kldtui-score.toml``, ``[capture] mode = "score"``)."""
+    ``score``: the score-mode profile (``kldtui-score.toml``, ``[capture] mode = "score"``);
+    ``hidden``: the hidden-state demo's suite and profile (``suite-hidden``, ``kldtui-hidden.toml``)."""
     from kldtui.folder_lock import ensure_folder
 
+    if score and hidden:
+        raise BadInput("the demo runs in one mode at a time: pass --score or --hidden, not both")
     root = ensure_folder(Path(workdir).expanduser().resolve(), "--workdir")
-    suite_dir, profile_path = Workspace.demo_layout(root, score)
-    build_demo_suite(suite_dir)
-    text = SCORE_PROFILE_TEXT if score else PROFILE_TEXT
+    suite_dir, profile_path = Workspace.demo_layout(root, score, hidden)
+    if hidden:
+        build_demo_hidden_suite(suite_dir)
+    else:
+        build_demo_suite(suite_dir)
+    text = HIDDEN_PROFILE_TEXT if hidden else SCORE_PROFILE_TEXT if score else PROFILE_TEXT
     if not profile_path.exists() or profile_path.read_text() != text:
         from kldtui.formats.atomic import atomic_open
 

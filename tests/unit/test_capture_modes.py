@@ -151,4 +151,5 @@ def test_the_demo_title_names_a_mode_that_is_not_the_default(tmp_path: Path,
     monkeypatch.setattr(app_module, "create_app", create_app)
     for score in (False, True):
         assert app_module.run_dashboard(demo_workdir=tmp_path / "demo", demo_score=score) == 0
-    assert titles == ["kldtui demo", "kldtui demo (score mode)"]
+    assert app_module.run_dashboard(demo_workdir=tmp_path / "demo", demo_hidden=True) == 0
+    assert titles == ["kldtui demo", "kldtui demo (score mode)", "kldtui demo (hidden states)"]

@@ -1,0 +1,98 @@
+"""`kldtui demo --hidden --batch`: the hidden-state workflow end to end on the embedded server. The
+suite publishes the reference's final hidden states and LM head (no logits); each candidate is
+captured in hidden mode and replayed with its own head, which the built-in model writes (it has no
+checkpoint to export from); the reports count contexts and the leaderboard's ties count source
+clusters; a second run redoes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kldtui.embedded.model import TinyModel
+from kldtui.formats import fidelity as fid
+from kldtui.workflow import demo
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # the whole hidden demo, twice
+
+
+def _demo(workdir: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "kldtui", "demo", "--hidden", "--batch", "--plain",
+                           "--workdir", str(workdir)],
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_clusters(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    out = _demo(work)
+    assert (work / "kldtui-hidden.toml").read_text() == demo.HIDDEN_PROFILE_TEXT
+    suite = work / "suite-hidden"
+    assert not (suite / "ref").exists() and (suite / fid.CHECKSUMS).is_file()  # hidden states, no logits
+    contexts = len(demo.DEMO_DOMAINS) * demo.DEMO_CONTEXTS_PER_SOURCE
+    clusters = len(demo.DEMO_DOMAINS)
+
+    for name, perturb in demo.DEMO_CANDIDATES.items():
+        folder = work / "candidates" / f"{name}-hidden"
+        # the candidate's own head, written by the built-in model: the rounded model's, not the suite's
+        own = TinyModel(demo.DEMO_VOCAB, seed=demo.DEMO_MODEL_SEED, perturb=perturb)
+        own.write_head(tmp_path / name)
+        head = fid.load_lm_head(folder / fid.LM_HEAD_DIR)
+        assert head.raw_tensor_sha256 == fid.load_lm_head(tmp_path / name).raw_tensor_sha256
+        assert head.raw_tensor_sha256 != fid.load_lm_head(suite / fid.LM_HEAD_DIR).raw_tensor_sha256
+        check = json.loads((folder / "hidden-replay-qualification.json").read_text())
+        assert check["status"] == "qualified" and check["kl_live_to_replay"]["max"] == 0.0
+        report = json.loads((work / f"comparison-{name}-hidden.json").read_text())
+        assert report["reference"]["kind"] == "hidden" and report["candidate"]["kind"] == "hidden"
+        assert report["candidate"]["lm_head_file_sha256"] == head.file_sha256
+        assert sorted(e["context_index"] for e in report["per_context"]) == list(range(contexts))
+        assert len({e["source_cluster_id"] for e in report["per_context"]}) == clusters
+
+    board = json.loads((work / "leaderboard.json").read_text())
+    assert board["unit"] == "context" and board["windows"] == contexts
+    assert board["cluster_unit"] == "source_cluster" and board["tie_units"] == clusters
+    assert [(r["name"], r["is_best"]) for r in board["rows"]] == [("fine-hidden", True),
+                                                                  ("coarse-hidden", False)]
+    worse = board["rows"][1]["verdict_vs_best"]
+    assert worse.startswith("coarse-hidden is worse than fine-hidden by ") and \
+        f", over {clusters} source clusters;" in worse, worse
+    assert f"export-head: done - LM head [{demo.DEMO_VOCAB}, " in out
+    assert f"campaign: final leaderboard ({contexts} contexts, " in out, out[-3000:]
+    assert f"over the {clusters} source clusters of the {contexts} contexts" in out, out[-3000:]
+    assert " window" not in out.replace("window-", ""), [line for line in out.splitlines()
+                                                         if " window" in line]
+
+    # run again: nothing is captured, exported, finalized or compared again
+    files = {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()}
+    again = _demo(work)
+    changed = sorted(str(p.relative_to(work)) for p in work.rglob("*")
+                     if p.is_file() and files.get(p) != p.stat().st_mtime_ns)
+    assert changed == ["leaderboard.json"], changed
+    assert "server: started" not in again and "export-head" not in again, again[-3000:]
+    for name in demo.DEMO_CANDIDATES:
+        assert f"campaign: note: {name}-hidden: compared earlier" in again, again[-3000:]
+
+
+def test_an_interrupted_build_of_the_hidden_suite_is_finished_and_a_complete_one_kept(tmp_path: Path) -> None:
+    root = tmp_path / "suite-hidden"
+    demo.build_demo_hidden_suite(root)
+    whole = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    demo.build_demo_hidden_suite(root)  # complete: left as it is
+    assert {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()} == whole
+    # stopped while the hidden states were written: no manifest, one file of them, nothing after
+    for rel in (fid.CHECKSUMS, fid.TOP_MANIFEST, f"{fid.HIDDEN_DIR}/{fid.TENSOR_MANIFEST}",
+                f"{fid.HIDDEN_DIR}/hidden_0001.safetensors"):
+        (root / rel).unlink()
+    demo.build_demo_hidden_suite(root)
+    again = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert sorted(again) == sorted(whole)
+    differ = {p for p, b in again.items() if b != whole[p]}  # the manifests' times, and what names them
+    assert differ <= {Path(fid.TOP_MANIFEST), Path(fid.CHECKSUMS), Path(fid.HIDDEN_DIR) / fid.TENSOR_MANIFEST}
+    assert fid.read_checksums(root) == {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest()
+                                        for rel in fid.read_checksums(root)}
