@@ -198,8 +198,8 @@ def test_diff_refuses_an_absurd_kl_mean(suite: Path, tmp_path: Path,
     doc["per_window_arrays"]["kl_mean"][0] = 1e308
     huge = tmp_path / "huge.json"
     huge.write_text(json.dumps(doc))
-    line = one_line(["diff", str(good), str(huge)], capsys, "too large")
-    assert str(huge) in line
+    line = one_line(["diff", str(good), str(huge)], capsys, "per_window[0].kl_mean: 1e+308 is impossible")
+    assert str(huge) in line and "at most 7e+38" in line
 
 
 def test_an_embedded_candidate_of_another_vocabulary_is_refused_before_launching(tmp_path: Path) -> None:
