@@ -179,8 +179,9 @@ def cluster_verdict(units_a: np.ndarray, units_b: np.ndarray, layout: SourceClus
     iv = iv if iv is not None else verdict_interval(units_a, units_b)
     decision = decide(iv, noise, layout.contexts, significant=significant, unit=unit)
     how = confirm(*closer(iv, (name_a, path_a), (name_b, path_b))) if confirm is not None else None
-    text = sentence(decision, iv, float(np.mean(units_a)), name_a, name_b, how, unit=UNIT)
-    return iv, decision, f"{text} ({layout.partition} partition)"
+    text = sentence(decision, iv, float(np.mean(units_a)), name_a, name_b, how, unit=UNIT,
+                    scope=f"{layout.partition} partition")
+    return iv, decision, text
 
 
 def clustered_paired(a: ComparisonReport, b: ComparisonReport, where_a: str, where_b: str, *,

@@ -700,15 +700,18 @@ def _source_words(iv: VerdictInterval, unit: str) -> str:
 
 
 def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str, name_b: str,
-             confirm: str | None = None, unit: str = WINDOW_UNIT) -> str:
+             confirm: str | None = None, unit: str = WINDOW_UNIT, scope: str = "") -> str:
     """One sentence a non-statistician reads right (docs/STATISTICS.md lists them all); ``unit``:
-    what the interval's units are (windows; a hidden-state suite's contexts, or its source clusters)."""
+    what the interval's units are (windows; a hidden-state suite's contexts, or its source clusters);
+    ``scope``: where they come from (``analysis partition``), said in brackets right after their count,
+    so that it stays with the count rather than trailing a confirm command."""
     n = iv.windows
     units = f"{unit}s"
     dep = _dependence_words(iv, name_a, name_b, unit)
-    over = f"over {n} {unit}{'s' if n != 1 else ''}"
+    over = f"over {n} {unit}{'s' if n != 1 else ''}" + (f" ({scope})" if scope else "")
     if decision.outcome == "too_few_windows":
-        return (f"too few {unit}s ({n}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
+        count = f"{n}, {scope}" if scope else f"{n}"
+        return (f"too few {unit}s ({count}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
                 f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} {unit}s)")
     interval = (f"95 % interval {_range(iv.ci95_low, iv.ci95_high)}" if iv.has_interval  # type: ignore[arg-type]
                 else "no interval")

@@ -61,7 +61,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
                                                                   ("coarse-hidden", False)]
     worse = board["rows"][1]["verdict_vs_best"]
     assert worse.startswith("coarse-hidden is worse than fine-hidden by ") and \
-        f", over {clusters} source clusters;" in worse, worse
+        f", over {clusters} source clusters (analysis partition);" in worse, worse
     assert f"export-head: done - LM head [{demo.DEMO_VOCAB}, " in out
     assert f"campaign: final leaderboard ({contexts} contexts, " in out, out[-3000:]
     assert f"over the {clusters} source clusters of the {contexts} contexts" in out, out[-3000:]

@@ -81,7 +81,9 @@ def test_a_difference_named_over_source_clusters_is_printed_with_an_interval_tha
     said = re.search(r"B is worse than A by \S+ KL \(\d+ % of A's mean KL\), 95 % interval (\S+) to (\S+) ",
                      verdict)
     assert said is not None and 0.0 < float(said[1]) < float(said[2]), verdict
-    assert "over 17 source clusters" in verdict and verdict.endswith("(mixed partition)"), verdict
+    # the partition stays with the count, not after the confirm command
+    assert "over 17 source clusters (mixed partition);" in verdict, verdict
+    assert not verdict.endswith("(mixed partition)"), verdict
     line = next(x for x in out.splitlines() if x.startswith("clustered by source"))
     ends = re.search(r"B - A \S+ \[(\S+), (\S+)\] \(95 %, the verdict's rule over source clusters\)", line)
     assert ends is not None and 0.0 < float(ends[1]) < float(ends[2]), line
