@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -152,17 +149,13 @@ class TinyModel:
         ``kldtui export-head`` writes from a checkpoint, for a model that has none. Written beside it
         and renamed into place once whole, so a stopped write leaves no half head to be taken for one."""
         from kldtui.formats import fidelity as fid
+        from kldtui.formats.atomic import write_new_folder
 
-        out = Path(folder)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            fid.write_lm_head(staging, self.head, checkpoint_tensor_key=HEAD_TENSOR_KEY,
-                              kind="LM head of kldtui's built-in model (no checkpoint)",
-                              extra={"model_seed": self.seed, "perturb": self.perturb})
-            os.rename(staging, out)  # refused onto a folder that holds anything: never overwritten
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        # refused onto a folder that holds anything: never overwritten
+        write_new_folder(folder, lambda staging: fid.write_lm_head(
+            staging, self.head, checkpoint_tensor_key=HEAD_TENSOR_KEY,
+            kind="LM head of kldtui's built-in model (no checkpoint)",
+            extra={"model_seed": self.seed, "perturb": self.perturb}))
 
     def logits(self, states: np.ndarray) -> np.ndarray:
         """Raw float32 logits ``[rows, vocab_size]`` of final states: ``states · headᵀ``."""

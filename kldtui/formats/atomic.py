@@ -2,7 +2,7 @@
 
 A reader never sees a half-written file under its final name. ``publish_new`` refuses to
 replace an existing file (a hard link fails if the name exists), which the chunk writer and
-finalize rely on.
+finalize rely on; :func:`write_new_folder` does the same for a whole folder.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from kldtui.errors import DISK_FULL_ERRNOS, DiskFull, size_text
 
@@ -144,6 +144,34 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, *, sort_keys: boo
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     with atomic_open(path, "wb", size_hint=len(data)) as handle:
         handle.write(data)
+
+
+T = TypeVar("T")
+
+
+def write_new_folder(path: str | os.PathLike[str], write: Callable[[Path], T]) -> T:
+    """``write`` a folder under a temporary name beside ``path``, then rename it to ``path``: a stop
+    at any moment leaves no half-made folder under its final name. The folder gets the permissions
+    ``mkdir`` gives (0777 less the umask), as every other output does, not ``mkdtemp``'s private
+    0700. Returns what ``write`` returns; on any exception the temporary folder is removed.
+    FileExistsError when ``path`` is a folder that holds anything (never replaced); an empty one
+    is taken."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())
+        result = write(staging)
+        try:
+            os.rename(staging, final)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            raise FileExistsError(exc.errno, os.strerror(exc.errno), str(final)) from None
+    except BaseException:
+        _delete_tree(staging)
+        raise
+    return result
 
 
 REMOVING_MARK = ".removing-"  # a folder being removed: ``.<name>.removing-<random>`` beside where it was

@@ -36,7 +36,6 @@ import os
 import shlex
 import shutil
 import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from pathlib import Path
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageFinished, StageStarted, failure_reported, null_sink
+from kldtui.formats.atomic import write_new_folder
 from kldtui.formats.fidelity import load_lm_head
 from kldtui.formats.safe_io import nearest_existing
 from kldtui.servers.base import HubModel, ServerConfig
@@ -242,9 +242,9 @@ def _reuse(source: Path, out: Path, emit: EventSink) -> str | None:
         manifest = read_bytes(head.manifest_path, limit=16 * 1024 * 1024, follow=False)
     except (BadInput, OSError) as exc:
         return _clause(str(exc))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    manifest_name, sha = head.manifest_path.name, head.file_sha256
+
+    def write(staging: Path) -> str:
         weight = staging / head.path.name
         try:
             os.link(head.path, weight, follow_symlinks=False)
@@ -253,16 +253,17 @@ def _reuse(source: Path, out: Path, emit: EventSink) -> str | None:
             with open_regular(head.path, follow=False) as src, open(weight, "xb") as dst:
                 shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
             how = f"copied: {human_bytes(head.size_bytes)} on disk"
-        if not stat.S_ISREG(os.lstat(weight).st_mode) or sha256_file(weight) != head.file_sha256:
-            return f"{head.path.name} does not hash to the file_sha256 its manifest states"
-        with open(staging / head.manifest_path.name, "xb") as dst:
+        if not stat.S_ISREG(os.lstat(weight).st_mode) or sha256_file(weight) != sha:
+            raise BadInput(f"{head.path.name} does not hash to the file_sha256 its manifest states")
+        with open(staging / manifest_name, "xb") as dst:
             dst.write(manifest)
         fid.load_lm_head(staging)  # the pair is whole (its header and manifest agree)
-        os.rename(staging, out)  # onto nothing: out was checked missing, and is locked by the run
+        return how
+
+    try:
+        how = write_new_folder(out, write)  # onto nothing: out was checked missing, and is locked by the run
     except (BadInput, OSError) as exc:
         return _clause(str(exc))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     emit(Notice(STAGE, f"{out}: the candidate's LM head is the same model's, exported in {source} "
                        f"(file_sha256 {head.file_sha256[:12]}... checked), {how}; not exported again"))
     return None

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from kldtui.events import (
     failure_reported,
     null_sink,
 )
+from kldtui.formats.atomic import write_new_folder
 from kldtui.formats.safe_io import is_present, read_failure, read_text
 
 STAGE: StageName = "export-head"
@@ -218,11 +217,8 @@ def export_head(checkpoint: str | os.PathLike[str], output: str | os.PathLike[st
         rows, cols = (int(d) for d in weight.shape)
         kind = ("input embedding exported as the LM head (tied word embeddings)" if source.tied
                 else "LM head exported from the checkpoint")
-        # written beside the output and renamed into place once whole: a stopped export leaves no half
-        # head that a later run (which exports only a missing head) would take for one
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
+
+        def write(staging: Path) -> None:
             index_sha256 = sha256_file(source.index) if source.index else None
             staged = fid.write_lm_head(staging, weight, checkpoint_tensor_key=source.tensor,
                                        checkpoint_index_sha256=index_sha256, source_shard=source.shard.name,
@@ -232,9 +228,11 @@ def export_head(checkpoint: str | os.PathLike[str], output: str | os.PathLike[st
                 raise BadInput(f"{source.shard}: {source.tensor} hashes to {staged.raw_tensor_sha256} (raw "
                                f"BF16), not the expected {expect_raw_sha256}; wrong checkpoint or revision "
                                "(nothing kept)")
-            os.rename(staging, out)  # onto nothing, or onto the empty folder checked above
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+
+        # written beside the output and renamed into place once whole (onto nothing, or onto the empty
+        # folder checked above): a stopped export leaves no half head that a later run (which exports
+        # only a missing head) would take for one
+        write_new_folder(out, write)
         head = fid.load_lm_head(out)
     emit(StageFinished(STAGE, summary=f"LM head [{rows}, {cols}] -> {head.path}", figures={
         "vocab": rows, "hidden": cols, "bytes": head.size_bytes, "raw_tensor_sha256": head.raw_tensor_sha256,

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from kldtui.events import (
     StageStarted,
     null_sink,
 )
-from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
+from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic, write_new_folder
 from kldtui.formats.model_size import MODEL_CONFIG_LIMIT
 from kldtui.formats.safe_io import open_regular, read_failure, read_text
 from kldtui.formats.suite import (
@@ -611,18 +609,10 @@ def check_new_folder(out: Path) -> None:
 def build_new_folder(out: Path, write: Callable[[Path], None]) -> None:
     """``write`` the folder under a temporary name beside ``out``, then rename it to ``out``: an
     interrupted prepare leaves no half-made suite under the final name."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        write(tmp)
-        tmp.chmod(0o755)
-        try:
-            os.rename(tmp, out)  # fails if out appeared meanwhile (a non-empty folder)
-        except OSError:
-            raise BadInput(f"{out}: appeared while preparing; nothing was replaced") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_new_folder(out, write)
+    except FileExistsError:  # out appeared meanwhile (a folder that holds anything)
+        raise BadInput(f"{out}: appeared while preparing; nothing was replaced") from None
 
 
 def tokenizer_id(name: str, tok: Any) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +161,17 @@ def test_a_stopped_export_leaves_no_folder_a_later_run_would_take_for_a_head(
     with pytest.raises(KeyboardInterrupt):
         export_head(tmp_path / "ckpt", out)
     assert sorted(p.name for p in (tmp_path / "candidate").iterdir()) == []
+
+
+def test_an_exported_head_is_readable_like_other_outputs(tmp_path: Path) -> None:
+    """Written in a temporary folder and renamed into place, the head kept mkdtemp's 0700: another
+    user of a shared disk could not read it. It gets mkdir's permissions under the umask."""
+    _sharded(tmp_path / "ckpt")
+    out = tmp_path / "suite" / "lm-head"
+    old = os.umask(0o022)
+    try:
+        assert main(["export-head", "--checkpoint", str(tmp_path / "ckpt"), "--output", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert (out / fid.HEAD_FILE).stat().st_mode & 0o777 == 0o644
