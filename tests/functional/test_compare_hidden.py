@@ -323,3 +323,25 @@ def test_a_context_suites_bootstraps_name_their_cluster_unit_context(world: dict
     other = write_report(tmp_path / "hidden.json", _cmp(world, f.root / fid.HIDDEN_DIR,  # type: ignore[arg-type]
                                                         world["cand_hidden"], backend="numpy"))
     assert paired_diff_files(path, other, samples=100).to_dict()["cluster_unit"] == "context"
+
+
+def test_the_lm_heads_are_named_once_per_compare_not_once_per_context(world: dict) -> None:  # type: ignore[type-arg]
+    """The pipeline compares each context as it is finalized, preparing it on its own: each head's
+    "mapped from the page cache" line (and the same-head warning) came once per context."""
+    from kldtui.events import Event, Notice
+    from kldtui.stages.compare.driver import Comparer
+    from kldtui.workspace import Workspace
+
+    root = world["fixture"].root
+    suite = world["suite"]
+    events: list[Event] = []
+    workspace = Workspace(suite_dir=root, reference_dir=root / fid.HIDDEN_DIR,
+                          candidate_dir=world["cand_hidden"])
+    comparer = Comparer(workspace, suite, CompareOptions(bootstrap_samples=200, backend="numpy"),
+                        emit=events.append)
+    for w in suite.windows[:4]:
+        comparer.window(w)
+    notes = [e.text for e in events if isinstance(e, Notice) and "mapped from the page cache" in e.text]
+    assert len(notes) == 2, notes
+    assert notes[0].startswith(f"LM head {root / fid.LM_HEAD_DIR / fid.HEAD_FILE}: [")
+    assert notes[1].startswith(f"LM head {world['cand_hidden'] / fid.LM_HEAD_DIR / fid.HEAD_FILE}: [")

@@ -63,6 +63,8 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     assert worse.startswith("coarse-hidden is worse than fine-hidden by ") and \
         f", over {clusters} source clusters (analysis partition);" in worse, worse
     assert f"export-head: done - LM head [{demo.DEMO_VOCAB}, " in out
+    # each compare names its two heads once, not once per context it compares as it is finalized
+    assert out.count("mapped from the page cache") == 2 * len(demo.DEMO_CANDIDATES), out[-3000:]
     assert f"campaign: final leaderboard ({contexts} contexts, " in out, out[-3000:]
     assert f"over the {clusters} source clusters of the {contexts} contexts" in out, out[-3000:]
     assert " window" not in out.replace("window-", ""), [line for line in out.splitlines()

@@ -47,12 +47,14 @@ Described = tuple[tuple[SideDescription | None, SideDescription | None] | None, 
 def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | int,
                    reference_dir: str | os.PathLike[str], candidate_dir: str | os.PathLike[str],
                    options: CompareOptions | None = None, cancel: Cancel | None = None,
-                   emit: EventSink = null_sink, engine: Engine | None = None) -> WindowResult:
-    """Validate and compare ONE window (e.g. as soon as it is finalized)."""
+                   emit: EventSink = null_sink, engine: Engine | None = None,
+                   said: set[str] | None = None) -> WindowResult:
+    """Validate and compare ONE window (e.g. as soon as it is finalized); ``said``: the notices about
+    the inputs already given, as :func:`prepare` takes them."""
     options = options or CompareOptions()
     s = suite if isinstance(suite, Suite) else load_suite(suite)
     w = s.window(window) if isinstance(window, int) else window
-    inputs = prepare(s, reference_dir, candidate_dir, options, emit, cancel, windows=[w])
+    inputs = prepare(s, reference_dir, candidate_dir, options, emit, cancel, windows=[w], said=said)
     if engine is not None:
         return engine.compare_window(inputs, w, emit, cancel)
     with Engine(inputs.vocab_size, options) as eng:
@@ -86,6 +88,7 @@ class Comparer:
         self.described: Described | None = None
         self.server_figures = False  # windows() of figures a server computed (score mode), one at a time
         self.head_sha256: dict[str, str] = {}  # role -> the LM head's file SHA-256, as prepare verified it
+        self.said: set[str] = set()  # notices about the inputs given so far: each once per compare
 
     # -- comparing ------------------------------------------------------------------------------
     def window(self, window: WindowSpec, *, announce: bool = True,
@@ -104,7 +107,7 @@ class Comparer:
             if cached is None:
                 self.emit(WindowState.of("compare", window, "comparing"))
                 cached = compare_window(self.suite, window, ws.reference, ws.candidate,
-                                        options or self.options, self.cancel, emit=self.emit)
+                                        options or self.options, self.cancel, emit=self.emit, said=self.said)
                 self.computed += 1
                 self.cache.put(window, cached)
             result = cached
@@ -120,7 +123,7 @@ class Comparer:
         if figures is not None:
             return self._figures_windows(figures, selected)
         inputs = prepare(self.suite, ws.reference, ws.candidate, self.options, self.emit, self.cancel,
-                         windows=windows)
+                         windows=windows, said=self.said)
         self.verified = inputs.verified
         self.reference_manifest_sha256 = inputs.reference_manifest_sha256
         results: list[WindowResult] = []

@@ -53,8 +53,17 @@ def load_sides(suite: Suite, reference_dir: str | os.PathLike[str], candidate_di
 def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str | os.PathLike[str],
             candidate_dir: str | os.PathLike[str], options: CompareOptions,
             emit: EventSink = null_sink, cancel: Cancel | None = None,
-            windows: Sequence[WindowSpec] | None = None) -> CompareInputs:
-    """Validate every input of a comparison; BadInput (one line) on the first problem."""
+            windows: Sequence[WindowSpec] | None = None, said: set[str] | None = None) -> CompareInputs:
+    """Validate every input of a comparison; BadInput (one line) on the first problem. ``said``: the
+    notices about the inputs this comparison already gave, each given once (the pipeline prepares
+    every context on its own as it is finalized)."""
+    said = set() if said is None else said
+
+    def note(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            emit(Notice("compare", text))
+
     suite = suite_manifest if isinstance(suite_manifest, Suite) else load_suite(suite_manifest)
     suite.check_suite_hash()
     selected = list(windows) if windows is not None else options.select(suite)
@@ -82,11 +91,11 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
             if sha is not None:
                 head_sha[side.role] = sha
     if same_head(ref, cand):
-        emit(Notice("compare", "the candidate is replayed with the same LM head as the reference: a change "
-                               "to the head itself is not measured"))
+        note("the candidate is replayed with the same LM head as the reference: a change to the head "
+             "itself is not measured")
     for head in heads(ref, cand):
-        emit(Notice("compare", f"LM head {head.path}: [{head.vocab}, {head.hidden}] BF16, "
-                               f"{head.size_bytes / 2**30:.2f} GiB, mapped from the page cache"))
+        note(f"LM head {head.path}: [{head.vocab}, {head.hidden}] BF16, {head.size_bytes / 2**30:.2f} GiB, "
+             "mapped from the page cache")
     paths: list[ListedFile] = ref.listed(selected) + cand.listed(selected)
     sha_state = "skipped"
     if options.verify_sha256:
