@@ -342,8 +342,11 @@ class DashboardModel:
     def apply_disk_state(self, state: RunState) -> None:
         """What a reopened work folder holds, shown as if the run had just happened here."""
         captured, finalized, compared, total = self._show_state(state)
-        summary = (f"opened an earlier run: reference {'ready' if state.reference_ready else 'missing'}, "
-                   f"{captured}/{total} captured, {finalized} finalized, {compared} compared")
+        if state.anything:
+            summary = (f"opened an earlier run: reference {'ready' if state.reference_ready else 'missing'}, "
+                       f"{captured}/{total} captured, {finalized} finalized, {compared} compared")
+        else:  # a reference alone is no earlier run of a candidate (a shared suite's, or prepared here)
+            summary = f"found the reference ready ({total} {self.unit}s); no candidate captured yet"
         self._log("info", summary, "run")
         for problem in state.problems:
             self._log("warning", problem, "run")

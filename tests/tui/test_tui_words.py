@@ -118,6 +118,10 @@ async def test_reopened_folder_with_only_the_reference_shows_it(tmp_path: Path) 
         for stage in ("server", "capture", "finalize", "compare"):
             assert "idle" in card(app, stage), stage
         assert "r runs the rest" in panel(app)
+        # what was found, not "opened an earlier run": nothing of a candidate ran in this folder
+        lines = [text for _, text in app.main.model.log]
+        assert "[run] found the reference ready (6 windows); no candidate captured yet" in lines, lines
+        assert not any("earlier run" in text for text in lines), lines
 
 
 @sync
