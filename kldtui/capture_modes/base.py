@@ -303,8 +303,10 @@ class CaptureMode(ABC):
         """The finalized folder's manifest (BadInput when it does not parse)."""
 
     @abstractmethod
-    def listed(self, manifest: Any) -> dict[int, Any]:
-        """The finalized entries (as :meth:`finalize_window` returns them) a manifest lists."""
+    def listed(self, manifest: Any, suite: Suite | None) -> dict[int, Any]:
+        """The finalized entries (as :meth:`finalize_window` returns them) a manifest lists;
+        ``suite``: the folder's suite, which names a window's domain where its manifest does not
+        (None: it did not load; such a window's domain is then unknown, "")."""
 
     def finish(self, folder: Path, suite: Suite, entries: Sequence[Any], *, runtime: Any,
                emit: EventSink = null_sink, cancel: Cancel | None = None) -> None:

@@ -252,11 +252,14 @@ class HiddenMode(CaptureMode):
             raise BadInput(f"{manifest.path}: lists logits, not hidden states")
         return manifest
 
-    def listed(self, manifest: Any) -> dict[int, Any]:
+    def listed(self, manifest: Any, suite: Suite | None) -> dict[int, Any]:
+        # a context's domain is its suite window's (the allocation stratum), as finalize gives it: the
+        # records' source_class is the finer semantic class, another grouping
+        domains = {w.index: w.domain for w in suite.windows} if suite is not None else {}
         out: dict[int, HiddenEntry] = {}
         for index, record in manifest.entries.items():
             raw = dict(record.raw)
-            out[index] = HiddenEntry(index, str(raw.get("source_class") or ""), record.file,
+            out[index] = HiddenEntry(index, domains.get(index, ""), record.file,
                                      record.size_bytes, record.sha256, raw, raw.get("kldtui_live"),
                                      _int_or_none(raw.get("kldtui_vocab_size")))
         return out

@@ -143,7 +143,7 @@ class LogitsMode(CaptureMode):
     def read_manifest(self, path: Path) -> LogitsManifest:
         return load_logits_manifest(path)
 
-    def listed(self, manifest: Any) -> dict[int, Any]:
+    def listed(self, manifest: Any, suite: Suite | None) -> dict[int, Any]:
         from kldtui.formats.logits_writer import WrittenLogits
 
         return {i: WrittenLogits.from_entry(e) for i, e in manifest.entries.items()}

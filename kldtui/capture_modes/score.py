@@ -249,7 +249,7 @@ class ScoreMode(CaptureMode):
 
         return load_scores_manifest(path)
 
-    def listed(self, manifest: Any) -> dict[int, Any]:
+    def listed(self, manifest: Any, suite: Suite | None) -> dict[int, Any]:
         return dict(manifest.entries)
 
     def reference_problems(self, suite_dir: Path, reference_dir: Path,

@@ -93,7 +93,7 @@ def load_finalized(workspace: Workspace, suite: Suite, emit: EventSink = null_si
     manifest = _listed(mode.manifest_path(folder), suite, mode.read_manifest, emit)
     if manifest is None:
         return {}
-    return {i: e for i, e in mode.listed(manifest).items() if (folder / e.file).is_file()}
+    return {i: e for i, e in mode.listed(manifest, suite).items() if (folder / e.file).is_file()}
 
 
 class Finalizer:

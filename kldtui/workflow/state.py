@@ -75,6 +75,7 @@ def load_state(workspace: Workspace) -> RunState:
     """Read the state of ``workspace`` from disk (see the module docstring)."""
     problems: list[str] = []
     domains: dict[int, str] = {}
+    suite: Suite | None = None
     try:
         from kldtui.formats.suite import load_suite
 
@@ -107,8 +108,8 @@ def load_state(workspace: Workspace) -> RunState:
                 continue
             failures: list[str] = []
             for mode in modes:
-                try:  # as the mode's finalize lists them (a hidden-state manifest's records say no domain)
-                    entries = mode.listed(mode.read_manifest(path))
+                try:  # as the mode's finalize lists them (domains where the manifest names none: the suite's)
+                    entries = mode.listed(mode.read_manifest(path), suite)
                 except (KldError, OSError, ValueError) as exc:
                     failures.append(str(exc))
                     continue

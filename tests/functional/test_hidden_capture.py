@@ -17,7 +17,7 @@ import pytest
 
 from kldtui.cli.main import main
 from kldtui.embedded.model import TinyModel
-from kldtui.events import Event, Notice
+from kldtui.events import Event, Notice, WindowState
 from kldtui.formats import fidelity as fid
 from kldtui.formats.suite import load_suite
 from kldtui.metrics.replay import f32_to_bf16
@@ -171,3 +171,43 @@ def test_kldtui_run_finishes_a_hidden_candidate_folder_and_reads_its_state_back(
     assert (output / "live-logits" / "manifest.json").is_file()
     state = load_state(profile.workspace())
     assert state.problems == () and state.compared == 4
+
+
+def test_a_resumed_hidden_folder_shows_the_domains_finalize_gave(tmp_path: Path) -> None:
+    """Finalize names a context's domain by the suite's allocation stratum; the folder read back (a
+    resumed finalize, a reopened work folder) named it by the records' source_class, a finer
+    grouping: the entries differed, so finalizing a finished context again rewrote the manifest."""
+    from kldtui.capture_modes.hidden import HIDDEN
+    from kldtui.stages.finalize import Finalizer, load_finalized
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.state import load_state
+    from tests import fidelity_fixture as fx
+
+    fx.build(tmp_path / "suite", contexts=4)
+    suite = load_suite(tmp_path / "suite")
+    output = tmp_path / "work" / "candidate"
+    fid.write_lm_head(output / fid.LM_HEAD_DIR, f32_to_bf16(TinyModel(fx.VOCAB, seed=SEED).head),
+                      checkpoint_tensor_key="lm_head.weight")
+    profile = profile_from_dict({
+        "reference": {"local_dir": str(tmp_path / "suite"), "logits_dir": fid.HIDDEN_DIR},
+        "candidate": {"kind": "embedded", "served_model_name": "c", "model_seed": SEED,
+                      "vocab_size": fx.VOCAB, "port": 0, "startup_timeout": 60.0, "request_timeout": 60.0},
+        "run": {"workdir": str(tmp_path / "work"), "run_name": "hidden", "keep_chunks": True},
+        "capture": {"mode": "hidden", "replay_check": 2},
+        "compare": {"bootstrap_samples": 50}}, base_dir=tmp_path)
+    events: list[Event] = []
+    Pipeline(profile, events.append).run_all()
+    said = {e.window_index: e.domain for e in events
+            if isinstance(e, WindowState) and e.stage == "finalize" and e.state == "finalized"}
+    assert said == {w.index: w.domain for w in suite.windows}
+    assert any(w.domain != w.raw["semantic_class"] for w in suite.windows)  # the two groupings differ
+    workspace = profile.workspace()
+    assert {i: w.domain for i, w in load_state(workspace).windows.items()} == said
+    assert {i: e.domain for i, e in load_finalized(workspace, suite, mode=HIDDEN).items()} == said
+    # finalized again (kept: the files match), nothing changes
+    manifest = output / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    finalizer = Finalizer(workspace, suite, mode=HIDDEN)
+    for w in suite.windows:
+        finalizer.finalize(w)
+    assert not finalizer._changed and manifest.stat().st_mtime_ns == before
