@@ -329,9 +329,12 @@ HF_HUB_OFFLINE = _flag("HF_HUB_OFFLINE", HUB, "Never download: an incomplete ref
 HF_HUB_CACHE = _path("HF_HUB_CACHE", HUB, "The Hugging Face cache a vLLM candidate given as a Hub model "
                      "id is looked up in (hidden mode exports its LM head from the cached checkpoint; "
                      "never downloaded by kldtui); `[candidate] env` overrides it as it does for the "
-                     "server.", default_text="`$HF_HOME/hub`")
+                     "server.", default_text="`$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`")
+HUGGINGFACE_HUB_CACHE = _path("HUGGINGFACE_HUB_CACHE", HUB, "The older name of HF_HUB_CACHE, which "
+                              "huggingface_hub (and so vLLM) still honours; HF_HUB_CACHE wins where both "
+                              "are set.", default_text="`$HF_HOME/hub`")
 HF_HOME = _path("HF_HOME", HUB, "Hugging Face's folder; the cache is `$HF_HOME/hub` unless HF_HUB_CACHE "
-                "is set.", default_text="`$XDG_CACHE_HOME/huggingface`")
+                "or HUGGINGFACE_HUB_CACHE is set.", default_text="`$XDG_CACHE_HOME/huggingface`")
 
 # ----------------------------------------------------------------------------- system
 XDG_CACHE_HOME = _home_path("XDG_CACHE_HOME", "Cache root: the compiled kernel is cached in "
@@ -420,11 +423,13 @@ def named_variable(name: str, env: Mapping[str, str] | None = None) -> str | Non
 
 def hf_hub_cache(env: Mapping[str, str] | None = None) -> Path:
     """The Hugging Face cache folder in ``env`` (default: this process's environment), as
-    huggingface_hub finds it: HF_HUB_CACHE, else ``$HF_HOME/hub``, else
-    ``$XDG_CACHE_HOME/huggingface/hub``. Read each time (huggingface_hub reads it once, on import)."""
-    cache = HF_HUB_CACHE.get(env)
-    if cache is not None:
-        return cache.expanduser()
+    huggingface_hub finds it (``huggingface_hub.constants``): HF_HUB_CACHE, else its older name
+    HUGGINGFACE_HUB_CACHE, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``. Read each
+    time (huggingface_hub reads it once, on import)."""
+    for named in (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE):
+        cache = named.get(env)
+        if cache is not None:
+            return cache.expanduser()
     home = HF_HOME.get(env)
     return (home if home is not None else XDG_CACHE_HOME.get(env) / "huggingface").expanduser() / "hub"
 

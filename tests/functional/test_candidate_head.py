@@ -38,6 +38,7 @@ def _hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The Hugging Face cache a Hub model id is looked up in: this test's own (empty until filled)."""
     cache = tmp_path / "hf-cache"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     return cache
 
 
@@ -409,8 +410,9 @@ def test_a_head_already_in_the_candidate_folder_is_not_refused(tmp_path: Path) -
 
 def test_the_cache_a_hub_model_is_looked_up_in_is_the_one_vllm_downloads_into(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--download-dir`` first (either spelling), else HF_HUB_CACHE, else ``$HF_HOME/hub``, each as
-    the server's environment has it; a local path is no Hub model."""
+    """``--download-dir`` first (either spelling), else HF_HUB_CACHE, else its older name
+    HUGGINGFACE_HUB_CACHE, else ``$HF_HOME/hub``, each as the server's environment has it; a local
+    path is no Hub model."""
     from kldtui.servers.registry import kind_of
 
     fx.build(tmp_path / "suite", contexts=4)
@@ -420,9 +422,12 @@ def test_the_cache_a_hub_model_is_looked_up_in_is_the_one_vllm_downloads_into(
         return kind_of(profile.candidate).hub_model(profile.candidate)
 
     plain = _vllm(None, "org/q4")
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path / "older"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     assert hub(plain) == HubModel("org/q4", None, tmp_path / "hf-cache")
     monkeypatch.delenv("HF_HUB_CACHE")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hub(plain) == HubModel("org/q4", None, tmp_path / "older")
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE")
     assert hub(plain) == HubModel("org/q4", None, tmp_path / "home" / "hub")
     for flags in ('"--download-dir", "/models"', '"--download-dir=/models"'):
         table = plain.replace("vllm_args = [", f"vllm_args = [{flags}, \"--revision=abc\", ")

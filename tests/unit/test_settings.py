@@ -138,3 +138,30 @@ def test_in_effect_lists_what_is_set_and_what_is_wrong() -> None:
                                           "CUDA_VISIBLE_DEVICES": "", "KLDTUI_CAPTURE_MODE": "log its"})
     assert shown == ["KLDTUI_SCORE_ROWS=8", "HF_TOKEN=(set)", "CUDA_VISIBLE_DEVICES="]
     assert len(problems) == 1 and problems[0].startswith("environment variable KLDTUI_CAPTURE_MODE='log its'")
+
+
+@pytest.mark.parametrize("names", [
+    ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"),
+    ("HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"),
+    ("HF_HOME", "XDG_CACHE_HOME"),
+    ("XDG_CACHE_HOME",),
+    (),
+])
+def test_the_hugging_face_cache_is_the_one_huggingface_hub_finds(tmp_path: Path, names: tuple[str, ...],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """hf_hub_cache follows huggingface_hub's own precedence (read from the installed package in a
+    fresh process), the older HUGGINGFACE_HUB_CACHE included: vLLM downloads where it says."""
+    import os
+    import subprocess
+
+    pytest.importorskip("huggingface_hub")
+    hub_names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME",
+                 "HUGGINGFACE_CO_STAGING")
+    env = {k: v for k, v in os.environ.items() if k not in hub_names}
+    env.update({name: str(tmp_path / name.lower()) for name in names})
+    env["HOME"] = str(tmp_path / "home")
+    monkeypatch.setenv("HOME", env["HOME"])  # the defaults' home folder (Path.home)
+    code = "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"
+    theirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert settings.hf_hub_cache(env) == Path(theirs)
