@@ -86,6 +86,9 @@ SOURCES = "sources.json"
 SOURCE_REGISTRY = "source-registry.json"
 CAPTURE_RUNTIME = "capture-runtime.json"
 CHECKSUMS = "checksums.txt"
+# bytes of a suite's checksums.txt read: a line of about 100 bytes per file (its SHA-256 and path), so a
+# suite of a few thousand files lists well under 1 MB
+CHECKSUMS_LIMIT = 64 * 1024 * 1024
 HIDDEN_DIR = "reference-hidden"
 LM_HEAD_DIR = "lm-head"
 HEAD_FILE = "weight.safetensors"
@@ -901,7 +904,7 @@ def parse_checksums(text: str, where: str) -> dict[str, str]:
 def read_checksums(root: str | os.PathLike[str]) -> dict[str, str]:
     path = Path(root) / CHECKSUMS
     try:
-        text = read_text(path, limit=64 * 1024 * 1024)
+        text = read_text(path, limit=CHECKSUMS_LIMIT)
     except FileNotFoundError:
         raise BadInput(f"{path}: not found; a published hidden-state suite lists every file's SHA-256 "
                        f"there; {HIDDEN_SUITE_DAMAGED}") from None

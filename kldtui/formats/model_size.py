@@ -39,6 +39,9 @@ _AUXILIARY = (".scales", ".qzeros", ".g_idx", ".weight_shape", ".weight_scale", 
 MAX_BITS_PER_WEIGHT = 64.0  # an F64 checkpoint; above it the figures contradict each other
 MAX_FILES = 10_000  # shards in one checkpoint folder
 MODEL_CONFIG_LIMIT = 16 * 1024 * 1024  # bytes of a model folder's config.json read
+# bytes of a checkpoint's model.safetensors.index.json read: a line of about 100 bytes per tensor, so
+# the largest checkpoints' (a few hundred thousand tensors) are some tens of MB
+CHECKPOINT_INDEX_LIMIT = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def _checkpoint_files(folder: Path, files: list[Path]) -> list[Path]:
     index = folder / INDEX
     if index.exists():
         try:
-            doc = json.loads(read_text(index, limit=64 * 1024 * 1024))
+            doc = json.loads(read_text(index, limit=CHECKPOINT_INDEX_LIMIT))
             names = set(doc["weight_map"].values())
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BadInput(f"{index}: not a safetensors index ({exc}); fix or remove it") from None

@@ -38,6 +38,7 @@ from kldtui.events import (
     null_sink,
 )
 from kldtui.formats.atomic import write_new_folder
+from kldtui.formats.model_size import CHECKPOINT_INDEX_LIMIT, MODEL_CONFIG_LIMIT
 from kldtui.formats.safe_io import is_present, read_failure, read_text
 
 STAGE: StageName = "export-head"
@@ -75,9 +76,9 @@ class CheckpointIncomplete(BadInput):
 CHECKPOINT = "give the checkpoint folder of a safetensors model, or download the checkpoint again"
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _json(path: Path, limit: int) -> dict[str, Any]:
     try:
-        doc = json.loads(read_text(path, limit=64 * 1024 * 1024))
+        doc = json.loads(read_text(path, limit=limit))
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadInput(f"{path}: not valid JSON ({exc}); {CHECKPOINT}") from None
     except OSError as exc:  # a FIFO, a folder, no permission, over the size limit
@@ -116,7 +117,7 @@ def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
                        f"{SINGLE_FILE}) or a .safetensors file")
     index = checkpoint / INDEX_FILE
     if _present(index):
-        doc = _json(index)
+        doc = _json(index, CHECKPOINT_INDEX_LIMIT)
         weight_map = doc.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise BadInput(f"{index}: no weight_map; the index is damaged: download the checkpoint again")
@@ -145,7 +146,7 @@ def find_head(checkpoint: str | os.PathLike[str], tensor: str | None = None) -> 
     path = Path(checkpoint)
     weights, index = _weight_map(path)
     config_path = (path if path.is_dir() else path.parent) / CONFIG_FILE
-    tied = tied_embeddings(_json(config_path)) if _present(config_path) else None
+    tied = tied_embeddings(_json(config_path, MODEL_CONFIG_LIMIT)) if _present(config_path) else None
     is_tied = False
     if tensor is not None:
         if tensor not in weights:

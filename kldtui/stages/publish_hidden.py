@@ -35,7 +35,15 @@ from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageName, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.safe_io import read_bytes, read_text
-from kldtui.formats.suite import DATASET_CARD, SUITE_MANIFEST, Suite, card_runtime, load_suite, sha256_file
+from kldtui.formats.suite import (
+    DATASET_CARD,
+    MANIFEST_LIMIT,
+    SUITE_MANIFEST,
+    Suite,
+    card_runtime,
+    load_suite,
+    sha256_file,
+)
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
 from kldtui.text import human_bytes
@@ -43,7 +51,9 @@ from kldtui.text import human_bytes
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
 QUALIFICATION = f"{fid.VALIDATION_DIR}/hidden-replay-qualification.json"
-TEXT_LIMIT = 64 * 1024 * 1024  # checksums.txt of a large suite; tensors are never read as text
+# bytes of a text file scanned for secrets: its largest are checksums.txt and the manifests, each read
+# whole up to its own limit; tensors are never read as text
+TEXT_LIMIT = max(fid.CHECKSUMS_LIMIT, MANIFEST_LIMIT)
 
 
 @dataclass(frozen=True)
