@@ -37,6 +37,9 @@ FLOOR_FORMAT = "kldtui-noise-floor-v1"
 # that is damaged
 NOISE_REMEDY = "give a noise model that kldtui noise wrote"
 REWRITE_NOISE = "write the file again with kldtui noise"
+# bytes of a noise model read: a few rows of numbers per window (one per capture), well under 1 MB for
+# 1,024 windows of 10 captures; a larger file is refused, naming it, rather than read into memory
+NOISE_MODEL_LIMIT = 64 * 1024 * 1024
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
 PUBLISHED_REPEAT_KL = 0.0035014991  # KL(run1 || run2), window 0
 PUBLISHED_REPEAT_KL_REVERSE = 0.0035850708  # KL(run2 || run1), window 0
@@ -466,7 +469,7 @@ def _num(doc: dict[str, Any], key: str, where: str, *, optional: bool = False) -
 def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     """Read a floor written by :func:`save_floor`; BadInput (one line) when it is not one."""
     p = Path(path)
-    doc = untrusted_json.read_json(p, what="noise model", remedy=NOISE_REMEDY)
+    doc = untrusted_json.read_json(p, what="noise model", remedy=NOISE_REMEDY, limit=NOISE_MODEL_LIMIT)
     if not isinstance(doc, dict) or doc.get("format") != FLOOR_FORMAT:
         raise BadInput(f"{p}: not a kldtui noise floor (format is not {FLOOR_FORMAT!r}); {NOISE_REMEDY}")
     kind = doc.get("kind", "measured")

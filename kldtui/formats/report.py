@@ -14,7 +14,7 @@ from typing import Any
 from kldtui.errors import BadInput, size_text
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.report_model import REPORT_FORMAT, REPORT_REMEDY, ComparisonReport
+from kldtui.formats.report_model import REPORT_FORMAT, REPORT_LIMIT, REPORT_REMEDY, ComparisonReport
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
 from kldtui.text import plural, top_k
 
@@ -50,7 +50,7 @@ def load_report(path: str | os.PathLike[str]) -> ComparisonReport:
     """Read and validate a comparison report file (kldtui's or the original comparator's);
     BadInput naming the file (and the field) and what to do on anything else."""
     p = Path(path)
-    doc = untrusted_json.read_json(p, what="comparison report", remedy=REPORT_REMEDY)
+    doc = untrusted_json.read_json(p, what="comparison report", remedy=REPORT_REMEDY, limit=REPORT_LIMIT)
     return ComparisonReport.from_json(doc, str(p))
 
 

@@ -31,6 +31,10 @@ _ADVICE = "not a comparison report, or a damaged one (re-run kldtui compare)"
 # what to do about a file that is no comparison report at all (missing, a FIFO, not JSON, a list):
 # every load error of a report ends with it (kldtui.formats.report.load_report)
 REPORT_REMEDY = "give a comparison report that kldtui compare or kldtui run wrote"
+# bytes of a comparison report read: a report of the 1,024-context hidden-state suite with every
+# per-context and per-window figure is 4.3 MB (about 4 KB a context); a larger file is refused, naming
+# it, rather than read into memory
+REPORT_LIMIT = 64 * 1024 * 1024
 _KEEP_NULL = {"keep_null": True}
 _FLAT = {"flatten": True}  # a mapping written as fields of its object (registered figures' columns)
 

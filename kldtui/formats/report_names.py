@@ -53,6 +53,9 @@ CAMPAIGN_REPORT_GLOB = f"{CAMPAIGN_REPORT_PREFIX}*.json"
 # A campaign's final ranking, beside its reports (kldtui.workspace): its rows name the candidates the
 # campaign ranked, which `kldtui leaderboard DIR` ranks (folder_reports).
 LEADERBOARD_FILE_NAME = "leaderboard.json"
+# bytes of a leaderboard.json read: a row of a few KB per candidate ranked; a larger file is refused
+# (or, where only the names it ranks are looked for, not used) rather than read into memory
+LEADERBOARD_LIMIT = 16 * 1024 * 1024
 
 
 # A campaign's measured noise model, beside its reports (kldtui.workspace); `kldtui view DIR` and
@@ -193,7 +196,8 @@ def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
     board = folder / LEADERBOARD_FILE_NAME
     if board.is_file() and not board.is_symlink():
         try:
-            doc = read_json(board, what="leaderboard", remedy="run the campaign again")
+            doc = read_json(board, what="leaderboard", remedy="run the campaign again",
+                            limit=LEADERBOARD_LIMIT)
             rows = doc["rows"] if isinstance(doc, dict) and isinstance(doc.get("rows"), list) else None
         except BadInput:
             rows = None

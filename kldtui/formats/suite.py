@@ -141,9 +141,12 @@ def require_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], 
 # bytes of a manifest read (suite, logits, scores, tensor folder, LM head, partitions): the largest suites'
 # list a few MiB; a larger file is refused, naming it, rather than read into memory
 MANIFEST_LIMIT = 64 * 1024 * 1024
+# bytes of one window's token file read: a token id is at most 8 digits and a separator, so a window of a
+# million tokens is about 10 MB; a larger file is refused, naming it, rather than read into memory
+TOKEN_FILE_LIMIT = 64 * 1024 * 1024
 
 
-def _read_json(path: Path, what: str, what_to_do: str, limit: int | None = None) -> Any:
+def _read_json(path: Path, what: str, what_to_do: str, limit: int) -> Any:
     return untrusted_json.read_json(path, what=what, remedy=what_to_do, limit=limit)  # never blocks on a FIFO
 
 
@@ -331,7 +334,7 @@ class Suite:
     def load_tokens(self, window: WindowSpec, *, check_hash: bool = True) -> list[int]:
         """The window's token ids, checked against the manifest's count and hash."""
         path = self.token_path(window)
-        ids = _read_json(path, f"token file of {window.label}", SUITE_DAMAGED)
+        ids = _read_json(path, f"token file of {window.label}", SUITE_DAMAGED, TOKEN_FILE_LIMIT)
         if not isinstance(ids, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in ids
         ):

@@ -103,11 +103,13 @@ def loads(text: str, *, where: str, what: str = "the file") -> Any:
     return doc
 
 
-def read_json(path: str | os.PathLike[str], *, what: str, remedy: str, limit: int | None = None) -> Any:
+def read_json(path: str | os.PathLike[str], *, what: str, remedy: str, limit: int) -> Any:
     """The JSON document in the file at ``path``, read through :mod:`kldtui.formats.safe_io` (never
     blocks on a FIFO) and parsed by :func:`loads`. BadInput, one line naming the file, the problem
-    and ``remedy`` (what to do), for a file that is missing, not a regular file, unreadable, not
-    UTF-8 or not JSON. ``what`` names the kind of file without an article (``"noise model"``)."""
+    and ``remedy`` (what to do), for a file that is missing, not a regular file, unreadable, larger
+    than ``limit`` bytes (the kind's own bound, docs/SAFETY.md: nothing from a shared folder is read
+    whole unbounded), not UTF-8 or not JSON. ``what`` names the kind of file without an article
+    (``"noise model"``)."""
     p = Path(path)
     try:
         text = read_text(p, limit=limit)

@@ -24,7 +24,8 @@ from kldtui import settings
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStarted, null_sink
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
-from kldtui.formats.safe_io import read_bytes, read_text
+from kldtui.formats.report_model import REPORT_LIMIT
+from kldtui.formats.safe_io import read_bytes, read_failure, read_text
 from kldtui.formats.suite import (
     DATASET_CARD,
     LOGITS_MANIFEST,
@@ -81,13 +82,18 @@ def figures(suite: Suite, ref: LogitsManifest) -> CardFigures:
     )
 
 
+REPEAT_AGAIN = "remove it or capture the repeat again"
+
+
 def _load_repeat_noise(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        doc = json.loads(read_text(path))
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{path}: not valid JSON ({exc}); remove it or capture the repeat again") from None
+        doc = json.loads(read_text(path, limit=REPORT_LIMIT))  # a comparison report
+    except OSError as exc:  # a FIFO, no permission, over the size limit
+        raise read_failure(path, exc, "repeat capture's report", REPEAT_AGAIN) from None
+    except ValueError as exc:
+        raise BadInput(f"{path}: not valid JSON ({exc}); {REPEAT_AGAIN}") from None
     return doc if isinstance(doc, dict) else None
 
 

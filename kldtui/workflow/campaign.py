@@ -97,11 +97,12 @@ def shown_candidate(profile: Profile) -> tuple[str, bool] | None:
         return None
     import json
 
+    from kldtui.formats.report_names import LEADERBOARD_LIMIT
     from kldtui.formats.safe_io import read_text
 
     names = [c.name for c in profile.candidates]
     try:
-        doc = json.loads(read_text(profile.workspace().leaderboard_path))
+        doc = json.loads(read_text(profile.workspace().leaderboard_path, limit=LEADERBOARD_LIMIT))
         first = doc["rows"][0]["name"]
         if first in names:
             return first, True

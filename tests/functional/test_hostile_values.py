@@ -135,3 +135,41 @@ def test_a_manifest_over_the_size_limit_is_refused_unread(tmp_path: Path, capsys
             str(tmp_path / "r.json"), "--bootstrap-samples", "50"]
     line = _one_line_exit_2(argv, capsys, str(path), f"larger than {MANIFEST_LIMIT} bytes")
     assert line.startswith(f"kldtui: error: {path}: "), line
+
+
+def _pad_past(path: Path, limit: int) -> None:
+    """``path`` grown to ``limit + 1`` bytes by a hole (sparse: nothing but its last byte is written)."""
+    with path.open("r+b") as handle:
+        handle.seek(limit)
+        handle.write(b" ")
+
+
+@pytest.mark.parametrize("kind", ["report", "noise model", "token file"])
+def test_a_file_over_its_kind_s_size_limit_is_refused_in_one_line(
+        report: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    """Comparison reports, noise models and token files were read whole whatever their size (read_json
+    took no limit): each kind is refused past its own limit, one line naming the file, exit 2."""
+    import shutil
+
+    from kldtui.decide.noise import NOISE_MODEL_LIMIT
+    from kldtui.formats.report_model import REPORT_LIMIT
+    from kldtui.formats.suite import TOKEN_FILE_LIMIT
+
+    other = tmp_path / "b.json"
+    shutil.copy(report, other)
+    if kind == "report":
+        padded, limit, argv = other, REPORT_LIMIT, ["diff", str(report), str(other), "--no-noise-floor"]
+    elif kind == "noise model":
+        padded, limit = tmp_path / "noise.json", NOISE_MODEL_LIMIT
+        padded.write_text("{}")
+        argv = ["diff", str(report), str(other), "--noise", str(padded)]
+    else:
+        suite = tmp_path / "suite"
+        shutil.copytree(EXAMPLE_SUITE, suite)
+        padded, limit = sorted((suite / "tokens").iterdir())[0], TOKEN_FILE_LIMIT
+        argv = _compare(tmp_path, "--bootstrap-samples", "50")
+        argv[argv.index("--suite-manifest") + 1] = str(suite / "suite-manifest.json")
+    _pad_past(padded, limit)
+    line = _one_line_exit_2(argv, capsys, f"larger than {limit} bytes")
+    assert line.startswith(f"kldtui: error: {padded}: "), line
+    assert not (tmp_path / "o.json").exists()

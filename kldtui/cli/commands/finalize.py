@@ -60,13 +60,15 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
     from kldtui.formats import untrusted_json
-    from kldtui.formats.suite import load_suite
+    from kldtui.formats.suite import MANIFEST_LIMIT, load_suite
     from kldtui.stages.finalize import run_finalize
     from kldtui.workspace import Workspace
 
     runtime = None
     if args.runtime_json:
-        runtime = untrusted_json.read_json(args.runtime_json, what="runtime identity", remedy=RUNTIME_JSON)
+        # the runtime identity is written into the manifest, so it is bounded as one
+        runtime = untrusted_json.read_json(args.runtime_json, what="runtime identity", remedy=RUNTIME_JSON,
+                                           limit=MANIFEST_LIMIT)
         if not isinstance(runtime, dict):
             raise BadInput(f"{args.runtime_json}: the runtime identity must be a JSON object; {RUNTIME_JSON}")
         try:  # checked now: the manifest is written after every window (JSON has no NaN/Infinity)
