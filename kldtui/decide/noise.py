@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_object, server_start_of
+from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.metrics.stats import student_t_interval, t_quantile
 from kldtui.text import plural
 
@@ -40,6 +41,15 @@ REWRITE_NOISE = "write the file again with kldtui noise"
 # bytes of a noise model read: a few rows of numbers per window (one per capture), well under 1 MB for
 # 1,024 windows of 10 captures; a larger file is refused, naming it, rather than read into memory
 NOISE_MODEL_LIMIT = 64 * 1024 * 1024
+# what a repeat KL the file holds can be: a mean over rows of float32 logits (a masked token's +inf is
+# not one a repeat can measure), so finite and no larger than a row's KL can be
+REPEAT_KL_RULE = f"a repeat KL is a finite number from 0 to {KL_ROW_MAX:g}, the largest float32 logits give"
+
+
+def _repeat_kl(value: Any) -> TypeGuard[int | float]:
+    """Whether ``value`` is a repeat KL :data:`REPEAT_KL_RULE` allows."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= KL_ROW_MAX)
 PUBLISHED_SUITE_HASH = "a6856e1d0504fd00d13c67a5515c081f349088664d7ea0894dc4d15db2c7d209"
 PUBLISHED_REPEAT_KL = 0.0035014991  # KL(run1 || run2), window 0
 PUBLISHED_REPEAT_KL_REVERSE = 0.0035850708  # KL(run2 || run1), window 0
@@ -216,10 +226,11 @@ class RepeatModel:
         if not isinstance(kl, list) or len(kl) < 2 or not all(isinstance(row, list) and len(row) == len(idx)
                                                               for row in kl):
             raise bad("needs kl_mean: one list per capture (at least 2), one value per window")
-        values = np.array(kl, dtype=object)
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                   for v in values.ravel()):
-            raise bad("kl_mean holds a value that is not a finite non-negative number")
+        for row, values in enumerate(kl):
+            for window, value in zip(idx, values, strict=True):
+                if not _repeat_kl(value):
+                    raise bad(f"kl_mean[{row}] (capture {row + 1}) holds {value!r} for window {window}; "
+                              f"{REPEAT_KL_RULE}")
         # what a reader sees beside the rows must be what the rows give (kldtui noise writes both)
         for key, want in (("captures", len(kl)), ("windows", len(idx))):
             if key in doc and (isinstance(doc[key], bool) or doc[key] != want):
@@ -460,9 +471,8 @@ def _num(doc: dict[str, Any], key: str, where: str, *, optional: bool = False) -
     value = doc.get(key)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
-        raise BadInput(f"{where}: field {key!r} must be a non-negative number (got {value!r}); "
-                       f"{REWRITE_NOISE}")
+    if not _repeat_kl(value):
+        raise BadInput(f"{where}: field {key!r} is {value!r}; {REPEAT_KL_RULE}; {REWRITE_NOISE}")
     return float(value)
 
 
@@ -503,9 +513,10 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
             w = entry.get("window_index") if isinstance(entry, dict) else None
             v = entry.get("difference") if isinstance(entry, dict) else None
             if isinstance(w, bool) or not isinstance(w, int) or isinstance(v, bool) or not isinstance(
-                    v, int | float) or not np.isfinite(v):
+                    v, int | float) or not np.isfinite(v) or abs(v) > KL_ROW_MAX:
                 raise BadInput(f"{p}: metric_repeat entry {entry!r} needs an integer window_index and a "
-                               f"finite difference; {REWRITE_NOISE}")
+                               f"difference of two mean KL from -{KL_ROW_MAX:g} to {KL_ROW_MAX:g}; "
+                               f"{REWRITE_NOISE}")
             metric[w] = float(v)
     floor = NoiseFloor(
         kind=kind,

@@ -226,8 +226,38 @@ def test_floor_files_are_checked(tmp_path):
     doc = json.loads(path.read_text())
     doc["threshold"] = -1
     path.write_text(json.dumps(doc))
-    with pytest.raises(BadInput, match="'threshold' must be a non-negative number"):
+    with pytest.raises(BadInput, match="'threshold' is -1; a repeat KL is a finite number from 0 to 7e"):
         load_floor(path)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda d: d.update(threshold=1e300), "{p}: field 'threshold' is 1e+300; a repeat KL is a finite number "
+                                          "from 0 to 7e+38"),
+    (lambda d: d["per_window"][3].update(kl_mean=1e300),
+     "{p}: window 3: field 'kl_mean' is 1e+300; a repeat KL is a finite number from 0 to 7e+38"),
+    (lambda d: d.update(metric_repeat={"per_window": [{"window_index": 0, "difference": -1e300}]}),
+     "{p}: metric_repeat entry {{'window_index': 0, 'difference': -1e+300}} needs an integer window_index "
+     "and a difference of two mean KL from -7e+38 to 7e+38"),
+    (lambda d: d.update(repeat_model={"window_index": [0, 1], "kl_mean": [[0.01, 0.02], [0.011, 1e300]]}),
+     "{p}: repeat_model kl_mean[1] (capture 2) holds 1e+300 for window 1; a repeat KL is a finite number "
+     "from 0 to 7e+38"),
+])
+def test_a_noise_model_s_kl_above_what_float32_logits_give_is_refused(tmp_path: Path, edit: Any,
+                                                                      words: str) -> None:
+    """A noise model refused a negative or infinite KL only: a finite 1e300 (no mean over float32 logits'
+    rows gives more than KL_ROW_MAX, 7e38) passed, and every verdict was then held against it. It is
+    refused on load, one line naming the file and the entry."""
+    path = tmp_path / "f.json"
+    save_floor(path, floor_from_reports(make_report(_kl(9), DOMAINS), None, source="x"))
+    assert load_floor(path).kind == "measured"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput) as err:
+        load_floor(path)
+    text = str(err.value)
+    assert text.startswith(words.format(p=path)), text
+    assert text.endswith("; write the file again with kldtui noise") and "\n" not in text, text
 
 
 def test_leaderboard_ranks_and_marks_ties():
