@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 
 _IRREGULAR = {"was": "were", "is": "are", "it": "they", "this": "these", "has": "have"}
 
@@ -20,6 +21,25 @@ def plural(count: int | float, noun: str, many: str | None = None) -> str:
         many = _IRREGULAR.get(noun) or (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
     shown = f"{count:g}" if isinstance(count, float) else str(count)
     return f"{shown} {noun if one else many}"
+
+
+# the magnitudes a figure reads in digits (0.000001 to 999,999); beyond, its digits would run on
+# ("29400000000000000000000000000000000000 KL") and it reads in exponent form
+PLAIN_RANGE = (1e-6, 1e6)
+
+
+def plain_number(x: float) -> str:
+    """A figure in sentences: three significant digits, in digits from 0.000001 to 999,999 (0.00275,
+    0.000026, 1230), in exponent form beyond (2.94e+37, 1.59e-07); ``inf`` and ``nan`` as Python writes
+    them (a sentence says in words what an infinite end means)."""
+    value = float(x)
+    if not math.isfinite(value):
+        return str(value)
+    rounded = f"{value:.3g}"
+    low, high = PLAIN_RANGE
+    if value != 0 and not low <= abs(float(rounded)) < high:
+        return rounded
+    return format(Decimal(rounded), "f")
 
 
 BYTE_UNITS = ("B", "bytes")

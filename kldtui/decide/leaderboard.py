@@ -63,7 +63,6 @@ from kldtui.decide.verdict import (
     infinite_note,
     noise_brief,
     noise_words,
-    plain_number,
     verdict_interval,
 )
 from kldtui.errors import BadInput
@@ -73,7 +72,7 @@ from kldtui.formats.report_names import kl_headline_interval, report_interval, u
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
-from kldtui.text import TIED_OUTCOMES, no_verdict_words
+from kldtui.text import TIED_OUTCOMES, no_verdict_words, plain_number
 
 
 def marks_legend(unit: str = WINDOW_UNIT) -> str:

@@ -23,7 +23,6 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 
 from kldtui.decide.reports import ReportLike, window_values
-from kldtui.decide.verdict import plain_number
 from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
@@ -31,7 +30,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_object, server_start_of
 from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.metrics.stats import student_t_interval, t_quantile
-from kldtui.text import plural
+from kldtui.text import plain_number, plural
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 # what to do about a noise model that cannot be read (load_floor): a file that is none at all, and one

@@ -43,7 +43,6 @@ from kldtui.decide.verdict import (
     family_decisions,
     infinite_note,
     noise_words,
-    plain_number,
     sentence,
 )
 from kldtui.decide.verdict import verdict_interval as verdict_interval
@@ -53,6 +52,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import flip_ratio_interval
+from kldtui.text import plain_number
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 1

@@ -28,7 +28,7 @@ simulation that chose every rule and the error rates it measured):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -37,6 +37,7 @@ import numpy as np
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics import inference as inf
 from kldtui.metrics.stats import holm, t_quantile
+from kldtui.text import PLAIN_RANGE, plain_number
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -654,18 +655,24 @@ def _nearer_end(iv: VerdictInterval) -> float | None:
     return abs(iv.estimate)
 
 
-def plain_number(x: float) -> str:
-    """Three significant digits, never in exponent notation (0.00275, 0.000026)."""
-    if not np.isfinite(x):
-        return str(x)
-    return str(np.format_float_positional(x, precision=3, fractional=False, trim="-"))
-
-
 _n = plain_number
 
 
-def _range(lo: float, hi: float) -> str:
-    return f"{_n(lo)} to {_n(hi)}"
+def _range(lo: float, hi: float, shown: Callable[[float], str] = plain_number) -> str:
+    """``lo to hi``, each end ``shown``; an end that is not finite in words, as the diff's "no interval"
+    line says it ("from 0.2 with no finite upper end", never "0.2 to inf")."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"{shown(lo)} to {shown(hi)}"
+    if math.isfinite(lo):
+        return f"from {shown(lo)} with no finite upper end"
+    if math.isfinite(hi):
+        return f"up to {shown(hi)} with no finite lower end"
+    return "with no finite end"
+
+
+def _percent(value: float) -> str:
+    """A whole percentage ("24 %"); in :func:`plain_number`'s form where its digits would run on."""
+    return f"{value:.0f} %" if abs(value) < PLAIN_RANGE[1] else f"{plain_number(value)} %"
 
 
 def _percent_range(iv: VerdictInterval, worse: bool) -> str:
@@ -675,7 +682,7 @@ def _percent_range(iv: VerdictInterval, worse: bool) -> str:
     lo, hi = (iv.ratio_low - 1.0) * 100, (iv.ratio_high - 1.0) * 100
     if not worse:
         lo, hi = -hi, -lo
-    return f" ({lo:.0f} % to {hi:.0f} %)"
+    return f" ({_range(lo, hi, _percent)})"
 
 
 def needed_words(windows: int | None, unit: str = WINDOW_UNIT) -> str:
@@ -734,7 +741,7 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
                     f"and {unshown}")
         return (f"no difference shown between {name_a} and {name_b}: {name_b} - {name_a} = {_n(iv.estimate)} "
                 f"KL, {interval}" + (" includes zero" if iv.has_interval else "") + f", {over}")
-    pct = f" ({abs(iv.estimate) / mean_a * 100:.0f} % of {name_a}'s mean KL)" if mean_a > 0 else ""
+    pct = f" ({_percent(abs(iv.estimate) / mean_a * 100)} of {name_a}'s mean KL)" if mean_a > 0 else ""
     if decision.outcome == "within_noise":
         return (f"{name_b} - {name_a} = {_n(iv.estimate)} KL{pct}, {interval}, {over}: not clearly larger "
                 f"than the measured repeat variation {_n(decision.noise_value or 0)} between captures of one "

@@ -36,6 +36,7 @@ from kldtui.decide.verdict import LEVEL, MIN_VERDICT_WINDOWS, family_windows, ve
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.stats import t_quantile
+from kldtui.text import plain_number as _n
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -91,10 +92,6 @@ class WindowsNeeded:
                 "level": self.level, "power": self.power, "comparisons": self.comparisons,
                 "reason": self.reason or None, "unit": self.unit,
                 "method": "smallest n with (|difference| - margin) sqrt(n) / sd >= t(1 - level/2) + t(power)"}
-
-
-def _n(x: float) -> str:
-    return str(np.format_float_positional(x, precision=3, fractional=False, trim="-"))
 
 
 def windows_for(difference: float, window_sd: float, *, margin: float = 0.0, power: float = DEFAULT_POWER,

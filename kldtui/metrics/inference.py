@@ -334,8 +334,10 @@ def lognormal_ratio(fit: LogFit, level: float = 0.95) -> ModelRatio:
     pivot = (fit.mean_y - fit.mean_x)[e] - z * np.sqrt(sdd / n) + (syy - sxx) / 2.0
     alpha = 1.0 - level
     lo, hi = np.quantile(pivot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=-1)
-    est = np.exp(fit.log_ratio)
-    return ModelRatio(np.exp(lo), np.exp(hi), (pivot <= 0).mean(axis=-1), (pivot >= 0).mean(axis=-1), est)
+    # a ratio beyond the largest float64 is inf: an end the verdict says is not finite (no_interval_reason)
+    with np.errstate(over="ignore"):
+        est, low, high = np.exp(fit.log_ratio), np.exp(lo), np.exp(hi)
+    return ModelRatio(low, high, (pivot <= 0).mean(axis=-1), (pivot >= 0).mean(axis=-1), est)
 
 
 def cox_ratio(fit: LogFit, level: float = 0.95, widen: float = 0.0) -> ModelRatio:
@@ -359,8 +361,9 @@ def _t_ratio(est: np.ndarray, se: np.ndarray, level: float, n: int) -> ModelRati
     with n - 1 degrees of freedom."""
     q = t_quantile(0.5 + level / 2.0, n - 1)
     t = est / se
-    return ModelRatio(np.exp(est - q * se), np.exp(est + q * se), t_sf(t, n - 1), t_sf(-t, n - 1),
-                      np.exp(est))
+    with np.errstate(over="ignore"):  # as lognormal_ratio: an end beyond float64 is inf, said in words
+        low, high, ratio = np.exp(est - q * se), np.exp(est + q * se), np.exp(est)
+    return ModelRatio(low, high, t_sf(t, n - 1), t_sf(-t, n - 1), ratio)
 
 
 def sandwich_ratio(fit: LogFit, level: float = 0.95, widen: float = 0.0) -> ModelRatio:
@@ -388,7 +391,9 @@ def null_skewness(fit: LogFit) -> np.ndarray:
 
     m2 = moment(0, 2) + moment(2, 0) - 2 * moment(1, 1)
     m3 = moment(0, 3) - 3 * moment(1, 2) + 3 * moment(2, 1) - moment(3, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # moments capped at exp(700) can give m2 ** 1.5 beyond float64: the skewness of such a spread is
+    # taken as 0 (its windows needed, then, the fewest), as for m2 = 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out: np.ndarray = np.where(m2 > 0, m3 / np.maximum(m2, 1e-300) ** 1.5, 0.0)
     return out
 
@@ -430,8 +435,9 @@ def mean_interval(values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, 
     cox = positive & (np.sqrt(s2) > LOG_SPREAD_COX)
     centre = lx.mean(axis=-1) + s2 / 2.0
     half = q * np.sqrt(s2 / n + s2 * s2 / (2.0 * (n - 1)))
-    low = np.where(cox, np.exp(centre - half), low)
-    high = np.where(cox, np.exp(centre + half), high)
+    with np.errstate(over="ignore"):  # an end beyond float64 is inf: the views say it is not finite
+        low = np.where(cox, np.exp(centre - half), low)
+        high = np.where(cox, np.exp(centre + half), high)
     return low, high, cox
 
 

@@ -230,6 +230,7 @@ def test_a_kl_above_what_float32_logits_give_is_refused_on_load(
     assert "source clusters" not in captured.out + err
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the overflow is expected and said, never warned
 def test_an_interval_whose_end_overflows_says_so_not_that_clusters_are_too_few(
         measured: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A context's mean KL of 6.8e38, which float32 logits can give (a candidate logit near -3.4e38):
@@ -240,15 +241,16 @@ def test_an_interval_whose_end_overflows_says_so_not_that_clusters_are_too_few(
     kl = 0.01 * np.exp(np.random.default_rng(1).normal(0.0, 0.3, of.max() + 1))[of]
     paths = write_pair(measured, kl, kl * 1.1, tmp_path)
     Path(paths[1]).write_text(json.dumps(_one_context_at(json.loads(Path(paths[1]).read_text()), 6.8e38)))
-    with np.errstate(over="ignore"):
-        assert main(["diff", *paths, "--no-noise-floor"]) == 0
-        out = capsys.readouterr().out
-        assert main(["leaderboard", *paths, "--no-noise-floor", "--plain"]) == 0
-        board = capsys.readouterr().out
+    assert main(["diff", *paths, "--no-noise-floor"]) == 0
+    out = capsys.readouterr().out
+    assert main(["leaderboard", *paths, "--no-noise-floor", "--plain"]) == 0
+    board = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("clustered by source"))
     assert "in 17 source clusters" in line, line
     assert ("(no interval: the verdict's rule gives no finite upper end over these 17 source clusters)"
             in line), line
+    verdict = next(x for x in out.splitlines() if x.startswith("verdict: "))
+    assert "95 % interval from 2e+37 with no finite upper end, over 17 source clusters" in verdict, verdict
     said = [x for x in (out + board).splitlines() if not x.startswith("tie: ")]  # the legend names them all
     assert not [x for x in said if "needs at least" in x or "too few" in x], said
     row = next(x for x in board.splitlines() if x.startswith("2  B "))
