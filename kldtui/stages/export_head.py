@@ -39,10 +39,10 @@ from kldtui.events import (
 )
 from kldtui.formats.atomic import write_new_folder
 from kldtui.formats.model_size import CHECKPOINT_INDEX_LIMIT, MODEL_CONFIG_LIMIT
+from kldtui.formats.model_size import INDEX as INDEX_FILE  # one name for the checkpoint's index
 from kldtui.formats.safe_io import is_present, read_failure, read_text
 
 STAGE: StageName = "export-head"
-INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 # the LM head's name in the checkpoints kldtui knows, in the order they are looked for
