@@ -123,7 +123,8 @@ async def test_the_tie_column_counts_source_clusters_as_the_difference_does(
         await _diff_best_and_second(app, pilot)
         lines = screen_lines(app)
         assert "no verdict" in _table_row(lines, 2), "\n".join(lines)
-        verdict = [i for i, line in enumerate(lines) if line.startswith(" too few source clusters (6) for a")]
+        said_first = " too few source clusters (6, mixed partition) for a"
+        verdict = [i for i, line in enumerate(lines) if line.startswith(said_first)]
         assert verdict and lines[verdict[0] + 1].startswith(" noise model: "), "\n".join(lines)
         text = "\n".join(lines)
         assert "tie column" not in text and "as independent" not in text, text
