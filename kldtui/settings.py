@@ -329,7 +329,9 @@ HF_HUB_OFFLINE = _flag("HF_HUB_OFFLINE", HUB, "Never download: an incomplete ref
 HF_HUB_CACHE = _path("HF_HUB_CACHE", HUB, "The Hugging Face cache a vLLM candidate given as a Hub model "
                      "id is looked up in (hidden mode exports its LM head from the cached checkpoint; "
                      "never downloaded by kldtui); `[candidate] env` overrides it as it does for the "
-                     "server.", default_text="`$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`")
+                     "server. `~` and `$VARS` in the cache's path (this, HUGGINGFACE_HUB_CACHE, "
+                     "HF_HOME) are expanded as huggingface_hub expands them.",
+                     default_text="`$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`")
 HUGGINGFACE_HUB_CACHE = _path("HUGGINGFACE_HUB_CACHE", HUB, "The older name of HF_HUB_CACHE, which "
                               "huggingface_hub (and so vLLM) still honours; HF_HUB_CACHE wins where both "
                               "are set.", default_text="`$HF_HOME/hub`")
@@ -421,17 +423,36 @@ def named_variable(name: str, env: Mapping[str, str] | None = None) -> str | Non
     return (os.environ if env is None else env).get(name)
 
 
+# a $NAME or ${NAME} in a path, as os.path.expandvars finds them
+_PATH_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+
+
+def _expand_path(path: Path, env: Mapping[str, str]) -> Path:
+    """``path`` with ``~`` and then ``$NAME``/``${NAME}`` expanded, as huggingface_hub's
+    ``os.path.expandvars(os.path.expanduser(...))`` does, the variables read from ``env`` (one not
+    set there is left as it is)."""
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1).removeprefix("{").removesuffix("}") if match.group(1).startswith("{") \
+            else match.group(1)
+        return env.get(name, match.group(0))
+
+    return Path(_PATH_VARIABLE.sub(value, os.path.expanduser(str(path))))
+
+
 def hf_hub_cache(env: Mapping[str, str] | None = None) -> Path:
     """The Hugging Face cache folder in ``env`` (default: this process's environment), as
     huggingface_hub finds it (``huggingface_hub.constants``): HF_HUB_CACHE, else its older name
-    HUGGINGFACE_HUB_CACHE, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``. Read each
-    time (huggingface_hub reads it once, on import)."""
+    HUGGINGFACE_HUB_CACHE, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``; ``~``
+    and ``$VARS`` expanded as it expands them (HF_HOME once on its own, then the cache path). Read
+    each time (huggingface_hub reads it once, on import)."""
+    values = os.environ if env is None else env
     for named in (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE):
         cache = named.get(env)
         if cache is not None:
-            return cache.expanduser()
+            return _expand_path(cache, values)
     home = HF_HOME.get(env)
-    return (home if home is not None else XDG_CACHE_HOME.get(env) / "huggingface").expanduser() / "hub"
+    home = _expand_path(home if home is not None else XDG_CACHE_HOME.get(env) / "huggingface", values)
+    return _expand_path(home / "hub", values)
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

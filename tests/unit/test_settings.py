@@ -165,3 +165,31 @@ def test_the_hugging_face_cache_is_the_one_huggingface_hub_finds(tmp_path: Path,
     theirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                             check=True).stdout.strip()
     assert settings.hf_hub_cache(env) == Path(theirs)
+
+
+@pytest.mark.parametrize("set_here", [
+    {"HF_HUB_CACHE": "$KLD_ROOT/new", "HUGGINGFACE_HUB_CACHE": "/not/this"},
+    {"HUGGINGFACE_HUB_CACHE": "${KLD_ROOT}/old/$KLD_NOT_SET"},  # a variable not set stays as written
+    {"HF_HOME": "~/hf/$KLD_ROOT"},
+    {"HF_HOME": "$KLD_TILDE"},  # a "~" a variable brings is expanded with the cache path, as theirs is
+    {"XDG_CACHE_HOME": "${KLD_ROOT}/xdg"},
+])
+def test_the_hugging_face_cache_expands_variables_as_huggingface_hub_does(
+        tmp_path: Path, set_here: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub expands ``$VARS`` in its cache paths as well as ``~``; hf_hub_cache expanded
+    only ``~``, so HF_HOME=$SCRATCH/hf was looked up in a folder literally named ``$SCRATCH``."""
+    import os
+    import subprocess
+
+    pytest.importorskip("huggingface_hub")
+    hub_names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME",
+                 "HUGGINGFACE_CO_STAGING", "KLD_NOT_SET")
+    env = {k: v for k, v in os.environ.items() if k not in hub_names}
+    env.update({"KLD_ROOT": str(tmp_path / "root"), "KLD_TILDE": "~/tilde", **set_here})
+    env["HOME"] = str(tmp_path / "home")
+    monkeypatch.setenv("HOME", env["HOME"])  # the defaults' home folder (Path.home)
+    code = "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"
+    theirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert "$KLD_ROOT" not in theirs and "{KLD_ROOT}" not in theirs  # they do expand it
+    assert settings.hf_hub_cache(env) == Path(theirs)
