@@ -1,8 +1,10 @@
 """The headless front end: prints pipeline events and maps how a run ended to an exit code.
 
 :class:`BatchReporter` is an :data:`~kldtui.events.EventSink`. Plain mode writes one line per
-meaningful event, fit for a log file: no cursor movement, progress throttled per task (at
-most one line every ``interval`` seconds, plus the final one), and kldtui's lines alone: the
+meaningful event, fit for a log file: no cursor movement, progress coalesced per task (its first
+line once it has run ``interval`` seconds, then at most one every ``interval`` seconds, and its
+final one; a task that ends sooner prints none: see :meth:`BatchReporter._progress_line`), and
+kldtui's lines alone: the
 server's own output stays in its server log unless ``server_log`` (the first warning or error it
 holds back from a log file names that file in one line); kldtui's own line about a server
 (``LogLine.own``: ``server stopped (REASON); exit code N``) is always printed. JSONL mode writes every event
@@ -97,6 +99,8 @@ class BatchReporter:
         self.server_log = server_log
         self.clock = clock
         self._lock = threading.Lock()
+        # per running task (stage, task): when its first event came, when its last line was printed
+        self._first_progress: dict[tuple[str, str], float] = {}
         self._last_progress: dict[tuple[str, str], float] = {}
         self.result_path: str | None = None
         self.failures: list[str] = []
@@ -123,6 +127,10 @@ class BatchReporter:
             self._drop_window_bars(event.stage, event.name)
         if self._progress is not None and isinstance(event, StageFinished | StageFailed):
             self._drop_stage_bars(event.stage)
+        if isinstance(event, WindowState) and event.state in _PRINTED_WINDOW_STATES:
+            self._end_tasks(event.stage, event.name)
+        if isinstance(event, StageFinished | StageFailed):
+            self._end_tasks(event.stage)
         line: str | None
         if self.jsonl:
             doc = {"schema": EVENTS_SCHEMA_VERSION, **event.to_dict()}
@@ -252,23 +260,7 @@ class BatchReporter:
                 return None  # the reference's own capture: its bars and stage lines say enough
             return f"{head} {event.describe()}"
         if isinstance(event, Progress):
-            key = (event.stage, event.task)
-            now = self.clock()
-            final = event.total is not None and event.done >= event.total
-            last = self._last_progress.get(key)
-            if not final and last is not None and now - last < self.interval:
-                return None
-            self._last_progress[key] = now
-            unit = event.unit
-            is_bytes = unit in BYTE_UNITS
-            pct = (f" ({100 * event.done / event.total:.0f}%)"
-                   if event.total else "")
-            rate = (f", {_fmt_num(event.rate, unit)}{'/s' if is_bytes else f' {unit}/s'}"
-                    if event.rate else "")
-            shown_unit = "" if is_bytes or not unit or event.task.endswith(unit) else f" {unit}"
-            amount = done_of_total(event.done, event.total, unit) if event.total is not None \
-                else _fmt_num(event.done, unit)
-            return f"{head} {event.task} {amount}{shown_unit}{pct}{rate}{_fmt_eta(event.eta_s)}"
+            return self._progress_line(head, event)
         if isinstance(event, LogLine):
             if event.stage == "server" and event.own and not self.server_log:
                 return self._own_server_line(head, event)
@@ -277,6 +269,45 @@ class BatchReporter:
             return f"{head} {event.line}"
         return None
 
+
+    def _end_tasks(self, stage: str, prefix: str = "") -> None:
+        """A window in a final state, or a finished stage, ends its tasks, as it drops their bars: a
+        task whose last update was not 100 % does not time the next run of its name from its start."""
+        with self._lock:
+            for key in [k for k in self._first_progress if k[0] == stage and k[1].startswith(prefix)]:
+                del self._first_progress[key]
+                self._last_progress.pop(key, None)
+
+    def _progress_line(self, head: str, event: Progress) -> str | None:
+        """A task's progress as a line, coalesced: its first line once it has run ``interval`` seconds,
+        then at most one every ``interval`` seconds, and its final (100 %) line when an earlier one was
+        printed or it ran that long. A task that ends sooner (a window's rows, a small file's hash)
+        prints nothing: the line of its window or stage says it ended, and a 0 % or 100 % line from
+        the same second adds no fact. A task that ended starts afresh (the next candidate's capture)."""
+        key = (event.stage, event.task)
+        final = event.total is not None and event.done >= event.total
+        with self._lock:  # capture, finalize and compare report from their own threads
+            now = self.clock()
+            first = self._first_progress.setdefault(key, now)
+            last = self._last_progress.get(key)
+            if final:
+                self._first_progress.pop(key, None)
+                self._last_progress.pop(key, None)
+                if last is None and now - first < self.interval:
+                    return None
+            elif now - (first if last is None else last) < self.interval:
+                return None
+            else:
+                self._last_progress[key] = now
+        unit = event.unit
+        is_bytes = unit in BYTE_UNITS
+        pct = f" ({100 * event.done / event.total:.0f}%)" if event.total else ""
+        rate = (f", {_fmt_num(event.rate, unit)}{'/s' if is_bytes else f' {unit}/s'}"
+                if event.rate else "")
+        shown_unit = "" if is_bytes or not unit or event.task.endswith(unit) else f" {unit}"
+        amount = done_of_total(event.done, event.total, unit) if event.total is not None \
+            else _fmt_num(event.done, unit)
+        return f"{head} {event.task} {amount}{shown_unit}{pct}{rate}{_fmt_eta(event.eta_s)}"
 
     def _own_server_line(self, head: str, event: LogLine) -> str:
         """kldtui's own line about a server (``server stopped (REASON); exit code N``): printed, never

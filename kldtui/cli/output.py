@@ -59,7 +59,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, batch: bool = False
                             help=f"{with_batch}print every server log line, its warnings and "
                             "errors too (always kept in WORKDIR/server.log)")
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S,
-                        help=f"{with_batch}seconds between progress lines of one task (default "
+                        help=f"{with_batch}seconds between progress lines of one task, and before its first "
+                        "(a task that ends sooner prints none; default "
                         f"{DEFAULT_INTERVAL_S:g})")
     if not server_log:
         parser.set_defaults(server_log=False)

@@ -446,7 +446,7 @@ def test_batch_lines_write_rates_and_bytes_as_the_dashboard_does() -> None:
     from kldtui.events import Progress
 
     out = io.StringIO()
-    rep = BatchReporter(out)
+    rep = BatchReporter(out, interval=0.0)  # every line, however soon
     rep(Progress("capture", "tokens", 512, 3072, "tokens", rate=6264.3))
     rep(Progress("finalize", "window 000", 2 * 2**20, 4186112, "bytes", rate=3.4e8))
     lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]

@@ -39,14 +39,18 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
     clock = FakeClock()
     rep = BatchReporter(out, interval=2.0, clock=clock)
     rep(StageStarted("capture", detail="4 windows"))
-    for i in range(10):  # ten updates in one second: one line, plus the final one
+    for i in range(10):  # ten updates in its first second: no line yet
         clock.now = i * 0.1
         rep(Progress("capture", "tokens", i * 100, 1000, "tokens", rate=500.0, eta_s=90))
-    rep(Progress("capture", "window 000 rows", 5, 10, "rows"))  # another task is not throttled
+    clock.now = 2.5  # it has run 2 s: one line, then at most one every 2 s
+    rep(Progress("capture", "tokens", 900, 1000, "tokens", rate=500.0, eta_s=90))
+    rep(Progress("finalize", "window 000", 1024 * 1024, 4 * 1024 * 1024, "bytes"))
+    clock.now = 3.0
+    rep(Progress("capture", "tokens", 950, 1000, "tokens"))
     clock.now = 5.0
-    rep(Progress("capture", "tokens", 1000, 1000, "tokens"))
+    rep(Progress("capture", "tokens", 1000, 1000, "tokens"))  # the final line of a task that printed
     rep(Progress("finalize", "window 000", 3 * 1024 * 1024, 4 * 1024 * 1024, "bytes",
-                 rate=100 * 1024 * 1024))
+                 rate=100 * 1024 * 1024))  # another task, timed on its own
     rep(WindowState("compare", 3, "compared", domain="code", figures={"kl": 0.0123, "top1": 0.98}))
     rep(WindowState("capture", 3, "capturing"))  # not worth a line
     rep(LogLine("server", "INFO: request done"))  # server info lines stay in server.log
@@ -59,8 +63,7 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
     body = [line.split(" ", 1)[1] for line in lines]  # drop the time stamp
     assert body == [
         "capture: started - 4 windows",
-        "capture: tokens 0/1000 (0%), 500 tokens/s, ETA 1m30s",
-        "capture: window 000 rows 5/10 (50%)",
+        "capture: tokens 900/1000 (90%), 500 tokens/s, ETA 1m30s",
         "capture: tokens 1000/1000 (100%)",
         "finalize: window 000 3.0/4.0 MiB (75%), 100.0 MiB/s",
         "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00 %",
@@ -71,6 +74,54 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
         "capture: done - 4 captured",
     ]
     assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+
+
+def test_a_task_that_ends_within_the_interval_prints_no_progress_line() -> None:
+    """A window's rows, a small file's hash: a 0 % and a 100 % line from the same second said
+    nothing the window's or the stage's own line does not (the demo printed each LM head's
+    'verify LM head ... (100%)' twice, and every context's rows)."""
+    out = io.StringIO()
+    clock = FakeClock()
+    rep = BatchReporter(out, interval=2.0, clock=clock)
+    rep(Progress("capture", "context 0001 rows", 0, 255, "rows"))
+    clock.now = 0.3
+    rep(Progress("capture", "context 0001 rows", 255, 255, "rows", rate=850.0, eta_s=0))
+    rep(WindowState("capture", 1, "captured", domain="prose", name="context 0001", unit="context"))
+    for _ in range(2):  # a task whose first event is its last, reported twice
+        rep(Progress("compare", "verify LM head", 266_444, 266_444, "B", rate=2.6e7, eta_s=0))
+    rep(Progress("compare", "weight.safetensors", 266_444, 266_444, "B"))
+    body = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert body == ["capture: context 0001 (prose) captured"]
+
+
+def test_a_long_task_keeps_its_final_line_and_an_ended_task_starts_afresh() -> None:
+    """A task that ran the interval says how it ended (its rate over the whole task) even when
+    no earlier line was due; the next run of a task of that name (the next candidate's capture)
+    is timed from its own start, and a repeated final line is not printed again."""
+    out = io.StringIO()
+    clock = FakeClock()
+    rep = BatchReporter(out, interval=2.0, clock=clock)
+    rep(Progress("capture", "tokens", 0, 6144, "tokens"))
+    clock.now = 4.0
+    rep(Progress("capture", "tokens", 6144, 6144, "tokens", rate=1536.0))
+    rep(Progress("capture", "tokens", 6144, 6144, "tokens", rate=1536.0))  # the same final, again
+    clock.now = 10.0  # the next candidate: its first event is not printed at once
+    rep(Progress("capture", "tokens", 256, 6144, "tokens"))
+    clock.now = 11.0
+    rep(Progress("capture", "tokens", 6144, 6144, "tokens"))
+    # a context captured before its rows reached 100 %: its captured line ends its task, so the
+    # next candidate's context 0006 is not timed from the first one's
+    rep(Progress("capture", "context 0006", 0, 255, "rows"))
+    rep(WindowState("capture", 6, "captured", domain="prose", name="context 0006", unit="context"))
+    rep(Progress("compare", "verify sha256", 0, 100, "B"))
+    rep(StageFinished("compare", summary="KL 0.01"))  # a finished stage ends its tasks too
+    clock.now = 20.0
+    rep(Progress("capture", "context 0006", 0, 255, "rows"))
+    rep(Progress("capture", "context 0006", 255, 255, "rows"))
+    rep(Progress("compare", "verify sha256", 100, 100, "B"))
+    body = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert body == ["capture: tokens 6144/6144 (100%), 1536 tokens/s",
+                    "capture: context 0006 (prose) captured", "compare: done - KL 0.01"]
 
 
 def test_kldtui_own_server_lines_are_printed_and_name_the_log_once() -> None:
