@@ -96,15 +96,18 @@ def hash_files(paths: Sequence[Path], *, workers: int | None = None, emit: Event
             sizes[p] = 0
     total = sum(sizes.values())
     lock = threading.Lock()
-    state = {"done": 0}
+    state = {"done": 0, "reported": -1}
     started = time.monotonic()
     throttle = Throttle(0.2)
 
     def report(final: bool = False) -> None:
         with lock:
             done = state["done"]
+            if final and state["reported"] == done:
+                return  # the last chunk's update said it already: the end is not reported twice
             if not throttle.ready(final):
                 return
+            state["reported"] = done
         elapsed = max(time.monotonic() - started, 1e-9)
         rate = done / elapsed if done else None
         eta = (total - done) / rate if rate else None

@@ -12,7 +12,7 @@ import pytest
 
 from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted
-from kldtui.events import Cancel, Progress
+from kldtui.events import Cancel, Event, Progress
 from kldtui.formats.fidelity import ContextFilter
 from kldtui.formats.verified_cache import LEGACY_NAME, VerifiedCache
 from kldtui.stages.verify import (
@@ -172,6 +172,17 @@ def test_parallel_hashing_matches_hashlib(tmp_path: Path) -> None:
     cancel.set()
     with pytest.raises(Interrupted):
         hash_files(files, workers=2, cancel=cancel)
+
+
+def test_a_hash_reports_its_end_once(tmp_path: Path) -> None:
+    """A file hashed in one chunk: that chunk's update is the end, and the final report repeated it
+    ("verify LM head 260.2/260.2 KiB (100%)" twice for each head in a compare)."""
+    head = tmp_path / "weight.safetensors"
+    head.write_bytes(os.urandom(266_444))
+    events: list[Event] = []
+    hash_files([head], emit=events.append, task="verify LM head")
+    ends = [e for e in events if isinstance(e, Progress) and e.task == "verify LM head" and e.done == e.total]
+    assert len(ends) == 1, events
 
 
 def test_cache_ignores_a_corrupt_cache_file(dataset: Path) -> None:
