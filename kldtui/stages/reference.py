@@ -128,14 +128,13 @@ def chosen_windows(suite: Suite, window_range: tuple[int, int], selection: Conte
 
 
 def as_reference_events(emit: EventSink) -> EventSink:
-    """The verification inside this stage reports as part of it: its start and end become notices."""
+    """The verification inside this stage reports as part of it. Its own start and end are not
+    relayed: the caller says it verifies (a local suite's "already holds ...; verifying") and its
+    end line carries the verification's summary, which a notice repeated word for word; a failure
+    raises with its own message."""
 
     def relay(event: Any) -> None:
-        if isinstance(event, StageStarted):
-            emit(Notice(STAGE, f"verifying {event.detail}".rstrip()))
-        elif isinstance(event, StageFinished):
-            emit(Notice(STAGE, event.summary))
-        else:
+        if not isinstance(event, StageStarted | StageFinished):
             emit(dataclasses.replace(event, stage=STAGE))
 
     return relay
@@ -267,6 +266,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     downloader.check_disk_space(todo, windows_text(suite, rng, chosen), "choose a smaller --stop-window")
     fetched = downloader.fetch_files(todo, workers=workers)
     write_record(root, repo_id, requested, commit, set(chosen), downloader.endpoint)
+    emit(Notice(STAGE, f"verifying {root}"))
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                               workers=workers, expected_suite_hash=expected_hash,
                               emit=as_reference_events(emit), cancel=cancel, selection=selection)

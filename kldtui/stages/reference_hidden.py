@@ -181,6 +181,7 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
     downloader.fetch_files(todo, workers=workers)
     write_record(root, repo_id, requested, commit, {w.index for w in windows}, downloader.endpoint,
                  layout="hidden-state suite", sentinel_runs=sentinel_runs)
+    emit(Notice(STAGE, f"verifying {root}"))
     result = verify_hidden_suite(root, selection=chosen, sentinel_runs=sentinel_runs or None,
                                  reverify=reverify,
                                  workers=workers, emit=as_reference_events(emit), cancel=cancel)

@@ -235,8 +235,9 @@ class VerifyResult:
             hashed = size_text(self.bytes_hashed)
             parts.append(f"{plural(len(self.checked), self.file_word)} hashed ({hashed})")
         if self.cached:
+            # the one line that says so (a notice before the hashing said it again)
             parts.append(f"{plural(len(self.cached), self.file_word)} unchanged since verified (not hashed "
-                         "again)")
+                         "again; kldtui verify --reverify hashes them)")
         return f"{self.kind} {self.path}: {head}" + (f"; {', '.join(parts)}" if parts else "")
 
     def finish(self, started: float, emit: EventSink) -> None:
@@ -435,9 +436,6 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
         else:
             known[path] = sha
             result.cached.append(path)
-    if known:
-        emit(Notice(STAGE, f"{plural(len(known), 'file')} unchanged since verified, not hashed again "
-                           "(--reverify forces it)"))
     errors: dict[Path, str] = {}
     try:
         hashed = hash_files(need, workers=workers, emit=emit, cancel=cancel, on_hashed=cache.record,

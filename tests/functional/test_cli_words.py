@@ -336,7 +336,8 @@ def test_verify_counts_what_it_checked(tmp_path: Path, capsys: Any) -> None:
     text = again.out + again.err
     assert "file(s)" not in first.out + first.err + text
     assert "3 token files and the suite hash checked" in text, text
-    assert "3 logits files unchanged since verified (not hashed again)" in text, text
+    assert "3 logits files unchanged since verified (not hashed again; kldtui verify --reverify hashes " \
+        "them)" in text, text
 
 
 def test_output_cut_short_by_its_reader_is_no_failure(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from huggingface_hub import constants as hf_constants
 
 from kldtui.cli.main import main
 from kldtui.errors import BadInput, Interrupted, StageFailed
-from kldtui.events import Cancel, Notice, Progress
+from kldtui.events import Cancel, Event, Notice, Progress, StageFinished, StageStarted
 from kldtui.formats.fidelity import ContextFilter
 from kldtui.stages.reference import PARTIAL_DIR, ensure_reference
 from kldtui.stages.verify import PUBLISHED_REPO_ID, RECORD_NAME, verify_path
@@ -136,12 +136,23 @@ def test_strata_fetch_and_verify_only_their_domains_windows(hub: HubServer, tmp_
 def test_complete_local_folder_needs_no_network(hub: HubServer, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "local"
-    ensure_reference(REPO, out, stop_window=3)
+    fetched: list[Event] = []
+    ensure_reference(REPO, out, stop_window=3, emit=fetched.append)
     monkeypatch.setenv("HF_ENDPOINT", dead_endpoint())
     before = len(hub.log)
-    ref = ensure_reference(REPO, out, stop_window=3)
+    events: list[Event] = []
+    ref = ensure_reference(REPO, out, stop_window=3, emit=events.append)
     assert ref.offline and ref.verify is not None and ref.verify.ok
     assert len(ref.verify.cached) == 3 and ref.verify.checked == []
+    # each fact once: the verification's start and summary were said again as notices, and its
+    # cached files twice (a notice before the summary said so)
+    for said in (fetched, events):
+        texts = [getattr(e, "text", "") or getattr(e, "summary", "") or getattr(e, "detail", "")
+                 for e in said if isinstance(e, Notice | StageStarted | StageFinished)]
+        assert len([t for t in texts if "verifying" in t]) == 1, texts
+        assert len([t for t in texts if ref.verify.summary().split(":", 1)[0] in t]) == 1, texts
+    assert [t for t in texts if "unchanged since verified" in t] == [
+        f"reference ready (local): {ref.verify.summary()}"], texts
     assert len(hub.log) == before
     # in a fresh process: huggingface_hub is not even imported
     code = (
