@@ -198,7 +198,8 @@ class Campaign:
             if self.profile.campaign.repeat_leader:  # the standings so far use an earlier noise model
                 self._rank(emit=False)
                 self._earlier_noise(windows)
-            self._rank()
+            if self._captures_to_come(0):
+                self._rank()
             total = len(self.entries)
             for number, (candidate, entry) in enumerate(zip(self.profile.candidates, self.entries,
                                                             strict=True), start=1):
@@ -207,7 +208,8 @@ class Campaign:
                                      "not captured again"))
                     continue
                 self._run_candidate(candidate, entry, number, total)
-                self._rank()
+                if self._captures_to_come(number):
+                    self._rank()
             if self.profile.campaign.repeat_leader:
                 self._repeat_leader(windows)
             board = self._rank(final=True)
@@ -235,6 +237,14 @@ class Campaign:
                               f"{self._workspace.leaderboard_path} without it (named differences stay "
                               "provisional); run again to capture the repeat (finished candidates are kept)")
         return load_state(leader.workspace)
+
+    def _captures_to_come(self, done: int) -> bool:
+        """Whether a capture runs after the first ``done`` candidates: a later one not compared yet,
+        or the leader's repeat (not measured earlier, or the leader may change before it). Else the
+        standings now are the final leaderboard's, sent next: a board "so far" said them twice."""
+        if any(e.state != "compared" for e in self.entries[done:]):
+            return True
+        return self.profile.campaign.repeat_leader and (done > 0 or self.noise is None)
 
     def _repeat_failure(self) -> str:
         """What went wrong with the leader's repeat capture (``[campaign] repeat_leader``): it failed or
@@ -384,7 +394,8 @@ class Campaign:
         self.emit(CandidateStarted("campaign", name=entry.name, number=number, total=total, repeat=repeat))
         entry.state = "running"
         self._rank(announce_only=True)
-        pipeline = self._pipeline(candidate, entry.workspace)
+        # run_all checked the shared reference (_reference) before any candidate
+        pipeline = self._pipeline(candidate, entry.workspace, reference_checked=True)
         self._current = pipeline
         try:
             pipeline.run_all()
@@ -454,8 +465,12 @@ class Campaign:
         # a deterministic server's (its two captures alike, each from a server start of its own): nothing
         # measured, which the ranking's provisional verdicts say (kldtui.decide.noise.one_capture)
         # in the reports' units (a hidden-state suite's contexts): the stored model does not record them
-        self.emit(Notice("campaign", f"noise model: {noise.describe(captured.unit)} (saved in {model_path})",
-                         level="warning" if noise.kind == "deterministic" else "info"))
+        if noise.kind == "deterministic":  # a warning says why
+            self.emit(Notice("campaign", f"noise model: {noise.describe(captured.unit)} "
+                             f"(saved in {model_path})", level="warning"))
+        else:  # the final leaderboard, next, gives the model itself (the same words twice in a row)
+            self.emit(Notice("campaign", f"noise model saved in {model_path}; the final leaderboard "
+                             "gives it"))
 
     @staticmethod
     def _repeat_kl_path(repeat: Workspace) -> Path:
@@ -621,8 +636,10 @@ class Campaign:
                                                                  if tied else "")
 
     # -- internals ---------------------------------------------------------------------------------
-    def _pipeline(self, candidate: Candidate, workspace: Workspace) -> Pipeline:
-        return self.pipeline_type(self.profile.member(candidate), self.emit, self.cancel, workspace=workspace)
+    def _pipeline(self, candidate: Candidate, workspace: Workspace, *,
+                  reference_checked: bool = False) -> Pipeline:
+        return self.pipeline_type(self.profile.member(candidate), self.emit, self.cancel,
+                                  workspace=workspace, reference_checked=reference_checked)
 
     def _window_indices(self) -> list[int]:
         """The windows every candidate covers (KldError while there is no suite yet)."""

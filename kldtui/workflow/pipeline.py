@@ -46,11 +46,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kldtui import events
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
     EarlyAbort,
+    Event,
     EventSink,
     LogLine,
     Notice,
@@ -105,12 +107,24 @@ class _LinkedCancel(Cancel):
             super().wait(min(left, 0.1))
 
 
+def _only_problems(emit: EventSink) -> EventSink:
+    """``emit`` for a check made again whose passing was said already: its warnings, errors and
+    failure go on, its start, notes, progress and end do not."""
+
+    def relay(event: Event) -> None:
+        problem = isinstance(event, Notice | LogLine) and event.level in ("warning", "error")
+        if problem or isinstance(event, events.StageFailed):
+            emit(event)
+
+    return relay
+
+
 class Pipeline:
     """The whole chain for one profile; see the module docstring."""
 
     def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                  output_dir: Path | None = None, output_kind: str = "candidate",
-                 workspace: Workspace | None = None) -> None:
+                 workspace: Workspace | None = None, reference_checked: bool = False) -> None:
         if profile.is_campaign:  # stage by stage (kldtui serve/capture/... --profile): the first
             # candidate, in its campaign folders; kldtui.workflow.campaign runs them all
             first = profile.candidates[0]
@@ -126,6 +140,9 @@ class Pipeline:
         workspace = profile.workspace() if workspace is None else workspace
         self._workspace = workspace if output_dir is None else workspace.with_candidate_dir(output_dir)
         self.suite: Suite | None = None
+        # a campaign checked the shared reference before its first candidate: the check each candidate's
+        # run makes again says only what went wrong (it repeated every line of the first for each)
+        self.reference_checked = reference_checked
         self._lock = threading.Lock()
         self._abort_message: str | None = None
         self._reference_capture: ReferenceCapture | None = None  # while it runs
@@ -176,7 +193,8 @@ class Pipeline:
         """Fetch (Hub) or find (local folder) the suite and its reference logits; verify them.
 
         With ``[reference] capture`` (``embedded`` for the demo, ``vllm``, ``attach``) missing
-        reference logits are first captured and finalized into ``local_dir/ref``.
+        reference logits are first captured and finalized into ``local_dir/ref``. A campaign's
+        candidate (``reference_checked``) checks it again quietly: only what went wrong is said.
         """
         from kldtui.stages.reference import run_reference
 
@@ -186,7 +204,8 @@ class Pipeline:
             if ref.server is not None and not reference_complete(self._workspace, self.windows()):
                 self._capture_reference(ref.server)
         run = self.profile.run
-        result = run_reference(self._workspace, self.emit, self.cancel, repo_id=ref.repo_id,
+        emit = _only_problems(self.emit) if self.reference_checked else self.emit
+        result = run_reference(self._workspace, emit, self.cancel, repo_id=ref.repo_id,
                                revision=ref.revision, start_window=run.start_window,
                                stop_window=run.stop_window, selection=self.profile.contexts())
         self.suite = result.suite

@@ -90,6 +90,12 @@ def test_three_candidates_resume_after_a_kill_and_rank_as_the_leaderboard_comman
     final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")]
     assert len(final) == 1 and [r["name"] for r in final[0]["rows"]] == ["q8", "q4", "q3"]
     assert final[0]["rows"][1]["verdict"] == board["rows"][1]["verdict_vs_best"]
+    # said once: the shared reference is checked before the first candidate, not again for each,
+    # and the standings after the last candidate are the final leaderboard's, not a board "so far" too
+    assert len([e for e in events if e.get("event") == "StageFinished" and e["stage"] == "reference"]) == 1
+    last = max(i for i, e in enumerate(events)
+               if e.get("event") == "StageFinished" and e["stage"] == "compare")
+    assert [e["final"] for e in events[last:] if e.get("event") == "LeaderboardUpdated"] == [True]
 
     # a fourth candidate, added to the finished campaign, runs alone
     with killed.open("a") as handle:
@@ -114,6 +120,11 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     assert [r["name"] for r in board["rows"]] == ["close", "far"]  # the repeat is not a candidate
     assert board["rows"][1]["outcome_vs_best"] == "a_closer"
     final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")][0]
+    # the measured model is described once, by the final leaderboard sent next; the note says where
+    # it is kept (it said the whole description too, twice in a row in the batch output)
+    assert "measured repeat variation" in final["noise_model"], final
+    assert [e["text"] for e in events if e.get("event") == "Notice" and "noise model" in e["text"]] == [
+        f"noise model saved in {work / 'noise-model.json'}; the final leaderboard gives it"]
     repeat = final["rows"][2]
     assert repeat["name"] == "close.repeat" and repeat["rank"] is None
     assert final["rows"][0]["bits_per_weight"] == 4.5 and final["rows"][0]["size_bytes"] == 562_500
