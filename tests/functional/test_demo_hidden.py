@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,20 @@ def _demo(workdir: Path) -> str:
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
+
+
+def _said_twice(out: str) -> list[str]:
+    """The lines of batch output that one candidate's part of it (each ``campaign: candidate`` line
+    starts one; its windows' lines are the next candidate's too) says more than once: a progress
+    line counts without its time stamp, rate and ETA, so "verify LM head 260.2/260.2 KiB (100%)"
+    twice is the same line."""
+    parts = re.split(r"^\d\d:\d\d:\d\d campaign: (?:candidate|repeat capture) .*$", out, flags=re.M)
+    twice = []
+    for part in parts:
+        lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in part.splitlines() if line.strip()]
+        lines = [re.sub(r"(\(\d+%\)),.*$", r"\1", line) for line in lines]
+        twice += [line for line, n in Counter(lines).items() if n > 1]
+    return twice
 
 
 def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_clusters(tmp_path: Path) -> None:
@@ -63,8 +79,17 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     assert worse.startswith("coarse-hidden is worse than fine-hidden by ") and \
         f", over {clusters} source clusters (analysis partition);" in worse, worse
     assert f"export-head: done - LM head [{demo.DEMO_VOCAB}, " in out
-    # each compare names its two heads once, not once per context it compares as it is finalized
-    assert out.count("mapped from the page cache") == 2 * len(demo.DEMO_CANDIDATES), out[-3000:]
+    # each compare names its two heads once, not once per context it compares as it is finalized,
+    # and says their hashes were checked (a quick hash prints no progress line)
+    assert out.count("SHA-256 matches its manifest, mapped from the page cache") == \
+        2 * len(demo.DEMO_CANDIDATES), out[-3000:]
+    # read over SSH: every fact once. The demo printed each head's "verify LM head ... (100%)" twice
+    # and its file's line twice, every context's 0 % and 100 % rows, and the reference's check once
+    # more for every candidate
+    assert _said_twice(out) == [], _said_twice(out)
+    assert not [line for line in out.splitlines()
+                if "verify LM head" in line or "weight.safetensors " in line], out[-3000:]
+    assert out.count("reference: done - ") == 1, out[-3000:]
     assert f"campaign: final leaderboard ({contexts} contexts, " in out, out[-3000:]
     assert f"over the {clusters} source clusters of the {contexts} contexts" in out, out[-3000:]
     assert " window" not in out.replace("window-", ""), [line for line in out.splitlines()
@@ -77,6 +102,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
                      if p.is_file() and files.get(p) != p.stat().st_mtime_ns)
     assert changed == ["leaderboard.json"], changed
     assert "server: started" not in again and "export-head" not in again, again[-3000:]
+    assert _said_twice(again) == [], _said_twice(again)
     for name in demo.DEMO_CANDIDATES:
         assert f"campaign: note: {name}-hidden: compared earlier" in again, again[-3000:]
 
