@@ -4,14 +4,13 @@
 meaningful event, fit for a log file: no cursor movement, progress coalesced per task (its first
 line once it has run ``interval`` seconds, then at most one every ``interval`` seconds, and its
 final one; a task that ends sooner prints none: see :meth:`BatchReporter._progress_line`), and
-kldtui's lines alone: the
-server's own output stays in its server log unless ``server_log`` (the first warning or error it
-holds back from a log file names that file in one line); kldtui's own line about a server
-(``LogLine.own``: ``server stopped (REASON); exit code N``) is always printed. JSONL mode writes every event
-as one JSON object per line (``Event.to_dict`` plus ``"schema"``) and ends the stream with one
-``RunFinished`` line (docs/EVENTS.md). Both are thread-safe. With ``live=True`` (a
-terminal, not JSONL) progress shows as rich bars below the scrolling lines instead (enter the
-reporter as a context manager; :func:`run_headless` does).
+kldtui's lines alone: the server's own output stays in its server log unless ``server_log`` (the
+first warning or error it holds back from a log file names that file in one line); kldtui's own
+line about a server (``LogLine.own``: ``server stopped (REASON); exit code N``) is always printed.
+JSONL mode writes every event as one JSON object per line (``Event.to_dict`` plus ``"schema"``)
+and ends the stream with one ``RunFinished`` line (docs/EVENTS.md). Both are thread-safe. With
+``live=True`` (a terminal, not JSONL) progress shows as rich bars below the scrolling lines
+instead (enter the reporter as a context manager; :func:`run_headless` does).
 
 :func:`run_headless` runs a job (``job(emit, cancel) -> result``) in a worker thread while the
 main thread handles SIGINT, SIGTERM and SIGHUP: the first signal sets the :class:`Cancel` (the
@@ -268,7 +267,6 @@ class BatchReporter:
                 return self._hold_back(head, event)
             return f"{head} {event.line}"
         return None
-
 
     def _end_tasks(self, stage: str, prefix: str = "") -> None:
         """A window in a final state, or a finished stage, ends its tasks, as it drops their bars: a
