@@ -128,13 +128,16 @@ def open_regular_raw(path: str | os.PathLike[str], *, follow: bool = True) -> io
 
 def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None, follow: bool = True) -> bytes:
     """The content of the regular file at ``path``; more than ``limit`` bytes is an OSError
-    (EFBIG) rather than a read that fills the memory."""
+    (EFBIG) rather than a read that fills the memory: at once when its size says so, or once it has
+    grown past the limit while read."""
     with open_regular(path, follow=follow) as handle:
         if limit is None:
             return handle.read()
         # read(n) allocates n bytes before reading: ask for what the file holds (plus one byte, to
         # see it grow), never the whole limit, and go on only while it keeps growing
         size = os.fstat(handle.fileno()).st_size
+        if size > limit:  # refused before a byte is read (a sparse file of terabytes is quick to make)
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
         parts: list[bytes] = []
         got = 0
         while got <= limit:

@@ -56,3 +56,20 @@ def test_a_file_that_grows_while_read_is_still_held_to_the_limit(tmp_path: Path,
     assert read_text(f, limit=100) == "a" * 10
     with pytest.raises(OSError):
         read_text(f, limit=5)
+
+
+def test_a_file_over_the_limit_by_its_size_is_refused_before_a_byte_is_read(tmp_path: Path) -> None:
+    """A sparse file of a byte past the limit was read (the limit's worth of memory) before EFBIG."""
+    f = tmp_path / "huge.json"
+    with f.open("wb") as handle:
+        handle.seek(256 * 1024 * 1024)
+        handle.write(b" ")
+    tracemalloc.start()
+    try:
+        with pytest.raises(OSError) as caught:
+            read_bytes(f, limit=256 * 1024 * 1024)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.errno == errno.EFBIG and caught.value.filename == str(f)
+    assert peak < 1024 * 1024, peak
