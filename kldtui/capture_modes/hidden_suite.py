@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Notice, StageName, null_sink
-from kldtui.formats.suite import Suite
+from kldtui.formats.suite import MANIFEST_LIMIT, Suite
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import LmHead, TensorManifest
@@ -128,7 +128,7 @@ def _runtime_file(suite: Suite, runtime: Any) -> tuple[str | None, str | None]:
         doc = {"format_version": 1, "status": RUNTIME_CAPTURED, "checkpoint": (runtime or {}).get("model"),
                "tool": "kldtui", "runtime": runtime}
         try:
-            same = json.loads(read_text(path)) == doc
+            same = json.loads(read_text(path, limit=MANIFEST_LIMIT)) == doc
         except (OSError, ValueError):
             same = False
         if not same:
@@ -144,7 +144,7 @@ def created_utc(path: Path) -> str | None:
     from kldtui.formats.safe_io import read_text
 
     try:
-        doc = json.loads(read_text(path))
+        doc = json.loads(read_text(path, limit=MANIFEST_LIMIT))
     except (OSError, ValueError):
         return None
     value = doc.get("created_utc") if isinstance(doc, dict) else None
@@ -156,7 +156,7 @@ def _existing_runtime(folder: Path) -> Any:
     from kldtui.formats.safe_io import read_text
 
     try:
-        doc = json.loads(read_text(Path(folder) / HIDDEN_MANIFEST))
+        doc = json.loads(read_text(Path(folder) / HIDDEN_MANIFEST, limit=MANIFEST_LIMIT))
     except (OSError, ValueError):
         return None
     return doc.get("runtime") if isinstance(doc, dict) else None
@@ -268,7 +268,8 @@ def _finish_suite(suite: Suite, entries: Sequence[Any], head: LmHead | None, che
         checkpoint = runtime.get("model")
     else:
         try:
-            checkpoint = json.loads(read_text(suite.root / fid.CAPTURE_RUNTIME)).get("checkpoint")
+            checkpoint = json.loads(read_text(suite.root / fid.CAPTURE_RUNTIME,
+                                              limit=MANIFEST_LIMIT)).get("checkpoint")
         except (OSError, ValueError, AttributeError):
             checkpoint = None
     status = check["status"] if check is not None else "replay not checked"

@@ -37,6 +37,7 @@ from kldtui.events import Progress, StageName, Throttle, WindowState
 from kldtui.formats.suite import (
     LOGITS_FORMAT,
     LOGITS_MANIFEST,
+    MANIFEST_LIMIT,
     TENSOR_KEY,
     LogitsManifest,
     Suite,
@@ -162,7 +163,7 @@ def _known_hashes(output_dir: Path) -> dict[str, tuple[int, str]]:
 
     path = output_dir / LOGITS_MANIFEST
     try:
-        doc = json.loads(read_text(path))
+        doc = json.loads(read_text(path, limit=MANIFEST_LIMIT))
         return {str(e["file"]): (int(e["size_bytes"]), str(e["sha256"])) for e in doc["windows"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}

@@ -115,6 +115,7 @@ def _to_f32_numpy(logits: Any, vocab_size: int) -> np.ndarray:
 
 
 WRITERS_DIR = ".kldtui-writers"  # <host>-<pid>.json per writer rank in a server's capture folder
+WRITER_RECORD_LIMIT = 64 * 1024  # bytes of a writer record read (host, pid, folder, vLLM version)
 
 
 def writers_dir(capture_dir: str | os.PathLike[str]) -> Path:

@@ -1328,7 +1328,12 @@ def write_top_manifest(root: str | os.PathLike[str], *, artifact_kind: str, chec
     runtime = base / CAPTURE_RUNTIME
     runtime_doc: dict[str, Any] | None = None
     if runtime.is_file():
-        loaded = json.loads(read_text(runtime))
+        try:
+            loaded = json.loads(read_text(runtime, limit=MANIFEST_LIMIT))
+        except OSError as exc:  # over the limit, or put in place of the file after the check
+            raise read_failure(runtime, exc, "capture runtime", HIDDEN_SUITE_DAMAGED) from None
+        except ValueError as exc:
+            raise BadInput(f"{runtime}: not valid JSON ({exc}); {HIDDEN_SUITE_DAMAGED}") from None
         runtime_status = loaded.get("status") if isinstance(loaded, dict) else None
         if runtime_status is not None and runtime_status not in RUNTIME_STATUSES:  # refused on load
             raise BadInput(f"{runtime}: {_status_problem(runtime_status, RUNTIME_STATUSES)}; "

@@ -40,6 +40,7 @@ OTHER_SUITE = "give the folder made from this suite, or the suite it was made fr
 # The Hub's dataset card, at the top of a published suite (either kind): the Hub shows it, no
 # stage reads it, no manifest or checksums.txt of kldtui's lists it. Never part of the suite's data.
 DATASET_CARD = "README.md"
+DATASET_CARD_LIMIT = 16 * 1024 * 1024  # bytes of a suite's own card read (kldtui's are a few KB)
 
 
 def suite_manifest_path(folder: str | os.PathLike[str]) -> Path:
@@ -57,7 +58,7 @@ def manifest_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     it is missing, not a regular file or not a JSON object: for checks that only need to know, never
     for loading the folder (:func:`load_logits_manifest` and its kind's loaders validate it)."""
     try:
-        doc = json.loads(read_text(path))
+        doc = json.loads(read_text(path, limit=MANIFEST_LIMIT))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -138,8 +139,9 @@ def require_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], 
     return value
 
 
-# bytes of a manifest read (suite, logits, scores, tensor folder, LM head, partitions): the largest suites'
-# list a few MiB; a larger file is refused, naming it, rather than read into memory
+# bytes of a manifest read (suite, logits, scores, tensor folder, LM head, partitions, and a hidden-state
+# suite's capture runtime and replay-qualification record): the largest suites' list a few MiB; a larger
+# file is refused, naming it, rather than read into memory
 MANIFEST_LIMIT = 64 * 1024 * 1024
 # bytes of one window's token file read: a token id is at most 8 digits and a separator, so a window of a
 # million tokens is about 10 MB; a larger file is refused, naming it, rather than read into memory

@@ -231,7 +231,7 @@ def _reuse(source: Path, out: Path, emit: EventSink) -> str | None:
     (nothing written): the weight is not a regular file, or not the file its manifest hashes."""
     from kldtui.formats import fidelity as fid
     from kldtui.formats.safe_io import open_regular, read_bytes
-    from kldtui.formats.suite import sha256_file
+    from kldtui.formats.suite import MANIFEST_LIMIT, sha256_file
 
     try:
         head = fid.load_lm_head(source)
@@ -239,7 +239,7 @@ def _reuse(source: Path, out: Path, emit: EventSink) -> str | None:
             return "it has no manifest stating its hash"
         if not stat.S_ISREG(os.lstat(head.path).st_mode):  # never through a link kldtui did not make
             return f"{head.path.name} is not a regular file"
-        manifest = read_bytes(head.manifest_path, limit=16 * 1024 * 1024, follow=False)
+        manifest = read_bytes(head.manifest_path, limit=MANIFEST_LIMIT, follow=False)
     except (BadInput, OSError) as exc:
         return _clause(str(exc))
     manifest_name, sha = head.manifest_path.name, head.file_sha256

@@ -53,6 +53,7 @@ from kldtui.formats.atomic import remove_tree_atomically, sweep_removals, write_
 from kldtui.formats.chunks import (
     ERROR_MARKER,
     LOGITS_CHUNKS,
+    WRITER_RECORD_LIMIT,
     ChunkInfo,
     ChunkKind,
     ChunkSet,
@@ -81,6 +82,9 @@ NETWORK_SETTLE_SECONDS = 60.0
 # after the answer, wait this long at most for them (a 2,048-row F32 chunk on a slow mount).
 PENDING_SECONDS = 300.0
 PENDING_PREFIX = ".pending.rows-"  # kldtui.hook.writer.PENDING_PREFIX
+# bytes of a run's capture records read (capture/capture-RUN.json: about 1 KB a window, so a
+# 10,000-window suite's take 10 MB)
+CAPTURE_RECORDS_LIMIT = 64 * 1024 * 1024
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -129,7 +133,7 @@ def load_records(path: str | os.PathLike[str]) -> dict[int, CaptureRecord]:
     """Records by window index; a missing file is an empty run."""
     p = Path(path)
     try:
-        doc = json.loads(read_text(p))
+        doc = json.loads(read_text(p, limit=CAPTURE_RECORDS_LIMIT))
     except FileNotFoundError:
         return {}
     except OSError as exc:  # a FIFO, a folder, no permission
@@ -802,7 +806,7 @@ def writer_records(server_capture_dir: Path) -> list[dict[str, Any]]:
         return []
     for name in names:
         try:
-            doc = json.loads(read_text(writers_dir(server_capture_dir) / name))
+            doc = json.loads(read_text(writers_dir(server_capture_dir) / name, limit=WRITER_RECORD_LIMIT))
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict):

@@ -11,6 +11,7 @@ imported inside the functions that need them, so the rest of kldtui never loads 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tomllib
@@ -187,11 +188,15 @@ def parse_sources(doc: Mapping[str, Any], where: str) -> list[Source]:
     return sources
 
 
+# bytes of a sources or plan file read (--sources): written by hand, a few KB
+SOURCES_FILE_LIMIT = 16 * 1024 * 1024
+
+
 def load_toml(p: Path, *, what: str, takes: str) -> dict[str, Any]:
     """The TOML document at ``p``; BadInput (one line naming ``p``) when it cannot be read or parsed.
     ``what``: "sources file"; ``takes``: "--sources takes a SOURCES.toml file"."""
     try:
-        return tomllib.loads(read_text(p))
+        return tomllib.loads(read_text(p, limit=SOURCES_FILE_LIMIT))
     except UnicodeDecodeError:
         raise BadInput(f"{p}: not UTF-8 text; {takes}") from None
     except OSError as exc:  # missing, a folder, a FIFO, no permission
@@ -291,6 +296,9 @@ def check_hub(tokenizer: str, sources: Sequence[Source]) -> None:
 # What to do about a local dataset's file that cannot be read, and about rows without the columns
 # a source reads
 UNREADABLE_ROWS = "make it a readable regular file, or move it out of the dataset"
+# bytes of a local JSON or JSON Lines file read whole when the datasets package is missing (with it,
+# datasets reads the file)
+JSON_ROWS_FILE_LIMIT = 1024 * 1024 * 1024
 COLUMNS = "name columns it has in the source's *_field keys, or pick another builder"
 
 
@@ -343,12 +351,14 @@ def _read_json_rows(files: Sequence[Path], columns: Sequence[str], where: str) -
     rows: list[dict[str, Any]] = []
     for f in files:
         try:
-            text = read_text(f)
+            text = read_text(f, limit=JSON_ROWS_FILE_LIMIT)
         except UnicodeDecodeError as exc:
             raise BadInput(f"{where}: {f} is not UTF-8 text (byte {exc.start}); JSON and JSON Lines files "
                            "are UTF-8, convert it (e.g. iconv -t UTF-8)") from None
-        except OSError as exc:  # a FIFO, a device, no permission
-            raise BadInput(f"{where}: {read_failure(f, exc, 'dataset file', UNREADABLE_ROWS)}") from None
+        except OSError as exc:  # a FIFO, a device, no permission, over the limit
+            remedy = (f"split it into smaller files, or {PREPARE_INSTALL} (the datasets package reads it)"
+                      if exc.errno == errno.EFBIG else UNREADABLE_ROWS)
+            raise BadInput(f"{where}: {read_failure(f, exc, 'dataset file', remedy)}") from None
         try:
             doc = json.loads(text)
             items = doc if isinstance(doc, list) else [doc]

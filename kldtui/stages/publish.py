@@ -28,6 +28,7 @@ from kldtui.formats.report_model import REPORT_LIMIT
 from kldtui.formats.safe_io import read_bytes, read_failure, read_text
 from kldtui.formats.suite import (
     DATASET_CARD,
+    DATASET_CARD_LIMIT,
     LOGITS_MANIFEST,
     SUITE_MANIFEST,
     LogitsManifest,
@@ -426,7 +427,12 @@ def _publish_hidden(p: Path, repo_id: str, *, dry_run: bool, private: bool, revi
     # another tool's checksums.txt may list its card: a card of kldtui's would contradict that line
     listed_card = CARD in facts.files
     if listed_card:
-        card = read_text(p / CARD)
+        try:
+            card = read_text(p / CARD, limit=DATASET_CARD_LIMIT)
+        except OSError as exc:  # over the limit, or put in place of the file after its hash was checked
+            raise read_failure(p / CARD, exc, "dataset card", "fetch the suite again") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{p / CARD}: the dataset card is not UTF-8 text; fetch the suite again") from None
         emit(Notice(STAGE, f"{p / CARD}: listed in checksums.txt, so it is the suite's own card and goes up "
                            "as it is; kldtui writes no card over it", level="warning"))
     else:

@@ -34,7 +34,7 @@ from typing import Any
 from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageName, null_sink
 from kldtui.formats import fidelity as fid
-from kldtui.formats.safe_io import read_bytes, read_text
+from kldtui.formats.safe_io import read_bytes, read_failure, read_text
 from kldtui.formats.suite import (
     DATASET_CARD,
     MANIFEST_LIMIT,
@@ -146,8 +146,10 @@ def _load_json(root: Path, rel: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        doc = json.loads(read_text(path))
-    except (OSError, ValueError) as exc:
+        doc = json.loads(read_text(path, limit=MANIFEST_LIMIT))
+    except OSError as exc:  # over the limit, or put in place of the file after the check
+        raise read_failure(path, exc, "JSON record", "fetch or write it again") from None
+    except ValueError as exc:
         raise BadInput(f"{path}: not valid JSON ({exc}); fetch or write it again") from None
     return doc if isinstance(doc, dict) else None
 

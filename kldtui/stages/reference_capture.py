@@ -47,6 +47,7 @@ from kldtui.events import (
 )
 from kldtui.folder_lock import FolderLocks
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.report_model import REPORT_LIMIT
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest, units_of
 from kldtui.servers.base import ServerPlan
@@ -136,7 +137,9 @@ class ReferenceCapture:
             self._capture(ws, emit, self.windows)
             self._finalize(ws, emit, self.windows, kind="reference", window_range=self.window_range)
             if self.records_to_suite:
-                _copy_json(ws.records_path, self.workspace.suite_capture_records)
+                from kldtui.stages.capture import CAPTURE_RECORDS_LIMIT
+
+                _copy_json(ws.records_path, self.workspace.suite_capture_records, CAPTURE_RECORDS_LIMIT)
             if self.repeat:
                 self._repeat_first_window()
         except BaseException as exc:
@@ -228,7 +231,7 @@ class ReferenceCapture:
                                  cuda_device=choice.cuda_device, mode=REFERENCE_MODE)
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
-        _copy_json(ws.report, self.workspace.repeat_noise_path(first.index))
+        _copy_json(ws.report, self.workspace.repeat_noise_path(first.index), REPORT_LIMIT)
         self.emit(Notice(STAGE, f"repeat capture of {first.name} stored as "
                          f"{self.workspace.repeat_noise_path(first.index).name}"))
 
@@ -241,9 +244,10 @@ def _vocab(ws: Workspace) -> int | None:
         return None
 
 
-def _copy_json(src: Path, dst: Path) -> None:
-    """Copy a JSON document atomically (parsed and rewritten: a half-copied file never appears)."""
-    write_json_atomic(dst, json.loads(read_text(src)))
+def _copy_json(src: Path, dst: Path, limit: int) -> None:
+    """Copy a JSON document of at most ``limit`` bytes atomically (parsed and rewritten: a
+    half-copied file never appears)."""
+    write_json_atomic(dst, json.loads(read_text(src, limit=limit)))
 
 
 # The reference capture's task names as shown under the reference stage: its capture and finalize

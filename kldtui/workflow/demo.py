@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kldtui.errors import BadInput
-from kldtui.workflow.profile import Profile, load_profile
+from kldtui.workflow.profile import PROFILE_LIMIT, Profile, load_profile
 from kldtui.workspace import DEMO_HIDDEN_SUITE, Workspace
 
 if TYPE_CHECKING:
@@ -213,6 +213,17 @@ def build_demo_hidden_suite(root: Path) -> None:
     fid.write_checksums(root)
 
 
+def _holds(path: Path, text: str) -> bool:
+    """Whether the file at ``path`` holds ``text``; False when it is missing, unreadable or no regular
+    file (a FIFO there is replaced, not waited on)."""
+    from kldtui.formats.safe_io import read_text
+
+    try:
+        return read_text(path, limit=PROFILE_LIMIT) == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False, hidden: bool = False) -> Profile:
     """Create the demo suite and profile in ``workdir`` (idempotent); return the profile.
     ``score``: the score-mode profile (``kldtui-score.toml``, ``[capture] mode = "score"``);
@@ -228,7 +239,7 @@ def prepare_demo(workdir: str | os.PathLike[str], *, score: bool = False, hidden
     else:
         build_demo_suite(suite_dir)
     text = HIDDEN_PROFILE_TEXT if hidden else SCORE_PROFILE_TEXT if score else PROFILE_TEXT
-    if not profile_path.exists() or profile_path.read_text() != text:
+    if not _holds(profile_path, text):
         from kldtui.formats.atomic import atomic_open
 
         with atomic_open(profile_path, "w") as handle:

@@ -467,14 +467,15 @@ def server_plan(profile: Profile, capture_dir: Path | None = None, *,
 # What to do when no profile can be read at the path given (missing, a folder, a FIFO, no permission)
 PROFILE_REMEDY = ("pass --profile FILE or create ./kldtui.toml (`kldtui demo` writes one to start from: "
                   "kldtui-demo/kldtui.toml)")
+PROFILE_LIMIT = 16 * 1024 * 1024  # bytes of a profile read: written by hand, a few KB
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile TOML; raises :class:`BadInput` with one line on any problem."""
     p = Path(path).expanduser()
     try:
-        data = read_bytes(p)
-    except OSError as exc:  # missing, a folder, a FIFO, a device, no permission
+        data = read_bytes(p, limit=PROFILE_LIMIT)
+    except OSError as exc:  # missing, a folder, a FIFO, a device, no permission, too large
         raise read_failure(p, exc, "profile", PROFILE_REMEDY) from None
     try:
         doc = tomllib.loads(data.decode("utf-8"))

@@ -182,9 +182,9 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
         return None
     try:
         from kldtui.formats.verified_cache import signed_by_me
-        from kldtui.stages.compare.cache import decode_result
+        from kldtui.stages.compare.cache import COMPARE_CACHE_LIMIT, decode_result
 
-        doc = json.loads(read_text(path))
+        doc = json.loads(read_text(path, limit=COMPARE_CACHE_LIMIT))
         if not signed_by_me({"key": doc["key"], "result": doc["result"]}, doc.get("signature")):
             return None  # not this user's: shown as finalized, compared again by the next run
         kl = decode_result(doc["result"]).kl_mean

@@ -25,6 +25,10 @@ from kldtui.workspace import Workspace
 
 RESULT_FORMAT = "kldtui-window-result-v1"
 COMPARE_RESULT_VERSION = 1  # of the per-window cache files (compare/window-NNN.json)
+# bytes of a cache entry read: 11 per-position figures of 8 bytes in base64 take about 110 bytes a
+# position (the demo's 511-position windows: 56 KB), so a 131,072-token window's is about 15 MB; a
+# larger file is not used (the window is computed again)
+COMPARE_CACHE_LIMIT = 256 * 1024 * 1024
 
 
 def _encode(arr: np.ndarray) -> dict[str, str]:
@@ -108,7 +112,7 @@ class WindowCache:
         if path is None or not path.exists():
             return None
         with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
-            doc = json.loads(read_text(path))
+            doc = json.loads(read_text(path, limit=COMPARE_CACHE_LIMIT))
             body = {"key": doc["key"], "result": doc["result"]}
             if doc.get("key") == self._key(window) and signed_by_me(body, doc.get("signature")):
                 return decode_result(doc["result"])
@@ -122,4 +126,4 @@ class WindowCache:
             write_json_atomic(path, {**body, "signature": sign(body)})
 
 
-__all__ = ["COMPARE_RESULT_VERSION", "WindowCache", "decode_result", "encode_result"]
+__all__ = ["COMPARE_CACHE_LIMIT", "COMPARE_RESULT_VERSION", "WindowCache", "decode_result", "encode_result"]
