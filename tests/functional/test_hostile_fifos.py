@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.cli.main import main
+from tests.fixtures_hostile import capture_run, finalize_args, returns_at_once
 from tests.paths import EXAMPLE_SUITE as EXAMPLE
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,48 +81,15 @@ def test_character_device_is_not_read_forever(tmp_path: Path, capsys: pytest.Cap
     assert code == 2 and "character device" in err, err
 
 
-def _capture_run(tmp_path: Path) -> tuple[Path, Path]:
-    """A capture folder whose run recorded window 0 of the example suite from real chunks."""
-    import numpy as np
-
-    from kldtui.formats.chunks import write_chunk
-    from kldtui.formats.safetensors_io import RowReader
-    from kldtui.formats.suite import load_suite
-    from kldtui.stages.capture import CaptureRecord, save_records
-    from kldtui.workspace import Workspace
-
-    suite = load_suite(EXAMPLE)
-    w = suite.windows[0]
-    with RowReader(EXAMPLE / "candidate" / "logits_000.safetensors") as reader:
-        rows = reader.read(0, reader.rows)
-    ws = Workspace.for_capture(EXAMPLE, tmp_path / "cap", "run", tmp_path / "out")
-    request = "cmpl-kldtui-run-w000-abcdef01-0"
-    write_chunk(tmp_path / "server", request, 0, np.ascontiguousarray(rows[:10]), rows.shape[1])
-    write_chunk(tmp_path / "server", request, 10, np.ascontiguousarray(rows[10:]), rows.shape[1])
-    chunk_dir = ws.chunk_dir(w.chunk_dir_name)
-    chunk_dir.parent.mkdir(parents=True)
-    (tmp_path / "server" / request).rename(chunk_dir)
-    record = CaptureRecord(window_index=0, domain=w.domain, prompt_tokens=w.num_tokens, request_id=request,
-                           elapsed_seconds=0.1, usage={}, finish_reason="length",
-                           chunk_dir=chunk_dir.name, chunks=sorted(os.listdir(chunk_dir)))
-    save_records(ws.records_path, {0: record})
-    return ws.records_path, chunk_dir
-
-
-def _finalize(tmp_path: Path) -> list[str]:
-    return ["finalize", "--suite-dir", str(EXAMPLE), "--capture-dir", str(tmp_path / "cap"), "--run-name",
-            "run", "--output-dir", str(tmp_path / "out"), "--start-window", "0", "--stop-window", "1"]
-
-
 def test_finalize_refuses_a_fifo_chunk_and_leaves_no_lock(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from kldtui.folder_lock import LOCK_NAME
 
-    _, chunk_dir = _capture_run(tmp_path)
+    _, chunk_dir = capture_run(tmp_path)
     chunk = sorted(chunk_dir.iterdir())[-1]
     chunk.unlink()
     os.mkfifo(chunk)
-    _one_line_exit_2(_finalize(tmp_path), capsys, chunk.name)
+    _one_line_exit_2(finalize_args(tmp_path), capsys, chunk.name)
     assert not (tmp_path / "out" / LOCK_NAME).exists()
 
 
@@ -129,31 +97,11 @@ def test_capture_records_fifo_is_bad_input(tmp_path: Path) -> None:
     from kldtui.errors import BadInput
     from kldtui.stages.capture import load_records
 
-    records, _ = _capture_run(tmp_path)
+    records, _ = capture_run(tmp_path)
     records.unlink()
     os.mkfifo(records)
     with pytest.raises(BadInput, match="FIFO"):
         load_records(records)
-
-
-def _returns_at_once(call, timeout: float = 10.0) -> list[object]:  # type: ignore[no-untyped-def]
-    """What ``call()`` returned or raised, run in a thread: a call that blocks fails the test here
-    rather than hanging it."""
-    import threading
-
-    out: list[object] = []
-
-    def run() -> None:
-        try:
-            out.append(call())
-        except Exception as exc:  # noqa: BLE001 - what it raised is the result
-            out.append(exc)
-
-    reader = threading.Thread(target=run, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    assert not reader.is_alive(), "blocked on a FIFO"
-    return out
 
 
 def test_the_report_hashes_a_manifest_without_blocking_on_a_fifo(tmp_path: Path) -> None:
@@ -162,7 +110,7 @@ def test_the_report_hashes_a_manifest_without_blocking_on_a_fifo(tmp_path: Path)
     from kldtui.stages.compare.hashing import manifest_sha256
 
     os.mkfifo(tmp_path / "manifest.json")
-    (result,) = _returns_at_once(lambda: manifest_sha256(tmp_path / "manifest.json"))
+    (result,) = returns_at_once(lambda: manifest_sha256(tmp_path / "manifest.json"))
     assert isinstance(result, OSError) and "FIFO" in str(result), result
 
 
@@ -177,7 +125,7 @@ def test_prepare_names_a_local_tokenizer_without_blocking_on_a_fifo_config(tmp_p
     folder.mkdir()
     os.mkfifo(folder / "config.json")
     (folder / "tokenizer_config.json").write_text(json.dumps({"name_or_path": "org/model"}))
-    assert _returns_at_once(lambda: tokenizer_id(str(folder), None)) == ["org/model"]
+    assert returns_at_once(lambda: tokenizer_id(str(folder), None)) == ["org/model"]
 
 
 def _swap_for_fifo(path: Path) -> None:
@@ -200,7 +148,7 @@ def test_the_replay_maps_the_lm_head_without_blocking_on_a_fifo_swapped_in(tmp_p
     weight = np.random.default_rng(0).standard_normal((32, 8)).astype(np.float32)
     head = fid.write_lm_head(tmp_path / "head", weight, checkpoint_tensor_key="lm_head.weight")
     _swap_for_fifo(head.path)
-    (result,) = _returns_at_once(lambda: Replays("cpu", chunk=16, threads=1).get(head, "bf16"))
+    (result,) = returns_at_once(lambda: Replays("cpu", chunk=16, threads=1).get(head, "bf16"))
     assert isinstance(result, BadInput), result
     assert str(result).startswith(f"{head.path}: ") and "FIFO" in str(result) and "\n" not in str(result)
 
@@ -239,7 +187,7 @@ def test_export_head_maps_the_descriptor_whose_header_it_checked(tmp_path: Path,
 
     monkeypatch.setattr(stage, "find_head", find_head)
     monkeypatch.setattr(safetensors_io, "read_header", read_header)
-    (result,) = _returns_at_once(lambda: stage.export_head(checkpoint, tmp_path / "head"))
+    (result,) = returns_at_once(lambda: stage.export_head(checkpoint, tmp_path / "head"))
     assert not shard.is_file(), "the shard was not swapped: the test checks nothing"
     assert isinstance(result, fid.LmHead), result
     assert np.array_equal(np.asarray(fid.head_bits(result)), bits)
@@ -272,7 +220,7 @@ def test_prepare_hashes_a_tokenizer_folder_without_blocking_on_a_fifo_swapped_in
         return found
 
     monkeypatch.setattr(Path, "is_file", is_file)
-    (result,) = _returns_at_once(lambda: prepare_hidden._tokenizer_record(str(folder), _Tokenizer()))
+    (result,) = returns_at_once(lambda: prepare_hidden._tokenizer_record(str(folder), _Tokenizer()))
     assert isinstance(result, BadInput), result
     said = str(result)
     assert said.startswith(f"{folder / 'tokenizer.json'}: ") and "FIFO" in said and "\n" not in said, said

@@ -17,7 +17,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.errors import BadInput
 from kldtui.workspace import Workspace
-from tests.functional.test_hostile_fifos import _capture_run, _finalize, _returns_at_once
+from tests.fixtures_hostile import capture_run, finalize_args, returns_at_once
 from tests.paths import EXAMPLE_SUITE
 
 pytestmark = pytest.mark.timeout(120)
@@ -89,7 +89,7 @@ def test_a_compare_cache_entry_that_is_a_fifo_or_huge_is_passed_over_unread(
     entry = ws.compare_cache(1)
     assert entry is not None
     _fifo(entry)
-    assert _returns_at_once(reader(ws)) == [None]
+    assert returns_at_once(reader(ws)) == [None]
     entry.unlink()
     _sparse(entry, COMPARE_CACHE_LIMIT)
     result, peak = _peak_bytes(reader(ws))
@@ -102,13 +102,13 @@ def test_capture_records_over_their_limit_are_refused_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kldtui.stages.capture import CAPTURE_RECORDS_LIMIT, load_records
 
-    records, _ = _capture_run(tmp_path)
+    records, _ = capture_run(tmp_path)
     _sparse(records, CAPTURE_RECORDS_LIMIT)
     result, peak = _peak_bytes(lambda: load_records(records))
     line = _one_line(result, records, CAPTURE_RECORDS_LIMIT)
     assert "capture records" in line and "restore or delete the file" in line, line
     assert peak < CAPTURE_RECORDS_LIMIT // 16
-    code = main(_finalize(tmp_path))
+    code = main(finalize_args(tmp_path))
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip() and not x.startswith("[")]
     assert code == 2 and len(err) == 1 and f"larger than {CAPTURE_RECORDS_LIMIT} bytes" in err[0], err
     assert str(records) in err[0], err
@@ -117,9 +117,9 @@ def test_capture_records_over_their_limit_are_refused_in_one_line(
 def test_a_fifo_for_capture_records_does_not_block(tmp_path: Path) -> None:
     from kldtui.stages.capture import load_records
 
-    records, _ = _capture_run(tmp_path)
+    records, _ = capture_run(tmp_path)
     _fifo(records)
-    (result,) = _returns_at_once(lambda: load_records(records))
+    (result,) = returns_at_once(lambda: load_records(records))
     assert isinstance(result, BadInput) and "FIFO" in str(result), result
 
 
@@ -134,7 +134,7 @@ def test_writer_records_that_are_fifos_or_huge_are_passed_over(tmp_path: Path) -
     good.write_text(json.dumps({"host": "a", "pid": 1}))
     _fifo(writer_record_path(tmp_path, "b", 2))
     _sparse(writer_record_path(tmp_path, "c", 3), WRITER_RECORD_LIMIT)
-    assert _returns_at_once(lambda: writer_records(tmp_path)) == [[{"host": "a", "pid": 1}]]
+    assert returns_at_once(lambda: writer_records(tmp_path)) == [[{"host": "a", "pid": 1}]]
 
 
 # -- the profile: refused, one line, exit 2 ------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_the_demo_replaces_a_fifo_at_its_profile_instead_of_waiting(tmp_path: Pa
     from kldtui.workflow.demo import _holds
 
     _fifo(tmp_path / "kldtui.toml")
-    assert _returns_at_once(lambda: _holds(tmp_path / "kldtui.toml", "x")) == [False]
+    assert returns_at_once(lambda: _holds(tmp_path / "kldtui.toml", "x")) == [False]
 
 
 def test_a_sources_file_over_its_limit_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_a_sources_file_over_its_limit_is_refused_in_one_line(tmp_path: Path) ->
     result, _ = _peak_bytes(load)
     _one_line(result, sources, SOURCES_FILE_LIMIT)
     _fifo(sources)
-    (result,) = _returns_at_once(load)
+    (result,) = returns_at_once(load)
     assert isinstance(result, BadInput) and "FIFO" in str(result), result
 
 
@@ -197,4 +197,4 @@ def test_finalize_logits_does_not_wait_on_a_fifo_manifest(tmp_path: Path) -> Non
     out = tmp_path / "ref"
     shutil.copytree(EXAMPLE_SUITE / "ref", out)
     _fifo(out / "manifest.json")
-    assert _returns_at_once(lambda: _known_hashes(out)) == [{}]
+    assert returns_at_once(lambda: _known_hashes(out)) == [{}]
