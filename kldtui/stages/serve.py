@@ -83,7 +83,7 @@ from kldtui.events import (
 from kldtui.formats.safe_io import open_private_text
 from kldtui.formats.suite import SERVER_START, new_server_start
 from kldtui.redact import redact_argv, redact_env, scrub, secret_values
-from kldtui.servers.base import ServerPlan
+from kldtui.servers.base import ServerPlan, flag_value
 from kldtui.servers.readiness import check_attached, probe_models
 from kldtui.servers.registry import server_kind
 
@@ -128,17 +128,6 @@ def check_port_free(host: str, port: int) -> None:
                            "host/port in the profile") from None
 
 
-def _flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag V`` or ``--flag=V`` (the last one wins); None when absent."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
-    return value
-
-
 def _has(argv: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
@@ -161,14 +150,14 @@ def ensure_capture_flags(argv: Sequence[str], *, keeps_prefix_cache: bool = True
         out.append("--no-enable-prefix-caching")
         notes.append("added --no-enable-prefix-caching (a cached prefix is never recomputed, "
                      "so its logits would not be captured)")
-    seqs = _flag_value(out, "--max-num-seqs")
+    seqs = flag_value(out, "--max-num-seqs")
     if seqs is None:
         out += ["--max-num-seqs", "1"]
         notes.append("added --max-num-seqs 1 (capture runs one sequence at a time)")
     elif seqs.strip() != "1":
         raise BadInput(f"server arguments: --max-num-seqs {seqs} lets requests share a batch; "
                        "the capture needs --max-num-seqs 1")
-    if _flag_value(out, "--host") is None:
+    if flag_value(out, "--host") is None:
         out += ["--host", "127.0.0.1"]
         notes.append("added --host 127.0.0.1 (local only; set host in the profile to expose it)")
     return out, notes
@@ -434,11 +423,11 @@ class ServerProcess:
 
     @property
     def host(self) -> str:
-        return _flag_value(self.argv, "--host") or "127.0.0.1"
+        return flag_value(self.argv, "--host") or "127.0.0.1"
 
     @property
     def port(self) -> int:
-        value = _flag_value(self.argv, "--port")
+        value = flag_value(self.argv, "--port")
         if value is None:
             return 8000  # vLLM's default
         try:
@@ -467,7 +456,7 @@ class ServerProcess:
                                                                keeps_prefix_cache=self.keeps_prefix_cache)
         for note in self.added_notes:
             self.emit(Notice(STAGE, note))
-        if _flag_value(self.argv, "--port") == "0":
+        if flag_value(self.argv, "--port") == "0":
             try:
                 port = free_port(self.host)
             except (OSError, UnicodeError) as exc:
@@ -479,7 +468,7 @@ class ServerProcess:
                 self.argv[i + 1] = str(port)
             else:
                 self.argv = [a if not a.startswith("--port=") else f"--port={port}" for a in self.argv]
-        elif _flag_value(self.argv, "--port") is not None:
+        elif flag_value(self.argv, "--port") is not None:
             check_port_free(self.host, self.port)
         env = settings.child_environment(
             {**self.extra_env, **settings.CAPTURE_DIR.entry(self.capture_dir.resolve())})
