@@ -86,3 +86,28 @@ async def test_d_with_three_unmarked_reports_shows_the_ranking_to_mark_them_on(t
         pane = app.screen.query_one("#diffpane", DiffPane)
         await until(pilot, lambda: pane.shown, "the difference of the two marked")
         assert app.screen.query_one("#tabs", TabbedContent).active == "diff"
+
+
+@sync
+async def test_d_from_the_window_grid_gives_the_difference_the_focus(tmp_path: Path) -> None:
+    """The grid has the focus when the dashboard opens; d shows the difference of the only two reports
+    and End, the next key, scrolls it (it scrolled the grid, which has nothing to scroll)."""
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        for name, level, seed in (("q8", 0.01, 2), ("q4", 0.03, 3)):
+            path = write_report(tmp_path / f"{name}.json", make_report(name, level, seed=seed,
+                                                                      domains=DOMAINS * 4))
+            await open_with_o(app, pilot, path)
+        board = app.screen.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: board.row_count == 2, "the two reports ranked")
+        app.screen.query_one("#left").focus()
+        await settle(app, pilot)
+        await pilot.press("d")
+        pane = app.screen.query_one("#diffpane", DiffPane)
+        await until(pilot, lambda: pane.shown, "the difference")
+        await settle(app, pilot)
+        assert app.focused is pane, app.focused
+        await pilot.press("end")
+        await settle(app, pilot)
+        assert pane.max_scroll_y > 0 and pane.scroll_y == pane.max_scroll_y, pane.scroll_y

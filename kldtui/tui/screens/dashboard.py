@@ -569,6 +569,9 @@ class DashboardScreen(BoardScreen):
                   verdict: str = "", unit: str = WINDOW_UNIT) -> None:
         super().show_diff(text, bars, band, verdict, unit)
         self.action_show_tab("diff")
+        # d asked for the difference: its keys (the arrows, End) scroll it at once, wherever the focus was,
+        # as b puts it on the ranking
+        self.query_one("#diffpane", DiffPane).focus()
 
     # -- actions -----------------------------------------------------------------------------------
     def action_run_all(self) -> None:
