@@ -145,13 +145,9 @@ def test_a_candidates_hidden_folder_keeps_its_live_sample_runtime_and_head_insid
     assert np.array_equal(got, f32_to_bf16(TinyModel(VOCAB, seed=SEED).hidden(tokens)[:-1]))
 
 
-def test_kldtui_run_finishes_a_hidden_candidate_folder_and_reads_its_state_back(tmp_path: Path) -> None:
-    """The whole run (Pipeline.run_all, what `kldtui run` and the dashboard run) finalized each
-    context but never finished the folder: no live-logits manifest, no replay check, which only
-    `kldtui finalize` wrote; and reading the work folder's state back (a campaign's ranking, a
-    reopened dashboard) failed on the hidden-state manifest's records."""
-    from kldtui.workflow.pipeline import Pipeline
-    from kldtui.workflow.state import load_state
+def _hidden_run(tmp_path: Path, keep_chunks: bool = False) -> tuple[Path, Profile]:
+    """A 4-context hidden-state suite and the profile of an embedded candidate captured in hidden mode
+    against it, its own head already in its folder: the folder and the profile."""
     from tests import fidelity_fixture as fx
 
     fx.build(tmp_path / "suite", contexts=4)
@@ -162,9 +158,21 @@ def test_kldtui_run_finishes_a_hidden_candidate_folder_and_reads_its_state_back(
         "reference": {"local_dir": str(tmp_path / "suite"), "logits_dir": fid.HIDDEN_DIR},
         "candidate": {"kind": "embedded", "served_model_name": "c", "model_seed": SEED,
                       "vocab_size": fx.VOCAB, "port": 0, "startup_timeout": 60.0, "request_timeout": 60.0},
-        "run": {"workdir": str(tmp_path / "work"), "run_name": "hidden"},
+        "run": {"workdir": str(tmp_path / "work"), "run_name": "hidden", "keep_chunks": keep_chunks},
         "capture": {"mode": "hidden", "replay_check": 2},
         "compare": {"bootstrap_samples": 50}}, base_dir=tmp_path)
+    return output, profile
+
+
+def test_kldtui_run_finishes_a_hidden_candidate_folder_and_reads_its_state_back(tmp_path: Path) -> None:
+    """The whole run (Pipeline.run_all, what `kldtui run` and the dashboard run) finalized each
+    context but never finished the folder: no live-logits manifest, no replay check, which only
+    `kldtui finalize` wrote; and reading the work folder's state back (a campaign's ranking, a
+    reopened dashboard) failed on the hidden-state manifest's records."""
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.state import load_state
+
+    output, profile = _hidden_run(tmp_path)
     Pipeline(profile).run_all()
     check = json.loads((output / "hidden-replay-qualification.json").read_text())
     assert check["status"] == "qualified" and check["positions"] > 0
@@ -181,20 +189,9 @@ def test_a_resumed_hidden_folder_shows_the_domains_finalize_gave(tmp_path: Path)
     from kldtui.stages.finalize import Finalizer, load_finalized
     from kldtui.workflow.pipeline import Pipeline
     from kldtui.workflow.state import load_state
-    from tests import fidelity_fixture as fx
 
-    fx.build(tmp_path / "suite", contexts=4)
+    output, profile = _hidden_run(tmp_path, keep_chunks=True)
     suite = load_suite(tmp_path / "suite")
-    output = tmp_path / "work" / "candidate"
-    fid.write_lm_head(output / fid.LM_HEAD_DIR, f32_to_bf16(TinyModel(fx.VOCAB, seed=SEED).head),
-                      checkpoint_tensor_key="lm_head.weight")
-    profile = profile_from_dict({
-        "reference": {"local_dir": str(tmp_path / "suite"), "logits_dir": fid.HIDDEN_DIR},
-        "candidate": {"kind": "embedded", "served_model_name": "c", "model_seed": SEED,
-                      "vocab_size": fx.VOCAB, "port": 0, "startup_timeout": 60.0, "request_timeout": 60.0},
-        "run": {"workdir": str(tmp_path / "work"), "run_name": "hidden", "keep_chunks": True},
-        "capture": {"mode": "hidden", "replay_check": 2},
-        "compare": {"bootstrap_samples": 50}}, base_dir=tmp_path)
     events: list[Event] = []
     Pipeline(profile, events.append).run_all()
     said = {e.window_index: e.domain for e in events

@@ -5,6 +5,7 @@ placeholder too, with fewer than two reports) and the next key works there."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from textual.widgets import TabbedContent
 
@@ -35,6 +36,16 @@ async def test_d_without_two_reports_leaves_the_focus_on_the_diff_pane(tmp_path:
                 await open_with_o(app, pilot, path)
 
 
+async def _two_tall_reports(app: Any, pilot: Any, tmp_path: Path) -> LeaderboardTable:
+    """Two reports of 32 windows opened with o, their difference taller than an 80x24 tab: the ranking."""
+    for name, level, seed in (("q8", 0.01, 2), ("q4", 0.03, 3)):
+        report = make_report(name, level, seed=seed, domains=DOMAINS * 4)
+        await open_with_o(app, pilot, write_report(tmp_path / f"{name}.json", report))
+    board = app.screen.query_one("#board", LeaderboardTable)
+    await until(pilot, lambda: board.row_count == 2, "the two reports ranked")
+    return board
+
+
 @sync
 async def test_the_next_key_after_d_scrolls_the_difference(tmp_path: Path) -> None:
     """Two reports of 32 windows at 80x24: d from the ranking shows their difference, taller than the
@@ -42,12 +53,7 @@ async def test_the_next_key_after_d_scrolls_the_difference(tmp_path: Path) -> No
     app, _ = dashboard(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
-        for name, level, seed in (("q8", 0.01, 2), ("q4", 0.03, 3)):
-            path = write_report(tmp_path / f"{name}.json", make_report(name, level, seed=seed,
-                                                                      domains=DOMAINS * 4))
-            await open_with_o(app, pilot, path)
-        board = app.screen.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: board.row_count == 2, "the two reports ranked")
+        board = await _two_tall_reports(app, pilot, tmp_path)
         await pilot.press("b")
         await settle(app, pilot)
         assert app.focused is board
@@ -95,12 +101,7 @@ async def test_d_from_the_window_grid_gives_the_difference_the_focus(tmp_path: P
     app, _ = dashboard(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
-        for name, level, seed in (("q8", 0.01, 2), ("q4", 0.03, 3)):
-            path = write_report(tmp_path / f"{name}.json", make_report(name, level, seed=seed,
-                                                                      domains=DOMAINS * 4))
-            await open_with_o(app, pilot, path)
-        board = app.screen.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: board.row_count == 2, "the two reports ranked")
+        await _two_tall_reports(app, pilot, tmp_path)
         app.screen.query_one("#left").focus()
         await settle(app, pilot)
         await pilot.press("d")
