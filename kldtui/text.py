@@ -136,18 +136,22 @@ OUTCOME_WORDS = {
     "within_noise": "tied with the best (within noise)",
     "too_few_windows": "no verdict (too few {unit}s)",
     "cannot_calibrate": "no verdict (cannot be calibrated)",
+    "no_finite_interval": "no verdict (no finite interval)",
 }
 
 
 def no_verdict_words(unit: str) -> str:
     """What a leaderboard's ``no verdict`` mark means, over the suite's ``unit`` s (kldtui.formats.suite.
     unit_name): the text legend (kldtui.decide.leaderboard.marks_legend) and the viewer's help say it."""
-    return f"too few {unit}s to tell, or a verdict that cannot be calibrated on these {unit}s"
+    return (f"too few {unit}s to tell, or a verdict that cannot be calibrated or has no finite interval on "
+            f"these {unit}s")
 
 
-# the outcomes that read as a tie with the other candidate, and those that name one of the two
+# the outcomes that read as a tie with the other candidate, those that name one of the two, and those
+# that give no verdict (a leaderboard's "no verdict" mark)
 TIED_OUTCOMES = frozenset({"indistinguishable", "within_noise"})
 NAMED_OUTCOMES = frozenset({"a_closer", "b_closer"})
+NO_VERDICT_OUTCOMES = frozenset({"too_few_windows", "cannot_calibrate", "no_finite_interval"})
 
 
 def outcome_words(outcome: str | None, fallback: str, provisional: bool = False, *, unit: str) -> str:

@@ -61,6 +61,7 @@ from kldtui.decide.verdict import (
     family_windows,
     infinite_brief,
     infinite_note,
+    json_number,
     noise_brief,
     noise_words,
     verdict_interval,
@@ -72,7 +73,7 @@ from kldtui.formats.report_names import kl_headline_interval, report_interval, u
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import smallest_flip_p
 from kldtui.metrics.stats import holm
-from kldtui.text import TIED_OUTCOMES, no_verdict_words, plain_number
+from kldtui.text import NO_VERDICT_OUTCOMES, TIED_OUTCOMES, no_verdict_words, plain_number
 
 
 def marks_legend(unit: str = WINDOW_UNIT) -> str:
@@ -116,13 +117,15 @@ class LeaderboardRow:
         return self.windows if self.tie_units is None else self.tie_units
 
     def to_dict(self, *, unit: str) -> dict[str, Any]:
-        """JSON-ready; ``unit``: what the ties resample (``Leaderboard.to_dict``'s ``cluster_unit``)."""
-        return {"rank": self.rank, "name": self.name, "path": self.path, "mean": self.mean,
-                "ci95_low": self.ci_low, "ci95_high": self.ci_high, "standard_error": self.standard_error,
+        """JSON-ready; ``unit``: what the ties resample (``Leaderboard.to_dict``'s ``cluster_unit``); an
+        end that is not a finite number (KL over dozens of orders of magnitude) null, as in a report."""
+        return {"rank": self.rank, "name": self.name, "path": self.path, "mean": json_number(self.mean),
+                "ci95_low": json_number(self.ci_low), "ci95_high": json_number(self.ci_high),
+                "standard_error": json_number(self.standard_error),
                 "interval_method": "headline (docs/STATISTICS.md)",
                 "rests_on_too_few_windows": self.rests_on_too_few_windows,
-                "percentile_ci95_low": self.percentile_ci[0] if self.percentile_ci else None,
-                "percentile_ci95_high": self.percentile_ci[1] if self.percentile_ci else None,
+                "percentile_ci95_low": json_number(self.percentile_ci[0]) if self.percentile_ci else None,
+                "percentile_ci95_high": json_number(self.percentile_ci[1]) if self.percentile_ci else None,
                 "windows": self.windows, "is_best": self.is_best, "tied_with_best": self.tied_with_best,
                 "diff_vs_best": (None if self.diff_vs_best is None else interval_dict(self.diff_vs_best)
                                  if self.tie_units is not None else self.diff_vs_best.to_dict()),
@@ -137,11 +140,11 @@ class LeaderboardRow:
         ``worse`` (shown worse than the best); ``no verdict`` below the windows (source clusters, where
         the ties count them: :attr:`units_tied_over`) a verdict needs, or with
         more candidates than the windows can tell apart (the best row too: nothing is shown about it
-        either), or where the verdict cannot be calibrated (docs/STATISTICS.md); empty for the only
-        report."""
+        either), or where the verdict cannot be calibrated or its interval has no finite end
+        (docs/STATISTICS.md); empty for the only report."""
         if self.alone:
             return ""
-        if self.outcome_vs_best in ("too_few_windows", "cannot_calibrate") or (
+        if self.outcome_vs_best in NO_VERDICT_OUTCOMES or (
                 self.is_best and (self.units_tied_over < MIN_VERDICT_WINDOWS or self.family_too_large)):
             return "no verdict"
         if self.is_best:

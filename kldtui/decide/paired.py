@@ -42,6 +42,7 @@ from kldtui.decide.verdict import (
     evidence,
     family_decisions,
     infinite_note,
+    json_number,
     noise_words,
     sentence,
 )
@@ -87,10 +88,6 @@ def resampled_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _json_num(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
-
-
 @dataclass(frozen=True)
 class Interval:
     """A bootstrap estimate: ``estimate`` on the original windows, the resamples' standard
@@ -108,8 +105,8 @@ class Interval:
     def to_dict(self, *, unit: str) -> dict[str, Any]:
         """JSON-ready; a non-finite figure (a ratio over a zero mean) becomes null. ``unit``: what was
         resampled (:attr:`PairedDiff.unit`, :attr:`Leaderboard.unit`: a hidden-state suite's contexts)."""
-        return {"estimate": _json_num(self.estimate), "standard_error": _json_num(self.standard_error),
-                "ci95_low": _json_num(self.ci95_low), "ci95_high": _json_num(self.ci95_high),
+        return {"estimate": json_number(self.estimate), "standard_error": json_number(self.standard_error),
+                "ci95_low": json_number(self.ci95_low), "ci95_high": json_number(self.ci95_high),
                 "bootstrap_samples": self.bootstrap_samples, "cluster_unit": unit}
 
     def text(self, fmt: str = ".4g") -> str:

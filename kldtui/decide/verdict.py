@@ -15,7 +15,9 @@ simulation that chose every rule and the error rates it measured):
   :data:`MODEL_INTERVAL_FROM` windows, where the windows spread widely, the model's interval is the
   headline (its coverage is the honest one there) and the model must show a difference in either
   direction, so that the verdict agrees with the interval shown;
-- fewer than :data:`MIN_VERDICT_WINDOWS` windows give no verdict, only the estimate;
+- fewer than :data:`MIN_VERDICT_WINDOWS` windows give no verdict, only the estimate; so does an
+  interval with no finite end where no difference is named (KL over dozens of orders of magnitude):
+  "no difference shown" would claim the two alike on an interval that bounds nothing;
 - several verdicts at once (overall and per domain; the leaderboard's pairs) are held as a family
   by Holm's procedure (:func:`family_decisions`);
 - with a measured noise model the difference must clear the repeat variation of the metric; with
@@ -37,7 +39,7 @@ import numpy as np
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics import inference as inf
 from kldtui.metrics.stats import holm, t_quantile
-from kldtui.text import PLAIN_RANGE, plain_number
+from kldtui.text import PLAIN_RANGE, TIED_OUTCOMES, plain_number
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -49,7 +51,7 @@ METHOD = ("sign-flip test over windows; interval of mean(B) / mean(A) by inverti
           "where the candidates depend differently on window difficulty")
 
 Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable", "too_few_windows",
-                  "cannot_calibrate"]
+                  "cannot_calibrate", "no_finite_interval"]
 
 
 ModelCheck = Literal["cox", "sandwich", "gpq"]
@@ -173,7 +175,8 @@ def dependence_tier(spread: np.ndarray) -> np.ndarray:
     return out
 
 
-def _json_num(x: float | None) -> float | None:
+def json_number(x: float | None) -> float | None:
+    """A figure for JSON: null where it is not a finite number (JSON has no infinity)."""
     return None if x is None or not math.isfinite(x) else float(x)
 
 
@@ -490,17 +493,18 @@ class VerdictInterval:
         return self.has_interval and not self.ci95_low <= value <= self.ci95_high  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": METHOD, "level": LEVEL, "estimate": _json_num(self.estimate),
-                "standard_error": None, "ci95_low": _json_num(self.ci95_low),
-                "ci95_high": _json_num(self.ci95_high), "p_value": _json_num(self.p_value),
+        return {"method": METHOD, "level": LEVEL, "estimate": json_number(self.estimate),
+                "standard_error": None, "ci95_low": json_number(self.ci95_low),
+                "ci95_high": json_number(self.ci95_high), "p_value": json_number(self.p_value),
                 "windows": self.windows, "degrees_of_freedom": None,
-                "ratio": _json_num(self.ratio), "ratio_ci95_low": _json_num(self.ratio_low),
-                "ratio_ci95_high": _json_num(self.ratio_high), "p_value_sign_flip": _json_num(self.p_flip),
+                "ratio": json_number(self.ratio), "ratio_ci95_low": json_number(self.ratio_low),
+                "ratio_ci95_high": json_number(self.ratio_high),
+                "p_value_sign_flip": json_number(self.p_flip),
                 "difficulty_dependence": {
-                    "pitman_morgan_t": _json_num(self.dependence_t), "dependent": self.dependent,
+                    "pitman_morgan_t": json_number(self.dependence_t), "dependent": self.dependent,
                     "far_end_widened": self.far_end_widened, "interval_source": self.interval_source,
-                    "log_spread": _json_num(self.spread), "log_skewness": _json_num(self.log_skewness),
-                    "lognormal_ratio_ci95": [_json_num(self.model_low), _json_num(self.model_high)],
+                    "log_spread": json_number(self.spread), "log_skewness": json_number(self.log_skewness),
+                    "lognormal_ratio_ci95": [json_number(self.model_low), json_number(self.model_high)],
                     "lognormal_check": None if self.model_check is None else {
                         "method": self.model_check, "level": self.model_level}},
                 "windows_needed": self.needed_windows, "measured_coverage": self.measured_coverage}
@@ -617,7 +621,22 @@ def decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequen
            *, significant: bool | None = None, unit: str = WINDOW_UNIT) -> Decision:
     """The decision for ``iv`` (B - A). ``significant``: the family's verdict (Holm) for this group;
     None decides the group alone (p-value at 5 %). ``unit``: what the reports' windows are called (a
-    hidden-state suite's: contexts), for the noise model's provisional reason."""
+    hidden-state suite's: contexts), for the noise model's provisional reason.
+
+    A decision that names no difference (a tie: no difference shown, or within the repeat variation)
+    needs a finite interval: one with an infinite end (an end overflowed, with KL over dozens of
+    orders of magnitude) bounds nothing, so such a group has no verdict
+    (``no_finite_interval``). A named difference keeps its verdict: its nearer end is finite and
+    clears zero (and the repeat variation). Where the interval is finite nothing changes."""
+    decision = _decide(iv, noise, window_indices, significant, unit)
+    if decision.outcome in TIED_OUTCOMES and iv.no_interval_reason(unit) is not None:
+        return Decision("no_finite_interval", False, None, "none")
+    return decision
+
+
+def _decide(iv: VerdictInterval, noise: NoiseFloor | None, window_indices: Sequence[int],
+            significant: bool | None, unit: str) -> Decision:
+    """:func:`decide` on any interval, finite or not."""
     if iv.windows < MIN_VERDICT_WINDOWS or iv.p_value is None:
         return Decision("too_few_windows", False, None, "none")
     alone = iv.p_value <= ALPHA
@@ -720,6 +739,11 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
         count = f"{n}, {scope}" if scope else f"{n}"
         return (f"too few {unit}s ({count}) for a verdict: {name_b} - {name_a} = {_n(iv.estimate)} KL is an "
                 f"estimate only (a verdict needs at least {MIN_VERDICT_WINDOWS} {unit}s)")
+    if decision.outcome == "no_finite_interval":
+        where = f" ({scope})" if scope else ""
+        return (f"no verdict: {iv.no_interval_reason(unit)}{where}, whose KL spans too many orders of "
+                "magnitude to bound it, so the rule shows neither a difference nor that there is none: "
+                f"{name_b} - {name_a} = {_n(iv.estimate)} KL is an estimate only")
     interval = (f"95 % interval {_range(iv.ci95_low, iv.ci95_high)}" if iv.has_interval  # type: ignore[arg-type]
                 else "no interval")
     if decision.outcome == "cannot_calibrate":

@@ -155,6 +155,7 @@ def windows_needed(kl_a: Sequence[float] | np.ndarray, kl_b: Sequence[float] | n
 
 
 # outcomes a verdict leaves unresolved (kldtui.decide.verdict.Outcome): more windows may resolve them
+# (not no_finite_interval: what leaves its interval unbounded is how far the KL spreads, not the count)
 UNRESOLVED = ("indistinguishable", "within_noise", "too_few_windows", "cannot_calibrate")
 
 

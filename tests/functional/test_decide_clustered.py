@@ -322,8 +322,8 @@ def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], t
             await pilot.press("question_mark")
             await pilot.pause()
             keys = " ".join(help_text(app).split())
-            assert "no verdict too few source clusters to tell, or a verdict that cannot be calibrated on " \
-                   "these source clusters" in keys, keys
+            assert "no verdict too few source clusters to tell, or a verdict that cannot be calibrated or " \
+                   "has no finite interval on these source clusters" in keys, keys
             ties = keys[keys.index("The leaderboard's tie column"):]
             assert "window" not in ties, ties
 

@@ -250,8 +250,13 @@ def test_an_interval_whose_end_overflows_says_so_not_that_clusters_are_too_few(
     assert ("(no interval: the verdict's rule gives no finite upper end over these 17 source clusters)"
             in line), line
     verdict = next(x for x in out.splitlines() if x.startswith("verdict: "))
-    assert "95 % interval from 2e+37 with no finite upper end, over 17 source clusters" in verdict, verdict
+    # no difference named on an interval with no finite end: no verdict, not "no difference shown"
+    assert verdict == ("verdict: no verdict: the verdict's rule gives no finite upper end over these 17 "
+                       "source clusters (mixed partition), whose KL spans too many orders of magnitude to "
+                       "bound it, so the rule shows neither a difference nor that there is none: B - A = "
+                       "2e+37 KL is an estimate only"), verdict
     said = [x for x in (out + board).splitlines() if not x.startswith("tie: ")]  # the legend names them all
     assert not [x for x in said if "needs at least" in x or "too few" in x], said
     row = next(x for x in board.splitlines() if x.startswith("2  B "))
     assert "(estimate only)" in row and "[" not in row.split("|")[-1], row
+    assert row.endswith("no verdict"), row  # it was "tied", on that interval

@@ -30,15 +30,18 @@ def _base(n: int = 32) -> np.ndarray:
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
-@pytest.mark.parametrize("case", ["1e29 apart", "4 windows at 3e37"])
+@pytest.mark.parametrize("case", ["1e29 apart", "4 windows at 3e37", "B over 67 orders of magnitude"])
 def test_a_verdict_on_huge_kl_reads_in_exponent_form_and_warns_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
     base = _base()
     if case == "1e29 apart":  # B 50 % worse, both at 1e29: a named difference of about 5e28 KL
         kl_a, kl_b = base * 1e31, base * 1.5e31
-    else:  # a few wild windows: the log-normal model's far end overflows float64
+    elif case == "4 windows at 3e37":  # a few wild windows: the log-normal model's far end overflows float64
         kl_a, kl_b = base, base * 1.1
         kl_b[:4] = 3e37
+    else:  # B's windows from 1e-30 to 3.4e37: named the worse, the far end overflowing
+        kl_a = base
+        kl_b = np.exp(np.random.default_rng(0).uniform(np.log(1e-30), np.log(3.4e37), len(base)))
     paths = _pair(tmp_path, kl_a, kl_b)
     assert main(["diff", *paths, "--no-noise-floor", "--json", str(tmp_path / "d.json")]) == 0
     captured = capsys.readouterr()
@@ -53,8 +56,13 @@ def test_a_verdict_on_huge_kl_reads_in_exponent_form_and_warns_nothing(
         assert verdict.startswith("verdict: B is worse than A by 5"), verdict
         assert re.search(r"by 5\.\d+e\+28 KL \(50 % of A's mean KL\), 95 % interval \d\.\d+e\+28 to "
                          r"\d\.\d+e\+28 \(\d+ % to \d+ %\)", verdict), verdict
-    else:
-        assert "with no finite upper end" in verdict, verdict
+    elif case == "4 windows at 3e37":  # no difference named on an interval bounding nothing: no verdict
+        assert verdict.startswith("verdict: no verdict: the verdict's rule gives no finite upper end over "
+                                  "these 32 windows, whose KL spans"), verdict
+        assert verdict.endswith("B - A = 3.75e+36 KL is an estimate only"), verdict
+    else:  # a named difference keeps its verdict, its far end in words
+        assert verdict.startswith("verdict: B is worse than A by 7.43e+35 KL"), verdict
+        assert "95 % interval from 3.55e+30 with no finite upper end, over 32 windows" in verdict, verdict
     assert main(["leaderboard", *paths, "--no-noise-floor", "--plain"]) == 0
     board = capsys.readouterr()
     assert "Warning" not in board.err, board.err

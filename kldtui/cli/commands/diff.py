@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # the outcome table's verdict column; ``{unit}``: what the suite's units are called (PairedDiff.unit)
 SHORT = {"a_closer": "A closer", "b_closer": "B closer", "within_noise": "within repeat variation",
          "indistinguishable": "no difference shown", "too_few_windows": "too few {unit}s",
-         "cannot_calibrate": "cannot be calibrated here"}
+         "cannot_calibrate": "cannot be calibrated here", "no_finite_interval": "no finite interval"}
 
 
 def _cells(label: str, s: Any, unit: str) -> tuple[str, ...]:
