@@ -106,6 +106,9 @@ class BatchReporter:
         self.early_abort: EarlyAbort | None = None  # the run stopped itself (a verdict)
         self.failed_messages: set[str] = set()  # failures already printed as words (not JSONL)
         self.noted_logs: set[str] = set()  # server logs whose held-back lines a note named
+        # the lines a leaderboard table printed under it (its noise model, its notes): a campaign prints
+        # a table after each candidate, and each fact they share is said once, under the first that has it
+        self.board_lines_said: set[str] = set()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ResultReady):
@@ -331,9 +334,9 @@ class BatchReporter:
         return (f"{head} note: the server's warnings and errors go to {event.log}, not here; "
                 "--server-log prints every server line")
 
-    @staticmethod
-    def _leaderboard(head: str, event: LeaderboardUpdated) -> str | None:
-        """The campaign's standings as a small table (the dashboard's campaign board, in text)."""
+    def _leaderboard(self, head: str, event: LeaderboardUpdated) -> str | None:
+        """The campaign's standings as a small table (the dashboard's campaign board, in text); under it
+        the noise model and the notes that no earlier table of this output said (a changed one is new)."""
         from kldtui.workflow.standings import table_lines
 
         if not event.ranked or (not any(r.state == "compared" for r in event.rows) and not event.final):
@@ -343,9 +346,10 @@ class BatchReporter:
                  "closer)"]
         table = table_lines(event.rows, event.windows, event.unit, event.tie_unit)
         lines += ["    " + line for line in table]
-        if event.noise_model:
-            lines.append(f"    noise model: {event.noise_model}")
-        lines += [f"    note: {note}" for note in event.notes]
+        shared = ([f"noise model: {event.noise_model}"] if event.noise_model else []) + [
+            f"note: {note}" for note in event.notes]
+        lines += [f"    {line}" for line in shared if line not in self.board_lines_said]
+        self.board_lines_said.update(shared)
         if event.path:
             lines.append(f"    written to {event.path}")
         return "\n".join(lines)

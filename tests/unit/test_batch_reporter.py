@@ -334,3 +334,29 @@ def test_the_compare_backend_line_names_it_as_the_report_does() -> None:
 
     choice = BackendChoice(Backend.C, threads=1, cuda_device=None, reason="x")
     assert choice.label == "c-kernel, 1 thread"  # the report's provenance says 'c-kernel backend'
+
+
+def test_a_campaigns_tables_say_their_noise_model_and_each_note_once() -> None:
+    """A campaign prints its standings after each candidate and at the end: every table repeated the
+    noise model's line and the ties note under it. Each is said once, under the first table that has it;
+    a note that changes (more pairs of candidates) is a new one, said where it first appears."""
+    from kldtui.events import LeaderboardUpdated, Standing
+
+    noise = "none: window-to-window variation only"
+    two = "ties: sign-flip test over windows against the best (95 %)"
+    three = "ties: sign-flip test over windows against the best, Holm over all 3 pairs"
+    out = io.StringIO()
+    rep = BatchReporter(out)
+    for names, note, final in ((("q8", "q6"), two, False), (("q8", "q6"), two, False),
+                               (("q8", "q6", "q4"), three, True)):
+        rows = tuple(Standing(name, "compared", rank=i + 1, mean=0.01 * (i + 1), ci_low=0.005, ci_high=0.05,
+                              mark="best" if i == 0 else "worse") for i, name in enumerate(names))
+        rep(LeaderboardUpdated("campaign", rows=rows, windows=32, noise_model=noise, notes=(note,),
+                               final=final))
+    said = out.getvalue().splitlines()
+    assert len([x for x in said if "leaderboard" in x]) == 3, said  # three tables
+    assert [x.strip() for x in said if "noise model" in x] == [f"noise model: {noise}"], said
+    assert [x.strip() for x in said if "note: ties" in x] == [f"note: {two}", f"note: {three}"], said
+    # said under the first table (before the second's title), the new note under the final one
+    titles = [i for i, x in enumerate(said) if "leaderboard" in x]
+    assert titles[0] < said.index(f"    noise model: {noise}") < titles[1] < said.index(f"    note: {three}")
