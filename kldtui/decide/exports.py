@@ -183,7 +183,7 @@ def _short_hash(value: str | None) -> str:
 
 def how_measured(table: ExportTable) -> list[str]:
     """The footer: what a reader needs to reproduce or trust the table (its units called
-    ``table.unit``)."""
+    ``table.unit``). The verdicts' test is the ties note's (the notes follow), said there once."""
     r = table.rows[0] if table.rows else None
     positions = f" x {r.positions // max(r.windows, 1)} positions" if r is not None else ""
     version = ", ".join(table.kldtui_versions) or "unknown"
@@ -191,18 +191,9 @@ def how_measured(table: ExportTable) -> list[str]:
     return [f"KL(reference || candidate), natural log, mean over {table.windows} {units}{positions}; "
             f"interval: 95 %, the report's headline interval over {units} (kl_mean_interval); per-domain "
             f"columns: mean KL of that domain's {units}",
-            f"verdict: paired sign-flip test of each candidate against the best over {_tied_over(table)} "
-            f"(with a log-normal check where the two depend differently on {table.tie_unit} difficulty); "
             f"noise model: {table.noise_model}",
             f"suite hash {_short_hash(table.suite_hash)}, reference identity "
             f"{_short_hash(table.reference_identity)}, kldtui {version}"]
-
-
-def _tied_over(table: ExportTable) -> str:
-    """What the verdicts pair: "the same windows"; a hidden-state suite's source clusters."""
-    if table.tie_unit == table.unit:
-        return f"the same {table.unit}s"
-    return f"the same {table.tie_units} {table.tie_unit}s, each the mean of its {table.unit}s' KL"
 
 
 def _interval_cell(r: ExportRow) -> str:

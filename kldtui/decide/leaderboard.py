@@ -183,13 +183,6 @@ class Leaderboard:
         """How many units the tie verdicts count: :attr:`tie_units`, else the windows."""
         return self.tie_units or self.windows
 
-    def ties_over(self) -> str:
-        """What the tie verdicts count, for a footer: "windows"; "the 12 source clusters, each the mean
-        of its contexts' KL" where contexts share sources."""
-        if self.clustered:
-            return f"the {self.tie_units} source clusters, each the mean of its contexts' KL"
-        return f"{self.tie_unit}s"
-
     @property
     def noise_source(self) -> str:
         return self.noise_floor["source"] if self.noise_floor else noise_words(None, self.unit)

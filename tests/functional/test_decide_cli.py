@@ -150,6 +150,11 @@ def test_leaderboard_text_and_json(tmp_path, capsys):
     assert lines[1].split()[:2] == ["1", "best"] and lines[1].rstrip().endswith("best")
     assert lines[2].split()[:2] == ["2", "mid"] and lines[3].split()[:2] == ["3", "worst"]
     assert "published repeat KL 0.004 for the Kimi K3 suite" in out and "Holm" in out
+    # the test behind the ties and the noise model: each said once (the footer repeated the test)
+    assert out.count("sign-flip test") == 1 and out.count("noise model:") == 1, out
+    assert main(["leaderboard", *paths, "--bootstrap-samples", "500", "--format", "markdown"]) == 0
+    markdown = capsys.readouterr().out
+    assert markdown.count("sign-flip test") == 1 and markdown.count("noise model:") == 1, markdown
     doc = json.loads(out_json.read_text())
     assert [r["name"] for r in doc["rows"]] == ["best", "mid", "worst"]
     assert doc["noise_floor"]["threshold"] == 0.004

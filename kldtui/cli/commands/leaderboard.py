@@ -83,9 +83,9 @@ def _footer(board: Any) -> list[str]:
     from kldtui.text import plural
 
     units = f"{board.tie_unit}s"  # what the verdicts count (a hidden-state suite's source clusters)
+    # the test behind "vs best" and the tie marks is the ties note's, below: said there once, in full
     lines = ["", f"{plural(board.windows, board.unit)}; mean KL intervals: each report's headline interval "
-             f"(docs/STATISTICS.md), drawn on a {_bar_axis(board).words()}; vs best: sign-flip test over "
-             f"{board.ties_over()} (log-normal check where needed); paired on: "
+             f"(docs/STATISTICS.md), drawn on a {_bar_axis(board).words()}; paired on: "
              f"{board.pairing_checked}",
              f"noise model: {board.noise_source}"]
     if len(board.rows) > 1:
