@@ -40,6 +40,9 @@ from kldtui.formats.safe_io import NotRegularFile, open_private_fd, read_text
 from kldtui.formats.untrusted_json import printable_name
 
 LOCK_NAME = ".kldtui.lock"
+# bytes of a lock file read to name its holder (a pid, a host, a command of at most 300 characters
+# and a start time)
+LOCK_FILE_LIMIT = 64 * 1024
 
 
 @dataclass
@@ -72,7 +75,7 @@ def _holder(path: Path) -> str:
     of another machine is not one to look for here), command and start; on one line, control
     characters escaped (whoever holds a lock in a shared folder writes what this prints)."""
     try:
-        doc = json.loads(read_text(path, limit=64 * 1024, follow=False))
+        doc = json.loads(read_text(path, limit=LOCK_FILE_LIMIT, follow=False))
         pid, command, since = doc["pid"], doc["command"], doc["started_utc"]
         host = doc.get("host")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -40,6 +40,8 @@ from kldtui.formats.suite import WindowSpec
 SKIPPED_REQUEST_PREFIXES = ("_warmup_", "_dummy_req_")
 KLDTUI_REQUEST_PREFIX = "kldtui-"  # every X-Request-Id kldtui sends starts so (is_kldtui_request)
 ERROR_MARKER = "capture-error.txt"
+# bytes of the hook's error marker read (a line per error it met; the message quotes 800 characters)
+ERROR_MARKER_LIMIT = 64 * 1024
 CHUNK_NAME = re.compile(r"^logits\.rows-(\d{6})-(\d{6})\.safetensors$")
 ANY_CHUNK_NAME = re.compile(r"^([a-z]+)\.rows-(\d{6})-(\d{6})\.safetensors$")  # a chunk of any kind
 _REQUEST_WINDOW = re.compile(r"kldtui-.+?-w(\d{3,})-[0-9a-f]{8}(?![0-9a-f])")
@@ -294,7 +296,7 @@ def check_chunk_dir(folder: str | os.PathLike[str], window: WindowSpec, *,
     marker = folder / ERROR_MARKER
     if marker.exists():
         try:
-            text = " ".join(read_text(marker, errors="replace", limit=64 * 1024).split())
+            text = " ".join(read_text(marker, errors="replace", limit=ERROR_MARKER_LIMIT).split())
         except OSError as exc:
             text = f"(the marker {marker.name} cannot be read: {exc.strerror or exc})"
         raise BadInput(f"{where}: the capture hook reported an error: {text[:800]}; "

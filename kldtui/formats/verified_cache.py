@@ -70,6 +70,8 @@ def _untrusted_reason(folder: Path) -> str | None:
 MAX_RECORDS = 4096  # records kept before those of gone or changed files are pruned
 KEY_NAME = ".signing-key"
 KEY_BYTES = 32
+# bytes of one verified-hash record read (a path, a hash, sizes and times); a larger one is not used
+VERIFIED_RECORD_LIMIT = 4096
 
 
 def _signing_key(folder: Path) -> bytes | None:
@@ -171,7 +173,7 @@ class VerifiedCache:
             entry = self._pending.get(name)
         if entry is None:
             try:
-                entry = json.loads(read_text(self.path / name, limit=4096, follow=False))
+                entry = json.loads(read_text(self.path / name, limit=VERIFIED_RECORD_LIMIT, follow=False))
             except (OSError, ValueError):
                 return None
         if not isinstance(entry, dict) or entry.get("format") != RECORD_FORMAT:
@@ -238,7 +240,7 @@ class VerifiedCache:
         removed = 0
         for name in names:
             try:
-                entry = json.loads(read_text(self.path / name, limit=4096, follow=False))
+                entry = json.loads(read_text(self.path / name, limit=VERIFIED_RECORD_LIMIT, follow=False))
                 st = os.stat(str(entry["path"]))
                 current = self._name(st) == name and all(entry.get(k) == v for k, v in _identity(st).items())
             except (OSError, ValueError, KeyError, TypeError):

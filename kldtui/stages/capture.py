@@ -85,6 +85,9 @@ PENDING_PREFIX = ".pending.rows-"  # kldtui.hook.writer.PENDING_PREFIX
 # bytes of a run's capture records read (capture/capture-RUN.json: about 1 KB a window, so a
 # 10,000-window suite's take 10 MB)
 CAPTURE_RECORDS_LIMIT = 64 * 1024 * 1024
+# bytes of a finalized marker read (a window's chunk folder .finalized.json: a format, a window, a
+# folder, a file name, a size and a hash take well under 1 KB)
+FINALIZED_MARKER_LIMIT = 64 * 1024
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -272,7 +275,8 @@ def finalized_elsewhere(workspace: Workspace, window: WindowSpec) -> Path | None
     """The finalized file a window's (deleted) chunks became, when the run folder's marker names
     one that is there with its recorded size and the window's tokens; None otherwise."""
     try:
-        doc = json.loads(read_text(workspace.finalized_marker(window.chunk_dir_name), limit=64 * 1024))
+        marker = workspace.finalized_marker(window.chunk_dir_name)
+        doc = json.loads(read_text(marker, limit=FINALIZED_MARKER_LIMIT))
         if (doc.get("format") != FINALIZED_FORMAT or doc.get("window_index") != window.index
                 or doc.get("token_ids_json_sha256") != window.token_ids_json_sha256):
             return None
