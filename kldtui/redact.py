@@ -25,6 +25,7 @@ writers) and again at publish to everything read from disk (:func:`redact_json`)
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -41,29 +42,39 @@ _NOT_SECRET_LAST_WORD = ("env", "file", "path", "dir")
 _WORD_ENDINGS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD")
 _NOT_SECRET_NAMES = {"PWD", "OLDPWD"}
 _MIN_SECRET_LEN = 4  # shorter values are not searched for in text (they would match everywhere)
+# characters a chunked search carries from one chunk into the next: more than any secret's shape needs
+# to be told (a token's prefix and 20 to 40 characters, a private key's BEGIN line, a URL's user and
+# password), so a secret a chunk's end splits is still found whole in the next chunk's text
+SCAN_OVERLAP = 64 * 1024
 
-# value shapes: (pattern, replacement); each replacement keeps what is not secret
-_VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+# value shapes: (pattern, replacement, literals); each replacement keeps what is not secret; every
+# match holds one of its literals, so text holding none is not searched with the pattern (a substring
+# test is many times quicker than a search for a pattern that starts with \b: publish reads files of
+# gigabytes for them)
+_GH = tuple(f"gh{c}_" for c in "pousr")
+_XOX = tuple(f"xox{c}-" for c in "abprs")
+_VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     # a URL's password (scheme://user:PASSWORD@host) or a lone credential (scheme://TOKEN@host)
     (re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://(?:[^\s:/@]*:))[^\s/@]+(?=@)"),
-     r"\g<head>" + REDACTED),
+     r"\g<head>" + REDACTED, ("://",)),
     (re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?=[^\s:/@]*\d)[^\s:/@]{8,}(?=@)"),
-     r"\g<head>" + REDACTED),
+     r"\g<head>" + REDACTED, ("://",)),
     # Authorization header values (Basic: base64 text, with a digit or padding)
-    (re.compile(r"(?P<head>\b[Bb]earer\s+)[A-Za-z0-9._~+/=\-]{8,}"), r"\g<head>" + REDACTED),
+    (re.compile(r"(?P<head>\b[Bb]earer\s+)[A-Za-z0-9._~+/=\-]{8,}"), r"\g<head>" + REDACTED,
+     ("Bearer", "bearer")),
     (re.compile(r"(?P<head>\b[Bb]asic\s+)(?=[A-Za-z0-9+/]*[0-9=])[A-Za-z0-9+/]{8,}={0,2}"),
-     r"\g<head>" + REDACTED),
+     r"\g<head>" + REDACTED, ("Basic", "basic")),
     # known token shapes
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"\bapi_org_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), REDACTED),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}"), REDACTED),
-    (re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{20,}"), REDACTED),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), REDACTED),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED, ("hf_",)),
+    (re.compile(r"\bapi_org_[A-Za-z0-9]{20,}"), REDACTED, ("api_org_",)),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), REDACTED, _GH),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}"), REDACTED, ("github_pat_",)),
+    (re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{20,}"), REDACTED, ("sk-",)),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED, ("AKIA", "ASIA")),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), REDACTED, _XOX),
+    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), REDACTED, ("eyJ",)),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"),
-     REDACTED),
+     REDACTED, ("PRIVATE KEY-----",)),
 )
 
 
@@ -95,14 +106,30 @@ def is_secret_env(name: str) -> bool:
 
 def redact_text(text: str) -> str:
     """``text`` with every value of a secret's shape (see the module doc) replaced."""
-    for pattern, replacement in _VALUE_PATTERNS:
-        text = pattern.sub(replacement, text)
+    for pattern, replacement, literals in _VALUE_PATTERNS:
+        if any(literal in text for literal in literals):
+            text = pattern.sub(replacement, text)
     return text
 
 
 def looks_secret(value: str) -> bool:
     """Whether ``value`` holds something of a secret's shape."""
     return redact_text(value) != value
+
+
+def chunks_look_secret(chunks: Iterable[bytes]) -> bool:
+    """Whether the bytes of ``chunks`` (a file read in parts) hold something of a secret's shape, as
+    :func:`looks_secret` of the whole text says, holding one chunk and :data:`SCAN_OVERLAP`
+    characters at a time. Bytes that are not UTF-8 read as U+FFFD: the text around them is searched."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    tail = ""
+    for chunk in chunks:
+        text = tail + decoder.decode(chunk)
+        if looks_secret(text):
+            return True
+        tail = text[-SCAN_OVERLAP:]
+    rest = decoder.decode(b"", final=True)  # a character the last chunk cut short
+    return bool(rest) and looks_secret(tail + rest)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

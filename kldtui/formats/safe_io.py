@@ -29,7 +29,7 @@ import fcntl
 import io
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import BinaryIO, TextIO, cast
 
@@ -150,6 +150,15 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None, follow
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
     return data
+
+
+def read_chunks(path: str | os.PathLike[str], size: int, *,
+                follow: bool = True) -> Generator[bytes, None, None]:
+    """The regular file at ``path`` in parts of at most ``size`` bytes, for a file that may be too
+    large to read whole (the file stays open until the parts run out or the iterator is closed)."""
+    with open_regular(path, follow=follow) as handle:
+        while part := handle.read(size):
+            yield part
 
 
 def read_text(path: str | os.PathLike[str], *, encoding: str = "utf-8", errors: str = "strict",

@@ -25,7 +25,7 @@ from kldtui.errors import BadInput, StageFailed
 from kldtui.events import EventSink, Notice, StageFinished, StageName, StageStarted, null_sink
 from kldtui.formats.atomic import write_bytes_atomic, write_json_atomic
 from kldtui.formats.report_model import REPORT_LIMIT
-from kldtui.formats.safe_io import read_bytes, read_failure, read_text
+from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.suite import (
     DATASET_CARD,
     DATASET_CARD_LIMIT,
@@ -38,7 +38,8 @@ from kldtui.formats.suite import (
     load_suite,
 )
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
-from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
+from kldtui.redact import redact_document, redact_json, redact_text
+from kldtui.stages.publish_secrets import scan_upload
 from kldtui.text import human_bytes
 from kldtui.workspace import Workspace
 
@@ -451,31 +452,21 @@ def _publish_hidden(p: Path, repo_id: str, *, dry_run: bool, private: bool, revi
     return PublishResult(card, files, url)
 
 
-TEXT_LIMIT = 16 * 1024 * 1024  # larger text files are not scanned (logits are not text)
-
-
 def _redact_uploads(root: Path, files: Sequence[str], *, dry_run: bool, emit: EventSink) -> None:
     """Redaction applied again to everything that goes up: a JSON file holding a secret (a
     manifest's runtime written by another tool) is rewritten in the folder with it redacted (a dry
-    run only says so); another text file holding a value of a secret's shape is refused."""
+    run only says so); any other file holding a value of a secret's shape is refused. Large files
+    are read in parts (:mod:`kldtui.stages.publish_secrets`); tensor files and the card (written
+    from redacted values) are not read."""
     for rel in files:
         path = root / rel
-        if rel == CARD or path.suffix == ".safetensors":
+        scan = None if rel == CARD else scan_upload(path)
+        if scan is None:
             continue
-        try:
-            data = read_bytes(path, limit=TEXT_LIMIT)
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # too large or binary: not text a secret is written into
-        if path.suffix == ".json":
-            try:
-                doc = json.loads(text)
-            except ValueError:
-                doc = None
-            if doc is not None:
-                clean = redact_document(doc)
-                if clean == doc:
-                    continue
+        doc = scan.document
+        if doc is not None:
+            clean = redact_document(doc)
+            if clean != doc:
                 if dry_run:
                     emit(Notice(STAGE, f"{path}: holds what looks like a secret (in its runtime or a value "
                                        "of a secret's shape); publish redacts it in this file before the "
@@ -485,7 +476,7 @@ def _redact_uploads(root: Path, files: Sequence[str], *, dry_run: bool, emit: Ev
                     emit(Notice(STAGE, f"{path}: held what looks like a secret; redacted in place before "
                                        "the upload", level="warning"))
                 continue
-        if looks_secret(text):
+        if scan.by_value:
             raise BadInput(f"{path}: holds a value shaped like a secret (a token, a password in a URL); "
                            "remove it, or move the file out of the folder, and publish again")
 

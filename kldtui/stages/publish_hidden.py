@@ -34,7 +34,7 @@ from typing import Any
 from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageName, null_sink
 from kldtui.formats import fidelity as fid
-from kldtui.formats.safe_io import read_bytes, read_failure, read_text
+from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.suite import (
     DATASET_CARD,
     MANIFEST_LIMIT,
@@ -45,15 +45,13 @@ from kldtui.formats.suite import (
     sha256_file,
 )
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
-from kldtui.redact import looks_secret, redact_document, redact_json, redact_text
+from kldtui.redact import redact_document, redact_json, redact_text
+from kldtui.stages.publish_secrets import scan_upload
 from kldtui.text import human_bytes
 
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
 QUALIFICATION = f"{fid.VALIDATION_DIR}/hidden-replay-qualification.json"
-# bytes of a text file scanned for secrets: its largest are checksums.txt and the manifests, each read
-# whole up to its own limit; tensors are never read as text
-TEXT_LIMIT = max(fid.CHECKSUMS_LIMIT, MANIFEST_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -117,23 +115,14 @@ def upload_list(root: Path) -> list[str]:
 
 def refuse_secrets(root: Path, files: Sequence[str]) -> None:
     """A text file that holds a secret (by the shape of a value, or a JSON ``runtime`` field named
-    like one) is refused: its hash is part of the suite, so it cannot be redacted in place."""
+    like one) is refused: its hash is part of the suite, so it cannot be redacted in place. Large
+    files are read in parts (:mod:`kldtui.stages.publish_secrets`); tensor files are not read."""
     for rel in files:
         path = root / rel
-        if path.suffix == ".safetensors":
+        scan = scan_upload(path, follow=False)
+        if scan is None:
             continue
-        try:
-            text = read_bytes(path, limit=TEXT_LIMIT, follow=False).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # too large or binary: not text a secret is written into
-        found = looks_secret(text)
-        if not found and path.suffix == ".json":
-            try:
-                doc = json.loads(text)
-            except ValueError:
-                doc = None
-            found = doc is not None and redact_document(doc) != doc
-        if found:
+        if scan.by_value or (scan.document is not None and redact_document(scan.document) != scan.document):
             raise BadInput(f"{path}: holds what looks like a secret (a token, a password in a URL, a runtime "
                            "field named like one); its SHA-256 is part of the suite (checksums.txt, the "
                            "manifests), so publish does not rewrite it: remove the value and write the "

@@ -11,6 +11,8 @@ import pytest
 
 from kldtui.redact import (
     REDACTED,
+    SCAN_OVERLAP,
+    chunks_look_secret,
     is_secret_env,
     looks_secret,
     redact_argv,
@@ -42,7 +44,15 @@ def test_not_secret_names(name: str) -> None:
 
 @pytest.mark.parametrize("value", [HF, GHP, GH_FINE, SK, JWT, "Bearer abc.def-ghi_jkl",
                                    "postgres://app:hunter2pw@db.internal:5432/prod",
-                                   "AKIAIOSFODNN7EXAMPLE", "xoxb-123456789012-abcdefghijkl"])
+                                   "AKIAIOSFODNN7EXAMPLE", "xoxb-123456789012-abcdefghijkl",
+                                   # one of each other shape: a shape is searched for only where one of
+                                   # its literals is (redact._VALUE_PATTERNS), so each is tried here
+                                   "bearer abcdefghijkl", "Basic dXNlcjpwYXNzd29yZA==",
+                                   "basic dXNlcjpwYXNzd29yZA==",
+                                   "api_org_" + "Ab1" * 8, "gho_" + "Zz9" * 11, "ghs_" + "Yy8" * 11,
+                                   "ASIAIOSFODNN7EXAMPLE", "xoxp-1234-5678-abcdefgh",
+                                   "mongodb+srv://abcd1234efgh@cluster0.example.net/db",
+                                   "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE="])
 def test_values_that_look_secret(value: str) -> None:
     assert looks_secret(value)
     assert not any(s in redact_text(f"x {value} y") for s in SECRETS if s in value)
@@ -110,3 +120,33 @@ def test_logits_and_scores_manifests_store_a_redacted_runtime(tmp_path: Path) ->
     for secret in (GHP, "abc12345", HF, "hunter2pw"):
         assert secret not in text
     assert "GITHUB_PAT" in text and REDACTED in text
+
+
+# -- a file read in parts (publish's scan of a large file: kldtui/stages/publish_secrets.py) ---------
+def _parts(data: bytes, size: int) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+@pytest.mark.parametrize("secret", [HF, GHP, SK, JWT, "postgres://app:hunter2pw@db/x",
+                                    "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA"])
+def test_a_secret_split_by_any_part_s_end_is_found(secret: str) -> None:
+    """However the parts cut the secret (one byte of it in a part, or the whole but its last), it is
+    found, as in the text whole; and text without it is not taken for one."""
+    head, tail = b"lorem ipsum dolor sit amet\n" * 400, b"\nconsectetur adipiscing elit" * 400
+    raw = secret.encode()
+    for cut in range(len(raw) + 1):
+        parts = [head + raw[:cut], raw[cut:] + tail]
+        assert chunks_look_secret(parts), (secret, cut)
+    assert chunks_look_secret(_parts(head + raw + tail, 5))  # parts shorter than the secret
+    assert not chunks_look_secret(_parts(head + tail, 1000))
+
+
+def test_a_secret_far_from_the_start_or_among_bytes_that_are_not_text_is_found() -> None:
+    filler = b"x = 1\n" * (SCAN_OVERLAP // 2)  # more than the overlap each part carries on
+    assert chunks_look_secret(_parts(filler * 8 + HF.encode() + filler, 4096))
+    # bytes that are not UTF-8 (a binary file, a Latin-1 log): the text around them is still read
+    assert chunks_look_secret([b"\xff\xfe\x00" * 100 + b"token " + HF.encode() + b"\x00\xc3"])
+    # a character of two bytes cut by a part's end neither hides the secret nor is taken for one
+    e_acute = "\u00e9".encode()
+    assert chunks_look_secret([b"caf" + e_acute[:1], e_acute[1:] + b" " + GHP.encode()])
+    assert not chunks_look_secret([b"caf" + e_acute[:1], e_acute[1:] + b" au lait"])
