@@ -769,6 +769,12 @@ class LmHead:
         return int(self.path.stat().st_size)
 
 
+def head_bytes(vocab: int, hidden: int) -> int:
+    """An LM head's data: ``vocab`` x ``hidden`` BF16 values, 2 bytes each (its header and manifest
+    take a few KiB more)."""
+    return 2 * int(vocab) * int(hidden)
+
+
 def load_lm_head(path: str | os.PathLike[str]) -> LmHead:
     """The head at ``path``: a folder (``manifest.json`` naming the file, or ``weight.safetensors``)
     or the weight file itself (a ``manifest.json`` beside it is read and must agree).  Checks the

@@ -44,8 +44,7 @@ from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.events import EventSink, Notice, StageFinished, StageStarted, failure_reported, null_sink
 from kldtui.formats.atomic import write_new_folder
-from kldtui.formats.fidelity import load_lm_head
-from kldtui.formats.safe_io import nearest_existing
+from kldtui.formats.fidelity import head_bytes, load_lm_head
 from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
 from kldtui.stages.export_head import STAGE, CheckpointIncomplete, HeadSource, export_head, find_head
@@ -67,24 +66,24 @@ class CandidateHead:
 
     @property
     def size_bytes(self) -> int:
-        """What putting the head in place writes: the export's head in BF16 (2 bytes a value), its
-        header and manifest aside; a reused head's file when it is copied, nothing when hardlinked."""
+        """The most putting the head in place writes: the export's head in BF16 (2 bytes a value),
+        its header and manifest aside; a reused head's whole file, as a copy. A hardlink writes
+        nothing, but whether one is made is known only once it is tried (a file system that refuses
+        links, a file that fails its hash check and is exported instead), so a disk plan says the
+        copy, "0 if hardlinked" (:attr:`reused`)."""
         if self.same_as is not None:
             from kldtui.formats.fidelity import HEAD_FILE
 
-            weight = self.same_as / HEAD_FILE
-            return 0 if _same_file_system(weight, self.folder) else _size(weight)
+            return _size(self.same_as / HEAD_FILE)
         if self.source is None:
             return 0
         rows, cols = self.source.shape
-        return 2 * int(rows) * int(cols)
+        return head_bytes(rows, cols)
 
-
-def _same_file_system(a: Path, b: Path) -> bool:
-    try:
-        return os.stat(nearest_existing(a)).st_dev == os.stat(nearest_existing(b)).st_dev
-    except OSError:
-        return False
+    @property
+    def reused(self) -> bool:
+        """The head is the same model's, hardlinked or copied, not exported."""
+        return self.same_as is not None
 
 
 def _size(path: Path) -> int:

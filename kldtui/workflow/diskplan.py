@@ -4,13 +4,15 @@ A window's finalized file is ``tokens - 1`` rows of the capture mode's bytes per
 ``vocab`` F32 values) plus a small header; its capture chunks hold the same bytes. Chunks are
 deleted once the window's finalized file is verified, and capture runs at most one window ahead
 of finalize, so the peak is the finalized files plus two windows of chunks (all of them with
-``keep_chunks``). In hidden mode a candidate's own LM head the run exports into its folder
+``keep_chunks``). In hidden mode a candidate's own LM head the run puts in its folder
 (kldtui.stages.candidate_head) is counted too: vocabulary x hidden width BF16 values, ~2.2 GiB for
-Kimi K3.
+Kimi K3, exported, or the same model's head reused by a repeat capture, counted as a copy ("0 if
+hardlinked": a link is known to hold only once it is made).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,8 +31,9 @@ class DiskNeed:
     chunks: int  # peak bytes of capture chunks on disk at once
     windows: int
     unit: str = WINDOW_UNIT  # what the suite calls them (a hidden-state suite's: context; unit_of)
-    # hidden mode: the candidate's own LM head the run exports into its folder (CandidateHead.size_bytes)
+    # hidden mode: the candidate's own LM head the run puts in its folder (CandidateHead.size_bytes)
     head: int = 0
+    head_reused: bool = False  # the same model's head, copied or hardlinked (CandidateHead.reused)
 
     @property
     def kept(self) -> int:
@@ -42,14 +45,16 @@ class DiskNeed:
         return self.kept + self.chunks
 
     def describe(self) -> str:
-        head = f" + {head_words(self.head)}" if self.head else ""
+        head = f" + {head_words(self.head, self.head_reused)}" if self.head else ""
         return (f"{self.total / GIB:.1f} GiB at peak: {plural(self.windows, f'finalized {self.unit}')} "
                 f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB{head}")
 
 
-def head_words(size: int) -> str:
-    """How a plan line says the head hidden mode exports (the run's, each campaign candidate's)."""
-    return f"the candidate's LM head {human_bytes(size)} (exported from its checkpoint)"
+def head_words(size: int, reused: bool = False) -> str:
+    """How a plan line says the head hidden mode puts in a candidate's folder (the run's, each
+    campaign candidate's, the leader's repeat's): exported, or the same model's, counted as a copy."""
+    how = "a copy of the same model's; 0 if hardlinked" if reused else "exported from its checkpoint"
+    return f"the candidate's LM head {human_bytes(size)} ({how})"
 
 
 def window_bytes(num_tokens: int, vocab: int | None = None, *, row_bytes: int | None = None) -> int:
@@ -76,8 +81,8 @@ def with_live_logits(need: DiskNeed, live: DiskNeed) -> DiskNeed:
     """``need`` (hidden mode's hidden states) with the replay check's live logits (``live``: the
     sample's F32 logits, captured beside their hidden states): both sets of files, both sets of
     chunks at once at worst; the count stays ``need``'s."""
-    return DiskNeed(need.finalized + live.finalized, need.chunks + live.chunks, need.windows, need.unit,
-                    need.head)
+    return dataclasses.replace(need, finalized=need.finalized + live.finalized,
+                               chunks=need.chunks + live.chunks)
 
 
 def kimi_need(keep_chunks: bool = False) -> DiskNeed:

@@ -287,7 +287,7 @@ def capture_need(profile: Profile, suite: Suite, windows: Sequence[WindowSpec], 
         if sample:
             need = with_live_logits(need, disk_need(sample, vocab, keep_chunks=keep))
     if workspace is not None and (head := candidate_head(mode, profile.candidate, workspace)) is not None:
-        need = dataclasses.replace(need, head=head.size_bytes)
+        need = dataclasses.replace(need, head=head.size_bytes, head_reused=head.reused)
     return need
 
 
@@ -335,7 +335,7 @@ class CampaignDisk:
 
         total = sum(n.kept for _, n in self.parts) + self.chunks
         parts = ", ".join(f"{what} {plural(n.windows, self.unit)} {human_bytes(n.finalized)}"
-                          + (f" + {head_words(n.head)}" if n.head else "")
+                          + (f" + {head_words(n.head, n.head_reused)}" if n.head else "")
                           for what, n in self.parts)
         free = "; ".join(f"{human_bytes(self.free[at])} free in {at}" for at in self.need)
         return f"{human_bytes(total)} at peak ({parts}, capture chunks {human_bytes(self.chunks)}); {free}"
@@ -353,6 +353,7 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
     the work folder, so the candidates still to capture add up (each one's check alone passed a
     campaign that filled the disk at its third candidate); ``repeat``: the leader's repeat capture
     is still to come (its windows, as many as a candidate's)."""
+    from kldtui.formats.fidelity import head_bytes
     from kldtui.formats.suite import load_suite, unit_of
     from kldtui.stages.reference_capture import reference_complete
     from kldtui.workflow.diskplan import disk_need
@@ -400,8 +401,13 @@ def campaign_disk(profile: Profile, members: list[tuple[str, Profile, Workspace]
             if left and (part := capture_need(member, suite, windows, left, vocab, hidden,
                                               workspace=ws)) is not None:
                 add(name, part, workdir)
-        # the repeat's head is its leader's, linked (kldtui.stages.candidate_head): counted in the leader's
         if repeat and (part := capture_need(profile, suite, windows, windows, vocab, hidden)) is not None:
+            if mode.replays_own_head and hidden is not None:
+                # the leader's head, reused (kldtui.stages.candidate_head): counted as a copy, as the
+                # file system may refuse the link; the leader is not known yet: the largest head
+                # planned, or one of the reference's shape
+                head = max([head_bytes(vocab, hidden), *(n.head for _, n in parts)])
+                part = dataclasses.replace(part, head=head, head_reused=True)
             add("the leader's repeat", part, workdir)
     if not parts:
         return _unplanned(mode, windows) if not planned and members else None

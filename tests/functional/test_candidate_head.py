@@ -360,7 +360,8 @@ def test_a_runs_disk_plan_counts_the_head_it_will_export(
 def test_a_campaigns_disk_plan_counts_each_candidates_head_and_the_repeats_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each candidate's exported head is in its part of the campaign's line and in the total; the
-    leader's repeat reuses the leader's (hardlinked), so it adds none."""
+    leader's repeat reuses the leader's, counted as a copy ("0 if hardlinked"): a file system may
+    refuse the link. Before, the repeat added none, and a copy was in no plan."""
     import re
 
     fx.build(tmp_path / "suite", contexts=4)
@@ -378,7 +379,49 @@ def test_a_campaigns_disk_plan_counts_each_candidates_head_and_the_repeats_once(
     bf16, q4, repeat = parts.group(1).split(", ")
     assert bf16.startswith("bf16 4 contexts ") and bf16.endswith(head), said
     assert q4.startswith("q4 4 contexts ") and q4.endswith(head), said
-    assert repeat.startswith("the leader's repeat 4 contexts ") and "LM head" not in repeat, said
+    copied = (f" + the candidate's LM head {human_bytes(2 * fx.VOCAB * hidden)} (a copy of the same model's; "
+              "0 if hardlinked)")
+    assert repeat.startswith("the leader's repeat 4 contexts ") and repeat.endswith(copied), said
+
+
+def test_a_repeats_disk_plan_holds_the_copy_when_the_hardlink_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeat's plan counts the leader's head as a copy, and says "0 if hardlinked": on a file
+    system that refuses the link (os.link raising), the copy the run writes is within the plan.
+    Before, a head on the same file system was planned as 0 bytes, then copied."""
+    import errno
+    import os
+
+    from kldtui.stages.candidate_head import candidate_head, export_candidate_head
+    from kldtui.workflow.preflight import _disk_problem
+
+    fx.build(tmp_path / "suite", contexts=4)
+    ckpt = _model_checkpoint(tmp_path / "bf16")
+    table = _vllm("bf16", str(ckpt)) + "\n[campaign]\nrepeat_leader = true\n"
+    profile = load_profile(_profile(tmp_path, table))
+    member = profile.member(profile.candidates[0])
+    repeat = profile.member_workspace("bf16").repeat_of("bf16")
+    first = tmp_path / "work" / "candidates" / "bf16" / fid.LM_HEAD_DIR
+    assert main(["export-head", "--checkpoint", str(ckpt), "--output", str(first)]) == 0
+    plan = candidate_head(member.capture.mode, member.candidate, repeat)
+    assert plan is not None
+    planned = plan.size_bytes
+    _short_of_disk(monkeypatch)
+    said = _disk_problem(member, repeat) or ""
+    assert (f" + the candidate's LM head {human_bytes(planned)} (a copy of the same model's; "
+            f"0 if hardlinked) in {tmp_path / 'work'}, ") in said, said
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refused)
+    events: list[Event] = []
+    assert export_candidate_head(member.capture.mode, member.candidate, repeat, events.append) is not None
+    again = repeat.candidate / fid.LM_HEAD_DIR
+    weight = again / "weight.safetensors"
+    assert weight.stat().st_ino != (first / "weight.safetensors").stat().st_ino  # copied, not linked
+    assert any("copied: " in e.text for e in events if isinstance(e, Notice)), events
+    assert 0 < weight.stat().st_size <= planned, (weight.stat().st_size, planned)
 
 
 def test_a_campaign_refuses_a_later_candidate_without_a_head_before_the_first_server(tmp_path: Path) -> None:
