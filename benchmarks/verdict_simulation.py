@@ -49,7 +49,7 @@ from kldtui.decide.verdict import (  # noqa: E402
     Evidence,
     evidence,
 )
-from kldtui.metrics.inference import mean_interval  # noqa: E402
+from kldtui.metrics.inference import mean_interval, t_sf  # noqa: E402
 from kldtui.metrics.stats import holm_batch, t_quantile  # noqa: E402
 
 DISTRIBUTIONS = ("normal", "gamma", "lognormal")
@@ -372,6 +372,88 @@ def tier_variant_table(trials: int, seed: int, log: Callable[[str], None]) -> st
     return "\n".join(lines)
 
 
+# the 8-window nulls nearest the 5.5 % limit in the null table (docs/STATISTICS.md)
+NEAREST_NULLS = (("lognormal", 0.75), ("gamma", 0.75), ("gamma", 1.25))
+
+
+def null_precise_table(trials: int, seed: int, log: Callable[[str], None], runs: int = 10) -> str:
+    """The 8-window nulls nearest the limit (:data:`NEAREST_NULLS`) over ``runs`` runs of ``trials``
+    suites, seeds ``seed`` (the null table's own) to ``seed + runs - 1``: how far one run's rate strays
+    from the cell's true rate, and that rate to a tenth of a point."""
+    lines = ["| window means | gamma | family-wise false winners, run by run | runs above 5.5 % | "
+             "over all runs (two standard errors) |", "|---|---|---|---|---|"]
+    for dist, gamma in NEAREST_NULLS:
+        rates = [r["fwer"] for r in _cells(null_rates, [(dist, gamma, 8, trials, seed + k)
+                                                        for k in range(runs)])]
+        mean = float(np.mean(rates))
+        se = math.sqrt(mean * (1.0 - mean) / (trials * runs))
+        lines.append(f"| {dist} | {gamma:g} | {' '.join(f'{r:.4f}' for r in rates)} | "
+                     f"{sum(r > 0.055 for r in rates)} of {runs} | {mean:.4f} ({2 * se:.4f}) |")
+        log(lines[-1])
+    return "\n".join(lines)
+
+
+def _shape_decisions(ev: Evidence, a: np.ndarray, b: np.ndarray, shape: str) -> np.ndarray:
+    """8-window decisions (one verdict: no domain reaches 8 windows) of :data:`RULE_SHAPES` ``[shape]``
+    from the rule's own evidence on the same suites."""
+    flip = np.where(ev.worse, ev.p_flip_worse, ev.p_flip_better)
+    model = np.nan_to_num(np.where(ev.worse, ev.model_p_worse, ev.model_p_better), nan=1.0)
+    checked = ev.checked
+    test = flip
+    if shape == "no check in the first tier":
+        checked = checked & (ev.tier > 0)
+    elif shape == "paired t in place of the sign-flip test in the first tier":
+        d = b - a
+        t = d.mean(axis=-1) / (d.std(axis=-1, ddof=1) / math.sqrt(d.shape[-1]))
+        student = t_sf(np.where(ev.worse, t, -t), d.shape[-1] - 1)
+        test = np.where(ev.tier == 0, student, flip)
+    elif shape == "first tier's check at 5 % where the dependence t exceeds 3":
+        strong = (ev.tier == 0) & (np.abs(np.nan_to_num(ev.dependence_t)) > 3.0)
+        model = np.where(strong, 2.0 * model, model)  # the first tier's p is scaled for its 10 %
+    elif shape == "check only where the sign-flip test needs more windows than the suite holds":
+        checked = checked & (ev.needed > ev.windows)
+    elif shape != "the rule":
+        raise ValueError(shape)
+    out: np.ndarray = 2.0 * np.where(checked, np.maximum(test, model), test) <= ALPHA
+    return out
+
+
+RULE_SHAPES = ("the rule", "no check in the first tier",
+               "paired t in place of the sign-flip test in the first tier",
+               "first tier's check at 5 % where the dependence t exceeds 3",
+               "check only where the sign-flip test needs more windows than the suite holds")
+
+
+def rule_shape_rates(dist: str, gamma: float, ratio: float, trials: int, seed: int) -> dict[str, float]:
+    """For every one of :data:`RULE_SHAPES` over 8 windows, on the goal table's suites (ratio 1.3,
+    seed ``seed``) or the null table's (ratio 1): how often B is named worse (power) or anyone is named
+    (a null)."""
+    rng = np.random.default_rng(cell_seed(seed, "power", dist, gamma, 8, ratio) if ratio != 1.0
+                                else cell_seed(seed, "null", dist, gamma, 8))
+    a, b = candidates(dist, trials, 8, (1.0, ratio), rng, gamma)
+    ev = chunked_evidence(a, b)
+    return {shape: float((_shape_decisions(ev, a, b, shape) & (ev.worse if ratio != 1.0 else True)).mean())
+            for shape in RULE_SHAPES}
+
+
+def rule_shape_table(trials: int, seed: int, log: Callable[[str], None], runs: int = 10) -> str:
+    """Other shapes of the 8-window rule: power to name a 30 % worse candidate over normal window means
+    (the goal-precise table's 200,000 suites) and the largest family-wise false-winner rate over the 15
+    nulls (the null table's suites)."""
+    power = list(_cells(rule_shape_rates, [("normal", 1.0, 1.3, trials, seed + k)
+                                           for k in range(1, runs + 1)]))
+    nulls = [(d, g) for d in DISTRIBUTIONS for g in GAMMAS]
+    null = list(_cells(rule_shape_rates, [(d, g, 1.0, trials, seed) for d, g in nulls]))
+    lines = ["| 8-window rule | B 30 % worse, normal window means | largest family-wise false winners "
+             "over the 15 nulls (which null) |", "|---|---|---|"]
+    for shape in RULE_SHAPES:
+        worst, (dist, gamma) = max(zip((r[shape] for r in null), nulls, strict=True))
+        lines.append(f"| {shape} | {np.mean([r[shape] for r in power]):.4f} | "
+                     f"{worst:.4f} ({dist}, gamma {gamma:g}) |")
+        log(lines[-1])
+    return "\n".join(lines)
+
+
 def interval_rates(dist: str, gamma: float, n: int, ratio: float, trials: int, seed: int) -> dict[str, float]:
     """Coverage of the true ratio by the headline interval of mean(B) / mean(A) and by the alternatives it
     was chosen over: the sign-flip test's alone; the log-normal model's wherever the windows spread
@@ -555,8 +637,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes (default 1; the tables do not depend on it)")
     parser.add_argument("--tables", default="null,goal,power,interval,mean,board,noise",
                         help="which tables, comma-separated (default: these; also goalprecise, the "
-                             "goal table's 8-window cells over 200,000 more suites, and tiers, variants "
-                             "of the dependence tiers at 8 windows)")
+                             "goal table's 8-window cells over 200,000 more suites; tiers, variants "
+                             "of the dependence tiers at 8 windows; nullprecise, the 8-window nulls "
+                             "nearest the limit over ten runs; shapes, other shapes of the 8-window "
+                             "rule)")
     args = parser.parse_args(argv)
     global JOBS
     JOBS = max(1, args.jobs)
@@ -580,6 +664,11 @@ def main(argv: list[str] | None = None) -> int:
     if "tiers" in tables:
         print("variants of the dependence tiers at 8 windows:\n\n"
               + tier_variant_table(args.trials, args.seed, log) + "\n")
+    if "nullprecise" in tables:
+        print("the 8-window nulls nearest the limit, over ten runs of the null trials:\n\n"
+              + null_precise_table(args.trials, args.seed, log) + "\n")
+    if "shapes" in tables:
+        print("other shapes of the 8-window rule:\n\n" + rule_shape_table(args.trials, args.seed, log) + "\n")
     if "power" in tables:
         print("power and coverage:\n\n" + power_table(args.power_trials, args.seed, log) + "\n")
     if "interval" in tables:

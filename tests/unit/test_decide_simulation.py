@@ -572,3 +572,39 @@ def test_the_tier_variants_table_runs_the_rule_and_puts_it_back() -> None:
         tier_variant_rates(relaxed, "null", "no such distribution", 1.0, 10, 3)
     assert verdict_module.DEPENDENCE_TIERS is rule
 
+
+
+def test_the_rule_shapes_table_starts_with_the_rule_itself() -> None:
+    """The shapes table (docs/STATISTICS.md, "Other shapes of the 8-window rule"): its first row decides
+    as the rule does on the same suites (power and null), and the shapes differ from it where they
+    should: no first-tier check names more under a null that needs it."""
+    from benchmarks.verdict_simulation import (
+        RULE_SHAPES,
+        _shape_decisions,
+        chunked_evidence,
+        null_rates,
+        rule_shape_rates,
+    )
+
+    assert RULE_SHAPES[0] == "the rule"
+    power = rule_shape_rates("normal", 1.0, 1.3, 2000, 3)
+    assert power["the rule"] == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
+    null = rule_shape_rates("gamma", 0.5, 1.0, 4000, 3)
+    assert null["the rule"] == null_rates("gamma", 0.5, 8, 4000, 3)["fwer"]
+    assert null["no check in the first tier"] > null["the rule"]
+    a = np.full((2, 8), 0.01)
+    with pytest.raises(ValueError):
+        _shape_decisions(chunked_evidence(a, a * 1.1), a, a * 1.1, "no such shape")
+
+
+def test_the_nearest_nulls_table_starts_at_the_null_tables_run() -> None:
+    """The nearest-nulls table's first run of each cell is the null table's own (seed ``seed``)."""
+    from benchmarks.verdict_simulation import NEAREST_NULLS, null_precise_table, null_rates
+
+    lines: list[str] = []
+    table = null_precise_table(500, 3, lines.append, runs=2)
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(NEAREST_NULLS) == len(lines)
+    dist, gamma = NEAREST_NULLS[0]
+    first = float(rows[0].split("|")[3].split()[0])
+    assert first == round(null_rates(dist, gamma, 8, 500, 3)["fwer"], 4)
