@@ -143,8 +143,7 @@ OUTCOME_WORDS = {
 def no_verdict_words(unit: str) -> str:
     """What a leaderboard's ``no verdict`` mark means, over the suite's ``unit`` s (kldtui.formats.suite.
     unit_name): the text legend (kldtui.decide.leaderboard.marks_legend) and the viewer's help say it."""
-    return (f"too few {unit}s to tell, or a verdict that cannot be calibrated or has no finite interval on "
-            f"these {unit}s")
+    return f"too few {unit}s, or no calibrated verdict with a finite interval on these {unit}s"
 
 
 # the outcomes that read as a tie with the other candidate, those that name one of the two, and those

@@ -190,7 +190,7 @@ def test_leaderboard_footer_of_contexts_names_them_contexts(reports: dict[str, P
     assert f"{n} contexts; mean KL intervals" in out, out
     ties = f"note: ties: sign-flip test over the 5 source clusters of the {n} contexts ("
     assert ties in out and out.count("sign-flip test") == 1, out
-    assert "no verdict = too few source clusters to tell" in out, out
+    assert "no verdict = too few source clusters, or no calibrated verdict" in out, out
     assert "source clusters needed: large vs small: about 8 source clusters (3 more than the 5" in out, out
     assert "window" not in out, out
     assert main(["diff", *few, "--no-noise-floor"]) == 0
@@ -323,8 +323,8 @@ def test_viewer_help_of_contexts_names_them_contexts(reports: dict[str, Path], t
             await pilot.press("question_mark")
             await pilot.pause()
             keys = " ".join(help_text(app).split())
-            assert "no verdict too few source clusters to tell, or a verdict that cannot be calibrated or " \
-                   "has no finite interval on these source clusters" in keys, keys
+            assert "no verdict too few source clusters, or no calibrated verdict with a finite interval on " \
+                   "these source clusters" in keys, keys
             ties = keys[keys.index("The leaderboard's tie column"):]
             assert "window" not in ties, ties
 

@@ -155,8 +155,8 @@ def test_kldtui_leaderboard_says_what_its_ties_count(boards: dict[str, Path], tm
     assert "32 contexts; mean KL intervals: each report's headline interval" in out, out
     assert out.count("sign-flip test") == 1, out  # the ties note's, said once
     assert "note: ties: sign-flip test over the 17 source clusters of the 32 contexts (" in out, out
-    assert "no verdict = too few source clusters to tell, or a verdict that cannot be calibrated or has no " \
-           "finite interval on these source clusters" in out, out
+    assert "no verdict = too few source clusters, or no calibrated verdict with a finite interval on these " \
+           "source clusters" in out, out
     need = next(x for x in lines if x.startswith("source clusters needed: close vs best: about "))
     assert "more than the 17 compared) would resolve this difference" in need, need
     assert "window" not in out, out

@@ -544,7 +544,7 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
             await pilot.pause()
             keys = help_text(app)
             assert "worse       shown worse than the best" in keys
-            assert "no verdict  too few windows to tell" in keys
+            assert "no verdict  too few windows, or no calibrated verdict" in keys
             # the notes above the ranking are short; the help has them in full
             in_full = str(app.screen.query_one("#help-notes", Static).render())
             said = ("noise model: measured repeat variation" if noise else
