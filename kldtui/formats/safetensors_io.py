@@ -14,7 +14,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -135,17 +135,31 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
     ``fd``: read it from this open descriptor of ``path`` (the header and the rows a reader then
     reads come from one file, even if the name is replaced meanwhile)."""
     p = Path(path)
-    try:
-        if fd is None:
+    if fd is None:
+        try:
             with open_regular(p) as handle:
                 return read_header(p, fd=handle.fileno())
+        except OSError as exc:
+            raise _bad_open(p, exc) from None
+    return read_header_document(p, fd=fd)[0]
+
+
+def read_header_document(path: str | os.PathLike[str], *,
+                         fd: int) -> tuple[SafetensorsHeader, dict[str, Any]]:
+    """:func:`read_header` of the file open on ``fd``, and the header's JSON document whole: every
+    field, those kldtui does not use included (publish searches all of its text for secrets)."""
+    p = Path(path)
+    try:
         size = os.fstat(fd).st_size
         raw_len = _pread_exactly(fd, 8, 0)
         if len(raw_len) < 8:
             raise BadInput(f"{p}: truncated safetensors file ({size} bytes); "
                            f"{REPLACE}")
         (header_len,) = struct.unpack("<Q", raw_len)
-        if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+        if header_len > MAX_HEADER_BYTES:
+            raise BadInput(f"{p}: corrupt or forged safetensors header (header length {header_len}, "
+                           f"more than the {MAX_HEADER_BYTES} bytes a header may have); {REPLACE}")
+        if 8 + header_len > size:
             raise BadInput(f"{p}: corrupt or truncated safetensors header "
                            f"(header length {header_len}, file {size} bytes); "
                            f"{REPLACE}")
@@ -159,7 +173,7 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"{p}: corrupt safetensors header ({exc}); "
                        f"{REPLACE}") from None
-    metadata = doc.pop("__metadata__", None) or {}
+    metadata = doc.get("__metadata__") or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         kind = (type(metadata).__name__ if not isinstance(metadata, dict) else
                 "a map with " + ", ".join(f"{k}={type(v).__name__}" for k, v in metadata.items()
@@ -169,6 +183,8 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
     data_start = 8 + header_len
     tensors: dict[str, TensorInfo] = {}
     for name, entry in doc.items():
+        if name == "__metadata__":
+            continue
         dtype, shape, begin, end = _entry(p, name, entry, size - data_start)
         info = TensorInfo(name, dtype, shape, data_start + begin, data_start + end)
         if dtype in DTYPES:
@@ -187,8 +203,8 @@ def read_header(path: str | os.PathLike[str], *, fd: int | None = None) -> Safet
             raise BadInput(f"{p}: tensors {previous.name!r} and {info.name!r} overlap in the data "
                            f"(data_offsets); the file is corrupt or forged, delete it and fetch it again")
         previous = info
-    return SafetensorsHeader(p, header_len, tensors, {str(k): str(v) for k, v in metadata.items()},
-                             size)
+    header = SafetensorsHeader(p, header_len, tensors, {str(k): str(v) for k, v in metadata.items()}, size)
+    return header, doc
 
 
 def expect_tensor(header: SafetensorsHeader, key: str, dtype: str,

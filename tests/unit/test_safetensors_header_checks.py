@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from kldtui.errors import BadInput
-from kldtui.formats.safetensors_io import RowReader, encode_header, read_header
+from kldtui.formats.safetensors_io import (
+    MAX_HEADER_BYTES,
+    RowReader,
+    encode_header,
+    read_header,
+    read_header_document,
+)
 
 
 def _write(path: Path, header: dict[str, Any] | str, data: bytes) -> Path:
@@ -86,3 +92,23 @@ def test_a_good_header_still_reads(tmp_path: Path) -> None:
     with RowReader(path) as reader:
         np.testing.assert_array_equal(reader.read(0, 2), data)
     assert not _library_refuses(path)
+
+
+def test_a_header_over_its_limit_says_so_unread(tmp_path: Path) -> None:
+    path = tmp_path / "huge.safetensors"
+    path.write_bytes(struct.pack("<Q", MAX_HEADER_BYTES + 8) + b"{}")
+    with pytest.raises(BadInput) as info:
+        read_header(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: corrupt or forged safetensors header (header length "
+                              f"{MAX_HEADER_BYTES + 8}, more than the {MAX_HEADER_BYTES} bytes"), message
+
+
+def test_the_document_is_the_header_whole(tmp_path: Path) -> None:
+    """Fields kldtui does not use (another tool's, in a tensor's entry) are kept, for publish's search."""
+    entry = {"dtype": "F32", "shape": [2, 4], "data_offsets": [0, 32], "note": "theirs"}
+    doc = {"__metadata__": {"window_index": "0"}, "logits": entry}
+    path = _write(tmp_path / "x.safetensors", doc, ROWS)
+    with path.open("rb") as handle:
+        header, document = read_header_document(path, fd=handle.fileno())
+    assert document == doc and header.metadata == {"window_index": "0"} and list(header.tensors) == ["logits"]
