@@ -83,8 +83,9 @@ class Fixture:
 
 
 def build(root: Path, *, contexts: int = 12, seed: int = 0, hidden_rows: int | None = None,
-          logit_scale: float = 2.0) -> Fixture:
-    """Write the suite under ``root`` (which must not exist or be empty)."""
+          logit_scale: float = 2.0, head_metadata: dict[str, str] | None = None) -> Fixture:
+    """Write the suite under ``root`` (which must not exist or be empty); ``head_metadata``: more
+    fields of the LM head's header metadata (another tool's own)."""
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
     rows = CONTEXT - 1 if hidden_rows is None else hidden_rows
@@ -155,13 +156,12 @@ def build(root: Path, *, contexts: int = 12, seed: int = 0, hidden_rows: int | N
     runtime_sha = sha_file(root / "capture-runtime.json")
 
     # the LM head
+    head_meta = {**(head_metadata or {}), "checkpoint_tensor_key": "language_model.lm_head.weight"}
     size, head_sha, head_raw = save_bf16(root / "lm-head" / "weight.safetensors", "weight", head,
-                                         {"checkpoint_tensor_key": "language_model.lm_head.weight",
-                                          "raw_tensor_sha256": ""})
+                                         {**head_meta, "raw_tensor_sha256": ""})
     # metadata holds the raw hash: write again now that it is known
     size, head_sha, head_raw = save_bf16(root / "lm-head" / "weight.safetensors", "weight", head,
-                                         {"checkpoint_tensor_key": "language_model.lm_head.weight",
-                                          "raw_tensor_sha256": head_raw})
+                                         {**head_meta, "raw_tensor_sha256": head_raw})
     dump(root / "lm-head" / "manifest.json", {
         "checkpoint_index_sha256": sha_text("index"),
         "checkpoint_tensor_key": "language_model.lm_head.weight",

@@ -452,15 +452,21 @@ def _publish_hidden(p: Path, repo_id: str, *, dry_run: bool, private: bool, revi
     return PublishResult(card, files, url)
 
 
+TENSOR_SECRET_REMEDY = ("write the file again without it (and its size and SHA-256 where a manifest "
+                        "lists them), or move it out of the folder if no manifest lists it, then publish "
+                        "again")
+
+
 def _redact_uploads(root: Path, files: Sequence[str], *, dry_run: bool, emit: EventSink) -> None:
     """Redaction applied again to everything that goes up: a JSON file holding a secret (a
     manifest's runtime written by another tool) is rewritten in the folder with it redacted (a dry
     run only says so); any other file holding a value of a secret's shape is refused. Large files
-    are read in parts (:mod:`kldtui.stages.publish_secrets`); tensor files and the card (written
-    from redacted values) are not read."""
+    are read in parts (:mod:`kldtui.stages.publish_secrets`); of a tensor file, only the header is
+    read, and a secret there is refused (a tensor file cannot be redacted); the card (written from
+    redacted values) is not read."""
     for rel in files:
         path = root / rel
-        scan = None if rel == CARD else scan_upload(path)
+        scan = None if rel == CARD else scan_upload(path, tensor_remedy=TENSOR_SECRET_REMEDY)
         if scan is None:
             continue
         doc = scan.document

@@ -10,9 +10,10 @@ the file and what to do (exit 2).
 What goes up is what the format lists: the files of ``checksums.txt`` and ``checksums.txt``
 itself; never a symbolic link (a file, or a folder on its way), never anything else in the
 folder (verify already refuses a file ``checksums.txt`` does not list), never a text file holding
-a value of a secret's shape. Unlike a logits suite's manifests, a hidden-state suite's JSON files
-are part of its identity (their SHA-256 are in ``checksums.txt`` and the manifests), so a secret
-is not redacted in place: publish refuses and says how to write the suite again.
+a value of a secret's shape, nor a tensor file whose header holds a secret. Unlike a logits
+suite's manifests, a hidden-state suite's JSON and tensor files are part of its identity (their
+SHA-256 are in ``checksums.txt`` and the manifests), so a secret is not redacted in place: publish
+refuses and says how to write the suite again.
 
 The dataset card (README.md) is not written into the suite folder (it is not one of the
 format's files, and checksums.txt does not list it): it is uploaded from memory after the files,
@@ -113,13 +114,19 @@ def upload_list(root: Path) -> list[str]:
     return files
 
 
+TENSOR_SECRET_REMEDY = ("its SHA-256 is part of the suite (checksums.txt, the manifests): write the file "
+                        "again without it, then the suite's hashes (kldtui finalize --mode hidden for a "
+                        "suite kldtui captured), and publish again")
+
+
 def refuse_secrets(root: Path, files: Sequence[str]) -> None:
-    """A text file that holds a secret (by the shape of a value, or a JSON ``runtime`` field named
-    like one) is refused: its hash is part of the suite, so it cannot be redacted in place. Large
-    files are read in parts (:mod:`kldtui.stages.publish_secrets`); tensor files are not read."""
+    """A file that holds a secret (by the shape of a value, a JSON ``runtime`` field named like one,
+    or in a tensor file's header a metadata key named like one) is refused: its hash is part of the
+    suite, so it cannot be redacted in place. Large files are read in parts
+    (:mod:`kldtui.stages.publish_secrets`); of a tensor file, only the header is read."""
     for rel in files:
         path = root / rel
-        scan = scan_upload(path, follow=False)
+        scan = scan_upload(path, tensor_remedy=TENSOR_SECRET_REMEDY, follow=False)
         if scan is None:
             continue
         if scan.by_value or (scan.document is not None and redact_document(scan.document) != scan.document):
