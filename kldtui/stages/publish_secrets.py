@@ -84,6 +84,20 @@ def scan_upload(path: Path, *, tensor_remedy: str, follow: bool = True) -> Scann
     return Scanned(looks_secret(text), document)
 
 
+def _plainly_not_secret(value: str) -> bool:
+    """A metadata value under a secret-like name that cannot be a secret: empty, already redacted, or a
+    number (another tool's ``token_count``: a tensor file cannot be redacted, so refusing it would
+    block the publish for nothing)."""
+    text = value.strip()
+    if text in ("", REDACTED):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def tensor_header_secret(path: Path, *, follow: bool = True) -> str | None:
     """What of a secret the header of the tensor file ``path`` holds, in words that quote no value
     (a key named like a secret, a value of a secret's shape), or None. BadInput, one line naming
@@ -94,7 +108,7 @@ def tensor_header_secret(path: Path, *, follow: bool = True) -> str | None:
     except OSError as exc:
         raise read_failure(path, exc, "file to upload", REMEDY) from None
     for key, value in header.metadata.items():
-        if key not in FORMAT_METADATA_KEYS and is_secret_env(key) and value.strip() not in ("", REDACTED):
+        if key not in FORMAT_METADATA_KEYS and is_secret_env(key) and not _plainly_not_secret(value):
             return f"a metadata field named like a secret ({key[:80]!r})"
     if any(looks_secret(text) for text in _strings(document)):
         return "a value shaped like a secret (a token, a password in a URL)"

@@ -95,10 +95,12 @@ def test_a_metadata_key_named_like_a_secret_stops_the_publish(tmp_path: Path,
 
 def test_a_clean_header_publishes_as_before(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Another tool's metadata, and kldtui's own keys that hold a secret's word
-    (token_ids_json_sha256): nothing to refuse. An emptied or redacted secret key is no secret."""
+    (token_ids_json_sha256): nothing to refuse. An emptied or redacted secret key is no secret, nor is
+    a number under such a name (another tool's token_count)."""
     root = tmp_path / "ds"
     _logits_suite(root, metadata={"notes": "pulled on node-7 from https://huggingface.co/datasets/x",
-                                  "HF_TOKEN": "<redacted>", "api_key": ""},
+                                  "HF_TOKEN": "<redacted>", "api_key": "", "token_count": "16375",
+                                  "max_tokens": " 2.5e3 "},
                   entry={"comment": "rows are raw logits"})
     assert _publish(root, capsys) == (0, "")
 
