@@ -518,10 +518,11 @@ def percentile_bootstrap(x: np.ndarray, resamples: int, rng: np.random.Generator
 def mean_coverage(dist: str, n: int, trials: int, seed: int, resamples: int = 999) -> dict[str, float]:
     rng = np.random.default_rng(cell_seed(seed, "mean", dist, n))
     x = difficulty(dist, (trials, n), rng)
-    lo, hi, log_scale = mean_interval(x)
+    got = mean_interval(x)
     plo, phi = percentile_bootstrap(x, resamples, rng)
-    return {"headline": float(np.mean((lo <= MEAN) & (MEAN <= hi))),
-            "percentile": float(np.mean((plo <= MEAN) & (MEAN <= phi))), "log_scale": float(log_scale.mean())}
+    return {"headline": float(np.mean((got.low <= MEAN) & (MEAN <= got.high))),
+            "percentile": float(np.mean((plo <= MEAN) & (MEAN <= phi))),
+            "log_scale": float(got.log_scale.mean()), "stretched": float(got.stretched.mean())}
 
 
 def mean_table(trials: int, seed: int, log: Callable[[str], None]) -> str:

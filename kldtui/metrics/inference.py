@@ -24,7 +24,7 @@ method is used where, and what the simulation measured for each.
   (log-normal model), and how many windows the sign-flip test needs at that skewness.
 * :func:`mean_interval` -- the headline interval of one report's mean KL: Hall's
   skewness-corrected t, or Cox's log-normal interval when the window means spread over a wide
-  range.
+  range, stretched to hold the windows' own mean where it falls beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -398,14 +399,26 @@ def null_skewness(fit: LogFit) -> np.ndarray:
     return out
 
 
-def mean_interval(values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The headline interval of the mean of window means (last axis): ``(low, high, log_scale)``.
+class MeanInterval(NamedTuple):
+    """:func:`mean_interval`'s answer, one entry per suite."""
+
+    low: np.ndarray
+    high: np.ndarray
+    log_scale: np.ndarray  # Cox's log-normal interval (else Hall's t)
+    stretched: np.ndarray  # widened to hold the windows' own mean, which it fell beside
+
+
+def mean_interval(values: np.ndarray, level: float = 0.95) -> MeanInterval:
+    """The headline interval of the mean of window means (last axis).
 
     Hall's (1992) skewness-corrected t (the monotone transform ``t + g t^2 / (3 sqrt n) +
     g^2 t^3 / (27 n) + g / (6 sqrt n)`` of the t statistic, g the adjusted sample skewness), or,
     where all means are positive and their log-scale spread exceeds :data:`LOG_SPREAD_COX`, Cox's
     interval for a log-normal mean (``log`` mean + s^2 / 2 +- t sqrt(s^2 / n + s^4 / (2 (n - 1))))``.
-    ``log_scale`` says which.  Needs at least 3 windows."""
+    Cox's is centred on the model's mean, which with a log spread of dozens of orders of magnitude is
+    far from the windows' own (1e-30..1e33 gave 6.7e33 beside [1.5e196, inf]): an interval that falls
+    beside the windows' mean is stretched to hold it, so the estimate shown always lies in its
+    interval (widening never lowers coverage; docs/STATISTICS.md). Needs at least 3 windows."""
     x = np.asarray(values, dtype=np.float64)
     n = x.shape[-1]
     if n < 3:
@@ -438,7 +451,8 @@ def mean_interval(values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, 
     with np.errstate(over="ignore"):  # an end beyond float64 is inf: the views say it is not finite
         low = np.where(cox, np.exp(centre - half), low)
         high = np.where(cox, np.exp(centre + half), high)
-    return low, high, cox
+    stretched = (low > m) | (high < m)  # a NaN end stays NaN, not stretched
+    return MeanInterval(np.minimum(low, m), np.maximum(high, m), cox, stretched)
 
 
 def windows_needed(skewness: np.ndarray | float) -> np.ndarray:
@@ -470,7 +484,7 @@ class Headline:
     estimate: float
     low: float | None
     high: float | None
-    method: str  # "hall-t" or "cox-lognormal"
+    method: str  # "hall-t" or "cox-lognormal", "-stretched" added where stretched to hold the estimate
     windows: int
     rests_on_too_few_windows: bool
     measured_coverage: float | None
@@ -492,7 +506,8 @@ def headline(values: np.ndarray | list[float], bounds: Bounds = UNBOUNDED) -> He
     est = float(v.mean()) if n else math.nan
     if n < 3:
         return Headline(est, None, None, "hall-t", n, True, None)
-    lo, hi, log_scale = mean_interval(v)
-    low, high = held_to(float(lo), float(hi), bounds)
-    return Headline(est, low, high, "cox-lognormal" if bool(log_scale) else "hall-t", n,
+    got = mean_interval(v)
+    low, high = held_to(float(got.low), float(got.high), bounds)
+    method = "cox-lognormal" if bool(got.log_scale) else "hall-t"
+    return Headline(est, low, high, method + ("-stretched" if bool(got.stretched) else ""), n,
                     n < MIN_INTERVAL_WINDOWS, measured_coverage(n))
