@@ -232,6 +232,9 @@ class CaptureMode(ABC):
     # whether a candidate's folder is replayed with its own LM head (lm-head/ in it), which the run
     # exports from its checkpoint or refuses without (kldtui.stages.candidate_head)
     replays_own_head: ClassVar[bool] = False
+    # whether the server saves each chunk's final hidden states (ChunkRows.hidden) rather than its
+    # logits: the embedded server's run-to-run noise then goes on those states
+    saves_hidden_states: ClassVar[bool] = False
 
     @property
     @abstractmethod

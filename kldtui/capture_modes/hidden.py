@@ -209,6 +209,7 @@ class HiddenMode(CaptureMode):
     manifest_name = HIDDEN_MANIFEST
     saves_live_sample = True
     replays_own_head = True
+    saves_hidden_states = True
 
     @property
     def chunks(self) -> ChunkKind:

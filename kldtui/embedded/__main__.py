@@ -39,7 +39,8 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=256)
     p.add_argument("--runtime-noise", type=float, default=0.0,
                    help="run-to-run noise: Gaussian noise of this standard deviation added to every "
-                   "logit, drawn from --runtime-seed and the prompt (0: bit-exact)")
+                   "logit, drawn from --runtime-seed and the prompt (0: bit-exact); in hidden mode, "
+                   "added to the final hidden states instead, sized to move each logit as much")
     p.add_argument("--runtime-seed", type=int, default=0, help="which run (the noise's seed)")
     p.add_argument("--max-num-seqs", type=int, default=1)
     p.add_argument("--capture-dir", type=Path, default=None,

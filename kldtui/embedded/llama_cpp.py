@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from kldtui.embedded.__main__ import add_server_arguments, run_server, server_config
-from kldtui.embedded.server import Prefill
+from kldtui.embedded.server import NoiseDraw, Prefill
 from kldtui.servers.llama_cpp import llama_keywords, unknown_llama_keywords
 
 PROG = "kldtui.embedded.llama_cpp"
@@ -76,6 +76,10 @@ class _GgufPrefill:
 
     def hidden(self, start: int, end: int) -> np.ndarray | None:
         return None  # llama.cpp gives logits or embeddings, not both from one evaluation
+
+    def with_state_noise(self, start: int, end: int, logit_noise: float,
+                         draw: NoiseDraw) -> tuple[np.ndarray, np.ndarray] | None:
+        return None  # no hidden states (above)
 
     def next_logits(self, generated: list[int]) -> np.ndarray:
         llm = self.model.llm

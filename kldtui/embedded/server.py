@@ -93,7 +93,9 @@ class ServerConfig:
     model_seed: int = 0
     vocab_size: int = 4096
     perturb: float = 0.0
-    runtime_noise: float = 0.0  # standard deviation of the run-to-run noise added to each logit
+    # standard deviation of the run-to-run noise added to each logit; in a mode that saves hidden
+    # states, noise on those states that moves each logit as much (Prefill.with_state_noise)
+    runtime_noise: float = 0.0
     runtime_seed: int = 0
     max_num_batched_tokens: int = 256
     max_num_seqs: int = 1
@@ -115,6 +117,10 @@ def runtime_noise(scale: float, seed: int, prompt: list[int], start: int,
     rng = np.random.default_rng([seed, key, start])
     noise: np.ndarray = (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
     return noise
+
+
+# draws run-to-run noise of a chunk: (standard deviation, shape) -> the noise (runtime_noise)
+NoiseDraw = Callable[[float, tuple[int, ...]], np.ndarray]
 
 
 class _InlineIO:
@@ -185,6 +191,13 @@ class Prefill(Protocol):
         """The final hidden states of those positions, when the model gives them (None)."""
         ...
 
+    def with_state_noise(self, start: int, end: int, logit_noise: float,
+                         draw: NoiseDraw) -> tuple[np.ndarray, np.ndarray] | None:
+        """Those rows' logits and final hidden states after run-to-run noise on the states, drawn by
+        ``draw(standard deviation, shape)`` and sized to move each logit by about ``logit_noise``;
+        None when the model gives no hidden states."""
+        ...
+
     def next_logits(self, generated: list[int]) -> np.ndarray:
         """The next token's logits ``[vocab]`` after the prompt and ``generated`` tokens."""
         ...
@@ -230,6 +243,14 @@ class _TinyPrefill:
     def hidden(self, start: int, end: int) -> np.ndarray | None:
         rows: np.ndarray = self.states[start:end]
         return rows
+
+    def with_state_noise(self, start: int, end: int, logit_noise: float,
+                         draw: NoiseDraw) -> tuple[np.ndarray, np.ndarray] | None:
+        states = self.states[start:end]
+        scale = self.model.state_noise_scale(logit_noise)
+        noise = draw(scale, (states.shape[0], states.shape[1] - 1))  # the bias unit is not a state
+        noisy = self.model.noisy_states(states, noise)
+        return self.model.logits(noisy), noisy
 
     def next_logits(self, generated: list[int]) -> np.ndarray:
         states = self.model.hidden(self.prompt + generated) if generated else self.states
@@ -357,9 +378,7 @@ class Engine:
                 row_end = min(start + step, n - 1)
                 if row_end <= start:
                     break
-                logits = run.logits(start, row_end)
-                if cfg.runtime_noise > 0:
-                    logits += runtime_noise(cfg.runtime_noise, cfg.runtime_seed, prompt, start, logits.shape)
+                logits, hidden = self._rows(run, prompt, start, row_end)
                 if faults.nan_at_row is not None and start <= faults.nan_at_row < row_end:
                     logits[faults.nan_at_row - start, 0] = np.nan
                 if faults.mask_at_row is not None and start <= faults.mask_at_row < row_end:
@@ -369,7 +388,7 @@ class Engine:
                     masked[keep] = False
                     row[masked] = -np.inf
                 if capture:
-                    self._capture(engine_id, start, row_end, logits, prompt, run.hidden(start, row_end))
+                    self._capture(engine_id, start, row_end, logits, prompt, hidden)
                 if prompt_logprobs is not None:
                     entries.extend(_prompt_logprob_entries(logits, prompt[start + 1:row_end + 1],
                                                            prompt_logprobs))
@@ -396,6 +415,27 @@ class Engine:
             "usage": {"prompt_tokens": n, "completion_tokens": len(generated),
                       "total_tokens": n + len(generated), "prompt_tokens_details": None},
         }
+
+    def _rows(self, run: Prefill, prompt: list[int], start: int,
+              end: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Prompt rows ``start..end``'s logits and final hidden states, with the run's noise: on the
+        hidden states when the capture mode saves them (a real runtime's vary from run to run too;
+        the logits are then the noisy states' own, so the replay check still matches), else on the
+        logits."""
+        cfg = self.config
+        if cfg.runtime_noise <= 0:
+            return run.logits(start, end), run.hidden(start, end)
+
+        def draw(scale: float, shape: tuple[int, ...]) -> np.ndarray:
+            return runtime_noise(scale, cfg.runtime_seed, prompt, start, shape)
+
+        if cfg.mode.saves_hidden_states:
+            noisy = run.with_state_noise(start, end, cfg.runtime_noise, draw)
+            if noisy is not None:
+                return noisy
+        logits = run.logits(start, end)
+        logits += draw(cfg.runtime_noise, logits.shape)
+        return logits, run.hidden(start, end)
 
     def _capture(self, engine_id: str, start: int, end: int, logits: np.ndarray,
                  prompt: list[int] | None = None, hidden: np.ndarray | None = None) -> None:

@@ -10,7 +10,8 @@ launched server's ``python``, ``vllm_args`` (appended), ``env``, ``host``, ``por
     perturb = 0.0                  # quantization-like rounding step (0: the reference model)
     max_num_batched_tokens = 256
     runtime_noise = 0.0            # run-to-run noise of the logits (standard deviation), like a
-                                   # runtime whose kernels are not batch-invariant (0: bit-exact)
+                                   # runtime whose kernels are not batch-invariant (0: bit-exact);
+                                   # in hidden mode on the hidden states, moving the logits as much
     runtime_seed = 0               # which run: a repeat capture (a campaign's noise model) adds 1
 
 ``[reference] capture = "embedded"`` serves the candidate's model unperturbed (the demo's
