@@ -18,7 +18,8 @@ contexts in source clusters (two contexts of each source document) that publishe
 model's final hidden states (``reference-hidden/``) and its LM head (``lm-head/``) instead of
 logits; the profile ``DIR/kldtui-hidden.toml`` captures the candidates in hidden mode, each
 replayed with its own head (the built-in model writes it: ``candidates/NAME/lm-head``), and the
-leaderboard's ties count source clusters.
+leaderboard's ties count source clusters. The closer candidate is captured again for the noise
+model, as above: in hidden mode the embedded server's runtime noise moves the hidden states it saves.
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ DEMO_CANDIDATES = {"fine": 0.05, "coarse": 0.1}
 DEMO_RUNTIME_NOISE = 0.05  # run-to-run logit noise, so a repeat capture differs like a real runtime's
 
 
-def _candidate_tables(suffix: str = "", *, runtime_noise: bool = True) -> str:
+def _candidate_tables(suffix: str = "", *, noise_of: str = "the logits") -> str:
+    """The candidates' tables; ``noise_of``: what their runtime noise moves (in hidden mode the
+    embedded server puts it on the hidden states), for the profile's comment."""
     def line(text: str, comment: str = "") -> str:
         return f"{text:<30} # {comment}" if comment else text
 
-    noise = [line(f"runtime_noise = {DEMO_RUNTIME_NOISE}", "run-to-run noise of the logits, as on a GPU")]
+    noise = line(f"runtime_noise = {DEMO_RUNTIME_NOISE}", f"run-to-run noise of {noise_of}, as on a GPU")
     out = []
     for name, perturb in DEMO_CANDIDATES.items():
         why = "rounding step / weight std: the closer candidate" if name == "fine" else \
@@ -59,7 +62,7 @@ def _candidate_tables(suffix: str = "", *, runtime_noise: bool = True) -> str:
             "[[candidates]]", line(f'name = "{name}{suffix}"', "its folder candidates/NAME, its report"),
             'kind = "embedded"', 'served_model_name = "demo"', f"model_seed = {DEMO_MODEL_SEED}",
             f"vocab_size = {DEMO_VOCAB}", line(f"perturb = {perturb}", why),
-            *(noise if runtime_noise else []),
+            noise,
             line("port = 0", "a free port"), "startup_timeout = 120.0", "request_timeout = 120.0", ""]))
     return "\n".join(out)
 
@@ -110,14 +113,17 @@ HIDDEN_PROFILE_TEXT = f"""\
 # `kldtui demo --hidden --workdir DIR` writes this file as DIR/kldtui-hidden.toml next to
 # DIR/suite-hidden; then, in DIR, `kldtui --profile kldtui-hidden.toml` opens the dashboard on it,
 # `kldtui run --batch --profile kldtui-hidden.toml` runs it headless.
-# No repeat capture: the built-in model's hidden states are the same on every run, so a repeat
-# capture would measure no noise.
+# The best candidate is captured again ([campaign] repeat_leader): its hidden states differ from
+# run to run (runtime_noise), as a GPU's do, and the two captures measure the noise model.
 
 [reference]
 local_dir = "{DEMO_HIDDEN_SUITE}"     # suite-manifest.json + tokens/ + reference-hidden/ + lm-head/
 logits_dir = "reference-hidden"  # the reference: its hidden states, replayed with lm-head/
 
-{_candidate_tables("-hidden", runtime_noise=False)}
+{_candidate_tables("-hidden", noise_of="the hidden states")}
+[campaign]
+repeat_leader = true           # capture the best candidate twice: the measured noise model
+
 [capture]
 mode = "hidden"                # the server saves final hidden states; compare replays them
 replay_check = 2               # contexts whose live logits are captured too: each head's replay is checked

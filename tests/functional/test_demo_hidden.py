@@ -2,7 +2,8 @@
 suite publishes the reference's final hidden states and LM head (no logits); each candidate is
 captured in hidden mode and replayed with its own head, which the built-in model writes (it has no
 checkpoint to export from); the reports count contexts and the leaderboard's ties count source
-clusters; a second run redoes nothing."""
+clusters; the leader's repeat capture measures the noise model the verdicts use (the embedded
+server's run-to-run noise moves its hidden states); a second run redoes nothing."""
 
 from __future__ import annotations
 
@@ -78,11 +79,33 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     worse = board["rows"][1]["verdict_vs_best"]
     assert worse.startswith("coarse-hidden is worse than fine-hidden by ") and \
         f", over {clusters} source clusters (analysis partition);" in worse, worse
+    # the leader's repeat capture: the server's noise moved its hidden states, so the two captures
+    # measure a noise model, which the verdicts use (it said "the variation between two captures was
+    # not measured": the demo had no repeat, as a repeat of identical states would have measured nothing)
+    first = work / "candidates" / "fine-hidden" / fid.hidden_file_name(0)
+    repeat = work / "repeat" / "fine-hidden" / fid.hidden_file_name(0)
+    assert first.read_bytes() != repeat.read_bytes()
+    assert board["noise_floor"]["kind"] == "measured", board["noise_floor"]
+    assert board["noise_model"].startswith("measured repeat variation ") and \
+        f" from 2 captures of one candidate over {contexts} contexts " in board["noise_model"], board
+    unmeasured = "the variation between two captures was not measured"
+    assert unmeasured not in worse, worse
+    noise = json.loads((work / "noise-model.json").read_text())
+    assert len(noise["metric_repeat"]["per_window"]) == contexts
+    assert 0 < noise["kl_mean"] < board["rows"][0]["mean"]  # run-to-run noise, below the quantization's
+    assert "    noise model: measured repeat variation " in out, out[-3000:]
+    assert re.search(r"^    -  fine-hidden\.repeat .* tied with fine-hidden \(its first capture\)", out,
+                     flags=re.M), out[-3000:]
+    diff = subprocess.run([sys.executable, "-m", "kldtui", "diff", str(work / "comparison-fine-hidden.json"),
+                           str(work / "comparison-coarse-hidden.json"), "--noise",
+                           str(work / "noise-model.json")], capture_output=True, text=True, timeout=120)
+    assert diff.returncode == 0 and "noise model: measured repeat variation " in diff.stdout, diff.stdout
+    assert unmeasured not in diff.stdout and "noise model: none" not in diff.stdout, diff.stdout
     assert f"export-head: done - LM head [{demo.DEMO_VOCAB}, " in out
-    # each compare names its two heads once, not once per context it compares as it is finalized,
-    # and says their hashes were checked (a quick hash prints no progress line)
+    # each compare (the repeat's too) names its two heads once, not once per context it compares as
+    # it is finalized, and says their hashes were checked (a quick hash prints no progress line)
     assert out.count("SHA-256 matches its manifest, mapped from the page cache") == \
-        2 * len(demo.DEMO_CANDIDATES), out[-3000:]
+        2 * (len(demo.DEMO_CANDIDATES) + 1), out[-3000:]  # and the leader's repeat
     # read over SSH: every fact once. The demo printed each head's "verify LM head ... (100%)" twice
     # and its file's line twice, every context's 0 % and 100 % rows, and the reference's check once
     # more for every candidate
