@@ -96,3 +96,11 @@ def clustered_candidates(base: Path) -> dict[str, Path]:
         out[name].write_text(json.dumps(with_context_kl(doc, values, name)))
     out["keys"] = path  # the measured report, for the refusals
     return out
+
+
+def hidden_state_bits(path: Path) -> np.ndarray:
+    """The BF16 bits of a hidden-state chunk's rows, as saved."""
+    from kldtui.formats.safetensors_io import RowReader
+
+    with RowReader(path, "hidden_states", "BF16") as reader:
+        return reader.read(0, reader.rows)

@@ -63,7 +63,7 @@ def test_every_view_of_the_board_and_the_diff_say_no_verdict(
     assert line.endswith("no verdict") and "(estimate only)" in line, line
     assert "windows needed: B vs best" not in text, text  # more windows would not bound it
     legend = next(x for x in text.splitlines() if x.startswith("tie: "))
-    assert "no verdict = " in legend and "no finite interval" in legend, legend
+    assert "no verdict = " in legend and "with a finite interval" in legend, legend
     row = json.loads(out.read_text())["rows"][1]
     assert (row["tied_with_best"], row["outcome_vs_best"]) == (False, "no_finite_interval"), row
     assert row["verdict_vs_best"].startswith(f"no verdict: {REASON}"), row

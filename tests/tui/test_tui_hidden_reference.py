@@ -80,7 +80,8 @@ async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: 
     for reports, unit, ties in ((paths, "context", "source cluster"), (logits, "window", "window")):
         other = "window" if unit == "context" else "context"
         for shown, said in ((reports, (f"per-{unit} difference of the two marked reports",
-                                       f"per {unit}, per domain", f"too few {ties}s to tell")),
+                                       f"per {unit}, per domain",
+                                       f"too few {ties}s, or no calibrated verdict")),
                             (reports[:1], (f"per-{unit} chart",))):
             app = create_app(reports=shown, config_dir=tmp_path / "cfg", remember_theme=False)
             async with app.run_test(size=(200, 50)) as pilot:

@@ -26,15 +26,9 @@ from kldtui.formats.suite_writer import write_suite
 from kldtui.hook import vllm_plugin as vp
 from kldtui.metrics.replay import NumpyReplay, bf16_to_f32, f32_to_bf16
 from tests.fixtures_capture_io import InlineIO
+from tests.fixtures_hidden import hidden_state_bits
 from tests.fixtures_vllm_plugin import TinyModel as TorchTinyModel
 from tests.fixtures_vllm_plugin import V1Request, V1Runner, V2Request, v1_original, v2_batch, v2_original
-
-
-def _hidden_bits(path) -> np.ndarray:  # type: ignore[no-untyped-def]
-    from kldtui.formats.safetensors_io import RowReader
-
-    with RowReader(path, "hidden_states", "BF16") as reader:
-        return reader.read(0, reader.rows)
 
 
 def _bf16_values(x: np.ndarray) -> np.ndarray:
@@ -84,7 +78,7 @@ def test_the_sink_writes_bf16_hidden_chunks_and_for_a_marked_request_the_live_lo
         assert sink.put(rid, 0, pieces, 50)
         checked = check_chunk_dir(tmp_path / "cap" / rid, window, check_values=True, kind=HIDDEN_CHUNKS)
         assert checked.vocab_size == 50 and checked.names == ["hidden.rows-000000-000039.safetensors"]
-        data = _hidden_bits(checked.chunks[0].path)
+        data = hidden_state_bits(checked.chunks[0].path)
         assert data.dtype == np.uint16 and data.shape == (39, 12)
         assert np.array_equal(data, f32_to_bf16(hidden))  # rounded to nearest even once
     assert sorted(p.name for p in (tmp_path / "cap" / plain).iterdir()) == [
@@ -181,7 +175,7 @@ def test_v1_saves_the_tensor_passed_to_compute_logits(capture) -> None:
     names = sorted(p.name for p in (capture / rid).iterdir())
     assert names == ["hidden.rows-000000-000256.safetensors", "hidden.rows-000256-000299.safetensors",
                      "logits.rows-000000-000256.safetensors", "logits.rows-000256-000299.safetensors"]
-    got_h = np.concatenate([_hidden_bits(capture / rid / n) for n in names[:2]])
+    got_h = np.concatenate([hidden_state_bits(capture / rid / n) for n in names[:2]])
     assert np.array_equal(got_h, f32_to_bf16(np.concatenate(expected_h)))
     got_l = np.concatenate([load_file(capture / rid / n)["logits"] for n in names[2:]])
     np.testing.assert_array_equal(got_l, np.concatenate(expected_l))
@@ -199,8 +193,8 @@ def test_v2_saves_each_requests_rows_of_the_logits_fn_input(capture) -> None:
     vp.flush()
     a = capture / reqs[0].req_id
     assert sorted(p.name for p in a.iterdir()) == ["hidden.rows-000000-001499.safetensors"]
-    got = _hidden_bits(a / "hidden.rows-000000-001499.safetensors")
+    got = hidden_state_bits(a / "hidden.rows-000000-001499.safetensors")
     assert np.array_equal(got, f32_to_bf16(states[:1499].numpy()))  # across the 1,024-row slices
     c = capture / reqs[1].req_id
-    got = _hidden_bits(c / "hidden.rows-001000-001700.safetensors")
+    got = hidden_state_bits(c / "hidden.rows-001000-001700.safetensors")
     assert np.array_equal(got, f32_to_bf16(states[1500:2200].numpy()))

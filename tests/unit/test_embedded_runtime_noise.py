@@ -14,7 +14,7 @@ from kldtui.capture_modes import HIDDEN
 from kldtui.embedded import server
 from kldtui.embedded.model import TinyModel, log_softmax
 from kldtui.metrics.replay import bf16_to_f32
-from tests.unit.test_capture_hidden import _hidden_bits
+from tests.fixtures_hidden import hidden_state_bits
 
 VOCAB = 512
 SEED = 7
@@ -32,7 +32,7 @@ def _serve(folder: Path, runtime_seed: int, noise: float = NOISE) -> tuple[np.nd
     assert [p.name for p in chunks] == ["hidden.rows-000000-000064.safetensors",
                                         "hidden.rows-000064-000128.safetensors",
                                         "hidden.rows-000128-000149.safetensors"]
-    states = bf16_to_f32(np.concatenate([_hidden_bits(p) for p in chunks]))
+    states = bf16_to_f32(np.concatenate([hidden_state_bits(p) for p in chunks]))
     entries = answer["choices"][0]["prompt_logprobs"][1:]
     logprobs = [entry[str(token)]["logprob"] for entry, token in zip(entries, PROMPT[1:], strict=True)]
     return states, logprobs
