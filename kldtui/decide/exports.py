@@ -72,9 +72,6 @@ class ExportTable:
     noise_model: str
     notes: list[str]
     unit: str = WINDOW_UNIT  # what the windows are called (the leaderboard's: a hidden-state suite's context)
-    # what the verdicts count (Leaderboard.tie_unit: a hidden-state suite's source clusters), and how many
-    tie_unit: str = WINDOW_UNIT
-    tie_units: int = 0
 
 
 def _verdict(row: LeaderboardRow, unit: str) -> str:
@@ -150,7 +147,7 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
                        reference_identity=(first.reference_identity_sha256 or first.reference_manifest_sha256)
                        if first else None,
                        kldtui_versions=versions, noise_model=board.noise_source, notes=list(board.notes),
-                       unit=board.unit, tie_unit=board.tie_unit, tie_units=board.units_tied_over)
+                       unit=board.unit)
 
 
 # ----------------------------------------------------------------------------- shared cells
