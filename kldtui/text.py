@@ -8,6 +8,7 @@ and nothing from kldtui: any layer may use it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -40,6 +41,31 @@ def plain_number(x: float) -> str:
     if value != 0 and not low <= abs(float(rounded)) < high:
         return rounded
     return format(Decimal(rounded), "f")
+
+
+def _no_finite_end(low: float, high: float, shown: Callable[[float], str]) -> str | None:
+    """An interval with an end that is not finite, that end in words; None when both are finite."""
+    if math.isfinite(low) and math.isfinite(high):
+        return None
+    if math.isfinite(low):
+        return f"from {shown(low)} with no finite upper end"
+    if math.isfinite(high):
+        return f"up to {shown(high)} with no finite lower end"
+    return "with no finite end"
+
+
+def interval_range(low: float, high: float, shown: Callable[[float], str] = plain_number) -> str:
+    """``low to high`` in a sentence, each end ``shown``; an end that is not finite (it overflowed: KL
+    over dozens of orders of magnitude) in words: ``from 0.2 with no finite upper end``, never
+    ``0.2 to inf``."""
+    return _no_finite_end(low, high, shown) or f"{shown(low)} to {shown(high)}"
+
+
+def interval_ends(low: float, high: float, shown: Callable[[float], str] = plain_number) -> str:
+    """``[low, high]`` beside a figure, each end ``shown``; an end that is not finite in the words of
+    :func:`interval_range` (``from 0.2 with no finite upper end``, never ``[0.2, inf]`` or
+    ``[0.2, n/a]``): the text summary (``kldtui view``), the viewer and the leaderboard's tables."""
+    return _no_finite_end(low, high, shown) or f"[{shown(low)}, {shown(high)}]"
 
 
 BYTE_UNITS = ("B", "bytes")

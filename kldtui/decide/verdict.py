@@ -30,7 +30,7 @@ simulation that chose every rule and the error rates it measured):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -39,7 +39,7 @@ import numpy as np
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics import inference as inf
 from kldtui.metrics.stats import holm, t_quantile
-from kldtui.text import PLAIN_RANGE, TIED_OUTCOMES, plain_number
+from kldtui.text import PLAIN_RANGE, TIED_OUTCOMES, interval_range, plain_number
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -677,18 +677,6 @@ def _nearer_end(iv: VerdictInterval) -> float | None:
 _n = plain_number
 
 
-def _range(lo: float, hi: float, shown: Callable[[float], str] = plain_number) -> str:
-    """``lo to hi``, each end ``shown``; an end that is not finite in words, as the diff's "no interval"
-    line says it ("from 0.2 with no finite upper end", never "0.2 to inf")."""
-    if math.isfinite(lo) and math.isfinite(hi):
-        return f"{shown(lo)} to {shown(hi)}"
-    if math.isfinite(lo):
-        return f"from {shown(lo)} with no finite upper end"
-    if math.isfinite(hi):
-        return f"up to {shown(hi)} with no finite lower end"
-    return "with no finite end"
-
-
 def _percent(value: float) -> str:
     """A whole percentage ("24 %"); in :func:`plain_number`'s form where its digits would run on."""
     return f"{value:.0f} %" if abs(value) < PLAIN_RANGE[1] else f"{plain_number(value)} %"
@@ -701,7 +689,7 @@ def _percent_range(iv: VerdictInterval, worse: bool) -> str:
     lo, hi = (iv.ratio_low - 1.0) * 100, (iv.ratio_high - 1.0) * 100
     if not worse:
         lo, hi = -hi, -lo
-    return f" ({_range(lo, hi, _percent)})"
+    return f" ({interval_range(lo, hi, _percent)})"
 
 
 def needed_words(windows: int | None, unit: str = WINDOW_UNIT) -> str:
@@ -744,7 +732,7 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
         return (f"no verdict: {iv.no_interval_reason(unit)}{where}, whose KL spans too many orders of "
                 "magnitude to bound it, so the rule shows neither a difference nor that there is none: "
                 f"{name_b} - {name_a} = {_n(iv.estimate)} KL is an estimate only")
-    interval = (f"95 % interval {_range(iv.ci95_low, iv.ci95_high)}" if iv.has_interval  # type: ignore[arg-type]
+    interval = (f"95 % interval {interval_range(iv.ci95_low, iv.ci95_high)}" if iv.has_interval  # type: ignore[arg-type]
                 else "no interval")
     if decision.outcome == "cannot_calibrate":
         point = name_b if iv.estimate < 0 else name_a
@@ -775,7 +763,7 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     interval = "no interval"
     if iv.has_interval:
         lo, hi = (iv.ci95_low, iv.ci95_high) if worse else (-iv.ci95_high, -iv.ci95_low)  # type: ignore[operator]
-        interval = f"95 % interval {_range(lo, hi)}{_percent_range(iv, worse)}"  # type: ignore[arg-type]
+        interval = f"95 % interval {interval_range(lo, hi)}{_percent_range(iv, worse)}"  # type: ignore[arg-type]
     text = (f"{name_b} is {'worse' if worse else 'better'} than {name_a} by {_n(size)} KL{pct}, {interval}, "
             f"{over}")
     if iv.interval_source == "model_and_windows":
