@@ -27,7 +27,7 @@ from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import markdown_literal
-from kldtui.text import outcome_words
+from kldtui.text import interval_ends, outcome_words
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -197,7 +197,7 @@ def _interval_cell(r: ExportRow) -> str:
     """The row's 95 % interval, or why there is none (too few windows: no "95 %" from a few)."""
     if interval_rests_on_too_few(r.windows):
         return too_few_text(r.windows, short=True, unit=r.report.unit)
-    return f"[{_g(r.ci_low)}, {_g(r.ci_high)}]"
+    return interval_ends(r.ci_low, r.ci_high, _g)
 
 
 def to_markdown(table: ExportTable) -> str:

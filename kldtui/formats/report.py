@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import REPORT_FORMAT, REPORT_LIMIT, REPORT_REMEDY, ComparisonReport
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
-from kldtui.text import plural, top_k
+from kldtui.text import interval_ends, plural, top_k
 
 
 def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, Any],
@@ -64,6 +64,14 @@ def _f(value: Any, digits: int = 6) -> str:
 
 def _pct(value: Any) -> str:
     return f"{100.0 * value:.4f} %" if _number(value) else "n/a"
+
+
+def _ends(low: float | None, high: float | None, shown: Callable[[Any], str] = _f) -> str:
+    """``[low, high]``; an end that overflowed in words (kldtui.text.interval_ends), an unknown one
+    ``n/a``."""
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return f"[{shown(low)}, {shown(high)}]"
+    return interval_ends(low, high, shown)
 
 
 def _text(value: str | None) -> str:
@@ -143,9 +151,9 @@ def summary_text(report: ComparisonReport) -> str:
         head = (f"KL(reference || candidate) = {_f(boot.estimate)}  ({counted}: too few {unit}s for a "
                 f"95 % interval, which needs {MIN_INTERVAL_WINDOWS})")
     else:
-        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% interval [{_f(mean_iv.ci95_low)}, "
-                f"{_f(mean_iv.ci95_high)}]  ({counted}; the original comparator's {unit} bootstrap "
-                f"[{_f(boot.ci95_low)}, {_f(boot.ci95_high)}])")
+        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% interval "
+                f"{_ends(mean_iv.ci95_low, mean_iv.ci95_high)}  ({counted}; the original comparator's "
+                f"{unit} bootstrap {_ends(boot.ci95_low, boot.ci95_high)})")
     p99_9 = f"  p99.9 {_f(kl.p99_9)}" if _number(kl.p99_9) else ""
     lines = [
         head,
@@ -171,7 +179,7 @@ def summary_text(report: ComparisonReport) -> str:
     if nt is not None:
         pb = nt.perplexity_ratio_window_cluster_bootstrap
         dp = nt.delta_p
-        ratio_iv = (f"[{_f(pb and pb.ci95_low)}, {_f(pb and pb.ci95_high)}]"
+        ratio_iv = (_ends(pb.ci95_low if pb else None, pb.ci95_high if pb else None)
                     if not interval_rests_on_too_few(n) else f"(no interval: too few {unit}s)")
         rms = "" if rms_delta_p_shown_as_figure(report) else f" rms {_f(dp and dp.rms)}"
         lines.append(f"  next token: perplexity ref {_f(nt.perplexity_reference)}  cand "
@@ -228,7 +236,7 @@ def figure_lines(report: ComparisonReport) -> list[str]:
         interval = ""
         if not interval_rests_on_too_few(report.windows):  # no "95 %" from a few windows
             if head is not None and head.ci95_low is not None and head.ci95_high is not None:
-                interval = f" [{show(head.ci95_low)}, {show(head.ci95_high)}]"
+                interval = f" {_ends(head.ci95_low, head.ci95_high, show)}"
             elif boot is not None and boot.ci95_low is not None and boot.ci95_high is not None:
                 interval = f" [{show(boot.ci95_low)}, {show(boot.ci95_high)}]"
         unit = f" {fig.unit}" if fig.unit else ""

@@ -28,6 +28,7 @@ from kldtui.formats.report_names import (
     too_few_text,
 )
 from kldtui.formats.suite import WINDOW_UNIT
+from kldtui.text import interval_ends
 
 
 @dataclass(frozen=True)
@@ -49,16 +50,24 @@ class Band:
         return interval_rests_on_too_few(self.windows)
 
     @property
-    def interval(self) -> tuple[float, float] | None:
-        """(low, high) when the interval is to be shown, else None."""
+    def ends(self) -> tuple[float, float] | None:
+        """(low, high) when the interval is to be shown, an end that overflowed (KL over dozens of
+        orders of magnitude) infinite, else None."""
         if self.low is None or self.high is None or self.too_few:
             return None
         return self.low, self.high
 
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """:attr:`ends` when both are finite (what a chart can draw), else None."""
+        ends = self.ends
+        return ends if ends is not None and all(math.isfinite(e) for e in ends) else None
+
     def interval_text(self, fmt: str = "{:.5f}", short: bool = True) -> str:
-        """``[low, high]``, or why there is none (``too few windows (2)``), or ``-``."""
-        if self.interval is not None:
-            return f"[{fmt.format(self.interval[0])}, {fmt.format(self.interval[1])}]"
+        """``[low, high]`` (an end that is not finite in words: kldtui.text.interval_ends), or why there
+        is none (``too few windows (2)``), or ``-``."""
+        if self.ends is not None:
+            return interval_ends(*self.ends, fmt.format)
         if self.too_few and self.windows is not None:
             return too_few_text(self.windows, short=short, unit=self.unit)
         return "-"
@@ -66,7 +75,7 @@ class Band:
     def text(self, fmt: str = "{:.5f}", short: bool = False) -> str:
         """``estimate [low, high]``, or the estimate and why there is no interval (``short``: in a
         few words, for a second figure on a line that already said it)."""
-        if self.interval is not None:
+        if self.ends is not None:
             return f"{fmt.format(self.estimate)} {self.interval_text(fmt)}"
         if self.too_few and self.windows is not None:
             why = (f"no interval: too few {self.unit}s" if short
@@ -166,6 +175,11 @@ def _num(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _end(value: float | None) -> float | None:
+    """An interval's end: an infinite one kept (it overflowed, and is said in words), NaN unknown."""
+    return None if value is None or math.isnan(value) else value
+
+
 def _band(boot: Bootstrap | Interval | HeadlineInterval | None, estimate: float | None = None,
           windows: int | None = None, unit: str = WINDOW_UNIT) -> Band | None:
     est = _num(boot.estimate) if boot is not None else None
@@ -175,7 +189,7 @@ def _band(boot: Bootstrap | Interval | HeadlineInterval | None, estimate: float 
         return None
     if boot is None:
         return Band(est, windows=windows, unit=unit)
-    return Band(est, _num(boot.ci95_low), _num(boot.ci95_high), windows, unit)
+    return Band(est, _end(boot.ci95_low), _end(boot.ci95_high), windows, unit)
 
 
 def window_bars(report: ComparisonReport) -> list[WindowBar]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from kldtui.events import Standing
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, human_bytes, outcome_words
+from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, human_bytes, interval_ends, outcome_words
 
 # the verdict right after the mean: what a narrow terminal must still show
 HEADERS = ("#", "candidate", "mean KL", "verdict vs best", "95% interval", "size", "bpw")
@@ -63,8 +63,9 @@ def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT,
     """One row of the leaderboard (columns :data:`HEADERS`) over ``windows`` windows, called ``unit``
     (fewer than an interval needs: the interval cell says so instead of showing one); its verdict counts
     ``tie_unit`` s (a hidden-state suite's source clusters; "": the windows)."""
-    known = row.ci_low is not None and row.ci_high is not None
-    interval = f"[{_num(row.ci_low)}, {_num(row.ci_high)}]" if known else "-"
+    low, high = row.ci_low, row.ci_high
+    known = low is not None and high is not None
+    interval = interval_ends(low, high, _num) if low is not None and high is not None else "-"
     if known and windows and interval_rests_on_too_few(windows):
         interval = too_few_text(windows, short=True, unit=unit)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"

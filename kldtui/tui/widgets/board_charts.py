@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 
 from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
-from kldtui.text import BarAxis, bar_axis, interval_bar
+from kldtui.text import BarAxis, bar_axis, interval_bar, interval_ends
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         values = s.kl_mean[-cols:]
         spark = "".join(block(v) for v in values)
         text.append(f"{s.name[:label]:<{label}} {spark} ")
-        interval = f"[{_g(s.ci_low)}, {_g(s.ci_high)}]" if s.interval_shown else \
+        interval = interval_ends(s.ci_low, s.ci_high, _g) if s.interval_shown else \
             too_few_text(s.windows, short=True, unit=data.unit)
         text.append(f"{_g(s.mean)} {interval}\n", style="dim")
     # -- per domain --------------------------------------------------------------------------------

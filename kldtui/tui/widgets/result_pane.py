@@ -56,7 +56,7 @@ class ResultPane(VerticalScroll):
             text.append("\n")
         text.append("mean KL  ", style="bold")
         text.append(r.kl.text() if r.kl is not None else "-")
-        if r.kl is not None and r.kl.interval is not None:
+        if r.kl is not None and r.kl.ends is not None:
             text.append("  (95%)")
         if r.kl_quantiles:
             text.append("\nper-token KL ", style="bold")
