@@ -14,7 +14,14 @@ from typing import Any
 from kldtui.errors import BadInput, size_text
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
-from kldtui.formats.report_model import REPORT_FORMAT, REPORT_LIMIT, REPORT_REMEDY, ComparisonReport
+from kldtui.formats.report_model import (
+    REPORT_FORMAT,
+    REPORT_LIMIT,
+    REPORT_REMEDY,
+    ComparisonReport,
+    HeadlineInterval,
+    Interval,
+)
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
 from kldtui.text import interval_ends, plural, top_k
 
@@ -72,6 +79,15 @@ def _ends(low: float | None, high: float | None, shown: Callable[[Any], str] = _
     if low is None or high is None or math.isnan(low) or math.isnan(high):
         return f"[{shown(low)}, {shown(high)}]"
     return interval_ends(low, high, shown)
+
+
+def _over_every_position(estimate: str, overall: str, unit: str, measure: str = "") -> str:
+    """Beside an interval and its estimate (from the values of the report's ``unit`` s), the figure over
+    every position (in ``measure``: `` %``) where it reads otherwise: windows of unequal positions, or
+    a figure that is not a mean (an RMS). Nothing where the two read the same."""
+    if overall == estimate:
+        return ""
+    return f" (from the {unit}s' values; over every position {overall}{measure})"
 
 
 def _text(value: str | None) -> str:
@@ -133,10 +149,10 @@ def clustered_line(report: ComparisonReport) -> str | None:
 def summary_text(report: ComparisonReport) -> str:
     """A human-readable multi-line summary; the first line is the headline.
 
-    The headline interval is the report's ``kl_mean_interval`` (docs/STATISTICS.md), the original
-    comparator's window bootstrap beside it. An interval that rests on too few windows
-    (:func:`interval_rests_on_too_few`) is not printed as a 95 % interval: the line says how many
-    windows there are instead."""
+    The headline interval is the report's ``kl_mean_interval`` (docs/STATISTICS.md), with its own
+    estimate (the mean of window means), the original comparator's window bootstrap beside it. An
+    interval that rests on too few windows (:func:`interval_rests_on_too_few`) is not printed as a
+    95 % interval: the line says how many windows there are instead."""
     from kldtui.formats.report_names import kl_headline_interval
 
     boot = report.kl_window_cluster_bootstrap
@@ -147,13 +163,18 @@ def summary_text(report: ComparisonReport) -> str:
     unit = report.unit
     n = report.windows
     counted = f"{plural(n, unit)}, {plural(report.positions, 'position')}"
+    # the headline interval's own estimate, the mean of window means; the original comparator's
+    # bootstrap says its own where it differs (a report of its scripts may take another mean)
+    estimate = _f(mean_iv.estimate)
     if interval_rests_on_too_few(n):
-        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  ({counted}: too few {unit}s for a "
+        head = (f"KL(reference || candidate) = {estimate}  ({counted}: too few {unit}s for a "
                 f"95 % interval, which needs {MIN_INTERVAL_WINDOWS})")
     else:
-        head = (f"KL(reference || candidate) = {_f(boot.estimate)}  95% interval "
+        theirs = _f(boot.estimate)
+        theirs = "" if theirs == estimate else f"{theirs} "
+        head = (f"KL(reference || candidate) = {estimate}  95% interval "
                 f"{_ends(mean_iv.ci95_low, mean_iv.ci95_high)}  ({counted}; the original comparator's "
-                f"{unit} bootstrap {_ends(boot.ci95_low, boot.ci95_high)})")
+                f"{unit} bootstrap {theirs}{_ends(boot.ci95_low, boot.ci95_high)})")
     p99_9 = f"  p99.9 {_f(kl.p99_9)}" if _number(kl.p99_9) else ""
     lines = [
         head,
@@ -179,11 +200,17 @@ def summary_text(report: ComparisonReport) -> str:
     if nt is not None:
         pb = nt.perplexity_ratio_window_cluster_bootstrap
         dp = nt.delta_p
-        ratio_iv = (_ends(pb.ci95_low if pb else None, pb.ci95_high if pb else None)
-                    if not interval_rests_on_too_few(n) else f"(no interval: too few {unit}s)")
+        overall = _f(nt.perplexity_ratio)
+        if interval_rests_on_too_few(n):
+            ratio = f"{overall} (no interval: too few {unit}s)"
+        elif pb is None or pb.estimate is None:
+            ratio = f"{overall} [n/a, n/a]"
+        else:  # the bootstrap's own estimate, exp of the windows' mean NLL difference
+            ratio = (f"{_f(pb.estimate)} {_ends(pb.ci95_low, pb.ci95_high)}"
+                     f"{_over_every_position(_f(pb.estimate), overall, unit)}")
         rms = "" if rms_delta_p_shown_as_figure(report) else f" rms {_f(dp and dp.rms)}"
         lines.append(f"  next token: perplexity ref {_f(nt.perplexity_reference)}  cand "
-                     f"{_f(nt.perplexity_candidate)}  ratio {_f(nt.perplexity_ratio)} {ratio_iv}  "
+                     f"{_f(nt.perplexity_candidate)}  ratio {ratio}  "
                      f"Δp mean {_f(dp and dp.mean)}{rms}")
     if report.domains:
         counts = domain_windows(report)
@@ -221,7 +248,9 @@ def rms_delta_p_shown_as_figure(report: ComparisonReport) -> bool:
 
 def figure_lines(report: ComparisonReport) -> list[str]:
     """One line per registered per-row figure the report carries (its ``figures`` object): label,
-    value over every position, 95 % window-cluster interval, unit; formatted as the figure's
+    the 95 % window-cluster interval with its own estimate (the mean of the window values), unit;
+    the value over every position beside it where that reads otherwise (windows of unequal positions,
+    a figure that is not a mean), alone where there is no interval. Formatted as the figure's
     registration says (kldtui.metrics.figures), 6 significant digits for one this kldtui does not
     register (a report from a newer version)."""
     from kldtui.formats.report_names import figure_headline_interval
@@ -233,16 +262,22 @@ def figure_lines(report: ComparisonReport) -> list[str]:
         show = known.format if known is not None else _f
         head = figure_headline_interval(report, name)  # from its windows: the stored one is not proof
         boot = fig.window_cluster_bootstrap
-        interval = ""
+        shown: Interval | HeadlineInterval | None = None
         if not interval_rests_on_too_few(report.windows):  # no "95 %" from a few windows
             if head is not None and head.ci95_low is not None and head.ci95_high is not None:
-                interval = f" {_ends(head.ci95_low, head.ci95_high, show)}"
+                shown = head
             elif boot is not None and boot.ci95_low is not None and boot.ci95_high is not None:
-                interval = f" [{show(boot.ci95_low)}, {show(boot.ci95_high)}]"
+                shown = boot
         unit = f" {fig.unit}" if fig.unit else ""
         per_token = (f"; per position as llama.cpp counts it ± {show(fig.per_token_uncertainty)}"
                      if fig.per_token_uncertainty is not None else "")
-        lines.append(f"{fig.label} {show(fig.value)}{interval}{unit}{per_token}")
+        overall = show(fig.value)
+        if shown is None:
+            lines.append(f"{fig.label} {overall}{unit}{per_token}")
+            continue
+        estimate = show(shown.estimate)  # the interval's own: never an estimate it is not about
+        lines.append(f"{fig.label} {estimate} {_ends(shown.ci95_low, shown.ci95_high, show)}{unit}"
+                     f"{_over_every_position(estimate, overall, report.unit, unit)}{per_token}")
     return lines
 
 
