@@ -161,6 +161,23 @@ async def test_at_200x50_each_key_of_the_help_is_one_line(tmp_path: Path) -> Non
 
 
 @sync
+async def test_at_200x50_the_tie_column_over_source_clusters_is_one_line(tmp_path: Path) -> None:
+    """The longest key's words, "no verdict" over a hidden-state suite's source clusters (136 cells with
+    its key): the dialog was 112 columns wide and they wrapped, over windows too."""
+    from kldtui.tui.screens.board import tie_column_help
+
+    app = create_app(reports=_two_reports(tmp_path), config_dir=tmp_path, remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        await app.push_screen(HelpScreen((tie_column_help("source cluster"),)))
+        await pilot.pause()
+        lines = drawn_lines(app, "#help-text")
+        said = [line for line in lines if "no verdict" in line]
+        assert said and said[0].rstrip().endswith("on these source clusters"), lines
+        assert not any(line.startswith("   ") for line in lines), "\n".join(lines)
+
+
+@sync
 async def test_the_difference_of_the_best_and_a_row_says_its_verdict_once(tmp_path: Path) -> None:
     """At 200x50, two reports marked and d pressed, the line under the table (the selected row's
     verdict against the best) and the difference pane just below it said the same long sentence word
