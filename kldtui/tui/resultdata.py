@@ -8,7 +8,7 @@ as "-".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,12 @@ from kldtui.formats.report_names import (
     too_few_text,
 )
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import interval_ends
+from kldtui.text import interval_ends, table_figure
+
+
+def _formatter(fmt: str | None) -> Callable[[float], str]:
+    """A figure's text: in the format string ``fmt``; None: a KL's (:func:`~kldtui.text.table_figure`)."""
+    return table_figure if fmt is None else fmt.format
 
 
 @dataclass(frozen=True)
@@ -63,25 +68,28 @@ class Band:
         ends = self.ends
         return ends if ends is not None and all(math.isfinite(e) for e in ends) else None
 
-    def interval_text(self, fmt: str = "{:.5f}", short: bool = True) -> str:
+    def interval_text(self, fmt: str | None = None, short: bool = True) -> str:
         """``[low, high]`` (an end that is not finite in words: kldtui.text.interval_ends), or why there
-        is none (``too few windows (2)``), or ``-``."""
+        is none (``too few windows (2)``), or ``-``; each figure in ``fmt`` (a format string; None: a
+        KL's, :func:`~kldtui.text.table_figure`)."""
         if self.ends is not None:
-            return interval_ends(*self.ends, fmt.format)
+            return interval_ends(*self.ends, _formatter(fmt))
         if self.too_few and self.windows is not None:
             return too_few_text(self.windows, short=short, unit=self.unit)
         return "-"
 
-    def text(self, fmt: str = "{:.5f}", short: bool = False) -> str:
+    def text(self, fmt: str | None = None, short: bool = False) -> str:
         """``estimate [low, high]``, or the estimate and why there is no interval (``short``: in a
-        few words, for a second figure on a line that already said it)."""
+        few words, for a second figure on a line that already said it); ``fmt`` as
+        :meth:`interval_text`'s."""
+        estimate = _formatter(fmt)(self.estimate)
         if self.ends is not None:
-            return f"{fmt.format(self.estimate)} {self.interval_text(fmt)}"
+            return f"{estimate} {self.interval_text(fmt)}"
         if self.too_few and self.windows is not None:
             why = (f"no interval: too few {self.unit}s" if short
                    else too_few_text(self.windows, unit=self.unit))
-            return f"{fmt.format(self.estimate)} ({why})"
-        return fmt.format(self.estimate)
+            return f"{estimate} ({why})"
+        return estimate
 
 
 @dataclass(frozen=True)

@@ -12,21 +12,13 @@ from collections.abc import Sequence
 from kldtui.events import Standing
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, human_bytes, interval_ends, outcome_words
+from kldtui.text import NAMED_OUTCOMES, TIED_OUTCOMES, human_bytes, interval_ends, outcome_words, table_figure
 
 # the verdict right after the mean: what a narrow terminal must still show
 HEADERS = ("#", "candidate", "mean KL", "verdict vs best", "95% interval", "size", "bpw")
 
 _STATE_WORDS = {"waiting": "waiting", "running": "running…", "stopped early": "stopped early (not ranked)",
                 "failed": "failed"}
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
-        return f"{value:.3g}"
-    return f"{value:.4g}"
 
 
 def _size(size: int | None) -> str:
@@ -65,11 +57,11 @@ def cells(row: Standing, windows: int | None = None, unit: str = WINDOW_UNIT,
     ``tie_unit`` s (a hidden-state suite's source clusters; "": the windows)."""
     low, high = row.ci_low, row.ci_high
     known = low is not None and high is not None
-    interval = interval_ends(low, high, _num) if low is not None and high is not None else "-"
+    interval = interval_ends(low, high, table_figure) if low is not None and high is not None else "-"
     if known and windows and interval_rests_on_too_few(windows):
         interval = too_few_text(windows, short=True, unit=unit)
     bpw = "-" if row.bits_per_weight is None else f"{row.bits_per_weight:.2f}"
-    return [str(row.rank) if row.rank is not None else "-", row.name, _num(row.mean),
+    return [str(row.rank) if row.rank is not None else "-", row.name, table_figure(row.mean),
             verdict_words(row, tie_unit or unit), interval, _size(row.size_bytes), bpw]
 
 

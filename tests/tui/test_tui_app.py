@@ -8,6 +8,7 @@ from typing import Any
 from textual.widgets import DataTable, Static
 
 from kldtui.errors import BadInput
+from kldtui.text import table_figure
 from kldtui.tui.app import create_app
 from kldtui.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -54,7 +55,8 @@ async def test_run_all_to_the_end_fills_every_widget(tmp_path: Path) -> None:
         assert app.query_one("#tabs").active == "result"
         summary = static_text(app, "#result-summary")
         boot = headline_of(report_kl)  # the headline interval (docs/STATISTICS.md)
-        assert f"{boot['estimate']:.5f} [{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in summary
+        shown = [table_figure(boot[k]) for k in ("estimate", "ci95_low", "ci95_high")]
+        assert f"{shown[0]} [{shown[1]}, {shown[2]}]" in summary
         assert "top-1" in summary and "PPL ratio" in summary and "Δp" in summary
         table = app.query_one("#result-domains", DataTable)
         domains = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
@@ -272,7 +274,7 @@ async def test_viewer_single_reports_of_both_kinds(tmp_path: Path) -> None:
             text = static_text(app, "#result-summary")
             assert "q4-model" in text
             boot = headline_of(report)
-            assert f"[{boot['ci95_low']:.5f}, {boot['ci95_high']:.5f}]" in text
+            assert f"[{table_figure(boot['ci95_low'])}, {table_figure(boot['ci95_high'])}]" in text
             assert ("original comparator report" in text) is original
             assert len(app.query_one(KLChart).bars) == 8
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Static, TabbedContent
 
+from kldtui.text import table_figure
 from kldtui.tui.app import create_app
 from kldtui.tui.widgets import CampaignBoard, LeaderboardTable, LogView, ProgressPanel
 from tests.fixtures_tui import headline_of, settle, static_text, sync, until
@@ -90,7 +91,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         # exclusive worker of the same group) may cancel while its thread still runs: wait for
         # what the screen shows, not for the workers
         await until(pilot, lambda: again.query_one("#tabs", TabbedContent).active == "result"
-                    and f"{boot['estimate']:.5f}" in static_text(again, "#result-summary"),
+                    and table_figure(boot['estimate']) in static_text(again, "#result-summary"),
                     "the reopened run's report on the Result tab")
         await settle(again, pilot)  # and the ranking that its arrival started
         model = again.main.model
@@ -100,7 +101,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         # reopened, the dashboard shows the leader's run
         assert [w.kl for w in model.windows.values()] == pytest.approx(leader["per_window_arrays"]["kl_mean"])
         assert again.query_one("#tabs").active == "result"
-        assert f"{boot['estimate']:.5f}" in static_text(again, "#result-summary")
+        assert table_figure(boot['estimate']) in static_text(again, "#result-summary")
         assert any("opened an earlier run" in line for line in again.query_one(LogView).shown_lines()) \
             or any("opened an earlier run" in text for _, text in model.log)
         # and the campaign's standings, from its reports and noise model on disk

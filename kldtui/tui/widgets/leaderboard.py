@@ -7,9 +7,9 @@ from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 
-from kldtui.text import BarAxis, bar_axis, interval_bar
+from kldtui.text import BarAxis, bar_axis, interval_bar, table_figure
 from kldtui.tui.resultdata import Band, ResultData
-from kldtui.tui.widgets.format import clip, fmt_num
+from kldtui.tui.widgets.format import clip
 from kldtui.tui.widgets.plain import plain
 
 
@@ -124,7 +124,7 @@ class LeaderboardTable(DataTable[str | Text]):
         self._ties = dict(ties or {})
         axis = axis_of([r.kl for r in results])
         rows = [[f"{'*' if i in self.marked else ' '}{i + 1}", r.name,
-                 fmt_num(r.kl.estimate if r.kl else None), self._ties.get(i, ""),
+                 table_figure(r.kl.estimate if r.kl else None), self._ties.get(i, ""),
                  r.kl.interval_text() if r.kl is not None else "-"] for i, r in enumerate(results)]
         widths = self.widths(rows, axis)
         name = self.column("candidate")

@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import printable
-from kldtui.text import plural, top_k, window_span
+from kldtui.text import plural, table_figure, top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import fmt_num, shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
@@ -178,7 +178,7 @@ class ResultPane(VerticalScroll):
         for row in result.domains:
             band = row.band
             table.add_row(plain(row.domain), str(row.windows) if row.windows else "-",
-                          fmt_num(band.estimate if band else None),
+                          table_figure(band.estimate if band else None),
                           band.interval_text() if band is not None else "-")
         table.display = bool(result.domains)
         chart.set_unit(result.unit)
