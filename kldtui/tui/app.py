@@ -99,10 +99,12 @@ class KldApp(App[int]):
             theme_files.save_settings({"theme": theme.name}, self.config)
 
     # -- actions every screen shares -----------------------------------------------------------------
+    def quit_note(self) -> str:
+        """What quitting does first, as the help's ``q`` and the palette's Quit say it ("" in the viewer)."""
+        return "; asks first while a server or stage runs" if isinstance(self.main, DashboardScreen) else ""
+
     def action_help(self) -> None:
-        question = "; asks first while a server or stage runs" if isinstance(self.main, DashboardScreen) \
-            else ""
-        self.push_screen(HelpScreen(self.main.help_sections(), quit_note=question,
+        self.push_screen(HelpScreen(self.main.help_sections(), quit_note=self.quit_note(),
                                     notes=self.main.help_notes()))
 
     def action_open_result(self) -> None:
@@ -121,7 +123,10 @@ class KldApp(App[int]):
         self.push_screen(ConfirmScreen(self.main.quit_question), answered)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title == "Quit":  # Textual's "as soon as possible": the dashboard asks first
+                command = SystemCommand("Quit", f"Quit kldtui{self.quit_note()}", self.action_quit)
+            yield command
         yield SystemCommand("Help", "Keys and what they do", self.action_help)
         for title, help_text, callback in self.main.commands():
             yield SystemCommand(title, help_text, callback)

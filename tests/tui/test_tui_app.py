@@ -210,6 +210,21 @@ async def test_log_search_and_help_and_palette(tmp_path: Path) -> None:
 
 
 @sync
+async def test_the_palettes_quit_says_what_q_does(tmp_path: Path) -> None:
+    """The command palette's Quit said Textual's "Quit the application as soon as possible", while in
+    the dashboard it asks first when a server or stage runs (as q does, and the help says)."""
+    viewer = create_app(reports=[write_report(tmp_path / "r.json", make_report("r", 0.02, seed=1))],
+                        config_dir=tmp_path / "cfg")
+    app, _ = dashboard(tmp_path)
+    for one, asks in ((app, True), (viewer, False)):
+        async with one.run_test(size=(100, 30)) as pilot:
+            await settle(one, pilot)
+            said = {c.title: c.help for c in one.get_system_commands(one.screen)}
+            assert "as soon as possible" not in said["Quit"], said["Quit"]
+            assert ("asks first while a server or stage runs" in said["Quit"]) is asks, said["Quit"]
+
+
+@sync
 async def test_open_result_key_loads_a_report(tmp_path: Path) -> None:
     path = write_report(tmp_path / "old.json", make_report("old-run", 0.02, seed=9, original=True))
     app, _ = dashboard(tmp_path)
