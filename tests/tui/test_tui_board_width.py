@@ -35,3 +35,20 @@ async def test_no_verdict_marks_beside_a_long_name_on_a_log_axis_fit_80_columns(
         await settle(app, pilot)
         await until(pilot, lambda: [str(c.label) for c in table.columns.values()][-1] == "interval (log)",
                     "the long header where there is room")
+
+
+@sync
+async def test_at_200_columns_the_bar_takes_40_cells(tmp_path: Path) -> None:
+    """The bar stopped at 20 cells at 200 columns, beside a hundred empty ones: two intervals a twentieth
+    of the axis apart were drawn in one cell. It takes the room there is, up to 40 cells."""
+    paths = [write_report(tmp_path / f"{n}.json", make_report(n, lvl, seed=s))
+             for n, lvl, s in [("q8", 0.004, 1), ("q6", 0.0045, 2), ("q4", 0.02, 3)]]
+    app = create_app(reports=paths, config_dir=tmp_path / "cfg", remember_theme=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        table = app.screen.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: table.row_count == 3, "the ranking")
+        await settle(app, pilot)
+        bar = table.column("interval")
+        assert all(len(str(table.get_row_at(i)[bar])) == 40 for i in range(3))
+        assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)

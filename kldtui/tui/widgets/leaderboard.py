@@ -39,7 +39,8 @@ class LeaderboardTable(DataTable[str | Text]):
     :attr:`NAME_MIN` cells and is cut with a "…" (at 200 columns a name was cut to 18 characters
     beside an empty half of the screen)."""
 
-    BAR_WIDTH = 20
+    # at 200 columns the bar had 20 cells beside 100 empty ones: two intervals a cell apart read as one
+    BAR_WIDTH = 40
     BAR_MIN = 8
     NAME_MIN = 18  # a name cut for room keeps this much (the help, the result pane and the diff say it whole)
 
