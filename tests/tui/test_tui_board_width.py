@@ -8,7 +8,16 @@ from pathlib import Path
 
 from kldtui.tui.app import create_app
 from kldtui.tui.widgets import LeaderboardTable
-from tests.fixtures_tui import make_report, screen_lines, settle, sync, until, write_report
+from tests.fixtures_tui import (
+    drawn_lines,
+    make_report,
+    screen_lines,
+    settle,
+    static_text,
+    sync,
+    until,
+    write_report,
+)
 
 LONG = "small-quant-with-a-long-name"
 
@@ -52,3 +61,25 @@ async def test_at_200_columns_the_bar_takes_40_cells(tmp_path: Path) -> None:
         bar = table.column("interval")
         assert all(len(str(table.get_row_at(i)[bar])) == 40 for i in range(3))
         assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
+
+
+@sync
+async def test_reports_that_cannot_be_paired_say_so_in_one_line_above_the_ranking(tmp_path: Path) -> None:
+    """Reports of two suites rank without tie marks: the reason (both paths, both suites' hashes) took
+    four lines above the table at 80x24, where every other note takes one; the help has it in full."""
+    other = make_report("q4", 0.02, seed=2)
+    other["suite_token_hash_sha256"] = "ef" * 32
+    paths = [write_report(tmp_path / "q8.json", make_report("q8", 0.004, seed=1)),
+             write_report(tmp_path / "q4.json", other)]
+    app = create_app(reports=paths, config_dir=tmp_path / "cfg", remember_theme=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        table = app.screen.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: table.row_count == 2, "the ranking")
+        await settle(app, pilot)
+        note = app.screen.query_one("#board-note")
+        assert note.region.height == 2, static_text(app, "#board-note")  # how to use it, and this
+        assert "no tie marks: these reports cannot be paired (? says why)" in static_text(app, "#board-note")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert "come from different suites" in " ".join(drawn_lines(app, "#help-notes"))

@@ -303,7 +303,10 @@ class BoardScreen(Screen[None]):
                 notes = [*zip(board.notes, board.brief_notes, strict=True),
                          (f"noise model: {board.noise_source}", self.noise_brief(board.noise_brief))]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
-                notes = [(f"no tie marks: {exc}",) * 2]
+                # in one short line above the table, as every note (the paths and hashes took four
+                # lines of 80x24); the help has it in full
+                notes = [(f"no tie marks: {exc}",
+                          "no tie marks: these reports cannot be paired (? says why)")]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
         self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts, unit, tie_unit)
