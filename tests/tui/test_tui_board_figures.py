@@ -48,4 +48,6 @@ async def test_q8_means_keep_their_digits_on_the_ranking_and_the_result_pane(tmp
         await settle(app, pilot)
         first = table.results[0]
         assert first.kl is not None
-        assert f"mean KL  {table_figure(first.kl.estimate)} [" in "\n".join(screen_lines(app))
+        said = "\n".join(screen_lines(app))
+        assert f"mean KL  {table_figure(first.kl.estimate)} [" in said
+        assert first.js_mean is not None and f"JS {table_figure(first.js_mean)} " in said, said

@@ -62,7 +62,7 @@ class ResultPane(VerticalScroll):
             text.append("\nper-token KL ", style="bold")
             text.append("  ".join(f"{label} {value:.4g}" for label, value in r.kl_quantiles))
         text.append("\nJS ")
-        text.append(fmt_num(r.js_mean))
+        text.append(table_figure(r.js_mean))  # a q8's JS in its digits, as its mean KL
         shown = r.topk or ([(1, r.top1)] if r.top1 is not None else [])
         for k, fraction in shown:
             text.append(f"  {top_k(k, fraction)}")
