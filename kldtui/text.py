@@ -69,10 +69,10 @@ def interval_ends(low: float, high: float, shown: Callable[[float], str] = plain
 
 
 def table_figure(value: float | None) -> str:
-    """A mean KL or an interval's end in a table's cell, "-" for none: four significant digits, three
-    below 0.001 (the cell as wide as 0.001234's), so that a q8's 0.0001234 keeps its digits (five fixed
-    decimals read 0.00012, and a candidate 8 % closer the same) and the figure reads as ``kldtui
-    leaderboard`` prints it."""
+    """A divergence (a mean KL, a JS) or an interval's end in a table's cell, "-" for none: four
+    significant digits, three below 0.001 (the cell as wide as 0.001234's), so that a q8's 0.0001234
+    keeps its digits (five fixed decimals read 0.00012 for anything from 0.000115 to 0.000125) and the
+    figure reads as ``kldtui leaderboard`` prints it."""
     if value is None:
         return "-"
     if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
