@@ -5,7 +5,6 @@ Light on purpose (standard library only): the viewer imports it at start-up.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -310,11 +309,8 @@ def _headline_of(values: Sequence[float | None], name: str) -> HeadlineInterval 
     """The headline interval of the mean of per-window ``values``, held to the bounds the figure
     registry gives ``name`` (none for a figure this version does not register)."""
     from kldtui.formats.report_model import HeadlineInterval
-    from kldtui.metrics.figures import get  # here: the viewer starts without NumPy
-    from kldtui.metrics.inference import UNBOUNDED, headline
+    from kldtui.metrics.figures import get, window_headline  # here: the viewer starts without NumPy
 
-    known = get(name)
-    h = headline([math.nan if v is None else float(v) for v in values],
-                 known.bounds if known is not None else UNBOUNDED)
+    h = window_headline(values, get(name))
     return HeadlineInterval(h.estimate, h.low, h.high, h.method, h.windows, h.rests_on_too_few_windows,
                             h.measured_coverage)

@@ -33,23 +33,32 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from kldtui.metrics.kernels import FIELDS, RowStats
 
+if TYPE_CHECKING:
+    from kldtui.metrics.inference import Headline
+
 Aggregation = Callable[[np.ndarray], float]
 AGGREGATIONS: dict[str, Aggregation] = {}
+# how an aggregation's window values combine into the figure over windows: the mean of their p-th
+# powers, to the power 1/p (1: their mean; an RMS: 2, so that over windows of equal positions it is the
+# RMS over every position, as llama.cpp reports it)
+WINDOW_POWERS: dict[str, int] = {}
 
 
-def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    """Decorator: ``fn(values) -> float`` reduces a window's (or all) per-row values."""
+def register_aggregation(name: str, window_power: int = 1) -> Callable[[Aggregation], Aggregation]:
+    """Decorator: ``fn(values) -> float`` reduces a window's (or all) per-row values; ``window_power``:
+    how the window values combine (:data:`WINDOW_POWERS`)."""
     def add(fn: Aggregation) -> Aggregation:
         if name in AGGREGATIONS:
             raise ValueError(f"aggregation {name!r} is registered twice")
         AGGREGATIONS[name] = fn
+        WINDOW_POWERS[name] = window_power
         return fn
     return add
 
@@ -74,7 +83,7 @@ def _max(v: np.ndarray) -> float:
     return float(np.max(v))
 
 
-@register_aggregation("rms")
+@register_aggregation("rms", window_power=2)
 def _rms(v: np.ndarray) -> float:
     return float(np.sqrt(np.mean(v * v)))
 
@@ -90,6 +99,33 @@ def finite(a: np.ndarray) -> np.ndarray:
     entry is infinite: then the statistics are infinite, null in the JSON)."""
     ok = np.isfinite(a)
     return a if ok.all() or not ok.any() else a[ok]
+
+
+def window_headline(values: Sequence[float | None], figure: RowFigure | None) -> Headline:
+    """The headline interval (docs/STATISTICS.md) of ``figure`` over windows, from its window values
+    (None: a figure this version does not register, taken as a mean): the interval of their mean, or,
+    for an aggregation whose windows combine in p-th powers (:data:`WINDOW_POWERS`: an RMS), of the mean
+    of the values' p-th powers with the estimate and ends taken back to the figure's scale, so that
+    the estimate is the figure over every position wherever the windows have equal positions (RMS Δp:
+    llama.cpp's figure; the mean of window RMS values is another, lower one)."""
+    from kldtui.metrics.inference import UNBOUNDED, headline  # the registry needs no inference to load
+
+    v = np.array([math.nan if x is None else float(x) for x in values], dtype=np.float64)
+    if figure is None:
+        return headline(v, UNBOUNDED)
+    p = WINDOW_POWERS.get(figure.aggregation, 1)
+    if p == 1:
+        return headline(v, figure.bounds)
+    low_bound, high_bound = figure.bounds
+    powered = headline(np.abs(v) ** p, (0.0 if low_bound is None else max(low_bound, 0.0) ** p,
+                                        None if high_bound is None else high_bound ** p))
+
+    def back(x: float | None) -> float | None:
+        return None if x is None else max(x, 0.0) ** (1.0 / p)
+
+    estimate = back(powered.estimate)
+    return replace(powered, estimate=math.nan if estimate is None else estimate, low=back(powered.low),
+                   high=back(powered.high))
 
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -216,5 +252,5 @@ for _module in FIGURE_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 
 
-__all__ = ["AGGREGATIONS", "FIGURE_MODULES", "RowFigure", "all_figures", "figure", "finite", "get",
-           "register", "register_aggregation", "registered", "reported_figures"]
+__all__ = ["AGGREGATIONS", "FIGURE_MODULES", "WINDOW_POWERS", "RowFigure", "all_figures", "figure", "finite",
+           "get", "register", "register_aggregation", "registered", "reported_figures", "window_headline"]

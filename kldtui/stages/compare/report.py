@@ -42,7 +42,6 @@ from kldtui.formats.report_model import (
 )
 from kldtui.formats.suite import Suite, load_logits_manifest, logits_manifest_path, unit_name
 from kldtui.metrics import figures as registry
-from kldtui.metrics import inference
 from kldtui.metrics import stats as st
 from kldtui.metrics.figures import finite
 from kldtui.stages.compare.hashing import manifest_sha256
@@ -222,10 +221,9 @@ def _figure_summaries(res: Sequence[WindowResult], figs: list[WindowFigures],
 
 
 def headline_interval(window_values: Sequence[float | int | None], name: str) -> HeadlineInterval:
-    """The headline interval (docs/STATISTICS.md) of the mean of figure ``name``'s window values, held
-    to the values the figure can take."""
-    h = inference.headline([math.nan if v is None else float(v) for v in window_values],
-                           registry.figure(name).bounds)
+    """The headline interval (docs/STATISTICS.md) of figure ``name`` over its window values
+    (:func:`kldtui.metrics.figures.window_headline`), held to the values the figure can take."""
+    h = registry.window_headline(window_values, registry.figure(name))
 
     def num(x: float | None) -> float | None:
         return None if x is None else _or_none(x)
