@@ -1,7 +1,7 @@
 """How figures read, in one place: counts with their noun, byte amounts, percentages, top-1.
 
 Every front end (the dashboard, ``--batch``, the viewer, the summaries) writes a figure of one kind
-the same way: ``1 thread`` / ``2 threads``, ``4.0 MiB``, ``top-1 89.43 %``. Standard library only,
+the same way: ``1 thread`` / ``2 threads``, ``3.99 MiB``, ``top-1 89.43 %``. Standard library only,
 and nothing from kldtui: any layer may use it.
 """
 
@@ -83,12 +83,30 @@ def table_figure(value: float | None) -> str:
 BYTE_UNITS = ("B", "bytes")
 
 
+# binary units: a size reads in the largest one that leaves it at least 1 (PiB the last)
+BYTE_STEPS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def _three_digits(x: float) -> str:
+    """``x`` (below 1024) to three significant digits, whole from 100 on: 3.99, 18.8, 163, 1010."""
+    shown = f"{x:.2f}"
+    if abs(float(shown)) >= 10:
+        shown = f"{x:.1f}"
+    if abs(float(shown)) >= 100:
+        shown = f"{x:.0f}"
+    return shown
+
+
 def human_bytes(value: float) -> str:
-    """``4186112`` -> ``4.0 MiB`` (binary units, one decimal; whole bytes below 1 KiB)."""
-    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or suffix == "TiB":
-            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
-        value /= 1024
+    """A byte amount as every message, table and progress line writes it, from bytes to PiB:
+    ``0 B``, ``1023 B``, ``1.00 KiB``, ``3.99 MiB``, ``18.8 MiB``, ``40.0 GiB``, ``163 GiB``; three
+    significant digits (whole bytes below 1 KiB), so a small amount never reads as ``0.0 GiB``."""
+    for step, suffix in enumerate(BYTE_STEPS):
+        scaled = float(value) / 1024 ** step
+        shown = f"{scaled:.0f}" if step == 0 else _three_digits(scaled)
+        # 1023.7 KiB rounds to 1024: it reads as the next unit's 1.00
+        if abs(float(shown)) < 1024 or suffix == BYTE_STEPS[-1]:
+            return f"{shown} {suffix}"
     raise AssertionError("unreachable")
 
 
@@ -103,7 +121,7 @@ def amount(value: float, unit: str = "") -> str:
 
 
 def done_of_total(done: float, total: float | None, unit: str = "") -> str:
-    """``3/6``, ``1.5/4.0 MiB``: what a progress line shows (bytes keep their unit once)."""
+    """``3/6``, ``1.50/4.00 MiB``: what a progress line shows (bytes keep their unit once)."""
     if total is None:
         return amount(done, unit)
     if unit in BYTE_UNITS:

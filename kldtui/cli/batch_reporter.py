@@ -66,7 +66,7 @@ _PRINTED_WINDOW_STATES = ("captured", "finalized", "compared", "failed")
 
 
 def _fmt_num(value: float | None, unit: str = "") -> str:
-    """An amount or a rate as the dashboard writes it (``6264``, ``12.3k``, ``4.0 MiB``)."""
+    """An amount or a rate as the dashboard writes it (``6264``, ``12.3k``, ``3.99 MiB``)."""
     if value is None:
         return "?"
     return amount(value, unit)

@@ -61,7 +61,7 @@ def test_batch_names_a_context_suites_units_contexts(tmp_path: Path) -> None:
         assert any(f"finalize: context {i:04d} (prose) finalized" in line for line in lines), lines
     assert any(line.endswith("capture: contexts 3/3 (100%)") or "capture: contexts 3/3 (100%)," in line
                for line in lines), lines
-    assert any("finalize: context 0002 238.0/238.0 KiB (100%)" in line for line in lines), lines
+    assert any("finalize: context 0002 238/238 KiB (100%)" in line for line in lines), lines
     assert any(line.endswith("finalize: contexts 3/3 (100%)") for line in lines), lines
     assert any(f"finalize: done - 3 contexts -> {tmp_path / 'work'}" in line for line in lines), lines
     # (the chunk folder's name is a file name: window-NNN-DOMAIN-chunks whatever the suite)

@@ -35,7 +35,7 @@ def _demo(workdir: Path) -> str:
 def _said_twice(out: str) -> list[str]:
     """The lines of batch output that one candidate's part of it (each ``campaign: candidate`` line
     starts one; its windows' lines are the next candidate's too) says more than once: a progress
-    line counts without its time stamp, rate and ETA, so "verify LM head 260.2/260.2 KiB (100%)"
+    line counts without its time stamp, rate and ETA, so "verify LM head 260/260 KiB (100%)"
     twice is the same line."""
     parts = re.split(r"^\d\d:\d\d:\d\d campaign: (?:candidate|repeat capture) .*$", out, flags=re.M)
     twice = []

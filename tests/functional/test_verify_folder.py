@@ -176,7 +176,7 @@ def test_parallel_hashing_matches_hashlib(tmp_path: Path) -> None:
 
 def test_a_hash_reports_its_end_once(tmp_path: Path) -> None:
     """A file hashed in one chunk: that chunk's update is the end, and the final report repeated it
-    ("verify LM head 260.2/260.2 KiB (100%)" twice for each head in a compare)."""
+    ("verify LM head 260/260 KiB (100%)" twice for each head in a compare)."""
     head = tmp_path / "weight.safetensors"
     head.write_bytes(os.urandom(266_444))
     events: list[Event] = []

@@ -35,7 +35,7 @@ async def test_the_campaign_board_fills_in_as_candidates_finish(tmp_path: Path) 
         assert board.has_class("-shown") and app.query_one("#tabs", TabbedContent).active == "leaderboard"
         rows = _rows(app)
         assert [r[1] for r in rows] == ["q8", "q4"]
-        assert rows[0] == ["1", "q8", "0.0123", "best", "[0.011, 0.0135]", "3.0 GiB", "8.50"]
+        assert rows[0] == ["1", "q8", "0.0123", "best", "[0.011, 0.0135]", "3.00 GiB", "8.50"]
         assert rows[1][3] == "worse than the best" and rows[1][5:7] == ["-", "-"]
         assert "Campaign leaderboard" in static_text(app, "#campaign-title")
         notes = static_text(app, "#campaign-notes")
@@ -323,7 +323,7 @@ async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_pa
     # the rule itself: wrapped to the room left after the columns before it, never below its longest word
     from kldtui.tui.widgets.campaign_board import verdict_width
 
-    line = ["2", "q4_k_m", "0.0456", "worse than the best (provisional)", "[0.04, 0.05]", "2.0 GiB", "4.80"]
+    line = ["2", "q4_k_m", "0.0456", "worse than the best (provisional)", "[0.04, 0.05]", "2.00 GiB", "4.80"]
     assert verdict_width([line], 200) is None and verdict_width([line], 0) is None
     assert verdict_width([line], 55) == 55 - (1 + 9 + 7) - 2 * 3 - 2
     assert verdict_width([line], 30) == len("(provisional)")

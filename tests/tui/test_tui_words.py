@@ -195,8 +195,8 @@ async def test_progress_labels_and_amounts_read_whole(tmp_path: Path) -> None:
         text = panel(app)
         assert "ref captured" in text and "ref finalized" in text, text
         assert "ref reference wind" not in text
-        assert "2.0/4.0 MiB" in text and "4186112" not in text, text
-        assert "1.0 MiB/s" in text
+        assert "2.00/3.99 MiB" in text and "4186112" not in text, text
+        assert "1.00 MiB/s" in text
         assert "4/6 windows" in text
         assert "finalize 50%" in card(app, "reference")  # the reference's own capture, in its phases
         assert "50%" not in card(app, "finalize")  # one window's file is not the stage's progress
@@ -353,7 +353,7 @@ def test_batch_prints_no_line_for_the_reference_windows_and_ends_their_bars() ->
         rep(Progress("reference", "window 000 rows", 256, 511, "rows"))
         rep(Progress("finalize", "window 001", 2 * 2**20, 4186112, "bytes"))
         bars = {t.description: t.fields["amount"] for t in rep._progress.tasks}
-        assert bars["finalize window 001"] == "2.0/4.0 MiB"  # it read 2097152/4186112
+        assert bars["finalize window 001"] == "2.00/3.99 MiB"  # it read 2097152/4186112
         assert bars["reference window 000 rows"] == "256/511 rows"
         rep(WindowState("reference", 0, "captured", "prose"))
         assert [t.description for t in rep._progress.tasks] == ["finalize window 001"]
@@ -729,7 +729,7 @@ def test_campaign_standings_show_no_interval_from_too_few_windows() -> None:
         with BatchReporter(out) as rep:
             rep(LeaderboardUpdated("campaign", rows=rows, windows=windows))
         text = out.getvalue()
-        assert shown in text and "4.0 MiB" in text, text
+        assert shown in text and "3.99 MiB" in text, text
         assert windows >= 8 or "[0.011" not in text, text
 
 

@@ -65,7 +65,7 @@ def test_plain_lines_are_throttled_per_task_and_keep_the_final_one() -> None:
         "capture: started - 4 windows",
         "capture: tokens 900/1000 (90%), 500 tokens/s, ETA 1m30s",
         "capture: tokens 1000/1000 (100%)",
-        "finalize: window 000 3.0/4.0 MiB (75%), 100.0 MiB/s",
+        "finalize: window 000 3.00/4.00 MiB (75%), 100 MiB/s",
         "compare: window 003 (code) compared, mean KL 0.0123, top-1 98.00 %",
         "server: note: the server's warnings and errors go to /w/server.log, not here; "
         "--server-log prints every server line",

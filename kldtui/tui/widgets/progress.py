@@ -79,7 +79,7 @@ def task_label(p: Progress) -> str:
 
 
 def progress_amount(p: Progress) -> str:
-    """``2/6``, ``1.5/4.0 MiB``, ``1024/2047 rows``: the unit once, and not when the task names it."""
+    """``2/6``, ``1.50/4.00 MiB``, ``1024/2047 rows``: the unit once, and not when the task names it."""
     shown = done_of_total(p.done, p.total, p.unit)
     if p.unit and p.unit not in BYTE_UNITS and not p.task.endswith(p.unit):
         shown += f" {p.unit}"
