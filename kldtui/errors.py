@@ -62,13 +62,3 @@ class DiskFull(StageFailed, OSError):
 
 
 DISK_FULL_ERRNOS = (28, 122, 27)  # ENOSPC, EDQUOT, EFBIG
-
-
-def size_text(nbytes: float) -> str:
-    """``1234567`` -> ``1.2 MiB``: every size kldtui prints (messages, progress lines)."""
-    value = float(nbytes)
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.formats.suite import load_logits_manifest, load_suite
+from kldtui.text import human_bytes
 
 
 def check_card_figures(card: str, root: Path) -> None:
@@ -24,7 +25,7 @@ def check_card_figures(card: str, root: Path) -> None:
     assert f"- vocabulary size {ref.vocab_size:,}" in card
     assert f"- one [{rows}, {ref.vocab_size}] F32 safetensors tensor per window" in card
     assert "- tensor key: logits" in card
-    assert f"- total logit payload: {payload:,} bytes ({payload / 2**30:.2f} GiB)" in card
+    assert f"- total logit payload: {payload:,} bytes ({human_bytes(payload)})" in card
     assert f"- suite token hash: {suite.suite_token_hash_sha256}" in card
     noise = root / "repeat-noise-window000.json"
     if noise.is_file():

@@ -38,13 +38,18 @@ MISSING = ("kldtui plot needs matplotlib, which is not installed: pip install ma
 @dataclass(frozen=True)
 class SizePoint:
     name: str
-    size_gib: float
+    size_bytes: int
     bits_per_weight: float | None
     mean: float
     ci_low: float
     ci_high: float
     on_front: bool
     windows: int | None = None  # what the interval rests on
+
+    @property
+    def size_gib(self) -> float:
+        """Where the plot's size axis (in GiB) places it."""
+        return self.size_bytes / 2**30
 
     @property
     def interval_shown(self) -> bool:
@@ -142,7 +147,7 @@ def chart_data(table: ExportTable) -> ChartData:
     sized = [(r, r.size.size_bytes) for r in table.rows
              if r.size is not None and r.size.size_bytes is not None]
     front = pareto_front([(float(b), r.mean) for r, b in sized])
-    sizes = [SizePoint(r.name, b / 2**30, r.size.bits_per_weight if r.size else None, r.mean, r.ci_low,
+    sizes = [SizePoint(r.name, b, r.size.bits_per_weight if r.size else None, r.mean, r.ci_low,
                        r.ci_high, f, r.windows) for (r, b), f in zip(sized, front, strict=True)]
     windows = []
     for r in table.rows:

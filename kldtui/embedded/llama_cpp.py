@@ -37,6 +37,7 @@ import numpy as np
 from kldtui.embedded.__main__ import add_server_arguments, run_server, server_config
 from kldtui.embedded.server import NoiseDraw, Prefill
 from kldtui.servers.llama_cpp import llama_keywords, unknown_llama_keywords
+from kldtui.text import human_bytes
 
 PROG = "kldtui.embedded.llama_cpp"
 KV_TYPES = {"f32": 0, "f16": 1}  # ggml_type ids of the KV cache (GGML_TYPE_F32, GGML_TYPE_F16)
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         return config
     what = (f"GGUF {args.model} through llama-cpp-python, vocab {model.vocab_size}, n_ctx {model.n_ctx}, "
             f"KV cache {args.kv_type}, n_gpu_layers {args.n_gpu_layers}, logits of every position "
-            f"{model.n_ctx * model.vocab_size * 4 / 2**30:.2f} GiB")
+            f"{human_bytes(model.n_ctx * model.vocab_size * 4)}")
     return run_server(args, PROG, config, model, what)
 
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from kldtui.errors import DISK_FULL_ERRNOS, DiskFull, size_text
+from kldtui.errors import DISK_FULL_ERRNOS, DiskFull
+from kldtui.text import human_bytes
 
 
 def _umask() -> int:
@@ -46,7 +47,7 @@ def _tmp_path(final: Path) -> Path:
 
 def disk_full(final: Path, exc: OSError, needed: int | None = None) -> DiskFull:
     """The one message for a file that could not be written for lack of space."""
-    need = f" (it needs {size_text(needed)})" if needed is not None else ""
+    need = f" (it needs {human_bytes(needed)})" if needed is not None else ""
     err = DiskFull(f"{final}: could not be written{need}: {exc.strerror or exc}; free disk space and run "
                    "again (nothing was left under this name)")
     err.errno = exc.errno

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.text import human_bytes
 
 SOURCES = ("safetensors", "gguf", "given")
 # tensor-name endings that hold weights packed into 32-bit integers, several per element
@@ -115,24 +116,13 @@ class ModelSize:
         """One line: ``4.37 GiB, 8.03 B parameters, 4.68 bits per weight (Q4_K_M, gguf)``."""
         parts = []
         if self.size_bytes is not None:
-            parts.append(format_bytes(self.size_bytes))
+            parts.append(human_bytes(self.size_bytes))
         if self.parameters is not None:
             parts.append(f"{format_count(self.parameters)} parameters")
         if self.bits_per_weight is not None:
             parts.append(f"{self.bits_per_weight:.3f} bits per weight")
         where = ", ".join(x for x in (self.quantization, self.source) if x)
         return ", ".join(parts) + (f" ({where})" if where else "")
-
-
-def format_bytes(n: int) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    value = float(n)
-    unit = 0
-    while value >= 1024 and unit < len(units) - 1:
-        value /= 1024
-        unit += 1
-    return f"{n} B" if unit == 0 else f"{value:.3g} {units[unit]}" if value < 100 else \
-        f"{value:.0f} {units[unit]}"
 
 
 def format_count(n: int) -> str:
@@ -316,4 +306,4 @@ def _gguf(files: list[Path]) -> ModelSize:
                      quantization=next((i.file_type for i in infos if i.file_type), None))
 
 
-__all__ = ["SOURCES", "ModelSize", "format_bytes", "format_count", "given", "measure"]
+__all__ = ["SOURCES", "ModelSize", "format_count", "given", "measure"]

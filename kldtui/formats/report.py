@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kldtui.errors import BadInput, size_text
+from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import (
@@ -23,7 +23,7 @@ from kldtui.formats.report_model import (
     Interval,
 )
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
-from kldtui.text import interval_ends, plural, top_k
+from kldtui.text import human_bytes, interval_ends, plural, top_k
 
 
 def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, Any],
@@ -121,11 +121,11 @@ def reference_line(report: ComparisonReport) -> str | None:
         what += " + LM head"
     line = f"reference: {what}"
     if ref.bytes_on_disk is not None:
-        line += f", {size_text(ref.bytes_on_disk)} on disk"
+        line += f", {human_bytes(ref.bytes_on_disk)} on disk"
         if ref.full_logits_bytes and ref.bytes_on_disk:
             ratio = ref.full_logits_bytes / ref.bytes_on_disk
             times = f"{ratio:.1f}x more" if ratio >= 1 else f"{1 / ratio:.1f}x less"
-            line += f"; as F32 logits {size_text(ref.full_logits_bytes)} ({times})"
+            line += f"; as F32 logits {human_bytes(ref.full_logits_bytes)} ({times})"
     return line
 
 

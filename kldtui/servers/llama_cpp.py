@@ -45,7 +45,6 @@ from typing import Any
 
 from kldtui.errors import BadInput
 from kldtui.formats.gguf import GgufInfo
-from kldtui.formats.model_size import format_bytes
 from kldtui.servers.base import (
     NOT_IDENTITY,
     Check,
@@ -55,6 +54,7 @@ from kldtui.servers.base import (
     fill,
     inherit,
 )
+from kldtui.text import human_bytes
 
 SERVER_MODULE = "kldtui.embedded.llama_cpp"
 KV_TYPES = ("f32", "f16")
@@ -170,7 +170,7 @@ class LlamaCppKind(LaunchedKind):
                 need = memory_need(c, info)
                 if need.total > need.host:
                     problems.append(f"{c.label} model: llama.cpp needs {need.describe()}, more than this "
-                                    f"host's {format_bytes(need.host)} of memory; lower n_ctx (the suite's "
+                                    f"host's {human_bytes(need.host)} of memory; lower n_ctx (the suite's "
                                     "window length + 1 is enough) or offload layers to a GPU (n_gpu_layers)")
         missing = _missing_engine(c.python)
         if missing:
@@ -200,7 +200,7 @@ class LlamaCppKind(LaunchedKind):
         except BadInput:
             return None
         return (f"llama.cpp needs {need.describe()} and its compute buffers, of this host's "
-                f"{format_bytes(need.host)}")
+                f"{human_bytes(need.host)}")
 
     def doctor_checks(self, python: str | None, *, import_engine: bool) -> list[Check]:
         import sys
@@ -226,8 +226,8 @@ class MemoryNeed:
         return self.weights + self.logits + self.kv_cache
 
     def describe(self) -> str:
-        return (f"about {format_bytes(self.total)} (weights {format_bytes(self.weights)}, logits of every "
-                f"position {format_bytes(self.logits)}, KV cache {format_bytes(self.kv_cache)})")
+        return (f"about {human_bytes(self.total)} (weights {human_bytes(self.weights)}, logits of every "
+                f"position {human_bytes(self.logits)}, KV cache {human_bytes(self.kv_cache)})")
 
 
 def memory_need(config: LlamaCppConfig, info: GgufInfo) -> MemoryNeed:

@@ -33,6 +33,7 @@ from kldtui.formats.report_model import ReferenceEncoding
 from kldtui.formats.safe_io import check_output
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest, load_suite, units_of
+from kldtui.text import human_bytes
 
 ROW_BLOCK = 64
 
@@ -118,7 +119,7 @@ class ExportResult:
         return [f"wrote {self.path}: {self.n_chunk} chunks of {self.n_ctx} tokens, "
                 f"vocabulary {self.n_vocab:,}, "
                 f"positions {first}..{self.n_ctx - 2} of each ({self.rows_per_chunk} rows per chunk, "
-                f"{self.size_bytes / 2**20:.1f} MiB) in {self.seconds:.1f} s",
+                f"{human_bytes(self.size_bytes)}) in {self.seconds:.1f} s",
                 *self.precision.lines()]
 
 

@@ -46,7 +46,6 @@ from kldtui.workspace import Workspace
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
 REF_DIR = "ref"
-GIB = 1024 ** 3
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,6 @@ class CardFigures:
     dtype: str
     payload_bytes: int
     suite_token_hash: str
-
-    @property
-    def payload_gib(self) -> float:
-        return self.payload_bytes / GIB
 
 
 def figures(suite: Suite, ref: LogitsManifest) -> CardFigures:
@@ -188,7 +183,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         f"- vocabulary size {f.vocab_size:,}",
         f"- one [{f.scored_per_window}, {f.vocab_size}] {f.dtype} safetensors tensor per window",
         f"- tensor key: {f.tensor_key}",
-        f"- total logit payload: {f.payload_bytes:,} bytes ({f.payload_gib:.2f} GiB)",
+        f"- total logit payload: {f.payload_bytes:,} bytes ({human_bytes(f.payload_bytes)})",
         f"- suite token hash: {f.suite_token_hash}",
         "",
         "The windows do not overlap; each source's windows are evenly spaced over its token stream "

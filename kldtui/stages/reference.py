@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from kldtui import settings
-from kldtui.errors import BadInput, Interrupted, KldError, StageFailed, size_text
+from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
     Cancel,
     EventSink,
@@ -77,6 +77,7 @@ from kldtui.stages.verify import (
     recorded_windows,
     verify_reference,
 )
+from kldtui.text import human_bytes
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "reference"
@@ -273,7 +274,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
     result.raise_for_failures()
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"reference ready: {len(fetched)} logits file(s) downloaded "
-                                      f"({size_text(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
+                                      f"({human_bytes(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
                                       f"{result.summary()}",
                        figures={"offline": False, "commit": commit, "windows": list(rng),
                                 "bytes_downloaded": downloader.bytes_fetched, "elapsed_s": elapsed}))
@@ -552,11 +553,11 @@ class HubDownloader:
             return
         free = shutil.disk_usage(self.root).free
         if need > free:
-            raise StageFailed(f"{self.root}: {what} need {size_text(need)} "
-                              f"({need} bytes) more, but only {size_text(free)} ({free} bytes) are free; "
+            raise StageFailed(f"{self.root}: {what} need {human_bytes(need)} "
+                              f"({need} bytes) more, but only {human_bytes(free)} ({free} bytes) are free; "
                               f"free disk space or {smaller}")
-        self.emit(Notice(STAGE, f"{len(todo)} {kind} file(s) to fetch, {size_text(need)}; "
-                                f"{size_text(free)} free"))
+        self.emit(Notice(STAGE, f"{len(todo)} {kind} file(s) to fetch, {human_bytes(need)}; "
+                                f"{human_bytes(free)} free"))
 
     def _partial_dir(self) -> Path:
         return self.root / PARTIAL_DIR
@@ -659,7 +660,7 @@ class HubDownloader:
             part.unlink(missing_ok=True)  # in kldtui's own partial folder: a link is removed, not followed
             resume = 0
         if resume:
-            self.emit(Notice(STAGE, f"{name}: resuming at {size_text(resume)} of {size_text(size)}"))
+            self.emit(Notice(STAGE, f"{name}: resuming at {human_bytes(resume)} of {human_bytes(size)}"))
         meter.start_file(name, resume, size)
         headers = build_hf_headers(token=self.token)
         if urlsplit(location).netloc != urlsplit(url).netloc:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kldtui import settings
-from kldtui.errors import BadInput, StageFailed, size_text
+from kldtui.errors import BadInput, StageFailed
 from kldtui.events import Cancel, EventSink, Notice, StageFinished, StageStarted, failure_reported, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.suite import SUITE_MANIFEST, Suite, load_suite
@@ -40,6 +40,7 @@ from kldtui.stages.reference import (
 )
 from kldtui.stages.verify import VerifyResult, read_record
 from kldtui.stages.verify_hidden import verify_hidden_suite
+from kldtui.text import human_bytes
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
     result.raise_for_failures()
     elapsed = time.monotonic() - started
     emit(StageFinished(STAGE, summary=f"hidden-state reference ready: {len(todo)} file(s) downloaded "
-                                      f"({size_text(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
+                                      f"({human_bytes(downloader.bytes_fetched)}) in {elapsed:.1f}s; "
                                       f"{result.summary()}",
                        figures={"offline": False, "commit": commit, "contexts": len(windows),
                                 "bytes_downloaded": downloader.bytes_fetched, "elapsed_s": elapsed}))

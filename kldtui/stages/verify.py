@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kldtui.errors import BadInput, Interrupted, StageFailed, size_text
+from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
     Cancel,
     EventSink,
@@ -55,7 +55,7 @@ from kldtui.formats.suite import (
     unit_of,
 )
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
-from kldtui.text import plural
+from kldtui.text import human_bytes, plural
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
@@ -232,7 +232,7 @@ class VerifyResult:
         if self.token_files:
             parts.append(f"{plural(self.token_files, 'token file')} and the suite hash checked")
         if self.checked or (not self.cached and self.kind != "suite" and self.suite_only is None):
-            hashed = size_text(self.bytes_hashed)
+            hashed = human_bytes(self.bytes_hashed)
             parts.append(f"{plural(len(self.checked), self.file_word)} hashed ({hashed})")
         if self.cached:
             # the one line that says so (a notice before the hashing said it again)

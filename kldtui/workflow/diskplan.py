@@ -46,8 +46,8 @@ class DiskNeed:
 
     def describe(self) -> str:
         head = f" + {head_words(self.head, self.head_reused)}" if self.head else ""
-        return (f"{self.total / GIB:.1f} GiB at peak: {plural(self.windows, f'finalized {self.unit}')} "
-                f"{self.finalized / GIB:.1f} GiB + capture chunks {self.chunks / GIB:.1f} GiB{head}")
+        return (f"{human_bytes(self.total)} at peak: {plural(self.windows, f'finalized {self.unit}')} "
+                f"{human_bytes(self.finalized)} + capture chunks {human_bytes(self.chunks)}{head}")
 
 
 def head_words(size: int, reused: bool = False) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kldtui import settings
 from kldtui.servers.base import Check
+from kldtui.text import human_bytes
 
 __all__ = ["Check", "collect", "format_checks", "install_info", "version_text"]
 
@@ -25,13 +26,13 @@ def _disk_check(capture_dir: str | None) -> Check:
     while not probe_path.exists() and probe_path != probe_path.parent:
         probe_path = probe_path.parent
     free = shutil.disk_usage(probe_path).free
-    from kldtui.workflow.diskplan import GIB, kimi_need
+    from kldtui.workflow.diskplan import kimi_need
 
     need = kimi_need()
-    return Check("capture disk", free >= need.total, f"{free / GIB:.1f} GiB free at {probe_path}; "
+    return Check("capture disk", free >= need.total, f"{human_bytes(free)} free at {probe_path}; "
                  f"a full 32-window Kimi K3 run needs {need.describe()} (chunks are deleted once "
                  f"their window is finalized; with --keep-chunks "
-                 f"{kimi_need(keep_chunks=True).total / GIB:.1f} GiB)", required=False)
+                 f"{human_bytes(kimi_need(keep_chunks=True).total)})", required=False)
 
 
 def collect(python: str | None = None, capture_dir: str | None = None,

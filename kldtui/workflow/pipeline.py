@@ -73,6 +73,7 @@ from kldtui.stages.reference_capture import (
     reference_complete,
 )
 from kldtui.stages.serve import stop_reason
+from kldtui.text import human_bytes
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workflow.state import RunState
@@ -577,7 +578,6 @@ class Pipeline:
 
     def _disk_preflight(self, finalized: set[int]) -> None:
         """Say before capturing how much disk the run needs at peak, and warn when it is short."""
-        from kldtui.workflow.diskplan import GIB
         from kldtui.workflow.preflight import capture_need, reference_widths
 
         vocab, hidden = reference_widths(self._workspace)
@@ -596,7 +596,7 @@ class Pipeline:
         free = shutil.disk_usage(probe).free
         short = free < need.total
         self.emit(Notice("capture", f"disk: this run needs {need.describe()} in {where}; "
-                         f"{free / GIB:.1f} GiB free" + ("; free space first or the capture will fail "
+                         f"{human_bytes(free)} free" + ("; free space first or the capture will fail "
                                                          "with a full disk" if short else ""),
                          level="warning" if short else "info"))
 

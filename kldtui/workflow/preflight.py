@@ -235,7 +235,6 @@ def _context_problem(profile: Profile, workspace: Workspace) -> str | None:
 def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     """The disk the run's windows need at peak, when the free space is short of it."""
     from kldtui.formats.suite import load_suite, units_of
-    from kldtui.workflow.diskplan import GIB
 
     mode = profile.capture.mode
     vocab, hidden = reference_widths(workspace)
@@ -259,7 +258,7 @@ def _disk_problem(profile: Profile, workspace: Workspace) -> str | None:
     if free >= need.total:
         return None
     return (f"{profile.where}: disk: the run needs {need.describe()} in {workspace.workdir}, "
-            f"{free / GIB:.1f} GiB are free; free space, or set [run] workdir on a larger disk "
+            f"{human_bytes(free)} are free; free space, or set [run] workdir on a larger disk "
             f"(or [run] stop_window for fewer {units_of(windows)})")
 
 

@@ -267,7 +267,44 @@ def test_a_forged_hidden_width_plans_no_disk_from_it(
     assert preflight.reference_widths(profile.workspace()) == (fx.VOCAB, fx.HIDDEN)  # the LM head's
     _free(monkeypatch, 1)
     said = preflight._disk_problem(profile, profile.workspace()) or ""
-    assert f"{profile.where}: disk: the run needs " in said and " GiB at peak: 8 finalized contexts " in said
+    from kldtui.formats.suite import load_suite
+
+    suite = load_suite(folder / "suite")
+    windows = profile.windows(suite)
+    need = preflight.capture_need(profile, suite, windows, windows, fx.VOCAB, fx.HIDDEN)
+    assert need is not None and need.total < 2**30  # 2^30 wide: some TiB
+    assert f"{profile.where}: disk: the run needs {human_bytes(need.total)} at peak: 8 finalized contexts " \
+        in said, said
     with pytest.raises(BadInput, match="hidden_width") as info:
         fid.load_tensor_manifest(manifest)
     assert str(manifest) in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["logits", "hidden"])
+def test_a_small_runs_disk_note_says_its_size_in_a_unit_that_shows_it(tmp_path: Path, mode: str) -> None:
+    """Before capturing, a run says the disk it needs at peak. Its amounts were written in GiB to one
+    decimal, so a small run (the hidden demo's) said "this run needs 0.0 GiB at peak: 24 finalized
+    contexts 0.0 GiB + capture chunks 0.0 GiB" right after the campaign's "18.8 MiB": every amount
+    now reads in the unit that shows it, as the campaign's line does (kldtui.text.human_bytes)."""
+    import re
+
+    from kldtui.formats.suite import load_suite
+    from kldtui.workflow import preflight
+    from kldtui.workflow.pipeline import Pipeline
+
+    folder = tmp_path / "r"
+    profile = _single_run_on_hidden_states(folder, mode)
+    events: list[Event] = []
+    Pipeline(profile, events.append)._disk_preflight(set())
+    said = [e.text for e in events if isinstance(e, Notice) and e.stage == "capture"]
+    assert len(said) == 1 and said[0].startswith("disk: this run needs "), said
+    suite = load_suite(folder / "suite")
+    windows = profile.windows(suite)
+    need = preflight.capture_need(profile, suite, windows, windows, *preflight.reference_widths(
+        profile.workspace()))  # type: ignore[arg-type]
+    assert need is not None and 0 < need.total < 2**30  # a small run: well under a GiB
+    assert said[0].startswith(f"disk: this run needs {human_bytes(need.total)} at peak: 8 finalized contexts "
+                              f"{human_bytes(need.finalized)} + capture chunks {human_bytes(need.chunks)}")
+    amounts = re.findall(r"(\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)\b", said[0])
+    assert len(amounts) >= 4 and all(float(number) > 0 for number, _ in amounts), said[0]  # free space too
+    assert "0.0 GiB" not in said[0] and " GiB at peak" not in said[0], said[0]

@@ -284,20 +284,20 @@ def test_the_replay_rounds_as_the_folder_records_its_model_computed(world: dict,
 
 
 def test_the_memory_said_before_a_run_counts_the_replay_buffers(world: dict) -> None:  # type: ignore[type-arg]
-    from kldtui.errors import size_text
     from kldtui.stages.compare.sides import Replays, load_side, memory_text
+    from kldtui.text import human_bytes
 
     root = world["fixture"].root
     ref = load_side(root / fid.HIDDEN_DIR, "reference", suite_dir=root)
     cand = load_side(world["cand_logits"], "candidate")
     hidden, vocab, rows = ref.head.hidden, ref.head.vocab, 100  # type: ignore[attr-defined]
     text = memory_text((ref, cand), rows, vocab, Replays("cpu", chunk=64, threads=1))
-    assert text.startswith(f"replaying 1 side(s) {rows} rows at a time: {size_text(rows * vocab * 4)} ")
+    assert text.startswith(f"replaying 1 side(s) {rows} rows at a time: {human_bytes(rows * vocab * 4)} ")
     # the BF16 product; where the chunk is widened, also the FP32 product and the head's chunk in FP32
     native = "a BF16 GEMM" in text
     assert native != ("widened to FP32" in text)
     buffers = rows * 64 * 2 if native else rows * 64 * 2 + rows * 64 * 4 + hidden * 64 * 4
-    assert f"{size_text(buffers)} of buffers per vocabulary chunk" in text
+    assert f"{human_bytes(buffers)} of buffers per vocabulary chunk" in text
 
 
 def test_a_context_suites_bootstraps_name_their_cluster_unit_context(world: dict,  # type: ignore[type-arg]

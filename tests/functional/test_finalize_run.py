@@ -286,6 +286,6 @@ def test_full_disk_for_a_json_output_names_it(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(atomic_mod.os, "fsync", no_space)
     target = tmp_path / "report.json"
-    with pytest.raises(DiskFull, match=r"report.json: could not be written \(it needs 1[0-9] bytes\)"):
+    with pytest.raises(DiskFull, match=r"report.json: could not be written \(it needs 1[0-9] B\)"):
         atomic_mod.write_json_atomic(target, {"a": 1})
     assert os.listdir(tmp_path) == []

@@ -167,7 +167,7 @@ def test_memory_is_reckoned_from_the_header_and_bounded(tmp_path: Path, fake_eng
     half = memory_need(_profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "n_ctx": 4096,
                                            "kv_type": "f16", "port": 0}).candidate, info)
     assert half.kv_cache == need.kv_cache // 2
-    assert "logits of every position 1 MiB, KV cache 1 MiB" in need.describe()
+    assert "logits of every position 1.00 MiB, KV cache 1.00 MiB" in need.describe()
     assert KIND.problems(c) == []
     huge = _profile(tmp_path, {"kind": "llama-cpp", "model": "m.gguf", "n_ctx": 2**40, "port": 0}).candidate
     problems = KIND.problems(huge)

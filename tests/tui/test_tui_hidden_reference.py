@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kldtui.errors import size_text
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import summary_text, write_report
 from kldtui.stages.compare import CompareOptions, compare
+from kldtui.text import human_bytes
 from kldtui.tui.app import create_app
 from tests import fidelity_fixture as fx
 from tests.fixtures_tui import drawn_lines, screen_lines, settle, static_text, sync, until
@@ -36,8 +36,8 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
     assert ref.full_logits_bytes == len(analysis) * (fx.CONTEXT - 1) * fx.VOCAB * 4
     ratio = ref.full_logits_bytes / ref.bytes_on_disk
     times = f"{ratio:.1f}x more" if ratio >= 1 else f"{1 / ratio:.1f}x less"
-    expected = (f"reference: hidden (BF16) + LM head, {size_text(ref.bytes_on_disk)} on disk; as F32 logits "
-                f"{size_text(ref.full_logits_bytes)} ({times})")
+    expected = (f"reference: hidden (BF16) + LM head, {human_bytes(ref.bytes_on_disk)} on disk; as F32 "
+                f"logits {human_bytes(ref.full_logits_bytes)} ({times})")
     assert expected in summary_text(report)
     assert (f"{len(analysis)} contexts (analysis partition); mean KL 0.00000 [0.00000, 0.00000] (95%, "
             "source clusters resampled within strata)") in summary_text(report)

@@ -33,7 +33,7 @@ def test_an_exported_lm_head_is_in_the_total_and_said_in_the_line():
 
     need = dataclasses.replace(kimi_need(), head=2 * 163840 * 7168)
     assert need.total == kimi_need().total + 2 * 163840 * 7168 and need.kept == need.finalized + need.head
-    assert need.describe().endswith(" + capture chunks 2.5 GiB + the candidate's LM head 2.19 GiB (exported "
+    assert need.describe().endswith(" + capture chunks 2.50 GiB + the candidate's LM head 2.19 GiB (exported "
                                     "from its checkpoint)"), need.describe()
     assert "LM head" not in kimi_need().describe()
 

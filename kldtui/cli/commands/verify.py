@@ -131,12 +131,12 @@ class ConsoleProgress:
             return
         self._last_plain[key] = now
         if event.unit == "B":
-            from kldtui.errors import size_text
+            from kldtui.text import human_bytes
 
-            total = f"/{size_text(event.total)}" if event.total is not None else ""
-            rate = f" {size_text(event.rate)}/s" if event.rate else ""
+            total = f"/{human_bytes(event.total)}" if event.total is not None else ""
+            rate = f" {human_bytes(event.rate)}/s" if event.rate else ""
             eta = f" ETA {event.eta_s:.0f}s" if event.eta_s is not None and not finished else ""
-            self._print(f"[{event.stage}] {event.task}: {size_text(event.done)}{total}{rate}{eta}")
+            self._print(f"[{event.stage}] {event.task}: {human_bytes(event.done)}{total}{rate}{eta}")
         elif finished:
             self._print(f"[{event.stage}] {event.task}: {event.done:g}/{event.total:g} {event.unit}")
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from kldtui import settings
 from kldtui.errors import BadInput
-from kldtui.text import plural
+from kldtui.text import human_bytes, plural
 
 if TYPE_CHECKING:
     from kldtui.metrics.kernels import RowKernel
@@ -248,9 +248,9 @@ def choose_backend(requested: str = AUTO, threads: int | None = None, serving: S
                 if free is not None and free >= need:
                     return BackendChoice(Backend.TORCH_CUDA, threads, index,
                                          f"no server is running on this host: CUDA (cuda:{index}, "
-                                         f"{free / GIB:.1f} GiB free)")
+                                         f"{human_bytes(free)} free)")
             return BackendChoice(_cpu_backend(), threads, None,
-                                 f"no GPU has the {need / GIB:.1f} GiB a compare needs with margin "
+                                 f"no GPU has the {human_bytes(need)} a compare needs with margin "
                                  "free: the CPU kernel")
         return BackendChoice(_cpu_backend(), threads, None, "no GPU seen: the CPU kernel")
     capped = threads if threads is not None else max(1, cores // 2)
@@ -263,10 +263,10 @@ def choose_backend(requested: str = AUTO, threads: int | None = None, serving: S
             if free is not None and free >= need:
                 return BackendChoice(Backend.TORCH_CUDA, threads, index,
                                      f"{serving.what} is running; cuda:{index} is outside its GPUs and "
-                                     f"has {free / GIB:.1f} GiB free (a compare needs "
-                                     f"{need / GIB:.1f} GiB with margin)")
+                                     f"has {human_bytes(free)} free (a compare needs "
+                                     f"{human_bytes(need)} with margin)")
         why = ("no GPU outside its set has "
-               f"{need / GIB:.1f} GiB free" if spare else "it may use every GPU")
+               f"{human_bytes(need)} free" if spare else "it may use every GPU")
         return BackendChoice(_cpu_backend(), capped, None,
                              f"{serving.what} is running on this host and {why}: the CPU kernel "
                              f"with {capped} of {cores} threads, leaving the GPUs to the server")

@@ -19,6 +19,7 @@ from kldtui.formats.suite import Suite, WindowSpec, load_suite
 from kldtui.stages.compare.hashing import ListedFile, manifest_sha256, verify_head, verify_sha256
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.sides import HiddenSide, Side, heads, load_side, same_head
+from kldtui.text import human_bytes
 
 
 @dataclass
@@ -96,7 +97,7 @@ def prepare(suite_manifest: str | os.PathLike[str] | Suite, reference_dir: str |
     for head in heads(ref, cand):  # verified above: its line says so (batch prints no line for a quick hash)
         checked = ("SHA-256 matches its manifest" if head.file_sha256 is not None
                    else "no manifest names its SHA-256 (the report records it)")
-        note(f"LM head {head.path}: [{head.vocab}, {head.hidden}] BF16, {head.size_bytes / 2**30:.2f} GiB, "
+        note(f"LM head {head.path}: [{head.vocab}, {head.hidden}] BF16, {human_bytes(head.size_bytes)}, "
              f"{checked}, mapped from the page cache")
     paths: list[ListedFile] = ref.listed(selected) + cand.listed(selected)
     sha_state = "skipped"

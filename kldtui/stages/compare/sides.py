@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from kldtui.errors import BadInput, remedy, size_text
+from kldtui.errors import BadInput, remedy
 from kldtui.formats import fidelity as fid
 from kldtui.formats import finite
 from kldtui.formats.identity import check_logits_file
@@ -56,6 +56,7 @@ from kldtui.metrics.replay import (
     torch_bf16,
 )
 from kldtui.stages.compare.rows import RowMap
+from kldtui.text import human_bytes
 
 if TYPE_CHECKING:
     from kldtui.stages.compare.hashing import ListedFile
@@ -471,9 +472,9 @@ def memory_text(sides: tuple[Side, Side], rows: int, vocab: int, replays: Replay
     width = max((h.hidden for h in heads(*sides)), default=0)
     buffers = rows * chunk * 2 + (rows * chunk * 4 + width * chunk * 4 if widened else 0)
     path = "each chunk of the head widened to FP32" if widened else "a BF16 GEMM"
-    return (f"replaying {len(hidden)} side(s) {rows} rows at a time: {size_text(block)} of replayed logits, "
-            f"{size_text(buffers)} of buffers per vocabulary chunk ({path}); the head itself is mapped "
-            "from the page cache")
+    return (f"replaying {len(hidden)} side(s) {rows} rows at a time: {human_bytes(block)} of replayed "
+            f"logits, {human_bytes(buffers)} of buffers per vocabulary chunk ({path}); the head itself is "
+            "mapped from the page cache")
 
 
 __all__ = ["HiddenSide", "LogitsSide", "Replays", "RowSource", "Side", "SideInfo", "heads", "load_side",

@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 
 from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
-from kldtui.text import BarAxis, bar_axis, interval_bar, interval_ends
+from kldtui.text import BarAxis, bar_axis, human_bytes, interval_bar, interval_ends
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
@@ -48,9 +48,9 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         text.append("◆ on the Pareto front: no smaller candidate is closer\n", style="dim")
         prefix = label + 25  # name, size, bits per weight, front mark
         bar = max(10, width - prefix - 11)
-        for p in sorted(data.sizes, key=lambda p: p.size_gib):
+        for p in sorted(data.sizes, key=lambda p: p.size_bytes):
             bpw = f"{p.bits_per_weight:5.2f} bpw" if p.bits_per_weight is not None else " " * 9
-            text.append(f"{p.name[:label]:<{label}} {p.size_gib:7.2f} GiB {bpw} ")
+            text.append(f"{p.name[:label]:<{label}} {human_bytes(p.size_bytes):>11} {bpw} ")
             text.append("◆ " if p.on_front else "  ", style="bold")
             low, high = (p.ci_low, p.ci_high) if p.interval_shown else (p.mean, p.mean)  # too few: the mean
             text.append(interval_bar(low, high, p.mean, BarAxis(lo, hi, log), bar))
