@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO, cast
 
 from kldtui.errors import BadInput
+from kldtui.text import human_bytes
 
 
 class NotRegularFile(OSError):
@@ -137,7 +138,7 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None, follow
         # see it grow), never the whole limit, and go on only while it keeps growing
         size = os.fstat(handle.fileno()).st_size
         if size > limit:  # refused before a byte is read (a sparse file of terabytes is quick to make)
-            raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+            raise OSError(errno.EFBIG, f"larger than {human_bytes(limit)}", os.fspath(path))
         parts: list[bytes] = []
         got = 0
         while got <= limit:
@@ -148,7 +149,7 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None, follow
             got += len(part)
         data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+        raise OSError(errno.EFBIG, f"larger than {human_bytes(limit)}", os.fspath(path))
     return data
 
 

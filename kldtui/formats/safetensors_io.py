@@ -20,6 +20,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.formats.safe_io import open_regular, open_regular_raw, read_failure
+from kldtui.text import human_bytes
 
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
@@ -158,7 +159,7 @@ def read_header_document(path: str | os.PathLike[str], *,
         (header_len,) = struct.unpack("<Q", raw_len)
         if header_len > MAX_HEADER_BYTES:
             raise BadInput(f"{p}: corrupt or forged safetensors header (header length {header_len}, "
-                           f"more than the {MAX_HEADER_BYTES} bytes a header may have); {REPLACE}")
+                           f"more than the {human_bytes(MAX_HEADER_BYTES)} a header may have); {REPLACE}")
         if 8 + header_len > size:
             raise BadInput(f"{p}: corrupt or truncated safetensors header "
                            f"(header length {header_len}, file {size} bytes); "

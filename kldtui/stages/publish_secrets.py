@@ -29,6 +29,7 @@ from kldtui.formats.safe_io import open_regular, read_bytes, read_chunks, read_f
 from kldtui.formats.safetensors_io import read_header_document
 from kldtui.formats.suite import MANIFEST_LIMIT
 from kldtui.redact import REDACTED, chunks_look_secret, is_secret_env, looks_secret
+from kldtui.text import human_bytes
 
 SCAN_CHUNK = 4 * 1024 * 1024  # bytes of a file searched at a time
 # bytes of a JSON file read whole for its fields: the largest JSON a suite holds is a manifest, which
@@ -73,8 +74,8 @@ def scan_upload(path: Path, *, tensor_remedy: str, follow: bool = True) -> Scann
         text = read_bytes(path, limit=JSON_SCAN_LIMIT, follow=follow).decode("utf-8", "replace")
     except OSError as exc:
         if exc.errno == errno.EFBIG:
-            raise BadInput(f"{path}: a JSON file larger than {JSON_SCAN_LIMIT} bytes; publish reads a JSON "
-                           "file whole to find fields named like a secret (a runtime's HF_TOKEN), and "
+            raise BadInput(f"{path}: a JSON file larger than {human_bytes(JSON_SCAN_LIMIT)}; publish reads a "
+                           "JSON file whole to find fields named like a secret (a runtime's HF_TOKEN), and "
                            "no larger: move it out of the folder or split it, then publish again") from None
         raise read_failure(path, exc, "file to upload", REMEDY) from None
     try:

@@ -245,5 +245,5 @@ def test_prepare_refuses_a_tokenizer_file_over_the_limit_rather_than_reading_it(
     with pytest.raises(BadInput) as info:
         prepare_hidden._tokenizer_record(str(folder), _Tokenizer())
     said = str(info.value)
-    assert said.startswith(f"{folder / 'tokenizer.json'}: ") and "larger than 4096 bytes" in said, said
+    assert said.startswith(f"{folder / 'tokenizer.json'}: ") and "larger than 4.00 KiB" in said, said
     assert "\n" not in said

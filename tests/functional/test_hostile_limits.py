@@ -16,6 +16,7 @@ import pytest
 
 from kldtui.cli.main import main
 from kldtui.errors import BadInput
+from kldtui.text import human_bytes
 from kldtui.workspace import Workspace
 from tests.fixtures_hostile import capture_run, finalize_args, returns_at_once
 from tests.paths import EXAMPLE_SUITE
@@ -55,7 +56,7 @@ def _one_line(exc: object, path: Path, limit: int) -> str:
     assert isinstance(exc, BadInput), exc
     line = str(exc)
     assert "\n" not in line and line.startswith(f"{path}: "), line
-    assert f"larger than {limit} bytes" in line, line
+    assert f"larger than {human_bytes(limit)}" in line, line
     return line
 
 
@@ -110,7 +111,7 @@ def test_capture_records_over_their_limit_are_refused_in_one_line(
     assert peak < CAPTURE_RECORDS_LIMIT // 16
     code = main(finalize_args(tmp_path))
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip() and not x.startswith("[")]
-    assert code == 2 and len(err) == 1 and f"larger than {CAPTURE_RECORDS_LIMIT} bytes" in err[0], err
+    assert code == 2 and len(err) == 1 and f"larger than {human_bytes(CAPTURE_RECORDS_LIMIT)}" in err[0], err
     assert str(records) in err[0], err
 
 
@@ -149,7 +150,7 @@ def test_a_profile_over_its_limit_is_refused_in_one_line(tmp_path: Path,
     code = main(["--profile", str(profile), "run", "--batch"])
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip() and not x.startswith("[")]
     assert code == 2 and len(err) == 1, err
-    assert f"{profile}: profile cannot be read (larger than {PROFILE_LIMIT} bytes)" in err[0], err
+    assert f"{profile}: profile cannot be read (larger than {human_bytes(PROFILE_LIMIT)})" in err[0], err
 
 
 def test_the_demo_replaces_a_fifo_at_its_profile_instead_of_waiting(tmp_path: Path) -> None:

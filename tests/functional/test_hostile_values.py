@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.cli.main import main
+from kldtui.text import human_bytes
 from tests.paths import EXAMPLE_SUITE
 
 
@@ -133,7 +134,7 @@ def test_a_manifest_over_the_size_limit_is_refused_unread(tmp_path: Path, capsys
     argv = ["compare", "--suite-manifest", str(suite / "suite-manifest.json"), "--reference-dir",
             str(suite / "ref"), "--candidate-dir", str(suite / "candidate"), "--output",
             str(tmp_path / "r.json"), "--bootstrap-samples", "50"]
-    line = _one_line_exit_2(argv, capsys, str(path), f"larger than {MANIFEST_LIMIT} bytes")
+    line = _one_line_exit_2(argv, capsys, str(path), f"larger than {human_bytes(MANIFEST_LIMIT)}")
     assert line.startswith(f"kldtui: error: {path}: "), line
 
 
@@ -170,6 +171,6 @@ def test_a_file_over_its_kind_s_size_limit_is_refused_in_one_line(
         argv = _compare(tmp_path, "--bootstrap-samples", "50")
         argv[argv.index("--suite-manifest") + 1] = str(suite / "suite-manifest.json")
     _pad_past(padded, limit)
-    line = _one_line_exit_2(argv, capsys, f"larger than {limit} bytes")
+    line = _one_line_exit_2(argv, capsys, f"larger than {human_bytes(limit)}")
     assert line.startswith(f"kldtui: error: {padded}: "), line
     assert not (tmp_path / "o.json").exists()

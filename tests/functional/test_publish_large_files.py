@@ -16,6 +16,7 @@ from kldtui.cli.main import main
 from kldtui.errors import BadInput
 from kldtui.events import Notice
 from kldtui.stages.publish_secrets import JSON_SCAN_LIMIT, SCAN_CHUNK
+from kldtui.text import human_bytes
 from tests.hub_server import make_dataset
 
 pytestmark = pytest.mark.timeout(180)
@@ -92,7 +93,7 @@ def test_a_json_file_too_large_to_check_by_name_is_refused(tmp_path: Path,
     root = make_dataset(tmp_path / "ds", windows=2, context_length=9, vocab=40)
     big = _sparse(root / "runtime.json", JSON_SCAN_LIMIT + 1, b'{"runtime": {"HF_AUTH": "opaque"}}')
     err = _publish_error(root, capsys)
-    assert f"{big}: a JSON file larger than {JSON_SCAN_LIMIT} bytes" in err, err
+    assert f"{big}: a JSON file larger than {human_bytes(JSON_SCAN_LIMIT)}" in err, err
     assert "move it out of the folder or split it" in err, err
 
 

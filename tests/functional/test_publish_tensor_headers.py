@@ -121,7 +121,7 @@ def test_a_header_that_cannot_be_read_stops_the_publish(tmp_path: Path, header: 
     bad = root / "adapter.safetensors"
     if header is None:  # a length of 1 TiB: never read, refused by its length
         bad.write_bytes(struct.pack("<Q", 1 << 40) + b"{}" + b" " * 64)
-        expected = "more than the 104857600 bytes a header may have"
+        expected = "more than the 100 MiB a header may have"
     else:
         bad.write_bytes(struct.pack("<Q", len(header)) + header)
         expected = "corrupt safetensors header"

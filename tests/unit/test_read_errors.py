@@ -11,6 +11,7 @@ import pytest
 
 from kldtui.errors import BadField, BadInput, remedy
 from kldtui.formats.untrusted_json import read_json
+from kldtui.text import human_bytes
 
 TO_DO = "give a widget file that kldtui widget wrote"
 LIMIT = 1 << 20  # bytes a widget file may hold (above the 200,000 of the deeply nested one)
@@ -23,7 +24,7 @@ LIMIT = 1 << 20  # bytes a widget file may hold (above the 200,000 of the deeply
     (b"\xff\xfe{}", "widget file is not UTF-8 text, so not JSON"),
     (b"{'a': 1}", "widget file is not valid JSON (Expecting property name"),
     (b"[" * 100_000 + b"]" * 100_000, "widget file is JSON nested too deeply"),
-    ("sparse", f"widget file cannot be read (larger than {LIMIT} bytes)"),
+    ("sparse", f"widget file cannot be read (larger than {human_bytes(LIMIT)})"),
 ])
 def test_read_json_says_the_problem_then_what_to_do(tmp_path: Path, content: bytes | str | None,
                                                     problem: str) -> None:
