@@ -35,7 +35,7 @@ async def test_the_campaign_board_fills_in_as_candidates_finish(tmp_path: Path) 
         assert board.has_class("-shown") and app.query_one("#tabs", TabbedContent).active == "leaderboard"
         rows = _rows(app)
         assert [r[1] for r in rows] == ["q8", "q4"]
-        assert rows[0] == ["1", "q8", "0.0123", "best", "[0.011, 0.0135]", "3.00 GiB", "8.50"]
+        assert rows[0] == ["1", "q8", "0.0123", "best", "[0.011, 0.0135]", "3.0 GiB", "8.50"]
         assert rows[1][3] == "worse than the best" and rows[1][5:7] == ["-", "-"]
         assert "Campaign leaderboard" in static_text(app, "#campaign-title")
         notes = static_text(app, "#campaign-notes")
@@ -300,7 +300,7 @@ def _table_lines(table: DataTable) -> list[str]:
 async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_path: Path) -> None:
     """At 80x24 the campaign board's pane is narrower than its table: the verdict column ran past the
     edge, and "worse than the best (provisional)" read "worse than the best (provis". The verdict wraps
-    inside the pane instead (the columns after it scroll); at 200 columns it stays on one line."""
+    inside the pane instead; at 200 columns it stays on one line."""
     rows = (Standing("q8_0", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0135, mark="best",
                      size_bytes=3 << 30, bits_per_weight=8.5),
             Standing("q4_k_m", "compared", rank=2, mean=0.0456, ci_low=0.04, ci_high=0.05, mark="worse",
@@ -312,7 +312,7 @@ async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_pa
         await settle(app, pilot)
         board = app.query_one(CampaignBoard)
         table = app.query_one("#campaign-table", DataTable)
-        assert board.has_class("-shown") and board.size.width < 70
+        assert board.has_class("-shown")
         lines = _table_lines(table)
         text = "\n".join(lines)
         assert "worse than the best" in text and "(provisional)" in text, text
@@ -320,13 +320,23 @@ async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_pa
         await pilot.resize_terminal(200, 50)
         await settle(app, pilot)
         assert any("worse than the best (provisional)" in line for line in _table_lines(table))
-    # the rule itself: wrapped to the room left after the columns before it, never below its longest word
-    from kldtui.tui.widgets.campaign_board import verdict_width
+    # the rule itself: the verdicts wrap to the room the other columns leave, never below their header
+    from kldtui.tui.widgets.campaign_board import BoardFit, fit_board
 
-    line = ["2", "q4_k_m", "0.0456", "worse than the best (provisional)", "[0.04, 0.05]", "2.00 GiB", "4.80"]
-    assert verdict_width([line], 200) is None and verdict_width([line], 0) is None
-    assert verdict_width([line], 55) == 55 - (1 + 9 + 7) - 2 * 3 - 2
-    assert verdict_width([line], 30) == len("(provisional)")
+    every = tuple(range(7))
+    line = ["2", "q4_k_m", "0.0456", "worse than the best (provisional)", "[0.04, 0.05]", "2.0 GiB", "4.80"]
+    assert fit_board([line], 200) == BoardFit(every) and fit_board([line], 0) == BoardFit(every)
+    # the columns' widths are their headers' ("candidate", "mean KL") where those are wider than the cells
+    assert fit_board([line], 75) == BoardFit(every, verdict=75 - (1 + 9 + 7 + 12 + 7 + 4) - 2 * 7)
+    assert fit_board([line], 50) == BoardFit(every, verdict=len("verdict vs best"))
+    # size and bpw that no row knows give their room; a long name wraps before a figure is cut
+    unknown = [*line[:5], "-", "-"]
+    assert fit_board([unknown], 60) == BoardFit((0, 1, 2, 3, 4), verdict=60 - (1 + 9 + 7 + 12) - 2 * 5)
+    named = [line[0], "llama-3.1-8b-q4_k_m", *line[2:]]
+    assert fit_board([named], 70) == BoardFit(every, verdict=15, name=70 - (1 + 7 + 12 + 7 + 4) - 2 * 7 - 15)
+    # a repeat's verdict names its first capture: that word wraps too (the name column says it whole)
+    repeat = [*named[:3], "tied with llama-3.1-8b-q4_k_m (its first capture)", *named[4:]]
+    assert fit_board([named, repeat], 70).verdict == 15
 
 
 @sync

@@ -5,6 +5,7 @@ finish (from :class:`~kldtui.events.LeaderboardUpdated` events; the words are
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from textual.app import ComposeResult
@@ -17,21 +18,50 @@ from kldtui.tui.widgets.plain import PlainStatic, plain
 from kldtui.workflow.standings import HEADERS, cells, column_widths
 
 VERDICT_COLUMN = HEADERS.index("verdict vs best")
+NAME_COLUMN = HEADERS.index("candidate")
+# what a row may not know (a candidate served from a file whose size was not read): where no row knows
+# it, the column says nothing and gives its room to the figures
+UNKNOWN_IN_EVERY_ROW = tuple(HEADERS.index(h) for h in ("size", "bpw"))
 
 
-def verdict_width(rows: list[list[str]], available: int, padding: int = 1) -> int | None:
-    """The width to wrap the verdict column to so that it ends inside ``available`` columns (the columns
-    before it at their natural widths, each cell padded by ``padding`` on both sides), or None where it
-    already does (or nothing is known of the width yet). Never narrower than its longest word: a verdict
-    is read whole ("worse than the best (provisional)" cut at the pane's edge read "... (provis"); the
-    columns after it scroll."""
+@dataclass(frozen=True)
+class BoardFit:
+    """How the board's table fits its pane: the columns shown (indexes into HEADERS), and the widths the
+    verdicts and the names wrap to (None: one line at their natural widths)."""
+
+    columns: tuple[int, ...]
+    verdict: int | None = None
+    name: int | None = None
+
+
+def fit_board(rows: list[list[str]], available: int, padding: int = 1) -> BoardFit:
+    """The table at its natural widths where it fits in ``available`` columns (each cell padded by
+    ``padding`` on both sides), or nothing is known of the width yet. Where it does not, in turn: the
+    size and bpw columns leave where no row knows them ("-"); the verdicts wrap, never narrower than
+    their header or their longest word but a candidate's name (a verdict is read whole: "worse than the
+    best (provisional)" cut at the pane's edge read "... (provis"); the names wrap, never narrower than
+    their header (a name cut with a "…" read as another that differs only at its end). A figure is never
+    cut: at 80x24 the 95% interval read "9" and "[" at the pane's edge. What still does not fit scrolls,
+    after the interval."""
     natural = column_widths(rows)
-    before = sum(natural[:VERDICT_COLUMN]) + 2 * padding * VERDICT_COLUMN
-    room = available - before - 2 * padding
-    if available <= 0 or natural[VERDICT_COLUMN] <= room:
-        return None
-    longest_word = max(len(word) for line in (HEADERS, *rows) for word in line[VERDICT_COLUMN].split())
-    return max(longest_word, room)
+    columns = tuple(range(len(HEADERS)))
+
+    def width(shown: tuple[int, ...], widths: list[int]) -> int:
+        return sum(widths[i] + 2 * padding for i in shown)
+
+    if available <= 0 or width(columns, natural) <= available:
+        return BoardFit(columns)
+    columns = tuple(i for i in columns
+                    if i not in UNKNOWN_IN_EVERY_ROW or any(row[i] != "-" for row in rows))
+    room = available - width(columns, natural) + natural[VERDICT_COLUMN]
+    if natural[VERDICT_COLUMN] <= room:
+        return BoardFit(columns)
+    names = {row[NAME_COLUMN] for row in rows}  # a repeat's verdict names its first capture: it may wrap
+    least = max(len(HEADERS[VERDICT_COLUMN]),
+                *(len(word) for row in rows for word in row[VERDICT_COLUMN].split() if word not in names))
+    verdict = max(least, room)
+    name = max(len(HEADERS[NAME_COLUMN]), natural[NAME_COLUMN] - (verdict - room))
+    return BoardFit(columns, verdict, name if name < natural[NAME_COLUMN] else None)
 
 
 class CampaignBoard(Vertical):
@@ -72,20 +102,22 @@ class CampaignBoard(Vertical):
             self._fill_table()
 
     def _fill_table(self) -> None:
-        """The rows, the verdict column wrapped where it would run past the pane's edge."""
+        """The rows, fitted to the pane (:func:`fit_board`)."""
         table = self.query_one("#campaign-table", DataTable)
         board = self._board
         standings = board.rows if board is not None else ()
         rows = ([cells(row, board.windows, board.unit, board.tie_unit) for row in standings]
                 if board is not None else [])
         # the table's own scrollbar gutter may take two columns
-        wrap = verdict_width(rows, self.size.width - 2, table.cell_padding) if rows else None
+        fit = fit_board(rows, self.size.width - 2, table.cell_padding)
         self._width_filled = self.size.width
         table.clear(columns=True)
-        for i, header in enumerate(HEADERS):
-            table.add_column(header, width=wrap if i == VERDICT_COLUMN else None)
+        widths = {VERDICT_COLUMN: fit.verdict, NAME_COLUMN: fit.name}
+        for i in fit.columns:
+            table.add_column(HEADERS[i], width=widths.get(i))
         for row, line in zip(standings, rows, strict=True):
-            table.add_row(*(plain(c) for c in line), key=row.name, height=None if wrap else 1)
+            table.add_row(*(plain(line[i]) for i in fit.columns), key=row.name,
+                          height=None if fit.verdict or fit.name else 1)
 
     def show(self, board: LeaderboardUpdated | None, current: CandidateStarted | None) -> None:
         """Show the latest standings (``board``) and which candidate runs (``current``)."""
