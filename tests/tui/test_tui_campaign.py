@@ -300,7 +300,7 @@ def _table_lines(table: DataTable) -> list[str]:
 async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_path: Path) -> None:
     """At 80x24 the campaign board's pane is narrower than its table: the verdict column ran past the
     edge, and "worse than the best (provisional)" read "worse than the best (provis". The verdict wraps
-    inside the pane instead; at 200 columns it stays on one line."""
+    inside the pane instead, the figures after it whole; at 200 columns it stays on one line."""
     rows = (Standing("q8_0", "compared", rank=1, mean=0.0123, ci_low=0.011, ci_high=0.0135, mark="best",
                      size_bytes=3 << 30, bits_per_weight=8.5),
             Standing("q4_k_m", "compared", rank=2, mean=0.0456, ci_low=0.04, ci_high=0.05, mark="worse",
@@ -317,6 +317,8 @@ async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_pa
         text = "\n".join(lines)
         assert "worse than the best" in text and "(provisional)" in text, text
         assert "(provis\n" not in text + "\n" and all(len(line) <= board.size.width for line in lines)
+        for figure in ("[0.011, 0.0135]", "[0.04, 0.05]", "3.0 GiB", "2.0 GiB", "8.50", "4.80"):
+            assert figure in text, text
         await pilot.resize_terminal(200, 50)
         await settle(app, pilot)
         assert any("worse than the best (provisional)" in line for line in _table_lines(table))

@@ -61,6 +61,12 @@ from kldtui.workspace import Workspace
 
 REFRESH_INTERVAL = 0.1
 ENGINE_GROUP, CONTROL_GROUP = "engine", "control"
+# In a terminal narrower than this the Leaderboard and Diff tabs take the window grid's room: beside the
+# grid (30% of the width, at least 26 columns) they had 54 columns at 80, and the ranking's and the campaign
+# board's intervals were cut mid-figure. From here on the pane beside the grid has the 80 columns the
+# ranking needs.
+GRID_BESIDE_TABLES_FROM = 116
+TABLE_TABS = ("leaderboard", "diff")  # the tabs whose tables and charts take the grid's room
 
 
 PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineControl]
@@ -140,7 +146,8 @@ KEYS_HELP = (
         ("1 … 5", "start one stage (1 reference … 5 compare)"),
         ("s", "stop the running stage(s); state on disk stays resumable"),
         ("x", "stop the server"),
-        ("l e b", "show the log / result / leaderboard tab"),
+        ("l e b", "show the log / result / leaderboard tab (under "
+                  f"{GRID_BESIDE_TABLES_FROM} columns the Leaderboard and Diff tabs take the grid's room)"),
         ("d", "the Diff tab: the difference of two reports on the leaderboard (the two marked, or the "
               "only two)"),
         ("/", "search the log (Esc clears)"),
@@ -600,6 +607,22 @@ class DashboardScreen(BoardScreen):
     def notes_shown_elsewhere(self) -> frozenset[str]:
         boards = self.query("#campaign")
         return boards.first(CampaignBoard).notes_shown if boards else frozenset()
+
+    def on_resize(self) -> None:
+        self._place_grid()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._place_grid()
+
+    def _place_grid(self) -> None:
+        """The window grid beside the open tab, except beside the Leaderboard and Diff tabs in a terminal
+        under :data:`GRID_BESIDE_TABLES_FROM` columns: they take its room (their figures were cut). The
+        focus it had goes to the open tab."""
+        tabs = self.query_one("#tabs", TabbedContent)
+        left = self.query_one("#left")
+        left.display = self.size.width >= GRID_BESIDE_TABLES_FROM or tabs.active not in TABLE_TABS
+        if not left.display and tabs.active:
+            self._focus_in_sight(tabs.active)
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
