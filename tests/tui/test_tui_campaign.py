@@ -35,7 +35,7 @@ async def test_the_campaign_board_fills_in_as_candidates_finish(tmp_path: Path) 
         assert board.has_class("-shown") and app.query_one("#tabs", TabbedContent).active == "leaderboard"
         rows = _rows(app)
         assert [r[1] for r in rows] == ["q8", "q4"]
-        assert rows[0] == ["1", "q8", "0.0123", "best", "[0.011, 0.0135]", "3.0 GiB", "8.50"]
+        assert rows[0] == ["1", "q8", "0.0123", "best", "[0.011, 0.0135]", "3.00 GiB", "8.50"]
         assert rows[1][3] == "worse than the best" and rows[1][5:7] == ["-", "-"]
         assert "Campaign leaderboard" in static_text(app, "#campaign-title")
         notes = static_text(app, "#campaign-notes")
@@ -317,7 +317,7 @@ async def test_at_80x24_a_verdict_is_read_whole_not_cut_at_the_panes_edge(tmp_pa
         text = "\n".join(lines)
         assert "worse than the best" in text and "(provisional)" in text, text
         assert "(provis\n" not in text + "\n" and all(len(line) <= board.size.width for line in lines)
-        for figure in ("[0.011, 0.0135]", "[0.04, 0.05]", "3.0 GiB", "2.0 GiB", "8.50", "4.80"):
+        for figure in ("[0.011, 0.0135]", "[0.04, 0.05]", "3.00 GiB", "2.00 GiB", "8.50", "4.80"):
             assert figure in text, text
         await pilot.resize_terminal(200, 50)
         await settle(app, pilot)
