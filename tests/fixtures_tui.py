@@ -317,6 +317,17 @@ async def until(pilot: Any, condition: Callable[[], bool], what: str, limit: flo
         await pilot.pause(0.02)
 
 
+async def ranking(app: KldApp, pilot: Any, rows: int) -> Any:
+    """The screen's ranking (``#board``) once it holds ``rows`` rows and the app has settled."""
+    from kldtui.tui.widgets.leaderboard import LeaderboardTable
+
+    await settle(app, pilot)
+    table = app.screen.query_one("#board", LeaderboardTable)
+    await until(pilot, lambda: table.row_count == rows, "the ranking")
+    await settle(app, pilot)
+    return table
+
+
 def dashboard(tmp_path: Path, **kwargs: Any) -> tuple[KldApp, dict[str, ScriptedPipeline]]:
     holder: dict[str, ScriptedPipeline] = {}
 

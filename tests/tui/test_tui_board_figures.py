@@ -9,8 +9,7 @@ from pathlib import Path
 
 from kldtui.text import table_figure
 from kldtui.tui.app import create_app
-from kldtui.tui.widgets import LeaderboardTable
-from tests.fixtures_tui import make_report, screen_lines, settle, sync, until, write_report
+from tests.fixtures_tui import make_report, ranking, screen_lines, settle, sync, write_report
 
 
 def test_a_small_kl_keeps_three_significant_digits() -> None:
@@ -27,10 +26,7 @@ async def test_q8_means_keep_their_digits_on_the_ranking_and_the_result_pane(tmp
     paths = [write_report(tmp_path / f"{name}.json", report) for name, report in reports.items()]
     app = create_app(reports=paths, config_dir=tmp_path / "cfg", remember_theme=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        table = app.screen.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: table.row_count == 2, "the ranking")
-        await settle(app, pilot)
+        table = await ranking(app, pilot, 2)
         mean = table.column("mean KL")
         interval = table.column("95% interval")
         shown = [str(table.get_row_at(i)[mean]) for i in range(2)]

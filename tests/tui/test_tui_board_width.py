@@ -17,6 +17,7 @@ from tests.fixtures_tui import (
     drawn_lines,
     feed,
     make_report,
+    ranking,
     screen_lines,
     settle,
     static_text,
@@ -35,10 +36,7 @@ async def test_no_verdict_marks_beside_a_long_name_on_a_log_axis_fit_80_columns(
              for n, lvl, s in [(LONG, 0.005, 1), ("q2", 0.08, 2)]]
     app = create_app(reports=paths, config_dir=tmp_path / "cfg", remember_theme=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        table = app.screen.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: table.row_count == 2, "the ranking")
-        await settle(app, pilot)
+        table = await ranking(app, pilot, 2)
         assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
         lines = "\n".join(screen_lines(app))
         assert "small-quant-with-…" in lines and lines.count("no verdict") >= 2, lines
@@ -60,10 +58,7 @@ async def test_at_200_columns_the_bar_takes_40_cells(tmp_path: Path) -> None:
              for n, lvl, s in [("q8", 0.004, 1), ("q6", 0.0045, 2), ("q4", 0.02, 3)]]
     app = create_app(reports=paths, config_dir=tmp_path / "cfg", remember_theme=False)
     async with app.run_test(size=(200, 50)) as pilot:
-        await settle(app, pilot)
-        table = app.screen.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: table.row_count == 3, "the ranking")
-        await settle(app, pilot)
+        table = await ranking(app, pilot, 3)
         bar = table.column("interval")
         assert all(len(str(table.get_row_at(i)[bar])) == 40 for i in range(3))
         assert table.virtual_size.width <= table.region.width, (table.virtual_size, table.region)
@@ -79,10 +74,7 @@ async def test_reports_that_cannot_be_paired_say_so_in_one_line_above_the_rankin
              write_report(tmp_path / "q4.json", other)]
     app = create_app(reports=paths, config_dir=tmp_path / "cfg", remember_theme=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        table = app.screen.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: table.row_count == 2, "the ranking")
-        await settle(app, pilot)
+        await ranking(app, pilot, 2)
         note = app.screen.query_one("#board-note")
         assert note.region.height == 2, static_text(app, "#board-note")  # how to use it, and this
         assert "no tie marks: these reports cannot be paired (? says why)" in static_text(app, "#board-note")
