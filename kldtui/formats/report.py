@@ -22,7 +22,7 @@ from kldtui.formats.report_model import (
     HeadlineInterval,
     Interval,
 )
-from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
+from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few, kl_headline_interval
 from kldtui.text import human_bytes, interval_ends, plural, top_k
 
 
@@ -153,8 +153,6 @@ def summary_text(report: ComparisonReport) -> str:
     estimate (the mean of window means), the original comparator's window bootstrap beside it. An
     interval that rests on too few windows (:func:`interval_rests_on_too_few`) is not printed as a
     95 % interval: the line says how many windows there are instead."""
-    from kldtui.formats.report_names import kl_headline_interval
-
     boot = report.kl_window_cluster_bootstrap
     mean_iv = kl_headline_interval(report)
     kl = report.kl_reference_to_candidate
@@ -326,9 +324,17 @@ def bucket_lines(report: ComparisonReport) -> list[str]:
 
 
 def headline(report: ComparisonReport) -> dict[str, Any]:
-    """The figures a finished compare stage reports (dashboard header, batch summary)."""
+    """The figures a finished compare stage reports (the dashboard's compare card, the batch's
+    ``StageFinished`` line): mean KL and its 95 % interval as every other view shows them, the headline
+    interval (:func:`~kldtui.formats.report_names.kl_headline_interval`, docs/STATISTICS.md, with
+    ``rests_on_too_few_windows`` where it should be marked, not headlined), and the original
+    comparator's percentile window bootstrap beside it under its own names, as the leaderboard's rows
+    carry it."""
+    head = kl_headline_interval(report)
     boot = report.kl_window_cluster_bootstrap
-    return {"kl_mean": boot.estimate, "ci95_low": boot.ci95_low, "ci95_high": boot.ci95_high,
+    return {"kl_mean": head.estimate, "ci95_low": head.ci95_low, "ci95_high": head.ci95_high,
+            "rests_on_too_few_windows": head.rests_on_too_few_windows,
+            "percentile_ci95_low": boot.ci95_low, "percentile_ci95_high": boot.ci95_high,
             "top1_agreement": report.top1_agreement, "windows": report.windows}
 
 

@@ -30,7 +30,7 @@ from kldtui.events import (
 )
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import top_k, window_span
+from kldtui.text import table_figure, top_k, window_span
 from kldtui.workflow.state import RunState
 
 STAGES: tuple[str, ...] = PIPELINE_STAGES
@@ -103,18 +103,16 @@ def _resolved(path: str) -> str:
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, float):
-        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
-            return f"{value:.3g}"
-        return f"{value:.4g}"
-    return str(value)
+    """A figure on a card: a float as a KL in a table's cell (the leaderboard's digits), else as it is."""
+    return table_figure(value) if isinstance(value, float) else str(value)
 
 
 FIGURE_NAMES = {"kl_mean": "KL", "top1_agreement": "top-1", "windows": "windows", "url": ""}
 # figures whose name is a unit: written after the number ("1966 tok/s", not "tok/s 1966")
 FIGURE_UNITS = {"tok/s": "tok/s", "tokens_per_s": "tok/s", "GiB": "GiB"}
-# figures that are for the log and the report, not the rail
-HIDDEN_FIGURES = {"ci95_low", "ci95_high", "seconds", "elapsed_s", "bytes_downloaded", "commit", "offline"}
+# figures that are for the log and the report, not the rail (a mean KL's interval: the Result tab's)
+HIDDEN_FIGURES = {"ci95_low", "ci95_high", "percentile_ci95_low", "percentile_ci95_high", "seconds",
+                  "elapsed_s", "bytes_downloaded", "commit", "offline"}
 
 
 def stage_figures(figures: dict[str, Any]) -> list[str]:

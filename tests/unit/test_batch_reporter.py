@@ -157,6 +157,42 @@ def test_jsonl_writes_every_event_as_one_object() -> None:
     assert docs[3]["report"] == make_report([0.1])  # the report's JSON document, as in the file
 
 
+def test_the_compare_stage_line_carries_the_headline_interval_not_the_bootstrap() -> None:
+    """The batch's line of a finished compare (plain and JSONL) gives the mean KL and interval every
+    other view gives (the headline interval, docs/STATISTICS.md), the original comparator's bootstrap
+    only beside it under its own names."""
+    from types import SimpleNamespace
+
+    from kldtui.formats.report_names import kl_headline_interval
+    from kldtui.stages.compare.driver import Comparer
+
+    doc = make_report([0.004 * (1 + (i % 5)) for i in range(12)])
+    doc["kl_window_cluster_bootstrap"].update(estimate=0.5, ci95_low=0.4, ci95_high=0.6)
+    report = as_report(doc)
+    head = kl_headline_interval(report)
+    assert head.ci95_low is not None and head.ci95_high is not None and head.ci95_high < 0.4
+    events: list[object] = []
+    comparer = Comparer.__new__(Comparer)  # publish() reads only the workspace's report path
+    comparer.workspace = SimpleNamespace(report_path=None)  # type: ignore[assignment]
+    comparer.emit = events.append
+    comparer.publish(report)
+    jsonl, plain = io.StringIO(), io.StringIO()
+    for rep in (BatchReporter(jsonl, jsonl=True), BatchReporter(plain)):
+        for event in events:
+            rep(event)  # type: ignore[arg-type]
+    (doc_line,) = [json.loads(line) for line in jsonl.getvalue().splitlines()]
+    figures = doc_line["figures"]
+    assert doc_line["event"] == "StageFinished" and doc_line["stage"] == "compare"
+    assert (figures["kl_mean"], figures["ci95_low"], figures["ci95_high"]) == \
+        (head.estimate, head.ci95_low, head.ci95_high)
+    assert (figures["percentile_ci95_low"], figures["percentile_ci95_high"]) == (0.4, 0.6)
+    assert figures["rests_on_too_few_windows"] is False
+    (line,) = plain.getvalue().splitlines()
+    assert (f"compare: done - KL(reference || candidate) = {head.estimate:.6g}  95% interval "
+            f"[{head.ci95_low:.6g}, {head.ci95_high:.6g}]") in line, line
+    assert "the original comparator's window bootstrap 0.5 [0.4, 0.6])" in line, line
+
+
 def test_exit_codes() -> None:
     err = io.StringIO()
     rep = BatchReporter(io.StringIO())
