@@ -73,11 +73,23 @@ def table_figure(value: float | None) -> str:
     significant digits, three below 0.001 (the cell as wide as 0.001234's), so that a q8's 0.0001234
     keeps its digits (five fixed decimals read 0.00012 for anything from 0.000115 to 0.000125) and the
     figure reads as ``kldtui leaderboard`` prints it."""
+    return _figure(value, "")
+
+
+def signed_table_figure(value: float | None) -> str:
+    """A signed figure (a mean change in a probability, Δp) in a table's cell or a pane, "-" for none:
+    :func:`table_figure`'s digits with its sign always written (+0.0001234 reads +0.000123, -0.1 reads
+    -0.1), not five fixed decimals that round a q8's -0.0000123 to -0.00001."""
+    return _figure(value, "+")
+
+
+def _figure(value: float | None, sign: str) -> str:
+    """:func:`table_figure`'s rule, ``sign`` as the format spec's ("+": always written, "": for a minus)."""
     if value is None:
         return "-"
     if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
-        return f"{value:.3g}"
-    return f"{value:.4g}"
+        return f"{value:{sign}.3g}"
+    return f"{value:{sign}.4g}"
 
 
 BYTE_UNITS = ("B", "bytes")

@@ -1,6 +1,7 @@
 """Every view of one report shows the same mean KL and interval: the dashboard's compare card (from the
 compare stage's StageFinished figures, or from the work folder on disk) reads the report's headline
-interval (docs/STATISTICS.md), as the Result tab beside it, never the original comparator's bootstrap."""
+interval (docs/STATISTICS.md), as the Result tab beside it, never the original comparator's bootstrap;
+the Result tab's Δp figures keep their digits, signed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kldtui.formats.report import headline
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import kl_headline_interval
 from kldtui.stages.compare.driver import Comparer
-from kldtui.text import interval_ends, table_figure
+from kldtui.text import interval_ends, signed_table_figure, table_figure
 from tests.fixtures_tui import dashboard, feed, make_report, settle, static_text, sync
 
 WINDOWS = [f"d{i % 3}" for i in range(12)]  # enough windows for a headline interval
@@ -79,3 +80,15 @@ async def test_the_compare_card_and_the_result_tab_show_one_mean_kl(tmp_path: Pa
         assert "0.5" not in card[2] and "[0.4, 0.6]" not in summary
         await pilot.press("q")
 
+
+def test_delta_p_reads_in_significant_digits_with_its_sign() -> None:
+    from kldtui.tui.resultdata import result_from_report
+    from kldtui.tui.widgets.result_pane import ResultPane
+
+    doc: dict[str, Any] = make_report("q8", 0.01, seed=5, domains=WINDOWS)
+    doc["next_token"]["delta_p"].update(mean=-0.0000123, rms=0.0000456)
+    text = ResultPane().summary_text(result_from_report(doc)).plain
+    assert "Δp mean -1.23e-05  Δp rms 4.56e-05" in text, text
+    assert signed_table_figure(0.0001234) == "+0.000123" and signed_table_figure(-0.1) == "-0.1"
+    assert signed_table_figure(0.0) == "+0" and signed_table_figure(None) == "-"
+    assert signed_table_figure(7e38) == "+7e+38" and table_figure(7e38) == "7e+38"

@@ -15,10 +15,6 @@ def kl_level(kl: float) -> int:
     return len(KL_LEVELS)
 
 
-def fmt_num(value: float | None, fmt: str = "{:.5f}") -> str:
-    return "-" if value is None else fmt.format(value)
-
-
 def fmt_eta(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return ""

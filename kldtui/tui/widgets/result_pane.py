@@ -10,9 +10,9 @@ from textual.widgets import DataTable
 
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import printable
-from kldtui.text import plural, table_figure, top_k, window_span
+from kldtui.text import plural, signed_table_figure, table_figure, top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
-from kldtui.tui.widgets.format import fmt_num, shown_path
+from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
 from kldtui.tui.widgets.plain import PlainStatic, plain
 
@@ -71,10 +71,10 @@ class ResultPane(VerticalScroll):
         text.append("\nPPL ratio ")
         text.append(r.ppl_ratio.text("{:.4f}", short=True) if r.ppl_ratio is not None else "-")
         text.append("  Δp mean ")
-        text.append(fmt_num(r.delta_p_mean, "{:+.5f}"))
+        text.append(signed_table_figure(r.delta_p_mean))  # a q8's -0.0000123 keeps its digits
         if not r.delta_p_rms_in_figures:
             text.append("  Δp rms ")
-            text.append(fmt_num(r.delta_p_rms))
+            text.append(table_figure(r.delta_p_rms))
         for line in r.figures:
             text.append("\n" + line)
         for line in r.buckets:
