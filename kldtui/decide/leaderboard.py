@@ -383,15 +383,18 @@ def _too_many_words(windows: int, candidates: int, unit: str) -> str:
 
 
 def _row_interval(report: ComparisonReport) -> Interval:
-    """A row's mean-KL interval: the report's headline interval (kl_headline_interval: the report's own,
-    so the leaderboard shows what the viewer shows), the percentile bootstrap's where it has none (under
-    3 windows); the standard error is the bootstrap's."""
+    """A row's mean-KL interval: the report's headline interval with its own estimate, the mean of
+    window means (kl_headline_interval: the report's own, so the leaderboard shows and ranks by what the
+    viewer shows; a report of the original comparator's scripts may give its bootstrap another mean),
+    the percentile bootstrap's where it has none (under 3 windows); the standard error is the
+    bootstrap's."""
     boot = report_interval(report)
     head = kl_headline_interval(report)
-    lo = head.ci95_low if head.ci95_low is not None else boot.ci95_low
-    hi = head.ci95_high if head.ci95_high is not None else boot.ci95_high
-    return Interval(float(boot.estimate), float(boot.standard_error), float(lo), float(hi),
-                    boot.bootstrap_samples or 0)
+    if head.estimate is None or head.ci95_low is None or head.ci95_high is None:
+        return Interval(float(boot.estimate), float(boot.standard_error), float(boot.ci95_low),
+                        float(boot.ci95_high), boot.bootstrap_samples or 0)
+    return Interval(float(head.estimate), float(boot.standard_error), float(head.ci95_low),
+                    float(head.ci95_high), boot.bootstrap_samples or 0)
 
 
 def leaderboard_from_files(paths: Sequence[str | os.PathLike[str]], *, samples: int = DEFAULT_SAMPLES,

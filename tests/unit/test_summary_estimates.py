@@ -102,3 +102,22 @@ def test_an_original_comparator_report_keeps_its_bootstrap_estimate_beside_its_o
     same = copy.deepcopy(doc)
     same["kl_window_cluster_bootstrap"]["estimate"] = float(np.mean(KL))
     assert summary_text(as_report(same)).splitlines()[0].endswith("window bootstrap [0.3, 0.48])")
+
+
+def test_the_leaderboard_ranks_an_original_comparator_report_by_its_headline_estimate() -> None:
+    """The leaderboard's row took its mean from the original comparator's bootstrap and its interval
+    from the headline: for a report whose bootstrap takes the mean over every position (0.44 here) the
+    row showed a mean above its interval [0.014, 0.1] and ranked by it."""
+    from kldtui.decide import build_leaderboard
+
+    doc = _uneven("original")
+    doc["kl_window_cluster_bootstrap"].update(estimate=doc["kl_reference_to_candidate"]["mean"],
+                                              ci95_low=0.3, ci95_high=0.48)
+    other = copy.deepcopy(doc)
+    other["candidate_dir"] = "/r/b"
+    board = build_leaderboard([as_report(doc), as_report(other)], noise=None)
+    head = kl_headline_interval(as_report(doc))
+    assert head.estimate is not None and head.ci95_high is not None and head.ci95_high < 0.3
+    for row in board.rows:
+        assert row.mean == pytest.approx(head.estimate), row
+        assert (row.ci_low, row.ci_high) == (head.ci95_low, head.ci95_high), row
