@@ -194,14 +194,15 @@ def kldtui_command() -> str:
     return as_typed(started, "kldtui")
 
 
-# The decision rules' outcome of a candidate against the best (kldtui.decide.verdict's outcomes), in
-# the words every view of a ranking uses: the campaign's standings, the exports. ``{unit}``: what the
-# suite's units are called (kldtui.formats.suite.unit_name: window, a hidden-state suite's context).
+# The decision rules' outcome of a candidate B against A (kldtui.decide.verdict's outcomes), in the
+# words every view of a ranking uses (the campaign's standings, the exports; A: ``{other}``, the best)
+# and the headline of a difference (kldtui.decide.verdict.headline). ``{unit}``: what the suite's
+# units are called (kldtui.formats.suite.unit_name: window, a hidden-state suite's context).
 OUTCOME_WORDS = {
-    "a_closer": "worse than the best",
-    "b_closer": "closer than the best",
-    "indistinguishable": "tied with the best",
-    "within_noise": "tied with the best (within noise)",
+    "a_closer": "worse than {other}",
+    "b_closer": "closer than {other}",
+    "indistinguishable": "tied with {other}",
+    "within_noise": "tied with {other} (within noise)",
     "too_few_windows": "no verdict (too few {unit}s)",
     "cannot_calibrate": "no verdict (cannot be calibrated)",
     "no_finite_interval": "no verdict (no finite interval)",
@@ -221,12 +222,13 @@ NAMED_OUTCOMES = frozenset({"a_closer", "b_closer"})
 NO_VERDICT_OUTCOMES = frozenset({"too_few_windows", "cannot_calibrate", "no_finite_interval"})
 
 
-def outcome_words(outcome: str | None, fallback: str, provisional: bool = False, *, unit: str) -> str:
-    """A candidate's verdict against the best in a few words (``fallback`` for an outcome this
-    list does not name), counting the suite's ``unit`` s (``no verdict (too few contexts)``);
+def outcome_words(outcome: str | None, fallback: str, provisional: bool = False, *, unit: str,
+                  other: str = "the best") -> str:
+    """A candidate's verdict against ``other`` (the best) in a few words (``fallback`` for an outcome
+    this list does not name), counting the suite's ``unit`` s (``no verdict (too few contexts)``);
     ``(provisional)`` where the noise model cannot fully back it."""
     template = OUTCOME_WORDS.get(outcome or "")
-    words = fallback if template is None else template.format(unit=unit)
+    words = fallback if template is None else template.format(unit=unit, other=other)
     return f"{words} (provisional)" if provisional else words
 
 

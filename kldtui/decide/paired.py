@@ -41,6 +41,7 @@ from kldtui.decide.verdict import (
     decide,
     evidence,
     family_decisions,
+    headline,
     infinite_note,
     json_number,
     noise_words,
@@ -450,6 +451,17 @@ class PairedDiff:
         """The outcome of :attr:`verdict`: the clustered verdict's over source clusters where contexts
         share sources, else the overall one's."""
         return self.clustered.outcome if self.clustered is not None else self.overall.outcome
+
+    @property
+    def provisional(self) -> bool:
+        """Whether :attr:`verdict` names a difference the noise model cannot fully back."""
+        return self.clustered.provisional if self.clustered is not None else self.overall.provisional
+
+    @property
+    def headline(self) -> str:
+        """:attr:`verdict` in one short line (:func:`kldtui.decide.verdict.headline`)."""
+        return headline(self.outcome, self.provisional, self.verdict_interval, self.name_a, self.name_b,
+                        self.verdict_unit)
 
     @property
     def verdict_interval(self) -> VerdictInterval:

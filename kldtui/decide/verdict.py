@@ -39,7 +39,7 @@ import numpy as np
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics import inference as inf
 from kldtui.metrics.stats import holm, t_quantile
-from kldtui.text import PLAIN_RANGE, TIED_OUTCOMES, interval_range, plain_number
+from kldtui.text import PLAIN_RANGE, TIED_OUTCOMES, interval_range, outcome_words, plain_number
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -790,6 +790,17 @@ def sentence(decision: Decision, iv: VerdictInterval, mean_a: float, name_a: str
     if decision.provisional:
         return text + f"; provisional: {decision.provisional_reason}{how}"
     return text + f"; larger than the repeat KL {_n(decision.noise_value or 0)} between two captures"
+
+
+def headline(outcome: Outcome, provisional: bool, iv: VerdictInterval, name_a: str, name_b: str,
+             unit: str = WINDOW_UNIT) -> str:
+    """:func:`sentence` in one short line: the outcome in a few words (:func:`kldtui.text.outcome_words`),
+    then B - A and its interval over ``unit`` s, signed as a difference chart draws them. A view shows
+    it above its chart, and the sentence in full (why, how to confirm) further down."""
+    words = outcome_words(outcome, "no verdict", provisional, unit=unit, other=name_a)
+    interval = f", 95 % interval {interval_range(iv.ci95_low, iv.ci95_high)}" if iv.shows_interval else ""  # type: ignore[arg-type]
+    over = f"over {iv.windows} {unit}{'s' if iv.windows != 1 else ''}"
+    return f"{name_b}: {words}; {name_b} - {name_a} = {_n(iv.estimate)} KL{interval}, {over}"
 
 
 def infinite_note(name: str, rows: int, windows: Sequence[int], unit: str = WINDOW_UNIT) -> str:

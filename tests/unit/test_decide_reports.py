@@ -80,6 +80,25 @@ def test_b_closer_and_not_distinguishable_verdicts():
     assert res.verdict.startswith("no difference shown between a and b") and "includes zero" in res.verdict
 
 
+def test_the_headline_says_the_verdict_in_short_with_the_interval_it_rests_on():
+    """What the viewer shows above the difference chart: the outcome (provisional where the sentence
+    says so), then B - A and the interval of the sentence, signed as the chart draws it."""
+    base = _kl(2)
+    a = make_report(base * 1.3, DOMAINS, candidate_dir="/runs/a")
+    b = make_report(base, DOMAINS, candidate_dir="/runs/b")
+    res = paired_diff(a, b, samples=1000, noise=None)
+    iv = res.verdict_interval
+    assert res.provisional and "; provisional: " in res.verdict
+    assert res.headline == (f"b: closer than a (provisional); b - a = {plain_number(iv.estimate)} KL, 95 % "
+                            f"interval {plain_number(iv.ci95_low)} to {plain_number(iv.ci95_high)}, "
+                            "over 32 windows")
+    noisy = base * np.exp(np.random.default_rng(3).normal(0, 0.2, 32))
+    res = paired_diff(make_report(base, DOMAINS, candidate_dir="/r/a"),
+                      make_report(noisy, DOMAINS, candidate_dir="/r/b"), samples=1000, noise=None)
+    assert res.outcome == "indistinguishable" and not res.provisional
+    assert res.headline.startswith("b: tied with a; b - a = "), res.headline
+
+
 def test_published_floor_is_the_default_for_the_published_suite_only():
     base = _kl(4)
     a = make_report(base, DOMAINS, suite_hash=PUBLISHED_SUITE_HASH, candidate_dir="/r/a")
