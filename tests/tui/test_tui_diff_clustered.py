@@ -71,6 +71,10 @@ def _check(app: KldApp, chart: KLChart, diff: PairedDiff) -> None:
     assert LEGEND in " ".join(legend), legend
     verdict = static_text(app, "#diff-verdict")
     assert "includes zero, over 17 source clusters" in verdict, verdict  # the sentence and legend agree
+    # above the chart, in short: the same verdict, over the same source clusters
+    headline = " ".join(static_text(app, "#diff-headline").split())
+    assert headline.startswith("A = ") and ": tied with " in headline, headline
+    assert headline.endswith("over 17 source clusters (in full below the chart)"), headline
 
 
 @sync

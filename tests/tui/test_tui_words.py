@@ -919,8 +919,8 @@ async def test_a_campaigns_folder_opened_in_the_viewer_of_one_report_ties_with_i
             await settle(app, pilot)
             tie = table.column("tie")
             assert [table.get_row_at(i)[tie] for i in range(2)] == marks
-            note = str(app.query_one("#board-note", Static).render())
-            assert ("noise model of campaign: 2 captures" in note) is noise_floor, note
+            note = str(app.query_one("#board-note", Static).render())  # in full at 160x40
+            assert ("noise model of campaign: measured repeat variation" in note) is noise_floor, note
 
 
 def _campaign_folder(folder: Path, reports: dict[str, Path], model: Path) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from kldtui.formats.report import load_report  # json only, no numpy: the viewer
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, folder_reports, unique_names
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import no_verdict_words
+from kldtui.text import no_verdict_words, outcome_words
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -39,6 +40,11 @@ from kldtui.tui.widgets.plain import PlainStatic
 LOAD_GROUP = "load"  # reading reports and the work folder: every one runs to its end
 RANK_GROUP = "rank"  # exclusive: a newer ranking replaces an older one
 PANE_GROUP = "pane"  # exclusive: what the pane under the table shows (difference, charts)
+# the ranking's notes are said in full above it where they take at most this share of the screen's
+# rows (at 200x50 six lines: each in one short line left most of a wide screen empty); else in one
+# short line each, so that at 80x24 the table keeps the room
+NOTES_IN_FULL_SHARE = 1 / 8
+NOISE_NOTE = "noise model: "  # how the noise model's note in full starts (as kldtui leaderboard says it)
 
 
 def tie_column_help(unit: str) -> HelpSection:
@@ -68,6 +74,16 @@ def row_verdict(row: Any, rows: int, unit: str) -> str:
     return str(row.verdict_vs_best)
 
 
+def row_brief(row: Any, rows: int, unit: str) -> str:
+    """:func:`row_verdict` in a few words (:func:`~kldtui.text.outcome_words`), for the line under the
+    table while a pane is open below it: a clearly worse row's sentence took 9 lines of 80x24 there."""
+    if row.is_best:
+        if row.mark == "no verdict":
+            return f"lowest mean KL, but too few {unit}s to say it is best among {rows}"
+        return f"lowest mean KL of the {rows} reports"
+    return outcome_words(row.outcome_vs_best, str(row.mark), row.provisional, unit=unit)
+
+
 class Delivered(Message):
     """A thread worker's result, to be shown on the app's thread (:meth:`BoardScreen.deliver`)."""
 
@@ -91,9 +107,10 @@ class BoardScreen(Screen[None]):
         self.current_result: ResultData | None = None
         self.leaderboard_note = ""
         # the ranking's notes (ties, noise model): (in full, in one short line); above the ranking in
-        # short, in the help (?) in full
+        # full where there is room (notes_in_full), else in short; in the help (?) in full
         self.board_notes: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # row name -> what its tie mark rests on
+        self.brief_verdicts: dict[str, str] = {}  # row name -> the same in a few words (row_brief)
         self.ties: dict[str, str] = {}  # row name -> its tie mark
         self.board_unit = WINDOW_UNIT  # what the ranking's windows are called (Leaderboard.unit)
         self.tie_unit = WINDOW_UNIT  # what its tie verdicts count (Leaderboard.tie_unit)
@@ -281,6 +298,7 @@ class BoardScreen(Screen[None]):
     def _rank(self, results: list[ResultData], reports: list[ComparisonReport]) -> None:
         ties: dict[str, str] = {}
         verdicts: dict[str, str] = {}
+        briefs: dict[str, str] = {}
         notes: list[tuple[str, str]] = []
         # what the reports' windows are called, one report's too (no leaderboard is built of one):
         # a hidden-state suite's contexts; reports of two kinds of suite rank untied, as windows
@@ -299,9 +317,10 @@ class BoardScreen(Screen[None]):
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
                 verdicts = {row.name: row_verdict(row, len(board.rows), board.tie_unit) for row in board.rows}
+                briefs = {row.name: row_brief(row, len(board.rows), board.tie_unit) for row in board.rows}
                 unit, tie_unit = board.unit, board.tie_unit
                 notes = [*zip(board.notes, board.brief_notes, strict=True),
-                         (f"noise model: {board.noise_source}", self.noise_brief(board.noise_brief))]
+                         (f"{NOISE_NOTE}{board.noise_source}", self.noise_brief(board.noise_brief))]
             except Exception as exc:  # noqa: BLE001 - reports from other suites still rank, untied
                 # in one short line above the table, as every note (the paths and hashes took four
                 # lines of 80x24); the help has it in full
@@ -309,16 +328,16 @@ class BoardScreen(Screen[None]):
                           "no tie marks: these reports cannot be paired (? says why)")]
         ranked = [results[i] for i in order]
         ranked_reports = [reports[i] for i in order]
-        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts, unit, tie_unit)
+        self.deliver(self.show_board, ranked, ranked_reports, ties, notes, verdicts, unit, tie_unit, briefs)
 
-    def noise_brief(self, brief: str) -> str:
-        """The noise model's line above the ranking, what a difference must clear; a campaign folder's
-        model names its folder (the user's ``--noise`` is theirs to know), in one line at 80 columns:
-        the notification and the help name the file."""
+    def noise_brief(self, words: str) -> str:
+        """The noise model's note above the ranking (``words``: in short, what a difference must clear;
+        or in full); a campaign folder's model names its folder (the user's ``--noise`` is theirs to
+        know), in one line at 80 columns: the notification and the help name the file."""
         model = self.folder_noise.model
         if self.noise_chosen or model is None or self.noise_path != str(model):
-            return f"noise model: {brief}"
-        return f"noise model of {model.parent.name}: {brief}"
+            return f"noise model: {words}"
+        return f"noise model of {model.parent.name}: {words}"
 
     def noise_options(self, reports: list[ComparisonReport]) -> dict[str, Any]:
         """How the leaderboard's ties use a noise model (``kldtui view --noise FILE`` or
@@ -336,9 +355,10 @@ class BoardScreen(Screen[None]):
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
                    verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT,
-                   tie_unit: str | None = None) -> None:
+                   tie_unit: str | None = None, brief_verdicts: dict[str, str] | None = None) -> None:
         """The ranking; ``unit``: what its windows are called, ``tie_unit``: what its verdicts count
-        (:attr:`Leaderboard.tie_unit`; None: the windows)."""
+        (:attr:`Leaderboard.tie_unit`; None: the windows); ``verdicts``: each row's verdict against the
+        best, ``brief_verdicts`` the same in a few words."""
         if {id(r) for r in reports} != {id(r) for r in self.reports}:
             # a ranking of the board as it was: a report came since (and its ranking is on its way).
             # Taken, it dropped that report, and a ranking started next (the campaign's noise model
@@ -346,6 +366,7 @@ class BoardScreen(Screen[None]):
             return
         self.results, self.reports = results, reports
         self.verdicts = dict(verdicts or {})
+        self.brief_verdicts = dict(brief_verdicts or {})
         self.ties = dict(ties)
         self.board_unit = unit
         self.tie_unit = tie_unit or unit
@@ -364,16 +385,34 @@ class BoardScreen(Screen[None]):
         return frozenset()
 
     def update_board_note(self) -> None:
-        """The lines above the ranking: how to use it, and its notes not shown elsewhere, one short line
-        each, so that the table keeps the room at 80x24 (the help has them in full)."""
+        """The lines above the ranking: how to use it, and its notes not shown elsewhere, in full where
+        they fit in :data:`NOTES_IN_FULL_SHARE` of the screen's rows, else one short line each, so that
+        the table keeps the room at 80x24 (the help has them in full)."""
         n = len(self.results)
         head = f"{n} report{'s' if n != 1 else ''} by mean KL"
         if n > 1:  # what the tie marks mean is in the help (?); the selected row's verdict is below
             head += "; Enter opens one, space marks two, d diffs, ? help"
         elsewhere = self.notes_shown_elsewhere()
-        lines = [head] + [brief for full, brief in self.board_notes if full not in elsewhere]
-        self.leaderboard_note = "\n".join(lines)
-        self.query_one("#board-note", PlainStatic).update(self.leaderboard_note)
+        notes = [(full, brief) for full, brief in self.board_notes if full not in elsewhere]
+        note = self.query_one("#board-note", PlainStatic)
+        # in full, the noise model's note names a campaign folder's model as its short line does
+        shown = [self.noise_brief(full.removeprefix(NOISE_NOTE)) if full.startswith(NOISE_NOTE) else full
+                 for full, _ in notes] if self.notes_in_full([full for full, _ in notes], note) else \
+            [brief for _, brief in notes]
+        self.leaderboard_note = "\n".join([head, *shown])
+        note.update(self.leaderboard_note)
+
+    def notes_in_full(self, notes: list[str], note: PlainStatic) -> bool:
+        """Whether ``notes``, wrapped to the width of the ``note`` above the ranking, fit in
+        :data:`NOTES_IN_FULL_SHARE` of the screen's rows."""
+        width = note.content_size.width or self.size.width - 2  # its padding; before its first layout
+        lines = sum(len(textwrap.wrap(text, max(1, width))) for text in notes)
+        return width > 0 and lines <= self.size.height * NOTES_IN_FULL_SHARE
+
+    def on_resize(self) -> None:
+        # the room the notes have changed: in full or in short, once the note has its new width
+        if self.results:
+            self.call_after_refresh(self.update_board_note)
 
     def verdict_shown_elsewhere(self) -> str | None:
         """A verdict sentence another part of this screen shows in sight now (the viewer's open
@@ -381,10 +420,16 @@ class BoardScreen(Screen[None]):
         a second time."""
         return None
 
+    def pane_open(self) -> bool:
+        """Whether a pane under the table (the viewer's difference or charts) takes the room below it:
+        the line under the table then says the selected row's verdict in a few words."""
+        return False
+
     def show_row_verdict(self, index: int | None) -> None:
         """Under the table: what the selected row's tie mark rests on, in one sentence; where that
         sentence is the open difference's (the best and this row marked, d), a pointer to it: at 200x50
-        the viewer said the same long sentence twice, one above the other."""
+        the viewer said the same long sentence twice, one above the other. While a pane is open below,
+        a sentence longer than one line in a few words, and how to read it in full (Esc closes the pane)."""
         boxes = self.query("#board-verdict")
         if not boxes:
             return
@@ -394,6 +439,9 @@ class BoardScreen(Screen[None]):
             verdict = self.verdicts.get(name)
             if verdict is not None and verdict == self.verdict_shown_elsewhere():
                 text = f"{name}: its verdict against the best is the difference's, below"
+            elif verdict is not None and self.pane_open() and name in self.brief_verdicts \
+                    and len(f"{name}: {verdict}") > boxes.first(PlainStatic).content_size.width:
+                text = f"{name}: {self.brief_verdicts[name]}; Esc shows its verdict in full"
             elif verdict is not None:
                 text = f"{name}: {verdict}"
         boxes.first(PlainStatic).update(text)
@@ -455,12 +503,14 @@ class BoardScreen(Screen[None]):
         band = Band(iv.estimate, iv.ci95_low, iv.ci95_high, iv.windows, diff.verdict_unit)
         lines = [f"A = {a.name}, B = {b.name}", diff.verdict]
         text = "\n".join([*lines, f"noise model: {diff.noise_source}"])
-        self.deliver(self.show_diff, text, bars, band, diff.verdict, diff.unit)
+        self.deliver(self.show_diff, text, bars, band, diff.verdict, diff.unit,
+                     f"A = {a.name}, B = {diff.headline}")
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
-                  verdict: str = "", unit: str = WINDOW_UNIT) -> None:
-        """The difference pane: ``text`` (which pair, ``verdict``, the noise model), its chart of
-        ``bars``, one per ``unit`` (a hidden-state suite's context)."""
+                  verdict: str = "", unit: str = WINDOW_UNIT, headline: str = "") -> None:
+        """The difference pane: ``headline`` (which pair, the verdict in short) above its chart of
+        ``bars``, one per ``unit`` (a hidden-state suite's context), and ``text`` below it (which pair,
+        ``verdict``, the noise model)."""
         pane = self.query_one("#diffpane", DiffPane)
         pane.display = True
-        pane.show(text, bars, band, unit)
+        pane.show(text, bars, band, unit, headline)

@@ -573,8 +573,8 @@ class DashboardScreen(BoardScreen):
         super().diff_needs_marks()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
-                  verdict: str = "", unit: str = WINDOW_UNIT) -> None:
-        super().show_diff(text, bars, band, verdict, unit)
+                  verdict: str = "", unit: str = WINDOW_UNIT, headline: str = "") -> None:
+        super().show_diff(text, bars, band, verdict, unit, headline)
         self.action_show_tab("diff")
         # d asked for the difference: its keys (the arrows, End) scroll it at once, wherever the focus was,
         # as b puts it on the ranking

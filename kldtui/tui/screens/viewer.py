@@ -43,7 +43,8 @@ def board_keys_help(unit: str) -> tuple[HelpSection, ...]:
             ("d", f"per-{unit} difference of the two marked reports"),
             ("c", f"charts: mean KL against size (Pareto front), per {unit}, per domain (as kldtui plot "
                   "draws them)"),
-            ("Esc", "close the difference or the charts (the notes above the table come back)"),
+            ("Esc", "close the difference or the charts (the notes above the table and the selected "
+                    "row's verdict in full come back)"),
         )),
     )
 
@@ -53,7 +54,7 @@ class ViewerScreen(BoardScreen):
         Binding("d", "diff", "diff", show=False),
         Binding("space", "mark", "mark", show=False),
         Binding("c", "charts", "charts", show=False),
-        Binding("escape", "close_pane", "close", show=False),
+        Binding("escape", "close_pane", "close"),  # in the footer while a pane is open
     ]
 
     def __init__(self, report_paths: list[Path]) -> None:
@@ -88,7 +89,12 @@ class ViewerScreen(BoardScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("mark", "diff", "charts", "close_pane") and self.single:
             return False
+        if action == "close_pane":
+            return self.pane_open()
         return True
+
+    def pane_open(self) -> bool:
+        return bool(self.query("#viewer.pane-open"))
 
     def _open_pane(self, pane: DiffPane | BoardCharts) -> None:
         """Show ``pane`` under the table, the other hidden. The ranking's notes step aside and the
@@ -98,6 +104,7 @@ class ViewerScreen(BoardScreen):
             other.display = other is pane
         self.query_one("#viewer").add_class("pane-open")
         self.refresh_row_verdict()
+        self.refresh_bindings()
 
     def action_close_pane(self) -> None:
         """Esc: the difference or the charts closed, the notes and the whole table back."""
@@ -106,6 +113,7 @@ class ViewerScreen(BoardScreen):
             pane.display = False
         viewer.remove_class("pane-open")
         self.refresh_row_verdict()
+        self.refresh_bindings()
 
     def reports_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str]) -> None:
         if not self.single:
@@ -160,15 +168,15 @@ class ViewerScreen(BoardScreen):
     def show_board(self, results: list[ResultData], reports: list[ComparisonReport],
                    ties: dict[str, str], notes: list[tuple[str, str]],
                    verdicts: dict[str, str] | None = None, unit: str = WINDOW_UNIT,
-                   tie_unit: str | None = None) -> None:
-        super().show_board(results, reports, ties, notes, verdicts, unit, tie_unit)
+                   tie_unit: str | None = None, brief_verdicts: dict[str, str] | None = None) -> None:
+        super().show_board(results, reports, ties, notes, verdicts, unit, tie_unit, brief_verdicts)
         self.query_one("#board", LeaderboardTable).focus()
 
     def show_diff(self, text: str, bars: list[WindowBar], band: Band | None = None,
-                  verdict: str = "", unit: str = WINDOW_UNIT) -> None:
+                  verdict: str = "", unit: str = WINDOW_UNIT, headline: str = "") -> None:
         self.diff_verdict = verdict
         self._open_pane(self.query_one("#diffpane", DiffPane))
-        super().show_diff(text, bars, band, verdict, unit)
+        super().show_diff(text, bars, band, verdict, unit, headline)
 
     def verdict_shown_elsewhere(self) -> str | None:
         """The open difference's verdict: it sits just under the table's line, which points to it
