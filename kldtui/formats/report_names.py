@@ -292,7 +292,7 @@ def kl_headline_interval(report: ComparisonReport) -> HeadlineInterval:
     a shared folder does not vouch for its own interval (one edited to "[-5, 0.008]" was shown so), and
     one written by an earlier version gets today's method. :func:`report_interval` stays the original
     comparator's percentile bootstrap."""
-    interval = _headline_of(report.window_table().kl_mean, "kl_mean")
+    interval = headline_of(report.window_table().kl_mean, "kl_mean")
     assert interval is not None  # kl_mean is every report's
     return interval
 
@@ -302,12 +302,14 @@ def figure_headline_interval(report: ComparisonReport, name: str) -> HeadlineInt
     per-window values as :func:`kl_headline_interval` is; None when the report has no per-window values
     for it (then views fall back to its window bootstrap)."""
     values = report.window_table().figures.get(name)
-    return None if values is None else _headline_of(values, name)
+    return None if values is None else headline_of(values, name)
 
 
-def _headline_of(values: Sequence[float | None], name: str) -> HeadlineInterval | None:
-    """The headline interval of the mean of per-window ``values``, held to the bounds the figure
-    registry gives ``name`` (none for a figure this version does not register)."""
+def headline_of(values: Sequence[float | int | None], name: str) -> HeadlineInterval:
+    """The headline interval of figure ``name`` over its per-window ``values``
+    (:func:`kldtui.metrics.figures.window_headline`: held to the bounds the registry gives ``name``;
+    none for a figure this version does not register); an end that overflowed stays infinite, which
+    the views say in words (the compare stage writes it as null)."""
     from kldtui.formats.report_model import HeadlineInterval
     from kldtui.metrics.figures import get, window_headline  # here: the viewer starts without NumPy
 

@@ -10,6 +10,7 @@ import datetime as _dt
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from kldtui.formats.report_model import (
     WindowEntry,
     WindowTable,
 )
+from kldtui.formats.report_names import headline_of
 from kldtui.formats.suite import Suite, load_logits_manifest, logits_manifest_path, unit_name
 from kldtui.metrics import figures as registry
 from kldtui.metrics import stats as st
@@ -221,15 +223,16 @@ def _figure_summaries(res: Sequence[WindowResult], figs: list[WindowFigures],
 
 
 def headline_interval(window_values: Sequence[float | int | None], name: str) -> HeadlineInterval:
-    """The headline interval (docs/STATISTICS.md) of figure ``name`` over its window values
-    (:func:`kldtui.metrics.figures.window_headline`), held to the values the figure can take."""
-    h = registry.window_headline(window_values, registry.figure(name))
+    """The headline interval (docs/STATISTICS.md) of figure ``name`` over its window values, as every
+    view computes it (:func:`kldtui.formats.report_names.headline_of`), a figure that is not finite
+    written as null (JSON has no infinity)."""
+    registry.figure(name)  # a figure this version registers (KeyError otherwise)
+    h = headline_of(window_values, name)
 
     def num(x: float | None) -> float | None:
         return None if x is None else _or_none(x)
 
-    return HeadlineInterval(num(h.estimate), num(h.low), num(h.high), h.method, h.windows,
-                            h.rests_on_too_few_windows, h.measured_coverage)
+    return replace(h, estimate=num(h.estimate), ci95_low=num(h.ci95_low), ci95_high=num(h.ci95_high))
 
 
 def _window_entry(r: WindowResult, figures: WindowFigures, reverse: bool,
