@@ -116,8 +116,14 @@ def ensure_folder(folder: str | os.PathLike[str], what: str = "folder") -> Path:
     return p
 
 
+def _key(lock_file: Path) -> Path:
+    """One name for a lock file however its folder was spelled (``../d``, a link to it, ``d``): a run
+    holding ``d`` that asks again for ``../d`` is the same holder, not another run."""
+    return Path(os.path.realpath(lock_file.parent)) / lock_file.name
+
+
 def _acquire(lock_file: Path, guarded: str) -> None:
-    key = lock_file.absolute()
+    key = _key(lock_file)
     with _held_lock:
         held = _held.get(key)
         if held is not None:
@@ -160,7 +166,7 @@ def _acquire(lock_file: Path, guarded: str) -> None:
 
 
 def _release(lock_file: Path) -> None:
-    key = lock_file.absolute()
+    key = _key(lock_file)
     with _held_lock:
         held = _held.get(key)
         if held is None:
@@ -196,7 +202,7 @@ def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | o
         if not os.access(f.parent, os.W_OK | os.X_OK):
             raise BadInput(f"{f}: folder {f.parent} is not writable")
         locks.append((lock_path_for_file(f), str(f)))
-    unique = sorted({lf.absolute(): (lf, g) for lf, g in locks}.values(), key=lambda t: str(t[0].absolute()))
+    unique = sorted({_key(lf): (lf, g) for lf, g in locks}.values(), key=lambda t: str(_key(t[0])))
     taken: list[Path] = []
     try:
         for lock_file, guarded in unique:

@@ -96,6 +96,19 @@ def test_same_process_may_nest(tmp_path: Path) -> None:
         pass
 
 
+def test_same_process_may_nest_under_another_spelling_of_the_folder(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kldtui demo --workdir ../d` refused itself ("in use by another kldtui run (pid <its own>)"): the
+    folder was held as ../d and asked for again by its plain name, two keys for one lock file."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "k").mkdir()
+    monkeypatch.chdir(tmp_path / "k")
+    with hold([Path("../d")]), hold([tmp_path / "d"]), hold([tmp_path / "k" / ".." / "d"]):
+        pass
+    with hold([tmp_path / "d"]):  # released: it can be taken again
+        pass
+
+
 def test_two_compares_to_one_output(tmp_path: Path, holder, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "report.json"
     proc = holder("file", out)
