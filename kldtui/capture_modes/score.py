@@ -255,7 +255,7 @@ class ScoreMode(CaptureMode):
     def reference_problems(self, suite_dir: Path, reference_dir: Path,
                            server_env: Mapping[str, str]) -> list[str]:
         """A hidden-state reference needs its LM head on the server's host: named by
-        ``KLDTUI_SCORE_LM_HEAD`` in the server's environment, or found beside the reference or in
+        ``KLDTUI_SCORE_LM_HEAD`` in the server's environment, or found in the reference, beside it or in
         the suite (as :class:`kldtui.scoring.ScoreSession` looks for it)."""
         from kldtui.formats import fidelity as fid
 
@@ -263,8 +263,7 @@ class ScoreMode(CaptureMode):
             return []
         if fid.reference_head_dir(reference_dir, suite_dir) is not None:
             return []
-        places = list(dict.fromkeys(str(p) for p in (reference_dir.parent / fid.LM_HEAD_DIR,
-                                                       suite_dir / fid.LM_HEAD_DIR)))  # the suite's, once
+        places = [str(p) for p in fid.reference_head_places(reference_dir, suite_dir)]
         return [f"{reference_dir}: score mode replays these hidden states with their LM head, and there is "
                 f"none in {' or '.join(places)}; export "
                 f"it (kldtui export-head --checkpoint MODEL --output {suite_dir / fid.LM_HEAD_DIR}) or set "
@@ -379,14 +378,14 @@ class ScoreFigures(ServerFigures):
 
 def _replayed_reference(suite: Suite, reference_dir: Path) -> tuple[LogitsManifest, str]:
     """A hidden-state reference as score files name it: its contexts with the head's vocabulary,
-    and the SHA-256 of the head found beside it (or in the suite), which the server replayed with."""
+    and the SHA-256 of the head found in it, beside it or in the suite, which the server replayed with."""
     from kldtui.formats import fidelity as fid
 
     manifest = fid.load_tensor_manifest(reference_dir)
     where = fid.reference_head_dir(reference_dir, suite.root)
     if where is None:
-        raise BadInput(f"{manifest.path}: holds hidden states and no LM head was found beside it or in "
-                       f"{suite.root}; put the head the server replayed with in "
+        raise BadInput(f"{manifest.path}: holds hidden states and no LM head was found in it, beside it "
+                       f"or in {suite.root}; put the head the server replayed with in "
                        f"{suite.root / fid.LM_HEAD_DIR}")
     head = fid.load_lm_head(where)
     if head.hidden != manifest.width:

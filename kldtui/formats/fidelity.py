@@ -854,19 +854,23 @@ def head_bits(head: LmHead) -> np.ndarray:
                      shape=(head.vocab, head.hidden))
 
 
+def reference_head_places(hidden_folder: str | os.PathLike[str],
+                          suite_root: str | os.PathLike[str] | None) -> list[Path]:
+    """Where a hidden-state reference's LM head may be when nobody names it, in the order looked at:
+    ``lm-head/`` inside the hidden folder (a candidate's capture keeps its model's own head there, so
+    a capture compared as the reference, as the two captures of a repeat are, is replayed with its
+    own head and not the suite's), beside it (a suite's ``reference-hidden/``), in the suite."""
+    folder = Path(hidden_folder)
+    places = [folder / LM_HEAD_DIR, folder.parent / LM_HEAD_DIR]
+    if suite_root:
+        places.append(Path(suite_root) / LM_HEAD_DIR)
+    return list(dict.fromkeys(places))  # the suite's once, when the folder is beside it
+
+
 def reference_head_dir(hidden_folder: str | os.PathLike[str],
                        suite_root: str | os.PathLike[str] | None) -> Path | None:
-    """Where a hidden-state reference's LM head is when nobody names it: ``lm-head/`` beside the
-    hidden folder (a suite's ``reference-hidden/``), else the suite's ``lm-head/``; None if neither
-    is a folder."""
-    folder = Path(hidden_folder)
-    candidates: list[Path] = [folder.parent / LM_HEAD_DIR]
-    if suite_root:
-        candidates.append(Path(suite_root) / LM_HEAD_DIR)
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    return None
+    """The first of :func:`reference_head_places` that is a folder; None if none is."""
+    return next((p for p in reference_head_places(hidden_folder, suite_root) if p.is_dir()), None)
 
 
 def replay_output_of(manifest: TensorManifest) -> str:
@@ -1451,7 +1455,7 @@ __all__ = [
     "listed_files",
     "live_logits_file_name", "load_lm_head", "load_tensor_manifest", "load_top_manifest",
     "logits_manifest_from_contexts", "parse_checksums", "read_checksums", "read_partitions",
-    "reference_head_dir", "repeat_dir", "replay_output_of",
+    "reference_head_dir", "reference_head_places", "repeat_dir", "replay_output_of",
     "suite_from_contexts", "TENSOR_KINDS", "TensorKindSpec",
     "tensor_file_name", "tensor_manifest_from_doc", "tensor_metadata", "tensor_record",
     "write_checksums", "write_context_suite", "write_context_tensor", "write_lm_head", "write_tensor_file",

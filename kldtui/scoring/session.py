@@ -256,7 +256,7 @@ class ScoreSession:
         return _Request(window, np.asarray(ids[1:], dtype=np.int64), reader, meta, hidden=True)
 
     def head_replays(self, manifest: Any) -> HeadReplays:
-        """The hidden reference's head (``KLDTUI_SCORE_LM_HEAD``, else found beside the reference
+        """The hidden reference's head (``KLDTUI_SCORE_LM_HEAD``, else found in the reference, beside it
         or in the suite), loaded and checked once for the session."""
         from kldtui.formats import fidelity as fid
 
@@ -265,8 +265,8 @@ class ScoreSession:
                 return self._heads
         where = self.lm_head or fid.reference_head_dir(self.reference_dir, self.suite_dir)
         if where is None:
-            raise ScoreFailed(f"{manifest.path}: holds hidden states and no LM head was found beside it or "
-                              f"in {self.suite_dir}; export it (kldtui export-head) or set "
+            raise ScoreFailed(f"{manifest.path}: holds hidden states and no LM head was found in it, beside "
+                              f"it or in {self.suite_dir}; export it (kldtui export-head) or set "
                               f"{settings.SCORE_LM_HEAD.name}")
         head = fid.load_lm_head(where)
         heads = HeadReplays(head, fid.replay_output_of(manifest), self.head_placement, self.torch_on_cpu)

@@ -742,7 +742,7 @@ def _run_parallel(fn: Callable[[Any], None], items: list[Any], *, workers: int, 
 
 def _replayed_or_logits(workspace: Workspace) -> LogitsManifest:
     """The reference folder's manifest as logits: a logits folder's own, or a hidden-state
-    folder's contexts as the logits its LM head replays them to (the head found beside it or in
+    folder's contexts as the logits its LM head replays them to (the head found in it, beside it or in
     the suite, as compare and score mode find it; docs/SCORE_MODE.md)."""
     from kldtui.formats import fidelity as fid
 
@@ -751,7 +751,7 @@ def _replayed_or_logits(workspace: Workspace) -> LogitsManifest:
     hidden = fid.load_tensor_manifest(workspace.reference)
     where = fid.reference_head_dir(workspace.reference, workspace.suite_dir)
     if where is None:
-        raise BadInput(f"{hidden.path}: holds hidden states and no LM head was found beside it or in "
+        raise BadInput(f"{hidden.path}: holds hidden states and no LM head was found in it, beside it or in "
                        f"{workspace.suite_dir}; export it (kldtui export-head --checkpoint MODEL --output "
                        f"{workspace.suite_dir / fid.LM_HEAD_DIR})")
     return hidden.as_replayed_manifest(fid.load_lm_head(where).vocab)

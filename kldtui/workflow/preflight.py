@@ -293,7 +293,7 @@ def capture_need(profile: Profile, suite: Suite, windows: Sequence[WindowSpec], 
 def reference_widths(workspace: Workspace) -> tuple[int | None, int | None]:
     """The reference's vocabulary and, where it says it, the model's hidden width: a logits
     reference's vocabulary; a hidden-state reference's width (its ``manifest.json``) and its LM
-    head's vocabulary and width (``lm-head/``, beside it or in the suite). None for what is not
+    head's vocabulary and width (``lm-head/``, in it, beside it or in the suite). None for what is not
     there yet."""
     from kldtui.formats.fidelity import load_lm_head, load_tensor_manifest, reference_head_dir
     from kldtui.formats.suite import load_logits_manifest

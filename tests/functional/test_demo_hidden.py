@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kldtui.embedded.model import TinyModel
@@ -44,6 +45,24 @@ def _said_twice(out: str) -> list[str]:
         lines = [re.sub(r"(\(\d+%\)),.*$", r"\1", line) for line in lines]
         twice += [line for line, n in Counter(lines).items() if n > 1]
     return twice
+
+
+def _expected_repeat_kl(perturb: float) -> float:
+    """The mean KL between two captures of the demo's model under the embedded server's run-to-run
+    noise on the hidden states, from the model alone: to second order, each row's KL is half the
+    variance under p of the logits' difference ``W · (e1 - e2)``, so ``s^2 tr Cov_p(W)`` with ``s``
+    the states' noise scale (``p`` the row's distribution, ``W`` the head without its bias column)."""
+    model = TinyModel(demo.DEMO_VOCAB, seed=demo.DEMO_MODEL_SEED, perturb=perturb)
+    rows = model.head[:, :-1].astype(np.float64)
+    scale = model.state_noise_scale(demo.DEMO_RUNTIME_NOISE)
+    per_row = []
+    for context in demo.demo_contexts():
+        logits = model.logits(model.hidden(context.tokens)[:-1]).astype(np.float64)  # the scored rows
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        mean = p @ rows
+        per_row.append(scale ** 2 * (p @ (rows * rows).sum(axis=1) - (mean * mean).sum(axis=1)))
+    return float(np.concatenate(per_row).mean())
 
 
 def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_clusters(tmp_path: Path) -> None:
@@ -93,6 +112,15 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     noise = json.loads((work / "noise-model.json").read_text())
     assert len(noise["metric_repeat"]["per_window"]) == contexts
     assert 0 < noise["kl_mean"] < board["rows"][0]["mean"]  # run-to-run noise, below the quantization's
+    # the repeat KL between the two captures is their noise's alone: both are replayed with the
+    # candidate's head (the first, compared as the reference, was replayed with the suite's, which added
+    # the heads' difference: 0.0036 where the noise gives 0.0015, as the logits demo measures)
+    fine_head = fid.load_lm_head(work / "candidates" / "fine-hidden" / fid.LM_HEAD_DIR).file_sha256
+    between = json.loads((work / "repeat" / "repeat-kl-fine-hidden.json").read_text())
+    assert between["comparator"]["lm_head_file_sha256"] == fine_head
+    assert between["comparator"]["candidate_lm_head_file_sha256"] == fine_head
+    expected = _expected_repeat_kl(demo.DEMO_CANDIDATES["fine"])
+    assert abs(noise["kl_mean"] / expected - 1) < 0.15, (noise["kl_mean"], expected)
     assert "    noise model: measured repeat variation " in out, out[-3000:]
     assert re.search(r"^    -  fine-hidden\.repeat .* tied with fine-hidden \(its first capture\)", out,
                      flags=re.M), out[-3000:]

@@ -125,8 +125,8 @@ def test_a_score_file_scored_with_another_head_is_refused(suite: Path, scored: t
                        r"reference's head"):
         compare(copy, copy / fid.HIDDEN_DIR, vs_hidden / "candidate", OPTIONS)
     shutil.rmtree(copy / fid.LM_HEAD_DIR)
-    with pytest.raises(BadInput, match=r"manifest\.json: holds hidden states and no LM head was found beside "
-                       r"it or in .*; put the head the server replayed with in .*lm-head$"):
+    with pytest.raises(BadInput, match=r"manifest\.json: holds hidden states and no LM head was found in it, "
+                       r"beside it or in .*; put the head the server replayed with in .*lm-head$"):
         compare(copy, copy / fid.HIDDEN_DIR, vs_hidden / "candidate", OPTIONS)
 
 
@@ -159,8 +159,10 @@ def test_a_run_without_the_head_is_stopped_before_the_server_starts(suite: Path,
     assert problems[0].startswith(f"{copy / fid.HIDDEN_DIR}: score mode replays these hidden states with "
                                   "their LM head, and there is none in ")
     assert "kldtui export-head --checkpoint MODEL" in problems[0] and "KLDTUI_SCORE_LM_HEAD" in problems[0]
-    # the suite's reference-hidden/ has one place for its head: named once ("none in X or X" before)
-    assert f"there is none in {copy / fid.LM_HEAD_DIR}; export it" in problems[0]
+    # the places looked at, in order, the suite's named once ("none in X or X" before): inside the
+    # folder (a candidate's capture keeps its own head there), then beside it, which is the suite
+    assert f"there is none in {copy / fid.HIDDEN_DIR / fid.LM_HEAD_DIR} or {copy / fid.LM_HEAD_DIR}; " \
+        "export it" in problems[0]
     # the head named in the server's environment (a path on the server's host) is taken at its word
     with_env = _profile(copy, tmp_path / "work", "score", logits_dir=fid.HIDDEN_DIR, perturb=0.1,
                         env={"KLDTUI_SCORE_LM_HEAD": str(suite / fid.LM_HEAD_DIR)})

@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only contexts of this allocation stratum (repeat for several)")
     parser.add_argument("--lm-head", default=None, metavar="PATH",
                         help="LM head (weight.safetensors or its folder) replaying a hidden-state "
-                             "reference (default: the suite's lm-head/)")
+                             "reference (default: the lm-head/ in its folder, as a candidate's capture has, "
+                             "else beside it, else the suite's)")
     parser.add_argument("--candidate-lm-head", default=None, metavar="PATH",
                         help="the candidate's own LM head, for a hidden-state candidate (never taken "
                              "from the reference silently)")

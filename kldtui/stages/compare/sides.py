@@ -14,9 +14,11 @@ way the kernels (:mod:`kldtui.metrics.kernels`) receive float32 rows, so every p
 computed by the one pipeline whatever the sides are.
 
 Which head replays which side: the reference's hidden states with ``--lm-head`` (default: the
-suite's ``lm-head/``); a hidden-state candidate only with its own head (``--candidate-lm-head``,
-or an ``lm-head/`` inside the candidate folder), never the reference's silently: a quantized head
-is part of what is measured.
+``lm-head/`` inside the folder, as a candidate's capture holds one, else beside it, else the
+suite's: :func:`kldtui.formats.fidelity.reference_head_places`); a hidden-state candidate only with
+its own head (``--candidate-lm-head``, or an ``lm-head/`` inside the candidate folder), never the
+reference's silently: a quantized head is part of what is measured. So two captures of one
+candidate (a repeat) are both replayed with the candidate's head.
 """
 
 from __future__ import annotations
@@ -403,13 +405,12 @@ def _head_for(role: Role, manifest: fid.TensorManifest, given: str | os.PathLike
     if given is not None:
         return fid.load_lm_head(given)
     if role == "reference":
-        for folder in (manifest.root.parent / fid.LM_HEAD_DIR,
-                       *((suite_dir / fid.LM_HEAD_DIR,) if suite_dir is not None else ())):
-            if folder.is_dir():
-                return fid.load_lm_head(folder)
-        raise BadInput(f"{manifest.path}: holds hidden states and no LM head was found beside it "
-                       f"({manifest.root.parent / fid.LM_HEAD_DIR}); give the head with --lm-head "
-                       "FILE_OR_FOLDER")
+        found = fid.reference_head_dir(manifest.root, suite_dir)
+        if found is not None:
+            return fid.load_lm_head(found)
+        places = " or ".join(str(p) for p in fid.reference_head_places(manifest.root, suite_dir))
+        raise BadInput(f"{manifest.path}: holds hidden states and no LM head was found in {places}; give "
+                       "the head with --lm-head FILE_OR_FOLDER")
     own = manifest.root / fid.LM_HEAD_DIR
     if own.is_dir():
         return fid.load_lm_head(own)
