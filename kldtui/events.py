@@ -252,7 +252,7 @@ class LeaderboardUpdated(Event):
     noise_brief: str = ""
     brief_notes: tuple[str, ...] = ()
     path: str | None = None  # leaderboard.json once written
-    noise_path: str | None = None  # the measured noise model's file (noise-model.json), when there is one
+    noise_path: str | None = None  # the measured noise model's file (noise-model-HASH.json), if any
     final: bool = False
     ranked: bool = True  # False: only a candidate's state changed (it started), not the ranking
 

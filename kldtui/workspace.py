@@ -22,7 +22,11 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
                                     compare/NAME/, its report comparison-NAME.json
       repeat/NAME/                  the repeat capture of the campaign's leader NAME, its cache in
                                     repeat/NAME-compare/ and its report repeat/comparison-NAME.json
-      noise-model.json              the noise model measured from that repeat (kldtui noise's format)
+      noise-model-HASH.json         the noise model measured from that repeat (kldtui noise's format),
+                                    one per reference suite (HASH: the start of its token hash), so
+                                    profiles of other suites in one folder keep theirs; earlier
+                                    versions wrote one noise-model.json, still read where it records
+                                    the suite at hand
       leaderboard.json              the campaign's leaderboard (kldtui leaderboard --json's format)
       reference-run/                the reference capture ([reference] capture: a workspace of its
                                     own whose finalized folder is the suite's ref/)
@@ -43,6 +47,7 @@ from kldtui.formats.report_names import (
     LEADERBOARD_FILE_NAME,
     NOISE_MODEL_FILE_NAME,
     REPORT_FILE_NAME,
+    noise_model_file_name,
 )
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
 
@@ -131,9 +136,14 @@ class Workspace:
                        report_path=root / f"{CAMPAIGN_REPORT_PREFIX}{name}.json",
                        same_model_as=base.candidate_dir)
 
+    def noise_model_path(self, suite_hash: str | None) -> Path:
+        """``noise-model-HASH.json``: the campaign's measured noise model of the suite whose token hash
+        is ``suite_hash`` (one per suite: profiles of other suites in one work folder keep theirs)."""
+        return self._need(self.workdir, "workdir") / noise_model_file_name(suite_hash)
+
     @property
-    def noise_model_path(self) -> Path:
-        """``noise-model.json``: the campaign's measured noise model."""
+    def earlier_noise_model_path(self) -> Path:
+        """``noise-model.json``: the one noise model earlier versions wrote, whatever its suite."""
         return self._need(self.workdir, "workdir") / NOISE_MODEL_FILE_NAME
 
     @property

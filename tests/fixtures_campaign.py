@@ -134,3 +134,11 @@ def leader_state(report_path: Path):  # type: ignore[no-untyped-def]
     return RunState(suite_windows=len(windows), reference_ready=True, windows=windows,
                     report_path=report_path, headline=headline(report), window_range=report.window_range,
                     report=report)
+
+
+def noise_model_of(work: Path) -> Path:
+    """The campaign's measured noise model in the work folder ``work``: the one file of its suite,
+    ``noise-model-HASH.json`` (kldtui.workspace)."""
+    found = sorted(work.glob("noise-model-*.json"))
+    assert len(found) == 1, found
+    return found[0]

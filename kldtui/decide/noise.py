@@ -27,6 +27,7 @@ from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import ComparisonReport, as_report
+from kldtui.formats.report_names import NOISE_MODEL_LIMIT, other_suite
 from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_object, server_start_of
 from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.metrics.stats import student_t_interval, t_quantile
@@ -37,9 +38,6 @@ FLOOR_FORMAT = "kldtui-noise-floor-v1"
 # that is damaged
 NOISE_REMEDY = "give a noise model that kldtui noise wrote"
 REWRITE_NOISE = "write the file again with kldtui noise"
-# bytes of a noise model read: a few rows of numbers per window (one per capture), well under 1 MB for
-# 1,024 windows of 10 captures; a larger file is refused, naming it, rather than read into memory
-NOISE_MODEL_LIMIT = 64 * 1024 * 1024
 # what a repeat KL the file holds can be: a mean over rows of float32 logits (a masked token's +inf is
 # not one a repeat can measure), so finite and no larger than a row's KL can be
 REPEAT_KL_RULE = f"a repeat KL is a finite number from 0 to {KL_ROW_MAX:g}, the largest float32 logits give"
@@ -558,7 +556,8 @@ def resolve_floor(noise_path: str | os.PathLike[str] | None, suite_hash: str | N
     if noise_path is not None:
         floor = load_floor(noise_path)
         fh = floor.suite_token_hash_sha256
-        if fh and suite_hash and fh != suite_hash:
+        if other_suite(fh, suite_hash):
+            assert fh is not None and suite_hash is not None
             raise BadInput(f"{noise_path}: the noise floor was measured on suite {fh[:12]}..., the reports "
                            f"come from suite {suite_hash[:12]}...; measure the floor on this suite")
         return floor

@@ -57,46 +57,98 @@ LEADERBOARD_FILE_NAME = "leaderboard.json"
 LEADERBOARD_LIMIT = 16 * 1024 * 1024
 
 
-# A campaign's measured noise model, beside its reports (kldtui.workspace); `kldtui view DIR` and
-# `kldtui leaderboard DIR` judge ties with it, as the campaign's leaderboard.json does.
-NOISE_MODEL_FILE_NAME = "noise-model.json"
+# A campaign's measured noise model, beside its reports (kldtui.workspace): one file per reference
+# suite, named after the suite (noise_model_file_name), so that profiles of other suites in one work
+# folder (kldtui demo and kldtui demo --hidden) keep theirs; `kldtui view DIR` and `kldtui leaderboard
+# DIR` judge ties with the one of their reports' suite, as the campaign's leaderboard.json does.
+NOISE_MODEL_PREFIX = "noise-model"
+# the one model of a folder written by earlier versions, whatever its suite: still read where it
+# records the reports' suite
+NOISE_MODEL_FILE_NAME = f"{NOISE_MODEL_PREFIX}.json"
+NOISE_MODEL_GLOB = f"{NOISE_MODEL_PREFIX}*.json"
+# hex digits of the suite's token hash in the name: as unique as a suite's hash needs among a
+# folder's few suites; the file records the whole hash, which decides (other_suite)
+NOISE_MODEL_HASH_DIGITS = 16
+# bytes of a noise model read (kldtui.decide.noise; here, for the suite it records): a few rows of
+# numbers per window (one per capture), well under 1 MB for 1,024 windows of 10 captures; a larger file
+# is refused, naming it, rather than read into memory
+NOISE_MODEL_LIMIT = 64 * 1024 * 1024
 
 
-def campaign_noise_model(path: str | os.PathLike[str]) -> Path | None:
-    """The noise model of the campaign work folder ``path`` (its ``noise-model.json``, a regular file,
-    not a link), else None: a report file, a run's folder, or a campaign without one."""
+def noise_model_file_name(suite_hash: str | None) -> str:
+    """The name of a campaign's noise model of the suite whose token hash is ``suite_hash``
+    (``noise-model-HASH.json``); None (a report that records no suite): the folder's one
+    ``noise-model.json``, as earlier versions named it."""
+    if not suite_hash:
+        return NOISE_MODEL_FILE_NAME
+    return f"{NOISE_MODEL_PREFIX}-{suite_hash[:NOISE_MODEL_HASH_DIGITS]}.json"
+
+
+def other_suite(recorded: str | None, suite_hash: str | None) -> bool:
+    """Whether a noise model that records the suite hash ``recorded`` was measured on another suite
+    than reports of ``suite_hash``: the one rule for every reader (``--noise``, a folder's model, a
+    campaign's earlier one). Unknown on either side is not another suite (the reports' own check
+    decides what they can be compared with)."""
+    return bool(recorded and suite_hash and recorded != suite_hash)
+
+
+def recorded_suite(model: Path) -> str | None:
+    """The suite token hash the noise model file ``model`` records; None when it records none or
+    cannot be read (its loader then says what is wrong with it)."""
+    from kldtui.errors import BadInput
+    from kldtui.formats.untrusted_json import read_json
+
+    try:
+        doc = read_json(model, what="noise model", remedy="", limit=NOISE_MODEL_LIMIT)
+    except BadInput:
+        return None
+    value = doc.get("suite_token_hash_sha256") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def campaign_noise_model(path: str | os.PathLike[str], suite_hash: str | None) -> FolderNoise:
+    """The noise model of the campaign work folder ``path`` for reports of the suite ``suite_hash``:
+    its ``noise-model-HASH.json`` of that suite, else (a folder of earlier versions) its
+    ``noise-model.json``, either only where the file does not record another suite (:func:`other_suite`);
+    when neither is, the folder's models of other suites, which are never used (said:
+    :meth:`FolderNoise.words`). Regular files only, not links. Nothing for a report file, a run's
+    folder, or a campaign without a model."""
     p = Path(path).expanduser()
-    if not p.is_dir() or (p / REPORT_FILE_NAME).is_file():
-        return None
-    model = p / NOISE_MODEL_FILE_NAME
-    if not model.is_file() or model.is_symlink():
-        return None
-    return model if any(p.glob(CAMPAIGN_REPORT_GLOB)) else None
+    if not p.is_dir() or (p / REPORT_FILE_NAME).is_file() or not any(p.glob(CAMPAIGN_REPORT_GLOB)):
+        return FolderNoise()
+    held = sorted(m for m in p.glob(NOISE_MODEL_GLOB) if m.is_file() and not m.is_symlink())
+    for name in dict.fromkeys((noise_model_file_name(suite_hash), NOISE_MODEL_FILE_NAME)):
+        model = p / name
+        if model in held and not other_suite(recorded_suite(model), suite_hash):
+            return FolderNoise((model,))
+    return FolderNoise(other_suites=tuple(m for m in held if other_suite(recorded_suite(m), suite_hash)))
 
 
 @dataclass(frozen=True)
 class FolderNoise:
     """The noise model that campaign folders bring to a leaderboard they are ranked on (``models``: the
-    distinct ones they hold, in the order they came). The one rule, for ``kldtui view``/``leaderboard``/
+    distinct ones of the reports' suite they hold, in the order they came; ``other_suites``: the ones
+    they hold of another suite only, never used). The one rule, for ``kldtui view``/``leaderboard``/
     ``plot DIR`` and for the dashboard and viewer (a folder opened with ``o``, the dashboard's own
     campaign): unless the user chose one (``--noise FILE``, ``--no-noise-floor``), the folders' model
     when they hold one, and none when they hold different ones (which of them would be a guess)."""
 
     models: tuple[Path, ...] = ()
+    other_suites: tuple[Path, ...] = ()
 
     @property
     def model(self) -> Path | None:
         return self.models[0] if len(self.models) == 1 else None
 
-    def adding(self, models: Iterable[str | os.PathLike[str]]) -> FolderNoise:
-        """These and ``models`` (the same file, however its path is written, counts once)."""
-        held = list(self.models)
-        seen = {os.path.abspath(m) for m in held}
-        for m in models:
-            if os.path.abspath(m) not in seen:
-                seen.add(os.path.abspath(m))
-                held.append(Path(m))
-        return FolderNoise(tuple(held))
+    def adding(self, models: Iterable[str | os.PathLike[str]],
+               other_suites: Iterable[str | os.PathLike[str]] = ()) -> FolderNoise:
+        """These and ``models`` (the same file, however its path is written, counts once), and the
+        models of other suites ``other_suites``."""
+        return FolderNoise(_distinct(self.models, models), _distinct(self.other_suites, other_suites))
+
+    def joined(self, other: FolderNoise) -> FolderNoise:
+        """These and what ``other`` (another folder's) brought."""
+        return self.adding(other.models, other.other_suites)
 
     def words(self, shown: Callable[[Path], object] = str) -> str | None:
         """The line that says which model the folders chose, or that they chose none (None: they hold
@@ -106,12 +158,29 @@ class FolderNoise:
         if self.models:
             return (f"noise model: none; the folders hold {len(self.models)} "
                     f"({', '.join(str(shown(m)) for m in self.models)})")
+        if self.other_suites:
+            return (f"noise model: none; {', '.join(str(shown(m)) for m in self.other_suites)} measured on "
+                    "another suite than the reports', not used")
         return None
 
 
-def folder_noise(paths: Iterable[str | os.PathLike[str]]) -> FolderNoise:
-    """:class:`FolderNoise` of the campaign folders among ``paths`` (:func:`campaign_noise_model`)."""
-    return FolderNoise().adding(m for p in paths for m in [campaign_noise_model(p)] if m is not None)
+def _distinct(held: Iterable[Path], more: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    out = list(held)
+    seen = {os.path.abspath(m) for m in out}
+    for m in more:
+        if os.path.abspath(m) not in seen:
+            seen.add(os.path.abspath(m))
+            out.append(Path(m))
+    return tuple(out)
+
+
+def folder_noise(paths: Iterable[str | os.PathLike[str]], suite_hash: str | None) -> FolderNoise:
+    """:class:`FolderNoise` of the campaign folders among ``paths`` for reports of the suite
+    ``suite_hash`` (:func:`campaign_noise_model`)."""
+    found = FolderNoise()
+    for p in paths:
+        found = found.joined(campaign_noise_model(p, suite_hash))
+    return found
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     (``kldtui view DIR``), used by the rule every folder the board takes in follows
     (:meth:`~kldtui.tui.screens.board.BoardScreen.take_folder_noise`).
     """
-    brought = folder_noise.models if folder_noise is not None else ()
+    brought = folder_noise if folder_noise is not None else FolderNoise()
     abort: float | None = None
     workspace: Workspace | None = None
     profile_name: str | None = None
@@ -186,8 +186,6 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
                                     profile_name=profile_name, candidate=candidate, unit=unit)
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a {dashboard.model.unit}'s KL > {abort:g}"
-        if profile is not None and profile.is_campaign and profile.workspace().noise_model_path.is_file():
-            brought = (*brought, profile.workspace().noise_model_path)  # the campaign's measured model
         main = dashboard
     elif paths:
         main = ViewerScreen(paths)

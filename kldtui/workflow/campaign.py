@@ -19,8 +19,9 @@ a :class:`~kldtui.events.LeaderboardUpdated` event; the dashboard's campaign boa
 reporter show it. With ``[campaign] repeat_leader`` the leader is captured a second time
 (``repeat/NAME``, its server kind's :meth:`~kldtui.servers.base.ServerKind.repeat_config`), and the
 two captures give the measured noise model (:func:`kldtui.decide.noise.noise_from_capture_reports`,
-``noise-model.json``) that the final ranking's verdicts use; the repeat is ranked beside the
-candidates as ``NAME.repeat`` (a second capture of one model, which the verdicts should call tied).
+``noise-model-HASH.json``, one per reference suite: kldtui.workspace) that the final ranking's
+verdicts use; the repeat is ranked beside the candidates as ``NAME.repeat`` (a second capture of one
+model, which the verdicts should call tied).
 The final ranking is written to ``leaderboard.json``.
 
 A candidate that fails (its server dies, a check refuses its files) is marked failed and the
@@ -142,6 +143,7 @@ class Campaign:
                         for c in profile.candidates]
         self.repeat: _Entry | None = None
         self.noise: Any = None  # kldtui.decide.noise.NoiseFloor once measured
+        self.noise_path: Path | None = None  # the file it was read from or written to
         self.leaderboard: Any = None  # kldtui.decide.leaderboard.Leaderboard
         self._current: Pipeline | None = None
         self._reports: dict[str, Any] = {}  # name -> its report (ComparisonReport), as last ranked
@@ -186,8 +188,9 @@ class Campaign:
 
         names = ", ".join(e.name for e in self.entries)
         ws = self._workspace
-        # the work folder and every report the campaign writes there, held from its first event
-        outputs = [e.report for e in self.entries] + [ws.leaderboard_path, ws.noise_model_path]
+        # the work folder and every report the campaign writes there, held from its first event (the
+        # noise model's name comes with the suite: held while it is written, _repeat_leader)
+        outputs = [e.report for e in self.entries] + [ws.leaderboard_path]
         with hold([ws.workdir] if ws.workdir else [], files=outputs, what="work folder"):
             self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
             self._preflight(self._reference_ready())
@@ -344,16 +347,30 @@ class Campaign:
         self._earlier_noise(windows)
         self._rank(write=False)
 
+    def _noise_model_path(self) -> Path:
+        """Where this campaign's noise model is written: the file of its reference suite (that of the
+        last ranking's leader's report; kldtui.workspace), which a profile of another suite in this
+        work folder does not write."""
+        leader = self.leaderboard.rows[0].name
+        return self._workspace.noise_model_path(self._reports[leader].suite_token_hash_sha256)
+
     def _earlier_noise(self, windows: list[int]) -> None:
         """The repeat capture and noise model an earlier run measured, when they are of the current
-        leader's captures (noise-model.json names the two capture folders)."""
+        leader's captures (the noise model names the two capture folders): its suite's file, else the
+        one noise-model.json of earlier versions, when measured on this suite."""
         from kldtui.decide.noise import NOISE_REMEDY, load_floor
+        from kldtui.formats.report_names import other_suite
         from kldtui.formats.safe_io import regular_size
 
         board = self.leaderboard
-        path = self._workspace.noise_model_path
-        if board is None or not board.rows or not os.path.lexists(path):
+        if board is None or not board.rows:
             return
+        path = self._noise_model_path()
+        suite = self._reports[board.rows[0].name].suite_token_hash_sha256
+        if not os.path.lexists(path):
+            path = self._workspace.earlier_noise_model_path  # a folder of earlier versions: its one model
+            if regular_size(path) is None:
+                return
         if regular_size(path) is None:
             # a link (or a FIFO, a folder) at the name this campaign writes: not a file it wrote, so it
             # cannot stand for its repeat; measured again, and the file written in its place
@@ -384,10 +401,11 @@ class Campaign:
             return
         runs = {os.path.normpath(str(r)) for r in (noise.run1, noise.run2) if r}
         captures = (leader.workspace.candidate, entry.workspace.candidate)
-        if runs != {os.path.normpath(str(c)) for c in captures}:
-            return  # of another leader's captures: measured again for this one
+        if runs != {os.path.normpath(str(c)) for c in captures} or other_suite(noise.suite_token_hash_sha256,
+                                                                               suite):
+            return  # of another leader's captures, or another suite's: measured again into this suite's file
         entry.state = "compared"
-        self.noise, self.repeat = noise, entry
+        self.noise, self.repeat, self.noise_path = noise, entry, path
 
     def _run_candidate(self, candidate: Candidate, entry: _Entry, number: int, total: int,
                        repeat: bool = False) -> None:
@@ -427,6 +445,7 @@ class Campaign:
     def _repeat_leader(self, windows: list[int]) -> None:
         """Capture the leader again (its kind's repeat config) and measure the noise model."""
         from kldtui.decide.noise import noise_from_capture_reports, save_floor
+        from kldtui.folder_lock import hold
         from kldtui.formats.report import load_report
 
         board = self.leaderboard
@@ -435,14 +454,14 @@ class Campaign:
         leader = board.rows[0].name
         index = next(i for i, e in enumerate(self.entries) if e.name == leader)
         candidate = self.profile.candidates[index]
-        self.noise, self.repeat = None, None
+        self.noise, self.repeat, self.noise_path = None, None, None
         self._earlier_noise(windows)
         if self.noise is not None:
             return  # this leader's repeat, measured earlier
         entry = self._repeat_entry(leader)
         ws = entry.workspace
         self.repeat = entry
-        model_path = self._workspace.noise_model_path
+        model_path = self._noise_model_path()
         if self._finished(entry, windows):
             entry.state = "compared"  # captured earlier; the noise model is measured again
         else:
@@ -460,8 +479,9 @@ class Campaign:
         except BadInput as exc:
             self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
             return
-        save_floor(model_path, noise)
-        self.noise = noise
+        with hold(files=[model_path]):
+            save_floor(model_path, noise)
+        self.noise, self.noise_path = noise, model_path
         # a deterministic server's (its two captures alike, each from a server start of its own): nothing
         # measured, which the ranking's provisional verdicts say (kldtui.decide.noise.one_capture)
         # in the reports' units (a hidden-state suite's contexts): the stored model does not record them
@@ -525,7 +545,7 @@ class Campaign:
             from kldtui.decide.paired import suite_hash_of
             from kldtui.formats.atomic import write_json_atomic
 
-            # the file `kldtui leaderboard REPORTS --noise noise-model.json --json` writes
+            # the file `kldtui leaderboard REPORTS --noise noise-model-HASH.json --json` writes
             names = [row.name for row in board.rows]
             reports = [self._reports[name] for name in names]
             floor = self.noise if self.noise is not None else resolve_floor(None, suite_hash_of(*reports))
@@ -548,7 +568,7 @@ class Campaign:
                 board.noise_brief if board is not None else ""),
             brief_notes=tuple(board.brief_notes) if board is not None else (), path=path, final=final,
             ranked=not announce_only,
-            noise_path=str(self._workspace.noise_model_path) if self.noise is not None else None))
+            noise_path=str(self.noise_path) if self.noise_path is not None else None))
         return board
 
     def _standings(self, board: Any) -> list[Standing]:
@@ -615,8 +635,8 @@ class Campaign:
 
         kldtui = kldtui_command()  # as this kldtui was started (.venv/bin/kldtui where not on PATH)
         paths = [_shown(Path(r.path)) for r in board.rows if r.path]
-        noise = self._workspace.noise_model_path
-        with_noise = f" --noise {_shown(noise)}" if self.noise is not None and noise.is_file() else ""
+        noise = self.noise_path
+        with_noise = f" --noise {_shown(noise)}" if noise is not None and noise.is_file() else ""
         lines = [f"leaderboard: {_shown(self._workspace.leaderboard_path)}",
                  f"next: {kldtui} leaderboard {' '.join(paths)}{with_noise}"]
         if len(paths) > 1:

@@ -7,8 +7,9 @@ reference is captured from the embedded server with the unperturbed model and fi
 ``DIR/suite/ref``; it is a campaign (:mod:`kldtui.workflow.campaign`) of two candidates, the same
 model with finer and coarser quantization-like rounding (``perturb``), each compared with the
 reference (``DIR/comparison-NAME.json``); the closer one is captured a second time for the
-measured noise model (``DIR/noise-model.json``), and the leaderboard (``DIR/leaderboard.json``)
-ends on a verdict (the coarser candidate is farther) and a tie (the repeat capture).
+measured noise model (``DIR/noise-model-HASH.json``, HASH: the suite's), and the leaderboard
+(``DIR/leaderboard.json``) ends on a verdict (the coarser candidate is farther) and a tie (the
+repeat capture).
 Every step is resumable: run it again after an interruption (even ``kill -9``) and finished
 windows are not captured again.
 

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_campaign import CAMPAIGN_WINDOWS, CANDIDATES, candidate_table, run_cmd, write_profile
+from tests.fixtures_campaign import (
+    CAMPAIGN_WINDOWS,
+    CANDIDATES,
+    candidate_table,
+    noise_model_of,
+    run_cmd,
+    write_profile,
+)
 from tests.fixtures_demo import env_with, stable
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # whole campaigns, killed and rerun
@@ -113,7 +120,8 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     work = profile.parent
     started = [(e["name"], e["repeat"]) for e in events if e.get("event") == "CandidateStarted"]
     assert started == [("close", False), ("far", False), ("close.repeat", True)]
-    noise = json.loads((work / "noise-model.json").read_text())
+    model = noise_model_of(work)
+    noise = json.loads(model.read_text())
     assert noise["format"] == "kldtui-noise-floor-v1" and noise["metric_repeat"]["per_window"]
     board = json.loads((work / "leaderboard.json").read_text())
     assert board["noise_floor"] is not None and "measured repeat variation" in board["noise_model"]
@@ -124,7 +132,7 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     # it is kept (it said the whole description too, twice in a row in the batch output)
     assert "measured repeat variation" in final["noise_model"], final
     assert [e["text"] for e in events if e.get("event") == "Notice" and "noise model" in e["text"]] == [
-        f"noise model saved in {work / 'noise-model.json'}; the final leaderboard gives it"]
+        f"noise model saved in {model}; the final leaderboard gives it"]
     repeat = final["rows"][2]
     assert repeat["name"] == "close.repeat" and repeat["rank"] is None
     assert final["rows"][0]["bits_per_weight"] == 4.5 and final["rows"][0]["size_bytes"] == 562_500
@@ -144,30 +152,43 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     assert not [e for e in events if e.get("event") == "CandidateStarted"]
     # a damaged noise model (another tool wrote it) is said once, with what the campaign does about it,
     # and measured again from the two captures on disk
-    (work / "noise-model.json").write_text("[not json")
+    model.write_text("[not json")
     events = _run(profile)
     warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
-    assert warned == [f"{work / 'noise-model.json'}: noise model is not valid JSON (Expecting value: line 1 "
+    assert warned == [f"{model}: noise model is not valid JSON (Expecting value: line 1 "
                       "column 2 (char 1)); measured again"], warned
-    assert json.loads((work / "noise-model.json").read_text())["metric_repeat"] == noise["metric_repeat"]
+    assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
     # a link at its name is not a file the campaign wrote: not read, even to a valid model of other
     # captures (before, the campaign took it as its own and printed its target in the next commands)
     elsewhere = tmp_path / "someone-elses-noise.json"
     planted = dict(noise, metric_repeat=dict(noise["metric_repeat"], per_window=[]), threshold=0.5)
     elsewhere.write_text(json.dumps(planted))
     before = elsewhere.read_bytes()
-    (work / "noise-model.json").unlink()
-    (work / "noise-model.json").symlink_to(elsewhere)
+    model.unlink()
+    model.symlink_to(elsewhere)
     events = _run(profile)
     warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
-    assert warned == [f"{work / 'noise-model.json'}: not a regular file this campaign wrote (a link, a "
+    assert warned == [f"{model}: not a regular file this campaign wrote (a link, a "
                       "folder or a FIFO); not read, the noise model is measured again and written in its "
                       "place"], warned
-    assert not (work / "noise-model.json").is_symlink()  # replaced, never written through
+    assert not model.is_symlink()  # replaced, never written through
     assert elsewhere.read_bytes() == before
-    assert json.loads((work / "noise-model.json").read_text())["metric_repeat"] == noise["metric_repeat"]
+    assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
     said = "\n".join(str(e.get("text", "")) for e in events)
     assert elsewhere.name not in said
+    # a folder of earlier versions: its one noise-model.json, of this suite, is still the campaign's
+    earlier = work / "noise-model.json"
+    model.rename(earlier)
+    events = _run(profile)
+    final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")][0]
+    assert final["noise_path"] == str(earlier) and not model.exists()  # read, not measured again
+    # one of another suite is not: measured again into this suite's own file, the other left as it was
+    theirs = json.dumps(dict(noise, suite_token_hash_sha256="0" * 64))
+    earlier.write_text(theirs)
+    events = _run(profile)
+    final = [e for e in events if e.get("event") == "LeaderboardUpdated" and e.get("final")][0]
+    assert final["noise_path"] == str(model) and earlier.read_text() == theirs
+    assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
 
 
 
@@ -184,9 +205,9 @@ def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Pa
     assert warned == [
         f"noise model: none: the server is deterministic (captures of one model, each from a server start of "
         f"its own, came out identical: {first} and {second}), so nothing moves between captures to measure; "
-        f"differences rest on the windows alone (saved in {work / 'noise-model.json'})"], warned
+        f"differences rest on the windows alone (saved in {noise_model_of(work)})"], warned
     # the ranking is held against that: provisional, saying why, with no capture to make
-    noise = json.loads((work / "noise-model.json").read_text())
+    noise = json.loads(noise_model_of(work).read_text())
     assert noise["kind"] == "deterministic" and noise["threshold"] == 0, noise
     board = json.loads((work / "leaderboard.json").read_text())
     far = next(r for r in board["rows"] if r["name"] == "far")
@@ -423,4 +444,4 @@ def test_a_failed_repeat_of_the_leader_ends_the_campaign_failed_with_the_ranking
                                            "noise model"), finished
     board = json.loads((work / "leaderboard.json").read_text())
     assert [r["name"] for r in board["rows"]] == ["q8", "q4"]
-    assert not (work / "noise-model.json").exists()
+    assert not list(work.glob("noise-model*.json"))

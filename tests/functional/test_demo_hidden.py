@@ -3,7 +3,8 @@ suite publishes the reference's final hidden states and LM head (no logits); eac
 captured in hidden mode and replayed with its own head, which the built-in model writes (it has no
 checkpoint to export from); the reports count contexts and the leaderboard's ties count source
 clusters; the leader's repeat capture measures the noise model the verdicts use (the embedded
-server's run-to-run noise moves its hidden states); a second run redoes nothing."""
+server's run-to-run noise moves its hidden states); a second run redoes nothing. It runs in the folder
+of the logits demo (one folder holds every demo), whose noise model is of another suite and stays."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ import pytest
 
 from kldtui.embedded.model import TinyModel
 from kldtui.formats import fidelity as fid
+from kldtui.formats.report_names import noise_model_file_name
 from kldtui.workflow import demo
+from tests.fixtures_campaign import noise_model_of
+from tests.fixtures_demo import run_uninterrupted
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # the whole hidden demo, twice
+pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]  # the whole hidden demo twice, the logits one
 
 
 def _demo(workdir: Path) -> str:
@@ -67,6 +71,10 @@ def _expected_repeat_kl(perturb: float) -> float:
 
 def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_clusters(tmp_path: Path) -> None:
     work = tmp_path / "demo"
+    # the logits demo first, in the same folder: each demo rewrote the folder's one noise-model.json,
+    # so the other's model flipped to one measured on another suite
+    logits_model = noise_model_of(run_uninterrupted(work))
+    logits_noise = logits_model.read_bytes()
     out = _demo(work)
     assert (work / "kldtui-hidden.toml").read_text() == demo.HIDDEN_PROFILE_TEXT
     suite = work / "suite-hidden"
@@ -109,7 +117,12 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
         f" from 2 captures of one candidate over {contexts} contexts " in board["noise_model"], board
     unmeasured = "the variation between two captures was not measured"
     assert unmeasured not in worse, worse
-    noise = json.loads((work / "noise-model.json").read_text())
+    suite_hash = json.loads((work / "comparison-fine-hidden.json").read_text())["suite_token_hash_sha256"]
+    model = work / noise_model_file_name(suite_hash)  # this suite's model, the logits demo's kept
+    assert sorted(work.glob("noise-model*.json")) == sorted([logits_model, model])
+    assert logits_model.read_bytes() == logits_noise
+    noise = json.loads(model.read_text())
+    assert noise["suite_token_hash_sha256"] == suite_hash
     assert len(noise["metric_repeat"]["per_window"]) == contexts
     assert 0 < noise["kl_mean"] < board["rows"][0]["mean"]  # run-to-run noise, below the quantization's
     # the repeat KL between the two captures is their noise's alone: both are replayed with the
@@ -126,7 +139,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
                      flags=re.M), out[-3000:]
     diff = subprocess.run([sys.executable, "-m", "kldtui", "diff", str(work / "comparison-fine-hidden.json"),
                            str(work / "comparison-coarse-hidden.json"), "--noise",
-                           str(work / "noise-model.json")], capture_output=True, text=True, timeout=120)
+                           str(model)], capture_output=True, text=True, timeout=120)
     assert diff.returncode == 0 and "noise model: measured repeat variation " in diff.stdout, diff.stdout
     assert unmeasured not in diff.stdout and "noise model: none" not in diff.stdout, diff.stdout
     assert f"export-head: done - LM head [{demo.DEMO_VOCAB}, " in out
@@ -156,6 +169,11 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     assert _said_twice(again) == [], _said_twice(again)
     for name in demo.DEMO_CANDIDATES:
         assert f"campaign: note: {name}-hidden: compared earlier" in again, again[-3000:]
+    # and the logits demo again: its own model is read, neither measured again nor the other's touched
+    run_uninterrupted(work)
+    changed = sorted(str(p.relative_to(work)) for p in work.rglob("*")
+                     if p.is_file() and files.get(p) != p.stat().st_mtime_ns)
+    assert changed == ["leaderboard.json"], changed
 
 
 def test_an_interrupted_build_of_the_hidden_suite_is_finished_and_a_complete_one_kept(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures_campaign import noise_model_of
 from tests.fixtures_demo import demo_cmd, env_with, stable
 from tests.proc_utils import pid_dead
 
@@ -43,17 +44,17 @@ def test_demo_batch_writes_the_campaign(uninterrupted: Path) -> None:
     assert [r["name"] for r in board["rows"]] == ["fine", "coarse"]
     assert board["rows"][1]["outcome_vs_best"] == "a_closer"  # a verdict: coarse is farther
     assert "measured repeat variation" in board["noise_model"]
-    noise = json.loads((uninterrupted / "noise-model.json").read_text())
+    noise = json.loads(noise_model_of(uninterrupted).read_text())
     assert len(noise["metric_repeat"]["per_window"]) == 12
 
 
 def test_demo_leaderboard_is_what_the_leaderboard_command_writes(uninterrupted: Path, tmp_path: Path) -> None:
     """README: the campaign's leaderboard.json is the same as `kldtui leaderboard comparison-*.json
-    --noise noise-model.json --json` (every key, `windows_needed` included)."""
+    --noise noise-model-HASH.json --json` (every key, `windows_needed` included)."""
     out = tmp_path / "cli.json"
     reports = [str(uninterrupted / name) for name in ("comparison-fine.json", "comparison-coarse.json")]
     proc = subprocess.run([sys.executable, "-m", "kldtui", "leaderboard", *reports, "--noise",
-                           str(uninterrupted / "noise-model.json"), "--json", str(out), "--plain"],
+                           str(noise_model_of(uninterrupted)), "--json", str(out), "--plain"],
                           capture_output=True, text=True, timeout=120, env=env_with())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((uninterrupted / "leaderboard.json").read_text()) == json.loads(out.read_text())
@@ -132,7 +133,7 @@ def test_the_campaign_folder_brings_its_noise_model(uninterrupted: Path, tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((uninterrupted / "leaderboard.json").read_text()) == json.loads(out.read_text())
     said = [line for line in proc.stderr.splitlines() if "noise model" in line]
-    assert said == [f"kldtui: noise model: {uninterrupted / 'noise-model.json'}, the campaign's (give "
+    assert said == [f"kldtui: noise model: {noise_model_of(uninterrupted)}, the campaign's (give "
                     "--noise FILE or --no-noise-floor for another)"]
     assert "measured repeat variation" in proc.stdout
     bare = leaderboard("--no-noise-floor")

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Static, TabbedContent
 from kldtui.text import table_figure
 from kldtui.tui.app import create_app
 from kldtui.tui.widgets import CampaignBoard, LeaderboardTable, LogView, ProgressPanel
+from tests.fixtures_campaign import noise_model_of
 from tests.fixtures_tui import headline_of, settle, static_text, sync, until
 
 pytest.importorskip("kldtui.stages.compare", reason="the compare stage is not in the tree yet")
@@ -68,7 +69,7 @@ async def test_demo_pipeline_runs_to_the_end_through_the_dashboard(tmp_path: Pat
         boot = headline_of(leader)  # the headline interval (docs/STATISTICS.md)
         names = [r.name for r in app.query_one("#board", LeaderboardTable).results]
         assert names == ["fine", "coarse"]  # the candidates' reports (not the repeat), ranked with ties
-        assert app.main.noise_path == str(work / "noise-model.json")  # their ties use the measured model
+        assert app.main.noise_path == str(noise_model_of(work))  # their ties use the measured model
         await pilot.press("question_mark")  # the help has the notes in full
         await pilot.pause()
         in_full = str(app.screen.query_one("#help-notes", Static).render()).replace("\n", " ")

@@ -979,6 +979,31 @@ async def test_o_on_an_open_leaderboard_ranks_a_campaigns_folder_with_its_noise_
 
 
 @sync
+async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another_suite(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A campaign folder's noise-model.json measured on another suite than its reports' (one folder
+    held two demos, and the last one run had written it): not used for the ranking, and the screen says
+    so in one line (it was taken, and the ranking failed on it)."""
+    monkeypatch.chdir(tmp_path)  # the screen names the model relative to here
+    a, b, model = _decide_reports(tmp_path)
+    camp = _campaign_folder(tmp_path / "camp", {"c": b}, model)
+    doc = json.loads((camp / "noise-model.json").read_text())
+    (camp / "noise-model.json").write_text(json.dumps(dict(doc, suite_token_hash_sha256="0" * 64)))
+    app = create_app(reports=[a, b], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        await open_with_o(app, pilot, camp)
+        table = app.query_one("#board", LeaderboardTable)
+        await until(pilot, lambda: table.row_count == 3, "the folder's report on the ranking")
+        await settle(app, pilot)
+        assert app.main.noise_path is None
+        assert [table.get_row_at(i)[table.column("tie")] for i in range(3)] == ["best", "worse", "worse"]
+        assert [n.message for n in app._notifications][-1] == (
+            "noise model: none; camp/noise-model.json measured on another suite than the reports', not "
+            "used: kldtui view --noise FILE chooses one")
+
+
+@sync
 async def test_o_on_a_campaigns_folder_keeps_the_noise_model_the_user_chose(tmp_path: Path) -> None:
     """kldtui view --no-noise-floor: a campaign folder opened with o later does not bring its model."""
     a, b, model = _decide_reports(tmp_path)

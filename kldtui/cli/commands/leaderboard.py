@@ -147,15 +147,16 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
-    use_folder_noise_model(args)
-    args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
+    paths = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
+    reports = [load_report(p) for p in paths]
+    use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
+    args.reports = paths
     check_output(args.json, [*args.reports, args.noise], "--json")
     if args.output is not None and args.format is None:
         raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")
     check_output(args.output, [*args.reports, args.noise, args.json], "--output")
     outputs = [f for f in (args.json, args.output) if f]
     with hold(files=outputs):  # a bad --json or --output path: refused before the work
-        reports = [load_report(p) for p in args.reports]
         noise = resolve_floor(args.noise, suite_hash_of(*reports)) if not args.no_noise_floor else None
         board = build_leaderboard(reports, paths=list(args.reports), samples=args.bootstrap_samples,
                                   seed=args.seed, noise=noise)

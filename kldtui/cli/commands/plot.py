@@ -24,19 +24,22 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.view import report_paths, use_folder_noise_model
     from kldtui.decide.exports import export_table
     from kldtui.decide.leaderboard import leaderboard_from_files
+    from kldtui.decide.paired import suite_hash_of
     from kldtui.decide.plots import write_plot
     from kldtui.folder_lock import hold
     from kldtui.formats.report import load_report
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
-    use_folder_noise_model(args)
-    args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
+    paths = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
+    reports = [load_report(p) for p in paths]
+    use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
+    args.reports = paths
     check_output(args.output, [*args.reports, args.noise], "--output")
     with hold(files=[args.output]):
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
                                        noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
-        table = export_table(board, [load_report(p) for p in args.reports], paths=args.reports)
+        table = export_table(board, reports, paths=args.reports)
         write_plot(table, args.output)
     print(f"wrote {args.output}")
     return 0

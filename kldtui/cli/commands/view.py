@@ -68,19 +68,20 @@ def said_left_out(found: FolderReports, path: str) -> list[Path]:
     return found.reports
 
 
-def use_folder_noise_model(args: argparse.Namespace) -> FolderNoise:
+def use_folder_noise_model(args: argparse.Namespace, suite_hash: str | None) -> FolderNoise:
     """With neither ``--noise`` nor ``--no-noise-floor``, a campaign folder among ``args.reports``
-    brings its measured noise model (``noise-model.json``), so that ``kldtui leaderboard DIR`` and
-    ``kldtui view DIR`` judge ties as the campaign's own leaderboard and dashboard do (they used none,
-    and named as final what the campaign called provisional or the reverse). Said on stderr, in one
-    line; folders with different models: none is used, and the line says how to choose
+    brings its measured noise model of the reports' suite (``suite_hash``: ``noise-model-HASH.json``),
+    so that ``kldtui leaderboard DIR`` and ``kldtui view DIR`` judge ties as the campaign's own
+    leaderboard and dashboard do (they used none, and named as final what the campaign called
+    provisional or the reverse). Said on stderr, in one line; folders with different models, or with
+    models of other suites only: none is used, and the line says so and how to choose
     (``kldtui.formats.report_names.FolderNoise``, the rule the dashboard and viewer follow too).
     Returns what the folders brought (nothing when the user chose)."""
     from kldtui.formats.report_names import FolderNoise, folder_noise
 
     if getattr(args, "noise", None) is not None or getattr(args, "no_noise_floor", False):
         return FolderNoise()
-    found = folder_noise(args.reports)
+    found = folder_noise(args.reports, suite_hash)
     words = found.words()
     if found.model is not None:
         args.noise = str(found.model)
@@ -91,15 +92,17 @@ def use_folder_noise_model(args: argparse.Namespace) -> FolderNoise:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kldtui.decide.paired import suite_hash_of
+
     chosen = getattr(args, "noise", None)  # the user's --noise, not a folder's
-    folders = use_folder_noise_model(args)
-    args.reports = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
-    reports = check_reports(args.reports)
+    paths = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
+    reports = check_reports(paths)
+    folders = use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
+    args.reports = paths
     noise_path = getattr(args, "noise", None)
     use_floor = not getattr(args, "no_noise_floor", False)
     if noise_path is not None:  # a bad noise file: one line and exit 2, before any screen
         from kldtui.decide.noise import resolve_floor
-        from kldtui.decide.paired import suite_hash_of
 
         resolve_floor(noise_path, suite_hash_of(*reports))
     if not sys.stdout.isatty():

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import os
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,31 +203,36 @@ class BoardScreen(Screen[None]):
         self.rebuild_board()
 
     def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
-                      noise_model: Path | None) -> None:
+                      noise: FolderNoise) -> None:
         """``o`` on a campaign's folder: its reports join the board, ranked with the noise model the
-        board's folders bring (``noise_model``: this folder's measured one), as ``kldtui view`` ranks
-        the same folders (:meth:`take_folder_noise`)."""
-        self.take_folder_noise([noise_model] if noise_model is not None else [])
+        board's folders bring (``noise``: this folder's measured one of its reports' suite), as
+        ``kldtui view`` ranks the same folders (:meth:`take_folder_noise`)."""
+        self.take_folder_noise(noise)
         self.reports_loaded(loaded, problems)
 
-    def take_folder_noise(self, models: Iterable[str | os.PathLike[str]], say: bool = True) -> bool:
-        """Reports from campaign folders came with ``models`` (their ``noise-model.json``): the ties use
-        the model the board's folders hold, none when they hold different ones, and the user's choice
+    def take_folder_noise(self, found: FolderNoise, say: bool = True) -> bool:
+        """Reports from campaign folders came with the noise models ``found`` (their
+        ``noise-model-HASH.json`` of the reports' suite): the ties use the model the board's folders
+        hold, none when they hold different ones or ones of other suites only, and the user's choice
         (``--noise``, ``--no-noise-floor``) over either (``FolderNoise``: the rule ``kldtui view DIR``
-        follows). ``say``: a notification names the model when it changes. True when it changed; the
-        caller ranks again (:meth:`rebuild_board`)."""
-        self.folder_noise = self.folder_noise.adding(models)
+        follows). ``say``: a notification names the model when it changes, and the models of other
+        suites when they are left unused. True when it changed; the caller ranks again
+        (:meth:`rebuild_board`)."""
+        before = self.folder_noise
+        self.folder_noise = before.joined(found)
         if self.noise_chosen:
             return False
         model = self.folder_noise.model
         chosen = str(model) if model is not None else None
-        if chosen == self.noise_path:
-            return False
-        self.noise_path = chosen
+        changed = chosen != self.noise_path
+        refused = not self.folder_noise.models and self.folder_noise.other_suites != before.other_suites
         words = self.folder_noise.words(shown_path)
-        if say and words is not None:
+        if say and words is not None and (changed or refused):
             self.notify(words if model is not None else
                         f"{words}: kldtui view --noise FILE chooses one", title="leaderboard")
+        if not changed:
+            return False
+        self.noise_path = chosen
         return True
 
     def load_result_file(self, path: str) -> None:
@@ -244,9 +249,9 @@ class BoardScreen(Screen[None]):
         left_out = folder.left_out_line(path)  # a campaign's folder: files not of its candidates, named
         if left_out is not None:               # as kldtui view and leaderboard name them on stderr
             self.deliver(self.notify, left_out, title="report", severity="warning", timeout=10)
+        from kldtui.decide.paired import suite_hash_of
         from kldtui.formats.report_names import campaign_noise_model
 
-        noise_model = campaign_noise_model(path)  # a campaign's folder: its measured model, if any
         if len(found) > 1:  # a campaign's folder: every candidate onto the board
             loaded, problems = [], []
             for one in found:
@@ -254,20 +259,22 @@ class BoardScreen(Screen[None]):
                     loaded.append((load_report(one), one))
                 except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
                     problems.append(str(exc))
-            self.deliver(self.folder_loaded, loaded, problems, noise_model)
+            # a campaign's folder: its measured model of its reports' suite, if any
+            noise = campaign_noise_model(path, suite_hash_of(*(r for r, _ in loaded)))
+            self.deliver(self.folder_loaded, loaded, problems, noise)
             return
         try:
             report = load_report(found[0])
         except Exception as exc:  # noqa: BLE001 - shown as one line
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
-        self.deliver(self.report_opened, result_from_report(report, str(found[0])), report, noise_model)
+        noise = campaign_noise_model(path, report.suite_token_hash_sha256)
+        self.deliver(self.report_opened, result_from_report(report, str(found[0])), report, noise)
 
-    def report_opened(self, result: ResultData, report: ComparisonReport, noise_model: Path | None) -> None:
+    def report_opened(self, result: ResultData, report: ComparisonReport, noise: FolderNoise) -> None:
         """``o`` on one report; from a campaign's folder of one candidate, with the folder's noise model,
         as a folder of several brings it (:meth:`take_folder_noise`)."""
-        if noise_model is not None:
-            self.take_folder_noise([noise_model])
+        self.take_folder_noise(noise)
         self.show_result(result, report)
 
     def action_open_result(self) -> None:

@@ -38,6 +38,7 @@ from kldtui.events import (
     StageName,
 )
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.report_names import FolderNoise
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.model import STAGE_TITLES, STAGES, DashboardModel, ShownCandidate
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, live_result, result_from_report
@@ -457,8 +458,8 @@ class DashboardScreen(BoardScreen):
                 self.action_show_tab("leaderboard")  # a campaign ends on its leaderboard
             # the reports' ties and d use the campaign's measured model too: at its end, and when a
             # finished campaign's work folder is opened again (its board then comes from the folder)
-            if campaign is not None and campaign.noise_path and self.take_folder_noise([campaign.noise_path],
-                                                                                        say=False):
+            if campaign is not None and campaign.noise_path and self.take_folder_noise(
+                    FolderNoise((Path(campaign.noise_path),)), say=False):  # its suite's, by the campaign
                 self.rebuild_board()
 
     def _rank_every_compared_candidate(self, campaign: LeaderboardUpdated) -> None:

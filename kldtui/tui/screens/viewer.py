@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import Footer, Header
 
 from kldtui.formats.report_model import ComparisonReport
+from kldtui.formats.report_names import FolderNoise
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.board import PANE_GROUP, BoardScreen
@@ -128,19 +129,19 @@ class ViewerScreen(BoardScreen):
             self.show_result(result, report)
 
     def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
-                      noise_model: Path | None) -> None:
+                      noise: FolderNoise) -> None:
         if self.single:  # showing the folder's first candidate alone hid the others
-            self.call_later(self._become_board, loaded, problems, noise_model)
+            self.call_later(self._become_board, loaded, problems, noise)
         else:
-            super().folder_loaded(loaded, problems, noise_model)
+            super().folder_loaded(loaded, problems, noise)
 
     async def _become_board(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
-                            noise_model: Path | None) -> None:
+                            noise: FolderNoise) -> None:
         """The viewer of one report, given a campaign's folder (``o``), becomes the leaderboard of its
         candidates as ``kldtui view FOLDER`` opens it: with the folder's noise model unless one was
         given (``--noise``, ``--no-noise-floor``). The open dialog says a campaign's folder opens all
         its candidates; the viewer showed the first alone."""
-        self.take_folder_noise([noise_model] if noise_model is not None else [])
+        self.take_folder_noise(noise)
         self.single = False
         self.report_paths = [path for _, path in loaded]
         self.current_result = None
