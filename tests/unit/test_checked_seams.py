@@ -7,10 +7,11 @@ BLE, every broad except says why it is broad).
 Those three run as child processes from the start of the session, beside the other tests
 (tests/seam_checks.py, started by tests/conftest.py); the tests here collect their results.
 
-What varies has one home (issue 20): no server kind or capture mode is told apart by comparing
-strings outside its registry (kldtui/servers/ for server kinds, kldtui/capture_modes/ for capture
-modes). That the environment is read only in kldtui/settings.py is checked beside the settings
-(tests/unit/test_settings.py)."""
+What varies has one home (issue 20): no server kind, capture mode or conversion target is told
+apart by comparing strings outside its registry (kldtui/servers/ for server kinds,
+kldtui/capture_modes/ for capture modes, kldtui/cli/convert_targets/ for what ``kldtui convert
+--to`` takes). That the environment is read only in kldtui/settings.py is checked beside the
+settings (tests/unit/test_settings.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.seam_checks import SeamChecks
 PACKAGE = REPO / "kldtui"
 SERVER_KINDS = frozenset({"attach", "embedded", "vllm", "llama.cpp", "llamacpp", "llama_cpp"})
 CAPTURE_MODES = frozenset({"logits", "score", "hidden"})
+CONVERT_TARGETS = frozenset({"llama-cpp", "suite"})
 
 
 @pytest.mark.slow  # a whole-tree check
@@ -182,10 +184,16 @@ def test_no_capture_mode_string_branches_outside_the_capture_modes() -> None:
         "ask the capture mode's strategy (kldtui/capture_modes/) instead of comparing its name"
 
 
+def test_no_convert_target_string_branches_outside_the_convert_targets() -> None:
+    """``kldtui convert`` ran its conversions under ``if args.to == "llama-cpp":``."""
+    assert branches_outside("kldtui/cli/convert_targets/", "to", CONVERT_TARGETS) == {}, \
+        "ask the target (kldtui/cli/convert_targets/) instead of comparing its name"
+
+
 def test_the_registries_are_where_the_checks_look() -> None:
     """A renamed registry would make the checks above pass vacuously."""
     assert (PACKAGE / "settings.py").is_file()
-    for registry in ("servers", "capture_modes"):
+    for registry in ("servers", "capture_modes", "cli/convert_targets"):
         assert (PACKAGE / registry / "__init__.py").is_file(), f"kldtui/{registry}/ moved: update the checks"
 
 

@@ -1,0 +1,44 @@
+"""``kldtui convert SUITE_DIR --to llama-cpp FILE``: a suite's reference as the file
+``llama-perplexity --kl-divergence-base`` writes (kldtui.stages.convert.export_llama_cpp)."""
+
+from __future__ import annotations
+
+import argparse
+
+from kldtui.cli.convert_targets.base import ConvertTarget
+
+NAME = "llama-cpp"
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reference-dir", default=None,
+                        help=f"--to {NAME}: the reference logits folder (default: SUITE_DIR/ref)")
+    parser.add_argument("--start-window", type=int, default=0,
+                        help=f"--to {NAME}: first window (a hidden-state suite: context)")
+    parser.add_argument("--stop-window", type=int, default=None,
+                        help=f"--to {NAME}: stop before this window (context)")
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from kldtui.cli.commands.verify import ConsoleProgress
+    from kldtui.errors import BadInput
+    from kldtui.stages.convert import export_llama_cpp
+
+    if args.model or args.bos is not None or args.no_bos:
+        raise BadInput("--model, --bos and --no-bos are for --to suite (the base file is written "
+                       "from the suite's tokens as they are)")
+    with ConsoleProgress() as progress:  # windows written, on stderr
+        result = export_llama_cpp(args.source, args.destination, reference_dir=args.reference_dir,
+                                  start_window=args.start_window, stop_window=args.stop_window,
+                                  force=args.force, emit=progress)
+    for line in result.lines():
+        print(line)
+    # OMP_WAIT_POLICY=PASSIVE: llama-perplexity's last lines (its Mean KLD) are often lost at
+    # exit when ggml's spinning OpenMP threads starve its logging thread (docs/FORMATS.md)
+    print(f"next: OMP_WAIT_POLICY=PASSIVE llama-perplexity -m MODEL.gguf --kl-divergence-base "
+          f"{result.path} --kl-divergence -c {result.n_ctx} -b {result.n_ctx} -ctk f32 -ctv f32 -fa off")
+    return 0
+
+
+TARGET = ConvertTarget(NAME, "a suite's reference to llama.cpp's KL-divergence base file",
+                       "write SOURCE's reference as a base file", _add_arguments, _convert)

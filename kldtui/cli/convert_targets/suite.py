@@ -1,0 +1,39 @@
+"""``kldtui convert FILE --to suite DIR``: llama.cpp's KL-divergence base file as a kldtui suite,
+its chunks as windows and its rows as the reference (kldtui.stages.convert.import_llama_cpp)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kldtui.cli.convert_targets.base import ConvertTarget
+
+NAME = "suite"
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    bos = parser.add_mutually_exclusive_group()
+    bos.add_argument("--model", default=None, metavar="GGUF",
+                     help=f"--to {NAME}: the GGUF the file was made with; its BOS setting says what "
+                          "llama.cpp put at each chunk's first position")
+    bos.add_argument("--bos", type=int, default=None, metavar="ID",
+                     help=f"--to {NAME}: llama.cpp replaced each chunk's first token by this BOS id")
+    bos.add_argument("--no-bos", action="store_true",
+                     help=f"--to {NAME}: the model adds no BOS (chunks were evaluated as stored)")
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from kldtui.cli.commands.verify import ConsoleProgress
+    from kldtui.stages.convert import bos_choice, import_llama_cpp
+
+    bos = bos_choice(model=args.model, bos=args.bos, no_bos=args.no_bos)
+    with ConsoleProgress() as progress:
+        result = import_llama_cpp(args.source, args.destination, bos=bos, force=args.force, emit=progress)
+    for line in result.lines():
+        print(line)
+    sys.stdout.flush()
+    return 0
+
+
+TARGET = ConvertTarget(NAME, "llama.cpp's base file to a kldtui suite",
+                       "write the base file SOURCE as a suite folder", _add_arguments, _convert)
