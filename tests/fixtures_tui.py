@@ -317,6 +317,16 @@ async def until(pilot: Any, condition: Callable[[], bool], what: str, limit: flo
         await pilot.pause(0.02)
 
 
+async def open_pane(app: KldApp, pilot: Any, key: str, pane: str, text: str, says: str) -> None:
+    """Press ``key`` and wait until the pane ``pane`` shows and its Static ``text`` says ``says``,
+    then until it is drawn."""
+    await pilot.press(key)
+    await settle(app, pilot)
+    shown = app.screen.query_one(pane)
+    await until(pilot, lambda: shown.display and says in static_text(app, text), f"{pane} to say {says!r}")
+    await pilot.pause()
+
+
 async def ranking(app: KldApp, pilot: Any, rows: int) -> Any:
     """The screen's ranking (``#board``) once it holds ``rows`` rows and the app has settled."""
     from kldtui.tui.widgets.leaderboard import LeaderboardTable

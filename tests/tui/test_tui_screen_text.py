@@ -19,6 +19,7 @@ from tests.fixtures_tui import (
     drawn_lines,
     help_text,
     make_report,
+    open_pane,
     screen_lines,
     settle,
     sync,
@@ -186,12 +187,8 @@ async def test_the_difference_of_the_best_and_a_row_says_its_verdict_once(tmp_pa
     app = create_app(reports=paths, config_dir=tmp_path, remember_theme=False)
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(app, pilot)
-        await pilot.press("space", "down", "space", "d")
-        await settle(app, pilot)
-        pane = app.screen.query_one("#diffpane")
-        await until(pilot, lambda: pane.display and "A = " in " ".join(drawn_lines(app, "#diff-verdict")),
-                    "the difference")
-        await pilot.pause()
+        await pilot.press("space", "down", "space")
+        await open_pane(app, pilot, "d", "#diffpane", "#diff-verdict", "A = ")
         verdict = app.screen.verdicts["a"]  # type: ignore[attr-defined]
         assert verdict.startswith("a is worse than b by ")
         screen = " ".join(" ".join(screen_lines(app)).split())

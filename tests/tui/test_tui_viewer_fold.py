@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kldtui.tui.app import create_app
-from tests.fixtures_tui import screen_lines, settle, static_text, sync, until
+from kldtui.tui.app import KldApp, create_app
+from tests.fixtures_tui import open_pane, screen_lines, settle, static_text, sync
 
 
 def _pair_and_one_repeat(tmp_path: Path) -> tuple[list[Path], Path]:
@@ -34,22 +34,21 @@ def _pair_and_one_repeat(tmp_path: Path) -> tuple[list[Path], Path]:
     return [fine, coarse], model
 
 
+def _viewer(tmp_path: Path, reports: list[Path], noise: Path) -> KldApp:
+    return create_app(reports=reports, config_dir=tmp_path / "cfg", noise_path=str(noise),
+                      remember_theme=False)
+
+
 def _words(lines: list[str]) -> str:
     return " ".join(" ".join(lines).split())
 
 
 @sync
 async def test_at_80x24_the_difference_chart_shows_before_its_verdict_in_full(tmp_path: Path) -> None:
-    paths, model = _pair_and_one_repeat(tmp_path)
-    app = create_app(reports=paths, config_dir=tmp_path / "cfg", noise_path=str(model), remember_theme=False)
+    app = _viewer(tmp_path, *_pair_and_one_repeat(tmp_path))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
-        await pilot.press("d")  # two reports: d diffs them without marks
-        await settle(app, pilot)
-        pane = app.screen.query_one("#diffpane")
-        await until(pilot, lambda: pane.display and "A = " in static_text(app, "#diff-verdict"),
-                    "the difference")
-        await pilot.pause()
+        await open_pane(app, pilot, "d", "#diffpane", "#diff-verdict", "A = ")  # two reports: no marks
         shown = screen_lines(app)[:-1]  # the footer's line left out
         bars = [n for n, line in enumerate(shown) if line.lstrip().startswith(("000 ", "001 ", "002 "))]
         assert len(bars) == 3, "\n".join(shown)  # the first bars in sight, without scrolling
@@ -69,20 +68,14 @@ async def test_at_80x24_the_difference_chart_shows_before_its_verdict_in_full(tm
 
 @sync
 async def test_at_80x24_the_charts_show_under_the_selected_rows_verdict_in_short(tmp_path: Path) -> None:
-    paths, model = _pair_and_one_repeat(tmp_path)
-    app = create_app(reports=paths, config_dir=tmp_path / "cfg", noise_path=str(model), remember_theme=False)
+    app = _viewer(tmp_path, *_pair_and_one_repeat(tmp_path))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         await pilot.press("down")  # coarse: clearly worse, its verdict many lines long
         await pilot.pause()
         verdict = app.screen.verdicts["coarse"]  # type: ignore[attr-defined]
         assert verdict.startswith("coarse is worse than fine by") and "confirm: " in verdict
-        await pilot.press("c")
-        await settle(app, pilot)
-        charts = app.screen.query_one("#charts")
-        await until(pilot, lambda: charts.display and "per window" in static_text(app, "#charts-text"),
-                    "the charts")
-        await pilot.pause()
+        await open_pane(app, pilot, "c", "#charts", "#charts-text", "per window")
         shown = screen_lines(app)[:-1]
         table = app.screen.query_one("#board").region
         first = [n for n, line in enumerate(shown) if line.strip() == "mean KL against size"]
@@ -100,8 +93,7 @@ async def test_at_80x24_the_charts_show_under_the_selected_rows_verdict_in_short
 async def test_at_200x50_the_notes_above_the_ranking_are_in_full(tmp_path: Path) -> None:
     paths, model = _pair_and_one_repeat(tmp_path)
     for size, in_full in (((200, 50), True), ((80, 24), False)):
-        app = create_app(reports=paths, config_dir=tmp_path / "cfg", noise_path=str(model),
-                         remember_theme=False)
+        app = _viewer(tmp_path, paths, model)
         async with app.run_test(size=size) as pilot:
             await settle(app, pilot)
             notes = app.screen.board_notes  # type: ignore[attr-defined]
