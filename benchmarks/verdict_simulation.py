@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -393,6 +393,37 @@ def null_precise_table(trials: int, seed: int, log: Callable[[str], None], runs:
     return "\n".join(lines)
 
 
+def _correlation_t(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, int]:
+    """The t statistic of the correlation of ``u`` and ``v`` over the last axis, and its degrees of
+    freedom (``n - 2``)."""
+    n = u.shape[-1]
+    uc = u - u.mean(axis=-1, keepdims=True)
+    vc = v - v.mean(axis=-1, keepdims=True)
+    r = np.clip((uc * vc).sum(axis=-1) / np.sqrt((uc * uc).sum(axis=-1) * (vc * vc).sum(axis=-1)),
+                -1.0 + 1e-12, 1.0 - 1e-12)
+    return r * np.sqrt((n - 2) / (1.0 - r * r)), n - 2
+
+
+def _robust_dependence(ev: Evidence, a: np.ndarray, b: np.ndarray, how: str) -> Evidence:
+    """``ev`` with the difficulty-dependence test (Pitman-Morgan: the correlation of ``log B - log A``
+    with ``log A + log B``) replaced by one that a single window near zero, far out on a log scale,
+    cannot sway: ``"ranks"`` correlates their ranks (Spearman), ``"drop lowest"`` leaves out the window
+    with the lowest ``log A + log B``; at each suite's own tier's level."""
+    x, y = np.log(a), np.log(b)
+    if how == "ranks":
+        t, df = _correlation_t(np.argsort(np.argsort(y - x, axis=-1), axis=-1).astype(np.float64),
+                               np.argsort(np.argsort(x + y, axis=-1), axis=-1).astype(np.float64))
+    elif how == "drop lowest":
+        keep = np.argsort(x + y, axis=-1)[..., 1:]
+        xk, yk = np.take_along_axis(x, keep, axis=-1), np.take_along_axis(y, keep, axis=-1)
+        t, df = _correlation_t(yk - xk, xk + yk)
+    else:
+        raise ValueError(how)
+    crit = np.array([t_quantile(1.0 - tier.level / 2.0, df) for tier in verdict_module.DEPENDENCE_TIERS])
+    dependent = ev.log_scale & (np.abs(t) > crit[ev.tier])
+    return replace(ev, dependence_t=t, dependent=dependent, faster_b=(t > 0) & ev.log_scale)
+
+
 def _shape_decisions(ev: Evidence, a: np.ndarray, b: np.ndarray, shape: str) -> np.ndarray:
     """8-window decisions (one verdict: no domain reaches 8 windows) of :data:`RULE_SHAPES` ``[shape]``
     from the rule's own evidence on the same suites."""
@@ -412,16 +443,23 @@ def _shape_decisions(ev: Evidence, a: np.ndarray, b: np.ndarray, shape: str) -> 
         model = np.where(strong, 2.0 * model, model)  # the first tier's p is scaled for its 10 %
     elif shape == "check only where the sign-flip test needs more windows than the suite holds":
         checked = checked & (ev.needed > ev.windows)
+    elif shape in ROBUST_DEPENDENCE:
+        robust: np.ndarray = _robust_dependence(ev, a, b, ROBUST_DEPENDENCE[shape]).p <= ALPHA
+        return robust
     elif shape != "the rule":
         raise ValueError(shape)
     out: np.ndarray = 2.0 * np.where(checked, np.maximum(test, model), test) <= ALPHA
     return out
 
 
+# the dependence test made robust to one window near zero (a folded normal window's far-out logarithm)
+ROBUST_DEPENDENCE = {"dependence test on ranks (Spearman)": "ranks",
+                     "dependence test leaving out the lowest window": "drop lowest"}
 RULE_SHAPES = ("the rule", "no check in the first tier",
                "paired t in place of the sign-flip test in the first tier",
                "first tier's check at 5 % where the dependence t exceeds 3",
-               "check only where the sign-flip test needs more windows than the suite holds")
+               "check only where the sign-flip test needs more windows than the suite holds",
+               *ROBUST_DEPENDENCE)
 
 
 def rule_shape_rates(dist: str, gamma: float, ratio: float, trials: int, seed: int) -> dict[str, float]:
