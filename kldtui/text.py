@@ -8,7 +8,8 @@ and nothing from kldtui: any layer may use it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -90,6 +91,101 @@ def _figure(value: float | None, sign: str) -> str:
     if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
         return f"{value:{sign}.3g}"
     return f"{value:{sign}.4g}"
+
+
+
+# ---------------------------------------------------------------------------------- candidate names
+# Quant names share their start and differ at their end ("Kimi-K3-Instruct-Q4_K_M", "..._Q4_K_S"): a
+# name cut for room keeps its end, and a name wraps after a separator, never inside a part of it.
+NAME_GAP = "…"
+# where a name wraps: after a "-" or "." where it can, after a "_" only inside a part too long for a
+# line ("Q4_K_M" stays on one line)
+NAME_SEPARATORS = ("-.", "_")
+
+
+def _default_head(width: int) -> int:
+    """How much of a name's start a cut to ``width`` keeps: a third of the room (the rest its end)."""
+    return (width - 1) // 3
+
+
+def _cut(name: str, width: int, head: int) -> str:
+    """``name`` as its first ``head`` characters, a "…" and as much of its end as fills ``width``."""
+    if len(name) <= width:
+        return name
+    if width <= 1:
+        return NAME_GAP[:width]
+    tail = width - 1 - head
+    return name[:head] + NAME_GAP + (name[-tail:] if tail else "")
+
+
+def short_name(name: str, width: int) -> str:
+    """``name`` whole where it fits in ``width`` cells, else cut in its middle with a "…": a third of
+    the room its start, the rest its end, where quant names differ ("Kimi-…truct-Q4_K_M", never
+    "Kimi-K3-Instruct-Q…"). Names shown together: :func:`short_names`."""
+    return _cut(name, width, _default_head(width))
+
+
+def short_names(names: Sequence[str], width: int) -> list[str]:
+    """Each of ``names`` as :func:`short_name` cuts it, but told apart: where two names cut alike,
+    the cut moves (more of the end kept, then more of the start) until every name reads differently
+    ("llama-3.1-8…q4_k_m" and "llama-3.1-7…q4_k_m" for 8b and 70b); where no one cut does that, each
+    name takes the first cut that no other name's form holds."""
+    heads = _head_order(width)
+    unique = list(dict.fromkeys(names))
+    for head in heads:
+        forms = {name: _cut(name, width, head) for name in unique}
+        if len(set(forms.values())) == len(unique):
+            return [forms[name] for name in names]
+    taken = {name for name in unique if len(name) <= width}
+    chosen: dict[str, str] = {}
+    for name in unique:
+        chosen[name] = next((form for form in (_cut(name, width, head) for head in heads)
+                             if form not in taken), short_name(name, width))
+        taken.add(chosen[name])
+    return [chosen[name] for name in names]
+
+
+def _head_order(width: int) -> list[int]:
+    """The starts a cut to ``width`` tries, in turn: a third of the room, less (more of the end),
+    then more."""
+    default = max(0, _default_head(width))
+    return [default, *range(default - 1, -1, -1), *range(default + 1, width)]
+
+
+def wrap_name(name: str, width: int) -> list[str]:
+    """``name`` in lines of at most ``width`` cells, each broken after a separator: after a ``-`` or
+    ``.`` ("Kimi-K3-" / "Instruct-" / "Q4_K_M"), after a ``_`` only inside a part longer than a line,
+    and inside a part only where it is longer than a line with no separator left; never mid-word
+    ("Instruct-Q4_K" / "_M")."""
+    if width <= 0 or len(name) <= width:
+        return [name]
+    return _fill(_parts(name, width, NAME_SEPARATORS), width)
+
+
+def _parts(text: str, width: int, separators: tuple[str, ...]) -> list[str]:
+    """``text`` split after each of the first ``separators``, a part longer than ``width`` split after
+    the next ones in turn, and cut at ``width`` where none is left."""
+    if len(text) <= width:
+        return [text]
+    if not separators:
+        return [text[k:k + width] for k in range(0, len(text), width)]
+    ends = re.escape(separators[0])
+    pieces = re.findall(f"[^{ends}]*[{ends}]|[^{ends}]+", text)
+    if len(pieces) == 1:
+        return _parts(text, width, separators[1:])
+    return [part for piece in pieces for part in _parts(piece, width, separators[1:])]
+
+
+def _fill(parts: list[str], width: int) -> list[str]:
+    """``parts`` (each at most ``width``) joined into as few lines of at most ``width`` as they fill
+    in order."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return lines
 
 
 BYTE_UNITS = ("B", "bytes")

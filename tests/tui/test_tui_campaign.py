@@ -185,7 +185,8 @@ def test_the_cards_name_the_candidate_that_runs_and_count_only_its_windows() -> 
     assert state_with_candidate("running", shown, 20, True) == "running · q8.repeat"
     assert state_with_candidate("capture 25%", shown, 13, True) == "capture 25%"  # progress first
     long_name = ShownCandidate("Q4_K_M-imatrix", "best")
-    assert state_with_candidate("done", long_name, 13, False) == "done · Q4_K_…"
+    # cut in its middle, its end kept (kldtui.text.short_name): "Q4_K_…" read as every Q4_K_ quant
+    assert state_with_candidate("done", long_name, 13, False) == "done · Q…trix"
     assert state_with_candidate("done", None, 13, False) == "done"
 
 

@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 
 from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
-from kldtui.text import BarAxis, bar_axis, human_bytes, interval_bar, interval_ends
+from kldtui.text import BarAxis, bar_axis, human_bytes, interval_bar, interval_ends, short_names
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     text = Text(no_wrap=True, overflow="crop")
     names = [s.name for s in data.windows]
     label = min(max((len(n) for n in names), default=8), 24)
+    charted = list(dict.fromkeys([*names, *(p.name for p in data.sizes), *(b.name for b in data.domains)]))
+    short = dict(zip(charted, short_names(charted, label), strict=True))  # told apart in every chart
     # -- KL against size ---------------------------------------------------------------------------
     text.append("mean KL against size", style="bold")
     if data.sizes:
@@ -50,7 +52,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         bar = max(10, width - prefix - 11)
         for p in sorted(data.sizes, key=lambda p: p.size_bytes):
             bpw = f"{p.bits_per_weight:5.2f} bpw" if p.bits_per_weight is not None else " " * 9
-            text.append(f"{p.name[:label]:<{label}} {human_bytes(p.size_bytes):>11} {bpw} ")
+            text.append(f"{short[p.name]:<{label}} {human_bytes(p.size_bytes):>11} {bpw} ")
             text.append("◆ " if p.on_front else "  ", style="bold")
             low, high = (p.ci_low, p.ci_high) if p.interval_shown else (p.mean, p.mean)  # too few: the mean
             text.append(interval_bar(low, high, p.mean, BarAxis(lo, hi, log), bar))
@@ -88,7 +90,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     for s in data.windows:
         values = s.kl_mean[-cols:]
         spark = "".join(block(v) for v in values)
-        text.append(f"{s.name[:label]:<{label}} {spark} ")
+        text.append(f"{short[s.name]:<{label}} {spark} ")
         interval = interval_ends(s.ci_low, s.ci_high, _g) if s.interval_shown else \
             too_few_text(s.windows, short=True, unit=data.unit)
         text.append(f"{_g(s.mean)} {interval}\n", style="dim")
@@ -114,7 +116,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
                 for k in range(filled):
                     if cells[k] in " ─":
                         cells[k] = "█"
-                text.append(f"  {b.name[:label]:<{label}} {''.join(cells)} {_g(b.estimate)}\n")
+                text.append(f"  {short[b.name]:<{label}} {''.join(cells)} {_g(b.estimate)}\n")
     return text
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from kldtui.events import CandidateStarted, LeaderboardUpdated
-from kldtui.text import plural
+from kldtui.formats.untrusted_json import printable
+from kldtui.text import plural, wrap_name
 from kldtui.tui.widgets.plain import PlainStatic, plain
 from kldtui.workflow.standings import HEADERS, cells, column_widths
 
@@ -40,9 +42,9 @@ def fit_board(rows: list[list[str]], available: int, padding: int = 1) -> BoardF
     size and bpw columns leave where no row knows them ("-"); the verdicts wrap, never narrower than
     their header or their longest word but a candidate's name (a verdict is read whole: "worse than the
     best (provisional)" cut at the pane's edge read "... (provis"); the names wrap, never narrower than
-    their header (a name cut with a "…" read as another that differs only at its end). A figure is never
-    cut: at 80x24 the 95% interval read "9" and "[" at the pane's edge. What still does not fit scrolls,
-    after the interval."""
+    their header (a name cut with a "…" read as another that differs only at its end), each line
+    broken after a separator (:func:`name_cell`). A figure is never cut: at 80x24 the 95% interval read
+    "9" and "[" at the pane's edge. What still does not fit scrolls, after the interval."""
     natural = column_widths(rows)
     columns = tuple(range(len(HEADERS)))
 
@@ -62,6 +64,15 @@ def fit_board(rows: list[list[str]], available: int, padding: int = 1) -> BoardF
     verdict = max(least, room)
     name = max(len(HEADERS[NAME_COLUMN]), natural[NAME_COLUMN] - (verdict - room))
     return BoardFit(columns, verdict, name if name < natural[NAME_COLUMN] else None)
+
+
+def name_cell(name: str, width: int | None) -> Text:
+    """A candidate's name in the board's cell, wrapped to ``width`` after a separator (the table wrapped
+    it mid-word at 80 columns: "Kimi-K3-Instruct-Q4_K" / "_M"); on one line where ``width`` is None."""
+    shown = printable(name)
+    if width is None:
+        return plain(shown)
+    return Text("\n").join(plain(line) for line in wrap_name(shown, width))
 
 
 class CampaignBoard(Vertical):
@@ -116,7 +127,8 @@ class CampaignBoard(Vertical):
         for i in fit.columns:
             table.add_column(HEADERS[i], width=widths.get(i))
         for row, line in zip(standings, rows, strict=True):
-            table.add_row(*(plain(line[i]) for i in fit.columns), key=row.name,
+            table.add_row(*(name_cell(line[i], fit.name) if i == NAME_COLUMN else plain(line[i])
+                            for i in fit.columns), key=row.name,
                           height=None if fit.verdict or fit.name else 1)
 
     def show(self, board: LeaderboardUpdated | None, current: CandidateStarted | None) -> None:

@@ -7,9 +7,8 @@ from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 
-from kldtui.text import BarAxis, bar_axis, interval_bar, table_figure
+from kldtui.text import BarAxis, bar_axis, interval_bar, short_names, table_figure
 from kldtui.tui.resultdata import Band, ResultData
-from kldtui.tui.widgets.format import clip
 from kldtui.tui.widgets.plain import plain
 
 
@@ -36,8 +35,9 @@ class LeaderboardTable(DataTable[str | Text]):
     :attr:`BAR_WIDTH`): at 80 columns the viewer cut the interval's figures ("[0.00754,"), and the
     dashboard's narrower pane hid the tie marks whole. The candidate's name takes the room the
     terminal gives, whole where it fits beside the bar at its narrowest; where it does not, it keeps
-    :attr:`NAME_MIN` cells and is cut with a "…" (at 200 columns a name was cut to 18 characters
-    beside an empty half of the screen)."""
+    :attr:`NAME_MIN` cells and is cut in its middle, each row's told apart from the others'
+    (:func:`kldtui.text.short_names`; at 200 columns a name was cut to 18 characters beside an empty
+    half of the screen, and cut at its end two quants of one model read alike)."""
 
     # at 200 columns the bar had 20 cells beside 100 empty ones: two intervals a cell apart read as one
     BAR_WIDTH = 40
@@ -129,8 +129,8 @@ class LeaderboardTable(DataTable[str | Text]):
                  r.kl.interval_text() if r.kl is not None else "-"] for i, r in enumerate(results)]
         widths = self.widths(rows, axis)
         name = self.column("candidate")
-        for row in rows:
-            row[name] = clip(row[name], widths[name])
+        for row, shown in zip(rows, short_names([row[name] for row in rows], widths[name]), strict=True):
+            row[name] = shown
         self._width_filled = self.size.width
         self.clear(columns=True)
         self.add_columns_for(axis, widths)

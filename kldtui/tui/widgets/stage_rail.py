@@ -10,6 +10,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from kldtui.formats.suite import COUNT_TASKS
+from kldtui.text import short_name
 from kldtui.tui.model import (
     CANDIDATE_STAGES,
     STAGE_TITLES,
@@ -90,7 +91,8 @@ class StageBox(Static):
 
 def state_with_candidate(state: str, candidate: ShownCandidate | None, width: int, running: bool) -> str:
     """The state line with the candidate the card shows: its name and role when they fit, else its
-    name, else as much of the name as fits after the state (at least three characters and "…");
+    name, else the name cut in its middle to what fits after the state (:func:`kldtui.text.short_name`,
+    at least four characters with the "…");
     a running card whose name does not fit keeps its progress alone (the campaign board and the
     log name the candidate that runs)."""
     if candidate is None:
@@ -101,7 +103,7 @@ def state_with_candidate(state: str, candidate: ShownCandidate | None, width: in
     room = width - len(state) - 3 - 1
     if running or room < 3:
         return state[:width]
-    return f"{state} · {candidate.name[:room]}…"
+    return f"{state} · {short_name(candidate.name, room + 1)}"
 
 
 def _narrow(part: str, width: int) -> str:
