@@ -23,7 +23,7 @@ from kldtui.formats.report_model import (
     Interval,
 )
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few, kl_headline_interval
-from kldtui.text import human_bytes, interval_ends, plural, top_k
+from kldtui.text import human_bytes, interval_ends, plural, table_figure, top_k
 
 
 def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, Any],
@@ -138,12 +138,13 @@ def clustered_line(report: ComparisonReport) -> str | None:
     boot = stats.kl_stratified_source_cluster_bootstrap.micro
     sel = stats.context_selection
     clusters = stats.kl_source_cluster_bootstrap.cluster_count
-    head = f"{plural(stats.contexts, 'context')} ({sel.partition} partition); mean KL {boot.estimate:.5f}"
+    head = (f"{plural(stats.contexts, 'context')} ({sel.partition} partition); mean KL "
+            f"{table_figure(boot.estimate)}")
     if interval_rests_on_too_few(clusters):  # the interval's units are the source clusters
         return (f"{head} ({plural(clusters or 0, 'source cluster')}: too few for a 95 % interval, which "
                 f"needs {MIN_INTERVAL_WINDOWS})")
-    return (f"{head} [{boot.ci95_low:.5f}, {boot.ci95_high:.5f}] (95%, source clusters resampled within "
-            "strata)")
+    return (f"{head} {interval_ends(boot.ci95_low, boot.ci95_high, table_figure)} (95%, source clusters "
+            "resampled within strata)")
 
 
 def summary_text(report: ComparisonReport) -> str:
@@ -292,8 +293,9 @@ def depth_label(start: int, stop: int) -> str:
 def _bucket(label: str, kl_mean: float | None, low: float | None, high: float | None, positions: int,
             windows: int | None) -> str:
     shown = low is not None and high is not None and not interval_rests_on_too_few(windows)
-    interval = f" [{_f(low, 3)}, {_f(high, 3)}]" if shown else ""
-    return f"{label} {_f(kl_mean, 4)}{interval} (n={positions})"
+    # a table's figures: a q8's bucket of 0.0001844 keeps its digits, as in the ranking
+    interval = f" {_ends(low, high, table_figure)}" if shown else ""
+    return f"{label} {table_figure(kl_mean) if _number(kl_mean) else 'n/a'}{interval} (n={positions})"
 
 
 def confidence_line(report: ComparisonReport) -> str | None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kldtui.cli.main import main
+from kldtui.text import table_figure
 from tests.fixtures_decide import make_report as decide_report
 from tests.fixtures_decide import suite_domains
 from tests.fixtures_decide import write_report as decide_write
@@ -490,7 +491,7 @@ def test_charts_and_exports_show_no_interval_from_too_few_windows(tmp_path: Path
     assert "too few windows (6): the mean alone" in text
     assert "prose  too few windows (2): no interval" in text
     for series in data.windows:
-        assert f"{series.mean:.4g} too few windows (6)" in text
+        assert f"{table_figure(series.mean)} too few windows (6)" in text
     assert main(["leaderboard", *map(str, reports), "--format", "markdown"]) == 0
     markdown = capsys.readouterr().out
     assert "too few windows (6)" in markdown and "| [" not in markdown, markdown

@@ -8,7 +8,7 @@ from typing import Any
 from textual.widgets import DataTable, Static
 
 from kldtui.errors import BadInput
-from kldtui.text import table_figure
+from kldtui.text import interval_ends, table_figure
 from kldtui.tui.app import create_app
 from kldtui.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -446,10 +446,12 @@ async def test_viewer_shows_the_ranking_figures_and_the_repeat_floor(tmp_path: P
         # KL by reference confidence and by depth, a bucket's window-clustered interval where it has the
         # windows one needs (the examples suite's 4 are too few: the mean alone)
         first = doc["kl_by_reference_confidence"][0]
-        assert f"KL by reference confidence: [0,0.25) {first['kl_mean']:.4g} (n={first['positions']})" in text
-        assert (f"[0.95,1] {top['kl_mean']:.4g} [{top['ci95_low']:.3g}, {top['ci95_high']:.3g}] "
-                f"(n={top['positions']})") in text
+        assert (f"KL by reference confidence: [0,0.25) {table_figure(first['kl_mean'])} "
+                f"(n={first['positions']})") in text
+        ends = interval_ends(top['ci95_low'], top['ci95_high'], table_figure)
+        assert f"[0.95,1] {table_figure(top['kl_mean'])} {ends} (n={top['positions']})" in text
         bands = " ".join(static_text(app, "#result-positions").split())
         assert "95% window-clustered interval" in bands
         assert (f"{depth['start']}-{depth['stop'] - 1} ") in bands
-        assert f"{depth['kl_mean']:.4g} [{depth['ci95_low']:.3g}, {depth['ci95_high']:.3g}]" in bands
+        assert (f"{table_figure(depth['kl_mean'])} "
+                f"{interval_ends(depth['ci95_low'], depth['ci95_high'], table_figure)}") in bands

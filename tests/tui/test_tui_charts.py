@@ -12,6 +12,7 @@ from kldtui.decide.exports import export_table
 from kldtui.decide.leaderboard import leaderboard_from_files
 from kldtui.decide.plots import chart_data
 from kldtui.formats.report import load_report
+from kldtui.text import table_figure
 from kldtui.tui.app import create_app
 from kldtui.tui.widgets import BoardCharts, DiffPane
 from kldtui.tui.widgets.board_charts import render_charts
@@ -25,7 +26,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def _g(v: float) -> str:
-    return f"{v:.4g}"
+    return table_figure(v)  # as a table's cells
 
 
 @pytest.mark.parametrize("width", [60, 80, 200])

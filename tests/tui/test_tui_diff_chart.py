@@ -15,6 +15,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
 
+from kldtui.text import signed_table_figure
 from kldtui.tui.app import create_app
 from kldtui.tui.resultdata import Band, WindowBar
 from kldtui.tui.widgets import KLChart
@@ -62,7 +63,7 @@ def _rows(text: str, values: list[float], domain: str = "prose") -> tuple[str, l
     head, *rows = text.splitlines()
     areas = []
     for row, v in zip(rows, values, strict=True):
-        match = re.fullmatch(rf"\d{{3}} {re.escape(domain)} +?(.*) {re.escape(f'{v:+.4g}')}", row)
+        match = re.fullmatch(rf"\d{{3}} {re.escape(domain)} +?(.*) {re.escape(signed_table_figure(v))}", row)
         assert match, row
         areas.append(match.group(1))
     assert len({len(a) for a in areas}) == 1, areas  # one bar area, as wide on every row

@@ -4,15 +4,16 @@ summary prints the same lines."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kldtui.formats import fidelity as fid
-from kldtui.formats.report import summary_text, write_report
+from kldtui.formats.report import clustered_line, summary_text, write_report
 from kldtui.stages.compare import CompareOptions, compare
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, interval_ends, table_figure
 from kldtui.tui.app import create_app
 from tests import fidelity_fixture as fx
 from tests.fixtures_tui import drawn_lines, screen_lines, settle, static_text, sync, until
@@ -39,16 +40,25 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
     expected = (f"reference: hidden (BF16) + LM head, {human_bytes(ref.bytes_on_disk)} on disk; as F32 "
                 f"logits {human_bytes(ref.full_logits_bytes)} ({times})")
     assert expected in summary_text(report)
-    assert (f"{len(analysis)} contexts (analysis partition); mean KL 0.00000 [0.00000, 0.00000] (95%, "
+    assert report.suite_statistics is not None
+    itself = report.suite_statistics.kl_stratified_source_cluster_bootstrap.micro
+    assert (f"{len(analysis)} contexts (analysis partition); mean KL {table_figure(itself.estimate)} "
+            f"{interval_ends(itself.ci95_low, itself.ci95_high, table_figure)} (95%, "
             "source clusters resampled within strata)") in summary_text(report)
+    # a q8's mean KL in a table's digits: five fixed decimals read 0.000184 as 0.00018
+    stats = report.suite_statistics
+    small = replace(itself, estimate=0.000184, ci95_low=0.0001234, ci95_high=0.000249)
+    near = replace(report, suite_statistics=replace(stats, kl_stratified_source_cluster_bootstrap=replace(
+        stats.kl_stratified_source_cluster_bootstrap, micro=small)))
+    assert "; mean KL 0.000184 [0.000123, 0.000249] (95%, source clusters" in (clustered_line(near) or "")
     # the sentinels fall in fewer source clusters than an interval needs: no interval, and why
     few = compare(f.root, f.root / fid.HIDDEN_DIR, f.root / "sentinel-live-logits" / "repeat-00",
                   CompareOptions(context_filter="sentinel", backend="numpy", bootstrap_samples=100))
     clusters = few.suite_statistics.kl_source_cluster_bootstrap.cluster_count
     assert clusters is not None and clusters < 8
     mean = few.suite_statistics.kl_stratified_source_cluster_bootstrap.micro.estimate
-    assert (f"{few.suite_statistics.contexts} contexts (analysis partition); mean KL {mean:.5f} ({clusters} "
-            "source clusters: too few for a 95 % interval, which needs 8)") in summary_text(few)
+    assert (f"{few.suite_statistics.contexts} contexts (analysis partition); mean KL {table_figure(mean)} "
+            f"({clusters} source clusters: too few for a 95 % interval, which needs 8)") in summary_text(few)
     path = write_report(tmp_path / "r.json", report)
     app = create_app(reports=[path], config_dir=tmp_path)
     async with app.run_test(size=(200, 40)) as pilot:

@@ -18,6 +18,7 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.text import table_figure
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.screens.dialogs import ConfirmScreen
@@ -454,8 +455,8 @@ async def test_viewer_shows_quantiles_topk_positions_and_provenance(tmp_path: Pa
     async with app.run_test(size=(160, 50)) as pilot:
         await settle(app, pilot)
         text = result_text(app)
-        for needle in ("per-token KL", f"p90 {kl['p90']:.4g}", f"p99.9 {kl['p99_9']:.4g}",
-                       f"max {kl['max']:.4g}",
+        for needle in ("per-token KL", f"p90 {table_figure(kl['p90'])}", f"p99.9 {table_figure(kl['p99_9'])}",
+                       f"max {table_figure(kl['max'])}",
                        "top-1 89.43 %", "top-5 99.97 %", "top-10 100.00 %",
                        "KL by position", "0-255", "256-510", "0.0278",
                        f"candidate {tmp_path / 'q4-run' / 'candidate'}", "reference /data/reference/ref",

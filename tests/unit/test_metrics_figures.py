@@ -175,3 +175,12 @@ def test_a_buckets_kl_interval_never_reaches_below_zero() -> None:
     assert bucket["positions"] == 36 and bucket["ci95_low"] == 0.0
     by_depth = st.position_buckets([kl[rows == w] for w in range(12)], bucket=3, intervals=True)
     assert by_depth[0]["ci95_low"] == 0.0
+
+
+def test_the_entropy_shift_reads_as_a_signed_tables_cell() -> None:
+    # five fixed decimals read a q8's +0.0001844 nats as +0.00018 and +0.0000123 as +0.00001
+    shift = registry.figure("entropy_shift")
+    assert [shift.format(v) for v in (0.0001844, -0.0000123, 0.01234, 0.0)] == \
+        ["+0.000184", "-1.23e-05", "+0.01234", "+0"]
+    assert shift.format(None) == "n/a" and shift.format(float("nan")) == "n/a"
+    assert registry.figure("rms_delta_p").format(1.23456) == "1.235"  # a format string still works

@@ -148,7 +148,9 @@ class RowFigure:
     finite_only: bool = False  # leave infinite values out (as KL's statistics do: masked tokens)
     scale: float = 1.0  # figure = scale x aggregation (e.g. 10,000: per 10,000 tokens)
     unit: str = ""  # shown after the value, e.g. "per 10,000 tokens"
-    fmt: str = "{:.6g}"
+    # a format string, or a function of kldtui.text (a signed shift: signed_table_figure, a q8's
+    # +0.0000123 nats in its digits where five fixed decimals read +0.00001)
+    fmt: str | Callable[[float], str] = "{:.6g}"
     better: Literal["lower", "higher"] | None = "lower"
     integer: bool = False  # a count: written as a whole number
     report: Literal["figures", "columns"] = "figures"
@@ -192,7 +194,7 @@ class RowFigure:
         """The value as shown; "n/a" when unknown or not finite."""
         if value is None or not math.isfinite(value):
             return "n/a"
-        return self.fmt.format(value)
+        return self.fmt.format(value) if isinstance(self.fmt, str) else self.fmt(value)
 
 
 _REGISTRY: dict[str, RowFigure] = {}

@@ -11,6 +11,7 @@ import numpy as np
 
 from kldtui.metrics.figures import RowFigure, register
 from kldtui.metrics.kernels import RowStats
+from kldtui.text import signed_table_figure
 
 CONFIDENT = 0.9  # the reference's top probability from which a prediction counts as confident
 
@@ -75,7 +76,7 @@ def _entropy_shift(r: RowStats) -> np.ndarray:
 
 
 register(RowFigure(
-    name="entropy_shift", label="entropy shift", unit="nats", fmt="{:+.5f}", better=None,
+    name="entropy_shift", label="entropy shift", unit="nats", fmt=signed_table_figure, better=None,
     definition=("mean of H(candidate) - H(reference) per position, natural log: above 0 the candidate is "
                 "less sure than the reference, below 0 more"),
     slots=("entropy_ref", "entropy_cand"), values=_entropy_shift))

@@ -18,17 +18,21 @@ from textual.containers import VerticalScroll
 
 from kldtui.decide.plots import NO_SIZE
 from kldtui.formats.report_names import too_few_text
-from kldtui.text import BarAxis, bar_axis, human_bytes, interval_bar, interval_ends, short_names
+from kldtui.text import (
+    BarAxis,
+    bar_axis,
+    human_bytes,
+    interval_bar,
+    interval_ends,
+    short_names,
+    table_figure,
+)
 from kldtui.tui.widgets.plain import PlainStatic
 
 if TYPE_CHECKING:
     from kldtui.decide.plots import ChartData
 
 LEVELS = "▁▂▃▄▅▆▇█"
-
-
-def _g(v: float) -> str:
-    return f"{v:.4g}"
 
 
 def render_charts(data: ChartData, width: int = 100) -> Text:
@@ -56,8 +60,8 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
             text.append("◆ " if p.on_front else "  ", style="bold")
             low, high = (p.ci_low, p.ci_high) if p.interval_shown else (p.mean, p.mean)  # too few: the mean
             text.append(interval_bar(low, high, p.mean, BarAxis(lo, hi, log), bar))
-            text.append(f" {_g(p.mean)}\n")
-        ends = f"{_g(lo)}{_g(hi):>{max(1, bar - len(_g(lo)))}}"
+            text.append(f" {table_figure(p.mean)}\n")
+        ends = f"{table_figure(lo)}{table_figure(hi):>{max(1, bar - len(table_figure(lo)))}}"
         text.append(f"{'':<{prefix}}{ends}\n", style="dim")
         few = sorted({p.windows for p in data.sizes if not p.interval_shown and p.windows is not None})
         if few:
@@ -72,9 +76,10 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
     top = max(every, default=0.0)
     scale = bar_axis(every)  # a dozen quants 100x apart: on 0 to top the closer half were all "▁"
     if scale.log:
-        text.append(f"  one log scale, {_g(scale.low)} to {_g(scale.high)}\n", style="dim")
+        ends = f"{table_figure(scale.low)} to {table_figure(scale.high)}"
+        text.append(f"  one log scale, {ends}\n", style="dim")
     else:
-        text.append(f"  blocks: 0 to {_g(top)}, one scale\n", style="dim")
+        text.append(f"  blocks: 0 to {table_figure(top)}, one scale\n", style="dim")
 
     def block(v: float) -> str:
         if not math.isfinite(v):
@@ -91,9 +96,9 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
         values = s.kl_mean[-cols:]
         spark = "".join(block(v) for v in values)
         text.append(f"{short[s.name]:<{label}} {spark} ")
-        interval = interval_ends(s.ci_low, s.ci_high, _g) if s.interval_shown else \
+        interval = interval_ends(s.ci_low, s.ci_high, table_figure) if s.interval_shown else \
             too_few_text(s.windows, short=True, unit=data.unit)
-        text.append(f"{_g(s.mean)} {interval}\n", style="dim")
+        text.append(f"{table_figure(s.mean)} {interval}\n", style="dim")
     # -- per domain --------------------------------------------------------------------------------
     if data.domains:
         text.append("\nmean KL per domain", style="bold")
@@ -116,7 +121,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
                 for k in range(filled):
                     if cells[k] in " ─":
                         cells[k] = "█"
-                text.append(f"  {short[b.name]:<{label}} {''.join(cells)} {_g(b.estimate)}\n")
+                text.append(f"  {short[b.name]:<{label}} {''.join(cells)} {table_figure(b.estimate)}\n")
     return text
 
 

@@ -13,7 +13,7 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import plural
+from kldtui.text import plural, signed_table_figure, table_figure
 from kldtui.tui.resultdata import Band, WindowBar
 from kldtui.tui.widgets.format import clip
 from kldtui.tui.widgets.window_grid import label_digits
@@ -251,5 +251,5 @@ class KLChart(Widget):
             for i, (ch, drawn) in enumerate(zip(cells, styles, strict=True)):
                 style = self.get_component_rich_style(drawn) if drawn else Style()
                 text.append(ch, style + reverse if i in reversed_cells else style)
-            text.append(f" {bar.kl:+.4g}" if self.signed else f" {bar.kl:.4g}")
+            text.append(f" {signed_table_figure(bar.kl) if self.signed else table_figure(bar.kl)}")
         return text

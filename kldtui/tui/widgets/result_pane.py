@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import printable
-from kldtui.text import plural, signed_table_figure, table_figure, top_k, window_span
+from kldtui.text import interval_ends, plural, signed_table_figure, table_figure, top_k, window_span
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
@@ -60,7 +60,7 @@ class ResultPane(VerticalScroll):
             text.append("  (95%)")
         if r.kl_quantiles:
             text.append("\nper-token KL ", style="bold")
-            text.append("  ".join(f"{label} {value:.4g}" for label, value in r.kl_quantiles))
+            text.append("  ".join(f"{label} {table_figure(value)}" for label, value in r.kl_quantiles))
         text.append("\nJS ")
         text.append(table_figure(r.js_mean))  # a q8's JS in its digits, as its mean KL
         shown = r.topk or ([(1, r.top1)] if r.top1 is not None else [])
@@ -90,7 +90,7 @@ class ResultPane(VerticalScroll):
         elif r.windows:
             extra.append(plural(len(r.windows), r.unit))
         if r.noise_floor is not None:
-            extra.append(f"noise floor {r.noise_floor:.4g}")
+            extra.append(f"noise floor {table_figure(r.noise_floor)}")
         if extra:
             text.append("\n" + " · ".join(extra))
         if r.repeat_floor_note:
@@ -113,9 +113,9 @@ class ResultPane(VerticalScroll):
         for r in rows:
             text.append("\n" + f"{r.start}-{r.stop - 1}".rjust(label_w) + " ")
             text.append(bar_cells(r.kl_mean / top * area).ljust(area))
-            text.append(f" {r.kl_mean:.4g}")
+            text.append(f" {table_figure(r.kl_mean)}")
             if r.low is not None and r.high is not None:
-                text.append(f" [{r.low:.3g}, {r.high:.3g}]")
+                text.append(f" {interval_ends(r.low, r.high, table_figure)}")
         return text
 
     def provenance_text(self, r: ResultData) -> Text:
