@@ -327,14 +327,15 @@ class NoiseFloor:
             return "none: a deterministic server (two captures alike)"
         if self.kind == "published":
             return f"the published repeat KL {self.threshold:g} of the Kimi K3 suite"
-        return f"repeat KL {self.threshold:.4g} between two captures of one model"
+        return f"repeat KL {plain_number(self.threshold)} between two captures of one model"
 
     def describe(self, unit: str = WINDOW_UNIT) -> str:
         """One line: which noise model and where it came from, in a quantization engineer's words; the
         windows called ``unit`` (:meth:`RepeatModel.describe`). The published figures are the Kimi K3
         suite's, whose units are windows whatever ``unit``."""
         if self.repeat is not None:
-            between = (f"; repeat KL between captures {self.kl_mean:.4g}" if self.threshold > 0 else "")
+            between = (f"; repeat KL between captures {plain_number(self.kl_mean)}" if self.threshold > 0
+                       else "")
             return f"{self.repeat.describe(unit)} ({self.metric_source or self.source}){between}"
         if self.kind == "deterministic":
             return (f"none: the server is deterministic (captures of one model, each from a server start of "
@@ -344,7 +345,7 @@ class NoiseFloor:
             return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
                     f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
                     "itself is not measured")
-        return (f"repeat KL {self.threshold:.4g} between two captures of one model (measured: "
+        return (f"repeat KL {plain_number(self.threshold)} between two captures of one model (measured: "
                 f"{self.source}); the repeat variation of the metric itself is not measured")
 
     def to_dict(self) -> dict[str, Any]:

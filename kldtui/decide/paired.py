@@ -54,7 +54,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import flip_ratio_interval
-from kldtui.text import plain_number
+from kldtui.text import interval_ends, plain_number, table_figure
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 1
@@ -110,8 +110,9 @@ class Interval:
                 "ci95_low": json_number(self.ci95_low), "ci95_high": json_number(self.ci95_high),
                 "bootstrap_samples": self.bootstrap_samples, "cluster_unit": unit}
 
-    def text(self, fmt: str = ".4g") -> str:
-        return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
+    def text(self) -> str:
+        """The estimate and its interval in a table's figures (kldtui.text.table_figure)."""
+        return f"{table_figure(self.estimate)} {interval_ends(self.ci95_low, self.ci95_high, table_figure)}"
 
 
 @dataclass(frozen=True)

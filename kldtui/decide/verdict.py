@@ -39,7 +39,14 @@ import numpy as np
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics import inference as inf
 from kldtui.metrics.stats import holm, t_quantile
-from kldtui.text import PLAIN_RANGE, TIED_OUTCOMES, interval_range, outcome_words, plain_number
+from kldtui.text import (
+    PLAIN_RANGE,
+    TIED_OUTCOMES,
+    interval_range,
+    outcome_words,
+    plain_number,
+    table_figure,
+)
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -528,11 +535,13 @@ class VerdictInterval:
         end = "upper" if not math.isfinite(self.ci95_high) else "lower"  # type: ignore[arg-type]
         return f"the verdict's rule gives no finite {end} end over these {self.windows} {unit}s"
 
-    def text(self, fmt: str = ".4g") -> str:
-        """The estimate and its interval; the estimate alone where :attr:`shows_interval` is false."""
+    def text(self) -> str:
+        """The estimate and its interval in a table's figures (kldtui.text.table_figure); the estimate
+        alone where :attr:`shows_interval` is false."""
         if not self.shows_interval:
-            return f"{self.estimate:{fmt}}"
-        return f"{self.estimate:{fmt}} [{self.ci95_low:{fmt}}, {self.ci95_high:{fmt}}]"
+            return table_figure(self.estimate)
+        low, high = table_figure(self.ci95_low), table_figure(self.ci95_high)
+        return f"{table_figure(self.estimate)} [{low}, {high}]"
 
 
 def _interval_source(ev: Evidence) -> IntervalSource:

@@ -58,7 +58,7 @@ from kldtui.events import (
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.servers.base import server_identity
 from kldtui.servers.registry import kind_of
-from kldtui.text import TIED_OUTCOMES
+from kldtui.text import TIED_OUTCOMES, plain_number
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Candidate, Profile
@@ -652,8 +652,8 @@ class Campaign:
             return "no candidate ranked"
         best = board.rows[0]
         tied = [r.name for r in board.rows if r.tied_with_best]
-        return f"best: {best.name} (mean KL {best.mean:.4g})" + (f"; tied with it: {', '.join(tied)}"
-                                                                 if tied else "")
+        return f"best: {best.name} (mean KL {plain_number(best.mean)})" + (
+            f"; tied with it: {', '.join(tied)}" if tied else "")
 
     # -- internals ---------------------------------------------------------------------------------
     def _pipeline(self, candidate: Candidate, workspace: Workspace, *,

@@ -15,6 +15,7 @@ from kldtui.errors import BadInput
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import write_report
 from kldtui.stages.compare import CompareOptions, compare
+from kldtui.text import plain_number
 from tests import fidelity_fixture as fx
 from tests.fixtures_hidden import noisy_candidates
 
@@ -352,8 +353,8 @@ def test_plan_from_two_reports_of_contexts_counts_source_clusters(reports: dict[
     out = capsys.readouterr().out
     pilot, verdict = out.splitlines()[:2]
     assert pilot.startswith(f"pilot: {clusters} source clusters ({contexts} contexts); B - A = "
-                            f"{need.difference:.4g} KL per source cluster, standard deviation between "
-                            f"source clusters {need.window_sd:.4g}"), out
+                            f"{plain_number(need.difference)} KL per source cluster, standard deviation "
+                            f"between source clusters {plain_number(need.window_sd)}"), out
     assert verdict == need.words(suite_windows=40), out
     assert "source clusters" in verdict and "window" not in out, out
 

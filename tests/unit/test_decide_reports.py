@@ -25,6 +25,7 @@ from kldtui.decide.paired import confirm_command, draw_indices, paired_bootstrap
 from kldtui.decide.verdict import plain_number, verdict_interval
 from kldtui.errors import BadInput
 from kldtui.metrics.stats import t_quantile
+from kldtui.text import signed_table_figure
 from tests.fixtures_decide import SUITE_HASH, make_report, suite_domains, write_report
 
 DOMAINS = suite_domains(32)
@@ -544,7 +545,8 @@ def test_a_figure_no_window_moves_has_no_negative_zero() -> None:
     b = as_report(make_report(kl, DOMAINS, candidate_dir="/r/b", fmt="original"))
     js = next(f for f in figure_differences(a, b) if f.name == "js_mean")
     assert (js.difference, js.ci95_low, js.ci95_high) == (0.0, 0.0, 0.0)
-    assert f"{js.difference:+.4g} [{js.ci95_low:+.4g}, {js.ci95_high:+.4g}]" == "+0 [+0, +0]"
+    shown = signed_table_figure  # as kldtui diff prints them
+    assert f"{shown(js.difference)} [{shown(js.ci95_low)}, {shown(js.ci95_high)}]" == "+0 [+0, +0]"
 
 
 @pytest.mark.parametrize(("edit", "words"), [
@@ -663,3 +665,13 @@ def test_two_score_mode_captures_are_told_from_a_copy_by_their_own_manifest(tmp_
     a, b, c = (str(tmp_path / n) for n in "abc")
     assert one_capture(a, b) is None and different_models(a, b) is None
     assert one_capture(b, c) == "both record the same server start, so one folder is a copy of the other"
+
+
+def test_a_small_measured_noise_floor_reads_in_a_sentences_digits() -> None:
+    """The noise model's line and its brief said a q8's repeat KL in four digits (``.4g``); a sentence
+    says three (kldtui.text.plain_number), as the verdicts do."""
+    from kldtui.decide.noise import NoiseFloor
+
+    floor = NoiseFloor(kind="measured", source="report r.json", kl_mean=0.0001844, threshold=0.0001844)
+    assert floor.brief() == "repeat KL 0.000184 between two captures of one model"
+    assert floor.describe().startswith("repeat KL 0.000184 between two captures of one model (measured: ")

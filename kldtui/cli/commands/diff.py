@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kldtui.text import plural
+from kldtui.text import interval_ends, plural, signed_table_figure, table_figure
 
 # static, so true of both kinds of suite: a hidden-state suite's windows are its contexts (PairedDiff.unit)
 HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window (per "
@@ -48,7 +48,8 @@ def _cells(label: str, s: Any, unit: str) -> tuple[str, ...]:
     ratio = s.mean_b / s.mean_a if s.mean_a > 0 else float("nan")
     ratio_text = f"{ratio:.3g}" if ratio == ratio else "n/a (a mean of 0)"
     call = SHORT.get(s.outcome, s.outcome).format(unit=unit) + (" (provisional)" if s.provisional else "")
-    return (label, str(s.windows), f"{s.mean_a:.4g}", f"{s.mean_b:.4g}", s.interval.text(), ratio_text, call)
+    return (label, str(s.windows), table_figure(s.mean_a), table_figure(s.mean_b), s.interval.text(),
+            ratio_text, call)
 
 
 def _outcome_table(result: Any, unit: str) -> list[str]:
@@ -79,7 +80,8 @@ def _count_width(unit: str) -> int:
 def _bucket(value: float | None, low: float | None, high: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.4g}" + (f" [{low:.4g}, {high:.4g}]" if low is not None and high is not None else "")
+    return table_figure(value) + (f" {interval_ends(low, high, table_figure)}" if low is not None
+                                  and high is not None else "")
 
 
 def _interval_sources(result: Any) -> list[str]:
@@ -115,10 +117,10 @@ def format_diff(result: Any, per_window: bool = False) -> str:
                   f"over {unit}s by the sign-flip test):"]
         for f in result.figures:
             measure = f" {f.unit}" if f.unit else ""  # the figure's own unit (%, nats)
-            interval = (f" [{f.ci95_low:+.4g}, {f.ci95_high:+.4g}]" if f.ci95_low is not None
-                        and f.ci95_high is not None else "")
-            lines.append(f"  {f.label:<16} A {f.a:.4g}  B {f.b:.4g}{measure}  "
-                         f"B - A {f.difference:+.4g}{interval}"
+            interval = (f" {interval_ends(f.ci95_low, f.ci95_high, signed_table_figure)}"
+                        if f.ci95_low is not None and f.ci95_high is not None else "")
+            lines.append(f"  {f.label:<16} A {table_figure(f.a)}  B {table_figure(f.b)}{measure}  "
+                         f"B - A {signed_table_figure(f.difference)}{interval}"
                          + (f" ({f.better} is better)" if f.better else ""))
     for kind, title in (("reference_confidence", "KL by reference confidence"),
                         ("depth", f"KL by depth in the {unit} (positions)")):
@@ -138,7 +140,8 @@ def format_diff(result: Any, per_window: bool = False) -> str:
                                              strict=True)):
             infinite = "".join(f"  {name}: {k} positions with infinite KL (left out)"
                                for name, k in (("A", inf_a[i]), ("B", inf_b[i])) if k)
-            lines.append(f"{w:>{width}}  {d:<{domain_w}}  {a:>10.4g}  {b:>10.4g}  {b - a:>+11.4g}{infinite}")
+            lines.append(f"{w:>{width}}  {d:<{domain_w}}  {table_figure(a):>10}  {table_figure(b):>10}  "
+                         f"{signed_table_figure(b - a):>11}{infinite}")
     clustered = result.clustered
     if clustered is not None:
         iv = clustered.interval

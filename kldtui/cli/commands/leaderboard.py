@@ -44,7 +44,7 @@ def _bar_axis(board: Any) -> BarAxis:
 
 def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
     from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
-    from kldtui.text import ASCII_BAR, interval_bar, interval_ends
+    from kldtui.text import ASCII_BAR, interval_bar, interval_ends, signed_table_figure, table_figure
 
     few = interval_rests_on_too_few(board.windows)  # then no row's interval is shown, only its mean
     # the same of the verdicts' units (a hidden-state suite's source clusters: fewer than its contexts)
@@ -55,16 +55,16 @@ def _cells(board: Any, bar_width: int = 24) -> list[list[str]]:
         if r.diff_vs_best is None:
             vs = "-"
         elif not r.diff_vs_best.shows_interval or few_tied:  # too few, or an end not a finite number
-            vs = f"+{r.diff_vs_best.estimate:.4g}".replace("+-", "-") + " (estimate only)"
+            vs = f"{signed_table_figure(r.diff_vs_best.estimate)} (estimate only)"
         else:
             vs = f"+{r.diff_vs_best.text()}".replace("+-", "-")
         if r.provisional:
             vs += " (provisional)"
         interval = (too_few_text(board.windows, short=True, unit=board.unit) if few
-                    else interval_ends(r.ci_low, r.ci_high, "{:.4g}".format))
+                    else interval_ends(r.ci_low, r.ci_high, table_figure))
         bar = interval_bar(None if few else r.ci_low, None if few else r.ci_high, r.mean, axis, bar_width,
                            ASCII_BAR)
-        out.append([str(r.rank), r.name, f"{r.mean:.4g}", interval, bar, vs, r.mark])
+        out.append([str(r.rank), r.name, table_figure(r.mean), interval, bar, vs, r.mark])
     return out
 
 

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.decide.windows_needed import for_reports, windows_for
     from kldtui.errors import BadInput
-    from kldtui.text import plural
+    from kldtui.text import plain_number, plural
 
     if not 0.5 <= args.power < 1.0:
         raise BadInput(f"--power {args.power} is not between 0.5 and 1 (0.8: four times in five)")
@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         else:  # source clusters: how many contexts they hold, and the spread between clusters' means
             counted = f"{plural(need.measured_windows, unit)} ({plural(len(a.per_window), a.unit)})"
             spread = f"standard deviation between {unit}s"
-        print(f"pilot: {counted}; B - A = {need.difference:.4g} KL per {unit}, {spread} "
-              f"{need.window_sd:.4g}" + (f"; repeat variation {need.margin:.4g}" if need.margin else ""))
+        print(f"pilot: {counted}; B - A = {plain_number(need.difference)} KL per {unit}, {spread} "
+              f"{plain_number(need.window_sd)}"
+              + (f"; repeat variation {plain_number(need.margin)}" if need.margin else ""))
     else:
         if args.difference is None or args.window_sd is None:
             raise BadInput("give two pilot reports (kldtui plan A.json B.json), or both --difference and "
