@@ -286,7 +286,8 @@ SCORE_REFERENCE = _path("KLDTUI_SCORE_REFERENCE", SERVER,
 SCORE_LM_HEAD = _path("KLDTUI_SCORE_LM_HEAD", SERVER,
                       "Score mode against a hidden-state reference: the LM head (its folder or "
                       "weight.safetensors) the reference rows are replayed with, as the server host sees "
-                      "it.", default_text="lm-head/ beside the reference folder, else SUITE/lm-head")
+                      "it.",
+                      default_text="lm-head/ inside the reference folder, else beside it, else SUITE/lm-head")
 SCORE_HEAD = _choice("KLDTUI_SCORE_HEAD", SERVER, ("streamed", "resident"),
                      "Score mode against a hidden-state reference, logits on a GPU: `streamed` keeps the LM "
                      "head in pinned host memory and copies it to the device a vocabulary chunk at a time "

@@ -35,6 +35,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.screens.board import LOAD_GROUP, PANE_GROUP, RANK_GROUP
 from kldtui.tui.screens.dashboard import DashboardScreen
+from kldtui.tui.widgets.result_pane import ResultPane
 from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
 
@@ -388,3 +389,12 @@ def headline_of(report: Any) -> dict[str, Any]:
 
     head = kl_headline_interval(as_report(report))
     return {"estimate": head.estimate, "ci95_low": head.ci95_low, "ci95_high": head.ci95_high}
+
+
+def result_text(app: KldApp) -> str:
+    """The result pane's words: its summary, positions and provenance."""
+    pane = app.screen.query_one("#resultpane", ResultPane) if app.screen.query("#resultpane") else \
+        app.query_one(ResultPane)
+    parts = [str(pane.query_one(f"#{i}", Static).render()) for i in
+             ("result-summary", "result-positions", "result-provenance")]
+    return "\n".join(parts)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from kldtui.text import signed_table_figure, table_figure
 from kldtui.tui.app import create_app
-from tests.fixtures_tui import drawn_lines, make_report, settle, sync, write_report
-from tests.tui.test_tui_words import result_text
+from tests.fixtures_tui import drawn_lines, make_report, result_text, settle, sync, write_report
 
 SMALL = 0.0001844  # reads 0.000184 (.4g: 0.0001844; .5f: 0.00018)
 

@@ -27,7 +27,6 @@ from kldtui.tui.widgets import (
     LeaderboardTable,
     LogView,
     ProgressPanel,
-    ResultPane,
     StageBox,
     WindowGrid,
 )
@@ -39,6 +38,7 @@ from tests.fixtures_tui import (
     help_text,
     make_report,
     open_with_o,
+    result_text,
     settle,
     static_text,
     sync,
@@ -380,14 +380,6 @@ def _run_report(folder: Path, name: str, level: float, seed: int, domains: list[
                                          "logits_sha256": "skipped"},
                             "threads": 2, "command": "kldtui run --profile kldtui.toml"}
     return write_report(folder / "comparison.json", report)
-
-
-def result_text(app: KldApp) -> str:
-    pane = app.screen.query_one("#resultpane", ResultPane) if app.screen.query("#resultpane") else \
-        app.query_one(ResultPane)
-    parts = [str(pane.query_one(f"#{i}", Static).render()) for i in
-             ("result-summary", "result-positions", "result-provenance")]
-    return "\n".join(parts)
 
 
 @sync
