@@ -633,13 +633,37 @@ def different_models(dir1: Any, dir2: Any) -> str | None:
     return None
 
 
+def different_heads(report: ComparisonReport) -> str | None:
+    """Why a report of two hidden-state captures was not replayed alike, or None: its two sides record
+    different LM heads (each side's ``lm_head_file_sha256``, else the comparator's). Two captures of one
+    model replayed alike share their head; earlier versions replayed a capture compared as the reference
+    with the suite's head, so their repeat KL held the two heads' difference too (the campaign compares
+    such a stored repeat again)."""
+    sides, comparator = (report.reference, report.candidate), report.comparator
+    heads = tuple(s.lm_head_file_sha256 if s is not None else None for s in sides)
+    if not all(heads) and comparator is not None:
+        heads = (comparator.lm_head_file_sha256, comparator.candidate_lm_head_file_sha256)
+    ref, cand = heads
+    if not ref or not cand or ref == cand:
+        return None
+    return (f"its two sides were replayed with different LM heads (the reference side with {ref[:12]}..., "
+            f"the candidate side with {cand[:12]}...)")
+
+
 def check_repeat_capture(document: ReportLike, where: str, allow_different_models: bool) -> None:
     """Refuse a comparison report as 'two captures of one model' when its two sides are different
-    models (e.g. the reference against a quantized candidate), or cannot be checked, unless told
-    otherwise."""
+    models (e.g. the reference against a quantized candidate), or cannot be checked, or were replayed
+    with different LM heads (:func:`different_heads`), unless told otherwise: two different models'
+    captures, each replayed with its own head, are what ``--allow-different-models`` admits."""
     if allow_different_models:
         return
     report = as_report(document, where)
+    heads = different_heads(report)
+    if heads:
+        raise BadInput(f"{where}: {heads}, so it is not two captures of one model replayed alike; compare "
+                       "the two captures again with kldtui compare, which replays a capture compared as the "
+                       "reference with its own lm-head/ (earlier versions used the suite's), or add "
+                       "--allow-different-models if they really are different models")
     why = different_models(report.reference_dir, report.candidate_dir)
     if why:
         raise BadInput(f"{where}: not shown to be two captures of one model ({why}); give a report of two "

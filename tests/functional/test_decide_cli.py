@@ -208,6 +208,57 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
         measure_floor(suite.path, run1, run2, cancel=cancel)
 
 
+def test_noise_refuses_a_repeat_replayed_with_two_heads(tmp_path, capsys):
+    """A report of two hidden-state captures whose sides record different LM heads (an earlier version
+    replayed a capture compared as the reference with the suite's head, adding the heads' difference to
+    the repeat KL) is refused as a repeat, however it is given, naming the report, the heads and what
+    to do; with the same head on both sides the same report is a repeat."""
+    import shutil
+
+    from tests.fixtures_compare import make_suite
+
+    _, _, cap1, _ = make_suite(tmp_path / "s", windows=2, context=9, vocab=50, seed=1)
+    cap2 = tmp_path / "s" / "again"
+    shutil.copytree(cap1, cap2)  # two captures of one candidate, as their manifests say
+    suite_head, own_head = "a" * 64, "b" * 64
+
+    def repeat(path, ref_head, cand_head, ref=cap1, cand=cap2, seed=7):
+        doc = make_report(np.random.default_rng(seed).gamma(4.0, 0.0004, 32), DOMAINS,
+                          reference_dir=str(ref), candidate_dir=str(cand))
+        doc["reference"] = {"kind": "hidden", "label": "first capture", "manifest_sha256": None,
+                            "lm_head_file_sha256": ref_head}
+        doc["candidate"] = {"kind": "hidden", "label": "second capture", "manifest_sha256": None,
+                            "lm_head_file_sha256": cand_head}
+        doc["comparator"] = {"two_pass_full_vocabulary": True, "lm_head_file_sha256": ref_head,
+                             "candidate_lm_head_file_sha256": cand_head}
+        return write_report(tmp_path / path, doc)
+
+    stale, fresh = repeat("stale.json", suite_head, own_head), repeat("fresh.json", own_head, own_head)
+    words = ("its two sides were replayed with different LM heads (the reference side with aaaaaaaaaaaa..., "
+             "the candidate side with bbbbbbbbbbbb...), so it is not two captures of one model replayed "
+             "alike; compare the two captures again with kldtui compare, which replays a capture compared "
+             "as the reference with its own lm-head/ (earlier versions used the suite's), or add "
+             "--allow-different-models if they really are different models")
+    out = tmp_path / "noise.json"
+    assert main(["noise", str(stale), "--output", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"kldtui: error: {stale}: {words}"]
+    assert not out.exists()
+    assert main(["noise", str(fresh), "--output", str(out)]) == 0  # one head: a repeat
+    capsys.readouterr()
+    # as the repeat report beside two captures' reports against the reference
+    pa = write_report(tmp_path / "a.json", make_report(_base(6), DOMAINS, candidate_dir=str(cap1)))
+    pb = write_report(tmp_path / "b.json", make_report(_base(6) * 1.01, DOMAINS, candidate_dir=str(cap2)))
+    assert main(["noise", str(pa), str(pb), "--repeat-report", str(stale), "--output", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"kldtui: error: {stale}: {words}"]
+    # as the reverse of a report of the two captures: each is checked
+    back = repeat("back.json", own_head, suite_head, ref=cap2, cand=cap1, seed=8)
+    assert main(["noise", str(fresh), str(back), "--output", str(out)]) == 2
+    assert f"kldtui: error: {back}: its two sides were replayed with different LM heads (the reference " \
+        "side with bbbbbbbbbbbb..., the candidate side with aaaaaaaaaaaa...)" in capsys.readouterr().err
+    # two different models' captures, each replayed with its own head, are what the flag admits
+    assert main(["noise", str(stale), "--output", str(out), "--allow-different-models"]) == 0
+
+
 def test_noise_from_two_capture_folders_and_the_reference(tmp_path, capsys):
     """Two captures of one candidate plus the reference: the repeat variation of the metric and the repeat
     KL in one command; two folders that served different models are refused."""

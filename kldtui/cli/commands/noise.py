@@ -16,8 +16,9 @@ a server start of its own, and refused otherwise (the same folder, a copy): ``de
 The repeat KL between the two captures (the seed's figure) comes along with ``--repeat-report``
 (a report of capture 2 against capture 1) or from folders. The seed's form, one report of RUN2
 against RUN1 (optionally a second of RUN1 against RUN2), still stores a repeat KL only; a report of
-the reference against a candidate (different models) is refused as a repeat capture unless
-``--allow-different-models``.
+the reference against a candidate (different models), or one whose two sides were replayed with
+different LM heads (``decide.noise.different_heads``: an earlier version's repeat of hidden-state
+captures), is refused as a repeat capture unless ``--allow-different-models``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the metric")
     parser.add_argument("--allow-different-models", action="store_true",
                         help="accept captures that look like different models (a reference against a "
-                             "candidate) as repeat captures")
+                             "candidate, a report whose sides were replayed with different LM heads) "
+                             "as repeat captures")
     parser.add_argument("--suite-manifest", metavar="FILE", help="suite-manifest.json (with run folders)")
     parser.add_argument("--start-window", type=int, default=0,
                         help="first window (a hidden-state suite: context) of the range (default 0)")
@@ -162,6 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         second = load_report(args.run2)
         if _is_mirror(first, second):
             check_repeat_capture(first, args.run1, allow)
+            check_repeat_capture(second, args.run2, allow)  # replayed with its own two heads
             return done(floor_from_reports(first, second, source=f"report {args.run1} and {args.run2}",
                                            where=args.run1, where_reverse=args.run2), first.unit)
         repeat = load_report(args.repeat_report) if args.repeat_report else None
