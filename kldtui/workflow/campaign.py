@@ -148,6 +148,7 @@ class Campaign:
         self._current: Pipeline | None = None
         self._reports: dict[str, Any] = {}  # name -> its report (ComparisonReport), as last ranked
         self._noise_warned: tuple[int, int] | None = None  # (size, mtime_ns) of a noise model said unreadable
+        self._repeat_kl_warned: tuple[int, int] | None = None  # the same of a stale repeat report said
 
     # -- PipelineControl -------------------------------------------------------------------------
     @property
@@ -404,6 +405,8 @@ class Campaign:
         if runs != {os.path.normpath(str(c)) for c in captures} or other_suite(noise.suite_token_hash_sha256,
                                                                                suite):
             return  # of another leader's captures, or another suite's: measured again into this suite's file
+        if self._stale_repeat_kl(entry.workspace):
+            return  # its repeat KL held the two heads' difference: compared again, the model measured again
         entry.state = "compared"
         self.noise, self.repeat, self.noise_path = noise, entry, path
 
@@ -491,6 +494,31 @@ class Campaign:
         else:  # the final leaderboard, next, gives the model itself (the same words twice in a row)
             self.emit(Notice("campaign", f"noise model saved in {model_path}; the final leaderboard "
                              "gives it"))
+
+    def _stale_repeat_kl(self, repeat: Workspace) -> bool:
+        """Whether the stored comparison of the leader's two captures with each other replayed its two
+        sides with different LM heads (kldtui.decide.noise.different_heads: an earlier version's, which
+        replayed the first capture with the suite's head), so the noise model measured from it is not
+        to be reused; said once per state of the file."""
+        from kldtui.decide.noise import different_heads
+        from kldtui.formats.report import load_report
+
+        path = self._repeat_kl_path(repeat)
+        try:
+            if not path.is_file():
+                return False
+            why = different_heads(load_report(path))
+            seen = (path.stat().st_size, path.stat().st_mtime_ns)
+        except (KldError, OSError):
+            return False  # unreadable: not this check's to judge; the model stands on its own file
+        if why is None:
+            return False
+        if seen != self._repeat_kl_warned:
+            self._repeat_kl_warned = seen
+            self.emit(Notice("campaign", f"{path}: {why}, as earlier versions replayed the first capture; "
+                             "the two captures are compared again and the noise model measured again",
+                             level="warning"))
+        return True
 
     @staticmethod
     def _repeat_kl_path(repeat: Workspace) -> Path:

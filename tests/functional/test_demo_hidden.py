@@ -175,6 +175,34 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
                      if p.is_file() and files.get(p) != p.stat().st_mtime_ns)
     assert changed == ["leaderboard.json"], changed
 
+    # a folder an earlier version made: its repeat report replayed the first capture with the suite's
+    # head, and the noise model measured from it holds the heads' difference too (0.0036, not 0.0015).
+    # The resume compares the two captures again and measures the noise model again, not reusing it
+    stale = json.loads((work / "repeat" / "repeat-kl-fine-hidden.json").read_text())
+    suite_head = fid.load_lm_head(suite / fid.LM_HEAD_DIR).file_sha256
+    assert suite_head != fine_head
+    stale["reference"]["lm_head_file_sha256"] = stale["comparator"]["lm_head_file_sha256"] = suite_head
+    (work / "repeat" / "repeat-kl-fine-hidden.json").write_text(json.dumps(stale))
+    old = json.loads((work / "noise-model.json").read_text())
+    for key in ("kl_mean", "kl_reverse_mean", "threshold"):
+        old[key] *= 2.4
+    for entry in old["per_window"]:
+        entry["kl_mean"] *= 2.4
+    (work / "noise-model.json").write_text(json.dumps(old))
+    resumed = _demo(work)
+    said = (f"campaign: WARNING: {work / 'repeat' / 'repeat-kl-fine-hidden.json'}: its two sides were "
+            f"replayed with different LM heads (the reference side with {suite_head[:12]}..., the candidate "
+            f"side with {fine_head[:12]}...), as earlier versions replayed the first capture; the two "
+            "captures are compared again and the noise model measured again")
+    assert resumed.count(said) == 1, resumed[-3000:]
+    assert "server: started" not in resumed, resumed[-3000:]  # compared again, not captured again
+    between = json.loads((work / "repeat" / "repeat-kl-fine-hidden.json").read_text())
+    assert between["reference"]["lm_head_file_sha256"] == fine_head
+    assert between["comparator"]["lm_head_file_sha256"] == fine_head
+    redone = json.loads((work / "noise-model.json").read_text())
+    assert abs(redone["kl_mean"] / expected - 1) < 0.15, (redone["kl_mean"], expected)
+    assert redone["kl_mean"] == pytest.approx(noise["kl_mean"], rel=1e-9)
+
 
 def test_an_interrupted_build_of_the_hidden_suite_is_finished_and_a_complete_one_kept(tmp_path: Path) -> None:
     root = tmp_path / "suite-hidden"
