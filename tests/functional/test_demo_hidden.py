@@ -183,11 +183,13 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     assert suite_head != fine_head
     stale["reference"]["lm_head_file_sha256"] = stale["comparator"]["lm_head_file_sha256"] = suite_head
     (work / "repeat" / "repeat-kl-fine-hidden.json").write_text(json.dumps(stale))
-    old = json.loads((work / "noise-model.json").read_text())
+    # ... and wrote its noise model under the one name earlier versions used
+    old = json.loads(model.read_text())
     for key in ("kl_mean", "kl_reverse_mean", "threshold"):
         old[key] *= 2.4
     for entry in old["per_window"]:
         entry["kl_mean"] *= 2.4
+    model.unlink()
     (work / "noise-model.json").write_text(json.dumps(old))
     resumed = _demo(work)
     said = (f"campaign: WARNING: {work / 'repeat' / 'repeat-kl-fine-hidden.json'}: its two sides were "
@@ -199,7 +201,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     between = json.loads((work / "repeat" / "repeat-kl-fine-hidden.json").read_text())
     assert between["reference"]["lm_head_file_sha256"] == fine_head
     assert between["comparator"]["lm_head_file_sha256"] == fine_head
-    redone = json.loads((work / "noise-model.json").read_text())
+    redone = json.loads(model.read_text())  # measured again, into this suite's own file
     assert abs(redone["kl_mean"] / expected - 1) < 0.15, (redone["kl_mean"], expected)
     assert redone["kl_mean"] == pytest.approx(noise["kl_mean"], rel=1e-9)
 
