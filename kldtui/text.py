@@ -385,15 +385,40 @@ def bar_axis(values: list[float], pad: float = 0.0) -> BarAxis:
 
 def interval_bar(low: float | None, high: float | None, mean: float, axis: BarAxis, width: int,
                  glyphs: tuple[str, str, str, str] = UNICODE_BAR) -> str:
-    """``├──●──┤`` of ``width`` columns on ``axis``; the mean alone when there is no interval."""
+    """``├──●──┤`` of ``width`` columns on ``axis``; the mean alone when there is no interval.
+
+    An end that is not a finite number (the log-normal model's far end where KL spans dozens of
+    orders of magnitude) is drawn open, the line running to the axis' edge with no end mark, so that
+    it does not read as an end at the axis' edge. A finite end always shows its mark: where the mean's
+    column is an end's (a narrow interval drew ``├●``, read as a bar without its upper end), that end
+    is drawn a column further out, and at the axis' edge the bar and its mean a column further in (a
+    bar is read to a column; its figures are beside it)."""
     if width < 3:
         raise ValueError("width must be at least 3")
     left, line, dot, right = glyphs
     cells = [" "] * width
+    m = axis.position(mean, width)
     if low is not None and high is not None:
-        a, b = axis.position(low, width), axis.position(high, width)
+        low_open, high_open = not math.isfinite(low), not math.isfinite(high)
+        a = 0 if low_open else axis.position(low, width)
+        b = width - 1 if high_open else axis.position(high, width)
+        # the mean a column of its own between the finite ends' marks: the bar widened around it,
+        # then, where that passes the axis' edge, moved back inside with the mean
+        if not low_open and m <= a:
+            a = m - 1
+        if not high_open and m >= b:
+            b = m + 1
+        if a < 0:
+            a, m = 0, m - a
+            b = max(b, m + (0 if high_open else 1))
+        if b > width - 1:
+            a, m, b = a, m - (b - width + 1), width - 1
+            a = min(a, m - (0 if low_open else 1))
         for k in range(a, b + 1):
             cells[k] = line
-        cells[a], cells[b] = left, right
-    cells[axis.position(mean, width)] = dot
+        if not low_open:
+            cells[a] = left
+        if not high_open:
+            cells[b] = right
+    cells[m] = dot
     return "".join(cells)

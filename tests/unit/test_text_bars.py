@@ -3,6 +3,8 @@ dashboard's charts draw theirs with one rule."""
 
 from __future__ import annotations
 
+import math
+
 from kldtui.text import ASCII_BAR, BarAxis, bar_axis, interval_bar
 
 
@@ -36,7 +38,29 @@ def test_interval_bar_draws_the_interval_and_the_mean() -> None:
     assert interval_bar(2.0, 6.0, 4.0, axis, 11, ASCII_BAR) == "  |-*-|    "
     assert interval_bar(None, None, 4.0, axis, 11) == "    ●      "  # too few windows: the mean alone
     assert interval_bar(-5.0, 50.0, 4.0, axis, 11) == "├───●─────┤"  # held to the axis' ends
-    assert interval_bar(1.0, 1.0, 1.0, BarAxis(1.0, 1.0), 5) == "  ●  "  # no span: the middle
+    assert interval_bar(1.0, 1.0, 1.0, BarAxis(1.0, 1.0), 5) == " ├●┤ "  # no span: the middle
+
+
+def test_a_narrow_interval_keeps_both_ends_beside_its_mean() -> None:
+    """Where the mean's column is an end's, the end is drawn a column further out (at 80x24 a ranking
+    row read "├●", a bar without its upper end), at the axis' edge the bar a column further in."""
+    axis = BarAxis(0.0, 10.0)
+    assert interval_bar(4.0, 5.0, 5.0, axis, 11) == "    ├●┤    "
+    assert interval_bar(4.0, 5.0, 4.0, axis, 11) == "   ├●┤     "
+    assert interval_bar(4.0, 4.0, 4.0, axis, 11) == "   ├●┤     "
+    assert interval_bar(9.0, 10.0, 10.0, axis, 11) == "        ├●┤"
+    assert interval_bar(0.0, 1.0, 0.0, axis, 11) == "├●┤        "
+    assert interval_bar(0.0, 10.0, 10.0, axis, 11) == "├────────●┤"
+    assert interval_bar(0.0, 1.0, 1.0, axis, 3) == "├●┤"
+
+
+def test_an_end_with_no_finite_value_is_drawn_open() -> None:
+    """An interval with no finite upper end runs to the axis' edge with no end mark (before: "┤" at
+    the edge, an end that is not there)."""
+    axis = BarAxis(0.0, 10.0)
+    assert interval_bar(2.0, math.inf, 4.0, axis, 11) == "  ├─●──────"
+    assert interval_bar(-math.inf, 6.0, 4.0, axis, 11) == "────●─┤    "
+    assert interval_bar(2.0, math.nan, 4.0, axis, 11) == "  ├─●──────"
 
 
 def test_one_log_axis_rule_for_the_bars_and_the_plot() -> None:
