@@ -58,7 +58,7 @@ def render_charts(data: ChartData, width: int = 100) -> Text:
             bpw = f"{p.bits_per_weight:5.2f} bpw" if p.bits_per_weight is not None else " " * 9
             text.append(f"{short[p.name]:<{label}} {human_bytes(p.size_bytes):>11} {bpw} ")
             text.append("◆ " if p.on_front else "  ", style="bold")
-            low, high = (p.ci_low, p.ci_high) if p.interval_shown else (p.mean, p.mean)  # too few: the mean
+            low, high = (p.ci_low, p.ci_high) if p.interval_shown else (None, None)  # too few: the mean alone
             text.append(interval_bar(low, high, p.mean, BarAxis(lo, hi, log), bar))
             text.append(f" {table_figure(p.mean)}\n")
         ends = f"{table_figure(lo)}{table_figure(hi):>{max(1, bar - len(table_figure(lo)))}}"
