@@ -74,3 +74,23 @@ def write_report(path: Path, report: dict[str, Any]) -> Path:
 def suite_domains(n: int = 32) -> list[str]:
     """The published suite's layout scaled to n windows: half prose, a quarter code, a quarter instruction."""
     return ["prose"] * (n // 2) + ["code"] * (n // 4) + ["instruction"] * (n - n // 2 - n // 4)
+
+
+OTHER_SUITE_HASH = "6" * 64
+
+
+def two_suite_folder(folder: Path) -> Path:
+    """One work folder of two suites' reports, as ``kldtui demo`` then ``kldtui demo --hidden`` leave
+    it: comparison-a.json, comparison-b.json of SUITE_HASH (with its noise model) and comparison-c.json,
+    comparison-d.json of OTHER_SUITE_HASH."""
+    folder.mkdir()
+    base = np.random.default_rng(7).gamma(4.0, 0.0025, 16)
+    domains = suite_domains(16)
+    for name, shift, suite in (("a", 0.0, SUITE_HASH), ("b", 0.002, SUITE_HASH),
+                               ("c", 0.0, OTHER_SUITE_HASH), ("d", 0.003, OTHER_SUITE_HASH)):
+        write_report(folder / f"comparison-{name}.json",
+                     make_report(base + shift, domains, candidate_dir=f"/runs/{name}", suite_hash=suite))
+    # the campaign's noise model of the first suite: named (and trusted) only for reports of that suite
+    (folder / f"noise-model-{SUITE_HASH[:16]}.json").write_text(
+        json.dumps({"suite_token_hash_sha256": SUITE_HASH}))
+    return folder

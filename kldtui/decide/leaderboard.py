@@ -46,6 +46,7 @@ from kldtui.decide.paired import (
 from kldtui.decide.reports import (
     ReportLike,
     WindowValues,
+    check_one_suite,
     check_same_suite,
     report_name,
     window_values,
@@ -217,6 +218,7 @@ def build_leaderboard(documents: Sequence[ReportLike], *, names: Sequence[str] |
         raise ValueError("names and paths must have one entry per report")
     wheres = [p or (names[i] if names else f"report {i + 1}") for i, p in enumerate(path_list)]
     reports = [as_report(r, w) for r, w in zip(documents, wheres, strict=True)]
+    check_one_suite(reports, wheres)  # of several suites: which reports belong together
     for i in range(1, len(reports)):  # as kldtui diff refuses them, before their windows
         check_same_partition(reports[0], reports[i], wheres[0], wheres[i])
     values: list[WindowValues] = [window_values(r, w) for r, w in zip(reports, wheres, strict=True)]

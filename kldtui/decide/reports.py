@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.formats.report_model import ComparisonReport, as_report
-from kldtui.formats.report_names import report_name  # noqa: F401 - re-exported
+from kldtui.formats.report_names import (
+    report_name,  # noqa: F401 - re-exported
+    suite_groups,
+    suite_groups_words,
+)
 
 ReportLike = ComparisonReport | Mapping[str, Any]  # a parsed JSON document is validated on use
 
@@ -92,6 +97,26 @@ def _short(value: Any) -> str:
     return text[:12] + "..." if len(text) > 15 else text
 
 
+def _different(where_a: str, where_b: str, what: str, key: str, ha: str, hb: str) -> str:
+    return (f"{where_a} and {where_b} come from different {what} ({key} {_short(ha)} vs {_short(hb)}); "
+            "compare candidates against one reference")
+
+
+def check_one_suite(reports: Sequence[ComparisonReport], wheres: Sequence[str]) -> None:
+    """Refuse (BadInput, one line) reports of more than one suite, as :func:`check_same_suite` refuses
+    the first two that differ, saying which of them belong together (each suite's reports:
+    :func:`~kldtui.formats.report_names.suite_groups`): of several files, which two differ alone did
+    not tell the user which to give together."""
+    suites = [r.suite_token_hash_sha256 for r in reports]
+    groups = suite_groups([Path(w) for w in wheres], suites)
+    if len(groups) < 2:
+        return
+    (ha, _), (hb, _) = groups[0], groups[1]
+    where_a, where_b = wheres[suites.index(ha)], wheres[suites.index(hb)]
+    raise BadInput(f"{_different(where_a, where_b, 'suites', 'suite_token_hash_sha256', ha, hb)}: give "
+                   f"the reports of one suite together ({suite_groups_words(groups)})")
+
+
 def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b: str,
                      va: WindowValues | None = None, vb: WindowValues | None = None) -> str:
     """Refuse (BadInput, one line) unless both reports pair window for window on one reference.
@@ -114,8 +139,7 @@ def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b
         ha, hb = getattr(a, key), getattr(b, key)
         if ha and hb:
             if ha != hb:
-                raise BadInput(f"{where_a} and {where_b} come from different {what} ({key} "
-                               f"{_short(ha)} vs {_short(hb)}); compare candidates against one reference")
+                raise BadInput(_different(where_a, where_b, what, key, ha, hb))
             checked.append(key)
     if reference_key not in checked:
         ra, rb = a.reference_dir, b.reference_dir

@@ -246,6 +246,55 @@ def folder_reports(path: str | os.PathLike[str]) -> FolderReports:
     return FolderReports(ours, others, why)
 
 
+# hex digits of a suite's token hash that name it to the user: enough to tell a folder's few suites apart
+SUITE_HASH_SHOWN = 12
+
+
+def suite_groups(paths: Sequence[Path], suites: Sequence[str | None]) -> list[tuple[str, list[Path]]]:
+    """The reports ``paths`` grouped by the suite token hash each records (``suites``, in the same
+    order): one group per suite, in order of first appearance. The one rule for which reports rank
+    together (a leaderboard pairs reports of one suite only). A report that records no suite joins no
+    group: unknown is not another suite (:func:`other_suite`), and the pairing checks decide it."""
+    groups: dict[str, list[Path]] = {}
+    for path, suite in zip(paths, suites, strict=True):
+        if suite:
+            groups.setdefault(suite, []).append(path)
+    return list(groups.items())
+
+
+def suite_groups_words(groups: Sequence[tuple[str, Sequence[Path]]]) -> str:
+    """Each suite's reports in a few words (``suite 637ccebfffea: comparison-a.json, comparison-b.json;
+    suite ...``): the file names when all sit in one folder, else their paths."""
+    everyone = [p for _, paths in groups for p in paths]
+    one_folder = len({os.path.abspath(p.parent) for p in everyone}) == 1
+
+    def shown(p: Path) -> str:
+        return printable_name(p.name if one_folder else str(p))
+
+    return "; ".join(f"suite {suite[:SUITE_HASH_SHOWN]}: {', '.join(shown(p) for p in paths)}"
+                     for suite, paths in groups)
+
+
+def mixed_suites_line(given: Sequence[str | os.PathLike[str]], paths: Sequence[Path],
+                      suites: Sequence[str | None], command: str) -> str | None:
+    """One line for folders among ``given`` (a command's arguments) that bring reports (``paths``, of
+    the suites ``suites``) of more than one suite, which no leaderboard ranks together (one work folder
+    holds ``kldtui demo`` and ``kldtui demo --hidden``): each suite's reports and ``command`` (``kldtui
+    leaderboard``) given the first suite's, to copy. None when they are of one suite, or when no folder
+    is among ``given``: files the user named are refused by the leaderboard itself, which says which
+    belong together (:func:`kldtui.decide.reports.check_one_suite`)."""
+    import shlex
+
+    groups = suite_groups(paths, suites)
+    if len(groups) < 2 or not any(Path(g).expanduser().is_dir() for g in given):
+        return None
+    where = ", ".join(printable_name(str(g)) for g in given)
+    holds = "holds" if len(given) == 1 else "hold"
+    first = " ".join(printable_name(shlex.quote(str(p))) for p in groups[0][1])
+    return (f"{where} {holds} reports of {len(groups)} suites, which no leaderboard ranks together "
+            f"({suite_groups_words(groups)}); rank one suite's: {command} {first}")
+
+
 def _candidate_of(report: Path) -> str:
     return report.name.removeprefix(CAMPAIGN_REPORT_PREFIX).removesuffix(".json")
 

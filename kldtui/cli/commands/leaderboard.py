@@ -135,7 +135,7 @@ def print_rich(board: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.cli.commands.view import report_paths, use_folder_noise_model
+    from kldtui.cli.commands.view import gathered_reports, use_folder_noise_model
     from kldtui.decide.exports import export_table, leaderboard_document, windows_lines
     from kldtui.decide.leaderboard import build_leaderboard
     from kldtui.decide.noise import resolve_floor
@@ -143,12 +143,10 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput
     from kldtui.folder_lock import hold
     from kldtui.formats.atomic import write_json_atomic
-    from kldtui.formats.report import load_report
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
-    paths = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
-    reports = [load_report(p) for p in paths]
+    paths, reports = gathered_reports(list(args.reports), "kldtui leaderboard")  # folders: their reports
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.json, [*args.reports, args.noise], "--json")

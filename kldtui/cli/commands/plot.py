@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from kldtui.cli.commands.diff import add_decision_arguments, check_decision_arguments
 
@@ -21,18 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.cli.commands.view import report_paths, use_folder_noise_model
+    from kldtui.cli.commands.view import gathered_reports, use_folder_noise_model
     from kldtui.decide.exports import export_table
     from kldtui.decide.leaderboard import leaderboard_from_files
     from kldtui.decide.paired import suite_hash_of
     from kldtui.decide.plots import write_plot
     from kldtui.folder_lock import hold
-    from kldtui.formats.report import load_report
     from kldtui.formats.safe_io import check_output
+    from kldtui.formats.untrusted_json import printable_name
 
     check_decision_arguments(args)
-    paths = [str(p) for p in report_paths(list(args.reports))]  # folders: the reports they hold
-    reports = [load_report(p) for p in paths]
+    paths, reports = gathered_reports(list(args.reports),  # folders: the reports they hold
+                                      f"kldtui plot -o {printable_name(shlex.quote(args.output))}")
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.output, [*args.reports, args.noise], "--output")
