@@ -997,6 +997,37 @@ async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another
 
 
 @sync
+async def test_o_on_a_folder_of_two_suites_names_each_suites_reports_and_opens_none(
+        tmp_path: Path) -> None:
+    """o on a work folder of two suites' reports (kldtui demo and kldtui demo --hidden share one) put
+    them all on one ranking, untied ("these reports cannot be paired"), with the noise model of the
+    first report's suite named as the campaign's. It is refused as kldtui view DIR refuses it: one
+    line naming each suite's reports and the command that ranks one suite's; the screen is left as it
+    was, in the viewer of one report and in an open leaderboard."""
+    from tests.fixtures_decide import two_suite_folder
+
+    folder = two_suite_folder(tmp_path / "kldtui-demo")
+    said = (f"{folder} holds reports of 2 suites, which no leaderboard ranks together (suite 555555555555: "
+            "comparison-a.json, comparison-b.json; suite 666666666666: comparison-c.json, "
+            f"comparison-d.json); rank one suite's: kldtui view {folder}/comparison-a.json "
+            f"{folder}/comparison-b.json")
+    a, b = folder / "comparison-a.json", folder / "comparison-b.json"
+    for reports in ([a], [a, b]):
+        app = create_app(reports=reports, config_dir=tmp_path / "cfg")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(app, pilot)
+            await open_with_o(app, pilot, folder)
+            await settle(app, pilot)
+            told = list(app._notifications)
+            assert told and told[-1].message == said and told[-1].severity == "error", told
+            assert not any(n.message.startswith("noise model") for n in told), told
+            if len(reports) == 1:
+                assert app.main.single  # still the one report's viewer, not a board of four
+            else:
+                assert app.query_one("#board", LeaderboardTable).row_count == 2
+
+
+@sync
 async def test_o_on_a_campaigns_folder_keeps_the_noise_model_the_user_chose(tmp_path: Path) -> None:
     """kldtui view --no-noise-floor: a campaign folder opened with o later does not bring its model."""
     a, b, model = _decide_reports(tmp_path)

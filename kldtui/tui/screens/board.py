@@ -250,7 +250,7 @@ class BoardScreen(Screen[None]):
         if left_out is not None:               # as kldtui view and leaderboard name them on stderr
             self.deliver(self.notify, left_out, title="report", severity="warning", timeout=10)
         from kldtui.decide.paired import suite_hash_of
-        from kldtui.formats.report_names import campaign_noise_model
+        from kldtui.formats.report_names import campaign_noise_model, mixed_suites_line
 
         if len(found) > 1:  # a campaign's folder: every candidate onto the board
             loaded, problems = [], []
@@ -259,6 +259,13 @@ class BoardScreen(Screen[None]):
                     loaded.append((load_report(one), one))
                 except Exception as exc:  # noqa: BLE001 - one line per bad file, the rest still shows
                     problems.append(str(exc))
+            # a folder of several suites (kldtui demo and kldtui demo --hidden): refused, as kldtui view
+            # DIR refuses it, naming each suite's reports
+            mixed = mixed_suites_line([path], [p for _, p in loaded],
+                                      [r.suite_token_hash_sha256 for r, _ in loaded], "kldtui view")
+            if mixed is not None:
+                self.deliver(self.notify, mixed, title="report", severity="error", timeout=20)
+                return
             # a campaign's folder: its measured model of its reports' suite, if any
             noise = campaign_noise_model(path, suite_hash_of(*(r for r, _ in loaded)))
             self.deliver(self.folder_loaded, loaded, problems, noise)
