@@ -971,6 +971,16 @@ async def test_o_on_an_open_leaderboard_ranks_a_campaigns_folder_with_its_noise_
                         "other/noise-model.json): kldtui view --noise FILE chooses one"), said
 
 
+async def _rank_with_campaign_folder(app: Any, pilot: Any, camp: Path) -> LeaderboardTable:
+    """Open the campaign folder ``camp`` with o on a two-report ranking; its board once it ranks three."""
+    await settle(app, pilot)
+    await open_with_o(app, pilot, camp)
+    table = app.query_one("#board", LeaderboardTable)
+    await until(pilot, lambda: table.row_count == 3, "the folder's report on the ranking")
+    await settle(app, pilot)
+    return table
+
+
 @sync
 async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another_suite(
         tmp_path: Path, monkeypatch: Any) -> None:
@@ -984,11 +994,7 @@ async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another
     (camp / "noise-model.json").write_text(json.dumps(dict(doc, suite_token_hash_sha256="0" * 64)))
     app = create_app(reports=[a, b], config_dir=tmp_path / "cfg")
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(app, pilot)
-        await open_with_o(app, pilot, camp)
-        table = app.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: table.row_count == 3, "the folder's report on the ranking")
-        await settle(app, pilot)
+        table = await _rank_with_campaign_folder(app, pilot, camp)
         assert app.main.noise_path is None
         assert [table.get_row_at(i)[table.column("tie")] for i in range(3)] == ["best", "worse", "worse"]
         assert [n.message for n in app._notifications][-1] == (
@@ -1034,11 +1040,7 @@ async def test_o_on_a_campaigns_folder_keeps_the_noise_model_the_user_chose(tmp_
     camp = _campaign_folder(tmp_path / "camp", {"c": b}, model)
     app = create_app(reports=[a, b], config_dir=tmp_path / "cfg", use_noise_floor=False)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(app, pilot)
-        await open_with_o(app, pilot, camp)
-        table = app.query_one("#board", LeaderboardTable)
-        await until(pilot, lambda: table.row_count == 3, "the folder's report on the ranking")
-        await settle(app, pilot)
+        table = await _rank_with_campaign_folder(app, pilot, camp)
         assert app.main.noise_path is None
         assert "noise model: none" in static_text(app, "#board-note")
         assert [table.get_row_at(i)[table.column("tie")] for i in range(3)] == ["best", "worse", "worse"]
