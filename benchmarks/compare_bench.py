@@ -35,6 +35,7 @@ from kldtui.formats.logits_writer import LogitsFileWriter, write_logits_manifest
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
+from kldtui.servers.registry import process_signs
 from kldtui.stages.compare import CompareOptions, Engine, prepare
 from kldtui.stages.compare.backends import Backend, choose_backend
 
@@ -124,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.dir)
     build(root, args.windows, args.context, args.vocab)
     suite = load_suite(root)
-    options = CompareOptions(backend=args.backend, threads=args.threads, row_block=args.row_block)
+    signs = process_signs()  # backend auto leaves the GPUs of the model servers on this host alone
+    options = CompareOptions(backend=args.backend, threads=args.threads, row_block=args.row_block,
+                             server_signs=signs)
     inputs = prepare(suite, root / "ref", root / "candidate", options)
     files = [(inputs.reference.file_path(w.index), inputs.candidate.file_path(w.index))
              for w in inputs.windows]
@@ -135,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {loadavg()}")
     backends = [options]
     if args.thread_counts:
-        backends = [CompareOptions(backend=args.backend, threads=int(n), row_block=args.row_block)
+        backends = [CompareOptions(backend=args.backend, threads=int(n), row_block=args.row_block,
+                                   server_signs=signs)
                     for n in args.thread_counts.split(",")]
-    if not args.skip_numpy and choose_backend(options.backend).backend is not Backend.NUMPY:
+    chosen = choose_backend(options.backend, server_signs=signs).backend
+    if not args.skip_numpy and chosen is not Backend.NUMPY:
         backends.append(CompareOptions(backend="numpy", threads=args.threads, row_block=args.row_block))
     best: dict[int, tuple[str, float, list]] = {}
     t_n, naive_means = math.inf, list[float]()

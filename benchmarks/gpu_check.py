@@ -216,15 +216,17 @@ def step_score_chunk(torch: Any, device: Any, x: Any, reference: str | None, row
 def step_backend_choice() -> dict[str, Any]:
     """8. the compare backend kldtui would take now, and with a server of this run on every GPU
     (which it must leave alone)."""
-    from kldtui.stages.compare.backends import Backend, Serving, _cuda_count, choose_backend, servers_here
+    from kldtui.servers.registry import process_signs
+    from kldtui.stages.compare.backends import Backend, Serving, _cuda_count, choose_backend, servers_found
 
     count = _cuda_count()
-    here = servers_here()
-    now = choose_backend("auto", None, None)
+    signs = process_signs()
+    here = servers_found(signs)
+    now = choose_backend("auto", None, None, server_signs=signs)
     busy = choose_backend("auto", None, Serving(frozenset(range(count)) if count else None,
                                                  "a server on every GPU"))
     ok = busy.backend is not Backend.TORCH_CUDA
-    found = here.what if here is not None else "no vLLM server running on this host"
+    found = here.what if here is not None else "no model server running on this host"
     return {"ok": ok, "gpus": count, "now": f"{now.label} ({now.reason})", "found": found,
             "with_server": f"{busy.label} ({busy.reason})"}
 

@@ -5,6 +5,10 @@ This host is: any loopback or unspecified address, this machine's short and full
 and every address of its network interfaces (IPv4 through ``SIOCGIFADDR``, IPv6 from
 ``/proc/net/if_inet6``) or that its names resolve to. A name in the URL is resolved (the client
 connects to it anyway) and counts as this host when any of its addresses is one of those.
+
+Which model servers run on this host (:func:`gpu_servers`): the processes in /proc whose command
+line one of the signs it is given (:class:`ServerSign`) recognises; each server kind declares its
+own sign, and the layers above pass them down. The file systems' types (:func:`filesystem_type`).
 Standard library only.
 """
 
@@ -16,6 +20,7 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -104,6 +109,25 @@ def is_this_host(host: str) -> bool:
     return any(_local_ip(a) for a in _resolve(host))
 
 
+def _never(argv: Sequence[str]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class ServerSign:
+    """How the processes of one kind of model server show in /proc: each server kind that holds
+    GPUs of this host declares its own in its module (``SIGN`` in :mod:`kldtui.servers.vllm` and
+    :mod:`kldtui.servers.llama_cpp`); the layers above pass them down, so this module and the
+    compare stage name no kind."""
+
+    words: str  # what messages call one ("a vLLM server")
+    is_server: Callable[[Sequence[str]], bool]  # its main process, by its command line
+    # how many of the GPUs the main process sees the server uses, by its command line; None: every one
+    devices: Callable[[Sequence[str]], int | None]
+    # another of its processes (an engine, a worker) whose command line does not say which GPUs it uses
+    is_helper: Callable[[Sequence[str]], bool] = _never
+
+
 @dataclass(frozen=True)
 class ServerProcess:
     """A model server process running on this host, as /proc shows it."""
@@ -111,38 +135,59 @@ class ServerProcess:
     pid: int
     argv: tuple[str, ...]
     env: dict[str, str]  # empty when not readable (another user's process)
+    sign: ServerSign  # the sign it was recognised by
+    main: bool  # the server's main process (its command line says its GPUs); False: a helper
 
 
-# What marks a process as a vLLM server (its API server, engine core or a worker): an entry point
-# module on its command line, or the title vLLM gives its processes (``VLLM::Worker_TP0``).
-_SERVER_MARKS = ("vllm.entrypoints", "VLLM::")
+def runs_module(argv: Sequence[str], module: str) -> bool:
+    """``argv`` runs Python module ``module`` or one inside it (``python -m module.sub``)."""
+    for i, arg in enumerate(argv):
+        name = argv[i + 1] if arg == "-m" and i + 1 < len(argv) else arg[2:] if arg.startswith("-m") else None
+        if name is not None and (name == module or name.startswith(module + ".")):
+            return True
+    return False
+
+
+def runs_command(argv: Sequence[str], name: str, *args: str) -> bool:
+    """``argv`` runs the program ``name`` with ``args`` first: ``name ARGS...``, or a script run by
+    its Python interpreter (``python3 /venv/bin/name ARGS...``, as /proc shows a console script)."""
+    first = 1 if len(argv) > 1 and Path(argv[0]).name.startswith("python") else 0
+    return (len(argv) > first + len(args) and Path(argv[first]).name == name
+            and tuple(argv[first + 1:first + 1 + len(args)]) == args)
 
 
 def _read_nul_list(path: Path) -> list[str]:
     return [p.decode(errors="replace") for p in path.read_bytes().split(b"\0") if p]
 
 
-def gpu_servers(proc: Path = Path("/proc")) -> list[ServerProcess]:
-    """vLLM processes running on this host (any user's; their environment only when readable).
-    Empty where there is no /proc."""
-    found = []
+def gpu_servers(signs: Sequence[ServerSign], proc: Path = Path("/proc")) -> list[ServerProcess]:
+    """The processes on this host (any user's, by pid) that one of ``signs`` recognises, with
+    their environment where it is readable (not another user's). Empty where there is no /proc or
+    no sign is given; an entry whose command line cannot be read (a process gone meanwhile) is
+    passed over."""
+    found: list[ServerProcess] = []
+    if not signs:
+        return found
     own = os.getpid()
-    with contextlib.suppress(OSError):
-        entries = [e for e in os.listdir(proc) if e.isdigit() and int(e) != own]
-        for entry in entries:
-            try:
-                argv = _read_nul_list(proc / entry / "cmdline")
-            except OSError:
-                continue
-            line = " ".join(argv)
-            is_server = (any(mark in line for mark in _SERVER_MARKS)
-                         or (len(argv) >= 2 and Path(argv[0]).name == "vllm" and argv[1] == "serve"))
-            if not is_server:
-                continue
-            env: dict[str, str] = {}
-            with contextlib.suppress(OSError):
-                env = dict(v.split("=", 1) for v in _read_nul_list(proc / entry / "environ") if "=" in v)
-            found.append(ServerProcess(int(entry), tuple(argv), env))
+    try:
+        entries = sorted(int(e) for e in os.listdir(proc) if e.isdigit() and int(e) != own)
+    except OSError:
+        return found
+    for pid in entries:
+        try:
+            argv = _read_nul_list(proc / str(pid) / "cmdline")
+        except OSError:
+            continue
+        for sign in signs:
+            main = sign.is_server(argv)
+            if main or sign.is_helper(argv):
+                break
+        else:
+            continue
+        env: dict[str, str] = {}
+        with contextlib.suppress(OSError):
+            env = dict(v.split("=", 1) for v in _read_nul_list(proc / str(pid) / "environ") if "=" in v)
+        found.append(ServerProcess(pid, tuple(argv), env, sign, main))
     return found
 
 

@@ -32,6 +32,7 @@ from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_obj
 from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.metrics.stats import student_t_interval, t_quantile
 from kldtui.text import plain_number, plural
+from kldtui.this_host import ServerSign
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
 # what to do about a noise model that cannot be read (load_floor): a file that is none at all, and one
@@ -572,15 +573,19 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
                   run2: str | os.PathLike[str], *, start_window: int = 0, stop_window: int | None = None,
                   context_filter: str = "all", strata: tuple[str, ...] = (),
                   reverse: bool = True, report_path: str | os.PathLike[str] | None = None,
-                  emit: Any = None, cancel: Any = None) -> tuple[NoiseFloor, ComparisonReport]:
+                  emit: Any = None, cancel: Any = None,
+                  server_signs: Sequence[ServerSign] | None = None) -> tuple[NoiseFloor, ComparisonReport]:
     """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
     floor and the comparison report (also written to ``report_path`` when given). ``context_filter``
-    and ``strata``: a hidden-state suite's contexts the captures hold, as compare takes them."""
+    and ``strata``: a hidden-state suite's contexts the captures hold, as compare takes them;
+    ``server_signs``: how the model servers on this host show, whose GPUs the compare leaves alone
+    (the caller's server kinds: this module names none; None: the compare takes no GPU)."""
     from kldtui.events import null_sink
     from kldtui.stages.compare import CompareOptions, compare
 
     options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse,
-                             context_filter=context_filter, strata=strata)
+                             context_filter=context_filter, strata=strata,
+                             server_signs=None if server_signs is None else tuple(server_signs))
     report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)
     if report_path is not None:
         write_json_atomic(report_path, report.to_json())

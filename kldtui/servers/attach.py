@@ -51,6 +51,9 @@ class AttachKind:
     implied_by = ("url",)
     reference_keys = ("url", "server_capture_dir", "served_model_name")
     forbidden: dict[str, str] = {}
+    # where it runs its URL says (is_local); running here, its processes show by the sign of what it
+    # runs (vLLM's, llama.cpp's)
+    process_sign = None
 
     def own(self, config: ServerConfig) -> AttachConfig:
         if not isinstance(config, AttachConfig):

@@ -30,6 +30,7 @@ from kldtui import bounds, capture_modes, settings
 from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput
 from kldtui.redact import redact_json
+from kldtui.this_host import ServerSign
 
 if typing.TYPE_CHECKING:
     from kldtui.formats.model_size import ModelSize
@@ -218,6 +219,14 @@ class ServerKind(Protocol):
     def forbidden(self) -> Mapping[str, str]:
         """Keys refused for this kind that another kind takes, with the one-line reason (others
         get a generic line naming the kinds that take them)."""
+        ...
+
+    @property
+    def process_sign(self) -> ServerSign | None:
+        """How the kind's server processes show in /proc, kldtui's or not, and how many of the GPUs
+        they see they use (:class:`kldtui.this_host.ServerSign`): a compare keeps off their GPUs.
+        None: the kind's servers hold no GPU of this host (the embedded CPU model; an attached
+        server, whose place its URL says)."""
         ...
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
@@ -539,6 +548,8 @@ class LaunchedKind:
     # and refuses --enable-prefix-caching; a server that computes every prompt whole (the embedded
     # one, llama.cpp's, which resets before each prompt) is told and said nothing of it
     keeps_prefix_cache: bool = False
+    # how its processes show in /proc and the GPUs they use (ServerKind.process_sign); None: it holds none
+    process_sign: ServerSign | None = None
 
     def own(self, config: ServerConfig) -> Any:
         if not isinstance(config, self.config_type):

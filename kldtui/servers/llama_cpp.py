@@ -32,6 +32,11 @@ configuration that exceeds the host's memory before launching.
 
 ``[reference] capture = "llama-cpp"`` serves ``model`` (required there: e.g. the F16 GGUF) with
 the candidate's settings, as ``NAME-reference``.
+
+A llama.cpp server running on this host, kldtui's or not, is known in /proc by :data:`SIGN`:
+llama.cpp's ``llama-server``, llama-cpp-python's ``python -m llama_cpp.server`` or kldtui's
+``python -m kldtui.embedded.llama_cpp``. Every GPU it sees counts as its: llama.cpp spreads
+offloaded layers over all of them, and its command line does not say whether its build uses any.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,9 +61,11 @@ from kldtui.servers.base import (
     inherit,
 )
 from kldtui.text import human_bytes
+from kldtui.this_host import ServerSign, runs_command, runs_module
 
 SERVER_MODULE = "kldtui.embedded.llama_cpp"
 KV_TYPES = ("f32", "f16")
+LLAMA_CPP_PYTHON_SERVER = "llama_cpp.server"  # llama-cpp-python's own OpenAI-compatible server
 INSTALL = "pip install llama-cpp-python into it, or give the python scripts/setup_llama_cpp.sh prints"
 
 
@@ -75,11 +83,26 @@ class LlamaCppConfig(LaunchConfig):
     llama_args: dict[str, str] = field(default_factory=dict)
 
 
+def is_llama_cpp_server(argv: Sequence[str]) -> bool:
+    """``llama-server`` (llama.cpp's), ``python -m llama_cpp.server`` (llama-cpp-python's) or
+    ``python -m kldtui.embedded.llama_cpp`` (kldtui's, this kind's)."""
+    return (runs_command(argv, "llama-server") or runs_module(argv, LLAMA_CPP_PYTHON_SERVER)
+            or runs_module(argv, SERVER_MODULE))
+
+
+def _every_gpu_it_sees(argv: Sequence[str]) -> int | None:
+    return None
+
+
+SIGN = ServerSign("a llama.cpp server", is_llama_cpp_server, _every_gpu_it_sees)
+
+
 class LlamaCppKind(LaunchedKind):
     name = "llama-cpp"
     summary = "a GGUF file through llama-cpp-python in kldtui's embedded server (CPU, or GPU offload)"
     config_type = LlamaCppConfig
     reference_keys = ("model", "served_model_name")
+    process_sign = SIGN
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
         if "model" not in values:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from kldtui.errors import BadInput
 from kldtui.servers import attach, embedded, llama_cpp, vllm
 from kldtui.servers.base import ServerConfig, ServerKind, profile_keys
+from kldtui.this_host import ServerSign
 
 KINDS: dict[str, ServerKind] = {
     vllm.KIND.name: vllm.KIND,
@@ -45,3 +46,10 @@ def all_keys() -> dict[str, str]:
 def kinds_taking(key: str) -> list[str]:
     """The kinds whose table takes ``key``."""
     return [name for name, kind in KINDS.items() if key in profile_keys(kind.config_type)]
+
+
+def process_signs() -> tuple[ServerSign, ...]:
+    """How the registered kinds' servers show in /proc (:attr:`ServerKind.process_sign`): what the
+    front ends and the pipeline give the compare stage, which names no kind, to find the model
+    servers on this host whose GPUs it must leave alone."""
+    return tuple(kind.process_sign for kind in KINDS.values() if kind.process_sign is not None)

@@ -19,10 +19,16 @@ the launcher (kldtui.stages.serve.ensure_capture_flags), which says so.
 
 ``[reference] capture = "vllm"`` serves ``model`` (required there) with the candidate's settings,
 ``vllm_args`` and ``served_model_name`` if given (default: the candidate's name + ``-reference``).
+
+A vLLM server running on this host, kldtui's or not, is known in /proc by :data:`SIGN`: ``vllm
+serve`` or a ``vllm.entrypoints`` module on its command line (its GPUs: the first TP x PP x local
+DP it sees), or the title vLLM gives its other processes (``VLLM::EngineCore``, ``VLLM::Worker_TP0``:
+they say nothing of their GPUs, so all count as its).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +47,54 @@ from kldtui.servers.base import (
     inherit,
     local_model,
 )
+from kldtui.this_host import ServerSign, runs_command, runs_module
 
 DEFAULT_VLLM_LAUNCHER = ("-m", "vllm.entrypoints.cli.main", "serve", "{model}")
+
+# the flags whose values multiply to the GPUs a server uses (the first a command line gives of each)
+_PARALLEL_FLAGS = (("--tensor-parallel-size", "-tp"), ("--pipeline-parallel-size", "-pp"),
+                   ("--data-parallel-size-local", "--data-parallel-size", "-dp"))
+
+
+def _flag_int(argv: Sequence[str], names: Sequence[str]) -> int | None:
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+            else:
+                continue
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def parallel_size(argv: Sequence[str]) -> int:
+    """The GPUs a vLLM server started with ``argv`` uses: TP x PP x local DP (a flag not given,
+    or not a number, counts as 1)."""
+    size = 1
+    for names in _PARALLEL_FLAGS:
+        n = _flag_int(argv, names)
+        if n is not None:
+            size *= max(1, n)
+    return size
+
+
+def is_vllm_server(argv: Sequence[str]) -> bool:
+    """``vllm serve`` (the console script, or run by its interpreter) or a ``vllm.entrypoints``
+    module (``python -m vllm.entrypoints.openai.api_server``, kldtui's launcher's ``cli.main``)."""
+    return runs_command(argv, "vllm", "serve") or runs_module(argv, "vllm.entrypoints")
+
+
+def is_vllm_helper(argv: Sequence[str]) -> bool:
+    """A process titled by vLLM (``VLLM::EngineCore``, ``VLLM::Worker_TP0``, a renamed API server)."""
+    return bool(argv) and argv[0].startswith("VLLM::")
+
+
+SIGN = ServerSign("a vLLM server", is_vllm_server, parallel_size, is_vllm_helper)
 
 
 @dataclass(frozen=True)
@@ -64,6 +116,7 @@ class VllmKind(LaunchedKind):
     # a cached prompt prefix is never computed again, so the hook would not see its logits: the
     # launcher turns the cache off (--no-enable-prefix-caching)
     keeps_prefix_cache = True
+    process_sign = SIGN
 
     def configure(self, values: dict[str, Any], *, base_dir: Path, label: str) -> ServerConfig:
         if "model" not in values:

@@ -201,8 +201,9 @@ class ReferenceCapture:
 
     def _repeat_first_window(self) -> None:
         """The first window again from the same server, compared with the first capture."""
+        from kldtui.servers.registry import process_signs, server_kind
         from kldtui.stages.compare import CompareOptions, run_compare
-        from kldtui.stages.compare.backends import DEFAULT_VOCAB, Serving, choose_backend, server_gpus
+        from kldtui.stages.compare.backends import DEFAULT_VOCAB, Serving, choose_backend, gpus_of
         from kldtui.stages.finalize import load_finalized
 
         first = self.windows[0]
@@ -221,9 +222,11 @@ class ReferenceCapture:
         assert session is not None
         serving = None  # the compare keeps the GPUs to the reference server while it runs
         if session.process is not None and session.process.alive() is None:
-            serving = Serving(server_gpus(session.process.argv, self.plan.env), "the reference server")
+            sign = server_kind(self.plan.kind).process_sign
+            serving = Serving(gpus_of(sign, session.process.argv, self.plan.env), "the reference server")
         c = self.compare
-        choice = choose_backend(c.backend, c.threads, serving, vocab=_vocab(ws) or DEFAULT_VOCAB)
+        choice = choose_backend(c.backend, c.threads, serving, vocab=_vocab(ws) or DEFAULT_VOCAB,
+                                server_signs=process_signs())
         emit(LogLine("compare", f"compare backend: {choice.label} ({choice.reason})"))
         options = CompareOptions(start_window=first.index, stop_window=first.index + 1,
                                  bootstrap_samples=c.bootstrap_samples, bootstrap_seed=c.bootstrap_seed,

@@ -529,6 +529,7 @@ class Campaign:
         model's second figure), where both kept their logits (logits mode); None otherwise."""
         from kldtui.decide.noise import measure_floor
         from kldtui.formats.suite import logits_manifest_path
+        from kldtui.servers.registry import process_signs
 
         if not (logits_manifest_path(first.candidate).is_file()
                 and logits_manifest_path(repeat.candidate).is_file()):
@@ -541,7 +542,7 @@ class Campaign:
                                   start_window=run.start_window, stop_window=run.stop_window,
                                   context_filter=run.context_filter, strata=run.strata, reverse=True,
                                   report_path=self._repeat_kl_path(repeat), emit=null_sink,
-                                  cancel=self.cancel)
+                                  cancel=self.cancel, server_signs=process_signs())
         return report
 
     # -- ranking -----------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ from kldtui.events import (
 from kldtui.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, unit_of, units_of
 from kldtui.servers.base import CaptureTarget, ServerConfig, server_identity
-from kldtui.servers.registry import kind_of
+from kldtui.servers.registry import kind_of, process_signs
 from kldtui.stages.reference_capture import (
     REFERENCE_MODE,
     ReferenceCapture,
@@ -618,12 +618,13 @@ class Pipeline:
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""
-        from kldtui.stages.compare.backends import Serving, server_gpus
+        from kldtui.stages.compare.backends import Serving, gpus_of
 
         server = self.server
         if server is not None and server.alive() is None:
             argv = list(getattr(server, "argv", []) or [])
-            return Serving(server_gpus(argv, self._session.plan.env), "the candidate server")
+            sign = kind_of(self.profile.candidate).process_sign
+            return Serving(gpus_of(sign, argv, self._session.plan.env), "the candidate server")
         capture = self._reference_capture
         if capture is not None and capture.server_running:
             return Serving(None, "the reference server")
@@ -639,7 +640,8 @@ class Pipeline:
 
         cmp_ = self.profile.compare
         vocab = self._expected_vocab() or DEFAULT_VOCAB
-        choice = choose_backend(cmp_.backend, cmp_.threads, self._serving(), vocab=vocab)
+        choice = choose_backend(cmp_.backend, cmp_.threads, self._serving(), vocab=vocab,
+                                server_signs=process_signs())
         line = f"compare backend: {choice.label} ({choice.reason})"
         if line != getattr(self, "_backend_line", None):
             self._backend_line = line

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kldtui import this_host
+from kldtui.servers import llama_cpp, vllm
+from kldtui.servers.registry import process_signs
 from kldtui.stages import compare as cmp
 from kldtui.stages.compare import backends as cb
 from kldtui.stages.compare.backends import Backend
+from tests.fixtures_proc import fake_proc
 
 GIB = 1024**3
-_real_servers_here = cb.servers_here
 
 
 @pytest.fixture
@@ -18,7 +21,6 @@ def gpus(monkeypatch):
     """Simulate N GPUs with the given free memory each (torch.cuda monkeypatched)."""
     def make(free_gib: list[float]):
         monkeypatch.setattr(cb, "cuda_present", lambda: True)
-        monkeypatch.setattr(cb, "servers_here", lambda: None)  # other sessions' vLLM servers: not here
         monkeypatch.setattr(torch.cuda, "device_count", lambda: len(free_gib))
         queried: list[int] = []
 
@@ -40,17 +42,27 @@ def test_no_gpu_no_server_means_the_cpu_kernel_with_every_core(monkeypatch):
 
 def test_gpu_without_a_running_server_compares_on_cuda(gpus):
     gpus([80.0])
-    choice = cb.choose_backend("auto", None, None, cpu_count=8)
+    choice = cb.choose_backend("auto", None, None, cpu_count=8, server_signs=())
     assert (choice.backend, choice.cuda_device) == ("torch-cuda", 0)
+
+
+def test_unsaid_servers_keep_auto_off_every_gpu(gpus):
+    """A caller that does not say how model servers show in /proc (the compare stage names no server
+    kind) gets the CPU kernel, never a GPU a server it cannot see may hold, and the reason says so."""
+    queried = gpus([80.0, 80.0])
+    choice = cb.choose_backend("auto", None, None, cpu_count=8)
+    assert choice.backend in (Backend.C, Backend.NUMPY) and choice.cuda_device is None
+    assert choice.threads is None and queried == [] and choice.reason == cb.NOT_TOLD
+    assert "model servers was not said" in choice.reason
 
 
 def test_without_a_server_a_gpu_without_room_is_not_taken(gpus):
     """A server kldtui does not know of (another user's) fills cuda:0: compare checks the memory."""
     queried = gpus([1.0, 30.0])
-    choice = cb.choose_backend("auto", None, None, vocab=163840, cpu_count=8)
+    choice = cb.choose_backend("auto", None, None, vocab=163840, cpu_count=8, server_signs=())
     assert (choice.backend, choice.cuda_device) == ("torch-cuda", 1) and queried == [0, 1]
     gpus([1.0])
-    choice = cb.choose_backend("auto", None, None, vocab=163840, cpu_count=8)
+    choice = cb.choose_backend("auto", None, None, vocab=163840, cpu_count=8, server_signs=())
     assert choice.backend in (Backend.C, Backend.NUMPY) and "GiB a compare needs" in choice.reason
 
 
@@ -61,26 +73,25 @@ def test_a_vllm_server_on_this_host_keeps_its_gpus_from_a_plain_compare(gpus, mo
     import sys
     import time
 
-    from kldtui import this_host
-
     gpus([80.0] * 4)
     env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "PATH": "/usr/bin:/bin"}
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m",
                               "vllm.entrypoints.openai.api_server", "--tensor-parallel-size", "2"], env=env)
     try:
-        real = this_host.gpu_servers
+        def child_only(signs, proc=None):  # other sessions' servers on this host: not this test's
+            return [p for p in this_host.gpu_servers(signs) if p.pid == child.pid]
+
         deadline = time.monotonic() + 30
-        while not [p for p in real() if p.pid == child.pid]:
+        while not child_only(process_signs()):
             assert time.monotonic() < deadline, "the server process was not seen in /proc"
             time.sleep(0.05)
-        (seen,) = [p for p in real() if p.pid == child.pid]
+        (seen,) = child_only(process_signs())
         assert "--tensor-parallel-size" in seen.argv and seen.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
-        monkeypatch.setattr(this_host, "gpu_servers", lambda: [p for p in real() if p.pid == child.pid])
-        monkeypatch.setattr(cb, "servers_here", _real_servers_here)
+        monkeypatch.setattr(cb, "gpu_servers", child_only)
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        choice = cb.choose_backend("auto", None, None, cpu_count=8)
+        choice = cb.choose_backend("auto", None, None, cpu_count=8, server_signs=process_signs())
         assert (choice.backend, choice.cuda_device) == ("torch-cuda", 2), choice
-        assert f"pid {child.pid}" in choice.reason
+        assert f"a vLLM server (pid {child.pid})" in choice.reason
     finally:
         child.kill()
         child.wait()
@@ -124,16 +135,71 @@ def test_an_explicit_backend_is_used_as_asked(gpus):
 
 
 @pytest.mark.parametrize("argv,server_env,own_env,expected", [
-    (["serve", "m", "--tensor-parallel-size", "16"], {}, {}, frozenset(range(16))),
-    (["serve", "m", "-tp=4", "-pp", "2"], {}, {}, frozenset(range(8))),
-    (["serve", "m", "-tp", "2"], {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, {}, frozenset({4, 5})),
-    (["serve", "m", "-tp", "2"], {"CUDA_VISIBLE_DEVICES": "6,7"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
+    (["vllm", "serve", "m", "--tensor-parallel-size", "16"], {}, {}, frozenset(range(16))),
+    (["vllm", "serve", "m", "-tp=4", "-pp", "2"], {}, {}, frozenset(range(8))),
+    (["vllm", "serve", "m", "-tp", "2"], {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, {}, frozenset({4, 5})),
+    (["vllm", "serve", "m", "-tp", "2"], {"CUDA_VISIBLE_DEVICES": "6,7"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
      frozenset({2, 3})),  # this process numbers physical 6,7 as 2,3
-    (["serve", "m"], {"CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}, {}, None),  # UUIDs: unknown
-    (["serve", "m", "-tp", "4"], {}, {"CUDA_VISIBLE_DEVICES": "0,1"}, frozenset({0, 1})),  # all we see
+    (["vllm", "serve", "m"], {"CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}, {}, None),  # UUIDs: unknown
+    # TP 4 where this process sees two: all we see
+    (["vllm", "serve", "m", "-tp", "4"], {}, {"CUDA_VISIBLE_DEVICES": "0,1"}, frozenset({0, 1})),
+    (["llama-server"], {}, {}, None),  # every GPU it sees: every GPU
+    (["llama-server"], {"CUDA_VISIBLE_DEVICES": "2,3"}, {}, frozenset({2, 3})),
+    (["llama-server"], {"CUDA_VISIBLE_DEVICES": "6"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, frozenset({2})),
 ])
 def test_server_gpus_from_its_command_and_environment(argv, server_env, own_env, expected):
-    assert cb.server_gpus(argv, server_env, own_env) == expected
+    sign = vllm.SIGN if vllm.SIGN.is_server(argv) else llama_cpp.SIGN
+    assert cb.server_gpus(sign.devices(argv), server_env, own_env) == expected
+
+
+def test_a_kind_without_a_sign_holds_no_gpu():
+    """A server of this run whose kind declares no sign (the embedded CPU model) leaves every GPU free."""
+    assert cb.gpus_of(None, ["python", "-m", "kldtui.embedded"], {}) == frozenset()
+    assert cb.gpus_of(vllm.SIGN, ["vllm", "serve", "m", "-tp", "2"], {}) == frozenset({0, 1})
+
+
+def _found_in(monkeypatch, tmp_path, processes, environ):
+    """/proc as ``processes`` (pid: argv) and ``environ`` (pid: environment) show it."""
+    proc = fake_proc(tmp_path, processes, environ)
+    monkeypatch.setattr(cb, "gpu_servers", lambda signs, _proc=None: this_host.gpu_servers(signs, proc))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_the_choice_names_the_kind_of_server_found(gpus, monkeypatch, tmp_path):
+    """A llama.cpp server kldtui did not start holds GPU 0: the compare goes to cuda:1, and its
+    reason names a llama.cpp server, not a vLLM one."""
+    gpus([80.0, 80.0])
+    _found_in(monkeypatch, tmp_path, {123: ["llama-server", "-m", "q4.gguf", "-ngl", "99"]},
+              {123: {"CUDA_VISIBLE_DEVICES": "0"}})
+    choice = cb.choose_backend("auto", None, None, cpu_count=8, server_signs=process_signs())
+    assert (choice.backend, choice.cuda_device) == ("torch-cuda", 1), choice
+    assert choice.reason.startswith("a llama.cpp server (pid 123) is running; cuda:1 is outside its GPUs")
+
+
+def test_a_server_on_every_gpu_it_sees_keeps_auto_on_the_cpu(gpus, monkeypatch, tmp_path):
+    queried = gpus([80.0, 80.0])
+    _found_in(monkeypatch, tmp_path, {77: ["python3", "-m", "llama_cpp.server", "--model", "q4.gguf"]},
+              {77: {"PATH": "/bin"}})
+    choice = cb.choose_backend("auto", None, None, cpu_count=8, server_signs=process_signs())
+    assert choice.backend in (Backend.C, Backend.NUMPY) and choice.threads == 4 and queried == []
+    assert choice.reason.startswith("a llama.cpp server (pid 77) is running on this host and it may use "
+                                    "every GPU")
+
+
+@pytest.mark.parametrize("processes,environ,gpus_used,named", [
+    ({5: ["vllm", "serve", "m", "-tp", "2"], 9: ["llama-server"]},
+     {5: {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 9: {"CUDA_VISIBLE_DEVICES": "3"}},
+     frozenset({0, 1, 3}), "a vLLM server (pid 5)"),  # two servers: their GPUs together
+    ({5: ["VLLM::Worker_TP0"], 6: ["VLLM::EngineCore"]}, {5: {"A": "1"}},
+     None, "a vLLM server (pid 5)"),  # only its workers: every GPU
+    ({5: ["vllm", "serve", "m"], 9: ["llama-server"]}, {5: {"A": "1"}},
+     None, "a llama.cpp server (pid 9)"),  # its environment is not readable: every GPU, and it is named
+])
+def test_servers_found_together(monkeypatch, tmp_path, processes, environ, gpus_used, named):
+    _found_in(monkeypatch, tmp_path, processes, environ)
+    assert cb.servers_found(process_signs()) == cb.Serving(gpus_used, named)
+    _found_in(monkeypatch, tmp_path / "none", {1: ["bash"]}, {})
+    assert cb.servers_found(process_signs()) is None
 
 
 def test_a_cuda_compare_gives_its_cached_memory_back(monkeypatch):

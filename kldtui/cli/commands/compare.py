@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
+    from kldtui.servers.registry import process_signs
     from kldtui.stages.compare import CompareOptions, run_compare
     from kldtui.workspace import Workspace
 
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                              strata=parse_strata(args.stratum, "--stratum"),
                              lm_head=args.lm_head, candidate_lm_head=args.candidate_lm_head,
                              replay_dtype=args.replay_dtype, vocab_chunk=args.vocab_chunk,
-                             replay_rows=args.replay_rows)
+                             replay_rows=args.replay_rows, server_signs=process_signs())
     from kldtui.redact import redact_argv
 
     shown = redact_argv(sys.argv[1:])

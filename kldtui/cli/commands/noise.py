@@ -187,17 +187,21 @@ def _run(args: argparse.Namespace) -> int:
                     raise BadInput(f"{folders[i]} and {folders[j]}: not shown to be captures of one model "
                                    f"({why}); add --allow-different-models if they really are")
     from kldtui.cli.batch_reporter import BatchReporter, run_headless
+    from kldtui.servers.registry import process_signs
+
+    signs = process_signs()  # the servers on this host whose GPUs the compare leaves alone
 
     def job(emit: Any, cancel: Any) -> int:
         floor, report = measure_floor(args.suite_manifest, args.run1, args.run2,
                                       start_window=args.start_window, stop_window=args.stop_window,
-                                      reverse=not args.no_reverse,
-                                      report_path=args.report, emit=emit, cancel=cancel)
+                                      reverse=not args.no_reverse, report_path=args.report,
+                                      emit=emit, cancel=cancel, server_signs=signs)
         if args.reference is None:
             return done(floor, report.unit)
         from kldtui.stages.compare import CompareOptions, compare
 
-        options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window)
+        options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window,
+                                 server_signs=signs)
         captures = [compare(args.suite_manifest, args.reference, f, options, emit, cancel) for f in folders]
         names = [f"{args.reference} vs {f}" for f in folders]
         return done(noise_from_capture_reports(*captures, where1=names[0], where2=names[1],

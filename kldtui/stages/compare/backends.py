@@ -6,11 +6,15 @@ A request is ``auto``, ``torch`` or a backend's option value (:data:`BACKEND_OPT
 
 * an explicit backend is used as asked, or refused in one line when it cannot run here;
 * ``torch``: CUDA when torch sees a GPU, else torch on the CPU;
-* ``auto`` with no server on this host (none of this run's, and no vLLM process in /proc:
-  :func:`servers_here`): the first GPU with the memory a compare needs plus a margin free, else
-  the compiled C kernel (built at first use, :mod:`kldtui.metrics.ckernel`), else NumPy; a server
-  of this run counts as on this host when its URL names any of this host's names or addresses
-  (:func:`kldtui.this_host.is_this_host`);
+* ``auto`` with no server on this host (none of this run's, and no process in /proc that one of
+  the server kinds' signs recognises: :func:`servers_found`): the first GPU with the memory a
+  compare needs plus a margin free, else the compiled C kernel (built at first use,
+  :mod:`kldtui.metrics.ckernel`), else NumPy; a server of this run counts as on this host when its
+  URL names any of this host's names or addresses (:func:`kldtui.this_host.is_this_host`);
+* ``auto`` when the caller gave no signs (``server_signs`` None: which processes are model servers
+  was not said): the CPU kernel, never a GPU, and the reason says why. The compare stage names no
+  server kind (the noise floor runs it below them); the front ends and the pipeline pass the
+  registered kinds' signs (``kldtui.servers.registry.process_signs``);
 * ``auto`` while a server is starting or running on this host (``serving``, or one found): the CPU
   kernel with its threads capped (half the cores) so the capture client and the server's own CPU
   work are not starved, unless a GPU outside the server's set has the memory a compare needs plus
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING
 from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.text import human_bytes, plural
+from kldtui.this_host import ServerProcess, ServerSign, gpu_servers
 
 if TYPE_CHECKING:
     from kldtui.metrics.kernels import RowKernel
@@ -142,6 +147,9 @@ DEFAULT_VOCAB = 262144  # the vocabulary a choice assumes when it is not known y
 BYTES_PER_ROW_ELEMENT = 2 * 4 + 7 * 8
 CUDA_CONTEXT_BYTES = GIB // 2
 MARGIN_BYTES = 2 * GIB
+# auto's reason where the caller did not say how model servers show in /proc (choose_backend)
+NOT_TOLD = ("which processes on this host are model servers was not said: the CPU kernel, leaving "
+            "every GPU to any server here")
 
 
 def cuda_present() -> bool:
@@ -228,9 +236,11 @@ def _explicit(requested: str) -> Backend:
 
 def choose_backend(requested: str = AUTO, threads: int | None = None, serving: Serving | None = None,
                    *, vocab: int = DEFAULT_VOCAB, cuda_device: int | None = None,
-                   cpu_count: int | None = None) -> BackendChoice:
+                   cpu_count: int | None = None,
+                   server_signs: Sequence[ServerSign] | None = None) -> BackendChoice:
     """The backend, threads and GPU for the next compare, with the reason (see the module doc);
-    BadInput (one line) for an unknown request or one that cannot run here."""
+    BadInput (one line) for an unknown request or one that cannot run here. ``server_signs``: how
+    the model servers on this host show in /proc (None: not said, so ``auto`` takes no GPU)."""
     if requested not in BACKEND_OPTIONS:
         raise BadInput(f"unknown compare backend {requested!r} (choose from {', '.join(BACKEND_OPTIONS)})")
     cores = max(1, cpu_count or os.cpu_count() or 1)
@@ -239,7 +249,9 @@ def choose_backend(requested: str = AUTO, threads: int | None = None, serving: S
                              f"backend {requested!r} as configured")
     count = _cuda_count()
     if serving is None and count:
-        serving = servers_here()  # a server this run does not know of still owns its GPUs
+        if server_signs is None:
+            return BackendChoice(_cpu_backend(), threads, None, NOT_TOLD)
+        serving = servers_found(server_signs)  # a server this run does not know of still owns its GPUs
     if serving is None:
         if count:
             need = cuda_bytes_needed(vocab) + MARGIN_BYTES
@@ -275,65 +287,58 @@ def choose_backend(requested: str = AUTO, threads: int | None = None, serving: S
                          f"{cores} threads so capture is not starved")
 
 
-def servers_here() -> Serving | None:
-    """vLLM servers running on this host that this run did not start or attach to (another
-    user's, another shell's), as :class:`Serving`: their GPUs from their flags and environment
-    where /proc shows both, else every GPU. None when there is none."""
-    from kldtui.this_host import gpu_servers
+def _named(process: ServerProcess) -> str:
+    return f"{process.sign.words} (pid {process.pid})"
 
-    found = gpu_servers()
+
+def servers_found(signs: Sequence[ServerSign], proc: Path = Path("/proc")) -> Serving | None:
+    """The model servers running on this host that ``signs`` recognise (another user's, another
+    shell's), as one :class:`Serving` named after one of them ("a llama.cpp server (pid 123)"):
+    their GPUs from their command lines and environments where /proc shows both, else every GPU
+    (a server seen only by a helper process, or whose environment is not readable: that one is
+    named). None when there is none."""
+    found = gpu_servers(signs, proc)
     if not found:
         return None
-    entry_points = [p for p in found if not p.argv[0].startswith("VLLM::")]
-    what = f"a vLLM server on this host (pid {found[0].pid})"
-    if not entry_points:  # only its engine or workers are seen (a renamed API server)
-        return Serving(None, what)
     gpus: set[int] = set()
-    for proc in entry_points:
-        used = server_gpus(proc.argv, proc.env) if proc.env else None
-        if used is None:
-            return Serving(None, f"a vLLM server on this host (pid {proc.pid})")
-        gpus |= used
-    return Serving(frozenset(gpus), f"a vLLM server on this host (pid {entry_points[0].pid})")
+    named = None
+    for sign in dict.fromkeys(p.sign for p in found):
+        processes = [p for p in found if p.sign is sign]
+        mains = [p for p in processes if p.main]
+        if not mains:  # only its engine or workers are seen (a renamed API server)
+            return Serving(None, _named(processes[0]))
+        for process in mains:
+            used = server_gpus(sign.devices(process.argv), process.env) if process.env else None
+            if used is None:
+                return Serving(None, _named(process))
+            gpus |= used
+            named = named or _named(process)
+    return Serving(frozenset(gpus), named or _named(found[0]))
 
 
-_TP_FLAGS = ("--tensor-parallel-size", "-tp")
-_PP_FLAGS = ("--pipeline-parallel-size", "-pp")
-_DP_FLAGS = ("--data-parallel-size-local", "--data-parallel-size", "-dp")
+def gpus_of(sign: ServerSign | None, argv: Sequence[str],
+            server_env: Mapping[str, str]) -> frozenset[int] | None:
+    """The CUDA indices a server of this run uses, started with ``argv`` and ``server_env``, by its
+    kind's sign (:attr:`kldtui.servers.base.ServerKind.process_sign`); none for a kind without one
+    (its servers hold no GPU); None when unknown."""
+    if sign is None:
+        return frozenset()
+    return server_gpus(sign.devices(argv), server_env)
 
 
-def _flag_int(argv: Sequence[str], names: Sequence[str]) -> int | None:
-    for i, arg in enumerate(argv):
-        for name in names:
-            if arg == name and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-            else:
-                continue
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
-def server_gpus(argv: Sequence[str], server_env: Mapping[str, str],
+def server_gpus(devices: int | None, server_env: Mapping[str, str],
                 own_env: Mapping[str, str] | None = None, device_count: int | None = None
                 ) -> frozenset[int] | None:
-    """The CUDA indices (as this process numbers them) a vLLM server started with ``argv`` and
-    ``server_env`` uses: the first TP x PP x local-DP devices it sees. None when unknown."""
-    size = 1
-    for names in (_TP_FLAGS, _PP_FLAGS, _DP_FLAGS):
-        n = _flag_int(argv, names)
-        if n is not None:
-            size *= max(1, n)
+    """The CUDA indices (as this process numbers them) a server with ``server_env`` uses when it
+    takes the first ``devices`` GPUs it sees (None: every one it sees). None when unknown."""
     visible = settings.CUDA_VISIBLE_DEVICES
     mine = visible.get(own_env)
     theirs = visible.get(server_env) if visible.name in server_env else mine
     if theirs is None:  # the server sees what this process sees
-        return frozenset(range(size)) if mine is None or size <= len(mine) else None
-    used = theirs[:size]
+        if devices is None:
+            return None
+        return frozenset(range(devices)) if mine is None or devices <= len(mine) else None
+    used = theirs if devices is None else theirs[:devices]
     if mine is None:
         if not all(u.isdigit() for u in used):
             return None  # UUIDs: cannot map them to indices here
@@ -344,5 +349,6 @@ def server_gpus(argv: Sequence[str], server_env: Mapping[str, str],
     return frozenset(mine.index(u) for u in used)
 
 
-__all__ = ["AUTO", "BACKEND_OPTIONS", "Backend", "BackendChoice", "BackendSpec", "SPECS", "Serving",
-           "choose_backend", "cuda_bytes_needed", "cuda_present", "server_gpus", "servers_here"]
+__all__ = ["AUTO", "BACKEND_OPTIONS", "Backend", "BackendChoice", "BackendSpec", "NOT_TOLD", "SPECS",
+           "Serving", "choose_backend", "cuda_bytes_needed", "cuda_present", "gpus_of", "server_gpus",
+           "servers_found"]

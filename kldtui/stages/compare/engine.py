@@ -46,7 +46,7 @@ class Engine:
         self.vocab = vocab
         self.options = options
         choice = choose_backend(options.backend, options.threads, cuda_device=options.cuda_device,
-                                vocab=vocab)
+                                vocab=vocab, server_signs=options.server_signs)
         self.backend: Backend = choice.backend
         self.cuda_device = choice.cuda_device
         self.spec = self.backend.spec

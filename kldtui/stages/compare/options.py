@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
     from kldtui.formats.model_size import ModelSize
     from kldtui.formats.suite import Suite, WindowSpec
+    from kldtui.this_host import ServerSign
 
 
 @dataclass
@@ -26,6 +27,9 @@ class CompareOptions:
     backend: str = "auto"  # a request: kldtui.stages.compare.backends.BACKEND_OPTIONS
     threads: int | None = None  # worker threads (numpy backend); None: every core
     cuda_device: int | None = None  # torch-cuda: the GPU index (None: the current device)
+    # how model servers show in /proc, whose GPUs backend auto leaves alone: the front end's server
+    # kinds' (kldtui.servers.registry.process_signs); None: not said, so auto takes no GPU
+    server_signs: tuple[ServerSign, ...] | None = None
     verify_sha256: bool = False
     # what the candidate folder holds (kldtui.capture_modes); None: the mode whose finalized
     # manifest is there (logits first)
