@@ -223,3 +223,9 @@ def test_profile_keys(tmp_path):
         profile_from_dict({**base, "compare": {"backend": "cuda"}}, base_dir=tmp_path)
     with pytest.raises(BadInput, match="threads must be at least 1"):
         profile_from_dict({**base, "compare": {"threads": 0}}, base_dir=tmp_path)
+
+
+def test_a_server_that_sees_no_gpu_holds_none():
+    """CUDA_VISIBLE_DEVICES set empty hides every GPU from the server, with or without a device count."""
+    assert cb.server_gpus(None, {"CUDA_VISIBLE_DEVICES": ""}, {}, device_count=2) == frozenset()
+    assert cb.server_gpus(None, {"CUDA_VISIBLE_DEVICES": ""}, {}) == frozenset()

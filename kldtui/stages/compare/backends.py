@@ -343,7 +343,9 @@ def server_gpus(devices: int | None, server_env: Mapping[str, str],
         if not all(u.isdigit() for u in used):
             return None  # UUIDs: cannot map them to indices here
         indices = {int(u) for u in used}
-        return frozenset(indices) if device_count is None or max(indices) < device_count else None
+        if device_count is not None and indices and max(indices) >= device_count:
+            return None
+        return frozenset(indices)
     if not set(used) <= set(mine):
         return None
     return frozenset(mine.index(u) for u in used)
