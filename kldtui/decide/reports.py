@@ -23,6 +23,7 @@ from kldtui.formats.report_names import (
     report_name,  # noqa: F401 - re-exported
     suite_groups,
     suite_groups_words,
+    unrecorded_suite,
 )
 
 ReportLike = ComparisonReport | Mapping[str, Any]  # a parsed JSON document is validated on use
@@ -108,13 +109,15 @@ def check_one_suite(reports: Sequence[ComparisonReport], wheres: Sequence[str]) 
     :func:`~kldtui.formats.report_names.suite_groups`): of several files, which two differ alone did
     not tell the user which to give together."""
     suites = [r.suite_token_hash_sha256 for r in reports]
-    groups = suite_groups([Path(w) for w in wheres], suites)
+    paths = [Path(w) for w in wheres]
+    groups = suite_groups(paths, suites)
     if len(groups) < 2:
         return
     (ha, _), (hb, _) = groups[0], groups[1]
     where_a, where_b = wheres[suites.index(ha)], wheres[suites.index(hb)]
+    words = suite_groups_words(groups, unrecorded_suite(paths, suites))
     raise BadInput(f"{_different(where_a, where_b, 'suites', 'suite_token_hash_sha256', ha, hb)}: give "
-                   f"the reports of one suite together ({suite_groups_words(groups)})")
+                   f"the reports of one suite together ({words})")
 
 
 def check_same_suite(a_doc: ReportLike, b_doc: ReportLike, where_a: str, where_b: str,

@@ -253,8 +253,12 @@ SUITE_HASH_SHOWN = 12
 def suite_groups(paths: Sequence[Path], suites: Sequence[str | None]) -> list[tuple[str, list[Path]]]:
     """The reports ``paths`` grouped by the suite token hash each records (``suites``, in the same
     order): one group per suite, in order of first appearance. The one rule for which reports rank
-    together (a leaderboard pairs reports of one suite only). A report that records no suite joins no
-    group: unknown is not another suite (:func:`other_suite`), and the pairing checks decide it."""
+    together (a leaderboard pairs reports of one suite only).
+
+    A report that records no suite (the original comparator's, for one) joins no group: unknown is
+    not another suite (:func:`other_suite`). It ranks beside the reports of the one suite the others
+    record, and the pairing checks (reference, windows, positions) decide whether it can; beside
+    several suites it is named apart (:func:`suite_groups_words`) and ranked with none of them."""
     groups: dict[str, list[Path]] = {}
     for path, suite in zip(paths, suites, strict=True):
         if suite:
@@ -262,37 +266,58 @@ def suite_groups(paths: Sequence[Path], suites: Sequence[str | None]) -> list[tu
     return list(groups.items())
 
 
-def suite_groups_words(groups: Sequence[tuple[str, Sequence[Path]]]) -> str:
+def unrecorded_suite(paths: Sequence[Path], suites: Sequence[str | None]) -> list[Path]:
+    """The reports among ``paths`` that record no suite (``suites``, in the same order): the ones
+    :func:`suite_groups` puts in no group."""
+    return [path for path, suite in zip(paths, suites, strict=True) if not suite]
+
+
+def suite_groups_words(groups: Sequence[tuple[str, Sequence[Path]]], unrecorded: Sequence[Path] = ()) -> str:
     """Each suite's reports in a few words (``suite 637ccebfffea: comparison-a.json, comparison-b.json;
-    suite ...``): the file names when all sit in one folder, else their paths."""
-    everyone = [p for _, paths in groups for p in paths]
+    suite ...``), then those that record no suite (``unrecorded``: ``suite not recorded: old.json``),
+    so that every report is named: the file names when all sit in one folder, else their paths."""
+    everyone = [*(p for _, paths in groups for p in paths), *unrecorded]
     one_folder = len({os.path.abspath(p.parent) for p in everyone}) == 1
 
     def shown(p: Path) -> str:
         return printable_name(p.name if one_folder else str(p))
 
-    return "; ".join(f"suite {suite[:SUITE_HASH_SHOWN]}: {', '.join(shown(p) for p in paths)}"
-                     for suite, paths in groups)
+    named = [(f"suite {suite[:SUITE_HASH_SHOWN]}", paths) for suite, paths in groups]
+    if unrecorded:
+        named.append(("suite not recorded", unrecorded))
+    return "; ".join(f"{what}: {', '.join(shown(p) for p in paths)}" for what, paths in named)
+
+
+def rank_command(command: str, paths: Sequence[Path]) -> str:
+    """``command`` (``kldtui view``) given the reports ``paths``, quoted for a shell, to copy."""
+    import shlex
+
+    return " ".join([command, *(printable_name(shlex.quote(str(p))) for p in paths)])
+
+
+def _suites_line(where: str, paths: Sequence[Path], suites: Sequence[str | None], command: str) -> str | None:
+    """``where`` (``DIR holds``) reports of several suites, each suite's named, and ``command`` given
+    the first suite's; None when they record one suite or none."""
+    groups = suite_groups(paths, suites)
+    if len(groups) < 2:
+        return None
+    return (f"{where} reports of {len(groups)} suites, which no leaderboard ranks together "
+            f"({suite_groups_words(groups, unrecorded_suite(paths, suites))}); rank one suite's: "
+            f"{rank_command(command, groups[0][1])}")
 
 
 def mixed_suites_line(given: Sequence[str | os.PathLike[str]], paths: Sequence[Path],
                       suites: Sequence[str | None], command: str) -> str | None:
     """One line for folders among ``given`` (a command's arguments) that bring reports (``paths``, of
     the suites ``suites``) of more than one suite, which no leaderboard ranks together (one work folder
-    holds ``kldtui demo`` and ``kldtui demo --hidden``): each suite's reports and ``command`` (``kldtui
-    leaderboard``) given the first suite's, to copy. None when they are of one suite, or when no folder
-    is among ``given``: files the user named are refused by the leaderboard itself, which says which
-    belong together (:func:`kldtui.decide.reports.check_one_suite`)."""
-    import shlex
-
-    groups = suite_groups(paths, suites)
-    if len(groups) < 2 or not any(Path(g).expanduser().is_dir() for g in given):
+    holds ``kldtui demo`` and ``kldtui demo --hidden``): each suite's reports (and those that record
+    none) and ``command`` (``kldtui leaderboard``) given the first suite's, to copy. None when they are
+    of one suite, or when no folder is among ``given``: files the user named are refused by the
+    leaderboard itself, which says which belong together (:func:`kldtui.decide.reports.check_one_suite`)."""
+    if not any(Path(g).expanduser().is_dir() for g in given):
         return None
     where = ", ".join(printable_name(str(g)) for g in given)
-    holds = "holds" if len(given) == 1 else "hold"
-    first = " ".join(printable_name(shlex.quote(str(p))) for p in groups[0][1])
-    return (f"{where} {holds} reports of {len(groups)} suites, which no leaderboard ranks together "
-            f"({suite_groups_words(groups)}); rank one suite's: {command} {first}")
+    return _suites_line(f"{where} {'holds' if len(given) == 1 else 'hold'}", paths, suites, command)
 
 
 def _candidate_of(report: Path) -> str:

@@ -66,3 +66,40 @@ def test_report_files_of_two_suites_are_refused_saying_which_belong_together(tmp
         "together (suite 555555555555: comparison-a.json, comparison-b.json; suite 666666666666: "
         "comparison-c.json)\n")
 
+
+
+def _unrecorded(folder, name: str = "old"):  # type: ignore[no-untyped-def]
+    """A report of the folder's first suite's reference and windows that records no suite (as the
+    original comparator's records none)."""
+    import json
+
+    doc = json.loads((folder / "comparison-a.json").read_text())
+    del doc["suite_token_hash_sha256"]
+    doc["candidate_dir"] = f"/runs/{name}"
+    (folder / f"comparison-{name}.json").write_text(json.dumps(doc))
+    return folder / f"comparison-{name}.json"
+
+
+@pytest.mark.parametrize("command", ["view", "leaderboard"])
+def test_a_report_that_records_no_suite_ranks_beside_the_one_suite_of_its_folder(tmp_path, capsys, command):
+    """Unknown is not another suite: it ranks beside the folder's one suite, the pairing checks
+    (reference, windows) deciding that it can."""
+    folder = two_suite_folder(tmp_path / "kldtui-demo")
+    for name in "cd":
+        (folder / f"comparison-{name}.json").unlink()
+    next(folder.glob("noise-model-*.json")).unlink()  # the fixture's stands for a name only
+    _unrecorded(folder)
+    assert main([command, str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("old", "a", "b")), out
+
+
+@pytest.mark.parametrize("command", ["view", "leaderboard"])
+def test_a_folder_of_two_suites_names_the_reports_that_record_none_apart(tmp_path, capsys, command):
+    """Beside two suites a report that records none cannot be placed: the line names it apart, so that
+    every report of the folder is named, and the command to copy leaves it out."""
+    folder = two_suite_folder(tmp_path / "kldtui-demo")
+    _unrecorded(folder)
+    assert main([command, str(folder)]) == 2
+    assert capsys.readouterr().err == _words(folder, f"kldtui {command}").replace(
+        "comparison-d.json);", "comparison-d.json; suite not recorded: comparison-old.json);")

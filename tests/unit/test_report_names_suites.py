@@ -1,0 +1,43 @@
+"""Which reports rank together (kldtui.formats.report_names.suite_groups): the one rule of kldtui
+view/leaderboard/plot DIR and of o on a folder. A
+leaderboard ranks one suite's reports; a report that records no suite (the original comparator's, for
+one) is not of another suite: it ranks beside the one suite the others record, and beside several it
+is named apart, so that every report of a refused folder is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kldtui.formats.report_names import (
+    mixed_suites_line,
+    suite_groups,
+    suite_groups_words,
+    unrecorded_suite,
+)
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_reports_group_by_the_suite_they_record_and_the_unrecorded_join_none() -> None:
+    paths = [Path(f"/w/comparison-{n}.json") for n in "pqrs"]
+    suites = [B, None, A, B]
+    assert suite_groups(paths, suites) == [(B, [paths[0], paths[3]]), (A, [paths[2]])]
+    assert unrecorded_suite(paths, suites) == [paths[1]]
+    assert suite_groups_words(suite_groups(paths, suites), unrecorded_suite(paths, suites)) == (
+        "suite bbbbbbbbbbbb: comparison-p.json, comparison-s.json; suite aaaaaaaaaaaa: comparison-r.json; "
+        "suite not recorded: comparison-q.json")
+
+
+def test_a_folder_of_one_suite_and_unrecorded_reports_is_not_refused(tmp_path: Path) -> None:
+    paths = [tmp_path / "comparison-a.json", tmp_path / "comparison-old.json"]
+    assert mixed_suites_line([tmp_path], paths, [A, None], "kldtui view") is None
+    assert mixed_suites_line([tmp_path], paths, [None, None], "kldtui view") is None
+
+
+def test_a_folder_of_two_suites_names_its_unrecorded_reports_too(tmp_path: Path) -> None:
+    paths = [tmp_path / f"comparison-{n}.json" for n in ("a", "old", "c")]
+    assert mixed_suites_line([tmp_path], paths, [A, None, B], "kldtui view") == (
+        f"{tmp_path} holds reports of 2 suites, which no leaderboard ranks together (suite aaaaaaaaaaaa: "
+        "comparison-a.json; suite bbbbbbbbbbbb: comparison-c.json; suite not recorded: comparison-old.json); "
+        f"rank one suite's: kldtui view {tmp_path}/comparison-a.json")
+
