@@ -253,7 +253,8 @@ SUITE_HASH_SHOWN = 12
 def suite_groups(paths: Sequence[Path], suites: Sequence[str | None]) -> list[tuple[str, list[Path]]]:
     """The reports ``paths`` grouped by the suite token hash each records (``suites``, in the same
     order): one group per suite, in order of first appearance. The one rule for which reports rank
-    together (a leaderboard pairs reports of one suite only).
+    together (a leaderboard pairs reports of one suite only), which every front end follows: ``kldtui
+    view/leaderboard/plot DIR`` and the viewer's and the dashboard's ``o``.
 
     A report that records no suite (the original comparator's, for one) joins no group: unknown is
     not another suite (:func:`other_suite`). It ranks beside the reports of the one suite the others
@@ -318,6 +319,21 @@ def mixed_suites_line(given: Sequence[str | os.PathLike[str]], paths: Sequence[P
         return None
     where = ", ".join(printable_name(str(g)) for g in given)
     return _suites_line(f"{where} {'holds' if len(given) == 1 else 'hold'}", paths, suites, command)
+
+
+def beside_board_line(opened: str | os.PathLike[str], paths: Sequence[Path], suites: Sequence[str | None],
+                      board: Sequence[Path], board_suites: Sequence[str | None], command: str) -> str | None:
+    """One line refusing the reports ``paths`` (of ``suites``) that ``o`` on ``opened`` brings beside a
+    leaderboard of the reports ``board`` (of ``board_suites``), where they bring a suite none of the
+    board's records: each suite's reports, the opened ones first, and ``command`` given theirs, as
+    :func:`mixed_suites_line` says it of a folder. None when they may join it (:func:`suite_groups`:
+    a board or reports that record no suite refuse nothing; a board already of several suites, which
+    ranks untied, takes more reports of those)."""
+    on_board = {suite for suite, _ in suite_groups(board, board_suites)}
+    if not on_board or all(suite in on_board for suite, _ in suite_groups(paths, suites)):
+        return None
+    return _suites_line(f"{printable_name(str(opened))} and the leaderboard hold", [*paths, *board],
+                        [*suites, *board_suites], command)
 
 
 def _candidate_of(report: Path) -> str:

@@ -1,5 +1,5 @@
 """Which reports rank together (kldtui.formats.report_names.suite_groups): the one rule of kldtui
-view/leaderboard/plot DIR and of o on a folder. A
+view/leaderboard/plot DIR and of the viewer's and the dashboard's o. A
 leaderboard ranks one suite's reports; a report that records no suite (the original comparator's, for
 one) is not of another suite: it ranks beside the one suite the others record, and beside several it
 is named apart, so that every report of a refused folder is named."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kldtui.formats.report_names import (
+    beside_board_line,
     mixed_suites_line,
     suite_groups,
     suite_groups_words,
@@ -40,4 +41,21 @@ def test_a_folder_of_two_suites_names_its_unrecorded_reports_too(tmp_path: Path)
         f"{tmp_path} holds reports of 2 suites, which no leaderboard ranks together (suite aaaaaaaaaaaa: "
         "comparison-a.json; suite bbbbbbbbbbbb: comparison-c.json; suite not recorded: comparison-old.json); "
         f"rank one suite's: kldtui view {tmp_path}/comparison-a.json")
+
+
+def test_o_beside_a_board_is_refused_only_for_a_suite_the_board_does_not_hold() -> None:
+    board = [Path("/w/comparison-a.json"), Path("/w/comparison-b.json")]
+    opened = [Path("/x/comparison-c.json"), Path("/x/comparison-d.json")]
+    assert beside_board_line("/x", opened, [B, B], board, [A, A], "kldtui view") == (
+        "/x and the leaderboard hold reports of 2 suites, which no leaderboard ranks together (suite "
+        "bbbbbbbbbbbb: /x/comparison-c.json, /x/comparison-d.json; suite aaaaaaaaaaaa: /w/comparison-a.json, "
+        "/w/comparison-b.json); rank one suite's: kldtui view /x/comparison-c.json /x/comparison-d.json")
+    assert beside_board_line("/x", opened, [A, A], board, [A, A], "kldtui view") is None  # its suite
+    assert beside_board_line("/x", opened, [None, A], board, [A, None], "kldtui view") is None
+    assert beside_board_line("/x", opened, [None, None], board, [A, A], "kldtui view") is None
+    assert beside_board_line("/x", opened, [B, B], board, [None, None], "kldtui view") is None  # unknown
+    assert beside_board_line("/x", opened, [B, B], [], [], "kldtui view") is None  # nothing on the board
+    # a board of two suites already (kldtui view of two files) ranks untied; one of those suites joins
+    assert beside_board_line("/x", opened, [B, B], board, [A, B], "kldtui view") is None
+    assert beside_board_line("/x", opened, [C, B], board, [A, B], "kldtui view") is not None
 

@@ -203,12 +203,32 @@ class BoardScreen(Screen[None]):
         self.rebuild_board()
 
     def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
-                      noise: FolderNoise) -> None:
-        """``o`` on a campaign's folder: its reports join the board, ranked with the noise model the
-        board's folders bring (``noise``: this folder's measured one of its reports' suite), as
-        ``kldtui view`` ranks the same folders (:meth:`take_folder_noise`)."""
+                      noise: FolderNoise, opened: str = "") -> None:
+        """``o`` on a campaign's folder (``opened``): its reports join the board, ranked with the noise
+        model the board's folders bring (``noise``: this folder's measured one of its reports' suite), as
+        ``kldtui view`` ranks the same folders (:meth:`take_folder_noise`); unless they are of another
+        suite than the board's (:meth:`refused_beside_board`)."""
+        if self.refused_beside_board(opened, loaded):
+            return
         self.take_folder_noise(noise)
         self.reports_loaded(loaded, problems)
+
+    def refused_beside_board(self, opened: str, loaded: list[tuple[ComparisonReport, Path]]) -> bool:
+        """Whether the reports ``loaded`` that ``o`` on ``opened`` brought are refused: they bring a
+        suite none of the board's reports records, which no leaderboard ranks together with them. One
+        notification names each suite's reports and the ``kldtui view`` command that ranks the opened
+        ones, as a folder of several suites is refused; the board stays as it was (its noise model
+        too). The one rule: :func:`~kldtui.formats.report_names.beside_board_line`."""
+        from kldtui.formats.report_names import beside_board_line
+
+        board = [Path(r.path) if r.path else Path(r.name) for r in self.results]
+        suites = [r.suite_token_hash_sha256 for r, _ in loaded]
+        line = beside_board_line(opened, [p for _, p in loaded], suites, board,
+                                 [r.suite_token_hash_sha256 for r in self.reports], "kldtui view")
+        if line is None:
+            return False
+        self.notify(line, title="report", severity="error", timeout=20)
+        return True
 
     def take_folder_noise(self, found: FolderNoise, say: bool = True) -> bool:
         """Reports from campaign folders came with the noise models ``found`` (their
@@ -268,7 +288,7 @@ class BoardScreen(Screen[None]):
                 return
             # a campaign's folder: its measured model of its reports' suite, if any
             noise = campaign_noise_model(path, suite_hash_of(*(r for r, _ in loaded)))
-            self.deliver(self.folder_loaded, loaded, problems, noise)
+            self.deliver(self.folder_loaded, loaded, problems, noise, str(path))
             return
         try:
             report = load_report(found[0])
@@ -276,11 +296,16 @@ class BoardScreen(Screen[None]):
             self.deliver(self.notify, str(exc), title="report", severity="error", timeout=10)
             return
         noise = campaign_noise_model(path, report.suite_token_hash_sha256)
-        self.deliver(self.report_opened, result_from_report(report, str(found[0])), report, noise)
+        self.deliver(self.report_opened, result_from_report(report, str(found[0])), report, noise, str(path))
 
-    def report_opened(self, result: ResultData, report: ComparisonReport, noise: FolderNoise) -> None:
-        """``o`` on one report; from a campaign's folder of one candidate, with the folder's noise model,
-        as a folder of several brings it (:meth:`take_folder_noise`)."""
+    def report_opened(self, result: ResultData, report: ComparisonReport, noise: FolderNoise,
+                      opened: str = "") -> None:
+        """``o`` on one report (``opened``: its path or its folder's); from a campaign's folder of one
+        candidate, with the folder's noise model, as a folder of several brings it
+        (:meth:`take_folder_noise`); refused where its suite is not the board's
+        (:meth:`refused_beside_board`)."""
+        if self.refused_beside_board(opened, [(report, Path(result.path or opened))]):
+            return
         self.take_folder_noise(noise)
         self.show_result(result, report)
 

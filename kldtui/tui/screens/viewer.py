@@ -129,11 +129,11 @@ class ViewerScreen(BoardScreen):
             self.show_result(result, report)
 
     def folder_loaded(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
-                      noise: FolderNoise) -> None:
+                      noise: FolderNoise, opened: str = "") -> None:
         if self.single:  # showing the folder's first candidate alone hid the others
             self.call_later(self._become_board, loaded, problems, noise)
         else:
-            super().folder_loaded(loaded, problems, noise)
+            super().folder_loaded(loaded, problems, noise, opened)
 
     async def _become_board(self, loaded: list[tuple[ComparisonReport, Path]], problems: list[str],
                             noise: FolderNoise) -> None:
