@@ -254,7 +254,7 @@ def suite_groups(paths: Sequence[Path], suites: Sequence[str | None]) -> list[tu
     """The reports ``paths`` grouped by the suite token hash each records (``suites``, in the same
     order): one group per suite, in order of first appearance. The one rule for which reports rank
     together (a leaderboard pairs reports of one suite only), which every front end follows: ``kldtui
-    view/leaderboard/plot DIR`` and the viewer's and the dashboard's ``o``.
+    view/leaderboard/plot DIR``, the viewer's ``o`` and the dashboard's ranking.
 
     A report that records no suite (the original comparator's, for one) joins no group: unknown is
     not another suite (:func:`other_suite`). It ranks beside the reports of the one suite the others
@@ -334,6 +334,21 @@ def beside_board_line(opened: str | os.PathLike[str], paths: Sequence[Path], sui
         return None
     return _suites_line(f"{printable_name(str(opened))} and the leaderboard hold", [*paths, *board],
                         [*suites, *board_suites], command)
+
+
+def other_suites_note(groups: Sequence[tuple[str, Sequence[Path]]], command: str) -> tuple[str, str] | None:
+    """The note above a ranking of one suite's reports (the dashboard's: its run's suite) saying that
+    the reports of the other suites ``groups`` (:func:`suite_groups`) are left out: in full (how many,
+    each suite's, and ``command`` given the first suite's, which ranks them) and in one short line
+    (how many; the help has it in full). None when none is left out."""
+    if not groups:
+        return None
+    count = plural(sum(len(paths) for _, paths in groups), "report")
+    suites = "another suite" if len(groups) == 1 else f"{len(groups)} other suites"
+    rank = "rank them" if len(groups) == 1 else "rank one suite's"
+    return (f"left out: {count} of {suites} than this run's ({suite_groups_words(groups)}); "
+            f"{rank}: {rank_command(command, groups[0][1])}",
+            f"{count} of {suites} left out: ? names them and how to rank them")
 
 
 def _candidate_of(report: Path) -> str:

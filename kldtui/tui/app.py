@@ -20,7 +20,7 @@ from textual.theme import Theme
 
 from kldtui import stop_signals
 from kldtui.formats.report_names import FolderNoise
-from kldtui.formats.suite import WindowSpec, unit_of
+from kldtui.formats.suite import Suite, WindowSpec, unit_of
 from kldtui.formats.untrusted_json import printable
 from kldtui.tui import themes as theme_files
 from kldtui.tui.model import ShownCandidate
@@ -157,6 +157,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     profile_name: str | None = None
     candidate: ShownCandidate | None = None  # a campaign's: which candidate ``workspace`` holds
     unit: str | None = None  # what the suite's windows are called (a hidden-state suite's: context)
+    suite_hash: str | None = None  # the suite's token hash: the dashboard ranks that suite's reports
     if profile is not None:
         from kldtui.workflow.campaign import shown_candidate, shown_workspace
 
@@ -167,7 +168,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
         profile_name = str(profile.path) if profile.path else None
         if pipeline_factory is None:
             pipeline_factory = _pipeline_factory_for(profile)
-        specs = _profile_windows(profile)
+        suite = _profile_suite(profile)
+        specs = _profile_windows(profile, suite)
+        suite_hash = suite.suite_token_hash_sha256 if suite is not None else None
         windows = list(windows) or [(w.index, w.domain) for w in specs]
         unit = unit_of(specs) if specs else None
         if not reports:
@@ -183,7 +186,8 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     if pipeline_factory is not None:
         dashboard = DashboardScreen(pipeline_factory, report_paths=paths, own_report=own_report,
                                     windows=list(windows), autostart=autostart, workspace=workspace,
-                                    profile_name=profile_name, candidate=candidate, unit=unit)
+                                    profile_name=profile_name, candidate=candidate, unit=unit,
+                                    suite_hash=suite_hash)
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a {dashboard.model.unit}'s KL > {abort:g}"
         main = dashboard
@@ -209,14 +213,23 @@ def _pipeline_factory_for(profile: Any) -> PipelineFactory:
     return factory
 
 
-def _profile_windows(profile: Any) -> list[WindowSpec]:
-    """The windows the profile will run, from the suite manifest (no token file is read)."""
+def _profile_suite(profile: Any) -> Suite | None:
+    """The profile's suite, from its manifest (no token file is read): the windows it will run and its
+    token hash; None where it is not downloaded yet (the grid fills from events, and the run's report
+    says its suite)."""
     from kldtui.formats.suite import load_suite
 
     try:
-        suite = load_suite(profile.workspace().suite_dir)  # a campaign's candidates share it
-        return suite.select(profile.run.start_window, profile.run.stop_window)
-    except Exception:  # noqa: BLE001 - not downloaded yet: the grid fills from events
+        return load_suite(profile.workspace().suite_dir)  # a campaign's candidates share it
+    except Exception:  # noqa: BLE001 - not downloaded yet
+        return None
+
+
+def _profile_windows(profile: Any, suite: Suite | None) -> list[WindowSpec]:
+    """The windows the profile will run, of its ``suite`` (none yet: the grid fills from events)."""
+    try:
+        return suite.select(profile.run.start_window, profile.run.stop_window) if suite is not None else []
+    except Exception:  # noqa: BLE001 - a range the suite does not hold: the run says so
         return []
 
 

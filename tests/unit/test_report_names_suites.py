@@ -1,5 +1,5 @@
 """Which reports rank together (kldtui.formats.report_names.suite_groups): the one rule of kldtui
-view/leaderboard/plot DIR and of the viewer's and the dashboard's o. A
+view/leaderboard/plot DIR, of the viewer's and the dashboard's o and of the dashboard's ranking. A
 leaderboard ranks one suite's reports; a report that records no suite (the original comparator's, for
 one) is not of another suite: it ranks beside the one suite the others record, and beside several it
 is named apart, so that every report of a refused folder is named."""
@@ -11,6 +11,7 @@ from pathlib import Path
 from kldtui.formats.report_names import (
     beside_board_line,
     mixed_suites_line,
+    other_suites_note,
     suite_groups,
     suite_groups_words,
     unrecorded_suite,
@@ -59,3 +60,19 @@ def test_o_beside_a_board_is_refused_only_for_a_suite_the_board_does_not_hold() 
     assert beside_board_line("/x", opened, [B, B], board, [A, B], "kldtui view") is None
     assert beside_board_line("/x", opened, [C, B], board, [A, B], "kldtui view") is not None
 
+
+def test_the_note_of_reports_of_other_suites_left_out_says_how_many_and_how_to_rank_them() -> None:
+    assert other_suites_note([], "kldtui view") is None
+    one = [(B, [Path("/w/comparison-c.json"), Path("/w/comparison-d.json")])]
+    assert other_suites_note(one, "kldtui view") == (
+        "left out: 2 reports of another suite than this run's (suite bbbbbbbbbbbb: comparison-c.json, "
+        "comparison-d.json); rank them: kldtui view /w/comparison-c.json /w/comparison-d.json",
+        "2 reports of another suite left out: ? names them and how to rank them")
+    two = [*one, (C, [Path("/w/comparison it.json")])]
+    full, brief = other_suites_note(two, "kldtui view") or ("", "")
+    assert full == (
+        "left out: 3 reports of 2 other suites than this run's (suite bbbbbbbbbbbb: comparison-c.json, "
+        "comparison-d.json; suite cccccccccccc: comparison it.json); rank one suite's: kldtui view "
+        "/w/comparison-c.json /w/comparison-d.json")
+    assert brief == "3 reports of 2 other suites left out: ? names them and how to rank them"
+    assert len(brief) <= 78  # one line of an 80-column dashboard

@@ -145,7 +145,12 @@ class BoardScreen(Screen[None]):
 
     def help_notes(self) -> list[str]:
         """What the help (?) adds below the keys: the ranking's notes in full."""
-        return [full for full, _ in self.board_notes]
+        return [full for full, _ in self.ranking_notes()]
+
+    def ranking_notes(self) -> list[tuple[str, str]]:
+        """The ranking's notes (in full, in one short line): its own (``board_notes``), then what the
+        screen adds (the dashboard: the reports of other suites it leaves out)."""
+        return list(self.board_notes)
 
     # -- one handler for worker failures -----------------------------------------------------------
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -432,7 +437,7 @@ class BoardScreen(Screen[None]):
         if n > 1:  # what the tie marks mean is in the help (?); the selected row's verdict is below
             head += "; Enter opens one, space marks two, d diffs, ? help"
         elsewhere = self.notes_shown_elsewhere()
-        notes = [(full, brief) for full, brief in self.board_notes if full not in elsewhere]
+        notes = [(full, brief) for full, brief in self.ranking_notes() if full not in elsewhere]
         note = self.query_one("#board-note", PlainStatic)
         # in full, the noise model's note names a campaign folder's model as its short line does
         shown = [self.noise_brief(full.removeprefix(NOISE_NOTE)) if full.startswith(NOISE_NOTE) else full

@@ -186,8 +186,13 @@ class DashboardScreen(BoardScreen):
                  own_report: Path | None = None, windows: list[tuple[int, str]] | None = None,
                  autostart: bool = False, workspace: Workspace | None = None,
                  profile_name: str | None = None, candidate: ShownCandidate | None = None,
-                 unit: str | None = None) -> None:
+                 unit: str | None = None, suite_hash: str | None = None) -> None:
         super().__init__(report_paths)
+        # the run's suite (its token hash; None until known: the suite is not there yet): the ranking
+        # holds its reports only, and those that record no suite; the others are left out, by absolute
+        # path (their path as given, their suite), and named in a note above it (other_suites_note)
+        self.suite_hash = suite_hash
+        self.other_suites: dict[str, tuple[Path, str]] = {}
         self.workspace = workspace  # read on mount: a reopened work folder shows what it holds
         self.workspace_candidate = candidate  # a campaign's: which candidate ``workspace`` holds
         self.profile_name = profile_name
@@ -505,6 +510,8 @@ class DashboardScreen(BoardScreen):
             self._campaign_reports_failed.pop(os.path.abspath(path), None)
         on_board = {os.path.abspath(r.path) for r in self.results if r.path}
         added = False
+        for _, _, report in loaded:  # the campaign's reports: of the run's suite
+            self.learn_suite(report.suite_token_hash_sha256)
         for name, path, report in loaded:
             if os.path.abspath(path) not in on_board:  # its ResultReady may have come meanwhile
                 self.add_to_board(result_from_report(report, path, name), report, rebuild=False)
@@ -524,6 +531,8 @@ class DashboardScreen(BoardScreen):
 
     def _result_ready(self) -> None:
         report, path = self.model.result_report, self.model.result_path
+        if report is not None:  # the run's (a campaign candidate's) report: of the run's suite
+            self.learn_suite(report.suite_token_hash_sha256)
         # a campaign's next steps are its reports together, said when it ends (run_finished): one
         # candidate's report is not what to diff next
         if path and report and not self.model.next_lines and not self._is_campaign():
@@ -542,6 +551,51 @@ class DashboardScreen(BoardScreen):
             return  # a campaign's repeat capture: the noise model, not a candidate to rank
         if report is not None and result.path is not None:
             self.add_to_board(result, report)
+
+    def add_to_board(self, result: ResultData, report: ComparisonReport, rebuild: bool = True) -> None:
+        """A report joins the ranking where it is of the run's suite (or records none: unknown is not
+        another suite, :func:`~kldtui.formats.report_names.other_suite`); one of another suite (a work
+        folder that holds ``kldtui demo`` and ``kldtui demo --hidden``) is left out, and the note above
+        the ranking says how many and the command that ranks them (:meth:`ranking_notes`)."""
+        from kldtui.formats.report_names import other_suite
+
+        suite = report.suite_token_hash_sha256
+        if suite and result.path is not None and other_suite(self.suite_hash, suite):
+            self.other_suites[os.path.abspath(result.path)] = (Path(result.path), suite)
+            if rebuild:
+                self.update_board_note()
+            return
+        super().add_to_board(result, report, rebuild)
+
+    def learn_suite(self, suite: str | None) -> None:
+        """The run's suite, from its own report, where it was not known when the dashboard opened (the
+        suite was not downloaded yet): the reports of other suites on the ranking leave it."""
+        if self.suite_hash is not None or not suite:
+            return
+        from kldtui.formats.report_names import other_suite
+
+        self.suite_hash = suite
+        kept = []
+        for i, (result, report) in enumerate(zip(self.results, self.reports, strict=True)):
+            recorded = report.suite_token_hash_sha256
+            if recorded and result.path is not None and other_suite(suite, recorded):
+                self.other_suites[os.path.abspath(result.path)] = (Path(result.path), recorded)
+            else:
+                kept.append(i)
+        if len(kept) == len(self.results):
+            return
+        self.results = [self.results[i] for i in kept]
+        self.reports = [self.reports[i] for i in kept]
+        self.rebuild_board()
+
+    def ranking_notes(self) -> list[tuple[str, str]]:
+        """The ranking's notes, then the one naming the reports of other suites left out."""
+        from kldtui.formats.report_names import other_suites_note, suite_groups
+
+        left_out = list(self.other_suites.values())
+        groups = suite_groups([path for path, _ in left_out], [suite for _, suite in left_out])
+        note = other_suites_note(groups, "kldtui view")
+        return [*super().ranking_notes(), *([note] if note is not None else [])]
 
     def _own_report(self) -> Path | None:
         if self.model.result_path:
