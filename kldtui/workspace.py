@@ -277,10 +277,11 @@ class Workspace:
         return Path(root) / "suite", Path(root) / (DEMO_SCORE_PROFILE if score else DEFAULT_PROFILE)
 
     def earlier_reports(self) -> list[Path]:
-        """Reports already in the work folder (``comparison*.json``), for the leaderboard."""
+        """Reports already in the work folder (``comparison*.json``), for the leaderboard: regular files
+        only, as ``kldtui view DIR`` takes them (a link or a FIFO another tool left is not a report)."""
         if self.workdir is None or not self.workdir.is_dir():
             return []
-        return sorted(self.workdir.glob("comparison*.json"))
+        return sorted(f for f in self.workdir.glob("comparison*.json") if f.is_file() and not f.is_symlink())
 
     @staticmethod
     def _need(value: Path | None, name: str) -> Path:

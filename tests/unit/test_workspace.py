@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,13 @@ def test_flag_workspaces_hold_only_what_their_command_needs(tmp_path: Path) -> N
     assert cap.records_path == tmp_path / "caps" / "capture-r1.json"
     with pytest.raises(ValueError, match="candidate_dir"):
         _ = cap.candidate
+
+
+def test_earlier_reports_are_regular_files_only(tmp_path: Path) -> None:
+    """A link or a FIFO named like a report in a shared work folder is not one of its reports."""
+    (tmp_path / "comparison-a.json").write_text("{}")
+    (tmp_path / "comparison.json").write_text("{}")
+    (tmp_path / "comparison-link.json").symlink_to(tmp_path / "comparison-a.json")
+    os.mkfifo(tmp_path / "comparison-fifo.json")
+    ws = Workspace(workdir=tmp_path)
+    assert [p.name for p in ws.earlier_reports()] == ["comparison-a.json", "comparison.json"]
