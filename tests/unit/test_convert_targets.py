@@ -53,3 +53,37 @@ def test_a_registered_target_is_a_choice_of_convert_to_and_runs(monkeypatch: pyt
     assert "echo: write SOURCE again" in str(to.help)
     assert main(["convert", "a.kld", "--to", "echo", "b.kld", "--loud"]) == 0
     assert ran == [("a.kld", "b.kld", True)]
+
+
+def _convert_help(capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``kldtui convert --help`` prints, its lines joined (argparse wraps them to the terminal)."""
+    with pytest.raises(SystemExit) as done:
+        main(["convert", "--help"])
+    assert done.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_convert_help_lists_every_registered_target_with_its_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    import kldtui.cli.commands.convert as command
+
+    shown = _convert_help(capsys)
+    for name, target in TARGETS.items():
+        assert f"{target.converts} (--to {name})" in shown, shown  # the command's line
+        assert f"{name}: {target.writes}" in shown, shown  # --to's
+    # the help is said when the parser is built, from the targets registered then: a target added
+    # after the command was imported is in it, and importing the command again builds nothing
+    monkeypatch.setitem(TARGETS, "echo", ConvertTarget("echo", "a file to itself", "write SOURCE again",
+                                                       lambda parser: None, lambda args: 0))
+    importlib.reload(command)
+    assert "HELP" not in vars(command)
+    shown = _convert_help(capsys)
+    assert ("convert a suite's reference to llama.cpp's KL-divergence base file (--to llama-cpp), "
+            "llama.cpp's base file to a kldtui suite (--to suite), or a file to itself (--to echo)") in shown
+    assert "echo: write SOURCE again" in shown
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = " ".join(capsys.readouterr().out.split())
+    assert "or a file to itself (--to echo)" in listed  # kldtui --help's line for convert

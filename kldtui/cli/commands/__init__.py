@@ -1,4 +1,6 @@
-"""Sub-commands. Each module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+"""Sub-commands. Each module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
+``HELP`` is read when the parser is built (a module whose help comes from a registry, as convert's
+from its targets, says it then through a module ``__getattr__``).
 
 Command modules import only the standard library at top level: heavy modules (numpy, torch,
 vllm, huggingface_hub, textual) are imported inside ``run`` so ``kldtui --help`` stays fast.

@@ -22,13 +22,23 @@ def _help() -> str:
     return "convert " + (", ".join(said[:-1]) + ", or " if len(said) > 1 else "") + said[-1]
 
 
-HELP = _help()
+def __getattr__(name: str) -> str:
+    """``HELP``, the command's help, said when the parser is built (kldtui.cli.main reads it), from
+    the targets registered then: importing this module or a target builds nothing."""
+    if name == "HELP":
+        return _help()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _to_help() -> str:
+    """``--to``'s help: each registered target's name and what it writes."""
+    return "; ".join(f"{name}: {target.writes}" for name, target in TARGETS.items())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE", help="a suite folder (with ref/), or a base file")
     parser.add_argument("--to", required=True, choices=tuple(TARGETS),
-                        help="; ".join(f"{name}: {target.writes}" for name, target in TARGETS.items()))
+                        help=_to_help())
     parser.add_argument("destination", metavar="DEST", help="the base file, or the suite folder to make")
     for target in TARGETS.values():
         target.add_arguments(parser)

@@ -1,5 +1,6 @@
 """The targets of ``kldtui convert --to``, keyed by their name: the command's choices, its help
-and what it runs all come from :data:`TARGETS`.
+and what it runs all come from :data:`TARGETS`, read when the parser is built (importing a target
+or the command builds no help).
 
 Adding a target: one module beside the others (a :class:`~.base.ConvertTarget` named ``TARGET``,
 importing only the standard library at top level, as command modules do) and one line here.
