@@ -145,7 +145,7 @@ class WindowState(Event):
     def describe(self) -> str:
         """The window's line in a log (the dashboard's and ``--batch``'s):
         ``window 003 (code) compared, mean KL 0.0273169, top-1 90.22 %``."""
-        from kldtui.text import top_k
+        from kldtui.text import precise_number, top_k
 
         label = self.label
         figures = self.figures
@@ -155,7 +155,7 @@ class WindowState(Event):
         extra = ""
         kl = figures.get("kl", figures.get("kl_mean"))
         if isinstance(kl, int | float) and not isinstance(kl, bool):
-            extra += f", mean KL {kl:.6g}"
+            extra += f", mean KL {precise_number(kl)}"
         top1 = figures.get("top1", figures.get("top1_agreement"))
         if isinstance(top1, int | float) and not isinstance(top1, bool):
             extra += f", {top_k(1, float(top1))}"

@@ -30,18 +30,31 @@ def plural(count: int | float, noun: str, many: str | None = None) -> str:
 PLAIN_RANGE = (1e-6, 1e6)
 
 
-def plain_number(x: float) -> str:
-    """A figure in sentences: three significant digits, in digits from 0.000001 to 999,999 (0.00275,
-    0.000026, 1230), in exponent form beyond (2.94e+37, 1.59e-07); ``inf`` and ``nan`` as Python writes
-    them (a sentence says in words what an infinite end means)."""
+def plain_number(x: float, digits: int = 3) -> str:
+    """A figure in sentences: ``digits`` significant digits (three unless told), in digits from
+    0.000001 to 999,999 (0.00275, 0.000026, 1230), in exponent form beyond (2.94e+37, 1.59e-07), never
+    fixed decimals that read 0.0000123 as 0.0000 or 1e29 in thirty digits; ``inf`` and ``nan`` as
+    Python writes them (a sentence says in words what an infinite end means)."""
     value = float(x)
     if not math.isfinite(value):
         return str(value)
-    rounded = f"{value:.3g}"
+    rounded = f"{value:.{digits}g}"
     low, high = PLAIN_RANGE
     if value != 0 and not low <= abs(float(rounded)) < high:
         return rounded
     return format(Decimal(rounded), "f")
+
+
+# how many significant digits a precise figure keeps: the text summary's (``kldtui view``, the end of
+# a compare) and a perplexity ratio's, whose news is in its digits after 1.00 (1.00231)
+PRECISE_DIGITS = 6
+
+
+def precise_number(x: float) -> str:
+    """A figure to :data:`PRECISE_DIGITS` significant digits, as :func:`plain_number` writes it:
+    0.0512345, 1.00231, 0.0000123457, 1e+29, -0.25, ``inf``; the text summary's figures and a
+    perplexity ratio."""
+    return plain_number(x, PRECISE_DIGITS)
 
 
 def _no_finite_end(low: float, high: float, shown: Callable[[float], str]) -> str | None:
@@ -364,7 +377,8 @@ class BarAxis:
 
     def words(self) -> str:
         """How a reader should take the axis, e.g. ``log axis 0.0008 to 0.19``."""
-        return f"{'log' if self.log else 'linear'} axis {self.low:.2g} to {self.high:.2g}"
+        return (f"{'log' if self.log else 'linear'} axis {plain_number(self.low, 2)} to "
+                f"{plain_number(self.high, 2)}")
 
 
 def bar_axis(values: list[float], pad: float = 0.0) -> BarAxis:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Notice, StageName, null_sink
 from kldtui.formats.suite import MANIFEST_LIMIT, Suite
+from kldtui.text import plain_number, precise_number
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import LmHead, TensorManifest
@@ -233,8 +234,9 @@ def finish_hidden_folder(folder: Path, suite: Suite, entries: Sequence[Any], *, 
         write_json_atomic(target, check)
         kl = check["kl_live_to_replay"]
         emit(Notice(STAGE, f"replay check ({check['contexts']} contexts, {check['positions']} positions): "
-                           f"KL(live || replay) mean {kl['mean']:.3g}, p99.9 {kl['p99_9']:.3g}, max "
-                           f"{kl['max']:.3g}, top-1 {check['top1_agreement']:.6f}: {check['status']} "
+                           f"KL(live || replay) mean {plain_number(kl['mean'])}, p99.9 "
+                           f"{plain_number(kl['p99_9'])}, max {plain_number(kl['max'])}, top-1 "
+                           f"{precise_number(check['top1_agreement'])}: {check['status']} "
                            f"({target})", level="info" if check["status"] == "qualified" else "warning"))
     elif head is not None:
         emit(Notice(STAGE, f"{folder}: no live logits were captured beside the hidden states, so the replay "
@@ -344,9 +346,9 @@ def replay_check(suite: Suite, hidden: TensorManifest, live: TensorManifest, hea
     top1 = agree / positions
     reasons = []
     if not kl_doc["mean"] <= QUALIFY_MEAN_KL:
-        reasons.append(f"mean KL {kl_doc['mean']:.3g} > {QUALIFY_MEAN_KL:g}")
+        reasons.append(f"mean KL {plain_number(kl_doc['mean'])} > {QUALIFY_MEAN_KL:g}")
     if not top1 >= QUALIFY_TOP1:
-        reasons.append(f"top-1 agreement {top1:.6f} < {QUALIFY_TOP1}")
+        reasons.append(f"top-1 agreement {precise_number(top1)} < {QUALIFY_TOP1}")
     return {
         "format": CHECK_FORMAT, "format_version": 1, "created_utc": fid.utc_now(),
         "status": "qualified" if not reasons else "not qualified",

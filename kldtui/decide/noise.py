@@ -344,8 +344,8 @@ class NoiseFloor:
                     f"measure; differences rest on the {unit}s alone")
         if self.kind == "published":
             return (f"published repeat KL {self.threshold:g} for the Kimi K3 suite (two captures of one "
-                    f"model differ by KL {self.kl_mean:.4f} on window 0); the repeat variation of the metric "
-                    "itself is not measured")
+                    f"model differ by KL {plain_number(self.kl_mean)} on window 0); the repeat variation of "
+                    "the metric itself is not measured")
         return (f"repeat KL {plain_number(self.threshold)} between two captures of one model (measured: "
                 f"{self.source}); the repeat variation of the metric itself is not measured")
 

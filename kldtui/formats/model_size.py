@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, plain_number
 
 SOURCES = ("safetensors", "gguf", "given")
 # tensor-name endings that hold weights packed into 32-bit integers, several per element
@@ -128,7 +128,7 @@ class ModelSize:
 def format_count(n: int) -> str:
     for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
         if n >= scale:
-            return f"{n / scale:.3g} {suffix}"
+            return f"{plain_number(n / scale)} {suffix}"
     return str(n)
 
 

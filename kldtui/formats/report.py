@@ -23,7 +23,7 @@ from kldtui.formats.report_model import (
     Interval,
 )
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few, kl_headline_interval
-from kldtui.text import human_bytes, interval_ends, plural, table_figure, top_k
+from kldtui.text import PRECISE_DIGITS, human_bytes, interval_ends, plain_number, plural, table_figure, top_k
 
 
 def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, Any],
@@ -65,12 +65,10 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _f(value: Any, digits: int = 6) -> str:
-    return f"{value:.{digits}g}" if _number(value) else "n/a"
-
-
-def _pct(value: Any) -> str:
-    return f"{100.0 * value:.4f} %" if _number(value) else "n/a"
+def _f(value: Any, digits: int = PRECISE_DIGITS) -> str:
+    """A figure of the summary (kldtui.text.plain_number's words, six significant digits unless told),
+    ``n/a`` for one unknown or not finite."""
+    return plain_number(value, digits) if _number(value) else "n/a"
 
 
 def _ends(low: float | None, high: float | None, shown: Callable[[Any], str] = _f) -> str:
@@ -99,7 +97,7 @@ def _interval(low: Any, high: Any, windows: int | None, unit: str) -> str:
     :attr:`ComparisonReport.unit`)."""
     if interval_rests_on_too_few(windows):
         return f"(no interval: too few {unit}s)"
-    return f"95% CI [{_f(low)}, {_f(high)}]"
+    return f"95% CI {_ends(low, high)}"
 
 
 def domain_windows(report: ComparisonReport) -> dict[str, int]:
@@ -218,7 +216,7 @@ def summary_text(report: ComparisonReport) -> str:
             m = counts.get(name)
             if interval_rests_on_too_few(m):
                 return f"{name} {_f(b.estimate)} ({plural(m or 0, unit)}: no interval)"
-            return f"{name} {_f(b.estimate)} [{_f(b.ci95_low)}, {_f(b.ci95_high)}]"
+            return f"{name} {_f(b.estimate)} {_ends(b.ci95_low, b.ci95_high)}"
 
         lines.append("  by domain: " + "  ".join(domain(name, b) for name, b in report.domains.items()))
     lines.extend(f"  {line}" for line in figure_lines(report))

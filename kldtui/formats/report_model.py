@@ -23,6 +23,7 @@ from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize
 from kldtui.formats.suite import unit_name
 from kldtui.metrics.limits import KL_ROW_MAX
+from kldtui.text import plain_number
 
 REPORT_FORMAT = "kldtui-comparison-v1"
 STATS_REQUIRED = ("mean", "median", "p95", "p99", "max")
@@ -610,9 +611,9 @@ class ReferenceEncoding(_Part):
         share = self.floored_entries / self.entries if self.entries else 0.0
         floor = f"{self.floor_nats:g} nats" if self.floor_nats is not None else "the floor"
         return (f"reference decoded from {self.format}: each reference log-probability is within "
-                f"{self.max_entry_error:.2g} nats of the original, and {share:.0%} of its entries (those "
-                f"more than {floor} below their row's top) count as probability 0 (rows lose at most "
-                f"{self.max_mass_gap:.2g} of their probability)")
+                f"{plain_number(self.max_entry_error, 2)} nats of the original, and {share:.0%} of its "
+                f"entries (those more than {floor} below their row's top) count as probability 0 (rows "
+                f"lose at most {plain_number(self.max_mass_gap, 2)} of their probability)")
 
 
 @dataclass(frozen=True)

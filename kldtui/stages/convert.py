@@ -33,7 +33,7 @@ from kldtui.formats.report_model import ReferenceEncoding
 from kldtui.formats.safe_io import check_output
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest, load_suite, units_of
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, plain_number
 
 ROW_BLOCK = 64
 
@@ -92,14 +92,15 @@ class PrecisionLoss:
 
     def lines(self) -> list[str]:
         return [
-            f"uint16 encoding: largest step {self.max_step:.3g} nats (bound {kld.MAX_STEP:.3g}); "
-            "kept entries "
-            f"off by at most {self.max_abs_error:.3g} nats (mean {self.mean_abs_error:.2g})",
+            f"uint16 encoding: largest step {plain_number(self.max_step)} nats (bound "
+            f"{plain_number(kld.MAX_STEP)}); kept entries off by at most {plain_number(self.max_abs_error)} "
+            f"nats (mean {plain_number(self.mean_abs_error, 2)})",
             f"16-nat floor: {self.floored_entries:,} of {self.entries + self.floored_entries:,} entries "
             "read as "
-            f"probability 0, losing at most {self.max_floored_mass:.3g} of a row's mass "
-            f"(mean {self.mean_floored_mass:.2g})",
-            f"KL(file || exact) per row: max {self.max_row_kl:.3g}, mean {self.mean_row_kl:.3g} nats",
+            f"probability 0, losing at most {plain_number(self.max_floored_mass)} of a row's mass "
+            f"(mean {plain_number(self.mean_floored_mass, 2)})",
+            f"KL(file || exact) per row: max {plain_number(self.max_row_kl)}, mean "
+            f"{plain_number(self.mean_row_kl)} nats",
         ]
 
 
@@ -247,14 +248,13 @@ class FileLoss:
                 "max_mass_gap": self.max_mass_gap, "mean_mass_gap": self.mean_mass_gap}
 
     def lines(self) -> list[str]:
-        return [f"uint16 encoding: largest step {self.max_step:.3g} nats, so each kept log-probability "
-                "is within "
-                f"{self.max_step / 2:.3g} of what llama.cpp computed; {self.floored_entries:,} of "
+        return [f"uint16 encoding: largest step {plain_number(self.max_step)} nats, so each kept "
+                "log-probability is within "
+                f"{plain_number(self.max_step / 2)} of what llama.cpp computed; {self.floored_entries:,} of "
                 f"{self.entries:,} entries were more than 16 nats below their row's top and read as "
                 "probability 0",
-                f"decoded rows sum to 1 within {self.max_mass_gap:.3g} (mean {self.mean_mass_gap:.2g}); "
-                "kldtui "
-                "renormalises them"]
+                f"decoded rows sum to 1 within {plain_number(self.max_mass_gap)} (mean "
+                f"{plain_number(self.mean_mass_gap, 2)}); kldtui renormalises them"]
 
 
 @dataclass(frozen=True)

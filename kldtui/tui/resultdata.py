@@ -31,9 +31,10 @@ from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.text import interval_ends, table_figure
 
 
-def _formatter(fmt: str | None) -> Callable[[float], str]:
-    """A figure's text: in the format string ``fmt``; None: a KL's (:func:`~kldtui.text.table_figure`)."""
-    return table_figure if fmt is None else fmt.format
+def _formatter(fmt: Callable[[float], str] | None) -> Callable[[float], str]:
+    """How a figure reads: ``fmt`` (a formatter of kldtui.text); None: a KL's
+    (:func:`~kldtui.text.table_figure`)."""
+    return table_figure if fmt is None else fmt
 
 
 @dataclass(frozen=True)
@@ -68,17 +69,17 @@ class Band:
         ends = self.ends
         return ends if ends is not None and all(math.isfinite(e) for e in ends) else None
 
-    def interval_text(self, fmt: str | None = None, short: bool = True) -> str:
+    def interval_text(self, fmt: Callable[[float], str] | None = None, short: bool = True) -> str:
         """``[low, high]`` (an end that is not finite in words: kldtui.text.interval_ends), or why there
-        is none (``too few windows (2)``), or ``-``; each figure in ``fmt`` (a format string; None: a
-        KL's, :func:`~kldtui.text.table_figure`)."""
+        is none (``too few windows (2)``), or ``-``; each figure as ``fmt`` writes it (a formatter of
+        kldtui.text; None: a KL's, :func:`~kldtui.text.table_figure`)."""
         if self.ends is not None:
             return interval_ends(*self.ends, _formatter(fmt))
         if self.too_few and self.windows is not None:
             return too_few_text(self.windows, short=short, unit=self.unit)
         return "-"
 
-    def text(self, fmt: str | None = None, short: bool = False) -> str:
+    def text(self, fmt: Callable[[float], str] | None = None, short: bool = False) -> str:
         """``estimate [low, high]``, or the estimate and why there is no interval (``short``: in a
         few words, for a second figure on a line that already said it); ``fmt`` as
         :meth:`interval_text`'s."""

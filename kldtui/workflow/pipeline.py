@@ -73,7 +73,7 @@ from kldtui.stages.reference_capture import (
     reference_complete,
 )
 from kldtui.stages.serve import stop_reason
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, precise_number
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workflow.state import RunState
@@ -533,9 +533,9 @@ class Pipeline:
                 result = comparer.window(window, options=self._compare_options())
                 kl = result.kl_mean
                 if threshold is not None and kl is not None and kl > threshold:
-                    self._abort_message = (f"{window.label}: mean KL {kl:.6g} is above abort_kl_above "
-                                           f"{threshold:g}; stopped early (report of the {window.unit}s "
-                                           f"compared so far: {self._workspace.report})")
+                    self._abort_message = (f"{window.label}: mean KL {precise_number(kl)} is above "
+                                           f"abort_kl_above {threshold:g}; stopped early (report of the "
+                                           f"{window.unit}s compared so far: {self._workspace.report})")
                     self.emit(Notice("compare", self._abort_message, level="error"))
                     self.emit(EarlyAbort("compare", self._abort_message,
                                          report_path=str(self._workspace.report)))

@@ -24,7 +24,7 @@ from kldtui.capture_modes import CaptureMode
 from kldtui.errors import BadInput, StageFailed
 from kldtui.formats.chunks import request_tag, sanitize_request_id, writer_host
 from kldtui.formats.suite import Suite, WindowSpec
-from kldtui.text import plural
+from kldtui.text import plain_number, plural
 
 # the server computes log-softmax in float32 on its device; this side in float64 from the same
 # values: agreement is ~1e-5; anything over this means the rows are not the scored logits
@@ -152,7 +152,7 @@ def run_smoke(url: str, served_model_name: str, capture_dir: str | Path, *, toke
     result.ok = diff <= LOGPROB_TOLERANCE
     verdict = "match" if result.ok else "DO NOT match"
     result.lines.append(f"captured rows {verdict} the server's prompt logprobs: largest difference "
-                        f"{diff:.3g} (tolerance {LOGPROB_TOLERANCE:g})")
+                        f"{plain_number(diff)} (tolerance {LOGPROB_TOLERANCE:g})")
     return result
 
 

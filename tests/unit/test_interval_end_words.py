@@ -49,9 +49,9 @@ def test_kldtui_view_the_viewer_and_the_exports_say_an_overflowed_end_in_words(
 
     band = result_from_report(doc, path).kl  # the viewer's result pane
     assert band is not None and band.interval is None  # nothing for a chart to draw
-    assert band.text("{:.3g}") == (f"{head.estimate:.3g} from {head.ci95_low:.3g} with no finite upper "
-                                   "end")
-    assert Band(1.0, 0.5, math.inf, 32).interval_text("{:.3g}") == "from 0.5 with no finite upper end"
+    assert band.text(plain_number) == (f"{plain_number(head.estimate)} from {plain_number(head.ci95_low)} "
+                                       "with no finite upper end")
+    assert Band(1.0, 0.5, math.inf, 32).interval_text(plain_number) == "from 0.5 with no finite upper end"
 
     for fmt in ("markdown", None):  # the markdown export and the text leaderboard
         args = ["leaderboard", str(path), str(other)] + (["--format", fmt] if fmt else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kldtui.text import interval_ends, plural, signed_table_figure, table_figure
+from kldtui.text import interval_ends, plain_number, plural, signed_table_figure, table_figure
 
 # static, so true of both kinds of suite: a hidden-state suite's windows are its contexts (PairedDiff.unit)
 HELP = ("paired comparison of two candidates' reports (same reference and suite): B - A per window (per "
@@ -46,7 +46,7 @@ SHORT = {"a_closer": "A closer", "b_closer": "B closer", "within_noise": "within
 def _cells(label: str, s: Any, unit: str) -> tuple[str, ...]:
     """One row of the outcome table: its group's name, count, means, interval, ratio and verdict."""
     ratio = s.mean_b / s.mean_a if s.mean_a > 0 else float("nan")
-    ratio_text = f"{ratio:.3g}" if ratio == ratio else "n/a (a mean of 0)"
+    ratio_text = plain_number(ratio) if ratio == ratio else "n/a (a mean of 0)"
     call = SHORT.get(s.outcome, s.outcome).format(unit=unit) + (" (provisional)" if s.provisional else "")
     return (label, str(s.windows), table_figure(s.mean_a), table_figure(s.mean_b), s.interval.text(),
             ratio_text, call)

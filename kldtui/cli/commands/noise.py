@@ -81,7 +81,7 @@ def describe(model: Any, unit: str = "window") -> list[str]:
     reports it was measured from (a hidden-state suite's are contexts; the stored model does not
     record it)."""
     from kldtui.decide.noise import DETERMINISTIC_REASON
-    from kldtui.text import plural
+    from kldtui.text import plural, precise_number
 
     if model.kind == "deterministic":
         return [f"noise model: {model.describe(unit)}",
@@ -90,8 +90,9 @@ def describe(model: Any, unit: str = "window") -> list[str]:
     if model.repeat is not None:
         lines.append(f"repeat variation of the metric: {model.repeat.describe(unit)}")
     if model.per_window:
-        rev = f", reverse {model.kl_reverse_mean:.6g}" if model.kl_reverse_mean is not None else ""
-        lines.append(f"repeat KL between the captures: mean {model.kl_mean:.6g}{rev} over "
+        reverse = model.kl_reverse_mean
+        rev = f", reverse {precise_number(reverse)}" if reverse is not None else ""
+        lines.append(f"repeat KL between the captures: mean {precise_number(model.kl_mean)}{rev} over "
                      f"{plural(len(model.per_window), unit)}")
     if not model.has_metric:
         lines.append("the repeat variation of the metric is not measured: give the reports of two or more "

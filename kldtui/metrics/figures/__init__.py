@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from kldtui.metrics.kernels import FIELDS, RowStats
+from kldtui.text import precise_number
 
 if TYPE_CHECKING:
     from kldtui.metrics.inference import Headline
@@ -148,9 +149,10 @@ class RowFigure:
     finite_only: bool = False  # leave infinite values out (as KL's statistics do: masked tokens)
     scale: float = 1.0  # figure = scale x aggregation (e.g. 10,000: per 10,000 tokens)
     unit: str = ""  # shown after the value, e.g. "per 10,000 tokens"
-    # a format string, or a function of kldtui.text (a signed shift: signed_table_figure, a q8's
-    # +0.0000123 nats in its digits where five fixed decimals read +0.00001)
-    fmt: str | Callable[[float], str] = "{:.6g}"
+    # a function of kldtui.text (a signed shift: signed_table_figure, a q8's +0.0000123 nats in its
+    # digits where five fixed decimals read +0.00001; unless told, six significant digits), or a format
+    # string where another tool's precision is the figure's (llama.cpp's "Same top p")
+    fmt: str | Callable[[float], str] = precise_number
     better: Literal["lower", "higher"] | None = "lower"
     integer: bool = False  # a count: written as a whole number
     report: Literal["figures", "columns"] = "figures"

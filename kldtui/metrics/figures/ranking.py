@@ -11,7 +11,7 @@ import numpy as np
 
 from kldtui.metrics.figures import RowFigure, register
 from kldtui.metrics.kernels import RowStats
-from kldtui.text import signed_table_figure
+from kldtui.text import signed_table_figure, table_figure
 
 CONFIDENT = 0.9  # the reference's top probability from which a prediction counts as confident
 
@@ -49,12 +49,14 @@ def _rms_se(values: np.ndarray) -> float:
 
 
 register(RowFigure(
-    name="confident_flip_rate", label="confident flips", unit="per 10,000 tokens", fmt="{:.2f}",
+    name="confident_flip_rate", label="confident flips", unit="per 10,000 tokens", fmt=table_figure,
     definition=(f"positions where the reference's top probability is at least {CONFIDENT} and the "
                 "candidate's argmax is another token, per 10,000 positions"),
     slots=("ref_top_prob", "argmax_ref", "argmax_cand"), values=_flips, scale=10_000.0,
     bounds=(0.0, 10_000.0)))
 
+# Same top p and RMS Δp in llama.cpp perplexity's precision (%6.3f, docs/EXPORTS.md): read beside its
+# output; both are per cent from 0 to 100, where three decimals neither vanish nor run on
 register(RowFigure(
     name="same_top_p", label="Same top p", unit="%", fmt="{:.3f}", better="higher",
     definition=("per cent of positions where the candidate's argmax is the reference's (llama.cpp "

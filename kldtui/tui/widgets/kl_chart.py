@@ -184,11 +184,11 @@ class KLChart(Widget):
             items.append(band)
         if self.signed:  # what a bar that fills its side of the zero line is worth, each side drawn
             zero, unit, area = shape.zero, shape.cells_per_unit, shape.area
-            ends = ([f"{-zero / unit:+.3g}"] if zero > 0 else []) + \
-                ([f"{(area - 1 - zero) / unit:+.3g}"] if zero < area - 1 else [])
+            ends = ([signed_table_figure(-zero / unit)] if zero > 0 else []) + \
+                ([signed_table_figure((area - 1 - zero) / unit)] if zero < area - 1 else [])
             items.append(f"full bar {' / '.join(ends)}")
         else:
-            items.append(f"full bar {shape.scale:.3g}")
+            items.append(f"full bar {table_figure(shape.scale)}")
         width = max(30, width)
         lines: list[str] = []
         for item in items:

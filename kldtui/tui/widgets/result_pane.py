@@ -10,7 +10,16 @@ from textual.widgets import DataTable
 
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import printable
-from kldtui.text import interval_ends, plural, signed_table_figure, table_figure, top_k, window_span
+from kldtui.text import (
+    interval_ends,
+    plain_number,
+    plural,
+    precise_number,
+    signed_table_figure,
+    table_figure,
+    top_k,
+    window_span,
+)
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
@@ -69,7 +78,8 @@ class ResultPane(VerticalScroll):
         if not shown:
             text.append("  top-1 -")
         text.append("\nPPL ratio ")
-        text.append(r.ppl_ratio.text("{:.4f}", short=True) if r.ppl_ratio is not None else "-")
+        # six significant digits: a ratio's news is after its 1.00 (1.00231), as in kldtui view's
+        text.append(r.ppl_ratio.text(precise_number, short=True) if r.ppl_ratio is not None else "-")
         text.append("  Δp mean ")
         text.append(signed_table_figure(r.delta_p_mean))  # a q8's -0.0000123 keeps its digits
         if not r.delta_p_rms_in_figures:
@@ -133,7 +143,7 @@ class ResultPane(VerticalScroll):
             threads = f", {prov.threads} thread{'s' if prov.threads != 1 else ''}" if prov.threads else ""
             how.append(f"{prov.backend} backend{threads}")
         if prov.elapsed_seconds is not None:
-            how.append(f"{prov.elapsed_seconds:.3g} s")
+            how.append(f"{plain_number(prov.elapsed_seconds)} s")
         if prov.kldtui_version:
             how.append(f"kldtui {prov.kldtui_version}")
         if prov.created_utc:
