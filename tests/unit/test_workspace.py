@@ -68,5 +68,5 @@ def test_earlier_reports_are_regular_files_only(tmp_path: Path) -> None:
     (tmp_path / "comparison.json").write_text("{}")
     (tmp_path / "comparison-link.json").symlink_to(tmp_path / "comparison-a.json")
     os.mkfifo(tmp_path / "comparison-fifo.json")
-    ws = Workspace(workdir=tmp_path)
+    ws = Workspace(suite_dir=tmp_path / "s", workdir=tmp_path)
     assert [p.name for p in ws.earlier_reports()] == ["comparison-a.json", "comparison.json"]
