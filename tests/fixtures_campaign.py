@@ -34,8 +34,9 @@ def candidate_table(name: str, perturb: float, **extra: object) -> str:
 
 
 def write_profile(folder: Path, candidates: dict[str, float] | None = None, *, repeat_leader: bool = False,
-                  noise: float = 0.0, extra: dict[str, dict[str, object]] | None = None) -> Path:
-    """The campaign's suite (once) and profile in ``folder``; returns the profile's path."""
+                  noise: float = 0.0, extra: dict[str, dict[str, object]] | None = None,
+                  file_name: str = "kldtui.toml") -> Path:
+    """The campaign's suite (once) and profile ``file_name`` in ``folder``; returns the profile's path."""
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "suite").exists():
         build_suite(folder / "suite")
@@ -46,7 +47,7 @@ def write_profile(folder: Path, candidates: dict[str, float] | None = None, *, r
     if repeat_leader:
         text += "[campaign]\nrepeat_leader = true\n\n"
     text += '[run]\nworkdir = "."\n\n[compare]\nbootstrap_samples = 500\n'
-    path = folder / "kldtui.toml"
+    path = folder / file_name
     path.write_text(text)
     return path
 

@@ -303,6 +303,9 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
             records = load_records(workspace.records_path)
         except BadInput:
             records = {}
+    for rec in records.values():  # another mode's capture is another capture, whatever its server
+        if (other_mode := mode_change(workspace, rec, f"window {rec.window_index}", mode)) is not None:
+            return other_mode
     found = [(f"{workspace.records_path}: window {rec.window_index}", rec.extra.get("server"))
              for rec in records.values()]
     if workspace.candidate_dir is not None:
@@ -324,6 +327,24 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
             return (f"{where} was captured from a server whose settings differ from this run's ({changes}); "
                     f"remove {shown} to capture it again, or {keep}")
     return None
+
+
+def mode_change(workspace: Workspace, rec: CaptureRecord, label: str, mode: CaptureMode) -> str | None:
+    """One line when the record ``rec`` of ``label`` says it was captured in another mode than ``mode``
+    (the profile's [capture] mode changed, or another profile sharing the work folder captured a
+    campaign candidate of the same name in its mode): its chunks are not this run's to resume. None
+    when it was captured in ``mode``."""
+    recorded = capture_modes.from_record(rec.extra.get("mode"))
+    if recorded is mode:
+        return None
+    said = recorded.label if recorded is not None else f"mode {rec.extra.get('mode')!r}"
+    if workspace.campaign_candidate or workspace.same_model_as is not None:
+        keep = ("give the candidate another name to keep both (profiles sharing a work folder each need "
+                "names of their own)")
+    else:
+        keep = "use another [run] run_name to keep both"
+    return (f"{workspace.records_path}: {label} was captured in {said}, this run captures in {mode.label}; "
+            f"{keep}, or remove its record to capture it again")
 
 
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],
@@ -364,12 +385,8 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 _remove_tree(leftover)
             continue
         folder = workspace.chunk_dir(w.chunk_dir_name)
-        recorded = capture_modes.from_record(rec.extra.get("mode"))
-        if recorded is not mode:
-            said = recorded.label if recorded is not None else f"mode {rec.extra.get('mode')!r}"
-            raise BadInput(f"{records_path}: {w.label} was captured in {said}, this run "
-                           f"captures in {mode.label}; use another [run] run_name (or remove its "
-                           "record to capture it again)")
+        if (other_mode := mode_change(workspace, rec, w.label, mode)) is not None:
+            raise BadInput(other_mode)
         def is_finalized(w: WindowSpec = w) -> bool:  # asked only where the chunks are gone or broken
             return (finalized is not None and finalized(w)) or finalized_elsewhere(workspace, w) is not None
 
