@@ -251,7 +251,7 @@ class LeaderboardUpdated(Event):
     # the same in one short line each (the dashboard's campaign board; the help has them in full)
     noise_brief: str = ""
     brief_notes: tuple[str, ...] = ()
-    path: str | None = None  # leaderboard.json once written
+    path: str | None = None  # the campaign's leaderboard.json (kldtui.workspace) once written
     noise_path: str | None = None  # the measured noise model's file (noise-model-HASH.json), if any
     final: bool = False
     ranked: bool = True  # False: only a candidate's state changed (it started), not the ranking

@@ -23,13 +23,25 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
       repeat/NAME/                  the repeat capture of the campaign's leader NAME, its cache in
                                     repeat/NAME-compare/ and its report repeat/comparison-NAME.json
       noise-model-HASH.json         the noise model measured from that repeat (kldtui noise's format),
-                                    one per reference suite (HASH: the start of its token hash), so
-                                    profiles of other suites in one folder keep theirs; earlier
-                                    versions wrote one noise-model.json, still read where it records
-                                    the suite at hand
-      leaderboard.json              the campaign's leaderboard (kldtui leaderboard --json's format)
+                                    one per reference suite (HASH: the start of its token hash) and
+                                    profile: kldtui.toml's; another profile PROFILE.toml sharing the
+                                    folder writes noise-model-PROFILE-HASH.json, so each keeps its
+                                    own; earlier versions wrote noise-model-HASH.json for every
+                                    profile, and before that one noise-model.json, both still read
+                                    where they hold the profile's own two captures of the suite
+      leaderboard.json              the campaign's leaderboard (kldtui leaderboard --json's format):
+                                    kldtui.toml's; another profile's is leaderboard-PROFILE.json
+                                    (earlier versions wrote leaderboard.json for every profile, still
+                                    read where it ranks the profile's own candidates)
       reference-run/                the reference capture ([reference] capture: a workspace of its
                                     own whose finalized folder is the suite's ref/)
+
+Several profiles may share one work folder (``kldtui demo``, ``demo --score`` and ``demo --hidden``
+do): a suite they name alike, server.log (each server start's lines, appended), capture/server-NNN (a
+fresh one per start) and the lock are shared; the leaderboard and noise model are each profile's own
+(above); a campaign candidate's folders and report are named after the candidate, so profiles that
+share a folder give their candidates names of their own (the demos do: ``fine``, ``fine-score``,
+``fine-hidden``; a capture of another mode or server under the same name is refused, not overwritten).
 
 A workspace built from flags has only the paths its command needs; asking for another one is a
 programming error (:class:`ValueError`).
@@ -47,6 +59,7 @@ from kldtui.formats.report_names import (
     LEADERBOARD_FILE_NAME,
     NOISE_MODEL_FILE_NAME,
     REPORT_FILE_NAME,
+    leaderboard_file_name,
     noise_model_file_name,
 )
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
@@ -59,6 +72,18 @@ DEMO_HIDDEN_SUITE = "suite-hidden"  # and its suite of contexts (hidden states a
 # the leader's repeat capture is the run NAME + this (its capture folder and records, its row in the
 # ranking): no candidate may be named so
 REPEAT_SUFFIX = ".repeat"
+
+
+def profile_key(profile_path: StrPath | None) -> str | None:
+    """What names a profile's own files in a work folder it may share with other profiles (its
+    leaderboard and noise model): its file name without ``.toml``; None for ``kldtui.toml`` (whose
+    files keep the plain names, ``leaderboard.json``) and for a profile read from no file."""
+    if profile_path is None:
+        return None
+    name = Path(profile_path).name
+    if name == DEFAULT_PROFILE:
+        return None
+    return name.removesuffix(".toml") or None
 
 
 @dataclass(frozen=True)
@@ -76,6 +101,8 @@ class Workspace:
     # a campaign's repeat capture: the leader's finalized folder (the same model served again; its
     # exported LM head is reused, kldtui.stages.candidate_head)
     same_model_as: Path | None = None
+    # the profile whose campaign this is (profile_key): names its leaderboard and noise model
+    profile: str | None = None
 
     # -- constructors ---------------------------------------------------------------------------
     @classmethod
@@ -137,19 +164,31 @@ class Workspace:
                        same_model_as=base.candidate_dir)
 
     def noise_model_path(self, suite_hash: str | None) -> Path:
-        """``noise-model-HASH.json``: the campaign's measured noise model of the suite whose token hash
-        is ``suite_hash`` (one per suite: profiles of other suites in one work folder keep theirs)."""
-        return self._need(self.workdir, "workdir") / noise_model_file_name(suite_hash)
+        """``noise-model-HASH.json`` (``noise-model-PROFILE-HASH.json``): the campaign's measured noise
+        model of the suite whose token hash is ``suite_hash`` (one per suite and profile: other
+        profiles in one work folder keep theirs)."""
+        return self._need(self.workdir, "workdir") / noise_model_file_name(suite_hash, self.profile)
 
-    @property
-    def earlier_noise_model_path(self) -> Path:
-        """``noise-model.json``: the one noise model earlier versions wrote, whatever its suite."""
-        return self._need(self.workdir, "workdir") / NOISE_MODEL_FILE_NAME
+    def earlier_noise_model_paths(self, suite_hash: str | None) -> list[Path]:
+        """The noise models earlier versions wrote where this campaign's :meth:`noise_model_path` is
+        now, in the order they are read: ``noise-model-HASH.json`` (every profile's, when they were
+        named by suite only), then ``noise-model.json`` (the one model, whatever its suite)."""
+        workdir = self._need(self.workdir, "workdir")
+        names = dict.fromkeys((noise_model_file_name(suite_hash), NOISE_MODEL_FILE_NAME))
+        names.pop(noise_model_file_name(suite_hash, self.profile), None)
+        return [workdir / name for name in names]
 
     @property
     def leaderboard_path(self) -> Path:
-        """``leaderboard.json``: the campaign's leaderboard."""
-        return self._need(self.workdir, "workdir") / LEADERBOARD_FILE_NAME
+        """``leaderboard.json`` (``leaderboard-PROFILE.json``): the campaign's leaderboard."""
+        return self._need(self.workdir, "workdir") / leaderboard_file_name(self.profile)
+
+    @property
+    def earlier_leaderboard_path(self) -> Path | None:
+        """``leaderboard.json``, which earlier versions wrote for every profile, where this campaign's
+        :attr:`leaderboard_path` is another name now (None: it is the same)."""
+        earlier = self._need(self.workdir, "workdir") / LEADERBOARD_FILE_NAME
+        return None if earlier == self.leaderboard_path else earlier
 
     def reference_repeat(self) -> Workspace:
         """A repeat capture of the reference's first window (the runtime's own noise), beside it."""

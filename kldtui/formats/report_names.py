@@ -50,8 +50,13 @@ def report_name(report: ComparisonReport, path: str | os.PathLike[str] | None = 
 CAMPAIGN_REPORT_PREFIX = "comparison-"
 CAMPAIGN_REPORT_GLOB = f"{CAMPAIGN_REPORT_PREFIX}*.json"
 # A campaign's final ranking, beside its reports (kldtui.workspace): its rows name the candidates the
-# campaign ranked, which `kldtui leaderboard DIR` ranks (folder_reports).
-LEADERBOARD_FILE_NAME = "leaderboard.json"
+# campaign ranked, which `kldtui leaderboard DIR` ranks (folder_reports). One per profile, so that
+# profiles sharing a work folder (kldtui demo, demo --score, demo --hidden) keep theirs:
+# leaderboard_file_name.
+LEADERBOARD_PREFIX = "leaderboard"
+# the profile kldtui.toml's, and the one file of every profile in folders of earlier versions
+LEADERBOARD_FILE_NAME = f"{LEADERBOARD_PREFIX}.json"
+LEADERBOARD_GLOB = f"{LEADERBOARD_PREFIX}*.json"
 # bytes of a leaderboard.json read: a row of a few KB per candidate ranked; a larger file is refused
 # (or, where only the names it ranks are looked for, not used) rather than read into memory
 LEADERBOARD_LIMIT = 16 * 1024 * 1024
@@ -75,13 +80,33 @@ NOISE_MODEL_HASH_DIGITS = 16
 NOISE_MODEL_LIMIT = 64 * 1024 * 1024
 
 
-def noise_model_file_name(suite_hash: str | None) -> str:
-    """The name of a campaign's noise model of the suite whose token hash is ``suite_hash``
-    (``noise-model-HASH.json``); None (a report that records no suite): the folder's one
-    ``noise-model.json``, as earlier versions named it."""
+def leaderboard_file_name(profile: str | None = None) -> str:
+    """The name of the leaderboard of the campaign of profile ``profile`` (kldtui.workspace.profile_key:
+    None for kldtui.toml's, ``leaderboard.json``; else ``leaderboard-PROFILE.json``)."""
+    return f"{LEADERBOARD_PREFIX}-{profile}.json" if profile else LEADERBOARD_FILE_NAME
+
+
+def noise_model_file_name(suite_hash: str | None, profile: str | None = None) -> str:
+    """The name of the noise model of the suite whose token hash is ``suite_hash`` that the campaign of
+    profile ``profile`` measures (kldtui.workspace.profile_key): ``noise-model-HASH.json`` for
+    kldtui.toml's, ``noise-model-PROFILE-HASH.json`` for another's; without a suite (a report that
+    records none), ``noise-model.json`` (``noise-model-PROFILE.json``), as earlier versions named it."""
+    parts = [NOISE_MODEL_PREFIX]
+    if profile:
+        parts.append(profile)
+    if suite_hash:
+        parts.append(suite_hash[:NOISE_MODEL_HASH_DIGITS])
+    return "-".join(parts) + ".json"
+
+
+def _named_for_suite(model: Path, suite_hash: str | None) -> bool:
+    """Whether ``model``'s name is that of a noise model of the suite ``suite_hash``, whichever
+    profile's (:func:`noise_model_file_name`)."""
     if not suite_hash:
-        return NOISE_MODEL_FILE_NAME
-    return f"{NOISE_MODEL_PREFIX}-{suite_hash[:NOISE_MODEL_HASH_DIGITS]}.json"
+        return False
+    name = model.name
+    tail = f"-{suite_hash[:NOISE_MODEL_HASH_DIGITS]}.json"
+    return name.startswith(f"{NOISE_MODEL_PREFIX}-") and name.endswith(tail)
 
 
 def other_suite(recorded: str | None, suite_hash: str | None) -> bool:
@@ -107,20 +132,24 @@ def recorded_suite(model: Path) -> str | None:
 
 
 def campaign_noise_model(path: str | os.PathLike[str], suite_hash: str | None) -> FolderNoise:
-    """The noise model of the campaign work folder ``path`` for reports of the suite ``suite_hash``:
-    its ``noise-model-HASH.json`` of that suite, else (a folder of earlier versions) its
-    ``noise-model.json``, either only where the file does not record another suite (:func:`other_suite`);
-    when neither is, the folder's models of other suites, which are never used (said:
-    :meth:`FolderNoise.words`). Regular files only, not links. Nothing for a report file, a run's
-    folder, or a campaign without a model."""
+    """The noise models of the campaign work folder ``path`` for reports of the suite ``suite_hash``:
+    its models named for that suite (``noise-model-HASH.json``, ``noise-model-PROFILE-HASH.json``: one
+    per profile, :func:`noise_model_file_name`), else (a folder of earlier versions) its
+    ``noise-model.json``, each only where the file does not record another suite (:func:`other_suite`);
+    when none is, the folder's models of other suites, which are never used (said:
+    :meth:`FolderNoise.words`). Two profiles' models of one suite are two models: which of them ranks
+    the folder's reports would be a guess (:attr:`FolderNoise.model`). Regular files only, not links.
+    Nothing for a report file, a run's folder, or a campaign without a model."""
     p = Path(path).expanduser()
     if not p.is_dir() or (p / REPORT_FILE_NAME).is_file() or not any(p.glob(CAMPAIGN_REPORT_GLOB)):
         return FolderNoise()
     held = sorted(m for m in p.glob(NOISE_MODEL_GLOB) if m.is_file() and not m.is_symlink())
-    for name in dict.fromkeys((noise_model_file_name(suite_hash), NOISE_MODEL_FILE_NAME)):
-        model = p / name
-        if model in held and not other_suite(recorded_suite(model), suite_hash):
-            return FolderNoise((model,))
+    for named in ([m for m in held if _named_for_suite(m, suite_hash)],
+                  [m for m in held if m.name == noise_model_file_name(suite_hash)],
+                  [m for m in held if m.name == NOISE_MODEL_FILE_NAME]):
+        ours = tuple(m for m in named if not other_suite(recorded_suite(m), suite_hash))
+        if ours:
+            return FolderNoise(ours)
     return FolderNoise(other_suites=tuple(m for m in held if other_suite(recorded_suite(m), suite_hash)))
 
 
@@ -358,33 +387,43 @@ def _candidate_of(report: Path) -> str:
 def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
     """The candidates the campaign in ``folder`` names, and why a report of another name is not one;
     None when ``folder`` holds no campaign's state. Its state is what the campaign itself writes: the
-    rows of its ranking (``leaderboard.json``, written when a run ends) and its candidates' folders
-    (``candidates/NAME``, made as each is captured), both: a run stopped before it ranked has compared
-    candidates its last ranking does not hold yet."""
-    from kldtui.errors import BadInput
-    from kldtui.formats.untrusted_json import read_json
-
+    rows of its rankings (``leaderboard.json``, and ``leaderboard-PROFILE.json`` of each other profile
+    sharing the folder: :func:`leaderboard_file_name`; written when a run ends) and its candidates'
+    folders (``candidates/NAME``, made as each is captured), both: a run stopped before it ranked has
+    compared candidates its last ranking does not hold yet."""
     names: set[str] = set()
     found = False
-    board = folder / LEADERBOARD_FILE_NAME
-    if board.is_file() and not board.is_symlink():
-        try:
-            doc = read_json(board, what="leaderboard", remedy="run the campaign again",
-                            limit=LEADERBOARD_LIMIT)
-            rows = doc["rows"] if isinstance(doc, dict) and isinstance(doc.get("rows"), list) else None
-        except BadInput:
-            rows = None
-        if rows is not None:
+    for board in sorted(folder.glob(LEADERBOARD_GLOB)):  # each profile's (leaderboard_file_name)
+        ranked = leaderboard_names(board)
+        if ranked is not None:
             found = True
-            names |= {r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)}
+            names |= ranked
     candidates = folder / CAMPAIGN_FOLDER
     if candidates.is_dir() and not candidates.is_symlink():
         found = True
         names |= {c.name for c in candidates.iterdir() if c.is_dir() and not c.is_symlink()}
     if not found:
         return None
-    return names, (f"not a candidate of the campaign there (neither ranked in {board} nor with a "
-                   f"{candidates}/NAME folder)")
+    return names, (f"not a candidate of the campaign there (neither ranked in a {folder / LEADERBOARD_GLOB} "
+                   f"nor with a {candidates}/NAME folder)")
+
+
+def leaderboard_names(board: Path) -> set[str] | None:
+    """The names a campaign's leaderboard file ``board`` ranks (its rows'); None when it is not a
+    regular file or not a leaderboard (unreadable, too large, without rows)."""
+    from kldtui.errors import BadInput
+    from kldtui.formats.untrusted_json import read_json
+
+    if not board.is_file() or board.is_symlink():
+        return None
+    try:
+        doc = read_json(board, what="leaderboard", remedy="run the campaign again", limit=LEADERBOARD_LIMIT)
+    except BadInput:
+        return None
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        return None
+    return {r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)}
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:

@@ -22,7 +22,10 @@ two captures give the measured noise model (:func:`kldtui.decide.noise.noise_fro
 ``noise-model-HASH.json``, one per reference suite: kldtui.workspace) that the final ranking's
 verdicts use; the repeat is ranked beside the candidates as ``NAME.repeat`` (a second capture of one
 model, which the verdicts should call tied).
-The final ranking is written to ``leaderboard.json``.
+The final ranking is written to ``leaderboard.json``. Both are the profile's own where profiles share
+the work folder (another profile's are ``leaderboard-PROFILE.json``, ``noise-model-PROFILE-HASH.json``:
+kldtui.workspace); the files earlier versions wrote for every profile are read where they are this
+one's (:func:`leaderboard_on_disk`, :meth:`Campaign._earlier_noise`).
 
 A candidate that fails (its server dies, a check refuses its files) is marked failed and the
 campaign goes on with the next one; the run then ends failed (exit 1) naming it, with the others
@@ -102,14 +105,32 @@ def shown_candidate(profile: Profile) -> tuple[str, bool] | None:
     from kldtui.formats.safe_io import read_text
 
     names = [c.name for c in profile.candidates]
+    board = leaderboard_on_disk(profile)
     try:
-        doc = json.loads(read_text(profile.workspace().leaderboard_path, limit=LEADERBOARD_LIMIT))
-        first = doc["rows"][0]["name"]
-        if first in names:
-            return first, True
+        if board is not None:
+            first = json.loads(read_text(board, limit=LEADERBOARD_LIMIT))["rows"][0]["name"]
+            if first in names:
+                return first, True
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         pass  # no leaderboard yet (or not ours): the first candidate
     return names[0], False
+
+
+def leaderboard_on_disk(profile: Profile) -> Path | None:
+    """The campaign's last ranking on disk: its own file (kldtui.workspace: ``leaderboard.json``,
+    another profile's ``leaderboard-PROFILE.json``), else the ``leaderboard.json`` that earlier versions
+    wrote for every profile sharing the folder, where it ranks only this profile's candidates; None
+    when there is neither."""
+    from kldtui.formats.report_names import leaderboard_names
+
+    ws = profile.workspace()
+    if leaderboard_names(ws.leaderboard_path) is not None:
+        return ws.leaderboard_path
+    earlier = ws.earlier_leaderboard_path
+    ranked = leaderboard_names(earlier) if earlier is not None else None
+    if earlier is not None and ranked and ranked <= {c.name for c in profile.candidates}:
+        return earlier
+    return None
 
 
 def shown_workspace(profile: Profile) -> Workspace:
@@ -202,7 +223,7 @@ class Campaign:
             if self.profile.campaign.repeat_leader:  # the standings so far use an earlier noise model
                 self._rank(emit=False)
                 self._earlier_noise(windows)
-            if self._captures_to_come(0):
+            if self._captures_to_come(0, windows):
                 self._rank()
             total = len(self.entries)
             for number, (candidate, entry) in enumerate(zip(self.profile.candidates, self.entries,
@@ -212,7 +233,7 @@ class Campaign:
                                      "not captured again"))
                     continue
                 self._run_candidate(candidate, entry, number, total)
-                if self._captures_to_come(number):
+                if self._captures_to_come(number, windows):
                     self._rank()
             if self.profile.campaign.repeat_leader:
                 self._repeat_leader(windows)
@@ -242,13 +263,22 @@ class Campaign:
                               "provisional); run again to capture the repeat (finished candidates are kept)")
         return load_state(leader.workspace)
 
-    def _captures_to_come(self, done: int) -> bool:
+    def _captures_to_come(self, done: int, windows: list[int]) -> bool:
         """Whether a capture runs after the first ``done`` candidates: a later one not compared yet,
-        or the leader's repeat (not measured earlier, or the leader may change before it). Else the
-        standings now are the final leaderboard's, sent next: a board "so far" said them twice."""
+        or the leader's repeat (not captured earlier, or the leader may change before it). Else the
+        standings now are the final leaderboard's, sent next: a board "so far" said them twice, the
+        first without the noise model that an earlier repeat capture is measured again into."""
         if any(e.state != "compared" for e in self.entries[done:]):
             return True
-        return self.profile.campaign.repeat_leader and (done > 0 or self.noise is None)
+        if not self.profile.campaign.repeat_leader:
+            return False
+        if done > 0:
+            return True
+        if self.noise is not None:
+            return False
+        board = self.leaderboard
+        leader = board.rows[0].name if board is not None and board.rows else None
+        return leader is None or not self._finished(self._repeat_entry(leader), windows)
 
     def _repeat_failure(self) -> str:
         """What went wrong with the leader's repeat capture (``[campaign] repeat_leader``): it failed or
@@ -357,9 +387,11 @@ class Campaign:
 
     def _earlier_noise(self, windows: list[int]) -> None:
         """The repeat capture and noise model an earlier run measured, when they are of the current
-        leader's captures (the noise model names the two capture folders): its suite's file, else the
-        one noise-model.json of earlier versions, when measured on this suite."""
-        from kldtui.decide.noise import NOISE_REMEDY, load_floor
+        leader's captures (the noise model names the two capture folders): this profile's file of its
+        suite, else the files earlier versions wrote there
+        (kldtui.workspace.Workspace.earlier_noise_model_paths), the first that holds these two captures
+        of this suite. Another profile sharing the work folder measures its own leader's captures: its
+        model is never this campaign's."""
         from kldtui.formats.report_names import other_suite
         from kldtui.formats.safe_io import regular_size
 
@@ -368,11 +400,13 @@ class Campaign:
             return
         path = self._noise_model_path()
         suite = self._reports[board.rows[0].name].suite_token_hash_sha256
+        paths = [path]
         if not os.path.lexists(path):
-            path = self._workspace.earlier_noise_model_path  # a folder of earlier versions: its one model
-            if regular_size(path) is None:
-                return
-        if regular_size(path) is None:
+            # a folder of earlier versions: the model they named by suite only, for every profile sharing
+            # the folder, then their one model; each read only where it holds this campaign's captures
+            paths = [p for p in self._workspace.earlier_noise_model_paths(suite)
+                     if regular_size(p) is not None]
+        elif regular_size(path) is None:
             # a link (or a FIFO, a folder) at the name this campaign writes: not a file it wrote, so it
             # cannot stand for its repeat; measured again, and the file written in its place
             with contextlib.suppress(OSError):
@@ -383,12 +417,34 @@ class Campaign:
                                                  "a folder or a FIFO); not read, the noise model is measured "
                                                  "again and written in its place", level="warning"))
             return
+        if not paths:
+            return
         leader = next(e for e in self.entries if e.name == board.rows[0].name)
         entry = self._repeat_entry(leader.name)
         if not self._finished(entry, windows):
             return
+        captures = {os.path.normpath(str(c)) for c in (leader.workspace.candidate, entry.workspace.candidate)}
+        for path in paths:
+            noise = self._read_noise(path)
+            if noise is None:
+                continue
+            runs = {os.path.normpath(str(r)) for r in (noise.run1, noise.run2) if r}
+            if runs != captures or other_suite(noise.suite_token_hash_sha256, suite):
+                continue  # of another leader's (another profile's) captures, or another suite's
+            if self._stale_repeat_kl(entry.workspace):
+                return  # its repeat KL held the two heads' difference: compared again, measured again
+            entry.state = "compared"
+            self.noise, self.repeat, self.noise_path = noise, entry, path
+            return
+        # none of them: measured again into this campaign's own file
+
+    def _read_noise(self, path: Path) -> Any:
+        """The noise model in ``path`` (kldtui.decide.noise.NoiseFloor); None, said, when it cannot be
+        read."""
+        from kldtui.decide.noise import NOISE_REMEDY, load_floor
+
         try:
-            noise = load_floor(path)
+            return load_floor(path)
         except BadInput as exc:
             # said once per state of the file (this runs before the first ranking and again for the
             # repeat), with the campaign's own remedy rather than the loader's
@@ -399,16 +455,7 @@ class Campaign:
                     self._noise_warned = seen
                     problem = str(exc).removesuffix(f"; {NOISE_REMEDY}")
                     self.emit(Notice("campaign", f"{problem}; measured again", level="warning"))
-            return
-        runs = {os.path.normpath(str(r)) for r in (noise.run1, noise.run2) if r}
-        captures = (leader.workspace.candidate, entry.workspace.candidate)
-        if runs != {os.path.normpath(str(c)) for c in captures} or other_suite(noise.suite_token_hash_sha256,
-                                                                               suite):
-            return  # of another leader's captures, or another suite's: measured again into this suite's file
-        if self._stale_repeat_kl(entry.workspace):
-            return  # its repeat KL held the two heads' difference: compared again, the model measured again
-        entry.state = "compared"
-        self.noise, self.repeat, self.noise_path = noise, entry, path
+            return None
 
     def _run_candidate(self, candidate: Candidate, entry: _Entry, number: int, total: int,
                        repeat: bool = False) -> None:
@@ -566,8 +613,8 @@ class Campaign:
                                           noise=self.noise if self.noise is not None else AUTO_FLOOR)
             self.leaderboard = board
         path: str | None = None
-        if not write and self._workspace.leaderboard_path.is_file():
-            path = str(self._workspace.leaderboard_path)
+        if not write and (on_disk := leaderboard_on_disk(self.profile)) is not None:
+            path = str(on_disk)
         if final and write and board is not None:
             from kldtui.decide.exports import export_table, leaderboard_document
             from kldtui.decide.noise import resolve_floor

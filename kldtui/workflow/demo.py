@@ -21,6 +21,11 @@ logits; the profile ``DIR/kldtui-hidden.toml`` captures the candidates in hidden
 replayed with its own head (the built-in model writes it: ``candidates/NAME/lm-head``), and the
 leaderboard's ties count source clusters. The closer candidate is captured again for the noise
 model, as above: in hidden mode the embedded server's runtime noise moves the hidden states it saves.
+
+The three demos share ``DIR``; each profile keeps its own leaderboard and noise model there
+(kldtui.workspace: ``leaderboard-kldtui-score.json``, ``noise-model-kldtui-hidden-HASH.json``, ...)
+and its candidates names of their own (``fine-score``, ``fine-hidden``), so one run again neither
+overwrites nor measures again another's.
 """
 
 from __future__ import annotations

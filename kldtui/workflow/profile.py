@@ -99,7 +99,7 @@ from kldtui.formats.report_names import CANDIDATE_FOLDER, REPORT_FILE_NAME
 from kldtui.formats.safe_io import read_bytes, read_failure
 from kldtui.servers.base import CaptureTarget, ServerConfig, ServerPlan, resolve_path
 from kldtui.servers.registry import DEFAULT_KIND, KINDS, all_keys, kind_of, kinds_taking
-from kldtui.workspace import REPEAT_SUFFIX, Workspace
+from kldtui.workspace import REPEAT_SUFFIX, Workspace, profile_key
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
@@ -225,7 +225,8 @@ class Profile:
         return Workspace(suite_dir=suite_dir, reference_dir=suite_dir / ref.logits_dir,
                          capture_root=workdir / "capture", run_name=self.run.run_name,
                          candidate_dir=workdir / CANDIDATE_FOLDER, compare_dir=workdir / "compare",
-                         report_path=workdir / REPORT_FILE_NAME, workdir=workdir)
+                         report_path=workdir / REPORT_FILE_NAME, workdir=workdir,
+                         profile=profile_key(self.path))
 
     def capture_target(self, workspace: Workspace | None = None) -> CaptureTarget:
         """What the candidate server's capture needs: the mode, the suite and its reference

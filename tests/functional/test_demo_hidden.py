@@ -21,8 +21,9 @@ import pytest
 
 from kldtui.embedded.model import TinyModel
 from kldtui.formats import fidelity as fid
-from kldtui.formats.report_names import noise_model_file_name
+from kldtui.formats.report_names import leaderboard_file_name, noise_model_file_name
 from kldtui.workflow import demo
+from kldtui.workspace import DEMO_HIDDEN_PROFILE, profile_key
 from tests.fixtures_campaign import noise_model_of
 from tests.fixtures_demo import run_uninterrupted
 
@@ -72,7 +73,9 @@ def _expected_repeat_kl(perturb: float) -> float:
 def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_clusters(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     # the logits demo first, in the same folder: each demo rewrote the folder's one noise-model.json,
-    # so the other's model flipped to one measured on another suite
+    # so the other's model flipped to one measured on another suite; and its one leaderboard.json
+    key = profile_key(DEMO_HIDDEN_PROFILE)  # names this profile's leaderboard and noise model
+    board_path = work / leaderboard_file_name(key)
     logits_model = noise_model_of(run_uninterrupted(work))
     logits_noise = logits_model.read_bytes()
     out = _demo(work)
@@ -98,7 +101,10 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
         assert sorted(e["context_index"] for e in report["per_context"]) == list(range(contexts))
         assert len({e["source_cluster_id"] for e in report["per_context"]}) == clusters
 
-    board = json.loads((work / "leaderboard.json").read_text())
+    board = json.loads(board_path.read_text())
+    assert board_path.name == "leaderboard-kldtui-hidden.json"
+    logits_board = json.loads((work / "leaderboard.json").read_text())  # the logits demo's, kept
+    assert [r["name"] for r in logits_board["rows"]] == ["fine", "coarse"]
     assert board["unit"] == "context" and board["windows"] == contexts
     assert board["cluster_unit"] == "source_cluster" and board["tie_units"] == clusters
     assert [(r["name"], r["is_best"]) for r in board["rows"]] == [("fine-hidden", True),
@@ -118,7 +124,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     unmeasured = "the variation between two captures was not measured"
     assert unmeasured not in worse, worse
     suite_hash = json.loads((work / "comparison-fine-hidden.json").read_text())["suite_token_hash_sha256"]
-    model = work / noise_model_file_name(suite_hash)  # this suite's model, the logits demo's kept
+    model = work / noise_model_file_name(suite_hash, key)  # this profile's model, the logits demo's kept
     assert sorted(work.glob("noise-model*.json")) == sorted([logits_model, model])
     assert logits_model.read_bytes() == logits_noise
     noise = json.loads(model.read_text())
@@ -164,7 +170,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     again = _demo(work)
     changed = sorted(str(p.relative_to(work)) for p in work.rglob("*")
                      if p.is_file() and files.get(p) != p.stat().st_mtime_ns)
-    assert changed == ["leaderboard.json"], changed
+    assert changed == [board_path.name], changed
     assert "server: started" not in again and "export-head" not in again, again[-3000:]
     assert _said_twice(again) == [], _said_twice(again)
     for name in demo.DEMO_CANDIDATES:
@@ -173,7 +179,7 @@ def test_kldtui_demo_hidden_compares_hidden_states_and_ranks_over_source_cluster
     run_uninterrupted(work)
     changed = sorted(str(p.relative_to(work)) for p in work.rglob("*")
                      if p.is_file() and files.get(p) != p.stat().st_mtime_ns)
-    assert changed == ["leaderboard.json"], changed
+    assert changed == [board_path.name, "leaderboard.json"], changed
 
     # a folder an earlier version made: its repeat report replayed the first capture with the suite's
     # head, and the noise model measured from it holds the heads' difference too (0.0036, not 0.0015).

@@ -422,8 +422,8 @@ def test_a_campaigns_folder_ranks_its_own_candidates_and_names_a_stray_report(
     assert main(["leaderboard", "--plain", str(camp)]) == 0
     captured = capsys.readouterr()
     assert captured.out == expected and stray.stem not in captured.out
-    why = (f"not a candidate of the campaign there (neither ranked in {camp / 'leaderboard.json'} nor with a "
-           f"{camp / 'candidates'}/NAME folder) (give a report's file by name to rank it anyway)")
+    why = (f"not a candidate of the campaign there (neither ranked in a {camp / 'leaderboard*.json'} nor "
+           f"with a {camp / 'candidates'}/NAME folder) (give a report's file by name to rank it anyway)")
     assert captured.err.splitlines() == [f"kldtui: {camp}: left out comparison-{stray.stem}.json: {why}"]
     # before its first ranking: the candidates it finalized (candidates/NAME) are its candidates
     (camp / "leaderboard.json").unlink()
@@ -447,8 +447,8 @@ def test_diff_and_plan_of_a_campaigns_folder_name_the_stray_report_they_left_out
     (camp / "candidates" / reports[0].stem).mkdir(parents=True)
     shutil.copy(reports[0], camp / f"comparison-{reports[0].stem}.json")
     shutil.copy(reports[3], camp / f"comparison-{reports[3].stem}.json")  # dropped in by someone else
-    why = (f"not a candidate of the campaign there (neither ranked in {camp / 'leaderboard.json'} nor with a "
-           f"{camp / 'candidates'}/NAME folder) (give a report's file by name to rank it anyway)")
+    why = (f"not a candidate of the campaign there (neither ranked in a {camp / 'leaderboard*.json'} nor "
+           f"with a {camp / 'candidates'}/NAME folder) (give a report's file by name to rank it anyway)")
     said = f"kldtui: {camp}: left out comparison-{reports[3].stem}.json: {why}"
     assert main(["diff", str(camp), str(reports[1]), "--bootstrap-samples", "200"]) == 0
     captured = capsys.readouterr()
@@ -476,7 +476,7 @@ def test_diff_and_plan_of_a_campaign_of_several_candidates_list_them_and_the_str
     ours = sorted(camp / f"comparison-{r.stem}.json" for r in reports[:2])
     said = (f"kldtui: error: {camp}: a campaign's work folder holds 2 reports ({ours[0]}, {ours[1]}); give "
             f"the two to compare by file; left out comparison-{reports[3].stem}.json: not a candidate of the "
-            f"campaign there (neither ranked in {camp / 'leaderboard.json'} nor with a "
+            f"campaign there (neither ranked in a {camp / 'leaderboard*.json'} nor with a "
             f"{camp / 'candidates'}/NAME folder)")
     capsys.readouterr()
     for argv in (["diff", str(camp), str(reports[2])], ["plan", str(camp)]):

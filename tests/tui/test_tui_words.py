@@ -435,7 +435,7 @@ async def test_o_on_a_campaigns_folder_puts_every_candidate_on_the_board(tmp_pat
         # ... and the stray is named, as kldtui view and leaderboard name it (it was left out silently)
         said = [n.message for n in app._notifications if "left out" in n.message]
         assert said == ["camp: left out comparison-stray.json: not a candidate of the campaign there "
-                        "(neither ranked in camp/leaderboard.json nor with a camp/candidates/NAME folder) "
+                        "(neither ranked in a camp/leaderboard*.json nor with a camp/candidates/NAME folder) "
                         "(give a report's file by name to rank it anyway)"], said
 
 

@@ -104,3 +104,22 @@ def test_an_earlier_versions_model_is_used_only_for_its_own_suite(tmp_path: Path
     # a file under the suite's own name that records another suite is not used either
     _model(own, SUITE)
     assert folder_noise([camp], OTHER) == FolderNoise(other_suites=(own, earlier))
+
+
+def test_two_profiles_models_of_one_suite_in_one_folder_are_two_models(tmp_path: Path) -> None:
+    """Profiles sharing a work folder (kldtui demo and kldtui demo --score, on one suite) each write their
+    own model (noise-model-PROFILE-HASH.json beside kldtui.toml's noise-model-HASH.json): a folder of
+    both brings the two, and which of them ranks its reports would be a guess."""
+    camp = _campaign(tmp_path / "camp")
+    score = _model(camp / noise_model_file_name(SUITE, "kldtui-score"), SUITE)
+    _model(camp / noise_model_file_name(OTHER, "kldtui-hidden"), OTHER)
+    _model(camp / "noise-model.json", SUITE)  # an earlier version's: the newer names stand for the suite
+    assert score.name == f"noise-model-kldtui-score-{SUITE[:16]}.json"
+    found = folder_noise([camp], SUITE)
+    assert found.models == (camp / MODEL, score) and found.model is None
+    assert found.words(lambda p: p.relative_to(camp)) == (
+        f"noise model: none; the folders hold 2 ({MODEL}, {score.name})")
+    score.unlink()
+    assert folder_noise([camp], SUITE).model == camp / MODEL
+    (camp / MODEL).unlink()
+    assert folder_noise([camp], SUITE).model == camp / "noise-model.json"
