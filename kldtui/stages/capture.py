@@ -339,12 +339,13 @@ def mode_change(workspace: Workspace, rec: CaptureRecord, label: str, mode: Capt
         return None
     said = recorded.label if recorded is not None else f"mode {rec.extra.get('mode')!r}"
     if workspace.campaign_candidate or workspace.same_model_as is not None:
-        keep = ("give the candidate another name to keep both (profiles sharing a work folder each need "
-                "names of their own)")
+        # its record may be another profile's capture in this folder: removing it would lose that one
+        what = ("give the candidate another name (profiles sharing a work folder each need names of "
+                "their own)")
     else:
-        keep = "use another [run] run_name to keep both"
+        what = "use another [run] run_name to keep both, or remove its record to capture it again"
     return (f"{workspace.records_path}: {label} was captured in {said}, this run captures in {mode.label}; "
-            f"{keep}, or remove its record to capture it again")
+            f"{what}")
 
 
 def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[int, CaptureRecord],

@@ -122,7 +122,7 @@ def test_a_profile_naming_its_candidates_as_another_in_another_mode_is_refused(t
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "server: started" not in proc.stdout
     said = (f"{work / 'capture' / 'capture-close.json'}: window 0 was captured in logits mode, this run "
-            "captures in score mode; give the candidate another name to keep both (profiles sharing a work "
-            "folder each need names of their own), or remove its record to capture it again")
+            "captures in score mode; give the candidate another name (profiles sharing a work folder each "
+            "need names of their own)")
     assert proc.stderr.startswith(f"kldtui: error: {said}"), proc.stderr
     assert _changed(work, before) == []
