@@ -95,6 +95,22 @@ class Notice(Event):
     level: Literal["info", "warning", "error"] = "info"
 
 
+@dataclass(frozen=True)
+class BackendChosen(Event):
+    """Which compare backend runs and why (``kldtui.stages.compare.backends.BackendChoice``): said
+    once per compare by whoever chose it, and again when the pipeline's choice changes (a server
+    of the run started or stopped)."""
+
+    backend: str  # as the report's provenance names it: c-kernel, numpy-threads, torch-cpu, torch-cuda
+    label: str  # with its GPU and threads: "torch-cuda on cuda:1", "c-kernel, 4 threads"
+    reason: str  # one line: "no GPU seen: the CPU kernel"
+
+    @property
+    def line(self) -> str:
+        """How the dashboard's log and ``--batch`` say it."""
+        return f"compare backend: {self.label} ({self.reason})"
+
+
 class NamedWindow(Protocol):
     """What a window's events say of it (:class:`kldtui.formats.suite.WindowSpec` has it all; this
     layer names no format): where it is, and what it is called."""

@@ -36,6 +36,7 @@ from typing import IO, Any
 from kldtui import stop_signals
 from kldtui.errors import BadInput, Interrupted, KldError
 from kldtui.events import (
+    BackendChosen,
     Cancel,
     CandidateStarted,
     EarlyAbort,
@@ -245,6 +246,8 @@ class BatchReporter:
         if isinstance(event, Notice):
             mark = {"info": "note", "warning": "WARNING", "error": "ERROR"}[event.level]
             return f"{head} {mark}: {event.text}"
+        if isinstance(event, BackendChosen):
+            return f"{head} {event.line}"
         if isinstance(event, CandidateStarted):
             what = "repeat capture of the leader" if event.repeat else "candidate"
             return f"{head} {what} {event.number}/{event.total}: {event.name}"

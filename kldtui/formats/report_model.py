@@ -689,6 +689,8 @@ class Provenance(_Part):
     throughput_gb_per_s: float | None = field(default=None, metadata=_KEEP_NULL)
     positions_per_second: float | None = field(default=None, metadata=_KEEP_NULL)
     command: str | None = field(default=None, metadata=_KEEP_NULL)
+    # why that backend ran, as the compare said it (absent: not known)
+    backend_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -697,7 +699,7 @@ class Provenance(_Part):
         return cls(o.str_("kldtui_version"), o.str_("backend"), o.num("elapsed_seconds"),
                    o.int_("bytes_compared"), o.str_("created_utc"), Verified.from_json(o.obj("verified")),
                    o.opt_int("threads"), o.opt_num("throughput_gb_per_s"), o.opt_num("positions_per_second"),
-                   o.opt_str("command"), extra=o.rest(known))
+                   o.opt_str("command"), o.opt_str("backend_reason"), extra=o.rest(known))
 
 
 @dataclass(frozen=True)

@@ -227,11 +227,11 @@ class ReferenceCapture:
         c = self.compare
         choice = choose_backend(c.backend, c.threads, serving, vocab=_vocab(ws) or DEFAULT_VOCAB,
                                 server_signs=process_signs())
-        emit(LogLine("compare", f"compare backend: {choice.label} ({choice.reason})"))
+        emit(choice.event())
         options = CompareOptions(start_window=first.index, stop_window=first.index + 1,
                                  bootstrap_samples=c.bootstrap_samples, bootstrap_seed=c.bootstrap_seed,
                                  reverse=c.reverse, backend=choice.backend.option, threads=choice.threads,
-                                 cuda_device=choice.cuda_device, mode=REFERENCE_MODE)
+                                 cuda_device=choice.cuda_device, choice=choice, mode=REFERENCE_MODE)
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
         _copy_json(ws.report, self.workspace.repeat_noise_path(first.index), REPORT_LIMIT)

@@ -15,6 +15,7 @@ from typing import Any
 
 from kldtui.events import (
     PIPELINE_STAGES,
+    BackendChosen,
     CandidateStarted,
     Event,
     LeaderboardUpdated,
@@ -203,6 +204,8 @@ class DashboardModel:
         elif isinstance(event, LogLine):
             if event.level != "debug":  # per-request access lines: in the server log file only
                 self._log(event.level, event.line, event.stage)
+        elif isinstance(event, BackendChosen):
+            self._log("info", event.line, event.stage)
         elif isinstance(event, Notice):
             self.notices.append(event)
             self._log(event.level, event.text, event.stage)

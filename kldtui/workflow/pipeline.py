@@ -612,7 +612,7 @@ class Pipeline:
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
                               reverse=cmp_.reverse, backend=choice.backend.option, threads=choice.threads,
-                              cuda_device=choice.cuda_device, mode=self.mode,
+                              cuda_device=choice.cuda_device, choice=choice, mode=self.mode,
                               candidate_size=self.profile.candidate.model_size(),
                               context_filter=run.context_filter, strata=run.strata)
 
@@ -642,9 +642,9 @@ class Pipeline:
         vocab = self._expected_vocab() or DEFAULT_VOCAB
         choice = choose_backend(cmp_.backend, cmp_.threads, self._serving(), vocab=vocab,
                                 server_signs=process_signs())
-        line = f"compare backend: {choice.label} ({choice.reason})"
-        if line != getattr(self, "_backend_line", None):
-            self._backend_line = line
-            self.emit(LogLine("compare", line))
+        said = choice.event()
+        if said.line != getattr(self, "_backend_line", None):
+            self._backend_line = said.line
+            self.emit(said)
         return choice
 

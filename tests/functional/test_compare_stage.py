@@ -257,3 +257,49 @@ def test_overflowing_perplexity_is_null_not_an_invalid_report(tmp_path: Path) ->
     assert report["infinite_kl"]["rows"] == 0 and report["infinite_kl"]["windows"] == []
     assert 1e5 < report["kl_reference_to_candidate"]["mean"] < 1e7 and report["js"]["max"] <= math.log(2)
     json.dumps(report, allow_nan=False)
+
+
+def test_the_backend_and_why_are_said_once_and_kept_in_the_report(suite_dirs) -> None:
+    """The engine chose a backend and dropped the reason: a user never learnt whether the CPU kernel or a
+    GPU compared, nor why. The compare says it once (BackendChosen, before the first window) and the
+    report keeps it (provenance.backend_reason); a choice its caller made and said (the pipeline's) is
+    not said again; windows compared under different choices keep each reason once, in window order;
+    a window whose reason is not known (an older cache entry) leaves it out."""
+    from dataclasses import replace
+
+    from kldtui.events import BackendChosen
+    from kldtui.stages.compare.backends import NOT_TOLD, Backend, BackendChoice
+
+    suite, ref, cand, _ = suite_dirs
+    events: list = []
+    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend="numpy")
+    report = compare(suite.path, ref, cand, opts, events.append).to_json()
+    said = [e for e in events if isinstance(e, BackendChosen)]
+    assert [(e.stage, e.backend, e.line) for e in said] == [
+        ("compare", "numpy-threads", "compare backend: numpy-threads (backend 'numpy' as configured)")]
+    first_window = next(i for i, e in enumerate(events) if isinstance(e, WindowState))
+    assert events.index(said[0]) < first_window
+    assert report["provenance"]["backend_reason"] == "backend 'numpy' as configured"
+
+    # auto without the server kinds' signs: the CPU kernel, and the words say why (no GPU on a CPU host)
+    events.clear()
+    auto = compare(suite.path, ref, cand, replace(opts, backend="auto"), events.append).to_json()
+    (chosen,) = [e for e in events if isinstance(e, BackendChosen)]
+    assert chosen.reason in ("no GPU seen: the CPU kernel", NOT_TOLD)
+    assert auto["provenance"]["backend_reason"] == chosen.reason
+
+    made = BackendChoice(Backend.NUMPY, 2, None, "the candidate server is running on this host: the CPU "
+                                                 "kernel with 2 of 4 threads so capture is not starved")
+    events.clear()
+    one = compare_window(suite, suite.window(0), ref, cand, replace(opts, choice=made), emit=events.append)
+    assert not [e for e in events if isinstance(e, BackendChosen)]  # its caller said it
+    assert one.backend_reason == made.reason and one.threads == 2
+    other = compare_window(suite, suite.window(1), ref, cand, opts)
+    both = build_report([one, other], suite=suite, options=opts).to_json()["provenance"]
+    assert both["backend_reason"] == f"{made.reason}; then backend 'numpy' as configured"
+    back = decode_result(json.loads(json.dumps(encode_result(one))))
+    assert back.backend_reason == made.reason
+    older = encode_result(other)
+    del older["backend_reason"]  # written before windows kept why
+    unknown = build_report([one, decode_result(older)], suite=suite, options=opts).to_json()["provenance"]
+    assert "backend_reason" not in unknown

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kldtui.errors import StageFailed
-from kldtui.events import EarlyAbort, Event, Notice, ResultReady, WindowState
+from kldtui.events import BackendChosen, EarlyAbort, Event, Notice, ResultReady, WindowState
 from kldtui.workflow.demo import prepare_demo
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Profile, profile_from_dict
@@ -91,6 +91,14 @@ def test_windows_are_compared_live_and_a_rerun_reuses_everything(
     assert not list((workdir / "capture").rglob("logits.rows-*"))
     notes = [e.text for e in events if isinstance(e, Notice) and e.text.startswith("disk: ")]
     assert len(notes) == 1 and "6 finalized windows" in notes[0]  # said before capturing
+    # which backend compared and why: said when the choice was made (again only when it changed), and
+    # kept in the report, each reason once in window order
+    chosen = [e for e in events if isinstance(e, BackendChosen)]
+    assert chosen and chosen[0].stage == "compare"
+    assert chosen[0].line.startswith(f"compare backend: {report['provenance']['backend']}")
+    assert "the candidate server is running on this host" in chosen[0].reason
+    assert len({e.line for e in chosen}) == len(chosen)  # never the same choice twice in a row
+    assert report["provenance"]["backend_reason"].startswith(chosen[0].reason)
 
     again: list[Event] = []
     Pipeline(make_profile(suite_dir, workdir), again.append).run_all()
@@ -331,6 +339,9 @@ def test_stage_by_stage_gives_the_same_report_as_run_all(suite_dir: Path, tmp_pa
     p.finalize()
     path = p.compare()
     p.stop_server()
+    # the compare stage said its backend once: the pipeline chose it, the engine does not say it again
+    said = [e.line for e in events if isinstance(e, BackendChosen)]
+    assert len(said) == 1 and "the candidate server is running on this host" in said[0], said
     assert not p.server_running
     a, b = json.loads(full.read_text()), json.loads(path.read_text())
     for key in ("per_window", "kl_window_cluster_bootstrap", "domains", "window_range", "positions"):

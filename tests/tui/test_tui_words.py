@@ -11,6 +11,7 @@ from typing import Any
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from kldtui.events import (
+    BackendChosen,
     LogLine,
     Progress,
     ServerReady,
@@ -268,7 +269,7 @@ async def test_log_has_window_results_one_prefix_each_and_no_access_lines(tmp_pa
                            level="debug"),
                    LogLine("server", "INFO 12-01 [kldtui.embedded] model loaded"),
                    ServerReady("server", url="http://127.0.0.1:8123", served_model_name="tiny"),
-                   LogLine("compare", "compare backend: c-kernel, 1 thread"),
+                   BackendChosen("compare", "c-kernel", "c-kernel, 1 thread", "no GPU seen: the CPU kernel"),
                    LogLine("server", "[reference server] INFO model loaded"),
                    WindowState("compare", 2, "compared", "code", figures={"kl": 0.0273169, "top1": 0.9022}),
                    WindowState("capture", 3, "failed", "code", figures={"error": "the server stopped"}))
@@ -276,7 +277,7 @@ async def test_log_has_window_results_one_prefix_each_and_no_access_lines(tmp_pa
         assert not any("POST /v1/completions" in line for line in lines), lines
         assert "[server] INFO 12-01 [kldtui.embedded] model loaded" in lines
         assert "[server] ready at http://127.0.0.1:8123 as tiny" in lines
-        assert "[compare] compare backend: c-kernel, 1 thread" in lines
+        assert "[compare] compare backend: c-kernel, 1 thread (no GPU seen: the CPU kernel)" in lines
         assert "[reference server] INFO model loaded" in lines
         assert "[compare] window 002 (code) compared, mean KL 0.0273169, top-1 90.22 %" in lines
         assert "[capture] window 003 (code) failed: the server stopped" in lines

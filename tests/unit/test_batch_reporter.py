@@ -372,6 +372,24 @@ def test_the_compare_backend_line_names_it_as_the_report_does() -> None:
     assert choice.label == "c-kernel, 1 thread"  # the report's provenance says 'c-kernel backend'
 
 
+def test_the_backend_chosen_is_said_with_its_reason_in_lines_and_jsonl() -> None:
+    """The compare's choice of backend reaches the user: one line with the label and the reason, and
+    in JSONL a BackendChosen event carrying the backend as the report names it, the label and the reason."""
+    from kldtui.stages.compare.backends import Backend, BackendChoice
+
+    reason = ("a llama.cpp server (pid 123) is running on this host and it may use every GPU: the CPU "
+              "kernel with 8 of 16 threads, leaving the GPUs to the server")
+    event = BackendChoice(Backend.C, threads=8, cuda_device=None, reason=reason).event()
+    out = io.StringIO()
+    BatchReporter(out)(event)
+    assert out.getvalue().endswith(f" compare: compare backend: c-kernel, 8 threads ({reason})\n")
+    out = io.StringIO()
+    BatchReporter(out, jsonl=True)(event)
+    doc = json.loads(out.getvalue())
+    assert (doc["event"], doc["stage"], doc["backend"], doc["label"], doc["reason"]) == (
+        "BackendChosen", "compare", "c-kernel", "c-kernel, 8 threads", reason)
+
+
 def test_a_campaigns_tables_say_their_noise_model_and_each_note_once() -> None:
     """A campaign prints its standings after each candidate and at the end: every table repeated the
     noise model's line and the ties note under it. Each is said once, under the first table that has it;

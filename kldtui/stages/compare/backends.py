@@ -22,8 +22,10 @@ A request is ``auto``, ``torch`` or a backend's option value (:data:`BACKEND_OPT
   server GPU's headroom (about 1.4-3.2 GiB) is less than a compare's blocks and a CUDA context:
   taking it would stall or kill the engine, and a compare on TP rank 0 slows the whole TP group.
 
-The choice carries a one-line reason that the pipeline logs, so the dashboard and the batch
-output say which backend compares and why. After a CUDA compare the engine releases torch's
+The choice carries a one-line reason, said once per compare as a :class:`BackendChosen` event
+(:meth:`BackendChoice.event`: by the engine when it chose, else by the caller that passed its choice,
+the pipeline), so the dashboard, the batch output and ``kldtui compare`` say which backend compares
+and why; the report keeps it (``provenance.backend_reason``). After a CUDA compare the engine releases torch's
 cached memory (``torch.cuda.empty_cache``); the CUDA context itself stays until kldtui exits.
 
 Light on purpose (no NumPy or torch at import): the CLI and the profile validate with it.
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from kldtui import settings
 from kldtui.errors import BadInput
+from kldtui.events import BackendChosen, StageName
 from kldtui.text import human_bytes, plural
 from kldtui.this_host import ServerProcess, ServerSign, gpu_servers
 
@@ -191,6 +194,10 @@ class BackendChoice:
         dev = f" on cuda:{self.cuda_device}" if self.cuda_device is not None else ""
         thr = f", {plural(self.threads, 'thread')}" if self.threads else ""
         return f"{self.backend.value}{dev}{thr}"  # as the report records it (c-kernel, not --backend c)
+
+    def event(self, stage: StageName = "compare") -> BackendChosen:
+        """The choice as the event that says it to the user (once per compare)."""
+        return BackendChosen(stage, self.backend.value, self.label, self.reason)
 
 
 def cuda_bytes_needed(vocab: int, threads: int | None = None, row_block: int | None = None) -> int:

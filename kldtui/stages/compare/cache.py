@@ -51,7 +51,8 @@ def encode_result(result: WindowResult) -> dict[str, Any]:
     return {"format": RESULT_FORMAT, "window_index": result.window_index,
             "domain": result.domain, "vocab_size": result.vocab_size,
             "elapsed_seconds": result.elapsed_seconds, "bytes_compared": result.bytes_compared,
-            "backend": result.backend, "threads": result.threads, "rows": arrays}
+            "backend": result.backend, "threads": result.threads, "backend_reason": result.backend_reason,
+            "rows": arrays}
 
 
 def decode_result(doc: dict[str, Any]) -> WindowResult:
@@ -72,11 +73,14 @@ def decode_result(doc: dict[str, Any]) -> WindowResult:
     threads = doc.get("threads")  # absent from entries an older kldtui wrote: not known
     if threads is not None and (type(threads) is not int or threads < 1):
         raise ValueError(f"threads {threads!r} is not a positive integer")
+    reason = doc.get("backend_reason", "")  # absent from entries an older kldtui wrote: not known
+    if not isinstance(reason, str):
+        raise ValueError(f"backend_reason {reason!r} is not a string")
     return WindowResult(window_index=int(doc["window_index"]), domain=str(doc["domain"]),
                         vocab_size=int(doc["vocab_size"]), rows=rows,
                         elapsed_seconds=float(doc.get("elapsed_seconds", 0.0)),
                         bytes_compared=int(doc.get("bytes_compared", 0)), backend=str(doc.get("backend", "")),
-                        threads=threads)
+                        threads=threads, backend_reason=reason)
 
 
 class WindowCache:

@@ -57,7 +57,7 @@ def compare_window(suite: Suite | str | os.PathLike[str], window: WindowSpec | i
     inputs = prepare(s, reference_dir, candidate_dir, options, emit, cancel, windows=[w], said=said)
     if engine is not None:
         return engine.compare_window(inputs, w, emit, cancel)
-    with Engine(inputs.vocab_size, options) as eng:
+    with Engine(inputs.vocab_size, options, emit) as eng:
         return eng.compare_window(inputs, w, emit, cancel)
 
 
@@ -127,7 +127,7 @@ class Comparer:
         self.verified = inputs.verified
         self.reference_manifest_sha256 = inputs.reference_manifest_sha256
         results: list[WindowResult] = []
-        with Engine(inputs.vocab_size, self.options) as engine:
+        with Engine(inputs.vocab_size, self.options, self.emit) as engine:
             self.described = describe(inputs.reference, inputs.candidate, inputs.windows, self.options,
                                       engine, inputs.head_sha256)
             self.head_sha256 = inputs.head_sha256

@@ -40,13 +40,18 @@ DEFAULT_REPLAY_ROWS = 1024  # the CPU backends
 
 
 class Engine:
-    """Compares windows with one backend; reuse it across windows (it keeps a thread pool)."""
+    """Compares windows with one backend; reuse it across windows (it keeps a thread pool). The
+    backend is ``options.choice``, else chosen here and said on ``emit`` (:class:`BackendChosen`)."""
 
-    def __init__(self, vocab: int, options: CompareOptions) -> None:
+    def __init__(self, vocab: int, options: CompareOptions, emit: EventSink = null_sink) -> None:
         self.vocab = vocab
         self.options = options
-        choice = choose_backend(options.backend, options.threads, cuda_device=options.cuda_device,
-                                vocab=vocab, server_signs=options.server_signs)
+        choice = options.choice
+        if choice is None:
+            choice = choose_backend(options.backend, options.threads, cuda_device=options.cuda_device,
+                                    vocab=vocab, server_signs=options.server_signs)
+            emit(choice.event())
+        self.choice = choice
         self.backend: Backend = choice.backend
         self.cuda_device = choice.cuda_device
         self.spec = self.backend.spec
@@ -161,7 +166,8 @@ class Engine:
         elapsed = time.perf_counter() - t0
         nbytes = inputs.reference.bytes_read(rows) + inputs.candidate.bytes_read(rows)
         return WindowResult(window.index, window.domain, self.vocab, out, elapsed_seconds=elapsed,
-                            bytes_compared=nbytes, backend=str(self.backend), threads=self.threads)
+                            bytes_compared=nbytes, backend=str(self.backend), threads=self.threads,
+                            backend_reason=self.choice.reason)
 
     def _run(self, work: Any, starts: range) -> None:
         """``work(start)`` for every block start on the pool; the first failure stops the rest."""

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
     from kldtui.formats.model_size import ModelSize
     from kldtui.formats.suite import Suite, WindowSpec
+    from kldtui.stages.compare.backends import BackendChoice
     from kldtui.this_host import ServerSign
 
 
@@ -30,6 +31,9 @@ class CompareOptions:
     # how model servers show in /proc, whose GPUs backend auto leaves alone: the front end's server
     # kinds' (kldtui.servers.registry.process_signs); None: not said, so auto takes no GPU
     server_signs: tuple[ServerSign, ...] | None = None
+    # the choice its caller made and said already (the pipeline, by what else runs on this host): the
+    # engine takes it as it is; None: the engine chooses from the request above and says why
+    choice: BackendChoice | None = None
     verify_sha256: bool = False
     # what the candidate folder holds (kldtui.capture_modes); None: the mode whose finalized
     # manifest is there (logits first)

@@ -111,6 +111,10 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     if threads is None:  # windows compared one at a time (kldtui run): the count they all ran with
         counts = {r.threads for r in res}
         threads = counts.pop() if len(counts) == 1 else None  # differing, or unknown: null
+    # why: each reason once, in window order (the pipeline's choice can change between windows);
+    # not known when a window's is not (a server's figures, an older cache entry)
+    reasons = [r.backend_reason for r in res]
+    backend_reason = "; then ".join(dict.fromkeys(reasons)) if all(reasons) else None
     provenance = Provenance(
         kldtui_version=__version__,
         backend=backend or "+".join(backends),
@@ -122,6 +126,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
         throughput_gb_per_s=nbytes / elapsed / 1e9 if elapsed > 0 else None,
         positions_per_second=positions / elapsed if elapsed > 0 else None,
         command=command,
+        backend_reason=backend_reason,
     )
     with_reverse = reverse and figs[0]["kl_reverse_mean"] is not None
     columns: dict[str, Any] = {

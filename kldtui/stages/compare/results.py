@@ -40,6 +40,9 @@ class WindowResult:
     bytes_compared: int = 0
     backend: str = ""
     threads: int | None = None  # the kernel's worker threads; None: a server computed the figures
+    # why that backend (BackendChoice.reason); "": not known (a server computed the figures, or a
+    # cache entry an older kldtui wrote)
+    backend_reason: str = ""
 
     @property
     def positions(self) -> int:
