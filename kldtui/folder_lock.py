@@ -182,6 +182,32 @@ def _release(lock_file: Path) -> None:
             os.close(held.fd)  # drops the flock
 
 
+def check_output_file(file: str | os.PathLike[str]) -> Path:
+    """BadInput (one line) unless ``file`` can be written as an output file: not a folder, in a
+    folder that exists and is writable. Commands call it on their output flags before any work (and
+    :func:`hold` again when it takes the file's lock)."""
+    f = Path(file)
+    if f.is_dir():
+        raise BadInput(f"{f}: is a folder; give a file name")
+    if not f.parent.is_dir():
+        raise BadInput(f"{f}: folder {f.parent} does not exist; create it first")
+    if not os.access(f.parent, os.W_OK | os.X_OK):
+        raise BadInput(f"{f}: folder {f.parent} is not writable")
+    return f
+
+
+def distinct_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
+    """BadInput (one line) when two output flags (``{"--json": path, "--output": path}``) name one
+    file: the second would replace the first."""
+    from kldtui.formats.safe_io import is_same_file
+
+    given = [(flag, path) for flag, path in outputs.items() if path is not None]
+    for i, (flag, path) in enumerate(given):
+        for other, earlier in given[:i]:
+            if is_same_file(path, earlier):
+                raise BadInput(f"{flag} {path}: is {other}'s file too; give each its own file")
+
+
 @contextlib.contextmanager
 def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | os.PathLike[str]] = (),
          what: str = "folder") -> Iterator[None]:
@@ -194,13 +220,7 @@ def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | o
         p = ensure_folder(folder, what)
         locks.append((lock_path_for_folder(p), str(p)))
     for file in files:
-        f = Path(file)
-        if f.is_dir():
-            raise BadInput(f"{f}: is a folder; give a file name")
-        if not f.parent.is_dir():
-            raise BadInput(f"{f}: folder {f.parent} does not exist; create it first")
-        if not os.access(f.parent, os.W_OK | os.X_OK):
-            raise BadInput(f"{f}: folder {f.parent} is not writable")
+        f = check_output_file(file)
         locks.append((lock_path_for_file(f), str(f)))
     unique = sorted({_key(lf): (lf, g) for lf, g in locks}.values(), key=lambda t: str(_key(t[0])))
     taken: list[Path] = []

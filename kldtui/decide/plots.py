@@ -9,6 +9,7 @@ drawn; the viewer's text charts (:mod:`kldtui.tui.widgets.board_charts`) draw th
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import textwrap
 from dataclasses import dataclass
@@ -296,11 +297,20 @@ def _domain_panel(ax: Any, data: ChartData) -> None:
     _legend(ax, len(names))
 
 
-def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
-    """The charts to ``path`` (.svg or .png), atomically."""
+def check_plot_path(path: str | os.PathLike[str]) -> Path:
+    """BadInput (one line) unless a plot can be written to ``path``: its suffix picks a format
+    (.svg or .png) and matplotlib is installed; checked before any report is read."""
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES:
         raise BadInput(f"{p}: the plot's file name must end in .svg or .png")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise BadInput(MISSING)
+    return p
+
+
+def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
+    """The charts to ``path`` (.svg or .png), atomically."""
+    p = check_plot_path(path)
     if not p.parent.is_dir():
         raise BadInput(f"{p}: folder {p.parent} does not exist; create it first")
     plt = _pyplot()
@@ -320,5 +330,5 @@ def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
 
 
 __all__ = ["MISSING", "NO_SIZE", "PLOT_EXTRA", "SUFFIXES", "CandidateStyle", "ChartData", "DomainBar",
-           "SizePoint", "WindowSeries", "candidate_styles", "chart_data",
+           "SizePoint", "WindowSeries", "candidate_styles", "chart_data", "check_plot_path",
            "figure", "pareto_front", "write_plot"]

@@ -26,6 +26,7 @@ import numpy as np
 
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Progress, Throttle, null_sink
+from kldtui.folder_lock import check_output_file
 from kldtui.formats import finite
 from kldtui.formats import llamacpp_kld as kld
 from kldtui.formats.logits_writer import pid_alive
@@ -139,6 +140,7 @@ def export_llama_cpp(suite_dir: str | os.PathLike[str], output: str | os.PathLik
     out = Path(output)
     check_output(out, [suite.path, manifest.path, *(manifest.file_path(w.index) for w in windows)],
                  flag="FILE")
+    check_output_file(out)  # a folder, or one that is not there: said before any window is read
     if out.exists() and not force:
         raise BadInput(f"{out}: already exists; pass --force to replace it")
     n_ctx = suite.context_length

@@ -40,7 +40,7 @@ from kldtui.events import (
 from kldtui.formats.atomic import write_new_folder
 from kldtui.formats.model_size import CHECKPOINT_INDEX_LIMIT, MODEL_CONFIG_LIMIT
 from kldtui.formats.model_size import INDEX as INDEX_FILE  # one name for the checkpoint's index
-from kldtui.formats.safe_io import is_present, read_failure, read_text
+from kldtui.formats.safe_io import is_present, kind_of, read_failure, read_text
 
 STAGE: StageName = "export-head"
 SINGLE_FILE = "model.safetensors"
@@ -113,7 +113,11 @@ def _weight_map(checkpoint: Path) -> tuple[dict[str, Path], Path | None]:
     if checkpoint.is_file():
         return {name: checkpoint for name in read_header(checkpoint).tensors}, None
     if not checkpoint.is_dir():
-        raise BadInput(f"{checkpoint}: not found; give the checkpoint folder (with {INDEX_FILE} or "
+        try:
+            what = f"is {kind_of(checkpoint.stat().st_mode)}, not a file or folder"
+        except OSError:
+            what = "not found"
+        raise BadInput(f"{checkpoint}: {what}; give the checkpoint folder (with {INDEX_FILE} or "
                        f"{SINGLE_FILE}) or a .safetensors file")
     index = checkpoint / INDEX_FILE
     if _present(index):

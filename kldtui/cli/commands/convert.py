@@ -40,10 +40,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=tuple(TARGETS),
                         help=_to_help())
     parser.add_argument("destination", metavar="DEST", help="the base file, or the suite folder to make")
-    for target in TARGETS.values():
+    owned: dict[str, list[tuple[str, str, object]]] = {}
+    for name, target in TARGETS.items():
+        before = len(parser._actions)  # the actions each target adds are its own flags
         target.add_arguments(parser)
+        owned[name] = [(action.option_strings[0], action.dest, action.default)
+                       for action in parser._actions[before:]]
     parser.add_argument("--force", action="store_true", help="replace an existing destination")
+    parser.set_defaults(target_flags=owned)
 
 
 def run(args: argparse.Namespace) -> int:
+    from kldtui.errors import BadInput
+
+    # another target's flag would be ignored without a word (--start-window with --to suite)
+    for name, flags in args.target_flags.items():
+        given = [flag for flag, dest, default in flags if name != args.to and getattr(args, dest) != default]
+        if given:
+            raise BadInput(f"{', '.join(given)}: for --to {name}, not --to {args.to}; leave "
+                           f"{'it' if len(given) == 1 else 'them'} out")
     return TARGETS[args.to].convert(args)

@@ -141,18 +141,23 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.noise import resolve_floor
     from kldtui.decide.paired import suite_hash_of
     from kldtui.errors import BadInput
-    from kldtui.folder_lock import hold
+    from kldtui.folder_lock import check_output_file, distinct_outputs, hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
+    # the arguments first: nothing read or said (a folder's noise model) before they hold
+    if args.output is not None and args.format is None:
+        raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")
+    distinct_outputs({"--json": args.json, "--output": args.output})
+    for output in (args.json, args.output):
+        if output is not None:
+            check_output_file(output)
     paths, reports = gathered_reports(list(args.reports), "kldtui leaderboard")  # folders: their reports
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.json, [*args.reports, args.noise], "--json")
-    if args.output is not None and args.format is None:
-        raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")
-    check_output(args.output, [*args.reports, args.noise, args.json], "--output")
+    check_output(args.output, [*args.reports, args.noise], "--output")
     outputs = [f for f in (args.json, args.output) if f]
     with hold(files=outputs):  # a bad --json or --output path: refused before the work
         noise = resolve_floor(args.noise, suite_hash_of(*reports)) if not args.no_noise_floor else None

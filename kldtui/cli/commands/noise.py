@@ -101,11 +101,12 @@ def describe(model: Any, unit: str = "window") -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.folder_lock import hold
+    from kldtui.folder_lock import distinct_outputs, hold
     from kldtui.formats.safe_io import check_output
 
     inputs = [args.run1, args.run2, args.repeat_report, args.reference, args.suite_manifest]
-    check_output(args.output, [*inputs, args.report])
+    distinct_outputs({"--output": args.output, "--report": args.report})
+    check_output(args.output, inputs)
     check_output(args.report, inputs, "--report")
     # bad --output/--report paths are refused before the comparison runs; one writer per file
     with hold(files=[args.output] + ([args.report] if args.report else [])):

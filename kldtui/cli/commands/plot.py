@@ -26,12 +26,14 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.exports import export_table
     from kldtui.decide.leaderboard import leaderboard_from_files
     from kldtui.decide.paired import suite_hash_of
-    from kldtui.decide.plots import write_plot
-    from kldtui.folder_lock import hold
+    from kldtui.decide.plots import check_plot_path, write_plot
+    from kldtui.folder_lock import check_output_file, hold
     from kldtui.formats.safe_io import check_output
     from kldtui.formats.untrusted_json import printable_name
 
     check_decision_arguments(args)
+    check_plot_path(args.output)  # the arguments first: nothing read or said before they hold
+    check_output_file(args.output)
     paths, reports = gathered_reports(list(args.reports),  # folders: the reports they hold
                                       f"kldtui plot -o {printable_name(shlex.quote(args.output))}")
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite

@@ -23,9 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kldtui.cli.commands.verify import ConsoleProgress
+    from kldtui.cli.commands.verify import ConsoleProgress, check_workers
     from kldtui.stages.publish import format_file_list, publish
 
+    check_workers(args.workers)
     with ConsoleProgress() as emit:
         result = publish(args.path, args.repo_id, dry_run=args.dry_run, private=args.private,
                          revision=args.revision, workers=args.workers, emit=emit)

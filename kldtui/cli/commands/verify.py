@@ -141,9 +141,36 @@ class ConsoleProgress:
             self._print(f"[{event.stage}] {event.task}: {event.done:g}/{event.total:g} {event.unit}")
 
 
+def check_workers(workers: int | None) -> None:
+    """``--workers`` (verify, publish): 1 or more (0 was taken as the default, -3 as 1, unsaid)."""
+    from kldtui.errors import BadInput
+
+    if workers is not None and workers < 1:
+        raise BadInput(f"--workers {workers}: give 1 or more files hashed at once (default: up to 4)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The flags alone, before any file is read or a line printed (BadInput, one line)."""
+    from pathlib import Path
+
+    from kldtui.errors import BadInput
+
+    check_workers(args.workers)
+    for flag, value in (("--start-window", args.start_window), ("--stop-window", args.stop_window)):
+        if value is not None and value < 0:
+            raise BadInput(f"{flag} {value}: windows are numbered from 0")
+    start, stop = args.start_window or 0, args.stop_window
+    if stop is not None and stop <= start:
+        raise BadInput(f"window range [{start}, {stop}) is empty; check --start-window/--stop-window")
+    if args.suite_manifest is not None and not Path(args.suite_manifest).exists():
+        raise BadInput(f"{args.suite_manifest}: suite manifest not found; give --suite-manifest the "
+                       "suite-manifest.json (or folder) the logits folder was captured from")
+
+
 def run(args: argparse.Namespace) -> int:
     from kldtui.stages.verify import PUBLISHED_SUITE_HASH, verify_path
 
+    check_arguments(args)
     selection = None
     if args.context_filter is not None or args.stratum:
         from kldtui.formats.fidelity import ContextFilter

@@ -2,6 +2,9 @@
 and what it runs all come from :data:`TARGETS`, read when the parser is built (importing a target
 or the command builds no help).
 
+A flag of another target than ``--to``'s is refused by the command (kldtui.cli.commands.convert),
+from the flags each target's ``add_arguments`` added: it would be ignored without a word.
+
 Adding a target: one module beside the others (a :class:`~.base.ConvertTarget` named ``TARGET``,
 importing only the standard library at top level, as command modules do) and one line here.
 """

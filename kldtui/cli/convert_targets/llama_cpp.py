@@ -21,12 +21,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
-    from kldtui.errors import BadInput
     from kldtui.stages.convert import export_llama_cpp
 
-    if args.model or args.bos is not None or args.no_bos:
-        raise BadInput("--model, --bos and --no-bos are for --to suite (the base file is written "
-                       "from the suite's tokens as they are)")
     with ConsoleProgress() as progress:  # windows written, on stderr
         result = export_llama_cpp(args.source, args.destination, reference_dir=args.reference_dir,
                                   start_window=args.start_window, stop_window=args.stop_window,
