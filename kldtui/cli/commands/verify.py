@@ -156,12 +156,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     from kldtui.errors import BadInput
 
     check_workers(args.workers)
-    for flag, value in (("--start-window", args.start_window), ("--stop-window", args.stop_window)):
-        if value is not None and value < 0:
-            raise BadInput(f"{flag} {value}: windows are numbered from 0")
+    # a negative start is refused by the stage, in the words of the suite's units (windows, contexts)
     start, stop = args.start_window or 0, args.stop_window
     if stop is not None and stop <= start:
-        raise BadInput(f"window range [{start}, {stop}) is empty; check --start-window/--stop-window")
+        raise BadInput(f"--start-window {start} --stop-window {stop}: the range [{start}, {stop}) is empty; "
+                       "give a stop after the start")
     if args.suite_manifest is not None and not Path(args.suite_manifest).exists():
         raise BadInput(f"{args.suite_manifest}: suite manifest not found; give --suite-manifest the "
                        "suite-manifest.json (or folder) the logits folder was captured from")
