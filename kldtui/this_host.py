@@ -15,9 +15,11 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import socket
+import stat
 import struct
 import sys
 from collections.abc import Callable, Sequence
@@ -136,7 +138,9 @@ class ServerProcess:
     argv: tuple[str, ...]
     env: dict[str, str]  # empty when not readable (another user's process)
     sign: ServerSign  # the sign it was recognised by
-    main: bool  # the server's main process (its command line says its GPUs); False: a helper
+    # the server's main process (its command line says its GPUs); False: a helper, or a main process
+    # whose command line was too long to read whole
+    main: bool
 
 
 def runs_module(argv: Sequence[str], module: str) -> bool:
@@ -156,26 +160,53 @@ def runs_command(argv: Sequence[str], name: str, *args: str) -> bool:
             and tuple(argv[first + 1:first + 1 + len(args)]) == args)
 
 
-def _read_nul_list(path: Path) -> list[str]:
-    return [p.decode(errors="replace") for p in path.read_bytes().split(b"\0") if p]
+# bytes of a process's command line or environment read from /proc: Linux keeps both in the space
+# the stack limit leaves them (2 MiB under the usual 8 MiB stack), a model server's in a few KB; one
+# longer is cut there and taken as saying nothing of its GPUs (gpu_servers)
+PROC_TEXT_LIMIT = 256 * 1024
+
+
+def _read_nul_list(path: Path) -> tuple[list[str], bool]:
+    """The NUL-separated strings of ``path`` (a /proc file) as text (bytes that are not UTF-8
+    replaced), and whether they are whole: at most :data:`PROC_TEXT_LIMIT` bytes are read. Opened
+    without blocking and read only when a regular file (as /proc's are): OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks: list[bytes] = []
+        left = PROC_TEXT_LIMIT + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    whole = len(data) <= PROC_TEXT_LIMIT
+    return [p.decode(errors="replace") for p in data[:PROC_TEXT_LIMIT].split(b"\0") if p], whole
 
 
 def gpu_servers(signs: Sequence[ServerSign], proc: Path = Path("/proc")) -> list[ServerProcess]:
     """The processes on this host (any user's, by pid) that one of ``signs`` recognises, with
     their environment where it is readable (not another user's). Empty where there is no /proc or
     no sign is given; an entry whose command line cannot be read (a process gone meanwhile) is
-    passed over."""
+    passed over. A command line longer than :data:`PROC_TEXT_LIMIT` is recognised by its start and
+    says nothing of its GPUs (``main`` False: every GPU counts as its); an environment longer than
+    that is not read (as one not readable)."""
     found: list[ServerProcess] = []
     if not signs:
         return found
     own = os.getpid()
     try:
-        entries = sorted(int(e) for e in os.listdir(proc) if e.isdigit() and int(e) != own)
+        entries = sorted(int(e) for e in os.listdir(proc) if e.isascii() and e.isdigit() and int(e) != own)
     except OSError:
         return found
     for pid in entries:
         try:
-            argv = _read_nul_list(proc / str(pid) / "cmdline")
+            argv, whole = _read_nul_list(proc / str(pid) / "cmdline")
         except OSError:
             continue
         for sign in signs:
@@ -186,8 +217,10 @@ def gpu_servers(signs: Sequence[ServerSign], proc: Path = Path("/proc")) -> list
             continue
         env: dict[str, str] = {}
         with contextlib.suppress(OSError):
-            env = dict(v.split("=", 1) for v in _read_nul_list(proc / str(pid) / "environ") if "=" in v)
-        found.append(ServerProcess(pid, tuple(argv), env, sign, main))
+            values, complete = _read_nul_list(proc / str(pid) / "environ")
+            if complete:
+                env = dict(v.split("=", 1) for v in values if "=" in v)
+        found.append(ServerProcess(pid, tuple(argv), env, sign, main and whole))
     return found
 
 

@@ -149,6 +149,8 @@ DEFAULT_VOCAB = 262144  # the vocabulary a choice assumes when it is not known y
 # float32 x/y blocks + seven float64 temporaries per row of a block (TorchBlockKernel)
 BYTES_PER_ROW_ELEMENT = 2 * 4 + 7 * 8
 CUDA_CONTEXT_BYTES = GIB // 2
+# more GPUs than one host has: a server said (by its command line) to use more uses every one it sees
+MOST_GPUS = 4096
 MARGIN_BYTES = 2 * GIB
 # auto's reason where the caller did not say how model servers show in /proc (choose_backend)
 NOT_TOLD = ("which processes on this host are model servers was not said: the CPU kernel, leaving "
@@ -341,14 +343,16 @@ def server_gpus(devices: int | None, server_env: Mapping[str, str],
     visible = settings.CUDA_VISIBLE_DEVICES
     mine = visible.get(own_env)
     theirs = visible.get(server_env) if visible.name in server_env else mine
+    if devices is not None and devices > MOST_GPUS:
+        devices = None  # said to use more than a host has (-tp 10**9 on a command line): every one it sees
     if theirs is None:  # the server sees what this process sees
         if devices is None:
             return None
         return frozenset(range(devices)) if mine is None or devices <= len(mine) else None
     used = theirs if devices is None else theirs[:devices]
     if mine is None:
-        if not all(u.isdigit() for u in used):
-            return None  # UUIDs: cannot map them to indices here
+        if not all(u.isascii() and u.isdigit() and len(u) <= len(str(MOST_GPUS)) for u in used):
+            return None  # UUIDs (or no index of a GPU here): cannot map them to indices here
         indices = {int(u) for u in used}
         if device_count is not None and indices and max(indices) >= device_count:
             return None
