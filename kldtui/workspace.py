@@ -72,18 +72,36 @@ DEMO_HIDDEN_SUITE = "suite-hidden"  # and its suite of contexts (hidden states a
 # the leader's repeat capture is the run NAME + this (its capture folder and records, its row in the
 # ranking): no candidate may be named so
 REPEAT_SUFFIX = ".repeat"
+# a profile's key made of a name that is not a plain one (profile_key): its safe form, cut to these
+# characters, and these hex digits of the name's SHA-256
+PROFILE_KEY_MAX = 64
+PROFILE_KEY_HASH_DIGITS = 8
 
 
 def profile_key(profile_path: StrPath | None) -> str | None:
     """What names a profile's own files in a work folder it may share with other profiles (its
     leaderboard and noise model): its file name without ``.toml``; None for ``kldtui.toml`` (whose
-    files keep the plain names, ``leaderboard.json``) and for a profile read from no file."""
+    files keep the plain names, ``leaderboard.json``) and for a profile read from no file.
+
+    The key becomes part of file names in a shared folder, which the views print: a file name that is
+    not a plain name (:func:`kldtui.formats.names.name_problem`: a space, a control character, a
+    letter outside ASCII, ``..``, empty as in ``.toml``, or over-long) gives the plain name
+    :func:`~kldtui.formats.names.safe_name` makes of it and the start of the name's SHA-256, so that
+    two such profiles (``ü.toml``, ``é.toml``) still keep files of their own."""
+    import hashlib
+
+    from kldtui.formats.names import name_problem, safe_name
+
     if profile_path is None:
         return None
     name = Path(profile_path).name
     if name == DEFAULT_PROFILE:
         return None
-    return name.removesuffix(".toml") or None
+    key = name.removesuffix(".toml")
+    if name_problem(key) is None:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:PROFILE_KEY_HASH_DIGITS]
+    return f"{safe_name(key)[:PROFILE_KEY_MAX]}-{digest}"
 
 
 @dataclass(frozen=True)

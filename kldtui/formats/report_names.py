@@ -181,15 +181,19 @@ class FolderNoise:
 
     def words(self, shown: Callable[[Path], object] = str) -> str | None:
         """The line that says which model the folders chose, or that they chose none (None: they hold
-        none). ``shown``: how a path is written (the viewer: relative to the current folder)."""
+        none). ``shown``: how a path is written (the viewer: relative to the current folder). The
+        names come from a shared folder (any ``noise-model-*-HASH.json`` counts): each on one line,
+        control characters escaped (:func:`printable_name`)."""
+        def named(models: Iterable[Path]) -> str:
+            return ", ".join(printable_name(str(shown(m))) for m in models)
+
         if self.model is not None:
-            return f"noise model: {shown(self.model)}, the campaign's"
+            return f"noise model: {named([self.model])}, the campaign's"
         if self.models:
-            return (f"noise model: none; the folders hold {len(self.models)} "
-                    f"({', '.join(str(shown(m)) for m in self.models)})")
+            return f"noise model: none; the folders hold {len(self.models)} ({named(self.models)})"
         if self.other_suites:
-            return (f"noise model: none; {', '.join(str(shown(m)) for m in self.other_suites)} measured on "
-                    "another suite than the reports', not used")
+            return (f"noise model: none; {named(self.other_suites)} measured on another suite than the "
+                    "reports', not used")
         return None
 
 
@@ -410,7 +414,9 @@ def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
 
 def leaderboard_names(board: Path) -> set[str] | None:
     """The names a campaign's leaderboard file ``board`` ranks (its rows'); None when it is not a
-    regular file or not a leaderboard (unreadable, too large, without rows)."""
+    regular file or not a leaderboard (unreadable, too large, not JSON kldtui reads, without rows, or
+    with a row that is not an object naming a candidate in text: a campaign writes none such, so such
+    a file vouches for no report)."""
     from kldtui.errors import BadInput
     from kldtui.formats.untrusted_json import read_json
 
@@ -421,9 +427,10 @@ def leaderboard_names(board: Path) -> set[str] | None:
     except BadInput:
         return None
     rows = doc.get("rows") if isinstance(doc, dict) else None
-    if not isinstance(rows, list):
+    if not isinstance(rows, list) or not rows:
         return None
-    return {r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)}
+    names = [r.get("name") if isinstance(r, dict) else None for r in rows]
+    return {n for n in names if isinstance(n, str)} if all(isinstance(n, str) for n in names) else None
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:
