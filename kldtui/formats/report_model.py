@@ -22,6 +22,7 @@ from typing import Any, ClassVar, NoReturn, cast
 from kldtui.errors import BadInput
 from kldtui.formats.model_size import ModelSize
 from kldtui.formats.suite import unit_name
+from kldtui.formats.untrusted_json import one_line_problem
 from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.text import plain_number
 
@@ -36,6 +37,10 @@ REPORT_REMEDY = "give a comparison report that kldtui compare or kldtui run wrot
 # per-context and per-window figure is 4.3 MB (about 4 KB a context); a larger file is refused, naming
 # it, rather than read into memory
 REPORT_LIMIT = 64 * 1024 * 1024
+# characters of provenance.backend_reason: one choice's reason is a line of under 300; a compare whose
+# windows ran under different choices joins them, the compare stage keeping the text within this
+# (kldtui.stages.compare.report); a longer one, or one holding a control character, is refused
+BACKEND_REASON_MAX = 2000
 _KEEP_NULL = {"keep_null": True}
 _FLAT = {"flatten": True}  # a mapping written as fields of its object (registered figures' columns)
 
@@ -696,10 +701,14 @@ class Provenance(_Part):
     @classmethod
     def from_json(cls, o: _Obj) -> Provenance:
         known = {f.name for f in fields(cls)}
+        reason = o.opt_str("backend_reason")
+        problem = one_line_problem(reason, BACKEND_REASON_MAX) if reason is not None else None
+        if problem is not None:
+            o.fail(problem, "backend_reason")
         return cls(o.str_("kldtui_version"), o.str_("backend"), o.num("elapsed_seconds"),
                    o.int_("bytes_compared"), o.str_("created_utc"), Verified.from_json(o.obj("verified")),
                    o.opt_int("threads"), o.opt_num("throughput_gb_per_s"), o.opt_num("positions_per_second"),
-                   o.opt_str("command"), o.opt_str("backend_reason"), extra=o.rest(known))
+                   o.opt_str("command"), reason, extra=o.rest(known))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,21 @@ def printable_name(text: str) -> str:
     return _escaped(_ANY_CONTROL, text)
 
 
+def one_line_problem(value: object, limit: int) -> str | None:
+    """Why ``value``, free text a file keeps and a view may show (a report's
+    ``provenance.backend_reason``), is not one line of at most ``limit`` characters; None when it is.
+    The rule of :func:`printable_name`, refusing where that escapes: no control character at all
+    (a line break or a tab neither), and a bound on the length."""
+    if not isinstance(value, str):
+        return f"expected text, found {type(value).__name__}"
+    if len(value) > limit:
+        return f"is {len(value):,} characters long (at most {limit:,})"
+    found = _ANY_CONTROL.search(value)
+    if found is not None:
+        return f"holds a control character (U+{ord(found.group()):04X}); it is one line of text"
+    return None
+
+
 def printable(text: str) -> str:
     """``text`` with each control character written as ``\\xNN``: for names that come from the file
     system (a report file's name in a shared folder), which no loader checks."""

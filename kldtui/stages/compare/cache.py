@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.report_model import BACKEND_REASON_MAX
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import WindowSpec
+from kldtui.formats.untrusted_json import one_line_problem
 from kldtui.formats.verified_cache import sign, signed_by_me
 from kldtui.metrics.kernels import FIELDS, INT_FIELDS, RowStats
 from kldtui.stages.compare.options import CompareOptions
@@ -74,8 +76,9 @@ def decode_result(doc: dict[str, Any]) -> WindowResult:
     if threads is not None and (type(threads) is not int or threads < 1):
         raise ValueError(f"threads {threads!r} is not a positive integer")
     reason = doc.get("backend_reason", "")  # absent from entries an older kldtui wrote: not known
-    if not isinstance(reason, str):
-        raise ValueError(f"backend_reason {reason!r} is not a string")
+    problem = one_line_problem(reason, BACKEND_REASON_MAX)  # the report's rule: it goes there
+    if problem is not None:
+        raise ValueError(f"backend_reason {problem}")
     return WindowResult(window_index=int(doc["window_index"]), domain=str(doc["domain"]),
                         vocab_size=int(doc["vocab_size"]), rows=rows,
                         elapsed_seconds=float(doc.get("elapsed_seconds", 0.0)),

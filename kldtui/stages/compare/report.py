@@ -19,6 +19,7 @@ from kldtui import __version__
 from kldtui.errors import BadInput
 from kldtui.formats.reference_identity import reference_identity_of
 from kldtui.formats.report_model import (
+    BACKEND_REASON_MAX,
     REPORT_FORMAT,
     WINDOW_FIGURES,
     Bootstrap,
@@ -50,6 +51,7 @@ from kldtui.stages.compare.hashing import manifest_sha256
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowFigures, WindowResult
 from kldtui.stages.compare.suite_stats import suite_statistics
+from kldtui.text import plural
 
 DIRECTION = "KL(reference || candidate)"
 TOPK = (1, 5, 10)
@@ -59,6 +61,29 @@ INFINITE_KL_DEFINITION = ("positions where the candidate masks (a logit at -inf;
                           "low, is not a mask) a token the reference gives a positive probability: "
                           "KL(reference || candidate) is infinite there and left out of the KL "
                           "statistics, which cover the other positions; JS stays finite")
+
+
+# characters kept free at the end of a long provenance.backend_reason for "; then N other choices"
+_MORE_CHOICES_ROOM = 40
+
+
+def joined_reasons(reasons: Sequence[str]) -> str | None:
+    """The report's ``provenance.backend_reason`` from each window's (``WindowResult.backend_reason``,
+    in window order; the pipeline's choice can change between windows): each reason once, joined with
+    ``; then ``, within :data:`BACKEND_REASON_MAX` characters (the reasons past it are counted: ``; then
+    3 other choices``), so that the report loads again. None when a window's is not known (a server's
+    figures, an older cache entry)."""
+    if not reasons or not all(reasons):
+        return None
+    distinct = list(dict.fromkeys(reasons))
+    room = BACKEND_REASON_MAX - _MORE_CHOICES_ROOM
+    kept = [distinct[0][:room]]
+    for reason in distinct[1:]:
+        if len("; then ".join([*kept, reason])) > room:
+            break
+        kept.append(reason)
+    left = len(distinct) - len(kept)
+    return "; then ".join(kept) + (f"; then {plural(left, 'other choice')}" if left else "")
 
 
 def _concat(results: Sequence[WindowResult], name: str) -> np.ndarray:
@@ -111,10 +136,7 @@ def build_report(results: Sequence[WindowResult], *, suite: Suite | None = None,
     if threads is None:  # windows compared one at a time (kldtui run): the count they all ran with
         counts = {r.threads for r in res}
         threads = counts.pop() if len(counts) == 1 else None  # differing, or unknown: null
-    # why: each reason once, in window order (the pipeline's choice can change between windows);
-    # not known when a window's is not (a server's figures, an older cache entry)
-    reasons = [r.backend_reason for r in res]
-    backend_reason = "; then ".join(dict.fromkeys(reasons)) if all(reasons) else None
+    backend_reason = joined_reasons([r.backend_reason for r in res])
     provenance = Provenance(
         kldtui_version=__version__,
         backend=backend or "+".join(backends),
