@@ -175,6 +175,28 @@ def wrap_name(name: str, width: int) -> list[str]:
     return _fill(_parts(name, width, NAME_SEPARATORS), width)
 
 
+def wrap_words(text: str, width: int) -> list[str]:
+    """``text`` (a sentence, a line of a pane) in lines of at most ``width`` cells, broken at spaces;
+    a word longer than a line (a path, a hash) broken as :func:`wrap_name` breaks a name. One line
+    when it fits, or when ``width`` is not positive (not laid out yet)."""
+    if width <= 0 or len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    line: str | None = None
+    for word in text.split(" "):
+        # a long word's pieces each fill a line (wrap_name joins as many as fit), never joined by a space
+        for piece in wrap_name(word, width):
+            if line is None:
+                line = piece
+            elif len(line) + 1 + len(piece) <= width:
+                line += " " + piece
+            else:
+                lines.append(line)
+                line = piece
+    lines.append(line or "")
+    return lines
+
+
 def _parts(text: str, width: int, separators: tuple[str, ...]) -> list[str]:
     """``text`` split after each of the first ``separators``, a part longer than ``width`` split after
     the next ones in turn, and cut at ``width`` where none is left."""

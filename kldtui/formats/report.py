@@ -230,7 +230,9 @@ def summary_text(report: ComparisonReport) -> str:
     if report.reference_encoding is not None:
         lines.append(f"  {report.reference_encoding.line()}")
     if prov is not None:
-        lines.append(f"  {prov.backend} backend, {_f(prov.elapsed_seconds, 4)} s, "
+        # why that backend, as the compare said it ("compare backend: c-kernel, 8 threads (REASON)")
+        why = f" ({prov.backend_reason})" if prov.backend_reason else ""
+        lines.append(f"  {prov.backend} backend{why}, {_f(prov.elapsed_seconds, 4)} s, "
                      f"{_f(prov.throughput_gb_per_s, 3)} GB/s compared; kldtui {prov.kldtui_version}")
     elif report.original:
         lines.append("  (original comparator report)")

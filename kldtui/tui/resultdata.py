@@ -128,6 +128,7 @@ class Provenance:
     reference: str | None = None
     candidate: str | None = None
     backend: str | None = None
+    backend_reason: str | None = None  # why that backend (the report's provenance.backend_reason)
     threads: int | None = None
     elapsed_seconds: float | None = None
     kldtui_version: str | None = None
@@ -288,6 +289,7 @@ def _provenance(report: ComparisonReport) -> Provenance:
     return Provenance(
         reference=report.reference_dir, candidate=report.candidate_dir,
         backend=prov.backend if prov is not None else None,
+        backend_reason=prov.backend_reason if prov is not None else None,
         threads=prov.threads if prov is not None else None,
         elapsed_seconds=prov.elapsed_seconds if prov is not None else None,
         kldtui_version=prov.kldtui_version if prov is not None else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from kldtui.events import (
     StageStarted,
     WindowState,
 )
+from kldtui.formats.report import load_report, summary_text
+from kldtui.formats.report_model import as_report
 from kldtui.text import table_figure
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
@@ -35,6 +38,7 @@ from kldtui.workflow.state import DiskWindow, RunState
 from tests.fixtures_tui import (
     DOMAINS,
     ScriptedPipeline,
+    drawn_lines,
     feed,
     help_text,
     make_report,
@@ -456,6 +460,35 @@ async def test_viewer_shows_quantiles_topk_positions_and_provenance(tmp_path: Pa
                        "c-kernel backend, 2 threads", "kldtui 0.1.0", "logits SHA-256 skipped",
                        "command   kldtui run --profile kldtui.toml"):
             assert needle in text, (needle, text)
+
+
+REASON = ("the candidate server is running on this host: the CPU kernel with 1 of 2 threads so capture "
+          "is not starved")
+
+
+@sync
+async def test_the_backend_is_shown_with_why_it_was_chosen_in_its_column_at_80_cols(tmp_path: Path) -> None:
+    path = _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
+    report = json.loads(path.read_text())
+    report["provenance"]["backend_reason"] = REASON
+    write_report(path, report)
+    app = create_app(reports=[path], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        lines = drawn_lines(app, "#result-provenance")
+        width = app.screen.query_one("#result-provenance").size.width
+        start = next(n for n, line in enumerate(lines) if line.startswith("compared  "))
+        rows = [lines[start]] + list(takewhile(lambda line: line.startswith(" " * 10), lines[start + 1:]))
+        # the reason as the compare said it, beside the backend, wrapped under its own column
+        assert len(rows) > 1 and all(len(line) <= width <= 80 for line in lines), lines
+        said = " ".join(line[10:] for line in rows)
+        assert said.startswith(f"c-kernel backend, 2 threads ({REASON}), 0.18 s, kldtui 0.1.0"), said
+        assert lines[start + len(rows)].startswith("verified  "), lines
+    # kldtui view's text summary says it beside the backend too
+    assert f"  c-kernel backend ({REASON}), 0.18 s" in summary_text(load_report(path))
+    # a report that does not know why (written before reports kept it) shows the backend alone
+    del report["provenance"]["backend_reason"]
+    assert "  c-kernel backend, 0.18 s" in summary_text(as_report(report))
 
 
 @sync

@@ -4,7 +4,7 @@ after a separator, never mid-word."""
 
 from __future__ import annotations
 
-from kldtui.text import short_name, short_names, wrap_name
+from kldtui.text import short_name, short_names, wrap_name, wrap_words
 
 KIMI = ("Kimi-K3-Instruct-Q4_K_M", "Kimi-K3-Instruct-Q4_K_S")
 
@@ -43,3 +43,13 @@ def test_a_name_wraps_after_a_separator_keeping_the_quant_whole() -> None:
     # a "_" only inside a part longer than a line; a part with no separator cut at the line's end
     assert wrap_name("Q4_K_M-imatrix", 5) == ["Q4_K_", "M-", "imatr", "ix"]
     assert wrap_name("abcdefghijklmnopqrstuvw-x", 10) == ["abcdefghij", "klmnopqrst", "uvw-x"]
+
+
+def test_a_sentence_wraps_at_spaces_and_a_long_word_as_a_name() -> None:
+    reason = "no GPU seen: the CPU kernel"
+    assert wrap_words(reason, 80) == [reason] and wrap_words(reason, 0) == [reason]  # 0: not laid out
+    assert wrap_words(reason, 12) == ["no GPU seen:", "the CPU", "kernel"]
+    # a word longer than a line breaks as a name does, and its pieces are never joined by a space
+    lines = wrap_words("file Kimi-K3-Instruct-Q4_K_M.gguf here", 12)
+    assert lines == ["file", "Kimi-K3-", "Instruct-", "Q4_K_M.gguf", "here"], lines
+    assert all(len(line) <= 12 for line in wrap_words("a " + "x" * 30 + " b", 12))

@@ -19,11 +19,46 @@ from kldtui.text import (
     table_figure,
     top_k,
     window_span,
+    wrap_words,
 )
 from kldtui.tui.resultdata import PositionRow, ResultData
 from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
 from kldtui.tui.widgets.plain import PlainStatic, plain
+
+
+class LabelledRows(PlainStatic):
+    """Rows of a label and a value (the result's provenance), each value wrapped at the widget's
+    width in its own column (kldtui.text.wrap_words), again when the width changes: at 80 columns a
+    long value (why the backend was chosen, the command) goes on in its column, not back at the
+    label's. Values are shown as they are (control characters escaped: a path may hold ESC)."""
+
+    LABEL_WIDTH = 9
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)
+        self.rows: list[tuple[str, str]] = []
+
+    def set_rows(self, rows: list[tuple[str, str]]) -> None:
+        self.rows = rows
+        self.update(self.rows_text(self.size.width))
+
+    def rows_text(self, width: int) -> Text:
+        """The rows at ``width`` cells (not positive: each on one line)."""
+        text = Text()
+        room = width - self.LABEL_WIDTH - 1
+        room = room if room >= self.LABEL_WIDTH else 0  # too narrow for a column: lines as they come
+        for n, (label, value) in enumerate(self.rows):
+            if n:
+                text.append("\n")
+            text.append(f"{label:<{self.LABEL_WIDTH}} ", style="bold")
+            text.append(("\n" + " " * (self.LABEL_WIDTH + 1)).join(wrap_words(printable(value), room)))
+        return text
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self.update(self.rows_text(self.size.width))
+
 
 EMPTY = "no result yet: run the compare stage, or open a report (o)"
 
@@ -43,7 +78,7 @@ class ResultPane(VerticalScroll):
         yield table
         yield KLChart(id="result-chart")
         yield PlainStatic("", id="result-positions")
-        yield PlainStatic("", id="result-provenance")
+        yield LabelledRows(id="result-provenance")
 
     def on_mount(self) -> None:
         table = self.query_one("#result-domains", DataTable)
@@ -128,11 +163,12 @@ class ResultPane(VerticalScroll):
                 text.append(f" {interval_ends(r.low, r.high, table_figure)}")
         return text
 
-    def provenance_text(self, r: ResultData) -> Text:
-        text = Text()
+    def provenance_rows(self, r: ResultData) -> list[tuple[str, str]]:
+        """Where the figures come from, as (label, value) rows: the files, the backend with why it
+        was chosen (the report's ``provenance.backend_reason``), what was checked, the command."""
         prov = r.provenance
         if prov is None:
-            return text
+            return []
         lines = []
         if prov.reference:
             lines.append(("reference", prov.reference))
@@ -140,8 +176,10 @@ class ResultPane(VerticalScroll):
             lines.append(("candidate", prov.candidate))
         how = []
         if prov.backend:
-            threads = f", {prov.threads} thread{'s' if prov.threads != 1 else ''}" if prov.threads else ""
-            how.append(f"{prov.backend} backend{threads}")
+            threads = f", {plural(prov.threads, 'thread')}" if prov.threads else ""
+            # the reason as the compare said it ("compare backend: c-kernel, 8 threads (REASON)")
+            why = f" ({prov.backend_reason})" if prov.backend_reason else ""
+            how.append(f"{prov.backend} backend{threads}{why}")
         if prov.elapsed_seconds is not None:
             how.append(f"{plain_number(prov.elapsed_seconds)} s")
         if prov.kldtui_version:
@@ -156,12 +194,7 @@ class ResultPane(VerticalScroll):
             lines.append(("suite", f"token hash {prov.suite_hash[:16]}…"))
         if prov.command:
             lines.append(("command", prov.command))
-        for n, (label, value) in enumerate(lines):
-            if n:
-                text.append("\n")
-            text.append(f"{label:<9} ", style="bold")
-            text.append(value)
-        return text
+        return lines
 
     def set_unit(self, unit: str) -> None:
         """The run's windows are called ``unit`` (a hidden-state suite's contexts): the empty chart
@@ -175,13 +208,13 @@ class ResultPane(VerticalScroll):
         table = self.query_one("#result-domains", DataTable)
         chart = self.query_one("#result-chart", KLChart)
         positions = self.query_one("#result-positions", PlainStatic)
-        provenance = self.query_one("#result-provenance", PlainStatic)
+        provenance = self.query_one("#result-provenance", LabelledRows)
         if result is None:
             summary.update(EMPTY)
             table.display = False
             chart.set_data([], None)
             positions.update("")
-            provenance.update("")
+            provenance.set_rows([])
             return
         summary.update(self.summary_text(result))
         table.clear()
@@ -195,5 +228,5 @@ class ResultPane(VerticalScroll):
         chart.set_data(result.windows, result.kl)
         positions.update(self.positions_text(result.kl_by_position, self.size.width or 80, result.unit))
         positions.display = bool(result.kl_by_position)
-        provenance.update(self.provenance_text(result))
+        provenance.set_rows(self.provenance_rows(result))
         provenance.display = result.provenance is not None and not result.live
