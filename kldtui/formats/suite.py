@@ -239,13 +239,14 @@ class WindowSpec:
     @property
     def digits(self) -> int:
         """The index's width in names: ``window 003``, ``context 0003``."""
-        return 4 if self.context else 3
+        return index_digits(self.context)
 
     @property
     def name(self) -> str:
         """``window 003``, or a hidden-state suite's ``context 0003``: how messages, progress tasks and
-        events name it (the one rule; front ends read it back from an event, ``WindowState.name``)."""
-        return f"{self.unit} {self.index:0{self.digits}d}"
+        events name it (the one rule, :func:`index_name`; front ends read it back from an event,
+        ``WindowState.name``)."""
+        return index_name(self.index, self.context)
 
     @property
     def label(self) -> str:
@@ -266,6 +267,31 @@ def unit_name(contexts: bool) -> str:
 
 
 WINDOW_UNIT, CONTEXT_UNIT = "window", "context"
+
+
+def index_digits(contexts: bool) -> int:
+    """The width of a unit's index in its name: 3 for a window (``window 003``), 4 for a hidden-state
+    suite's context (``context 0003``)."""
+    return 4 if contexts else 3
+
+
+def index_name(index: int, contexts: bool) -> str:
+    """``window 003``, or a hidden-state suite's ``context 0003`` (``contexts``): the one rule for a
+    unit's name by its index (:attr:`WindowSpec.name`; :func:`name_among` where no spec is at hand)."""
+    return f"{unit_name(contexts)} {index:0{index_digits(contexts)}d}"
+
+
+def name_among(windows: Sequence[WindowSpec], index: int, domain: str | None = None) -> str:
+    """How messages name the unit ``index`` (of ``domain``) of the suite whose units are ``windows``,
+    where no spec of it is at hand (a capture record's, read back from disk): its spec's label
+    (``context 0003 (chinese)``) when ``windows`` hold it, else by the same rule in the suite's unit
+    words (a record of a window the suite no longer lists); ``window`` words when ``windows`` is empty
+    (no suite to say otherwise)."""
+    spec = next((w for w in windows if w.index == index), None)
+    if spec is not None:
+        return spec.label
+    name = index_name(index, bool(windows) and windows[0].context)
+    return f"{name} ({domain})" if domain else name
 
 
 # the names of a stage's count task (its Progress task and unit): a suite's units, plural

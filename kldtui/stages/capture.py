@@ -66,7 +66,14 @@ from kldtui.formats.chunks import (
 from kldtui.formats.names import check_name, safe_name
 from kldtui.formats.safe_io import read_failure, read_text
 from kldtui.formats.safetensors_io import read_header
-from kldtui.formats.suite import Suite, WindowSpec, manifest_object, token_ids_hash, units_of
+from kldtui.formats.suite import (
+    Suite,
+    WindowSpec,
+    manifest_object,
+    name_among,
+    token_ids_hash,
+    units_of,
+)
 from kldtui.servers.base import identity_changes
 from kldtui.text import plural
 from kldtui.workspace import Workspace
@@ -251,7 +258,8 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
         check_name(workspace.run_name, "run name", str(workspace.captures))
         emit(StageStarted(STAGE, detail=f"{len(windows)} {units_of(windows)} -> {workspace.run_dir}"))
         records = load_records(workspace.records_path)
-        if (changed := changed_server(workspace, server.identity, server.mode, records)) is not None:
+        if (changed := changed_server(workspace, server.identity, server.mode, records,
+                                      windows=suite.windows)) is not None:
             raise BadInput(changed)
         results, todo, vocab = _resume(workspace, windows, records, expected_vocab, emit,
                                        on_window_captured, finalized, server.mode)
@@ -288,14 +296,17 @@ def finalized_elsewhere(workspace: Workspace, window: WindowSpec) -> Path | None
 
 def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
                    mode: CaptureMode = capture_modes.DEFAULT,
-                   records: dict[int, CaptureRecord] | None = None) -> str | None:
+                   records: dict[int, CaptureRecord] | None = None, *,
+                   windows: Sequence[WindowSpec]) -> str | None:
     """One line when this run's windows were captured (its records) or finalized (its folder's
     manifest, ``mode``'s) from a server whose settings differ from ``identity`` (a changed model, arguments or
     rounding): resuming would join two candidates' windows in one report, and a finished report
     would be ranked under the changed candidate's name. None when they agree, when ``identity`` is
     None (a server kldtui did not launch from a profile), or when nothing was recorded (earlier
     versions). ``records``: the run's, when the caller has read them; unreadable ones are left to the
-    capture stage, which says so."""
+    capture stage, which says so. ``windows``: the suite's, whose words the line names a record's
+    unit in (:func:`kldtui.formats.suite.name_among`: ``context 0003 (chinese)`` for a hidden-state
+    suite's; empty where there is no suite to read: window words)."""
     if identity is None:
         return None
     if records is None:
@@ -304,10 +315,11 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
         except BadInput:
             records = {}
     for rec in records.values():  # another mode's capture is another capture, whatever its server
-        if (other_mode := mode_change(workspace, rec, f"window {rec.window_index}", mode)) is not None:
+        label = name_among(windows, rec.window_index, rec.domain)
+        if (other_mode := mode_change(workspace, rec, label, mode)) is not None:
             return other_mode
-    found = [(f"{workspace.records_path}: window {rec.window_index}", rec.extra.get("server"))
-             for rec in records.values()]
+    found = [(f"{workspace.records_path}: {name_among(windows, rec.window_index, rec.domain)}",
+              rec.extra.get("server")) for rec in records.values()]
     if workspace.candidate_dir is not None:
         manifest = mode.manifest_path(workspace.candidate)
         runtime = (manifest_object(manifest) or {}).get("runtime")
@@ -330,10 +342,11 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
 
 
 def mode_change(workspace: Workspace, rec: CaptureRecord, label: str, mode: CaptureMode) -> str | None:
-    """One line when the record ``rec`` of ``label`` says it was captured in another mode than ``mode``
-    (the profile's [capture] mode changed, or another profile sharing the work folder captured a
-    campaign candidate of the same name in its mode): its chunks are not this run's to resume. None
-    when it was captured in ``mode``."""
+    """One line when the record ``rec`` of ``label`` (its unit's name: :attr:`WindowSpec.label`, or
+    :func:`kldtui.formats.suite.name_among` where no spec is at hand) says it was captured in another
+    mode than ``mode`` (the profile's [capture] mode changed, or another profile sharing the work
+    folder captured a campaign candidate of the same name in its mode): its chunks are not this run's
+    to resume. None when it was captured in ``mode``."""
     recorded = capture_modes.from_record(rec.extra.get("mode"))
     if recorded is mode:
         return None

@@ -751,7 +751,8 @@ class Campaign:
         from kldtui.stages.compare.driver import current_reference_identity
 
         mode = self.profile.capture.mode
-        if not windows or changed_server(entry.workspace, entry.identity, mode) is not None:
+        # whether its server changed, not the words that say so: no suite's windows to name units by
+        if not windows or changed_server(entry.workspace, entry.identity, mode, windows=()) is not None:
             return False
         if not mode.manifest_path(entry.workspace.candidate).is_file():
             return False  # its capture is gone: the report cannot be shown to be this candidate's

@@ -123,25 +123,34 @@ def _reference_server_problems(profile: Profile, workspace: Workspace) -> list[s
 def _changed_server_problem(profile: Profile, workspace: Workspace) -> str | None:
     """Windows of this run captured or finalized from a server with other settings (said before a
     server is launched: the capture would refuse them after it loaded)."""
+    from kldtui.formats.suite import load_suite
     from kldtui.servers.base import server_identity
     from kldtui.stages.capture import changed_server
 
     if workspace.capture_root is None:
         return None
-    changed = changed_server(workspace, server_identity(profile.candidate), profile.capture.mode)
+    suite: Suite | None
+    try:
+        suite = load_suite(workspace.suite_dir)
+    except (KldError, OSError, ValueError):
+        suite = None  # no suite to read yet: a record is named in window words
+    # a record is named in the suite's words (a hidden-state suite's: context 0003 (chinese))
+    units = suite.windows if suite is not None else []
+    changed = changed_server(workspace, server_identity(profile.candidate), profile.capture.mode,
+                             windows=units)
     ref = profile.reference.server
-    if changed is None and ref is not None and workspace.workdir is not None:
+    if changed is None and ref is not None and workspace.workdir is not None and suite is not None:
         # the reference's own capture ([reference] capture) resumes only while the reference is not
         # complete: a finished reference stays as it is whatever the settings say now
-        from kldtui.formats.suite import load_suite
         from kldtui.stages.reference_capture import REFERENCE_MODE, reference_complete
 
         try:
-            windows = profile.windows(load_suite(workspace.suite_dir))
+            windows = profile.windows(suite)
         except (KldError, OSError, ValueError):
             return None
         if not reference_complete(workspace, windows):
-            changed = changed_server(workspace.reference_capture(), server_identity(ref), REFERENCE_MODE)
+            changed = changed_server(workspace.reference_capture(), server_identity(ref), REFERENCE_MODE,
+                                     windows=units)
     return changed
 
 

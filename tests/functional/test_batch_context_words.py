@@ -201,3 +201,59 @@ def test_a_context_suites_finalize_and_capture_refusals_say_contexts(tmp_path: P
         said.append(str(refused.value))
         assert said[-1].endswith("capture the context again"), said[-1]
     assert not [line for line in said if "window" in line], said
+
+
+def test_a_context_suites_refusals_of_another_capture_name_its_contexts(tmp_path: Path) -> None:
+    """The capture stage's refusals of recorded units it would not resume (captured from a server with
+    other settings, or in another mode) named them "window 1" for a hidden-state suite's contexts too:
+    they are read back from the capture records, with no WindowSpec at hand. They name them as every
+    other message does (``context 0001 (prose)``), before any server starts (the preflight) too."""
+    import json
+
+    from kldtui import capture_modes
+    from kldtui.formats.suite import load_suite
+    from kldtui.servers.base import server_identity
+    from kldtui.stages.capture import changed_server
+    from kldtui.workflow.preflight import _changed_server_problem
+
+    model = TinyModel(VOCAB, seed=SEED)
+    contexts = [fid.NewContext(model.sample(LENGTH, seed=i), "prose", partition="analysis",
+                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
+                for i in range(3)]
+    suite_dir = tmp_path / "suite"
+    fid.write_context_suite(suite_dir, contexts)
+    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
+                                 "vocab_size": VOCAB, "port": 0}
+    profile = profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
+                                 "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
+                                base_dir=tmp_path)
+    ws = profile.workspace()
+    windows = load_suite(suite_dir).windows
+    identity = server_identity(profile.candidate)
+    other = dict(identity, model_seed=SEED + 1)
+    records = ws.records_path
+
+    def record(index: int, **extra: Any) -> None:
+        records.parent.mkdir(parents=True, exist_ok=True)
+        records.write_text(json.dumps([{"window_index": index, "domain": "prose", **extra}]))
+
+    record(1, server=other)
+    changed = changed_server(ws, identity, profile.capture.mode, windows=windows)
+    assert changed is not None and changed.startswith(
+        f"{records}: context 0001 (prose) was captured from a server whose settings differ from this "
+        f"run's (model_seed {SEED + 1}, now {SEED})"), changed
+    # the preflight's own check, which reads the suite itself (a whole preflight stops first here: this
+    # suite has no reference logits)
+    assert _changed_server_problem(profile, ws) == changed
+    # a record of a context the suite no longer lists: named by the same rule
+    record(7, server=other)
+    changed = changed_server(ws, identity, profile.capture.mode, windows=windows)
+    assert changed is not None and changed.startswith(f"{records}: context 0007 (prose) was "), changed
+    # captured in another mode than this run's: its record names its context too
+    score = capture_modes.parse("score", "mode")
+    record(2, mode=score.record_value)
+    changed = changed_server(ws, identity, profile.capture.mode, windows=windows)
+    assert changed is not None and changed.startswith(
+        f"{records}: context 0002 (prose) was captured in {score.label}, this run captures in "
+        f"{profile.capture.mode.label}; "), changed
+    assert "window" not in changed.replace(str(records), ""), changed

@@ -331,9 +331,10 @@ def test_a_candidate_changed_after_its_capture_is_refused_and_never_ranked_with_
     line = proc.stderr.strip().splitlines()[-1]
     records = tmp_path / "c" / "capture" / "capture-q4.json"
     run_dir, finalized = tmp_path / "c" / "capture" / "q4", tmp_path / "c" / "candidates" / "q4"
-    assert line == (f"kldtui: error: {records}: window 0 was captured from a server whose settings differ "
-                    f"from this run's (perturb 0.12, now 0.3); remove {records}, {run_dir} and {finalized} "
-                    "to capture it again, or give the changed candidate another name to keep both"), line
+    assert line == (f"kldtui: error: {records}: window 000 (prose) was captured from a server whose settings "
+                    f"differ from this run's (perturb 0.12, now 0.3); remove {records}, {run_dir} and "
+                    f"{finalized} to capture it again, or give the changed candidate another name to keep "
+                    "both"), line
     # what it says to do works, and only q4 runs again
     import shutil
 
@@ -372,8 +373,8 @@ def test_a_candidate_quantized_again_into_the_same_file_is_refused(tmp_path: Pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     records = folder / "capture" / "capture-q4.json"
-    assert line.startswith(f"kldtui: error: {records}: window 0 was captured from a server whose settings "
-                           "differ from this run's (the weights' files changed (content '"), line
+    assert line.startswith(f"kldtui: error: {records}: window 000 (prose) was captured from a server whose "
+                           "settings differ from this run's (the weights' files changed (content '"), line
     assert line.endswith("or give the changed candidate another name to keep both"), line
 
 
