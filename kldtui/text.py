@@ -240,17 +240,41 @@ def _three_digits(x: float) -> str:
     return shown
 
 
+def in_steps(value: float, base: int, units: Sequence[str], shown: Callable[[float, int], str]) -> str:
+    """``value`` in the first of ``units`` (each ``base`` times the one before) whose figure, as
+    ``shown`` writes it (the scaled value and the unit's step), stays below ``base`` (the last unit
+    whatever): the unit is picked after rounding, so a figure that rounds up to ``base`` reads as the
+    next unit's 1 (1023.7 KiB: ``1.00 MiB``; 999,999,999 weights: ``1 B``), never ``1024 KiB`` or
+    ``1000 M``. The one rule of :func:`human_bytes` and :func:`human_count`; a unit "" writes the
+    figure alone."""
+    for step, unit in enumerate(units):
+        figure = shown(float(value) / base ** step, step)
+        if abs(float(figure)) < base or step == len(units) - 1:
+            return f"{figure} {unit}" if unit else figure
+    raise AssertionError("unreachable: units is empty")
+
+
 def human_bytes(value: float) -> str:
     """A byte amount as every message, table and progress line writes it, from bytes to PiB:
     ``0 B``, ``1023 B``, ``1.00 KiB``, ``3.99 MiB``, ``18.8 MiB``, ``40.0 GiB``, ``163 GiB``; three
-    significant digits (whole bytes below 1 KiB), so a small amount never reads as ``0.0 GiB``."""
-    for step, suffix in enumerate(BYTE_STEPS):
-        scaled = float(value) / 1024 ** step
-        shown = f"{scaled:.0f}" if step == 0 else _three_digits(scaled)
-        # 1023.7 KiB rounds to 1024: it reads as the next unit's 1.00
-        if abs(float(shown)) < 1024 or suffix == BYTE_STEPS[-1]:
-            return f"{shown} {suffix}"
-    raise AssertionError("unreachable")
+    significant digits (whole bytes below 1 KiB), so a small amount never reads as ``0.0 GiB``; the
+    unit picked after rounding (:func:`in_steps`)."""
+    return in_steps(value, 1024, BYTE_STEPS,
+                    lambda scaled, step: f"{scaled:.0f}" if step == 0 else _three_digits(scaled))
+
+
+# decimal units of a count (a model's parameters): a count reads in the largest one that leaves it at
+# least 1 (T the last)
+COUNT_STEPS = ("", "K", "M", "B", "T")
+
+
+def human_count(value: int | float) -> str:
+    """A large count (a model's parameters) as tables and descriptions write it: whole below 1,000
+    (``999``), else three significant digits in decimal units to T (``1.5 K``, ``8.03 B``, ``671 B``,
+    ``1.2 T``); the unit picked after rounding, as :func:`human_bytes` picks its (:func:`in_steps`):
+    999,999,999 reads ``1 B``, never ``1000 M``."""
+    return in_steps(value, 1000, COUNT_STEPS,
+                    lambda scaled, step: f"{scaled:.0f}" if step == 0 else plain_number(scaled))
 
 
 def amount(value: float, unit: str = "") -> str:

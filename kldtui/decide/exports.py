@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from kldtui.decide.leaderboard import Leaderboard, LeaderboardRow
 from kldtui.decide.windows_needed import UNRESOLVED, WindowsNeeded, for_reports
 from kldtui.errors import BadInput
-from kldtui.formats.model_size import ModelSize, format_count
+from kldtui.formats.model_size import ModelSize
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import interval_rests_on_too_few, too_few_text
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.formats.untrusted_json import markdown_literal
-from kldtui.text import human_bytes, interval_ends, outcome_words
+from kldtui.text import human_bytes, human_count, interval_ends, outcome_words
 
 if TYPE_CHECKING:
     from kldtui.decide.noise import NoiseFloor
@@ -165,7 +165,7 @@ def _size_cells(size: ModelSize | None) -> tuple[str, str, str]:
     if size is None:
         return "-", "-", "-"
     return (human_bytes(size.size_bytes) if size.size_bytes is not None else "-",
-            format_count(size.parameters) if size.parameters is not None else "-",
+            human_count(size.parameters) if size.parameters is not None else "-",
             f"{size.bits_per_weight:.3f}" if size.bits_per_weight is not None else "-")
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
-from kldtui.text import human_bytes, plain_number
+from kldtui.text import human_bytes, human_count
 
 SOURCES = ("safetensors", "gguf", "given")
 # tensor-name endings that hold weights packed into 32-bit integers, several per element
@@ -118,18 +118,11 @@ class ModelSize:
         if self.size_bytes is not None:
             parts.append(human_bytes(self.size_bytes))
         if self.parameters is not None:
-            parts.append(f"{format_count(self.parameters)} parameters")
+            parts.append(f"{human_count(self.parameters)} parameters")
         if self.bits_per_weight is not None:
             parts.append(f"{self.bits_per_weight:.3f} bits per weight")
         where = ", ".join(x for x in (self.quantization, self.source) if x)
         return ", ".join(parts) + (f" ({where})" if where else "")
-
-
-def format_count(n: int) -> str:
-    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if n >= scale:
-            return f"{plain_number(n / scale)} {suffix}"
-    return str(n)
 
 
 def given(*, parameters: int | None = None, size_bytes: int | None = None,
@@ -306,4 +299,4 @@ def _gguf(files: list[Path]) -> ModelSize:
                      quantization=next((i.file_type for i in infos if i.file_type), None))
 
 
-__all__ = ["SOURCES", "ModelSize", "format_count", "given", "measure"]
+__all__ = ["SOURCES", "ModelSize", "given", "measure"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kldtui.text import done_of_total, human_bytes
+from kldtui.text import done_of_total, human_bytes, human_count
 
 KIMI_SUITE = 163840 * 2047 * 32 * 4  # 32 windows of 2,047 F32 rows at a 163,840 vocabulary
 
@@ -53,3 +53,24 @@ def test_a_small_amount_never_reads_as_zero() -> None:
 def test_a_progress_line_keeps_the_unit_once() -> None:
     assert done_of_total(2 * 2**20, 4186112, "bytes") == "2.00/3.99 MiB"
     assert done_of_total(512, 4186112, "bytes") == "512 B/3.99 MiB"
+
+
+@pytest.mark.parametrize(("count", "shown"), [
+    (0, "0"),
+    (999, "999"),  # whole below 1,000
+    (1000, "1 K"),
+    (1499, "1.5 K"),
+    (999_499, "999 K"),
+    (999_500, "1 M"),  # rounds to 1000 K: the next unit's 1
+    (999_999_999, "1 B"),  # it read "1000 M": the unit was picked before rounding
+    (8_030_261_248, "8.03 B"),
+    (671_026_419_712, "671 B"),
+    (1_200_000_000_000, "1.2 T"),
+    (999_999_999_999_999, "1000 T"),  # T the largest unit
+])
+def test_a_count_reads_in_the_unit_its_rounded_figure_fits_as_bytes_do(count: int, shown: str) -> None:
+    assert human_count(count) == shown
+    from kldtui.formats.model_size import given
+
+    if count:  # a model's description says its parameters so
+        assert f", {shown} parameters, " in given(parameters=count, bits_per_weight=4.5).describe()
