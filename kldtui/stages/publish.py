@@ -40,7 +40,7 @@ from kldtui.formats.suite import (
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import redact_document, redact_json, redact_text
 from kldtui.stages.publish_secrets import scan_upload
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, precise_number
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "publish"
@@ -280,7 +280,8 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
             "",
             f"- KL(first || repeat) = {kl:.8g}",
             *([f"- JS = {js:.8g}"] if js is not None else []),
-            *([f"- top-1 agreement = {top1 * 100:.4f}%"] if top1 is not None else []),
+            # six significant digits, as the text summary's: a tiny agreement is not 0.0000%
+            *([f"- top-1 agreement = {precise_number(top1 * 100)} %"] if top1 is not None else []),
             "",
             "This is the KL between two captures of one model (the runtime's own nondeterminism). It is "
             "not how far a candidate's mean KL against this reference moves between two captures, which "

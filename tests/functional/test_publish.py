@@ -22,6 +22,22 @@ def _repeat_noise(root: Path) -> dict[str, object]:
     return doc
 
 
+@pytest.mark.parametrize(("top1", "said"), [
+    (0.984375, "98.4375 %"), (1.0, "100 %"), (0.0000012345678, "0.000123457 %"), (1e-9, "1e-07 %")])
+def test_the_cards_top1_agreement_keeps_its_digits_however_small(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], top1: float, said: str) -> None:
+    """The card wrote the repeat's top-1 agreement to four fixed decimals: a tiny one read 0.0000%.
+    It has six significant digits, as the text summary's figures (kldtui.text.precise_number)."""
+    root = make_dataset(tmp_path / "ds", windows=2, context_length=17, vocab=50)
+    doc = _repeat_noise(root)
+    (root / "repeat-noise-window000.json").write_text(json.dumps(dict(doc, top1_agreement=top1)) + "\n")
+    capsys.readouterr()
+    assert main(["publish", str(root), "--repo-id", "me/tiny-kld", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"- top-1 agreement = {said}\n" in out, out
+    check_card_figures(out, root)  # the fixture reads the figure back from the card
+
+
 def test_dry_run_prints_card_and_files_and_writes_nothing(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     root = make_dataset(tmp_path / "ds", windows=5, context_length=17, vocab=50)

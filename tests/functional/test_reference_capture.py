@@ -52,7 +52,7 @@ def test_attached_reference_is_captured_finalized_and_repeated(tmp_path: Path,
     assert main(["verify", str(suite_dir)]) == 0
     assert main(["publish", str(suite_dir), "--repo-id", "me/ref", "--dry-run"]) == 0
     card = capsys.readouterr().out
-    assert "capture-reference.json" in card and "- top-1 agreement = 100.0000%" in card
+    assert "capture-reference.json" in card and "- top-1 agreement = 100 %" in card
 
 
 def test_runtime_identity_is_redacted(tmp_path: Path) -> None:
