@@ -304,7 +304,7 @@ async def test_viewer_leaderboard_sorted_ties_enter_and_diff(tmp_path: Path) -> 
         board = app.query_one("#board", LeaderboardTable)
         assert [r.name for r in board.results] == ["best", "close", "worst"]
         ties = [board.get_row_at(i)[board.column("tie")] for i in range(3)]
-        assert ties == ["best", "tied", "worse"]
+        assert ties == ["best", "tied", "worse (p)"]
         bars = [board.get_row_at(i)[board.column("interval")] for i in range(3)]
         assert all("●" in b for b in bars) and "├" in bars[2] and "┤" in bars[2]
         assert bars[0].index("●") < bars[2].index("●")  # one axis for all rows

@@ -16,10 +16,12 @@ from typing import Any
 from textual.widgets import Static
 
 from kldtui.tui.app import KldApp, create_app
+from kldtui.tui.screens.board import PROVISIONAL_LEGEND
 from kldtui.tui.widgets import LeaderboardTable
 from tests.fixtures_decide import OTHER_SUITE_HASH, make_report, suite_domains, two_suite_folder, write_report
 from tests.fixtures_tui import (
     ScriptedPipeline,
+    drawn_lines,
     open_with_o,
     ranking,
     settle,
@@ -113,7 +115,9 @@ async def test_the_dashboard_ranks_its_suites_reports_and_says_how_many_it_leave
         await pilot.press("b")
         table = await ranking(app, pilot, 2)
         assert _rows(app) == ["mine", "old"]
-        assert [table.get_row_at(i)[table.column("tie")] for i in range(2)] == ["best", "worse"]
+        assert [table.get_row_at(i)[table.column("tie")] for i in range(2)] == ["best", "worse (p)"]
+        # what "(p)" means, in one line of 80 columns under the table (no noise model backs "worse")
+        assert drawn_lines(app, "#board-verdict")[0].strip() == PROVISIONAL_LEGEND
         note = static_text(app, "#board-note").splitlines()
         assert note[0].startswith("2 reports by mean KL") and BRIEF in note, note
         assert not any("no tie marks" in line for line in note), note

@@ -558,19 +558,27 @@ async def test_diff_chart_legend_names_the_zero_line_and_draws_the_mean(tmp_path
 @sync
 async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tmp_path: Path) -> None:
     a, b, model = _decide_reports(tmp_path)
-    for noise, marks in ((None, ["best", "worse"]), (str(model), ["best", "tied"])):
+    # without a noise model a named difference is provisional (kldtui leaderboard: "(provisional)"):
+    # the tie column says so in its 10 cells, and the line under the table what that means
+    for noise, marks in ((None, ["best", "worse (p)"]), (str(model), ["best", "tied"])):
         app = create_app(reports=[a, b], config_dir=tmp_path / "cfg", noise_path=noise)
         async with app.run_test(size=(160, 40)) as pilot:
             await settle(app, pilot)
             table = app.query_one("#board", DataTable)
             tie = LeaderboardTable.column("tie")
             assert [table.get_row_at(i)[tie] for i in range(table.row_count)] == marks
+            under = static_text(app, "#board-verdict").splitlines()
+            legend = "(p) provisional: not fully backed by a noise model; move to the row for why"
+            assert (under[0] == legend) is (noise is None), under
+            assert under[-1].startswith("a: lowest mean KL of the 2 reports"), under  # the best, selected
             note = str(app.query_one("#board-note", Static).render())
             assert "? help" in note and "noise model:" in note
             await pilot.press("question_mark")
             await pilot.pause()
             keys = help_text(app)
             assert "worse       shown worse than the best" in keys
+            assert ("worse (p)   shown worse than the best, provisionally: no noise model fully backs it "
+                    "(the row's verdict, under the table, says why)") in keys, keys
             assert "no verdict  too few windows, or no calibrated verdict" in keys
             # the notes above the ranking are short; the help has them in full
             in_full = str(app.screen.query_one("#help-notes", Static).render())
@@ -580,9 +588,14 @@ async def test_viewer_leaderboard_explains_every_mark_and_takes_a_noise_model(tm
             await pilot.press("escape")
             await pilot.press("down")
             await pilot.pause()
-            verdict = str(app.query_one("#board-verdict", Static).render())
+            under = str(app.query_one("#board-verdict", Static).render()).splitlines()
+            assert (under[0] == legend) is (noise is None), under  # whichever row is selected
+            verdict = under[-1]
             expected = "b: b is worse than a by 0.002 KL" if noise is None else "b: b - a = 0.002 KL"
             assert verdict.startswith(expected), verdict
+            # the row's verdict says why it is provisional, in words
+            assert ("; provisional: the variation between two captures was not measured" in verdict) is \
+                (noise is None), verdict
             # the diff of the two says what the leaderboard says: the same noise model decides both
             await pilot.press("d")
             await settle(app, pilot)
@@ -936,7 +949,7 @@ async def test_a_campaigns_folder_opened_in_the_viewer_of_one_report_ties_with_i
     shutil.copy(a, folder / "comparison-a.json")
     shutil.copy(b, folder / "comparison-b.json")
     shutil.copy(model, folder / "noise-model.json")
-    for noise_floor, marks in ((True, ["best", "tied"]), (False, ["best", "worse"])):
+    for noise_floor, marks in ((True, ["best", "tied"]), (False, ["best", "worse (p)"])):
         app = create_app(reports=[a], config_dir=tmp_path / "cfg", use_noise_floor=noise_floor)
         async with app.run_test(size=(160, 40)) as pilot:
             await settle(app, pilot)
@@ -983,7 +996,7 @@ async def test_o_on_an_open_leaderboard_ranks_a_campaigns_folder_with_its_noise_
             return {str(table.get_row_at(i)[table.column("candidate")]): str(table.get_row_at(i)[tie])
                     for i in range(table.row_count)}
 
-        assert marks() == {"a": "best", "b": "worse"}
+        assert marks() == {"a": "best", "b": "worse (p)"}  # provisional: no noise model
         await open_with_o(app, pilot, camp)
         await until(pilot, lambda: table.row_count == 4, "the folder's reports on the ranking")
         await settle(app, pilot)
@@ -997,7 +1010,7 @@ async def test_o_on_an_open_leaderboard_ranks_a_campaigns_folder_with_its_noise_
         await open_with_o(app, pilot, other)
         await until(pilot, lambda: table.row_count == 5, "the second folder's report on the ranking")
         await settle(app, pilot)
-        assert marks()["b"] == "worse"
+        assert marks()["b"] == "worse (p)"
         note = static_text(app, "#board-note").replace("\n", " ")
         assert "noise model: none: window-to-window variation only" in note, note
         said = [n.message for n in app._notifications][-1]
@@ -1030,7 +1043,8 @@ async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another
     async with app.run_test(size=(160, 40)) as pilot:
         table = await _rank_with_campaign_folder(app, pilot, camp)
         assert app.main.noise_path is None
-        assert [table.get_row_at(i)[table.column("tie")] for i in range(3)] == ["best", "worse", "worse"]
+        tie = table.column("tie")
+        assert [table.get_row_at(i)[tie] for i in range(3)] == ["best", "worse (p)", "worse (p)"]
         assert [n.message for n in app._notifications][-1] == (
             "noise model: none; camp/noise-model.json measured on another suite than the reports', not "
             "used: kldtui view --noise FILE chooses one")
@@ -1077,4 +1091,5 @@ async def test_o_on_a_campaigns_folder_keeps_the_noise_model_the_user_chose(tmp_
         table = await _rank_with_campaign_folder(app, pilot, camp)
         assert app.main.noise_path is None
         assert "noise model: none" in static_text(app, "#board-note")
-        assert [table.get_row_at(i)[table.column("tie")] for i in range(3)] == ["best", "worse", "worse"]
+        tie = table.column("tie")
+        assert [table.get_row_at(i)[tie] for i in range(3)] == ["best", "worse (p)", "worse (p)"]

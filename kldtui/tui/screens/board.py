@@ -47,6 +47,20 @@ NOTES_IN_FULL_SHARE = 1 / 8
 NOISE_NOTE = "noise model: "  # how the noise model's note in full starts (as kldtui leaderboard says it)
 
 
+# a row whose verdict is provisional (LeaderboardRow.provisional: no noise model fully backs it) carries
+# this after its mark in the table's tie column, whose 10 cells hold "worse (p)" but not the word; the
+# line under the table says what it means while a row carries it (PROVISIONAL_LEGEND), as the campaign's
+# board ("worse than the best (provisional)") and kldtui leaderboard ("(provisional)") say it in words
+PROVISIONAL_MARK = " (p)"
+PROVISIONAL_LEGEND = "(p) provisional: not fully backed by a noise model; move to the row for why"
+
+
+def tie_mark(row: Any) -> str:
+    """A leaderboard row's mark in the table's tie column: decide.leaderboard's (``best``, ``tied``,
+    ``worse``, ``no verdict``), with :data:`PROVISIONAL_MARK` where its verdict is provisional."""
+    return f"{row.mark}{PROVISIONAL_MARK}" if row.provisional and row.mark else str(row.mark)
+
+
 def tie_column_help(unit: str) -> HelpSection:
     """The help (?) of every screen with a leaderboard: what its tie column says (decide.leaderboard's
     marks), over the ``unit`` s its verdicts count (:attr:`Leaderboard.tie_unit`: the windows; a
@@ -55,6 +69,8 @@ def tie_column_help(unit: str) -> HelpSection:
         ("best", "lowest mean KL; the other rows are compared with it"),
         ("tied", "not shown different from the best"),
         ("worse", "shown worse than the best"),
+        (f"worse{PROVISIONAL_MARK}", "shown worse than the best, provisionally: no noise model fully backs "
+                                     "it (the row's verdict, under the table, says why)"),
         ("no verdict", no_verdict_words(unit)),
     ))
 
@@ -359,7 +375,7 @@ class BoardScreen(Screen[None]):
                 board = build_leaderboard(reports, names=[r.name for r in results],
                                           paths=[r.path for r in results], **self.noise_options(reports))
                 by_name = {row.name: row for row in board.rows}
-                ties = {r.name: by_name[r.name].mark for r in results if r.name in by_name}
+                ties = {r.name: tie_mark(by_name[r.name]) for r in results if r.name in by_name}
                 verdicts = {row.name: row_verdict(row, len(board.rows), board.tie_unit) for row in board.rows}
                 briefs = {row.name: row_brief(row, len(board.rows), board.tie_unit) for row in board.rows}
                 unit, tie_unit = board.unit, board.tie_unit
@@ -470,10 +486,12 @@ class BoardScreen(Screen[None]):
         return False
 
     def show_row_verdict(self, index: int | None) -> None:
-        """Under the table: what the selected row's tie mark rests on, in one sentence; where that
-        sentence is the open difference's (the best and this row marked, d), a pointer to it: at 200x50
-        the viewer said the same long sentence twice, one above the other. While a pane is open below,
-        a sentence longer than one line in a few words, and how to read it in full (Esc closes the pane)."""
+        """Under the table: what a ``(p)`` mark means while a row carries one (:data:`PROVISIONAL_LEGEND`;
+        not while a pane is open below), then what the selected row's tie mark rests on, in one
+        sentence; where that sentence is the open difference's (the best and this row marked, d), a
+        pointer to it: at 200x50 the viewer said the same long sentence twice, one above the other.
+        While a pane is open below, a sentence longer than one line in a few words, and how to read it
+        in full (Esc closes the pane)."""
         boxes = self.query("#board-verdict")
         if not boxes:
             return
@@ -488,6 +506,10 @@ class BoardScreen(Screen[None]):
                 text = f"{name}: {self.brief_verdicts[name]}; Esc shows its verdict in full"
             elif verdict is not None:
                 text = f"{name}: {verdict}"
+        if not self.pane_open() and any(mark.endswith(PROVISIONAL_MARK) for mark in self.ties.values()):
+            # what a row's "(p)" means, whichever row is selected (at first the best, which has none);
+            # while a pane is open below, one line: a provisional row's brief says "(provisional)"
+            text = "\n".join([PROVISIONAL_LEGEND, *([text] if text else [])])
         boxes.first(PlainStatic).update(text)
 
     def refresh_row_verdict(self) -> None:
