@@ -48,7 +48,7 @@ from kldtui.formats.suite import (
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import redact_document, redact_json, redact_text
 from kldtui.stages.publish_secrets import scan_upload
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, precise_number
 
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
@@ -299,7 +299,7 @@ def _qualification_lines(facts: HiddenSuiteFacts) -> list[str]:
         if value is not None:
             out.append(f"| {name} | {value:.6g} |")
     if top1 is not None:
-        out.append(f"| top-1 agreement | {top1:.6f} |")
+        out.append(f"| top-1 agreement | {precise_number(top1)} |")
     for name, key in (("mean absolute logit error", "logit_absolute_error_mean"),
                       ("largest absolute logit error", "logit_absolute_error_max")):
         value = _num(doc, key)

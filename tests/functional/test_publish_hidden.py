@@ -129,7 +129,9 @@ def check_card(card: str, root: Path, repo_id: str) -> None:
         kl = check["kl_live_to_replay"]
         assert f"| mean KL | {kl['mean']:.6g} |" in card and f"| p99.9 KL | {kl['p99_9']:.6g} |" in card
         assert f"| max KL | {kl['max']:.6g} |" in card
-        assert f"| top-1 agreement | {check['top1_agreement']:.6f} |" in card
+        # six significant digits, in exponent form when tiny (fixed decimals read a tiny one as 0.000000)
+        said = re.search(r"\| top-1 agreement \| ([-+0-9.e]+) \|", card)
+        assert said is not None and float(said.group(1)) == pytest.approx(check["top1_agreement"], rel=1e-5)
         assert f"{check['contexts']} contexts ({check['positions']:,} positions)" in card
     assert f"kldtui download {repo_id} --local-dir reference" in card
     assert "kldtui compare --suite-manifest reference/suite-manifest.json --reference-dir " \
@@ -499,7 +501,7 @@ def test_a_replay_check_that_did_not_qualify_is_published_as_it_is(
     check_card(captured.out, root, REPO)
     assert "records status **not qualified**" in captured.out
     assert "Not met: top-1 agreement 0.996300 < 0.999." in captured.out
-    assert "| mean KL | 6e-05 |" in captured.out and "| top-1 agreement | 0.996300 |" in captured.out
+    assert "| mean KL | 6e-05 |" in captured.out and "| top-1 agreement | 0.9963 |" in captured.out
     assert f"{path}: status 'not qualified'" in captured.err
 
 

@@ -156,3 +156,16 @@ def test_converts_precision_lines_and_the_reference_encoding_line() -> None:
 def test_a_windows_log_line(kl: float, words: str) -> None:
     line = WindowState("compare", 3, "compared", "code", {"kl": kl}).describe()
     assert words in line, line
+
+
+@pytest.mark.parametrize("top1,said", [(0.9963, "0.9963"), (1.0, "1"), (1e-7, "1e-07")])
+def test_hidden_card_top1_agreement_keeps_its_digits(top1: float, said: str) -> None:
+    """The hidden-state card wrote top-1 agreement to six fixed decimals: 1e-7 read 0.000000."""
+    from types import SimpleNamespace
+
+    from kldtui.stages.publish_hidden import _qualification_lines
+
+    doc = {"status": "qualified", "kl_live_to_replay": {"mean": 1e-4}, "top1_agreement": top1,
+           "contexts": 4, "positions": 100}
+    lines = _qualification_lines(SimpleNamespace(qualification=doc))  # type: ignore[arg-type]
+    assert f"| top-1 agreement | {said} |" in lines
