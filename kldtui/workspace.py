@@ -35,6 +35,9 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
                                     read where it ranks the profile's own candidates)
       reference-run/                the reference capture ([reference] capture: a workspace of its
                                     own whose finalized folder is the suite's ref/)
+      profiles.json                 which profile owns the single-candidate run (comparison.json, with
+                                    candidate/, compare/, capture/<run_name>) and which each leaderboard
+                                    file (with its noise models): kldtui.workflow.owners
 
 Several profiles may share one work folder (``kldtui demo``, ``demo --score`` and ``demo --hidden``
 do): a suite they name alike, server.log (each server start's lines, appended), capture/server-NNN (a
@@ -42,6 +45,10 @@ fresh one per start) and the lock are shared; the leaderboard and noise model ar
 (above); a campaign candidate's folders and report are named after the candidate, so profiles that
 share a folder give their candidates names of their own (the demos do: ``fine``, ``fine-score``,
 ``fine-hidden``; a capture of another mode or server under the same name is refused, not overwritten).
+A single-candidate profile's run (``comparison.json``, ``candidate/``, ``compare/``, ``capture/<run_name>``)
+is one profile's: another single-candidate profile (another suite, other windows, another run name) is
+refused before any work, as is a campaign whose profile's file name is another's there (``a/kldtui.toml``,
+``b/kldtui.toml``: one ``leaderboard.json``); ``profiles.json`` records the owners.
 
 A workspace built from flags has only the paths its command needs; asking for another one is a
 programming error (:class:`ValueError`).
@@ -76,6 +83,8 @@ REPEAT_SUFFIX = ".repeat"
 # characters, and these hex digits of the name's SHA-256
 PROFILE_KEY_MAX = 64
 PROFILE_KEY_HASH_DIGITS = 8
+# which profile owns a profile's own files in a work folder profiles share (kldtui.workflow.owners)
+PROFILES_FILE_NAME = "profiles.json"
 
 
 def profile_key(profile_path: StrPath | None) -> str | None:
@@ -207,6 +216,12 @@ class Workspace:
         :attr:`leaderboard_path` is another name now (None: it is the same)."""
         earlier = self._need(self.workdir, "workdir") / LEADERBOARD_FILE_NAME
         return None if earlier == self.leaderboard_path else earlier
+
+    @property
+    def owners_path(self) -> Path:
+        """``profiles.json``: which profile owns the files a profile keeps as its own here
+        (kldtui.workflow.owners)."""
+        return self._need(self.workdir, "workdir") / PROFILES_FILE_NAME
 
     def reference_repeat(self) -> Workspace:
         """A repeat capture of the reference's first window (the runtime's own noise), beside it."""

@@ -14,15 +14,29 @@ MODEL_SEED = 5
 CANDIDATES = {"q8": 0.04, "q4": 0.12, "q3": 0.2}
 
 
-def build_suite(root: Path) -> None:
+def build_suite(root: Path, *, first_seed: int = 100, windows: int = CAMPAIGN_WINDOWS) -> None:
+    """The suite of ``windows`` windows of the embedded model's text (another ``first_seed``: another
+    suite of the same model and sizes)."""
     from kldtui.embedded.model import TinyModel
     from kldtui.formats.suite_writer import write_suite
 
     model = TinyModel(VOCAB, seed=MODEL_SEED)
     domains = ("prose", "code")
-    windows = [(domains[i % 2], model.sample(CAMPAIGN_CONTEXT, seed=100 + i))
-               for i in range(CAMPAIGN_WINDOWS)]
-    write_suite(root, windows, dataset="kldtui/campaign-test", dataset_revision="1")
+    texts = [(domains[i % 2], model.sample(CAMPAIGN_CONTEXT, seed=first_seed + i)) for i in range(windows)]
+    write_suite(root, texts, dataset="kldtui/campaign-test", dataset_revision="1")
+
+
+def single_profile(path: Path, suite: Path, workdir: Path, *, perturb: float = 0.1, **run: object) -> Path:
+    """A single-candidate profile ([candidate]) at ``path``: an embedded candidate of the campaign's
+    model against ``suite`` (its reference captured from the embedded model), in ``workdir``, with
+    the ``[run]`` keys ``run``."""
+    server = candidate_table("unused", perturb).replace("[[candidates]]", "[candidate]")
+    server = server.replace('name = "unused"\n', "")
+    keys = "".join(f"{k} = {v!r}\n" for k, v in run.items())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[reference]\nlocal_dir = "{suite}"\ncapture = "embedded"\n\n{server}\n'
+                    f'[run]\nworkdir = "{workdir}"\n{keys}\n[compare]\nbootstrap_samples = 500\n')
+    return path
 
 
 def candidate_table(name: str, perturb: float, **extra: object) -> str:

@@ -311,8 +311,12 @@ class Campaign:
     def _preflight(self, finished: set[str]) -> None:
         """Every candidate still to run is checked before the first server starts: a missing
         model of the third candidate is said now, not after hours of capturing the first two."""
+        from kldtui.workflow.owners import claim, owner_problem
         from kldtui.workflow.preflight import campaign_disk, preflight, refuse
 
+        # another profile's leaderboard under this one's name first (its other problems would not matter)
+        refuse([owned] if (owned := owner_problem(self.profile, self._workspace)) else [], self.emit,
+               "campaign")
         problems: list[str] = []
         todo: list[tuple[str, Profile, Workspace]] = []
         for candidate, entry in zip(self.profile.candidates, self.entries, strict=True):
@@ -328,6 +332,7 @@ class Campaign:
                             "or set [run] workdir on a larger disk (or [run] stop_window for fewer "
                             f"{disk.unit}s, or fewer candidates)")
         refuse(problems, self.emit, "campaign")
+        claim(self.profile, self._workspace, self.emit, "campaign")  # the work folder's lock is held
         if disk is not None:
             said = disk if isinstance(disk, str) else f"disk: the campaign needs {disk.describe()}"
             self.emit(Notice("campaign", said))

@@ -126,6 +126,9 @@ class Pipeline:
     def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                  output_dir: Path | None = None, output_kind: str = "candidate",
                  workspace: Workspace | None = None, reference_checked: bool = False) -> None:
+        # a profile's own run (not a campaign's candidate): it claims its files in the work folder
+        # (kldtui.workflow.owners) when it first locks the folder to write
+        self._claims = not profile.is_campaign and workspace is None
         if profile.is_campaign:  # stage by stage (kldtui serve/capture/... --profile): the first
             # candidate, in its campaign folders; kldtui.workflow.campaign runs them all
             first = profile.candidates[0]
@@ -167,7 +170,17 @@ class Pipeline:
             folders.append(self._workspace.suite_dir)
         # the run's report too: `kldtui compare --output WORKDIR/comparison.json` meanwhile is refused
         report = [ws.report_path] if ws.report_path is not None else []
+        if self._locks.held:
+            return
         self._locks.acquire(folders, what="work folder", files=report)
+        if self._claims:  # held now: no other kldtui claims the folder between the check and the record
+            from kldtui.workflow.owners import claim
+
+            try:
+                claim(self.profile, ws, self.emit, "run")
+            except BaseException:
+                self._locks.release()
+                raise
 
     def release_folders(self) -> None:
         self._locks.release()
@@ -422,10 +435,14 @@ class Pipeline:
         show next)."""
         from kldtui.stages.compare import Comparer
         from kldtui.stages.finalize import Finalizer
+        from kldtui.workflow.owners import owner_problem
         from kldtui.workflow.preflight import preflight, refuse
         from kldtui.workflow.state import state_after_run
 
-        refuse(preflight(self.profile, self._workspace), self.emit, "run")  # before anything is launched
+        # before anything is launched: another profile's run in the work folder first (its other
+        # problems would not matter here)
+        owned = owner_problem(self.profile, self._workspace) if self._claims else None
+        refuse([owned] if owned else preflight(self.profile, self._workspace), self.emit, "run")
         self.lock_folders()
         try:
             try:

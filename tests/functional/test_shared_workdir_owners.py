@@ -1,0 +1,127 @@
+"""Profiles sharing one work folder, beyond what the campaign profiles keep apart by name
+(kldtui.workflow.owners): a single-candidate profile's run (comparison.json, candidate/, compare/,
+capture/RUN) and a campaign's leaderboard are one profile's. Real runs on the embedded model.
+
+Before: a second single-candidate profile with the same server and another suite captured its
+reference (into the shared reference-run/), started its candidate server and was refused only by
+finalize ("made from another suite"); one of the same suite and fewer windows wrote its 2-window report
+over the first one's 4-window comparison.json without a word. Two campaigns whose profiles are both
+kldtui.toml (in two folders) wrote one leaderboard.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kldtui.workspace import PROFILES_FILE_NAME
+from tests.fixtures_campaign import build_suite, run_cmd, single_profile, write_profile
+from tests.fixtures_demo import env_with
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+
+WINDOWS = 4  # each suite's: enough for a report, and quick
+
+
+def _run(profile: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+
+
+def _files(work: Path) -> dict[str, int]:
+    """Every file of the work folder and its modification time."""
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in sorted(work.rglob("*")) if p.is_file()}
+
+
+def _figures(report: Path) -> tuple[object, ...]:
+    doc = json.loads(report.read_text())
+    return doc["windows"], [w["kl_reference_to_candidate"]["mean"] for w in doc["per_window"]]
+
+
+def _ranked(board: Path) -> list[str]:
+    return [r["name"] for r in json.loads(board.read_text())["rows"]]
+
+
+def test_a_second_single_candidate_profile_is_refused_before_any_work_and_the_first_resumes(
+        tmp_path: Path) -> None:
+    build_suite(tmp_path / "suite-a", windows=WINDOWS)
+    build_suite(tmp_path / "suite-b", first_seed=300, windows=WINDOWS)
+    work = tmp_path / "work"
+    first = single_profile(tmp_path / "a.toml", tmp_path / "suite-a", work)
+    done = _run(first)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = work / "comparison.json"
+    alone = _figures(report)
+    assert alone[0] == WINDOWS
+    owners = work / PROFILES_FILE_NAME
+    assert json.loads(owners.read_text()) == {"format": "kldtui-profiles-v1",
+                                              "owners": {"comparison.json": "../a.toml"}}
+
+    # the same server against another suite, and against fewer windows of the same suite
+    others = [single_profile(tmp_path / "b.toml", tmp_path / "suite-b", work),
+              single_profile(tmp_path / "c.toml", tmp_path / "suite-a", work, stop_window=2)]
+    before = _files(work)
+    for other in others:
+        refused = _run(other)
+        assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+        assert refused.stderr == (
+            f"kldtui: error: {other}: the work folder {work} holds the run of profile {first} "
+            "(comparison.json, candidate/, compare/, capture/), which this profile's would mix with or "
+            f"write over ({owners}); give this profile its own [run] workdir\n")
+        assert refused.stdout == ""
+    # refused before any work: no server started (server.log), no reference captured, nothing written
+    assert _files(work) == before
+    assert not (tmp_path / "suite-b" / "ref").exists()
+
+    # the first resumes to the report it gives alone, capturing nothing again
+    again = _run(first)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "capture: done - 0 captured" in again.stdout
+    assert _figures(report) == alone
+
+    # what the refusal says to do: its own work folder
+    own = single_profile(tmp_path / "b.toml", tmp_path / "suite-b", tmp_path / "work-b")
+    assert _run(own).returncode == 0
+    assert _figures(tmp_path / "work-b" / "comparison.json")[0] == WINDOWS
+
+    # a renamed profile takes its run with it: the folder's owner is gone, this one is it now
+    first.rename(tmp_path / "a2.toml")
+    renamed = _run(tmp_path / "a2.toml")
+    assert renamed.returncode == 0, renamed.stdout[-3000:] + renamed.stderr[-3000:]
+    assert (f"WARNING: {owners}: comparison.json was profile {first}'s, whose file is gone; it is "
+            f"{tmp_path / 'a2.toml'}'s now") in renamed.stdout
+    assert "capture: done - 0 captured" in renamed.stdout
+    assert json.loads(owners.read_text())["owners"] == {"comparison.json": "../a2.toml"}
+
+
+def test_two_campaigns_whose_profiles_share_a_file_name_are_refused_before_any_work(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    shared = write_profile(work, {"close": 0.04}).read_text()
+    (work / "kldtui.toml").unlink()
+    text = shared.replace('local_dir = "suite"', f'local_dir = "{work / "suite"}"').replace(
+        'workdir = "."', f'workdir = "{work}"')
+    mine, theirs = tmp_path / "x" / "kldtui.toml", tmp_path / "y" / "kldtui.toml"
+    for path, text_of in ((mine, text), (theirs, text.replace('name = "close"', 'name = "close-y"'))):
+        path.parent.mkdir()
+        path.write_text(text_of)
+    done = _run(mine)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    board = work / "leaderboard.json"
+    assert _ranked(board) == ["close"]
+
+    before = _files(work)
+    refused = _run(theirs)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert refused.stderr == (
+        f"kldtui: error: {theirs}: the work folder {work} holds the leaderboard and noise models of profile "
+        f"{mine} (leaderboard.json, named after the profile's file name, which is this one's too) "
+        f"({work / PROFILES_FILE_NAME}); give this profile its own [run] workdir or another file name\n")
+    assert _files(work) == before  # no server started, nothing captured or ranked
+
+    # the same campaign from another file name keeps a leaderboard of its own beside the first
+    other = tmp_path / "y" / "other.toml"
+    theirs.rename(other)
+    assert _run(other).returncode == 0
+    assert _ranked(work / "leaderboard-other.json") == ["close-y"]
+    assert _ranked(board) == ["close"]
