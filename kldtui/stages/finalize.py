@@ -67,9 +67,15 @@ def _listed(path: Path, suite: Suite, load: Any, emit: EventSink) -> Any:
         emit(Notice(STAGE, f"{exc}; it is rewritten", level="warning"))
         return None
     if manifest.suite_token_hash_sha256 != suite.suite_token_hash_sha256:
-        raise BadInput(f"{path}: made from another suite; finalize into another folder (or "
-                       "another [run] workdir)")
+        raise BadInput(other_suite(path))
     return manifest
+
+
+def other_suite(manifest_path: Path) -> str:
+    """The line that refuses to finalize into a folder whose manifest ``manifest_path`` was made from
+    another suite (said by finalize, and by the preflight before a server starts)."""
+    return (f"{manifest_path}: made from another suite; finalize into another folder (or another "
+            "[run] workdir)")
 
 
 def _published(written: dict[int, Any], output_dir: Path, unit: str = WINDOW_UNIT) -> str:

@@ -86,6 +86,8 @@ def preflight(profile: Profile, workspace: Workspace, *, disk: bool = True) -> l
         problems.append(vocab)
     if not problems and (context := _context_problem(profile, workspace)):
         problems.append(context)
+    if not problems and (other := _other_suite_problem(profile, workspace)):
+        problems.append(other)
     if not problems and (changed := _changed_server_problem(profile, workspace)):
         problems.append(changed)
     if not problems and disk and (short := _disk_problem(profile, workspace)):
@@ -152,6 +154,25 @@ def _changed_server_problem(profile: Profile, workspace: Workspace) -> str | Non
             changed = changed_server(workspace.reference_capture(), server_identity(ref), REFERENCE_MODE,
                                      windows=units)
     return changed
+
+
+def _other_suite_problem(profile: Profile, workspace: Workspace) -> str | None:
+    """The run's finalized folder made from another suite than the profile's (its [reference]
+    local_dir changed): said before a server is launched, as finalize would after the capture."""
+    from kldtui.formats.suite import load_suite, manifest_object
+    from kldtui.stages.finalize import other_suite
+
+    if workspace.candidate_dir is None:
+        return None
+    manifest = profile.capture.mode.manifest_path(workspace.candidate)
+    recorded = (manifest_object(manifest) or {}).get("suite_token_hash_sha256")
+    if not isinstance(recorded, str):
+        return None  # none yet, or unreadable: finalize says so
+    try:
+        suite = load_suite(workspace.suite_dir)
+    except (KldError, OSError, ValueError):
+        return None  # said by the other checks
+    return other_suite(manifest) if recorded != suite.suite_token_hash_sha256 else None
 
 
 def _range_problem(profile: Profile, workspace: Workspace) -> str | None:

@@ -125,3 +125,22 @@ def test_two_campaigns_whose_profiles_share_a_file_name_are_refused_before_any_w
     assert _run(other).returncode == 0
     assert _ranked(work / "leaderboard-other.json") == ["close-y"]
     assert _ranked(board) == ["close"]
+
+
+def test_a_profile_whose_suite_changed_is_refused_before_any_server_starts(tmp_path: Path) -> None:
+    """The same profile, its [reference] local_dir changed to another suite: finalize refused the
+    candidate folder made from the first suite only after the reference was captured and the
+    candidate's server had started; the preflight says it first."""
+    build_suite(tmp_path / "suite-a", windows=WINDOWS)
+    build_suite(tmp_path / "suite-b", first_seed=300, windows=WINDOWS)
+    work = tmp_path / "work"
+    profile = single_profile(tmp_path / "a.toml", tmp_path / "suite-a", work)
+    assert _run(profile).returncode == 0
+    single_profile(profile, tmp_path / "suite-b", work)
+    before = _files(work)
+    refused = _run(profile)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert refused.stderr == (f"kldtui: error: {work / 'candidate' / 'manifest.json'}: made from another "
+                              "suite; finalize into another folder (or another [run] workdir)\n")
+    assert _files(work) == before  # no server started (server.log), nothing captured
+    assert not (tmp_path / "suite-b" / "ref").exists()
