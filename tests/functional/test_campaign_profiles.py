@@ -121,8 +121,8 @@ def test_a_profile_naming_its_candidates_as_another_in_another_mode_is_refused(t
     proc = subprocess.run(run_cmd(clash), capture_output=True, text=True, timeout=300, env=env_with())
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "server: started" not in proc.stdout
-    said = (f"{work / 'capture' / 'capture-close.json'}: window 000 (prose) was captured in logits mode, this run "
-            "captures in score mode; give the candidate another name (profiles sharing a work folder each "
-            "need names of their own)")
+    said = (f"{work / 'capture' / 'capture-close.json'}: window 000 (prose) was captured in logits mode, "
+            "this run captures in score mode; give the candidate another name (profiles sharing a work "
+            "folder each need names of their own)")
     assert proc.stderr.startswith(f"kldtui: error: {said}"), proc.stderr
     assert _changed(work, before) == []
