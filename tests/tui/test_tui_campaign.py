@@ -13,7 +13,7 @@ from kldtui.tui.app import create_app
 from kldtui.tui.widgets import CampaignBoard
 from kldtui.workflow.standings import cells, table_lines, verdict_words
 from tests.fixtures_campaign import scripted_campaign_factory
-from tests.fixtures_tui import dashboard, feed, settle, static_text, sync, until
+from tests.fixtures_tui import dashboard, feed, screen_lines, settle, static_text, sync, until
 
 
 def _rows(app) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -181,13 +181,44 @@ def test_the_cards_name_the_candidate_that_runs_and_count_only_its_windows() -> 
     # the windows the candidate before reached are not this one's
     assert model.card_figures("capture")["windows"] == "1/4"
     shown = model.shown_candidate
-    assert state_with_candidate("running", shown, 40, True) == "running · q8.repeat (repeat capture)"
-    assert state_with_candidate("running", shown, 20, True) == "running · q8.repeat"
-    assert state_with_candidate("capture 25%", shown, 13, True) == "capture 25%"  # progress first
+    assert state_with_candidate("running", shown, 40, False) == "running · q8.repeat (repeat capture)"
+    assert state_with_candidate("running", shown, 20, False) == "running · q8.repeat"
+    assert state_with_candidate("capture 25%", shown, 13, False) == "capture 25%"  # progress first
+    # a server's "stopped" is not its mark's word ("●", its stage done): it stays, the name goes
+    assert state_with_candidate("stopped", ShownCandidate("fine-hidden", "best"), 13, False) == "stopped"
+    # a card that is done has no room for both at 13 columns: the name alone (its mark says done)
+    assert state_with_candidate("done", ShownCandidate("fine-hidden", "best"), 13, True) == "fine-hidden"
+    assert state_with_candidate("failed", ShownCandidate("q8", "best"), 13, True) == "failed · q8"
+    assert state_with_candidate("done", ShownCandidate("q8", "best"), 13, True) == "done · q8"
     long_name = ShownCandidate("Q4_K_M-imatrix", "best")
     # cut in its middle, its end kept (kldtui.text.short_name): "Q4_K_…" read as every Q4_K_ quant
-    assert state_with_candidate("done", long_name, 13, False) == "done · Q…trix"
-    assert state_with_candidate("done", None, 13, False) == "done"
+    assert state_with_candidate("done", long_name, 13, True) == "Q4_K…-imatrix"
+    assert state_with_candidate("done", long_name, 3, True) == "don"  # no room for a readable cut
+    assert state_with_candidate("done", None, 13, True) == "done"
+
+
+@sync
+async def test_at_80x24_a_done_card_shows_the_candidates_name_whole(tmp_path: Path) -> None:
+    """At 80x24 the hidden demo's Capture, Finalize and Compare cards read "done · f…dden" for
+    "fine-hidden": the state and the name do not both fit in a card's 13 columns. The name takes
+    the line alone (the card's mark says done); at 200 columns both are shown, as before."""
+    from kldtui.events import CandidateStarted, StageFinished, StageStarted
+
+    app, _ = dashboard(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await feed(app, pilot, CandidateStarted("campaign", name="fine-hidden", number=1, total=2),
+                   *(event for stage in ("capture", "finalize", "compare")
+                     for event in (StageStarted(stage), StageFinished(stage))))
+        await settle(app, pilot)
+        for stage in ("capture", "finalize", "compare"):
+            lines = static_text(app, f"#stage-{stage}").splitlines()
+            assert lines[0].startswith("●") and lines[1] == "fine-hidden", lines
+        assert any("▌ fine-hidden" in line for line in screen_lines(app)), screen_lines(app)
+        await pilot.resize_terminal(200, 50)
+        await settle(app, pilot)
+        for stage in ("capture", "finalize", "compare"):
+            assert static_text(app, f"#stage-{stage}").splitlines()[1] == "done · fine-hidden (1 of 2)"
 
 
 @sync

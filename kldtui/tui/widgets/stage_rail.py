@@ -31,7 +31,8 @@ class StageBox(Static):
     Every line is made to fit the box (80 columns give 13 characters): long engine summaries stay
     in the log, the card shows the state and short figures, or "see the log (l)". In a campaign the
     state line of a candidate stage also names the candidate whose work the card shows ("done ·
-    q8 (best)"; as much of it as fits, the state first).
+    q8 (best)"; where the name does not fit beside a state word that only repeats the card's mark,
+    the name alone: "fine-hidden" for "done · fine-hidden" at 80 columns).
     """
 
     def __init__(self, stage: str) -> None:
@@ -72,7 +73,10 @@ class StageBox(Static):
                 third = "see the log (l)" if width >= 15 else "see log (l)"
             elif view.state == "done":
                 third = "see the log (l)" if width >= 15 else "see log (l)"
-        return state_with_candidate(state, candidate, width, view.state == "running"), third
+        # the state word a card may drop for the name: its mark's own (not a running card's progress,
+        # nor a server's "stopped"/"serving", which the mark does not say)
+        repeats_mark = state == view.state and view.state != "running"
+        return state_with_candidate(state, candidate, width, repeats_mark), third
 
     def show(self, view: StageView, server_url: str | None = None, percent: float | None = None,
              figures: dict[str, Any] | None = None, phase: str = "running",
@@ -89,21 +93,25 @@ class StageBox(Static):
         self.show(*self._last)
 
 
-def state_with_candidate(state: str, candidate: ShownCandidate | None, width: int, running: bool) -> str:
-    """The state line with the candidate the card shows: its name and role when they fit, else its
-    name, else the name cut in its middle to what fits after the state (:func:`kldtui.text.short_name`,
-    at least four characters with the "…");
-    a running card whose name does not fit keeps its progress alone (the campaign board and the
-    log name the candidate that runs)."""
+def state_with_candidate(state: str, candidate: ShownCandidate | None, width: int, repeats_mark: bool) -> str:
+    """The state line with the candidate the card shows: the state, then its name and role when they
+    fit, else its name. Where both do not fit and the state word only repeats the card's mark
+    (``repeats_mark``: "done" beside "●", see :data:`STATE_MARK`), the word goes and the line shows
+    the name with its role, else the name, else the name cut in its middle to the card's width
+    (:func:`kldtui.text.short_name`, when that keeps four characters): "fine-hidden" at 80 columns,
+    not "done · f…dden". A state the mark does not say (a running card's progress, a server's
+    "stopped") stays alone (the campaign board and the log name the candidate)."""
     if candidate is None:
         return state[:width]
     for shown in (candidate.label(), candidate.name):
         if len(state) + 3 + len(shown) <= width:
             return f"{state} · {shown}"
-    room = width - len(state) - 3 - 1
-    if running or room < 3:
+    if not repeats_mark:
         return state[:width]
-    return f"{state} · {short_name(candidate.name, room + 1)}"
+    for shown in (candidate.label(), candidate.name):
+        if len(shown) <= width:
+            return shown
+    return short_name(candidate.name, width) if width >= 4 else state[:width]
 
 
 def _narrow(part: str, width: int) -> str:
