@@ -72,6 +72,7 @@ from kldtui.formats.suite import (
     manifest_object,
     name_among,
     token_ids_hash,
+    unit_of,
     units_of,
 )
 from kldtui.servers.base import identity_changes
@@ -139,8 +140,10 @@ class CaptureRecord:
             raise BadInput(f"{where}: malformed record ({exc}); fix or delete the file") from None
 
 
-def load_records(path: str | os.PathLike[str]) -> dict[int, CaptureRecord]:
-    """Records by window index; a missing file is an empty run."""
+def load_records(path: str | os.PathLike[str], *, unit: str) -> dict[int, CaptureRecord]:
+    """Records by window index; a missing file is an empty run. ``unit``: what the suite's units are
+    called (:func:`kldtui.formats.suite.unit_of`: ``window``, a hidden-state suite's ``context``), for
+    the line that says what deleting the file recaptures."""
     p = Path(path)
     try:
         doc = json.loads(read_text(p, limit=CAPTURE_RECORDS_LIMIT))
@@ -150,10 +153,10 @@ def load_records(path: str | os.PathLike[str]) -> dict[int, CaptureRecord]:
         raise read_failure(p, exc, "capture records", "restore or delete the file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"{p}: capture records are not valid JSON ({exc}); restore or delete the "
-                       "file (deleting it recaptures every window)") from None
+                       f"file (deleting it recaptures every {unit})") from None
     if not isinstance(doc, list):
         raise BadInput(f"{p}: capture records must be a JSON list; restore or delete the file (deleting it "
-                       "recaptures every window)")
+                       f"recaptures every {unit})")
     records = [CaptureRecord.from_dict(d, f"{p}[{i}]") for i, d in enumerate(doc)]
     return {r.window_index: r for r in records}
 
@@ -257,7 +260,7 @@ def run_capture(workspace: Workspace, emit: EventSink = null_sink, cancel: Cance
     with failure_reported(emit, STAGE):
         check_name(workspace.run_name, "run name", str(workspace.captures))
         emit(StageStarted(STAGE, detail=f"{len(windows)} {units_of(windows)} -> {workspace.run_dir}"))
-        records = load_records(workspace.records_path)
+        records = load_records(workspace.records_path, unit=unit_of(suite.windows))
         if (changed := changed_server(workspace, server.identity, server.mode, records,
                                       windows=suite.windows)) is not None:
             raise BadInput(changed)
@@ -311,7 +314,7 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
         return None
     if records is None:
         try:
-            records = load_records(workspace.records_path)
+            records = load_records(workspace.records_path, unit=unit_of(windows))
         except BadInput:
             records = {}
     for rec in records.values():  # another mode's capture is another capture, whatever its server

@@ -168,7 +168,7 @@ class Finalizer:
             path = self.workspace.records_path
         except ValueError:
             return  # a workspace without capture records (nothing captured through kldtui)
-        record = load_records(path).get(window.index)
+        record = load_records(path, unit=window.unit).get(window.index)
         if record is None:
             return
         captured = record.extra.get("token_ids_json_sha256")

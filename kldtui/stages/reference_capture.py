@@ -49,7 +49,7 @@ from kldtui.folder_lock import FolderLocks
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import REPORT_LIMIT
 from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest, units_of
+from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest, unit_of, units_of
 from kldtui.servers.base import ServerPlan
 from kldtui.stages.serve import ServerSession, run_serve, stop_reason
 from kldtui.workspace import Workspace
@@ -179,7 +179,7 @@ class ReferenceCapture:
         from kldtui.stages.capture import load_records
         from kldtui.stages.finalize import run_finalize
 
-        captured = set(load_records(ws.records_path))
+        captured = set(load_records(ws.records_path, unit=unit_of(self.suite.windows)))
         todo = [w for w in windows if w.index in captured]
         if not todo:
             emit(StageStarted("finalize", detail=str(ws.candidate)))

@@ -579,7 +579,7 @@ class Pipeline:
         """Windows listed in the capture records (docs/FORMATS.md: listed means complete)."""
         from kldtui.stages.capture import load_records
 
-        return set(load_records(self._workspace.records_path))
+        return set(load_records(self._workspace.records_path, unit=unit_of(self.load_suite().windows)))
 
     def _window_range(self) -> tuple[int, int]:
         run = self.profile.run

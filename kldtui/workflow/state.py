@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kldtui.errors import KldError
 from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import WINDOW_UNIT
+from kldtui.formats.suite import WINDOW_UNIT, unit_of
 from kldtui.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -91,7 +91,8 @@ def load_state(workspace: Workspace) -> RunState:
         try:
             from kldtui.stages.capture import load_records
 
-            for index in load_records(workspace.records_path):
+            # a suite that did not load says its own problem: the records' line then names windows
+            for index in load_records(workspace.records_path, unit=unit_of(suite.windows if suite else [])):
                 states[index] = "captured"
         except (KldError, OSError, ValueError) as exc:
             problems.append(str(exc))

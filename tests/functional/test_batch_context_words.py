@@ -257,3 +257,55 @@ def test_a_context_suites_refusals_of_another_capture_name_its_contexts(tmp_path
         f"{records}: context 0002 (prose) was captured in {score.label}, this run captures in "
         f"{profile.capture.mode.label}; "), changed
     assert "window" not in changed.replace(str(records), ""), changed
+
+
+@pytest.mark.parametrize("broken", ["{not json", '{"window_index": 0}'], ids=["not-json", "not-a-list"])
+def test_a_context_suites_broken_capture_records_say_deleting_recaptures_every_context(
+        tmp_path: Path, broken: str) -> None:
+    """A capture records file that is not JSON, or not a list, was refused with "deleting it
+    recaptures every window" of a hidden-state suite's contexts too: the dashboard's reopened state,
+    the run's finalize and the finalize stage itself say "every context"."""
+    from kldtui.errors import BadInput
+    from kldtui.formats.suite import load_suite
+    from kldtui.stages.finalize import run_finalize
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.state import load_state
+
+    model = TinyModel(64, seed=SEED)
+    contexts = [fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
+                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
+                for i in range(2)]
+    suite_dir = tmp_path / "suite"
+    fid.write_context_suite(suite_dir, contexts)
+    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
+                                 "vocab_size": 64, "port": 0}
+    profile = profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
+                                 "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
+                                base_dir=tmp_path)
+    ws = profile.workspace()
+    ws.records_path.parent.mkdir(parents=True, exist_ok=True)
+    ws.records_path.write_text(broken)
+    said = list(load_state(ws).problems)
+    pipeline = Pipeline(profile, lambda event: None, Cancel())
+    try:
+        with pytest.raises(BadInput) as refused:
+            pipeline.finalize()
+        said.append(str(refused.value))
+    finally:
+        pipeline.release_folders()
+    ws.run_dir.mkdir(parents=True, exist_ok=True)
+    suite = load_suite(suite_dir)
+    with pytest.raises(BadInput) as refused:
+        run_finalize(ws, suite=suite, windows=suite.windows)
+    said.append(str(refused.value))
+    assert len(said) == 3, said
+    for line in said:
+        assert line.startswith(f"{ws.records_path}: capture records ") and "\n" not in line, line
+        assert line.endswith("restore or delete the file (deleting it recaptures every context)"), line
+    # a logits suite's units are windows: its records' line says so
+    from kldtui.stages.capture import load_records
+    from tests.hub_server import make_dataset
+
+    logits = load_suite(make_dataset(tmp_path / "logits"))
+    with pytest.raises(BadInput, match=r"recaptures every window\)$"):
+        load_records(ws.records_path, unit=logits.windows[0].unit)

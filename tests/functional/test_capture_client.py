@@ -155,10 +155,10 @@ def test_server_killed_mid_window_fails_clearly_and_rerun_resumes(tmp_path: Path
             run_capture(suite, server, work, emit=events.append)
         assert [(e.window_index, e.state) for e in events if isinstance(e, WindowState)][-1] == \
             (1, "failed")
-    assert sorted(load_records(work / "capture-run1.json")) == [0]
+    assert sorted(load_records(work / "capture-run1.json", unit="window")) == [0]
     assert os.listdir(work / "run1") == [suite.windows[0].chunk_dir_name]
     assert os.listdir(tmp_path / "server-a") == []  # the half-captured request folder is gone
-    first = load_records(work / "capture-run1.json")[0]
+    first = load_records(work / "capture-run1.json", unit="window")[0]
 
     with embedded(tmp_path, "b", batched=256) as server:
         records = run_capture(suite, server, work)
@@ -182,7 +182,7 @@ def test_http_errors_show_the_body(tmp_path: Path) -> None:
         with pytest.raises(StageFailed, match=r"HTTP 400 .*Token id \d+ is out of vocabulary"):
             run_capture(big, server, tmp_path / "c3")
     for work in ("c1", "c3"):
-        assert load_records(tmp_path / work / "capture-run1.json") == {}
+        assert load_records(tmp_path / work / "capture-run1.json", unit="window") == {}
         assert not (tmp_path / work / "run1").exists() or not os.listdir(tmp_path / work / "run1")
 
 
@@ -200,7 +200,7 @@ def test_request_timeout_fails_clearly(tmp_path: Path) -> None:
     with embedded(tmp_path, "a", fault="sleep:2") as server:
         with pytest.raises(StageFailed, match=r"window 000 .*no answer .* within 0\.5 s \(request timeout\)"):
             run_capture(suite, server, tmp_path / "c", request_timeout=0.5)
-    assert load_records(tmp_path / "c" / "capture-run1.json") == {}
+    assert load_records(tmp_path / "c" / "capture-run1.json", unit="window") == {}
 
 
 FSIZE_WRAPPER = """
@@ -221,7 +221,7 @@ def test_full_disk_while_writing_a_chunk_fails_the_window(tmp_path: Path) -> Non
                                               r"File too large"):
             run_capture(suite, server, tmp_path / "c")
         assert os.listdir(server.capture_dir) == []
-    assert load_records(tmp_path / "c" / "capture-run1.json") == {}
+    assert load_records(tmp_path / "c" / "capture-run1.json", unit="window") == {}
     assert not (tmp_path / "c" / "run1" / suite.windows[0].chunk_dir_name).exists()
 
 
@@ -240,7 +240,7 @@ def test_cancel_during_capture_keeps_records_consistent(tmp_path: Path) -> None:
         with pytest.raises(Interrupted, match="Ctrl-C while capturing window 001"):
             run_capture(suite, server, work, emit=emit, cancel=cancel)
         server.stop(reason="interrupted")
-    assert sorted(load_records(work / "capture-run1.json")) == [0]
+    assert sorted(load_records(work / "capture-run1.json", unit="window")) == [0]
     assert os.listdir(work / "run1") == [suite.windows[0].chunk_dir_name]
     assert [(e.window_index, e.state) for e in events if isinstance(e, WindowState)][-1] == (1, "pending")
     with embedded(tmp_path, "b") as server:
@@ -308,4 +308,4 @@ def test_non_finite_logits_fail_the_window(tmp_path: Path) -> None:
                                               r"finalize this window again"):
             run_capture(suite, server, tmp_path / "c")
         assert os.listdir(server.capture_dir) == []
-    assert load_records(tmp_path / "c" / "capture-run1.json") == {}
+    assert load_records(tmp_path / "c" / "capture-run1.json", unit="window") == {}

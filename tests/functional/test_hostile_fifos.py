@@ -101,7 +101,7 @@ def test_capture_records_fifo_is_bad_input(tmp_path: Path) -> None:
     records.unlink()
     os.mkfifo(records)
     with pytest.raises(BadInput, match="FIFO"):
-        load_records(records)
+        load_records(records, unit="window")
 
 
 def test_the_report_hashes_a_manifest_without_blocking_on_a_fifo(tmp_path: Path) -> None:

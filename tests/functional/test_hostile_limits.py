@@ -105,7 +105,7 @@ def test_capture_records_over_their_limit_are_refused_in_one_line(
 
     records, _ = capture_run(tmp_path)
     _sparse(records, CAPTURE_RECORDS_LIMIT)
-    result, peak = _peak_bytes(lambda: load_records(records))
+    result, peak = _peak_bytes(lambda: load_records(records, unit="window"))
     line = _one_line(result, records, CAPTURE_RECORDS_LIMIT)
     assert "capture records" in line and "restore or delete the file" in line, line
     assert peak < CAPTURE_RECORDS_LIMIT // 16
@@ -120,7 +120,7 @@ def test_a_fifo_for_capture_records_does_not_block(tmp_path: Path) -> None:
 
     records, _ = capture_run(tmp_path)
     _fifo(records)
-    (result,) = returns_at_once(lambda: load_records(records))
+    (result,) = returns_at_once(lambda: load_records(records, unit="window"))
     assert isinstance(result, BadInput) and "FIFO" in str(result), result
 
 

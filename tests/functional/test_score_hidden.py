@@ -202,7 +202,8 @@ def test_a_profiles_context_filter_runs_and_compares_only_those_contexts(
                        run={"strata": ["code"], "context_filter": "analysis"})
     state = Pipeline(profile).run_all()
     assert state.report is not None
-    assert sorted(load_records(profile.workspace().records_path)) == [2, 3]  # only those were captured
+    # only those were captured
+    assert sorted(load_records(profile.workspace().records_path, unit="context")) == [2, 3]
     got = load_report(work / "comparison.json").to_json()
     want = compare(suite, suite / fid.HIDDEN_DIR, scored[1] / "candidate",
                    CompareOptions(bootstrap_samples=200, reverse=True, context_filter="analysis",
