@@ -492,6 +492,45 @@ async def test_the_backend_is_shown_with_why_it_was_chosen_in_its_column_at_80_c
 
 
 @sync
+async def test_kl_by_position_is_drawn_again_at_the_new_width_on_resize(tmp_path: Path) -> None:
+    """The Result pane's KL by position was sized to the pane's width when the result was shown and
+    not drawn again on resize (the provenance rows are): shown at 200 columns, then at 56, each band's
+    line ran past the pane and wrapped its interval onto a line of its own. The bars are sized to the
+    widget's width again on resize, each band's line whole within it."""
+    path = _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
+    report = json.loads(path.read_text())
+    for band in report["kl_by_position"]:  # the windows an interval needs, so each line has one
+        band.update(windows=8, ci95_low=band["kl_mean"] * 0.9, ci95_high=band["kl_mean"] * 1.1)
+    write_report(path, report)
+    app = create_app(reports=[path], config_dir=tmp_path / "cfg")
+
+    def bands() -> tuple[int, list[str]]:
+        """The widget's width and its band lines as drawn (each line starts with its band's range)."""
+        width = app.screen.query_one("#result-positions").size.width
+        lines = drawn_lines(app, "#result-positions")
+        assert all(len(line) <= width for line in lines), (width, lines)
+        return width, [line for line in lines if line.lstrip().startswith(("0-255 ", "256-510 "))]
+
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        width, wide = bands()
+        # the top band's bar fills its 40 cells, the other's in proportion
+        assert width > 100 and len(wide) == 2 and wide[1].count("█") == 40, wide
+        assert all(line.endswith("]") for line in wide), wide
+        await pilot.resize_terminal(60, 24)
+        await settle(app, pilot)
+        width, narrow = bands()
+        assert width < 60 and len(narrow) == 2, narrow
+        for line in narrow:  # the figure and its interval on the bar's line, the bar shorter to fit
+            assert line.endswith("]") and len(line) <= width, (width, narrow)
+        assert 8 <= narrow[1].count("█") < 40, narrow
+        assert narrow[0].startswith("  0-255 ") and "0.0278 [" in narrow[0], narrow
+        await pilot.resize_terminal(200, 50)
+        await settle(app, pilot)
+        assert bands()[1] == wide
+
+
+@sync
 async def test_intervals_from_too_few_windows_are_not_shown_as_95_percent(tmp_path: Path) -> None:
     few = write_report(tmp_path / "few.json", make_report("few", 0.01, seed=2,
                                                           domains=["prose", "prose", "code", "dialog"]))

@@ -60,6 +60,52 @@ class LabelledRows(PlainStatic):
             self.update(self.rows_text(self.size.width))
 
 
+class PositionBands(PlainStatic):
+    """KL by position: mean KL per band of positions (did the candidate drift further into the
+    context?), each band's bar sized so that its line fits the widget's width, drawn again when the
+    width changes (as :class:`LabelledRows`): a result shown at 200 columns kept its 200-column bars
+    after the terminal went to 60."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)
+        self.rows: list[PositionRow] = []
+        self.unit = WINDOW_UNIT
+
+    def set_rows(self, rows: list[PositionRow], unit: str, width: int) -> None:
+        """Show ``rows`` of a report whose units are ``unit``; ``width``: the cells to fit until the
+        widget is laid out (then its own width)."""
+        self.rows, self.unit = rows, unit
+        self.update(self.bands_text(self.size.width or width))
+
+    def bands_text(self, width: int) -> Text:
+        """The bands at ``width`` cells, over the report's ``unit`` s (:attr:`ResultData.unit`: a
+        hidden-state suite's contexts): each bar as long as the line leaves room for (8 to 40 cells)."""
+        text = Text(no_wrap=True, overflow="ellipsis")
+        rows, unit = self.rows, self.unit
+        if not rows:
+            return text
+        text.append("KL by position", style="bold")
+        with_interval = any(r.low is not None and r.high is not None for r in rows)
+        text.append(f"  (mean over the {unit}s' positions in each band"
+                    + (f", 95% {unit}-clustered interval)" if with_interval else ")"))
+        top = max((r.kl_mean for r in rows), default=0.0) or 1.0
+        labels = [f"{r.start}-{r.stop - 1}" for r in rows]
+        tails = [f" {table_figure(r.kl_mean)}" + (f" {interval_ends(r.low, r.high, table_figure)}"
+                                                   if r.low is not None and r.high is not None else "")
+                 for r in rows]
+        label_w = max(len(label) for label in labels)
+        area = max(8, min(40, width - label_w - 1 - max(len(tail) for tail in tails)))
+        for r, label, tail in zip(rows, labels, tails, strict=True):
+            text.append("\n" + label.rjust(label_w) + " ")
+            text.append(bar_cells(r.kl_mean / top * area).ljust(area))
+            text.append(tail)
+        return text
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self.update(self.bands_text(self.size.width))
+
+
 EMPTY = "no result yet: run the compare stage, or open a report (o)"
 
 
@@ -77,7 +123,7 @@ class ResultPane(VerticalScroll):
         table: DataTable[str | Text] = DataTable(id="result-domains", cursor_type="row", zebra_stripes=True)
         yield table
         yield KLChart(id="result-chart")
-        yield PlainStatic("", id="result-positions")
+        yield PositionBands(id="result-positions")
         yield LabelledRows(id="result-provenance")
 
     def on_mount(self) -> None:
@@ -142,27 +188,6 @@ class ResultPane(VerticalScroll):
             text.append("\n" + r.repeat_floor_note)
         return text
 
-    def positions_text(self, rows: list[PositionRow], width: int, unit: str = WINDOW_UNIT) -> Text:
-        """Mean KL per band of positions (did the candidate drift further into the context?), over the
-        report's ``unit`` s (:attr:`ResultData.unit`: a hidden-state suite's contexts)."""
-        text = Text(no_wrap=True, overflow="ellipsis")
-        if not rows:
-            return text
-        text.append("KL by position", style="bold")
-        with_interval = any(r.low is not None and r.high is not None for r in rows)
-        text.append(f"  (mean over the {unit}s' positions in each band"
-                    + (f", 95% {unit}-clustered interval)" if with_interval else ")"))
-        top = max((r.kl_mean for r in rows), default=0.0) or 1.0
-        label_w = max(len(f"{r.start}-{r.stop - 1}") for r in rows)
-        area = max(8, min(40, width - label_w - 12))
-        for r in rows:
-            text.append("\n" + f"{r.start}-{r.stop - 1}".rjust(label_w) + " ")
-            text.append(bar_cells(r.kl_mean / top * area).ljust(area))
-            text.append(f" {table_figure(r.kl_mean)}")
-            if r.low is not None and r.high is not None:
-                text.append(f" {interval_ends(r.low, r.high, table_figure)}")
-        return text
-
     def provenance_rows(self, r: ResultData) -> list[tuple[str, str]]:
         """Where the figures come from, as (label, value) rows: the files, the backend with why it
         was chosen (the report's ``provenance.backend_reason``), what was checked, the command."""
@@ -207,13 +232,13 @@ class ResultPane(VerticalScroll):
         summary = self.query_one("#result-summary", PlainStatic)
         table = self.query_one("#result-domains", DataTable)
         chart = self.query_one("#result-chart", KLChart)
-        positions = self.query_one("#result-positions", PlainStatic)
+        positions = self.query_one("#result-positions", PositionBands)
         provenance = self.query_one("#result-provenance", LabelledRows)
         if result is None:
             summary.update(EMPTY)
             table.display = False
             chart.set_data([], None)
-            positions.update("")
+            positions.set_rows([], WINDOW_UNIT, 0)
             provenance.set_rows([])
             return
         summary.update(self.summary_text(result))
@@ -226,7 +251,7 @@ class ResultPane(VerticalScroll):
         table.display = bool(result.domains)
         chart.set_unit(result.unit)
         chart.set_data(result.windows, result.kl)
-        positions.update(self.positions_text(result.kl_by_position, self.size.width or 80, result.unit))
+        positions.set_rows(result.kl_by_position, result.unit, self.size.width or 80)
         positions.display = bool(result.kl_by_position)
         provenance.set_rows(self.provenance_rows(result))
         provenance.display = result.provenance is not None and not result.live
