@@ -89,7 +89,9 @@ def _over_every_position(estimate: str, overall: str, unit: str, measure: str = 
 
 
 def _text(value: str | None) -> str:
-    return "?" if value is None else value
+    """Free text from the report (a folder, a version) on one line
+    (:func:`~kldtui.formats.untrusted_json.printable_name`: its loader allows line breaks and tabs)."""
+    return "?" if value is None else untrusted_json.printable_name(value)
 
 
 def _interval(low: Any, high: Any, windows: int | None, unit: str) -> str:
@@ -226,14 +228,14 @@ def summary_text(report: ComparisonReport) -> str:
     unchecked = prov.verified.window_identity_unchecked if prov is not None else None
     if unchecked:
         lines.append(f"  window identity NOT checked for {len(unchecked)} file(s) without header metadata "
-                     f"({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})")
+                     f"({', '.join(_text(u) for u in unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})")
     if report.reference_encoding is not None:
         lines.append(f"  {report.reference_encoding.line()}")
     if prov is not None:
         # why that backend, as the compare said it ("compare backend: c-kernel, 8 threads (REASON)")
         why = f" ({prov.backend_reason})" if prov.backend_reason else ""
-        lines.append(f"  {prov.backend} backend{why}, {_f(prov.elapsed_seconds, 4)} s, "
-                     f"{_f(prov.throughput_gb_per_s, 3)} GB/s compared; kldtui {prov.kldtui_version}")
+        lines.append(f"  {_text(prov.backend)} backend{why}, {_f(prov.elapsed_seconds, 4)} s, "
+                     f"{_f(prov.throughput_gb_per_s, 3)} GB/s compared; kldtui {_text(prov.kldtui_version)}")
     elif report.original:
         lines.append("  (original comparator report)")
     return "\n".join(lines)

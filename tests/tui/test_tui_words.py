@@ -491,6 +491,55 @@ async def test_the_backend_is_shown_with_why_it_was_chosen_in_its_column_at_80_c
     assert "  c-kernel backend, 0.18 s" in summary_text(as_report(report))
 
 
+HOSTILE = {"command": "kldtui run --profile a.toml\nMean KLD:   0.000001\tbest",
+           "candidate_dir": "/data/q4\nverified  all checked",
+           "reference_dir": "/data/ref\r\nsuite     token hash 0000",
+           "created_utc": "2026-12-01\t\nforged", "kldtui_version": "0.1.0\nmade up"}
+
+
+@sync
+async def test_a_reports_free_text_with_line_breaks_and_tabs_is_shown_on_one_line(tmp_path: Path) -> None:
+    """A report's provenance.command and candidate_dir (and the other free text the provenance rows
+    show) may hold line breaks and tabs, which the JSON loader allows: the viewer printed them as they
+    are, so a command could add a made-up row ("Mean KLD: 0.000001") under the real ones. Each is
+    shown on one line by the rule for untrusted names (printable_name: "\\x0a"), in the viewer and in
+    kldtui view's text summary."""
+    from kldtui.formats.untrusted_json import printable_name
+
+    path = _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
+    report = json.loads(path.read_text())
+    report.update(candidate_dir=HOSTILE["candidate_dir"], reference_dir=HOSTILE["reference_dir"])
+    report["provenance"].update(command=HOSTILE["command"], created_utc=HOSTILE["created_utc"],
+                                kldtui_version=HOSTILE["kldtui_version"])
+    write_report(path, report)
+    loaded = load_report(path)  # the loader keeps them as they are: the views make them one line
+    assert loaded.provenance is not None and loaded.provenance.command == HOSTILE["command"]
+    app = create_app(reports=[path], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        lines = drawn_lines(app, "#result-provenance")
+        labels = [line.split()[0] for line in lines if line[:1] != " "]
+        # one row per label, as a report without line breaks has, each value on its row
+        assert labels == ["reference", "candidate", "compared", "verified", "suite", "command"], lines
+        rows = {line.split()[0]: line[10:] for line in lines}
+        assert rows["command"] == printable_name(HOSTILE["command"]), lines
+        assert rows["command"] == "kldtui run --profile a.toml\\x0aMean KLD:   0.000001\\x09best"
+        assert rows["candidate"] == printable_name(HOSTILE["candidate_dir"]), lines
+        assert rows["reference"] == "/data/ref\\x0d\\x0asuite     token hash 0000", lines
+        assert "2026-12-01\\x09\\x0aforged" in rows["compared"], lines
+        assert "kldtui 0.1.0\\x0amade up" in rows["compared"], lines
+        assert not [line for line in lines if "Mean KLD" in line and not line.startswith("command ")], lines
+        await pilot.resize_terminal(80, 24)  # wrapped at 80 columns: in the value's column, never a label's
+        await settle(app, pilot)
+        narrow = drawn_lines(app, "#result-provenance")
+        assert [line.split()[0] for line in narrow if line[:1] != " "] == labels, narrow
+    said = summary_text(loaded).splitlines()  # kldtui view's
+    assert f"  candidate {printable_name(HOSTILE['candidate_dir'])}  vs reference " \
+           f"{printable_name(HOSTILE['reference_dir'])}" in said, said
+    assert said[-1].endswith("; kldtui 0.1.0\\x0amade up"), said
+    assert not [line for line in said if line.startswith(("verified", "suite", "made up"))], said
+
+
 @sync
 async def test_kl_by_position_is_drawn_again_at_the_new_width_on_resize(tmp_path: Path) -> None:
     """The Result pane's KL by position was sized to the pane's width when the result was shown and

@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable
 
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.formats.untrusted_json import printable
+from kldtui.formats.untrusted_json import printable, printable_name
 from kldtui.text import (
     interval_ends,
     plain_number,
@@ -31,7 +31,10 @@ class LabelledRows(PlainStatic):
     """Rows of a label and a value (the result's provenance), each value wrapped at the widget's
     width in its own column (kldtui.text.wrap_words), again when the width changes: at 80 columns a
     long value (why the backend was chosen, the command) goes on in its column, not back at the
-    label's. Values are shown as they are (control characters escaped: a path may hold ESC)."""
+    label's. Values are text from a report, each shown on one line before it is wrapped
+    (:func:`~kldtui.formats.untrusted_json.printable_name`: a line break or a tab in a report's
+    ``provenance.command`` or ``candidate_dir``, which its loader allows, reads ``\\x0a``, never a
+    made-up row of its own; ESC and every other control character as ``\\xNN`` too)."""
 
     LABEL_WIDTH = 9
 
@@ -52,7 +55,7 @@ class LabelledRows(PlainStatic):
             if n:
                 text.append("\n")
             text.append(f"{label:<{self.LABEL_WIDTH}} ", style="bold")
-            text.append(("\n" + " " * (self.LABEL_WIDTH + 1)).join(wrap_words(printable(value), room)))
+            text.append(("\n" + " " * (self.LABEL_WIDTH + 1)).join(wrap_words(printable_name(value), room)))
         return text
 
     def on_resize(self) -> None:
