@@ -541,6 +541,19 @@ async def test_a_reports_free_text_with_line_breaks_and_tabs_is_shown_on_one_lin
 
 
 @sync
+async def test_a_reports_name_and_file_with_a_line_break_are_shown_on_one_line(tmp_path: Path) -> None:
+    """The Result summary's first lines (the candidate's name, from its folder, and the report's file)
+    printed a line break in a folder's name as it is: a made-up line under the real one."""
+    path = _run_report(tmp_path / "q4\nmean KL  0.000001", "q4", 0.02, seed=5)
+    app = create_app(reports=[path], config_dir=tmp_path / "cfg")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        lines = drawn_lines(app, "#result-summary")
+        assert not [line for line in lines if line.startswith("mean KL  0.000001")], lines
+        assert [line for line in lines if "\\x0amean KL  0.000001" in line], lines
+
+
+@sync
 async def test_kl_by_position_is_drawn_again_at_the_new_width_on_resize(tmp_path: Path) -> None:
     """The Result pane's KL by position was sized to the pane's width when the result was shown and
     not drawn again on resize (the provenance rows are): shown at 200 columns, then at 56, each band's

@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable
 
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.formats.untrusted_json import printable, printable_name
+from kldtui.formats.untrusted_json import printable_name
 from kldtui.text import (
     interval_ends,
     plain_number,
@@ -139,11 +139,11 @@ class ResultPane(VerticalScroll):
         origin = "original comparator report" if r.original else "kldtui report"
         if r.live:
             origin = f"live: {r.unit}s compared so far"
-        text.append(f"{r.name}", style="bold")
+        text.append(printable_name(r.name), style="bold")  # a folder or file name may hold a line break
         text.append(f"  ({origin})\n")
         if r.path is not None:
             text.append("file ", style="bold")
-            text.append(printable(str(shown_path(r.path))))  # a file name may hold ESC
+            text.append(printable_name(str(shown_path(r.path))))  # a file name may hold ESC or a line break
             if self.note:
                 text.append(f"  ({self.note})")
             text.append("\n")
