@@ -37,14 +37,18 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
                                     own whose finalized folder is the suite's ref/)
       profiles.json                 which profile owns the single-candidate run (comparison.json, with
                                     candidate/, compare/, capture/<run_name>) and which each leaderboard
-                                    file (with its noise models): kldtui.workflow.owners
+                                    file (with its noise models); which suite reference-run/ and each
+                                    campaign candidate's run are: kldtui.workflow.owners
 
 Several profiles may share one work folder (``kldtui demo``, ``demo --score`` and ``demo --hidden``
 do): a suite they name alike, server.log (each server start's lines, appended), capture/server-NNN (a
 fresh one per start) and the lock are shared; the leaderboard and noise model are each profile's own
 (above); a campaign candidate's folders and report are named after the candidate, so profiles that
 share a folder give their candidates names of their own (the demos do: ``fine``, ``fine-score``,
-``fine-hidden``; a capture of another mode or server under the same name is refused, not overwritten).
+``fine-hidden``; a capture of another mode or server under the same name is refused, not overwritten,
+and so is a campaign of another suite naming a candidate alike, before any work). ``reference-run/``
+is one suite's: the profiles of that suite share it, one of another suite that captures its reference
+is refused before any work.
 A single-candidate profile's run (``comparison.json``, ``candidate/``, ``compare/``, ``capture/<run_name>``)
 is one profile's: another single-candidate profile (another suite, other windows, another run name) is
 refused before any work, as is a campaign whose profile's file name is another's there (``a/kldtui.toml``,

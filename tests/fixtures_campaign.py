@@ -39,6 +39,19 @@ def single_profile(path: Path, suite: Path, workdir: Path, *, perturb: float = 0
     return path
 
 
+def campaign_profile(path: Path, suite: Path, workdir: Path, candidates: dict[str, float], *,
+                     capture: bool = True) -> Path:
+    """A campaign profile at ``path``: embedded ``candidates`` (name -> perturbation) against ``suite``
+    (its reference captured from the embedded model with ``capture``, else already in ``suite/ref``),
+    in ``workdir``."""
+    tables = "".join(candidate_table(name, perturb) + "\n" for name, perturb in candidates.items())
+    reference = f'local_dir = "{suite}"\n' + ('capture = "embedded"\n' if capture else "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[reference]\n{reference}\n{tables}[run]\nworkdir = "{workdir}"\n\n'
+                    '[compare]\nbootstrap_samples = 500\n')
+    return path
+
+
 def candidate_table(name: str, perturb: float, **extra: object) -> str:
     lines = ["[[candidates]]", f'name = "{name}"', 'kind = "embedded"', 'served_model_name = "tiny"',
              f"model_seed = {MODEL_SEED}", f"vocab_size = {VOCAB}", f"perturb = {perturb}", "port = 0",

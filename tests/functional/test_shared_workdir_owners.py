@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.workspace import PROFILES_FILE_NAME
-from tests.fixtures_campaign import build_suite, run_cmd, single_profile, write_profile
+from tests.fixtures_campaign import build_suite, campaign_profile, run_cmd, single_profile, write_profile
 from tests.fixtures_demo import env_with
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
@@ -56,7 +56,8 @@ def test_a_second_single_candidate_profile_is_refused_before_any_work_and_the_fi
     assert alone[0] == WINDOWS
     owners = work / PROFILES_FILE_NAME
     assert json.loads(owners.read_text()) == {"format": "kldtui-profiles-v1",
-                                              "owners": {"comparison.json": "../a.toml"}}
+                                              "owners": {"comparison.json": "../a.toml"},
+                                              "suites": {"reference-run": "../suite-a"}}
 
     # the same server against another suite, and against fewer windows of the same suite
     others = [single_profile(tmp_path / "b.toml", tmp_path / "suite-b", work),
@@ -130,7 +131,8 @@ def test_two_campaigns_whose_profiles_share_a_file_name_are_refused_before_any_w
 def test_a_profile_whose_suite_changed_is_refused_before_any_server_starts(tmp_path: Path) -> None:
     """The same profile, its [reference] local_dir changed to another suite: finalize refused the
     candidate folder made from the first suite only after the reference was captured and the
-    candidate's server had started; the preflight says it first."""
+    candidate's server had started; the preflight says it first. A profile that captures its reference
+    ([reference] capture) is told first that reference-run/ is the first suite's (profiles.json)."""
     build_suite(tmp_path / "suite-a", windows=WINDOWS)
     build_suite(tmp_path / "suite-b", first_seed=300, windows=WINDOWS)
     work = tmp_path / "work"
@@ -140,7 +142,90 @@ def test_a_profile_whose_suite_changed_is_refused_before_any_server_starts(tmp_p
     before = _files(work)
     refused = _run(profile)
     assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert refused.stderr == (f"kldtui: error: {work / 'candidate' / 'manifest.json'}: made from another "
-                              "suite; finalize into another folder (or another [run] workdir)\n")
+    assert refused.stderr == (
+        f"kldtui: error: {profile}: the work folder {work} holds reference-run/, the reference capture of "
+        f"suite {tmp_path / 'suite-a'} ({work / PROFILES_FILE_NAME}), which this profile's suite "
+        f"{tmp_path / 'suite-b'} would write over; give this profile its own [run] workdir\n")
     assert _files(work) == before  # no server started (server.log), nothing captured
     assert not (tmp_path / "suite-b" / "ref").exists()
+
+    # suite-b's reference captured elsewhere, the profile no longer capturing: the finalized folder says it
+    elsewhere = single_profile(tmp_path / "b.toml", tmp_path / "suite-b", tmp_path / "work-b")
+    assert _run(elsewhere).returncode == 0
+    profile.write_text(profile.read_text().replace('capture = "embedded"\n', ""))
+    refused = _run(profile)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert refused.stderr == (f"kldtui: error: {work / 'candidate' / 'manifest.json'}: made from another "
+                              "suite; finalize into another folder (or another [run] workdir)\n")
+    assert _files(work) == before
+
+
+def test_a_profile_of_another_suite_is_refused_the_reference_capture_of_the_first(tmp_path: Path) -> None:
+    """Two campaigns of other suites, both capturing their reference ([reference] capture), share
+    reference-run/: the second suite's capture dropped the first's records (capture-reference.json)
+    and replaced them, so an unfinished reference of the first would be captured again. It is one
+    suite's: another suite is refused before any work; a profile of the same suite shares it."""
+    build_suite(tmp_path / "suite-a", windows=WINDOWS)
+    build_suite(tmp_path / "suite-b", first_seed=300, windows=WINDOWS)
+    work = tmp_path / "work"
+    first = campaign_profile(tmp_path / "a.toml", tmp_path / "suite-a", work, {"qa": 0.04})
+    done = _run(first)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    owners = work / PROFILES_FILE_NAME
+    assert json.loads(owners.read_text())["suites"] == {"reference-run": "../suite-a",
+                                                        "comparison-qa.json": "../suite-a"}
+
+    other = campaign_profile(tmp_path / "b.toml", tmp_path / "suite-b", work, {"qb": 0.04})
+    before = _files(work)
+    refused = _run(other)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert refused.stderr == (
+        f"kldtui: error: {other}: the work folder {work} holds reference-run/, the reference capture of "
+        f"suite {tmp_path / 'suite-a'} ({owners}), which this profile's suite {tmp_path / 'suite-b'} would "
+        "write over; give this profile its own [run] workdir\n")
+    assert _files(work) == before  # no server started, nothing captured
+    assert not (tmp_path / "suite-b" / "ref").exists()
+
+    # a campaign of the same suite shares the reference capture: nothing captured again
+    same = campaign_profile(tmp_path / "c.toml", tmp_path / "suite-a", work, {"qc": 0.12})
+    shared = _run(same)
+    assert shared.returncode == 0, shared.stdout[-3000:] + shared.stderr[-3000:]
+    assert "capturing the reference" not in shared.stdout
+    assert _ranked(work / "leaderboard-c.json") == ["qc"]
+
+    # what the refusal says to do: its own work folder
+    own = campaign_profile(other, tmp_path / "suite-b", tmp_path / "work-b", {"qb": 0.04})
+    assert _run(own).returncode == 0
+    assert _ranked(tmp_path / "work-b" / "leaderboard-b.json") == ["qb"]
+
+
+def test_a_campaign_candidate_of_another_suite_under_the_same_name_is_refused_before_any_work(
+        tmp_path: Path) -> None:
+    """Two campaigns of other suites naming a candidate alike (same server, same mode) share its
+    capture/NAME, candidates/NAME and comparison-NAME.json: the candidate's run is one suite's."""
+    build_suite(tmp_path / "suite-a", windows=WINDOWS)
+    build_suite(tmp_path / "suite-b", first_seed=300, windows=WINDOWS)
+    work = tmp_path / "work"
+    first = campaign_profile(tmp_path / "a.toml", tmp_path / "suite-a", work, {"q": 0.04})
+    assert _run(first).returncode == 0
+    alone = _figures(work / "comparison-q.json")
+    # suite-b's reference, captured in a work folder of its own: the second campaign only reads it
+    assert _run(campaign_profile(tmp_path / "ref-b.toml", tmp_path / "suite-b", tmp_path / "work-b",
+                                 {"q": 0.04})).returncode == 0
+
+    other = campaign_profile(tmp_path / "b.toml", tmp_path / "suite-b", work, {"q": 0.04}, capture=False)
+    before = _files(work)
+    refused = _run(other)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert refused.stderr == (
+        f"kldtui: error: {other}: the work folder {work} holds campaign candidate q's run "
+        f"(comparison-q.json, candidates/q/, compare/q/, capture/q/) of suite {tmp_path / 'suite-a'} "
+        f"({work / PROFILES_FILE_NAME}), which this profile's suite {tmp_path / 'suite-b'} would write over; "
+        "give the candidate another name or this profile its own [run] workdir\n")
+    assert _files(work) == before  # no server started, nothing captured
+
+    # what the refusal says to do: another name keeps a run of its own beside the first one's
+    renamed = campaign_profile(other, tmp_path / "suite-b", work, {"q-b": 0.04}, capture=False)
+    assert _run(renamed).returncode == 0
+    assert _ranked(work / "leaderboard-b.json") == ["q-b"]
+    assert _figures(work / "comparison-q.json") == alone

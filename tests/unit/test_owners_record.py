@@ -49,6 +49,9 @@ def test_the_first_profile_claims_the_folder_and_the_next_is_refused(tmp_path: P
      "the owner of 'comparison.json' its profile expected text"),
     ('{"format": "kldtui-profiles-v1", "owners": {"comparison.json": "a\\tb.toml"}}',
      "the owner of 'comparison.json' its profile holds a control character"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "suites": []}', "not a kldtui profiles record"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "suites": {"reference-run": "a\\nb"}}',
+     "the owner of 'reference-run' its suite holds a control character"),
 ])
 def test_a_damaged_record_is_one_line_naming_it(tmp_path: Path, content: str, problem: str) -> None:
     profile = _profile(tmp_path)
@@ -105,3 +108,32 @@ def test_a_project_folder_moved_whole_keeps_its_owner(tmp_path: Path) -> None:
     other = load_profile(moved / "b.toml")
     problem = owner_problem(other, other.workspace())
     assert problem is not None and f"holds the run of profile {moved / 'a.toml'} " in problem
+
+
+def test_a_part_of_a_gone_suite_changes_hands_and_of_a_suite_still_there_is_refused(tmp_path: Path) -> None:
+    """reference-run/ (and a campaign candidate's run) is one suite's: profiles.json records the suite's
+    folder; a profile of another suite is refused while that folder holds a suite, and takes the part
+    over, with a warning, once it holds none (moved or deleted)."""
+    from kldtui.events import Notice
+
+    path = single_profile(tmp_path / "a.toml", tmp_path / "suite", tmp_path / "work")
+    profile = load_profile(path)
+    claim(profile, profile.workspace(), lambda event: None, "run")
+    ws = profile.workspace()
+    assert json.loads(ws.owners_path.read_text())["suites"] == {"reference-run": "../suite"}
+    moved = load_profile(single_profile(path, tmp_path / "suite2", tmp_path / "work"))
+    said: list[object] = []
+    assert owner_problem(moved, moved.workspace()) is None  # suite/ holds no suite-manifest.json
+    claim(moved, moved.workspace(), said.append, "run")
+    assert [(e.text, e.level) for e in said if isinstance(e, Notice)] == [
+        (f"{ws.owners_path}: reference-run was suite {tmp_path / 'suite'}'s, which is gone; it is suite "
+         f"{tmp_path / 'suite2'}'s now", "warning")]
+    assert json.loads(ws.owners_path.read_text())["suites"] == {"reference-run": "../suite2"}
+    (tmp_path / "suite2").mkdir()
+    (tmp_path / "suite2" / "suite-manifest.json").write_text("{}")
+    back = load_profile(single_profile(path, tmp_path / "suite", tmp_path / "work"))
+    problem = owner_problem(back, back.workspace())
+    assert problem is not None and problem.endswith(
+        f"holds reference-run/, the reference capture of suite {tmp_path / 'suite2'} ({ws.owners_path}), "
+        f"which this profile's suite {tmp_path / 'suite'} would write over; give this profile its own "
+        "[run] workdir")
