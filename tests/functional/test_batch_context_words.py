@@ -112,6 +112,21 @@ def test_a_context_suites_reference_capture_counts_are_relabelled() -> None:
     assert [(e.stage, e.task) for e in seen] == [("reference", "captured"), ("reference", "finalized")]
 
 
+def _context_suite_run(suite_dir: Path, tmp_path: Path, *, contexts: int) -> Any:
+    """A hidden-state suite of ``contexts`` prose contexts at ``suite_dir`` and a single-candidate
+    profile (the embedded model) of it, working in ``tmp_path/work``."""
+    model = TinyModel(64, seed=SEED)
+    fid.write_context_suite(suite_dir, [
+        fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
+                       fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
+        for i in range(contexts)])
+    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
+                                 "vocab_size": 64, "port": 0}
+    return profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
+                              "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
+                             base_dir=tmp_path)
+
+
 def test_a_context_suites_run_says_contexts_where_nothing_was_captured(tmp_path: Path) -> None:
     """Finalize and compare with nothing captured said "0 windows in ..." and "no finalized windows to
     compare" of a hidden-state suite's contexts, and a range outside it "window range ... (windows
@@ -122,17 +137,8 @@ def test_a_context_suites_run_says_contexts_where_nothing_was_captured(tmp_path:
     from kldtui.workflow.pipeline import Pipeline
     from tests.hub_server import make_dataset
 
-    model = TinyModel(64, seed=SEED)
-    contexts = [fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
-                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
-                for i in range(3)]
     suite = tmp_path / "suite"
-    fid.write_context_suite(suite, contexts)
-    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
-                                 "vocab_size": 64, "port": 0}
-    profile = profile_from_dict({"reference": {"local_dir": str(suite)}, "candidate": candidate,
-                                 "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
-                                base_dir=tmp_path)
+    profile = _context_suite_run(suite, tmp_path, contexts=3)
     events: list[Any] = []
     pipeline = Pipeline(profile, events.append, Cancel())
     try:
@@ -271,17 +277,8 @@ def test_a_context_suites_broken_capture_records_say_deleting_recaptures_every_c
     from kldtui.workflow.pipeline import Pipeline
     from kldtui.workflow.state import load_state
 
-    model = TinyModel(64, seed=SEED)
-    contexts = [fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
-                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
-                for i in range(2)]
     suite_dir = tmp_path / "suite"
-    fid.write_context_suite(suite_dir, contexts)
-    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
-                                 "vocab_size": 64, "port": 0}
-    profile = profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
-                                 "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
-                                base_dir=tmp_path)
+    profile = _context_suite_run(suite_dir, tmp_path, contexts=2)
     ws = profile.workspace()
     ws.records_path.parent.mkdir(parents=True, exist_ok=True)
     ws.records_path.write_text(broken)

@@ -29,6 +29,15 @@ def _run(profile: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
 
 
+def _refused_line(profile: Path, *, silent: bool = False) -> str:
+    """What a run of ``profile`` that is refused (exit 2) says on stderr; ``silent``: it printed
+    nothing on stdout either (refused before its first progress line)."""
+    refused = _run(profile)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert not silent or refused.stdout == "", refused.stdout[-3000:]
+    return refused.stderr
+
+
 def _files(work: Path) -> dict[str, int]:
     """Every file of the work folder and its modification time."""
     return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in sorted(work.rglob("*")) if p.is_file()}
@@ -64,13 +73,10 @@ def test_a_second_single_candidate_profile_is_refused_before_any_work_and_the_fi
               single_profile(tmp_path / "c.toml", tmp_path / "suite-a", work, stop_window=2)]
     before = _files(work)
     for other in others:
-        refused = _run(other)
-        assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-        assert refused.stderr == (
+        assert _refused_line(other, silent=True) == (
             f"kldtui: error: {other}: the work folder {work} holds the run of profile {first} "
             "(comparison.json, candidate/, compare/, capture/), which this profile's would mix with or "
             f"write over ({owners}); give this profile its own [run] workdir\n")
-        assert refused.stdout == ""
     # refused before any work: no server started (server.log), no reference captured, nothing written
     assert _files(work) == before
     assert not (tmp_path / "suite-b" / "ref").exists()
@@ -112,9 +118,7 @@ def test_two_campaigns_whose_profiles_share_a_file_name_are_refused_before_any_w
     assert _ranked(board) == ["close"]
 
     before = _files(work)
-    refused = _run(theirs)
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert refused.stderr == (
+    assert _refused_line(theirs) == (
         f"kldtui: error: {theirs}: the work folder {work} holds the leaderboard and noise models of profile "
         f"{mine} (leaderboard.json, named after the profile's file name, which is this one's too) "
         f"({work / PROFILES_FILE_NAME}); give this profile its own [run] workdir or another file name\n")
@@ -140,9 +144,7 @@ def test_a_profile_whose_suite_changed_is_refused_before_any_server_starts(tmp_p
     assert _run(profile).returncode == 0
     single_profile(profile, tmp_path / "suite-b", work)
     before = _files(work)
-    refused = _run(profile)
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert refused.stderr == (
+    assert _refused_line(profile) == (
         f"kldtui: error: {profile}: the work folder {work} holds reference-run/, the reference capture of "
         f"suite {tmp_path / 'suite-a'} ({work / PROFILES_FILE_NAME}), which this profile's suite "
         f"{tmp_path / 'suite-b'} would write over; give this profile its own [run] workdir\n")
@@ -153,10 +155,9 @@ def test_a_profile_whose_suite_changed_is_refused_before_any_server_starts(tmp_p
     elsewhere = single_profile(tmp_path / "b.toml", tmp_path / "suite-b", tmp_path / "work-b")
     assert _run(elsewhere).returncode == 0
     profile.write_text(profile.read_text().replace('capture = "embedded"\n', ""))
-    refused = _run(profile)
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert refused.stderr == (f"kldtui: error: {work / 'candidate' / 'manifest.json'}: made from another "
-                              "suite; finalize into another folder (or another [run] workdir)\n")
+    assert _refused_line(profile) == (f"kldtui: error: {work / 'candidate' / 'manifest.json'}: made from "
+                                      "another suite; finalize into another folder (or another [run] "
+                                      "workdir)\n")
     assert _files(work) == before
 
 
@@ -177,9 +178,7 @@ def test_a_profile_of_another_suite_is_refused_the_reference_capture_of_the_firs
 
     other = campaign_profile(tmp_path / "b.toml", tmp_path / "suite-b", work, {"qb": 0.04})
     before = _files(work)
-    refused = _run(other)
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert refused.stderr == (
+    assert _refused_line(other) == (
         f"kldtui: error: {other}: the work folder {work} holds reference-run/, the reference capture of "
         f"suite {tmp_path / 'suite-a'} ({owners}), which this profile's suite {tmp_path / 'suite-b'} would "
         "write over; give this profile its own [run] workdir\n")
@@ -215,9 +214,7 @@ def test_a_campaign_candidate_of_another_suite_under_the_same_name_is_refused_be
 
     other = campaign_profile(tmp_path / "b.toml", tmp_path / "suite-b", work, {"q": 0.04}, capture=False)
     before = _files(work)
-    refused = _run(other)
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert refused.stderr == (
+    assert _refused_line(other) == (
         f"kldtui: error: {other}: the work folder {work} holds campaign candidate q's run "
         f"(comparison-q.json, candidates/q/, compare/q/, capture/q/) of suite {tmp_path / 'suite-a'} "
         f"({work / PROFILES_FILE_NAME}), which this profile's suite {tmp_path / 'suite-b'} would write over; "
