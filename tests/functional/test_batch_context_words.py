@@ -112,16 +112,17 @@ def test_a_context_suites_reference_capture_counts_are_relabelled() -> None:
     assert [(e.stage, e.task) for e in seen] == [("reference", "captured"), ("reference", "finalized")]
 
 
-def _context_suite_run(suite_dir: Path, tmp_path: Path, *, contexts: int) -> Any:
-    """A hidden-state suite of ``contexts`` prose contexts at ``suite_dir`` and a single-candidate
-    profile (the embedded model) of it, working in ``tmp_path/work``."""
-    model = TinyModel(64, seed=SEED)
+def _context_suite_run(suite_dir: Path, tmp_path: Path, *, contexts: int, vocab: int = 64,
+                       length: int = 24) -> Any:
+    """A hidden-state suite of ``contexts`` prose contexts of ``length`` tokens at ``suite_dir`` and a
+    single-candidate profile (the embedded model, ``vocab`` tokens) of it, working in ``tmp_path/work``."""
+    model = TinyModel(vocab, seed=SEED)
     fid.write_context_suite(suite_dir, [
-        fid.NewContext(model.sample(24, seed=i), "prose", partition="analysis",
+        fid.NewContext(model.sample(length, seed=i), "prose", partition="analysis",
                        fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
         for i in range(contexts)])
     candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
-                                 "vocab_size": 64, "port": 0}
+                                 "vocab_size": vocab, "port": 0}
     return profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
                               "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
                              base_dir=tmp_path)
@@ -222,17 +223,8 @@ def test_a_context_suites_refusals_of_another_capture_name_its_contexts(tmp_path
     from kldtui.stages.capture import changed_server
     from kldtui.workflow.preflight import _changed_server_problem
 
-    model = TinyModel(VOCAB, seed=SEED)
-    contexts = [fid.NewContext(model.sample(LENGTH, seed=i), "prose", partition="analysis",
-                               fields={"dataset": "d", "source_id": f"s{i}", "source_cluster_id": f"c{i}"})
-                for i in range(3)]
     suite_dir = tmp_path / "suite"
-    fid.write_context_suite(suite_dir, contexts)
-    candidate: dict[str, Any] = {"kind": "embedded", "served_model_name": "cand", "model_seed": SEED,
-                                 "vocab_size": VOCAB, "port": 0}
-    profile = profile_from_dict({"reference": {"local_dir": str(suite_dir)}, "candidate": candidate,
-                                 "run": {"workdir": str(tmp_path / "work"), "run_name": "c"}},
-                                base_dir=tmp_path)
+    profile = _context_suite_run(suite_dir, tmp_path, contexts=3, vocab=VOCAB, length=LENGTH)
     ws = profile.workspace()
     windows = load_suite(suite_dir).windows
     identity = server_identity(profile.candidate)
