@@ -132,12 +132,6 @@ def load_record(path: Path) -> Record:
     return Record(owners, suites)
 
 
-def load_owners(path: Path) -> dict[str, str]:
-    """The owners ``profiles.json`` at ``path`` records (file name -> profile path relative to the
-    folder); :func:`load_record`."""
-    return load_record(path).owners
-
-
 def owner_problem(profile: Profile, workspace: Workspace) -> str | None:
     """One line when another profile, still there, owns what ``profile`` would write in the work folder,
     or a part of it ``profile`` would write is another suite's (see the module docstring); None when

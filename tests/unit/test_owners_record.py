@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kldtui.errors import BadInput
-from kldtui.workflow.owners import claim, load_owners, owner_problem
+from kldtui.workflow.owners import claim, load_record, owner_problem
 from kldtui.workflow.profile import load_profile
 from kldtui.workspace import PROFILES_FILE_NAME
 from tests.fixtures_campaign import single_profile
@@ -31,12 +31,12 @@ def test_the_first_profile_claims_the_folder_and_the_next_is_refused(tmp_path: P
     claim(first, ws, said.append, "run")
     assert not said
     assert owner_problem(first, ws) is None
-    assert load_owners(ws.owners_path) == {"comparison.json": "../a.toml"}
+    assert load_record(ws.owners_path).owners == {"comparison.json": "../a.toml"}
     problem = owner_problem(second, second.workspace())
     assert problem is not None and problem.startswith(f"{tmp_path / 'b.toml'}: the work folder ")
     with pytest.raises(BadInput, match="give this profile its own"):
         claim(second, second.workspace(), said.append, "run")
-    assert load_owners(ws.owners_path) == {"comparison.json": "../a.toml"}
+    assert load_record(ws.owners_path).owners == {"comparison.json": "../a.toml"}
 
 
 @pytest.mark.parametrize(("content", "problem"), [
