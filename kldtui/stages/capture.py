@@ -317,19 +317,24 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
             records = load_records(workspace.records_path, unit=unit_of(windows))
         except BadInput:
             records = {}
+    def named(rec: CaptureRecord) -> str:  # asked only for the record a line names
+        return name_among(windows, rec.window_index, rec.domain)
+
     for rec in records.values():  # another mode's capture is another capture, whatever its server
-        label = name_among(windows, rec.window_index, rec.domain)
-        if (other_mode := mode_change(workspace, rec, label, mode)) is not None:
+        if capture_modes.from_record(rec.extra.get("mode")) is not mode:
+            other_mode = mode_change(workspace, rec, named(rec), mode)
+            assert other_mode is not None
             return other_mode
-    found = [(f"{workspace.records_path}: {name_among(windows, rec.window_index, rec.domain)}",
-              rec.extra.get("server")) for rec in records.values()]
+    found: list[tuple[CaptureRecord | str, Any]] = [(rec, rec.extra.get("server"))
+                                                    for rec in records.values()]
     if workspace.candidate_dir is not None:
         manifest = mode.manifest_path(workspace.candidate)
         runtime = (manifest_object(manifest) or {}).get("runtime")
         found.append((str(manifest), runtime.get("identity") if isinstance(runtime, dict) else None))
-    for where, recorded in found:
+    for source, recorded in found:
         changes = identity_changes(recorded, identity)
         if changes:
+            where = source if isinstance(source, str) else f"{workspace.records_path}: {named(source)}"
             paths = [str(d) for d in (workspace.records_path, workspace.run_dir, workspace.candidate_dir)
                      if d is not None and d.exists()]
             shown = ", ".join(paths[:-1]) + f" and {paths[-1]}" if len(paths) > 1 else "".join(paths)
