@@ -144,13 +144,13 @@ def campaign_noise_model(path: str | os.PathLike[str], suite_hash: str | None) -
     if not p.is_dir() or (p / REPORT_FILE_NAME).is_file() or not any(p.glob(CAMPAIGN_REPORT_GLOB)):
         return FolderNoise()
     held = sorted(m for m in p.glob(NOISE_MODEL_GLOB) if m.is_file() and not m.is_symlink())
+    elsewhere = {m: other_suite(recorded_suite(m), suite_hash) for m in held}  # each file read once
     for named in ([m for m in held if _named_for_suite(m, suite_hash)],
-                  [m for m in held if m.name == noise_model_file_name(suite_hash)],
                   [m for m in held if m.name == NOISE_MODEL_FILE_NAME]):
-        ours = tuple(m for m in named if not other_suite(recorded_suite(m), suite_hash))
+        ours = tuple(m for m in named if not elsewhere[m])
         if ours:
             return FolderNoise(ours)
-    return FolderNoise(other_suites=tuple(m for m in held if other_suite(recorded_suite(m), suite_hash)))
+    return FolderNoise(other_suites=tuple(m for m in held if elsewhere[m]))
 
 
 @dataclass(frozen=True)
