@@ -401,7 +401,7 @@ def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
         ranked = leaderboard_names(board)
         if ranked is not None:
             found = True
-            names |= ranked
+            names |= set(ranked)
     candidates = folder / CAMPAIGN_FOLDER
     if candidates.is_dir() and not candidates.is_symlink():
         found = True
@@ -412,8 +412,8 @@ def _campaign_candidates(folder: Path) -> tuple[set[str], str] | None:
                    f"nor with a {candidates}/NAME folder)")
 
 
-def leaderboard_names(board: Path) -> set[str] | None:
-    """The names a campaign's leaderboard file ``board`` ranks (its rows'); None when it is not a
+def leaderboard_names(board: Path) -> list[str] | None:
+    """The names a campaign's leaderboard file ``board`` ranks (its rows', best first); None when it is not a
     regular file or not a leaderboard (unreadable, too large, not JSON kldtui reads, without rows, or
     with a row that is not an object naming a candidate in text: a campaign writes none such, so such
     a file vouches for no report)."""
@@ -430,7 +430,7 @@ def leaderboard_names(board: Path) -> set[str] | None:
     if not isinstance(rows, list) or not rows:
         return None
     names = [r.get("name") if isinstance(r, dict) else None for r in rows]
-    return {n for n in names if isinstance(n, str)} if all(isinstance(n, str) for n in names) else None
+    return [n for n in names if isinstance(n, str)] if all(isinstance(n, str) for n in names) else None
 
 
 def unique_names(names: Sequence[str], paths: Sequence[str | os.PathLike[str] | None]) -> list[str]:

@@ -99,37 +99,27 @@ def shown_candidate(profile: Profile) -> tuple[str, bool] | None:
     first candidate, not ranked yet); None for a single candidate's profile."""
     if not profile.is_campaign:
         return None
-    import json
-
-    from kldtui.formats.report_names import LEADERBOARD_LIMIT
-    from kldtui.formats.safe_io import read_text
-
     names = [c.name for c in profile.candidates]
     board = leaderboard_on_disk(profile)
-    try:
-        if board is not None:
-            first = json.loads(read_text(board, limit=LEADERBOARD_LIMIT))["rows"][0]["name"]
-            if first in names:
-                return first, True
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        pass  # no leaderboard yet (or not ours): the first candidate
-    return names[0], False
+    if board is not None and board[1][0] in names:
+        return board[1][0], True
+    return names[0], False  # no leaderboard yet (or not ours): the first candidate
 
 
-def leaderboard_on_disk(profile: Profile) -> Path | None:
-    """The campaign's last ranking on disk: its own file (kldtui.workspace: ``leaderboard.json``,
-    another profile's ``leaderboard-PROFILE.json``), else the ``leaderboard.json`` that earlier versions
-    wrote for every profile sharing the folder, where it ranks only this profile's candidates; None
-    when there is neither."""
+def leaderboard_on_disk(profile: Profile) -> tuple[Path, list[str]] | None:
+    """The campaign's last ranking on disk and the names it ranks, best first: its own file
+    (kldtui.workspace: ``leaderboard.json``, another profile's ``leaderboard-PROFILE.json``), else the
+    ``leaderboard.json`` that earlier versions wrote for every profile sharing the folder, where it
+    ranks only this profile's candidates; None when there is neither. Each file is read once."""
     from kldtui.formats.report_names import leaderboard_names
 
     ws = profile.workspace()
-    if leaderboard_names(ws.leaderboard_path) is not None:
-        return ws.leaderboard_path
+    if (ranked := leaderboard_names(ws.leaderboard_path)) is not None:
+        return ws.leaderboard_path, ranked
     earlier = ws.earlier_leaderboard_path
     ranked = leaderboard_names(earlier) if earlier is not None else None
-    if earlier is not None and ranked and ranked <= {c.name for c in profile.candidates}:
-        return earlier
+    if earlier is not None and ranked and set(ranked) <= {c.name for c in profile.candidates}:
+        return earlier, ranked
     return None
 
 
@@ -619,7 +609,7 @@ class Campaign:
             self.leaderboard = board
         path: str | None = None
         if not write and (on_disk := leaderboard_on_disk(self.profile)) is not None:
-            path = str(on_disk)
+            path = str(on_disk[0])
         if final and write and board is not None:
             from kldtui.decide.exports import export_table, leaderboard_document
             from kldtui.decide.noise import resolve_floor
