@@ -557,31 +557,31 @@ class DashboardScreen(BoardScreen):
         another suite, :func:`~kldtui.formats.report_names.other_suite`); one of another suite (a work
         folder that holds ``kldtui demo`` and ``kldtui demo --hidden``) is left out, and the note above
         the ranking says how many and the command that ranks them (:meth:`ranking_notes`)."""
+        if self._left_out(result, report):
+            if rebuild:
+                self.update_board_note()
+            return
+        super().add_to_board(result, report, rebuild)
+
+    def _left_out(self, result: ResultData, report: ComparisonReport) -> bool:
+        """Whether ``report`` is of another suite than the run's (set aside, with its suite, in
+        :attr:`other_suites`): the one test :meth:`add_to_board` and :meth:`learn_suite` ask."""
         from kldtui.formats.report_names import other_suite
 
         suite = report.suite_token_hash_sha256
         if suite and result.path is not None and other_suite(self.suite_hash, suite):
             self.other_suites[os.path.abspath(result.path)] = (Path(result.path), suite)
-            if rebuild:
-                self.update_board_note()
-            return
-        super().add_to_board(result, report, rebuild)
+            return True
+        return False
 
     def learn_suite(self, suite: str | None) -> None:
         """The run's suite, from its own report, where it was not known when the dashboard opened (the
         suite was not downloaded yet): the reports of other suites on the ranking leave it."""
         if self.suite_hash is not None or not suite:
             return
-        from kldtui.formats.report_names import other_suite
-
         self.suite_hash = suite
-        kept = []
-        for i, (result, report) in enumerate(zip(self.results, self.reports, strict=True)):
-            recorded = report.suite_token_hash_sha256
-            if recorded and result.path is not None and other_suite(suite, recorded):
-                self.other_suites[os.path.abspath(result.path)] = (Path(result.path), recorded)
-            else:
-                kept.append(i)
+        kept = [i for i, (result, report) in enumerate(zip(self.results, self.reports, strict=True))
+                if not self._left_out(result, report)]
         if len(kept) == len(self.results):
             return
         self.results = [self.results[i] for i in kept]
