@@ -72,6 +72,7 @@ from kldtui.formats.report_names import (
     REPORT_FILE_NAME,
     leaderboard_file_name,
     noise_model_file_name,
+    regular_files,
 )
 from kldtui.formats.suite import SUITE_MANIFEST, logits_manifest_path, suite_manifest_path
 
@@ -357,7 +358,7 @@ class Workspace:
         only, as ``kldtui view DIR`` takes them (a link or a FIFO another tool left is not a report)."""
         if self.workdir is None or not self.workdir.is_dir():
             return []
-        return sorted(f for f in self.workdir.glob("comparison*.json") if f.is_file() and not f.is_symlink())
+        return regular_files(self.workdir, f"{Path(REPORT_FILE_NAME).stem}*.json")
 
     @staticmethod
     def _need(value: Path | None, name: str) -> Path:

@@ -131,6 +131,12 @@ def recorded_suite(model: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def regular_files(folder: Path, pattern: str) -> list[Path]:
+    """The files of ``folder`` matching ``pattern``, sorted: regular files only, not links (a link or a
+    FIFO another tool left in a shared folder is none of kldtui's files)."""
+    return sorted(f for f in folder.glob(pattern) if f.is_file() and not f.is_symlink())
+
+
 def campaign_noise_model(path: str | os.PathLike[str], suite_hash: str | None) -> FolderNoise:
     """The noise models of the campaign work folder ``path`` for reports of the suite ``suite_hash``:
     its models named for that suite (``noise-model-HASH.json``, ``noise-model-PROFILE-HASH.json``: one
@@ -143,7 +149,7 @@ def campaign_noise_model(path: str | os.PathLike[str], suite_hash: str | None) -
     p = Path(path).expanduser()
     if not p.is_dir() or (p / REPORT_FILE_NAME).is_file() or not any(p.glob(CAMPAIGN_REPORT_GLOB)):
         return FolderNoise()
-    held = sorted(m for m in p.glob(NOISE_MODEL_GLOB) if m.is_file() and not m.is_symlink())
+    held = regular_files(p, NOISE_MODEL_GLOB)
     elsewhere = {m: other_suite(recorded_suite(m), suite_hash) for m in held}  # each file read once
     for named in ([m for m in held if _named_for_suite(m, suite_hash)],
                   [m for m in held if m.name == NOISE_MODEL_FILE_NAME]):
@@ -261,7 +267,7 @@ def folder_reports(path: str | os.PathLike[str]) -> FolderReports:
     inside = p / REPORT_FILE_NAME
     if inside.is_file() and not inside.is_symlink():
         return FolderReports([inside])
-    found = sorted(f for f in p.glob(CAMPAIGN_REPORT_GLOB) if f.is_file() and not f.is_symlink())
+    found = regular_files(p, CAMPAIGN_REPORT_GLOB)
     if not found:
         raise BadInput(f"{path}: is a folder without a {REPORT_FILE_NAME} (a run's) or "
                        f"{CAMPAIGN_REPORT_GLOB} (a campaign's); give the path of a report JSON or of a work "
