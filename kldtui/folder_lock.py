@@ -182,11 +182,16 @@ def _release(lock_file: Path) -> None:
             os.close(held.fd)  # drops the flock
 
 
-def check_output_file(file: str | os.PathLike[str]) -> Path:
+def check_output_file(file: str | os.PathLike[str], *, suffixes: Sequence[str] = (),
+                      what: str = "output") -> Path:
     """BadInput (one line) unless ``file`` can be written as an output file: not a folder, in a
-    folder that exists and is writable. Commands call it on their output flags before any work (and
-    :func:`hold` again when it takes the file's lock)."""
+    folder that exists and is writable, and, with ``suffixes``, a name ending in one of them (any
+    case: the file is written in that format whatever its name; ``what`` names the file in the
+    line). Commands call it on their output flags before any work (and :func:`hold` again when it
+    takes the file's lock)."""
     f = Path(file)
+    if suffixes and f.suffix.lower() not in suffixes:
+        raise BadInput(f"{f}: the {what}'s file name must end in {' or '.join(suffixes)}")
     if f.is_dir():
         raise BadInput(f"{f}: is a folder; give a file name")
     if not f.parent.is_dir():

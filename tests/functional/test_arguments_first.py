@@ -49,6 +49,20 @@ def test_decision_commands_check_their_outputs_before_a_folders_noise_model(
     assert "noise model:" in capsys.readouterr().err
 
 
+def test_noise_refuses_an_output_not_named_json_before_reading_a_report(
+        uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the noise model is JSON whatever its name: n.txt was written as JSON without a word
+    reports = sorted(str(p) for p in uninterrupted.glob("comparison-*.json"))
+    text = tmp_path / "n.txt"
+    for given in (reports, [str(tmp_path / "missing-a.json"), str(tmp_path / "missing-b.json")]):
+        assert _refused(capsys, "noise", *given, "--allow-different-models", "--output", str(text)) == (
+            f"{text}: the noise model's file name must end in .json")  # before a report is read
+    assert not list(tmp_path.iterdir())
+    upper = tmp_path / "N.JSON"  # the suffix in any case
+    assert main(["noise", *reports, "--allow-different-models", "--output", str(upper)]) == 0
+    assert f"wrote {upper}" in capsys.readouterr().out
+
+
 def test_convert_refuses_another_targets_flags_and_a_missing_folder(
         uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = str(uninterrupted / "suite")

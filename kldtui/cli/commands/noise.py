@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or capture folders): with three captures or more the capture-wide variation "
                              "is measured too")
     parser.add_argument("--output", "-o", required=True, metavar="NOISE.json",
-                        help="where to store the noise model")
+                        help="where to store the noise model (JSON: the name ends in .json)")
     parser.add_argument("--repeat-report", metavar="REPORT.json",
                         help="with two reports: a report of capture 2 against capture 1, for the repeat KL")
     parser.add_argument("--reference", metavar="DIR",
@@ -101,9 +101,11 @@ def describe(model: Any, unit: str = "window") -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.folder_lock import distinct_outputs, hold
+    from kldtui.folder_lock import check_output_file, distinct_outputs, hold
     from kldtui.formats.safe_io import check_output
 
+    # a noise model is written as JSON whatever its name: a name that says otherwise is refused first
+    check_output_file(args.output, suffixes=(".json",), what="noise model")
     inputs = [args.run1, args.run2, args.repeat_report, args.reference, args.suite_manifest]
     distinct_outputs({"--output": args.output, "--report": args.report})
     check_output(args.output, inputs)
