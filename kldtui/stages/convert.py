@@ -132,17 +132,18 @@ def export_llama_cpp(suite_dir: str | os.PathLike[str], output: str | os.PathLik
     """Write the suite's reference (windows ``[start_window, stop_window)``) as a llama.cpp base
     file at ``output``."""
     t0 = time.perf_counter()
+    out = Path(output)
+    # the output first: a folder, one in a missing folder, one already there, before the suite is read
+    check_output_file(out)
+    if out.exists() and not force:
+        raise BadInput(f"{out}: already exists; pass --force to replace it")
     suite = load_suite(suite_dir)
     ref = Path(reference_dir) if reference_dir is not None else suite.root / "ref"
     manifest = load_logits_manifest(ref)
     windows = suite.select(start_window, stop_window)
     check_manifest_matches_suite(manifest, suite, windows)
-    out = Path(output)
     check_output(out, [suite.path, manifest.path, *(manifest.file_path(w.index) for w in windows)],
                  flag="FILE")
-    check_output_file(out)  # a folder, or one that is not there: said before any window is read
-    if out.exists() and not force:
-        raise BadInput(f"{out}: already exists; pass --force to replace it")
     n_ctx = suite.context_length
     if n_ctx < 4:
         raise BadInput(f"{suite.path}: windows of {n_ctx} tokens are too short for llama.cpp (4 or more); "
@@ -280,14 +281,10 @@ IMPORT_DOMAIN = "llamacpp"
 ENCODING_NAME = "llama.cpp's KL-divergence base file (uint16)"
 
 
-def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.PathLike[str], *,
-                     bos: BosChoice, force: bool = False, emit: EventSink = null_sink,
-                     cancel: Cancel | None = None) -> ImportResult:
-    """Write the base file as a suite folder: one window per chunk (its first token BOS when
-    ``bos`` says llama.cpp put it there), and ``ref/`` holding the decoded log-probabilities of the
-    positions llama.cpp scored (``scored_row_start`` = n_ctx/2 in each window's entry)."""
-    t0 = time.perf_counter()
-    base = kld.read_base(base_file)
+def check_suite_destination(suite_dir: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """BadInput (one line) unless an imported suite may be written at ``suite_dir``: a new or empty
+    folder, or (``force``) one holding only an imported suite. Said before anything is read (the base
+    file, a ``--model`` GGUF): ``kldtui convert`` asks it first, :func:`import_llama_cpp` again."""
     final = Path(suite_dir)
     if final.exists() and not final.is_dir():
         raise BadInput(f"{final}: is not a folder; give a new folder")
@@ -303,6 +300,18 @@ def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.Path
         if other:  # --force replaces an imported suite, never what else is kept beside it
             raise BadInput(f"{final}: holds more than an imported suite ({', '.join(other[:3])}); "
                            "give a new folder")
+    return final
+
+
+def import_llama_cpp(base_file: str | os.PathLike[str], suite_dir: str | os.PathLike[str], *,
+                     bos: BosChoice, force: bool = False, emit: EventSink = null_sink,
+                     cancel: Cancel | None = None) -> ImportResult:
+    """Write the base file as a suite folder: one window per chunk (its first token BOS when
+    ``bos`` says llama.cpp put it there), and ``ref/`` holding the decoded log-probabilities of the
+    positions llama.cpp scored (``scored_row_start`` = n_ctx/2 in each window's entry)."""
+    t0 = time.perf_counter()
+    final = check_suite_destination(suite_dir, force=force)
+    base = kld.read_base(base_file)
     # written beside its final name and renamed into place once complete: an interrupted import
     # leaves no half suite under the name (its leftover .importing folder is removed next time)
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -72,6 +72,18 @@ def test_convert_refuses_another_targets_flags_and_a_missing_folder(
         f"{tmp_path / 'no' / 'b.bin'}: folder {tmp_path / 'no'} does not exist; create it first")
     assert _refused(capsys, "convert", suite, "--to", "llama-cpp", str(tmp_path), "--force") == (
         f"{tmp_path}: is a folder; give a file name")
+    # the output is checked before the source is read: a source that is not there is not said first
+    missing = str(tmp_path / "no-suite")
+    assert _refused(capsys, "convert", missing, "--to", "llama-cpp", str(tmp_path / "no" / "b.bin")) == (
+        f"{tmp_path / 'no' / 'b.bin'}: folder {tmp_path / 'no'} does not exist; create it first")
+    kept = tmp_path.parent / f"{tmp_path.name}-kept.bin"  # beside tmp_path, which stays empty
+    kept.write_bytes(b"keep me")
+    assert _refused(capsys, "convert", missing, "--to", "llama-cpp", str(kept)) == (
+        f"{kept}: already exists; pass --force to replace it")
+    assert _refused(capsys, "convert", missing, "--to", "suite", str(kept), "--model", missing) == (
+        f"{kept}: is not a folder; give a new folder")  # before the GGUF or the base file is read
+    assert kept.read_bytes() == b"keep me"
+    kept.unlink()
     assert _refused(capsys, "convert", suite, "--to", "llama-cpp", str(base), "--bos", "1") == (
         "--bos: for --to suite, not --to llama-cpp; leave it out")
     # --start-window with --to suite was ignored without a word: every window was converted

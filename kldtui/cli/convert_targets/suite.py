@@ -24,8 +24,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.verify import ConsoleProgress
-    from kldtui.stages.convert import bos_choice, import_llama_cpp
+    from kldtui.stages.convert import bos_choice, check_suite_destination, import_llama_cpp
 
+    check_suite_destination(args.destination, force=args.force)  # before the GGUF or the file is read
     bos = bos_choice(model=args.model, bos=args.bos, no_bos=args.no_bos)
     with ConsoleProgress() as progress:
         result = import_llama_cpp(args.source, args.destination, bos=bos, force=args.force, emit=progress)
