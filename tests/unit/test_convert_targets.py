@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from kldtui.cli.convert_targets import TARGETS, ConvertTarget
+from kldtui.cli.convert_targets.base import TargetFlag
 from kldtui.cli.main import build_parser, main
 
 
@@ -35,9 +36,6 @@ def test_the_targets_are_llama_cpp_and_suite_with_their_own_flags() -> None:
 def test_a_registered_target_is_a_choice_of_convert_to_and_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[tuple[str, str, bool]] = []
 
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--loud", action="store_true", help="--to echo: say it twice")
-
     def convert(args: argparse.Namespace) -> int:
         ran.append((args.source, args.destination, args.loud))
         return 0
@@ -45,14 +43,46 @@ def test_a_registered_target_is_a_choice_of_convert_to_and_runs(monkeypatch: pyt
     with pytest.raises(SystemExit) as refused:  # argparse: not a choice before it is registered
         main(["convert", "a.kld", "--to", "echo", "b.kld"])
     assert refused.value.code == 2
+    loud = TargetFlag("--loud", "say it twice", default=False, switch=True)
     monkeypatch.setitem(TARGETS, "echo", ConvertTarget("echo", "a file to itself", "write SOURCE again",
-                                                       add_arguments, convert))
+                                                       (loud,), convert))
     parser = _convert_parser()
     to = _to(parser)
     assert to.choices == ("llama-cpp", "suite", "echo")
     assert "echo: write SOURCE again" in str(to.help)
+    assert {flag: a.help for a in parser._actions for flag in a.option_strings}["--loud"] == (
+        "--to echo: say it twice")  # its table's line, after the target's name
     assert main(["convert", "a.kld", "--to", "echo", "b.kld", "--loud"]) == 0
     assert ran == [("a.kld", "b.kld", True)]
+
+
+def test_a_targets_table_refuses_its_flags_with_another_target(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The flags each target's table lists are refused with another --to, by that table alone: a
+    switch, a value, several at once; a flag given at its default is not "given"."""
+    ran: list[str] = []
+    flags = (TargetFlag("--loud", "say it twice", default=False, switch=True),
+             TargetFlag("--times", "say it so often", default=1, type=int, metavar="N"))
+    monkeypatch.setitem(TARGETS, "echo", ConvertTarget("echo", "a file to itself", "write SOURCE again",
+                                                       flags, lambda args: ran.append(args.to) or 0))
+    assert main(["convert", "a.kld", "--to", "suite", "b", "--loud", "--times", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kldtui: error: --loud, --times: for --to echo, not --to suite; leave them out")
+    assert main(["convert", "a.kld", "--to", "llama-cpp", "b.kld", "--times", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kldtui: error: --times: for --to echo, not --to llama-cpp; leave it out")
+    assert main(["convert", "a.kld", "--to", "echo", "b.kld", "--times", "1", "--no-bos"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kldtui: error: --no-bos: for --to suite, not --to echo; leave it out")
+    assert main(["convert", "a.kld", "--to", "echo", "b.kld", "--times", "1", "--start-window", "0"]) == 0
+    assert ran == ["echo"]
+
+
+def test_an_exclusive_targets_flags_are_one_at_most(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:  # argparse, from the table's exclusive target
+        main(["convert", "a.kld", "--to", "suite", "s", "--bos", "1", "--no-bos"])
+    assert refused.value.code == 2
+    assert "argument --no-bos: not allowed with argument --bos" in capsys.readouterr().err
 
 
 def _convert_help(capsys: pytest.CaptureFixture[str]) -> str:
@@ -73,12 +103,13 @@ def test_convert_help_lists_every_registered_target_with_its_line(
     for name, target in TARGETS.items():
         assert f"{target.converts} (--to {name})" in shown, shown  # the command's line
         assert f"{name}: {target.writes}" in shown, shown  # --to's
-    # the help is said when the parser is built, from the targets registered then: a target added
-    # after the command was imported is in it, and importing the command again builds nothing
+    # the help is said once, when the command's module is imported, from the targets registered
+    # then: a target registered before is in the command's line and in kldtui --help's
+    assert command.HELP == command.command_help()
     monkeypatch.setitem(TARGETS, "echo", ConvertTarget("echo", "a file to itself", "write SOURCE again",
-                                                       lambda parser: None, lambda args: 0))
+                                                       (), lambda args: 0))
+    monkeypatch.setattr(command, "HELP", command.HELP)  # what the other tests see again afterwards
     importlib.reload(command)
-    assert "HELP" not in vars(command)
     shown = _convert_help(capsys)
     assert ("convert a suite's reference to llama.cpp's KL-divergence base file (--to llama-cpp), "
             "llama.cpp's base file to a kldtui suite (--to suite), or a file to itself (--to echo)") in shown

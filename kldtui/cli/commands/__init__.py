@@ -1,6 +1,6 @@
 """Sub-commands. Each module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
-``HELP`` is read when the parser is built (a module whose help comes from a registry, as convert's
-from its targets, says it then through a module ``__getattr__``).
+``HELP`` is a string read when the parser is built (convert's is said from its registered targets
+when the module is imported).
 
 Command modules import only the standard library at top level: heavy modules (numpy, torch,
 vllm, huggingface_hub, textual) are imported inside ``run`` so ``kldtui --help`` stays fast.

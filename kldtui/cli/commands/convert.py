@@ -16,18 +16,15 @@ import argparse
 from kldtui.cli.convert_targets import TARGETS
 
 
-def _help() -> str:
-    """The command's help, a clause per target: "convert A (--to a), or B (--to b)"."""
+def command_help() -> str:
+    """The command's help, a clause per registered target: "convert A (--to a), or B (--to b)"."""
     said = [f"{target.converts} (--to {name})" for name, target in TARGETS.items()]
     return "convert " + (", ".join(said[:-1]) + ", or " if len(said) > 1 else "") + said[-1]
 
 
-def __getattr__(name: str) -> str:
-    """``HELP``, the command's help, said when the parser is built (kldtui.cli.main reads it), from
-    the targets registered then: importing this module or a target builds nothing."""
-    if name == "HELP":
-        return _help()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# said once, from the targets registered when the module is imported (all of them: TARGETS is the
+# registry's literal, imported above)
+HELP = command_help()
 
 
 def _to_help() -> str:
@@ -40,22 +37,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=tuple(TARGETS),
                         help=_to_help())
     parser.add_argument("destination", metavar="DEST", help="the base file, or the suite folder to make")
-    owned: dict[str, list[tuple[str, str, object]]] = {}
-    for name, target in TARGETS.items():
-        before = len(parser._actions)  # the actions each target adds are its own flags
-        target.add_arguments(parser)
-        owned[name] = [(action.option_strings[0], action.dest, action.default)
-                       for action in parser._actions[before:]]
+    for target in TARGETS.values():  # each target's flags, from its table
+        add = parser.add_mutually_exclusive_group().add_argument if target.exclusive else parser.add_argument
+        for flag in target.flags:
+            add(flag.flag, **flag.arguments(target.name))
     parser.add_argument("--force", action="store_true", help="replace an existing destination")
-    parser.set_defaults(target_flags=owned)
 
 
 def run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput
 
     # another target's flag would be ignored without a word (--start-window with --to suite)
-    for name, flags in args.target_flags.items():
-        given = [flag for flag, dest, default in flags if name != args.to and getattr(args, dest) != default]
+    for name, target in TARGETS.items():
+        given = [flag.flag for flag in target.flags
+                 if name != args.to and getattr(args, flag.dest) != flag.default]
         if given:
             raise BadInput(f"{', '.join(given)}: for --to {name}, not --to {args.to}; leave "
                            f"{'it' if len(given) == 1 else 'them'} out")

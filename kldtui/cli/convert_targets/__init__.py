@@ -1,9 +1,10 @@
 """The targets of ``kldtui convert --to``, keyed by their name: the command's choices, its help
-and what it runs all come from :data:`TARGETS`, read when the parser is built (importing a target
-or the command builds no help).
+and what it runs all come from :data:`TARGETS` (the choices and ``--to``'s help when the parser is
+built, the command's help when its module is imported).
 
-A flag of another target than ``--to``'s is refused by the command (kldtui.cli.commands.convert),
-from the flags each target's ``add_arguments`` added: it would be ignored without a word.
+Each target's flags are a table (:class:`~.base.TargetFlag`): the command builds the parser from it,
+and refuses, in one line, a flag of another target than ``--to``'s (kldtui.cli.commands.convert): it
+would be ignored without a word.
 
 Adding a target: one module beside the others (a :class:`~.base.ConvertTarget` named ``TARGET``,
 importing only the standard library at top level, as command modules do) and one line here.

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from kldtui.cli.convert_targets.base import ConvertTarget
+from kldtui.cli.convert_targets.base import ConvertTarget, TargetFlag
 
 NAME = "llama-cpp"
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reference-dir", default=None,
-                        help=f"--to {NAME}: the reference logits folder (default: SUITE_DIR/ref)")
-    parser.add_argument("--start-window", type=int, default=0,
-                        help=f"--to {NAME}: first window (a hidden-state suite: context)")
-    parser.add_argument("--stop-window", type=int, default=None,
-                        help=f"--to {NAME}: stop before this window (context)")
+FLAGS = (
+    TargetFlag("--reference-dir", "the reference logits folder (default: SUITE_DIR/ref)"),
+    TargetFlag("--start-window", "first window (a hidden-state suite: context)", default=0, type=int),
+    TargetFlag("--stop-window", "stop before this window (context)", type=int),
+)
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -37,4 +33,4 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 TARGET = ConvertTarget(NAME, "a suite's reference to llama.cpp's KL-divergence base file",
-                       "write SOURCE's reference as a base file", _add_arguments, _convert)
+                       "write SOURCE's reference as a base file", FLAGS, _convert)

@@ -6,20 +6,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kldtui.cli.convert_targets.base import ConvertTarget
+from kldtui.cli.convert_targets.base import ConvertTarget, TargetFlag
 
 NAME = "suite"
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    bos = parser.add_mutually_exclusive_group()
-    bos.add_argument("--model", default=None, metavar="GGUF",
-                     help=f"--to {NAME}: the GGUF the file was made with; its BOS setting says what "
-                          "llama.cpp put at each chunk's first position")
-    bos.add_argument("--bos", type=int, default=None, metavar="ID",
-                     help=f"--to {NAME}: llama.cpp replaced each chunk's first token by this BOS id")
-    bos.add_argument("--no-bos", action="store_true",
-                     help=f"--to {NAME}: the model adds no BOS (chunks were evaluated as stored)")
+# what llama.cpp put at each chunk's first position: one of them (the target is exclusive)
+FLAGS = (
+    TargetFlag("--model", "the GGUF the file was made with; its BOS setting says what llama.cpp put at "
+               "each chunk's first position", metavar="GGUF"),
+    TargetFlag("--bos", "llama.cpp replaced each chunk's first token by this BOS id", type=int, metavar="ID"),
+    TargetFlag("--no-bos", "the model adds no BOS (chunks were evaluated as stored)", default=False,
+               switch=True),
+)
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -37,4 +34,4 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 TARGET = ConvertTarget(NAME, "llama.cpp's base file to a kldtui suite",
-                       "write the base file SOURCE as a suite folder", _add_arguments, _convert)
+                       "write the base file SOURCE as a suite folder", FLAGS, _convert, exclusive=True)
