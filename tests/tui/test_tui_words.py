@@ -593,6 +593,35 @@ async def test_kl_by_position_is_drawn_again_at_the_new_width_on_resize(tmp_path
 
 
 @sync
+async def test_kl_by_positions_heading_is_one_line_at_80_columns(tmp_path: Path) -> None:
+    """The heading "KL by position  (mean over the windows' positions in each band, 95% window-clustered
+    interval)" wrapped onto two lines below about 95 columns. At 80x24 it is one line: with its note in
+    the viewer's pane, and in the dashboard's Result tab beside the grid, where the line holds the
+    heading only, with the note on the line under it; then the bands."""
+    path = _run_report(tmp_path / "q4-run", "q4", 0.02, seed=5)
+    report = json.loads(path.read_text())
+    for band in report["kl_by_position"]:
+        band.update(windows=8, ci95_low=band["kl_mean"] * 0.9, ci95_high=band["kl_mean"] * 1.1)
+    write_report(path, report)
+    note = "mean per band, 95% window-clustered interval"
+    viewer = create_app(reports=[path], config_dir=tmp_path / "cfg", remember_theme=False)
+    holder: dict[str, ScriptedPipeline] = {}
+    board = create_app(pipeline_factory=lambda e, c: holder.setdefault("p", ScriptedPipeline(e, c)),
+                       config_dir=tmp_path / "cfg", remember_theme=False)
+    for app, heading in ((viewer, [f"KL by position  ({note})"]), (board, ["KL by position", note])):
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            if app is board:
+                await open_with_o(app, pilot, path)
+                await settle(app, pilot)
+            width = app.screen.query_one("#result-positions").size.width
+            lines = drawn_lines(app, "#result-positions")
+            assert [line.rstrip() for line in lines[:len(heading)]] == heading, (width, lines)
+            assert lines[len(heading)].lstrip().startswith("0-255 "), lines  # the first band next
+            assert all(len(line) <= width for line in lines), (width, lines)
+
+
+@sync
 async def test_intervals_from_too_few_windows_are_not_shown_as_95_percent(tmp_path: Path) -> None:
     few = write_report(tmp_path / "few.json", make_report("few", 0.01, seed=2,
                                                           domains=["prose", "prose", "code", "dialog"]))

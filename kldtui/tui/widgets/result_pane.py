@@ -63,9 +63,13 @@ class LabelledRows(PlainStatic):
             self.update(self.rows_text(self.size.width))
 
 
+POSITIONS_HEADING = "KL by position"
+
+
 class PositionBands(PlainStatic):
     """KL by position: mean KL per band of positions (did the candidate drift further into the
-    context?), each band's bar sized so that its line fits the widget's width, drawn again when the
+    context?), its heading on one line and each band's bar sized so that its line fits the widget's
+    width (the heading's note beside it or under it, as the width allows), drawn again when the
     width changes (as :class:`LabelledRows`): a result shown at 200 columns kept its 200-column bars
     after the terminal went to 60."""
 
@@ -87,10 +91,13 @@ class PositionBands(PlainStatic):
         rows, unit = self.rows, self.unit
         if not rows:
             return text
-        text.append("KL by position", style="bold")
         with_interval = any(r.low is not None and r.high is not None for r in rows)
-        text.append(f"  (mean over the {unit}s' positions in each band"
-                    + (f", 95% {unit}-clustered interval)" if with_interval else ")"))
+        note = f"mean per band, 95% {unit}-clustered interval" if with_interval else "mean per band"
+        text.append(POSITIONS_HEADING, style="bold")
+        # the note beside the heading where the line holds both (80 columns: the viewer's pane), else on
+        # a line of its own (the dashboard's Result tab beside the grid): the heading never wraps
+        fits = len(POSITIONS_HEADING) + len(f"  ({note})") <= width
+        text.append(f"  ({note})" if fits else f"\n{note}")
         top = max((r.kl_mean for r in rows), default=0.0) or 1.0
         labels = [f"{r.start}-{r.stop - 1}" for r in rows]
         tails = [f" {table_figure(r.kl_mean)}" + (f" {interval_ends(r.low, r.high, table_figure)}"
