@@ -36,8 +36,8 @@ from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import load_suite
 from kldtui.formats.suite_writer import write_suite
 from kldtui.servers.registry import process_signs
-from kldtui.stages.compare import CompareOptions, Engine, prepare
-from kldtui.stages.compare.backends import Backend, choose_backend
+from kldtui.stages.compare import BackendRequest, CompareOptions, Engine, prepare
+from kldtui.stages.compare.backends import Backend
 
 
 def build(root: Path, windows: int, context: int, vocab: int, seed: int = 7) -> None:
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     build(root, args.windows, args.context, args.vocab)
     suite = load_suite(root)
     signs = process_signs()  # backend auto leaves the GPUs of the model servers on this host alone
-    options = CompareOptions(backend=args.backend, threads=args.threads, row_block=args.row_block,
-                             server_signs=signs)
+    options = CompareOptions(backend=BackendRequest(args.backend, args.threads, server_signs=signs),
+                             row_block=args.row_block)
     inputs = prepare(suite, root / "ref", root / "candidate", options)
     files = [(inputs.reference.file_path(w.index), inputs.candidate.file_path(w.index))
              for w in inputs.windows]
@@ -138,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {loadavg()}")
     backends = [options]
     if args.thread_counts:
-        backends = [CompareOptions(backend=args.backend, threads=int(n), row_block=args.row_block,
-                                   server_signs=signs)
+        backends = [CompareOptions(backend=BackendRequest(args.backend, int(n), server_signs=signs),
+                                   row_block=args.row_block)
                     for n in args.thread_counts.split(",")]
-    chosen = choose_backend(options.backend, server_signs=signs).backend
+    chosen = BackendRequest(args.backend, server_signs=signs).choose().backend
     if not args.skip_numpy and chosen is not Backend.NUMPY:
-        backends.append(CompareOptions(backend="numpy", threads=args.threads, row_block=args.row_block))
+        backends.append(CompareOptions(backend=BackendRequest("numpy", args.threads, server_signs=signs),
+                                       row_block=args.row_block))
     best: dict[int, tuple[str, float, list]] = {}
     t_n, naive_means = math.inf, list[float]()
     # CPU seconds (all threads) of each: less sensitive than wall time to a machine shared with

@@ -224,7 +224,7 @@ def step_backend_choice() -> dict[str, Any]:
     here = servers_found(signs)
     now = choose_backend("auto", None, None, server_signs=signs)
     busy = choose_backend("auto", None, Serving(frozenset(range(count)) if count else None,
-                                                 "a server on every GPU"))
+                                                 "a server on every GPU"), server_signs=signs)
     ok = busy.backend is not Backend.TORCH_CUDA
     found = here.what if here is not None else "no model server running on this host"
     return {"ok": ok, "gpus": count, "now": f"{now.label} ({now.reason})", "found": found,

@@ -258,7 +258,7 @@ def error_vs_float64(library: str, path: str, block: int, rows: int = 32) -> Non
 
 def end_to_end(root: Path, rows: int, threads: int) -> float:
     """``kldtui compare`` of one context, both sides replayed with one head: seconds."""
-    from kldtui.stages.compare import CompareOptions, Engine, prepare
+    from kldtui.stages.compare import BackendRequest, CompareOptions, Engine, prepare
 
     base = root / "e2e"
     if not (base / fid.LM_HEAD_DIR / fid.HEAD_FILE).exists():
@@ -277,8 +277,8 @@ def end_to_end(root: Path, rows: int, threads: int) -> float:
         fid.write_lm_head(base / fid.LM_HEAD_DIR, head, checkpoint_tensor_key="lm_head.weight")
         del head
     suite = load_suite(base)
-    options = CompareOptions(backend="auto", threads=threads, candidate_lm_head=str(base / fid.LM_HEAD_DIR),
-                             bootstrap_samples=10)
+    options = CompareOptions(backend=BackendRequest("auto", threads, server_signs=None),
+                             candidate_lm_head=str(base / fid.LM_HEAD_DIR), bootstrap_samples=10)
     inputs = prepare(suite, base / fid.HIDDEN_DIR, base / fid.HIDDEN_DIR, options)
     with Engine(inputs.vocab_size, options) as engine:
         engine.compare_window(inputs, inputs.windows[0])  # warm: maps the head, builds the C kernel

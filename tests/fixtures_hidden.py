@@ -17,8 +17,11 @@ from kldtui.formats.report import write_report
 from kldtui.formats.suite import load_suite
 from kldtui.metrics.clusters import cluster_units
 from kldtui.metrics.replay import bf16_to_f32, f32_to_bf16
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from tests import fidelity_fixture as fx
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 
 def noisy_candidates(f: fx.Fixture, base: Path, scales: dict[str, float], seed: int = 11) -> dict[str, Path]:
@@ -77,7 +80,7 @@ def clustered_candidates(base: Path) -> dict[str, Path]:
     again; ``keys``: the measured report they are made from."""
     f = fx.build(base / "suite", contexts=32)
     (folder,) = noisy_candidates(f, base, {"best": 0.03}).values()
-    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend="numpy",
+    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend=NUMPY,
                                                                              bootstrap_samples=100))
     path = write_report(base / "measured.json", report)
     doc = json.loads(path.read_text())

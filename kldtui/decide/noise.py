@@ -581,11 +581,12 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
     ``server_signs``: how the model servers on this host show, whose GPUs the compare leaves alone
     (the caller's server kinds: this module names none; None: the compare takes no GPU)."""
     from kldtui.events import null_sink
-    from kldtui.stages.compare import CompareOptions, compare
+    from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 
+    signs = None if server_signs is None else tuple(server_signs)
     options = CompareOptions(start_window=start_window, stop_window=stop_window, reverse=reverse,
                              context_filter=context_filter, strata=strata,
-                             server_signs=None if server_signs is None else tuple(server_signs))
+                             backend=BackendRequest(server_signs=signs))
     report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)
     if report_path is not None:
         write_json_atomic(report_path, report.to_json())

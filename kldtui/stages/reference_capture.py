@@ -201,9 +201,8 @@ class ReferenceCapture:
 
     def _repeat_first_window(self) -> None:
         """The first window again from the same server, compared with the first capture."""
-        from kldtui.servers.registry import process_signs, server_kind
         from kldtui.stages.compare import CompareOptions, run_compare
-        from kldtui.stages.compare.backends import DEFAULT_VOCAB, Serving, choose_backend, gpus_of
+        from kldtui.stages.compare_beside import choose_beside, serving_of
         from kldtui.stages.finalize import load_finalized
 
         first = self.windows[0]
@@ -218,20 +217,14 @@ class ReferenceCapture:
                 emit(StageStarted("compare", detail=f"{ws.reference} vs {ws.candidate}"))
                 raise BadInput(f"{ws.candidate}: no finalized {units_of([first])} to compare; run capture "
                                "and finalize first")
-        session = self.session
-        assert session is not None
-        serving = None  # the compare keeps the GPUs to the reference server while it runs
-        if session.process is not None and session.process.alive() is None:
-            sign = server_kind(self.plan.kind).process_sign
-            serving = Serving(gpus_of(sign, session.process.argv, self.plan.env), "the reference server")
+        assert self.session is not None
         c = self.compare
-        choice = choose_backend(c.backend, c.threads, serving, vocab=_vocab(ws) or DEFAULT_VOCAB,
-                                server_signs=process_signs())
-        emit(choice.event())
+        # the compare keeps the GPUs to the reference server while it runs
+        choice = choose_beside(c.backend, c.threads, serving_of(self.session, "the reference server"),
+                               vocab=_vocab(ws), emit=emit)
         options = CompareOptions(start_window=first.index, stop_window=first.index + 1,
                                  bootstrap_samples=c.bootstrap_samples, bootstrap_seed=c.bootstrap_seed,
-                                 reverse=c.reverse, backend=choice.backend.option, threads=choice.threads,
-                                 cuda_device=choice.cuda_device, choice=choice, mode=REFERENCE_MODE)
+                                 reverse=c.reverse, backend=choice, mode=REFERENCE_MODE)
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
         _copy_json(ws.report, self.workspace.repeat_noise_path(first.index), REPORT_LIMIT)

@@ -65,7 +65,7 @@ from kldtui.events import (
 from kldtui.folder_lock import FolderLocks
 from kldtui.formats.suite import Suite, WindowSpec, load_logits_manifest, load_suite, unit_of, units_of
 from kldtui.servers.base import CaptureTarget, ServerConfig, server_identity
-from kldtui.servers.registry import kind_of, process_signs
+from kldtui.servers.registry import kind_of
 from kldtui.stages.reference_capture import (
     REFERENCE_MODE,
     ReferenceCapture,
@@ -154,6 +154,7 @@ class Pipeline:
         # base_url, server_capture_dir and runtime below read it)
         self._session: Any = None
         self._locks = FolderLocks()
+        self._backend_line: str | None = None  # the compare backend's choice said last (BackendChosen)
 
     # -- one writer per folder --------------------------------------------------------------------
     def lock_folders(self) -> None:
@@ -625,23 +626,20 @@ class Pipeline:
 
         cmp_ = self.profile.compare
         run = self.profile.run
-        choice = self._backend_choice()
         return CompareOptions(start_window=run.start_window, stop_window=run.stop_window,
                               bootstrap_samples=cmp_.bootstrap_samples, bootstrap_seed=cmp_.bootstrap_seed,
-                              reverse=cmp_.reverse, backend=choice.backend.option, threads=choice.threads,
-                              cuda_device=choice.cuda_device, choice=choice, mode=self.mode,
+                              reverse=cmp_.reverse, backend=self._backend_choice(), mode=self.mode,
                               candidate_size=self.profile.candidate.model_size(),
                               context_filter=run.context_filter, strata=run.strata)
 
     def _serving(self) -> Any:
         """The server of this run on this host while it starts or runs (None: none here)."""
-        from kldtui.stages.compare.backends import Serving, gpus_of
+        from kldtui.stages.compare.backends import Serving
+        from kldtui.stages.compare_beside import serving_of
 
-        server = self.server
-        if server is not None and server.alive() is None:
-            argv = list(getattr(server, "argv", []) or [])
-            sign = kind_of(self.profile.candidate).process_sign
-            return Serving(gpus_of(sign, argv, self._session.plan.env), "the candidate server")
+        launched = serving_of(self._session, "the candidate server")
+        if launched is not None:
+            return launched
         capture = self._reference_capture
         if capture is not None and capture.server_running:
             return Serving(None, "the reference server")
@@ -653,15 +651,11 @@ class Pipeline:
 
     def _backend_choice(self) -> Any:
         """Which compare backend runs now, logged (to the dashboard and batch output) on change."""
-        from kldtui.stages.compare.backends import DEFAULT_VOCAB, choose_backend
+        from kldtui.stages.compare_beside import choose_beside
 
         cmp_ = self.profile.compare
-        vocab = self._expected_vocab() or DEFAULT_VOCAB
-        choice = choose_backend(cmp_.backend, cmp_.threads, self._serving(), vocab=vocab,
-                                server_signs=process_signs())
-        said = choice.event()
-        if said.line != getattr(self, "_backend_line", None):
-            self._backend_line = said.line
-            self.emit(said)
+        choice = choose_beside(cmp_.backend, cmp_.threads, self._serving(), vocab=self._expected_vocab(),
+                               emit=self.emit, said=self._backend_line)
+        self._backend_line = choice.event().line
         return choice
 

@@ -20,8 +20,11 @@ from kldtui.formats.logits_writer import write_logits_array, write_logits_manife
 from kldtui.formats.report import load_report
 from kldtui.formats.suite import load_suite
 from kldtui.metrics.replay import bf16_to_f32, f32_to_bf16
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from tests import fidelity_fixture as fx
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 pytest.importorskip("torch")
 
@@ -60,8 +63,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             "cand_hidden": cand_hidden, "base": base}
 
 
-def _cmp(world: dict, ref: Path, cand: Path, **kw) -> object:  # type: ignore[type-arg,no-untyped-def]
-    options = CompareOptions(bootstrap_samples=200, **kw)
+def _cmp(world: dict, ref: Path, cand: Path,  # type: ignore[type-arg,no-untyped-def]
+         backend: str = "auto", **kw) -> object:
+    options = CompareOptions(bootstrap_samples=200, backend=BackendRequest(backend, server_signs=None), **kw)
     return compare(world["fixture"].root, ref, cand, options)  # type: ignore[attr-defined]
 
 
@@ -363,7 +367,7 @@ def test_the_lm_heads_are_named_once_per_compare_not_once_per_context(world: dic
     events: list[Event] = []
     workspace = Workspace(suite_dir=root, reference_dir=root / fid.HIDDEN_DIR,
                           candidate_dir=world["cand_hidden"])
-    comparer = Comparer(workspace, suite, CompareOptions(bootstrap_samples=200, backend="numpy"),
+    comparer = Comparer(workspace, suite, CompareOptions(bootstrap_samples=200, backend=NUMPY),
                         emit=events.append)
     for w in suite.windows[:4]:
         comparer.window(w)

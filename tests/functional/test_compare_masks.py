@@ -13,7 +13,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.errors import BadInput
 from kldtui.formats.report import load_report
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from tests.fixtures_compare import make_suite
 
 
@@ -45,7 +45,7 @@ def test_same_mask_on_both_sides_is_well_defined(tmp_path: Path, backend: str) -
         suite, ref, cand, _ = make_suite(tmp_path / name, windows=2, context=30, vocab=300,
                                          candidate=_masked(cols, value, both=True))
         opts = _opts()
-        opts.backend = backend
+        opts.backend = BackendRequest(backend, server_signs=None)
         got[name] = compare(suite.path, ref, cand, opts).to_json()
     a, b = got["inf"], got["finite"]
     assert a["infinite_kl"]["rows"] == 0 and a["infinite_kl"]["windows"] == []

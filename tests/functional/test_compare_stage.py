@@ -12,9 +12,12 @@ import pytest
 from kldtui.errors import Interrupted
 from kldtui.events import Cancel, StageFinished, StageStarted, WindowState
 from kldtui.metrics import stats as st
-from kldtui.stages.compare import CompareOptions, build_report, compare, compare_window
+from kldtui.stages.compare import BackendRequest, CompareOptions, build_report, compare, compare_window
 from kldtui.stages.compare.cache import decode_result, encode_result
 from tests.fixtures_compare import make_suite, oracle_rows, rel_err
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 
 @pytest.fixture(scope="module")
@@ -128,16 +131,18 @@ def test_windows_compared_one_at_a_time_name_their_threads(suite_dirs) -> None:
     from kldtui.workspace import Workspace
 
     suite, ref, cand, _ = suite_dirs
-    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend="numpy")
+    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend=NUMPY)
 
     def threads_of(results: list) -> object:
         return build_report(results, suite=suite, options=opts).to_json()["provenance"]["threads"]
 
     comparer = Comparer(Workspace.for_compare(suite.path, ref, cand), suite, opts)
-    results = [comparer.window(suite.window(i), options=replace(opts, threads=3)) for i in (0, 1)]
+    three = replace(opts, backend=BackendRequest("numpy", 3, server_signs=None))
+    results = [comparer.window(suite.window(i), options=three) for i in (0, 1)]
     assert comparer.report(results).to_json()["provenance"]["threads"] == 3
     assert threads_of([decode_result(json.loads(json.dumps(encode_result(r)))) for r in results]) == 3
-    other = compare_window(suite, suite.window(1), ref, cand, replace(opts, threads=2))
+    two = replace(opts, backend=BackendRequest("numpy", 2, server_signs=None))
+    other = compare_window(suite, suite.window(1), ref, cand, two)
     assert other.threads == 2 and threads_of([results[0], other]) is None
     older = encode_result(results[1])
     del older["threads"]  # written before windows kept their thread count
@@ -146,8 +151,10 @@ def test_windows_compared_one_at_a_time_name_their_threads(suite_dirs) -> None:
 
 def test_threads_and_row_blocks_do_not_change_results(suite_dirs) -> None:
     suite, ref, cand, _ = suite_dirs
-    a = compare(suite.path, ref, cand, CompareOptions(threads=1, row_block=7, bootstrap_samples=100))
-    b = compare(suite.path, ref, cand, CompareOptions(threads=3, row_block=64, bootstrap_samples=100))
+    a = compare(suite.path, ref, cand, CompareOptions(backend=BackendRequest(threads=1, server_signs=None),
+                                                      row_block=7, bootstrap_samples=100))
+    b = compare(suite.path, ref, cand, CompareOptions(backend=BackendRequest(threads=3, server_signs=None),
+                                                      row_block=64, bootstrap_samples=100))
     assert a.per_window_arrays == b.per_window_arrays  # the typed model compares field by field
     a, b = a.to_json(), b.to_json()
     assert a["per_window_arrays"] == b["per_window_arrays"]
@@ -158,9 +165,9 @@ def test_torch_backend_agrees_with_numpy(suite_dirs) -> None:
     pytest.importorskip("torch")
     suite, ref, cand, _ = suite_dirs
     a = compare(suite.path, ref, cand,
-                CompareOptions(backend="numpy", bootstrap_samples=100, reverse=True)).to_json()
-    b = compare(suite.path, ref, cand, CompareOptions(backend="torch-cpu", bootstrap_samples=100,
-                                                      reverse=True)).to_json()
+                CompareOptions(backend=NUMPY, bootstrap_samples=100, reverse=True)).to_json()
+    b = compare(suite.path, ref, cand, CompareOptions(backend=BackendRequest("torch-cpu", server_signs=None),
+                                                      bootstrap_samples=100, reverse=True)).to_json()
     assert b["provenance"]["backend"] == "torch-cpu"
     for key in ("kl_mean", "js_mean", "kl_reverse_mean", "nll_candidate_mean"):
         got, want = np.array(b["per_window_arrays"][key]), np.array(a["per_window_arrays"][key])
@@ -196,7 +203,8 @@ def test_memory_is_bounded_by_row_blocks_not_windows(tmp_path: Path) -> None:
     suite, ref, cand, _ = make_suite(tmp_path, windows=3, context=rows + 1, vocab=vocab, seed=4)
     peaks = []
     for stop in (1, 3):
-        opts = CompareOptions(stop_window=stop, threads=2, row_block=8, bootstrap_samples=100)
+        opts = CompareOptions(stop_window=stop, backend=BackendRequest(threads=2, server_signs=None),
+                              row_block=8, bootstrap_samples=100)
         tracemalloc.start()
         compare(suite.path, ref, cand, opts)
         peaks.append(tracemalloc.get_traced_memory()[1])
@@ -272,7 +280,7 @@ def test_the_backend_and_why_are_said_once_and_kept_in_the_report(suite_dirs) ->
 
     suite, ref, cand, _ = suite_dirs
     events: list = []
-    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend="numpy")
+    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend=NUMPY)
     report = compare(suite.path, ref, cand, opts, events.append).to_json()
     said = [e for e in events if isinstance(e, BackendChosen)]
     assert [(e.stage, e.backend, e.line) for e in said] == [
@@ -283,7 +291,8 @@ def test_the_backend_and_why_are_said_once_and_kept_in_the_report(suite_dirs) ->
 
     # auto without the server kinds' signs: the CPU kernel, and the words say why (no GPU on a CPU host)
     events.clear()
-    auto = compare(suite.path, ref, cand, replace(opts, backend="auto"), events.append).to_json()
+    auto = compare(suite.path, ref, cand, replace(opts, backend=BackendRequest("auto", server_signs=None)),
+                   events.append).to_json()
     (chosen,) = [e for e in events if isinstance(e, BackendChosen)]
     assert chosen.reason in ("no GPU seen: the CPU kernel", NOT_TOLD)
     assert auto["provenance"]["backend_reason"] == chosen.reason
@@ -291,7 +300,7 @@ def test_the_backend_and_why_are_said_once_and_kept_in_the_report(suite_dirs) ->
     made = BackendChoice(Backend.NUMPY, 2, None, "the candidate server is running on this host: the CPU "
                                                  "kernel with 2 of 4 threads so capture is not starved")
     events.clear()
-    one = compare_window(suite, suite.window(0), ref, cand, replace(opts, choice=made), emit=events.append)
+    one = compare_window(suite, suite.window(0), ref, cand, replace(opts, backend=made), emit=events.append)
     assert not [e for e in events if isinstance(e, BackendChosen)]  # its caller said it
     assert one.backend_reason == made.reason and one.threads == 2
     other = compare_window(suite, suite.window(1), ref, cand, opts)

@@ -14,10 +14,13 @@ from kldtui.decide.paired import paired_diff_files
 from kldtui.errors import BadInput
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import write_report
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from kldtui.text import plain_number
 from tests import fidelity_fixture as fx
 from tests.fixtures_hidden import noisy_candidates
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 pytest.importorskip("torch")
 
@@ -35,10 +38,10 @@ def reports(suite: tuple[fx.Fixture, Path]) -> dict[str, Path]:
     for name, folder in noisy_candidates(f, base, {"small": 0.03, "large": 0.09}).items():
         for part in ("analysis", "qualification"):
             report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,
-                             CompareOptions(context_filter=part, backend="numpy", bootstrap_samples=200))
+                             CompareOptions(context_filter=part, backend=NUMPY, bootstrap_samples=200))
             out[f"{name}-{part}"] = write_report(base / f"{name}-{part}.json", report)
         report = compare(f.root, f.root / fid.HIDDEN_DIR, folder,  # contexts 0..8: 5 source clusters
-                         CompareOptions(context_filter="analysis", backend="numpy", bootstrap_samples=200,
+                         CompareOptions(context_filter="analysis", backend=NUMPY, bootstrap_samples=200,
                                         stop_window=9, reverse=True))  # reverse: KL(candidate || reference)
         out[f"{name}-few"] = write_report(base / f"{name}-few.json", report)
     return out
@@ -367,7 +370,7 @@ def captures(suite: tuple[fx.Fixture, Path]) -> list[Path]:
     folders = noisy_candidates(f, base / "again", {f"capture{i}": 0.03 for i in (1, 2, 3)}, seed=12)
     return [write_report(base / f"{name}.json",
                          compare(f.root, f.root / fid.HIDDEN_DIR, folder,
-                                 CompareOptions(context_filter="analysis", backend="numpy",
+                                 CompareOptions(context_filter="analysis", backend=NUMPY,
                                                 bootstrap_samples=200)))
             for name, folder in folders.items()]
 
@@ -426,7 +429,7 @@ def test_noise_refusals_of_contexts_name_contexts(suite: tuple[fx.Fixture, Path]
     # two captures (the captures fixture's folders) compared over one context, context 0
     one = [write_report(tmp_path / f"one-{i}.json",
                         compare(f.root, f.root / fid.HIDDEN_DIR, base / "again" / f"capture{i}",
-                                CompareOptions(backend="numpy", bootstrap_samples=100, stop_window=1)))
+                                CompareOptions(backend=NUMPY, bootstrap_samples=100, stop_window=1)))
            for i in (1, 2)]
     said: list[str] = []
     with pytest.raises(BadInput) as refused:

@@ -14,9 +14,12 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import write_report
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from tests import fidelity_fixture as fx
 from tests.fixtures_hidden import noisy_candidates, with_context_kl
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 pytest.importorskip("torch")
 
@@ -28,7 +31,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("clustered-diff")
     f = fx.build(base / "suite", contexts=32)
     (folder,) = noisy_candidates(f, base, {"a": 0.03}).values()
-    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend="numpy",
+    report = compare(f.root, f.root / fid.HIDDEN_DIR, folder, CompareOptions(backend=NUMPY,
                                                                              bootstrap_samples=100))
     doc: dict = json.loads(write_report(base / "measured.json", report).read_text())
     return doc

@@ -18,11 +18,14 @@ from kldtui.cli.main import main
 from kldtui.formats.report import load_report
 from kldtui.formats.report_model import BACKEND_REASON_MAX
 from kldtui.formats.verified_cache import sign
-from kldtui.stages.compare import CompareOptions, build_report, compare_window
+from kldtui.stages.compare import BackendRequest, CompareOptions, build_report, compare_window
 from kldtui.stages.compare.cache import WindowCache, decode_result, encode_result
 from kldtui.stages.compare.report import joined_reasons
 from kldtui.workspace import Workspace
 from tests.fixtures_compare import make_suite
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 HOSTILE = {
     "an escape sequence": "the CPU kernel\x1b]0;owned\x07\x1b[2J",
@@ -38,7 +41,7 @@ HOSTILE = {
 def compared(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("suite")
     suite, ref, cand, _ = make_suite(root, windows=2, context=40, vocab=64, seed=3, domains=("prose",))
-    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend="numpy")
+    opts = CompareOptions(start_window=0, stop_window=2, bootstrap_samples=100, backend=NUMPY)
     results = [compare_window(suite, suite.window(i), ref, cand, opts) for i in (0, 1)]
     return suite, ref, cand, opts, results
 

@@ -12,10 +12,13 @@ import pytest
 
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import write_report
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from kldtui.tui.app import KldApp, create_app
 from tests import fidelity_fixture as fx
 from tests.fixtures_tui import drawn_lines, screen_lines, settle, sync, until
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 pytest.importorskip("torch")
 
@@ -31,7 +34,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     f = fx.build(root / "suite", contexts=12)
     return [write_report(root / f"{name}.json",
                          compare(f.root, f.root / fid.HIDDEN_DIR, folder,
-                                 CompareOptions(backend="numpy", bootstrap_samples=100)))
+                                 CompareOptions(backend=NUMPY, bootstrap_samples=100)))
             for name, folder in noisy_candidates(f, root, {LONG: 0.03, "large": 0.09, "mid": 0.05}).items()]
 
 

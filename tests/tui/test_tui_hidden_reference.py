@@ -12,11 +12,14 @@ import pytest
 
 from kldtui.formats import fidelity as fid
 from kldtui.formats.report import clustered_line, summary_text, write_report
-from kldtui.stages.compare import CompareOptions, compare
+from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 from kldtui.text import human_bytes, interval_ends, table_figure
 from kldtui.tui.app import create_app
 from tests import fidelity_fixture as fx
 from tests.fixtures_tui import drawn_lines, screen_lines, settle, static_text, sync, until
+
+# the NumPy backend, asked for as such (no GPU is taken, so the servers' signs are not needed)
+NUMPY = BackendRequest("numpy", server_signs=None)
 
 pytest.importorskip("torch")
 
@@ -26,7 +29,7 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
     f = fx.build(tmp_path / "suite", contexts=24)
     # the analysis partition (18 contexts of 12 source clusters), the reference against itself
     report = compare(f.root, f.root / fid.HIDDEN_DIR, f.root / fid.HIDDEN_DIR,
-                     CompareOptions(context_filter="analysis", backend="numpy", bootstrap_samples=100,
+                     CompareOptions(context_filter="analysis", backend=NUMPY, bootstrap_samples=100,
                                     candidate_lm_head=str(f.root / fid.LM_HEAD_DIR)))
     ref = report.reference
     assert ref is not None and ref.bytes_on_disk and ref.full_logits_bytes
@@ -53,7 +56,7 @@ async def test_viewer_shows_the_reference_kind_and_size(tmp_path: Path) -> None:
     assert "; mean KL 0.000184 [0.000123, 0.000249] (95%, source clusters" in (clustered_line(near) or "")
     # the sentinels fall in fewer source clusters than an interval needs: no interval, and why
     few = compare(f.root, f.root / fid.HIDDEN_DIR, f.root / "sentinel-live-logits" / "repeat-00",
-                  CompareOptions(context_filter="sentinel", backend="numpy", bootstrap_samples=100))
+                  CompareOptions(context_filter="sentinel", backend=NUMPY, bootstrap_samples=100))
     clusters = few.suite_statistics.kl_source_cluster_bootstrap.cluster_count
     assert clusters is not None and clusters < 8
     mean = few.suite_statistics.kl_stratified_source_cluster_bootstrap.micro.estimate
@@ -83,7 +86,7 @@ async def test_the_viewers_help_counts_a_hidden_state_suites_contexts(tmp_path: 
     f = fx.build(tmp_path / "suite", contexts=12)
     paths = [write_report(tmp_path / f"{name}.json",
                           compare(f.root, f.root / fid.HIDDEN_DIR, folder,
-                                  CompareOptions(backend="numpy", bootstrap_samples=100)))
+                                  CompareOptions(backend=NUMPY, bootstrap_samples=100)))
              for name, folder in noisy_candidates(f, tmp_path, {"small": 0.03, "large": 0.09}).items()]
     logits = [write_doc(tmp_path / f"{n}-logits.json", make_report(n, lvl, seed=s))
               for n, lvl, s in [("a", 0.02, 1), ("b", 0.01, 2)]]
@@ -122,7 +125,7 @@ def _hidden_reports(tmp_path: Path, contexts: int = 12) -> list[Path]:
     f = fx.build(tmp_path / "suite", contexts=contexts)
     return [write_report(tmp_path / f"{name}.json",
                          compare(f.root, f.root / fid.HIDDEN_DIR, folder,
-                                 CompareOptions(backend="numpy", bootstrap_samples=100)))
+                                 CompareOptions(backend=NUMPY, bootstrap_samples=100)))
             for name, folder in noisy_candidates(f, tmp_path, {"small": 0.03, "large": 0.09}).items()]
 
 

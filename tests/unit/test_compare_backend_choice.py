@@ -35,7 +35,7 @@ def gpus(monkeypatch):
 
 def test_no_gpu_no_server_means_the_cpu_kernel_with_every_core(monkeypatch):
     monkeypatch.setattr(cb, "cuda_present", lambda: False)
-    choice = cb.choose_backend("auto", None, None)
+    choice = cb.choose_backend("auto", None, None, server_signs=None)
     assert choice.backend in (Backend.C, Backend.NUMPY) and choice.cuda_device is None
     assert choice.threads is None and "no GPU seen" in choice.reason
 
@@ -47,10 +47,11 @@ def test_gpu_without_a_running_server_compares_on_cuda(gpus):
 
 
 def test_unsaid_servers_keep_auto_off_every_gpu(gpus):
-    """A caller that does not say how model servers show in /proc (the compare stage names no server
-    kind) gets the CPU kernel, never a GPU a server it cannot see may hold, and the reason says so."""
+    """A caller that says it does not know how model servers show in /proc (the compare stage names
+    no server kind) gets the CPU kernel, never a GPU a server it cannot see may hold, and the reason
+    says so."""
     queried = gpus([80.0, 80.0])
-    choice = cb.choose_backend("auto", None, None, cpu_count=8)
+    choice = cb.choose_backend("auto", None, None, cpu_count=8, server_signs=None)
     assert choice.backend in (Backend.C, Backend.NUMPY) and choice.cuda_device is None
     assert choice.threads is None and queried == [] and choice.reason == cb.NOT_TOLD
     assert "model servers was not said" in choice.reason
@@ -99,7 +100,8 @@ def test_a_vllm_server_on_this_host_keeps_its_gpus_from_a_plain_compare(gpus, mo
 
 def test_server_on_every_gpu_means_the_cpu_kernel_with_capped_threads(gpus):
     queried = gpus([1.4] * 16)  # 16-way TP at gpu-memory-utilization 0.982: ~1.4 GiB headroom
-    choice = cb.choose_backend("auto", None, cb.Serving(frozenset(range(16))), vocab=163840, cpu_count=64)
+    choice = cb.choose_backend("auto", None, cb.Serving(frozenset(range(16))), vocab=163840, cpu_count=64,
+                              server_signs=None)
     assert choice.backend in (Backend.C, Backend.NUMPY) and choice.cuda_device is None
     assert choice.threads == 32  # half the cores: capture is not starved
     assert queried == []  # no GPU outside the server's set: none is even touched
@@ -108,12 +110,14 @@ def test_server_on_every_gpu_means_the_cpu_kernel_with_capped_threads(gpus):
 
 def test_unknown_server_gpus_count_as_all(gpus):
     gpus([80.0, 80.0])
-    assert cb.choose_backend("auto", None, cb.Serving(None), cpu_count=4).cuda_device is None
+    choice = cb.choose_backend("auto", None, cb.Serving(None), cpu_count=4, server_signs=None)
+    assert choice.cuda_device is None
 
 
 def test_a_spare_gpu_with_room_is_used_and_a_full_one_is_not(gpus):
     queried = gpus([1.0, 1.0, 2.0, 40.0])
-    choice = cb.choose_backend("auto", None, cb.Serving(frozenset({0, 1})), vocab=163840, cpu_count=8)
+    choice = cb.choose_backend("auto", None, cb.Serving(frozenset({0, 1})), vocab=163840, cpu_count=8,
+                              server_signs=None)
     assert (choice.backend, choice.cuda_device) == ("torch-cuda", 3)
     assert queried == [2, 3]  # the server's GPUs are never queried (no context created there)
     assert "cuda:3 is outside its GPUs" in choice.reason
@@ -123,14 +127,15 @@ def test_spare_gpus_without_enough_free_memory_fall_back_to_the_cpu(gpus):
     gpus([1.0, 3.0])
     need = cb.cuda_bytes_needed(163840) + cb.MARGIN_BYTES
     assert need > 3 * GIB
-    choice = cb.choose_backend("auto", 3, cb.Serving(frozenset({0})), vocab=163840, cpu_count=8)
+    choice = cb.choose_backend("auto", 3, cb.Serving(frozenset({0})), vocab=163840, cpu_count=8,
+                              server_signs=None)
     assert choice.backend in (Backend.C, Backend.NUMPY) and choice.threads == 3  # [compare] threads wins
     assert "no GPU outside its set" in choice.reason
 
 
 def test_an_explicit_backend_is_used_as_asked(gpus):
     gpus([1.0])
-    choice = cb.choose_backend("torch-cuda", 2, cb.Serving(frozenset({0})))
+    choice = cb.choose_backend("torch-cuda", 2, cb.Serving(frozenset({0})), server_signs=None)
     assert (choice.backend, choice.threads) == ("torch-cuda", 2) and "as configured" in choice.reason
 
 
@@ -202,11 +207,60 @@ def test_servers_found_together(monkeypatch, tmp_path, processes, environ, gpus_
     assert cb.servers_found(process_signs()) is None
 
 
+def test_the_servers_signs_are_always_said():
+    """Neither the chooser nor a request has a default for how model servers show in /proc: a new
+    caller that forgets them is stopped at once, not given the CPU kernel without a word."""
+    with pytest.raises(TypeError, match="server_signs"):
+        cb.choose_backend("auto")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="server_signs"):
+        cb.BackendRequest("auto")  # type: ignore[call-arg]
+    assert cmp.CompareOptions().backend == cb.BackendRequest("auto", server_signs=None)
+
+
+def test_a_choice_beside_this_runs_server_keeps_its_gpus_and_is_said_on_change(gpus, monkeypatch, tmp_path):
+    """The one sequence the pipeline and the reference's repeat capture share
+    (kldtui.stages.compare_beside): the launched server's GPUs by its kind's sign, the registered
+    kinds' signs for the servers on this host, and the BackendChosen event, said again only when
+    its line changes."""
+    from types import SimpleNamespace
+
+    from kldtui.events import BackendChosen
+    from kldtui.servers.base import ServerPlan
+    from kldtui.stages.compare_beside import choose_beside, serving_of
+    from kldtui.stages.serve import ServerSession
+
+    gpus([80.0] * 4)
+    _found_in(monkeypatch, tmp_path, {1: ["bash"]}, {})
+    plan = ServerPlan("vllm", "m", env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    running = SimpleNamespace(argv=["vllm", "serve", "m", "-tp", "3"], alive=lambda: None)
+    session = ServerSession(plan, tmp_path, running)  # type: ignore[arg-type]
+    serving = serving_of(session, "the candidate server")
+    assert serving == cb.Serving(frozenset({0, 1, 2}), "the candidate server")
+    said: list = []
+    choice = choose_beside("auto", None, serving, vocab=None, emit=said.append)
+    assert (choice.backend, choice.cuda_device) == ("torch-cuda", 3)
+    assert choice.reason.startswith("the candidate server is running; cuda:3 is outside its GPUs")
+    assert [(type(e), e.line) for e in said] == [(BackendChosen, choice.event().line)]
+    again = choose_beside("auto", None, serving, vocab=None, emit=said.append, said=said[0].line)
+    assert again == choice and len(said) == 1  # the same line: not said twice
+    exited = SimpleNamespace(argv=running.argv, alive=lambda: "exit code 1")
+    assert serving_of(ServerSession(plan, tmp_path, exited), "x") is None  # type: ignore[arg-type]
+    assert serving_of(ServerSession(plan, tmp_path, None), "x") is None  # attached: none launched
+    assert serving_of(None, "x") is None
+    # no server of this run: a llama.cpp server found in /proc by the registered kinds' signs keeps GPU 0
+    _found_in(monkeypatch, tmp_path / "found", {123: ["llama-server", "-m", "q4.gguf"]},
+              {123: {"CUDA_VISIBLE_DEVICES": "0"}})
+    found = choose_beside("auto", None, None, vocab=None, emit=said.append)
+    assert found.cuda_device == 1 and found.reason.startswith("a llama.cpp server (pid 123) is running")
+    assert len(said) == 2 and said[-1].line == found.event().line
+
+
 def test_a_cuda_compare_gives_its_cached_memory_back(monkeypatch):
     released = []
     monkeypatch.setattr(cb, "cuda_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(True))
-    engine = cmp.Engine(16, cmp.CompareOptions(backend="torch-cuda", cuda_device=3))
+    asked = cb.BackendRequest("torch-cuda", cuda_device=3, server_signs=None)
+    engine = cmp.Engine(16, cmp.CompareOptions(backend=asked))
     assert engine._torch_device() == "cuda:3"
     engine.close()
     assert released == [True]

@@ -101,17 +101,17 @@ def test_no_compiler_falls_back_silently(tmp_path: Path) -> None:
 def test_engine_backend_without_the_c_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ckernel, "_state", {"lib": None, "why": "no C compiler found"})
     if not backends.cuda_present():
-        assert backends.choose_backend("auto").backend is backends.Backend.NUMPY
+        assert backends.choose_backend("auto", server_signs=None).backend is backends.Backend.NUMPY
     with pytest.raises(BadInput, match="no C compiler"):
-        backends.choose_backend("c")
-    assert backends.choose_backend("numpy").backend is backends.Backend.NUMPY
+        backends.choose_backend("c", server_signs=None)
+    assert backends.choose_backend("numpy", server_signs=None).backend is backends.Backend.NUMPY
 
 
 @needs_c
 def test_engine_uses_the_c_kernel_by_default() -> None:
     if not backends.cuda_present():
-        assert backends.choose_backend("auto").backend is backends.Backend.C
-    assert backends.choose_backend("c").backend is backends.Backend.C
+        assert backends.choose_backend("auto", server_signs=None).backend is backends.Backend.C
+    assert backends.choose_backend("c", server_signs=None).backend is backends.Backend.C
 
 
 def test_mmap_and_pread_reads_give_identical_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
     from kldtui.servers.registry import process_signs
-    from kldtui.stages.compare import CompareOptions, run_compare
+    from kldtui.stages.compare import BackendRequest, CompareOptions, run_compare
     from kldtui.workspace import Workspace
 
     output = Path(args.output)
@@ -144,14 +144,15 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"--{name.replace('_', '-')} {value} is too small")
     options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window,
                              bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed,
-                             row_block=args.row_block, reverse=args.reverse, backend=args.backend,
-                             threads=args.threads, verify_sha256=args.verify_sha256,
+                             row_block=args.row_block, reverse=args.reverse,
+                             backend=BackendRequest(args.backend, args.threads, server_signs=process_signs()),
+                             verify_sha256=args.verify_sha256,
                              candidate_size=candidate_size(args),
                              context_filter=args.context_filter,
                              strata=parse_strata(args.stratum, "--stratum"),
                              lm_head=args.lm_head, candidate_lm_head=args.candidate_lm_head,
                              replay_dtype=args.replay_dtype, vocab_chunk=args.vocab_chunk,
-                             replay_rows=args.replay_rows, server_signs=process_signs())
+                             replay_rows=args.replay_rows)
     from kldtui.redact import redact_argv
 
     shown = redact_argv(sys.argv[1:])

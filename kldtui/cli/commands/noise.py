@@ -202,10 +202,10 @@ def _run(args: argparse.Namespace) -> int:
                                       emit=emit, cancel=cancel, server_signs=signs)
         if args.reference is None:
             return done(floor, report.unit)
-        from kldtui.stages.compare import CompareOptions, compare
+        from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 
         options = CompareOptions(start_window=args.start_window, stop_window=args.stop_window,
-                                 server_signs=signs)
+                                 backend=BackendRequest(server_signs=signs))
         captures = [compare(args.suite_manifest, args.reference, f, options, emit, cancel) for f in folders]
         names = [f"{args.reference} vs {f}" for f in folders]
         return done(noise_from_capture_reports(*captures, where1=names[0], where2=names[1],

@@ -6,7 +6,8 @@ reference suite, by concern:
 ``inputs``                :func:`prepare`: every input validated before the first row
                           (suite and token hashes, manifests, vocabularies, file identity)
 ``hashing``               files' SHA-256 against their manifests; the reference manifest's hash
-``backends``              the backend vocabulary (:class:`Backend`) and the one chooser
+``backends``              the backend vocabulary (:class:`Backend`), the one chooser and what a
+                          comparison is given (:class:`BackendRequest` or a choice)
 ``rows``                  reading a logits file's row blocks (``mmap``, else ``pread``)
 ``engine``                :class:`Engine`: row blocks through a fused kernel on a thread pool
 ``results``               :class:`WindowResult` (per-position figures) and its window figures
@@ -28,6 +29,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kldtui.stages.compare.backends import BackendRequest
     from kldtui.stages.compare.driver import Comparer, compare, compare_window, run_compare
     from kldtui.stages.compare.engine import Engine
     from kldtui.stages.compare.inputs import CompareInputs, prepare
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {"Comparer": "driver", "compare": "driver", "compare_window": "driver", "run_compare": "driver",
             "Engine": "engine", "CompareInputs": "inputs", "prepare": "inputs", "CompareOptions": "options",
-            "build_report": "report", "WindowResult": "results"}
+            "build_report": "report", "WindowResult": "results", "BackendRequest": "backends"}
 
 
 def __getattr__(name: str) -> Any:
@@ -47,5 +49,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-__all__ = ["CompareInputs", "CompareOptions", "Comparer", "Engine", "WindowResult", "build_report",
-           "compare", "compare_window", "prepare", "run_compare"]
+__all__ = ["BackendRequest", "CompareInputs", "CompareOptions", "Comparer", "Engine", "WindowResult",
+           "build_report", "compare", "compare_window", "prepare", "run_compare"]

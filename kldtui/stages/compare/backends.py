@@ -11,10 +11,11 @@ A request is ``auto``, ``torch`` or a backend's option value (:data:`BACKEND_OPT
   compare needs plus a margin free, else the compiled C kernel (built at first use,
   :mod:`kldtui.metrics.ckernel`), else NumPy; a server of this run counts as on this host when its
   URL names any of this host's names or addresses (:func:`kldtui.this_host.is_this_host`);
-* ``auto`` when the caller gave no signs (``server_signs`` None: which processes are model servers
-  was not said): the CPU kernel, never a GPU, and the reason says why. The compare stage names no
-  server kind (the noise floor runs it below them); the front ends and the pipeline pass the
-  registered kinds' signs (``kldtui.servers.registry.process_signs``);
+* ``auto`` when the caller says it does not know the signs (``server_signs`` None, which every
+  caller passes on purpose: the argument has no default): the CPU kernel, never a GPU, and the
+  reason says why. The compare stage names no server kind (the noise floor runs it below them);
+  the front ends and the pipeline pass the registered kinds' signs
+  (``kldtui.servers.registry.process_signs``);
 * ``auto`` while a server is starting or running on this host (``serving``, or one found): the CPU
   kernel with its threads capped (half the cores) so the capture client and the server's own CPU
   work are not starved, unless a GPU outside the server's set has the memory a compare needs plus
@@ -22,11 +23,14 @@ A request is ``auto``, ``torch`` or a backend's option value (:data:`BACKEND_OPT
   server GPU's headroom (about 1.4-3.2 GiB) is less than a compare's blocks and a CUDA context:
   taking it would stall or kill the engine, and a compare on TP rank 0 slows the whole TP group.
 
-The choice carries a one-line reason, said once per compare as a :class:`BackendChosen` event
-(:meth:`BackendChoice.event`: by the engine when it chose, else by the caller that passed its choice,
-the pipeline), so the dashboard, the batch output and ``kldtui compare`` say which backend compares
-and why; the report keeps it (``provenance.backend_reason``). After a CUDA compare the engine releases torch's
-cached memory (``torch.cuda.empty_cache``); the CUDA context itself stays until kldtui exits.
+A compare is given either a :class:`BackendRequest`, which its engine turns into a choice, or a
+:class:`BackendChoice` its caller made already (the pipeline and the reference's repeat capture,
+through :mod:`kldtui.stages.compare_beside`). The choice carries a one-line reason, said once per
+compare as a :class:`BackendChosen` event (:meth:`BackendChoice.event`: by the engine when it
+chose, else by the caller that passed its choice), so the dashboard, the batch output and
+``kldtui compare`` say which backend compares and why; the report keeps it
+(``provenance.backend_reason``). After a CUDA compare the engine releases torch's cached memory
+(``torch.cuda.empty_cache``); the CUDA context itself stays until kldtui exits.
 
 Light on purpose (no NumPy or torch at import): the CLI and the profile validate with it.
 """
@@ -36,7 +40,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -243,13 +247,33 @@ def _explicit(requested: str) -> Backend:
     return backend
 
 
+@dataclass(frozen=True)
+class BackendRequest:
+    """A compare's backend as its caller asks for it, for the engine to choose
+    (:meth:`choose`): ``option`` (:data:`BACKEND_OPTIONS`), worker threads (None: the backend's
+    default), the GPU for torch-cuda (None: the current device), and how the model servers on this
+    host show in /proc (``server_signs``, always said: None says on purpose that it is not known,
+    so ``auto`` takes no GPU)."""
+
+    option: str = AUTO
+    threads: int | None = None
+    cuda_device: int | None = None
+    server_signs: tuple[ServerSign, ...] | None = field(kw_only=True)
+
+    def choose(self, vocab: int = DEFAULT_VOCAB, serving: Serving | None = None) -> BackendChoice:
+        """The backend this request gets now (:func:`choose_backend`)."""
+        return choose_backend(self.option, self.threads, serving, vocab=vocab, cuda_device=self.cuda_device,
+                              server_signs=self.server_signs)
+
+
 def choose_backend(requested: str = AUTO, threads: int | None = None, serving: Serving | None = None,
                    *, vocab: int = DEFAULT_VOCAB, cuda_device: int | None = None,
                    cpu_count: int | None = None,
-                   server_signs: Sequence[ServerSign] | None = None) -> BackendChoice:
+                   server_signs: Sequence[ServerSign] | None) -> BackendChoice:
     """The backend, threads and GPU for the next compare, with the reason (see the module doc);
     BadInput (one line) for an unknown request or one that cannot run here. ``server_signs``: how
-    the model servers on this host show in /proc (None: not said, so ``auto`` takes no GPU)."""
+    the model servers on this host show in /proc, always said (None: not known, so ``auto`` takes
+    no GPU)."""
     if requested not in BACKEND_OPTIONS:
         raise BadInput(f"unknown compare backend {requested!r} (choose from {', '.join(BACKEND_OPTIONS)})")
     cores = max(1, cpu_count or os.cpu_count() or 1)
@@ -362,6 +386,6 @@ def server_gpus(devices: int | None, server_env: Mapping[str, str],
     return frozenset(mine.index(u) for u in used)
 
 
-__all__ = ["AUTO", "BACKEND_OPTIONS", "Backend", "BackendChoice", "BackendSpec", "NOT_TOLD", "SPECS",
-           "Serving", "choose_backend", "cuda_bytes_needed", "cuda_present", "gpus_of", "server_gpus",
-           "servers_found"]
+__all__ = ["AUTO", "BACKEND_OPTIONS", "Backend", "BackendChoice", "BackendRequest", "BackendSpec", "NOT_TOLD",
+           "SPECS", "Serving", "choose_backend", "cuda_bytes_needed", "cuda_present", "gpus_of",
+           "server_gpus", "servers_found"]

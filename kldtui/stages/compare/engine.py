@@ -24,7 +24,7 @@ from kldtui.formats import finite
 from kldtui.formats.suite import WindowSpec
 from kldtui.metrics.kernels import RowKernel, RowStats
 from kldtui.metrics.replay import torch_threads
-from kldtui.stages.compare.backends import Backend, choose_backend
+from kldtui.stages.compare.backends import Backend, BackendRequest
 from kldtui.stages.compare.inputs import CompareInputs
 from kldtui.stages.compare.options import CompareOptions
 from kldtui.stages.compare.results import WindowResult
@@ -41,15 +41,15 @@ DEFAULT_REPLAY_ROWS = 1024  # the CPU backends
 
 class Engine:
     """Compares windows with one backend; reuse it across windows (it keeps a thread pool). The
-    backend is ``options.choice``, else chosen here and said on ``emit`` (:class:`BackendChosen`)."""
+    backend is ``options.backend`` when its caller chose it (a :class:`BackendChoice`), else chosen
+    here from the request and said on ``emit`` (:class:`BackendChosen`)."""
 
     def __init__(self, vocab: int, options: CompareOptions, emit: EventSink = null_sink) -> None:
         self.vocab = vocab
         self.options = options
-        choice = options.choice
-        if choice is None:
-            choice = choose_backend(options.backend, options.threads, cuda_device=options.cuda_device,
-                                    vocab=vocab, server_signs=options.server_signs)
+        choice = options.backend
+        if isinstance(choice, BackendRequest):
+            choice = choice.choose(vocab)
             emit(choice.event())
         self.choice = choice
         self.backend: Backend = choice.backend

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kldtui.metrics.replay_spec import DEFAULT_CHUNK
+from kldtui.stages.compare.backends import BackendChoice, BackendRequest
 
 if TYPE_CHECKING:
     from kldtui.capture_modes import CaptureMode
     from kldtui.formats.fidelity import ContextFilter
     from kldtui.formats.model_size import ModelSize
     from kldtui.formats.suite import Suite, WindowSpec
-    from kldtui.stages.compare.backends import BackendChoice
-    from kldtui.this_host import ServerSign
 
 
 @dataclass
@@ -25,15 +24,12 @@ class CompareOptions:
     bootstrap_seed: int = 1
     row_block: int | None = None  # rows per block; None: chosen by the backend
     reverse: bool = False
-    backend: str = "auto"  # a request: kldtui.stages.compare.backends.BACKEND_OPTIONS
-    threads: int | None = None  # worker threads (numpy backend); None: every core
-    cuda_device: int | None = None  # torch-cuda: the GPU index (None: the current device)
-    # how model servers show in /proc, whose GPUs backend auto leaves alone: the front end's server
-    # kinds' (kldtui.servers.registry.process_signs); None: not said, so auto takes no GPU
-    server_signs: tuple[ServerSign, ...] | None = None
-    # the choice its caller made and said already (the pipeline, by what else runs on this host): the
-    # engine takes it as it is; None: the engine chooses from the request above and says why
-    choice: BackendChoice | None = None
+    # the backend, one of two: a request (option, threads, GPU and how the model servers on this
+    # host show in /proc: the front end's kinds', kldtui.servers.registry.process_signs), which the
+    # engine chooses from and says why; or the choice its caller made and said already (the
+    # pipeline, by what else runs on this host), which the engine takes as it is. The default:
+    # auto, with the servers' signs not known, so auto takes no GPU
+    backend: BackendRequest | BackendChoice = BackendRequest(server_signs=None)
     verify_sha256: bool = False
     # what the candidate folder holds (kldtui.capture_modes); None: the mode whose finalized
     # manifest is there (logits first)
