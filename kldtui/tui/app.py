@@ -142,7 +142,9 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
 
     Dashboard: give ``profile`` (a :class:`kldtui.workflow.profile.Profile`; the app drives
     ``kldtui.workflow.pipeline.Pipeline(profile, emit, cancel)``, shows the suite's windows at once and
-    lists earlier reports of its workdir in the leaderboard) or any ``pipeline_factory(emit,
+    lists earlier reports of its workdir in the leaderboard; where the work folder's run is another
+    profile's, :func:`kldtui.workflow.owners.view_problem`, it says so and shows none of that run as
+    the profile's) or any ``pipeline_factory(emit,
     cancel)`` returning a :class:`~kldtui.tui.screens.dashboard.PipelineLike`. Viewer: neither, and
     ``reports`` (one: the result pane; several: the leaderboard). ``config_dir`` overrides
     ``$XDG_CONFIG_HOME/kldtui`` (themes and remembered settings). ``noise_path`` /
@@ -158,11 +160,15 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     candidate: ShownCandidate | None = None  # a campaign's: which candidate ``workspace`` holds
     unit: str | None = None  # what the suite's windows are called (a hidden-state suite's: context)
     suite_hash: str | None = None  # the suite's token hash: the dashboard ranks that suite's reports
+    not_ours: str | None = None  # why the work folder's run is not the profile's (it is another's)
     if profile is not None:
         from kldtui.workflow.campaign import shown_candidate, shown_workspace
+        from kldtui.workflow.owners import view_problem
 
-        workspace = shown_workspace(profile)  # a campaign: its leader's folders
-        shown = shown_candidate(profile)
+        # another profile's run (or leaderboard) in the work folder: none of it is shown as this one's
+        not_ours = view_problem(profile)
+        workspace = shown_workspace(profile) if not_ours is None else profile.workspace()
+        shown = shown_candidate(profile) if not_ours is None else None  # a campaign: its leader's folders
         if shown is not None:
             candidate = ShownCandidate(shown[0], "best" if shown[1] else "")
         profile_name = str(profile.path) if profile.path else None
@@ -175,7 +181,7 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
         unit = unit_of(specs) if specs else None
         if not reports:
             reports = [str(p) for p in workspace.earlier_reports()]
-        if own_report is None:
+        if own_report is None and not_ours is None:
             own_report = workspace.report_path
         if title is None:
             title = f"kldtui — {Path(profile.path).parent.name + '/' + Path(profile.path).name}" \
@@ -185,9 +191,10 @@ def create_app(*, profile: Any = None, pipeline_factory: PipelineFactory | None 
     main: BoardScreen
     if pipeline_factory is not None:
         dashboard = DashboardScreen(pipeline_factory, report_paths=paths, own_report=own_report,
-                                    windows=list(windows), autostart=autostart, workspace=workspace,
+                                    windows=list(windows), autostart=autostart,
+                                    workspace=workspace if not_ours is None else None,
                                     profile_name=profile_name, candidate=candidate, unit=unit,
-                                    suite_hash=suite_hash)
+                                    suite_hash=suite_hash, not_ours=not_ours)
         if abort is not None:  # early abort: the rail says so before the run
             dashboard.model.stages["compare"].detail = f"aborts if a {dashboard.model.unit}'s KL > {abort:g}"
         main = dashboard

@@ -29,7 +29,9 @@ profile whose recorded file is gone (renamed or deleted) hands its files over, w
 file, the profile records its suite's folder (relative to the work folder) for each part it writes that
 is one suite's; a profile of another suite folder is refused it the same way (for a candidate: or
 asked to name it otherwise), unless the recorded folder holds no suite any more (moved or deleted:
-the part changes hands, with a notice). Profiles read from no file (built in code) claim nothing. A
+the part changes hands, with a notice). A profile's dashboard, opened before any run, reads the record
+too (:func:`view_problem`): where the profile's run would be refused it says that line and shows none of
+the folder's run as the profile's. Profiles read from no file (built in code) claim nothing. A
 folder of earlier versions, which recorded no owners, is claimed by the first profile to run there
 again.
 """
@@ -40,7 +42,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kldtui.errors import BadInput
+from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.names import name_problem
@@ -137,6 +139,18 @@ def owner_problem(profile: Profile, workspace: Workspace) -> str | None:
     or a part of it ``profile`` would write is another suite's (see the module docstring); None when
     none is, or the owner's file or the suite is gone."""
     return _check(profile, workspace)[0]
+
+
+def view_problem(profile: Profile) -> str | None:
+    """For a view of ``profile``'s work folder that writes nothing (its dashboard as it opens, before
+    any run): the line :func:`owner_problem` would refuse its run with (what is there is another
+    profile's, or another suite's), or the line saying ``profiles.json`` is not a record kldtui wrote;
+    None where what the folder holds for this profile is its own. Then the view shows none of it as
+    this profile's run. Reads ``profiles.json`` only."""
+    try:
+        return owner_problem(profile, profile.workspace())
+    except KldError as exc:  # a record no run would accept either: said, and nothing taken as ours
+        return str(exc)
 
 
 def claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageName) -> None:

@@ -68,6 +68,7 @@ ENGINE_GROUP, CONTROL_GROUP = "engine", "control"
 # ranking needs.
 GRID_BESIDE_TABLES_FROM = 116
 TABLE_TABS = ("leaderboard", "diff")  # the tabs whose tables and charts take the grid's room
+NOT_OURS_SECONDS = 15  # the notice that the work folder's run is another profile's (a long line), shown
 
 
 PipelineFactory = Callable[[Callable[[Event], None], Cancel], PipelineControl]
@@ -186,8 +187,11 @@ class DashboardScreen(BoardScreen):
                  own_report: Path | None = None, windows: list[tuple[int, str]] | None = None,
                  autostart: bool = False, workspace: Workspace | None = None,
                  profile_name: str | None = None, candidate: ShownCandidate | None = None,
-                 unit: str | None = None, suite_hash: str | None = None) -> None:
+                 unit: str | None = None, suite_hash: str | None = None, not_ours: str | None = None) -> None:
         super().__init__(report_paths)
+        # the line saying the work folder's run is another profile's (kldtui.workflow.owners.view_problem):
+        # said on mount; ``workspace`` is then None, so nothing of that run is shown as this one's
+        self.not_ours = not_ours
         # the run's suite (its token hash; None until known: the suite is not there yet): the ranking
         # holds its reports only, and those that record no suite; the others are left out, by absolute
         # path (their path as given, their suite), and named in a note above it (other_suites_note)
@@ -246,6 +250,9 @@ class DashboardScreen(BoardScreen):
         self.refresh_now(all_parts=True)
         if self.report_paths:
             self.load_reports()
+        if self.not_ours is not None:
+            self.model.apply(Notice("run", self.not_ours, level="warning"))
+            self.notify(self.not_ours, title="run", severity="warning", timeout=NOT_OURS_SECONDS)
         if self.workspace is not None and not self.autostart:
             self._load_disk_state(self.workspace)
         if self.autostart:
