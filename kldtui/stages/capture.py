@@ -301,17 +301,17 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
                    mode: CaptureMode = capture_modes.DEFAULT,
                    records: dict[int, CaptureRecord] | None = None, *,
                    windows: Sequence[WindowSpec]) -> str | None:
-    """One line when this run's windows were captured (its records) or finalized (its folder's
-    manifest, ``mode``'s) from a server whose settings differ from ``identity`` (a changed model, arguments or
-    rounding): resuming would join two candidates' windows in one report, and a finished report
-    would be ranked under the changed candidate's name. None when they agree, when ``identity`` is
-    None (a server kldtui did not launch from a profile), or when nothing was recorded (earlier
-    versions). ``records``: the run's, when the caller has read them; unreadable ones are left to the
-    capture stage, which says so. ``windows``: the suite's, whose words the line names a record's
-    unit in (:func:`kldtui.formats.suite.name_among`: ``context 0003 (chinese)`` for a hidden-state
-    suite's; empty where there is no suite to read: window words)."""
-    if identity is None:
-        return None
+    """One line when this run's windows were captured (its records) in another capture mode than
+    ``mode`` (:func:`mode_change`, whatever the server: an attached one too), or captured or
+    finalized (its folder's manifest, ``mode``'s) from a server whose settings differ from
+    ``identity`` (a changed model, arguments or rounding): resuming would join two candidates'
+    windows in one report, and a finished report would be ranked under the changed candidate's
+    name. None when they agree, when nothing was recorded (earlier versions), or, for the settings,
+    when ``identity`` is None (a server kldtui did not launch from a profile). ``records``: the
+    run's, when the caller has read them; unreadable ones are left to the capture stage, which says
+    so. ``windows``: the suite's, whose words the line names a record's unit in
+    (:func:`kldtui.formats.suite.name_among`: ``context 0003 (chinese)`` for a hidden-state suite's;
+    empty where there is no suite to read: window words)."""
     if records is None:
         try:
             records = load_records(workspace.records_path, unit=unit_of(windows))
@@ -325,6 +325,8 @@ def changed_server(workspace: Workspace, identity: Mapping[str, Any] | None,
             other_mode = mode_change(workspace, rec, named(rec), mode)
             assert other_mode is not None
             return other_mode
+    if identity is None:  # a server kldtui did not launch: its settings are not known to compare
+        return None
     found: list[tuple[CaptureRecord | str, Any]] = [(rec, rec.extra.get("server"))
                                                     for rec in records.values()]
     if workspace.candidate_dir is not None:
@@ -364,7 +366,8 @@ def mode_change(workspace: Workspace, rec: CaptureRecord, label: str, mode: Capt
         what = ("give the candidate another name (profiles sharing a work folder each need names of "
                 "their own)")
     else:
-        what = "use another [run] run_name to keep both, or remove its record to capture it again"
+        what = ("use another run name ([run] run_name, --run-name) to keep both, or remove its record to "
+                "capture it again")
     return (f"{workspace.records_path}: {label} was captured in {said}, this run captures in {mode.label}; "
             f"{what}")
 

@@ -123,8 +123,9 @@ def _reference_server_problems(profile: Profile, workspace: Workspace) -> list[s
 
 
 def _changed_server_problem(profile: Profile, workspace: Workspace) -> str | None:
-    """Windows of this run captured or finalized from a server with other settings (said before a
-    server is launched: the capture would refuse them after it loaded)."""
+    """Windows of this run captured in another capture mode, or captured or finalized from a server
+    with other settings (said before a server is launched or reached: the capture would refuse them
+    after it loaded)."""
     from kldtui.formats.suite import load_suite
     from kldtui.servers.base import server_identity
     from kldtui.stages.capture import changed_server

@@ -100,3 +100,36 @@ def test_score_mode_from_the_command_line(tmp_path: Path, capsys: pytest.Capture
 
     assert report_differences(reports[0], reports[1]) == []
     capsys.readouterr()
+
+
+def test_a_capture_mode_change_is_refused_before_the_attached_server_is_reached(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kldtui capture` attaches to a server kldtui did not launch, whose settings it does not know:
+    the check of the run's records returned before it looked at their capture mode, so a window
+    recorded in another mode was refused only after the server was reached (and only for a window of
+    this capture's range). The mode is checked first: one line naming the records file, exit 2, and
+    the server's port never connected to."""
+    import socket
+
+    rng = np.random.default_rng(3)
+    write_suite(tmp_path / "suite", [(d, rng.integers(0, 64, 20).tolist()) for d in ("prose", "code")])
+    (tmp_path / "srv").mkdir()
+    records = tmp_path / "cap" / "capture-cand.json"
+    records.parent.mkdir()
+    records.write_text(json.dumps([{"window_index": 1, "domain": "code", "mode": "score"}]))
+    with socket.socket() as server:  # where the attached server listens: any connection is seen
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        capsys.readouterr()
+        code = main(["capture", "--suite-dir", str(tmp_path / "suite"), "--capture-dir",
+                     str(tmp_path / "cap"), "--run-name", "cand", "--base-url",
+                     f"http://127.0.0.1:{server.getsockname()[1]}", "--server-capture-dir",
+                     str(tmp_path / "srv"), "--stop-window", "1"])
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nothing connected: the refusal came before the server was reached
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"kldtui: error: {records}: window 001 (code) was captured in score mode, this run captures in "
+        "logits mode; use another run name ([run] run_name, --run-name) to keep both, or remove its record "
+        "to capture it again\n")

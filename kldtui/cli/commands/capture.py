@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
     from kldtui.formats.suite import load_suite
-    from kldtui.stages.capture import CaptureServer, run_capture
+    from kldtui.stages.capture import CaptureServer, changed_server, run_capture
     from kldtui.stages.serve import check_attached
     from kldtui.workspace import Workspace
 
@@ -85,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
     if args.replay_check is not None and args.replay_check < 0:
         raise BadInput(f"--replay-check {args.replay_check}: give a number of contexts >= 0")
     live = args.mode.live_sample(suite, windows, args.replay_check)
+    # windows recorded in another capture mode are refused before the server is reached (the capture
+    # stage checks again once it holds the folder)
+    if (other_mode := changed_server(workspace, None, args.mode, windows=suite.windows)) is not None:
+        raise BadInput(other_mode)
 
     def job(emit: EventSink, cancel: Cancel) -> object:
         url = check_attached(args.base_url, args.served_model_name, api_key=api_key, emit=emit)
