@@ -38,7 +38,9 @@ else joins work-folder paths. Layout of a profile's work folder (``[run] workdir
       profiles.json                 which profile owns the single-candidate run (comparison.json, with
                                     candidate/, compare/, capture/<run_name>) and which each leaderboard
                                     file (with its noise models); which suite reference-run/ and each
-                                    campaign candidate's run are: kldtui.workflow.owners
+                                    campaign candidate's run are; which profile downloaded into
+                                    reference/ (or another suite folder) and whose windows each
+                                    candidate's report covers: kldtui.workflow.owners
 
 Several profiles may share one work folder (``kldtui demo``, ``demo --score`` and ``demo --hidden``
 do): a suite they name alike, server.log (each server start's lines, appended), capture/server-NNN (a
@@ -46,9 +48,12 @@ fresh one per start) and the lock are shared; the leaderboard and noise model ar
 (above); a campaign candidate's folders and report are named after the candidate, so profiles that
 share a folder give their candidates names of their own (the demos do: ``fine``, ``fine-score``,
 ``fine-hidden``; a capture of another mode or server under the same name is refused, not overwritten,
-and so is a campaign of another suite naming a candidate alike, before any work). ``reference-run/``
-is one suite's: the profiles of that suite share it, one of another suite that captures its reference
-is refused before any work.
+and so is a campaign of another suite naming a candidate alike, before any work, or of the same suite
+over other windows: one report covers one run's windows). ``reference-run/`` is one suite's: the
+profiles of that suite share it, one of another suite that captures its reference is refused before any
+work. ``reference/`` is one download's: every profile that downloads its suite without a ``local_dir``
+names it, and one that would download another repository or revision there than the profile that did is
+refused before any download (it sets a ``local_dir`` of its own).
 A single-candidate profile's run (``comparison.json``, ``candidate/``, ``compare/``, ``capture/<run_name>``)
 is one profile's: another single-candidate profile (another suite, other windows, another run name) is
 refused before any work, as is a campaign whose profile's file name is another's there (``a/kldtui.toml``,

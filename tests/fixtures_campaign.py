@@ -40,14 +40,31 @@ def single_profile(path: Path, suite: Path, workdir: Path, *, perturb: float = 0
 
 
 def campaign_profile(path: Path, suite: Path, workdir: Path, candidates: dict[str, float], *,
-                     capture: bool = True) -> Path:
+                     capture: bool = True, **run: object) -> Path:
     """A campaign profile at ``path``: embedded ``candidates`` (name -> perturbation) against ``suite``
     (its reference captured from the embedded model with ``capture``, else already in ``suite/ref``),
-    in ``workdir``."""
-    tables = "".join(candidate_table(name, perturb) + "\n" for name, perturb in candidates.items())
+    in ``workdir``, with the ``[run]`` keys ``run``."""
     reference = f'local_dir = "{suite}"\n' + ('capture = "embedded"\n' if capture else "")
+    return _campaign(path, reference, workdir, candidates, run)
+
+
+def downloading_profile(path: Path, repo_id: str, workdir: Path, candidates: dict[str, float], *,
+                        revision: str | None = None, local_dir: Path | None = None, **run: object) -> Path:
+    """A campaign profile at ``path`` whose suite is downloaded from the Hub (``[reference] repo_id``,
+    ``revision``; into ``WORKDIR/reference`` unless ``local_dir``), with embedded ``candidates`` in
+    ``workdir`` and the ``[run]`` keys ``run``."""
+    reference = f'repo_id = "{repo_id}"\n'
+    reference += f'revision = "{revision}"\n' if revision is not None else ""
+    reference += f'local_dir = "{local_dir}"\n' if local_dir is not None else ""
+    return _campaign(path, reference, workdir, candidates, run)
+
+
+def _campaign(path: Path, reference: str, workdir: Path, candidates: dict[str, float],
+              run: dict[str, object]) -> Path:
+    tables = "".join(candidate_table(name, perturb) + "\n" for name, perturb in candidates.items())
+    keys = "".join(f"{k} = {v!r}\n" for k, v in run.items())
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'[reference]\n{reference}\n{tables}[run]\nworkdir = "{workdir}"\n\n'
+    path.write_text(f'[reference]\n{reference}\n{tables}[run]\nworkdir = "{workdir}"\n{keys}\n'
                     '[compare]\nbootstrap_samples = 500\n')
     return path
 

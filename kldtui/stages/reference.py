@@ -73,6 +73,7 @@ from kldtui.stages.verify import (
     RECORD_NAME,
     REF_DIR,
     VerifyResult,
+    downloaded_from,
     read_record,
     recorded_windows,
     verify_reference,
@@ -153,11 +154,8 @@ def _local_state(root: Path, repo_id: str | None, revision: str | None, start_wi
     if not (root / SUITE_MANIFEST).is_file() or not (root / REF_DIR / LOGITS_MANIFEST).is_file():
         return None
     record = read_record(root)
-    if record is not None and repo_id is not None:
-        if record.get("repo_id") != repo_id:
-            return None
-        if revision is not None and revision not in (record.get("revision"), record.get("commit")):
-            return None
+    if record is not None and repo_id is not None and not downloaded_from(record, repo_id, revision):
+        return None
     try:
         suite = load_suite(root)
         manifest = load_logits_manifest(root / REF_DIR)

@@ -295,6 +295,15 @@ def read_record(root: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def downloaded_from(record: dict[str, Any], repo_id: str, revision: str | None) -> bool:
+    """Whether a download record is of ``repo_id`` at ``revision`` (None: whatever revision the folder
+    holds; else the revision it was asked for or the commit it resolved to): a download of that
+    repository and revision into the folder fetches no other suite over it."""
+    if record.get("repo_id") != repo_id:
+        return False
+    return revision is None or revision in (record.get("revision"), record.get("commit"))
+
+
 def recorded_windows(record: dict[str, Any] | None) -> set[int]:
     """The windows (or contexts) a download record says were fetched; none when its list is not a list
     of whole numbers >= 0 (a damaged or hand-edited record): the record is in the folder it describes,

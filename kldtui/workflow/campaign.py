@@ -43,7 +43,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kldtui.errors import BadInput, Interrupted, KldError, StageFailed
 from kldtui.events import (
@@ -67,6 +67,9 @@ from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import Candidate, Profile
 from kldtui.workflow.state import RunState, load_state
 from kldtui.workspace import REPEAT_SUFFIX, Workspace
+
+if TYPE_CHECKING:
+    from kldtui.formats.suite import WindowSpec
 
 
 @dataclass
@@ -170,6 +173,12 @@ class Campaign:
         if stage == "all":
             return self.run_all()
         if stage == "reference":  # shared by every candidate
+            from kldtui.workflow.owners import owner_problem
+            from kldtui.workflow.preflight import refuse
+
+            # another profile's suite in the folder it downloads into: refused before the download
+            refuse([owned] if (owned := owner_problem(self.profile, self._workspace)) else [], self.emit,
+                   "reference")
             return self._pipeline(self.profile.candidates[0], self.entries[0].workspace).reference()
         raise BadInput(f"{self.profile.where}: a campaign runs its stages candidate by candidate; run "
                        "everything (r in the dashboard, kldtui run --batch)")
@@ -197,6 +206,7 @@ class Campaign:
         """Every candidate not compared yet, one after another; then the leader's repeat capture
         (``[campaign] repeat_leader``); the ranking after each. Returns the leader's run state."""
         from kldtui.folder_lock import hold
+        from kldtui.workflow.owners import claim
 
         names = ", ".join(e.name for e in self.entries)
         ws = self._workspace
@@ -205,8 +215,15 @@ class Campaign:
         outputs = [e.report for e in self.entries] + [ws.leaderboard_path]
         with hold([ws.workdir] if ws.workdir else [], files=outputs, what="work folder"):
             self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
-            self._preflight(self._reference_ready())
-            windows = self._reference()
+            try:
+                known: list[WindowSpec] | None = self._window_specs()
+            except KldError:
+                known = None  # no suite yet: the reference stage fetches it
+            self._preflight(self._reference_ready(known), known)
+            specs = self._reference()
+            if known is None:  # the run's windows are known now: its candidates' runs are recorded over them
+                claim(self.profile, ws, self.emit, "campaign", specs)
+            windows = [w.index for w in specs]
             for entry in self.entries:
                 if self._finished(entry, windows):
                     entry.state = "compared"
@@ -278,34 +295,34 @@ class Campaign:
             return ""
         return f"the leader's repeat capture ({repeat.name}) {repeat.state}: no measured noise model"
 
-    def _reference(self) -> list[int]:
+    def _reference(self) -> list[WindowSpec]:
         """The shared reference stage, once (fetched, captured where missing, verified): a
         finished candidate is only finished against the reference as it is now. Returns the
         run's windows."""
         first = self._pipeline(self.profile.candidates[0], self.entries[0].workspace)
         try:
             first.reference()
-            return [w.index for w in first.windows()]
+            return first.windows()
         finally:
             first.release_folders()
 
-    def _reference_ready(self) -> set[str]:
-        """The candidates whose report covers the run against the reference on disk now (their
-        problems, e.g. a model folder moved away after its run, do not stop the others)."""
-        try:
-            windows = self._window_indices()
-        except KldError:
+    def _reference_ready(self, specs: list[WindowSpec] | None) -> set[str]:
+        """The candidates whose report covers the run (``specs``: its windows, None while there is no
+        suite) against the reference on disk now (their problems, e.g. a model folder moved away after
+        its run, do not stop the others)."""
+        if specs is None:
             return set()
+        windows = [w.index for w in specs]
         return {e.name for e in self.entries if self._finished(e, windows)}
 
-    def _preflight(self, finished: set[str]) -> None:
+    def _preflight(self, finished: set[str], specs: list[WindowSpec] | None) -> None:
         """Every candidate still to run is checked before the first server starts: a missing
         model of the third candidate is said now, not after hours of capturing the first two."""
         from kldtui.workflow.owners import claim, owner_problem
         from kldtui.workflow.preflight import campaign_disk, preflight, refuse
 
         # another profile's leaderboard under this one's name first (its other problems would not matter)
-        refuse([owned] if (owned := owner_problem(self.profile, self._workspace)) else [], self.emit,
+        refuse([owned] if (owned := owner_problem(self.profile, self._workspace, specs)) else [], self.emit,
                "campaign")
         problems: list[str] = []
         todo: list[tuple[str, Profile, Workspace]] = []
@@ -316,13 +333,15 @@ class Campaign:
             todo.append((entry.name, member, entry.workspace))
             problems += [p for p in preflight(member, entry.workspace, disk=False) if p not in problems]
         # the disk of all of them together: each keeps its finalized logits in the work folder
-        disk = None if problems else campaign_disk(self.profile, todo, repeat=self._repeat_pending(finished))
+        windows = [w.index for w in specs] if specs is not None else []
+        disk = None if problems else campaign_disk(self.profile, todo,
+                                                   repeat=self._repeat_pending(finished, windows))
         if disk is not None and not isinstance(disk, str) and disk.short:
             problems.append(f"{self.profile.where}: disk: the campaign needs {disk.describe()}; free space, "
                             "or set [run] workdir on a larger disk (or [run] stop_window for fewer "
                             f"{disk.unit}s, or fewer candidates)")
         refuse(problems, self.emit, "campaign")
-        claim(self.profile, self._workspace, self.emit, "campaign")  # the work folder's lock is held
+        claim(self.profile, self._workspace, self.emit, "campaign", specs)  # the work folder's lock is held
         if disk is not None:
             said = disk if isinstance(disk, str) else f"disk: the campaign needs {disk.describe()}"
             self.emit(Notice("campaign", said))
@@ -343,15 +362,11 @@ class Campaign:
         except (KldError, OSError, ValueError):
             return False
 
-    def _repeat_pending(self, finished: set[str]) -> bool:
+    def _repeat_pending(self, finished: set[str], windows: list[int]) -> bool:
         """The leader's repeat capture is still to come (``[campaign] repeat_leader``, and no finished
-        candidate has one yet)."""
+        candidate has one yet over the run's ``windows``)."""
         if not self.profile.campaign.repeat_leader:
             return False
-        try:
-            windows = self._window_indices()
-        except KldError:
-            windows = []
         for name in finished:
             if self._finished(self._repeat_entry(name), windows):
                 return False  # a repeat is there: the noise model is measured from it again
@@ -361,7 +376,7 @@ class Campaign:
         """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened
         dashboard shows); nothing is run or written."""
         try:
-            windows = self._window_indices()
+            windows = [w.index for w in self._window_specs()]
         except KldError:
             return  # no suite yet: nothing to rank
         for entry in self.entries:
@@ -732,10 +747,9 @@ class Campaign:
         return self.pipeline_type(self.profile.member(candidate), self.emit, self.cancel,
                                   workspace=workspace, reference_checked=reference_checked)
 
-    def _window_indices(self) -> list[int]:
+    def _window_specs(self) -> list[WindowSpec]:
         """The windows every candidate covers (KldError while there is no suite yet)."""
-        first = self._pipeline(self.profile.candidates[0], self.entries[0].workspace)
-        return [w.index for w in first.windows()]
+        return self._pipeline(self.profile.candidates[0], self.entries[0].workspace).windows()
 
     def _finished(self, entry: _Entry, windows: list[int]) -> bool:
         """The candidate's report (read and checked, not trusted by its name) covers every window of

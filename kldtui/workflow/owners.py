@@ -21,6 +21,29 @@ Some parts are one suite's, shared by the profiles of that suite (:func:`suite_p
   ``capture/NAME``, and its leader's ``repeat/``): two campaigns of other suites naming a candidate
   alike (same server and mode; another server or mode is refused by the capture) would share it.
 
+Two more are one profile's among those that share them:
+
+- the suite folder a profile downloads into (``[reference] repo_id``; ``WORKDIR/reference/`` without
+  a ``local_dir``, so every such profile of the work folder names the same one): a profile of another
+  repository or revision fetched its suite over the first one's, which fetched its own back on its next
+  run. The folder's download record (``.kldtui-reference.json``, kldtui.stages.verify.downloaded_from)
+  says what it holds; ``profiles.json`` records the profile that downloaded it, and another profile
+  whose download would fetch another suite there is refused before any download or server start and
+  asked for a ``local_dir`` of its own: each suite in its own folder, which no other profile's
+  download replaces (a folder per repository and revision by default would move every suite
+  downloaded so far, gigabytes of reference logits, and still leave two profiles that name one
+  ``local_dir`` to collide). A profile of the same suite shares it; the profile that downloaded it
+  may change its own suite there;
+- a campaign candidate's report (``comparison-NAME.json``) covers the windows of one run: two
+  campaigns of one suite naming a candidate alike over the same windows share it (one report of one
+  server over those windows), but over other windows ([run] start_window, stop_window, context_filter,
+  strata) each wrote its report over the other's, a 2-window one over a 32-window one.
+  ``profiles.json`` records the profile whose run it covers and the run's windows; another profile of
+  other windows is refused, naming both, before any server starts (or, where the suite is only
+  downloaded by this run, right after the download), and asked for another candidate name, the same
+  windows or a work folder of its own. The profile itself may change its windows (a run extended to
+  more windows).
+
 The first profile to run there claims its file (:func:`claim`, while the run holds the work folder's
 lock): ``profiles.json`` records the file's name and the profile's path relative to the work folder
 (so a project folder moved whole keeps its owners). Another profile is refused, one line naming both
@@ -29,18 +52,21 @@ profile whose recorded file is gone (renamed or deleted) hands its files over, w
 file, the profile records its suite's folder (relative to the work folder) for each part it writes that
 is one suite's; a profile of another suite folder is refused it the same way (for a candidate: or
 asked to name it otherwise), unless the recorded folder holds no suite any more (moved or deleted:
-the part changes hands, with a notice). A profile's dashboard, opened before any run, reads the record
-too (:func:`view_problem`): where the profile's run would be refused it says that line and shows none of
-the folder's run as the profile's. Profiles read from no file (built in code) claim nothing. A
-folder of earlier versions, which recorded no owners, is claimed by the first profile to run there
-again.
+the part changes hands, with a notice). A downloaded folder and a candidate's report over its windows
+change hands the same way when the recorded profile's file is gone (and the downloaded folder, silently,
+when it holds no suite). A profile's dashboard, opened before any run, reads the record too
+(:func:`view_problem`): where the profile's run would be refused it says that line and shows none of
+the folder's run as the profile's. Profiles read from no file (built in code) claim nothing. A folder
+of earlier versions, which recorded no owners, is claimed by the first profile to run there again.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
@@ -51,11 +77,17 @@ from kldtui.formats.untrusted_json import one_line_problem, printable_name, read
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
 
+if TYPE_CHECKING:
+    from kldtui.formats.suite import WindowSpec
+
 PROFILES_FORMAT = "kldtui-profiles-v1"
 # bytes of profiles.json read: a line of a few hundred bytes per profile sharing the folder
 PROFILES_LIMIT = 1024 * 1024
 # characters of a recorded profile path (relative to the work folder)
 PROFILE_PATH_MAX = 4096
+# the maps profiles.json holds (Record); owners is there from the first version on, the others where
+# something is recorded in them
+RECORD_MAPS = ("owners", "suites", "downloads", "runs")
 REMEDY = "delete it (each profile that runs there next records itself again)"
 
 
@@ -100,12 +132,34 @@ def _printed(recorded: str, workdir: Path) -> str:
 
 
 @dataclass(frozen=True)
+class Run:
+    """A campaign candidate's run as ``profiles.json`` records it (``runs``): the profile whose run its
+    report covers and the windows (a hidden-state suite's contexts) it covers, as :func:`spans` writes
+    them."""
+
+    profile: str
+    windows: str
+
+
+@dataclass(frozen=True)
 class Record:
-    """What ``profiles.json`` records: the owners (file name -> profile path) and the suites (name of a
-    part that is one suite's -> the suite folder), each path relative to the work folder."""
+    """What ``profiles.json`` records: the owners (file name -> profile path), the suites (name of a
+    part that is one suite's -> the suite folder), the downloads (a suite folder a profile downloads
+    into -> that profile) and the campaign candidates' runs (report name -> :class:`Run`), each path
+    relative to the work folder."""
 
     owners: dict[str, str] = field(default_factory=dict)
     suites: dict[str, str] = field(default_factory=dict)
+    downloads: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, Run] = field(default_factory=dict)
+
+    def document(self) -> dict[str, object]:
+        """The file's content (a map with nothing in it is left out)."""
+        return {"format": PROFILES_FORMAT, "owners": self.owners,
+                **({"suites": self.suites} if self.suites else {}),
+                **({"downloads": self.downloads} if self.downloads else {}),
+                **({"runs": {part: {"profile": run.profile, "windows": run.windows}
+                             for part, run in self.runs.items()}} if self.runs else {})}
 
 
 def load_record(path: Path) -> Record:
@@ -117,28 +171,55 @@ def load_record(path: Path) -> Record:
     if path.is_symlink():
         raise BadInput(f"{path}: a link holds the profiles record's name; {REMEDY}")
     doc = read_json(path, what="profiles record", remedy=REMEDY, limit=PROFILES_LIMIT)
-    owners = doc.get("owners") if isinstance(doc, dict) else None
-    suites = doc.get("suites", {}) if isinstance(doc, dict) else None
-    if (not isinstance(doc, dict) or doc.get("format") != PROFILES_FORMAT or not isinstance(owners, dict)
-            or not isinstance(suites, dict)):
+    maps: list[dict[str, Any]] = []
+    if isinstance(doc, dict) and doc.get("format") == PROFILES_FORMAT:
+        maps = [m for key in RECORD_MAPS
+                if isinstance(m := doc.get(key, {} if key != "owners" else None), dict)]
+    if len(maps) != len(RECORD_MAPS):
         raise BadInput(f"{path}: not a kldtui profiles record (format {PROFILES_FORMAT} with its owners); "
                        f"{REMEDY}")
-    for name, owner in [*owners.items(), *suites.items()]:
-        problem = name_problem(name)
-        if problem is None:
-            problem = one_line_problem(owner, PROFILE_PATH_MAX)
-            problem = f"its {'profile' if name in owners else 'suite'} {problem}" if problem is not None \
-                else None
+    owners, suites, downloads, runs = maps
+    # (the name a value is recorded under, whether that is a plain name, what the value is, the value)
+    values: list[tuple[str, bool, str, object]] = [
+        *[(name, True, "profile", owner) for name, owner in owners.items()],
+        *[(name, True, "suite", suite) for name, suite in suites.items()],
+        *[(folder, False, "profile", owner) for folder, owner in downloads.items()]]
+    for name, run in runs.items():
+        if not isinstance(run, dict) or set(run) != {"profile", "windows"}:
+            raise BadInput(f"{path}: the run of {printable_name(name)!r} is not its profile and windows; "
+                           f"{REMEDY}")
+        values += [(name, True, f"run's {key}", value) for key, value in run.items()]
+    for name, plain, what, value in values:
+        problem = name_problem(name) if plain else one_line_problem(name, PROFILE_PATH_MAX)
+        if problem is None and (found := one_line_problem(value, PROFILE_PATH_MAX)) is not None:
+            problem = f"its {what} {found}"
         if problem is not None:
             raise BadInput(f"{path}: the owner of {printable_name(name)!r} {problem}; {REMEDY}")
-    return Record(owners, suites)
+    return Record(owners, suites, downloads,
+                  {part: Run(run["profile"], run["windows"]) for part, run in runs.items()})
 
 
-def owner_problem(profile: Profile, workspace: Workspace) -> str | None:
+def spans(indices: Sequence[int]) -> str:
+    """Window indices as runs of consecutive ones: ``0-3,6,8-9``."""
+    ordered = sorted(set(indices))
+    parts: list[str] = []
+    start = 0
+    for i, index in enumerate(ordered):
+        if i + 1 == len(ordered) or ordered[i + 1] != index + 1:
+            first = ordered[start]
+            parts.append(str(first) if first == index else f"{first}-{index}")
+            start = i + 1
+    return ",".join(parts)
+
+
+def owner_problem(profile: Profile, workspace: Workspace,
+                  windows: Sequence[WindowSpec] | None = None) -> str | None:
     """One line when another profile, still there, owns what ``profile`` would write in the work folder,
-    or a part of it ``profile`` would write is another suite's (see the module docstring); None when
-    none is, or the owner's file or the suite is gone."""
-    return _check(profile, workspace)[0]
+    or a part of it ``profile`` would write is another suite's, or its download would fetch another suite
+    over the one another profile downloaded, or a campaign candidate's report covers another profile's
+    windows than ``windows`` (the run's, where the suite is there to say them; see the module
+    docstring); None when none is, or the owner's file or the suite is gone."""
+    return _check(profile, workspace, windows).problem
 
 
 def view_problem(profile: Profile) -> str | None:
@@ -153,47 +234,77 @@ def view_problem(profile: Profile) -> str | None:
         return str(exc)
 
 
-def claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageName) -> None:
-    """Record ``profile`` as the owner of its files in its work folder, and its suite as the one of the
-    parts it writes that are one suite's (the caller holds the folder's lock); BadInput
+def claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageName,
+          windows: Sequence[WindowSpec] | None = None) -> None:
+    """Record ``profile`` as the owner of its files in its work folder, its suite as the one of the
+    parts it writes that are one suite's, itself as the profile of the suite folder it downloads into
+    and of its campaign candidates' runs over ``windows`` (the caller holds the folder's lock); BadInput
     (:func:`owner_problem`'s line) when another profile owns them or another suite's are there. A gone
     owner's files, a gone suite's parts, are handed over with a notice."""
-    problem, record, handed = _check(profile, workspace)
-    if problem is not None:
-        raise BadInput(problem)
+    checked = _check(profile, workspace, windows)
+    if checked.problem is not None:
+        raise BadInput(checked.problem)
+    record = checked.record
     name = owned_file(profile, workspace)
     if name is None or profile.path is None:
         return
     workdir, path = workspace.workdir, workspace.owners_path
     assert workdir is not None
     me, suite = _shown(profile.path, workdir), _shown(workspace.suite_dir, workdir)
-    owners = {**record.owners, name: me}
+    downloads = dict(record.downloads)
+    if checked.download_taken:
+        downloads[suite] = me
+    runs = dict(record.runs)
+    if windows:
+        mine = Run(me, spans([w.index for w in windows]))
+        for part in _candidate_reports(profile):
+            if part not in runs or runs[part].profile == me or part in checked.runs_taken:
+                runs[part] = mine
     suites = {**record.suites, **dict.fromkeys(suite_parts(profile, workspace), suite)}
-    if owners == record.owners and suites == record.suites:
+    claimed = Record({**record.owners, name: me}, suites, downloads, runs)
+    if claimed == record:
         return
-    for line in handed:
+    for line in checked.handed:
         emit(Notice(stage, f"{path}: {line}", level="warning"))
     workdir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"format": PROFILES_FORMAT, "owners": owners,
-                             **({"suites": suites} if suites else {})})
+    write_json_atomic(path, claimed.document())
 
 
-def _check(profile: Profile, workspace: Workspace) -> tuple[str | None, Record, list[str]]:
-    """(the refusal or None, the record, what is handed over: a line for each gone owner or suite)."""
+@dataclass(frozen=True)
+class _Checked:
+    """What :func:`_check` found: the refusal (None: none), the record, a line for each gone owner, suite,
+    downloading profile or run's profile whose part is handed over, and the parts taken over so."""
+
+    problem: str | None
+    record: Record
+    handed: list[str] = field(default_factory=list)
+    download_taken: bool = False
+    runs_taken: set[str] = field(default_factory=set)
+
+
+def _candidate_reports(profile: Profile) -> list[str]:
+    """The report names of the profile's campaign candidates (``comparison-NAME.json``): the parts
+    ``runs`` records."""
+    return [profile.member_workspace(c.name).report.name for c in profile.candidates]
+
+
+def _check(profile: Profile, workspace: Workspace, windows: Sequence[WindowSpec] | None) -> _Checked:
     name = owned_file(profile, workspace)
     if name is None or profile.path is None:
-        return None, Record(), []
+        return _Checked(None, Record())
     workdir, path = workspace.workdir, workspace.owners_path
     assert workdir is not None
     record = load_record(path)
     handed: list[str] = []
+    me = _shown(profile.path, workdir)
     owner = record.owners.get(name)
-    if owner is not None and owner != _shown(profile.path, workdir):
+    if owner is not None and owner != me:
         shown = _printed(owner, workdir)
         if (workdir / owner).is_file():
-            return _refusal(profile, workspace, name, shown), record, []
+            return _Checked(_refusal(profile, workspace, name, shown), record)
         handed.append(f"{name} was profile {shown}'s, whose file is gone; it is {profile.where}'s now")
     suite = _shown(workspace.suite_dir, workdir)
+    gone_suite: set[str] = set()
     for part, (what, way) in suite_parts(profile, workspace).items():
         recorded = record.suites.get(part)
         if recorded is None or recorded == suite:
@@ -202,10 +313,67 @@ def _check(profile: Profile, workspace: Workspace) -> tuple[str | None, Record, 
         if not suite_manifest_path(workdir / recorded).is_file():
             handed.append(f"{part} was suite {shown}'s, which is gone; it is suite {workspace.suite_dir}'s "
                           "now")
+            gone_suite.add(part)
             continue
-        return (f"{profile.where}: the work folder {workdir} holds {what} of suite {shown} ({path}), "
-                f"which this profile's suite {workspace.suite_dir} would write over; {way}"), record, []
-    return None, record, handed
+        return _Checked(f"{profile.where}: the work folder {workdir} holds {what} of suite {shown} ({path}), "
+                        f"which this profile's suite {workspace.suite_dir} would write over; {way}", record)
+    refused, gone, download_taken = _download_check(profile, workspace, record, me)
+    if refused is not None:
+        return _Checked(refused, record)
+    handed += [gone] if gone is not None else []
+    runs_taken = set(gone_suite)
+    if windows and suite_manifest_path(workspace.suite_dir).is_file():
+        mine, unit = spans([w.index for w in windows]), windows[0].unit
+        for candidate, part in zip(profile.candidates, _candidate_reports(profile), strict=True):
+            run = record.runs.get(part)
+            if run is None or run.profile == me or run.windows == mine or part in gone_suite:
+                continue
+            shown = _printed(run.profile, workdir)
+            if not (workdir / run.profile).is_file():
+                handed.append(f"{part} covered the {unit}s {run.windows} of profile {shown}, whose file is "
+                              f"gone; it covers {profile.where}'s, {unit}s {mine}, now")
+                runs_taken.add(part)
+                continue
+            return _Checked(
+                f"{profile.where}: the work folder {workdir} holds campaign candidate {candidate.name}'s "
+                f"report ({part}) over the {unit}s {run.windows} of profile {shown} ({path}), which this "
+                f"profile's run over {unit}s {mine} would write over; give the candidate another name, the "
+                "two profiles the same [run] windows, or this profile its own [run] workdir", record)
+    return _Checked(None, record, handed, download_taken, runs_taken)
+
+
+def _download_check(profile: Profile, workspace: Workspace, record: Record,
+                    me: str) -> tuple[str | None, str | None, bool]:
+    """(the refusal, the line handing the folder over, whether ``profile`` is recorded as the folder's
+    downloader now) for a profile that downloads its suite ([reference] repo_id): refused when the folder
+    holds another suite that another profile, still there, downloaded (the folder's own download record
+    says what from: kldtui.stages.verify.downloaded_from); handed over, with the line, when that
+    profile's file is gone; the folder is this profile's where no profile or no suite is there yet, and
+    stays the other one's where this profile downloads the same suite."""
+    from kldtui.stages.verify import downloaded_from, read_record
+
+    ref, workdir = profile.reference, workspace.workdir
+    assert workdir is not None
+    claimer = record.downloads.get(_shown(workspace.suite_dir, workdir))
+    if ref.repo_id is None or claimer == me:
+        return None, None, False
+    held = read_record(workspace.suite_dir)
+    if claimer is None or held is None or not suite_manifest_path(workspace.suite_dir).is_file():
+        return None, None, True
+    if downloaded_from(held, ref.repo_id, ref.revision):
+        return None, None, False
+    shown = _printed(claimer, workdir)
+    commit = held.get("commit")
+    source = printable_name(str(held.get("repo_id"))[:PROFILE_PATH_MAX]) + (
+        f" (commit {printable_name(commit[:12])})" if isinstance(commit, str) else "")
+    asked = ref.repo_id + (f" (revision {ref.revision})" if ref.revision is not None else "")
+    if not (workdir / claimer).is_file():
+        return None, (f"{workspace.suite_dir} held the suite profile {shown} downloaded from {source}, whose "
+                      f"file is gone; {profile.where} downloads {asked} there now"), True
+    return (f"{profile.where}: {workspace.suite_dir} in the work folder {workdir} holds the suite profile "
+            f"{shown} downloaded from {source} ({workspace.owners_path}), which this profile's [reference] "
+            f"repo_id {asked} would download over; set [reference] local_dir to a folder of its own for "
+            "this suite (or give this profile its own [run] workdir)"), None, False
 
 
 def _refusal(profile: Profile, workspace: Workspace, name: str, shown: str) -> str:

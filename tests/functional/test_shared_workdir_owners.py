@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from kldtui.workspace import PROFILES_FILE_NAME
-from tests.fixtures_campaign import build_suite, campaign_profile, run_cmd, single_profile, write_profile
+from tests.fixtures_campaign import (
+    VOCAB,
+    build_suite,
+    campaign_profile,
+    downloading_profile,
+    run_cmd,
+    single_profile,
+    write_profile,
+)
 from tests.fixtures_demo import env_with
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
@@ -226,3 +234,93 @@ def test_a_campaign_candidate_of_another_suite_under_the_same_name_is_refused_be
     assert _run(renamed).returncode == 0
     assert _ranked(work / "leaderboard-b.json") == ["q-b"]
     assert _figures(work / "comparison-q.json") == alone
+
+
+def test_a_profile_downloading_another_suite_into_the_shared_reference_folder_is_refused_before_any_download(
+        tmp_path: Path) -> None:
+    """Profiles that download their suite ([reference] repo_id, no local_dir) all name WORKDIR/reference:
+    a second profile of another repository fetched its suite over the first one's (and the first one
+    fetched its own back on its next run). With the real huggingface_hub client against a loopback Hub:
+    refused before any request, server or write; with a local_dir of its own it runs beside the first."""
+    from tests.hub_server import HubServer, make_dataset
+
+    with HubServer() as hub:
+        for repo, seed in (("kldtui-test/suite-x", 0), ("kldtui-test/suite-y", 1)):
+            served = make_dataset(tmp_path / "hub" / repo, windows=WINDOWS, vocab=VOCAB, seed=seed)
+            hub.add_dataset(repo, served)
+        env = env_with(HF_ENDPOINT=hub.endpoint)
+        env.pop("HF_TOKEN", None)
+        env.pop("HF_HUB_OFFLINE", None)
+
+        def run(profile: Path) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env)
+
+        work = tmp_path / "work"
+        first = downloading_profile(tmp_path / "a.toml", "kldtui-test/suite-x", work, {"qa": 0.04})
+        done = run(first)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        owners = work / PROFILES_FILE_NAME
+        assert json.loads(owners.read_text())["downloads"] == {"reference": "../a.toml"}
+        record = json.loads((work / "reference" / ".kldtui-reference.json").read_text())
+        assert record["repo_id"] == "kldtui-test/suite-x"
+
+        other = downloading_profile(tmp_path / "b.toml", "kldtui-test/suite-y", work, {"qb": 0.04})
+        before, asked = _files(work), len(hub.log)
+        refused = run(other)
+        assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+        assert refused.stderr == (
+            f"kldtui: error: {other}: {work / 'reference'} in the work folder {work} holds the suite profile "
+            f"{first} downloaded from kldtui-test/suite-x (commit {record['commit'][:12]}) ({owners}), which "
+            "this profile's [reference] repo_id kldtui-test/suite-y would download over; set [reference] "
+            "local_dir to a folder of its own for this suite (or give this profile its own [run] workdir)\n")
+        assert len(hub.log) == asked  # nothing asked of the Hub
+        assert _files(work) == before  # no server started (server.log), nothing fetched or written
+
+        # a profile of the same suite shares the folder: nothing downloaded again
+        same = downloading_profile(tmp_path / "c.toml", "kldtui-test/suite-x", work, {"qc": 0.12})
+        shared = run(same)
+        assert shared.returncode == 0, shared.stdout[-3000:] + shared.stderr[-3000:]
+        assert not [r for r in hub.log[asked:] if r.path.endswith(".safetensors")]
+
+        # what the refusal says to do: a local_dir of its own
+        own = downloading_profile(other, "kldtui-test/suite-y", work, {"qb": 0.04},
+                                  local_dir=tmp_path / "suite-y")
+        assert run(own).returncode == 0
+        assert json.loads((tmp_path / "suite-y" / ".kldtui-reference.json").read_text())["repo_id"] == (
+            "kldtui-test/suite-y")
+        assert json.loads((work / "reference" / ".kldtui-reference.json").read_text()) == record
+        assert _ranked(work / "leaderboard-b.json") == ["qb"]
+
+
+def test_a_campaign_candidate_over_other_windows_of_the_same_suite_is_refused_before_any_work(
+        tmp_path: Path) -> None:
+    """Two campaigns of one suite naming a candidate alike over other windows shared comparison-NAME.json:
+    the second wrote its 2-window report over the first one's 4-window one (and the first its own back on
+    its next run). Refused before any server starts, naming both profiles and both windows; a campaign of
+    the same windows shares the report, capturing nothing again."""
+    build_suite(tmp_path / "suite", windows=WINDOWS)
+    work = tmp_path / "work"
+    first = campaign_profile(tmp_path / "a.toml", tmp_path / "suite", work, {"q": 0.04})
+    assert _run(first).returncode == 0
+    report = work / "comparison-q.json"
+    alone = _figures(report)
+    owners = work / PROFILES_FILE_NAME
+    assert json.loads(owners.read_text())["runs"] == {"comparison-q.json": {"profile": "../a.toml",
+                                                                            "windows": f"0-{WINDOWS - 1}"}}
+
+    fewer = campaign_profile(tmp_path / "b.toml", tmp_path / "suite", work, {"q": 0.04}, stop_window=2)
+    before = _files(work)
+    assert _refused_line(fewer) == (
+        f"kldtui: error: {fewer}: the work folder {work} holds campaign candidate q's report "
+        f"(comparison-q.json) over the windows 0-{WINDOWS - 1} of profile {first} ({owners}), which this "
+        "profile's run over windows 0-1 would write over; give the candidate another name, the two profiles "
+        "the same [run] windows, or this profile its own [run] workdir\n")
+    assert _files(work) == before  # no server started, nothing captured or written
+    assert _figures(report) == alone
+
+    # the same windows: the report is shared, nothing captured or compared again
+    same = campaign_profile(tmp_path / "c.toml", tmp_path / "suite", work, {"q": 0.04}, stop_window=WINDOWS)
+    shared = _run(same)
+    assert shared.returncode == 0, shared.stdout[-3000:] + shared.stderr[-3000:]
+    assert "q: compared earlier" in shared.stdout
+    assert _figures(report) == alone and _ranked(work / "leaderboard-c.json") == ["q"]

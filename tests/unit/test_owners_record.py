@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from kldtui.errors import BadInput
-from kldtui.workflow.owners import claim, load_record, owner_problem
+from kldtui.formats.suite import load_suite
+from kldtui.stages.verify import RECORD_NAME
+from kldtui.workflow.owners import claim, load_record, owner_problem, spans
 from kldtui.workflow.profile import load_profile
 from kldtui.workspace import PROFILES_FILE_NAME
-from tests.fixtures_campaign import single_profile
+from tests.fixtures_campaign import build_suite, campaign_profile, downloading_profile, single_profile
 from tests.fixtures_hostile import returns_at_once
 
 REMEDY = "delete it (each profile that runs there next records itself again)"
@@ -52,6 +54,15 @@ def test_the_first_profile_claims_the_folder_and_the_next_is_refused(tmp_path: P
     ('{"format": "kldtui-profiles-v1", "owners": {}, "suites": []}', "not a kldtui profiles record"),
     ('{"format": "kldtui-profiles-v1", "owners": {}, "suites": {"reference-run": "a\\nb"}}',
      "the owner of 'reference-run' its suite holds a control character"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "downloads": []}', "not a kldtui profiles record"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "downloads": {"reference": 3}}',
+     "the owner of 'reference' its profile expected text"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "downloads": {"a\\nb": "a.toml"}}',
+     "the owner of 'a\\\\x0ab' holds a control character"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "runs": {"comparison-q.json": "a.toml"}}',
+     "the run of 'comparison-q.json' is not its profile and windows"),
+    ('{"format": "kldtui-profiles-v1", "owners": {}, "runs": {"comparison-q.json": {"profile": "a.toml", '
+     '"windows": 3}}}', "the owner of 'comparison-q.json' its run's windows expected text"),
 ])
 def test_a_damaged_record_is_one_line_naming_it(tmp_path: Path, content: str, problem: str) -> None:
     profile = _profile(tmp_path)
@@ -137,3 +148,105 @@ def test_a_part_of_a_gone_suite_changes_hands_and_of_a_suite_still_there_is_refu
         f"holds reference-run/, the reference capture of suite {tmp_path / 'suite2'} ({ws.owners_path}), "
         f"which this profile's suite {tmp_path / 'suite'} would write over; give this profile its own "
         "[run] workdir")
+
+
+def test_spans_say_window_indices_as_runs() -> None:
+    assert [spans(i) for i in ([0, 1, 2, 3], [5], [0, 2, 3, 4, 7, 9, 10], [3, 1, 2, 2])] == [
+        "0-3", "5", "0,2-4,7,9-10", "1-3"]
+
+
+def _downloaded(folder: Path, repo_id: str, revision: str | None, commit: str) -> None:
+    """``folder`` holding a suite downloaded from ``repo_id`` (what its download record says)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "suite-manifest.json").write_text("{}")
+    (folder / RECORD_NAME).write_text(json.dumps({"format": 1, "repo_id": repo_id, "revision": revision,
+                                                  "commit": commit, "windows": [0]}))
+
+
+def test_a_download_of_another_suite_into_the_folder_another_profile_downloaded_into_is_refused(
+        tmp_path: Path) -> None:
+    """Profiles downloading their suite without a local_dir all name WORKDIR/reference: one of another
+    repository or revision is refused (the folder's download record says what it holds); one of the same
+    suite shares it; the one that downloaded it may change it; a gone profile's folder changes hands."""
+    from kldtui.events import Notice
+
+    work = tmp_path / "work"
+    first = load_profile(downloading_profile(tmp_path / "a.toml", "org/suite-x", work, {"qa": 0.1}))
+    claim(first, first.workspace(), lambda event: None, "campaign")
+    assert load_record(work / PROFILES_FILE_NAME).downloads == {"reference": "../a.toml"}
+    _downloaded(work / "reference", "org/suite-x", None, "c" * 40)
+
+    def problem(name: str, repo_id: str, revision: str | None = None) -> str | None:
+        profile = load_profile(downloading_profile(tmp_path / name, repo_id, work, {"q" + name[0]: 0.1},
+                                                   revision=revision))
+        return owner_problem(profile, profile.workspace())
+
+    said = problem("b.toml", "org/suite-y")
+    owners = work / PROFILES_FILE_NAME
+    assert said == (f"{tmp_path / 'b.toml'}: {work / 'reference'} in the work folder {work} holds the "
+                    f"suite profile {tmp_path / 'a.toml'} downloaded from org/suite-x (commit {'c' * 12}) "
+                    f"({owners}), which this profile's [reference] repo_id org/suite-y would download over; "
+                    "set [reference] local_dir to a folder of its own for this suite (or give this profile "
+                    "its own [run] workdir)")
+    other_revision = problem("c.toml", "org/suite-x", "v2")
+    assert "repo_id org/suite-x (revision v2) would download over" in str(other_revision)
+    # the same suite: any revision, or the commit it holds
+    assert problem("d.toml", "org/suite-x") is None
+    assert problem("e.toml", "org/suite-x", "c" * 40) is None
+    # its own folder: refused nothing
+    own = load_profile(downloading_profile(tmp_path / "b.toml", "org/suite-y", work, {"qb": 0.1},
+                                           local_dir=tmp_path / "suite-y"))
+    assert owner_problem(own, own.workspace()) is None
+    # the profile that downloaded it changes its own suite
+    changed = load_profile(downloading_profile(tmp_path / "a.toml", "org/suite-z", work, {"qa": 0.1}))
+    assert owner_problem(changed, changed.workspace()) is None
+    # its file gone: the next profile takes the folder over, with a warning
+    (tmp_path / "a.toml").unlink()
+    other = load_profile(downloading_profile(tmp_path / "b.toml", "org/suite-y", work, {"qb": 0.1}))
+    events: list[object] = []
+    claim(other, other.workspace(), events.append, "campaign")
+    assert [(e.text, e.level) for e in events if isinstance(e, Notice)] == [
+        (f"{owners}: {work / 'reference'} held the suite profile {tmp_path / 'a.toml'} downloaded from "
+         f"org/suite-x (commit {'c' * 12}), whose file is gone; {tmp_path / 'b.toml'} downloads org/suite-y "
+         "there now", "warning")]
+    assert load_record(owners).downloads == {"reference": "../b.toml"}
+
+
+def test_a_candidates_report_over_other_windows_of_another_profile_is_refused(tmp_path: Path) -> None:
+    """Two campaigns of one suite naming a candidate alike share comparison-NAME.json: over the same
+    windows they may, over others the second is refused, naming both; the profile itself may change
+    its windows; a gone profile's report changes hands."""
+    from kldtui.events import Notice
+
+    build_suite(tmp_path / "suite", windows=4)
+    suite, work = load_suite(tmp_path / "suite"), tmp_path / "work"
+
+    def profile(name: str, **run: object):  # type: ignore[no-untyped-def]
+        return load_profile(campaign_profile(tmp_path / name, tmp_path / "suite", work, {"q": 0.1}, **run))
+
+    first = profile("a.toml")
+    claim(first, first.workspace(), lambda event: None, "campaign", first.windows(suite))
+    owners = work / PROFILES_FILE_NAME
+    assert load_record(owners).runs["comparison-q.json"].windows == "0-3"
+    fewer = profile("b.toml", stop_window=2)
+    assert owner_problem(fewer, fewer.workspace(), fewer.windows(suite)) == (
+        f"{tmp_path / 'b.toml'}: the work folder {work} holds campaign candidate q's report "
+        f"(comparison-q.json) over the windows 0-3 of profile {tmp_path / 'a.toml'} ({owners}), which this "
+        "profile's run over windows 0-1 would write over; give the candidate another name, the two profiles "
+        "the same [run] windows, or this profile its own [run] workdir")
+    with pytest.raises(BadInput, match="give the candidate another name"):
+        claim(fewer, fewer.workspace(), lambda event: None, "campaign", fewer.windows(suite))
+    # no windows to say (no suite yet): nothing to refuse on them
+    assert owner_problem(fewer, fewer.workspace()) is None
+    same = profile("c.toml", stop_window=4)
+    assert owner_problem(same, same.workspace(), same.windows(suite)) is None
+    mine = profile("a.toml", start_window=1)
+    claim(mine, mine.workspace(), lambda event: None, "campaign", mine.windows(suite))
+    assert load_record(owners).runs["comparison-q.json"].windows == "1-3"
+    (tmp_path / "a.toml").unlink()
+    events: list[object] = []
+    claim(fewer, fewer.workspace(), events.append, "campaign", fewer.windows(suite))
+    assert [(e.text, e.level) for e in events if isinstance(e, Notice)] == [
+        (f"{owners}: comparison-q.json covered the windows 1-3 of profile {tmp_path / 'a.toml'}, whose file "
+         f"is gone; it covers {tmp_path / 'b.toml'}'s, windows 0-1, now", "warning")]
+    assert load_record(owners).runs["comparison-q.json"].profile == "../b.toml"
