@@ -163,6 +163,9 @@ class Campaign:
         self._reports: dict[str, Any] = {}  # name -> its report (ComparisonReport), as last ranked
         self._noise_warned: tuple[int, int] | None = None  # (size, mtime_ns) of a noise model said unreadable
         self._repeat_kl_warned: tuple[int, int] | None = None  # the same of a stale repeat report said
+        # (a candidate's or repeat's name, the run's windows) -> whether its report is finished there
+        # (_finished), for one run or one look at the disk: each report is read once
+        self._finished_seen: dict[tuple[str, tuple[int, ...]], bool] = {}
 
     # -- PipelineControl -------------------------------------------------------------------------
     @property
@@ -215,6 +218,7 @@ class Campaign:
         outputs = [e.report for e in self.entries] + [ws.leaderboard_path]
         with hold([ws.workdir] if ws.workdir else [], files=outputs, what="work folder"):
             self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
+            self._finished_seen = {}
             try:
                 known: list[WindowSpec] | None = self._window_specs()
             except KldError:
@@ -223,6 +227,9 @@ class Campaign:
             specs = self._reference()
             if known is None:  # the run's windows are known now: its candidates' runs are recorded over them
                 claim(self.profile, ws, self.emit, "campaign", specs)
+            # a report not finished against the reference before its stage may be now (one finished then
+            # still is: a reference complete for the run's windows is only verified)
+            self._finished_seen = {key: done for key, done in self._finished_seen.items() if done}
             windows = [w.index for w in specs]
             for entry in self.entries:
                 if self._finished(entry, windows):
@@ -375,6 +382,7 @@ class Campaign:
     def announce_disk_state(self) -> None:
         """The standings of the reports on disk, as a LeaderboardUpdated event (what a reopened
         dashboard shows); nothing is run or written."""
+        self._finished_seen = {}  # the disk as it is now
         try:
             windows = [w.index for w in self._window_specs()]
         except KldError:
@@ -495,6 +503,8 @@ class Campaign:
             raise
         finally:
             self._current = None
+            # its report, its captures: read again when next asked
+            self._finished_seen = {k: v for k, v in self._finished_seen.items() if k[0] != entry.name}
 
     def _repeat_entry(self, leader: str) -> _Entry:
         """The leader's repeat capture: its folders and the settings it is captured with."""
@@ -755,7 +765,15 @@ class Campaign:
         """The candidate's report (read and checked, not trusted by its name) covers every window of
         the run, against the reference's content as it is now (kldtui.formats.reference_identity),
         and its captures were made with the candidate's settings as the profile has them now (a
-        changed candidate is not finished: the preflight then says what changed and what to do)."""
+        changed candidate is not finished: the preflight then says what changed and what to do). Read
+        once per run (:attr:`_finished_seen`), and again after the candidate runs."""
+        key = (entry.name, tuple(windows))
+        if key not in self._finished_seen:
+            self._finished_seen[key] = self._finished_now(entry, windows)
+        return self._finished_seen[key]
+
+    def _finished_now(self, entry: _Entry, windows: list[int]) -> bool:
+        """:meth:`_finished`, read from the disk."""
         from kldtui.stages.capture import changed_server
         from kldtui.stages.compare.driver import current_reference_identity
 

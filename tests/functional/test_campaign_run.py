@@ -446,3 +446,28 @@ def test_a_failed_repeat_of_the_leader_ends_the_campaign_failed_with_the_ranking
     board = json.loads((work / "leaderboard.json").read_text())
     assert [r["name"] for r in board["rows"]] == ["q8", "q4"]
     assert not list(work.glob("noise-model*.json"))
+
+
+def test_a_finished_campaign_reads_each_report_once_to_know_it_is_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether the leader's repeat capture is finished was asked for the disk plan, for the noise model
+    measured earlier and again before the repeat: its report was read three times at start. Each
+    report is read once a run now (the leader's again for the state the run returns)."""
+    from kldtui.workflow import campaign as campaign_module
+    from kldtui.workflow.profile import load_profile
+
+    profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.2}, repeat_leader=True, noise=0.05)
+    _run(profile)
+    real, read = campaign_module.load_state, []
+
+    def counted(workspace):  # type: ignore[no-untyped-def]
+        read.append(workspace.report)
+        return real(workspace)
+
+    monkeypatch.setattr(campaign_module, "load_state", counted)
+    campaign = campaign_module.Campaign(load_profile(profile))
+    campaign.run_all()
+    work = profile.parent
+    assert campaign.noise is not None  # the model measured earlier, its repeat finished
+    leader, repeat = work / "comparison-close.json", work / "repeat" / "comparison-close.json"
+    assert sorted(read) == sorted([leader, work / "comparison-far.json", repeat, leader])
