@@ -613,3 +613,30 @@ def test_the_nearest_nulls_table_starts_at_the_null_tables_run() -> None:
     dist, gamma = NEAREST_NULLS[0]
     first = float(rows[0].split("|")[3].split()[0])
     assert first == round(null_rates(dist, gamma, 8, 500, 3)["fwer"], 4)
+
+
+def test_the_bands_table_holds_the_rule_and_its_best_choice_keeps_the_limit() -> None:
+    """The bands table (docs/STATISTICS.md, "The best rule of this shape"): the rule's own tiers are one
+    choice per band and decide as the rule does on the same suites; the choice it finds keeps every null
+    at its limit and names at least as often as the rule wherever the rule itself keeps that limit, and
+    no choice at all is said where none can."""
+    from benchmarks.verdict_simulation import (
+        BAND_MENU,
+        _chosen,
+        band_rates,
+        best_bands,
+        rule_bands,
+    )
+
+    rule = rule_bands()
+    assert BAND_MENU[rule[0]] == (0.10, ("cox", 0.0, 0.10))
+    null = np.array([band_rates("null", d, g, 2000, 3) for d, g in (("lognormal", 0.75), ("gamma", 0.5))])
+    assert _chosen(null[0], rule) == null_rates("lognormal", 0.75, 8, 2000, 3)["fwer"]
+    power = band_rates("power", "normal", 1.0, 2000, 3)
+    assert _chosen(power, rule) == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
+    limit = max(_chosen(n, rule) for n in null)
+    best = best_bands(power, null, limit)
+    assert best is not None
+    assert all(_chosen(n, best) <= limit + 1e-12 for n in null)
+    assert _chosen(power, best) >= _chosen(power, rule)
+    assert best_bands(power, null, -0.01) is None
