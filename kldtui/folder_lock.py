@@ -201,6 +201,13 @@ def check_output_file(file: str | os.PathLike[str], *, suffixes: Sequence[str] =
     return f
 
 
+def check_json_output(file: str | os.PathLike[str], what: str) -> Path:
+    """:func:`check_output_file` for a file written as JSON whatever its name (a comparison report, a
+    noise model, ``diff --json``'s or ``leaderboard --json``'s document): its name must end in
+    ``.json`` (any case), else BadInput naming the file and ``what`` it is."""
+    return check_output_file(file, suffixes=(".json",), what=what)
+
+
 def distinct_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
     """BadInput (one line) when two output flags (``{"--json": path, "--output": path}``) name one
     file: the second would replace the first."""

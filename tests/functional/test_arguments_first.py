@@ -63,6 +63,33 @@ def test_noise_refuses_an_output_not_named_json_before_reading_a_report(
     assert f"wrote {upper}" in capsys.readouterr().out
 
 
+def test_every_json_output_refuses_a_name_not_ending_in_json_before_any_work(
+        uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # each is written as JSON whatever its name: r.txt was a JSON report without a word
+    reports = sorted(str(p) for p in uninterrupted.glob("comparison-*.json"))
+    missing = [str(tmp_path / "missing-a.json"), str(tmp_path / "missing-b.json")]
+    text = str(tmp_path / "r.txt")
+    suite = str(uninterrupted / "suite")
+    for given in (reports, missing):  # the name is refused first: a missing input is not said
+        a, b = given
+        said = {  # command line -> what the line calls the file
+            ("compare", "--suite-manifest", suite, "--reference-dir", a, "--candidate-dir", b,
+             "--output", text): "comparison report",
+            ("noise", a, b, "--allow-different-models", "--output", str(tmp_path / "n.json"),
+             "--report", text): "comparison report",
+            ("diff", a, b, "--no-noise-floor", "--json", text): "JSON result",
+            ("leaderboard", a, b, "--no-noise-floor", "--json", text): "JSON leaderboard",
+        }
+        for argv, what in said.items():
+            assert _refused(capsys, *argv) == f"{text}: the {what}'s file name must end in .json", argv
+    assert not list(tmp_path.iterdir())  # nothing written
+    for argv in (["diff", *reports, "--no-noise-floor", "--json"],  # the suffix in any case
+                 ["leaderboard", *reports, "--no-noise-floor", "--plain", "--json"]):
+        upper = tmp_path / f"{argv[0]}.JSON"
+        assert main([*argv, str(upper)]) == 0
+        assert upper.is_file() and f"wrote {upper}" in capsys.readouterr().out
+
+
 def test_convert_refuses_another_targets_flags_and_a_missing_folder(
         uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = str(uninterrupted / "suite")

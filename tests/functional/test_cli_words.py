@@ -531,7 +531,7 @@ def test_the_readme_command_a_campaign_leaderboard_equals_runs_as_written(tmp_pa
         del argv[at:at + 2]  # a noise model of its own: the reports here have none
         argv = [a for a in argv if a != "comparison-*.json"]
         argv[1:1] = reports
-        argv = [str(tmp_path / "board.json") if a == "FILE" else a for a in argv]
+        argv = [str(tmp_path / "board.json") if a == "FILE.json" else a for a in argv]
         assert main(argv) == 0, command
         assert len(json.loads((tmp_path / "board.json").read_text())["rows"]) == 2
 

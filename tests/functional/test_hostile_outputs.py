@@ -35,11 +35,11 @@ def _compare(suite: Path, output: Path) -> list[str]:
             "--bootstrap-samples", "50"]
 
 
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], named: Path) -> None:
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], named: Path, why: str = "input") -> None:
     code = main(argv)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(err) == 1, err
-    assert "input" in err[0] and str(named) in err[0], err[0]
+    assert why in err[0] and str(named) in err[0], err[0]
 
 
 OUTPUTS: dict[str, Callable[[Path], Path]] = {
@@ -57,7 +57,9 @@ def test_compare_output_over_an_input_is_refused(suite: Path, capsys: pytest.Cap
                                                  case: str) -> None:
     before = _digest(suite)
     target = OUTPUTS[case](suite)
-    _refused(_compare(suite, target), capsys, target)
+    # a report is JSON: a name that is not (a logits file's) is refused for that first
+    _refused(_compare(suite, target), capsys, target,
+             "input" if target.suffix == ".json" else "the comparison report's file name must end in .json")
     assert _digest(suite) == before
 
 
@@ -67,6 +69,9 @@ def test_compare_output_linked_to_an_input_is_refused(suite: Path, tmp_path: Pat
     link = tmp_path / "report-link.json"
     link.symlink_to(suite / "candidate" / "manifest.json")
     _refused(_compare(suite, link), capsys, link)
+    logits = tmp_path / "report-logits.json"  # a report's name, a logits file behind it
+    logits.symlink_to(suite / "candidate" / "logits_001.safetensors")
+    _refused(_compare(suite, logits), capsys, logits)
     hard = tmp_path / "report-hard.json"
     os.link(suite / "ref" / "manifest.json", hard)
     _refused(_compare(suite, hard), capsys, hard)

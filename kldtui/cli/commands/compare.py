@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="candidate's folder: finalized logits, score-mode scores, published live "
                              "logits, or hidden states (replayed with --candidate-lm-head)")
     parser.add_argument("--suite-manifest", required=True, help="suite-manifest.json (or its folder)")
-    parser.add_argument("--output", required=True, help="report JSON to write (atomically)")
+    parser.add_argument("--output", required=True, metavar="REPORT.json",
+                        help="report JSON to write (atomically; the name ends in .json)")
     parser.add_argument("--start-window", "--start-context", dest="start_window", type=int, default=0,
                         metavar="N",
                         help="first window (a hidden-state suite: context) of the range (default 0)")
@@ -118,16 +119,14 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.cli.commands.run import run_batch_job
     from kldtui.errors import BadInput
     from kldtui.events import Cancel, EventSink
+    from kldtui.folder_lock import check_json_output, hold
     from kldtui.servers.registry import process_signs
     from kldtui.stages.compare import BackendRequest, CompareOptions, run_compare
     from kldtui.workspace import Workspace
 
-    output = Path(args.output)
-    if output.is_dir():
-        raise BadInput(f"{output}: is a folder; give --output a file name such as comparison.json")
-    if not output.parent.is_dir():
-        raise BadInput(f"{output}: folder {output.parent} does not exist; create it first")
-    from kldtui.folder_lock import hold
+    # the report is written as JSON whatever its name: a name that says otherwise, a folder or a
+    # missing folder is refused before anything is read
+    output = check_json_output(args.output, "comparison report")
     from kldtui.formats.fidelity_names import parse_strata
     from kldtui.formats.safe_io import check_output
 

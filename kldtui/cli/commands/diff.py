@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("report_b", metavar="B.json", help="comparison report of candidate B (or its run's "
                                                         "work folder)")
     add_decision_arguments(parser)
-    parser.add_argument("--json", metavar="OUT", help="also write the result as JSON (atomically)")
+    parser.add_argument("--json", metavar="OUT.json",
+                        help="also write the result as JSON (atomically; the name ends in .json)")
     parser.add_argument("--per-window", action="store_true",
                         help="also print every window's difference (a hidden-state suite's: every context's)")
 
@@ -187,12 +188,14 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.noise import resolve_floor
     from kldtui.decide.paired import paired_diff, suite_hash_of
     from kldtui.decide.windows_needed import UNRESOLVED, for_reports
-    from kldtui.folder_lock import hold
+    from kldtui.folder_lock import check_json_output, hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.report import load_report
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
+    if args.json is not None:  # written as JSON whatever its name: refused before a report is read
+        check_json_output(args.json, "JSON result")
     args.report_a, args.report_b = one_report(args.report_a), one_report(args.report_b)
     check_output(args.json, [args.report_a, args.report_b, args.noise], "--json")
     with hold(files=[args.json] if args.json else []):  # a bad --json path: refused before the work

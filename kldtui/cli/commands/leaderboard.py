@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comparison reports, or work folders holding them (a campaign's: every "
                              "candidate's)")
     add_decision_arguments(parser)
-    parser.add_argument("--json", metavar="OUT", help="also write the leaderboard as JSON (atomically)")
+    parser.add_argument("--json", metavar="OUT.json",
+                        help="also write the leaderboard as JSON (atomically; the name ends in .json)")
     parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
     parser.add_argument("--format", choices=EXPORT_FORMATS, default=None,
                         help="write the leaderboard for publishing instead of the table: a Markdown table "
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.noise import resolve_floor
     from kldtui.decide.paired import suite_hash_of
     from kldtui.errors import BadInput
-    from kldtui.folder_lock import check_output_file, distinct_outputs, hold
+    from kldtui.folder_lock import check_json_output, check_output_file, distinct_outputs, hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
 
@@ -150,9 +151,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None and args.format is None:
         raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")
     distinct_outputs({"--json": args.json, "--output": args.output})
-    for output in (args.json, args.output):
-        if output is not None:
-            check_output_file(output)
+    if args.json is not None:  # written as JSON whatever its name
+        check_json_output(args.json, "JSON leaderboard")
+    if args.output is not None:
+        check_output_file(args.output)
     paths, reports = gathered_reports(list(args.reports), "kldtui leaderboard")  # folders: their reports
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths

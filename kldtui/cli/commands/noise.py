@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first window (a hidden-state suite: context) of the range (default 0)")
     parser.add_argument("--stop-window", type=int, default=None,
                         help="stop before this window (context) (default: all)")
-    parser.add_argument("--report", metavar="OUT.json", help="also save the comparison report (run folders)")
+    parser.add_argument("--report", metavar="OUT.json",
+                        help="also save the comparison report (run folders; JSON: the name ends in .json)")
     parser.add_argument("--no-reverse", action="store_true",
                         help="forward KL only (default: also KL(RUN2 || RUN1), in the same pass)")
 
@@ -101,11 +102,14 @@ def describe(model: Any, unit: str = "window") -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kldtui.folder_lock import check_output_file, distinct_outputs, hold
+    from kldtui.folder_lock import check_json_output, distinct_outputs, hold
     from kldtui.formats.safe_io import check_output
 
-    # a noise model is written as JSON whatever its name: a name that says otherwise is refused first
-    check_output_file(args.output, suffixes=(".json",), what="noise model")
+    # the noise model and the report are written as JSON whatever their names: a name that says
+    # otherwise is refused first, before anything is read
+    check_json_output(args.output, "noise model")
+    if args.report is not None:
+        check_json_output(args.report, "comparison report")
     inputs = [args.run1, args.run2, args.repeat_report, args.reference, args.suite_manifest]
     distinct_outputs({"--output": args.output, "--report": args.report})
     check_output(args.output, inputs)
