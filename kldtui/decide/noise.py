@@ -574,12 +574,14 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
                   context_filter: str = "all", strata: tuple[str, ...] = (),
                   reverse: bool = True, report_path: str | os.PathLike[str] | None = None,
                   emit: Any = None, cancel: Any = None,
-                  server_signs: Sequence[ServerSign] | None = None) -> tuple[NoiseFloor, ComparisonReport]:
+                  server_signs: Sequence[ServerSign] | None) -> tuple[NoiseFloor, ComparisonReport]:
     """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
     floor and the comparison report (also written to ``report_path`` when given). ``context_filter``
     and ``strata``: a hidden-state suite's contexts the captures hold, as compare takes them;
     ``server_signs``: how the model servers on this host show, whose GPUs the compare leaves alone
-    (the caller's server kinds: this module names none; None: the compare takes no GPU)."""
+    (the caller's server kinds, ``kldtui.servers.registry.process_signs()``: this module names none),
+    always said, as :class:`BackendRequest` takes them (None, on purpose: not known, so the compare
+    takes no GPU)."""
     from kldtui.events import null_sink
     from kldtui.stages.compare import BackendRequest, CompareOptions, compare
 

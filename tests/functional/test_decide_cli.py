@@ -205,7 +205,7 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     cancel = Cancel()
     cancel.set("stopped by the test")
     with pytest.raises(Interrupted):
-        measure_floor(suite.path, run1, run2, cancel=cancel)
+        measure_floor(suite.path, run1, run2, cancel=cancel, server_signs=None)
 
 
 def test_noise_refuses_a_repeat_replayed_with_two_heads(tmp_path, capsys):

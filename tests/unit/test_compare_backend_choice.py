@@ -207,13 +207,18 @@ def test_servers_found_together(monkeypatch, tmp_path, processes, environ, gpus_
     assert cb.servers_found(process_signs()) is None
 
 
-def test_the_servers_signs_are_always_said():
-    """Neither the chooser nor a request has a default for how model servers show in /proc: a new
-    caller that forgets them is stopped at once, not given the CPU kernel without a word."""
+def test_the_servers_signs_are_always_said(tmp_path):
+    """Neither the chooser, nor a request, nor the noise floor's measurement of two captures has a
+    default for how model servers show in /proc: a new caller that forgets them is stopped at once,
+    not given the CPU kernel without a word."""
+    from kldtui.decide.noise import measure_floor
+
     with pytest.raises(TypeError, match="server_signs"):
         cb.choose_backend("auto")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="server_signs"):
         cb.BackendRequest("auto")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="server_signs"):  # before anything is read
+        measure_floor(tmp_path / "suite", tmp_path / "a", tmp_path / "b")  # type: ignore[call-arg]
     assert cmp.CompareOptions().backend == cb.BackendRequest("auto", server_signs=None)
 
 
