@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from kldtui import __version__, settings, stop_signals
 from kldtui.cli.commands import COMMANDS
+from kldtui.cli.parser import Parser
 
 
 def _load(name: str) -> ModuleType | None:
@@ -44,8 +45,10 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    """kldtui's parser and every command's (their arguments and commands listed by
+    :func:`kldtui.cli.parser.arguments` and :func:`kldtui.cli.parser.commands`)."""
+    parser = Parser(
         prog="kldtui",
         description="Measure how far a quantized LLM's output distribution has moved from a "
         "reference. Without a command: open the dashboard for ./kldtui.toml (or --profile).",

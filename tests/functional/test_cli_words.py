@@ -303,18 +303,16 @@ def test_hints_name_kldtui_as_it_was_started(tmp_path: Path, monkeypatch: Any) -
 
 
 def test_every_flag_has_help_and_a_meaningful_metavar() -> None:
-    import argparse
-
     from kldtui.cli.main import build_parser
+    from kldtui.cli.parser import Parser, arguments, commands
 
     missing, odd = [], []
 
-    def walk(parser: argparse.ArgumentParser, name: str) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for sub, sp in action.choices.items():
-                    walk(sp, sub)
-            elif action.option_strings and action.dest != "help":
+    def walk(parser: Parser, name: str) -> None:
+        for command in commands(parser):
+            walk(command.parser, command.name)
+        for action in arguments(parser):
+            if action.option_strings and action.dest != "help":
                 if not action.help:
                     missing.append((name, action.option_strings))
                 longs = [o for o in action.option_strings if o.startswith("--")]

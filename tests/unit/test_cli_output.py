@@ -3,25 +3,22 @@ headless offers the same ones with the same meaning, and they reach the reporter
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from kldtui.cli.main import build_parser
 from kldtui.cli.output import OutputOptions
+from kldtui.cli.parser import Parser, arguments, commands
 
 HEADLESS = ("capture", "compare", "finalize", "serve")  # always headless
 DASHBOARD = ("run", "demo")  # a dashboard unless --batch
 
 
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+def _subparsers() -> dict[str, Parser]:
+    return {c.name: c.parser for c in commands(build_parser())}
 
 
-def _flags(parser: argparse.ArgumentParser) -> set[str]:
-    return {opt for a in parser._actions for opt in a.option_strings}
+def _flags(parser: Parser) -> set[str]:
+    return {opt for a in arguments(parser) for opt in a.option_strings}
 
 
 def test_every_headless_command_has_the_same_output_flags() -> None:

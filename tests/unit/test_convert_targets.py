@@ -10,23 +10,22 @@ import pytest
 from kldtui.cli.convert_targets import TARGETS, ConvertTarget
 from kldtui.cli.convert_targets.base import TargetFlag
 from kldtui.cli.main import build_parser, main
+from kldtui.cli.parser import Parser, arguments, commands
 
 
-def _convert_parser() -> argparse.ArgumentParser:
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    parser: argparse.ArgumentParser = sub.choices["convert"]
-    return parser
+def _convert_parser() -> Parser:
+    return next(c.parser for c in commands(build_parser()) if c.name == "convert")
 
 
-def _to(parser: argparse.ArgumentParser) -> argparse.Action:
-    return next(a for a in parser._actions if "--to" in a.option_strings)
+def _to(parser: Parser) -> argparse.Action:
+    return next(a for a in arguments(parser) if "--to" in a.option_strings)
 
 
 def test_the_targets_are_llama_cpp_and_suite_with_their_own_flags() -> None:
     assert list(TARGETS) == ["llama-cpp", "suite"]
     parser = _convert_parser()
     assert _to(parser).choices == ("llama-cpp", "suite")
-    said = {flag: a.help for a in parser._actions for flag in a.option_strings}
+    said = {flag: a.help for a in arguments(parser) for flag in a.option_strings}
     for flag in ("--reference-dir", "--start-window", "--stop-window"):
         assert str(said[flag]).startswith("--to llama-cpp: "), said[flag]
     for flag in ("--model", "--bos", "--no-bos"):
@@ -50,7 +49,7 @@ def test_a_registered_target_is_a_choice_of_convert_to_and_runs(monkeypatch: pyt
     to = _to(parser)
     assert to.choices == ("llama-cpp", "suite", "echo")
     assert "echo: write SOURCE again" in str(to.help)
-    assert {flag: a.help for a in parser._actions for flag in a.option_strings}["--loud"] == (
+    assert {flag: a.help for a in arguments(parser) for flag in a.option_strings}["--loud"] == (
         "--to echo: say it twice")  # its table's line, after the target's name
     assert main(["convert", "a.kld", "--to", "echo", "b.kld", "--loud"]) == 0
     assert ran == [("a.kld", "b.kld", True)]

@@ -1,7 +1,8 @@
 """``kldtui completion bash|zsh|fish``: a shell completion script, made from the command line itself.
 
 Every command, every flag and every flag's fixed choices come from :func:`kldtui.cli.main.build_parser`,
-so the script never lists a flag that does not exist. Other values (files, folders) fall back to the
+listed by :func:`kldtui.cli.parser.arguments` and :func:`kldtui.cli.parser.commands`, so the script
+never lists a flag that does not exist. Other values (files, folders) fall back to the
 shell's file name completion.
 
     eval "$(kldtui completion bash)"                  # ~/.bashrc
@@ -14,6 +15,10 @@ from __future__ import annotations
 import argparse
 import shlex
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kldtui.cli.parser import Parser
 
 HELP = "print a shell completion script (bash, zsh or fish) for every command and flag"
 SHELLS = ("bash", "zsh", "fish")
@@ -37,11 +42,11 @@ class Options:
     positional_choices: list[str] = field(default_factory=list)
 
 
-def _options(parser: argparse.ArgumentParser, name: str, help_text: str = "") -> Options:
+def _options(parser: Parser, name: str, help_text: str = "") -> Options:
+    from kldtui.cli.parser import arguments
+
     out = Options(name, help_text)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            continue
+    for action in arguments(parser):
         if not action.option_strings:
             if action.choices:
                 out.positional_choices = [str(c) for c in action.choices]
@@ -58,15 +63,11 @@ def _options(parser: argparse.ArgumentParser, name: str, help_text: str = "") ->
 def commands() -> tuple[Options, list[Options]]:
     """kldtui's own flags, then every command's."""
     from kldtui.cli.main import build_parser
+    from kldtui.cli.parser import commands as declared_commands
 
     parser = build_parser()
     top = _options(parser, "")
-    subs: list[Options] = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {a.dest: str(a.help or "") for a in action._choices_actions}
-            for name, sub in action.choices.items():
-                subs.append(_options(sub, name, helps.get(name, "")))
+    subs = [_options(c.parser, c.name, c.help) for c in declared_commands(parser)]
     return top, subs
 
 
