@@ -654,8 +654,10 @@ class HubDownloader:
         from huggingface_hub.utils import build_hf_headers
 
         resume = regular_size(part)  # a link or FIFO at the name (not ours) counts as nothing to resume
-        if resume is None or resume > size:
-            part.unlink(missing_ok=True)  # in kldtui's own partial folder: a link is removed, not followed
+        if not resume or resume > size:
+            # in kldtui's own partial folder: a link is removed, not followed; an empty one (a run killed
+            # before its first byte) too, as "xb" creates it anew
+            part.unlink(missing_ok=True)
             resume = 0
         if resume:
             self.emit(Notice(STAGE, f"{name}: resuming at {human_bytes(resume)} of {human_bytes(size)}"))

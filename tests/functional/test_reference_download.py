@@ -343,3 +343,16 @@ def test_a_damaged_download_record_never_narrows_verify(tmp_path: Path, listed: 
     assert "Traceback" not in capsys.readouterr().err
     write_record(root, REPO, None, "c" * 40, {2}, None)  # adds to the record's own windows
     assert json.loads((root / RECORD_NAME).read_text())["windows"] == [2]
+
+
+def test_an_empty_partial_file_is_started_again(hub: HubServer, tmp_path: Path) -> None:
+    """A run killed after it created a logits file's partial file and before its first byte left it empty:
+    every later run failed on it (FileExistsError, "run again to resume", for ever). It is started again."""
+    out = tmp_path / "local"
+    name = "ref/logits_001.safetensors"
+    sha = _sha(hub.root / name)  # type: ignore[attr-defined]
+    (out / PARTIAL_DIR).mkdir(parents=True)
+    (out / PARTIAL_DIR / f"ref__logits_001.safetensors.{sha[:16]}.part").touch()
+    ref = ensure_reference(REPO, out, stop_window=2)
+    assert ref.verify is not None and ref.verify.ok
+    assert _sha(out / name) == sha and not list((out / PARTIAL_DIR).glob("*.part"))
