@@ -30,7 +30,11 @@ Files are read from disk on every request, so a test can corrupt or delete one w
 server runs. Every request lands in :attr:`HubServer.log`. :meth:`HubServer.drop_after`
 makes the next ``GET`` of a file close the connection after a number of body bytes;
 :meth:`HubServer.hold_uploads_after` makes LFS uploads wait, unanswered, after a number of them
-(a test kills its client then, in mid-upload).
+(a test kills its client then, in mid-upload), :meth:`HubServer.hold_files_after` file downloads
+after a number of files (a test kills its client in mid-download). A repository served anew
+(:meth:`HubServer.add_dataset` with ``keep_older``) still serves its earlier commit by its id, as the
+Hub serves a commit ``main`` has moved past, until :meth:`HubServer.forget_commit` (a history
+rewritten).
 """
 
 from __future__ import annotations
@@ -86,11 +90,14 @@ class HubServer:
 
     def __init__(self) -> None:
         self._repos: dict[str, _Repo] = {}
-        self._blobs: dict[str, tuple[str, str]] = {}  # sha256 -> (repo_id, path)
+        self._older: dict[str, dict[str, _Repo]] = {}  # repo_id -> commit -> what it served then
+        self._blobs: dict[str, tuple[Path, str]] = {}  # sha256 -> (repository folder, path)
         self._lock = threading.Lock()
         self._drops: dict[str, int] = {}
         self._uploads: dict[str, bytes] = {}  # sha256 -> bytes PUT to the CDN, not yet committed
         self._hold_at: int | None = None  # uploads stored before further PUTs wait (hold_uploads_after)
+        self._files_sent = 0  # file bodies sent (GETs of repository files, from the Hub or the CDN)
+        self._files_hold_at: int | None = None  # files sent before further GETs wait (hold_files_after)
         self._held = threading.Event()
         self._released = threading.Event()
         self._made: list[Path] = []  # folders of repositories created through the API
@@ -131,8 +138,10 @@ class HubServer:
         self.stop()
 
     # -- content ---------------------------------------------------------------------------------
-    def add_dataset(self, repo_id: str, root: str | Path, commit: str | None = None) -> str:
-        """Serve ``root`` as dataset ``repo_id``; returns the commit id it is served under."""
+    def add_dataset(self, repo_id: str, root: str | Path, commit: str | None = None, *,
+                    keep_older: bool = False) -> str:
+        """Serve ``root`` as dataset ``repo_id`` (at ``main``); returns the commit id it is served under.
+        ``keep_older``: what the repository served before stays served by its commit id."""
         root = Path(root)
         if commit is None:
             digest = hashlib.sha1(repo_id.encode())
@@ -141,8 +150,16 @@ class HubServer:
                 digest.update(f.read_bytes())
             commit = digest.hexdigest()
         with self._lock:
+            older = self._repos.get(repo_id)
+            if keep_older and older is not None:
+                self._older.setdefault(repo_id, {})[older.commit] = older
             self._repos[repo_id] = _Repo(repo_id, root, commit)
         return commit
+
+    def forget_commit(self, repo_id: str, commit: str) -> None:
+        """An earlier commit kept by :meth:`add_dataset` is no longer served (``RevisionNotFound``)."""
+        with self._lock:
+            self._older.get(repo_id, {}).pop(commit, None)
 
     def drop_after(self, path: str, nbytes: int) -> None:
         """The next GET of ``path`` (a repository file path) stops after ``nbytes`` body bytes."""
@@ -157,13 +174,24 @@ class HubServer:
             self._released.clear()
             self._held.clear()
 
+    def hold_files_after(self, count: int) -> None:
+        """Once ``count`` more file bodies are sent (a GET of a repository file, from the Hub or the
+        CDN), every further such GET waits, unanswered, until :meth:`release` (then fails): a client
+        can be killed after a number of files."""
+        with self._lock:
+            self._files_hold_at = self._files_sent + count
+            self._released.clear()
+            self._held.clear()
+
     def wait_held(self, timeout: float) -> bool:
-        """Whether a PUT is waiting (see :meth:`hold_uploads_after`) within ``timeout`` seconds."""
+        """Whether a PUT or a GET is waiting (see :meth:`hold_uploads_after`, :meth:`hold_files_after`)
+        within ``timeout`` seconds."""
         return self._held.wait(timeout)
 
     def release(self) -> None:
         with self._lock:
             self._hold_at = None
+            self._files_hold_at = None
         self._released.set()
 
     @property
@@ -283,7 +311,7 @@ class HubServer:
                 if file_path.endswith(LFS_SUFFIXES):
                     sha = hashlib.sha256(data).hexdigest()
                     with server._lock:
-                        server._blobs[sha] = (repo_id, file_path)
+                        server._blobs[sha] = (repo.root, file_path)
                     pointer = _lfs_pointer(sha, len(data)).decode()
                     headers = {
                         "Location": f"{server.cdn}/blobs/{sha}",
@@ -303,8 +331,10 @@ class HubServer:
                 if repo is None:
                     self._error(404, "RepoNotFound", head, path)
                 elif rev not in ("main", repo.commit):
-                    self._error(404, "RevisionNotFound", head, path)
-                    return None
+                    older = server._older.get(repo_id, {}).get(rev)
+                    if older is None:
+                        self._error(404, "RevisionNotFound", head, path)
+                    return older
                 return repo
 
             def _api_tree(self, repo_id: str, rev: str, folder: str, head: bool, path: str) -> None:
@@ -344,8 +374,7 @@ class HubServer:
                 entry = server._blobs.get(m.group(1)) if m else None
                 if entry is None:
                     return self._reply(404, {}, b"not found", head, path)
-                repo = server._repos[entry[0]]
-                target = repo.root / entry[1]
+                target = entry[0] / entry[1]
                 if not target.is_file():
                     return self._reply(404, {}, b"not found", head, entry[1])
                 data = target.read_bytes()
@@ -354,6 +383,15 @@ class HubServer:
                 self._send_file(data, headers, head, entry[1])
 
             def _send_file(self, data: bytes, headers: dict[str, str], head: bool, path: str) -> None:
+                if not head:
+                    with server._lock:
+                        limit = server._files_hold_at
+                        hold = limit is not None and server._files_sent >= limit
+                        server._files_sent += 0 if hold else 1
+                    if hold:
+                        server._held.set()
+                        server._released.wait(60)
+                        return self._reply(503, {}, b"held", False, path)
                 status, start, end = 200, 0, len(data)
                 rng = self.headers.get("Range")
                 if rng:
