@@ -6,9 +6,12 @@
    logits files of the window range is verified (hashes remembered in the verified-file cache)
    and used as it is: no network, ``huggingface_hub`` is not even imported.
 2. Otherwise, with the real ``huggingface_hub`` client (dataset repository; ``HF_ENDPOINT`` and
-   ``HF_TOKEN`` honoured): the revision is resolved to a commit once, the two manifests and all
-   token files are fetched first, free disk space is checked against what the window range
-   still needs, then only the logits files of the range are fetched, several at once. A
+   ``HF_TOKEN`` honoured), begun by :func:`begin_download`: a folder whose download record names
+   another repository is refused; the revision is resolved to a commit once (a folder downloaded
+   earlier from this repository: the commit its record names, whatever ``main`` names now), and
+   recorded before the first file; the two manifests and all token files are fetched first, free
+   disk space is checked against what the window range still needs, then only the logits files of
+   the range are fetched, several at once. A
    ``selection`` (the run's strata: the windows of some domains) narrows the range further:
    only its windows are fetched and verified.
 3. Logits files go to ``<local_dir>/.kldtui-download/`` first and get their final name only
@@ -19,8 +22,9 @@
    file is kept and the next run asks for the rest (``Range: bytes=N-``). When the server offers
    Xet storage and ``hf_xet`` is installed (the fast backend of huggingface_hub >= 1.0;
    ``hf_transfer`` and ``HF_HUB_ENABLE_HF_TRANSFER`` are gone), the file is fetched through Xet.
-5. Finally the whole range is verified (suite hash, token hashes, each file's SHA-256; for the
-   published repository also the published suite hash); a failure names the file and stops.
+5. Finally the record lists the windows fetched, as finished, and the whole range is verified
+   (suite hash, token hashes, each file's SHA-256; for the published repository also the published
+   suite hash); a failure names the file and stops.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
+import re
 import shutil
 import threading
 import time
@@ -66,13 +71,17 @@ from kldtui.formats.suite import (
     unit_of,
     units_of,
 )
+from kldtui.formats.untrusted_json import printable_name
 from kldtui.formats.verified_cache import VerifiedCache
 from kldtui.stages.verify import (
+    DOWNLOADING,
+    FINISHED,
     PUBLISHED_REPO_ID,
     PUBLISHED_SUITE_HASH,
     RECORD_NAME,
     REF_DIR,
     VerifyResult,
+    download_under_way,
     downloaded_from,
     read_record,
     recorded_windows,
@@ -85,6 +94,7 @@ STAGE: StageName = "reference"
 PARTIAL_DIR = ".kldtui-download"
 REPO_TYPE = "dataset"
 DOWNLOAD_WORKERS = 4
+COMMIT_ID = re.compile(r"[0-9a-f]{40}")  # a git commit id, as the Hub gives it (X-Repo-Commit)
 
 
 @dataclass(frozen=True)
@@ -153,8 +163,7 @@ def _local_state(root: Path, repo_id: str | None, revision: str | None, start_wi
     """The local suite if it holds everything the chosen windows need (files exist), else None."""
     if not (root / SUITE_MANIFEST).is_file() or not (root / REF_DIR / LOGITS_MANIFEST).is_file():
         return None
-    record = read_record(root)
-    if record is not None and repo_id is not None and not downloaded_from(record, repo_id, revision):
+    if not finished_download_of(read_record(root), repo_id, revision):
         return None
     try:
         suite = load_suite(root)
@@ -189,12 +198,15 @@ def check_repo_id(repo_id: str) -> None:
 def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, revision: str | None = None,
                      stop_window: int | None = None, start_window: int = 0, reverify: bool = False,
                      emit: EventSink = null_sink, cancel: Cancel | None = None,
-                     workers: int | None = None, selection: ContextFilter | None = None) -> ReferenceSuite:
+                     workers: int | None = None, selection: ContextFilter | None = None,
+                     begun: HubDownloader | None = None) -> ReferenceSuite:
     """Make ``local_dir`` hold a verified reference for windows ``[start_window, stop_window)``, only
     those ``selection`` keeps (its strata: the domains a run covers) when it is given.
 
-    ``repo_id`` None means local only (a missing file is a :class:`BadInput`). Raises
-    :class:`StageFailed` when a file fails verification (naming it), the disk is too small, or
+    ``repo_id`` None means local only (a missing file is a :class:`BadInput`). ``begun``: the
+    download :func:`begin_download` began already (``kldtui download``'s look at the suite manifest).
+    Raises :class:`BadInput` for a folder another repository's suite was downloaded into (before any
+    download), :class:`StageFailed` when a file fails verification (naming it), the disk is too small, or
     the Hub cannot deliver a file; :class:`Interrupted` when ``cancel`` is set (partial downloads
     are kept and resumed next time).
     """
@@ -226,20 +238,13 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         raise BadInput(f"{root}: no complete reference suite here for the requested {units} "
                        "(suite-manifest.json, ref/manifest.json, token files and logits files); "
                        "give a repository id to download it")
-    check_repo_id(repo_id)  # only now: a complete local folder never imports huggingface_hub
-    if settings.HF_HUB_OFFLINE.get():
-        raise StageFailed(f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
-                          "suite here or unset HF_HUB_OFFLINE to download it")
-    earlier = read_record(root)
-    requested = revision
-    if revision is None and earlier and earlier.get("repo_id") == repo_id and earlier.get("commit"):
-        requested = earlier.get("revision")
-        # more windows for a folder downloaded earlier: stay on the commit it came from, so old and
-        # new files belong to one manifest (pass --revision main to move to the newest commit)
-        revision = str(earlier["commit"])
-        emit(Notice(STAGE, f"{root} was downloaded from commit {revision[:12]}; fetching the rest from it"))
-    downloader = HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
-    commit = downloader.resolve()
+    # only now: a complete local folder never imports huggingface_hub
+    downloader = begun or begin_download(
+        root, repo_id, revision, emit=emit, cancel=cancel,
+        offline_line=f"{root}: the reference is incomplete and HF_HUB_OFFLINE is set; copy a complete "
+                     "suite here or unset HF_HUB_OFFLINE to download it")
+    commit = downloader.commit
+    assert commit is not None
     downloader.fetch_small([SUITE_MANIFEST, f"{REF_DIR}/{LOGITS_MANIFEST}"])
     suite = load_suite(root)
     manifest = load_logits_manifest(root / REF_DIR)
@@ -264,7 +269,7 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
                                f"{REF_DIR}/{LOGITS_MANIFEST}"))
     downloader.check_disk_space(todo, windows_text(suite, rng, chosen), "choose a smaller --stop-window")
     fetched = downloader.fetch_files(todo, workers=workers)
-    write_record(root, repo_id, requested, commit, set(chosen), downloader.endpoint)
+    write_record(root, repo_id, downloader.requested, commit, set(chosen), downloader.endpoint)
     emit(Notice(STAGE, f"verifying {root}"))
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
                               workers=workers, expected_suite_hash=expected_hash,
@@ -281,18 +286,101 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
 
 
 def write_record(root: Path, repo_id: str, revision: str | None, commit: str, indices: set[int],
-                 endpoint: str | None, **extra: Any) -> None:
-    """The download record (``.kldtui-reference.json``): repository, commit and the windows (or
-    contexts) fetched so far from that commit."""
+                 endpoint: str | None, *, state: str = FINISHED, **extra: Any) -> None:
+    """The download record (``.kldtui-reference.json``): repository, the revision asked for, its
+    commit, the windows (or contexts) fetched so far from that commit and whether a download into the
+    folder is under way (``state``: :data:`DOWNLOADING` from before its first file until it has them
+    all)."""
     previous = read_record(root) or {}
     windows = set(indices)
     if previous.get("repo_id") == repo_id and previous.get("commit") == commit:
         windows |= recorded_windows(previous)
     write_json_atomic(root / RECORD_NAME, {
         "format": 1, "repo_id": repo_id, "repo_type": REPO_TYPE, "revision": revision, "commit": commit,
-        "endpoint": endpoint, "windows": sorted(windows), **extra,
+        "endpoint": endpoint, "windows": sorted(windows), "state": state, **extra,
         "updated_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })
+
+
+def finished_download_of(record: dict[str, Any] | None, repo_id: str | None, revision: str | None) -> bool:
+    """Whether a folder whose download record is ``record`` may be used as it is for ``repo_id`` at
+    ``revision`` (its files permitting): it has no record (a folder kldtui did not download), no
+    repository is asked for, or the record is of that repository and revision
+    (:func:`~kldtui.stages.verify.downloaded_from`) and its download finished. A download stopped
+    before its end resumes instead, at its commit."""
+    if record is None or repo_id is None:
+        return True
+    return downloaded_from(record, repo_id, revision) and not download_under_way(record)
+
+
+def _recorded_source(record: dict[str, Any]) -> str:
+    """The repository and commit a download record names, as a line shows them (they are the folder's
+    words, not kldtui's: printed as names)."""
+    commit = record.get("commit")
+    return printable_name(str(record.get("repo_id"))[:200]) + (
+        f" (commit {printable_name(commit[:12])})" if isinstance(commit, str) else "")
+
+
+def _pinned_commit(record: dict[str, Any] | None, repo_id: str, revision: str | None) -> str | None:
+    """The commit a download of ``repo_id`` at ``revision`` into a folder with ``record`` resumes at:
+    the record's, when it is of that repository and ``revision`` is none, the revision the record
+    was asked for (a branch such as main, which may name a newer commit by now) or that commit."""
+    if record is None or record.get("repo_id") != repo_id:
+        return None
+    commit = record.get("commit")
+    if not isinstance(commit, str) or not COMMIT_ID.fullmatch(commit):
+        return None
+    return commit if revision in (None, record.get("revision"), commit) else None
+
+
+def begin_download(root: Path, repo_id: str, revision: str | None, *, emit: EventSink,
+                   cancel: Cancel | None, offline_line: str) -> HubDownloader:
+    """Begin a download of ``repo_id`` at ``revision`` into ``root``, before any file is fetched:
+
+    - refused (BadInput, one line naming the folder and what to do) when the folder's download record
+      is of another repository, finished or not: no other suite is fetched over the folder's;
+    - ``offline_line`` (StageFailed) when HF_HUB_OFFLINE is set;
+    - a folder downloaded (or being downloaded) from this repository resumes at the commit its record
+      names when ``revision`` is none, the revision recorded or that commit, and says so: a moving
+      revision (main) is not followed, so every file of the folder is of one commit; refused when the
+      Hub no longer has that commit (another one's files would mix two versions of the suite);
+    - the revision is resolved to a commit, and the record then names the repository, the revision
+      asked for and the commit, as a download under way (:data:`DOWNLOADING`): a download stopped at
+      any moment from here on resumes as this one, at this commit, and is refused to another
+      repository (``kldtui download``, or a profile: kldtui.workflow.owners).
+
+    Returns the downloader, resolved (``commit``; ``requested``: the revision to record)."""
+    check_repo_id(repo_id)
+    earlier = read_record(root)
+    if earlier is not None and isinstance(earlier.get("repo_id"), str) and earlier["repo_id"] != repo_id:
+        held = "a download, not finished, of" if download_under_way(earlier) else \
+            "the suite downloaded from"
+        raise BadInput(f"{root}: holds {held} {_recorded_source(earlier)} ({RECORD_NAME}), which a download "
+                       f"of {repo_id} would mix with or write over; download {repo_id} into a folder of its "
+                       "own (--local-dir, or [reference] local_dir), or delete this folder to download it "
+                       "here")
+    if settings.HF_HUB_OFFLINE.get():
+        raise StageFailed(offline_line)
+    pinned = _pinned_commit(earlier, repo_id, revision)
+    downloader = HubDownloader(repo_id, root, pinned or revision, emit=emit, cancel=cancel)
+    if pinned is None or earlier is None:
+        commit = downloader.resolve()
+    else:
+        recorded = earlier.get("revision")
+        requested = recorded if revision is None or revision == pinned else revision
+        downloader.requested = requested if isinstance(requested, str) else None
+        downloader.revision_gone = (
+            f"{root}: was downloaded from {repo_id} at commit {pinned[:12]}, which {downloader.where_repo()} "
+            "no longer has; the files still missing cannot come from it, and another commit's would mix two "
+            "versions of the suite; download into a new folder (--local-dir, or [reference] local_dir), or "
+            "delete this folder to download it again")
+        commit = downloader.resolve()
+        named = isinstance(recorded, str) and recorded != pinned
+        asked = f" (revision {printable_name(str(recorded))})" if named else ""
+        emit(Notice(STAGE, f"{root} was downloaded from commit {pinned[:12]}{asked}; fetching the rest from "
+                           "that commit, so every file is of one commit"))
+    write_record(root, repo_id, downloader.requested, commit, set(), downloader.endpoint, state=DOWNLOADING)
+    return downloader
 
 
 # ------------------------------------------------------------------------------------------------
@@ -436,6 +524,8 @@ class HubDownloader:
         # library's own rules apply (a token saved by `hf auth login`).
         self.token: str | None = settings.HF_TOKEN.get()
         self.commit: str | None = None
+        self.requested: str | None = revision  # the revision a download record names (begin_download)
+        self.revision_gone: str | None = None  # the line when the Hub has no such revision (a pinned commit)
         self.fetched_paths: list[str] = []
         self.bytes_fetched = 0
         self._lock = threading.Lock()
@@ -456,9 +546,12 @@ class HubDownloader:
         self._abort.check()
 
     # -- errors ----------------------------------------------------------------------------------
+    def where_repo(self) -> str:
+        """The repository in words: the Hub's address and the dataset's id."""
+        return f"{self.endpoint or 'https://huggingface.co'} dataset {self.repo_id}"
+
     def _where(self) -> str:
-        rev = self.commit or self.revision or "main"
-        return f"{self.endpoint or 'https://huggingface.co'} dataset {self.repo_id}@{rev}"
+        return f"{self.where_repo()}@{self.commit or self.revision or 'main'}"
 
     def _translate(self, exc: BaseException, path: str) -> KldError:
         from huggingface_hub import errors as hf_errors
@@ -472,6 +565,8 @@ class HubDownloader:
             return BadInput(f"{self._where()}: repository not found (or private: set HF_TOKEN); check the "
                             "repository id and HF_ENDPOINT")
         if isinstance(exc, hf_errors.RevisionNotFoundError):
+            if self.revision_gone is not None:
+                return BadInput(self.revision_gone)
             return BadInput(f"{self._where()}: revision {self.revision!r} not found; check --revision")
         if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
             return StageFailed(f"{path}: missing from {self._where()} (404); the dataset is incomplete at "

@@ -1,7 +1,9 @@
 """Downloading a hidden-state suite, or the part of it a selection of contexts needs
 (``kldtui download``; docs/FORMATS.md, "Hidden-state suites").
 
-With the real ``huggingface_hub`` client, at one commit:
+With the real ``huggingface_hub`` client, at one commit, begun as a logits suite's download is
+(:func:`~kldtui.stages.reference.begin_download`: another repository's folder refused, a folder
+downloaded earlier resumed at its recorded commit, the record written before the first file):
 
 1. ``checksums.txt`` and the suite-level files it lists (manifests, partitions, sources, the
    capture runtime: small), then the selection is made from the suite manifest
@@ -13,7 +15,8 @@ With the real ``huggingface_hub`` client, at one commit:
    nothing else of the suite is fetched;
 5. the folder is verified for the selection (:func:`~kldtui.stages.verify_hidden.verify_hidden_suite`).
 
-A folder that already holds everything the selection needs is verified without the network.
+A folder that already holds everything the selection needs, from a finished download of the
+repository asked for (or none), is verified without the network.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from kldtui.stages.reference import (
     ReferenceSuite,
     RemoteFile,
     as_reference_events,
-    check_repo_id,
+    begin_download,
     ensure_reference,
+    finished_download_of,
     write_record,
 )
 from kldtui.stages.verify import VerifyResult, read_record
@@ -91,8 +95,13 @@ def _needed(root: Path, suite: Suite, selection: fid.ContextFilter, runs: list[s
     return files
 
 
-def _complete(root: Path, selection: fid.ContextFilter, sentinel_runs: bool) -> bool:
-    """Whether ``root`` already holds every file the selection needs (not checked here)."""
+def _complete(root: Path, repo_id: str | None, revision: str | None, selection: fid.ContextFilter,
+              sentinel_runs: bool) -> bool:
+    """Whether ``root`` already holds every file the selection needs (not checked here), from a finished
+    download of ``repo_id`` at ``revision`` where its download record says where it came from
+    (:func:`~kldtui.stages.reference.finished_download_of`)."""
+    if not finished_download_of(read_record(root), repo_id, revision):
+        return False
     try:
         listed = fid.read_checksums(root)
         suite = load_suite(root)
@@ -110,15 +119,17 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
                         selection: fid.ContextFilter | None = None,
                         sentinel_runs: bool = False, revision: str | None = None, reverify: bool = False,
                         emit: EventSink = null_sink, cancel: Cancel | None = None,
-                        workers: int | None = None) -> HiddenReference:
+                        workers: int | None = None, begun: HubDownloader | None = None) -> HiddenReference:
     """Make ``local_dir`` hold a verified hidden-state suite for ``selection`` (see the module
-    docstring). ``repo_id`` None: local only. Raises StageFailed when a file fails verification
-    or cannot be fetched, BadInput for a selection the suite does not have."""
+    docstring). ``repo_id`` None: local only; ``begun``: the download
+    :func:`~kldtui.stages.reference.begin_download` began already. Raises StageFailed when a file fails
+    verification or cannot be fetched, BadInput for a selection the suite does not have or a folder
+    another repository's suite was downloaded into (before any download)."""
     root = Path(local_dir)
     chosen = selection or fid.ContextFilter()
     started = time.monotonic()
     emit(StageStarted(STAGE, detail=f"{repo_id or 'local'} -> {root} ({chosen.describe()})"))
-    if _complete(root, chosen, sentinel_runs):
+    if _complete(root, repo_id, revision, chosen, sentinel_runs):
         suite = load_suite(root)
         windows = chosen.apply(suite)
         emit(Notice(STAGE, f"{root} already holds {len(windows)} selected context(s); verifying, no network"))
@@ -134,16 +145,11 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
     if repo_id is None:
         raise BadInput(f"{root}: the hidden-state suite is not complete here for {chosen.describe()}; give a "
                        "repository id to download it")
-    check_repo_id(repo_id)
-    if settings.HF_HUB_OFFLINE.get():
-        raise StageFailed(f"{root}: the suite is incomplete and HF_HUB_OFFLINE is set; unset it to download")
-    earlier = read_record(root)
-    requested = revision
-    if revision is None and earlier and earlier.get("repo_id") == repo_id and earlier.get("commit"):
-        requested, revision = earlier.get("revision"), str(earlier["commit"])
-        emit(Notice(STAGE, f"{root} was downloaded from commit {revision[:12]}; fetching the rest from it"))
-    downloader = HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
-    commit = downloader.resolve()
+    downloader = begun or begin_download(
+        root, repo_id, revision, emit=emit, cancel=cancel,
+        offline_line=f"{root}: the suite is incomplete and HF_HUB_OFFLINE is set; unset it to download")
+    commit = downloader.commit
+    assert commit is not None
     downloader.fetch_small([fid.CHECKSUMS])
     listed = fid.read_checksums(root)
     downloader.fetch_small([rel for rel in fid.SUITE_FILES if rel in listed], task="suite files")
@@ -180,7 +186,7 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
                                 "--start-context/--stop-context)",
                                 kind="tensor")
     downloader.fetch_files(todo, workers=workers)
-    write_record(root, repo_id, requested, commit, {w.index for w in windows}, downloader.endpoint,
+    write_record(root, repo_id, downloader.requested, commit, {w.index for w in windows}, downloader.endpoint,
                  layout="hidden-state suite", sentinel_runs=sentinel_runs)
     emit(Notice(STAGE, f"verifying {root}"))
     result = verify_hidden_suite(root, selection=chosen, sentinel_runs=sentinel_runs or None,
@@ -215,16 +221,17 @@ def ensure_suite(repo_id: str | None, local_dir: str | Path, *, revision: str | 
     folder has none)."""
     with failure_reported(emit, STAGE):
         root = Path(local_dir)
-        if not (root / SUITE_MANIFEST).is_file() and repo_id is not None:
-            check_repo_id(repo_id)
-            if not settings.HF_HUB_OFFLINE.get():
-                probe = HubDownloader(repo_id, root, revision, emit=emit, cancel=cancel)
-                probe.resolve()
-                probe.fetch_small([SUITE_MANIFEST])
+        begun = None
+        offline = settings.HF_HUB_OFFLINE.get()
+        if not (root / SUITE_MANIFEST).is_file() and repo_id is not None and not offline:
+            # the suite manifest says which kind of suite this is: fetched first, by the download itself
+            # (begun here, so it is recorded before its first file and resumed at one commit)
+            begun = begin_download(root, repo_id, revision, emit=emit, cancel=cancel, offline_line="")
+            begun.fetch_small([SUITE_MANIFEST])
         if (root / SUITE_MANIFEST).is_file() and is_hidden_suite_file(root / SUITE_MANIFEST):
             return ensure_hidden_suite(repo_id, root, selection=selection, sentinel_runs=sentinel_runs,
                                        revision=revision, reverify=reverify, emit=emit, cancel=cancel,
-                                       workers=workers)
+                                       workers=workers, begun=begun)
         chosen = selection or fid.ContextFilter()
         if chosen.which != "all" or sentinel_runs:
             raise BadInput(f"{root / SUITE_MANIFEST}: a logits suite has windows, not contexts with "
@@ -232,7 +239,7 @@ def ensure_suite(repo_id: str | None, local_dir: str | Path, *, revision: str | 
                            "and --stratum (a domain)")
         return ensure_reference(repo_id, root, revision=revision, start_window=chosen.start,
                                 stop_window=chosen.stop, reverify=reverify, emit=emit, cancel=cancel,
-                                workers=workers, selection=chosen)
+                                workers=workers, selection=chosen, begun=begun)
 
 
 __all__ = ["HiddenReference", "ensure_hidden_suite", "ensure_suite"]

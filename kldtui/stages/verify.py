@@ -295,6 +295,17 @@ def read_record(root: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+DOWNLOADING = "downloading"  # a download record's state from before its first file until it has them all
+FINISHED = "finished"
+
+
+def download_under_way(record: dict[str, Any]) -> bool:
+    """Whether a download record is of a download that has not fetched all its files yet (started, then
+    stopped, or still running): the folder holds part of that repository's suite at that commit, and
+    the download resumes there (kldtui.stages.reference.begin_download)."""
+    return record.get("state") == DOWNLOADING
+
+
 def downloaded_from(record: dict[str, Any], repo_id: str, revision: str | None) -> bool:
     """Whether a download record is of ``repo_id`` at ``revision`` (None: whatever revision the folder
     holds; else the revision it was asked for or the commit it resolved to): a download of that

@@ -27,13 +27,15 @@ Two more are one profile's among those that share them:
   a ``local_dir``, so every such profile of the work folder names the same one): a profile of another
   repository or revision fetched its suite over the first one's, which fetched its own back on its next
   run. The folder's download record (``.kldtui-reference.json``, kldtui.stages.verify.downloaded_from)
-  says what it holds; ``profiles.json`` records the profile that downloaded it, and another profile
-  whose download would fetch another suite there is refused before any download or server start and
-  asked for a ``local_dir`` of its own: each suite in its own folder, which no other profile's
-  download replaces (a folder per repository and revision by default would move every suite
-  downloaded so far, gigabytes of reference logits, and still leave two profiles that name one
-  ``local_dir`` to collide). A profile of the same suite shares it; the profile that downloaded it
-  may change its own suite there;
+  says what it holds, from before the download's first file (a first download stopped before its suite
+  manifest came holds that suite all the same); ``profiles.json`` records the profile that downloaded
+  it, and another profile whose download would fetch another suite there is refused before any
+  download or server start and asked for a ``local_dir`` of its own: each suite in its own folder,
+  which no other profile's download replaces (a folder per repository and revision by default would
+  move every suite downloaded so far, gigabytes of reference logits, and still leave two profiles that
+  name one ``local_dir`` to collide). A profile of the same suite shares it; the profile that downloaded it
+  may change its revision there (another repository is refused by the download itself,
+  kldtui.stages.reference.begin_download, for whichever profile asks);
 - a campaign candidate's report (``comparison-NAME.json``) covers the windows of one run: two
   campaigns of one suite naming a candidate alike over the same windows share it (one report of one
   server over those windows), but over other windows ([run] start_window, stop_window, context_filter,
@@ -350,7 +352,7 @@ def _download_check(profile: Profile, workspace: Workspace, record: Record,
     says what from: kldtui.stages.verify.downloaded_from); handed over, with the line, when that
     profile's file is gone; the folder is this profile's where no profile or no suite is there yet, and
     stays the other one's where this profile downloads the same suite."""
-    from kldtui.stages.verify import downloaded_from, read_record
+    from kldtui.stages.verify import download_under_way, downloaded_from, read_record
 
     ref, workdir = profile.reference, workspace.workdir
     assert workdir is not None
@@ -358,7 +360,9 @@ def _download_check(profile: Profile, workspace: Workspace, record: Record,
     if ref.repo_id is None or claimer == me:
         return None, None, False
     held = read_record(workspace.suite_dir)
-    if claimer is None or held is None or not suite_manifest_path(workspace.suite_dir).is_file():
+    # a download stopped before its suite manifest came holds that suite all the same (it resumes there)
+    if claimer is None or held is None or (not suite_manifest_path(workspace.suite_dir).is_file()
+                                           and not download_under_way(held)):
         return None, None, True
     if downloaded_from(held, ref.repo_id, ref.revision):
         return None, None, False
@@ -367,11 +371,12 @@ def _download_check(profile: Profile, workspace: Workspace, record: Record,
     source = printable_name(str(held.get("repo_id"))[:PROFILE_PATH_MAX]) + (
         f" (commit {printable_name(commit[:12])})" if isinstance(commit, str) else "")
     asked = ref.repo_id + (f" (revision {ref.revision})" if ref.revision is not None else "")
+    did = "began to download (not finished)" if download_under_way(held) else "downloaded"
     if not (workdir / claimer).is_file():
-        return None, (f"{workspace.suite_dir} held the suite profile {shown} downloaded from {source}, whose "
+        return None, (f"{workspace.suite_dir} held the suite profile {shown} {did} from {source}, whose "
                       f"file is gone; {profile.where} downloads {asked} there now"), True
     return (f"{profile.where}: {workspace.suite_dir} in the work folder {workdir} holds the suite profile "
-            f"{shown} downloaded from {source} ({workspace.owners_path}), which this profile's [reference] "
+            f"{shown} {did} from {source} ({workspace.owners_path}), which this profile's [reference] "
             f"repo_id {asked} would download over; set [reference] local_dir to a folder of its own for "
             "this suite (or give this profile its own [run] workdir)"), None, False
 

@@ -154,3 +154,42 @@ def test_logits_suite_refuses_context_selections(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "logits", windows=2)
     with pytest.raises(KldError, match="a logits suite has windows"):
         ensure_suite(None, root, selection=fid.ContextFilter("analysis"))
+
+
+def test_a_folder_of_another_repository_is_refused_before_any_request(
+        hub: HubServer, published: fx.Fixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A complete folder was taken for any repository's suite (no look at its download record): a
+    download of another repository into it answered "ready" with the first one's files. Its record is
+    read as the logits download reads it: another repository is refused, one line naming the folder and
+    what to do, exit 2, before any request; a download of its own that did not finish is resumed, not
+    taken as complete."""
+    other = "kldtui-test/other-fidelity"
+    hub.add_dataset(other, published.root, commit="d" * 40)
+    out = tmp_path / "local"
+    subset = fid.ContextFilter(start=0, stop=3)
+    first = ensure_hidden_suite(REPO, out, selection=subset)
+    assert first.commit is not None
+    before = len(hub.log)
+    with pytest.raises(KldError) as refused:
+        ensure_hidden_suite(other, out, selection=subset)
+    assert refused.value.exit_code == 2
+    assert str(refused.value) == (
+        f"{out}: holds the suite downloaded from {REPO} (commit {first.commit[:12]}) "
+        f"(.kldtui-reference.json), which a download of {other} would mix with or write over; download "
+        f"{other} into a folder of its own (--local-dir, or [reference] local_dir), or delete this folder "
+        "to download it here")
+    capsys.readouterr()
+    assert main(["download", other, "--local-dir", str(out), "--stop-context", "3"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"kldtui: error: {refused.value}"
+    assert len(hub.log) == before
+    # its own repository: complete, no network; a record of a download not finished: resumed at its commit
+    assert ensure_hidden_suite(REPO, out, selection=subset).offline
+    record_path = out / ".kldtui-reference.json"
+    record = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps({**record, "state": "downloading"}))
+    events: list = []
+    resumed = ensure_hidden_suite(REPO, out, selection=subset, emit=events.append)
+    assert not resumed.offline and resumed.commit == first.commit
+    assert any(f"was downloaded from commit {first.commit[:12]}" in getattr(e, "text", "") for e in events)
+    assert not [r for r in hub.log[before:] if r.method == "GET" and r.path.endswith(".safetensors")]
+    assert json.loads(record_path.read_text())["state"] == "finished"

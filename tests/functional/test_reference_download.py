@@ -345,6 +345,87 @@ def test_a_damaged_download_record_never_narrows_verify(tmp_path: Path, listed: 
     assert json.loads((root / RECORD_NAME).read_text())["windows"] == [2]
 
 
+OTHER = "kldtui-test/another-reference"
+
+
+def test_a_download_of_another_repository_into_the_folder_is_refused_before_any_request(
+        hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The folder's download record says which repository it holds: a download of another one over it
+    (which fetched that suite's manifests over the first one's and its windows beside them) is refused,
+    one line naming the folder and what to do, exit 2, before any request; so is one of a folder whose
+    download did not finish. The same repository resumes there."""
+    other_root = make_dataset(tmp_path / "other", windows=5, seed=3)
+    hub.add_dataset(OTHER, other_root)
+    out = tmp_path / "local"
+    first = ensure_reference(REPO, out, stop_window=2)
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert record["state"] == "finished"
+    before = len(hub.log)
+    with pytest.raises(BadInput) as refused:
+        ensure_reference(OTHER, out)
+    assert str(refused.value) == (
+        f"{out}: holds the suite downloaded from {REPO} (commit {first.commit[:12]}) ({RECORD_NAME}), which "
+        f"a download of {OTHER} would mix with or write over; download {OTHER} into a folder of its own "
+        "(--local-dir, or [reference] local_dir), or delete this folder to download it here")
+    capsys.readouterr()
+    assert main(["download", OTHER, "--local-dir", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"kldtui: error: {refused.value}"
+    assert len(hub.log) == before  # nothing asked of the Hub
+    assert json.loads((out / RECORD_NAME).read_text()) == record
+    # a download under way (its record says so) is refused to another repository the same way
+    (out / RECORD_NAME).write_text(json.dumps({**record, "state": "downloading"}))
+    with pytest.raises(BadInput, match=f"holds a download, not finished, of {REPO} "):
+        ensure_reference(OTHER, out)
+    assert len(hub.log) == before
+    ensure_reference(REPO, out)  # its own repository finishes it, and more windows
+    assert json.loads((out / RECORD_NAME).read_text())["windows"] == [0, 1, 2, 3, 4]
+
+
+def test_a_moving_revision_resumes_at_the_commit_the_folder_was_downloaded_at(
+        hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile's revision = "main" against a folder missing some windows fetched main's newer commit's
+    manifests over the folder (two commits in one folder). The download resumes at the commit its
+    record names, and says so; where the Hub no longer has that commit it is refused, one line naming
+    the folder and what to do, exit 2, before any file."""
+    out, gone = tmp_path / "local", tmp_path / "gone"
+    first = ensure_reference(REPO, out, stop_window=2, revision="main")
+    ensure_reference(REPO, gone, stop_window=2, revision="main")
+    old_root = hub.root  # type: ignore[attr-defined]
+    newer = hub.add_dataset(REPO, make_dataset(tmp_path / "server-v2", windows=5, seed=7), keep_older=True)
+    assert newer != first.commit
+    before = len(hub.log)
+    events: list = []
+    ref = ensure_reference(REPO, out, revision="main", emit=events.append)
+    assert ref.commit == first.commit and ref.verify is not None and ref.verify.ok
+    assert [e.text for e in events if isinstance(e, Notice) and "downloaded from commit" in e.text] == [
+        f"{out} was downloaded from commit {first.commit[:12]} (revision main); fetching the rest from that "
+        "commit, so every file is of one commit"]
+    assert not [r for r in hub.log[before:] if "/resolve/main/" in r.url]  # main was never asked for
+    for rel in ["suite-manifest.json", "ref/manifest.json",
+                *[f"ref/logits_{i:03d}.safetensors" for i in range(5)]]:
+        assert _sha(out / rel) == _sha(old_root / rel), rel
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert (record["revision"], record["commit"], record["windows"], record["state"]) == (
+        "main", first.commit, [0, 1, 2, 3, 4], "finished")
+    # a history rewritten: the commit is gone, and main's newer one would mix two suites
+    hub.forget_commit(REPO, first.commit)
+    before = len(hub.log)
+    with pytest.raises(BadInput) as refused:
+        ensure_reference(REPO, gone, revision="main")
+    assert str(refused.value) == (
+        f"{gone}: was downloaded from {REPO} at commit {first.commit[:12]}, which {hub.endpoint} dataset "
+        f"{REPO} no longer has; the files still missing cannot come from it, and another commit's would mix "
+        "two versions of the suite; download into a new folder (--local-dir, or [reference] local_dir), or "
+        "delete this folder to download it again")
+    capsys.readouterr()
+    assert main(["download", REPO, "--local-dir", str(gone), "--revision", "main"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"kldtui: error: {refused.value}"
+    assert not [r for r in hub.log[before:] if r.method == "GET"]
+    assert json.loads((gone / RECORD_NAME).read_text())["commit"] == first.commit
+    # what the line says to do: a new folder downloads main's newer commit
+    assert ensure_reference(REPO, tmp_path / "new", revision="main").commit == newer
+
+
 def test_an_empty_partial_file_is_started_again(hub: HubServer, tmp_path: Path) -> None:
     """A run killed after it created a logits file's partial file and before its first byte left it empty:
     every later run failed on it (FileExistsError, "run again to resume", for ever). It is started again."""

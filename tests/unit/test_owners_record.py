@@ -212,6 +212,29 @@ def test_a_download_of_another_suite_into_the_folder_another_profile_downloaded_
     assert load_record(owners).downloads == {"reference": "../b.toml"}
 
 
+def test_a_download_stopped_before_its_suite_manifest_came_is_still_the_folders_suite(tmp_path: Path) -> None:
+    """A first download stopped before any file left no suite manifest: the folder was read as holding no
+    suite and handed to the next profile of another repository, which fetched its own over it. The
+    download record written before the first file (state "downloading") says what the folder holds: the
+    other profile is refused, and told the download did not finish; the same suite shares it."""
+    work = tmp_path / "work"
+    first = load_profile(downloading_profile(tmp_path / "a.toml", "org/suite-x", work, {"qa": 0.1}))
+    claim(first, first.workspace(), lambda event: None, "campaign")
+    folder = work / "reference"
+    folder.mkdir(parents=True)
+    (folder / RECORD_NAME).write_text(json.dumps({"format": 1, "repo_id": "org/suite-x", "revision": None,
+                                                  "commit": "c" * 40, "windows": [], "state": "downloading"}))
+    other = load_profile(downloading_profile(tmp_path / "b.toml", "org/suite-y", work, {"qb": 0.1}))
+    said = owner_problem(other, other.workspace())
+    assert said is not None and (f"holds the suite profile {tmp_path / 'a.toml'} began to download (not "
+                                 f"finished) from org/suite-x (commit {'c' * 12})") in said, said
+    same = load_profile(downloading_profile(tmp_path / "c.toml", "org/suite-x", work, {"qc": 0.1}))
+    assert owner_problem(same, same.workspace()) is None
+    # a folder whose record is gone with it holds no suite: the next profile takes it
+    (folder / RECORD_NAME).unlink()
+    assert owner_problem(other, other.workspace()) is None
+
+
 def test_a_candidates_report_over_other_windows_of_another_profile_is_refused(tmp_path: Path) -> None:
     """Two campaigns of one suite naming a candidate alike share comparison-NAME.json: over the same
     windows they may, over others the second is refused, naming both; the profile itself may change
