@@ -176,13 +176,17 @@ class Campaign:
         if stage == "all":
             return self.run_all()
         if stage == "reference":  # shared by every candidate
-            from kldtui.workflow.owners import owner_problem
-            from kldtui.workflow.preflight import refuse
+            from kldtui.workflow.owners import claim
 
-            # another profile's suite in the folder it downloads into: refused before the download
-            refuse([owned] if (owned := owner_problem(self.profile, self._workspace)) else [], self.emit,
-                   "reference")
-            return self._pipeline(self.profile.candidates[0], self.entries[0].workspace).reference()
+            # what the campaign writes there another profile's (its leaderboard, another suite's reference
+            # capture, the folder it downloads into): refused before the download or any server; else
+            # recorded as this profile's, as its whole run records it
+            claim(self.profile, self._workspace, self.emit, "reference")
+            pipeline = self._pipeline(self.profile.candidates[0], self.entries[0].workspace)
+            try:
+                return pipeline.reference()
+            finally:
+                pipeline.release_folders()
         raise BadInput(f"{self.profile.where}: a campaign runs its stages candidate by candidate; run "
                        "everything (r in the dashboard, kldtui run --batch)")
 

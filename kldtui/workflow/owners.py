@@ -46,9 +46,12 @@ Two more are one profile's among those that share them:
   windows or a work folder of its own. The profile itself may change its windows (a run extended to
   more windows).
 
-The first profile to run there claims its file (:func:`claim`, while the run holds the work folder's
-lock): ``profiles.json`` records the file's name and the profile's path relative to the work folder
-(so a project folder moved whole keeps its owners). Another profile is refused, one line naming both
+The first profile to run there claims its file (:func:`claim`, holding the work folder's lock): every
+writer of a profile's work folder claims before it starts a server or writes there (``kldtui run``,
+``kldtui serve``, whose server writes its capture folder and ``server.log`` there, and each stage the
+dashboard runs: its server stage, a campaign's reference stage). ``profiles.json`` records the file's
+name and the profile's path relative to the work folder (so a project folder moved whole keeps its
+owners). Another profile is refused, one line naming both
 (:func:`owner_problem`, said before any server starts), and asked for a work folder of its own. A
 profile whose recorded file is gone (renamed or deleted) hands its files over, with a notice. With its
 file, the profile records its suite's folder (relative to the work folder) for each part it writes that
@@ -72,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 from kldtui.errors import BadInput, KldError
 from kldtui.events import EventSink, Notice, StageName
+from kldtui.folder_lock import hold
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.names import name_problem
 from kldtui.formats.suite import suite_manifest_path
@@ -240,9 +244,24 @@ def claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageN
           windows: Sequence[WindowSpec] | None = None) -> None:
     """Record ``profile`` as the owner of its files in its work folder, its suite as the one of the
     parts it writes that are one suite's, itself as the profile of the suite folder it downloads into
-    and of its campaign candidates' runs over ``windows`` (the caller holds the folder's lock); BadInput
-    (:func:`owner_problem`'s line) when another profile owns them or another suite's are there. A gone
-    owner's files, a gone suite's parts, are handed over with a notice."""
+    and of its campaign candidates' runs over ``windows``; BadInput (:func:`owner_problem`'s line) when
+    another profile owns them or another suite's are there. A gone owner's files, a gone suite's parts,
+    are handed over with a notice.
+
+    The one check-and-claim every writer of a profile's work folder makes before it starts a server
+    or writes there (``kldtui run``, ``kldtui serve``, each stage the dashboard runs, a campaign's
+    reference stage): it holds the work folder's lock while it reads and records (a caller that holds
+    it already keeps it), so no other kldtui claims the folder between the check and the record."""
+    if owned_file(profile, workspace) is None:
+        return
+    assert workspace.workdir is not None
+    with hold([workspace.workdir], what="work folder"):
+        _claim(profile, workspace, emit, stage, windows)
+
+
+def _claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageName,
+           windows: Sequence[WindowSpec] | None) -> None:
+    """:func:`claim`, its lock held."""
     checked = _check(profile, workspace, windows)
     if checked.problem is not None:
         raise BadInput(checked.problem)

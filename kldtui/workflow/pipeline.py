@@ -126,11 +126,13 @@ class Pipeline:
     def __init__(self, profile: Profile, emit: EventSink = null_sink, cancel: Cancel | None = None, *,
                  output_dir: Path | None = None, output_kind: str = "candidate",
                  workspace: Workspace | None = None, reference_checked: bool = False) -> None:
-        # a profile's own run (not a campaign's candidate): it claims its files in the work folder
-        # (kldtui.workflow.owners) when it first locks the folder to write
-        self._claims = not profile.is_campaign and workspace is None
-        if profile.is_campaign:  # stage by stage (kldtui serve/capture/... --profile): the first
-            # candidate, in its campaign folders; kldtui.workflow.campaign runs them all
+        # the profile a run of its own (not one of a campaign's candidates, whose campaign claims) claims
+        # its files in the work folder for (kldtui.workflow.owners) before it writes there or starts a
+        # server; a campaign profile given here (its first candidate, stage by stage) claims as a campaign
+        self._claimer = profile if workspace is None else None
+        claimed_in = profile.workspace() if profile.is_campaign else None  # (a single profile: its own)
+        if profile.is_campaign:  # stage by stage: the first candidate, in its campaign folders;
+            # kldtui.workflow.campaign runs them all
             first = profile.candidates[0]
             workspace = profile.member_workspace(first.name) if workspace is None else workspace
             profile = profile.member(first)
@@ -143,6 +145,7 @@ class Pipeline:
         self.run_name = profile.run.run_name
         workspace = profile.workspace() if workspace is None else workspace
         self._workspace = workspace if output_dir is None else workspace.with_candidate_dir(output_dir)
+        self._claimed_in = claimed_in or self._workspace
         self.suite: Suite | None = None
         # a campaign checked the shared reference before its first candidate: the check each candidate's
         # run makes again says only what went wrong (it repeated every line of the first for each)
@@ -173,15 +176,17 @@ class Pipeline:
         report = [ws.report_path] if ws.report_path is not None else []
         if self._locks.held:
             return
+        self.claim_folder("run")  # before any folder is made: another profile's is refused first
         self._locks.acquire(folders, what="work folder", files=report)
-        if self._claims:  # held now: no other kldtui claims the folder between the check and the record
+
+    def claim_folder(self, stage: events.StageName) -> None:
+        """A profile's own run checks and records that what it writes in the work folder is its own
+        (:func:`kldtui.workflow.owners.claim`) before it writes there or starts a server; a campaign's
+        candidate does not (its campaign claims)."""
+        if self._claimer is not None:
             from kldtui.workflow.owners import claim
 
-            try:
-                claim(self.profile, ws, self.emit, "run")
-            except BaseException:
-                self._locks.release()
-                raise
+            claim(self._claimer, self._claimed_in, self.emit, stage)
 
     def release_folders(self) -> None:
         self._locks.release()
@@ -265,6 +270,7 @@ class Pipeline:
         from kldtui.stages.serve import start_serve
 
         self.cancel.check()  # a stop asked before the run started: no server is launched
+        self.claim_folder("server")  # another profile's work folder: refused before its server starts
         self._session = start_serve(self._workspace, self.emit, self.server_plan())
 
     def serve(self) -> str:
@@ -274,6 +280,8 @@ class Pipeline:
 
         if self.base_url is not None:
             return self.base_url
+        if self._session is None:  # the server stage alone (the dashboard's): it starts one here
+            self.claim_folder("server")
         try:
             self._session = run_serve(self._workspace, self.emit, self.cancel, self.server_plan(),
                                       session=self._session)
@@ -442,7 +450,7 @@ class Pipeline:
 
         # before anything is launched: another profile's run in the work folder first (its other
         # problems would not matter here)
-        owned = owner_problem(self.profile, self._workspace) if self._claims else None
+        owned = owner_problem(self._claimer, self._claimed_in) if self._claimer is not None else None
         refuse([owned] if owned else preflight(self.profile, self._workspace), self.emit, "run")
         self.lock_folders()
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from kldtui.workflow.demo import prepare_demo
+from kldtui.workspace import PROFILES_FILE_NAME
 from tests.proc_utils import pid_dead
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,6 +38,9 @@ def test_serve_runs_until_a_signal_and_stops_the_server(tmp_path: Path, sig: sig
     assert url and pid, "".join(lines)
     assert [m["id"] for m in httpx.get(f"{url}/v1/models", trust_env=False).json()["data"]] == ["demo"]
     assert (tmp_path / "capture" / "server-001").is_dir()
+    # the profile claimed its work folder before its server started, as `kldtui run` does
+    owners = json.loads((tmp_path / PROFILES_FILE_NAME).read_text())["owners"]
+    assert owners == {"leaderboard.json": "kldtui.toml"}
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, out + err

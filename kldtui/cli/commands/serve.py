@@ -1,7 +1,9 @@
 """``kldtui serve``: start the profile's candidate server with the capture hook and keep it up.
 
 Prints the server's URL and its capture folder, follows it until Ctrl-C (or SIGTERM/SIGHUP),
-then stops its whole process group. Another shell can then ``kldtui capture`` against it.
+then stops its whole process group. Another shell can then ``kldtui capture`` against it. Before the
+server starts, the profile claims its work folder as ``kldtui run`` does (kldtui.workflow.owners.claim:
+another profile's run there is refused, one line naming both and ``profiles.json``, exit 2).
 The serve stage is :func:`kldtui.stages.serve.run_serve`, the driver the pipeline calls too.
 """
 
@@ -33,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.events import Cancel, EventSink, LogLine, Notice
     from kldtui.servers.registry import KINDS, kind_of
     from kldtui.stages.serve import ServerSession, run_serve, start_serve
+    from kldtui.workflow.owners import claim
     from kldtui.workflow.profile import load_profile, server_plan
     from kldtui.workspace import DEFAULT_PROFILE
 
@@ -52,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     running: list[ServerSession] = []
 
     def job(emit: EventSink, cancel: Cancel) -> Any:
+        # what the profile writes in its work folder (the server's capture folder, server.log) is another
+        # profile's: refused before the server starts, as `kldtui run` is; else recorded as this one's
+        claim(profile, workspace, emit, "server")
         try:
             running.append(start_serve(workspace, emit, plan))  # a forced stop reaches it while it loads
             session = run_serve(workspace, emit, cancel, plan, session=running[0])
