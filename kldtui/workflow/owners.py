@@ -240,6 +240,29 @@ def view_problem(profile: Profile) -> str | None:
         return str(exc)
 
 
+def report_owner(report: Path) -> str | None:
+    """Whose run the report at ``report`` is, as the ``profiles.json`` of its folder records it, for a
+    view that writes nothing (``kldtui view WORKDIR``): for a work folder's run report
+    (``comparison.json``) the profile recorded as its owner ("the run of profile PATH, as profiles.json
+    records it"; its file gone: said); a record kldtui did not write (:func:`load_record`'s line) is
+    said and names no profile. None where nothing is recorded: another file's name, no record, or no
+    owner of the report in it. Reads ``profiles.json`` only."""
+    from kldtui.formats.report_names import REPORT_FILE_NAME
+    from kldtui.workspace import PROFILES_FILE_NAME
+
+    if report.name != REPORT_FILE_NAME:
+        return None
+    workdir = report.parent
+    try:
+        owner = load_record(workdir / PROFILES_FILE_NAME).owners.get(report.name)
+    except KldError as exc:  # broken or planted: said, and no profile taken from it
+        return f"whose run it is is not known: {exc}"
+    if owner is None:
+        return None
+    gone = "" if (workdir / owner).is_file() else " (whose file is gone)"
+    return f"the run of profile {_printed(owner, workdir)}{gone}, as {PROFILES_FILE_NAME} records it"
+
+
 def claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageName,
           windows: Sequence[WindowSpec] | None = None) -> None:
     """Record ``profile`` as the owner of its files in its work folder, its suite as the one of the

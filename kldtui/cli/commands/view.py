@@ -3,7 +3,9 @@
 Every report is read and checked before any screen opens: a missing, unreadable or wrongly shaped
 file is one line and exit 2 (a folder holding ``comparison.json`` is named in the hint). When
 stdout is not a terminal (``kldtui view R.json > file``, a pipe) the text summary is printed
-instead of the screen.
+instead of the screen. A work folder's report (``comparison.json``) is said to be the run of the
+profile its ``profiles.json`` records (kldtui.workflow.owners.report_owner; read only): beside the
+file's name on the screen, on stderr with the text summary.
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
         resolve_floor(noise_path, suite_hash_of(*reports))
     if not sys.stdout.isatty():
         from kldtui.formats.report import summary_text
+        from kldtui.workflow.owners import report_owner
+
+        for path in args.reports:  # a work folder's run: whose it is, as the screen says it
+            if (owner := report_owner(Path(path))) is not None:
+                print(f"kldtui: {path}: {owner}", file=sys.stderr)
 
         if len(reports) > 1:  # several reports: the leaderboard the screen would show, then each summary
             from kldtui.cli.commands.leaderboard import format_plain

@@ -151,6 +151,13 @@ class ViewerScreen(BoardScreen):
         self.refresh_bindings()
         super().reports_loaded(loaded, problems)
 
+    def result_note(self, result: ResultData) -> str:
+        """Whose run a work folder's report is, as its ``profiles.json`` records it
+        (:func:`kldtui.workflow.owners.report_owner`: read only; a broken record is said), or ""."""
+        from kldtui.workflow.owners import report_owner
+
+        return (report_owner(Path(result.path)) or "") if result.path is not None else ""
+
     def show_result(self, result: ResultData, report: ComparisonReport | None) -> None:
         if self.single:
             self.single_unit = report.unit if report is not None else WINDOW_UNIT
