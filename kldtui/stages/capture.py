@@ -381,7 +381,8 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
     """Recorded windows whose chunks still check out (skipped), the windows to capture, the
     vocabulary seen; leftovers of an interrupted capture are removed, and a recorded window that
     neither its chunks nor a finalized file stand for any more is dropped from ``records`` (saved)
-    and captured again, with a warning."""
+    and captured again, with a warning. ``records`` hold none of another capture mode than ``mode``:
+    :func:`run_capture`, its one caller, refused the run first (:func:`changed_server`)."""
     records_path = workspace.records_path
     results: dict[int, CaptureRecord] = {}
     todo: list[WindowSpec] = []
@@ -410,8 +411,7 @@ def _resume(workspace: Workspace, windows: Sequence[WindowSpec], records: dict[i
                 _remove_tree(leftover)
             continue
         folder = workspace.chunk_dir(w.chunk_dir_name)
-        if (other_mode := mode_change(workspace, rec, w.label, mode)) is not None:
-            raise BadInput(other_mode)
+
         def is_finalized(w: WindowSpec = w) -> bool:  # asked only where the chunks are gone or broken
             return (finalized is not None and finalized(w)) or finalized_elsewhere(workspace, w) is not None
 
