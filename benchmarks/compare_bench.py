@@ -14,15 +14,23 @@ window mean KL.  The machine is often shared: ``--repeat N`` times everything N 
 and reports the best time of each (the naive baseline's torch threads suffer most from a loaded
 machine); the load average is printed before and after, with the CPU model and its vector
 features.  ``--thread-counts 1,2`` times kldtui's backend at each thread count (scaling).
+``--marches native,x86-64-v3`` times the compiled kernel built with each ``-march`` side by side
+(``KLDTUI_FASTKL_MARCH``; on an AVX-512 machine: the AVX-512 build and the AVX2 build AVX2-only CPUs
+get), each in a child process of its own per repeat (a process loads one build), interleaved with
+the baseline.  Each timing line names the kernel's ``-march``; the summary gives best and median.
+The suite stays in ``--dir`` for the next run: remove it when done.
 
     .venv/bin/python benchmarks/compare_bench.py --repeat 3 [--thread-counts 1,2] [--dir /tmp/kldtui-bench]
-        [--skip-naive] [--skip-numpy]
+        [--marches native,x86-64-v3] [--skip-naive] [--skip-numpy]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
+import os
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -107,6 +115,47 @@ def naive(paths: list[tuple[Path, Path]], block: int = 8) -> tuple[float, list[f
     return time.perf_counter() - t0, means
 
 
+# one timing of kldtui: (label, wall seconds, CPU seconds of all threads, window mean KLs)
+Timing = tuple[str, float, float, list[float]]
+
+
+def kernel_build() -> str:
+    """The ``-march`` the compiled kernel of this process was built with."""
+    from kldtui.metrics import ckernel
+
+    flags = ckernel.status().flags.split()
+    return next((f for f in flags if f.startswith("-march=")), "no -march")
+
+
+def time_kldtui(inputs: Any, backends: list[CompareOptions], nbytes: int, rep: int) -> list[Timing]:
+    """Times kldtui's engine once per entry of ``backends``, in this process."""
+    out: list[Timing] = []
+    for opts in backends:
+        with Engine(inputs.vocab_size, opts) as engine:
+            t0, c0 = time.perf_counter(), time.process_time()
+            results = [engine.compare_window(inputs, w) for w in inputs.windows]
+            t_k, c_k = time.perf_counter() - t0, time.process_time() - c0
+            name = f"{engine.backend}, {engine.threads} threads"
+            if engine.backend is Backend.C:
+                name += f", {kernel_build()}"
+            print(f"[{rep}] kldtui ({name}, {engine.row_block}-row blocks): {t_k:.2f} s, "
+                  f"{nbytes / t_k / 1e9:.2f} GB/s, {c_k:.2f} CPU s", flush=True)
+        out.append((name, t_k, c_k, [r.kl_mean for r in results]))
+    return out
+
+
+def time_in_child(argv: list[str], march: str, rep: int) -> list[Timing]:
+    """Times kldtui in a child process whose compiled kernel is built with ``-march=MARCH``."""
+    env = dict(os.environ, KLDTUI_FASTKL_MARCH=march)
+    proc = subprocess.run([sys.executable, __file__, *argv, "--child-rep", str(rep)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"compare_bench.py: the child for -march={march} failed: {proc.stderr.strip()[-2000:]}")
+    lines = proc.stdout.strip().splitlines()
+    print("\n".join(lines[:-1]), flush=True)
+    return [(str(n), float(t), float(c), [float(k) for k in kl]) for n, t, c, kl in json.loads(lines[-1])]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/tmp/kldtui-bench")
@@ -121,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--skip-numpy", action="store_true", help="do not time the NumPy fallback")
     ap.add_argument("--repeat", type=int, default=1, help="time each N times (interleaved), keep the best")
+    ap.add_argument("--marches", default=None,
+                    help="comma-separated -march values to build the C kernel with and time side by side, "
+                         "each in a child process (e.g. native,x86-64-v3)")
+    ap.add_argument("--child-rep", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     root = Path(args.dir)
     build(root, args.windows, args.context, args.vocab)
@@ -132,61 +185,76 @@ def main(argv: list[str] | None = None) -> int:
     files = [(inputs.reference.file_path(w.index), inputs.candidate.file_path(w.index))
              for w in inputs.windows]
     nbytes = sum(a.stat().st_size + b.stat().st_size for a, b in files)
-    t_read = warm([p for pair in files for p in pair])
-    print(f"{nbytes / 1e9:.2f} GB of logits; reading them: {t_read:.2f} s ({nbytes / t_read / 1e9:.2f} GB/s)")
-    print(f"CPU: {cpu_summary()}")
-    print(f"load average before: {loadavg()}")
     backends = [options]
     if args.thread_counts:
         backends = [CompareOptions(backend=BackendRequest(args.backend, int(n), server_signs=signs),
                                    row_block=args.row_block)
                     for n in args.thread_counts.split(",")]
     chosen = BackendRequest(args.backend, server_signs=signs).choose().backend
+    if chosen is Backend.C:
+        kernel_build()  # built (first use) before any clock starts
+    if args.child_rep is not None:  # a child of --marches: time the kernel build of this process
+        print(json.dumps(time_kldtui(inputs, backends, nbytes, args.child_rep)))
+        return 0
+    t_read = warm([p for pair in files for p in pair])
+    print(f"{nbytes / 1e9:.2f} GB of logits; reading them: {t_read:.2f} s ({nbytes / t_read / 1e9:.2f} GB/s)")
+    print(f"CPU: {cpu_summary()}")
+    print(f"load average before: {loadavg()}")
+    marches = args.marches.split(",") if args.marches else []
+    if marches and chosen is not Backend.C:
+        sys.exit(f"compare_bench.py: --marches times the compiled kernel, but --backend {args.backend} "
+                 f"runs {chosen} here")
+    in_process = [] if marches else list(backends)
     if not args.skip_numpy and chosen is not Backend.NUMPY:
-        backends.append(CompareOptions(backend=BackendRequest("numpy", args.threads, server_signs=signs),
-                                       row_block=args.row_block))
-    best: dict[int, tuple[str, float, list]] = {}
-    t_n, naive_means = math.inf, list[float]()
-    # CPU seconds (all threads) of each: less sensitive than wall time to a machine shared with
-    # other work, which takes cores away from both
-    cpu_best: dict[int, float] = {}
-    c_n = math.inf
-    for rep in range(max(1, args.repeat)):
-        for i, opts in enumerate(backends):
-            with Engine(inputs.vocab_size, opts) as engine:
-                t0, c0 = time.perf_counter(), time.process_time()
-                results = [engine.compare_window(inputs, w) for w in inputs.windows]
-                t_k, c_k = time.perf_counter() - t0, time.process_time() - c0
-                print(f"[{rep + 1}] kldtui ({engine.backend}, {engine.threads} threads, "
-                      f"{engine.row_block}-row blocks): {t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s, "
-                      f"{c_k:.2f} CPU s", flush=True)
-                if i not in best or t_k < best[i][1]:
-                    best[i] = (f"{engine.backend}, {engine.threads} threads", t_k, results)
-                cpu_best[i] = min(cpu_best.get(i, math.inf), c_k)
+        in_process.append(CompareOptions(backend=BackendRequest("numpy", args.threads, server_signs=signs),
+                                         row_block=args.row_block))
+    child_argv = ["--dir", str(root), "--windows", str(args.windows), "--context", str(args.context),
+                  "--vocab", str(args.vocab), "--backend", args.backend, "--skip-naive", "--skip-numpy"]
+    for flag, value in (("--threads", args.threads), ("--thread-counts", args.thread_counts),
+                        ("--row-block", args.row_block)):
+        if value is not None:
+            child_argv += [flag, str(value)]
+    # per kldtui timing (the same order each repeat): its label, wall times, CPU times, window mean KLs
+    names: dict[int, str] = {}
+    walls: dict[int, list[float]] = {}
+    cpus: dict[int, list[float]] = {}
+    kls: dict[int, list[float]] = {}
+    naive_walls, naive_cpus, naive_means = list[float](), list[float](), list[float]()
+    for rep in range(1, max(1, args.repeat) + 1):
+        timings = [t for m in marches for t in time_in_child(child_argv, m, rep)]
+        timings += time_kldtui(inputs, in_process, nbytes, rep)
+        for i, (name, t_k, c_k, kl) in enumerate(timings):
+            names[i] = name
+            walls.setdefault(i, []).append(t_k)
+            cpus.setdefault(i, []).append(c_k)
+            kls[i] = kl
         if not args.skip_naive:
             c0 = time.process_time()
             t, naive_means = naive(files)
             c = time.process_time() - c0
-            print(f"[{rep + 1}] naive float32 torch log_softmax, 8-row blocks: {t:.2f} s, "
+            print(f"[{rep}] naive float32 torch log_softmax, 8-row blocks: {t:.2f} s, "
                   f"{nbytes / t / 1e9:.2f} GB/s, {c:.2f} CPU s", flush=True)
-            t_n = min(t_n, t)
-            c_n = min(c_n, c)
+            naive_walls.append(t)
+            naive_cpus.append(c)
     print(f"load average after: {loadavg()}")
-    runs = [best[i] for i in sorted(best)]
-    for name, t_k, _ in runs:
-        print(f"best kldtui ({name}): {t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s")
-    if len(runs) > 1:
-        pairs = zip(runs[0][2], runs[1][2], strict=True)
-        diff = max(abs(a.kl_mean - b.kl_mean) / b.kl_mean for a, b in pairs)
-        print(f"largest relative difference of window mean KL, {runs[0][0]} vs {runs[1][0]}: {diff:.2e}")
+    n_rep = max(1, args.repeat)
+    for i in sorted(names):
+        t_k, med = min(walls[i]), statistics.median(walls[i])
+        print(f"best of {n_rep} kldtui ({names[i]}): {t_k:.2f} s, {nbytes / t_k / 1e9:.2f} GB/s, "
+              f"{min(cpus[i]):.2f} CPU s; median {med:.2f} s")
+    if len(names) > 1:
+        diff = max(abs(a - b) / b for i in names if i for a, b in zip(kls[i], kls[0], strict=True))
+        print(f"largest relative difference of window mean KL, each kldtui timing vs {names[0]}: {diff:.2e}")
     if not args.skip_naive:
-        print(f"best naive float32 torch log_softmax, 8-row blocks (the original comparator's approach, "
-              f"{torch_threads()} torch threads): {t_n:.2f} s, {nbytes / t_n / 1e9:.2f} GB/s")
-        for i, (name, t_k, _) in zip(sorted(best), runs, strict=True):
-            print(f"ratio to the original comparator, kldtui ({name}): {t_n / t_k:.2f}x wall time, "
-                  f"{c_n / cpu_best[i]:.2f}x CPU time")
-        results = runs[0][2]
-        diff = max(abs(a - r.kl_mean) / r.kl_mean for a, r in zip(naive_means, results, strict=True))
+        t_n, med_n = min(naive_walls), statistics.median(naive_walls)
+        print(f"best of {n_rep} naive float32 torch log_softmax, 8-row blocks (the original comparator's "
+              f"approach, {torch_threads()} torch threads): {t_n:.2f} s, {nbytes / t_n / 1e9:.2f} GB/s, "
+              f"{min(naive_cpus):.2f} CPU s; median {med_n:.2f} s")
+        for i in sorted(names):
+            print(f"ratio to the original comparator, kldtui ({names[i]}): {t_n / min(walls[i]):.2f}x wall "
+                  f"time (best to best), {min(naive_cpus) / min(cpus[i]):.2f}x CPU time, "
+                  f"{med_n / statistics.median(walls[i]):.2f}x median to median")
+        diff = max(abs(a - r) / r for a, r in zip(naive_means, kls[0], strict=True))
         print(f"largest relative difference of window mean KL, naive vs kldtui: {diff:.2e}")
     return 0
 
