@@ -183,17 +183,20 @@ def _release(lock_file: Path) -> None:
 
 
 def check_output_file(file: str | os.PathLike[str], *, suffixes: Sequence[str] = (),
-                      what: str = "output") -> Path:
+                      what: str = "output", fixed_name: bool = False) -> Path:
     """BadInput (one line) unless ``file`` can be written as an output file: not a folder, in a
     folder that exists and is writable, and, with ``suffixes``, a name ending in one of them (any
     case: the file is written in that format whatever its name; ``what`` names the file in the
     line). Commands call it on their output flags before any work (and :func:`hold` again when it
-    takes the file's lock)."""
+    takes the file's lock). The one owner of that rule and its words: with ``fixed_name`` (a work
+    folder's report, a report written when its comparison ends: no other name can be given then) a
+    folder at the name is to be moved away, else another name given."""
     f = Path(file)
     if suffixes and f.suffix.lower() not in suffixes:
         raise BadInput(f"{f}: the {what}'s file name must end in {' or '.join(suffixes)}")
     if f.is_dir():
-        raise BadInput(f"{f}: is a folder; give a file name")
+        raise BadInput(f"{f}: is a folder where kldtui writes its {what}; move that folder away, then run "
+                       "again" if fixed_name else f"{f}: is a folder; give a file name")
     if not f.parent.is_dir():
         raise BadInput(f"{f}: folder {f.parent} does not exist; create it first")
     if not os.access(f.parent, os.W_OK | os.X_OK):
@@ -222,9 +225,11 @@ def distinct_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
 
 @contextlib.contextmanager
 def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | os.PathLike[str]] = (),
-         what: str = "folder") -> Iterator[None]:
+         what: str = "folder", fixed_names: bool = False) -> Iterator[None]:
     """Hold the locks of ``folders`` (created when missing) and of output ``files`` (their folder
-    must exist) for the block; BadInput when another run holds one. Taken in a fixed order."""
+    must exist; ``fixed_names``: files whose names are kldtui's, a work folder's reports:
+    :func:`check_output_file`) for the block; BadInput when another run holds one. Taken in a fixed
+    order."""
     locks: list[tuple[Path, str]] = []
     for folder in folders:
         check_folder_link(folder, what)
@@ -232,7 +237,7 @@ def hold(folders: Sequence[str | os.PathLike[str]] = (), files: Sequence[str | o
         p = ensure_folder(folder, what)
         locks.append((lock_path_for_folder(p), str(p)))
     for file in files:
-        f = check_output_file(file)
+        f = check_output_file(file, fixed_name=fixed_names)
         locks.append((lock_path_for_file(f), str(f)))
     unique = sorted({_key(lf): (lf, g) for lf, g in locks}.values(), key=lambda t: str(_key(t[0])))
     taken: list[Path] = []
@@ -258,13 +263,13 @@ class FolderLocks:
         return self._stack is not None
 
     def acquire(self, folders: Sequence[str | os.PathLike[str]], what: str = "folder",
-                files: Sequence[str | os.PathLike[str]] = ()) -> None:
+                files: Sequence[str | os.PathLike[str]] = (), fixed_names: bool = False) -> None:
         """Take the folders' locks and the output ``files``' (a run's report: ``kldtui compare
         --output`` to the same file is refused while the run holds it)."""
         if self._stack is not None:
             return
         stack = contextlib.ExitStack()
-        stack.enter_context(hold(folders, files=files, what=what))
+        stack.enter_context(hold(folders, files=files, what=what, fixed_names=fixed_names))
         self._stack = stack
 
     def release(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kldtui.errors import BadInput
+from kldtui.folder_lock import check_output_file
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report_model import (
@@ -34,11 +35,9 @@ def write_report(path: str | os.PathLike[str] | ComparisonReport | Mapping[str, 
     if isinstance(path, ComparisonReport | Mapping):
         path, report = report, path
     assert isinstance(path, str | os.PathLike) and isinstance(report, ComparisonReport | Mapping)
-    target = Path(path)
-    if target.is_dir():
-        raise BadInput(f"{target}: is a folder; give --output a file name such as comparison.json")
-    if not target.parent.exists():
-        raise BadInput(f"{target}: folder {target.parent} does not exist; create it first")
+    # the output-file rule's one owner, in words true for every writer (the compare command's
+    # --output, a run's or campaign's work folder, the dashboard): no other name can be given now
+    target = check_output_file(path, what="comparison report", fixed_name=True)
     if isinstance(report, ComparisonReport):
         doc = report.to_json()
         try:  # never leave on disk a report that load_report would refuse

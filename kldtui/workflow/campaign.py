@@ -220,7 +220,7 @@ class Campaign:
         # the work folder and every report the campaign writes there, held from its first event (the
         # noise model's name comes with the suite: held while it is written, _repeat_leader)
         outputs = [e.report for e in self.entries] + [ws.leaderboard_path]
-        with hold([ws.workdir] if ws.workdir else [], files=outputs, what="work folder"):
+        with hold([ws.workdir] if ws.workdir else [], files=outputs, what="work folder", fixed_names=True):
             self.emit(StageStarted("campaign", detail=f"{len(self.entries)} candidates: {names}"))
             self._finished_seen = {}
             try:

@@ -177,7 +177,7 @@ class Pipeline:
         if self._locks.held:
             return
         self.claim_folder("run")  # before any folder is made: another profile's is refused first
-        self._locks.acquire(folders, what="work folder", files=report)
+        self._locks.acquire(folders, what="work folder", files=report, fixed_names=True)
 
     def claim_folder(self, stage: events.StageName) -> None:
         """A profile's own run checks and records that what it writes in the work folder is its own

@@ -256,3 +256,41 @@ def test_chunks_of_another_request_are_refused(tmp_path: Path) -> None:
     assert check_chunk_dir(folder, w, request_folder=folder.name).rows == w.scored_positions
     with pytest.raises(BadInput, match="belongs to request 'cmpl-kldtui-a-w000-1-0-aa'"):
         check_chunk_dir(folder, w, request_folder="cmpl-kldtui-b-w000-2-0-bb")
+
+
+def test_a_folder_at_a_campaign_s_report_name_is_to_be_moved_away(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A campaign's reports have kldtui's names (comparison-NAME.json in the work folder): a folder
+    there is refused before any work in words that name no flag the run does not have, and say what
+    to do."""
+    from kldtui.workflow.demo import PROFILE_TEXT, build_demo_suite
+
+    build_demo_suite(tmp_path / "suite")
+    taken = tmp_path / "work" / "comparison-fine.json"
+    taken.mkdir(parents=True)
+    profile = tmp_path / "kldtui.toml"
+    profile.write_text(PROFILE_TEXT.replace('workdir = "."', 'workdir = "work"'))
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kldtui: error: {taken}: is a folder where kldtui writes its output; move that folder "
+                   "away, then run again"], err
+    assert sorted(p.name for p in (tmp_path / "work").iterdir() if p.name != ".kldtui.lock") == [taken.name]
+
+
+def test_a_folder_at_a_run_s_report_name_is_to_be_moved_away(tmp_path: Path) -> None:
+    """A single candidate's run (the pipeline, as ``kldtui run`` and the dashboard take it) locks its
+    report, comparison.json in the work folder, before any work: a folder there is refused in the
+    same words."""
+    from kldtui.workflow.pipeline import Pipeline
+    from kldtui.workflow.profile import load_profile
+    from tests.fixtures_campaign import single_profile
+
+    taken = tmp_path / "work" / "comparison.json"
+    taken.mkdir(parents=True)
+    profile = load_profile(single_profile(tmp_path / "kldtui.toml", tmp_path / "suite", tmp_path / "work"))
+    pipeline = Pipeline(profile)
+    with pytest.raises(BadInput) as info:
+        pipeline.lock_folders()
+    assert str(info.value) == (f"{taken}: is a folder where kldtui writes its output; move that folder away, "
+                               "then run again")
+    pipeline.release_folders()

@@ -84,3 +84,43 @@ def test_write_report_is_atomic(tmp_path: Path) -> None:
         write_report(out, {"bad": float("nan")})
     assert out.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_write_report_s_refusals_name_the_file_and_no_flag(tmp_path: Path) -> None:
+    """The output-file rule has one owner (folder_lock.check_output_file); write_report's words are
+    true for every writer: a work folder's report has no --output to give, so a folder in the
+    report's place is to be moved away, and a missing folder created."""
+    suite, ref, cand, _ = make_suite(tmp_path / "s", windows=2, context=30, vocab=100)
+    report = compare(suite.path, ref, cand, CompareOptions(bootstrap_samples=50))
+    taken = tmp_path / "comparison.json"
+    taken.mkdir()
+    with pytest.raises(BadInput) as info:
+        write_report(taken, report)
+    said = str(info.value)
+    assert said == (f"{taken}: is a folder where kldtui writes its comparison report; move that folder away, "
+                    "then run again"), said
+    assert "--output" not in said and "\n" not in said
+    taken.rmdir()  # what the words say to do, and the report is written
+    assert write_report(taken, report) == taken and load_report(taken) == report
+    missing = tmp_path / "no" / "comparison.json"
+    with pytest.raises(BadInput) as info:
+        write_report(missing, report)
+    assert str(info.value) == f"{missing}: folder {missing.parent} does not exist; create it first"
+    missing.parent.mkdir()
+    assert write_report(missing, report) == missing
+
+
+def test_a_work_folder_s_report_in_the_place_of_a_folder_is_said_without_a_flag(tmp_path: Path) -> None:
+    """The compare stage as a pipeline or campaign runs it (the report under the work folder, no
+    --output): the folder in its place is refused in the same words, and nothing is written."""
+    from kldtui.stages.compare import run_compare
+    from kldtui.workspace import Workspace
+
+    suite, ref, cand, _ = make_suite(tmp_path / "s", windows=2, context=30, vocab=100)
+    taken = tmp_path / "work" / "comparison.json"
+    taken.mkdir(parents=True)
+    ws = Workspace.for_compare(suite.path, ref, cand, report_path=taken)
+    said = "is a folder where kldtui writes its comparison report; move that folder away"
+    with pytest.raises(BadInput, match=said) as info:
+        run_compare(ws, options=CompareOptions(bootstrap_samples=50))
+    assert "--output" not in str(info.value) and not list(taken.iterdir())
