@@ -15,7 +15,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -387,17 +387,38 @@ def windows_lines(table: ExportTable) -> list[str]:
             if r.windows_needed is not None]
 
 
-RENDERERS = {"markdown": to_markdown, "csv": to_csv, "llama-cpp": to_llama_cpp}
-FORMATS = tuple(RENDERERS)
+@dataclass(frozen=True)
+class ExportFormat:
+    """One of ``kldtui leaderboard --format``'s exports: how it is written, and the file-name
+    suffixes (any case) that say it: ``-o FILE`` without ``--format`` takes the format its name
+    says, and a name saying another format is refused. A format without suffixes of its own (the
+    llama.cpp block is plain text) is never inferred."""
+
+    render: Callable[[ExportTable], str]
+    suffixes: tuple[str, ...] = ()
+
+
+EXPORTS: dict[str, ExportFormat] = {
+    "markdown": ExportFormat(to_markdown, (".md", ".markdown")),
+    "csv": ExportFormat(to_csv, (".csv",)),
+    "llama-cpp": ExportFormat(to_llama_cpp),
+}
+FORMATS = tuple(EXPORTS)
+
+
+def format_named_by(path: str | os.PathLike[str]) -> str | None:
+    """The export format whose suffix ``path``'s name ends in (any case), or None."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    return next((name for name, fmt in EXPORTS.items() if suffix in fmt.suffixes), None)
 
 
 def render(table: ExportTable, fmt: str) -> str:
     """``fmt`` is one of :data:`FORMATS`."""
-    if fmt not in RENDERERS:
+    if fmt not in EXPORTS:
         raise BadInput(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
-    return RENDERERS[fmt](table)
+    return EXPORTS[fmt].render(table)
 
 
-__all__ = ["CSV_COLUMNS", "FORMATS", "MARKDOWN_HEADERS", "ExportRow", "ExportTable", "export_table",
-           "how_measured", "llama_cpp_block", "render", "to_csv", "to_llama_cpp", "to_markdown",
-           "windows_lines"]
+__all__ = ["CSV_COLUMNS", "EXPORTS", "FORMATS", "MARKDOWN_HEADERS", "ExportFormat", "ExportRow",
+           "ExportTable", "export_table", "format_named_by", "how_measured", "llama_cpp_block", "render",
+           "to_csv", "to_llama_cpp", "to_markdown", "windows_lines"]

@@ -31,8 +31,12 @@ def test_decision_commands_check_their_outputs_before_a_folders_noise_model(
         f"{tmp_path / 'x.txt'}: the plot's file name must end in .svg or .png")
     assert _refused(capsys, "plot", folder, "-o", str(x / "p.svg")) == (
         f"{x / 'p.svg'}: folder {x} does not exist; create it first")
-    assert _refused(capsys, "leaderboard", folder, "-o", str(tmp_path / "b.md")) == (
-        "-o/--output writes an export: give --format markdown, csv or llama-cpp too")
+    assert _refused(capsys, "leaderboard", folder, "-o", str(tmp_path / "b.txt")) == (
+        f"{tmp_path / 'b.txt'}: the name does not say which export to write (.md or .markdown: markdown; "
+        ".csv: csv); give --format markdown, csv or llama-cpp")
+    assert _refused(capsys, "leaderboard", folder, "--format", "markdown", "-o", str(tmp_path / "b.csv")) == (
+        f"{tmp_path / 'b.csv'}: a .csv file is csv, not --format markdown; give --format csv, or -o a name "
+        "ending in .md or .markdown")
     assert _refused(capsys, "leaderboard", folder, "--json", str(x / "b.json")) == (
         f"{x / 'b.json'}: folder {x} does not exist; create it first")
     assert _refused(capsys, "leaderboard", folder, "--format", "csv", "-o", str(tmp_path)) == (

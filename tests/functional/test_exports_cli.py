@@ -162,10 +162,50 @@ def test_export_to_a_file_and_refusals(reports: list[Path], tmp_path: Path,
     out = tmp_path / "board.md"
     assert main(["leaderboard", *map(str, reports), "--format", "markdown", "-o", str(out)]) == 0
     assert out.read_text() == _export(reports, "markdown", capsys)
-    assert main(["leaderboard", *map(str, reports), "-o", str(tmp_path / "x.md")]) == 2
+    assert main(["leaderboard", *map(str, reports), "-o", str(tmp_path / "x.txt")]) == 2
     assert "give --format" in capsys.readouterr().err
     assert main(["leaderboard", *map(str, reports), "--format", "csv", "-o", str(reports[0])]) == 2
+    assert "a .json file is --json's JSON leaderboard" in capsys.readouterr().err  # its name says first
+    odd = tmp_path / "q8_0.csv"  # a report under a name the export could have
+    odd.write_bytes(reports[0].read_bytes())
+    assert main(["leaderboard", str(odd), *map(str, reports[1:]), "--format", "csv", "-o", str(odd)]) == 2
     assert "is an input of this command" in capsys.readouterr().err
+
+
+def test_an_export_s_file_name_gives_its_format_or_must_not_contradict_it(
+        reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o's help: without --format, FILE's name says which (.md or .markdown: markdown, .csv: csv);
+    a name saying another format than --format's (or .json, --json's) is refused: one line naming
+    the file and what to do, exit 2, nothing written."""
+    for name, fmt in (("board.md", "markdown"), ("board.MARKDOWN", "markdown"), ("board.Csv", "csv")):
+        out = tmp_path / name
+        assert main(["leaderboard", *map(str, reports), "-o", str(out)]) == 0
+        assert out.read_text() == _export(reports, fmt, capsys), name
+        out.unlink()
+    plain = tmp_path / "board.txt"  # the llama.cpp block has no suffix of its own: any other name
+    assert main(["leaderboard", *map(str, reports), "--format", "llama-cpp", "-o", str(plain)]) == 0
+    assert plain.read_text() == _export(reports, "llama-cpp", capsys)
+    plain.unlink()
+    capsys.readouterr()
+    refused = {
+        ("board.csv", "markdown"): "a .csv file is csv, not --format markdown; give --format csv, or -o a "
+                                   "name ending in .md or .markdown",
+        ("board.md", "csv"): "a .md file is markdown, not --format csv; give --format markdown, or -o a "
+                             "name ending in .csv",
+        ("board.md", "llama-cpp"): "a .md file is markdown, not --format llama-cpp; give --format markdown, "
+                                   "or -o a name ending in none of .md, .markdown, .csv or .json",
+        ("board.json", "csv"): "a .json file is --json's JSON leaderboard, not --format csv; give -o a name "
+                               "ending in .csv",
+        ("board.json", None): "a .json file is the JSON leaderboard: give --json {out} instead of -o",
+    }
+    for (name, fmt), said in refused.items():
+        out = tmp_path / name
+        given = ["--format", fmt] if fmt else []
+        assert main(["leaderboard", *map(str, reports), *given, "-o", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.splitlines() == [
+            f"kldtui: error: {out}: {said.format(out=out)}"], captured.err
+    assert not list(tmp_path.iterdir())
 
 
 def test_plot_svg_and_png_are_real_files_of_the_reports(reports: list[Path], tmp_path: Path) -> None:

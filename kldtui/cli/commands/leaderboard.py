@@ -26,8 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=EXPORT_FORMATS, default=None,
                         help="write the leaderboard for publishing instead of the table: a Markdown table "
                              "for a model card, CSV, or llama.cpp perplexity's --kl-divergence statistics")
-    parser.add_argument("-o", "--output", metavar="FILE", help="with --format: write to FILE (atomically) "
-                                                               "instead of stdout")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the export to FILE (atomically) instead of stdout; without --format, "
+                             "FILE's name says which (.md or .markdown: markdown, .csv: csv); a name "
+                             "saying another format than --format's (or .json, --json's) is refused")
 
 
 # kldtui.decide.exports.FORMATS (spelt here so `kldtui --help` imports no NumPy; a test ties them)
@@ -141,16 +143,15 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.leaderboard import build_leaderboard
     from kldtui.decide.noise import resolve_floor
     from kldtui.decide.paired import suite_hash_of
-    from kldtui.errors import BadInput
     from kldtui.folder_lock import check_json_output, check_output_file, distinct_outputs, hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
 
     check_decision_arguments(args)
     # the arguments first: nothing read or said (a folder's noise model) before they hold
-    if args.output is not None and args.format is None:
-        raise BadInput("-o/--output writes an export: give --format markdown, csv or llama-cpp too")
     distinct_outputs({"--json": args.json, "--output": args.output})
+    if args.output is not None:
+        args.format = export_format(args.output, args.format)
     if args.json is not None:  # written as JSON whatever its name
         check_json_output(args.json, "JSON leaderboard")
     if args.output is not None:
@@ -179,6 +180,40 @@ def run(args: argparse.Namespace) -> int:
             write_json_atomic(args.json, leaderboard_document(board, table))
             print(f"wrote {args.json}")
     return 0
+
+
+def export_format(output: str, given: str | None) -> str:
+    """The export ``-o output`` gets: ``given`` (--format), else the one its name says
+    (:func:`kldtui.decide.exports.format_named_by`). BadInput (one line naming the file and what to
+    do) when the name says none and none is given, or says another format than ``given`` (``.json``:
+    ``--json``'s JSON leaderboard)."""
+    import os
+
+    from kldtui.decide.exports import EXPORTS, format_named_by
+    from kldtui.errors import BadInput
+
+    named = format_named_by(output)
+    suffix = os.path.splitext(output)[1]
+    if given is None and suffix.lower() == ".json":
+        raise BadInput(f"{output}: a .json file is the JSON leaderboard: give --json {output} instead of -o")
+    if given is None:
+        if named is None:
+            said = "; ".join(f"{' or '.join(f.suffixes)}: {name}" for name, f in EXPORTS.items()
+                             if f.suffixes)
+            raise BadInput(f"{output}: the name does not say which export to write ({said}); give --format "
+                           f"{', '.join(EXPORT_FORMATS[:-1])} or {EXPORT_FORMATS[-1]}")
+        return named
+    own = EXPORTS[given].suffixes
+    others = [s for f in EXPORTS.values() if f.suffixes != own for s in f.suffixes] + [".json"]
+    rename = (f"-o a name ending in {' or '.join(own)}" if own
+              else f"-o a name ending in none of {', '.join(others[:-1])} or {others[-1]}")
+    if suffix.lower() == ".json":
+        raise BadInput(f"{output}: a .json file is --json's JSON leaderboard, not --format {given}; "
+                       f"give {rename}")
+    if named is not None and named != given:
+        raise BadInput(f"{output}: a {suffix} file is {named}, not --format {given}; give --format {named}, "
+                       f"or {rename}")
+    return given
 
 
 def _export(table: Any, args: argparse.Namespace) -> None:
