@@ -325,11 +325,21 @@ class Pipeline:
         return server_identity(self.profile.candidate)
 
     def capture(self, on_window_captured: Callable[[WindowSpec, Any], None] | None = None) -> list[Any]:
-        """Capture the window range (resumes from the capture records); the server must be up."""
-        from kldtui.stages.capture import CaptureServer, run_capture
+        """Capture the window range (resumes from the capture records), starting the server when it
+        is not up (the dashboard's capture stage run on its own). Records of another capture mode or
+        server settings are refused first (:func:`~kldtui.stages.capture.changed_server`, as
+        ``kldtui run``'s preflight): before a server starts, not after it loaded."""
+        from kldtui.stages.capture import CaptureServer, changed_server, run_capture
 
         self.lock_folders()
         suite = self.load_suite()
+        with failure_reported(self.emit, "capture"):
+            if (changed := changed_server(self._workspace, self.server_identity, self.mode,
+                                          windows=suite.windows)) is not None:
+                windows = self.windows()
+                self.emit(StageStarted("capture", detail=f"{len(windows)} {units_of(windows)} -> "
+                                                         f"{self._workspace.run_dir}"))
+                raise BadInput(changed)
         url = self.serve()
         assert self.server_capture_dir is not None
         plan = self._session.plan

@@ -1,9 +1,9 @@
 """A run's capture records of another capture mode are refused once, by the check every capture path
 makes before it resumes (kldtui.stages.capture.changed_server: ``kldtui run``'s preflight, ``kldtui
-capture`` before it reaches the server, and run_capture itself, which every path calls, before it
-resumes any window). The capture stage checked the mode of each window's record again while resuming;
-that second check is gone, and each path below still refuses such a record, before it captures or
-changes anything."""
+capture`` before it reaches the server, the dashboard's capture stage (Pipeline.capture) before it
+starts the server, and run_capture itself, which every path calls, before it resumes any window).
+The capture stage checked the mode of each window's record again while resuming; that second check
+is gone, and each path below still refuses such a record, before it captures or changes anything."""
 
 from __future__ import annotations
 
@@ -70,17 +70,28 @@ def test_kldtui_capture_refuses_another_modes_record_before_it_reaches_the_serve
     assert records.stat().st_mtime_ns == before
 
 
-def test_the_dashboards_capture_stage_refuses_another_modes_record_before_it_resumes(tmp_path: Path) -> None:
-    """The dashboard's capture stage (3) runs ``run_stage("capture")``: run_capture's own check refuses
-    the record before any window is resumed or captured."""
+def test_the_dashboards_capture_stage_refuses_another_modes_record_before_any_server_starts(
+        tmp_path: Path) -> None:
+    """The dashboard's capture stage (3) run on its own (``run_stage("capture")``, Pipeline.capture)
+    starts the candidate server itself: the record is refused before it does (changed_server, as
+    ``kldtui run``'s preflight), not after the server is up, and the stage is said to have failed."""
+    from kldtui.events import StageFailed, StageStarted
+
     profile, records, line = _recorded_in_score_mode(tmp_path)
     before = records.stat().st_mtime_ns
-    control = control_for(load_profile(profile))
+    seen: list[object] = []
+    control = control_for(load_profile(profile), seen.append)
     try:
         with pytest.raises(BadInput) as refused:
             control.run_stage("capture")
+        assert not control.server_running and control.server_url is None
     finally:
         control.stop_server()
     assert str(refused.value) == line
     assert records.stat().st_mtime_ns == before
+    assert not (records.parent.parent / "server.log").exists()  # no server started
     assert not any(records.parent.glob("candidate/window-*"))  # nothing captured
+    stages = [(type(e).__name__, getattr(e, "stage", None)) for e in seen
+              if isinstance(e, StageStarted | StageFailed)]
+    assert stages == [("StageStarted", "capture"), ("StageFailed", "capture")], stages
+    assert [e.message for e in seen if isinstance(e, StageFailed)] == [line]
