@@ -334,12 +334,14 @@ def _pinned_commit(record: dict[str, Any] | None, repo_id: str, revision: str | 
 
 
 def begin_download(root: Path, repo_id: str, revision: str | None, *, emit: EventSink,
-                   cancel: Cancel | None, offline_line: str) -> HubDownloader:
+                   cancel: Cancel | None, offline_line: str | None = None) -> HubDownloader:
     """Begin a download of ``repo_id`` at ``revision`` into ``root``, before any file is fetched:
 
     - refused (BadInput, one line naming the folder and what to do) when the folder's download record
       is of another repository, finished or not: no other suite is fetched over the folder's;
-    - ``offline_line`` (StageFailed) when HF_HUB_OFFLINE is set;
+    - ``offline_line`` (StageFailed) when HF_HUB_OFFLINE is set: the caller's words for its folder
+      (what to copy there), else a line naming the folder and the repository and saying to unset it
+      (a caller that begins only when HF_HUB_OFFLINE is not set need not give one);
     - a folder downloaded (or being downloaded) from this repository resumes at the commit its record
       names when ``revision`` is none, the revision recorded or that commit, and says so: a moving
       revision (main) is not followed, so every file of the folder is of one commit; refused when the
@@ -360,7 +362,8 @@ def begin_download(root: Path, repo_id: str, revision: str | None, *, emit: Even
                        "own (--local-dir, or [reference] local_dir), or delete this folder to download it "
                        "here")
     if settings.HF_HUB_OFFLINE.get():
-        raise StageFailed(offline_line)
+        raise StageFailed(offline_line or f"{root}: HF_HUB_OFFLINE is set, so {repo_id} is not downloaded "
+                                          "here; unset it to download")
     pinned = _pinned_commit(earlier, repo_id, revision)
     downloader = HubDownloader(repo_id, root, pinned or revision, emit=emit, cancel=cancel)
     if pinned is None or earlier is None:

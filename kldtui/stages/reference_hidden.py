@@ -226,7 +226,7 @@ def ensure_suite(repo_id: str | None, local_dir: str | Path, *, revision: str | 
         if not (root / SUITE_MANIFEST).is_file() and repo_id is not None and not offline:
             # the suite manifest says which kind of suite this is: fetched first, by the download itself
             # (begun here, so it is recorded before its first file and resumed at one commit)
-            begun = begin_download(root, repo_id, revision, emit=emit, cancel=cancel, offline_line="")
+            begun = begin_download(root, repo_id, revision, emit=emit, cancel=cancel)
             begun.fetch_small([SUITE_MANIFEST])
         if (root / SUITE_MANIFEST).is_file() and is_hidden_suite_file(root / SUITE_MANIFEST):
             return ensure_hidden_suite(repo_id, root, selection=selection, sentinel_runs=sentinel_runs,

@@ -17,6 +17,7 @@ from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import Cancel, Event, Notice, Progress, StageFinished, StageStarted
 from kldtui.formats.fidelity import ContextFilter
 from kldtui.stages.reference import PARTIAL_DIR, ensure_reference
+from kldtui.stages.reference_hidden import ensure_suite
 from kldtui.stages.verify import PUBLISHED_REPO_ID, RECORD_NAME, verify_path
 from tests.hub_server import HubServer, dead_endpoint, make_dataset
 
@@ -178,7 +179,25 @@ def test_offline_mode_with_an_incomplete_folder_fails_clearly(hub: HubServer, tm
         ensure_reference(REPO, tmp_path / "local")
     with pytest.raises(BadInput, match="give a repository id"):
         ensure_reference(None, tmp_path / "local")
+    with pytest.raises(StageFailed, match="the reference is incomplete and HF_HUB_OFFLINE is set"):
+        ensure_suite(REPO, tmp_path / "local")  # kldtui download: its probe is not begun offline
     assert hub.log == []
+
+
+def test_a_download_begun_offline_without_its_caller_s_words_says_what_to_do(
+        hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """begin_download's offline line is optional (kldtui download's probe begins only online): without
+    one, HF_HUB_OFFLINE is refused in a line naming the folder, the repository and what to do, and
+    nothing is recorded or fetched."""
+    from kldtui.stages.reference import begin_download
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    root = tmp_path / "local"
+    with pytest.raises(StageFailed) as refused:
+        begin_download(root, REPO, None, emit=lambda e: None, cancel=None)
+    assert str(refused.value) == (f"{root}: HF_HUB_OFFLINE is set, so {REPO} is not downloaded here; "
+                                  "unset it to download")
+    assert not root.exists() and hub.log == []
 
 
 def test_connection_dropped_mid_file_is_resumed_with_range(tmp_path: Path, big_dataset: Path,
