@@ -11,7 +11,8 @@
    earlier from this repository: the commit its record names, whatever ``main`` names now), and
    recorded before the first file; the two manifests and all token files are fetched first, free
    disk space is checked against what the window range still needs, then only the logits files of
-   the range are fetched, several at once. A
+   the range are fetched, several at once (one already here is kept only when its SHA-256 is the
+   manifest's: the verified-file cache's, else hashed then; another is fetched again). A
    ``selection`` (the run's strata: the windows of some domains) narrows the range further:
    only its windows are fetched and verified.
 3. Logits files go to ``<local_dir>/.kldtui-download/`` first and get their final name only
@@ -22,13 +23,17 @@
    file is kept and the next run asks for the rest (``Range: bytes=N-``). When the server offers
    Xet storage and ``hf_xet`` is installed (the fast backend of huggingface_hub >= 1.0;
    ``hf_transfer`` and ``HF_HUB_ENABLE_HF_TRANSFER`` are gone), the file is fetched through Xet.
-5. Finally the record lists the windows fetched, as finished, and the whole range is verified
+5. Finally, where the download moved the folder from another commit of the repository (another
+   revision asked for), that commit's files the new one does not have here are set aside in
+   ``.kldtui-previous/<commit>/`` (:meth:`HubDownloader.set_aside_others`); the record lists the
+   windows fetched, as finished, and the whole range is verified
    (suite hash, token hashes, each file's SHA-256; for the published repository also the published
    suite hash); a failure names the file and stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import os
@@ -36,7 +41,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +88,9 @@ from kldtui.stages.verify import (
     VerifyResult,
     download_under_way,
     downloaded_from,
+    hash_files,
     read_record,
+    recorded_source,
     recorded_windows,
     verify_reference,
 )
@@ -92,6 +99,9 @@ from kldtui.workspace import Workspace
 
 STAGE: StageName = "reference"
 PARTIAL_DIR = ".kldtui-download"
+# where a revision move sets aside the files of the folder that are not the new commit's (one folder per
+# commit they were of: .kldtui-previous/<commit>/<their path>)
+SET_ASIDE_DIR = ".kldtui-previous"
 REPO_TYPE = "dataset"
 DOWNLOAD_WORKERS = 4
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")  # a git commit id, as the Hub gives it (X-Repo-Commit)
@@ -256,19 +266,13 @@ def ensure_reference(repo_id: str | None, local_dir: str | os.PathLike[str], *, 
         token_files.append(Path(w.token_file).as_posix())
     downloader.fetch_small(token_files, task="token files")
     entries = [manifest.entry(i) for i in chosen]
-    cache = VerifiedCache(root / REF_DIR)
-    todo: list[RemoteFile] = []
-    for entry in entries:
-        final = manifest.file_path(entry.window_index)
-        if final.is_file() and final.stat().st_size == entry.size_bytes:
-            known = cache.lookup(final)
-            if known is None or known == entry.sha256:
-                continue  # present; checked by the verification below
-            # a file of another revision (known hash differs): fetched again, replaced when verified
-        todo.append(RemoteFile(final, entry.size_bytes, entry.sha256, f"window {entry.window_index:03d}",
-                               f"{REF_DIR}/{LOGITS_MANIFEST}"))
+    todo = downloader.still_needed(
+        [RemoteFile(manifest.file_path(entry.window_index), entry.size_bytes, entry.sha256,
+                    f"window {entry.window_index:03d}", f"{REF_DIR}/{LOGITS_MANIFEST}") for entry in entries],
+        workers=workers)
     downloader.check_disk_space(todo, windows_text(suite, rng, chosen), "choose a smaller --stop-window")
     fetched = downloader.fetch_files(todo, workers=workers)
+    downloader.set_aside_others()
     write_record(root, repo_id, downloader.requested, commit, set(chosen), downloader.endpoint)
     emit(Notice(STAGE, f"verifying {root}"))
     result = verify_reference(root, start_window=rng[0], stop_window=rng[1], reverify=reverify,
@@ -313,14 +317,6 @@ def finished_download_of(record: dict[str, Any] | None, repo_id: str | None, rev
     return downloaded_from(record, repo_id, revision) and not download_under_way(record)
 
 
-def _recorded_source(record: dict[str, Any]) -> str:
-    """The repository and commit a download record names, as a line shows them (they are the folder's
-    words, not kldtui's: printed as names)."""
-    commit = record.get("commit")
-    return printable_name(str(record.get("repo_id"))[:200]) + (
-        f" (commit {printable_name(commit[:12])})" if isinstance(commit, str) else "")
-
-
 def _pinned_commit(record: dict[str, Any] | None, repo_id: str, revision: str | None) -> str | None:
     """The commit a download of ``repo_id`` at ``revision`` into a folder with ``record`` resumes at:
     the record's, when it is of that repository and ``revision`` is none, the revision the record
@@ -349,7 +345,10 @@ def begin_download(root: Path, repo_id: str, revision: str | None, *, emit: Even
     - the revision is resolved to a commit, and the record then names the repository, the revision
       asked for and the commit, as a download under way (:data:`DOWNLOADING`): a download stopped at
       any moment from here on resumes as this one, at this commit, and is refused to another
-      repository (``kldtui download``, or a profile: kldtui.workflow.owners).
+      repository (``kldtui download``, or a profile: kldtui.workflow.owners);
+    - a folder of another commit of the repository (another revision asked for) moves to this one: the
+      record names the commit it moves from (:data:`MOVING_FROM`) until the download has finished, and
+      :meth:`HubDownloader.set_aside_others` then sets aside every file that is not this commit's.
 
     Returns the downloader, resolved (``commit``; ``requested``: the revision to record)."""
     check_repo_id(repo_id)
@@ -357,7 +356,7 @@ def begin_download(root: Path, repo_id: str, revision: str | None, *, emit: Even
     if earlier is not None and isinstance(earlier.get("repo_id"), str) and earlier["repo_id"] != repo_id:
         held = "a download, not finished, of" if download_under_way(earlier) else \
             "the suite downloaded from"
-        raise BadInput(f"{root}: holds {held} {_recorded_source(earlier)} ({RECORD_NAME}), which a download "
+        raise BadInput(f"{root}: holds {held} {recorded_source(earlier)} ({RECORD_NAME}), which a download "
                        f"of {repo_id} would mix with or write over; download {repo_id} into a folder of its "
                        "own (--local-dir, or [reference] local_dir), or delete this folder to download it "
                        "here")
@@ -382,8 +381,76 @@ def begin_download(root: Path, repo_id: str, revision: str | None, *, emit: Even
         asked = f" (revision {printable_name(str(recorded))})" if named else ""
         emit(Notice(STAGE, f"{root} was downloaded from commit {pinned[:12]}{asked}; fetching the rest from "
                            "that commit, so every file is of one commit"))
-    write_record(root, repo_id, downloader.requested, commit, set(), downloader.endpoint, state=DOWNLOADING)
+    move = _move_of(root, earlier, repo_id, commit)
+    extra: dict[str, Any] = {}
+    if move is not None:
+        downloader.moving_from, downloader.previous_files = move
+        extra[MOVING_FROM] = {"commit": move[0], "files": sorted(move[1])}
+        aside = root / SET_ASIDE_DIR / move[0]
+        emit(Notice(STAGE, f"{root} holds files of commit {move[0][:12]}; moving it to commit {commit[:12]}: "
+                           f"those this commit does not have are set aside in {aside} once its files are "
+                           "here"))
+    write_record(root, repo_id, downloader.requested, commit, set(), downloader.endpoint, state=DOWNLOADING,
+                 **extra)
     return downloader
+
+
+# a download record's field while a download moves the folder from another commit of the repository:
+# {"commit": the commit the folder held, "files": its files there then (relative paths)}
+MOVING_FROM = "moving_from"
+
+
+def _plain_path(rel: object) -> bool:
+    """Whether ``rel`` is a relative path inside a folder naming no dot-file or -folder (``..``,
+    kldtui's own ``.kldtui*``, the client's ``.cache/``): what a move may set aside."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
+        return False
+    parts = rel.split("/")
+    return not rel.startswith("/") and all(part and not part.startswith(".") for part in parts)
+
+
+def _listed_here(root: Path) -> set[str]:
+    """The files of the folder its manifests list, present now (relative paths): the manifests, the
+    suite's token files, the logits files ``ref/manifest.json`` lists, every file ``checksums.txt``
+    lists (a hidden-state suite's). A manifest that cannot be read lists nothing."""
+    from kldtui.formats import fidelity as fid
+
+    listed = {SUITE_MANIFEST, f"{REF_DIR}/{LOGITS_MANIFEST}", fid.CHECKSUMS}
+    with contextlib.suppress(BadInput):
+        listed.update(Path(w.token_file).as_posix() for w in load_suite(root).windows)
+    with contextlib.suppress(BadInput):
+        logits = load_logits_manifest(root / REF_DIR)
+        listed.update(f"{REF_DIR}/{Path(e.file).as_posix()}" for e in logits.entries.values())
+    with contextlib.suppress(BadInput):
+        listed.update(fid.read_checksums(root))
+    return {rel for rel in listed if _plain_path(rel) and os.path.lexists(root / rel)}
+
+
+def _move_of(root: Path, record: dict[str, Any] | None, repo_id: str,
+             commit: str) -> tuple[str, set[str]] | None:
+    """Whether a download of ``repo_id`` at ``commit`` into ``root`` (with download record ``record``)
+    moves the folder from another commit of the repository, and if so that commit and the files the
+    folder holds of it: the record's commit when it is another one (a revision move; its files are
+    what the folder's manifests list now, before this commit's replace them, together with those a
+    move still under way named); or, for a move stopped before its end and resumed at ``commit``, what
+    the record says it moves from. Only a commit id and plain relative paths are taken from the record
+    (it is the folder's words: the set-aside folder is named by the commit)."""
+    if record is None or record.get("repo_id") != repo_id:
+        return None
+    held = record.get("commit")
+    under_way = record.get(MOVING_FROM) if download_under_way(record) else None
+    named: set[str] = set()
+    earlier: object = None
+    if isinstance(under_way, dict):
+        earlier = under_way.get("commit")
+        files = under_way.get("files")
+        if isinstance(files, list):
+            named = {rel for rel in files if _plain_path(rel)}
+    if isinstance(held, str) and COMMIT_ID.fullmatch(held) and held != commit:
+        return held, _listed_here(root) | named
+    if (held == commit and isinstance(earlier, str) and COMMIT_ID.fullmatch(earlier) and earlier != commit):
+        return earlier, named
+    return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -531,6 +598,10 @@ class HubDownloader:
         self.revision_gone: str | None = None  # the line when the Hub has no such revision (a pinned commit)
         self.fetched_paths: list[str] = []
         self.bytes_fetched = 0
+        # the commit the folder held before, when this download moves it to another (begin_download)
+        self.moving_from: str | None = None
+        self.previous_files: set[str] = set()  # the paths the folder held of that commit (a move's)
+        self.claimed: set[str] = set()  # the folder's paths that are this commit's files, as they are named
         self._lock = threading.Lock()
         self._abort = Cancel()  # set when one parallel download failed: the others stop too
         self._noted: set[str] = set()
@@ -621,6 +692,7 @@ class HubDownloader:
         tqdm_class = _silent_tqdm()
         done = [0]
         lock = threading.Lock()
+        self.claim(paths)
 
         def one(path: str) -> None:
             self.check()
@@ -636,6 +708,97 @@ class HubDownloader:
             self.emit(Progress(STAGE, task=task, done=n, total=len(paths), unit="files"))
 
         _run_parallel(one, list(paths), workers=8, check=self.check, abort=self._abort)
+
+    def claim(self, paths: Iterable[str]) -> None:
+        """Paths of the folder (relative, as the repository names them) that are this commit's files:
+        a move sets aside every other one (:meth:`set_aside_others`)."""
+        self.claimed.update(Path(path).as_posix() for path in paths)
+
+    def still_needed(self, files: Sequence[RemoteFile], *, workers: int | None) -> list[RemoteFile]:
+        """The large files of ``files`` to fetch: those not here at their size, and those here whose
+        SHA-256 is not the one their listing gives: known from the verified-file cache, else hashed now
+        (and remembered, so the verification after the download does not hash them again). A file of
+        another commit, or one changed in place, is fetched again, not kept to fail the verification."""
+        todo: list[RemoteFile] = []
+        unknown: list[RemoteFile] = []
+        caches: dict[Path, VerifiedCache] = {}
+        for item in files:
+            final = item.final
+            self.claimed.add(self._relative(final))
+            if not (final.is_file() and final.stat().st_size == item.size_bytes):
+                todo.append(item)
+                continue
+            cache = caches.setdefault(final.parent, VerifiedCache(final.parent))
+            known = cache.lookup(final)
+            if known is None:
+                unknown.append(item)
+            elif known != item.sha256:
+                todo.append(item)
+        if unknown:
+            self.emit(Notice(STAGE, f"{len(unknown)} file(s) here not verified yet: hashing them against "
+                                    f"{unknown[0].listed_in} of commit {(self.commit or '?')[:12]}"))
+            try:
+                hashed = hash_files([item.final for item in unknown], workers=workers, emit=self.emit,
+                                    cancel=self.cancel, stage=STAGE, errors={},
+                                    on_hashed=lambda path, sha: caches[path.parent].record(path, sha))
+            finally:
+                for cache in caches.values():
+                    cache.save()
+            todo.extend(item for item in unknown if hashed.get(item.final) != item.sha256)
+        stale = [item for item in todo if item.final.is_file()]
+        if stale:
+            shown = ", ".join(item.label for item in stale[:8]) + (", ..." if len(stale) > 8 else "")
+            self.emit(Notice(STAGE, f"{len(stale)} file(s) here do not match {stale[0].listed_in} of commit "
+                                    f"{(self.commit or '?')[:12]} ({shown}); fetching them again"))
+        wanted = {id(item) for item in todo}
+        return [item for item in files if id(item) in wanted]  # in the order asked for
+
+    def _relative(self, path: Path) -> str:
+        """A path of the folder as the folder names it (``ref/logits_000.safetensors``): a listing's
+        paths are resolved, so the folder's own name may be a link."""
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return path.relative_to(self.root.resolve()).as_posix()
+
+    def set_aside_others(self) -> None:
+        """When this download moves the folder from another commit (:attr:`moving_from`): each file the
+        folder held of that commit (:attr:`previous_files`, what its manifests listed when the move
+        began) that is not one of this commit's files the download claimed is moved to
+        ``.kldtui-previous/<that commit>/`` under its path, and the partial files left in
+        ``.kldtui-download/`` are removed; the folder then holds one commit's files. Nothing else of the
+        folder is touched (a head exported into it, a repeat-noise report). No link is followed on the
+        way (a link at a listed name is what moves, not what it points to) and nothing is written
+        through one: the set-aside folders are made by kldtui, one step at a time, and a link or a file
+        at a step's name stops the download (one line). Moves are renames: a stop at any moment resumes
+        here, and the record keeps the list until the download has finished."""
+        if self.moving_from is None:
+            return
+        aside_rel = Path(SET_ASIDE_DIR) / self.moving_from
+        moved: list[str] = []
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for rel in sorted(self.previous_files - self.claimed):
+                if os.path.lexists(self.root / rel):
+                    _rename_inside(root_fd, self.root, Path(rel), aside_rel / rel)
+                    moved.append(rel)
+            partial_fd = _open_dir_inside(root_fd, self.root, Path(PARTIAL_DIR), create=False)
+            if partial_fd is not None:
+                try:
+                    for name in os.listdir(partial_fd):
+                        if name.endswith(".part"):
+                            with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+                                os.unlink(name, dir_fd=partial_fd)
+                finally:
+                    os.close(partial_fd)
+        finally:
+            os.close(root_fd)
+        if moved:
+            shown = ", ".join(moved[:6]) + (", ..." if len(moved) > 6 else "")
+            self.emit(Notice(STAGE, f"{len(moved)} file(s) of commit {self.moving_from[:12]} that commit "
+                                    f"{(self.commit or '?')[:12]} does not have here set aside in "
+                                    f"{self.root / aside_rel} ({shown}); delete that folder when you no "
+                                    "longer need them"))
 
     def check_disk_space(self, todo: Sequence[RemoteFile], what: str, smaller: str,
                          kind: str = "logits") -> None:
@@ -812,6 +975,63 @@ class HubDownloader:
         with self._lock:
             self.bytes_fetched += size
         os.replace(path, part)
+
+
+def _open_dir_inside(root_fd: int, root: Path, rel: Path, *, create: bool) -> int | None:
+    """A descriptor of the folder ``rel`` under the folder ``root_fd`` is open on, each step opened
+    without following a link (made when ``create``, else None when a step is missing); a step that is a
+    link or not a folder stops with one line naming it."""
+    fd = os.dup(root_fd)
+    walked = root
+    try:
+        for part in rel.parts:
+            walked = walked / part
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if create:
+                    raise
+                os.close(fd)
+                return None
+            except OSError:
+                raise BadInput(f"{walked}: a link or a file, not a folder kldtui made; move it away and run "
+                               "the download again") from None
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _rename_inside(root_fd: int, root: Path, src: Path, dst: Path) -> None:
+    """Move the entry ``src`` of the folder to ``dst`` (both relative), without following a link on the
+    way to either (the entry itself, a link included, is what moves); an entry already at ``dst`` is kept
+    and the moved one gets a numbered name beside it. Gone meanwhile: nothing to do."""
+    src_fd = _open_dir_inside(root_fd, root, src.parent, create=False)
+    if src_fd is None:
+        return
+    try:
+        dst_fd = _open_dir_inside(root_fd, root, dst.parent, create=True)
+        assert dst_fd is not None
+        try:
+            name, n = dst.name, 0
+            while True:
+                try:
+                    os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    break
+                n += 1
+                name = f"{dst.name}.{n}"
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(src.name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
 
 
 def _run_parallel(fn: Callable[[Any], None], items: list[Any], *, workers: int, check: Callable[[], None],

@@ -30,7 +30,6 @@ from kldtui.errors import BadInput, StageFailed
 from kldtui.events import Cancel, EventSink, Notice, StageFinished, StageStarted, failure_reported, null_sink
 from kldtui.formats import fidelity as fid
 from kldtui.formats.suite import SUITE_MANIFEST, Suite, load_suite
-from kldtui.formats.verified_cache import VerifiedCache
 from kldtui.stages.reference import (
     STAGE,
     HubDownloader,
@@ -159,9 +158,10 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
     runs = fid.run_manifests(listed) if sentinel_runs else []
     if runs:
         downloader.fetch_small(runs, task="sentinel run manifests")
-    todo: list[RemoteFile] = []
-    caches: dict[Path, VerifiedCache] = {}
-    for item in _needed(root, suite, chosen, runs):
+    large: list[RemoteFile] = []
+    needed = _needed(root, suite, chosen, runs)
+    downloader.claim(item.rel for item in needed)  # the selection's files: this commit's (a move keeps them)
+    for item in needed:
         if not item.large:
             continue
         want = listed.get(item.rel)
@@ -175,17 +175,14 @@ def ensure_hidden_suite(repo_id: str | None, local_dir: str | Path, *,
         final = root / item.rel
         if item.size_bytes is None:
             raise StageFailed(f"{item.rel}: no size in its manifest; the suite's manifests are incomplete")
-        if final.is_file() and final.stat().st_size == item.size_bytes:
-            cache = caches.setdefault(final.parent, VerifiedCache(final.parent))
-            known = cache.lookup(final)
-            if known is None or known == want:
-                continue  # present; checked by the verification below
-        todo.append(RemoteFile(final, item.size_bytes, want, item.label, fid.CHECKSUMS))
+        large.append(RemoteFile(final, item.size_bytes, want, item.label, fid.CHECKSUMS))
+    todo = downloader.still_needed(large, workers=workers)
     downloader.check_disk_space(todo, f"the {len(windows)} selected context(s) and the LM head",
                                 "narrow the selection (--context-filter, --stratum, "
                                 "--start-context/--stop-context)",
                                 kind="tensor")
     downloader.fetch_files(todo, workers=workers)
+    downloader.set_aside_others()
     write_record(root, repo_id, downloader.requested, commit, {w.index for w in windows}, downloader.endpoint,
                  layout="hidden-state suite", sentinel_runs=sentinel_runs)
     emit(Notice(STAGE, f"verifying {root}"))

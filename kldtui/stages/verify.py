@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -54,6 +55,7 @@ from kldtui.formats.suite import (
     sha256_file,
     unit_of,
 )
+from kldtui.formats.untrusted_json import printable_name
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
 from kldtui.text import human_bytes, plural
 
@@ -304,6 +306,28 @@ def download_under_way(record: dict[str, Any]) -> bool:
     stopped, or still running): the folder holds part of that repository's suite at that commit, and
     the download resumes there (kldtui.stages.reference.begin_download)."""
     return record.get("state") == DOWNLOADING
+
+
+def recorded_source(record: dict[str, Any]) -> str:
+    """The repository and commit a download record names, as a line shows them (they are the folder's
+    words, not kldtui's: printed as names)."""
+    commit = record.get("commit")
+    return printable_name(str(record.get("repo_id"))[:200]) + (
+        f" (commit {printable_name(commit[:12])})" if isinstance(commit, str) else "")
+
+
+def unfinished_download(root: Path, record: dict[str, Any] | None) -> str | None:
+    """The line verify says first of a folder whose download has not finished (its record's state is
+    :data:`DOWNLOADING`): the folder, where the download was from, and the command that resumes it;
+    None for any other folder. The files it has not fetched yet are failures after it, and the exit
+    status is 1 even when every file there verifies: the folder is not the suite yet."""
+    if record is None or not download_under_way(record):
+        return None
+    repo = record.get("repo_id")
+    named = shlex.quote(printable_name(repo[:200])) if isinstance(repo, str) else "REPO_ID"
+    return (f"{root}: the download of {recorded_source(record)} into this folder has not finished "
+            f"({RECORD_NAME}), so files may be missing; resume it: kldtui download {named} --local-dir "
+            f"{shlex.quote(str(root))}")
 
 
 def downloaded_from(record: dict[str, Any], repo_id: str, revision: str | None) -> bool:
@@ -611,6 +635,12 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     elif found.suite_beside is not None:
         suite_path = found.suite_beside
     record = read_record(found.dataset_root)
+    unfinished = unfinished_download(found.dataset_root, record)
+    if unfinished is not None:
+        # said first, before any check (the failures after it may be files not fetched yet), and again
+        # as the first failure: the verdict
+        emit(Notice(STAGE, unfinished, level="warning"))
+        result.failures.append(unfinished)
     if expected_suite_hash is None and record and record.get("repo_id") == PUBLISHED_REPO_ID:
         expected_suite_hash = PUBLISHED_SUITE_HASH
     loaded_suite = None

@@ -45,6 +45,7 @@ from kldtui.stages.verify import (
     hash_files,
     read_record,
     recorded_windows,
+    unfinished_download,
 )
 
 KIND: VerifiedKind = "hidden-state suite"
@@ -100,6 +101,12 @@ def verify_hidden_suite(root: str | Path, *, selection: fid.ContextFilter | None
     base = Path(root)
     result = VerifyResult(path=base, kind=KIND, file_word="file")
     emit(StageStarted(STAGE, detail=f"{KIND} {base}"))
+    unfinished = unfinished_download(base, read_record(base))
+    if unfinished is not None:
+        # said first, before any check (the failures after it may be files not fetched yet), and again
+        # as the first failure: the verdict
+        emit(Notice(STAGE, unfinished, level="warning"))
+        result.failures.append(unfinished)
     checker = _Checker(base, result, emit, cancel)
     checker.run(selection, sentinel_runs, reverify, workers, expected_suite_hash)
     result.finish(started, emit)

@@ -193,3 +193,24 @@ def test_a_folder_of_another_repository_is_refused_before_any_request(
     assert any(f"was downloaded from commit {first.commit[:12]}" in getattr(e, "text", "") for e in events)
     assert not [r for r in hub.log[before:] if r.method == "GET" and r.path.endswith(".safetensors")]
     assert json.loads(record_path.read_text())["state"] == "finished"
+
+
+def test_a_revision_move_sets_aside_the_old_commits_files_of_a_hidden_state_suite(
+        hub: HubServer, published: fx.Fixture, tmp_path: Path) -> None:
+    """A hidden-state suite moved to another revision: the old commit's files its checksums.txt listed that
+    the new commit does not have here are set aside in .kldtui-previous/<old commit>/, so verify of the
+    folder finds no file checksums.txt does not list."""
+    out = tmp_path / "local"
+    first = ensure_suite(REPO, out)
+    assert first.commit is not None
+    newer = hub.add_dataset(REPO, fx.build(tmp_path / "server-v2", contexts=6, seed=3).root, keep_older=True)
+    moved = ensure_suite(REPO, out, revision="main")
+    assert moved.commit == newer
+    here = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    aside = f".kldtui-previous/{first.commit}/"
+    assert {rel for rel in here if not rel.startswith(".")} == _expected(published, list(range(6)))
+    assert {rel[len(aside):] for rel in here if rel.startswith(aside)} == {
+        f"{kind}" for i in range(6, 12)
+        for kind in (f"tokens/context-{i:04d}.json", f"reference-hidden/hidden_{i:04d}.safetensors")}
+    result = verify_path(out)
+    assert result.ok, result.failures

@@ -456,3 +456,152 @@ def test_an_empty_partial_file_is_started_again(hub: HubServer, tmp_path: Path) 
     ref = ensure_reference(REPO, out, stop_window=2)
     assert ref.verify is not None and ref.verify.ok
     assert _sha(out / name) == sha and not list((out / PARTIAL_DIR).glob("*.part"))
+
+
+def test_verify_of_an_unfinished_download_says_so_first_and_exits_1(
+        hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify on a folder whose download stopped (record state "downloading") listed the files not fetched
+    yet as failures without saying why. Its first line says the download has not finished, naming the
+    folder and the command that resumes it; the exit status is 1 even where every file there verifies."""
+    out = tmp_path / "local"
+    ensure_reference(REPO, out, stop_window=2)
+    cancel = Cancel()
+
+    def stop_at_the_first_logits_bytes(event: object) -> None:
+        if isinstance(event, Progress) and event.unit == "B" and event.task != "hash":
+            cancel.set("test stops the download")
+
+    with pytest.raises(Interrupted):
+        ensure_reference(REPO, out, emit=stop_at_the_first_logits_bytes, cancel=cancel)
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert (record["state"], record["windows"]) == ("downloading", [0, 1])
+    line = (f"{out}: the download of {REPO} (commit {record['commit'][:12]}) into this folder has not "
+            f"finished ({RECORD_NAME}), so files may be missing; resume it: kldtui download {REPO} "
+            f"--local-dir {out}")
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1  # the windows recorded (0, 1) verify; the folder is not the suite
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[:2] == [f"[verify] dataset {out}", f"[verify] warning: {line}"], err  # before any check
+    assert [x for x in err if x.startswith("FAIL ")] == [f"FAIL {line}"], err
+    assert "FAILED (1 problem)" in captured.out
+    assert main(["verify", str(out), "--stop-window", "5"]) == 1
+    fails = [x for x in capsys.readouterr().err.splitlines() if x.startswith("FAIL ")]
+    assert fails[0] == f"FAIL {line}" and len(fails) > 1  # then the files not fetched yet
+    # the command the line names resumes it; then verify says OK
+    assert main(["download", REPO, "--local-dir", str(out)]) == 0
+    assert main(["verify", str(out)]) == 0
+
+
+def _tree(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and not p.relative_to(root).as_posix().startswith((".cache/", PARTIAL_DIR))}
+
+
+def test_a_revision_move_leaves_the_folder_holding_one_commits_files(hub: HubServer, tmp_path: Path) -> None:
+    """Moving a folder to another revision left the old commit's files the new one does not have here
+    (windows outside the range, token files of other names) in the folder, unrecorded. They are set
+    aside in .kldtui-previous/<old commit>/; what the folder's manifests never listed is left alone."""
+    out = tmp_path / "local"
+    first = ensure_reference(REPO, out)
+    assert first.commit is not None
+    (out / "notes.txt").write_text("mine\n")
+    (out / "lm-head").mkdir()
+    (out / "lm-head" / "head.bin").write_bytes(b"head")
+    old = {rel: (out / rel).read_bytes() for rel in _tree(out)}
+    new_root = make_dataset(tmp_path / "server-v2", windows=3, seed=7)  # token files of other names
+    newer = hub.add_dataset(REPO, new_root, keep_older=True)
+    events: list = []
+    moved = ensure_reference(REPO, out, revision="main", stop_window=2, emit=events.append)
+    assert moved.commit == newer and moved.verify is not None and moved.verify.ok
+    aside = f".kldtui-previous/{first.commit}"
+    kept = {"suite-manifest.json", "ref/manifest.json", "tokens/window-000-prose.json",
+            "tokens/window-001-code.json", "tokens/window-002-instruction.json", "ref/logits_000.safetensors",
+            "ref/logits_001.safetensors", "notes.txt", "lm-head/head.bin", RECORD_NAME}
+    set_aside = {"ref/logits_002.safetensors", "ref/logits_003.safetensors", "ref/logits_004.safetensors",
+                 "tokens/window-001-prose.json", "tokens/window-002-code.json", "tokens/window-003-code.json",
+                 "tokens/window-004-instruction.json"}
+    assert _tree(out) == kept | {f"{aside}/{rel}" for rel in set_aside}
+    for rel in set_aside:
+        assert (out / aside / rel).read_bytes() == old[rel], rel
+    for rel in kept - {"notes.txt", "lm-head/head.bin", RECORD_NAME}:
+        assert _sha(out / rel) == _sha(new_root / rel), rel
+    assert (out / "notes.txt").read_text() == "mine\n"
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert (record["commit"], record["windows"], record["state"]) == (newer, [0, 1], "finished")
+    assert "moving_from" not in record
+    texts = [e.text for e in events if isinstance(e, Notice)]
+    assert any(t.startswith(f"{out} holds files of commit {first.commit[:12]}; moving it to commit "
+                            f"{newer[:12]}") for t in texts), texts
+    assert any(t.startswith(f"7 file(s) of commit {first.commit[:12]} that commit {newer[:12]} does not "
+                            f"have here set aside in {out / aside} (") for t in texts), texts
+    assert verify_path(out).ok
+
+
+def test_a_file_the_verified_cache_does_not_know_is_fetched_again_when_it_does_not_match(
+        hub: HubServer, tmp_path: Path) -> None:
+    """A file in the range whose hash the verified cache did not know (a copy: another inode) was kept and
+    then failed the verification. It is hashed, and fetched again when it is not the recorded commit's."""
+    import shutil
+
+    out = tmp_path / "local"
+    first = ensure_reference(REPO, out, stop_window=2)
+    new_root = make_dataset(tmp_path / "server-v2", windows=5, seed=7)
+    newer = hub.add_dataset(REPO, new_root, keep_older=True)
+    assert newer != first.commit
+    name = out / "ref/logits_001.safetensors"
+    shutil.copyfile(name, tmp_path / "copy")
+    os.replace(tmp_path / "copy", name)  # another inode: the cache does not know it
+    before = len(hub.log)
+    events: list = []
+    ref = ensure_reference(REPO, out, stop_window=2, revision="main", emit=events.append)
+    assert ref.commit == newer and ref.verify is not None and ref.verify.ok
+    got = {r.path for r in hub.log[before:] if r.method == "GET" and r.path.endswith(".safetensors")}
+    assert got == {"ref/logits_000.safetensors", "ref/logits_001.safetensors"}
+    assert _sha(name) == _sha(new_root / "ref/logits_001.safetensors")
+    texts = [e.text for e in events if isinstance(e, Notice)]
+    assert f"1 file(s) here not verified yet: hashing them against ref/manifest.json of commit {newer[:12]}" \
+        in texts, texts
+    # the same commit: a file changed in place (its cache record no longer applies) is fetched again too
+    data = bytearray(name.read_bytes())
+    data[-3] ^= 0x55
+    name.write_bytes(bytes(data))
+    before = len(hub.log)
+    ref = ensure_reference(REPO, out, stop_window=3, revision="main")
+    got = {r.path for r in hub.log[before:] if r.method == "GET" and r.path.endswith(".safetensors")}
+    assert got == {"ref/logits_001.safetensors", "ref/logits_002.safetensors"}
+    assert ref.verify is not None and ref.verify.ok
+
+
+def test_a_revision_move_follows_no_link(hub: HubServer, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A link at a listed name is what is set aside, not what it points to; a link where kldtui makes a
+    set-aside folder stops the move with one line naming it, exit 2, and nothing is written through it."""
+    import shutil
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "theirs.json").write_text("theirs\n")
+    out = tmp_path / "local"
+    first = ensure_reference(REPO, out)
+    assert first.commit is not None
+    token = out / "tokens/window-004-instruction.json"
+    token.unlink()
+    token.symlink_to(outside / "theirs.json")
+    hub.add_dataset(REPO, make_dataset(tmp_path / "server-v2", windows=3, seed=7), keep_older=True)
+    blocked = tmp_path / "blocked"
+    shutil.copytree(out, blocked, symlinks=True)
+    ensure_reference(REPO, out, revision="main")
+    moved = out / f".kldtui-previous/{first.commit}/tokens/window-004-instruction.json"
+    assert moved.is_symlink() and (outside / "theirs.json").read_text() == "theirs\n"
+    # a link at the set-aside folder's name: refused, nothing written outside
+    (blocked / ".kldtui-previous").symlink_to(outside, target_is_directory=True)
+    capsys.readouterr()
+    assert main(["download", REPO, "--revision", "main", "--local-dir", str(blocked)]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == (f"kldtui: error: {blocked / '.kldtui-previous'}: a link or a file, not a folder kldtui "
+                    "made; move it away and run the download again"), last
+    assert sorted(p.name for p in outside.iterdir()) == ["theirs.json"]
+    (blocked / ".kldtui-previous").unlink()
+    assert main(["download", REPO, "--revision", "main", "--local-dir", str(blocked)]) == 0
+    assert verify_path(blocked).ok
