@@ -128,6 +128,27 @@ def write_report(path: Path, report: dict[str, Any]) -> Path:
     return path
 
 
+# a campaign folder two profiles share: candidates a and b are profile one.toml's runs, c two.toml's
+SHARED_RUNS = {"a": "one.toml", "b": "one.toml", "c": "two.toml"}
+
+
+def shared_campaign_folder(root: Path, runs: dict[str, str] | None = None) -> Path:
+    """``root/work`` holding one ``comparison-NAME.json`` per candidate of ``runs`` (candidate -> the
+    profile file, in ``root``, whose run its ``profiles.json`` records it as; :data:`SHARED_RUNS`), as
+    two campaigns sharing a work folder leave it; the profiles' files are there (empty)."""
+    runs = SHARED_RUNS if runs is None else runs
+    work = root / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    for i, (name, profile) in enumerate(runs.items()):
+        write_report(work / f"comparison-{name}.json", make_report(name, 0.01 * (i + 1), seed=i + 1))
+        (root / profile).write_text("")
+    record = {"format": "kldtui-profiles-v1", "owners": {},
+              "runs": {f"comparison-{name}.json": {"profile": f"../{profile}", "windows": "0-7"}
+                       for name, profile in runs.items()}}
+    (work / "profiles.json").write_text(json.dumps(record))
+    return work
+
+
 class ScriptedPipeline:
     """Emits a fixed event script per stage. ``pause_after_window`` (capture) blocks there until
     :attr:`resume` is set, so a test can look at the dashboard mid-capture."""

@@ -59,6 +59,7 @@ class ExportRow:
     outcome: str | None = None  # the verdict's outcome against the best (None for the best)
     # for a difference from the best the verdict leaves unresolved: the windows that would resolve it
     windows_needed: WindowsNeeded | None = None
+    profile: str | None = None  # whose run the report is, as its folder's profiles.json records it
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,12 @@ class ExportTable:
     noise_model: str
     notes: list[str]
     unit: str = WINDOW_UNIT  # what the windows are called (the leaderboard's: a hidden-state suite's context)
+
+    @property
+    def several_profiles(self) -> bool:
+        """Whether the rows are the runs of more than one profile, as their folders' profiles.json record
+        them (:attr:`ExportRow.profile`): then the llama.cpp block names each row's."""
+        return len({r.profile for r in self.rows if r.profile is not None}) > 1
 
 
 def _verdict(row: LeaderboardRow, unit: str) -> str:
@@ -134,7 +141,7 @@ def export_table(board: Leaderboard, reports: Sequence[ComparisonReport], *,
             perplexity_ratio=nt.perplexity_ratio if nt is not None else None,
             domains={d: b.estimate for d, b in report.domains.items()}, size=report.candidate_size,
             windows=report.windows, positions=report.positions, report=report, path=row.path,
-            outcome=row.outcome_vs_best))
+            outcome=row.outcome_vs_best, profile=row.profile))
     pairs = len(rows) * (len(rows) - 1) // 2  # the leaderboard's Holm family: every pair
     rows = [replace(r, windows_needed=for_reports(rows[0].report, r.report, noise, comparisons=max(1, pairs),
                                                   by_source_cluster=board.clustered))
@@ -260,7 +267,9 @@ def to_csv(table: ExportTable) -> str:
     """One row per candidate, every figure at full precision; the "how measured" facts as columns."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS + [f"kl_mean_{d}" for d in table.domains])
+    # whose run each report is, where a row's folder records it (kldtui.workflow.owners): after "report"
+    profiles = any(r.profile is not None for r in table.rows)
+    writer.writerow(CSV_COLUMNS + (["profile"] if profiles else []) + [f"kl_mean_{d}" for d in table.domains])
     for r in table.rows:
         s = r.size
         prov = r.report.provenance
@@ -275,6 +284,7 @@ def to_csv(table: ExportTable) -> str:
             r.report.suite_token_hash_sha256 or "",
             r.report.reference_identity_sha256 or r.report.reference_manifest_sha256 or "",
             _csv_text(prov.kldtui_version) if prov else "", _csv_text(r.path or "")]
+            + ([_csv_text(r.profile or "")] if profiles else [])
             + [_num(r.domains.get(d)) for d in table.domains])
     return out.getvalue()
 
@@ -357,12 +367,16 @@ def _per_token_uncertainty(report: ComparisonReport, name: str) -> float | None:
 
 
 def to_llama_cpp(table: ExportTable) -> str:
-    """Each candidate's llama.cpp-style block under a line naming it, in leaderboard order."""
+    """Each candidate's llama.cpp-style block under a line naming it (and, where the rows are the runs of
+    more than one profile, its profile: :attr:`ExportTable.several_profiles`), in leaderboard order."""
     out: list[str] = []
+    several = table.several_profiles
     for r in table.rows:
         units = f"{r.report.unit}s"
+        whose = f"; the run of profile {r.profile}" if several and r.profile is not None else ""
         out.append(f"# kldtui: {r.name} (rank {r.rank}, {r.verdict}); {r.windows} {units}, {r.positions} "
-                   f"positions, every position scored; ± of Mean KLD and of the PPL ratio: {units} resampled")
+                   f"positions, every position scored; ± of Mean KLD and of the PPL ratio: {units} "
+                   f"resampled{whose}")
         out += llama_cpp_block(r)
         out.append("")
     return "\n".join(out).rstrip() + "\n"

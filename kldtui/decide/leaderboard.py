@@ -111,6 +111,9 @@ class LeaderboardRow:
     # the units the tie verdicts count where they are not the windows: a hidden-state suite's source
     # clusters (Leaderboard.tie_unit); None: the windows
     tie_units: int | None = None
+    # whose run the report is, as the profiles.json of its folder records it (the profile's path; None:
+    # none recorded); decide reads no such record: kldtui.workflow.owners.with_whose sets it
+    profile: str | None = None
 
     @property
     def units_tied_over(self) -> int:
@@ -133,7 +136,8 @@ class LeaderboardRow:
                 "ratio_vs_best": self.ratio_vs_best.to_dict(unit=unit) if self.ratio_vs_best else None,
                 "outcome_vs_best": self.outcome_vs_best, "verdict_vs_best": self.verdict_vs_best,
                 "provisional": self.provisional, "inside_repeat_floor": self.inside_repeat_floor,
-                "family_too_large": self.family_too_large}
+                "family_too_large": self.family_too_large,
+                **({"profile": self.profile} if self.profile is not None else {})}
 
     @property
     def mark(self) -> str:

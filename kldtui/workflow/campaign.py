@@ -624,6 +624,7 @@ class Campaign:
         from kldtui.decide.leaderboard import build_leaderboard
         from kldtui.decide.noise import AUTO_FLOOR
         from kldtui.formats.report import load_report
+        from kldtui.workflow.owners import with_whose
 
         ranked = [e for e in self.entries if e.state == "compared"]
         board = self.leaderboard
@@ -632,9 +633,10 @@ class Campaign:
             if ranked:
                 reports = [load_report(e.report) for e in ranked]
                 self._reports = {e.name: r for e, r in zip(ranked, reports, strict=True)}
-                board = build_leaderboard(reports, names=[e.name for e in ranked],
-                                          paths=[str(e.report) for e in ranked],
-                                          noise=self.noise if self.noise is not None else AUTO_FLOOR)
+                # whose run each report is, as profiles.json records it: as kldtui leaderboard DIR says
+                noise = self.noise if self.noise is not None else AUTO_FLOOR
+                board = with_whose(build_leaderboard(reports, names=[e.name for e in ranked],
+                                                     paths=[str(e.report) for e in ranked], noise=noise))
             self.leaderboard = board
         path: str | None = None
         if not write and (on_disk := leaderboard_on_disk(self.profile)) is not None:

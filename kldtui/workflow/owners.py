@@ -63,6 +63,11 @@ when it holds no suite). A profile's dashboard, opened before any run, reads the
 (:func:`view_problem`): where the profile's run would be refused it says that line and shows none of
 the folder's run as the profile's. Profiles read from no file (built in code) claim nothing. A folder
 of earlier versions, which recorded no owners, is claimed by the first profile to run there again.
+
+Views that write nothing read the record too, to say whose run a report is (:func:`whose_reports`: a
+run's ``comparison.json`` its owner's, a campaign candidate's ``comparison-NAME.json`` its ``runs``
+profile's): the viewer beside the report's name (:func:`report_owner`), and every ranking of saved
+reports, where they are the runs of more than one profile, each report's (:func:`with_whose`).
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
 
 if TYPE_CHECKING:
+    from kldtui.decide.leaderboard import Leaderboard
     from kldtui.formats.suite import WindowSpec
 
 PROFILES_FORMAT = "kldtui-profiles-v1"
@@ -240,27 +246,142 @@ def view_problem(profile: Profile) -> str | None:
         return str(exc)
 
 
-def report_owner(report: Path) -> str | None:
-    """Whose run the report at ``report`` is, as the ``profiles.json`` of its folder records it, for a
-    view that writes nothing (``kldtui view WORKDIR``): for a work folder's run report
-    (``comparison.json``) the profile recorded as its owner ("the run of profile PATH, as profiles.json
-    records it"; its file gone: said); a record kldtui did not write (:func:`load_record`'s line) is
-    said and names no profile. None where nothing is recorded: another file's name, no record, or no
-    owner of the report in it. Reads ``profiles.json`` only."""
+@dataclass(frozen=True)
+class Whose:
+    """Whose run a report is, as the ``profiles.json`` of its folder records it (:func:`whose_reports`):
+    for a work folder's ``comparison.json`` the profile recorded as its owner, for a campaign
+    candidate's ``comparison-NAME.json`` the profile recorded under ``runs`` as the one whose run it
+    covers."""
+
+    profile: str | None = None  # the profile's path, absolute as a line shows it; None: none recorded
+    gone: bool = False  # the recorded profile's file is gone (renamed or deleted)
+    # the folder's record is not one kldtui wrote (:func:`load_record`'s line): no profile taken from it
+    problem: str | None = None
+
+    def words(self) -> str | None:
+        """What a view says of the report: "the run of profile PATH, as profiles.json records it" (its
+        file gone: said), the record's problem, or None where nothing is recorded."""
+        from kldtui.workspace import PROFILES_FILE_NAME
+
+        if self.problem is not None:
+            return f"whose run it is is not known: {self.problem}"
+        if self.profile is None:
+            return None
+        return f"the run of profile {self.shown}, as {PROFILES_FILE_NAME} records it"
+
+    @property
+    def shown(self) -> str:
+        """The profile as a line names it: its path, and "(whose file is gone)" where it is."""
+        return f"{self.profile}{' (whose file is gone)' if self.gone else ''}"
+
+
+def _recorded_run(record: Record, name: str) -> str | None:
+    """The profile ``record`` records as the one whose run the report ``name`` of its folder is."""
     from kldtui.formats.report_names import REPORT_FILE_NAME
+
+    if name == REPORT_FILE_NAME:
+        return record.owners.get(name)
+    run = record.runs.get(name)
+    return run.profile if run is not None else None
+
+
+def whose_reports(reports: Sequence[str | os.PathLike[str] | None]) -> list[Whose]:
+    """Whose run each report at ``reports`` is (:class:`Whose`; None: a report read from no file), as
+    the ``profiles.json`` of its folder records it, for views that write nothing (``kldtui view``,
+    ``kldtui leaderboard``, the viewer's and the dashboard's rankings). Only a run's report
+    (``comparison.json``) and a campaign candidate's (``comparison-NAME.json``) are looked up; each
+    folder's record is read once. A record kldtui did not write (a link, a FIFO, not JSON:
+    :func:`load_record`'s line) is said and names no profile. Reads ``profiles.json`` only."""
+    from kldtui.formats.report_names import CAMPAIGN_REPORT_PREFIX, REPORT_FILE_NAME
     from kldtui.workspace import PROFILES_FILE_NAME
 
-    if report.name != REPORT_FILE_NAME:
-        return None
-    workdir = report.parent
-    try:
-        owner = load_record(workdir / PROFILES_FILE_NAME).owners.get(report.name)
-    except KldError as exc:  # broken or planted: said, and no profile taken from it
-        return f"whose run it is is not known: {exc}"
-    if owner is None:
-        return None
-    gone = "" if (workdir / owner).is_file() else " (whose file is gone)"
-    return f"the run of profile {_printed(owner, workdir)}{gone}, as {PROFILES_FILE_NAME} records it"
+    records: dict[str, Record | str] = {}
+    out: list[Whose] = []
+    for report in reports:
+        path = Path(report) if report is not None else None
+        if path is None or not (path.name == REPORT_FILE_NAME or (
+                path.name.startswith(CAMPAIGN_REPORT_PREFIX) and path.name.endswith(".json"))):
+            out.append(Whose())
+            continue
+        workdir = path.parent
+        key = os.path.abspath(workdir)
+        if key not in records:
+            try:
+                records[key] = load_record(workdir / PROFILES_FILE_NAME)
+            except KldError as exc:  # broken or planted: said, and no profile taken from it
+                records[key] = str(exc)
+        record = records[key]
+        if isinstance(record, str):
+            out.append(Whose(problem=record))
+        elif (owner := _recorded_run(record, path.name)) is not None:
+            out.append(Whose(_printed(owner, workdir), gone=not (workdir / owner).is_file()))
+        else:
+            out.append(Whose())
+    return out
+
+
+def report_owner(report: Path) -> str | None:
+    """Whose run the report at ``report`` is, in the words a view says it (:meth:`Whose.words`: "the run
+    of profile PATH, as profiles.json records it"; a record kldtui did not write is said and names no
+    profile); None where nothing is recorded: another file's name, no record, or no owner or run of the
+    report in it. Reads ``profiles.json`` only."""
+    return whose_reports([report])[0].words()
+
+
+# a short note above a ranking that names each report's profile is one line at 80 columns; a longer one
+# says how many profiles and that the help (?) names each report's
+BRIEF_NOTE_MAX = 78
+
+
+def whose_notes(rows: Sequence[tuple[str, Whose]]) -> list[tuple[str, str]]:
+    """The notes (in full, in one short line) a ranking of the reports ``rows`` (each row's name and
+    whose run it is) says of their profiles: each record kldtui did not write, said (no profile is taken
+    from it); and where the rows are the runs of more than one profile, each row's profile (the short
+    line names a profile by its file name, by its path where two share a name). Nothing where they
+    are one profile's or none is recorded."""
+    from kldtui.workspace import PROFILES_FILE_NAME
+
+    notes = [(f"whose runs these are is not known: {problem}",
+              f"whose runs: not known, a {PROFILES_FILE_NAME} is not kldtui's (? says why)")
+             for problem in dict.fromkeys(w.problem for _, w in rows if w.problem is not None)]
+    profiles = list(dict.fromkeys(w.profile for _, w in rows if w.profile is not None))
+    if len(profiles) < 2:
+        return notes
+    groups: dict[str | None, list[str]] = {}
+    shown: dict[str | None, str] = {None: "none recorded"}
+    for name, w in rows:
+        groups.setdefault(w.profile, []).append(name)
+        if w.profile is not None:
+            shown[w.profile] = f"profile {w.shown}"
+    names = [os.path.basename(p) for p in profiles]
+    short: dict[str | None, str] = {p: (n if names.count(n) == 1 else p)
+                                    for p, n in zip(profiles, names, strict=True)}
+    short[None] = "none recorded"
+    full = (f"whose runs these are, as the {PROFILES_FILE_NAME} of each report's folder records it: "
+            + "; ".join(f"{', '.join(named)}: {shown[p]}" for p, named in groups.items()))
+    brief = f"of {len(profiles)} profiles: " + "; ".join(f"{', '.join(named)}: {short[p]}"
+                                                        for p, named in groups.items())
+    if len(brief) > BRIEF_NOTE_MAX:
+        brief = f"reports of {len(profiles)} profiles ({', '.join(short[p] for p in profiles)}): ? says whose"
+    if len(brief) > BRIEF_NOTE_MAX:
+        brief = f"reports of {len(profiles)} profiles: ? says whose each is"
+    return [*notes, (full, brief)]
+
+
+def with_whose(board: Leaderboard) -> Leaderboard:
+    """``board`` with each row's profile (:func:`whose_reports`, by the row's report path: a row read
+    from no file has none) and :func:`whose_notes` after its notes: the one way every ranking of saved
+    reports says whose runs they are (``kldtui leaderboard`` and its exports, ``kldtui view``, the
+    viewer's and the dashboard's rankings). Reads ``profiles.json`` only."""
+    import dataclasses
+
+    whose = whose_reports([row.path for row in board.rows])
+    notes = whose_notes([(row.name, w) for row, w in zip(board.rows, whose, strict=True)])
+    rows = [dataclasses.replace(row, profile=w.profile) for row, w in zip(board.rows, whose, strict=True)]
+    return dataclasses.replace(
+        board, rows=rows,
+        notes=[*board.notes, *(full for full, _ in notes)],
+        brief_notes=[*board.brief_notes, *(brief for _, brief in notes)])
 
 
 def claim(profile: Profile, workspace: Workspace, emit: EventSink, stage: StageName,

@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.folder_lock import check_json_output, check_output_file, distinct_outputs, hold
     from kldtui.formats.atomic import write_json_atomic
     from kldtui.formats.safe_io import check_output
+    from kldtui.workflow.owners import with_whose
 
     check_decision_arguments(args)
     # the arguments first: nothing read or said (a folder's noise model) before they hold
@@ -164,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
     outputs = [f for f in (args.json, args.output) if f]
     with hold(files=outputs):  # a bad --json or --output path: refused before the work
         noise = resolve_floor(args.noise, suite_hash_of(*reports)) if not args.no_noise_floor else None
-        board = build_leaderboard(reports, paths=list(args.reports), samples=args.bootstrap_samples,
-                                  seed=args.seed, noise=noise)
+        # whose run each report is, as its folder's profiles.json records it (read only)
+        board = with_whose(build_leaderboard(reports, paths=list(args.reports),
+                                             samples=args.bootstrap_samples, seed=args.seed, noise=noise))
         table = export_table(board, reports, paths=args.reports, noise=noise)
         if args.format is not None:
             _export(table, args)

@@ -3,10 +3,11 @@
 Every report is read and checked before any screen opens: a missing, unreadable or wrongly shaped
 file is one line and exit 2 (a folder holding ``comparison.json`` is named in the hint). When
 stdout is not a terminal (``kldtui view R.json > file``, a pipe) the text summary is printed
-instead of the screen. A work folder's report (``comparison.json``) is said to be the run of the
-profile its ``profiles.json`` records (kldtui.workflow.owners.report_owner; read only): beside the
-file's name on the screen, on stderr with the text summary.
-"""
+instead of the screen. A work folder's report (``comparison.json``; a campaign candidate's
+``comparison-NAME.json``) is said to be the run of the profile its ``profiles.json`` records
+(kldtui.workflow.owners.report_owner; read only): beside the file's name on the screen, on stderr with
+the text summary; a ranking of reports of more than one profile says each one's
+(kldtui.workflow.owners.with_whose)."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_floor(noise_path, suite_hash_of(*reports))
     if not sys.stdout.isatty():
         from kldtui.formats.report import summary_text
-        from kldtui.workflow.owners import report_owner
+        from kldtui.workflow.owners import report_owner, with_whose
 
         for path in args.reports:  # a work folder's run: whose it is, as the screen says it
             if (owner := report_owner(Path(path))) is not None:
@@ -129,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
             from kldtui.cli.commands.leaderboard import format_plain
             from kldtui.decide.leaderboard import leaderboard_from_files
 
-            print(format_plain(leaderboard_from_files(args.reports, noise_path=noise_path,
-                                                      use_noise_floor=use_floor)))
+            print(format_plain(with_whose(leaderboard_from_files(args.reports, noise_path=noise_path,
+                                                                 use_noise_floor=use_floor))))
         for path, report in zip(args.reports, reports, strict=True):
             if len(reports) > 1:
                 print(f"\n== {path}")
