@@ -371,9 +371,12 @@ class BoardScreen(Screen[None]):
         if len(results) > 1:
             try:
                 from kldtui.decide.leaderboard import build_leaderboard
+                from kldtui.workflow.owners import with_whose
 
-                board = build_leaderboard(reports, names=[r.name for r in results],
-                                          paths=[r.path for r in results], **self.noise_options(reports))
+                # whose run each report is, as its folder's profiles.json records it (read only)
+                board = with_whose(build_leaderboard(reports, names=[r.name for r in results],
+                                                     paths=[r.path for r in results],
+                                                     **self.noise_options(reports)))
                 by_name = {row.name: row for row in board.rows}
                 ties = {r.name: tie_mark(by_name[r.name]) for r in results if r.name in by_name}
                 verdicts = {row.name: row_verdict(row, len(board.rows), board.tie_unit) for row in board.rows}
