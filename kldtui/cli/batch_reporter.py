@@ -103,6 +103,8 @@ class BatchReporter:
         self._first_progress: dict[tuple[str, str], float] = {}
         self._last_progress: dict[tuple[str, str], float] = {}
         self.result_path: str | None = None
+        # a campaign's last standings: what to do after it names its reports (kldtui.workflow.next_steps)
+        self.standings: LeaderboardUpdated | None = None
         self.failures: list[str] = []
         self.early_abort: EarlyAbort | None = None  # the run stopped itself (a verdict)
         self.failed_messages: set[str] = set()  # failures already printed as words (not JSONL)
@@ -114,6 +116,8 @@ class BatchReporter:
     def __call__(self, event: Event) -> None:
         if isinstance(event, ResultReady):
             self.result_path = event.path
+        if isinstance(event, LeaderboardUpdated):
+            self.standings = event
         if isinstance(event, EarlyAbort):
             self.early_abort = event
             if not self.jsonl:

@@ -88,14 +88,6 @@ class _Entry:
         return self.workspace.report
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to the current folder when it is inside it (what a user types next)."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
-        return str(path)
-
-
 def shown_candidate(profile: Profile) -> tuple[str, bool] | None:
     """The campaign candidate a reopened dashboard shows, and whether it leads the campaign's
     leaderboard.json (its first row, when that names one of the profile's candidates; else the
@@ -727,26 +719,6 @@ class Campaign:
             return None
         entry = next((e for e in self.entries if e.name == board.rows[0].name), None)
         return load_state(entry.workspace) if entry is not None else None
-
-    def next_steps(self) -> list[str]:
-        """What to do after the campaign: its reports together (one short line each)."""
-        board = self.leaderboard
-        if board is None or not board.rows:
-            return []
-        from kldtui.text import kldtui_command
-
-        kldtui = kldtui_command()  # as this kldtui was started (.venv/bin/kldtui where not on PATH)
-        paths = [_shown(Path(r.path)) for r in board.rows if r.path]
-        noise = self.noise_path
-        with_noise = f" --noise {_shown(noise)}" if noise is not None and noise.is_file() else ""
-        lines = [f"leaderboard: {_shown(self._workspace.leaderboard_path)}",
-                 f"next: {kldtui} leaderboard {' '.join(paths)}{with_noise}"]
-        if len(paths) > 1:
-            lines.append(f"      {kldtui} diff {paths[0]} {paths[1]}{with_noise}")
-        lines.append(f"      {kldtui} view {paths[0]}")
-        lines.append(f"      another candidate: add a [[candidates]] table to {self.profile.where} and run "
-                     "again (the others are not captured again)")
-        return lines
 
     @staticmethod
     def _summary(board: Any) -> str:

@@ -6,8 +6,7 @@ reading anything back. On reopening a work folder, from disk: :func:`load_state`
 files the stages wrote (the workspace names them all): the reference manifest, the capture
 records, the candidate manifest, the per-window compare cache and the report. It never changes
 anything and never fails on a half-made folder: what cannot be read counts as not done (and is
-named in ``problems``). :func:`next_steps` is the "what now" text the dashboard and ``--batch``
-print when a run finished.
+named in ``problems``). What to do next after a run is :mod:`kldtui.workflow.next_steps`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kldtui.errors import KldError
 from kldtui.formats.safe_io import read_text
-from kldtui.formats.suite import WINDOW_UNIT, unit_of
+from kldtui.formats.suite import unit_of
 from kldtui.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -192,22 +191,3 @@ def _cached_kl(workspace: Workspace, index: int) -> float | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return float(kl) if kl is not None else None
-
-
-def next_steps(report_path: Path, window_range: tuple[int, int] | None = None,
-               suite_windows: int = 0, profile: str | None = None, *, unit: str = WINDOW_UNIT) -> list[str]:
-    """What to do after a run wrote ``report_path``: one short line each (the commands as this
-    kldtui was started: ``.venv/bin/kldtui`` where it is not on PATH); ``unit``: what the suite's
-    windows are called (the report's, :attr:`ComparisonReport.unit`: a hidden-state suite's context)."""
-    from kldtui.text import kldtui_command
-
-    kldtui = kldtui_command()
-    lines = [f"report: {report_path}",
-             f"next: {kldtui} view {report_path}",
-             f"      {kldtui} diff {report_path} OTHER/comparison.json"]
-    if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
-        where = f" in {profile}" if profile else ""
-        # a quick run of a few windows: the whole suite next (finished windows are reused)
-        lines.append(f"      all {suite_windows} {unit}s: [run] start_window = 0, stop_window = "
-                     f"{suite_windows}{where}")
-    return lines

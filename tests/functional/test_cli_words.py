@@ -293,12 +293,12 @@ def test_hints_name_kldtui_as_it_was_started(tmp_path: Path, monkeypatch: Any) -
     assert f"try `{script} demo`" in done.stderr, done.stderr
     assert "see examples/" not in done.stderr  # a pip user has no examples/ folder
     assert "kldtui-demo/kldtui.toml" in done.stderr
-    from kldtui.workflow.state import next_steps
+    from kldtui.workflow.next_steps import report_next_steps
 
     monkeypatch.chdir(script.parent.parent.parent)
     monkeypatch.setattr(sys, "argv", [str(script)])
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    lines = next_steps(Path("w/comparison.json"))
+    lines = report_next_steps(Path("w/comparison.json"))
     assert lines[1] == f"next: {script.relative_to(Path.cwd())} view w/comparison.json", lines
 
 

@@ -13,7 +13,8 @@ from kldtui.formats.suite import WindowSpec
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.widgets import StageBox
-from kldtui.workflow.state import DiskWindow, RunState, next_steps
+from kldtui.workflow.next_steps import report_next_steps
+from kldtui.workflow.state import DiskWindow, RunState
 from tests.fixtures_tui import feed, screen_lines, settle, sync
 
 DOMAINS = ("prose", "code", "prose")
@@ -117,9 +118,9 @@ def test_the_dashboard_takes_the_unit_an_event_says_not_its_label() -> None:
 
 
 def test_what_to_run_next_counts_the_suites_units() -> None:
-    said = next_steps(Path("r.json"), (0, 2), 3, "kldtui.toml", unit="context")
+    said = report_next_steps(Path("r.json"), (0, 2), 3, "kldtui.toml", unit="context")
     assert said[-1].strip() == "all 3 contexts: [run] start_window = 0, stop_window = 3 in kldtui.toml", said
-    said = next_steps(Path("r.json"), (0, 2), 3, "kldtui.toml")
+    said = report_next_steps(Path("r.json"), (0, 2), 3, "kldtui.toml")
     assert said[-1].strip() == "all 3 windows: [run] start_window = 0, stop_window = 3 in kldtui.toml", said
 
 

@@ -347,14 +347,14 @@ def test_idle_note_follows_the_stages() -> None:
 
 
 def test_next_steps_suggest_the_full_run_after_a_partial_one() -> None:
-    from kldtui.workflow.state import next_steps
+    from kldtui.workflow.next_steps import report_next_steps
 
-    lines = next_steps(Path("w/comparison.json"), (0, 8), 32, "kldtui.toml")
+    lines = report_next_steps(Path("w/comparison.json"), (0, 8), 32, "kldtui.toml")
     assert lines[0] == "report: w/comparison.json"
     assert any("kldtui view w/comparison.json" in line for line in lines)
     assert any("kldtui diff w/comparison.json" in line for line in lines)
     assert "stop_window = 32 in kldtui.toml" in lines[-1]
-    assert len(next_steps(Path("w/comparison.json"), (0, 32), 32)) == 3  # already the whole suite
+    assert len(report_next_steps(Path("w/comparison.json"), (0, 32), 32)) == 3  # already the whole suite
 
 
 # -- 4: the quit dialog asks about what is really running ------------------------------------------

@@ -915,25 +915,29 @@ async def test_dashboard_help_says_what_d_does(tmp_path: Path) -> None:
 
 
 @sync
-async def test_a_campaign_ends_with_its_own_next_steps(tmp_path: Path) -> None:
-    """After a campaign the dashboard says what its --batch run says (its reports together), not
-    the last candidate's single-report hints."""
-    lines = ["leaderboard: w/leaderboard.json", "next: kldtui leaderboard w/comparison-a.json "
-             "w/comparison-b.json", "      kldtui view w/comparison-a.json"]
+async def test_a_campaign_ends_with_its_own_next_steps(tmp_path: Path, monkeypatch: Any) -> None:
+    """After a campaign the dashboard says what its --batch run says (kldtui.workflow.next_steps: its
+    ranked reports together, not its leader's repeat capture), not the last candidate's single-report
+    hints."""
+    from tests.fixtures_campaign import scripted_campaign_factory
 
-    class Campaign(ScriptedPipeline):
-        def next_steps(self) -> list[str]:
-            return lines
-
-    app = create_app(pipeline_factory=lambda emit, cancel: Campaign(
-        emit, cancel, windows=6, report_path=tmp_path / "comparison.json"), config_dir=tmp_path / "cfg")
+    monkeypatch.chdir(tmp_path)
+    app = create_app(pipeline_factory=scripted_campaign_factory(tmp_path, {}, repeat=True),
+                     config_dir=tmp_path / "cfg")
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.press("r")
         await settle(app, pilot)
+        lines = ["leaderboard: leaderboard.json",
+                 "next: kldtui leaderboard comparison-q8.json comparison-q4.json",
+                 "      kldtui diff comparison-q8.json comparison-q4.json",
+                 "      kldtui view comparison-q8.json",
+                 "      another candidate: add a [[candidates]] table to the profile and run again (the "
+                 "others are not captured again)"]
+        assert app.main.model.next_lines == lines
         shown = panel(app)
-        assert "leaderboard: w/leaderboard.json" in shown, shown
-        assert "kldtui view w/comparison-a.json" in shown, shown
-        assert "OTHER/comparison.json" not in shown
+        assert "leaderboard: leaderboard.json" in shown, shown
+        assert "kldtui view comparison-q8.json" in shown, shown
+        assert "OTHER/comparison.json" not in shown and "repeat/" not in shown
 
 
 @sync

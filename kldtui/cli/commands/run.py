@@ -16,7 +16,6 @@ from kldtui.workspace import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from kldtui.events import Cancel, EventSink
-    from kldtui.formats.report_model import ComparisonReport
     from kldtui.workflow.profile import Profile
 
 HELP = "run the whole pipeline for a profile (the dashboard, or headless with --batch)"
@@ -32,13 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_batch_job(job: Callable[[EventSink, Cancel], object], output: OutputOptions,
-                  on_force_stop: Callable[[], None] | None = None, profile: Profile | None = None,
-                  next_lines: Callable[[], list[str] | None] | None = None) -> int:
+                  on_force_stop: Callable[[], None] | None = None, profile: Profile | None = None) -> int:
     """Run ``job(emit, cancel)`` headless with the reporter ``output`` asks for; print the result:
     the run state a pipeline job returns (its report and the suite's size), else the report the
-    job announced (read from its file); then what to do next (``next_lines()``, else the report's)."""
+    job announced (read from its file); then what to do next (:mod:`kldtui.workflow.next_steps`, as the
+    dashboard shows it: a campaign's from its last standings, which the reporter keeps)."""
     from kldtui.cli.batch_reporter import BatchReporter, run_headless
     from kldtui.formats.report import summary_text
+    from kldtui.workflow.next_steps import next_steps, report_next_steps
     from kldtui.workflow.state import RunState
 
     reporter = BatchReporter(sys.stdout, jsonl=output.jsonl, interval=output.interval,
@@ -53,32 +53,18 @@ def run_batch_job(job: Callable[[EventSink, Cancel], object], output: OutputOpti
     if code != 0 or output.jsonl:
         return code
     state = returned[0] if returned else None
+    where = str(profile.path) if profile is not None and profile.path else None
     if isinstance(state, RunState) and state.report is not None and state.report_path is not None:
         print(summary_text(state.report))
-        lines = next_lines() if next_lines is not None else None
-        print("\n".join(lines) if lines else _next_steps(state.report_path, state.report, state.suite_windows,
-                                                            profile))
+        print("\n".join(next_steps(reporter.standings if reporter.standings is not None else state, where)))
     elif reporter.result_path:
         from kldtui.formats.report import load_report
 
         report = load_report(reporter.result_path)
         print(summary_text(report))
-        print(_next_steps(Path(reporter.result_path), report, 0, profile))
+        lines = report_next_steps(reporter.result_path, report.window_range, 0, where, unit=report.unit)
+        print("\n".join(lines))
     return code
-
-
-def _next_steps(path: Path, report: ComparisonReport, suite_windows: int, profile: Profile | None) -> str:
-    """Where the report is and the useful next commands (the dashboard shows the same)."""
-    from kldtui.workflow.state import next_steps
-
-    window_range = report.window_range
-    shown = path
-    try:
-        shown = shown.resolve().relative_to(Path.cwd().resolve())
-    except (ValueError, OSError):
-        pass
-    where = str(profile.path) if profile is not None and profile.path else None
-    return "\n".join(next_steps(shown, window_range, suite_windows, where, unit=report.unit))
 
 
 def run_pipeline_batch(profile: Profile, output: OutputOptions) -> int:
@@ -96,11 +82,7 @@ def run_pipeline_batch(profile: Profile, output: OutputOptions) -> int:
         if "p" in holder:
             holder["p"].stop_server(reason="interrupted")
 
-    def next_lines() -> list[str] | None:
-        lines = getattr(holder.get("p"), "next_steps", None)  # a campaign's: its reports together
-        return lines() if lines is not None else None
-
-    return run_batch_job(job, output, force_stop, profile=profile, next_lines=next_lines)
+    return run_batch_job(job, output, force_stop, profile=profile)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -269,6 +269,7 @@ class DashboardScreen(BoardScreen):
         announce = getattr(self.pipeline(), "announce_disk_state", None)
         if announce is not None and not self.engine_workers():
             announce()
+            self.deliver(self._standings_announced)  # after the standings' events (one message queue)
 
     def apply_disk_state(self, state: RunState) -> None:
         """Show what the work folder holds (a finished or interrupted earlier run)."""
@@ -280,9 +281,28 @@ class DashboardScreen(BoardScreen):
         if state.anything and self.workspace_candidate is not None:
             self.model.shown_candidate = self.workspace_candidate
         self.model.apply_disk_state(state)
-        if state.report_path is not None:
-            self.model.set_next_steps(self._next_steps(state.report_path, state.window_range))
+        if not self._is_campaign():  # a campaign's next steps come with its standings (_standings_announced)
+            self._say_next_steps(state)
         self.refresh_now()
+
+    def _standings_announced(self) -> None:
+        """A reopened campaign's standings on disk have been sent: what to do next names its reports
+        together, as its ``--batch`` run said (nothing when none is ranked)."""
+        if self.engine_workers():
+            return  # a run started meanwhile: it says what to do when it ends
+        self.apply_events()
+        self._say_next_steps(None)
+        self.refresh_now()
+
+    def _say_next_steps(self, state: RunState | None) -> None:
+        """What to do now (kldtui.workflow.next_steps, the lines ``--batch`` prints): a campaign's from
+        its standings, else from ``state``, the run's; said where there are any and they changed
+        (the report's event may have set them already)."""
+        from kldtui.workflow.next_steps import next_steps
+
+        lines = next_steps(self.model.campaign if self._is_campaign() else state, self.profile_name)
+        if lines and lines != self.model.next_lines:
+            self.model.set_next_steps(lines)
 
     def on_unmount(self) -> None:
         self.cancel.set("the dashboard closed")  # engine threads stop at their next safe point
@@ -355,13 +375,9 @@ class DashboardScreen(BoardScreen):
         """A whole run ended: the state the pipeline returned (its report, the suite's size) says
         what to do next; nothing is read back from the work folder."""
         self.suite_windows = state.suite_windows
+        self.apply_events()  # the campaign's final standings, sent before its run returned
         self.model.show_leader(state)  # a campaign's end: its best candidate, not its last capture
-        campaign = getattr(self._pipeline, "next_steps", None)  # a campaign's: its reports together
-        lines = list(campaign()) if callable(campaign) else []
-        if not lines and state.report_path is not None and not self._is_campaign():
-            lines = self._next_steps(state.report_path, state.window_range)
-        if lines and lines != self.model.next_lines:  # the report's event may have set them already
-            self.model.set_next_steps(lines)
+        self._say_next_steps(state)
         self.refresh_now()
 
     def worker_failed(self, worker: Worker[Any]) -> None:
@@ -526,15 +542,11 @@ class DashboardScreen(BoardScreen):
         if added:
             self.rebuild_board()
 
-    def _next_steps(self, path: Path, window_range: tuple[int, int] | None) -> list[str]:
-        from kldtui.workflow.state import next_steps
-
-        return next_steps(shown_path(path), window_range, self.suite_windows, self.profile_name,
-                          unit=self.model.unit)
-
     def _is_campaign(self) -> bool:
-        """Whether this dashboard shows a campaign (its standings or a candidate of it arrived)."""
-        return self.model.campaign is not None or self.model.candidate is not None
+        """Whether this dashboard shows a campaign (its profile's folders are a campaign candidate's, or
+        its standings or a candidate of it arrived)."""
+        return (self.workspace_candidate is not None or self.model.campaign is not None
+                or self.model.candidate is not None)
 
     def _result_ready(self) -> None:
         report, path = self.model.result_report, self.model.result_path
@@ -543,7 +555,10 @@ class DashboardScreen(BoardScreen):
         # a campaign's next steps are its reports together, said when it ends (run_finished): one
         # candidate's report is not what to diff next
         if path and report and not self.model.next_lines and not self._is_campaign():
-            self.model.set_next_steps(self._next_steps(Path(path), report.window_range))
+            from kldtui.workflow.next_steps import report_next_steps
+
+            self.model.set_next_steps(report_next_steps(path, report.window_range, self.suite_windows,
+                                                        self.profile_name, unit=self.model.unit))
         if report:  # a campaign's named as the campaign names it
             self.show_result(result_from_report(report, path, self.model.result_name), report)
         elif path:
