@@ -428,6 +428,20 @@ def _robust_dependence(ev: Evidence, a: np.ndarray, b: np.ndarray, how: str) -> 
     return replace(ev, dependence_t=t, dependent=dependent, faster_b=(t > 0) & ev.log_scale)
 
 
+def weighted_flip_p(a: np.ndarray, b: np.ndarray, worse: np.ndarray, power: float = 0.5) -> np.ndarray:
+    """One-sided p-value, in the direction the windows' mean points (``worse``: B's mean larger), of the
+    sign-flip test of ``sum((B - A) / (A + B)^power)``: each window's difference weighed down by its
+    size, as the per-window noise grows with it. The weights do not change when A and B swap inside a
+    window, so it is exact where the candidates are alike window by window; where they depend
+    differently on difficulty it tests a weighted mean, not the mean."""
+    d = (b - a) / (a + b) ** power
+    sums = d @ inf.flip_patterns(d.shape[-1]).T
+    obs = sums[..., :1]
+    tol = 1e-12 * np.abs(d).sum(axis=-1, keepdims=True)
+    out: np.ndarray = np.where(worse, (sums >= obs - tol).mean(axis=-1), (sums <= obs + tol).mean(axis=-1))
+    return out
+
+
 def _shape_decisions(ev: Evidence, a: np.ndarray, b: np.ndarray, shape: str) -> np.ndarray:
     """8-window decisions (one verdict: no domain reaches 8 windows) of :data:`RULE_SHAPES` ``[shape]``
     from the rule's own evidence on the same suites."""
@@ -447,6 +461,11 @@ def _shape_decisions(ev: Evidence, a: np.ndarray, b: np.ndarray, shape: str) -> 
         model = np.where(strong, 2.0 * model, model)  # the first tier's p is scaled for its 10 %
     elif shape == "check only where the sign-flip test needs more windows than the suite holds":
         checked = checked & (ev.needed > ev.windows)
+    elif shape in WEIGHTED_SHAPES:
+        test = np.where(ev.tier == 0, weighted_flip_p(a, b, ev.worse), flip)
+        if WEIGHTED_SHAPES[shape]:
+            strong = (ev.tier == 0) & (np.abs(np.nan_to_num(ev.dependence_t)) > 3.0)
+            model = np.where(strong, 2.0 * model, model)
     elif shape in ROBUST_DEPENDENCE:
         robust: np.ndarray = _robust_dependence(ev, a, b, ROBUST_DEPENDENCE[shape]).p <= ALPHA
         return robust
@@ -459,11 +478,15 @@ def _shape_decisions(ev: Evidence, a: np.ndarray, b: np.ndarray, shape: str) -> 
 # the dependence test made robust to one window near zero (a folded normal window's far-out logarithm)
 ROBUST_DEPENDENCE = {"dependence test on ranks (Spearman)": "ranks",
                      "dependence test leaving out the lowest window": "drop lowest"}
+# the sign-flip test of differences weighed by (A + B)^-1/2 in the first tier (where windows spread little),
+# the rule's check as it is (False) or at 5 % where the dependence t exceeds 3 (True)
+WEIGHTED_SHAPES = {"first tier: sign-flip test of (B - A) / (A + B)^1/2": False,
+                   "the same, and its check at 5 % where the dependence t exceeds 3": True}
 RULE_SHAPES = ("the rule", "no check in the first tier",
                "paired t in place of the sign-flip test in the first tier",
                "first tier's check at 5 % where the dependence t exceeds 3",
                "check only where the sign-flip test needs more windows than the suite holds",
-               *ROBUST_DEPENDENCE)
+               *ROBUST_DEPENDENCE, *WEIGHTED_SHAPES)
 
 
 def rule_shape_rates(dist: str, gamma: float, ratio: float, trials: int, seed: int) -> dict[str, float]:

@@ -640,3 +640,20 @@ def test_the_bands_table_holds_the_rule_and_its_best_choice_keeps_the_limit() ->
     assert all(_chosen(n, best) <= limit + 1e-12 for n in null)
     assert _chosen(power, best) >= _chosen(power, rule)
     assert best_bands(power, null, -0.01) is None
+
+
+def test_the_weighted_sign_flip_shape_is_the_sign_flip_test_with_swap_invariant_weights() -> None:
+    """The shapes table's weighted test (docs/STATISTICS.md, "Other shapes of the 8-window rule"):
+    unweighted it is the rule's own sign-flip test, p-value for p-value; weighted, swapping A and B
+    in every window swaps its two one-sided p-values (the weights (A + B)^-1/2 do not change), which is
+    what keeps it exact where the candidates are alike window by window."""
+    from benchmarks.verdict_simulation import candidates, weighted_flip_p
+    from kldtui.metrics.inference import flip_test
+
+    a, b = candidates("gamma", 300, 8, (1.0, 1.3), np.random.default_rng(5))
+    plain = flip_test(a, b)
+    worse = np.ones(300, dtype=bool)
+    assert np.array_equal(weighted_flip_p(a, b, worse, power=0.0), plain.p_worse)
+    assert np.array_equal(weighted_flip_p(a, b, ~worse, power=0.0), plain.p_better)
+    assert np.allclose(weighted_flip_p(b, a, worse), weighted_flip_p(a, b, ~worse))
+    assert not np.allclose(weighted_flip_p(a, b, worse), plain.p_worse)
