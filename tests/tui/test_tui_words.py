@@ -1227,3 +1227,31 @@ async def test_o_on_a_campaigns_folder_keeps_the_noise_model_the_user_chose(tmp_
         assert "noise model: none" in static_text(app, "#board-note")
         tie = table.column("tie")
         assert [table.get_row_at(i)[tie] for i in range(3)] == ["best", "worse (p)", "worse (p)"]
+
+
+@sync
+async def test_a_stage_refused_before_it_starts_leaves_its_card_as_it_was(tmp_path: Path) -> None:
+    """A done stage's key that the pipeline refuses before the stage starts (a campaign runs its stages
+    candidate by candidate) ran nothing: the card still says done, and the log and a notification say
+    why it was not run. A stage not done yet that is refused still says failed, with the reason
+    (tests/tui/test_tui_app.py)."""
+    from kldtui.errors import BadInput
+
+    app, holder = dashboard(tmp_path, windows=4)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert "done" in card(app, "capture")
+        refusal = "kldtui.toml: a campaign runs its stages candidate by candidate; run everything"
+
+        def refuse(stage: object) -> object:
+            raise BadInput(refusal)
+
+        holder["p"].run_stage = refuse  # type: ignore[method-assign]
+        await pilot.press("3")
+        await settle(app, pilot)
+        assert "done" in card(app, "capture") and "failed" not in card(app, "capture")
+        assert app.main.model.stages["capture"].state == "done"
+        assert f"[capture] not run: {refusal}" in [text for _, text in app.main.model.log]
+        assert [n.title for n in app._notifications if refusal in n.message] == ["capture not run"]
+        await pilot.press("q")

@@ -402,6 +402,13 @@ class DashboardScreen(BoardScreen):
             message = str(error) if isinstance(error, KldError) else \
                 f"internal error: {type(error).__name__}: {error}"
             self.apply_events()
+            if stage is not None and isinstance(error, KldError) and self.model.stages[stage].state == "done":
+                # a done stage asked again and refused before it started (a campaign runs its stages
+                # candidate by candidate): nothing ran, so what it did is still done
+                self.model.apply(Notice(stage, f"not run: {message}", level="error"))
+                self.notify(message, title=f"{worker.name} not run", severity="error", timeout=10)
+                self.refresh_now()
+                return
             if stage is not None and self.model.stages[stage].state != "failed":
                 self.model.apply(StageFailed(stage, message=message))
             elif stage is None:
