@@ -240,6 +240,11 @@ class HubServer:
                 server._post(self, urlsplit(self.path).path, body)
 
             def do_PUT(self) -> None:  # noqa: N802
+                # the hold in force when the request arrived decides it: a request whose body was read
+                # before release() but checked after it (a slow thread under load) is held all the same,
+                # so no more than the held number is ever stored
+                with server._lock:
+                    limit = server._hold_at
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 m = re.fullmatch(r"/upload/([0-9a-f]{64})", urlsplit(self.path).path)
                 if origin != "cdn" or not m:
@@ -247,7 +252,7 @@ class HubServer:
                 if hashlib.sha256(body).hexdigest() != m.group(1):
                     return self._reply(400, {}, b"sha256 mismatch", False, self.path)
                 with server._lock:
-                    hold = server._hold_at is not None and len(server._uploads) >= server._hold_at
+                    hold = limit is not None and len(server._uploads) >= limit
                     if not hold:
                         server._uploads[m.group(1)] = body
                 if hold:

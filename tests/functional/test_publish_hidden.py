@@ -304,7 +304,9 @@ def test_a_killed_upload_resumes_with_only_what_is_missing(made: Path, tmp_path:
             if child.poll() is None:
                 child.kill()
         stored = hub.uploads_stored
-        assert stored == 3 and not hub.commits  # killed before anything was committed
+        # killed before anything was committed, with the held uploads not stored (under load a request
+        # the killed client sent earlier may still be stored after release: the rerun skips it too)
+        assert 3 <= stored < len(lfs) and not hub.commits
         puts_before = len(hub.requests(method="PUT", origin="cdn"))
         assert main(["publish", str(root), "--repo-id", REPO]) == 0
         second = [r for r in hub.requests(method="PUT", origin="cdn")[puts_before:] if r.status == 200]
