@@ -389,12 +389,18 @@ def null_precise_table(trials: int, seed: int, log: Callable[[str], None], runs:
     for dist, gamma in NEAREST_NULLS:
         rates = [r["fwer"] for r in _cells(null_rates, [(dist, gamma, 8, trials, seed + k)
                                                         for k in range(runs)])]
-        mean = float(np.mean(rates))
-        se = math.sqrt(mean * (1.0 - mean) / (trials * runs))
-        lines.append(f"| {dist} | {gamma:g} | {' '.join(f'{r:.4f}' for r in rates)} | "
-                     f"{sum(r > 0.055 for r in rates)} of {runs} | {mean:.4f} ({2 * se:.4f}) |")
+        lines.append(f"| {dist} | {gamma:g} | {_runs_cells(rates, trials)} |")
         log(lines[-1])
     return "\n".join(lines)
+
+
+def _runs_cells(rates: list[float], trials: int) -> str:
+    """A null's rates over several runs of ``trials`` suites as table cells: run by run, how many runs
+    land above 5.5 %, and the rate over all runs with two standard errors."""
+    mean = float(np.mean(rates))
+    se = math.sqrt(mean * (1.0 - mean) / (trials * len(rates)))
+    return (f"{' '.join(f'{r:.4f}' for r in rates)} | {sum(r > 0.055 for r in rates)} of {len(rates)} | "
+            f"{mean:.4f} ({2 * se:.4f})")
 
 
 def _correlation_t(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, int]:
@@ -690,10 +696,7 @@ def shape_precise_table(trials: int, seed: int, log: Callable[[str], None], runs
     for i, (dist, gamma) in enumerate(NEAREST_NULLS):
         for shape in shapes:
             each = [r[shape] for r in rates[i * runs:(i + 1) * runs]]
-            mean = float(np.mean(each))
-            se = math.sqrt(mean * (1.0 - mean) / (trials * runs))
-            lines.append(f"| {dist} | {gamma:g} | {shape} | {' '.join(f'{r:.4f}' for r in each)} | "
-                         f"{sum(r > 0.055 for r in each)} of {runs} | {mean:.4f} ({2 * se:.4f}) |")
+            lines.append(f"| {dist} | {gamma:g} | {shape} | {_runs_cells(each, trials)} |")
             log(lines[-1])
     return "\n".join(lines)
 
@@ -871,6 +874,28 @@ def noise_table(trials: int, seed: int, log: Callable[[str], None]) -> str:
     return "\n".join(lines)
 
 
+# --tables NAME: its heading, the function that prints it, and which trial count it takes (--trials,
+# --power-trials, half or a quarter of them, --noise-trials), in the order the tables are printed
+TABLES: dict[str, tuple[str, Callable[[int, int, Callable[[str], None]], str], str]] = {
+    "null": ("nulls (equal mean KL)", null_table, "null"),
+    "goal": ("power where B scales with A (null trials per cell)", goal_table, "null"),
+    "goalprecise": ("power where B scales with A at 8 windows, over ten more runs of the null trials",
+                    goal_precise_table, "null"),
+    "tiers": ("variants of the dependence tiers at 8 windows", tier_variant_table, "null"),
+    "nullprecise": ("the 8-window nulls nearest the limit, over ten runs of the null trials",
+                    null_precise_table, "null"),
+    "shapes": ("other shapes of the 8-window rule", rule_shape_table, "null"),
+    "shapeprecise": ("the 8-window nulls nearest the limit under the weighted shapes, over ten runs",
+                     shape_precise_table, "null"),
+    "bands": ("the best rule of the rule's shape at 8 windows, band by band", band_table, "null"),
+    "power": ("power and coverage", power_table, "power"),
+    "interval": ("the ratio interval's coverage, by the interval", interval_table, "interval"),
+    "mean": ("one report's mean KL, coverage of the true mean", mean_table, "power"),
+    "board": ("leaderboard", leaderboard_table, "board"),
+    "noise": ("noise model (lognormal window means, 2 % per-window repeat noise)", noise_table, "noise"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trials", type=int, default=20000, help="trials per null cell (default 20000)")
@@ -891,6 +916,9 @@ def main(argv: list[str] | None = None) -> int:
     global JOBS
     JOBS = max(1, args.jobs)
     tables = set(args.tables.split(","))
+    if tables - TABLES.keys():
+        unknown = ", ".join(sorted(tables - TABLES.keys()))
+        parser.error(f"no such table: {unknown} (the tables: {', '.join(TABLES)})")
     t0 = time.time()
 
     def log(line: str) -> None:
@@ -899,41 +927,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"seed {args.seed}; nulls {args.trials} trials per cell, power/coverage/leaderboard "
           f"{args.power_trials}, noise model {args.noise_trials}; verdicts from {MIN_VERDICT_WINDOWS} "
           "windows\n")
-    if "null" in tables:
-        print("nulls (equal mean KL):\n\n" + null_table(args.trials, args.seed, log) + "\n")
-    if "goal" in tables:
-        print("power where B scales with A (null trials per cell):\n\n"
-              + goal_table(args.trials, args.seed, log) + "\n")
-    if "goalprecise" in tables:
-        print("power where B scales with A at 8 windows, over ten more runs of the null trials:\n\n"
-              + goal_precise_table(args.trials, args.seed, log) + "\n")
-    if "tiers" in tables:
-        print("variants of the dependence tiers at 8 windows:\n\n"
-              + tier_variant_table(args.trials, args.seed, log) + "\n")
-    if "nullprecise" in tables:
-        print("the 8-window nulls nearest the limit, over ten runs of the null trials:\n\n"
-              + null_precise_table(args.trials, args.seed, log) + "\n")
-    if "shapes" in tables:
-        print("other shapes of the 8-window rule:\n\n" + rule_shape_table(args.trials, args.seed, log) + "\n")
-    if "shapeprecise" in tables:
-        print("the 8-window nulls nearest the limit under the weighted shapes, over ten runs:\n\n"
-              + shape_precise_table(args.trials, args.seed, log) + "\n")
-    if "bands" in tables:
-        print("the best rule of the rule's shape at 8 windows, band by band:\n\n"
-              + band_table(args.trials, args.seed, log) + "\n")
-    if "power" in tables:
-        print("power and coverage:\n\n" + power_table(args.power_trials, args.seed, log) + "\n")
-    if "interval" in tables:
-        print("the ratio interval's coverage, by the interval:\n\n"
-              + interval_table(args.power_trials // 2, args.seed, log) + "\n")
-    if "mean" in tables:
-        print("one report's mean KL, coverage of the true mean:\n\n"
-              + mean_table(args.power_trials, args.seed, log) + "\n")
-    if "board" in tables:
-        print("leaderboard:\n\n" + leaderboard_table(args.power_trials // 4, args.seed, log) + "\n")
-    if "noise" in tables:
-        print("noise model (lognormal window means, 2 % per-window repeat noise):\n\n"
-              + noise_table(args.noise_trials, args.seed, log) + "\n")
+    trials = {"null": args.trials, "power": args.power_trials, "interval": args.power_trials // 2,
+              "board": args.power_trials // 4, "noise": args.noise_trials}
+    for name, (heading, table, count) in TABLES.items():  # in this order, whatever --tables says
+        if name in tables:
+            print(f"{heading}:\n\n" + table(trials[count], args.seed, log) + "\n")
     print(f"({time.time() - t0:.0f} s)")
     return 0
 
