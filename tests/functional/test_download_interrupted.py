@@ -64,17 +64,8 @@ def test_a_download_killed_at_any_moment_resumes_to_the_same_folder_and_is_refus
         # files, among the logits files and before the last one
         for files in (0, 1, 2, 5, 8, FILES - 1):
             out = tmp_path / f"killed-after-{files}"
-            hub.hold_files_after(files)
-            command = [sys.executable, "-m", "kldtui", "download", REPO, "--local-dir", str(out)]
-            proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True)
-            try:
-                held = hub.wait_held(120)
-            finally:
-                proc.kill()
-                _, err = proc.communicate(timeout=60)
-                hub.release()
-            assert held, f"after {files} file(s): the download never reached the Hub's hold; {err[-2000:]}"
+            _killed_after(hub, files, [sys.executable, "-m", "kldtui", "download", REPO, "--local-dir",
+                                       str(out)], env)
             record = json.loads((out / RECORD_NAME).read_text())
             assert (record["repo_id"], record["revision"], record["commit"], record["state"]) == (
                 REPO, None, commit, "downloading"), files
