@@ -1,7 +1,7 @@
 """What to do after a run says the same true commands in every view (kldtui.workflow.next_steps): the
 lines ``--batch`` prints under the summary are the dashboard's, in its footer (cut with an ellipsis
 at 80 columns) and whole in its Log, also when the dashboard is opened on the finished work folder;
-a campaign's name its reports and noise model, and each of its diff and leaderboard commands runs."""
+a campaign's lines name its reports and noise model, and each of its diff and leaderboard commands runs."""
 
 from __future__ import annotations
 
