@@ -110,7 +110,8 @@ def ensure_folder(folder: str | os.PathLike[str], what: str = "folder") -> Path:
     except PermissionError:
         raise BadInput(f"{p}: not allowed to create this {what}; choose a writable place") from None
     except OSError as exc:
-        raise BadInput(f"{p}: cannot create this {what} ({exc.strerror or exc})") from None
+        raise BadInput(f"{p}: cannot create this {what} ({exc.strerror or exc}); "
+                       "choose another place") from None
     if not os.access(p, os.W_OK | os.X_OK):
         raise BadInput(f"{p}: this {what} is not writable; choose a writable place")
     return p
@@ -140,7 +141,7 @@ def _acquire(lock_file: Path, guarded: str) -> None:
                                "through it (remove it if no kldtui run made it)") from None
             except OSError as exc:
                 raise BadInput(f"{guarded}: cannot create the lock file {key.name} "
-                               f"({exc.strerror or exc}); the folder must be writable") from None
+                               f"({exc.strerror or exc}); make its folder writable, then run again") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -190,7 +191,8 @@ def check_output_file(file: str | os.PathLike[str], *, suffixes: Sequence[str] =
     line). Commands call it on their output flags before any work (and :func:`hold` again when it
     takes the file's lock). The one owner of that rule and its words: with ``fixed_name`` (a work
     folder's report, a report written when its comparison ends: no other name can be given then) a
-    folder at the name is to be moved away, else another name given."""
+    folder at the name is to be moved away and an unwritable folder made writable, else another name
+    (or a file in another folder) given."""
     f = Path(file)
     if suffixes and f.suffix.lower() not in suffixes:
         raise BadInput(f"{f}: the {what}'s file name must end in {' or '.join(suffixes)}")
@@ -200,7 +202,8 @@ def check_output_file(file: str | os.PathLike[str], *, suffixes: Sequence[str] =
     if not f.parent.is_dir():
         raise BadInput(f"{f}: folder {f.parent} does not exist; create it first")
     if not os.access(f.parent, os.W_OK | os.X_OK):
-        raise BadInput(f"{f}: folder {f.parent} is not writable")
+        remedy = ", then run again" if fixed_name else " or give a file in another folder"
+        raise BadInput(f"{f}: folder {f.parent} is not writable; make it writable{remedy}")
     return f
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from kldtui import settings
 from kldtui.errors import BadInput, Interrupted, StageFailed
 from kldtui.events import (
     Cancel,
@@ -486,7 +487,8 @@ def _check_logits(manifest_path: Path, suite: Suite | None, windows: Sequence[in
                             errors=errors)
     finally:
         if not cache.save() and cache.untrusted is None:
-            result.notes.append(f"{cache.path}: not writable; verified hashes are not remembered")
+            result.notes.append(f"{cache.path}: not writable; verified hashes are not remembered (make it "
+                                f"writable, or set {settings.VERIFIED_CACHE.name} to a folder of yours)")
     result.checked.extend(p for p in need if p in hashed)
     result.bytes_hashed += sum(p.stat().st_size for p in need if p in hashed)
     result.failures.extend(errors.values())

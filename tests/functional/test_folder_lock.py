@@ -216,6 +216,34 @@ def test_bad_output_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     _one_line_exit_2(["demo", "--batch", "--workdir", str(a_file / "sub")], capsys, "is a file")
 
 
+def test_an_unwritable_folder_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    """An output file in a folder the user cannot write, and a work folder the user cannot write:
+    one line naming the folder and what to do; doing it (making the folder writable) clears it."""
+    from kldtui.folder_lock import check_output_file, ensure_folder
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("a folder of mode 0o500 is writable here (running as root)")
+        out = locked / "board.json"
+        with pytest.raises(BadInput) as info:
+            check_output_file(out)
+        assert str(info.value) == (f"{out}: folder {locked} is not writable; make it writable or give a "
+                                   "file in another folder")
+        with pytest.raises(BadInput) as info:
+            check_output_file(out, fixed_name=True)  # a work folder's report: no other name to give
+        assert str(info.value) == f"{out}: folder {locked} is not writable; make it writable, then run again"
+        with pytest.raises(BadInput) as info:
+            ensure_folder(locked, "work folder")
+        assert str(info.value) == f"{locked}: this work folder is not writable; choose a writable place"
+        locked.chmod(0o700)  # what the words say to do
+        assert check_output_file(out) == out and ensure_folder(locked) == locked
+    finally:
+        locked.chmod(0o700)
+
+
 def test_profile_workdir_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kldtui.workflow.demo import PROFILE_TEXT, build_demo_suite
 

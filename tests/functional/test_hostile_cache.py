@@ -74,6 +74,22 @@ def test_a_cache_folder_others_can_write_is_not_trusted(tmp_path: Path, store: P
     assert any("not trusted" in n for n in result.notes)
 
 
+def test_a_cache_folder_you_cannot_write_is_a_note_saying_what_to_do(tmp_path: Path, store: Path) -> None:
+    root = make_dataset(tmp_path / "ds", windows=2)
+    store.mkdir(parents=True, mode=0o500)
+    try:
+        if os.access(store, os.W_OK):
+            pytest.skip("a folder of mode 0o500 is writable here (running as root)")
+        result = verify_path(root)
+        assert result.ok and len(result.checked) == 2
+        assert f"{store}: not writable; verified hashes are not remembered (make it writable, or set " \
+               "KLDTUI_VERIFIED_CACHE to a folder of yours)" in result.notes
+        os.chmod(store, 0o700)  # what the note says to do
+        assert verify_path(root).notes == [] and len(verify_path(root).cached) == 2
+    finally:
+        os.chmod(store, 0o700)
+
+
 def test_cache_entries_are_keyed_by_inode_and_change_time(tmp_path: Path, store: Path) -> None:
     f = tmp_path / "f.bin"
     f.write_bytes(b"abc" * 100)
