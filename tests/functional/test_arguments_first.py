@@ -42,8 +42,9 @@ def test_decision_commands_check_their_outputs_before_a_folders_noise_model(
     assert _refused(capsys, "leaderboard", folder, "--format", "csv", "-o", str(tmp_path)) == (
         f"{tmp_path}: is a folder; give a file name")
     same = str(tmp_path / "b.json")
-    assert _refused(capsys, "leaderboard", folder, "--json", same, "--format", "csv", "-o", same) == (
-        f"--output {same}: is --json's file too; give each its own file")  # was "is an input"
+    for flag in ("-o", "--output"):  # named as typed
+        assert _refused(capsys, "leaderboard", folder, "--json", same, "--format", "csv", flag, same) == (
+            f"{flag} {same}: is --json's file too; give each its own file")  # was "is an input"
     reports = sorted(str(p) for p in uninterrupted.glob("comparison-*.json"))
     assert _refused(capsys, "noise", *reports, "--allow-different-models", "--output", same,
                     "--report", same) == f"--report {same}: is --output's file too; give each its own file"

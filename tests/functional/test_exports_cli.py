@@ -168,8 +168,9 @@ def test_export_to_a_file_and_refusals(reports: list[Path], tmp_path: Path,
     assert "a .json file is --json's JSON leaderboard" in capsys.readouterr().err  # its name says first
     odd = tmp_path / "q8_0.csv"  # a report under a name the export could have
     odd.write_bytes(reports[0].read_bytes())
-    assert main(["leaderboard", str(odd), *map(str, reports[1:]), "--format", "csv", "-o", str(odd)]) == 2
-    assert "is an input of this command" in capsys.readouterr().err
+    for flag in ("-o", "--output"):  # the line names the flag as it was typed
+        assert main(["leaderboard", str(odd), *map(str, reports[1:]), "--format", "csv", flag, str(odd)]) == 2
+        assert f"kldtui: error: {flag} {odd}: is an input of this command" in capsys.readouterr().err
 
 
 def test_an_export_s_file_name_gives_its_format_or_must_not_contradict_it(
@@ -188,23 +189,24 @@ def test_an_export_s_file_name_gives_its_format_or_must_not_contradict_it(
     plain.unlink()
     capsys.readouterr()
     refused = {
-        ("board.csv", "markdown"): "a .csv file is csv, not --format markdown; give --format csv, or -o a "
-                                   "name ending in .md or .markdown",
-        ("board.md", "csv"): "a .md file is markdown, not --format csv; give --format markdown, or -o a "
+        ("board.csv", "markdown"): "a .csv file is csv, not --format markdown; give --format csv, or {flag} "
+                                   "a name ending in .md or .markdown",
+        ("board.md", "csv"): "a .md file is markdown, not --format csv; give --format markdown, or {flag} a "
                              "name ending in .csv",
         ("board.md", "llama-cpp"): "a .md file is markdown, not --format llama-cpp; give --format markdown, "
-                                   "or -o a name ending in none of .md, .markdown, .csv or .json",
-        ("board.json", "csv"): "a .json file is --json's JSON leaderboard, not --format csv; give -o a name "
-                               "ending in .csv",
-        ("board.json", None): "a .json file is the JSON leaderboard: give --json {out} instead of -o",
+                                   "or {flag} a name ending in none of .md, .markdown, .csv or .json",
+        ("board.json", "csv"): "a .json file is --json's JSON leaderboard, not --format csv; give {flag} a "
+                               "name ending in .csv",
+        ("board.json", None): "a .json file is the JSON leaderboard: give --json {out} instead of {flag}",
     }
-    for (name, fmt), said in refused.items():
-        out = tmp_path / name
-        given = ["--format", fmt] if fmt else []
-        assert main(["leaderboard", *map(str, reports), *given, "-o", str(out)]) == 2
-        captured = capsys.readouterr()
-        assert captured.out == "" and captured.err.splitlines() == [
-            f"kldtui: error: {out}: {said.format(out=out)}"], captured.err
+    for flag in ("-o", "--output"):  # the line names the flag as it was typed
+        for (name, fmt), said in refused.items():
+            out = tmp_path / name
+            given = ["--format", fmt] if fmt else []
+            assert main(["leaderboard", *map(str, reports), *given, flag, str(out)]) == 2
+            captured = capsys.readouterr()
+            assert captured.out == "" and captured.err.splitlines() == [
+                f"kldtui: error: {out}: {said.format(out=out, flag=flag)}"], captured.err
     assert not list(tmp_path.iterdir())
 
 

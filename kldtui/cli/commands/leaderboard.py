@@ -15,6 +15,19 @@ HELP = ("rank comparison reports (same reference and suite) by mean KL with 95 p
         "those not distinguishable from the best by the paired test are marked tied")
 
 
+OUTPUT_FLAG = "--output"  # the export's file flag, also -o: a line about it names the one typed
+
+
+class _OutputFile(argparse.Action):
+    """``-o``/``--output FILE``, keeping the spelling typed (``args.output_flag``), so that every line
+    about the file names the flag the user gave."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.output_flag = option_string or OUTPUT_FLAG
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT.json",
                         help="comparison reports, or work folders holding them (a campaign's: every "
@@ -26,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=EXPORT_FORMATS, default=None,
                         help="write the leaderboard for publishing instead of the table: a Markdown table "
                              "for a model card, CSV, or llama.cpp perplexity's --kl-divergence statistics")
-    parser.add_argument("-o", "--output", metavar="FILE",
+    parser.set_defaults(output_flag=OUTPUT_FLAG)
+    parser.add_argument("-o", OUTPUT_FLAG, metavar="FILE", action=_OutputFile,
                         help="write the export to FILE (atomically) instead of stdout; without --format, "
                              "FILE's name says which (.md or .markdown: markdown, .csv: csv); a name "
                              "saying another format than --format's (or .json, --json's) is refused")
@@ -150,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_decision_arguments(args)
     # the arguments first: nothing read or said (a folder's noise model) before they hold
-    distinct_outputs({"--json": args.json, "--output": args.output})
+    distinct_outputs({"--json": args.json, args.output_flag: args.output})
     if args.output is not None:
-        args.format = export_format(args.output, args.format)
+        args.format = export_format(args.output, args.format, args.output_flag)
     if args.json is not None:  # written as JSON whatever its name
         check_json_output(args.json, "JSON leaderboard")
     if args.output is not None:
@@ -161,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.json, [*args.reports, args.noise], "--json")
-    check_output(args.output, [*args.reports, args.noise], "--output")
+    check_output(args.output, [*args.reports, args.noise], args.output_flag)
     outputs = [f for f in (args.json, args.output) if f]
     with hold(files=outputs):  # a bad --json or --output path: refused before the work
         noise = resolve_floor(args.noise, suite_hash_of(*reports)) if not args.no_noise_floor else None
@@ -184,11 +198,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_format(output: str, given: str | None) -> str:
-    """The export ``-o output`` gets: ``given`` (--format), else the one its name says
+def export_format(output: str, given: str | None, flag: str = OUTPUT_FLAG) -> str:
+    """The export ``--output output`` gets: ``given`` (--format), else the one its name says
     (:func:`kldtui.decide.exports.format_named_by`). BadInput (one line naming the file and what to
-    do) when the name says none and none is given, or says another format than ``given`` (``.json``:
-    ``--json``'s JSON leaderboard)."""
+    do, ``flag`` as the user typed it: ``-o`` or ``--output``) when the name says none and none is
+    given, or says another format than ``given`` (``.json``: ``--json``'s JSON leaderboard)."""
     import os
 
     from kldtui.decide.exports import EXPORTS, format_named_by
@@ -197,7 +211,8 @@ def export_format(output: str, given: str | None) -> str:
     named = format_named_by(output)
     suffix = os.path.splitext(output)[1]
     if given is None and suffix.lower() == ".json":
-        raise BadInput(f"{output}: a .json file is the JSON leaderboard: give --json {output} instead of -o")
+        raise BadInput(f"{output}: a .json file is the JSON leaderboard: give --json {output} "
+                       f"instead of {flag}")
     if given is None:
         if named is None:
             said = "; ".join(f"{' or '.join(f.suffixes)}: {name}" for name, f in EXPORTS.items()
@@ -207,8 +222,8 @@ def export_format(output: str, given: str | None) -> str:
         return named
     own = EXPORTS[given].suffixes
     others = [s for f in EXPORTS.values() if f.suffixes != own for s in f.suffixes] + [".json"]
-    rename = (f"-o a name ending in {' or '.join(own)}" if own
-              else f"-o a name ending in none of {', '.join(others[:-1])} or {others[-1]}")
+    rename = (f"{flag} a name ending in {' or '.join(own)}" if own
+              else f"{flag} a name ending in none of {', '.join(others[:-1])} or {others[-1]}")
     if suffix.lower() == ".json":
         raise BadInput(f"{output}: a .json file is --json's JSON leaderboard, not --format {given}; "
                        f"give {rename}")
