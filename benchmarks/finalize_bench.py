@@ -11,7 +11,9 @@ writer), then times, best of ``--repeat`` with a warm page cache:
 * ``finalize --verify none|sample|full``: :func:`kldtui.stages.finalize.finalize_window`.
 
 Run: ``.venv/bin/python benchmarks/finalize_bench.py [--vocab 32000] [--windows 2] [--dir DIR]``.
-The target is finalize (default verify "sample") at >= 70 % of ``copy``.
+Prints each one's time, GB/s and percentage of ``copy``, after the CPU and the load average
+before, and the load average after. The target is finalize (default verify "sample") at >= 70 % of
+``copy``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from measure import cpu_summary, loadavg  # benchmarks/measure.py
 
 from kldtui.capture_modes import Verify
 from kldtui.capture_modes.logits import BLOCK_BYTES
@@ -118,6 +121,8 @@ def main() -> None:
         out = root / "out"
         print(f"{args.windows} windows x {args.tokens - 1} rows x {args.vocab} vocab: "
               f"{nbytes / 1e9:.3f} GB of chunks, block {BLOCK_BYTES >> 20} MiB, best of {args.repeat}")
+        print(f"CPU: {cpu_summary()}")
+        print(f"load average before: {loadavg()}")
         timed(lambda o: plain_copy(run, o, suite), out, 1)  # warm the page cache
         results = {
             "copy (read+write+fsync)": timed(lambda o: plain_copy(run, o, suite), out, args.repeat),
@@ -129,10 +134,10 @@ def main() -> None:
             results[f"finalize verify={verify}"] = timed(lambda o, v=verify: finalize(run, o, suite, v),
                                                          out, args.repeat)
         base = results["copy (read+write+fsync)"][0]
-        print(f"  load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         for name, (seconds, cpu) in results.items():
             print(f"  {name:26s} {seconds:7.3f} s  {nbytes / seconds / 1e9:6.2f} GB/s  "
                   f"{base / seconds * 100:5.0f} % of copy  (CPU {cpu:6.3f} s)")
+        print(f"load average after: {loadavg()}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

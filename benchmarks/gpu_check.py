@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from measure import cpu_summary, loadavg  # benchmarks/measure.py
 
 TOL = 1e-6  # relative, where KL >= KL_FLOOR (docs/REPORT.md)
 KL_FLOOR = 1e-8
@@ -335,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}; torch {torch.__version__}; window {args.rows} x {args.vocab}")
+    print(f"CPU: {cpu_summary()}")
+    print(f"load average before: {loadavg()}")
     results: dict[str, Any] = {"device": name, "rows": args.rows, "vocab": args.vocab}
     ok_all = True
 
@@ -456,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"9 vLLM V2 runner, prefix caching, two concurrent smoke requests: "
               f"{'ok' if nine['ok'] else 'FAILED'} ({nine.get('detail', '')})")
 
+    print(f"load average after: {loadavg()}")
     print("summary: " + json.dumps(results, sort_keys=True, default=str))
     print("gpu_check: OK" if ok_all else "gpu_check: FAILED")
     return 0 if ok_all else 1

@@ -247,6 +247,7 @@ def main() -> int:
     model = build_tiny_llama(work / f"tiny-v{args.vocab}", vocab_size=args.vocab)
     rng = np.random.default_rng(1)
     results: dict[str, list[float]] = {}
+    load_before = loadavg()
     for rnd in range(args.rounds):
         for config in args.configs.split(","):
             name, _, tree = config.partition("=")
@@ -275,6 +276,7 @@ def main() -> int:
                 shutil.rmtree(capture, ignore_errors=True)
     print(f"\nper-window capture time, {args.tokens} tokens x vocab {args.vocab}")
     print(f"CPU: {cpu_summary()}")
+    print(f"load average before: {load_before}")
     print(f"load average after: {loadavg()}")
     base = statistics.median(results["off"]) if "off" in results else None
     for name, values in results.items():

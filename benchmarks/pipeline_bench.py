@@ -11,7 +11,8 @@ Builds a suite of ``--windows`` windows x ``--tokens`` tokens (default 4 x 2048,
 Prints per-stage wall time, how much of finalize + compare stayed hidden behind capture (their
 summed time minus the tail after the last window was captured), compare GB/s, peak RSS of this
 process and of the server, peak disk of the work folder (sampled every 0.2 s), and finalize's
-time against a plain read + write + fsync copy of the same bytes. Removes everything it wrote
+time against a plain read + write + fsync copy of the same bytes, with the CPU and the load average
+before and after. Removes everything it wrote
 unless ``--keep``.
 
     .venv/bin/python benchmarks/pipeline_bench.py [--windows 4] [--tokens 2048] [--vocab 163840]
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from measure import disk_bytes, rss_kib  # benchmarks/measure.py
+from measure import cpu_summary, disk_bytes, loadavg, rss_kib  # benchmarks/measure.py
 
 from kldtui.events import Event, StageFinished, WindowState
 from kldtui.formats.suite_writer import write_suite
@@ -111,7 +112,7 @@ def main() -> int:
     pipelines: list[Pipeline] = []
     sampler = Sampler(root, pipelines)
     sampler.start()
-    load_before = os.getloadavg()[0]
+    load_before = loadavg()
     try:
         t0 = time.perf_counter()
         ref = Pipeline(profile, emit)
@@ -160,8 +161,9 @@ def main() -> int:
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     print(f"pipeline_bench: {args.windows} windows x {args.tokens} tokens x vocab {args.vocab} "
-          f"({cand_bytes / GB:.2f} GB per side), {os.cpu_count()} cores, load {load_before:.1f} -> "
-          f"{os.getloadavg()[0]:.1f}")
+          f"({cand_bytes / GB:.2f} GB per side)")
+    print(f"  CPU: {cpu_summary()}")
+    print(f"  load average (1, 5, 15 min) before: {load_before}, after: {loadavg()}")
     print(f"  reference (embedded capture + finalize + verify): {t_ref:.1f} s")
     print(f"  candidate run_all: {t_cand:.1f} s (server ready after {server_ready - t1:.1f} s)")
     print(f"    capture   {sum(spans['capture']):7.1f} s over {len(spans['capture'])} windows")

@@ -919,6 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     if tables - TABLES.keys():
         unknown = ", ".join(sorted(tables - TABLES.keys()))
         parser.error(f"no such table: {unknown} (the tables: {', '.join(TABLES)})")
+    from measure import cpu_summary, loadavg  # benchmarks/measure.py (run as a script: on sys.path)
+
     t0 = time.time()
 
     def log(line: str) -> None:
@@ -926,13 +928,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"seed {args.seed}; nulls {args.trials} trials per cell, power/coverage/leaderboard "
           f"{args.power_trials}, noise model {args.noise_trials}; verdicts from {MIN_VERDICT_WINDOWS} "
-          "windows\n")
+          "windows")
+    print(f"CPU: {cpu_summary()}")
+    print(f"load average before: {loadavg()}\n")
     trials = {"null": args.trials, "power": args.power_trials, "interval": args.power_trials // 2,
               "board": args.power_trials // 4, "noise": args.noise_trials}
     for name, (heading, table, count) in TABLES.items():  # in this order, whatever --tables says
         if name in tables:
             print(f"{heading}:\n\n" + table(trials[count], args.seed, log) + "\n")
     print(f"({time.time() - t0:.0f} s)")
+    print(f"load average after: {loadavg()}")
     return 0
 
 

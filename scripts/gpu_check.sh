@@ -12,7 +12,8 @@
 #   scripts/gpu_check.sh                       # full size on cuda:0
 #   scripts/gpu_check.sh --reference SUITE/ref/logits_000.safetensors   # score mode on real rows
 #   scripts/gpu_check.sh --device cpu --rows 32 --vocab 4096   # every step that can run without a GPU
-# Needs only this checkout (kldtui/, benchmarks/gpu_check.py) and a Python with torch and numpy.
+# Needs only this checkout (kldtui/, benchmarks/gpu_check.py and measure.py) and a Python with torch
+# and numpy.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="${PYTHON:-}"
