@@ -329,9 +329,12 @@ def test_positions_with_infinite_kl_are_named_in_the_verdict() -> None:
 
     listing = format_diff(res, per_window=True)
     assert "B: 3 positions with infinite KL (left out)" in listing
-    # B scales with A: every interval is the sign-flip test's, and the header says only that
-    assert "shown as B - A at A's mean); verdicts held together by Holm" in listing
-    assert "except the rows" not in listing and "depend differently" not in listing
+    # B scales with A over 8 windows that spread little: the overall interval is the weighted sign-flip
+    # test's (a domain's is the plain one), which a line below the table says; none depends on difficulty
+    assert "shown as B - A at A's mean), except the rows named below the table; verdicts held" in listing
+    assert ("intervals of a weighted sign-flip test: all: the sign-flip test's with each window's difference "
+            "weighed by 1 / sqrt(A + B) (fewer than 16 windows that spread little") in listing
+    assert "prose: the sign-flip" not in listing and "depend differently" not in listing
     board = build_leaderboard([a, b], samples=50, noise=None)
     assert any("masked gives probability 0" in n for n in board.notes)
     assert "masked: KL infinite at 4 positions, left out of its mean KL" in board.brief_notes
@@ -553,50 +556,68 @@ def test_the_interval_source_note_counts_the_suites_units() -> None:
     assert interval_source_words("sign_flip", "window") is None
 
 
-def test_the_tier_variants_table_runs_the_rule_and_puts_it_back() -> None:
+def test_the_tier_variants_table_runs_the_unweighted_rule_and_puts_the_rule_back() -> None:
     """The tiers table (docs/STATISTICS.md, "Variants of the dependence tiers"): its first row is the
-    rule itself, a variant's cell differs from the rule's on the same suites, and the rule's tiers are
-    in place afterwards, also when a cell fails."""
+    unweighted rule the search was made on (the rule before its first tier was weighted), a variant's cell
+    differs from it on the same suites, and the rule's tiers and weights are in place afterwards, also
+    when a cell fails."""
     import kldtui.decide.verdict as verdict_module
-    from benchmarks.verdict_simulation import TIER_VARIANTS, tier_variant_rates
+    from benchmarks.verdict_simulation import (
+        TIER_VARIANTS,
+        UNWEIGHTED_TIERS,
+        tier_variant_rates,
+        unweighted_rule,
+    )
 
-    rule = verdict_module.DEPENDENCE_TIERS
-    assert next(iter(TIER_VARIANTS.values())) is rule
-    ours = tier_variant_rates("the rule", "power", "normal", 1.0, 400, 3)
-    assert ours == power_rates("normal", 1.0, 8, 1.3, 400, 3)
+    rule, weights = verdict_module.DEPENDENCE_TIERS, verdict_module.FIRST_TIER_WEIGHT_POWER
+    assert next(iter(TIER_VARIANTS.values())) is UNWEIGHTED_TIERS
+    # the unweighted rule is the rule without the weights and without the first tier's strict check
+    assert UNWEIGHTED_TIERS[1:] == rule[1:] and weights == 0.5
+    assert UNWEIGHTED_TIERS[0] != rule[0] and math.isinf(UNWEIGHTED_TIERS[0].strict_above_t)
+    ours = tier_variant_rates("the unweighted rule", "power", "normal", 1.0, 400, 3)
+    with unweighted_rule():
+        assert ours == power_rates("normal", 1.0, 8, 1.3, 400, 3)
+    assert ours != power_rates("normal", 1.0, 8, 1.3, 400, 3)
     relaxed = "both of the first tier's and the second's widening"
     null = tier_variant_rates(relaxed, "null", "lognormal", 0.75, 2000, 3)
-    assert verdict_module.DEPENDENCE_TIERS is rule
-    assert null["checked"] != tier_variant_rates("the rule", "null", "lognormal", 0.75, 2000, 3)["checked"]
+    assert verdict_module.DEPENDENCE_TIERS is rule and verdict_module.FIRST_TIER_WEIGHT_POWER == weights
+    assert null["checked"] != tier_variant_rates("the unweighted rule", "null", "lognormal", 0.75, 2000,
+                                                 3)["checked"]
     with pytest.raises(ValueError):
         tier_variant_rates(relaxed, "null", "no such distribution", 1.0, 10, 3)
-    assert verdict_module.DEPENDENCE_TIERS is rule
+    assert verdict_module.DEPENDENCE_TIERS is rule and verdict_module.FIRST_TIER_WEIGHT_POWER == weights
 
 
 
-def test_the_rule_shapes_table_starts_with_the_rule_itself() -> None:
+def test_the_rule_shapes_table_starts_with_the_unweighted_rule_and_holds_the_rule() -> None:
     """The shapes table (docs/STATISTICS.md, "Other shapes of the 8-window rule"): its first row decides
-    as the rule does on the same suites (power and null), and the shapes differ from it where they
-    should: no first-tier check names more under a null that needs it."""
+    as the unweighted rule does on the same suites (power and null), its last as kldtui's rule does, and
+    the shapes differ from the first where they should: no first-tier check names more under a null that
+    needs it."""
     from benchmarks.verdict_simulation import (
         RULE_SHAPES,
+        THE_RULE_SHAPE,
         _shape_decisions,
         chunked_evidence,
         null_rates,
         rule_shape_rates,
+        unweighted_rule,
     )
 
-    assert RULE_SHAPES[0] == "the rule"
+    assert RULE_SHAPES[0] == "the unweighted rule" and RULE_SHAPES[-1] == THE_RULE_SHAPE
     power = rule_shape_rates("normal", 1.0, 1.3, 2000, 3)
-    assert power["the rule"] == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
+    assert power[THE_RULE_SHAPE] == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
     null = rule_shape_rates("gamma", 0.5, 1.0, 4000, 3)
-    assert null["the rule"] == null_rates("gamma", 0.5, 8, 4000, 3)["fwer"]
-    assert null["no check in the first tier"] > null["the rule"]
+    assert null[THE_RULE_SHAPE] == null_rates("gamma", 0.5, 8, 4000, 3)["fwer"]
+    with unweighted_rule():
+        assert power["the unweighted rule"] == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
+        assert null["the unweighted rule"] == null_rates("gamma", 0.5, 8, 4000, 3)["fwer"]
+    assert null["no check in the first tier"] > null["the unweighted rule"]
     # a dependence test that one window near zero cannot sway misses the dependence of log-normal
     # windows with gamma 0.75 more often: more false winners there (docs: 0.064 and 0.074)
     lognormal = rule_shape_rates("lognormal", 0.75, 1.0, 4000, 3)
     for shape in ("dependence test on ranks (Spearman)", "dependence test leaving out the lowest window"):
-        assert lognormal[shape] > lognormal["the rule"] + 0.005
+        assert lognormal[shape] > lognormal["the unweighted rule"] + 0.005
     a = np.full((2, 8), 0.01)
     with pytest.raises(ValueError):
         _shape_decisions(chunked_evidence(a, a * 1.1), a, a * 1.1, "no such shape")
@@ -626,14 +647,16 @@ def test_the_bands_table_holds_the_rule_and_its_best_choice_keeps_the_limit() ->
         band_rates,
         best_bands,
         rule_bands,
+        unweighted_rule,
     )
 
     rule = rule_bands()
     assert BAND_MENU[rule[0]] == (0.10, ("cox", 0.0, 0.10))
     null = np.array([band_rates("null", d, g, 2000, 3) for d, g in (("lognormal", 0.75), ("gamma", 0.5))])
-    assert _chosen(null[0], rule) == null_rates("lognormal", 0.75, 8, 2000, 3)["fwer"]
     power = band_rates("power", "normal", 1.0, 2000, 3)
-    assert _chosen(power, rule) == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
+    with unweighted_rule():  # the rule the bands were searched on
+        assert _chosen(null[0], rule) == null_rates("lognormal", 0.75, 8, 2000, 3)["fwer"]
+        assert _chosen(power, rule) == power_rates("normal", 1.0, 8, 1.3, 2000, 3)["power"]
     limit = max(_chosen(n, rule) for n in null)
     best = best_bands(power, null, limit)
     assert best is not None

@@ -85,31 +85,36 @@ def _bucket(value: float | None, low: float | None, high: float | None) -> str:
                                   and high is not None else "")
 
 
-def _interval_sources(result: Any) -> list[str]:
-    """The rows whose interval is not the sign-flip test's, and what it is (docs/STATISTICS.md rule 4)."""
+def _interval_sources(result: Any, weighted: bool) -> list[str]:
+    """The rows whose interval is not the plain sign-flip test's, and what it is (docs/STATISTICS.md rule
+    4): those whose sign-flip test weighed the windows (``weighted``), or the others."""
     from kldtui.decide.verdict import interval_source_words
 
     groups = [("all", result.overall), *result.domains.items()]
-    said = [(label, interval_source_words(s.interval.interval_source, result.unit)) for label, s in groups]
+    said = [(label, interval_source_words(s.interval.interval_source, result.unit)) for label, s in groups
+            if (s.interval.interval_source == "weighted_sign_flip") == weighted]
     return [f"{label}: {words}" for label, words in said if words is not None]
 
 
 def format_diff(result: Any, per_window: bool = False) -> str:
     """The text ``kldtui diff`` prints, counting the suite's units (:attr:`PairedDiff.unit`: a
     hidden-state suite's contexts)."""
-    other_sources = _interval_sources(result)
+    other_sources = _interval_sources(result, weighted=False)
+    weighted_sources = _interval_sources(result, weighted=True)
     unit = result.unit
     lines = [
         f"A: {result.name_a}" + (f"  ({result.path_a})" if result.path_a else ""),
         f"B: {result.name_b}" + (f"  ({result.path_b})" if result.path_b else ""),
         f"paired on: {result.pairing_checked}; {plural(len(result.window_index), unit)}; 95 % intervals: "
         f"sign-flip test over {unit}s (mean(B) / mean(A), shown as B - A at A's mean)"
-        + (", except the rows named below the table" if other_sources else "")
+        + (", except the rows named below the table" if other_sources or weighted_sources else "")
         + "; verdicts held together by Holm",
         f"noise model: {result.noise_source}",
         "",
         *_outcome_table(result, unit),
     ]
+    if weighted_sources:
+        lines.append("intervals of a weighted sign-flip test: " + "; ".join(weighted_sources))
     if other_sources:
         lines.append(f"intervals where the candidates depend differently on {unit} difficulty (the sign-flip "
                      f"test's alone would miss the hardest {unit}s): " + "; ".join(other_sources))
