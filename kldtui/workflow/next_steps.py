@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 OTHER_REPORT = "OTHER/comparison.json"
 
 
-def shown(path: str | Path) -> str:
-    """``path`` relative to the current folder when it is inside it (what a user types next)."""
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the current folder when it is inside it (what a user types next), else as
+    it was given, not normalized (``../a/./b`` stays what the user typed). The one rule for every
+    path a view shows the user: the next-step lines, the dashboard's and the viewer's."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
@@ -56,7 +58,7 @@ def report_next_steps(report_path: str | Path, window_range: tuple[int, int] | N
     context). A quick run of a few windows also says how to run the whole suite."""
     from kldtui.text import kldtui_command
 
-    kldtui, report = kldtui_command(), shown(report_path)
+    kldtui, report = kldtui_command(), shown_path(report_path)
     lines = [f"report: {report}",
              f"next: {kldtui} view {report}",
              f"      {kldtui} diff {report} {OTHER_REPORT}"]
@@ -74,14 +76,14 @@ def campaign_next_steps(standings: LeaderboardUpdated, profile: str | None = Non
     rank). Nothing while no candidate is ranked."""
     from kldtui.text import kldtui_command
 
-    paths = [shown(row.report_path) for row in standings.rows
+    paths = [shown_path(row.report_path) for row in standings.rows
              if row.rank is not None and row.repeat_of is None and row.report_path]
     if not paths:
         return []
     kldtui = kldtui_command()
     noise = standings.noise_path
-    with_noise = f" --noise {shown(noise)}" if noise is not None and Path(noise).is_file() else ""
-    lines = [f"leaderboard: {shown(standings.path)}"] if standings.path else []
+    with_noise = f" --noise {shown_path(noise)}" if noise is not None and Path(noise).is_file() else ""
+    lines = [f"leaderboard: {shown_path(standings.path)}"] if standings.path else []
     lines.append(f"next: {kldtui} leaderboard {' '.join(paths)}{with_noise}")
     if len(paths) > 1:
         lines.append(f"      {kldtui} diff {paths[0]} {paths[1]}{with_noise}")

@@ -14,7 +14,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.events import LeaderboardUpdated, Standing
 from kldtui.tui.app import KldApp, create_app
-from kldtui.workflow.next_steps import OTHER_REPORT, campaign_next_steps
+from kldtui.workflow.next_steps import OTHER_REPORT, campaign_next_steps, shown_path
 from kldtui.workflow.profile import load_profile
 from tests.fixtures_campaign import build_suite, single_profile
 from tests.fixtures_tui import screen_lines, settle, sync, until
@@ -130,3 +130,16 @@ def test_a_campaigns_commands_name_its_ranked_reports_and_its_noise_model_only_w
     assert campaign_next_steps(one)[:2] == ["next: kldtui leaderboard comparison-q8.json",
                                             "      kldtui view comparison-q8.json"]
     assert campaign_next_steps(LeaderboardUpdated("campaign", rows=(Standing("q8", "running"),))) == []
+
+
+def test_a_path_is_shown_relative_to_the_current_folder_inside_it_else_as_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one rule for the next-step lines and the dashboard's and viewer's paths (what a user types next)
+    (tmp_path / "here" / "D").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "here")
+    assert shown_path(tmp_path / "here" / "D" / "kldtui.toml") == "D/kldtui.toml"
+    assert shown_path("./D//kldtui.toml") == "D/kldtui.toml"
+    assert shown_path(tmp_path / "here") == "."
+    # outside it: as the user gave it, not normalized (a shell reads it the same)
+    assert shown_path("../other/./r.json") == "../other/./r.json"
+    assert shown_path(tmp_path / "other" / "r.json") == str(tmp_path / "other" / "r.json")

@@ -33,9 +33,9 @@ from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_repor
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
 from kldtui.tui.widgets import DiffPane, LeaderboardTable, ResultPane
-from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
+from kldtui.workflow.next_steps import shown_path
 
 LOAD_GROUP = "load"  # reading reports and the work folder: every one runs to its end
 RANK_GROUP = "rank"  # exclusive: a newer ranking replaces an older one

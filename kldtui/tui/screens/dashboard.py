@@ -53,10 +53,10 @@ from kldtui.tui.widgets import (
     StageRail,
     WindowGrid,
 )
-from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.key_help import HelpSection
 from kldtui.tui.widgets.plain import PlainStatic
 from kldtui.workflow.control import PipelineControl, StageRequest
+from kldtui.workflow.next_steps import shown_path
 from kldtui.workflow.state import RunState
 from kldtui.workspace import Workspace
 
@@ -575,7 +575,7 @@ class DashboardScreen(BoardScreen):
         super().show_result(result, report)
         self.action_show_tab("result")
         other = not result.live and result.path is not None and not self._is_own(result.path)
-        self.model.set_shown_report(str(shown_path(Path(result.path))) if other and result.path else None)
+        self.model.set_shown_report(shown_path(result.path) if other and result.path else None)
         if result.path is not None and result.path in self.model.repeat_reports:
             return  # a campaign's repeat capture: the noise model, not a candidate to rank
         if report is not None and result.path is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 KL_LEVELS = (0.005, 0.02, 0.1)  # kl0 < 0.005 <= kl1 < 0.02 <= kl2 < 0.1 <= kl3
 
@@ -36,12 +35,3 @@ def trim_number(value: float) -> str:
     """0.005 -> ".005" (compact legend labels)."""
     text = f"{value:g}"
     return text[1:] if text.startswith("0.") else text
-
-
-def shown_path(path: str | Path) -> Path:
-    """``path`` relative to the current folder when it is inside it (what a user types next)."""
-    p = Path(path)
-    try:
-        return p.resolve().relative_to(Path.cwd().resolve())
-    except (ValueError, OSError):
-        return p

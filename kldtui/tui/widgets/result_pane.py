@@ -22,9 +22,9 @@ from kldtui.text import (
     wrap_words,
 )
 from kldtui.tui.resultdata import PositionRow, ResultData
-from kldtui.tui.widgets.format import shown_path
 from kldtui.tui.widgets.kl_chart import KLChart, bar_cells
 from kldtui.tui.widgets.plain import PlainStatic, plain
+from kldtui.workflow.next_steps import shown_path
 
 
 class LabelledRows(PlainStatic):
@@ -150,7 +150,7 @@ class ResultPane(VerticalScroll):
         text.append(f"  ({origin})\n")
         if r.path is not None:
             text.append("file ", style="bold")
-            text.append(printable_name(str(shown_path(r.path))))  # a file name may hold ESC or a line break
+            text.append(printable_name(shown_path(r.path)))  # a file name may hold ESC or a line break
             if self.note:
                 text.append(f"  ({self.note})")
             text.append("\n")
