@@ -1,12 +1,13 @@
 """What to do after a run: the "next:" lines, one rule for every view.
 
-``kldtui run --batch`` prints them under the summary; the dashboard shows them in its footer (cut
-with an ellipsis where a line is wider than the terminal) and logs each once, whole. Both hand
-:func:`next_steps` what the run produced, typed: a campaign's standings (the last
-:class:`~kldtui.events.LeaderboardUpdated` event: the batch reporter keeps it, the dashboard's model
-keeps it, a reopened dashboard gets it from ``Campaign.announce_disk_state``), else the run state of a
-single run (:class:`~kldtui.workflow.state.RunState`). A campaign's commands name its ranked reports
-and its measured noise model; only a single run, which has no other report to name, suggests
+``kldtui run --batch`` prints them under the summary; the dashboard shows them in its footer (a line
+wider than the footer wrapped at spaces, its later rows indented two more; rows past the footer's
+height counted on its last row) and logs each once, whole. Both hand :func:`next_steps` what the
+run produced, typed: a campaign's standings (the last :class:`~kldtui.events.LeaderboardUpdated`
+event: the batch reporter keeps it, the dashboard's model keeps it, a reopened dashboard gets it from
+``Campaign.announce_disk_state``), else the run state of a single run
+(:class:`~kldtui.workflow.state.RunState`). A campaign's commands name its ranked reports and its
+measured noise model; only a single run, which has no other report to name, suggests
 ``OTHER/comparison.json`` for the user to fill in.
 """
 
@@ -63,7 +64,7 @@ def report_next_steps(report_path: str | Path, window_range: tuple[int, int] | N
              f"next: {kldtui} view {report}",
              f"      {kldtui} diff {report} {OTHER_REPORT}"]
     if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
-        where = f" in {profile}" if profile else ""
+        where = f" in {shown_path(profile)}" if profile else ""
         # finished windows are reused by the whole run
         lines.append(f"      all {suite_windows} {unit}s: [run] start_window = 0, stop_window = "
                      f"{suite_windows}{where}")
@@ -88,6 +89,7 @@ def campaign_next_steps(standings: LeaderboardUpdated, profile: str | None = Non
     if len(paths) > 1:
         lines.append(f"      {kldtui} diff {paths[0]} {paths[1]}{with_noise}")
     lines.append(f"      {kldtui} view {paths[0]}")
-    lines.append(f"      another candidate: add a [[candidates]] table to {profile or 'the profile'} and run "
-                 "again (the others are not captured again)")
+    table_in = shown_path(profile) if profile else "the profile"
+    lines.append(f"      another candidate: add a [[candidates]] table to {table_in} and run again (the "
+                 "others are not captured again)")
     return lines

@@ -1,7 +1,9 @@
 """What to do after a run says the same true commands in every view (kldtui.workflow.next_steps): the
-lines ``--batch`` prints under the summary are the dashboard's, in its footer (cut with an ellipsis
-at 80 columns) and whole in its Log, also when the dashboard is opened on the finished work folder;
-a campaign's lines name its reports and noise model, and each of its diff and leaderboard commands runs."""
+lines ``--batch`` prints under the summary are the dashboard's, whole in its footer at 80 columns (a
+wider line wrapped, its later rows indented two more) and in its Log, also when the dashboard is
+opened on the finished work folder; paths inside the current folder are relative to it (the profile's
+too); a campaign's lines name its reports and noise model, and each of its diff and leaderboard
+commands runs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.events import LeaderboardUpdated, Standing
 from kldtui.tui.app import KldApp, create_app
+from kldtui.tui.widgets.progress import note_rows
 from kldtui.workflow.next_steps import OTHER_REPORT, campaign_next_steps, shown_path
 from kldtui.workflow.profile import load_profile
 from tests.fixtures_campaign import build_suite, single_profile
@@ -44,14 +47,28 @@ async def _reopened(profile: Path, config: Path) -> tuple[list[str], list[str], 
     return lines, log, footer
 
 
+def _footer_lines(footer: list[str]) -> list[str]:
+    """The footer's rows read back as the lines they show: a row indented two more than the line it
+    follows goes on with that line (after the space it was broken at)."""
+    lines: list[str] = []
+    indents: list[int] = []
+    for row in footer:
+        text = row[1:]  # the panel's padding
+        body = text.lstrip(" ")
+        indent = len(text) - len(body)
+        if lines and indent == indents[-1] + 2:
+            lines[-1] += " " + body
+        else:
+            lines.append(text)
+            indents.append(indent)
+    return lines
+
+
 def _check_footer(footer: list[str], lines: list[str]) -> None:
-    """The footer shows each line at 80 columns: whole where it fits, else its start and an ellipsis."""
+    """The footer shows each line whole at 80 columns: wrapped where it is wider, never cut."""
     assert footer == [f.rstrip() for f in footer] and all(len(f) <= 80 for f in footer), footer
-    shown = [f.strip() for f in footer]
-    assert len(shown) == len(lines), (shown, lines)
-    for drawn, line in zip(shown, lines, strict=True):
-        assert drawn == line.strip() or (drawn.endswith("…") and line.strip().startswith(drawn[:-1])), \
-            (drawn, line)
+    assert not [f for f in footer if "…" in f], footer
+    assert _footer_lines(footer) == lines, (footer, lines)
 
 
 @sync
@@ -63,10 +80,13 @@ async def test_a_campaign_says_the_same_runnable_commands_in_batch_and_in_the_da
     noise = sorted(Path("D").glob("noise-model-*.json"))
     assert len(noise) == 1, noise
     reports = "D/comparison-fine.json D/comparison-coarse.json"
-    assert batch[:4] == ["leaderboard: D/leaderboard.json",
-                         f"next: kldtui leaderboard {reports} --noise {noise[0]}",
-                         f"      kldtui diff {reports} --noise {noise[0]}",
-                         "      kldtui view D/comparison-fine.json"], batch
+    another = ("      another candidate: add a [[candidates]] table to D/kldtui.toml and run again (the "
+               "others are not captured again)")
+    assert batch == ["leaderboard: D/leaderboard.json",
+                     f"next: kldtui leaderboard {reports} --noise {noise[0]}",
+                     f"      kldtui diff {reports} --noise {noise[0]}",
+                     "      kldtui view D/comparison-fine.json",
+                     another], batch
 
     lines, log, footer = await _reopened(Path("D/kldtui.toml"), tmp_path / "cfg")
     assert lines == batch  # the same commands, not the single run's OTHER/comparison.json
@@ -74,6 +94,27 @@ async def test_a_campaign_says_the_same_runnable_commands_in_batch_and_in_the_da
     for line in batch:  # the Log has each whole, once
         assert log.count(f"[run] {line}") == 1, (line, log)
     _check_footer(footer, batch)
+    # the line wider than 80 columns is read whole on the screen: its profile's path and "run again"
+    assert footer[-2:] == ["       another candidate: add a [[candidates]] table to D/kldtui.toml and run",
+                           "         again (the others are not captured again)"], footer
+
+    # opened from another folder: whole absolute paths; where their rows are more than the footer
+    # holds (10), the rows it shows are the lines' first, and its last says how many more and where
+    # they are whole
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    lines, log, footer = await _reopened(tmp_path / "D" / "kldtui.toml", tmp_path / "cfg")
+    assert f"table to {tmp_path / 'D' / 'kldtui.toml'} and run again" in lines[-1], lines
+    rows = note_rows(lines, 78)
+    if len(rows) <= 10:  # a short temporary folder
+        _check_footer(footer, lines)
+    else:
+        assert len(footer) == 10 and all(len(f) <= 80 for f in footer), (footer, rows)
+        assert footer[:-1] == [" " + row for row in rows[:9]], (footer, rows)
+        assert footer[-1] == f" … {len(rows) - 9} more rows: the Log (l) has these lines whole"
+    for line in lines:
+        assert f"[run] {line}" in log, (line, log)
+    monkeypatch.chdir(tmp_path)  # where the batch run's commands name their files
 
     ran = 0
     for line in batch:  # each printed diff and leaderboard command runs
@@ -130,6 +171,20 @@ def test_a_campaigns_commands_name_its_ranked_reports_and_its_noise_model_only_w
     assert campaign_next_steps(one)[:2] == ["next: kldtui leaderboard comparison-q8.json",
                                             "      kldtui view comparison-q8.json"]
     assert campaign_next_steps(LeaderboardUpdated("campaign", rows=(Standing("q8", "running"),))) == []
+
+
+def test_a_line_wider_than_the_footer_is_wrapped_at_spaces_with_its_later_rows_indented() -> None:
+    lines = ["leaderboard: L.json", "next: kldtui leaderboard a.json b.json c.json",
+             "      kldtui view a.json", "      another candidate: add a table to p.toml and run again"]
+    assert note_rows(lines, 30) == ["leaderboard: L.json",
+                                    "next: kldtui leaderboard",
+                                    "  a.json b.json c.json",
+                                    "      kldtui view a.json",
+                                    "      another candidate: add a",
+                                    "        table to p.toml and",
+                                    "        run again"]
+    assert note_rows(lines, 80) == lines  # each fits: as it is
+    assert note_rows(lines, 0) == lines  # not laid out yet
 
 
 def test_a_path_is_shown_relative_to_the_current_folder_inside_it_else_as_given(

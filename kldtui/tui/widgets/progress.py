@@ -7,7 +7,7 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from kldtui.events import Progress
-from kldtui.text import BYTE_UNITS, amount, done_of_total
+from kldtui.text import BYTE_UNITS, amount, done_of_total, wrap_words
 from kldtui.tui.model import STAGES, DashboardModel
 from kldtui.tui.widgets.format import fmt_eta
 
@@ -15,7 +15,8 @@ STAGE_SHORT = {"reference": "ref", "server": "srv", "capture": "cap", "finalize"
 
 
 class ProgressPanel(Widget):
-    """Bars for the latest progress of every task, grouped by stage in rail order."""
+    """Bars for the latest progress of every task, grouped by stage in rail order; while none runs, the
+    model's idle note (the next steps) in rows that fit (:func:`note_rows`)."""
 
     COMPONENT_CLASSES = {"progress--bar", "progress--rest", "progress--label"}
     PER_STAGE = 3
@@ -41,13 +42,17 @@ class ProgressPanel(Widget):
         return out
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return max(1, len(self.items()) or len(self.model.idle_note()))
+        return max(1, len(self.items()) or len(note_rows(self.model.idle_note(), width)))
 
     def render(self) -> Text:
         items = self.items()
         if not items:
-            note = "\n".join(self.model.idle_note())
-            return Text(note, style=self.get_component_rich_style("progress--label"))
+            rows = note_rows(self.model.idle_note(), self.size.width)
+            height = self.size.height  # at most its max-height (0: not laid out yet)
+            if 0 < height < len(rows):  # the rows that do not fit, counted, and where to read them
+                more = len(rows) - height + 1
+                rows = [*rows[:height - 1], f"… {more} more rows: the Log (l) has these lines whole"]
+            return Text("\n".join(rows), style=self.get_component_rich_style("progress--label"))
         width = max(20, self.size.width or 60)
         labels = [task_label(p) for p in items]
         label_w = min(max(len(label) for label in labels), max(12, width // 4))
@@ -71,6 +76,22 @@ class ProgressPanel(Widget):
                 parts.append(f" {fmt_eta(p.eta_s)}")
             text.append("".join(parts))
         return text
+
+
+def note_rows(lines: list[str], width: int) -> list[str]:
+    """The idle note's ``lines`` (the next steps: commands and paths to read whole) in rows of at most
+    ``width`` cells: a wider line wrapped at spaces (kldtui.text.wrap_words), its later rows indented
+    two more than its first, so that a row which goes on with a line reads apart from the next line."""
+    rows: list[str] = []
+    for line in lines:
+        text = line.lstrip(" ")
+        indent = " " * (len(line) - len(text))
+        first = wrap_words(text, width - len(indent))[0]
+        rows.append(indent + first)
+        rest = text[len(first):].lstrip(" ")
+        if rest:
+            rows.extend(indent + "  " + row for row in wrap_words(rest, width - len(indent) - 2))
+    return rows
 
 
 def task_label(p: Progress) -> str:
