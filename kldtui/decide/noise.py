@@ -26,6 +26,7 @@ from kldtui.decide.reports import ReportLike, window_values
 from kldtui.errors import BadInput
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.report import write_report
 from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import NOISE_MODEL_LIMIT, other_suite
 from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_object, server_start_of
@@ -576,7 +577,9 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
                   emit: Any = None, cancel: Any = None,
                   server_signs: Sequence[ServerSign] | None) -> tuple[NoiseFloor, ComparisonReport]:
     """Run the compare stage on two captures of one model (RUN1 as the reference) and return the
-    floor and the comparison report (also written to ``report_path`` when given). ``context_filter``
+    floor and the comparison report (also written to ``report_path`` when given, by the one writer of
+    reports, :func:`kldtui.formats.report.write_report`: the output-file rule's one-line refusals, and a
+    link or FIFO at the name replaced, never written through or opened). ``context_filter``
     and ``strata``: a hidden-state suite's contexts the captures hold, as compare takes them;
     ``server_signs``: how the model servers on this host show, whose GPUs the compare leaves alone
     (the caller's server kinds, ``kldtui.servers.registry.process_signs()``: this module names none),
@@ -591,7 +594,7 @@ def measure_floor(suite_manifest: str | os.PathLike[str], run1: str | os.PathLik
                              backend=BackendRequest(server_signs=signs))
     report = compare(suite_manifest, run1, run2, options, emit or null_sink, cancel)
     if report_path is not None:
-        write_json_atomic(report_path, report.to_json())
+        write_report(report_path, report)
     source = f"two captures {run1} and {run2}"
     return floor_from_reports(report, None, source=source, where=f"comparison of {run1} and {run2}"), report
 

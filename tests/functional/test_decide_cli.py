@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -206,6 +207,41 @@ def test_noise_from_two_run_folders_runs_compare_and_stores_both_directions(tmp_
     cancel.set("stopped by the test")
     with pytest.raises(Interrupted):
         measure_floor(suite.path, run1, run2, cancel=cancel, server_signs=None)
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo", "folder", "no folder"])
+def test_measure_floors_report_keeps_the_output_rule(tmp_path, capsys, planted):
+    """The repeat report measure_floor saves (a campaign's repeat-kl-NAME.json, kldtui noise --report) is
+    written by the reports' one writer: a link at its name is replaced, never written through; a FIFO
+    there is replaced, never opened (nothing blocks); a folder there, or no folder to write it in, is one
+    line naming the file and what to do."""
+    from kldtui.decide.noise import measure_floor
+    from kldtui.errors import BadInput
+    from tests.fixtures_compare import make_suite
+
+    suite, run1, run2, _ = make_suite(tmp_path / "s", windows=3, context=9, vocab=50, seed=5)
+    out, victim = tmp_path / "repeat-kl-candidate.json", tmp_path / "yours.json"
+    victim.write_text("yours\n")
+    if planted == "link":
+        out.symlink_to(victim)
+    elif planted == "fifo":
+        os.mkfifo(out)
+    elif planted == "folder":
+        out.mkdir()
+    else:
+        out = tmp_path / "gone" / "repeat-kl-candidate.json"
+    if planted in ("link", "fifo"):
+        _, report = measure_floor(suite.path, run1, run2, report_path=out, server_signs=None)
+        assert not out.is_symlink() and out.is_file()
+        assert json.loads(out.read_text()) == json.loads(json.dumps(report.to_json()))
+        assert victim.read_text() == "yours\n"  # the link's target is untouched
+        return
+    with pytest.raises(BadInput) as info:
+        measure_floor(suite.path, run1, run2, report_path=out, server_signs=None)
+    said = str(info.value)
+    assert "\n" not in said and said.startswith(f"{out}: ")
+    assert said.endswith("move that folder away, then run again" if planted == "folder"
+                         else f"folder {out.parent} does not exist; create it first"), said
 
 
 def test_noise_refuses_a_repeat_replayed_with_two_heads(tmp_path, capsys):
