@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kldtui.decide.exports import ExportTable
 from kldtui.errors import BadInput
+from kldtui.folder_lock import check_output_file
 from kldtui.formats.report import domain_windows
 from kldtui.formats.report_names import MIN_INTERVAL_WINDOWS, interval_rests_on_too_few
 from kldtui.formats.suite import WINDOW_UNIT
@@ -309,10 +310,10 @@ def check_plot_path(path: str | os.PathLike[str]) -> Path:
 
 
 def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
-    """The charts to ``path`` (.svg or .png), atomically."""
-    p = check_plot_path(path)
-    if not p.parent.is_dir():
-        raise BadInput(f"{p}: folder {p.parent} does not exist; create it first")
+    """The charts to ``path`` (.svg or .png), atomically; where no file can be written there (a folder
+    at the name, a missing or unwritable folder), the output-file rule's one line
+    (:func:`kldtui.folder_lock.check_output_file`)."""
+    p = check_output_file(check_plot_path(path), what="plot")
     plt = _pyplot()
     import matplotlib
 

@@ -362,6 +362,30 @@ def test_plot_without_matplotlib_names_the_extra(reports: list[Path], tmp_path: 
     assert not (tmp_path / "x.svg").exists()
 
 
+def test_a_plot_is_written_only_where_a_file_can_be(reports: list[Path], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The output-file rule's one line (folder_lock.check_output_file), through the CLI (exit 2) and from
+    the plot's writer itself, when its folder is gone or a folder took the name after the CLI's check."""
+    from kldtui.decide.plots import write_plot
+    from kldtui.errors import BadInput
+
+    missing = tmp_path / "missing" / "dir" / "x.svg"
+    assert main(["plot", *map(str, reports), "-o", str(missing)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"kldtui: error: {missing}: folder {missing.parent} does not exist; "
+                                 "create it first\n")
+    table = export_table(leaderboard_from_files(reports, samples=200), [load_report(p) for p in reports],
+                         paths=reports)
+    taken = tmp_path / "taken.svg"
+    taken.mkdir()
+    for path, said in ((missing, f"{missing}: folder {missing.parent} does not exist; create it first"),
+                       (taken, f"{taken}: is a folder; give a file name")):
+        with pytest.raises(BadInput) as info:
+            write_plot(table, path)
+        assert str(info.value) == said
+    assert not missing.parent.exists() and not any(taken.iterdir())
+
+
 def test_unresolved_differences_say_the_windows_that_would_resolve_them(
         reports: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import numpy as np
