@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,9 +176,11 @@ def _pyplot() -> Any:
     return plt
 
 
-def figure(table: ExportTable) -> Figure:
+def figure(table: ExportTable, whose: Sequence[str] = ()) -> Figure:
     """The panels on one figure (nothing written): without any candidate's size, the size panel
-    gives way to a line that says how to give one."""
+    gives way to a line that says how to give one. ``whose``: the notes a ranking of these reports says
+    of whose runs they are (kldtui.workflow.owners.board_whose; decide reads no profiles record), each
+    under the title."""
     plt = _pyplot()
     data = chart_data(table)
     # Candidate and domain names are text, never mathtext: "q8 $x^2$" stays as written, and a name like
@@ -189,11 +192,17 @@ def figure(table: ExportTable) -> Figure:
         else:
             fig, (ax_win, ax_dom) = plt.subplots(2, 1, figsize=(9.0, 9.0), layout="constrained")
             fig.supxlabel(textwrap.fill(NO_SIZE, 120), fontsize=8)
-        fig.suptitle(f"KL(reference || candidate): {len(table.rows)} candidates, "
-                     f"{table.windows} {data.unit}s; lower is closer", fontsize=11)
+        title = (f"KL(reference || candidate): {len(table.rows)} candidates, {table.windows} {data.unit}s; "
+                 "lower is closer")
+        fig.suptitle("\n".join([title, *(_wrapped(note) for note in whose)]), fontsize=11)
         _window_panel(ax_win, data)
         _domain_panel(ax_dom, data)
     return fig  # type: ignore[no-any-return]
+
+
+def _wrapped(text: str) -> str:
+    """A note in lines that fit the figure's width, broken only at spaces (a path stays whole)."""
+    return textwrap.fill(text, 100, break_long_words=False, break_on_hyphens=False)
 
 
 def _legend(ax: Any, entries: int) -> None:
@@ -309,17 +318,17 @@ def check_plot_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def write_plot(table: ExportTable, path: str | os.PathLike[str]) -> Path:
-    """The charts to ``path`` (.svg or .png), atomically; where no file can be written there (a folder
-    at the name, a missing or unwritable folder), the output-file rule's one line
-    (:func:`kldtui.folder_lock.check_output_file`)."""
+def write_plot(table: ExportTable, path: str | os.PathLike[str], whose: Sequence[str] = ()) -> Path:
+    """The charts (:func:`figure`, ``whose`` under its title) to ``path`` (.svg or .png), atomically;
+    where no file can be written there (a folder at the name, a missing or unwritable folder), the
+    output-file rule's one line (:func:`kldtui.folder_lock.check_output_file`)."""
     p = check_output_file(check_plot_path(path), what="plot")
     plt = _pyplot()
     import matplotlib
 
     from kldtui.formats.atomic import atomic_open
 
-    fig = figure(table)
+    fig = figure(table, whose)
     try:
         with matplotlib.rc_context({"svg.hashsalt": "kldtui", "svg.fonttype": "none"}), atomic_open(p) as out:
             # no creation date: the same reports give the same file

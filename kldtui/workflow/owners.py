@@ -67,7 +67,8 @@ of earlier versions, which recorded no owners, is claimed by the first profile t
 Views that write nothing read the record too, to say whose run a report is (:func:`whose_reports`: a
 run's ``comparison.json`` its owner's, a campaign candidate's ``comparison-NAME.json`` its ``runs``
 profile's): the viewer beside the report's name (:func:`report_owner`), and every ranking of saved
-reports, where they are the runs of more than one profile, each report's (:func:`with_whose`).
+reports, where they are the runs of more than one profile, each report's (:func:`with_whose`; the
+title of ``kldtui plot``'s charts the same, :func:`board_whose`).
 """
 
 from __future__ import annotations
@@ -368,15 +369,23 @@ def whose_notes(rows: Sequence[tuple[str, Whose]]) -> list[tuple[str, str]]:
     return [*notes, (full, brief)]
 
 
+def board_whose(board: Leaderboard) -> tuple[list[Whose], list[tuple[str, str]]]:
+    """Whose run each row's report of ``board`` is (:func:`whose_reports`, by the row's report path: a
+    row read from no file has none) and the notes, in full and in one short line, a ranking of them says
+    (:func:`whose_notes`): what :func:`with_whose` adds to a ranking, and ``kldtui plot``'s title says.
+    Reads ``profiles.json`` only."""
+    whose = whose_reports([row.path for row in board.rows])
+    return whose, whose_notes([(row.name, w) for row, w in zip(board.rows, whose, strict=True)])
+
+
 def with_whose(board: Leaderboard) -> Leaderboard:
-    """``board`` with each row's profile (:func:`whose_reports`, by the row's report path: a row read
-    from no file has none) and :func:`whose_notes` after its notes: the one way every ranking of saved
-    reports says whose runs they are (``kldtui leaderboard`` and its exports, ``kldtui view``, the
-    viewer's and the dashboard's rankings). Reads ``profiles.json`` only."""
+    """``board`` with each row's profile and :func:`whose_notes` after its notes (:func:`board_whose`):
+    the one way every ranking of saved reports says whose runs they are (``kldtui leaderboard`` and its
+    exports, ``kldtui view``, the viewer's and the dashboard's rankings; ``kldtui plot`` says the same
+    notes in its title). Reads ``profiles.json`` only."""
     import dataclasses
 
-    whose = whose_reports([row.path for row in board.rows])
-    notes = whose_notes([(row.name, w) for row, w in zip(board.rows, whose, strict=True)])
+    whose, notes = board_whose(board)
     rows = [dataclasses.replace(row, profile=w.profile) for row, w in zip(board.rows, whose, strict=True)]
     return dataclasses.replace(
         board, rows=rows,

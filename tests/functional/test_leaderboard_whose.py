@@ -1,8 +1,8 @@
 """Whose runs a ranking's reports are: a campaign's ``comparison-NAME.json`` is recorded under ``runs``
 in its folder's ``profiles.json``, but ``kldtui leaderboard`` (text, --json, exports) and ``kldtui view``
-did not say whose they are where a folder holds the runs of more than one profile. They say it from
-the record only: a broken, linked or FIFO record is said and names no profile, and nothing is
-written."""
+did not say whose they are where a folder holds the runs of more than one profile. They (and ``kldtui
+plot``'s title) say it from the record only: a broken, linked or FIFO record is said and names no
+profile, and nothing is written."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,52 @@ def test_a_record_kldtui_did_not_write_is_said_and_names_no_profile(
     assert "profile /" not in out and NOTE not in out
     doc = json.loads(out_json.read_text())
     assert all("profile" not in r for r in doc["rows"])
+    assert _files(work) == before
+
+
+def _svg_text(svg: Path) -> str:
+    """The text an SVG shows, its lines joined by spaces (a long note is broken into lines at spaces)."""
+    return " ".join(t for el in ET.parse(svg).getroot().iter() for t in [el.text] if t and t.strip())
+
+
+def test_kldtui_plot_says_whose_run_each_report_is_in_its_title(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    work = shared_campaign_folder(tmp_path)
+    before = _files(work)
+    svg = tmp_path / "board.svg"
+    assert main(["plot", str(work), "--no-noise-floor", "-o", str(svg)]) == 0
+    text = _svg_text(svg)
+    title = "KL(reference || candidate): 3 candidates, 8 windows; lower is closer"
+    assert f"{title} {_whose(tmp_path)}" in text, text  # the leaderboard's note, under the title
+    assert _files(work) == before  # read only
+    one = shared_campaign_folder(tmp_path / "one", {"a": "one.toml", "b": "one.toml"})
+    assert main(["plot", str(one), "--no-noise-floor", "-o", str(svg)]) == 0
+    assert "whose runs" not in _svg_text(svg)  # one profile's: not said apart, as in a ranking
+
+
+@pytest.mark.parametrize("case", ["broken", "link", "fifo"])
+def test_a_plot_takes_no_profile_from_a_record_kldtui_did_not_write(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    work = shared_campaign_folder(tmp_path)
+    record = work / "profiles.json"
+    planted = tmp_path / "planted.json"
+    planted.write_text(record.read_text())  # a record naming the profiles, which is not followed
+    record.unlink()
+    if case == "broken":
+        record.write_text("{")
+        said = f"{record}: profiles record is not valid JSON"
+    elif case == "link":
+        record.symlink_to(planted)
+        said = f"{record}: a link holds the profiles record's name"
+    else:
+        os.mkfifo(record)  # never waited on
+        said = f"{record}: is a FIFO (named pipe), not a regular file"
+    before = _files(work)
+    svg = tmp_path / "board.svg"
+    assert main(["plot", str(work), "--no-noise-floor", "-o", str(svg)]) == 0
+    text = _svg_text(svg)
+    assert f"whose runs these are is not known: {said}" in text, text
+    assert "profile /" not in text and NOTE not in text
     assert _files(work) == before
 
 

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.folder_lock import check_output_file, hold
     from kldtui.formats.safe_io import check_output
     from kldtui.formats.untrusted_json import printable_name
+    from kldtui.workflow.owners import board_whose
 
     check_decision_arguments(args)
     check_plot_path(args.output)  # the arguments first: nothing read or said before they hold
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         board = leaderboard_from_files(args.reports, samples=args.bootstrap_samples, seed=args.seed,
                                        noise_path=args.noise, use_noise_floor=not args.no_noise_floor)
         table = export_table(board, reports, paths=args.reports)
-        write_plot(table, args.output)
+        # whose runs they are, where they are more than one profile's: the rankings' notes, in the title
+        _, whose = board_whose(board)
+        write_plot(table, args.output, whose=[full for full, _ in whose])
     print(f"wrote {args.output}")
     return 0
