@@ -2,13 +2,16 @@
 
 Every front end (the dashboard, ``--batch``, the viewer, the summaries) writes a figure of one kind
 the same way: ``1 thread`` / ``2 threads``, ``3.99 MiB``, ``top-1 89.43 %``. Standard library only,
-and nothing from kldtui: any layer may use it.
+and nothing from kldtui: any layer may use it. So is how a command printed for the user to copy
+writes each argument (:func:`shell_arg`) and names kldtui itself (:func:`kldtui_command`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -320,10 +323,25 @@ def window_span(start: int, stop: int, unit: str = "window") -> str:
     return f"{unit} {start}" if stop - start == 1 else f"{unit}s {start}-{stop - 1}"
 
 
+def shell_arg(arg: str | os.PathLike[str], *, path: bool = True) -> str:
+    """One argument of a command that kldtui prints for the user to copy into a POSIX shell, the one
+    rule for every such command (the "next:" lines, a verdict's "confirm:", each hint naming a file):
+    quoted where the shell would split or expand it (a space, ``$``, a quote, ``;``, ``&``, ``*``,
+    parentheses: :func:`shlex.quote`), as it is where nothing needs quoting (``runs/q4/comparison.json``
+    stays as it is). A ``path`` that starts with ``-`` (a relative ``-x.json``) is shown as
+    ``./-x.json``, which no command reads as an option; ``path=False`` for a value that is not a file's
+    (a model's name, the command line's own words)."""
+    text = os.fspath(arg)
+    if path and text.startswith("-"):
+        text = f"./{text}"
+    return shlex.quote(text)
+
+
 def kldtui_command() -> str:
     """How to run kldtui again, as this process was started, for the commands a hint prints:
     ``kldtui`` when that name on PATH is this program; else the path it was started by
-    (``.venv/bin/kldtui`` after the README's quick start); ``python -m kldtui`` for a module run."""
+    (``.venv/bin/kldtui`` after the README's quick start); ``python -m kldtui`` for a module run. A
+    path is quoted for the shell as every argument of such a command is (:func:`shell_arg`)."""
     import shutil
     import sys
     from pathlib import Path
@@ -336,9 +354,9 @@ def kldtui_command() -> str:
             if found and Path(found).absolute() == program.absolute():
                 return name
             shown = program.absolute().relative_to(Path.cwd().resolve())
-            return str(shown) if "/" in str(shown) else f"./{shown}"
+            return shell_arg(shown if "/" in str(shown) else f"./{shown}")
         except (OSError, ValueError):
-            return str(program)
+            return shell_arg(program)
 
     argv0 = sys.argv[0] if sys.argv else ""
     started = Path(argv0)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Notice, StageName, null_sink
 from kldtui.formats.suite import MANIFEST_LIMIT, Suite
-from kldtui.text import plain_number, precise_number
+from kldtui.text import plain_number, precise_number, shell_arg
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import LmHead, TensorManifest
@@ -219,8 +219,8 @@ def finish_hidden_folder(folder: Path, suite: Suite, entries: Sequence[Any], *, 
                            f"are {_width(entries)} wide; export the head of the model that was served")
     else:
         emit(Notice(STAGE, f"{head_folder}: no LM head yet; export it (kldtui export-head --checkpoint MODEL "
-                           f"--output {head_folder}) and run finalize again: it checks the replay against "
-                           "the live logits" + (" and finishes the suite" if in_suite else ""),
+                           f"--output {shell_arg(head_folder)}) and run finalize again: it checks the replay "
+                           "against the live logits" + (" and finishes the suite" if in_suite else ""),
                     level="warning"))
     check: dict[str, Any] | None = None
     if head is not None and live_manifest is not None:

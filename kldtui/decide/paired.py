@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +53,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import flip_ratio_interval
-from kldtui.text import interval_ends, plain_number, table_figure
+from kldtui.text import interval_ends, plain_number, shell_arg, table_figure
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 1
@@ -233,11 +232,11 @@ def confirm_command(better: str, better_path: str | None, noise: NoiseFloor | No
     if len(captures) >= 2:
         ours = better_path is not None and any(_same_path(better_path, c) for c in captures)
         model = better if ours else f"the model of {captures[0]}"
-        listed = " ".join(shlex.quote(c) for c in captures)
+        listed = " ".join(shell_arg(c) for c in captures)
         return (f"capture {model} once more, compare it with the reference (AGAIN.json), then run "
                 f"`kldtui noise {listed} AGAIN.json --output noise.json` and diff again with "
                 "--noise noise.json")
-    report = shlex.quote(better_path) if better_path else f"{better}.json"
+    report = shell_arg(better_path) if better_path else shell_arg(f"{better}.json")
     return (f"capture {better} again, compare it with the reference (AGAIN.json), then run "
             f"`kldtui noise {report} AGAIN.json --output noise.json` and diff again with --noise noise.json")
 

@@ -33,7 +33,6 @@ exported from the reference checkpoint (docs/PRODUCING.md, "A hidden-state suite
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import stat
 from collections.abc import Sequence
@@ -48,7 +47,7 @@ from kldtui.formats.fidelity import head_bytes, load_lm_head
 from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
 from kldtui.stages.export_head import STAGE, CheckpointIncomplete, HeadSource, export_head, find_head
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, shell_arg
 from kldtui.workspace import Workspace
 
 
@@ -117,7 +116,7 @@ def candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Workspace
     model = config.served_model()
     missing = (f"{folder}: hidden mode replays the candidate's hidden states with its own LM head, which is "
                "not there")
-    command = f"kldtui export-head --checkpoint CHECKPOINT --output {folder}"
+    command = f"kldtui export-head --checkpoint CHECKPOINT --output {shell_arg(folder)}"
     if model is None:
         return CandidateHead(folder, problem=f"{missing}, and {config.label} ({kind.describe(config)}) names "
                                              "no checkpoint to export it from; before the run, export the "
@@ -150,9 +149,9 @@ def _from_hub(folder: Path, config: ServerConfig, hub: HubModel, missing: str, c
     model = f"{config.label} model = {hub.repo_id!r}"
     if hub.revision:
         model += f" at revision {hub.revision!r}"
-    fetch = " ".join(["hf download", shlex.quote(hub.repo_id)]
-                     + (["--revision", shlex.quote(hub.revision)] if hub.revision else [])
-                     + ["--cache-dir", shlex.quote(str(hub.cache_dir))])
+    fetch = " ".join(["hf download", shell_arg(hub.repo_id, path=False)]
+                     + (["--revision", shell_arg(hub.revision, path=False)] if hub.revision else [])
+                     + ["--cache-dir", shell_arg(hub.cache_dir)])
     partly = (f"{missing}, and {model} is only partly in the Hugging Face cache ({{why}}); before the run, "
               f"finish its download: {fetch} (the run then exports its head from the cached checkpoint)")
     try:

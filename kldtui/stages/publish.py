@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from kldtui.formats.suite import (
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import redact_document, redact_json, redact_text
 from kldtui.stages.publish_secrets import scan_upload
-from kldtui.text import human_bytes, precise_number
+from kldtui.text import human_bytes, precise_number, shell_arg
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "publish"
@@ -235,10 +234,11 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "captures the logits):",
         "",
         "```bash",
-        f"kldtui download {repo_id} --local-dir reference      # fetches and verifies every hash",
+        f"kldtui download {shell_arg(repo_id, path=False)} --local-dir reference      # fetches and verifies "
+        "every hash",
         "kldtui serve --profile candidate.toml --capture-dir capture-chunks   # vLLM with the hook",
         f"kldtui capture --suite-dir reference --capture-dir capture-chunks --run-name candidate "
-        f"--served-model-name {shlex.quote(served)} --base-url http://127.0.0.1:8000",  # quoted: copied
+        f"--served-model-name {shell_arg(served, path=False)} --base-url http://127.0.0.1:8000",
         "kldtui finalize --suite-dir reference --capture-dir capture-chunks --run-name candidate "
         f"--output-dir candidate --expected-vocab {f.vocab_size}",
         "kldtui compare --reference-dir reference/ref --candidate-dir candidate "

@@ -48,7 +48,7 @@ from kldtui.formats.suite import (
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import redact_document, redact_json, redact_text
 from kldtui.stages.publish_secrets import scan_upload
-from kldtui.text import human_bytes, precise_number
+from kldtui.text import human_bytes, precise_number, shell_arg
 
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
@@ -425,7 +425,8 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
         "With kldtui (installed from its repository: `pip install -e .` in a checkout):",
         "",
         "```bash",
-        f"kldtui download {repo_id} --local-dir reference   # {human_bytes(facts.reference_bytes)} of hidden "
+        f"kldtui download {shell_arg(repo_id, path=False)} --local-dir reference   "
+        f"# {human_bytes(facts.reference_bytes)} of hidden "
         "states and head; every hash verified",
         "kldtui run --batch --profile candidate.toml   # its [reference]: local_dir = \"reference\", "
         "logits_dir = \"reference-hidden\"",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -58,7 +57,7 @@ from kldtui.formats.suite import (
 )
 from kldtui.formats.untrusted_json import printable_name
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
-from kldtui.text import human_bytes, plural
+from kldtui.text import human_bytes, plural, shell_arg
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
@@ -266,7 +265,7 @@ class VerifyResult:
             return
         first = self.malformed[0] if self.malformed else self.failures[0]
         others = len(self.failures) - 1
-        more = (f" (and {plural(others, 'more problem')}: kldtui verify {self.path} lists them)"
+        more = (f" (and {plural(others, 'more problem')}: kldtui verify {shell_arg(self.path)} lists them)"
                 if others else "")
         raise BadInput(f"{first}{more}; {command} refuses a suite that does not verify")
 
@@ -325,10 +324,10 @@ def unfinished_download(root: Path, record: dict[str, Any] | None) -> str | None
     if record is None or not download_under_way(record):
         return None
     repo = record.get("repo_id")
-    named = shlex.quote(printable_name(repo[:200])) if isinstance(repo, str) else "REPO_ID"
+    named = shell_arg(printable_name(repo[:200]), path=False) if isinstance(repo, str) else "REPO_ID"
     return (f"{root}: the download of {recorded_source(record)} into this folder has not finished "
             f"({RECORD_NAME}), so files may be missing; resume it: kldtui download {named} --local-dir "
-            f"{shlex.quote(str(root))}")
+            f"{shell_arg(root)}")
 
 
 def downloaded_from(record: dict[str, Any], repo_id: str, revision: str | None) -> bool:

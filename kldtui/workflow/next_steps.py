@@ -8,7 +8,9 @@ event: the batch reporter keeps it, the dashboard's model keeps it, a reopened d
 ``Campaign.announce_disk_state``), else the run state of a single run
 (:class:`~kldtui.workflow.state.RunState`). A campaign's commands name its ranked reports and its
 measured noise model; only a single run, which has no other report to name, suggests
-``OTHER/comparison.json`` for the user to fill in.
+``OTHER/comparison.json`` for the user to fill in. Every path in a command is written for a POSIX
+shell by :func:`kldtui.text.shell_arg` (quoted where it holds a space or a ``$``; ``./-x.json`` for a
+name that starts with ``-``), so that each line can be copied as it is.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ def shown_path(path: str | Path) -> str:
         return str(path)
 
 
+def command_path(path: str | Path) -> str:
+    """``path`` as a command's argument to copy: :func:`shown_path`, written for the shell
+    (:func:`kldtui.text.shell_arg`)."""
+    from kldtui.text import shell_arg
+
+    return shell_arg(shown_path(path))
+
+
 def next_steps(result: RunState | LeaderboardUpdated | None, profile: str | None = None) -> list[str]:
     """What to do after a run, one short line each: ``result`` is a campaign's standings (its reports
     together, :func:`campaign_next_steps`) or a single run's state (its report,
@@ -59,8 +69,8 @@ def report_next_steps(report_path: str | Path, window_range: tuple[int, int] | N
     context). A quick run of a few windows also says how to run the whole suite."""
     from kldtui.text import kldtui_command
 
-    kldtui, report = kldtui_command(), shown_path(report_path)
-    lines = [f"report: {report}",
+    kldtui, report = kldtui_command(), command_path(report_path)
+    lines = [f"report: {shown_path(report_path)}",
              f"next: {kldtui} view {report}",
              f"      {kldtui} diff {report} {OTHER_REPORT}"]
     if window_range is not None and suite_windows and window_range[1] - window_range[0] < suite_windows:
@@ -77,13 +87,13 @@ def campaign_next_steps(standings: LeaderboardUpdated, profile: str | None = Non
     rank). Nothing while no candidate is ranked."""
     from kldtui.text import kldtui_command
 
-    paths = [shown_path(row.report_path) for row in standings.rows
+    paths = [command_path(row.report_path) for row in standings.rows
              if row.rank is not None and row.repeat_of is None and row.report_path]
     if not paths:
         return []
     kldtui = kldtui_command()
     noise = standings.noise_path
-    with_noise = f" --noise {shown_path(noise)}" if noise is not None and Path(noise).is_file() else ""
+    with_noise = f" --noise {command_path(noise)}" if noise is not None and Path(noise).is_file() else ""
     lines = [f"leaderboard: {shown_path(standings.path)}"] if standings.path else []
     lines.append(f"next: {kldtui} leaderboard {' '.join(paths)}{with_noise}")
     if len(paths) > 1:

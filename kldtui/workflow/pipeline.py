@@ -73,7 +73,7 @@ from kldtui.stages.reference_capture import (
     reference_complete,
 )
 from kldtui.stages.serve import stop_reason
-from kldtui.text import human_bytes, precise_number
+from kldtui.text import human_bytes, precise_number, shell_arg
 from kldtui.workflow.control import StageRequest
 from kldtui.workflow.profile import Profile
 from kldtui.workflow.state import RunState
@@ -637,7 +637,7 @@ class Pipeline:
                          level="warning" if short else "info"))
 
     def _command(self) -> str:
-        return f"kldtui run --profile {self.profile.where}"
+        return f"kldtui run --profile {shell_arg(self.profile.where)}"
 
     def _compare_options(self) -> Any:
         from kldtui.stages.compare import CompareOptions

@@ -25,7 +25,7 @@ from kldtui.events import EventSink, Notice, StageName
 from kldtui.formats.safe_io import nearest_existing
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.servers.registry import kind_of
-from kldtui.text import human_bytes, plural
+from kldtui.text import human_bytes, plural, shell_arg
 from kldtui.workflow.diskplan import DiskNeed
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
@@ -60,7 +60,7 @@ def preflight(profile: Profile, workspace: Workspace, *, disk: bool = True) -> l
     where = profile.where
     if not fetched and not workspace.suite_manifest.is_file():
         problems.append(f"{where}: [reference] suite manifest not found at {workspace.suite_manifest}; "
-                        + HOW_TO_GET_A_SUITE.format(dir=workspace.suite_dir))
+                        + HOW_TO_GET_A_SUITE.format(dir=shell_arg(workspace.suite_dir)))
     elif workspace.suite_manifest.is_file() and (problem := _range_problem(profile, workspace)):
         problems.append(problem)
     elif not fetched and not ref.capture and not workspace.reference_manifest.is_file():
@@ -207,8 +207,8 @@ def _missing_tokens_problem(profile: Profile, workspace: Workspace) -> str | Non
     here = len(windows) - len(missing)
     return (f"{suite.root / missing[0].token_file}: missing, with {len(missing) - 1} more of the run's "
             f"{len(windows)} {unit}s ({here} here: a download of part of the suite); fetch the run's range "
-            f"(kldtui download REPO --local-dir {suite.root} --start-{unit} A --stop-{unit} B), or set "
-            "[run] start_window/stop_window (or context_filter/strata) to the ones here")
+            f"(kldtui download REPO --local-dir {shell_arg(suite.root)} --start-{unit} A --stop-{unit} B), "
+            "or set [run] start_window/stop_window (or context_filter/strata) to the ones here")
 
 
 def _vocab_problem(profile: Profile, workspace: Workspace) -> str | None:

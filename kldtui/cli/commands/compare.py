@@ -112,7 +112,6 @@ def candidate_size(args: argparse.Namespace) -> ModelSize | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import shlex
     import sys
     from pathlib import Path
 
@@ -155,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.redact import redact_argv
 
     shown = redact_argv(sys.argv[1:])
-    command = "kldtui " + " ".join(shlex.quote(a) for a in shown) if shown else None
+    from kldtui.text import shell_arg
+
+    # the command line's own words (an option's dash is its own)
+    command = "kldtui " + " ".join(shell_arg(a, path=False) for a in shown) if shown else None
 
     workspace = Workspace.for_compare(args.suite_manifest, args.reference_dir, args.candidate_dir, output)
 

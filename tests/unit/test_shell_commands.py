@@ -1,0 +1,129 @@
+"""Every command kldtui prints for the user to copy writes each path for a POSIX shell, by one rule
+(kldtui.text.shell_arg): a path with a space or a shell metacharacter comes back whole from
+``shlex.split``, a relative name that starts with ``-`` is ``./-x.json`` (no command reads it as an
+option), and an ordinary path is printed as it is, unquoted. The "next:" lines of a single run and of a
+campaign, a verdict's "confirm:" command, the command that ranks one suite's reports and the way
+kldtui names itself all follow it."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+import kldtui
+from kldtui.decide.paired import confirm_command
+from kldtui.events import LeaderboardUpdated, Standing
+from kldtui.formats.report_names import rank_command
+from kldtui.stages.verify import unfinished_download
+from kldtui.text import kldtui_command, shell_arg
+from kldtui.workflow.next_steps import OTHER_REPORT, campaign_next_steps, report_next_steps
+
+# a folder name the shell would split (a space) or expand ($HOME, *, a subshell), and one with quotes
+AWKWARD = ["my runs", "$HOME runs", "q4 (it's; & *)", 'say "hi"']
+
+
+def _argv(line: str) -> list[str]:
+    """A printed command line as the shell splits it (its "next:" or indent taken off)."""
+    return shlex.split(line.removeprefix("next:"))
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_a_path_the_shell_would_split_or_expand_comes_back_whole(name: str) -> None:
+    path = f"{name}/comparison.json"
+    assert shlex.split(shell_arg(path)) == [path]
+    assert shlex.split(shell_arg(Path(path))) == [path]
+
+
+def test_an_ordinary_path_is_printed_as_it_is_and_a_dash_is_never_an_option() -> None:
+    for plain in ("runs/q4/comparison.json", "/srv/kld/noise-model-ab.json", "comparison-fine.json",
+                  "a-b_c.d/e+f@g=h:i,j%k"):
+        assert shell_arg(plain) == plain
+    assert shell_arg("-x.json") == "./-x.json"
+    assert shell_arg(Path("-x.json")) == "./-x.json"
+    assert shell_arg("-my report.json") == "'./-my report.json'"
+    assert shell_arg("runs/-x.json") == "runs/-x.json"  # not at the start: no option
+    assert shell_arg("--output", path=False) == "--output"  # a command line's own option stays one
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_a_single_runs_next_steps_name_a_work_folder_with_any_name(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / name / "comparison.json"
+    lines = report_next_steps(report)
+    assert lines[0] == f"report: {name}/comparison.json"
+    assert _argv(lines[1]) == ["kldtui", "view", f"{name}/comparison.json"], lines
+    assert _argv(lines[2]) == ["kldtui", "diff", f"{name}/comparison.json", OTHER_REPORT], lines
+    # outside the current folder: the whole path, as given
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert _argv(report_next_steps(report)[1])[2] == str(report)
+
+
+def test_a_report_named_with_a_leading_dash_is_shown_as_a_path(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    lines = report_next_steps(tmp_path / "-x.json")
+    assert lines[1:] == ["next: kldtui view ./-x.json", f"      kldtui diff ./-x.json {OTHER_REPORT}"]
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_a_campaigns_next_steps_name_its_reports_and_noise_model_in_a_folder_with_any_name(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / name
+    folder.mkdir()
+    noise = folder / "noise-model-ab.json"
+    noise.write_text("{}")
+    rows = (Standing("q8", "compared", rank=1, report_path=str(folder / "comparison-q8.json")),
+            Standing("-q4", "compared", rank=2, report_path=str(folder / "-q4.json")))
+    standings = LeaderboardUpdated("campaign", rows=rows, path=str(folder / "leaderboard.json"),
+                                   noise_path=str(noise), final=True)
+    lines = campaign_next_steps(standings)
+    a, b, model = (f"{name}/comparison-q8.json", f"{name}/-q4.json", f"{name}/noise-model-ab.json")
+    assert _argv(lines[1]) == ["kldtui", "leaderboard", a, b, "--noise", model], lines
+    assert _argv(lines[2]) == ["kldtui", "diff", a, b, "--noise", model], lines
+    assert _argv(lines[3]) == ["kldtui", "view", a], lines
+    # in the folder itself: the candidate's report named -q4.json is ./-q4.json
+    monkeypatch.chdir(folder)
+    lines = campaign_next_steps(LeaderboardUpdated("campaign", rows=rows, noise_path=str(noise)))
+    assert lines[0] == "next: kldtui leaderboard comparison-q8.json ./-q4.json --noise noise-model-ab.json"
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_a_verdicts_confirm_command_names_the_better_report_whole(name: str) -> None:
+    better = f"{name}/comparison-q8.json"
+    said = confirm_command("q8", better)
+    command = said.split("`")[1]
+    assert shlex.split(command) == ["kldtui", "noise", better, "AGAIN.json", "--output", "noise.json"], said
+    assert shlex.split(confirm_command("q8", "-q8.json").split("`")[1])[2] == "./-q8.json"
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_the_command_that_ranks_one_suites_reports_names_them_whole(name: str) -> None:
+    paths = [Path(name) / "comparison-a.json", Path("-b.json")]
+    assert shlex.split(rank_command("kldtui view", paths)) == ["kldtui", "view", str(paths[0]), "./-b.json"]
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_the_command_that_resumes_a_download_names_its_folder_whole(name: str, tmp_path: Path) -> None:
+    root = tmp_path / name
+    line = unfinished_download(root, {"state": "downloading", "repo_id": "org/suite"})
+    assert line is not None
+    assert shlex.split(line.split("resume it: ")[1]) == ["kldtui", "download", "org/suite", "--local-dir",
+                                                        str(root)]
+
+
+def test_kldtui_names_itself_by_a_path_the_shell_keeps_whole(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    program = tmp_path / "my venv $1" / "bin" / "kldtui"
+    monkeypatch.setattr(sys, "argv", [str(program), "run"])
+    assert shlex.split(kldtui_command()) == [str(program)]
+    monkeypatch.chdir(tmp_path / "..")  # inside the current folder: relative to it, still whole
+    assert shlex.split(kldtui_command()) == [str(program.relative_to(tmp_path.parent))]
+    main = Path(kldtui.__file__).parent / "__main__.py"  # python -m kldtui: the interpreter, then -m
+    monkeypatch.setattr(sys, "argv", [str(main)])
+    assert shlex.split(kldtui_command())[1:] == ["-m", "kldtui"]
