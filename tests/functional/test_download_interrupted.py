@@ -76,7 +76,8 @@ def test_a_download_killed_at_any_moment_resumes_to_the_same_folder_and_is_refus
             last = capsys.readouterr().err.splitlines()[-1]
             assert last.startswith(f"kldtui: error: {out}: holds a download, not finished, of {REPO} "
                                    f"(commit {commit[:12]})"), last
-            assert len(hub.log) == asked
+            # (the killed download's held request may still be logged once released: only OTHER's count)
+            assert not [r for r in hub.log[asked:] if OTHER in r.url], hub.log[asked:]
             # the same one resumes it, to the same folder
             assert main(["download", REPO, "--local-dir", str(out)]) == 0, files
             assert _contents(out) == expected, files
