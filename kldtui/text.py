@@ -323,17 +323,52 @@ def window_span(start: int, stop: int, unit: str = "window") -> str:
     return f"{unit} {start}" if stop - start == 1 else f"{unit}s {start}-{stop - 1}"
 
 
+# what a command printed to copy cannot hold as it is: C0 (a line break, a tab, ESC), DEL and C1, which
+# break the line or drive the terminal, and a file name's bytes that are not text (os.fsdecode's
+# surrogates), which no terminal shows
+_NOT_AS_IS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _dollar_quoted(text: str) -> str:
+    """``text`` as one ``$'...'`` word: ``\\`` and ``\\'`` for a backslash and a quote, ``\\n``,
+    ``\\t`` and ``\\r``, and each byte of any other character of :data:`_NOT_AS_IS` as ``\\xNN`` (the
+    file name's own bytes, os.fsencode's, whatever the locale)."""
+    def escaped(ch: str) -> str:
+        if ch in "\\'":
+            return "\\" + ch
+        if ch in _NAMED_ESCAPES:
+            return _NAMED_ESCAPES[ch]
+        if _NOT_AS_IS.match(ch):
+            try:
+                raw = os.fsencode(ch)
+            except UnicodeEncodeError:  # a surrogate no file name's byte decodes to: its code units
+                raw = ch.encode("utf-8", "surrogatepass")
+            return "".join(f"\\x{byte:02x}" for byte in raw)
+        return ch
+    return "$'" + "".join(escaped(ch) for ch in text) + "'"
+
+
 def shell_arg(arg: str | os.PathLike[str], *, path: bool = True) -> str:
-    """One argument of a command that kldtui prints for the user to copy into a POSIX shell, the one
-    rule for every such command (the "next:" lines, a verdict's "confirm:", each hint naming a file):
+    """One argument of a command that kldtui prints for the user to copy into a shell, the one rule
+    for every such command (the "next:" lines, a verdict's "confirm:", each hint naming a file):
     quoted where the shell would split or expand it (a space, ``$``, a quote, ``;``, ``&``, ``*``,
     parentheses: :func:`shlex.quote`), as it is where nothing needs quoting (``runs/q4/comparison.json``
     stays as it is). A ``path`` that starts with ``-`` (a relative ``-x.json``) is shown as
     ``./-x.json``, which no command reads as an option; ``path=False`` for a value that is not a file's
-    (a model's name, the command line's own words)."""
+    (a model's name, the command line's own words).
+
+    An argument holding a control character (a line break, a tab, ESC) or bytes that are not text is
+    written in ``$'...'`` quoting (``$'my\\nruns/comparison.json'``: :func:`_dollar_quoted`), so that
+    the command stays one line, shows every character and gives back the exact name when run as
+    copied. bash, zsh and ksh read ``$'...'``; a POSIX sh that predates its 2024 edition (dash 0.5.12,
+    Debian 12's ``/bin/sh``) reads it as a ``$`` and a quoted string, so such a command is for bash, zsh
+    or ksh. An argument without one is for any POSIX shell."""
     text = os.fspath(arg)
     if path and text.startswith("-"):
         text = f"./{text}"
+    if _NOT_AS_IS.search(text):
+        return _dollar_quoted(text)
     return shlex.quote(text)
 
 

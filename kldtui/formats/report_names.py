@@ -330,10 +330,11 @@ def suite_groups_words(groups: Sequence[tuple[str, Sequence[Path]]], unrecorded:
 
 def rank_command(command: str, paths: Sequence[Path]) -> str:
     """``command`` (``kldtui view``) given the reports ``paths``, quoted for a shell
-    (:func:`kldtui.text.shell_arg`), to copy."""
+    (:func:`kldtui.text.shell_arg`: a control character in ``$'...'``, which keeps it one line), to
+    copy."""
     from kldtui.text import shell_arg
 
-    return " ".join([command, *(printable_name(shell_arg(p)) for p in paths)])
+    return " ".join([command, *(shell_arg(p) for p in paths)])
 
 
 def _suites_line(where: str, paths: Sequence[Path], suites: Sequence[str | None], command: str) -> str | None:

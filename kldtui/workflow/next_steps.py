@@ -10,7 +10,8 @@ event: the batch reporter keeps it, the dashboard's model keeps it, a reopened d
 measured noise model; only a single run, which has no other report to name, suggests
 ``OTHER/comparison.json`` for the user to fill in. Every path in a command is written for a POSIX
 shell by :func:`kldtui.text.shell_arg` (quoted where it holds a space or a ``$``; ``./-x.json`` for a
-name that starts with ``-``), so that each line can be copied as it is.
+name that starts with ``-``; in bash's ``$'...'`` where it holds a line break or another control
+character), so that each line can be copied as it is.
 """
 
 from __future__ import annotations

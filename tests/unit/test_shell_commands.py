@@ -1,13 +1,18 @@
 """Every command kldtui prints for the user to copy writes each path for a POSIX shell, by one rule
 (kldtui.text.shell_arg): a path with a space or a shell metacharacter comes back whole from
 ``shlex.split``, a relative name that starts with ``-`` is ``./-x.json`` (no command reads it as an
-option), and an ordinary path is printed as it is, unquoted. The "next:" lines of a single run and of a
+option), an ordinary path is printed as it is, unquoted, and a path holding a control character (a
+line break, a tab, ESC) or bytes that are not text is written in bash's ``$'...'`` quoting: one line,
+which bash runs as copied, giving back the exact name. The "next:" lines of a single run and of a
 campaign, a verdict's "confirm:" command, the command that ranks one suite's reports and the way
 kldtui names itself all follow it."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +30,20 @@ from kldtui.workflow.next_steps import OTHER_REPORT, campaign_next_steps, report
 AWKWARD = ["my runs", "$HOME runs", "q4 (it's; & *)", 'say "hi"']
 
 
+# names a folder may have that a printed line cannot hold as they are: a line break, a tab, ESC and a C1
+# character beside quotes, a $ and a backslash, and a file name's byte that is not UTF-8
+CONTROL = ["my\nruns", "q4\tfinal", "it's\n\t$HOME \\ (1)\x1b[2J\x85", os.fsdecode(b"q4 \xff")]
+
+
+def _bash_argv(command: str) -> list[bytes]:
+    """The words bash makes of a printed ``command`` (a "next:" line's, as copied), as bytes."""
+    bash = shutil.which("bash")
+    assert bash is not None
+    ran = subprocess.run([bash, "-c", f"set -- {command}; printf '%s\\0' \"$@\""], capture_output=True,
+                         timeout=30, check=True)
+    return ran.stdout.split(b"\0")[:-1]
+
+
 def _argv(line: str) -> list[str]:
     """A printed command line as the shell splits it (its "next:" or indent taken off)."""
     return shlex.split(line.removeprefix("next:"))
@@ -35,6 +54,24 @@ def test_a_path_the_shell_would_split_or_expand_comes_back_whole(name: str) -> N
     path = f"{name}/comparison.json"
     assert shlex.split(shell_arg(path)) == [path]
     assert shlex.split(shell_arg(Path(path))) == [path]
+
+
+@pytest.mark.parametrize("name", CONTROL)
+def test_a_path_with_a_control_character_prints_on_one_line_and_runs_in_bash_as_copied(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = f"{name}/comparison.json"
+    shown = shell_arg(path)
+    assert shown.isprintable() and shown.startswith("$'"), shown  # one line, every character shown
+    assert _bash_argv(shown) == [os.fsencode(path)]
+    assert _bash_argv(shell_arg(f"-{name}")) == [os.fsencode(f"./-{name}")]  # still never an option
+    # the commands printed with such a path: a single run's next: lines, the one ranking a suite's reports
+    monkeypatch.chdir(tmp_path)
+    lines = report_next_steps(tmp_path / path)
+    assert all(line.isprintable() for line in lines[1:]), lines
+    assert _bash_argv(lines[1].removeprefix("next:")) == [b"kldtui", b"view", os.fsencode(path)]
+    ranked = rank_command("kldtui view", [Path(path), Path("-b.json")])
+    assert ranked.isprintable(), ranked
+    assert _bash_argv(ranked) == [b"kldtui", b"view", os.fsencode(path), b"./-b.json"]
 
 
 def test_an_ordinary_path_is_printed_as_it_is_and_a_dash_is_never_an_option() -> None:

@@ -28,7 +28,6 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.plots import check_plot_path, write_plot
     from kldtui.folder_lock import check_output_file, hold
     from kldtui.formats.safe_io import check_output
-    from kldtui.formats.untrusted_json import printable_name
     from kldtui.text import shell_arg
     from kldtui.workflow.owners import board_whose
 
@@ -36,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     check_plot_path(args.output)  # the arguments first: nothing read or said before they hold
     check_output_file(args.output)
     paths, reports = gathered_reports(list(args.reports),  # folders: the reports they hold
-                                      f"kldtui plot -o {printable_name(shell_arg(args.output))}")
+                                      f"kldtui plot -o {shell_arg(args.output)}")
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.output, [*args.reports, args.noise], "--output")
