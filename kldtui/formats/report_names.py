@@ -328,67 +328,74 @@ def suite_groups_words(groups: Sequence[tuple[str, Sequence[Path]]], unrecorded:
     return "; ".join(f"{what}: {', '.join(shown(p) for p in paths)}" for what, paths in named)
 
 
-def rank_command(command: str, paths: Sequence[Path]) -> str:
-    """``command`` (``kldtui view``) given the reports ``paths``, quoted for a shell
-    (:func:`kldtui.text.shell_arg`: a control character in ``$'...'``, which keeps it one line), to
-    copy."""
-    from kldtui.text import shell_arg
+def rank_command(subcommand: str, paths: Sequence[Path]) -> str:
+    """kldtui's ``subcommand`` (``view``, ``leaderboard``, ``plot -o chart.svg``: its words already
+    written for the shell) given the reports ``paths``, to copy: kldtui named as it was started
+    (:func:`kldtui.text.kldtui_command`: ``.venv/bin/kldtui`` where ``kldtui`` is not on PATH), each
+    path quoted for a shell (:func:`kldtui.text.shell_arg`: a control character in ``$'...'``, which
+    keeps it one line)."""
+    from kldtui.text import kldtui_command, shell_arg
 
-    return " ".join([command, *(shell_arg(p) for p in paths)])
+    return " ".join([kldtui_command(), subcommand, *(shell_arg(p) for p in paths)])
 
 
-def _suites_line(where: str, paths: Sequence[Path], suites: Sequence[str | None], command: str) -> str | None:
-    """``where`` (``DIR holds``) reports of several suites, each suite's named, and ``command`` given
-    the first suite's; None when they record one suite or none."""
+def _suites_line(where: str, paths: Sequence[Path], suites: Sequence[str | None],
+                 subcommand: str) -> str | None:
+    """``where`` (``DIR holds``) reports of several suites, each suite's named, and kldtui's
+    ``subcommand`` given the first suite's (:func:`rank_command`); None when they record one suite or
+    none."""
     groups = suite_groups(paths, suites)
     if len(groups) < 2:
         return None
     return (f"{where} reports of {len(groups)} suites, which no leaderboard ranks together "
             f"({suite_groups_words(groups, unrecorded_suite(paths, suites))}); rank one suite's: "
-            f"{rank_command(command, groups[0][1])}")
+            f"{rank_command(subcommand, groups[0][1])}")
 
 
 def mixed_suites_line(given: Sequence[str | os.PathLike[str]], paths: Sequence[Path],
-                      suites: Sequence[str | None], command: str) -> str | None:
+                      suites: Sequence[str | None], subcommand: str) -> str | None:
     """One line for folders among ``given`` (a command's arguments) that bring reports (``paths``, of
     the suites ``suites``) of more than one suite, which no leaderboard ranks together (one work folder
     holds ``kldtui demo`` and ``kldtui demo --hidden``): each suite's reports (and those that record
-    none) and ``command`` (``kldtui leaderboard``) given the first suite's, to copy. None when they are
-    of one suite, or when no folder is among ``given``: files the user named are refused by the
-    leaderboard itself, which says which belong together (:func:`kldtui.decide.reports.check_one_suite`)."""
+    none) and kldtui's ``subcommand`` (``leaderboard``) given the first suite's, to copy
+    (:func:`rank_command`). None when they are of one suite, or when no folder is among ``given``:
+    files the user named are refused by the leaderboard itself, which says which belong together
+    (:func:`kldtui.decide.reports.check_one_suite`)."""
     if not any(Path(g).expanduser().is_dir() for g in given):
         return None
     where = ", ".join(printable_name(str(g)) for g in given)
-    return _suites_line(f"{where} {'holds' if len(given) == 1 else 'hold'}", paths, suites, command)
+    return _suites_line(f"{where} {'holds' if len(given) == 1 else 'hold'}", paths, suites, subcommand)
 
 
 def beside_board_line(opened: str | os.PathLike[str], paths: Sequence[Path], suites: Sequence[str | None],
-                      board: Sequence[Path], board_suites: Sequence[str | None], command: str) -> str | None:
+                      board: Sequence[Path], board_suites: Sequence[str | None],
+                      subcommand: str) -> str | None:
     """One line refusing the reports ``paths`` (of ``suites``) that ``o`` on ``opened`` brings beside a
     leaderboard of the reports ``board`` (of ``board_suites``), where they bring a suite none of the
-    board's records: each suite's reports, the opened ones first, and ``command`` given theirs, as
-    :func:`mixed_suites_line` says it of a folder. None when they may join it (:func:`suite_groups`:
-    a board or reports that record no suite refuse nothing; a board already of several suites, which
-    ranks untied, takes more reports of those)."""
+    board's records: each suite's reports, the opened ones first, and kldtui's ``subcommand`` given
+    theirs, as :func:`mixed_suites_line` says it of a folder. None when they may join it
+    (:func:`suite_groups`: a board or reports that record no suite refuse nothing; a board already of
+    several suites, which ranks untied, takes more reports of those)."""
     on_board = {suite for suite, _ in suite_groups(board, board_suites)}
     if not on_board or all(suite in on_board for suite, _ in suite_groups(paths, suites)):
         return None
     return _suites_line(f"{printable_name(str(opened))} and the leaderboard hold", [*paths, *board],
-                        [*suites, *board_suites], command)
+                        [*suites, *board_suites], subcommand)
 
 
-def other_suites_note(groups: Sequence[tuple[str, Sequence[Path]]], command: str) -> tuple[str, str] | None:
+def other_suites_note(groups: Sequence[tuple[str, Sequence[Path]]],
+                      subcommand: str) -> tuple[str, str] | None:
     """The note above a ranking of one suite's reports (the dashboard's: its run's suite) saying that
     the reports of the other suites ``groups`` (:func:`suite_groups`) are left out: in full (how many,
-    each suite's, and ``command`` given the first suite's, which ranks them) and in one short line
-    (how many; the help has it in full). None when none is left out."""
+    each suite's, and kldtui's ``subcommand`` given the first suite's, which ranks them) and in one
+    short line (how many; the help has it in full). None when none is left out."""
     if not groups:
         return None
     count = plural(sum(len(paths) for _, paths in groups), "report")
     suites = "another suite" if len(groups) == 1 else f"{len(groups)} other suites"
     rank = "rank them" if len(groups) == 1 else "rank one suite's"
     return (f"left out: {count} of {suites} than this run's ({suite_groups_words(groups)}); "
-            f"{rank}: {rank_command(command, groups[0][1])}",
+            f"{rank}: {rank_command(subcommand, groups[0][1])}",
             f"{count} of {suites} left out: ? names them and how to rank them")
 
 

@@ -18,6 +18,7 @@ from textual.widgets import Static
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.screens.board import PROVISIONAL_LEGEND
 from kldtui.tui.widgets import LeaderboardTable
+from tests.fixtures_commands import started_from_a_venv
 from tests.fixtures_decide import OTHER_SUITE_HASH, make_report, suite_domains, two_suite_folder, write_report
 from tests.fixtures_tui import (
     ScriptedPipeline,
@@ -53,10 +54,13 @@ def _rows(app: KldApp) -> list[str]:
 
 
 @sync
-async def test_o_beside_a_board_of_another_suite_is_refused_and_the_board_stays(tmp_path: Path) -> None:
+async def test_o_beside_a_board_of_another_suite_is_refused_and_the_board_stays(tmp_path: Path,
+                                                                                monkeypatch: Any) -> None:
     """The viewer of a and b (one suite): o on a folder of c and d (another suite) and o on c's file
-    are refused in one line naming each suite's reports and the command that ranks the opened ones;
-    a report that records no suite joins the board."""
+    are refused in one line naming each suite's reports and the command that ranks the opened ones
+    (kldtui named as it was started: here .venv/bin/kldtui, not on PATH); a report that records no
+    suite joins the board."""
+    kldtui = started_from_a_venv(tmp_path, monkeypatch)
     folder = two_suite_folder(tmp_path / "kldtui-demo")
     a, b = folder / "comparison-a.json", folder / "comparison-b.json"
     other = _other_suite_folder(tmp_path)
@@ -69,10 +73,10 @@ async def test_o_beside_a_board_of_another_suite_is_refused_and_the_board_stays(
         await ranking(app, pilot, 2)
         for opened, words in (
                 (other, f"suite 666666666666: {other}/comparison-c.json, {other}/comparison-d.json; "
-                        f"suite 555555555555: {a}, {b}); rank one suite's: kldtui view "
+                        f"suite 555555555555: {a}, {b}); rank one suite's: {kldtui} view "
                         f"{other}/comparison-c.json {other}/comparison-d.json"),
                 (other / "comparison-c.json", f"suite 666666666666: {other}/comparison-c.json; suite "
-                                              f"555555555555: {a}, {b}); rank one suite's: kldtui view "
+                                              f"555555555555: {a}, {b}); rank one suite's: {kldtui} view "
                                               f"{other}/comparison-c.json")):
             await open_with_o(app, pilot, opened)
             told = _told(app)[-1]
@@ -105,10 +109,12 @@ def _demo_with_other_suites(tmp_path: Path) -> tuple[Any, Path]:
 
 
 @sync
-async def test_the_dashboard_ranks_its_suites_reports_and_says_how_many_it_leaves_out(tmp_path: Path) -> None:
+async def test_the_dashboard_ranks_its_suites_reports_and_says_how_many_it_leaves_out(
+        tmp_path: Path, monkeypatch: Any) -> None:
     """At 80x24: the ranking holds the run's suite's report and the one that records no suite, tie
     marks and all; one short line says how many of another suite are left out, and the help (?) names
-    them and the command that ranks them."""
+    them and the command that ranks them (kldtui named as it was started: here .venv/bin/kldtui)."""
+    kldtui = started_from_a_venv(tmp_path, monkeypatch)
     profile, work = _demo_with_other_suites(tmp_path)
     app = create_app(profile=profile, config_dir=tmp_path / "cfg", theme="kldtui-dark")
     async with app.run_test(size=(80, 24)) as pilot:
@@ -124,7 +130,7 @@ async def test_the_dashboard_ranks_its_suites_reports_and_says_how_many_it_leave
         await pilot.press("question_mark")
         await pilot.pause()
         assert (f"left out: 2 reports of another suite than this run's (suite 666666666666: "
-                f"comparison-c.json, comparison-d.json); rank them: kldtui view {work}/comparison-c.json "
+                f"comparison-c.json, comparison-d.json); rank them: {kldtui} view {work}/comparison-c.json "
                 f"{work}/comparison-d.json") in \
             str(app.screen.query_one("#help-notes", Static).render()).splitlines()
 

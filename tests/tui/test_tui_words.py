@@ -1186,18 +1186,21 @@ async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another
 
 @sync
 async def test_o_on_a_folder_of_two_suites_names_each_suites_reports_and_opens_none(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: Any) -> None:
     """o on a work folder of two suites' reports (kldtui demo and kldtui demo --hidden share one) put
     them all on one ranking, untied ("these reports cannot be paired"), with the noise model of the
     first report's suite named as the campaign's. It is refused as kldtui view DIR refuses it: one
     line naming each suite's reports and the command that ranks one suite's; the screen is left as it
-    was, in the viewer of one report and in an open leaderboard."""
+    was, in the viewer of one report and in an open leaderboard. The command names kldtui as it was
+    started (here as .venv/bin/kldtui, not on PATH), as the next: lines do."""
+    from tests.fixtures_commands import started_from_a_venv
     from tests.fixtures_decide import two_suite_folder
 
+    kldtui = started_from_a_venv(tmp_path, monkeypatch)
     folder = two_suite_folder(tmp_path / "kldtui-demo")
     said = (f"{folder} holds reports of 2 suites, which no leaderboard ranks together (suite 555555555555: "
             "comparison-a.json, comparison-b.json; suite 666666666666: comparison-c.json, "
-            f"comparison-d.json); rank one suite's: kldtui view {folder}/comparison-a.json "
+            f"comparison-d.json); rank one suite's: {kldtui} view {folder}/comparison-a.json "
             f"{folder}/comparison-b.json")
     a, b = folder / "comparison-a.json", folder / "comparison-b.json"
     for reports in ([a], [a, b]):

@@ -32,13 +32,13 @@ def test_reports_group_by_the_suite_they_record_and_the_unrecorded_join_none() -
 
 def test_a_folder_of_one_suite_and_unrecorded_reports_is_not_refused(tmp_path: Path) -> None:
     paths = [tmp_path / "comparison-a.json", tmp_path / "comparison-old.json"]
-    assert mixed_suites_line([tmp_path], paths, [A, None], "kldtui view") is None
-    assert mixed_suites_line([tmp_path], paths, [None, None], "kldtui view") is None
+    assert mixed_suites_line([tmp_path], paths, [A, None], "view") is None
+    assert mixed_suites_line([tmp_path], paths, [None, None], "view") is None
 
 
 def test_a_folder_of_two_suites_names_its_unrecorded_reports_too(tmp_path: Path) -> None:
     paths = [tmp_path / f"comparison-{n}.json" for n in ("a", "old", "c")]
-    assert mixed_suites_line([tmp_path], paths, [A, None, B], "kldtui view") == (
+    assert mixed_suites_line([tmp_path], paths, [A, None, B], "view") == (
         f"{tmp_path} holds reports of 2 suites, which no leaderboard ranks together (suite aaaaaaaaaaaa: "
         "comparison-a.json; suite bbbbbbbbbbbb: comparison-c.json; suite not recorded: comparison-old.json); "
         f"rank one suite's: kldtui view {tmp_path}/comparison-a.json")
@@ -47,29 +47,29 @@ def test_a_folder_of_two_suites_names_its_unrecorded_reports_too(tmp_path: Path)
 def test_o_beside_a_board_is_refused_only_for_a_suite_the_board_does_not_hold() -> None:
     board = [Path("/w/comparison-a.json"), Path("/w/comparison-b.json")]
     opened = [Path("/x/comparison-c.json"), Path("/x/comparison-d.json")]
-    assert beside_board_line("/x", opened, [B, B], board, [A, A], "kldtui view") == (
+    assert beside_board_line("/x", opened, [B, B], board, [A, A], "view") == (
         "/x and the leaderboard hold reports of 2 suites, which no leaderboard ranks together (suite "
         "bbbbbbbbbbbb: /x/comparison-c.json, /x/comparison-d.json; suite aaaaaaaaaaaa: /w/comparison-a.json, "
         "/w/comparison-b.json); rank one suite's: kldtui view /x/comparison-c.json /x/comparison-d.json")
-    assert beside_board_line("/x", opened, [A, A], board, [A, A], "kldtui view") is None  # its suite
-    assert beside_board_line("/x", opened, [None, A], board, [A, None], "kldtui view") is None
-    assert beside_board_line("/x", opened, [None, None], board, [A, A], "kldtui view") is None
-    assert beside_board_line("/x", opened, [B, B], board, [None, None], "kldtui view") is None  # unknown
-    assert beside_board_line("/x", opened, [B, B], [], [], "kldtui view") is None  # nothing on the board
+    assert beside_board_line("/x", opened, [A, A], board, [A, A], "view") is None  # its suite
+    assert beside_board_line("/x", opened, [None, A], board, [A, None], "view") is None
+    assert beside_board_line("/x", opened, [None, None], board, [A, A], "view") is None
+    assert beside_board_line("/x", opened, [B, B], board, [None, None], "view") is None  # unknown
+    assert beside_board_line("/x", opened, [B, B], [], [], "view") is None  # nothing on the board
     # a board of two suites already (kldtui view of two files) ranks untied; one of those suites joins
-    assert beside_board_line("/x", opened, [B, B], board, [A, B], "kldtui view") is None
-    assert beside_board_line("/x", opened, [C, B], board, [A, B], "kldtui view") is not None
+    assert beside_board_line("/x", opened, [B, B], board, [A, B], "view") is None
+    assert beside_board_line("/x", opened, [C, B], board, [A, B], "view") is not None
 
 
 def test_the_note_of_reports_of_other_suites_left_out_says_how_many_and_how_to_rank_them() -> None:
-    assert other_suites_note([], "kldtui view") is None
+    assert other_suites_note([], "view") is None
     one = [(B, [Path("/w/comparison-c.json"), Path("/w/comparison-d.json")])]
-    assert other_suites_note(one, "kldtui view") == (
+    assert other_suites_note(one, "view") == (
         "left out: 2 reports of another suite than this run's (suite bbbbbbbbbbbb: comparison-c.json, "
         "comparison-d.json); rank them: kldtui view /w/comparison-c.json /w/comparison-d.json",
         "2 reports of another suite left out: ? names them and how to rank them")
     two = [*one, (C, [Path("/w/comparison it.json")])]
-    full, brief = other_suites_note(two, "kldtui view") or ("", "")
+    full, brief = other_suites_note(two, "view") or ("", "")
     assert full == (
         "left out: 3 reports of 2 other suites than this run's (suite bbbbbbbbbbbb: comparison-c.json, "
         "comparison-d.json; suite cccccccccccc: comparison it.json); rank one suite's: kldtui view "

@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 
 import kldtui
+from kldtui.cli.main import main
 from kldtui.decide.paired import confirm_command
 from kldtui.events import LeaderboardUpdated, Standing
-from kldtui.formats.report_names import rank_command
+from kldtui.formats.report_names import beside_board_line, mixed_suites_line, other_suites_note, rank_command
 from kldtui.stages.verify import unfinished_download
 from kldtui.text import kldtui_command, shell_arg
 from kldtui.workflow.next_steps import OTHER_REPORT, campaign_next_steps, report_next_steps
+from tests.fixtures_commands import started_from_a_venv
+from tests.fixtures_decide import OTHER_SUITE_HASH, SUITE_HASH, two_suite_folder
 
 # a folder name the shell would split (a space) or expand ($HOME, *, a subshell), and one with quotes
 AWKWARD = ["my runs", "$HOME runs", "q4 (it's; & *)", 'say "hi"']
@@ -69,7 +72,7 @@ def test_a_path_with_a_control_character_prints_on_one_line_and_runs_in_bash_as_
     lines = report_next_steps(tmp_path / path)
     assert all(line.isprintable() for line in lines[1:]), lines
     assert _bash_argv(lines[1].removeprefix("next:")) == [b"kldtui", b"view", os.fsencode(path)]
-    ranked = rank_command("kldtui view", [Path(path), Path("-b.json")])
+    ranked = rank_command("view", [Path(path), Path("-b.json")])
     assert ranked.isprintable(), ranked
     assert _bash_argv(ranked) == [b"kldtui", b"view", os.fsencode(path), b"./-b.json"]
 
@@ -142,7 +145,32 @@ def test_a_verdicts_confirm_command_names_the_better_report_whole(name: str) -> 
 @pytest.mark.parametrize("name", AWKWARD)
 def test_the_command_that_ranks_one_suites_reports_names_them_whole(name: str) -> None:
     paths = [Path(name) / "comparison-a.json", Path("-b.json")]
-    assert shlex.split(rank_command("kldtui view", paths)) == ["kldtui", "view", str(paths[0]), "./-b.json"]
+    assert shlex.split(rank_command("view", paths)) == ["kldtui", "view", str(paths[0]), "./-b.json"]
+
+
+def test_every_command_that_ranks_one_suites_reports_names_kldtui_as_it_was_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Started as ``.venv/bin/kldtui`` (not on PATH), the commands that rank one suite's reports name
+    that program, as the next: lines do, never a ``kldtui`` the shell may not find: the refusal of a
+    folder of two suites (view, leaderboard, plot; the viewer's o), of reports beside a board of
+    another suite (o) and the dashboard's note on the reports it leaves out."""
+    kldtui = started_from_a_venv(tmp_path, monkeypatch)
+    folder = two_suite_folder(tmp_path / "kldtui-demo")
+    a, b, c = (folder / f"comparison-{n}.json" for n in "abc")
+    assert rank_command("view", [a]) == f"{kldtui} view {a}"
+    mixed = mixed_suites_line([folder], [a, b, c], [SUITE_HASH, SUITE_HASH, OTHER_SUITE_HASH], "view")
+    assert mixed is not None and mixed.endswith(f"rank one suite's: {kldtui} view {a} {b}"), mixed
+    beside = beside_board_line(c, [c], [OTHER_SUITE_HASH], [a, b], [SUITE_HASH, SUITE_HASH], "view")
+    assert beside is not None and beside.endswith(f"rank one suite's: {kldtui} view {c}"), beside
+    note = other_suites_note([(OTHER_SUITE_HASH, [c])], "view")
+    assert note is not None and note[0].endswith(f"rank them: {kldtui} view {c}"), note
+    chart = tmp_path / "chart.svg"
+    for command, extra in (("view", []), ("leaderboard", []), ("plot", ["-o", str(chart)])):
+        assert main([command, str(folder), *extra]) == 2
+        said = capsys.readouterr().err
+        assert said.count("\n") == 1, said
+        assert _argv(said.split("rank one suite's: ")[1]) == [shlex.split(kldtui)[0], command, *extra,
+                                                             str(a), str(b)], said
 
 
 @pytest.mark.parametrize("name", AWKWARD)

@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         check_json_output(args.json, "JSON leaderboard")
     if args.output is not None:
         check_output_file(args.output)
-    paths, reports = gathered_reports(list(args.reports), "kldtui leaderboard")  # folders: their reports
+    paths, reports = gathered_reports(list(args.reports), "leaderboard")  # folders: their reports
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.json, [*args.reports, args.noise], "--json")

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     check_plot_path(args.output)  # the arguments first: nothing read or said before they hold
     check_output_file(args.output)
     paths, reports = gathered_reports(list(args.reports),  # folders: the reports they hold
-                                      f"kldtui plot -o {shell_arg(args.output)}")
+                                      f"plot -o {shell_arg(args.output)}")
     use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     check_output(args.output, [*args.reports, args.noise], "--output")

@@ -39,20 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="with several reports: no noise model for the ties, as kldtui leaderboard")
 
 
-def gathered_reports(given: list[str], command: str) -> tuple[list[str], list[ComparisonReport]]:
+def gathered_reports(given: list[str], subcommand: str) -> tuple[list[str], list[ComparisonReport]]:
     """The reports the arguments ``given`` name (:func:`report_paths`), loaded: their paths and
     reports. BadInput (one line, exit 2) for the first that is not one (load_report words it: a FIFO
     is not "not found"), and where folders among them bring reports of more than one suite (one work
     folder holds ``kldtui demo`` and ``kldtui demo --hidden``), before any noise model is said: each
-    suite's reports and ``command`` (``kldtui leaderboard``) given one suite's
-    (kldtui.formats.report_names.mixed_suites_line)."""
+    suite's reports and kldtui's ``subcommand`` (``leaderboard``, kldtui named as it was started) given
+    one suite's (kldtui.formats.report_names.mixed_suites_line)."""
     from kldtui.errors import BadInput
     from kldtui.formats.report import load_report
     from kldtui.formats.report_names import mixed_suites_line
 
     paths = report_paths(given)
     reports = [load_report(path) for path in paths]
-    mixed = mixed_suites_line(given, paths, [r.suite_token_hash_sha256 for r in reports], command)
+    mixed = mixed_suites_line(given, paths, [r.suite_token_hash_sha256 for r in reports], subcommand)
     if mixed is not None:
         raise BadInput(mixed)
     return [str(p) for p in paths], reports
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from kldtui.decide.paired import suite_hash_of
 
     chosen = getattr(args, "noise", None)  # the user's --noise, not a folder's
-    paths, reports = gathered_reports(list(args.reports), "kldtui view")  # folders: the reports they hold
+    paths, reports = gathered_reports(list(args.reports), "view")  # folders: the reports they hold
     folders = use_folder_noise_model(args, suite_hash_of(*reports))  # a folder's, of the reports' suite
     args.reports = paths
     noise_path = getattr(args, "noise", None)

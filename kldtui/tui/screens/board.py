@@ -245,7 +245,7 @@ class BoardScreen(Screen[None]):
         board = [Path(r.path) if r.path else Path(r.name) for r in self.results]
         suites = [r.suite_token_hash_sha256 for r, _ in loaded]
         line = beside_board_line(opened, [p for _, p in loaded], suites, board,
-                                 [r.suite_token_hash_sha256 for r in self.reports], "kldtui view")
+                                 [r.suite_token_hash_sha256 for r in self.reports], "view")
         if line is None:
             return False
         self.notify(line, title="report", severity="error", timeout=20)
@@ -303,7 +303,7 @@ class BoardScreen(Screen[None]):
             # a folder of several suites (kldtui demo and kldtui demo --hidden): refused, as kldtui view
             # DIR refuses it, naming each suite's reports
             mixed = mixed_suites_line([path], [p for _, p in loaded],
-                                      [r.suite_token_hash_sha256 for r, _ in loaded], "kldtui view")
+                                      [r.suite_token_hash_sha256 for r, _ in loaded], "view")
             if mixed is not None:
                 self.deliver(self.notify, mixed, title="report", severity="error", timeout=20)
                 return

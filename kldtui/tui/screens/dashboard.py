@@ -623,7 +623,7 @@ class DashboardScreen(BoardScreen):
 
         left_out = list(self.other_suites.values())
         groups = suite_groups([path for path, _ in left_out], [suite for _, suite in left_out])
-        note = other_suites_note(groups, "kldtui view")
+        note = other_suites_note(groups, "view")
         return [*super().ranking_notes(), *([note] if note is not None else [])]
 
     def _own_report(self) -> Path | None:
