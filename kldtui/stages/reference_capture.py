@@ -9,7 +9,9 @@ captures the run's windows into the workspace's reference work folder
 capture records to the suite root (``capture-reference.json``, the published layout; not for a
 built-in model's demo suite) and, with ``repeat``, captures the first window a second time from
 the same server and stores that repeat's comparison with the first capture as
-``repeat-noise-windowNNN.json`` (the runtime's own noise). It resumes like the stages it runs:
+``repeat-noise-windowNNN.json`` (the runtime's own noise; written by the reports' one writer,
+:func:`kldtui.formats.report.write_report`, under the output-file rule, which the stage applies to that
+name before the server starts too). It resumes like the stages it runs:
 captured and finalized windows are kept. The reference server is stopped at the end, on error and
 from another thread (:meth:`ReferenceCapture.stop_server`).
 
@@ -45,8 +47,9 @@ from kldtui.events import (
     WindowState,
     failure_reported,
 )
-from kldtui.folder_lock import FolderLocks
+from kldtui.folder_lock import FolderLocks, check_output_file
 from kldtui.formats.atomic import write_json_atomic
+from kldtui.formats.report import write_report
 from kldtui.formats.report_model import REPORT_LIMIT
 from kldtui.formats.safe_io import read_text
 from kldtui.formats.suite import COUNT_TASKS, Suite, WindowSpec, load_logits_manifest, unit_of, units_of
@@ -131,6 +134,9 @@ class ReferenceCapture:
         ws = self.workspace.reference_capture()
         emit = as_reference_stage(self.emit, len(self.windows))
         self.emit(StageStarted(STAGE, detail=f"capturing the reference ({self.plan.kind})"))
+        if self.repeat and self.windows:  # the repeat's report, a name of kldtui's: checked before any work
+            check_output_file(self.workspace.repeat_noise_path(self.windows[0].index),
+                              what="comparison report", fixed_name=True)
         try:
             self.session = run_serve(ws, emit, self.cancel, self.plan)
             self._lock(ws)
@@ -227,7 +233,10 @@ class ReferenceCapture:
                                  reverse=c.reverse, backend=choice, mode=REFERENCE_MODE)
         run_compare(ws, emit, self.cancel, options=options, suite=self.suite, windows=[first],
                     command=self.command)
-        _copy_json(ws.report, self.workspace.repeat_noise_path(first.index), REPORT_LIMIT)
+        # the reports' one writer: the output-file rule again (a folder that took the name during the
+        # capture is one line), a link or FIFO at the name replaced, never written through or opened
+        write_report(self.workspace.repeat_noise_path(first.index),
+                     json.loads(read_text(ws.report, limit=REPORT_LIMIT)))
         self.emit(Notice(STAGE, f"repeat capture of {first.name} stored as "
                          f"{self.workspace.repeat_noise_path(first.index).name}"))
 

@@ -111,3 +111,77 @@ def test_the_reference_server_can_be_stopped_while_it_captures(tmp_path: Path) -
     worker.join(timeout=120)
     assert not worker.is_alive() and not pipeline.server_running
     assert failed and "server" in str(failed[0]), failed  # "...: the server stopped during the capture..."
+
+
+def _repeating_profile(tmp_path: Path) -> tuple[Path, Path]:
+    """A profile whose reference the embedded server captures, its first window twice (``repeat =
+    true``): the repeat's report is SUITE/repeat-noise-window000.json. Returns the profile and that
+    name."""
+    rng = np.random.default_rng(4)
+    suite_dir = tmp_path / "suite"
+    write_suite(suite_dir, [(d, rng.integers(0, 300, 40).tolist()) for d in ("prose", "prose", "code")])
+    profile = tmp_path / "kldtui.toml"
+    profile.write_text('[reference]\nlocal_dir = "suite"\ncapture = "embedded"\nrepeat = true\n\n'
+                       '[candidate]\nkind = "embedded"\nserved_model_name = "cand"\nvocab_size = 300\n'
+                       'perturb = 0.2\nmax_num_batched_tokens = 16\nport = 0\n\n'
+                       '[run]\nworkdir = "work"\nrun_name = "cand"\n\n[compare]\nbootstrap_samples = 200\n')
+    return profile, suite_dir / "repeat-noise-window000.json"
+
+
+def test_a_folder_at_the_repeat_report_s_name_is_refused_before_any_server_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The repeat's report has a name of kldtui's: a folder there is one line saying to move it away,
+    exit 2, before the reference server starts or anything is captured."""
+    profile, out = _repeating_profile(tmp_path)
+    out.mkdir()
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [f"kldtui: error: {out}: is a folder where kldtui writes its comparison report; move that "
+                   "folder away, then run again"], err
+    assert not (out.parent / "ref").exists() and not any(out.iterdir())
+    assert not list((tmp_path / "work").rglob("*.safetensors"))  # nothing captured
+
+
+def test_a_folder_made_at_the_repeat_report_s_name_during_the_capture_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeat's report is written by the reports' one writer, which applies the output-file rule
+    again: a folder made at its name while the repeat was compared is one line and exit 2, not an
+    IsADirectoryError."""
+    import kldtui.stages.compare as compare_stage
+
+    profile, out = _repeating_profile(tmp_path)
+    real = compare_stage.run_compare
+
+    def compare_then_plant(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        out.mkdir()
+        return result
+
+    monkeypatch.setattr(compare_stage, "run_compare", compare_then_plant)
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"kldtui: error: {out}: is a folder where kldtui writes its comparison report; "
+                            "move that folder away, then run again\n"), captured.err
+    assert "Traceback" not in captured.out and not any(out.iterdir())
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo"])
+def test_a_link_or_fifo_at_the_repeat_report_s_name_is_replaced(tmp_path: Path, planted: str) -> None:
+    """A link at the repeat report's name is replaced, never written through (its target is unchanged);
+    a FIFO there is replaced, never opened (nothing blocks); the report is the repeat's comparison."""
+    import os
+
+    from kldtui.workflow.profile import load_profile
+
+    profile, out = _repeating_profile(tmp_path)
+    victim = tmp_path / "yours.json"
+    victim.write_text("yours\n")
+    if planted == "link":
+        out.symlink_to(victim)
+    else:
+        os.mkfifo(out)
+    Pipeline(load_profile(profile)).reference()
+    assert not out.is_symlink() and out.is_file() and victim.read_text() == "yours\n"
+    noise = json.loads(out.read_text())
+    assert noise["windows"] == 1 and noise["window_range"] == [0, 1]
+    assert noise["kl_reference_to_candidate"]["mean"] == pytest.approx(0.0, abs=1e-9)
