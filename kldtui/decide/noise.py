@@ -24,6 +24,7 @@ import numpy as np
 
 from kldtui.decide.reports import ReportLike, window_values
 from kldtui.errors import BadInput
+from kldtui.folder_lock import check_output_file
 from kldtui.formats import untrusted_json
 from kldtui.formats.atomic import write_json_atomic
 from kldtui.formats.report import write_report
@@ -462,9 +463,15 @@ def floor_from_reports(forward_doc: ReportLike, reverse_doc: ReportLike | None =
     )
 
 
-def save_floor(path: str | os.PathLike[str], floor: NoiseFloor) -> None:
-    """Write the floor as JSON, atomically."""
-    write_json_atomic(path, floor.to_dict())
+def save_floor(path: str | os.PathLike[str], floor: NoiseFloor) -> Path:
+    """Write the floor as JSON, atomically, where the output-file rule allows
+    (:func:`kldtui.folder_lock.check_output_file`, in the words of a name that can no longer change: its
+    callers checked it before their work, in theirs, so this check speaks only when a folder took the
+    name since, or its folder went). A link or FIFO at the name is replaced, never written through or
+    opened. Returns the path written."""
+    target = check_output_file(path, what="noise model", fixed_name=True)
+    write_json_atomic(target, floor.to_dict())
+    return target
 
 
 def _num(doc: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:

@@ -244,6 +244,69 @@ def test_measure_floors_report_keeps_the_output_rule(tmp_path, capsys, planted):
                          else f"folder {out.parent} does not exist; create it first"), said
 
 
+@pytest.mark.parametrize("planted", ["link", "fifo", "folder", "no folder"])
+def test_save_floor_keeps_the_output_rule_itself(tmp_path, planted):
+    """save_floor applies the output-file rule itself (a caller that skipped its check could not write
+    through the rule): a link at the noise model's name is replaced, never written through; a FIFO there
+    is replaced, never opened; a folder there, or no folder to write it in, is one line naming the file
+    and what to do, and nothing is written."""
+    from kldtui.decide.noise import floor_from_reports, save_floor
+    from kldtui.errors import BadInput
+
+    floor = floor_from_reports(make_report(np.full(32, 0.003), DOMAINS, reference_dir="/r/run1",
+                                           candidate_dir="/r/run2"), None, source="x")
+    out, victim = tmp_path / "noise-model.json", tmp_path / "yours.json"
+    victim.write_text("yours\n")
+    if planted == "link":
+        out.symlink_to(victim)
+    elif planted == "fifo":
+        os.mkfifo(out)
+    elif planted == "folder":
+        out.mkdir()
+    else:
+        out = tmp_path / "gone" / "noise-model.json"
+    if planted in ("link", "fifo"):
+        assert save_floor(out, floor) == out
+        assert not out.is_symlink() and out.is_file() and victim.read_text() == "yours\n"
+        assert load_floor(out).per_window == floor.per_window
+        return
+    with pytest.raises(BadInput) as info:
+        save_floor(out, floor)
+    assert str(info.value) == (
+        f"{out}: is a folder where kldtui writes its noise model; move that folder away, then run again"
+        if planted == "folder" else f"{out}: folder {out.parent} does not exist; create it first")
+    assert not out.parent.exists() if planted == "no folder" else not any(out.iterdir())
+
+
+def test_noise_s_output_made_a_folder_during_the_work_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """kldtui noise checks --output before any work in its own words (unchanged); a folder made at the
+    name after that check is the noise model's writer's one line, exit 2, not an IsADirectoryError."""
+    import kldtui.decide.noise as noise
+
+    repeat = make_report(np.full(32, 0.003), DOMAINS, reference_dir="/r/run1", candidate_dir="/r/run2")
+    rep = write_report(tmp_path / "repeat.json", repeat)
+    out = tmp_path / "floor.json"
+    out.mkdir()
+    args = ["noise", str(rep), "--output", str(out), "--allow-different-models"]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"kldtui: error: {out}: is a folder; give a file name\n"
+    out.rmdir()
+    real = noise.floor_from_reports
+
+    def measure_then_plant(*a, **kw):
+        floor = real(*a, **kw)
+        out.mkdir()
+        return floor
+
+    monkeypatch.setattr(noise, "floor_from_reports", measure_then_plant)
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        f"kldtui: error: {out}: is a folder where kldtui writes its noise model; move that folder away, then "
+        "run again\n")
+    assert not any(out.iterdir())
+
+
 def test_noise_refuses_a_repeat_replayed_with_two_heads(tmp_path, capsys):
     """A report of two hidden-state captures whose sides record different LM heads (an earlier version
     replayed a capture compared as the reference with the suite's head, adding the heads' difference to
