@@ -7,7 +7,8 @@ captures the run's windows into the workspace's reference work folder
 (``Workspace.reference_capture()``: ``WORKDIR/reference-run``), finalizes them into the suite's
 ``ref/`` (manifest ``kind = "reference"``, the server's redacted runtime identity), copies the
 capture records to the suite root (``capture-reference.json``, the published layout; not for a
-built-in model's demo suite) and, with ``repeat``, captures the first window a second time from
+built-in model's demo suite; under the output-file rule, which the stage applies to that name before
+the server starts too) and, with ``repeat``, captures the first window a second time from
 the same server and stores that repeat's comparison with the first capture as
 ``repeat-noise-windowNNN.json`` (the runtime's own noise; written by the reports' one writer,
 :func:`kldtui.formats.report.write_report`, under the output-file rule, which the stage applies to that
@@ -60,6 +61,8 @@ from kldtui.workspace import Workspace
 REFERENCE_MODE = capture_modes.LOGITS  # a reference is its logits (what compare and score mode read)
 
 STAGE: StageName = "reference"
+# what the copy of the capture records at the suite root (capture-reference.json) is called in a line
+RECORDS_COPY = "capture records"
 
 
 def reference_complete(workspace: Workspace, windows: Sequence[WindowSpec]) -> bool:
@@ -134,7 +137,11 @@ class ReferenceCapture:
         ws = self.workspace.reference_capture()
         emit = as_reference_stage(self.emit, len(self.windows))
         self.emit(StageStarted(STAGE, detail=f"capturing the reference ({self.plan.kind})"))
-        if self.repeat and self.windows:  # the repeat's report, a name of kldtui's: checked before any work
+        # names of kldtui's at the suite root, checked before any work: the capture records' copy and the
+        # repeat's report
+        if self.records_to_suite:
+            check_output_file(self.workspace.suite_capture_records, what=RECORDS_COPY, fixed_name=True)
+        if self.repeat and self.windows:
             check_output_file(self.workspace.repeat_noise_path(self.windows[0].index),
                               what="comparison report", fixed_name=True)
         try:
@@ -145,7 +152,8 @@ class ReferenceCapture:
             if self.records_to_suite:
                 from kldtui.stages.capture import CAPTURE_RECORDS_LIMIT
 
-                _copy_json(ws.records_path, self.workspace.suite_capture_records, CAPTURE_RECORDS_LIMIT)
+                _copy_json(ws.records_path, self.workspace.suite_capture_records, CAPTURE_RECORDS_LIMIT,
+                           what=RECORDS_COPY)
             if self.repeat:
                 self._repeat_first_window()
         except BaseException as exc:
@@ -249,10 +257,15 @@ def _vocab(ws: Workspace) -> int | None:
         return None
 
 
-def _copy_json(src: Path, dst: Path, limit: int) -> None:
+def _copy_json(src: Path, dst: Path, limit: int, *, what: str) -> Path:
     """Copy a JSON document of at most ``limit`` bytes atomically (parsed and rewritten: a
-    half-copied file never appears)."""
-    write_json_atomic(dst, json.loads(read_text(src, limit=limit)))
+    half-copied file never appears) to ``dst``, a name of kldtui's, where the output-file rule allows
+    (:func:`kldtui.folder_lock.check_output_file`, ``what`` naming the file: a folder that took the name
+    since the stage's own check is one line); a link or FIFO at ``dst`` is replaced, never written
+    through or opened. Returns the path written."""
+    target = check_output_file(dst, what=what, fixed_name=True)
+    write_json_atomic(target, json.loads(read_text(src, limit=limit)))
+    return target
 
 
 # The reference capture's task names as shown under the reference stage: its capture and finalize

@@ -4,8 +4,10 @@ without secrets, and a server the pipeline can stop while it captures."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -185,3 +187,82 @@ def test_a_link_or_fifo_at_the_repeat_report_s_name_is_replaced(tmp_path: Path, 
     noise = json.loads(out.read_text())
     assert noise["windows"] == 1 and noise["window_range"] == [0, 1]
     assert noise["kl_reference_to_candidate"]["mean"] == pytest.approx(0.0, abs=1e-9)
+
+
+@contextlib.contextmanager
+def _attached_profile(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A profile whose reference is captured from an attached embedded server (not a built-in model's
+    demo suite: its capture records are copied to the suite root), without the repeat; yields the
+    profile and that copy's name, SUITE/capture-reference.json, while the server runs."""
+    rng = np.random.default_rng(5)
+    suite_dir = tmp_path / "suite"
+    write_suite(suite_dir, [(d, rng.integers(0, 300, 40).tolist()) for d in ("prose", "prose", "code")])
+    chunks = tmp_path / "ref-chunks"
+    ref_argv = [sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "ref",
+                "--vocab-size", "300", "--max-num-batched-tokens", "16"]
+    with ServerProcess(ref_argv, capture_dir=chunks, served_model_name="ref") as ref_server:
+        url = ref_server.wait_ready(timeout=60)
+        profile = tmp_path / "kldtui.toml"
+        profile.write_text(f'[reference]\nlocal_dir = "suite"\ncapture = "attach"\nurl = "{url}"\n'
+                           f'served_model_name = "ref"\nserver_capture_dir = "{chunks}"\nrepeat = false\n\n'
+                           '[candidate]\nkind = "embedded"\nserved_model_name = "cand"\nvocab_size = 300\n'
+                           'perturb = 0.2\nmax_num_batched_tokens = 16\nport = 0\n\n[run]\nworkdir = "work"\n'
+                           'run_name = "cand"\n\n[compare]\nbootstrap_samples = 200\n')
+        yield profile, suite_dir / "capture-reference.json"
+
+
+def test_a_folder_at_the_capture_records_copy_s_name_is_refused_before_any_capture(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """capture-reference.json is a name of kldtui's: a folder there is one line saying to move it away,
+    exit 2, before anything is captured."""
+    with _attached_profile(tmp_path) as (profile, out):
+        out.mkdir()
+        assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [f"kldtui: error: {out}: is a folder where kldtui writes its capture records; move that "
+                   "folder away, then run again"], err
+    assert not (out.parent / "ref").exists() and not any(out.iterdir())
+    assert not list((tmp_path / "work").rglob("*.safetensors"))  # nothing captured
+
+
+def test_a_folder_made_at_the_capture_records_copy_s_name_during_the_capture_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy applies the output-file rule again when it writes: a folder made at its name while the
+    reference was captured is one line and exit 2, not an IsADirectoryError."""
+    import kldtui.stages.finalize as finalize_stage
+
+    real = finalize_stage.run_finalize
+    with _attached_profile(tmp_path) as (profile, out):
+        def finalize_then_plant(*args: object, **kwargs: object) -> object:
+            result = real(*args, **kwargs)  # type: ignore[arg-type]
+            if kwargs.get("kind") == "reference":
+                out.mkdir()
+            return result
+
+        monkeypatch.setattr(finalize_stage, "run_finalize", finalize_then_plant)
+        assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"kldtui: error: {out}: is a folder where kldtui writes its capture records; "
+                            "move that folder away, then run again\n"), captured.err
+    assert "Traceback" not in captured.out and not any(out.iterdir())
+    assert (out.parent / "ref" / "manifest.json").is_file()  # the reference itself was finalized
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo"])
+def test_a_link_or_fifo_at_the_capture_records_copy_s_name_is_replaced(tmp_path: Path, planted: str) -> None:
+    """A link at capture-reference.json is replaced, never written through (its target is unchanged); a
+    FIFO there is replaced, never opened (nothing blocks); the copy is the reference's capture records."""
+    import os
+
+    from kldtui.workflow.profile import load_profile
+
+    victim = tmp_path / "yours.json"
+    victim.write_text("yours\n")
+    with _attached_profile(tmp_path) as (profile, out):
+        if planted == "link":
+            out.symlink_to(victim)
+        else:
+            os.mkfifo(out)
+        Pipeline(load_profile(profile)).reference()
+    assert not out.is_symlink() and out.is_file() and victim.read_text() == "yours\n"
+    assert [r["window_index"] for r in json.loads(out.read_text())] == [0, 1, 2]
