@@ -389,7 +389,7 @@ class Campaign:
         if not any(e.state == "compared" for e in self.entries):
             return
         self._rank(emit=False)
-        self._earlier_noise(windows)
+        self._earlier_noise(windows, stop=False)
         self._rank(write=False)
 
     def _noise_model_path(self) -> Path:
@@ -399,13 +399,16 @@ class Campaign:
         leader = self.leaderboard.rows[0].name
         return self._workspace.noise_model_path(self._reports[leader].suite_token_hash_sha256)
 
-    def _earlier_noise(self, windows: list[int]) -> None:
+    def _earlier_noise(self, windows: list[int], *, stop: bool = True) -> None:
         """The repeat capture and noise model an earlier run measured, when they are of the current
         leader's captures (the noise model names the two capture folders): this profile's file of its
         suite, else the files earlier versions wrote there
         (kldtui.workspace.Workspace.earlier_noise_model_paths), the first that holds these two captures
         of this suite. Another profile sharing the work folder measures its own leader's captures: its
-        model is never this campaign's."""
+        model is never this campaign's. A folder at this profile's file's name is BadInput (the output
+        rule's line, before the repeat is captured), or with ``stop=False`` (nothing is run) a warning
+        in the same words."""
+        from kldtui.folder_lock import check_output_file
         from kldtui.formats.report_names import other_suite
         from kldtui.formats.safe_io import regular_size
 
@@ -421,15 +424,23 @@ class Campaign:
             paths = [p for p in self._workspace.earlier_noise_model_paths(suite)
                      if regular_size(p) is not None]
         elif regular_size(path) is None:
-            # a link (or a FIFO, a folder) at the name this campaign writes: not a file it wrote, so it
-            # cannot stand for its repeat; measured again, and the file written in its place
+            # not a file this campaign wrote, so it cannot stand for its repeat. A folder there (a link to
+            # one) is in the way of the model's writer: the output rule's line, before any capture (a run
+            # stops on it: move it away; a dashboard opened on the folder is told so); a link or a FIFO is
+            # replaced by the writer: measured again, and the file written in its place
+            try:
+                check_output_file(path, what="noise model", fixed_name=True)
+                problem = (f"{path}: not a regular file this campaign wrote (a link or a FIFO); not read, "
+                           "the noise model is measured again and written in its place")
+            except BadInput as exc:
+                if stop:
+                    raise
+                problem = str(exc)
             with contextlib.suppress(OSError):
                 seen = (-1, os.lstat(path).st_mtime_ns)
                 if seen != self._noise_warned:
                     self._noise_warned = seen
-                    self.emit(Notice("campaign", f"{path}: not a regular file this campaign wrote (a link, "
-                                                 "a folder or a FIFO); not read, the noise model is measured "
-                                                 "again and written in its place", level="warning"))
+                    self.emit(Notice("campaign", problem, level="warning"))
             return
         if not paths:
             return
@@ -545,7 +556,8 @@ class Campaign:
         except BadInput as exc:
             self.emit(Notice("campaign", f"no measured noise model: {exc}", level="warning"))
             return
-        with hold(files=[model_path]):
+        # a name of kldtui's: a folder made there during the repeat is told to be moved away
+        with hold(files=[model_path], fixed_names=True):
             save_floor(model_path, noise)
         self.noise, self.noise_path = noise, model_path
         # a deterministic server's (its two captures alike, each from a server start of its own): nothing

@@ -168,9 +168,8 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     model.symlink_to(elsewhere)
     events = _run(profile)
     warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
-    assert warned == [f"{model}: not a regular file this campaign wrote (a link, a "
-                      "folder or a FIFO); not read, the noise model is measured again and written in its "
-                      "place"], warned
+    assert warned == [f"{model}: not a regular file this campaign wrote (a link or a FIFO); not read, "
+                      "the noise model is measured again and written in its place"], warned
     assert not model.is_symlink()  # replaced, never written through
     assert elsewhere.read_bytes() == before
     assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
@@ -190,6 +189,76 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     assert final["noise_path"] == str(model) and earlier.read_text() == theirs
     assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
 
+
+
+def test_a_folder_at_the_noise_model_s_name_stops_the_campaign_before_the_repeat_capture(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The noise model's name is kldtui's (noise-model-HASH.json): a folder there is not "written in its
+    place" but in the way. A run says so in one line, saying to move it away, exit 2, before the leader's
+    repeat is captured (a dashboard opened on the folder warns in the same words; a link to a folder is
+    one too); one made there while the repeat was captured is one line saying the same, exit 2, not "give
+    a file name"; a FIFO there is replaced, as the warning says."""
+    from kldtui.cli.main import main
+    from kldtui.workflow.campaign import Campaign
+    from kldtui.workflow.profile import load_profile
+
+    profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.2}, noise=0.05)
+    _run(profile)  # both candidates compared, without the repeat
+    with profile.open("a") as handle:
+        handle.write("\n[campaign]\nrepeat_leader = true\n")
+    work = profile.parent
+    suite = json.loads((work / "comparison-close.json").read_text())["suite_token_hash_sha256"]
+    model = load_profile(profile).workspace().noise_model_path(suite)
+    in_the_way = (f"{model}: is a folder where kldtui writes its noise model; move that folder away, then "
+                  "run again")
+    model.mkdir()
+    said: list[object] = []
+    Campaign(load_profile(profile), emit=said.append).announce_disk_state()  # nothing is run
+    assert [getattr(e, "text", "") for e in said if getattr(e, "level", "") == "warning"] == [in_the_way]
+    proc = subprocess.run(run_cmd(profile, "--jsonl"), capture_output=True, text=True, timeout=300,
+                          env=env_with())
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [f"kldtui: error: {in_the_way}"], proc.stderr
+    assert not [e for e in _events(proc.stdout) if e.get("event") == "CandidateStarted"]
+    assert not (work / "repeat").exists() and not any(model.iterdir())  # the repeat not captured
+    # a link to a folder is a folder there too (the model's writer refuses it alike)
+    model.rmdir()
+    elsewhere = tmp_path / "a-folder"
+    elsewhere.mkdir()
+    model.symlink_to(elsewhere)
+    proc = subprocess.run(run_cmd(profile), capture_output=True, text=True, timeout=300, env=env_with())
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"kldtui: error: {in_the_way}"], \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (work / "repeat").exists() and not any(elsewhere.iterdir())
+    model.unlink()
+    # a folder made at the name while the repeat was captured: the writer's lock says to move it away
+    import kldtui.decide.noise as noise
+
+    real = noise.noise_from_capture_reports
+
+    def measure_then_plant(*args: object, **kwargs: object) -> object:
+        measured = real(*args, **kwargs)  # type: ignore[arg-type]
+        model.mkdir()
+        return measured
+
+    monkeypatch.setattr(noise, "noise_from_capture_reports", measure_then_plant)
+    assert main(["run", "--batch", "--profile", str(profile), "--jsonl"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"kldtui: error: {model}: is a folder where kldtui writes its output; move that "
+                            "folder away, then run again\n"), captured.err
+    events = _events(captured.out)
+    started = [(e["name"], e["repeat"]) for e in events if e.get("event") == "CandidateStarted"]
+    assert started == [("close.repeat", True)] and not any(model.iterdir())
+    monkeypatch.undo()
+    # a FIFO at the name: not read, measured again from the captures on disk and written in its place
+    model.rmdir()
+    os.mkfifo(model)
+    events = _run(profile)
+    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+    assert warned == [f"{model}: not a regular file this campaign wrote (a link or a FIFO); not read, the "
+                      "noise model is measured again and written in its place"], warned
+    assert not [e for e in events if e.get("event") == "CandidateStarted"]
+    assert model.is_file() and json.loads(model.read_text())["format"] == "kldtui-noise-floor-v1"
 
 
 def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Path) -> None:
