@@ -233,7 +233,7 @@ def render_card(root: Path, repo_id: str, suite: Suite, ref: LogitsManifest) -> 
         "With kldtui (installed from its repository: `pip install -e .` in a checkout; its vLLM hook "
         "captures the logits):",
         "",
-        "```bash",
+        "```bash",  # a card read on other machines: the documented name, not kldtui_command()'s
         f"kldtui download {shell_arg(repo_id, path=False)} --local-dir reference      # fetches and verifies "
         "every hash",
         "kldtui serve --profile candidate.toml --capture-dir capture-chunks   # vLLM with the hook",

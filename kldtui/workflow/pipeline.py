@@ -637,6 +637,7 @@ class Pipeline:
                          level="warning" if short else "info"))
 
     def _command(self) -> str:
+        # a record in the report, read on other machines: the documented name, not kldtui_command()'s
         return f"kldtui run --profile {shell_arg(self.profile.where)}"
 
     def _compare_options(self) -> Any:

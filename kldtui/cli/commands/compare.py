@@ -156,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
     shown = redact_argv(sys.argv[1:])
     from kldtui.text import shell_arg
 
-    # the command line's own words (an option's dash is its own)
+    # the command line's own words (an option's dash is its own), recorded in the report and read on
+    # other machines: the documented name, not kldtui_command()'s path of this one
     command = "kldtui " + " ".join(shell_arg(a, path=False) for a in shown) if shown else None
 
     workspace = Workspace.for_compare(args.suite_manifest, args.reference_dir, args.candidate_dir, output)
