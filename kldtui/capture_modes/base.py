@@ -37,6 +37,7 @@ from kldtui import settings
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, null_sink
 from kldtui.formats.suite import Suite, WindowSpec
+from kldtui.text import kldtui_command
 
 if TYPE_CHECKING:
     import numpy as np
@@ -254,7 +255,7 @@ class CaptureMode(ABC):
         the chunk file), from what the server saved: what ``doctor --smoke`` compares with the
         prompt logprobs the server returned. BadInput when this mode cannot be smoke-tested."""
         raise BadInput(f"kldtui doctor --smoke cannot check {self.label} yet: run one window with "
-                       "kldtui run instead")
+                       f"{kldtui_command()} run instead")
 
     # -- what the server is told -----------------------------------------------------------------
     @abstractmethod

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from kldtui.errors import BadInput
 from kldtui.events import Cancel, EventSink, Notice, StageName, null_sink
 from kldtui.formats.suite import MANIFEST_LIMIT, Suite
-from kldtui.text import plain_number, precise_number, shell_arg
+from kldtui.text import kldtui_command, plain_number, precise_number, shell_arg
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import LmHead, TensorManifest
@@ -218,9 +218,10 @@ def finish_hidden_folder(folder: Path, suite: Suite, entries: Sequence[Any], *, 
             raise BadInput(f"{head.path}: the LM head is [{head.vocab}, {head.hidden}] but the hidden states "
                            f"are {_width(entries)} wide; export the head of the model that was served")
     else:
-        emit(Notice(STAGE, f"{head_folder}: no LM head yet; export it (kldtui export-head --checkpoint MODEL "
-                           f"--output {shell_arg(head_folder)}) and run finalize again: it checks the replay "
-                           "against the live logits" + (" and finishes the suite" if in_suite else ""),
+        emit(Notice(STAGE, f"{head_folder}: no LM head yet; export it ({kldtui_command()} export-head "
+                           f"--checkpoint MODEL --output {shell_arg(head_folder)}) and run finalize again: "
+                           "it checks the replay against the live logits"
+                           + (" and finishes the suite" if in_suite else ""),
                     level="warning"))
     check: dict[str, Any] | None = None
     if head is not None and live_manifest is not None:

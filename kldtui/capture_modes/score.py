@@ -30,7 +30,7 @@ from kldtui.capture_modes.base import (
 from kldtui.errors import BadInput, StageFailed
 from kldtui.events import StageName, WindowState
 from kldtui.formats.suite import OTHER_SUITE, Suite, WindowSpec, sha256_file
-from kldtui.text import shell_arg
+from kldtui.text import kldtui_command, shell_arg
 
 if TYPE_CHECKING:
     import numpy as np
@@ -266,8 +266,8 @@ class ScoreMode(CaptureMode):
             return []
         places = [str(p) for p in fid.reference_head_places(reference_dir, suite_dir)]
         return [f"{reference_dir}: score mode replays these hidden states with their LM head, and there is "
-                f"none in {' or '.join(places)}; export it (kldtui export-head --checkpoint MODEL "
-                f"--output {shell_arg(suite_dir / fid.LM_HEAD_DIR)}) or set "
+                f"none in {' or '.join(places)}; export it ({kldtui_command()} export-head --checkpoint "
+                f"MODEL --output {shell_arg(suite_dir / fid.LM_HEAD_DIR)}) or set "
                 f"{settings.SCORE_LM_HEAD.name} in [candidate] env"]
 
     def server_figures(self, suite: Suite, reference_dir: Path, candidate_dir: Path,

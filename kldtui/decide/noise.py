@@ -33,7 +33,7 @@ from kldtui.formats.report_names import NOISE_MODEL_LIMIT, other_suite
 from kldtui.formats.suite import WINDOW_UNIT, logits_manifest_path, manifest_object, server_start_of
 from kldtui.metrics.limits import KL_ROW_MAX
 from kldtui.metrics.stats import student_t_interval, t_quantile
-from kldtui.text import plain_number, plural
+from kldtui.text import kldtui_command, plain_number, plural
 from kldtui.this_host import ServerSign
 
 FLOOR_FORMAT = "kldtui-noise-floor-v1"
@@ -550,8 +550,7 @@ def load_floor(path: str | os.PathLike[str]) -> NoiseFloor:
     if not floor.has_metric and floor.threshold <= 0 and floor.kind != "deterministic":
         raise BadInput(f"{p}: the noise model measures nothing (no repeat variation of the metric and a "
                        "repeat KL of 0, as earlier versions wrote for one-window reports); measure it again "
-                       "with "
-                       "kldtui noise from captures of at least 2 windows")
+                       f"with {kldtui_command()} noise from captures of at least 2 windows")
     return floor
 
 

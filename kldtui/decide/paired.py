@@ -53,7 +53,7 @@ from kldtui.formats.report_model import ComparisonReport, as_report
 from kldtui.formats.report_names import unique_names
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.metrics.inference import flip_ratio_interval
-from kldtui.text import interval_ends, plain_number, shell_arg, table_figure
+from kldtui.text import interval_ends, kldtui_command, plain_number, shell_arg, table_figure
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 1
@@ -234,11 +234,12 @@ def confirm_command(better: str, better_path: str | None, noise: NoiseFloor | No
         model = better if ours else f"the model of {captures[0]}"
         listed = " ".join(shell_arg(c) for c in captures)
         return (f"capture {model} once more, compare it with the reference (AGAIN.json), then run "
-                f"`kldtui noise {listed} AGAIN.json --output noise.json` and diff again with "
+                f"`{kldtui_command()} noise {listed} AGAIN.json --output noise.json` and diff again with "
                 "--noise noise.json")
     report = shell_arg(better_path) if better_path else shell_arg(f"{better}.json")
     return (f"capture {better} again, compare it with the reference (AGAIN.json), then run "
-            f"`kldtui noise {report} AGAIN.json --output noise.json` and diff again with --noise noise.json")
+            f"`{kldtui_command()} noise {report} AGAIN.json --output noise.json` and diff again with "
+            "--noise noise.json")
 
 
 def _same_path(a: str, b: str) -> bool:

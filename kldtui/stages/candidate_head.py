@@ -47,7 +47,7 @@ from kldtui.formats.fidelity import head_bytes, load_lm_head
 from kldtui.servers.base import HubModel, ServerConfig
 from kldtui.servers.registry import kind_of
 from kldtui.stages.export_head import STAGE, CheckpointIncomplete, HeadSource, export_head, find_head
-from kldtui.text import human_bytes, shell_arg
+from kldtui.text import human_bytes, kldtui_command, shell_arg
 from kldtui.workspace import Workspace
 
 
@@ -116,7 +116,7 @@ def candidate_head(mode: CaptureMode, config: ServerConfig, workspace: Workspace
     model = config.served_model()
     missing = (f"{folder}: hidden mode replays the candidate's hidden states with its own LM head, which is "
                "not there")
-    command = f"kldtui export-head --checkpoint CHECKPOINT --output {shell_arg(folder)}"
+    command = f"{kldtui_command()} export-head --checkpoint CHECKPOINT --output {shell_arg(folder)}"
     if model is None:
         return CandidateHead(folder, problem=f"{missing}, and {config.label} ({kind.describe(config)}) names "
                                              "no checkpoint to export it from; before the run, export the "

@@ -34,7 +34,7 @@ from kldtui.formats.report_model import ReferenceEncoding
 from kldtui.formats.safe_io import check_output
 from kldtui.formats.safetensors_io import RowReader
 from kldtui.formats.suite import check_manifest_matches_suite, load_logits_manifest, load_suite, units_of
-from kldtui.text import human_bytes, plain_number
+from kldtui.text import human_bytes, kldtui_command, plain_number
 
 ROW_BLOCK = 64
 
@@ -147,7 +147,7 @@ def export_llama_cpp(suite_dir: str | os.PathLike[str], output: str | os.PathLik
     n_ctx = suite.context_length
     if n_ctx < 4:
         raise BadInput(f"{suite.path}: windows of {n_ctx} tokens are too short for llama.cpp (4 or more); "
-                       "prepare one of longer windows (kldtui prepare --context-length)")
+                       f"prepare one of longer windows ({kldtui_command()} prepare --context-length)")
     first, rows = kld.first_scored(n_ctx), kld.rows_per_chunk(n_ctx)
     tokens = np.array([suite.load_tokens(w) for w in windows], dtype=np.int64)
     if tokens.min() < 0 or tokens.max() >= 2**31:

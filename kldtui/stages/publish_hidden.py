@@ -48,7 +48,7 @@ from kldtui.formats.suite import (
 from kldtui.formats.untrusted_json import markdown_code, markdown_literal
 from kldtui.redact import redact_document, redact_json, redact_text
 from kldtui.stages.publish_secrets import scan_upload
-from kldtui.text import human_bytes, precise_number, shell_arg
+from kldtui.text import human_bytes, kldtui_command, precise_number, shell_arg
 
 STAGE: StageName = "publish"
 CARD = DATASET_CARD
@@ -88,8 +88,8 @@ def upload_list(root: Path) -> list[str]:
     if not (root / fid.CHECKSUMS).exists() and not (root / fid.CHECKSUMS).is_symlink():
         raise BadInput(f"{root / fid.CHECKSUMS}: not found; the suite is not finished: finalize writes "
                        f"{fid.TOP_MANIFEST} and {fid.CHECKSUMS} once every context is captured and the LM "
-                       f"head is in {fid.LM_HEAD_DIR}/ (kldtui export-head, then kldtui finalize --mode "
-                       "hidden)")
+                       f"head is in {fid.LM_HEAD_DIR}/ ({kldtui_command()} export-head, then "
+                       f"{kldtui_command()} finalize --mode hidden)")
     listed = fid.read_checksums(root)
     files = sorted([*listed, fid.CHECKSUMS])
     base = root.resolve()
@@ -101,8 +101,9 @@ def upload_list(root: Path) -> list[str]:
                 mode = os.lstat(here).st_mode
             except FileNotFoundError:
                 raise BadInput(f"{root / rel}: listed in {fid.CHECKSUMS} but missing; a suite is published "
-                               "whole: fetch or capture every file (kldtui download REPO --local-dir DIR "
-                               "--context-filter all --sentinel-runs), then publish again") from None
+                               f"whole: fetch or capture every file ({kldtui_command()} download REPO "
+                               "--local-dir DIR --context-filter all --sentinel-runs), then publish again"
+                               ) from None
             if stat.S_ISLNK(mode):
                 raise BadInput(f"{here}: a symbolic link; publish uploads only the suite's own regular "
                                "files, replace the link with the file it points to "
@@ -114,9 +115,11 @@ def upload_list(root: Path) -> list[str]:
     return files
 
 
-TENSOR_SECRET_REMEDY = ("its SHA-256 is part of the suite (checksums.txt, the manifests): write the file "
-                        "again without it, then the suite's hashes (kldtui finalize --mode hidden for a "
-                        "suite kldtui captured), and publish again")
+def tensor_secret_remedy() -> str:
+    """What to do about a secret in a tensor file's header (its hash is part of the suite)."""
+    return ("its SHA-256 is part of the suite (checksums.txt, the manifests): write the file again without "
+            f"it, then the suite's hashes ({kldtui_command()} finalize --mode hidden for a suite kldtui "
+            "captured), and publish again")
 
 
 def refuse_secrets(root: Path, files: Sequence[str]) -> None:
@@ -124,17 +127,18 @@ def refuse_secrets(root: Path, files: Sequence[str]) -> None:
     or in a tensor file's header a metadata key named like one) is refused: its hash is part of the
     suite, so it cannot be redacted in place. Large files are read in parts
     (:mod:`kldtui.stages.publish_secrets`); of a tensor file, only the header is read."""
+    remedy = tensor_secret_remedy()
     for rel in files:
         path = root / rel
-        scan = scan_upload(path, tensor_remedy=TENSOR_SECRET_REMEDY, follow=False)
+        scan = scan_upload(path, tensor_remedy=remedy, follow=False)
         if scan is None:
             continue
         if scan.by_value or (scan.document is not None and redact_document(scan.document) != scan.document):
             raise BadInput(f"{path}: holds what looks like a secret (a token, a password in a URL, a runtime "
                            "field named like one); its SHA-256 is part of the suite (checksums.txt, the "
                            "manifests), so publish does not rewrite it: remove the value and write the "
-                           "suite's hashes again (kldtui finalize --mode hidden for a suite kldtui "
-                           "captured), then publish again")
+                           f"suite's hashes again ({kldtui_command()} finalize --mode hidden for a suite "
+                           "kldtui captured), then publish again")
 
 
 def _load_json(root: Path, rel: str) -> dict[str, Any] | None:
@@ -164,8 +168,9 @@ def check_qualification(root: Path, doc: Mapping[str, Any] | None, hidden: fid.T
         stated = doc.get(key)
         if stated is not None and have is not None and stated != have:
             raise BadInput(f"{path}: {key} {str(stated)[:12]}... is not {of}'s {have[:12]}...; the replay "
-                           "was checked against other files: finalize again (kldtui finalize --mode hidden) "
-                           "to check this reference's replay, then publish")
+                           "was checked against other files: finalize again "
+                           f"({kldtui_command()} finalize --mode hidden) to check this reference's replay, "
+                           "then publish")
 
 
 def gather(root: Path, *, workers: int | None = None, emit: EventSink = null_sink) -> HiddenSuiteFacts:
@@ -424,7 +429,7 @@ def render_card(root: Path, repo_id: str, facts: HiddenSuiteFacts) -> str:
         "",
         "With kldtui (installed from its repository: `pip install -e .` in a checkout):",
         "",
-        "```bash",
+        "```bash",  # a card read on other machines: the documented name, not kldtui_command()'s
         f"kldtui download {shell_arg(repo_id, path=False)} --local-dir reference   "
         f"# {human_bytes(facts.reference_bytes)} of hidden "
         "states and head; every hash verified",

@@ -94,7 +94,7 @@ from kldtui.stages.verify import (
     recorded_windows,
     verify_reference,
 )
-from kldtui.text import human_bytes
+from kldtui.text import human_bytes, kldtui_command, shell_arg
 from kldtui.workspace import Workspace
 
 STAGE: StageName = "reference"
@@ -1070,8 +1070,8 @@ def _replayed_or_logits(workspace: Workspace) -> LogitsManifest:
     where = fid.reference_head_dir(workspace.reference, workspace.suite_dir)
     if where is None:
         raise BadInput(f"{hidden.path}: holds hidden states and no LM head was found in it, beside it or in "
-                       f"{workspace.suite_dir}; export it (kldtui export-head --checkpoint MODEL --output "
-                       f"{workspace.suite_dir / fid.LM_HEAD_DIR})")
+                       f"{workspace.suite_dir}; export it ({kldtui_command()} export-head --checkpoint MODEL "
+                       f"--output {shell_arg(workspace.suite_dir / fid.LM_HEAD_DIR)})")
     return hidden.as_replayed_manifest(fid.load_lm_head(where).vocab)
 
 

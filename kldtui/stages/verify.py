@@ -57,7 +57,7 @@ from kldtui.formats.suite import (
 )
 from kldtui.formats.untrusted_json import printable_name
 from kldtui.formats.verified_cache import VerifiedCache as VerifiedCache  # re-exported for the stages
-from kldtui.text import human_bytes, plural, shell_arg
+from kldtui.text import human_bytes, kldtui_command, plural, shell_arg
 
 if TYPE_CHECKING:
     from kldtui.formats.fidelity import ContextFilter
@@ -239,7 +239,7 @@ class VerifyResult:
         if self.cached:
             # the one line that says so (a notice before the hashing said it again)
             parts.append(f"{plural(len(self.cached), self.file_word)} unchanged since verified (not hashed "
-                         "again; kldtui verify --reverify hashes them)")
+                         f"again; {kldtui_command()} verify --reverify hashes them)")
         return f"{self.kind} {self.path}: {head}" + (f"; {', '.join(parts)}" if parts else "")
 
     def finish(self, started: float, emit: EventSink) -> None:
@@ -265,8 +265,8 @@ class VerifyResult:
             return
         first = self.malformed[0] if self.malformed else self.failures[0]
         others = len(self.failures) - 1
-        more = (f" (and {plural(others, 'more problem')}: kldtui verify {shell_arg(self.path)} lists them)"
-                if others else "")
+        more = (f" (and {plural(others, 'more problem')}: {kldtui_command()} verify "
+                f"{shell_arg(self.path)} lists them)" if others else "")
         raise BadInput(f"{first}{more}; {command} refuses a suite that does not verify")
 
     def raise_for_failures(self) -> None:
@@ -326,8 +326,8 @@ def unfinished_download(root: Path, record: dict[str, Any] | None) -> str | None
     repo = record.get("repo_id")
     named = shell_arg(printable_name(repo[:200]), path=False) if isinstance(repo, str) else "REPO_ID"
     return (f"{root}: the download of {recorded_source(record)} into this folder has not finished "
-            f"({RECORD_NAME}), so files may be missing; resume it: kldtui download {named} --local-dir "
-            f"{shell_arg(root)}")
+            f"({RECORD_NAME}), so files may be missing; resume it: {kldtui_command()} download {named} "
+            f"--local-dir {shell_arg(root)}")
 
 
 def downloaded_from(record: dict[str, Any], repo_id: str, revision: str | None) -> bool:
@@ -651,7 +651,7 @@ def verify_path(path: str | os.PathLike[str], *, reverify: bool = False, workers
     if (not layout.has_reference and p.is_dir() and (p / REF_DIR).is_dir()
             and any((p / REF_DIR).glob("*.safetensors"))):
         result.failures.append(f"{p / REF_DIR}: holds logits files but no {LOGITS_MANIFEST}; the download "
-                               "is incomplete, run kldtui download again")
+                               f"is incomplete, run {kldtui_command()} download again")
     elif not layout.has_suite:
         result.notes.append("no suite-manifest.json found next to this folder; checked the logits "
                             "without the suite (pass --suite-manifest to check them against it)")

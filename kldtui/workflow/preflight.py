@@ -25,7 +25,7 @@ from kldtui.events import EventSink, Notice, StageName
 from kldtui.formats.safe_io import nearest_existing
 from kldtui.formats.suite import WINDOW_UNIT
 from kldtui.servers.registry import kind_of
-from kldtui.text import human_bytes, plural, shell_arg
+from kldtui.text import human_bytes, kldtui_command, plural, shell_arg
 from kldtui.workflow.diskplan import DiskNeed
 from kldtui.workflow.profile import Profile
 from kldtui.workspace import Workspace
@@ -207,7 +207,8 @@ def _missing_tokens_problem(profile: Profile, workspace: Workspace) -> str | Non
     here = len(windows) - len(missing)
     return (f"{suite.root / missing[0].token_file}: missing, with {len(missing) - 1} more of the run's "
             f"{len(windows)} {unit}s ({here} here: a download of part of the suite); fetch the run's range "
-            f"(kldtui download REPO --local-dir {shell_arg(suite.root)} --start-{unit} A --stop-{unit} B), "
+            f"({kldtui_command()} download REPO --local-dir {shell_arg(suite.root)} --start-{unit} A "
+            f"--stop-{unit} B), "
             "or set [run] start_window/stop_window (or context_filter/strata) to the ones here")
 
 

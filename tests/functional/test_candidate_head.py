@@ -27,6 +27,7 @@ from kldtui.workflow.campaign import Campaign
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import load_profile
 from tests import fidelity_fixture as fx
+from tests.fixtures_commands import started_from_a_venv
 from tests.fixtures_gguf import write_gguf
 
 pytestmark = pytest.mark.timeout(300)
@@ -147,7 +148,8 @@ def _refused(profile: Path, capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.mark.parametrize("case", ["gguf", "quantized", "hub id"])
 def test_a_candidate_whose_head_cannot_be_exported_is_refused_before_its_server(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        case: str) -> None:
     fx.build(tmp_path / "suite", contexts=4)
     if case == "gguf":
         model = str(tmp_path / "q4.gguf")
@@ -174,6 +176,10 @@ def test_a_candidate_whose_head_cannot_be_exported_is_refused_before_its_server(
     if case != "hub id":
         assert f"kldtui export-head --checkpoint CHECKPOINT --output {folder}" in line, line
     assert not (tmp_path / "work" / "capture").exists() and not folder.exists()
+    if case == "gguf":  # started as .venv/bin/kldtui (not on PATH): the command names that program
+        kldtui = started_from_a_venv(tmp_path, monkeypatch)
+        line = _refused(profile, capsys)
+        assert f"{kldtui} export-head --checkpoint CHECKPOINT --output {folder}" in line, line
 
 
 def test_a_hub_model_id_is_exported_from_its_snapshot_in_the_hugging_face_cache(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from kldtui.metrics.replay import f32_to_bf16
 from kldtui.workflow.profile import profile_from_dict
 from tests import fidelity_fixture as fx
 from tests.fixtures_capture_run import serve_capture_finalize
+from tests.fixtures_commands import started_from_a_venv
 from tests.hub_server import HubServer
 from tests.paths import REPO as REPO_ROOT
 
@@ -508,9 +509,11 @@ def test_a_replay_check_that_did_not_qualify_is_published_as_it_is(
 
 
 def test_a_run_on_part_of_a_downloaded_suite_is_refused_before_launching(
-        made: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        made: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A download by partition holds only those contexts: `kldtui run` over the whole range says so
-    before a server starts (it stopped at the first missing token file after the launch)."""
+    before a server starts (it stopped at the first missing token file after the launch), with the
+    download that fetches the range, kldtui named as it was started."""
     root = _copy(made, tmp_path / "suite")
     for i in (2, 5):  # the qualification contexts, as a download of the analysis partition leaves it
         (root / "tokens" / f"context-{i:04d}.json").unlink()
@@ -537,5 +540,9 @@ workdir = "{tmp_path / 'work'}"
     err = capsys.readouterr().err
     first = root / "tokens" / "context-0002.json"
     assert f"{first}: missing, with 1 more of the run's 6 contexts (4 here" in err
-    assert "--start-context A --stop-context B" in err
+    assert f"(kldtui download REPO --local-dir {root} --start-context A --stop-context B)" in err
     assert not (tmp_path / "work" / "server.log").exists()  # nothing was launched
+    kldtui = started_from_a_venv(tmp_path, monkeypatch)  # as .venv/bin/kldtui, not on PATH
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = capsys.readouterr().err
+    assert f"({kldtui} download REPO --local-dir {root} --start-context A --stop-context B)" in err, err

@@ -4,6 +4,7 @@ grid, the progress panel, the log, the dialogs), through Textual's pilot."""
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 from itertools import takewhile
 from pathlib import Path
@@ -22,7 +23,7 @@ from kldtui.events import (
 )
 from kldtui.formats.report import load_report, summary_text
 from kldtui.formats.report_model import as_report
-from kldtui.text import table_figure
+from kldtui.text import kldtui_command, table_figure
 from kldtui.tui.app import KldApp, create_app
 from kldtui.tui.model import DashboardModel
 from kldtui.tui.screens.dialogs import ConfirmScreen
@@ -1167,8 +1168,14 @@ async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another
         tmp_path: Path, monkeypatch: Any) -> None:
     """A campaign folder's noise-model.json measured on another suite than its reports' (one folder
     held two demos, and the last one run had written it): not used for the ranking, and the screen says
-    so in one line (it was taken, and the ranking failed on it)."""
+    so in one line (it was taken, and the ranking failed on it), with the command that chooses one
+    naming kldtui as it was started (here as .venv/bin/kldtui, not on PATH)."""
+    from tests.fixtures_commands import started_from_a_venv
+
+    started_from_a_venv(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)  # the screen names the model relative to here
+    kldtui = kldtui_command()  # relative to here, as the screen names it
+    assert shlex.split(kldtui)[0].endswith("my venv/bin/kldtui"), kldtui
     a, b, model = _decide_reports(tmp_path)
     camp = _campaign_folder(tmp_path / "camp", {"c": b}, model)
     doc = json.loads((camp / "noise-model.json").read_text())
@@ -1181,7 +1188,7 @@ async def test_o_on_a_campaigns_folder_never_ranks_with_a_noise_model_of_another
         assert [table.get_row_at(i)[tie] for i in range(3)] == ["best", "worse (p)", "worse (p)"]
         assert [n.message for n in app._notifications][-1] == (
             "noise model: none; camp/noise-model.json measured on another suite than the reports', not "
-            "used: kldtui view --noise FILE chooses one")
+            f"used: {kldtui} view --noise FILE chooses one")
 
 
 @sync

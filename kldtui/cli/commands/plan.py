@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kldtui.decide.windows_needed import for_reports, windows_for
     from kldtui.errors import BadInput
-    from kldtui.text import plain_number, plural
+    from kldtui.text import kldtui_command, plain_number, plural
 
     if not 0.5 <= args.power < 1.0:
         raise BadInput(f"--power {args.power} is not between 0.5 and 1 (0.8: four times in five)")
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
               + (f"; repeat variation {plain_number(need.margin)}" if need.margin else ""))
     else:
         if args.difference is None or args.window_sd is None:
-            raise BadInput("give two pilot reports (kldtui plan A.json B.json), or both --difference and "
-                           "--window-sd")
+            raise BadInput(f"give two pilot reports ({kldtui_command()} plan A.json B.json), or both "
+                           "--difference and --window-sd")
         for name, value in (("--difference", args.difference), ("--window-sd", args.window_sd),
                             ("--repeat-variation", args.repeat_variation)):
             if not math.isfinite(value) or (value < 0 and name != "--difference"):

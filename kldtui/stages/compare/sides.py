@@ -58,7 +58,7 @@ from kldtui.metrics.replay import (
     torch_bf16,
 )
 from kldtui.stages.compare.rows import RowMap
-from kldtui.text import human_bytes, shell_arg
+from kldtui.text import human_bytes, kldtui_command, shell_arg
 
 if TYPE_CHECKING:
     from kldtui.stages.compare.hashing import ListedFile
@@ -415,7 +415,7 @@ def _head_for(role: Role, manifest: fid.TensorManifest, given: str | os.PathLike
     if own.is_dir():
         return fid.load_lm_head(own)
     raise BadInput(f"{manifest.path}: the candidate holds hidden states and its own LM head is not in "
-                   f"{own}; export it there (kldtui export-head --checkpoint CANDIDATE --output "
+                   f"{own}; export it there ({kldtui_command()} export-head --checkpoint CANDIDATE --output "
                    f"{shell_arg(own)}), or "
                    "give it with --candidate-lm-head (a quantized head is part of what is measured, so the "
                    "reference's is never used silently; pass the reference's head there if the candidate "

@@ -28,7 +28,7 @@ from kldtui.formats.report import load_report  # json only, no numpy: the viewer
 from kldtui.formats.report_model import ComparisonReport
 from kldtui.formats.report_names import REPORT_FILE_NAME, FolderNoise, folder_reports, unique_names
 from kldtui.formats.suite import WINDOW_UNIT
-from kldtui.text import no_verdict_words, outcome_words
+from kldtui.text import kldtui_command, no_verdict_words, outcome_words
 from kldtui.tui.resultdata import Band, ResultData, WindowBar, result_from_report
 from kldtui.tui.screens.dialogs import PathScreen
 from kldtui.tui.screens.result import ResultScreen
@@ -270,7 +270,7 @@ class BoardScreen(Screen[None]):
         words = self.folder_noise.words(shown_path)
         if say and words is not None and (changed or refused):
             self.notify(words if model is not None else
-                        f"{words}: kldtui view --noise FILE chooses one", title="leaderboard")
+                        f"{words}: {kldtui_command()} view --noise FILE chooses one", title="leaderboard")
         if not changed:
             return False
         self.noise_path = chosen
