@@ -60,3 +60,32 @@ def returns_at_once(call, timeout: float = 10.0) -> list[object]:  # type: ignor
     reader.join(timeout)
     assert not reader.is_alive(), "blocked on a FIFO"
     return out
+
+
+def plant(out: Path, what: str, victim: Path) -> Path:
+    """Put ``what`` at an output's name: ``"link"`` (to ``victim``, which must stay as it is), ``"fifo"``,
+    ``"folder"``; ``"no folder"`` plants nothing and gives the same name in a folder that does not
+    exist. Returns the output's name to use."""
+    if what == "link":
+        out.symlink_to(victim)
+    elif what == "fifo":
+        os.mkfifo(out)
+    elif what == "folder":
+        out.mkdir()
+    elif what == "no folder":
+        return out.parent / "gone" / out.name
+    else:
+        raise ValueError(what)
+    return out
+
+
+def then_plant_folder(real, folder: Path, when=lambda kwargs: True):  # type: ignore[no-untyped-def]
+    """``real`` wrapped to make ``folder`` after it returns (where ``when(kwargs)``): a folder planted at
+    an output's name while a stage ran, for the writer's own check to meet."""
+    def wrapped(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)
+        if when(kwargs):
+            folder.mkdir()
+        return result
+
+    return wrapped

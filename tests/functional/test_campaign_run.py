@@ -24,8 +24,20 @@ from tests.fixtures_campaign import (
     write_profile,
 )
 from tests.fixtures_demo import env_with, stable
+from tests.fixtures_hostile import then_plant_folder
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # whole campaigns, killed and rerun
+
+
+def _warnings(events: list[dict[str, object]]) -> list[object]:
+    """The warning notices of a run's events, in order."""
+    return [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+
+
+def _measured_in_its_place(model: Path) -> str:
+    """The campaign's warning for a link or FIFO at its noise model's name."""
+    return (f"{model}: not a regular file this campaign wrote (a link or a FIFO); not read, the noise model "
+            "is measured again and written in its place")
 
 
 def _events(stdout: str) -> list[dict]:
@@ -154,7 +166,7 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     # and measured again from the two captures on disk
     model.write_text("[not json")
     events = _run(profile)
-    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+    warned = _warnings(events)
     assert warned == [f"{model}: noise model is not valid JSON (Expecting value: line 1 "
                       "column 2 (char 1)); measured again"], warned
     assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
@@ -167,9 +179,8 @@ def test_a_repeat_capture_of_the_leader_gives_the_measured_noise_model(tmp_path:
     model.unlink()
     model.symlink_to(elsewhere)
     events = _run(profile)
-    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
-    assert warned == [f"{model}: not a regular file this campaign wrote (a link or a FIFO); not read, "
-                      "the noise model is measured again and written in its place"], warned
+    warned = _warnings(events)
+    assert warned == [_measured_in_its_place(model)], warned
     assert not model.is_symlink()  # replaced, never written through
     assert elsewhere.read_bytes() == before
     assert json.loads(model.read_text())["metric_repeat"] == noise["metric_repeat"]
@@ -234,14 +245,8 @@ def test_a_folder_at_the_noise_model_s_name_stops_the_campaign_before_the_repeat
     # a folder made at the name while the repeat was captured: the writer's lock says to move it away
     import kldtui.decide.noise as noise
 
-    real = noise.noise_from_capture_reports
-
-    def measure_then_plant(*args: object, **kwargs: object) -> object:
-        measured = real(*args, **kwargs)  # type: ignore[arg-type]
-        model.mkdir()
-        return measured
-
-    monkeypatch.setattr(noise, "noise_from_capture_reports", measure_then_plant)
+    monkeypatch.setattr(noise, "noise_from_capture_reports",
+                        then_plant_folder(noise.noise_from_capture_reports, model))
     assert main(["run", "--batch", "--profile", str(profile), "--jsonl"]) == 2
     captured = capsys.readouterr()
     assert captured.err == (f"kldtui: error: {model}: is a folder where kldtui writes its output; move that "
@@ -254,9 +259,8 @@ def test_a_folder_at_the_noise_model_s_name_stops_the_campaign_before_the_repeat
     model.rmdir()
     os.mkfifo(model)
     events = _run(profile)
-    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
-    assert warned == [f"{model}: not a regular file this campaign wrote (a link or a FIFO); not read, the "
-                      "noise model is measured again and written in its place"], warned
+    warned = _warnings(events)
+    assert warned == [_measured_in_its_place(model)], warned
     assert not [e for e in events if e.get("event") == "CandidateStarted"]
     assert model.is_file() and json.loads(model.read_text())["format"] == "kldtui-noise-floor-v1"
 
@@ -269,7 +273,7 @@ def test_a_deterministic_engine_gives_no_noise_model_and_is_said_so(tmp_path: Pa
     profile = write_profile(tmp_path / "c", {"close": 0.04, "far": 0.3}, repeat_leader=True)
     events = _run(profile)
     work = profile.parent
-    warned = [e["text"] for e in events if e.get("event") == "Notice" and e.get("level") == "warning"]
+    warned = _warnings(events)
     first, second = work / "comparison-close.json", work / "repeat" / "comparison-close.json"
     assert warned == [
         f"noise model: none: the server is deterministic (captures of one model, each from a server start of "

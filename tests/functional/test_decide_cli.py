@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from kldtui.cli.main import main
 from kldtui.decide import PUBLISHED_SUITE_HASH, load_floor
 from tests.fixtures_decide import make_report, suite_domains, write_report
+from tests.fixtures_hostile import plant
 
 DOMAINS = suite_domains(32)
 
@@ -220,16 +220,9 @@ def test_measure_floors_report_keeps_the_output_rule(tmp_path, capsys, planted):
     from tests.fixtures_compare import make_suite
 
     suite, run1, run2, _ = make_suite(tmp_path / "s", windows=3, context=9, vocab=50, seed=5)
-    out, victim = tmp_path / "repeat-kl-candidate.json", tmp_path / "yours.json"
+    victim = tmp_path / "yours.json"
     victim.write_text("yours\n")
-    if planted == "link":
-        out.symlink_to(victim)
-    elif planted == "fifo":
-        os.mkfifo(out)
-    elif planted == "folder":
-        out.mkdir()
-    else:
-        out = tmp_path / "gone" / "repeat-kl-candidate.json"
+    out = plant(tmp_path / "repeat-kl-candidate.json", planted, victim)
     if planted in ("link", "fifo"):
         _, report = measure_floor(suite.path, run1, run2, report_path=out, server_signs=None)
         assert not out.is_symlink() and out.is_file()
@@ -255,16 +248,9 @@ def test_save_floor_keeps_the_output_rule_itself(tmp_path, planted):
 
     floor = floor_from_reports(make_report(np.full(32, 0.003), DOMAINS, reference_dir="/r/run1",
                                            candidate_dir="/r/run2"), None, source="x")
-    out, victim = tmp_path / "noise-model.json", tmp_path / "yours.json"
+    victim = tmp_path / "yours.json"
     victim.write_text("yours\n")
-    if planted == "link":
-        out.symlink_to(victim)
-    elif planted == "fifo":
-        os.mkfifo(out)
-    elif planted == "folder":
-        out.mkdir()
-    else:
-        out = tmp_path / "gone" / "noise-model.json"
+    out = plant(tmp_path / "noise-model.json", planted, victim)
     if planted in ("link", "fifo"):
         assert save_floor(out, floor) == out
         assert not out.is_symlink() and out.is_file() and victim.read_text() == "yours\n"

@@ -91,23 +91,28 @@ def test_reports_without_a_record_carry_no_profile(tmp_path: Path,
     assert "profile" not in next(csv.reader(io.StringIO(capsys.readouterr().out)))
 
 
-@pytest.mark.parametrize("case", ["broken", "link", "fifo"])
-def test_a_record_kldtui_did_not_write_is_said_and_names_no_profile(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+def _untrusted_record(tmp_path: Path, case: str) -> tuple[Path, str]:
+    """A shared campaign folder whose profiles.json kldtui did not write (``case``: broken JSON, a link to
+    a record naming the profiles, which is not followed, or a FIFO), and what the note says of it."""
     work = shared_campaign_folder(tmp_path)
     record = work / "profiles.json"
     planted = tmp_path / "planted.json"
-    planted.write_text(record.read_text())  # a record naming the profiles, which is not followed
+    planted.write_text(record.read_text())
     record.unlink()
     if case == "broken":
         record.write_text("{")
-        said = f"{record}: profiles record is not valid JSON"
-    elif case == "link":
+        return work, f"{record}: profiles record is not valid JSON"
+    if case == "link":
         record.symlink_to(planted)
-        said = f"{record}: a link holds the profiles record's name"
-    else:
-        os.mkfifo(record)  # never waited on
-        said = f"{record}: is a FIFO (named pipe), not a regular file"
+        return work, f"{record}: a link holds the profiles record's name"
+    os.mkfifo(record)  # never waited on
+    return work, f"{record}: is a FIFO (named pipe), not a regular file"
+
+
+@pytest.mark.parametrize("case", ["broken", "link", "fifo"])
+def test_a_record_kldtui_did_not_write_is_said_and_names_no_profile(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    work, said = _untrusted_record(tmp_path, case)
     before = _files(work)
     out_json = tmp_path / "board.json"
     assert main(["leaderboard", str(work), "--plain", "--no-noise-floor", "--json", str(out_json)]) == 0
@@ -142,20 +147,7 @@ def test_kldtui_plot_says_whose_run_each_report_is_in_its_title(tmp_path: Path,
 @pytest.mark.parametrize("case", ["broken", "link", "fifo"])
 def test_a_plot_takes_no_profile_from_a_record_kldtui_did_not_write(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
-    work = shared_campaign_folder(tmp_path)
-    record = work / "profiles.json"
-    planted = tmp_path / "planted.json"
-    planted.write_text(record.read_text())  # a record naming the profiles, which is not followed
-    record.unlink()
-    if case == "broken":
-        record.write_text("{")
-        said = f"{record}: profiles record is not valid JSON"
-    elif case == "link":
-        record.symlink_to(planted)
-        said = f"{record}: a link holds the profiles record's name"
-    else:
-        os.mkfifo(record)  # never waited on
-        said = f"{record}: is a FIFO (named pipe), not a regular file"
+    work, said = _untrusted_record(tmp_path, case)
     before = _files(work)
     svg = tmp_path / "board.svg"
     assert main(["plot", str(work), "--no-noise-floor", "-o", str(svg)]) == 0

@@ -18,18 +18,26 @@ from kldtui.formats.suite_writer import write_suite
 from kldtui.stages.serve import ServerProcess
 from kldtui.workflow.pipeline import Pipeline
 from kldtui.workflow.profile import profile_from_dict
+from tests.fixtures_hostile import plant, then_plant_folder
 
 
-def test_attached_reference_is_captured_finalized_and_repeated(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    rng = np.random.default_rng(3)
+@contextlib.contextmanager
+def _attached_reference(tmp_path: Path, seed: int) -> Iterator[tuple[Path, Path, str]]:
+    """A three-window suite and an embedded reference server running beside it, as a user attaches one:
+    yields the suite's folder, the folder the server writes its chunks to, and its URL."""
+    rng = np.random.default_rng(seed)
     suite_dir = tmp_path / "suite"
     write_suite(suite_dir, [(d, rng.integers(0, 300, 40).tolist()) for d in ("prose", "prose", "code")])
     chunks = tmp_path / "ref-chunks"
     ref_argv = [sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "ref",
                 "--vocab-size", "300", "--max-num-batched-tokens", "16"]
     with ServerProcess(ref_argv, capture_dir=chunks, served_model_name="ref") as ref_server:
-        url = ref_server.wait_ready(timeout=60)
+        yield suite_dir, chunks, ref_server.wait_ready(timeout=60)
+
+
+def test_attached_reference_is_captured_finalized_and_repeated(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with _attached_reference(tmp_path, seed=3) as (suite_dir, chunks, url):
         doc = {"reference": {"local_dir": str(suite_dir), "capture": "attach", "url": url,
                              "served_model_name": "ref", "server_capture_dir": str(chunks)},
                "candidate": {"kind": "embedded", "served_model_name": "cand", "vocab_size": 300,
@@ -130,18 +138,25 @@ def _repeating_profile(tmp_path: Path) -> tuple[Path, Path]:
     return profile, suite_dir / "repeat-noise-window000.json"
 
 
+def _refused_before_capture(profile: Path, out: Path, writes: str,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder at ``out``, a name of kldtui's for its ``writes``: ``kldtui run`` is one line saying to move
+    it away, exit 2, before the reference server starts or anything is captured."""
+    out.mkdir()
+    assert main(["run", "--batch", "--profile", str(profile)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [f"kldtui: error: {out}: is a folder where kldtui writes its {writes}; move that folder "
+                   "away, then run again"], err
+    assert not (out.parent / "ref").exists() and not any(out.iterdir())
+    assert not list((profile.parent / "work").rglob("*.safetensors"))  # nothing captured
+
+
 def test_a_folder_at_the_repeat_report_s_name_is_refused_before_any_server_starts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The repeat's report has a name of kldtui's: a folder there is one line saying to move it away,
     exit 2, before the reference server starts or anything is captured."""
     profile, out = _repeating_profile(tmp_path)
-    out.mkdir()
-    assert main(["run", "--batch", "--profile", str(profile)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert err == [f"kldtui: error: {out}: is a folder where kldtui writes its comparison report; move that "
-                   "folder away, then run again"], err
-    assert not (out.parent / "ref").exists() and not any(out.iterdir())
-    assert not list((tmp_path / "work").rglob("*.safetensors"))  # nothing captured
+    _refused_before_capture(profile, out, "comparison report", capsys)
 
 
 def test_a_folder_made_at_the_repeat_report_s_name_during_the_capture_is_one_line(
@@ -152,14 +167,7 @@ def test_a_folder_made_at_the_repeat_report_s_name_during_the_capture_is_one_lin
     import kldtui.stages.compare as compare_stage
 
     profile, out = _repeating_profile(tmp_path)
-    real = compare_stage.run_compare
-
-    def compare_then_plant(*args: object, **kwargs: object) -> object:
-        result = real(*args, **kwargs)  # type: ignore[arg-type]
-        out.mkdir()
-        return result
-
-    monkeypatch.setattr(compare_stage, "run_compare", compare_then_plant)
+    monkeypatch.setattr(compare_stage, "run_compare", then_plant_folder(compare_stage.run_compare, out))
     assert main(["run", "--batch", "--profile", str(profile)]) == 2
     captured = capsys.readouterr()
     assert captured.err == (f"kldtui: error: {out}: is a folder where kldtui writes its comparison report; "
@@ -171,17 +179,12 @@ def test_a_folder_made_at_the_repeat_report_s_name_during_the_capture_is_one_lin
 def test_a_link_or_fifo_at_the_repeat_report_s_name_is_replaced(tmp_path: Path, planted: str) -> None:
     """A link at the repeat report's name is replaced, never written through (its target is unchanged);
     a FIFO there is replaced, never opened (nothing blocks); the report is the repeat's comparison."""
-    import os
-
     from kldtui.workflow.profile import load_profile
 
     profile, out = _repeating_profile(tmp_path)
     victim = tmp_path / "yours.json"
     victim.write_text("yours\n")
-    if planted == "link":
-        out.symlink_to(victim)
-    else:
-        os.mkfifo(out)
+    plant(out, planted, victim)
     Pipeline(load_profile(profile)).reference()
     assert not out.is_symlink() and out.is_file() and victim.read_text() == "yours\n"
     noise = json.loads(out.read_text())
@@ -194,14 +197,7 @@ def _attached_profile(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A profile whose reference is captured from an attached embedded server (not a built-in model's
     demo suite: its capture records are copied to the suite root), without the repeat; yields the
     profile and that copy's name, SUITE/capture-reference.json, while the server runs."""
-    rng = np.random.default_rng(5)
-    suite_dir = tmp_path / "suite"
-    write_suite(suite_dir, [(d, rng.integers(0, 300, 40).tolist()) for d in ("prose", "prose", "code")])
-    chunks = tmp_path / "ref-chunks"
-    ref_argv = [sys.executable, "-m", "kldtui.embedded", "--port", "0", "--served-model-name", "ref",
-                "--vocab-size", "300", "--max-num-batched-tokens", "16"]
-    with ServerProcess(ref_argv, capture_dir=chunks, served_model_name="ref") as ref_server:
-        url = ref_server.wait_ready(timeout=60)
+    with _attached_reference(tmp_path, seed=5) as (suite_dir, chunks, url):
         profile = tmp_path / "kldtui.toml"
         profile.write_text(f'[reference]\nlocal_dir = "suite"\ncapture = "attach"\nurl = "{url}"\n'
                            f'served_model_name = "ref"\nserver_capture_dir = "{chunks}"\nrepeat = false\n\n'
@@ -216,13 +212,7 @@ def test_a_folder_at_the_capture_records_copy_s_name_is_refused_before_any_captu
     """capture-reference.json is a name of kldtui's: a folder there is one line saying to move it away,
     exit 2, before anything is captured."""
     with _attached_profile(tmp_path) as (profile, out):
-        out.mkdir()
-        assert main(["run", "--batch", "--profile", str(profile)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert err == [f"kldtui: error: {out}: is a folder where kldtui writes its capture records; move that "
-                   "folder away, then run again"], err
-    assert not (out.parent / "ref").exists() and not any(out.iterdir())
-    assert not list((tmp_path / "work").rglob("*.safetensors"))  # nothing captured
+        _refused_before_capture(profile, out, "capture records", capsys)
 
 
 def test_a_folder_made_at_the_capture_records_copy_s_name_during_the_capture_is_one_line(
@@ -231,15 +221,9 @@ def test_a_folder_made_at_the_capture_records_copy_s_name_during_the_capture_is_
     reference was captured is one line and exit 2, not an IsADirectoryError."""
     import kldtui.stages.finalize as finalize_stage
 
-    real = finalize_stage.run_finalize
     with _attached_profile(tmp_path) as (profile, out):
-        def finalize_then_plant(*args: object, **kwargs: object) -> object:
-            result = real(*args, **kwargs)  # type: ignore[arg-type]
-            if kwargs.get("kind") == "reference":
-                out.mkdir()
-            return result
-
-        monkeypatch.setattr(finalize_stage, "run_finalize", finalize_then_plant)
+        monkeypatch.setattr(finalize_stage, "run_finalize", then_plant_folder(
+            finalize_stage.run_finalize, out, when=lambda kwargs: kwargs.get("kind") == "reference"))
         assert main(["run", "--batch", "--profile", str(profile)]) == 2
     captured = capsys.readouterr()
     assert captured.err == (f"kldtui: error: {out}: is a folder where kldtui writes its capture records; "
@@ -252,17 +236,12 @@ def test_a_folder_made_at_the_capture_records_copy_s_name_during_the_capture_is_
 def test_a_link_or_fifo_at_the_capture_records_copy_s_name_is_replaced(tmp_path: Path, planted: str) -> None:
     """A link at capture-reference.json is replaced, never written through (its target is unchanged); a
     FIFO there is replaced, never opened (nothing blocks); the copy is the reference's capture records."""
-    import os
-
     from kldtui.workflow.profile import load_profile
 
     victim = tmp_path / "yours.json"
     victim.write_text("yours\n")
     with _attached_profile(tmp_path) as (profile, out):
-        if planted == "link":
-            out.symlink_to(victim)
-        else:
-            os.mkfifo(out)
+        plant(out, planted, victim)
         Pipeline(load_profile(profile)).reference()
     assert not out.is_symlink() and out.is_file() and victim.read_text() == "yours\n"
     assert [r["window_index"] for r in json.loads(out.read_text())] == [0, 1, 2]
