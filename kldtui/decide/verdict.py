@@ -30,6 +30,7 @@ simulation that chose every rule and the error rates it measured):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,9 +56,6 @@ if TYPE_CHECKING:
 MIN_VERDICT_WINDOWS = 8
 LEVEL = 0.95
 ALPHA = 1.0 - LEVEL
-METHOD = ("sign-flip test over windows (fewer than 16 of them that spread little: of each one's difference "
-          "weighed by (A + B)^-1/2); interval of mean(B) / mean(A) by inverting it; log-normal check where "
-          "the candidates depend differently on window difficulty")
 
 Outcome = Literal["a_closer", "b_closer", "within_noise", "indistinguishable", "too_few_windows",
                   "cannot_calibrate", "no_finite_interval"]
@@ -142,6 +140,19 @@ MODEL_INTERVAL_FROM = 16
 # docs/STATISTICS.md, "The rule".
 FIRST_TIER_WEIGHT_POWER: float | None = 0.5
 
+
+def weights_text(power: float) -> str:
+    """How the weights ``(A + B)^-power`` are written wherever kldtui says them (the method, diff --json's
+    ``sign_flip_weights``, kldtui diff's note): ``1 / sqrt(A + B)`` for the rule's power."""
+    return "1 / sqrt(A + B)" if power == 0.5 else f"(A + B)^-{power:g}"
+
+
+METHOD = ("sign-flip test over windows" + (
+    "" if FIRST_TIER_WEIGHT_POWER is None else
+    f" (fewer than {MODEL_INTERVAL_FROM} of them that spread little: of each one's difference weighed by "
+    f"{weights_text(FIRST_TIER_WEIGHT_POWER)})") + "; interval of mean(B) / mean(A) by inverting it; "
+    "log-normal check where the candidates depend differently on window difficulty")
+
 # The wider the window means spread, the more an unseen hard window moves the mean: the weaker the
 # evidence of dependence that calls for the check, and the more cautious the check. Cox's form is the
 # more powerful check where windows spread little; in few widely spread windows it is liberal (the
@@ -191,7 +202,7 @@ IntervalSource = Literal["sign_flip", "weighted_sign_flip", "joined", "far_end_w
                          "model_and_windows"]
 # what each headline interval is, for a reader (kldtui diff's table): the sign-flip test's needs no note
 INTERVAL_SOURCE_WORDS: dict[str, str] = {
-    "weighted_sign_flip": ("the sign-flip test's with each {unit}'s difference weighed by 1 / sqrt(A + B) "
+    "weighted_sign_flip": ("the sign-flip test's with each {unit}'s difference weighed by {weights} "
                            "(fewer than 16 {units} that spread little: the noisier {units} that hold more KL "
                            "count less), stretched to hold the {units}' own ratio"),
     "lognormal_model": "a log-normal model's of the {units}",
@@ -206,7 +217,8 @@ def interval_source_words(source: str, unit: str) -> str | None:
     """What a headline interval of ``source`` is (:data:`INTERVAL_SOURCE_WORDS`), counting ``unit`` s;
     None for the sign-flip test's, which needs no note."""
     words = INTERVAL_SOURCE_WORDS.get(source)
-    return None if words is None else words.format(unit=unit, units=f"{unit}s")
+    weights = weights_text(FIRST_TIER_WEIGHT_POWER or 0.0)
+    return None if words is None else words.format(unit=unit, units=f"{unit}s", weights=weights)
 
 
 def dependence_tier(spread: np.ndarray) -> np.ndarray:
@@ -402,30 +414,27 @@ def evidence(a: np.ndarray, b: np.ndarray, within: Evidence | None = None,
                                           and n < MODEL_INTERVAL_FROM)
     # the test and the intervals that invert it, from the same sign patterns (so the interval excludes 1
     # exactly when the test names a difference, at any number of windows); weighted, the windows' A and B
-    # both times w, so that the test is of sum(w (B - A)) and its interval of sum(w B) / sum(w A)
-    if weighted.any():
-        w = np.where(weighted[..., None], (safe_a + safe_b) ** -(FIRST_TIER_WEIGHT_POWER or 0.0), 1.0)
-        flipped = inf.flip_inference(a * w, b * w, (LEVEL, LEAN_FLIP_LEVEL), flips)
-    else:
-        flipped = inf.flip_inference(a, b, (LEVEL, LEAN_FLIP_LEVEL), flips)
+    # both times w (1 elsewhere), so that the test is of sum(w (B - A)) and its interval of
+    # sum(w B) / sum(w A), stretched to hold the windows' own ratio
+    w = np.where(weighted[..., None], (safe_a + safe_b) ** -(FIRST_TIER_WEIGHT_POWER or 0.0), 1.0)
+    flipped = inf.flip_inference(a * w, b * w, (LEVEL, LEAN_FLIP_LEVEL), flips)
     flip = flipped.test
     (ratio_low, ratio_high), (lean_low, lean_high) = flipped.intervals
-    if weighted.any():  # the weighted ratio's interval, stretched to hold the windows' own ratio
-        observed = b.mean(axis=-1) / np.where(weighted, a.mean(axis=-1), 1.0)
-        ratio_low = np.where(weighted, np.fmin(ratio_low, observed), ratio_low)
-        ratio_high = np.where(weighted, np.fmax(ratio_high, observed), ratio_high)
+    observed = b.mean(axis=-1) / np.where(weighted, a.mean(axis=-1), 1.0)
+    ratio_low = np.where(weighted, np.fmin(ratio_low, observed), ratio_low)
+    ratio_high = np.where(weighted, np.fmax(ratio_high, observed), ratio_high)
     levels = [tr.check_level_for(t, weighted) for tr in DEPENDENCE_TIERS]
     check_level = np.choose(tier, levels)
     checks = []
     for tr, level in zip(DEPENDENCE_TIERS, levels, strict=True):
         usual = tr.model(fit)
-        if math.isinf(tr.strict_above_t) or not np.any(level != tr.check_level):
-            checks.append(usual)
-            continue
-        strict = tr.model(fit, tr.strict_check_level)
-        chosen = level != tr.check_level
-        checks.append(inf.ModelRatio(*(np.where(chosen, getattr(strict, f), getattr(usual, f))
-                                       for f in ("low", "high", "p_worse", "p_better", "estimate"))))
+        strict = level != tr.check_level
+        if strict.any():  # the suites of this tier whose check runs at its strict level
+            at_strict = tr.model(fit, tr.strict_check_level)
+            usual = inf.ModelRatio(**{f.name: np.where(strict, getattr(at_strict, f.name),
+                                                       getattr(usual, f.name))
+                                      for f in dataclasses.fields(inf.ModelRatio)})
+        checks.append(usual)
     # the checks' one-sided p-values on the rule's scale: times ALPHA / check level, so that a check
     # confirms where it is at most ALPHA / 2, whatever its own level
     p_scale = ALPHA / check_level
@@ -570,8 +579,7 @@ class VerdictInterval:
                 "ratio": json_number(self.ratio), "ratio_ci95_low": json_number(self.ratio_low),
                 "ratio_ci95_high": json_number(self.ratio_high),
                 "p_value_sign_flip": json_number(self.p_flip),
-                "sign_flip_weights": (None if self.weight_power is None
-                                      else f"(A + B)^-{self.weight_power:g}"),
+                "sign_flip_weights": None if self.weight_power is None else weights_text(self.weight_power),
                 "difficulty_dependence": {
                     "pitman_morgan_t": json_number(self.dependence_t), "dependent": self.dependent,
                     "far_end_widened": self.far_end_widened, "interval_source": self.interval_source,

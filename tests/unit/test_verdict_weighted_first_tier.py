@@ -79,9 +79,10 @@ def test_the_report_says_the_weighted_test_and_a_domain_or_16_windows_do_not() -
     assert iv.ratio_low is not None and iv.ratio_high is not None and iv.ratio is not None
     assert iv.ratio_low <= iv.ratio <= iv.ratio_high
     out = iv.to_dict()
-    assert out["sign_flip_weights"] == "(A + B)^-0.5"
+    assert out["sign_flip_weights"] == "1 / sqrt(A + B)"
     assert out["difficulty_dependence"]["interval_source"] == "weighted_sign_flip"
-    assert "weighed by (A + B)^-1/2" in out["method"]
+    assert "(fewer than 16 of them that spread little: of each one's difference weighed by 1 / sqrt(A + B))" \
+        in out["method"]
     assert interval_source_words("weighted_sign_flip", "context") == (
         "the sign-flip test's with each context's difference weighed by 1 / sqrt(A + B) (fewer than 16 "
         "contexts that spread little: the noisier contexts that hold more KL count less), stretched to hold "
